@@ -1,0 +1,77 @@
+//! Identifier newtypes. IDs never travel as bare `String`s inside the crates.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn new(value: impl Into<String>) -> Self {
+                Self(value.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                Self(value.to_owned())
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A node as named by its operator (`--node-id`); stable across agent restarts.
+    NodeId
+);
+string_id!(
+    /// A pool of actors, named by the user.
+    PoolName
+);
+string_id!(
+    /// One resident actor; stays the same across restarts of that actor.
+    ActorId
+);
+string_id!(
+    /// One submitted job (a stream of tasks).
+    JobId
+);
+
+impl ActorId {
+    /// A fresh, globally unique actor id with a readable pool prefix.
+    pub fn generate(pool: &PoolName) -> Self {
+        let short = uuid::Uuid::new_v4().simple().to_string();
+        Self(format!("{}-{}", pool, &short[..8]))
+    }
+}
+
+impl JobId {
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+}
+
+/// A task as the scheduler numbers it; unique within one scheduler process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskId(pub u64);
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task-{}", self.0)
+    }
+}

@@ -1,0 +1,38 @@
+//! The `resident.v1` wire protocol plus the small domain types every crate shares:
+//! ID newtypes, [`VramBytes`] and [`GpuFraction`].
+
+pub mod ids;
+pub mod units;
+
+pub use ids::{ActorId, JobId, NodeId, PoolName, TaskId};
+pub use units::{GpuFraction, VramBytes};
+
+/// Generated protobuf and gRPC code for `resident.v1`.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("resident.v1");
+}
+
+/// Human name of an actor state, as printed by `resident status`.
+pub fn actor_state_name(state: pb::ActorState) -> &'static str {
+    match state {
+        pb::ActorState::Unspecified => "unknown",
+        pb::ActorState::Pending => "pending",
+        pb::ActorState::Starting => "starting",
+        pb::ActorState::Ready => "ready",
+        pb::ActorState::Draining => "draining",
+        pb::ActorState::Dead => "dead",
+    }
+}
+
+/// Human name of a job state.
+pub fn job_state_name(state: pb::JobState) -> &'static str {
+    match state {
+        pb::JobState::Unspecified => "unknown",
+        pb::JobState::Running => "running",
+        pb::JobState::Succeeded => "succeeded",
+        pb::JobState::Failed => "failed",
+        pb::JobState::Cancelled => "cancelled",
+        pb::JobState::Interrupted => "interrupted",
+    }
+}

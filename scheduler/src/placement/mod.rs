@@ -1,0 +1,18 @@
+//! Pure actor placement: `place(&Problem, &Previous) -> Plan`.
+//!
+//! No tokio, tonic, clock or randomness: the same input always gives the same plan.
+//! See `README.md` beside this file for the algorithm.
+
+mod refusal;
+mod solve;
+mod types;
+
+pub use refusal::Refusal;
+pub use solve::{check_plan, place};
+pub use types::{
+    ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy, Plan,
+    Previous, Problem, ResourceRequest,
+};
+
+#[cfg(test)]
+mod tests;
