@@ -5,7 +5,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         unsafe_set_protoc(&protoc);
     }
     println!("cargo:rerun-if-changed=resident/v1/resident.proto");
-    tonic_prost_build::configure().compile_protos(&["resident/v1/resident.proto"], &["."])?;
+    tonic_prost_build::configure()
+        .bytes(".")
+        .compile_protos(&["resident/v1/resident.proto"], &["."])?;
     Ok(())
 }
 

@@ -1,0 +1,3 @@
+//! Small pure policies.
+
+pub mod backoff;

@@ -1,0 +1,67 @@
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use prost::Message;
+use resident_proto::{JobId, pb};
+
+use super::{DurableStore, StoreError, StoreOp, StoredOutcome, encode_job, encode_pool};
+
+/// Keeps state for the life of the process (local mode without `--state-dir`).
+#[derive(Default)]
+pub struct MemoryStore {
+    inner: Mutex<Tables>,
+}
+
+#[derive(Default)]
+struct Tables {
+    pools: BTreeMap<String, Vec<u8>>,
+    jobs: BTreeMap<String, Vec<u8>>,
+    outcomes: BTreeMap<(String, u64), StoredOutcome>,
+}
+
+impl DurableStore for MemoryStore {
+    fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        let pools = tables.pools.values().map(|b| pb::PoolSpec::decode(b.as_slice()));
+        Ok(pools.collect::<Result<_, _>>()?)
+    }
+
+    fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        let jobs = tables.jobs.values().map(|b| pb::JobStatus::decode(b.as_slice()));
+        Ok(jobs.collect::<Result<_, _>>()?)
+    }
+
+    fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        let key = job.as_str().to_owned();
+        Ok(tables
+            .outcomes
+            .range((key.clone(), 0)..=(key, u64::MAX))
+            .map(|((_, seq), outcome)| (*seq, outcome.clone()))
+            .collect())
+    }
+
+    fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
+        let mut tables = self.inner.lock().expect("store lock");
+        for op in batch {
+            match op {
+                StoreOp::PutPool(spec) => {
+                    tables.pools.insert(spec.name.clone(), encode_pool(spec));
+                }
+                StoreOp::DeletePool(name) => {
+                    tables.pools.remove(name.as_str());
+                }
+                StoreOp::PutJob(job) => {
+                    tables.jobs.insert(job.job_id.clone(), encode_job(job));
+                }
+                StoreOp::PutOutcome { job, seq, outcome } => {
+                    tables
+                        .outcomes
+                        .insert((job.as_str().to_owned(), *seq), outcome.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+//! State that survives a scheduler restart: pools, jobs and task outcomes.
+//!
+//! [`DurableStore`] is synchronous; [`StoreWriter`] owns one on its own thread and applies
+//! writes in batches, so the scheduler loop never waits on disk.
+
+mod memory;
+mod redb_store;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use prost::Message;
+use resident_proto::{JobId, PoolName, pb};
+use serde::{Deserialize, Serialize};
+
+pub use memory::MemoryStore;
+pub use redb_store::RedbStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state store: {0}")]
+    Backend(String),
+    #[error("state store record is corrupt")]
+    Decode(#[from] prost::DecodeError),
+    #[error("state store record is corrupt")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A task's final outcome as recorded (the output itself went to the client).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredOutcome {
+    pub ok: bool,
+    pub attempts: u32,
+    pub error: Option<String>,
+    pub output_bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+pub enum StoreOp {
+    PutPool(pb::PoolSpec),
+    DeletePool(PoolName),
+    PutJob(pb::JobStatus),
+    PutOutcome { job: JobId, seq: u64, outcome: StoredOutcome },
+}
+
+pub trait DurableStore: Send + Sync + 'static {
+    fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError>;
+    fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError>;
+    fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError>;
+    /// Applies a batch atomically.
+    fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
+}
+
+pub(crate) fn encode_pool(spec: &pb::PoolSpec) -> Vec<u8> {
+    spec.encode_to_vec()
+}
+
+pub(crate) fn encode_job(job: &pb::JobStatus) -> Vec<u8> {
+    job.encode_to_vec()
+}
+
+/// Sends writes to a background thread that batches them into the store.
+#[derive(Clone)]
+pub struct StoreWriter {
+    tx: mpsc::Sender<StoreOp>,
+}
+
+impl StoreWriter {
+    pub fn spawn(store: Arc<dyn DurableStore>) -> Self {
+        let (tx, rx) = mpsc::channel::<StoreOp>();
+        std::thread::Builder::new()
+            .name("resident-store".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    while let Ok(more) = rx.try_recv() {
+                        batch.push(more);
+                        if batch.len() >= 4096 {
+                            break;
+                        }
+                    }
+                    if let Err(error) = store.apply(&batch) {
+                        tracing::error!(%error, ops = batch.len(), "state store write failed");
+                    }
+                }
+            })
+            .expect("spawn store writer thread");
+        Self { tx }
+    }
+
+    pub fn write(&self, op: StoreOp) {
+        // The writer thread only stops when every sender is gone.
+        let _ = self.tx.send(op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(store: &dyn DurableStore) {
+        let spec = pb::PoolSpec {
+            name: "emb".into(),
+            actor_kind: "echo".into(),
+            replicas: 2,
+            ..Default::default()
+        };
+        let job = pb::JobStatus {
+            job_id: "j1".into(),
+            pool: "emb".into(),
+            succeeded: 3,
+            ..Default::default()
+        };
+        let outcome = StoredOutcome { ok: true, attempts: 1, error: None, output_bytes: 4 };
+        store
+            .apply(&[
+                StoreOp::PutPool(spec.clone()),
+                StoreOp::PutJob(job.clone()),
+                StoreOp::PutOutcome { job: JobId::from("j1"), seq: 7, outcome: outcome.clone() },
+            ])
+            .unwrap();
+        assert_eq!(store.load_pools().unwrap(), vec![spec]);
+        assert_eq!(store.load_jobs().unwrap(), vec![job]);
+        assert_eq!(store.outcomes(&JobId::from("j1")).unwrap(), vec![(7, outcome)]);
+        store.apply(&[StoreOp::DeletePool(PoolName::from("emb"))]).unwrap();
+        assert!(store.load_pools().unwrap().is_empty());
+    }
+
+    #[test]
+    fn memory_store_round_trips() {
+        exercise(&MemoryStore::default());
+    }
+
+    #[test]
+    fn redb_store_round_trips_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = RedbStore::open(dir.path()).unwrap();
+            exercise(&store);
+            store
+                .apply(&[StoreOp::PutPool(pb::PoolSpec { name: "kept".into(), ..Default::default() })])
+                .unwrap();
+        }
+        let reopened = RedbStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.load_pools().unwrap()[0].name, "kept");
+        assert_eq!(reopened.outcomes(&JobId::from("j1")).unwrap().len(), 1);
+    }
+}
