@@ -1,6 +1,12 @@
 //! The Resident scheduler: node registry, pure placement, actor lifecycle and task dispatch.
 
+pub mod core;
+pub mod error;
 pub mod placement;
 pub mod policy;
+pub mod server;
+pub mod service;
 pub mod state;
 pub mod store;
+
+pub use error::SchedulerError;

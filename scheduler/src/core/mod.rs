@@ -1,0 +1,303 @@
+//! The scheduler's single owner task: every node, pool, actor, job and task lives here and
+//! changes only in response to one [`SchedulerCommand`] at a time, so there are no locks and
+//! each decision sees a consistent world.
+
+mod jobs;
+mod nodes;
+mod pools;
+mod records;
+mod views;
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::SchedulerError;
+use crate::policy::backoff::RetryBackoff;
+use crate::store::{DurableStore, StoreWriter};
+
+pub use records::SessionId;
+use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
+
+/// Timing and default limits of the scheduler loop.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    pub heartbeat_interval: Duration,
+    /// A node whose last message is older than this is dead.
+    pub node_dead_after: Duration,
+    pub retry_backoff: RetryBackoff,
+    pub default_in_flight_per_actor: u32,
+    pub default_max_restarts: u32,
+    pub default_max_task_attempts: u32,
+    /// A task re-queued this many times because its node died fails instead.
+    pub max_node_losses_per_task: u32,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(2),
+            node_dead_after: Duration::from_secs(10),
+            retry_backoff: RetryBackoff {
+                base: Duration::from_millis(200),
+                max: Duration::from_secs(10),
+            },
+            default_in_flight_per_actor: 2,
+            default_max_restarts: 3,
+            default_max_task_attempts: 3,
+            max_node_losses_per_task: 10,
+        }
+    }
+}
+
+impl CoreConfig {
+    /// Short intervals for tests.
+    pub fn for_test() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(100),
+            node_dead_after: Duration::from_millis(600),
+            retry_backoff: RetryBackoff {
+                base: Duration::from_millis(20),
+                max: Duration::from_millis(200),
+            },
+            ..Self::default()
+        }
+    }
+}
+
+/// Where the scheduler sends messages for one agent session.
+pub type AgentOutbound = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
+/// Where the scheduler sends results for one job.
+pub type JobResults = mpsc::UnboundedSender<pb::SubmitResponse>;
+
+type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
+
+pub enum SchedulerCommand {
+    RegisterNode {
+        register: pb::RegisterNode,
+        outbound: AgentOutbound,
+        reply: Reply<SessionId>,
+    },
+    AgentMessage {
+        session: SessionId,
+        message: pb::agent_message::Body,
+    },
+    AgentGone {
+        session: SessionId,
+    },
+    CreatePool {
+        spec: pb::PoolSpec,
+        reply: Reply<pb::PoolStatus>,
+    },
+    ScalePool {
+        pool: PoolName,
+        replicas: u32,
+        reply: Reply<pb::PoolStatus>,
+    },
+    DeletePool {
+        pool: PoolName,
+        reply: Reply<()>,
+    },
+    GetPool {
+        pool: PoolName,
+        reply: Reply<pb::PoolStatus>,
+    },
+    OpenJob {
+        header: pb::SubmitHeader,
+        results: JobResults,
+        reply: Reply<JobId>,
+    },
+    SubmitTask {
+        job: JobId,
+        input: pb::TaskInput,
+    },
+    /// The client sent its last task.
+    CloseJobInput {
+        job: JobId,
+    },
+    /// The client's stream broke: cancel what is left of the job.
+    ClientGone {
+        job: JobId,
+    },
+    GetJob {
+        job: JobId,
+        reply: Reply<pb::JobStatus>,
+    },
+    CancelJob {
+        job: JobId,
+        reply: Reply<pb::JobStatus>,
+    },
+    ListNodes {
+        reply: Reply<Vec<pb::NodeInfo>>,
+    },
+    ListActors {
+        pool: Option<PoolName>,
+        reply: Reply<Vec<pb::ActorInfo>>,
+    },
+}
+
+/// Cheap to clone; every gRPC handler holds one.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: mpsc::UnboundedSender<SchedulerCommand>,
+}
+
+impl SchedulerHandle {
+    /// Sends a command that needs no answer.
+    pub fn send(&self, command: SchedulerCommand) -> Result<(), SchedulerError> {
+        self.tx
+            .send(command)
+            .map_err(|_| SchedulerError::ShuttingDown)
+    }
+
+    /// Sends a command built around a reply channel and waits for the answer.
+    pub async fn call<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> SchedulerCommand,
+    ) -> Result<T, SchedulerError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(make(reply))?;
+        answer.await.map_err(|_| SchedulerError::ShuttingDown)?
+    }
+}
+
+/// Starts the scheduler loop; it stops when `cancel` fires.
+pub fn spawn_scheduler_loop(
+    config: CoreConfig,
+    store: Arc<dyn DurableStore>,
+    cancel: CancellationToken,
+) -> Result<(SchedulerHandle, tokio::task::JoinHandle<()>), SchedulerError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut core = Core::new(config, StoreWriter::spawn(store.clone()));
+    core.restore(store.as_ref())?;
+    let task = tokio::spawn(run_scheduler_loop(core, rx, cancel));
+    Ok((SchedulerHandle { tx }, task))
+}
+
+async fn run_scheduler_loop(
+    mut core: Core,
+    mut rx: mpsc::UnboundedReceiver<SchedulerCommand>,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(core.tick_period());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            command = rx.recv() => {
+                let Some(command) = command else { break };
+                core.handle(command);
+                while let Ok(more) = rx.try_recv() {
+                    core.handle(more);
+                }
+                core.after_commands();
+            }
+            _ = tick.tick() => core.on_tick(Instant::now()),
+            _ = cancel.cancelled() => break,
+        }
+    }
+    tracing::info!("scheduler loop stopped");
+}
+
+pub(crate) struct Core {
+    config: CoreConfig,
+    store: StoreWriter,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    sessions: HashMap<SessionId, NodeId>,
+    next_session: u64,
+    pools: BTreeMap<PoolName, PoolRecord>,
+    actors: BTreeMap<ActorId, ActorRecord>,
+    next_actor_order: u64,
+    tasks: HashMap<TaskId, TaskRecord>,
+    next_task: u64,
+    /// Failed tasks waiting out their backoff, earliest first.
+    retries: BinaryHeap<std::cmp::Reverse<(Instant, TaskId)>>,
+    jobs: HashMap<JobId, JobRecord>,
+    /// Set when nodes or actors changed; placement runs once after the current batch.
+    replan_needed: bool,
+}
+
+impl Core {
+    fn new(config: CoreConfig, store: StoreWriter) -> Self {
+        Self {
+            config,
+            store,
+            nodes: BTreeMap::new(),
+            sessions: HashMap::new(),
+            next_session: 1,
+            pools: BTreeMap::new(),
+            actors: BTreeMap::new(),
+            next_actor_order: 0,
+            tasks: HashMap::new(),
+            next_task: 1,
+            retries: BinaryHeap::new(),
+            jobs: HashMap::new(),
+            replan_needed: false,
+        }
+    }
+
+    fn tick_period(&self) -> Duration {
+        (self.config.heartbeat_interval / 2).max(Duration::from_millis(10))
+    }
+
+    fn handle(&mut self, command: SchedulerCommand) {
+        use SchedulerCommand as C;
+        match command {
+            C::RegisterNode { register, outbound, reply } => {
+                let _ = reply.send(self.register_node(register, outbound));
+            }
+            C::AgentMessage { session, message } => self.agent_message(session, message),
+            C::AgentGone { session } => self.agent_gone(session),
+            C::CreatePool { spec, reply } => {
+                let _ = reply.send(self.create_pool(spec));
+            }
+            C::ScalePool { pool, replicas, reply } => {
+                let _ = reply.send(self.scale_pool(&pool, replicas));
+            }
+            C::DeletePool { pool, reply } => {
+                let _ = reply.send(self.delete_pool(&pool));
+            }
+            C::GetPool { pool, reply } => {
+                let _ = reply.send(self.pool_status(&pool));
+            }
+            C::OpenJob { header, results, reply } => {
+                let _ = reply.send(self.open_job(header, results));
+            }
+            C::SubmitTask { job, input } => self.submit_task(&job, input),
+            C::CloseJobInput { job } => self.close_job_input(&job),
+            C::ClientGone { job } => self.cancel_job_tasks(&job, "client disconnected"),
+            C::GetJob { job, reply } => {
+                let _ = reply.send(self.job_status(&job));
+            }
+            C::CancelJob { job, reply } => {
+                let result = self.job_status(&job).map(|_| {
+                    self.cancel_job_tasks(&job, "cancelled by user");
+                    self.job_status(&job).expect("job exists")
+                });
+                let _ = reply.send(result);
+            }
+            C::ListNodes { reply } => {
+                let _ = reply.send(Ok(self.node_infos()));
+            }
+            C::ListActors { pool, reply } => {
+                let _ = reply.send(Ok(self.actor_infos(pool.as_ref())));
+            }
+        }
+    }
+
+    fn after_commands(&mut self) {
+        if self.replan_needed {
+            self.replan_needed = false;
+            self.replan();
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        self.detect_dead_nodes(now);
+        self.release_due_retries(now);
+        self.after_commands();
+    }
+}

@@ -1,0 +1,213 @@
+//! Node registry: registration with generations, heartbeats, agent reports, failure detection.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use resident_proto::{ActorId, NodeId, VramBytes, pb};
+
+use super::records::{NodeRecord, SessionId};
+use super::{AgentOutbound, Core};
+use crate::error::SchedulerError;
+use crate::placement::{ComputeCapability, GpuCapacity, NodeCapacity};
+use crate::state::{ActorEvent, ActorState};
+
+pub(super) fn node_capacity(node: &NodeRecord, registered: &[pb::GpuInfo]) -> NodeCapacity {
+    NodeCapacity {
+        labels: node.labels.clone(),
+        gpus: registered
+            .iter()
+            .map(|gpu| GpuCapacity {
+                index: gpu.index,
+                name: gpu.name.clone(),
+                usable_vram: VramBytes(gpu.free_vram_bytes.min(gpu.total_vram_bytes)),
+                compute: ComputeCapability {
+                    major: gpu.compute_major,
+                    minor: gpu.compute_minor,
+                },
+            })
+            .collect(),
+        cpu_millis: u64::from(node.cpu_cores) * 1000,
+    }
+}
+
+impl Core {
+    pub(super) fn register_node(
+        &mut self,
+        register: pb::RegisterNode,
+        outbound: AgentOutbound,
+    ) -> Result<SessionId, SchedulerError> {
+        if register.node_id.trim().is_empty() {
+            return Err(SchedulerError::InvalidArgument("node id is empty".into()));
+        }
+        if register.generation.is_empty() {
+            return Err(SchedulerError::InvalidArgument("node generation is empty".into()));
+        }
+        let node_id = NodeId::new(register.node_id.clone());
+        if let Some(old) = self.nodes.get(&node_id) {
+            if old.alive {
+                let why = if old.generation == register.generation {
+                    "agent reconnected"
+                } else {
+                    "agent restarted as a new generation"
+                };
+                self.mark_node_dead(&node_id, why);
+            }
+        }
+        let session = SessionId(self.next_session);
+        self.next_session += 1;
+        let record = NodeRecord {
+            generation: register.generation.clone(),
+            session,
+            hostname: register.hostname,
+            labels: register.labels.into_iter().collect(),
+            capacity: NodeCapacity::default(),
+            gpus: register.gpus,
+            cpu_cores: register.cpu_cores,
+            ram_bytes: register.ram_bytes,
+            actor_kinds: register.actor_kinds.into_iter().collect(),
+            alive: true,
+            last_seen: Instant::now(),
+            outbound: Some(outbound),
+        };
+        let capacity = node_capacity(&record, &record.gpus);
+        let record = NodeRecord { capacity, ..record };
+        record.send(pb::scheduler_message::Body::Registered(pb::Registered {
+            heartbeat_interval_ms: self.config.heartbeat_interval.as_millis() as u64,
+        }));
+        tracing::info!(
+            node_id = %node_id,
+            generation = %record.generation,
+            gpus = record.gpus.len(),
+            "node registered"
+        );
+        self.nodes.insert(node_id.clone(), record);
+        self.sessions.insert(session, node_id);
+        self.replan_needed = true;
+        Ok(session)
+    }
+
+    pub(super) fn agent_message(&mut self, session: SessionId, message: pb::agent_message::Body) {
+        use pb::agent_message::Body;
+        let Some(node_id) = self.sessions.get(&session).cloned() else {
+            return;
+        };
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            return;
+        };
+        node.last_seen = Instant::now();
+        match message {
+            Body::Heartbeat(heartbeat) => {
+                for live in heartbeat.gpus {
+                    if let Some(gpu) = node.gpus.iter_mut().find(|g| g.index == live.index) {
+                        gpu.free_vram_bytes = live.free_vram_bytes;
+                    }
+                }
+                for report in heartbeat.actors {
+                    self.actor_report(&node_id, report);
+                }
+            }
+            Body::ActorReport(report) => self.actor_report(&node_id, report),
+            Body::TaskOutcome(outcome) => self.task_outcome(&node_id, outcome),
+            Body::Register(_) => {
+                tracing::warn!(node_id = %node_id, "ignoring a second registration on one session");
+            }
+        }
+    }
+
+    pub(super) fn agent_gone(&mut self, session: SessionId) {
+        if let Some(node_id) = self.sessions.remove(&session) {
+            let current = self.nodes.get(&node_id).is_some_and(|n| n.session == session);
+            if current {
+                self.mark_node_dead(&node_id, "agent session closed");
+            }
+        }
+    }
+
+    pub(super) fn detect_dead_nodes(&mut self, now: Instant) {
+        let deadline = self.config.node_dead_after;
+        let silent: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.alive && now.duration_since(n.last_seen) > deadline)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for node_id in silent {
+            self.mark_node_dead(&node_id, "missed heartbeats");
+        }
+    }
+
+    /// The node is gone: its actors are placed again and their tasks go back to the queue.
+    pub(super) fn mark_node_dead(&mut self, node_id: &NodeId, why: &str) {
+        let Some(node) = self.nodes.get_mut(node_id) else {
+            return;
+        };
+        if !node.alive {
+            return;
+        }
+        node.alive = false;
+        node.outbound = None;
+        self.sessions.remove(&node.session);
+        tracing::warn!(node_id = %node_id, reason = why, "node dead");
+        let hosted: Vec<ActorId> = self
+            .actors
+            .iter()
+            .filter(|(_, a)| {
+                a.state.is_placed() && a.assignment.as_ref().is_some_and(|p| &p.node == node_id)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for actor in hosted {
+            self.lose_actor(&actor, ActorEvent::NodeLost, &format!("node {node_id} died ({why})"));
+        }
+        self.replan_needed = true;
+    }
+
+    fn actor_report(&mut self, node_id: &NodeId, report: pb::ActorReport) {
+        let actor_id = ActorId::new(report.actor_id.clone());
+        let known = self.actors.get(&actor_id).is_some_and(|a| {
+            a.incarnation == report.incarnation
+                && a.state.is_placed()
+                && a.assignment.as_ref().is_some_and(|p| &p.node == node_id)
+        });
+        let reported = pb::ActorState::try_from(report.state).unwrap_or(pb::ActorState::Unspecified);
+        if !known {
+            if reported != pb::ActorState::Dead {
+                // An actor this scheduler no longer wants there (stale incarnation): stop it.
+                if let Some(node) = self.nodes.get(node_id) {
+                    node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
+                        actor_id: report.actor_id,
+                    }));
+                }
+            }
+            return;
+        }
+        let actor = self.actors.get_mut(&actor_id).expect("known");
+        actor.model_loads = actor.loads_before_this_start + report.model_loads;
+        actor.vram_bytes = report.vram_bytes;
+        match reported {
+            pb::ActorState::Ready if actor.state == ActorState::Starting => {
+                self.change_actor(&actor_id, ActorEvent::Loaded);
+                let pool = self.actors[&actor_id].pool.clone();
+                self.dispatch_pool(&pool);
+            }
+            pb::ActorState::Dead => {
+                let error = if report.error.is_empty() {
+                    "actor stopped".to_owned()
+                } else {
+                    report.error
+                };
+                self.lose_actor(&actor_id, ActorEvent::Failed, &error);
+                self.replan_needed = true;
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn alive_node_capacities(&self) -> BTreeMap<NodeId, NodeCapacity> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.alive)
+            .map(|(id, n)| (id.clone(), n.capacity.clone()))
+            .collect()
+    }
+}

@@ -1,0 +1,354 @@
+//! Pools and their actors: creation, scaling, deletion, placement and the lifecycle edges.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use resident_proto::{ActorId, GpuFraction, PoolName, VramBytes, pb};
+
+use super::Core;
+use super::records::{ActorRecord, PoolRecord, TaskPhase};
+use crate::error::SchedulerError;
+use crate::placement::{
+    self, ActorDemand, ComputeCapability, PlacementStrategy, Previous, Problem, ResourceRequest,
+};
+use crate::state::{ActorEvent, ActorState, Restarts, transition};
+use crate::store::StoreOp;
+
+/// Checks a pool spec and turns its resources into a placement request.
+pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest, SchedulerError> {
+    let bad = |m: String| Err(SchedulerError::InvalidArgument(m));
+    let name_ok = !spec.name.is_empty()
+        && spec.name.len() <= 63
+        && spec
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !name_ok {
+        return bad(format!(
+            "pool name `{}` must be 1-63 characters of letters, digits, `-` or `_`",
+            spec.name
+        ));
+    }
+    if spec.actor_kind.trim().is_empty() {
+        return bad("actor kind is empty".into());
+    }
+    if spec.replicas == 0 {
+        return bad("replicas must be at least 1".into());
+    }
+    if spec.replicas > 10_000 {
+        return bad(format!("replicas must be at most 10000, got {}", spec.replicas));
+    }
+    let resources = spec.resources.clone().unwrap_or_default();
+    let gpus = GpuFraction::from_gpus(resources.gpus).map_err(SchedulerError::InvalidArgument)?;
+    if !resources.cpus.is_finite() || resources.cpus < 0.0 {
+        return bad(format!("cpus must be a non-negative number, got {}", resources.cpus));
+    }
+    if gpus.is_cpu_only() && resources.vram_bytes > 0 {
+        return bad("vram_bytes needs gpus > 0".into());
+    }
+    let min_compute = (resources.min_compute_major > 0).then_some(ComputeCapability {
+        major: resources.min_compute_major,
+        minor: resources.min_compute_minor,
+    });
+    Ok(ResourceRequest {
+        gpus,
+        vram_per_gpu: VramBytes(resources.vram_bytes),
+        selector: resources.selector.into_iter().collect(),
+        gpu_model: Some(resources.gpu_model).filter(|m| !m.trim().is_empty()),
+        min_compute,
+        strategy: match pb::PlacementStrategy::try_from(resources.strategy) {
+            Ok(pb::PlacementStrategy::Spread) => PlacementStrategy::Spread,
+            _ => PlacementStrategy::Pack,
+        },
+        cpu_millis: (resources.cpus * 1000.0).round() as u64,
+    })
+}
+
+impl Core {
+    pub(super) fn create_pool(&mut self, spec: pb::PoolSpec) -> Result<pb::PoolStatus, SchedulerError> {
+        let request = validate_pool_spec(&spec)?;
+        let name = PoolName::new(spec.name.clone());
+        if let Some(existing) = self.pools.get(&name) {
+            if existing.spec == spec && !existing.deleting {
+                return self.pool_status(&name);
+            }
+            return Err(SchedulerError::AlreadyExists(format!(
+                "pool `{name}` already exists with a different spec; delete or scale it"
+            )));
+        }
+        self.check_kind_offered(&spec.actor_kind)?;
+        self.check_placeable(&name, &request)?;
+        self.add_pool(spec.clone(), request);
+        self.store.write(StoreOp::PutPool(spec));
+        self.after_commands();
+        self.pool_status(&name)
+    }
+
+    fn check_kind_offered(&self, kind: &str) -> Result<(), SchedulerError> {
+        let alive: Vec<_> = self.nodes.values().filter(|n| n.alive).collect();
+        if alive.is_empty() || alive.iter().any(|n| n.actor_kinds.contains(kind)) {
+            return Ok(());
+        }
+        let offered: BTreeSet<&String> = alive.iter().flat_map(|n| n.actor_kinds.iter()).collect();
+        let offered: Vec<&str> = offered.into_iter().map(String::as_str).collect();
+        Err(SchedulerError::InvalidArgument(format!(
+            "unknown actor kind `{kind}`; alive nodes offer: {}",
+            offered.join(", ")
+        )))
+    }
+
+    /// A request that cannot fit even on an empty cluster is refused up front.
+    fn check_placeable(&self, pool: &PoolName, request: &ResourceRequest) -> Result<(), SchedulerError> {
+        let nodes = self.alive_node_capacities();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let probe = ActorId::new("probe");
+        let demand = ActorDemand { pool: pool.clone(), request: request.clone(), order: 0 };
+        let problem = Problem { nodes, actors: BTreeMap::from([(probe.clone(), demand)]) };
+        let plan = placement::place(&problem, &Previous::default());
+        match plan.refusals.get(&probe) {
+            None => Ok(()),
+            Some(refusal) => Err(SchedulerError::Unplaceable {
+                pool: pool.to_string(),
+                refusal: refusal.clone(),
+            }),
+        }
+    }
+
+    pub(super) fn add_pool(&mut self, spec: pb::PoolSpec, request: ResourceRequest) {
+        let name = PoolName::new(spec.name.clone());
+        let or_default = |value: u32, default: u32| if value == 0 { default } else { value };
+        let record = PoolRecord {
+            in_flight_per_actor: or_default(spec.max_in_flight_per_actor, self.config.default_in_flight_per_actor),
+            max_task_attempts: or_default(spec.max_task_attempts, self.config.default_max_task_attempts),
+            max_restarts: or_default(spec.max_restarts, self.config.default_max_restarts),
+            request,
+            actors: BTreeSet::new(),
+            queue: VecDeque::new(),
+            deleting: false,
+            spec,
+        };
+        let replicas = record.spec.replicas;
+        self.pools.insert(name.clone(), record);
+        for _ in 0..replicas {
+            self.new_actor(&name);
+        }
+        tracing::info!(pool = %name, replicas, "pool created");
+    }
+
+    fn new_actor(&mut self, pool: &PoolName) {
+        let record = self.pools.get_mut(pool).expect("pool exists");
+        let id = ActorId::generate(pool);
+        record.actors.insert(id.clone());
+        let actor = ActorRecord {
+            pool: pool.clone(),
+            state: ActorState::Pending,
+            restarts: Restarts { used: 0, max: record.max_restarts },
+            incarnation: 0,
+            order: self.next_actor_order,
+            assignment: None,
+            in_flight: BTreeSet::new(),
+            tasks_done: 0,
+            model_loads: 0,
+            loads_before_this_start: 0,
+            vram_bytes: 0,
+            error: String::new(),
+            unplaced_reason: String::new(),
+        };
+        self.next_actor_order += 1;
+        self.actors.insert(id, actor);
+        self.replan_needed = true;
+    }
+
+    pub(super) fn scale_pool(&mut self, pool: &PoolName, replicas: u32) -> Result<pb::PoolStatus, SchedulerError> {
+        let record = self.pool_record(pool)?;
+        if replicas == 0 {
+            return Err(SchedulerError::InvalidArgument(
+                "replicas must be at least 1; delete the pool to remove it".into(),
+            ));
+        }
+        let mut live: Vec<(u8, usize, u64, ActorId)> = record
+            .actors
+            .iter()
+            .filter_map(|id| {
+                let a = &self.actors[id];
+                let rank = match a.state {
+                    ActorState::Pending => 0,
+                    ActorState::Starting => 1,
+                    ActorState::Ready => 2,
+                    ActorState::Draining | ActorState::Dead => return None,
+                };
+                Some((rank, a.in_flight.len(), u64::MAX - a.order, id.clone()))
+            })
+            .collect();
+        let current = live.len() as u32;
+        let record = self.pools.get_mut(pool).expect("checked");
+        record.spec.replicas = replicas;
+        self.store.write(StoreOp::PutPool(record.spec.clone()));
+        if replicas > current {
+            for _ in current..replicas {
+                self.new_actor(pool);
+            }
+        } else {
+            live.sort();
+            for (_, _, _, id) in live.into_iter().take((current - replicas) as usize) {
+                self.drain_actor(&id);
+            }
+        }
+        self.after_commands();
+        self.pool_status(pool)
+    }
+
+    pub(super) fn delete_pool(&mut self, pool: &PoolName) -> Result<(), SchedulerError> {
+        let record = self.pools.get_mut(pool).ok_or_else(|| no_pool(pool))?;
+        record.deleting = true;
+        let queued: Vec<_> = record.queue.drain(..).collect();
+        let actors: Vec<ActorId> = record.actors.iter().cloned().collect();
+        for task in queued {
+            self.fail_task(task, format!("pool `{pool}` was deleted"));
+        }
+        let waiting: Vec<_> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| &t.pool == pool && t.phase == TaskPhase::Backoff)
+            .map(|(id, _)| *id)
+            .collect();
+        for task in waiting {
+            self.fail_task(task, format!("pool `{pool}` was deleted"));
+        }
+        for actor in actors {
+            if !matches!(self.actors[&actor].state, ActorState::Draining | ActorState::Dead) {
+                self.drain_actor(&actor);
+            }
+        }
+        self.store.write(StoreOp::DeletePool(pool.clone()));
+        self.pools.remove(pool);
+        self.actors.retain(|_, a| &a.pool != pool || a.state != ActorState::Dead);
+        tracing::info!(pool = %pool, "pool deleted");
+        Ok(())
+    }
+
+    pub(super) fn pool_record(&self, pool: &PoolName) -> Result<&PoolRecord, SchedulerError> {
+        self.pools
+            .get(pool)
+            .filter(|p| !p.deleting)
+            .ok_or_else(|| no_pool(pool))
+    }
+
+    /// Places every actor that needs a node and starts the newly placed ones.
+    pub(super) fn replan(&mut self) {
+        let mut problem = Problem { nodes: self.alive_node_capacities(), actors: BTreeMap::new() };
+        let mut previous = Previous::default();
+        for (id, actor) in &self.actors {
+            if actor.state == ActorState::Dead {
+                continue;
+            }
+            let request = match self.pools.get(&actor.pool) {
+                Some(pool) => pool.request.clone(),
+                None if actor.state.is_placed() => ResourceRequest::default(),
+                None => continue,
+            };
+            problem.actors.insert(
+                id.clone(),
+                ActorDemand { pool: actor.pool.clone(), request, order: actor.order },
+            );
+            if let (true, Some(assignment)) = (actor.state.is_placed(), &actor.assignment) {
+                previous.assignments.insert(id.clone(), assignment.clone());
+            }
+        }
+        let plan = placement::place(&problem, &previous);
+        for (id, assignment) in plan.assignments {
+            if self.actors[&id].state == ActorState::Pending {
+                self.start_actor(&id, assignment);
+            }
+        }
+        for (id, refusal) in plan.refusals {
+            let actor = self.actors.get_mut(&id).expect("planned actor exists");
+            if actor.state == ActorState::Pending {
+                actor.unplaced_reason = refusal.to_string();
+            }
+        }
+    }
+
+    fn start_actor(&mut self, id: &ActorId, assignment: placement::Assignment) {
+        self.change_actor(id, ActorEvent::Placed);
+        let actor = self.actors.get_mut(id).expect("exists");
+        actor.incarnation += 1;
+        actor.loads_before_this_start = actor.model_loads;
+        actor.unplaced_reason.clear();
+        actor.assignment = Some(assignment.clone());
+        let pool = &self.pools[&actor.pool];
+        let message = pb::StartActor {
+            actor_id: id.to_string(),
+            incarnation: actor.incarnation,
+            pool: actor.pool.to_string(),
+            kind: pool.spec.actor_kind.clone(),
+            config: pool.spec.actor_config.clone(),
+            gpu_indices: assignment.gpus.clone(),
+            gpu_fraction: assignment.share_per_gpu.as_gpus(),
+            vram_bytes: pool.request.vram_per_gpu.0,
+            max_in_flight: pool.in_flight_per_actor,
+        };
+        tracing::info!(actor_id = %id, node_id = %assignment.node, gpus = ?assignment.gpus, "starting actor");
+        self.nodes[&assignment.node].send(pb::scheduler_message::Body::StartActor(message));
+    }
+
+    /// Applies one lifecycle event; every actor state change goes through here.
+    pub(super) fn change_actor(&mut self, id: &ActorId, event: ActorEvent) {
+        let actor = self.actors.get_mut(id).expect("actor exists");
+        match transition(actor.state, event, &mut actor.restarts) {
+            Ok(to) => {
+                tracing::debug!(actor_id = %id, from = ?actor.state, to = ?to, ?event, "actor transition");
+                actor.state = to;
+                if !to.is_placed() {
+                    actor.assignment = None;
+                }
+            }
+            Err(invalid) => tracing::warn!(actor_id = %id, %invalid, "ignored actor event"),
+        }
+    }
+
+    /// The actor stopped working (failure or lost node): its running tasks go back to the queue.
+    pub(super) fn lose_actor(&mut self, id: &ActorId, event: ActorEvent, why: &str) {
+        let actor = self.actors.get_mut(id).expect("actor exists");
+        actor.error = why.to_owned();
+        let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
+        self.change_actor(id, event);
+        for task in running {
+            self.requeue_lost_task(task, why);
+        }
+        if self.actors[id].state == ActorState::Dead {
+            tracing::warn!(actor_id = %id, reason = why, "actor dead");
+        }
+    }
+
+    /// Stops sending tasks to the actor; it stops once its in-flight tasks finish.
+    pub(super) fn drain_actor(&mut self, id: &ActorId) {
+        self.change_actor(id, ActorEvent::Drain);
+        if self.actors[id].in_flight.is_empty() {
+            self.finish_drain(id);
+        }
+    }
+
+    pub(super) fn finish_drain(&mut self, id: &ActorId) {
+        let actor = &self.actors[id];
+        if actor.state != ActorState::Draining {
+            return;
+        }
+        if let Some(node) = actor.assignment.as_ref().and_then(|a| self.nodes.get(&a.node)) {
+            node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
+                actor_id: id.to_string(),
+            }));
+        }
+        self.change_actor(id, ActorEvent::Drained);
+        let pool = self.actors[id].pool.clone();
+        if !self.pools.contains_key(&pool) {
+            self.actors.remove(id);
+        }
+        self.replan_needed = true;
+    }
+}
+
+pub(super) fn no_pool(pool: &PoolName) -> SchedulerError {
+    SchedulerError::NotFound(format!("no pool named `{pool}`"))
+}

@@ -1,0 +1,109 @@
+//! Read-only views for the client API, and restoring saved state at start.
+
+use std::time::Instant;
+
+use resident_proto::{ActorId, JobId, PoolName, pb};
+
+use super::Core;
+use super::pools::{no_pool, validate_pool_spec};
+use crate::error::SchedulerError;
+use crate::state::ActorState;
+use crate::store::{DurableStore, StoreOp};
+
+impl Core {
+    pub(super) fn node_infos(&self) -> Vec<pb::NodeInfo> {
+        let now = Instant::now();
+        self.nodes
+            .iter()
+            .map(|(id, node)| pb::NodeInfo {
+                node_id: id.to_string(),
+                generation: node.generation.clone(),
+                hostname: node.hostname.clone(),
+                alive: node.alive,
+                labels: node.labels.clone().into_iter().collect(),
+                gpus: node.gpus.clone(),
+                cpu_cores: node.cpu_cores,
+                ram_bytes: node.ram_bytes,
+                last_heartbeat_ms_ago: now.duration_since(node.last_seen).as_millis() as u64,
+            })
+            .collect()
+    }
+
+    fn actor_info(&self, id: &ActorId) -> pb::ActorInfo {
+        let actor = &self.actors[id];
+        let assignment = actor.assignment.as_ref();
+        let error = if actor.state == ActorState::Pending && !actor.unplaced_reason.is_empty() {
+            actor.unplaced_reason.clone()
+        } else {
+            actor.error.clone()
+        };
+        pb::ActorInfo {
+            actor_id: id.to_string(),
+            pool: actor.pool.to_string(),
+            node_id: assignment.map(|a| a.node.to_string()).unwrap_or_default(),
+            gpu_indices: assignment.map(|a| a.gpus.clone()).unwrap_or_default(),
+            state: actor.state.to_pb() as i32,
+            model_loads: actor.model_loads,
+            restarts: actor.restarts.used,
+            vram_bytes: actor.vram_bytes,
+            in_flight: actor.in_flight.len() as u32,
+            tasks_done: actor.tasks_done,
+            error,
+            gpu_fraction: assignment.map_or(0.0, |a| a.share_per_gpu.as_gpus()),
+        }
+    }
+
+    pub(super) fn actor_infos(&self, pool: Option<&PoolName>) -> Vec<pb::ActorInfo> {
+        self.actors
+            .iter()
+            .filter(|(_, a)| pool.is_none_or(|p| &a.pool == p))
+            .map(|(id, _)| self.actor_info(id))
+            .collect()
+    }
+
+    pub(super) fn pool_status(&self, pool: &PoolName) -> Result<pb::PoolStatus, SchedulerError> {
+        let record = self.pools.get(pool).ok_or_else(|| no_pool(pool))?;
+        let actors: Vec<pb::ActorInfo> = record.actors.iter().map(|id| self.actor_info(id)).collect();
+        let ready = record
+            .actors
+            .iter()
+            .filter(|id| self.actors[*id].state == ActorState::Ready)
+            .count() as u32;
+        let unplaced_reason = record
+            .actors
+            .iter()
+            .map(|id| &self.actors[id])
+            .find(|a| a.state == ActorState::Pending && !a.unplaced_reason.is_empty())
+            .map(|a| a.unplaced_reason.clone())
+            .unwrap_or_default();
+        Ok(pb::PoolStatus { spec: Some(record.spec.clone()), ready_actors: ready, actors, unplaced_reason })
+    }
+
+    pub(super) fn job_status(&self, job: &JobId) -> Result<pb::JobStatus, SchedulerError> {
+        self.jobs
+            .get(job)
+            .map(|j| j.status.clone())
+            .ok_or_else(|| SchedulerError::NotFound(format!("no job with id `{job}`")))
+    }
+
+    /// Brings back pools and jobs saved by an earlier scheduler process.
+    pub(super) fn restore(&mut self, store: &dyn DurableStore) -> Result<(), SchedulerError> {
+        for spec in store.load_pools()? {
+            match validate_pool_spec(&spec) {
+                Ok(request) => self.add_pool(spec, request),
+                Err(error) => tracing::error!(pool = %spec.name, %error, "skipping saved pool"),
+            }
+        }
+        for mut status in store.load_jobs()? {
+            if status.state == pb::JobState::Running as i32 {
+                status.state = pb::JobState::Interrupted as i32;
+                status.queued = 0;
+                status.running = 0;
+                self.store.write(StoreOp::PutJob(status.clone()));
+            }
+            let job = JobId::new(status.job_id.clone());
+            self.jobs.insert(job, super::records::JobRecord { status, results: None, input_closed: true });
+        }
+        Ok(())
+    }
+}

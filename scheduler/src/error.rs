@@ -1,0 +1,37 @@
+use crate::placement::Refusal;
+use crate::store::StoreError;
+
+/// Everything the scheduler can refuse or fail at, mapped to a gRPC status at the edge.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("cannot place pool `{pool}`: {refusal}")]
+    Unplaceable { pool: String, refusal: Refusal },
+    #[error("{0}")]
+    Precondition(String),
+    #[error("scheduler is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<SchedulerError> for tonic::Status {
+    fn from(error: SchedulerError) -> Self {
+        let message = error.to_string();
+        match error {
+            SchedulerError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            SchedulerError::NotFound(_) => tonic::Status::not_found(message),
+            SchedulerError::AlreadyExists(_) => tonic::Status::already_exists(message),
+            SchedulerError::Unplaceable { .. } | SchedulerError::Precondition(_) => {
+                tonic::Status::failed_precondition(message)
+            }
+            SchedulerError::ShuttingDown => tonic::Status::unavailable(message),
+            SchedulerError::Store(_) => tonic::Status::internal(message),
+        }
+    }
+}

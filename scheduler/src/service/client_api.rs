@@ -1,0 +1,166 @@
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use resident_proto::pb::scheduler_service_server::SchedulerService;
+use resident_proto::{JobId, PoolName, pb};
+use tokio::sync::{Semaphore, mpsc};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::instrument;
+
+use crate::core::{SchedulerCommand, SchedulerHandle};
+
+/// The client-facing API: pools, task streams, jobs, listings.
+pub struct ClientApiService {
+    pub scheduler: SchedulerHandle,
+    /// Tasks one job may have submitted but not yet answered; the stream waits beyond it.
+    pub max_outstanding_per_job: usize,
+}
+
+#[tonic::async_trait]
+impl SchedulerService for ClientApiService {
+    #[instrument(skip_all)]
+    async fn create_pool(&self, request: Request<pb::CreatePoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+        let spec = request.into_inner().spec.ok_or_else(|| Status::invalid_argument("pool spec is missing"))?;
+        let status = self.scheduler.call(|reply| SchedulerCommand::CreatePool { spec, reply }).await?;
+        Ok(Response::new(status))
+    }
+
+    #[instrument(skip_all)]
+    async fn scale_pool(&self, request: Request<pb::ScalePoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+        let request = request.into_inner();
+        let pool = PoolName::new(request.pool);
+        let replicas = request.replicas;
+        let status = self.scheduler.call(|reply| SchedulerCommand::ScalePool { pool, replicas, reply }).await?;
+        Ok(Response::new(status))
+    }
+
+    #[instrument(skip_all)]
+    async fn delete_pool(&self, request: Request<pb::DeletePoolRequest>) -> Result<Response<pb::DeletePoolResponse>, Status> {
+        let pool = PoolName::new(request.into_inner().pool);
+        self.scheduler.call(|reply| SchedulerCommand::DeletePool { pool, reply }).await?;
+        Ok(Response::new(pb::DeletePoolResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_pool(&self, request: Request<pb::GetPoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+        let pool = PoolName::new(request.into_inner().pool);
+        let status = self.scheduler.call(|reply| SchedulerCommand::GetPool { pool, reply }).await?;
+        Ok(Response::new(status))
+    }
+
+    type SubmitTasksStream = JobResultStream;
+
+    #[instrument(skip_all)]
+    async fn submit_tasks(
+        &self,
+        request: Request<Streaming<pb::SubmitRequest>>,
+    ) -> Result<Response<Self::SubmitTasksStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?.and_then(|m| m.body);
+        let Some(pb::submit_request::Body::Header(header)) = first else {
+            return Err(Status::invalid_argument("the first submit message must be a header naming the pool"));
+        };
+        let (results, results_rx) = mpsc::unbounded_channel();
+        let job = self.scheduler.call(|reply| SchedulerCommand::OpenJob { header, results, reply }).await?;
+        let credit = Arc::new(Semaphore::new(self.max_outstanding_per_job));
+        tokio::spawn(forward_tasks(inbound, self.scheduler.clone(), job.clone(), credit.clone()));
+        Ok(Response::new(JobResultStream { results: results_rx, credit, scheduler: self.scheduler.clone(), job }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+        let job = JobId::new(request.into_inner().job_id);
+        Ok(Response::new(self.scheduler.call(|reply| SchedulerCommand::GetJob { job, reply }).await?))
+    }
+
+    #[instrument(skip_all)]
+    async fn cancel_job(&self, request: Request<pb::CancelJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+        let job = JobId::new(request.into_inner().job_id);
+        Ok(Response::new(self.scheduler.call(|reply| SchedulerCommand::CancelJob { job, reply }).await?))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_nodes(&self, _: Request<pb::ListNodesRequest>) -> Result<Response<pb::ListNodesResponse>, Status> {
+        let nodes = self.scheduler.call(|reply| SchedulerCommand::ListNodes { reply }).await?;
+        Ok(Response::new(pb::ListNodesResponse { nodes }))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_actors(&self, request: Request<pb::ListActorsRequest>) -> Result<Response<pb::ListActorsResponse>, Status> {
+        let pool = Some(request.into_inner().pool).filter(|p| !p.is_empty()).map(PoolName::new);
+        let actors = self.scheduler.call(|reply| SchedulerCommand::ListActors { pool, reply }).await?;
+        Ok(Response::new(pb::ListActorsResponse { actors }))
+    }
+}
+
+/// Moves the client's tasks into the scheduler, waiting for credit so a fast client cannot
+/// queue unbounded work. A broken client stream cancels the rest of the job.
+async fn forward_tasks(
+    mut inbound: Streaming<pb::SubmitRequest>,
+    scheduler: SchedulerHandle,
+    job: JobId,
+    credit: Arc<Semaphore>,
+) {
+    loop {
+        match inbound.next().await {
+            None => {
+                let _ = scheduler.send(SchedulerCommand::CloseJobInput { job });
+                return;
+            }
+            Some(Err(status)) => {
+                tracing::info!(job_id = %job, %status, "client stream broke");
+                let _ = scheduler.send(SchedulerCommand::ClientGone { job });
+                return;
+            }
+            Some(Ok(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(input)) })) => {
+                let Ok(permit) = credit.acquire().await else { return };
+                permit.forget();
+                if scheduler.send(SchedulerCommand::SubmitTask { job: job.clone(), input }).is_err() {
+                    return;
+                }
+            }
+            Some(Ok(_)) => {
+                tracing::warn!(job_id = %job, "ignoring a non-task message after the header");
+            }
+        }
+    }
+}
+
+/// The job's results as the client reads them; each result read returns one unit of credit.
+/// Dropped before the job finished (the client went away): the job is cancelled.
+pub struct JobResultStream {
+    results: mpsc::UnboundedReceiver<pb::SubmitResponse>,
+    credit: Arc<Semaphore>,
+    scheduler: SchedulerHandle,
+    job: JobId,
+}
+
+impl Stream for JobResultStream {
+    type Item = Result<pb::SubmitResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.results.poll_recv(cx) {
+            Poll::Ready(Some(message)) => {
+                if matches!(message.body, Some(pb::submit_response::Body::Result(_))) {
+                    self.credit.add_permits(1);
+                }
+                Poll::Ready(Some(Ok(message)))
+            }
+            Poll::Ready(None) => {
+                self.credit.close();
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for JobResultStream {
+    fn drop(&mut self) {
+        self.credit.close();
+        // A no-op for a job that already finished.
+        let _ = self.scheduler.send(SchedulerCommand::ClientGone { job: self.job.clone() });
+    }
+}
