@@ -1,1 +1,10 @@
+//! The Resident node agent: finds GPUs, dials out to the scheduler, hosts resident actors.
 
+pub mod backends;
+pub mod error;
+pub mod gpu;
+pub mod host;
+pub mod session;
+
+pub use error::{AgentError, BackendError};
+pub use session::{AgentConfig, parse_labels, run_agent};

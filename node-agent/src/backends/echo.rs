@@ -1,0 +1,60 @@
+//! `echo`: returns its payload. The no-op actor of the benchmarks, with knobs that make it
+//! slow or failing on purpose for fault tests: `{"delay_ms": 5, "fail_prefix": "FAIL",
+//! "load_delay_ms": 100, "fail_load": false}`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ActorKind, BackendError, LoadContext, ModelBackend};
+
+pub struct EchoKind;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EchoConfig {
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Payloads starting with this fail with an error.
+    #[serde(default)]
+    pub fail_prefix: Option<String>,
+    #[serde(default)]
+    pub load_delay_ms: u64,
+    #[serde(default)]
+    pub fail_load: bool,
+}
+
+struct Echo {
+    config: EchoConfig,
+}
+
+impl ActorKind for EchoKind {
+    fn name(&self) -> &'static str {
+        "echo"
+    }
+
+    fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError> {
+        let config: EchoConfig = context.parse_config()?;
+        if config.load_delay_ms > 0 {
+            std::thread::sleep(Duration::from_millis(config.load_delay_ms));
+        }
+        if config.fail_load {
+            return Err(BackendError::Load("echo was configured to fail loading".into()));
+        }
+        Ok(Box::new(Echo { config }))
+    }
+}
+
+impl ModelBackend for Echo {
+    fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        if self.config.delay_ms > 0 {
+            std::thread::sleep(Duration::from_millis(self.config.delay_ms));
+        }
+        if let Some(prefix) = &self.config.fail_prefix {
+            if payload.starts_with(prefix.as_bytes()) {
+                return Err(BackendError::Task(format!("payload starts with `{prefix}`")));
+            }
+        }
+        Ok(payload.to_vec())
+    }
+}

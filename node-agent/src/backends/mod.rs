@@ -1,0 +1,89 @@
+//! Actor kinds: what a resident actor runs. A kind loads its model once ([`ActorKind::load`])
+//! and then handles chunk after chunk ([`ModelBackend::run_chunk`]) on the actor's own thread.
+//!
+//! To add a kind, copy [`text_stats`] (a small, documented example), implement the two traits
+//! and register it in [`ActorKindRegistry::with_builtin_kinds`] or on your own registry.
+
+pub mod echo;
+pub mod text_stats;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use resident_proto::ActorId;
+
+pub use crate::error::BackendError;
+
+/// Where an actor runs, as the scheduler assigned it.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceAssignment {
+    pub gpu_indices: Vec<u32>,
+    /// Share of each GPU (0.25, 1.0); 0 for CPU-only actors.
+    pub gpu_fraction: f64,
+    pub vram_bytes: u64,
+    /// The node's GPUs are simulated: run on CPU whatever the assignment says.
+    pub simulated: bool,
+}
+
+/// Everything a kind gets when one of its actors loads.
+#[derive(Clone, Debug)]
+pub struct LoadContext {
+    pub actor_id: ActorId,
+    /// The pool's `actor_config`, JSON (empty when the pool gave none).
+    pub config: Vec<u8>,
+    pub device: DeviceAssignment,
+}
+
+impl LoadContext {
+    /// Parses the JSON config into `T`, treating an empty config as `{}`.
+    pub fn parse_config<T: serde::de::DeserializeOwned>(&self) -> Result<T, BackendError> {
+        let text: &[u8] = if self.config.is_empty() { b"{}" } else { &self.config };
+        serde_json::from_slice(text).map_err(|e| BackendError::InvalidConfig(e.to_string()))
+    }
+}
+
+/// A loaded model owned by one actor thread.
+pub trait ModelBackend: Send {
+    /// Handles one task. Runs on the actor's thread; may block.
+    fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError>;
+
+    /// VRAM this backend holds, for status.
+    fn vram_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// A named kind of actor that agents can host.
+pub trait ActorKind: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Loads the model; called once per actor start, on the actor's thread.
+    fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError>;
+}
+
+/// The kinds an agent offers, by name.
+#[derive(Clone, Default)]
+pub struct ActorKindRegistry {
+    kinds: BTreeMap<&'static str, Arc<dyn ActorKind>>,
+}
+
+impl ActorKindRegistry {
+    pub fn with_builtin_kinds() -> Self {
+        let mut registry = Self::default();
+        registry.register(Arc::new(echo::EchoKind));
+        registry.register(Arc::new(text_stats::TextStatsKind));
+        registry
+    }
+
+    pub fn register(&mut self, kind: Arc<dyn ActorKind>) {
+        self.kinds.insert(kind.name(), kind);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn ActorKind>> {
+        self.kinds.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.kinds.keys().map(|k| (*k).to_owned()).collect()
+    }
+}

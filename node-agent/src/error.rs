@@ -1,0 +1,33 @@
+/// Errors of one actor kind: loading a model or running a chunk.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("invalid actor config: {0}")]
+    InvalidConfig(String),
+    #[error("load failed: {0}")]
+    Load(String),
+    #[error("bad task payload: {0}")]
+    BadPayload(String),
+    #[error("{0}")]
+    Task(String),
+}
+
+/// Errors of the agent process.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid --simulate-gpus spec `{spec}`: {reason}")]
+    GpuSpec { spec: String, reason: String },
+    #[error("invalid label `{0}`: expected key=value")]
+    Label(String),
+    #[error("invalid scheduler url `{url}`")]
+    SchedulerUrl {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("cannot reach scheduler")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("scheduler refused the session: {0}")]
+    Refused(#[from] tonic::Status),
+    #[error("scheduler closed the session")]
+    SessionClosed,
+}

@@ -1,0 +1,44 @@
+//! GPU discovery. [`discover`] uses the CUDA driver API loaded at run time, so one binary runs
+//! with or without a driver; [`SimulatedGpus`] reports capacity only, for tests and simulations.
+
+mod cuda_driver;
+mod simulated;
+
+use resident_proto::pb;
+
+pub use cuda_driver::CudaDriverProbe;
+pub use simulated::{SimulatedGpus, parse_simulated_gpus};
+
+pub trait GpuProbe: Send + Sync {
+    /// Every GPU with its current free VRAM.
+    fn gpus(&self) -> Vec<pb::GpuInfo>;
+    /// True when the GPUs are simulated: the work itself runs on CPU.
+    fn simulated(&self) -> bool;
+}
+
+/// No GPUs: a CPU-only node.
+pub struct NoGpus;
+
+impl GpuProbe for NoGpus {
+    fn gpus(&self) -> Vec<pb::GpuInfo> {
+        Vec::new()
+    }
+
+    fn simulated(&self) -> bool {
+        false
+    }
+}
+
+/// The real GPUs of this host, or none (with one log line saying why).
+pub fn discover() -> Box<dyn GpuProbe> {
+    match CudaDriverProbe::open() {
+        Ok(probe) => {
+            tracing::info!(gpus = probe.gpus().len(), "found GPUs through the CUDA driver");
+            Box::new(probe)
+        }
+        Err(reason) => {
+            tracing::info!(%reason, "no GPUs: running CPU-only");
+            Box::new(NoGpus)
+        }
+    }
+}

@@ -1,0 +1,146 @@
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use resident_proto::{ActorId, pb};
+use tokio::sync::{mpsc, watch};
+
+use super::AgentOutbound;
+use crate::backends::{ActorKind, LoadContext};
+
+pub enum ActorCommand {
+    Run { task: pb::RunTask, span: tracing::Span },
+    Stop,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActorPhase {
+    Loading,
+    Ready,
+    Dead,
+}
+
+#[derive(Clone, Debug)]
+pub struct ActorHealth {
+    pub phase: ActorPhase,
+    pub error: String,
+    pub model_loads: u64,
+    pub vram_bytes: u64,
+    pub tasks_done: u64,
+}
+
+impl ActorHealth {
+    pub fn loading() -> Self {
+        Self { phase: ActorPhase::Loading, error: String::new(), model_loads: 0, vram_bytes: 0, tasks_done: 0 }
+    }
+
+    pub fn report(&self, actor_id: &ActorId, incarnation: u64) -> pb::ActorReport {
+        let state = match self.phase {
+            ActorPhase::Loading => pb::ActorState::Starting,
+            ActorPhase::Ready => pb::ActorState::Ready,
+            ActorPhase::Dead => pb::ActorState::Dead,
+        };
+        pb::ActorReport {
+            actor_id: actor_id.to_string(),
+            incarnation,
+            state: state as i32,
+            error: self.error.clone(),
+            model_loads: self.model_loads,
+            vram_bytes: self.vram_bytes,
+            tasks_done: self.tasks_done,
+        }
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+/// The body of one actor's thread: load once, then serve commands until stopped.
+pub(super) fn run_actor_thread(
+    kind: Arc<dyn ActorKind>,
+    context: LoadContext,
+    incarnation: u64,
+    mut commands: mpsc::Receiver<ActorCommand>,
+    health: watch::Sender<ActorHealth>,
+    outbound: AgentOutbound,
+    cancelled: Arc<Mutex<HashSet<u64>>>,
+) {
+    let actor_id = context.actor_id.clone();
+    let publish = |health: &watch::Sender<ActorHealth>| {
+        let report = health.borrow().report(&actor_id, incarnation);
+        let _ = outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::ActorReport(report)) });
+    };
+    let started = Instant::now();
+    let loaded = catch_unwind(AssertUnwindSafe(|| kind.load(&context)));
+    let mut backend = match loaded {
+        Ok(Ok(backend)) => backend,
+        Ok(Err(error)) => {
+            health.send_modify(|h| {
+                h.phase = ActorPhase::Dead;
+                h.error = error.to_string();
+            });
+            publish(&health);
+            return;
+        }
+        Err(panic) => {
+            health.send_modify(|h| {
+                h.phase = ActorPhase::Dead;
+                h.error = format!("load panicked: {}", panic_text(panic.as_ref()));
+            });
+            publish(&health);
+            return;
+        }
+    };
+    health.send_modify(|h| {
+        h.phase = ActorPhase::Ready;
+        h.model_loads += 1;
+        h.vram_bytes = backend.vram_bytes();
+    });
+    tracing::info!(actor_id = %actor_id, load_ms = started.elapsed().as_millis() as u64, "actor ready");
+    publish(&health);
+
+    while let Some(command) = commands.blocking_recv() {
+        let (task, span) = match command {
+            ActorCommand::Run { task, span } => (task, span),
+            ActorCommand::Stop => break,
+        };
+        let _entered = span.enter();
+        let skip = cancelled.lock().expect("cancel set").remove(&task.task_id);
+        let begun = Instant::now();
+        let result = if skip {
+            Err("task cancelled".to_owned())
+        } else {
+            match catch_unwind(AssertUnwindSafe(|| backend.run_chunk(&task.payload))) {
+                Ok(Ok(output)) => Ok(output),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(panic) => Err(format!("actor panicked: {}", panic_text(panic.as_ref()))),
+            }
+        };
+        let outcome = pb::TaskOutcome {
+            task_id: task.task_id,
+            dispatch: task.dispatch,
+            actor_id: task.actor_id,
+            result: Some(match result {
+                Ok(output) => pb::task_outcome::Result::Output(output.into()),
+                Err(error) => pb::task_outcome::Result::Error(error),
+            }),
+            run_micros: begun.elapsed().as_micros() as u64,
+        };
+        health.send_modify(|h| h.tasks_done += 1);
+        if outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::TaskOutcome(outcome)) }).is_err() {
+            break;
+        }
+    }
+    drop(backend);
+    health.send_modify(|h| {
+        h.phase = ActorPhase::Dead;
+        h.error = "stopped".into();
+    });
+    tracing::info!(actor_id = %actor_id, "actor stopped");
+}

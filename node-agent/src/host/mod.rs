@@ -1,0 +1,172 @@
+//! The actor host: each resident actor is one OS thread that owns its model and is fed by a
+//! bounded channel; its health is published on a `watch` channel.
+
+mod actor_thread;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use resident_proto::{ActorId, pb};
+use tokio::sync::{mpsc, watch};
+
+use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext};
+use actor_thread::run_actor_thread;
+pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
+
+/// Where actor threads send reports and task outcomes (the scheduler session).
+pub type AgentOutbound = mpsc::UnboundedSender<pb::AgentMessage>;
+
+struct ActorSlot {
+    incarnation: u64,
+    commands: mpsc::Sender<ActorCommand>,
+    health: watch::Receiver<ActorHealth>,
+    cancelled: Arc<Mutex<HashSet<u64>>>,
+    gpu_indices: Vec<u32>,
+    vram_bytes: u64,
+}
+
+pub struct ActorHost {
+    registry: ActorKindRegistry,
+    outbound: AgentOutbound,
+    simulated_gpus: bool,
+    actors: HashMap<ActorId, ActorSlot>,
+}
+
+fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
+    pb::AgentMessage {
+        body: Some(pb::agent_message::Body::TaskOutcome(pb::TaskOutcome {
+            task_id: task.task_id,
+            dispatch: task.dispatch,
+            actor_id: task.actor_id.clone(),
+            result: Some(pb::task_outcome::Result::Error(error)),
+            run_micros: 0,
+        })),
+    }
+}
+
+impl ActorHost {
+    pub fn new(registry: ActorKindRegistry, outbound: AgentOutbound, simulated_gpus: bool) -> Self {
+        Self { registry, outbound, simulated_gpus, actors: HashMap::new() }
+    }
+
+    /// Starts an actor thread; it loads the model and reports READY or DEAD.
+    pub fn start(&mut self, start: pb::StartActor) {
+        let actor_id = ActorId::new(start.actor_id.clone());
+        if let Some(existing) = self.actors.get(&actor_id) {
+            if existing.incarnation == start.incarnation {
+                return;
+            }
+            self.stop(&actor_id);
+        }
+        let report = |error: String| pb::ActorReport {
+            actor_id: start.actor_id.clone(),
+            incarnation: start.incarnation,
+            state: pb::ActorState::Dead as i32,
+            error,
+            ..Default::default()
+        };
+        let Some(kind) = self.registry.get(&start.kind) else {
+            let error = format!("unknown actor kind `{}`; this agent offers: {}", start.kind, self.registry.names().join(", "));
+            let _ = self.outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::ActorReport(report(error))) });
+            return;
+        };
+        let context = LoadContext {
+            actor_id: actor_id.clone(),
+            config: start.config.to_vec(),
+            device: DeviceAssignment {
+                gpu_indices: start.gpu_indices.clone(),
+                gpu_fraction: start.gpu_fraction,
+                vram_bytes: start.vram_bytes,
+                simulated: self.simulated_gpus,
+            },
+        };
+        let capacity = start.max_in_flight.max(1) as usize + 1;
+        let (commands, receiver) = mpsc::channel(capacity);
+        let (health_tx, health) = watch::channel(ActorHealth::loading());
+        let cancelled = Arc::new(Mutex::new(HashSet::new()));
+        let thread_cancelled = cancelled.clone();
+        let outbound = self.outbound.clone();
+        let incarnation = start.incarnation;
+        let spawned = std::thread::Builder::new()
+            .name(format!("actor-{actor_id}"))
+            .spawn(move || run_actor_thread(kind, context, incarnation, receiver, health_tx, outbound, thread_cancelled));
+        if let Err(error) = spawned {
+            let _ = self.outbound.send(pb::AgentMessage {
+                body: Some(pb::agent_message::Body::ActorReport(report(format!("cannot start thread: {error}")))),
+            });
+            return;
+        }
+        self.actors.insert(actor_id, ActorSlot {
+            incarnation,
+            commands,
+            health,
+            cancelled,
+            gpu_indices: start.gpu_indices,
+            vram_bytes: start.vram_bytes,
+        });
+    }
+
+    /// Asks the actor to stop after what it is doing; the thread drops the model and exits.
+    pub fn stop(&mut self, actor_id: &ActorId) {
+        if let Some(slot) = self.actors.remove(actor_id) {
+            let _ = slot.commands.try_send(ActorCommand::Stop);
+        }
+    }
+
+    pub fn stop_all(&mut self) {
+        let ids: Vec<ActorId> = self.actors.keys().cloned().collect();
+        for id in ids {
+            self.stop(&id);
+        }
+    }
+
+    /// Queues a task on its actor; a missing or overloaded actor answers with an error at once.
+    pub fn run(&mut self, task: pb::RunTask) {
+        let actor_id = ActorId::new(task.actor_id.clone());
+        let Some(slot) = self.actors.get(&actor_id) else {
+            let _ = self.outbound.send(outcome_error(&task, format!("actor {actor_id} is not running on this node")));
+            return;
+        };
+        let span = tracing::debug_span!("task", task_id = task.task_id, actor_id = %actor_id);
+        if let Err(error) = slot.commands.try_send(ActorCommand::Run { task, span }) {
+            let (task, why) = match error {
+                mpsc::error::TrySendError::Full(ActorCommand::Run { task, .. }) => (task, "actor is overloaded"),
+                mpsc::error::TrySendError::Closed(ActorCommand::Run { task, .. }) => (task, "actor has stopped"),
+                _ => unreachable!("only Run commands are sent here"),
+            };
+            let _ = self.outbound.send(outcome_error(&task, why.to_owned()));
+        }
+    }
+
+    /// Marks a queued task cancelled; the actor skips it (a running call finishes).
+    pub fn cancel(&mut self, cancel: pb::CancelTask) {
+        if let Some(slot) = self.actors.get(&ActorId::new(cancel.actor_id)) {
+            slot.cancelled.lock().expect("cancel set").insert(cancel.task_id);
+        }
+    }
+
+    /// Every hosted actor's state, for heartbeats.
+    pub fn reports(&self) -> Vec<pb::ActorReport> {
+        self.actors
+            .iter()
+            .map(|(id, slot)| slot.health.borrow().report(id, slot.incarnation))
+            .collect()
+    }
+
+    /// VRAM the hosted actors reserved on GPU `index` (used for simulated GPUs' free VRAM).
+    pub fn reserved_vram(&self, index: u32) -> u64 {
+        self.actors
+            .values()
+            .filter(|slot| slot.gpu_indices.contains(&index))
+            .map(|slot| slot.vram_bytes)
+            .sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.actors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.actors.is_empty()
+    }
+}
