@@ -1,1 +1,30 @@
+//! The Resident Rust SDK: connect to a cluster (or start one in process), create pools of
+//! resident actors, stream tasks through them.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), resident_sdk::SdkError> {
+//! use resident_sdk::{Cluster, LocalConfig, PoolSpec};
+//! let cluster = Cluster::local(LocalConfig::default()).await?;
+//! let pool = cluster.create_pool(PoolSpec::new("stats", "text-stats").replicas(2)).await?;
+//! pool.wait_ready(std::time::Duration::from_secs(30)).await?;
+//! let outputs = pool.map(vec!["hello world".into()]).await?;
+//! # Ok(()) }
+//! ```
 
+mod client;
+mod error;
+#[cfg(feature = "local")]
+mod local;
+mod pool_spec;
+
+pub use client::{CallSession, Cluster, JobStream, Pool, TaskOutput};
+pub use error::SdkError;
+#[cfg(feature = "local")]
+pub use local::LocalConfig;
+pub use pool_spec::PoolSpec;
+pub use prost::bytes::Bytes;
+pub use resident_proto::pb;
+#[cfg(feature = "local")]
+pub use resident_scheduler::core::CoreConfig;
+#[cfg(feature = "local")]
+pub use resident_node_agent::backends::ActorKindRegistry;

@@ -1,1 +1,81 @@
-fn main(){}
+//! The `resident` command line: run a scheduler, an agent, a local cluster, or inspect one.
+
+mod agent;
+mod local;
+mod scheduler;
+mod status;
+
+use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "resident", version, about = "Resident: resident model actors for GPU batch inference")]
+struct Cli {
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the central scheduler.
+    Scheduler(scheduler::SchedulerArgs),
+    /// Run a node agent that dials out to a scheduler.
+    Agent(agent::AgentArgs),
+    /// Run a scheduler and an agent in this process.
+    Local(local::LocalArgs),
+    /// Show nodes and actors of a cluster.
+    Status(status::StatusArgs),
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RESIDENT_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Cancels on Ctrl-C or SIGTERM.
+pub(crate) fn shutdown_token() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    token
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_json);
+    let result = match cli.command {
+        Command::Scheduler(args) => scheduler::run(args).await,
+        Command::Agent(args) => agent::run(args).await,
+        Command::Local(args) => local::run(args).await,
+        Command::Status(args) => status::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,34 @@
+use std::path::PathBuf;
+
+use clap::Args;
+use resident_sdk::{Cluster, LocalConfig};
+
+#[derive(Args)]
+pub struct LocalArgs {
+    /// Address to serve on, so `resident status` and SDK clients can connect.
+    #[arg(long, env = "RESIDENT_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: std::net::SocketAddr,
+    /// Report simulated GPUs instead of real ones.
+    #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
+    simulate_gpus: Option<String>,
+    #[arg(long, env = "RESIDENT_LABELS", default_value = "")]
+    labels: String,
+    /// Persist pools and jobs here (memory only when absent).
+    #[arg(long, env = "RESIDENT_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
+    let config = LocalConfig {
+        listen: args.listen,
+        simulate_gpus: args.simulate_gpus,
+        labels: args.labels,
+        state_dir: args.state_dir,
+        ..LocalConfig::default()
+    };
+    let cluster = Cluster::local(config).await?;
+    println!("resident local cluster listening on {}", cluster.url());
+    let cancel = crate::shutdown_token();
+    cancel.cancelled().await;
+    Ok(())
+}

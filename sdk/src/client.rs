@@ -1,0 +1,301 @@
+use std::any::Any;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use prost::bytes::Bytes;
+use resident_proto::pb;
+use resident_proto::pb::scheduler_service_client::SchedulerServiceClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use crate::error::SdkError;
+use crate::pool_spec::PoolSpec;
+
+/// A connection to a Resident cluster (remote, or in this process with `Cluster::local`).
+#[derive(Clone)]
+pub struct Cluster {
+    client: SchedulerServiceClient<Channel>,
+    url: String,
+    request_timeout: Duration,
+    /// Keeps an in-process cluster alive as long as any handle to it exists.
+    _local: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// One task's answer.
+#[derive(Clone, Debug)]
+pub struct TaskOutput {
+    /// Position of the task in the submitted stream (0-based).
+    pub seq: u64,
+    pub output: Result<Bytes, String>,
+    pub attempts: u32,
+    pub actor_id: String,
+    pub node_id: String,
+    pub queue_micros: u64,
+    pub run_micros: u64,
+}
+
+fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+impl Cluster {
+    /// Connects to the scheduler at `url` (`http://host:port`).
+    pub async fn connect(url: &str) -> Result<Self, SdkError> {
+        let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .map_err(|source| SdkError::BadUrl { url: url.to_owned(), source })?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| SdkError::Connect { url: url.to_owned(), source })?;
+        let client = SchedulerServiceClient::new(channel)
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
+        Ok(Self { client, url: url.to_owned(), request_timeout: Duration::from_secs(30), _local: None })
+    }
+
+    pub(crate) fn keep_alive(mut self, guard: Arc<dyn Any + Send + Sync>) -> Self {
+        self._local = Some(guard);
+        self
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Creates a pool (or returns the existing one with the same spec).
+    pub async fn create_pool(&self, spec: PoolSpec) -> Result<Pool, SdkError> {
+        let name = spec.name().to_owned();
+        let request = pb::CreatePoolRequest { spec: Some(spec.into_pb()) };
+        self.client.clone().create_pool(with_timeout(request, self.request_timeout)).await?;
+        Ok(self.pool(name))
+    }
+
+    /// A handle to an existing pool, by name.
+    pub fn pool(&self, name: impl Into<String>) -> Pool {
+        Pool { cluster: self.clone(), name: name.into() }
+    }
+
+    pub async fn list_nodes(&self) -> Result<Vec<pb::NodeInfo>, SdkError> {
+        let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);
+        Ok(self.client.clone().list_nodes(request).await?.into_inner().nodes)
+    }
+
+    pub async fn list_actors(&self) -> Result<Vec<pb::ActorInfo>, SdkError> {
+        let request = with_timeout(pb::ListActorsRequest { pool: String::new() }, self.request_timeout);
+        Ok(self.client.clone().list_actors(request).await?.into_inner().actors)
+    }
+
+    pub async fn job_status(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
+        let request = with_timeout(pb::GetJobRequest { job_id: job_id.to_owned() }, self.request_timeout);
+        Ok(self.client.clone().get_job(request).await?.into_inner())
+    }
+
+    pub async fn cancel_job(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
+        let request = with_timeout(pb::CancelJobRequest { job_id: job_id.to_owned() }, self.request_timeout);
+        Ok(self.client.clone().cancel_job(request).await?.into_inner())
+    }
+
+    /// Waits until `count` nodes are alive.
+    pub async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<Vec<pb::NodeInfo>, SdkError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let nodes = self.list_nodes().await?;
+            if nodes.iter().filter(|n| n.alive).count() >= count {
+                return Ok(nodes);
+            }
+            if Instant::now() > deadline {
+                return Err(SdkError::Timeout(format!("{count} nodes did not join within {timeout:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A pool of resident actors.
+#[derive(Clone)]
+pub struct Pool {
+    cluster: Cluster,
+    name: String,
+}
+
+impl Pool {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub async fn status(&self) -> Result<pb::PoolStatus, SdkError> {
+        let request = with_timeout(pb::GetPoolRequest { pool: self.name.clone() }, self.cluster.request_timeout);
+        Ok(self.cluster.client.clone().get_pool(request).await?.into_inner())
+    }
+
+    /// Waits until every replica is ready. Fails early when every actor is dead, and on
+    /// timeout says why actors are not ready (placement refusal or load errors).
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<pb::PoolStatus, SdkError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.status().await?;
+            let replicas = status.spec.as_ref().map_or(0, |s| s.replicas);
+            if status.ready_actors >= replicas {
+                return Ok(status);
+            }
+            let dead = pb::ActorState::Dead as i32;
+            let errors: Vec<&str> = status
+                .actors
+                .iter()
+                .filter(|a| !a.error.is_empty())
+                .map(|a| a.error.as_str())
+                .collect();
+            if !status.actors.is_empty() && status.actors.iter().all(|a| a.state == dead) {
+                return Err(SdkError::Unavailable(format!(
+                    "every actor of pool `{}` failed: {}",
+                    self.name,
+                    errors.first().unwrap_or(&"no error reported")
+                )));
+            }
+            if Instant::now() > deadline {
+                let why = if status.unplaced_reason.is_empty() {
+                    errors.first().copied().unwrap_or("still loading").to_owned()
+                } else {
+                    status.unplaced_reason.clone()
+                };
+                return Err(SdkError::Timeout(format!(
+                    "pool `{}` has {}/{} actors ready after {timeout:?}: {why}",
+                    self.name, status.ready_actors, replicas
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn scale(&self, replicas: u32) -> Result<pb::PoolStatus, SdkError> {
+        let request = pb::ScalePoolRequest { pool: self.name.clone(), replicas };
+        let request = with_timeout(request, self.cluster.request_timeout);
+        Ok(self.cluster.client.clone().scale_pool(request).await?.into_inner())
+    }
+
+    pub async fn delete(&self) -> Result<(), SdkError> {
+        let request = with_timeout(pb::DeletePoolRequest { pool: self.name.clone() }, self.cluster.request_timeout);
+        self.cluster.client.clone().delete_pool(request).await?;
+        Ok(())
+    }
+
+    /// Streams `inputs` to the pool as one job; results arrive as they finish, each once.
+    pub async fn submit<S>(&self, job_name: &str, inputs: S) -> Result<JobStream, SdkError>
+    where
+        S: Stream<Item = Bytes> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(1024);
+        let header = pb::SubmitHeader { pool: self.name.clone(), job_name: job_name.to_owned() };
+        let _ = tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Header(header)) }).await;
+        tokio::spawn(async move {
+            let mut inputs = std::pin::pin!(inputs);
+            let mut seq = 0;
+            while let Some(payload) = inputs.next().await {
+                let task = pb::TaskInput { seq, payload };
+                seq += 1;
+                if tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(task)) }).await.is_err() {
+                    return;
+                }
+            }
+        });
+        JobStream::open(&self.cluster, rx).await
+    }
+
+    /// Runs every payload and returns the outputs in input order.
+    pub async fn map(&self, payloads: Vec<Bytes>) -> Result<Vec<TaskOutput>, SdkError> {
+        let count = payloads.len();
+        let mut job = self.submit("map", futures::stream::iter(payloads)).await?;
+        let mut outputs = Vec::with_capacity(count);
+        while let Some(output) = job.next().await {
+            outputs.push(output?);
+        }
+        outputs.sort_by_key(|o| o.seq);
+        Ok(outputs)
+    }
+
+    /// A long-lived job for one-at-a-time calls, like calling a Ray actor handle.
+    pub async fn session(&self) -> Result<CallSession, SdkError> {
+        let (tx, rx) = mpsc::channel(16);
+        let header = pb::SubmitHeader { pool: self.name.clone(), job_name: "session".into() };
+        let _ = tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Header(header)) }).await;
+        let results = JobStream::open(&self.cluster, rx).await?;
+        Ok(CallSession { tx, results, next_seq: 0 })
+    }
+}
+
+/// Results of one submitted job.
+pub struct JobStream {
+    pub job_id: String,
+    inner: tonic::Streaming<pb::SubmitResponse>,
+}
+
+impl JobStream {
+    async fn open(cluster: &Cluster, rx: mpsc::Receiver<pb::SubmitRequest>) -> Result<Self, SdkError> {
+        let mut inner = cluster.client.clone().submit_tasks(ReceiverStream::new(rx)).await?.into_inner();
+        match inner.message().await?.and_then(|m| m.body) {
+            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self { job_id: accepted.job_id, inner }),
+            _ => Err(SdkError::Unavailable("scheduler did not accept the job".into())),
+        }
+    }
+}
+
+impl Stream for JobStream {
+    type Item = Result<TaskOutput, SdkError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let message = match Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(Err(status))) => return Poll::Ready(Some(Err(status.into()))),
+                Poll::Ready(Some(Ok(message))) => message,
+            };
+            let Some(pb::submit_response::Body::Result(result)) = message.body else { continue };
+            let output = match result.result {
+                Some(pb::task_result::Result::Output(bytes)) => Ok(bytes),
+                Some(pb::task_result::Result::Error(error)) => Err(error),
+                None => Err("empty result".to_owned()),
+            };
+            return Poll::Ready(Some(Ok(TaskOutput {
+                seq: result.seq,
+                output,
+                attempts: result.attempts,
+                actor_id: result.actor_id,
+                node_id: result.node_id,
+                queue_micros: result.queue_micros,
+                run_micros: result.run_micros,
+            })));
+        }
+    }
+}
+
+/// One call at a time over a single job stream.
+pub struct CallSession {
+    tx: mpsc::Sender<pb::SubmitRequest>,
+    results: JobStream,
+    next_seq: u64,
+}
+
+impl CallSession {
+    pub async fn call(&mut self, payload: Bytes) -> Result<Bytes, SdkError> {
+        let task = pb::TaskInput { seq: self.next_seq, payload };
+        self.next_seq += 1;
+        self.tx
+            .send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(task)) })
+            .await
+            .map_err(|_| SdkError::Unavailable("call session closed".into()))?;
+        match self.results.next().await {
+            Some(Ok(output)) => output.output.map_err(SdkError::TaskFailed),
+            Some(Err(error)) => Err(error),
+            None => Err(SdkError::Unavailable("call session closed".into())),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/// Everything an SDK call can fail with, by what the user should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SdkError {
+    #[error("invalid cluster url `{url}`")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("cannot connect to the scheduler at {url}")]
+    Connect {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("cannot be placed: {0}")]
+    Unplaceable(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    #[error("scheduler unavailable: {0}")]
+    Unavailable(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("scheduler error ({code:?}): {message}")]
+    Scheduler { code: tonic::Code, message: String },
+    #[error("task failed: {0}")]
+    TaskFailed(String),
+    #[error("local cluster failed to start: {0}")]
+    LocalStart(String),
+}
+
+impl From<tonic::Status> for SdkError {
+    fn from(status: tonic::Status) -> Self {
+        let message = status.message().to_owned();
+        match status.code() {
+            tonic::Code::InvalidArgument => SdkError::InvalidArgument(message),
+            tonic::Code::NotFound => SdkError::NotFound(message),
+            tonic::Code::FailedPrecondition => SdkError::Unplaceable(message),
+            tonic::Code::AlreadyExists => SdkError::AlreadyExists(message),
+            tonic::Code::Unavailable => SdkError::Unavailable(message),
+            tonic::Code::DeadlineExceeded => SdkError::Timeout(message),
+            code => SdkError::Scheduler { code, message },
+        }
+    }
+}

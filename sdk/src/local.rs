@@ -1,0 +1,89 @@
+//! `Cluster::local`: a scheduler and one agent in this process on ephemeral loopback ports,
+//! like `ray.init()`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use resident_node_agent::backends::ActorKindRegistry;
+use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::{AgentConfig, parse_labels, run_agent};
+use resident_scheduler::core::CoreConfig;
+use resident_scheduler::server::start_scheduler;
+use resident_scheduler::store::{DurableStore, MemoryStore, RedbStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Cluster;
+use crate::error::SdkError;
+
+/// How to start an in-process cluster.
+#[derive(Clone)]
+pub struct LocalConfig {
+    /// Address to serve on; port 0 picks a free one.
+    pub listen: std::net::SocketAddr,
+    pub node_id: String,
+    /// `A6000:48GiB x8`-style simulated GPUs; `None` discovers real ones.
+    pub simulate_gpus: Option<String>,
+    pub labels: String,
+    /// Where pools and jobs persist; `None` keeps them in memory.
+    pub state_dir: Option<PathBuf>,
+    pub core: CoreConfig,
+    pub kinds: ActorKindRegistry,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 0).into(),
+            node_id: "local".into(),
+            simulate_gpus: None,
+            labels: String::new(),
+            state_dir: None,
+            core: CoreConfig::default(),
+            kinds: ActorKindRegistry::with_builtin_kinds(),
+        }
+    }
+}
+
+/// Stops the in-process scheduler and agent when the last `Cluster` handle goes.
+struct LocalGuard {
+    cancel: CancellationToken,
+}
+
+impl Drop for LocalGuard {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Cluster {
+    /// Starts a scheduler and one agent in this process and connects to them.
+    pub async fn local(config: LocalConfig) -> Result<Cluster, SdkError> {
+        let start = |e: String| SdkError::LocalStart(e);
+        let probe: Arc<dyn GpuProbe> = match &config.simulate_gpus {
+            Some(spec) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(spec).map_err(|e| start(e.to_string()))?)),
+            None => Arc::from(gpu::discover()),
+        };
+        let labels = parse_labels(&config.labels).map_err(|e| start(e.to_string()))?;
+        let store: Arc<dyn DurableStore> = match &config.state_dir {
+            Some(dir) => Arc::new(RedbStore::open(dir).map_err(|e| start(e.to_string()))?),
+            None => Arc::new(MemoryStore::default()),
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| start(format!("cannot listen on {}: {e}", config.listen)))?;
+        let cancel = CancellationToken::new();
+        let server = start_scheduler(listener, config.core.clone(), store, cancel.clone())
+            .map_err(|e| start(e.to_string()))?;
+        let url = format!("http://{}", server.local_addr);
+        let mut agent = AgentConfig::new(url.clone(), config.node_id.clone());
+        agent.labels = labels;
+        agent.reconnect_min = Duration::from_millis(20);
+        tokio::spawn(run_agent(agent, config.kinds.clone(), probe, cancel.clone()));
+        let guard = Arc::new(LocalGuard { cancel });
+        let cluster = Cluster::connect(&url).await?.keep_alive(guard);
+        cluster.wait_for_nodes(1, Duration::from_secs(10)).await?;
+        tracing::info!(%url, "local cluster ready");
+        Ok(cluster)
+    }
+}

@@ -1,0 +1,109 @@
+use std::collections::BTreeMap;
+
+use resident_proto::pb;
+
+/// What a pool of actors needs; builds the wire `PoolSpec`.
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    spec: pb::PoolSpec,
+}
+
+impl PoolSpec {
+    /// A pool of one CPU actor of `kind`.
+    pub fn new(name: impl Into<String>, kind: impl Into<String>) -> Self {
+        Self {
+            spec: pb::PoolSpec {
+                name: name.into(),
+                actor_kind: kind.into(),
+                replicas: 1,
+                resources: Some(pb::ResourceRequest::default()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn resources(&mut self) -> &mut pb::ResourceRequest {
+        self.spec.resources.get_or_insert_with(Default::default)
+    }
+
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.spec.replicas = replicas;
+        self
+    }
+
+    /// GPUs per actor: 0 for CPU, a fraction (0.25) to share one GPU, whole numbers for more.
+    pub fn gpus(mut self, gpus: f64) -> Self {
+        self.resources().gpus = gpus;
+        self
+    }
+
+    pub fn vram_bytes(mut self, bytes: u64) -> Self {
+        self.resources().vram_bytes = bytes;
+        self
+    }
+
+    pub fn vram_gib(self, gib: f64) -> Self {
+        self.vram_bytes((gib * (1u64 << 30) as f64) as u64)
+    }
+
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.resources().cpus = cpus;
+        self
+    }
+
+    pub fn selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.resources().selector.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn selectors(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.resources().selector.extend(labels);
+        self
+    }
+
+    pub fn gpu_model(mut self, model: impl Into<String>) -> Self {
+        self.resources().gpu_model = model.into();
+        self
+    }
+
+    pub fn min_compute(mut self, major: u32, minor: u32) -> Self {
+        let resources = self.resources();
+        resources.min_compute_major = major;
+        resources.min_compute_minor = minor;
+        self
+    }
+
+    pub fn spread(mut self) -> Self {
+        self.resources().strategy = pb::PlacementStrategy::Spread as i32;
+        self
+    }
+
+    /// Kind-specific configuration, as JSON.
+    pub fn config_json(mut self, config: &serde_json::Value) -> Self {
+        self.spec.actor_config = serde_json::to_vec(config).expect("json value serialises").into();
+        self
+    }
+
+    pub fn max_in_flight_per_actor(mut self, credit: u32) -> Self {
+        self.spec.max_in_flight_per_actor = credit;
+        self
+    }
+
+    pub fn max_restarts(mut self, restarts: u32) -> Self {
+        self.spec.max_restarts = restarts;
+        self
+    }
+
+    pub fn max_task_attempts(mut self, attempts: u32) -> Self {
+        self.spec.max_task_attempts = attempts;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn into_pb(self) -> pb::PoolSpec {
+        self.spec
+    }
+}
