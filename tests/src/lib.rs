@@ -1,1 +1,178 @@
+//! Test harness: in-process clusters on loopback, real-binary clusters, and waiting helpers.
 
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use resident_node_agent::backends::ActorKindRegistry;
+use resident_node_agent::gpu::{GpuProbe, NoGpus, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::{AgentConfig, parse_labels, run_agent};
+use resident_scheduler::core::CoreConfig;
+use resident_scheduler::server::start_scheduler;
+use resident_scheduler::store::MemoryStore;
+use resident_sdk::Cluster;
+use tokio_util::sync::CancellationToken;
+
+/// Polls `pred` until it returns `Some`, or fails after `deadline`.
+pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut pred: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(value) = pred().await {
+            return value;
+        }
+        assert!(Instant::now() < until, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+pub struct AgentSpec {
+    pub node_id: String,
+    pub gpus: Option<String>,
+    pub labels: String,
+}
+
+/// A scheduler and agents as tasks in this process, talking gRPC over loopback.
+pub struct InProcessCluster {
+    pub cluster: Cluster,
+    pub url: String,
+    cancel: CancellationToken,
+    agents: Vec<(String, CancellationToken)>,
+}
+
+impl InProcessCluster {
+    pub async fn start(agents: Vec<AgentSpec>) -> Self {
+        init_logging();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let cancel = CancellationToken::new();
+        let server = start_scheduler(listener, CoreConfig::for_test(), Arc::new(MemoryStore::default()), cancel.clone())
+            .expect("scheduler starts");
+        let url = format!("http://{}", server.local_addr);
+        let mut this = Self { cluster: Cluster::connect(&url).await.expect("connect"), url, cancel, agents: Vec::new() };
+        let count = agents.len();
+        for spec in agents {
+            this.add_agent(spec);
+        }
+        this.cluster.wait_for_nodes(count, Duration::from_secs(10)).await.expect("agents join");
+        this
+    }
+
+    pub fn add_agent(&mut self, spec: AgentSpec) {
+        let probe: Arc<dyn GpuProbe> = match &spec.gpus {
+            Some(gpus) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(gpus).expect("gpu spec"))),
+            None => Arc::new(NoGpus),
+        };
+        let mut config = AgentConfig::for_test(self.url.clone(), spec.node_id.clone());
+        config.labels = parse_labels(&spec.labels).expect("labels");
+        let token = self.cancel.child_token();
+        tokio::spawn(run_agent(config, ActorKindRegistry::with_builtin_kinds(), probe, token.clone()));
+        self.agents.push((spec.node_id, token));
+    }
+
+    /// Stops an agent (its session closes, as when its process exits).
+    pub fn stop_agent(&self, node_id: &str) {
+        for (id, token) in &self.agents {
+            if id == node_id {
+                token.cancel();
+            }
+        }
+    }
+}
+
+impl Drop for InProcessCluster {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// The `resident` binary built beside the test executables.
+pub fn resident_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("RESIDENT_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test exe path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let bin = profile_dir.join("resident");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first with `cargo build --release -p resident-sdk --bin resident` (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+}
+
+impl Proc {
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Starts `resident scheduler` on `port` with short test intervals; returns it and its URL.
+pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String) {
+    let mut child = Command::new(resident_bin())
+        .args(["scheduler", "--listen", &format!("127.0.0.1:{port}"), "--heartbeat-ms", "100", "--node-dead-ms", "700"])
+        .arg("--state-dir")
+        .arg(state_dir)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn scheduler");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("scheduler prints its address");
+    let url = line.trim().rsplit(' ').next().expect("url").to_owned();
+    assert!(url.starts_with("http://"), "unexpected scheduler output: {line}");
+    (Proc { name: "scheduler".into(), child }, url)
+}
+
+/// Starts `resident agent` with simulated GPUs.
+pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
+    let child = Command::new(resident_bin())
+        .args(["agent", "--scheduler", url, "--node-id", node_id, "--simulate-gpus", gpus, "--labels", labels])
+        .args(["--reconnect-max-ms", "300"])
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn agent");
+    Proc { name: node_id.to_owned(), child }
+}
