@@ -195,7 +195,7 @@ impl Pool {
         let (tx, rx) = mpsc::channel(1024);
         let header = pb::SubmitHeader { pool: self.name.clone(), job_name: job_name.to_owned() };
         let _ = tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Header(header)) }).await;
-        tokio::spawn(async move {
+        let feeder = tokio::spawn(async move {
             let mut inputs = std::pin::pin!(inputs);
             let mut seq = 0;
             while let Some(payload) = inputs.next().await {
@@ -206,7 +206,9 @@ impl Pool {
                 }
             }
         });
-        JobStream::open(&self.cluster, rx).await
+        let mut job = JobStream::open(&self.cluster, rx).await?;
+        job.feeder = Some(feeder.abort_handle());
+        Ok(job)
     }
 
     /// Runs every payload and returns the outputs in input order.
@@ -235,13 +237,23 @@ impl Pool {
 pub struct JobStream {
     pub job_id: String,
     inner: tonic::Streaming<pb::SubmitResponse>,
+    /// Stops feeding inputs when the results are no longer wanted.
+    feeder: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for JobStream {
+    fn drop(&mut self) {
+        if let Some(feeder) = &self.feeder {
+            feeder.abort();
+        }
+    }
 }
 
 impl JobStream {
     async fn open(cluster: &Cluster, rx: mpsc::Receiver<pb::SubmitRequest>) -> Result<Self, SdkError> {
         let mut inner = cluster.client.clone().submit_tasks(ReceiverStream::new(rx)).await?.into_inner();
         match inner.message().await?.and_then(|m| m.body) {
-            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self { job_id: accepted.job_id, inner }),
+            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self { job_id: accepted.job_id, inner, feeder: None }),
             _ => Err(SdkError::Unavailable("scheduler did not accept the job".into())),
         }
     }
