@@ -10,11 +10,14 @@ use resident_sdk::{Bytes, Cluster, LocalConfig, PoolSpec};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cluster = Cluster::local(LocalConfig::default()).await?;
-    let pool = cluster.create_pool(PoolSpec::new("noop", "echo").replicas(2)).await?;
+    let pool = cluster
+        .create_pool(PoolSpec::new("noop", "echo").replicas(2))
+        .await?;
     pool.wait_ready(Duration::from_secs(30)).await?;
 
     let started = Instant::now();
-    let inputs = futures::stream::iter((0..10_000u32).map(|i| Bytes::from(i.to_le_bytes().to_vec())));
+    let inputs =
+        futures::stream::iter((0..10_000u32).map(|i| Bytes::from(i.to_le_bytes().to_vec())));
     let mut job = pool.submit("noop-example", inputs).await?;
     let mut done = 0;
     while let Some(result) = job.next().await {
@@ -22,9 +25,15 @@ async fn main() -> anyhow::Result<()> {
         done += 1;
     }
     let seconds = started.elapsed().as_secs_f64();
-    println!("{done} tasks in {seconds:.2} s: {:.0} tasks/s", f64::from(done) / seconds);
+    println!(
+        "{done} tasks in {seconds:.2} s: {:.0} tasks/s",
+        f64::from(done) / seconds
+    );
     for actor in cluster.list_actors().await? {
-        println!("{} on {}: {} tasks, {} model load(s)", actor.actor_id, actor.node_id, actor.tasks_done, actor.model_loads);
+        println!(
+            "{} on {}: {} tasks, {} model load(s)",
+            actor.actor_id, actor.node_id, actor.tasks_done, actor.model_loads
+        );
     }
     Ok(())
 }

@@ -6,7 +6,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Bytes of GPU memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct VramBytes(pub u64);
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -67,7 +69,9 @@ impl FromStr for VramBytes {
 }
 
 /// A share of GPUs in thousandths: 250 = a quarter of one GPU, 2000 = two whole GPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct GpuFraction(pub u32);
 
 impl GpuFraction {
@@ -102,7 +106,11 @@ impl GpuFraction {
 
     /// Whole GPUs needed (1 for a fraction).
     pub fn whole_gpus(self) -> u32 {
-        if self.0 == 0 { 0 } else { self.0.div_ceil(1000) }
+        if self.0 == 0 {
+            0
+        } else {
+            self.0.div_ceil(1000)
+        }
     }
 
     pub fn as_gpus(self) -> f64 {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use resident_proto::pb::node_agent_service_server::NodeAgentServiceServer;
 use resident_proto::pb::scheduler_service_server::SchedulerServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
+use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::{CoreConfig, SchedulerHandle, spawn_scheduler_loop};
@@ -31,8 +31,13 @@ pub fn start_scheduler(
         .local_addr()
         .map_err(|e| SchedulerError::Precondition(format!("listener has no address: {e}")))?;
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
-    let agents = AgentSessionService { scheduler: handle.clone() };
-    let clients = ClientApiService { scheduler: handle.clone(), max_outstanding_per_job: 16_384 };
+    let agents = AgentSessionService {
+        scheduler: handle.clone(),
+    };
+    let clients = ClientApiService {
+        scheduler: handle.clone(),
+        max_outstanding_per_job: 16_384,
+    };
     let incoming = TcpListenerStream::new(listener).map(|stream| {
         let stream = stream?;
         stream.set_nodelay(true)?;
@@ -59,5 +64,9 @@ pub fn start_scheduler(
         let _ = loop_task.await;
     });
     tracing::info!(%local_addr, "scheduler listening");
-    Ok(SchedulerServer { handle, local_addr, task })
+    Ok(SchedulerServer {
+        handle,
+        local_addr,
+        task,
+    })
 }

@@ -48,17 +48,28 @@ impl Cluster {
     /// Connects to the scheduler at `url` (`http://host:port`).
     pub async fn connect(url: &str) -> Result<Self, SdkError> {
         let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
-            .map_err(|source| SdkError::BadUrl { url: url.to_owned(), source })?
+            .map_err(|source| SdkError::BadUrl {
+                url: url.to_owned(),
+                source,
+            })?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
         let channel = endpoint
             .connect()
             .await
-            .map_err(|source| SdkError::Connect { url: url.to_owned(), source })?;
+            .map_err(|source| SdkError::Connect {
+                url: url.to_owned(),
+                source,
+            })?;
         let client = SchedulerServiceClient::new(channel)
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
-        Ok(Self { client, url: url.to_owned(), request_timeout: Duration::from_secs(30), _local: None })
+        Ok(Self {
+            client,
+            url: url.to_owned(),
+            request_timeout: Duration::from_secs(30),
+            _local: None,
+        })
     }
 
     pub(crate) fn keep_alive(mut self, guard: Arc<dyn Any + Send + Sync>) -> Self {
@@ -73,38 +84,77 @@ impl Cluster {
     /// Creates a pool (or returns the existing one with the same spec).
     pub async fn create_pool(&self, spec: PoolSpec) -> Result<Pool, SdkError> {
         let name = spec.name().to_owned();
-        let request = pb::CreatePoolRequest { spec: Some(spec.into_pb()) };
-        self.client.clone().create_pool(with_timeout(request, self.request_timeout)).await?;
+        let request = pb::CreatePoolRequest {
+            spec: Some(spec.into_pb()),
+        };
+        self.client
+            .clone()
+            .create_pool(with_timeout(request, self.request_timeout))
+            .await?;
         Ok(self.pool(name))
     }
 
     /// A handle to an existing pool, by name.
     pub fn pool(&self, name: impl Into<String>) -> Pool {
-        Pool { cluster: self.clone(), name: name.into() }
+        Pool {
+            cluster: self.clone(),
+            name: name.into(),
+        }
     }
 
     pub async fn list_nodes(&self) -> Result<Vec<pb::NodeInfo>, SdkError> {
         let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);
-        Ok(self.client.clone().list_nodes(request).await?.into_inner().nodes)
+        Ok(self
+            .client
+            .clone()
+            .list_nodes(request)
+            .await?
+            .into_inner()
+            .nodes)
     }
 
     pub async fn list_actors(&self) -> Result<Vec<pb::ActorInfo>, SdkError> {
-        let request = with_timeout(pb::ListActorsRequest { pool: String::new() }, self.request_timeout);
-        Ok(self.client.clone().list_actors(request).await?.into_inner().actors)
+        let request = with_timeout(
+            pb::ListActorsRequest {
+                pool: String::new(),
+            },
+            self.request_timeout,
+        );
+        Ok(self
+            .client
+            .clone()
+            .list_actors(request)
+            .await?
+            .into_inner()
+            .actors)
     }
 
     pub async fn job_status(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
-        let request = with_timeout(pb::GetJobRequest { job_id: job_id.to_owned() }, self.request_timeout);
+        let request = with_timeout(
+            pb::GetJobRequest {
+                job_id: job_id.to_owned(),
+            },
+            self.request_timeout,
+        );
         Ok(self.client.clone().get_job(request).await?.into_inner())
     }
 
     pub async fn cancel_job(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
-        let request = with_timeout(pb::CancelJobRequest { job_id: job_id.to_owned() }, self.request_timeout);
+        let request = with_timeout(
+            pb::CancelJobRequest {
+                job_id: job_id.to_owned(),
+            },
+            self.request_timeout,
+        );
         Ok(self.client.clone().cancel_job(request).await?.into_inner())
     }
 
     /// Waits until `count` nodes are alive.
-    pub async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<Vec<pb::NodeInfo>, SdkError> {
+    pub async fn wait_for_nodes(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<pb::NodeInfo>, SdkError> {
         let deadline = Instant::now() + timeout;
         loop {
             let nodes = self.list_nodes().await?;
@@ -112,7 +162,9 @@ impl Cluster {
                 return Ok(nodes);
             }
             if Instant::now() > deadline {
-                return Err(SdkError::Timeout(format!("{count} nodes did not join within {timeout:?}")));
+                return Err(SdkError::Timeout(format!(
+                    "{count} nodes did not join within {timeout:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -132,8 +184,19 @@ impl Pool {
     }
 
     pub async fn status(&self) -> Result<pb::PoolStatus, SdkError> {
-        let request = with_timeout(pb::GetPoolRequest { pool: self.name.clone() }, self.cluster.request_timeout);
-        Ok(self.cluster.client.clone().get_pool(request).await?.into_inner())
+        let request = with_timeout(
+            pb::GetPoolRequest {
+                pool: self.name.clone(),
+            },
+            self.cluster.request_timeout,
+        );
+        Ok(self
+            .cluster
+            .client
+            .clone()
+            .get_pool(request)
+            .await?
+            .into_inner())
     }
 
     /// Waits until every replica is ready. Fails early when every actor is dead, and on
@@ -162,7 +225,11 @@ impl Pool {
             }
             if Instant::now() > deadline {
                 let why = if status.unplaced_reason.is_empty() {
-                    errors.first().copied().unwrap_or("still loading").to_owned()
+                    errors
+                        .first()
+                        .copied()
+                        .unwrap_or("still loading")
+                        .to_owned()
                 } else {
                     status.unplaced_reason.clone()
                 };
@@ -176,13 +243,27 @@ impl Pool {
     }
 
     pub async fn scale(&self, replicas: u32) -> Result<pb::PoolStatus, SdkError> {
-        let request = pb::ScalePoolRequest { pool: self.name.clone(), replicas };
+        let request = pb::ScalePoolRequest {
+            pool: self.name.clone(),
+            replicas,
+        };
         let request = with_timeout(request, self.cluster.request_timeout);
-        Ok(self.cluster.client.clone().scale_pool(request).await?.into_inner())
+        Ok(self
+            .cluster
+            .client
+            .clone()
+            .scale_pool(request)
+            .await?
+            .into_inner())
     }
 
     pub async fn delete(&self) -> Result<(), SdkError> {
-        let request = with_timeout(pb::DeletePoolRequest { pool: self.name.clone() }, self.cluster.request_timeout);
+        let request = with_timeout(
+            pb::DeletePoolRequest {
+                pool: self.name.clone(),
+            },
+            self.cluster.request_timeout,
+        );
         self.cluster.client.clone().delete_pool(request).await?;
         Ok(())
     }
@@ -193,15 +274,28 @@ impl Pool {
         S: Stream<Item = Bytes> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(1024);
-        let header = pb::SubmitHeader { pool: self.name.clone(), job_name: job_name.to_owned() };
-        let _ = tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Header(header)) }).await;
+        let header = pb::SubmitHeader {
+            pool: self.name.clone(),
+            job_name: job_name.to_owned(),
+        };
+        let _ = tx
+            .send(pb::SubmitRequest {
+                body: Some(pb::submit_request::Body::Header(header)),
+            })
+            .await;
         let feeder = tokio::spawn(async move {
             let mut inputs = std::pin::pin!(inputs);
             let mut seq = 0;
             while let Some(payload) = inputs.next().await {
                 let task = pb::TaskInput { seq, payload };
                 seq += 1;
-                if tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(task)) }).await.is_err() {
+                if tx
+                    .send(pb::SubmitRequest {
+                        body: Some(pb::submit_request::Body::Task(task)),
+                    })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -226,10 +320,21 @@ impl Pool {
     /// A long-lived job for one-at-a-time calls, like calling a Ray actor handle.
     pub async fn session(&self) -> Result<CallSession, SdkError> {
         let (tx, rx) = mpsc::channel(16);
-        let header = pb::SubmitHeader { pool: self.name.clone(), job_name: "session".into() };
-        let _ = tx.send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Header(header)) }).await;
+        let header = pb::SubmitHeader {
+            pool: self.name.clone(),
+            job_name: "session".into(),
+        };
+        let _ = tx
+            .send(pb::SubmitRequest {
+                body: Some(pb::submit_request::Body::Header(header)),
+            })
+            .await;
         let results = JobStream::open(&self.cluster, rx).await?;
-        Ok(CallSession { tx, results, next_seq: 0 })
+        Ok(CallSession {
+            tx,
+            results,
+            next_seq: 0,
+        })
     }
 }
 
@@ -250,11 +355,25 @@ impl Drop for JobStream {
 }
 
 impl JobStream {
-    async fn open(cluster: &Cluster, rx: mpsc::Receiver<pb::SubmitRequest>) -> Result<Self, SdkError> {
-        let mut inner = cluster.client.clone().submit_tasks(ReceiverStream::new(rx)).await?.into_inner();
+    async fn open(
+        cluster: &Cluster,
+        rx: mpsc::Receiver<pb::SubmitRequest>,
+    ) -> Result<Self, SdkError> {
+        let mut inner = cluster
+            .client
+            .clone()
+            .submit_tasks(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
         match inner.message().await?.and_then(|m| m.body) {
-            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self { job_id: accepted.job_id, inner, feeder: None }),
-            _ => Err(SdkError::Unavailable("scheduler did not accept the job".into())),
+            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self {
+                job_id: accepted.job_id,
+                inner,
+                feeder: None,
+            }),
+            _ => Err(SdkError::Unavailable(
+                "scheduler did not accept the job".into(),
+            )),
         }
     }
 }
@@ -270,7 +389,9 @@ impl Stream for JobStream {
                 Poll::Ready(Some(Err(status))) => return Poll::Ready(Some(Err(status.into()))),
                 Poll::Ready(Some(Ok(message))) => message,
             };
-            let Some(pb::submit_response::Body::Result(result)) = message.body else { continue };
+            let Some(pb::submit_response::Body::Result(result)) = message.body else {
+                continue;
+            };
             let output = match result.result {
                 Some(pb::task_result::Result::Output(bytes)) => Ok(bytes),
                 Some(pb::task_result::Result::Error(error)) => Err(error),
@@ -298,10 +419,15 @@ pub struct CallSession {
 
 impl CallSession {
     pub async fn call(&mut self, payload: Bytes) -> Result<Bytes, SdkError> {
-        let task = pb::TaskInput { seq: self.next_seq, payload };
+        let task = pb::TaskInput {
+            seq: self.next_seq,
+            payload,
+        };
         self.next_seq += 1;
         self.tx
-            .send(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(task)) })
+            .send(pb::SubmitRequest {
+                body: Some(pb::submit_request::Body::Task(task)),
+            })
             .await
             .map_err(|_| SdkError::Unavailable("call session closed".into()))?;
         match self.results.next().await {

@@ -23,8 +23,8 @@ pub use error::SdkError;
 pub use local::LocalConfig;
 pub use pool_spec::PoolSpec;
 pub use prost::bytes::Bytes;
+#[cfg(feature = "local")]
+pub use resident_node_agent::backends::ActorKindRegistry;
 pub use resident_proto::pb;
 #[cfg(feature = "local")]
 pub use resident_scheduler::core::CoreConfig;
-#[cfg(feature = "local")]
-pub use resident_node_agent::backends::ActorKindRegistry;

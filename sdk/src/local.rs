@@ -61,7 +61,9 @@ impl Cluster {
     pub async fn local(config: LocalConfig) -> Result<Cluster, SdkError> {
         let start = |e: String| SdkError::LocalStart(e);
         let probe: Arc<dyn GpuProbe> = match &config.simulate_gpus {
-            Some(spec) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(spec).map_err(|e| start(e.to_string()))?)),
+            Some(spec) => Arc::new(SimulatedGpus::new(
+                parse_simulated_gpus(spec).map_err(|e| start(e.to_string()))?,
+            )),
             None => Arc::from(gpu::discover()),
         };
         let labels = parse_labels(&config.labels).map_err(|e| start(e.to_string()))?;
@@ -79,7 +81,12 @@ impl Cluster {
         let mut agent = AgentConfig::new(url.clone(), config.node_id.clone());
         agent.labels = labels;
         agent.reconnect_min = Duration::from_millis(20);
-        tokio::spawn(run_agent(agent, config.kinds.clone(), probe, cancel.clone()));
+        tokio::spawn(run_agent(
+            agent,
+            config.kinds.clone(),
+            probe,
+            cancel.clone(),
+        ));
         let guard = Arc::new(LocalGuard { cancel });
         let cluster = Cluster::connect(&url).await?.keep_alive(guard);
         cluster.wait_for_nodes(1, Duration::from_secs(10)).await?;

@@ -80,7 +80,9 @@ impl PoolSpec {
 
     /// Kind-specific configuration, as JSON.
     pub fn config_json(mut self, config: &serde_json::Value) -> Self {
-        self.spec.actor_config = serde_json::to_vec(config).expect("json value serialises").into();
+        self.spec.actor_config = serde_json::to_vec(config)
+            .expect("json value serialises")
+            .into();
         self
     }
 

@@ -27,7 +27,10 @@ where
         if let Some(value) = pred().await {
             return value;
         }
-        assert!(Instant::now() < until, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            Instant::now() < until,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -59,29 +62,51 @@ pub struct InProcessCluster {
 impl InProcessCluster {
     pub async fn start(agents: Vec<AgentSpec>) -> Self {
         init_logging();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let cancel = CancellationToken::new();
-        let server = start_scheduler(listener, CoreConfig::for_test(), Arc::new(MemoryStore::default()), cancel.clone())
-            .expect("scheduler starts");
+        let server = start_scheduler(
+            listener,
+            CoreConfig::for_test(),
+            Arc::new(MemoryStore::default()),
+            cancel.clone(),
+        )
+        .expect("scheduler starts");
         let url = format!("http://{}", server.local_addr);
-        let mut this = Self { cluster: Cluster::connect(&url).await.expect("connect"), url, cancel, agents: Vec::new() };
+        let mut this = Self {
+            cluster: Cluster::connect(&url).await.expect("connect"),
+            url,
+            cancel,
+            agents: Vec::new(),
+        };
         let count = agents.len();
         for spec in agents {
             this.add_agent(spec);
         }
-        this.cluster.wait_for_nodes(count, Duration::from_secs(10)).await.expect("agents join");
+        this.cluster
+            .wait_for_nodes(count, Duration::from_secs(10))
+            .await
+            .expect("agents join");
         this
     }
 
     pub fn add_agent(&mut self, spec: AgentSpec) {
         let probe: Arc<dyn GpuProbe> = match &spec.gpus {
-            Some(gpus) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(gpus).expect("gpu spec"))),
+            Some(gpus) => Arc::new(SimulatedGpus::new(
+                parse_simulated_gpus(gpus).expect("gpu spec"),
+            )),
             None => Arc::new(NoGpus),
         };
         let mut config = AgentConfig::for_test(self.url.clone(), spec.node_id.clone());
         config.labels = parse_labels(&spec.labels).expect("labels");
         let token = self.cancel.child_token();
-        tokio::spawn(run_agent(config, ActorKindRegistry::with_builtin_kinds(), probe, token.clone()));
+        tokio::spawn(run_agent(
+            config,
+            ActorKindRegistry::with_builtin_kinds(),
+            probe,
+            token.clone(),
+        ));
         self.agents.push((spec.node_id, token));
     }
 
@@ -107,7 +132,10 @@ pub fn resident_bin() -> PathBuf {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("test exe path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
     let bin = profile_dir.join("resident");
     assert!(
         bin.exists(),
@@ -142,13 +170,25 @@ impl Drop for Proc {
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Starts `resident scheduler` on `port` with short test intervals; returns it and its URL.
 pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String) {
     let mut child = Command::new(resident_bin())
-        .args(["scheduler", "--listen", &format!("127.0.0.1:{port}"), "--heartbeat-ms", "100", "--node-dead-ms", "700"])
+        .args([
+            "scheduler",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--heartbeat-ms",
+            "100",
+            "--node-dead-ms",
+            "700",
+        ])
         .arg("--state-dir")
         .arg(state_dir)
         .env("RESIDENT_LOG", "warn")
@@ -158,21 +198,45 @@ pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String)
         .expect("spawn scheduler");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("scheduler prints its address");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("scheduler prints its address");
     let url = line.trim().rsplit(' ').next().expect("url").to_owned();
-    assert!(url.starts_with("http://"), "unexpected scheduler output: {line}");
-    (Proc { name: "scheduler".into(), child }, url)
+    assert!(
+        url.starts_with("http://"),
+        "unexpected scheduler output: {line}"
+    );
+    (
+        Proc {
+            name: "scheduler".into(),
+            child,
+        },
+        url,
+    )
 }
 
 /// Starts `resident agent` with simulated GPUs.
 pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
     let child = Command::new(resident_bin())
-        .args(["agent", "--scheduler", url, "--node-id", node_id, "--simulate-gpus", gpus, "--labels", labels])
+        .args([
+            "agent",
+            "--scheduler",
+            url,
+            "--node-id",
+            node_id,
+            "--simulate-gpus",
+            gpus,
+            "--labels",
+            labels,
+        ])
         .args(["--reconnect-max-ms", "300"])
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn agent");
-    Proc { name: node_id.to_owned(), child }
+    Proc {
+        name: node_id.to_owned(),
+        child,
+    }
 }

@@ -9,8 +9,16 @@ use resident_tests::{AgentSpec, InProcessCluster, wait_until};
 
 async fn cluster() -> InProcessCluster {
     InProcessCluster::start(vec![
-        AgentSpec { node_id: "node-1".into(), gpus: Some("A6000:48GiB x2".into()), labels: "pool=onprem".into() },
-        AgentSpec { node_id: "node-2".into(), gpus: Some("H100:80GiB".into()), labels: "pool=cloud".into() },
+        AgentSpec {
+            node_id: "node-1".into(),
+            gpus: Some("A6000:48GiB x2".into()),
+            labels: "pool=onprem".into(),
+        },
+        AgentSpec {
+            node_id: "node-2".into(),
+            gpus: Some("H100:80GiB".into()),
+            labels: "pool=cloud".into(),
+        },
     ])
     .await
 }
@@ -22,34 +30,91 @@ fn echo(name: &str) -> PoolSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impossible_resources_are_refused_naming_the_blocker() {
     let test = cluster().await;
-    let error = test.cluster.create_pool(echo("huge").gpus(1.0).vram_gib(200.0)).await.err().unwrap();
+    let error = test
+        .cluster
+        .create_pool(echo("huge").gpus(1.0).vram_gib(200.0))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(error, SdkError::Unplaceable(_)), "{error:?}");
     assert_eq!(
         error.to_string(),
         "cannot be placed: cannot place pool `huge`: needs 200.0 GiB on one GPU; largest free is 80.0 GiB (node-2 gpu 0)"
     );
-    let error = test.cluster.create_pool(echo("many").gpus(4.0)).await.err().unwrap();
-    assert!(error.to_string().ends_with("needs 4 GPUs on one node; the largest eligible node has 2"), "{error}");
-    let error = test.cluster.create_pool(echo("nowhere").selector("pool", "mars")).await.err().unwrap();
-    assert!(error.to_string().ends_with("no alive node has labels pool=mars"), "{error}");
-    let error = test.cluster.create_pool(echo("half").gpus(1.5)).await.err().unwrap();
+    let error = test
+        .cluster
+        .create_pool(echo("many").gpus(4.0))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error
+            .to_string()
+            .ends_with("needs 4 GPUs on one node; the largest eligible node has 2"),
+        "{error}"
+    );
+    let error = test
+        .cluster
+        .create_pool(echo("nowhere").selector("pool", "mars"))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error
+            .to_string()
+            .ends_with("no alive node has labels pool=mars"),
+        "{error}"
+    );
+    let error = test
+        .cluster
+        .create_pool(echo("half").gpus(1.5))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(error, SdkError::InvalidArgument(_)), "{error:?}");
-    assert!(test.cluster.list_actors().await.unwrap().is_empty(), "nothing was created");
+    assert!(
+        test.cluster.list_actors().await.unwrap().is_empty(),
+        "nothing was created"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_kind_zero_replicas_and_bad_names_are_invalid() {
     let test = cluster().await;
-    let error = test.cluster.create_pool(PoolSpec::new("p", "llama-magic")).await.err().unwrap();
+    let error = test
+        .cluster
+        .create_pool(PoolSpec::new("p", "llama-magic"))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(
         error.to_string(),
         "invalid request: invalid argument: unknown actor kind `llama-magic`; alive nodes offer: echo, text-stats"
     );
-    let error = test.cluster.create_pool(echo("p").replicas(0)).await.err().unwrap();
-    assert_eq!(error.to_string(), "invalid request: invalid argument: replicas must be at least 1");
-    let error = test.cluster.create_pool(echo("bad name!")).await.err().unwrap();
+    let error = test
+        .cluster
+        .create_pool(echo("p").replicas(0))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        error.to_string(),
+        "invalid request: invalid argument: replicas must be at least 1"
+    );
+    let error = test
+        .cluster
+        .create_pool(echo("bad name!"))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(error, SdkError::InvalidArgument(_)), "{error:?}");
-    let error = test.cluster.pool("missing").submit("x", futures::stream::empty()).await.err().unwrap();
+    let error = test
+        .cluster
+        .pool("missing")
+        .submit("x", futures::stream::empty())
+        .await
+        .err()
+        .unwrap();
     assert_eq!(error.to_string(), "not found: no pool named `missing`");
 }
 
@@ -58,15 +123,31 @@ async fn empty_payloads_and_failing_tasks_fail_alone() {
     let test = cluster().await;
     let pool = test
         .cluster
-        .create_pool(echo("p").replicas(2).max_task_attempts(3).config_json(&serde_json::json!({"fail_prefix": "FAIL"})))
+        .create_pool(
+            echo("p")
+                .replicas(2)
+                .max_task_attempts(3)
+                .config_json(&serde_json::json!({"fail_prefix": "FAIL"})),
+        )
         .await
         .unwrap();
     pool.wait_ready(Duration::from_secs(10)).await.unwrap();
-    let payloads = vec![Bytes::from("ok-0"), Bytes::new(), Bytes::from("FAIL-2"), Bytes::from("ok-3")];
+    let payloads = vec![
+        Bytes::from("ok-0"),
+        Bytes::new(),
+        Bytes::from("FAIL-2"),
+        Bytes::from("ok-3"),
+    ];
     let outputs = pool.map(payloads).await.unwrap();
     assert_eq!(outputs[0].output.as_deref(), Ok(&b"ok-0"[..]));
-    assert_eq!(outputs[1].output, Err("invalid argument: task payload is empty".to_owned()));
-    assert_eq!(outputs[2].output, Err("failed after 3 attempts: payload starts with `FAIL`".to_owned()));
+    assert_eq!(
+        outputs[1].output,
+        Err("invalid argument: task payload is empty".to_owned())
+    );
+    assert_eq!(
+        outputs[2].output,
+        Err("failed after 3 attempts: payload starts with `FAIL`".to_owned())
+    );
     assert_eq!(outputs[2].attempts, 3);
     assert_eq!(outputs[3].output.as_deref(), Ok(&b"ok-3"[..]));
 }
@@ -76,19 +157,39 @@ async fn a_model_that_fails_to_load_is_reported() {
     let test = cluster().await;
     let pool = test
         .cluster
-        .create_pool(echo("broken").max_restarts(1).config_json(&serde_json::json!({"fail_load": true})))
+        .create_pool(
+            echo("broken")
+                .max_restarts(1)
+                .config_json(&serde_json::json!({"fail_load": true})),
+        )
         .await
         .unwrap();
-    let error = pool.wait_ready(Duration::from_secs(10)).await.err().unwrap();
+    let error = pool
+        .wait_ready(Duration::from_secs(10))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(
         error.to_string(),
         "scheduler unavailable: every actor of pool `broken` failed: load failed: echo was configured to fail loading"
     );
     let actors = test.cluster.list_actors().await.unwrap();
     assert_eq!(actors[0].restarts, 1);
-    let error = test.cluster.create_pool(echo("typo").config_json(&serde_json::json!({"delay": 1}))).await.unwrap();
-    let error = error.wait_ready(Duration::from_secs(10)).await.err().unwrap().to_string();
-    assert!(error.contains("invalid actor config: unknown field `delay`"), "{error}");
+    let error = test
+        .cluster
+        .create_pool(echo("typo").config_json(&serde_json::json!({"delay": 1})))
+        .await
+        .unwrap();
+    let error = error
+        .wait_ready(Duration::from_secs(10))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("invalid actor config: unknown field `delay`"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +197,11 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
     let test = cluster().await;
     let pool = test
         .cluster
-        .create_pool(echo("p").replicas(2).config_json(&serde_json::json!({"delay_ms": 2})))
+        .create_pool(
+            echo("p")
+                .replicas(2)
+                .config_json(&serde_json::json!({"delay_ms": 2})),
+        )
         .await
         .unwrap();
     pool.wait_ready(Duration::from_secs(10)).await.unwrap();
@@ -107,7 +212,10 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
     for _ in 0..20 {
         doomed.next().await.unwrap().unwrap();
     }
-    let steady = pool.submit("steady", futures::stream::iter((0..200u32).map(|i| Bytes::from(i.to_string()))));
+    let steady = pool.submit(
+        "steady",
+        futures::stream::iter((0..200u32).map(|i| Bytes::from(i.to_string()))),
+    );
     let mut steady = steady.await.unwrap();
     drop(doomed);
 
@@ -129,5 +237,9 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
         actors.iter().all(|a| a.in_flight == 0).then_some(actors)
     })
     .await;
-    assert!(actors.iter().all(|a| a.state == pb::ActorState::Ready as i32));
+    assert!(
+        actors
+            .iter()
+            .all(|a| a.state == pb::ActorState::Ready as i32)
+    );
 }

@@ -39,7 +39,9 @@ impl ActorKind for EchoKind {
             std::thread::sleep(Duration::from_millis(config.load_delay_ms));
         }
         if config.fail_load {
-            return Err(BackendError::Load("echo was configured to fail loading".into()));
+            return Err(BackendError::Load(
+                "echo was configured to fail loading".into(),
+            ));
         }
         Ok(Box::new(Echo { config }))
     }
@@ -50,10 +52,12 @@ impl ModelBackend for Echo {
         if self.config.delay_ms > 0 {
             std::thread::sleep(Duration::from_millis(self.config.delay_ms));
         }
-        if let Some(prefix) = &self.config.fail_prefix {
-            if payload.starts_with(prefix.as_bytes()) {
-                return Err(BackendError::Task(format!("payload starts with `{prefix}`")));
-            }
+        if let Some(prefix) = &self.config.fail_prefix
+            && payload.starts_with(prefix.as_bytes())
+        {
+            return Err(BackendError::Task(format!(
+                "payload starts with `{prefix}`"
+            )));
         }
         Ok(payload.to_vec())
     }

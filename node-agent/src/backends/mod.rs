@@ -37,7 +37,11 @@ pub struct LoadContext {
 impl LoadContext {
     /// Parses the JSON config into `T`, treating an empty config as `{}`.
     pub fn parse_config<T: serde::de::DeserializeOwned>(&self) -> Result<T, BackendError> {
-        let text: &[u8] = if self.config.is_empty() { b"{}" } else { &self.config };
+        let text: &[u8] = if self.config.is_empty() {
+            b"{}"
+        } else {
+            &self.config
+        };
         serde_json::from_slice(text).map_err(|e| BackendError::InvalidConfig(e.to_string()))
     }
 }

@@ -42,7 +42,9 @@ impl ActorKind for TextStatsKind {
 
     fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError> {
         let config: TextStatsConfig = context.parse_config()?;
-        Ok(Box::new(TextStatsBackend { min_word_chars: config.min_word_chars }))
+        Ok(Box::new(TextStatsBackend {
+            min_word_chars: config.min_word_chars,
+        }))
     }
 }
 
@@ -77,12 +79,27 @@ mod tests {
     #[test]
     fn counts_words_and_rejects_bad_input() {
         let mut backend = load(r#"{"min_word_chars": 4}"#).unwrap();
-        let out = backend.run_chunk("the quick brown fox\njumps".as_bytes()).unwrap();
+        let out = backend
+            .run_chunk("the quick brown fox\njumps".as_bytes())
+            .unwrap();
         let stats: TextStats = serde_json::from_slice(&out).unwrap();
-        assert_eq!(stats, TextStats { chars: 25, words: 3, lines: 2 });
+        assert_eq!(
+            stats,
+            TextStats {
+                chars: 25,
+                words: 3,
+                lines: 2
+            }
+        );
         let error = backend.run_chunk(&[0xff, 0xfe]).err().unwrap().to_string();
-        assert!(error.starts_with("bad task payload: payload is not UTF-8"), "{error}");
+        assert!(
+            error.starts_with("bad task payload: payload is not UTF-8"),
+            "{error}"
+        );
         let error = load(r#"{"min_chars": 1}"#).err().unwrap().to_string();
-        assert!(error.starts_with("invalid actor config: unknown field `min_chars`"), "{error}");
+        assert!(
+            error.starts_with("invalid actor config: unknown field `min_chars`"),
+            "{error}"
+        );
     }
 }

@@ -19,7 +19,14 @@ fn format_uuid(bytes: &[std::os::raw::c_char]) -> String {
     if hex.len() != 32 {
         return hex;
     }
-    format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 impl CudaDriverProbe {
@@ -34,12 +41,16 @@ impl CudaDriverProbe {
             let count = CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
             let mut devices = Vec::new();
             for ordinal in 0..count.max(0) as usize {
-                let ctx = CudaContext::new(ordinal).map_err(|e| format!("device {ordinal}: {e}"))?;
+                let ctx =
+                    CudaContext::new(ordinal).map_err(|e| format!("device {ordinal}: {e}"))?;
                 let (major, minor) = ctx.compute_capability().map_err(|e| e.to_string())?;
                 let (free, total) = ctx.mem_get_info().map_err(|e| e.to_string())?;
                 let info = pb::GpuInfo {
                     index: ordinal as u32,
-                    uuid: ctx.uuid().map(|u| format_uuid(&u.bytes)).unwrap_or_default(),
+                    uuid: ctx
+                        .uuid()
+                        .map(|u| format_uuid(&u.bytes))
+                        .unwrap_or_default(),
                     name: ctx.name().map_err(|e| e.to_string())?,
                     total_vram_bytes: total as u64,
                     free_vram_bytes: free as u64,

@@ -33,7 +33,10 @@ impl GpuProbe for NoGpus {
 pub fn discover() -> Box<dyn GpuProbe> {
     match CudaDriverProbe::open() {
         Ok(probe) => {
-            tracing::info!(gpus = probe.gpus().len(), "found GPUs through the CUDA driver");
+            tracing::info!(
+                gpus = probe.gpus().len(),
+                "found GPUs through the CUDA driver"
+            );
             Box::new(probe)
         }
         Err(reason) => {

@@ -49,7 +49,10 @@ fn known_compute(name: &str) -> (u32, u32) {
 
 /// Parses `NAME:SIZE[@MAJOR.MINOR] [xCOUNT]`, several comma-separated.
 pub fn parse_simulated_gpus(spec: &str) -> Result<Vec<pb::GpuInfo>, AgentError> {
-    let fail = |reason: String| AgentError::GpuSpec { spec: spec.to_owned(), reason };
+    let fail = |reason: String| AgentError::GpuSpec {
+        spec: spec.to_owned(),
+        reason,
+    };
     let mut gpus = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (model, count) = match part.rsplit_once(|c: char| c.is_whitespace()) {
@@ -76,7 +79,9 @@ pub fn parse_simulated_gpus(spec: &str) -> Result<Vec<pb::GpuInfo>, AgentError> 
         };
         let vram: VramBytes = size.parse().map_err(fail)?;
         if name.trim().is_empty() || vram.0 == 0 || count == 0 {
-            return Err(fail(format!("`{part}` needs a name, a size and a count above zero")));
+            return Err(fail(format!(
+                "`{part}` needs a name, a size and a count above zero"
+            )));
         }
         for _ in 0..count {
             let index = gpus.len() as u32;

@@ -10,7 +10,10 @@ use super::AgentOutbound;
 use crate::backends::{ActorKind, LoadContext};
 
 pub enum ActorCommand {
-    Run { task: pb::RunTask, span: tracing::Span },
+    Run {
+        task: pb::RunTask,
+        span: tracing::Span,
+    },
     Stop,
 }
 
@@ -32,7 +35,13 @@ pub struct ActorHealth {
 
 impl ActorHealth {
     pub fn loading() -> Self {
-        Self { phase: ActorPhase::Loading, error: String::new(), model_loads: 0, vram_bytes: 0, tasks_done: 0 }
+        Self {
+            phase: ActorPhase::Loading,
+            error: String::new(),
+            model_loads: 0,
+            vram_bytes: 0,
+            tasks_done: 0,
+        }
     }
 
     pub fn report(&self, actor_id: &ActorId, incarnation: u64) -> pb::ActorReport {
@@ -74,7 +83,9 @@ pub(super) fn run_actor_thread(
     let actor_id = context.actor_id.clone();
     let publish = |health: &watch::Sender<ActorHealth>| {
         let report = health.borrow().report(&actor_id, incarnation);
-        let _ = outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::ActorReport(report)) });
+        let _ = outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::ActorReport(report)),
+        });
     };
     let started = Instant::now();
     let loaded = catch_unwind(AssertUnwindSafe(|| kind.load(&context)));
@@ -133,7 +144,12 @@ pub(super) fn run_actor_thread(
             run_micros: begun.elapsed().as_micros() as u64,
         };
         health.send_modify(|h| h.tasks_done += 1);
-        if outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::TaskOutcome(outcome)) }).is_err() {
+        if outbound
+            .send(pb::AgentMessage {
+                body: Some(pb::agent_message::Body::TaskOutcome(outcome)),
+            })
+            .is_err()
+        {
             break;
         }
     }

@@ -46,7 +46,12 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
 
 impl ActorHost {
     pub fn new(registry: ActorKindRegistry, outbound: AgentOutbound, simulated_gpus: bool) -> Self {
-        Self { registry, outbound, simulated_gpus, actors: HashMap::new() }
+        Self {
+            registry,
+            outbound,
+            simulated_gpus,
+            actors: HashMap::new(),
+        }
     }
 
     /// Starts an actor thread; it loads the model and reports READY or DEAD.
@@ -66,8 +71,14 @@ impl ActorHost {
             ..Default::default()
         };
         let Some(kind) = self.registry.get(&start.kind) else {
-            let error = format!("unknown actor kind `{}`; this agent offers: {}", start.kind, self.registry.names().join(", "));
-            let _ = self.outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::ActorReport(report(error))) });
+            let error = format!(
+                "unknown actor kind `{}`; this agent offers: {}",
+                start.kind,
+                self.registry.names().join(", ")
+            );
+            let _ = self.outbound.send(pb::AgentMessage {
+                body: Some(pb::agent_message::Body::ActorReport(report(error))),
+            });
             return;
         };
         let context = LoadContext {
@@ -89,21 +100,36 @@ impl ActorHost {
         let incarnation = start.incarnation;
         let spawned = std::thread::Builder::new()
             .name(format!("actor-{actor_id}"))
-            .spawn(move || run_actor_thread(kind, context, incarnation, receiver, health_tx, outbound, thread_cancelled));
+            .spawn(move || {
+                run_actor_thread(
+                    kind,
+                    context,
+                    incarnation,
+                    receiver,
+                    health_tx,
+                    outbound,
+                    thread_cancelled,
+                )
+            });
         if let Err(error) = spawned {
             let _ = self.outbound.send(pb::AgentMessage {
-                body: Some(pb::agent_message::Body::ActorReport(report(format!("cannot start thread: {error}")))),
+                body: Some(pb::agent_message::Body::ActorReport(report(format!(
+                    "cannot start thread: {error}"
+                )))),
             });
             return;
         }
-        self.actors.insert(actor_id, ActorSlot {
-            incarnation,
-            commands,
-            health,
-            cancelled,
-            gpu_indices: start.gpu_indices,
-            vram_bytes: start.vram_bytes,
-        });
+        self.actors.insert(
+            actor_id,
+            ActorSlot {
+                incarnation,
+                commands,
+                health,
+                cancelled,
+                gpu_indices: start.gpu_indices,
+                vram_bytes: start.vram_bytes,
+            },
+        );
     }
 
     /// Asks the actor to stop after what it is doing; the thread drops the model and exits.
@@ -124,14 +150,21 @@ impl ActorHost {
     pub fn run(&mut self, task: pb::RunTask) {
         let actor_id = ActorId::new(task.actor_id.clone());
         let Some(slot) = self.actors.get(&actor_id) else {
-            let _ = self.outbound.send(outcome_error(&task, format!("actor {actor_id} is not running on this node")));
+            let _ = self.outbound.send(outcome_error(
+                &task,
+                format!("actor {actor_id} is not running on this node"),
+            ));
             return;
         };
         let span = tracing::debug_span!("task", task_id = task.task_id, actor_id = %actor_id);
         if let Err(error) = slot.commands.try_send(ActorCommand::Run { task, span }) {
             let (task, why) = match error {
-                mpsc::error::TrySendError::Full(ActorCommand::Run { task, .. }) => (task, "actor is overloaded"),
-                mpsc::error::TrySendError::Closed(ActorCommand::Run { task, .. }) => (task, "actor has stopped"),
+                mpsc::error::TrySendError::Full(ActorCommand::Run { task, .. }) => {
+                    (task, "actor is overloaded")
+                }
+                mpsc::error::TrySendError::Closed(ActorCommand::Run { task, .. }) => {
+                    (task, "actor has stopped")
+                }
                 _ => unreachable!("only Run commands are sent here"),
             };
             let _ = self.outbound.send(outcome_error(&task, why.to_owned()));
@@ -141,7 +174,10 @@ impl ActorHost {
     /// Marks a queued task cancelled; the actor skips it (a running call finishes).
     pub fn cancel(&mut self, cancel: pb::CancelTask) {
         if let Some(slot) = self.actors.get(&ActorId::new(cancel.actor_id)) {
-            slot.cancelled.lock().expect("cancel set").insert(cancel.task_id);
+            slot.cancelled
+                .lock()
+                .expect("cancel set")
+                .insert(cancel.task_id);
         }
     }
 

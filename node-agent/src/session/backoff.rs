@@ -11,7 +11,11 @@ pub struct ReconnectBackoff {
 
 impl ReconnectBackoff {
     pub fn new(min: Duration, max: Duration) -> Self {
-        Self { min, max, next: min }
+        Self {
+            min,
+            max,
+            next: min,
+        }
     }
 
     pub fn next_delay(&mut self) -> Duration {
@@ -31,7 +35,8 @@ mod tests {
 
     #[test]
     fn doubles_caps_and_resets() {
-        let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let mut backoff =
+            ReconnectBackoff::new(Duration::from_millis(100), Duration::from_millis(350));
         let delays: Vec<u128> = (0..4).map(|_| backoff.next_delay().as_millis()).collect();
         assert_eq!(delays, vec![100, 200, 350, 350]);
         backoff.reset();

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use resident_proto::{ActorId, pb};
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
+use resident_proto::{ActorId, pb};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -81,7 +81,10 @@ pub async fn run_agent(
     cancel: CancellationToken,
 ) -> Result<(), AgentError> {
     let endpoint = tonic::transport::Endpoint::from_shared(config.scheduler_url.clone())
-        .map_err(|source| AgentError::SchedulerUrl { url: config.scheduler_url.clone(), source })?
+        .map_err(|source| AgentError::SchedulerUrl {
+            url: config.scheduler_url.clone(),
+            source,
+        })?
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
@@ -90,10 +93,20 @@ pub async fn run_agent(
     let mut backoff = ReconnectBackoff::new(config.reconnect_min, config.reconnect_max);
     tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
     loop {
-        let session = run_session(&endpoint, &config, &generation, &registry, probe.as_ref(), &cancel, &mut backoff);
+        let session = run_session(
+            &endpoint,
+            &config,
+            &generation,
+            &registry,
+            probe.as_ref(),
+            &cancel,
+            &mut backoff,
+        );
         match session.await {
             Ok(()) => return Ok(()),
-            Err(error) => tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended"),
+            Err(error) => {
+                tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended")
+            }
         }
         let delay = backoff.next_delay();
         tokio::select! {
@@ -123,17 +136,26 @@ async fn run_session(
     let register = pb::RegisterNode {
         node_id: config.node_id.clone(),
         generation: generation.to_owned(),
-        hostname: hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        hostname: hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         labels: config.labels.clone().into_iter().collect(),
         gpus: probe.gpus(),
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         ram_bytes: total_ram_bytes(),
         actor_kinds: registry.names(),
     };
-    let _ = outbound.send(pb::AgentMessage { body: Some(pb::agent_message::Body::Register(register)) });
-    let mut inbound = client.session(UnboundedReceiverStream::new(outbound_rx)).await?.into_inner();
+    let _ = outbound.send(pb::AgentMessage {
+        body: Some(pb::agent_message::Body::Register(register)),
+    });
+    let mut inbound = client
+        .session(UnboundedReceiverStream::new(outbound_rx))
+        .await?
+        .into_inner();
     let heartbeat_ms = match inbound.message().await?.and_then(|m| m.body) {
-        Some(pb::scheduler_message::Body::Registered(registered)) => registered.heartbeat_interval_ms.max(10),
+        Some(pb::scheduler_message::Body::Registered(registered)) => {
+            registered.heartbeat_interval_ms.max(10)
+        }
         _ => return Err(AgentError::SessionClosed),
     };
     backoff.reset();
@@ -172,10 +194,15 @@ fn heartbeat_message(host: &ActorHost, probe: &dyn GpuProbe) -> pb::AgentMessage
     let mut gpus = probe.gpus();
     if probe.simulated() {
         for gpu in &mut gpus {
-            gpu.free_vram_bytes = gpu.total_vram_bytes.saturating_sub(host.reserved_vram(gpu.index));
+            gpu.free_vram_bytes = gpu
+                .total_vram_bytes
+                .saturating_sub(host.reserved_vram(gpu.index));
         }
     }
     pb::AgentMessage {
-        body: Some(pb::agent_message::Body::Heartbeat(pb::Heartbeat { gpus, actors: host.reports() })),
+        body: Some(pb::agent_message::Body::Heartbeat(pb::Heartbeat {
+            gpus,
+            actors: host.reports(),
+        })),
     }
 }

@@ -15,7 +15,11 @@ use crate::state::ActorState;
 use crate::store::{StoreOp, StoredOutcome};
 
 impl Core {
-    pub(super) fn open_job(&mut self, header: pb::SubmitHeader, results: JobResults) -> Result<JobId, SchedulerError> {
+    pub(super) fn open_job(
+        &mut self,
+        header: pb::SubmitHeader,
+        results: JobResults,
+    ) -> Result<JobId, SchedulerError> {
         let pool = PoolName::new(header.pool.clone());
         self.pool_record(&pool)?;
         let job = JobId::generate();
@@ -27,16 +31,27 @@ impl Core {
             ..Default::default()
         };
         let _ = results.send(pb::SubmitResponse {
-            body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted { job_id: job.to_string() })),
+            body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {
+                job_id: job.to_string(),
+            })),
         });
         self.store.write(StoreOp::PutJob(status.clone()));
         tracing::info!(job_id = %job, pool = %pool, "job opened");
-        self.jobs.insert(job.clone(), JobRecord { status, results: Some(results), input_closed: false });
+        self.jobs.insert(
+            job.clone(),
+            JobRecord {
+                status,
+                results: Some(results),
+                input_closed: false,
+            },
+        );
         Ok(job)
     }
 
     pub(super) fn submit_task(&mut self, job_id: &JobId, input: pb::TaskInput) {
-        let Some(job) = self.jobs.get_mut(job_id) else { return };
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
         if job.status.state != pb::JobState::Running as i32 {
             return;
         }
@@ -85,7 +100,9 @@ impl Core {
 
     /// Hands queued tasks to ready actors that have credit, the freest actor first.
     pub(super) fn dispatch_pool(&mut self, pool_name: &PoolName) {
-        let Some(pool) = self.pools.get_mut(pool_name) else { return };
+        let Some(pool) = self.pools.get_mut(pool_name) else {
+            return;
+        };
         let credit = pool.in_flight_per_actor as usize;
         while !pool.queue.is_empty() {
             let best = pool
@@ -99,12 +116,18 @@ impl Core {
                 .max_by_key(|(free, _)| *free);
             let Some((_, actor_id)) = best else { return };
             let task_id = pool.queue.pop_front().expect("not empty");
-            let Some(task) = self.tasks.get_mut(&task_id) else { continue };
+            let Some(task) = self.tasks.get_mut(&task_id) else {
+                continue;
+            };
             if task.phase != TaskPhase::Queued {
                 continue;
             }
             let actor = self.actors.get_mut(actor_id).expect("pool actor");
-            let node_id = &actor.assignment.as_ref().expect("ready actors are placed").node;
+            let node_id = &actor
+                .assignment
+                .as_ref()
+                .expect("ready actors are placed")
+                .node;
             task.phase = TaskPhase::Running;
             task.actor = Some(actor_id.clone());
             task.dispatch += 1;
@@ -128,11 +151,14 @@ impl Core {
         let task_id = TaskId(outcome.task_id);
         let actor_id = ActorId::new(outcome.actor_id);
         let current = self.tasks.get(&task_id).is_some_and(|t| {
-            t.phase == TaskPhase::Running && t.dispatch == outcome.dispatch && t.actor.as_ref() == Some(&actor_id)
+            t.phase == TaskPhase::Running
+                && t.dispatch == outcome.dispatch
+                && t.actor.as_ref() == Some(&actor_id)
         });
-        let on_node = self.actors.get(&actor_id).is_some_and(|a| {
-            a.assignment.as_ref().is_some_and(|p| &p.node == node_id)
-        });
+        let on_node = self
+            .actors
+            .get(&actor_id)
+            .is_some_and(|a| a.assignment.as_ref().is_some_and(|p| &p.node == node_id));
         if !current || !on_node {
             tracing::debug!(task_id = %task_id, "ignoring stale task outcome");
             return;
@@ -153,7 +179,9 @@ impl Core {
                 None => self.retry_or_fail(task_id, "agent sent an empty outcome".into()),
             }
         }
-        if self.actors[&actor_id].state == ActorState::Draining && self.actors[&actor_id].in_flight.is_empty() {
+        if self.actors[&actor_id].state == ActorState::Draining
+            && self.actors[&actor_id].in_flight.is_empty()
+        {
             self.finish_drain(&actor_id);
         }
         self.dispatch_pool(&pool);
@@ -162,14 +190,19 @@ impl Core {
     fn retry_or_fail(&mut self, task_id: TaskId, error: String) {
         let max_attempts = {
             let task = &self.tasks[&task_id];
-            self.pools.get(&task.pool).map_or(1, |p| p.max_task_attempts)
+            self.pools
+                .get(&task.pool)
+                .map_or(1, |p| p.max_task_attempts)
         };
         let task = self.tasks.get_mut(&task_id).expect("exists");
         task.actor = None;
         task.failures += 1;
         task.last_error = error;
         if task.failures >= max_attempts {
-            let error = format!("failed after {} attempts: {}", task.failures, task.last_error);
+            let error = format!(
+                "failed after {} attempts: {}",
+                task.failures, task.last_error
+            );
             self.mark_running_as_queued(task_id);
             self.fail_task(task_id, error);
             return;
@@ -178,7 +211,8 @@ impl Core {
         task.phase = TaskPhase::Backoff;
         tracing::debug!(task_id = %task_id, failures = task.failures, ?delay, "task failed; retrying");
         self.mark_running_as_queued(task_id);
-        self.retries.push(std::cmp::Reverse((Instant::now() + delay, task_id)));
+        self.retries
+            .push(std::cmp::Reverse((Instant::now() + delay, task_id)));
     }
 
     fn mark_running_as_queued(&mut self, task_id: TaskId) {
@@ -190,7 +224,9 @@ impl Core {
 
     /// A task whose actor or node was lost goes back to the front of its queue.
     pub(super) fn requeue_lost_task(&mut self, task_id: TaskId, why: &str) {
-        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        let Some(task) = self.tasks.get_mut(&task_id) else {
+            return;
+        };
         task.actor = None;
         if task.cancelled {
             self.tasks.remove(&task_id);
@@ -218,7 +254,9 @@ impl Core {
                 break;
             }
             self.retries.pop();
-            let Some(task) = self.tasks.get_mut(&task_id) else { continue };
+            let Some(task) = self.tasks.get_mut(&task_id) else {
+                continue;
+            };
             if task.phase != TaskPhase::Backoff {
                 continue;
             }
@@ -240,15 +278,28 @@ impl Core {
     }
 
     /// Removes the task and sends its one result; the job counts it as queued by now.
-    fn finish_task(&mut self, task_id: TaskId, result: Result<prost::bytes::Bytes, String>, run_micros: u64) {
-        let Some(task) = self.tasks.remove(&task_id) else { return };
-        let Some(job) = self.jobs.get_mut(&task.job) else { return };
+    fn finish_task(
+        &mut self,
+        task_id: TaskId,
+        result: Result<prost::bytes::Bytes, String>,
+        run_micros: u64,
+    ) {
+        let Some(task) = self.tasks.remove(&task_id) else {
+            return;
+        };
+        let Some(job) = self.jobs.get_mut(&task.job) else {
+            return;
+        };
         job.status.queued -= 1;
         let attempts = task.dispatch;
-        let queue_micros = task
-            .started_at
-            .map_or(0, |started| started.duration_since(task.submitted_at).as_micros() as u64);
-        let actor_id = task.actor.as_ref().map(ToString::to_string).unwrap_or_default();
+        let queue_micros = task.started_at.map_or(0, |started| {
+            started.duration_since(task.submitted_at).as_micros() as u64
+        });
+        let actor_id = task
+            .actor
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         let node_id = task
             .actor
             .as_ref()
@@ -282,18 +333,33 @@ impl Core {
                 queue_micros,
                 run_micros,
             };
-            let _ = results.send(pb::SubmitResponse { body: Some(pb::submit_response::Body::Result(message)) });
+            let _ = results.send(pb::SubmitResponse {
+                body: Some(pb::submit_response::Body::Result(message)),
+            });
         }
-        self.store.write(StoreOp::PutOutcome { job: task.job.clone(), seq: task.seq, outcome: stored });
+        self.store.write(StoreOp::PutOutcome {
+            job: task.job.clone(),
+            seq: task.seq,
+            outcome: stored,
+        });
         self.maybe_finish_job(&task.job);
     }
 
     fn maybe_finish_job(&mut self, job_id: &JobId) {
-        let Some(job) = self.jobs.get_mut(job_id) else { return };
-        if !job.input_closed || job.outstanding() > 0 || job.status.state != pb::JobState::Running as i32 {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        if !job.input_closed
+            || job.outstanding() > 0
+            || job.status.state != pb::JobState::Running as i32
+        {
             return;
         }
-        job.status.state = if job.status.failed > 0 { pb::JobState::Failed } else { pb::JobState::Succeeded } as i32;
+        job.status.state = if job.status.failed > 0 {
+            pb::JobState::Failed
+        } else {
+            pb::JobState::Succeeded
+        } as i32;
         job.results = None;
         tracing::info!(job_id = %job_id, succeeded = job.status.succeeded, failed = job.status.failed, "job finished");
         self.store.write(StoreOp::PutJob(job.status.clone()));
@@ -301,7 +367,9 @@ impl Core {
 
     /// Cancels every task of the job that has not finished; nothing else is disturbed.
     pub(super) fn cancel_job_tasks(&mut self, job_id: &JobId, why: &str) {
-        let Some(job) = self.jobs.get_mut(job_id) else { return };
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
         if job.status.state != pb::JobState::Running as i32 {
             return;
         }
@@ -312,13 +380,21 @@ impl Core {
         job.results = None;
         let pool = PoolName::new(job.status.pool.clone());
         self.store.write(StoreOp::PutJob(job.status.clone()));
-        let mine: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| &t.job == job_id).map(|(id, _)| *id).collect();
+        let mine: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| &t.job == job_id)
+            .map(|(id, _)| *id)
+            .collect();
         for task_id in mine {
             let task = self.tasks.get_mut(&task_id).expect("listed");
             match (task.phase, task.actor.clone()) {
                 (TaskPhase::Running, Some(actor)) => {
                     task.cancelled = true;
-                    let node = self.actors[&actor].assignment.as_ref().map(|a| a.node.clone());
+                    let node = self.actors[&actor]
+                        .assignment
+                        .as_ref()
+                        .map(|a| a.node.clone());
                     if let Some(node) = node.and_then(|n| self.nodes.get(&n)) {
                         node.send(pb::scheduler_message::Body::CancelTask(pb::CancelTask {
                             task_id: task_id.0,

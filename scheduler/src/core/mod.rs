@@ -246,7 +246,11 @@ impl Core {
     fn handle(&mut self, command: SchedulerCommand) {
         use SchedulerCommand as C;
         match command {
-            C::RegisterNode { register, outbound, reply } => {
+            C::RegisterNode {
+                register,
+                outbound,
+                reply,
+            } => {
                 let _ = reply.send(self.register_node(register, outbound));
             }
             C::AgentMessage { session, message } => self.agent_message(session, message),
@@ -254,7 +258,11 @@ impl Core {
             C::CreatePool { spec, reply } => {
                 let _ = reply.send(self.create_pool(spec));
             }
-            C::ScalePool { pool, replicas, reply } => {
+            C::ScalePool {
+                pool,
+                replicas,
+                reply,
+            } => {
                 let _ = reply.send(self.scale_pool(&pool, replicas));
             }
             C::DeletePool { pool, reply } => {
@@ -263,7 +271,11 @@ impl Core {
             C::GetPool { pool, reply } => {
                 let _ = reply.send(self.pool_status(&pool));
             }
-            C::OpenJob { header, results, reply } => {
+            C::OpenJob {
+                header,
+                results,
+                reply,
+            } => {
                 let _ = reply.send(self.open_job(header, results));
             }
             C::SubmitTask { job, input } => self.submit_task(&job, input),

@@ -40,18 +40,20 @@ impl Core {
             return Err(SchedulerError::InvalidArgument("node id is empty".into()));
         }
         if register.generation.is_empty() {
-            return Err(SchedulerError::InvalidArgument("node generation is empty".into()));
+            return Err(SchedulerError::InvalidArgument(
+                "node generation is empty".into(),
+            ));
         }
         let node_id = NodeId::new(register.node_id.clone());
-        if let Some(old) = self.nodes.get(&node_id) {
-            if old.alive {
-                let why = if old.generation == register.generation {
-                    "agent reconnected"
-                } else {
-                    "agent restarted as a new generation"
-                };
-                self.mark_node_dead(&node_id, why);
-            }
+        if let Some(old) = self.nodes.get(&node_id)
+            && old.alive
+        {
+            let why = if old.generation == register.generation {
+                "agent reconnected"
+            } else {
+                "agent restarted as a new generation"
+            };
+            self.mark_node_dead(&node_id, why);
         }
         let session = SessionId(self.next_session);
         self.next_session += 1;
@@ -116,7 +118,10 @@ impl Core {
 
     pub(super) fn agent_gone(&mut self, session: SessionId) {
         if let Some(node_id) = self.sessions.remove(&session) {
-            let current = self.nodes.get(&node_id).is_some_and(|n| n.session == session);
+            let current = self
+                .nodes
+                .get(&node_id)
+                .is_some_and(|n| n.session == session);
             if current {
                 self.mark_node_dead(&node_id, "agent session closed");
             }
@@ -157,7 +162,11 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for actor in hosted {
-            self.lose_actor(&actor, ActorEvent::NodeLost, &format!("node {node_id} died ({why})"));
+            self.lose_actor(
+                &actor,
+                ActorEvent::NodeLost,
+                &format!("node {node_id} died ({why})"),
+            );
         }
         self.replan_needed = true;
     }
@@ -169,7 +178,8 @@ impl Core {
                 && a.state.is_placed()
                 && a.assignment.as_ref().is_some_and(|p| &p.node == node_id)
         });
-        let reported = pb::ActorState::try_from(report.state).unwrap_or(pb::ActorState::Unspecified);
+        let reported =
+            pb::ActorState::try_from(report.state).unwrap_or(pb::ActorState::Unspecified);
         if !known {
             if reported != pb::ActorState::Dead {
                 // An actor this scheduler no longer wants there (stale incarnation): stop it.

@@ -35,12 +35,18 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
         return bad("replicas must be at least 1".into());
     }
     if spec.replicas > 10_000 {
-        return bad(format!("replicas must be at most 10000, got {}", spec.replicas));
+        return bad(format!(
+            "replicas must be at most 10000, got {}",
+            spec.replicas
+        ));
     }
     let resources = spec.resources.clone().unwrap_or_default();
     let gpus = GpuFraction::from_gpus(resources.gpus).map_err(SchedulerError::InvalidArgument)?;
     if !resources.cpus.is_finite() || resources.cpus < 0.0 {
-        return bad(format!("cpus must be a non-negative number, got {}", resources.cpus));
+        return bad(format!(
+            "cpus must be a non-negative number, got {}",
+            resources.cpus
+        ));
     }
     if gpus.is_cpu_only() && resources.vram_bytes > 0 {
         return bad("vram_bytes needs gpus > 0".into());
@@ -64,7 +70,10 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
 }
 
 impl Core {
-    pub(super) fn create_pool(&mut self, spec: pb::PoolSpec) -> Result<pb::PoolStatus, SchedulerError> {
+    pub(super) fn create_pool(
+        &mut self,
+        spec: pb::PoolSpec,
+    ) -> Result<pb::PoolStatus, SchedulerError> {
         let request = validate_pool_spec(&spec)?;
         let name = PoolName::new(spec.name.clone());
         if let Some(existing) = self.pools.get(&name) {
@@ -97,14 +106,25 @@ impl Core {
     }
 
     /// A request that cannot fit even on an empty cluster is refused up front.
-    fn check_placeable(&self, pool: &PoolName, request: &ResourceRequest) -> Result<(), SchedulerError> {
+    fn check_placeable(
+        &self,
+        pool: &PoolName,
+        request: &ResourceRequest,
+    ) -> Result<(), SchedulerError> {
         let nodes = self.alive_node_capacities();
         if nodes.is_empty() {
             return Ok(());
         }
         let probe = ActorId::new("probe");
-        let demand = ActorDemand { pool: pool.clone(), request: request.clone(), order: 0 };
-        let problem = Problem { nodes, actors: BTreeMap::from([(probe.clone(), demand)]) };
+        let demand = ActorDemand {
+            pool: pool.clone(),
+            request: request.clone(),
+            order: 0,
+        };
+        let problem = Problem {
+            nodes,
+            actors: BTreeMap::from([(probe.clone(), demand)]),
+        };
         let plan = placement::place(&problem, &Previous::default());
         match plan.refusals.get(&probe) {
             None => Ok(()),
@@ -119,8 +139,14 @@ impl Core {
         let name = PoolName::new(spec.name.clone());
         let or_default = |value: u32, default: u32| if value == 0 { default } else { value };
         let record = PoolRecord {
-            in_flight_per_actor: or_default(spec.max_in_flight_per_actor, self.config.default_in_flight_per_actor),
-            max_task_attempts: or_default(spec.max_task_attempts, self.config.default_max_task_attempts),
+            in_flight_per_actor: or_default(
+                spec.max_in_flight_per_actor,
+                self.config.default_in_flight_per_actor,
+            ),
+            max_task_attempts: or_default(
+                spec.max_task_attempts,
+                self.config.default_max_task_attempts,
+            ),
             max_restarts: or_default(spec.max_restarts, self.config.default_max_restarts),
             request,
             actors: BTreeSet::new(),
@@ -143,7 +169,10 @@ impl Core {
         let actor = ActorRecord {
             pool: pool.clone(),
             state: ActorState::Pending,
-            restarts: Restarts { used: 0, max: record.max_restarts },
+            restarts: Restarts {
+                used: 0,
+                max: record.max_restarts,
+            },
             incarnation: 0,
             order: self.next_actor_order,
             assignment: None,
@@ -160,7 +189,11 @@ impl Core {
         self.replan_needed = true;
     }
 
-    pub(super) fn scale_pool(&mut self, pool: &PoolName, replicas: u32) -> Result<pb::PoolStatus, SchedulerError> {
+    pub(super) fn scale_pool(
+        &mut self,
+        pool: &PoolName,
+        replicas: u32,
+    ) -> Result<pb::PoolStatus, SchedulerError> {
         let record = self.pool_record(pool)?;
         if replicas == 0 {
             return Err(SchedulerError::InvalidArgument(
@@ -217,13 +250,17 @@ impl Core {
             self.fail_task(task, format!("pool `{pool}` was deleted"));
         }
         for actor in actors {
-            if !matches!(self.actors[&actor].state, ActorState::Draining | ActorState::Dead) {
+            if !matches!(
+                self.actors[&actor].state,
+                ActorState::Draining | ActorState::Dead
+            ) {
                 self.drain_actor(&actor);
             }
         }
         self.store.write(StoreOp::DeletePool(pool.clone()));
         self.pools.remove(pool);
-        self.actors.retain(|_, a| &a.pool != pool || a.state != ActorState::Dead);
+        self.actors
+            .retain(|_, a| &a.pool != pool || a.state != ActorState::Dead);
         tracing::info!(pool = %pool, "pool deleted");
         Ok(())
     }
@@ -237,7 +274,10 @@ impl Core {
 
     /// Places every actor that needs a node and starts the newly placed ones.
     pub(super) fn replan(&mut self) {
-        let mut problem = Problem { nodes: self.alive_node_capacities(), actors: BTreeMap::new() };
+        let mut problem = Problem {
+            nodes: self.alive_node_capacities(),
+            actors: BTreeMap::new(),
+        };
         let mut previous = Previous::default();
         for (id, actor) in &self.actors {
             if actor.state == ActorState::Dead {
@@ -250,7 +290,11 @@ impl Core {
             };
             problem.actors.insert(
                 id.clone(),
-                ActorDemand { pool: actor.pool.clone(), request, order: actor.order },
+                ActorDemand {
+                    pool: actor.pool.clone(),
+                    request,
+                    order: actor.order,
+                },
             );
             if let (true, Some(assignment)) = (actor.state.is_placed(), &actor.assignment) {
                 previous.assignments.insert(id.clone(), assignment.clone());
@@ -335,7 +379,11 @@ impl Core {
         if actor.state != ActorState::Draining {
             return;
         }
-        if let Some(node) = actor.assignment.as_ref().and_then(|a| self.nodes.get(&a.node)) {
+        if let Some(node) = actor
+            .assignment
+            .as_ref()
+            .and_then(|a| self.nodes.get(&a.node))
+        {
             node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                 actor_id: id.to_string(),
             }));

@@ -63,7 +63,8 @@ impl Core {
 
     pub(super) fn pool_status(&self, pool: &PoolName) -> Result<pb::PoolStatus, SchedulerError> {
         let record = self.pools.get(pool).ok_or_else(|| no_pool(pool))?;
-        let actors: Vec<pb::ActorInfo> = record.actors.iter().map(|id| self.actor_info(id)).collect();
+        let actors: Vec<pb::ActorInfo> =
+            record.actors.iter().map(|id| self.actor_info(id)).collect();
         let ready = record
             .actors
             .iter()
@@ -76,7 +77,12 @@ impl Core {
             .find(|a| a.state == ActorState::Pending && !a.unplaced_reason.is_empty())
             .map(|a| a.unplaced_reason.clone())
             .unwrap_or_default();
-        Ok(pb::PoolStatus { spec: Some(record.spec.clone()), ready_actors: ready, actors, unplaced_reason })
+        Ok(pb::PoolStatus {
+            spec: Some(record.spec.clone()),
+            ready_actors: ready,
+            actors,
+            unplaced_reason,
+        })
     }
 
     pub(super) fn job_status(&self, job: &JobId) -> Result<pb::JobStatus, SchedulerError> {
@@ -102,7 +108,14 @@ impl Core {
                 self.store.write(StoreOp::PutJob(status.clone()));
             }
             let job = JobId::new(status.job_id.clone());
-            self.jobs.insert(job, super::records::JobRecord { status, results: None, input_closed: true });
+            self.jobs.insert(
+                job,
+                super::records::JobRecord {
+                    status,
+                    results: None,
+                    input_closed: true,
+                },
+            );
         }
         Ok(())
     }

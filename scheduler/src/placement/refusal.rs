@@ -10,15 +10,42 @@ use super::types::{ComputeCapability, NodeCapacity, ResourceRequest};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Refusal {
     NoNodes,
-    SelectorMatchesNothing { selector: String },
+    SelectorMatchesNothing {
+        selector: String,
+    },
     NoGpus,
-    NoGpuOfModel { model: String },
-    ComputeTooLow { needed: ComputeCapability, best: ComputeCapability },
-    TooFewGpus { needed: u32, most_on_one_node: u32 },
-    NotEnoughVram { needed: VramBytes, largest_free: VramBytes, node: NodeId, gpu: u32 },
-    NoGpuShareFree { share: GpuFraction, vram: VramBytes },
-    NotEnoughWholeGpus { needed: u32, vram: VramBytes, most_free: u32, node: NodeId },
-    NotEnoughCpu { needed_millis: u64, most_free_millis: u64, node: NodeId },
+    NoGpuOfModel {
+        model: String,
+    },
+    ComputeTooLow {
+        needed: ComputeCapability,
+        best: ComputeCapability,
+    },
+    TooFewGpus {
+        needed: u32,
+        most_on_one_node: u32,
+    },
+    NotEnoughVram {
+        needed: VramBytes,
+        largest_free: VramBytes,
+        node: NodeId,
+        gpu: u32,
+    },
+    NoGpuShareFree {
+        share: GpuFraction,
+        vram: VramBytes,
+    },
+    NotEnoughWholeGpus {
+        needed: u32,
+        vram: VramBytes,
+        most_free: u32,
+        node: NodeId,
+    },
+    NotEnoughCpu {
+        needed_millis: u64,
+        most_free_millis: u64,
+        node: NodeId,
+    },
 }
 
 impl Refusal {
@@ -52,17 +79,28 @@ impl fmt::Display for Refusal {
             }
             Refusal::NoGpus => write!(f, "needs a GPU; no eligible node has one"),
             Refusal::NoGpuOfModel { model } => {
-                write!(f, "needs a GPU of model {model:?}; no eligible node has one")
+                write!(
+                    f,
+                    "needs a GPU of model {model:?}; no eligible node has one"
+                )
             }
             Refusal::ComputeTooLow { needed, best } => write!(
                 f,
                 "needs compute capability {needed} or higher; the best eligible GPU has {best}"
             ),
-            Refusal::TooFewGpus { needed, most_on_one_node } => write!(
+            Refusal::TooFewGpus {
+                needed,
+                most_on_one_node,
+            } => write!(
                 f,
                 "needs {needed} GPUs on one node; the largest eligible node has {most_on_one_node}"
             ),
-            Refusal::NotEnoughVram { needed, largest_free, node, gpu } => write!(
+            Refusal::NotEnoughVram {
+                needed,
+                largest_free,
+                node,
+                gpu,
+            } => write!(
                 f,
                 "needs {needed} on one GPU; largest free is {largest_free} ({node} gpu {gpu})"
             ),
@@ -71,11 +109,20 @@ impl fmt::Display for Refusal {
                 "needs {} of a GPU with {vram}; every eligible GPU with that much VRAM free is fully shared",
                 share.as_gpus()
             ),
-            Refusal::NotEnoughWholeGpus { needed, vram, most_free, node } => write!(
+            Refusal::NotEnoughWholeGpus {
+                needed,
+                vram,
+                most_free,
+                node,
+            } => write!(
                 f,
                 "needs {needed} whole GPUs with {vram} each on one node; at most {most_free} are free ({node})"
             ),
-            Refusal::NotEnoughCpu { needed_millis, most_free_millis, node } => write!(
+            Refusal::NotEnoughCpu {
+                needed_millis,
+                most_free_millis,
+                node,
+            } => write!(
                 f,
                 "needs {} CPUs; most free is {} ({node})",
                 cpus(*needed_millis),
@@ -134,7 +181,11 @@ fn explain_gpus(
     if request.gpus.is_cpu_only() {
         return None;
     }
-    let all_gpus = || matching.iter().flat_map(|(id, n)| n.gpus.iter().map(move |g| (*id, g)));
+    let all_gpus = || {
+        matching
+            .iter()
+            .flat_map(|(id, n)| n.gpus.iter().map(move |g| (*id, g)))
+    };
     if all_gpus().next().is_none() {
         return Some(Refusal::NoGpus);
     }

@@ -4,8 +4,8 @@ use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, VramBytes};
 
 use super::refusal::explain;
 use super::types::{
-    ActorDemand, Assignment, GpuCapacity, NodeCapacity, Plan, Previous, Problem, ResourceRequest,
-    PlacementStrategy,
+    ActorDemand, Assignment, GpuCapacity, NodeCapacity, PlacementStrategy, Plan, Previous, Problem,
+    ResourceRequest,
 };
 
 /// What is already taken on one GPU.
@@ -32,7 +32,8 @@ impl Usage {
     }
 
     pub fn free_vram(&self, node: &NodeId, gpu: &GpuCapacity) -> VramBytes {
-        gpu.usable_vram.saturating_sub(self.gpu(node, gpu.index).vram)
+        gpu.usable_vram
+            .saturating_sub(self.gpu(node, gpu.index).vram)
     }
 
     pub fn free_cpu(&self, node: &NodeId, capacity: &NodeCapacity) -> u64 {
@@ -50,10 +51,7 @@ impl Usage {
             entry.vram = VramBytes(entry.vram.0 + demand.request.vram_per_gpu.0);
             entry.millis += assignment.share_per_gpu.0;
         }
-        *self
-            .cpu_millis
-            .entry(assignment.node.clone())
-            .or_default() += demand.request.cpu_millis;
+        *self.cpu_millis.entry(assignment.node.clone()).or_default() += demand.request.cpu_millis;
         *self
             .pool_actors
             .entry((assignment.node.clone(), demand.pool.clone()))
@@ -267,7 +265,10 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
             .get(&assignment.node)
             .ok_or_else(|| format!("{actor} is on unknown node {}", assignment.node))?;
         if !selector_matches(&demand.request, node) {
-            return Err(format!("{actor} is on {} against its selector", assignment.node));
+            return Err(format!(
+                "{actor} is on {} against its selector",
+                assignment.node
+            ));
         }
         if assignment.gpus.len() as u32 != demand.request.gpus.whole_gpus() {
             return Err(format!("{actor} has the wrong number of GPUs"));

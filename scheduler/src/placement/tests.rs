@@ -32,7 +32,9 @@ fn mixed_cluster() -> BTreeMap<NodeId, NodeCapacity> {
         NodeId::from("node-1"),
         node(
             &[("pool", "onprem-a6000")],
-            (0..8).map(|i| gpu(i, "NVIDIA RTX A6000", 48.0, 8, 6)).collect(),
+            (0..8)
+                .map(|i| gpu(i, "NVIDIA RTX A6000", 48.0, 8, 6))
+                .collect(),
         ),
     );
     nodes.insert(
@@ -44,7 +46,10 @@ fn mixed_cluster() -> BTreeMap<NodeId, NodeCapacity> {
     );
     nodes.insert(
         NodeId::from("node-3"),
-        node(&[("pool", "eks-h100")], vec![gpu(0, "NVIDIA H100", 80.0, 9, 0)]),
+        node(
+            &[("pool", "eks-h100")],
+            vec![gpu(0, "NVIDIA H100", 80.0, 9, 0)],
+        ),
     );
     nodes
 }
@@ -103,10 +108,18 @@ fn label_selector_keeps_actors_on_matching_nodes() {
         &Previous::default(),
     );
     assert_eq!(plan.assignments.len(), 8);
-    assert!(plan.assignments.values().all(|a| a.node.as_str() == "node-1"));
+    assert!(
+        plan.assignments
+            .values()
+            .all(|a| a.node.as_str() == "node-1")
+    );
     let mut used: Vec<u32> = plan.assignments.values().map(|a| a.gpus[0]).collect();
     used.sort_unstable();
-    assert_eq!(used, (0..8).collect::<Vec<_>>(), "whole GPUs are not shared");
+    assert_eq!(
+        used,
+        (0..8).collect::<Vec<_>>(),
+        "whole GPUs are not shared"
+    );
 }
 
 #[test]
@@ -120,14 +133,20 @@ fn fractional_gpus_share_one_device_when_packing() {
     let places: Vec<_> = plan.assignments.values().collect();
     assert_eq!(places.len(), 4);
     assert!(
-        places.iter().all(|a| a.node == places[0].node && a.gpus == places[0].gpus),
+        places
+            .iter()
+            .all(|a| a.node == places[0].node && a.gpus == places[0].gpus),
         "four quarter-GPU actors pack onto one T4: {places:?}"
     );
     // A fifth quarter does not fit on that GPU and goes to the next one.
     let mut more = request(0.25, 4.0);
     more.gpu_model = Some("t4".into());
-    let plan = place(&problem_with(mixed_cluster(), "small", 5, more), &Previous::default());
-    let distinct: std::collections::BTreeSet<_> = plan.assignments.values().map(|a| a.gpus.clone()).collect();
+    let plan = place(
+        &problem_with(mixed_cluster(), "small", 5, more),
+        &Previous::default(),
+    );
+    let distinct: std::collections::BTreeSet<_> =
+        plan.assignments.values().map(|a| a.gpus.clone()).collect();
     assert_eq!(distinct.len(), 2);
 }
 
@@ -147,8 +166,14 @@ fn spread_uses_every_matching_node() {
 #[test]
 fn compute_capability_and_model_refusals_name_the_resource() {
     let mut req = request(1.0, 10.0);
-    req.min_compute = Some(ComputeCapability { major: 10, minor: 0 });
-    let plan = place(&problem_with(mixed_cluster(), "x", 1, req), &Previous::default());
+    req.min_compute = Some(ComputeCapability {
+        major: 10,
+        minor: 0,
+    });
+    let plan = place(
+        &problem_with(mixed_cluster(), "x", 1, req),
+        &Previous::default(),
+    );
     let refusal = plan.refusals.values().next().unwrap();
     assert_eq!(refusal.blocking_resource(), "compute capability");
     assert_eq!(
@@ -158,12 +183,21 @@ fn compute_capability_and_model_refusals_name_the_resource() {
 
     let mut req = request(1.0, 10.0);
     req.gpu_model = Some("B200".into());
-    let plan = place(&problem_with(mixed_cluster(), "x", 1, req), &Previous::default());
-    assert_eq!(plan.refusals.values().next().unwrap().blocking_resource(), "gpu model");
+    let plan = place(
+        &problem_with(mixed_cluster(), "x", 1, req),
+        &Previous::default(),
+    );
+    assert_eq!(
+        plan.refusals.values().next().unwrap().blocking_resource(),
+        "gpu model"
+    );
 
     let mut req = request(1.0, 10.0);
     req.selector.insert("zone".into(), "mars".into());
-    let plan = place(&problem_with(mixed_cluster(), "x", 1, req), &Previous::default());
+    let plan = place(
+        &problem_with(mixed_cluster(), "x", 1, req),
+        &Previous::default(),
+    );
     assert_eq!(
         plan.refusals.values().next().unwrap().to_string(),
         "no alive node has labels zone=mars"
@@ -228,8 +262,12 @@ fn arb_node() -> impl Strategy<Value = NodeCapacity> {
     (0usize..4, 0u32..9, 0usize..3, 1u64..17).prop_map(|(model, count, zone, cores)| {
         let (name, gib, major, minor) = GPU_MODELS[model];
         NodeCapacity {
-            labels: [("zone".to_owned(), format!("z{zone}"))].into_iter().collect(),
-            gpus: (0..count).map(|i| gpu(i, name, gib, major, minor)).collect(),
+            labels: [("zone".to_owned(), format!("z{zone}"))]
+                .into_iter()
+                .collect(),
+            gpus: (0..count)
+                .map(|i| gpu(i, name, gib, major, minor))
+                .collect(),
             cpu_millis: cores * 1000,
         }
     })
@@ -237,7 +275,14 @@ fn arb_node() -> impl Strategy<Value = NodeCapacity> {
 
 fn arb_request() -> impl Strategy<Value = ResourceRequest> {
     (
-        prop_oneof![Just(0.0), Just(0.25), Just(0.5), Just(1.0), Just(2.0), Just(4.0)],
+        prop_oneof![
+            Just(0.0),
+            Just(0.25),
+            Just(0.5),
+            Just(1.0),
+            Just(2.0),
+            Just(4.0)
+        ],
         0.0f64..90.0,
         proptest::option::of(0usize..3),
         proptest::option::of(0usize..4),
@@ -249,8 +294,13 @@ fn arb_request() -> impl Strategy<Value = ResourceRequest> {
             if let Some(zone) = zone {
                 request.selector.insert("zone".into(), format!("z{zone}"));
             }
-            request.gpu_model = model.map(|m| GPU_MODELS[m].0.split(' ').next_back().unwrap().to_owned());
-            request.strategy = if spread { PlacementStrategy::Spread } else { PlacementStrategy::Pack };
+            request.gpu_model =
+                model.map(|m| GPU_MODELS[m].0.split(' ').next_back().unwrap().to_owned());
+            request.strategy = if spread {
+                PlacementStrategy::Spread
+            } else {
+                PlacementStrategy::Pack
+            };
             request.cpu_millis = cpus * 500;
             request
         })

@@ -23,7 +23,10 @@ mod tests {
 
     #[test]
     fn doubles_then_caps() {
-        let backoff = RetryBackoff { base: Duration::from_millis(100), max: Duration::from_secs(1) };
+        let backoff = RetryBackoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        };
         let delays: Vec<u128> = (1..=6).map(|n| backoff.delay(n).as_millis()).collect();
         assert_eq!(delays, vec![100, 200, 400, 800, 1000, 1000]);
         assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(1));

@@ -29,23 +29,36 @@ impl NodeAgentService for AgentSessionService {
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.and_then(|m| m.body);
         let Some(pb::agent_message::Body::Register(register)) = first else {
-            return Err(Status::invalid_argument("the first agent message must be a registration"));
+            return Err(Status::invalid_argument(
+                "the first agent message must be a registration",
+            ));
         };
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
         let session = self
             .scheduler
-            .call(|reply| SchedulerCommand::RegisterNode { register, outbound, reply })
+            .call(|reply| SchedulerCommand::RegisterNode {
+                register,
+                outbound,
+                reply,
+            })
             .await?;
         let scheduler = self.scheduler.clone();
         tokio::spawn(async move {
             while let Some(Ok(message)) = inbound.next().await {
-                let Some(message) = message.body else { continue };
-                if scheduler.send(SchedulerCommand::AgentMessage { session, message }).is_err() {
+                let Some(message) = message.body else {
+                    continue;
+                };
+                if scheduler
+                    .send(SchedulerCommand::AgentMessage { session, message })
+                    .is_err()
+                {
                     return;
                 }
             }
             let _ = scheduler.send(SchedulerCommand::AgentGone { session });
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(outbound_rx))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
+            outbound_rx,
+        ))))
     }
 }

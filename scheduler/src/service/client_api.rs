@@ -21,32 +21,62 @@ pub struct ClientApiService {
 #[tonic::async_trait]
 impl SchedulerService for ClientApiService {
     #[instrument(skip_all)]
-    async fn create_pool(&self, request: Request<pb::CreatePoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
-        let spec = request.into_inner().spec.ok_or_else(|| Status::invalid_argument("pool spec is missing"))?;
-        let status = self.scheduler.call(|reply| SchedulerCommand::CreatePool { spec, reply }).await?;
+    async fn create_pool(
+        &self,
+        request: Request<pb::CreatePoolRequest>,
+    ) -> Result<Response<pb::PoolStatus>, Status> {
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("pool spec is missing"))?;
+        let status = self
+            .scheduler
+            .call(|reply| SchedulerCommand::CreatePool { spec, reply })
+            .await?;
         Ok(Response::new(status))
     }
 
     #[instrument(skip_all)]
-    async fn scale_pool(&self, request: Request<pb::ScalePoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+    async fn scale_pool(
+        &self,
+        request: Request<pb::ScalePoolRequest>,
+    ) -> Result<Response<pb::PoolStatus>, Status> {
         let request = request.into_inner();
         let pool = PoolName::new(request.pool);
         let replicas = request.replicas;
-        let status = self.scheduler.call(|reply| SchedulerCommand::ScalePool { pool, replicas, reply }).await?;
+        let status = self
+            .scheduler
+            .call(|reply| SchedulerCommand::ScalePool {
+                pool,
+                replicas,
+                reply,
+            })
+            .await?;
         Ok(Response::new(status))
     }
 
     #[instrument(skip_all)]
-    async fn delete_pool(&self, request: Request<pb::DeletePoolRequest>) -> Result<Response<pb::DeletePoolResponse>, Status> {
+    async fn delete_pool(
+        &self,
+        request: Request<pb::DeletePoolRequest>,
+    ) -> Result<Response<pb::DeletePoolResponse>, Status> {
         let pool = PoolName::new(request.into_inner().pool);
-        self.scheduler.call(|reply| SchedulerCommand::DeletePool { pool, reply }).await?;
+        self.scheduler
+            .call(|reply| SchedulerCommand::DeletePool { pool, reply })
+            .await?;
         Ok(Response::new(pb::DeletePoolResponse {}))
     }
 
     #[instrument(skip_all)]
-    async fn get_pool(&self, request: Request<pb::GetPoolRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+    async fn get_pool(
+        &self,
+        request: Request<pb::GetPoolRequest>,
+    ) -> Result<Response<pb::PoolStatus>, Status> {
         let pool = PoolName::new(request.into_inner().pool);
-        let status = self.scheduler.call(|reply| SchedulerCommand::GetPool { pool, reply }).await?;
+        let status = self
+            .scheduler
+            .call(|reply| SchedulerCommand::GetPool { pool, reply })
+            .await?;
         Ok(Response::new(status))
     }
 
@@ -60,37 +90,84 @@ impl SchedulerService for ClientApiService {
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.and_then(|m| m.body);
         let Some(pb::submit_request::Body::Header(header)) = first else {
-            return Err(Status::invalid_argument("the first submit message must be a header naming the pool"));
+            return Err(Status::invalid_argument(
+                "the first submit message must be a header naming the pool",
+            ));
         };
         let (results, results_rx) = mpsc::unbounded_channel();
-        let job = self.scheduler.call(|reply| SchedulerCommand::OpenJob { header, results, reply }).await?;
+        let job = self
+            .scheduler
+            .call(|reply| SchedulerCommand::OpenJob {
+                header,
+                results,
+                reply,
+            })
+            .await?;
         let credit = Arc::new(Semaphore::new(self.max_outstanding_per_job));
-        tokio::spawn(forward_tasks(inbound, self.scheduler.clone(), job.clone(), credit.clone()));
-        Ok(Response::new(JobResultStream { results: results_rx, credit, scheduler: self.scheduler.clone(), job }))
+        tokio::spawn(forward_tasks(
+            inbound,
+            self.scheduler.clone(),
+            job.clone(),
+            credit.clone(),
+        ));
+        Ok(Response::new(JobResultStream {
+            results: results_rx,
+            credit,
+            scheduler: self.scheduler.clone(),
+            job,
+        }))
     }
 
     #[instrument(skip_all)]
-    async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+    async fn get_job(
+        &self,
+        request: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::JobStatus>, Status> {
         let job = JobId::new(request.into_inner().job_id);
-        Ok(Response::new(self.scheduler.call(|reply| SchedulerCommand::GetJob { job, reply }).await?))
+        Ok(Response::new(
+            self.scheduler
+                .call(|reply| SchedulerCommand::GetJob { job, reply })
+                .await?,
+        ))
     }
 
     #[instrument(skip_all)]
-    async fn cancel_job(&self, request: Request<pb::CancelJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+    async fn cancel_job(
+        &self,
+        request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::JobStatus>, Status> {
         let job = JobId::new(request.into_inner().job_id);
-        Ok(Response::new(self.scheduler.call(|reply| SchedulerCommand::CancelJob { job, reply }).await?))
+        Ok(Response::new(
+            self.scheduler
+                .call(|reply| SchedulerCommand::CancelJob { job, reply })
+                .await?,
+        ))
     }
 
     #[instrument(skip_all)]
-    async fn list_nodes(&self, _: Request<pb::ListNodesRequest>) -> Result<Response<pb::ListNodesResponse>, Status> {
-        let nodes = self.scheduler.call(|reply| SchedulerCommand::ListNodes { reply }).await?;
+    async fn list_nodes(
+        &self,
+        _: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        let nodes = self
+            .scheduler
+            .call(|reply| SchedulerCommand::ListNodes { reply })
+            .await?;
         Ok(Response::new(pb::ListNodesResponse { nodes }))
     }
 
     #[instrument(skip_all)]
-    async fn list_actors(&self, request: Request<pb::ListActorsRequest>) -> Result<Response<pb::ListActorsResponse>, Status> {
-        let pool = Some(request.into_inner().pool).filter(|p| !p.is_empty()).map(PoolName::new);
-        let actors = self.scheduler.call(|reply| SchedulerCommand::ListActors { pool, reply }).await?;
+    async fn list_actors(
+        &self,
+        request: Request<pb::ListActorsRequest>,
+    ) -> Result<Response<pb::ListActorsResponse>, Status> {
+        let pool = Some(request.into_inner().pool)
+            .filter(|p| !p.is_empty())
+            .map(PoolName::new);
+        let actors = self
+            .scheduler
+            .call(|reply| SchedulerCommand::ListActors { pool, reply })
+            .await?;
         Ok(Response::new(pb::ListActorsResponse { actors }))
     }
 }
@@ -114,10 +191,20 @@ async fn forward_tasks(
                 let _ = scheduler.send(SchedulerCommand::ClientGone { job });
                 return;
             }
-            Some(Ok(pb::SubmitRequest { body: Some(pb::submit_request::Body::Task(input)) })) => {
-                let Ok(permit) = credit.acquire().await else { return };
+            Some(Ok(pb::SubmitRequest {
+                body: Some(pb::submit_request::Body::Task(input)),
+            })) => {
+                let Ok(permit) = credit.acquire().await else {
+                    return;
+                };
                 permit.forget();
-                if scheduler.send(SchedulerCommand::SubmitTask { job: job.clone(), input }).is_err() {
+                if scheduler
+                    .send(SchedulerCommand::SubmitTask {
+                        job: job.clone(),
+                        input,
+                    })
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -161,6 +248,8 @@ impl Drop for JobResultStream {
     fn drop(&mut self) {
         self.credit.close();
         // A no-op for a job that already finished.
-        let _ = self.scheduler.send(SchedulerCommand::ClientGone { job: self.job.clone() });
+        let _ = self.scheduler.send(SchedulerCommand::ClientGone {
+            job: self.job.clone(),
+        });
     }
 }

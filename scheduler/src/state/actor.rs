@@ -48,7 +48,11 @@ pub struct InvalidTransition {
 
 impl fmt::Display for InvalidTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "actor cannot take {:?} while {:?}", self.event, self.from)
+        write!(
+            f,
+            "actor cannot take {:?} while {:?}",
+            self.event, self.from
+        )
     }
 }
 
@@ -101,7 +105,10 @@ impl ActorState {
 
     /// Holds (or is about to hold) resources on a node.
     pub fn is_placed(self) -> bool {
-        matches!(self, ActorState::Starting | ActorState::Ready | ActorState::Draining)
+        matches!(
+            self,
+            ActorState::Starting | ActorState::Ready | ActorState::Draining
+        )
     }
 }
 
@@ -116,28 +123,45 @@ mod tests {
         let s = transition(s, ActorEvent::Loaded, &mut r).unwrap();
         assert_eq!(s, ActorState::Ready);
         let s = transition(s, ActorEvent::Drain, &mut r).unwrap();
-        assert_eq!(transition(s, ActorEvent::Drained, &mut r), Ok(ActorState::Dead));
+        assert_eq!(
+            transition(s, ActorEvent::Drained, &mut r),
+            Ok(ActorState::Dead)
+        );
     }
 
     #[test]
     fn failures_use_up_restarts_then_die() {
         let mut r = Restarts { used: 0, max: 1 };
-        assert_eq!(transition(ActorState::Starting, ActorEvent::Failed, &mut r), Ok(ActorState::Pending));
+        assert_eq!(
+            transition(ActorState::Starting, ActorEvent::Failed, &mut r),
+            Ok(ActorState::Pending)
+        );
         assert_eq!(r.used, 1);
-        assert_eq!(transition(ActorState::Starting, ActorEvent::Failed, &mut r), Ok(ActorState::Dead));
+        assert_eq!(
+            transition(ActorState::Starting, ActorEvent::Failed, &mut r),
+            Ok(ActorState::Dead)
+        );
     }
 
     #[test]
     fn node_loss_is_not_a_restart() {
         let mut r = Restarts { used: 0, max: 0 };
-        assert_eq!(transition(ActorState::Ready, ActorEvent::NodeLost, &mut r), Ok(ActorState::Pending));
+        assert_eq!(
+            transition(ActorState::Ready, ActorEvent::NodeLost, &mut r),
+            Ok(ActorState::Pending)
+        );
         assert_eq!(r.used, 0);
     }
 
     #[test]
     fn dead_is_terminal() {
         let mut r = Restarts::default();
-        for event in [ActorEvent::Placed, ActorEvent::Loaded, ActorEvent::Drain, ActorEvent::NodeLost] {
+        for event in [
+            ActorEvent::Placed,
+            ActorEvent::Loaded,
+            ActorEvent::Drain,
+            ActorEvent::NodeLost,
+        ] {
             assert!(transition(ActorState::Dead, event, &mut r).is_err());
         }
         assert!(transition(ActorState::Pending, ActorEvent::Loaded, &mut r).is_err());

@@ -22,13 +22,19 @@ struct Tables {
 impl DurableStore for MemoryStore {
     fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
         let tables = self.inner.lock().expect("store lock");
-        let pools = tables.pools.values().map(|b| pb::PoolSpec::decode(b.as_slice()));
+        let pools = tables
+            .pools
+            .values()
+            .map(|b| pb::PoolSpec::decode(b.as_slice()));
         Ok(pools.collect::<Result<_, _>>()?)
     }
 
     fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError> {
         let tables = self.inner.lock().expect("store lock");
-        let jobs = tables.jobs.values().map(|b| pb::JobStatus::decode(b.as_slice()));
+        let jobs = tables
+            .jobs
+            .values()
+            .map(|b| pb::JobStatus::decode(b.as_slice()));
         Ok(jobs.collect::<Result<_, _>>()?)
     }
 

@@ -40,7 +40,11 @@ pub enum StoreOp {
     PutPool(pb::PoolSpec),
     DeletePool(PoolName),
     PutJob(pb::JobStatus),
-    PutOutcome { job: JobId, seq: u64, outcome: StoredOutcome },
+    PutOutcome {
+        job: JobId,
+        seq: u64,
+        outcome: StoredOutcome,
+    },
 }
 
 pub trait DurableStore: Send + Sync + 'static {
@@ -111,18 +115,32 @@ mod tests {
             succeeded: 3,
             ..Default::default()
         };
-        let outcome = StoredOutcome { ok: true, attempts: 1, error: None, output_bytes: 4 };
+        let outcome = StoredOutcome {
+            ok: true,
+            attempts: 1,
+            error: None,
+            output_bytes: 4,
+        };
         store
             .apply(&[
                 StoreOp::PutPool(spec.clone()),
                 StoreOp::PutJob(job.clone()),
-                StoreOp::PutOutcome { job: JobId::from("j1"), seq: 7, outcome: outcome.clone() },
+                StoreOp::PutOutcome {
+                    job: JobId::from("j1"),
+                    seq: 7,
+                    outcome: outcome.clone(),
+                },
             ])
             .unwrap();
         assert_eq!(store.load_pools().unwrap(), vec![spec]);
         assert_eq!(store.load_jobs().unwrap(), vec![job]);
-        assert_eq!(store.outcomes(&JobId::from("j1")).unwrap(), vec![(7, outcome)]);
-        store.apply(&[StoreOp::DeletePool(PoolName::from("emb"))]).unwrap();
+        assert_eq!(
+            store.outcomes(&JobId::from("j1")).unwrap(),
+            vec![(7, outcome)]
+        );
+        store
+            .apply(&[StoreOp::DeletePool(PoolName::from("emb"))])
+            .unwrap();
         assert!(store.load_pools().unwrap().is_empty());
     }
 
@@ -138,7 +156,10 @@ mod tests {
             let store = RedbStore::open(dir.path()).unwrap();
             exercise(&store);
             store
-                .apply(&[StoreOp::PutPool(pb::PoolSpec { name: "kept".into(), ..Default::default() })])
+                .apply(&[StoreOp::PutPool(pb::PoolSpec {
+                    name: "kept".into(),
+                    ..Default::default()
+                })])
                 .unwrap();
         }
         let reopened = RedbStore::open(dir.path()).unwrap();

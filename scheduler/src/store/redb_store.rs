@@ -22,7 +22,10 @@ fn backend(error: impl std::fmt::Display) -> StoreError {
 impl RedbStore {
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(state_dir).map_err(|e| {
-            StoreError::Backend(format!("cannot create state dir {}: {e}", state_dir.display()))
+            StoreError::Backend(format!(
+                "cannot create state dir {}: {e}",
+                state_dir.display()
+            ))
         })?;
         let db = Database::create(state_dir.join("scheduler.redb")).map_err(backend)?;
         let txn = db.begin_write().map_err(backend)?;

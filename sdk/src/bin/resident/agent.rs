@@ -33,6 +33,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     config.labels = parse_labels(&args.labels)?;
     config.reconnect_max = std::time::Duration::from_millis(args.reconnect_max_ms.max(50));
     let cancel = crate::shutdown_token();
-    run_agent(config, ActorKindRegistry::with_builtin_kinds(), probe, cancel).await?;
+    run_agent(
+        config,
+        ActorKindRegistry::with_builtin_kinds(),
+        probe,
+        cancel,
+    )
+    .await?;
     Ok(())
 }

@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "resident", version, about = "Resident: resident model actors for GPU batch inference")]
+#[command(
+    name = "resident",
+    version,
+    about = "Resident: resident model actors for GPU batch inference"
+)]
 struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
@@ -36,7 +40,9 @@ fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RESIDENT_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

@@ -36,7 +36,10 @@ impl SchedulerArgs {
             self.node_dead_ms,
             self.heartbeat_ms
         );
-        anyhow::ensure!(self.max_task_attempts > 0, "--max-task-attempts must be at least 1");
+        anyhow::ensure!(
+            self.max_task_attempts > 0,
+            "--max-task-attempts must be at least 1"
+        );
         Ok(CoreConfig {
             heartbeat_interval: Duration::from_millis(self.heartbeat_ms),
             node_dead_after: Duration::from_millis(self.node_dead_ms),
@@ -56,7 +59,10 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let cancel = crate::shutdown_token();
     let server = start_scheduler(listener, config, Arc::new(store), cancel)?;
     // Printed on stdout so scripts and tests can read the bound address.
-    println!("resident scheduler listening on http://{}", server.local_addr);
+    println!(
+        "resident scheduler listening on http://{}",
+        server.local_addr
+    );
     server.task.await?;
     Ok(())
 }

@@ -13,7 +13,9 @@ pub struct StatusArgs {
 }
 
 fn state_name(state: i32) -> &'static str {
-    resident_proto::actor_state_name(pb::ActorState::try_from(state).unwrap_or(pb::ActorState::Unspecified))
+    resident_proto::actor_state_name(
+        pb::ActorState::try_from(state).unwrap_or(pb::ActorState::Unspecified),
+    )
 }
 
 pub fn status_json(nodes: &[pb::NodeInfo], actors: &[pb::ActorInfo]) -> serde_json::Value {
@@ -60,7 +62,10 @@ pub fn status_json(nodes: &[pb::NodeInfo], actors: &[pb::ActorInfo]) -> serde_js
 }
 
 fn print_table(nodes: &[pb::NodeInfo], actors: &[pb::ActorInfo]) {
-    println!("{:<16} {:<6} {:<28} {:>5}  GPUS (free/total GiB)", "NODE", "STATE", "LABELS", "CPUS");
+    println!(
+        "{:<16} {:<6} {:<28} {:>5}  GPUS (free/total GiB)",
+        "NODE", "STATE", "LABELS", "CPUS"
+    );
     for n in nodes {
         let mut labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         labels.sort();
@@ -69,21 +74,55 @@ fn print_table(nodes: &[pb::NodeInfo], actors: &[pb::ActorInfo]) {
             .iter()
             .map(|g| {
                 let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-                format!("{}:{} {:.1}/{:.1}", g.index, g.name, gib(g.free_vram_bytes), gib(g.total_vram_bytes))
+                format!(
+                    "{}:{} {:.1}/{:.1}",
+                    g.index,
+                    g.name,
+                    gib(g.free_vram_bytes),
+                    gib(g.total_vram_bytes)
+                )
             })
             .collect();
         let state = if n.alive { "alive" } else { "dead" };
-        let gpus = if gpus.is_empty() { "-".to_owned() } else { gpus.join(", ") };
-        println!("{:<16} {:<6} {:<28} {:>5}  {}", n.node_id, state, labels.join(","), n.cpu_cores, gpus);
+        let gpus = if gpus.is_empty() {
+            "-".to_owned()
+        } else {
+            gpus.join(", ")
+        };
+        println!(
+            "{:<16} {:<6} {:<28} {:>5}  {}",
+            n.node_id,
+            state,
+            labels.join(","),
+            n.cpu_cores,
+            gpus
+        );
     }
     println!();
-    println!("{:<28} {:<14} {:<16} {:<5} {:<9} {:>5} {:>8}  NOTE", "ACTOR", "POOL", "NODE", "GPU", "STATE", "LOADS", "TASKS");
+    println!(
+        "{:<28} {:<14} {:<16} {:<5} {:<9} {:>5} {:>8}  NOTE",
+        "ACTOR", "POOL", "NODE", "GPU", "STATE", "LOADS", "TASKS"
+    );
     for a in actors {
-        let gpu = a.gpu_indices.first().map_or("-".to_owned(), ToString::to_string);
-        let node = if a.node_id.is_empty() { "-" } else { &a.node_id };
+        let gpu = a
+            .gpu_indices
+            .first()
+            .map_or("-".to_owned(), ToString::to_string);
+        let node = if a.node_id.is_empty() {
+            "-"
+        } else {
+            &a.node_id
+        };
         println!(
             "{:<28} {:<14} {:<16} {:<5} {:<9} {:>5} {:>8}  {}",
-            a.actor_id, a.pool, node, gpu, state_name(a.state), a.model_loads, a.tasks_done, a.error
+            a.actor_id,
+            a.pool,
+            node,
+            gpu,
+            state_name(a.state),
+            a.model_loads,
+            a.tasks_done,
+            a.error
         );
     }
 }
@@ -93,7 +132,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let nodes = cluster.list_nodes().await?;
     let actors = cluster.list_actors().await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status_json(&nodes, &actors))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status_json(&nodes, &actors))?
+        );
     } else {
         print_table(&nodes, &actors);
     }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: builds the workspace once (release, which the tests and the binaries
+# share) and runs every test, including the process-level fault tests against the real
+# `resident` binary. No GPU, network or services needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked --workspace --bins
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --release --locked --workspace --no-fail-fast
+  cargo test --release --locked --workspace --doc
+else
+  cargo test --release --locked --workspace --no-fail-fast
+fi

@@ -1,0 +1,199 @@
+//! The real binaries: a scheduler and three agents as processes. kill -9 an agent while tasks
+//! run, and kill -9 the scheduler itself: no task is lost or answered twice.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{Bytes, Cluster, PoolSpec, pb};
+use resident_tests::{
+    free_port, init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let mut agents = [
+        spawn_agent(&url, "node-1", "A6000:48GiB x8", "pool=onprem-a6000"),
+        spawn_agent(&url, "node-2", "T4:16GiB x4", "pool=eks-t4"),
+        spawn_agent(&url, "node-3", "H100:80GiB x1", "pool=eks-h100"),
+    ];
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(3, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("work", "echo")
+                .replicas(6)
+                .gpus(0.5)
+                .vram_gib(4.0)
+                .spread()
+                .config_json(&serde_json::json!({"delay_ms": 10})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let before = cluster.list_actors().await.unwrap();
+    let on_node2: Vec<String> = before
+        .iter()
+        .filter(|a| a.node_id == "node-2")
+        .map(|a| a.actor_id.clone())
+        .collect();
+    assert!(
+        !on_node2.is_empty(),
+        "spread placed actors on node-2: {before:?}"
+    );
+
+    let total = 600u32;
+    let inputs = futures::stream::iter((0..total).map(|i| Bytes::from(format!("doc-{i}"))));
+    let mut job = pool.submit("chaos", inputs).await.unwrap();
+    let mut seen = BTreeSet::new();
+    let mut killed = false;
+    while let Some(result) = job.next().await {
+        let result = result.unwrap();
+        assert_eq!(
+            result.output.as_deref(),
+            Ok(format!("doc-{}", result.seq).as_bytes())
+        );
+        assert!(seen.insert(result.seq), "seq {} answered twice", result.seq);
+        if seen.len() == 100 && !killed {
+            let node2 = agents.iter().position(|a| a.name == "node-2").unwrap();
+            agents[node2].kill9();
+            killed = true;
+        }
+    }
+    assert!(killed);
+    assert_eq!(
+        seen,
+        (0..u64::from(total)).collect(),
+        "every task answered exactly once"
+    );
+
+    let status = cluster.job_status(&job.job_id).await.unwrap();
+    assert_eq!((status.succeeded, status.failed), (u64::from(total), 0));
+    let actors = wait_until(
+        "actors re-placed off node-2",
+        Duration::from_secs(10),
+        || async {
+            let actors = cluster.list_actors().await.unwrap();
+            let ready = actors
+                .iter()
+                .filter(|a| a.state == pb::ActorState::Ready as i32)
+                .count();
+            (ready == 6 && actors.iter().all(|a| a.node_id != "node-2")).then_some(actors)
+        },
+    )
+    .await;
+    for moved in &on_node2 {
+        let actor = actors.iter().find(|a| &a.actor_id == moved).unwrap();
+        assert_eq!(actor.model_loads, 2, "{moved} loaded again on its new node");
+    }
+
+    let output = Command::new(resident_bin())
+        .args(["status", "--cluster", &url, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let node2 = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "node-2")
+        .unwrap();
+    assert_eq!(node2["state"], "dead");
+    let node1 = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "node-1")
+        .unwrap();
+    assert_eq!(node1["labels"]["pool"], "onprem-a6000");
+    assert_eq!(node1["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(node1["gpus"][0]["total_vram_bytes"], 48u64 << 30);
+    assert!(node1["gpus"][0]["free_vram_bytes"].is_u64());
+    let actor = &status["actors"][0];
+    for field in [
+        "actor_id",
+        "pool",
+        "node_id",
+        "gpu_index",
+        "state",
+        "model_loads",
+    ] {
+        assert!(
+            !actor[field].is_null(),
+            "status --json actor lacks {field}: {actor}"
+        );
+    }
+    let table = Command::new(resident_bin())
+        .args(["status", "--cluster", &url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("node-2") && table.contains("dead") && table.contains("ready"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_scheduler_restarts_with_its_pools_and_jobs() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (mut scheduler, url) = spawn_scheduler(port, state.path());
+    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB x2", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(PoolSpec::new("kept", "text-stats").replicas(2).gpus(1.0))
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let outputs = pool.map(vec![Bytes::from("one two three")]).await.unwrap();
+    assert_eq!(
+        outputs[0].output.as_deref(),
+        Ok(&br#"{"chars":13,"words":3,"lines":1}"#[..])
+    );
+    let mut job = pool
+        .submit("first", futures::stream::iter([Bytes::from("a")]))
+        .await
+        .unwrap();
+    while job.next().await.is_some() {}
+    let first_job = job.job_id.clone();
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the store writer flush
+
+    scheduler.kill9();
+    let (_scheduler, url) = spawn_scheduler(port, state.path());
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster.pool("kept");
+    let status = pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        status.ready_actors, 2,
+        "the saved pool came back and was placed again"
+    );
+    let job = cluster.job_status(&first_job).await.unwrap();
+    assert_eq!(
+        (job.state, job.succeeded),
+        (pb::JobState::Succeeded as i32, 1)
+    );
+    let outputs = pool.map(vec![Bytes::from("after restart")]).await.unwrap();
+    assert!(outputs[0].output.is_ok());
+}
