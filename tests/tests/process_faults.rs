@@ -135,6 +135,21 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
             "status --json actor lacks {field}: {actor}"
         );
     }
+
+    // The same node id comes back as a new generation; nothing it hosted is resurrected and
+    // no actor moves back to it.
+    let old_generation = node2["generation"].as_str().unwrap().to_owned();
+    agents[1] = spawn_agent(&url, "node-2", "T4:16GiB x4", "pool=eks-t4");
+    let node = wait_until("node-2 back", Duration::from_secs(10), || async {
+        let nodes = cluster.list_nodes().await.unwrap();
+        nodes.into_iter().find(|n| n.node_id == "node-2" && n.alive)
+    })
+    .await;
+    assert_ne!(node.generation, old_generation);
+    let after = cluster.list_actors().await.unwrap();
+    assert!(after.iter().all(|a| a.node_id != "node-2"), "no actor moved back");
+    assert_eq!(after.len(), 6);
+
     let table = Command::new(resident_bin())
         .args(["status", "--cluster", &url])
         .output()
