@@ -156,7 +156,7 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
         .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
-        table.contains("node-2") && table.contains("dead") && table.contains("ready"),
+        table.contains("node-2") && table.contains("alive") && table.contains("ready"),
         "{table}"
     );
 }

@@ -197,6 +197,7 @@ impl Core {
         match reported {
             pb::ActorState::Ready if actor.state == ActorState::Starting => {
                 self.change_actor(&actor_id, ActorEvent::Loaded);
+                self.actors.get_mut(&actor_id).expect("known").error.clear();
                 let pool = self.actors[&actor_id].pool.clone();
                 self.dispatch_pool(&pool);
             }
