@@ -12,12 +12,14 @@
 //! ```
 
 mod client;
+mod embed;
 mod error;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
 
 pub use client::{CallSession, Cluster, JobStream, Pool, TaskOutput};
+pub use embed::{EmbedPool, EmbedPoolSpec, EmbeddedChunk, embed_request};
 pub use error::SdkError;
 #[cfg(feature = "local")]
 pub use local::LocalConfig;

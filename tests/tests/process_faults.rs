@@ -147,7 +147,10 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
     .await;
     assert_ne!(node.generation, old_generation);
     let after = cluster.list_actors().await.unwrap();
-    assert!(after.iter().all(|a| a.node_id != "node-2"), "no actor moved back");
+    assert!(
+        after.iter().all(|a| a.node_id != "node-2"),
+        "no actor moved back"
+    );
     assert_eq!(after.len(), 6);
 
     let table = Command::new(resident_bin())

@@ -5,6 +5,7 @@
 //! and register it in [`ActorKindRegistry::with_builtin_kinds`] or on your own registry.
 
 pub mod echo;
+pub mod embed;
 pub mod text_stats;
 
 use std::collections::BTreeMap;
@@ -46,10 +47,31 @@ impl LoadContext {
     }
 }
 
+/// A chunk after its CPU-side preparation (e.g. tokenised texts); the backend downcasts it.
+pub type Prepared = Box<dyn std::any::Any + Send>;
+
+/// CPU-side preparation of a payload. The host runs it on a helper thread, so it overlaps
+/// with the model working on the previous chunk.
+pub type Preparer = Arc<dyn Fn(&[u8]) -> Result<Prepared, BackendError> + Send + Sync>;
+
 /// A loaded model owned by one actor thread.
 pub trait ModelBackend: Send {
     /// Handles one task. Runs on the actor's thread; may block.
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError>;
+
+    /// A preparation stage to run ahead of the model on another thread, if the kind has one.
+    /// Then the host calls [`ModelBackend::run_prepared`] instead of `run_chunk`.
+    fn preparer(&self) -> Option<Preparer> {
+        None
+    }
+
+    /// Handles a chunk that [`ModelBackend::preparer`] prepared.
+    fn run_prepared(&mut self, prepared: Prepared) -> Result<Vec<u8>, BackendError> {
+        drop(prepared);
+        Err(BackendError::Task(
+            "this actor kind has no preparation stage".into(),
+        ))
+    }
 
     /// VRAM this backend holds, for status.
     fn vram_bytes(&self) -> u64 {
@@ -75,6 +97,7 @@ impl ActorKindRegistry {
     pub fn with_builtin_kinds() -> Self {
         let mut registry = Self::default();
         registry.register(Arc::new(echo::EchoKind));
+        registry.register(Arc::new(embed::EmbedKind));
         registry.register(Arc::new(text_stats::TextStatsKind));
         registry
     }

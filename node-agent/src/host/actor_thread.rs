@@ -7,7 +7,7 @@ use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
 use super::AgentOutbound;
-use crate::backends::{ActorKind, LoadContext};
+use crate::backends::{ActorKind, LoadContext, Prepared, Preparer};
 
 pub enum ActorCommand {
     Run {
@@ -62,6 +62,53 @@ impl ActorHealth {
     }
 }
 
+/// What the model loop receives for one task.
+struct Work {
+    task: pb::RunTask,
+    span: tracing::Span,
+    input: Input,
+}
+
+enum Input {
+    Raw,
+    Prepared(Result<Prepared, String>),
+    Cancelled,
+}
+
+/// Runs on the preparation thread: takes commands in arrival order, prepares payloads ahead
+/// of the model when the backend has a preparer, and hands work over one at a time.
+fn feed_work(
+    mut commands: mpsc::Receiver<ActorCommand>,
+    preparer: Option<Preparer>,
+    cancelled: Arc<Mutex<HashSet<u64>>>,
+    work: std::sync::mpsc::SyncSender<Work>,
+) {
+    while let Some(command) = commands.blocking_recv() {
+        let ActorCommand::Run { task, span } = command else {
+            return;
+        };
+        let skip = cancelled.lock().expect("cancel set").remove(&task.task_id);
+        let input = match (&preparer, skip) {
+            (_, true) => Input::Cancelled,
+            (None, false) => Input::Raw,
+            (Some(prepare), false) => {
+                let _entered = span.enter();
+                let prepared = catch_unwind(AssertUnwindSafe(|| prepare(&task.payload)));
+                Input::Prepared(match prepared {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(panic) => Err(format!(
+                        "preparation panicked: {}",
+                        panic_text(panic.as_ref())
+                    )),
+                })
+            }
+        };
+        if work.send(Work { task, span, input }).is_err() {
+            return;
+        }
+    }
+}
+
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
@@ -75,7 +122,7 @@ pub(super) fn run_actor_thread(
     kind: Arc<dyn ActorKind>,
     context: LoadContext,
     incarnation: u64,
-    mut commands: mpsc::Receiver<ActorCommand>,
+    commands: mpsc::Receiver<ActorCommand>,
     health: watch::Sender<ActorHealth>,
     outbound: AgentOutbound,
     cancelled: Arc<Mutex<HashSet<u64>>>,
@@ -116,22 +163,33 @@ pub(super) fn run_actor_thread(
     tracing::info!(actor_id = %actor_id, load_ms = started.elapsed().as_millis() as u64, "actor ready");
     publish(&health);
 
-    while let Some(command) = commands.blocking_recv() {
-        let (task, span) = match command {
-            ActorCommand::Run { task, span } => (task, span),
-            ActorCommand::Stop => break,
-        };
+    let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Work>(1);
+    let preparer = backend.preparer();
+    let feeder = std::thread::Builder::new()
+        .name(format!("prep-{actor_id}"))
+        .spawn(move || feed_work(commands, preparer, cancelled, work_tx));
+    if let Err(error) = feeder {
+        health.send_modify(|h| {
+            h.phase = ActorPhase::Dead;
+            h.error = format!("cannot start preparation thread: {error}");
+        });
+        publish(&health);
+        return;
+    }
+    while let Ok(Work { task, span, input }) = work_rx.recv() {
         let _entered = span.enter();
-        let skip = cancelled.lock().expect("cancel set").remove(&task.task_id);
         let begun = Instant::now();
-        let result = if skip {
-            Err("task cancelled".to_owned())
-        } else {
-            match catch_unwind(AssertUnwindSafe(|| backend.run_chunk(&task.payload))) {
-                Ok(Ok(output)) => Ok(output),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(panic) => Err(format!("actor panicked: {}", panic_text(panic.as_ref()))),
+        let run = |backend: &mut Box<dyn crate::backends::ModelBackend>| match input {
+            Input::Cancelled => Err("task cancelled".to_owned()),
+            Input::Raw => backend.run_chunk(&task.payload).map_err(|e| e.to_string()),
+            Input::Prepared(Ok(prepared)) => {
+                backend.run_prepared(prepared).map_err(|e| e.to_string())
             }
+            Input::Prepared(Err(error)) => Err(error),
+        };
+        let result = match catch_unwind(AssertUnwindSafe(|| run(&mut backend))) {
+            Ok(result) => result,
+            Err(panic) => Err(format!("actor panicked: {}", panic_text(panic.as_ref()))),
         };
         let outcome = pb::TaskOutcome {
             task_id: task.task_id,

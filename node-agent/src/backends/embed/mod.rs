@@ -1,0 +1,377 @@
+//! `embed`: a text embedding model that loads once per actor and turns chunks of texts into
+//! the vectors sentence-transformers would give.
+//!
+//! Config (the pool's `actor_config`):
+//! `{"model": "models/all-MiniLM-L6-v2", "dtype": "f32", "max_batch_tokens": 8192,
+//!   "max_batch_size": 64, "query_instruction": "Given a web search query, ..."}`.
+//! Task payload: an `EmbedRequest` protobuf; output: an `EmbedResponse`.
+
+pub mod batching;
+mod encoder;
+pub mod model_files;
+pub mod qwen3;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use prost::Message;
+use resident_proto::pb;
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
+use encoder::{PaddingSide, TextEncoder, load_encoder, pool};
+use model_files::{Architecture, ModelLayout, read_layout, resolve_model_dir};
+
+/// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
+const QWEN3_EOS: u32 = 151_643;
+
+pub struct EmbedKind;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedConfig {
+    /// A model directory, or a HuggingFace id already in the local hub cache.
+    pub model: String,
+    /// `f32`, `f16` or `bf16`; default f16 on GPU, f32 on CPU.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Padded tokens per model batch (batch size x longest text).
+    #[serde(default = "default_max_batch_tokens")]
+    pub max_batch_tokens: usize,
+    #[serde(default = "default_max_batch_size")]
+    pub max_batch_size: usize,
+    /// Prefixed to texts of requests marked `is_query` (Qwen3-Embedding style).
+    #[serde(default)]
+    pub query_instruction: Option<String>,
+    /// Overrides the model's own max_seq_length (only to make it shorter).
+    #[serde(default)]
+    pub max_seq_length: Option<usize>,
+}
+
+fn default_max_batch_tokens() -> usize {
+    16_384
+}
+
+fn default_max_batch_size() -> usize {
+    128
+}
+
+/// One chunk, tokenised.
+struct TokenizedChunk {
+    ids: Vec<Vec<u32>>,
+    truncated_rows: Vec<u32>,
+    tokenize_micros: u64,
+}
+
+struct TextPreparer {
+    tokenizer: Tokenizer,
+    architecture: Architecture,
+    max_seq_length: usize,
+    query_instruction: Option<String>,
+}
+
+impl TextPreparer {
+    fn tokenize(&self, payload: &[u8]) -> Result<TokenizedChunk, BackendError> {
+        let started = Instant::now();
+        let request = pb::EmbedRequest::decode(payload)
+            .map_err(|e| BackendError::BadPayload(format!("not an EmbedRequest: {e}")))?;
+        let mut ids = Vec::with_capacity(request.texts.len());
+        let mut truncated_rows = Vec::new();
+        for (row, text) in request.texts.iter().enumerate() {
+            let text = match (&self.query_instruction, request.is_query) {
+                (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
+                _ => text.clone(),
+            };
+            let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| {
+                BackendError::BadPayload(format!("cannot tokenise text {row}: {e}"))
+            })?;
+            let mut tokens = encoding.get_ids().to_vec();
+            let mut truncated = !encoding.get_overflowing().is_empty();
+            if self.architecture == Architecture::Qwen3 && tokens.last() != Some(&QWEN3_EOS) {
+                if tokens.len() >= self.max_seq_length {
+                    tokens.truncate(self.max_seq_length - 1);
+                    truncated = true;
+                }
+                tokens.push(QWEN3_EOS);
+            }
+            if truncated {
+                truncated_rows.push(row as u32);
+            }
+            ids.push(tokens);
+        }
+        Ok(TokenizedChunk {
+            ids,
+            truncated_rows,
+            tokenize_micros: started.elapsed().as_micros() as u64,
+        })
+    }
+}
+
+pub struct Embedder {
+    preparer: Arc<TextPreparer>,
+    encoder: Box<dyn TextEncoder>,
+    layout: ModelLayout,
+    device: Device,
+    dtype: DType,
+    max_batch_tokens: usize,
+    max_batch_size: usize,
+    vram_bytes: u64,
+}
+
+fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, BackendError> {
+    match name {
+        None if device.is_cuda() => Ok(DType::F16),
+        None | Some("f32") => Ok(DType::F32),
+        Some("f16") => Ok(DType::F16),
+        Some("bf16") => Ok(DType::BF16),
+        Some(other) => Err(BackendError::InvalidConfig(format!(
+            "dtype `{other}` is not one of f32, f16, bf16"
+        ))),
+    }
+}
+
+fn pick_device(context: &LoadContext) -> Result<Device, BackendError> {
+    let gpu = context.device.gpu_indices.first().copied();
+    match gpu {
+        Some(index) if !context.device.simulated => cuda_device(index),
+        _ => Ok(Device::Cpu),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device(index: u32) -> Result<Device, BackendError> {
+    Device::new_cuda(index as usize)
+        .map_err(|e| BackendError::Load(format!("cannot open cuda:{index}: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device(index: u32) -> Result<Device, BackendError> {
+    tracing::warn!(
+        gpu = index,
+        "this agent was built without the `cuda` feature; running on CPU"
+    );
+    Ok(Device::Cpu)
+}
+
+fn is_out_of_memory(error: &candle_core::Error) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("out of memory") || text.contains("out_of_memory")
+}
+
+impl Embedder {
+    pub fn load(config: &EmbedConfig, device: Device) -> Result<Self, BackendError> {
+        let dir = resolve_model_dir(&config.model)?;
+        let layout = read_layout(&dir)?;
+        let dtype = parse_dtype(config.dtype.as_deref(), &device)?;
+        if config.max_batch_tokens < 16 || config.max_batch_size == 0 {
+            return Err(BackendError::InvalidConfig(
+                "max_batch_tokens must be >= 16 and max_batch_size >= 1".into(),
+            ));
+        }
+        let max_seq_length = config
+            .max_seq_length
+            .map_or(layout.max_seq_length, |m| m.min(layout.max_seq_length));
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| BackendError::Load(format!("tokenizer.json: {e}")))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_seq_length,
+                ..Default::default()
+            }))
+            .map_err(|e| BackendError::Load(format!("tokenizer truncation: {e}")))?;
+        tokenizer.with_padding(None);
+        let encoder = load_encoder(&layout, &device, dtype)?;
+        let weight_bytes: u64 = layout
+            .weights
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        let vram_bytes = if device.is_cuda() {
+            estimate_vram(weight_bytes, dtype, config, encoder.hidden_size())
+        } else {
+            0
+        };
+        let preparer = TextPreparer {
+            tokenizer,
+            architecture: layout.architecture,
+            max_seq_length,
+            query_instruction: config.query_instruction.clone(),
+        };
+        Ok(Self {
+            preparer: Arc::new(preparer),
+            encoder,
+            layout,
+            device,
+            dtype,
+            max_batch_tokens: config.max_batch_tokens,
+            max_batch_size: config.max_batch_size,
+            vram_bytes,
+        })
+    }
+
+    /// Runs one planned batch, returning `[batch, hidden]` f32 rows in the batch's order.
+    fn run_batch(&mut self, ids: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let longest = ids.iter().map(|t| t.len()).max().unwrap_or(1);
+        let pad = self.encoder.pad_id();
+        let side = self.encoder.padding_side();
+        let mut flat_ids = Vec::with_capacity(ids.len() * longest);
+        let mut flat_mask = Vec::with_capacity(ids.len() * longest);
+        for tokens in ids {
+            let padding = longest - tokens.len();
+            let (ids_row, mask_row): (Vec<u32>, Vec<u32>) = match side {
+                PaddingSide::Right => (
+                    tokens
+                        .iter()
+                        .copied()
+                        .chain(std::iter::repeat_n(pad, padding))
+                        .collect(),
+                    std::iter::repeat_n(1, tokens.len())
+                        .chain(std::iter::repeat_n(0, padding))
+                        .collect(),
+                ),
+                PaddingSide::Left => (
+                    std::iter::repeat_n(pad, padding)
+                        .chain(tokens.iter().copied())
+                        .collect(),
+                    std::iter::repeat_n(0, padding)
+                        .chain(std::iter::repeat_n(1, tokens.len()))
+                        .collect(),
+                ),
+            };
+            flat_ids.extend(ids_row);
+            flat_mask.extend(mask_row);
+        }
+        let shape = (ids.len(), longest);
+        let input = Tensor::from_vec(flat_ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, shape, &self.device)?;
+        let hidden = self.encoder.forward(&input, &mask)?;
+        let pooled = pool(
+            &hidden,
+            &mask,
+            self.layout.pooling,
+            side,
+            self.layout.normalize,
+        )?;
+        pooled.to_vec2::<f32>()
+    }
+
+    fn embed(&mut self, chunk: TokenizedChunk) -> Result<pb::EmbedResponse, BackendError> {
+        let started = Instant::now();
+        let lengths: Vec<usize> = chunk.ids.iter().map(Vec::len).collect();
+        let mut pending: Vec<Vec<usize>> =
+            batching::plan_batches(&lengths, self.max_batch_tokens, self.max_batch_size);
+        pending.reverse();
+        let (tokens, _) = batching::token_counts(&lengths, &pending);
+        let dim = self.encoder.hidden_size();
+        let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
+        let (mut padded, mut batches) = (0usize, 0u32);
+        while let Some(batch) = pending.pop() {
+            let ids: Vec<&[u32]> = batch.iter().map(|&i| chunk.ids[i].as_slice()).collect();
+            match self.run_batch(&ids) {
+                Ok(vectors) => {
+                    padded += batch.len() * ids.iter().map(|t| t.len()).max().unwrap_or(0);
+                    batches += 1;
+                    for (index, vector) in batch.into_iter().zip(vectors) {
+                        rows[index] = Some(vector);
+                    }
+                }
+                Err(error) if is_out_of_memory(&error) && batch.len() > 1 => {
+                    self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
+                    tracing::warn!(
+                        budget = self.max_batch_tokens,
+                        "out of memory; halving the token budget"
+                    );
+                    let sub_lengths: Vec<usize> = batch.iter().map(|&i| lengths[i]).collect();
+                    for sub in batching::plan_batches(
+                        &sub_lengths,
+                        self.max_batch_tokens,
+                        self.max_batch_size,
+                    )
+                    .into_iter()
+                    .rev()
+                    {
+                        pending.push(sub.into_iter().map(|j| batch[j]).collect());
+                    }
+                }
+                Err(error) => {
+                    return Err(BackendError::Task(format!("model forward failed: {error}")));
+                }
+            }
+        }
+        let model_micros = started.elapsed().as_micros() as u64;
+        let mut vectors = Vec::with_capacity(rows.len() * dim * 4);
+        for row in rows {
+            let row = row.ok_or_else(|| BackendError::Task("a text was not embedded".into()))?;
+            for value in row {
+                vectors.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+        Ok(pb::EmbedResponse {
+            count: lengths.len() as u32,
+            dim: dim as u32,
+            vectors: vectors.into(),
+            tokens: tokens as u64,
+            padded_tokens: padded as u64,
+            truncated_rows: chunk.truncated_rows,
+            tokenize_micros: chunk.tokenize_micros,
+            model_micros,
+            total_micros: chunk.tokenize_micros + model_micros,
+            batches,
+            device: format!("{:?}", self.device.location()),
+            dtype: format!("{:?}", self.dtype).to_ascii_lowercase(),
+            max_batch_tokens: self.max_batch_tokens as u64,
+        })
+    }
+}
+
+/// Weights in the chosen dtype plus activations for a full token budget (a generous
+/// per-token allowance of 64 hidden-size f32 buffers).
+fn estimate_vram(weight_file_bytes: u64, dtype: DType, config: &EmbedConfig, hidden: usize) -> u64 {
+    let weights = match dtype {
+        DType::F32 => weight_file_bytes,
+        _ => weight_file_bytes / 2,
+    };
+    weights + (config.max_batch_tokens * hidden * 4 * 64) as u64
+}
+
+impl ModelBackend for Embedder {
+    fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        let chunk = self.preparer.tokenize(payload)?;
+        Ok(self.embed(chunk)?.encode_to_vec())
+    }
+
+    fn preparer(&self) -> Option<Preparer> {
+        let preparer = self.preparer.clone();
+        Some(Arc::new(
+            move |payload: &[u8]| -> Result<Prepared, BackendError> {
+                Ok(Box::new(preparer.tokenize(payload)?))
+            },
+        ))
+    }
+
+    fn run_prepared(&mut self, prepared: Prepared) -> Result<Vec<u8>, BackendError> {
+        let chunk = prepared
+            .downcast::<TokenizedChunk>()
+            .map_err(|_| BackendError::Task("prepared chunk of the wrong type".into()))?;
+        Ok(self.embed(*chunk)?.encode_to_vec())
+    }
+
+    fn vram_bytes(&self) -> u64 {
+        self.vram_bytes
+    }
+}
+
+impl ActorKind for EmbedKind {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+
+    fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError> {
+        let config: EmbedConfig = context.parse_config()?;
+        let device = pick_device(context)?;
+        Ok(Box::new(Embedder::load(&config, device)?))
+    }
+}

@@ -1,0 +1,202 @@
+//! Embedding pools: create a pool of `embed` actors from a model spec and turn texts into
+//! vectors, as a whole list or as a stream of chunks.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use prost::Message;
+use prost::bytes::Bytes;
+use resident_proto::pb;
+
+use crate::client::{Cluster, Pool, TaskOutput};
+use crate::error::SdkError;
+use crate::pool_spec::PoolSpec;
+
+/// A pool of `embed` actors for one model.
+#[derive(Clone, Debug)]
+pub struct EmbedPoolSpec {
+    pool: PoolSpec,
+    config: serde_json::Map<String, serde_json::Value>,
+    chunk_size: usize,
+}
+
+impl EmbedPoolSpec {
+    /// `model` is a model directory or a HuggingFace id in the local hub cache.
+    pub fn new(name: impl Into<String>, model: impl Into<String>) -> Self {
+        let mut config = serde_json::Map::new();
+        config.insert("model".into(), model.into().into());
+        Self {
+            pool: PoolSpec::new(name, "embed"),
+            config,
+            chunk_size: 256,
+        }
+    }
+
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.pool = self.pool.replicas(replicas);
+        self
+    }
+
+    /// GPUs per actor (0 = CPU), and the VRAM each needs.
+    pub fn gpus(mut self, gpus: f64, vram_gib: f64) -> Self {
+        self.pool = self.pool.gpus(gpus).vram_gib(vram_gib);
+        self
+    }
+
+    pub fn selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.pool = self.pool.selector(key, value);
+        self
+    }
+
+    /// `f32`, `f16` or `bf16`.
+    pub fn dtype(mut self, dtype: &str) -> Self {
+        self.config.insert("dtype".into(), dtype.into());
+        self
+    }
+
+    pub fn max_batch_tokens(mut self, tokens: usize) -> Self {
+        self.config.insert("max_batch_tokens".into(), tokens.into());
+        self
+    }
+
+    pub fn max_batch_size(mut self, size: usize) -> Self {
+        self.config.insert("max_batch_size".into(), size.into());
+        self
+    }
+
+    pub fn query_instruction(mut self, instruction: impl Into<String>) -> Self {
+        self.config
+            .insert("query_instruction".into(), instruction.into().into());
+        self
+    }
+
+    /// Texts per task when `embed` splits a list (default 256).
+    pub fn chunk_size(mut self, texts: usize) -> Self {
+        self.chunk_size = texts.max(1);
+        self
+    }
+
+    pub fn into_pool_spec(self) -> PoolSpec {
+        self.pool
+            .config_json(&serde_json::Value::Object(self.config))
+    }
+}
+
+/// One embedded chunk.
+#[derive(Clone, Debug)]
+pub struct EmbeddedChunk {
+    pub seq: u64,
+    pub dim: usize,
+    /// `count x dim` row-major.
+    pub values: Vec<f32>,
+    pub stats: pb::EmbedResponse,
+    pub actor_id: String,
+    pub node_id: String,
+}
+
+impl EmbeddedChunk {
+    pub fn rows(&self) -> impl Iterator<Item = &[f32]> {
+        self.values.chunks(self.dim.max(1))
+    }
+
+    pub fn from_output(output: TaskOutput) -> Result<Self, SdkError> {
+        let bytes = output.output.map_err(SdkError::TaskFailed)?;
+        let mut stats = pb::EmbedResponse::decode(bytes).map_err(|e| {
+            SdkError::TaskFailed(format!("embed output is not an EmbedResponse: {e}"))
+        })?;
+        let raw = std::mem::take(&mut stats.vectors);
+        if raw.len() != stats.count as usize * stats.dim as usize * 4 {
+            return Err(SdkError::TaskFailed(
+                "embed output has the wrong size".into(),
+            ));
+        }
+        let values = raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(Self {
+            seq: output.seq,
+            dim: stats.dim as usize,
+            values,
+            stats,
+            actor_id: output.actor_id,
+            node_id: output.node_id,
+        })
+    }
+}
+
+/// Encodes one task payload for the `embed` kind.
+pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
+    pb::EmbedRequest { texts, is_query }.encode_to_vec().into()
+}
+
+/// A ready pool of `embed` actors.
+#[derive(Clone)]
+pub struct EmbedPool {
+    pub pool: Pool,
+    chunk_size: usize,
+}
+
+impl Cluster {
+    /// Creates an embedding pool and waits until every actor has loaded the model.
+    pub async fn create_embed_pool(
+        &self,
+        spec: EmbedPoolSpec,
+        load_timeout: Duration,
+    ) -> Result<EmbedPool, SdkError> {
+        let chunk_size = spec.chunk_size;
+        let pool = self.create_pool(spec.into_pool_spec()).await?;
+        pool.wait_ready(load_timeout).await?;
+        Ok(EmbedPool { pool, chunk_size })
+    }
+}
+
+impl EmbedPool {
+    /// Embeds `texts`, returning one vector per text in input order.
+    pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, SdkError> {
+        self.embed_as(texts, false).await
+    }
+
+    /// Embeds queries (the model's query instruction, if any, is prefixed).
+    pub async fn embed_queries(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, SdkError> {
+        self.embed_as(texts, true).await
+    }
+
+    async fn embed_as(
+        &self,
+        texts: Vec<String>,
+        is_query: bool,
+    ) -> Result<Vec<Vec<f32>>, SdkError> {
+        let chunks: Vec<Vec<String>> = texts
+            .chunks(self.chunk_size)
+            .map(<[String]>::to_vec)
+            .collect();
+        let mut results = self
+            .embed_chunks(futures::stream::iter(chunks), is_query)
+            .await?;
+        let mut embedded = Vec::new();
+        while let Some(chunk) = results.next().await {
+            embedded.push(chunk?);
+        }
+        embedded.sort_by_key(|c| c.seq);
+        Ok(embedded
+            .iter()
+            .flat_map(|c| c.rows().map(<[f32]>::to_vec))
+            .collect())
+    }
+
+    /// Streams chunks of texts through the pool; chunks come back as they finish (`seq` is
+    /// the chunk's position in the input).
+    pub async fn embed_chunks<S>(
+        &self,
+        chunks: S,
+        is_query: bool,
+    ) -> Result<impl Stream<Item = Result<EmbeddedChunk, SdkError>> + use<S>, SdkError>
+    where
+        S: Stream<Item = Vec<String>> + Send + 'static,
+    {
+        let payloads = chunks.map(move |texts| embed_request(texts, is_query));
+        let job = self.pool.submit("embed", payloads).await?;
+        Ok(job.map(|output| EmbeddedChunk::from_output(output?)))
+    }
+}
