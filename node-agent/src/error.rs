@@ -11,6 +11,16 @@ pub enum BackendError {
     Task(String),
 }
 
+impl BackendError {
+    /// Retrying elsewhere cannot help: the input itself is wrong.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            BackendError::BadPayload(_) | BackendError::InvalidConfig(_)
+        )
+    }
+}
+
 /// Errors of the agent process.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {

@@ -89,7 +89,7 @@ async fn unknown_kind_zero_replicas_and_bad_names_are_invalid() {
         .unwrap();
     assert_eq!(
         error.to_string(),
-        "invalid request: invalid argument: unknown actor kind `llama-magic`; alive nodes offer: echo, text-stats"
+        "invalid request: invalid argument: unknown actor kind `llama-magic`; alive nodes offer: echo, embed, text-stats"
     );
     let error = test
         .cluster

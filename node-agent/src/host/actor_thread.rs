@@ -7,7 +7,7 @@ use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
 use super::AgentOutbound;
-use crate::backends::{ActorKind, LoadContext, Prepared, Preparer};
+use crate::backends::{ActorKind, BackendError, LoadContext, Prepared, Preparer};
 
 pub enum ActorCommand {
     Run {
@@ -71,8 +71,32 @@ struct Work {
 
 enum Input {
     Raw,
-    Prepared(Result<Prepared, String>),
+    Prepared(Result<Prepared, TaskError>),
     Cancelled,
+}
+
+/// A task's error as reported to the scheduler.
+struct TaskError {
+    message: String,
+    permanent: bool,
+}
+
+impl TaskError {
+    fn transient(message: String) -> Self {
+        Self {
+            message,
+            permanent: false,
+        }
+    }
+}
+
+impl From<BackendError> for TaskError {
+    fn from(error: BackendError) -> Self {
+        Self {
+            permanent: error.is_permanent(),
+            message: error.to_string(),
+        }
+    }
 }
 
 /// Runs on the preparation thread: takes commands in arrival order, prepares payloads ahead
@@ -95,11 +119,11 @@ fn feed_work(
                 let _entered = span.enter();
                 let prepared = catch_unwind(AssertUnwindSafe(|| prepare(&task.payload)));
                 Input::Prepared(match prepared {
-                    Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(panic) => Err(format!(
+                    Ok(result) => result.map_err(TaskError::from),
+                    Err(panic) => Err(TaskError::transient(format!(
                         "preparation panicked: {}",
                         panic_text(panic.as_ref())
-                    )),
+                    ))),
                 })
             }
         };
@@ -180,26 +204,31 @@ pub(super) fn run_actor_thread(
         let _entered = span.enter();
         let begun = Instant::now();
         let run = |backend: &mut Box<dyn crate::backends::ModelBackend>| match input {
-            Input::Cancelled => Err("task cancelled".to_owned()),
-            Input::Raw => backend.run_chunk(&task.payload).map_err(|e| e.to_string()),
+            Input::Cancelled => Err(TaskError::transient("task cancelled".to_owned())),
+            Input::Raw => backend.run_chunk(&task.payload).map_err(TaskError::from),
             Input::Prepared(Ok(prepared)) => {
-                backend.run_prepared(prepared).map_err(|e| e.to_string())
+                backend.run_prepared(prepared).map_err(TaskError::from)
             }
             Input::Prepared(Err(error)) => Err(error),
         };
         let result = match catch_unwind(AssertUnwindSafe(|| run(&mut backend))) {
             Ok(result) => result,
-            Err(panic) => Err(format!("actor panicked: {}", panic_text(panic.as_ref()))),
+            Err(panic) => Err(TaskError::transient(format!(
+                "actor panicked: {}",
+                panic_text(panic.as_ref())
+            ))),
         };
+        let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let outcome = pb::TaskOutcome {
             task_id: task.task_id,
             dispatch: task.dispatch,
             actor_id: task.actor_id,
             result: Some(match result {
                 Ok(output) => pb::task_outcome::Result::Output(output.into()),
-                Err(error) => pb::task_outcome::Result::Error(error),
+                Err(error) => pb::task_outcome::Result::Error(error.message),
             }),
             run_micros: begun.elapsed().as_micros() as u64,
+            permanent,
         };
         health.send_modify(|h| h.tasks_done += 1);
         if outbound

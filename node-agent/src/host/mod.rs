@@ -40,6 +40,7 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
             actor_id: task.actor_id.clone(),
             result: Some(pb::task_outcome::Result::Error(error)),
             run_micros: 0,
+            permanent: false,
         })),
     }
 }

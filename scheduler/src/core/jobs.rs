@@ -175,8 +175,10 @@ impl Core {
                     self.mark_running_as_queued(task_id);
                     self.finish_task(task_id, Ok(output), outcome.run_micros);
                 }
-                Some(pb::task_outcome::Result::Error(error)) => self.retry_or_fail(task_id, error),
-                None => self.retry_or_fail(task_id, "agent sent an empty outcome".into()),
+                Some(pb::task_outcome::Result::Error(error)) => {
+                    self.retry_or_fail(task_id, error, outcome.permanent)
+                }
+                None => self.retry_or_fail(task_id, "agent sent an empty outcome".into(), false),
             }
         }
         if self.actors[&actor_id].state == ActorState::Draining
@@ -187,7 +189,7 @@ impl Core {
         self.dispatch_pool(&pool);
     }
 
-    fn retry_or_fail(&mut self, task_id: TaskId, error: String) {
+    fn retry_or_fail(&mut self, task_id: TaskId, error: String, permanent: bool) {
         let max_attempts = {
             let task = &self.tasks[&task_id];
             self.pools
@@ -198,6 +200,12 @@ impl Core {
         task.actor = None;
         task.failures += 1;
         task.last_error = error;
+        if permanent {
+            let error = std::mem::take(&mut task.last_error);
+            self.mark_running_as_queued(task_id);
+            self.fail_task(task_id, error);
+            return;
+        }
         if task.failures >= max_attempts {
             let error = format!(
                 "failed after {} attempts: {}",
