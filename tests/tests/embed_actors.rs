@@ -182,9 +182,10 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
             .output
             .as_ref()
             .unwrap_err()
-            .starts_with("failed after 3 attempts: bad task payload"),
+            .starts_with("bad task payload: not an EmbedRequest"),
         "{:?}",
         outputs[0].output
     );
+    assert_eq!(outputs[0].attempts, 1, "a bad payload is not retried");
     assert!(outputs[1].output.is_ok());
 }
