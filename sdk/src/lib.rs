@@ -18,6 +18,21 @@ mod error;
 mod local;
 mod pool_spec;
 
+/// Sets how many threads one model operation may use on CPU (candle reads
+/// `RAYON_NUM_THREADS`). Call it first thing in `main`, before any other thread starts.
+/// One thread per op with one actor per core is the fastest CPU setup for small encoders;
+/// an explicit `RAYON_NUM_THREADS` in the environment wins.
+pub fn set_compute_threads(threads: usize) {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        #[allow(unsafe_code)]
+        // SAFETY: documented to run before any other thread exists, so nothing reads the
+        // environment concurrently.
+        unsafe {
+            std::env::set_var("RAYON_NUM_THREADS", threads.max(1).to_string())
+        };
+    }
+}
+
 pub use client::{CallSession, Cluster, JobStream, Pool, TaskOutput};
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbeddedChunk, embed_request};
 pub use error::SdkError;

@@ -64,6 +64,13 @@ pub fn load_encoder(
         .map_err(load_err)?;
     match layout.architecture {
         Architecture::Bert => {
+            let fast: super::bert::BertConfig =
+                serde_json::from_str(&config_text).map_err(load_err)?;
+            if fast.supported() {
+                let model = super::bert::FastBert::load(fast, weights)
+                    .map_err(|e| BackendError::Load(format!("bert weights: {e}")))?;
+                return Ok(Box::new(model));
+            }
             let config: BertConfig = serde_json::from_str(&config_text).map_err(load_err)?;
             let hidden = serde_json::from_str::<serde_json::Value>(&config_text)
                 .ok()

@@ -7,6 +7,8 @@
 //! Task payload: an `EmbedRequest` protobuf; output: an `EmbedResponse`.
 
 pub mod batching;
+mod bert;
+mod cpu_ops;
 mod encoder;
 pub mod model_files;
 pub mod qwen3;
@@ -37,25 +39,19 @@ pub struct EmbedConfig {
     /// `f32`, `f16` or `bf16`; default f16 on GPU, f32 on CPU.
     #[serde(default)]
     pub dtype: Option<String>,
-    /// Padded tokens per model batch (batch size x longest text).
-    #[serde(default = "default_max_batch_tokens")]
-    pub max_batch_tokens: usize,
-    #[serde(default = "default_max_batch_size")]
-    pub max_batch_size: usize,
+    /// Padded tokens per model batch (batch size x longest text); default 1024 on CPU (small
+    /// batches stay in cache), 16384 on GPU.
+    #[serde(default)]
+    pub max_batch_tokens: Option<usize>,
+    /// Texts per model batch; default 16 on CPU, 256 on GPU.
+    #[serde(default)]
+    pub max_batch_size: Option<usize>,
     /// Prefixed to texts of requests marked `is_query` (Qwen3-Embedding style).
     #[serde(default)]
     pub query_instruction: Option<String>,
     /// Overrides the model's own max_seq_length (only to make it shorter).
     #[serde(default)]
     pub max_seq_length: Option<usize>,
-}
-
-fn default_max_batch_tokens() -> usize {
-    16_384
-}
-
-fn default_max_batch_size() -> usize {
-    128
 }
 
 /// One chunk, tokenised.
@@ -165,7 +161,12 @@ impl Embedder {
         let dir = resolve_model_dir(&config.model)?;
         let layout = read_layout(&dir)?;
         let dtype = parse_dtype(config.dtype.as_deref(), &device)?;
-        if config.max_batch_tokens < 16 || config.max_batch_size == 0 {
+        let gpu = device.is_cuda();
+        let max_batch_tokens = config
+            .max_batch_tokens
+            .unwrap_or(if gpu { 16_384 } else { 1024 });
+        let max_batch_size = config.max_batch_size.unwrap_or(if gpu { 256 } else { 16 });
+        if max_batch_tokens < 16 || max_batch_size == 0 {
             return Err(BackendError::InvalidConfig(
                 "max_batch_tokens must be >= 16 and max_batch_size >= 1".into(),
             ));
@@ -189,11 +190,12 @@ impl Embedder {
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum();
-        let vram_bytes = if device.is_cuda() {
-            estimate_vram(weight_bytes, dtype, config, encoder.hidden_size())
+        let vram_bytes = if gpu {
+            estimate_vram(weight_bytes, dtype, max_batch_tokens, encoder.hidden_size())
         } else {
             0
         };
+
         let preparer = TextPreparer {
             tokenizer,
             architecture: layout.architecture,
@@ -206,8 +208,8 @@ impl Embedder {
             layout,
             device,
             dtype,
-            max_batch_tokens: config.max_batch_tokens,
-            max_batch_size: config.max_batch_size,
+            max_batch_tokens,
+            max_batch_size,
             vram_bytes,
         })
     }
@@ -329,12 +331,17 @@ impl Embedder {
 
 /// Weights in the chosen dtype plus activations for a full token budget (a generous
 /// per-token allowance of 64 hidden-size f32 buffers).
-fn estimate_vram(weight_file_bytes: u64, dtype: DType, config: &EmbedConfig, hidden: usize) -> u64 {
+fn estimate_vram(
+    weight_file_bytes: u64,
+    dtype: DType,
+    max_batch_tokens: usize,
+    hidden: usize,
+) -> u64 {
     let weights = match dtype {
         DType::F32 => weight_file_bytes,
         _ => weight_file_bytes / 2,
     };
-    weights + (config.max_batch_tokens * hidden * 4 * 64) as u64
+    weights + (max_batch_tokens * hidden * 4 * 64) as u64
 }
 
 impl ModelBackend for Embedder {

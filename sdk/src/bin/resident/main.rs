@@ -20,6 +20,15 @@ struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
     log_json: bool,
+    /// Threads one model operation may use on CPU. 1 (with one actor per core) is fastest
+    /// for small encoders; RAYON_NUM_THREADS, when set, wins.
+    #[arg(
+        long,
+        global = true,
+        env = "RESIDENT_COMPUTE_THREADS",
+        default_value_t = 1
+    )]
+    compute_threads: usize,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,10 +76,23 @@ pub(crate) fn shutdown_token() -> tokio_util::sync::CancellationToken {
     token
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    resident_sdk::set_compute_threads(cli.compute_threads);
     init_logging(cli.log_json);
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::process::ExitCode {
     let result = match cli.command {
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Agent(args) => agent::run(args).await,

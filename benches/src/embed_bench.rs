@@ -1,0 +1,132 @@
+//! Embedding throughput through the runtime: a local cluster, a pool of `embed` actors, a
+//! JSONL corpus in chunks. Prints one markdown table row.
+//! `cargo run --release -p resident-bench --bin embed-bench -- --limit 2000`
+
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use resident_sdk::{Cluster, EmbedPoolSpec, LocalConfig};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
+    model: String,
+    #[arg(long, default_value = "data/wiki_vital.jsonl")]
+    data: String,
+    /// Documents to embed (0 = all).
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    /// Actors (default: one per core on CPU).
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// Compute threads per model op (RAYON_NUM_THREADS): 1 with one actor per core is fastest.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value_t = 256)]
+    chunk_size: usize,
+    /// Token budget per model batch (default: the kind's own, 1024 on CPU).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
+    #[arg(long)]
+    max_batch_size: Option<usize>,
+
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// GPUs per actor (needs a `cuda` build on a GPU machine).
+    #[arg(long, default_value_t = 0.0)]
+    gpus: f64,
+    #[arg(long)]
+    label: Option<String>,
+}
+
+fn read_texts(path: &str, limit: usize) -> anyhow::Result<Vec<String>> {
+    let file = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut texts = Vec::new();
+    for line in file.lines() {
+        let record: serde_json::Value = serde_json::from_str(&line?)?;
+        texts.push(record["text"].as_str().unwrap_or_default().to_owned());
+        if limit > 0 && texts.len() >= limit {
+            break;
+        }
+    }
+    Ok(texts)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    resident_sdk::set_compute_threads(args.threads);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let texts = read_texts(&args.data, args.limit)?;
+    let cluster = Cluster::local(LocalConfig::default()).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let replicas = args
+        .replicas
+        .unwrap_or(if args.gpus > 0.0 { 1 } else { cores });
+    let load_started = Instant::now();
+    let mut spec = EmbedPoolSpec::new("bench", &args.model)
+        .replicas(replicas)
+        .gpus(args.gpus, if args.gpus > 0.0 { 2.0 } else { 0.0 })
+        .dtype(&args.dtype);
+    if let Some(tokens) = args.max_batch_tokens {
+        spec = spec.max_batch_tokens(tokens);
+    }
+    if let Some(size) = args.max_batch_size {
+        spec = spec.max_batch_size(size);
+    }
+
+    let pool = cluster
+        .create_embed_pool(spec, Duration::from_secs(300))
+        .await?;
+    let load_s = load_started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let chunks: Vec<Vec<String>> = texts
+        .chunks(args.chunk_size)
+        .map(<[String]>::to_vec)
+        .collect();
+    let mut results = pool
+        .embed_chunks(futures::stream::iter(chunks), false)
+        .await?;
+    let (mut docs, mut tokens, mut padded, mut tokenize_us, mut model_us) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut device = String::new();
+    while let Some(chunk) = results.next().await {
+        let chunk = chunk?;
+        docs += u64::from(chunk.stats.count);
+        tokens += chunk.stats.tokens;
+        padded += chunk.stats.padded_tokens;
+        tokenize_us += chunk.stats.tokenize_micros;
+        model_us += chunk.stats.model_micros;
+        device = format!("{} {}", chunk.stats.device, chunk.stats.dtype);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let label = args.label.unwrap_or_else(|| {
+        format!(
+            "resident: {} actor(s) x {} thread(s), chunk {}, budget {} tokens",
+            replicas,
+            args.threads,
+            args.chunk_size,
+            args.max_batch_tokens
+                .map_or("default".to_owned(), |t| t.to_string())
+        )
+    });
+    println!(
+        "| {label} | {device} | {docs} | {seconds:.1} | {:.1} | {:.0} | {:.1}% | {:.1}% | {load_s:.2} |",
+        docs as f64 / seconds,
+        tokens as f64 / seconds,
+        100.0 * (padded as f64 / tokens.max(1) as f64 - 1.0),
+        100.0 * tokenize_us as f64 / (tokenize_us + model_us).max(1) as f64,
+    );
+    Ok(())
+}
