@@ -232,3 +232,68 @@ pub fn load(config_text: &str, weights: VarBuilder) -> Result<Box<dyn TextEncode
         .map_err(|e| BackendError::Load(format!("qwen3 weights: {e}")))?;
     Ok(Box::new(encoder))
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+    use candle_nn::{VarBuilder, VarMap};
+
+    use super::*;
+    use crate::backends::embed::encoder::pool;
+    use crate::backends::embed::model_files::Pooling;
+
+    fn tiny() -> (Qwen3Encoder, VarMap) {
+        let config: Qwen3Config = serde_json::from_str(
+            r#"{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0}"#,
+        )
+        .unwrap();
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+        (Qwen3Encoder::new(config, vb).unwrap(), vars)
+    }
+
+    fn embed(encoder: &mut Qwen3Encoder, rows: &[&[u32]]) -> Vec<Vec<f32>> {
+        let longest = rows.iter().map(|r| r.len()).max().unwrap();
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        for row in rows {
+            ids.extend(row.iter().copied().chain(std::iter::repeat_n(0, longest - row.len())));
+            mask.extend(std::iter::repeat_n(1u32, row.len()).chain(std::iter::repeat_n(0, longest - row.len())));
+        }
+        let ids = Tensor::from_vec(ids, (rows.len(), longest), &Device::Cpu).unwrap();
+        let mask = Tensor::from_vec(mask, (rows.len(), longest), &Device::Cpu).unwrap();
+        let hidden = encoder.forward(&ids, &mask).unwrap();
+        pool(&hidden, &mask, Pooling::LastToken, PaddingSide::Right, true).unwrap().to_vec2().unwrap()
+    }
+
+    /// Causal attention plus right padding: a text's vector does not depend on what it is
+    /// batched with, and pooling takes its own last token.
+    #[test]
+    fn right_padded_batches_give_the_same_vectors_as_single_texts() {
+        let (mut encoder, _vars) = tiny();
+        let short: &[u32] = &[5, 9, 13];
+        let long: &[u32] = &[7, 3, 22, 41, 8, 19, 2];
+        let alone = embed(&mut encoder, &[short]);
+        let batched = embed(&mut encoder, &[short, long]);
+        let long_alone = embed(&mut encoder, &[long]);
+        for (a, b) in alone[0].iter().zip(&batched[0]) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        for (a, b) in long_alone[0].iter().zip(&batched[1]) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        let norm: f32 = batched[1].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+        assert_ne!(alone[0], long_alone[0]);
+    }
+
+    #[test]
+    fn flops_count_the_dense_layers() {
+        let (encoder, _vars) = tiny();
+        let per_token = encoder.config.forward_flops(1, 1);
+        // 2 layers x 2 x (32*(32+2*16) + 32*32 + 3*32*64) + attention.
+        assert!(per_token > 2.0 * 2.0 * 11_264.0, "{per_token}");
+    }
+}

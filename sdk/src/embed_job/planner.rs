@@ -1,0 +1,134 @@
+//! Chunk planning (pure): how many documents go into one task.
+//!
+//! A chunk should take 10 to 30 seconds on the actor that runs it (long enough that per-task
+//! overhead is noise, short enough that a lost chunk costs little), and every actor should
+//! get several chunks, so that with pull-based dispatch the fast actors take more and the
+//! tail (the last chunk still running after the others are idle) stays short.
+
+/// What the planner knows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanInput {
+    pub total_docs: u64,
+    /// Measured (or estimated) docs/s of each actor.
+    pub actor_docs_per_s: Vec<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkPlan {
+    pub chunk_size: usize,
+    /// Why this size, in a sentence, for the log.
+    pub reasoning: String,
+}
+
+pub const TARGET_CHUNK_SECONDS: f64 = 20.0;
+pub const MIN_CHUNK_SECONDS: f64 = 10.0;
+pub const MAX_CHUNK_SECONDS: f64 = 30.0;
+pub const MIN_CHUNKS_PER_ACTOR: f64 = 4.0;
+pub const MIN_CHUNK: usize = 16;
+pub const MAX_CHUNK: usize = 20_000;
+
+/// Picks a chunk size for the corpus and actors.
+pub fn plan_chunk_size(input: &PlanInput) -> ChunkPlan {
+    let speeds: Vec<f64> = input.actor_docs_per_s.iter().copied().filter(|s| s.is_finite() && *s > 0.0).collect();
+    if speeds.is_empty() || input.total_docs == 0 {
+        return ChunkPlan { chunk_size: 256, reasoning: "no speed measured or empty corpus: 256 documents per chunk".into() };
+    }
+    let actors = speeds.len() as f64;
+    let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+    let fastest = speeds.iter().copied().fold(0.0, f64::max);
+    let total: f64 = speeds.iter().sum();
+    // About 20 s on the slowest actor, so no chunk runs past 30 s anywhere.
+    let by_time = (TARGET_CHUNK_SECONDS * slowest).min(MAX_CHUNK_SECONDS * slowest);
+    // Several chunks per actor, weighted by speed: the whole corpus in `4 x actors` chunks.
+    let by_share = input.total_docs as f64 / (MIN_CHUNKS_PER_ACTOR * actors);
+    let size = by_time.min(by_share).clamp(MIN_CHUNK as f64, MAX_CHUNK as f64).round() as usize;
+    let chunk_seconds_fast = size as f64 / fastest;
+    let reasoning = format!(
+        "{} docs over {} actors ({:.0}-{:.0} docs/s each, {:.0} total): chunk of {size} = min({:.0} for ~{TARGET_CHUNK_SECONDS:.0} s on the slowest actor, {:.0} for {MIN_CHUNKS_PER_ACTOR:.0}+ chunks per actor); {:.1}-{:.1} s per chunk, about {} chunks",
+        input.total_docs,
+        speeds.len(),
+        slowest,
+        fastest,
+        total,
+        by_time,
+        by_share,
+        chunk_seconds_fast,
+        size as f64 / slowest,
+        input.total_docs.div_ceil(size as u64),
+    );
+    ChunkPlan { chunk_size: size, reasoning }
+}
+
+/// Finish time of a corpus split into `chunk_size` chunks that idle actors pull in order
+/// (what the scheduler does with credit 1). Pure simulation for planning and tests.
+pub fn simulate_finish_seconds(total_docs: u64, chunk_size: usize, actor_docs_per_s: &[f64]) -> f64 {
+    let mut free_at = vec![0.0f64; actor_docs_per_s.len()];
+    let mut remaining = total_docs;
+    while remaining > 0 {
+        let docs = remaining.min(chunk_size as u64);
+        remaining -= docs;
+        let (actor, at) = free_at
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("at least one actor");
+        free_at[actor] = at + docs as f64 / actor_docs_per_s[actor];
+    }
+    free_at.into_iter().fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mixed() -> Vec<f64> {
+        let mut speeds = vec![2000.0; 8]; // e.g. A6000s
+        speeds.extend(vec![400.0; 8]); // e.g. T4s
+        speeds
+    }
+
+    #[test]
+    fn beats_the_static_split_on_a_heterogeneous_cluster() {
+        let speeds = mixed();
+        let total = 2_000_000u64;
+        let static_chunk = (total / (2 * speeds.len() as u64)) as usize;
+        let plan = plan_chunk_size(&PlanInput { total_docs: total, actor_docs_per_s: speeds.clone() });
+        let planned = simulate_finish_seconds(total, plan.chunk_size, &speeds);
+        let static_split = simulate_finish_seconds(total, static_chunk, &speeds);
+        let ideal = total as f64 / speeds.iter().sum::<f64>();
+        assert!(planned < static_split * 0.8, "planned {planned:.0} s vs static {static_split:.0} s");
+        assert!(planned < ideal * 1.05, "planned {planned:.0} s vs ideal {ideal:.0} s");
+        assert!(plan.reasoning.contains("chunk of"), "{}", plan.reasoning);
+    }
+
+    #[test]
+    fn chunks_take_ten_to_thirty_seconds_when_the_corpus_is_large() {
+        let speeds = mixed();
+        let plan = plan_chunk_size(&PlanInput { total_docs: 100_000_000, actor_docs_per_s: speeds.clone() });
+        let slow_seconds = plan.chunk_size as f64 / 400.0;
+        assert!((MIN_CHUNK_SECONDS..=MAX_CHUNK_SECONDS).contains(&slow_seconds), "{slow_seconds}");
+    }
+
+    #[test]
+    fn small_corpora_still_give_every_actor_several_chunks() {
+        let plan = plan_chunk_size(&PlanInput { total_docs: 300, actor_docs_per_s: vec![50.0, 50.0] });
+        assert!(300usize.div_ceil(plan.chunk_size) >= 8, "{plan:?}");
+        let tiny = plan_chunk_size(&PlanInput { total_docs: 10, actor_docs_per_s: vec![50.0] });
+        assert_eq!(tiny.chunk_size, MIN_CHUNK);
+    }
+
+    #[test]
+    fn no_speeds_fall_back_to_a_fixed_size() {
+        let plan = plan_chunk_size(&PlanInput { total_docs: 1000, actor_docs_per_s: vec![] });
+        assert_eq!(plan.chunk_size, 256);
+    }
+
+    #[test]
+    fn simulation_matches_a_hand_count() {
+        // 4 chunks of 100 on one actor at 100 docs/s, and one at 50: 400 docs.
+        assert_eq!(simulate_finish_seconds(400, 100, &[100.0]), 4.0);
+        let t = simulate_finish_seconds(400, 100, &[100.0, 50.0]);
+        assert_eq!(t, 3.0, "fast takes 3 chunks (3 s), slow one (2 s)");
+    }
+}
