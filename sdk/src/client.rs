@@ -273,10 +273,25 @@ impl Pool {
     where
         S: Stream<Item = Bytes> + Send + 'static,
     {
-        let (tx, rx) = mpsc::channel(1024);
+        self.submit_windowed(job_name, inputs, 0).await
+    }
+
+    /// Like [`Pool::submit`], with at most `window` tasks submitted but unanswered (0 = the
+    /// scheduler's limit); inputs beyond it wait in `inputs`.
+    pub async fn submit_windowed<S>(
+        &self,
+        job_name: &str,
+        inputs: S,
+        window: u32,
+    ) -> Result<JobStream, SdkError>
+    where
+        S: Stream<Item = Bytes> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(if window == 0 { 1024 } else { window as usize });
         let header = pb::SubmitHeader {
             pool: self.name.clone(),
             job_name: job_name.to_owned(),
+            max_outstanding: window,
         };
         let _ = tx
             .send(pb::SubmitRequest {
@@ -323,6 +338,7 @@ impl Pool {
         let header = pb::SubmitHeader {
             pool: self.name.clone(),
             job_name: "session".into(),
+            max_outstanding: 0,
         };
         let _ = tx
             .send(pb::SubmitRequest {

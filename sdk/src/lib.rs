@@ -13,6 +13,7 @@
 
 mod client;
 mod embed;
+pub mod embed_job;
 mod error;
 #[cfg(feature = "local")]
 mod local;

@@ -94,6 +94,10 @@ impl SchedulerService for ClientApiService {
                 "the first submit message must be a header naming the pool",
             ));
         };
+        let window = match header.max_outstanding as usize {
+            0 => self.max_outstanding_per_job,
+            asked => asked.min(self.max_outstanding_per_job),
+        };
         let (results, results_rx) = mpsc::unbounded_channel();
         let job = self
             .scheduler
@@ -103,7 +107,7 @@ impl SchedulerService for ClientApiService {
                 reply,
             })
             .await?;
-        let credit = Arc::new(Semaphore::new(self.max_outstanding_per_job));
+        let credit = Arc::new(Semaphore::new(window));
         tokio::spawn(forward_tasks(
             inbound,
             self.scheduler.clone(),

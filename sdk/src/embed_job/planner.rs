@@ -29,9 +29,17 @@ pub const MAX_CHUNK: usize = 20_000;
 
 /// Picks a chunk size for the corpus and actors.
 pub fn plan_chunk_size(input: &PlanInput) -> ChunkPlan {
-    let speeds: Vec<f64> = input.actor_docs_per_s.iter().copied().filter(|s| s.is_finite() && *s > 0.0).collect();
+    let speeds: Vec<f64> = input
+        .actor_docs_per_s
+        .iter()
+        .copied()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .collect();
     if speeds.is_empty() || input.total_docs == 0 {
-        return ChunkPlan { chunk_size: 256, reasoning: "no speed measured or empty corpus: 256 documents per chunk".into() };
+        return ChunkPlan {
+            chunk_size: 256,
+            reasoning: "no speed measured or empty corpus: 256 documents per chunk".into(),
+        };
     }
     let actors = speeds.len() as f64;
     let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
@@ -41,7 +49,10 @@ pub fn plan_chunk_size(input: &PlanInput) -> ChunkPlan {
     let by_time = (TARGET_CHUNK_SECONDS * slowest).min(MAX_CHUNK_SECONDS * slowest);
     // Several chunks per actor, weighted by speed: the whole corpus in `4 x actors` chunks.
     let by_share = input.total_docs as f64 / (MIN_CHUNKS_PER_ACTOR * actors);
-    let size = by_time.min(by_share).clamp(MIN_CHUNK as f64, MAX_CHUNK as f64).round() as usize;
+    let size = by_time
+        .min(by_share)
+        .clamp(MIN_CHUNK as f64, MAX_CHUNK as f64)
+        .round() as usize;
     let chunk_seconds_fast = size as f64 / fastest;
     let reasoning = format!(
         "{} docs over {} actors ({:.0}-{:.0} docs/s each, {:.0} total): chunk of {size} = min({:.0} for ~{TARGET_CHUNK_SECONDS:.0} s on the slowest actor, {:.0} for {MIN_CHUNKS_PER_ACTOR:.0}+ chunks per actor); {:.1}-{:.1} s per chunk, about {} chunks",
@@ -56,12 +67,19 @@ pub fn plan_chunk_size(input: &PlanInput) -> ChunkPlan {
         size as f64 / slowest,
         input.total_docs.div_ceil(size as u64),
     );
-    ChunkPlan { chunk_size: size, reasoning }
+    ChunkPlan {
+        chunk_size: size,
+        reasoning,
+    }
 }
 
 /// Finish time of a corpus split into `chunk_size` chunks that idle actors pull in order
 /// (what the scheduler does with credit 1). Pure simulation for planning and tests.
-pub fn simulate_finish_seconds(total_docs: u64, chunk_size: usize, actor_docs_per_s: &[f64]) -> f64 {
+pub fn simulate_finish_seconds(
+    total_docs: u64,
+    chunk_size: usize,
+    actor_docs_per_s: &[f64],
+) -> f64 {
     let mut free_at = vec![0.0f64; actor_docs_per_s.len()];
     let mut remaining = total_docs;
     while remaining > 0 {
@@ -93,34 +111,58 @@ mod tests {
         let speeds = mixed();
         let total = 2_000_000u64;
         let static_chunk = (total / (2 * speeds.len() as u64)) as usize;
-        let plan = plan_chunk_size(&PlanInput { total_docs: total, actor_docs_per_s: speeds.clone() });
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: total,
+            actor_docs_per_s: speeds.clone(),
+        });
         let planned = simulate_finish_seconds(total, plan.chunk_size, &speeds);
         let static_split = simulate_finish_seconds(total, static_chunk, &speeds);
         let ideal = total as f64 / speeds.iter().sum::<f64>();
-        assert!(planned < static_split * 0.8, "planned {planned:.0} s vs static {static_split:.0} s");
-        assert!(planned < ideal * 1.05, "planned {planned:.0} s vs ideal {ideal:.0} s");
+        assert!(
+            planned < static_split * 0.8,
+            "planned {planned:.0} s vs static {static_split:.0} s"
+        );
+        assert!(
+            planned < ideal * 1.05,
+            "planned {planned:.0} s vs ideal {ideal:.0} s"
+        );
         assert!(plan.reasoning.contains("chunk of"), "{}", plan.reasoning);
     }
 
     #[test]
     fn chunks_take_ten_to_thirty_seconds_when_the_corpus_is_large() {
         let speeds = mixed();
-        let plan = plan_chunk_size(&PlanInput { total_docs: 100_000_000, actor_docs_per_s: speeds.clone() });
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 100_000_000,
+            actor_docs_per_s: speeds.clone(),
+        });
         let slow_seconds = plan.chunk_size as f64 / 400.0;
-        assert!((MIN_CHUNK_SECONDS..=MAX_CHUNK_SECONDS).contains(&slow_seconds), "{slow_seconds}");
+        assert!(
+            (MIN_CHUNK_SECONDS..=MAX_CHUNK_SECONDS).contains(&slow_seconds),
+            "{slow_seconds}"
+        );
     }
 
     #[test]
     fn small_corpora_still_give_every_actor_several_chunks() {
-        let plan = plan_chunk_size(&PlanInput { total_docs: 300, actor_docs_per_s: vec![50.0, 50.0] });
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 300,
+            actor_docs_per_s: vec![50.0, 50.0],
+        });
         assert!(300usize.div_ceil(plan.chunk_size) >= 8, "{plan:?}");
-        let tiny = plan_chunk_size(&PlanInput { total_docs: 10, actor_docs_per_s: vec![50.0] });
+        let tiny = plan_chunk_size(&PlanInput {
+            total_docs: 10,
+            actor_docs_per_s: vec![50.0],
+        });
         assert_eq!(tiny.chunk_size, MIN_CHUNK);
     }
 
     #[test]
     fn no_speeds_fall_back_to_a_fixed_size() {
-        let plan = plan_chunk_size(&PlanInput { total_docs: 1000, actor_docs_per_s: vec![] });
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 1000,
+            actor_docs_per_s: vec![],
+        });
         assert_eq!(plan.chunk_size, 256);
     }
 

@@ -1,6 +1,7 @@
 //! The `resident` command line: run a scheduler, an agent, a local cluster, or inspect one.
 
 mod agent;
+mod embed;
 mod local;
 mod scheduler;
 mod status;
@@ -43,6 +44,8 @@ enum Command {
     Local(local::LocalArgs),
     /// Show nodes and actors of a cluster.
     Status(status::StatusArgs),
+    /// Embed a corpus with resident model actors, resumably.
+    Embed(embed::EmbedArgs),
 }
 
 fn init_logging(json: bool) {
@@ -98,6 +101,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Agent(args) => agent::run(args).await,
         Command::Local(args) => local::run(args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Embed(args) => embed::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

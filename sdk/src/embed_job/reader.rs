@@ -1,0 +1,333 @@
+//! Reading a corpus as a stream of records: JSONL or plain text, optionally gzip-compressed,
+//! one file or a directory of them. Bad lines become [`BadRecord`]s, never a crash.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::JobError;
+
+#[derive(Clone, Debug)]
+pub struct ReaderOptions {
+    pub id_field: String,
+    pub text_field: String,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        Self {
+            id_field: "id".into(),
+            text_field: "text".into(),
+        }
+    }
+}
+
+/// One document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub id: Value,
+    pub text: String,
+}
+
+/// A line that was skipped, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BadRecord {
+    pub file: String,
+    pub line: u64,
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Jsonl,
+    Text,
+}
+
+fn format_of(path: &Path) -> Option<(Format, bool)> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let (stem, gz) = match name.strip_suffix(".gz") {
+        Some(stem) => (stem.to_owned(), true),
+        None => (name, false),
+    };
+    if stem.ends_with(".jsonl") || stem.ends_with(".ndjson") || stem.ends_with(".json") {
+        Some((Format::Jsonl, gz))
+    } else if stem.ends_with(".txt") || stem.ends_with(".text") {
+        Some((Format::Text, gz))
+    } else {
+        None
+    }
+}
+
+/// The input files, in a stable order. A directory contributes every readable corpus file
+/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz`).
+pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
+    if path.is_file() {
+        if format_of(path).is_none() {
+            return Err(JobError::Input(format!(
+                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz)",
+                path.display()
+            )));
+        }
+        return Ok(vec![path.to_owned()]);
+    }
+    if !path.is_dir() {
+        return Err(JobError::Input(format!(
+            "input {} does not exist",
+            path.display()
+        )));
+    }
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| JobError::Input(format!("cannot list {}: {e}", dir.display())))?;
+        for entry in entries {
+            let entry = entry
+                .map_err(|e| JobError::Input(format!("cannot list {}: {e}", dir.display())))?;
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if format_of(&path).is_some() {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(JobError::Input(format!(
+            "no .jsonl or .txt files under {}",
+            path.display()
+        )));
+    }
+    Ok(files)
+}
+
+fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, JobError> {
+    let file = File::open(path)
+        .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
+    let (_, gz) = format_of(path).unwrap_or((Format::Jsonl, false));
+    let reader: Box<dyn Read + Send> = if gz {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(Box::new(BufReader::with_capacity(1 << 20, reader)))
+}
+
+/// Streams records (and bad lines) from every input file in order.
+pub struct RecordReader {
+    files: Vec<PathBuf>,
+    root: PathBuf,
+    options: ReaderOptions,
+    current: Option<(usize, Box<dyn BufRead + Send>, u64)>,
+    next_file: usize,
+    seen_ids: HashSet<u64>,
+    buffer: Vec<u8>,
+}
+
+pub enum Item {
+    Record(Record),
+    Bad(BadRecord),
+}
+
+impl RecordReader {
+    pub fn new(input: &Path, options: ReaderOptions) -> Result<Self, JobError> {
+        let files = list_inputs(input)?;
+        let root = if input.is_dir() {
+            input.to_owned()
+        } else {
+            input.parent().map(Path::to_owned).unwrap_or_default()
+        };
+        Ok(Self {
+            files,
+            root,
+            options,
+            current: None,
+            next_file: 0,
+            seen_ids: HashSet::new(),
+            buffer: Vec::new(),
+        })
+    }
+
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    fn display_name(&self, index: usize) -> String {
+        let path = &self.files[index];
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    /// The next record or bad line; `Ok(None)` at the end of the corpus.
+    pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
+        loop {
+            if self.current.is_none() {
+                if self.next_file >= self.files.len() {
+                    return Ok(None);
+                }
+                let reader = open(&self.files[self.next_file])?;
+                self.current = Some((self.next_file, reader, 0));
+                self.next_file += 1;
+            }
+            let (index, reader, line) = self.current.as_mut().expect("set above");
+            self.buffer.clear();
+            let read = reader.read_until(b'\n', &mut self.buffer).map_err(|e| {
+                JobError::Input(format!("cannot read {}: {e}", self.files[*index].display()))
+            })?;
+            if read == 0 {
+                self.current = None;
+                continue;
+            }
+            *line += 1;
+            let (index, line) = (*index, *line);
+            while matches!(self.buffer.last(), Some(b'\n' | b'\r')) {
+                self.buffer.pop();
+            }
+            let format = format_of(&self.files[index]).map_or(Format::Jsonl, |f| f.0);
+            if format == Format::Jsonl && self.buffer.iter().all(u8::is_ascii_whitespace) {
+                continue; // blank lines in JSONL are not records
+            }
+            let file = self.display_name(index);
+            let bad = |reason: String| {
+                Ok(Some(Item::Bad(BadRecord {
+                    file: file.clone(),
+                    line,
+                    reason,
+                })))
+            };
+            let Ok(text) = std::str::from_utf8(&self.buffer) else {
+                return bad("invalid UTF-8".into());
+            };
+            let record = match format {
+                Format::Text => Record {
+                    id: Value::from(self.generated_id(index, line)),
+                    text: text.to_owned(),
+                },
+                Format::Jsonl => match self.parse_json(text, index, line) {
+                    Ok(record) => record,
+                    Err(reason) => return bad(reason),
+                },
+            };
+            if record.text.trim().is_empty() {
+                return bad("empty text".into());
+            }
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            record.id.to_string().hash(&mut hasher);
+            if !self.seen_ids.insert(hasher.finish()) {
+                return bad(format!("duplicate id {}", record.id));
+            }
+            return Ok(Some(Item::Record(record)));
+        }
+    }
+
+    fn generated_id(&self, index: usize, line: u64) -> Value {
+        if self.files.len() == 1 {
+            Value::from(line)
+        } else {
+            Value::from(format!("{}:{line}", self.display_name(index)))
+        }
+    }
+
+    fn parse_json(&self, text: &str, index: usize, line: u64) -> Result<Record, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("malformed JSON: {e}"))?;
+        let Value::Object(mut object) = value else {
+            return Err("not a JSON object".into());
+        };
+        let text = match object.remove(&self.options.text_field) {
+            Some(Value::String(text)) => text,
+            Some(_) => {
+                return Err(format!(
+                    "text field `{}` is not a string",
+                    self.options.text_field
+                ));
+            }
+            None => return Err(format!("missing text field `{}`", self.options.text_field)),
+        };
+        let id = match object.remove(&self.options.id_field) {
+            Some(id @ (Value::String(_) | Value::Number(_))) => id,
+            Some(_) => {
+                return Err(format!(
+                    "id field `{}` is not a string or number",
+                    self.options.id_field
+                ));
+            }
+            None => self.generated_id(index, line),
+        };
+        Ok(Record { id, text })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(path: &Path) -> (Vec<Record>, Vec<BadRecord>) {
+        let mut reader = RecordReader::new(path, ReaderOptions::default()).unwrap();
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        while let Some(item) = reader.next_item().unwrap() {
+            match item {
+                Item::Record(r) => good.push(r),
+                Item::Bad(b) => bad.push(b),
+            }
+        }
+        (good, bad)
+    }
+
+    #[test]
+    fn bad_lines_are_listed_with_their_line_and_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        let mut bytes = b"{\"id\": \"a\", \"text\": \"alpha\"}\n{not json\n{\"id\": \"b\"}\n{\"id\": \"c\", \"text\": \"  \"}\n".to_vec();
+        bytes.extend(b"{\"id\": \"d\", \"text\": \"\xff\xfe\"}\n{\"id\": \"a\", \"text\": \"again\"}\n\n{\"text\": \"no id\"}\n");
+        std::fs::write(&path, bytes).unwrap();
+        let (good, bad) = collect(&path);
+        assert_eq!(
+            good.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+            vec![Value::from("a"), Value::from(8)]
+        );
+        let reasons: Vec<(u64, &str)> = bad.iter().map(|b| (b.line, b.reason.as_str())).collect();
+        assert_eq!(reasons[1], (3, "missing text field `text`"));
+        assert_eq!(reasons[2], (4, "empty text"));
+        assert_eq!(reasons[3], (5, "invalid UTF-8"));
+        assert_eq!(reasons[4], (6, "duplicate id \"a\""));
+        assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
+        assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    #[test]
+    fn directories_text_and_gzip() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "first line\nsecond line\n").unwrap();
+        let mut gz = flate2::write::GzEncoder::new(
+            File::create(dir.path().join("b.jsonl.gz")).unwrap(),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(b"{\"id\": 7, \"text\": \"zipped\"}\n")
+            .unwrap();
+        gz.finish().unwrap();
+        std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
+        let (good, bad) = collect(dir.path());
+        assert!(bad.is_empty());
+        let ids: Vec<Value> = good.iter().map(|r| r.id.clone()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                Value::from("a.txt:1"),
+                Value::from("a.txt:2"),
+                Value::from(7)
+            ]
+        );
+        assert_eq!(good[2].text, "zipped");
+        assert!(list_inputs(&dir.path().join("missing")).is_err());
+    }
+}
