@@ -208,7 +208,7 @@ impl RecordReader {
             };
             let record = match format {
                 Format::Text => Record {
-                    id: Value::from(self.generated_id(index, line)),
+                    id: self.generated_id(index, line),
                     text: text.to_owned(),
                 },
                 Format::Jsonl => match self.parse_json(text, index, line) {

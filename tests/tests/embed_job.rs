@@ -1,0 +1,380 @@
+//! `resident embed` end to end on a 300-document Wikipedia sample with the real model:
+//! output shape and order, resume after kill -9, a dead agent mid-job, bad records.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
+use resident_sdk::{Cluster, LocalConfig};
+use resident_tests::{init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until};
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn model() -> String {
+    let dir = repo().join("models/all-MiniLM-L6-v2");
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "run scripts/fetch-model.sh first"
+    );
+    dir.to_string_lossy().into_owned()
+}
+
+/// 300 real articles (from the committed parity fixture's source: the wiki sample file).
+fn sample(dir: &Path, count: usize) -> PathBuf {
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/fixtures/wiki_sample.jsonl.json")).unwrap(),
+    )
+    .unwrap();
+    let path = dir.join("sample.jsonl");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for record in fixture.as_array().unwrap().iter().take(count) {
+        writeln!(file, "{record}").unwrap();
+    }
+    path
+}
+
+fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let header_len = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8_lossy(&bytes[10..header_len]).to_string();
+    let shape = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
+    let shape = shape
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    let data = bytes[header_len..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (shape, data)
+}
+
+fn ids_of(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+        .collect()
+}
+
+fn input_ids(path: &Path) -> Vec<Value> {
+    ids_of(path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeds_300_documents_in_order_with_a_full_report() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 300);
+    let out = dir.path().join("out");
+    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let mut config = EmbedJobConfig::new(&input, model(), &out);
+    config.replicas = Some(2);
+    let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
+
+    let (shape, data) = read_npy(&out.join("embeddings.npy"));
+    assert_eq!(shape, vec![300, 384]);
+    for row in data.chunks(384) {
+        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+    assert_eq!(ids_of(&out.join("ids.jsonl")), input_ids(&input));
+    assert_eq!(
+        (
+            report.items,
+            report.dimension,
+            report.model_loads,
+            report.actors
+        ),
+        (300, 384, 2, 2)
+    );
+    assert!(
+        report.chunks.total >= 8,
+        "several chunks per actor: {:?}",
+        report.chunks
+    );
+    assert!(report.chunks.plan.contains("chunk of"));
+    assert!(report.truncated >= 1 && report.tokens > 10_000);
+    assert!(
+        report.docs_per_second > 0.0 && report.cpu_hours > 0.0 && report.estimated_cost_usd > 0.0
+    );
+    assert_eq!(report.per_node[0].docs, 300);
+    let on_disk: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    for field in [
+        "items",
+        "dimension",
+        "norm",
+        "truncated",
+        "bad_records",
+        "wall_seconds",
+        "docs_per_second",
+        "per_node",
+        "per_gpu",
+        "model_loads",
+        "gpu_hours",
+        "estimated_cost_usd",
+    ] {
+        assert!(!on_disk[field].is_null(), "report.json lacks {field}");
+    }
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest["chunks"].as_array().unwrap().len() as u64,
+        report.chunks.total
+    );
+
+    // The same command again recomputes nothing.
+    let again = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
+    assert_eq!(
+        (again.computed_items, again.chunks.reused),
+        (0, report.chunks.total)
+    );
+
+    // A changed input under the same output is refused before anything runs.
+    let other = sample(dir.path(), 299);
+    let changed = EmbedJobConfig::new(&other, model(), &out);
+    let error = run_embed_job(&cluster, &changed, &mut |_| {})
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.ends_with("holds embeddings of a different input; use another --output or remove it"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_records_are_listed_or_stop_the_job() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("mixed.jsonl");
+    let mut bytes =
+        b"{\"id\": 1, \"text\": \"a fine document\"}\n{\"id\": 2, \"text\": \n{\"id\": 3}\n"
+            .to_vec();
+    bytes.extend(b"{\"id\": 4, \"text\": \"\"}\n{\"id\": 5, \"text\": \"caf\xe9\"}\n{\"id\": 1, \"text\": \"same id\"}\n{\"id\": 6, \"text\": \"another fine one\"}\n");
+    std::fs::write(&input, bytes).unwrap();
+    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let out = dir.path().join("out");
+    let config = EmbedJobConfig::new(&input, model(), &out);
+    let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
+    assert_eq!(report.items, 2);
+    let listed: Vec<(u64, String)> = report
+        .bad_records
+        .iter()
+        .map(|b| (b.line, b.reason.clone()))
+        .collect();
+    assert_eq!(
+        listed.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        vec![2, 3, 4, 5, 6]
+    );
+    assert!(listed[0].1.starts_with("malformed JSON"));
+    assert_eq!(listed[1].1, "missing text field `text`");
+    assert_eq!(listed[2].1, "empty text");
+    assert_eq!(listed[3].1, "invalid UTF-8");
+    assert_eq!(listed[4].1, "duplicate id 1");
+    assert!(report.bad_records.iter().all(|b| b.file == "mixed.jsonl"));
+    assert_eq!(
+        ids_of(&out.join("ids.jsonl")),
+        vec![Value::from(1), Value::from(6)]
+    );
+
+    let mut strict = EmbedJobConfig::new(&input, model(), dir.path().join("strict"));
+    strict.on_bad_record = BadRecordPolicy::Fail;
+    let error = run_embed_job(&cluster, &strict, &mut |_| {})
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.starts_with("bad record at mixed.jsonl:2: malformed JSON"),
+        "{error}"
+    );
+    assert!(
+        !dir.path().join("strict/manifest.json").exists(),
+        "no chunk ran"
+    );
+
+    let missing = EmbedJobConfig::new(
+        dir.path().join("nope.jsonl"),
+        model(),
+        dir.path().join("o2"),
+    );
+    let error = run_embed_job(&cluster, &missing, &mut |_| {})
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("does not exist"), "{error}");
+    let bad_model = EmbedJobConfig::new(&input, "/no/model", dir.path().join("o3"));
+    let error = run_embed_job(&cluster, &bad_model, &mut |_| {})
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.starts_with("model did not load") && error.contains("/no/model does not exist"),
+        "{error}"
+    );
+    assert!(
+        !dir.path().join("o3/manifest.json").exists()
+            || !std::fs::read_to_string(dir.path().join("o3/manifest.json"))
+                .unwrap()
+                .contains("vectors_file")
+    );
+}
+
+fn embed_command(input: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(resident_bin());
+    command
+        .args(["embed", "--model", &model(), "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .args(extra)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn shard_files(out: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
+    std::fs::read_dir(out.join("shards"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().contains(".tmp"))
+                .map(|e| {
+                    let meta = e.metadata().unwrap();
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        (std::fs::read(e.path()).unwrap(), meta.modified().unwrap()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_job_then_rerun_finishes_without_redoing_shards() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 300);
+    let out = dir.path().join("out");
+    let mut child = embed_command(&input, &out, &["--chunk-size", "10", "--replicas", "1"])
+        .spawn()
+        .unwrap();
+    let manifest = out.join("manifest.json");
+    wait_until("a few shards", Duration::from_secs(60), || async {
+        let text = std::fs::read_to_string(&manifest).ok()?;
+        (text.matches("vectors_file").count() >= 3).then_some(())
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let finished = before["chunks"].as_array().unwrap().len();
+    assert!(finished < 30, "killed before the end ({finished} chunks)");
+    let shards_before = shard_files(&out);
+
+    let status = embed_command(&input, &out, &[]).status().unwrap();
+    assert!(status.success());
+    assert_eq!(
+        ids_of(&out.join("ids.jsonl")),
+        input_ids(&input),
+        "every input id once, in order"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["chunks"]["reused"].as_u64().unwrap() as usize,
+        finished
+    );
+    assert_eq!(
+        report["chunks"]["size"], 10,
+        "the first run's chunk size is kept"
+    );
+    let shards_after = shard_files(&out);
+    for entry in before["chunks"].as_array().unwrap() {
+        for key in ["vectors_file", "ids_file"] {
+            let name = entry[key]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("shards/")
+                .to_owned();
+            assert_eq!(
+                shards_before[&name], shards_after[&name],
+                "{name} was rewritten"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_agent_mid_job_costs_time_not_documents() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 300);
+    let out = dir.path().join("out");
+    let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
+    let mut agents = [
+        spawn_agent(&url, "node-a", "T4:16GiB", ""),
+        spawn_agent(&url, "node-b", "T4:16GiB", ""),
+    ];
+    Cluster::connect(&url)
+        .await
+        .unwrap()
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut child = embed_command(
+        &input,
+        &out,
+        &[
+            "--cluster",
+            &url,
+            "--chunk-size",
+            "10",
+            "--gpus-per-actor",
+            "1",
+            "--replicas",
+            "2",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let manifest = out.join("manifest.json");
+    wait_until("first shards", Duration::from_secs(60), || async {
+        let text = std::fs::read_to_string(&manifest).ok()?;
+        (text.matches("vectors_file").count() >= 2).then_some(())
+    })
+    .await;
+    agents[1].kill9();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "job failed after losing an agent");
+    assert_eq!(ids_of(&out.join("ids.jsonl")), input_ids(&input));
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["items"], 300);
+    assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
+}
