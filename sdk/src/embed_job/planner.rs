@@ -122,9 +122,10 @@ mod tests {
             planned < static_split * 0.8,
             "planned {planned:.0} s vs static {static_split:.0} s"
         );
+        let slow_chunk_seconds = plan.chunk_size as f64 / 400.0;
         assert!(
-            planned < ideal * 1.05,
-            "planned {planned:.0} s vs ideal {ideal:.0} s"
+            planned <= ideal + slow_chunk_seconds,
+            "planned {planned:.0} s vs ideal {ideal:.0} s: the tail is at most one chunk"
         );
         assert!(plan.reasoning.contains("chunk of"), "{}", plan.reasoning);
     }
