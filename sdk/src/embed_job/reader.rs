@@ -48,28 +48,38 @@ enum Format {
     Text,
 }
 
-fn format_of(path: &Path) -> Option<(Format, bool)> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+fn format_of(path: &Path) -> Option<(Format, Compression)> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-    let (stem, gz) = match name.strip_suffix(".gz") {
-        Some(stem) => (stem.to_owned(), true),
-        None => (name, false),
+    let (stem, compression) = if let Some(stem) = name.strip_suffix(".gz") {
+        (stem.to_owned(), Compression::Gzip)
+    } else if let Some(stem) = name.strip_suffix(".zst") {
+        (stem.to_owned(), Compression::Zstd)
+    } else {
+        (name, Compression::None)
     };
     if stem.ends_with(".jsonl") || stem.ends_with(".ndjson") || stem.ends_with(".json") {
-        Some((Format::Jsonl, gz))
+        Some((Format::Jsonl, compression))
     } else if stem.ends_with(".txt") || stem.ends_with(".text") {
-        Some((Format::Text, gz))
+        Some((Format::Text, compression))
     } else {
         None
     }
 }
 
 /// The input files, in a stable order. A directory contributes every readable corpus file
-/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz`).
+/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz` or `.zst`).
 pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
     if path.is_file() {
         if format_of(path).is_none() {
             return Err(JobError::Input(format!(
-                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz)",
+                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz or .zst)",
                 path.display()
             )));
         }
@@ -110,11 +120,14 @@ pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
 fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, JobError> {
     let file = File::open(path)
         .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
-    let (_, gz) = format_of(path).unwrap_or((Format::Jsonl, false));
-    let reader: Box<dyn Read + Send> = if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(file))
-    } else {
-        Box::new(file)
+    let (_, compression) = format_of(path).unwrap_or((Format::Jsonl, Compression::None));
+    let reader: Box<dyn Read + Send> = match compression {
+        Compression::None => Box::new(file),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(file)),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(file)
+                .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?,
+        ),
     };
     Ok(Box::new(BufReader::with_capacity(1 << 20, reader)))
 }
@@ -304,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn directories_text_and_gzip() {
+    fn directories_text_gzip_and_zstd() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "first line\nsecond line\n").unwrap();
@@ -315,6 +328,9 @@ mod tests {
         gz.write_all(b"{\"id\": 7, \"text\": \"zipped\"}\n")
             .unwrap();
         gz.finish().unwrap();
+        let zst =
+            zstd::stream::encode_all(&b"{\"id\": 8, \"text\": \"squeezed\"}\n"[..], 3).unwrap();
+        std::fs::write(dir.path().join("c.ndjson.zst"), zst).unwrap();
         std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
         let (good, bad) = collect(dir.path());
         assert!(bad.is_empty());
@@ -324,10 +340,14 @@ mod tests {
             vec![
                 Value::from("a.txt:1"),
                 Value::from("a.txt:2"),
-                Value::from(7)
+                Value::from(7),
+                Value::from(8)
             ]
         );
-        assert_eq!(good[2].text, "zipped");
+        assert_eq!(
+            (good[2].text.as_str(), good[3].text.as_str()),
+            ("zipped", "squeezed")
+        );
         assert!(list_inputs(&dir.path().join("missing")).is_err());
     }
 }
