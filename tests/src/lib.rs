@@ -240,3 +240,22 @@ pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
         child,
     }
 }
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the repo")
+        .to_owned()
+}
+
+/// The real all-MiniLM-L6-v2 from `scripts/fetch-model.sh`.
+pub fn minilm_dir() -> String {
+    let dir = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-model.sh (scripts/test.sh does)",
+        dir.display()
+    );
+    dir.to_string_lossy().into_owned()
+}

@@ -5,24 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use resident_sdk::{Cluster, EmbedPoolSpec, EmbeddedChunk, LocalConfig, SdkError, embed_request};
+use resident_tests::{minilm_dir, repo_root};
 use serde::Deserialize;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn model_dir() -> String {
-    let dir = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-model.sh (scripts/test.sh does)",
-        dir.display()
-    );
-    dir.to_string_lossy().into_owned()
-}
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -52,7 +36,7 @@ async fn vectors_match_sentence_transformers_in_order_with_unit_norms() {
     let cluster = local().await;
     let pool = cluster
         .create_embed_pool(
-            EmbedPoolSpec::new("minilm", model_dir())
+            EmbedPoolSpec::new("minilm", minilm_dir())
                 .replicas(2)
                 .chunk_size(7),
             Duration::from_secs(60),
@@ -94,7 +78,7 @@ async fn a_hundred_tasks_through_two_actors_load_the_model_twice() {
     let cluster = local().await;
     let pool = cluster
         .create_embed_pool(
-            EmbedPoolSpec::new("loads", model_dir())
+            EmbedPoolSpec::new("loads", minilm_dir())
                 .replicas(2)
                 .chunk_size(1),
             Duration::from_secs(60),
@@ -135,7 +119,11 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
 
     let dir = tempfile::tempdir().unwrap();
     for file in ["config.json", "tokenizer.json", "model.safetensors"] {
-        std::fs::copy(PathBuf::from(model_dir()).join(file), dir.path().join(file)).unwrap();
+        std::fs::copy(
+            PathBuf::from(minilm_dir()).join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
     }
     std::fs::write(
         dir.path().join("config.json"),
@@ -152,7 +140,7 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
     assert!(error.contains("unsupported architecture `t5`"), "{error}");
 
     let bad = cluster.create_embed_pool(
-        EmbedPoolSpec::new("dtype", model_dir()).dtype("f8"),
+        EmbedPoolSpec::new("dtype", minilm_dir()).dtype("f8"),
         Duration::from_secs(30),
     );
     let error = bad.await.err().unwrap().to_string();
@@ -164,7 +152,7 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
     // A payload that is not an EmbedRequest fails that task only.
     let pool = cluster
         .create_embed_pool(
-            EmbedPoolSpec::new("ok", model_dir()),
+            EmbedPoolSpec::new("ok", minilm_dir()),
             Duration::from_secs(60),
         )
         .await

@@ -9,29 +9,16 @@ use std::time::Duration;
 
 use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
-use resident_tests::{init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until};
+use resident_tests::{
+    init_logging, minilm_dir, repo_root, resident_bin, spawn_agent, spawn_scheduler, wait_until,
+};
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn model() -> String {
-    let dir = repo().join("models/all-MiniLM-L6-v2");
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "run scripts/fetch-model.sh first"
-    );
-    dir.to_string_lossy().into_owned()
-}
-
-/// 300 real articles (from the committed parity fixture's source: the wiki sample file).
+/// The first `count` of 300 real Wikipedia articles committed as a fixture.
 fn sample(dir: &Path, count: usize) -> PathBuf {
     let fixture: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("tests/fixtures/wiki_sample.jsonl.json")).unwrap(),
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/wiki_sample.jsonl.json"))
+            .unwrap(),
     )
     .unwrap();
     let path = dir.join("sample.jsonl");
@@ -72,10 +59,6 @@ fn ids_of(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn input_ids(path: &Path) -> Vec<Value> {
-    ids_of(path)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeds_300_documents_in_order_with_a_full_report() {
     init_logging();
@@ -83,7 +66,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
     let input = sample(dir.path(), 300);
     let out = dir.path().join("out");
     let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
-    let mut config = EmbedJobConfig::new(&input, model(), &out);
+    let mut config = EmbedJobConfig::new(&input, minilm_dir(), &out);
     config.replicas = Some(2);
     let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
 
@@ -93,7 +76,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4);
     }
-    assert_eq!(ids_of(&out.join("ids.jsonl")), input_ids(&input));
+    assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
     assert_eq!(
         (
             report.items,
@@ -148,7 +131,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
 
     // A changed input under the same output is refused before anything runs.
     let other = sample(dir.path(), 299);
-    let changed = EmbedJobConfig::new(&other, model(), &out);
+    let changed = EmbedJobConfig::new(&other, minilm_dir(), &out);
     let error = run_embed_job(&cluster, &changed, &mut |_| {})
         .await
         .err()
@@ -172,7 +155,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
     std::fs::write(&input, bytes).unwrap();
     let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
     let out = dir.path().join("out");
-    let config = EmbedJobConfig::new(&input, model(), &out);
+    let config = EmbedJobConfig::new(&input, minilm_dir(), &out);
     let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
     assert_eq!(report.items, 2);
     let listed: Vec<(u64, String)> = report
@@ -195,7 +178,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
         vec![Value::from(1), Value::from(6)]
     );
 
-    let mut strict = EmbedJobConfig::new(&input, model(), dir.path().join("strict"));
+    let mut strict = EmbedJobConfig::new(&input, minilm_dir(), dir.path().join("strict"));
     strict.on_bad_record = BadRecordPolicy::Fail;
     let error = run_embed_job(&cluster, &strict, &mut |_| {})
         .await
@@ -213,7 +196,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
 
     let missing = EmbedJobConfig::new(
         dir.path().join("nope.jsonl"),
-        model(),
+        minilm_dir(),
         dir.path().join("o2"),
     );
     let error = run_embed_job(&cluster, &missing, &mut |_| {})
@@ -243,7 +226,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
 fn embed_command(input: &Path, out: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(resident_bin());
     command
-        .args(["embed", "--model", &model(), "--input"])
+        .args(["embed", "--model", &minilm_dir(), "--input"])
         .arg(input)
         .arg("--output")
         .arg(out)
@@ -298,7 +281,7 @@ async fn kill_9_mid_job_then_rerun_finishes_without_redoing_shards() {
     assert!(status.success());
     assert_eq!(
         ids_of(&out.join("ids.jsonl")),
-        input_ids(&input),
+        ids_of(&input),
         "every input id once, in order"
     );
     let report: Value =
@@ -372,7 +355,7 @@ async fn a_dead_agent_mid_job_costs_time_not_documents() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "job failed after losing an agent");
-    assert_eq!(ids_of(&out.join("ids.jsonl")), input_ids(&input));
+    assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
     let report: Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["items"], 300);
