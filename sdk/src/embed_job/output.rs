@@ -18,6 +18,13 @@ pub enum OutputDtype {
 }
 
 impl OutputDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputDtype::F32 => "f32",
+            OutputDtype::F16 => "f16",
+        }
+    }
+
     fn descr(self) -> &'static str {
         match self {
             OutputDtype::F32 => "<f4",

@@ -144,8 +144,9 @@ pub(super) fn open_manifest(
             }
             if manifest.dtype != config.dtype {
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds {:?} embeddings; rerun with that --dtype",
-                    manifest.dtype
+                    "{place} holds {} embeddings; rerun with --dtype {}",
+                    manifest.dtype.name(),
+                    manifest.dtype.name()
                 )));
             }
             if let Some(asked) = config
