@@ -9,6 +9,7 @@
 //! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` and write `report.json`.
 
 pub mod output;
+mod parquet_rows;
 pub mod planner;
 pub mod reader;
 mod report;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::JobError;
+use super::parquet_rows::ParquetRows;
 
 #[derive(Clone, Debug)]
 pub struct ReaderOptions {
@@ -46,6 +47,21 @@ pub struct BadRecord {
 enum Format {
     Jsonl,
     Text,
+    Parquet,
+}
+
+/// An open input file.
+enum Source {
+    Lines(Box<dyn BufRead + Send>),
+    Parquet(ParquetRows),
+}
+
+/// What one step through a file found.
+enum Raw {
+    /// A line, now in the reader's buffer.
+    Line,
+    Blank,
+    Row(super::parquet_rows::Row),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +80,9 @@ fn format_of(path: &Path) -> Option<(Format, Compression)> {
     } else {
         (name, Compression::None)
     };
-    if stem.ends_with(".jsonl") || stem.ends_with(".ndjson") || stem.ends_with(".json") {
+    if stem.ends_with(".parquet") && compression == Compression::None {
+        Some((Format::Parquet, compression))
+    } else if stem.ends_with(".jsonl") || stem.ends_with(".ndjson") || stem.ends_with(".json") {
         Some((Format::Jsonl, compression))
     } else if stem.ends_with(".txt") || stem.ends_with(".text") {
         Some((Format::Text, compression))
@@ -74,12 +92,13 @@ fn format_of(path: &Path) -> Option<(Format, Compression)> {
 }
 
 /// The input files, in a stable order. A directory contributes every readable corpus file
-/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz` or `.zst`).
+/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz` or `.zst`, and
+/// `.parquet` with a text column).
 pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
     if path.is_file() {
         if format_of(path).is_none() {
             return Err(JobError::Input(format!(
-                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz or .zst)",
+                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz or .zst) or a .parquet file",
                 path.display()
             )));
         }
@@ -117,10 +136,17 @@ pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
     Ok(files)
 }
 
-fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, JobError> {
+fn open(path: &Path, options: &ReaderOptions) -> Result<Source, JobError> {
+    let (format, compression) = format_of(path).unwrap_or((Format::Jsonl, Compression::None));
+    if format == Format::Parquet {
+        return Ok(Source::Parquet(ParquetRows::open(
+            path,
+            &options.text_field,
+            &options.id_field,
+        )?));
+    }
     let file = File::open(path)
         .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
-    let (_, compression) = format_of(path).unwrap_or((Format::Jsonl, Compression::None));
     let reader: Box<dyn Read + Send> = match compression {
         Compression::None => Box::new(file),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(file)),
@@ -129,7 +155,10 @@ fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, JobError> {
                 .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?,
         ),
     };
-    Ok(Box::new(BufReader::with_capacity(1 << 20, reader)))
+    Ok(Source::Lines(Box::new(BufReader::with_capacity(
+        1 << 20,
+        reader,
+    ))))
 }
 
 /// Streams records (and bad lines) from every input file in order.
@@ -137,7 +166,7 @@ pub struct RecordReader {
     files: Vec<PathBuf>,
     root: PathBuf,
     options: ReaderOptions,
-    current: Option<(usize, Box<dyn BufRead + Send>, u64)>,
+    current: Option<(usize, Source, u64)>,
     next_file: usize,
     seen_ids: HashSet<u64>,
     buffer: Vec<u8>,
@@ -186,58 +215,89 @@ impl RecordReader {
                 if self.next_file >= self.files.len() {
                     return Ok(None);
                 }
-                let reader = open(&self.files[self.next_file])?;
-                self.current = Some((self.next_file, reader, 0));
+                let source = open(&self.files[self.next_file], &self.options)?;
+                self.current = Some((self.next_file, source, 0));
                 self.next_file += 1;
             }
-            let (index, reader, line) = self.current.as_mut().expect("set above");
-            self.buffer.clear();
-            let read = reader.read_until(b'\n', &mut self.buffer).map_err(|e| {
-                JobError::Input(format!("cannot read {}: {e}", self.files[*index].display()))
-            })?;
-            if read == 0 {
+            let Some(raw) = self.next_raw()? else {
                 self.current = None;
                 continue;
-            }
-            *line += 1;
-            let (index, line) = (*index, *line);
-            while matches!(self.buffer.last(), Some(b'\n' | b'\r')) {
-                self.buffer.pop();
-            }
-            let format = format_of(&self.files[index]).map_or(Format::Jsonl, |f| f.0);
-            if format == Format::Jsonl && self.buffer.iter().all(u8::is_ascii_whitespace) {
-                continue; // blank lines in JSONL are not records
-            }
-            let file = self.display_name(index);
-            let bad = |reason: String| {
-                Ok(Some(Item::Bad(BadRecord {
-                    file: file.clone(),
+            };
+            let (index, line) = self
+                .current
+                .as_ref()
+                .map(|c| (c.0, c.2))
+                .expect("set above");
+            let parsed = match raw {
+                Raw::Blank => continue,
+                Raw::Line => self.parse_line(index, line),
+                Raw::Row(row) => row.map(|(id, text)| Record {
+                    id: id.unwrap_or_else(|| self.generated_id(index, line)),
+                    text,
+                }),
+            };
+            let checked = parsed.and_then(|record| {
+                if record.text.trim().is_empty() {
+                    return Err("empty text".to_owned());
+                }
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                record.id.to_string().hash(&mut hasher);
+                if !self.seen_ids.insert(hasher.finish()) {
+                    return Err(format!("duplicate id {}", record.id));
+                }
+                Ok(record)
+            });
+            return Ok(Some(match checked {
+                Ok(record) => Item::Record(record),
+                Err(reason) => Item::Bad(BadRecord {
+                    file: self.display_name(index),
                     line,
                     reason,
-                })))
-            };
-            let Ok(text) = std::str::from_utf8(&self.buffer) else {
-                return bad("invalid UTF-8".into());
-            };
-            let record = match format {
-                Format::Text => Record {
-                    id: self.generated_id(index, line),
-                    text: text.to_owned(),
-                },
-                Format::Jsonl => match self.parse_json(text, index, line) {
-                    Ok(record) => record,
-                    Err(reason) => return bad(reason),
-                },
-            };
-            if record.text.trim().is_empty() {
-                return bad("empty text".into());
+                }),
+            }));
+        }
+    }
+
+    /// Advances the current file by one line or row; `None` at its end.
+    fn next_raw(&mut self) -> Result<Option<Raw>, JobError> {
+        let (index, source, line) = self.current.as_mut().expect("a file is open");
+        let raw = match source {
+            Source::Parquet(rows) => match rows.next_row()? {
+                Some(row) => Raw::Row(row),
+                None => return Ok(None),
+            },
+            Source::Lines(reader) => {
+                self.buffer.clear();
+                let read = reader.read_until(b'\n', &mut self.buffer).map_err(|e| {
+                    JobError::Input(format!("cannot read {}: {e}", self.files[*index].display()))
+                })?;
+                if read == 0 {
+                    return Ok(None);
+                }
+                while matches!(self.buffer.last(), Some(b'\n' | b'\r')) {
+                    self.buffer.pop();
+                }
+                let jsonl = format_of(&self.files[*index]).is_some_and(|f| f.0 == Format::Jsonl);
+                if jsonl && self.buffer.iter().all(u8::is_ascii_whitespace) {
+                    Raw::Blank // blank lines in JSONL are not records, but still count as lines
+                } else {
+                    Raw::Line
+                }
             }
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            record.id.to_string().hash(&mut hasher);
-            if !self.seen_ids.insert(hasher.finish()) {
-                return bad(format!("duplicate id {}", record.id));
-            }
-            return Ok(Some(Item::Record(record)));
+        };
+        *line += 1;
+        Ok(Some(raw))
+    }
+
+    /// The record on the line in `self.buffer`, or why it is bad.
+    fn parse_line(&self, index: usize, line: u64) -> Result<Record, String> {
+        let text = std::str::from_utf8(&self.buffer).map_err(|_| "invalid UTF-8".to_owned())?;
+        match format_of(&self.files[index]).map_or(Format::Jsonl, |f| f.0) {
+            Format::Text => Ok(Record {
+                id: self.generated_id(index, line),
+                text: text.to_owned(),
+            }),
+            _ => self.parse_json(text, index, line),
         }
     }
 
@@ -349,5 +409,57 @@ mod tests {
             ("zipped", "squeezed")
         );
         assert!(list_inputs(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn parquet_text_and_id_columns() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus.parquet");
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![10, 11, 12, 13]));
+        let texts: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("first"),
+            None,
+            Some(""),
+            Some("fourth"),
+        ]));
+        let batch = RecordBatch::try_from_iter([("id", ids), ("text", texts)]).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            File::create(&path).unwrap(),
+            batch.schema(),
+            None,
+        )
+        .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let (good, bad) = collect(&path);
+        assert_eq!(
+            good.iter()
+                .map(|r| (r.id.clone(), r.text.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(Value::from(10), "first"), (Value::from(13), "fourth")]
+        );
+        let reasons: Vec<(u64, &str)> = bad.iter().map(|b| (b.line, b.reason.as_str())).collect();
+        assert_eq!(
+            reasons,
+            vec![(2, "missing text field `text`"), (3, "empty text")]
+        );
+
+        let options = ReaderOptions {
+            id_field: "id".into(),
+            text_field: "body".into(),
+        };
+        let error = RecordReader::new(&path, options)
+            .unwrap()
+            .next_item()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.ends_with("has no column `body` (use --text-field)"),
+            "{error}"
+        );
     }
 }

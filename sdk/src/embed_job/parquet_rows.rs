@@ -1,0 +1,134 @@
+//! Rows of a Parquet file: a text column and an optional id column, a batch at a time.
+
+use std::fs::File;
+use std::path::Path;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use serde_json::Value;
+
+use super::JobError;
+
+pub(super) struct ParquetRows {
+    batches: ParquetRecordBatchReader,
+    batch: Option<RecordBatch>,
+    next_row: usize,
+    text_field: String,
+    id_field: String,
+}
+
+/// One row: its id (when the file has the id column) and text, or why it is unusable.
+pub(super) type Row = Result<(Option<Value>, String), String>;
+
+fn is_text(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+fn string_at(array: &dyn Array, row: usize) -> Option<String> {
+    if array.is_null(row) {
+        return None;
+    }
+    match array.data_type() {
+        DataType::Utf8 => Some(array.as_string::<i32>().value(row).to_owned()),
+        DataType::LargeUtf8 => Some(array.as_string::<i64>().value(row).to_owned()),
+        DataType::Utf8View => Some(array.as_string_view().value(row).to_owned()),
+        _ => None,
+    }
+}
+
+fn id_at(array: &dyn Array, row: usize) -> Result<Option<Value>, String> {
+    if array.is_null(row) {
+        return Ok(None);
+    }
+    Ok(Some(match array.data_type() {
+        DataType::Int32 => Value::from(array.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => Value::from(array.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt32 => Value::from(array.as_primitive::<UInt32Type>().value(row)),
+        DataType::UInt64 => Value::from(array.as_primitive::<UInt64Type>().value(row)),
+        t if is_text(t) => Value::from(string_at(array, row).unwrap_or_default()),
+        other => return Err(format!("id column has unsupported type {other}")),
+    }))
+}
+
+impl ParquetRows {
+    /// Opens the file and checks that it has a text column.
+    pub fn open(path: &Path, text_field: &str, id_field: &str) -> Result<Self, JobError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            JobError::Input(format!("cannot read {}: {e}", path.display()))
+        };
+        let file = File::open(path).map_err(|e| fail(&e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| fail(&e))?;
+        match builder.schema().field_with_name(text_field) {
+            Ok(field) if is_text(field.data_type()) => {}
+            Ok(field) => {
+                return Err(JobError::Input(format!(
+                    "{}: column `{text_field}` is {}, not text",
+                    path.display(),
+                    field.data_type()
+                )));
+            }
+            Err(_) => {
+                return Err(JobError::Input(format!(
+                    "{} has no column `{text_field}` (use --text-field)",
+                    path.display()
+                )));
+            }
+        }
+        let batches = builder
+            .with_batch_size(1024)
+            .build()
+            .map_err(|e| fail(&e))?;
+        Ok(Self {
+            batches,
+            batch: None,
+            next_row: 0,
+            text_field: text_field.to_owned(),
+            id_field: id_field.to_owned(),
+        })
+    }
+
+    /// The next row, or `None` at the end of the file.
+    pub fn next_row(&mut self) -> Result<Option<Row>, JobError> {
+        loop {
+            if let Some(batch) = &self.batch
+                && self.next_row < batch.num_rows()
+            {
+                let row = self.next_row;
+                self.next_row += 1;
+                let text = batch
+                    .column_by_name(&self.text_field)
+                    .and_then(|c| string_at(c.as_ref(), row));
+                let Some(text) = text else {
+                    return Ok(Some(Err(format!(
+                        "missing text field `{}`",
+                        self.text_field
+                    ))));
+                };
+                let id = match batch.column_by_name(&self.id_field) {
+                    Some(column) => match id_at(column.as_ref(), row) {
+                        Ok(id) => id,
+                        Err(reason) => return Ok(Some(Err(reason))),
+                    },
+                    None => None,
+                };
+                return Ok(Some(Ok((id, text))));
+            }
+            match self.batches.next() {
+                Some(Ok(batch)) => {
+                    self.batch = Some(batch);
+                    self.next_row = 0;
+                }
+                Some(Err(e)) => {
+                    return Err(JobError::Input(format!("cannot read a Parquet batch: {e}")));
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}
