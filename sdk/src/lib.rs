@@ -18,6 +18,7 @@ mod error;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
+pub mod sweep;
 
 /// Sets how many threads one model operation may use on CPU (candle reads
 /// `RAYON_NUM_THREADS`). Call it first thing in `main`, before any other thread starts.

@@ -1,0 +1,317 @@
+//! A sweep's declaration (`resident sweep --config FILE`), parsed and checked before anything
+//! runs: unknown keys, impossible ranges and metrics that do not fit the trial kind are errors.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    pub name: String,
+    pub model: String,
+    #[serde(default = "one")]
+    pub replicas: u32,
+    pub trial: TrialKind,
+    pub data: String,
+    pub metric: String,
+    pub mode: Mode,
+    #[serde(default = "one")]
+    pub trials: u32,
+    #[serde(default)]
+    pub seed: u64,
+    pub output: String,
+    #[serde(default)]
+    pub search: SearchConfig,
+    #[serde(default)]
+    pub scheduler: SchedulerConfig,
+    pub space: BTreeMap<String, ParamSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrialKind {
+    Classifier,
+    Retrieval,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchAlgorithm {
+    Grid,
+    #[default]
+    Random,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    #[serde(default)]
+    pub algorithm: SearchAlgorithm,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrialScheduler {
+    #[default]
+    Fifo,
+    Asha,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    #[serde(default)]
+    pub kind: TrialScheduler,
+    #[serde(default = "default_max_epochs")]
+    pub max_epochs: u32,
+    #[serde(default = "one")]
+    pub grace_epochs: u32,
+    #[serde(default = "default_reduction")]
+    pub reduction_factor: u32,
+}
+
+fn default_max_epochs() -> u32 {
+    10
+}
+
+fn default_reduction() -> u32 {
+    3
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            kind: TrialScheduler::Fifo,
+            max_epochs: 10,
+            grace_epochs: 1,
+            reduction_factor: 3,
+        }
+    }
+}
+
+/// One hyperparameter's search space.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum ParamSpec {
+    /// Pick one of these values (random search) or try each (grid search).
+    Choice(Vec<Value>),
+    /// Try each value (grid search only).
+    Grid(Vec<Value>),
+    Uniform([f64; 2]),
+    LogUniform([f64; 2]),
+    /// An integer in `[low, high]`, both included.
+    Int([i64; 2]),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SweepConfigError {
+    #[error("sweep config is not valid TOML: {0}")]
+    Syntax(String),
+    #[error("sweep config: {0}")]
+    Invalid(String),
+}
+
+fn invalid(message: String) -> SweepConfigError {
+    SweepConfigError::Invalid(message)
+}
+
+impl SweepConfig {
+    /// Parses and checks a TOML sweep declaration.
+    pub fn from_toml(text: &str) -> Result<Self, SweepConfigError> {
+        let config: SweepConfig =
+            toml::from_str(text).map_err(|e| SweepConfigError::Syntax(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), SweepConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(invalid("name is empty".into()));
+        }
+        if self.replicas == 0 {
+            return Err(invalid("replicas must be at least 1".into()));
+        }
+        if self.trials == 0 {
+            return Err(invalid("trials must be at least 1".into()));
+        }
+        let metrics: &[&str] = match self.trial {
+            TrialKind::Classifier => &["accuracy", "macro_f1"],
+            TrialKind::Retrieval => &["recall@10", "ndcg@10"],
+        };
+        if !metrics.contains(&self.metric.as_str()) {
+            return Err(invalid(format!(
+                "metric `{}` does not fit trial `{:?}`; use one of: {}",
+                self.metric,
+                self.trial,
+                metrics.join(", ")
+            )));
+        }
+        let s = &self.scheduler;
+        if s.max_epochs == 0 || s.grace_epochs == 0 || s.grace_epochs > s.max_epochs {
+            return Err(invalid(format!(
+                "scheduler needs 1 <= grace_epochs ({}) <= max_epochs ({})",
+                s.grace_epochs, s.max_epochs
+            )));
+        }
+        if s.reduction_factor < 2 {
+            return Err(invalid(format!(
+                "scheduler.reduction_factor must be at least 2, got {}",
+                s.reduction_factor
+            )));
+        }
+        if self.space.is_empty() {
+            return Err(invalid(
+                "space is empty; declare at least one hyperparameter".into(),
+            ));
+        }
+        for (name, spec) in &self.space {
+            check_param(name, spec, self.search.algorithm)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_param(
+    name: &str,
+    spec: &ParamSpec,
+    algorithm: SearchAlgorithm,
+) -> Result<(), SweepConfigError> {
+    let range = |low: f64, high: f64| -> Result<(), SweepConfigError> {
+        if !(low.is_finite() && high.is_finite() && low < high) {
+            return Err(invalid(format!(
+                "space.{name}: need low < high, got [{low}, {high}]"
+            )));
+        }
+        Ok(())
+    };
+    match spec {
+        ParamSpec::Choice(values) | ParamSpec::Grid(values) if values.is_empty() => {
+            Err(invalid(format!("space.{name}: no values to choose from")))
+        }
+        ParamSpec::Grid(_) if algorithm == SearchAlgorithm::Random => Err(invalid(format!(
+            "space.{name}: `grid` needs search.algorithm = \"grid\"; use `choice` for random search"
+        ))),
+        ParamSpec::Uniform([low, high]) | ParamSpec::LogUniform([low, high])
+            if algorithm == SearchAlgorithm::Grid =>
+        {
+            let _ = (low, high);
+            Err(invalid(format!(
+                "space.{name}: a continuous range cannot be searched by grid; use `grid` or `choice` values"
+            )))
+        }
+        ParamSpec::Int(_) if algorithm == SearchAlgorithm::Grid => Err(invalid(format!(
+            "space.{name}: an int range cannot be searched by grid; list the values with `grid`"
+        ))),
+        ParamSpec::Uniform([low, high]) => range(*low, *high),
+        ParamSpec::LogUniform([low, high]) => {
+            range(*low, *high)?;
+            if *low <= 0.0 {
+                return Err(invalid(format!(
+                    "space.{name}: loguniform needs low > 0, got {low}"
+                )));
+            }
+            Ok(())
+        }
+        ParamSpec::Int([low, high]) if low > high => Err(invalid(format!(
+            "space.{name}: need low <= high, got [{low}, {high}]"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+name = "wiki-topic-probe"
+model = "models/all-MiniLM-L6-v2"
+replicas = 2
+trial = "classifier"
+data = "data/wiki_vital.jsonl"
+metric = "accuracy"
+mode = "max"
+trials = 16
+seed = 7
+output = "out/sweep"
+[search]
+algorithm = "random"
+[scheduler]
+kind = "asha"
+max_epochs = 20
+grace_epochs = 2
+reduction_factor = 2
+[space]
+lr = { loguniform = [1e-4, 1e-1] }
+weight_decay = { loguniform = [1e-6, 1e-2] }
+hidden = { choice = [0, 64, 256] }
+"#;
+
+    #[test]
+    fn parses_the_issue_example() {
+        let config = SweepConfig::from_toml(EXAMPLE).unwrap();
+        assert_eq!(config.trials, 16);
+        assert_eq!(config.scheduler.kind, TrialScheduler::Asha);
+        assert_eq!(config.space["lr"], ParamSpec::LogUniform([1e-4, 1e-1]));
+        assert_eq!(
+            config.space["hidden"],
+            ParamSpec::Choice(vec![0.into(), 64.into(), 256.into()])
+        );
+    }
+
+    fn error_of(edit: (&str, &str)) -> String {
+        SweepConfig::from_toml(&EXAMPLE.replace(edit.0, edit.1))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn bad_spaces_and_keys_are_clear_errors() {
+        assert!(error_of(("seed = 7", "seed = 7\nsede = 8")).contains("unknown field `sede`"));
+        assert!(
+            error_of(("loguniform = [1e-4, 1e-1]", "loguniform = [0.0, 1e-1]"))
+                .ends_with("space.lr: loguniform needs low > 0, got 0")
+        );
+        assert!(
+            error_of(("loguniform = [1e-4, 1e-1]", "uniform = [0.5, 0.1]"))
+                .ends_with("space.lr: need low < high, got [0.5, 0.1]")
+        );
+        assert!(
+            error_of(("choice = [0, 64, 256]", "choice = []"))
+                .ends_with("space.hidden: no values to choose from")
+        );
+        assert!(
+            error_of(("choice = [0, 64, 256]", "normal = [0, 1]"))
+                .contains("unknown variant `normal`")
+        );
+        assert!(
+            error_of(("metric = \"accuracy\"", "metric = \"ndcg@10\""))
+                .contains("use one of: accuracy, macro_f1")
+        );
+        assert!(
+            error_of(("grace_epochs = 2", "grace_epochs = 30"))
+                .contains("grace_epochs (30) <= max_epochs (20)")
+        );
+        assert!(
+            error_of(("algorithm = \"random\"", "algorithm = \"grid\""))
+                .contains("cannot be searched by grid")
+        );
+        assert!(
+            error_of(("reduction_factor = 2", "reduction_factor = 1"))
+                .contains("reduction_factor must be at least 2")
+        );
+    }
+}
