@@ -215,3 +215,70 @@ async fn a_killed_scheduler_restarts_with_its_pools_and_jobs() {
     let outputs = pool.map(vec![Bytes::from("after restart")]).await.unwrap();
     assert!(outputs[0].output.is_ok());
 }
+
+/// An agent that stops answering without closing its connection (a frozen host, a NAT that
+/// drops packets) is declared dead by missed heartbeats; when it wakes up it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let frozen = spawn_agent(&url, "frozen", "L4:24GiB", "");
+    let _healthy = spawn_agent(&url, "healthy", "L4:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(PoolSpec::new("p", "echo").replicas(1).gpus(1.0))
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let first_home = cluster.list_actors().await.unwrap()[0].node_id.clone();
+    let victim = if first_home == "frozen" {
+        &frozen
+    } else {
+        &_healthy
+    };
+    victim.signal("STOP");
+    let other = if first_home == "frozen" {
+        "healthy"
+    } else {
+        "frozen"
+    };
+    let actors = wait_until(
+        "actor moved off the silent node",
+        Duration::from_secs(15),
+        || async {
+            let actors = cluster.list_actors().await.unwrap();
+            (actors[0].node_id == other && actors[0].state == pb::ActorState::Ready as i32)
+                .then_some(actors)
+        },
+    )
+    .await;
+    assert_eq!(actors[0].model_loads, 2);
+    let nodes = cluster.list_nodes().await.unwrap();
+    assert!(
+        !nodes
+            .iter()
+            .find(|n| n.node_id == first_home)
+            .unwrap()
+            .alive
+    );
+    victim.signal("CONT");
+    wait_until(
+        "the silent node rejoins",
+        Duration::from_secs(15),
+        || async {
+            let nodes = cluster.list_nodes().await.unwrap();
+            nodes
+                .iter()
+                .find(|n| n.node_id == first_home && n.alive)
+                .map(|_| ())
+        },
+    )
+    .await;
+    let outputs = pool.map(vec![Bytes::from("still works")]).await.unwrap();
+    assert!(outputs[0].output.is_ok());
+}
