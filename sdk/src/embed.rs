@@ -138,14 +138,36 @@ pub struct EmbedPool {
 }
 
 impl Cluster {
-    /// Creates an embedding pool and waits until every actor has loaded the model.
+    /// Creates an embedding pool (or resizes the pool of that name) and waits until every
+    /// actor has loaded the model.
     pub async fn create_embed_pool(
         &self,
         spec: EmbedPoolSpec,
         load_timeout: Duration,
     ) -> Result<EmbedPool, SdkError> {
         let chunk_size = spec.chunk_size;
-        let pool = self.create_pool(spec.into_pool_spec()).await?;
+        let pool_spec = spec.into_pool_spec();
+        let name = pool_spec.name().to_owned();
+        let wanted = pool_spec.clone().into_pb();
+        let replicas = wanted.replicas;
+        let pool = match self.create_pool(pool_spec).await {
+            Ok(pool) => pool,
+            // Same name, other replica count: resize the resident pool instead of failing.
+            Err(SdkError::AlreadyExists(message)) => {
+                let pool = self.pool(name);
+                let existing = pool.status().await?.spec.unwrap_or_default();
+                let same_but_size = pb::PoolSpec {
+                    replicas,
+                    ..existing
+                } == wanted;
+                if !same_but_size {
+                    return Err(SdkError::AlreadyExists(message));
+                }
+                pool.scale(replicas).await?;
+                pool
+            }
+            Err(other) => return Err(other),
+        };
         pool.wait_ready(load_timeout).await?;
         Ok(EmbedPool { pool, chunk_size })
     }

@@ -177,3 +177,25 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
     assert_eq!(outputs[0].attempts, 1, "a bad payload is not retried");
     assert!(outputs[1].output.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_an_existing_embed_pool_resizes_it_but_never_swaps_its_model() {
+    let cluster = local().await;
+    let spec = |replicas| EmbedPoolSpec::new("shared", minilm_dir()).replicas(replicas);
+    cluster
+        .create_embed_pool(spec(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_embed_pool(spec(2), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(pool.pool.status().await.unwrap().ready_actors, 2);
+    let other = EmbedPoolSpec::new("shared", "/another/model");
+    let error = cluster
+        .create_embed_pool(other, Duration::from_secs(60))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, SdkError::AlreadyExists(_)), "{error:?}");
+}
