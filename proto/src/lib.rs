@@ -24,15 +24,3 @@ pub fn actor_state_name(state: pb::ActorState) -> &'static str {
         pb::ActorState::Dead => "dead",
     }
 }
-
-/// Human name of a job state.
-pub fn job_state_name(state: pb::JobState) -> &'static str {
-    match state {
-        pb::JobState::Unspecified => "unknown",
-        pb::JobState::Running => "running",
-        pb::JobState::Succeeded => "succeeded",
-        pb::JobState::Failed => "failed",
-        pb::JobState::Cancelled => "cancelled",
-        pb::JobState::Interrupted => "interrupted",
-    }
-}

@@ -24,12 +24,8 @@ impl VramBytes {
         self.0 as f64 / GIB
     }
 
-    pub fn checked_add(self, other: VramBytes) -> Option<VramBytes> {
-        self.0.checked_add(other.0).map(VramBytes)
-    }
-
-    pub fn checked_sub(self, other: VramBytes) -> Option<VramBytes> {
-        self.0.checked_sub(other.0).map(VramBytes)
+    pub fn saturating_add(self, other: VramBytes) -> VramBytes {
+        VramBytes(self.0.saturating_add(other.0))
     }
 
     pub fn saturating_sub(self, other: VramBytes) -> VramBytes {

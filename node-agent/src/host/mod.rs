@@ -198,12 +198,4 @@ impl ActorHost {
             .map(|slot| slot.vram_bytes)
             .sum()
     }
-
-    pub fn len(&self) -> usize {
-        self.actors.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.actors.is_empty()
-    }
 }

@@ -48,7 +48,7 @@ impl Usage {
                 .gpus
                 .entry((assignment.node.clone(), index))
                 .or_default();
-            entry.vram = VramBytes(entry.vram.0 + demand.request.vram_per_gpu.0);
+            entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
             entry.millis += assignment.share_per_gpu.0;
         }
         *self.cpu_millis.entry(assignment.node.clone()).or_default() += demand.request.cpu_millis;
@@ -199,7 +199,10 @@ fn best_assignment(problem: &Problem, demand: &ActorDemand, usage: &Usage) -> Op
             gpus.iter()
                 .map(|&index| {
                     let gpu = node.gpus.iter().find(|g| g.index == index).expect("picked");
-                    usage.free_vram(node_id, gpu).0 - request.vram_per_gpu.0
+                    usage
+                        .free_vram(node_id, gpu)
+                        .saturating_sub(request.vram_per_gpu)
+                        .0
                 })
                 .sum()
         };

@@ -2,7 +2,7 @@
 //! chunks, and the merged `embeddings.npy` + `ids.jsonl`.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -236,12 +236,6 @@ impl OutputDir {
         std::fs::rename(&ids_temp, &ids_path).map_err(|e| io(&ids_path, e))?;
         Ok(())
     }
-}
-
-/// Counts lines of a merged `ids.jsonl` (for reports and tests).
-pub fn count_lines(path: &Path) -> Result<u64, JobError> {
-    let file = File::open(path).map_err(|e| io(path, e))?;
-    Ok(BufReader::new(file).lines().count() as u64)
 }
 
 #[cfg(test)]

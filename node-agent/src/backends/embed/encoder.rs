@@ -72,20 +72,12 @@ pub fn load_encoder(
                 return Ok(Box::new(model));
             }
             let config: BertConfig = serde_json::from_str(&config_text).map_err(load_err)?;
-            let hidden = serde_json::from_str::<serde_json::Value>(&config_text)
-                .ok()
-                .and_then(|v| v["hidden_size"].as_u64())
-                .unwrap_or(0) as usize;
-            let pad_id = serde_json::from_str::<serde_json::Value>(&config_text)
-                .ok()
-                .and_then(|v| v["pad_token_id"].as_u64())
-                .unwrap_or(0) as u32;
             let model = BertModel::load(weights, &config)
                 .map_err(|e| BackendError::Load(format!("bert weights: {e}")))?;
             Ok(Box::new(Bert {
                 model,
-                hidden,
-                pad_id,
+                hidden: fast.hidden_size,
+                pad_id: fast.pad_token_id,
             }))
         }
         Architecture::Qwen3 => super::qwen3::load(&config_text, weights),
