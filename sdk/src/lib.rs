@@ -18,6 +18,7 @@ mod error;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
+pub mod storage;
 pub mod sweep;
 
 /// Sets how many threads one model operation may use on CPU (candle reads

@@ -16,6 +16,8 @@ use resident_scheduler::store::MemoryStore;
 use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
 
+pub mod s3_server;
+
 /// Polls `pred` until it returns `Some`, or fails after `deadline`.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut pred: F) -> T
 where
@@ -268,4 +270,48 @@ pub fn minilm_dir() -> String {
         dir.display()
     );
     dir.to_string_lossy().into_owned()
+}
+
+/// The first `count` of the 300 real Wikipedia articles committed as a fixture, as JSONL
+/// lines (`{"id", "text", ...}`).
+pub fn wiki_sample_lines(count: usize) -> Vec<String> {
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/wiki_sample.jsonl.json"))
+            .expect("wiki sample fixture"),
+    )
+    .expect("fixture is JSON");
+    fixture
+        .as_array()
+        .expect("an array of records")
+        .iter()
+        .take(count)
+        .map(|record| record.to_string())
+        .collect()
+}
+
+/// The shape and f32 values of an `.npy` file's bytes.
+pub fn parse_npy_f32(bytes: &[u8]) -> (Vec<usize>, Vec<f32>) {
+    let header_len = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8_lossy(&bytes[10..header_len]).to_string();
+    let shape = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("npy header has a shape");
+    let shape = shape
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    let data = bytes[header_len..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    (shape, data)
+}
+
+/// The `id` of every line of an `ids.jsonl`.
+pub fn ids_in_jsonl(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["id"].clone())
+        .collect()
 }

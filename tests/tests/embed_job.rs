@@ -10,53 +10,27 @@ use std::time::Duration;
 use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    init_logging, minilm_dir, repo_root, resident_bin, spawn_agent, spawn_scheduler, wait_until,
+    ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin, spawn_agent,
+    spawn_scheduler, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
-/// The first `count` of 300 real Wikipedia articles committed as a fixture.
+/// The first `count` of the 300-article fixture as a JSONL file.
 fn sample(dir: &Path, count: usize) -> PathBuf {
-    let fixture: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("tests/fixtures/wiki_sample.jsonl.json"))
-            .unwrap(),
-    )
-    .unwrap();
     let path = dir.join("sample.jsonl");
     let mut file = std::fs::File::create(&path).unwrap();
-    for record in fixture.as_array().unwrap().iter().take(count) {
-        writeln!(file, "{record}").unwrap();
+    for line in wiki_sample_lines(count) {
+        writeln!(file, "{line}").unwrap();
     }
     path
 }
 
 fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    let header_len = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = String::from_utf8_lossy(&bytes[10..header_len]).to_string();
-    let shape = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap();
-    let shape = shape
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect();
-    let data = bytes[header_len..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
-    (shape, data)
+    parse_npy_f32(&std::fs::read(path).unwrap())
 }
 
 fn ids_of(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
-        .collect()
+    ids_in_jsonl(&std::fs::read_to_string(path).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

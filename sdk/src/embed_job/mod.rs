@@ -8,6 +8,7 @@
 //!    atomically and recorded in `manifest.json`. Chunks already recorded are skipped.
 //! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` and write `report.json`.
 
+pub mod inputs;
 pub mod output;
 mod parquet_rows;
 pub mod planner;
@@ -16,7 +17,6 @@ mod report;
 mod scan;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,8 @@ use futures::StreamExt;
 use crate::client::Cluster;
 use crate::embed::{EmbedPoolSpec, EmbeddedChunk};
 use crate::error::SdkError;
+use crate::storage::{Location, S3Client, S3Options};
+pub use inputs::InputSet;
 pub use output::OutputDtype;
 use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
@@ -63,8 +65,12 @@ pub enum BadRecordPolicy {
 
 #[derive(Clone, Debug)]
 pub struct EmbedJobConfig {
-    pub input: PathBuf,
-    pub output: PathBuf,
+    /// A local file or directory, or an `s3://bucket/prefix` of corpus files.
+    pub input: Location,
+    /// A local directory or an `s3://bucket/prefix`.
+    pub output: Location,
+    /// How to reach S3 for `s3://` locations.
+    pub s3: S3Options,
     pub model: String,
     /// Actors; `None` = one per alive node's CPU core (CPU) or one per GPU slot.
     pub replicas: Option<u32>,
@@ -83,13 +89,14 @@ pub struct EmbedJobConfig {
 
 impl EmbedJobConfig {
     pub fn new(
-        input: impl Into<PathBuf>,
+        input: impl Into<Location>,
         model: impl Into<String>,
-        output: impl Into<PathBuf>,
+        output: impl Into<Location>,
     ) -> Self {
         Self {
             input: input.into(),
             output: output.into(),
+            s3: S3Options::default(),
             model: model.into(),
             replicas: None,
             gpus_per_actor: 0.0,
@@ -126,9 +133,19 @@ pub async fn run_embed_job(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, JobError> {
     let started = Instant::now();
-    let out = OutputDir::prepare(&config.output)?;
-    let scan = scan::scan_input(config)?;
-    let mut manifest = scan::open_manifest(&out, config, &scan)?;
+    let s3 = match config.input.is_s3() || config.output.is_s3() {
+        true => Some(S3Client::connect(&config.s3).await),
+        false => None,
+    };
+    let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
+    let inputs = InputSet::list(&config.input, s3.as_ref()).await?;
+    let scan = {
+        let (config, inputs) = (config.clone(), inputs.clone());
+        tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs))
+            .await
+            .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
+    };
+    let mut manifest = scan::open_manifest(&out, config, &scan).await?;
     let pool = create_pool(cluster, config).await?;
     let actors = pool.pool.status().await?.actors.len().max(1);
 
@@ -137,8 +154,14 @@ pub async fn run_embed_job(
         let (size, reasoning) = match config.chunk_size {
             Some(size) => (size.max(1), format!("--chunk-size {size}")),
             None => {
-                let plan =
-                    scan::calibrate_and_plan(&pool, config, scan.valid_records, actors).await?;
+                let plan = scan::calibrate_and_plan(
+                    &pool,
+                    config,
+                    inputs.clone(),
+                    scan.valid_records,
+                    actors,
+                )
+                .await?;
                 (plan.chunk_size, plan.reasoning)
             }
         };
@@ -151,8 +174,14 @@ pub async fn run_embed_job(
         );
     }
     tracing::info!(chunk_size = manifest.chunk_size, reasoning = %plan_reasoning, "chunk plan");
-    manifest.chunks.retain(|entry| out.shard_intact(entry));
-    out.write_manifest(&manifest)?;
+    let mut intact = Vec::with_capacity(manifest.chunks.len());
+    for entry in std::mem::take(&mut manifest.chunks) {
+        if out.shard_intact(&entry).await? {
+            intact.push(entry);
+        }
+    }
+    manifest.chunks = intact;
+    out.write_manifest(&manifest).await?;
     let reused_chunks = manifest.chunks.len() as u64;
     let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
     let mut done_docs: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
@@ -163,6 +192,7 @@ pub async fn run_embed_job(
     let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<prost::bytes::Bytes>(window);
     let producer = scan::spawn_chunk_producer(
         config.clone(),
+        inputs,
         manifest.chunk_size,
         done,
         pending.clone(),
@@ -197,10 +227,12 @@ pub async fn run_embed_job(
         builder.add_chunk(&embedded);
         let rows = chunk.ids.len() as u64;
         let bytes = encode_vectors(&embedded.values, rows, embedded.dim, manifest.dtype);
-        let entry = out.write_shard(chunk.index, &bytes, &chunk.ids, rows)?;
+        let entry = out
+            .write_shard(chunk.index, bytes, &chunk.ids, rows)
+            .await?;
         manifest.dim = Some(embedded.dim);
         manifest.chunks.push(entry);
-        out.write_manifest(&manifest)?;
+        out.write_manifest(&manifest).await?;
         done_docs += rows;
         on_progress(Progress {
             done_docs,
@@ -218,9 +250,9 @@ pub async fn run_embed_job(
         )));
     }
     manifest.chunks.sort_by_key(|c| c.index);
-    out.write_manifest(&manifest)?;
+    out.write_manifest(&manifest).await?;
     if config.merge {
-        out.merge(&manifest)?;
+        out.merge(&manifest).await?;
     }
     let actors_info = cluster.list_actors().await?;
     let nodes_info = cluster.list_nodes().await?;
@@ -239,7 +271,7 @@ pub async fn run_embed_job(
         model_fingerprint: scan.model_fingerprint,
     });
     let json = serde_json::to_vec_pretty(&report).map_err(|e| JobError::Output(e.to_string()))?;
-    output::write_atomically(&config.output.join("report.json"), &json)?;
+    out.write("report.json", json).await?;
     Ok(report)
 }
 
@@ -291,6 +323,6 @@ async fn default_replicas(cluster: &Cluster, config: &EmbedJobConfig) -> Result<
 
 /// A pool per output directory, so reruns reuse the resident actors of a long-lived cluster.
 fn pool_name(config: &EmbedJobConfig) -> String {
-    let key = format!("{}|{}", config.output.display(), config.model);
+    let key = format!("{}|{}", config.output, config.model);
     format!("embed-{}", &output::sha256_hex(key.as_bytes())[..10])
 }

@@ -2,13 +2,14 @@
 //! chunks, and the merged `embeddings.npy` + `ids.jsonl`.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::JobError;
+use crate::storage::{Location, S3Client, key_under};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -47,8 +48,13 @@ pub struct ShardEntry {
     pub rows: u64,
     pub vectors_file: String,
     pub vectors_sha256: String,
+    /// Sizes in bytes (0 in manifests from before they were recorded).
+    #[serde(default)]
+    pub vectors_bytes: u64,
     pub ids_file: String,
     pub ids_sha256: String,
+    #[serde(default)]
+    pub ids_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -124,56 +130,132 @@ fn half_bits(value: f32) -> u16 {
     half::f16::from_f32(value).to_bits()
 }
 
+/// The job's output: a local directory or an S3 prefix.
 pub struct OutputDir {
-    pub root: PathBuf,
+    location: Location,
+    s3: Option<S3Client>,
 }
 
 impl OutputDir {
-    /// Creates the directory (and `shards/`) and checks it is writable before any chunk runs.
-    pub fn prepare(root: &Path) -> Result<Self, JobError> {
-        let shards = root.join("shards");
-        std::fs::create_dir_all(&shards)
-            .map_err(|e| JobError::Output(format!("cannot create {}: {e}", shards.display())))?;
-        let probe = root.join(".write-test");
-        std::fs::write(&probe, b"ok")
-            .map_err(|e| JobError::Output(format!("{} is not writable: {e}", root.display())))?;
-        let _ = std::fs::remove_file(probe);
+    /// Creates the directory (and `shards/`), or checks the bucket, and proves it writable
+    /// before any chunk runs.
+    pub async fn prepare(location: &Location, s3: Option<&S3Client>) -> Result<Self, JobError> {
+        match location {
+            Location::Local(root) => {
+                let shards = root.join("shards");
+                std::fs::create_dir_all(&shards).map_err(|e| {
+                    JobError::Output(format!("cannot create {}: {e}", shards.display()))
+                })?;
+                let probe = root.join(".write-test");
+                std::fs::write(&probe, b"ok").map_err(|e| {
+                    JobError::Output(format!("{} is not writable: {e}", root.display()))
+                })?;
+                let _ = std::fs::remove_file(probe);
+            }
+            Location::S3 { bucket, prefix } => {
+                let client = s3.ok_or_else(|| JobError::Output("no S3 client".into()))?;
+                client
+                    .check_writable(bucket, &key_under(prefix, ".write-test"))
+                    .await
+                    .map_err(|e| JobError::Output(format!("{location} is not writable: {e}")))?;
+            }
+        }
         Ok(Self {
-            root: root.to_owned(),
+            location: location.clone(),
+            s3: s3.cloned(),
         })
     }
 
-    pub fn read_manifest(&self) -> Result<Option<Manifest>, JobError> {
-        let path = self.root.join("manifest.json");
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| JobError::Output(format!("{} is corrupt: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(&path, e)),
+    fn client(&self) -> &S3Client {
+        self.s3
+            .as_ref()
+            .expect("S3 outputs are prepared with a client")
+    }
+
+    /// The file `name` below the output, or `None` when it is not there.
+    async fn read(&self, name: &str) -> Result<Option<Vec<u8>>, JobError> {
+        match &self.location {
+            Location::Local(root) => {
+                let path = root.join(name);
+                match std::fs::read(&path) {
+                    Ok(bytes) => Ok(Some(bytes)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(io(&path, e)),
+                }
+            }
+            Location::S3 { bucket, prefix } => self
+                .client()
+                .get(bucket, &key_under(prefix, name))
+                .await
+                .map_err(JobError::Output),
         }
     }
 
-    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), JobError> {
-        let bytes =
-            serde_json::to_vec_pretty(manifest).map_err(|e| JobError::Output(e.to_string()))?;
-        write_atomically(&self.root.join("manifest.json"), &bytes)
+    /// Writes `name` so that readers see it whole or not at all.
+    pub async fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), JobError> {
+        match &self.location {
+            Location::Local(root) => write_atomically(&root.join(name), &bytes),
+            Location::S3 { bucket, prefix } => self
+                .client()
+                .put(bucket, &key_under(prefix, name), bytes)
+                .await
+                .map_err(JobError::Output),
+        }
     }
 
-    /// Whether a recorded shard is still there, unchanged.
-    pub fn shard_intact(&self, entry: &ShardEntry) -> bool {
-        let check = |file: &str, sha: &str| {
-            std::fs::read(self.root.join(file)).is_ok_and(|b| sha256_hex(&b) == sha)
+    pub async fn read_manifest(&self) -> Result<Option<Manifest>, JobError> {
+        let Some(bytes) = self.read("manifest.json").await? else {
+            return Ok(None);
         };
-        check(&entry.vectors_file, &entry.vectors_sha256)
-            && check(&entry.ids_file, &entry.ids_sha256)
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            JobError::Output(format!(
+                "{} is corrupt: {e}",
+                self.location.join("manifest.json")
+            ))
+        })
+    }
+
+    pub async fn write_manifest(&self, manifest: &Manifest) -> Result<(), JobError> {
+        let bytes =
+            serde_json::to_vec_pretty(manifest).map_err(|e| JobError::Output(e.to_string()))?;
+        self.write("manifest.json", bytes).await
+    }
+
+    /// Whether a recorded shard is still there, unchanged: its sha256 for local files; its
+    /// size for S3 objects, which only ever appear whole (reading every shard back would
+    /// cost as much as the job's output).
+    pub async fn shard_intact(&self, entry: &ShardEntry) -> Result<bool, JobError> {
+        let files = [
+            (
+                &entry.vectors_file,
+                &entry.vectors_sha256,
+                entry.vectors_bytes,
+            ),
+            (&entry.ids_file, &entry.ids_sha256, entry.ids_bytes),
+        ];
+        for (file, sha, bytes) in files {
+            let intact = match &self.location {
+                Location::S3 { bucket, prefix } if bytes > 0 => {
+                    let size = self.client().size(bucket, &key_under(prefix, file)).await;
+                    size.map_err(JobError::Output)? == Some(bytes)
+                }
+                _ => self
+                    .read(file)
+                    .await?
+                    .is_some_and(|b| sha256_hex(&b) == *sha),
+            };
+            if !intact {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Writes one chunk's vectors and ids, each atomically, and describes them.
-    pub fn write_shard(
+    pub async fn write_shard(
         &self,
         index: u64,
-        vectors: &[u8],
+        vectors: Vec<u8>,
         ids: &[serde_json::Value],
         rows: u64,
     ) -> Result<ShardEntry, JobError> {
@@ -185,28 +267,41 @@ impl OutputDir {
                 .map_err(|e| JobError::Output(e.to_string()))?;
             id_lines.push(b'\n');
         }
-        write_atomically(&self.root.join(&vectors_file), vectors)?;
-        write_atomically(&self.root.join(&ids_file), &id_lines)?;
-        Ok(ShardEntry {
+        let entry = ShardEntry {
             index,
             rows,
-            vectors_sha256: sha256_hex(vectors),
+            vectors_sha256: sha256_hex(&vectors),
+            vectors_bytes: vectors.len() as u64,
             ids_sha256: sha256_hex(&id_lines),
+            ids_bytes: id_lines.len() as u64,
             vectors_file,
             ids_file,
-        })
+        };
+        self.write(&entry.vectors_file, vectors).await?;
+        self.write(&entry.ids_file, id_lines).await?;
+        Ok(entry)
     }
 
-    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`.
-    pub fn merge(&self, manifest: &Manifest) -> Result<(), JobError> {
+    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`
+    /// (staged in a local file, then renamed or uploaded).
+    pub async fn merge(&self, manifest: &Manifest) -> Result<(), JobError> {
+        let staging_dir = match &self.location {
+            Location::Local(_) => None,
+            Location::S3 { .. } => Some(
+                tempfile::tempdir()
+                    .map_err(|e| JobError::Output(format!("no local staging directory: {e}")))?,
+            ),
+        };
+        let staged = |name: &str| match (&self.location, &staging_dir) {
+            (_, Some(dir)) => dir.path().join(name),
+            (Location::Local(root), None) => root.join(format!("{name}.partial")),
+            (Location::S3 { .. }, None) => unreachable!("S3 outputs stage in a temp dir"),
+        };
+        let (npy_temp, ids_temp) = (staged("embeddings.npy"), staged("ids.jsonl"));
         let dim = manifest.dim.unwrap_or(0);
         let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
         let mut chunks = manifest.chunks.clone();
         chunks.sort_by_key(|c| c.index);
-        let npy_path = self.root.join("embeddings.npy");
-        let ids_path = self.root.join("ids.jsonl");
-        let npy_temp = npy_path.with_extension("npy.partial");
-        let ids_temp = ids_path.with_extension("jsonl.partial");
         let mut npy =
             std::io::BufWriter::new(File::create(&npy_temp).map_err(|e| io(&npy_temp, e))?);
         let mut ids =
@@ -214,26 +309,39 @@ impl OutputDir {
         npy.write_all(&npy_header(manifest.dtype, rows, dim))
             .map_err(|e| io(&npy_temp, e))?;
         for chunk in &chunks {
-            let shard = std::fs::read(self.root.join(&chunk.vectors_file))
-                .map_err(|e| io(&self.root.join(&chunk.vectors_file), e))?;
+            let missing =
+                |file: &str| JobError::Output(format!("{} disappeared", self.location.join(file)));
+            let shard = self
+                .read(&chunk.vectors_file)
+                .await?
+                .ok_or_else(|| missing(&chunk.vectors_file))?;
             npy.write_all(&shard[npy_header_len(&shard)..])
                 .map_err(|e| io(&npy_temp, e))?;
-            let path = self.root.join(&chunk.ids_file);
-            let mut reader = BufReader::new(File::open(&path).map_err(|e| io(&path, e))?);
-            let mut buffer = Vec::new();
-            reader.read_to_end(&mut buffer).map_err(|e| io(&path, e))?;
-            ids.write_all(&buffer).map_err(|e| io(&ids_temp, e))?;
+            let id_lines = self
+                .read(&chunk.ids_file)
+                .await?
+                .ok_or_else(|| missing(&chunk.ids_file))?;
+            ids.write_all(&id_lines).map_err(|e| io(&ids_temp, e))?;
         }
-        npy.into_inner()
-            .map_err(|e| JobError::Output(e.to_string()))?
-            .sync_all()
-            .map_err(|e| io(&npy_temp, e))?;
-        ids.into_inner()
-            .map_err(|e| JobError::Output(e.to_string()))?
-            .sync_all()
-            .map_err(|e| io(&ids_temp, e))?;
-        std::fs::rename(&npy_temp, &npy_path).map_err(|e| io(&npy_path, e))?;
-        std::fs::rename(&ids_temp, &ids_path).map_err(|e| io(&ids_path, e))?;
+        for (writer, path) in [(npy, &npy_temp), (ids, &ids_temp)] {
+            writer
+                .into_inner()
+                .map_err(|e| JobError::Output(e.to_string()))?
+                .sync_all()
+                .map_err(|e| io(path, e))?;
+        }
+        for (staged, name) in [(&npy_temp, "embeddings.npy"), (&ids_temp, "ids.jsonl")] {
+            match &self.location {
+                Location::Local(root) => {
+                    std::fs::rename(staged, root.join(name)).map_err(|e| io(&root.join(name), e))?
+                }
+                Location::S3 { bucket, prefix } => self
+                    .client()
+                    .upload_file(bucket, &key_under(prefix, name), staged)
+                    .await
+                    .map_err(JobError::Output)?,
+            }
+        }
         Ok(())
     }
 }
@@ -265,27 +373,29 @@ mod tests {
         assert_eq!(half_bits(6.0e-8), 0x0001);
     }
 
-    #[test]
-    fn shards_merge_in_chunk_order() {
+    #[tokio::test]
+    async fn shards_merge_in_chunk_order() {
         let dir = tempfile::tempdir().unwrap();
-        let out = OutputDir::prepare(dir.path()).unwrap();
+        let out = OutputDir::prepare(&dir.path().into(), None).await.unwrap();
         let second = out
             .write_shard(
                 1,
-                &encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32),
+                encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32),
                 &[serde_json::json!("b")],
                 1,
             )
+            .await
             .unwrap();
         let first = out
             .write_shard(
                 0,
-                &encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32),
+                encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32),
                 &[serde_json::json!("a")],
                 1,
             )
+            .await
             .unwrap();
-        assert!(out.shard_intact(&first));
+        assert!(out.shard_intact(&first).await.unwrap());
         let manifest = Manifest {
             version: 1,
             input_fingerprint: "i".into(),
@@ -295,7 +405,7 @@ mod tests {
             dim: Some(2),
             chunks: vec![second, first],
         };
-        out.merge(&manifest).unwrap();
+        out.merge(&manifest).await.unwrap();
         let merged = std::fs::read(dir.path().join("embeddings.npy")).unwrap();
         let data: Vec<f32> = merged[npy_header_len(&merged)..]
             .chunks(4)

@@ -1,7 +1,6 @@
 //! Rows of a Parquet file: a text column and an optional id column, a batch at a time.
 
 use std::fs::File;
-use std::path::Path;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
@@ -57,26 +56,26 @@ fn id_at(array: &dyn Array, row: usize) -> Result<Option<Value>, String> {
 }
 
 impl ParquetRows {
-    /// Opens the file and checks that it has a text column.
-    pub fn open(path: &Path, text_field: &str, id_field: &str) -> Result<Self, JobError> {
-        let fail = |e: &dyn std::fmt::Display| {
-            JobError::Input(format!("cannot read {}: {e}", path.display()))
-        };
-        let file = File::open(path).map_err(|e| fail(&e))?;
+    /// Reads `file` (called `name` in messages) and checks that it has a text column.
+    pub fn open(
+        file: File,
+        name: &str,
+        text_field: &str,
+        id_field: &str,
+    ) -> Result<Self, JobError> {
+        let fail = |e: &dyn std::fmt::Display| JobError::Input(format!("cannot read {name}: {e}"));
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| fail(&e))?;
         match builder.schema().field_with_name(text_field) {
             Ok(field) if is_text(field.data_type()) => {}
             Ok(field) => {
                 return Err(JobError::Input(format!(
-                    "{}: column `{text_field}` is {}, not text",
-                    path.display(),
+                    "{name}: column `{text_field}` is {}, not text",
                     field.data_type()
                 )));
             }
             Err(_) => {
                 return Err(JobError::Input(format!(
-                    "{} has no column `{text_field}` (use --text-field)",
-                    path.display()
+                    "{name} has no column `{text_field}` (use --text-field)"
                 )));
             }
         }

@@ -1,17 +1,14 @@
-//! Reading a corpus as a stream of records: JSONL or plain text, optionally gzip-compressed,
-//! one file or a directory of them. Bad lines become [`BadRecord`]s, never a crash.
+//! Reading a corpus as a stream of records from its files (see [`super::inputs`]). Bad lines
+//! become [`BadRecord`]s, never a crash.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::JobError;
-use super::parquet_rows::ParquetRows;
+use super::inputs::{Format, InputSet, Source};
 
 #[derive(Clone, Debug)]
 pub struct ReaderOptions {
@@ -43,19 +40,6 @@ pub struct BadRecord {
     pub reason: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Jsonl,
-    Text,
-    Parquet,
-}
-
-/// An open input file.
-enum Source {
-    Lines(Box<dyn BufRead + Send>),
-    Parquet(ParquetRows),
-}
-
 /// What one step through a file found.
 enum Raw {
     /// A line, now in the reader's buffer.
@@ -64,107 +48,10 @@ enum Raw {
     Row(super::parquet_rows::Row),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Compression {
-    None,
-    Gzip,
-    Zstd,
-}
-
-fn format_of(path: &Path) -> Option<(Format, Compression)> {
-    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-    let (stem, compression) = if let Some(stem) = name.strip_suffix(".gz") {
-        (stem.to_owned(), Compression::Gzip)
-    } else if let Some(stem) = name.strip_suffix(".zst") {
-        (stem.to_owned(), Compression::Zstd)
-    } else {
-        (name, Compression::None)
-    };
-    if stem.ends_with(".parquet") && compression == Compression::None {
-        Some((Format::Parquet, compression))
-    } else if stem.ends_with(".jsonl") || stem.ends_with(".ndjson") || stem.ends_with(".json") {
-        Some((Format::Jsonl, compression))
-    } else if stem.ends_with(".txt") || stem.ends_with(".text") {
-        Some((Format::Text, compression))
-    } else {
-        None
-    }
-}
-
-/// The input files, in a stable order. A directory contributes every readable corpus file
-/// below it (`.jsonl`, `.ndjson`, `.json`, `.txt`, each optionally `.gz` or `.zst`, and
-/// `.parquet` with a text column).
-pub fn list_inputs(path: &Path) -> Result<Vec<PathBuf>, JobError> {
-    if path.is_file() {
-        if format_of(path).is_none() {
-            return Err(JobError::Input(format!(
-                "{} is not a .jsonl, .ndjson, .json or .txt file (optionally .gz or .zst) or a .parquet file",
-                path.display()
-            )));
-        }
-        return Ok(vec![path.to_owned()]);
-    }
-    if !path.is_dir() {
-        return Err(JobError::Input(format!(
-            "input {} does not exist",
-            path.display()
-        )));
-    }
-    let mut files = Vec::new();
-    let mut stack = vec![path.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| JobError::Input(format!("cannot list {}: {e}", dir.display())))?;
-        for entry in entries {
-            let entry = entry
-                .map_err(|e| JobError::Input(format!("cannot list {}: {e}", dir.display())))?;
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if format_of(&path).is_some() {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    if files.is_empty() {
-        return Err(JobError::Input(format!(
-            "no .jsonl or .txt files under {}",
-            path.display()
-        )));
-    }
-    Ok(files)
-}
-
-fn open(path: &Path, options: &ReaderOptions) -> Result<Source, JobError> {
-    let (format, compression) = format_of(path).unwrap_or((Format::Jsonl, Compression::None));
-    if format == Format::Parquet {
-        return Ok(Source::Parquet(ParquetRows::open(
-            path,
-            &options.text_field,
-            &options.id_field,
-        )?));
-    }
-    let file = File::open(path)
-        .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
-    let reader: Box<dyn Read + Send> = match compression {
-        Compression::None => Box::new(file),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(file)),
-        Compression::Zstd => Box::new(
-            zstd::stream::read::Decoder::new(file)
-                .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?,
-        ),
-    };
-    Ok(Source::Lines(Box::new(BufReader::with_capacity(
-        1 << 20,
-        reader,
-    ))))
-}
-
-/// Streams records (and bad lines) from every input file in order.
+/// Streams records (and bad lines) from every input file in order. Blocking: run it on a
+/// reader thread.
 pub struct RecordReader {
-    files: Vec<PathBuf>,
-    root: PathBuf,
+    inputs: InputSet,
     options: ReaderOptions,
     current: Option<(usize, Source, u64)>,
     next_file: usize,
@@ -178,44 +65,33 @@ pub enum Item {
 }
 
 impl RecordReader {
-    pub fn new(input: &Path, options: ReaderOptions) -> Result<Self, JobError> {
-        let files = list_inputs(input)?;
-        let root = if input.is_dir() {
-            input.to_owned()
-        } else {
-            input.parent().map(Path::to_owned).unwrap_or_default()
-        };
-        Ok(Self {
-            files,
-            root,
+    pub fn new(inputs: InputSet, options: ReaderOptions) -> Self {
+        Self {
+            inputs,
             options,
             current: None,
             next_file: 0,
             seen_ids: HashSet::new(),
             buffer: Vec::new(),
-        })
+        }
     }
 
-    pub fn files(&self) -> &[PathBuf] {
-        &self.files
-    }
-
-    fn display_name(&self, index: usize) -> String {
-        let path = &self.files[index];
-        path.strip_prefix(&self.root)
-            .unwrap_or(path)
-            .display()
-            .to_string()
+    fn display_name(&self, index: usize) -> &str {
+        &self.inputs.files[index].name
     }
 
     /// The next record or bad line; `Ok(None)` at the end of the corpus.
     pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
         loop {
             if self.current.is_none() {
-                if self.next_file >= self.files.len() {
+                if self.next_file >= self.inputs.files.len() {
                     return Ok(None);
                 }
-                let source = open(&self.files[self.next_file], &self.options)?;
+                let source = self.inputs.open(
+                    self.next_file,
+                    &self.options.text_field,
+                    &self.options.id_field,
+                )?;
                 self.current = Some((self.next_file, source, 0));
                 self.next_file += 1;
             }
@@ -250,7 +126,7 @@ impl RecordReader {
             return Ok(Some(match checked {
                 Ok(record) => Item::Record(record),
                 Err(reason) => Item::Bad(BadRecord {
-                    file: self.display_name(index),
+                    file: self.display_name(index).to_owned(),
                     line,
                     reason,
                 }),
@@ -269,7 +145,7 @@ impl RecordReader {
             Source::Lines(reader) => {
                 self.buffer.clear();
                 let read = reader.read_until(b'\n', &mut self.buffer).map_err(|e| {
-                    JobError::Input(format!("cannot read {}: {e}", self.files[*index].display()))
+                    JobError::Input(format!("cannot read {}: {e}", self.inputs.describe(*index)))
                 })?;
                 if read == 0 {
                     return Ok(None);
@@ -277,7 +153,7 @@ impl RecordReader {
                 while matches!(self.buffer.last(), Some(b'\n' | b'\r')) {
                     self.buffer.pop();
                 }
-                let jsonl = format_of(&self.files[*index]).is_some_and(|f| f.0 == Format::Jsonl);
+                let jsonl = self.inputs.files[*index].format() == Format::Jsonl;
                 if jsonl && self.buffer.iter().all(u8::is_ascii_whitespace) {
                     Raw::Blank // blank lines in JSONL are not records, but still count as lines
                 } else {
@@ -292,7 +168,7 @@ impl RecordReader {
     /// The record on the line in `self.buffer`, or why it is bad.
     fn parse_line(&self, index: usize, line: u64) -> Result<Record, String> {
         let text = std::str::from_utf8(&self.buffer).map_err(|_| "invalid UTF-8".to_owned())?;
-        match format_of(&self.files[index]).map_or(Format::Jsonl, |f| f.0) {
+        match self.inputs.files[index].format() {
             Format::Text => Ok(Record {
                 id: self.generated_id(index, line),
                 text: text.to_owned(),
@@ -302,7 +178,7 @@ impl RecordReader {
     }
 
     fn generated_id(&self, index: usize, line: u64) -> Value {
-        if self.files.len() == 1 {
+        if self.inputs.files.len() == 1 {
             Value::from(line)
         } else {
             Value::from(format!("{}:{line}", self.display_name(index)))
@@ -341,10 +217,14 @@ impl RecordReader {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+    use std::path::Path;
+
     use super::*;
 
     fn collect(path: &Path) -> (Vec<Record>, Vec<BadRecord>) {
-        let mut reader = RecordReader::new(path, ReaderOptions::default()).unwrap();
+        let mut reader =
+            RecordReader::new(InputSet::local(path).unwrap(), ReaderOptions::default());
         let (mut good, mut bad) = (Vec::new(), Vec::new());
         while let Some(item) = reader.next_item().unwrap() {
             match item {
@@ -408,7 +288,7 @@ mod tests {
             (good[2].text.as_str(), good[3].text.as_str()),
             ("zipped", "squeezed")
         );
-        assert!(list_inputs(&dir.path().join("missing")).is_err());
+        assert!(InputSet::local(&dir.path().join("missing")).is_err());
     }
 
     #[test]
@@ -451,8 +331,7 @@ mod tests {
             id_field: "id".into(),
             text_field: "body".into(),
         };
-        let error = RecordReader::new(&path, options)
-            .unwrap()
+        let error = RecordReader::new(InputSet::local(&path).unwrap(), options)
             .next_item()
             .err()
             .unwrap()

@@ -226,7 +226,7 @@ impl ReportBuilder {
             estimated_cost_usd: cost,
             prices: inputs.config.prices.clone(),
             model: inputs.config.model.clone(),
-            input: inputs.config.input.display().to_string(),
+            input: inputs.config.input.to_string(),
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
         }

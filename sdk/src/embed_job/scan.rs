@@ -2,13 +2,13 @@
 //! fingerprint), the manifest check, speed calibration and the chunk producer.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
+use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};
 use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
 use super::reader::{BadRecord, Item, RecordReader};
@@ -24,35 +24,6 @@ pub(super) struct Scan {
 
 fn hex(digest: impl AsRef<[u8]>) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Name, size, and the first and last MiB of every input file.
-fn input_fingerprint(files: &[std::path::PathBuf], root: &Path) -> Result<String, JobError> {
-    let mut hasher = Sha256::new();
-    for path in files {
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        hasher.update(
-            path.strip_prefix(root)
-                .unwrap_or(path)
-                .to_string_lossy()
-                .as_bytes(),
-        );
-        hasher.update(size.to_le_bytes());
-        let mut head = vec![0u8; (1 << 20).min(size as usize)];
-        file.read_exact(&mut head)
-            .map_err(|e| JobError::Input(format!("cannot read {}: {e}", path.display())))?;
-        hasher.update(&head);
-        if size > 1 << 20 {
-            file.seek(SeekFrom::End(-(1 << 20)))
-                .map_err(|e| JobError::Input(e.to_string()))?;
-            file.read_exact(&mut head)
-                .map_err(|e| JobError::Input(e.to_string()))?;
-            hasher.update(&head);
-        }
-    }
-    Ok(hex(hasher.finalize()))
 }
 
 /// The model's configuration and tokenizer plus its weights' sizes; the spec itself when it
@@ -82,19 +53,10 @@ fn model_fingerprint(model: &str) -> String {
     hex(hasher.finalize())
 }
 
-/// First pass: count records, list bad ones (or stop at the first with `fail`).
-pub(super) fn scan_input(config: &EmbedJobConfig) -> Result<Scan, JobError> {
-    let mut reader = RecordReader::new(&config.input, config.reader.clone())?;
-    let root = if config.input.is_dir() {
-        config.input.clone()
-    } else {
-        config
-            .input
-            .parent()
-            .map(Path::to_owned)
-            .unwrap_or_default()
-    };
-    let input_fingerprint = input_fingerprint(reader.files(), &root)?;
+/// First pass, blocking: count records, list bad ones (or stop at the first with `fail`).
+pub(super) fn scan_input(config: &EmbedJobConfig, inputs: InputSet) -> Result<Scan, JobError> {
+    let input_fingerprint = inputs.fingerprint()?;
+    let mut reader = RecordReader::new(inputs, config.reader.clone());
     let (mut valid_records, mut bad_records) = (0u64, Vec::new());
     while let Some(item) = reader.next_item()? {
         match item {
@@ -112,7 +74,7 @@ pub(super) fn scan_input(config: &EmbedJobConfig) -> Result<Scan, JobError> {
     if valid_records == 0 {
         return Err(JobError::Input(format!(
             "{} holds no usable records",
-            config.input.display()
+            config.input
         )));
     }
     Ok(Scan {
@@ -124,14 +86,14 @@ pub(super) fn scan_input(config: &EmbedJobConfig) -> Result<Scan, JobError> {
 }
 
 /// The earlier run's manifest, if it is for the same input and model; a new one otherwise.
-pub(super) fn open_manifest(
+pub(super) async fn open_manifest(
     out: &OutputDir,
     config: &EmbedJobConfig,
     scan: &Scan,
 ) -> Result<Manifest, JobError> {
-    match out.read_manifest()? {
+    match out.read_manifest().await? {
         Some(manifest) => {
-            let place = config.output.display();
+            let place = &config.output;
             if manifest.input_fingerprint != scan.input_fingerprint {
                 return Err(JobError::Mismatch(format!(
                     "{place} holds embeddings of a different input; use another --output or remove it"
@@ -177,19 +139,26 @@ pub(super) fn open_manifest(
 pub(super) async fn calibrate_and_plan(
     pool: &EmbedPool,
     config: &EmbedJobConfig,
+    inputs: InputSet,
     total: u64,
     actors: usize,
 ) -> Result<ChunkPlan, JobError> {
-    let mut reader = RecordReader::new(&config.input, config.reader.clone())?;
     let per_actor = 32usize;
-    let mut sample = Vec::new();
-    while sample.len() < per_actor * actors {
-        match reader.next_item()? {
-            Some(Item::Record(record)) => sample.push(record.text),
-            Some(Item::Bad(_)) => {}
-            None => break,
+    let options = config.reader.clone();
+    let sample = tokio::task::spawn_blocking(move || {
+        let mut reader = RecordReader::new(inputs, options);
+        let mut sample = Vec::new();
+        while sample.len() < per_actor * actors {
+            match reader.next_item()? {
+                Some(Item::Record(record)) => sample.push(record.text),
+                Some(Item::Bad(_)) => {}
+                None => break,
+            }
         }
-    }
+        Ok::<_, JobError>(sample)
+    })
+    .await
+    .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
     let payloads: Vec<_> = sample
         .chunks(per_actor)
         .map(|c| embed_request(c.to_vec(), false))
@@ -225,13 +194,14 @@ pub(super) async fn calibrate_and_plan(
 /// sends the rest (recording their ids) as long as the job's window allows.
 pub(super) fn spawn_chunk_producer(
     config: EmbedJobConfig,
+    inputs: InputSet,
     chunk_size: usize,
     done: HashSet<u64>,
     pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
     chunks: tokio::sync::mpsc::Sender<prost::bytes::Bytes>,
 ) -> tokio::task::JoinHandle<Result<(), JobError>> {
     tokio::task::spawn_blocking(move || {
-        let mut reader = RecordReader::new(&config.input, config.reader.clone())?;
+        let mut reader = RecordReader::new(inputs, config.reader.clone());
         let (mut index, mut seq) = (0u64, 0u64);
         let (mut ids, mut texts) = (
             Vec::with_capacity(chunk_size),

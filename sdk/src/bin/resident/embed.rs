@@ -1,5 +1,4 @@
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -7,6 +6,7 @@ use clap::{Args, ValueEnum};
 use resident_sdk::embed_job::{
     BadRecordPolicy, EmbedJobConfig, OutputDtype, Progress, ReaderOptions, run_embed_job,
 };
+use resident_sdk::storage::Location;
 use resident_sdk::{Cluster, LocalConfig};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -23,15 +23,21 @@ enum OnBadRecord {
 
 #[derive(Args)]
 pub struct EmbedArgs {
-    /// A .jsonl/.txt file (optionally .gz) or a directory of them.
+    /// A .jsonl/.txt/.parquet file (JSONL and text optionally .gz or .zst), a directory of
+    /// them, or an s3://bucket/prefix holding them.
     #[arg(long)]
     input: String,
     /// A model directory, or a HuggingFace id in the local hub cache.
     #[arg(long)]
     model: String,
-    /// Output directory (shards/, manifest.json, embeddings.npy, ids.jsonl, report.json).
+    /// Output directory or s3://bucket/prefix (shards/, manifest.json, embeddings.npy,
+    /// ids.jsonl, report.json).
     #[arg(long)]
     output: String,
+    /// An S3-compatible endpoint (MinIO, Garage, ...), addressed path-style. Credentials
+    /// and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, IRSA).
+    #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
     /// Scheduler URL; without it a local cluster runs in this process.
     #[arg(long, env = "RESIDENT_CLUSTER")]
     cluster: Option<String>,
@@ -85,13 +91,10 @@ fn parse_pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, Stri
 
 impl EmbedArgs {
     fn job_config(&self) -> anyhow::Result<EmbedJobConfig> {
-        for place in [&self.input, &self.output] {
-            anyhow::ensure!(
-                !place.starts_with("s3://"),
-                "S3 paths ({place}) are not supported yet; copy the data to a local directory"
-            );
-        }
-        let mut config = EmbedJobConfig::new(&self.input, &self.model, PathBuf::from(&self.output));
+        let input = Location::parse(&self.input).map_err(anyhow::Error::msg)?;
+        let output = Location::parse(&self.output).map_err(anyhow::Error::msg)?;
+        let mut config = EmbedJobConfig::new(input, &self.model, output);
+        config.s3.endpoint = self.s3_endpoint.clone();
         config.replicas = self.replicas;
         anyhow::ensure!(
             self.gpus_per_actor >= 0.0,
@@ -195,12 +198,12 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         "embedded {} documents ({} new) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
-        config.output.display(),
+        config.output,
         report.wall_seconds,
         report.docs_per_second,
         report.bad_record_count,
         report.model_loads,
-        config.output.join("report.json").display()
+        config.output.join("report.json")
     );
     Ok(())
 }

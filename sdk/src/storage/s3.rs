@@ -1,0 +1,315 @@
+//! A thin S3 client for jobs: list a prefix, stream or fetch objects, put objects whole
+//! (they appear only complete), and upload large files in parts.
+
+use std::io::Read;
+use std::path::Path;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use tokio::io::AsyncReadExt;
+
+const MIN_PART_BYTES: usize = 5 << 20;
+
+/// How to reach the store.
+#[derive(Clone, Debug)]
+pub struct S3Options {
+    /// An S3-compatible endpoint (`http://127.0.0.1:9000`); path-style addressing is used
+    /// with it. `None` = AWS (or `AWS_ENDPOINT_URL`).
+    pub endpoint: Option<String>,
+    /// Files larger than this are uploaded in parts of this size (at least 5 MiB, S3's
+    /// smallest part).
+    pub part_bytes: usize,
+    /// A fixed access key and secret instead of the standard credential chain.
+    pub static_credentials: Option<(String, String)>,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            part_bytes: 64 << 20,
+            static_credentials: None,
+        }
+    }
+}
+
+/// One object under a listed prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
+
+/// An S3 client plus the runtime it runs on, so blocking readers can use it too.
+#[derive(Clone, Debug)]
+pub struct S3Client {
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    part_bytes: usize,
+}
+
+fn describe(error: impl std::error::Error) -> String {
+    DisplayErrorContext(error).to_string()
+}
+
+impl S3Client {
+    /// Credentials and region from the standard AWS chain (environment, profile, web
+    /// identity, instance metadata); region `us-east-1` when none is configured.
+    pub async fn connect(options: &S3Options) -> Self {
+        let region = aws_config::meta::region::RegionProviderChain::default_provider()
+            .or_else(aws_sdk_s3::config::Region::new("us-east-1"));
+        let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(region)
+            .load()
+            .await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&shared);
+        if let Some(endpoint) = &options.endpoint {
+            builder = builder.endpoint_url(endpoint).force_path_style(true);
+        }
+        if let Some((access_key, secret)) = &options.static_credentials {
+            builder = builder.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                access_key, secret, None, None, "resident",
+            ));
+        }
+        Self {
+            client: Client::from_conf(builder.build()),
+            runtime: tokio::runtime::Handle::current(),
+            part_bytes: options.part_bytes.max(MIN_PART_BYTES),
+        }
+    }
+
+    /// Every object under `prefix`, in key order.
+    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>, String> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut objects = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| format!("cannot list s3://{bucket}/{prefix}: {}", describe(e)))?;
+            for object in page.contents() {
+                objects.push(ObjectInfo {
+                    key: object.key().unwrap_or_default().to_owned(),
+                    size: object.size().unwrap_or(0).max(0) as u64,
+                    etag: object.e_tag().unwrap_or_default().to_owned(),
+                });
+            }
+        }
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    /// The whole object, or `None` when there is no such key.
+    pub async fn get(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let response = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await;
+        let output = match response {
+            Ok(output) => output,
+            Err(error) => {
+                let missing = error.as_service_error().is_some_and(|e| e.is_no_such_key());
+                if missing {
+                    return Ok(None);
+                }
+                return Err(format!(
+                    "cannot read s3://{bucket}/{key}: {}",
+                    describe(error)
+                ));
+            }
+        };
+        let bytes = output
+            .body
+            .collect()
+            .await
+            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {e}"))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// The object's size, or `None` when there is no such key.
+    pub async fn size(&self, bucket: &str, key: &str) -> Result<Option<u64>, String> {
+        match self
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(head) => Ok(Some(head.content_length().unwrap_or(0).max(0) as u64)),
+            Err(error) if error.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
+            Err(error) => Err(format!(
+                "cannot stat s3://{bucket}/{key}: {}",
+                describe(error)
+            )),
+        }
+    }
+
+    /// Writes the object in one request: readers see it whole or not at all.
+    pub async fn put(&self, bucket: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+        self.client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("cannot write s3://{bucket}/{key}: {}", describe(e)))
+    }
+
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), String> {
+        self.client
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("cannot delete s3://{bucket}/{key}: {}", describe(e)))
+    }
+
+    /// Uploads a local file: one request when small, a multipart upload otherwise (the
+    /// object appears only when the upload completes; a failed one is aborted).
+    pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), String> {
+        let local = |e: std::io::Error| format!("{}: {e}", path.display());
+        let size = tokio::fs::metadata(path).await.map_err(local)?.len();
+        if size <= self.part_bytes as u64 {
+            let bytes = tokio::fs::read(path).await.map_err(local)?;
+            return self.put(bucket, key, bytes).await;
+        }
+        let failed = |e: String| format!("cannot upload s3://{bucket}/{key}: {e}");
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| failed(describe(e)))?;
+        let upload_id = upload.upload_id().unwrap_or_default().to_owned();
+        let result = self.upload_parts(bucket, key, &upload_id, path).await;
+        match result {
+            Ok(parts) => self
+                .client
+                .complete_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| failed(describe(e))),
+            Err(error) => {
+                let _ = self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .send()
+                    .await;
+                Err(failed(error))
+            }
+        }
+    }
+
+    async fn upload_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        path: &Path,
+    ) -> Result<Vec<CompletedPart>, String> {
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut parts = Vec::new();
+        for number in 1.. {
+            let mut buffer = Vec::with_capacity(self.part_bytes);
+            (&mut file)
+                .take(self.part_bytes as u64)
+                .read_to_end(&mut buffer)
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if buffer.is_empty() {
+                break;
+            }
+            let part = self
+                .client
+                .upload_part()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .body(ByteStream::from(buffer))
+                .send()
+                .await
+                .map_err(describe)?;
+            parts.push(
+                CompletedPart::builder()
+                    .part_number(number)
+                    .set_e_tag(part.e_tag().map(str::to_owned))
+                    .build(),
+            );
+        }
+        Ok(parts)
+    }
+
+    /// A blocking reader over the object's body, streamed (for reader threads; must not be
+    /// called on an async worker thread).
+    pub fn open_blocking(&self, bucket: &str, key: &str) -> Result<Box<dyn Read + Send>, String> {
+        let output = self
+            .runtime
+            .block_on(self.client.get_object().bucket(bucket).key(key).send())
+            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {}", describe(e)))?;
+        let body = output.body.into_async_read();
+        Ok(Box::new(tokio_util::io::SyncIoBridge::new_with_handle(
+            body,
+            self.runtime.clone(),
+        )))
+    }
+
+    /// Copies the object into `file` (for formats that need random access, like Parquet);
+    /// blocking, like [`S3Client::open_blocking`].
+    pub fn download_blocking(
+        &self,
+        bucket: &str,
+        key: &str,
+        file: &mut std::fs::File,
+    ) -> Result<(), String> {
+        let mut body = self.open_blocking(bucket, key)?;
+        std::io::copy(&mut body, file)
+            .map(|_| ())
+            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {e}"))
+    }
+
+    /// Checks that the bucket exists and `key` can be written (then removes it again).
+    pub async fn check_writable(&self, bucket: &str, key: &str) -> Result<(), String> {
+        if let Err(error) = self.client.head_bucket().bucket(bucket).send().await {
+            return Err(
+                match error.as_service_error().is_some_and(|e| e.is_not_found()) {
+                    true => format!("bucket {bucket} does not exist"),
+                    false => format!("cannot reach bucket {bucket}: {}", describe(error)),
+                },
+            );
+        }
+        self.put(bucket, key, b"ok".to_vec()).await?;
+        self.delete(bucket, key).await
+    }
+}
