@@ -21,6 +21,12 @@ impl BackendError {
     }
 }
 
+impl From<candle_core::Error> for BackendError {
+    fn from(error: candle_core::Error) -> Self {
+        BackendError::Task(error.to_string())
+    }
+}
+
 /// Errors of the agent process.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {

@@ -1,10 +1,12 @@
 //! The `resident.v1` wire protocol plus the small domain types every crate shares:
-//! ID newtypes, [`VramBytes`] and [`GpuFraction`].
+//! ID newtypes, [`VramBytes`], [`GpuFraction`] and the seeded [`SeededRng`].
 
 pub mod ids;
+pub mod rng;
 pub mod units;
 
 pub use ids::{ActorId, JobId, NodeId, PoolName, TaskId};
+pub use rng::SeededRng;
 pub use units::{GpuFraction, VramBytes};
 
 /// Generated protobuf and gRPC code for `resident.v1`.

@@ -4,6 +4,7 @@
 
 pub mod asha;
 pub mod config;
+pub mod driver;
 pub mod search;
 
 pub use asha::{Decision, TrialSchedulerState};

@@ -4,37 +4,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+pub use resident_proto::SeededRng;
+
 use super::config::{ParamSpec, SearchAlgorithm};
 
 /// One trial's hyperparameters.
 pub type Params = BTreeMap<String, Value>;
-
-/// SplitMix64: small, fast, and the same on every platform for a given seed.
-#[derive(Clone, Debug)]
-pub struct SeededRng(u64);
-
-impl SeededRng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
 
 fn sample(spec: &ParamSpec, rng: &mut SeededRng) -> Value {
     match spec {

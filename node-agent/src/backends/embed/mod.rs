@@ -4,7 +4,8 @@
 //! Config (the pool's `actor_config`):
 //! `{"model": "models/all-MiniLM-L6-v2", "dtype": "f32", "max_batch_tokens": 8192,
 //!   "max_batch_size": 64, "query_instruction": "Given a web search query, ..."}`.
-//! Task payload: an `EmbedRequest` protobuf; output: an `EmbedResponse`.
+//! Task payload: an `EmbedRequest` protobuf; output: an `EmbedResponse`, or a
+//! `TrialResponse` when the request carries a sweep trial (see [`trials`]).
 
 pub mod batching;
 mod bert;
@@ -12,6 +13,7 @@ mod cpu_ops;
 mod encoder;
 pub mod model_files;
 pub mod qwen3;
+mod trials;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,11 +70,28 @@ struct TextPreparer {
     query_instruction: Option<String>,
 }
 
+/// A decoded task, ready for the model thread.
+enum PreparedRequest {
+    Texts(TokenizedChunk),
+    Trial(pb::TrialRequest),
+}
+
 impl TextPreparer {
-    fn tokenize(&self, payload: &[u8]) -> Result<TokenizedChunk, BackendError> {
+    fn prepare(&self, payload: &[u8]) -> Result<PreparedRequest, BackendError> {
         let started = Instant::now();
         let request = pb::EmbedRequest::decode(payload)
             .map_err(|e| BackendError::BadPayload(format!("not an EmbedRequest: {e}")))?;
+        match request.trial {
+            Some(trial) => Ok(PreparedRequest::Trial(trial)),
+            None => self.tokenize(request, started).map(PreparedRequest::Texts),
+        }
+    }
+
+    fn tokenize(
+        &self,
+        request: pb::EmbedRequest,
+        started: Instant,
+    ) -> Result<TokenizedChunk, BackendError> {
         let mut ids = Vec::with_capacity(request.texts.len());
         let mut truncated_rows = Vec::new();
         for (row, text) in request.texts.iter().enumerate() {
@@ -114,6 +133,7 @@ pub struct Embedder {
     max_batch_tokens: usize,
     max_batch_size: usize,
     vram_bytes: u64,
+    trials: trials::TrialRunner,
 }
 
 fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, BackendError> {
@@ -211,6 +231,7 @@ impl Embedder {
             max_batch_tokens,
             max_batch_size,
             vram_bytes,
+            trials: trials::TrialRunner::default(),
         })
     }
 
@@ -344,26 +365,37 @@ fn estimate_vram(
     weights + (max_batch_tokens * hidden * 4 * 64) as u64
 }
 
+impl Embedder {
+    fn run_request(&mut self, request: PreparedRequest) -> Result<Vec<u8>, BackendError> {
+        match request {
+            PreparedRequest::Texts(chunk) => Ok(self.embed(chunk)?.encode_to_vec()),
+            PreparedRequest::Trial(trial) => {
+                Ok(self.trials.run(&trial, &self.device)?.encode_to_vec())
+            }
+        }
+    }
+}
+
 impl ModelBackend for Embedder {
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
-        let chunk = self.preparer.tokenize(payload)?;
-        Ok(self.embed(chunk)?.encode_to_vec())
+        let request = self.preparer.prepare(payload)?;
+        self.run_request(request)
     }
 
     fn preparer(&self) -> Option<Preparer> {
         let preparer = self.preparer.clone();
         Some(Arc::new(
             move |payload: &[u8]| -> Result<Prepared, BackendError> {
-                Ok(Box::new(preparer.tokenize(payload)?))
+                Ok(Box::new(preparer.prepare(payload)?))
             },
         ))
     }
 
     fn run_prepared(&mut self, prepared: Prepared) -> Result<Vec<u8>, BackendError> {
-        let chunk = prepared
-            .downcast::<TokenizedChunk>()
+        let request = prepared
+            .downcast::<PreparedRequest>()
             .map_err(|_| BackendError::Task("prepared chunk of the wrong type".into()))?;
-        Ok(self.embed(*chunk)?.encode_to_vec())
+        self.run_request(*request)
     }
 
     fn vram_bytes(&self) -> u64 {
