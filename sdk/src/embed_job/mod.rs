@@ -14,7 +14,7 @@ mod parquet_rows;
 pub mod planner;
 pub mod reader;
 mod report;
-mod scan;
+pub(crate) mod scan;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

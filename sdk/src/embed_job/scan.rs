@@ -28,7 +28,7 @@ fn hex(digest: impl AsRef<[u8]>) -> String {
 
 /// The model's configuration and tokenizer plus its weights' sizes; the spec itself when it
 /// is not a local directory.
-fn model_fingerprint(model: &str) -> String {
+pub(crate) fn model_fingerprint(model: &str) -> String {
     let dir = Path::new(model);
     let mut hasher = Sha256::new();
     if dir.is_dir() {

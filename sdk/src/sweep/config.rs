@@ -27,6 +27,26 @@ pub struct SweepConfig {
     #[serde(default)]
     pub scheduler: SchedulerConfig,
     pub space: BTreeMap<String, ParamSpec>,
+    /// The JSONL field holding each record's text (documents, for retrieval).
+    #[serde(default = "default_text_field")]
+    pub text_field: String,
+    /// Classifier labels; default `label`, else `topic` (the Wikipedia vital articles).
+    #[serde(default)]
+    pub label_field: Option<String>,
+    /// Retrieval queries, one per document; default `query`, else `description`.
+    #[serde(default)]
+    pub query_field: Option<String>,
+    /// Segments in flight per actor (default 2, the runtime's credit).
+    #[serde(default = "default_per_actor")]
+    pub trials_per_actor: u32,
+}
+
+fn default_text_field() -> String {
+    "text".into()
+}
+
+fn default_per_actor() -> u32 {
+    2
 }
 
 fn one() -> u32 {
@@ -177,8 +197,36 @@ impl SweepConfig {
                 "space is empty; declare at least one hyperparameter".into(),
             ));
         }
+        let known: &[&str] = match self.trial {
+            TrialKind::Classifier => &[
+                "lr",
+                "weight_decay",
+                "hidden",
+                "dropout",
+                "epochs",
+                "batch_size",
+            ],
+            TrialKind::Retrieval => &[
+                "lr",
+                "weight_decay",
+                "temperature",
+                "epochs",
+                "batch_size",
+                "adapter",
+            ],
+        };
         for (name, spec) in &self.space {
+            if !known.contains(&name.as_str()) {
+                return Err(invalid(format!(
+                    "space.{name}: `{:?}` trials have no such hyperparameter; use: {}",
+                    self.trial,
+                    known.join(", ")
+                )));
+            }
             check_param(name, spec, self.search.algorithm)?;
+        }
+        if self.trials_per_actor == 0 {
+            return Err(invalid("trials_per_actor must be at least 1".into()));
         }
         Ok(())
     }
@@ -308,6 +356,10 @@ hidden = { choice = [0, 64, 256] }
         assert!(
             error_of(("algorithm = \"random\"", "algorithm = \"grid\""))
                 .contains("cannot be searched by grid")
+        );
+        assert!(
+            error_of(("hidden = {", "hiden = {"))
+                .contains("space.hiden: `Classifier` trials have no such hyperparameter; use: lr,")
         );
         assert!(
             error_of(("reduction_factor = 2", "reduction_factor = 1"))

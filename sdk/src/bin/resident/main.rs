@@ -5,6 +5,7 @@ mod embed;
 mod local;
 mod scheduler;
 mod status;
+mod sweep;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +47,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Embed a corpus with resident model actors, resumably.
     Embed(embed::EmbedArgs),
+    /// Run a hyperparameter sweep whose trials train on resident embed actors.
+    Sweep(sweep::SweepArgs),
 }
 
 fn init_logging(json: bool) {
@@ -102,6 +105,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Local(args) => local::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Embed(args) => embed::run(args).await,
+        Command::Sweep(args) => sweep::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

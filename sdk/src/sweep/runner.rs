@@ -1,0 +1,277 @@
+//! Running a sweep on a cluster: one pool of `embed` actors loads the model once, embeds the
+//! data once (cached on disk), then trains trial after trial on those actors, segment by
+//! segment, as the driver and ASHA decide.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use prost::Message;
+use resident_proto::{SeededRng, pb};
+
+use super::SweepError;
+use super::config::SweepConfig;
+use super::data::{embed_into_cache, read_sweep_data};
+use super::driver::{Phase, Segment, SweepDriver};
+use super::results::{SweepSummary, TrialResult, append_result, best, read_results};
+use super::search::generate_trials;
+use crate::embed_job::output::write_atomically;
+use crate::{Cluster, EmbedPoolSpec, TaskOutput};
+
+/// What the runner tells its caller as the sweep goes.
+pub enum SweepEvent<'a> {
+    DataReady { examples: usize, cache_hit: bool },
+    TrialFinished(&'a TrialResult),
+}
+
+/// Where one trial stands in this run.
+#[derive(Default)]
+struct TrialRun {
+    started: Option<Instant>,
+    checkpoint: Option<pb::TrialCheckpoint>,
+    train_micros: u64,
+    actor_id: String,
+}
+
+fn output_error(path: &Path, e: impl std::fmt::Display) -> SweepError {
+    SweepError::Output(format!("{}: {e}", path.display()))
+}
+
+/// Refuses an output directory that holds a different sweep; records this one.
+fn claim_output(config: &SweepConfig, output: &Path) -> Result<(), SweepError> {
+    std::fs::create_dir_all(output).map_err(|e| output_error(output, e))?;
+    let path = output.join("sweep.json");
+    let declared = serde_json::to_value(config).map_err(|e| SweepError::Output(e.to_string()))?;
+    if let Ok(bytes) = std::fs::read(&path) {
+        let earlier: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if earlier != declared {
+            return Err(SweepError::Mismatch(format!(
+                "{} holds a different sweep (see its sweep.json); use another output or remove it",
+                output.display()
+            )));
+        }
+    }
+    let bytes =
+        serde_json::to_vec_pretty(&declared).map_err(|e| SweepError::Output(e.to_string()))?;
+    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
+}
+
+/// Runs the sweep on `cluster` and returns its summary (also in `summary.json`).
+pub async fn run_sweep(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<SweepSummary, SweepError> {
+    let started = Instant::now();
+    config.validate()?;
+    let output = PathBuf::from(&config.output);
+    claim_output(config, &output)?;
+    let data = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || read_sweep_data(&config))
+            .await
+            .map_err(|e| SweepError::Data(e.to_string()))??
+    };
+    let spec = EmbedPoolSpec::new(format!("sweep-{}", config.name), config.model.clone())
+        .replicas(config.replicas);
+    let pool = cluster
+        .create_embed_pool(spec, Duration::from_secs(600))
+        .await
+        .map_err(|e| SweepError::Model(e.to_string()))?;
+    let embed_started = Instant::now();
+    let (cache, cache_hit) = embed_into_cache(&pool, &data, &output).await?;
+    let embed_s = if cache_hit {
+        0.0
+    } else {
+        embed_started.elapsed().as_secs_f64()
+    };
+    on_event(SweepEvent::DataReady {
+        examples: data.texts.len(),
+        cache_hit,
+    });
+    let cache = std::fs::canonicalize(&cache).map_err(|e| output_error(&cache, e))?;
+
+    let trials = generate_trials(
+        &config.space,
+        config.search.algorithm,
+        config.trials,
+        config.seed,
+    );
+    let actors = pool.pool.status().await?.actors.len().max(1);
+    let per_actor = config.trials_per_actor as usize;
+    let mut driver = SweepDriver::new(
+        trials.clone(),
+        &config.scheduler,
+        config.mode,
+        actors * per_actor,
+    );
+
+    // Trials finished by an earlier run count as they are; anything else runs again.
+    let results_path = output.join("results.jsonl");
+    let mut results: Vec<TrialResult> = read_results(&results_path)
+        .into_iter()
+        .filter(|r| trials.get(r.trial_id) == Some(&r.params) && r.error.is_none())
+        .collect();
+    results.sort_by_key(|r| r.trial_id);
+    results.dedup_by_key(|r| r.trial_id);
+    let kept: Vec<u8> = results
+        .iter()
+        .flat_map(|r| {
+            serde_json::to_vec(r)
+                .map(|mut l| {
+                    l.push(b'\n');
+                    l
+                })
+                .unwrap_or_default()
+        })
+        .collect();
+    write_atomically(&results_path, &kept).map_err(|e| SweepError::Output(e.to_string()))?;
+    for result in &results {
+        driver.restore(
+            result.trial_id,
+            result.metrics.clone(),
+            result.stopped_early,
+        );
+    }
+    let resumed_trials = results.len();
+
+    let (segments_tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
+    let job_name = format!("sweep-{}", config.name);
+    let mut outputs = pool
+        .pool
+        .submit_windowed(
+            &job_name,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(segments_rx),
+            (actors * per_actor) as u32,
+        )
+        .await?;
+    let mut in_flight: HashMap<u64, Segment> = HashMap::new();
+    let mut runs: HashMap<usize, TrialRun> = HashMap::new();
+    let mut next_seq = 0u64;
+    let trial_request =
+        |segment: &Segment, checkpoint: Option<pb::TrialCheckpoint>| pb::EmbedRequest {
+            texts: Vec::new(),
+            is_query: false,
+            trial: Some(pb::TrialRequest {
+                kind: format!("{:?}", config.trial).to_lowercase(),
+                dataset_uri: cache.display().to_string(),
+                dataset_key: data.key.clone(),
+                params_json: serde_json::to_string(&trials[segment.trial]).unwrap_or_default(),
+                split_seed: config.seed,
+                trial_seed: SeededRng::derived(config.seed, segment.trial as u64).next_u64(),
+                start_epoch: segment.start_epoch,
+                end_epoch: segment.end_epoch,
+                metric: config.metric.clone(),
+                checkpoint,
+            }),
+        };
+    while !driver.finished() {
+        for segment in driver.next_segments() {
+            let run = runs.entry(segment.trial).or_default();
+            run.started.get_or_insert_with(Instant::now);
+            let payload = trial_request(&segment, run.checkpoint.clone()).encode_to_vec();
+            in_flight.insert(next_seq, segment);
+            next_seq += 1;
+            segments_tx
+                .send(payload.into())
+                .map_err(|_| SweepError::Cluster("the sweep's job stream closed".into()))?;
+        }
+        let Some(output) = outputs.next().await else {
+            return Err(SweepError::Cluster(
+                "the scheduler ended the sweep's job early".into(),
+            ));
+        };
+        let output: TaskOutput = output?;
+        let segment = in_flight.remove(&output.seq).ok_or_else(|| {
+            SweepError::Cluster(format!("result for unknown task {}", output.seq))
+        })?;
+        let run = runs.entry(segment.trial).or_default();
+        run.actor_id = output.actor_id.clone();
+        let response = output.output.and_then(|bytes| {
+            pb::TrialResponse::decode(bytes).map_err(|e| format!("not a TrialResponse: {e}"))
+        });
+        match response {
+            Ok(response) => {
+                run.checkpoint = response.checkpoint;
+                run.train_micros += response.train_micros;
+                driver.on_segment_done(segment.trial, &response.metrics);
+            }
+            Err(error) => driver.on_segment_failed(segment.trial, error),
+        }
+        // This result may end its trial, and ASHA decisions it unblocks may end others.
+        for trial in 0..driver.trials().len() {
+            let progress = &driver.trials()[trial];
+            let (stopped_early, error) = match &progress.phase {
+                Phase::Done { stopped_early } => (*stopped_early, None),
+                Phase::Failed(error) => (false, Some(error.clone())),
+                _ => continue,
+            };
+            let Some(run) = runs.remove(&trial) else {
+                continue; // recorded already, or restored from an earlier run
+            };
+            let result = TrialResult {
+                trial_id: trial,
+                params: progress.params.clone(),
+                metric: if error.is_some() {
+                    None
+                } else {
+                    progress.metrics.last().copied()
+                },
+                epochs: progress.metrics.len() as u32,
+                stopped_early,
+                actor_id: run.actor_id,
+                wall_s: run.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
+                metrics: progress.metrics.clone(),
+                train_s: run.train_micros as f64 / 1e6,
+                error,
+            };
+            append_result(&results_path, &result)?;
+            on_event(SweepEvent::TrialFinished(&result));
+            results.push(result);
+        }
+    }
+    drop(segments_tx);
+
+    let pool_name = pool.pool.name().to_owned();
+    let pool_actors: Vec<_> = cluster
+        .list_actors()
+        .await?
+        .into_iter()
+        .filter(|a| a.pool == pool_name)
+        .collect();
+    results.sort_by_key(|r| r.trial_id);
+    let best_result = best(&results, config.mode);
+    let summary = SweepSummary {
+        name: config.name.clone(),
+        metric_name: config.metric.clone(),
+        mode: config.mode,
+        best_trial: best_result.map(|r| r.trial_id),
+        best_params: best_result.map(|r| r.params.clone()),
+        best_metric: best_result.and_then(|r| r.metric),
+        model_loads: pool_actors.iter().map(|a| a.model_loads).sum(),
+        actors: pool_actors.len() as u64,
+        trials: results.len(),
+        stopped_early: results.iter().filter(|r| r.stopped_early).count(),
+        failed: results.iter().filter(|r| r.error.is_some()).count(),
+        resumed_trials,
+        epochs_trained: results.iter().map(|r| u64::from(r.epochs)).sum(),
+        wall_s: started.elapsed().as_secs_f64(),
+        embed_s,
+        embedding_cache_hit: cache_hit,
+        examples: data.texts.len(),
+        skipped_records: data.skipped,
+    };
+    let path = output.join("summary.json");
+    let bytes =
+        serde_json::to_vec_pretty(&summary).map_err(|e| SweepError::Output(e.to_string()))?;
+    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;
+    Ok(summary)
+}
+
+/// The sweep's results as they are on disk, in trial order.
+pub fn load_results(output: &Path) -> Vec<TrialResult> {
+    let mut results = read_results(&output.join("results.jsonl"));
+    results.sort_by_key(|r| r.trial_id);
+    results
+}
