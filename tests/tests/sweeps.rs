@@ -1,0 +1,294 @@
+//! `resident sweep` with the real model on real Wikipedia articles: trials train on the
+//! resident embed actors (one model load per actor), ASHA is deterministic, a dead agent's
+//! trials rerun elsewhere, and a bad declaration is a clear error.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use resident_sdk::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
+use resident_sdk::{Cluster, LocalConfig};
+use resident_tests::{
+    init_logging, minilm_dir, resident_bin, spawn_agent, spawn_scheduler, wait_until,
+    wiki_sample_lines,
+};
+use serde_json::Value;
+
+/// The 300-article fixture (text, 12 topics, Wikidata descriptions) as a JSONL file.
+fn wiki_data(dir: &Path) -> PathBuf {
+    let path = dir.join("wiki300.jsonl");
+    std::fs::write(&path, wiki_sample_lines(300).join("\n") + "\n").unwrap();
+    path
+}
+
+/// A declaration over `data` writing to `output`; `rest` adds keys and sections.
+fn declaration(data: &Path, output: &Path, head: &str, rest: &str) -> String {
+    format!(
+        "name = \"t\"\nmodel = \"{}\"\nreplicas = 2\ndata = \"{}\"\noutput = \"{}\"\nmode = \"max\"\n{head}\n{rest}",
+        minilm_dir(),
+        data.display(),
+        output.display()
+    )
+}
+
+async fn sweep(cluster: &Cluster, toml: &str) -> (SweepSummary, Vec<TrialResult>) {
+    let config = SweepConfig::from_toml(toml).unwrap();
+    let summary = run_sweep(cluster, &config, &mut |_| {}).await.unwrap();
+    let results = load_results(Path::new(&config.output));
+    (summary, results)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let output = dir.path().join("grid");
+    let toml = declaration(
+        &data,
+        &output,
+        "trial = \"classifier\"\nmetric = \"accuracy\"",
+        "[search]\nalgorithm = \"grid\"\n[scheduler]\nkind = \"fifo\"\nmax_epochs = 6\n\
+         [space]\nlr = { grid = [1e-6, 0.03] }\nhidden = { grid = [0, 64] }\n",
+    );
+    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let (summary, results) = sweep(&cluster, &toml).await;
+    assert_eq!(results.len(), 4);
+    assert_eq!(
+        (summary.trials, summary.failed, summary.stopped_early),
+        (4, 0, 0)
+    );
+    assert!(
+        results
+            .iter()
+            .all(|r| r.epochs == 6 && r.metrics.len() == 6 && !r.actor_id.is_empty())
+    );
+    // A learning rate of 1e-6 barely moves the weights; 0.03 learns the topics.
+    let best = results
+        .iter()
+        .max_by(|a, b| a.metric.partial_cmp(&b.metric).unwrap())
+        .unwrap();
+    assert_eq!(summary.best_trial, Some(best.trial_id));
+    assert_eq!(summary.best_params.as_ref().unwrap()["lr"], 0.03);
+    let slow = results
+        .iter()
+        .filter(|r| r.params["lr"] == 1e-6)
+        .map(|r| r.metric.unwrap());
+    assert!(
+        slow.fold(0.0, f64::max) + 0.2 < summary.best_metric.unwrap(),
+        "{results:?}"
+    );
+    assert_eq!(
+        (summary.model_loads, summary.actors),
+        (2, 2),
+        "one model load per actor"
+    );
+    assert!(!summary.embedding_cache_hit && summary.examples == 300);
+    let on_disk: Value =
+        serde_json::from_slice(&std::fs::read(output.join("summary.json")).unwrap()).unwrap();
+    for field in [
+        "best_trial",
+        "best_params",
+        "best_metric",
+        "model_loads",
+        "trials",
+        "wall_s",
+    ] {
+        assert!(!on_disk[field].is_null(), "summary.json lacks {field}");
+    }
+    let line: Value = serde_json::from_str(
+        std::fs::read_to_string(output.join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    for field in [
+        "trial_id",
+        "params",
+        "metric",
+        "epochs",
+        "stopped_early",
+        "actor_id",
+        "wall_s",
+    ] {
+        assert!(!line[field].is_null(), "results.jsonl lacks {field}");
+    }
+
+    // Run again: every trial comes from results.jsonl, the embeddings from the cache.
+    let (again, _) = sweep(&cluster, &toml).await;
+    assert_eq!((again.resumed_trials, again.embedding_cache_hit), (4, true));
+    assert_eq!(again.best_trial, summary.best_trial);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asha_stops_weak_trials_early_and_decides_the_same_under_a_seed() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let mut runs = Vec::new();
+    for name in ["first", "second"] {
+        let toml = declaration(
+            &data,
+            &dir.path().join(name),
+            "trial = \"classifier\"\nmetric = \"macro_f1\"\ntrials = 10\nseed = 11",
+            "[scheduler]\nkind = \"asha\"\nmax_epochs = 8\ngrace_epochs = 1\nreduction_factor = 2\n\
+             [space]\nlr = { loguniform = [1e-5, 1e-1] }\nhidden = { choice = [0, 32] }\ndropout = { uniform = [0.0, 0.3] }\n",
+        );
+        runs.push(sweep(&cluster, &toml).await);
+    }
+    let outcome = |results: &[TrialResult]| -> Vec<(usize, u32, bool, Option<f64>)> {
+        results
+            .iter()
+            .map(|r| (r.trial_id, r.epochs, r.stopped_early, r.metric))
+            .collect()
+    };
+    assert_eq!(
+        outcome(&runs[0].1),
+        outcome(&runs[1].1),
+        "same seed, same sweep"
+    );
+    let (summary, results) = &runs[0];
+    assert_eq!(results.len(), 10);
+    assert!(summary.stopped_early >= 3, "{results:?}");
+    let best = results
+        .iter()
+        .find(|r| Some(r.trial_id) == summary.best_trial)
+        .unwrap();
+    assert!(!best.stopped_early && best.epochs == 8);
+    for stopped in results.iter().filter(|r| r.stopped_early) {
+        assert!(
+            [1, 2, 4].contains(&stopped.epochs),
+            "stops only at rungs: {stopped:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_trials_rank_each_articles_description_against_all_articles() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let toml = declaration(
+        &data,
+        &dir.path().join("retrieval"),
+        "trial = \"retrieval\"\nmetric = \"ndcg@10\"",
+        "[search]\nalgorithm = \"grid\"\n[scheduler]\nmax_epochs = 3\n\
+         [space]\nadapter = { grid = [false, true] }\nlr = { grid = [1e-3] }\ntemperature = { grid = [0.05] }\n",
+    );
+    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let (summary, results) = sweep(&cluster, &toml).await;
+    assert_eq!(summary.trials, 2);
+    let raw = results
+        .iter()
+        .find(|r| r.params["adapter"] == false)
+        .unwrap();
+    // Without an adapter the metric is the frozen model's, the same every epoch.
+    assert!(raw.metrics.windows(2).all(|w| w[0] == w[1]), "{raw:?}");
+    // Short descriptions ("1968 film by Stanley Kubrick") find their article often.
+    assert!((0.3..=1.0).contains(&raw.metric.unwrap()), "{raw:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| r.metric.is_some_and(|m| (0.0..=1.0).contains(&m)))
+    );
+}
+
+fn sweep_command(config: &Path, cluster: Option<&str>) -> Command {
+    let mut command = Command::new(resident_bin());
+    command.args(["sweep", "--config"]).arg(config);
+    if let Some(url) = cluster {
+        command.args(["--cluster", url]);
+    }
+    command
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let output = dir.path().join("out");
+    // Small batches make each trial take long enough to be caught mid-way.
+    let toml = declaration(
+        &data,
+        &output,
+        "trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = 3",
+        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
+         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
+    );
+    let config = dir.path().join("sweep.toml");
+    std::fs::write(&config, toml).unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
+    let _a = spawn_agent(&url, "node-a", "T4:16GiB", "");
+    let mut b = spawn_agent(&url, "node-b", "T4:16GiB", "");
+    Cluster::connect(&url)
+        .await
+        .unwrap()
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let child = sweep_command(&config, Some(&url)).spawn().unwrap();
+    let results = output.join("results.jsonl");
+    wait_until("the first trial", Duration::from_secs(120), || async {
+        let text = std::fs::read_to_string(&results).ok()?;
+        (text.lines().count() >= 1).then_some(())
+    })
+    .await;
+    b.kill9();
+    let done_at_kill = std::fs::read_to_string(&results).unwrap().lines().count();
+    assert!(done_at_kill < 12, "killed mid-sweep ({done_at_kill} trials done)");
+    let finished = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "{stderr}");
+    let results = load_results(&output);
+    assert_eq!(results.len(), 12, "every trial once");
+    assert!(
+        results.iter().all(|r| r.error.is_none() && r.epochs == 25),
+        "{results:?}"
+    );
+    let stdout = String::from_utf8_lossy(&finished.stdout);
+    assert!(stdout.contains("best: trial"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_space_is_a_clear_error_before_anything_runs() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let output = dir.path().join("never");
+    let cases = [
+        (
+            "lr = { loguniform = [0.0, 0.1] }",
+            "space.lr: loguniform needs low > 0, got 0",
+        ),
+        ("lr = { normal = [0.0, 0.1] }", "unknown variant `normal`"),
+        (
+            "temperature = { choice = [0.1] }",
+            "space.temperature: `Classifier` trials have no such hyperparameter",
+        ),
+    ];
+    for (space, message) in cases {
+        let toml = declaration(
+            &data,
+            &output,
+            "trial = \"classifier\"\nmetric = \"accuracy\"",
+            &format!("[space]\n{space}\n"),
+        );
+        let config = dir.path().join("bad.toml");
+        std::fs::write(&config, toml).unwrap();
+        let run = sweep_command(&config, None).output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            !run.status.success() && stderr.contains(message),
+            "{space}: {stderr}"
+        );
+    }
+    assert!(!output.exists(), "nothing ran");
+}
