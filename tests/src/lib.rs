@@ -315,3 +315,10 @@ pub fn ids_in_jsonl(text: &str) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["id"].clone())
         .collect()
 }
+
+/// Asserts that a JSON document (`what`) has every one of `fields`, non-null.
+pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) {
+    for field in fields {
+        assert!(!json[field].is_null(), "{what} lacks {field}: {json}");
+    }
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin, spawn_agent,
-    spawn_scheduler, wait_until, wiki_sample_lines,
+    assert_has_fields, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin,
+    spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -73,7 +73,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
     assert_eq!(report.per_node[0].docs, 300);
     let on_disk: Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    for field in [
+    let fields = [
         "items",
         "dimension",
         "norm",
@@ -86,9 +86,8 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         "model_loads",
         "gpu_hours",
         "estimated_cost_usd",
-    ] {
-        assert!(!on_disk[field].is_null(), "report.json lacks {field}");
-    }
+    ];
+    assert_has_fields(&on_disk, &fields, "report.json");
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(

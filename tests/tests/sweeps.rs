@@ -9,8 +9,8 @@ use std::time::Duration;
 use resident_sdk::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    init_logging, minilm_dir, resident_bin, spawn_agent, spawn_scheduler, wait_until,
-    wiki_sample_lines,
+    assert_has_fields, init_logging, minilm_dir, resident_bin, spawn_agent, spawn_scheduler,
+    wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -84,27 +84,20 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "one model load per actor"
     );
     assert!(!summary.embedding_cache_hit && summary.examples == 300);
-    let on_disk: Value =
+    let summary_json: Value =
         serde_json::from_slice(&std::fs::read(output.join("summary.json")).unwrap()).unwrap();
-    for field in [
+    let summary_fields = [
         "best_trial",
         "best_params",
         "best_metric",
         "model_loads",
         "trials",
         "wall_s",
-    ] {
-        assert!(!on_disk[field].is_null(), "summary.json lacks {field}");
-    }
-    let line: Value = serde_json::from_str(
-        std::fs::read_to_string(output.join("results.jsonl"))
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
-    for field in [
+    ];
+    assert_has_fields(&summary_json, &summary_fields, "summary.json");
+    let results_text = std::fs::read_to_string(output.join("results.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(results_text.lines().next().unwrap()).unwrap();
+    let result_fields = [
         "trial_id",
         "params",
         "metric",
@@ -112,9 +105,8 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "stopped_early",
         "actor_id",
         "wall_s",
-    ] {
-        assert!(!line[field].is_null(), "results.jsonl lacks {field}");
-    }
+    ];
+    assert_has_fields(&line, &result_fields, "results.jsonl");
 
     // Run again: every trial comes from results.jsonl, the embeddings from the cache.
     let (again, _) = sweep(&cluster, &toml).await;
@@ -243,7 +235,10 @@ async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
     .await;
     b.kill9();
     let done_at_kill = std::fs::read_to_string(&results).unwrap().lines().count();
-    assert!(done_at_kill < 12, "killed mid-sweep ({done_at_kill} trials done)");
+    assert!(
+        done_at_kill < 12,
+        "killed mid-sweep ({done_at_kill} trials done)"
+    );
     let finished = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&finished.stderr);
     assert!(finished.status.success(), "{stderr}");

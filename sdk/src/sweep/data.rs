@@ -39,7 +39,7 @@ pub struct SweepData {
     pub key: String,
 }
 
-fn field_of<'a>(record: &'a serde_json::Map<String, Value>, field: &str) -> Option<String> {
+fn field_of(record: &serde_json::Map<String, Value>, field: &str) -> Option<String> {
     match record.get(field)? {
         Value::String(text) if !text.trim().is_empty() => Some(text.clone()),
         Value::Number(number) => Some(number.to_string()),

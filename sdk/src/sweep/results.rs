@@ -50,6 +50,9 @@ pub struct SweepSummary {
     pub resumed_trials: usize,
     pub epochs_trained: u64,
     pub wall_s: f64,
+    /// Creating the pool until every actor had loaded the model.
+    #[serde(default)]
+    pub model_load_s: f64,
     /// Embedding the data (0 on a cache hit).
     pub embed_s: f64,
     pub embedding_cache_hit: bool,

@@ -57,6 +57,40 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<(), SweepError> {
     write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
 }
 
+/// The embedded data's cache file and key, as actors find it.
+pub struct DatasetRef {
+    pub uri: String,
+    pub key: String,
+}
+
+/// The task that trains `segment` of a trial with `params`.
+pub fn trial_payload(
+    config: &SweepConfig,
+    dataset: &DatasetRef,
+    params: &super::Params,
+    segment: &Segment,
+    checkpoint: Option<pb::TrialCheckpoint>,
+) -> prost::bytes::Bytes {
+    pb::EmbedRequest {
+        texts: Vec::new(),
+        is_query: false,
+        trial: Some(pb::TrialRequest {
+            kind: format!("{:?}", config.trial).to_lowercase(),
+            dataset_uri: dataset.uri.clone(),
+            dataset_key: dataset.key.clone(),
+            params_json: serde_json::to_string(params).unwrap_or_default(),
+            split_seed: config.seed,
+            trial_seed: SeededRng::derived(config.seed, segment.trial as u64).next_u64(),
+            start_epoch: segment.start_epoch,
+            end_epoch: segment.end_epoch,
+            metric: config.metric.clone(),
+            checkpoint,
+        }),
+    }
+    .encode_to_vec()
+    .into()
+}
+
 /// Runs the sweep on `cluster` and returns its summary (also in `summary.json`).
 pub async fn run_sweep(
     cluster: &Cluster,
@@ -75,10 +109,12 @@ pub async fn run_sweep(
     };
     let spec = EmbedPoolSpec::new(format!("sweep-{}", config.name), config.model.clone())
         .replicas(config.replicas);
+    let load_started = Instant::now();
     let pool = cluster
         .create_embed_pool(spec, Duration::from_secs(600))
         .await
         .map_err(|e| SweepError::Model(e.to_string()))?;
+    let model_load_s = load_started.elapsed().as_secs_f64();
     let embed_started = Instant::now();
     let (cache, cache_hit) = embed_into_cache(&pool, &data, &output).await?;
     let embed_s = if cache_hit {
@@ -149,32 +185,21 @@ pub async fn run_sweep(
     let mut in_flight: HashMap<u64, Segment> = HashMap::new();
     let mut runs: HashMap<usize, TrialRun> = HashMap::new();
     let mut next_seq = 0u64;
-    let trial_request =
-        |segment: &Segment, checkpoint: Option<pb::TrialCheckpoint>| pb::EmbedRequest {
-            texts: Vec::new(),
-            is_query: false,
-            trial: Some(pb::TrialRequest {
-                kind: format!("{:?}", config.trial).to_lowercase(),
-                dataset_uri: cache.display().to_string(),
-                dataset_key: data.key.clone(),
-                params_json: serde_json::to_string(&trials[segment.trial]).unwrap_or_default(),
-                split_seed: config.seed,
-                trial_seed: SeededRng::derived(config.seed, segment.trial as u64).next_u64(),
-                start_epoch: segment.start_epoch,
-                end_epoch: segment.end_epoch,
-                metric: config.metric.clone(),
-                checkpoint,
-            }),
-        };
+    let dataset = DatasetRef {
+        uri: cache.display().to_string(),
+        key: data.key.clone(),
+    };
     while !driver.finished() {
         for segment in driver.next_segments() {
             let run = runs.entry(segment.trial).or_default();
             run.started.get_or_insert_with(Instant::now);
-            let payload = trial_request(&segment, run.checkpoint.clone()).encode_to_vec();
+            let params = &trials[segment.trial];
+            let checkpoint = run.checkpoint.clone();
+            let payload = trial_payload(config, &dataset, params, &segment, checkpoint);
             in_flight.insert(next_seq, segment);
             next_seq += 1;
             segments_tx
-                .send(payload.into())
+                .send(payload)
                 .map_err(|_| SweepError::Cluster("the sweep's job stream closed".into()))?;
         }
         let Some(output) = outputs.next().await else {
@@ -257,6 +282,7 @@ pub async fn run_sweep(
         resumed_trials,
         epochs_trained: results.iter().map(|r| u64::from(r.epochs)).sum(),
         wall_s: started.elapsed().as_secs_f64(),
+        model_load_s,
         embed_s,
         embedding_cache_hit: cache_hit,
         examples: data.texts.len(),

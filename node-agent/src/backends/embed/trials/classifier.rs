@@ -122,12 +122,6 @@ pub fn train(
     params: &ClassifierParams,
     request: &pb::TrialRequest,
 ) -> Result<(Vec<f64>, pb::TrialCheckpoint)> {
-    if let Some(cap) = params.epochs.filter(|cap| request.end_epoch > *cap) {
-        candle_core::bail!(
-            "epoch {} is beyond the trial's epochs = {cap}",
-            request.end_epoch
-        );
-    }
     let device = data.vectors.device();
     let model = Classifier::new(
         data.dim,

@@ -21,6 +21,17 @@ pub struct TrialRunner {
     cached: Option<LoadedDataset>,
 }
 
+/// A trial never trains past its own `epochs` hyperparameter (the runner caps it too).
+fn check_epoch_cap(cap: Option<u32>, request: &pb::TrialRequest) -> Result<(), BackendError> {
+    match cap {
+        Some(cap) if request.end_epoch > cap => Err(BackendError::BadPayload(format!(
+            "epoch {} is beyond the trial's epochs = {cap}",
+            request.end_epoch
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn parse<T: serde::de::DeserializeOwned>(json: &str, kind: &str) -> Result<T, BackendError> {
     serde_json::from_str(if json.is_empty() { "{}" } else { json })
         .map_err(|e| BackendError::BadPayload(format!("{kind} trial parameters: {e}")))
@@ -66,10 +77,15 @@ impl TrialRunner {
                         "a classifier trial needs a labelled dataset".into(),
                     ));
                 }
-                classifier::train(data, &parse(&request.params_json, "classifier")?, request)
+                let params: classifier::ClassifierParams =
+                    parse(&request.params_json, "classifier")?;
+                check_epoch_cap(params.epochs, request)?;
+                classifier::train(data, &params, request)
             }
             "retrieval" => {
-                retrieval::train(data, &parse(&request.params_json, "retrieval")?, request)
+                let params: retrieval::RetrievalParams = parse(&request.params_json, "retrieval")?;
+                check_epoch_cap(params.epochs, request)?;
+                retrieval::train(data, &params, request)
             }
             other => {
                 return Err(BackendError::BadPayload(format!(

@@ -69,12 +69,6 @@ pub fn train(
     params: &RetrievalParams,
     request: &pb::TrialRequest,
 ) -> Result<(Vec<f64>, pb::TrialCheckpoint)> {
-    if let Some(cap) = params.epochs.filter(|cap| request.end_epoch > *cap) {
-        candle_core::bail!(
-            "epoch {} is beyond the trial's epochs = {cap}",
-            request.end_epoch
-        );
-    }
     let queries = data
         .queries
         .as_ref()
