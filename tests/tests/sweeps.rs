@@ -287,3 +287,64 @@ async fn a_bad_space_is_a_clear_error_before_anything_runs() {
     }
     assert!(!output.exists(), "nothing ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let data = wiki_data(dir.path());
+    let output = dir.path().join("out");
+    let toml = declaration(
+        &data,
+        &output,
+        "trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = 5",
+        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
+         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
+    );
+    let config = dir.path().join("sweep.toml");
+    std::fs::write(&config, toml).unwrap();
+    let mut child = sweep_command(&config, None).spawn().unwrap();
+    let results = output.join("results.jsonl");
+    wait_until("two trials", Duration::from_secs(120), || async {
+        let text = std::fs::read_to_string(&results).ok()?;
+        (text.lines().count() >= 2).then_some(())
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(&results).unwrap();
+    let finished: Vec<&str> = before.lines().filter(|l| l.ends_with('}')).collect();
+    assert!(finished.len() < 12, "killed mid-way");
+
+    let rerun = sweep_command(&config, None).output().unwrap();
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(output.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        summary["resumed_trials"],
+        finished.len(),
+        "finished trials are not re-run"
+    );
+    assert_eq!(summary["trials"], 12);
+    assert!(summary["embedding_cache_hit"].as_bool().unwrap());
+    let after = std::fs::read_to_string(&results).unwrap();
+    let mut ids: Vec<u64> = after
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["trial_id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (0..12).collect::<Vec<_>>(), "every trial once");
+    let mut earlier: Vec<&str> = finished.clone();
+    earlier.sort();
+    let mut kept: Vec<&str> = after.lines().take(finished.len()).collect();
+    kept.sort();
+    assert_eq!(kept, earlier, "earlier results kept as they were");
+}
