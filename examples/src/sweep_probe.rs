@@ -46,6 +46,9 @@ async fn main() -> anyhow::Result<()> {
         label_field: Some("topic".into()),
         query_field: None,
         trials_per_actor: 2,
+        gpus_per_actor: 0.0,
+        vram_gib: 2.0,
+        selector: BTreeMap::new(),
     };
     let cluster = Cluster::local(LocalConfig::default()).await?;
     let summary = run_sweep(&cluster, &config, &mut |_| {}).await?;

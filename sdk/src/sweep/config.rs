@@ -39,6 +39,19 @@ pub struct SweepConfig {
     /// Segments in flight per actor (default 2, the runtime's credit).
     #[serde(default = "default_per_actor")]
     pub trials_per_actor: u32,
+    /// GPUs per actor (0 = CPU actors; 0.25 shares a GPU four ways) and the VRAM each
+    /// reserves, in GiB.
+    #[serde(default)]
+    pub gpus_per_actor: f64,
+    #[serde(default = "default_vram_gib")]
+    pub vram_gib: f64,
+    /// Only nodes with these labels (`pool = "onprem-a6000"`).
+    #[serde(default)]
+    pub selector: BTreeMap<String, String>,
+}
+
+fn default_vram_gib() -> f64 {
+    2.0
 }
 
 fn default_text_field() -> String {
@@ -224,6 +237,12 @@ impl SweepConfig {
                 )));
             }
             check_param(name, spec, self.search.algorithm)?;
+        }
+        if !(self.gpus_per_actor >= 0.0 && self.vram_gib > 0.0) {
+            return Err(invalid(format!(
+                "gpus_per_actor ({}) must be >= 0 and vram_gib ({}) > 0",
+                self.gpus_per_actor, self.vram_gib
+            )));
         }
         if self.trials_per_actor == 0 {
             return Err(invalid("trials_per_actor must be at least 1".into()));

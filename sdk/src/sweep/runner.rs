@@ -107,8 +107,14 @@ pub async fn run_sweep(
             .await
             .map_err(|e| SweepError::Data(e.to_string()))??
     };
-    let spec = EmbedPoolSpec::new(format!("sweep-{}", config.name), config.model.clone())
+    let mut spec = EmbedPoolSpec::new(format!("sweep-{}", config.name), config.model.clone())
         .replicas(config.replicas);
+    if config.gpus_per_actor > 0.0 {
+        spec = spec.gpus(config.gpus_per_actor, config.vram_gib);
+    }
+    for (key, value) in &config.selector {
+        spec = spec.selector(key, value);
+    }
     let load_started = Instant::now();
     let pool = cluster
         .create_embed_pool(spec, Duration::from_secs(600))
