@@ -28,8 +28,11 @@ for lib in cudart cublas cublasLt curand nvrtc; do
   ln -sf "$real" "$links/lib$lib.so"
 done
 if [[ ! -f "$links/libcuda.so" ]]; then
-  echo "" > "$links/stub.c"
-  gcc -shared -Wl,-soname,libcuda.so.1 -o "$links/libcuda.so" "$links/stub.c"
+  # Every driver entry point cudarc names, as empty functions: enough to link against.
+  cargo fetch --locked >/dev/null
+  sys=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.*/src/driver/sys/mod.rs | tail -1)
+  grep -oh 'load::<_F>("cu[A-Za-z0-9_]*")' "$sys" | sed 's/.*("\(.*\)")/void \1(void) {}/' | sort -u > "$links/stub.c"
+  gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$links/libcuda.so" "$links/stub.c"
 fi
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export PATH="$cuda_home/bin:$PATH"

@@ -29,11 +29,23 @@ fn format_uuid(bytes: &[std::os::raw::c_char]) -> String {
     )
 }
 
+/// Whether libcuda can be loaded. The CPU build loads it at run time and checks first; the
+/// `cuda` build links it (through candle), so the program would not have started without it.
+#[cfg(not(feature = "cuda"))]
+fn libcuda_present() -> bool {
+    // SAFETY: only checks whether the shared library can be loaded; no CUDA call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+#[cfg(feature = "cuda")]
+fn libcuda_present() -> bool {
+    true
+}
+
 impl CudaDriverProbe {
     /// Opens every device, or says why there are none.
     pub fn open() -> Result<Self, String> {
-        // SAFETY: only checks whether the shared library can be loaded; no CUDA call is made.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        if !libcuda_present() {
             return Err("libcuda is not installed".into());
         }
         // cudarc panics instead of returning an error on some broken installs.
