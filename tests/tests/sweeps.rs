@@ -201,22 +201,38 @@ fn sweep_command(config: &Path, cluster: Option<&str>) -> Command {
     command
 }
 
+/// A 12-trial FIFO sweep whose small batches make each trial take long enough to be
+/// caught mid-way; returns its config file and output directory.
+fn slow_sweep(dir: &Path, seed: u64) -> (PathBuf, PathBuf) {
+    let data = wiki_data(dir);
+    let output = dir.join("out");
+    let toml = declaration(
+        &data,
+        &output,
+        &format!("trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = {seed}"),
+        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
+         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
+    );
+    let config = dir.join("sweep.toml");
+    std::fs::write(&config, toml).unwrap();
+    (config, output)
+}
+
+/// Waits until `results.jsonl` in `output` has `count` lines.
+async fn wait_for_results(output: &Path, count: usize) {
+    let results = output.join("results.jsonl");
+    wait_until("finished trials", Duration::from_secs(120), || async {
+        let text = std::fs::read_to_string(&results).ok()?;
+        (text.lines().count() >= count).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let data = wiki_data(dir.path());
-    let output = dir.path().join("out");
-    // Small batches make each trial take long enough to be caught mid-way.
-    let toml = declaration(
-        &data,
-        &output,
-        "trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = 3",
-        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
-         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
-    );
-    let config = dir.path().join("sweep.toml");
-    std::fs::write(&config, toml).unwrap();
+    let (config, output) = slow_sweep(dir.path(), 3);
     let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
     let _a = spawn_agent(&url, "node-a", "T4:16GiB", "");
     let mut b = spawn_agent(&url, "node-b", "T4:16GiB", "");
@@ -227,12 +243,8 @@ async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
         .await
         .unwrap();
     let child = sweep_command(&config, Some(&url)).spawn().unwrap();
+    wait_for_results(&output, 1).await;
     let results = output.join("results.jsonl");
-    wait_until("the first trial", Duration::from_secs(120), || async {
-        let text = std::fs::read_to_string(&results).ok()?;
-        (text.lines().count() >= 1).then_some(())
-    })
-    .await;
     b.kill9();
     let done_at_kill = std::fs::read_to_string(&results).unwrap().lines().count();
     assert!(
@@ -292,24 +304,10 @@ async fn a_bad_space_is_a_clear_error_before_anything_runs() {
 async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let data = wiki_data(dir.path());
-    let output = dir.path().join("out");
-    let toml = declaration(
-        &data,
-        &output,
-        "trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = 5",
-        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
-         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
-    );
-    let config = dir.path().join("sweep.toml");
-    std::fs::write(&config, toml).unwrap();
+    let (config, output) = slow_sweep(dir.path(), 5);
     let mut child = sweep_command(&config, None).spawn().unwrap();
+    wait_for_results(&output, 2).await;
     let results = output.join("results.jsonl");
-    wait_until("two trials", Duration::from_secs(120), || async {
-        let text = std::fs::read_to_string(&results).ok()?;
-        (text.lines().count() >= 2).then_some(())
-    })
-    .await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let before = std::fs::read_to_string(&results).unwrap();
