@@ -322,3 +322,9 @@ pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) 
         assert!(!json[field].is_null(), "{what} lacks {field}: {json}");
     }
 }
+
+/// A JSON file, parsed.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    assert_has_fields, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin,
-    spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
+    assert_has_fields, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, read_json,
+    resident_bin, spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -71,8 +71,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         report.docs_per_second > 0.0 && report.cpu_hours > 0.0 && report.estimated_cost_usd > 0.0
     );
     assert_eq!(report.per_node[0].docs, 300);
-    let on_disk: Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let on_disk: Value = read_json(&out.join("report.json"));
     let fields = [
         "items",
         "dimension",
@@ -88,8 +87,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         "estimated_cost_usd",
     ];
     assert_has_fields(&on_disk, &fields, "report.json");
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let manifest: Value = read_json(&out.join("manifest.json"));
     assert_eq!(
         manifest["chunks"].as_array().unwrap().len() as u64,
         report.chunks.total
@@ -257,8 +255,7 @@ async fn kill_9_mid_job_then_rerun_finishes_without_redoing_shards() {
         ids_of(&input),
         "every input id once, in order"
     );
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: Value = read_json(&out.join("report.json"));
     assert_eq!(
         report["chunks"]["reused"].as_u64().unwrap() as usize,
         finished
@@ -329,8 +326,7 @@ async fn a_dead_agent_mid_job_costs_time_not_documents() {
         .unwrap();
     assert!(status.success(), "job failed after losing an agent");
     assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: Value = read_json(&out.join("report.json"));
     assert_eq!(report["items"], 300);
     assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use resident_sdk::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    assert_has_fields, init_logging, minilm_dir, resident_bin, spawn_agent, spawn_scheduler,
-    wait_until, wiki_sample_lines,
+    assert_has_fields, init_logging, minilm_dir, read_json, resident_bin, spawn_agent,
+    spawn_scheduler, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -84,8 +84,7 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "one model load per actor"
     );
     assert!(!summary.embedding_cache_hit && summary.examples == 300);
-    let summary_json: Value =
-        serde_json::from_slice(&std::fs::read(output.join("summary.json")).unwrap()).unwrap();
+    let summary_json: Value = read_json(&output.join("summary.json"));
     let summary_fields = [
         "best_trial",
         "best_params",
@@ -320,8 +319,7 @@ async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
         "{}",
         String::from_utf8_lossy(&rerun.stderr)
     );
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(output.join("summary.json")).unwrap()).unwrap();
+    let summary: Value = read_json(&output.join("summary.json"));
     assert_eq!(
         summary["resumed_trials"],
         finished.len(),

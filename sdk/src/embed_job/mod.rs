@@ -174,13 +174,21 @@ pub async fn run_embed_job(
         );
     }
     tracing::info!(chunk_size = manifest.chunk_size, reasoning = %plan_reasoning, "chunk plan");
-    let mut intact = Vec::with_capacity(manifest.chunks.len());
-    for entry in std::mem::take(&mut manifest.chunks) {
-        if out.shard_intact(&entry).await? {
-            intact.push(entry);
+    // Checked a few at a time: on S3 each check is a round trip per file.
+    let checks: Vec<(output::ShardEntry, Result<bool, JobError>)> =
+        futures::stream::iter(std::mem::take(&mut manifest.chunks))
+            .map(|entry| async {
+                let intact = out.shard_intact(&entry).await;
+                (entry, intact)
+            })
+            .buffered(16)
+            .collect()
+            .await;
+    for (entry, intact) in checks {
+        if intact? {
+            manifest.chunks.push(entry);
         }
     }
-    manifest.chunks = intact;
     out.write_manifest(&manifest).await?;
     let reused_chunks = manifest.chunks.len() as u64;
     let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();

@@ -149,8 +149,10 @@ impl SweepDriver {
         out
     }
 
-    /// A segment finished with these per-epoch metrics.
-    pub fn on_segment_done(&mut self, trial: usize, metrics: &[f64]) {
+    /// A segment finished with these per-epoch metrics. Returns the trials that ended
+    /// because of it: this one when it reached its last epoch, and any that the rung
+    /// decisions it unblocked stopped.
+    pub fn on_segment_done(&mut self, trial: usize, metrics: &[f64]) -> Vec<usize> {
         self.running = self.running.saturating_sub(1);
         let progress = &mut self.trials[trial];
         progress.metrics.extend_from_slice(metrics);
@@ -164,18 +166,27 @@ impl SweepDriver {
         } else {
             Phase::Ready
         };
-        self.decide();
+        let mut ended = self.decide();
+        if self.trials[trial].ended() && !ended.contains(&trial) {
+            ended.push(trial);
+        }
+        ended
     }
 
-    /// A segment failed for good (its task ran out of retries).
-    pub fn on_segment_failed(&mut self, trial: usize, error: String) {
+    /// A segment failed for good (its task ran out of retries). Returns the trials that
+    /// ended, as [`SweepDriver::on_segment_done`] does.
+    pub fn on_segment_failed(&mut self, trial: usize, error: String) -> Vec<usize> {
         self.running = self.running.saturating_sub(1);
         self.trials[trial].phase = Phase::Failed(error);
-        self.decide();
+        let mut ended = self.decide();
+        ended.push(trial);
+        ended
     }
 
-    /// Feeds rung results to the scheduler in trial-id order, as far as they are known.
-    fn decide(&mut self) {
+    /// Feeds rung results to the scheduler in trial-id order, as far as they are known;
+    /// returns the trials it stopped.
+    fn decide(&mut self) -> Vec<usize> {
+        let mut stopped = Vec::new();
         for &rung in &self.rungs {
             let next = self.next_to_feed.get_mut(&rung).expect("every rung");
             while let Some(progress) = self.trials.get_mut(*next) {
@@ -185,9 +196,12 @@ impl SweepDriver {
                         let metric = progress.metrics[rung as usize - 1];
                         progress.phase = match self.scheduler.on_result(rung, metric) {
                             Decision::Continue => Phase::Ready,
-                            Decision::Stop => Phase::Done {
-                                stopped_early: true,
-                            },
+                            Decision::Stop => {
+                                stopped.push(*next);
+                                Phase::Done {
+                                    stopped_early: true,
+                                }
+                            }
                         };
                     }
                     // Restored trials that passed the rung: their result still counts.
@@ -202,6 +216,7 @@ impl SweepDriver {
                 *next += 1;
             }
         }
+        stopped
     }
 }
 
@@ -238,6 +253,7 @@ mod tests {
         let mut driver = SweepDriver::new(params(16), config, Mode::Max, slots);
         let mut rng = SeededRng::new(seed);
         let mut running: Vec<Segment> = Vec::new();
+        let mut ended = Vec::new();
         while !driver.finished() {
             running.extend(driver.next_segments());
             assert!(!running.is_empty(), "stalled");
@@ -245,8 +261,10 @@ mod tests {
             let metrics: Vec<f64> = (done.start_epoch + 1..=done.end_epoch)
                 .map(|e| metric(done.trial, e))
                 .collect();
-            driver.on_segment_done(done.trial, &metrics);
+            ended.extend(driver.on_segment_done(done.trial, &metrics));
         }
+        ended.sort();
+        assert_eq!(ended, (0..16).collect::<Vec<_>>(), "each trial ends once");
         driver
             .trials()
             .iter()
@@ -301,7 +319,7 @@ mod tests {
             ]
         );
         assert!(driver.next_segments().is_empty(), "two slots");
-        driver.on_segment_failed(1, "boom".into());
+        assert_eq!(driver.on_segment_failed(1, "boom".into()), vec![1]);
         assert_eq!(driver.next_segments()[0].trial, 2);
         assert!(simulate(&fifo, 3, 5).iter().all(|t| *t == (8, false)));
     }
@@ -321,7 +339,7 @@ mod tests {
                 end_epoch: 1
             }]
         );
-        driver.on_segment_done(1, &[0.0]);
+        assert_eq!(driver.on_segment_done(1, &[0.0]), vec![1]);
         // Trial 1 is far below the restored trial at rung 1: stopped there.
         assert_eq!(
             driver.trials()[1].phase,

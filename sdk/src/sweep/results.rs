@@ -10,6 +10,7 @@ use super::SweepError;
 use super::config::Mode;
 use super::data::SkippedRecord;
 use super::search::Params;
+use crate::embed_job::output::write_atomically;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialResult {
@@ -72,6 +73,12 @@ pub fn read_results(path: &Path) -> Vec<TrialResult> {
         .unwrap_or_default()
 }
 
+fn result_line(result: &TrialResult) -> Result<Vec<u8>, SweepError> {
+    let mut line = serde_json::to_vec(result).map_err(|e| SweepError::Output(e.to_string()))?;
+    line.push(b'\n');
+    Ok(line)
+}
+
 pub fn append_result(path: &Path, result: &TrialResult) -> Result<(), SweepError> {
     let fail = |e: std::io::Error| SweepError::Output(format!("{}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
@@ -79,10 +86,17 @@ pub fn append_result(path: &Path, result: &TrialResult) -> Result<(), SweepError
         .append(true)
         .open(path)
         .map_err(fail)?;
-    let mut line = serde_json::to_vec(result).map_err(|e| SweepError::Output(e.to_string()))?;
-    line.push(b'\n');
-    file.write_all(&line).map_err(fail)?;
+    file.write_all(&result_line(result)?).map_err(fail)?;
     file.sync_data().map_err(fail)
+}
+
+/// Replaces the file with exactly `results` (atomically), dropping a line cut by a kill.
+pub fn write_results(path: &Path, results: &[TrialResult]) -> Result<(), SweepError> {
+    let mut bytes = Vec::new();
+    for result in results {
+        bytes.extend(result_line(result)?);
+    }
+    write_atomically(path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
 }
 
 /// The best finished trial by `mode`.

@@ -14,7 +14,7 @@ use super::SweepError;
 use super::config::SweepConfig;
 use super::data::{embed_into_cache, read_sweep_data};
 use super::driver::{Phase, Segment, SweepDriver};
-use super::results::{SweepSummary, TrialResult, append_result, best, read_results};
+use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
 use super::search::generate_trials;
 use crate::embed_job::output::write_atomically;
 use crate::{Cluster, EmbedPoolSpec, TaskOutput};
@@ -157,18 +157,7 @@ pub async fn run_sweep(
         .collect();
     results.sort_by_key(|r| r.trial_id);
     results.dedup_by_key(|r| r.trial_id);
-    let kept: Vec<u8> = results
-        .iter()
-        .flat_map(|r| {
-            serde_json::to_vec(r)
-                .map(|mut l| {
-                    l.push(b'\n');
-                    l
-                })
-                .unwrap_or_default()
-        })
-        .collect();
-    write_atomically(&results_path, &kept).map_err(|e| SweepError::Output(e.to_string()))?;
+    write_results(&results_path, &results)?;
     for result in &results {
         driver.restore(
             result.trial_id,
@@ -222,25 +211,23 @@ pub async fn run_sweep(
         let response = output.output.and_then(|bytes| {
             pb::TrialResponse::decode(bytes).map_err(|e| format!("not a TrialResponse: {e}"))
         });
-        match response {
+        // This result may end its trial, and ASHA decisions it unblocks may end others.
+        let ended = match response {
             Ok(response) => {
                 run.checkpoint = response.checkpoint;
                 run.train_micros += response.train_micros;
-                driver.on_segment_done(segment.trial, &response.metrics);
+                driver.on_segment_done(segment.trial, &response.metrics)
             }
             Err(error) => driver.on_segment_failed(segment.trial, error),
-        }
-        // This result may end its trial, and ASHA decisions it unblocks may end others.
-        for trial in 0..driver.trials().len() {
+        };
+        for trial in ended {
             let progress = &driver.trials()[trial];
             let (stopped_early, error) = match &progress.phase {
                 Phase::Done { stopped_early } => (*stopped_early, None),
                 Phase::Failed(error) => (false, Some(error.clone())),
-                _ => continue,
+                _ => unreachable!("the driver reports ended trials only"),
             };
-            let Some(run) = runs.remove(&trial) else {
-                continue; // recorded already, or restored from an earlier run
-            };
+            let run = runs.remove(&trial).unwrap_or_default();
             let result = TrialResult {
                 trial_id: trial,
                 params: progress.params.clone(),
