@@ -1,13 +1,13 @@
 //! A BERT encoder written for inference throughput: one fused QKV projection, the attention
 //! scale folded into the query weights, 2-D matrix multiplies over all tokens of a batch,
-//! no attention mask when a batch has no padding, and SIMD GELU/softmax on CPU.
-//! Models with other activations or position embeddings use candle's `BertModel`.
+//! no attention mask when a batch has no padding. It runs on GPUs and for f16/bf16; on CPU in
+//! f32 its weights move into [`super::cpu_bert::CpuBert`]. Models with other activations or
+//! position embeddings use candle's `BertModel`.
 
 use candle_core::{D, DType, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use super::cpu_ops::{gelu_erf, softmax_last_dim};
 use super::encoder::{PaddingSide, TextEncoder};
 
 #[derive(Clone, Debug, Deserialize)]
@@ -185,15 +185,59 @@ impl FastBert {
         if let Some(mask) = mask {
             scores = scores.broadcast_add(mask)?;
         }
-        let probs = softmax_last_dim(&scores.contiguous()?)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
         let attended = layer
             .attention_norm
             .forward(&(layer.attention_out.forward(&context)? + x)?)?;
-        let hidden = gelu_erf(&layer.intermediate.forward(&attended)?)?;
+        let hidden = layer.intermediate.forward(&attended)?.gelu_erf()?;
         layer
             .output_norm
             .forward(&(layer.output.forward(&hidden)? + attended)?)
+    }
+}
+
+/// One layer's weights as `(weight [in, out], bias)` pairs and layer norms.
+pub struct LayerParts<'a> {
+    pub qkv: (&'a Tensor, &'a Tensor),
+    pub attention_out: (&'a Tensor, &'a Tensor),
+    pub attention_norm: &'a LayerNorm,
+    pub intermediate: (&'a Tensor, &'a Tensor),
+    pub output: (&'a Tensor, &'a Tensor),
+    pub output_norm: &'a LayerNorm,
+}
+
+impl Dense {
+    fn parts(&self) -> (&Tensor, &Tensor) {
+        (&self.weight_t, &self.bias)
+    }
+}
+
+impl FastBert {
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// Word embeddings `[vocab, h]`, position embeddings `[positions, h]`, the token type 0
+    /// embedding `[h]` and the embedding layer norm.
+    pub fn embeddings(&self) -> (&Tensor, &Tensor, &Tensor, &LayerNorm) {
+        (
+            self.words.embeddings(),
+            &self.positions,
+            &self.token_type,
+            &self.embedding_norm,
+        )
+    }
+
+    pub fn layers(&self) -> impl Iterator<Item = LayerParts<'_>> {
+        self.layers.iter().map(|layer| LayerParts {
+            qkv: layer.qkv.parts(),
+            attention_out: layer.attention_out.parts(),
+            attention_norm: &layer.attention_norm,
+            intermediate: layer.intermediate.parts(),
+            output: layer.output.parts(),
+            output_norm: &layer.output_norm,
+        })
     }
 }
 

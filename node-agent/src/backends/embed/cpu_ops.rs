@@ -1,12 +1,7 @@
-//! Vectorisable CPU kernels for the two element-wise ops that dominate a small encoder after
-//! the matrix multiplies: exact-erf GELU and softmax. candle's versions call libm's scalar
+//! Vectorisable CPU kernels for the element-wise ops of an encoder on CPU: exact-erf GELU,
+//! softmax and layer norm, on f32 slices. candle's GELU and softmax call libm's scalar
 //! `erff`/`expf` per element; these use polynomial approximations (relative error near 1e-7)
-//! that the compiler turns into SIMD. Other devices and dtypes use candle's own ops.
-
-use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
-
-const PARALLEL_MIN: usize = 1 << 14;
+//! that the compiler turns into SIMD.
 
 /// e^x for x in about [-87, 88], relative error below 2e-7.
 #[inline(always)]
@@ -20,7 +15,11 @@ fn fast_exp(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (0.166_666_57 + r * (0.041_665_8 + r * (0.008_333_45 + r * 0.001_388_89)))));
-    let bits = ((k as i32 + 127) << 23) as u32;
+    // The integer k sits in the low mantissa bits of `shifted` (whose exponent is fixed at
+    // 2^23): reading it there keeps the whole function in vector registers, where `k as i32`
+    // would be a saturating scalar conversion per element.
+    let k_int = (shifted.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let bits = ((k_int + 127) as u32) << 23;
     p * f32::from_bits(bits)
 }
 
@@ -36,8 +35,9 @@ fn fast_erf(x: f32) -> f32 {
     if x < 0.0 { -y } else { y }
 }
 
+/// GELU (exact erf form, BERT's `gelu`) in place.
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
-fn gelu_slice(values: &mut [f32]) {
+pub fn gelu_slice(values: &mut [f32]) {
     for v in values {
         let x = *v;
         *v = 0.5 * x * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
@@ -49,7 +49,7 @@ const LANES: usize = 16;
 /// Softmax of one row. Max and sum run over `LANES` independent accumulators so the
 /// compiler can keep them in vector registers.
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
-fn softmax_row(row: &mut [f32]) {
+pub fn softmax_row(row: &mut [f32]) {
     let mut maxes = [f32::NEG_INFINITY; LANES];
     let mut chunks = row.chunks_exact(LANES);
     for chunk in &mut chunks {
@@ -80,79 +80,39 @@ fn softmax_row(row: &mut [f32]) {
     }
 }
 
-fn contiguous_f32<'a>(storage: &'a CpuStorage, layout: &Layout) -> Option<&'a [f32]> {
-    match (storage, layout.contiguous_offsets()) {
-        (CpuStorage::F32(data), Some((start, end))) => Some(&data[start..end]),
-        _ => None,
-    }
-}
-
-struct Gelu;
-
-impl CustomOp1 for Gelu {
-    fn name(&self) -> &'static str {
-        "fast-gelu-erf"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let input = contiguous_f32(storage, layout)
-            .ok_or_else(|| candle_core::Error::Msg("fast gelu wants contiguous f32".into()))?;
-        let mut out = input.to_vec();
-        if out.len() >= PARALLEL_MIN {
-            out.par_chunks_mut(4096).for_each(gelu_slice);
-        } else {
-            gelu_slice(&mut out);
+/// Sum of `f(v)` over a slice, in `LANES` independent accumulators so the compiler keeps
+/// them in vector registers.
+#[inline(always)]
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut sums = [0.0f32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (s, &v) in sums.iter_mut().zip(chunk) {
+            *s += f(v);
         }
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
+    sums.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
 }
 
-struct Softmax;
-
-impl CustomOp1 for Softmax {
-    fn name(&self) -> &'static str {
-        "fast-softmax-last-dim"
+/// Layer normalisation of one row in place: `(x - mean) / sqrt(var + eps) * gamma + beta`.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    let width = row.len() as f32;
+    let mean = lane_sum(row, |v| v) / width;
+    for v in row.iter_mut() {
+        *v -= mean;
     }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let input = contiguous_f32(storage, layout)
-            .ok_or_else(|| candle_core::Error::Msg("fast softmax wants contiguous f32".into()))?;
-        let width = layout.shape().dims().last().copied().unwrap_or(1).max(1);
-        let mut out = input.to_vec();
-        if out.len() >= PARALLEL_MIN {
-            out.par_chunks_mut(width).for_each(softmax_row);
-        } else {
-            out.chunks_mut(width).for_each(softmax_row);
-        }
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
-}
-
-fn fast_path(x: &Tensor) -> bool {
-    x.device().is_cpu() && x.dtype() == candle_core::DType::F32 && x.is_contiguous()
-}
-
-/// GELU with the exact erf form (BERT's `gelu`).
-pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
-    if fast_path(x) {
-        x.apply_op1_no_bwd(&Gelu)
-    } else {
-        x.gelu_erf()
-    }
-}
-
-/// Softmax over the last dimension.
-pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    if fast_path(x) {
-        x.apply_op1_no_bwd(&Softmax)
-    } else {
-        candle_nn::ops::softmax_last_dim(x)
+    let variance = lane_sum(row, |v| v * v) / width;
+    let scale = 1.0 / (variance + eps).sqrt();
+    for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
+        *v = *v * scale * g + b;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::{Device, Tensor};
 
     #[test]
     fn exp_and_erf_are_accurate() {
@@ -177,25 +137,32 @@ mod tests {
     }
 
     #[test]
-    fn ops_match_candle() {
-        let x = Tensor::arange(-300f32, 300f32, &candle_core::Device::Cpu)
-            .unwrap()
-            .affine(0.02, 0.0)
-            .unwrap()
-            .reshape((6, 100))
-            .unwrap();
-        let ours = gelu_erf(&x).unwrap().to_vec2::<f32>().unwrap();
-        let theirs = x.gelu_erf().unwrap().to_vec2::<f32>().unwrap();
-        for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
-            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
-        }
-        let ours = softmax_last_dim(&x).unwrap().to_vec2::<f32>().unwrap();
-        let theirs = candle_nn::ops::softmax_last_dim(&x)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
-            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
-        }
+    fn kernels_match_candle() {
+        let values: Vec<f32> = (-300..300).map(|i| i as f32 * 0.02).collect();
+        let x = Tensor::from_vec(values.clone(), (6, 100), &Device::Cpu).unwrap();
+        let close = |ours: &[f32], theirs: Tensor| {
+            let theirs = theirs.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert!((a - b).abs() < 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+            }
+        };
+        let mut gelu = values.clone();
+        gelu_slice(&mut gelu);
+        close(&gelu, x.gelu_erf().unwrap());
+        let mut softmax = values.clone();
+        softmax.chunks_mut(100).for_each(softmax_row);
+        close(&softmax, candle_nn::ops::softmax_last_dim(&x).unwrap());
+        let gamma: Vec<f32> = (0..100).map(|i| 0.5 + i as f32 * 0.01).collect();
+        let beta: Vec<f32> = (0..100).map(|i| i as f32 * -0.003).collect();
+        let norm = candle_nn::LayerNorm::new(
+            Tensor::new(gamma.as_slice(), &Device::Cpu).unwrap(),
+            Tensor::new(beta.as_slice(), &Device::Cpu).unwrap(),
+            1e-12,
+        );
+        let mut normed = values;
+        normed
+            .chunks_mut(100)
+            .for_each(|row| layer_norm_row(row, &gamma, &beta, 1e-12));
+        close(&normed, candle_core::Module::forward(&norm, &x).unwrap());
     }
 }

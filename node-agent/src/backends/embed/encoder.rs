@@ -20,6 +20,17 @@ pub trait TextEncoder: Send {
     fn hidden_size(&self) -> usize;
     fn padding_side(&self) -> PaddingSide;
     fn pad_id(&self) -> u32;
+
+    /// Pooled vectors for unpadded token sequences, for encoders that run without padding;
+    /// `None` makes the caller pad, call [`TextEncoder::forward`] and pool.
+    fn embed_unpadded(
+        &mut self,
+        _sequences: &[&[u32]],
+        _pooling: Pooling,
+        _normalize: bool,
+    ) -> Option<candle_core::Result<Vec<Vec<f32>>>> {
+        None
+    }
 }
 
 struct Bert {
@@ -69,6 +80,11 @@ pub fn load_encoder(
             if fast.supported() {
                 let model = super::bert::FastBert::load(fast, weights)
                     .map_err(|e| BackendError::Load(format!("bert weights: {e}")))?;
+                if device.is_cpu() && dtype == DType::F32 {
+                    let model = super::cpu_bert::CpuBert::from_model(&model)
+                        .map_err(|e| BackendError::Load(format!("bert weights: {e}")))?;
+                    return Ok(Box::new(model));
+                }
                 return Ok(Box::new(model));
             }
             let config: BertConfig = serde_json::from_str(&config_text).map_err(load_err)?;

@@ -9,6 +9,7 @@
 
 pub mod batching;
 mod bert;
+mod cpu_bert;
 mod cpu_ops;
 mod encoder;
 pub mod model_files;
@@ -237,6 +238,10 @@ impl Embedder {
 
     /// Runs one planned batch, returning `[batch, hidden]` f32 rows in the batch's order.
     fn run_batch(&mut self, ids: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let (pooling, normalize) = (self.layout.pooling, self.layout.normalize);
+        if let Some(rows) = self.encoder.embed_unpadded(ids, pooling, normalize) {
+            return rows;
+        }
         let longest = ids.iter().map(|t| t.len()).max().unwrap_or(1);
         let pad = self.encoder.pad_id();
         let side = self.encoder.padding_side();
