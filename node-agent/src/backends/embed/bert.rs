@@ -8,7 +8,7 @@ use candle_core::{D, DType, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use super::encoder::{PaddingSide, TextEncoder};
+use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct BertConfig {
@@ -269,15 +269,11 @@ impl TextEncoder for FastBert {
         x.reshape((b, t, h))?.contiguous()?.narrow(D::Minus1, 0, h)
     }
 
-    fn hidden_size(&self) -> usize {
-        self.config.hidden_size
-    }
-
-    fn padding_side(&self) -> PaddingSide {
-        PaddingSide::Right
-    }
-
-    fn pad_id(&self) -> u32 {
-        self.config.pad_token_id
+    fn spec(&self) -> EncoderSpec {
+        EncoderSpec {
+            hidden_size: self.config.hidden_size,
+            pad_id: self.config.pad_token_id,
+            padding_side: PaddingSide::Right,
+        }
     }
 }

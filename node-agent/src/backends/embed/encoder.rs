@@ -14,12 +14,18 @@ pub enum PaddingSide {
     Left,
 }
 
+/// What the caller of an encoder needs to know to feed it and to size its output.
+#[derive(Clone, Copy, Debug)]
+pub struct EncoderSpec {
+    pub hidden_size: usize,
+    pub pad_id: u32,
+    pub padding_side: PaddingSide,
+}
+
 /// A text encoder: token ids and attention mask in, hidden states `[batch, seq, hidden]` out.
 pub trait TextEncoder: Send {
     fn forward(&mut self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor>;
-    fn hidden_size(&self) -> usize;
-    fn padding_side(&self) -> PaddingSide;
-    fn pad_id(&self) -> u32;
+    fn spec(&self) -> EncoderSpec;
 
     /// Pooled vectors for unpadded token sequences, for encoders that run without padding;
     /// `None` makes the caller pad, call [`TextEncoder::forward`] and pool.
@@ -45,16 +51,12 @@ impl TextEncoder for Bert {
         self.model.forward(ids, &type_ids, Some(mask))
     }
 
-    fn hidden_size(&self) -> usize {
-        self.hidden
-    }
-
-    fn padding_side(&self) -> PaddingSide {
-        PaddingSide::Right
-    }
-
-    fn pad_id(&self) -> u32 {
-        self.pad_id
+    fn spec(&self) -> EncoderSpec {
+        EncoderSpec {
+            hidden_size: self.hidden,
+            pad_id: self.pad_id,
+            padding_side: PaddingSide::Right,
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
-use encoder::{PaddingSide, TextEncoder, load_encoder, pool};
+use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
 use model_files::{Architecture, ModelLayout, read_layout, resolve_model_dir};
 
 /// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
@@ -212,7 +212,12 @@ impl Embedder {
             .map(|m| m.len())
             .sum();
         let vram_bytes = if gpu {
-            estimate_vram(weight_bytes, dtype, max_batch_tokens, encoder.hidden_size())
+            estimate_vram(
+                weight_bytes,
+                dtype,
+                max_batch_tokens,
+                encoder.spec().hidden_size,
+            )
         } else {
             0
         };
@@ -243,8 +248,11 @@ impl Embedder {
             return rows;
         }
         let longest = ids.iter().map(|t| t.len()).max().unwrap_or(1);
-        let pad = self.encoder.pad_id();
-        let side = self.encoder.padding_side();
+        let EncoderSpec {
+            pad_id: pad,
+            padding_side: side,
+            ..
+        } = self.encoder.spec();
         let mut flat_ids = Vec::with_capacity(ids.len() * longest);
         let mut flat_mask = Vec::with_capacity(ids.len() * longest);
         for tokens in ids {
@@ -293,7 +301,7 @@ impl Embedder {
             batching::plan_batches(&lengths, self.max_batch_tokens, self.max_batch_size);
         pending.reverse();
         let (tokens, _) = batching::token_counts(&lengths, &pending);
-        let dim = self.encoder.hidden_size();
+        let dim = self.encoder.spec().hidden_size;
         let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
         let (mut padded, mut batches) = (0usize, 0u32);
         while let Some(batch) = pending.pop() {

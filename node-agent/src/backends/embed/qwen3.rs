@@ -8,7 +8,7 @@ use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Linear, RmsNorm, VarBuilder, linear_b, linear_no_bias, rms_norm};
 use serde::Deserialize;
 
-use super::encoder::{PaddingSide, TextEncoder};
+use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
 use crate::error::BackendError;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -212,16 +212,12 @@ impl TextEncoder for Qwen3Encoder {
             .narrow(D::Minus1, 0, self.config.hidden_size)
     }
 
-    fn hidden_size(&self) -> usize {
-        self.config.hidden_size
-    }
-
-    fn padding_side(&self) -> PaddingSide {
-        PaddingSide::Right
-    }
-
-    fn pad_id(&self) -> u32 {
-        self.config.pad_token_id.unwrap_or(151_643)
+    fn spec(&self) -> EncoderSpec {
+        EncoderSpec {
+            hidden_size: self.config.hidden_size,
+            pad_id: self.config.pad_token_id.unwrap_or(151_643),
+            padding_side: PaddingSide::Right,
+        }
     }
 }
 
