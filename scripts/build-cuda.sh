@@ -39,7 +39,7 @@ export PATH="$cuda_home/bin:$PATH"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$links -L native=$cuda_home/lib"
 cargo build --release --locked --target-dir target/cuda \
-  -p resident-sdk --bin resident -p resident-bench --bin embed-bench --features cuda
+  -p resident-cli --bin resident -p resident-bench --bin embed-bench --features cuda
 dist=target/cuda/dist
 mkdir -p "$dist"
 for bin in resident embed-bench; do

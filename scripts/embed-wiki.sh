@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
 scripts/fetch-data.sh
-cargo build --release --locked -p resident-sdk --bin resident
+cargo build --release --locked -p resident-cli --bin resident
 ./target/release/resident embed \
   --input data/wiki_vital.jsonl \
   --model models/all-MiniLM-L6-v2 \

@@ -59,7 +59,7 @@ fn read_texts(path: &str, limit: usize) -> anyhow::Result<Vec<String>> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    resident_sdk::set_compute_threads(args.threads);
+    resident_models::device::set_compute_threads(args.threads);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use resident_sdk::sweep::data::{embed_into_cache, read_sweep_data};
-use resident_sdk::sweep::driver::Segment;
-use resident_sdk::sweep::runner::{DatasetRef, trial_payload};
-use resident_sdk::sweep::{SweepConfig, generate_trials, load_results, run_sweep};
-use resident_sdk::{Cluster, EmbedPoolSpec, LocalConfig};
+use resident_jobs::sweep::data::{embed_into_cache, read_sweep_data};
+use resident_jobs::sweep::driver::Segment;
+use resident_jobs::sweep::runner::{DatasetRef, TRIAL_METHOD, trial_payload};
+use resident_jobs::sweep::{SweepConfig, generate_trials, load_results, run_sweep};
+use resident_sdk::{Cluster, EmbedPoolSpec, LocalConfig, SubmitOptions};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -106,9 +106,13 @@ async fn fresh_actor_trial(
     let train_started = Instant::now();
     let outputs = pool
         .pool
-        .map(vec![trial_payload(
-            config, &dataset, params, &segment, None,
-        )])
+        .map_with(
+            [trial_payload(config, &dataset, params, &segment, None)],
+            SubmitOptions {
+                method: TRIAL_METHOD.into(),
+                ..SubmitOptions::default()
+            },
+        )
         .await?;
     outputs[0].output.clone().map_err(anyhow::Error::msg)?;
     times.train_s = train_started.elapsed().as_secs_f64();
@@ -134,7 +138,7 @@ async fn per_trial_loads(
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    resident_sdk::set_compute_threads(1);
+    resident_models::device::set_compute_threads(1);
     tokio::runtime::Runtime::new()?.block_on(run(args))
 }
 
@@ -156,7 +160,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|r| r.train_s)
         .collect();
     let sweep_data = read_sweep_data(&resident)?;
-    let cache = resident_sdk::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
+    let cache = resident_jobs::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
     let cached = DatasetRef {
         uri: std::fs::canonicalize(cache)?.display().to_string(),
         key: sweep_data.key.clone(),

@@ -32,7 +32,10 @@ async fn main() -> anyhow::Result<()> {
     for actor in cluster.list_actors().await? {
         println!(
             "{} on {}: {} tasks, {} model load(s)",
-            actor.actor_id, actor.node_id, actor.tasks_done, actor.model_loads
+            actor.actor_id,
+            actor.node_id.as_ref().map_or("-", |n| n.as_str()),
+            actor.tasks_done,
+            actor.model_loads
         );
     }
     Ok(())

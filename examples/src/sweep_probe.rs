@@ -5,15 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use resident_sdk::sweep::config::{
+use resident_jobs::sweep::config::{
     Mode, ParamSpec, SchedulerConfig, SearchAlgorithm, SearchConfig, TrialKind, TrialScheduler,
 };
-use resident_sdk::sweep::{SweepConfig, format_table, load_results, run_sweep};
+use resident_jobs::sweep::{SweepConfig, format_table, load_results, run_sweep};
 use resident_sdk::{Cluster, LocalConfig};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    resident_sdk::set_compute_threads(1);
+    resident_models::device::set_compute_threads(1);
     let config = SweepConfig {
         name: "probe".into(),
         model: "models/all-MiniLM-L6-v2".into(),

@@ -21,9 +21,29 @@ impl BackendError {
     }
 }
 
-impl From<candle_core::Error> for BackendError {
-    fn from(error: candle_core::Error) -> Self {
-        BackendError::Task(error.to_string())
+impl BackendError {
+    /// A task named a method the kind does not have.
+    pub fn unknown_method(kind: &str, method: &str, known: &[&str]) -> Self {
+        let known = if known.is_empty() {
+            "it has only its default method".to_owned()
+        } else {
+            format!("its methods: {}", known.join(", "))
+        };
+        BackendError::BadPayload(format!(
+            "actor kind `{kind}` has no method `{method}` ({known})"
+        ))
+    }
+}
+
+impl From<resident_models::ModelError> for BackendError {
+    fn from(error: resident_models::ModelError) -> Self {
+        use resident_models::ModelError as M;
+        match error {
+            M::InvalidConfig(message) => BackendError::InvalidConfig(message),
+            M::Load(message) => BackendError::Load(message),
+            M::BadPayload(message) => BackendError::BadPayload(message),
+            M::Task(message) => BackendError::Task(message),
+        }
     }
 }
 

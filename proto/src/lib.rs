@@ -15,6 +15,11 @@ pub mod pb {
     tonic::include_proto!("resident.v1");
 }
 
+/// gRPC metadata key that refines a status code for clients (what kind of refusal it is).
+pub const ERROR_KIND_METADATA: &str = "resident-error-kind";
+/// [`ERROR_KIND_METADATA`] value of a `FailedPrecondition` that is a placement refusal.
+pub const ERROR_KIND_UNPLACEABLE: &str = "unplaceable";
+
 /// Human name of an actor state, as printed by `resident status`.
 pub fn actor_state_name(state: pb::ActorState) -> &'static str {
     match state {

@@ -27,9 +27,17 @@ impl From<SchedulerError> for tonic::Status {
             SchedulerError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             SchedulerError::NotFound(_) => tonic::Status::not_found(message),
             SchedulerError::AlreadyExists(_) => tonic::Status::already_exists(message),
-            SchedulerError::Unplaceable { .. } | SchedulerError::Precondition(_) => {
-                tonic::Status::failed_precondition(message)
+            SchedulerError::Unplaceable { .. } => {
+                let mut status = tonic::Status::failed_precondition(message);
+                status.metadata_mut().insert(
+                    resident_proto::ERROR_KIND_METADATA,
+                    tonic::metadata::MetadataValue::from_static(
+                        resident_proto::ERROR_KIND_UNPLACEABLE,
+                    ),
+                );
+                status
             }
+            SchedulerError::Precondition(_) => tonic::Status::failed_precondition(message),
             SchedulerError::ShuttingDown => tonic::Status::unavailable(message),
             SchedulerError::Store(_) => tonic::Status::internal(message),
         }

@@ -13,7 +13,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use crate::error::SdkError;
+use crate::info::{ActorInfo, ActorState, JobStatus, NodeInfo, PoolStatus};
 use crate::pool_spec::PoolSpec;
+use resident_proto::{ActorId, JobId, NodeId};
 
 /// A connection to a Resident cluster (remote, or in this process with `Cluster::local`).
 #[derive(Clone)]
@@ -30,12 +32,24 @@ pub struct Cluster {
 pub struct TaskOutput {
     /// Position of the task in the submitted stream (0-based).
     pub seq: u64,
+    /// The actor's output, or why the task failed for good.
     pub output: Result<Bytes, String>,
     pub attempts: u32,
-    pub actor_id: String,
-    pub node_id: String,
+    /// The actor that ran it last (empty when it never ran).
+    pub actor_id: ActorId,
+    pub node_id: NodeId,
     pub queue_micros: u64,
     pub run_micros: u64,
+}
+
+/// How a job's tasks are sent.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// At most this many tasks submitted but unanswered (0 = the scheduler's limit); inputs
+    /// beyond it wait in the client's stream.
+    pub window: u32,
+    /// The actor method every task calls; empty = the kind's default.
+    pub method: String,
 }
 
 fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
@@ -102,51 +116,38 @@ impl Cluster {
         }
     }
 
-    pub async fn list_nodes(&self) -> Result<Vec<pb::NodeInfo>, SdkError> {
+    /// Every node the scheduler knows, alive or dead.
+    pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, SdkError> {
         let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);
-        Ok(self
-            .client
-            .clone()
-            .list_nodes(request)
-            .await?
-            .into_inner()
-            .nodes)
+        let nodes = self.client.clone().list_nodes(request).await?;
+        Ok(nodes.into_inner().nodes.into_iter().map(NodeInfo::from).collect())
     }
 
-    pub async fn list_actors(&self) -> Result<Vec<pb::ActorInfo>, SdkError> {
-        let request = with_timeout(
-            pb::ListActorsRequest {
-                pool: String::new(),
-            },
-            self.request_timeout,
-        );
-        Ok(self
-            .client
-            .clone()
-            .list_actors(request)
-            .await?
-            .into_inner()
-            .actors)
+    /// Every actor of every pool.
+    pub async fn list_actors(&self) -> Result<Vec<ActorInfo>, SdkError> {
+        let request = pb::ListActorsRequest {
+            pool: String::new(),
+        };
+        let request = with_timeout(request, self.request_timeout);
+        let actors = self.client.clone().list_actors(request).await?;
+        Ok(actors.into_inner().actors.into_iter().map(ActorInfo::from).collect())
     }
 
-    pub async fn job_status(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
-        let request = with_timeout(
-            pb::GetJobRequest {
-                job_id: job_id.to_owned(),
-            },
-            self.request_timeout,
-        );
-        Ok(self.client.clone().get_job(request).await?.into_inner())
+    pub async fn job_status(&self, job_id: &JobId) -> Result<JobStatus, SdkError> {
+        let request = pb::GetJobRequest {
+            job_id: job_id.to_string(),
+        };
+        let request = with_timeout(request, self.request_timeout);
+        Ok(self.client.clone().get_job(request).await?.into_inner().into())
     }
 
-    pub async fn cancel_job(&self, job_id: &str) -> Result<pb::JobStatus, SdkError> {
-        let request = with_timeout(
-            pb::CancelJobRequest {
-                job_id: job_id.to_owned(),
-            },
-            self.request_timeout,
-        );
-        Ok(self.client.clone().cancel_job(request).await?.into_inner())
+    /// Cancels what is left of a job; finished tasks keep their results.
+    pub async fn cancel_job(&self, job_id: &JobId) -> Result<JobStatus, SdkError> {
+        let request = pb::CancelJobRequest {
+            job_id: job_id.to_string(),
+        };
+        let request = with_timeout(request, self.request_timeout);
+        Ok(self.client.clone().cancel_job(request).await?.into_inner().into())
     }
 
     /// Waits until `count` nodes are alive.
@@ -154,7 +155,7 @@ impl Cluster {
         &self,
         count: usize,
         timeout: Duration,
-    ) -> Result<Vec<pb::NodeInfo>, SdkError> {
+    ) -> Result<Vec<NodeInfo>, SdkError> {
         let deadline = Instant::now() + timeout;
         loop {
             let nodes = self.list_nodes().await?;
@@ -183,55 +184,41 @@ impl Pool {
         &self.name
     }
 
-    pub async fn status(&self) -> Result<pb::PoolStatus, SdkError> {
-        let request = with_timeout(
-            pb::GetPoolRequest {
-                pool: self.name.clone(),
-            },
-            self.cluster.request_timeout,
-        );
-        Ok(self
-            .cluster
-            .client
-            .clone()
-            .get_pool(request)
-            .await?
-            .into_inner())
+    pub async fn status(&self) -> Result<PoolStatus, SdkError> {
+        let request = pb::GetPoolRequest {
+            pool: self.name.clone(),
+        };
+        let request = with_timeout(request, self.cluster.request_timeout);
+        let status = self.cluster.client.clone().get_pool(request).await?;
+        Ok(status.into_inner().into())
     }
 
     /// Waits until every replica is ready. Fails early when every actor is dead, and on
     /// timeout says why actors are not ready (placement refusal or load errors).
-    pub async fn wait_ready(&self, timeout: Duration) -> Result<pb::PoolStatus, SdkError> {
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<PoolStatus, SdkError> {
         let deadline = Instant::now() + timeout;
         loop {
             let status = self.status().await?;
-            let replicas = status.spec.as_ref().map_or(0, |s| s.replicas);
+            let replicas = status.replicas();
             if status.ready_actors >= replicas {
                 return Ok(status);
             }
-            let dead = pb::ActorState::Dead as i32;
             let errors: Vec<&str> = status
                 .actors
                 .iter()
-                .filter(|a| !a.error.is_empty())
-                .map(|a| a.error.as_str())
+                .filter_map(|a| a.error.as_deref())
                 .collect();
-            if !status.actors.is_empty() && status.actors.iter().all(|a| a.state == dead) {
-                return Err(SdkError::Unavailable(format!(
-                    "every actor of pool `{}` failed: {}",
-                    self.name,
-                    errors.first().unwrap_or(&"no error reported")
-                )));
+            let all_dead = status.actors.iter().all(|a| a.state == ActorState::Dead);
+            if !status.actors.is_empty() && all_dead {
+                return Err(SdkError::ActorsFailed {
+                    pool: self.name.clone(),
+                    error: errors.first().unwrap_or(&"no error reported").to_string(),
+                });
             }
             if Instant::now() > deadline {
-                let why = if status.unplaced_reason.is_empty() {
-                    errors
-                        .first()
-                        .copied()
-                        .unwrap_or("still loading")
-                        .to_owned()
-                } else {
-                    status.unplaced_reason.clone()
+                let why = match &status.unplaced_reason {
+                    Some(reason) => reason.clone(),
+                    None => errors.first().copied().unwrap_or("still loading").to_owned(),
                 };
                 return Err(SdkError::Timeout(format!(
                     "pool `{}` has {}/{} actors ready after {timeout:?}: {why}",
@@ -242,19 +229,14 @@ impl Pool {
         }
     }
 
-    pub async fn scale(&self, replicas: u32) -> Result<pb::PoolStatus, SdkError> {
+    pub async fn scale(&self, replicas: u32) -> Result<PoolStatus, SdkError> {
         let request = pb::ScalePoolRequest {
             pool: self.name.clone(),
             replicas,
         };
         let request = with_timeout(request, self.cluster.request_timeout);
-        Ok(self
-            .cluster
-            .client
-            .clone()
-            .scale_pool(request)
-            .await?
-            .into_inner())
+        let status = self.cluster.client.clone().scale_pool(request).await?;
+        Ok(status.into_inner().into())
     }
 
     pub async fn delete(&self) -> Result<(), SdkError> {
@@ -269,11 +251,14 @@ impl Pool {
     }
 
     /// Streams `inputs` to the pool as one job; results arrive as they finish, each once.
+    /// Items are anything that becomes [`Bytes`]: `Vec<u8>`, `String`, `&'static str`...
     pub async fn submit<S>(&self, job_name: &str, inputs: S) -> Result<JobStream, SdkError>
     where
-        S: Stream<Item = Bytes> + Send + 'static,
+        S: Stream + Send + 'static,
+        S::Item: Into<Bytes> + Send,
     {
-        self.submit_windowed(job_name, inputs, 0).await
+        self.submit_with(job_name, inputs, SubmitOptions::default())
+            .await
     }
 
     /// Like [`Pool::submit`], with at most `window` tasks submitted but unanswered (0 = the
@@ -285,13 +270,34 @@ impl Pool {
         window: u32,
     ) -> Result<JobStream, SdkError>
     where
-        S: Stream<Item = Bytes> + Send + 'static,
+        S: Stream + Send + 'static,
+        S::Item: Into<Bytes> + Send,
     {
+        let options = SubmitOptions {
+            window,
+            ..SubmitOptions::default()
+        };
+        self.submit_with(job_name, inputs, options).await
+    }
+
+    /// Like [`Pool::submit`], with a window and an actor method (see [`SubmitOptions`]).
+    pub async fn submit_with<S>(
+        &self,
+        job_name: &str,
+        inputs: S,
+        options: SubmitOptions,
+    ) -> Result<JobStream, SdkError>
+    where
+        S: Stream + Send + 'static,
+        S::Item: Into<Bytes> + Send,
+    {
+        let window = options.window;
         let (tx, rx) = mpsc::channel(if window == 0 { 1024 } else { window as usize });
         let header = pb::SubmitHeader {
             pool: self.name.clone(),
             job_name: job_name.to_owned(),
             max_outstanding: window,
+            method: options.method,
         };
         let _ = tx
             .send(pb::SubmitRequest {
@@ -302,7 +308,10 @@ impl Pool {
             let mut inputs = std::pin::pin!(inputs);
             let mut seq = 0;
             while let Some(payload) = inputs.next().await {
-                let task = pb::TaskInput { seq, payload };
+                let task = pb::TaskInput {
+                    seq,
+                    payload: payload.into(),
+                };
                 seq += 1;
                 if tx
                     .send(pb::SubmitRequest {
@@ -321,9 +330,28 @@ impl Pool {
     }
 
     /// Runs every payload and returns the outputs in input order.
-    pub async fn map(&self, payloads: Vec<Bytes>) -> Result<Vec<TaskOutput>, SdkError> {
+    pub async fn map<I>(&self, payloads: I) -> Result<Vec<TaskOutput>, SdkError>
+    where
+        I: IntoIterator,
+        I::Item: Into<Bytes>,
+    {
+        self.map_with(payloads, SubmitOptions::default()).await
+    }
+
+    /// Like [`Pool::map`], with a window and an actor method (see [`SubmitOptions`]).
+    pub async fn map_with<I>(
+        &self,
+        payloads: I,
+        options: SubmitOptions,
+    ) -> Result<Vec<TaskOutput>, SdkError>
+    where
+        I: IntoIterator,
+        I::Item: Into<Bytes>,
+    {
+        let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         let count = payloads.len();
-        let mut job = self.submit("map", futures::stream::iter(payloads)).await?;
+        let inputs = futures::stream::iter(payloads);
+        let mut job = self.submit_with("map", inputs, options).await?;
         let mut outputs = Vec::with_capacity(count);
         while let Some(output) = job.next().await {
             outputs.push(output?);
@@ -339,6 +367,7 @@ impl Pool {
             pool: self.name.clone(),
             job_name: "session".into(),
             max_outstanding: 0,
+            method: String::new(),
         };
         let _ = tx
             .send(pb::SubmitRequest {
@@ -356,7 +385,7 @@ impl Pool {
 
 /// Results of one submitted job.
 pub struct JobStream {
-    pub job_id: String,
+    pub job_id: JobId,
     inner: tonic::Streaming<pb::SubmitResponse>,
     /// Stops feeding inputs when the results are no longer wanted.
     feeder: Option<tokio::task::AbortHandle>,
@@ -383,7 +412,7 @@ impl JobStream {
             .into_inner();
         match inner.message().await?.and_then(|m| m.body) {
             Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self {
-                job_id: accepted.job_id,
+                job_id: JobId::new(accepted.job_id),
                 inner,
                 feeder: None,
             }),
@@ -417,8 +446,8 @@ impl Stream for JobStream {
                 seq: result.seq,
                 output,
                 attempts: result.attempts,
-                actor_id: result.actor_id,
-                node_id: result.node_id,
+                actor_id: ActorId::new(result.actor_id),
+                node_id: NodeId::new(result.node_id),
                 queue_micros: result.queue_micros,
                 run_micros: result.run_micros,
             })));
@@ -434,10 +463,10 @@ pub struct CallSession {
 }
 
 impl CallSession {
-    pub async fn call(&mut self, payload: Bytes) -> Result<Bytes, SdkError> {
+    pub async fn call(&mut self, payload: impl Into<Bytes>) -> Result<Bytes, SdkError> {
         let task = pb::TaskInput {
             seq: self.next_seq,
-            payload,
+            payload: payload.into(),
         };
         self.next_seq += 1;
         self.tx

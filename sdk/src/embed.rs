@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use prost::Message;
 use prost::bytes::Bytes;
-use resident_proto::pb;
+use resident_proto::{ActorId, NodeId, pb};
 
 use crate::client::{Cluster, Pool, TaskOutput};
 use crate::error::SdkError;
@@ -82,6 +82,47 @@ impl EmbedPoolSpec {
     }
 }
 
+/// How an actor embedded one chunk.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EmbedStats {
+    /// Texts in the chunk.
+    pub count: u32,
+    pub dim: u32,
+    /// Real tokens, and tokens the model ran including padding.
+    pub tokens: u64,
+    pub padded_tokens: u64,
+    /// Rows cut to the model's max_seq_length.
+    pub truncated_rows: Vec<u32>,
+    pub tokenize_micros: u64,
+    pub model_micros: u64,
+    pub total_micros: u64,
+    pub batches: u32,
+    /// `Cpu` or `Cuda(0)`, and `f32`/`f16`/`bf16`.
+    pub device: String,
+    pub dtype: String,
+    /// The token budget per batch at the end of the chunk (halved on out-of-memory).
+    pub max_batch_tokens: u64,
+}
+
+impl From<pb::EmbedResponse> for EmbedStats {
+    fn from(response: pb::EmbedResponse) -> Self {
+        Self {
+            count: response.count,
+            dim: response.dim,
+            tokens: response.tokens,
+            padded_tokens: response.padded_tokens,
+            truncated_rows: response.truncated_rows,
+            tokenize_micros: response.tokenize_micros,
+            model_micros: response.model_micros,
+            total_micros: response.total_micros,
+            batches: response.batches,
+            device: response.device,
+            dtype: response.dtype,
+            max_batch_tokens: response.max_batch_tokens,
+        }
+    }
+}
+
 /// One embedded chunk.
 #[derive(Clone, Debug)]
 pub struct EmbeddedChunk {
@@ -89,9 +130,9 @@ pub struct EmbeddedChunk {
     pub dim: usize,
     /// `count x dim` row-major.
     pub values: Vec<f32>,
-    pub stats: pb::EmbedResponse,
-    pub actor_id: String,
-    pub node_id: String,
+    pub stats: EmbedStats,
+    pub actor_id: ActorId,
+    pub node_id: NodeId,
 }
 
 impl EmbeddedChunk {
@@ -118,7 +159,7 @@ impl EmbeddedChunk {
             seq: output.seq,
             dim: stats.dim as usize,
             values,
-            stats,
+            stats: stats.into(),
             actor_id: output.actor_id,
             node_id: output.node_id,
         })
@@ -127,11 +168,7 @@ impl EmbeddedChunk {
 
 /// Encodes one task payload for the `embed` kind.
 pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
-    pb::EmbedRequest {
-        texts,
-        is_query,
-        trial: None,
-    }
+    pb::EmbedRequest { texts, is_query }
     .encode_to_vec()
     .into()
 }
@@ -154,19 +191,14 @@ impl Cluster {
         let chunk_size = spec.chunk_size;
         let pool_spec = spec.into_pool_spec();
         let name = pool_spec.name().to_owned();
-        let wanted = pool_spec.clone().into_pb();
-        let replicas = wanted.replicas;
-        let pool = match self.create_pool(pool_spec).await {
+        let replicas = pool_spec.replicas_wanted();
+        let pool = match self.create_pool(pool_spec.clone()).await {
             Ok(pool) => pool,
             // Same name, other replica count: resize the resident pool instead of failing.
             Err(SdkError::AlreadyExists(message)) => {
                 let pool = self.pool(name);
-                let existing = pool.status().await?.spec.unwrap_or_default();
-                let same_but_size = pb::PoolSpec {
-                    replicas,
-                    ..existing
-                } == wanted;
-                if !same_but_size {
+                let existing = pool.status().await?.spec;
+                if !pool_spec.same_but_replicas(&existing) {
                     return Err(SdkError::AlreadyExists(message));
                 }
                 pool.scale(replicas).await?;

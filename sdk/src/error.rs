@@ -17,8 +17,15 @@ pub enum SdkError {
     InvalidArgument(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// The cluster has no room for the pool as asked (VRAM, GPUs, labels).
     #[error("cannot be placed: {0}")]
     Unplaceable(String),
+    /// The request does not fit the cluster's current state (not a placement problem).
+    #[error("failed precondition: {0}")]
+    Precondition(String),
+    /// Every actor of the pool failed to start (a model that does not load, a bad config).
+    #[error("every actor of pool `{pool}` failed: {error}")]
+    ActorsFailed { pool: String, error: String },
     #[error("already exists: {0}")]
     AlreadyExists(String),
     #[error("scheduler unavailable: {0}")]
@@ -39,11 +46,22 @@ impl From<tonic::Status> for SdkError {
         match status.code() {
             tonic::Code::InvalidArgument => SdkError::InvalidArgument(message),
             tonic::Code::NotFound => SdkError::NotFound(message),
-            tonic::Code::FailedPrecondition => SdkError::Unplaceable(message),
+            tonic::Code::FailedPrecondition if is_unplaceable(&status) => {
+                SdkError::Unplaceable(message)
+            }
+            tonic::Code::FailedPrecondition => SdkError::Precondition(message),
             tonic::Code::AlreadyExists => SdkError::AlreadyExists(message),
             tonic::Code::Unavailable => SdkError::Unavailable(message),
             tonic::Code::DeadlineExceeded => SdkError::Timeout(message),
             code => SdkError::Scheduler { code, message },
         }
     }
+}
+
+/// The scheduler marks placement refusals, so they are told from other failed preconditions.
+fn is_unplaceable(status: &tonic::Status) -> bool {
+    status
+        .metadata()
+        .get(resident_proto::ERROR_KIND_METADATA)
+        .is_some_and(|kind| kind == resident_proto::ERROR_KIND_UNPLACEABLE)
 }

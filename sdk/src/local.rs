@@ -17,6 +17,9 @@ use crate::client::Cluster;
 use crate::error::SdkError;
 
 /// How to start an in-process cluster.
+///
+/// `LocalConfig::default().simulate_gpus("T4:16GiB x2")` gives the agent simulated GPUs (the
+/// `--simulate-gpus` spec), so pools that ask for GPUs run, on CPU, on a laptop.
 #[derive(Clone)]
 pub struct LocalConfig {
     /// Address to serve on; port 0 picks a free one.
@@ -29,6 +32,21 @@ pub struct LocalConfig {
     pub state_dir: Option<PathBuf>,
     pub core: CoreConfig,
     pub kinds: ActorKindRegistry,
+}
+
+impl LocalConfig {
+    /// Reports simulated GPUs (`NAME:SIZE[@MAJOR.MINOR] [xCOUNT]`, comma-separated) instead
+    /// of discovering real ones; the work runs on CPU.
+    pub fn simulate_gpus(mut self, spec: impl Into<String>) -> Self {
+        self.simulate_gpus = Some(spec.into());
+        self
+    }
+
+    /// Actor kinds the agent offers (default: the built-in kinds).
+    pub fn kinds(mut self, kinds: ActorKindRegistry) -> Self {
+        self.kinds = kinds;
+        self
+    }
 }
 
 impl Default for LocalConfig {

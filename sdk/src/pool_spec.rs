@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 
 use resident_proto::pb;
 
-/// What a pool of actors needs; builds the wire `PoolSpec`.
-#[derive(Clone, Debug)]
+/// What a pool of actors needs: its kind, replicas, resources per actor and limits.
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolSpec {
     spec: pb::PoolSpec,
 }
@@ -105,7 +105,33 @@ impl PoolSpec {
         &self.spec.name
     }
 
-    pub fn into_pb(self) -> pb::PoolSpec {
+    pub fn actor_kind(&self) -> &str {
+        &self.spec.actor_kind
+    }
+
+    pub fn replicas_wanted(&self) -> u32 {
+        self.spec.replicas
+    }
+
+    /// GPUs per actor (0 for CPU actors).
+    pub fn gpus_per_actor(&self) -> f64 {
+        self.spec.resources.as_ref().map_or(0.0, |r| r.gpus)
+    }
+
+    /// The same pool with another replica count.
+    pub fn same_but_replicas(&self, other: &PoolSpec) -> bool {
+        let resized = pb::PoolSpec {
+            replicas: self.spec.replicas,
+            ..other.spec.clone()
+        };
+        resized == self.spec
+    }
+
+    pub(crate) fn from_pb(spec: pb::PoolSpec) -> Self {
+        Self { spec }
+    }
+
+    pub(crate) fn into_pb(self) -> pb::PoolSpec {
         self.spec
     }
 }

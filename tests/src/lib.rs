@@ -133,15 +133,21 @@ pub fn resident_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("RESIDENT_BIN") {
         return PathBuf::from(path);
     }
+    workspace_bin("resident")
+}
+
+/// A binary of the workspace built beside the test executables (`cargo build --release
+/// --workspace --bins`, which scripts/test.sh runs first).
+pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target/<profile>");
-    let bin = profile_dir.join("resident");
+    let bin = profile_dir.join(name);
     assert!(
         bin.exists(),
-        "{} is missing: build it first with `cargo build --release -p resident-sdk --bin resident` (scripts/test.sh does)",
+        "{} is missing: build it first with `cargo build --release --workspace --bins` (scripts/test.sh does)",
         bin.display()
     );
     bin

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use resident_sdk::storage::S3Options;
+use resident_jobs::storage::S3Options;
 
 use crate::{Proc, free_port, repo_root};
 

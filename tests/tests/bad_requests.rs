@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use resident_sdk::{Bytes, PoolSpec, SdkError, pb};
+use resident_sdk::{ActorState, Bytes, JobState, PoolSpec, SdkError};
 use resident_tests::{AgentSpec, InProcessCluster, wait_until};
 
 async fn cluster() -> InProcessCluster {
@@ -111,7 +111,7 @@ async fn unknown_kind_zero_replicas_and_bad_names_are_invalid() {
     let error = test
         .cluster
         .pool("missing")
-        .submit("x", futures::stream::empty())
+        .submit("x", futures::stream::empty::<Bytes>())
         .await
         .err()
         .unwrap();
@@ -228,7 +228,7 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
     assert_eq!(seen.len(), 200, "the other job is untouched");
     let status = wait_until("doomed job cancelled", Duration::from_secs(5), || async {
         let status = test.cluster.job_status(&doomed_id).await.unwrap();
-        (status.state == pb::JobState::Cancelled as i32).then_some(status)
+        (status.state == JobState::Cancelled).then_some(status)
     })
     .await;
     assert!(status.succeeded >= 20);
@@ -240,6 +240,6 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
     assert!(
         actors
             .iter()
-            .all(|a| a.state == pb::ActorState::Ready as i32)
+            .all(|a| a.state == ActorState::Ready)
     );
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use resident_sdk::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
+use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     assert_has_fields, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, read_json,

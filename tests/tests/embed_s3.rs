@@ -6,9 +6,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use resident_sdk::embed_job::reader::{Item, RecordReader};
-use resident_sdk::embed_job::{InputSet, ReaderOptions};
-use resident_sdk::storage::{Location, S3Client, S3Options};
+use resident_jobs::embed_job::reader::{Item, RecordReader};
+use resident_jobs::embed_job::{InputSet, ReaderOptions};
+use resident_jobs::storage::{Location, S3Client, S3Options};
 use resident_tests::s3_server::S3Server;
 use resident_tests::{
     ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin, wait_until,

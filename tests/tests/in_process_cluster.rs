@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use resident_sdk::{Bytes, PoolSpec, pb};
+use resident_sdk::{ActorInfo, ActorState, Bytes, PoolSpec};
 use resident_tests::{AgentSpec, InProcessCluster, wait_until};
 
 fn agent(node_id: &str, gpus: &str, labels: &str) -> AgentSpec {
@@ -25,11 +25,14 @@ async fn mixed_cluster() -> InProcessCluster {
     .await
 }
 
-fn placements(actors: &[pb::ActorInfo], pool: &str) -> Vec<(String, Vec<u32>)> {
+fn placements(actors: &[ActorInfo], pool: &str) -> Vec<(String, Vec<u32>)> {
     actors
         .iter()
         .filter(|a| a.pool == pool)
-        .map(|a| (a.node_id.clone(), a.gpu_indices.clone()))
+        .map(|a| {
+            let node = a.node_id.as_ref().map(ToString::to_string);
+            (node.unwrap_or_default(), a.gpu_indices.clone())
+        })
         .collect()
 }
 
@@ -180,12 +183,12 @@ async fn a_stopped_agent_loses_no_tasks_and_its_actors_move() {
         let actors = cluster.list_actors().await.unwrap();
         let ready = actors
             .iter()
-            .filter(|a| a.state == pb::ActorState::Ready as i32)
+            .filter(|a| a.state == ActorState::Ready)
             .count();
         (ready == 3).then_some(actors)
     })
     .await;
-    assert!(actors.iter().all(|a| a.node_id != "node-2"));
+    assert!(actors.iter().all(|a| !a.is_on("node-2")));
     let node2 = cluster
         .list_nodes()
         .await

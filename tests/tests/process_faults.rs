@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use futures::StreamExt;
-use resident_sdk::{Bytes, Cluster, PoolSpec, pb};
+use resident_sdk::{ActorState, Bytes, Cluster, JobState, PoolSpec};
 use resident_tests::{
     free_port, init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until,
 };
@@ -41,8 +41,8 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
     let before = cluster.list_actors().await.unwrap();
     let on_node2: Vec<String> = before
         .iter()
-        .filter(|a| a.node_id == "node-2")
-        .map(|a| a.actor_id.clone())
+        .filter(|a| a.is_on("node-2"))
+        .map(|a| a.actor_id.to_string())
         .collect();
     assert!(
         !on_node2.is_empty(),
@@ -83,9 +83,9 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
             let actors = cluster.list_actors().await.unwrap();
             let ready = actors
                 .iter()
-                .filter(|a| a.state == pb::ActorState::Ready as i32)
+                .filter(|a| a.state == ActorState::Ready)
                 .count();
-            (ready == 6 && actors.iter().all(|a| a.node_id != "node-2")).then_some(actors)
+            (ready == 6 && actors.iter().all(|a| !a.is_on("node-2"))).then_some(actors)
         },
     )
     .await;
@@ -148,7 +148,7 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
     assert_ne!(node.generation, old_generation);
     let after = cluster.list_actors().await.unwrap();
     assert!(
-        after.iter().all(|a| a.node_id != "node-2"),
+        after.iter().all(|a| !a.is_on("node-2")),
         "no actor moved back"
     );
     assert_eq!(after.len(), 6);
@@ -210,7 +210,7 @@ async fn a_killed_scheduler_restarts_with_its_pools_and_jobs() {
     let job = cluster.job_status(&first_job).await.unwrap();
     assert_eq!(
         (job.state, job.succeeded),
-        (pb::JobState::Succeeded as i32, 1)
+        (JobState::Succeeded, 1)
     );
     let outputs = pool.map(vec![Bytes::from("after restart")]).await.unwrap();
     assert!(outputs[0].output.is_ok());
@@ -235,7 +235,10 @@ async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
         .await
         .unwrap();
     pool.wait_ready(Duration::from_secs(10)).await.unwrap();
-    let first_home = cluster.list_actors().await.unwrap()[0].node_id.clone();
+    let first_home = cluster.list_actors().await.unwrap()[0]
+        .node_id
+        .clone()
+        .expect("placed");
     let victim = if first_home == "frozen" {
         &frozen
     } else {
@@ -252,7 +255,7 @@ async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
         Duration::from_secs(15),
         || async {
             let actors = cluster.list_actors().await.unwrap();
-            (actors[0].node_id == other && actors[0].state == pb::ActorState::Ready as i32)
+            (actors[0].is_on(other) && actors[0].state == ActorState::Ready)
                 .then_some(actors)
         },
     )

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use resident_sdk::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
+use resident_jobs::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     assert_has_fields, init_logging, minilm_dir, read_json, resident_bin, spawn_agent,

@@ -26,6 +26,14 @@ pub struct DeviceAssignment {
     pub simulated: bool,
 }
 
+impl DeviceAssignment {
+    /// The first assigned GPU the model should really run on: `None` for CPU actors and on
+    /// nodes whose GPUs are simulated.
+    pub fn real_gpu(&self) -> Option<u32> {
+        self.gpu_indices.first().copied().filter(|_| !self.simulated)
+    }
+}
+
 /// Everything a kind gets when one of its actors loads.
 #[derive(Clone, Debug)]
 pub struct LoadContext {
@@ -56,8 +64,20 @@ pub type Preparer = Arc<dyn Fn(&[u8]) -> Result<Prepared, BackendError> + Send +
 
 /// A loaded model owned by one actor thread.
 pub trait ModelBackend: Send {
-    /// Handles one task. Runs on the actor's thread; may block.
+    /// Handles one task of the kind's default method. Runs on the actor's thread; may block.
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError>;
+
+    /// Methods besides the default one that tasks may name (a job's `method`).
+    fn methods(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Handles a task that names one of [`ModelBackend::methods`]; the host refuses other
+    /// names before calling it.
+    fn call(&mut self, method: &str, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        let _ = payload;
+        Err(BackendError::Task(format!("method `{method}` is listed but not handled")))
+    }
 
     /// A preparation stage to run ahead of the model on another thread, if the kind has one.
     /// Then the host calls [`ModelBackend::run_prepared`] instead of `run_chunk`.

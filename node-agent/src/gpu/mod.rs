@@ -1,12 +1,11 @@
 //! GPU discovery. [`discover`] uses the CUDA driver API loaded at run time, so one binary runs
 //! with or without a driver; [`SimulatedGpus`] reports capacity only, for tests and simulations.
 
-mod cuda_driver;
 mod simulated;
 
+use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
 
-pub use cuda_driver::CudaDriverProbe;
 pub use simulated::{SimulatedGpus, parse_simulated_gpus};
 
 pub trait GpuProbe: Send + Sync {
@@ -29,9 +28,22 @@ impl GpuProbe for NoGpus {
     }
 }
 
+/// The GPUs the CUDA driver sees (the driver is loaded at run time).
+pub struct CudaDriverProbe(CudaDevices);
+
+impl GpuProbe for CudaDriverProbe {
+    fn gpus(&self) -> Vec<pb::GpuInfo> {
+        self.0.gpus()
+    }
+
+    fn simulated(&self) -> bool {
+        false
+    }
+}
+
 /// The real GPUs of this host, or none (with one log line saying why).
 pub fn discover() -> Box<dyn GpuProbe> {
-    match CudaDriverProbe::open() {
+    match CudaDevices::open().map(CudaDriverProbe) {
         Ok(probe) => {
             tracing::info!(
                 gpus = probe.gpus().len(),

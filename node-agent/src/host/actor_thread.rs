@@ -6,7 +6,7 @@ use std::time::Instant;
 use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
-use super::AgentOutbound;
+use super::ToScheduler;
 use crate::backends::{ActorKind, BackendError, LoadContext, Prepared, Preparer};
 
 pub enum ActorCommand {
@@ -112,7 +112,9 @@ fn feed_work(
             return;
         };
         let skip = cancelled.lock().expect("cancel set").remove(&task.task_id);
-        let input = match (&preparer, skip) {
+        // Only the default method has a preparation stage; other methods run as they come.
+        let preparer = preparer.as_ref().filter(|_| task.method.is_empty());
+        let input = match (preparer, skip) {
             (_, true) => Input::Cancelled,
             (None, false) => Input::Raw,
             (Some(prepare), false) => {
@@ -148,7 +150,7 @@ pub(super) fn run_actor_thread(
     incarnation: u64,
     commands: mpsc::Receiver<ActorCommand>,
     health: watch::Sender<ActorHealth>,
-    outbound: AgentOutbound,
+    outbound: ToScheduler,
     cancelled: Arc<Mutex<HashSet<u64>>>,
 ) {
     let actor_id = context.actor_id.clone();
@@ -205,18 +207,34 @@ pub(super) fn run_actor_thread(
         let begun = Instant::now();
         let run = |backend: &mut Box<dyn crate::backends::ModelBackend>| match input {
             Input::Cancelled => Err(TaskError::transient("task cancelled".to_owned())),
-            Input::Raw => backend.run_chunk(&task.payload).map_err(TaskError::from),
+            Input::Raw if task.method.is_empty() => {
+                backend.run_chunk(&task.payload).map_err(TaskError::from)
+            }
+            Input::Raw if !backend.methods().contains(&task.method.as_str()) => {
+                Err(TaskError::from(BackendError::unknown_method(
+                    kind.name(),
+                    &task.method,
+                    backend.methods(),
+                )))
+            }
+            Input::Raw => backend
+                .call(&task.method, &task.payload)
+                .map_err(TaskError::from),
             Input::Prepared(Ok(prepared)) => {
                 backend.run_prepared(prepared).map_err(TaskError::from)
             }
             Input::Prepared(Err(error)) => Err(error),
         };
+        // A panic may have left the model half-updated: the task is retried elsewhere and
+        // this actor stops, so the scheduler restarts it with a freshly loaded model.
+        let mut panicked = None;
         let result = match catch_unwind(AssertUnwindSafe(|| run(&mut backend))) {
             Ok(result) => result,
-            Err(panic) => Err(TaskError::transient(format!(
-                "actor panicked: {}",
-                panic_text(panic.as_ref())
-            ))),
+            Err(panic) => {
+                let message = format!("actor panicked: {}", panic_text(panic.as_ref()));
+                panicked = Some(message.clone());
+                Err(TaskError::transient(message))
+            }
         };
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let outcome = pb::TaskOutcome {
@@ -238,6 +256,17 @@ pub(super) fn run_actor_thread(
             .is_err()
         {
             break;
+        }
+        if let Some(message) = panicked {
+            drop(work_rx);
+            drop(backend);
+            tracing::error!(actor_id = %actor_id, %message, "actor panicked; it stops and restarts with a fresh model");
+            health.send_modify(|h| {
+                h.phase = ActorPhase::Dead;
+                h.error = format!("{message}; restarting with a fresh model");
+            });
+            publish(&health);
+            return;
         }
     }
     drop(backend);

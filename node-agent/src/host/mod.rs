@@ -13,8 +13,8 @@ use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext};
 use actor_thread::run_actor_thread;
 pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
 
-/// Where actor threads send reports and task outcomes (the scheduler session).
-pub type AgentOutbound = mpsc::UnboundedSender<pb::AgentMessage>;
+/// Where the agent sends messages to the scheduler: actor reports, task outcomes, heartbeats.
+pub type ToScheduler = mpsc::UnboundedSender<pb::AgentMessage>;
 
 struct ActorSlot {
     incarnation: u64,
@@ -27,7 +27,7 @@ struct ActorSlot {
 
 pub struct ActorHost {
     registry: ActorKindRegistry,
-    outbound: AgentOutbound,
+    outbound: ToScheduler,
     simulated_gpus: bool,
     actors: HashMap<ActorId, ActorSlot>,
 }
@@ -46,7 +46,7 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
 }
 
 impl ActorHost {
-    pub fn new(registry: ActorKindRegistry, outbound: AgentOutbound, simulated_gpus: bool) -> Self {
+    pub fn new(registry: ActorKindRegistry, outbound: ToScheduler, simulated_gpus: bool) -> Self {
         Self {
             registry,
             outbound,

@@ -1,17 +1,18 @@
 //! Jobs and tasks: per-pool queues, credit-based dispatch, outcomes, retries, cancellation.
 //!
-//! A task is in exactly one of: a pool queue (Queued), the retry heap (Backoff) or an
-//! actor's in-flight set (Running). Its result is sent to the client once, when the task
-//! record is removed; outcomes for an older dispatch are ignored.
-
-use std::time::Instant;
+//! Every task state change goes through [`Core::change_task`], which applies the task state
+//! machine (`crate::state::task`) and keeps the job's counters. A task in the Queued state
+//! is in its pool's queue, a BackingOff task is in the retry heap, a Running or Cancelling
+//! task is in its actor's in-flight set. Its result is sent to the client once, when it
+//! reaches Done and its record is removed; answers for another dispatch are ignored.
 
 use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
+use tokio::time::Instant;
 
-use super::records::{JobRecord, TaskPhase, TaskRecord};
+use super::records::{JobRecord, TaskRecord};
 use super::{Core, JobResults};
 use crate::error::SchedulerError;
-use crate::state::ActorState;
+use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
 
 impl Core {
@@ -41,6 +42,8 @@ impl Core {
             job.clone(),
             JobRecord {
                 status,
+                counts: JobCounts::default(),
+                method: header.method,
                 results: Some(results),
                 input_closed: false,
             },
@@ -48,14 +51,28 @@ impl Core {
         Ok(job)
     }
 
+    /// Applies one event to a task and to its job's counters. Returns the new state, or
+    /// `None` when the event does not apply (logged; nothing changes).
+    pub(super) fn change_task(&mut self, task_id: TaskId, event: TaskEvent) -> Option<TaskState> {
+        let task = self.tasks.get_mut(&task_id)?;
+        let mut detached = JobCounts::default();
+        let counts = match self.jobs.get_mut(&task.job) {
+            Some(job) => &mut job.counts,
+            None => &mut detached,
+        };
+        match task.lifecycle.apply(event, counts) {
+            Ok(state) => Some(state.clone()),
+            Err(invalid) => {
+                tracing::warn!(task_id = %task_id, %invalid, "ignored task event");
+                None
+            }
+        }
+    }
+
     pub(super) fn submit_task(&mut self, job_id: &JobId, input: pb::TaskInput) {
-        let Some(job) = self.jobs.get_mut(job_id) else {
+        let Some(job) = self.jobs.get_mut(job_id).filter(|j| j.is_running()) else {
             return;
         };
-        if job.status.state != pb::JobState::Running as i32 {
-            return;
-        }
-        job.status.submitted += 1;
         let pool = PoolName::new(job.status.pool.clone());
         let task = TaskId(self.next_task);
         self.next_task += 1;
@@ -64,24 +81,21 @@ impl Core {
             seq: input.seq,
             pool: pool.clone(),
             payload: input.payload,
-            phase: TaskPhase::Queued,
-            actor: None,
-            dispatch: 0,
+            lifecycle: TaskLifecycle::submitted(&mut job.counts),
+            last_actor: None,
             failures: 0,
             node_losses: 0,
             submitted_at: Instant::now(),
             started_at: None,
             last_error: String::new(),
-            cancelled: false,
         };
         let empty = record.payload.is_empty();
-        job.status.queued += 1;
         self.tasks.insert(task, record);
         if empty {
             self.fail_task(task, "invalid argument: task payload is empty".into());
             return;
         }
-        match self.pools.get_mut(&pool).filter(|p| !p.deleting) {
+        match self.pools.get_mut(&pool) {
             Some(record) => record.queue.push_back(task),
             None => {
                 self.fail_task(task, format!("pool `{pool}` was deleted"));
@@ -98,68 +112,82 @@ impl Core {
         self.maybe_finish_job(job);
     }
 
+    /// The ready actor of the pool with the most free credit.
+    fn freest_actor(&self, pool_name: &PoolName) -> Option<ActorId> {
+        let pool = self.pools.get(pool_name)?;
+        let credit = pool.in_flight_per_actor as usize;
+        pool.actors
+            .iter()
+            .filter_map(|id| {
+                let actor = &self.actors[id];
+                let free = credit.saturating_sub(actor.in_flight.len());
+                (actor.state == ActorState::Ready && free > 0).then_some((free, id))
+            })
+            .max_by_key(|(free, _)| *free)
+            .map(|(_, id)| id.clone())
+    }
+
     /// Hands queued tasks to ready actors that have credit, the freest actor first.
     pub(super) fn dispatch_pool(&mut self, pool_name: &PoolName) {
-        let Some(pool) = self.pools.get_mut(pool_name) else {
-            return;
-        };
-        let credit = pool.in_flight_per_actor as usize;
-        while !pool.queue.is_empty() {
-            let best = pool
-                .actors
-                .iter()
-                .filter_map(|id| {
-                    let actor = &self.actors[id];
-                    let free = credit.saturating_sub(actor.in_flight.len());
-                    (actor.state == ActorState::Ready && free > 0).then_some((free, id))
-                })
-                .max_by_key(|(free, _)| *free);
-            let Some((_, actor_id)) = best else { return };
+        while self
+            .pools
+            .get(pool_name)
+            .is_some_and(|p| !p.queue.is_empty())
+        {
+            let Some(actor_id) = self.freest_actor(pool_name) else {
+                return;
+            };
+            let pool = self.pools.get_mut(pool_name).expect("checked");
             let task_id = pool.queue.pop_front().expect("not empty");
-            let Some(task) = self.tasks.get_mut(&task_id) else {
+            let Some(task) = self.tasks.get(&task_id) else {
                 continue;
             };
-            if task.phase != TaskPhase::Queued {
+            let dispatch = task.lifecycle.dispatches() + 1;
+            let event = TaskEvent::Dispatch {
+                actor: actor_id.clone(),
+                dispatch,
+            };
+            if self.change_task(task_id, event).is_none() {
                 continue;
             }
-            let actor = self.actors.get_mut(actor_id).expect("pool actor");
+            let task = self.tasks.get_mut(&task_id).expect("exists");
+            task.started_at = Some(Instant::now());
+            task.last_actor = Some(actor_id.clone());
+            let method = self
+                .jobs
+                .get(&task.job)
+                .map(|j| j.method.clone())
+                .unwrap_or_default();
+            let actor = self.actors.get_mut(&actor_id).expect("pool actor");
+            actor.in_flight.insert(task_id);
             let node_id = &actor
                 .assignment
                 .as_ref()
                 .expect("ready actors are placed")
                 .node;
-            task.phase = TaskPhase::Running;
-            task.actor = Some(actor_id.clone());
-            task.dispatch += 1;
-            task.started_at = Some(Instant::now());
-            actor.in_flight.insert(task_id);
             let message = pb::RunTask {
                 task_id: task_id.0,
-                dispatch: task.dispatch,
+                dispatch,
                 actor_id: actor_id.to_string(),
                 payload: task.payload.clone(),
+                method,
             };
             self.nodes[node_id].send(pb::scheduler_message::Body::RunTask(message));
-            if let Some(job) = self.jobs.get_mut(&task.job) {
-                job.status.queued -= 1;
-                job.status.running += 1;
-            }
         }
     }
 
     pub(super) fn task_outcome(&mut self, node_id: &NodeId, outcome: pb::TaskOutcome) {
         let task_id = TaskId(outcome.task_id);
         let actor_id = ActorId::new(outcome.actor_id);
-        let current = self.tasks.get(&task_id).is_some_and(|t| {
-            t.phase == TaskPhase::Running
-                && t.dispatch == outcome.dispatch
-                && t.actor.as_ref() == Some(&actor_id)
-        });
+        let awaited = self
+            .tasks
+            .get(&task_id)
+            .is_some_and(|t| t.lifecycle.awaits(&actor_id, outcome.dispatch));
         let on_node = self
             .actors
             .get(&actor_id)
             .is_some_and(|a| a.assignment.as_ref().is_some_and(|p| &p.node == node_id));
-        if !current || !on_node {
+        if !awaited || !on_node {
             tracing::debug!(task_id = %task_id, "ignoring stale task outcome");
             return;
         }
@@ -167,12 +195,17 @@ impl Core {
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
         let pool = actor.pool.clone();
-        if self.tasks[&task_id].cancelled {
+        let cancelling = matches!(
+            self.tasks[&task_id].lifecycle.state(),
+            TaskState::Cancelling { .. }
+        );
+        if cancelling {
+            self.change_task(task_id, TaskEvent::Settle);
             self.tasks.remove(&task_id);
         } else {
             match outcome.result {
                 Some(pb::task_outcome::Result::Output(output)) => {
-                    self.mark_running_as_queued(task_id);
+                    self.change_task(task_id, TaskEvent::Succeed);
                     self.finish_task(task_id, Ok(output), outcome.run_micros);
                 }
                 Some(pb::task_outcome::Result::Error(error)) => {
@@ -197,54 +230,41 @@ impl Core {
                 .map_or(1, |p| p.max_task_attempts)
         };
         let task = self.tasks.get_mut(&task_id).expect("exists");
-        task.actor = None;
         task.failures += 1;
-        task.last_error = error;
-        if permanent {
-            let error = std::mem::take(&mut task.last_error);
-            self.mark_running_as_queued(task_id);
-            self.fail_task(task_id, error);
+        let failures = task.failures;
+        let final_error = if permanent {
+            Some(error)
+        } else if failures >= max_attempts {
+            Some(format!("failed after {failures} attempts: {error}"))
+        } else {
+            task.last_error = error;
+            None
+        };
+        if let Some(error) = final_error {
+            self.change_task(task_id, TaskEvent::Fail { retry_at: None });
+            self.finish_task(task_id, Err(error), 0);
             return;
         }
-        if task.failures >= max_attempts {
-            let error = format!(
-                "failed after {} attempts: {}",
-                task.failures, task.last_error
-            );
-            self.mark_running_as_queued(task_id);
-            self.fail_task(task_id, error);
-            return;
-        }
-        let delay = self.config.retry_backoff.delay(task.failures);
-        task.phase = TaskPhase::Backoff;
-        tracing::debug!(task_id = %task_id, failures = task.failures, ?delay, "task failed; retrying");
-        self.mark_running_as_queued(task_id);
-        self.retries
-            .push(std::cmp::Reverse((Instant::now() + delay, task_id)));
+        let delay = self.config.retry_backoff.delay(failures);
+        let due = Instant::now() + delay;
+        tracing::debug!(task_id = %task_id, failures, ?delay, "task failed; retrying");
+        self.change_task(task_id, TaskEvent::Fail { retry_at: Some(due) });
+        self.retries.push(std::cmp::Reverse((due, task_id)));
     }
 
-    fn mark_running_as_queued(&mut self, task_id: TaskId) {
-        if let Some(job) = self.jobs.get_mut(&self.tasks[&task_id].job) {
-            job.status.running -= 1;
-            job.status.queued += 1;
-        }
-    }
-
-    /// A task whose actor or node was lost goes back to the front of its queue.
+    /// A running task whose actor or node was lost goes back to the front of its queue; a
+    /// cancelling one is done.
     pub(super) fn requeue_lost_task(&mut self, task_id: TaskId, why: &str) {
-        let Some(task) = self.tasks.get_mut(&task_id) else {
+        let Some(state) = self.change_task(task_id, TaskEvent::Lose) else {
             return;
         };
-        task.actor = None;
-        if task.cancelled {
+        if state == TaskState::Done(TaskEnd::Cancelled) {
             self.tasks.remove(&task_id);
             return;
         }
+        let task = self.tasks.get_mut(&task_id).expect("exists");
         task.node_losses += 1;
-        task.phase = TaskPhase::Queued;
-        let losses = task.node_losses;
-        let pool = task.pool.clone();
-        self.mark_running_as_queued(task_id);
+        let (losses, pool) = (task.node_losses, task.pool.clone());
         if losses > self.config.max_node_losses_per_task {
             self.fail_task(task_id, format!("lost {losses} times, last because {why}"));
             return;
@@ -262,18 +282,23 @@ impl Core {
                 break;
             }
             self.retries.pop();
-            let Some(task) = self.tasks.get_mut(&task_id) else {
-                continue;
-            };
-            if task.phase != TaskPhase::Backoff {
+            let waiting = self
+                .tasks
+                .get(&task_id)
+                .is_some_and(|t| t.lifecycle.state() == &TaskState::BackingOff { until: due });
+            if !waiting || self.change_task(task_id, TaskEvent::Release).is_none() {
                 continue;
             }
-            task.phase = TaskPhase::Queued;
-            if let Some(pool) = self.pools.get_mut(&task.pool) {
-                pool.queue.push_back(task_id);
-                touched.push(task.pool.clone());
+            let pool = self.tasks[&task_id].pool.clone();
+            match self.pools.get_mut(&pool) {
+                Some(record) => {
+                    record.queue.push_back(task_id);
+                    touched.push(pool);
+                }
+                None => self.fail_task(task_id, format!("pool `{pool}` was deleted")),
             }
         }
+        touched.sort();
         touched.dedup();
         for pool in touched {
             self.dispatch_pool(&pool);
@@ -282,10 +307,15 @@ impl Core {
 
     /// Fails a task that is not running (queued, backing off or just submitted).
     pub(super) fn fail_task(&mut self, task_id: TaskId, error: String) {
-        self.finish_task(task_id, Err(error), 0);
+        if self
+            .change_task(task_id, TaskEvent::Fail { retry_at: None })
+            .is_some()
+        {
+            self.finish_task(task_id, Err(error), 0);
+        }
     }
 
-    /// Removes the task and sends its one result; the job counts it as queued by now.
+    /// Removes a task that reached Done and sends its one result.
     fn finish_task(
         &mut self,
         task_id: TaskId,
@@ -298,18 +328,12 @@ impl Core {
         let Some(job) = self.jobs.get_mut(&task.job) else {
             return;
         };
-        job.status.queued -= 1;
-        let attempts = task.dispatch;
+        let attempts = task.lifecycle.dispatches();
         let queue_micros = task.started_at.map_or(0, |started| {
             started.duration_since(task.submitted_at).as_micros() as u64
         });
-        let actor_id = task
-            .actor
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default();
         let node_id = task
-            .actor
+            .last_actor
             .as_ref()
             .and_then(|a| self.actors.get(a))
             .and_then(|a| a.assignment.as_ref())
@@ -322,21 +346,19 @@ impl Core {
             output_bytes: result.as_ref().map_or(0, |o| o.len() as u64),
         };
         let result = match result {
-            Ok(output) => {
-                job.status.succeeded += 1;
-                pb::task_result::Result::Output(output)
-            }
-            Err(error) => {
-                job.status.failed += 1;
-                pb::task_result::Result::Error(error)
-            }
+            Ok(output) => pb::task_result::Result::Output(output),
+            Err(error) => pb::task_result::Result::Error(error),
         };
         if let Some(results) = &job.results {
             let message = pb::TaskResult {
                 seq: task.seq,
                 result: Some(result),
                 attempts,
-                actor_id,
+                actor_id: task
+                    .last_actor
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
                 node_id,
                 queue_micros,
                 run_micros,
@@ -357,37 +379,41 @@ impl Core {
         let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
-        if !job.input_closed
-            || job.outstanding() > 0
-            || job.status.state != pb::JobState::Running as i32
-        {
+        if !job.input_closed || job.counts.outstanding() > 0 || !job.is_running() {
             return;
         }
-        job.status.state = if job.status.failed > 0 {
+        job.status.state = if job.counts.failed > 0 {
             pb::JobState::Failed
         } else {
             pb::JobState::Succeeded
         } as i32;
         job.results = None;
-        tracing::info!(job_id = %job_id, succeeded = job.status.succeeded, failed = job.status.failed, "job finished");
-        self.store.write(StoreOp::PutJob(job.status.clone()));
+        tracing::info!(job_id = %job_id, succeeded = job.counts.succeeded, failed = job.counts.failed, "job finished");
+        self.store.write(StoreOp::PutJob(job.snapshot()));
+        self.remember_finished_job(job_id.clone());
+    }
+
+    /// Keeps the last `finished_job_history` finished jobs; older ones are forgotten, in
+    /// memory and in the store.
+    pub(super) fn remember_finished_job(&mut self, job_id: JobId) {
+        self.finished_jobs.push_back(job_id);
+        while self.finished_jobs.len() > self.config.finished_job_history {
+            let Some(oldest) = self.finished_jobs.pop_front() else {
+                break;
+            };
+            self.jobs.remove(&oldest);
+            self.store.write(StoreOp::DeleteJob(oldest));
+        }
     }
 
     /// Cancels every task of the job that has not finished; nothing else is disturbed.
     pub(super) fn cancel_job_tasks(&mut self, job_id: &JobId, why: &str) {
-        let Some(job) = self.jobs.get_mut(job_id) else {
+        let Some(job) = self.jobs.get_mut(job_id).filter(|j| j.is_running()) else {
             return;
         };
-        if job.status.state != pb::JobState::Running as i32 {
-            return;
-        }
         job.status.state = pb::JobState::Cancelled as i32;
-        job.status.cancelled += job.status.queued + job.status.running;
-        job.status.queued = 0;
-        job.status.running = 0;
         job.results = None;
         let pool = PoolName::new(job.status.pool.clone());
-        self.store.write(StoreOp::PutJob(job.status.clone()));
         let mine: Vec<TaskId> = self
             .tasks
             .iter()
@@ -395,10 +421,8 @@ impl Core {
             .map(|(id, _)| *id)
             .collect();
         for task_id in mine {
-            let task = self.tasks.get_mut(&task_id).expect("listed");
-            match (task.phase, task.actor.clone()) {
-                (TaskPhase::Running, Some(actor)) => {
-                    task.cancelled = true;
+            match self.change_task(task_id, TaskEvent::Cancel) {
+                Some(TaskState::Cancelling { actor, .. }) => {
                     let node = self.actors[&actor]
                         .assignment
                         .as_ref()
@@ -419,6 +443,9 @@ impl Core {
             let tasks = &self.tasks;
             record.queue.retain(|t| tasks.contains_key(t));
         }
+        let snapshot = self.jobs[job_id].snapshot();
+        self.store.write(StoreOp::PutJob(snapshot));
+        self.remember_finished_job(job_id.clone());
         tracing::info!(job_id = %job_id, reason = why, "job cancelled");
     }
 }

@@ -6,14 +6,17 @@ mod jobs;
 mod nodes;
 mod pools;
 mod records;
+#[cfg(test)]
+mod tests;
 mod views;
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::SchedulerError;
@@ -35,6 +38,9 @@ pub struct CoreConfig {
     pub default_max_task_attempts: u32,
     /// A task re-queued this many times because its node died fails instead.
     pub max_node_losses_per_task: u32,
+    /// Finished jobs kept (in memory and in the store) for `GetJob`; older ones are
+    /// forgotten, with their recorded outcomes.
+    pub finished_job_history: usize,
 }
 
 impl Default for CoreConfig {
@@ -50,6 +56,7 @@ impl Default for CoreConfig {
             default_max_restarts: 3,
             default_max_task_attempts: 3,
             max_node_losses_per_task: 10,
+            finished_job_history: 1000,
         }
     }
 }
@@ -71,8 +78,8 @@ impl CoreConfig {
     }
 }
 
-/// Where the scheduler sends messages for one agent session.
-pub type AgentOutbound = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
+/// Where the scheduler sends messages to one agent (its session's outbound stream).
+pub type ToAgent = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
 /// Where the scheduler sends results for one job.
 pub type JobResults = mpsc::UnboundedSender<pb::SubmitResponse>;
 
@@ -81,7 +88,7 @@ type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
 pub enum SchedulerCommand {
     RegisterNode {
         register: pb::RegisterNode,
-        outbound: AgentOutbound,
+        outbound: ToAgent,
         reply: Reply<SessionId>,
     },
     AgentMessage {
@@ -218,6 +225,8 @@ pub(crate) struct Core {
     /// Failed tasks waiting out their backoff, earliest first.
     retries: BinaryHeap<std::cmp::Reverse<(Instant, TaskId)>>,
     jobs: HashMap<JobId, JobRecord>,
+    /// Finished jobs, oldest first, bounded by `finished_job_history`.
+    finished_jobs: VecDeque<JobId>,
     /// Set when nodes or actors changed; placement runs once after the current batch.
     replan_needed: bool,
 }
@@ -237,6 +246,7 @@ impl Core {
             next_task: 1,
             retries: BinaryHeap::new(),
             jobs: HashMap::new(),
+            finished_jobs: VecDeque::new(),
             replan_needed: false,
         }
     }

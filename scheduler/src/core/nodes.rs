@@ -1,12 +1,12 @@
 //! Node registry: registration with generations, heartbeats, agent reports, failure detection.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use resident_proto::{ActorId, NodeId, VramBytes, pb};
 
 use super::records::{NodeRecord, SessionId};
-use super::{AgentOutbound, Core};
+use super::{ToAgent, Core};
 use crate::error::SchedulerError;
 use crate::placement::{ComputeCapability, GpuCapacity, NodeCapacity};
 use crate::state::{ActorEvent, ActorState};
@@ -26,7 +26,7 @@ pub(super) fn node_capacity(node: &NodeRecord, registered: &[pb::GpuInfo]) -> No
                 },
             })
             .collect(),
-        cpu_millis: u64::from(node.cpu_cores) * 1000,
+        cpu_millicores: u64::from(node.cpu_cores) * 1000,
     }
 }
 
@@ -34,7 +34,7 @@ impl Core {
     pub(super) fn register_node(
         &mut self,
         register: pb::RegisterNode,
-        outbound: AgentOutbound,
+        outbound: ToAgent,
     ) -> Result<SessionId, SchedulerError> {
         if register.node_id.trim().is_empty() {
             return Err(SchedulerError::InvalidArgument("node id is empty".into()));

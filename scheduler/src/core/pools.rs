@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use resident_proto::{ActorId, GpuFraction, PoolName, VramBytes, pb};
 
 use super::Core;
-use super::records::{ActorRecord, PoolRecord, TaskPhase};
+use super::records::{ActorRecord, PoolRecord};
 use crate::error::SchedulerError;
 use crate::placement::{
     self, ActorDemand, ComputeCapability, PlacementStrategy, Previous, Problem, ResourceRequest,
 };
-use crate::state::{ActorEvent, ActorState, Restarts, transition};
+use crate::state::{ActorEvent, ActorState, Restarts, TaskState, transition};
 use crate::store::StoreOp;
 
 /// Checks a pool spec and turns its resources into a placement request.
@@ -65,7 +65,7 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
             Ok(pb::PlacementStrategy::Spread) => PlacementStrategy::Spread,
             _ => PlacementStrategy::Pack,
         },
-        cpu_millis: (resources.cpus * 1000.0).round() as u64,
+        cpu_millicores: (resources.cpus * 1000.0).round() as u64,
     })
 }
 
@@ -77,7 +77,7 @@ impl Core {
         let request = validate_pool_spec(&spec)?;
         let name = PoolName::new(spec.name.clone());
         if let Some(existing) = self.pools.get(&name) {
-            if existing.spec == spec && !existing.deleting {
+            if existing.spec == spec {
                 return self.pool_status(&name);
             }
             return Err(SchedulerError::AlreadyExists(format!(
@@ -151,7 +151,6 @@ impl Core {
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
-            deleting: false,
             spec,
         };
         let replicas = record.spec.replicas;
@@ -168,6 +167,7 @@ impl Core {
         record.actors.insert(id.clone());
         let actor = ActorRecord {
             pool: pool.clone(),
+            request: record.request.clone(),
             state: ActorState::Pending,
             restarts: Restarts {
                 used: 0,
@@ -233,20 +233,16 @@ impl Core {
     }
 
     pub(super) fn delete_pool(&mut self, pool: &PoolName) -> Result<(), SchedulerError> {
+        // Queued and backing-off tasks fail now; running ones finish on their draining
+        // actors and their results still reach the client.
         let record = self.pools.get_mut(pool).ok_or_else(|| no_pool(pool))?;
-        record.deleting = true;
         let queued: Vec<_> = record.queue.drain(..).collect();
         let actors: Vec<ActorId> = record.actors.iter().cloned().collect();
-        for task in queued {
-            self.fail_task(task, format!("pool `{pool}` was deleted"));
-        }
-        let waiting: Vec<_> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| &t.pool == pool && t.phase == TaskPhase::Backoff)
-            .map(|(id, _)| *id)
-            .collect();
-        for task in waiting {
+        let waiting = self.tasks.iter().filter(|(_, t)| {
+            &t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. })
+        });
+        let waiting: Vec<_> = waiting.map(|(id, _)| *id).collect();
+        for task in queued.into_iter().chain(waiting) {
             self.fail_task(task, format!("pool `{pool}` was deleted"));
         }
         for actor in actors {
@@ -266,10 +262,7 @@ impl Core {
     }
 
     pub(super) fn pool_record(&self, pool: &PoolName) -> Result<&PoolRecord, SchedulerError> {
-        self.pools
-            .get(pool)
-            .filter(|p| !p.deleting)
-            .ok_or_else(|| no_pool(pool))
+        self.pools.get(pool).ok_or_else(|| no_pool(pool))
     }
 
     /// Places every actor that needs a node and starts the newly placed ones.
@@ -283,16 +276,15 @@ impl Core {
             if actor.state == ActorState::Dead {
                 continue;
             }
-            let request = match self.pools.get(&actor.pool) {
-                Some(pool) => pool.request.clone(),
-                None if actor.state.is_placed() => ResourceRequest::default(),
-                None => continue,
-            };
+            // A draining actor of a deleted pool keeps its request until it stops.
+            if !self.pools.contains_key(&actor.pool) && !actor.state.is_placed() {
+                continue;
+            }
             problem.actors.insert(
                 id.clone(),
                 ActorDemand {
                     pool: actor.pool.clone(),
-                    request,
+                    request: actor.request.clone(),
                     order: actor.order,
                 },
             );

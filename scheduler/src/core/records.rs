@@ -1,14 +1,14 @@
 //! What the scheduler loop remembers about each node, pool, actor, task and job.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Instant;
 
 use prost::bytes::Bytes;
 use resident_proto::{ActorId, JobId, PoolName, TaskId, pb};
+use tokio::time::Instant;
 
-use super::{AgentOutbound, JobResults};
+use super::{JobResults, ToAgent};
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
-use crate::state::{ActorState, Restarts};
+use crate::state::{ActorState, JobCounts, Restarts, TaskLifecycle};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
@@ -27,7 +27,7 @@ pub struct NodeRecord {
     pub actor_kinds: BTreeSet<String>,
     pub alive: bool,
     pub last_seen: Instant,
-    pub outbound: Option<AgentOutbound>,
+    pub outbound: Option<ToAgent>,
 }
 
 impl NodeRecord {
@@ -47,12 +47,13 @@ pub struct PoolRecord {
     pub max_restarts: u32,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
-    /// Set once deletion starts; the record goes when its last actor is dead.
-    pub deleting: bool,
 }
 
 pub struct ActorRecord {
     pub pool: PoolName,
+    /// What the actor holds where it is placed. Kept with the actor, so a draining actor
+    /// of a deleted pool still counts against its node's capacity until it stops.
+    pub request: ResourceRequest,
     pub state: ActorState,
     pub restarts: Restarts,
     /// Bumped on every start, so reports from an earlier start are told apart.
@@ -69,40 +70,41 @@ pub struct ActorRecord {
     pub unplaced_reason: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskPhase {
-    Queued,
-    /// Waiting out a retry backoff.
-    Backoff,
-    Running,
-}
-
 pub struct TaskRecord {
     pub job: JobId,
     pub seq: u64,
     pub pool: PoolName,
     pub payload: Bytes,
-    pub phase: TaskPhase,
-    pub actor: Option<ActorId>,
-    /// Number of times sent to an actor; an outcome must carry the current one.
-    pub dispatch: u32,
+    /// Its state and dispatch count; changed only through `Core::change_task`.
+    pub lifecycle: TaskLifecycle,
+    /// The actor that ran it last, for the result.
+    pub last_actor: Option<ActorId>,
     pub failures: u32,
     pub node_losses: u32,
     pub submitted_at: Instant,
     pub started_at: Option<Instant>,
     pub last_error: String,
-    /// Cancelled while running: its outcome frees the actor's credit and is dropped.
-    pub cancelled: bool,
 }
 
 pub struct JobRecord {
+    /// Name, pool and state; the counters live in `counts`.
     pub status: pb::JobStatus,
+    pub counts: JobCounts,
+    /// The actor method every task of the job calls (empty = the kind's default).
+    pub method: String,
     pub results: Option<JobResults>,
     pub input_closed: bool,
 }
 
 impl JobRecord {
-    pub fn outstanding(&self) -> u64 {
-        self.status.queued + self.status.running
+    /// The status as clients and the store see it.
+    pub fn snapshot(&self) -> pb::JobStatus {
+        let mut status = self.status.clone();
+        self.counts.fill(&mut status);
+        status
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.status.state == pb::JobState::Running as i32
     }
 }

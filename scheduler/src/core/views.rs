@@ -1,13 +1,14 @@
 //! Read-only views for the client API, and restoring saved state at start.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use resident_proto::{ActorId, JobId, PoolName, pb};
 
 use super::Core;
+use super::records::JobRecord;
 use super::pools::{no_pool, validate_pool_spec};
 use crate::error::SchedulerError;
-use crate::state::ActorState;
+use crate::state::{ActorState, JobCounts};
 use crate::store::{DurableStore, StoreOp};
 
 impl Core {
@@ -88,7 +89,7 @@ impl Core {
     pub(super) fn job_status(&self, job: &JobId) -> Result<pb::JobStatus, SchedulerError> {
         self.jobs
             .get(job)
-            .map(|j| j.status.clone())
+            .map(JobRecord::snapshot)
             .ok_or_else(|| SchedulerError::NotFound(format!("no job with id `{job}`")))
     }
 
@@ -108,14 +109,15 @@ impl Core {
                 self.store.write(StoreOp::PutJob(status.clone()));
             }
             let job = JobId::new(status.job_id.clone());
-            self.jobs.insert(
-                job,
-                super::records::JobRecord {
-                    status,
-                    results: None,
-                    input_closed: true,
-                },
-            );
+            let record = JobRecord {
+                counts: JobCounts::from_status(&status),
+                status,
+                method: String::new(),
+                results: None,
+                input_closed: true,
+            };
+            self.jobs.insert(job.clone(), record);
+            self.remember_finished_job(job);
         }
         Ok(())
     }

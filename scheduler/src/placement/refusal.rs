@@ -42,8 +42,8 @@ pub enum Refusal {
         node: NodeId,
     },
     NotEnoughCpu {
-        needed_millis: u64,
-        most_free_millis: u64,
+        needed_millicores: u64,
+        most_free_millicores: u64,
         node: NodeId,
     },
 }
@@ -66,8 +66,8 @@ impl Refusal {
     }
 }
 
-fn cpus(millis: u64) -> String {
-    format!("{:.1}", millis as f64 / 1000.0)
+fn cpus(millicores: u64) -> String {
+    format!("{:.1}", millicores as f64 / 1000.0)
 }
 
 impl fmt::Display for Refusal {
@@ -119,14 +119,14 @@ impl fmt::Display for Refusal {
                 "needs {needed} whole GPUs with {vram} each on one node; at most {most_free} are free ({node})"
             ),
             Refusal::NotEnoughCpu {
-                needed_millis,
-                most_free_millis,
+                needed_millicores,
+                most_free_millicores,
                 node,
             } => write!(
                 f,
                 "needs {} CPUs; most free is {} ({node})",
-                cpus(*needed_millis),
-                cpus(*most_free_millis)
+                cpus(*needed_millicores),
+                cpus(*most_free_millicores)
             ),
         }
     }
@@ -161,14 +161,14 @@ pub(super) fn explain(
     if let Some(refusal) = explain_gpus(&matching, request, usage) {
         return refusal;
     }
-    let (node, most_free_millis) = matching
+    let (node, most_free_millicores) = matching
         .iter()
         .map(|(id, node)| ((*id).clone(), usage.free_cpu(id, node)))
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .expect("matching is not empty");
     Refusal::NotEnoughCpu {
-        needed_millis: request.cpu_millis,
-        most_free_millis,
+        needed_millicores: request.cpu_millicores,
+        most_free_millicores,
         node,
     }
 }
@@ -244,7 +244,7 @@ fn explain_gpus(
                 .iter()
                 .filter(|g| {
                     gpu_eligible(request, g)
-                        && usage.gpu(id, g.index).millis == 0
+                        && usage.gpu(id, g.index).gpu_thousandths == 0
                         && usage.free_vram(id, g) >= request.vram_per_gpu
                 })
                 .count() as u32;

@@ -12,14 +12,14 @@ use super::types::{
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct GpuUse {
     pub vram: VramBytes,
-    pub millis: u32,
+    pub gpu_thousandths: u32,
 }
 
 /// What is already taken, per node and GPU, while a plan is being built.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Usage {
     pub gpus: BTreeMap<(NodeId, u32), GpuUse>,
-    pub cpu_millis: BTreeMap<NodeId, u64>,
+    pub cpu_millicores: BTreeMap<NodeId, u64>,
     pub pool_actors: BTreeMap<(NodeId, PoolName), u32>,
 }
 
@@ -38,8 +38,8 @@ impl Usage {
 
     pub fn free_cpu(&self, node: &NodeId, capacity: &NodeCapacity) -> u64 {
         capacity
-            .cpu_millis
-            .saturating_sub(self.cpu_millis.get(node).copied().unwrap_or(0))
+            .cpu_millicores
+            .saturating_sub(self.cpu_millicores.get(node).copied().unwrap_or(0))
     }
 
     fn add(&mut self, demand: &ActorDemand, assignment: &Assignment) {
@@ -49,9 +49,9 @@ impl Usage {
                 .entry((assignment.node.clone(), index))
                 .or_default();
             entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
-            entry.millis += assignment.share_per_gpu.0;
+            entry.gpu_thousandths += assignment.share_per_gpu.0;
         }
-        *self.cpu_millis.entry(assignment.node.clone()).or_default() += demand.request.cpu_millis;
+        *self.cpu_millicores.entry(assignment.node.clone()).or_default() += demand.request.cpu_millicores;
         *self
             .pool_actors
             .entry((assignment.node.clone(), demand.pool.clone()))
@@ -142,7 +142,7 @@ fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage
     if kept.gpus.len() as u32 != request.gpus.whole_gpus() {
         return false;
     }
-    if usage.free_cpu(&kept.node, node) < request.cpu_millis && request.cpu_millis > 0 {
+    if usage.free_cpu(&kept.node, node) < request.cpu_millicores && request.cpu_millicores > 0 {
         return false;
     }
     kept.gpus.iter().all(|&index| {
@@ -167,7 +167,7 @@ fn share_per_gpu(gpus: GpuFraction) -> GpuFraction {
 fn fits_on_gpu(request: &ResourceRequest, node: &NodeId, gpu: &GpuCapacity, usage: &Usage) -> bool {
     let taken = usage.gpu(node, gpu.index);
     let share = share_per_gpu(request.gpus).0;
-    usage.free_vram(node, gpu) >= request.vram_per_gpu && taken.millis + share <= 1000
+    usage.free_vram(node, gpu) >= request.vram_per_gpu && taken.gpu_thousandths + share <= 1000
 }
 
 /// Sort key of a candidate; the smallest wins.
@@ -180,7 +180,7 @@ fn best_assignment(problem: &Problem, demand: &ActorDemand, usage: &Usage) -> Op
         if !selector_matches(request, node) {
             continue;
         }
-        if request.cpu_millis > 0 && usage.free_cpu(node_id, node) < request.cpu_millis {
+        if request.cpu_millicores > 0 && usage.free_cpu(node_id, node) < request.cpu_millicores {
             continue;
         }
         let Some(gpus) = pick_gpus(request, node_id, node, usage) else {
@@ -194,7 +194,7 @@ fn best_assignment(problem: &Problem, demand: &ActorDemand, usage: &Usage) -> Op
         let free_after: u64 = if gpus.is_empty() {
             usage
                 .free_cpu(node_id, node)
-                .saturating_sub(request.cpu_millis)
+                .saturating_sub(request.cpu_millicores)
         } else {
             gpus.iter()
                 .map(|&index| {
@@ -303,13 +303,13 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
                 used.vram, gpu.usable_vram
             ));
         }
-        if used.millis > 1000 {
+        if used.gpu_thousandths > 1000 {
             return Err(format!("{node_id} gpu {index} shared beyond one whole GPU"));
         }
     }
-    for (node_id, used) in &usage.cpu_millis {
+    for (node_id, used) in &usage.cpu_millicores {
         let node = &problem.nodes[node_id];
-        if *used > node.cpu_millis && *used > 0 {
+        if *used > node.cpu_millicores && *used > 0 {
             return Err(format!("{node_id} cpu over-committed"));
         }
     }

@@ -21,7 +21,7 @@ fn node(labels: &[(&str, &str)], gpus: Vec<GpuCapacity>) -> NodeCapacity {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
         gpus,
-        cpu_millis: 16_000,
+        cpu_millicores: 16_000,
     }
 }
 
@@ -268,7 +268,7 @@ fn arb_node() -> impl Strategy<Value = NodeCapacity> {
             gpus: (0..count)
                 .map(|i| gpu(i, name, gib, major, minor))
                 .collect(),
-            cpu_millis: cores * 1000,
+            cpu_millicores: cores * 1000,
         }
     })
 }
@@ -301,7 +301,7 @@ fn arb_request() -> impl Strategy<Value = ResourceRequest> {
             } else {
                 PlacementStrategy::Pack
             };
-            request.cpu_millis = cpus * 500;
+            request.cpu_millicores = cpus * 500;
             request
         })
 }
@@ -369,7 +369,7 @@ proptest! {
                 "selector" => prop_assert!(!request.selector.is_empty()),
                 "gpu model" => prop_assert!(request.gpu_model.is_some()),
                 "vram" | "gpus" | "gpu share" => prop_assert!(!request.gpus.is_cpu_only()),
-                "cpu" => prop_assert!(request.cpu_millis > 0),
+                "cpu" => prop_assert!(request.cpu_millicores > 0),
                 "nodes" => prop_assert!(problem.nodes.is_empty()),
                 other => prop_assert!(other == "compute capability", "{}", other),
             }

@@ -32,7 +32,7 @@ pub struct NodeCapacity {
     pub labels: BTreeMap<String, String>,
     pub gpus: Vec<GpuCapacity>,
     /// CPU cores in thousandths.
-    pub cpu_millis: u64,
+    pub cpu_millicores: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub struct ResourceRequest {
     pub gpu_model: Option<String>,
     pub min_compute: Option<ComputeCapability>,
     pub strategy: PlacementStrategy,
-    pub cpu_millis: u64,
+    pub cpu_millicores: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

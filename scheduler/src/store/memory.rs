@@ -61,6 +61,18 @@ impl DurableStore for MemoryStore {
                 StoreOp::PutJob(job) => {
                     tables.jobs.insert(job.job_id.clone(), encode_job(job));
                 }
+                StoreOp::DeleteJob(job) => {
+                    tables.jobs.remove(job.as_str());
+                    let key = job.as_str().to_owned();
+                    let seqs: Vec<u64> = tables
+                        .outcomes
+                        .range((key.clone(), 0)..=(key.clone(), u64::MAX))
+                        .map(|((_, seq), _)| *seq)
+                        .collect();
+                    for seq in seqs {
+                        tables.outcomes.remove(&(key.clone(), seq));
+                    }
+                }
                 StoreOp::PutOutcome { job, seq, outcome } => {
                     tables
                         .outcomes

@@ -40,6 +40,8 @@ pub enum StoreOp {
     PutPool(pb::PoolSpec),
     DeletePool(PoolName),
     PutJob(pb::JobStatus),
+    /// Forgets a finished job and its outcomes (history beyond the configured limit).
+    DeleteJob(JobId),
     PutOutcome {
         job: JobId,
         seq: u64,
@@ -133,15 +135,25 @@ mod tests {
             ])
             .unwrap();
         assert_eq!(store.load_pools().unwrap(), vec![spec]);
-        assert_eq!(store.load_jobs().unwrap(), vec![job]);
+        assert_eq!(store.load_jobs().unwrap(), vec![job.clone()]);
         assert_eq!(
             store.outcomes(&JobId::from("j1")).unwrap(),
-            vec![(7, outcome)]
+            vec![(7, outcome.clone())]
         );
         store
             .apply(&[StoreOp::DeletePool(PoolName::from("emb"))])
             .unwrap();
         assert!(store.load_pools().unwrap().is_empty());
+        store.apply(&[StoreOp::DeleteJob(JobId::from("j1"))]).unwrap();
+        assert!(store.load_jobs().unwrap().is_empty());
+        assert!(store.outcomes(&JobId::from("j1")).unwrap().is_empty());
+        // Put back, for the reopen check of the redb test.
+        let again = StoreOp::PutOutcome {
+            job: JobId::from("j1"),
+            seq: 7,
+            outcome,
+        };
+        store.apply(&[StoreOp::PutJob(job), again]).unwrap();
     }
 
     #[test]

@@ -94,6 +94,12 @@ impl DurableStore for RedbStore {
                         jobs.insert(job.job_id.as_str(), encode_job(job).as_slice())
                             .map_err(backend)?;
                     }
+                    StoreOp::DeleteJob(job) => {
+                        jobs.remove(job.as_str()).map_err(backend)?;
+                        outcomes
+                            .retain_in((job.as_str(), 0)..=(job.as_str(), u64::MAX), |_, _| false)
+                            .map_err(backend)?;
+                    }
                     StoreOp::PutOutcome { job, seq, outcome } => {
                         let value = serde_json::to_vec(outcome)?;
                         outcomes

@@ -1,0 +1,209 @@
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use resident_jobs::embed_job::{
+    BadRecordPolicy, EmbedJobConfig, OutputDtype, Progress, ReaderOptions, run_embed_job,
+};
+use resident_jobs::storage::Location;
+use resident_sdk::{Cluster, LocalConfig};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Dtype {
+    F32,
+    F16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnBadRecord {
+    Skip,
+    Fail,
+}
+
+#[derive(Args)]
+pub struct EmbedArgs {
+    /// A .jsonl/.txt/.parquet file (JSONL and text optionally .gz or .zst), a directory of
+    /// them, or an s3://bucket/prefix holding them.
+    #[arg(long)]
+    input: String,
+    /// A model directory, or a HuggingFace id in the local hub cache.
+    #[arg(long)]
+    model: String,
+    /// Output directory or s3://bucket/prefix (shards/, manifest.json, embeddings.npy,
+    /// ids.jsonl, report.json).
+    #[arg(long)]
+    output: String,
+    /// An S3-compatible endpoint (MinIO, Garage, ...), addressed path-style. Credentials
+    /// and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, IRSA).
+    #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// Scheduler URL; without it a local cluster runs in this process.
+    #[arg(long, env = "RESIDENT_CLUSTER")]
+    cluster: Option<String>,
+    /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// GPUs per actor (0 = CPU; 0.25 shares a GPU four ways).
+    #[arg(long, default_value_t = 0.0)]
+    gpus_per_actor: f64,
+    /// VRAM each actor reserves on its GPU, in GiB.
+    #[arg(long, default_value_t = 2.0)]
+    vram_gib: f64,
+    /// Only nodes with these labels: `pool=onprem-a6000` (repeatable).
+    #[arg(long)]
+    selector: Vec<String>,
+    /// Documents per chunk, or `auto` to plan from measured speed.
+    #[arg(long, default_value = "auto")]
+    chunk_size: String,
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    #[arg(long, value_enum, default_value = "skip")]
+    on_bad_record: OnBadRecord,
+    /// Keep the shards; do not write embeddings.npy and ids.jsonl.
+    #[arg(long)]
+    no_merge: bool,
+    #[arg(long, default_value = "id")]
+    id_field: String,
+    #[arg(long, default_value = "text")]
+    text_field: String,
+    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable).
+    #[arg(long)]
+    price: Vec<String>,
+    /// Local mode only: report simulated GPUs (the work runs on CPU).
+    #[arg(long)]
+    simulate_gpus: Option<String>,
+}
+
+fn parse_pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .flat_map(|i| i.split(','))
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("{what} `{pair}` is not KEY=VALUE"))?;
+            Ok((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+impl EmbedArgs {
+    fn job_config(&self) -> anyhow::Result<EmbedJobConfig> {
+        let input = Location::parse(&self.input).map_err(anyhow::Error::msg)?;
+        let output = Location::parse(&self.output).map_err(anyhow::Error::msg)?;
+        let mut config = EmbedJobConfig::new(input, &self.model, output);
+        config.s3.endpoint = self.s3_endpoint.clone();
+        config.replicas = self.replicas;
+        anyhow::ensure!(
+            self.gpus_per_actor >= 0.0,
+            "--gpus-per-actor must not be negative"
+        );
+        config.gpus_per_actor = self.gpus_per_actor;
+        config.vram_gib_per_actor = self.vram_gib;
+        config.selector = parse_pairs(&self.selector, "--selector")?
+            .into_iter()
+            .collect();
+        config.chunk_size = match self.chunk_size.as_str() {
+            "auto" => None,
+            n => Some(
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .context("--chunk-size must be a positive number or auto")?,
+            ),
+        };
+        config.dtype = match self.dtype {
+            Dtype::F32 => OutputDtype::F32,
+            Dtype::F16 => OutputDtype::F16,
+        };
+        config.on_bad_record = match self.on_bad_record {
+            OnBadRecord::Skip => BadRecordPolicy::Skip,
+            OnBadRecord::Fail => BadRecordPolicy::Fail,
+        };
+        config.merge = !self.no_merge;
+        config.reader = ReaderOptions {
+            id_field: self.id_field.clone(),
+            text_field: self.text_field.clone(),
+        };
+        for (label, price) in parse_pairs(&self.price, "--price")? {
+            let price: f64 = price
+                .parse()
+                .with_context(|| format!("--price {label}={price}: not a number"))?;
+            config.prices.per_pool_label.insert(label, price);
+        }
+        Ok(config)
+    }
+}
+
+/// A bar on a terminal; a log line every few seconds otherwise.
+fn progress_reporter() -> impl FnMut(Progress) + Send {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} docs  {per_sec}  ETA {eta}",
+            )
+            .expect("valid template"),
+        );
+        bar
+    });
+    let mut last_log = Instant::now();
+    move |progress: Progress| {
+        let rate = progress.done_docs as f64 / progress.elapsed.as_secs_f64().max(1e-9);
+        match &bar {
+            Some(bar) => {
+                bar.set_length(progress.total_docs);
+                bar.set_position(progress.done_docs);
+                if progress.done_docs >= progress.total_docs {
+                    bar.finish_and_clear();
+                }
+            }
+            None if last_log.elapsed() >= Duration::from_secs(5)
+                || progress.done_docs >= progress.total_docs =>
+            {
+                last_log = Instant::now();
+                let left =
+                    progress.total_docs.saturating_sub(progress.done_docs) as f64 / rate.max(1e-9);
+                tracing::info!(
+                    done = progress.done_docs,
+                    total = progress.total_docs,
+                    docs_per_s = format!("{rate:.1}"),
+                    eta_s = left.round(),
+                    "embedding"
+                );
+            }
+            None => {}
+        }
+    }
+}
+
+pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
+    let config = args.job_config()?;
+    let cluster = match &args.cluster {
+        Some(url) => Cluster::connect(url).await?,
+        None => {
+            let local = LocalConfig {
+                simulate_gpus: args.simulate_gpus.clone(),
+                ..LocalConfig::default()
+            };
+            Cluster::local(local).await?
+        }
+    };
+    let mut progress = progress_reporter();
+    let report = run_embed_job(&cluster, &config, &mut progress).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    eprintln!(
+        "embedded {} documents ({} new) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
+        report.items,
+        report.computed_items,
+        config.output,
+        report.wall_seconds,
+        report.docs_per_second,
+        report.bad_record_count,
+        report.model_loads,
+        config.output.join("report.json")
+    );
+    Ok(())
+}

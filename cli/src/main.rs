@@ -1,0 +1,117 @@
+//! The `resident` command line: run a scheduler, an agent, a local cluster, or inspect one.
+
+mod agent;
+mod embed;
+mod local;
+mod scheduler;
+mod status;
+mod sweep;
+
+use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "resident",
+    version,
+    about = "Resident: resident model actors for GPU batch inference"
+)]
+struct Cli {
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
+    log_json: bool,
+    /// Threads one model operation may use on CPU. 1 (with one actor per core) is fastest
+    /// for small encoders; RAYON_NUM_THREADS, when set, wins.
+    #[arg(
+        long,
+        global = true,
+        env = "RESIDENT_COMPUTE_THREADS",
+        default_value_t = 1
+    )]
+    compute_threads: usize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the central scheduler.
+    Scheduler(scheduler::SchedulerArgs),
+    /// Run a node agent that dials out to a scheduler.
+    Agent(agent::AgentArgs),
+    /// Run a scheduler and an agent in this process.
+    Local(local::LocalArgs),
+    /// Show nodes and actors of a cluster.
+    Status(status::StatusArgs),
+    /// Embed a corpus with resident model actors, resumably.
+    Embed(embed::EmbedArgs),
+    /// Run a hyperparameter sweep whose trials train on resident embed actors.
+    Sweep(sweep::SweepArgs),
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RESIDENT_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Cancels on Ctrl-C or SIGTERM.
+pub(crate) fn shutdown_token() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    token
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    resident_models::device::set_compute_threads(cli.compute_threads);
+    init_logging(cli.log_json);
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::process::ExitCode {
+    let result = match cli.command {
+        Command::Scheduler(args) => scheduler::run(args).await,
+        Command::Agent(args) => agent::run(args).await,
+        Command::Local(args) => local::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Embed(args) => embed::run(args).await,
+        Command::Sweep(args) => sweep::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,74 @@
+use anyhow::Context;
+use clap::Args;
+use resident_jobs::sweep::{SweepConfig, SweepEvent, format_table, load_results, run_sweep};
+use resident_sdk::{Cluster, LocalConfig};
+
+#[derive(Args)]
+pub struct SweepArgs {
+    /// The sweep's TOML declaration (name, model, trial, data, metric, space, ...).
+    #[arg(long)]
+    config: std::path::PathBuf,
+    /// Scheduler URL; without it a local cluster runs in this process. Agents must be able
+    /// to read the sweep's output directory (its embedding cache), e.g. a shared filesystem.
+    #[arg(long, env = "RESIDENT_CLUSTER")]
+    cluster: Option<String>,
+    /// Overrides the config's `output`.
+    #[arg(long)]
+    output: Option<String>,
+}
+
+pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let mut config = SweepConfig::from_toml(&text)?;
+    if let Some(output) = args.output {
+        config.output = output;
+    }
+    let cluster = match &args.cluster {
+        Some(url) => Cluster::connect(url).await?,
+        None => Cluster::local(LocalConfig::default()).await?,
+    };
+    let mut on_event = |event: SweepEvent<'_>| match event {
+        SweepEvent::DataReady {
+            examples,
+            cache_hit,
+        } => {
+            tracing::info!(examples, cache_hit, "sweep data embedded")
+        }
+        SweepEvent::TrialFinished(result) => tracing::info!(
+            trial = result.trial_id,
+            metric = result.metric,
+            epochs = result.epochs,
+            stopped_early = result.stopped_early,
+            error = result.error.as_deref().unwrap_or(""),
+            "trial finished"
+        ),
+    };
+    let summary = run_sweep(&cluster, &config, &mut on_event).await?;
+    let output = std::path::Path::new(&config.output);
+    print!("{}", format_table(&load_results(output), &summary));
+    match (
+        &summary.best_trial,
+        &summary.best_params,
+        summary.best_metric,
+    ) {
+        (Some(trial), Some(params), Some(metric)) => println!(
+            "best: trial {trial}, {} = {metric:.4}, params {}",
+            summary.metric_name,
+            serde_json::to_string(params)?
+        ),
+        _ => println!("no trial finished"),
+    }
+    eprintln!(
+        "{} trials ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads; results: {}",
+        summary.trials,
+        summary.stopped_early,
+        summary.failed,
+        summary.resumed_trials,
+        summary.wall_s,
+        summary.actors,
+        summary.model_loads,
+        output.join("results.jsonl").display()
+    );
+    Ok(())
+}

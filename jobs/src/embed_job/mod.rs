@@ -1,0 +1,343 @@
+//! `resident embed`: embed a corpus end to end on a cluster, resumably.
+//!
+//! 1. Check the input, the output directory and the manifest of an earlier run (a changed
+//!    input or model under the same output is refused); list bad records.
+//! 2. Create the embed pool and wait until every actor has loaded the model.
+//! 3. Pick the chunk size (the earlier run's, `--chunk-size`, or planned from measured
+//!    docs/s), then stream chunks to the pool; each finished chunk becomes a shard, written
+//!    atomically and recorded in `manifest.json`. Chunks already recorded are skipped.
+//! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` and write `report.json`.
+
+pub mod inputs;
+pub mod output;
+#[cfg(not(feature = "parquet"))]
+#[path = "parquet_off.rs"]
+mod parquet_rows;
+#[cfg(feature = "parquet")]
+mod parquet_rows;
+pub mod planner;
+pub mod reader;
+mod report;
+pub(crate) mod scan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use resident_sdk::Cluster;
+use crate::pools::EmbedActors;
+use resident_sdk::EmbeddedChunk;
+use resident_sdk::SdkError;
+use crate::storage::{Location, S3Client, S3Options};
+pub use inputs::InputSet;
+pub use output::OutputDtype;
+use output::{OutputDir, encode_vectors};
+pub use reader::{BadRecord, ReaderOptions};
+pub use report::{PriceTable, Report};
+use report::{ReportBuilder, VectorStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("input: {0}")]
+    Input(String),
+    #[error("output: {0}")]
+    Output(String),
+    #[error(
+        "bad record at {file}:{line}: {reason} (use --on-bad-record skip to skip such records)"
+    )]
+    BadRecord {
+        file: String,
+        line: u64,
+        reason: String,
+    },
+    #[error("{0}")]
+    Mismatch(String),
+    #[error("model did not load: {0}")]
+    Model(String),
+    #[error("chunk {index} failed: {error}")]
+    ChunkFailed { index: u64, error: String },
+    #[error(transparent)]
+    Cluster(#[from] SdkError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadRecordPolicy {
+    Skip,
+    Fail,
+}
+
+#[derive(Clone, Debug)]
+pub struct EmbedJobConfig {
+    /// A local file or directory, or an `s3://bucket/prefix` of corpus files.
+    pub input: Location,
+    /// A local directory or an `s3://bucket/prefix`.
+    pub output: Location,
+    /// How to reach S3 for `s3://` locations.
+    pub s3: S3Options,
+    pub model: String,
+    /// Actors; `None` = one per alive node's CPU core (CPU) or one per GPU slot.
+    pub replicas: Option<u32>,
+    pub gpus_per_actor: f64,
+    pub vram_gib_per_actor: f64,
+    pub selector: BTreeMap<String, String>,
+    /// `None` = planned from measured docs/s.
+    pub chunk_size: Option<usize>,
+    pub dtype: OutputDtype,
+    pub on_bad_record: BadRecordPolicy,
+    pub merge: bool,
+    pub reader: ReaderOptions,
+    pub prices: PriceTable,
+    pub load_timeout: Duration,
+}
+
+impl EmbedJobConfig {
+    pub fn new(
+        input: impl Into<Location>,
+        model: impl Into<String>,
+        output: impl Into<Location>,
+    ) -> Self {
+        Self {
+            input: input.into(),
+            output: output.into(),
+            s3: S3Options::default(),
+            model: model.into(),
+            replicas: None,
+            gpus_per_actor: 0.0,
+            vram_gib_per_actor: 2.0,
+            selector: BTreeMap::new(),
+            chunk_size: None,
+            dtype: OutputDtype::F32,
+            on_bad_record: BadRecordPolicy::Skip,
+            merge: true,
+            reader: ReaderOptions::default(),
+            prices: PriceTable::default(),
+            load_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Where the job stands, for progress bars and logs.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub done_docs: u64,
+    pub total_docs: u64,
+    pub elapsed: Duration,
+}
+
+struct PendingChunk {
+    index: u64,
+    ids: Vec<serde_json::Value>,
+}
+
+/// Runs the job on `cluster` and returns its report (also written to `report.json`).
+pub async fn run_embed_job(
+    cluster: &Cluster,
+    config: &EmbedJobConfig,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Report, JobError> {
+    let started = Instant::now();
+    let s3 = match config.input.is_s3() || config.output.is_s3() {
+        true => Some(S3Client::connect(&config.s3).await),
+        false => None,
+    };
+    let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
+    let inputs = InputSet::list(&config.input, s3.as_ref()).await?;
+    let scan = {
+        let (config, inputs) = (config.clone(), inputs.clone());
+        tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs))
+            .await
+            .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
+    };
+    let mut manifest = scan::open_manifest(&out, config, &scan).await?;
+    let pool = create_pool(cluster, config).await?;
+    let actors = pool.pool.status().await?.actors.len().max(1);
+
+    let plan_reasoning;
+    if manifest.chunk_size == 0 {
+        let (size, reasoning) = match config.chunk_size {
+            Some(size) => (size.max(1), format!("--chunk-size {size}")),
+            None => {
+                let plan = scan::calibrate_and_plan(
+                    &pool,
+                    config,
+                    inputs.clone(),
+                    scan.valid_records,
+                    actors,
+                )
+                .await?;
+                (plan.chunk_size, plan.reasoning)
+            }
+        };
+        manifest.chunk_size = size;
+        plan_reasoning = reasoning;
+    } else {
+        plan_reasoning = format!(
+            "resumed with the earlier run's chunk size {}",
+            manifest.chunk_size
+        );
+    }
+    tracing::info!(chunk_size = manifest.chunk_size, reasoning = %plan_reasoning, "chunk plan");
+    // Checked a few at a time: on S3 each check is a round trip per file.
+    let checks: Vec<(output::ShardEntry, Result<bool, JobError>)> =
+        futures::stream::iter(std::mem::take(&mut manifest.chunks))
+            .map(|entry| async {
+                let intact = out.shard_intact(&entry).await;
+                (entry, intact)
+            })
+            .buffered(16)
+            .collect()
+            .await;
+    for (entry, intact) in checks {
+        if intact? {
+            manifest.chunks.push(entry);
+        }
+    }
+    out.write_manifest(&manifest).await?;
+    let reused_chunks = manifest.chunks.len() as u64;
+    let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
+    let mut done_docs: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
+
+    // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
+    let window = (actors * 3).max(4);
+    let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
+    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<prost::bytes::Bytes>(window);
+    let producer = scan::spawn_chunk_producer(
+        config.clone(),
+        inputs,
+        manifest.chunk_size,
+        done,
+        pending.clone(),
+        chunks_tx,
+    );
+    let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
+    let mut results = pool
+        .pool
+        .submit_windowed("embed", payloads, window as u32)
+        .await?;
+
+    let mut builder = ReportBuilder::default();
+    let mut stats = VectorStats::default();
+    while let Some(output) = results.next().await {
+        let output = output?;
+        let chunk = pending
+            .lock()
+            .expect("pending chunks")
+            .remove(&output.seq)
+            .ok_or_else(|| JobError::Output(format!("result for unknown task {}", output.seq)))?;
+        let embedded = EmbeddedChunk::from_output(output).map_err(|e| JobError::ChunkFailed {
+            index: chunk.index,
+            error: e.to_string(),
+        })?;
+        if embedded.stats.count as usize != chunk.ids.len() {
+            return Err(JobError::ChunkFailed {
+                index: chunk.index,
+                error: "row count differs from the chunk".into(),
+            });
+        }
+        stats.add(&embedded);
+        builder.add_chunk(&embedded);
+        let rows = chunk.ids.len() as u64;
+        let bytes = encode_vectors(&embedded.values, rows, embedded.dim, manifest.dtype);
+        let entry = out
+            .write_shard(chunk.index, bytes, &chunk.ids, rows)
+            .await?;
+        manifest.dim = Some(embedded.dim);
+        manifest.chunks.push(entry);
+        out.write_manifest(&manifest).await?;
+        done_docs += rows;
+        on_progress(Progress {
+            done_docs,
+            total_docs: scan.valid_records,
+            elapsed: started.elapsed(),
+        });
+    }
+    producer
+        .await
+        .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
+    let missing = pending.lock().expect("pending chunks").len();
+    if missing > 0 {
+        return Err(JobError::Output(format!(
+            "{missing} chunks got no result; rerun the same command to finish them"
+        )));
+    }
+    manifest.chunks.sort_by_key(|c| c.index);
+    out.write_manifest(&manifest).await?;
+    if config.merge {
+        out.merge(&manifest).await?;
+    }
+    let actors_info = cluster.list_actors().await?;
+    let nodes_info = cluster.list_nodes().await?;
+    let report = builder.finish(report::ReportInputs {
+        config,
+        manifest: &manifest,
+        bad_records: scan.bad_records,
+        stats,
+        wall: started.elapsed(),
+        reused_chunks,
+        plan_reasoning,
+        pool: pool.pool.name(),
+        actors: &actors_info,
+        nodes: &nodes_info,
+        input_fingerprint: scan.input_fingerprint,
+        model_fingerprint: scan.model_fingerprint,
+    });
+    let json = serde_json::to_vec_pretty(&report).map_err(|e| JobError::Output(e.to_string()))?;
+    out.write("report.json", json).await?;
+    Ok(report)
+}
+
+async fn create_pool(
+    cluster: &Cluster,
+    config: &EmbedJobConfig,
+) -> Result<resident_sdk::EmbedPool, JobError> {
+    let replicas = match config.replicas {
+        Some(replicas) => replicas,
+        None => default_replicas(cluster, config).await?,
+    };
+    let spec = EmbedActors {
+        pool: pool_name(config),
+        model: &config.model,
+        replicas,
+        gpus_per_actor: config.gpus_per_actor,
+        vram_gib_per_actor: config.vram_gib_per_actor,
+        selector: &config.selector,
+    }
+    .spec();
+    match cluster.create_embed_pool(spec, config.load_timeout).await {
+        Ok(pool) => Ok(pool),
+        Err(SdkError::Unavailable(message) | SdkError::Timeout(message)) => {
+            Err(JobError::Model(message))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// One actor per CPU core of the matching nodes, or as many as fit the GPUs.
+async fn default_replicas(cluster: &Cluster, config: &EmbedJobConfig) -> Result<u32, JobError> {
+    let nodes = cluster.list_nodes().await?;
+    let matching = nodes.iter().filter(|n| {
+        n.alive
+            && config
+                .selector
+                .iter()
+                .all(|(k, v)| n.labels.get(k) == Some(v))
+    });
+    let count: u32 = if config.gpus_per_actor > 0.0 {
+        let slots: f64 = matching
+            .map(|n| n.gpus.len() as f64 / config.gpus_per_actor)
+            .map(f64::floor)
+            .sum();
+        slots as u32
+    } else {
+        matching.map(|n| n.cpu_cores.max(1)).sum()
+    };
+    Ok(count.max(1))
+}
+
+/// A pool per output directory, so reruns reuse the resident actors of a long-lived cluster.
+fn pool_name(config: &EmbedJobConfig) -> String {
+    let key = format!("{}|{}", config.output, config.model);
+    format!("embed-{}", &crate::files::sha256_hex(key.as_bytes())[..10])
+}

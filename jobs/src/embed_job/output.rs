@@ -1,0 +1,403 @@
+//! The output directory: per-chunk shards written atomically, the manifest of finished
+//! chunks, and the merged `embeddings.npy` + `ids.jsonl`.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use crate::files::{sha256_hex, write_atomically};
+
+use super::JobError;
+use crate::storage::{Location, S3Client, key_under};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputDtype {
+    F32,
+    F16,
+}
+
+impl OutputDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputDtype::F32 => "f32",
+            OutputDtype::F16 => "f16",
+        }
+    }
+
+    fn descr(self) -> &'static str {
+        match self {
+            OutputDtype::F32 => "<f4",
+            OutputDtype::F16 => "<f2",
+        }
+    }
+
+    pub fn bytes(self) -> usize {
+        match self {
+            OutputDtype::F32 => 4,
+            OutputDtype::F16 => 2,
+        }
+    }
+}
+
+/// One finished chunk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardEntry {
+    pub index: u64,
+    pub rows: u64,
+    pub vectors_file: String,
+    pub vectors_sha256: String,
+    /// Sizes in bytes (0 in manifests from before they were recorded).
+    #[serde(default)]
+    pub vectors_bytes: u64,
+    pub ids_file: String,
+    pub ids_sha256: String,
+    #[serde(default)]
+    pub ids_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    pub input_fingerprint: String,
+    pub model_fingerprint: String,
+    pub chunk_size: usize,
+    pub dtype: OutputDtype,
+    pub dim: Option<usize>,
+    pub chunks: Vec<ShardEntry>,
+}
+
+fn io(path: &Path, error: std::io::Error) -> JobError {
+    JobError::Output(format!("{}: {error}", path.display()))
+}
+
+
+/// A NumPy `.npy` v1 header for a C-order `[rows, dim]` matrix.
+pub fn npy_header(dtype: OutputDtype, rows: u64, dim: usize) -> Vec<u8> {
+    let dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': ({rows}, {dim}), }}",
+        dtype.descr()
+    );
+    let unpadded = 10 + dict.len() + 1;
+    let padding = (64 - unpadded % 64) % 64;
+    let header_len = dict.len() + padding + 1;
+    let mut out = Vec::with_capacity(10 + header_len);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header_len as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend(std::iter::repeat_n(b' ', padding));
+    out.push(b'\n');
+    out
+}
+
+/// Length of the header of an `.npy` file we wrote.
+fn npy_header_len(bytes: &[u8]) -> usize {
+    10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize
+}
+
+pub fn encode_vectors(values: &[f32], rows: u64, dim: usize, dtype: OutputDtype) -> Vec<u8> {
+    let mut out = npy_header(dtype, rows, dim);
+    match dtype {
+        OutputDtype::F32 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        OutputDtype::F16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&half_bits(*v).to_le_bytes())),
+    }
+    out
+}
+
+/// IEEE half-precision bits of `value`, rounded to nearest even.
+fn half_bits(value: f32) -> u16 {
+    half::f16::from_f32(value).to_bits()
+}
+
+/// The job's output: a local directory or an S3 prefix.
+pub struct OutputDir {
+    location: Location,
+    s3: Option<S3Client>,
+}
+
+impl OutputDir {
+    /// Creates the directory (and `shards/`), or checks the bucket, and proves it writable
+    /// before any chunk runs.
+    pub async fn prepare(location: &Location, s3: Option<&S3Client>) -> Result<Self, JobError> {
+        match location {
+            Location::Local(root) => {
+                let shards = root.join("shards");
+                std::fs::create_dir_all(&shards).map_err(|e| {
+                    JobError::Output(format!("cannot create {}: {e}", shards.display()))
+                })?;
+                let probe = root.join(".write-test");
+                std::fs::write(&probe, b"ok").map_err(|e| {
+                    JobError::Output(format!("{} is not writable: {e}", root.display()))
+                })?;
+                let _ = std::fs::remove_file(probe);
+            }
+            Location::S3 { bucket, prefix } => {
+                let client = s3.ok_or_else(|| JobError::Output("no S3 client".into()))?;
+                client
+                    .check_writable(bucket, &key_under(prefix, ".write-test"))
+                    .await
+                    .map_err(|e| JobError::Output(format!("{location} is not writable: {e}")))?;
+            }
+        }
+        Ok(Self {
+            location: location.clone(),
+            s3: s3.cloned(),
+        })
+    }
+
+    fn client(&self) -> &S3Client {
+        self.s3
+            .as_ref()
+            .expect("S3 outputs are prepared with a client")
+    }
+
+    /// The file `name` below the output, or `None` when it is not there.
+    async fn read(&self, name: &str) -> Result<Option<Vec<u8>>, JobError> {
+        match &self.location {
+            Location::Local(root) => {
+                let path = root.join(name);
+                match std::fs::read(&path) {
+                    Ok(bytes) => Ok(Some(bytes)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(io(&path, e)),
+                }
+            }
+            Location::S3 { bucket, prefix } => self
+                .client()
+                .get(bucket, &key_under(prefix, name))
+                .await
+                .map_err(JobError::Output),
+        }
+    }
+
+    /// Writes `name` so that readers see it whole or not at all.
+    pub async fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), JobError> {
+        match &self.location {
+            Location::Local(root) => write_atomically(&root.join(name), &bytes)
+                .map_err(|e| JobError::Output(e.to_string())),
+            Location::S3 { bucket, prefix } => self
+                .client()
+                .put(bucket, &key_under(prefix, name), bytes)
+                .await
+                .map_err(JobError::Output),
+        }
+    }
+
+    pub async fn read_manifest(&self) -> Result<Option<Manifest>, JobError> {
+        let Some(bytes) = self.read("manifest.json").await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            JobError::Output(format!(
+                "{} is corrupt: {e}",
+                self.location.join("manifest.json")
+            ))
+        })
+    }
+
+    pub async fn write_manifest(&self, manifest: &Manifest) -> Result<(), JobError> {
+        let bytes =
+            serde_json::to_vec_pretty(manifest).map_err(|e| JobError::Output(e.to_string()))?;
+        self.write("manifest.json", bytes).await
+    }
+
+    /// Whether a recorded shard is still there, unchanged: its sha256 for local files; its
+    /// size for S3 objects, which only ever appear whole (reading every shard back would
+    /// cost as much as the job's output).
+    pub async fn shard_intact(&self, entry: &ShardEntry) -> Result<bool, JobError> {
+        let files = [
+            (
+                &entry.vectors_file,
+                &entry.vectors_sha256,
+                entry.vectors_bytes,
+            ),
+            (&entry.ids_file, &entry.ids_sha256, entry.ids_bytes),
+        ];
+        for (file, sha, bytes) in files {
+            let intact = match &self.location {
+                Location::S3 { bucket, prefix } if bytes > 0 => {
+                    let size = self.client().size(bucket, &key_under(prefix, file)).await;
+                    size.map_err(JobError::Output)? == Some(bytes)
+                }
+                _ => self
+                    .read(file)
+                    .await?
+                    .is_some_and(|b| sha256_hex(&b) == *sha),
+            };
+            if !intact {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes one chunk's vectors and ids, each atomically, and describes them.
+    pub async fn write_shard(
+        &self,
+        index: u64,
+        vectors: Vec<u8>,
+        ids: &[serde_json::Value],
+        rows: u64,
+    ) -> Result<ShardEntry, JobError> {
+        let vectors_file = format!("shards/chunk-{index:06}.npy");
+        let ids_file = format!("shards/chunk-{index:06}.ids.jsonl");
+        let mut id_lines = Vec::new();
+        for id in ids {
+            serde_json::to_writer(&mut id_lines, &serde_json::json!({ "id": id }))
+                .map_err(|e| JobError::Output(e.to_string()))?;
+            id_lines.push(b'\n');
+        }
+        let entry = ShardEntry {
+            index,
+            rows,
+            vectors_sha256: sha256_hex(&vectors),
+            vectors_bytes: vectors.len() as u64,
+            ids_sha256: sha256_hex(&id_lines),
+            ids_bytes: id_lines.len() as u64,
+            vectors_file,
+            ids_file,
+        };
+        self.write(&entry.vectors_file, vectors).await?;
+        self.write(&entry.ids_file, id_lines).await?;
+        Ok(entry)
+    }
+
+    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`
+    /// (staged in a local file, then renamed or uploaded).
+    pub async fn merge(&self, manifest: &Manifest) -> Result<(), JobError> {
+        let staging_dir = match &self.location {
+            Location::Local(_) => None,
+            Location::S3 { .. } => Some(
+                tempfile::tempdir()
+                    .map_err(|e| JobError::Output(format!("no local staging directory: {e}")))?,
+            ),
+        };
+        let staged = |name: &str| match (&self.location, &staging_dir) {
+            (_, Some(dir)) => dir.path().join(name),
+            (Location::Local(root), None) => root.join(format!("{name}.partial")),
+            (Location::S3 { .. }, None) => unreachable!("S3 outputs stage in a temp dir"),
+        };
+        let (npy_temp, ids_temp) = (staged("embeddings.npy"), staged("ids.jsonl"));
+        let dim = manifest.dim.unwrap_or(0);
+        let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
+        let mut chunks = manifest.chunks.clone();
+        chunks.sort_by_key(|c| c.index);
+        let mut npy =
+            std::io::BufWriter::new(File::create(&npy_temp).map_err(|e| io(&npy_temp, e))?);
+        let mut ids =
+            std::io::BufWriter::new(File::create(&ids_temp).map_err(|e| io(&ids_temp, e))?);
+        npy.write_all(&npy_header(manifest.dtype, rows, dim))
+            .map_err(|e| io(&npy_temp, e))?;
+        for chunk in &chunks {
+            let missing =
+                |file: &str| JobError::Output(format!("{} disappeared", self.location.join(file)));
+            let shard = self
+                .read(&chunk.vectors_file)
+                .await?
+                .ok_or_else(|| missing(&chunk.vectors_file))?;
+            npy.write_all(&shard[npy_header_len(&shard)..])
+                .map_err(|e| io(&npy_temp, e))?;
+            let id_lines = self
+                .read(&chunk.ids_file)
+                .await?
+                .ok_or_else(|| missing(&chunk.ids_file))?;
+            ids.write_all(&id_lines).map_err(|e| io(&ids_temp, e))?;
+        }
+        for (writer, path) in [(npy, &npy_temp), (ids, &ids_temp)] {
+            writer
+                .into_inner()
+                .map_err(|e| JobError::Output(e.to_string()))?
+                .sync_all()
+                .map_err(|e| io(path, e))?;
+        }
+        for (staged, name) in [(&npy_temp, "embeddings.npy"), (&ids_temp, "ids.jsonl")] {
+            match &self.location {
+                Location::Local(root) => {
+                    std::fs::rename(staged, root.join(name)).map_err(|e| io(&root.join(name), e))?
+                }
+                Location::S3 { bucket, prefix } => self
+                    .client()
+                    .upload_file(bucket, &key_under(prefix, name), staged)
+                    .await
+                    .map_err(JobError::Output)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_headers_are_aligned_and_parseable() {
+        let header = npy_header(OutputDtype::F32, 3, 384);
+        assert_eq!(header.len() % 64, 0);
+        assert_eq!(npy_header_len(&header), header.len());
+        let text = String::from_utf8_lossy(&header[10..]);
+        assert!(
+            text.contains("'shape': (3, 384)") && text.contains("'<f4'"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn half_precision_rounds_like_ieee() {
+        assert_eq!(half_bits(1.0), 0x3c00);
+        assert_eq!(half_bits(-2.0), 0xc000);
+        assert_eq!(half_bits(0.0), 0);
+        assert_eq!(half_bits(65504.0), 0x7bff);
+        assert_eq!(half_bits(1e6), 0x7c00);
+        assert_eq!(half_bits(0.333_333_34), 0x3555);
+        assert_eq!(half_bits(6.0e-8), 0x0001);
+    }
+
+    #[tokio::test]
+    async fn shards_merge_in_chunk_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::prepare(&dir.path().into(), None).await.unwrap();
+        let second = out
+            .write_shard(
+                1,
+                encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32),
+                &[serde_json::json!("b")],
+                1,
+            )
+            .await
+            .unwrap();
+        let first = out
+            .write_shard(
+                0,
+                encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32),
+                &[serde_json::json!("a")],
+                1,
+            )
+            .await
+            .unwrap();
+        assert!(out.shard_intact(&first).await.unwrap());
+        let manifest = Manifest {
+            version: 1,
+            input_fingerprint: "i".into(),
+            model_fingerprint: "m".into(),
+            chunk_size: 1,
+            dtype: OutputDtype::F32,
+            dim: Some(2),
+            chunks: vec![second, first],
+        };
+        out.merge(&manifest).await.unwrap();
+        let merged = std::fs::read(dir.path().join("embeddings.npy")).unwrap();
+        let data: Vec<f32> = merged[npy_header_len(&merged)..]
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(data, vec![1.0, 2.0, 3.0, 4.0]);
+        let ids = std::fs::read_to_string(dir.path().join("ids.jsonl")).unwrap();
+        assert_eq!(ids, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
+    }
+}

@@ -1,0 +1,342 @@
+//! Reading a corpus as a stream of records from its files (see [`super::inputs`]). Bad lines
+//! become [`BadRecord`]s, never a crash.
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::JobError;
+use super::inputs::{Format, InputSet, Source};
+use crate::records::{is_blank, json_object, line_text};
+
+#[derive(Clone, Debug)]
+pub struct ReaderOptions {
+    pub id_field: String,
+    pub text_field: String,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        Self {
+            id_field: "id".into(),
+            text_field: "text".into(),
+        }
+    }
+}
+
+/// One document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub id: Value,
+    pub text: String,
+}
+
+/// A line that was skipped, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BadRecord {
+    pub file: String,
+    pub line: u64,
+    pub reason: String,
+}
+
+/// What one step through a file found.
+enum Raw {
+    /// A line, now in the reader's buffer.
+    Line,
+    Blank,
+    Row(super::parquet_rows::Row),
+}
+
+/// Streams records (and bad lines) from every input file in order. Blocking: run it on a
+/// reader thread.
+pub struct RecordReader {
+    inputs: InputSet,
+    options: ReaderOptions,
+    current: Option<(usize, Source, u64)>,
+    next_file: usize,
+    seen_ids: HashSet<u64>,
+    buffer: Vec<u8>,
+}
+
+pub enum Item {
+    Record(Record),
+    Bad(BadRecord),
+}
+
+impl RecordReader {
+    pub fn new(inputs: InputSet, options: ReaderOptions) -> Self {
+        Self {
+            inputs,
+            options,
+            current: None,
+            next_file: 0,
+            seen_ids: HashSet::new(),
+            buffer: Vec::new(),
+        }
+    }
+
+    fn display_name(&self, index: usize) -> &str {
+        &self.inputs.files[index].name
+    }
+
+    /// The next record or bad line; `Ok(None)` at the end of the corpus.
+    pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
+        loop {
+            if self.current.is_none() {
+                if self.next_file >= self.inputs.files.len() {
+                    return Ok(None);
+                }
+                let source = self.inputs.open(
+                    self.next_file,
+                    &self.options.text_field,
+                    &self.options.id_field,
+                )?;
+                self.current = Some((self.next_file, source, 0));
+                self.next_file += 1;
+            }
+            let Some(raw) = self.next_raw()? else {
+                self.current = None;
+                continue;
+            };
+            let (index, line) = self
+                .current
+                .as_ref()
+                .map(|c| (c.0, c.2))
+                .expect("set above");
+            let parsed = match raw {
+                Raw::Blank => continue,
+                Raw::Line => self.parse_line(index, line),
+                Raw::Row(row) => row.map(|(id, text)| Record {
+                    id: id.unwrap_or_else(|| self.generated_id(index, line)),
+                    text,
+                }),
+            };
+            let checked = parsed.and_then(|record| {
+                if record.text.trim().is_empty() {
+                    return Err("empty text".to_owned());
+                }
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                record.id.to_string().hash(&mut hasher);
+                if !self.seen_ids.insert(hasher.finish()) {
+                    return Err(format!("duplicate id {}", record.id));
+                }
+                Ok(record)
+            });
+            return Ok(Some(match checked {
+                Ok(record) => Item::Record(record),
+                Err(reason) => Item::Bad(BadRecord {
+                    file: self.display_name(index).to_owned(),
+                    line,
+                    reason,
+                }),
+            }));
+        }
+    }
+
+    /// Advances the current file by one line or row; `None` at its end.
+    fn next_raw(&mut self) -> Result<Option<Raw>, JobError> {
+        let (index, source, line) = self.current.as_mut().expect("a file is open");
+        let raw = match source {
+            Source::Parquet(rows) => match rows.next_row()? {
+                Some(row) => Raw::Row(row),
+                None => return Ok(None),
+            },
+            Source::Lines(reader) => {
+                self.buffer.clear();
+                let read = reader.read_until(b'\n', &mut self.buffer).map_err(|e| {
+                    JobError::Input(format!("cannot read {}: {e}", self.inputs.describe(*index)))
+                })?;
+                if read == 0 {
+                    return Ok(None);
+                }
+                while matches!(self.buffer.last(), Some(b'\n' | b'\r')) {
+                    self.buffer.pop();
+                }
+                let jsonl = self.inputs.files[*index].format() == Format::Jsonl;
+                if jsonl && is_blank(&self.buffer) {
+                    Raw::Blank // blank lines in JSONL are not records, but still count as lines
+                } else {
+                    Raw::Line
+                }
+            }
+        };
+        *line += 1;
+        Ok(Some(raw))
+    }
+
+    /// The record on the line in `self.buffer`, or why it is bad.
+    fn parse_line(&self, index: usize, line: u64) -> Result<Record, String> {
+        let text = line_text(&self.buffer)?;
+        match self.inputs.files[index].format() {
+            Format::Text => Ok(Record {
+                id: self.generated_id(index, line),
+                text: text.to_owned(),
+            }),
+            _ => self.parse_json(text, index, line),
+        }
+    }
+
+    fn generated_id(&self, index: usize, line: u64) -> Value {
+        if self.inputs.files.len() == 1 {
+            Value::from(line)
+        } else {
+            Value::from(format!("{}:{line}", self.display_name(index)))
+        }
+    }
+
+    fn parse_json(&self, text: &str, index: usize, line: u64) -> Result<Record, String> {
+        let mut object = json_object(text)?;
+        let text = match object.remove(&self.options.text_field) {
+            Some(Value::String(text)) => text,
+            Some(_) => {
+                return Err(format!(
+                    "text field `{}` is not a string",
+                    self.options.text_field
+                ));
+            }
+            None => return Err(format!("missing text field `{}`", self.options.text_field)),
+        };
+        let id = match object.remove(&self.options.id_field) {
+            Some(id @ (Value::String(_) | Value::Number(_))) => id,
+            Some(_) => {
+                return Err(format!(
+                    "id field `{}` is not a string or number",
+                    self.options.id_field
+                ));
+            }
+            None => self.generated_id(index, line),
+        };
+        Ok(Record { id, text })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::path::Path;
+
+    use super::*;
+
+    fn collect(path: &Path) -> (Vec<Record>, Vec<BadRecord>) {
+        let mut reader =
+            RecordReader::new(InputSet::local(path).unwrap(), ReaderOptions::default());
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        while let Some(item) = reader.next_item().unwrap() {
+            match item {
+                Item::Record(r) => good.push(r),
+                Item::Bad(b) => bad.push(b),
+            }
+        }
+        (good, bad)
+    }
+
+    #[test]
+    fn bad_lines_are_listed_with_their_line_and_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        let mut bytes = b"{\"id\": \"a\", \"text\": \"alpha\"}\n{not json\n{\"id\": \"b\"}\n{\"id\": \"c\", \"text\": \"  \"}\n".to_vec();
+        bytes.extend(b"{\"id\": \"d\", \"text\": \"\xff\xfe\"}\n{\"id\": \"a\", \"text\": \"again\"}\n\n{\"text\": \"no id\"}\n");
+        std::fs::write(&path, bytes).unwrap();
+        let (good, bad) = collect(&path);
+        assert_eq!(
+            good.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+            vec![Value::from("a"), Value::from(8)]
+        );
+        let reasons: Vec<(u64, &str)> = bad.iter().map(|b| (b.line, b.reason.as_str())).collect();
+        assert_eq!(reasons[1], (3, "missing text field `text`"));
+        assert_eq!(reasons[2], (4, "empty text"));
+        assert_eq!(reasons[3], (5, "invalid UTF-8"));
+        assert_eq!(reasons[4], (6, "duplicate id \"a\""));
+        assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
+        assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    #[test]
+    fn directories_text_gzip_and_zstd() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "first line\nsecond line\n").unwrap();
+        let mut gz = flate2::write::GzEncoder::new(
+            File::create(dir.path().join("b.jsonl.gz")).unwrap(),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(b"{\"id\": 7, \"text\": \"zipped\"}\n")
+            .unwrap();
+        gz.finish().unwrap();
+        let zst =
+            zstd::stream::encode_all(&b"{\"id\": 8, \"text\": \"squeezed\"}\n"[..], 3).unwrap();
+        std::fs::write(dir.path().join("c.ndjson.zst"), zst).unwrap();
+        std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
+        let (good, bad) = collect(dir.path());
+        assert!(bad.is_empty());
+        let ids: Vec<Value> = good.iter().map(|r| r.id.clone()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                Value::from("a.txt:1"),
+                Value::from("a.txt:2"),
+                Value::from(7),
+                Value::from(8)
+            ]
+        );
+        assert_eq!(
+            (good[2].text.as_str(), good[3].text.as_str()),
+            ("zipped", "squeezed")
+        );
+        assert!(InputSet::local(&dir.path().join("missing")).is_err());
+    }
+
+    #[cfg(feature = "parquet")]
+    #[test]
+    fn parquet_text_and_id_columns() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus.parquet");
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![10, 11, 12, 13]));
+        let texts: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("first"),
+            None,
+            Some(""),
+            Some("fourth"),
+        ]));
+        let batch = RecordBatch::try_from_iter([("id", ids), ("text", texts)]).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            File::create(&path).unwrap(),
+            batch.schema(),
+            None,
+        )
+        .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let (good, bad) = collect(&path);
+        assert_eq!(
+            good.iter()
+                .map(|r| (r.id.clone(), r.text.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(Value::from(10), "first"), (Value::from(13), "fourth")]
+        );
+        let reasons: Vec<(u64, &str)> = bad.iter().map(|b| (b.line, b.reason.as_str())).collect();
+        assert_eq!(
+            reasons,
+            vec![(2, "missing text field `text`"), (3, "empty text")]
+        );
+
+        let options = ReaderOptions {
+            id_field: "id".into(),
+            text_field: "body".into(),
+        };
+        let error = RecordReader::new(InputSet::local(&path).unwrap(), options)
+            .next_item()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.ends_with("has no column `body` (use --text-field)"),
+            "{error}"
+        );
+    }
+}

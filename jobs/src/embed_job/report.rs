@@ -1,0 +1,311 @@
+//! `report.json`: what the job produced, how fast, where, and what it cost.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+
+use serde::{Deserialize, Serialize};
+
+use super::EmbedJobConfig;
+use super::output::Manifest;
+use super::reader::BadRecord;
+use resident_sdk::{ActorInfo, EmbeddedChunk, NodeInfo};
+
+/// Price per hour of one GPU by pool label value, with public on-demand defaults by GPU model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PriceTable {
+    /// `pool` label value -> USD per GPU-hour (overrides the model defaults).
+    pub per_pool_label: BTreeMap<String, f64>,
+    /// GPU name fragment -> USD per GPU-hour.
+    pub per_gpu_model: BTreeMap<String, f64>,
+    /// USD per CPU core-hour, for CPU-only actors.
+    pub per_cpu_core: f64,
+}
+
+impl Default for PriceTable {
+    /// AWS on-demand us-east-1 prices per GPU (instance price / GPUs): T4 g4dn.xlarge 0.526,
+    /// A10G g5.xlarge 1.006, L4 g6.xlarge 0.805, V100 p3.2xlarge 3.06, A100 p4d.24xlarge/8
+    /// 4.10, H100 p5.48xlarge/8 12.29; RTX A6000 at a typical cloud rate of 0.80; a CPU core
+    /// at half a c6i.large (0.085/2).
+    fn default() -> Self {
+        let per_gpu_model = [
+            ("T4", 0.526),
+            ("A10G", 1.006),
+            ("L4", 0.805),
+            ("V100", 3.06),
+            ("A100", 4.10),
+            ("H100", 12.29),
+            ("A6000", 0.80),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Self {
+            per_pool_label: BTreeMap::new(),
+            per_gpu_model,
+            per_cpu_core: 0.0425,
+        }
+    }
+}
+
+impl PriceTable {
+    fn gpu_hour(&self, pool_label: Option<&String>, gpu_name: &str) -> f64 {
+        if let Some(price) = pool_label.and_then(|l| self.per_pool_label.get(l)) {
+            return *price;
+        }
+        let upper = gpu_name.to_ascii_uppercase();
+        self.per_gpu_model
+            .iter()
+            .filter(|(model, _)| upper.contains(&model.to_ascii_uppercase()))
+            .max_by_key(|(model, _)| model.len())
+            .map_or(1.0, |(_, price)| *price)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct VectorStats {
+    count: u64,
+    norm_min: f64,
+    norm_max: f64,
+    norm_sum: f64,
+    truncated: u64,
+    tokens: u64,
+}
+
+impl VectorStats {
+    pub fn add(&mut self, chunk: &EmbeddedChunk) {
+        for row in chunk.rows() {
+            let norm = row
+                .iter()
+                .map(|v| f64::from(*v) * f64::from(*v))
+                .sum::<f64>()
+                .sqrt();
+            if self.count == 0 {
+                (self.norm_min, self.norm_max) = (norm, norm);
+            }
+            self.norm_min = self.norm_min.min(norm);
+            self.norm_max = self.norm_max.max(norm);
+            self.norm_sum += norm;
+            self.count += 1;
+        }
+        self.truncated += chunk.stats.truncated_rows.len() as u64;
+        self.tokens += chunk.stats.tokens;
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct ReportBuilder {
+    docs_by_actor: BTreeMap<String, u64>,
+    node_of_actor: BTreeMap<String, String>,
+}
+
+impl ReportBuilder {
+    pub fn add_chunk(&mut self, chunk: &EmbeddedChunk) {
+        *self
+            .docs_by_actor
+            .entry(chunk.actor_id.to_string())
+            .or_default() += u64::from(chunk.stats.count);
+        self.node_of_actor
+            .insert(chunk.actor_id.to_string(), chunk.node_id.to_string());
+    }
+
+    pub fn finish(self, inputs: ReportInputs<'_>) -> Report {
+        let wall_s = inputs.wall.as_secs_f64();
+        let hours = wall_s / 3600.0;
+        let items = inputs.manifest.chunks.iter().map(|c| c.rows).sum::<u64>();
+        let computed: u64 = self.docs_by_actor.values().sum();
+        let nodes: BTreeMap<&str, &NodeInfo> = inputs
+            .nodes
+            .iter()
+            .map(|n| (n.node_id.as_str(), n))
+            .collect();
+        let pool_actors: Vec<&ActorInfo> = inputs
+            .actors
+            .iter()
+            .filter(|a| a.pool.as_str() == inputs.pool)
+            .collect();
+
+        let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+        let mut per_gpu: BTreeMap<(String, Option<u32>), (String, u64)> = BTreeMap::new();
+        for (actor_id, docs) in &self.docs_by_actor {
+            let node = self
+                .node_of_actor
+                .get(actor_id)
+                .cloned()
+                .unwrap_or_default();
+            *per_node.entry(node.clone()).or_default() += docs;
+            let gpu = pool_actors
+                .iter()
+                .find(|a| a.actor_id.as_str() == actor_id)
+                .and_then(|a| a.gpu_indices.first().copied());
+            let name = gpu
+                .and_then(|g| {
+                    nodes
+                        .get(node.as_str())
+                        .and_then(|n| n.gpus.iter().find(|x| x.index == g))
+                })
+                .map_or_else(|| "cpu".to_owned(), |g| g.name.clone());
+            per_gpu.entry((node, gpu)).or_insert((name, 0)).1 += docs;
+        }
+        let (mut gpu_hours, mut cpu_hours, mut cost) = (0.0, 0.0, 0.0);
+        for actor in &pool_actors {
+            let node = actor.node_id.as_ref().and_then(|n| nodes.get(n.as_str()));
+            match actor.gpu_indices.first() {
+                Some(index) => {
+                    let share = actor.gpu_fraction.max(0.0) * actor.gpu_indices.len() as f64;
+                    let name = node
+                        .and_then(|n| n.gpus.iter().find(|g| g.index == *index))
+                        .map_or("", |g| g.name.as_str());
+                    let price = inputs
+                        .config
+                        .prices
+                        .gpu_hour(node.and_then(|n| n.labels.get("pool")), name);
+                    gpu_hours += share * hours;
+                    cost += share * hours * price;
+                }
+                None => {
+                    cpu_hours += hours;
+                    cost += hours * inputs.config.prices.per_cpu_core;
+                }
+            }
+        }
+        let stats = inputs.stats;
+        Report {
+            items,
+            dimension: inputs.manifest.dim.unwrap_or(0),
+            dtype: inputs.manifest.dtype,
+            norm: NormSummary {
+                min: stats.norm_min,
+                max: stats.norm_max,
+                mean: if stats.count == 0 {
+                    0.0
+                } else {
+                    stats.norm_sum / stats.count as f64
+                },
+            },
+            truncated: stats.truncated,
+            tokens: stats.tokens,
+            bad_record_count: inputs.bad_records.len() as u64,
+            bad_records: inputs.bad_records,
+            wall_seconds: wall_s,
+            docs_per_second: if wall_s > 0.0 {
+                computed as f64 / wall_s
+            } else {
+                0.0
+            },
+            computed_items: computed,
+            chunks: ChunkSummary {
+                total: inputs.manifest.chunks.len() as u64,
+                computed: inputs.manifest.chunks.len() as u64 - inputs.reused_chunks,
+                reused: inputs.reused_chunks,
+                size: inputs.manifest.chunk_size,
+                plan: inputs.plan_reasoning,
+            },
+            per_node: per_node
+                .into_iter()
+                .map(|(node_id, docs)| NodeThroughput {
+                    docs_per_second: docs as f64 / wall_s.max(1e-9),
+                    node_id,
+                    docs,
+                })
+                .collect(),
+            per_gpu: per_gpu
+                .into_iter()
+                .map(|((node_id, gpu_index), (gpu_name, docs))| GpuThroughput {
+                    docs_per_second: docs as f64 / wall_s.max(1e-9),
+                    node_id,
+                    gpu_index,
+                    gpu_name,
+                    docs,
+                })
+                .collect(),
+            actors: pool_actors.len() as u64,
+            model_loads: pool_actors.iter().map(|a| a.model_loads).sum(),
+            gpu_hours,
+            cpu_hours,
+            estimated_cost_usd: cost,
+            prices: inputs.config.prices.clone(),
+            model: inputs.config.model.clone(),
+            input: inputs.config.input.to_string(),
+            input_fingerprint: inputs.input_fingerprint,
+            model_fingerprint: inputs.model_fingerprint,
+        }
+    }
+}
+
+pub(super) struct ReportInputs<'a> {
+    pub config: &'a EmbedJobConfig,
+    pub manifest: &'a Manifest,
+    pub bad_records: Vec<BadRecord>,
+    pub stats: VectorStats,
+    pub wall: Duration,
+    pub reused_chunks: u64,
+    pub plan_reasoning: String,
+    pub pool: &'a str,
+    pub actors: &'a [ActorInfo],
+    pub nodes: &'a [NodeInfo],
+    pub input_fingerprint: String,
+    pub model_fingerprint: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NormSummary {
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChunkSummary {
+    pub total: u64,
+    pub computed: u64,
+    pub reused: u64,
+    pub size: usize,
+    pub plan: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeThroughput {
+    pub node_id: String,
+    pub docs: u64,
+    pub docs_per_second: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuThroughput {
+    pub node_id: String,
+    pub gpu_index: Option<u32>,
+    pub gpu_name: String,
+    pub docs: u64,
+    pub docs_per_second: f64,
+}
+
+/// The contents of `report.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub items: u64,
+    pub dimension: usize,
+    pub dtype: super::OutputDtype,
+    pub norm: NormSummary,
+    pub truncated: u64,
+    pub tokens: u64,
+    pub bad_record_count: u64,
+    pub bad_records: Vec<BadRecord>,
+    pub wall_seconds: f64,
+    /// Documents embedded by this run (not counting reused shards) per wall second.
+    pub docs_per_second: f64,
+    pub computed_items: u64,
+    pub chunks: ChunkSummary,
+    pub per_node: Vec<NodeThroughput>,
+    pub per_gpu: Vec<GpuThroughput>,
+    pub actors: u64,
+    pub model_loads: u64,
+    pub gpu_hours: f64,
+    pub cpu_hours: f64,
+    pub estimated_cost_usd: f64,
+    pub prices: PriceTable,
+    pub model: String,
+    pub input: String,
+    pub input_fingerprint: String,
+    pub model_fingerprint: String,
+}

@@ -1,0 +1,217 @@
+//! The job's reading side: the first pass over the input (counts, bad records,
+//! fingerprint), the manifest check, speed calibration and the chunk producer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use crate::files::model_fingerprint;
+
+use super::inputs::InputSet;
+use super::output::{Manifest, OutputDir};
+use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
+use super::reader::{BadRecord, Item, RecordReader};
+use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
+use resident_sdk::{EmbedPool, EmbeddedChunk, embed_request};
+
+pub(super) struct Scan {
+    pub valid_records: u64,
+    pub bad_records: Vec<BadRecord>,
+    pub input_fingerprint: String,
+    pub model_fingerprint: String,
+}
+
+/// First pass, blocking: count records, list bad ones (or stop at the first with `fail`).
+pub(super) fn scan_input(config: &EmbedJobConfig, inputs: InputSet) -> Result<Scan, JobError> {
+    let input_fingerprint = inputs.fingerprint()?;
+    let mut reader = RecordReader::new(inputs, config.reader.clone());
+    let (mut valid_records, mut bad_records) = (0u64, Vec::new());
+    while let Some(item) = reader.next_item()? {
+        match item {
+            Item::Record(_) => valid_records += 1,
+            Item::Bad(bad) if config.on_bad_record == BadRecordPolicy::Fail => {
+                return Err(JobError::BadRecord {
+                    file: bad.file,
+                    line: bad.line,
+                    reason: bad.reason,
+                });
+            }
+            Item::Bad(bad) => bad_records.push(bad),
+        }
+    }
+    if valid_records == 0 {
+        return Err(JobError::Input(format!(
+            "{} holds no usable records",
+            config.input
+        )));
+    }
+    Ok(Scan {
+        valid_records,
+        bad_records,
+        input_fingerprint,
+        model_fingerprint: model_fingerprint(&config.model),
+    })
+}
+
+/// The earlier run's manifest, if it is for the same input and model; a new one otherwise.
+pub(super) async fn open_manifest(
+    out: &OutputDir,
+    config: &EmbedJobConfig,
+    scan: &Scan,
+) -> Result<Manifest, JobError> {
+    match out.read_manifest().await? {
+        Some(manifest) => {
+            let place = &config.output;
+            if manifest.input_fingerprint != scan.input_fingerprint {
+                return Err(JobError::Mismatch(format!(
+                    "{place} holds embeddings of a different input; use another --output or remove it"
+                )));
+            }
+            if manifest.model_fingerprint != scan.model_fingerprint {
+                return Err(JobError::Mismatch(format!(
+                    "{place} holds embeddings from a different model; use another --output or remove it"
+                )));
+            }
+            if manifest.dtype != config.dtype {
+                return Err(JobError::Mismatch(format!(
+                    "{place} holds {} embeddings; rerun with --dtype {}",
+                    manifest.dtype.name(),
+                    manifest.dtype.name()
+                )));
+            }
+            if let Some(asked) = config
+                .chunk_size
+                .filter(|size| *size != manifest.chunk_size)
+            {
+                tracing::warn!(
+                    asked,
+                    kept = manifest.chunk_size,
+                    "keeping the earlier run's chunk size so finished shards stay valid"
+                );
+            }
+            Ok(manifest)
+        }
+        None => Ok(Manifest {
+            version: 1,
+            input_fingerprint: scan.input_fingerprint.clone(),
+            model_fingerprint: scan.model_fingerprint.clone(),
+            chunk_size: 0,
+            dtype: config.dtype,
+            dim: None,
+            chunks: Vec::new(),
+        }),
+    }
+}
+
+/// Measures each actor on a small sample of the corpus, then plans the chunk size.
+pub(super) async fn calibrate_and_plan(
+    pool: &EmbedPool,
+    config: &EmbedJobConfig,
+    inputs: InputSet,
+    total: u64,
+    actors: usize,
+) -> Result<ChunkPlan, JobError> {
+    let per_actor = 32usize;
+    let options = config.reader.clone();
+    let sample = tokio::task::spawn_blocking(move || {
+        let mut reader = RecordReader::new(inputs, options);
+        let mut sample = Vec::new();
+        while sample.len() < per_actor * actors {
+            match reader.next_item()? {
+                Some(Item::Record(record)) => sample.push(record.text),
+                Some(Item::Bad(_)) => {}
+                None => break,
+            }
+        }
+        Ok::<_, JobError>(sample)
+    })
+    .await
+    .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
+    let payloads: Vec<_> = sample
+        .chunks(per_actor)
+        .map(|c| embed_request(c.to_vec(), false))
+        .collect();
+    let mut results = pool
+        .pool
+        .submit("calibrate", futures::stream::iter(payloads))
+        .await?;
+    let mut speeds: HashMap<String, (u64, u64)> = HashMap::new();
+    while let Some(output) = results.next().await {
+        let chunk = EmbeddedChunk::from_output(output?)?;
+        let entry = speeds.entry(chunk.actor_id.to_string()).or_default();
+        entry.0 += u64::from(chunk.stats.count);
+        entry.1 += chunk.stats.total_micros.max(1);
+    }
+    let mut actor_docs_per_s: Vec<f64> = speeds
+        .values()
+        .map(|(docs, micros)| *docs as f64 * 1e6 / *micros as f64)
+        .collect();
+    // Actors the sample did not reach are assumed as fast as the measured median.
+    if !actor_docs_per_s.is_empty() && actor_docs_per_s.len() < actors {
+        actor_docs_per_s.sort_by(f64::total_cmp);
+        let median = actor_docs_per_s[actor_docs_per_s.len() / 2];
+        actor_docs_per_s.resize(actors, median);
+    }
+    Ok(plan_chunk_size(&PlanInput {
+        total_docs: total,
+        actor_docs_per_s,
+    }))
+}
+
+/// Second pass, on a blocking thread: cuts records into chunks, skips finished ones, and
+/// sends the rest (recording their ids) as long as the job's window allows.
+pub(super) fn spawn_chunk_producer(
+    config: EmbedJobConfig,
+    inputs: InputSet,
+    chunk_size: usize,
+    done: HashSet<u64>,
+    pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
+    chunks: tokio::sync::mpsc::Sender<prost::bytes::Bytes>,
+) -> tokio::task::JoinHandle<Result<(), JobError>> {
+    tokio::task::spawn_blocking(move || {
+        let mut reader = RecordReader::new(inputs, config.reader.clone());
+        let (mut index, mut seq) = (0u64, 0u64);
+        let (mut ids, mut texts) = (
+            Vec::with_capacity(chunk_size),
+            Vec::with_capacity(chunk_size),
+        );
+        let mut flush =
+            |ids: &mut Vec<serde_json::Value>, texts: &mut Vec<String>, index: u64| -> bool {
+                if done.contains(&index) {
+                    ids.clear();
+                    texts.clear();
+                    return true;
+                }
+                let payload = embed_request(std::mem::take(texts), false);
+                pending.lock().expect("pending chunks").insert(
+                    seq,
+                    PendingChunk {
+                        index,
+                        ids: std::mem::take(ids),
+                    },
+                );
+                seq += 1;
+                chunks.blocking_send(payload).is_ok()
+            };
+        loop {
+            match reader.next_item()? {
+                Some(Item::Record(record)) => {
+                    ids.push(record.id);
+                    texts.push(record.text);
+                    if ids.len() == chunk_size {
+                        if !flush(&mut ids, &mut texts, index) {
+                            return Ok(());
+                        }
+                        index += 1;
+                    }
+                }
+                Some(Item::Bad(_)) => {}
+                None => break,
+            }
+        }
+        if !ids.is_empty() {
+            flush(&mut ids, &mut texts, index);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,82 @@
+//! File helpers every job shares: content hashes and atomic writes.
+
+use std::io::Write;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// Lower-case hex of any digest or byte string.
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    bytes.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(Sha256::digest(bytes))
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so readers only ever see
+/// a complete file. Errors name the file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let named = |file: &Path, e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("{}: {e}", file.display()))
+    };
+    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut file = std::fs::File::create(&temp).map_err(|e| named(&temp, e))?;
+    file.write_all(bytes).map_err(|e| named(&temp, e))?;
+    file.sync_all().map_err(|e| named(&temp, e))?;
+    std::fs::rename(&temp, path).map_err(|e| named(path, e))
+}
+
+/// A fingerprint of a model: its configuration and tokenizer files plus its weights' size
+/// when `model` is a local directory, the spec itself otherwise (a hub id).
+pub fn model_fingerprint(model: &str) -> String {
+    let dir = Path::new(model);
+    let mut hasher = Sha256::new();
+    if dir.is_dir() {
+        for name in [
+            "config.json",
+            "tokenizer.json",
+            "sentence_bert_config.json",
+            "modules.json",
+            "1_Pooling/config.json",
+        ] {
+            if let Ok(bytes) = std::fs::read(dir.join(name)) {
+                hasher.update(name.as_bytes());
+                hasher.update(&bytes);
+            }
+        }
+        if let Ok(meta) = std::fs::metadata(dir.join("model.safetensors")) {
+            hasher.update(meta.len().to_le_bytes());
+        }
+    } else {
+        hasher.update(model.as_bytes());
+    }
+    hex(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_a_known_string() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn atomic_write_replaces_the_whole_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        write_atomically(&path, b"first, longer").unwrap();
+        write_atomically(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let missing = dir.path().join("no/such/dir/b.json");
+        let error = write_atomically(&missing, b"x").unwrap_err().to_string();
+        assert!(error.contains("no/such/dir"), "{error}");
+    }
+}

@@ -1,0 +1,16 @@
+//! Resident's batch jobs, as a library over the client SDK:
+//!
+//! - [`embed_job`]: embed a corpus end to end on a cluster, resumably (`resident embed`);
+//! - [`sweep`]: hyperparameter sweeps whose trials train on resident `embed` actors
+//!   (`resident sweep`);
+//! - [`storage`]: where jobs read and write, a local path or `s3://bucket/prefix`.
+//!
+//! Features: `s3` (aws-sdk-s3) and `parquet` (Parquet corpus files), both on by default. A
+//! build without one refuses such inputs with a message that names the feature.
+
+pub mod embed_job;
+pub mod files;
+pub mod pools;
+pub mod records;
+pub mod storage;
+pub mod sweep;

@@ -1,0 +1,84 @@
+//! Built without the `s3` feature: every S3 location is refused with a message that says how
+//! to get S3 support. The API matches the real client so callers need no `cfg`.
+
+use std::io::Read;
+use std::path::Path;
+
+const DISABLED: &str = "this build has no S3 support: build resident-jobs (or the resident CLI) with the `s3` feature";
+
+/// How to reach the store (unused without the `s3` feature).
+#[derive(Clone, Debug)]
+pub struct S3Options {
+    pub endpoint: Option<String>,
+    pub part_bytes: usize,
+    pub static_credentials: Option<(String, String)>,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            part_bytes: 64 << 20,
+            static_credentials: None,
+        }
+    }
+}
+
+/// One object under a listed prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
+
+/// Refuses every call.
+#[derive(Clone, Debug)]
+pub struct S3Client;
+
+impl S3Client {
+    pub async fn connect(_options: &S3Options) -> Self {
+        S3Client
+    }
+
+    pub async fn list(&self, _bucket: &str, _prefix: &str) -> Result<Vec<ObjectInfo>, String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn get(&self, _bucket: &str, _key: &str) -> Result<Option<Vec<u8>>, String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn size(&self, _bucket: &str, _key: &str) -> Result<Option<u64>, String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn put(&self, _bucket: &str, _key: &str, _bytes: Vec<u8>) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn delete(&self, _bucket: &str, _key: &str) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn upload_file(&self, _bucket: &str, _key: &str, _path: &Path) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+
+    pub fn open_blocking(&self, _bucket: &str, _key: &str) -> Result<Box<dyn Read + Send>, String> {
+        Err(DISABLED.into())
+    }
+
+    pub fn download_blocking(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _file: &mut std::fs::File,
+    ) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn check_writable(&self, _bucket: &str, _key: &str) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+}

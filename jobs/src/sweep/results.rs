@@ -1,0 +1,246 @@
+//! What a sweep leaves in its output: `results.jsonl` (a line per finished trial, appended as
+//! trials end, which is what a resumed sweep reads back), `summary.json` and the table.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::SweepError;
+use super::config::Mode;
+use super::data::SkippedRecord;
+use super::search::Params;
+use crate::files::write_atomically;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub trial_id: usize,
+    pub params: Params,
+    /// The metric after the trial's last epoch (`None` when it failed).
+    pub metric: Option<f64>,
+    pub epochs: u32,
+    pub stopped_early: bool,
+    /// The actor that ran its last segment.
+    pub actor_id: String,
+    pub wall_s: f64,
+    /// The metric after every epoch.
+    #[serde(default)]
+    pub metrics: Vec<f64>,
+    /// Seconds the actors spent training it.
+    #[serde(default)]
+    pub train_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepSummary {
+    pub name: String,
+    pub metric_name: String,
+    pub mode: Mode,
+    pub best_trial: Option<usize>,
+    pub best_params: Option<Params>,
+    pub best_metric: Option<f64>,
+    /// Model loads by the sweep's actors: one per actor when weights stay resident.
+    pub model_loads: u64,
+    pub actors: u64,
+    pub trials: usize,
+    pub stopped_early: usize,
+    pub failed: usize,
+    /// Trials taken from an earlier run's results.jsonl.
+    pub resumed_trials: usize,
+    pub epochs_trained: u64,
+    pub wall_s: f64,
+    /// Creating the pool until every actor had loaded the model.
+    #[serde(default)]
+    pub model_load_s: f64,
+    /// Embedding the data (0 on a cache hit).
+    pub embed_s: f64,
+    pub embedding_cache_hit: bool,
+    pub examples: usize,
+    pub skipped_records: Vec<SkippedRecord>,
+}
+
+/// The earlier run's finished trials (lines that do not parse, e.g. one cut by a kill, are
+/// ignored: that trial runs again).
+pub fn read_results(path: &Path) -> Vec<TrialResult> {
+    std::fs::read_to_string(path)
+        .map(|text| {
+            text.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn result_line(result: &TrialResult) -> Result<Vec<u8>, SweepError> {
+    let mut line = serde_json::to_vec(result).map_err(|e| SweepError::Output(e.to_string()))?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+pub fn append_result(path: &Path, result: &TrialResult) -> Result<(), SweepError> {
+    let fail = |e: std::io::Error| SweepError::Output(format!("{}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(fail)?;
+    file.write_all(&result_line(result)?).map_err(fail)?;
+    file.sync_data().map_err(fail)
+}
+
+/// Replaces the file with exactly `results` (atomically), dropping a line cut by a kill.
+pub fn write_results(path: &Path, results: &[TrialResult]) -> Result<(), SweepError> {
+    let mut bytes = Vec::new();
+    for result in results {
+        bytes.extend(result_line(result)?);
+    }
+    write_atomically(path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
+}
+
+/// The best finished trial by `mode`.
+pub fn best(results: &[TrialResult], mode: Mode) -> Option<&TrialResult> {
+    let scored = results
+        .iter()
+        .filter(|r| r.metric.is_some_and(f64::is_finite));
+    let key = |r: &&TrialResult| r.metric.unwrap_or(f64::NAN);
+    match mode {
+        Mode::Max => {
+            scored.max_by(|a, b| key(a).total_cmp(&key(b)).then(b.trial_id.cmp(&a.trial_id)))
+        }
+        Mode::Min => {
+            scored.min_by(|a, b| key(a).total_cmp(&key(b)).then(a.trial_id.cmp(&b.trial_id)))
+        }
+    }
+}
+
+fn format_value(value: &serde_json::Value) -> String {
+    match value.as_f64() {
+        Some(v) if value.is_f64() => format!("{v:.4e}"),
+        _ => value.to_string(),
+    }
+}
+
+/// The results as a table in trial order, the best trial marked with `*`.
+pub fn format_table(results: &[TrialResult], summary: &SweepSummary) -> String {
+    let mut sorted: Vec<&TrialResult> = results.iter().collect();
+    sorted.sort_by_key(|r| r.trial_id);
+    let names: Vec<&String> = sorted
+        .first()
+        .map(|r| r.params.keys().collect())
+        .unwrap_or_default();
+    let mut out = format!("{:>2} {:>5} ", "", "trial");
+    for name in &names {
+        out += &format!("{name:>12} ");
+    }
+    out += &format!(
+        "{:>10} {:>6} {:>8} {:>8}\n",
+        summary.metric_name, "epochs", "stopped", "wall_s"
+    );
+    for result in sorted {
+        let mark = if summary.best_trial == Some(result.trial_id) {
+            "*"
+        } else {
+            ""
+        };
+        out += &format!("{mark:>2} {:>5} ", result.trial_id);
+        for name in &names {
+            out += &format!(
+                "{:>12} ",
+                result
+                    .params
+                    .get(*name)
+                    .map(format_value)
+                    .unwrap_or_default()
+            );
+        }
+        let metric = match (&result.error, result.metric) {
+            (Some(_), _) | (_, None) => "failed".to_owned(),
+            (None, Some(m)) => format!("{m:.4}"),
+        };
+        let stopped = if result.stopped_early { "early" } else { "" };
+        out += &format!(
+            "{metric:>10} {:>6} {stopped:>8} {:>8.2}\n",
+            result.epochs, result.wall_s
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(id: usize, metric: Option<f64>) -> TrialResult {
+        TrialResult {
+            trial_id: id,
+            params: Params::from([
+                ("lr".to_owned(), json!(0.01 * (id + 1) as f64)),
+                ("hidden".to_owned(), json!(64)),
+            ]),
+            metric,
+            epochs: 4,
+            stopped_early: id == 1,
+            actor_id: "a".into(),
+            wall_s: 1.5,
+            metrics: vec![],
+            train_s: 1.0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn best_and_table() {
+        let results = vec![
+            result(0, Some(0.5)),
+            result(1, Some(0.7)),
+            result(2, None),
+            result(3, Some(0.7)),
+        ];
+        assert_eq!(
+            best(&results, Mode::Max).unwrap().trial_id,
+            1,
+            "ties go to the earlier trial"
+        );
+        assert_eq!(best(&results, Mode::Min).unwrap().trial_id, 0);
+        let summary: SweepSummary = serde_json::from_value(json!({
+            "name": "s", "metric_name": "accuracy", "mode": "max", "best_trial": 1, "best_params": null,
+            "best_metric": 0.7, "model_loads": 2, "actors": 2, "trials": 4, "stopped_early": 1, "failed": 1,
+            "resumed_trials": 0, "epochs_trained": 16, "wall_s": 3.0, "embed_s": 1.0, "embedding_cache_hit": false,
+            "examples": 10, "skipped_records": []
+        }))
+        .unwrap();
+        let table = format_table(&results, &summary);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].contains("hidden") && lines[0].contains("accuracy"),
+            "{table}"
+        );
+        assert!(
+            lines[2].starts_with(" *     1")
+                && lines[2].contains("0.7000")
+                && lines[2].contains("early"),
+            "{table}"
+        );
+        assert!(lines[3].contains("failed"), "{table}");
+    }
+
+    #[test]
+    fn results_round_trip_and_cut_lines_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        append_result(&path, &result(0, Some(0.5))).unwrap();
+        append_result(&path, &result(1, Some(0.6))).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        file.write_all(b"{\"trial_id\": 2, \"par").unwrap();
+        assert_eq!(
+            read_results(&path),
+            vec![result(0, Some(0.5)), result(1, Some(0.6))]
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! Running a sweep on a cluster: one pool of `embed` actors loads the model once, embeds the
+//! data once (cached on disk), then trains trial after trial on those actors, segment by
+//! segment, as the driver and ASHA decide. Trials are their own message (`TrialRequest`) sent
+//! to the actors' `trial` method, so they share the resident model's actor and device
+//! without riding on the embed request.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use prost::Message;
+use resident_proto::{SeededRng, pb};
+
+use super::SweepError;
+use super::config::SweepConfig;
+use super::data::{embed_into_cache, read_sweep_data};
+use super::driver::{Phase, Segment, SweepDriver};
+use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
+use super::search::generate_trials;
+use crate::files::write_atomically;
+use crate::pools::EmbedActors;
+use resident_sdk::{Cluster, SubmitOptions, TaskOutput};
+
+/// The `embed` actors' method that trains a trial segment.
+pub const TRIAL_METHOD: &str = "trial";
+
+/// What the runner tells its caller as the sweep goes.
+pub enum SweepEvent<'a> {
+    DataReady { examples: usize, cache_hit: bool },
+    TrialFinished(&'a TrialResult),
+}
+
+/// Where one trial stands in this run.
+#[derive(Default)]
+struct TrialRun {
+    started: Option<Instant>,
+    checkpoint: Option<pb::TrialCheckpoint>,
+    train_micros: u64,
+    actor_id: String,
+}
+
+fn output_error(path: &Path, e: impl std::fmt::Display) -> SweepError {
+    SweepError::Output(format!("{}: {e}", path.display()))
+}
+
+/// Refuses an output directory that holds a different sweep; records this one.
+fn claim_output(config: &SweepConfig, output: &Path) -> Result<(), SweepError> {
+    std::fs::create_dir_all(output).map_err(|e| output_error(output, e))?;
+    let path = output.join("sweep.json");
+    let declared = serde_json::to_value(config).map_err(|e| SweepError::Output(e.to_string()))?;
+    if let Ok(bytes) = std::fs::read(&path) {
+        let earlier: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if earlier != declared {
+            return Err(SweepError::Mismatch(format!(
+                "{} holds a different sweep (see its sweep.json); use another output or remove it",
+                output.display()
+            )));
+        }
+    }
+    let bytes =
+        serde_json::to_vec_pretty(&declared).map_err(|e| SweepError::Output(e.to_string()))?;
+    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
+}
+
+/// The embedded data's cache file and key, as actors find it.
+pub struct DatasetRef {
+    pub uri: String,
+    pub key: String,
+}
+
+/// The task that trains `segment` of a trial with `params`.
+pub fn trial_payload(
+    config: &SweepConfig,
+    dataset: &DatasetRef,
+    params: &super::Params,
+    segment: &Segment,
+    checkpoint: Option<pb::TrialCheckpoint>,
+) -> prost::bytes::Bytes {
+    pb::TrialRequest {
+        kind: format!("{:?}", config.trial).to_lowercase(),
+        dataset_uri: dataset.uri.clone(),
+        dataset_key: dataset.key.clone(),
+        params_json: serde_json::to_string(params).unwrap_or_default(),
+        split_seed: config.seed,
+        trial_seed: SeededRng::derived(config.seed, segment.trial as u64).next_u64(),
+        start_epoch: segment.start_epoch,
+        end_epoch: segment.end_epoch,
+        metric: config.metric.clone(),
+        checkpoint,
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// Runs the sweep on `cluster` and returns its summary (also in `summary.json`).
+pub async fn run_sweep(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<SweepSummary, SweepError> {
+    let started = Instant::now();
+    config.validate()?;
+    let output = PathBuf::from(&config.output);
+    claim_output(config, &output)?;
+    let data = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || read_sweep_data(&config))
+            .await
+            .map_err(|e| SweepError::Data(e.to_string()))??
+    };
+    let spec = EmbedActors {
+        pool: format!("sweep-{}", config.name),
+        model: &config.model,
+        replicas: config.replicas,
+        gpus_per_actor: config.gpus_per_actor,
+        vram_gib_per_actor: config.vram_gib,
+        selector: &config.selector,
+    }
+    .spec();
+    let load_started = Instant::now();
+    let pool = cluster
+        .create_embed_pool(spec, Duration::from_secs(600))
+        .await
+        .map_err(|e| SweepError::Model(e.to_string()))?;
+    let model_load_s = load_started.elapsed().as_secs_f64();
+    let embed_started = Instant::now();
+    let (cache, cache_hit) = embed_into_cache(&pool, &data, &output).await?;
+    let embed_s = if cache_hit {
+        0.0
+    } else {
+        embed_started.elapsed().as_secs_f64()
+    };
+    on_event(SweepEvent::DataReady {
+        examples: data.texts.len(),
+        cache_hit,
+    });
+    let cache = std::fs::canonicalize(&cache).map_err(|e| output_error(&cache, e))?;
+
+    let trials = generate_trials(
+        &config.space,
+        config.search.algorithm,
+        config.trials,
+        config.seed,
+    );
+    let actors = pool.pool.status().await?.actors.len().max(1);
+    let per_actor = config.trials_per_actor as usize;
+    let mut driver = SweepDriver::new(
+        trials.clone(),
+        &config.scheduler,
+        config.mode,
+        actors * per_actor,
+    );
+
+    // Trials finished by an earlier run count as they are; anything else runs again.
+    let results_path = output.join("results.jsonl");
+    let mut results: Vec<TrialResult> = read_results(&results_path)
+        .into_iter()
+        .filter(|r| trials.get(r.trial_id) == Some(&r.params) && r.error.is_none())
+        .collect();
+    results.sort_by_key(|r| r.trial_id);
+    results.dedup_by_key(|r| r.trial_id);
+    write_results(&results_path, &results)?;
+    for result in &results {
+        driver.restore(
+            result.trial_id,
+            result.metrics.clone(),
+            result.stopped_early,
+        );
+    }
+    let resumed_trials = results.len();
+
+    let (segments_tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
+    let job_name = format!("sweep-{}", config.name);
+    let mut outputs = pool
+        .pool
+        .submit_with(
+            &job_name,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(segments_rx),
+            SubmitOptions {
+                window: (actors * per_actor) as u32,
+                method: TRIAL_METHOD.to_owned(),
+            },
+        )
+        .await?;
+    let mut in_flight: HashMap<u64, Segment> = HashMap::new();
+    let mut runs: HashMap<usize, TrialRun> = HashMap::new();
+    let mut next_seq = 0u64;
+    let dataset = DatasetRef {
+        uri: cache.display().to_string(),
+        key: data.key.clone(),
+    };
+    while !driver.finished() {
+        for segment in driver.next_segments() {
+            let run = runs.entry(segment.trial).or_default();
+            run.started.get_or_insert_with(Instant::now);
+            let params = &trials[segment.trial];
+            let checkpoint = run.checkpoint.clone();
+            let payload = trial_payload(config, &dataset, params, &segment, checkpoint);
+            in_flight.insert(next_seq, segment);
+            next_seq += 1;
+            segments_tx
+                .send(payload)
+                .map_err(|_| SweepError::Cluster("the sweep's job stream closed".into()))?;
+        }
+        let Some(output) = outputs.next().await else {
+            return Err(SweepError::Cluster(
+                "the scheduler ended the sweep's job early".into(),
+            ));
+        };
+        let output: TaskOutput = output?;
+        let segment = in_flight.remove(&output.seq).ok_or_else(|| {
+            SweepError::Cluster(format!("result for unknown task {}", output.seq))
+        })?;
+        let run = runs.entry(segment.trial).or_default();
+        run.actor_id = output.actor_id.to_string();
+        let response = output.output.and_then(|bytes| {
+            pb::TrialResponse::decode(bytes).map_err(|e| format!("not a TrialResponse: {e}"))
+        });
+        // This result may end its trial, and ASHA decisions it unblocks may end others.
+        let ended = match response {
+            Ok(response) => {
+                run.checkpoint = response.checkpoint;
+                run.train_micros += response.train_micros;
+                driver.on_segment_done(segment.trial, &response.metrics)
+            }
+            Err(error) => driver.on_segment_failed(segment.trial, error),
+        };
+        for trial in ended {
+            let progress = &driver.trials()[trial];
+            let (stopped_early, error) = match &progress.phase {
+                Phase::Done { stopped_early } => (*stopped_early, None),
+                Phase::Failed(error) => (false, Some(error.clone())),
+                _ => unreachable!("the driver reports ended trials only"),
+            };
+            let run = runs.remove(&trial).unwrap_or_default();
+            let result = TrialResult {
+                trial_id: trial,
+                params: progress.params.clone(),
+                metric: if error.is_some() {
+                    None
+                } else {
+                    progress.metrics.last().copied()
+                },
+                epochs: progress.metrics.len() as u32,
+                stopped_early,
+                actor_id: run.actor_id,
+                wall_s: run.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
+                metrics: progress.metrics.clone(),
+                train_s: run.train_micros as f64 / 1e6,
+                error,
+            };
+            append_result(&results_path, &result)?;
+            on_event(SweepEvent::TrialFinished(&result));
+            results.push(result);
+        }
+    }
+    drop(segments_tx);
+
+    let pool_name = pool.pool.name().to_owned();
+    let pool_actors: Vec<_> = cluster
+        .list_actors()
+        .await?
+        .into_iter()
+        .filter(|a| a.pool.as_str() == pool_name)
+        .collect();
+    results.sort_by_key(|r| r.trial_id);
+    let best_result = best(&results, config.mode);
+    let summary = SweepSummary {
+        name: config.name.clone(),
+        metric_name: config.metric.clone(),
+        mode: config.mode,
+        best_trial: best_result.map(|r| r.trial_id),
+        best_params: best_result.map(|r| r.params.clone()),
+        best_metric: best_result.and_then(|r| r.metric),
+        model_loads: pool_actors.iter().map(|a| a.model_loads).sum(),
+        actors: pool_actors.len() as u64,
+        trials: results.len(),
+        stopped_early: results.iter().filter(|r| r.stopped_early).count(),
+        failed: results.iter().filter(|r| r.error.is_some()).count(),
+        resumed_trials,
+        epochs_trained: results.iter().map(|r| u64::from(r.epochs)).sum(),
+        wall_s: started.elapsed().as_secs_f64(),
+        model_load_s,
+        embed_s,
+        embedding_cache_hit: cache_hit,
+        examples: data.texts.len(),
+        skipped_records: data.skipped,
+    };
+    let path = output.join("summary.json");
+    let bytes =
+        serde_json::to_vec_pretty(&summary).map_err(|e| SweepError::Output(e.to_string()))?;
+    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;
+    Ok(summary)
+}
+
+/// The sweep's results as they are on disk, in trial order.
+pub fn load_results(output: &Path) -> Vec<TrialResult> {
+    let mut results = read_results(&output.join("results.jsonl"));
+    results.sort_by_key(|r| r.trial_id);
+    results
+}

@@ -1,0 +1,165 @@
+use std::collections::HashMap;
+
+use candle_nn::VarBuilder;
+
+use super::*;
+use crate::embed::bert::BertConfig;
+use crate::embed::encoder::pool;
+
+const HIDDEN: usize = 32;
+const WIDE: usize = 64;
+const POSITIONS: usize = 320;
+
+fn tiny_bert() -> FastBert {
+    let config: BertConfig = serde_json::from_value(serde_json::json!({
+        "vocab_size": 50, "hidden_size": HIDDEN, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": WIDE,
+        "max_position_embeddings": POSITIONS, "layer_norm_eps": 1e-12
+    }))
+    .unwrap();
+    let mut tensors = HashMap::new();
+    let mut put = |name: String, shape: &[usize]| {
+        let t = Tensor::randn(0f32, 0.3, shape, &Device::Cpu).unwrap();
+        tensors.insert(name, t);
+    };
+    put("embeddings.word_embeddings.weight".into(), &[50, HIDDEN]);
+    put(
+        "embeddings.position_embeddings.weight".into(),
+        &[POSITIONS, HIDDEN],
+    );
+    put(
+        "embeddings.token_type_embeddings.weight".into(),
+        &[2, HIDDEN],
+    );
+    let norm = |put: &mut dyn FnMut(String, &[usize]), prefix: String| {
+        put(format!("{prefix}.weight"), &[HIDDEN]);
+        put(format!("{prefix}.bias"), &[HIDDEN]);
+    };
+    norm(&mut put, "embeddings.LayerNorm".into());
+    for i in 0..2 {
+        let l = format!("encoder.layer.{i}");
+        for part in [
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+        ] {
+            put(format!("{l}.{part}.weight"), &[HIDDEN, HIDDEN]);
+            put(format!("{l}.{part}.bias"), &[HIDDEN]);
+        }
+        put(
+            format!("{l}.attention.output.dense.weight"),
+            &[HIDDEN, HIDDEN],
+        );
+        put(format!("{l}.attention.output.dense.bias"), &[HIDDEN]);
+        norm(&mut put, format!("{l}.attention.output.LayerNorm"));
+        put(format!("{l}.intermediate.dense.weight"), &[WIDE, HIDDEN]);
+        put(format!("{l}.intermediate.dense.bias"), &[WIDE]);
+        put(format!("{l}.output.dense.weight"), &[HIDDEN, WIDE]);
+        put(format!("{l}.output.dense.bias"), &[HIDDEN]);
+        norm(&mut put, format!("{l}.output.LayerNorm"));
+    }
+    let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    FastBert::load(config, vb).unwrap()
+}
+
+/// Right-padded ids and mask for sequences of these lengths.
+fn batch(lengths: &[usize]) -> (Tensor, Tensor) {
+    let longest = *lengths.iter().max().unwrap();
+    let (mut ids, mut mask) = (Vec::new(), Vec::new());
+    for (s, &len) in lengths.iter().enumerate() {
+        for i in 0..longest {
+            ids.push(if i < len {
+                ((s * 7 + i * 3) % 50) as u32
+            } else {
+                0
+            });
+            mask.push(u32::from(i < len));
+        }
+    }
+    let shape = (lengths.len(), longest);
+    let ids = Tensor::from_vec(ids, shape, &Device::Cpu).unwrap();
+    let mask = Tensor::from_vec(mask, shape, &Device::Cpu).unwrap();
+    (ids, mask)
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Hidden states of real tokens and mean-pooled, normalised vectors from both forwards,
+/// on one thread and on three (more than one row block, so blocks run in parallel).
+#[test]
+fn matches_the_tensor_forward_on_one_thread_and_several() {
+    let mut reference = tiny_bert();
+    let mut packed = CpuBert::from_model(&reference).unwrap();
+    let lengths = [300, 7, 250, 1];
+    let (ids, mask) = batch(&lengths);
+    let expected_hidden = reference.forward(&ids, &mask).unwrap();
+    let expected_pooled = pool(
+        &expected_hidden,
+        &mask,
+        Pooling::Mean,
+        PaddingSide::Right,
+        true,
+    )
+    .unwrap()
+    .to_vec2::<f32>()
+    .unwrap();
+    let keep = mask.to_dtype(DType::F32).unwrap().unsqueeze(2).unwrap();
+    let real = |hidden: &Tensor| {
+        let masked = hidden.broadcast_mul(&keep).unwrap();
+        masked.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let sequences = unpadded(&ids, &mask).unwrap();
+    let sequences: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    for threads in [1, 3] {
+        let workers = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let (hidden, pooled) = workers.install(|| {
+            let hidden = packed.forward(&ids, &mask).unwrap();
+            let pooled = packed.embed_unpadded(&sequences, Pooling::Mean, true);
+            (hidden, pooled.unwrap().unwrap())
+        });
+        let off = max_difference(&real(&hidden), &real(&expected_hidden));
+        assert!(
+            off < 1e-4,
+            "{threads} thread(s): hidden states off by {off}"
+        );
+        for (ours, theirs) in pooled.iter().zip(&expected_pooled) {
+            let off = max_difference(ours, theirs);
+            assert!(
+                off < 1e-5,
+                "{threads} thread(s): pooled vector off by {off}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cls_and_last_token_pooling_pick_their_rows() {
+    let rows: Vec<f32> = (0..3 * 4).map(|v| v as f32).collect();
+    assert_eq!(pool_rows(&rows, 4, Pooling::Cls), vec![0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(
+        pool_rows(&rows, 4, Pooling::LastToken),
+        vec![8.0, 9.0, 10.0, 11.0]
+    );
+    assert_eq!(pool_rows(&rows, 4, Pooling::Mean), vec![4.0, 5.0, 6.0, 7.0]);
+}
+
+#[test]
+fn ids_past_the_vocabulary_or_positions_are_errors() {
+    let mut packed = CpuBert::from_model(&tiny_bert()).unwrap();
+    let too_long = vec![1u32; POSITIONS + 1];
+    let error = packed.embed_unpadded(&[&too_long], Pooling::Mean, true);
+    let message = error.unwrap().unwrap_err().to_string();
+    assert!(message.contains("longer than the model's"), "{message}");
+    let error = packed.embed_unpadded(&[&[1, 99, 2]], Pooling::Mean, true);
+    let message = error.unwrap().unwrap_err().to_string();
+    assert!(message.contains("token id 99 out of range"), "{message}");
+}

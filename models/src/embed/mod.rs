@@ -1,0 +1,379 @@
+//! A text embedding model that loads once and turns chunks of texts into the vectors
+//! sentence-transformers would give. The node agent's `embed` actor kind wraps [`Embedder`].
+//!
+//! Config (the pool's `actor_config`):
+//! `{"model": "models/all-MiniLM-L6-v2", "dtype": "f32", "max_batch_tokens": 8192,
+//!   "max_batch_size": 64, "query_instruction": "Given a web search query, ..."}`.
+//! Payload: an `EmbedRequest` protobuf; output: an `EmbedResponse`. Sweep trials are their
+//! own message (`TrialRequest`, see [`crate::trials`]) on the same actor and device.
+
+pub mod batching;
+mod bert;
+mod cpu_bert;
+mod cpu_ops;
+mod encoder;
+pub mod model_files;
+pub mod qwen3;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use prost::Message;
+use resident_proto::pb;
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::ModelError;
+use crate::trials::TrialRunner;
+use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
+use model_files::{Architecture, ModelLayout, read_layout, resolve_model_dir};
+
+/// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
+const QWEN3_EOS: u32 = 151_643;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedConfig {
+    /// A model directory, or a HuggingFace id already in the local hub cache.
+    pub model: String,
+    /// `f32`, `f16` or `bf16`; default f16 on GPU, f32 on CPU.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Padded tokens per model batch (batch size x longest text); default 1024 on CPU (small
+    /// batches stay in cache), 16384 on GPU.
+    #[serde(default)]
+    pub max_batch_tokens: Option<usize>,
+    /// Texts per model batch; default 16 on CPU, 256 on GPU.
+    #[serde(default)]
+    pub max_batch_size: Option<usize>,
+    /// Prefixed to texts of requests marked `is_query` (Qwen3-Embedding style).
+    #[serde(default)]
+    pub query_instruction: Option<String>,
+    /// Overrides the model's own max_seq_length (only to make it shorter).
+    #[serde(default)]
+    pub max_seq_length: Option<usize>,
+}
+
+/// One chunk, tokenised.
+pub struct TokenizedChunk {
+    ids: Vec<Vec<u32>>,
+    truncated_rows: Vec<u32>,
+    tokenize_micros: u64,
+}
+
+/// Decodes and tokenises a payload. Cheap to share: the actor host runs it on a helper
+/// thread, ahead of the model working on the previous chunk.
+pub struct TextPreparer {
+    tokenizer: Tokenizer,
+    architecture: Architecture,
+    max_seq_length: usize,
+    query_instruction: Option<String>,
+}
+
+impl TextPreparer {
+    /// Decodes an `EmbedRequest` and tokenises its texts.
+    pub fn prepare(&self, payload: &[u8]) -> Result<TokenizedChunk, ModelError> {
+        let started = Instant::now();
+        let request = pb::EmbedRequest::decode(payload)
+            .map_err(|e| ModelError::BadPayload(format!("not an EmbedRequest: {e}")))?;
+        self.tokenize(request, started)
+    }
+
+    fn tokenize(
+        &self,
+        request: pb::EmbedRequest,
+        started: Instant,
+    ) -> Result<TokenizedChunk, ModelError> {
+        let mut ids = Vec::with_capacity(request.texts.len());
+        let mut truncated_rows = Vec::new();
+        for (row, text) in request.texts.iter().enumerate() {
+            let text = match (&self.query_instruction, request.is_query) {
+                (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
+                _ => text.clone(),
+            };
+            let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| {
+                ModelError::BadPayload(format!("cannot tokenise text {row}: {e}"))
+            })?;
+            let mut tokens = encoding.get_ids().to_vec();
+            let mut truncated = !encoding.get_overflowing().is_empty();
+            if self.architecture == Architecture::Qwen3 && tokens.last() != Some(&QWEN3_EOS) {
+                if tokens.len() >= self.max_seq_length {
+                    tokens.truncate(self.max_seq_length - 1);
+                    truncated = true;
+                }
+                tokens.push(QWEN3_EOS);
+            }
+            if truncated {
+                truncated_rows.push(row as u32);
+            }
+            ids.push(tokens);
+        }
+        Ok(TokenizedChunk {
+            ids,
+            truncated_rows,
+            tokenize_micros: started.elapsed().as_micros() as u64,
+        })
+    }
+}
+
+pub struct Embedder {
+    preparer: Arc<TextPreparer>,
+    encoder: Box<dyn TextEncoder>,
+    layout: ModelLayout,
+    device: Device,
+    dtype: DType,
+    max_batch_tokens: usize,
+    max_batch_size: usize,
+    vram_bytes: u64,
+    trials: TrialRunner,
+}
+
+fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError> {
+    match name {
+        None if device.is_cuda() => Ok(DType::F16),
+        None | Some("f32") => Ok(DType::F32),
+        Some("f16") => Ok(DType::F16),
+        Some("bf16") => Ok(DType::BF16),
+        Some(other) => Err(ModelError::InvalidConfig(format!(
+            "dtype `{other}` is not one of f32, f16, bf16"
+        ))),
+    }
+}
+
+fn is_out_of_memory(error: &candle_core::Error) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("out of memory") || text.contains("out_of_memory")
+}
+
+impl Embedder {
+    pub fn load(config: &EmbedConfig, device: Device) -> Result<Self, ModelError> {
+        let dir = resolve_model_dir(&config.model)?;
+        let layout = read_layout(&dir)?;
+        let dtype = parse_dtype(config.dtype.as_deref(), &device)?;
+        let gpu = device.is_cuda();
+        let max_batch_tokens = config
+            .max_batch_tokens
+            .unwrap_or(if gpu { 16_384 } else { 1024 });
+        let max_batch_size = config.max_batch_size.unwrap_or(if gpu { 256 } else { 16 });
+        if max_batch_tokens < 16 || max_batch_size == 0 {
+            return Err(ModelError::InvalidConfig(
+                "max_batch_tokens must be >= 16 and max_batch_size >= 1".into(),
+            ));
+        }
+        let max_seq_length = config
+            .max_seq_length
+            .map_or(layout.max_seq_length, |m| m.min(layout.max_seq_length));
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| ModelError::Load(format!("tokenizer.json: {e}")))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_seq_length,
+                ..Default::default()
+            }))
+            .map_err(|e| ModelError::Load(format!("tokenizer truncation: {e}")))?;
+        tokenizer.with_padding(None);
+        let encoder = load_encoder(&layout, &device, dtype)?;
+        let weight_bytes: u64 = layout
+            .weights
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        let vram_bytes = if gpu {
+            estimate_vram(
+                weight_bytes,
+                dtype,
+                max_batch_tokens,
+                encoder.spec().hidden_size,
+            )
+        } else {
+            0
+        };
+
+        let preparer = TextPreparer {
+            tokenizer,
+            architecture: layout.architecture,
+            max_seq_length,
+            query_instruction: config.query_instruction.clone(),
+        };
+        Ok(Self {
+            preparer: Arc::new(preparer),
+            encoder,
+            layout,
+            device,
+            dtype,
+            max_batch_tokens,
+            max_batch_size,
+            vram_bytes,
+            trials: TrialRunner::default(),
+        })
+    }
+
+    /// Runs one planned batch, returning `[batch, hidden]` f32 rows in the batch's order.
+    fn run_batch(&mut self, ids: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let (pooling, normalize) = (self.layout.pooling, self.layout.normalize);
+        if let Some(rows) = self.encoder.embed_unpadded(ids, pooling, normalize) {
+            return rows;
+        }
+        let longest = ids.iter().map(|t| t.len()).max().unwrap_or(1);
+        let EncoderSpec {
+            pad_id: pad,
+            padding_side: side,
+            ..
+        } = self.encoder.spec();
+        let mut flat_ids = Vec::with_capacity(ids.len() * longest);
+        let mut flat_mask = Vec::with_capacity(ids.len() * longest);
+        for tokens in ids {
+            let padding = longest - tokens.len();
+            let (ids_row, mask_row): (Vec<u32>, Vec<u32>) = match side {
+                PaddingSide::Right => (
+                    tokens
+                        .iter()
+                        .copied()
+                        .chain(std::iter::repeat_n(pad, padding))
+                        .collect(),
+                    std::iter::repeat_n(1, tokens.len())
+                        .chain(std::iter::repeat_n(0, padding))
+                        .collect(),
+                ),
+                PaddingSide::Left => (
+                    std::iter::repeat_n(pad, padding)
+                        .chain(tokens.iter().copied())
+                        .collect(),
+                    std::iter::repeat_n(0, padding)
+                        .chain(std::iter::repeat_n(1, tokens.len()))
+                        .collect(),
+                ),
+            };
+            flat_ids.extend(ids_row);
+            flat_mask.extend(mask_row);
+        }
+        let shape = (ids.len(), longest);
+        let input = Tensor::from_vec(flat_ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, shape, &self.device)?;
+        let hidden = self.encoder.forward(&input, &mask)?;
+        let pooled = pool(
+            &hidden,
+            &mask,
+            self.layout.pooling,
+            side,
+            self.layout.normalize,
+        )?;
+        pooled.to_vec2::<f32>()
+    }
+
+    fn embed(&mut self, chunk: TokenizedChunk) -> Result<pb::EmbedResponse, ModelError> {
+        let started = Instant::now();
+        let lengths: Vec<usize> = chunk.ids.iter().map(Vec::len).collect();
+        let mut pending: Vec<Vec<usize>> =
+            batching::plan_batches(&lengths, self.max_batch_tokens, self.max_batch_size);
+        pending.reverse();
+        let (tokens, _) = batching::token_counts(&lengths, &pending);
+        let dim = self.encoder.spec().hidden_size;
+        let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
+        let (mut padded, mut batches) = (0usize, 0u32);
+        while let Some(batch) = pending.pop() {
+            let ids: Vec<&[u32]> = batch.iter().map(|&i| chunk.ids[i].as_slice()).collect();
+            match self.run_batch(&ids) {
+                Ok(vectors) => {
+                    padded += batch.len() * ids.iter().map(|t| t.len()).max().unwrap_or(0);
+                    batches += 1;
+                    for (index, vector) in batch.into_iter().zip(vectors) {
+                        rows[index] = Some(vector);
+                    }
+                }
+                Err(error) if is_out_of_memory(&error) && batch.len() > 1 => {
+                    self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
+                    tracing::warn!(
+                        budget = self.max_batch_tokens,
+                        "out of memory; halving the token budget"
+                    );
+                    let sub_lengths: Vec<usize> = batch.iter().map(|&i| lengths[i]).collect();
+                    for sub in batching::plan_batches(
+                        &sub_lengths,
+                        self.max_batch_tokens,
+                        self.max_batch_size,
+                    )
+                    .into_iter()
+                    .rev()
+                    {
+                        pending.push(sub.into_iter().map(|j| batch[j]).collect());
+                    }
+                }
+                Err(error) => {
+                    return Err(ModelError::Task(format!("model forward failed: {error}")));
+                }
+            }
+        }
+        let model_micros = started.elapsed().as_micros() as u64;
+        let mut vectors = Vec::with_capacity(rows.len() * dim * 4);
+        for row in rows {
+            let row = row.ok_or_else(|| ModelError::Task("a text was not embedded".into()))?;
+            for value in row {
+                vectors.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+        Ok(pb::EmbedResponse {
+            count: lengths.len() as u32,
+            dim: dim as u32,
+            vectors: vectors.into(),
+            tokens: tokens as u64,
+            padded_tokens: padded as u64,
+            truncated_rows: chunk.truncated_rows,
+            tokenize_micros: chunk.tokenize_micros,
+            model_micros,
+            total_micros: chunk.tokenize_micros + model_micros,
+            batches,
+            device: format!("{:?}", self.device.location()),
+            dtype: format!("{:?}", self.dtype).to_ascii_lowercase(),
+            max_batch_tokens: self.max_batch_tokens as u64,
+        })
+    }
+}
+
+/// Weights in the chosen dtype plus activations for a full token budget (a generous
+/// per-token allowance of 64 hidden-size f32 buffers).
+fn estimate_vram(
+    weight_file_bytes: u64,
+    dtype: DType,
+    max_batch_tokens: usize,
+    hidden: usize,
+) -> u64 {
+    let weights = match dtype {
+        DType::F32 => weight_file_bytes,
+        _ => weight_file_bytes / 2,
+    };
+    weights + (max_batch_tokens * hidden * 4 * 64) as u64
+}
+
+impl Embedder {
+    /// The decoding and tokenising stage, to run ahead of the model on another thread.
+    pub fn preparer(&self) -> Arc<TextPreparer> {
+        self.preparer.clone()
+    }
+
+    /// Embeds a chunk that [`TextPreparer::prepare`] tokenised; returns an `EmbedResponse`.
+    pub fn embed_prepared(&mut self, chunk: TokenizedChunk) -> Result<Vec<u8>, ModelError> {
+        Ok(self.embed(chunk)?.encode_to_vec())
+    }
+
+    /// Decodes, tokenises and embeds an `EmbedRequest` payload on this thread.
+    pub fn embed_payload(&mut self, payload: &[u8]) -> Result<Vec<u8>, ModelError> {
+        let chunk = self.preparer.prepare(payload)?;
+        self.embed_prepared(chunk)
+    }
+
+    /// Trains one segment of a sweep trial (a `TrialRequest` payload) on this model's device,
+    /// next to the resident model; returns a `TrialResponse`.
+    pub fn train_trial(&mut self, payload: &[u8]) -> Result<Vec<u8>, ModelError> {
+        let request = pb::TrialRequest::decode(payload)
+            .map_err(|e| ModelError::BadPayload(format!("not a TrialRequest: {e}")))?;
+        Ok(self.trials.run(&request, &self.device)?.encode_to_vec())
+    }
+
+    /// VRAM this model holds (0 on CPU).
+    pub fn vram_bytes(&self) -> u64 {
+        self.vram_bytes
+    }
+}

@@ -1,0 +1,305 @@
+//! A Qwen3 encoder for Qwen3-Embedding: the decoder stack without a KV cache or LM head.
+//!
+//! Attention is causal, so with right padding no real token ever attends to a pad; pooling
+//! then takes each row's last real token. That gives what Qwen3-Embedding's left-padded
+//! reference gives, without a padding mask.
+
+use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::{Linear, RmsNorm, VarBuilder, linear_b, linear_no_bias, rms_norm};
+use serde::Deserialize;
+
+use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use crate::ModelError;
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Qwen3Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default)]
+    pub attention_bias: bool,
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+}
+
+impl Qwen3Config {
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// Floating-point operations of one forward pass over `tokens` tokens in sequences of `seq`.
+    pub fn forward_flops(&self, tokens: usize, seq: usize) -> f64 {
+        let h = self.hidden_size as f64;
+        let d = self.head_dim() as f64;
+        let q = self.num_attention_heads as f64 * d;
+        let kv = self.num_key_value_heads as f64 * d;
+        let per_token_params = h * (q + 2.0 * kv) + q * h + 3.0 * h * self.intermediate_size as f64;
+        let attention = 2.0 * q * seq as f64; // scores and weighted sum, per token
+        self.num_hidden_layers as f64 * tokens as f64 * 2.0 * (per_token_params + attention)
+    }
+}
+
+struct Layer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    input_norm: RmsNorm,
+    post_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+pub struct Qwen3Encoder {
+    config: Qwen3Config,
+    embed: candle_nn::Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    inv_freq: Tensor,
+}
+
+fn load_layer(config: &Qwen3Config, vb: VarBuilder) -> candle_core::Result<Layer> {
+    let (h, d) = (config.hidden_size, config.head_dim());
+    let attn = vb.pp("self_attn");
+    let mlp = vb.pp("mlp");
+    Ok(Layer {
+        q: linear_b(
+            h,
+            config.num_attention_heads * d,
+            config.attention_bias,
+            attn.pp("q_proj"),
+        )?,
+        k: linear_b(
+            h,
+            config.num_key_value_heads * d,
+            config.attention_bias,
+            attn.pp("k_proj"),
+        )?,
+        v: linear_b(
+            h,
+            config.num_key_value_heads * d,
+            config.attention_bias,
+            attn.pp("v_proj"),
+        )?,
+        o: linear_no_bias(config.num_attention_heads * d, h, attn.pp("o_proj"))?,
+        q_norm: rms_norm(d, config.rms_norm_eps, attn.pp("q_norm"))?,
+        k_norm: rms_norm(d, config.rms_norm_eps, attn.pp("k_norm"))?,
+        input_norm: rms_norm(h, config.rms_norm_eps, vb.pp("input_layernorm"))?,
+        post_norm: rms_norm(h, config.rms_norm_eps, vb.pp("post_attention_layernorm"))?,
+        gate: linear_no_bias(h, config.intermediate_size, mlp.pp("gate_proj"))?,
+        up: linear_no_bias(h, config.intermediate_size, mlp.pp("up_proj"))?,
+        down: linear_no_bias(config.intermediate_size, h, mlp.pp("down_proj"))?,
+    })
+}
+
+impl Qwen3Encoder {
+    pub fn new(config: Qwen3Config, vb: VarBuilder) -> candle_core::Result<Self> {
+        let vb = if vb.contains_tensor("model.embed_tokens.weight") {
+            vb.pp("model")
+        } else {
+            vb
+        };
+        let embed =
+            candle_nn::embedding(config.vocab_size, config.hidden_size, vb.pp("embed_tokens"))?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| load_layer(&config, vb.pp("layers").pp(i)))
+            .collect::<candle_core::Result<_>>()?;
+        let norm = rms_norm(config.hidden_size, config.rms_norm_eps, vb.pp("norm"))?;
+        let d = config.head_dim();
+        let inv_freq: Vec<f32> = (0..d / 2)
+            .map(|i| 1.0 / (config.rope_theta as f32).powf(2.0 * i as f32 / d as f32))
+            .collect();
+        let inv_freq = Tensor::new(inv_freq, vb.device())?;
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            norm,
+            inv_freq,
+        })
+    }
+
+    fn rope_tables(
+        &self,
+        seq: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let positions = Tensor::arange(0u32, seq as u32, device)?.to_dtype(DType::F32)?;
+        let freqs = positions
+            .unsqueeze(1)?
+            .broadcast_mul(&self.inv_freq.unsqueeze(0)?)?;
+        Ok((freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?))
+    }
+
+    fn attention(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (heads, kv_heads, d) = (
+            self.config.num_attention_heads,
+            self.config.num_key_value_heads,
+            self.config.head_dim(),
+        );
+        let shape = |y: Tensor, n: usize| y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous();
+        let q = shape(layer.q.forward(x)?, heads)?;
+        let k = shape(layer.k.forward(x)?, kv_heads)?;
+        let v = shape(layer.v.forward(x)?, kv_heads)?;
+        let q = candle_nn::rotary_emb::rope(&layer.q_norm.forward(&q)?.contiguous()?, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&layer.k_norm.forward(&k)?.contiguous()?, cos, sin)?;
+        let repeat = heads / kv_heads;
+        let (k, v) = if repeat > 1 {
+            let expand = |y: Tensor| {
+                y.unsqueeze(2)?
+                    .expand((b, kv_heads, repeat, t, d))?
+                    .reshape((b, heads, t, d))
+            };
+            (expand(k)?, expand(v)?)
+        } else {
+            (k, v)
+        };
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.broadcast_add(mask)?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out = weights
+            .matmul(&v.contiguous()?)?
+            .transpose(1, 2)?
+            .reshape((b, t, heads * d))?;
+        layer.o.forward(&out)
+    }
+}
+
+impl TextEncoder for Qwen3Encoder {
+    fn forward(&mut self, ids: &Tensor, _mask: &Tensor) -> candle_core::Result<Tensor> {
+        let (_, t) = ids.dims2()?;
+        let mut h = self.embed.forward(ids)?;
+        let (dtype, device) = (h.dtype(), h.device().clone());
+        let (cos, sin) = self.rope_tables(t, dtype, &device)?;
+        let causal: Vec<f32> = (0..t)
+            .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Tensor::from_vec(causal, (1, 1, t, t), &device)?.to_dtype(dtype)?;
+        for layer in &self.layers {
+            let attended =
+                self.attention(layer, &layer.input_norm.forward(&h)?, &cos, &sin, &mask)?;
+            h = (h + attended)?;
+            let normed = layer.post_norm.forward(&h)?;
+            let mlp = layer.down.forward(
+                &(candle_nn::ops::silu(&layer.gate.forward(&normed)?)?
+                    * layer.up.forward(&normed)?)?,
+            )?;
+            h = (h + mlp)?;
+        }
+        self.norm
+            .forward(&h)?
+            .contiguous()?
+            .narrow(D::Minus1, 0, self.config.hidden_size)
+    }
+
+    fn spec(&self) -> EncoderSpec {
+        EncoderSpec {
+            hidden_size: self.config.hidden_size,
+            pad_id: self.config.pad_token_id.unwrap_or(151_643),
+            padding_side: PaddingSide::Right,
+        }
+    }
+}
+
+pub fn load(config_text: &str, weights: VarBuilder) -> Result<Box<dyn TextEncoder>, ModelError> {
+    let config: Qwen3Config = serde_json::from_str(config_text)
+        .map_err(|e| ModelError::Load(format!("qwen3 config: {e}")))?;
+    let encoder = Qwen3Encoder::new(config, weights)
+        .map_err(|e| ModelError::Load(format!("qwen3 weights: {e}")))?;
+    Ok(Box::new(encoder))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+    use candle_nn::{VarBuilder, VarMap};
+
+    use super::*;
+    use crate::embed::encoder::pool;
+    use crate::embed::model_files::Pooling;
+
+    fn tiny() -> (Qwen3Encoder, VarMap) {
+        let config: Qwen3Config = serde_json::from_str(
+            r#"{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0}"#,
+        )
+        .unwrap();
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+        (Qwen3Encoder::new(config, vb).unwrap(), vars)
+    }
+
+    fn embed(encoder: &mut Qwen3Encoder, rows: &[&[u32]]) -> Vec<Vec<f32>> {
+        let longest = rows.iter().map(|r| r.len()).max().unwrap();
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        for row in rows {
+            ids.extend(
+                row.iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(0, longest - row.len())),
+            );
+            mask.extend(
+                std::iter::repeat_n(1u32, row.len())
+                    .chain(std::iter::repeat_n(0, longest - row.len())),
+            );
+        }
+        let ids = Tensor::from_vec(ids, (rows.len(), longest), &Device::Cpu).unwrap();
+        let mask = Tensor::from_vec(mask, (rows.len(), longest), &Device::Cpu).unwrap();
+        let hidden = encoder.forward(&ids, &mask).unwrap();
+        pool(&hidden, &mask, Pooling::LastToken, PaddingSide::Right, true)
+            .unwrap()
+            .to_vec2()
+            .unwrap()
+    }
+
+    /// Causal attention plus right padding: a text's vector does not depend on what it is
+    /// batched with, and pooling takes its own last token.
+    #[test]
+    fn right_padded_batches_give_the_same_vectors_as_single_texts() {
+        let (mut encoder, _vars) = tiny();
+        let short: &[u32] = &[5, 9, 13];
+        let long: &[u32] = &[7, 3, 22, 41, 8, 19, 2];
+        let alone = embed(&mut encoder, &[short]);
+        let batched = embed(&mut encoder, &[short, long]);
+        let long_alone = embed(&mut encoder, &[long]);
+        for (a, b) in alone[0].iter().zip(&batched[0]) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        for (a, b) in long_alone[0].iter().zip(&batched[1]) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        let norm: f32 = batched[1].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+        assert_ne!(alone[0], long_alone[0]);
+    }
+
+    #[test]
+    fn flops_count_the_dense_layers() {
+        let (encoder, _vars) = tiny();
+        let per_token = encoder.config.forward_flops(1, 1);
+        // 2 layers x 2 FLOPs x (QKV 32*64 + O 32*32 + MLP 3*32*64 + attention 2*32*1).
+        assert_eq!(per_token, 2.0 * 2.0 * (2048.0 + 1024.0 + 6144.0 + 64.0));
+    }
+}

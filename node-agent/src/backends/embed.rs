@@ -1,0 +1,72 @@
+//! `embed`: the actor kind around [`resident_models::embed::Embedder`]. The model loads once
+//! per actor; its default method embeds an `EmbedRequest` (tokenised on the host's helper
+//! thread, ahead of the model), and its `trial` method trains one segment of a sweep trial
+//! (`TrialRequest`) on the same device, next to the resident model, so a sweep costs one model
+//! load per actor.
+
+use std::sync::Arc;
+
+use resident_models::device::select_device;
+use resident_models::embed::{EmbedConfig, Embedder, TokenizedChunk};
+
+use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
+
+/// The method name of sweep trials on `embed` actors.
+pub const TRIAL_METHOD: &str = "trial";
+
+pub struct EmbedKind;
+
+struct EmbedActor {
+    embedder: Embedder,
+}
+
+impl ModelBackend for EmbedActor {
+    fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        Ok(self.embedder.embed_payload(payload)?)
+    }
+
+    fn methods(&self) -> &'static [&'static str] {
+        &[TRIAL_METHOD]
+    }
+
+    fn call(&mut self, method: &str, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        match method {
+            TRIAL_METHOD => Ok(self.embedder.train_trial(payload)?),
+            other => Err(BackendError::unknown_method("embed", other, self.methods())),
+        }
+    }
+
+    fn preparer(&self) -> Option<Preparer> {
+        let preparer = self.embedder.preparer();
+        Some(Arc::new(
+            move |payload: &[u8]| -> Result<Prepared, BackendError> {
+                Ok(Box::new(preparer.prepare(payload)?))
+            },
+        ))
+    }
+
+    fn run_prepared(&mut self, prepared: Prepared) -> Result<Vec<u8>, BackendError> {
+        let chunk = prepared
+            .downcast::<TokenizedChunk>()
+            .map_err(|_| BackendError::Task("prepared chunk of the wrong type".into()))?;
+        Ok(self.embedder.embed_prepared(*chunk)?)
+    }
+
+    fn vram_bytes(&self) -> u64 {
+        self.embedder.vram_bytes()
+    }
+}
+
+impl ActorKind for EmbedKind {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+
+    fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError> {
+        let config: EmbedConfig = context.parse_config()?;
+        let device = select_device(context.device.real_gpu())?;
+        Ok(Box::new(EmbedActor {
+            embedder: Embedder::load(&config, device)?,
+        }))
+    }
+}

@@ -1,0 +1,489 @@
+//! The scheduler core as a plain synchronous state machine: feed it commands, read what it
+//! sends to agents and clients. Time is tokio's paused clock, so backoffs are exact.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use resident_proto::{JobId, PoolName, pb};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::{Core, CoreConfig, SchedulerCommand, SessionId};
+use crate::store::{MemoryStore, StoreWriter};
+
+type AgentRx = mpsc::UnboundedReceiver<Result<pb::SchedulerMessage, tonic::Status>>;
+type ResultsRx = mpsc::UnboundedReceiver<pb::SubmitResponse>;
+
+struct Agent {
+    session: SessionId,
+    rx: AgentRx,
+}
+
+struct Harness {
+    core: Core,
+    agents: BTreeMap<String, Agent>,
+}
+
+fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &mut Core) -> T {
+    let (reply, mut answer) = oneshot::channel();
+    core.handle(make(reply));
+    core.after_commands();
+    answer.try_recv().expect("the core answers at once")
+}
+
+fn gpu(index: u32, gib: u64) -> pb::GpuInfo {
+    pb::GpuInfo {
+        index,
+        name: "A10G".into(),
+        total_vram_bytes: gib << 30,
+        free_vram_bytes: gib << 30,
+        compute_major: 8,
+        compute_minor: 6,
+        ..Default::default()
+    }
+}
+
+impl Harness {
+    fn new(config: CoreConfig) -> Self {
+        let store = StoreWriter::spawn(Arc::new(MemoryStore::default()));
+        Self {
+            core: Core::new(config, store),
+            agents: BTreeMap::new(),
+        }
+    }
+
+    fn add_node(&mut self, name: &str, gpus: Vec<pb::GpuInfo>) {
+        let (outbound, rx) = mpsc::unbounded_channel();
+        let register = pb::RegisterNode {
+            node_id: name.into(),
+            generation: format!("{name}-gen"),
+            cpu_cores: 4,
+            gpus,
+            actor_kinds: vec!["echo".into()],
+            ..Default::default()
+        };
+        let session = answer(
+            |reply| SchedulerCommand::RegisterNode {
+                register,
+                outbound,
+                reply,
+            },
+            &mut self.core,
+        )
+        .expect("registered");
+        let mut agent = Agent { session, rx };
+        assert!(matches!(
+            sent(&mut agent).as_slice(),
+            [pb::scheduler_message::Body::Registered(_)]
+        ));
+        self.agents.insert(name.into(), agent);
+    }
+
+    fn agent(&mut self, name: &str) -> &mut Agent {
+        self.agents.get_mut(name).expect("known agent")
+    }
+
+    fn send(&mut self, node: &str, message: pb::agent_message::Body) {
+        let session = self.agent(node).session;
+        self.core
+            .handle(SchedulerCommand::AgentMessage { session, message });
+        self.core.after_commands();
+    }
+
+    fn create_pool(&mut self, spec: pb::PoolSpec) -> pb::PoolStatus {
+        answer(|reply| SchedulerCommand::CreatePool { spec, reply }, &mut self.core)
+            .expect("pool created")
+    }
+
+    /// Reports every actor started on `node` as loaded; returns the other messages.
+    fn load_actors(&mut self, node: &str) -> Vec<pb::scheduler_message::Body> {
+        let mut others = Vec::new();
+        for message in sent(self.agent(node)) {
+            match message {
+                pb::scheduler_message::Body::StartActor(start) => {
+                    let report = pb::ActorReport {
+                        actor_id: start.actor_id,
+                        incarnation: start.incarnation,
+                        state: pb::ActorState::Ready as i32,
+                        model_loads: 1,
+                        ..Default::default()
+                    };
+                    self.send(node, pb::agent_message::Body::ActorReport(report));
+                }
+                other => others.push(other),
+            }
+        }
+        others
+    }
+
+    fn open_job(&mut self, pool: &str) -> (JobId, ResultsRx) {
+        let (results, mut rx) = mpsc::unbounded_channel();
+        let header = pb::SubmitHeader {
+            pool: pool.into(),
+            job_name: "test".into(),
+            ..Default::default()
+        };
+        let job = answer(
+            |reply| SchedulerCommand::OpenJob {
+                header,
+                results,
+                reply,
+            },
+            &mut self.core,
+        )
+        .expect("job opened");
+        assert!(matches!(
+            rx.try_recv().unwrap().body,
+            Some(pb::submit_response::Body::Accepted(_))
+        ));
+        (job, rx)
+    }
+
+    fn submit(&mut self, job: &JobId, seqs: std::ops::Range<u64>) {
+        for seq in seqs {
+            let input = pb::TaskInput {
+                seq,
+                payload: vec![seq as u8 + 1].into(),
+            };
+            self.core.handle(SchedulerCommand::SubmitTask {
+                job: job.clone(),
+                input,
+            });
+        }
+        self.core.after_commands();
+    }
+
+    fn job(&mut self, job: &JobId) -> pb::JobStatus {
+        let job = job.clone();
+        answer(|reply| SchedulerCommand::GetJob { job, reply }, &mut self.core).unwrap()
+    }
+
+    fn outcome(&mut self, node: &str, task: &pb::RunTask, result: Result<&str, &str>) {
+        let result = match result {
+            Ok(output) => pb::task_outcome::Result::Output(output.as_bytes().to_vec().into()),
+            Err(error) => pb::task_outcome::Result::Error(error.into()),
+        };
+        let outcome = pb::TaskOutcome {
+            task_id: task.task_id,
+            dispatch: task.dispatch,
+            actor_id: task.actor_id.clone(),
+            result: Some(result),
+            ..Default::default()
+        };
+        self.send(node, pb::agent_message::Body::TaskOutcome(outcome));
+    }
+
+    fn tick(&mut self) {
+        self.core.on_tick(Instant::now());
+    }
+}
+
+fn sent(agent: &mut Agent) -> Vec<pb::scheduler_message::Body> {
+    let mut messages = Vec::new();
+    while let Ok(message) = agent.rx.try_recv() {
+        messages.extend(message.expect("not an error").body);
+    }
+    messages
+}
+
+fn run_tasks(messages: &[pb::scheduler_message::Body]) -> Vec<pb::RunTask> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            pb::scheduler_message::Body::RunTask(task) => Some(task.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn results(rx: &mut ResultsRx) -> Vec<pb::TaskResult> {
+    let mut out = Vec::new();
+    while let Ok(message) = rx.try_recv() {
+        if let Some(pb::submit_response::Body::Result(result)) = message.body {
+            out.push(result);
+        }
+    }
+    out
+}
+
+fn cpu_pool(name: &str, replicas: u32, credit: u32) -> pb::PoolSpec {
+    pb::PoolSpec {
+        name: name.into(),
+        actor_kind: "echo".into(),
+        replicas,
+        max_in_flight_per_actor: credit,
+        resources: Some(pb::ResourceRequest {
+            strategy: pb::PlacementStrategy::Spread as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn counts(status: &pb::JobStatus) -> [u64; 6] {
+    [
+        status.submitted,
+        status.queued,
+        status.running,
+        status.succeeded,
+        status.failed,
+        status.cancelled,
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_actor_gets_no_more_tasks_than_its_credit() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 2));
+    assert!(h.load_actors("n1").is_empty());
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..5);
+    let first = run_tasks(&sent(h.agent("n1")));
+    assert_eq!(first.len(), 2, "credit 2");
+    assert_eq!(counts(&h.job(&job)), [5, 3, 2, 0, 0, 0]);
+    h.outcome("n1", &first[0], Ok("done"));
+    let next = run_tasks(&sent(h.agent("n1")));
+    assert_eq!(next.len(), 1, "one answer frees one credit");
+    assert_eq!(results(&mut rx).len(), 1);
+    assert_eq!(counts(&h.job(&job)), [5, 2, 2, 1, 0, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_task_waits_out_its_backoff_and_a_late_answer_is_dropped() {
+    let config = CoreConfig::for_test();
+    let base = config.retry_backoff.base;
+    let mut h = Harness::new(config);
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 2));
+    h.load_actors("n1");
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..1);
+    let first = run_tasks(&sent(h.agent("n1"))).remove(0);
+    assert_eq!(first.dispatch, 1);
+    h.outcome("n1", &first, Err("cuda error"));
+    assert!(results(&mut rx).is_empty(), "a transient failure is retried");
+    assert_eq!(counts(&h.job(&job)), [1, 1, 0, 0, 0, 0]);
+
+    tokio::time::advance(base / 2).await;
+    h.tick();
+    assert!(run_tasks(&sent(h.agent("n1"))).is_empty(), "still backing off");
+    tokio::time::advance(base).await;
+    h.tick();
+    let second = run_tasks(&sent(h.agent("n1"))).remove(0);
+    assert_eq!((second.task_id, second.dispatch), (first.task_id, 2));
+
+    // The first dispatch answers late: ignored; the second one counts, once.
+    h.outcome("n1", &first, Ok("stale"));
+    assert!(results(&mut rx).is_empty());
+    h.outcome("n1", &second, Ok("fresh"));
+    h.outcome("n1", &second, Ok("duplicate"));
+    let delivered = results(&mut rx);
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].attempts, 2);
+    assert!(matches!(
+        &delivered[0].result,
+        Some(pb::task_result::Result::Output(out)) if out.as_ref() == b"fresh"
+    ));
+    assert_eq!(counts(&h.job(&job)), [1, 0, 0, 1, 0, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tasks_fail_for_good_after_their_attempts() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    let mut spec = cpu_pool("p", 1, 1);
+    spec.max_task_attempts = 2;
+    h.create_pool(spec);
+    h.load_actors("n1");
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..1);
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        h.tick();
+        let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+        h.outcome("n1", &task, Err("boom"));
+    }
+    let failed = results(&mut rx);
+    assert_eq!(failed.len(), 1);
+    assert!(matches!(
+        &failed[0].result,
+        Some(pb::task_result::Result::Error(e)) if e == "failed after 2 attempts: boom"
+    ));
+    assert_eq!(counts(&h.job(&job)), [1, 0, 0, 0, 1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_node_gives_its_tasks_back_and_its_late_answers_are_dropped() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.add_node("n2", vec![]);
+    h.create_pool(cpu_pool("p", 2, 1));
+    h.load_actors("n1");
+    h.load_actors("n2");
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..3);
+    let on_n1 = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let on_n2 = run_tasks(&sent(h.agent("n2"))).remove(0);
+
+    let gone = h.agent("n1").session;
+    h.core.handle(SchedulerCommand::AgentGone { session: gone });
+    h.core.after_commands();
+    // n1's task goes back to the front of the queue; n2 takes it when it has credit.
+    h.outcome("n2", &on_n2, Ok("two"));
+    let retried = run_tasks(&sent(h.agent("n2"))).remove(0);
+    assert_eq!(
+        (retried.task_id, retried.dispatch),
+        (on_n1.task_id, 2),
+        "the lost task runs before the one still queued"
+    );
+    // n1's answer through its dead session is dropped.
+    let outcome = pb::TaskOutcome {
+        task_id: on_n1.task_id,
+        dispatch: on_n1.dispatch,
+        actor_id: on_n1.actor_id.clone(),
+        result: Some(pb::task_outcome::Result::Output(b"late".to_vec().into())),
+        ..Default::default()
+    };
+    h.core.handle(SchedulerCommand::AgentMessage {
+        session: gone,
+        message: pb::agent_message::Body::TaskOutcome(outcome),
+    });
+    assert_eq!(results(&mut rx).len(), 1, "only n2's first answer so far");
+    h.outcome("n2", &retried, Ok("one"));
+    let last = run_tasks(&sent(h.agent("n2"))).remove(0);
+    h.outcome("n2", &last, Ok("three"));
+    let delivered = results(&mut rx);
+    assert_eq!(delivered.len(), 2);
+    assert!(delivered.iter().all(|r| r.node_id == "n2"));
+    assert_eq!(counts(&h.job(&job)), [3, 0, 0, 3, 0, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_stops_queued_tasks_and_drops_running_answers() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..4);
+    let running = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let cancelled = answer(
+        |reply| SchedulerCommand::CancelJob {
+            job: job.clone(),
+            reply,
+        },
+        &mut h.core,
+    )
+    .unwrap();
+    assert_eq!(cancelled.state, pb::JobState::Cancelled as i32);
+    assert_eq!(counts(&cancelled), [4, 0, 0, 0, 0, 4]);
+    let cancel = sent(h.agent("n1"));
+    assert!(matches!(
+        cancel.as_slice(),
+        [pb::scheduler_message::Body::CancelTask(c)] if c.task_id == running.task_id
+    ));
+    h.outcome("n1", &running, Ok("too late"));
+    assert!(results(&mut rx).is_empty(), "nothing after the cancel");
+    // The actor's credit came back: a new job runs at once.
+    let (other, mut other_rx) = h.open_job("p");
+    h.submit(&other, 0..1);
+    let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+    h.outcome("n1", &task, Ok("ok"));
+    assert_eq!(results(&mut other_rx).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_pool_fails_its_queued_tasks_and_finishes_running_ones() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..3);
+    let running = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let pool = PoolName::from("p");
+    answer(|reply| SchedulerCommand::DeletePool { pool, reply }, &mut h.core).unwrap();
+    let failed = results(&mut rx);
+    assert_eq!(failed.len(), 2);
+    assert!(failed.iter().all(|r| matches!(
+        &r.result,
+        Some(pb::task_result::Result::Error(e)) if e == "pool `p` was deleted"
+    )));
+    h.outcome("n1", &running, Ok("finished"));
+    assert_eq!(results(&mut rx).len(), 1, "the running task's result still arrives");
+    assert!(matches!(
+        sent(h.agent("n1")).as_slice(),
+        [pb::scheduler_message::Body::StopActor(_)]
+    ));
+    assert_eq!(counts(&h.job(&job)), [3, 0, 0, 1, 2, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_draining_actor_of_a_deleted_pool_keeps_its_vram_until_it_stops() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("g1", vec![gpu(0, 24)]);
+    let mut big = cpu_pool("old", 1, 1);
+    big.resources = Some(pb::ResourceRequest {
+        gpus: 1.0,
+        vram_bytes: 20 << 30,
+        ..Default::default()
+    });
+    h.create_pool(big.clone());
+    h.load_actors("g1");
+    let (job, _rx) = h.open_job("old");
+    h.submit(&job, 0..1);
+    let running = run_tasks(&sent(h.agent("g1"))).remove(0);
+    let pool = PoolName::from("old");
+    answer(|reply| SchedulerCommand::DeletePool { pool, reply }, &mut h.core).unwrap();
+    big.name = "new".into();
+    let status = h.create_pool(big);
+    assert_eq!(status.ready_actors, 0);
+    assert!(
+        !status.unplaced_reason.is_empty(),
+        "the draining actor still holds the GPU"
+    );
+    assert!(h.load_actors("g1").is_empty(), "nothing started yet");
+    h.outcome("g1", &running, Ok("done"));
+    let messages = sent(h.agent("g1"));
+    assert!(
+        messages
+            .iter()
+            .any(|m| matches!(m, pb::scheduler_message::Body::StopActor(_)))
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| matches!(m, pb::scheduler_message::Body::StartActor(s) if s.pool == "new")),
+        "the new pool is placed once the old actor stopped: {messages:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_configured_number_of_finished_jobs_is_kept() {
+    let mut config = CoreConfig::for_test();
+    config.finished_job_history = 2;
+    let mut h = Harness::new(config);
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let (job, _rx) = h.open_job("p");
+        h.core
+            .handle(SchedulerCommand::CloseJobInput { job: job.clone() });
+        jobs.push(job);
+    }
+    let lookup = |h: &mut Harness, job: &JobId| {
+        let job = job.clone();
+        answer(|reply| SchedulerCommand::GetJob { job, reply }, &mut h.core)
+    };
+    assert!(lookup(&mut h, &jobs[0]).is_err(), "the oldest is forgotten");
+    for job in &jobs[1..] {
+        assert_eq!(
+            lookup(&mut h, job).unwrap().state,
+            pb::JobState::Succeeded as i32
+        );
+    }
+}

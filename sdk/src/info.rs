@@ -1,0 +1,241 @@
+//! What the cluster reports about its nodes, actors, pools and jobs, as plain Rust types
+//! (the wire messages stay inside the SDK).
+
+use std::collections::BTreeMap;
+
+use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
+
+use crate::pool_spec::PoolSpec;
+
+/// One GPU of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub total_vram_bytes: u64,
+    pub free_vram_bytes: u64,
+    /// CUDA compute capability, `(major, minor)`.
+    pub compute_capability: (u32, u32),
+    /// Capacity only (`--simulate-gpus`): the work runs on CPU.
+    pub simulated: bool,
+}
+
+/// One node agent, alive or dead.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeInfo {
+    pub node_id: NodeId,
+    /// Changes whenever the agent process restarts.
+    pub generation: String,
+    pub hostname: String,
+    pub alive: bool,
+    pub labels: BTreeMap<String, String>,
+    pub gpus: Vec<GpuInfo>,
+    pub cpu_cores: u32,
+    pub ram_bytes: u64,
+    pub last_heartbeat_ms_ago: u64,
+}
+
+/// Where an actor is in its life (see the scheduler's actor state machine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActorState {
+    Pending,
+    Starting,
+    Ready,
+    Draining,
+    Dead,
+    /// A state this SDK does not know (a newer scheduler).
+    Unknown,
+}
+
+impl ActorState {
+    /// The name `resident status` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActorState::Pending => "pending",
+            ActorState::Starting => "starting",
+            ActorState::Ready => "ready",
+            ActorState::Draining => "draining",
+            ActorState::Dead => "dead",
+            ActorState::Unknown => "unknown",
+        }
+    }
+}
+
+/// One resident actor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActorInfo {
+    pub actor_id: ActorId,
+    pub pool: PoolName,
+    /// `None` while the actor is not placed.
+    pub node_id: Option<NodeId>,
+    pub gpu_indices: Vec<u32>,
+    pub gpu_fraction: f64,
+    pub state: ActorState,
+    /// Model loads over every restart of this actor.
+    pub model_loads: u64,
+    pub restarts: u32,
+    pub vram_bytes: u64,
+    pub in_flight: u32,
+    pub tasks_done: u64,
+    /// The last load or run error, if any.
+    pub error: Option<String>,
+}
+
+impl ActorInfo {
+    /// Whether the actor is placed on `node`.
+    pub fn is_on(&self, node: &str) -> bool {
+        self.node_id.as_ref().is_some_and(|n| n == node)
+    }
+}
+
+/// A pool and its actors.
+#[derive(Clone, Debug)]
+pub struct PoolStatus {
+    pub spec: PoolSpec,
+    pub ready_actors: u32,
+    pub actors: Vec<ActorInfo>,
+    /// Why some actors are not placed yet, when they are not.
+    pub unplaced_reason: Option<String>,
+}
+
+impl PoolStatus {
+    pub fn replicas(&self) -> u32 {
+        self.spec.replicas_wanted()
+    }
+}
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// The scheduler restarted while the job ran; its recorded outcomes are kept.
+    Interrupted,
+    Unknown,
+}
+
+/// A job's counters: every submitted task is in exactly one of queued, running, succeeded,
+/// failed and cancelled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobStatus {
+    pub job_id: JobId,
+    pub pool: PoolName,
+    pub name: String,
+    pub state: JobState,
+    pub submitted: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+fn non_empty(text: String) -> Option<String> {
+    (!text.is_empty()).then_some(text)
+}
+
+impl From<pb::GpuInfo> for GpuInfo {
+    fn from(gpu: pb::GpuInfo) -> Self {
+        Self {
+            index: gpu.index,
+            uuid: gpu.uuid,
+            name: gpu.name,
+            total_vram_bytes: gpu.total_vram_bytes,
+            free_vram_bytes: gpu.free_vram_bytes,
+            compute_capability: (gpu.compute_major, gpu.compute_minor),
+            simulated: gpu.simulated,
+        }
+    }
+}
+
+impl From<pb::NodeInfo> for NodeInfo {
+    fn from(node: pb::NodeInfo) -> Self {
+        Self {
+            node_id: NodeId::new(node.node_id),
+            generation: node.generation,
+            hostname: node.hostname,
+            alive: node.alive,
+            labels: node.labels.into_iter().collect(),
+            gpus: node.gpus.into_iter().map(GpuInfo::from).collect(),
+            cpu_cores: node.cpu_cores,
+            ram_bytes: node.ram_bytes,
+            last_heartbeat_ms_ago: node.last_heartbeat_ms_ago,
+        }
+    }
+}
+
+impl From<i32> for ActorState {
+    fn from(state: i32) -> Self {
+        match pb::ActorState::try_from(state) {
+            Ok(pb::ActorState::Pending) => ActorState::Pending,
+            Ok(pb::ActorState::Starting) => ActorState::Starting,
+            Ok(pb::ActorState::Ready) => ActorState::Ready,
+            Ok(pb::ActorState::Draining) => ActorState::Draining,
+            Ok(pb::ActorState::Dead) => ActorState::Dead,
+            Ok(pb::ActorState::Unspecified) | Err(_) => ActorState::Unknown,
+        }
+    }
+}
+
+impl From<pb::ActorInfo> for ActorInfo {
+    fn from(actor: pb::ActorInfo) -> Self {
+        Self {
+            actor_id: ActorId::new(actor.actor_id),
+            pool: PoolName::new(actor.pool),
+            node_id: non_empty(actor.node_id).map(NodeId::new),
+            gpu_indices: actor.gpu_indices,
+            gpu_fraction: actor.gpu_fraction,
+            state: ActorState::from(actor.state),
+            model_loads: actor.model_loads,
+            restarts: actor.restarts,
+            vram_bytes: actor.vram_bytes,
+            in_flight: actor.in_flight,
+            tasks_done: actor.tasks_done,
+            error: non_empty(actor.error),
+        }
+    }
+}
+
+impl From<pb::PoolStatus> for PoolStatus {
+    fn from(status: pb::PoolStatus) -> Self {
+        Self {
+            spec: PoolSpec::from_pb(status.spec.unwrap_or_default()),
+            ready_actors: status.ready_actors,
+            actors: status.actors.into_iter().map(ActorInfo::from).collect(),
+            unplaced_reason: non_empty(status.unplaced_reason),
+        }
+    }
+}
+
+impl From<i32> for JobState {
+    fn from(state: i32) -> Self {
+        match pb::JobState::try_from(state) {
+            Ok(pb::JobState::Running) => JobState::Running,
+            Ok(pb::JobState::Succeeded) => JobState::Succeeded,
+            Ok(pb::JobState::Failed) => JobState::Failed,
+            Ok(pb::JobState::Cancelled) => JobState::Cancelled,
+            Ok(pb::JobState::Interrupted) => JobState::Interrupted,
+            Ok(pb::JobState::Unspecified) | Err(_) => JobState::Unknown,
+        }
+    }
+}
+
+impl From<pb::JobStatus> for JobStatus {
+    fn from(job: pb::JobStatus) -> Self {
+        Self {
+            job_id: JobId::new(job.job_id),
+            pool: PoolName::new(job.pool),
+            name: job.name,
+            state: JobState::from(job.state),
+            submitted: job.submitted,
+            queued: job.queued,
+            running: job.running,
+            succeeded: job.succeeded,
+            failed: job.failed,
+            cancelled: job.cancelled,
+        }
+    }
+}
