@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use resident_sdk::{ActorState, Bytes, JobState, PoolSpec, SdkError};
+use resident_sdk::{ActorState, Bytes, JobState, PoolSpec, SdkError, SubmitOptions};
 use resident_tests::{AgentSpec, InProcessCluster, wait_until};
 
 async fn cluster() -> InProcessCluster {
@@ -171,7 +171,7 @@ async fn a_model_that_fails_to_load_is_reported() {
         .unwrap();
     assert_eq!(
         error.to_string(),
-        "scheduler unavailable: every actor of pool `broken` failed: load failed: echo was configured to fail loading"
+        "every actor of pool `broken` failed: load failed: echo was configured to fail loading"
     );
     let actors = test.cluster.list_actors().await.unwrap();
     assert_eq!(actors[0].restarts, 1);
@@ -242,4 +242,61 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
             .iter()
             .all(|a| a.state == ActorState::Ready)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_that_panics_restarts_with_a_fresh_model_and_loses_no_other_task() {
+    let test = cluster().await;
+    let pool = test
+        .cluster
+        .create_pool(
+            echo("fragile")
+                .max_task_attempts(1)
+                .max_restarts(3)
+                .config_json(&serde_json::json!({"panic_prefix": "PANIC"})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let outputs = pool
+        .map(["ok-0", "PANIC-1", "ok-2", "ok-3"])
+        .await
+        .unwrap();
+    assert_eq!(outputs.len(), 4);
+    let error = outputs[1].output.as_ref().unwrap_err();
+    assert!(
+        error.contains("actor panicked: payload starts with `PANIC`"),
+        "{error}"
+    );
+    for i in [0, 2, 3] {
+        assert_eq!(
+            outputs[i].output.as_deref(),
+            Ok(format!("ok-{i}").as_bytes())
+        );
+    }
+    let actor = wait_until("the actor restarted", Duration::from_secs(10), || async {
+        let actors = test.cluster.list_actors().await.unwrap();
+        actors
+            .into_iter()
+            .find(|a| a.pool == "fragile" && a.state == ActorState::Ready && a.model_loads == 2)
+    })
+    .await;
+    assert_eq!(actor.restarts, 1, "one restart, with a fresh load");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_the_kind_lacks_fails_at_once_naming_it() {
+    let test = cluster().await;
+    let pool = test.cluster.create_pool(echo("plain")).await.unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let options = SubmitOptions {
+        method: "train".into(),
+        ..SubmitOptions::default()
+    };
+    let outputs = pool.map_with(["x"], options).await.unwrap();
+    assert_eq!(
+        outputs[0].output,
+        Err("bad task payload: actor kind `echo` has no method `train` (it has only its default method)".to_owned())
+    );
+    assert_eq!(outputs[0].attempts, 1, "not retried: another actor cannot help");
 }

@@ -307,6 +307,7 @@ async fn create_pool(
     .spec();
     match cluster.create_embed_pool(spec, config.load_timeout).await {
         Ok(pool) => Ok(pool),
+        Err(error @ SdkError::ActorsFailed { .. }) => Err(JobError::Model(error.to_string())),
         Err(SdkError::Unavailable(message) | SdkError::Timeout(message)) => {
             Err(JobError::Model(message))
         }

@@ -1,6 +1,6 @@
 //! `echo`: returns its payload. The no-op actor of the benchmarks, with knobs that make it
-//! slow or failing on purpose for fault tests: `{"delay_ms": 5, "fail_prefix": "FAIL",
-//! "load_delay_ms": 100, "fail_load": false}`.
+//! slow, failing or panicking on purpose for fault tests: `{"delay_ms": 5, "fail_prefix":
+//! "FAIL", "panic_prefix": "PANIC", "load_delay_ms": 100, "fail_load": false}`.
 
 use std::time::Duration;
 
@@ -18,6 +18,9 @@ pub struct EchoConfig {
     /// Payloads starting with this fail with an error.
     #[serde(default)]
     pub fail_prefix: Option<String>,
+    /// Payloads starting with this panic the actor thread (as a broken model would).
+    #[serde(default)]
+    pub panic_prefix: Option<String>,
     #[serde(default)]
     pub load_delay_ms: u64,
     #[serde(default)]
@@ -58,6 +61,11 @@ impl ModelBackend for Echo {
             return Err(BackendError::Task(format!(
                 "payload starts with `{prefix}`"
             )));
+        }
+        if let Some(prefix) = &self.config.panic_prefix
+            && payload.starts_with(prefix.as_bytes())
+        {
+            panic!("payload starts with `{prefix}`");
         }
         Ok(payload.to_vec())
     }
