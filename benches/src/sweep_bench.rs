@@ -160,7 +160,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|r| r.train_s)
         .collect();
     let sweep_data = read_sweep_data(&resident)?;
-    let cache = resident_jobs::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
+    let cache =
+        resident_jobs::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
     let cached = DatasetRef {
         uri: std::fs::canonicalize(cache)?.display().to_string(),
         key: sweep_data.key.clone(),

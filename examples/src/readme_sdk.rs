@@ -14,7 +14,12 @@ async fn main() -> Result<(), resident_sdk::SdkError> {
     // CPU). On a cluster: `Cluster::connect("http://scheduler:50051").await?`.
     let cluster = Cluster::local(LocalConfig::default().simulate_gpus("T4:16GiB")).await?;
     let pool = cluster
-        .create_pool(PoolSpec::new("stats", "text-stats").replicas(2).gpus(0.25).vram_gib(2.0))
+        .create_pool(
+            PoolSpec::new("stats", "text-stats")
+                .replicas(2)
+                .gpus(0.25)
+                .vram_gib(2.0),
+        )
         .await?;
     pool.wait_ready(std::time::Duration::from_secs(60)).await?;
 
@@ -23,10 +28,19 @@ async fn main() -> Result<(), resident_sdk::SdkError> {
     while let Some(result) = results.next().await {
         let task = result?; // stream out: each task once, as it finishes
         let output = task.output.map_err(resident_sdk::SdkError::TaskFailed)?;
-        println!("task {} on {}: {}", task.seq, task.actor_id, String::from_utf8_lossy(&output));
+        println!(
+            "task {} on {}: {}",
+            task.seq,
+            task.actor_id,
+            String::from_utf8_lossy(&output)
+        );
     }
     let in_order = pool.map(["one", "two", "three"]).await?; // outputs in input order
-    println!("{} outputs, first from {}", in_order.len(), in_order[0].actor_id);
+    println!(
+        "{} outputs, first from {}",
+        in_order.len(),
+        in_order[0].actor_id
+    );
     // README:end
     Ok(())
 }

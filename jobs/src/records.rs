@@ -39,7 +39,11 @@ mod tests {
     #[test]
     fn each_bad_line_has_its_reason() {
         assert_eq!(line_text(&[0xff, 0xfe]).unwrap_err(), "invalid UTF-8");
-        assert!(json_object("{\"a\":").unwrap_err().starts_with("malformed JSON: "));
+        assert!(
+            json_object("{\"a\":")
+                .unwrap_err()
+                .starts_with("malformed JSON: ")
+        );
         assert_eq!(json_object("[1, 2]").unwrap_err(), "not a JSON object");
         assert_eq!(json_object("{\"text\": \"x\"}").unwrap()["text"], "x");
         assert!(is_blank(b"  \t") && !is_blank(b" a"));

@@ -34,7 +34,9 @@ fn format_uuid(bytes: &[std::os::raw::c_char]) -> String {
 fn libcuda_present() -> bool {
     #[allow(unsafe_code)]
     // SAFETY: only checks whether the shared library can be loaded; no CUDA call is made.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    unsafe {
+        cudarc::driver::sys::is_culib_present()
+    }
 }
 
 #[cfg(feature = "cuda")]

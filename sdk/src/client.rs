@@ -86,6 +86,7 @@ impl Cluster {
         })
     }
 
+    #[cfg(feature = "local")]
     pub(crate) fn keep_alive(mut self, guard: Arc<dyn Any + Send + Sync>) -> Self {
         self._local = Some(guard);
         self
@@ -120,7 +121,12 @@ impl Cluster {
     pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, SdkError> {
         let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);
         let nodes = self.client.clone().list_nodes(request).await?;
-        Ok(nodes.into_inner().nodes.into_iter().map(NodeInfo::from).collect())
+        Ok(nodes
+            .into_inner()
+            .nodes
+            .into_iter()
+            .map(NodeInfo::from)
+            .collect())
     }
 
     /// Every actor of every pool.
@@ -130,7 +136,12 @@ impl Cluster {
         };
         let request = with_timeout(request, self.request_timeout);
         let actors = self.client.clone().list_actors(request).await?;
-        Ok(actors.into_inner().actors.into_iter().map(ActorInfo::from).collect())
+        Ok(actors
+            .into_inner()
+            .actors
+            .into_iter()
+            .map(ActorInfo::from)
+            .collect())
     }
 
     pub async fn job_status(&self, job_id: &JobId) -> Result<JobStatus, SdkError> {
@@ -138,7 +149,13 @@ impl Cluster {
             job_id: job_id.to_string(),
         };
         let request = with_timeout(request, self.request_timeout);
-        Ok(self.client.clone().get_job(request).await?.into_inner().into())
+        Ok(self
+            .client
+            .clone()
+            .get_job(request)
+            .await?
+            .into_inner()
+            .into())
     }
 
     /// Cancels what is left of a job; finished tasks keep their results.
@@ -147,7 +164,13 @@ impl Cluster {
             job_id: job_id.to_string(),
         };
         let request = with_timeout(request, self.request_timeout);
-        Ok(self.client.clone().cancel_job(request).await?.into_inner().into())
+        Ok(self
+            .client
+            .clone()
+            .cancel_job(request)
+            .await?
+            .into_inner()
+            .into())
     }
 
     /// Waits until `count` nodes are alive.
@@ -218,7 +241,11 @@ impl Pool {
             if Instant::now() > deadline {
                 let why = match &status.unplaced_reason {
                     Some(reason) => reason.clone(),
-                    None => errors.first().copied().unwrap_or("still loading").to_owned(),
+                    None => errors
+                        .first()
+                        .copied()
+                        .unwrap_or("still loading")
+                        .to_owned(),
                 };
                 return Err(SdkError::Timeout(format!(
                     "pool `{}` has {}/{} actors ready after {timeout:?}: {why}",

@@ -168,9 +168,7 @@ impl EmbeddedChunk {
 
 /// Encodes one task payload for the `embed` kind.
 pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
-    pb::EmbedRequest { texts, is_query }
-    .encode_to_vec()
-    .into()
+    pb::EmbedRequest { texts, is_query }.encode_to_vec().into()
 }
 
 /// A ready pool of `embed` actors.

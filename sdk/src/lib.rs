@@ -33,8 +33,8 @@ pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, Po
 pub use local::LocalConfig;
 pub use pool_spec::PoolSpec;
 pub use prost::bytes::Bytes;
-pub use resident_proto::{ActorId, JobId, NodeId, PoolName};
 #[cfg(feature = "local")]
 pub use resident_node_agent::backends::ActorKindRegistry;
+pub use resident_proto::{ActorId, JobId, NodeId, PoolName};
 #[cfg(feature = "local")]
 pub use resident_scheduler::core::CoreConfig;

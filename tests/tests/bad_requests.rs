@@ -237,11 +237,7 @@ async fn a_client_that_disconnects_mid_stream_cancels_only_its_job() {
         actors.iter().all(|a| a.in_flight == 0).then_some(actors)
     })
     .await;
-    assert!(
-        actors
-            .iter()
-            .all(|a| a.state == ActorState::Ready)
-    );
+    assert!(actors.iter().all(|a| a.state == ActorState::Ready));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,10 +254,7 @@ async fn an_actor_that_panics_restarts_with_a_fresh_model_and_loses_no_other_tas
         .await
         .unwrap();
     pool.wait_ready(Duration::from_secs(10)).await.unwrap();
-    let outputs = pool
-        .map(["ok-0", "PANIC-1", "ok-2", "ok-3"])
-        .await
-        .unwrap();
+    let outputs = pool.map(["ok-0", "PANIC-1", "ok-2", "ok-3"]).await.unwrap();
     assert_eq!(outputs.len(), 4);
     let error = outputs[1].output.as_ref().unwrap_err();
     assert!(
@@ -298,5 +291,8 @@ async fn a_method_the_kind_lacks_fails_at_once_naming_it() {
         outputs[0].output,
         Err("bad task payload: actor kind `echo` has no method `train` (it has only its default method)".to_owned())
     );
-    assert_eq!(outputs[0].attempts, 1, "not retried: another actor cannot help");
+    assert_eq!(
+        outputs[0].attempts, 1,
+        "not retried: another actor cannot help"
+    );
 }

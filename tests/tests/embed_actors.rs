@@ -109,7 +109,10 @@ async fn missing_or_unsupported_models_fail_at_pool_creation() {
         .await
         .err()
         .unwrap();
-    assert!(matches!(missing, SdkError::ActorsFailed { .. }), "{missing:?}");
+    assert!(
+        matches!(missing, SdkError::ActorsFailed { .. }),
+        "{missing:?}"
+    );
     assert!(
         missing
             .to_string()

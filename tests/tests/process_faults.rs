@@ -208,10 +208,7 @@ async fn a_killed_scheduler_restarts_with_its_pools_and_jobs() {
         "the saved pool came back and was placed again"
     );
     let job = cluster.job_status(&first_job).await.unwrap();
-    assert_eq!(
-        (job.state, job.succeeded),
-        (JobState::Succeeded, 1)
-    );
+    assert_eq!((job.state, job.succeeded), (JobState::Succeeded, 1));
     let outputs = pool.map(vec![Bytes::from("after restart")]).await.unwrap();
     assert!(outputs[0].output.is_ok());
 }
@@ -255,8 +252,7 @@ async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
         Duration::from_secs(15),
         || async {
             let actors = cluster.list_actors().await.unwrap();
-            (actors[0].is_on(other) && actors[0].state == ActorState::Ready)
-                .then_some(actors)
+            (actors[0].is_on(other) && actors[0].state == ActorState::Ready).then_some(actors)
         },
     )
     .await;

@@ -43,7 +43,10 @@ fn the_readme_sdk_example_is_the_one_that_runs() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let example = std::fs::read_to_string(root.join("examples/src/readme_sdk.rs")).unwrap();
     let (block, region) = (readme_sdk_block(&readme), marked_region(&example));
-    assert!(!block.is_empty(), "README.md has no ```rust block under ## SDK");
+    assert!(
+        !block.is_empty(),
+        "README.md has no ```rust block under ## SDK"
+    );
     assert_eq!(
         block, region,
         "README.md's SDK example and examples/src/readme_sdk.rs differ"
@@ -61,6 +64,9 @@ fn the_readme_sdk_example_is_the_one_that_runs() {
     );
     let tasks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("task ")).collect();
     assert_eq!(tasks.len(), 2, "{stdout}");
-    assert!(tasks.iter().any(|l| l.starts_with("task 0 on stats-")), "{stdout}");
+    assert!(
+        tasks.iter().any(|l| l.starts_with("task 0 on stats-")),
+        "{stdout}"
+    );
     assert!(stdout.contains("3 outputs, first from stats-"), "{stdout}");
 }

@@ -270,11 +270,7 @@ impl InputSet {
                 }
             }
         }
-        Ok(hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect())
+        Ok(crate::files::hex(hasher.finalize()))
     }
 }
 

@@ -26,10 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use resident_sdk::Cluster;
 use crate::pools::EmbedActors;
-use resident_sdk::EmbeddedChunk;
-use resident_sdk::SdkError;
 use crate::storage::{Location, S3Client, S3Options};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
@@ -37,6 +34,9 @@ use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
 pub use report::{PriceTable, Report};
 use report::{ReportBuilder, VectorStats};
+use resident_sdk::Cluster;
+use resident_sdk::EmbeddedChunk;
+use resident_sdk::SdkError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {

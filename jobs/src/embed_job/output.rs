@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use crate::files::{sha256_hex, write_atomically};
+use serde::{Deserialize, Serialize};
 
 use super::JobError;
 use crate::storage::{Location, S3Client, key_under};
@@ -71,7 +71,6 @@ pub struct Manifest {
 fn io(path: &Path, error: std::io::Error) -> JobError {
     JobError::Output(format!("{}: {error}", path.display()))
 }
-
 
 /// A NumPy `.npy` v1 header for a C-order `[rows, dim]` matrix.
 pub fn npy_header(dtype: OutputDtype, rows: u64, dim: usize) -> Vec<u8> {

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-
 use serde::{Deserialize, Serialize};
 
 use super::EmbedJobConfig;

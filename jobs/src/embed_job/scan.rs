@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use crate::files::model_fingerprint;
+use futures::StreamExt;
 
 use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};

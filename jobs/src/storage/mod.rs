@@ -9,7 +9,38 @@ mod s3;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use s3::{ObjectInfo, S3Client, S3Options};
+pub use s3::S3Client;
+
+/// How to reach the store.
+#[derive(Clone, Debug)]
+pub struct S3Options {
+    /// An S3-compatible endpoint (`http://127.0.0.1:9000`); path-style addressing is used
+    /// with it. `None` = AWS (or `AWS_ENDPOINT_URL`).
+    pub endpoint: Option<String>,
+    /// Files larger than this are uploaded in parts of this size (at least 5 MiB, S3's
+    /// smallest part).
+    pub part_bytes: usize,
+    /// A fixed access key and secret instead of the standard credential chain.
+    pub static_credentials: Option<(String, String)>,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            part_bytes: 64 << 20,
+            static_credentials: None,
+        }
+    }
+}
+
+/// One object under a listed prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
 
 /// A local path or an S3 prefix, parsed from `s3://bucket/prefix` or a plain path.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,38 +10,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use tokio::io::AsyncReadExt;
 
+use super::{ObjectInfo, S3Options};
+
 const MIN_PART_BYTES: usize = 5 << 20;
-
-/// How to reach the store.
-#[derive(Clone, Debug)]
-pub struct S3Options {
-    /// An S3-compatible endpoint (`http://127.0.0.1:9000`); path-style addressing is used
-    /// with it. `None` = AWS (or `AWS_ENDPOINT_URL`).
-    pub endpoint: Option<String>,
-    /// Files larger than this are uploaded in parts of this size (at least 5 MiB, S3's
-    /// smallest part).
-    pub part_bytes: usize,
-    /// A fixed access key and secret instead of the standard credential chain.
-    pub static_credentials: Option<(String, String)>,
-}
-
-impl Default for S3Options {
-    fn default() -> Self {
-        Self {
-            endpoint: None,
-            part_bytes: 64 << 20,
-            static_credentials: None,
-        }
-    }
-}
-
-/// One object under a listed prefix.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectInfo {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-}
 
 /// An S3 client plus the runtime it runs on, so blocking readers can use it too.
 #[derive(Clone, Debug)]

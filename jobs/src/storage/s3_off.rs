@@ -4,33 +4,10 @@
 use std::io::Read;
 use std::path::Path;
 
-const DISABLED: &str = "this build has no S3 support: build resident-jobs (or the resident CLI) with the `s3` feature";
+use super::{ObjectInfo, S3Options};
 
-/// How to reach the store (unused without the `s3` feature).
-#[derive(Clone, Debug)]
-pub struct S3Options {
-    pub endpoint: Option<String>,
-    pub part_bytes: usize,
-    pub static_credentials: Option<(String, String)>,
-}
-
-impl Default for S3Options {
-    fn default() -> Self {
-        Self {
-            endpoint: None,
-            part_bytes: 64 << 20,
-            static_credentials: None,
-        }
-    }
-}
-
-/// One object under a listed prefix.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectInfo {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-}
+const DISABLED: &str =
+    "this build has no S3 support: build resident-jobs (or the resident CLI) with the `s3` feature";
 
 /// Refuses every call.
 #[derive(Clone, Debug)]

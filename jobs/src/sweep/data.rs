@@ -12,9 +12,9 @@ use sha2::{Digest, Sha256};
 
 use super::SweepError;
 use super::config::{SweepConfig, TrialKind};
-use resident_sdk::EmbedPool;
 use crate::files::{model_fingerprint, sha256_hex, write_atomically};
 use crate::records::{is_blank, json_object, line_text, numbered_lines};
+use resident_sdk::EmbedPool;
 
 /// A record the sweep could not use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

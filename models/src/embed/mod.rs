@@ -92,9 +92,10 @@ impl TextPreparer {
                 (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
                 _ => text.clone(),
             };
-            let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| {
-                ModelError::BadPayload(format!("cannot tokenise text {row}: {e}"))
-            })?;
+            let encoding = self
+                .tokenizer
+                .encode(text.as_str(), true)
+                .map_err(|e| ModelError::BadPayload(format!("cannot tokenise text {row}: {e}")))?;
             let mut tokens = encoding.get_ids().to_vec();
             let mut truncated = !encoding.get_overflowing().is_empty();
             if self.architecture == Architecture::Qwen3 && tokens.last() != Some(&QWEN3_EOS) {

@@ -23,12 +23,7 @@ pub struct LoadedDataset {
     pub validation: Vec<u32>,
 }
 
-fn f32_rows(
-    bytes: &[u8],
-    rows: usize,
-    dim: usize,
-    device: &Device,
-) -> Result<Tensor, ModelError> {
+fn f32_rows(bytes: &[u8], rows: usize, dim: usize, device: &Device) -> Result<Tensor, ModelError> {
     if bytes.len() != rows * dim * 4 {
         return Err(ModelError::BadPayload(format!(
             "dataset holds {} bytes of vectors, expected {rows} x {dim} f32",

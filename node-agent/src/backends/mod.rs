@@ -30,7 +30,10 @@ impl DeviceAssignment {
     /// The first assigned GPU the model should really run on: `None` for CPU actors and on
     /// nodes whose GPUs are simulated.
     pub fn real_gpu(&self) -> Option<u32> {
-        self.gpu_indices.first().copied().filter(|_| !self.simulated)
+        self.gpu_indices
+            .first()
+            .copied()
+            .filter(|_| !self.simulated)
     }
 }
 
@@ -76,7 +79,9 @@ pub trait ModelBackend: Send {
     /// names before calling it.
     fn call(&mut self, method: &str, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
         let _ = payload;
-        Err(BackendError::Task(format!("method `{method}` is listed but not handled")))
+        Err(BackendError::Task(format!(
+            "method `{method}` is listed but not handled"
+        )))
     }
 
     /// A preparation stage to run ahead of the model on another thread, if the kind has one.

@@ -79,6 +79,9 @@ enum Input {
 struct TaskError {
     message: String,
     permanent: bool,
+    /// The kind's code panicked: the actor stops after reporting it, to be restarted with
+    /// a fresh model.
+    panicked: bool,
 }
 
 impl TaskError {
@@ -86,6 +89,15 @@ impl TaskError {
         Self {
             message,
             permanent: false,
+            panicked: false,
+        }
+    }
+
+    fn panic(stage: &str, panic: &(dyn std::any::Any + Send)) -> Self {
+        Self {
+            message: format!("{stage} panicked: {}", panic_text(panic)),
+            permanent: false,
+            panicked: true,
         }
     }
 }
@@ -95,6 +107,7 @@ impl From<BackendError> for TaskError {
         Self {
             permanent: error.is_permanent(),
             message: error.to_string(),
+            panicked: false,
         }
     }
 }
@@ -122,10 +135,7 @@ fn feed_work(
                 let prepared = catch_unwind(AssertUnwindSafe(|| prepare(&task.payload)));
                 Input::Prepared(match prepared {
                     Ok(result) => result.map_err(TaskError::from),
-                    Err(panic) => Err(TaskError::transient(format!(
-                        "preparation panicked: {}",
-                        panic_text(panic.as_ref())
-                    ))),
+                    Err(panic) => Err(TaskError::panic("preparation", panic.as_ref())),
                 })
             }
         };
@@ -225,16 +235,16 @@ pub(super) fn run_actor_thread(
             }
             Input::Prepared(Err(error)) => Err(error),
         };
-        // A panic may have left the model half-updated: the task is retried elsewhere and
-        // this actor stops, so the scheduler restarts it with a freshly loaded model.
-        let mut panicked = None;
+        // A panic may have left the model (or its preparation stage) half-updated: the task
+        // is retried elsewhere and this actor stops, so the scheduler restarts it with a
+        // freshly loaded model.
         let result = match catch_unwind(AssertUnwindSafe(|| run(&mut backend))) {
             Ok(result) => result,
-            Err(panic) => {
-                let message = format!("actor panicked: {}", panic_text(panic.as_ref()));
-                panicked = Some(message.clone());
-                Err(TaskError::transient(message))
-            }
+            Err(panic) => Err(TaskError::panic("actor", panic.as_ref())),
+        };
+        let panicked = match &result {
+            Err(error) if error.panicked => Some(error.message.clone()),
+            _ => None,
         };
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let outcome = pb::TaskOutcome {

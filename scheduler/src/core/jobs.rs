@@ -248,7 +248,12 @@ impl Core {
         let delay = self.config.retry_backoff.delay(failures);
         let due = Instant::now() + delay;
         tracing::debug!(task_id = %task_id, failures, ?delay, "task failed; retrying");
-        self.change_task(task_id, TaskEvent::Fail { retry_at: Some(due) });
+        self.change_task(
+            task_id,
+            TaskEvent::Fail {
+                retry_at: Some(due),
+            },
+        );
         self.retries.push(std::cmp::Reverse((due, task_id)));
     }
 

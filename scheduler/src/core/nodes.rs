@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use resident_proto::{ActorId, NodeId, VramBytes, pb};
 
 use super::records::{NodeRecord, SessionId};
-use super::{ToAgent, Core};
+use super::{Core, ToAgent};
 use crate::error::SchedulerError;
 use crate::placement::{ComputeCapability, GpuCapacity, NodeCapacity};
 use crate::state::{ActorEvent, ActorState};

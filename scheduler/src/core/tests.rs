@@ -92,8 +92,11 @@ impl Harness {
     }
 
     fn create_pool(&mut self, spec: pb::PoolSpec) -> pb::PoolStatus {
-        answer(|reply| SchedulerCommand::CreatePool { spec, reply }, &mut self.core)
-            .expect("pool created")
+        answer(
+            |reply| SchedulerCommand::CreatePool { spec, reply },
+            &mut self.core,
+        )
+        .expect("pool created")
     }
 
     /// Reports every actor started on `node` as loaded; returns the other messages.
@@ -156,7 +159,11 @@ impl Harness {
 
     fn job(&mut self, job: &JobId) -> pb::JobStatus {
         let job = job.clone();
-        answer(|reply| SchedulerCommand::GetJob { job, reply }, &mut self.core).unwrap()
+        answer(
+            |reply| SchedulerCommand::GetJob { job, reply },
+            &mut self.core,
+        )
+        .unwrap()
     }
 
     fn outcome(&mut self, node: &str, task: &pb::RunTask, result: Result<&str, &str>) {
@@ -263,12 +270,18 @@ async fn a_failed_task_waits_out_its_backoff_and_a_late_answer_is_dropped() {
     let first = run_tasks(&sent(h.agent("n1"))).remove(0);
     assert_eq!(first.dispatch, 1);
     h.outcome("n1", &first, Err("cuda error"));
-    assert!(results(&mut rx).is_empty(), "a transient failure is retried");
+    assert!(
+        results(&mut rx).is_empty(),
+        "a transient failure is retried"
+    );
     assert_eq!(counts(&h.job(&job)), [1, 1, 0, 0, 0, 0]);
 
     tokio::time::advance(base / 2).await;
     h.tick();
-    assert!(run_tasks(&sent(h.agent("n1"))).is_empty(), "still backing off");
+    assert!(
+        run_tasks(&sent(h.agent("n1"))).is_empty(),
+        "still backing off"
+    );
     tokio::time::advance(base).await;
     h.tick();
     let second = run_tasks(&sent(h.agent("n1"))).remove(0);
@@ -404,7 +417,11 @@ async fn deleting_a_pool_fails_its_queued_tasks_and_finishes_running_ones() {
     h.submit(&job, 0..3);
     let running = run_tasks(&sent(h.agent("n1"))).remove(0);
     let pool = PoolName::from("p");
-    answer(|reply| SchedulerCommand::DeletePool { pool, reply }, &mut h.core).unwrap();
+    answer(
+        |reply| SchedulerCommand::DeletePool { pool, reply },
+        &mut h.core,
+    )
+    .unwrap();
     let failed = results(&mut rx);
     assert_eq!(failed.len(), 2);
     assert!(failed.iter().all(|r| matches!(
@@ -412,7 +429,11 @@ async fn deleting_a_pool_fails_its_queued_tasks_and_finishes_running_ones() {
         Some(pb::task_result::Result::Error(e)) if e == "pool `p` was deleted"
     )));
     h.outcome("n1", &running, Ok("finished"));
-    assert_eq!(results(&mut rx).len(), 1, "the running task's result still arrives");
+    assert_eq!(
+        results(&mut rx).len(),
+        1,
+        "the running task's result still arrives"
+    );
     assert!(matches!(
         sent(h.agent("n1")).as_slice(),
         [pb::scheduler_message::Body::StopActor(_)]
@@ -436,7 +457,11 @@ async fn a_draining_actor_of_a_deleted_pool_keeps_its_vram_until_it_stops() {
     h.submit(&job, 0..1);
     let running = run_tasks(&sent(h.agent("g1"))).remove(0);
     let pool = PoolName::from("old");
-    answer(|reply| SchedulerCommand::DeletePool { pool, reply }, &mut h.core).unwrap();
+    answer(
+        |reply| SchedulerCommand::DeletePool { pool, reply },
+        &mut h.core,
+    )
+    .unwrap();
     big.name = "new".into();
     let status = h.create_pool(big);
     assert_eq!(status.ready_actors, 0);

@@ -5,8 +5,8 @@ use tokio::time::Instant;
 use resident_proto::{ActorId, JobId, PoolName, pb};
 
 use super::Core;
-use super::records::JobRecord;
 use super::pools::{no_pool, validate_pool_spec};
+use super::records::JobRecord;
 use crate::error::SchedulerError;
 use crate::state::{ActorState, JobCounts};
 use crate::store::{DurableStore, StoreOp};

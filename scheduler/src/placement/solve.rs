@@ -51,7 +51,10 @@ impl Usage {
             entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
             entry.gpu_thousandths += assignment.share_per_gpu.0;
         }
-        *self.cpu_millicores.entry(assignment.node.clone()).or_default() += demand.request.cpu_millicores;
+        *self
+            .cpu_millicores
+            .entry(assignment.node.clone())
+            .or_default() += demand.request.cpu_millicores;
         *self
             .pool_actors
             .entry((assignment.node.clone(), demand.pool.clone()))

@@ -31,11 +31,19 @@ pub enum TaskState {
     /// In its pool's queue.
     Queued,
     /// Failed; waits until `until` before going back to the queue.
-    BackingOff { until: Instant },
+    BackingOff {
+        until: Instant,
+    },
     /// Sent to `actor` as dispatch number `dispatch` (1 for the first).
-    Running { actor: ActorId, dispatch: u32 },
+    Running {
+        actor: ActorId,
+        dispatch: u32,
+    },
     /// Cancelled while running: the actor's answer is dropped when it comes.
-    Cancelling { actor: ActorId, dispatch: u32 },
+    Cancelling {
+        actor: ActorId,
+        dispatch: u32,
+    },
     Done(TaskEnd),
 }
 
@@ -300,8 +308,12 @@ mod tests {
         let mut counts = JobCounts::default();
         let mut task = TaskLifecycle::submitted(&mut counts);
         let before = (task.clone(), counts);
-        for event in [TaskEvent::Succeed, TaskEvent::Release, TaskEvent::Settle, TaskEvent::Lose]
-        {
+        for event in [
+            TaskEvent::Succeed,
+            TaskEvent::Release,
+            TaskEvent::Settle,
+            TaskEvent::Lose,
+        ] {
             assert!(task.apply(event, &mut counts).is_err());
         }
         assert_eq!((task.clone(), counts), before);
@@ -320,7 +332,7 @@ mod tests {
             0 => dispatch(task, "a"),
             1 => TaskEvent::Succeed,
             2 => TaskEvent::Fail {
-                retry_at: (n % 2 == 0).then(Instant::now),
+                retry_at: n.is_multiple_of(2).then(Instant::now),
             },
             3 => TaskEvent::Release,
             4 => TaskEvent::Lose,

@@ -144,7 +144,9 @@ mod tests {
             .apply(&[StoreOp::DeletePool(PoolName::from("emb"))])
             .unwrap();
         assert!(store.load_pools().unwrap().is_empty());
-        store.apply(&[StoreOp::DeleteJob(JobId::from("j1"))]).unwrap();
+        store
+            .apply(&[StoreOp::DeleteJob(JobId::from("j1"))])
+            .unwrap();
         assert!(store.load_jobs().unwrap().is_empty());
         assert!(store.outcomes(&JobId::from("j1")).unwrap().is_empty());
         // Put back, for the reopen check of the redb test.
