@@ -15,6 +15,10 @@ pub mod pb {
     tonic::include_proto!("resident.v1");
 }
 
+/// The method of the built-in `embed` actor kind that trains one segment of a sweep trial
+/// (payload `pb::TrialRequest`, output `pb::TrialResponse`).
+pub const EMBED_TRIAL_METHOD: &str = "trial";
+
 /// gRPC metadata key that refines a status code for clients (what kind of refusal it is).
 pub const ERROR_KIND_METADATA: &str = "resident-error-kind";
 /// [`ERROR_KIND_METADATA`] value of a `FailedPrecondition` that is a placement refusal.

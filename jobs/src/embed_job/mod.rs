@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use resident_sdk::{Cluster, EmbeddedChunk, SdkError};
 
 use crate::pools::EmbedActors;
 use crate::storage::{Location, S3Client, S3Options};
@@ -34,9 +35,6 @@ use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
 pub use report::{PriceTable, Report};
 use report::{ReportBuilder, VectorStats};
-use resident_sdk::Cluster;
-use resident_sdk::EmbeddedChunk;
-use resident_sdk::SdkError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {

@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use resident_sdk::{ActorInfo, EmbeddedChunk, NodeInfo};
 use serde::{Deserialize, Serialize};
 
 use super::EmbedJobConfig;
 use super::output::Manifest;
 use super::reader::BadRecord;
-use resident_sdk::{ActorInfo, EmbeddedChunk, NodeInfo};
 
 /// Price per hour of one GPU by pool label value, with public on-demand defaults by GPU model.
 #[derive(Clone, Debug, Serialize, Deserialize)]

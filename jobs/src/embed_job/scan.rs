@@ -1,6 +1,7 @@
 //! The job's reading side: the first pass over the input (counts, bad records,
 //! fingerprint), the manifest check, speed calibration and the chunk producer.
 
+use resident_sdk::{EmbedPool, EmbeddedChunk, embed_request};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +13,6 @@ use super::output::{Manifest, OutputDir};
 use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
 use super::reader::{BadRecord, Item, RecordReader};
 use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
-use resident_sdk::{EmbedPool, EmbeddedChunk, embed_request};
 
 pub(super) struct Scan {
     pub valid_records: u64,

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use resident_proto::pb;
+use resident_sdk::EmbedPool;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -14,7 +15,6 @@ use super::SweepError;
 use super::config::{SweepConfig, TrialKind};
 use crate::files::{model_fingerprint, sha256_hex, write_atomically};
 use crate::records::{is_blank, json_object, line_text, numbered_lines};
-use resident_sdk::EmbedPool;
 
 /// A record the sweep could not use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

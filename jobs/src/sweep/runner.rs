@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use prost::Message;
 use resident_proto::{SeededRng, pb};
+use resident_sdk::{Cluster, SubmitOptions, TaskOutput};
 
 use super::SweepError;
 use super::config::SweepConfig;
@@ -20,10 +21,9 @@ use super::results::{SweepSummary, TrialResult, append_result, best, read_result
 use super::search::generate_trials;
 use crate::files::write_atomically;
 use crate::pools::EmbedActors;
-use resident_sdk::{Cluster, SubmitOptions, TaskOutput};
 
 /// The `embed` actors' method that trains a trial segment.
-pub const TRIAL_METHOD: &str = "trial";
+pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
 /// What the runner tells its caller as the sweep goes.
 pub enum SweepEvent<'a> {

@@ -11,8 +11,7 @@ use resident_models::embed::{EmbedConfig, Embedder, TokenizedChunk};
 
 use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
 
-/// The method name of sweep trials on `embed` actors.
-pub const TRIAL_METHOD: &str = "trial";
+pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
 pub struct EmbedKind;
 

@@ -1,9 +1,9 @@
 //! Node registry: registration with generations, heartbeats, agent reports, failure detection.
 
 use std::collections::BTreeMap;
-use tokio::time::Instant;
 
 use resident_proto::{ActorId, NodeId, VramBytes, pb};
+use tokio::time::Instant;
 
 use super::records::{NodeRecord, SessionId};
 use super::{Core, ToAgent};

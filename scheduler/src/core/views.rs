@@ -1,8 +1,7 @@
 //! Read-only views for the client API, and restoring saved state at start.
 
-use tokio::time::Instant;
-
 use resident_proto::{ActorId, JobId, PoolName, pb};
+use tokio::time::Instant;
 
 use super::Core;
 use super::pools::{no_pool, validate_pool_spec};
