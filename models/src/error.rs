@@ -11,16 +11,6 @@ pub enum ModelError {
     Task(String),
 }
 
-impl ModelError {
-    /// Retrying elsewhere cannot help: the input itself is wrong.
-    pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            ModelError::BadPayload(_) | ModelError::InvalidConfig(_)
-        )
-    }
-}
-
 impl From<candle_core::Error> for ModelError {
     fn from(error: candle_core::Error) -> Self {
         ModelError::Task(error.to_string())

@@ -105,17 +105,8 @@ impl PoolSpec {
         &self.spec.name
     }
 
-    pub fn actor_kind(&self) -> &str {
-        &self.spec.actor_kind
-    }
-
     pub fn replicas_wanted(&self) -> u32 {
         self.spec.replicas
-    }
-
-    /// GPUs per actor (0 for CPU actors).
-    pub fn gpus_per_actor(&self) -> f64 {
-        self.spec.resources.as_ref().map_or(0.0, |r| r.gpus)
     }
 
     /// The same pool with another replica count.

@@ -51,22 +51,28 @@ impl Core {
         Ok(job)
     }
 
-    /// Applies one event to a task and to its job's counters. Returns the new state, or
-    /// `None` when the event does not apply (logged; nothing changes).
-    pub(super) fn change_task(&mut self, task_id: TaskId, event: TaskEvent) -> Option<TaskState> {
-        let task = self.tasks.get_mut(&task_id)?;
+    /// Applies one event to a task and to its job's counters. Returns whether it applied
+    /// (an event that does not is logged and changes nothing).
+    pub(super) fn change_task(&mut self, task_id: TaskId, event: TaskEvent) -> bool {
+        let Some(task) = self.tasks.get_mut(&task_id) else {
+            return false;
+        };
         let mut detached = JobCounts::default();
         let counts = match self.jobs.get_mut(&task.job) {
             Some(job) => &mut job.counts,
             None => &mut detached,
         };
         match task.lifecycle.apply(event, counts) {
-            Ok(state) => Some(state.clone()),
+            Ok(_) => true,
             Err(invalid) => {
                 tracing::warn!(task_id = %task_id, %invalid, "ignored task event");
-                None
+                false
             }
         }
+    }
+
+    fn task_state(&self, task_id: TaskId) -> Option<&TaskState> {
+        self.tasks.get(&task_id).map(|t| t.lifecycle.state())
     }
 
     pub(super) fn submit_task(&mut self, job_id: &JobId, input: pb::TaskInput) {
@@ -147,7 +153,7 @@ impl Core {
                 actor: actor_id.clone(),
                 dispatch,
             };
-            if self.change_task(task_id, event).is_none() {
+            if !self.change_task(task_id, event) {
                 continue;
             }
             let task = self.tasks.get_mut(&task_id).expect("exists");
@@ -195,10 +201,7 @@ impl Core {
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
         let pool = actor.pool.clone();
-        let cancelling = matches!(
-            self.tasks[&task_id].lifecycle.state(),
-            TaskState::Cancelling { .. }
-        );
+        let cancelling = matches!(self.task_state(task_id), Some(TaskState::Cancelling { .. }));
         if cancelling {
             self.change_task(task_id, TaskEvent::Settle);
             self.tasks.remove(&task_id);
@@ -260,10 +263,10 @@ impl Core {
     /// A running task whose actor or node was lost goes back to the front of its queue; a
     /// cancelling one is done.
     pub(super) fn requeue_lost_task(&mut self, task_id: TaskId, why: &str) {
-        let Some(state) = self.change_task(task_id, TaskEvent::Lose) else {
+        if !self.change_task(task_id, TaskEvent::Lose) {
             return;
-        };
-        if state == TaskState::Done(TaskEnd::Cancelled) {
+        }
+        if self.task_state(task_id) == Some(&TaskState::Done(TaskEnd::Cancelled)) {
             self.tasks.remove(&task_id);
             return;
         }
@@ -291,7 +294,7 @@ impl Core {
                 .tasks
                 .get(&task_id)
                 .is_some_and(|t| t.lifecycle.state() == &TaskState::BackingOff { until: due });
-            if !waiting || self.change_task(task_id, TaskEvent::Release).is_none() {
+            if !waiting || !self.change_task(task_id, TaskEvent::Release) {
                 continue;
             }
             let pool = self.tasks[&task_id].pool.clone();
@@ -312,10 +315,7 @@ impl Core {
 
     /// Fails a task that is not running (queued, backing off or just submitted).
     pub(super) fn fail_task(&mut self, task_id: TaskId, error: String) {
-        if self
-            .change_task(task_id, TaskEvent::Fail { retry_at: None })
-            .is_some()
-        {
+        if self.change_task(task_id, TaskEvent::Fail { retry_at: None }) {
             self.finish_task(task_id, Err(error), 0);
         }
     }
@@ -426,7 +426,8 @@ impl Core {
             .map(|(id, _)| *id)
             .collect();
         for task_id in mine {
-            match self.change_task(task_id, TaskEvent::Cancel) {
+            self.change_task(task_id, TaskEvent::Cancel);
+            match self.task_state(task_id).cloned() {
                 Some(TaskState::Cancelling { actor, .. }) => {
                     let node = self.actors[&actor]
                         .assignment
