@@ -41,6 +41,8 @@ pub struct EmbedArgs {
     /// Scheduler URL; without it a local cluster runs in this process.
     #[arg(long, env = "RESIDENT_CLUSTER")]
     cluster: Option<String>,
+    #[command(flatten)]
+    credentials: crate::credentials::CredentialArgs,
     /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
     #[arg(long)]
     replicas: Option<u32>,
@@ -182,7 +184,7 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
 pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let config = args.job_config()?;
     let cluster = match &args.cluster {
-        Some(url) => Cluster::connect(url).await?,
+        Some(url) => args.credentials.connect(url).await?,
         None => {
             let local = LocalConfig {
                 simulate_gpus: args.simulate_gpus.clone(),

@@ -16,9 +16,20 @@ pub struct LocalArgs {
     /// Persist pools and jobs here (memory only when absent).
     #[arg(long, env = "RESIDENT_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Serve beyond loopback with no TLS and no tokens (a local cluster has neither).
+    #[arg(long, env = "RESIDENT_INSECURE")]
+    insecure: bool,
 }
 
 pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
+    // A local cluster is plaintext with no tokens: beyond loopback only when asked.
+    match crate::scheduler::exposure_check(args.listen, false, false, args.insecure) {
+        Ok(None) => {}
+        Ok(Some(warning)) => tracing::warn!("{warning}"),
+        Err(refusal) => anyhow::bail!(
+            "{refusal} (a local cluster has neither; run `resident scheduler` with TLS and tokens and `resident agent` instead)"
+        ),
+    }
     let config = LocalConfig {
         listen: args.listen,
         simulate_gpus: args.simulate_gpus,

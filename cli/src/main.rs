@@ -1,11 +1,14 @@
 //! The `resident` command line: run a scheduler, an agent, a local cluster, or inspect one.
 
 mod agent;
+mod certs;
+mod credentials;
 mod embed;
 mod local;
 mod scheduler;
 mod status;
 mod sweep;
+mod token;
 
 use clap::{Parser, Subcommand};
 
@@ -49,6 +52,10 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Run a hyperparameter sweep whose trials train on resident embed actors.
     Sweep(sweep::SweepArgs),
+    /// Make a private CA and the scheduler's TLS certificate.
+    Certs(certs::CertsArgs),
+    /// Create, revoke and list the tokens of a scheduler's auth file.
+    Token(token::TokenArgs),
 }
 
 fn init_logging(json: bool) {
@@ -106,6 +113,8 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Status(args) => status::run(args).await,
         Command::Embed(args) => embed::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
+        Command::Certs(args) => certs::run(args),
+        Command::Token(args) => token::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

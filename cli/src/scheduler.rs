@@ -1,18 +1,34 @@
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use resident_scheduler::auth::{AuthGate, watch_auth_file};
 use resident_scheduler::core::CoreConfig;
-use resident_scheduler::server::start_scheduler;
+use resident_scheduler::server::{ServerSecurity, TlsIdentity, start_scheduler};
 use resident_scheduler::store::RedbStore;
 
 #[derive(Args)]
 pub struct SchedulerArgs {
-    /// Address to serve agents and clients on.
+    /// Address to serve agents and clients on. Beyond loopback it needs TLS and an auth file
+    /// (or --insecure).
     #[arg(long, env = "RESIDENT_LISTEN", default_value = "0.0.0.0:50051")]
     listen: String,
+    /// The scheduler's certificate chain (PEM); with --tls-key, the port speaks only TLS.
+    #[arg(long, env = "RESIDENT_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "RESIDENT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Tokens and roles (`resident token create`); every call then needs a token. Re-read
+    /// when it changes and on SIGHUP.
+    #[arg(long, env = "RESIDENT_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Serve beyond loopback without TLS or tokens (trusted networks only; warns at start).
+    #[arg(long, env = "RESIDENT_INSECURE")]
+    insecure: bool,
     /// Where pools, jobs and task outcomes persist across restarts.
     #[arg(long, env = "RESIDENT_STATE_DIR", default_value = "resident-state")]
     state_dir: PathBuf,
@@ -52,22 +68,108 @@ impl SchedulerArgs {
             ..CoreConfig::default()
         })
     }
+
+    fn security(&self) -> anyhow::Result<ServerSecurity> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsIdentity {
+                cert_pem: std::fs::read(cert)
+                    .with_context(|| format!("--tls-cert {}", cert.display()))?,
+                key_pem: std::fs::read(key)
+                    .with_context(|| format!("--tls-key {}", key.display()))?,
+            }),
+            _ => None,
+        };
+        let auth = match &self.auth_file {
+            Some(path) => AuthGate::from_file(path)?,
+            None => AuthGate::open(),
+        };
+        Ok(ServerSecurity { tls, auth })
+    }
+}
+
+/// Whether the scheduler may serve on `addr` as configured: loopback always; beyond it only
+/// with TLS and tokens, or with `--insecure` (then with a warning).
+pub fn exposure_check(
+    addr: SocketAddr,
+    tls: bool,
+    tokens: bool,
+    insecure: bool,
+) -> Result<Option<String>, String> {
+    if addr.ip().is_loopback() || (tls && tokens) {
+        return Ok(None);
+    }
+    let mut missing = Vec::new();
+    if !tls {
+        missing.push("TLS (--tls-cert and --tls-key; `resident certs init` makes them)");
+    }
+    if !tokens {
+        missing.push("tokens (--auth-file; `resident token create` fills it)");
+    }
+    let missing = missing.join(" and ");
+    if insecure {
+        return Ok(Some(format!(
+            "serving {addr} beyond loopback without {missing} (--insecure): anyone who reaches this port controls the cluster"
+        )));
+    }
+    Err(format!(
+        "refusing to serve {addr} beyond loopback without {missing}; bind 127.0.0.1, or pass --insecure on a network you trust"
+    ))
 }
 
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let config = args.core_config()?;
-    let store = RedbStore::open(&args.state_dir)
-        .with_context(|| format!("opening state dir {}", args.state_dir.display()))?;
+    let security = args.security()?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let local_addr = listener.local_addr()?;
+    match exposure_check(
+        local_addr,
+        security.tls.is_some(),
+        !security.auth.is_open(),
+        args.insecure,
+    ) {
+        Ok(None) => {}
+        Ok(Some(warning)) => tracing::warn!("{warning}"),
+        Err(refusal) => anyhow::bail!(refusal),
+    }
+    let store = RedbStore::open(&args.state_dir)
+        .with_context(|| format!("opening state dir {}", args.state_dir.display()))?;
     let cancel = crate::shutdown_token();
-    let server = start_scheduler(listener, config, Arc::new(store), cancel)?;
+    if let Some(path) = &args.auth_file {
+        watch_auth_file(
+            security.auth.clone(),
+            path.clone(),
+            Duration::from_secs(1),
+            cancel.clone(),
+        );
+    }
+    let server = start_scheduler(listener, config, Arc::new(store), security, cancel)?;
     // Printed on stdout so scripts and tests can read the bound address.
-    println!(
-        "resident scheduler listening on http://{}",
-        server.local_addr
-    );
+    println!("resident scheduler listening on {}", server.url);
     server.task.await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_binds_need_tls_and_tokens_or_insecure() {
+        let loopback: SocketAddr = "127.0.0.1:50051".parse().unwrap();
+        let open: SocketAddr = "0.0.0.0:50051".parse().unwrap();
+        assert_eq!(exposure_check(loopback, false, false, false), Ok(None));
+        assert_eq!(exposure_check(open, true, true, false), Ok(None));
+        let refused = exposure_check(open, true, false, false).unwrap_err();
+        assert!(refused.contains("tokens (--auth-file"), "{refused}");
+        assert!(!refused.contains("TLS (--tls-cert"), "{refused}");
+        let refused = exposure_check(open, false, false, false).unwrap_err();
+        assert!(
+            refused.contains("TLS") && refused.contains("--insecure"),
+            "{refused}"
+        );
+        let warned = exposure_check(open, false, true, true).unwrap().unwrap();
+        assert!(warned.contains("--insecure"), "{warned}");
+    }
 }

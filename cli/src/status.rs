@@ -1,5 +1,5 @@
 use clap::Args;
-use resident_sdk::{ActorInfo, Cluster, NodeInfo};
+use resident_sdk::{ActorInfo, NodeInfo};
 use serde_json::json;
 
 #[derive(Args)]
@@ -7,6 +7,8 @@ pub struct StatusArgs {
     /// Scheduler URL.
     #[arg(long, env = "RESIDENT_CLUSTER")]
     cluster: String,
+    #[command(flatten)]
+    credentials: crate::credentials::CredentialArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -118,7 +120,7 @@ fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let cluster = Cluster::connect(&args.cluster).await?;
+    let cluster = args.credentials.connect(&args.cluster).await?;
     let nodes = cluster.list_nodes().await?;
     let actors = cluster.list_actors().await?;
     if args.json {

@@ -12,6 +12,8 @@ pub struct SweepArgs {
     /// to read the sweep's output directory (its embedding cache), e.g. a shared filesystem.
     #[arg(long, env = "RESIDENT_CLUSTER")]
     cluster: Option<String>,
+    #[command(flatten)]
+    credentials: crate::credentials::CredentialArgs,
     /// Overrides the config's `output`.
     #[arg(long)]
     output: Option<String>,
@@ -25,7 +27,7 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
         config.output = output;
     }
     let cluster = match &args.cluster {
-        Some(url) => Cluster::connect(url).await?,
+        Some(url) => args.credentials.connect(url).await?,
         None => Cluster::local(LocalConfig::default()).await?,
     };
     let mut on_event = |event: SweepEvent<'_>| match event {

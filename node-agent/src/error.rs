@@ -54,12 +54,8 @@ pub enum AgentError {
     GpuSpec { spec: String, reason: String },
     #[error("invalid label `{0}`: expected key=value")]
     Label(String),
-    #[error("invalid scheduler url `{url}`")]
-    SchedulerUrl {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
+    #[error(transparent)]
+    SchedulerUrl(#[from] resident_proto::connect::ConnectError),
     #[error("cannot reach scheduler")]
     Connect(#[from] tonic::transport::Error),
     #[error("scheduler refused the session: {0}")]

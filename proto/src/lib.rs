@@ -1,6 +1,7 @@
 //! The `resident.v1` wire protocol plus the small domain types every crate shares:
 //! ID newtypes, [`VramBytes`], [`GpuFraction`] and the seeded [`SeededRng`].
 
+pub mod connect;
 pub mod ids;
 pub mod rng;
 pub mod units;

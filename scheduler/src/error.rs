@@ -14,6 +14,9 @@ pub enum SchedulerError {
     Unplaceable { pool: String, refusal: Refusal },
     #[error("{0}")]
     Precondition(String),
+    /// The caller is known but may not do this (role, ownership, another node's id).
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("scheduler is shutting down")]
     ShuttingDown,
     #[error(transparent)]
@@ -38,6 +41,7 @@ impl From<SchedulerError> for tonic::Status {
                 status
             }
             SchedulerError::Precondition(_) => tonic::Status::failed_precondition(message),
+            SchedulerError::PermissionDenied(_) => tonic::Status::permission_denied(message),
             SchedulerError::ShuttingDown => tonic::Status::unavailable(message),
             SchedulerError::Store(_) => tonic::Status::internal(message),
         }

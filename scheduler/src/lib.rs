@@ -1,5 +1,6 @@
 //! The Resident scheduler: node registry, pure placement, actor lifecycle and task dispatch.
 
+pub mod auth;
 pub mod core;
 pub mod error;
 pub mod placement;

@@ -8,7 +8,9 @@ use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 
+use crate::auth::AuthGate;
 use crate::core::{CoreConfig, SchedulerHandle, spawn_scheduler_loop};
 use crate::error::SchedulerError;
 use crate::service::{AgentSessionService, ClientApiService};
@@ -17,7 +19,51 @@ use crate::store::DurableStore;
 pub struct SchedulerServer {
     pub handle: SchedulerHandle,
     pub local_addr: std::net::SocketAddr,
+    /// `https://addr` when serving TLS, else `http://addr`.
+    pub url: String,
     pub task: tokio::task::JoinHandle<()>,
+}
+
+/// The scheduler's certificate chain and private key, PEM.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+/// How the port is protected: TLS or plaintext, tokens or open.
+#[derive(Clone)]
+pub struct ServerSecurity {
+    pub tls: Option<TlsIdentity>,
+    pub auth: AuthGate,
+}
+
+impl ServerSecurity {
+    /// Plaintext, no tokens: loopback and in-process clusters.
+    pub fn open() -> Self {
+        Self {
+            tls: None,
+            auth: AuthGate::open(),
+        }
+    }
+}
+
+fn tls_config(identity: &TlsIdentity) -> Result<tonic::transport::ServerTlsConfig, SchedulerError> {
+    // Both ring and aws-lc may be compiled in (the S3 client brings aws-lc); rustls then
+    // needs a process default, and ring is the one tonic's client side uses too.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let text = String::from_utf8_lossy(&identity.key_pem);
+    if !text.contains("PRIVATE KEY-----") {
+        return Err(SchedulerError::Precondition(
+            "the TLS key holds no PEM private key".into(),
+        ));
+    }
+    Ok(
+        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+            &identity.cert_pem,
+            &identity.key_pem,
+        )),
+    )
 }
 
 /// Serves the scheduler on `listener` until `cancel` fires.
@@ -25,11 +71,22 @@ pub fn start_scheduler(
     listener: TcpListener,
     config: CoreConfig,
     store: Arc<dyn DurableStore>,
+    security: ServerSecurity,
     cancel: CancellationToken,
 ) -> Result<SchedulerServer, SchedulerError> {
     let local_addr = listener
         .local_addr()
         .map_err(|e| SchedulerError::Precondition(format!("listener has no address: {e}")))?;
+    let security_tls = security.tls.is_some();
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
+    if let Some(identity) = &security.tls {
+        builder = builder.tls_config(tls_config(identity)?).map_err(|e| {
+            SchedulerError::Precondition(format!(
+                "cannot serve TLS with this certificate and key: {e}"
+            ))
+        })?;
+    }
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
     let agents = AgentSessionService {
         scheduler: handle.clone(),
@@ -44,18 +101,19 @@ pub fn start_scheduler(
         Ok::<_, std::io::Error>(stream)
     });
     let task = tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-            .add_service(
+        let served = builder
+            .add_service(InterceptedService::new(
                 NodeAgentServiceServer::new(agents)
                     .max_decoding_message_size(256 << 20)
                     .max_encoding_message_size(256 << 20),
-            )
-            .add_service(
+                security.auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
                 SchedulerServiceServer::new(clients)
                     .max_decoding_message_size(256 << 20)
                     .max_encoding_message_size(256 << 20),
-            )
+                security.auth,
+            ))
             .serve_with_incoming_shutdown(incoming, cancel.cancelled())
             .await;
         if let Err(error) = served {
@@ -63,10 +121,13 @@ pub fn start_scheduler(
         }
         let _ = loop_task.await;
     });
-    tracing::info!(%local_addr, "scheduler listening");
+    let scheme = if security_tls { "https" } else { "http" };
+    let url = format!("{scheme}://{local_addr}");
+    tracing::info!(%url, "scheduler listening");
     Ok(SchedulerServer {
         handle,
         local_addr,
+        url,
         task,
     })
 }

@@ -6,11 +6,15 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use prost::bytes::Bytes;
+pub use resident_proto::connect::ClientCredentials;
+use resident_proto::connect::{
+    AuthedChannel, BearerToken, is_transport_failure, plaintext_hint, scheduler_endpoint,
+    transport_hint,
+};
 use resident_proto::pb;
 use resident_proto::pb::scheduler_service_client::SchedulerServiceClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 use crate::error::SdkError;
 use crate::info::{ActorInfo, ActorState, JobStatus, NodeInfo, PoolStatus};
@@ -20,7 +24,7 @@ use resident_proto::{ActorId, JobId, NodeId};
 /// A connection to a Resident cluster (remote, or in this process with `Cluster::local`).
 #[derive(Clone)]
 pub struct Cluster {
-    client: SchedulerServiceClient<Channel>,
+    client: SchedulerServiceClient<AuthedChannel>,
     url: String,
     request_timeout: Duration,
     /// Keeps an in-process cluster alive as long as any handle to it exists.
@@ -52,6 +56,19 @@ pub struct SubmitOptions {
     pub method: String,
 }
 
+/// The CA (`RESIDENT_CA`, a PEM file) and token (`RESIDENT_TOKEN`) from the environment; the
+/// one place the SDK reads them, so programs that pass credentials explicitly never do.
+pub fn credentials_from_env() -> Result<ClientCredentials, SdkError> {
+    let mut credentials =
+        ClientCredentials::default().with_token(std::env::var("RESIDENT_TOKEN").ok());
+    if let Some(ca) = std::env::var_os("RESIDENT_CA").filter(|v| !v.is_empty()) {
+        credentials = credentials
+            .with_ca_file(std::path::Path::new(&ca))
+            .map_err(|e| SdkError::Credentials(format!("RESIDENT_CA: {e}")))?;
+    }
+    Ok(credentials)
+}
+
 fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
@@ -59,31 +76,80 @@ fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 }
 
 impl Cluster {
-    /// Connects to the scheduler at `url` (`http://host:port`).
+    /// Connects to the scheduler at `url`, with the CA and token from the environment
+    /// (`RESIDENT_CA`, `RESIDENT_TOKEN`; see [`credentials_from_env`]). `https://` is always
+    /// TLS (against `RESIDENT_CA`, or the system roots); `http://` is plaintext.
     pub async fn connect(url: &str) -> Result<Self, SdkError> {
-        let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
-            .map_err(|source| SdkError::BadUrl {
-                url: url.to_owned(),
-                source,
-            })?
+        Self::connect_with(url, credentials_from_env()?).await
+    }
+
+    /// Connects with explicit credentials (a CA to trust, a token to send).
+    pub async fn connect_with(url: &str, credentials: ClientCredentials) -> Result<Self, SdkError> {
+        let endpoint = scheduler_endpoint(url, &credentials)
+            .map_err(|e| SdkError::Credentials(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|source| SdkError::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        let client = SchedulerServiceClient::new(channel)
+        let connect_error = |source: tonic::transport::Error| SdkError::Connect {
+            url: url.to_owned(),
+            hint: transport_hint(url, &source)
+                .map(|h| format!(": {h}"))
+                .unwrap_or_default(),
+            source,
+        };
+        let channel = endpoint.connect().await.map_err(connect_error)?;
+        let token = BearerToken::new(credentials.token.as_deref())
+            .map_err(|e| SdkError::Credentials(e.to_string()))?;
+        let client = SchedulerServiceClient::with_interceptor(channel, token)
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
-        Ok(Self {
+        let cluster = Self {
             client,
             url: url.to_owned(),
             request_timeout: Duration::from_secs(30),
             _local: None,
-        })
+        };
+        cluster.check_protocol().await?;
+        Ok(cluster)
+    }
+
+    /// One cheap call, so a port that does not speak our gRPC (plaintext to a TLS port, a
+    /// proxy) fails here with a clear error rather than on the first real call. Any answer
+    /// from the scheduler, even a refusal, proves the protocol.
+    async fn check_protocol(&self) -> Result<(), SdkError> {
+        let probe = pb::GetJobRequest {
+            job_id: String::new(),
+        };
+        match self
+            .client
+            .clone()
+            .get_job(with_timeout(probe, self.request_timeout))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(status) if is_transport_failure(&status) => {
+                let hint = transport_hint(&self.url, &status)
+                    .or_else(|| plaintext_hint(&self.url))
+                    .unwrap_or_else(|| status.message().to_owned());
+                Err(SdkError::Unavailable(format!(
+                    "the scheduler at {} did not answer: {hint}",
+                    self.url
+                )))
+            }
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                // Unauthenticated is worth reporting now; permission depends on the call.
+                if status.code() == tonic::Code::Unauthenticated {
+                    Err(status.into())
+                } else {
+                    Ok(())
+                }
+            }
+            Err(_) => Ok(()),
+        }
     }
 
     #[cfg(feature = "local")]

@@ -7,12 +7,23 @@ pub enum SdkError {
         #[source]
         source: tonic::transport::Error,
     },
-    #[error("cannot connect to the scheduler at {url}")]
+    #[error("cannot connect to the scheduler at {url}{hint}")]
     Connect {
         url: String,
+        /// What probably went wrong (TLS mismatch, untrusted certificate), with `: ` before it.
+        hint: String,
         #[source]
         source: tonic::transport::Error,
     },
+    /// The CA file or the token cannot be used as given.
+    #[error("credentials: {0}")]
+    Credentials(String),
+    /// No token, or one the cluster does not know.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The token is known but its role (or ownership) does not allow the call.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     #[error("invalid request: {0}")]
     InvalidArgument(String),
     #[error("not found: {0}")]
@@ -52,6 +63,8 @@ impl From<tonic::Status> for SdkError {
             tonic::Code::FailedPrecondition => SdkError::Precondition(message),
             tonic::Code::AlreadyExists => SdkError::AlreadyExists(message),
             tonic::Code::Unavailable => SdkError::Unavailable(message),
+            tonic::Code::Unauthenticated => SdkError::Unauthenticated(message),
+            tonic::Code::PermissionDenied => SdkError::PermissionDenied(message),
             tonic::Code::DeadlineExceeded => SdkError::Timeout(message),
             code => SdkError::Scheduler { code, message },
         }

@@ -25,7 +25,10 @@ mod info;
 mod local;
 mod pool_spec;
 
-pub use client::{CallSession, Cluster, JobStream, Pool, SubmitOptions, TaskOutput};
+pub use client::{
+    CallSession, ClientCredentials, Cluster, JobStream, Pool, SubmitOptions, TaskOutput,
+    credentials_from_env,
+};
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request};
 pub use error::SdkError;
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};

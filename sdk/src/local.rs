@@ -9,11 +9,11 @@ use resident_node_agent::backends::ActorKindRegistry;
 use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
-use resident_scheduler::server::start_scheduler;
+use resident_scheduler::server::{ServerSecurity, start_scheduler};
 use resident_scheduler::store::{DurableStore, MemoryStore, RedbStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Cluster;
+use crate::client::{ClientCredentials, Cluster};
 use crate::error::SdkError;
 
 /// How to start an in-process cluster.
@@ -93,9 +93,15 @@ impl Cluster {
             .await
             .map_err(|e| start(format!("cannot listen on {}: {e}", config.listen)))?;
         let cancel = CancellationToken::new();
-        let server = start_scheduler(listener, config.core.clone(), store, cancel.clone())
-            .map_err(|e| start(e.to_string()))?;
-        let url = format!("http://{}", server.local_addr);
+        let server = start_scheduler(
+            listener,
+            config.core.clone(),
+            store,
+            ServerSecurity::open(),
+            cancel.clone(),
+        )
+        .map_err(|e| start(e.to_string()))?;
+        let url = server.url.clone();
         let mut agent = AgentConfig::new(url.clone(), config.node_id.clone());
         agent.labels = labels;
         agent.reconnect_min = Duration::from_millis(20);
@@ -106,7 +112,9 @@ impl Cluster {
             cancel.clone(),
         ));
         let guard = Arc::new(LocalGuard { cancel });
-        let cluster = Cluster::connect(&url).await?.keep_alive(guard);
+        let cluster = Cluster::connect_with(&url, ClientCredentials::default())
+            .await?
+            .keep_alive(guard);
         cluster.wait_for_nodes(1, Duration::from_secs(10)).await?;
         tracing::info!(%url, "local cluster ready");
         Ok(cluster)

@@ -11,7 +11,7 @@ use resident_node_agent::backends::ActorKindRegistry;
 use resident_node_agent::gpu::{GpuProbe, NoGpus, SimulatedGpus, parse_simulated_gpus};
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
-use resident_scheduler::server::start_scheduler;
+use resident_scheduler::server::{ServerSecurity, start_scheduler};
 use resident_scheduler::store::MemoryStore;
 use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
@@ -72,10 +72,11 @@ impl InProcessCluster {
             listener,
             CoreConfig::for_test(),
             Arc::new(MemoryStore::default()),
+            ServerSecurity::open(),
             cancel.clone(),
         )
         .expect("scheduler starts");
-        let url = format!("http://{}", server.local_addr);
+        let url = server.url.clone();
         let mut this = Self {
             cluster: Cluster::connect(&url).await.expect("connect"),
             url,
@@ -248,6 +249,10 @@ pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
             labels,
         ])
         .args(["--reconnect-max-ms", "300"])
+        .arg("--model-root")
+        .arg(repo_root().join("models"))
+        .arg("--data-root")
+        .arg(std::env::temp_dir())
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

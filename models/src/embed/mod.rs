@@ -25,6 +25,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::ModelError;
+use crate::roots::{FileRoots, MAX_TOKENIZER_BYTES};
 use crate::trials::TrialRunner;
 use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
 use model_files::{Architecture, ModelLayout, read_layout, resolve_model_dir};
@@ -128,6 +129,8 @@ pub struct Embedder {
     max_batch_size: usize,
     vram_bytes: u64,
     trials: TrialRunner,
+    /// Where this actor may read (sweep datasets for its trials).
+    roots: FileRoots,
 }
 
 fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError> {
@@ -148,9 +151,16 @@ fn is_out_of_memory(error: &candle_core::Error) -> bool {
 }
 
 impl Embedder {
-    pub fn load(config: &EmbedConfig, device: Device) -> Result<Self, ModelError> {
+    /// Loads the model `config` names, reading only under `roots` (whose data roots also
+    /// bound the sweep datasets this actor's trials read).
+    pub fn load(
+        config: &EmbedConfig,
+        device: Device,
+        roots: FileRoots,
+    ) -> Result<Self, ModelError> {
         let dir = resolve_model_dir(&config.model)?;
-        let layout = read_layout(&dir)?;
+        let layout = read_layout(&dir, &roots)?;
+        let dir = layout.dir.clone();
         let dtype = parse_dtype(config.dtype.as_deref(), &device)?;
         let gpu = device.is_cuda();
         let max_batch_tokens = config
@@ -165,7 +175,9 @@ impl Embedder {
         let max_seq_length = config
             .max_seq_length
             .map_or(layout.max_seq_length, |m| m.min(layout.max_seq_length));
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+        let tokenizer_json =
+            roots.read_model_file(&dir.join("tokenizer.json"), MAX_TOKENIZER_BYTES)?;
+        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_json)
             .map_err(|e| ModelError::Load(format!("tokenizer.json: {e}")))?;
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -208,6 +220,7 @@ impl Embedder {
             max_batch_size,
             vram_bytes,
             trials: TrialRunner::default(),
+            roots,
         })
     }
 
@@ -370,7 +383,10 @@ impl Embedder {
     pub fn train_trial(&mut self, payload: &[u8]) -> Result<Vec<u8>, ModelError> {
         let request = pb::TrialRequest::decode(payload)
             .map_err(|e| ModelError::BadPayload(format!("not a TrialRequest: {e}")))?;
-        Ok(self.trials.run(&request, &self.device)?.encode_to_vec())
+        Ok(self
+            .trials
+            .run(&request, &self.device, &self.roots)?
+            .encode_to_vec())
     }
 
     /// VRAM this model holds (0 on CPU).

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::ModelError;
+use crate::roots::{FileRoots, MAX_MODEL_JSON_BYTES, MAX_WEIGHTS_BYTES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pooling {
@@ -69,10 +70,12 @@ struct PoolingConfig {
     pooling_mode_max_tokens: bool,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ModelError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ModelError::Load(format!("cannot read {}: {e}", path.display())))?;
-    serde_json::from_str(&text)
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    roots: &FileRoots,
+) -> Result<T, ModelError> {
+    let bytes = roots.read_model_file(path, MAX_MODEL_JSON_BYTES)?;
+    serde_json::from_slice(&bytes)
         .map_err(|e| ModelError::Load(format!("{} is not valid: {e}", path.display())))
 }
 
@@ -94,8 +97,10 @@ fn architecture_of(config: &HfConfig) -> Result<Architecture, ModelError> {
     }
 }
 
-/// Reads the layout of a model directory; every missing piece is a clear error.
-pub fn read_layout(dir: &Path) -> Result<ModelLayout, ModelError> {
+/// Reads the layout of a model directory; every missing piece is a clear error, and every
+/// file it reads or names lies under `roots`.
+pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelError> {
+    let dir = &roots.check_model_path(dir)?;
     if !dir.is_dir() {
         return Err(ModelError::Load(format!(
             "model directory {} does not exist",
@@ -110,19 +115,22 @@ pub fn read_layout(dir: &Path) -> Result<ModelLayout, ModelError> {
             )));
         }
     }
-    let weights = find_weights(dir)?;
-    let config: HfConfig = read_json(&dir.join("config.json"))?;
+    let weights = find_weights(dir)?
+        .iter()
+        .map(|w| roots.check_model_file(w, MAX_WEIGHTS_BYTES))
+        .collect::<Result<Vec<_>, _>>()?;
+    let config: HfConfig = read_json(&dir.join("config.json"), roots)?;
     let architecture = architecture_of(&config)?;
 
     let modules: Vec<ModuleEntry> = if dir.join("modules.json").is_file() {
-        read_json(&dir.join("modules.json"))?
+        read_json(&dir.join("modules.json"), roots)?
     } else {
         Vec::new()
     };
     let sbert: Option<SentenceBertConfig> = dir
         .join("sentence_bert_config.json")
         .is_file()
-        .then(|| read_json(&dir.join("sentence_bert_config.json")))
+        .then(|| read_json(&dir.join("sentence_bert_config.json"), roots))
         .transpose()?;
     let pooling_dir = modules
         .iter()
@@ -131,7 +139,7 @@ pub fn read_layout(dir: &Path) -> Result<ModelLayout, ModelError> {
     let pooling_config: Option<PoolingConfig> = pooling_dir
         .join("config.json")
         .is_file()
-        .then(|| read_json(&pooling_dir.join("config.json")))
+        .then(|| read_json(&pooling_dir.join("config.json"), roots))
         .transpose()?;
     let default_pooling = match architecture {
         Architecture::Bert => Pooling::Mean,
@@ -265,7 +273,7 @@ mod tests {
     fn reads_sentence_transformers_settings() {
         let dir = tempfile::tempdir().unwrap();
         minilm_like(dir.path());
-        let layout = read_layout(dir.path()).unwrap();
+        let layout = read_layout(dir.path(), &FileRoots::unrestricted()).unwrap();
         assert_eq!(layout.architecture, Architecture::Bert);
         assert_eq!(
             (layout.max_seq_length, layout.pooling, layout.normalize),
@@ -276,7 +284,12 @@ mod tests {
             "1_Pooling/config.json",
             r#"{"pooling_mode_cls_token":true}"#,
         );
-        assert_eq!(read_layout(dir.path()).unwrap().pooling, Pooling::Cls);
+        assert_eq!(
+            read_layout(dir.path(), &FileRoots::unrestricted())
+                .unwrap()
+                .pooling,
+            Pooling::Cls
+        );
     }
 
     #[test]
@@ -284,7 +297,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         minilm_like(dir.path());
         std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
-        let error = read_layout(dir.path()).unwrap_err().to_string();
+        let error = read_layout(dir.path(), &FileRoots::unrestricted())
+            .unwrap_err()
+            .to_string();
         assert!(error.ends_with("has no model.safetensors"), "{error}");
         minilm_like(dir.path());
         write(
@@ -292,7 +307,9 @@ mod tests {
             "config.json",
             r#"{"model_type":"t5","architectures":["T5Model"]}"#,
         );
-        let error = read_layout(dir.path()).unwrap_err().to_string();
+        let error = read_layout(dir.path(), &FileRoots::unrestricted())
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("unsupported architecture `t5`"), "{error}");
         let error = resolve_model_dir("no/such-model").unwrap_err().to_string();
         assert!(

@@ -6,6 +6,7 @@ use prost::Message;
 use resident_proto::{SeededRng, pb};
 
 use crate::ModelError;
+use crate::roots::{FileRoots, MAX_DATASET_BYTES};
 
 pub struct LoadedDataset {
     pub key: String,
@@ -55,13 +56,15 @@ impl LoadedDataset {
         key: &str,
         split_seed: u64,
         device: &Device,
+        roots: &FileRoots,
     ) -> Result<Self, ModelError> {
         let path = uri.strip_prefix("file://").unwrap_or(uri);
-        let bytes = std::fs::read(path).map_err(|e| {
-            ModelError::BadPayload(format!(
-                "cannot read the sweep's embedding cache {path}: {e} (agents must see the sweep's output directory, e.g. on a shared filesystem)"
-            ))
-        })?;
+        if !std::path::Path::new(path).exists() {
+            return Err(ModelError::BadPayload(format!(
+                "cannot read the sweep's embedding cache {path}: no such file (agents must see the sweep's output directory, e.g. on a shared filesystem)"
+            )));
+        }
+        let bytes = roots.read_data_file(std::path::Path::new(path), MAX_DATASET_BYTES)?;
         let data = pb::TrialDataset::decode(bytes.as_slice())
             .map_err(|e| ModelError::BadPayload(format!("{path} is not a sweep dataset: {e}")))?;
         let dim = data.dim as usize;

@@ -13,6 +13,7 @@ use candle_core::Device;
 use resident_proto::pb;
 
 use crate::ModelError;
+use crate::roots::FileRoots;
 use dataset::LoadedDataset;
 
 /// The dataset an actor holds (one at a time: a sweep's).
@@ -42,6 +43,7 @@ impl TrialRunner {
         &mut self,
         request: &pb::TrialRequest,
         device: &Device,
+        roots: &FileRoots,
     ) -> Result<pb::TrialResponse, ModelError> {
         if request.end_epoch <= request.start_epoch {
             return Err(ModelError::BadPayload(format!(
@@ -61,6 +63,7 @@ impl TrialRunner {
                 &request.dataset_key,
                 request.split_seed,
                 device,
+                roots,
             )?);
         }
         let dataset_load_micros = if hit {

@@ -65,7 +65,7 @@ impl ActorKind for EmbedKind {
         let config: EmbedConfig = context.parse_config()?;
         let device = select_device(context.device.real_gpu())?;
         Ok(Box::new(EmbedActor {
-            embedder: Embedder::load(&config, device)?,
+            embedder: Embedder::load(&config, device, context.roots.clone())?,
         }))
     }
 }

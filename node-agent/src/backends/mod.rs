@@ -8,6 +8,7 @@ pub mod echo;
 pub mod embed;
 pub mod text_stats;
 
+use resident_models::roots::FileRoots;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -44,6 +45,8 @@ pub struct LoadContext {
     /// The pool's `actor_config`, JSON (empty when the pool gave none).
     pub config: Vec<u8>,
     pub device: DeviceAssignment,
+    /// Where the actor may read model files and datasets named by clients.
+    pub roots: FileRoots,
 }
 
 impl LoadContext {

@@ -73,6 +73,7 @@ mod tests {
             actor_id: "a".into(),
             config: config.as_bytes().to_vec(),
             device: Default::default(),
+            roots: Default::default(),
         })
     }
 

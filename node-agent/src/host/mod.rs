@@ -6,6 +6,7 @@ mod actor_thread;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use resident_models::roots::FileRoots;
 use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
@@ -29,6 +30,7 @@ pub struct ActorHost {
     registry: ActorKindRegistry,
     outbound: ToScheduler,
     simulated_gpus: bool,
+    roots: FileRoots,
     actors: HashMap<ActorId, ActorSlot>,
 }
 
@@ -46,11 +48,17 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
 }
 
 impl ActorHost {
-    pub fn new(registry: ActorKindRegistry, outbound: ToScheduler, simulated_gpus: bool) -> Self {
+    pub fn new(
+        registry: ActorKindRegistry,
+        outbound: ToScheduler,
+        simulated_gpus: bool,
+        roots: FileRoots,
+    ) -> Self {
         Self {
             registry,
             outbound,
             simulated_gpus,
+            roots,
             actors: HashMap::new(),
         }
     }
@@ -91,6 +99,7 @@ impl ActorHost {
                 vram_bytes: start.vram_bytes,
                 simulated: self.simulated_gpus,
             },
+            roots: self.roots.clone(),
         };
         let capacity = start.max_in_flight.max(1) as usize + 1;
         let (commands, receiver) = mpsc::channel(capacity);

@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use resident_models::roots::FileRoots;
+use resident_proto::connect::{
+    BearerToken, ClientCredentials, is_transport_failure, plaintext_hint, scheduler_endpoint,
+    transport_hint,
+};
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
 use resident_proto::{ActorId, pb};
 use tokio::sync::mpsc;
@@ -25,6 +30,11 @@ pub struct AgentConfig {
     pub scheduler_url: String,
     pub node_id: String,
     pub labels: BTreeMap<String, String>,
+    /// The CA to trust for `https://` and the agent token to present.
+    pub credentials: ClientCredentials,
+    /// Where actors may read model files and sweep datasets (unrestricted by default; the
+    /// `resident agent` command restricts it).
+    pub roots: FileRoots,
     pub connect_timeout: Duration,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
@@ -36,6 +46,8 @@ impl AgentConfig {
             scheduler_url: scheduler_url.into(),
             node_id: node_id.into(),
             labels: BTreeMap::new(),
+            credentials: ClientCredentials::default(),
+            roots: FileRoots::unrestricted(),
             connect_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(10),
@@ -80,21 +92,20 @@ pub async fn run_agent(
     probe: Arc<dyn GpuProbe>,
     cancel: CancellationToken,
 ) -> Result<(), AgentError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(config.scheduler_url.clone())
-        .map_err(|source| AgentError::SchedulerUrl {
-            url: config.scheduler_url.clone(),
-            source,
-        })?
-        .connect_timeout(config.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
+    let dialer = Dialer {
+        endpoint: scheduler_endpoint(&config.scheduler_url, &config.credentials)?
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_while_idle(true),
+        token: BearerToken::new(config.credentials.token.as_deref())?,
+    };
     let generation = uuid::Uuid::new_v4().to_string();
     let mut backoff = ReconnectBackoff::new(config.reconnect_min, config.reconnect_max);
     tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
     loop {
         let session = run_session(
-            &endpoint,
+            &dialer,
             &config,
             &generation,
             &registry,
@@ -104,6 +115,31 @@ pub async fn run_agent(
         );
         match session.await {
             Ok(()) => return Ok(()),
+            Err(AgentError::Refused(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                // Retried (a token may be added to the scheduler's auth file meanwhile), but
+                // loudly: this needs the operator.
+                tracing::error!(
+                    node_id = %config.node_id,
+                    code = ?status.code(),
+                    reason = status.message(),
+                    "the scheduler refused this agent; check --token (RESIDENT_TOKEN) and --node-id"
+                );
+            }
+            Err(AgentError::Refused(status)) if is_transport_failure(&status) => {
+                let hint = transport_hint(&config.scheduler_url, &status)
+                    .or_else(|| plaintext_hint(&config.scheduler_url))
+                    .unwrap_or_default();
+                tracing::warn!(node_id = %config.node_id, error = %status, hint, "scheduler session broke");
+            }
+            Err(AgentError::Connect(error)) => {
+                let hint = transport_hint(&config.scheduler_url, &error).unwrap_or_default();
+                tracing::warn!(node_id = %config.node_id, error = %format_chain(&error), hint, "cannot reach the scheduler");
+            }
             Err(error) => {
                 tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended")
             }
@@ -116,8 +152,26 @@ pub async fn run_agent(
     }
 }
 
+/// An error and its sources on one line.
+fn format_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
+}
+
+/// How the agent reaches the scheduler: the endpoint (TLS decided by the URL) and the token.
+struct Dialer {
+    endpoint: tonic::transport::Endpoint,
+    token: BearerToken,
+}
+
 async fn run_session(
-    endpoint: &tonic::transport::Endpoint,
+    dialer: &Dialer,
     config: &AgentConfig,
     generation: &str,
     registry: &ActorKindRegistry,
@@ -126,10 +180,10 @@ async fn run_session(
     backoff: &mut ReconnectBackoff,
 ) -> Result<(), AgentError> {
     let channel = tokio::select! {
-        channel = endpoint.connect() => channel?,
+        channel = dialer.endpoint.connect() => channel?,
         _ = cancel.cancelled() => return Ok(()),
     };
-    let mut client = NodeAgentServiceClient::new(channel)
+    let mut client = NodeAgentServiceClient::with_interceptor(channel, dialer.token.clone())
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
     let (outbound, outbound_rx) = mpsc::unbounded_channel();
@@ -160,7 +214,12 @@ async fn run_session(
     };
     backoff.reset();
     tracing::info!(node_id = %config.node_id, heartbeat_ms, "registered with scheduler");
-    let mut host = ActorHost::new(registry.clone(), outbound.clone(), probe.simulated());
+    let mut host = ActorHost::new(
+        registry.clone(),
+        outbound.clone(),
+        probe.simulated(),
+        config.roots.clone(),
+    );
     let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
     let result = loop {
         tokio::select! {

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::records::{JobRecord, TaskRecord};
 use super::{Core, JobResults};
+use crate::auth::Principal;
 use crate::error::SchedulerError;
 use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
@@ -19,6 +20,7 @@ impl Core {
     pub(super) fn open_job(
         &mut self,
         header: pb::SubmitHeader,
+        owner: String,
         results: JobResults,
     ) -> Result<JobId, SchedulerError> {
         let pool = PoolName::new(header.pool.clone());
@@ -29,6 +31,7 @@ impl Core {
             pool: header.pool,
             name: header.job_name,
             state: pb::JobState::Running as i32,
+            owner,
             ..Default::default()
         };
         let _ = results.send(pb::SubmitResponse {
@@ -49,6 +52,18 @@ impl Core {
             },
         );
         Ok(job)
+    }
+
+    /// Cancels what is left of a job, if `requester` may: its owner or an admin.
+    pub(super) fn cancel_job(
+        &mut self,
+        job: &JobId,
+        requester: &Principal,
+    ) -> Result<pb::JobStatus, SchedulerError> {
+        let owner = self.job_status(job)?.owner;
+        crate::auth::may_cancel(requester, &owner).map_err(SchedulerError::PermissionDenied)?;
+        self.cancel_job_tasks(job, &format!("cancelled by {}", requester.name));
+        self.job_status(job)
     }
 
     /// Applies one event to a task and to its job's counters. Returns whether it applied

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Principal;
 use crate::error::SchedulerError;
 use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreWriter};
@@ -88,6 +89,8 @@ type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
 pub enum SchedulerCommand {
     RegisterNode {
         register: pb::RegisterNode,
+        /// The credential (token name) the agent authenticated with.
+        credential: String,
         outbound: ToAgent,
         reply: Reply<SessionId>,
     },
@@ -117,6 +120,8 @@ pub enum SchedulerCommand {
     },
     OpenJob {
         header: pb::SubmitHeader,
+        /// The principal submitting it; only it (or an admin) may cancel the job.
+        owner: String,
         results: JobResults,
         reply: Reply<JobId>,
     },
@@ -138,6 +143,7 @@ pub enum SchedulerCommand {
     },
     CancelJob {
         job: JobId,
+        requester: Principal,
         reply: Reply<pb::JobStatus>,
     },
     ListNodes {
@@ -260,10 +266,11 @@ impl Core {
         match command {
             C::RegisterNode {
                 register,
+                credential,
                 outbound,
                 reply,
             } => {
-                let _ = reply.send(self.register_node(register, outbound));
+                let _ = reply.send(self.register_node(register, credential, outbound));
             }
             C::AgentMessage { session, message } => self.agent_message(session, message),
             C::AgentGone { session } => self.agent_gone(session),
@@ -285,10 +292,11 @@ impl Core {
             }
             C::OpenJob {
                 header,
+                owner,
                 results,
                 reply,
             } => {
-                let _ = reply.send(self.open_job(header, results));
+                let _ = reply.send(self.open_job(header, owner, results));
             }
             C::SubmitTask { job, input } => self.submit_task(&job, input),
             C::CloseJobInput { job } => self.close_job_input(&job),
@@ -296,12 +304,12 @@ impl Core {
             C::GetJob { job, reply } => {
                 let _ = reply.send(self.job_status(&job));
             }
-            C::CancelJob { job, reply } => {
-                let result = self.job_status(&job).map(|_| {
-                    self.cancel_job_tasks(&job, "cancelled by user");
-                    self.job_status(&job).expect("job exists")
-                });
-                let _ = reply.send(result);
+            C::CancelJob {
+                job,
+                requester,
+                reply,
+            } => {
+                let _ = reply.send(self.cancel_job(&job, &requester));
             }
             C::ListNodes { reply } => {
                 let _ = reply.send(Ok(self.node_infos()));

@@ -34,6 +34,7 @@ impl Core {
     pub(super) fn register_node(
         &mut self,
         register: pb::RegisterNode,
+        credential: String,
         outbound: ToAgent,
     ) -> Result<SessionId, SchedulerError> {
         if register.node_id.trim().is_empty() {
@@ -48,6 +49,12 @@ impl Core {
         if let Some(old) = self.nodes.get(&node_id)
             && old.alive
         {
+            if old.credential != credential {
+                return Err(SchedulerError::PermissionDenied(format!(
+                    "node id `{node_id}` is alive and held by credential `{}`; credential `{credential}` cannot take it over (give this agent its own --node-id, or stop the other agent first)",
+                    old.credential
+                )));
+            }
             let why = if old.generation == register.generation {
                 "agent reconnected"
             } else {
@@ -59,6 +66,7 @@ impl Core {
         self.next_session += 1;
         let record = NodeRecord {
             generation: register.generation.clone(),
+            credential,
             session,
             hostname: register.hostname,
             labels: register.labels.into_iter().collect(),

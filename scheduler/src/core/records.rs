@@ -15,6 +15,9 @@ pub struct SessionId(pub u64);
 
 pub struct NodeRecord {
     pub generation: String,
+    /// The credential it registered with; only that credential may re-register the id
+    /// while the node is alive.
+    pub credential: String,
     pub session: SessionId,
     pub hostname: String,
     pub labels: BTreeMap<String, String>,

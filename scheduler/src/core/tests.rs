@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use resident_proto::{JobId, PoolName, pb};
+use resident_proto::{JobId, NodeId, PoolName, pb};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::{Core, CoreConfig, SchedulerCommand, SessionId};
+use crate::auth::{Principal, Role};
+use crate::error::SchedulerError;
 use crate::store::{MemoryStore, StoreWriter};
 
 type AgentRx = mpsc::UnboundedReceiver<Result<pb::SchedulerMessage, tonic::Status>>;
@@ -54,6 +56,17 @@ impl Harness {
     }
 
     fn add_node(&mut self, name: &str, gpus: Vec<pb::GpuInfo>) {
+        self.add_node_as(name, gpus, Principal::ANONYMOUS)
+            .expect("registered");
+    }
+
+    /// Registers `name` with `credential`; the refusal when the scheduler says no.
+    fn add_node_as(
+        &mut self,
+        name: &str,
+        gpus: Vec<pb::GpuInfo>,
+        credential: &str,
+    ) -> Result<(), SchedulerError> {
         let (outbound, rx) = mpsc::unbounded_channel();
         let register = pb::RegisterNode {
             node_id: name.into(),
@@ -66,18 +79,19 @@ impl Harness {
         let session = answer(
             |reply| SchedulerCommand::RegisterNode {
                 register,
+                credential: credential.into(),
                 outbound,
                 reply,
             },
             &mut self.core,
-        )
-        .expect("registered");
+        )?;
         let mut agent = Agent { session, rx };
         assert!(matches!(
             sent(&mut agent).as_slice(),
             [pb::scheduler_message::Body::Registered(_)]
         ));
         self.agents.insert(name.into(), agent);
+        Ok(())
     }
 
     fn agent(&mut self, name: &str) -> &mut Agent {
@@ -121,6 +135,10 @@ impl Harness {
     }
 
     fn open_job(&mut self, pool: &str) -> (JobId, ResultsRx) {
+        self.open_job_as(pool, Principal::ANONYMOUS)
+    }
+
+    fn open_job_as(&mut self, pool: &str, owner: &str) -> (JobId, ResultsRx) {
         let (results, mut rx) = mpsc::unbounded_channel();
         let header = pb::SubmitHeader {
             pool: pool.into(),
@@ -130,6 +148,7 @@ impl Harness {
         let job = answer(
             |reply| SchedulerCommand::OpenJob {
                 header,
+                owner: owner.into(),
                 results,
                 reply,
             },
@@ -385,6 +404,7 @@ async fn cancel_stops_queued_tasks_and_drops_running_answers() {
     let cancelled = answer(
         |reply| SchedulerCommand::CancelJob {
             job: job.clone(),
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,
@@ -511,4 +531,82 @@ async fn only_the_configured_number_of_finished_jobs_is_kept() {
             pb::JobState::Succeeded as i32
         );
     }
+}
+
+fn submitter(name: &str) -> Principal {
+    Principal {
+        name: name.into(),
+        role: Role::Submit,
+    }
+}
+
+fn cancel_as(
+    h: &mut Harness,
+    job: &JobId,
+    requester: Principal,
+) -> Result<pb::JobStatus, SchedulerError> {
+    answer(
+        |reply| SchedulerCommand::CancelJob {
+            job: job.clone(),
+            requester,
+            reply,
+        },
+        &mut h.core,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_node_id_is_kept_by_its_credential() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node_as("n1", vec![], "node-a").unwrap();
+    let refused = h.add_node_as("n1", vec![], "node-b").unwrap_err();
+    assert!(matches!(refused, SchedulerError::PermissionDenied(_)));
+    assert!(
+        refused.to_string().contains("held by credential `node-a`"),
+        "{refused}"
+    );
+    assert!(
+        h.core.nodes[&NodeId::new("n1")].alive,
+        "the live node stays"
+    );
+
+    // The same credential reconnecting is a new session, as before.
+    h.add_node_as("n1", vec![], "node-a").unwrap();
+    // Once the node is dead, the id is free.
+    let session = h.agents["n1"].session;
+    h.core.handle(SchedulerCommand::AgentGone { session });
+    h.core.after_commands();
+    h.add_node_as("n1", vec![], "node-b").unwrap();
+    assert_eq!(h.core.nodes[&NodeId::new("n1")].credential, "node-b");
+}
+
+#[tokio::test(start_paused = true)]
+async fn submitters_cancel_only_their_own_jobs() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    let (job, _rx) = h.open_job_as("p", "alice");
+    h.submit(&job, 0..2);
+    let refused = cancel_as(&mut h, &job, submitter("bob")).unwrap_err();
+    assert!(matches!(refused, SchedulerError::PermissionDenied(_)));
+    assert!(
+        refused.to_string().contains("belongs to `alice`"),
+        "{refused}"
+    );
+    let status = h.core.job_status(&job).unwrap();
+    assert_eq!(
+        status.state,
+        pb::JobState::Running as i32,
+        "nothing was cancelled"
+    );
+    assert_eq!(status.owner, "alice");
+    let cancelled = cancel_as(&mut h, &job, submitter("alice")).unwrap();
+    assert_eq!(cancelled.state, pb::JobState::Cancelled as i32);
+
+    let (other, _rx) = h.open_job_as("p", "alice");
+    let admin = Principal {
+        name: "ops".into(),
+        role: Role::Admin,
+    };
+    assert!(cancel_as(&mut h, &other, admin).is_ok());
 }

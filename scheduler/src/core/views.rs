@@ -25,6 +25,7 @@ impl Core {
                 cpu_cores: node.cpu_cores,
                 ram_bytes: node.ram_bytes,
                 last_heartbeat_ms_ago: now.duration_since(node.last_seen).as_millis() as u64,
+                credential: node.credential.clone(),
             })
             .collect()
     }

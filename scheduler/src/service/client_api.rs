@@ -9,6 +9,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
+use crate::auth::{Action, audit, principal_of, require};
 use crate::core::{SchedulerCommand, SchedulerHandle};
 
 /// The client-facing API: pools, task streams, jobs, listings.
@@ -25,15 +26,24 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::CreatePoolRequest>,
     ) -> Result<Response<pb::PoolStatus>, Status> {
+        let principal = principal_of(&request)?;
         let spec = request
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("pool spec is missing"))?;
+        let subject = spec.name.clone();
+        require(&principal, Action::ManagePools, "create_pool", &subject)?;
         let status = self
             .scheduler
             .call(|reply| SchedulerCommand::CreatePool { spec, reply })
-            .await?;
-        Ok(Response::new(status))
+            .await
+            .map_err(Status::from);
+        Ok(Response::new(audit::outcome(
+            &principal,
+            "create_pool",
+            &subject,
+            status,
+        )?))
     }
 
     #[instrument(skip_all)]
@@ -41,8 +51,11 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::ScalePoolRequest>,
     ) -> Result<Response<pb::PoolStatus>, Status> {
+        let principal = principal_of(&request)?;
         let request = request.into_inner();
         let pool = PoolName::new(request.pool);
+        let subject = format!("{pool} to {}", request.replicas);
+        require(&principal, Action::ManagePools, "scale_pool", &subject)?;
         let replicas = request.replicas;
         let status = self
             .scheduler
@@ -51,8 +64,14 @@ impl SchedulerService for ClientApiService {
                 replicas,
                 reply,
             })
-            .await?;
-        Ok(Response::new(status))
+            .await
+            .map_err(Status::from);
+        Ok(Response::new(audit::outcome(
+            &principal,
+            "scale_pool",
+            &subject,
+            status,
+        )?))
     }
 
     #[instrument(skip_all)]
@@ -60,10 +79,16 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::DeletePoolRequest>,
     ) -> Result<Response<pb::DeletePoolResponse>, Status> {
+        let principal = principal_of(&request)?;
         let pool = PoolName::new(request.into_inner().pool);
-        self.scheduler
+        let subject = pool.to_string();
+        require(&principal, Action::ManagePools, "delete_pool", &subject)?;
+        let deleted = self
+            .scheduler
             .call(|reply| SchedulerCommand::DeletePool { pool, reply })
-            .await?;
+            .await
+            .map_err(Status::from);
+        audit::outcome(&principal, "delete_pool", &subject, deleted)?;
         Ok(Response::new(pb::DeletePoolResponse {}))
     }
 
@@ -72,7 +97,9 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::GetPoolRequest>,
     ) -> Result<Response<pb::PoolStatus>, Status> {
+        let principal = principal_of(&request)?;
         let pool = PoolName::new(request.into_inner().pool);
+        require(&principal, Action::Read, "get_pool", pool.as_str())?;
         let status = self
             .scheduler
             .call(|reply| SchedulerCommand::GetPool { pool, reply })
@@ -87,6 +114,8 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<Streaming<pb::SubmitRequest>>,
     ) -> Result<Response<Self::SubmitTasksStream>, Status> {
+        let principal = principal_of(&request)?;
+        require(&principal, Action::SubmitJob, "submit_job", "")?;
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.and_then(|m| m.body);
         let Some(pb::submit_request::Body::Header(header)) = first else {
@@ -94,6 +123,7 @@ impl SchedulerService for ClientApiService {
                 "the first submit message must be a header naming the pool",
             ));
         };
+        let subject = format!("{} on pool {}", header.job_name, header.pool);
         let window = match header.max_outstanding as usize {
             0 => self.max_outstanding_per_job,
             asked => asked.min(self.max_outstanding_per_job),
@@ -103,10 +133,13 @@ impl SchedulerService for ClientApiService {
             .scheduler
             .call(|reply| SchedulerCommand::OpenJob {
                 header,
+                owner: principal.name.clone(),
                 results,
                 reply,
             })
-            .await?;
+            .await
+            .map_err(Status::from);
+        let job = audit::outcome(&principal, "submit_job", &subject, job)?;
         let credit = Arc::new(Semaphore::new(window));
         tokio::spawn(forward_tasks(
             inbound,
@@ -127,7 +160,9 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobStatus>, Status> {
+        let principal = principal_of(&request)?;
         let job = JobId::new(request.into_inner().job_id);
+        require(&principal, Action::Read, "get_job", job.as_str())?;
         Ok(Response::new(
             self.scheduler
                 .call(|reply| SchedulerCommand::GetJob { job, reply })
@@ -140,19 +175,33 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::JobStatus>, Status> {
+        let principal = principal_of(&request)?;
         let job = JobId::new(request.into_inner().job_id);
-        Ok(Response::new(
-            self.scheduler
-                .call(|reply| SchedulerCommand::CancelJob { job, reply })
-                .await?,
-        ))
+        let subject = job.to_string();
+        require(&principal, Action::CancelJob, "cancel_job", &subject)?;
+        let status = self
+            .scheduler
+            .call(|reply| SchedulerCommand::CancelJob {
+                job,
+                requester: principal.clone(),
+                reply,
+            })
+            .await
+            .map_err(Status::from);
+        Ok(Response::new(audit::outcome(
+            &principal,
+            "cancel_job",
+            &subject,
+            status,
+        )?))
     }
 
     #[instrument(skip_all)]
     async fn list_nodes(
         &self,
-        _: Request<pb::ListNodesRequest>,
+        request: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        require(&principal_of(&request)?, Action::Read, "list_nodes", "")?;
         let nodes = self
             .scheduler
             .call(|reply| SchedulerCommand::ListNodes { reply })
@@ -165,6 +214,7 @@ impl SchedulerService for ClientApiService {
         &self,
         request: Request<pb::ListActorsRequest>,
     ) -> Result<Response<pb::ListActorsResponse>, Status> {
+        require(&principal_of(&request)?, Action::Read, "list_actors", "")?;
         let pool = Some(request.into_inner().pool)
             .filter(|p| !p.is_empty())
             .map(PoolName::new);

@@ -1,0 +1,200 @@
+//! `resident certs init`: a small private CA and the scheduler's certificate, for clusters
+//! without a PKI of their own. Keys are written readable by their owner only.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+#[derive(Args)]
+pub struct CertsArgs {
+    #[command(subcommand)]
+    command: CertsCommand,
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// Write ca.pem, ca-key.pem, scheduler.pem and scheduler-key.pem into --out.
+    Init {
+        /// Directory to write into (created when missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// A DNS name or IP address agents and clients dial the scheduler by (repeatable).
+        #[arg(long = "san", required = true)]
+        sans: Vec<String>,
+        /// Days the scheduler's certificate is valid (the CA: ten times as long).
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// Overwrite files that exist.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+pub const CA_CERT: &str = "ca.pem";
+pub const CA_KEY: &str = "ca-key.pem";
+pub const SCHEDULER_CERT: &str = "scheduler.pem";
+pub const SCHEDULER_KEY: &str = "scheduler-key.pem";
+
+pub fn run(args: CertsArgs) -> anyhow::Result<()> {
+    match args.command {
+        CertsCommand::Init {
+            out,
+            sans,
+            days,
+            force,
+        } => {
+            let written = init(&out, &sans, days, force)?;
+            for path in written {
+                println!("wrote {}", path.display());
+            }
+            println!(
+                "serve with: resident scheduler --tls-cert {} --tls-key {}; give agents and clients --ca {}",
+                out.join(SCHEDULER_CERT).display(),
+                out.join(SCHEDULER_KEY).display(),
+                out.join(CA_CERT).display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn san_of(name: &str) -> anyhow::Result<SanType> {
+    let name = name.trim();
+    anyhow::ensure!(!name.is_empty(), "--san must not be empty");
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(SanType::IpAddress(ip));
+    }
+    let dns_like = name.split('.').enumerate().all(|(i, label)| {
+        (i == 0 && label == "*")
+            || (!label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    });
+    anyhow::ensure!(
+        dns_like,
+        "--san `{name}` is neither an IP address nor a DNS name"
+    );
+    Ok(SanType::DnsName(name.try_into().with_context(|| {
+        format!("--san `{name}` is not a valid DNS name")
+    })?))
+}
+
+fn validity(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+/// Creates the CA and the scheduler's certificate; returns the files written.
+pub fn init(out: &Path, sans: &[String], days: u32, force: bool) -> anyhow::Result<Vec<PathBuf>> {
+    anyhow::ensure!(days > 0, "--days must be at least 1");
+    let names = [CA_CERT, CA_KEY, SCHEDULER_CERT, SCHEDULER_KEY];
+    if !force {
+        for name in names {
+            let path = out.join(name);
+            anyhow::ensure!(
+                !path.exists(),
+                "{} exists; pass --force to replace it (clients trusting the old CA must get the new ca.pem)",
+                path.display()
+            );
+        }
+    }
+    let san_types = sans
+        .iter()
+        .map(|s| san_of(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+
+    let mut ca_params = CertificateParams::default();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "Resident cluster CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca_params, days.saturating_mul(10));
+    let ca_key = KeyPair::generate().context("generating the CA key")?;
+    let ca_cert = ca_params
+        .self_signed(&ca_key)
+        .context("signing the CA certificate")?;
+    let issuer = Issuer::new(ca_params, &ca_key);
+
+    let mut leaf = CertificateParams::default();
+    leaf.subject_alt_names = san_types;
+    leaf.distinguished_name
+        .push(DnType::CommonName, sans[0].trim());
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    validity(&mut leaf, days);
+    let leaf_key = KeyPair::generate().context("generating the scheduler key")?;
+    let leaf_cert = leaf
+        .signed_by(&leaf_key, &issuer)
+        .context("signing the scheduler certificate")?;
+
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let files = [
+        (CA_CERT, ca_cert.pem(), false),
+        (CA_KEY, ca_key.serialize_pem(), true),
+        (SCHEDULER_CERT, leaf_cert.pem(), false),
+        (SCHEDULER_KEY, leaf_key.serialize_pem(), true),
+    ];
+    let mut written = Vec::new();
+    for (name, pem, secret) in files {
+        let path = out.join(name);
+        write_pem(&path, &pem, secret)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn write_pem(path: &Path, pem: &str, secret: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mode = if secret { 0o600 } else { 0o644 };
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(pem.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_four_files_and_refuses_to_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = init(
+            dir.path(),
+            &["127.0.0.1".into(), "sched.example".into()],
+            30,
+            false,
+        )
+        .unwrap();
+        assert_eq!(written.len(), 4);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(CA_KEY))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = init(dir.path(), &["127.0.0.1".into()], 30, false).unwrap_err();
+        assert!(again.to_string().contains("--force"), "{again}");
+        assert!(init(dir.path(), &["127.0.0.1".into()], 30, true).is_ok());
+        assert!(init(dir.path(), &["bad name!".into()], 30, true).is_err());
+    }
+}

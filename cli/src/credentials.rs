@@ -1,0 +1,33 @@
+//! `--ca` and `--token`: how every command that talks to a cluster proves itself.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use resident_sdk::{ClientCredentials, Cluster};
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct CredentialArgs {
+    /// CA certificate (PEM) that signed the scheduler's certificate, for https:// URLs
+    /// (`resident certs init` writes ca.pem). Without it the system's roots are trusted.
+    #[arg(long, env = "RESIDENT_CA")]
+    pub ca: Option<PathBuf>,
+    /// Token for a cluster with auth on (`resident token create` prints one).
+    #[arg(long, env = "RESIDENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl CredentialArgs {
+    pub fn credentials(&self) -> anyhow::Result<ClientCredentials> {
+        let mut credentials = ClientCredentials::default().with_token(self.token.clone());
+        if let Some(ca) = self.ca.as_ref().filter(|p| !p.as_os_str().is_empty()) {
+            credentials = credentials.with_ca_file(ca).context("--ca")?;
+        }
+        Ok(credentials)
+    }
+
+    /// Connects to the cluster at `url` with these credentials.
+    pub async fn connect(&self, url: &str) -> anyhow::Result<Cluster> {
+        Ok(Cluster::connect_with(url, self.credentials()?).await?)
+    }
+}
