@@ -34,6 +34,8 @@ pub struct NodeInfo {
     pub cpu_cores: u32,
     pub ram_bytes: u64,
     pub last_heartbeat_ms_ago: u64,
+    /// The credential (token name) the agent joined with; `anonymous` without tokens.
+    pub credential: String,
 }
 
 /// Where an actor is in its life (see the scheduler's actor state machine).
@@ -131,6 +133,14 @@ pub struct JobStatus {
     pub succeeded: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Who submitted it (the token's name; `anonymous` when the cluster has no tokens).
+    pub owner: String,
+}
+
+impl JobStatus {
+    pub fn is_running(&self) -> bool {
+        self.state == JobState::Running
+    }
 }
 
 fn non_empty(text: String) -> Option<String> {
@@ -163,6 +173,7 @@ impl From<pb::NodeInfo> for NodeInfo {
             cpu_cores: node.cpu_cores,
             ram_bytes: node.ram_bytes,
             last_heartbeat_ms_ago: node.last_heartbeat_ms_ago,
+            credential: node.credential,
         }
     }
 }
@@ -236,6 +247,7 @@ impl From<pb::JobStatus> for JobStatus {
             succeeded: job.succeeded,
             failed: job.failed,
             cancelled: job.cancelled,
+            owner: job.owner,
         }
     }
 }

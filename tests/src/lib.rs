@@ -17,6 +17,7 @@ use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
 
 pub mod s3_server;
+pub mod secure;
 
 /// Polls `pred` until it returns `Some`, or fails after `deadline`.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut pred: F) -> T
@@ -198,6 +199,15 @@ pub fn free_port() -> u16 {
 
 /// Starts `resident scheduler` on `port` with short test intervals; returns it and its URL.
 pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String) {
+    spawn_scheduler_with(port, state_dir, &[])
+}
+
+/// [`spawn_scheduler`] with more arguments (TLS, auth file); the URL may be `https://`.
+pub fn spawn_scheduler_with(
+    port: u16,
+    state_dir: &std::path::Path,
+    extra: &[std::ffi::OsString],
+) -> (Proc, String) {
     let mut child = Command::new(resident_bin())
         .args([
             "scheduler",
@@ -210,6 +220,7 @@ pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String)
         ])
         .arg("--state-dir")
         .arg(state_dir)
+        .args(extra)
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -222,7 +233,7 @@ pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String)
         .expect("scheduler prints its address");
     let url = line.trim().rsplit(' ').next().expect("url").to_owned();
     assert!(
-        url.starts_with("http://"),
+        url.starts_with("http://") || url.starts_with("https://"),
         "unexpected scheduler output: {line}"
     );
     (
@@ -236,7 +247,22 @@ pub fn spawn_scheduler(port: u16, state_dir: &std::path::Path) -> (Proc, String)
 
 /// Starts `resident agent` with simulated GPUs.
 pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
-    let child = Command::new(resident_bin())
+    spawn_agent_with(url, node_id, gpus, labels, &[], Stdio::inherit())
+}
+
+/// [`spawn_agent`] with more arguments (`--ca`, `--token`, roots) and its log going to
+/// `stderr`.
+pub fn spawn_agent_with(
+    url: &str,
+    node_id: &str,
+    gpus: &str,
+    labels: &str,
+    extra: &[std::ffi::OsString],
+    stderr: Stdio,
+) -> Proc {
+    let has_roots = extra.iter().any(|a| a == "--model-root");
+    let mut command = Command::new(resident_bin());
+    command
         .args([
             "agent",
             "--scheduler",
@@ -249,13 +275,18 @@ pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
             labels,
         ])
         .args(["--reconnect-max-ms", "300"])
-        .arg("--model-root")
-        .arg(repo_root().join("models"))
-        .arg("--data-root")
-        .arg(std::env::temp_dir())
+        .args(extra);
+    if !has_roots {
+        command
+            .arg("--model-root")
+            .arg(repo_root().join("models"))
+            .arg("--data-root")
+            .arg(std::env::temp_dir());
+    }
+    let child = command
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn agent");
     Proc {

@@ -1,0 +1,135 @@
+//! A cluster with TLS and tokens on, made with the real `resident certs` and `resident token`
+//! commands.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use resident_sdk::{ClientCredentials, Cluster, SdkError};
+
+use crate::{Proc, resident_bin, spawn_scheduler_with};
+
+/// Certificates, an auth file and the tokens created in it, in a temporary directory.
+pub struct SecureSetup {
+    pub dir: tempfile::TempDir,
+    pub tokens: BTreeMap<String, String>,
+}
+
+/// Runs `resident ARGS`, asserting success; returns stdout.
+pub fn resident(args: &[&std::ffi::OsStr]) -> String {
+    let output = Command::new(resident_bin())
+        .args(args)
+        .output()
+        .expect("run resident");
+    assert!(
+        output.status.success(),
+        "resident {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("utf-8 output")
+}
+
+impl SecureSetup {
+    /// `resident certs init --san 127.0.0.1` and one token per `(name, role)`.
+    pub fn new(tokens: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        resident(&[
+            "certs".as_ref(),
+            "init".as_ref(),
+            "--out".as_ref(),
+            dir.path().join("pki").as_os_str(),
+            "--san".as_ref(),
+            "127.0.0.1".as_ref(),
+        ]);
+        let mut setup = Self {
+            dir,
+            tokens: BTreeMap::new(),
+        };
+        for (name, role) in tokens {
+            setup.create_token(name, role);
+        }
+        setup
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("pki/ca.pem")
+    }
+
+    pub fn auth_file(&self) -> PathBuf {
+        self.dir.path().join("auth.toml")
+    }
+
+    /// `resident token create`; the token is the last line of its stdout.
+    pub fn create_token(&mut self, name: &str, role: &str) -> String {
+        let stdout = resident(&[
+            "token".as_ref(),
+            "create".as_ref(),
+            "--auth-file".as_ref(),
+            self.auth_file().as_os_str(),
+            "--name".as_ref(),
+            name.as_ref(),
+            "--role".as_ref(),
+            role.as_ref(),
+        ]);
+        let token = stdout.lines().last().expect("a token line").to_owned();
+        self.tokens.insert(name.to_owned(), token.clone());
+        token
+    }
+
+    pub fn revoke(&self, name: &str) {
+        resident(&[
+            "token".as_ref(),
+            "revoke".as_ref(),
+            "--auth-file".as_ref(),
+            self.auth_file().as_os_str(),
+            "--name".as_ref(),
+            name.as_ref(),
+        ]);
+    }
+
+    pub fn token(&self, name: &str) -> &str {
+        &self.tokens[name]
+    }
+
+    /// A TLS scheduler with the auth file, on a loopback port.
+    pub fn spawn_scheduler(&self) -> (Proc, String) {
+        let pki = self.dir.path().join("pki");
+        let args: Vec<OsString> = vec![
+            "--tls-cert".into(),
+            pki.join("scheduler.pem").into(),
+            "--tls-key".into(),
+            pki.join("scheduler-key.pem").into(),
+            "--auth-file".into(),
+            self.auth_file().into(),
+        ];
+        spawn_scheduler_with(0, &self.dir.path().join("state"), &args)
+    }
+
+    /// `--ca CA --token TOKEN` for an agent or a command.
+    pub fn agent_args(&self, token: &str) -> Vec<OsString> {
+        vec![
+            "--ca".into(),
+            self.ca().into(),
+            "--token".into(),
+            token.into(),
+        ]
+    }
+
+    pub fn credentials(&self, token: Option<&str>) -> ClientCredentials {
+        ClientCredentials::default()
+            .with_ca_file(&self.ca())
+            .expect("ca.pem")
+            .with_token(token.map(str::to_owned))
+    }
+
+    /// Connects as the named token's holder.
+    pub async fn connect_as(&self, url: &str, name: &str) -> Result<Cluster, SdkError> {
+        Cluster::connect_with(url, self.credentials(Some(self.token(name)))).await
+    }
+}
+
+/// A path's text, or empty.
+pub fn read_text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}

@@ -1,0 +1,406 @@
+//! TLS, tokens, roles and agent file roots, with real `resident` processes on loopback: a
+//! TLS scheduler with certificates from `resident certs init` and an auth file filled by
+//! `resident token create`.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{ClientCredentials, Cluster, EmbedPoolSpec, PoolSpec, SdkError};
+use resident_tests::secure::{SecureSetup, read_text};
+use resident_tests::{
+    init_logging, minilm_dir, read_json, repo_root, resident_bin, spawn_agent_with, wait_until,
+    wiki_sample_lines,
+};
+
+const ROLES: &[(&str, &str)] = &[
+    ("ops", "admin"),
+    ("alice", "submit"),
+    ("bob", "submit"),
+    ("viewer", "read"),
+    ("node-1", "agent"),
+    ("node-2", "agent"),
+];
+
+fn agent_log(dir: &Path, name: &str) -> (std::path::PathBuf, Stdio) {
+    let path = dir.join(format!("{name}.log"));
+    let file = std::fs::File::create(&path).expect("agent log");
+    (path, Stdio::from(file))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_roles_decide_every_call() {
+    init_logging();
+    let mut setup = SecureSetup::new(ROLES);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    assert!(url.starts_with("https://"), "{url}");
+    let _agent = spawn_agent_with(
+        &url,
+        "worker",
+        "T4:16GiB",
+        "",
+        &setup.agent_args(setup.token("node-1")),
+        Stdio::inherit(),
+    );
+
+    // An admin token works: the agent joined, a pool runs tasks.
+    let ops = setup.connect_as(&url, "ops").await.unwrap();
+    ops.wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let nodes = ops.list_nodes().await.unwrap();
+    assert_eq!(nodes[0].node_id, "worker");
+
+    // No token, a wrong token: refused, saying what is missing.
+    let refused = Cluster::connect_with(&url, setup.credentials(None))
+        .await
+        .err()
+        .expect("no token is refused");
+    assert!(
+        refused.to_string()
+            == "unauthenticated: this cluster needs a token; pass --token or set RESIDENT_TOKEN",
+        "{refused}"
+    );
+    let refused = Cluster::connect_with(&url, setup.credentials(Some("rsd_0000")))
+        .await
+        .err()
+        .expect("a wrong token is refused");
+    assert!(
+        matches!(&refused, SdkError::Unauthenticated(m) if m.contains("not known to this cluster")),
+        "{refused}"
+    );
+
+    // A read token reads, and cannot create a pool.
+    let viewer = setup.connect_as(&url, "viewer").await.unwrap();
+    assert_eq!(viewer.list_nodes().await.unwrap().len(), 1);
+    let refused = viewer
+        .create_pool(PoolSpec::new("stats", "text-stats"))
+        .await
+        .err()
+        .expect("read cannot create pools");
+    assert!(
+        matches!(&refused, SdkError::PermissionDenied(m) if m.contains("has role read") && m.contains("needs role submit or admin")),
+        "{refused}"
+    );
+
+    // A submit token runs jobs, and cannot cancel another principal's job.
+    let alice = setup.connect_as(&url, "alice").await.unwrap();
+    let pool = alice
+        .create_pool(PoolSpec::new("stats", "text-stats"))
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let mut job = pool
+        .submit(
+            "alices-job",
+            futures::stream::iter(["one two three"]).chain(futures::stream::pending()),
+        )
+        .await
+        .unwrap();
+    let first = job.next().await.expect("a result").unwrap();
+    assert!(first.output.is_ok());
+    let job_id = job.job_id.clone();
+    assert_eq!(alice.job_status(&job_id).await.unwrap().owner, "alice");
+
+    let bob = setup.connect_as(&url, "bob").await.unwrap();
+    let refused = bob
+        .cancel_job(&job_id)
+        .await
+        .err()
+        .expect("bob cannot cancel alice's job");
+    assert!(
+        matches!(&refused, SdkError::PermissionDenied(m) if m.contains("belongs to `alice`")),
+        "{refused}"
+    );
+    assert!(alice.job_status(&job_id).await.unwrap().is_running());
+    let cancelled = alice.cancel_job(&job_id).await.unwrap();
+    assert!(!cancelled.is_running());
+
+    // An agent token cannot use the client API.
+    let as_agent = Cluster::connect_with(&url, setup.credentials(Some(setup.token("node-1"))))
+        .await
+        .unwrap();
+    let refused = as_agent
+        .list_nodes()
+        .await
+        .err()
+        .expect("agents cannot list");
+    assert!(
+        matches!(&refused, SdkError::PermissionDenied(m) if m.contains("agent tokens serve only agent sessions")),
+        "{refused}"
+    );
+
+    // Revoked (and added) without a restart: the scheduler re-reads its auth file.
+    let carol = setup.create_token("carol", "read");
+    setup.revoke("viewer");
+    wait_until("the auth file reload", Duration::from_secs(10), || async {
+        let refused = viewer.list_nodes().await.err()?;
+        Some(assert!(
+            matches!(&refused, SdkError::Unauthenticated(m) if m.contains("revoked")),
+            "{refused}"
+        ))
+    })
+    .await;
+    let carol = Cluster::connect_with(&url, setup.credentials(Some(&carol)))
+        .await
+        .unwrap();
+    assert_eq!(carol.list_nodes().await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_agent_credentials_join_and_no_one_takes_over_a_live_node() {
+    init_logging();
+    let setup = SecureSetup::new(ROLES);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let logs = setup.dir.path();
+
+    let (no_token_log, stderr) = agent_log(logs, "no-token");
+    let ca_only: Vec<OsString> = vec!["--ca".into(), setup.ca().into()];
+    let _no_token = spawn_agent_with(&url, "intruder", "T4:16GiB", "", &ca_only, stderr);
+    let (admin_log, stderr) = agent_log(logs, "admin");
+    let _admin = spawn_agent_with(
+        &url,
+        "intruder-2",
+        "T4:16GiB",
+        "",
+        &setup.agent_args(setup.token("ops")),
+        stderr,
+    );
+    let _real = spawn_agent_with(
+        &url,
+        "gpu-1",
+        "A10G:24GiB",
+        "",
+        &setup.agent_args(setup.token("node-1")),
+        Stdio::inherit(),
+    );
+    let ops = setup.connect_as(&url, "ops").await.unwrap();
+    let nodes = ops
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let owner_generation = nodes[0].generation.clone();
+
+    // Another agent credential dials in as the live node id.
+    let (takeover_log, stderr) = agent_log(logs, "takeover");
+    let _takeover = spawn_agent_with(
+        &url,
+        "gpu-1",
+        "H100:80GiB",
+        "",
+        &setup.agent_args(setup.token("node-2")),
+        stderr,
+    );
+    wait_until(
+        "every intruder refused",
+        Duration::from_secs(15),
+        || async {
+            let refused = read_text(&no_token_log).contains("this cluster needs a token")
+                && read_text(&admin_log).contains("client tokens cannot join as nodes")
+                && read_text(&takeover_log).contains("cannot take it over");
+            refused.then_some(())
+        },
+    )
+    .await;
+    // Refusals are retried; give them a few more rounds to do harm, then look.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let nodes = ops.list_nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1, "only the real agent joined: {nodes:?}");
+    assert!(nodes[0].alive);
+    assert_eq!(nodes[0].generation, owner_generation, "never taken over");
+    assert_eq!(nodes[0].gpus[0].name, "A10G");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_never_optional_once_served() {
+    init_logging();
+    let setup = SecureSetup::new(ROLES);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let token = Some(setup.token("ops").to_owned());
+
+    // A client that trusts another CA.
+    let other = SecureSetup::new(&[]);
+    let refused = Cluster::connect_with(&url, other.credentials(token.as_deref()))
+        .await
+        .err()
+        .expect("another CA is refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("certificate is not trusted") && text.contains("--ca"),
+        "{text}"
+    );
+
+    // Plaintext to the TLS port.
+    let plain = url.replace("https://", "http://");
+    let refused = Cluster::connect_with(&plain, ClientCredentials::default().with_token(token))
+        .await
+        .err()
+        .expect("plaintext is refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("if it serves TLS, use an https:// url"),
+        "{text}"
+    );
+
+    // A CA with an http:// url is a mistake, not a silent downgrade.
+    let output = Command::new(resident_bin())
+        .args(["status", "--cluster", &plain, "--ca"])
+        .arg(setup.ca())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("use an https:// url to talk TLS"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_load_models_only_under_their_roots() {
+    init_logging();
+    let setup = SecureSetup::new(ROLES);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let root = setup.dir.path().join("model-root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::os::unix::fs::symlink(minilm_dir(), root.join("escape")).unwrap();
+    let mut args = setup.agent_args(setup.token("node-1"));
+    args.extend(["--model-root".into(), root.clone().into_os_string()]);
+    let _agent = spawn_agent_with(&url, "worker", "T4:16GiB", "", &args, Stdio::inherit());
+    let alice = setup.connect_as(&url, "alice").await.unwrap();
+    alice
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    for (pool, model, expect) in [
+        ("outside", minilm_dir(), "outside this agent's model roots"),
+        (
+            "symlink",
+            root.join("escape").display().to_string(),
+            "through a symlink",
+        ),
+    ] {
+        let spec = EmbedPoolSpec::new(pool, model)
+            .into_pool_spec()
+            .max_restarts(0);
+        let pool = alice.create_pool(spec).await.unwrap();
+        let refused = pool
+            .wait_ready(Duration::from_secs(20))
+            .await
+            .err()
+            .expect("the model is refused");
+        let text = refused.to_string();
+        assert!(text.contains(expect), "{text}");
+        assert!(
+            text.contains(&root.display().to_string()),
+            "names the roots: {text}"
+        );
+        assert!(text.contains("--model-root"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embed_job_runs_end_to_end_over_tls_with_tokens() {
+    init_logging();
+    let setup = SecureSetup::new(ROLES);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let mut agents = Vec::new();
+    for (node, token) in [("node-a", "node-1"), ("node-b", "node-2")] {
+        let mut args = setup.agent_args(setup.token(token));
+        args.extend(["--model-root".into(), repo_root().join("models").into()]);
+        agents.push(spawn_agent_with(
+            &url,
+            node,
+            "T4:16GiB",
+            "",
+            &args,
+            Stdio::inherit(),
+        ));
+    }
+    let dir = setup.dir.path();
+    let input = dir.join("sample.jsonl");
+    std::fs::write(&input, wiki_sample_lines(60).join("\n") + "\n").unwrap();
+    let out = dir.join("out");
+    let output = Command::new(resident_bin())
+        .args(["embed", "--model", &minilm_dir(), "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&out)
+        .args(["--cluster", &url, "--chunk-size", "10", "--replicas", "2"])
+        .args(["--gpus-per-actor", "1"])
+        .env("RESIDENT_CA", setup.ca())
+        .env("RESIDENT_TOKEN", setup.token("alice"))
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "embed over TLS failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["items"], 60);
+    assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
+}
+
+#[test]
+fn open_binds_need_tls_and_tokens_or_insecure() {
+    let state = tempfile::tempdir().unwrap();
+    let output = Command::new(resident_bin())
+        .args(["scheduler", "--listen", "0.0.0.0:0", "--state-dir"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "an open bind must not start");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to serve")
+            && stderr.contains("--tls-cert")
+            && stderr.contains("--auth-file")
+            && stderr.contains("--insecure"),
+        "{stderr}"
+    );
+    let output = Command::new(resident_bin())
+        .args(["local", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("refusing to serve"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // --insecure starts, with a warning.
+    let mut child = Command::new(resident_bin())
+        .args([
+            "scheduler",
+            "--listen",
+            "0.0.0.0:0",
+            "--insecure",
+            "--state-dir",
+        ])
+        .arg(state.path())
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("listening on http://"), "{line}");
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("(--insecure)"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
