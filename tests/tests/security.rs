@@ -108,8 +108,7 @@ async fn tokens_and_roles_decide_every_call() {
     let refused = bob
         .cancel_job(&job_id)
         .await
-        .err()
-        .expect("bob cannot cancel alice's job");
+        .expect_err("bob cannot cancel alice's job");
     assert!(
         matches!(&refused, SdkError::PermissionDenied(m) if m.contains("belongs to `alice`")),
         "{refused}"
@@ -122,11 +121,7 @@ async fn tokens_and_roles_decide_every_call() {
     let as_agent = Cluster::connect_with(&url, setup.credentials(Some(setup.token("node-1"))))
         .await
         .unwrap();
-    let refused = as_agent
-        .list_nodes()
-        .await
-        .err()
-        .expect("agents cannot list");
+    let refused = as_agent.list_nodes().await.expect_err("agents cannot list");
     assert!(
         matches!(&refused, SdkError::PermissionDenied(m) if m.contains("agent tokens serve only agent sessions")),
         "{refused}"
@@ -137,10 +132,11 @@ async fn tokens_and_roles_decide_every_call() {
     setup.revoke("viewer");
     wait_until("the auth file reload", Duration::from_secs(10), || async {
         let refused = viewer.list_nodes().await.err()?;
-        Some(assert!(
+        assert!(
             matches!(&refused, SdkError::Unauthenticated(m) if m.contains("revoked")),
             "{refused}"
-        ))
+        );
+        Some(())
     })
     .await;
     let carol = Cluster::connect_with(&url, setup.credentials(Some(&carol)))
@@ -290,8 +286,7 @@ async fn agents_load_models_only_under_their_roots() {
         let refused = pool
             .wait_ready(Duration::from_secs(20))
             .await
-            .err()
-            .expect("the model is refused");
+            .expect_err("the model is refused");
         let text = refused.to_string();
         assert!(text.contains(expect), "{text}");
         assert!(
