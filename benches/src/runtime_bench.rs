@@ -1,6 +1,9 @@
 //! Runtime overhead benchmark: no-op actor calls through SDK -> scheduler -> agent -> actor,
 //! `Cluster::local()` start time, and time to create 20 actors and hear from each.
-//! Prints a markdown table. `cargo run --release -p resident-bench --bin runtime-bench`
+//! Prints a markdown table. `cargo run --release -p resident-bench --bin runtime-bench`;
+//! `-- --tls` compares plaintext with TLS and tokens instead.
+
+mod tls_compare;
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +25,9 @@ struct Args {
     /// Local cluster starts to average.
     #[arg(long, default_value_t = 5)]
     starts: u32,
+    /// Only compare a plaintext cluster with a TLS + token one (same calls, one run).
+    #[arg(long)]
+    tls: bool,
 }
 
 fn row(name: &str, value: f64, unit: &str) {
@@ -44,6 +50,9 @@ async fn pipelined(pool: &resident_sdk::Pool, calls: u32) -> anyhow::Result<f64>
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.tls {
+        return tls_compare::run(args.sync_calls, args.pipelined_calls).await;
+    }
     println!("| measurement | value | unit |");
     println!("|---|---:|---|");
 

@@ -1,16 +1,12 @@
-//! `resident certs init`: a small private CA and the scheduler's certificate, for clusters
-//! without a PKI of their own. Keys are written readable by their owner only.
+//! `resident certs init`: writes a small private CA and the scheduler's certificate
+//! ([`generate_scheduler_pki`]); keys readable by their owner only.
 
 use std::io::Write;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use resident_scheduler::auth::pki::generate_scheduler_pki;
 
 #[derive(Args)]
 pub struct CertsArgs {
@@ -65,36 +61,8 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn san_of(name: &str) -> anyhow::Result<SanType> {
-    let name = name.trim();
-    anyhow::ensure!(!name.is_empty(), "--san must not be empty");
-    if let Ok(ip) = name.parse::<IpAddr>() {
-        return Ok(SanType::IpAddress(ip));
-    }
-    let dns_like = name.split('.').enumerate().all(|(i, label)| {
-        (i == 0 && label == "*")
-            || (!label.is_empty()
-                && label.len() <= 63
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-    });
-    anyhow::ensure!(
-        dns_like,
-        "--san `{name}` is neither an IP address nor a DNS name"
-    );
-    Ok(SanType::DnsName(name.try_into().with_context(|| {
-        format!("--san `{name}` is not a valid DNS name")
-    })?))
-}
-
-fn validity(params: &mut CertificateParams, days: u32) {
-    let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::hours(1);
-    params.not_after = now + time::Duration::days(i64::from(days));
-}
-
 /// Creates the CA and the scheduler's certificate; returns the files written.
 pub fn init(out: &Path, sans: &[String], days: u32, force: bool) -> anyhow::Result<Vec<PathBuf>> {
-    anyhow::ensure!(days > 0, "--days must be at least 1");
     let names = [CA_CERT, CA_KEY, SCHEDULER_CERT, SCHEDULER_KEY];
     if !force {
         for name in names {
@@ -106,46 +74,14 @@ pub fn init(out: &Path, sans: &[String], days: u32, force: bool) -> anyhow::Resu
             );
         }
     }
-    let san_types = sans
-        .iter()
-        .map(|s| san_of(s))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-
-    let mut ca_params = CertificateParams::default();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "Resident cluster CA");
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut ca_params, days.saturating_mul(10));
-    let ca_key = KeyPair::generate().context("generating the CA key")?;
-    let ca_cert = ca_params
-        .self_signed(&ca_key)
-        .context("signing the CA certificate")?;
-    let issuer = Issuer::new(ca_params, &ca_key);
-
-    let mut leaf = CertificateParams::default();
-    leaf.subject_alt_names = san_types;
-    leaf.distinguished_name
-        .push(DnType::CommonName, sans[0].trim());
-    leaf.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf.use_authority_key_identifier_extension = true;
-    validity(&mut leaf, days);
-    let leaf_key = KeyPair::generate().context("generating the scheduler key")?;
-    let leaf_cert = leaf
-        .signed_by(&leaf_key, &issuer)
-        .context("signing the scheduler certificate")?;
-
+    let pki =
+        generate_scheduler_pki(sans, days).map_err(|e| anyhow::anyhow!("--san/--days: {e}"))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let files = [
-        (CA_CERT, ca_cert.pem(), false),
-        (CA_KEY, ca_key.serialize_pem(), true),
-        (SCHEDULER_CERT, leaf_cert.pem(), false),
-        (SCHEDULER_KEY, leaf_key.serialize_pem(), true),
+        (CA_CERT, pki.ca_cert_pem, false),
+        (CA_KEY, pki.ca_key_pem, true),
+        (SCHEDULER_CERT, pki.cert_pem, false),
+        (SCHEDULER_KEY, pki.key_pem, true),
     ];
     let mut written = Vec::new();
     for (name, pem, secret) in files {

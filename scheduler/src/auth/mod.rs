@@ -6,6 +6,7 @@
 //! holds the table of token hashes behind a lock so the file can be re-read while serving.
 
 pub mod audit;
+pub mod pki;
 pub mod roles;
 pub mod token_file;
 
@@ -74,10 +75,14 @@ impl AuthGate {
 
     /// Tokens from `path`; an unreadable or invalid file is an error at start.
     pub fn from_file(path: &Path) -> Result<Self, AuthFileError> {
-        let file = AuthFile::load(path, false)?;
-        Ok(Self {
-            tokens: Some(Arc::new(RwLock::new(TokenTable::from_file(&file)))),
-        })
+        Ok(Self::with_tokens(&AuthFile::load(path, false)?))
+    }
+
+    /// Tokens from an auth file already read (or built in memory).
+    pub fn with_tokens(file: &AuthFile) -> Self {
+        Self {
+            tokens: Some(Arc::new(RwLock::new(TokenTable::from_file(file)))),
+        }
     }
 
     pub fn is_open(&self) -> bool {

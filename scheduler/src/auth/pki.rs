@@ -1,0 +1,115 @@
+//! A small private CA and a server certificate for the scheduler (`resident certs init`), for
+//! clusters without a PKI of their own.
+
+use std::net::IpAddr;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+/// PEM text of the CA and the scheduler's certificate with their keys.
+pub struct SchedulerPki {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A subject alternative name: an IP address or a DNS name (`*.` allowed first).
+pub fn parse_san(name: &str) -> Result<SanType, String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("a subject name must not be empty".into());
+    }
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(SanType::IpAddress(ip));
+    }
+    let dns_like = name.split('.').enumerate().all(|(i, label)| {
+        (i == 0 && label == "*")
+            || (!label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    });
+    if !dns_like {
+        return Err(format!("`{name}` is neither an IP address nor a DNS name"));
+    }
+    name.try_into()
+        .map(SanType::DnsName)
+        .map_err(|e| format!("`{name}` is not a valid DNS name: {e}"))
+}
+
+fn validity(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+/// A CA valid ten times `days` and a scheduler certificate for `sans`, valid `days`.
+pub fn generate_scheduler_pki(sans: &[String], days: u32) -> Result<SchedulerPki, String> {
+    if sans.is_empty() {
+        return Err("give at least one name or IP agents and clients dial the scheduler by".into());
+    }
+    if days == 0 {
+        return Err("certificates must be valid for at least one day".into());
+    }
+    let san_types = sans
+        .iter()
+        .map(|s| parse_san(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let failed = |what: &str, e: rcgen::Error| format!("{what}: {e}");
+
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name
+        .push(DnType::CommonName, "Resident cluster CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca, days.saturating_mul(10));
+    let ca_key = KeyPair::generate().map_err(|e| failed("generating the CA key", e))?;
+    let ca_cert = ca
+        .self_signed(&ca_key)
+        .map_err(|e| failed("signing the CA certificate", e))?;
+    let issuer = Issuer::new(ca, &ca_key);
+
+    let mut leaf = CertificateParams::default();
+    leaf.subject_alt_names = san_types;
+    leaf.distinguished_name
+        .push(DnType::CommonName, sans[0].trim());
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    validity(&mut leaf, days);
+    let key = KeyPair::generate().map_err(|e| failed("generating the scheduler key", e))?;
+    let cert = leaf
+        .signed_by(&key, &issuer)
+        .map_err(|e| failed("signing the scheduler certificate", e))?;
+    Ok(SchedulerPki {
+        ca_cert_pem: ca_cert.pem(),
+        ca_key_pem: ca_key.serialize_pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_addresses() {
+        assert!(matches!(parse_san("10.0.0.7"), Ok(SanType::IpAddress(_))));
+        assert!(matches!(
+            parse_san("sched.example"),
+            Ok(SanType::DnsName(_))
+        ));
+        assert!(parse_san("*.example").is_ok());
+        assert!(parse_san("bad name!").unwrap_err().contains("neither"));
+        assert!(generate_scheduler_pki(&[], 1).is_err());
+        let pki = generate_scheduler_pki(&["127.0.0.1".into()], 1).unwrap();
+        assert!(pki.cert_pem.contains("BEGIN CERTIFICATE"));
+        assert!(pki.key_pem.contains("PRIVATE KEY"));
+    }
+}
