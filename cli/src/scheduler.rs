@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use resident_scheduler::auth::{AuthGate, watch_auth_file};
-use resident_scheduler::core::CoreConfig;
+use resident_scheduler::core::{CoreConfig, SchedulerCommand};
 use resident_scheduler::server::{ServerSecurity, TlsIdentity, start_scheduler};
 use resident_scheduler::store::RedbStore;
 
@@ -136,15 +136,20 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let store = RedbStore::open(&args.state_dir)
         .with_context(|| format!("opening state dir {}", args.state_dir.display()))?;
     let cancel = crate::shutdown_token();
+    let gate = security.auth.clone();
+    let server = start_scheduler(listener, config, Arc::new(store), security, cancel.clone())?;
     if let Some(path) = &args.auth_file {
+        let scheduler = server.handle.clone();
         watch_auth_file(
-            security.auth.clone(),
+            gate,
             path.clone(),
             Duration::from_secs(1),
-            cancel.clone(),
+            move |valid| {
+                let _ = scheduler.send(SchedulerCommand::CredentialsChanged { valid });
+            },
+            cancel,
         );
     }
-    let server = start_scheduler(listener, config, Arc::new(store), security, cancel)?;
     // Printed on stdout so scripts and tests can read the bound address.
     println!("resident scheduler listening on {}", server.url);
     server.task.await?;

@@ -143,6 +143,20 @@ async fn tokens_and_roles_decide_every_call() {
         .await
         .unwrap();
     assert_eq!(carol.list_nodes().await.unwrap().len(), 1);
+
+    // Revoking an agent's token cuts off its live session, and it cannot come back.
+    setup.revoke("node-1");
+    wait_until(
+        "the revoked node is dead",
+        Duration::from_secs(10),
+        || async {
+            let nodes = ops.list_nodes().await.ok()?;
+            (!nodes[0].alive).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!ops.list_nodes().await.unwrap()[0].alive, "it stays out");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

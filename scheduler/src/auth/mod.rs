@@ -10,6 +10,7 @@ pub mod pki;
 pub mod roles;
 pub mod token_file;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -89,17 +90,18 @@ impl AuthGate {
         self.tokens.is_none()
     }
 
-    /// Re-reads the file; on error the tokens in force stay as they were.
-    pub fn reload(&self, path: &Path) -> Result<usize, AuthFileError> {
+    /// Re-reads the file; returns the names now valid. On error the tokens in force stay
+    /// as they were.
+    pub fn reload(&self, path: &Path) -> Result<BTreeSet<String>, AuthFileError> {
         let Some(tokens) = &self.tokens else {
-            return Ok(0);
+            return Ok(BTreeSet::new());
         };
         let table = TokenTable::from_file(&AuthFile::load(path, false)?);
-        let count = table.entries.len();
+        let names = table.entries.iter().map(|(_, p)| p.name.clone()).collect();
         *tokens
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = table;
-        Ok(count)
+        Ok(names)
     }
 
     /// The principal behind `token`, or why there is none.
@@ -165,6 +167,7 @@ pub fn watch_auth_file(
     gate: AuthGate,
     path: PathBuf,
     poll: Duration,
+    on_reload: impl Fn(BTreeSet<String>) + Send + 'static,
     cancel: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -188,13 +191,16 @@ pub fn watch_auth_file(
                 }
             };
             match gate.reload(&path) {
-                Ok(tokens) => tracing::info!(
-                    target: audit::TARGET,
-                    path = %path.display(),
-                    tokens,
-                    reason = why,
-                    "auth file reloaded"
-                ),
+                Ok(names) => {
+                    tracing::info!(
+                        target: audit::TARGET,
+                        path = %path.display(),
+                        tokens = names.len(),
+                        reason = why,
+                        "auth file reloaded"
+                    );
+                    on_reload(names);
+                }
                 Err(error) => tracing::error!(
                     target: audit::TARGET,
                     %error,
@@ -228,7 +234,10 @@ mod tests {
 
         file.revoke("alice").unwrap();
         file.save(&path).unwrap();
-        assert_eq!(gate.reload(&path).unwrap(), 1);
+        assert_eq!(
+            gate.reload(&path).unwrap(),
+            BTreeSet::from(["ops".to_owned()])
+        );
         let revoked = gate.authenticate(Some(&alice)).unwrap_err();
         assert!(revoked.message().contains("revoked"), "{revoked}");
         assert!(gate.authenticate(Some(&ops)).is_ok());

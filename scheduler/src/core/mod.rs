@@ -149,6 +149,11 @@ pub enum SchedulerCommand {
     ListNodes {
         reply: Reply<Vec<pb::NodeInfo>>,
     },
+    /// The auth file was re-read: only these credentials are valid now. Nodes that joined,
+    /// and running jobs opened, with any other credential are cut off.
+    CredentialsChanged {
+        valid: std::collections::BTreeSet<String>,
+    },
     ListActors {
         pool: Option<PoolName>,
         reply: Reply<Vec<pb::ActorInfo>>,
@@ -311,6 +316,7 @@ impl Core {
             } => {
                 let _ = reply.send(self.cancel_job(&job, &requester));
             }
+            C::CredentialsChanged { valid } => self.credentials_changed(&valid),
             C::ListNodes { reply } => {
                 let _ = reply.send(Ok(self.node_infos()));
             }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use resident_proto::{ActorId, NodeId, VramBytes, pb};
+use resident_proto::{ActorId, JobId, NodeId, VramBytes, pb};
 use tokio::time::Instant;
 
 use super::records::{NodeRecord, SessionId};
@@ -133,6 +133,29 @@ impl Core {
             if current {
                 self.mark_node_dead(&node_id, "agent session closed");
             }
+        }
+    }
+
+    /// Cuts off what revoked credentials hold: their nodes die (the agent's stream closes and
+    /// its reconnect is refused) and their running jobs are cancelled.
+    pub(super) fn credentials_changed(&mut self, valid: &std::collections::BTreeSet<String>) {
+        let revoked_nodes: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.alive && !valid.contains(&n.credential))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for node_id in revoked_nodes {
+            self.mark_node_dead(&node_id, "its credential was revoked");
+        }
+        let revoked_jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.is_running() && !valid.contains(&j.status.owner))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for job_id in revoked_jobs {
+            self.cancel_job_tasks(&job_id, "its owner's token was revoked");
         }
     }
 

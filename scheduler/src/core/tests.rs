@@ -610,3 +610,25 @@ async fn submitters_cancel_only_their_own_jobs() {
     };
     assert!(cancel_as(&mut h, &other, admin).is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn revoked_credentials_lose_their_nodes_and_running_jobs() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node_as("kept", vec![], "node-a").unwrap();
+    h.add_node_as("revoked", vec![], "node-b").unwrap();
+    h.create_pool(cpu_pool("p", 1, 1));
+    let (alices, _a) = h.open_job_as("p", "alice");
+    let (bobs, _b) = h.open_job_as("p", "bob");
+    h.core.handle(SchedulerCommand::CredentialsChanged {
+        valid: ["node-a", "bob"].map(String::from).into(),
+    });
+    h.core.after_commands();
+    assert!(h.core.nodes[&NodeId::new("kept")].alive);
+    assert!(!h.core.nodes[&NodeId::new("revoked")].alive);
+    let cancelled = pb::JobState::Cancelled as i32;
+    assert_eq!(h.core.job_status(&alices).unwrap().state, cancelled);
+    assert_eq!(
+        h.core.job_status(&bobs).unwrap().state,
+        pb::JobState::Running as i32
+    );
+}
