@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use resident_sdk::{ClientCredentials, Cluster, SdkError};
 
-use crate::{Proc, resident_bin, spawn_scheduler_with};
+use crate::{Proc, resident_bin, spawn_agent_with, spawn_scheduler_with};
 
 /// Certificates, an auth file and the tokens created in it, in a temporary directory.
 pub struct SecureSetup {
@@ -106,14 +106,23 @@ impl SecureSetup {
         spawn_scheduler_with(0, &self.dir.path().join("state"), &args)
     }
 
-    /// `--ca CA --token TOKEN` for an agent or a command.
-    pub fn agent_args(&self, token: &str) -> Vec<OsString> {
-        vec![
-            "--ca".into(),
-            self.ca().into(),
-            "--token".into(),
-            token.into(),
-        ]
+    /// `resident agent` dialling `url` with this CA, the named token (none: no token) and
+    /// `extra` arguments, its log going to `stderr`.
+    pub fn spawn_agent(
+        &self,
+        url: &str,
+        node_id: &str,
+        gpus: &str,
+        token_name: Option<&str>,
+        extra: &[OsString],
+        stderr: Stdio,
+    ) -> Proc {
+        let mut args: Vec<OsString> = vec!["--ca".into(), self.ca().into()];
+        if let Some(name) = token_name {
+            args.extend(["--token".into(), self.token(name).into()]);
+        }
+        args.extend(extra.iter().cloned());
+        spawn_agent_with(url, node_id, gpus, "", &args, stderr)
     }
 
     pub fn credentials(&self, token: Option<&str>) -> ClientCredentials {

@@ -11,8 +11,7 @@ use futures::StreamExt;
 use resident_sdk::{ClientCredentials, Cluster, EmbedPoolSpec, PoolSpec, SdkError};
 use resident_tests::secure::{SecureSetup, read_text};
 use resident_tests::{
-    init_logging, minilm_dir, read_json, repo_root, resident_bin, spawn_agent_with, wait_until,
-    wiki_sample_lines,
+    init_logging, minilm_dir, read_json, repo_root, resident_bin, wait_until, wiki_sample_lines,
 };
 
 const ROLES: &[(&str, &str)] = &[
@@ -36,12 +35,12 @@ async fn tokens_and_roles_decide_every_call() {
     let mut setup = SecureSetup::new(ROLES);
     let (_scheduler, url) = setup.spawn_scheduler();
     assert!(url.starts_with("https://"), "{url}");
-    let _agent = spawn_agent_with(
+    let _agent = setup.spawn_agent(
         &url,
         "worker",
         "T4:16GiB",
-        "",
-        &setup.agent_args(setup.token("node-1")),
+        Some("node-1"),
+        &[],
         Stdio::inherit(),
     );
 
@@ -167,23 +166,15 @@ async fn only_agent_credentials_join_and_no_one_takes_over_a_live_node() {
     let logs = setup.dir.path();
 
     let (no_token_log, stderr) = agent_log(logs, "no-token");
-    let ca_only: Vec<OsString> = vec!["--ca".into(), setup.ca().into()];
-    let _no_token = spawn_agent_with(&url, "intruder", "T4:16GiB", "", &ca_only, stderr);
+    let _no_token = setup.spawn_agent(&url, "intruder", "T4:16GiB", None, &[], stderr);
     let (admin_log, stderr) = agent_log(logs, "admin");
-    let _admin = spawn_agent_with(
-        &url,
-        "intruder-2",
-        "T4:16GiB",
-        "",
-        &setup.agent_args(setup.token("ops")),
-        stderr,
-    );
-    let _real = spawn_agent_with(
+    let _admin = setup.spawn_agent(&url, "intruder-2", "T4:16GiB", Some("ops"), &[], stderr);
+    let _real = setup.spawn_agent(
         &url,
         "gpu-1",
         "A10G:24GiB",
-        "",
-        &setup.agent_args(setup.token("node-1")),
+        Some("node-1"),
+        &[],
         Stdio::inherit(),
     );
     let ops = setup.connect_as(&url, "ops").await.unwrap();
@@ -195,14 +186,7 @@ async fn only_agent_credentials_join_and_no_one_takes_over_a_live_node() {
 
     // Another agent credential dials in as the live node id.
     let (takeover_log, stderr) = agent_log(logs, "takeover");
-    let _takeover = spawn_agent_with(
-        &url,
-        "gpu-1",
-        "H100:80GiB",
-        "",
-        &setup.agent_args(setup.token("node-2")),
-        stderr,
-    );
+    let _takeover = setup.spawn_agent(&url, "gpu-1", "H100:80GiB", Some("node-2"), &[], stderr);
     wait_until(
         "every intruder refused",
         Duration::from_secs(15),
@@ -276,9 +260,15 @@ async fn agents_load_models_only_under_their_roots() {
     let root = setup.dir.path().join("model-root");
     std::fs::create_dir_all(&root).unwrap();
     std::os::unix::fs::symlink(minilm_dir(), root.join("escape")).unwrap();
-    let mut args = setup.agent_args(setup.token("node-1"));
-    args.extend(["--model-root".into(), root.clone().into_os_string()]);
-    let _agent = spawn_agent_with(&url, "worker", "T4:16GiB", "", &args, Stdio::inherit());
+    let roots: Vec<OsString> = vec!["--model-root".into(), root.clone().into_os_string()];
+    let _agent = setup.spawn_agent(
+        &url,
+        "worker",
+        "T4:16GiB",
+        Some("node-1"),
+        &roots,
+        Stdio::inherit(),
+    );
     let alice = setup.connect_as(&url, "alice").await.unwrap();
     alice
         .wait_for_nodes(1, Duration::from_secs(10))
@@ -318,14 +308,13 @@ async fn an_embed_job_runs_end_to_end_over_tls_with_tokens() {
     let (_scheduler, url) = setup.spawn_scheduler();
     let mut agents = Vec::new();
     for (node, token) in [("node-a", "node-1"), ("node-b", "node-2")] {
-        let mut args = setup.agent_args(setup.token(token));
-        args.extend(["--model-root".into(), repo_root().join("models").into()]);
-        agents.push(spawn_agent_with(
+        let roots: Vec<OsString> = vec!["--model-root".into(), repo_root().join("models").into()];
+        agents.push(setup.spawn_agent(
             &url,
             node,
             "T4:16GiB",
-            "",
-            &args,
+            Some(token),
+            &roots,
             Stdio::inherit(),
         ));
     }
