@@ -41,11 +41,13 @@ async fn start(secure: bool) -> anyhow::Result<BenchCluster> {
                 cert_pem: pki.cert_pem.into_bytes(),
                 key_pem: pki.key_pem.into_bytes(),
             }),
+            agent_ca_pem: None,
             auth: AuthGate::with_tokens(&tokens),
         };
         let credentials = |token: String| ClientCredentials {
             ca_pem: ca.clone(),
             token: Some(token),
+            client_identity: None,
         };
         (
             security,

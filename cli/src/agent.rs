@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Args;
 use resident_models::roots::FileRoots;
 use resident_node_agent::backends::ActorKindRegistry;
@@ -19,6 +20,13 @@ pub struct AgentArgs {
     node_id: String,
     #[command(flatten)]
     credentials: CredentialArgs,
+    /// This agent's client certificate (PEM) for a scheduler that requires mutual TLS
+    /// (`resident certs agent`); it must name --node-id.
+    #[arg(long, env = "RESIDENT_CLIENT_CERT", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// The key of --client-cert (PEM).
+    #[arg(long, env = "RESIDENT_CLIENT_KEY", requires = "client_cert")]
+    client_key: Option<PathBuf>,
     /// Labels for placement selectors: `pool=onprem-a6000,zone=lab1`.
     #[arg(long, env = "RESIDENT_LABELS", default_value = "")]
     labels: String,
@@ -67,6 +75,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     config.labels = parse_labels(&args.labels)?;
     config.reconnect_max = std::time::Duration::from_millis(args.reconnect_max_ms.max(50));
     config.credentials = args.credentials.credentials()?;
+    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        config.credentials = config
+            .credentials
+            .with_client_identity_files(cert, key)
+            .context("--client-cert/--client-key")?;
+    }
     let model_roots = if args.model_roots.is_empty() {
         default_model_roots()
     } else {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use resident_scheduler::auth::pki::generate_scheduler_pki;
+use resident_scheduler::auth::pki::{generate_scheduler_pki, issue_agent_cert};
 
 #[derive(Args)]
 pub struct CertsArgs {
@@ -30,6 +30,21 @@ enum CertsCommand {
         /// Overwrite files that exist.
         #[arg(long)]
         force: bool,
+    },
+    /// Issue an agent's client certificate for mutual TLS (`--agent-ca` on the scheduler):
+    /// writes NODE.pem and NODE-key.pem, signed by the CA in --pki, naming only the node id.
+    Agent {
+        /// The directory `certs init` wrote (its ca-key.pem signs).
+        #[arg(long)]
+        pki: PathBuf,
+        /// The agent's --node-id.
+        #[arg(long)]
+        node_id: String,
+        /// Where to write (default: PKI/agents).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 365)]
+        days: u32,
     },
 }
 
@@ -55,6 +70,29 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
                 out.join(SCHEDULER_CERT).display(),
                 out.join(SCHEDULER_KEY).display(),
                 out.join(CA_CERT).display()
+            );
+        }
+        CertsCommand::Agent {
+            pki,
+            node_id,
+            out,
+            days,
+        } => {
+            let ca_key = std::fs::read_to_string(pki.join(CA_KEY))
+                .with_context(|| format!("reading the CA key {}", pki.join(CA_KEY).display()))?;
+            let agent = issue_agent_cert(&ca_key, &node_id, days).map_err(anyhow::Error::msg)?;
+            let out = out.unwrap_or_else(|| pki.join("agents"));
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let cert = out.join(format!("{node_id}.pem"));
+            let key = out.join(format!("{node_id}-key.pem"));
+            write_pem(&cert, &agent.cert_pem, false)?;
+            write_pem(&key, &agent.key_pem, true)?;
+            println!(
+                "wrote {} and {}; run the agent with --node-id {node_id} --client-cert {} --client-key {}",
+                cert.display(),
+                key.display(),
+                cert.display(),
+                key.display()
             );
         }
     }

@@ -22,6 +22,10 @@ pub struct SchedulerArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "RESIDENT_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// CA (PEM) of agents' client certificates (`resident certs agent`): every agent must
+    /// then present one naming its node id (mutual TLS). Needs --tls-cert.
+    #[arg(long, env = "RESIDENT_AGENT_CA", requires = "tls_cert")]
+    agent_ca: Option<PathBuf>,
     /// Tokens and roles (`resident token create`); every call then needs a token. Re-read
     /// when it changes and on SIGHUP.
     #[arg(long, env = "RESIDENT_AUTH_FILE")]
@@ -83,7 +87,18 @@ impl SchedulerArgs {
             Some(path) => AuthGate::from_file(path)?,
             None => AuthGate::open(),
         };
-        Ok(ServerSecurity { tls, auth })
+        let agent_ca_pem = self
+            .agent_ca
+            .as_ref()
+            .map(|path| {
+                std::fs::read(path).with_context(|| format!("--agent-ca {}", path.display()))
+            })
+            .transpose()?;
+        Ok(ServerSecurity {
+            tls,
+            agent_ca_pem,
+            auth,
+        })
     }
 }
 

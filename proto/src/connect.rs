@@ -20,6 +20,8 @@ pub struct ClientCredentials {
     pub ca_pem: Option<Vec<u8>>,
     /// The token the scheduler's auth file knows (`resident token create`).
     pub token: Option<String>,
+    /// A client certificate and key (PEM) for mutual TLS (agents: `resident certs agent`).
+    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for ClientCredentials {
@@ -27,6 +29,10 @@ impl std::fmt::Debug for ClientCredentials {
         f.debug_struct("ClientCredentials")
             .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_identity",
+                &self.client_identity.as_ref().map(|_| "<pem>"),
+            )
             .finish()
     }
 }
@@ -48,6 +54,30 @@ impl ClientCredentials {
         Ok(self)
     }
 
+    /// Reads a client certificate and its key (PEM) for mutual TLS.
+    pub fn with_client_identity_files(
+        mut self,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<Self, ConnectError> {
+        let read = |path: &std::path::Path, marker: &str| {
+            let pem = std::fs::read(path).map_err(|e| ConnectError::CaFile {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            if String::from_utf8_lossy(&pem).contains(marker) {
+                Ok(pem)
+            } else {
+                Err(ConnectError::CaFile {
+                    path: path.display().to_string(),
+                    reason: format!("it holds no PEM `{marker}`"),
+                })
+            }
+        };
+        self.client_identity = Some((read(cert, "BEGIN CERTIFICATE")?, read(key, "PRIVATE KEY")?));
+        Ok(self)
+    }
+
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.trim().is_empty());
         self
@@ -59,10 +89,10 @@ pub enum ConnectError {
     #[error("invalid scheduler url `{url}`: {reason}")]
     BadUrl { url: String, reason: String },
     #[error(
-        "a CA certificate was given but `{url}` is plaintext http://; use an https:// url to talk TLS"
+        "a CA or client certificate was given but `{url}` is plaintext http://; use an https:// url to talk TLS"
     )]
     CaWithoutTls { url: String },
-    #[error("cannot read the CA certificate {path}: {reason}")]
+    #[error("cannot read the certificate file {path}: {reason}")]
     CaFile { path: String, reason: String },
     #[error("cannot set up TLS for `{url}`: {source}")]
     Tls {
@@ -87,10 +117,13 @@ pub fn scheduler_endpoint(
     let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| bad_url(format!("{e}")))?;
     match endpoint.uri().scheme_str() {
         Some("https") => {
-            let tls = match &credentials.ca_pem {
+            let mut tls = match &credentials.ca_pem {
                 Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
                 None => ClientTlsConfig::new().with_native_roots(),
             };
+            if let Some((cert, key)) = &credentials.client_identity {
+                tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+            }
             endpoint
                 .tls_config(tls)
                 .map_err(|source| ConnectError::Tls {
@@ -98,9 +131,11 @@ pub fn scheduler_endpoint(
                     source,
                 })
         }
-        Some("http") if credentials.ca_pem.is_some() => Err(ConnectError::CaWithoutTls {
-            url: url.to_owned(),
-        }),
+        Some("http") if credentials.ca_pem.is_some() || credentials.client_identity.is_some() => {
+            Err(ConnectError::CaWithoutTls {
+                url: url.to_owned(),
+            })
+        }
         Some("http") => Ok(endpoint),
         _ => Err(bad_url(
             "expected http://host:port (loopback, trusted networks) or https://host:port".into(),
@@ -212,7 +247,7 @@ mod tests {
         assert!(scheduler_endpoint("https://127.0.0.1:1", &none).is_ok());
         let with_ca = ClientCredentials {
             ca_pem: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
-            token: None,
+            ..Default::default()
         };
         let refused = scheduler_endpoint("http://127.0.0.1:1", &with_ca).unwrap_err();
         assert!(

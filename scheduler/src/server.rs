@@ -35,6 +35,9 @@ pub struct TlsIdentity {
 #[derive(Clone)]
 pub struct ServerSecurity {
     pub tls: Option<TlsIdentity>,
+    /// CA (PEM) of agents' client certificates: with it, every agent session must present
+    /// one naming its node id (mutual TLS). Clients need none.
+    pub agent_ca_pem: Option<Vec<u8>>,
     pub auth: AuthGate,
 }
 
@@ -43,12 +46,16 @@ impl ServerSecurity {
     pub fn open() -> Self {
         Self {
             tls: None,
+            agent_ca_pem: None,
             auth: AuthGate::open(),
         }
     }
 }
 
-fn tls_config(identity: &TlsIdentity) -> Result<tonic::transport::ServerTlsConfig, SchedulerError> {
+fn tls_config(
+    identity: &TlsIdentity,
+    agent_ca_pem: Option<&[u8]>,
+) -> Result<tonic::transport::ServerTlsConfig, SchedulerError> {
     // Both ring and aws-lc may be compiled in (the S3 client brings aws-lc); rustls then
     // needs a process default, and ring is the one tonic's client side uses too.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -58,12 +65,17 @@ fn tls_config(identity: &TlsIdentity) -> Result<tonic::transport::ServerTlsConfi
             "the TLS key holds no PEM private key".into(),
         ));
     }
-    Ok(
-        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-            &identity.cert_pem,
-            &identity.key_pem,
-        )),
-    )
+    let config = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(&identity.cert_pem, &identity.key_pem),
+    );
+    Ok(match agent_ca_pem {
+        // Optional at the handshake, so clients without certificates still connect; the
+        // agent session handler refuses agents without one.
+        Some(ca) => config
+            .client_ca_root(tonic::transport::Certificate::from_pem(ca))
+            .client_auth_optional(true),
+        None => config,
+    })
 }
 
 /// Serves the scheduler on `listener` until `cancel` fires.
@@ -80,8 +92,15 @@ pub fn start_scheduler(
     let security_tls = security.tls.is_some();
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
+    if security.agent_ca_pem.is_some() && security.tls.is_none() {
+        return Err(SchedulerError::Precondition(
+            "agent client certificates need TLS: give the scheduler a certificate and key too"
+                .into(),
+        ));
+    }
     if let Some(identity) = &security.tls {
-        builder = builder.tls_config(tls_config(identity)?).map_err(|e| {
+        let config = tls_config(identity, security.agent_ca_pem.as_deref())?;
+        builder = builder.tls_config(config).map_err(|e| {
             SchedulerError::Precondition(format!(
                 "cannot serve TLS with this certificate and key: {e}"
             ))
@@ -90,6 +109,7 @@ pub fn start_scheduler(
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
     let agents = AgentSessionService {
         scheduler: handle.clone(),
+        require_agent_certificate: security.agent_ca_pem.is_some(),
     };
     let clients = ClientApiService {
         scheduler: handle.clone(),

@@ -52,8 +52,30 @@ impl SecureSetup {
         setup
     }
 
+    /// What `resident certs init` wrote.
+    pub fn pki(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+
     pub fn ca(&self) -> PathBuf {
-        self.dir.path().join("pki/ca.pem")
+        self.pki().join("ca.pem")
+    }
+
+    /// `resident certs agent`: the client certificate and key for `node_id`.
+    pub fn agent_certificate(&self, node_id: &str) -> (PathBuf, PathBuf) {
+        resident(&[
+            "certs".as_ref(),
+            "agent".as_ref(),
+            "--pki".as_ref(),
+            self.pki().as_os_str(),
+            "--node-id".as_ref(),
+            node_id.as_ref(),
+        ]);
+        let agents = self.pki().join("agents");
+        (
+            agents.join(format!("{node_id}.pem")),
+            agents.join(format!("{node_id}-key.pem")),
+        )
     }
 
     pub fn auth_file(&self) -> PathBuf {
@@ -94,8 +116,13 @@ impl SecureSetup {
 
     /// A TLS scheduler with the auth file, on a loopback port.
     pub fn spawn_scheduler(&self) -> (Proc, String) {
-        let pki = self.dir.path().join("pki");
-        let args: Vec<OsString> = vec![
+        self.spawn_scheduler_with(&[])
+    }
+
+    /// [`Self::spawn_scheduler`] with more arguments (`--agent-ca`).
+    pub fn spawn_scheduler_with(&self, extra: &[OsString]) -> (Proc, String) {
+        let pki = self.pki();
+        let mut args: Vec<OsString> = vec![
             "--tls-cert".into(),
             pki.join("scheduler.pem").into(),
             "--tls-key".into(),
@@ -103,6 +130,7 @@ impl SecureSetup {
             "--auth-file".into(),
             self.auth_file().into(),
         ];
+        args.extend(extra.iter().cloned());
         spawn_scheduler_with(0, &self.dir.path().join("state"), &args)
     }
 

@@ -208,6 +208,50 @@ async fn only_agent_credentials_join_and_no_one_takes_over_a_live_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mutual_tls_the_node_id_is_the_certificates_name() {
+    init_logging();
+    let setup = SecureSetup::new(ROLES);
+    let (cert, key) = setup.agent_certificate("gpu-1");
+    let (_scheduler, url) =
+        setup.spawn_scheduler_with(&["--agent-ca".into(), setup.ca().into_os_string()]);
+    let identity: Vec<OsString> = vec![
+        "--client-cert".into(),
+        cert.into_os_string(),
+        "--client-key".into(),
+        key.into_os_string(),
+    ];
+    let logs = setup.dir.path();
+    let _owner = setup.spawn_agent(
+        &url,
+        "gpu-1",
+        "L4:24GiB",
+        Some("node-1"),
+        &identity,
+        Stdio::inherit(),
+    );
+    let (borrowed_log, stderr) = agent_log(logs, "borrowed");
+    let _borrowed = setup.spawn_agent(&url, "gpu-2", "L4:24GiB", Some("node-2"), &identity, stderr);
+    let (bare_log, stderr) = agent_log(logs, "bare");
+    let _bare = setup.spawn_agent(&url, "gpu-3", "L4:24GiB", Some("node-2"), &[], stderr);
+
+    // Clients need no certificate.
+    let ops = setup.connect_as(&url, "ops").await.unwrap();
+    ops.wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    wait_until("both refusals", Duration::from_secs(15), || async {
+        let refused = read_text(&borrowed_log).contains("not issued for node id `gpu-2`")
+            && read_text(&bare_log).contains("requires agents to present a client certificate");
+        refused.then_some(())
+    })
+    .await;
+    let nodes = ops.list_nodes().await.unwrap();
+    let ids: Vec<&str> = nodes.iter().map(|n| n.node_id.as_str()).collect();
+    assert_eq!(ids, ["gpu-1"], "only the certificate's node joined");
+    assert_eq!(nodes[0].credential, "node-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_is_never_optional_once_served() {
     init_logging();
     let setup = SecureSetup::new(ROLES);

@@ -39,6 +39,74 @@ pub fn parse_san(name: &str) -> Result<SanType, String> {
         .map_err(|e| format!("`{name}` is not a valid DNS name: {e}"))
 }
 
+/// The CA's parameters; the same every time, so an issuer can be rebuilt from the CA key.
+fn ca_params(days: u32) -> CertificateParams {
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name
+        .push(DnType::CommonName, "Resident cluster CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca, days);
+    ca
+}
+
+/// A node id usable as a certificate name: a DNS name (letters, digits, `-`, `.`).
+pub fn check_node_name(node_id: &str) -> Result<(), String> {
+    match parse_san(node_id) {
+        Ok(SanType::DnsName(_)) if !node_id.contains('*') => Ok(()),
+        _ => Err(format!(
+            "node id `{node_id}` cannot name a certificate; with mutual TLS, node ids are DNS-style names (letters, digits, `-`, `.`)"
+        )),
+    }
+}
+
+/// A client certificate for the agent `node_id`, signed by the CA of `generate_scheduler_pki`
+/// (its key, PEM). The node id is the certificate's only name, so with mutual TLS the
+/// scheduler accepts this certificate for that node id and no other.
+pub fn issue_agent_cert(ca_key_pem: &str, node_id: &str, days: u32) -> Result<AgentCert, String> {
+    check_node_name(node_id)?;
+    if days == 0 {
+        return Err("certificates must be valid for at least one day".into());
+    }
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(|e| format!("the CA key: {e}"))?;
+    let issuer = Issuer::new(ca_params(1), &ca_key);
+    let mut leaf = CertificateParams::default();
+    leaf.subject_alt_names = vec![parse_san(node_id)?];
+    leaf.distinguished_name.push(DnType::CommonName, node_id);
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    validity(&mut leaf, days);
+    let key = KeyPair::generate().map_err(|e| format!("generating the agent key: {e}"))?;
+    let cert = leaf
+        .signed_by(&key, &issuer)
+        .map_err(|e| format!("signing the agent certificate: {e}"))?;
+    Ok(AgentCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().to_vec(),
+    })
+}
+
+/// An agent's client certificate and key.
+pub struct AgentCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: Vec<u8>,
+}
+
+/// Whether a client certificate (DER) names `node_id`.
+pub fn certificate_names_node(cert_der: &[u8], node_id: &str) -> bool {
+    let der = rustls_pki_types::CertificateDer::from(cert_der);
+    let Ok(cert) = webpki::EndEntityCert::try_from(&der) else {
+        return false;
+    };
+    let Ok(name) = rustls_pki_types::ServerName::try_from(node_id) else {
+        return false;
+    };
+    cert.verify_is_valid_for_subject_name(&name).is_ok()
+}
+
 fn validity(params: &mut CertificateParams, days: u32) {
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::hours(1);
@@ -59,12 +127,7 @@ pub fn generate_scheduler_pki(sans: &[String], days: u32) -> Result<SchedulerPki
         .collect::<Result<Vec<_>, _>>()?;
     let failed = |what: &str, e: rcgen::Error| format!("{what}: {e}");
 
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.distinguished_name
-        .push(DnType::CommonName, "Resident cluster CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut ca, days.saturating_mul(10));
+    let ca = ca_params(days.saturating_mul(10));
     let ca_key = KeyPair::generate().map_err(|e| failed("generating the CA key", e))?;
     let ca_cert = ca
         .self_signed(&ca_key)
@@ -111,5 +174,16 @@ mod tests {
         let pki = generate_scheduler_pki(&["127.0.0.1".into()], 1).unwrap();
         assert!(pki.cert_pem.contains("BEGIN CERTIFICATE"));
         assert!(pki.key_pem.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn agent_certificates_name_their_node_only() {
+        let pki = generate_scheduler_pki(&["127.0.0.1".into()], 1).unwrap();
+        let agent = issue_agent_cert(&pki.ca_key_pem, "gpu-1", 1).unwrap();
+        assert!(agent.key_pem.contains("PRIVATE KEY"));
+        assert!(certificate_names_node(&agent.cert_der, "gpu-1"));
+        assert!(!certificate_names_node(&agent.cert_der, "gpu-2"));
+        assert!(issue_agent_cert(&pki.ca_key_pem, "bad id", 1).is_err());
+        assert!(issue_agent_cert("not a key", "gpu-1", 1).is_err());
     }
 }
