@@ -24,6 +24,7 @@ pub fn status_json(nodes: &[NodeInfo], actors: &[ActorInfo]) -> serde_json::Valu
                 "labels": n.labels,
                 "hostname": n.hostname,
                 "generation": n.generation,
+                "credential": n.credential,
                 "gpus": n.gpus.iter().map(|g| json!({
                     "index": g.index,
                     "name": g.name,
