@@ -100,8 +100,13 @@ pub async fn run_agent(
             .keep_alive_while_idle(true),
         token: BearerToken::new(config.credentials.token.as_deref())?,
     };
-    let generation = uuid::Uuid::new_v4().to_string();
-    let mut backoff = ReconnectBackoff::new(config.reconnect_min, config.reconnect_max);
+    let generation_id = uuid::Uuid::new_v4();
+    let generation = generation_id.to_string();
+    let mut backoff = ReconnectBackoff::new(
+        config.reconnect_min,
+        config.reconnect_max,
+        generation_id.as_u64_pair().0,
+    );
     tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
     loop {
         let session = run_session(
