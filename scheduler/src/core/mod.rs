@@ -24,8 +24,8 @@ use crate::error::SchedulerError;
 use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreWriter};
 
-pub use records::SessionId;
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
+pub use records::{LastHeard, SessionId};
 
 /// Timing and default limits of the scheduler loop.
 #[derive(Clone, Debug)]
@@ -92,6 +92,8 @@ pub enum SchedulerCommand {
         /// The credential (token name) the agent authenticated with.
         credential: String,
         outbound: ToAgent,
+        /// Shared with the session handler, which stamps it on every message received.
+        last_heard: LastHeard,
         reply: Reply<SessionId>,
     },
     AgentMessage {
@@ -273,9 +275,10 @@ impl Core {
                 register,
                 credential,
                 outbound,
+                last_heard,
                 reply,
             } => {
-                let _ = reply.send(self.register_node(register, credential, outbound));
+                let _ = reply.send(self.register_node(register, credential, outbound, last_heard));
             }
             C::AgentMessage { session, message } => self.agent_message(session, message),
             C::AgentGone { session } => self.agent_gone(session),

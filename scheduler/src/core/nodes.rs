@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use resident_proto::{ActorId, JobId, NodeId, VramBytes, pb};
 use tokio::time::Instant;
 
-use super::records::{NodeRecord, SessionId};
+use super::records::{LastHeard, NodeRecord, SessionId};
 use super::{Core, ToAgent};
 use crate::error::SchedulerError;
 use crate::placement::{ComputeCapability, GpuCapacity, NodeCapacity};
@@ -36,6 +36,7 @@ impl Core {
         register: pb::RegisterNode,
         credential: String,
         outbound: ToAgent,
+        last_heard: LastHeard,
     ) -> Result<SessionId, SchedulerError> {
         if register.node_id.trim().is_empty() {
             return Err(SchedulerError::InvalidArgument("node id is empty".into()));
@@ -76,7 +77,7 @@ impl Core {
             ram_bytes: register.ram_bytes,
             actor_kinds: register.actor_kinds.into_iter().collect(),
             alive: true,
-            last_seen: Instant::now(),
+            last_heard,
             outbound: Some(outbound),
         };
         let capacity = node_capacity(&record, &record.gpus);
@@ -104,7 +105,6 @@ impl Core {
         let Some(node) = self.nodes.get_mut(&node_id) else {
             return;
         };
-        node.last_seen = Instant::now();
         match message {
             Body::Heartbeat(heartbeat) => {
                 for live in heartbeat.gpus {
@@ -164,7 +164,7 @@ impl Core {
         let silent: Vec<NodeId> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.alive && now.duration_since(n.last_seen) > deadline)
+            .filter(|(_, n)| n.alive && now.saturating_duration_since(n.last_heard.at()) > deadline)
             .map(|(id, _)| id.clone())
             .collect();
         for node_id in silent {

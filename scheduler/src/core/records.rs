@@ -13,6 +13,26 @@ use crate::state::{ActorState, JobCounts, Restarts, TaskLifecycle};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
 
+/// When an agent's session last delivered a message, stamped by the session handler on
+/// receipt: a node is alive by what it sent, not by how fast the loop got to it.
+#[derive(Clone, Debug)]
+pub struct LastHeard(std::sync::Arc<std::sync::Mutex<Instant>>);
+
+impl LastHeard {
+    pub fn now() -> Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(Instant::now())))
+    }
+
+    /// A message arrived.
+    pub fn heard(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    pub fn at(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 pub struct NodeRecord {
     pub generation: String,
     /// The credential it registered with; only that credential may re-register the id
@@ -29,7 +49,8 @@ pub struct NodeRecord {
     pub ram_bytes: u64,
     pub actor_kinds: BTreeSet<String>,
     pub alive: bool,
-    pub last_seen: Instant,
+    /// Stamped by the session handler as messages arrive.
+    pub last_heard: LastHeard,
     pub outbound: Option<ToAgent>,
 }
 

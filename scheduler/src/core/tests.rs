@@ -9,7 +9,7 @@ use resident_proto::{JobId, NodeId, PoolName, pb};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{Core, CoreConfig, SchedulerCommand, SessionId};
+use super::{Core, CoreConfig, LastHeard, SchedulerCommand, SessionId};
 use crate::auth::{Principal, Role};
 use crate::error::SchedulerError;
 use crate::store::{MemoryStore, StoreWriter};
@@ -20,6 +20,8 @@ type ResultsRx = mpsc::UnboundedReceiver<pb::SubmitResponse>;
 struct Agent {
     session: SessionId,
     rx: AgentRx,
+    /// What the session handler would stamp on each message received.
+    heard: LastHeard,
 }
 
 struct Harness {
@@ -68,6 +70,7 @@ impl Harness {
         credential: &str,
     ) -> Result<(), SchedulerError> {
         let (outbound, rx) = mpsc::unbounded_channel();
+        let heard = LastHeard::now();
         let register = pb::RegisterNode {
             node_id: name.into(),
             generation: format!("{name}-gen"),
@@ -81,11 +84,12 @@ impl Harness {
                 register,
                 credential: credential.into(),
                 outbound,
+                last_heard: heard.clone(),
                 reply,
             },
             &mut self.core,
         )?;
-        let mut agent = Agent { session, rx };
+        let mut agent = Agent { session, rx, heard };
         assert!(matches!(
             sent(&mut agent).as_slice(),
             [pb::scheduler_message::Body::Registered(_)]
@@ -631,4 +635,23 @@ async fn revoked_credentials_lose_their_nodes_and_running_jobs() {
         h.core.job_status(&bobs).unwrap().state,
         pb::JobState::Running as i32
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_is_alive_by_what_it_sent_not_by_when_the_loop_read_it() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    let deadline = h.core.config.node_dead_after;
+    // The agent keeps sending (its handler stamps each message on receipt) while the loop is
+    // too busy to process any of it: the node stays alive.
+    for _ in 0..5 {
+        tokio::time::advance(deadline / 2).await;
+        h.agents["n1"].heard.heard();
+    }
+    h.core.detect_dead_nodes(Instant::now());
+    assert!(h.core.nodes[&NodeId::new("n1")].alive);
+    // Silence past the deadline is death.
+    tokio::time::advance(deadline + Duration::from_millis(1)).await;
+    h.core.detect_dead_nodes(Instant::now());
+    assert!(!h.core.nodes[&NodeId::new("n1")].alive);
 }

@@ -24,7 +24,9 @@ impl Core {
                 gpus: node.gpus.clone(),
                 cpu_cores: node.cpu_cores,
                 ram_bytes: node.ram_bytes,
-                last_heartbeat_ms_ago: now.duration_since(node.last_seen).as_millis() as u64,
+                last_heartbeat_ms_ago: now
+                    .saturating_duration_since(node.last_heard.at())
+                    .as_millis() as u64,
                 credential: node.credential.clone(),
             })
             .collect()

@@ -10,7 +10,7 @@ use tracing::instrument;
 
 use crate::auth::pki::certificate_names_node;
 use crate::auth::{Action, audit, principal_of, require};
-use crate::core::{SchedulerCommand, SchedulerHandle};
+use crate::core::{LastHeard, SchedulerCommand, SchedulerHandle};
 
 /// Serves the stream each agent dials out to.
 pub struct AgentSessionService {
@@ -54,12 +54,14 @@ impl NodeAgentService for AgentSessionService {
             })?;
         }
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
+        let last_heard = LastHeard::now();
         let session = self
             .scheduler
             .call(|reply| SchedulerCommand::RegisterNode {
                 register,
                 credential: principal.name.clone(),
                 outbound,
+                last_heard: last_heard.clone(),
                 reply,
             })
             .await
@@ -68,6 +70,7 @@ impl NodeAgentService for AgentSessionService {
         let scheduler = self.scheduler.clone();
         tokio::spawn(async move {
             while let Some(Ok(message)) = inbound.next().await {
+                last_heard.heard();
                 let Some(message) = message.body else {
                     continue;
                 };
