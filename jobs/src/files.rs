@@ -80,3 +80,76 @@ mod tests {
         assert!(error.contains("no/such/dir"), "{error}");
     }
 }
+
+/// An exclusive lock on an output directory for as long as a run writes it: a second run on
+/// the same directory (in any process on this host, or on a shared filesystem with working
+/// `flock`) is refused instead of interleaving its writes.
+#[derive(Debug)]
+pub struct OutputLock {
+    _file: std::fs::File,
+}
+
+/// The lock file inside a locked directory.
+pub const OUTPUT_LOCK_FILE: &str = ".resident.lock";
+
+impl OutputLock {
+    /// Locks `dir` (which must exist), or says who holds it.
+    pub fn acquire(dir: &Path) -> Result<Self, String> {
+        let path = dir.join(OUTPUT_LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = holder.trim();
+                let holder = if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({holder})")
+                };
+                return Err(format!(
+                    "another run is writing {}{holder}; wait for it to finish or stop it (a rerun then resumes), or choose another output",
+                    dir.display()
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(format!("cannot lock {}: {e}", path.display()));
+            }
+        }
+        let host = hostname_of_this_machine();
+        let _ = file.set_len(0);
+        let _ = write!(file, "pid {} on {host}", std::process::id());
+        Ok(Self { _file: file })
+    }
+}
+
+fn hostname_of_this_machine() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "this host".to_owned())
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    #[test]
+    fn a_second_run_on_one_output_is_refused_until_the_first_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = OutputLock::acquire(dir.path()).unwrap();
+        let refused = OutputLock::acquire(dir.path()).unwrap_err();
+        assert!(refused.contains("another run is writing"), "{refused}");
+        assert!(
+            refused.contains(&format!("pid {}", std::process::id())),
+            "{refused}"
+        );
+        drop(first);
+        assert!(OutputLock::acquire(dir.path()).is_ok());
+    }
+}

@@ -330,3 +330,34 @@ async fn a_dead_agent_mid_job_costs_time_not_documents() {
     assert_eq!(report["items"], 300);
     assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_on_the_same_output_is_refused() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 300);
+    let out = dir.path().join("out");
+    let mut first = embed_command(&input, &out, &["--chunk-size", "10"])
+        .spawn()
+        .unwrap();
+    let manifest = out.join("manifest.json");
+    wait_until("the first run to start", Duration::from_secs(60), || async {
+        manifest.exists().then_some(())
+    })
+    .await;
+    let second = embed_command(&input, &out, &["--chunk-size", "10"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "two runs must not share an output");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("another run is writing") && stderr.contains("pid"),
+        "{stderr}"
+    );
+    let status = tokio::task::spawn_blocking(move || first.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "the first run is undisturbed");
+    assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
+}

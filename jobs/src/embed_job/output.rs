@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use crate::files::{sha256_hex, write_atomically};
+use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
 use super::JobError;
@@ -117,12 +117,15 @@ fn half_bits(value: f32) -> u16 {
 pub struct OutputDir {
     location: Location,
     s3: Option<S3Client>,
+    /// Held while the job runs (local outputs).
+    _lock: Option<OutputLock>,
 }
 
 impl OutputDir {
     /// Creates the directory (and `shards/`), or checks the bucket, and proves it writable
     /// before any chunk runs.
     pub async fn prepare(location: &Location, s3: Option<&S3Client>) -> Result<Self, JobError> {
+        let mut lock = None;
         match location {
             Location::Local(root) => {
                 let shards = root.join("shards");
@@ -134,6 +137,7 @@ impl OutputDir {
                     JobError::Output(format!("{} is not writable: {e}", root.display()))
                 })?;
                 let _ = std::fs::remove_file(probe);
+                lock = Some(OutputLock::acquire(root).map_err(JobError::Output)?);
             }
             Location::S3 { bucket, prefix } => {
                 let client = s3.ok_or_else(|| JobError::Output("no S3 client".into()))?;
@@ -146,6 +150,7 @@ impl OutputDir {
         Ok(Self {
             location: location.clone(),
             s3: s3.cloned(),
+            _lock: lock,
         })
     }
 

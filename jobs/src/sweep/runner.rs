@@ -19,7 +19,7 @@ use super::data::{embed_into_cache, read_sweep_data};
 use super::driver::{Phase, Segment, SweepDriver};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
 use super::search::generate_trials;
-use crate::files::write_atomically;
+use crate::files::{OutputLock, write_atomically};
 use crate::pools::EmbedActors;
 
 /// The `embed` actors' method that trains a trial segment.
@@ -44,9 +44,11 @@ fn output_error(path: &Path, e: impl std::fmt::Display) -> SweepError {
     SweepError::Output(format!("{}: {e}", path.display()))
 }
 
-/// Refuses an output directory that holds a different sweep; records this one.
-fn claim_output(config: &SweepConfig, output: &Path) -> Result<(), SweepError> {
+/// Refuses an output directory that another run is writing or that holds a different
+/// sweep; records this one. The lock is held until the returned value drops.
+fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, SweepError> {
     std::fs::create_dir_all(output).map_err(|e| output_error(output, e))?;
+    let lock = OutputLock::acquire(output).map_err(SweepError::Output)?;
     let path = output.join("sweep.json");
     let declared = serde_json::to_value(config).map_err(|e| SweepError::Output(e.to_string()))?;
     if let Ok(bytes) = std::fs::read(&path) {
@@ -60,7 +62,8 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<(), SweepError> {
     }
     let bytes =
         serde_json::to_vec_pretty(&declared).map_err(|e| SweepError::Output(e.to_string()))?;
-    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))
+    write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;
+    Ok(lock)
 }
 
 /// The embedded data's cache file and key, as actors find it.
@@ -102,7 +105,7 @@ pub async fn run_sweep(
     let started = Instant::now();
     config.validate()?;
     let output = PathBuf::from(&config.output);
-    claim_output(config, &output)?;
+    let _lock = claim_output(config, &output)?;
     let data = {
         let config = config.clone();
         tokio::task::spawn_blocking(move || read_sweep_data(&config))
