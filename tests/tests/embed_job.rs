@@ -341,14 +341,19 @@ async fn a_second_run_on_the_same_output_is_refused() {
         .spawn()
         .unwrap();
     let manifest = out.join("manifest.json");
-    wait_until("the first run to start", Duration::from_secs(60), || async {
-        manifest.exists().then_some(())
-    })
+    wait_until(
+        "the first run to start",
+        Duration::from_secs(60),
+        || async { manifest.exists().then_some(()) },
+    )
     .await;
     let second = embed_command(&input, &out, &["--chunk-size", "10"])
         .output()
         .unwrap();
-    assert!(!second.status.success(), "two runs must not share an output");
+    assert!(
+        !second.status.success(),
+        "two runs must not share an output"
+    );
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(
         stderr.contains("another run is writing") && stderr.contains("pid"),
