@@ -40,17 +40,7 @@ impl std::fmt::Debug for ClientCredentials {
 impl ClientCredentials {
     /// Reads the CA file; a missing or non-PEM file is a clear error.
     pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self, ConnectError> {
-        let pem = std::fs::read(path).map_err(|e| ConnectError::CaFile {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-            return Err(ConnectError::CaFile {
-                path: path.display().to_string(),
-                reason: "it holds no PEM certificate".into(),
-            });
-        }
-        self.ca_pem = Some(pem);
+        self.ca_pem = Some(read_pem(path, "BEGIN CERTIFICATE")?);
         Ok(self)
     }
 
@@ -60,27 +50,30 @@ impl ClientCredentials {
         cert: &std::path::Path,
         key: &std::path::Path,
     ) -> Result<Self, ConnectError> {
-        let read = |path: &std::path::Path, marker: &str| {
-            let pem = std::fs::read(path).map_err(|e| ConnectError::CaFile {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
-            if String::from_utf8_lossy(&pem).contains(marker) {
-                Ok(pem)
-            } else {
-                Err(ConnectError::CaFile {
-                    path: path.display().to_string(),
-                    reason: format!("it holds no PEM `{marker}`"),
-                })
-            }
-        };
-        self.client_identity = Some((read(cert, "BEGIN CERTIFICATE")?, read(key, "PRIVATE KEY")?));
+        self.client_identity = Some((
+            read_pem(cert, "BEGIN CERTIFICATE")?,
+            read_pem(key, "PRIVATE KEY")?,
+        ));
         Ok(self)
     }
 
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.trim().is_empty());
         self
+    }
+}
+
+/// A PEM file that holds `marker` (`BEGIN CERTIFICATE`, `PRIVATE KEY`), or why not.
+fn read_pem(path: &std::path::Path, marker: &str) -> Result<Vec<u8>, ConnectError> {
+    let failed = |reason: String| ConnectError::PemFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+    if String::from_utf8_lossy(&pem).contains(marker) {
+        Ok(pem)
+    } else {
+        Err(failed(format!("it holds no PEM `{marker}`")))
     }
 }
 
@@ -93,7 +86,7 @@ pub enum ConnectError {
     )]
     CaWithoutTls { url: String },
     #[error("cannot read the certificate file {path}: {reason}")]
-    CaFile { path: String, reason: String },
+    PemFile { path: String, reason: String },
     #[error("cannot set up TLS for `{url}`: {source}")]
     Tls {
         url: String,
