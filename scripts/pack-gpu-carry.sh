@@ -1,25 +1,56 @@
 #!/usr/bin/env bash
 # Packs what a GPU benchmark run needs into .gpu-carry/ (git-excluded), under the device
 # tool's 64 MiB carry limit: the CUDA build of embed-bench (xz), all-MiniLM-L6-v2 in f16
-# (half the bytes; GPU actors run f16 anyway), the Wikipedia articles (xz) and the Qwen3
-# tokenizer (xz). benches/gpu-bench.sh unpacks and runs them on the GPU machine.
-# Needs: scripts/build-cuda.sh done, models and data fetched, .venv-st (torch) for the f16 copy.
+# (half the bytes; GPU actors run f16 anyway), all-mpnet-base-v2's config and tokenizer
+# without its weights (too large to travel; gpu-bench.sh makes random ones of that shape),
+# the Wikipedia articles (xz) and the Qwen3 tokenizer (xz). benches/gpu-bench.sh unpacks and
+# runs them on the GPU machine.
+# Needs: scripts/build-cuda.sh done, models and data fetched (python3 alone makes the f16 copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude
+mkdir -p .git/info && { grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude; }
 out=.gpu-carry
-rm -rf "$out" && mkdir -p "$out/minilm-f16/1_Pooling"
+rm -rf "$out" && mkdir -p "$out/minilm-f16/1_Pooling" "$out/mpnet-config/1_Pooling"
 xz -T0 -6 -c target/cuda/dist/embed-bench > "$out/embed-bench.xz"
 xz -T0 -6 -c data/wiki_vital.jsonl > "$out/wiki_vital.jsonl.xz"
 xz -T0 -6 -c models/qwen3-tokenizer/tokenizer.json > "$out/qwen3-tokenizer.json.xz"
+mpnet=models/all-mpnet-base-v2
+for f in config.json tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt \
+  modules.json sentence_bert_config.json config_sentence_transformers.json 1_Pooling/config.json; do
+  cp "$mpnet/$f" "$out/mpnet-config/$f"
+done
 src=models/all-MiniLM-L6-v2
 for f in config.json tokenizer.json modules.json sentence_bert_config.json 1_Pooling/config.json; do
   cp "$src/$f" "$out/minilm-f16/$f"
 done
-"${ST_VENV:-.venv-st}/bin/python" - "$src/model.safetensors" "$out/minilm-f16/model.safetensors" <<'PY'
-import sys
-from safetensors.torch import load_file, save_file
-tensors = {k: v.half() if v.is_floating_point() else v for k, v in load_file(sys.argv[1]).items()}
-save_file(tensors, sys.argv[2])
+python3 - "$src/model.safetensors" "$out/minilm-f16/model.safetensors" <<'PY'
+# f32 -> f16 with the standard library alone (no torch here): safetensors is an 8-byte header
+# length, a JSON header of {name: {dtype, shape, data_offsets}}, then the raw tensors.
+import array, json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    (length,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(length))
+    data = f.read()
+meta = header.pop("__metadata__", None)
+out_header, chunks, offset = {}, [], 0
+for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    begin, end = info["data_offsets"]
+    raw = data[begin:end]
+    dtype = info["dtype"]
+    if dtype == "F32":
+        values = array.array("f")
+        values.frombytes(raw)
+        raw, dtype = struct.pack(f"<{len(values)}e", *values), "F16"
+    out_header[name] = {"dtype": dtype, "shape": info["shape"], "data_offsets": [offset, offset + len(raw)]}
+    chunks.append(raw)
+    offset += len(raw)
+if meta is not None:
+    out_header["__metadata__"] = meta
+encoded = json.dumps(out_header, separators=(",", ":")).encode()
+encoded += b" " * (-len(encoded) % 8)
+with open(sys.argv[2], "wb") as f:
+    f.write(struct.pack("<Q", len(encoded)) + encoded)
+    for raw in chunks:
+        f.write(raw)
 PY
 du -sh "$out"; du -sh "$out"/*

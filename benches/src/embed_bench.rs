@@ -40,8 +40,15 @@ struct Args {
     /// GPUs per actor (needs a `cuda` build on a GPU machine).
     #[arg(long, default_value_t = 0.0)]
     gpus: f64,
+    /// VRAM each GPU actor declares for placement, in GiB.
+    #[arg(long, default_value_t = 2.0)]
+    vram_gib: f64,
     #[arg(long)]
     label: Option<String>,
+    /// Writes every vector, in input order, as little-endian f32 rows (for parity checks
+    /// against `benches/embed_st.py --vectors-out`; `benches/compare_vectors.py` compares).
+    #[arg(long)]
+    vectors_out: Option<std::path::PathBuf>,
 }
 
 fn read_texts(path: &str, limit: usize) -> anyhow::Result<Vec<String>> {
@@ -59,6 +66,10 @@ fn read_texts(path: &str, limit: usize) -> anyhow::Result<Vec<String>> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     resident_models::device::set_compute_threads(args.threads);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -76,7 +87,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let load_started = Instant::now();
     let mut spec = EmbedPoolSpec::new("bench", &args.model)
         .replicas(replicas)
-        .gpus(args.gpus, if args.gpus > 0.0 { 2.0 } else { 0.0 })
+        .gpus(args.gpus, if args.gpus > 0.0 { args.vram_gib } else { 0.0 })
         .dtype(&args.dtype);
     if let Some(tokens) = args.max_batch_tokens {
         spec = spec.max_batch_tokens(tokens);
@@ -101,16 +112,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (mut docs, mut tokens, mut padded, mut tokenize_us, mut model_us) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut device = String::new();
+    let mut kept: Vec<(u64, Vec<f32>)> = Vec::new();
+    let (mut batches, mut budget) = (0u64, 0u64);
     while let Some(chunk) = results.next().await {
         let chunk = chunk?;
+        if args.vectors_out.is_some() {
+            kept.push((chunk.seq, chunk.values.clone()));
+        }
         docs += u64::from(chunk.stats.count);
         tokens += chunk.stats.tokens;
         padded += chunk.stats.padded_tokens;
         tokenize_us += chunk.stats.tokenize_micros;
         model_us += chunk.stats.model_micros;
+        batches += u64::from(chunk.stats.batches);
+        budget = chunk.stats.max_batch_tokens;
         device = format!("{} {}", chunk.stats.device, chunk.stats.dtype);
     }
     let seconds = started.elapsed().as_secs_f64();
+    eprintln!("{batches} model batches; token budget at the end: {budget}");
+    if let Some(path) = &args.vectors_out {
+        kept.sort_by_key(|(seq, _)| *seq);
+        let bytes: Vec<u8> = kept
+            .iter()
+            .flat_map(|(_, values)| values.iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+        std::fs::write(path, bytes)?;
+    }
     let label = args.label.unwrap_or_else(|| {
         format!(
             "resident: {} actor(s) x {} thread(s), chunk {}, budget {} tokens",

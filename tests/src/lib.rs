@@ -305,10 +305,22 @@ pub fn repo_root() -> PathBuf {
 
 /// The real all-MiniLM-L6-v2 from `scripts/fetch-model.sh`.
 pub fn minilm_dir() -> String {
-    let dir = repo_root().join("models/all-MiniLM-L6-v2");
+    fetched_model_dir("all-MiniLM-L6-v2", "scripts/fetch-model.sh")
+}
+
+/// sentence-transformers/all-mpnet-base-v2, the seed pipeline's model.
+pub fn mpnet_dir() -> String {
+    fetched_model_dir(
+        "all-mpnet-base-v2",
+        "scripts/fetch-model.sh all-mpnet-base-v2",
+    )
+}
+
+fn fetched_model_dir(name: &str, fetch: &str) -> String {
+    let dir = repo_root().join("models").join(name);
     assert!(
         dir.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-model.sh (scripts/test.sh does)",
+        "{} is missing: run {fetch} (scripts/test.sh does)",
         dir.display()
     );
     dir.to_string_lossy().into_owned()

@@ -1,11 +1,12 @@
-//! The `embed` actor kind with the real all-MiniLM-L6-v2 weights (scripts/fetch-model.sh):
-//! parity with sentence-transformers, loads once per actor, clear errors for bad models.
+//! The `embed` actor kind with the real all-MiniLM-L6-v2 and all-mpnet-base-v2 weights
+//! (scripts/fetch-model.sh): parity with sentence-transformers, loads once per actor, clear
+//! errors for bad models.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use resident_sdk::{Cluster, EmbedPoolSpec, EmbeddedChunk, LocalConfig, SdkError, embed_request};
-use resident_tests::{minilm_dir, repo_root};
+use resident_tests::{minilm_dir, mpnet_dir, repo_root};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -27,30 +28,39 @@ async fn local() -> Cluster {
     Cluster::local(LocalConfig::default()).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vectors_match_sentence_transformers_in_order_with_unit_norms() {
+/// Embeds the fixture's texts with `model` on two actors and checks every vector against
+/// sentence-transformers' (cosine >= 0.999, unit norm, same order) and the truncation count.
+async fn assert_parity_with_sentence_transformers(fixture: &str, model: String, dim: usize) {
     let fixture: Fixture = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("tests/fixtures/minilm_parity.json")).unwrap(),
+        &std::fs::read_to_string(repo_root().join("tests/fixtures").join(fixture)).unwrap(),
     )
     .unwrap();
+    assert!(
+        fixture
+            .token_counts
+            .iter()
+            .any(|&n| n > fixture.max_seq_length),
+        "the fixture needs texts past max_seq_length"
+    );
     let cluster = local().await;
     let pool = cluster
         .create_embed_pool(
-            EmbedPoolSpec::new("minilm", minilm_dir())
+            EmbedPoolSpec::new("parity", model)
                 .replicas(2)
                 .chunk_size(7),
-            Duration::from_secs(60),
+            Duration::from_secs(120),
         )
         .await
         .unwrap();
     let vectors = pool.embed(fixture.texts.clone()).await.unwrap();
     assert_eq!(vectors.len(), fixture.texts.len());
     for (i, (ours, theirs)) in vectors.iter().zip(&fixture.vectors).enumerate() {
-        assert_eq!(ours.len(), 384);
+        assert_eq!(ours.len(), dim);
         let similarity = cosine(ours, theirs);
         assert!(
             similarity >= 0.999,
-            "text {i} ({:?}...): cosine {similarity}",
+            "text {i} ({} tokens, {:?}...): cosine {similarity}",
+            fixture.token_counts[i],
             fixture.texts[i].chars().take(40).collect::<String>()
         );
         let norm = ours.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -71,6 +81,17 @@ async fn vectors_match_sentence_transformers_in_order_with_unit_norms() {
     assert!(chunk.stats.padded_tokens >= chunk.stats.tokens);
     assert!(chunk.stats.batches >= 1 && chunk.stats.model_micros > 0);
     assert_eq!(chunk.stats.dtype, "f32");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_match_sentence_transformers_in_order_with_unit_norms() {
+    assert_parity_with_sentence_transformers("minilm_parity.json", minilm_dir(), 384).await;
+}
+
+/// MPNet: relative attention bias, positions after the padding id, max_seq_length 384.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpnet_vectors_match_sentence_transformers_short_and_past_384_tokens() {
+    assert_parity_with_sentence_transformers("mpnet_parity.json", mpnet_dir(), 768).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

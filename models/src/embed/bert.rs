@@ -1,14 +1,19 @@
-//! A BERT encoder written for inference throughput: one fused QKV projection, the attention
-//! scale folded into the query weights, 2-D matrix multiplies over all tokens of a batch,
-//! no attention mask when a batch has no padding. It runs on GPUs and for f16/bf16; on CPU in
-//! f32 its weights move into [`super::cpu_bert::CpuBert`]. Models with other activations or
-//! position embeddings use candle's `BertModel`.
+//! A BERT-family encoder written for inference throughput: one fused QKV projection, the
+//! attention scale folded into the query weights, 2-D matrix multiplies over all tokens of a
+//! batch, no attention mask when a batch has no padding. It runs on GPUs and for f16/bf16; on
+//! CPU in f32 its weights move into [`super::cpu_bert::CpuBert`]. Models with other
+//! activations or position embeddings use candle's `BertModel`.
+//!
+//! Covers BERT (MiniLM, bge, e5), RoBERTa-style position ids (which start after the padding
+//! id) and MPNet: RoBERTa-style positions, no token types, its own weight names, and a
+//! learned relative attention bias per head ([`RelativeBias`]).
 
 use candle_core::{D, DType, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use super::relative_position::RelativeBias;
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct BertConfig {
@@ -28,6 +33,11 @@ pub struct BertConfig {
     pub pad_token_id: u32,
     #[serde(default = "default_position_type")]
     pub position_embedding_type: String,
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// MPNet: buckets of the relative attention bias.
+    #[serde(default)]
+    pub relative_attention_num_buckets: Option<usize>,
 }
 
 fn default_act() -> String {
@@ -47,6 +57,25 @@ impl BertConfig {
     /// Whether this fast path covers the model.
     pub fn supported(&self) -> bool {
         self.hidden_act == "gelu" && self.position_embedding_type == "absolute"
+    }
+
+    pub fn is_mpnet(&self) -> bool {
+        self.model_type.as_deref() == Some("mpnet")
+    }
+
+    /// The position id of a sequence's first token: RoBERTa-style models (RoBERTa,
+    /// XLM-RoBERTa, MPNet) count positions from the padding id + 1, BERT from 0.
+    pub fn first_position(&self) -> usize {
+        match self.model_type.as_deref() {
+            Some("roberta" | "xlm-roberta" | "mpnet") => self.pad_token_id as usize + 1,
+            _ => 0,
+        }
+    }
+
+    /// The longest sequence the position embeddings allow.
+    pub fn max_tokens(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.first_position())
     }
 }
 
@@ -111,12 +140,15 @@ pub struct FastBert {
     token_type: Tensor,
     embedding_norm: LayerNorm,
     layers: Vec<Layer>,
+    /// MPNet only: the relative attention bias, and the same as `[heads, 2p-1]` on the device.
+    relative: Option<(RelativeBias, Tensor)>,
 }
 
 impl FastBert {
     pub fn load(config: BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
+        let prefix = if config.is_mpnet() { "mpnet" } else { "bert" };
+        let vb = if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            vb.pp(prefix)
         } else {
             vb
         };
@@ -130,28 +162,68 @@ impl FastBert {
             (config.max_position_embeddings, h),
             "position_embeddings.weight",
         )?;
-        let token_type = emb
-            .get((config.type_vocab_size, h), "token_type_embeddings.weight")?
-            .get(0)?;
+        let token_type = if config.is_mpnet() {
+            Tensor::zeros(h, positions.dtype(), positions.device())?
+        } else {
+            emb.get((config.type_vocab_size, h), "token_type_embeddings.weight")?
+                .get(0)?
+        };
         let embedding_norm = layer_norm(emb.pp("LayerNorm"), h, config.layer_norm_eps)?;
         let head_dim = h / config.num_attention_heads;
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let eps = config.layer_norm_eps;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let l = vb.pp("encoder.layer").pp(i);
             let attn = l.pp("attention");
-            let query =
-                Dense::load(attn.pp("self.query"), h, h)?.scaled(1.0 / (head_dim as f64).sqrt())?;
-            let key = Dense::load(attn.pp("self.key"), h, h)?;
-            let value = Dense::load(attn.pp("self.value"), h, h)?;
+            let (query, key, value, attention_out, attention_norm) = if config.is_mpnet() {
+                let a = attn.pp("attn");
+                (
+                    Dense::load(a.pp("q"), h, h)?,
+                    Dense::load(a.pp("k"), h, h)?,
+                    Dense::load(a.pp("v"), h, h)?,
+                    Dense::load(a.pp("o"), h, h)?,
+                    layer_norm(attn.pp("LayerNorm"), h, eps)?,
+                )
+            } else {
+                (
+                    Dense::load(attn.pp("self.query"), h, h)?,
+                    Dense::load(attn.pp("self.key"), h, h)?,
+                    Dense::load(attn.pp("self.value"), h, h)?,
+                    Dense::load(attn.pp("output.dense"), h, h)?,
+                    layer_norm(attn.pp("output.LayerNorm"), h, eps)?,
+                )
+            };
             layers.push(Layer {
-                qkv: Dense::fused(&[query, key, value])?,
-                attention_out: Dense::load(attn.pp("output.dense"), h, h)?,
-                attention_norm: layer_norm(attn.pp("output.LayerNorm"), h, config.layer_norm_eps)?,
+                qkv: Dense::fused(&[query.scaled(scale)?, key, value])?,
+                attention_out,
+                attention_norm,
                 intermediate: Dense::load(l.pp("intermediate.dense"), h, config.intermediate_size)?,
                 output: Dense::load(l.pp("output.dense"), config.intermediate_size, h)?,
-                output_norm: layer_norm(l.pp("output.LayerNorm"), h, config.layer_norm_eps)?,
+                output_norm: layer_norm(l.pp("output.LayerNorm"), h, eps)?,
             });
         }
+        let relative = match (config.is_mpnet(), config.relative_attention_num_buckets) {
+            (false, _) => None,
+            (true, buckets) => {
+                let buckets = buckets.unwrap_or(32);
+                let heads = config.num_attention_heads;
+                let table = vb
+                    .get((buckets, heads), "encoder.relative_attention_bias.weight")?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
+                let bias = RelativeBias::new(&table, buckets, heads, config.max_tokens());
+                let width = 2 * config.max_tokens() - 1;
+                let on_device = Tensor::from_vec(
+                    bias.by_offset().to_vec(),
+                    (heads, width),
+                    positions.device(),
+                )?
+                .to_dtype(positions.dtype())?;
+                Some((bias, on_device))
+            }
+        };
         Ok(Self {
             config,
             words,
@@ -159,7 +231,22 @@ impl FastBert {
             token_type,
             embedding_norm,
             layers,
+            relative,
         })
+    }
+
+    /// MPNet's `[1, heads, t, t]` relative bias for sequences of `t` tokens.
+    fn relative_bias(&self, t: usize) -> candle_core::Result<Option<Tensor>> {
+        let Some((bias, table)) = &self.relative else {
+            return Ok(None);
+        };
+        let last = bias.positions() - 1;
+        let columns: Vec<u32> = (0..t)
+            .flat_map(|query| (0..t).map(move |key| (key + last - query) as u32))
+            .collect();
+        let columns = Tensor::from_vec(columns, t * t, table.device())?;
+        let square = table.index_select(&columns, 1)?;
+        Ok(Some(square.reshape((1, bias.heads(), t, t))?))
     }
 
     fn layer(
@@ -218,8 +305,13 @@ impl FastBert {
         &self.config
     }
 
+    /// MPNet's relative attention bias.
+    pub fn relative_bias_table(&self) -> Option<&RelativeBias> {
+        self.relative.as_ref().map(|(bias, _)| bias)
+    }
+
     /// Word embeddings `[vocab, h]`, position embeddings `[positions, h]`, the token type 0
-    /// embedding `[h]` and the embedding layer norm.
+    /// embedding `[h]` (zeros for MPNet) and the embedding layer norm.
     pub fn embeddings(&self) -> (&Tensor, &Tensor, &Tensor, &LayerNorm) {
         (
             self.words.embeddings(),
@@ -244,25 +336,45 @@ impl FastBert {
 impl TextEncoder for FastBert {
     fn forward(&mut self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
+        if t > self.config.max_tokens() {
+            candle_core::bail!(
+                "sequence of {t} tokens is longer than the model's {} positions",
+                self.config.max_tokens()
+            );
+        }
         let h = self.config.hidden_size;
         let dtype = self.positions.dtype();
+        let first = self.config.first_position();
         let embedded = self
             .words
             .forward(ids)?
-            .broadcast_add(&self.positions.narrow(0, 0, t)?)?
+            .broadcast_add(&self.positions.narrow(0, first, t)?)?
             .broadcast_add(&self.token_type)?;
         let mut x = self
             .embedding_norm
             .forward(&embedded)?
             .reshape((b * t, h))?;
         let padded = mask.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()? < (b * t) as f64;
-        let additive = if padded {
-            let keep = mask.to_dtype(dtype)?;
-            let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?;
+        let masked = if padded {
+            // Built in f32, then cast: f32::MIN is -inf in f16, and 0 x -inf would be NaN.
+            let keep = mask.to_dtype(DType::F32)?;
+            let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?.to_dtype(dtype)?;
             Some(blocked.reshape((b, 1, 1, t))?)
         } else {
             None
         };
+        // One additive term for every layer's scores: the padding mask, MPNet's relative
+        // bias, or both.
+        // Expanded once to the scores' full shape: a same-shape add is the GPU's contiguous
+        // fast path, where a broadcast one indexes every element through its strides (it was
+        // most of MPNet's time on an H100, BENCHMARKS.md).
+        let heads = self.config.num_attention_heads;
+        let additive = match (masked, self.relative_bias(t)?) {
+            (Some(mask), Some(bias)) => Some(bias.broadcast_add(&mask)?),
+            (mask, bias) => mask.or(bias),
+        }
+        .map(|term| term.broadcast_as((b, heads, t, t))?.contiguous())
+        .transpose()?;
         for layer in &self.layers {
             x = self.layer(layer, &x, (b, t), additive.as_ref())?;
         }

@@ -46,6 +46,14 @@ pub fn gelu_slice(values: &mut [f32]) {
 
 const LANES: usize = 16;
 
+/// `row += addend`, element-wise (MPNet's relative bias onto a row of attention scores).
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+pub fn add_assign(row: &mut [f32], addend: &[f32]) {
+    for (value, add) in row.iter_mut().zip(addend) {
+        *value += add;
+    }
+}
+
 /// Softmax of one row. Max and sum run over `LANES` independent accumulators so the
 /// compiler can keep them in vector registers.
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]

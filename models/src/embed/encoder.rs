@@ -89,6 +89,13 @@ pub fn load_encoder(
                 }
                 return Ok(Box::new(model));
             }
+            if fast.is_mpnet() {
+                return Err(ModelError::Load(format!(
+                    "mpnet with hidden_act `{}` and position_embedding_type `{}` is not \
+                     supported (only gelu with absolute positions)",
+                    fast.hidden_act, fast.position_embedding_type
+                )));
+            }
             let config: BertConfig = serde_json::from_str(&config_text).map_err(load_err)?;
             let model = BertModel::load(weights, &config)
                 .map_err(|e| ModelError::Load(format!("bert weights: {e}")))?;

@@ -14,6 +14,7 @@ mod cpu_ops;
 mod encoder;
 pub mod model_files;
 pub mod qwen3;
+mod relative_position;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,6 +55,10 @@ pub struct EmbedConfig {
     /// Overrides the model's own max_seq_length (only to make it shorter).
     #[serde(default)]
     pub max_seq_length: Option<usize>,
+    /// Threads that tokenise a chunk; default 1 on CPU (the cores run the model), up to 8 on
+    /// GPU (one thread cannot keep a GPU busy on long documents).
+    #[serde(default)]
+    pub tokenize_threads: Option<usize>,
 }
 
 /// One chunk, tokenised.
@@ -70,9 +75,37 @@ pub struct TextPreparer {
     architecture: Architecture,
     max_seq_length: usize,
     query_instruction: Option<String>,
+    /// Tokenises a chunk's texts in parallel; `None` tokenises on the calling thread.
+    threads: Option<rayon::ThreadPool>,
 }
 
 impl TextPreparer {
+    fn new(
+        tokenizer: Tokenizer,
+        architecture: Architecture,
+        max_seq_length: usize,
+        query_instruction: Option<String>,
+        threads: usize,
+    ) -> Result<Self, ModelError> {
+        let threads = match threads {
+            0 | 1 => None,
+            n => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("tokenize-{i}"))
+                    .build()
+                    .map_err(|e| ModelError::Load(format!("tokeniser threads: {e}")))?,
+            ),
+        };
+        Ok(Self {
+            tokenizer,
+            architecture,
+            max_seq_length,
+            query_instruction,
+            threads,
+        })
+    }
+
     /// Decodes an `EmbedRequest` and tokenises its texts.
     pub fn prepare(&self, payload: &[u8]) -> Result<TokenizedChunk, ModelError> {
         let started = Instant::now();
@@ -81,31 +114,50 @@ impl TextPreparer {
         self.tokenize(request, started)
     }
 
+    /// One text's ids, and whether it was cut to max_seq_length.
+    fn tokenize_one(
+        &self,
+        row: usize,
+        text: &str,
+        is_query: bool,
+    ) -> Result<(Vec<u32>, bool), ModelError> {
+        let text = match (&self.query_instruction, is_query) {
+            (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
+            _ => text.to_owned(),
+        };
+        let encoding = self
+            .tokenizer
+            .encode(text.as_str(), true)
+            .map_err(|e| ModelError::BadPayload(format!("cannot tokenise text {row}: {e}")))?;
+        let mut tokens = encoding.get_ids().to_vec();
+        let mut truncated = !encoding.get_overflowing().is_empty();
+        if self.architecture == Architecture::Qwen3 && tokens.last() != Some(&QWEN3_EOS) {
+            if tokens.len() >= self.max_seq_length {
+                tokens.truncate(self.max_seq_length - 1);
+                truncated = true;
+            }
+            tokens.push(QWEN3_EOS);
+        }
+        Ok((tokens, truncated))
+    }
+
     fn tokenize(
         &self,
         request: pb::EmbedRequest,
         started: Instant,
     ) -> Result<TokenizedChunk, ModelError> {
-        let mut ids = Vec::with_capacity(request.texts.len());
+        let one = |(row, text): (usize, &String)| self.tokenize_one(row, text, request.is_query);
+        let rows: Result<Vec<(Vec<u32>, bool)>, ModelError> = match &self.threads {
+            None => request.texts.iter().enumerate().map(one).collect(),
+            Some(pool) => pool.install(|| {
+                use rayon::prelude::*;
+                request.texts.par_iter().enumerate().map(one).collect()
+            }),
+        };
+        let rows = rows?;
+        let mut ids = Vec::with_capacity(rows.len());
         let mut truncated_rows = Vec::new();
-        for (row, text) in request.texts.iter().enumerate() {
-            let text = match (&self.query_instruction, request.is_query) {
-                (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
-                _ => text.clone(),
-            };
-            let encoding = self
-                .tokenizer
-                .encode(text.as_str(), true)
-                .map_err(|e| ModelError::BadPayload(format!("cannot tokenise text {row}: {e}")))?;
-            let mut tokens = encoding.get_ids().to_vec();
-            let mut truncated = !encoding.get_overflowing().is_empty();
-            if self.architecture == Architecture::Qwen3 && tokens.last() != Some(&QWEN3_EOS) {
-                if tokens.len() >= self.max_seq_length {
-                    tokens.truncate(self.max_seq_length - 1);
-                    truncated = true;
-                }
-                tokens.push(QWEN3_EOS);
-            }
+        for (row, (tokens, truncated)) in rows.into_iter().enumerate() {
             if truncated {
                 truncated_rows.push(row as u32);
             }
@@ -145,9 +197,13 @@ fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError>
     }
 }
 
+/// Whether a forward failed for want of device memory: the CUDA driver's
+/// `CUDA_ERROR_OUT_OF_MEMORY`, or cuBLAS failing to allocate its workspace.
 fn is_out_of_memory(error: &candle_core::Error) -> bool {
     let text = error.to_string().to_ascii_lowercase();
-    text.contains("out of memory") || text.contains("out_of_memory")
+    text.contains("out of memory")
+        || text.contains("out_of_memory")
+        || text.contains("cublas_status_alloc_failed")
 }
 
 impl Embedder {
@@ -204,13 +260,19 @@ impl Embedder {
             0
         };
 
-        let preparer = TextPreparer {
+        let tokenize_threads = config.tokenize_threads.unwrap_or(if gpu {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        } else {
+            1
+        });
+        let preparer = TextPreparer::new(
             tokenizer,
-            architecture: layout.architecture,
+            layout.architecture,
             max_seq_length,
-            query_instruction: config.query_instruction.clone(),
-        };
-        Ok(Self {
+            config.query_instruction.clone(),
+            tokenize_threads,
+        )?;
+        let mut embedder = Self {
             preparer: Arc::new(preparer),
             encoder,
             layout,
@@ -221,7 +283,20 @@ impl Embedder {
             vram_bytes,
             trials: TrialRunner::default(),
             roots,
-        })
+        };
+        embedder.warm_up()?;
+        Ok(embedder)
+    }
+
+    /// One padded batch of two short texts through the whole forward and pooling: a GPU
+    /// compiles its kernels (PTX JIT) and initialises cuBLAS here instead of in the first
+    /// task, and a model whose forward fails is a load error, not a task error.
+    fn warm_up(&mut self) -> Result<(), ModelError> {
+        let long: Vec<u32> = (1..=8).collect();
+        let short: Vec<u32> = (1..=3).collect();
+        self.run_batch(&[&long, &short])
+            .map(drop)
+            .map_err(|e| ModelError::Load(format!("a test forward failed: {e}")))
     }
 
     /// Runs one planned batch, returning `[batch, hidden]` f32 rows in the batch's order.

@@ -87,11 +87,11 @@ fn architecture_of(config: &HfConfig) -> Result<Architecture, ModelError> {
         .to_ascii_lowercase();
     let names = config.architectures.join(",");
     match model_type.as_str() {
-        "bert" | "roberta" | "xlm-roberta" => Ok(Architecture::Bert),
+        "bert" | "roberta" | "xlm-roberta" | "mpnet" => Ok(Architecture::Bert),
         "qwen3" => Ok(Architecture::Qwen3),
         _ if names.contains("Bert") => Ok(Architecture::Bert),
         _ => Err(ModelError::Load(format!(
-            "unsupported architecture `{}` ({names}); supported: bert (MiniLM, bge, e5), qwen3",
+            "unsupported architecture `{}` ({names}); supported: bert (MiniLM, bge, e5), roberta, mpnet, qwen3",
             config.model_type.as_deref().unwrap_or("unknown")
         ))),
     }

@@ -3,9 +3,13 @@
 //! Attention is causal, so with right padding no real token ever attends to a pad; pooling
 //! then takes each row's last real token. That gives what Qwen3-Embedding's left-padded
 //! reference gives, without a padding mask.
+//!
+//! For throughput: Q, K and V are one matrix multiply, all on 2-D `[tokens, features]` rows; the attention scale is folded into the query norm's weight;
+//! grouped-query attention multiplies each K/V head against its group of query heads at once
+//! (no copies of K and V per query head).
 
-use candle_core::{D, DType, Device, Module, Tensor};
-use candle_nn::{Linear, RmsNorm, VarBuilder, linear_b, linear_no_bias, rms_norm};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::{RmsNorm, VarBuilder, rms_norm};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
@@ -48,18 +52,62 @@ impl Qwen3Config {
     }
 }
 
+/// A linear layer stored transposed (`[in, out]`), for 2-D rows.
+struct Dense {
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Dense {
+    /// Several projections of the same input as one: their weights side by side.
+    fn load_fused(
+        vb: &VarBuilder,
+        input: usize,
+        parts: &[(&str, usize)],
+        bias: bool,
+    ) -> candle_core::Result<Self> {
+        let weights = parts
+            .iter()
+            .map(|(name, out)| {
+                let init = candle_nn::init::DEFAULT_KAIMING_NORMAL;
+                vb.pp(*name).get_with_hints((*out, input), "weight", init)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let weights: Vec<Tensor> = weights.iter().map(|w| w.t()).collect::<Result<_, _>>()?;
+        let bias = if bias {
+            let biases = parts
+                .iter()
+                .map(|(name, out)| vb.pp(*name).get(*out, "bias"))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Some(Tensor::cat(&biases, 0)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            weight_t: Tensor::cat(&weights, 1)?.contiguous()?,
+            bias,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = x.matmul(&self.weight_t)?;
+        match &self.bias {
+            Some(bias) => y.broadcast_add(bias),
+            None => Ok(y),
+        }
+    }
+}
+
 struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    qkv: Dense,
+    o: Dense,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
     input_norm: RmsNorm,
     post_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    gate: Dense,
+    up: Dense,
+    down: Dense,
 }
 
 pub struct Qwen3Encoder {
@@ -72,35 +120,37 @@ pub struct Qwen3Encoder {
 
 fn load_layer(config: &Qwen3Config, vb: VarBuilder) -> candle_core::Result<Layer> {
     let (h, d) = (config.hidden_size, config.head_dim());
+    let (q_width, kv_width) = (
+        config.num_attention_heads * d,
+        config.num_key_value_heads * d,
+    );
+    let inter = config.intermediate_size;
     let attn = vb.pp("self_attn");
     let mlp = vb.pp("mlp");
+    // 1/sqrt(d) on the query norm's weight scales the scores (RoPE is a rotation).
+    let ones = candle_nn::Init::Const(1.0);
+    let q_norm_weight = (attn.pp("q_norm").get_with_hints(d, "weight", ones)? / (d as f64).sqrt())?;
     Ok(Layer {
-        q: linear_b(
+        qkv: Dense::load_fused(
+            &attn,
             h,
-            config.num_attention_heads * d,
+            &[
+                ("q_proj", q_width),
+                ("k_proj", kv_width),
+                ("v_proj", kv_width),
+            ],
             config.attention_bias,
-            attn.pp("q_proj"),
         )?,
-        k: linear_b(
-            h,
-            config.num_key_value_heads * d,
-            config.attention_bias,
-            attn.pp("k_proj"),
-        )?,
-        v: linear_b(
-            h,
-            config.num_key_value_heads * d,
-            config.attention_bias,
-            attn.pp("v_proj"),
-        )?,
-        o: linear_no_bias(config.num_attention_heads * d, h, attn.pp("o_proj"))?,
-        q_norm: rms_norm(d, config.rms_norm_eps, attn.pp("q_norm"))?,
+        o: Dense::load_fused(&attn, q_width, &[("o_proj", h)], false)?,
+        q_norm: RmsNorm::new(q_norm_weight, config.rms_norm_eps),
         k_norm: rms_norm(d, config.rms_norm_eps, attn.pp("k_norm"))?,
         input_norm: rms_norm(h, config.rms_norm_eps, vb.pp("input_layernorm"))?,
         post_norm: rms_norm(h, config.rms_norm_eps, vb.pp("post_attention_layernorm"))?,
-        gate: linear_no_bias(h, config.intermediate_size, mlp.pp("gate_proj"))?,
-        up: linear_no_bias(h, config.intermediate_size, mlp.pp("up_proj"))?,
-        down: linear_no_bias(config.intermediate_size, h, mlp.pp("down_proj"))?,
+        // Gate and up stay two products: their outputs are contiguous, so SiLU and the
+        // product run on the fast path (narrowed halves of one product would not).
+        gate: Dense::load_fused(&mlp, h, &[("gate_proj", inter)], false)?,
+        up: Dense::load_fused(&mlp, h, &[("up_proj", inter)], false)?,
+        down: Dense::load_fused(&mlp, inter, &[("down_proj", h)], false)?,
     })
 }
 
@@ -144,72 +194,79 @@ impl Qwen3Encoder {
         Ok((freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?))
     }
 
+    /// Self-attention over `x` (`[b * t, h]` rows), returning `[b * t, h]`.
     fn attention(
         &self,
         layer: &Layer,
         x: &Tensor,
+        (b, t): (usize, usize),
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
     ) -> candle_core::Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
         let (heads, kv_heads, d) = (
             self.config.num_attention_heads,
             self.config.num_key_value_heads,
             self.config.head_dim(),
         );
-        let shape = |y: Tensor, n: usize| y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous();
-        let q = shape(layer.q.forward(x)?, heads)?;
-        let k = shape(layer.k.forward(x)?, kv_heads)?;
-        let v = shape(layer.v.forward(x)?, kv_heads)?;
-        let q = candle_nn::rotary_emb::rope(&layer.q_norm.forward(&q)?.contiguous()?, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&layer.k_norm.forward(&k)?.contiguous()?, cos, sin)?;
-        let repeat = heads / kv_heads;
-        let (k, v) = if repeat > 1 {
-            let expand = |y: Tensor| {
-                y.unsqueeze(2)?
-                    .expand((b, kv_heads, repeat, t, d))?
-                    .reshape((b, heads, t, d))
-            };
-            (expand(k)?, expand(v)?)
-        } else {
-            (k, v)
+        let qkv = layer.qkv.forward(x)?;
+        let split = |start: usize, n: usize| {
+            qkv.narrow(1, start * d, n * d)?
+                .reshape((b, t, n, d))?
+                .transpose(1, 2)?
+                .contiguous()
         };
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.broadcast_add(mask)?;
+        let q = split(0, heads)?;
+        let k = split(heads, kv_heads)?;
+        let v = split(heads + kv_heads, kv_heads)?;
+        let q = candle_nn::rotary_emb::rope(&layer.q_norm.forward(&q)?, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&layer.k_norm.forward(&k)?, cos, sin)?;
+        // Query heads g*r..(g+1)*r share K/V head g: as `[b, kv, r*t, d]` they multiply it
+        // in one batched product.
+        let group = heads / kv_heads;
+        let q = q.reshape((b, kv_heads, group * t, d))?;
+        let scores = q
+            .matmul(&k.t()?)?
+            .reshape((b, heads, t, t))?
+            .broadcast_add(mask)?;
         let weights = candle_nn::ops::softmax_last_dim(&scores)?;
         let out = weights
-            .matmul(&v.contiguous()?)?
+            .reshape((b, kv_heads, group * t, t))?
+            .matmul(&v)?
+            .reshape((b, heads, t, d))?
             .transpose(1, 2)?
-            .reshape((b, t, heads * d))?;
+            .reshape((b * t, heads * d))?;
         layer.o.forward(&out)
     }
 }
 
 impl TextEncoder for Qwen3Encoder {
     fn forward(&mut self, ids: &Tensor, _mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (_, t) = ids.dims2()?;
-        let mut h = self.embed.forward(ids)?;
+        let (b, t) = ids.dims2()?;
+        let hidden = self.config.hidden_size;
+        let mut h = self.embed.forward(ids)?.reshape((b * t, hidden))?;
         let (dtype, device) = (h.dtype(), h.device().clone());
         let (cos, sin) = self.rope_tables(t, dtype, &device)?;
         let causal: Vec<f32> = (0..t)
             .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
             .collect();
-        let mask = Tensor::from_vec(causal, (1, 1, t, t), &device)?.to_dtype(dtype)?;
+        // Expanded once to the scores' full shape: a same-shape add is the GPU's contiguous
+        // fast path, where a broadcast one indexes every element through its strides.
+        let heads = self.config.num_attention_heads;
+        let mask = Tensor::from_vec(causal, (1, 1, t, t), &device)?
+            .to_dtype(dtype)?
+            .broadcast_as((b, heads, t, t))?
+            .contiguous()?;
         for layer in &self.layers {
-            let attended =
-                self.attention(layer, &layer.input_norm.forward(&h)?, &cos, &sin, &mask)?;
+            let normed = layer.input_norm.forward(&h)?;
+            let attended = self.attention(layer, &normed, (b, t), &cos, &sin, &mask)?;
             h = (h + attended)?;
             let normed = layer.post_norm.forward(&h)?;
-            let mlp = layer.down.forward(
-                &(candle_nn::ops::silu(&layer.gate.forward(&normed)?)?
-                    * layer.up.forward(&normed)?)?,
-            )?;
-            h = (h + mlp)?;
+            let gated = (candle_nn::ops::silu(&layer.gate.forward(&normed)?)?
+                * layer.up.forward(&normed)?)?;
+            h = (h + layer.down.forward(&gated)?)?;
         }
-        self.norm
-            .forward(&h)?
-            .contiguous()?
-            .narrow(D::Minus1, 0, self.config.hidden_size)
+        self.norm.forward(&h)?.reshape((b, t, hidden))
     }
 
     fn spec(&self) -> EncoderSpec {

@@ -19,9 +19,10 @@ use rayon::prelude::*;
 
 use self::layers::{LayerNorm, Linear, SharedMut, Strides, flat, matmul_accumulate};
 use super::bert::FastBert;
-use super::cpu_ops::{gelu_slice, softmax_row};
+use super::cpu_ops::{add_assign, gelu_slice, softmax_row};
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
 use super::model_files::Pooling;
+use super::relative_position::RelativeBias;
 
 /// Rows per block after attention and per QKV multiply. Larger blocks pack each weight matrix
 /// fewer times; smaller ones give more parallel tasks. 512 measured best on 2 cores.
@@ -65,8 +66,12 @@ pub struct CpuBert {
     pad_id: u32,
     words: Vec<f32>,
     positions: Vec<f32>,
+    /// Position id of a sequence's first token (after the padding id for RoBERTa and MPNet).
+    first_position: usize,
     max_positions: usize,
     token_type: Vec<f32>,
+    /// MPNet's relative attention bias.
+    relative: Option<RelativeBias>,
     embedding_norm: LayerNorm,
     layers: Vec<Layer>,
     scratch: Scratch,
@@ -98,8 +103,10 @@ impl CpuBert {
             pad_id: config.pad_token_id,
             words: flat(words)?,
             positions: flat(positions)?,
+            first_position: config.first_position(),
             max_positions: positions.dim(0)?,
             token_type: flat(token_type)?,
+            relative: model.relative_bias_table().cloned(),
             embedding_norm: LayerNorm::from_candle(embedding_norm, eps)?,
             layers,
             scratch: Scratch::default(),
@@ -111,11 +118,11 @@ impl CpuBert {
         let h = self.hidden;
         let mut rows = hidden.chunks_exact_mut(h);
         for ids in sequences {
-            if ids.len() > self.max_positions {
+            if self.first_position + ids.len() > self.max_positions {
                 candle_core::bail!(
                     "sequence of {} tokens is longer than the model's {} positions",
                     ids.len(),
-                    self.max_positions
+                    self.max_positions - self.first_position
                 );
             }
             for (position, &id) in ids.iter().enumerate() {
@@ -126,7 +133,7 @@ impl CpuBert {
                     .ok_or_else(|| {
                         candle_core::Error::Msg(format!("token id {id} out of range"))
                     })?;
-                let place = &self.positions[position * h..(position + 1) * h];
+                let place = &self.positions[(self.first_position + position) * h..][..h];
                 for (((r, w), p), t) in row.iter_mut().zip(word).zip(place).zip(&self.token_type) {
                     *r = w + p + t;
                 }
@@ -204,6 +211,7 @@ impl CpuBert {
             offset += len;
         }
         let context = SharedMut(context.as_mut_ptr());
+        let relative = self.relative.as_ref();
         let run = |scores: &mut Vec<f32>, (offset, len, head): (usize, usize, usize)| {
             resize(scores, len * len);
             let q = qkv[offset * 3 * h + head * d..].as_ptr();
@@ -221,7 +229,15 @@ impl CpuBert {
                     rhs_cs: 3 * h,
                 };
                 matmul_accumulate((len, len, d), scores.as_mut_ptr(), q, k, keys_t, false);
-                scores.chunks_exact_mut(len).for_each(softmax_row);
+                match relative {
+                    None => scores.chunks_exact_mut(len).for_each(softmax_row),
+                    Some(bias) => {
+                        for (query, row) in scores.chunks_exact_mut(len).enumerate() {
+                            add_assign(row, bias.row(head, query, len));
+                            softmax_row(row);
+                        }
+                    }
+                }
                 let values = Strides {
                     dst_rs: h,
                     lhs_rs: len,

@@ -10,13 +10,30 @@ const HIDDEN: usize = 32;
 const WIDE: usize = 64;
 const POSITIONS: usize = 320;
 
-fn tiny_bert() -> FastBert {
-    let config: BertConfig = serde_json::from_value(serde_json::json!({
+/// A two-layer model with random weights: BERT names, or MPNet's (relative attention bias,
+/// positions after the padding id, no token types).
+fn tiny_model(mpnet: bool) -> FastBert {
+    let (config, tensors) = tiny_weights(mpnet);
+    load(config, tensors, DType::F32)
+}
+
+fn load(config: BertConfig, tensors: HashMap<String, Tensor>, dtype: DType) -> FastBert {
+    let vb = VarBuilder::from_tensors(tensors, dtype, &Device::Cpu);
+    FastBert::load(config, vb).unwrap()
+}
+
+fn tiny_weights(mpnet: bool) -> (BertConfig, HashMap<String, Tensor>) {
+    let mut config = serde_json::json!({
         "vocab_size": 50, "hidden_size": HIDDEN, "num_hidden_layers": 2,
         "num_attention_heads": 4, "intermediate_size": WIDE,
         "max_position_embeddings": POSITIONS, "layer_norm_eps": 1e-12
-    }))
-    .unwrap();
+    });
+    if mpnet {
+        config["model_type"] = "mpnet".into();
+        config["pad_token_id"] = 1.into();
+        config["relative_attention_num_buckets"] = 32.into();
+    }
+    let config: BertConfig = serde_json::from_value(config).unwrap();
     let mut tensors = HashMap::new();
     let mut put = |name: String, shape: &[usize]| {
         let t = Tensor::randn(0f32, 0.3, shape, &Device::Cpu).unwrap();
@@ -27,39 +44,44 @@ fn tiny_bert() -> FastBert {
         "embeddings.position_embeddings.weight".into(),
         &[POSITIONS, HIDDEN],
     );
-    put(
-        "embeddings.token_type_embeddings.weight".into(),
-        &[2, HIDDEN],
-    );
+    if mpnet {
+        put("encoder.relative_attention_bias.weight".into(), &[32, 4]);
+    } else {
+        put(
+            "embeddings.token_type_embeddings.weight".into(),
+            &[2, HIDDEN],
+        );
+    }
     let norm = |put: &mut dyn FnMut(String, &[usize]), prefix: String| {
         put(format!("{prefix}.weight"), &[HIDDEN]);
         put(format!("{prefix}.bias"), &[HIDDEN]);
     };
     norm(&mut put, "embeddings.LayerNorm".into());
+    let (q, k, v, o, attention_norm) = if mpnet {
+        ("attn.q", "attn.k", "attn.v", "attn.o", "LayerNorm")
+    } else {
+        (
+            "self.query",
+            "self.key",
+            "self.value",
+            "output.dense",
+            "output.LayerNorm",
+        )
+    };
     for i in 0..2 {
         let l = format!("encoder.layer.{i}");
-        for part in [
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-        ] {
-            put(format!("{l}.{part}.weight"), &[HIDDEN, HIDDEN]);
-            put(format!("{l}.{part}.bias"), &[HIDDEN]);
+        for part in [q, k, v, o] {
+            put(format!("{l}.attention.{part}.weight"), &[HIDDEN, HIDDEN]);
+            put(format!("{l}.attention.{part}.bias"), &[HIDDEN]);
         }
-        put(
-            format!("{l}.attention.output.dense.weight"),
-            &[HIDDEN, HIDDEN],
-        );
-        put(format!("{l}.attention.output.dense.bias"), &[HIDDEN]);
-        norm(&mut put, format!("{l}.attention.output.LayerNorm"));
+        norm(&mut put, format!("{l}.attention.{attention_norm}"));
         put(format!("{l}.intermediate.dense.weight"), &[WIDE, HIDDEN]);
         put(format!("{l}.intermediate.dense.bias"), &[WIDE]);
         put(format!("{l}.output.dense.weight"), &[HIDDEN, WIDE]);
         put(format!("{l}.output.dense.bias"), &[HIDDEN]);
         norm(&mut put, format!("{l}.output.LayerNorm"));
     }
-    let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-    FastBert::load(config, vb).unwrap()
+    (config, tensors)
 }
 
 /// Right-padded ids and mask for sequences of these lengths.
@@ -94,10 +116,18 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 /// on one thread and on three (more than one row block, so blocks run in parallel).
 #[test]
 fn matches_the_tensor_forward_on_one_thread_and_several() {
-    let mut reference = tiny_bert();
+    assert_packed_matches_tensor_forward(tiny_model(false), &[300, 7, 250, 1]);
+}
+
+/// MPNet's positions start after the padding id, so its longest sequence is 2 shorter.
+#[test]
+fn mpnet_matches_the_tensor_forward_on_one_thread_and_several() {
+    assert_packed_matches_tensor_forward(tiny_model(true), &[POSITIONS - 2, 7, 250, 1]);
+}
+
+fn assert_packed_matches_tensor_forward(mut reference: FastBert, lengths: &[usize]) {
     let mut packed = CpuBert::from_model(&reference).unwrap();
-    let lengths = [300, 7, 250, 1];
-    let (ids, mask) = batch(&lengths);
+    let (ids, mask) = batch(lengths);
     let expected_hidden = reference.forward(&ids, &mask).unwrap();
     let expected_pooled = pool(
         &expected_hidden,
@@ -141,6 +171,34 @@ fn matches_the_tensor_forward_on_one_thread_and_several() {
     }
 }
 
+/// f16 (what GPUs run) on a padded batch: the padding mask must not turn into NaN
+/// (f32::MIN is -inf in f16, and 0 x -inf is NaN), and vectors match f32 closely.
+#[test]
+fn f16_padded_batches_are_finite_and_match_f32() {
+    for mpnet in [false, true] {
+        let (config, tensors) = tiny_weights(mpnet);
+        let mut wide = load(config.clone(), tensors.clone(), DType::F32);
+        let mut half = load(config, tensors, DType::F16);
+        let (ids, mask) = batch(&[40, 9, 23]);
+        let vectors = |model: &mut FastBert| {
+            let hidden = model.forward(&ids, &mask).unwrap();
+            pool(&hidden, &mask, Pooling::Mean, PaddingSide::Right, true)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+        };
+        let (expected, got) = (vectors(&mut wide), vectors(&mut half));
+        for (ours, theirs) in got.iter().zip(&expected) {
+            assert!(
+                ours.iter().all(|v| v.is_finite()),
+                "mpnet={mpnet}: {ours:?}"
+            );
+            let off = max_difference(ours, theirs);
+            assert!(off < 2e-2, "mpnet={mpnet}: f16 off by {off}");
+        }
+    }
+}
+
 #[test]
 fn cls_and_last_token_pooling_pick_their_rows() {
     let rows: Vec<f32> = (0..3 * 4).map(|v| v as f32).collect();
@@ -154,7 +212,7 @@ fn cls_and_last_token_pooling_pick_their_rows() {
 
 #[test]
 fn ids_past_the_vocabulary_or_positions_are_errors() {
-    let mut packed = CpuBert::from_model(&tiny_bert()).unwrap();
+    let mut packed = CpuBert::from_model(&tiny_model(false)).unwrap();
     let too_long = vec![1u32; POSITIONS + 1];
     let error = packed.embed_unpadded(&[&too_long], Pooling::Mean, true);
     let message = error.unwrap().unwrap_err().to_string();
@@ -162,4 +220,12 @@ fn ids_past_the_vocabulary_or_positions_are_errors() {
     let error = packed.embed_unpadded(&[&[1, 99, 2]], Pooling::Mean, true);
     let message = error.unwrap().unwrap_err().to_string();
     assert!(message.contains("token id 99 out of range"), "{message}");
+    let mut mpnet = CpuBert::from_model(&tiny_model(true)).unwrap();
+    let too_long = vec![3u32; POSITIONS - 1];
+    let error = mpnet.embed_unpadded(&[&too_long], Pooling::Mean, true);
+    let message = error.unwrap().unwrap_err().to_string();
+    assert!(
+        message.contains("318 positions"),
+        "MPNet's 2 reserved positions are not usable: {message}"
+    );
 }
