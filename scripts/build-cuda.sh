@@ -6,7 +6,8 @@
 # (H100/H200; 86 for A6000/A10G, 75 for T4).
 #
 # Output: target/cuda/release/{resident,embed-bench} and stripped copies in target/cuda/dist/
-# (small enough to carry to a GPU machine). At run time they need libcuda (the driver) and
+# (small enough to carry to a GPU machine). With --tests, also resident-models' unit tests
+# built with CUDA, as target/cuda/dist/models-tests (their CUDA kernel checks need a GPU). At run time they need libcuda (the driver) and
 # CUDA 13 libcudart, libcublas(Lt), libcurand: from a CUDA install, or from PyTorch's wheels
 # (LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib).
 set -euo pipefail
@@ -45,4 +46,14 @@ mkdir -p "$dist"
 for bin in resident embed-bench; do
   strip -o "$dist/$bin" "target/cuda/release/$bin"
 done
+if [[ ${1:-} == --tests ]]; then
+  tests=$(cargo test --release --locked --target-dir target/cuda -p resident-models --features cuda \
+    --lib --no-run --message-format=json |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "resident_models":
+        print(m["executable"])')
+  strip -o "$dist/models-tests" "$tests"
+fi
 ls -la "$dist"

@@ -4,7 +4,7 @@
 # (half the bytes; GPU actors run f16 anyway), all-mpnet-base-v2's config and tokenizer
 # without its weights (too large to travel; gpu-bench.sh makes random ones of that shape),
 # the Wikipedia articles (xz) and the Qwen3 tokenizer (xz). benches/gpu-bench.sh unpacks and
-# runs them on the GPU machine.
+# runs them on the GPU machine; .gpu-profile/ (below) is for benches/gpu-profile.sh.
 # Needs: scripts/build-cuda.sh done, models and data fetched (python3 alone makes the f16 copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,3 +54,15 @@ with open(sys.argv[2], "wb") as f:
         f.write(raw)
 PY
 du -sh "$out"; du -sh "$out"/*
+# .gpu-profile/: what benches/gpu-profile.sh needs (CARRY=.gpu-profile), without MiniLM but
+# with the CUDA build of resident-models' unit tests (scripts/build-cuda.sh --tests), which
+# would not fit beside MiniLM under the carry limit.
+profile=.gpu-profile
+grep -qx "/$profile/" .git/info/exclude || echo "/$profile/" >> .git/info/exclude
+rm -rf "$profile" && mkdir -p "$profile"
+for f in embed-bench.xz wiki_vital.jsonl.xz qwen3-tokenizer.json.xz; do ln "$out/$f" "$profile/$f"; done
+cp -r "$out/mpnet-config" "$profile/"
+if [[ -f target/cuda/dist/models-tests ]]; then
+  xz -T0 -6 -c target/cuda/dist/models-tests > "$profile/models-tests.xz"
+fi
+du -sh "$profile"

@@ -13,6 +13,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use super::fused::{self, AttentionMask};
 use super::relative_position::RelativeBias;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -112,7 +113,17 @@ impl Dense {
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+        fused::bias_add(x.matmul(&self.weight_t)?, &self.bias, None, false)
+    }
+
+    /// `x W + b`, plus `residual` when given, then GELU when `gelu`: one fused step on CUDA.
+    fn forward_then(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        gelu: bool,
+    ) -> candle_core::Result<Tensor> {
+        fused::bias_add(x.matmul(&self.weight_t)?, &self.bias, residual, gelu)
     }
 }
 
@@ -235,7 +246,7 @@ impl FastBert {
         })
     }
 
-    /// MPNet's `[1, heads, t, t]` relative bias for sequences of `t` tokens.
+    /// MPNet's `[heads, t, t]` relative bias for sequences of `t` tokens.
     fn relative_bias(&self, t: usize) -> candle_core::Result<Option<Tensor>> {
         let Some((bias, table)) = &self.relative else {
             return Ok(None);
@@ -246,7 +257,7 @@ impl FastBert {
             .collect();
         let columns = Tensor::from_vec(columns, t * t, table.device())?;
         let square = table.index_select(&columns, 1)?;
-        Ok(Some(square.reshape((1, bias.heads(), t, t))?))
+        Ok(Some(square.reshape((bias.heads(), t, t))?))
     }
 
     fn layer(
@@ -254,33 +265,24 @@ impl FastBert {
         layer: &Layer,
         x: &Tensor,
         shape: (usize, usize),
-        mask: Option<&Tensor>,
+        mask: &AttentionMask,
     ) -> candle_core::Result<Tensor> {
-        let (b, t) = shape;
         let h = self.config.hidden_size;
         let heads = self.config.num_attention_heads;
         let d = h / heads;
         let qkv = layer.qkv.forward(x)?;
-        let split = |i: usize| {
-            qkv.narrow(1, i * h, h)?
-                .reshape((b, t, heads, d))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let mut scores = q.matmul(&k.t()?)?;
-        if let Some(mask) = mask {
-            scores = scores.broadcast_add(mask)?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
-        let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
+        let q = fused::split_heads(&qkv, shape, heads, d, 0)?;
+        let k = fused::split_heads(&qkv, shape, heads, d, h)?;
+        let v = fused::split_heads(&qkv, shape, heads, d, 2 * h)?;
+        let probs = fused::attention_probs(q.matmul(&k.t()?)?, mask)?;
+        let context = fused::merge_heads(&probs.matmul(&v)?)?;
         let attended = layer
             .attention_norm
-            .forward(&(layer.attention_out.forward(&context)? + x)?)?;
-        let hidden = layer.intermediate.forward(&attended)?.gelu_erf()?;
+            .forward(&layer.attention_out.forward_then(&context, Some(x), false)?)?;
+        let hidden = layer.intermediate.forward_then(&attended, None, true)?;
         layer
             .output_norm
-            .forward(&(layer.output.forward(&hidden)? + attended)?)
+            .forward(&layer.output.forward_then(&hidden, Some(&attended), false)?)
     }
 }
 
@@ -343,7 +345,6 @@ impl TextEncoder for FastBert {
             );
         }
         let h = self.config.hidden_size;
-        let dtype = self.positions.dtype();
         let first = self.config.first_position();
         let embedded = self
             .words
@@ -355,28 +356,19 @@ impl TextEncoder for FastBert {
             .forward(&embedded)?
             .reshape((b * t, h))?;
         let padded = mask.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()? < (b * t) as f64;
-        let masked = if padded {
-            // Built in f32, then cast: f32::MIN is -inf in f16, and 0 x -inf would be NaN.
-            let keep = mask.to_dtype(DType::F32)?;
-            let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?.to_dtype(dtype)?;
-            Some(blocked.reshape((b, 1, 1, t))?)
+        let keep = if padded {
+            Some(mask.to_dtype(DType::F32)?.contiguous()?)
         } else {
             None
         };
-        // One additive term for every layer's scores: the padding mask, MPNet's relative
-        // bias, or both.
-        // Expanded once to the scores' full shape: a same-shape add is the GPU's contiguous
-        // fast path, where a broadcast one indexes every element through its strides (it was
-        // most of MPNet's time on an H100, BENCHMARKS.md).
-        let heads = self.config.num_attention_heads;
-        let additive = match (masked, self.relative_bias(t)?) {
-            (Some(mask), Some(bias)) => Some(bias.broadcast_add(&mask)?),
-            (mask, bias) => mask.or(bias),
-        }
-        .map(|term| term.broadcast_as((b, heads, t, t))?.contiguous())
-        .transpose()?;
+        let relative = self.relative_bias(t)?;
+        let attention = AttentionMask {
+            bias: relative.as_ref(),
+            keep: keep.as_ref(),
+            causal: false,
+        };
         for layer in &self.layers {
-            x = self.layer(layer, &x, (b, t), additive.as_ref())?;
+            x = self.layer(layer, &x, (b, t), &attention)?;
         }
         x.reshape((b, t, h))?.contiguous()?.narrow(D::Minus1, 0, h)
     }

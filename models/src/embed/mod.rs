@@ -12,6 +12,9 @@ mod bert;
 mod cpu_bert;
 mod cpu_ops;
 mod encoder;
+mod fused;
+#[cfg(feature = "cuda")]
+mod fused_cuda;
 pub mod model_files;
 pub mod qwen3;
 mod relative_position;

@@ -13,6 +13,7 @@ use candle_nn::{RmsNorm, VarBuilder, rms_norm};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use super::fused::{self, AttentionMask};
 use crate::ModelError;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -92,7 +93,7 @@ impl Dense {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let y = x.matmul(&self.weight_t)?;
         match &self.bias {
-            Some(bias) => y.broadcast_add(bias),
+            Some(bias) => fused::bias_add(y, bias, None, false),
             None => Ok(y),
         }
     }
@@ -202,7 +203,6 @@ impl Qwen3Encoder {
         (b, t): (usize, usize),
         cos: &Tensor,
         sin: &Tensor,
-        mask: &Tensor,
     ) -> candle_core::Result<Tensor> {
         let (heads, kv_heads, d) = (
             self.config.num_attention_heads,
@@ -210,33 +210,27 @@ impl Qwen3Encoder {
             self.config.head_dim(),
         );
         let qkv = layer.qkv.forward(x)?;
-        let split = |start: usize, n: usize| {
-            qkv.narrow(1, start * d, n * d)?
-                .reshape((b, t, n, d))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = split(0, heads)?;
-        let k = split(heads, kv_heads)?;
-        let v = split(heads + kv_heads, kv_heads)?;
+        let q = fused::split_heads(&qkv, (b, t), heads, d, 0)?;
+        let k = fused::split_heads(&qkv, (b, t), kv_heads, d, heads * d)?;
+        let v = fused::split_heads(&qkv, (b, t), kv_heads, d, (heads + kv_heads) * d)?;
         let q = candle_nn::rotary_emb::rope(&layer.q_norm.forward(&q)?, cos, sin)?;
         let k = candle_nn::rotary_emb::rope(&layer.k_norm.forward(&k)?, cos, sin)?;
         // Query heads g*r..(g+1)*r share K/V head g: as `[b, kv, r*t, d]` they multiply it
         // in one batched product.
         let group = heads / kv_heads;
         let q = q.reshape((b, kv_heads, group * t, d))?;
-        let scores = q
-            .matmul(&k.t()?)?
-            .reshape((b, heads, t, t))?
-            .broadcast_add(mask)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let scores = q.matmul(&k.t()?)?.reshape((b, heads, t, t))?;
+        let causal = AttentionMask {
+            bias: None,
+            keep: None,
+            causal: true,
+        };
+        let weights = fused::attention_probs(scores, &causal)?;
         let out = weights
             .reshape((b, kv_heads, group * t, t))?
             .matmul(&v)?
-            .reshape((b, heads, t, d))?
-            .transpose(1, 2)?
-            .reshape((b * t, heads * d))?;
-        layer.o.forward(&out)
+            .reshape((b, heads, t, d))?;
+        layer.o.forward(&fused::merge_heads(&out)?)
     }
 }
 
@@ -247,23 +241,12 @@ impl TextEncoder for Qwen3Encoder {
         let mut h = self.embed.forward(ids)?.reshape((b * t, hidden))?;
         let (dtype, device) = (h.dtype(), h.device().clone());
         let (cos, sin) = self.rope_tables(t, dtype, &device)?;
-        let causal: Vec<f32> = (0..t)
-            .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
-        // Expanded once to the scores' full shape: a same-shape add is the GPU's contiguous
-        // fast path, where a broadcast one indexes every element through its strides.
-        let heads = self.config.num_attention_heads;
-        let mask = Tensor::from_vec(causal, (1, 1, t, t), &device)?
-            .to_dtype(dtype)?
-            .broadcast_as((b, heads, t, t))?
-            .contiguous()?;
         for layer in &self.layers {
             let normed = layer.input_norm.forward(&h)?;
-            let attended = self.attention(layer, &normed, (b, t), &cos, &sin, &mask)?;
+            let attended = self.attention(layer, &normed, (b, t), &cos, &sin)?;
             h = (h + attended)?;
             let normed = layer.post_norm.forward(&h)?;
-            let gated = (candle_nn::ops::silu(&layer.gate.forward(&normed)?)?
-                * layer.up.forward(&normed)?)?;
+            let gated = fused::silu_mul(layer.gate.forward(&normed)?, &layer.up.forward(&normed)?)?;
             h = (h + layer.down.forward(&gated)?)?;
         }
         self.norm.forward(&h)?.reshape((b, t, hidden))

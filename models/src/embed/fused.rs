@@ -1,0 +1,343 @@
+//! The element-wise steps of the encoders' tensor forward, fused on CUDA.
+//!
+//! On an H100, candle's generic element-wise kernels (broadcast adds, strided copies) took
+//! most of the GPU time of MPNet and Qwen3 (`benches/gpu-profile.sh`, BENCHMARKS.md). Each
+//! function here runs one kernel of `fused_kernels.cu` on a CUDA tensor that fits it, and
+//! the same arithmetic in plain candle operations everywhere else (CPU, other dtypes or
+//! shapes), so both paths compute one function.
+
+use candle_core::Tensor;
+
+/// `act(y + bias + residual)` for `[rows, cols]` rows `y` (a fresh product, changed in place
+/// on CUDA), a `[cols]` bias and an optional residual of `y`'s shape; GELU (erf form) when
+/// `gelu`.
+pub fn bias_add(
+    y: Tensor,
+    bias: &Tensor,
+    residual: Option<&Tensor>,
+    gelu: bool,
+) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if y.device().is_cuda()
+        && y.rank() == 2
+        && y.is_contiguous()
+        && bias.is_contiguous()
+        && bias.dtype() == y.dtype()
+        && residual.is_none_or(|r| r.is_contiguous() && r.dtype() == y.dtype())
+    {
+        let op = super::fused_cuda::BiasAdd { gelu };
+        match residual {
+            Some(residual) => y.inplace_op3(bias, residual, &op)?,
+            None => y.inplace_op2(bias, &op)?,
+        }
+        return Ok(y);
+    }
+    let mut x = y.broadcast_add(bias)?;
+    if let Some(residual) = residual {
+        x = (x + residual)?;
+    }
+    if gelu {
+        x = x.gelu_erf()?;
+    }
+    Ok(x)
+}
+
+/// `silu(gate) * up` (a fresh `gate`, changed in place on CUDA).
+pub fn silu_mul(gate: Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if gate.device().is_cuda()
+        && gate.is_contiguous()
+        && up.is_contiguous()
+        && gate.dtype() == up.dtype()
+        && gate.shape() == up.shape()
+    {
+        gate.inplace_op2(up, &super::fused_cuda::SiluMul)?;
+        return Ok(gate);
+    }
+    candle_nn::ops::silu(&gate)? * up
+}
+
+/// What [`attention_probs`] masks out.
+pub struct AttentionMask<'a> {
+    /// `[heads, t, t]`, added to the scores (MPNet's relative position bias).
+    pub bias: Option<&'a Tensor>,
+    /// f32 `[batch, t]`: keys where it is 0 are left out (padding).
+    pub keep: Option<&'a Tensor>,
+    /// Keys after the query are left out.
+    pub causal: bool,
+}
+
+/// Softmax over the keys of `[batch, heads, t, t]` scores (a fresh product, changed in place
+/// on CUDA) plus the bias, without the masked keys. A query whose keys are all masked gets
+/// zeros on CUDA and a uniform row elsewhere; only padding queries can have no key, and
+/// pooling leaves them out.
+pub fn attention_probs(scores: Tensor, mask: &AttentionMask) -> candle_core::Result<Tensor> {
+    let (batch, _, t, _) = scores.dims4()?;
+    #[cfg(feature = "cuda")]
+    if scores.device().is_cuda()
+        && scores.is_contiguous()
+        && mask
+            .bias
+            .is_none_or(|b| b.is_contiguous() && b.dtype() == scores.dtype())
+        && mask
+            .keep
+            .is_none_or(|k| k.is_contiguous() && k.dtype() == candle_core::DType::F32)
+    {
+        let op = super::fused_cuda::MaskedSoftmax {
+            bias: mask.bias.is_some(),
+            keep: mask.keep.is_some(),
+            causal: mask.causal,
+        };
+        // Operands the mask leaves out are not read; a one-element tensor stands in.
+        let absent = || Tensor::zeros(1, scores.dtype(), scores.device());
+        let bias = mask.bias.cloned().map_or_else(absent, Ok)?;
+        let keep = mask.keep.cloned().map_or_else(absent, Ok)?;
+        scores.inplace_op3(&bias, &keep, &op)?;
+        return Ok(scores);
+    }
+    let dtype = scores.dtype();
+    let mut x = scores;
+    if let Some(bias) = mask.bias {
+        x = x.broadcast_add(&bias.unsqueeze(0)?)?;
+    }
+    if let Some(keep) = mask.keep {
+        // Built in f32, then cast: f32::MIN is -inf in f16, and 0 x -inf would be NaN.
+        let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?
+            .to_dtype(dtype)?
+            .reshape((batch, 1, 1, t))?;
+        x = x.broadcast_add(&blocked)?;
+    }
+    if mask.causal {
+        let future: Vec<f32> = (0..t)
+            .flat_map(|q| (0..t).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let future = Tensor::from_vec(future, (1, 1, t, t), x.device())?.to_dtype(dtype)?;
+        x = x.broadcast_add(&future)?;
+    }
+    candle_nn::ops::softmax_last_dim(&x.contiguous()?)
+}
+
+/// `heads` heads of width `d` from column `offset` of `[batch * t, width]` rows, as
+/// `[batch, heads, t, d]` (contiguous).
+pub fn split_heads(
+    rows: &Tensor,
+    (batch, t): (usize, usize),
+    heads: usize,
+    d: usize,
+    offset: usize,
+) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if rows.device().is_cuda() && rows.is_contiguous() && head_units_fit(rows, &[d, offset]) {
+        let op = super::fused_cuda::HeadCopy::Split {
+            batch,
+            t,
+            heads,
+            d,
+            offset,
+        };
+        return rows.apply_op1_no_bwd(&op);
+    }
+    rows.narrow(1, offset, heads * d)?
+        .reshape((batch, t, heads, d))?
+        .transpose(1, 2)?
+        .contiguous()
+}
+
+/// `[batch, heads, t, d]` back to `[batch * t, heads * d]` rows.
+pub fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
+    let (batch, heads, t, d) = x.dims4()?;
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() && x.is_contiguous() && head_units_fit(x, &[d]) {
+        return x.apply_op1_no_bwd(&super::fused_cuda::HeadCopy::Merge);
+    }
+    x.transpose(1, 2)?.reshape((batch * t, heads * d))
+}
+
+/// Whether the widths (and the tensor's rows) are whole 16-byte units, as the head copies
+/// move them.
+#[cfg(feature = "cuda")]
+fn head_units_fit(x: &Tensor, widths: &[usize]) -> bool {
+    use candle_core::DType;
+    let unit = 16 / x.dtype().size_in_bytes();
+    matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && widths.iter().all(|w| w % unit == 0)
+        && x.dims().last().is_some_and(|w| w % unit == 0)
+}
+
+/// The CUDA kernels against the plain candle path on the CPU, on random inputs of every
+/// dtype and of shapes with and without padding. Runs where a GPU is (`cargo test
+/// --features cuda` on the device machine, `scripts/build-cuda.sh --tests`); elsewhere each
+/// test says so and passes.
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn gpu() -> Option<Device> {
+        match Device::new_cuda(0) {
+            Ok(device) => Some(device),
+            Err(e) => {
+                eprintln!("no CUDA device ({e}); skipping");
+                None
+            }
+        }
+    }
+
+    /// ‖a − b‖ / ‖b‖ in f64, both brought to the CPU.
+    fn relative_error(a: &Tensor, b: &Tensor) -> f64 {
+        let a = a
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap();
+        let b = b
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap();
+        let diff = (&a - &b).unwrap().sqr().unwrap().sum_all().unwrap();
+        let norm = b.sqr().unwrap().sum_all().unwrap();
+        let (diff, norm) = (
+            diff.to_scalar::<f64>().unwrap(),
+            norm.to_scalar::<f64>().unwrap(),
+        );
+        assert!(diff.is_finite(), "NaN or inf in the output");
+        (diff / norm).sqrt()
+    }
+
+    /// The reference runs on the CPU in f32 (the inputs converted exactly), so that its own
+    /// rounding (an f16 or bf16 softmax sums in its own precision) stays out of the error.
+    fn reference_input(t: &Tensor) -> Tensor {
+        let t = t.to_device(&Device::Cpu).unwrap();
+        if t.dtype() == DType::F64 {
+            t
+        } else {
+            t.to_dtype(DType::F32).unwrap()
+        }
+    }
+
+    fn tolerance(dtype: DType) -> f64 {
+        match dtype {
+            DType::F32 => 1e-5,
+            _ => 1e-2,
+        }
+    }
+
+    fn random(shape: &[usize], dtype: DType, device: &Device) -> Tensor {
+        Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .to_device(device)
+            .unwrap()
+    }
+
+    const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    #[test]
+    fn bias_add_matches_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            for (rows, cols, residual, gelu) in [
+                (7, 40, false, false),
+                (300, 768, true, false),
+                (70_000, 24, false, true),
+            ] {
+                let y = random(&[rows, cols], dtype, &gpu);
+                let bias = random(&[cols], dtype, &gpu);
+                let res = residual.then(|| random(&[rows, cols], dtype, &gpu));
+                let cpu = reference_input;
+                let want =
+                    bias_add(cpu(&y), &cpu(&bias), res.as_ref().map(cpu).as_ref(), gelu).unwrap();
+                let got = bias_add(y.copy().unwrap(), &bias, res.as_ref(), gelu).unwrap();
+                let error = relative_error(&got, &want);
+                assert!(error < tolerance(dtype), "{dtype:?} {rows}x{cols}: {error}");
+            }
+        }
+    }
+
+    #[test]
+    fn attention_probs_match_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            for (batch, heads, t, with_bias, padded, causal) in [
+                (2, 3, 5, true, true, false),
+                (3, 12, 384, true, true, false),
+                (2, 4, 1500, false, true, false),
+                (2, 16, 77, false, false, true),
+            ] {
+                let scores = random(&[batch, heads, t, t], dtype, &gpu);
+                let bias = with_bias.then(|| random(&[heads, t, t], dtype, &gpu));
+                // Row b keeps its first t - 2b keys (at least one).
+                let keep: Vec<f32> = (0..batch)
+                    .flat_map(|b| {
+                        (0..t).map(move |k| f32::from(u8::from(k + 2 * b < t.max(2 * b + 1))))
+                    })
+                    .collect();
+                let keep = padded.then(|| Tensor::from_vec(keep, (batch, t), &gpu).unwrap());
+                let cpu = reference_input;
+                let (bias_cpu, keep_cpu) = (bias.as_ref().map(cpu), keep.as_ref().map(cpu));
+                let want = attention_probs(
+                    cpu(&scores),
+                    &AttentionMask {
+                        bias: bias_cpu.as_ref(),
+                        keep: keep_cpu.as_ref(),
+                        causal,
+                    },
+                )
+                .unwrap();
+                let got = attention_probs(
+                    scores.copy().unwrap(),
+                    &AttentionMask {
+                        bias: bias.as_ref(),
+                        keep: keep.as_ref(),
+                        causal,
+                    },
+                )
+                .unwrap();
+                let error = relative_error(&got, &want);
+                assert!(
+                    error < tolerance(dtype),
+                    "{dtype:?} {batch}x{heads}x{t}: {error}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn silu_mul_matches_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            let gate = random(&[300, 3072], dtype, &gpu);
+            let up = random(&[300, 3072], dtype, &gpu);
+            let cpu = reference_input;
+            let want = silu_mul(cpu(&gate), &cpu(&up)).unwrap();
+            let got = silu_mul(gate.copy().unwrap(), &up).unwrap();
+            let error = relative_error(&got, &want);
+            assert!(error < tolerance(dtype), "{dtype:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn head_split_and_merge_match_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            let (batch, t, heads, kv, d) = (3, 37, 16, 8, 128);
+            let width = (heads + 2 * kv) * d;
+            let rows = random(&[batch * t, width], dtype, &gpu);
+            let rows_cpu = rows.to_device(&Device::Cpu).unwrap();
+            for (n, offset) in [(heads, 0), (kv, heads * d), (kv, (heads + kv) * d)] {
+                let got = split_heads(&rows, (batch, t), n, d, offset).unwrap();
+                let want = split_heads(&rows_cpu, (batch, t), n, d, offset).unwrap();
+                assert_eq!(
+                    relative_error(&got, &want),
+                    0.0,
+                    "{dtype:?} split at {offset}"
+                );
+                let back = merge_heads(&got).unwrap();
+                let want_back = merge_heads(&want).unwrap();
+                assert_eq!(relative_error(&back, &want_back), 0.0, "{dtype:?} merge");
+            }
+        }
+    }
+}

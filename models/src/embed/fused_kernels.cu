@@ -1,0 +1,220 @@
+// Fused CUDA kernels for the encoders' tensor forward (see fused.rs). candle's generic
+// element-wise kernels index every element through the tensor's strides; on an H100 they
+// ran 6-13x under memory bandwidth and took most of MPNet's GPU time (BENCHMARKS.md).
+// These know their shapes: one pass per job, contiguous rows, no stride arithmetic.
+//
+// Built to PTX by models/build.rs (feature `cuda`), for CUDA_COMPUTE_CAP like candle's own.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16(x);
+}
+
+// x[row, col] = act(x[row, col] + bias[col] + residual[row, col]), in place. `residual` may be
+// null; act is GELU (erf form, as BERT's "gelu") when `gelu` is set. Grid: x over columns,
+// y over rows (strided when rows exceed the grid).
+template <typename T>
+__device__ void bias_add(T *x, const T *bias, const T *residual, uint32_t rows, uint32_t cols,
+                         int gelu) {
+    uint32_t col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    float b = to_float(bias[col]);
+    for (uint32_t row = blockIdx.y; row < rows; row += gridDim.y) {
+        size_t i = (size_t)row * cols + col;
+        float v = to_float(x[i]) + b;
+        if (residual) v += to_float(residual[i]);
+        if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+        x[i] = from_float<T>(v);
+    }
+}
+
+// gate = silu(gate) * up over n elements, in place (Qwen3's MLP).
+template <typename T> __device__ void silu_mul(T *gate, const T *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = to_float(gate[i]);
+        gate[i] = from_float<T>(g / (1.0f + __expf(-g)) * to_float(up[i]));
+    }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+// Reduces over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+template <bool IS_MAX> __device__ float block_reduce(float v, float *scratch) {
+    v = IS_MAX ? warp_max(v) : warp_sum(v);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : (IS_MAX ? -INFINITY : 0.0f);
+    return IS_MAX ? warp_max(v) : warp_sum(v);
+}
+
+// Attention probabilities, in place: for each row (batch b, head h, query q) of the scores
+// [batch, heads, t, t], softmax over keys k of scores + bias[h, q, k] (when `bias` is set),
+// leaving out keys with keep[b, k] == 0 (when `keep` is set) and keys after the query (when
+// `causal`). A row with every key left out becomes zeros.
+
+__device__ __forceinline__ void softmax_row_index(size_t row, uint32_t heads, uint32_t t,
+                                                  uint32_t *b, uint32_t *h, uint32_t *q) {
+    *q = row % t;
+    *h = (row / t) % heads;
+    *b = row / ((size_t)t * heads);
+}
+
+// One warp per row, the row held in registers: PER_LANE * 32 >= t. Rows of up to 1024 keys.
+template <typename T, int PER_LANE>
+__device__ void masked_softmax_warp(T *scores, const T *bias, const float *keep, uint32_t heads,
+                                    uint32_t t, int causal, size_t rows) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    int lane = threadIdx.x & 31;
+    uint32_t b, h, q;
+    softmax_row_index(row, heads, t, &b, &h, &q);
+    T *s = scores + row * t;
+    const T *bias_row = bias ? bias + ((size_t)h * t + q) * t : nullptr;
+    const float *keep_row = keep ? keep + (size_t)b * t : nullptr;
+    uint32_t last = causal ? q + 1 : t;
+    float v[PER_LANE];
+    float top = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        uint32_t k = lane + 32 * i;
+        bool used = k < last && !(keep_row && keep_row[k] == 0.0f);
+        v[i] = used ? to_float(s[k]) + (bias_row ? to_float(bias_row[k]) : 0.0f) : -INFINITY;
+        top = fmaxf(top, v[i]);
+    }
+    top = warp_max(top);
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        v[i] = v[i] == -INFINITY ? 0.0f : __expf(v[i] - top);
+        total += v[i];
+    }
+    total = warp_sum(total);
+    float scale = total > 0.0f ? 1.0f / total : 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        uint32_t k = lane + 32 * i;
+        if (k < t) s[k] = from_float<T>(v[i] * scale);
+    }
+}
+
+// One block per row, for rows longer than a warp holds.
+template <typename T>
+__device__ void masked_softmax_block(T *scores, const T *bias, const float *keep, uint32_t heads,
+                                     uint32_t t, int causal) {
+    __shared__ float scratch[32];
+    size_t row = blockIdx.x;
+    uint32_t b, h, q;
+    softmax_row_index(row, heads, t, &b, &h, &q);
+    T *s = scores + row * t;
+    const T *bias_row = bias ? bias + ((size_t)h * t + q) * t : nullptr;
+    const float *keep_row = keep ? keep + (size_t)b * t : nullptr;
+    uint32_t last = causal ? q + 1 : t;
+
+    float top = -INFINITY;
+    for (uint32_t k = threadIdx.x; k < last; k += blockDim.x) {
+        if (keep_row && keep_row[k] == 0.0f) continue;
+        float v = to_float(s[k]) + (bias_row ? to_float(bias_row[k]) : 0.0f);
+        top = fmaxf(top, v);
+    }
+    top = block_reduce<true>(top, scratch);
+    float total = 0.0f;
+    for (uint32_t k = threadIdx.x; k < last; k += blockDim.x) {
+        if (keep_row && keep_row[k] == 0.0f) continue;
+        float v = to_float(s[k]) + (bias_row ? to_float(bias_row[k]) : 0.0f);
+        total += __expf(v - top);
+    }
+    total = block_reduce<false>(total, scratch);
+    float scale = top == -INFINITY ? 0.0f : 1.0f / total;
+    for (uint32_t k = threadIdx.x; k < t; k += blockDim.x) {
+        float p = 0.0f;
+        if (k < last && !(keep_row && keep_row[k] == 0.0f)) {
+            float v = to_float(s[k]) + (bias_row ? to_float(bias_row[k]) : 0.0f);
+            p = __expf(v - top) * scale;
+        }
+        s[k] = from_float<T>(p);
+    }
+}
+
+// Head split and merge, in 16-byte units (any dtype; callers check that the head width and
+// offsets are whole units). split: dst[b, h, i, :] = src[b * t + i, offset + h * d : ...]
+// for `heads` heads of `d` units out of rows `stride` units wide. merge: the inverse, into
+// dst rows of heads * d units.
+extern "C" __global__ void split_heads(const uint4 *src, uint4 *dst, uint32_t batch, uint32_t t,
+                                       uint32_t heads, uint32_t d, uint32_t stride,
+                                       uint32_t offset) {
+    size_t n = (size_t)batch * heads * t * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t j = i % d;
+        size_t rest = i / d;
+        uint32_t q = rest % t;
+        rest /= t;
+        uint32_t h = rest % heads;
+        size_t b = rest / heads;
+        dst[i] = src[(b * t + q) * stride + offset + (size_t)h * d + j];
+    }
+}
+
+extern "C" __global__ void merge_heads(const uint4 *src, uint4 *dst, uint32_t batch, uint32_t t,
+                                       uint32_t heads, uint32_t d) {
+    size_t n = (size_t)batch * heads * t * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t j = i % d;
+        size_t rest = i / d;
+        uint32_t h = rest % heads;
+        size_t token = rest / heads;
+        uint32_t q = token % t;
+        size_t b = token / t;
+        dst[i] = src[((b * heads + h) * t + q) * d + j];
+    }
+}
+
+#define SOFTMAX_WARP(T, NAME, PER_LANE)                                                          \
+    extern "C" __global__ void masked_softmax_##NAME##_w##PER_LANE(                                \
+        T *scores, const T *bias, const float *keep, uint32_t heads, uint32_t t, int causal,     \
+        uint64_t rows) {                                                                         \
+        masked_softmax_warp<T, PER_LANE>(scores, bias, keep, heads, t, causal, rows);            \
+    }
+
+#define DTYPE_KERNELS(T, NAME)                                                                   \
+    extern "C" __global__ void bias_add_##NAME(T *x, const T *bias, const T *residual,           \
+                                               uint32_t rows, uint32_t cols, int gelu) {         \
+        bias_add<T>(x, bias, residual, rows, cols, gelu);                                        \
+    }                                                                                            \
+    extern "C" __global__ void silu_mul_##NAME(T *gate, const T *up, uint64_t n) {               \
+        silu_mul<T>(gate, up, n);                                                                \
+    }                                                                                            \
+    extern "C" __global__ void masked_softmax_##NAME(T *scores, const T *bias, const float *keep, \
+                                                     uint32_t heads, uint32_t t, int causal) {   \
+        masked_softmax_block<T>(scores, bias, keep, heads, t, causal);                           \
+    }                                                                                            \
+    SOFTMAX_WARP(T, NAME, 1)                                                                     \
+    SOFTMAX_WARP(T, NAME, 2)                                                                     \
+    SOFTMAX_WARP(T, NAME, 4)                                                                     \
+    SOFTMAX_WARP(T, NAME, 8)                                                                     \
+    SOFTMAX_WARP(T, NAME, 16)                                                                    \
+    SOFTMAX_WARP(T, NAME, 32)
+
+DTYPE_KERNELS(float, f32)
+DTYPE_KERNELS(__half, f16)
+DTYPE_KERNELS(__nv_bfloat16, bf16)
