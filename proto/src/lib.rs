@@ -25,6 +25,21 @@ pub const ERROR_KIND_METADATA: &str = "resident-error-kind";
 /// [`ERROR_KIND_METADATA`] value of a `FailedPrecondition` that is a placement refusal.
 pub const ERROR_KIND_UNPLACEABLE: &str = "unplaceable";
 
+/// The largest gRPC message any Resident endpoint sends or accepts (256 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// The largest task payload or result: the message limit less room for the envelope (ids,
+/// error text). A result over it fails its task alone, with [`oversized_result_error`].
+pub const MAX_RESULT_BYTES: usize = MAX_MESSAGE_BYTES - (1 << 20);
+
+/// The error of a task whose result is too large to send (it fails that task alone).
+pub fn oversized_result_error(bytes: usize) -> String {
+    format!(
+        "the task's result is {bytes} bytes, over the {} MiB a result may take; give the task \
+         less work (for `resident embed`, a smaller --chunk-size)",
+        MAX_RESULT_BYTES >> 20
+    )
+}
+
 /// Human name of an actor state, as printed by `resident status`.
 pub fn actor_state_name(state: pb::ActorState) -> &'static str {
     match state {

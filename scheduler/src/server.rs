@@ -124,14 +124,14 @@ pub fn start_scheduler(
         let served = builder
             .add_service(InterceptedService::new(
                 NodeAgentServiceServer::new(agents)
-                    .max_decoding_message_size(256 << 20)
-                    .max_encoding_message_size(256 << 20),
+                    .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES),
                 security.auth.clone(),
             ))
             .add_service(InterceptedService::new(
                 SchedulerServiceServer::new(clients)
-                    .max_decoding_message_size(256 << 20)
-                    .max_encoding_message_size(256 << 20),
+                    .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES),
                 security.auth,
             ))
             .serve_with_incoming_shutdown(incoming, cancel.cancelled())

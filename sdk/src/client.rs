@@ -100,8 +100,8 @@ impl Cluster {
         let token = BearerToken::new(credentials.token.as_deref())
             .map_err(|e| SdkError::Credentials(e.to_string()))?;
         let client = SchedulerServiceClient::with_interceptor(channel, token)
-            .max_decoding_message_size(256 << 20)
-            .max_encoding_message_size(256 << 20);
+            .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES);
         let cluster = Self {
             client,
             url: url.to_owned(),

@@ -366,3 +366,42 @@ async fn a_second_run_on_the_same_output_is_refused() {
     assert!(status.success(), "the first run is undisturbed");
     assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
 }
+
+/// A chunk size whose result would not fit in one message is refused before any chunk
+/// runs, with the largest size that fits; the same output then runs with that size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_size_past_the_message_limit_is_refused_with_the_size_that_fits() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 20);
+    let out = dir.path().join("out");
+    let refused = embed_command(&input, &out, &["--chunk-size", "400000", "--replicas", "1"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    // all-MiniLM-L6-v2: 384 dimensions, 1,540 bytes a document.
+    let most = resident_jobs::embed_job::planner::max_chunk_for_dimension(384).unwrap();
+    assert!(
+        stderr.contains("400000 x 384 dimensions")
+            && stderr.contains(&format!("use --chunk-size {most} or less")),
+        "{stderr}"
+    );
+    assert!(
+        !out.join("shards").exists() || shard_files(&out).is_empty(),
+        "nothing ran"
+    );
+    let accepted = embed_command(
+        &input,
+        &out,
+        &["--chunk-size", &most.to_string(), "--replicas", "1"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
+}

@@ -281,3 +281,52 @@ async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
     let outputs = pool.map(vec![Bytes::from("still works")]).await.unwrap();
     assert!(outputs[0].output.is_ok());
 }
+
+/// A result too large for one message fails its task alone, with a message that says what to
+/// do; the agent's session, its actor (one model load) and the tasks around it carry on.
+/// Before, the encode failure on the agent reset its whole session: the node was declared
+/// dead, every actor on it reloaded, and the task moved on to do the same elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_result_fails_only_its_task() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let _agent = spawn_agent(&url, "only", "L4:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    // 1 MiB x 260 = 260 MiB of result, over the 255 MiB a result may take.
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("big", "echo")
+                .replicas(1)
+                .cpus(1.0)
+                .config_json(&serde_json::json!({"repeat": 260})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let payloads = vec![
+        Bytes::from("before"),
+        Bytes::from(vec![b'x'; 1 << 20]),
+        Bytes::from("after"),
+    ];
+    let outputs = pool.map(payloads).await.unwrap();
+    assert_eq!(outputs.len(), 3);
+    assert_eq!(outputs[0].output.as_ref().unwrap().len(), 6 * 260);
+    assert_eq!(outputs[2].output.as_ref().unwrap().len(), 5 * 260);
+    let error = outputs[1].output.as_ref().unwrap_err();
+    assert!(
+        error.contains("272629760 bytes") && error.contains("--chunk-size"),
+        "{error}"
+    );
+    assert_eq!(outputs[1].attempts, 1, "a permanent failure is not retried");
+    let actors = cluster.list_actors().await.unwrap();
+    assert_eq!(actors.len(), 1);
+    assert_eq!(actors[0].model_loads, 1, "the actor never reloaded");
+    assert_eq!(actors[0].state, ActorState::Ready);
+    let nodes = cluster.list_nodes().await.unwrap();
+    assert!(nodes[0].alive, "the node's session never dropped");
+}

@@ -54,6 +54,9 @@ pub enum JobError {
     Mismatch(String),
     #[error("model did not load: {0}")]
     Model(String),
+    /// A chunk size whose results would not fit in one message.
+    #[error("{0}")]
+    ChunkSize(String),
     #[error("chunk {index} failed: {error}")]
     ChunkFailed { index: u64, error: String },
     #[error(transparent)]
@@ -155,7 +158,11 @@ pub async fn run_embed_job(
     let plan_reasoning;
     if manifest.chunk_size == 0 {
         let (size, reasoning) = match config.chunk_size {
-            Some(size) => (size.max(1), format!("--chunk-size {size}")),
+            Some(size) => {
+                let dimension = scan::probe_dimension(&pool).await?;
+                planner::check_chunk_size(size, dimension).map_err(JobError::ChunkSize)?;
+                (size.max(1), format!("--chunk-size {size}"))
+            }
             None => {
                 let plan = scan::calibrate_and_plan(
                     &pool,
@@ -171,6 +178,15 @@ pub async fn run_embed_job(
         manifest.chunk_size = size;
         plan_reasoning = reasoning;
     } else {
+        if let Some(dimension) = manifest.dim {
+            planner::check_chunk_size(manifest.chunk_size, dimension).map_err(|why| {
+                JobError::ChunkSize(format!(
+                    "this output was started with chunks of {} documents, and {why}; \
+                     write to a new --output",
+                    manifest.chunk_size
+                ))
+            })?;
+        }
         plan_reasoning = format!(
             "resumed with the earlier run's chunk size {}",
             manifest.chunk_size

@@ -11,6 +11,8 @@ pub struct PlanInput {
     pub total_docs: u64,
     /// Measured (or estimated) docs/s of each actor.
     pub actor_docs_per_s: Vec<f64>,
+    /// The model's vector width (0: unknown), which bounds a chunk by its result's bytes.
+    pub dimension: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,8 +29,50 @@ pub const MIN_CHUNKS_PER_ACTOR: f64 = 4.0;
 pub const MIN_CHUNK: usize = 16;
 pub const MAX_CHUNK: usize = 20_000;
 
+/// Bytes of one document's result: its f32 vector and, at most, its truncation flag.
+fn result_bytes_per_doc(dimension: usize) -> usize {
+    dimension * 4 + 4
+}
+
+/// The most documents a chunk may hold so that its result fits in one message (tasks whose
+/// result is larger fail). None when the dimension is unknown.
+pub fn max_chunk_for_dimension(dimension: usize) -> Option<usize> {
+    (dimension > 0).then(|| {
+        let room = resident_proto::MAX_RESULT_BYTES - (64 << 10);
+        (room / result_bytes_per_doc(dimension)).max(1)
+    })
+}
+
+/// Refuses a chunk size whose results would not fit in one message.
+pub fn check_chunk_size(chunk_size: usize, dimension: usize) -> Result<(), String> {
+    match max_chunk_for_dimension(dimension) {
+        Some(most) if chunk_size > most => Err(format!(
+            "a chunk of {chunk_size} documents gives a result of {} MB ({chunk_size} x {dimension} \
+             dimensions x 4 bytes), over the {} MiB one task result may take: use --chunk-size \
+             {most} or less",
+            (chunk_size * result_bytes_per_doc(dimension)) / 1_000_000,
+            resident_proto::MAX_RESULT_BYTES >> 20,
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Picks a chunk size for the corpus and actors.
 pub fn plan_chunk_size(input: &PlanInput) -> ChunkPlan {
+    let plan = plan_by_speed(input);
+    match max_chunk_for_dimension(input.dimension) {
+        Some(most) if plan.chunk_size > most => ChunkPlan {
+            chunk_size: most,
+            reasoning: format!(
+                "{}; capped at {most} so that a chunk's {}-dimension vectors fit in one message",
+                plan.reasoning, input.dimension
+            ),
+        },
+        _ => plan,
+    }
+}
+
+fn plan_by_speed(input: &PlanInput) -> ChunkPlan {
     let speeds: Vec<f64> = input
         .actor_docs_per_s
         .iter()
@@ -114,6 +158,7 @@ mod tests {
         let plan = plan_chunk_size(&PlanInput {
             total_docs: total,
             actor_docs_per_s: speeds.clone(),
+            dimension: 384,
         });
         let planned = simulate_finish_seconds(total, plan.chunk_size, &speeds);
         let static_split = simulate_finish_seconds(total, static_chunk, &speeds);
@@ -136,6 +181,7 @@ mod tests {
         let plan = plan_chunk_size(&PlanInput {
             total_docs: 100_000_000,
             actor_docs_per_s: speeds.clone(),
+            dimension: 384,
         });
         let slow_seconds = plan.chunk_size as f64 / 400.0;
         assert!(
@@ -149,11 +195,13 @@ mod tests {
         let plan = plan_chunk_size(&PlanInput {
             total_docs: 300,
             actor_docs_per_s: vec![50.0, 50.0],
+            dimension: 0,
         });
         assert!(300usize.div_ceil(plan.chunk_size) >= 8, "{plan:?}");
         let tiny = plan_chunk_size(&PlanInput {
             total_docs: 10,
             actor_docs_per_s: vec![50.0],
+            dimension: 0,
         });
         assert_eq!(tiny.chunk_size, MIN_CHUNK);
     }
@@ -163,8 +211,36 @@ mod tests {
         let plan = plan_chunk_size(&PlanInput {
             total_docs: 1000,
             actor_docs_per_s: vec![],
+            dimension: 0,
         });
         assert_eq!(plan.chunk_size, 256);
+    }
+
+    #[test]
+    fn chunks_of_wide_vectors_are_capped_under_the_message_limit() {
+        // 4,096-dimension vectors on fast actors: by speed alone the chunk would be the
+        // 20,000 maximum, a 328 MB result.
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 100_000_000,
+            actor_docs_per_s: vec![5000.0; 4],
+            dimension: 4096,
+        });
+        let most = max_chunk_for_dimension(4096).unwrap();
+        assert_eq!(plan.chunk_size, most, "{plan:?}");
+        assert!(most * 4096 * 4 < resident_proto::MAX_RESULT_BYTES, "{most}");
+        assert!(most > 15_000, "{most}");
+        assert!(plan.reasoning.contains("capped"), "{}", plan.reasoning);
+        assert!(check_chunk_size(most, 4096).is_ok());
+        let refusal = check_chunk_size(20_000, 4096).unwrap_err();
+        assert!(
+            refusal.contains(&format!("--chunk-size {most} or less")),
+            "{refusal}"
+        );
+        assert!(check_chunk_size(20_000, 384).is_ok(), "narrow vectors fit");
+        assert!(
+            check_chunk_size(1_000_000, 0).is_ok(),
+            "unknown width: no check"
+        );
     }
 
     #[test]

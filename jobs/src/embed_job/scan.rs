@@ -136,8 +136,10 @@ pub(super) async fn calibrate_and_plan(
         .submit("calibrate", futures::stream::iter(payloads))
         .await?;
     let mut speeds: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut dimension = 0;
     while let Some(output) = results.next().await {
         let chunk = EmbeddedChunk::from_output(output?)?;
+        dimension = dimension.max(chunk.dim);
         let entry = speeds.entry(chunk.actor_id.to_string()).or_default();
         entry.0 += u64::from(chunk.stats.count);
         entry.1 += chunk.stats.total_micros.max(1);
@@ -155,7 +157,22 @@ pub(super) async fn calibrate_and_plan(
     Ok(plan_chunk_size(&PlanInput {
         total_docs: total,
         actor_docs_per_s,
+        dimension,
     }))
+}
+
+/// The model's vector width, from one short embedding (for a `--chunk-size` given by hand,
+/// which skips the calibration round that would tell it).
+pub(super) async fn probe_dimension(pool: &EmbedPool) -> Result<usize, JobError> {
+    let payload = embed_request(vec!["dimension probe".to_owned()], false);
+    let mut results = pool
+        .pool
+        .submit("dimension probe", futures::stream::iter([payload]))
+        .await?;
+    match results.next().await {
+        Some(output) => Ok(EmbeddedChunk::from_output(output?)?.dim),
+        None => Err(JobError::Model("the dimension probe got no answer".into())),
+    }
 }
 
 /// Second pass, on a blocking thread: cuts records into chunks, skips finished ones, and

@@ -1,6 +1,6 @@
 //! `echo`: returns its payload. The no-op actor of the benchmarks, with knobs that make it
 //! slow, failing or panicking on purpose for fault tests: `{"delay_ms": 5, "fail_prefix":
-//! "FAIL", "panic_prefix": "PANIC", "load_delay_ms": 100, "fail_load": false}`.
+//! "FAIL", "panic_prefix": "PANIC", "load_delay_ms": 100, "fail_load": false, "repeat": 1}`.
 
 use std::time::Duration;
 
@@ -25,6 +25,10 @@ pub struct EchoConfig {
     pub load_delay_ms: u64,
     #[serde(default)]
     pub fail_load: bool,
+    /// The output is the payload this many times over (0 or 1: once), for results larger
+    /// than any payload may be.
+    #[serde(default)]
+    pub repeat: usize,
 }
 
 struct Echo {
@@ -67,6 +71,6 @@ impl ModelBackend for Echo {
         {
             panic!("payload starts with `{prefix}`");
         }
-        Ok(payload.to_vec())
+        Ok(payload.repeat(self.config.repeat.max(1)))
     }
 }

@@ -93,6 +93,14 @@ impl TaskError {
         }
     }
 
+    fn permanent(message: String) -> Self {
+        Self {
+            message,
+            permanent: true,
+            panicked: false,
+        }
+    }
+
     fn panic(stage: &str, panic: &(dyn std::any::Any + Send)) -> Self {
         Self {
             message: format!("{stage} panicked: {}", panic_text(panic)),
@@ -245,6 +253,14 @@ pub(super) fn run_actor_thread(
         let panicked = match &result {
             Err(error) if error.panicked => Some(error.message.clone()),
             _ => None,
+        };
+        // A result too large for one message would fail to encode and reset the whole
+        // session; it fails this task alone, for good (a retry gives the same size).
+        let result = match result {
+            Ok(output) if output.len() > resident_proto::MAX_RESULT_BYTES => Err(
+                TaskError::permanent(resident_proto::oversized_result_error(output.len())),
+            ),
+            other => other,
         };
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let outcome = pb::TaskOutcome {

@@ -189,8 +189,8 @@ async fn run_session(
         _ = cancel.cancelled() => return Ok(()),
     };
     let mut client = NodeAgentServiceClient::with_interceptor(channel, dialer.token.clone())
-        .max_decoding_message_size(256 << 20)
-        .max_encoding_message_size(256 << 20);
+        .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES);
     let (outbound, outbound_rx) = mpsc::unbounded_channel();
     let register = pb::RegisterNode {
         node_id: config.node_id.clone(),
