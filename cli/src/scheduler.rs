@@ -167,7 +167,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     }
     // Printed on stdout so scripts and tests can read the bound address.
     println!("resident scheduler listening on {}", server.url);
-    server.task.await?;
+    server.task.await??;
     Ok(())
 }
 

@@ -19,6 +19,10 @@ pub enum SchedulerError {
     PermissionDenied(String),
     #[error("scheduler is shutting down")]
     ShuttingDown,
+    /// The core loop ended while the server was up (a bug): the process should exit
+    /// non-zero so that its supervisor restarts it on the same state.
+    #[error("the scheduler's core stopped ({0}); exiting so that a supervisor restarts it")]
+    CoreStopped(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -42,7 +46,9 @@ impl From<SchedulerError> for tonic::Status {
             }
             SchedulerError::Precondition(_) => tonic::Status::failed_precondition(message),
             SchedulerError::PermissionDenied(_) => tonic::Status::permission_denied(message),
-            SchedulerError::ShuttingDown => tonic::Status::unavailable(message),
+            SchedulerError::ShuttingDown | SchedulerError::CoreStopped(_) => {
+                tonic::Status::unavailable(message)
+            }
             SchedulerError::Store(_) => tonic::Status::internal(message),
         }
     }

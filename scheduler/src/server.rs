@@ -21,7 +21,10 @@ pub struct SchedulerServer {
     pub local_addr: std::net::SocketAddr,
     /// `https://addr` when serving TLS, else `http://addr`.
     pub url: String,
-    pub task: tokio::task::JoinHandle<()>,
+    /// Ends when `cancel` fires (Ok) or when the core loop stops on its own (a panic:
+    /// [`SchedulerError::CoreStopped`]; the server stops with it, so the process can exit
+    /// non-zero instead of answering UNAVAILABLE forever).
+    pub task: tokio::task::JoinHandle<Result<(), SchedulerError>>,
 }
 
 /// The scheduler's certificate chain and private key, PEM.
@@ -121,7 +124,7 @@ pub fn start_scheduler(
         Ok::<_, std::io::Error>(stream)
     });
     let task = tokio::spawn(async move {
-        let served = builder
+        let serve = builder
             .add_service(InterceptedService::new(
                 NodeAgentServiceServer::new(agents)
                     .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
@@ -134,12 +137,35 @@ pub fn start_scheduler(
                     .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES),
                 security.auth,
             ))
-            .serve_with_incoming_shutdown(incoming, cancel.cancelled())
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "scheduler server stopped");
+            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+        tokio::pin!(serve);
+        let mut loop_task = loop_task;
+        tokio::select! {
+            served = &mut serve => {
+                if let Err(error) = served {
+                    tracing::error!(%error, "scheduler server stopped");
+                }
+                let _ = loop_task.await;
+                Ok(())
+            }
+            ended = &mut loop_task => {
+                if cancel.is_cancelled() {
+                    let _ = serve.await;
+                    return Ok(());
+                }
+                let why = match ended {
+                    Ok(()) => "its loop returned".to_owned(),
+                    Err(error) if error.is_panic() => {
+                        format!("it panicked: {}", panic_text(error.into_panic().as_ref()))
+                    }
+                    Err(error) => error.to_string(),
+                };
+                tracing::error!(%why, "the scheduler's core stopped; stopping the server");
+                cancel.cancel();
+                let _ = serve.await;
+                Err(SchedulerError::CoreStopped(why))
+            }
         }
-        let _ = loop_task.await;
     });
     let scheme = if security_tls { "https" } else { "http" };
     let url = format!("{scheme}://{local_addr}");
@@ -150,4 +176,71 @@ pub fn start_scheduler(
         url,
         task,
     })
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::SchedulerCommand;
+    use crate::store::MemoryStore;
+
+    /// A core that stops on its own stops the server too, with an error the binary turns
+    /// into a non-zero exit; before, the port kept answering UNAVAILABLE forever.
+    #[tokio::test]
+    async fn a_core_that_panics_stops_the_server_with_an_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start_scheduler(
+            listener,
+            CoreConfig::default(),
+            Arc::new(MemoryStore::default()),
+            ServerSecurity::open(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        let addr = server.local_addr;
+        server.handle.send(SchedulerCommand::PanicForTest).unwrap();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), server.task)
+            .await
+            .expect("the server stops")
+            .expect("the server task itself does not panic");
+        match ended {
+            Err(SchedulerError::CoreStopped(why)) => {
+                assert!(why.contains("panicked on purpose"), "{why}")
+            }
+            other => panic!("expected CoreStopped, got {other:?}"),
+        }
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "the port is closed"
+        );
+    }
+
+    /// A cancelled server ends cleanly.
+    #[tokio::test]
+    async fn a_cancelled_server_ends_ok() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cancel = CancellationToken::new();
+        let server = start_scheduler(
+            listener,
+            CoreConfig::default(),
+            Arc::new(MemoryStore::default()),
+            ServerSecurity::open(),
+            cancel.clone(),
+        )
+        .unwrap();
+        cancel.cancel();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), server.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+        assert!(ended.is_ok(), "{ended:?}");
+    }
 }

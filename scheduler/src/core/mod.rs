@@ -160,6 +160,9 @@ pub enum SchedulerCommand {
         pool: Option<PoolName>,
         reply: Reply<Vec<pb::ActorInfo>>,
     },
+    /// Panics the core: how the server's tests stand in for a bug.
+    #[cfg(test)]
+    PanicForTest,
 }
 
 /// Cheap to clone; every gRPC handler holds one.
@@ -323,6 +326,8 @@ impl Core {
             C::ListNodes { reply } => {
                 let _ = reply.send(Ok(self.node_infos()));
             }
+            #[cfg(test)]
+            C::PanicForTest => panic!("the core panicked on purpose"),
             C::ListActors { pool, reply } => {
                 let _ = reply.send(Ok(self.actor_infos(pool.as_ref())));
             }
