@@ -30,7 +30,68 @@ pub(super) fn node_capacity(node: &NodeRecord, registered: &[pb::GpuInfo]) -> No
     }
 }
 
+/// What placement may hand out on one GPU after a heartbeat: what the agent saw free, plus
+/// what this scheduler's own actors there hold (the agent counts their memory as used; an
+/// actor still loading holds nothing yet, and its reservation is counted by placement), at
+/// least what those actors reserve (so a foreign process that takes memory never evicts a
+/// running actor; it only stops new placements), and at most the GPU's total.
+pub(super) fn refreshed_usable_vram(
+    total: u64,
+    free: u64,
+    held_by_ours: u64,
+    reserved_by_ours: u64,
+) -> u64 {
+    free.saturating_add(held_by_ours)
+        .max(reserved_by_ours)
+        .min(total.max(reserved_by_ours))
+}
+
+/// A change in usable VRAM smaller than this does not trigger placement (heartbeats come
+/// every few seconds, and free memory jitters).
+const VRAM_REPLAN_STEP: u64 = 256 << 20;
+
 impl Core {
+    /// Placement capacity from the GPUs' free memory as last heard (not only as registered:
+    /// an agent that re-registers while memory is briefly taken would stay low for good).
+    fn refresh_gpu_capacity(&mut self, node_id: &NodeId) {
+        let mut held: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut reserved: BTreeMap<u32, u64> = BTreeMap::new();
+        for actor in self.actors.values() {
+            let Some(assignment) = actor.assignment.as_ref() else {
+                continue;
+            };
+            if !actor.state.is_placed() || &assignment.node != node_id || assignment.gpus.is_empty()
+            {
+                continue;
+            }
+            let share = actor.vram_bytes / assignment.gpus.len() as u64;
+            for index in &assignment.gpus {
+                *held.entry(*index).or_default() += share;
+                *reserved.entry(*index).or_default() += actor.request.vram_per_gpu.0;
+            }
+        }
+        let Some(node) = self.nodes.get_mut(node_id) else {
+            return;
+        };
+        for gpu in &node.gpus {
+            let Some(capacity) = node.capacity.gpus.iter_mut().find(|c| c.index == gpu.index)
+            else {
+                continue;
+            };
+            let usable = refreshed_usable_vram(
+                gpu.total_vram_bytes,
+                gpu.free_vram_bytes,
+                held.get(&gpu.index).copied().unwrap_or(0),
+                reserved.get(&gpu.index).copied().unwrap_or(0),
+            );
+            if usable.abs_diff(capacity.usable_vram.0) >= VRAM_REPLAN_STEP {
+                tracing::debug!(node_id = %node_id, gpu = gpu.index, from = capacity.usable_vram.0, to = usable, "GPU capacity refreshed");
+                capacity.usable_vram = VramBytes(usable);
+                self.replan_needed = true;
+            }
+        }
+    }
+
     pub(super) fn register_node(
         &mut self,
         register: pb::RegisterNode,
@@ -115,6 +176,7 @@ impl Core {
                 for report in heartbeat.actors {
                     self.actor_report(&node_id, report);
                 }
+                self.refresh_gpu_capacity(&node_id);
             }
             Body::ActorReport(report) => self.actor_report(&node_id, report),
             Body::TaskOutcome(outcome) => self.task_outcome(&node_id, outcome),

@@ -41,7 +41,8 @@ pub struct NodeRecord {
     pub session: SessionId,
     pub hostname: String,
     pub labels: BTreeMap<String, String>,
-    /// What placement may hand out here (VRAM free at registration).
+    /// What placement may hand out here: VRAM free at registration, refreshed from
+    /// heartbeats (`refreshed_usable_vram`).
     pub capacity: NodeCapacity,
     /// As registered; `free_vram_bytes` is updated by heartbeats.
     pub gpus: Vec<pb::GpuInfo>,

@@ -655,3 +655,108 @@ async fn a_node_is_alive_by_what_it_sent_not_by_when_the_loop_read_it() {
     h.core.detect_dead_nodes(Instant::now());
     assert!(!h.core.nodes[&NodeId::new("n1")].alive);
 }
+
+fn heartbeat(free: &[(u32, u64, u64)], actors: Vec<pb::ActorReport>) -> pb::agent_message::Body {
+    pb::agent_message::Body::Heartbeat(pb::Heartbeat {
+        gpus: free
+            .iter()
+            .map(|&(index, total_gib, free_gib)| pb::GpuInfo {
+                free_vram_bytes: free_gib << 30,
+                ..gpu(index, total_gib)
+            })
+            .collect(),
+        actors,
+    })
+}
+
+fn gpu_pool(name: &str, vram_gib: u64) -> pb::PoolSpec {
+    let mut spec = cpu_pool(name, 1, 1);
+    spec.resources = Some(pb::ResourceRequest {
+        gpus: 0.5,
+        vram_bytes: vram_gib << 30,
+        ..Default::default()
+    });
+    spec
+}
+
+#[test]
+fn usable_vram_is_free_plus_ours_between_our_reservations_and_the_total() {
+    use super::nodes::refreshed_usable_vram;
+    // Nothing of ours: what is free.
+    assert_eq!(refreshed_usable_vram(24, 20, 0, 0), 20);
+    // Our actor holds 6 of its 8 reserved: free 18 + 6.
+    assert_eq!(refreshed_usable_vram(24, 18, 6, 8), 24);
+    // A foreign process took all but 1: never below what ours reserve (no eviction).
+    assert_eq!(refreshed_usable_vram(24, 1, 6, 8), 8);
+    // Never above the total, even when reports overlap.
+    assert_eq!(refreshed_usable_vram(24, 24, 6, 8), 24);
+}
+
+/// An agent that registered while its GPU was briefly full (a re-registration after a
+/// network blip, another process loading) gets its capacity back from the next heartbeats;
+/// before, placement kept the registration's figure for good.
+#[tokio::test(start_paused = true)]
+async fn free_vram_from_heartbeats_reaches_placement() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    // The pool exists (restored, or created before the node came), then the node
+    // registers with 2 GiB free.
+    h.create_pool(gpu_pool("p", 8));
+    let mut busy = gpu(0, 24);
+    busy.free_vram_bytes = 2 << 30;
+    h.add_node("g1", vec![busy]);
+    h.tick();
+    assert!(h.load_actors("g1").is_empty(), "2 GiB free: no room");
+    h.send("g1", heartbeat(&[(0, 24, 24)], vec![]));
+    h.tick();
+    assert!(
+        sent(h.agent("g1"))
+            .iter()
+            .any(|m| matches!(m, pb::scheduler_message::Body::StartActor(_))),
+        "the freed GPU takes the actor"
+    );
+}
+
+/// A foreign process that fills the GPU under a running actor stops new placements there
+/// but never evicts the actor.
+#[tokio::test(start_paused = true)]
+async fn a_fuller_gpu_blocks_new_actors_but_keeps_running_ones() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("g1", vec![gpu(0, 24)]);
+    h.create_pool(gpu_pool("first", 8));
+    h.load_actors("g1");
+    let actor = h.core.actors.keys().next().unwrap().clone();
+    let loaded = pb::ActorReport {
+        actor_id: actor.to_string(),
+        incarnation: h.core.actors[&actor].incarnation,
+        state: pb::ActorState::Ready as i32,
+        model_loads: 1,
+        vram_bytes: 6 << 30,
+        ..Default::default()
+    };
+    // 24 GiB: 6 held by our actor, 17 by someone else, 1 free; our actor may grow to its
+    // 8 reserved, so nothing is left for a second one.
+    h.send("g1", heartbeat(&[(0, 24, 1)], vec![loaded]));
+    h.tick();
+    let spec = gpu_pool("second", 8);
+    let refused = answer(
+        |reply| SchedulerCommand::CreatePool { spec, reply },
+        &mut h.core,
+    );
+    let unplaced = match &refused {
+        Ok(status) => status.unplaced_reason.clone(),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        unplaced.contains("needs 8.0 GiB") && unplaced.contains("largest free is 0.0 GiB"),
+        "no room for a second actor: {refused:?}"
+    );
+    let messages = sent(h.agent("g1"));
+    assert!(
+        !messages.iter().any(|m| matches!(
+            m,
+            pb::scheduler_message::Body::StopActor(_) | pb::scheduler_message::Body::StartActor(_)
+        )),
+        "{messages:?}"
+    );
+    assert!(h.core.actors[&actor].state.is_placed());
+}
