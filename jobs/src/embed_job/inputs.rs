@@ -254,8 +254,10 @@ impl InputSet {
         }
     }
 
-    /// A fingerprint that changes when the corpus does: every file's name and size, plus
-    /// the first and last MiB of local files or the ETag of S3 objects (blocking).
+    /// A fingerprint that changes when the corpus does: every file's name, plus the SHA-256
+    /// of every byte of local files, or the size and ETag of S3 objects (blocking). The
+    /// whole content, so that an edit in the middle of a file that keeps its size is seen
+    /// too; the scan reads every byte next anyway, from the page cache this warms.
     pub(super) fn fingerprint(&self) -> Result<String, JobError> {
         let mut hasher = Sha256::new();
         for (index, file) in self.files.iter().enumerate() {
@@ -275,17 +277,37 @@ impl InputSet {
 }
 
 fn hash_local_file(hasher: &mut Sha256, path: &Path) -> std::io::Result<()> {
-    const MIB: u64 = 1 << 20;
     let mut file = File::open(path)?;
-    let size = file.metadata()?.len();
-    hasher.update(size.to_le_bytes());
-    let mut edge = vec![0u8; MIB.min(size) as usize];
-    file.read_exact(&mut edge)?;
-    hasher.update(&edge);
-    if size > MIB {
-        file.seek(SeekFrom::End(-(MIB as i64)))?;
-        file.read_exact(&mut edge)?;
-        hasher.update(&edge);
+    hasher.update(file.metadata()?.len().to_le_bytes());
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buffer)? {
+            0 => return Ok(()),
+            read => hasher.update(&buffer[..read]),
+        }
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An edit in the middle of a large file that keeps its size changes the fingerprint
+    /// (the old one hashed the size and the first and last MiB only).
+    #[test]
+    fn a_same_size_edit_in_the_middle_changes_the_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus.jsonl");
+        let line = "{\"id\": 1, \"text\": \"a line of text\"}\n";
+        let mut text = line.repeat(200_000); // about 7 MB
+        std::fs::write(&path, &text).unwrap();
+        let before = InputSet::local(&path).unwrap().fingerprint().unwrap();
+        assert_eq!(before, InputSet::local(&path).unwrap().fingerprint().unwrap());
+        let middle = text.len() / 2;
+        let at = middle + text[middle..].find("line").unwrap();
+        text.replace_range(at..at + 4, "LINE");
+        std::fs::write(&path, &text).unwrap();
+        let after = InputSet::local(&path).unwrap().fingerprint().unwrap();
+        assert_ne!(before, after);
+    }
 }
