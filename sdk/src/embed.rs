@@ -102,6 +102,9 @@ pub struct EmbedStats {
     pub dtype: String,
     /// The token budget per batch at the end of the chunk (halved on out-of-memory).
     pub max_batch_tokens: u64,
+    /// SHA-256 of the weights and configs of the model that embedded the chunk: chunks
+    /// with different fingerprints came from different models.
+    pub model_fingerprint: String,
 }
 
 impl From<pb::EmbedResponse> for EmbedStats {
@@ -119,6 +122,7 @@ impl From<pb::EmbedResponse> for EmbedStats {
             device: response.device,
             dtype: response.dtype,
             max_batch_tokens: response.max_batch_tokens,
+            model_fingerprint: response.model_fingerprint,
         }
     }
 }

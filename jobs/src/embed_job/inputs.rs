@@ -302,7 +302,10 @@ mod tests {
         let mut text = line.repeat(200_000); // about 7 MB
         std::fs::write(&path, &text).unwrap();
         let before = InputSet::local(&path).unwrap().fingerprint().unwrap();
-        assert_eq!(before, InputSet::local(&path).unwrap().fingerprint().unwrap());
+        assert_eq!(
+            before,
+            InputSet::local(&path).unwrap().fingerprint().unwrap()
+        );
         let middle = text.len() / 2;
         let at = middle + text[middle..].find("line").unwrap();
         text.replace_range(at..at + 4, "LINE");

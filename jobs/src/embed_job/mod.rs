@@ -250,6 +250,11 @@ pub async fn run_embed_job(
                 error: "row count differs from the chunk".into(),
             });
         }
+        manifest.check_model_content(
+            &embedded.stats.model_fingerprint,
+            chunk.index,
+            &format!("actor {} on node {}", embedded.actor_id, embedded.node_id),
+        )?;
         stats.add(&embedded);
         builder.add_chunk(&embedded);
         let rows = chunk.ids.len() as u64;

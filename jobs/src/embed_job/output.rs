@@ -65,7 +65,43 @@ pub struct Manifest {
     pub chunk_size: usize,
     pub dtype: OutputDtype,
     pub dim: Option<usize>,
+    /// SHA-256 of the weights and configs of the model the agents loaded (from the first
+    /// chunk's result): every later chunk must match it.
+    #[serde(default)]
+    pub model_content: Option<String>,
     pub chunks: Vec<ShardEntry>,
+}
+
+impl Manifest {
+    /// Records the first chunk's model content fingerprint and refuses a chunk embedded by
+    /// another model (two agents that resolved one model name to different files). An
+    /// empty fingerprint (an agent from before fingerprints) is not checked.
+    pub fn check_model_content(
+        &mut self,
+        fingerprint: &str,
+        chunk: u64,
+        where_from: &str,
+    ) -> Result<(), JobError> {
+        if fingerprint.is_empty() {
+            return Ok(());
+        }
+        match &self.model_content {
+            None => {
+                self.model_content = Some(fingerprint.to_owned());
+                Ok(())
+            }
+            Some(recorded) if recorded == fingerprint => Ok(()),
+            Some(recorded) => Err(JobError::Mismatch(format!(
+                "chunk {chunk} was embedded by {where_from} with a model whose weights or \
+                 configs differ from the model of this output's other chunks (content \
+                 fingerprint {} against {}): the agents resolved the model name to different \
+                 files. Give every agent the same copy (a local directory, or one pinned \
+                 revision) and rerun; the chunks already written are kept",
+                &fingerprint[..fingerprint.len().min(12)],
+                &recorded[..recorded.len().min(12)],
+            ))),
+        }
+    }
 }
 
 fn io(path: &Path, error: std::io::Error) -> JobError {
@@ -362,6 +398,32 @@ mod tests {
         assert_eq!(half_bits(6.0e-8), 0x0001);
     }
 
+    #[test]
+    fn an_output_refuses_chunks_of_a_second_model() {
+        let mut manifest = Manifest {
+            version: 1,
+            input_fingerprint: "in".into(),
+            model_fingerprint: "name".into(),
+            chunk_size: 10,
+            dtype: OutputDtype::F32,
+            dim: Some(2),
+            model_content: None,
+            chunks: Vec::new(),
+        };
+        manifest.check_model_content("aaaa", 0, "actor a").unwrap();
+        manifest.check_model_content("aaaa", 1, "actor a").unwrap();
+        manifest.check_model_content("", 2, "an old agent").unwrap();
+        let refused = manifest
+            .check_model_content("bbbb", 3, "actor b on node n2")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("chunk 3") && refused.contains("actor b on node n2"),
+            "{refused}"
+        );
+        assert_eq!(manifest.model_content.as_deref(), Some("aaaa"));
+    }
+
     #[tokio::test]
     async fn shards_merge_in_chunk_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -392,6 +454,7 @@ mod tests {
             chunk_size: 1,
             dtype: OutputDtype::F32,
             dim: Some(2),
+            model_content: None,
             chunks: vec![second, first],
         };
         out.merge(&manifest).await.unwrap();

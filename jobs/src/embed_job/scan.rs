@@ -98,6 +98,7 @@ pub(super) async fn open_manifest(
             chunk_size: 0,
             dtype: config.dtype,
             dim: None,
+            model_content: None,
             chunks: Vec::new(),
         }),
     }

@@ -12,6 +12,7 @@ mod bert;
 mod cpu_bert;
 mod cpu_ops;
 mod encoder;
+mod fingerprint;
 mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;
@@ -186,6 +187,8 @@ pub struct Embedder {
     trials: TrialRunner,
     /// Where this actor may read (sweep datasets for its trials).
     roots: FileRoots,
+    /// SHA-256 of the model's weights and configs (`fingerprint.rs`), in every response.
+    content_fingerprint: String,
 }
 
 fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError> {
@@ -246,6 +249,10 @@ impl Embedder {
             .map_err(|e| ModelError::Load(format!("tokenizer truncation: {e}")))?;
         tokenizer.with_padding(None);
         let encoder = load_encoder(&layout, &device, dtype)?;
+        let hashing = std::time::Instant::now();
+        let content_fingerprint =
+            fingerprint::model_content_fingerprint(&dir, &layout.weights, &roots)?;
+        tracing::debug!(seconds = hashing.elapsed().as_secs_f64(), %content_fingerprint, "model fingerprint");
         let weight_bytes: u64 = layout
             .weights
             .iter()
@@ -286,9 +293,15 @@ impl Embedder {
             vram_bytes,
             trials: TrialRunner::default(),
             roots,
+            content_fingerprint,
         };
         embedder.warm_up()?;
         Ok(embedder)
+    }
+
+    /// SHA-256 of the loaded model's weights and configs.
+    pub fn content_fingerprint(&self) -> &str {
+        &self.content_fingerprint
     }
 
     /// One padded batch of two short texts through the whole forward and pooling: a GPU
@@ -420,6 +433,7 @@ impl Embedder {
             device: format!("{:?}", self.device.location()),
             dtype: format!("{:?}", self.dtype).to_ascii_lowercase(),
             max_batch_tokens: self.max_batch_tokens as u64,
+            model_fingerprint: self.content_fingerprint.clone(),
         })
     }
 }
