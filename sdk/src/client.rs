@@ -31,6 +31,11 @@ pub struct Cluster {
     _local: Option<Arc<dyn Any + Send + Sync>>,
 }
 
+/// How often the client pings the scheduler on an otherwise quiet connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long an unanswered ping may wait before the connection counts as dead.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One task's answer.
 #[derive(Clone, Debug)]
 pub struct TaskOutput {
@@ -88,7 +93,13 @@ impl Cluster {
         let endpoint = scheduler_endpoint(url, &credentials)
             .map_err(|e| SdkError::Credentials(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // A half-open connection (the scheduler's host froze or vanished without a
+            // reset) would leave a job stream waiting forever: unanswered HTTP/2 pings close
+            // it within KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT, and the stream ends in an error.
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         let connect_error = |source: tonic::transport::Error| SdkError::Connect {
             url: url.to_owned(),
             hint: transport_hint(url, &source)

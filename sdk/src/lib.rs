@@ -26,8 +26,8 @@ mod local;
 mod pool_spec;
 
 pub use client::{
-    CallSession, ClientCredentials, Cluster, JobStream, Pool, SubmitOptions, TaskOutput,
-    credentials_from_env,
+    CallSession, ClientCredentials, Cluster, JobStream, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
+    Pool, SubmitOptions, TaskOutput, credentials_from_env,
 };
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request};
 pub use error::SdkError;

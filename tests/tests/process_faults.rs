@@ -330,3 +330,45 @@ async fn an_oversized_result_fails_only_its_task() {
     let nodes = cluster.list_nodes().await.unwrap();
     assert!(nodes[0].alive, "the node's session never dropped");
 }
+
+/// A job stream whose scheduler stops answering without closing the connection (a frozen
+/// host: SIGSTOP keeps the socket open, and the kernel still acknowledges every packet)
+/// ends in an error after the client's keepalive pings go unanswered; before, it waited
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (scheduler, url) = spawn_scheduler(0, state.path());
+    let _agent = spawn_agent(&url, "only", "L4:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("slow", "echo")
+                .replicas(1)
+                .cpus(1.0)
+                .config_json(&serde_json::json!({"delay_ms": 600_000})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let mut job = pool
+        .submit("stuck", futures::stream::iter([Bytes::from("x")]))
+        .await
+        .unwrap();
+    scheduler.signal("STOP");
+    let stopped = std::time::Instant::now();
+    let deadline = resident_sdk::KEEPALIVE_INTERVAL + resident_sdk::KEEPALIVE_TIMEOUT;
+    let ended = tokio::time::timeout(deadline + Duration::from_secs(15), job.next()).await;
+    scheduler.signal("CONT");
+    let ended = ended.expect("the stream ends within the keepalive deadline");
+    assert!(
+        matches!(ended, Some(Err(_)) | None),
+        "no result can come from a frozen scheduler: {ended:?}"
+    );
+    eprintln!("stream ended after {:?}", stopped.elapsed());
+}

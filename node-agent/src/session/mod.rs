@@ -97,6 +97,7 @@ pub async fn run_agent(
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(10))
             .keep_alive_while_idle(true),
         token: BearerToken::new(config.credentials.token.as_deref())?,
     };
