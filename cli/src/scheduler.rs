@@ -49,6 +49,10 @@ pub struct SchedulerArgs {
     /// forgotten with their recorded outcomes.
     #[arg(long, env = "RESIDENT_JOB_HISTORY", default_value_t = 1000)]
     job_history: usize,
+    /// After a restart, placement waits up to this long for the nodes that were alive
+    /// before (less once all are back), so replicas do not pile onto the first one back.
+    #[arg(long, env = "RESIDENT_SETTLE_MS", default_value_t = 15_000)]
+    settle_ms: u64,
 }
 
 impl SchedulerArgs {
@@ -69,6 +73,7 @@ impl SchedulerArgs {
             node_dead_after: Duration::from_millis(self.node_dead_ms),
             default_max_task_attempts: self.max_task_attempts,
             finished_job_history: self.job_history,
+            settle_window: Duration::from_millis(self.settle_ms),
             ..CoreConfig::default()
         })
     }

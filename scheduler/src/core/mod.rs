@@ -42,6 +42,9 @@ pub struct CoreConfig {
     /// Finished jobs kept (in memory and in the store) for `GetJob`; older ones are
     /// forgotten, with their recorded outcomes.
     pub finished_job_history: usize,
+    /// After a restart, placement waits this long for the nodes that were alive before
+    /// (less once all are back), so replicas do not pile onto the first node to return.
+    pub settle_window: Duration,
 }
 
 impl Default for CoreConfig {
@@ -58,6 +61,7 @@ impl Default for CoreConfig {
             default_max_task_attempts: 3,
             max_node_losses_per_task: 10,
             finished_job_history: 1000,
+            settle_window: Duration::from_secs(15),
         }
     }
 }
@@ -245,6 +249,15 @@ pub(crate) struct Core {
     finished_jobs: VecDeque<JobId>,
     /// Set when nodes or actors changed; placement runs once after the current batch.
     replan_needed: bool,
+    /// After a restart: placement waits for these nodes until then.
+    settle: Option<Settle>,
+}
+
+/// The settle window after a restart: the nodes that were alive before, still awaited.
+#[derive(Debug)]
+struct Settle {
+    until: Instant,
+    awaited: std::collections::BTreeSet<NodeId>,
 }
 
 impl Core {
@@ -264,6 +277,7 @@ impl Core {
             jobs: HashMap::new(),
             finished_jobs: VecDeque::new(),
             replan_needed: false,
+            settle: None,
         }
     }
 
@@ -341,7 +355,26 @@ impl Core {
         }
     }
 
+    /// Whether placement still waits for known nodes after a restart; ends the window
+    /// (and asks for placement) once they are all back or its time is up.
+    fn settling(&mut self, now: Instant) -> bool {
+        let Some(settle) = &self.settle else {
+            return false;
+        };
+        if settle.awaited.is_empty() || now >= settle.until {
+            tracing::info!(
+                missing = ?settle.awaited,
+                "settle window over; placing actors"
+            );
+            self.settle = None;
+            self.replan_needed = true;
+            return false;
+        }
+        true
+    }
+
     fn on_tick(&mut self, now: Instant) {
+        self.settling(now);
         self.detect_dead_nodes(now);
         self.release_due_retries(now);
         self.after_commands();

@@ -10,6 +10,7 @@ use super::{Core, ToAgent};
 use crate::error::SchedulerError;
 use crate::placement::{ComputeCapability, GpuCapacity, NodeCapacity};
 use crate::state::{ActorEvent, ActorState};
+use crate::store::StoreOp;
 
 pub(super) fn node_capacity(node: &NodeRecord, registered: &[pb::GpuInfo]) -> NodeCapacity {
     NodeCapacity {
@@ -153,6 +154,10 @@ impl Core {
             "node registered"
         );
         self.nodes.insert(node_id.clone(), record);
+        self.store.write(StoreOp::PutNode(node_id.clone()));
+        if let Some(settle) = &mut self.settle {
+            settle.awaited.remove(&node_id);
+        }
         self.sessions.insert(session, node_id);
         self.replan_needed = true;
         Ok(session)
@@ -209,6 +214,7 @@ impl Core {
             .collect();
         for node_id in revoked_nodes {
             self.mark_node_dead(&node_id, "its credential was revoked");
+            self.store.write(StoreOp::DeleteNode(node_id));
         }
         let revoked_jobs: Vec<JobId> = self
             .jobs
@@ -231,6 +237,9 @@ impl Core {
             .collect();
         for node_id in silent {
             self.mark_node_dead(&node_id, "missed heartbeats");
+            // A node that died (not one whose session closed, which a scheduler restart
+            // also does) is not awaited after the next restart.
+            self.store.write(StoreOp::DeleteNode(node_id));
         }
     }
 

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use resident_proto::{ActorId, GpuFraction, PoolName, VramBytes, pb};
 
+use tokio::time::Instant;
+
 use super::Core;
 use super::records::{ActorRecord, PoolRecord};
 use crate::error::SchedulerError;
@@ -267,6 +269,10 @@ impl Core {
 
     /// Places every actor that needs a node and starts the newly placed ones.
     pub(super) fn replan(&mut self) {
+        if self.settling(Instant::now()) {
+            self.replan_needed = true;
+            return;
+        }
         let mut problem = Problem {
             nodes: self.alive_node_capacities(),
             actors: BTreeMap::new(),

@@ -12,12 +12,14 @@ use tokio::time::Instant;
 use super::{Core, CoreConfig, LastHeard, SchedulerCommand, SessionId};
 use crate::auth::{Principal, Role};
 use crate::error::SchedulerError;
-use crate::store::{MemoryStore, StoreWriter};
+use crate::store::{DurableStore, MemoryStore, StoreWriter};
 
 type AgentRx = mpsc::UnboundedReceiver<Result<pb::SchedulerMessage, tonic::Status>>;
 type ResultsRx = mpsc::UnboundedReceiver<pb::SubmitResponse>;
 
 struct Agent {
+    /// What the core sent along with `Registered` (placements made at registration).
+    early: Vec<pb::scheduler_message::Body>,
     session: SessionId,
     rx: AgentRx,
     /// What the session handler would stamp on each message received.
@@ -89,11 +91,18 @@ impl Harness {
             },
             &mut self.core,
         )?;
-        let mut agent = Agent { session, rx, heard };
+        let mut agent = Agent {
+            early: Vec::new(),
+            session,
+            rx,
+            heard,
+        };
+        let mut first = sent(&mut agent);
         assert!(matches!(
-            sent(&mut agent).as_slice(),
-            [pb::scheduler_message::Body::Registered(_)]
+            first.first(),
+            Some(pb::scheduler_message::Body::Registered(_))
         ));
+        agent.early = first.split_off(1);
         self.agents.insert(name.into(), agent);
         Ok(())
     }
@@ -210,7 +219,7 @@ impl Harness {
 }
 
 fn sent(agent: &mut Agent) -> Vec<pb::scheduler_message::Body> {
-    let mut messages = Vec::new();
+    let mut messages = std::mem::take(&mut agent.early);
     while let Ok(message) = agent.rx.try_recv() {
         messages.extend(message.expect("not an error").body);
     }
@@ -759,4 +768,56 @@ async fn a_fuller_gpu_blocks_new_actors_but_keeps_running_ones() {
         "{messages:?}"
     );
     assert!(h.core.actors[&actor].state.is_placed());
+}
+
+/// A core restarted on a store that knew nodes `n1` and `n2` and a 4-replica CPU pool.
+fn restarted_with_two_known_nodes() -> Harness {
+    let store = Arc::new(MemoryStore::default());
+    store
+        .apply(&[
+            crate::store::StoreOp::PutPool(cpu_pool("p", 4, 1)),
+            crate::store::StoreOp::PutNode(NodeId::from("n1")),
+            crate::store::StoreOp::PutNode(NodeId::from("n2")),
+        ])
+        .unwrap();
+    let mut h = Harness {
+        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
+        agents: BTreeMap::new(),
+    };
+    h.core.restore(store.as_ref()).unwrap();
+    h
+}
+
+fn started(h: &mut Harness, node: &str) -> usize {
+    sent(h.agent(node))
+        .iter()
+        .filter(|m| matches!(m, pb::scheduler_message::Body::StartActor(_)))
+        .count()
+}
+
+/// After a restart, placement waits for the nodes known before it: the first node back
+/// does not take every replica (before, it did, and they stayed there).
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_placement_waits_for_the_known_nodes() {
+    let mut h = restarted_with_two_known_nodes();
+    h.add_node("n1", vec![]);
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 0, "n2 is still awaited");
+    h.add_node("n2", vec![]);
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 2, "spread over both");
+    assert_eq!(started(&mut h, "n2"), 2, "spread over both");
+}
+
+/// A known node that never comes back holds placement for the settle window only.
+#[tokio::test(start_paused = true)]
+async fn the_settle_window_ends_when_its_time_is_up() {
+    let mut h = restarted_with_two_known_nodes();
+    h.add_node("n1", vec![]);
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 0);
+    tokio::time::advance(CoreConfig::for_test().settle_window).await;
+    h.agents["n1"].heard.heard();
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 4, "n2 never came: everything on n1");
 }

@@ -1,6 +1,6 @@
 //! Read-only views for the client API, and restoring saved state at start.
 
-use resident_proto::{ActorId, JobId, PoolName, pb};
+use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 use tokio::time::Instant;
 
 use super::Core;
@@ -120,6 +120,14 @@ impl Core {
             };
             self.jobs.insert(job.clone(), record);
             self.remember_finished_job(job);
+        }
+        let known: std::collections::BTreeSet<NodeId> = store.load_nodes()?.into_iter().collect();
+        if !known.is_empty() && !self.pools.is_empty() {
+            tracing::info!(nodes = known.len(), window = ?self.config.settle_window, "waiting for the nodes known before the restart");
+            self.settle = Some(super::Settle {
+                until: Instant::now() + self.config.settle_window,
+                awaited: known,
+            });
         }
         Ok(())
     }

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prost::Message;
-use resident_proto::{JobId, pb};
+use resident_proto::{JobId, NodeId, pb};
 
 use super::{DurableStore, StoreError, StoreOp, StoredOutcome, encode_job, encode_pool};
 
@@ -17,6 +17,7 @@ struct Tables {
     pools: BTreeMap<String, Vec<u8>>,
     jobs: BTreeMap<String, Vec<u8>>,
     outcomes: BTreeMap<(String, u64), StoredOutcome>,
+    nodes: std::collections::BTreeSet<String>,
 }
 
 impl DurableStore for MemoryStore {
@@ -45,6 +46,15 @@ impl DurableStore for MemoryStore {
             .outcomes
             .range((key.clone(), 0)..=(key, u64::MAX))
             .map(|((_, seq), outcome)| (*seq, outcome.clone()))
+            .collect())
+    }
+
+    fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        Ok(tables
+            .nodes
+            .iter()
+            .map(|n| NodeId::new(n.clone()))
             .collect())
     }
 
@@ -77,6 +87,12 @@ impl DurableStore for MemoryStore {
                     tables
                         .outcomes
                         .insert((job.as_str().to_owned(), *seq), outcome.clone());
+                }
+                StoreOp::PutNode(node) => {
+                    tables.nodes.insert(node.as_str().to_owned());
+                }
+                StoreOp::DeleteNode(node) => {
+                    tables.nodes.remove(node.as_str());
                 }
             }
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use prost::Message;
-use resident_proto::{JobId, PoolName, pb};
+use resident_proto::{JobId, NodeId, PoolName, pb};
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryStore;
@@ -47,12 +47,18 @@ pub enum StoreOp {
         seq: u64,
         outcome: StoredOutcome,
     },
+    /// A node registered: a restarted scheduler waits a settle window for it.
+    PutNode(NodeId),
+    /// A node died or left: a restart does not wait for it.
+    DeleteNode(NodeId),
 }
 
 pub trait DurableStore: Send + Sync + 'static {
     fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError>;
     fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError>;
     fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError>;
+    /// Nodes that were alive when last written.
+    fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError>;
     /// Applies a batch atomically.
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
 }
@@ -156,6 +162,15 @@ mod tests {
             outcome,
         };
         store.apply(&[StoreOp::PutJob(job), again]).unwrap();
+        store
+            .apply(&[
+                StoreOp::PutNode(NodeId::from("n1")),
+                StoreOp::PutNode(NodeId::from("n2")),
+                StoreOp::PutNode(NodeId::from("n1")),
+                StoreOp::DeleteNode(NodeId::from("n2")),
+            ])
+            .unwrap();
+        assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
     }
 
     #[test]
@@ -179,5 +194,6 @@ mod tests {
         let reopened = RedbStore::open(dir.path()).unwrap();
         assert_eq!(reopened.load_pools().unwrap()[0].name, "kept");
         assert_eq!(reopened.outcomes(&JobId::from("j1")).unwrap().len(), 1);
+        assert_eq!(reopened.load_nodes().unwrap(), vec![NodeId::from("n1")]);
     }
 }

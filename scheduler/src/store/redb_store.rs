@@ -2,13 +2,15 @@ use std::path::Path;
 
 use prost::Message;
 use redb::{Database, ReadableTable, TableDefinition};
-use resident_proto::{JobId, pb};
+use resident_proto::{JobId, NodeId, pb};
 
 use super::{DurableStore, StoreError, StoreOp, StoredOutcome, encode_job, encode_pool};
 
 const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const OUTCOMES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("task_outcomes");
+/// Node ids that were alive when last written (the value is unused).
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 
 /// An embedded redb database at `<state-dir>/scheduler.redb`.
 pub struct RedbStore {
@@ -32,6 +34,7 @@ impl RedbStore {
         txn.open_table(POOLS).map_err(backend)?;
         txn.open_table(JOBS).map_err(backend)?;
         txn.open_table(OUTCOMES).map_err(backend)?;
+        txn.open_table(NODES).map_err(backend)?;
         txn.commit().map_err(backend)?;
         Ok(Self { db })
     }
@@ -74,12 +77,24 @@ impl DurableStore for RedbStore {
         Ok(out)
     }
 
+    fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = txn.open_table(NODES).map_err(backend)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, _) = entry.map_err(backend)?;
+            out.push(NodeId::new(key.value().to_owned()));
+        }
+        Ok(out)
+    }
+
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
         let txn = self.db.begin_write().map_err(backend)?;
         {
             let mut pools = txn.open_table(POOLS).map_err(backend)?;
             let mut jobs = txn.open_table(JOBS).map_err(backend)?;
             let mut outcomes = txn.open_table(OUTCOMES).map_err(backend)?;
+            let mut nodes = txn.open_table(NODES).map_err(backend)?;
             for op in batch {
                 match op {
                     StoreOp::PutPool(spec) => {
@@ -105,6 +120,14 @@ impl DurableStore for RedbStore {
                         outcomes
                             .insert((job.as_str(), *seq), value.as_slice())
                             .map_err(backend)?;
+                    }
+                    StoreOp::PutNode(node) => {
+                        nodes
+                            .insert(node.as_str(), [].as_slice())
+                            .map_err(backend)?;
+                    }
+                    StoreOp::DeleteNode(node) => {
+                        nodes.remove(node.as_str()).map_err(backend)?;
                     }
                 }
             }
