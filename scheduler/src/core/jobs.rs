@@ -49,6 +49,7 @@ impl Core {
                 method: header.method,
                 results: Some(results),
                 input_closed: false,
+                persisted: JobCounts::default(),
             },
         );
         Ok(job)

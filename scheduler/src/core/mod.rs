@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Principal;
 use crate::error::SchedulerError;
 use crate::policy::backoff::RetryBackoff;
-use crate::store::{DurableStore, StoreWriter};
+use crate::store::{DurableStore, StoreOp, StoreWriter};
 
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
 pub use records::{LastHeard, SessionId};
@@ -251,7 +251,14 @@ pub(crate) struct Core {
     replan_needed: bool,
     /// After a restart: placement waits for these nodes until then.
     settle: Option<Settle>,
+    /// When running jobs' counters were last written to the store.
+    last_job_flush: Instant,
 }
+
+/// How often running jobs' counters are written to the store (when they changed): what
+/// `resident status` shows after a restart is at most this old for `submitted`; the done
+/// counts are exact anyway (recounted from the outcomes, written as each task finishes).
+const JOB_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 
 /// The settle window after a restart: the nodes that were alive before, still awaited.
 #[derive(Debug)]
@@ -278,6 +285,7 @@ impl Core {
             finished_jobs: VecDeque::new(),
             replan_needed: false,
             settle: None,
+            last_job_flush: Instant::now(),
         }
     }
 
@@ -373,8 +381,23 @@ impl Core {
         true
     }
 
+    /// Writes the counters of running jobs that changed since their last write.
+    fn flush_job_counters(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_job_flush) < JOB_FLUSH_PERIOD {
+            return;
+        }
+        self.last_job_flush = now;
+        for job in self.jobs.values_mut() {
+            if job.is_running() && job.counts != job.persisted {
+                job.persisted = job.counts;
+                self.store.write(StoreOp::PutJob(job.snapshot()));
+            }
+        }
+    }
+
     fn on_tick(&mut self, now: Instant) {
         self.settling(now);
+        self.flush_job_counters(now);
         self.detect_dead_nodes(now);
         self.release_due_retries(now);
         self.after_commands();

@@ -119,6 +119,9 @@ pub struct JobRecord {
     pub method: String,
     pub results: Option<JobResults>,
     pub input_closed: bool,
+    /// The counters as last written to the store (running jobs are written again when
+    /// they differ, at most once per `JOB_FLUSH_PERIOD`).
+    pub persisted: JobCounts,
 }
 
 impl JobRecord {

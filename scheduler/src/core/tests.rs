@@ -821,3 +821,66 @@ async fn the_settle_window_ends_when_its_time_is_up() {
     h.tick();
     assert_eq!(started(&mut h, "n1"), 4, "n2 never came: everything on n1");
 }
+
+/// Polls the store (written on its own thread) until `done` holds, for up to 5 s.
+fn stored_job(
+    store: &MemoryStore,
+    job: &JobId,
+    done: impl Fn(&pb::JobStatus) -> bool,
+) -> pb::JobStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = store
+            .load_jobs()
+            .unwrap()
+            .into_iter()
+            .find(|j| j.job_id == job.as_str());
+        match found {
+            Some(status) if done(&status) => return status,
+            other if std::time::Instant::now() > deadline => {
+                panic!("the store never showed the job as expected: {other:?}")
+            }
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// A running job's counters reach the store within a second of changing, and a restarted
+/// scheduler shows the job as interrupted with the exact done counts (recounted from the
+/// outcomes); before, the store held the counters of the job's opening.
+#[tokio::test(start_paused = true)]
+async fn job_counters_stay_current_in_the_store_across_a_restart() {
+    let store = Arc::new(MemoryStore::default());
+    let mut h = Harness {
+        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
+        agents: BTreeMap::new(),
+    };
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 4));
+    h.load_actors("n1");
+    let (job, _rx) = h.open_job("p");
+    h.submit(&job, 0..3);
+    let tasks = run_tasks(&sent(h.agent("n1")));
+    h.outcome("n1", &tasks[0], Ok("a"));
+    h.outcome("n1", &tasks[1], Ok("b"));
+    tokio::time::advance(Duration::from_millis(1100)).await;
+    h.agents["n1"].heard.heard();
+    h.tick();
+    let stored = stored_job(&store, &job, |j| j.succeeded == 2);
+    assert_eq!((stored.submitted, stored.running), (3, 1), "{stored:?}");
+
+    let mut restarted = Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone()));
+    restarted.restore(store.as_ref()).unwrap();
+    let status = restarted.jobs[&job].snapshot();
+    assert_eq!(status.state, pb::JobState::Interrupted as i32);
+    assert_eq!(
+        (
+            status.submitted,
+            status.succeeded,
+            status.queued,
+            status.running
+        ),
+        (3, 2, 0, 0),
+        "{status:?}"
+    );
+}

@@ -104,19 +104,30 @@ impl Core {
             }
         }
         for mut status in store.load_jobs()? {
+            let job = JobId::new(status.job_id.clone());
             if status.state == pb::JobState::Running as i32 {
+                // The counters were last written up to a second before the stop; every
+                // finished task's outcome was written as it finished, so the done counts
+                // are recounted from those, exactly.
+                let outcomes = store.outcomes(&job)?;
+                let succeeded = outcomes.iter().filter(|(_, o)| o.ok).count() as u64;
+                let failed = outcomes.len() as u64 - succeeded;
                 status.state = pb::JobState::Interrupted as i32;
+                status.succeeded = succeeded;
+                status.failed = failed;
                 status.queued = 0;
                 status.running = 0;
+                status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
                 self.store.write(StoreOp::PutJob(status.clone()));
             }
-            let job = JobId::new(status.job_id.clone());
+            let counts = JobCounts::from_status(&status);
             let record = JobRecord {
-                counts: JobCounts::from_status(&status),
+                counts,
                 status,
                 method: String::new(),
                 results: None,
                 input_closed: true,
+                persisted: counts,
             };
             self.jobs.insert(job.clone(), record);
             self.remember_finished_job(job);
