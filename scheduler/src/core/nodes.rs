@@ -139,6 +139,7 @@ impl Core {
             ram_bytes: register.ram_bytes,
             actor_kinds: register.actor_kinds.into_iter().collect(),
             alive: true,
+            remembered: true,
             last_heard,
             outbound: Some(outbound),
         };
@@ -214,7 +215,6 @@ impl Core {
             .collect();
         for node_id in revoked_nodes {
             self.mark_node_dead(&node_id, "its credential was revoked");
-            self.store.write(StoreOp::DeleteNode(node_id));
         }
         let revoked_jobs: Vec<JobId> = self
             .jobs
@@ -237,9 +237,18 @@ impl Core {
             .collect();
         for node_id in silent {
             self.mark_node_dead(&node_id, "missed heartbeats");
-            // A node that died (not one whose session closed, which a scheduler restart
-            // also does) is not awaited after the next restart.
-            self.store.write(StoreOp::DeleteNode(node_id));
+        }
+        // Dead for longer than the deadline (silent, or its session closed and it did not
+        // come back): a restart will not wait for it. A scheduler that stops closes every
+        // session but never gets here, so its restart still waits for them all.
+        for (node_id, node) in &mut self.nodes {
+            if node.remembered
+                && !node.alive
+                && now.saturating_duration_since(node.last_heard.at()) > deadline
+            {
+                node.remembered = false;
+                self.store.write(StoreOp::DeleteNode(node_id.clone()));
+            }
         }
     }
 

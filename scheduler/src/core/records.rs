@@ -50,6 +50,8 @@ pub struct NodeRecord {
     pub ram_bytes: u64,
     pub actor_kinds: BTreeSet<String>,
     pub alive: bool,
+    /// Whether the store lists it as a node a restart waits for.
+    pub remembered: bool,
     /// Stamped by the session handler as messages arrive.
     pub last_heard: LastHeard,
     pub outbound: Option<ToAgent>,

@@ -884,3 +884,36 @@ async fn job_counters_stay_current_in_the_store_across_a_restart() {
         "{status:?}"
     );
 }
+
+/// The store remembers registered nodes for the settle window of a restart, and forgets a
+/// node that stays dead past the deadline (a lost machine must not hold up every restart).
+#[tokio::test(start_paused = true)]
+async fn the_store_forgets_a_node_that_stays_dead() {
+    let store = Arc::new(MemoryStore::default());
+    let mut h = Harness {
+        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
+        agents: BTreeMap::new(),
+    };
+    h.add_node("n1", vec![]);
+    h.add_node("n2", vec![]);
+    let listed = |want: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while store.load_nodes().unwrap().len() != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                store.load_nodes()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    listed(2);
+    let session = h.agent("n2").session;
+    h.core.handle(SchedulerCommand::AgentGone { session });
+    h.core.after_commands();
+    tokio::time::advance(CoreConfig::for_test().node_dead_after * 2).await;
+    h.agents["n1"].heard.heard();
+    h.tick();
+    listed(1);
+    assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
+}
