@@ -372,3 +372,63 @@ async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
     );
     eprintln!("stream ended after {:?}", stopped.elapsed());
 }
+
+/// An agent frozen (SIGSTOP) with a task in flight is declared dead; the task runs again on
+/// the other node and its result reaches the client. When the frozen agent wakes and sends
+/// its own, late result for the same task, that answer is dropped: the client sees one
+/// result, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_result_from_a_frozen_agent_is_dropped() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let first = spawn_agent(&url, "first", "L4:24GiB", "");
+    let second = spawn_agent(&url, "second", "L4:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("slow", "echo")
+                .replicas(1)
+                .gpus(1.0)
+                .config_json(&serde_json::json!({"delay_ms": 1500})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let home = cluster.list_actors().await.unwrap()[0]
+        .node_id
+        .clone()
+        .expect("placed");
+    let (frozen, other) = if home == "first" {
+        (&first, "second")
+    } else {
+        (&second, "first")
+    };
+    // The input stays open, so a second answer for the task could still be delivered.
+    let inputs = futures::stream::iter([Bytes::from("only")]).chain(futures::stream::pending());
+    let mut job = pool.submit("late", inputs).await.unwrap();
+    let job_id = job.job_id.clone();
+    wait_until("the task runs", Duration::from_secs(10), || async {
+        let status = cluster.job_status(&job_id).await.unwrap();
+        (status.running == 1).then_some(())
+    })
+    .await;
+    frozen.signal("STOP");
+    let result = tokio::time::timeout(Duration::from_secs(30), job.next())
+        .await
+        .expect("the task is answered from the other node")
+        .expect("a result")
+        .expect("not an error");
+    assert_eq!(result.output.as_deref().unwrap(), b"only");
+    assert!(result.node_id.as_str() == other, "{result:?}");
+    // Wake the frozen agent: its echo finishes and answers the old dispatch.
+    frozen.signal("CONT");
+    let again = tokio::time::timeout(Duration::from_secs(5), job.next()).await;
+    assert!(again.is_err(), "a second answer reached the client: {again:?}");
+    let status = cluster.job_status(&job_id).await.unwrap();
+    assert_eq!((status.succeeded, status.running, status.queued), (1, 0, 0));
+}
