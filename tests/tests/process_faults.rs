@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use resident_sdk::{ActorState, Bytes, Cluster, JobState, PoolSpec};
 use resident_tests::{
-    free_port, init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until,
+    Proc, free_port, init_logging, resident_bin, spawn_agent, spawn_scheduler, wait_until,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,32 +282,43 @@ async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
     assert!(outputs[0].output.is_ok());
 }
 
+/// A scheduler process and one agent process (`only`), a client, and a ready one-replica
+/// `echo` pool with `config`. The temporary state directory lives as long as the processes.
+async fn one_agent_echo_pool(
+    name: &str,
+    config: serde_json::Value,
+) -> (tempfile::TempDir, Proc, Proc, Cluster, resident_sdk::Pool) {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (scheduler, url) = spawn_scheduler(0, state.path());
+    let agent = spawn_agent(&url, "only", "L4:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new(name, "echo")
+                .replicas(1)
+                .cpus(1.0)
+                .config_json(&config),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    (state, scheduler, agent, cluster, pool)
+}
+
 /// A result too large for one message fails its task alone, with a message that says what to
 /// do; the agent's session, its actor (one model load) and the tasks around it carry on.
 /// Before, the encode failure on the agent reset its whole session: the node was declared
 /// dead, every actor on it reloaded, and the task moved on to do the same elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_result_fails_only_its_task() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let (_scheduler, url) = spawn_scheduler(0, state.path());
-    let _agent = spawn_agent(&url, "only", "L4:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(1, Duration::from_secs(10))
-        .await
-        .unwrap();
     // 1 MiB x 260 = 260 MiB of result, over the 255 MiB a result may take.
-    let pool = cluster
-        .create_pool(
-            PoolSpec::new("big", "echo")
-                .replicas(1)
-                .cpus(1.0)
-                .config_json(&serde_json::json!({"repeat": 260})),
-        )
-        .await
-        .unwrap();
-    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let (_state, _scheduler, _agent, cluster, pool) =
+        one_agent_echo_pool("big", serde_json::json!({"repeat": 260})).await;
     let payloads = vec![
         Bytes::from("before"),
         Bytes::from(vec![b'x'; 1 << 20]),
@@ -337,25 +348,8 @@ async fn an_oversized_result_fails_only_its_task() {
 /// for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let (scheduler, url) = spawn_scheduler(0, state.path());
-    let _agent = spawn_agent(&url, "only", "L4:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(1, Duration::from_secs(10))
-        .await
-        .unwrap();
-    let pool = cluster
-        .create_pool(
-            PoolSpec::new("slow", "echo")
-                .replicas(1)
-                .cpus(1.0)
-                .config_json(&serde_json::json!({"delay_ms": 600_000})),
-        )
-        .await
-        .unwrap();
-    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let (_state, scheduler, _agent, _cluster, pool) =
+        one_agent_echo_pool("slow", serde_json::json!({"delay_ms": 600_000})).await;
     let mut job = pool
         .submit("stuck", futures::stream::iter([Bytes::from("x")]))
         .await
@@ -428,7 +422,10 @@ async fn a_late_result_from_a_frozen_agent_is_dropped() {
     // Wake the frozen agent: its echo finishes and answers the old dispatch.
     frozen.signal("CONT");
     let again = tokio::time::timeout(Duration::from_secs(5), job.next()).await;
-    assert!(again.is_err(), "a second answer reached the client: {again:?}");
+    assert!(
+        again.is_err(),
+        "a second answer reached the client: {again:?}"
+    );
     let status = cluster.job_status(&job_id).await.unwrap();
     assert_eq!((status.succeeded, status.running, status.queued), (1, 0, 0));
 }

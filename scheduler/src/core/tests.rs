@@ -52,9 +52,13 @@ fn gpu(index: u32, gib: u64) -> pb::GpuInfo {
 
 impl Harness {
     fn new(config: CoreConfig) -> Self {
-        let store = StoreWriter::spawn(Arc::new(MemoryStore::default()));
+        Self::with_store(config, Arc::new(MemoryStore::default()))
+    }
+
+    /// A core writing to `store`, which the test reads back.
+    fn with_store(config: CoreConfig, store: Arc<MemoryStore>) -> Self {
         Self {
-            core: Core::new(config, store),
+            core: Core::new(config, StoreWriter::spawn(store)),
             agents: BTreeMap::new(),
         }
     }
@@ -780,10 +784,7 @@ fn restarted_with_two_known_nodes() -> Harness {
             crate::store::StoreOp::PutNode(NodeId::from("n2")),
         ])
         .unwrap();
-    let mut h = Harness {
-        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
-        agents: BTreeMap::new(),
-    };
+    let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
     h.core.restore(store.as_ref()).unwrap();
     h
 }
@@ -851,10 +852,7 @@ fn stored_job(
 #[tokio::test(start_paused = true)]
 async fn job_counters_stay_current_in_the_store_across_a_restart() {
     let store = Arc::new(MemoryStore::default());
-    let mut h = Harness {
-        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
-        agents: BTreeMap::new(),
-    };
+    let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
     h.add_node("n1", vec![]);
     h.create_pool(cpu_pool("p", 1, 4));
     h.load_actors("n1");
@@ -890,10 +888,7 @@ async fn job_counters_stay_current_in_the_store_across_a_restart() {
 #[tokio::test(start_paused = true)]
 async fn the_store_forgets_a_node_that_stays_dead() {
     let store = Arc::new(MemoryStore::default());
-    let mut h = Harness {
-        core: Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone())),
-        agents: BTreeMap::new(),
-    };
+    let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
     h.add_node("n1", vec![]);
     h.add_node("n2", vec![]);
     let listed = |want: usize| {
