@@ -170,6 +170,31 @@ impl EmbeddedChunk {
     }
 }
 
+/// Refuses vectors from more than one model: every chunk must carry the same model content
+/// fingerprint (chunks from agents without one are not checked).
+pub fn one_model(chunks: &[EmbeddedChunk]) -> Result<(), SdkError> {
+    let mut fingerprints = chunks
+        .iter()
+        .filter(|c| !c.stats.model_fingerprint.is_empty());
+    let Some(first) = fingerprints.next() else {
+        return Ok(());
+    };
+    match fingerprints.find(|c| c.stats.model_fingerprint != first.stats.model_fingerprint) {
+        None => Ok(()),
+        Some(other) => Err(SdkError::MixedModels(format!(
+            "actor {} on node {} and actor {} on node {} loaded different models under one \
+             name (content fingerprints {} and {}); give every agent the same copy (a local \
+             directory, or one pinned revision)",
+            first.actor_id,
+            first.node_id,
+            other.actor_id,
+            other.node_id,
+            &first.stats.model_fingerprint[..first.stats.model_fingerprint.len().min(12)],
+            &other.stats.model_fingerprint[..other.stats.model_fingerprint.len().min(12)],
+        ))),
+    }
+}
+
 /// Encodes one task payload for the `embed` kind.
 pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
     pb::EmbedRequest { texts, is_query }.encode_to_vec().into()
@@ -241,6 +266,7 @@ impl EmbedPool {
             embedded.push(chunk?);
         }
         embedded.sort_by_key(|c| c.seq);
+        one_model(&embedded)?;
         Ok(embedded
             .iter()
             .flat_map(|c| c.rows().map(<[f32]>::to_vec))
@@ -260,5 +286,37 @@ impl EmbedPool {
         let payloads = chunks.map(move |texts| embed_request(texts, is_query));
         let job = self.pool.submit("embed", payloads).await?;
         Ok(job.map(|output| EmbeddedChunk::from_output(output?)))
+    }
+}
+
+#[cfg(test)]
+mod one_model_tests {
+    use super::*;
+
+    fn chunk(seq: u64, actor: &str, fingerprint: &str) -> EmbeddedChunk {
+        EmbeddedChunk {
+            seq,
+            dim: 1,
+            values: vec![1.0],
+            stats: EmbedStats {
+                model_fingerprint: fingerprint.into(),
+                ..Default::default()
+            },
+            actor_id: ActorId::new(actor.to_owned()),
+            node_id: NodeId::new(format!("node-{actor}")),
+        }
+    }
+
+    #[test]
+    fn chunks_of_two_models_are_refused() {
+        assert!(one_model(&[]).is_ok());
+        assert!(one_model(&[chunk(0, "a", "f1"), chunk(1, "b", "f1"), chunk(2, "c", "")]).is_ok());
+        let error = one_model(&[chunk(0, "a", "f1"), chunk(1, "b", "f2")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("actor a on node node-a") && error.contains("actor b on node node-b"),
+            "{error}"
+        );
     }
 }

@@ -49,6 +49,10 @@ pub enum SdkError {
     TaskFailed(String),
     #[error("local cluster failed to start: {0}")]
     LocalStart(String),
+    /// Vectors of one call came from two different models (agents that resolved one model
+    /// name to different files).
+    #[error("mixed models: {0}")]
+    MixedModels(String),
 }
 
 impl From<tonic::Status> for SdkError {

@@ -29,7 +29,7 @@ pub use client::{
     CallSession, ClientCredentials, Cluster, JobStream, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
     Pool, SubmitOptions, TaskOutput, credentials_from_env,
 };
-pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request};
+pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request, one_model};
 pub use error::SdkError;
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
 #[cfg(feature = "local")]
