@@ -75,6 +75,8 @@ impl Core {
             return;
         };
         for gpu in &node.gpus {
+            node.free_vram_at_refresh
+                .insert(gpu.index, gpu.free_vram_bytes);
             let Some(capacity) = node.capacity.gpus.iter_mut().find(|c| c.index == gpu.index)
             else {
                 continue;
@@ -127,6 +129,11 @@ impl Core {
         }
         let session = SessionId(self.next_session);
         self.next_session += 1;
+        let free_vram_at_refresh = register
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.free_vram_bytes))
+            .collect();
         let record = NodeRecord {
             generation: register.generation.clone(),
             credential,
@@ -139,6 +146,7 @@ impl Core {
             ram_bytes: register.ram_bytes,
             actor_kinds: register.actor_kinds.into_iter().collect(),
             alive: true,
+            free_vram_at_refresh,
             remembered: true,
             last_heard,
             outbound: Some(outbound),
@@ -174,6 +182,15 @@ impl Core {
         };
         match message {
             Body::Heartbeat(heartbeat) => {
+                // Capacity is recomputed only when free memory moved: an actor loading or
+                // stopping, another process; not on every heartbeat of a steady node.
+                let moved = heartbeat.gpus.iter().any(|live| {
+                    node.free_vram_at_refresh
+                        .get(&live.index)
+                        .is_none_or(|seen| {
+                            seen.abs_diff(live.free_vram_bytes) >= VRAM_REPLAN_STEP / 4
+                        })
+                });
                 for live in heartbeat.gpus {
                     if let Some(gpu) = node.gpus.iter_mut().find(|g| g.index == live.index) {
                         gpu.free_vram_bytes = live.free_vram_bytes;
@@ -182,7 +199,9 @@ impl Core {
                 for report in heartbeat.actors {
                     self.actor_report(&node_id, report);
                 }
-                self.refresh_gpu_capacity(&node_id);
+                if moved {
+                    self.refresh_gpu_capacity(&node_id);
+                }
             }
             Body::ActorReport(report) => self.actor_report(&node_id, report),
             Body::TaskOutcome(outcome) => self.task_outcome(&node_id, outcome),

@@ -50,6 +50,9 @@ pub struct NodeRecord {
     pub ram_bytes: u64,
     pub actor_kinds: BTreeSet<String>,
     pub alive: bool,
+    /// Each GPU's free VRAM when its capacity was last computed: heartbeats recompute it
+    /// only when this moved (the computation walks every actor).
+    pub free_vram_at_refresh: BTreeMap<u32, u64>,
     /// Whether the store lists it as a node a restart waits for.
     pub remembered: bool,
     /// Stamped by the session handler as messages arrive.
