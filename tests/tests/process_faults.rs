@@ -213,40 +213,86 @@ async fn a_killed_scheduler_restarts_with_its_pools_and_jobs() {
     assert!(outputs[0].output.is_ok());
 }
 
+/// A scheduler process, agents `first` and `second` (one simulated GPU each), a client, and
+/// a ready one-replica `echo` pool (`config`) that takes a whole GPU; `home` is the node
+/// that holds its actor.
+struct TwoAgentEchoPool {
+    _state: tempfile::TempDir,
+    _scheduler: Proc,
+    first: Proc,
+    second: Proc,
+    cluster: Cluster,
+    pool: resident_sdk::Pool,
+    home: String,
+}
+
+impl TwoAgentEchoPool {
+    async fn start(name: &str, config: serde_json::Value) -> Self {
+        init_logging();
+        let state = tempfile::tempdir().unwrap();
+        let (scheduler, url) = spawn_scheduler(0, state.path());
+        let first = spawn_agent(&url, "first", "L4:24GiB", "");
+        let second = spawn_agent(&url, "second", "L4:24GiB", "");
+        let cluster = Cluster::connect(&url).await.unwrap();
+        cluster
+            .wait_for_nodes(2, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let pool = cluster
+            .create_pool(
+                PoolSpec::new(name, "echo")
+                    .replicas(1)
+                    .gpus(1.0)
+                    .config_json(&config),
+            )
+            .await
+            .unwrap();
+        pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+        let home = cluster.list_actors().await.unwrap()[0]
+            .node_id
+            .clone()
+            .expect("placed")
+            .to_string();
+        Self {
+            _state: state,
+            _scheduler: scheduler,
+            first,
+            second,
+            cluster,
+            pool,
+            home,
+        }
+    }
+
+    /// The agent process of the node that holds the actor.
+    fn home_agent(&self) -> &Proc {
+        if self.home == "first" {
+            &self.first
+        } else {
+            &self.second
+        }
+    }
+
+    /// The node that does not.
+    fn other_node(&self) -> &'static str {
+        if self.home == "first" {
+            "second"
+        } else {
+            "first"
+        }
+    }
+}
+
 /// An agent that stops answering without closing its connection (a frozen host, a NAT that
 /// drops packets) is declared dead by missed heartbeats; when it wakes up it rejoins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_agent_is_declared_dead_by_missed_heartbeats_and_rejoins() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let (_scheduler, url) = spawn_scheduler(0, state.path());
-    let frozen = spawn_agent(&url, "frozen", "L4:24GiB", "");
-    let _healthy = spawn_agent(&url, "healthy", "L4:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(2, Duration::from_secs(10))
-        .await
-        .unwrap();
-    let pool = cluster
-        .create_pool(PoolSpec::new("p", "echo").replicas(1).gpus(1.0))
-        .await
-        .unwrap();
-    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
-    let first_home = cluster.list_actors().await.unwrap()[0]
-        .node_id
-        .clone()
-        .expect("placed");
-    let victim = if first_home == "frozen" {
-        &frozen
-    } else {
-        &_healthy
-    };
+    let setup = TwoAgentEchoPool::start("p", serde_json::json!({})).await;
+    let (cluster, pool) = (&setup.cluster, &setup.pool);
+    let first_home = setup.home.as_str();
+    let victim = setup.home_agent();
     victim.signal("STOP");
-    let other = if first_home == "frozen" {
-        "healthy"
-    } else {
-        "frozen"
-    };
+    let other = setup.other_node();
     let actors = wait_until(
         "actor moved off the silent node",
         Duration::from_secs(15),
@@ -373,35 +419,9 @@ async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
 /// result, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_result_from_a_frozen_agent_is_dropped() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let (_scheduler, url) = spawn_scheduler(0, state.path());
-    let first = spawn_agent(&url, "first", "L4:24GiB", "");
-    let second = spawn_agent(&url, "second", "L4:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(2, Duration::from_secs(10))
-        .await
-        .unwrap();
-    let pool = cluster
-        .create_pool(
-            PoolSpec::new("slow", "echo")
-                .replicas(1)
-                .gpus(1.0)
-                .config_json(&serde_json::json!({"delay_ms": 1500})),
-        )
-        .await
-        .unwrap();
-    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
-    let home = cluster.list_actors().await.unwrap()[0]
-        .node_id
-        .clone()
-        .expect("placed");
-    let (frozen, other) = if home == "first" {
-        (&first, "second")
-    } else {
-        (&second, "first")
-    };
+    let setup = TwoAgentEchoPool::start("slow", serde_json::json!({"delay_ms": 1500})).await;
+    let (cluster, pool) = (&setup.cluster, &setup.pool);
+    let (frozen, other) = (setup.home_agent(), setup.other_node());
     // The input stays open, so a second answer for the task could still be delivered.
     let inputs = futures::stream::iter([Bytes::from("only")]).chain(futures::stream::pending());
     let mut job = pool.submit("late", inputs).await.unwrap();
