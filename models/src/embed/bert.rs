@@ -113,7 +113,7 @@ impl Dense {
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        fused::bias_add(x.matmul(&self.weight_t)?, &self.bias, None, false)
+        self.forward_then(x, None, false)
     }
 
     /// `x W + b`, plus `residual` when given, then GELU when `gelu`: one fused step on CUDA.
@@ -362,11 +362,7 @@ impl TextEncoder for FastBert {
             None
         };
         let relative = self.relative_bias(t)?;
-        let attention = AttentionMask {
-            bias: relative.as_ref(),
-            keep: keep.as_ref(),
-            causal: false,
-        };
+        let attention = AttentionMask::new(relative.as_ref(), keep.as_ref(), false);
         for layer in &self.layers {
             x = self.layer(layer, &x, (b, t), &attention)?;
         }

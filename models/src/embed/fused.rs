@@ -57,7 +57,7 @@ pub fn silu_mul(gate: Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
     candle_nn::ops::silu(&gate)? * up
 }
 
-/// What [`attention_probs`] masks out.
+/// What [`attention_probs`] masks out. Built once per forward and shared by every layer.
 pub struct AttentionMask<'a> {
     /// `[heads, t, t]`, added to the scores (MPNet's relative position bias).
     pub bias: Option<&'a Tensor>,
@@ -65,6 +65,52 @@ pub struct AttentionMask<'a> {
     pub keep: Option<&'a Tensor>,
     /// Keys after the query are left out.
     pub causal: bool,
+    /// Off the fused kernel: all of the above as one additive term, built by the first
+    /// layer that needs it.
+    additive: std::cell::OnceCell<Tensor>,
+}
+
+impl<'a> AttentionMask<'a> {
+    pub fn new(bias: Option<&'a Tensor>, keep: Option<&'a Tensor>, causal: bool) -> Self {
+        Self {
+            bias,
+            keep,
+            causal,
+            additive: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The bias, the padding and the causal mask as one term that broadcasts to
+    /// `[batch, heads, t, t]` scores of `dtype`.
+    fn additive(
+        &self,
+        (batch, t): (usize, usize),
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<&Tensor> {
+        if let Some(term) = self.additive.get() {
+            return Ok(term);
+        }
+        let mut term = Tensor::zeros((1, 1, t, t), dtype, device)?;
+        if let Some(bias) = self.bias {
+            term = term.broadcast_add(&bias.unsqueeze(0)?)?;
+        }
+        if let Some(keep) = self.keep {
+            // Built in f32, then cast: f32::MIN is -inf in f16, and 0 x -inf would be NaN.
+            let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?
+                .to_dtype(dtype)?
+                .reshape((batch, 1, 1, t))?;
+            term = term.broadcast_add(&blocked)?;
+        }
+        if self.causal {
+            let future: Vec<f32> = (0..t)
+                .flat_map(|q| (0..t).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
+                .collect();
+            let future = Tensor::from_vec(future, (1, 1, t, t), device)?.to_dtype(dtype)?;
+            term = term.broadcast_add(&future)?;
+        }
+        Ok(self.additive.get_or_init(|| term))
+    }
 }
 
 /// Softmax over the keys of `[batch, heads, t, t]` scores (a fresh product, changed in place
@@ -95,26 +141,8 @@ pub fn attention_probs(scores: Tensor, mask: &AttentionMask) -> candle_core::Res
         scores.inplace_op3(&bias, &keep, &op)?;
         return Ok(scores);
     }
-    let dtype = scores.dtype();
-    let mut x = scores;
-    if let Some(bias) = mask.bias {
-        x = x.broadcast_add(&bias.unsqueeze(0)?)?;
-    }
-    if let Some(keep) = mask.keep {
-        // Built in f32, then cast: f32::MIN is -inf in f16, and 0 x -inf would be NaN.
-        let blocked = ((keep.ones_like()? - keep)? * f64::from(f32::MIN))?
-            .to_dtype(dtype)?
-            .reshape((batch, 1, 1, t))?;
-        x = x.broadcast_add(&blocked)?;
-    }
-    if mask.causal {
-        let future: Vec<f32> = (0..t)
-            .flat_map(|q| (0..t).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
-        let future = Tensor::from_vec(future, (1, 1, t, t), x.device())?.to_dtype(dtype)?;
-        x = x.broadcast_add(&future)?;
-    }
-    candle_nn::ops::softmax_last_dim(&x.contiguous()?)
+    let additive = mask.additive((batch, t), scores.dtype(), scores.device())?;
+    candle_nn::ops::softmax_last_dim(&scores.broadcast_add(additive)?.contiguous()?)
 }
 
 /// `heads` heads of width `d` from column `offset` of `[batch * t, width]` rows, as
@@ -279,20 +307,12 @@ mod cuda_tests {
                 let (bias_cpu, keep_cpu) = (bias.as_ref().map(cpu), keep.as_ref().map(cpu));
                 let want = attention_probs(
                     cpu(&scores),
-                    &AttentionMask {
-                        bias: bias_cpu.as_ref(),
-                        keep: keep_cpu.as_ref(),
-                        causal,
-                    },
+                    &AttentionMask::new(bias_cpu.as_ref(), keep_cpu.as_ref(), causal),
                 )
                 .unwrap();
                 let got = attention_probs(
                     scores.copy().unwrap(),
-                    &AttentionMask {
-                        bias: bias.as_ref(),
-                        keep: keep.as_ref(),
-                        causal,
-                    },
+                    &AttentionMask::new(bias.as_ref(), keep.as_ref(), causal),
                 )
                 .unwrap();
                 let error = relative_error(&got, &want);

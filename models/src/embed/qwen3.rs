@@ -203,6 +203,7 @@ impl Qwen3Encoder {
         (b, t): (usize, usize),
         cos: &Tensor,
         sin: &Tensor,
+        causal: &AttentionMask,
     ) -> candle_core::Result<Tensor> {
         let (heads, kv_heads, d) = (
             self.config.num_attention_heads,
@@ -220,12 +221,7 @@ impl Qwen3Encoder {
         let group = heads / kv_heads;
         let q = q.reshape((b, kv_heads, group * t, d))?;
         let scores = q.matmul(&k.t()?)?.reshape((b, heads, t, t))?;
-        let causal = AttentionMask {
-            bias: None,
-            keep: None,
-            causal: true,
-        };
-        let weights = fused::attention_probs(scores, &causal)?;
+        let weights = fused::attention_probs(scores, causal)?;
         let out = weights
             .reshape((b, kv_heads, group * t, t))?
             .matmul(&v)?
@@ -241,9 +237,11 @@ impl TextEncoder for Qwen3Encoder {
         let mut h = self.embed.forward(ids)?.reshape((b * t, hidden))?;
         let (dtype, device) = (h.dtype(), h.device().clone());
         let (cos, sin) = self.rope_tables(t, dtype, &device)?;
+        // Right padding under a causal mask: no real token sees a pad (module docs).
+        let causal = AttentionMask::new(None, None, true);
         for layer in &self.layers {
             let normed = layer.input_norm.forward(&h)?;
-            let attended = self.attention(layer, &normed, (b, t), &cos, &sin)?;
+            let attended = self.attention(layer, &normed, (b, t), &cos, &sin, &causal)?;
             h = (h + attended)?;
             let normed = layer.post_norm.forward(&h)?;
             let gated = fused::silu_mul(layer.gate.forward(&normed)?, &layer.up.forward(&normed)?)?;
