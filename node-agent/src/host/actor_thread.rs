@@ -273,6 +273,7 @@ pub(super) fn run_actor_thread(
             }),
             run_micros: begun.elapsed().as_micros() as u64,
             permanent,
+            key: task.key,
         };
         health.send_modify(|h| h.tasks_done += 1);
         if outbound

@@ -1,9 +1,14 @@
 //! The actor host: each resident actor is one OS thread that owns its model and is fed by a
 //! bounded channel; its health is published on a `watch` channel.
+//!
+//! The host outlives the agent's sessions: when the scheduler goes away, the actors keep
+//! their models and finish the tasks in hand; their outcomes wait in the uplink channel
+//! until the next session forwards them, and the next registration lists what the host
+//! holds ([`ActorHost::inventory`]) so a restarted scheduler can adopt it.
 
 mod actor_thread;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use resident_models::roots::FileRoots;
@@ -14,10 +19,15 @@ use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext};
 use actor_thread::run_actor_thread;
 pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
 
-/// Where the agent sends messages to the scheduler: actor reports, task outcomes, heartbeats.
+/// Where actors send messages to the scheduler (reports, task outcomes): the agent's uplink,
+/// which lives as long as the agent and is forwarded to whichever session is current.
 pub type ToScheduler = mpsc::UnboundedSender<pb::AgentMessage>;
 
 struct ActorSlot {
+    /// How the scheduler started it, reported back in the inventory.
+    start: pb::StartActor,
+    /// Tasks handed to the actor whose outcome has not been forwarded to a session yet.
+    in_hand: BTreeMap<u64, Option<pb::TaskKey>>,
     incarnation: u64,
     commands: mpsc::Sender<ActorCommand>,
     health: watch::Receiver<ActorHealth>,
@@ -43,6 +53,7 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
             result: Some(pb::task_outcome::Result::Error(error)),
             run_micros: 0,
             permanent: false,
+            key: task.key.clone(),
         })),
     }
 }
@@ -132,6 +143,8 @@ impl ActorHost {
         self.actors.insert(
             actor_id,
             ActorSlot {
+                in_hand: BTreeMap::new(),
+                start: start.clone(),
                 incarnation,
                 commands,
                 health,
@@ -159,7 +172,7 @@ impl ActorHost {
     /// Queues a task on its actor; a missing or overloaded actor answers with an error at once.
     pub fn run(&mut self, task: pb::RunTask) {
         let actor_id = ActorId::new(task.actor_id.clone());
-        let Some(slot) = self.actors.get(&actor_id) else {
+        let Some(slot) = self.actors.get_mut(&actor_id) else {
             let _ = self.outbound.send(outcome_error(
                 &task,
                 format!("actor {actor_id} is not running on this node"),
@@ -167,6 +180,7 @@ impl ActorHost {
             return;
         };
         let span = tracing::debug_span!("task", task_id = task.task_id, actor_id = %actor_id);
+        slot.in_hand.insert(task.task_id, task.key.clone());
         if let Err(error) = slot.commands.try_send(ActorCommand::Run { task, span }) {
             let (task, why) = match error {
                 mpsc::error::TrySendError::Full(ActorCommand::Run { task, .. }) => {
@@ -177,6 +191,7 @@ impl ActorHost {
                 }
                 _ => unreachable!("only Run commands are sent here"),
             };
+            slot.in_hand.remove(&task.task_id);
             let _ = self.outbound.send(outcome_error(&task, why.to_owned()));
         }
     }
@@ -189,6 +204,36 @@ impl ActorHost {
                 .expect("cancel set")
                 .insert(cancel.task_id);
         }
+    }
+
+    /// A message from the uplink is on its way to the scheduler: an outcome's task is no
+    /// longer in hand.
+    pub fn forwarded(&mut self, message: &pb::AgentMessage) {
+        if let Some(pb::agent_message::Body::TaskOutcome(outcome)) = &message.body
+            && let Some(slot) = self.actors.get_mut(&ActorId::new(outcome.actor_id.clone()))
+        {
+            slot.in_hand.remove(&outcome.task_id);
+        }
+    }
+
+    /// Whether any actor is hosted (loading, ready or draining).
+    pub fn is_empty(&self) -> bool {
+        self.actors.is_empty()
+    }
+
+    /// What this host holds, for a registration: every live actor with how it was started,
+    /// its state and the tasks it has not answered yet. Dead actors are dropped here.
+    pub fn inventory(&mut self) -> Vec<pb::HostedActor> {
+        self.actors
+            .retain(|_, slot| slot.health.borrow().phase != ActorPhase::Dead);
+        self.actors
+            .iter()
+            .map(|(id, slot)| pb::HostedActor {
+                start: Some(slot.start.clone()),
+                report: Some(slot.health.borrow().report(id, slot.incarnation)),
+                tasks_in_hand: slot.in_hand.values().flatten().cloned().collect(),
+            })
+            .collect()
     }
 
     /// Every hosted actor's state, for heartbeats.

@@ -1,11 +1,13 @@
 //! The agent's one outbound session with the scheduler: register, heartbeat, obey commands,
-//! reconnect with backoff. Each new session starts with no actors (the scheduler re-places them).
+//! reconnect with backoff. The actors outlive a session: when the scheduler goes away they
+//! keep their models for `actor_grace`, and the next registration reports them (with the
+//! tasks they hold) so the scheduler, restarted or not, adopts them instead of reloading.
 
 mod backoff;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use resident_models::roots::FileRoots;
 use resident_proto::connect::{
@@ -38,7 +40,13 @@ pub struct AgentConfig {
     pub connect_timeout: Duration,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// How long actors stay loaded while no scheduler is reachable; past it they stop and
+    /// free their memory.
+    pub actor_grace: Duration,
 }
+
+/// Actors stay loaded this long without a scheduler (a restart, a network cut).
+pub const DEFAULT_ACTOR_GRACE: Duration = Duration::from_secs(15 * 60);
 
 impl AgentConfig {
     pub fn new(scheduler_url: impl Into<String>, node_id: impl Into<String>) -> Self {
@@ -51,6 +59,7 @@ impl AgentConfig {
             connect_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(10),
+            actor_grace: DEFAULT_ACTOR_GRACE,
         }
     }
 
@@ -109,6 +118,14 @@ pub async fn run_agent(
         generation_id.as_u64_pair().0,
     );
     tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
+    let (uplink_tx, mut uplink) = mpsc::unbounded_channel();
+    let mut host = ActorHost::new(
+        registry.clone(),
+        uplink_tx,
+        probe.simulated(),
+        config.roots.clone(),
+    );
+    let mut away_since = None;
     loop {
         let session = run_session(
             &dialer,
@@ -118,9 +135,19 @@ pub async fn run_agent(
             probe.as_ref(),
             &cancel,
             &mut backoff,
+            Hosting {
+                host: &mut host,
+                uplink: &mut uplink,
+                away_since: &mut away_since,
+            },
         );
-        match session.await {
-            Ok(()) => return Ok(()),
+        let ended = session.await;
+        let away = *away_since.get_or_insert_with(Instant::now);
+        match ended {
+            Ok(()) => {
+                host.stop_all();
+                return Ok(());
+            }
             Err(AgentError::Refused(status))
                 if matches!(
                     status.code(),
@@ -150,12 +177,33 @@ pub async fn run_agent(
                 tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended")
             }
         }
+        if !host.is_empty() && away.elapsed() > config.actor_grace {
+            tracing::warn!(
+                node_id = %config.node_id,
+                grace = ?config.actor_grace,
+                "no scheduler for longer than the actor grace period; stopping every actor"
+            );
+            host.stop_all();
+            while uplink.try_recv().is_ok() {}
+        }
         let delay = backoff.next_delay();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = cancel.cancelled() => return Ok(()),
+            _ = cancel.cancelled() => {
+                host.stop_all();
+                return Ok(());
+            }
         }
     }
+}
+
+/// What outlives a session: the actors, their uplink (outcomes wait there between
+/// sessions; no tasks arrive then, so it holds at most the tasks in hand), and since when
+/// no session has been up.
+struct Hosting<'a> {
+    host: &'a mut ActorHost,
+    uplink: &'a mut mpsc::UnboundedReceiver<pb::AgentMessage>,
+    away_since: &'a mut Option<Instant>,
 }
 
 /// An error and its sources on one line.
@@ -176,6 +224,7 @@ struct Dialer {
     token: BearerToken,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_session(
     dialer: &Dialer,
     config: &AgentConfig,
@@ -184,7 +233,13 @@ async fn run_session(
     probe: &dyn GpuProbe,
     cancel: &CancellationToken,
     backoff: &mut ReconnectBackoff,
+    hosting: Hosting<'_>,
 ) -> Result<(), AgentError> {
+    let Hosting {
+        host,
+        uplink,
+        away_since,
+    } = hosting;
     let channel = tokio::select! {
         channel = dialer.endpoint.connect() => channel?,
         _ = cancel.cancelled() => return Ok(()),
@@ -204,7 +259,9 @@ async fn run_session(
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         ram_bytes: total_ram_bytes(),
         actor_kinds: registry.names(),
+        inventory: host.inventory(),
     };
+    let reported = register.inventory.len();
     let _ = outbound.send(pb::AgentMessage {
         body: Some(pb::agent_message::Body::Register(register)),
     });
@@ -219,29 +276,26 @@ async fn run_session(
         _ => return Err(AgentError::SessionClosed),
     };
     backoff.reset();
-    tracing::info!(node_id = %config.node_id, heartbeat_ms, "registered with scheduler");
-    let mut host = ActorHost::new(
-        registry.clone(),
-        outbound.clone(),
-        probe.simulated(),
-        config.roots.clone(),
-    );
+    *away_since = None;
+    tracing::info!(node_id = %config.node_id, heartbeat_ms, actors = reported, "registered with scheduler");
     let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
-    let result = loop {
+    loop {
         tokio::select! {
             message = inbound.message() => match message {
-                Ok(Some(message)) => obey(&mut host, message),
-                Ok(None) => break Err(AgentError::SessionClosed),
-                Err(status) => break Err(AgentError::Refused(status)),
+                Ok(Some(message)) => obey(host, message),
+                Ok(None) => return Err(AgentError::SessionClosed),
+                Err(status) => return Err(AgentError::Refused(status)),
             },
-            _ = heartbeat.tick() => {
-                let _ = outbound.send(heartbeat_message(&host, probe));
+            Some(message) = uplink.recv() => {
+                host.forwarded(&message);
+                let _ = outbound.send(message);
             }
-            _ = cancel.cancelled() => break Ok(()),
+            _ = heartbeat.tick() => {
+                let _ = outbound.send(heartbeat_message(host, probe));
+            }
+            _ = cancel.cancelled() => return Ok(()),
         }
-    };
-    host.stop_all();
-    result
+    }
 }
 
 fn obey(host: &mut ActorHost, message: pb::SchedulerMessage) {

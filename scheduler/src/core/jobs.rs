@@ -6,25 +6,46 @@
 //! task is in its actor's in-flight set. Its result is sent to the client once, when it
 //! reaches Done and its record is removed; answers for another dispatch are ignored.
 
+use std::collections::HashMap;
+
 use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
 use tokio::time::Instant;
 
-use super::records::{JobRecord, TaskRecord};
+use super::records::{JobRecord, JobStream, TaskRecord};
 use super::{Core, JobResults};
 use crate::auth::Principal;
 use crate::error::SchedulerError;
 use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
 
+/// Tells the client which job its stream is attached to.
+fn accept(results: &JobResults, job: &JobId) {
+    let _ = results.send(pb::SubmitResponse {
+        body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {
+            job_id: job.to_string(),
+        })),
+    });
+}
+
 impl Core {
+    /// The job a client stream feeds, if the stream is still the one attached to it.
+    fn attached_job(&mut self, stream: &JobStream) -> Option<&mut JobRecord> {
+        self.jobs
+            .get_mut(&stream.job)
+            .filter(|job| job.attachment == stream.attachment)
+    }
+
     pub(super) fn open_job(
         &mut self,
         header: pb::SubmitHeader,
         owner: String,
         results: JobResults,
-    ) -> Result<JobId, SchedulerError> {
+    ) -> Result<JobStream, SchedulerError> {
         let pool = PoolName::new(header.pool.clone());
         self.pool_record(&pool)?;
+        if !header.resume_job_id.is_empty() {
+            return self.resume_job(header, owner, results);
+        }
         let job = JobId::generate();
         let status = pb::JobStatus {
             job_id: job.to_string(),
@@ -34,11 +55,7 @@ impl Core {
             owner,
             ..Default::default()
         };
-        let _ = results.send(pb::SubmitResponse {
-            body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {
-                job_id: job.to_string(),
-            })),
-        });
+        accept(&results, &job);
         self.store.write(StoreOp::PutJob(status.clone()));
         tracing::info!(job_id = %job, pool = %pool, "job opened");
         self.jobs.insert(
@@ -46,13 +63,75 @@ impl Core {
             JobRecord {
                 status,
                 counts: JobCounts::default(),
+                attachment: 1,
+                live: HashMap::new(),
+                finished_before_restart: None,
+                held: HashMap::new(),
                 method: header.method,
                 results: Some(results),
                 input_closed: false,
                 persisted: JobCounts::default(),
             },
         );
-        Ok(job)
+        Ok(JobStream { job, attachment: 1 })
+    }
+
+    /// Attaches a new client stream to a job the scheduler already knows: one interrupted by
+    /// a restart, or one whose earlier stream this scheduler has not seen break yet. Its
+    /// client sends again every task it has no result for.
+    fn resume_job(
+        &mut self,
+        header: pb::SubmitHeader,
+        owner: String,
+        results: JobResults,
+    ) -> Result<JobStream, SchedulerError> {
+        let job_id = JobId::new(header.resume_job_id.clone());
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Err(SchedulerError::NotFound(format!(
+                "job `{job_id}` is not known to this scheduler (it restarted without its state \
+                 directory, or forgot the job); run the command again to resume from its output"
+            )));
+        };
+        if job.status.owner != owner {
+            return Err(SchedulerError::PermissionDenied(format!(
+                "job `{job_id}` belongs to `{}`; `{owner}` cannot resume it",
+                job.status.owner
+            )));
+        }
+        if job.status.pool != header.pool {
+            return Err(SchedulerError::InvalidArgument(format!(
+                "job `{job_id}` runs on pool `{}`, not `{}`",
+                job.status.pool, header.pool
+            )));
+        }
+        if job.status.state == pb::JobState::Cancelled as i32 {
+            return Err(SchedulerError::Precondition(format!(
+                "job `{job_id}` was cancelled; run the command again to start over from its output"
+            )));
+        }
+        let was_running = job.is_running();
+        if !was_running {
+            // Interrupted by a restart (nothing of it is live), or finished while its
+            // results were on the way: what is accounted for is what finished.
+            job.counts.submitted = job.counts.succeeded + job.counts.failed + job.counts.cancelled;
+            job.counts.queued = 0;
+            job.counts.running = 0;
+            job.status.state = pb::JobState::Running as i32;
+            self.store.write(StoreOp::PutJob(job.snapshot()));
+        }
+        job.attachment += 1;
+        job.results = Some(results);
+        job.input_closed = false;
+        job.method = header.method;
+        let stream = JobStream {
+            job: job_id.clone(),
+            attachment: job.attachment,
+        };
+        accept(job.results.as_ref().expect("just set"), &job_id);
+        // Running again: no longer among the finished jobs that history may forget.
+        self.finished_jobs.retain(|j| j != &job_id);
+        tracing::info!(job_id = %job_id, attachment = stream.attachment, "job resumed");
+        Ok(stream)
     }
 
     /// Cancels what is left of a job, if `requester` may: its owner or an admin.
@@ -91,19 +170,39 @@ impl Core {
         self.tasks.get(&task_id).map(|t| t.lifecycle.state())
     }
 
-    pub(super) fn submit_task(&mut self, job_id: &JobId, input: pb::TaskInput) {
-        let Some(job) = self.jobs.get_mut(job_id).filter(|j| j.is_running()) else {
+    pub(super) fn submit_task(&mut self, stream: &JobStream, input: pb::TaskInput) {
+        let next_task = &mut self.next_task;
+        let Some(job) = self
+            .jobs
+            .get_mut(&stream.job)
+            .filter(|j| j.is_running() && j.attachment == stream.attachment)
+        else {
             return;
         };
+        if job.live.contains_key(&input.seq) {
+            // Sent again by a resumed client while it still runs: its one result goes to
+            // the stream attached now.
+            return;
+        }
         let pool = PoolName::new(job.status.pool.clone());
-        let task = TaskId(self.next_task);
-        self.next_task += 1;
+        let task = TaskId(*next_task);
+        *next_task += 1;
+        let earlier = job
+            .finished_before_restart
+            .as_mut()
+            .and_then(|finished| finished.remove(&input.seq));
+        let lifecycle = match earlier {
+            Some(end) => TaskLifecycle::resubmitted(&mut job.counts, end),
+            None => TaskLifecycle::submitted(&mut job.counts),
+        };
+        job.live.insert(input.seq, task);
+        let held = job.held.remove(&input.seq);
         let record = TaskRecord {
-            job: job_id.clone(),
+            job: stream.job.clone(),
             seq: input.seq,
             pool: pool.clone(),
             payload: input.payload,
-            lifecycle: TaskLifecycle::submitted(&mut job.counts),
+            lifecycle,
             last_actor: None,
             failures: 0,
             node_losses: 0,
@@ -124,14 +223,38 @@ impl Core {
                 return;
             }
         }
+        if let Some(held) = held {
+            self.answer_queued_task(task, held.output, held.actor, held.run_micros);
+            return;
+        }
         self.dispatch_pool(&pool);
     }
 
-    pub(super) fn close_job_input(&mut self, job: &JobId) {
-        if let Some(record) = self.jobs.get_mut(job) {
-            record.input_closed = true;
+    pub(super) fn close_job_input(&mut self, stream: &JobStream) {
+        let Some(record) = self.attached_job(stream) else {
+            return;
+        };
+        record.input_closed = true;
+        self.maybe_finish_job(&stream.job);
+    }
+
+    /// The client's stream broke or was dropped: what is left of the job is cancelled,
+    /// unless another stream was attached to it meanwhile.
+    pub(super) fn client_gone(&mut self, stream: &JobStream) {
+        if self.attached_job(stream).is_some() {
+            self.cancel_job_tasks(&stream.job, "client disconnected");
         }
-        self.maybe_finish_job(job);
+    }
+
+    /// Forgets a task's record (it reached Done).
+    fn remove_task(&mut self, task_id: TaskId) -> Option<TaskRecord> {
+        let task = self.tasks.remove(&task_id)?;
+        if let Some(job) = self.jobs.get_mut(&task.job)
+            && job.live.get(&task.seq) == Some(&task_id)
+        {
+            job.live.remove(&task.seq);
+        }
+        Some(task)
     }
 
     /// The ready actor of the pool with the most free credit.
@@ -142,7 +265,8 @@ impl Core {
             .iter()
             .filter_map(|id| {
                 let actor = &self.actors[id];
-                let free = credit.saturating_sub(actor.in_flight.len());
+                let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
+                let free = credit.saturating_sub(busy);
                 (actor.state == ActorState::Ready && free > 0).then_some((free, id))
             })
             .max_by_key(|(free, _)| *free)
@@ -180,6 +304,10 @@ impl Core {
                 .get(&task.job)
                 .map(|j| j.method.clone())
                 .unwrap_or_default();
+            let key = pb::TaskKey {
+                job_id: task.job.to_string(),
+                seq: task.seq,
+            };
             let actor = self.actors.get_mut(&actor_id).expect("pool actor");
             actor.in_flight.insert(task_id);
             let node_id = &actor
@@ -193,6 +321,7 @@ impl Core {
                 actor_id: actor_id.to_string(),
                 payload: task.payload.clone(),
                 method,
+                key: Some(key),
             };
             self.nodes[node_id].send(pb::scheduler_message::Body::RunTask(message));
         }
@@ -200,17 +329,22 @@ impl Core {
 
     pub(super) fn task_outcome(&mut self, node_id: &NodeId, outcome: pb::TaskOutcome) {
         let task_id = TaskId(outcome.task_id);
-        let actor_id = ActorId::new(outcome.actor_id);
-        let awaited = self
-            .tasks
-            .get(&task_id)
-            .is_some_and(|t| t.lifecycle.awaits(&actor_id, outcome.dispatch));
+        let actor_id = ActorId::new(outcome.actor_id.clone());
+        // Task ids differ between scheduler runs (see `Core::new`), and the key must match
+        // too, so an answer to another run's dispatch never passes for this run's.
+        let awaited = self.tasks.get(&task_id).is_some_and(|t| {
+            t.lifecycle.awaits(&actor_id, outcome.dispatch)
+                && outcome
+                    .key
+                    .as_ref()
+                    .is_none_or(|k| k.seq == t.seq && k.job_id == t.job.as_str())
+        });
         let on_node = self
             .actors
             .get(&actor_id)
             .is_some_and(|a| a.assignment.as_ref().is_some_and(|p| &p.node == node_id));
         if !awaited || !on_node {
-            tracing::debug!(task_id = %task_id, "ignoring stale task outcome");
+            self.unawaited_outcome(node_id, outcome);
             return;
         }
         let actor = self.actors.get_mut(&actor_id).expect("checked");
@@ -220,7 +354,7 @@ impl Core {
         let cancelling = matches!(self.task_state(task_id), Some(TaskState::Cancelling { .. }));
         if cancelling {
             self.change_task(task_id, TaskEvent::Settle);
-            self.tasks.remove(&task_id);
+            self.remove_task(task_id);
         } else {
             match outcome.result {
                 Some(pb::task_outcome::Result::Output(output)) => {
@@ -283,7 +417,7 @@ impl Core {
             return;
         }
         if self.task_state(task_id) == Some(&TaskState::Done(TaskEnd::Cancelled)) {
-            self.tasks.remove(&task_id);
+            self.remove_task(task_id);
             return;
         }
         let task = self.tasks.get_mut(&task_id).expect("exists");
@@ -337,13 +471,13 @@ impl Core {
     }
 
     /// Removes a task that reached Done and sends its one result.
-    fn finish_task(
+    pub(super) fn finish_task(
         &mut self,
         task_id: TaskId,
         result: Result<prost::bytes::Bytes, String>,
         run_micros: u64,
     ) {
-        let Some(task) = self.tasks.remove(&task_id) else {
+        let Some(task) = self.remove_task(task_id) else {
             return;
         };
         let Some(job) = self.jobs.get_mut(&task.job) else {
@@ -409,6 +543,7 @@ impl Core {
             pb::JobState::Succeeded
         } as i32;
         job.results = None;
+        job.held.clear();
         tracing::info!(job_id = %job_id, succeeded = job.counts.succeeded, failed = job.counts.failed, "job finished");
         self.store.write(StoreOp::PutJob(job.snapshot()));
         self.remember_finished_job(job_id.clone());
@@ -434,6 +569,7 @@ impl Core {
         };
         job.status.state = pb::JobState::Cancelled as i32;
         job.results = None;
+        job.held.clear();
         let pool = PoolName::new(job.status.pool.clone());
         let mine: Vec<TaskId> = self
             .tasks
@@ -457,7 +593,7 @@ impl Core {
                     }
                 }
                 _ => {
-                    self.tasks.remove(&task_id);
+                    self.remove_task(task_id);
                 }
             }
         }

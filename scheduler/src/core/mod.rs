@@ -2,6 +2,7 @@
 //! changes only in response to one [`SchedulerCommand`] at a time, so there are no locks and
 //! each decision sees a consistent world.
 
+mod adopt;
 mod jobs;
 mod nodes;
 mod pools;
@@ -25,7 +26,7 @@ use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreOp, StoreWriter};
 
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
-pub use records::{LastHeard, SessionId};
+pub use records::{JobStream, LastHeard, SessionId};
 
 /// Timing and default limits of the scheduler loop.
 #[derive(Clone, Debug)]
@@ -129,19 +130,20 @@ pub enum SchedulerCommand {
         /// The principal submitting it; only it (or an admin) may cancel the job.
         owner: String,
         results: JobResults,
-        reply: Reply<JobId>,
+        reply: Reply<JobStream>,
     },
     SubmitTask {
-        job: JobId,
+        stream: JobStream,
         input: pb::TaskInput,
     },
     /// The client sent its last task.
     CloseJobInput {
-        job: JobId,
+        stream: JobStream,
     },
-    /// The client's stream broke: cancel what is left of the job.
+    /// The client's stream broke: cancel what is left of the job (unless another stream
+    /// was attached to it since).
     ClientGone {
-        job: JobId,
+        stream: JobStream,
     },
     GetJob {
         job: JobId,
@@ -267,6 +269,16 @@ struct Settle {
     awaited: std::collections::BTreeSet<NodeId>,
 }
 
+/// Task ids start from the boot time in milliseconds, shifted left by 20 bits, so ids of
+/// one scheduler run never repeat those of an earlier run (whose outcomes agents may still
+/// deliver after a restart) unless that run handed out a million tasks per millisecond.
+fn first_task_id() -> u64 {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    (millis << 20).max(1)
+}
+
 impl Core {
     fn new(config: CoreConfig, store: StoreWriter) -> Self {
         Self {
@@ -279,7 +291,7 @@ impl Core {
             actors: BTreeMap::new(),
             next_actor_order: 0,
             tasks: HashMap::new(),
-            next_task: 1,
+            next_task: first_task_id(),
             retries: BinaryHeap::new(),
             jobs: HashMap::new(),
             finished_jobs: VecDeque::new(),
@@ -331,9 +343,9 @@ impl Core {
             } => {
                 let _ = reply.send(self.open_job(header, owner, results));
             }
-            C::SubmitTask { job, input } => self.submit_task(&job, input),
-            C::CloseJobInput { job } => self.close_job_input(&job),
-            C::ClientGone { job } => self.cancel_job_tasks(&job, "client disconnected"),
+            C::SubmitTask { stream, input } => self.submit_task(&stream, input),
+            C::CloseJobInput { stream } => self.close_job_input(&stream),
+            C::ClientGone { stream } => self.client_gone(&stream),
             C::GetJob { job, reply } => {
                 let _ = reply.send(self.job_status(&job));
             }

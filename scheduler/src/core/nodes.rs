@@ -97,7 +97,7 @@ impl Core {
 
     pub(super) fn register_node(
         &mut self,
-        register: pb::RegisterNode,
+        mut register: pb::RegisterNode,
         credential: String,
         outbound: ToAgent,
         last_heard: LastHeard,
@@ -129,6 +129,7 @@ impl Core {
         }
         let session = SessionId(self.next_session);
         self.next_session += 1;
+        let inventory = std::mem::take(&mut register.inventory);
         let free_vram_at_refresh = register
             .gpus
             .iter()
@@ -167,7 +168,8 @@ impl Core {
         if let Some(settle) = &mut self.settle {
             settle.awaited.remove(&node_id);
         }
-        self.sessions.insert(session, node_id);
+        self.sessions.insert(session, node_id.clone());
+        self.adopt_inventory(&node_id, inventory);
         self.replan_needed = true;
         Ok(session)
     }

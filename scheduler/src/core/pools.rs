@@ -179,6 +179,7 @@ impl Core {
             order: self.next_actor_order,
             assignment: None,
             in_flight: BTreeSet::new(),
+            inherited_in_flight: 0,
             tasks_done: 0,
             model_loads: 0,
             loads_before_this_start: 0,
@@ -354,6 +355,7 @@ impl Core {
     pub(super) fn lose_actor(&mut self, id: &ActorId, event: ActorEvent, why: &str) {
         let actor = self.actors.get_mut(id).expect("actor exists");
         actor.error = why.to_owned();
+        actor.inherited_in_flight = 0;
         let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
         self.change_actor(id, event);
         for task in running {

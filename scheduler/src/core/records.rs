@@ -1,6 +1,6 @@
 //! What the scheduler loop remembers about each node, pool, actor, task and job.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use prost::bytes::Bytes;
 use resident_proto::{ActorId, JobId, PoolName, TaskId, pb};
@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{JobResults, ToAgent};
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
-use crate::state::{ActorState, JobCounts, Restarts, TaskLifecycle};
+use crate::state::{ActorState, JobCounts, Restarts, TaskEnd, TaskLifecycle};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
@@ -91,6 +91,9 @@ pub struct ActorRecord {
     pub order: u64,
     pub assignment: Option<Assignment>,
     pub in_flight: BTreeSet<TaskId>,
+    /// Tasks an adopted actor still held from before this scheduler knew it (their
+    /// outcomes arrive as unawaited ones); they take credit until answered.
+    pub inherited_in_flight: u32,
     pub tasks_done: u64,
     /// Loads reported by earlier incarnations plus the current one.
     pub model_loads: u64,
@@ -116,10 +119,38 @@ pub struct TaskRecord {
     pub last_error: String,
 }
 
+/// One client stream attached to a job: a resumed job gets a new one, and what the old
+/// stream's handler sends afterwards is ignored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobStream {
+    pub job: JobId,
+    pub attachment: u64,
+}
+
+/// An outcome an agent held across a restart, for a task its client has not sent again
+/// yet.
+pub struct HeldOutcome {
+    pub output: Bytes,
+    pub actor: ActorId,
+    pub run_micros: u64,
+}
+
 pub struct JobRecord {
     /// Name, pool and state; the counters live in `counts`.
     pub status: pb::JobStatus,
     pub counts: JobCounts,
+    /// Bumped each time a client stream attaches (opens or resumes the job).
+    pub attachment: u64,
+    /// The job's unfinished tasks by sequence number: a task sent again while it is still
+    /// here is not run twice.
+    pub live: HashMap<u64, TaskId>,
+    /// For a job restored after a restart: how each task recorded as finished ended, so a
+    /// task the client sends again (it never got the result) moves out of its counter
+    /// instead of being counted twice.
+    pub finished_before_restart: Option<HashMap<u64, TaskEnd>>,
+    /// Outcomes agents held across the restart, by sequence number, until the client sends
+    /// those tasks again (at most `MAX_HELD_OUTCOMES`).
+    pub held: HashMap<u64, HeldOutcome>,
     /// The actor method every task of the job calls (empty = the kind's default).
     pub method: String,
     pub results: Option<JobResults>,

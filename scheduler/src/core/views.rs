@@ -7,7 +7,7 @@ use super::Core;
 use super::pools::{no_pool, validate_pool_spec};
 use super::records::JobRecord;
 use crate::error::SchedulerError;
-use crate::state::{ActorState, JobCounts};
+use crate::state::{ActorState, JobCounts, TaskEnd};
 use crate::store::{DurableStore, StoreOp};
 
 impl Core {
@@ -105,25 +105,49 @@ impl Core {
         }
         for mut status in store.load_jobs()? {
             let job = JobId::new(status.job_id.clone());
-            if status.state == pb::JobState::Running as i32 {
-                // The counters were last written up to a second before the stop; every
-                // finished task's outcome was written as it finished, so the done counts
-                // are recounted from those, exactly.
+            let mut finished_before_restart = None;
+            let interrupted = [pb::JobState::Running, pb::JobState::Interrupted]
+                .map(|state| state as i32)
+                .contains(&status.state);
+            if interrupted {
+                // Every finished task's outcome was written as it finished; the counters
+                // only up to a second before the stop. So the done counts are recounted from
+                // the outcomes, exactly, and the outcomes kept by sequence number, so that a
+                // resumed client's tasks are counted once (`TaskLifecycle::resubmitted`).
                 let outcomes = store.outcomes(&job)?;
                 let succeeded = outcomes.iter().filter(|(_, o)| o.ok).count() as u64;
                 let failed = outcomes.len() as u64 - succeeded;
-                status.state = pb::JobState::Interrupted as i32;
-                status.succeeded = succeeded;
-                status.failed = failed;
-                status.queued = 0;
-                status.running = 0;
-                status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
-                self.store.write(StoreOp::PutJob(status.clone()));
+                if status.state == pb::JobState::Running as i32 {
+                    status.state = pb::JobState::Interrupted as i32;
+                    status.succeeded = succeeded;
+                    status.failed = failed;
+                    status.queued = 0;
+                    status.running = 0;
+                    status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
+                    self.store.write(StoreOp::PutJob(status.clone()));
+                }
+                let end = |ok: bool| {
+                    if ok {
+                        TaskEnd::Succeeded
+                    } else {
+                        TaskEnd::Failed
+                    }
+                };
+                finished_before_restart = Some(
+                    outcomes
+                        .into_iter()
+                        .map(|(seq, outcome)| (seq, end(outcome.ok)))
+                        .collect(),
+                );
             }
             let counts = JobCounts::from_status(&status);
             let record = JobRecord {
                 counts,
                 status,
+                attachment: 0,
+                live: Default::default(),
+                finished_before_restart,
+                held: Default::default(),
                 method: String::new(),
                 results: None,
                 input_closed: true,

@@ -157,7 +157,7 @@ fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage
     })
 }
 
-fn share_per_gpu(gpus: GpuFraction) -> GpuFraction {
+pub fn share_per_gpu(gpus: GpuFraction) -> GpuFraction {
     if gpus.is_fractional() {
         gpus
     } else if gpus.is_cpu_only() {

@@ -1,3 +1,4 @@
 //! Small pure policies.
 
 pub mod backoff;
+pub mod reconcile;

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
 use crate::auth::{Action, audit, principal_of, require};
-use crate::core::{SchedulerCommand, SchedulerHandle};
+use crate::core::{JobStream, SchedulerCommand, SchedulerHandle};
 
 /// The client-facing API: pools, task streams, jobs, listings.
 pub struct ClientApiService {
@@ -139,19 +139,19 @@ impl SchedulerService for ClientApiService {
             })
             .await
             .map_err(Status::from);
-        let job = audit::outcome(&principal, "submit_job", &subject, job)?;
+        let stream = audit::outcome(&principal, "submit_job", &subject, job)?;
         let credit = Arc::new(Semaphore::new(window));
         tokio::spawn(forward_tasks(
             inbound,
             self.scheduler.clone(),
-            job.clone(),
+            stream.clone(),
             credit.clone(),
         ));
         Ok(Response::new(JobResultStream {
             results: results_rx,
             credit,
             scheduler: self.scheduler.clone(),
-            job,
+            stream,
         }))
     }
 
@@ -231,18 +231,18 @@ impl SchedulerService for ClientApiService {
 async fn forward_tasks(
     mut inbound: Streaming<pb::SubmitRequest>,
     scheduler: SchedulerHandle,
-    job: JobId,
+    stream: JobStream,
     credit: Arc<Semaphore>,
 ) {
     loop {
         match inbound.next().await {
             None => {
-                let _ = scheduler.send(SchedulerCommand::CloseJobInput { job });
+                let _ = scheduler.send(SchedulerCommand::CloseJobInput { stream });
                 return;
             }
             Some(Err(status)) => {
-                tracing::info!(job_id = %job, %status, "client stream broke");
-                let _ = scheduler.send(SchedulerCommand::ClientGone { job });
+                tracing::info!(job_id = %stream.job, %status, "client stream broke");
+                let _ = scheduler.send(SchedulerCommand::ClientGone { stream });
                 return;
             }
             Some(Ok(pb::SubmitRequest {
@@ -254,7 +254,7 @@ async fn forward_tasks(
                 permit.forget();
                 if scheduler
                     .send(SchedulerCommand::SubmitTask {
-                        job: job.clone(),
+                        stream: stream.clone(),
                         input,
                     })
                     .is_err()
@@ -263,7 +263,7 @@ async fn forward_tasks(
                 }
             }
             Some(Ok(_)) => {
-                tracing::warn!(job_id = %job, "ignoring a non-task message after the header");
+                tracing::warn!(job_id = %stream.job, "ignoring a non-task message after the header");
             }
         }
     }
@@ -275,7 +275,7 @@ pub struct JobResultStream {
     results: mpsc::UnboundedReceiver<pb::SubmitResponse>,
     credit: Arc<Semaphore>,
     scheduler: SchedulerHandle,
-    job: JobId,
+    stream: JobStream,
 }
 
 impl Stream for JobResultStream {
@@ -303,7 +303,7 @@ impl Drop for JobResultStream {
         self.credit.close();
         // A no-op for a job that already finished.
         let _ = self.scheduler.send(SchedulerCommand::ClientGone {
-            job: self.job.clone(),
+            stream: self.stream.clone(),
         });
     }
 }

@@ -11,6 +11,7 @@
 //!     │       gone)           └─ Fail{retry_at: None} ─▶ Done(Failed)                │
 //!     └─────────────────────────────── Release (t reached) ──────────────────────────┘
 //!
+//!   Queued ── AnsweredEarlier ──▶ Done(Succeeded)   (an agent held its output across a restart)
 //!   Queued / BackingOff ── Fail{None} ──▶ Done(Failed)      (pool deleted, bad payload)
 //!   Queued / BackingOff ── Cancel ──▶ Done(Cancelled)
 //!   Running ── Cancel ──▶ Cancelling{actor, n} ── Settle / Lose ──▶ Done(Cancelled)
@@ -70,6 +71,9 @@ pub enum TaskEvent {
     Cancel,
     /// A cancelling task's actor answered; the answer is dropped.
     Settle,
+    /// An output for the task arrived from a dispatch made before the scheduler restarted
+    /// (the agent held it): the queued task is done without running again.
+    AnsweredEarlier,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +97,9 @@ pub fn transition(from: &TaskState, event: TaskEvent) -> Result<TaskState, Inval
             actor: actor.clone(),
             dispatch: *dispatch,
         },
-        (S::Running { .. }, E::Succeed) => S::Done(TaskEnd::Succeeded),
+        (S::Running { .. }, E::Succeed) | (S::Queued, E::AnsweredEarlier) => {
+            S::Done(TaskEnd::Succeeded)
+        }
         (S::Running { .. } | S::Queued | S::BackingOff { .. }, E::Fail { retry_at: None }) => {
             S::Done(TaskEnd::Failed)
         }
@@ -178,6 +184,19 @@ impl TaskLifecycle {
     /// A newly submitted task: queued, and counted as submitted and queued.
     pub fn submitted(counts: &mut JobCounts) -> Self {
         counts.submitted += 1;
+        counts.queued += 1;
+        Self {
+            state: TaskState::Queued,
+            dispatches: 0,
+        }
+    }
+
+    /// A task its client sent again after a restart, though it was recorded as finished
+    /// (`earlier`; the client never got that result): it leaves that counter for `queued`,
+    /// and `submitted` stays as it was.
+    pub fn resubmitted(counts: &mut JobCounts, earlier: TaskEnd) -> Self {
+        let bucket = counts.bucket(&TaskState::Done(earlier));
+        *bucket = bucket.saturating_sub(1);
         counts.queued += 1;
         Self {
             state: TaskState::Queued,
@@ -272,6 +291,35 @@ mod tests {
         assert_eq!(task.state(), &TaskState::Done(TaskEnd::Succeeded));
         assert_eq!((counts.succeeded, counts.submitted), (1, 1));
         assert!(sums_to_submitted(&counts));
+    }
+
+    #[test]
+    fn a_task_sent_again_after_a_restart_counts_once() {
+        // Before the restart: two tasks, one finished (its result never reached the client).
+        let mut counts = JobCounts::default();
+        let mut done = TaskLifecycle::submitted(&mut counts);
+        done.apply(dispatch(&done, "a"), &mut counts).unwrap();
+        done.apply(TaskEvent::Succeed, &mut counts).unwrap();
+        // The client sends it again: it runs again and is counted once.
+        let mut again = TaskLifecycle::resubmitted(&mut counts, TaskEnd::Succeeded);
+        assert_eq!(
+            (counts.submitted, counts.queued, counts.succeeded),
+            (1, 1, 0)
+        );
+        again.apply(dispatch(&again, "b"), &mut counts).unwrap();
+        again.apply(TaskEvent::Succeed, &mut counts).unwrap();
+        assert_eq!((counts.submitted, counts.succeeded), (1, 1));
+        assert!(sums_to_submitted(&counts));
+        // A queued task answered by an output held across the restart.
+        let mut held = TaskLifecycle::submitted(&mut counts);
+        held.apply(TaskEvent::AnsweredEarlier, &mut counts).unwrap();
+        assert_eq!(held.state(), &TaskState::Done(TaskEnd::Succeeded));
+        assert_eq!((counts.submitted, counts.succeeded), (2, 2));
+        assert!(sums_to_submitted(&counts));
+        assert!(
+            held.apply(TaskEvent::AnsweredEarlier, &mut counts).is_err(),
+            "only a queued task takes an earlier answer"
+        );
     }
 
     #[test]

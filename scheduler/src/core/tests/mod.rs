@@ -9,7 +9,7 @@ use resident_proto::{JobId, NodeId, PoolName, pb};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{Core, CoreConfig, LastHeard, SchedulerCommand, SessionId};
+use super::{Core, CoreConfig, JobStream, LastHeard, SchedulerCommand, SessionId};
 use crate::auth::{Principal, Role};
 use crate::error::SchedulerError;
 use crate::store::{DurableStore, MemoryStore, StoreWriter};
@@ -29,6 +29,8 @@ struct Agent {
 struct Harness {
     core: Core,
     agents: BTreeMap<String, Agent>,
+    /// The client stream attached to each job last.
+    streams: BTreeMap<JobId, JobStream>,
 }
 
 fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &mut Core) -> T {
@@ -60,6 +62,7 @@ impl Harness {
         Self {
             core: Core::new(config, StoreWriter::spawn(store)),
             agents: BTreeMap::new(),
+            streams: BTreeMap::new(),
         }
     }
 
@@ -75,8 +78,6 @@ impl Harness {
         gpus: Vec<pb::GpuInfo>,
         credential: &str,
     ) -> Result<(), SchedulerError> {
-        let (outbound, rx) = mpsc::unbounded_channel();
-        let heard = LastHeard::now();
         let register = pb::RegisterNode {
             node_id: name.into(),
             generation: format!("{name}-gen"),
@@ -85,6 +86,18 @@ impl Harness {
             actor_kinds: vec!["echo".into()],
             ..Default::default()
         };
+        self.register(register, credential)
+    }
+
+    /// Registers a node as its agent would: `register` names it and lists what it hosts.
+    fn register(
+        &mut self,
+        register: pb::RegisterNode,
+        credential: &str,
+    ) -> Result<(), SchedulerError> {
+        let name = register.node_id.clone();
+        let (outbound, rx) = mpsc::unbounded_channel();
+        let heard = LastHeard::now();
         let session = answer(
             |reply| SchedulerCommand::RegisterNode {
                 register,
@@ -107,7 +120,7 @@ impl Harness {
             Some(pb::scheduler_message::Body::Registered(_))
         ));
         agent.early = first.split_off(1);
-        self.agents.insert(name.into(), agent);
+        self.agents.insert(name, agent);
         Ok(())
     }
 
@@ -162,7 +175,7 @@ impl Harness {
             job_name: "test".into(),
             ..Default::default()
         };
-        let job = answer(
+        let stream = answer(
             |reply| SchedulerCommand::OpenJob {
                 header,
                 owner: owner.into(),
@@ -176,7 +189,13 @@ impl Harness {
             rx.try_recv().unwrap().body,
             Some(pb::submit_response::Body::Accepted(_))
         ));
-        (job, rx)
+        self.streams.insert(stream.job.clone(), stream.clone());
+        (stream.job, rx)
+    }
+
+    /// The client stream attached to `job` last.
+    fn stream(&self, job: &JobId) -> JobStream {
+        self.streams[job].clone()
     }
 
     fn submit(&mut self, job: &JobId, seqs: std::ops::Range<u64>) {
@@ -186,7 +205,7 @@ impl Harness {
                 payload: vec![seq as u8 + 1].into(),
             };
             self.core.handle(SchedulerCommand::SubmitTask {
-                job: job.clone(),
+                stream: self.stream(job),
                 input,
             });
         }
@@ -533,8 +552,8 @@ async fn only_the_configured_number_of_finished_jobs_is_kept() {
     let mut jobs = Vec::new();
     for _ in 0..3 {
         let (job, _rx) = h.open_job("p");
-        h.core
-            .handle(SchedulerCommand::CloseJobInput { job: job.clone() });
+        let stream = h.stream(&job);
+        h.core.handle(SchedulerCommand::CloseJobInput { stream });
         jobs.push(job);
     }
     let lookup = |h: &mut Harness, job: &JobId| {
@@ -912,3 +931,5 @@ async fn the_store_forgets_a_node_that_stays_dead() {
     listed(1);
     assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
 }
+
+mod restart;

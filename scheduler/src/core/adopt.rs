@@ -1,0 +1,255 @@
+//! Taking back what agents kept while the scheduler was away: the actors a registering node
+//! reports (through the pure `policy::reconcile`), and the outcomes it held for tasks this
+//! scheduler did not dispatch.
+
+use std::collections::BTreeMap;
+
+use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, TaskId, pb};
+
+use super::Core;
+use super::records::{ActorRecord, HeldOutcome};
+use crate::placement::{Assignment, share_per_gpu};
+use crate::policy::reconcile::{
+    ReportedActor, StartShape, Verdict, WantedPlace, WantedPool, reconcile,
+};
+use crate::state::{ActorEvent, ActorState, Restarts, TaskEvent, TaskState};
+
+/// Outcomes held per job until its client sends their tasks again; more are dropped (those
+/// tasks simply run again).
+const MAX_HELD_OUTCOMES: usize = 65_536;
+
+fn reported_shape(start: &pb::StartActor) -> StartShape {
+    StartShape {
+        kind: start.kind.clone(),
+        config: start.config.to_vec(),
+        vram_per_gpu: start.vram_bytes,
+        max_in_flight: start.max_in_flight,
+        gpu_count: start.gpu_indices.len() as u32,
+        share_per_gpu: GpuFraction::from_gpus(start.gpu_fraction).unwrap_or_default(),
+    }
+}
+
+impl Core {
+    /// The pools as placement would start their actors now, with where each live actor is.
+    fn wanted_pools(&self) -> BTreeMap<PoolName, WantedPool> {
+        self.pools
+            .iter()
+            .map(|(name, pool)| {
+                let shape = StartShape {
+                    kind: pool.spec.actor_kind.clone(),
+                    config: pool.spec.actor_config.to_vec(),
+                    vram_per_gpu: pool.request.vram_per_gpu.0,
+                    max_in_flight: pool.in_flight_per_actor,
+                    gpu_count: pool.request.gpus.whole_gpus(),
+                    share_per_gpu: share_per_gpu(pool.request.gpus),
+                };
+                let mut actors: Vec<(u64, ActorId, WantedPlace)> = pool
+                    .actors
+                    .iter()
+                    .filter_map(|id| {
+                        let actor = &self.actors[id];
+                        let place = match (actor.state, &actor.assignment) {
+                            (ActorState::Pending, _) => WantedPlace::Unplaced,
+                            (ActorState::Starting | ActorState::Ready, Some(assignment)) => {
+                                WantedPlace::On {
+                                    node: assignment.node.clone(),
+                                    incarnation: actor.incarnation,
+                                }
+                            }
+                            _ => return None,
+                        };
+                        Some((actor.order, id.clone(), place))
+                    })
+                    .collect();
+                actors.sort();
+                let actors = actors.into_iter().map(|(_, id, p)| (id, p)).collect();
+                (name.clone(), WantedPool { shape, actors })
+            })
+            .collect()
+    }
+
+    /// Adopts what a registering node reports that a pool wants, and stops the rest.
+    pub(super) fn adopt_inventory(&mut self, node_id: &NodeId, inventory: Vec<pb::HostedActor>) {
+        let mut hosted = BTreeMap::new();
+        let mut reported = Vec::new();
+        for actor in inventory {
+            let (Some(start), Some(report)) = (&actor.start, &actor.report) else {
+                continue;
+            };
+            if report.state == pb::ActorState::Dead as i32 {
+                continue;
+            }
+            reported.push(ReportedActor {
+                id: ActorId::new(start.actor_id.clone()),
+                pool: PoolName::new(start.pool.clone()),
+                shape: reported_shape(start),
+                incarnation: start.incarnation,
+            });
+            hosted.insert(ActorId::new(start.actor_id.clone()), actor);
+        }
+        if reported.is_empty() {
+            return;
+        }
+        for verdict in reconcile(node_id, &self.wanted_pools(), &reported) {
+            match verdict {
+                Verdict::Adopt {
+                    id,
+                    pool,
+                    replacing,
+                } => {
+                    let actor = hosted.remove(&id).expect("reported");
+                    self.adopt_actor(node_id, &pool, actor, replacing);
+                }
+                Verdict::Stop { id, why } => {
+                    tracing::info!(actor_id = %id, node_id = %node_id, reason = %why, "stopping a reported actor nobody wants");
+                    if let Some(node) = self.nodes.get(node_id) {
+                        node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
+                            actor_id: id.to_string(),
+                        }));
+                    }
+                }
+            }
+        }
+        self.replan_needed = true;
+    }
+
+    fn adopt_actor(
+        &mut self,
+        node_id: &NodeId,
+        pool_name: &PoolName,
+        hosted: pb::HostedActor,
+        replacing: Option<ActorId>,
+    ) {
+        let start = hosted.start.expect("checked");
+        let report = hosted.report.expect("checked");
+        let id = ActorId::new(start.actor_id.clone());
+        if let Some(old) = replacing {
+            // A restored pool's fresh, never-placed actor gives its place (and its order)
+            // to the one that is already loaded.
+            let record = self.actors.remove(&old).expect("wanted actor");
+            let pool = self.pools.get_mut(pool_name).expect("wanted pool");
+            pool.actors.remove(&old);
+            pool.actors.insert(id.clone());
+            self.actors.insert(
+                id.clone(),
+                ActorRecord {
+                    restarts: Restarts {
+                        used: 0,
+                        max: pool.max_restarts,
+                    },
+                    ..record
+                },
+            );
+        }
+        let actor = self.actors.get_mut(&id).expect("adopted actor exists");
+        actor.inherited_in_flight = hosted.tasks_in_hand.len() as u32;
+        if actor.state == ActorState::Pending {
+            actor.incarnation = start.incarnation;
+            actor.loads_before_this_start = actor.model_loads;
+            actor.unplaced_reason.clear();
+            actor.error.clear();
+            self.change_actor(&id, ActorEvent::Placed);
+            self.actors.get_mut(&id).expect("exists").assignment = Some(Assignment {
+                node: node_id.clone(),
+                gpus: start.gpu_indices.clone(),
+                share_per_gpu: GpuFraction::from_gpus(start.gpu_fraction).unwrap_or_default(),
+            });
+        }
+        let actor = self.actors.get_mut(&id).expect("exists");
+        actor.model_loads = actor.loads_before_this_start + report.model_loads;
+        actor.vram_bytes = report.vram_bytes;
+        if report.state == pb::ActorState::Ready as i32 && actor.state == ActorState::Starting {
+            self.change_actor(&id, ActorEvent::Loaded);
+        }
+        tracing::info!(
+            actor_id = %id,
+            node_id = %node_id,
+            pool = %pool_name,
+            tasks_in_hand = hosted.tasks_in_hand.len(),
+            "adopted a resident actor (its model stays loaded)"
+        );
+        self.dispatch_pool(pool_name);
+    }
+
+    /// An outcome no dispatch of this scheduler awaits. From an actor that still held tasks
+    /// when it was adopted, it frees that credit; an output for a task of a restored job
+    /// answers that task if the client sent it again and it waits in the queue, or is held
+    /// until the client does.
+    pub(super) fn unawaited_outcome(&mut self, node_id: &NodeId, outcome: pb::TaskOutcome) {
+        let actor_id = ActorId::new(outcome.actor_id.clone());
+        let mut freed_pool = None;
+        if let Some(actor) = self.actors.get_mut(&actor_id)
+            && actor.inherited_in_flight > 0
+            && actor
+                .assignment
+                .as_ref()
+                .is_some_and(|a| &a.node == node_id)
+        {
+            actor.inherited_in_flight -= 1;
+            freed_pool = Some(actor.pool.clone());
+        }
+        let answer = match (outcome.key, outcome.result) {
+            (Some(key), Some(pb::task_outcome::Result::Output(output))) => Some((key, output)),
+            _ => None,
+        };
+        if let Some((key, output)) = answer {
+            let job_id = resident_proto::JobId::new(key.job_id);
+            let live = self
+                .jobs
+                .get(&job_id)
+                .and_then(|job| job.live.get(&key.seq).copied());
+            match live {
+                Some(task_id) => {
+                    self.answer_queued_task(task_id, output, actor_id, outcome.run_micros)
+                }
+                None => {
+                    if let Some(job) = self
+                        .jobs
+                        .get_mut(&job_id)
+                        .filter(|j| j.finished_before_restart.is_some())
+                        && job.held.len() < MAX_HELD_OUTCOMES
+                    {
+                        job.held.insert(
+                            key.seq,
+                            HeldOutcome {
+                                output,
+                                actor: actor_id,
+                                run_micros: outcome.run_micros,
+                            },
+                        );
+                    }
+                }
+            }
+        } else {
+            tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome");
+        }
+        if let Some(pool) = freed_pool {
+            self.dispatch_pool(&pool);
+        }
+    }
+
+    /// Finishes a queued task with an output from an earlier dispatch; a task that is
+    /// running again (or backing off) waits for its own answer.
+    pub(super) fn answer_queued_task(
+        &mut self,
+        task_id: TaskId,
+        output: prost::bytes::Bytes,
+        actor: ActorId,
+        run_micros: u64,
+    ) {
+        let Some(task) = self.tasks.get_mut(&task_id) else {
+            return;
+        };
+        if task.lifecycle.state() != &TaskState::Queued {
+            return;
+        }
+        task.last_actor = Some(actor);
+        let pool = task.pool.clone();
+        if let Some(record) = self.pools.get_mut(&pool) {
+            record.queue.retain(|t| *t != task_id);
+        }
+        if self.change_task(task_id, TaskEvent::AnsweredEarlier) {
+            self.finish_task(task_id, Ok(output), run_micros);
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! A restarted core takes back what its agents kept (actors, held outcomes) and what its
+//! clients send again (resumed jobs), each task answered once.
+
+use super::*;
+use crate::store::{StoreOp, StoredOutcome};
+
+fn hosted(actor: &str, pool: &str, in_hand: &[(&str, u64)]) -> pb::HostedActor {
+    pb::HostedActor {
+        start: Some(pb::StartActor {
+            actor_id: actor.into(),
+            incarnation: 1,
+            pool: pool.into(),
+            kind: "echo".into(),
+            max_in_flight: 1,
+            ..Default::default()
+        }),
+        report: Some(pb::ActorReport {
+            actor_id: actor.into(),
+            incarnation: 1,
+            state: pb::ActorState::Ready as i32,
+            model_loads: 1,
+            ..Default::default()
+        }),
+        tasks_in_hand: in_hand
+            .iter()
+            .map(|(job, seq)| pb::TaskKey {
+                job_id: (*job).into(),
+                seq: *seq,
+            })
+            .collect(),
+    }
+}
+
+fn node_hosting(name: &str, inventory: Vec<pb::HostedActor>) -> pb::RegisterNode {
+    pb::RegisterNode {
+        node_id: name.into(),
+        generation: format!("{name}-gen"),
+        cpu_cores: 4,
+        actor_kinds: vec!["echo".into()],
+        inventory,
+        ..Default::default()
+    }
+}
+
+fn stopped(messages: &[pb::scheduler_message::Body]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            pb::scheduler_message::Body::StopActor(stop) => Some(stop.actor_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Harness {
+    /// Attaches a new client stream to `job`, as a client that lost its connection does.
+    fn resume_job(
+        &mut self,
+        pool: &str,
+        job: &JobId,
+        owner: &str,
+    ) -> Result<ResultsRx, SchedulerError> {
+        let (results, mut rx) = mpsc::unbounded_channel();
+        let header = pb::SubmitHeader {
+            pool: pool.into(),
+            resume_job_id: job.to_string(),
+            ..Default::default()
+        };
+        let stream = answer(
+            |reply| SchedulerCommand::OpenJob {
+                header,
+                owner: owner.into(),
+                results,
+                reply,
+            },
+            &mut self.core,
+        )?;
+        assert!(matches!(
+            rx.try_recv().unwrap().body,
+            Some(pb::submit_response::Body::Accepted(_))
+        ));
+        self.streams.insert(job.clone(), stream);
+        Ok(rx)
+    }
+}
+
+/// The agents kept their actors through the restart: the restarted core adopts them under
+/// their own ids with their one model load, starts nothing, and stops what no pool wants.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_core_adopts_the_actors_its_agents_kept() {
+    let mut h = restarted_with_two_known_nodes();
+    h.register(
+        node_hosting("n1", vec![hosted("p-a", "p", &[]), hosted("p-b", "p", &[])]),
+        Principal::ANONYMOUS,
+    )
+    .unwrap();
+    h.tick();
+    h.register(
+        node_hosting(
+            "n2",
+            vec![
+                hosted("p-c", "p", &[]),
+                hosted("p-d", "p", &[]),
+                hosted("p-e", "p", &[]),
+                hosted("gone-x", "gone", &[]),
+            ],
+        ),
+        Principal::ANONYMOUS,
+    )
+    .unwrap();
+    h.tick();
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 0, "nothing loads again");
+    let to_n2 = sent(h.agent("n2"));
+    assert_eq!(stopped(&to_n2), vec!["gone-x", "p-e"], "{to_n2:?}");
+    assert!(
+        !to_n2
+            .iter()
+            .any(|m| matches!(m, pb::scheduler_message::Body::StartActor(_))),
+        "{to_n2:?}"
+    );
+    let actors = h.core.actor_infos(None);
+    let listed: Vec<(&str, &str, i32, u64)> = actors
+        .iter()
+        .map(|a| {
+            (
+                a.actor_id.as_str(),
+                a.node_id.as_str(),
+                a.state,
+                a.model_loads,
+            )
+        })
+        .collect();
+    let ready = pb::ActorState::Ready as i32;
+    assert_eq!(
+        listed,
+        vec![
+            ("p-a", "n1", ready, 1),
+            ("p-b", "n1", ready, 1),
+            ("p-c", "n2", ready, 1),
+            ("p-d", "n2", ready, 1),
+        ]
+    );
+}
+
+/// A node whose session dropped (the scheduler lived on) comes back with its actors before
+/// they were placed elsewhere: they are adopted as themselves, not loaded again.
+#[tokio::test(start_paused = true)]
+async fn a_node_back_from_a_network_cut_keeps_its_actors() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    let start = sent(h.agent("n1"))
+        .into_iter()
+        .find_map(|m| match m {
+            pb::scheduler_message::Body::StartActor(start) => Some(start),
+            _ => None,
+        })
+        .expect("placed");
+    let session = h.agent("n1").session;
+    h.core.handle(SchedulerCommand::AgentGone { session });
+    h.core.after_commands();
+    let mut kept = hosted(&start.actor_id, "p", &[]);
+    kept.start = Some(start.clone());
+    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
+        .unwrap();
+    h.tick();
+    assert_eq!(started(&mut h, "n1"), 0, "adopted, not started again");
+    let actor = &h.core.actor_infos(None)[0];
+    assert_eq!(
+        (actor.actor_id.as_str(), actor.state, actor.model_loads),
+        (start.actor_id.as_str(), pb::ActorState::Ready as i32, 1)
+    );
+}
+
+/// A core restarted on a store holding job `j1` of pool `p` (one actor, credit 2), which
+/// was running with tasks 0 and 1 recorded as succeeded.
+fn restarted_with_an_interrupted_job() -> (Harness, JobId) {
+    let store = Arc::new(MemoryStore::default());
+    let job = JobId::new("j1");
+    let done = |seq| StoreOp::PutOutcome {
+        job: job.clone(),
+        seq,
+        outcome: StoredOutcome {
+            ok: true,
+            attempts: 1,
+            error: None,
+            output_bytes: 1,
+        },
+    };
+    store
+        .apply(&[
+            StoreOp::PutPool(cpu_pool("p", 1, 2)),
+            StoreOp::PutNode(NodeId::from("n1")),
+            StoreOp::PutJob(pb::JobStatus {
+                job_id: job.to_string(),
+                pool: "p".into(),
+                state: pb::JobState::Running as i32,
+                owner: Principal::ANONYMOUS.into(),
+                submitted: 3,
+                ..Default::default()
+            }),
+            done(0),
+            done(1),
+        ])
+        .unwrap();
+    let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
+    h.core.restore(store.as_ref()).unwrap();
+    (h, job)
+}
+
+/// Across a restart each task's result reaches the client once: a task recorded as done
+/// whose result the client never got runs again and is counted once; an output the agent
+/// held answers its task without running it again; a task sent twice runs once.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_job_answers_each_task_once_and_counts_it_once() {
+    let (mut h, job) = restarted_with_an_interrupted_job();
+    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
+    kept.start.as_mut().unwrap().max_in_flight = 2;
+    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
+        .unwrap();
+    // The outcome of seq 2, dispatched by the old scheduler, arrives before the client.
+    let held = pb::TaskOutcome {
+        task_id: 7,
+        dispatch: 1,
+        actor_id: "p-a".into(),
+        result: Some(pb::task_outcome::Result::Output(b"two".to_vec().into())),
+        key: Some(pb::TaskKey {
+            job_id: "j1".into(),
+            seq: 2,
+        }),
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::TaskOutcome(held));
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    // The client got results 0 and 2 before? No: only 0. It sends 1, 2 and a new 3, and 3
+    // a second time (it reconnected again in between).
+    h.submit(&job, 1..4);
+    h.submit(&job, 3..4);
+    let tasks = run_tasks(&sent(h.agent("n1")));
+    let dispatched: Vec<u64> = tasks.iter().map(|t| t.key.as_ref().unwrap().seq).collect();
+    assert_eq!(dispatched, vec![1, 3], "2 was answered by the held output");
+    for task in &tasks {
+        h.outcome("n1", task, Ok("out"));
+    }
+    let stream = h.stream(&job);
+    h.core.handle(SchedulerCommand::CloseJobInput { stream });
+    let mut seqs: Vec<u64> = results(&mut rx).iter().map(|r| r.seq).collect();
+    seqs.sort();
+    assert_eq!(seqs, vec![1, 2, 3], "each once");
+    let status = h.job(&job);
+    assert_eq!(status.state, pb::JobState::Succeeded as i32);
+    assert_eq!(
+        (status.submitted, status.succeeded, status.queued),
+        (4, 4, 0),
+        "{status:?}"
+    );
+}
+
+/// Resuming is refused, with what to do, for a job the scheduler does not know, another
+/// principal's job, and a cancelled one.
+#[tokio::test(start_paused = true)]
+async fn a_resume_that_cannot_be_honoured_says_why() {
+    let (mut h, job) = restarted_with_an_interrupted_job();
+    h.add_node("n1", vec![]);
+    let unknown = h
+        .resume_job("p", &JobId::new("nope"), Principal::ANONYMOUS)
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("run the command again"),
+        "{unknown}"
+    );
+    let other = h.resume_job("p", &job, "mallory").unwrap_err();
+    assert!(
+        matches!(other, SchedulerError::PermissionDenied(_)),
+        "{other}"
+    );
+    h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    let requester = Principal {
+        name: Principal::ANONYMOUS.into(),
+        role: Role::Admin,
+    };
+    answer(
+        |reply| SchedulerCommand::CancelJob {
+            job: job.clone(),
+            requester,
+            reply,
+        },
+        &mut h.core,
+    )
+    .unwrap();
+    let cancelled = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap_err();
+    assert!(
+        cancelled.to_string().contains("was cancelled"),
+        "{cancelled}"
+    );
+}
+
+/// The stream a resumed job left behind breaking later does not cancel the job.
+#[tokio::test(start_paused = true)]
+async fn an_old_stream_breaking_does_not_cancel_the_resumed_job() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    let (job, _old_rx) = h.open_job("p");
+    let old = h.stream(&job);
+    let _rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.core.handle(SchedulerCommand::ClientGone { stream: old });
+    assert_eq!(h.job(&job).state, pb::JobState::Running as i32);
+}
