@@ -33,6 +33,11 @@ pub struct AgentArgs {
     /// Report simulated GPUs instead of real ones: `A6000:48GiB x8,T4:16GiB x4`.
     #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
+    /// How long actors keep their models loaded while no scheduler is reachable (a
+    /// restart, a network cut): a scheduler back within it adopts them without a reload.
+    /// `90s`, `15m`, `1h`.
+    #[arg(long, env = "RESIDENT_ACTOR_GRACE", default_value = "15m", value_parser = humantime::parse_duration)]
+    actor_grace: std::time::Duration,
     /// Longest wait between reconnect attempts, in milliseconds.
     #[arg(long, env = "RESIDENT_RECONNECT_MAX_MS", default_value_t = 10_000)]
     reconnect_max_ms: u64,
@@ -74,6 +79,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut config = AgentConfig::new(args.scheduler, args.node_id);
     config.labels = parse_labels(&args.labels)?;
     config.reconnect_max = std::time::Duration::from_millis(args.reconnect_max_ms.max(50));
+    config.actor_grace = args.actor_grace;
     config.credentials = args.credentials.credentials()?;
     if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
         config.credentials = config

@@ -31,3 +31,12 @@ impl CredentialArgs {
         Ok(Cluster::connect_with(url, self.credentials()?).await?)
     }
 }
+
+/// `--reconnect-timeout`: how a long job rides through a scheduler restart.
+#[derive(Args, Clone, Debug)]
+pub struct ReconnectArgs {
+    /// How long the job waits for a scheduler that went away (a restart, a network cut)
+    /// before it exits; within it the job resumes where it was. `90s`, `10m`, `1h`.
+    #[arg(long, env = "RESIDENT_RECONNECT_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub reconnect_timeout: std::time::Duration,
+}

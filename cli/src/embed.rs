@@ -43,6 +43,8 @@ pub struct EmbedArgs {
     cluster: Option<String>,
     #[command(flatten)]
     credentials: crate::credentials::CredentialArgs,
+    #[command(flatten)]
+    reconnect: crate::credentials::ReconnectArgs,
     /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
     #[arg(long)]
     replicas: Option<u32>,
@@ -184,7 +186,11 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
 pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let config = args.job_config()?;
     let cluster = match &args.cluster {
-        Some(url) => args.credentials.connect(url).await?,
+        Some(url) => args
+            .credentials
+            .connect(url)
+            .await?
+            .with_reconnect_timeout(args.reconnect.reconnect_timeout),
         None => {
             let local = LocalConfig {
                 simulate_gpus: args.simulate_gpus.clone(),

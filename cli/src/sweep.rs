@@ -14,6 +14,8 @@ pub struct SweepArgs {
     cluster: Option<String>,
     #[command(flatten)]
     credentials: crate::credentials::CredentialArgs,
+    #[command(flatten)]
+    reconnect: crate::credentials::ReconnectArgs,
     /// Overrides the config's `output`.
     #[arg(long)]
     output: Option<String>,
@@ -27,7 +29,11 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
         config.output = output;
     }
     let cluster = match &args.cluster {
-        Some(url) => args.credentials.connect(url).await?,
+        Some(url) => args
+            .credentials
+            .connect(url)
+            .await?
+            .with_reconnect_timeout(args.reconnect.reconnect_timeout),
         None => Cluster::local(LocalConfig::default()).await?,
     };
     let mut on_event = |event: SweepEvent<'_>| match event {

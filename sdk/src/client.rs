@@ -1,7 +1,5 @@
 use std::any::Any;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -18,6 +16,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::SdkError;
 use crate::info::{ActorInfo, ActorState, JobStatus, NodeInfo, PoolStatus};
+pub use crate::job_stream::JobStream;
+use crate::job_stream::open_job;
 use crate::pool_spec::PoolSpec;
 use resident_proto::{ActorId, JobId, NodeId};
 
@@ -27,6 +27,8 @@ pub struct Cluster {
     client: SchedulerServiceClient<AuthedChannel>,
     url: String,
     request_timeout: Duration,
+    /// How long a job's stream waits for a lost scheduler to come back before it fails.
+    reconnect_timeout: Duration,
     /// Keeps an in-process cluster alive as long as any handle to it exists.
     _local: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -35,6 +37,9 @@ pub struct Cluster {
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long an unanswered ping may wait before the connection counts as dead.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a job waits, by default, for a scheduler that went away (a restart, a network
+/// cut) before it fails; within it, the job resumes where it was.
+pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One task's answer.
 #[derive(Clone, Debug)]
@@ -117,6 +122,7 @@ impl Cluster {
             client,
             url: url.to_owned(),
             request_timeout: Duration::from_secs(30),
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
             _local: None,
         };
         cluster.check_protocol().await?;
@@ -171,6 +177,26 @@ impl Cluster {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// How long each job waits for a scheduler that went away before it fails with
+    /// [`SdkError::SchedulerGone`] (default [`DEFAULT_RECONNECT_TIMEOUT`]; zero fails at
+    /// once). Within it the job resumes by id: every task's result arrives once.
+    pub fn with_reconnect_timeout(mut self, timeout: Duration) -> Self {
+        self.reconnect_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn reconnect_timeout(&self) -> Duration {
+        self.reconnect_timeout
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn client(&self) -> SchedulerServiceClient<AuthedChannel> {
+        self.client.clone()
     }
 
     /// Creates a pool (or returns the existing one with the same spec).
@@ -395,42 +421,15 @@ impl Pool {
         S: Stream + Send + 'static,
         S::Item: Into<Bytes> + Send,
     {
-        let window = options.window;
-        let (tx, rx) = mpsc::channel(if window == 0 { 1024 } else { window as usize });
         let header = pb::SubmitHeader {
             pool: self.name.clone(),
             job_name: job_name.to_owned(),
-            max_outstanding: window,
+            max_outstanding: options.window,
             method: options.method,
+            resume_job_id: String::new(),
         };
-        let _ = tx
-            .send(pb::SubmitRequest {
-                body: Some(pb::submit_request::Body::Header(header)),
-            })
-            .await;
-        let feeder = tokio::spawn(async move {
-            let mut inputs = std::pin::pin!(inputs);
-            let mut seq = 0;
-            while let Some(payload) = inputs.next().await {
-                let task = pb::TaskInput {
-                    seq,
-                    payload: payload.into(),
-                };
-                seq += 1;
-                if tx
-                    .send(pb::SubmitRequest {
-                        body: Some(pb::submit_request::Body::Task(task)),
-                    })
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        });
-        let mut job = JobStream::open(&self.cluster, rx).await?;
-        job.feeder = Some(feeder.abort_handle());
-        Ok(job)
+        let inputs = Box::pin(inputs.map(Into::into));
+        open_job(&self.cluster, header, inputs).await
     }
 
     /// Runs every payload and returns the outputs in input order.
@@ -467,116 +466,21 @@ impl Pool {
     /// A long-lived job for one-at-a-time calls, like calling a Ray actor handle.
     pub async fn session(&self) -> Result<CallSession, SdkError> {
         let (tx, rx) = mpsc::channel(16);
-        let header = pb::SubmitHeader {
-            pool: self.name.clone(),
-            job_name: "session".into(),
-            max_outstanding: 0,
-            method: String::new(),
-        };
-        let _ = tx
-            .send(pb::SubmitRequest {
-                body: Some(pb::submit_request::Body::Header(header)),
-            })
-            .await;
-        let results = JobStream::open(&self.cluster, rx).await?;
-        Ok(CallSession {
-            tx,
-            results,
-            next_seq: 0,
-        })
-    }
-}
-
-/// Results of one submitted job.
-pub struct JobStream {
-    pub job_id: JobId,
-    inner: tonic::Streaming<pb::SubmitResponse>,
-    /// Stops feeding inputs when the results are no longer wanted.
-    feeder: Option<tokio::task::AbortHandle>,
-}
-
-impl Drop for JobStream {
-    fn drop(&mut self) {
-        if let Some(feeder) = &self.feeder {
-            feeder.abort();
-        }
-    }
-}
-
-impl JobStream {
-    async fn open(
-        cluster: &Cluster,
-        rx: mpsc::Receiver<pb::SubmitRequest>,
-    ) -> Result<Self, SdkError> {
-        let mut inner = cluster
-            .client
-            .clone()
-            .submit_tasks(ReceiverStream::new(rx))
-            .await?
-            .into_inner();
-        match inner.message().await?.and_then(|m| m.body) {
-            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Self {
-                job_id: JobId::new(accepted.job_id),
-                inner,
-                feeder: None,
-            }),
-            _ => Err(SdkError::Unavailable(
-                "scheduler did not accept the job".into(),
-            )),
-        }
-    }
-}
-
-impl Stream for JobStream {
-    type Item = Result<TaskOutput, SdkError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            let message = match Pin::new(&mut self.inner).poll_next(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Ready(Some(Err(status))) => return Poll::Ready(Some(Err(status.into()))),
-                Poll::Ready(Some(Ok(message))) => message,
-            };
-            let Some(pb::submit_response::Body::Result(result)) = message.body else {
-                continue;
-            };
-            let output = match result.result {
-                Some(pb::task_result::Result::Output(bytes)) => Ok(bytes),
-                Some(pb::task_result::Result::Error(error)) => Err(error),
-                None => Err("empty result".to_owned()),
-            };
-            return Poll::Ready(Some(Ok(TaskOutput {
-                seq: result.seq,
-                output,
-                attempts: result.attempts,
-                actor_id: ActorId::new(result.actor_id),
-                node_id: NodeId::new(result.node_id),
-                queue_micros: result.queue_micros,
-                run_micros: result.run_micros,
-            })));
-        }
+        let results = self.submit("session", ReceiverStream::new(rx)).await?;
+        Ok(CallSession { tx, results })
     }
 }
 
 /// One call at a time over a single job stream.
 pub struct CallSession {
-    tx: mpsc::Sender<pb::SubmitRequest>,
+    tx: mpsc::Sender<Bytes>,
     results: JobStream,
-    next_seq: u64,
 }
 
 impl CallSession {
     pub async fn call(&mut self, payload: impl Into<Bytes>) -> Result<Bytes, SdkError> {
-        let task = pb::TaskInput {
-            seq: self.next_seq,
-            payload: payload.into(),
-        };
-        self.next_seq += 1;
         self.tx
-            .send(pb::SubmitRequest {
-                body: Some(pb::submit_request::Body::Task(task)),
-            })
+            .send(payload.into())
             .await
             .map_err(|_| SdkError::Unavailable("call session closed".into()))?;
         match self.results.next().await {

@@ -43,6 +43,18 @@ pub enum SdkError {
     Unavailable(String),
     #[error("timed out: {0}")]
     Timeout(String),
+    /// A job's stream broke and the scheduler did not come back within the cluster's
+    /// reconnect timeout (`Cluster::with_reconnect_timeout`).
+    #[error(
+        "the scheduler stayed away for {waited:?}, past the reconnect timeout, while job {job} ran \
+         (last error: {last_error}); run the command again once the scheduler is back: it \
+         resumes from what was written"
+    )]
+    SchedulerGone {
+        job: String,
+        waited: std::time::Duration,
+        last_error: String,
+    },
     #[error("scheduler error ({code:?}): {message}")]
     Scheduler { code: tonic::Code, message: String },
     #[error("task failed: {0}")]

@@ -21,13 +21,14 @@ mod client;
 mod embed;
 mod error;
 mod info;
+mod job_stream;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
 
 pub use client::{
-    CallSession, ClientCredentials, Cluster, JobStream, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
-    Pool, SubmitOptions, TaskOutput, credentials_from_env,
+    CallSession, ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, JobStream,
+    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, credentials_from_env,
 };
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request, one_model};
 pub use error::SdkError;

@@ -394,8 +394,11 @@ async fn an_oversized_result_fails_only_its_task() {
 /// for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
-    let (_state, scheduler, _agent, _cluster, pool) =
+    let (_state, scheduler, _agent, cluster, _pool) =
         one_agent_echo_pool("slow", serde_json::json!({"delay_ms": 600_000})).await;
+    // The stream breaks within the keepalive deadline; resuming then gives up after this.
+    let reconnect = Duration::from_secs(2);
+    let pool = cluster.with_reconnect_timeout(reconnect).pool("slow");
     let mut job = pool
         .submit("stuck", futures::stream::iter([Bytes::from("x")]))
         .await
@@ -403,11 +406,15 @@ async fn a_frozen_scheduler_ends_the_job_stream_instead_of_hanging_it() {
     scheduler.signal("STOP");
     let stopped = std::time::Instant::now();
     let deadline = resident_sdk::KEEPALIVE_INTERVAL + resident_sdk::KEEPALIVE_TIMEOUT;
-    let ended = tokio::time::timeout(deadline + Duration::from_secs(15), job.next()).await;
+    let ended =
+        tokio::time::timeout(deadline + reconnect + Duration::from_secs(15), job.next()).await;
     scheduler.signal("CONT");
     let ended = ended.expect("the stream ends within the keepalive deadline");
     assert!(
-        matches!(ended, Some(Err(_)) | None),
+        matches!(
+            ended,
+            Some(Err(resident_sdk::SdkError::SchedulerGone { .. }))
+        ),
         "no result can come from a frozen scheduler: {ended:?}"
     );
     eprintln!("stream ended after {:?}", stopped.elapsed());

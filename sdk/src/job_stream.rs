@@ -1,0 +1,325 @@
+//! One job's task stream, kept alive across a lost scheduler.
+//!
+//! A driver task owns the connection: it feeds the inputs (numbering them), keeps every
+//! input sent but not answered, and passes each result to the [`JobStream`] once. When the
+//! stream breaks (the scheduler restarted, or the connection died) it reconnects with
+//! backoff and resumes the job by id, sends again every unanswered input, and drops any
+//! result it already delivered. It gives up when the scheduler stays away longer than the
+//! cluster's reconnect timeout.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use prost::bytes::Bytes;
+use resident_proto::connect::is_transport_failure;
+use resident_proto::{ActorId, JobId, NodeId, pb};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::client::{Cluster, TaskOutput};
+use crate::error::SdkError;
+
+/// Results of one submitted job, each task's once, even across a scheduler restart.
+pub struct JobStream {
+    pub job_id: JobId,
+    results: mpsc::Receiver<Result<TaskOutput, SdkError>>,
+    /// Stops the driver (and so the job) when the results are no longer wanted.
+    driver: tokio::task::AbortHandle,
+}
+
+impl Drop for JobStream {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl Stream for JobStream {
+    type Item = Result<TaskOutput, SdkError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.results.poll_recv(cx)
+    }
+}
+
+type Inputs = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// One attached client stream: where tasks go (until the job has them all), and where
+/// results come from.
+struct Attached {
+    job_id: JobId,
+    requests: Option<mpsc::Sender<pb::SubmitRequest>>,
+    responses: tonic::Streaming<pb::SubmitResponse>,
+}
+
+struct JobDriver {
+    cluster: Cluster,
+    header: pb::SubmitHeader,
+    /// Tasks the client stream may hold before the scheduler reads them.
+    buffer: usize,
+    inputs: Inputs,
+    inputs_done: bool,
+    next_seq: u64,
+    /// Sent and not answered yet: sent again after a reconnect.
+    unanswered: BTreeMap<u64, Bytes>,
+    /// To be sent again on the current stream before any new input.
+    resend: VecDeque<u64>,
+}
+
+/// Opens the job (an error here is the scheduler's refusal: unknown pool, no permission)
+/// and starts the driver that keeps it going.
+pub(crate) async fn open_job(
+    cluster: &Cluster,
+    header: pb::SubmitHeader,
+    inputs: Inputs,
+) -> Result<JobStream, SdkError> {
+    let buffer = match header.max_outstanding {
+        0 => 1024,
+        window => window as usize,
+    };
+    let mut driver = JobDriver {
+        cluster: cluster.clone(),
+        header,
+        buffer,
+        inputs,
+        inputs_done: false,
+        next_seq: 0,
+        unanswered: BTreeMap::new(),
+        resend: VecDeque::new(),
+    };
+    let attached = driver.attach(cluster.request_timeout()).await?;
+    let job_id = attached.job_id.clone();
+    driver.header.resume_job_id = job_id.to_string();
+    let (results_tx, results) = mpsc::channel(64);
+    let task = tokio::spawn(driver.run(attached, results_tx));
+    Ok(JobStream {
+        job_id,
+        results,
+        driver: task.abort_handle(),
+    })
+}
+
+fn output_of(result: pb::TaskResult) -> TaskOutput {
+    let output = match result.result {
+        Some(pb::task_result::Result::Output(bytes)) => Ok(bytes),
+        Some(pb::task_result::Result::Error(error)) => Err(error),
+        None => Err("empty result".to_owned()),
+    };
+    TaskOutput {
+        seq: result.seq,
+        output,
+        attempts: result.attempts,
+        actor_id: ActorId::new(result.actor_id),
+        node_id: NodeId::new(result.node_id),
+        queue_micros: result.queue_micros,
+        run_micros: result.run_micros,
+    }
+}
+
+fn task_request(seq: u64, payload: Bytes) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        body: Some(pb::submit_request::Body::Task(pb::TaskInput {
+            seq,
+            payload,
+        })),
+    }
+}
+
+/// Whether a broken stream is worth resuming: the connection failed, or the scheduler went
+/// away (a restart), as opposed to a refusal.
+fn worth_resuming(error: &SdkError) -> bool {
+    match error {
+        SdkError::Unavailable(_) | SdkError::Timeout(_) => true,
+        SdkError::Scheduler { code, .. } => matches!(
+            code,
+            tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled
+        ),
+        _ => false,
+    }
+}
+
+/// Opens (or, with `header.resume_job_id`, resumes) the job on a new client stream.
+async fn attach(
+    cluster: Cluster,
+    header: pb::SubmitHeader,
+    buffer: usize,
+    timeout: Duration,
+) -> Result<Attached, SdkError> {
+    let (requests, requests_rx) = mpsc::channel(buffer);
+    let header = pb::SubmitRequest {
+        body: Some(pb::submit_request::Body::Header(header)),
+    };
+    requests
+        .try_send(header)
+        .expect("a new channel has room for the header");
+    let open = async {
+        let mut responses = cluster
+            .client()
+            .submit_tasks(ReceiverStream::new(requests_rx))
+            .await?
+            .into_inner();
+        match responses.message().await?.and_then(|m| m.body) {
+            Some(pb::submit_response::Body::Accepted(accepted)) => Ok(Attached {
+                job_id: JobId::new(accepted.job_id),
+                requests: Some(requests),
+                responses,
+            }),
+            _ => Err(SdkError::Unavailable(
+                "scheduler did not accept the job".into(),
+            )),
+        }
+    };
+    tokio::time::timeout(timeout, open)
+        .await
+        .unwrap_or_else(|_| {
+            Err(SdkError::Timeout(format!(
+                "the scheduler did not accept the job stream within {timeout:?}"
+            )))
+        })
+}
+
+impl JobDriver {
+    /// Attaches within `timeout` at most (a frozen scheduler accepts connections and
+    /// never answers).
+    fn attach(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Attached, SdkError>> + Send + 'static {
+        let timeout = timeout.min(self.cluster.request_timeout());
+        attach(
+            self.cluster.clone(),
+            self.header.clone(),
+            self.buffer,
+            timeout,
+        )
+    }
+
+    /// Resumes the job on a new stream, with backoff, until the reconnect timeout.
+    async fn reattach(&mut self, broke: SdkError) -> Result<Attached, SdkError> {
+        let timeout = self.cluster.reconnect_timeout();
+        let job = self.header.resume_job_id.clone();
+        if timeout.is_zero() {
+            return Err(broke);
+        }
+        tracing::warn!(job_id = %job, error = %broke, "job stream broke; resuming");
+        let began = Instant::now();
+        let mut delay = Duration::from_millis(100);
+        let mut last;
+        loop {
+            let left = timeout.saturating_sub(began.elapsed());
+            match self.attach(left.max(Duration::from_secs(1))).await {
+                Ok(attached) => {
+                    tracing::info!(job_id = %job, after = ?began.elapsed(), unanswered = self.unanswered.len(), "job resumed");
+                    self.resend = self.unanswered.keys().copied().collect();
+                    return Ok(attached);
+                }
+                Err(error) if worth_resuming(&error) => last = error,
+                Err(refused) => return Err(refused),
+            }
+            let waited = began.elapsed();
+            if waited >= timeout {
+                return Err(SdkError::SchedulerGone {
+                    job: job.clone(),
+                    waited,
+                    last_error: last.to_string(),
+                });
+            }
+            tokio::time::sleep(delay.min(timeout - waited)).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn run(
+        mut self,
+        attached: Attached,
+        results: mpsc::Sender<Result<TaskOutput, SdkError>>,
+    ) {
+        let mut attached = attached;
+        loop {
+            let broke = match self.pump(&mut attached, &results).await {
+                Ok(()) => return,
+                Err(broke) if worth_resuming(&broke) => broke,
+                Err(error) => {
+                    let _ = results.send(Err(error)).await;
+                    return;
+                }
+            };
+            attached = match self.reattach(broke).await {
+                Ok(next) => next,
+                Err(error) => {
+                    let _ = results.send(Err(error)).await;
+                    return;
+                }
+            };
+        }
+    }
+
+    /// Moves inputs out and results in on one attached stream until the job is done (Ok),
+    /// the reader went away (Ok), or the stream broke (the error).
+    async fn pump(
+        &mut self,
+        attached: &mut Attached,
+        results: &mpsc::Sender<Result<TaskOutput, SdkError>>,
+    ) -> Result<(), SdkError> {
+        loop {
+            if self.inputs_done && self.resend.is_empty() {
+                // Closing the request side tells the scheduler the job has all its tasks.
+                attached.requests = None;
+            }
+            let requests = attached.requests.as_ref();
+            let may_send = requests.is_some_and(|r| r.capacity() > 0);
+            tokio::select! {
+                biased;
+                response = attached.responses.message() => match response {
+                    Ok(Some(pb::SubmitResponse { body: Some(pb::submit_response::Body::Result(result)) })) => {
+                        if self.unanswered.remove(&result.seq).is_none() {
+                            continue; // Delivered before the stream broke.
+                        }
+                        if results.send(Ok(output_of(result))).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) if self.inputs_done && self.unanswered.is_empty() => return Ok(()),
+                    Ok(None) => {
+                        return Err(SdkError::Unavailable(
+                            "the scheduler ended the job stream before every task was answered".into(),
+                        ));
+                    }
+                    Err(status) if is_transport_failure(&status) => {
+                        return Err(SdkError::Unavailable(status.message().to_owned()));
+                    }
+                    Err(status) => return Err(status.into()),
+                },
+                _ = std::future::ready(()), if may_send && !self.resend.is_empty() => {
+                    let seq = self.resend.pop_front().expect("not empty");
+                    let payload = self.unanswered[&seq].clone();
+                    let _ = requests.expect("may send").try_send(task_request(seq, payload));
+                }
+                input = self.inputs.next(), if may_send && self.resend.is_empty() && !self.inputs_done => {
+                    match input {
+                        Some(payload) => {
+                            let seq = self.next_seq;
+                            self.next_seq += 1;
+                            self.unanswered.insert(seq, payload.clone());
+                            let _ = requests.expect("may send").try_send(task_request(seq, payload));
+                        }
+                        None => self.inputs_done = true,
+                    }
+                }
+                _ = wait_for_room(requests), if !may_send && requests.is_some() => {}
+            }
+        }
+    }
+}
+
+/// Resolves once the request channel has room again.
+async fn wait_for_room(requests: Option<&mpsc::Sender<pb::SubmitRequest>>) {
+    if let Some(requests) = requests
+        && let Ok(permit) = requests.reserve().await
+    {
+        drop(permit);
+    }
+}
