@@ -343,6 +343,61 @@ pub fn wiki_sample_lines(count: usize) -> Vec<String> {
         .collect()
 }
 
+/// The first `count` of the 300-article fixture as `sample.jsonl` in `dir`.
+pub fn sample(dir: &std::path::Path, count: usize) -> PathBuf {
+    let path = dir.join("sample.jsonl");
+    std::fs::write(&path, wiki_sample_lines(count).join("\n") + "\n").expect("write sample");
+    path
+}
+
+/// `resident embed` of `input` into `out` with the MiniLM fixture model; its log is piped.
+pub fn embed_command(input: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(resident_bin());
+    command
+        .args(["embed", "--model", &minilm_dir(), "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .args(extra)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// `resident status --json` of the cluster at `url`.
+pub fn status_json(url: &str) -> serde_json::Value {
+    let output = Command::new(resident_bin())
+        .args(["status", "--cluster", url, "--json"])
+        .output()
+        .expect("run resident status");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("status --json is JSON")
+}
+
+/// Each actor in `resident status --json` of the cluster at `url`: its id and its model
+/// loads, by id.
+pub fn actor_model_loads(url: &str) -> Vec<(String, u64)> {
+    let status = status_json(url);
+    let mut actors: Vec<(String, u64)> = status["actors"]
+        .as_array()
+        .expect("actors")
+        .iter()
+        .map(|a| {
+            (
+                a["actor_id"].as_str().expect("actor_id").to_owned(),
+                a["model_loads"].as_u64().expect("model_loads"),
+            )
+        })
+        .collect();
+    actors.sort();
+    actors
+}
+
 /// The shape and f32 values of an `.npy` file's bytes.
 pub fn parse_npy_f32(bytes: &[u8]) -> (Vec<usize>, Vec<f32>) {
     let header_len = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;

@@ -2,28 +2,16 @@
 //! output shape and order, resume after kill -9, a dead agent mid-job, bad records.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    assert_has_fields, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, read_json,
-    resident_bin, spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
+    assert_has_fields, embed_command, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32,
+    read_json, sample, spawn_agent, spawn_scheduler, wait_until,
 };
 use serde_json::Value;
-
-/// The first `count` of the 300-article fixture as a JSONL file.
-fn sample(dir: &Path, count: usize) -> PathBuf {
-    let path = dir.join("sample.jsonl");
-    let mut file = std::fs::File::create(&path).unwrap();
-    for line in wiki_sample_lines(count) {
-        writeln!(file, "{line}").unwrap();
-    }
-    path
-}
 
 fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
     parse_npy_f32(&std::fs::read(path).unwrap())
@@ -192,20 +180,6 @@ async fn bad_records_are_listed_or_stop_the_job() {
                 .unwrap()
                 .contains("vectors_file")
     );
-}
-
-fn embed_command(input: &Path, out: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(resident_bin());
-    command
-        .args(["embed", "--model", &minilm_dir(), "--input"])
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .args(extra)
-        .env("RESIDENT_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    command
 }
 
 fn shard_files(out: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use resident_jobs::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    assert_has_fields, init_logging, minilm_dir, read_json, resident_bin, spawn_agent,
-    spawn_scheduler, wait_until, wiki_sample_lines,
+    actor_model_loads, assert_has_fields, free_port, init_logging, minilm_dir, read_json,
+    resident_bin, spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -297,6 +297,59 @@ async fn a_bad_space_is_a_clear_error_before_anything_runs() {
         );
     }
     assert!(!output.exists(), "nothing ran");
+}
+
+/// The scheduler is killed with -9 mid-sweep and restarted on its state directory within a
+/// second: the sweep carries on by itself and exits 0, every trial runs once to the end, and
+/// the actors are the same ones, each with its one model load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, output) = slow_sweep(dir.path(), 5);
+    let state = dir.path().join("state");
+    let port = free_port();
+    let (mut scheduler, url) = spawn_scheduler(port, &state);
+    let _a = spawn_agent(&url, "node-a", "T4:16GiB", "");
+    let _b = spawn_agent(&url, "node-b", "T4:16GiB", "");
+    Cluster::connect(&url)
+        .await
+        .unwrap()
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let child = sweep_command(&config, Some(&url)).spawn().unwrap();
+    wait_for_results(&output, 1).await;
+    let before = actor_model_loads(&url);
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(before.iter().all(|(_, loads)| *loads == 1), "{before:?}");
+    scheduler.kill9();
+    let done_at_kill = load_results(&output).len();
+    assert!(
+        done_at_kill < 12,
+        "killed mid-sweep ({done_at_kill} trials done)"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_scheduler, _) = spawn_scheduler(port, &state);
+
+    let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "{stderr}");
+    let results = load_results(&output);
+    let trials: std::collections::BTreeSet<_> = results.iter().map(|r| r.trial_id).collect();
+    assert_eq!((results.len(), trials.len()), (12, 12), "every trial once");
+    assert!(
+        results.iter().all(|r| r.error.is_none() && r.epochs == 25),
+        "{results:?}"
+    );
+    assert_eq!(
+        actor_model_loads(&url),
+        before,
+        "the same actors, each with its one model load"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -221,6 +221,11 @@ impl ActorHost {
         self.actors.is_empty()
     }
 
+    /// Actors hosted (loading, ready or draining).
+    pub fn len(&self) -> usize {
+        self.actors.len()
+    }
+
     /// What this host holds, for a registration: every live actor with how it was started,
     /// its state and the tasks it has not answered yet. Dead actors are dropped here.
     pub fn inventory(&mut self) -> Vec<pb::HostedActor> {

@@ -142,6 +142,7 @@ pub async fn run_agent(
             },
         );
         let ended = session.await;
+        let was_registered = away_since.is_none();
         let away = *away_since.get_or_insert_with(Instant::now);
         match ended {
             Ok(()) => {
@@ -161,6 +162,15 @@ pub async fn run_agent(
                     code = ?status.code(),
                     reason = status.message(),
                     "the scheduler refused this agent; check --token (RESIDENT_TOKEN) and --node-id"
+                );
+            }
+            Err(AgentError::Refused(status)) if is_transport_failure(&status) && was_registered => {
+                tracing::warn!(
+                    node_id = %config.node_id,
+                    error = %status,
+                    actors = host.len(),
+                    grace = ?config.actor_grace,
+                    "scheduler session broke; the actors stay loaded while reconnecting"
                 );
             }
             Err(AgentError::Refused(status)) if is_transport_failure(&status) => {

@@ -1,0 +1,185 @@
+//! The scheduler is killed with -9 in the middle of `resident embed` on a two-agent
+//! cluster: the agents keep their actors (models loaded), the restarted scheduler adopts
+//! them, and the command carries on to exit 0 by itself. A scheduler that stays away past
+//! `--reconnect-timeout` makes the command exit with a clear message; a rerun resumes.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use resident_sdk::Cluster;
+use resident_tests::{
+    Proc, actor_model_loads, embed_command, free_port, ids_in_jsonl, init_logging, read_json,
+    sample, spawn_agent, spawn_scheduler, wait_until,
+};
+use serde_json::Value;
+
+/// A scheduler on a fixed port (so it can come back on it) with its state directory, two
+/// agents with a simulated T4 each, and a 300-article input.
+struct TwoNodeCluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    scheduler: Proc,
+    url: String,
+    _agents: [Proc; 2],
+    input: PathBuf,
+}
+
+impl TwoNodeCluster {
+    async fn start() -> Self {
+        init_logging();
+        let dir = tempfile::tempdir().unwrap();
+        let input = sample(dir.path(), 300);
+        let port = free_port();
+        let (scheduler, url) = spawn_scheduler(port, &dir.path().join("state"));
+        let agents = [
+            spawn_agent(&url, "node-a", "T4:16GiB", ""),
+            spawn_agent(&url, "node-b", "T4:16GiB", ""),
+        ];
+        Cluster::connect(&url)
+            .await
+            .unwrap()
+            .wait_for_nodes(2, Duration::from_secs(10))
+            .await
+            .unwrap();
+        Self {
+            dir,
+            port,
+            scheduler,
+            url,
+            _agents: agents,
+            input,
+        }
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// `resident embed` over both nodes in small chunks, so the kill lands mid-job.
+    fn embed(&self, extra: &[&str]) -> std::process::Command {
+        let mut args = vec![
+            "--cluster",
+            &self.url,
+            "--chunk-size",
+            "3",
+            "--gpus-per-actor",
+            "1",
+            "--replicas",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        embed_command(&self.input, &self.out(), &args)
+    }
+
+    /// Starts the scheduler again on the same port and state directory.
+    fn restart_scheduler(&mut self) {
+        let (scheduler, url) = spawn_scheduler(self.port, &self.dir.path().join("state"));
+        assert_eq!(url, self.url);
+        self.scheduler = scheduler;
+    }
+}
+
+/// Waits until the job's manifest lists at least `count` finished chunks; returns how many.
+async fn chunks_done(out: &Path, count: usize) -> usize {
+    let manifest = out.join("manifest.json");
+    wait_until("finished chunks", Duration::from_secs(120), || async {
+        let text = std::fs::read_to_string(&manifest).ok()?;
+        let done = text.matches("vectors_file").count();
+        (done >= count).then_some(done)
+    })
+    .await
+}
+
+fn ids_of(path: &Path) -> Vec<Value> {
+    ids_in_jsonl(&std::fs::read_to_string(path).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_document() {
+    let mut cluster = TwoNodeCluster::start().await;
+    let child = cluster.embed(&[]).spawn().unwrap();
+    chunks_done(&cluster.out(), 2).await;
+    let before = actor_model_loads(&cluster.url);
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(before.iter().all(|(_, loads)| *loads == 1), "{before:?}");
+
+    cluster.scheduler.kill9();
+    let killed_at = Instant::now();
+    let done_at_kill = read_json(&cluster.out().join("manifest.json"))["chunks"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(
+        done_at_kill < 100,
+        "killed mid-job ({done_at_kill} of 100 chunks)"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.restart_scheduler();
+
+    let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "embed failed: {stderr}");
+    eprintln!("embed finished {:?} after the kill", killed_at.elapsed());
+    assert_eq!(
+        ids_of(&cluster.out().join("ids.jsonl")),
+        ids_of(&cluster.input),
+        "every input id once, in order"
+    );
+    let report = read_json(&cluster.out().join("report.json"));
+    assert_eq!(report["items"], 300);
+    assert_eq!(
+        actor_model_loads(&cluster.url),
+        before,
+        "the same actors, each with its one model load"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_away_past_the_reconnect_timeout_stops_the_job_and_a_rerun_resumes() {
+    let mut cluster = TwoNodeCluster::start().await;
+    let child = cluster
+        .embed(&["--reconnect-timeout", "3s"])
+        .spawn()
+        .unwrap();
+    chunks_done(&cluster.out(), 2).await;
+    cluster.scheduler.kill9();
+    let killed_at = Instant::now();
+    let failed = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("past the reconnect timeout") && stderr.contains("run the command again"),
+        "{stderr}"
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(60),
+        "gave up after {:?}",
+        killed_at.elapsed()
+    );
+    let done = read_json(&cluster.out().join("manifest.json"))["chunks"]
+        .as_array()
+        .unwrap()
+        .len();
+
+    cluster.restart_scheduler();
+    let rerun = cluster.embed(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&rerun.stderr);
+    assert!(rerun.status.success(), "the rerun failed: {stderr}");
+    assert_eq!(
+        ids_of(&cluster.out().join("ids.jsonl")),
+        ids_of(&cluster.input),
+        "every input id once, in order"
+    );
+    let report = read_json(&cluster.out().join("report.json"));
+    assert_eq!(
+        report["chunks"]["reused"].as_u64().unwrap() as usize,
+        done,
+        "the rerun resumed from the manifest"
+    );
+}
