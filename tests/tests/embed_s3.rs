@@ -284,3 +284,70 @@ async fn s3_mistakes_are_clear_errors_before_any_chunk() {
         "nothing written"
     );
 }
+
+/// A second run on an S3 output another run is writing is refused with who holds it; a
+/// lease that was not renewed for its time to live is taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_on_the_same_s3_output_is_refused() {
+    use resident_jobs::storage::lease::{LEASE_OBJECT, LEASE_TTL, Lease};
+    init_logging();
+    let server = S3Server::start(&["corpus", "results"]);
+    let client = S3Client::connect(&server.options()).await;
+    let lines: String = wiki_sample_lines(20)
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    client
+        .put("corpus", "docs/a.jsonl", lines.into_bytes())
+        .await
+        .unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let lease = |renewed_unix_ms| Lease {
+        run: "elsewhere".into(),
+        host: "another-host".into(),
+        pid: 4242,
+        renewed_unix_ms,
+    };
+    let key = format!("out/{LEASE_OBJECT}");
+    client
+        .put("results", &key, serde_json::to_vec(&lease(now_ms)).unwrap())
+        .await
+        .unwrap();
+    let refused = embed_command(&server, "s3://corpus/docs", "s3://results/out", &[])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another run is writing s3://results/out")
+            && stderr.contains("pid 4242 on another-host"),
+        "{stderr}"
+    );
+    assert!(
+        client
+            .list("results", "out/shards")
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing written"
+    );
+
+    let stale = now_ms - LEASE_TTL.as_millis() as u64 - 1000;
+    client
+        .put("results", &key, serde_json::to_vec(&lease(stale)).unwrap())
+        .await
+        .unwrap();
+    let taken_over = embed_command(&server, "s3://corpus/docs", "s3://results/out", &[])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&taken_over.stderr);
+    assert!(taken_over.status.success(), "{stderr}");
+    assert_eq!(
+        client.get("results", &key).await.unwrap(),
+        None,
+        "the finished run released its lease"
+    );
+}

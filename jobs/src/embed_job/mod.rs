@@ -144,14 +144,29 @@ pub async fn run_embed_job(
         false => None,
     };
     let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
-    let inputs = InputSet::list(&config.input, s3.as_ref()).await?;
+    let embedded = embed_into(cluster, config, on_progress, &out, s3.as_ref(), started).await;
+    // On success and on failure alike: the next run need not wait for a lease to go stale.
+    out.release().await;
+    embedded
+}
+
+/// The job once its output is claimed.
+async fn embed_into(
+    cluster: &Cluster,
+    config: &EmbedJobConfig,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+    out: &OutputDir,
+    s3: Option<&S3Client>,
+    started: Instant,
+) -> Result<Report, JobError> {
+    let inputs = InputSet::list(&config.input, s3).await?;
     let scan = {
         let (config, inputs) = (config.clone(), inputs.clone());
         tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs))
             .await
             .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
     };
-    let mut manifest = scan::open_manifest(&out, config, &scan).await?;
+    let mut manifest = scan::open_manifest(out, config, &scan).await?;
     let pool = create_pool(cluster, config).await?;
     let actors = pool.pool.status().await?.actors.len().max(1);
 

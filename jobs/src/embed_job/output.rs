@@ -9,6 +9,7 @@ use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
 use super::JobError;
+use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,8 +154,9 @@ fn half_bits(value: f32) -> u16 {
 pub struct OutputDir {
     location: Location,
     s3: Option<S3Client>,
-    /// Held while the job runs (local outputs).
+    /// Held while the job runs: a `flock` (local outputs) or a renewed lease (S3).
     _lock: Option<OutputLock>,
+    lease: Option<S3OutputLease>,
 }
 
 impl OutputDir {
@@ -162,6 +164,7 @@ impl OutputDir {
     /// before any chunk runs.
     pub async fn prepare(location: &Location, s3: Option<&S3Client>) -> Result<Self, JobError> {
         let mut lock = None;
+        let mut lease = None;
         match location {
             Location::Local(root) => {
                 let shards = root.join("shards");
@@ -181,13 +184,27 @@ impl OutputDir {
                     .check_writable(bucket, &key_under(prefix, ".write-test"))
                     .await
                     .map_err(|e| JobError::Output(format!("{location} is not writable: {e}")))?;
+                lease = Some(
+                    S3OutputLease::acquire(client, bucket, prefix)
+                        .await
+                        .map_err(JobError::Output)?,
+                );
             }
         }
         Ok(Self {
             location: location.clone(),
             s3: s3.cloned(),
             _lock: lock,
+            lease,
         })
+    }
+
+    /// Gives up the output's lock now (it would also go when dropped; an S3 lease is
+    /// deleted here rather than by a task that may never run).
+    pub async fn release(mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release().await;
+        }
     }
 
     fn client(&self) -> &S3Client {

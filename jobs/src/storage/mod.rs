@@ -1,5 +1,6 @@
 //! Where a job reads and writes: a local path or an `s3://bucket/prefix`.
 
+pub mod lease;
 #[cfg(feature = "s3")]
 mod s3;
 #[cfg(not(feature = "s3"))]

@@ -139,6 +139,40 @@ impl S3Client {
             .map_err(|e| format!("cannot write s3://{bucket}/{key}: {}", describe(e)))
     }
 
+    /// Writes the object only if there is none (`If-None-Match: *`); `false` when one
+    /// exists. A store without conditional writes just writes it.
+    pub async fn put_if_absent(
+        &self,
+        bucket: &str,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> Result<bool, String> {
+        let written = self
+            .client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .if_none_match("*")
+            .body(ByteStream::from(bytes))
+            .send()
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(error)
+                if matches!(
+                    error.raw_response().map(|r| r.status().as_u16()),
+                    Some(409 | 412)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(format!(
+                "cannot write s3://{bucket}/{key}: {}",
+                describe(error)
+            )),
+        }
+    }
+
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), String> {
         self.client
             .delete_object()

@@ -34,6 +34,15 @@ impl S3Client {
         Err(DISABLED.into())
     }
 
+    pub async fn put_if_absent(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _bytes: Vec<u8>,
+    ) -> Result<bool, String> {
+        Err(DISABLED.into())
+    }
+
     pub async fn delete(&self, _bucket: &str, _key: &str) -> Result<(), String> {
         Err(DISABLED.into())
     }
