@@ -142,10 +142,13 @@ pub fn resident_bin() -> PathBuf {
 /// --workspace --bins`, which scripts/test.sh runs first).
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>");
+    // Tests run from target/<profile>/deps; benchmark binaries from target/<profile>.
+    let beside = exe.parent().expect("exe dir");
+    let profile_dir = if beside.ends_with("deps") {
+        beside.parent().expect("target/<profile>")
+    } else {
+        beside
+    };
     let bin = profile_dir.join(name);
     assert!(
         bin.exists(),
