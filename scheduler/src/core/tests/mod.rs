@@ -169,12 +169,21 @@ impl Harness {
     }
 
     fn open_job_as(&mut self, pool: &str, owner: &str) -> (JobId, ResultsRx) {
-        let (results, mut rx) = mpsc::unbounded_channel();
         let header = pb::SubmitHeader {
             pool: pool.into(),
             job_name: "test".into(),
             ..Default::default()
         };
+        self.attach(header, owner).expect("job opened")
+    }
+
+    /// Opens (or, with `resume_job_id`, resumes) a job as a client stream would.
+    fn attach(
+        &mut self,
+        header: pb::SubmitHeader,
+        owner: &str,
+    ) -> Result<(JobId, ResultsRx), SchedulerError> {
+        let (results, mut rx) = mpsc::unbounded_channel();
         let stream = answer(
             |reply| SchedulerCommand::OpenJob {
                 header,
@@ -183,14 +192,13 @@ impl Harness {
                 reply,
             },
             &mut self.core,
-        )
-        .expect("job opened");
+        )?;
         assert!(matches!(
             rx.try_recv().unwrap().body,
             Some(pb::submit_response::Body::Accepted(_))
         ));
         self.streams.insert(stream.job.clone(), stream.clone());
-        (stream.job, rx)
+        Ok((stream.job, rx))
     }
 
     /// The client stream attached to `job` last.

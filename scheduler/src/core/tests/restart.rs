@@ -60,27 +60,12 @@ impl Harness {
         job: &JobId,
         owner: &str,
     ) -> Result<ResultsRx, SchedulerError> {
-        let (results, mut rx) = mpsc::unbounded_channel();
         let header = pb::SubmitHeader {
             pool: pool.into(),
             resume_job_id: job.to_string(),
             ..Default::default()
         };
-        let stream = answer(
-            |reply| SchedulerCommand::OpenJob {
-                header,
-                owner: owner.into(),
-                results,
-                reply,
-            },
-            &mut self.core,
-        )?;
-        assert!(matches!(
-            rx.try_recv().unwrap().body,
-            Some(pb::submit_response::Body::Accepted(_))
-        ));
-        self.streams.insert(job.clone(), stream);
-        Ok(rx)
+        self.attach(header, owner).map(|(_, rx)| rx)
     }
 }
 
