@@ -253,6 +253,21 @@ pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
     spawn_agent_with(url, node_id, gpus, labels, &[], Stdio::inherit())
 }
 
+/// Agents `node-a` and `node-b` with one simulated T4 each, once both have joined.
+pub async fn spawn_two_t4_agents(url: &str) -> [Proc; 2] {
+    let agents = [
+        spawn_agent(url, "node-a", "T4:16GiB", ""),
+        spawn_agent(url, "node-b", "T4:16GiB", ""),
+    ];
+    resident_sdk::Cluster::connect(url)
+        .await
+        .expect("connect")
+        .wait_for_nodes(2, std::time::Duration::from_secs(10))
+        .await
+        .expect("both agents join");
+    agents
+}
+
 /// [`spawn_agent`] with more arguments (`--ca`, `--token`, roots) and its log going to
 /// `stderr`.
 pub fn spawn_agent_with(

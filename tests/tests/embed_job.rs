@@ -9,7 +9,7 @@ use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     assert_has_fields, embed_command, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32,
-    read_json, sample, spawn_agent, spawn_scheduler, wait_until,
+    read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
 };
 use serde_json::Value;
 
@@ -261,16 +261,7 @@ async fn a_dead_agent_mid_job_costs_time_not_documents() {
     let input = sample(dir.path(), 300);
     let out = dir.path().join("out");
     let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
-    let mut agents = [
-        spawn_agent(&url, "node-a", "T4:16GiB", ""),
-        spawn_agent(&url, "node-b", "T4:16GiB", ""),
-    ];
-    Cluster::connect(&url)
-        .await
-        .unwrap()
-        .wait_for_nodes(2, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let mut agents = spawn_two_t4_agents(&url).await;
     let mut child = embed_command(
         &input,
         &out,

@@ -6,10 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use resident_sdk::Cluster;
 use resident_tests::{
     Proc, actor_model_loads, embed_command, free_port, ids_in_jsonl, init_logging, read_json,
-    sample, spawn_agent, spawn_scheduler, wait_until,
+    sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
 };
 use serde_json::Value;
 
@@ -31,16 +30,7 @@ impl TwoNodeCluster {
         let input = sample(dir.path(), 300);
         let port = free_port();
         let (scheduler, url) = spawn_scheduler(port, &dir.path().join("state"));
-        let agents = [
-            spawn_agent(&url, "node-a", "T4:16GiB", ""),
-            spawn_agent(&url, "node-b", "T4:16GiB", ""),
-        ];
-        Cluster::connect(&url)
-            .await
-            .unwrap()
-            .wait_for_nodes(2, Duration::from_secs(10))
-            .await
-            .unwrap();
+        let agents = spawn_two_t4_agents(&url).await;
         Self {
             dir,
             port,

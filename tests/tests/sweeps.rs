@@ -10,7 +10,7 @@ use resident_jobs::sweep::{SweepConfig, SweepSummary, TrialResult, load_results,
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     actor_model_loads, assert_has_fields, free_port, init_logging, minilm_dir, read_json,
-    resident_bin, spawn_agent, spawn_scheduler, wait_until, wiki_sample_lines,
+    resident_bin, spawn_scheduler, spawn_two_t4_agents, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -233,14 +233,7 @@ async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
     let dir = tempfile::tempdir().unwrap();
     let (config, output) = slow_sweep(dir.path(), 3);
     let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
-    let _a = spawn_agent(&url, "node-a", "T4:16GiB", "");
-    let mut b = spawn_agent(&url, "node-b", "T4:16GiB", "");
-    Cluster::connect(&url)
-        .await
-        .unwrap()
-        .wait_for_nodes(2, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let [_a, mut b] = spawn_two_t4_agents(&url).await;
     let child = sweep_command(&config, Some(&url)).spawn().unwrap();
     wait_for_results(&output, 1).await;
     let results = output.join("results.jsonl");
@@ -310,14 +303,7 @@ async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial()
     let state = dir.path().join("state");
     let port = free_port();
     let (mut scheduler, url) = spawn_scheduler(port, &state);
-    let _a = spawn_agent(&url, "node-a", "T4:16GiB", "");
-    let _b = spawn_agent(&url, "node-b", "T4:16GiB", "");
-    Cluster::connect(&url)
-        .await
-        .unwrap()
-        .wait_for_nodes(2, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let _agents = spawn_two_t4_agents(&url).await;
     let child = sweep_command(&config, Some(&url)).spawn().unwrap();
     wait_for_results(&output, 1).await;
     let before = actor_model_loads(&url);

@@ -265,15 +265,7 @@ async fn a_resume_that_cannot_be_honoured_says_why() {
         name: Principal::ANONYMOUS.into(),
         role: Role::Admin,
     };
-    answer(
-        |reply| SchedulerCommand::CancelJob {
-            job: job.clone(),
-            requester,
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
+    cancel_as(&mut h, &job, requester).unwrap();
     let cancelled = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap_err();
     assert!(
         cancelled.to_string().contains("was cancelled"),
