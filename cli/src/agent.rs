@@ -30,6 +30,11 @@ pub struct AgentArgs {
     /// Labels for placement selectors: `pool=onprem-a6000,zone=lab1`.
     #[arg(long, env = "RESIDENT_LABELS", default_value = "")]
     labels: String,
+    /// A file of labels (`key=value`, by commas or lines) merged under --labels: how a
+    /// Kubernetes agent takes its zone, instance type and pool from its node (an init
+    /// container writes them). Empty values are dropped.
+    #[arg(long, env = "RESIDENT_LABELS_FILE")]
+    labels_file: Option<PathBuf>,
     /// Report simulated GPUs instead of real ones: `A6000:48GiB x8,T4:16GiB x4`.
     #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
@@ -38,6 +43,16 @@ pub struct AgentArgs {
     /// `90s`, `15m`, `1h`.
     #[arg(long, env = "RESIDENT_ACTOR_GRACE", default_value = "15m", value_parser = humantime::parse_duration)]
     actor_grace: std::time::Duration,
+    /// On SIGTERM (a scale-in, a spot interruption, an upgrade) the agent takes no new
+    /// tasks and finishes those in hand for at most this long, then hands the rest back to
+    /// the scheduler's queue and exits. Keep it under the platform's notice (Kubernetes'
+    /// terminationGracePeriodSeconds, systemd's TimeoutStopSec, a spot's 2 minutes).
+    #[arg(long, env = "RESIDENT_DRAIN_TIMEOUT", default_value = "90s", value_parser = humantime::parse_duration)]
+    drain_timeout: std::time::Duration,
+    /// Serve `grpc.health.v1` in plaintext on this address: `""` is SERVING while the
+    /// process runs, `resident.v1.NodeAgentService` while it is registered with a scheduler.
+    #[arg(long, env = "RESIDENT_HEALTH_LISTEN")]
+    health_listen: Option<String>,
     /// Longest wait between reconnect attempts, in milliseconds.
     #[arg(long, env = "RESIDENT_RECONNECT_MAX_MS", default_value_t = 10_000)]
     reconnect_max_ms: u64,
@@ -71,15 +86,35 @@ fn default_model_roots() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The labels of `--labels-file`, overridden by `--labels`.
+fn labels(
+    flag: &str,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut labels = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--labels-file {}", path.display()))?;
+            parse_labels(&text.replace('\n', ","))
+                .with_context(|| format!("--labels-file {}", path.display()))?
+        }
+        None => Default::default(),
+    };
+    labels.retain(|_, value| !value.is_empty());
+    labels.extend(parse_labels(flag)?);
+    Ok(labels)
+}
+
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let probe: Arc<dyn GpuProbe> = match &args.simulate_gpus {
         Some(spec) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(spec)?)),
         None => Arc::from(gpu::discover()),
     };
     let mut config = AgentConfig::new(args.scheduler, args.node_id);
-    config.labels = parse_labels(&args.labels)?;
+    config.labels = labels(&args.labels, args.labels_file.as_deref())?;
     config.reconnect_max = std::time::Duration::from_millis(args.reconnect_max_ms.max(50));
     config.actor_grace = args.actor_grace;
+    config.drain_timeout = args.drain_timeout;
     config.credentials = args.credentials.credentials()?;
     if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
         config.credentials = config
@@ -95,6 +130,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     tracing::info!(?model_roots, data_roots = ?args.data_roots, "agent file roots");
     config.roots = FileRoots::restricted(&model_roots, &args.data_roots);
     let cancel = crate::shutdown_token();
+    if let Some(addr) = &args.health_listen {
+        crate::health::serve_health_on(addr, config.health.clone(), cancel.clone()).await?;
+    }
     run_agent(
         config,
         ActorKindRegistry::with_builtin_kinds(),
@@ -103,4 +141,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn file_labels_merge_under_flag_labels_and_empty_ones_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("labels");
+        std::fs::write(&path, "zone=us-east-1a\ninstance_type=g5.xlarge,pool=\n").unwrap();
+        let labels = super::labels("pool=eks-a10g", Some(&path)).unwrap();
+        assert_eq!(labels["zone"], "us-east-1a");
+        assert_eq!(labels["instance_type"], "g5.xlarge");
+        assert_eq!(labels["pool"], "eks-a10g");
+        let missing = super::labels("", Some(&dir.path().join("nope"))).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("--labels-file"),
+            "{missing:#}"
+        );
+    }
 }

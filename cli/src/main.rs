@@ -4,6 +4,7 @@ mod agent;
 mod certs;
 mod credentials;
 mod embed;
+mod health;
 mod local;
 mod scheduler;
 mod status;
@@ -56,6 +57,9 @@ enum Command {
     Certs(certs::CertsArgs),
     /// Create, revoke and list the tokens of a scheduler's auth file.
     Token(token::TokenArgs),
+    /// Ask a scheduler's or agent's health port (`--health-listen`) whether it is serving;
+    /// exits 0 when it is (Docker HEALTHCHECK, scripts).
+    Health(health::HealthArgs),
 }
 
 fn init_logging(json: bool) {
@@ -64,7 +68,9 @@ fn init_logging(json: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: not in files, journald or container logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if json {
         builder.json().init();
     } else {
@@ -115,6 +121,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Sweep(args) => sweep::run(args).await,
         Command::Certs(args) => certs::run(args),
         Command::Token(args) => token::run(args),
+        Command::Health(args) => health::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

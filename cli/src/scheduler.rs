@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use resident_scheduler::auth::{AuthGate, watch_auth_file};
 use resident_scheduler::core::{CoreConfig, SchedulerCommand};
+use resident_scheduler::http::serve_http;
 use resident_scheduler::server::{ServerSecurity, TlsIdentity, start_scheduler};
 use resident_scheduler::store::RedbStore;
 
@@ -33,6 +34,15 @@ pub struct SchedulerArgs {
     /// Serve beyond loopback without TLS or tokens (trusted networks only; warns at start).
     #[arg(long, env = "RESIDENT_INSECURE")]
     insecure: bool,
+    /// Also serve `grpc.health.v1` alone, in plaintext, on this address (Kubernetes' gRPC
+    /// probes speak no TLS; `resident health` checks it). The API port serves it too.
+    #[arg(long, env = "RESIDENT_HEALTH_LISTEN")]
+    health_listen: Option<String>,
+    /// Serve HTTP here: `/metrics` (Prometheus), `/v1/demand` (JSON, for autoscalers such as
+    /// KEDA) and `/healthz`. It uses the API port's TLS and tokens (`Authorization: Bearer`,
+    /// any role that may read).
+    #[arg(long, env = "RESIDENT_HTTP_LISTEN")]
+    http_listen: Option<String>,
     /// Where pools, jobs and task outcomes persist across restarts.
     #[arg(long, env = "RESIDENT_STATE_DIR", default_value = "resident-state")]
     state_dir: PathBuf,
@@ -153,11 +163,44 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         Ok(Some(warning)) => tracing::warn!("{warning}"),
         Err(refusal) => anyhow::bail!(refusal),
     }
+    let http_listener = match &args.http_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --http-listen {addr}"))?;
+            match exposure_check(
+                listener.local_addr()?,
+                security.tls.is_some(),
+                !security.auth.is_open(),
+                args.insecure,
+            ) {
+                Ok(None) => {}
+                Ok(Some(warning)) => tracing::warn!("--http-listen: {warning}"),
+                Err(refusal) => anyhow::bail!("--http-listen: {refusal}"),
+            }
+            Some(listener)
+        }
+        None => None,
+    };
     let store = RedbStore::open(&args.state_dir)
         .with_context(|| format!("opening state dir {}", args.state_dir.display()))?;
     let cancel = crate::shutdown_token();
     let gate = security.auth.clone();
+    let http_security = security.clone();
     let server = start_scheduler(listener, config, Arc::new(store), security, cancel.clone())?;
+    if let Some(listener) = http_listener {
+        let addr = listener.local_addr()?;
+        serve_http(
+            listener,
+            server.handle.clone(),
+            &http_security,
+            cancel.clone(),
+        )?;
+        tracing::info!(%addr, "HTTP port: /metrics, /v1/demand, /healthz");
+    }
+    if let Some(addr) = &args.health_listen {
+        crate::health::serve_health_on(addr, server.health.clone(), cancel.clone()).await?;
+    }
     if let Some(path) = &args.auth_file {
         let scheduler = server.handle.clone();
         watch_auth_file(

@@ -14,13 +14,22 @@ pub struct StatusArgs {
     json: bool,
 }
 
+/// `alive`, `draining` (shutting down, finishing its tasks in hand) or `dead`.
+fn node_state(node: &NodeInfo) -> &'static str {
+    match (node.alive, node.draining) {
+        (true, false) => "alive",
+        (true, true) => "draining",
+        (false, _) => "dead",
+    }
+}
+
 pub fn status_json(nodes: &[NodeInfo], actors: &[ActorInfo]) -> serde_json::Value {
     let nodes: Vec<_> = nodes
         .iter()
         .map(|n| {
             json!({
                 "node_id": n.node_id,
-                "state": if n.alive { "alive" } else { "dead" },
+                "state": node_state(n),
                 "labels": n.labels,
                 "hostname": n.hostname,
                 "generation": n.generation,
@@ -80,7 +89,7 @@ fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
                 )
             })
             .collect();
-        let state = if n.alive { "alive" } else { "dead" };
+        let state = node_state(n);
         let gpus = if gpus.is_empty() {
             "-".to_owned()
         } else {

@@ -2,6 +2,7 @@
 //! ID newtypes, [`VramBytes`], [`GpuFraction`] and the seeded [`SeededRng`].
 
 pub mod connect;
+pub mod health;
 pub mod ids;
 pub mod rng;
 pub mod units;

@@ -10,6 +10,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 
+use resident_proto::health::{
+    HealthReporter, SCHEDULER_HEALTH_SERVICE, ServingStatus, health_service, set_health,
+};
+
 use crate::auth::AuthGate;
 use crate::core::{CoreConfig, SchedulerHandle, spawn_scheduler_loop};
 use crate::error::SchedulerError;
@@ -25,6 +29,9 @@ pub struct SchedulerServer {
     /// [`SchedulerError::CoreStopped`]; the server stops with it, so the process can exit
     /// non-zero instead of answering UNAVAILABLE forever).
     pub task: tokio::task::JoinHandle<Result<(), SchedulerError>>,
+    /// `grpc.health.v1` statuses: [`SCHEDULER_HEALTH_SERVICE`] is SERVING while the core
+    /// runs. Served on the API port; `serve_health_port` serves it on a plaintext port too.
+    pub health: HealthReporter,
 }
 
 /// The scheduler's certificate chain and private key, PEM.
@@ -123,8 +130,13 @@ pub fn start_scheduler(
         stream.set_nodelay(true)?;
         Ok::<_, std::io::Error>(stream)
     });
+    let health = HealthReporter::new();
+    set_health(&health, SCHEDULER_HEALTH_SERVICE, ServingStatus::Serving);
+    let health_on_stop = health.clone();
     let task = tokio::spawn(async move {
         let serve = builder
+            // Unauthenticated on purpose: probes carry no token, and the answer is one word.
+            .add_service(health_service(&health_on_stop))
             .add_service(InterceptedService::new(
                 NodeAgentServiceServer::new(agents)
                     .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
@@ -161,6 +173,10 @@ pub fn start_scheduler(
                     Err(error) => error.to_string(),
                 };
                 tracing::error!(%why, "the scheduler's core stopped; stopping the server");
+                health_on_stop
+                    .set_service_status(SCHEDULER_HEALTH_SERVICE, ServingStatus::NotServing)
+                    .await;
+                health_on_stop.set_service_status("", ServingStatus::NotServing).await;
                 cancel.cancel();
                 let _ = serve.await;
                 Err(SchedulerError::CoreStopped(why))
@@ -175,6 +191,7 @@ pub fn start_scheduler(
         local_addr,
         url,
         task,
+        health,
     })
 }
 

@@ -36,6 +36,9 @@ pub struct NodeInfo {
     pub last_heartbeat_ms_ago: u64,
     /// The credential (token name) the agent joined with; `anonymous` without tokens.
     pub credential: String,
+    /// The agent is shutting down: it takes no new tasks or actors and leaves once the
+    /// tasks in hand are answered.
+    pub draining: bool,
 }
 
 /// Where an actor is in its life (see the scheduler's actor state machine).
@@ -174,6 +177,7 @@ impl From<pb::NodeInfo> for NodeInfo {
             ram_bytes: node.ram_bytes,
             last_heartbeat_ms_ago: node.last_heartbeat_ms_ago,
             credential: node.credential,
+            draining: node.draining,
         }
     }
 }

@@ -165,6 +165,14 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Owns `child`: killed with -9 when dropped.
+    pub fn new(name: &str, child: Child) -> Self {
+        Self {
+            name: name.to_owned(),
+            child,
+        }
+    }
+
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -172,6 +180,18 @@ impl Proc {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits up to `deadline` for the process to exit by itself; `None` if it is still running.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
     }
 
     /// Sends a signal by name (`STOP`, `CONT`) with the system's `kill`.
@@ -278,6 +298,24 @@ pub fn spawn_agent_with(
     extra: &[std::ffi::OsString],
     stderr: Stdio,
 ) -> Proc {
+    let child = agent_command(url, node_id, gpus, labels, extra)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn agent");
+    Proc::new(node_id, child)
+}
+
+/// The `resident agent` command line of [`spawn_agent_with`], to spawn with a log level and
+/// output of the test's choosing.
+pub fn agent_command(
+    url: &str,
+    node_id: &str,
+    gpus: &str,
+    labels: &str,
+    extra: &[std::ffi::OsString],
+) -> Command {
     let has_roots = extra.iter().any(|a| a == "--model-root");
     let mut command = Command::new(resident_bin());
     command
@@ -301,16 +339,7 @@ pub fn spawn_agent_with(
             .arg("--data-root")
             .arg(std::env::temp_dir());
     }
-    let child = command
-        .env("RESIDENT_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn agent");
-    Proc {
-        name: node_id.to_owned(),
-        child,
-    }
+    command
 }
 
 /// The repository root.
@@ -454,4 +483,58 @@ pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) 
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// GET `url` over HTTPS trusting `ca` (Python's standard library: a real client, not ours),
+/// with a bearer token if given; returns the status and body.
+pub fn https_get(url: &str, ca: &std::path::Path, token: Option<&str>) -> (u16, String) {
+    let script = r#"
+import ssl, sys, urllib.request, urllib.error
+request = urllib.request.Request(sys.argv[1])
+if sys.argv[3]:
+    request.add_header("Authorization", "Bearer " + sys.argv[3])
+context = ssl.create_default_context(cafile=sys.argv[2])
+try:
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        status, body = response.status, response.read()
+except urllib.error.HTTPError as error:
+    status, body = error.code, error.read()
+print(status)
+sys.stdout.write(body.decode())
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, url])
+        .arg(ca)
+        .arg(token.unwrap_or(""))
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "GET {url}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    let (status, body) = text.split_once('\n').expect("a status line");
+    (status.parse().expect("a status"), body.to_owned())
+}
+
+/// Waits for a spawned `resident embed` to end, asserts it succeeded, and that `out` holds
+/// every id of `input` once, in input order.
+pub async fn assert_embed_succeeds_exactly(
+    child: std::process::Child,
+    input: &std::path::Path,
+    out: &std::path::Path,
+) {
+    let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait for embed");
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "embed failed: {stderr}");
+    let ids = |path: &std::path::Path| ids_in_jsonl(&std::fs::read_to_string(path).expect("ids"));
+    assert_eq!(
+        ids(&out.join("ids.jsonl")),
+        ids(input),
+        "every input id once, in order"
+    );
 }

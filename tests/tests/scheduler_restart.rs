@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use resident_tests::{
-    Proc, actor_model_loads, embed_command, free_port, ids_in_jsonl, init_logging, read_json,
-    sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    Proc, actor_model_loads, assert_embed_succeeds_exactly, embed_command, free_port, ids_in_jsonl,
+    init_logging, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
 };
 use serde_json::Value;
 
@@ -106,18 +106,8 @@ async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_documen
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.restart_scheduler();
 
-    let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&finished.stderr);
-    assert!(finished.status.success(), "embed failed: {stderr}");
+    assert_embed_succeeds_exactly(child, &cluster.input, &cluster.out()).await;
     eprintln!("embed finished {:?} after the kill", killed_at.elapsed());
-    assert_eq!(
-        ids_of(&cluster.out().join("ids.jsonl")),
-        ids_of(&cluster.input),
-        "every input id once, in order"
-    );
     let report = read_json(&cluster.out().join("report.json"));
     assert_eq!(report["items"], 300);
     assert_eq!(

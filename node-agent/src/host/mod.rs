@@ -74,6 +74,19 @@ impl ActorHost {
         }
     }
 
+    /// Answers a start with DEAD at once, saying why.
+    pub fn refuse_start(&self, start: &pb::StartActor, why: &str) {
+        let _ = self.outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::ActorReport(pb::ActorReport {
+                actor_id: start.actor_id.clone(),
+                incarnation: start.incarnation,
+                state: pb::ActorState::Dead as i32,
+                error: why.to_owned(),
+                ..Default::default()
+            })),
+        });
+    }
+
     /// Starts an actor thread; it loads the model and reports READY or DEAD.
     pub fn start(&mut self, start: pb::StartActor) {
         let actor_id = ActorId::new(start.actor_id.clone());
@@ -224,6 +237,15 @@ impl ActorHost {
     /// Actors hosted (loading, ready or draining).
     pub fn len(&self) -> usize {
         self.actors.len()
+    }
+
+    /// Tasks handed to live actors and not yet answered.
+    pub fn tasks_in_hand(&self) -> usize {
+        self.actors
+            .values()
+            .filter(|slot| slot.health.borrow().phase != ActorPhase::Dead)
+            .map(|slot| slot.in_hand.len())
+            .sum()
     }
 
     /// What this host holds, for a registration: every live actor with how it was started,

@@ -14,6 +14,7 @@ use resident_proto::connect::{
     BearerToken, ClientCredentials, is_transport_failure, plaintext_hint, scheduler_endpoint,
     transport_hint,
 };
+use resident_proto::health::{AGENT_HEALTH_SERVICE, HealthReporter, ServingStatus, set_health};
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
 use resident_proto::{ActorId, pb};
 use tokio::sync::mpsc;
@@ -43,10 +44,21 @@ pub struct AgentConfig {
     /// How long actors stay loaded while no scheduler is reachable; past it they stop and
     /// free their memory.
     pub actor_grace: Duration,
+    /// After a shutdown signal, how long the agent keeps finishing the tasks in hand (it
+    /// takes no new ones); what is still running then goes back to the scheduler's queue.
+    pub drain_timeout: Duration,
+    /// `grpc.health.v1` statuses: [`AGENT_HEALTH_SERVICE`] is SERVING while registered.
+    pub health: HealthReporter,
 }
 
 /// Actors stay loaded this long without a scheduler (a restart, a network cut).
 pub const DEFAULT_ACTOR_GRACE: Duration = Duration::from_secs(15 * 60);
+/// A shut-down agent finishes its tasks in hand for at most this long: inside a spot
+/// interruption's two-minute notice and Kubernetes' grace period as `deploy/` sets it.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a leaving agent waits for the scheduler to close the session after `Leave`,
+/// so the last outcomes are flushed before the process exits.
+const LEAVE_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl AgentConfig {
     pub fn new(scheduler_url: impl Into<String>, node_id: impl Into<String>) -> Self {
@@ -60,6 +72,8 @@ impl AgentConfig {
             reconnect_min: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(10),
             actor_grace: DEFAULT_ACTOR_GRACE,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            health: HealthReporter::new(),
         }
     }
 
@@ -118,6 +132,11 @@ pub async fn run_agent(
         generation_id.as_u64_pair().0,
     );
     tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
+    set_health(
+        &config.health,
+        AGENT_HEALTH_SERVICE,
+        ServingStatus::NotServing,
+    );
     let (uplink_tx, mut uplink) = mpsc::unbounded_channel();
     let mut host = ActorHost::new(
         registry.clone(),
@@ -142,6 +161,11 @@ pub async fn run_agent(
             },
         );
         let ended = session.await;
+        set_health(
+            &config.health,
+            AGENT_HEALTH_SERVICE,
+            ServingStatus::NotServing,
+        );
         let was_registered = away_since.is_none();
         let away = *away_since.get_or_insert_with(Instant::now);
         match ended {
@@ -287,31 +311,98 @@ async fn run_session(
     };
     backoff.reset();
     *away_since = None;
+    set_health(&config.health, AGENT_HEALTH_SERVICE, ServingStatus::Serving);
     tracing::info!(node_id = %config.node_id, heartbeat_ms, actors = reported, "registered with scheduler");
     let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
+    // Set once the shutdown signal came: the moment the agent gives up on its tasks in hand.
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
+        let draining = drain_deadline.is_some();
+        let give_up_at = drain_deadline.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             message = inbound.message() => match message {
-                Ok(Some(message)) => obey(host, message),
+                Ok(Some(message)) => obey(host, message, draining),
                 Ok(None) => return Err(AgentError::SessionClosed),
                 Err(status) => return Err(AgentError::Refused(status)),
             },
             Some(message) = uplink.recv() => {
                 host.forwarded(&message);
                 let _ = outbound.send(message);
+                if draining && host.tasks_in_hand() == 0 {
+                    return leave(outbound, inbound, 0, &config.node_id).await;
+                }
             }
             _ = heartbeat.tick() => {
                 let _ = outbound.send(heartbeat_message(host, probe));
             }
-            _ = cancel.cancelled() => return Ok(()),
+            _ = cancel.cancelled(), if !draining => {
+                let in_hand = host.tasks_in_hand();
+                tracing::info!(
+                    node_id = %config.node_id,
+                    tasks_in_hand = in_hand,
+                    drain_timeout = ?config.drain_timeout,
+                    "shutting down: draining (no new tasks; finishing those in hand)"
+                );
+                let _ = outbound.send(pb::AgentMessage {
+                    body: Some(pb::agent_message::Body::Drain(pb::Drain {
+                        deadline_ms: config.drain_timeout.as_millis() as u64,
+                        reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
+                    })),
+                });
+                if in_hand == 0 {
+                    return leave(outbound, inbound, 0, &config.node_id).await;
+                }
+                drain_deadline = Some(tokio::time::Instant::now() + config.drain_timeout);
+            }
+            _ = tokio::time::sleep_until(give_up_at), if draining => {
+                let abandoned = host.tasks_in_hand();
+                tracing::warn!(
+                    node_id = %config.node_id,
+                    abandoned,
+                    "drain deadline passed; handing the unfinished tasks back to the scheduler"
+                );
+                return leave(outbound, inbound, abandoned as u32, &config.node_id).await;
+            }
         }
     }
 }
 
-fn obey(host: &mut ActorHost, message: pb::SchedulerMessage) {
+/// Says goodbye after a drain and waits (briefly) for the scheduler to close the session,
+/// so every outcome sent before is delivered before the process exits.
+async fn leave(
+    outbound: mpsc::UnboundedSender<pb::AgentMessage>,
+    mut inbound: tonic::Streaming<pb::SchedulerMessage>,
+    abandoned_tasks: u32,
+    node_id: &str,
+) -> Result<(), AgentError> {
+    let _ = outbound.send(pb::AgentMessage {
+        body: Some(pb::agent_message::Body::Leave(pb::Leave {
+            abandoned_tasks,
+        })),
+    });
+    drop(outbound);
+    let closed = tokio::time::timeout(LEAVE_FLUSH_TIMEOUT, async {
+        while let Ok(Some(_)) = inbound.message().await {}
+    })
+    .await;
+    if closed.is_err() {
+        tracing::warn!(
+            node_id,
+            "the scheduler did not close the session after Leave"
+        );
+    }
+    tracing::info!(node_id, abandoned_tasks, "drained; left the cluster");
+    Ok(())
+}
+
+fn obey(host: &mut ActorHost, message: pb::SchedulerMessage, draining: bool) {
     use pb::scheduler_message::Body;
     match message.body {
         Some(Body::RunTask(task)) => host.run(task),
+        // Sent before the scheduler saw the drain: refused, so it is placed elsewhere.
+        Some(Body::StartActor(start)) if draining => {
+            host.refuse_start(&start, "the node is draining")
+        }
         Some(Body::StartActor(start)) => host.start(start),
         Some(Body::StopActor(stop)) => host.stop(&ActorId::new(stop.actor_id)),
         Some(Body::CancelTask(cancel)) => host.cancel(cancel),

@@ -267,7 +267,9 @@ impl Core {
                 let actor = &self.actors[id];
                 let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
                 let free = credit.saturating_sub(busy);
-                (actor.state == ActorState::Ready && free > 0).then_some((free, id))
+                let takes_tasks = actor.state == ActorState::Ready
+                    && !self.on_draining_node(actor.assignment.as_ref());
+                (takes_tasks && free > 0).then_some((free, id))
             })
             .max_by_key(|(free, _)| *free)
             .map(|(_, id)| id.clone())

@@ -3,6 +3,7 @@
 //! each decision sees a consistent world.
 
 mod adopt;
+mod demand;
 mod jobs;
 mod nodes;
 mod pools;
@@ -25,6 +26,7 @@ use crate::error::SchedulerError;
 use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreOp, StoreWriter};
 
+pub use demand::{Demand, PoolDemand};
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
 pub use records::{JobStream, LastHeard, SessionId};
 
@@ -165,6 +167,11 @@ pub enum SchedulerCommand {
     ListActors {
         pool: Option<PoolName>,
         reply: Reply<Vec<pb::ActorInfo>>,
+    },
+    /// Demand for autoscalers; placed GPUs counted on nodes carrying all `node_labels`.
+    Demand {
+        node_labels: BTreeMap<String, String>,
+        reply: Reply<Demand>,
     },
     /// Panics the core: how the server's tests stand in for a bug.
     #[cfg(test)]
@@ -364,6 +371,9 @@ impl Core {
             C::PanicForTest => panic!("the core panicked on purpose"),
             C::ListActors { pool, reply } => {
                 let _ = reply.send(Ok(self.actor_infos(pool.as_ref())));
+            }
+            C::Demand { node_labels, reply } => {
+                let _ = reply.send(Ok(self.demand(&node_labels)));
             }
         }
     }

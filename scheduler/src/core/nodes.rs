@@ -147,6 +147,7 @@ impl Core {
             ram_bytes: register.ram_bytes,
             actor_kinds: register.actor_kinds.into_iter().collect(),
             alive: true,
+            draining: false,
             free_vram_at_refresh,
             remembered: true,
             last_heard,
@@ -207,6 +208,17 @@ impl Core {
             }
             Body::ActorReport(report) => self.actor_report(&node_id, report),
             Body::TaskOutcome(outcome) => self.task_outcome(&node_id, outcome),
+            Body::Drain(drain) => {
+                tracing::info!(
+                    node_id = %node_id,
+                    deadline_ms = drain.deadline_ms,
+                    reason = %drain.reason,
+                    "node draining: no new tasks or actors go there"
+                );
+                node.draining = true;
+                self.replan_needed = true;
+            }
+            Body::Leave(leave) => self.node_left(&node_id, leave.abandoned_tasks),
             Body::Register(_) => {
                 tracing::warn!(node_id = %node_id, "ignoring a second registration on one session");
             }
@@ -222,6 +234,19 @@ impl Core {
             if current {
                 self.mark_node_dead(&node_id, "agent session closed");
             }
+        }
+    }
+
+    /// A drained agent said goodbye: what it still held goes back to the queue, its actors
+    /// are placed elsewhere, and a restarted scheduler will not wait for it.
+    fn node_left(&mut self, node_id: &NodeId, abandoned_tasks: u32) {
+        tracing::info!(node_id = %node_id, abandoned_tasks, "node left after draining");
+        self.mark_node_dead(node_id, "the agent drained and left");
+        if let Some(node) = self.nodes.get_mut(node_id)
+            && node.remembered
+        {
+            node.remembered = false;
+            self.store.write(StoreOp::DeleteNode(node_id.clone()));
         }
     }
 
@@ -346,10 +371,21 @@ impl Core {
         }
     }
 
+    /// Whether the node hosting an actor placed there is going away.
+    pub(super) fn on_draining_node(
+        &self,
+        assignment: Option<&crate::placement::Assignment>,
+    ) -> bool {
+        assignment
+            .and_then(|a| self.nodes.get(&a.node))
+            .is_some_and(|n| n.draining)
+    }
+
+    /// Nodes that take new actors: alive and not draining.
     pub(super) fn alive_node_capacities(&self) -> BTreeMap<NodeId, NodeCapacity> {
         self.nodes
             .iter()
-            .filter(|(_, n)| n.alive)
+            .filter(|(_, n)| n.alive && !n.draining)
             .map(|(id, n)| (id.clone(), n.capacity.clone()))
             .collect()
     }

@@ -287,6 +287,11 @@ impl Core {
             if !self.pools.contains_key(&actor.pool) && !actor.state.is_placed() {
                 continue;
             }
+            // On a node going away: it holds that node's resources until it leaves, and
+            // none elsewhere.
+            if actor.state.is_placed() && self.on_draining_node(actor.assignment.as_ref()) {
+                continue;
+            }
             problem.actors.insert(
                 id.clone(),
                 ActorDemand {

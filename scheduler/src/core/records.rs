@@ -50,6 +50,9 @@ pub struct NodeRecord {
     pub ram_bytes: u64,
     pub actor_kinds: BTreeSet<String>,
     pub alive: bool,
+    /// The agent is going away (it sent `Drain`): its actors get no new tasks and no actor
+    /// is placed there; it leaves once its tasks in hand are answered.
+    pub draining: bool,
     /// Each GPU's free VRAM when its capacity was last computed: heartbeats recompute it
     /// only when this moved (the computation walks every actor).
     pub free_vram_at_refresh: BTreeMap<u32, u64>,

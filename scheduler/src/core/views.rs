@@ -28,6 +28,7 @@ impl Core {
                     .saturating_duration_since(node.last_heard.at())
                     .as_millis() as u64,
                 credential: node.credential.clone(),
+                draining: node.draining,
             })
             .collect()
     }

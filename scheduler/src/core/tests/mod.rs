@@ -390,18 +390,25 @@ async fn tasks_fail_for_good_after_their_attempts() {
     assert_eq!(counts(&h.job(&job)), [1, 0, 0, 0, 1, 0]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_dead_node_gives_its_tasks_back_and_its_late_answers_are_dropped() {
+/// Nodes n1 and n2 with one one-credit actor each and a job of `tasks` tasks: one running
+/// on each node.
+fn two_busy_nodes(tasks: u64) -> (Harness, JobId, ResultsRx, pb::RunTask, pb::RunTask) {
     let mut h = Harness::new(CoreConfig::for_test());
     h.add_node("n1", vec![]);
     h.add_node("n2", vec![]);
     h.create_pool(cpu_pool("p", 2, 1));
     h.load_actors("n1");
     h.load_actors("n2");
-    let (job, mut rx) = h.open_job("p");
-    h.submit(&job, 0..3);
+    let (job, rx) = h.open_job("p");
+    h.submit(&job, 0..tasks);
     let on_n1 = run_tasks(&sent(h.agent("n1"))).remove(0);
     let on_n2 = run_tasks(&sent(h.agent("n2"))).remove(0);
+    (h, job, rx, on_n1, on_n2)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_node_gives_its_tasks_back_and_its_late_answers_are_dropped() {
+    let (mut h, job, mut rx, on_n1, on_n2) = two_busy_nodes(3);
 
     let gone = h.agent("n1").session;
     h.core.handle(SchedulerCommand::AgentGone { session: gone });
@@ -940,4 +947,5 @@ async fn the_store_forgets_a_node_that_stays_dead() {
     assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
 }
 
+mod drain;
 mod restart;

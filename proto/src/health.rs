@@ -1,0 +1,82 @@
+//! The standard `grpc.health.v1` service, for Kubernetes' gRPC probes, Docker's health
+//! check and `resident health`. The scheduler serves it on its API port (TLS when that is
+//! TLS) and, like the agent, on an optional plaintext health port: kubelet's gRPC probes
+//! speak no TLS, and a health answer reveals nothing.
+
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+pub use tonic_health::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::health_server::HealthServer;
+pub use tonic_health::server::HealthReporter;
+use tonic_health::server::HealthService;
+
+/// The service name a scheduler reports: SERVING while its core runs.
+pub const SCHEDULER_HEALTH_SERVICE: &str = "resident.v1.SchedulerService";
+/// The service name an agent reports: SERVING while it is registered with a scheduler.
+pub const AGENT_HEALTH_SERVICE: &str = "resident.v1.NodeAgentService";
+
+/// The gRPC service answering from `reporter`'s statuses.
+pub fn health_service(reporter: &HealthReporter) -> HealthServer<HealthService> {
+    HealthServer::new(HealthService::from_health_reporter(reporter.clone()))
+}
+
+/// Serves only the health service on `listener`, in plaintext, until `cancel` fires.
+pub fn serve_health_port(
+    listener: TcpListener,
+    reporter: HealthReporter,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let addr = listener.local_addr().ok();
+    tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(health_service(&reporter))
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(listener),
+                cancel.cancelled_owned(),
+            )
+            .await;
+        if let Err(error) = served {
+            tracing::error!(?addr, %error, "health port stopped");
+        }
+    })
+}
+
+/// Sets a service's status; the reporter's lock is async, the callers are not.
+pub fn set_health(reporter: &HealthReporter, service: &str, status: ServingStatus) {
+    let reporter = reporter.clone();
+    let service = service.to_owned();
+    tokio::spawn(async move { reporter.set_service_status(service, status).await });
+}
+
+/// Asks the plaintext health port at `addr` (`host:port`) how `service` is (`""`: the
+/// process as a whole).
+pub async fn check_health(
+    addr: &str,
+    service: &str,
+    timeout: Duration,
+) -> Result<ServingStatus, String> {
+    let url = format!("http://{addr}");
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+        .map_err(|e| format!("`{addr}` is not a host:port: {e}"))?
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach the health port {url}: {e}"))?;
+    let response = HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .map_err(|status| format!("health check of `{service}` at {url}: {}", status.message()))?;
+    Ok(match response.into_inner().status {
+        1 => ServingStatus::Serving,
+        2 => ServingStatus::NotServing,
+        _ => ServingStatus::Unknown,
+    })
+}
