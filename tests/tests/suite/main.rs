@@ -1,0 +1,21 @@
+//! The process and cluster tests, in one test binary.
+//!
+//! Every file here was its own test binary once; each links the whole workspace (candle,
+//! arrow, the AWS SDK), so thirteen of them cost CI minutes of linking and gigabytes of disk
+//! (a CI run died when the linker ran out of room). One binary links once. nextest still runs
+//! every test in its own process, so a test that kills or starts processes is isolated as
+//! before; filter by module, e.g. `cargo nextest run -E 'test(agent_drain::)'`.
+
+mod agent_drain;
+mod autoscaling_signal;
+mod bad_requests;
+mod deploy_files;
+mod embed_actors;
+mod embed_job;
+mod embed_s3;
+mod in_process_cluster;
+mod process_faults;
+mod readme_sdk;
+mod scheduler_restart;
+mod security;
+mod sweeps;
