@@ -82,7 +82,7 @@ async fn fresh_actor_trial(
         },
         None => {
             let embed_started = Instant::now();
-            let data = read_sweep_data(config)?;
+            let data = read_sweep_data(config, &model_fingerprint(config).await?)?;
             let (path, _) =
                 embed_into_cache(&pool, &data, &scratch.join(format!("trial-{trial}"))).await?;
             times.embed_s = embed_started.elapsed().as_secs_f64();
@@ -159,7 +159,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|r| r.train_s)
         .collect();
-    let sweep_data = read_sweep_data(&resident)?;
+    let sweep_data = read_sweep_data(&resident, &model_fingerprint(&resident).await?)?;
     let cache =
         resident_jobs::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
     let cached = DatasetRef {
@@ -225,4 +225,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// The fingerprint `run_sweep` keys its embedded-documents cache with.
+async fn model_fingerprint(config: &SweepConfig) -> anyhow::Result<String> {
+    let pinned = resident_jobs::model_pin::pin_model(&config.model, &Default::default())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(pinned.fingerprint)
 }

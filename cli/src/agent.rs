@@ -6,7 +6,9 @@ use clap::Args;
 use resident_models::roots::FileRoots;
 use resident_node_agent::backends::ActorKindRegistry;
 use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::model_cache::default_model_cache_dir;
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
+use resident_storage::model_source::hf_hub_cache_dir;
 
 use crate::credentials::CredentialArgs;
 
@@ -57,7 +59,7 @@ pub struct AgentArgs {
     #[arg(long, env = "RESIDENT_RECONNECT_MAX_MS", default_value_t = 10_000)]
     reconnect_max_ms: u64,
     /// A directory models may be loaded from (repeatable; symlinks out of it are refused).
-    /// Default: the Hugging Face hub cache and ~/.cache/resident/models.
+    /// Default: the Hugging Face hub cache. The --model-cache is always one.
     #[arg(
         long = "model-root",
         env = "RESIDENT_MODEL_ROOT",
@@ -68,22 +70,15 @@ pub struct AgentArgs {
     /// sweeps are refused until the operator names where their data lives.
     #[arg(long = "data-root", env = "RESIDENT_DATA_ROOT", value_delimiter = ':')]
     data_roots: Vec<PathBuf>,
-}
-
-/// Where models land by default: the Hugging Face hub cache (`HF_HUB_CACHE`, `HF_HOME/hub`,
-/// `~/.cache/huggingface/hub`) and Resident's own model cache.
-fn default_model_roots() -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| home.as_ref().map(|h| h.join(".cache")));
-    let hub = std::env::var_os("HF_HUB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
-        .or_else(|| cache.as_ref().map(|c| c.join("huggingface/hub")));
-    hub.into_iter()
-        .chain(cache.map(|c| c.join("resident/models")))
-        .collect()
+    /// Where models named by `s3://` or a Hugging Face id are downloaded, once per node, and
+    /// checked against their SHA-256 manifest; always a model root. Keep it on a volume that
+    /// outlives the agent. Default: ~/.cache/resident/models.
+    #[arg(long, env = "RESIDENT_MODEL_CACHE")]
+    model_cache: Option<PathBuf>,
+    /// An S3-compatible endpoint for `s3://` models (MinIO, Ceph); default AWS. Credentials
+    /// come from the standard AWS chain (environment, profile, instance or pod role).
+    #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
 }
 
 /// The labels of `--labels-file`, overridden by `--labels`.
@@ -122,11 +117,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             .with_client_identity_files(cert, key)
             .context("--client-cert/--client-key")?;
     }
-    let model_roots = if args.model_roots.is_empty() {
-        default_model_roots()
+    config.models.dir = args.model_cache.unwrap_or_else(default_model_cache_dir);
+    config.models.s3.endpoint = args.s3_endpoint;
+    std::fs::create_dir_all(&config.models.dir)
+        .with_context(|| format!("--model-cache {}", config.models.dir.display()))?;
+    // By default the node's Hugging Face hub cache; the model cache always.
+    let mut model_roots = if args.model_roots.is_empty() {
+        hf_hub_cache_dir().into_iter().collect()
     } else {
         args.model_roots
     };
+    model_roots.push(config.models.dir.clone());
     tracing::info!(?model_roots, data_roots = ?args.data_roots, "agent file roots");
     config.roots = FileRoots::restricted(&model_roots, &args.data_roots);
     let cancel = crate::shutdown_token();

@@ -27,8 +27,10 @@ pub struct EmbedArgs {
     /// them, or an s3://bucket/prefix holding them.
     #[arg(long)]
     input: String,
-    /// A model directory, or a HuggingFace id in the local hub cache.
-    #[arg(long)]
+    /// The model: a directory, `s3://bucket/prefix/` (pushed with `resident model push`),
+    /// or a Hugging Face id (`org/name`, `org/name@commit`). The job pins it to one content
+    /// digest or commit, and agents download it once per node into their --model-cache.
+    #[arg(long, env = "RESIDENT_MODEL")]
     model: String,
     /// Output directory or s3://bucket/prefix (shards/, manifest.json, embeddings.npy,
     /// ids.jsonl, report.json).
@@ -192,10 +194,11 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
             .await?
             .with_reconnect_timeout(args.reconnect.reconnect_timeout),
         None => {
-            let local = LocalConfig {
+            let mut local = LocalConfig {
                 simulate_gpus: args.simulate_gpus.clone(),
                 ..LocalConfig::default()
             };
+            local.models.s3.endpoint = args.s3_endpoint.clone();
             Cluster::local(local).await?
         }
     };

@@ -6,6 +6,7 @@ mod credentials;
 mod embed;
 mod health;
 mod local;
+mod model;
 mod scheduler;
 mod status;
 mod sweep;
@@ -55,6 +56,9 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Make a private CA and the scheduler's TLS certificate.
     Certs(certs::CertsArgs),
+    /// Push a model directory to S3 with its manifest, or print a directory's manifest.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
     /// Create, revoke and list the tokens of a scheduler's auth file.
     Token(token::TokenArgs),
     /// Ask a scheduler's or agent's health port (`--health-listen`) whether it is serving;
@@ -122,6 +126,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Certs(args) => certs::run(args),
         Command::Token(args) => token::run(args),
         Command::Health(args) => health::run(args).await,
+        Command::Model(command) => model::run(command).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -28,33 +28,6 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&temp, path).map_err(|e| named(path, e))
 }
 
-/// A fingerprint of a model: its configuration and tokenizer files plus its weights' size
-/// when `model` is a local directory, the spec itself otherwise (a hub id).
-pub fn model_fingerprint(model: &str) -> String {
-    let dir = Path::new(model);
-    let mut hasher = Sha256::new();
-    if dir.is_dir() {
-        for name in [
-            "config.json",
-            "tokenizer.json",
-            "sentence_bert_config.json",
-            "modules.json",
-            "1_Pooling/config.json",
-        ] {
-            if let Ok(bytes) = std::fs::read(dir.join(name)) {
-                hasher.update(name.as_bytes());
-                hasher.update(&bytes);
-            }
-        }
-        if let Ok(meta) = std::fs::metadata(dir.join("model.safetensors")) {
-            hasher.update(meta.len().to_le_bytes());
-        }
-    } else {
-        hasher.update(model.as_bytes());
-    }
-    hex(hasher.finalize())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

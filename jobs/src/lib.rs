@@ -10,6 +10,7 @@
 
 pub mod embed_job;
 pub mod files;
+pub mod model_pin;
 pub mod pools;
 pub mod records;
 pub mod storage;

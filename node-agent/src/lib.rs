@@ -4,6 +4,7 @@ pub mod backends;
 pub mod error;
 pub mod gpu;
 pub mod host;
+pub mod model_cache;
 pub mod session;
 
 pub use error::{AgentError, BackendError};

@@ -21,7 +21,9 @@ pub struct EmbedPoolSpec {
 }
 
 impl EmbedPoolSpec {
-    /// `model` is a model directory or a HuggingFace id in the local hub cache.
+    /// `model` is a model directory, an `s3://bucket/prefix/` holding a
+    /// `resident-model.json` (`resident model push`), or a Hugging Face id, which agents
+    /// find in their hub cache or download into their model cache.
     pub fn new(name: impl Into<String>, model: impl Into<String>) -> Self {
         let mut config = serde_json::Map::new();
         config.insert("model".into(), model.into().into());
@@ -45,6 +47,14 @@ impl EmbedPoolSpec {
 
     pub fn selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.pool = self.pool.selector(key, value);
+        self
+    }
+
+    /// Pins the model: a Hugging Face commit, or the manifest digest of an `s3://` model.
+    /// Agents refuse to load anything else.
+    pub fn model_revision(mut self, revision: &str) -> Self {
+        self.config
+            .insert("model_revision".into(), revision.to_owned().into());
         self
     }
 

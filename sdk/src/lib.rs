@@ -39,6 +39,8 @@ pub use pool_spec::PoolSpec;
 pub use prost::bytes::Bytes;
 #[cfg(feature = "local")]
 pub use resident_node_agent::backends::ActorKindRegistry;
+#[cfg(feature = "local")]
+pub use resident_node_agent::model_cache::ModelCacheConfig;
 pub use resident_proto::{ActorId, JobId, NodeId, PoolName};
 #[cfg(feature = "local")]
 pub use resident_scheduler::core::CoreConfig;

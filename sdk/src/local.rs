@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use resident_node_agent::backends::ActorKindRegistry;
 use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::model_cache::ModelCacheConfig;
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
 use resident_scheduler::server::{ServerSecurity, start_scheduler};
@@ -32,6 +33,8 @@ pub struct LocalConfig {
     pub state_dir: Option<PathBuf>,
     pub core: CoreConfig,
     pub kinds: ActorKindRegistry,
+    /// Where the agent downloads `s3://` and Hugging Face models, and how it reaches S3.
+    pub models: ModelCacheConfig,
 }
 
 impl LocalConfig {
@@ -59,6 +62,7 @@ impl Default for LocalConfig {
             state_dir: None,
             core: CoreConfig::default(),
             kinds: ActorKindRegistry::with_builtin_kinds(),
+            models: ModelCacheConfig::default(),
         }
     }
 }
@@ -104,6 +108,7 @@ impl Cluster {
         let url = server.url.clone();
         let mut agent = AgentConfig::new(url.clone(), config.node_id.clone());
         agent.labels = labels;
+        agent.models = config.models.clone();
         agent.reconnect_min = Duration::from_millis(20);
         tokio::spawn(run_agent(
             agent,

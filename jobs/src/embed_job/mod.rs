@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use resident_sdk::{Cluster, EmbeddedChunk, SdkError};
 
+use crate::model_pin::{PinnedModel, pin_model};
 use crate::pools::EmbedActors;
 use crate::storage::{Location, S3Client, S3Options};
 pub use inputs::InputSet;
@@ -160,14 +161,18 @@ async fn embed_into(
     started: Instant,
 ) -> Result<Report, JobError> {
     let inputs = InputSet::list(&config.input, s3).await?;
+    let model = pin_model(&config.model, &config.s3)
+        .await
+        .map_err(JobError::Model)?;
     let scan = {
         let (config, inputs) = (config.clone(), inputs.clone());
-        tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs))
+        let fingerprint = model.fingerprint.clone();
+        tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs, fingerprint))
             .await
             .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
     };
     let mut manifest = scan::open_manifest(out, config, &scan).await?;
-    let pool = create_pool(cluster, config).await?;
+    let pool = create_pool(cluster, config, &model).await?;
     let actors = pool.pool.status().await?.actors.len().max(1);
 
     let plan_reasoning;
@@ -325,6 +330,7 @@ async fn embed_into(
 async fn create_pool(
     cluster: &Cluster,
     config: &EmbedJobConfig,
+    model: &PinnedModel,
 ) -> Result<resident_sdk::EmbedPool, JobError> {
     let replicas = match config.replicas {
         Some(replicas) => replicas,
@@ -333,6 +339,7 @@ async fn create_pool(
     let spec = EmbedActors {
         pool: pool_name(config),
         model: &config.model,
+        revision: model.revision.as_deref(),
         replicas,
         gpus_per_actor: config.gpus_per_actor,
         vram_gib_per_actor: config.vram_gib_per_actor,

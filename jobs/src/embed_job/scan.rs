@@ -5,7 +5,6 @@ use resident_sdk::{EmbedPool, EmbeddedChunk, embed_request};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::files::model_fingerprint;
 use futures::StreamExt;
 
 use super::inputs::InputSet;
@@ -22,7 +21,11 @@ pub(super) struct Scan {
 }
 
 /// First pass, blocking: count records, list bad ones (or stop at the first with `fail`).
-pub(super) fn scan_input(config: &EmbedJobConfig, inputs: InputSet) -> Result<Scan, JobError> {
+pub(super) fn scan_input(
+    config: &EmbedJobConfig,
+    inputs: InputSet,
+    model_fingerprint: String,
+) -> Result<Scan, JobError> {
     let input_fingerprint = inputs.fingerprint()?;
     let mut reader = RecordReader::new(inputs, config.reader.clone());
     let (mut valid_records, mut bad_records) = (0u64, Vec::new());
@@ -49,7 +52,7 @@ pub(super) fn scan_input(config: &EmbedJobConfig, inputs: InputSet) -> Result<Sc
         valid_records,
         bad_records,
         input_fingerprint,
-        model_fingerprint: model_fingerprint(&config.model),
+        model_fingerprint,
     })
 }
 

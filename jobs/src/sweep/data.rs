@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::SweepError;
 use super::config::{SweepConfig, TrialKind};
-use crate::files::{model_fingerprint, sha256_hex, write_atomically};
+use crate::files::{sha256_hex, write_atomically};
 use crate::records::{is_blank, json_object, line_text, numbered_lines};
 
 /// A record the sweep could not use.
@@ -61,8 +61,12 @@ fn pick_field(
     })
 }
 
-/// Reads the data file (blocking).
-pub fn read_sweep_data(config: &SweepConfig) -> Result<SweepData, SweepError> {
+/// Reads the data file (blocking). `model_fingerprint` (the pinned model's) keys the cache
+/// of embedded documents.
+pub fn read_sweep_data(
+    config: &SweepConfig,
+    model_fingerprint: &str,
+) -> Result<SweepData, SweepError> {
     let path = Path::new(&config.data);
     let bytes = std::fs::read(path)
         .map_err(|e| SweepError::Data(format!("cannot read {}: {e}", path.display())))?;
@@ -158,7 +162,7 @@ pub fn read_sweep_data(config: &SweepConfig) -> Result<SweepData, SweepError> {
         }
     }
     let mut hasher = Sha256::new();
-    hasher.update(model_fingerprint(&config.model));
+    hasher.update(model_fingerprint);
     hasher.update(format!(
         "{:?}|{}|{second_field}|",
         config.trial, config.text_field
@@ -251,7 +255,7 @@ mod tests {
         );
         std::fs::write(&path, lines.join("\n")).unwrap();
 
-        let classifier = read_sweep_data(&config("classifier", &path)).unwrap();
+        let classifier = read_sweep_data(&config("classifier", &path), "model").unwrap();
         assert_eq!(classifier.classes, vec!["x", "y"]);
         assert_eq!(&classifier.labels[..2], &[0, 1]);
         assert_eq!(classifier.texts.len(), 12);
@@ -268,7 +272,7 @@ mod tests {
             ]
         );
 
-        let retrieval = read_sweep_data(&config("retrieval", &path)).unwrap();
+        let retrieval = read_sweep_data(&config("retrieval", &path), "model").unwrap();
         assert_eq!(retrieval.texts.len(), 13);
         assert_eq!(retrieval.queries.len(), 11, "the shared query is left out");
         assert_eq!(retrieval.query_docs[..2], [0, 3]);

@@ -20,6 +20,7 @@ use super::driver::{Phase, Segment, SweepDriver};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
 use super::search::generate_trials;
 use crate::files::{OutputLock, write_atomically};
+use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
 
 /// The `embed` actors' method that trains a trial segment.
@@ -106,15 +107,20 @@ pub async fn run_sweep(
     config.validate()?;
     let output = PathBuf::from(&config.output);
     let _lock = claim_output(config, &output)?;
+    let model = pin_model(&config.model, &Default::default())
+        .await
+        .map_err(SweepError::Model)?;
     let data = {
         let config = config.clone();
-        tokio::task::spawn_blocking(move || read_sweep_data(&config))
+        let fingerprint = model.fingerprint.clone();
+        tokio::task::spawn_blocking(move || read_sweep_data(&config, &fingerprint))
             .await
             .map_err(|e| SweepError::Data(e.to_string()))??
     };
     let spec = EmbedActors {
         pool: format!("sweep-{}", config.name),
         model: &config.model,
+        revision: model.revision.as_deref(),
         replicas: config.replicas,
         gpus_per_actor: config.gpus_per_actor,
         vram_gib_per_actor: config.vram_gib,

@@ -41,8 +41,13 @@ const QWEN3_EOS: u32 = 151_643;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbedConfig {
-    /// A model directory, or a HuggingFace id already in the local hub cache.
+    /// A model directory, or a HuggingFace id already in the local hub cache (the node
+    /// agent turns `s3://` prefixes and hub ids it downloads into a directory first).
     pub model: String,
+    /// Pins `model`: a hub commit, or an S3 model's manifest digest. The job sets it so
+    /// every agent loads the same bytes.
+    #[serde(default)]
+    pub model_revision: Option<String>,
     /// `f32`, `f16` or `bf16`; default f16 on GPU, f32 on CPU.
     #[serde(default)]
     pub dtype: Option<String>,

@@ -62,7 +62,10 @@ impl ActorKind for EmbedKind {
     }
 
     fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError> {
-        let config: EmbedConfig = context.parse_config()?;
+        let mut config: EmbedConfig = context.parse_config()?;
+        config.model = context
+            .models
+            .local_dir(&config.model, config.model_revision.as_deref())?;
         let device = select_device(context.device.real_gpu())?;
         Ok(Box::new(EmbedActor {
             embedder: Embedder::load(&config, device, context.roots.clone())?,

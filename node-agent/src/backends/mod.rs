@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use resident_proto::ActorId;
 
+use crate::model_cache::ModelCache;
+
 pub use crate::error::BackendError;
 
 /// Where an actor runs, as the scheduler assigned it.
@@ -47,6 +49,8 @@ pub struct LoadContext {
     pub device: DeviceAssignment,
     /// Where the actor may read model files and datasets named by clients.
     pub roots: FileRoots,
+    /// Fetches remote models (`s3://`, Hugging Face ids) to a local directory, once per node.
+    pub models: Arc<ModelCache>,
 }
 
 impl LoadContext {

@@ -74,6 +74,7 @@ mod tests {
             config: config.as_bytes().to_vec(),
             device: Default::default(),
             roots: Default::default(),
+            models: std::sync::Arc::new(crate::model_cache::ModelCache::new(Default::default())),
         })
     }
 

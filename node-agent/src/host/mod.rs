@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use resident_models::roots::FileRoots;
+
+use crate::model_cache::ModelCache;
 use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
@@ -41,6 +43,7 @@ pub struct ActorHost {
     outbound: ToScheduler,
     simulated_gpus: bool,
     roots: FileRoots,
+    models: Arc<ModelCache>,
     actors: HashMap<ActorId, ActorSlot>,
 }
 
@@ -64,12 +67,14 @@ impl ActorHost {
         outbound: ToScheduler,
         simulated_gpus: bool,
         roots: FileRoots,
+        models: Arc<ModelCache>,
     ) -> Self {
         Self {
             registry,
             outbound,
             simulated_gpus,
             roots,
+            models,
             actors: HashMap::new(),
         }
     }
@@ -124,6 +129,7 @@ impl ActorHost {
                 simulated: self.simulated_gpus,
             },
             roots: self.roots.clone(),
+            models: self.models.clone(),
         };
         let capacity = start.max_in_flight.max(1) as usize + 1;
         let (commands, receiver) = mpsc::channel(capacity);

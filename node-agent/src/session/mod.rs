@@ -27,6 +27,7 @@ use crate::backends::ActorKindRegistry;
 use crate::error::AgentError;
 use crate::gpu::GpuProbe;
 use crate::host::ActorHost;
+use crate::model_cache::{ModelCache, ModelCacheConfig};
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -38,6 +39,8 @@ pub struct AgentConfig {
     /// Where actors may read model files and sweep datasets (unrestricted by default; the
     /// `resident agent` command restricts it).
     pub roots: FileRoots,
+    /// Where remote models are downloaded to, and how S3 is reached.
+    pub models: ModelCacheConfig,
     pub connect_timeout: Duration,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
@@ -68,6 +71,7 @@ impl AgentConfig {
             labels: BTreeMap::new(),
             credentials: ClientCredentials::default(),
             roots: FileRoots::unrestricted(),
+            models: ModelCacheConfig::default(),
             connect_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(10),
@@ -143,6 +147,7 @@ pub async fn run_agent(
         uplink_tx,
         probe.simulated(),
         config.roots.clone(),
+        Arc::new(ModelCache::new(config.models.clone())),
     );
     let mut away_since = None;
     loop {

@@ -14,6 +14,7 @@ mod embed_actors;
 mod embed_job;
 mod embed_s3;
 mod in_process_cluster;
+mod model_delivery;
 mod process_faults;
 mod readme_sdk;
 mod scheduler_restart;

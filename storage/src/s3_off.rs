@@ -6,8 +6,7 @@ use std::path::Path;
 
 use super::{ObjectInfo, S3Options};
 
-const DISABLED: &str =
-    "this build has no S3 support: build resident-jobs (or the resident CLI) with the `s3` feature";
+const DISABLED: &str = "this build has no S3 support: build with the `s3` feature of resident-storage (the resident CLI has it)";
 
 /// Refuses every call.
 #[derive(Clone, Debug)]

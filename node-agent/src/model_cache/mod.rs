@@ -1,0 +1,314 @@
+//! Models come to the agent. A pool names its model as a local directory, an
+//! `s3://bucket/prefix/` (which holds a `resident-model.json` manifest, as
+//! `resident model push` writes it) or a Hugging Face id at a revision. The agent fetches a
+//! remote model once into its `--model-cache`, checks every file against the manifest's
+//! SHA-256 digests, and its actors load from there.
+//!
+//! One download per node: the actors that start together wait on a lock file per model
+//! (`.locks/`, an OS file lock, so two agent processes sharing a cache wait too), a download
+//! goes to a temporary directory renamed into place only when every file checked, and a
+//! model already in the cache is re-checked once per agent process before its first use.
+//! S3 models are kept by their manifest digest (`sha256-<digest>/`), so the same files under
+//! two prefixes are one copy, and a pinned model loads from the cache without asking S3.
+
+mod hub;
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use resident_storage::model_manifest::{MANIFEST_FILE, ManifestFile, ModelManifest, file_matches};
+use resident_storage::{S3Client, S3Options, key_under};
+use sha2::{Digest, Sha256};
+
+use crate::error::BackendError;
+pub use resident_storage::model_source::ModelSource;
+
+/// Where and how an agent keeps models.
+#[derive(Clone, Debug)]
+pub struct ModelCacheConfig {
+    pub dir: PathBuf,
+    /// How to reach S3 for `s3://` models (endpoint, credentials).
+    pub s3: S3Options,
+}
+
+impl Default for ModelCacheConfig {
+    fn default() -> Self {
+        Self {
+            dir: default_model_cache_dir(),
+            s3: S3Options::default(),
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/resident/models`, else `~/.cache/resident/models`, else under the
+/// system's temporary directory.
+pub fn default_model_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("resident/models")
+}
+
+/// The agent's model cache, shared by its actor threads.
+pub struct ModelCache {
+    config: ModelCacheConfig,
+    /// The agent's runtime, for S3 calls (none where the cache was made outside one).
+    runtime: Option<tokio::runtime::Handle>,
+    s3: OnceLock<S3Client>,
+    /// Cache entries checked against their manifest by this process.
+    verified: Mutex<HashSet<PathBuf>>,
+    downloads: AtomicU64,
+}
+
+fn load_error(message: impl Into<String>) -> BackendError {
+    BackendError::Load(message.into())
+}
+
+impl ModelCache {
+    /// Made inside the agent's tokio runtime, S3 calls run on it; made outside one, the
+    /// cache serves local and hub models only.
+    pub fn new(config: ModelCacheConfig) -> Self {
+        Self {
+            config,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            s3: OnceLock::new(),
+            verified: Mutex::new(HashSet::new()),
+            downloads: AtomicU64::new(0),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Models this process downloaded (not found in the cache).
+    pub fn downloads(&self) -> u64 {
+        self.downloads.load(Ordering::Relaxed)
+    }
+
+    /// The local directory to load `spec` from, fetching it first if it is remote. Blocks
+    /// (an actor thread calls it while loading); must not run on an async worker thread.
+    pub fn local_dir(&self, spec: &str, revision: Option<&str>) -> Result<String, BackendError> {
+        match ModelSource::parse(spec, revision).map_err(BackendError::InvalidConfig)? {
+            ModelSource::Local(path) => Ok(path),
+            ModelSource::S3 { bucket, prefix } => {
+                let dir = self.fetch_s3(&bucket, &prefix, revision)?;
+                Ok(dir.to_string_lossy().into_owned())
+            }
+            ModelSource::Hub { repo, revision } => {
+                let dir = hub::fetch(self, &repo, &revision)?;
+                Ok(dir.to_string_lossy().into_owned())
+            }
+        }
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Handle, BackendError> {
+        self.runtime
+            .as_ref()
+            .ok_or_else(|| load_error("this model cache was made outside a runtime: no S3"))
+    }
+
+    fn s3_client(&self) -> Result<&S3Client, BackendError> {
+        let runtime = self.runtime()?;
+        Ok(self
+            .s3
+            .get_or_init(|| runtime.block_on(S3Client::connect(&self.config.s3))))
+    }
+
+    /// Holds the cache's lock for `name` until dropped (the OS releases it with the file).
+    fn lock(&self, name: &str) -> Result<File, BackendError> {
+        let locks = self.config.dir.join(".locks");
+        std::fs::create_dir_all(&locks)
+            .map_err(|e| load_error(format!("model cache {}: {e}", locks.display())))?;
+        let path = locks.join(format!("{name}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| load_error(format!("{}: {e}", path.display())))?;
+        file.lock()
+            .map_err(|e| load_error(format!("cannot lock {}: {e}", path.display())))?;
+        Ok(file)
+    }
+
+    /// Whether `dir` holds a complete entry whose manifest has `digest`; checks its files
+    /// once per process. A damaged entry is removed so the caller fetches it again.
+    fn usable_entry(&self, dir: &Path, digest: &str) -> bool {
+        let Ok(bytes) = std::fs::read(dir.join(MANIFEST_FILE)) else {
+            return false;
+        };
+        let manifest = match ModelManifest::parse(&bytes) {
+            Ok(m) if m.digest() == digest => m,
+            _ => {
+                tracing::warn!(dir = %dir.display(), "model cache entry has a wrong manifest; fetching again");
+                let _ = std::fs::remove_dir_all(dir);
+                return false;
+            }
+        };
+        if self.verified.lock().expect("verified set").contains(dir) {
+            return true;
+        }
+        let started = Instant::now();
+        match manifest.verify_dir(dir) {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), seconds = started.elapsed().as_secs_f64(), "model cache entry checked");
+                self.verified
+                    .lock()
+                    .expect("verified set")
+                    .insert(dir.to_owned());
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "model cache entry is damaged; fetching again");
+                let _ = std::fs::remove_dir_all(dir);
+                false
+            }
+        }
+    }
+
+    /// Fetches an S3 model into `sha256-<digest>/` (or finds it there).
+    fn fetch_s3(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        pin: Option<&str>,
+    ) -> Result<PathBuf, BackendError> {
+        let source = format!("s3://{bucket}/{prefix}");
+        if let Some(pin) = pin.filter(|p| !p.is_empty()) {
+            let dir = self.entry_dir(pin);
+            let _lock = self.lock(&format!("sha256-{pin}"))?;
+            if self.usable_entry(&dir, pin) {
+                return Ok(dir);
+            }
+        }
+        let manifest_key = key_under(prefix, MANIFEST_FILE);
+        let bytes = self
+            .runtime()?
+            .block_on(self.s3_client()?.get(bucket, &manifest_key))
+            .map_err(load_error)?
+            .ok_or_else(|| {
+                load_error(format!(
+                    "{source} has no {MANIFEST_FILE}; upload the model with \
+                     `resident model push DIR {source}/`, which writes it after the files"
+                ))
+            })?;
+        let manifest = ModelManifest::parse(&bytes)
+            .map_err(|e| load_error(format!("s3://{bucket}/{manifest_key}: {e}")))?;
+        let digest = manifest.digest();
+        if let Some(pin) = pin.filter(|p| !p.is_empty() && *p != digest) {
+            return Err(load_error(format!(
+                "the model at {source} changed since the job pinned it (manifest digest \
+                 {digest}, the job wants {pin}); restore it or start a new job"
+            )));
+        }
+        let dir = self.entry_dir(&digest);
+        let _lock = self.lock(&format!("sha256-{digest}"))?;
+        if self.usable_entry(&dir, &digest) {
+            return Ok(dir);
+        }
+        let started = Instant::now();
+        tracing::info!(%source, bytes = manifest.total_bytes(), files = manifest.files.len(), "downloading model");
+        let client = self.s3_client()?;
+        self.install(&dir, &manifest, |file, partial| {
+            let key = key_under(prefix, &file.path);
+            let mut body = client.open_blocking(bucket, &key)?;
+            copy_checked(&mut body, file, partial).map_err(|e| format!("s3://{bucket}/{key}: {e}"))
+        })?;
+        self.downloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(%source, dir = %dir.display(), seconds = started.elapsed().as_secs_f64(), "model downloaded and checked");
+        Ok(dir)
+    }
+
+    fn entry_dir(&self, digest: &str) -> PathBuf {
+        self.config.dir.join(format!("sha256-{digest}"))
+    }
+
+    /// Fills a temporary directory file by file (`fetch` writes one file and checks it),
+    /// writes the manifest last and renames the directory to `dir`.
+    fn install(
+        &self,
+        dir: &Path,
+        manifest: &ModelManifest,
+        fetch: impl Fn(&ManifestFile, &Path) -> Result<(), String>,
+    ) -> Result<(), BackendError> {
+        let partial = self.config.dir.join(format!(
+            ".partial-{}-{}",
+            std::process::id(),
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _ = std::fs::remove_dir_all(&partial);
+        let result = (|| {
+            for file in &manifest.files {
+                let path = partial.join(&file.path);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| format!("{}: {e}", parent.display()))?;
+                }
+                fetch(file, &path)?;
+            }
+            std::fs::write(partial.join(MANIFEST_FILE), manifest.to_json())
+                .map_err(|e| format!("{}: {e}", partial.display()))?;
+            let _ = std::fs::remove_dir_all(dir);
+            std::fs::rename(&partial, dir).map_err(|e| format!("{}: {e}", dir.display()))
+        })();
+        if let Err(error) = result {
+            let _ = std::fs::remove_dir_all(&partial);
+            return Err(load_error(error));
+        }
+        self.verified
+            .lock()
+            .expect("verified set")
+            .insert(dir.to_owned());
+        Ok(())
+    }
+}
+
+/// Copies `reader` into a new file at `path`, hashing as it goes, and checks the result
+/// against the manifest's entry before it counts.
+fn copy_checked(
+    reader: &mut dyn std::io::Read,
+    file: &ManifestFile,
+    path: &Path,
+) -> Result<(), String> {
+    let mut out = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let read = reader.read(&mut buffer).map_err(|e| e.to_string())?;
+        if read == 0 {
+            break;
+        }
+        size += read as u64;
+        if size > file.size {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+        out.write_all(&buffer[..read])
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    out.sync_all()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let digest: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    file_matches(file, Path::new(&file.path), size, &digest).map_err(|e| e.to_string())
+}
+
+impl std::fmt::Debug for ModelCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelCache")
+            .field("dir", &self.config.dir)
+            .field("downloads", &self.downloads())
+            .finish()
+    }
+}

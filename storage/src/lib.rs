@@ -1,0 +1,16 @@
+//! Where Resident keeps things outside a node: local paths and `s3://bucket/prefix`
+//! locations, a thin S3 client (feature `s3`; without it every S3 call is refused with a
+//! message saying so), and model manifests. Jobs read and write their corpora and outputs
+//! through it, and agents fetch models through it.
+
+mod location;
+pub mod model_manifest;
+pub mod model_source;
+#[cfg(feature = "s3")]
+mod s3;
+#[cfg(not(feature = "s3"))]
+#[path = "s3_off.rs"]
+mod s3;
+
+pub use location::{Location, ObjectInfo, S3Options, key_under};
+pub use s3::S3Client;

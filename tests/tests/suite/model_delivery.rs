@@ -1,0 +1,284 @@
+//! Models come to the agents from S3 (a real s3s-fs server): `resident model push`, the
+//! agent's model cache (one download per node, checked against the manifest, damaged copies
+//! fetched again, changed models refused), and `resident embed --model s3://…` on a cluster
+//! of two agent processes giving exactly the vectors of the same model loaded from disk.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use resident_node_agent::model_cache::{ModelCache, ModelCacheConfig};
+use resident_storage::model_manifest::{MANIFEST_FILE, ModelManifest};
+use resident_tests::s3_server::S3Server;
+use resident_tests::{
+    Proc, agent_command, init_logging, minilm_dir, parse_npy_f32, read_json, resident_bin, sample,
+    spawn_scheduler,
+};
+
+/// `resident model push DIR DESTINATION` against `server`; returns its stdout.
+fn push(server: &S3Server, dir: &str, destination: &str) -> String {
+    let output = Command::new(resident_bin())
+        .args(["model", "push", dir, destination])
+        .envs(server.env())
+        .output()
+        .expect("run resident model push");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "push failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn minilm_digest() -> String {
+    ModelManifest::of_dir(Path::new(&minilm_dir()))
+        .expect("manifest of the fixture model")
+        .digest()
+}
+
+/// The cache's complete entries (not locks or partial downloads).
+fn cache_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| !name.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(".partial"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Resolves `spec` on `threads` actor-like OS threads at once.
+fn resolve_together(
+    cache: &Arc<ModelCache>,
+    spec: &str,
+    threads: usize,
+) -> Vec<Result<String, String>> {
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (cache, spec) = (cache.clone(), spec.to_owned());
+            std::thread::spawn(move || cache.local_dir(&spec, None).map_err(|e| e.to_string()))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models() {
+    init_logging();
+    let server = S3Server::start(&["models"]);
+    let pushed = push(&server, &minilm_dir(), "s3://models/minilm/");
+    let digest = minilm_digest();
+    assert!(pushed.contains(&digest), "push prints the digest: {pushed}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let config = ModelCacheConfig {
+        dir: cache_dir.path().to_owned(),
+        s3: server.options(),
+    };
+    let spec = "s3://models/minilm/";
+    let entry = cache_dir.path().join(format!("sha256-{digest}"));
+
+    // Six actors start at once: one download, every one gets the checked copy.
+    let cache = Arc::new(ModelCache::new(config.clone()));
+    let dirs = resolve_together(&cache, spec, 6);
+    for dir in &dirs {
+        assert_eq!(dir.as_deref(), Ok(entry.to_str().unwrap()));
+    }
+    assert_eq!(cache.downloads(), 1);
+    assert_eq!(
+        cache_entries(cache_dir.path()),
+        [format!("sha256-{digest}")]
+    );
+    ModelManifest::parse(&std::fs::read(entry.join(MANIFEST_FILE)).unwrap())
+        .unwrap()
+        .verify_dir(&entry)
+        .unwrap();
+
+    // A restarted agent loads from disk, pinned or not, without asking S3 when pinned.
+    let restarted = Arc::new(ModelCache::new(config.clone()));
+    assert_eq!(
+        restarted.local_dir(spec, Some(&digest)).unwrap(),
+        entry.to_str().unwrap()
+    );
+    assert_eq!(
+        restarted.local_dir(spec, None).unwrap(),
+        entry.to_str().unwrap()
+    );
+    assert_eq!(restarted.downloads(), 0);
+
+    // A damaged copy on disk is noticed by the next process and fetched again.
+    let weights = entry.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    bytes[4096] ^= 0xff;
+    std::fs::write(&weights, &bytes).unwrap();
+    let after_damage = Arc::new(ModelCache::new(config.clone()));
+    after_damage.local_dir(spec, None).unwrap();
+    assert_eq!(after_damage.downloads(), 1);
+    ModelManifest::of_dir(&entry).unwrap();
+    assert_eq!(
+        ModelManifest::parse(&std::fs::read(entry.join(MANIFEST_FILE)).unwrap())
+            .unwrap()
+            .digest(),
+        digest
+    );
+
+    // A job pinned to other content refuses what the prefix holds now.
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = ModelCache::new(ModelCacheConfig {
+        dir: fresh_dir.path().to_owned(),
+        s3: server.options(),
+    });
+    let other = "0".repeat(64);
+    let error = fresh.local_dir(spec, Some(&other)).unwrap_err().to_string();
+    assert!(error.contains("changed since the job pinned it"), "{error}");
+
+    // No manifest at the prefix: say how to push one.
+    let error = fresh
+        .local_dir("s3://models/nothing-here/", None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("resident model push"), "{error}");
+
+    // An object changed behind the manifest's back: refused, nothing half-made kept.
+    let object = server.data_dir.path().join("models/minilm/tokenizer.json");
+    let mut tokenizer = std::fs::read(&object).unwrap();
+    tokenizer.extend_from_slice(b" ");
+    std::fs::write(&object, &tokenizer).unwrap();
+    let error = fresh.local_dir(spec, None).unwrap_err().to_string();
+    assert!(
+        error.contains("tokenizer.json") && error.contains("does not match the model manifest"),
+        "{error}"
+    );
+    assert_eq!(cache_entries(fresh_dir.path()), Vec::<String>::new());
+    assert_eq!(leftovers(fresh_dir.path()), Vec::<String>::new());
+    assert_eq!(fresh.downloads(), 0);
+}
+
+struct LoggedAgent {
+    _process: Proc,
+    log: PathBuf,
+    cache: PathBuf,
+}
+
+/// A CPU agent process with its own model cache, logging at info into a file.
+fn spawn_caching_agent(url: &str, node_id: &str, server: &S3Server, dir: &Path) -> LoggedAgent {
+    let cache = dir.join(format!("{node_id}-cache"));
+    let log = dir.join(format!("{node_id}.log"));
+    let extra = ["--model-cache".into(), cache.clone().into_os_string()];
+    let child = agent_command(url, node_id, "T4:16GiB x2", "", &extra)
+        .envs(server.env())
+        .env("RESIDENT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn agent");
+    LoggedAgent {
+        _process: Proc::new(node_id, child),
+        log,
+        cache,
+    }
+}
+
+/// `resident embed` on the cluster with `actors` (each on a whole simulated GPU, or on CPU
+/// with `gpus` 0).
+fn embed(
+    url: &str,
+    server: &S3Server,
+    model: &str,
+    (actors, gpus): (u32, u32),
+    input: &Path,
+    output: &Path,
+) -> serde_json::Value {
+    let finished = Command::new(resident_bin())
+        .args(["embed", "--cluster", url, "--model", model])
+        .args(["--replicas", &actors.to_string()])
+        .args(["--gpus-per-actor", &gpus.to_string()])
+        .args(["--chunk-size", "20", "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .envs(server.env())
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .expect("run resident embed");
+    assert!(
+        finished.status.success(),
+        "embed --model {model} failed: {}",
+        String::from_utf8_lossy(&finished.stderr)
+    );
+    read_json(&output.join("report.json"))
+}
+
+#[test]
+fn an_embed_job_runs_on_a_model_given_as_s3_with_one_download_per_node() {
+    init_logging();
+    let server = S3Server::start(&["models"]);
+    push(&server, &minilm_dir(), "s3://models/minilm/");
+    let digest = minilm_digest();
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(resident_tests::free_port(), state.path());
+    let agents = [
+        spawn_caching_agent(&url, "node-a", &server, dir.path()),
+        spawn_caching_agent(&url, "node-b", &server, dir.path()),
+    ];
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        resident_sdk::Cluster::connect(&url)
+            .await
+            .unwrap()
+            .wait_for_nodes(2, Duration::from_secs(10))
+            .await
+            .unwrap();
+    });
+    let input = sample(dir.path(), 120);
+
+    // Four actors on a GPU each: two on each node, all loading the model from S3.
+    let from_s3 = dir.path().join("from-s3");
+    let report = embed(
+        &url,
+        &server,
+        "s3://models/minilm/",
+        (4, 1),
+        &input,
+        &from_s3,
+    );
+    assert_eq!(report["model_fingerprint"], digest.as_str(), "{report}");
+    for agent in &agents {
+        let log = std::fs::read_to_string(&agent.log).unwrap();
+        assert_eq!(
+            log.matches("downloading model").count(),
+            1,
+            "one download on this node: {log}"
+        );
+        assert_eq!(cache_entries(&agent.cache), [format!("sha256-{digest}")]);
+    }
+
+    // The same model from disk (a CPU actor: the first job's pool holds every GPU): the
+    // same fingerprint and the same vectors.
+    let from_disk = dir.path().join("from-disk");
+    let disk_report = embed(&url, &server, &minilm_dir(), (1, 0), &input, &from_disk);
+    assert_eq!(disk_report["model_fingerprint"], digest.as_str());
+    let vectors = |dir: &Path| parse_npy_f32(&std::fs::read(dir.join("embeddings.npy")).unwrap());
+    let (shape, s3_values) = vectors(&from_s3);
+    assert_eq!(shape, [120, 384]);
+    assert_eq!(vectors(&from_disk).1, s3_values);
+}
