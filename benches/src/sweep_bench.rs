@@ -11,7 +11,7 @@ use clap::Parser;
 use futures::StreamExt;
 use resident_jobs::sweep::data::{embed_into_cache, read_sweep_data};
 use resident_jobs::sweep::driver::Segment;
-use resident_jobs::sweep::runner::{DatasetRef, TRIAL_METHOD, trial_payload};
+use resident_jobs::sweep::runner::{DatasetRef, TRIAL_METHOD, publish_dataset, trial_payload};
 use resident_jobs::sweep::{SweepConfig, generate_trials, load_results, run_sweep};
 use resident_sdk::{Cluster, EmbedPoolSpec, LocalConfig, SubmitOptions};
 
@@ -79,6 +79,7 @@ async fn fresh_actor_trial(
         Some(dataset) => DatasetRef {
             uri: dataset.uri.clone(),
             key: format!("{}-{trial}", dataset.key), // never the actor's cached copy
+            sha256: dataset.sha256.clone(),
         },
         None => {
             let embed_started = Instant::now();
@@ -86,9 +87,11 @@ async fn fresh_actor_trial(
             let (path, _) =
                 embed_into_cache(&pool, &data, &scratch.join(format!("trial-{trial}"))).await?;
             times.embed_s = embed_started.elapsed().as_secs_f64();
+            let published =
+                publish_dataset(config, &std::fs::canonicalize(path)?, &data.key).await?;
             DatasetRef {
-                uri: std::fs::canonicalize(path)?.display().to_string(),
                 key: format!("{}-{trial}", data.key),
+                ..published
             }
         }
     };
@@ -162,10 +165,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let sweep_data = read_sweep_data(&resident, &model_fingerprint(&resident).await?)?;
     let cache =
         resident_jobs::sweep::data::cache_path(Path::new(&resident.output), &sweep_data.key);
-    let cached = DatasetRef {
-        uri: std::fs::canonicalize(cache)?.display().to_string(),
-        key: sweep_data.key.clone(),
-    };
+    let cached =
+        publish_dataset(&resident, &std::fs::canonicalize(cache)?, &sweep_data.key).await?;
     let scratch = args.out.join("baseline");
     let (reload_wall, reload) =
         per_trial_loads(&cluster, &resident, Some(&cached), &scratch).await?;

@@ -128,8 +128,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.model_roots
     };
     model_roots.push(config.models.dir.clone());
-    tracing::info!(?model_roots, data_roots = ?args.data_roots, "agent file roots");
-    config.roots = FileRoots::restricted(&model_roots, &args.data_roots);
+    // Sweep datasets fetched from S3 land in the model cache's datasets/.
+    let mut data_roots = args.data_roots;
+    data_roots.push(config.models.dir.join("datasets"));
+    tracing::info!(?model_roots, ?data_roots, "agent file roots");
+    config.roots = FileRoots::restricted(&model_roots, &data_roots);
     let cancel = crate::shutdown_token();
     if let Some(addr) = &args.health_listen {
         crate::health::serve_health_on(addr, config.health.clone(), cancel.clone()).await?;

@@ -8,8 +8,9 @@ pub struct SweepArgs {
     /// The sweep's TOML declaration (name, model, trial, data, metric, space, ...).
     #[arg(long)]
     config: std::path::PathBuf,
-    /// Scheduler URL; without it a local cluster runs in this process. Agents must be able
-    /// to read the sweep's output directory (its embedding cache), e.g. a shared filesystem.
+    /// Scheduler URL; without it a local cluster runs in this process. Agents fetch the
+    /// embedded dataset from --cache, else read it from the output directory (which they
+    /// must then share with this machine).
     #[arg(long, env = "RESIDENT_CLUSTER")]
     cluster: Option<String>,
     #[command(flatten)]
@@ -19,6 +20,13 @@ pub struct SweepArgs {
     /// Overrides the config's `output`.
     #[arg(long)]
     output: Option<String>,
+    /// Where agents fetch the embedded dataset, `s3://bucket/prefix/` (overrides the
+    /// config's `cache`): no filesystem shared between this machine and the agents.
+    #[arg(long, env = "RESIDENT_SWEEP_CACHE")]
+    cache: Option<String>,
+    /// An S3-compatible endpoint for --cache and s3:// models (MinIO, Ceph); default AWS.
+    #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
 }
 
 pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
@@ -28,13 +36,23 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     if let Some(output) = args.output {
         config.output = output;
     }
+    if let Some(cache) = args.cache {
+        config.cache = Some(cache);
+    }
+    if let Some(endpoint) = args.s3_endpoint {
+        config.s3_endpoint = Some(endpoint);
+    }
     let cluster = match &args.cluster {
         Some(url) => args
             .credentials
             .connect(url)
             .await?
             .with_reconnect_timeout(args.reconnect.reconnect_timeout),
-        None => Cluster::local(LocalConfig::default()).await?,
+        None => {
+            let mut local = LocalConfig::default();
+            local.models.s3.endpoint = config.s3_endpoint.clone();
+            Cluster::local(local).await?
+        }
     };
     let mut on_event = |event: SweepEvent<'_>| match event {
         SweepEvent::DataReady {

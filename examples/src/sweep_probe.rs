@@ -48,6 +48,8 @@ async fn main() -> anyhow::Result<()> {
         trials_per_actor: 2,
         gpus_per_actor: 0.0,
         vram_gib: 2.0,
+        cache: None,
+        s3_endpoint: None,
         selector: BTreeMap::new(),
     };
     let cluster = Cluster::local(LocalConfig::default()).await?;

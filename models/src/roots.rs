@@ -46,6 +46,16 @@ impl RootKind {
         }
     }
 
+    /// How to get the file to the agent instead.
+    fn remote_hint(self) -> &'static str {
+        match self {
+            RootKind::Model => ", or name the model by s3:// or a Hugging Face id",
+            RootKind::Data => {
+                ", or give the sweep `--cache s3://bucket/prefix/` so agents fetch it"
+            }
+        }
+    }
+
     fn error(self, message: String) -> ModelError {
         match self {
             RootKind::Model => ModelError::Load(message),
@@ -144,11 +154,12 @@ fn check_within(
         String::new()
     };
     Err(kind.error(format!(
-        "{noun} path {path}{through} is outside this agent's {noun} roots ({roots}); the agent reads {noun}s only under {flag} DIR (repeatable)",
+        "{noun} path {path}{through} is outside this agent's {noun} roots ({roots}); the agent reads {noun}s only under {flag} DIR (repeatable){remote}",
         noun = kind.noun(),
         path = path.display(),
         roots = list(roots),
         flag = kind.flag(),
+        remote = kind.remote_hint(),
     )))
 }
 

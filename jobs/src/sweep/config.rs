@@ -48,6 +48,13 @@ pub struct SweepConfig {
     /// Only nodes with these labels (`pool = "onprem-a6000"`).
     #[serde(default)]
     pub selector: BTreeMap<String, String>,
+    /// Where agents fetch the embedded dataset: `s3://bucket/prefix/`. Without it they
+    /// read it from the output directory, which they must then share with the client.
+    #[serde(default)]
+    pub cache: Option<String>,
+    /// An S3-compatible endpoint for `cache` (MinIO, Ceph); default AWS.
+    #[serde(default)]
+    pub s3_endpoint: Option<String>,
 }
 
 fn default_vram_gib() -> f64 {
@@ -179,6 +186,16 @@ impl SweepConfig {
         }
         if self.trials == 0 {
             return Err(invalid("trials must be at least 1".into()));
+        }
+        if let Some(cache) = &self.cache
+            && !matches!(
+                resident_storage::Location::parse(cache),
+                Ok(resident_storage::Location::S3 { .. })
+            )
+        {
+            return Err(invalid(format!(
+                "cache `{cache}` is not an s3://bucket/prefix/ (agents fetch the embedded dataset from there)"
+            )));
         }
         let metrics: &[&str] = match self.trial {
             TrialKind::Classifier => &["accuracy", "macro_f1"],

@@ -19,9 +19,10 @@ use super::data::{embed_into_cache, read_sweep_data};
 use super::driver::{Phase, Segment, SweepDriver};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
 use super::search::generate_trials;
-use crate::files::{OutputLock, write_atomically};
+use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
+use crate::storage::{Location, S3Client, S3Options, key_under};
 
 /// The `embed` actors' method that trains a trial segment.
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
@@ -71,6 +72,55 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, Sweep
 pub struct DatasetRef {
     pub uri: String,
     pub key: String,
+    /// Hex SHA-256 of the dataset's bytes, which an agent checks an `s3://` copy against.
+    pub sha256: String,
+}
+
+/// Where the agents find the embedded dataset: the local cache file, or its copy under the
+/// sweep's `cache = "s3://…"` (uploaded unless an object of the same size is there; the key
+/// covers the model and the data, so the same key is the same content).
+pub async fn publish_dataset(
+    config: &SweepConfig,
+    file: &Path,
+    key: &str,
+) -> Result<DatasetRef, SweepError> {
+    let bytes = tokio::fs::read(file)
+        .await
+        .map_err(|e| output_error(file, e))?;
+    let sha256 = sha256_hex(&bytes);
+    let Some(cache) = &config.cache else {
+        return Ok(DatasetRef {
+            uri: file.display().to_string(),
+            key: key.to_owned(),
+            sha256,
+        });
+    };
+    let Ok(Location::S3 { bucket, prefix }) = Location::parse(cache) else {
+        return Err(SweepError::Output(format!("cache {cache} is not s3://")));
+    };
+    let object = key_under(&prefix, &format!("{key}.dataset"));
+    let client = S3Client::connect(&S3Options {
+        endpoint: config.s3_endpoint.clone(),
+        ..S3Options::default()
+    })
+    .await;
+    let size = bytes.len() as u64;
+    if client
+        .size(&bucket, &object)
+        .await
+        .map_err(SweepError::Output)?
+        != Some(size)
+    {
+        client
+            .upload_file(&bucket, &object, file)
+            .await
+            .map_err(SweepError::Output)?;
+    }
+    Ok(DatasetRef {
+        uri: format!("s3://{bucket}/{object}"),
+        key: key.to_owned(),
+        sha256,
+    })
 }
 
 /// The task that trains `segment` of a trial with `params`.
@@ -92,6 +142,7 @@ pub fn trial_payload(
         end_epoch: segment.end_epoch,
         metric: config.metric.clone(),
         checkpoint,
+        dataset_sha256: dataset.sha256.clone(),
     }
     .encode_to_vec()
     .into()
@@ -107,7 +158,11 @@ pub async fn run_sweep(
     config.validate()?;
     let output = PathBuf::from(&config.output);
     let _lock = claim_output(config, &output)?;
-    let model = pin_model(&config.model, &Default::default())
+    let s3 = S3Options {
+        endpoint: config.s3_endpoint.clone(),
+        ..S3Options::default()
+    };
+    let model = pin_model(&config.model, &s3)
         .await
         .map_err(SweepError::Model)?;
     let data = {
@@ -195,10 +250,7 @@ pub async fn run_sweep(
     let mut in_flight: HashMap<u64, Segment> = HashMap::new();
     let mut runs: HashMap<usize, TrialRun> = HashMap::new();
     let mut next_seq = 0u64;
-    let dataset = DatasetRef {
-        uri: cache.display().to_string(),
-        key: data.key.clone(),
-    };
+    let dataset = publish_dataset(config, &cache, &data.key).await?;
     while !driver.finished() {
         for segment in driver.next_segments() {
             let run = runs.entry(segment.trial).or_default();

@@ -480,9 +480,18 @@ impl Embedder {
     pub fn train_trial(&mut self, payload: &[u8]) -> Result<Vec<u8>, ModelError> {
         let request = pb::TrialRequest::decode(payload)
             .map_err(|e| ModelError::BadPayload(format!("not a TrialRequest: {e}")))?;
+        self.train_trial_request(&request)
+    }
+
+    /// [`Embedder::train_trial`] on a decoded request (the agent rewrites an `s3://`
+    /// dataset to the local copy it fetched).
+    pub fn train_trial_request(
+        &mut self,
+        request: &pb::TrialRequest,
+    ) -> Result<Vec<u8>, ModelError> {
         Ok(self
             .trials
-            .run(&request, &self.device, &self.roots)?
+            .run(request, &self.device, &self.roots)?
             .encode_to_vec())
     }
 

@@ -61,7 +61,9 @@ impl LoadedDataset {
         let path = uri.strip_prefix("file://").unwrap_or(uri);
         if !std::path::Path::new(path).exists() {
             return Err(ModelError::BadPayload(format!(
-                "cannot read the sweep's embedding cache {path}: no such file (agents must see the sweep's output directory, e.g. on a shared filesystem)"
+                "cannot read the sweep's embedding cache {path}: no such file on this node; \
+                 give the sweep a `cache = \"s3://bucket/prefix/\"` (or `resident sweep --cache`) so \
+                 agents fetch it, or put its output on a filesystem they share"
             )));
         }
         let bytes = roots.read_data_file(std::path::Path::new(path), MAX_DATASET_BYTES)?;

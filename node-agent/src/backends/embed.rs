@@ -6,10 +6,13 @@
 
 use std::sync::Arc;
 
+use prost::Message;
 use resident_models::device::select_device;
 use resident_models::embed::{EmbedConfig, Embedder, TokenizedChunk};
+use resident_proto::pb;
 
 use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
+use crate::model_cache::ModelCache;
 
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
@@ -17,6 +20,8 @@ pub struct EmbedKind;
 
 struct EmbedActor {
     embedder: Embedder,
+    /// Fetches `s3://` sweep datasets for the `trial` method.
+    models: Arc<ModelCache>,
 }
 
 impl ModelBackend for EmbedActor {
@@ -30,7 +35,18 @@ impl ModelBackend for EmbedActor {
 
     fn call(&mut self, method: &str, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
         match method {
-            TRIAL_METHOD => Ok(self.embedder.train_trial(payload)?),
+            TRIAL_METHOD => {
+                let mut request = pb::TrialRequest::decode(payload)
+                    .map_err(|e| BackendError::BadPayload(format!("not a TrialRequest: {e}")))?;
+                if request.dataset_uri.starts_with("s3://") {
+                    request.dataset_uri = self
+                        .models
+                        .local_dataset(&request.dataset_uri, &request.dataset_sha256)?
+                        .to_string_lossy()
+                        .into_owned();
+                }
+                Ok(self.embedder.train_trial_request(&request)?)
+            }
             other => Err(BackendError::unknown_method("embed", other, self.methods())),
         }
     }
@@ -69,6 +85,7 @@ impl ActorKind for EmbedKind {
         let device = select_device(context.device.real_gpu())?;
         Ok(Box::new(EmbedActor {
             embedder: Embedder::load(&config, device, context.roots.clone())?,
+            models: context.models.clone(),
         }))
     }
 }

@@ -15,14 +15,16 @@ mod hub;
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use resident_models::roots::MAX_DATASET_BYTES;
+use resident_storage::model_manifest::sha256_of;
 use resident_storage::model_manifest::{MANIFEST_FILE, ManifestFile, ModelManifest, file_matches};
-use resident_storage::{S3Client, S3Options, key_under};
+use resident_storage::{Location, S3Client, S3Options, key_under};
 use sha2::{Digest, Sha256};
 
 use crate::error::BackendError;
@@ -226,6 +228,71 @@ impl ModelCache {
         Ok(dir)
     }
 
+    /// The local copy of a sweep's `s3://bucket/key` dataset, whose bytes must have
+    /// `sha256`: fetched once per node into `datasets/`, a data root of the agent.
+    pub fn local_dataset(&self, uri: &str, sha256: &str) -> Result<PathBuf, BackendError> {
+        let bad = |why: String| BackendError::BadPayload(why);
+        let Ok(Location::S3 {
+            bucket,
+            prefix: key,
+        }) = Location::parse(uri)
+        else {
+            return Err(bad(format!("{uri} is not an s3://bucket/key")));
+        };
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad(format!(
+                "the trial names {uri} without the SHA-256 of its bytes; upgrade the client"
+            )));
+        }
+        let path = self.datasets_dir().join(format!("{sha256}.dataset"));
+        let _lock = self.lock(&format!("dataset-{sha256}"))?;
+        if self.verified.lock().expect("verified set").contains(&path) {
+            return Ok(path);
+        }
+        let check = |path: &Path| -> Result<(), String> {
+            let (_, digest) = file_sha256(path)?;
+            match digest == sha256 {
+                true => Ok(()),
+                false => Err(format!(
+                    "{uri}: sha256 {digest}, the sweep says {sha256}; the object changed                      since the sweep wrote it"
+                )),
+            }
+        };
+        if !(path.is_file() && check(&path).is_ok()) {
+            let started = Instant::now();
+            let partial = path.with_extension(format!("partial-{}", std::process::id()));
+            let fetched = (|| {
+                std::fs::create_dir_all(self.datasets_dir())
+                    .map_err(|e| format!("{}: {e}", self.datasets_dir().display()))?;
+                let mut body = self
+                    .s3_client()
+                    .map_err(|e| e.to_string())?
+                    .open_blocking(&bucket, &key)?;
+                let mut out =
+                    File::create(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
+                std::io::copy(&mut (&mut body).take(MAX_DATASET_BYTES + 1), &mut out)
+                    .map_err(|e| format!("{uri}: {e}"))?;
+                check(&partial)?;
+                std::fs::rename(&partial, &path).map_err(|e| format!("{}: {e}", path.display()))
+            })();
+            if let Err(error) = fetched {
+                let _ = std::fs::remove_file(&partial);
+                return Err(load_error(error));
+            }
+            tracing::info!(%uri, seconds = started.elapsed().as_secs_f64(), "sweep dataset downloaded and checked");
+        }
+        self.verified
+            .lock()
+            .expect("verified set")
+            .insert(path.clone());
+        Ok(path)
+    }
+
+    /// Where fetched sweep datasets are kept (the agent makes it a data root).
+    pub fn datasets_dir(&self) -> PathBuf {
+        self.config.dir.join("datasets")
+    }
+
     fn entry_dir(&self, digest: &str) -> PathBuf {
         self.config.dir.join(format!("sha256-{digest}"))
     }
@@ -302,6 +369,12 @@ fn copy_checked(
         .map(|b| format!("{b:02x}"))
         .collect();
     file_matches(file, Path::new(&file.path), size, &digest).map_err(|e| e.to_string())
+}
+
+/// Size and hex SHA-256 of a file.
+fn file_sha256(path: &Path) -> Result<(u64, String), String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    sha256_of(file).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl std::fmt::Debug for ModelCache {

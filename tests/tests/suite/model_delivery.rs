@@ -1,7 +1,9 @@
-//! Models come to the agents from S3 (a real s3s-fs server): `resident model push`, the
-//! agent's model cache (one download per node, checked against the manifest, damaged copies
-//! fetched again, changed models refused), and `resident embed --model s3://…` on a cluster
-//! of two agent processes giving exactly the vectors of the same model loaded from disk.
+//! Models and sweep datasets come to the agents from S3 (a real s3s-fs server): `resident
+//! model push`, the agent's model cache (one download per node, checked against the
+//! manifest, damaged copies fetched again, changed models refused), `resident embed --model
+//! s3://…` on a cluster of two agent processes giving exactly the vectors of the same model
+//! loaded from disk, and `resident sweep --cache s3://…` with agents that cannot read the
+//! client's files.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -173,17 +175,61 @@ fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models()
     assert_eq!(fresh.downloads(), 0);
 }
 
+/// A scheduler and two [`spawn_caching_agent`]s, `node-a` and `node-b`, once both joined.
+struct CachingCluster {
+    url: String,
+    agents: [LoggedAgent; 2],
+    _scheduler: Proc,
+    _state: tempfile::TempDir,
+}
+
+impl CachingCluster {
+    fn start(server: &S3Server, dir: &Path) -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let (scheduler, url) = spawn_scheduler(resident_tests::free_port(), state.path());
+        let agents = [
+            spawn_caching_agent(&url, "node-a", server, dir),
+            spawn_caching_agent(&url, "node-b", server, dir),
+        ];
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            resident_sdk::Cluster::connect(&url)
+                .await
+                .unwrap()
+                .wait_for_nodes(2, Duration::from_secs(10))
+                .await
+                .unwrap();
+        });
+        Self {
+            url,
+            agents,
+            _scheduler: scheduler,
+            _state: state,
+        }
+    }
+}
+
 struct LoggedAgent {
     _process: Proc,
     log: PathBuf,
     cache: PathBuf,
 }
 
-/// A CPU agent process with its own model cache, logging at info into a file.
+/// An agent process (two simulated T4s) with its own model cache, logging at info into a
+/// file. It reads models only from the repository's `models/` and its cache, and datasets
+/// only from an empty directory and its cache: nothing of the client's.
 fn spawn_caching_agent(url: &str, node_id: &str, server: &S3Server, dir: &Path) -> LoggedAgent {
     let cache = dir.join(format!("{node_id}-cache"));
     let log = dir.join(format!("{node_id}.log"));
-    let extra = ["--model-cache".into(), cache.clone().into_os_string()];
+    let no_data = dir.join(format!("{node_id}-no-data"));
+    std::fs::create_dir_all(&no_data).unwrap();
+    let extra = [
+        "--model-cache".into(),
+        cache.clone().into_os_string(),
+        "--model-root".into(),
+        resident_tests::repo_root().join("models").into_os_string(),
+        "--data-root".into(),
+        no_data.into_os_string(),
+    ];
     let child = agent_command(url, node_id, "T4:16GiB x2", "", &extra)
         .envs(server.env())
         .env("RESIDENT_LOG", "info")
@@ -235,26 +281,14 @@ fn an_embed_job_runs_on_a_model_given_as_s3_with_one_download_per_node() {
     push(&server, &minilm_dir(), "s3://models/minilm/");
     let digest = minilm_digest();
     let dir = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let (_scheduler, url) = spawn_scheduler(resident_tests::free_port(), state.path());
-    let agents = [
-        spawn_caching_agent(&url, "node-a", &server, dir.path()),
-        spawn_caching_agent(&url, "node-b", &server, dir.path()),
-    ];
-    tokio::runtime::Runtime::new().unwrap().block_on(async {
-        resident_sdk::Cluster::connect(&url)
-            .await
-            .unwrap()
-            .wait_for_nodes(2, Duration::from_secs(10))
-            .await
-            .unwrap();
-    });
+    let cluster = CachingCluster::start(&server, dir.path());
+    let (url, agents) = (&cluster.url, &cluster.agents);
     let input = sample(dir.path(), 120);
 
     // Four actors on a GPU each: two on each node, all loading the model from S3.
     let from_s3 = dir.path().join("from-s3");
     let report = embed(
-        &url,
+        url,
         &server,
         "s3://models/minilm/",
         (4, 1),
@@ -262,7 +296,7 @@ fn an_embed_job_runs_on_a_model_given_as_s3_with_one_download_per_node() {
         &from_s3,
     );
     assert_eq!(report["model_fingerprint"], digest.as_str(), "{report}");
-    for agent in &agents {
+    for agent in agents {
         let log = std::fs::read_to_string(&agent.log).unwrap();
         assert_eq!(
             log.matches("downloading model").count(),
@@ -275,10 +309,109 @@ fn an_embed_job_runs_on_a_model_given_as_s3_with_one_download_per_node() {
     // The same model from disk (a CPU actor: the first job's pool holds every GPU): the
     // same fingerprint and the same vectors.
     let from_disk = dir.path().join("from-disk");
-    let disk_report = embed(&url, &server, &minilm_dir(), (1, 0), &input, &from_disk);
+    let disk_report = embed(url, &server, &minilm_dir(), (1, 0), &input, &from_disk);
     assert_eq!(disk_report["model_fingerprint"], digest.as_str());
     let vectors = |dir: &Path| parse_npy_f32(&std::fs::read(dir.join("embeddings.npy")).unwrap());
     let (shape, s3_values) = vectors(&from_s3);
     assert_eq!(shape, [120, 384]);
     assert_eq!(vectors(&from_disk).1, s3_values);
+}
+
+#[test]
+fn a_sweep_reaches_agents_through_s3_without_a_shared_filesystem() {
+    init_logging();
+    let server = S3Server::start(&["sweeps"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = CachingCluster::start(&server, dir.path());
+    let (url, agents) = (&cluster.url, &cluster.agents);
+    let data = dir.path().join("wiki.jsonl");
+    std::fs::write(
+        &data,
+        resident_tests::wiki_sample_lines(200).join("\n") + "\n",
+    )
+    .unwrap();
+    let output = dir.path().join("sweep-out");
+    let config = dir.path().join("sweep.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"s3\"\nmodel = \"{}\"\nreplicas = 2\ngpus_per_actor = 2\n\
+             data = \"{}\"\noutput = \"{}\"\nmode = \"max\"\ntrial = \"classifier\"\n\
+             metric = \"accuracy\"\n[search]\nalgorithm = \"grid\"\n[scheduler]\nkind = \"fifo\"\n\
+             max_epochs = 3\n[space]\nlr = {{ grid = [0.01, 0.03] }}\nhidden = {{ grid = [0, 32] }}\n",
+            minilm_dir(),
+            data.display(),
+            output.display()
+        ),
+    )
+    .unwrap();
+    let finished = Command::new(resident_bin())
+        .args([
+            "sweep",
+            "--cluster",
+            url,
+            "--cache",
+            "s3://sweeps/cache/",
+            "--config",
+        ])
+        .arg(&config)
+        .envs(server.env())
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .expect("run resident sweep");
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "sweep failed: {stderr}");
+    let results = resident_jobs::sweep::load_results(&output);
+    assert_eq!(results.len(), 4);
+    assert!(
+        results.iter().all(|r| r.error.is_none() && r.epochs == 3),
+        "{results:?}"
+    );
+    // The dataset went through the bucket, and each node (one actor on each: an actor takes
+    // both of a node's GPUs) fetched it once.
+    let objects: Vec<String> = std::fs::read_dir(server.data_dir.path().join("sweeps/cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        objects.len() == 1 && objects[0].ends_with(".dataset"),
+        "{objects:?}"
+    );
+
+    // Without the bucket the agents cannot reach the client's dataset (other data, so the
+    // actors hold no copy of it), and say so.
+    std::fs::write(
+        &data,
+        resident_tests::wiki_sample_lines(150).join("\n") + "\n",
+    )
+    .unwrap();
+    let elsewhere = dir.path().join("sweep-no-cache");
+    let finished = Command::new(resident_bin())
+        .args(["sweep", "--cluster", url, "--output"])
+        .arg(&elsewhere)
+        .arg("--config")
+        .arg(&config)
+        .envs(server.env())
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .expect("run resident sweep");
+    let failed = resident_jobs::sweep::load_results(&elsewhere);
+    let error = failed
+        .first()
+        .and_then(|r| r.error.clone())
+        .unwrap_or_default();
+    assert!(
+        error.contains("outside this agent's dataset roots") && error.contains("--cache s3://"),
+        "status {:?}, first error: {error}; {}",
+        finished.status,
+        String::from_utf8_lossy(&finished.stderr)
+    );
+    for agent in agents {
+        let log = std::fs::read_to_string(&agent.log).unwrap();
+        assert_eq!(
+            log.matches("sweep dataset downloaded and checked").count(),
+            1,
+            "{log}"
+        );
+    }
 }
