@@ -415,3 +415,79 @@ fn a_sweep_reaches_agents_through_s3_without_a_shared_filesystem() {
         );
     }
 }
+
+/// `resident embed` in local mode with the Hugging Face hub unreachable (a closed port) and
+/// `HF_HOME` at `hf_home`; returns whether it succeeded and its stderr.
+fn embed_offline_hub(model: &str, hf_home: &Path, dir: &Path, name: &str) -> (bool, String) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let input = sample(dir, 20);
+    let finished = Command::new(resident_bin())
+        .args(["embed", "--model", model, "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(dir.join(name))
+        .env("HF_HOME", hf_home)
+        .env_remove("HF_HUB_CACHE")
+        .env("HF_ENDPOINT", endpoint)
+        .env("XDG_CACHE_HOME", dir.join("xdg"))
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .expect("run resident embed");
+    (
+        finished.status.success(),
+        String::from_utf8_lossy(&finished.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_hugging_face_id_is_pinned_to_a_commit_and_loaded_from_the_hub_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = "sentence-transformers/all-MiniLM-L6-v2";
+    let commit = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf";
+    // A hub cache as huggingface_hub lays it out, holding the fixture model at one commit.
+    let hf_home = dir.path().join("hf");
+    let root = hf_home.join("hub/models--sentence-transformers--all-MiniLM-L6-v2");
+    std::fs::create_dir_all(root.join("refs")).unwrap();
+    std::fs::write(root.join("refs/main"), commit).unwrap();
+    let snapshot = root.join("snapshots").join(commit);
+    let fixture = minilm_dir();
+    for file in ModelManifest::of_dir(Path::new(&fixture)).unwrap().files {
+        let to = snapshot.join(&file.path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(Path::new(&fixture).join(&file.path), to).unwrap();
+    }
+
+    // Unpinned, with the hub out of reach: the client pins `main` through its hub cache,
+    // and the agent loads that commit from the node's hub cache.
+    let (ok, stderr) = embed_offline_hub(repo, &hf_home, dir.path(), "pinned-by-cache");
+    assert!(ok, "{stderr}");
+    let manifest = read_json(&dir.path().join("pinned-by-cache/manifest.json"));
+    let expected = resident_jobs::files::sha256_hex(format!("hf:{repo}@{commit}").as_bytes());
+    assert_eq!(manifest["model_fingerprint"], expected.as_str());
+
+    // A commit this node does not hold, and no hub: the agent says how to get the model.
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    let (ok, stderr) = embed_offline_hub(
+        &format!("{repo}@{other}"),
+        &hf_home,
+        dir.path(),
+        "other-commit",
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("cannot fetch") && stderr.contains("resident model push"),
+        "{stderr}"
+    );
+
+    // A branch with no hub and no cache cannot be pinned: refused before any actor starts.
+    let empty = dir.path().join("empty-hf");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (ok, stderr) = embed_offline_hub(repo, &empty, dir.path(), "unpinnable");
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!("cannot pin {repo}@main")) && stderr.contains("40-hex commit"),
+        "{stderr}"
+    );
+}
