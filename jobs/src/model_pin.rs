@@ -81,7 +81,8 @@ async fn hub_commit(repo: &str, revision: &str) -> Result<String, String> {
         Err(error) => local_hub_ref(repo, revision).ok_or_else(|| {
             format!(
                 "cannot pin {repo}@{revision} to a commit ({error}); name the commit \
-                 ({repo}@<40-hex commit>), a model directory, or an s3:// model"
+                 ({repo}@<40-hex commit>), a model directory (a path that exists only on the \
+                 agents: write it ./{repo} or absolute), or an s3:// model"
             )
         }),
     }
