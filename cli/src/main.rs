@@ -7,6 +7,7 @@ mod embed;
 mod health;
 mod local;
 mod model;
+mod ops;
 mod scheduler;
 mod status;
 mod sweep;
@@ -50,6 +51,16 @@ enum Command {
     Local(local::LocalArgs),
     /// Show nodes and actors of a cluster.
     Status(status::StatusArgs),
+    /// List the jobs a cluster holds (running and recently finished), with progress.
+    Jobs(ops::ClusterArgs),
+    /// Act on one job: `resident job cancel ID`.
+    #[command(subcommand)]
+    Job(ops::JobCommand),
+    /// List a cluster's pools with their actors and model loads.
+    Pools(ops::ClusterArgs),
+    /// Act on one pool: `resident pool delete NAME`.
+    #[command(subcommand)]
+    Pool(ops::PoolCommand),
     /// Embed a corpus with resident model actors, resumably.
     Embed(embed::EmbedArgs),
     /// Run a hyperparameter sweep whose trials train on resident embed actors.
@@ -121,6 +132,10 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Agent(args) => agent::run(args).await,
         Command::Local(args) => local::run(args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Jobs(args) => ops::list_jobs(args).await,
+        Command::Job(command) => ops::job(command).await,
+        Command::Pools(args) => ops::list_pools(args).await,
+        Command::Pool(command) => ops::pool(command).await,
         Command::Embed(args) => embed::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Certs(args) => certs::run(args),

@@ -247,6 +247,30 @@ impl Cluster {
             .collect())
     }
 
+    /// Every pool, by name, with its actors.
+    pub async fn list_pools(&self) -> Result<Vec<PoolStatus>, SdkError> {
+        let request = with_timeout(pb::ListPoolsRequest {}, self.request_timeout);
+        let pools = self.client.clone().list_pools(request).await?;
+        Ok(pools
+            .into_inner()
+            .pools
+            .into_iter()
+            .map(PoolStatus::from)
+            .collect())
+    }
+
+    /// The jobs the scheduler holds: running ones and the most recent finished ones.
+    pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, SdkError> {
+        let request = with_timeout(pb::ListJobsRequest {}, self.request_timeout);
+        let jobs = self.client.clone().list_jobs(request).await?;
+        Ok(jobs
+            .into_inner()
+            .jobs
+            .into_iter()
+            .map(JobStatus::from)
+            .collect())
+    }
+
     pub async fn job_status(&self, job_id: &JobId) -> Result<JobStatus, SdkError> {
         let request = pb::GetJobRequest {
             job_id: job_id.to_string(),

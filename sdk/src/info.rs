@@ -140,6 +140,20 @@ pub struct JobStatus {
     pub owner: String,
 }
 
+impl JobState {
+    /// Lower-case, as `resident jobs` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Interrupted => "interrupted",
+            JobState::Unknown => "unknown",
+        }
+    }
+}
+
 impl JobStatus {
     pub fn is_running(&self) -> bool {
         self.state == JobState::Running

@@ -109,6 +109,11 @@ impl PoolSpec {
         self.spec.replicas
     }
 
+    /// The actor kind (`embed`, `echo`, ...).
+    pub fn kind(&self) -> &str {
+        &self.spec.actor_kind
+    }
+
     /// The same pool with another replica count.
     pub fn same_but_replicas(&self, other: &PoolSpec) -> bool {
         let resized = pb::PoolSpec {

@@ -127,6 +127,9 @@ pub enum SchedulerCommand {
         pool: PoolName,
         reply: Reply<pb::PoolStatus>,
     },
+    ListPools {
+        reply: Reply<Vec<pb::PoolStatus>>,
+    },
     OpenJob {
         header: pb::SubmitHeader,
         /// The principal submitting it; only it (or an admin) may cancel the job.
@@ -150,6 +153,9 @@ pub enum SchedulerCommand {
     GetJob {
         job: JobId,
         reply: Reply<pb::JobStatus>,
+    },
+    ListJobs {
+        reply: Reply<Vec<pb::JobStatus>>,
     },
     CancelJob {
         job: JobId,
@@ -342,6 +348,9 @@ impl Core {
             C::GetPool { pool, reply } => {
                 let _ = reply.send(self.pool_status(&pool));
             }
+            C::ListPools { reply } => {
+                let _ = reply.send(Ok(self.pool_statuses()));
+            }
             C::OpenJob {
                 header,
                 owner,
@@ -355,6 +364,9 @@ impl Core {
             C::ClientGone { stream } => self.client_gone(&stream),
             C::GetJob { job, reply } => {
                 let _ = reply.send(self.job_status(&job));
+            }
+            C::ListJobs { reply } => {
+                let _ = reply.send(Ok(self.job_statuses()));
             }
             C::CancelJob {
                 job,

@@ -89,6 +89,23 @@ impl Core {
         })
     }
 
+    /// Every pool, by name.
+    pub(super) fn pool_statuses(&self) -> Vec<pb::PoolStatus> {
+        let mut names: Vec<&PoolName> = self.pools.keys().collect();
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names
+            .into_iter()
+            .filter_map(|name| self.pool_status(name).ok())
+            .collect()
+    }
+
+    /// Every job held (running ones and the recent finished ones), by id.
+    pub(super) fn job_statuses(&self) -> Vec<pb::JobStatus> {
+        let mut jobs: Vec<pb::JobStatus> = self.jobs.values().map(JobRecord::snapshot).collect();
+        jobs.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        jobs
+    }
+
     pub(super) fn job_status(&self, job: &JobId) -> Result<pb::JobStatus, SchedulerError> {
         self.jobs
             .get(job)

@@ -107,6 +107,32 @@ impl SchedulerService for ClientApiService {
         Ok(Response::new(status))
     }
 
+    #[instrument(skip_all)]
+    async fn list_pools(
+        &self,
+        request: Request<pb::ListPoolsRequest>,
+    ) -> Result<Response<pb::ListPoolsResponse>, Status> {
+        require(&principal_of(&request)?, Action::Read, "list_pools", "")?;
+        let pools = self
+            .scheduler
+            .call(|reply| SchedulerCommand::ListPools { reply })
+            .await?;
+        Ok(Response::new(pb::ListPoolsResponse { pools }))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_jobs(
+        &self,
+        request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        require(&principal_of(&request)?, Action::Read, "list_jobs", "")?;
+        let jobs = self
+            .scheduler
+            .call(|reply| SchedulerCommand::ListJobs { reply })
+            .await?;
+        Ok(Response::new(pb::ListJobsResponse { jobs }))
+    }
+
     type SubmitTasksStream = JobResultStream;
 
     #[instrument(skip_all)]

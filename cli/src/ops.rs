@@ -1,0 +1,183 @@
+//! Operating a running cluster from another terminal: `resident jobs`, `resident job
+//! cancel`, `resident pools` and `resident pool delete`, each with `--json`.
+
+use clap::{Args, Subcommand};
+use resident_sdk::{Cluster, JobId, JobStatus, PoolStatus};
+use serde_json::json;
+
+use crate::credentials::CredentialArgs;
+
+/// How to reach the cluster, shared by every command here.
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// Scheduler URL.
+    #[arg(long, env = "RESIDENT_CLUSTER")]
+    cluster: String,
+    #[command(flatten)]
+    credentials: CredentialArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ClusterArgs {
+    async fn connect(&self) -> anyhow::Result<Cluster> {
+        self.credentials.connect(&self.cluster).await
+    }
+}
+
+#[derive(Subcommand)]
+pub enum JobCommand {
+    /// Cancel what is left of a job; finished tasks keep their results.
+    Cancel {
+        /// The job's id (`resident jobs` lists them).
+        id: String,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PoolCommand {
+    /// Delete a pool: its actors stop and free their GPUs; its queued tasks fail.
+    Delete {
+        /// The pool's name (`resident pools` lists them).
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+}
+
+fn job_json(job: &JobStatus) -> serde_json::Value {
+    let finished = job.succeeded + job.failed + job.cancelled;
+    json!({
+        "job_id": job.job_id.to_string(),
+        "name": job.name,
+        "pool": job.pool.to_string(),
+        "state": job.state.name(),
+        "owner": job.owner,
+        "submitted": job.submitted,
+        "queued": job.queued,
+        "running": job.running,
+        "succeeded": job.succeeded,
+        "failed": job.failed,
+        "cancelled": job.cancelled,
+        "progress": if job.submitted == 0 { 0.0 } else { finished as f64 / job.submitted as f64 },
+    })
+}
+
+fn pool_json(pool: &PoolStatus) -> serde_json::Value {
+    json!({
+        "name": pool.spec.name(),
+        "kind": pool.spec.kind(),
+        "replicas": pool.replicas(),
+        "ready_actors": pool.ready_actors,
+        "model_loads": pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
+        "actors": pool.actors.iter().map(|a| json!({
+            "actor_id": a.actor_id.to_string(),
+            "state": a.state.name(),
+            "node_id": a.node_id.as_ref().map(|n| n.to_string()),
+            "gpu_indices": a.gpu_indices,
+            "model_loads": a.model_loads,
+            "tasks_done": a.tasks_done,
+        })).collect::<Vec<_>>(),
+        "unplaced_reason": pool.unplaced_reason,
+    })
+}
+
+fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn print_jobs(jobs: &[JobStatus]) {
+    println!(
+        "{:<38} {:<24} {:<16} {:<11} {:>9} {:>7}  OWNER",
+        "JOB", "NAME", "POOL", "STATE", "DONE", "FAILED"
+    );
+    for job in jobs {
+        println!(
+            "{:<38} {:<24} {:<16} {:<11} {:>9} {:>7}  {}",
+            job.job_id.as_str(),
+            job.name,
+            job.pool.as_str(),
+            job.state.name(),
+            format!("{}/{}", job.succeeded, job.submitted),
+            job.failed,
+            job.owner
+        );
+    }
+}
+
+fn print_pools(pools: &[PoolStatus]) {
+    println!(
+        "{:<24} {:<10} {:>7} {:>6}  NOTE",
+        "POOL", "KIND", "READY", "LOADS"
+    );
+    for pool in pools {
+        println!(
+            "{:<24} {:<10} {:>7} {:>6}  {}",
+            pool.spec.name(),
+            pool.spec.kind(),
+            format!("{}/{}", pool.ready_actors, pool.replicas()),
+            pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
+            pool.unplaced_reason.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// `resident jobs`.
+pub async fn list_jobs(args: ClusterArgs) -> anyhow::Result<()> {
+    let jobs = args.connect().await?.list_jobs().await?;
+    match args.json {
+        true => print_json(&json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() })),
+        false => {
+            print_jobs(&jobs);
+            Ok(())
+        }
+    }
+}
+
+/// `resident pools`.
+pub async fn list_pools(args: ClusterArgs) -> anyhow::Result<()> {
+    let pools = args.connect().await?.list_pools().await?;
+    match args.json {
+        true => print_json(&json!({ "pools": pools.iter().map(pool_json).collect::<Vec<_>>() })),
+        false => {
+            print_pools(&pools);
+            Ok(())
+        }
+    }
+}
+
+/// `resident job ...`.
+pub async fn job(command: JobCommand) -> anyhow::Result<()> {
+    match command {
+        JobCommand::Cancel { id, cluster } => {
+            let job = cluster.connect().await?.cancel_job(&JobId::new(id)).await?;
+            match cluster.json {
+                true => print_json(&job_json(&job)),
+                false => {
+                    print_jobs(std::slice::from_ref(&job));
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+/// `resident pool ...`.
+pub async fn pool(command: PoolCommand) -> anyhow::Result<()> {
+    match command {
+        PoolCommand::Delete { name, cluster } => {
+            cluster.connect().await?.pool(&name).delete().await?;
+            match cluster.json {
+                true => print_json(&json!({ "deleted": name })),
+                false => {
+                    println!("deleted pool {name}");
+                    Ok(())
+                }
+            }
+        }
+    }
+}

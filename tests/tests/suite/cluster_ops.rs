@@ -1,0 +1,142 @@
+//! Operating a live cluster from another terminal, with TLS and tokens on: `resident pools`,
+//! `resident jobs`, `resident job cancel` and `resident pool delete` against scheduler and
+//! agent processes, checked against what the SDK client saw.
+
+use std::process::Command;
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{Bytes, PoolSpec};
+use resident_tests::secure::SecureSetup;
+use resident_tests::{init_logging, wait_until};
+use serde_json::Value;
+
+/// `resident ARGS --cluster URL --json` as `token`; the parsed output, or the stderr of a
+/// refusal.
+fn cli(setup: &SecureSetup, url: &str, token: &str, args: &[&str]) -> Result<Value, String> {
+    let output = Command::new(resident_tests::resident_bin())
+        .args(args)
+        .args(["--cluster", url, "--json"])
+        .env("RESIDENT_CA", setup.ca())
+        .env("RESIDENT_TOKEN", token)
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .expect("run resident");
+    match output.status.success() {
+        true => Ok(serde_json::from_slice(&output.stdout).expect("JSON output")),
+        false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
+    init_logging();
+    let setup = SecureSetup::new(&[("ops", "admin"), ("viewer", "read"), ("node", "agent")]);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let _agent = setup.spawn_agent(
+        &url,
+        "node-1",
+        "T4:16GiB x2",
+        Some("node"),
+        &[],
+        std::process::Stdio::inherit(),
+    );
+    let client = setup.connect_as(&url, "ops").await.unwrap();
+    client
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    // A finished job on one pool, and a slow one still running on another.
+    let fast = client
+        .create_pool(PoolSpec::new("fast", "echo"))
+        .await
+        .unwrap();
+    fast.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let payloads: Vec<Bytes> = (0..5).map(|i| Bytes::from(format!("doc {i}"))).collect();
+    let delivered = fast.map(payloads).await.unwrap();
+    assert_eq!(delivered.len(), 5);
+    let slow = client
+        .create_pool(
+            PoolSpec::new("slow", "echo").config_json(&serde_json::json!({"delay_ms": 200})),
+        )
+        .await
+        .unwrap();
+    slow.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let inputs = futures::stream::iter((0..100).map(|i| Bytes::from(format!("slow {i}"))));
+    let mut running = slow.submit("slow-job", inputs).await.unwrap();
+    running.next().await.expect("a first result").unwrap();
+
+    // A read token lists pools and jobs.
+    let pools = cli(&setup, &url, setup.token("viewer"), &["pools"]).unwrap();
+    let names: Vec<&str> = pools["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fast", "slow"], "{pools}");
+    assert_eq!(pools["pools"][0]["ready_actors"], 1);
+    assert_eq!(pools["pools"][0]["model_loads"], 1);
+    let jobs = cli(&setup, &url, setup.token("viewer"), &["jobs"]).unwrap();
+    let jobs = jobs["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let finished = jobs.iter().find(|j| j["pool"] == "fast").unwrap();
+    assert_eq!(finished["state"], "succeeded");
+    assert_eq!(
+        finished["succeeded"],
+        delivered.len(),
+        "what the client got"
+    );
+    assert_eq!(finished["progress"], 1.0);
+    assert_eq!(finished["owner"], "ops");
+    let live = jobs.iter().find(|j| j["pool"] == "slow").unwrap();
+    assert_eq!(live["state"], "running");
+    assert_eq!(live["job_id"], running.job_id.as_str());
+
+    // It cannot cancel or delete; the admin can.
+    let job_id = running.job_id.to_string();
+    let refused = cli(
+        &setup,
+        &url,
+        setup.token("viewer"),
+        &["job", "cancel", &job_id],
+    )
+    .expect_err("read cannot cancel");
+    assert!(refused.contains("has role read"), "{refused}");
+    let cancelled = cli(
+        &setup,
+        &url,
+        setup.token("ops"),
+        &["job", "cancel", &job_id],
+    )
+    .unwrap();
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let mut after_cancel = 0;
+    while let Some(result) = running.next().await {
+        after_cancel += usize::from(result.is_ok_and(|r| r.output.is_ok()));
+    }
+    assert!(after_cancel < 99, "the job stopped early");
+
+    let refused = cli(
+        &setup,
+        &url,
+        setup.token("viewer"),
+        &["pool", "delete", "slow"],
+    )
+    .expect_err("read cannot delete");
+    assert!(refused.contains("has role read"), "{refused}");
+    for name in ["slow", "fast"] {
+        let deleted = cli(&setup, &url, setup.token("ops"), &["pool", "delete", name]).unwrap();
+        assert_eq!(deleted["deleted"], name);
+    }
+    let pools = cli(&setup, &url, setup.token("viewer"), &["pools"]).unwrap();
+    assert_eq!(pools["pools"], serde_json::json!([]));
+    // Their actors stop and free the node.
+    wait_until(
+        "the deleted pools' actors are gone",
+        Duration::from_secs(10),
+        || async { client.list_actors().await.unwrap().is_empty().then_some(()) },
+    )
+    .await;
+}
