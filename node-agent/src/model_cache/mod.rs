@@ -183,7 +183,16 @@ impl ModelCache {
         pin: Option<&str>,
     ) -> Result<PathBuf, BackendError> {
         let source = format!("s3://{bucket}/{prefix}");
-        if let Some(pin) = pin.filter(|p| !p.is_empty()) {
+        let pin = pin.filter(|p| !p.is_empty());
+        if let Some(pin) = pin
+            && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            // It names a directory of the cache: nothing but a digest may.
+            return Err(BackendError::InvalidConfig(format!(
+                "model_revision `{pin}` of an s3:// model must be its manifest's 64-hex digest"
+            )));
+        }
+        if let Some(pin) = pin {
             let dir = self.entry_dir(pin);
             let _lock = self.lock(&format!("sha256-{pin}"))?;
             if self.usable_entry(&dir, pin) {

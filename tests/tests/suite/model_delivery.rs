@@ -152,6 +152,12 @@ fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models()
     let other = "0".repeat(64);
     let error = fresh.local_dir(spec, Some(&other)).unwrap_err().to_string();
     assert!(error.contains("changed since the job pinned it"), "{error}");
+    // A pin names a cache directory: only a digest may.
+    let error = fresh
+        .local_dir(spec, Some("../../escape"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("64-hex digest"), "{error}");
 
     // No manifest at the prefix: say how to push one.
     let error = fresh
