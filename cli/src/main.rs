@@ -72,6 +72,11 @@ enum Command {
     Model(model::ModelCommand),
     /// Create, revoke and list the tokens of a scheduler's auth file.
     Token(token::TokenArgs),
+    /// Print a shell completion script: `resident completions bash > /etc/bash_completion.d/resident`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Ask a scheduler's or agent's health port (`--health-listen`) whether it is serving;
     /// exits 0 when it is (Docker HEALTHCHECK, scripts).
     Health(health::HealthArgs),
@@ -142,6 +147,16 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Token(args) => token::run(args),
         Command::Health(args) => health::run(args).await,
         Command::Model(command) => model::run(command).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "resident",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

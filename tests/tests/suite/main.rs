@@ -9,6 +9,7 @@
 mod agent_drain;
 mod autoscaling_signal;
 mod bad_requests;
+mod cli_conventions;
 mod cluster_ops;
 mod deploy_files;
 mod embed_actors;
