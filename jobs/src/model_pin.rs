@@ -8,10 +8,10 @@
 //! - a Hugging Face id: the commit its revision names now (asked of the hub, or read from
 //!   the local hub cache when the hub cannot be reached).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use resident_storage::model_manifest::{MANIFEST_FILE, ModelManifest};
-use resident_storage::model_source::{ModelSource, hf_hub_cache_dir, is_commit};
+use resident_storage::model_source::{ModelSource, cached_hub_commit, hf_hub_cache_dir, is_commit};
 use resident_storage::{S3Client, S3Options, key_under};
 
 use crate::files::sha256_hex;
@@ -117,17 +117,7 @@ async fn ask_hub(_repo: String, _revision: String) -> Result<String, String> {
 /// The commit the local hub cache (`HF_HUB_CACHE`, `HF_HOME/hub`, `~/.cache/huggingface/hub`)
 /// has for `repo`'s `revision`.
 fn local_hub_ref(repo: &str, revision: &str) -> Option<String> {
-    cached_ref(&hf_hub_cache_dir()?, repo, revision)
-}
-
-fn cached_ref(hub: &Path, repo: &str, revision: &str) -> Option<String> {
-    let reference = hub
-        .join(format!("models--{}", repo.replace('/', "--")))
-        .join("refs")
-        .join(revision);
-    let commit = std::fs::read_to_string(reference).ok()?;
-    let commit = commit.trim();
-    is_commit(commit).then(|| commit.to_owned())
+    cached_hub_commit(&hf_hub_cache_dir()?, repo, revision)
 }
 
 #[cfg(test)]
@@ -159,24 +149,5 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(pinned.revision.as_deref(), Some(commit));
-    }
-
-    #[test]
-    fn a_branch_resolves_through_the_local_hub_cache() {
-        let hub = tempfile::tempdir().unwrap();
-        let refs = hub.path().join("models--org--name/refs");
-        std::fs::create_dir_all(&refs).unwrap();
-        std::fs::write(
-            refs.join("main"),
-            "c9745ed1d9f207416be6d2e6f8de32d1f16199bf\n",
-        )
-        .unwrap();
-        std::fs::write(refs.join("broken"), "not a commit").unwrap();
-        assert_eq!(
-            cached_ref(hub.path(), "org/name", "main").as_deref(),
-            Some("c9745ed1d9f207416be6d2e6f8de32d1f16199bf")
-        );
-        assert_eq!(cached_ref(hub.path(), "org/name", "broken"), None);
-        assert_eq!(cached_ref(hub.path(), "org/other", "main"), None);
     }
 }

@@ -7,7 +7,7 @@
 //! model's content: the same files give the same digest wherever they are stored, so a job
 //! pins its model with it and agents on EKS and on-prem provably load the same weights.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -61,7 +61,19 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Size and hex SHA-256 of a reader's bytes.
-pub fn sha256_of(mut reader: impl Read) -> std::io::Result<(u64, String)> {
+pub fn sha256_of(reader: impl Read) -> std::io::Result<(u64, String)> {
+    copy_hashing(reader, std::io::sink(), u64::MAX)
+}
+
+/// Copies `reader` into `writer` while hashing, in one pass; returns the size read and its
+/// hex SHA-256. It stops after `limit + 1` bytes, so a source longer than `limit` shows as
+/// too long without being read to its end.
+pub fn copy_hashing(
+    reader: impl Read,
+    mut writer: impl Write,
+    limit: u64,
+) -> std::io::Result<(u64, String)> {
+    let mut reader = reader.take(limit.saturating_add(1));
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut size = 0u64;
@@ -72,6 +84,7 @@ pub fn sha256_of(mut reader: impl Read) -> std::io::Result<(u64, String)> {
         }
         size += read as u64;
         hasher.update(&buffer[..read]);
+        writer.write_all(&buffer[..read])?;
     }
 }
 

@@ -28,6 +28,21 @@ pub fn hf_hub_cache_dir() -> Option<PathBuf> {
         })
 }
 
+/// The commit a hub cache (`hub`) holds for `repo` at `revision`: the revision itself when it
+/// is a commit, else what its `refs/<revision>` file names.
+pub fn cached_hub_commit(hub: &Path, repo: &str, revision: &str) -> Option<String> {
+    if is_commit(revision) {
+        return Some(revision.to_ascii_lowercase());
+    }
+    let reference = hub
+        .join(format!("models--{}", repo.replace('/', "--")))
+        .join("refs")
+        .join(revision);
+    let commit = std::fs::read_to_string(reference).ok()?;
+    let commit = commit.trim();
+    is_commit(commit).then(|| commit.to_owned())
+}
+
 /// A 40-hex git commit id: the only revision that cannot move.
 pub fn is_commit(revision: &str) -> bool {
     revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
@@ -149,6 +164,26 @@ mod tests {
             ModelSource::parse(&local, None).unwrap(),
             ModelSource::Local(local.clone())
         );
+    }
+
+    #[test]
+    fn a_branch_resolves_through_a_hub_cache() {
+        let hub = tempfile::tempdir().unwrap();
+        let commit = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf";
+        let refs = hub.path().join("models--org--name/refs");
+        std::fs::create_dir_all(&refs).unwrap();
+        std::fs::write(refs.join("main"), format!("{commit}\n")).unwrap();
+        std::fs::write(refs.join("broken"), "not a commit").unwrap();
+        assert_eq!(
+            cached_hub_commit(hub.path(), "org/name", "main").as_deref(),
+            Some(commit)
+        );
+        assert_eq!(
+            cached_hub_commit(hub.path(), "org/other", commit).as_deref(),
+            Some(commit)
+        );
+        assert_eq!(cached_hub_commit(hub.path(), "org/name", "broken"), None);
+        assert_eq!(cached_hub_commit(hub.path(), "org/other", "main"), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use resident_storage::model_manifest::{MANIFEST_FILE, ModelManifest};
 
-use resident_storage::model_source::{hf_hub_cache_dir, is_commit};
+use resident_storage::model_source::{cached_hub_commit, hf_hub_cache_dir, is_commit};
 
 use super::{ModelCache, load_error};
 use crate::error::BackendError;
@@ -24,16 +24,11 @@ fn hub_caches(cache: &ModelCache) -> Vec<PathBuf> {
 
 /// The snapshot of `repo` at `revision` in a hub cache, if it is there.
 fn cached_snapshot(hub: &Path, repo: &str, revision: &str) -> Option<PathBuf> {
-    let root = hub.join(format!("models--{}", repo.replace('/', "--")));
-    let commit = if is_commit(revision) {
-        revision.to_owned()
-    } else {
-        std::fs::read_to_string(root.join("refs").join(revision))
-            .ok()?
-            .trim()
-            .to_owned()
-    };
-    let snapshot = root.join("snapshots").join(commit);
+    let commit = cached_hub_commit(hub, repo, revision)?;
+    let snapshot = hub
+        .join(format!("models--{}", repo.replace('/', "--")))
+        .join("snapshots")
+        .join(commit);
     snapshot.join("config.json").is_file().then_some(snapshot)
 }
 

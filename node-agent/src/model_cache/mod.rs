@@ -15,17 +15,15 @@ mod hub;
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use resident_models::roots::MAX_DATASET_BYTES;
-use resident_storage::model_manifest::sha256_of;
 use resident_storage::model_manifest::{MANIFEST_FILE, ManifestFile, ModelManifest, file_matches};
+use resident_storage::model_manifest::{copy_hashing, sha256_of};
 use resident_storage::{Location, S3Client, S3Options, key_under};
-use sha2::{Digest, Sha256};
 
 use crate::error::BackendError;
 pub use resident_storage::model_source::ModelSource;
@@ -258,30 +256,30 @@ impl ModelCache {
         if self.verified.lock().expect("verified set").contains(&path) {
             return Ok(path);
         }
-        let check = |path: &Path| -> Result<(), String> {
-            let (_, digest) = file_sha256(path)?;
-            match digest == sha256 {
-                true => Ok(()),
-                false => Err(format!(
-                    "{uri}: sha256 {digest}, the sweep says {sha256}; the object changed                      since the sweep wrote it"
-                )),
-            }
+        let mismatch = |digest: &str| {
+            format!(
+                "{uri}: sha256 {digest}, the sweep says {sha256}; the object changed since \
+                 the sweep wrote it"
+            )
         };
-        if !(path.is_file() && check(&path).is_ok()) {
+        let cached = path.is_file() && file_sha256(&path).is_ok_and(|(_, d)| d == sha256);
+        if !cached {
             let started = Instant::now();
             let partial = path.with_extension(format!("partial-{}", std::process::id()));
             let fetched = (|| {
                 std::fs::create_dir_all(self.datasets_dir())
                     .map_err(|e| format!("{}: {e}", self.datasets_dir().display()))?;
-                let mut body = self
+                let body = self
                     .s3_client()
                     .map_err(|e| e.to_string())?
                     .open_blocking(&bucket, &key)?;
                 let mut out =
                     File::create(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
-                std::io::copy(&mut (&mut body).take(MAX_DATASET_BYTES + 1), &mut out)
+                let (_, digest) = copy_hashing(body, &mut out, MAX_DATASET_BYTES)
                     .map_err(|e| format!("{uri}: {e}"))?;
-                check(&partial)?;
+                if digest != sha256 {
+                    return Err(mismatch(&digest));
+                }
                 std::fs::rename(&partial, &path).map_err(|e| format!("{}: {e}", path.display()))
             })();
             if let Err(error) = fetched {
@@ -354,29 +352,9 @@ fn copy_checked(
     path: &Path,
 ) -> Result<(), String> {
     let mut out = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let read = reader.read(&mut buffer).map_err(|e| e.to_string())?;
-        if read == 0 {
-            break;
-        }
-        size += read as u64;
-        if size > file.size {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-        out.write_all(&buffer[..read])
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
+    let (size, digest) = copy_hashing(reader, &mut out, file.size).map_err(|e| e.to_string())?;
     out.sync_all()
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let digest: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     file_matches(file, Path::new(&file.path), size, &digest).map_err(|e| e.to_string())
 }
 
