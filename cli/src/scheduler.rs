@@ -38,8 +38,9 @@ pub struct SchedulerArgs {
     /// probes speak no TLS; `resident health` checks it). The API port serves it too.
     #[arg(long, env = "RESIDENT_HEALTH_LISTEN")]
     health_listen: Option<String>,
-    /// Serve HTTP here: `/metrics` (Prometheus), `/v1/demand` (JSON, for autoscalers such as
-    /// KEDA) and `/healthz`. It uses the API port's TLS and tokens (`Authorization: Bearer`,
+    /// Serve HTTP here: the dashboard at `/`, `/metrics` (Prometheus), `/v1/overview` and
+    /// `/v1/demand` (JSON; the latter for autoscalers such as KEDA) and `/healthz`. It uses
+    /// the API port's TLS and tokens (`Authorization: Bearer`, or the cookie `/login` sets;
     /// any role that may read).
     #[arg(long, env = "RESIDENT_HTTP_LISTEN")]
     http_listen: Option<String>,
@@ -196,7 +197,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
             &http_security,
             cancel.clone(),
         )?;
-        tracing::info!(%addr, "HTTP port: /metrics, /v1/demand, /healthz");
+        tracing::info!(%addr, "HTTP port: dashboard at /, /metrics, /v1/demand, /healthz");
     }
     if let Some(addr) = &args.health_listen {
         crate::health::serve_health_on(addr, server.health.clone(), cancel.clone()).await?;

@@ -71,6 +71,7 @@ impl CudaDevices {
                     compute_major: major as u32,
                     compute_minor: minor as u32,
                     simulated: false,
+                    utilization_ratio: None,
                 };
                 devices.push((ctx, info));
             }

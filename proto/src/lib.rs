@@ -4,6 +4,7 @@
 pub mod connect;
 pub mod health;
 pub mod ids;
+pub mod prices;
 pub mod rng;
 pub mod units;
 

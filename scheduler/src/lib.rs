@@ -4,6 +4,7 @@ pub mod auth;
 pub mod core;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod placement;
 pub mod policy;
 pub mod server;

@@ -16,8 +16,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::SdkError;
 use crate::info::{ActorInfo, ActorState, JobStatus, NodeInfo, PoolStatus};
-pub use crate::job_stream::JobStream;
 use crate::job_stream::open_job;
+pub use crate::job_stream::{JobStream, TaskPayload};
 use crate::pool_spec::PoolSpec;
 use resident_proto::{ActorId, JobId, NodeId};
 
@@ -64,6 +64,9 @@ pub struct SubmitOptions {
     pub window: u32,
     /// The actor method every task calls; empty = the kind's default.
     pub method: String,
+    /// How many tasks the job will have, when known (0 = unknown): the dashboard's and
+    /// `resident jobs`' progress and ETA.
+    pub expected_tasks: u64,
 }
 
 /// The CA (`RESIDENT_CA`, a PEM file) and token (`RESIDENT_TOKEN`) from the environment; the
@@ -177,6 +180,12 @@ impl Cluster {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// What keeps an in-process cluster alive (`Cluster::local`), if this is one.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
+    pub(crate) fn local_guard(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self._local.as_deref()
     }
 
     /// How long each job waits for a scheduler that went away before it fails with
@@ -445,15 +454,29 @@ impl Pool {
         S: Stream + Send + 'static,
         S::Item: Into<Bytes> + Send,
     {
+        let inputs = inputs.map(|input| TaskPayload::from(input.into()));
+        self.submit_payloads(job_name, inputs, options).await
+    }
+
+    /// Like [`Pool::submit_with`], with each task's item count (see [`TaskPayload`]).
+    pub async fn submit_payloads<S>(
+        &self,
+        job_name: &str,
+        inputs: S,
+        options: SubmitOptions,
+    ) -> Result<JobStream, SdkError>
+    where
+        S: Stream<Item = TaskPayload> + Send + 'static,
+    {
         let header = pb::SubmitHeader {
             pool: self.name.clone(),
             job_name: job_name.to_owned(),
             max_outstanding: options.window,
             method: options.method,
             resume_job_id: String::new(),
+            expected_tasks: options.expected_tasks,
         };
-        let inputs = Box::pin(inputs.map(Into::into));
-        open_job(&self.cluster, header, inputs).await
+        open_job(&self.cluster, header, Box::pin(inputs)).await
     }
 
     /// Runs every payload and returns the outputs in input order.

@@ -44,7 +44,31 @@ impl Stream for JobStream {
     }
 }
 
-type Inputs = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+type Inputs = Pin<Box<dyn Stream<Item = TaskPayload> + Send>>;
+
+/// One task's input: its payload and how many items (documents) it covers, which the
+/// scheduler counts for the job's docs/s (`items_done`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskPayload {
+    pub payload: Bytes,
+    /// At least 1.
+    pub items: u32,
+}
+
+impl TaskPayload {
+    pub fn new(payload: impl Into<Bytes>, items: u32) -> Self {
+        Self {
+            payload: payload.into(),
+            items: items.max(1),
+        }
+    }
+}
+
+impl From<Bytes> for TaskPayload {
+    fn from(payload: Bytes) -> Self {
+        Self { payload, items: 1 }
+    }
+}
 
 /// One attached client stream: where tasks go (until the job has them all), and where
 /// results come from.
@@ -63,7 +87,7 @@ struct JobDriver {
     inputs_done: bool,
     next_seq: u64,
     /// Sent and not answered yet: sent again after a reconnect.
-    unanswered: BTreeMap<u64, Bytes>,
+    unanswered: BTreeMap<u64, TaskPayload>,
     /// To be sent again on the current stream before any new input.
     resend: VecDeque<u64>,
 }
@@ -118,11 +142,12 @@ fn output_of(result: pb::TaskResult) -> TaskOutput {
     }
 }
 
-fn task_request(seq: u64, payload: Bytes) -> pb::SubmitRequest {
+fn task_request(seq: u64, task: TaskPayload) -> pb::SubmitRequest {
     pb::SubmitRequest {
         body: Some(pb::submit_request::Body::Task(pb::TaskInput {
             seq,
-            payload,
+            payload: task.payload,
+            items: task.items,
         })),
     }
 }

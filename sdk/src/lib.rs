@@ -28,7 +28,8 @@ mod pool_spec;
 
 pub use client::{
     CallSession, ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, JobStream,
-    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, credentials_from_env,
+    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, TaskPayload,
+    credentials_from_env,
 };
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request, one_model};
 pub use error::SdkError;

@@ -10,6 +10,7 @@ use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gp
 use resident_node_agent::model_cache::ModelCacheConfig;
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
+use resident_scheduler::http::serve_http;
 use resident_scheduler::server::{ServerSecurity, start_scheduler};
 use resident_scheduler::store::{DurableStore, MemoryStore, RedbStore};
 use tokio_util::sync::CancellationToken;
@@ -35,6 +36,9 @@ pub struct LocalConfig {
     pub kinds: ActorKindRegistry,
     /// Where the agent downloads `s3://` and Hugging Face models, and how it reaches S3.
     pub models: ModelCacheConfig,
+    /// Serve the scheduler's HTTP port here too: the dashboard, `/metrics`, `/healthz`
+    /// (port 0 picks a free one; see [`Cluster::local_http_url`]).
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 impl LocalConfig {
@@ -63,6 +67,7 @@ impl Default for LocalConfig {
             core: CoreConfig::default(),
             kinds: ActorKindRegistry::with_builtin_kinds(),
             models: ModelCacheConfig::default(),
+            http_listen: None,
         }
     }
 }
@@ -70,6 +75,7 @@ impl Default for LocalConfig {
 /// Stops the in-process scheduler and agent when the last `Cluster` handle goes.
 struct LocalGuard {
     cancel: CancellationToken,
+    http_url: Option<String>,
 }
 
 impl Drop for LocalGuard {
@@ -79,6 +85,15 @@ impl Drop for LocalGuard {
 }
 
 impl Cluster {
+    /// The HTTP port's base URL (dashboard, `/metrics`) of an in-process cluster started
+    /// with [`LocalConfig::http_listen`].
+    pub fn local_http_url(&self) -> Option<String> {
+        self.local_guard()?
+            .downcast_ref::<LocalGuard>()?
+            .http_url
+            .clone()
+    }
+
     /// Starts a scheduler and one agent in this process and connects to them.
     pub async fn local(config: LocalConfig) -> Result<Cluster, SdkError> {
         let start = |e: String| SdkError::LocalStart(e);
@@ -106,6 +121,23 @@ impl Cluster {
         )
         .map_err(|e| start(e.to_string()))?;
         let url = server.url.clone();
+        let http_url = match config.http_listen {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| start(format!("cannot listen on {addr} for HTTP: {e}")))?;
+                let bound = listener.local_addr().map_err(|e| start(e.to_string()))?;
+                serve_http(
+                    listener,
+                    server.handle.clone(),
+                    &ServerSecurity::open(),
+                    cancel.clone(),
+                )
+                .map_err(|e| start(e.to_string()))?;
+                Some(format!("http://{bound}"))
+            }
+            None => None,
+        };
         let mut agent = AgentConfig::new(url.clone(), config.node_id.clone());
         agent.labels = labels;
         agent.models = config.models.clone();
@@ -116,7 +148,7 @@ impl Cluster {
             probe,
             cancel.clone(),
         ));
-        let guard = Arc::new(LocalGuard { cancel });
+        let guard = Arc::new(LocalGuard { cancel, http_url });
         let cluster = Cluster::connect_with(&url, ClientCredentials::default())
             .await?
             .keep_alive(guard);

@@ -236,7 +236,12 @@ async fn embed_into(
     // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
     let window = (actors * 3).max(4);
     let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
-    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<prost::bytes::Bytes>(window);
+    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<resident_sdk::TaskPayload>(window);
+    let chunk_size = manifest.chunk_size.max(1) as u64;
+    let expected_tasks = scan
+        .valid_records
+        .div_ceil(chunk_size)
+        .saturating_sub(reused_chunks);
     let producer = scan::spawn_chunk_producer(
         config.clone(),
         inputs,
@@ -246,9 +251,14 @@ async fn embed_into(
         chunks_tx,
     );
     let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
+    let options = resident_sdk::SubmitOptions {
+        window: window as u32,
+        expected_tasks,
+        ..Default::default()
+    };
     let mut results = pool
         .pool
-        .submit_windowed("embed", payloads, window as u32)
+        .submit_payloads("embed", payloads, options)
         .await?;
 
     let mut builder = ReportBuilder::default();

@@ -1,7 +1,7 @@
 //! The job's reading side: the first pass over the input (counts, bad records,
 //! fingerprint), the manifest check, speed calibration and the chunk producer.
 
-use resident_sdk::{EmbedPool, EmbeddedChunk, embed_request};
+use resident_sdk::{EmbedPool, EmbeddedChunk, TaskPayload, embed_request};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -187,7 +187,7 @@ pub(super) fn spawn_chunk_producer(
     chunk_size: usize,
     done: HashSet<u64>,
     pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
-    chunks: tokio::sync::mpsc::Sender<prost::bytes::Bytes>,
+    chunks: tokio::sync::mpsc::Sender<resident_sdk::TaskPayload>,
 ) -> tokio::task::JoinHandle<Result<(), JobError>> {
     tokio::task::spawn_blocking(move || {
         let mut reader = RecordReader::new(inputs, config.reader.clone());
@@ -203,7 +203,8 @@ pub(super) fn spawn_chunk_producer(
                     texts.clear();
                     return true;
                 }
-                let payload = embed_request(std::mem::take(texts), false);
+                let items = texts.len() as u32;
+                let payload = TaskPayload::new(embed_request(std::mem::take(texts), false), items);
                 pending.lock().expect("pending chunks").insert(
                     seq,
                     PendingChunk {

@@ -244,6 +244,7 @@ pub async fn run_sweep(
             SubmitOptions {
                 window: (actors * per_actor) as u32,
                 method: TRIAL_METHOD.to_owned(),
+                ..SubmitOptions::default()
             },
         )
         .await?;

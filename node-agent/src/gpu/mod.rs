@@ -1,6 +1,7 @@
 //! GPU discovery. [`discover`] uses the CUDA driver API loaded at run time, so one binary runs
 //! with or without a driver; [`SimulatedGpus`] reports capacity only, for tests and simulations.
 
+mod nvml;
 mod simulated;
 
 use resident_models::cuda_probe::CudaDevices;
@@ -28,12 +29,20 @@ impl GpuProbe for NoGpus {
     }
 }
 
-/// The GPUs the CUDA driver sees (the driver is loaded at run time).
-pub struct CudaDriverProbe(CudaDevices);
+/// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from
+/// NVML where it loads.
+pub struct CudaDriverProbe {
+    devices: CudaDevices,
+    nvml: Option<nvml::NvmlReader>,
+}
 
 impl GpuProbe for CudaDriverProbe {
     fn gpus(&self) -> Vec<pb::GpuInfo> {
-        self.0.gpus()
+        let mut gpus = self.devices.gpus();
+        if let Some(nvml) = &self.nvml {
+            nvml.refresh(&mut gpus);
+        }
+        gpus
     }
 
     fn simulated(&self) -> bool {
@@ -43,10 +52,15 @@ impl GpuProbe for CudaDriverProbe {
 
 /// The real GPUs of this host, or none (with one log line saying why).
 pub fn discover() -> Box<dyn GpuProbe> {
-    match CudaDevices::open().map(CudaDriverProbe) {
-        Ok(probe) => {
+    match CudaDevices::open() {
+        Ok(devices) => {
+            let nvml = nvml::NvmlReader::open()
+                .inspect_err(|reason| tracing::info!(%reason, "no GPU utilisation readings"))
+                .ok();
+            let probe = CudaDriverProbe { devices, nvml };
             tracing::info!(
                 gpus = probe.gpus().len(),
+                nvml = probe.nvml.is_some(),
                 "found GPUs through the CUDA driver"
             );
             Box::new(probe)

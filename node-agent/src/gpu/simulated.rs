@@ -94,6 +94,7 @@ pub fn parse_simulated_gpus(spec: &str) -> Result<Vec<pb::GpuInfo>, AgentError> 
                 compute_major: compute.0,
                 compute_minor: compute.1,
                 simulated: true,
+                utilization_ratio: None,
             });
         }
     }

@@ -3,19 +3,33 @@
 //! them; `--log-json` makes them machine-readable).
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
 use super::Principal;
+use crate::metrics::EventLog;
 
 pub const TARGET: &str = "resident::audit";
+
+/// Recent refusals, for the dashboard. Process-wide, like the audit log itself.
+pub fn recent_refusals() -> &'static EventLog {
+    static REFUSALS: OnceLock<EventLog> = OnceLock::new();
+    REFUSALS.get_or_init(EventLog::default)
+}
 
 /// A call without a valid token.
 pub fn refused_unauthenticated(peer: Option<SocketAddr>, reason: &str) {
     let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+    recent_refusals().record("auth", &peer, format!("unauthenticated: {reason}"));
     tracing::warn!(target: TARGET, principal = "", peer, reason, "refused");
 }
 
 /// A call by a known principal that was not allowed.
 pub fn refused(principal: &Principal, action: &str, subject: &str, reason: &str) {
+    recent_refusals().record(
+        "auth",
+        subject,
+        format!("{action} by {} refused: {reason}", principal.name),
+    );
     tracing::warn!(
         target: TARGET,
         principal = %principal.name,

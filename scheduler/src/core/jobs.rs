@@ -15,10 +15,18 @@ use super::records::{JobRecord, JobStream, TaskRecord};
 use super::{Core, JobResults};
 use crate::auth::Principal;
 use crate::error::SchedulerError;
+use crate::metrics::TaskOutcomeKind;
 use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
 
 /// Tells the client which job its stream is attached to.
+/// Wall-clock now, for job start and end times.
+pub(super) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 fn accept(results: &JobResults, job: &JobId) {
     let _ = results.send(pb::SubmitResponse {
         body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {
@@ -53,6 +61,8 @@ impl Core {
             name: header.job_name,
             state: pb::JobState::Running as i32,
             owner,
+            expected_tasks: header.expected_tasks,
+            started_unix_ms: unix_ms_now(),
             ..Default::default()
         };
         accept(&results, &job);
@@ -191,8 +201,15 @@ impl Core {
             .finished_before_restart
             .as_mut()
             .and_then(|finished| finished.remove(&input.seq));
+        let items = input.items.max(1);
         let lifecycle = match earlier {
-            Some(end) => TaskLifecycle::resubmitted(&mut job.counts, end),
+            Some(end) => {
+                if end == TaskEnd::Succeeded {
+                    // Counted before the restart; it is counted again when it succeeds.
+                    job.status.items_done = job.status.items_done.saturating_sub(items.into());
+                }
+                TaskLifecycle::resubmitted(&mut job.counts, end)
+            }
             None => TaskLifecycle::submitted(&mut job.counts),
         };
         job.live.insert(input.seq, task);
@@ -200,6 +217,7 @@ impl Core {
         let record = TaskRecord {
             job: stream.job.clone(),
             seq: input.seq,
+            items,
             pool: pool.clone(),
             payload: input.payload,
             lifecycle,
@@ -350,6 +368,10 @@ impl Core {
             return;
         }
         let actor = self.actors.get_mut(&actor_id).expect("checked");
+        self.metrics.task_ran(
+            actor.pool.as_str(),
+            std::time::Duration::from_micros(outcome.run_micros),
+        );
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
         let pool = actor.pool.clone();
@@ -400,6 +422,8 @@ impl Core {
             self.finish_task(task_id, Err(error), 0);
             return;
         }
+        self.metrics
+            .task_ended(self.tasks[&task_id].pool.as_str(), TaskOutcomeKind::Retried);
         let delay = self.config.retry_backoff.delay(failures);
         let due = Instant::now() + delay;
         tracing::debug!(task_id = %task_id, failures, ?delay, "task failed; retrying");
@@ -429,6 +453,8 @@ impl Core {
             self.fail_task(task_id, format!("lost {losses} times, last because {why}"));
             return;
         }
+        self.metrics
+            .task_ended(pool.as_str(), TaskOutcomeKind::Retried);
         match self.pools.get_mut(&pool) {
             Some(record) => record.queue.push_front(task_id),
             None => self.fail_task(task_id, format!("pool `{pool}` was deleted")),
@@ -501,7 +527,24 @@ impl Core {
             attempts,
             error: result.as_ref().err().cloned(),
             output_bytes: result.as_ref().map_or(0, |o| o.len() as u64),
+            items: task.items,
         };
+        match &result {
+            Ok(_) => {
+                job.status.items_done += u64::from(task.items);
+                self.metrics
+                    .task_ended(task.pool.as_str(), TaskOutcomeKind::Succeeded);
+            }
+            Err(error) => {
+                self.metrics
+                    .task_ended(task.pool.as_str(), TaskOutcomeKind::Failed);
+                self.metrics.events.record(
+                    "task",
+                    task.job.as_str(),
+                    format!("task {} of pool {} failed: {error}", task.seq, task.pool),
+                );
+            }
+        }
         let result = match result {
             Ok(output) => pb::task_result::Result::Output(output),
             Err(error) => pb::task_result::Result::Error(error),
@@ -544,6 +587,7 @@ impl Core {
         } else {
             pb::JobState::Succeeded
         } as i32;
+        job.status.finished_unix_ms = unix_ms_now();
         job.results = None;
         job.held.clear();
         tracing::info!(job_id = %job_id, succeeded = job.counts.succeeded, failed = job.counts.failed, "job finished");
@@ -570,6 +614,7 @@ impl Core {
             return;
         };
         job.status.state = pb::JobState::Cancelled as i32;
+        job.status.finished_unix_ms = unix_ms_now();
         job.results = None;
         job.held.clear();
         let pool = PoolName::new(job.status.pool.clone());

@@ -2,6 +2,7 @@
 //! changes only in response to one [`SchedulerCommand`] at a time, so there are no locks and
 //! each decision sees a consistent world.
 
+mod accounting;
 mod adopt;
 mod demand;
 mod jobs;
@@ -23,12 +24,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
 use crate::error::SchedulerError;
+use crate::metrics::SchedulerMetrics;
 use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreOp, StoreWriter};
 
 pub use demand::{Demand, PoolDemand};
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
 pub use records::{JobStream, LastHeard, SessionId};
+pub use views::Overview;
 
 /// Timing and default limits of the scheduler loop.
 #[derive(Clone, Debug)]
@@ -179,6 +182,10 @@ pub enum SchedulerCommand {
         node_labels: BTreeMap<String, String>,
         reply: Reply<Demand>,
     },
+    /// Everything the dashboard and `/metrics` show, in one consistent read.
+    Overview {
+        reply: Reply<Overview>,
+    },
     /// Panics the core: how the server's tests stand in for a bug.
     #[cfg(test)]
     PanicForTest,
@@ -188,9 +195,15 @@ pub enum SchedulerCommand {
 #[derive(Clone)]
 pub struct SchedulerHandle {
     tx: mpsc::UnboundedSender<SchedulerCommand>,
+    metrics: SchedulerMetrics,
 }
 
 impl SchedulerHandle {
+    /// The counters the loop keeps (shared; read at each scrape).
+    pub fn metrics(&self) -> &SchedulerMetrics {
+        &self.metrics
+    }
+
     /// Sends a command that needs no answer.
     pub fn send(&self, command: SchedulerCommand) -> Result<(), SchedulerError> {
         self.tx
@@ -216,10 +229,12 @@ pub fn spawn_scheduler_loop(
     cancel: CancellationToken,
 ) -> Result<(SchedulerHandle, tokio::task::JoinHandle<()>), SchedulerError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut core = Core::new(config, StoreWriter::spawn(store.clone()));
+    let metrics = SchedulerMetrics::default();
+    let writer = StoreWriter::spawn(store.clone(), metrics.clone());
+    let mut core = Core::new(config, writer, metrics.clone());
     core.restore(store.as_ref())?;
     let task = tokio::spawn(run_scheduler_loop(core, rx, cancel));
-    Ok((SchedulerHandle { tx }, task))
+    Ok((SchedulerHandle { tx, metrics }, task))
 }
 
 async fn run_scheduler_loop(
@@ -239,7 +254,11 @@ async fn run_scheduler_loop(
                 }
                 core.after_commands();
             }
-            _ = tick.tick() => core.on_tick(Instant::now()),
+            due = tick.tick() => {
+                let now = Instant::now();
+                core.metrics.loop_lag(now.saturating_duration_since(due));
+                core.on_tick(now);
+            }
             _ = cancel.cancelled() => break,
         }
     }
@@ -268,6 +287,10 @@ pub(crate) struct Core {
     settle: Option<Settle>,
     /// When running jobs' counters were last written to the store.
     last_job_flush: Instant,
+    /// When running jobs were last charged for the GPUs their pools hold.
+    last_job_charge: Instant,
+    metrics: SchedulerMetrics,
+    prices: resident_proto::prices::PriceTable,
 }
 
 /// How often running jobs' counters are written to the store (when they changed): what
@@ -293,7 +316,7 @@ fn first_task_id() -> u64 {
 }
 
 impl Core {
-    fn new(config: CoreConfig, store: StoreWriter) -> Self {
+    fn new(config: CoreConfig, store: StoreWriter, metrics: SchedulerMetrics) -> Self {
         Self {
             config,
             store,
@@ -311,6 +334,9 @@ impl Core {
             replan_needed: false,
             settle: None,
             last_job_flush: Instant::now(),
+            last_job_charge: Instant::now(),
+            metrics,
+            prices: Default::default(),
         }
     }
 
@@ -333,7 +359,12 @@ impl Core {
             C::AgentMessage { session, message } => self.agent_message(session, message),
             C::AgentGone { session } => self.agent_gone(session),
             C::CreatePool { spec, reply } => {
-                let _ = reply.send(self.create_pool(spec));
+                let name = spec.name.clone();
+                let created = self.create_pool(spec);
+                if let Err(error) = &created {
+                    self.metrics.events.record("pool", &name, error.to_string());
+                }
+                let _ = reply.send(created);
             }
             C::ScalePool {
                 pool,
@@ -387,6 +418,9 @@ impl Core {
             C::Demand { node_labels, reply } => {
                 let _ = reply.send(Ok(self.demand(&node_labels)));
             }
+            C::Overview { reply } => {
+                let _ = reply.send(Ok(self.overview()));
+            }
         }
     }
 
@@ -430,6 +464,7 @@ impl Core {
     }
 
     fn on_tick(&mut self, now: Instant) {
+        self.charge_running_jobs(now);
         self.settling(now);
         self.flush_job_counters(now);
         self.detect_dead_nodes(now);

@@ -310,6 +310,9 @@ impl Core {
         node.outbound = None;
         self.sessions.remove(&node.session);
         tracing::warn!(node_id = %node_id, reason = why, "node dead");
+        self.metrics
+            .events
+            .record("node", node_id.as_str(), format!("dead: {why}"));
         let hosted: Vec<ActorId> = self
             .actors
             .iter()
@@ -349,7 +352,10 @@ impl Core {
             return;
         }
         let actor = self.actors.get_mut(&actor_id).expect("known");
-        actor.model_loads = actor.loads_before_this_start + report.model_loads;
+        let loads = actor.loads_before_this_start + report.model_loads;
+        self.metrics
+            .models_loaded(actor.pool.as_str(), loads.saturating_sub(actor.model_loads));
+        actor.model_loads = loads;
         actor.vram_bytes = report.vram_bytes;
         match reported {
             pb::ActorState::Ready if actor.state == ActorState::Starting => {

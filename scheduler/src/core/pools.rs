@@ -313,7 +313,15 @@ impl Core {
         for (id, refusal) in plan.refusals {
             let actor = self.actors.get_mut(&id).expect("planned actor exists");
             if actor.state == ActorState::Pending {
-                actor.unplaced_reason = refusal.to_string();
+                let reason = refusal.to_string();
+                if actor.unplaced_reason != reason {
+                    self.metrics.events.record(
+                        "pool",
+                        actor.pool.as_str(),
+                        format!("cannot place an actor: {reason}"),
+                    );
+                }
+                actor.unplaced_reason = reason;
             }
         }
     }
@@ -360,6 +368,11 @@ impl Core {
     pub(super) fn lose_actor(&mut self, id: &ActorId, event: ActorEvent, why: &str) {
         let actor = self.actors.get_mut(id).expect("actor exists");
         actor.error = why.to_owned();
+        self.metrics.events.record(
+            "actor",
+            actor.pool.as_str(),
+            format!("actor {id} lost: {why}"),
+        );
         actor.inherited_in_flight = 0;
         let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
         self.change_actor(id, event);

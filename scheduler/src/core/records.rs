@@ -109,6 +109,8 @@ pub struct ActorRecord {
 pub struct TaskRecord {
     pub job: JobId,
     pub seq: u64,
+    /// Documents it covers (at least 1), for the job's `items_done`.
+    pub items: u32,
     pub pool: PoolName,
     pub payload: Bytes,
     /// Its state and dispatch count; changed only through `Core::change_task`.

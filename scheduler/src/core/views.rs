@@ -10,7 +10,60 @@ use crate::error::SchedulerError;
 use crate::state::{ActorState, JobCounts, TaskEnd};
 use crate::store::{DurableStore, StoreOp};
 
+/// Finished jobs the overview carries (the newest), besides every running one.
+const OVERVIEW_FINISHED_JOBS: usize = 20;
+
+/// One consistent read of the cluster for the dashboard and `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct Overview {
+    pub nodes: Vec<pb::NodeInfo>,
+    pub pools: Vec<pb::PoolStatus>,
+    /// Running jobs, then the newest finished ones.
+    pub jobs: Vec<pb::JobStatus>,
+    /// Jobs by state name, counting every job held (not just those listed).
+    pub jobs_by_state: std::collections::BTreeMap<String, u64>,
+    pub demand: super::Demand,
+}
+
 impl Core {
+    pub(super) fn overview(&self) -> Overview {
+        let mut jobs_by_state = std::collections::BTreeMap::new();
+        for job in self.jobs.values() {
+            let state = pb::JobState::try_from(job.status.state).unwrap_or_default();
+            *jobs_by_state
+                .entry(
+                    state
+                        .as_str_name()
+                        .trim_start_matches("JOB_STATE_")
+                        .to_lowercase(),
+                )
+                .or_insert(0) += 1;
+        }
+        let mut jobs: Vec<pb::JobStatus> = self
+            .jobs
+            .values()
+            .filter(|j| j.is_running())
+            .map(JobRecord::snapshot)
+            .collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.started_unix_ms));
+        jobs.extend(
+            self.finished_jobs
+                .iter()
+                .rev()
+                .filter_map(|id| self.jobs.get(id))
+                .filter(|j| !j.is_running())
+                .take(OVERVIEW_FINISHED_JOBS)
+                .map(JobRecord::snapshot),
+        );
+        Overview {
+            nodes: self.node_infos(),
+            pools: self.pool_statuses(),
+            jobs,
+            jobs_by_state,
+            demand: self.demand(&Default::default()),
+        }
+    }
+
     pub(super) fn node_infos(&self) -> Vec<pb::NodeInfo> {
         let now = Instant::now();
         self.nodes
@@ -134,6 +187,11 @@ impl Core {
                 // resumed client's tasks are counted once (`TaskLifecycle::resubmitted`).
                 let outcomes = store.outcomes(&job)?;
                 let succeeded = outcomes.iter().filter(|(_, o)| o.ok).count() as u64;
+                status.items_done = outcomes
+                    .iter()
+                    .filter(|(_, o)| o.ok)
+                    .map(|(_, o)| u64::from(o.items.max(1)))
+                    .sum();
                 let failed = outcomes.len() as u64 - succeeded;
                 if status.state == pb::JobState::Running as i32 {
                     status.state = pb::JobState::Interrupted as i32;

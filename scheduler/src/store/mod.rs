@@ -33,6 +33,9 @@ pub struct StoredOutcome {
     pub attempts: u32,
     pub error: Option<String>,
     pub output_bytes: u64,
+    /// Documents the task covered (0 in records written before this field).
+    #[serde(default)]
+    pub items: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -78,7 +81,8 @@ pub struct StoreWriter {
 }
 
 impl StoreWriter {
-    pub fn spawn(store: Arc<dyn DurableStore>) -> Self {
+    /// Starts the writer thread; each batch's write time goes to `metrics`.
+    pub fn spawn(store: Arc<dyn DurableStore>, metrics: crate::metrics::SchedulerMetrics) -> Self {
         let (tx, rx) = mpsc::channel::<StoreOp>();
         std::thread::Builder::new()
             .name("resident-store".into())
@@ -91,7 +95,10 @@ impl StoreWriter {
                             break;
                         }
                     }
-                    if let Err(error) = store.apply(&batch) {
+                    let started = std::time::Instant::now();
+                    let written = store.apply(&batch);
+                    metrics.store_write(started.elapsed(), written.is_ok());
+                    if let Err(error) = written {
                         tracing::error!(%error, ops = batch.len(), "state store write failed");
                     }
                 }
@@ -128,6 +135,7 @@ mod tests {
             attempts: 1,
             error: None,
             output_bytes: 4,
+            items: 1,
         };
         store
             .apply(&[

@@ -60,7 +60,11 @@ impl Harness {
     /// A core writing to `store`, which the test reads back.
     fn with_store(config: CoreConfig, store: Arc<MemoryStore>) -> Self {
         Self {
-            core: Core::new(config, StoreWriter::spawn(store)),
+            core: Core::new(
+                config,
+                StoreWriter::spawn(store, Default::default()),
+                Default::default(),
+            ),
             agents: BTreeMap::new(),
             streams: BTreeMap::new(),
         }
@@ -211,6 +215,7 @@ impl Harness {
             let input = pb::TaskInput {
                 seq,
                 payload: vec![seq as u8 + 1].into(),
+                items: 1,
             };
             self.core.handle(SchedulerCommand::SubmitTask {
                 stream: self.stream(job),
@@ -901,7 +906,11 @@ async fn job_counters_stay_current_in_the_store_across_a_restart() {
     let stored = stored_job(&store, &job, |j| j.succeeded == 2);
     assert_eq!((stored.submitted, stored.running), (3, 1), "{stored:?}");
 
-    let mut restarted = Core::new(CoreConfig::for_test(), StoreWriter::spawn(store.clone()));
+    let mut restarted = Core::new(
+        CoreConfig::for_test(),
+        StoreWriter::spawn(store.clone(), Default::default()),
+        Default::default(),
+    );
     restarted.restore(store.as_ref()).unwrap();
     let status = restarted.jobs[&job].snapshot();
     assert_eq!(status.state, pb::JobState::Interrupted as i32);

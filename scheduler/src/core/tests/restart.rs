@@ -171,6 +171,7 @@ fn restarted_with_an_interrupted_job() -> (Harness, JobId) {
             attempts: 1,
             error: None,
             output_bytes: 1,
+            items: 1,
         },
     };
     store

@@ -1,7 +1,12 @@
-//! The scheduler's HTTP port (`--http-listen`): `/metrics` in the Prometheus text format,
-//! `/v1/demand` as JSON for autoscalers (KEDA's metrics-api trigger), and `/healthz`. It
-//! speaks TLS with the API port's certificate when that one does, and wants a token
-//! (`Authorization: Bearer`, any role that may read) when the auth file is on.
+//! The scheduler's HTTP port (`--http-listen`): the dashboard at `/` (`dashboard.rs`),
+//! `/metrics` in the Prometheus text format (`metrics.rs`), `/v1/overview` (the dashboard's
+//! data) and `/v1/demand` (for autoscalers: KEDA's metrics-api trigger) as JSON, and
+//! `/healthz`. It speaks TLS with the API port's certificate when that one does, and wants a
+//! token when the auth file is on: `Authorization: Bearer <token>`, or the cookie the login
+//! page sets; any role that may read.
+
+mod dashboard;
+mod metrics;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,17 +18,13 @@ use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Action, AuthGate, require};
-use crate::core::{Demand, SchedulerCommand, SchedulerHandle};
+use crate::core::{Demand, Overview, SchedulerCommand, SchedulerHandle};
 use crate::error::SchedulerError;
 use crate::server::{ServerSecurity, TlsIdentity};
 
@@ -31,6 +32,8 @@ use crate::server::{ServerSecurity, TlsIdentity};
 struct HttpState {
     scheduler: SchedulerHandle,
     auth: AuthGate,
+    /// Whether the port speaks TLS (the login cookie is then `Secure`).
+    tls: bool,
 }
 
 /// Serves the HTTP port on `listener` until `cancel` fires.
@@ -44,11 +47,13 @@ pub fn serve_http(
     let state = HttpState {
         scheduler,
         auth: security.auth.clone(),
+        tls: tls.is_some(),
     };
     let router = axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/demand", get(demand))
+        .merge(dashboard::routes())
         .with_state(state);
     Ok(tokio::spawn(async move {
         loop {
@@ -113,20 +118,30 @@ fn tls_acceptor(identity: &TlsIdentity) -> Result<tokio_rustls::TlsAcceptor, Sch
 /// A refusal: the status and the text that says why.
 type Refusal = (StatusCode, String);
 
-/// The caller's token must be known and may read cluster state.
-fn authorize(state: &HttpState, headers: &HeaderMap, call: &str) -> Result<(), Refusal> {
-    let token = headers
+/// The caller's token: the `Authorization: Bearer` header, else the login cookie.
+fn request_token(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    bearer.or_else(|| dashboard::cookie_token(headers))
+}
+
+/// The caller's token must be known and may read cluster state.
+fn authorize(state: &HttpState, headers: &HeaderMap, call: &str) -> Result<(), Refusal> {
+    check_token(state, request_token(headers), call)
+}
+
+/// `token` must be known and may read cluster state.
+fn check_token(state: &HttpState, token: Option<&str>, call: &str) -> Result<(), Refusal> {
     let refused = |status: tonic::Status| {
         let code = match status.code() {
             tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
             _ => StatusCode::FORBIDDEN,
         };
         let hint = if code == StatusCode::UNAUTHORIZED {
-            " (over HTTP: send it as `Authorization: Bearer <token>`)"
+            " (over HTTP: send it as `Authorization: Bearer <token>`, or log in at /login)"
         } else {
             ""
         };
@@ -150,6 +165,14 @@ async fn query_demand(
     state
         .scheduler
         .call(|reply| SchedulerCommand::Demand { node_labels, reply })
+        .await
+        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))
+}
+
+async fn query_overview(state: &HttpState) -> Result<Overview, Refusal> {
+    state
+        .scheduler
+        .call(|reply| SchedulerCommand::Overview { reply })
         .await
         .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))
 }
@@ -184,90 +207,9 @@ fn parse_node_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
         .collect()
 }
 
-async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
-    if let Err(refused) = authorize(&state, &headers, "metrics") {
-        return refused.into_response();
-    }
-    match query_demand(&state, BTreeMap::new()).await {
-        Ok(demand) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            encode_demand(&demand),
-        )
-            .into_response(),
-        Err(refused) => refused.into_response(),
-    }
-}
-
-type Labels = Vec<(String, String)>;
-
-/// The demand as Prometheus metrics.
-fn encode_demand(demand: &Demand) -> String {
-    let mut registry = Registry::default();
-    let nodes = Family::<Labels, Gauge>::default();
-    let queue = Family::<Labels, Gauge>::default();
-    let running = Family::<Labels, Gauge>::default();
-    let unplaced = Family::<Labels, Gauge>::default();
-    let unplaced_gpus = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    let demand_gpus = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    registry.register("resident_nodes", "Nodes by state", nodes.clone());
-    registry.register(
-        "resident_pool_queue_depth",
-        "Tasks waiting for an actor, per pool",
-        queue.clone(),
-    );
-    registry.register(
-        "resident_pool_running_tasks",
-        "Tasks handed to actors and not answered yet, per pool",
-        running.clone(),
-    );
-    registry.register(
-        "resident_pool_unplaced_actors",
-        "Actors no node can host now, per pool",
-        unplaced.clone(),
-    );
-    registry.register(
-        "resident_pool_unplaced_gpus",
-        "GPUs the unplaced actors ask for, per pool",
-        unplaced_gpus.clone(),
-    );
-    registry.register(
-        "resident_demand_gpus",
-        "GPUs held or wanted by pools with work (the autoscaling signal)",
-        demand_gpus.clone(),
-    );
-    for (state, count) in [
-        ("alive", demand.nodes_alive),
-        ("draining", demand.nodes_draining),
-        ("dead", demand.nodes_dead),
-    ] {
-        nodes
-            .get_or_create(&vec![("state".into(), state.into())])
-            .set(count as i64);
-    }
-    for pool in &demand.pools {
-        let labels = vec![("pool".to_owned(), pool.pool.clone())];
-        queue.get_or_create(&labels).set(pool.queued_tasks as i64);
-        running
-            .get_or_create(&labels)
-            .set(pool.running_tasks as i64);
-        unplaced
-            .get_or_create(&labels)
-            .set(pool.unplaced_actors as i64);
-        unplaced_gpus.get_or_create(&labels).set(pool.unplaced_gpus);
-    }
-    demand_gpus.set(demand.demand_gpus);
-    let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String cannot fail");
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::PoolDemand;
 
     #[test]
     fn node_labels_parse_and_bad_ones_say_what_is_wanted() {
@@ -276,34 +218,5 @@ mod tests {
         assert_eq!(labels["zone"], "a");
         assert!(parse_node_labels("").unwrap().is_empty());
         assert!(parse_node_labels("nope").unwrap_err().contains("key=value"));
-    }
-
-    #[test]
-    fn demand_encodes_as_prometheus_metrics() {
-        let demand = Demand {
-            queued_tasks: 7,
-            demand_gpus: 2.5,
-            nodes_alive: 2,
-            pools: vec![PoolDemand {
-                pool: "embed-x".into(),
-                queued_tasks: 7,
-                unplaced_actors: 1,
-                unplaced_gpus: 0.5,
-                ..PoolDemand::default()
-            }],
-            ..Demand::default()
-        };
-        let text = encode_demand(&demand);
-        assert!(
-            text.contains("resident_pool_queue_depth{pool=\"embed-x\"} 7"),
-            "{text}"
-        );
-        assert!(
-            text.contains("resident_pool_unplaced_gpus{pool=\"embed-x\"} 0.5"),
-            "{text}"
-        );
-        assert!(text.contains("resident_demand_gpus 2.5"), "{text}");
-        assert!(text.contains("resident_nodes{state=\"alive\"} 2"), "{text}");
-        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -1,0 +1,39 @@
+//! GPU utilisation and free VRAM from NVML (`libnvidia-ml`, loaded at run time), which needs
+//! no CUDA context: the reading costs the GPU nothing and works while the actors' models
+//! hold it. A host without the library simply has no readings.
+
+use nvml_wrapper::Nvml;
+use resident_proto::pb;
+
+/// An open NVML handle.
+pub struct NvmlReader(Nvml);
+
+impl NvmlReader {
+    /// Opens NVML (`libnvidia-ml.so.1`, as driver installs and the container toolkit ship
+    /// it, else `libnvidia-ml.so`), or says why not.
+    pub fn open() -> Result<Self, String> {
+        let versioned = Nvml::builder()
+            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+            .init();
+        versioned
+            .or_else(|_| Nvml::init())
+            .map(Self)
+            .map_err(|e| format!("NVML: {e}"))
+    }
+
+    /// Fills each GPU's utilisation and free VRAM where NVML knows the GPU (matched by
+    /// UUID, which CUDA and NVML spell alike); the others keep what they had.
+    pub fn refresh(&self, gpus: &mut [pb::GpuInfo]) {
+        for gpu in gpus.iter_mut().filter(|g| !g.uuid.is_empty()) {
+            let Ok(device) = self.0.device_by_uuid(gpu.uuid.as_str()) else {
+                continue;
+            };
+            if let Ok(rates) = device.utilization_rates() {
+                gpu.utilization_ratio = Some(f64::from(rates.gpu.min(100)) / 100.0);
+            }
+            if let Ok(memory) = device.memory_info() {
+                gpu.free_vram_bytes = memory.free;
+            }
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The web dashboard: a page and its script, built into the binary (no Node build step),
+//! that poll `/v1/overview` once a second; and the login page that turns a token into an
+//! HttpOnly cookie, so a browser can use the dashboard when the cluster wants tokens.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Form, Json, Router};
+use resident_proto::pb;
+use serde::{Deserialize, Serialize};
+
+use super::metrics::state_name;
+use super::{HttpState, authorize, check_token, query_overview};
+use crate::auth::audit;
+use crate::core::Overview;
+use crate::metrics::ClusterEvent;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const LOGIN_HTML: &str = include_str!("assets/login.html");
+const DASHBOARD_JS: &str = include_str!("assets/dashboard.js");
+const DASHBOARD_CSS: &str = include_str!("assets/dashboard.css");
+
+/// The login cookie's name.
+const COOKIE: &str = "resident_token";
+/// Events the overview carries.
+const RECENT_EVENTS: usize = 50;
+
+pub(super) fn routes() -> Router<HttpState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", get(logout))
+        .route("/v1/overview", get(overview))
+        .route(
+            "/assets/dashboard.js",
+            get(|| async { asset("text/javascript; charset=utf-8", DASHBOARD_JS) }),
+        )
+        .route(
+            "/assets/dashboard.css",
+            get(|| async { asset("text/css; charset=utf-8", DASHBOARD_CSS) }),
+        )
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// The token in the login cookie, if the request carries one.
+pub(super) fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+}
+
+async fn index(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if authorize(&state, &headers, "dashboard").is_err() {
+        return Redirect::to("/login").into_response();
+    }
+    Html(INDEX_HTML).into_response()
+}
+
+fn login_form(message: &str) -> Html<String> {
+    Html(LOGIN_HTML.replace("{{message}}", &escape_html(message)))
+}
+
+async fn login_page(State(state): State<HttpState>) -> Html<String> {
+    let message = if state.auth.is_open() {
+        "This cluster runs without tokens: the dashboard is open."
+    } else {
+        ""
+    };
+    login_form(message)
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// Tokens go into the cookie as they are, so they must be cookie-safe (generated ones are).
+fn cookie_safe(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/'))
+}
+
+async fn login(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    if let Err((status, why)) = check_token(&state, Some(token), "login") {
+        return (status, login_form(why.trim())).into_response();
+    }
+    if !cookie_safe(token) {
+        let why = "this token has characters a cookie cannot carry; send it as \
+                   `Authorization: Bearer <token>` instead, or create one with \
+                   `resident token create`";
+        return (StatusCode::BAD_REQUEST, login_form(why)).into_response();
+    }
+    let secure = if state.tls { "; Secure" } else { "" };
+    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let mut response = Redirect::to("/").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+async fn logout() -> Response {
+    let mut response = Redirect::to("/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("resident_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    response
+}
+
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+async fn overview(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Err(refused) = authorize(&state, &headers, "overview") {
+        return refused.into_response();
+    }
+    match query_overview(&state).await {
+        Ok(overview) => {
+            let mut events = state.scheduler.metrics().events.recent(RECENT_EVENTS);
+            events.extend(audit::recent_refusals().recent(RECENT_EVENTS));
+            events.sort_by_key(|e| std::cmp::Reverse(e.unix_ms));
+            events.truncate(RECENT_EVENTS);
+            Json(OverviewView::new(&overview, events)).into_response()
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `/v1/overview`: what the dashboard draws, as JSON.
+#[derive(Debug, Serialize)]
+pub(super) struct OverviewView {
+    pub generated_unix_ms: u64,
+    pub nodes: Vec<NodeView>,
+    pub pools: Vec<PoolView>,
+    pub jobs: Vec<JobView>,
+    pub jobs_by_state: BTreeMap<String, u64>,
+    pub demand_gpus: f64,
+    pub events: Vec<ClusterEvent>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct NodeView {
+    pub node_id: String,
+    pub hostname: String,
+    pub state: &'static str,
+    pub labels: BTreeMap<String, String>,
+    pub cpu_cores: u32,
+    pub ram_bytes: u64,
+    pub last_heartbeat_ms_ago: u64,
+    pub gpus: Vec<GpuView>,
+    /// Actors placed here, by GPU (CPU actors have no GPU).
+    pub actors: Vec<PlacedActorView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct GpuView {
+    pub index: u32,
+    pub name: String,
+    pub total_vram_bytes: u64,
+    pub free_vram_bytes: u64,
+    pub utilization_ratio: Option<f64>,
+    pub simulated: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct PlacedActorView {
+    pub actor_id: String,
+    pub pool: String,
+    pub state: String,
+    pub gpu_indices: Vec<u32>,
+    pub gpu_fraction: f64,
+    pub vram_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct PoolView {
+    pub name: String,
+    pub kind: String,
+    pub replicas: u32,
+    pub ready_actors: u32,
+    pub queued_tasks: u64,
+    pub running_tasks: u64,
+    pub unplaced_reason: String,
+    pub actors: Vec<ActorView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ActorView {
+    pub actor_id: String,
+    pub state: String,
+    pub node_id: String,
+    pub gpu_indices: Vec<u32>,
+    pub model_loads: u64,
+    pub restarts: u32,
+    pub tasks_done: u64,
+    pub in_flight: u32,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct JobView {
+    pub job_id: String,
+    pub name: String,
+    pub pool: String,
+    pub owner: String,
+    pub state: String,
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub queued: u64,
+    pub running: u64,
+    /// The client's total, 0 when it did not say.
+    pub expected_tasks: u64,
+    /// Finished tasks over the expected (else submitted) ones, 0 to 1.
+    pub progress: f64,
+    pub items_done: u64,
+    pub started_unix_ms: u64,
+    pub finished_unix_ms: u64,
+    pub elapsed_seconds: f64,
+    /// Averages since the job started.
+    pub items_per_second: f64,
+    pub tasks_per_second: f64,
+    /// At the average rate; absent when unknown.
+    pub eta_seconds: Option<f64>,
+    pub gpu_seconds: f64,
+    pub cost_usd: f64,
+}
+
+fn actor_state(state: i32) -> String {
+    let state = pb::ActorState::try_from(state).unwrap_or_default();
+    state_name(state.as_str_name(), "ACTOR_STATE_")
+}
+
+impl OverviewView {
+    pub fn new(overview: &Overview, events: Vec<ClusterEvent>) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let actors: Vec<(&str, &pb::ActorInfo)> = overview
+            .pools
+            .iter()
+            .flat_map(|p| {
+                let name = p.spec.as_ref().map_or("", |s| s.name.as_str());
+                p.actors.iter().map(move |a| (name, a))
+            })
+            .collect();
+        let nodes = overview
+            .nodes
+            .iter()
+            .map(|node| NodeView::new(node, &actors))
+            .collect();
+        let pools = overview
+            .pools
+            .iter()
+            .map(|pool| PoolView::new(pool, overview))
+            .collect();
+        Self {
+            generated_unix_ms: now,
+            nodes,
+            pools,
+            jobs: overview.jobs.iter().map(|j| JobView::new(j, now)).collect(),
+            jobs_by_state: overview.jobs_by_state.clone(),
+            demand_gpus: overview.demand.demand_gpus,
+            events,
+        }
+    }
+}
+
+impl NodeView {
+    fn new(node: &pb::NodeInfo, actors: &[(&str, &pb::ActorInfo)]) -> Self {
+        let state = match (node.alive, node.draining) {
+            (false, _) => "dead",
+            (true, true) => "draining",
+            (true, false) => "alive",
+        };
+        Self {
+            node_id: node.node_id.clone(),
+            hostname: node.hostname.clone(),
+            state,
+            labels: node.labels.clone().into_iter().collect(),
+            cpu_cores: node.cpu_cores,
+            ram_bytes: node.ram_bytes,
+            last_heartbeat_ms_ago: node.last_heartbeat_ms_ago,
+            gpus: node
+                .gpus
+                .iter()
+                .map(|g| GpuView {
+                    index: g.index,
+                    name: g.name.clone(),
+                    total_vram_bytes: g.total_vram_bytes,
+                    free_vram_bytes: g.free_vram_bytes,
+                    utilization_ratio: g.utilization_ratio,
+                    simulated: g.simulated,
+                })
+                .collect(),
+            actors: actors
+                .iter()
+                .filter(|(_, a)| a.node_id == node.node_id)
+                .map(|(pool, a)| PlacedActorView {
+                    actor_id: a.actor_id.clone(),
+                    pool: (*pool).to_owned(),
+                    state: actor_state(a.state),
+                    gpu_indices: a.gpu_indices.clone(),
+                    gpu_fraction: a.gpu_fraction,
+                    vram_bytes: a.vram_bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl PoolView {
+    fn new(pool: &pb::PoolStatus, overview: &Overview) -> Self {
+        let spec = pool.spec.clone().unwrap_or_default();
+        let demand = overview.demand.pools.iter().find(|d| d.pool == spec.name);
+        Self {
+            kind: spec.actor_kind.clone(),
+            replicas: spec.replicas,
+            ready_actors: pool.ready_actors,
+            queued_tasks: demand.map_or(0, |d| d.queued_tasks),
+            running_tasks: demand.map_or(0, |d| d.running_tasks),
+            unplaced_reason: pool.unplaced_reason.clone(),
+            actors: pool
+                .actors
+                .iter()
+                .map(|a| ActorView {
+                    actor_id: a.actor_id.clone(),
+                    state: actor_state(a.state),
+                    node_id: a.node_id.clone(),
+                    gpu_indices: a.gpu_indices.clone(),
+                    model_loads: a.model_loads,
+                    restarts: a.restarts,
+                    tasks_done: a.tasks_done,
+                    in_flight: a.in_flight,
+                    error: a.error.clone(),
+                })
+                .collect(),
+            name: spec.name,
+        }
+    }
+}
+
+impl JobView {
+    fn new(job: &pb::JobStatus, now_unix_ms: u64) -> Self {
+        let state = pb::JobState::try_from(job.state).unwrap_or_default();
+        let end = if job.finished_unix_ms > 0 {
+            job.finished_unix_ms
+        } else {
+            now_unix_ms
+        };
+        let elapsed_seconds = end.saturating_sub(job.started_unix_ms) as f64 / 1000.0;
+        let finished = job.succeeded + job.failed + job.cancelled;
+        let total = job.expected_tasks.max(job.submitted);
+        let progress = if total == 0 {
+            0.0
+        } else {
+            (finished as f64 / total as f64).min(1.0)
+        };
+        let rate = |n: u64| {
+            if elapsed_seconds > 0.0 {
+                n as f64 / elapsed_seconds
+            } else {
+                0.0
+            }
+        };
+        let tasks_per_second = rate(job.succeeded + job.failed);
+        let running = state == pb::JobState::Running;
+        let eta_seconds = (running && tasks_per_second > 0.0 && total > 0)
+            .then(|| total.saturating_sub(finished) as f64 / tasks_per_second);
+        Self {
+            job_id: job.job_id.clone(),
+            name: job.name.clone(),
+            pool: job.pool.clone(),
+            owner: job.owner.clone(),
+            state: state_name(state.as_str_name(), "JOB_STATE_"),
+            submitted: job.submitted,
+            succeeded: job.succeeded,
+            failed: job.failed,
+            cancelled: job.cancelled,
+            queued: job.queued,
+            running: job.running,
+            expected_tasks: job.expected_tasks,
+            progress,
+            items_done: job.items_done,
+            started_unix_ms: job.started_unix_ms,
+            finished_unix_ms: job.finished_unix_ms,
+            elapsed_seconds,
+            items_per_second: rate(job.items_done),
+            tasks_per_second,
+            eta_seconds,
+            gpu_seconds: job.gpu_seconds,
+            cost_usd: job.cost_usd,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("theme=dark; resident_token=rtk_abc; x=1"),
+        );
+        assert_eq!(cookie_token(&headers), Some("rtk_abc"));
+        assert_eq!(cookie_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_job_view_has_progress_rate_and_eta() {
+        let job = pb::JobStatus {
+            job_id: "j".into(),
+            state: pb::JobState::Running as i32,
+            submitted: 40,
+            succeeded: 25,
+            expected_tasks: 100,
+            items_done: 2500,
+            started_unix_ms: 1_000_000,
+            ..Default::default()
+        };
+        let view = JobView::new(&job, 1_010_000);
+        assert_eq!(view.state, "running");
+        assert!((view.progress - 0.25).abs() < 1e-9);
+        assert!((view.items_per_second - 250.0).abs() < 1e-9);
+        assert!((view.eta_seconds.unwrap() - 30.0).abs() < 1e-9);
+        let done = pb::JobStatus {
+            state: pb::JobState::Succeeded as i32,
+            finished_unix_ms: 1_005_000,
+            ..job
+        };
+        assert_eq!(JobView::new(&done, 2_000_000).eta_seconds, None);
+        assert!((JobView::new(&done, 2_000_000).elapsed_seconds - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unsafe_tokens_are_not_put_in_cookies_and_html_is_escaped() {
+        assert!(cookie_safe("rtk_0123abcdef"));
+        assert!(!cookie_safe("a;b"));
+        assert!(!cookie_safe(""));
+        assert_eq!(escape_html("<b>&\""), "&lt;b&gt;&amp;&quot;");
+    }
+}

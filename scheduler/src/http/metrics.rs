@@ -1,0 +1,285 @@
+//! `/metrics`: the cluster's state as gauges, read from one [`Overview`] at each scrape,
+//! plus the counters and histograms the loop keeps ([`crate::metrics::SchedulerMetrics`]).
+
+use std::sync::atomic::AtomicU64;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use resident_proto::pb;
+
+use super::{HttpState, authorize, query_overview};
+use crate::core::Overview;
+use crate::metrics::SchedulerMetrics;
+
+pub(super) async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Err(refused) = authorize(&state, &headers, "metrics") {
+        return refused.into_response();
+    }
+    match query_overview(&state).await {
+        Ok(overview) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            encode_metrics(&overview, state.scheduler.metrics()),
+        )
+            .into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+type Labels = Vec<(String, String)>;
+type IntGauges = Family<Labels, Gauge>;
+type FloatGauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+fn labels<const N: usize>(pairs: [(&str, &str); N]) -> Labels {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A gauge family registered under `name`, to be filled.
+fn int_gauges(registry: &mut Registry, name: &str, help: &str) -> IntGauges {
+    let family = IntGauges::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+fn float_gauges(registry: &mut Registry, name: &str, help: &str) -> FloatGauges {
+    let family = FloatGauges::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// The lower-case state name without the enum's prefix (`JOB_STATE_RUNNING` -> `running`).
+pub(super) fn state_name(full: &str, prefix: &str) -> String {
+    full.trim_start_matches(prefix).to_lowercase()
+}
+
+/// The scrape's text: gauges from `overview`, then the loop's counters and histograms.
+pub(super) fn encode_metrics(overview: &Overview, counters: &SchedulerMetrics) -> String {
+    let mut registry = Registry::default();
+    encode_nodes(&mut registry, overview);
+    encode_pools(&mut registry, overview);
+    encode_jobs(&mut registry, overview);
+    counters.register(&mut registry);
+    let mut text = String::new();
+    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
+}
+
+fn encode_nodes(registry: &mut Registry, overview: &Overview) {
+    let nodes = int_gauges(registry, "resident_nodes", "Nodes by state");
+    let vram_total = int_gauges(
+        registry,
+        "resident_gpu_vram_total_bytes",
+        "Each GPU's memory",
+    );
+    let vram_free = int_gauges(
+        registry,
+        "resident_gpu_vram_free_bytes",
+        "Each GPU's free memory, as its agent last reported",
+    );
+    let utilization = float_gauges(
+        registry,
+        "resident_gpu_utilization_ratio",
+        "Each GPU's busy fraction (NVML), where the agent can read it",
+    );
+    let demand = &overview.demand;
+    for (state, count) in [
+        ("alive", demand.nodes_alive),
+        ("draining", demand.nodes_draining),
+        ("dead", demand.nodes_dead),
+    ] {
+        nodes
+            .get_or_create(&labels([("state", state)]))
+            .set(count as i64);
+    }
+    for node in overview.nodes.iter().filter(|n| n.alive) {
+        for gpu in &node.gpus {
+            let index = gpu.index.to_string();
+            let key = labels([
+                ("node", node.node_id.as_str()),
+                ("gpu", index.as_str()),
+                ("name", gpu.name.as_str()),
+            ]);
+            vram_total
+                .get_or_create(&key)
+                .set(gpu.total_vram_bytes as i64);
+            vram_free
+                .get_or_create(&key)
+                .set(gpu.free_vram_bytes as i64);
+            if let Some(ratio) = gpu.utilization_ratio {
+                utilization.get_or_create(&key).set(ratio);
+            }
+        }
+    }
+}
+
+fn encode_pools(registry: &mut Registry, overview: &Overview) {
+    let actors = int_gauges(registry, "resident_actors", "Actors by pool and state");
+    let queue = int_gauges(
+        registry,
+        "resident_pool_queue_depth",
+        "Tasks waiting for an actor, per pool",
+    );
+    let running = int_gauges(
+        registry,
+        "resident_pool_running_tasks",
+        "Tasks handed to actors and not answered yet, per pool",
+    );
+    let unplaced = int_gauges(
+        registry,
+        "resident_pool_unplaced_actors",
+        "Actors no node can host now, per pool",
+    );
+    let unplaced_gpus = float_gauges(
+        registry,
+        "resident_pool_unplaced_gpus",
+        "GPUs the unplaced actors ask for, per pool",
+    );
+    let demand_gpus = Gauge::<f64, AtomicU64>::default();
+    registry.register(
+        "resident_demand_gpus",
+        "GPUs held or wanted by pools with work (the autoscaling signal)",
+        demand_gpus.clone(),
+    );
+    for pool in &overview.pools {
+        let name = pool.spec.as_ref().map_or("", |s| s.name.as_str());
+        for actor in &pool.actors {
+            let state = pb::ActorState::try_from(actor.state).unwrap_or_default();
+            let state = state_name(state.as_str_name(), "ACTOR_STATE_");
+            actors
+                .get_or_create(&labels([("pool", name), ("state", state.as_str())]))
+                .inc();
+        }
+    }
+    for pool in &overview.demand.pools {
+        let key = labels([("pool", pool.pool.as_str())]);
+        queue.get_or_create(&key).set(pool.queued_tasks as i64);
+        running.get_or_create(&key).set(pool.running_tasks as i64);
+        unplaced
+            .get_or_create(&key)
+            .set(pool.unplaced_actors as i64);
+        unplaced_gpus.get_or_create(&key).set(pool.unplaced_gpus);
+    }
+    demand_gpus.set(overview.demand.demand_gpus);
+}
+
+fn encode_jobs(registry: &mut Registry, overview: &Overview) {
+    let jobs = int_gauges(
+        registry,
+        "resident_jobs",
+        "Jobs the scheduler holds, by state",
+    );
+    let job_tasks = int_gauges(
+        registry,
+        "resident_job_tasks",
+        "Per job (running and recent): tasks by state, `expected` being the client's total",
+    );
+    let job_items = int_gauges(
+        registry,
+        "resident_job_items_done",
+        "Per job: documents of succeeded tasks",
+    );
+    let job_cost = float_gauges(
+        registry,
+        "resident_job_cost_usd",
+        "Per job: what the GPUs and cores its pool held cost while it ran",
+    );
+    for (state, count) in &overview.jobs_by_state {
+        jobs.get_or_create(&labels([("state", state.as_str())]))
+            .set(*count as i64);
+    }
+    for job in &overview.jobs {
+        let id = [("job", job.job_id.as_str()), ("pool", job.pool.as_str())];
+        for (state, count) in [
+            ("submitted", job.submitted),
+            ("queued", job.queued),
+            ("running", job.running),
+            ("succeeded", job.succeeded),
+            ("failed", job.failed),
+            ("cancelled", job.cancelled),
+            ("expected", job.expected_tasks),
+        ] {
+            job_tasks
+                .get_or_create(&labels([id[0], id[1], ("state", state)]))
+                .set(count as i64);
+        }
+        job_items
+            .get_or_create(&labels(id))
+            .set(job.items_done as i64);
+        job_cost.get_or_create(&labels(id)).set(job.cost_usd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Demand, PoolDemand};
+    use crate::metrics::TaskOutcomeKind;
+
+    #[test]
+    fn an_overview_encodes_as_prometheus_metrics() {
+        let overview = Overview {
+            nodes: vec![pb::NodeInfo {
+                node_id: "n1".into(),
+                alive: true,
+                gpus: vec![pb::GpuInfo {
+                    index: 0,
+                    name: "NVIDIA A10G".into(),
+                    total_vram_bytes: 24 << 30,
+                    free_vram_bytes: 20 << 30,
+                    utilization_ratio: Some(0.75),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            jobs: vec![pb::JobStatus {
+                job_id: "j1".into(),
+                pool: "embed-x".into(),
+                succeeded: 3,
+                expected_tasks: 10,
+                ..Default::default()
+            }],
+            jobs_by_state: [("running".to_owned(), 1)].into(),
+            demand: Demand {
+                queued_tasks: 7,
+                demand_gpus: 2.5,
+                nodes_alive: 1,
+                pools: vec![PoolDemand {
+                    pool: "embed-x".into(),
+                    queued_tasks: 7,
+                    unplaced_actors: 1,
+                    unplaced_gpus: 0.5,
+                    ..PoolDemand::default()
+                }],
+                ..Demand::default()
+            },
+            ..Overview::default()
+        };
+        let counters = SchedulerMetrics::default();
+        counters.task_ended("embed-x", TaskOutcomeKind::Succeeded);
+        let text = encode_metrics(&overview, &counters);
+        for expected in [
+            "resident_pool_queue_depth{pool=\"embed-x\"} 7",
+            "resident_pool_unplaced_gpus{pool=\"embed-x\"} 0.5",
+            "resident_demand_gpus 2.5",
+            "resident_nodes{state=\"alive\"} 1",
+            "resident_gpu_vram_total_bytes{node=\"n1\",gpu=\"0\",name=\"NVIDIA A10G\"} 25769803776",
+            "resident_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",name=\"NVIDIA A10G\"} 0.75",
+            "resident_jobs{state=\"running\"} 1",
+            "resident_job_tasks{job=\"j1\",pool=\"embed-x\",state=\"expected\"} 10",
+            "resident_tasks_total{pool=\"embed-x\",outcome=\"succeeded\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,272 @@
+//! What the scheduler counts as it runs, for `/metrics` and the dashboard: counters and
+//! histograms the core and the store writer add to (lock-free atomics, shared by clones),
+//! and a short log of recent errors and refusals. Gauges (nodes, actors, queues, jobs) are
+//! not kept here: they are read from the core's state at each scrape (`http::metrics`).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolOutcomeLabels {
+    pub pool: String,
+    pub outcome: String,
+}
+
+/// How a task attempt ended, as `resident_tasks_total{outcome}` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskOutcomeKind {
+    Succeeded,
+    /// Failed for good (the client gets an error).
+    Failed,
+    /// Failed or lost, and goes round again.
+    Retried,
+}
+
+impl TaskOutcomeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Retried => "retried",
+        }
+    }
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn task_duration_histogram() -> Histogram {
+    // 1 ms to about 4.5 minutes: a tiny call up to a long chunk.
+    Histogram::new(exponential_buckets(0.001, 2.0, 19))
+}
+
+/// The scheduler's counters and histograms. Cheap to clone: every field shares its value.
+#[derive(Clone)]
+pub struct SchedulerMetrics {
+    tasks: Family<PoolOutcomeLabels, Counter>,
+    task_duration: HistogramFamily<PoolLabel>,
+    model_loads: Family<PoolLabel, Counter>,
+    loop_lag: Histogram,
+    store_write: Histogram,
+    store_write_errors: Counter,
+    pub events: EventLog,
+}
+
+impl Default for SchedulerMetrics {
+    fn default() -> Self {
+        Self {
+            tasks: Family::default(),
+            task_duration: Family::new_with_constructor(task_duration_histogram),
+            model_loads: Family::default(),
+            // 100 µs to about 6.5 s.
+            loop_lag: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
+            store_write: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
+            store_write_errors: Counter::default(),
+            events: EventLog::default(),
+        }
+    }
+}
+
+impl SchedulerMetrics {
+    pub fn task_ended(&self, pool: &str, outcome: TaskOutcomeKind) {
+        self.tasks
+            .get_or_create(&PoolOutcomeLabels {
+                pool: pool.to_owned(),
+                outcome: outcome.name().to_owned(),
+            })
+            .inc();
+    }
+
+    /// How long an actor ran one attempt (as the agent measured it).
+    pub fn task_ran(&self, pool: &str, run: Duration) {
+        self.task_duration
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .observe(run.as_secs_f64());
+    }
+
+    pub fn models_loaded(&self, pool: &str, loads: u64) {
+        if loads > 0 {
+            self.model_loads
+                .get_or_create(&PoolLabel {
+                    pool: pool.to_owned(),
+                })
+                .inc_by(loads);
+        }
+    }
+
+    /// How late the loop's periodic tick ran: the loop was busy that long.
+    pub fn loop_lag(&self, lag: Duration) {
+        self.loop_lag.observe(lag.as_secs_f64());
+    }
+
+    /// One batch written to the state store.
+    pub fn store_write(&self, took: Duration, ok: bool) {
+        self.store_write.observe(took.as_secs_f64());
+        if !ok {
+            self.store_write_errors.inc();
+        }
+    }
+
+    /// The succeeded count of a pool so far (for tests and the dashboard).
+    pub fn tasks_of(&self, pool: &str, outcome: TaskOutcomeKind) -> u64 {
+        self.tasks
+            .get_or_create(&PoolOutcomeLabels {
+                pool: pool.to_owned(),
+                outcome: outcome.name().to_owned(),
+            })
+            .get()
+    }
+
+    /// Adds every counter and histogram to a registry being built for one scrape.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "resident_tasks",
+            "Task attempts by how they ended: succeeded, failed (for good) or retried",
+            self.tasks.clone(),
+        );
+        registry.register(
+            "resident_task_duration_seconds",
+            "Time an actor spent on one task attempt",
+            self.task_duration.clone(),
+        );
+        registry.register(
+            "resident_model_loads",
+            "Model loads by actors of each pool",
+            self.model_loads.clone(),
+        );
+        registry.register(
+            "resident_scheduler_loop_lag_seconds",
+            "How late the scheduler loop's periodic tick ran (time spent busy)",
+            self.loop_lag.clone(),
+        );
+        registry.register(
+            "resident_store_write_seconds",
+            "Time to write one batch to the state store",
+            self.store_write.clone(),
+        );
+        registry.register(
+            "resident_store_write_errors",
+            "State store batches that failed to write",
+            self.store_write_errors.clone(),
+        );
+    }
+}
+
+/// One error or refusal worth showing an operator.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClusterEvent {
+    pub unix_ms: u64,
+    /// What it is about: `node`, `actor`, `pool`, `task`, `job` or `auth`.
+    pub subject: String,
+    /// Which one (a node id, pool name, job id; empty when none).
+    pub name: String,
+    pub message: String,
+}
+
+/// The most recent events, newest last, at most [`EventLog::CAPACITY`].
+#[derive(Clone, Default)]
+pub struct EventLog(Arc<Mutex<VecDeque<ClusterEvent>>>);
+
+impl EventLog {
+    pub const CAPACITY: usize = 200;
+
+    pub fn record(&self, subject: &str, name: &str, message: impl Into<String>) {
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let event = ClusterEvent {
+            unix_ms,
+            subject: subject.to_owned(),
+            name: name.to_owned(),
+            message: message.into(),
+        };
+        let mut events = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // The same thing said again (an actor that keeps failing to place) counts once.
+        if events.back().is_some_and(|last| {
+            last.subject == event.subject
+                && last.name == event.name
+                && last.message == event.message
+        }) {
+            events.pop_back();
+        }
+        events.push_back(event);
+        while events.len() > Self::CAPACITY {
+            events.pop_front();
+        }
+    }
+
+    /// The newest `limit` events, newest first.
+    pub fn recent(&self, limit: usize) -> Vec<ClusterEvent> {
+        let events = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        events.iter().rev().take(limit).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn counters_encode_with_prometheus_names() {
+        let metrics = SchedulerMetrics::default();
+        metrics.task_ended("emb", TaskOutcomeKind::Succeeded);
+        metrics.task_ended("emb", TaskOutcomeKind::Succeeded);
+        metrics.task_ended("emb", TaskOutcomeKind::Retried);
+        metrics.task_ran("emb", Duration::from_millis(30));
+        metrics.models_loaded("emb", 2);
+        metrics.models_loaded("emb", 0);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("resident_tasks_total{pool=\"emb\",outcome=\"succeeded\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("resident_tasks_total{pool=\"emb\",outcome=\"retried\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("resident_model_loads_total{pool=\"emb\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("resident_task_duration_seconds_count{pool=\"emb\"} 1"),
+            "{text}"
+        );
+        assert_eq!(metrics.tasks_of("emb", TaskOutcomeKind::Succeeded), 2);
+    }
+
+    #[test]
+    fn the_event_log_keeps_the_newest_and_folds_repeats() {
+        let log = EventLog::default();
+        for i in 0..EventLog::CAPACITY + 10 {
+            log.record("task", "j", format!("error {i}"));
+        }
+        log.record("pool", "p", "cannot place");
+        log.record("pool", "p", "cannot place");
+        let recent = log.recent(3);
+        assert_eq!(recent[0].message, "cannot place");
+        assert_eq!(
+            recent[1].message,
+            format!("error {}", EventLog::CAPACITY + 9)
+        );
+        assert_eq!(log.recent(usize::MAX).len(), EventLog::CAPACITY);
+    }
+}
