@@ -25,6 +25,9 @@ const DASHBOARD_CSS: &str = include_str!("assets/dashboard.css");
 
 /// The login cookie's name.
 const COOKIE: &str = "resident_token";
+/// How long a login lasts (a working day and then some); the token itself may be revoked
+/// sooner, which ends it at once.
+const LOGIN_SECONDS: u64 = 12 * 3600;
 /// Events the overview carries.
 const RECENT_EVENTS: usize = 50;
 
@@ -105,7 +108,9 @@ async fn login(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> R
         return (StatusCode::BAD_REQUEST, login_form(why)).into_response();
     }
     let secure = if state.tls { "; Secure" } else { "" };
-    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let cookie = format!(
+        "{COOKIE}={token}; Path=/; Max-Age={LOGIN_SECONDS}; HttpOnly; SameSite=Strict{secure}"
+    );
     let mut response = Redirect::to("/").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);

@@ -17,6 +17,7 @@ mod embed_job;
 mod embed_s3;
 mod in_process_cluster;
 mod model_delivery;
+mod observability;
 mod process_faults;
 mod readme_sdk;
 mod scheduler_restart;

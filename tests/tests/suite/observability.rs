@@ -1,0 +1,350 @@
+//! Seeing a running cluster, with TLS and tokens on, against a scheduler process and two
+//! agent processes: `/metrics` scraped during and after a job agrees with what the client
+//! got and with `status`; the dashboard, in a real headless Chromium, shows both nodes and
+//! the job's progress rising, behind its login page.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{Bytes, Cluster, PoolSpec};
+use resident_tests::secure::SecureSetup;
+use resident_tests::{Proc, free_port, https_get, init_logging, wait_until};
+
+/// A secure scheduler with its HTTP port, and two agents (`node-a`: two T4s, `node-b`: one
+/// A10G), with an admin client connected.
+struct ObservedCluster {
+    setup: SecureSetup,
+    http: String,
+    client: Cluster,
+    _procs: Vec<Proc>,
+}
+
+impl ObservedCluster {
+    async fn start() -> Self {
+        let setup = SecureSetup::new(&[("ops", "admin"), ("viewer", "read"), ("node", "agent")]);
+        let http_port = free_port();
+        let (scheduler, url) = setup.spawn_scheduler_with(&[
+            "--http-listen".into(),
+            format!("127.0.0.1:{http_port}").into(),
+        ]);
+        let mut procs = vec![scheduler];
+        for (node, gpus) in [("node-a", "T4:16GiB x2"), ("node-b", "A10G:24GiB")] {
+            procs.push(setup.spawn_agent(
+                &url,
+                node,
+                gpus,
+                Some("node"),
+                &[],
+                std::process::Stdio::inherit(),
+            ));
+        }
+        let client = setup.connect_as(&url, "ops").await.unwrap();
+        client
+            .wait_for_nodes(2, Duration::from_secs(15))
+            .await
+            .unwrap();
+        Self {
+            http: format!("https://127.0.0.1:{http_port}"),
+            setup,
+            client,
+            _procs: procs,
+        }
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        https_get(&format!("{}{path}", self.http), &self.setup.ca(), token)
+    }
+
+    /// The scrape as `name{labels}` -> value.
+    fn scrape(&self) -> BTreeMap<String, f64> {
+        let (status, body) = self.get("/metrics", Some(self.setup.token("viewer")));
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .filter(|line| !line.starts_with('#') && !line.is_empty())
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                Some((series.to_owned(), value.parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+fn series(metrics: &BTreeMap<String, f64>, name: &str) -> f64 {
+    metrics.get(name).copied().unwrap_or(0.0)
+}
+
+fn matching<'a>(
+    metrics: &'a BTreeMap<String, f64>,
+    prefix: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a f64)> + 'a {
+    metrics.iter().filter(move |(k, _)| k.starts_with(prefix))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_the_client_got_and_match_status() {
+    init_logging();
+    let cluster = ObservedCluster::start().await;
+    let (status, body) = cluster.get("/metrics", None);
+    assert_eq!(status, 401, "no token, no metrics: {body}");
+
+    let pool = cluster
+        .client
+        .create_pool(
+            PoolSpec::new("work", "echo")
+                .replicas(3)
+                .gpus(0.5)
+                .vram_gib(1.0)
+                .config_json(&serde_json::json!({"delay_ms": 30, "fail_prefix": "FAIL"})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(20)).await.unwrap();
+    // 60 tasks, two of which fail on every attempt (3 by default: 2 retries each).
+    let inputs: Vec<Bytes> = (0..60)
+        .map(|i| match i {
+            7 | 41 => Bytes::from(format!("FAIL {i}")),
+            _ => Bytes::from(format!("doc {i}")),
+        })
+        .collect();
+    let mut job = pool
+        .submit("observed", futures::stream::iter(inputs))
+        .await
+        .unwrap();
+    let (mut ok, mut failed) = (0u64, 0u64);
+    let mut scraped_during = false;
+    while let Some(output) = job.next().await {
+        match output.unwrap().output {
+            Ok(_) => ok += 1,
+            Err(_) => failed += 1,
+        }
+        if ok == 20 {
+            // Mid-job: the count of succeeded tasks never runs ahead of what was delivered
+            // (a result is counted as it is sent), and the job's per-job series exist.
+            let during = cluster.scrape();
+            let counted = series(
+                &during,
+                "resident_tasks_total{pool=\"work\",outcome=\"succeeded\"}",
+            );
+            assert!(counted >= 20.0, "{counted}");
+            assert!(
+                matching(&during, "resident_job_tasks{job=\"")
+                    .any(|(k, _)| k.contains("state=\"running\"")),
+                "per-job series during the job"
+            );
+            assert_eq!(
+                series(&during, "resident_jobs{state=\"running\"}"),
+                1.0,
+                "{during:?}"
+            );
+            scraped_during = true;
+        }
+    }
+    assert!(scraped_during);
+    assert_eq!((ok, failed), (58, 2));
+
+    let after = cluster.scrape();
+    assert_eq!(
+        series(
+            &after,
+            "resident_tasks_total{pool=\"work\",outcome=\"succeeded\"}"
+        ),
+        ok as f64,
+        "succeeded = the results the client got"
+    );
+    assert_eq!(
+        series(
+            &after,
+            "resident_tasks_total{pool=\"work\",outcome=\"failed\"}"
+        ),
+        failed as f64
+    );
+    assert_eq!(
+        series(
+            &after,
+            "resident_tasks_total{pool=\"work\",outcome=\"retried\"}"
+        ),
+        4.0,
+        "each failing task was retried twice"
+    );
+    let attempts = series(
+        &after,
+        "resident_task_duration_seconds_count{pool=\"work\"}",
+    );
+    assert_eq!(attempts, 58.0 + 6.0, "one observation per attempt");
+    // Every GPU has its VRAM series; the actors' holdings are visible as used VRAM.
+    let totals: Vec<_> = matching(&after, "resident_gpu_vram_total_bytes{").collect();
+    assert_eq!(totals.len(), 3, "{totals:?}");
+    for (gpu, _) in &totals {
+        let free = gpu.replace("_total_bytes", "_free_bytes");
+        assert!(after.contains_key(&free), "{free} in {after:?}");
+    }
+    assert_eq!(series(&after, "resident_nodes{state=\"alive\"}"), 2.0);
+    assert_eq!(
+        series(&after, "resident_actors{pool=\"work\",state=\"ready\"}"),
+        3.0
+    );
+    assert_eq!(series(&after, "resident_jobs{state=\"failed\"}"), 1.0);
+    assert_eq!(
+        series(&after, "resident_pool_queue_depth{pool=\"work\"}"),
+        0.0
+    );
+    assert!(series(&after, "resident_scheduler_loop_lag_seconds_count") > 0.0);
+    assert!(series(&after, "resident_store_write_seconds_count") > 0.0);
+    // Model loads match what `status` says.
+    let status = pool.status().await.unwrap();
+    let loads: u64 = status.actors.iter().map(|a| a.model_loads).sum();
+    assert_eq!(loads, 3);
+    assert_eq!(
+        series(&after, "resident_model_loads_total{pool=\"work\"}"),
+        loads as f64
+    );
+    // The job's own series: 60 tasks, 58 documents done; and the failures are in the
+    // dashboard's recent errors, with their reason.
+    let job_id = job.job_id.to_string();
+    let key = |state: &str| {
+        format!("resident_job_tasks{{job=\"{job_id}\",pool=\"work\",state=\"{state}\"}}")
+    };
+    assert_eq!(series(&after, &key("submitted")), 60.0);
+    assert_eq!(series(&after, &key("succeeded")), 58.0);
+    let (code, overview) = cluster.get("/v1/overview", Some(cluster.setup.token("viewer")));
+    assert_eq!(code, 200, "{overview}");
+    let overview: serde_json::Value = serde_json::from_str(&overview).unwrap();
+    let events = overview["events"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e["subject"] == "task"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("failed after 3 attempts")),
+        "{events:?}"
+    );
+    let job_view = overview["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job_id"] == job_id.as_str())
+        .unwrap();
+    assert_eq!(job_view["state"], "failed");
+    assert_eq!(job_view["items_done"], 58);
+    assert!(job_view["cost_usd"].as_f64().unwrap() > 0.0, "{job_view}");
+}
+
+/// The page as Chromium renders it after running its scripts for `budget_ms` of virtual
+/// time, in a profile kept in `profile` (so the login cookie carries over).
+fn render(url: &str, profile: &Path, budget_ms: u32) -> String {
+    let output = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--ignore-certificate-errors",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={budget_ms}"))
+        .args(["--dump-dom", url])
+        .output()
+        .expect("chromium is not installed: run scripts/install-browser.sh");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The progress (percent) the page shows for the job.
+fn progress_shown(page: &str, job_id: &str) -> f64 {
+    let row = page
+        .split(&format!("data-job=\"{job_id}\""))
+        .nth(1)
+        .unwrap_or_else(|| panic!("job {job_id} is not on the page:\n{page}"));
+    let value = row
+        .split("aria-valuenow=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a progress bar");
+    value.parse().expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_both_nodes_and_a_job_progressing_in_a_browser() {
+    init_logging();
+    let cluster = ObservedCluster::start().await;
+    let pool = cluster
+        .client
+        .create_pool(
+            PoolSpec::new("slow", "echo")
+                .replicas(2)
+                .gpus(1.0)
+                .vram_gib(2.0)
+                .config_json(&serde_json::json!({"delay_ms": 100})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let inputs = futures::stream::iter((0..400).map(|i| Bytes::from(format!("doc {i}"))));
+    let mut job = pool.submit("browsed", inputs).await.unwrap();
+    let job_id = job.job_id.to_string();
+    let drain = tokio::spawn(async move {
+        let mut results = 0;
+        while let Some(result) = job.next().await {
+            result.unwrap();
+            results += 1;
+        }
+        results
+    });
+    wait_until("some tasks done", Duration::from_secs(20), || async {
+        let status = cluster
+            .client
+            .job_status(&resident_sdk::JobId::new(job_id.clone()))
+            .await
+            .ok()?;
+        (status.succeeded >= 10).then_some(())
+    })
+    .await;
+
+    let profile = tempfile::tempdir().unwrap();
+    // Without a login, the dashboard sends the browser to the login page.
+    let page = render(&format!("{}/", cluster.http), profile.path(), 2000);
+    assert!(page.contains("id=\"login\""), "{page}");
+    assert!(!page.contains("data-node="), "{page}");
+    // A wrong token is refused, with what to do.
+    let page = render(
+        &format!("{}/login#token=rtk_wrong", cluster.http),
+        profile.path(),
+        3000,
+    );
+    assert!(page.contains("not known to this cluster"), "{page}");
+    // The login link (token in the fragment, never sent in a URL) logs in and shows the
+    // dashboard: both nodes, their GPUs, the pool's actors, and the job.
+    let login = format!(
+        "{}/login#token={}",
+        cluster.http,
+        cluster.setup.token("viewer")
+    );
+    let first = render(&login, profile.path(), 3000);
+    for expected in [
+        "data-node=\"node-a\"",
+        "data-node=\"node-b\"",
+        "GPU 1: T4 (simulated)",
+        "GPU 0: A10G (simulated)",
+        "data-pool=\"slow\"",
+        "2 nodes alive",
+    ] {
+        assert!(first.contains(expected), "{expected} missing from\n{first}");
+    }
+    let before = progress_shown(&first, &job_id);
+    // The cookie set by the login keeps the browser in; the progress has risen.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = render(&format!("{}/", cluster.http), profile.path(), 3000);
+    let after = progress_shown(&later, &job_id);
+    assert!(
+        after > before && before > 0.0,
+        "progress rose: {before}% then {after}%"
+    );
+    assert_eq!(drain.await.unwrap(), 400);
+}
