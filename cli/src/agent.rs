@@ -79,6 +79,16 @@ pub struct AgentArgs {
     /// come from the standard AWS chain (environment, profile, instance or pod role).
     #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
+    /// Serve this agent's own `/metrics` (its actors' busy time, documents, tokens and batch
+    /// sizes; its GPUs' VRAM and utilisation) and `/healthz` here, in plaintext. Loopback
+    /// only unless --http-insecure: the scheduler's `/metrics`, behind TLS and tokens,
+    /// carries the same figures for every agent.
+    #[arg(long, env = "RESIDENT_HTTP_LISTEN")]
+    http_listen: Option<std::net::SocketAddr>,
+    /// Let --http-listen bind beyond loopback (a trusted node network, such as a node-local
+    /// collector scraping the pod IP).
+    #[arg(long, env = "RESIDENT_HTTP_INSECURE")]
+    http_insecure: bool,
 }
 
 /// The labels of `--labels-file`, overridden by `--labels`.
@@ -134,6 +144,27 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     tracing::info!(?model_roots, ?data_roots, "agent file roots");
     config.roots = FileRoots::restricted(&model_roots, &data_roots);
     let cancel = crate::shutdown_token();
+    if let Some(addr) = args.http_listen {
+        if !addr.ip().is_loopback() && !args.http_insecure {
+            anyhow::bail!(
+                "refusing to serve --http-listen {addr} beyond loopback in plaintext; bind \
+                 127.0.0.1, pass --http-insecure on a node network you trust, or scrape the \
+                 scheduler's /metrics (TLS and tokens), which carries this agent's figures"
+            );
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on --http-listen {addr}"))?;
+        let (observer, cancel) = (config.observer.clone(), cancel.clone());
+        tokio::spawn(async move {
+            if let Err(error) =
+                resident_node_agent::observe::serve_metrics(listener, observer, cancel).await
+            {
+                tracing::error!(%error, "agent HTTP port stopped");
+            }
+        });
+        tracing::info!(%addr, "agent HTTP port: /metrics, /healthz");
+    }
     if let Some(addr) = &args.health_listen {
         crate::health::serve_health_on(addr, config.health.clone(), cancel.clone()).await?;
     }

@@ -5,6 +5,7 @@ pub mod error;
 pub mod gpu;
 pub mod host;
 pub mod model_cache;
+pub mod observe;
 pub mod session;
 
 pub use error::{AgentError, BackendError};

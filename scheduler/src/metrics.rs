@@ -4,6 +4,7 @@
 //! not kept here: they are read from the core's state at each scrape (`http::metrics`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,9 +15,18 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use crate::core::ActorWork;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabel {
     pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActorLabels {
+    pub pool: String,
+    pub actor: String,
+    pub node: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,6 +57,11 @@ impl TaskOutcomeKind {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+fn task_items_histogram() -> Histogram {
+    // 1 to 8192 documents per task.
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
 fn task_duration_histogram() -> Histogram {
     // 1 ms to about 4.5 minutes: a tiny call up to a long chunk.
     Histogram::new(exponential_buckets(0.001, 2.0, 19))
@@ -58,6 +73,10 @@ pub struct SchedulerMetrics {
     tasks: Family<PoolOutcomeLabels, Counter>,
     task_duration: HistogramFamily<PoolLabel>,
     model_loads: Family<PoolLabel, Counter>,
+    task_items: HistogramFamily<PoolLabel>,
+    actor_busy: Family<ActorLabels, Counter<f64, AtomicU64>>,
+    actor_items: Family<ActorLabels, Counter>,
+    actor_tokens: Family<ActorLabels, Counter>,
     loop_lag: Histogram,
     store_write: Histogram,
     store_write_errors: Counter,
@@ -70,6 +89,10 @@ impl Default for SchedulerMetrics {
             tasks: Family::default(),
             task_duration: Family::new_with_constructor(task_duration_histogram),
             model_loads: Family::default(),
+            task_items: Family::new_with_constructor(task_items_histogram),
+            actor_busy: Family::default(),
+            actor_items: Family::default(),
+            actor_tokens: Family::default(),
             // 100 µs to about 6.5 s.
             loop_lag: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             store_write: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
@@ -106,6 +129,32 @@ impl SchedulerMetrics {
                 })
                 .inc_by(loads);
         }
+    }
+
+    /// A task succeeded with this many items (documents): the batch sizes actors see.
+    pub fn task_items(&self, pool: &str, items: u32) {
+        self.task_items
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .observe(f64::from(items));
+    }
+
+    /// Work an actor reported since its last report.
+    pub fn actor_worked(&self, pool: &str, actor: &str, node: &str, work: ActorWork) {
+        if work == ActorWork::default() {
+            return;
+        }
+        let labels = ActorLabels {
+            pool: pool.to_owned(),
+            actor: actor.to_owned(),
+            node: node.to_owned(),
+        };
+        self.actor_busy
+            .get_or_create(&labels)
+            .inc_by(work.busy_micros as f64 / 1e6);
+        self.actor_items.get_or_create(&labels).inc_by(work.items);
+        self.actor_tokens.get_or_create(&labels).inc_by(work.tokens);
     }
 
     /// How late the loop's periodic tick ran: the loop was busy that long.
@@ -147,6 +196,26 @@ impl SchedulerMetrics {
             "resident_model_loads",
             "Model loads by actors of each pool",
             self.model_loads.clone(),
+        );
+        registry.register(
+            "resident_task_items",
+            "Items (documents) per succeeded task: the batch sizes actors run",
+            self.task_items.clone(),
+        );
+        registry.register(
+            "resident_actor_busy_seconds",
+            "Time each actor spent running tasks; its rate() is the actor's busy ratio",
+            self.actor_busy.clone(),
+        );
+        registry.register(
+            "resident_actor_items",
+            "Items (documents) each actor processed; rate() is its docs/s",
+            self.actor_items.clone(),
+        );
+        registry.register(
+            "resident_actor_tokens",
+            "Tokens each actor's model ran over; rate() is its tokens/s",
+            self.actor_tokens.clone(),
         );
         registry.register(
             "resident_scheduler_loop_lag_seconds",

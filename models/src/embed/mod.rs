@@ -77,6 +77,18 @@ pub struct TokenizedChunk {
     tokenize_micros: u64,
 }
 
+impl TokenizedChunk {
+    /// Documents in the chunk.
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Tokens over all its documents (after truncation).
+    pub fn tokens(&self) -> usize {
+        self.ids.iter().map(Vec::len).sum()
+    }
+}
+
 /// Decodes and tokenises a payload. Cheap to share: the actor host runs it on a helper
 /// thread, ahead of the model working on the previous chunk.
 pub struct TextPreparer {

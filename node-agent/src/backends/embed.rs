@@ -11,7 +11,7 @@ use resident_models::device::select_device;
 use resident_models::embed::{EmbedConfig, Embedder, TokenizedChunk};
 use resident_proto::pb;
 
-use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
+use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer, TaskSize};
 use crate::model_cache::ModelCache;
 
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
@@ -20,12 +20,19 @@ pub struct EmbedKind;
 
 struct EmbedActor {
     embedder: Embedder,
+    /// The size of the last chunk embedded.
+    last_size: Option<TaskSize>,
     /// Fetches `s3://` sweep datasets for the `trial` method.
     models: Arc<ModelCache>,
 }
 
 impl ModelBackend for EmbedActor {
+    fn last_task_size(&self) -> Option<TaskSize> {
+        self.last_size
+    }
+
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
+        self.last_size = None;
         Ok(self.embedder.embed_payload(payload)?)
     }
 
@@ -64,6 +71,10 @@ impl ModelBackend for EmbedActor {
         let chunk = prepared
             .downcast::<TokenizedChunk>()
             .map_err(|_| BackendError::Task("prepared chunk of the wrong type".into()))?;
+        self.last_size = Some(TaskSize {
+            items: chunk.rows() as u64,
+            tokens: chunk.tokens() as u64,
+        });
         Ok(self.embedder.embed_prepared(*chunk)?)
     }
 
@@ -86,6 +97,7 @@ impl ActorKind for EmbedKind {
         Ok(Box::new(EmbedActor {
             embedder: Embedder::load(&config, device, context.roots.clone())?,
             models: context.models.clone(),
+            last_size: None,
         }))
     }
 }

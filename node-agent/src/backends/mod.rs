@@ -73,7 +73,21 @@ pub type Prepared = Box<dyn std::any::Any + Send>;
 pub type Preparer = Arc<dyn Fn(&[u8]) -> Result<Prepared, BackendError> + Send + Sync>;
 
 /// A loaded model owned by one actor thread.
+/// What one task amounted to, for metrics (batch sizes, tokens/s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskSize {
+    /// Documents (rows) in the task.
+    pub items: u64,
+    /// Tokens the model ran over.
+    pub tokens: u64,
+}
+
 pub trait ModelBackend: Send {
+    /// The size of the task just run, where the kind can tell (embedders: rows and tokens).
+    fn last_task_size(&self) -> Option<TaskSize> {
+        None
+    }
+
     /// Handles one task of the kind's default method. Runs on the actor's thread; may block.
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError>;
 

@@ -31,6 +31,9 @@ pub struct ActorHealth {
     pub model_loads: u64,
     pub vram_bytes: u64,
     pub tasks_done: u64,
+    pub busy_micros: u64,
+    pub items_done: u64,
+    pub tokens_done: u64,
 }
 
 impl ActorHealth {
@@ -41,6 +44,9 @@ impl ActorHealth {
             model_loads: 0,
             vram_bytes: 0,
             tasks_done: 0,
+            busy_micros: 0,
+            items_done: 0,
+            tokens_done: 0,
         }
     }
 
@@ -58,6 +64,9 @@ impl ActorHealth {
             model_loads: self.model_loads,
             vram_bytes: self.vram_bytes,
             tasks_done: self.tasks_done,
+            busy_micros: self.busy_micros,
+            items_done: self.items_done,
+            tokens_done: self.tokens_done,
         }
     }
 }
@@ -275,7 +284,13 @@ pub(super) fn run_actor_thread(
             permanent,
             key: task.key,
         };
-        health.send_modify(|h| h.tasks_done += 1);
+        let size = backend.last_task_size().unwrap_or_default();
+        health.send_modify(|h| {
+            h.tasks_done += 1;
+            h.busy_micros += outcome.run_micros;
+            h.items_done += size.items;
+            h.tokens_done += size.tokens;
+        });
         if outbound
             .send(pb::AgentMessage {
                 body: Some(pb::agent_message::Body::TaskOutcome(outcome)),

@@ -277,6 +277,21 @@ impl ActorHost {
             .collect()
     }
 
+    /// `reports` with each actor's pool, for the agent's metrics.
+    pub fn observed(&self, reports: &[pb::ActorReport]) -> Vec<crate::observe::ObservedActor> {
+        reports
+            .iter()
+            .map(|report| crate::observe::ObservedActor {
+                pool: self
+                    .actors
+                    .get(&ActorId::new(report.actor_id.clone()))
+                    .map(|slot| slot.start.pool.clone())
+                    .unwrap_or_default(),
+                report: report.clone(),
+            })
+            .collect()
+    }
+
     /// VRAM the hosted actors reserved on GPU `index` (used for simulated GPUs' free VRAM).
     pub fn reserved_vram(&self, index: u32) -> u64 {
         self.actors

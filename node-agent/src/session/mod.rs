@@ -52,6 +52,8 @@ pub struct AgentConfig {
     pub drain_timeout: Duration,
     /// `grpc.health.v1` statuses: [`AGENT_HEALTH_SERVICE`] is SERVING while registered.
     pub health: HealthReporter,
+    /// Each heartbeat's figures, for the agent's own `/metrics`.
+    pub observer: crate::observe::AgentObserver,
 }
 
 /// Actors stay loaded this long without a scheduler (a restart, a network cut).
@@ -78,6 +80,7 @@ impl AgentConfig {
             actor_grace: DEFAULT_ACTOR_GRACE,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             health: HealthReporter::new(),
+            observer: Default::default(),
         }
     }
 
@@ -338,7 +341,11 @@ async fn run_session(
                 }
             }
             _ = heartbeat.tick() => {
-                let _ = outbound.send(heartbeat_message(host, probe));
+                let message = heartbeat_message(host, probe);
+                if let Some(pb::agent_message::Body::Heartbeat(beat)) = &message.body {
+                    config.observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
+                }
+                let _ = outbound.send(message);
             }
             _ = cancel.cancelled(), if !draining => {
                 let in_hand = host.tasks_in_hand();

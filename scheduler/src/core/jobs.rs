@@ -532,6 +532,7 @@ impl Core {
         match &result {
             Ok(_) => {
                 job.status.items_done += u64::from(task.items);
+                self.metrics.task_items(task.pool.as_str(), task.items);
                 self.metrics
                     .task_ended(task.pool.as_str(), TaskOutcomeKind::Succeeded);
             }

@@ -356,6 +356,15 @@ impl Core {
         self.metrics
             .models_loaded(actor.pool.as_str(), loads.saturating_sub(actor.model_loads));
         actor.model_loads = loads;
+        let work = super::records::ActorWork::of(&report);
+        let added = actor.reported_work.added_by(work);
+        actor.reported_work = work;
+        self.metrics.actor_worked(
+            actor.pool.as_str(),
+            actor_id.as_str(),
+            node_id.as_str(),
+            added,
+        );
         actor.vram_bytes = report.vram_bytes;
         match reported {
             pb::ActorState::Ready if actor.state == ActorState::Starting => {

@@ -186,6 +186,7 @@ impl Core {
             vram_bytes: 0,
             error: String::new(),
             unplaced_reason: String::new(),
+            reported_work: Default::default(),
         };
         self.next_actor_order += 1;
         self.actors.insert(id, actor);
@@ -331,6 +332,7 @@ impl Core {
         let actor = self.actors.get_mut(id).expect("exists");
         actor.incarnation += 1;
         actor.loads_before_this_start = actor.model_loads;
+        actor.reported_work = Default::default();
         actor.unplaced_reason.clear();
         actor.assignment = Some(assignment.clone());
         let pool = &self.pools[&actor.pool];

@@ -18,6 +18,8 @@ use resident_tests::{Proc, free_port, https_get, init_logging, wait_until};
 struct ObservedCluster {
     setup: SecureSetup,
     http: String,
+    /// `node-a`'s own HTTP port (loopback, plaintext).
+    agent_http: std::net::SocketAddr,
     client: Cluster,
     _procs: Vec<Proc>,
 }
@@ -31,13 +33,21 @@ impl ObservedCluster {
             format!("127.0.0.1:{http_port}").into(),
         ]);
         let mut procs = vec![scheduler];
-        for (node, gpus) in [("node-a", "T4:16GiB x2"), ("node-b", "A10G:24GiB")] {
+        let agent_http: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        for (node, gpus, extra) in [
+            (
+                "node-a",
+                "T4:16GiB x2",
+                vec!["--http-listen".into(), agent_http.to_string().into()],
+            ),
+            ("node-b", "A10G:24GiB", vec![]),
+        ] {
             procs.push(setup.spawn_agent(
                 &url,
                 node,
                 gpus,
                 Some("node"),
-                &[],
+                &extra,
                 std::process::Stdio::inherit(),
             ));
         }
@@ -48,6 +58,7 @@ impl ObservedCluster {
             .unwrap();
         Self {
             http: format!("https://127.0.0.1:{http_port}"),
+            agent_http,
             setup,
             client,
             _procs: procs,
@@ -62,14 +73,33 @@ impl ObservedCluster {
     fn scrape(&self) -> BTreeMap<String, f64> {
         let (status, body) = self.get("/metrics", Some(self.setup.token("viewer")));
         assert_eq!(status, 200, "{body}");
-        body.lines()
-            .filter(|line| !line.starts_with('#') && !line.is_empty())
-            .filter_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                Some((series.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+        parse_metrics(&body)
     }
+}
+
+/// A plain HTTP/1.0 GET: the body of a 200 answer.
+fn plain_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
 }
 
 fn series(metrics: &BTreeMap<String, f64>, name: &str) -> f64 {
@@ -230,6 +260,30 @@ async fn metrics_count_what_the_client_got_and_match_status() {
     assert_eq!(job_view["state"], "failed");
     assert_eq!(job_view["items_done"], 58);
     assert!(job_view["cost_usd"].as_f64().unwrap() > 0.0, "{job_view}");
+
+    // The actors' busy time reaches the scheduler in heartbeats; node-a's own port shows
+    // its actors and GPUs too. Every attempt slept 30 ms, so busy time covers 64 of them.
+    let busy = wait_until("busy time reported", Duration::from_secs(10), || async {
+        let scraped = cluster.scrape();
+        let busy: f64 = matching(&scraped, "resident_actor_busy_seconds_total{pool=\"work\"")
+            .map(|(_, v)| v)
+            .sum();
+        (busy >= 64.0 * 0.03).then_some(busy)
+    })
+    .await;
+    assert!(busy < 30.0, "{busy}");
+    let agent = parse_metrics(&plain_get(cluster.agent_http, "/metrics"));
+    let on_a: Vec<_> = matching(&agent, "resident_agent_actor_ready{pool=\"work\"").collect();
+    assert!(!on_a.is_empty(), "{agent:?}");
+    assert_eq!(
+        matching(
+            &agent,
+            "resident_agent_gpu_vram_total_bytes{node=\"node-a\""
+        )
+        .count(),
+        2,
+        "{agent:?}"
+    );
 }
 
 /// The page as Chromium renders it after running its scripts for `budget_ms` of virtual
