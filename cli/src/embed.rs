@@ -47,6 +47,8 @@ pub struct EmbedArgs {
     credentials: crate::credentials::CredentialArgs,
     #[command(flatten)]
     reconnect: crate::credentials::ReconnectArgs,
+    #[command(flatten)]
+    pool: crate::pool_args::PoolRetentionArgs,
     /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
     #[arg(long)]
     replicas: Option<u32>,
@@ -129,6 +131,7 @@ impl EmbedArgs {
             OnBadRecord::Fail => BadRecordPolicy::Fail,
         };
         config.merge = !self.no_merge;
+        config.retention = self.pool.retention();
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),

@@ -8,6 +8,7 @@ mod health;
 mod local;
 mod model;
 mod ops;
+mod pool_args;
 mod scheduler;
 mod status;
 mod sweep;

@@ -17,6 +17,8 @@ pub struct SweepArgs {
     credentials: crate::credentials::CredentialArgs,
     #[command(flatten)]
     reconnect: crate::credentials::ReconnectArgs,
+    #[command(flatten)]
+    pool: crate::pool_args::PoolRetentionArgs,
     /// Overrides the config's `output`.
     #[arg(long)]
     output: Option<String>,
@@ -41,6 +43,10 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     }
     if let Some(endpoint) = args.s3_endpoint {
         config.s3_endpoint = Some(endpoint);
+    }
+    config.keep_pool |= args.pool.keep_pool;
+    if args.pool.idle_ttl.is_some() {
+        config.idle_ttl = args.pool.idle_ttl;
     }
     let cluster = match &args.cluster {
         Some(url) => args

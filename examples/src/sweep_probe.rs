@@ -51,6 +51,8 @@ async fn main() -> anyhow::Result<()> {
         cache: None,
         s3_endpoint: None,
         selector: BTreeMap::new(),
+        keep_pool: false,
+        idle_ttl: None,
     };
     let cluster = Cluster::local(LocalConfig::default()).await?;
     let summary = run_sweep(&cluster, &config, &mut |_| {}).await?;

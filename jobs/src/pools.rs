@@ -1,8 +1,52 @@
 //! The pool of `embed` actors a job asks for, built one way for every job.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use resident_sdk::EmbedPoolSpec;
+use resident_sdk::{Cluster, EmbedPoolSpec};
+
+/// A pool the job made and did not keep is deleted after this long unused, if the job
+/// could not delete it itself (killed): long enough for a rerun to find its actors loaded.
+pub const ABANDONED_POOL_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// What becomes of a job's pool when the job ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolRetention {
+    /// Keep it (its actors stay loaded for the next run).
+    pub keep: bool,
+    /// Delete it after this long unused; `None` = the default: never for a kept pool,
+    /// [`ABANDONED_POOL_TTL`] for one the job deletes at its end.
+    pub idle_ttl: Option<Duration>,
+}
+
+impl PoolRetention {
+    /// The pool's idle TTL (zero = never).
+    pub fn idle_ttl(self) -> Duration {
+        match (self.keep, self.idle_ttl) {
+            (_, Some(ttl)) => ttl,
+            (true, None) => Duration::ZERO,
+            (false, None) => ABANDONED_POOL_TTL,
+        }
+    }
+
+    /// At the job's end: deletes the pool unless kept or used by another running job.
+    pub async fn job_ended(self, cluster: &Cluster, pool: &str) {
+        if self.keep {
+            tracing::info!(
+                pool,
+                "keeping the pool (--keep-pool); its actors stay loaded"
+            );
+            return;
+        }
+        match cluster.pool(pool).delete_if_unused().await {
+            Ok(None) => tracing::info!(pool, "deleted the job's pool"),
+            Ok(Some(why)) => tracing::info!(pool, %why, "kept the job's pool: it is in use"),
+            Err(error) => {
+                tracing::warn!(pool, %error, "could not delete the job's pool; its idle TTL will")
+            }
+        }
+    }
+}
 
 /// What a job needs of its embed actors.
 #[derive(Clone, Debug)]
@@ -16,6 +60,7 @@ pub struct EmbedActors<'a> {
     pub gpus_per_actor: f64,
     pub vram_gib_per_actor: f64,
     pub selector: &'a BTreeMap<String, String>,
+    pub retention: PoolRetention,
 }
 
 impl EmbedActors<'_> {
@@ -30,6 +75,6 @@ impl EmbedActors<'_> {
         for (key, value) in self.selector {
             spec = spec.selector(key, value);
         }
-        spec
+        spec.idle_ttl(self.retention.idle_ttl())
     }
 }

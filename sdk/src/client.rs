@@ -406,11 +406,27 @@ impl Pool {
         let request = with_timeout(
             pb::DeletePoolRequest {
                 pool: self.name.clone(),
+                if_unused: false,
             },
             self.cluster.request_timeout,
         );
         self.cluster.client.clone().delete_pool(request).await?;
         Ok(())
+    }
+
+    /// Deletes the pool unless a running job (another client's, say) still uses it or
+    /// work is queued on it: then it is kept, and the answer says why.
+    pub async fn delete_if_unused(&self) -> Result<Option<String>, SdkError> {
+        let request = with_timeout(
+            pb::DeletePoolRequest {
+                pool: self.name.clone(),
+                if_unused: true,
+            },
+            self.cluster.request_timeout,
+        );
+        let answer = self.cluster.client.clone().delete_pool(request).await?;
+        let answer = answer.into_inner();
+        Ok((!answer.deleted).then_some(answer.kept_because))
     }
 
     /// Streams `inputs` to the pool as one job; results arrive as they finish, each once.

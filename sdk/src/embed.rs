@@ -50,6 +50,12 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// See [`PoolSpec::idle_ttl`].
+    pub fn idle_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.pool = self.pool.idle_ttl(ttl);
+        self
+    }
+
     /// Pins the model: a Hugging Face commit, or the manifest digest of an `s3://` model.
     /// Agents refuse to load anything else.
     pub fn model_revision(mut self, revision: &str) -> Self {
@@ -239,7 +245,8 @@ impl Cluster {
                     return Err(SdkError::AlreadyExists(message));
                 }
                 pool.scale(replicas).await?;
-                pool
+                // The same spec now, so this only sets the idle TTL asked for.
+                self.create_pool(pool_spec.clone()).await?
             }
             Err(other) => return Err(other),
         };

@@ -101,6 +101,19 @@ impl PoolSpec {
         self
     }
 
+    /// The scheduler deletes the pool once it has been unused this long (no running job,
+    /// no queued task, no actor loading), freeing what its actors hold. Creating the pool
+    /// again with another value changes it.
+    pub fn idle_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.spec.idle_ttl_ms = ttl.as_millis() as u64;
+        self
+    }
+
+    /// The idle TTL, if the pool has one.
+    pub fn idle_ttl_wanted(&self) -> Option<std::time::Duration> {
+        (self.spec.idle_ttl_ms > 0).then(|| std::time::Duration::from_millis(self.spec.idle_ttl_ms))
+    }
+
     pub fn name(&self) -> &str {
         &self.spec.name
     }
@@ -118,6 +131,7 @@ impl PoolSpec {
     pub fn same_but_replicas(&self, other: &PoolSpec) -> bool {
         let resized = pb::PoolSpec {
             replicas: self.spec.replicas,
+            idle_ttl_ms: self.spec.idle_ttl_ms,
             ..other.spec.clone()
         };
         resized == self.spec

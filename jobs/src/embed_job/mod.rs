@@ -28,7 +28,7 @@ use futures::StreamExt;
 use resident_sdk::{Cluster, EmbeddedChunk, SdkError};
 
 use crate::model_pin::{PinnedModel, pin_model};
-use crate::pools::EmbedActors;
+use crate::pools::{EmbedActors, PoolRetention};
 use crate::storage::{Location, S3Client, S3Options};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
@@ -92,6 +92,8 @@ pub struct EmbedJobConfig {
     pub reader: ReaderOptions,
     pub prices: PriceTable,
     pub load_timeout: Duration,
+    /// Whether the pool outlives the job (`--keep-pool`, `--idle-ttl`).
+    pub retention: PoolRetention,
 }
 
 impl EmbedJobConfig {
@@ -116,6 +118,7 @@ impl EmbedJobConfig {
             reader: ReaderOptions::default(),
             prices: PriceTable::default(),
             load_timeout: Duration::from_secs(600),
+            retention: PoolRetention::default(),
         }
     }
 }
@@ -146,8 +149,13 @@ pub async fn run_embed_job(
     };
     let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
     let embedded = embed_into(cluster, config, on_progress, &out, s3.as_ref(), started).await;
-    // On success and on failure alike: the next run need not wait for a lease to go stale.
+    // On success and on failure alike: the next run need not wait for a lease to go stale,
+    // and the pool frees its GPUs unless kept.
     out.release().await;
+    config
+        .retention
+        .job_ended(cluster, &pool_name(config))
+        .await;
     embedded
 }
 
@@ -354,6 +362,7 @@ async fn create_pool(
         gpus_per_actor: config.gpus_per_actor,
         vram_gib_per_actor: config.vram_gib_per_actor,
         selector: &config.selector,
+        retention: config.retention,
     }
     .spec();
     match cluster.create_embed_pool(spec, config.load_timeout).await {

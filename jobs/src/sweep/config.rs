@@ -55,6 +55,41 @@ pub struct SweepConfig {
     /// An S3-compatible endpoint for `cache` (MinIO, Ceph); default AWS.
     #[serde(default)]
     pub s3_endpoint: Option<String>,
+    /// Keep the sweep's pool when it ends (`--keep-pool`).
+    #[serde(default)]
+    pub keep_pool: bool,
+    /// Delete the pool after this long unused (`--idle-ttl`): `30m`, `2h`.
+    #[serde(default, with = "humantime_serde_opt")]
+    pub idle_ttl: Option<std::time::Duration>,
+}
+
+/// `Option<Duration>` as a humantime string (`"30m"`) in TOML.
+mod humantime_serde_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<std::time::Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => {
+                serializer.serialize_str(&humantime::format_duration(*duration).to_string())
+            }
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        let text: Option<String> = Option::deserialize(deserializer)?;
+        text.map(|t| {
+            humantime::parse_duration(&t).map_err(|e| {
+                serde::de::Error::custom(format!("idle_ttl `{t}`: {e} (say `30m`, `2h`)"))
+            })
+        })
+        .transpose()
+    }
 }
 
 fn default_vram_gib() -> f64 {
@@ -169,6 +204,14 @@ fn invalid(message: String) -> SweepConfigError {
 }
 
 impl SweepConfig {
+    /// What becomes of the sweep's pool when it ends.
+    pub fn retention(&self) -> crate::pools::PoolRetention {
+        crate::pools::PoolRetention {
+            keep: self.keep_pool,
+            idle_ttl: self.idle_ttl,
+        }
+    }
+
     /// Parses and checks a TOML sweep declaration.
     pub fn from_toml(text: &str) -> Result<Self, SweepConfigError> {
         let config: SweepConfig =

@@ -148,8 +148,28 @@ pub fn trial_payload(
     .into()
 }
 
-/// Runs the sweep on `cluster` and returns its summary (also in `summary.json`).
+/// Runs the sweep on `cluster` and returns its summary (also in `summary.json`). Its pool is
+/// deleted at the end, on success or failure, unless `keep_pool`.
 pub async fn run_sweep(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<SweepSummary, SweepError> {
+    let summary = sweep_on(cluster, config, on_event).await;
+    if config.validate().is_ok() {
+        config
+            .retention()
+            .job_ended(cluster, &sweep_pool_name(config))
+            .await;
+    }
+    summary
+}
+
+fn sweep_pool_name(config: &SweepConfig) -> String {
+    format!("sweep-{}", config.name)
+}
+
+async fn sweep_on(
     cluster: &Cluster,
     config: &SweepConfig,
     on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
@@ -173,13 +193,14 @@ pub async fn run_sweep(
             .map_err(|e| SweepError::Data(e.to_string()))??
     };
     let spec = EmbedActors {
-        pool: format!("sweep-{}", config.name),
+        pool: sweep_pool_name(config),
         model: &config.model,
         revision: model.revision.as_deref(),
         replicas: config.replicas,
         gpus_per_actor: config.gpus_per_actor,
         vram_gib_per_actor: config.vram_gib,
         selector: &config.selector,
+        retention: config.retention(),
     }
     .spec();
     let load_started = Instant::now();

@@ -122,9 +122,11 @@ pub enum SchedulerCommand {
         replicas: u32,
         reply: Reply<pb::PoolStatus>,
     },
+    /// Answers why the pool was kept (with `if_unused`), or `None` once deleted.
     DeletePool {
         pool: PoolName,
-        reply: Reply<()>,
+        if_unused: bool,
+        reply: Reply<Option<String>>,
     },
     GetPool {
         pool: PoolName,
@@ -373,8 +375,12 @@ impl Core {
             } => {
                 let _ = reply.send(self.scale_pool(&pool, replicas));
             }
-            C::DeletePool { pool, reply } => {
-                let _ = reply.send(self.delete_pool(&pool));
+            C::DeletePool {
+                pool,
+                if_unused,
+                reply,
+            } => {
+                let _ = reply.send(self.delete_pool_if(&pool, if_unused));
             }
             C::GetPool { pool, reply } => {
                 let _ = reply.send(self.pool_status(&pool));
@@ -465,6 +471,7 @@ impl Core {
 
     fn on_tick(&mut self, now: Instant) {
         self.charge_running_jobs(now);
+        self.expire_idle_pools(now);
         self.settling(now);
         self.flush_job_counters(now);
         self.detect_dead_nodes(now);

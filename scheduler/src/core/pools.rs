@@ -78,8 +78,16 @@ impl Core {
     ) -> Result<pb::PoolStatus, SchedulerError> {
         let request = validate_pool_spec(&spec)?;
         let name = PoolName::new(spec.name.clone());
-        if let Some(existing) = self.pools.get(&name) {
-            if existing.spec == spec {
+        if let Some(existing) = self.pools.get_mut(&name) {
+            let same_but_ttl = pb::PoolSpec {
+                idle_ttl_ms: existing.spec.idle_ttl_ms,
+                ..spec.clone()
+            } == existing.spec;
+            if same_but_ttl {
+                if existing.spec.idle_ttl_ms != spec.idle_ttl_ms {
+                    existing.spec.idle_ttl_ms = spec.idle_ttl_ms;
+                    self.store.write(StoreOp::PutPool(spec));
+                }
                 return self.pool_status(&name);
             }
             return Err(SchedulerError::AlreadyExists(format!(
@@ -153,6 +161,7 @@ impl Core {
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
+            idle_since: None,
             spec,
         };
         let replicas = record.spec.replicas;
@@ -234,6 +243,67 @@ impl Core {
         }
         self.after_commands();
         self.pool_status(pool)
+    }
+
+    /// Why `pool` is in use now, if it is: a running job, queued work or a loading actor.
+    pub(super) fn pool_in_use(&self, pool: &PoolName) -> Option<String> {
+        let record = self.pools.get(pool)?;
+        if let Some(job) = self
+            .jobs
+            .iter()
+            .find(|(_, j)| j.is_running() && j.status.pool == pool.as_str())
+        {
+            return Some(format!("job {} is running on it", job.0));
+        }
+        if !record.queue.is_empty() {
+            return Some(format!("{} tasks are queued on it", record.queue.len()));
+        }
+        record
+            .actors
+            .iter()
+            .any(|id| self.actors[id].state == ActorState::Starting)
+            .then(|| "an actor is loading".to_owned())
+    }
+
+    /// Deletes pools unused for longer than their `idle_ttl_ms`.
+    pub(super) fn expire_idle_pools(&mut self, now: Instant) {
+        let names: Vec<PoolName> = self
+            .pools
+            .iter()
+            .filter(|(_, p)| p.spec.idle_ttl_ms > 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            let in_use = self.pool_in_use(&name).is_some();
+            let record = self.pools.get_mut(&name).expect("listed");
+            if in_use {
+                record.idle_since = None;
+                continue;
+            }
+            let since = *record.idle_since.get_or_insert(now);
+            let ttl = std::time::Duration::from_millis(record.spec.idle_ttl_ms);
+            if now.saturating_duration_since(since) >= ttl {
+                let message = format!("deleted after {} unused", humanize(ttl));
+                tracing::info!(pool = %name, ?ttl, "pool idle past its TTL; deleting");
+                self.metrics.events.record("pool", name.as_str(), message);
+                let _ = self.delete_pool(&name);
+                self.replan_needed = true;
+            }
+        }
+    }
+
+    /// Deletes `pool`; with `if_unused`, only when [`Core::pool_in_use`] finds no use (then
+    /// `Ok(Some(why))` says why it was kept).
+    pub(super) fn delete_pool_if(
+        &mut self,
+        pool: &PoolName,
+        if_unused: bool,
+    ) -> Result<Option<String>, SchedulerError> {
+        self.pool_record(pool)?;
+        if if_unused && let Some(why) = self.pool_in_use(pool) {
+            return Ok(Some(why));
+        }
+        self.delete_pool(pool).map(|()| None)
     }
 
     pub(super) fn delete_pool(&mut self, pool: &PoolName) -> Result<(), SchedulerError> {
@@ -414,6 +484,15 @@ impl Core {
             self.actors.remove(id);
         }
         self.replan_needed = true;
+    }
+}
+
+fn humanize(duration: std::time::Duration) -> String {
+    let seconds = duration.as_secs();
+    match seconds {
+        0..120 => format!("{seconds}s"),
+        120..7200 => format!("{}m", seconds / 60),
+        _ => format!("{}h", seconds / 3600),
     }
 }
 

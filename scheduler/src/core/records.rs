@@ -80,6 +80,8 @@ pub struct PoolRecord {
     pub max_restarts: u32,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
+    /// Since when nothing has used it (for `idle_ttl_ms`); `None` while in use.
+    pub idle_since: Option<Instant>,
 }
 
 pub struct ActorRecord {

@@ -80,16 +80,24 @@ impl SchedulerService for ClientApiService {
         request: Request<pb::DeletePoolRequest>,
     ) -> Result<Response<pb::DeletePoolResponse>, Status> {
         let principal = principal_of(&request)?;
-        let pool = PoolName::new(request.into_inner().pool);
+        let request = request.into_inner();
+        let pool = PoolName::new(request.pool);
         let subject = pool.to_string();
         require(&principal, Action::ManagePools, "delete_pool", &subject)?;
-        let deleted = self
+        let kept = self
             .scheduler
-            .call(|reply| SchedulerCommand::DeletePool { pool, reply })
+            .call(|reply| SchedulerCommand::DeletePool {
+                pool,
+                if_unused: request.if_unused,
+                reply,
+            })
             .await
             .map_err(Status::from);
-        audit::outcome(&principal, "delete_pool", &subject, deleted)?;
-        Ok(Response::new(pb::DeletePoolResponse {}))
+        let kept = audit::outcome(&principal, "delete_pool", &subject, kept)?;
+        Ok(Response::new(pb::DeletePoolResponse {
+            deleted: kept.is_none(),
+            kept_because: kept.unwrap_or_default(),
+        }))
     }
 
     #[instrument(skip_all)]

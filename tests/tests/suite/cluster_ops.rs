@@ -140,3 +140,74 @@ async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
     )
     .await;
 }
+
+/// `resident embed ARGS` against the secure cluster as `ops`; its exit status.
+fn embed(
+    setup: &SecureSetup,
+    url: &str,
+    input: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) {
+    let output =
+        resident_tests::embed_command(input, out, &["--cluster", url, "--chunk-size", "10"])
+            .args(extra)
+            .env("RESIDENT_CA", setup.ca())
+            .env("RESIDENT_TOKEN", setup.token("ops"))
+            .output()
+            .expect("run resident embed");
+    assert!(
+        output.status.success(),
+        "embed failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embed_deletes_its_pool_at_the_end_unless_kept_and_a_kept_one_expires_when_idle() {
+    init_logging();
+    let setup = SecureSetup::new(&[("ops", "admin"), ("node", "agent")]);
+    let (_scheduler, url) = setup.spawn_scheduler();
+    let _agent = setup.spawn_agent(
+        &url,
+        "node-1",
+        "T4:16GiB",
+        Some("node"),
+        &[],
+        std::process::Stdio::inherit(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let input = resident_tests::sample(dir.path(), 30);
+    let pools = || cli(&setup, &url, setup.token("ops"), &["pools"]).unwrap()["pools"].clone();
+
+    embed(
+        &setup,
+        &url,
+        &input,
+        &dir.path().join("a"),
+        &["--replicas", "1"],
+    );
+    assert_eq!(
+        pools(),
+        serde_json::json!([]),
+        "no --keep-pool: the pool is gone"
+    );
+
+    embed(
+        &setup,
+        &url,
+        &input,
+        &dir.path().join("b"),
+        &["--replicas", "1", "--keep-pool", "--idle-ttl", "3s"],
+    );
+    let kept = pools();
+    assert_eq!(kept.as_array().unwrap().len(), 1, "{kept}");
+    assert_eq!(kept[0]["idle_ttl_seconds"], 3.0, "{kept}");
+    assert_eq!(kept[0]["ready_actors"], 1, "its actor stays loaded");
+    wait_until(
+        "the kept pool is deleted once idle past its TTL",
+        Duration::from_secs(20),
+        || async { (pools() == serde_json::json!([])).then_some(()) },
+    )
+    .await;
+}

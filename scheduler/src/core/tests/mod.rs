@@ -494,7 +494,11 @@ async fn deleting_a_pool_fails_its_queued_tasks_and_finishes_running_ones() {
     let running = run_tasks(&sent(h.agent("n1"))).remove(0);
     let pool = PoolName::from("p");
     answer(
-        |reply| SchedulerCommand::DeletePool { pool, reply },
+        |reply| SchedulerCommand::DeletePool {
+            pool,
+            if_unused: false,
+            reply,
+        },
         &mut h.core,
     )
     .unwrap();
@@ -534,7 +538,11 @@ async fn a_draining_actor_of_a_deleted_pool_keeps_its_vram_until_it_stops() {
     let running = run_tasks(&sent(h.agent("g1"))).remove(0);
     let pool = PoolName::from("old");
     answer(
-        |reply| SchedulerCommand::DeletePool { pool, reply },
+        |reply| SchedulerCommand::DeletePool {
+            pool,
+            if_unused: false,
+            reply,
+        },
         &mut h.core,
     )
     .unwrap();
@@ -957,4 +965,5 @@ async fn the_store_forgets_a_node_that_stays_dead() {
 }
 
 mod drain;
+mod idle_pools;
 mod restart;
