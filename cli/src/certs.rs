@@ -19,31 +19,38 @@ enum CertsCommand {
     /// Write ca.pem, ca-key.pem, scheduler.pem and scheduler-key.pem into --out.
     Init {
         /// Directory to write into (created when missing).
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_PKI")]
         out: PathBuf,
-        /// A DNS name or IP address agents and clients dial the scheduler by (repeatable).
-        #[arg(long = "san", required = true)]
+        /// A DNS name or IP address agents and clients dial the scheduler by (repeatable;
+        /// in the variable, comma-separated).
+        #[arg(
+            long = "san",
+            env = "RESIDENT_CERT_SANS",
+            value_delimiter = ',',
+            required = true
+        )]
         sans: Vec<String>,
         /// Days the scheduler's certificate is valid (the CA: ten times as long).
-        #[arg(long, default_value_t = 365)]
+        #[arg(long, env = "RESIDENT_CERT_DAYS", default_value_t = 365)]
         days: u32,
         /// Overwrite files that exist.
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_CERT_FORCE")]
         force: bool,
     },
     /// Issue an agent's client certificate for mutual TLS (`--agent-ca` on the scheduler):
     /// writes NODE.pem and NODE-key.pem, signed by the CA in --pki, naming only the node id.
     Agent {
         /// The directory `certs init` wrote (its ca-key.pem signs).
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_PKI")]
         pki: PathBuf,
         /// The agent's --node-id.
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_NODE_ID")]
         node_id: String,
         /// Where to write (default: PKI/agents).
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_CERT_OUT")]
         out: Option<PathBuf>,
-        #[arg(long, default_value_t = 365)]
+        /// Days the agent's certificate is valid.
+        #[arg(long, env = "RESIDENT_CERT_DAYS", default_value_t = 365)]
         days: u32,
     },
 }

@@ -25,7 +25,7 @@ enum OnBadRecord {
 pub struct EmbedArgs {
     /// A .jsonl/.txt/.parquet file (JSONL and text optionally .gz or .zst), a directory of
     /// them, or an s3://bucket/prefix holding them.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_INPUT")]
     input: String,
     /// The model: a directory, `s3://bucket/prefix/` (pushed with `resident model push`),
     /// or a Hugging Face id (`org/name`, `org/name@commit`). The job pins it to one content
@@ -34,7 +34,7 @@ pub struct EmbedArgs {
     model: String,
     /// Output directory or s3://bucket/prefix (shards/, manifest.json, embeddings.npy,
     /// ids.jsonl, report.json).
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_OUTPUT")]
     output: String,
     /// An S3-compatible endpoint (MinIO, Garage, ...), addressed path-style. Credentials
     /// and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, IRSA).
@@ -50,36 +50,48 @@ pub struct EmbedArgs {
     #[command(flatten)]
     pool: crate::pool_args::PoolRetentionArgs,
     /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_REPLICAS")]
     replicas: Option<u32>,
     /// GPUs per actor (0 = CPU; 0.25 shares a GPU four ways).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "RESIDENT_GPUS_PER_ACTOR", default_value_t = 0.0)]
     gpus_per_actor: f64,
     /// VRAM each actor reserves on its GPU, in GiB.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, env = "RESIDENT_VRAM_GIB", default_value_t = 2.0)]
     vram_gib: f64,
-    /// Only nodes with these labels: `pool=onprem-a6000` (repeatable).
-    #[arg(long)]
+    /// Only nodes with these labels: `pool=onprem-a6000` (repeatable; in the variable,
+    /// comma-separated).
+    #[arg(long, env = "RESIDENT_SELECTOR", value_delimiter = ',')]
     selector: Vec<String>,
     /// Documents per chunk, or `auto` to plan from measured speed.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, env = "RESIDENT_CHUNK_SIZE", default_value = "auto")]
     chunk_size: String,
-    #[arg(long, value_enum, default_value = "f32")]
+    /// The vectors' type in embeddings.npy and the shards: f32, or f16 (half the size).
+    #[arg(long, env = "RESIDENT_DTYPE", value_enum, default_value = "f32")]
     dtype: Dtype,
-    #[arg(long, value_enum, default_value = "skip")]
+    /// A record without an id or text, or not valid JSON: `skip` it (listed in the report)
+    /// or `fail` the job (exit status 2).
+    #[arg(
+        long,
+        env = "RESIDENT_ON_BAD_RECORD",
+        value_enum,
+        default_value = "skip"
+    )]
     on_bad_record: OnBadRecord,
     /// Keep the shards; do not write embeddings.npy and ids.jsonl.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_NO_MERGE")]
     no_merge: bool,
-    #[arg(long, default_value = "id")]
+    /// The JSON field holding each record's id (JSONL and Parquet).
+    #[arg(long, env = "RESIDENT_ID_FIELD", default_value = "id")]
     id_field: String,
-    #[arg(long, default_value = "text")]
+    /// The JSON field holding each record's text (JSONL and Parquet).
+    #[arg(long, env = "RESIDENT_TEXT_FIELD", default_value = "text")]
     text_field: String,
-    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable).
-    #[arg(long)]
+    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable; in the
+    /// variable, comma-separated).
+    #[arg(long, env = "RESIDENT_PRICE", value_delimiter = ',')]
     price: Vec<String>,
     /// Local mode only: report simulated GPUs (the work runs on CPU).
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
 }
 

@@ -17,10 +17,10 @@ pub struct HealthArgs {
     /// The service to ask about: empty for the process, `resident.v1.SchedulerService`
     /// (the scheduler's core runs) or `resident.v1.NodeAgentService` (the agent is
     /// registered with a scheduler).
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "RESIDENT_HEALTH_SERVICE", default_value = "")]
     service: String,
     /// Give up after this long.
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RESIDENT_HEALTH_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
     timeout: Duration,
 }
 

@@ -11,6 +11,7 @@ pub struct LocalArgs {
     /// Report simulated GPUs instead of real ones.
     #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
+    /// Labels of the in-process node, for placement selectors: `pool=dev,zone=lab1`.
     #[arg(long, env = "RESIDENT_LABELS", default_value = "")]
     labels: String,
     /// Persist pools and jobs here (memory only when absent).

@@ -4,6 +4,7 @@ mod agent;
 mod certs;
 mod credentials;
 mod embed;
+mod exit;
 mod health;
 mod local;
 mod model;
@@ -23,7 +24,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "resident",
     version,
-    about = "Resident: resident model actors for GPU batch inference"
+    about = "Resident: resident model actors for GPU batch inference",
+    after_help = "Exit status: 0 success; 1 other error; 2 usage error or bad input; 3 the work \
+                  cannot be placed or started; 4 the work finished with failures; 5 the cluster \
+                  cannot be reached or refuses the credentials."
 )]
 struct Cli {
     /// Log as JSON lines instead of text.
@@ -160,10 +164,46 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         }
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => std::process::ExitCode::from(exit::SUCCESS),
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(exit::exit_code(&error))
         }
+    }
+}
+
+#[cfg(test)]
+mod conventions {
+    use clap::CommandFactory;
+
+    /// Every flag of every command, as `command --flag`, that lacks help text or an
+    /// environment variable.
+    fn flags_missing(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.is_positional() || id == "help" || id == "version" {
+                if arg.is_positional() && arg.get_help().is_none() {
+                    out.push(format!("{path} <{id}>: no help"));
+                }
+                continue;
+            }
+            let flag = arg.get_long().unwrap_or(id);
+            if arg.get_help().is_none() {
+                out.push(format!("{path} --{flag}: no help"));
+            }
+            if arg.get_env().is_none() {
+                out.push(format!("{path} --{flag}: no env"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            flags_missing(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_has_help_and_an_environment_variable() {
+        let mut missing = Vec::new();
+        flags_missing(&super::Cli::command(), "resident", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

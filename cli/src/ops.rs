@@ -16,7 +16,7 @@ pub struct ClusterArgs {
     #[command(flatten)]
     credentials: CredentialArgs,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_JSON")]
     json: bool,
 }
 

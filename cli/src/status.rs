@@ -10,7 +10,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     credentials: crate::credentials::CredentialArgs,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_JSON")]
     json: bool,
 }
 

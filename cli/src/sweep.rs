@@ -6,7 +6,7 @@ use resident_sdk::{Cluster, LocalConfig};
 #[derive(Args)]
 pub struct SweepArgs {
     /// The sweep's TOML declaration (name, model, trial, data, metric, space, ...).
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_SWEEP_CONFIG")]
     config: std::path::PathBuf,
     /// Scheduler URL; without it a local cluster runs in this process. Agents fetch the
     /// embedded dataset from --cache, else read it from the output directory (which they
@@ -20,7 +20,7 @@ pub struct SweepArgs {
     #[command(flatten)]
     pool: crate::pool_args::PoolRetentionArgs,
     /// Overrides the config's `output`.
-    #[arg(long)]
+    #[arg(long, env = "RESIDENT_OUTPUT")]
     output: Option<String>,
     /// Where agents fetch the embedded dataset, `s3://bucket/prefix/` (overrides the
     /// config's `cache`): no filesystem shared between this machine and the agents.
@@ -102,5 +102,14 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
         summary.model_loads,
         output.join("results.jsonl").display()
     );
+    if summary.failed > 0 {
+        return Err(crate::exit::FinishedWithFailures(format!(
+            "{} of {} trials failed (their errors are in {})",
+            summary.failed,
+            summary.trials,
+            output.join("results.jsonl").display()
+        ))
+        .into());
+    }
     Ok(())
 }

@@ -26,17 +26,19 @@ enum TokenCommand {
         #[command(flatten)]
         file: AuthFileArg,
         /// Who holds it: a person, a service, or a node (audit logs name it).
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_TOKEN_NAME")]
         name: String,
         /// admin (everything), submit (pools and own jobs), read (status), agent (join as a node).
-        #[arg(long)]
+        #[arg(long, env = "RESIDENT_TOKEN_ROLE")]
         role: Role,
     },
     /// Revoke a token by name; calls with it are refused from the scheduler's next reload.
     Revoke {
         #[command(flatten)]
         file: AuthFileArg,
-        #[arg(long)]
+        /// The name the token was created with; it stops working at once on a scheduler
+        /// that watches the file.
+        #[arg(long, env = "RESIDENT_TOKEN_NAME")]
         name: String,
     },
     /// List the tokens' names, roles and creation times (never the tokens).

@@ -32,10 +32,6 @@ pub enum SweepError {
     Model(String),
     #[error("cluster: {0}")]
     Cluster(String),
-}
-
-impl From<SdkError> for SweepError {
-    fn from(error: SdkError) -> Self {
-        SweepError::Cluster(error.to_string())
-    }
+    #[error("cluster: {0}")]
+    Sdk(#[from] SdkError),
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use prost::Message;
 use resident_proto::{SeededRng, pb};
-use resident_sdk::{Cluster, SubmitOptions, TaskOutput};
+use resident_sdk::{Cluster, SdkError, SubmitOptions, TaskOutput};
 
 use super::SweepError;
 use super::config::SweepConfig;
@@ -207,7 +207,14 @@ async fn sweep_on(
     let pool = cluster
         .create_embed_pool(spec, Duration::from_secs(600))
         .await
-        .map_err(|e| SweepError::Model(e.to_string()))?;
+        .map_err(|error| match error {
+            // What went wrong stays typed (the CLI's exit code tells them apart).
+            SdkError::Unplaceable(_)
+            | SdkError::Unavailable(_)
+            | SdkError::Unauthenticated(_)
+            | SdkError::PermissionDenied(_) => SweepError::Sdk(error),
+            other => SweepError::Model(other.to_string()),
+        })?;
     let model_load_s = load_started.elapsed().as_secs_f64();
     let embed_started = Instant::now();
     let (cache, cache_hit) = embed_into_cache(&pool, &data, &output).await?;
