@@ -48,7 +48,7 @@ pub enum PoolCommand {
     },
 }
 
-fn job_json(job: &JobStatus) -> serde_json::Value {
+pub(crate) fn job_json(job: &JobStatus) -> serde_json::Value {
     let finished = job.succeeded + job.failed + job.cancelled;
     json!({
         "job_id": job.job_id.to_string(),
@@ -91,7 +91,7 @@ fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_jobs(jobs: &[JobStatus]) {
+pub(crate) fn print_jobs(jobs: &[JobStatus]) {
     println!(
         "{:<38} {:<24} {:<16} {:<11} {:>9} {:>7}  OWNER",
         "JOB", "NAME", "POOL", "STATE", "DONE", "FAILED"

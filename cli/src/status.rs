@@ -12,6 +12,17 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long, env = "RESIDENT_JSON")]
     json: bool,
+    /// Redraw every INTERVAL (default 2s) until Ctrl-C, with the running jobs' progress;
+    /// with --json, one JSON object per line each time.
+    #[arg(
+        long,
+        env = "RESIDENT_WATCH",
+        num_args = 0..=1,
+        default_missing_value = "2s",
+        value_parser = humantime::parse_duration,
+        value_name = "INTERVAL"
+    )]
+    watch: Option<std::time::Duration>,
 }
 
 /// `alive`, `draining` (shutting down, finishing its tasks in hand) or `dead`.
@@ -131,15 +142,49 @@ fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let cluster = args.credentials.connect(&args.cluster).await?;
-    let nodes = cluster.list_nodes().await?;
-    let actors = cluster.list_actors().await?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status_json(&nodes, &actors))?
-        );
-    } else {
-        print_table(&nodes, &actors);
+    let Some(interval) = args.watch else {
+        let nodes = cluster.list_nodes().await?;
+        let actors = cluster.list_actors().await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&status_json(&nodes, &actors))?
+            );
+        } else {
+            print_table(&nodes, &actors);
+        }
+        return Ok(());
+    };
+    let cancel = crate::shutdown_token();
+    let interval = interval.max(std::time::Duration::from_millis(200));
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        let nodes = cluster.list_nodes().await?;
+        let actors = cluster.list_actors().await?;
+        let jobs: Vec<_> = cluster
+            .list_jobs()
+            .await?
+            .into_iter()
+            .filter(|j| j.is_running())
+            .collect();
+        if args.json {
+            let mut line = status_json(&nodes, &actors);
+            line["jobs"] = jobs.iter().map(crate::ops::job_json).collect();
+            println!("{line}");
+        } else {
+            if terminal {
+                // Clear the screen and go home: one screenful, redrawn in place.
+                print!("\x1b[2J\x1b[H");
+            }
+            print_table(&nodes, &actors);
+            if !jobs.is_empty() {
+                println!();
+                crate::ops::print_jobs(&jobs);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = cancel.cancelled() => return Ok(()),
+        }
     }
-    Ok(())
 }

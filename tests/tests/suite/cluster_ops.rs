@@ -67,6 +67,29 @@ async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
     let mut running = slow.submit("slow-job", inputs).await.unwrap();
     running.next().await.expect("a first result").unwrap();
 
+    // `status --watch --json` prints a line per interval, with the running job.
+    let mut watch = Command::new(resident_tests::resident_bin())
+        .args(["status", "--cluster", &url, "--json", "--watch", "300ms"])
+        .env("RESIDENT_CA", setup.ca())
+        .env("RESIDENT_TOKEN", setup.token("viewer"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    watch.kill().unwrap();
+    let printed = watch.wait_with_output().unwrap().stdout;
+    let lines: Vec<Value> = String::from_utf8(printed)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert!(lines.len() >= 2, "{lines:?}");
+    assert_eq!(lines[0]["nodes"][0]["node_id"], "node-1");
+    assert_eq!(
+        lines.last().unwrap()["jobs"][0]["job_id"],
+        running.job_id.as_str()
+    );
+
     // A read token lists pools and jobs.
     let pools = cli(&setup, &url, setup.token("viewer"), &["pools"]).unwrap();
     let names: Vec<&str> = pools["pools"]
