@@ -163,20 +163,24 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} docs  {per_sec}  ETA {eta}",
-            )
-            .expect("valid template"),
+            // Speed and ETA are this run's (`Progress::docs_per_second`): indicatif's own
+            // would count the documents a resumed run found done as if just embedded.
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} docs  {msg}")
+                .expect("valid template"),
         );
         bar
     });
     let mut last_log = Instant::now();
     move |progress: Progress| {
-        let rate = progress.done_docs as f64 / progress.elapsed.as_secs_f64().max(1e-9);
+        let rate = progress.docs_per_second();
+        let eta = progress
+            .eta()
+            .map_or_else(|| "-".to_owned(), |eta| format!("{}s", eta.as_secs()));
         match &bar {
             Some(bar) => {
                 bar.set_length(progress.total_docs);
                 bar.set_position(progress.done_docs);
+                bar.set_message(format!("{rate:.1} docs/s  ETA {eta}"));
                 if progress.done_docs >= progress.total_docs {
                     bar.finish_and_clear();
                 }
@@ -185,13 +189,12 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
                 || progress.done_docs >= progress.total_docs =>
             {
                 last_log = Instant::now();
-                let left =
-                    progress.total_docs.saturating_sub(progress.done_docs) as f64 / rate.max(1e-9);
                 tracing::info!(
                     done = progress.done_docs,
                     total = progress.total_docs,
+                    reused = progress.reused_docs,
                     docs_per_s = format!("{rate:.1}"),
-                    eta_s = left.round(),
+                    eta_s = progress.eta().map(|eta| eta.as_secs()),
                     "embedding"
                 );
             }

@@ -13,6 +13,7 @@ mod pool_args;
 mod scheduler;
 mod status;
 mod sweep;
+mod sweep_progress;
 mod token;
 
 use clap::{Parser, Subcommand};

@@ -60,6 +60,18 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
             Cluster::local(local).await?
         }
     };
+    // A bar on a terminal (trials done, best so far, ETA); a log line per trial otherwise.
+    let started = std::time::Instant::now();
+    let mut progress =
+        crate::sweep_progress::SweepProgress::new(config.mode == resident_jobs::sweep::Mode::Max);
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {msg}").expect("valid template"),
+        );
+        bar
+    });
+    let metric_name = config.metric.clone();
     let mut on_event = |event: SweepEvent<'_>| match event {
         SweepEvent::DataReady {
             examples,
@@ -67,14 +79,36 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
         } => {
             tracing::info!(examples, cache_hit, "sweep data embedded")
         }
-        SweepEvent::TrialFinished(result) => tracing::info!(
-            trial = result.trial_id,
-            metric = result.metric,
-            epochs = result.epochs,
-            stopped_early = result.stopped_early,
-            error = result.error.as_deref().unwrap_or(""),
-            "trial finished"
-        ),
+        SweepEvent::TrialsPlanned { total, resumed } => {
+            progress.planned(total, resumed);
+            if let Some(bar) = &bar {
+                bar.set_length(total as u64);
+                bar.set_position(progress.done() as u64);
+            }
+            tracing::info!(total, resumed = resumed.len(), "trials planned");
+        }
+        SweepEvent::TrialFinished(result) => {
+            progress.finished(result);
+            let line = progress.line(started.elapsed(), &metric_name);
+            match &bar {
+                Some(bar) => {
+                    bar.set_position(progress.done() as u64);
+                    bar.set_message(line);
+                    if progress.done() >= progress.total() {
+                        bar.finish_and_clear();
+                    }
+                }
+                None => tracing::info!(
+                    trial = result.trial_id,
+                    metric = result.metric,
+                    epochs = result.epochs,
+                    stopped_early = result.stopped_early,
+                    error = result.error.as_deref().unwrap_or(""),
+                    progress = %line,
+                    "trial finished"
+                ),
+            }
+        }
     };
     let summary = run_sweep(&cluster, &config, &mut on_event).await?;
     let output = std::path::Path::new(&config.output);

@@ -128,7 +128,25 @@ impl EmbedJobConfig {
 pub struct Progress {
     pub done_docs: u64,
     pub total_docs: u64,
+    /// Of `done_docs`, those an earlier run embedded (a resume): not this run's speed.
+    pub reused_docs: u64,
     pub elapsed: Duration,
+}
+
+impl Progress {
+    /// This run's documents per second (reused ones left out).
+    pub fn docs_per_second(&self) -> f64 {
+        self.done_docs.saturating_sub(self.reused_docs) as f64
+            / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// At this run's speed; `None` before any new document is done.
+    pub fn eta(&self) -> Option<Duration> {
+        let rate = self.docs_per_second();
+        (rate > 0.0).then(|| {
+            Duration::from_secs_f64(self.total_docs.saturating_sub(self.done_docs) as f64 / rate)
+        })
+    }
 }
 
 struct PendingChunk {
@@ -240,6 +258,7 @@ async fn embed_into(
     let reused_chunks = manifest.chunks.len() as u64;
     let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
     let mut done_docs: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
+    let reused_docs = done_docs;
 
     // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
     let window = (actors * 3).max(4);
@@ -307,6 +326,7 @@ async fn embed_into(
         on_progress(Progress {
             done_docs,
             total_docs: scan.valid_records,
+            reused_docs,
             elapsed: started.elapsed(),
         });
     }
@@ -401,4 +421,26 @@ async fn default_replicas(cluster: &Cluster, config: &EmbedJobConfig) -> Result<
 fn pool_name(config: &EmbedJobConfig) -> String {
     let key = format!("{}|{}", config.output, config.model);
     format!("embed-{}", &crate::files::sha256_hex(key.as_bytes())[..10])
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    #[test]
+    fn after_a_resume_speed_and_eta_count_only_new_documents() {
+        let progress = Progress {
+            done_docs: 700,
+            total_docs: 1000,
+            reused_docs: 500,
+            elapsed: Duration::from_secs(10),
+        };
+        assert!((progress.docs_per_second() - 20.0).abs() < 1e-9);
+        assert_eq!(progress.eta(), Some(Duration::from_secs(15)));
+        let fresh = Progress {
+            done_docs: 500,
+            ..progress
+        };
+        assert_eq!(fresh.eta(), None, "nothing new yet");
+    }
 }

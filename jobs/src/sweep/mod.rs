@@ -11,7 +11,7 @@ pub mod runner;
 pub mod search;
 
 pub use asha::{Decision, TrialSchedulerState};
-pub use config::{SweepConfig, SweepConfigError};
+pub use config::{Mode, SweepConfig, SweepConfigError};
 pub use results::{SweepSummary, TrialResult, format_table};
 pub use runner::{SweepEvent, load_results, run_sweep};
 pub use search::{Params, generate_trials};

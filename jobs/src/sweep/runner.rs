@@ -29,7 +29,16 @@ pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
 /// What the runner tells its caller as the sweep goes.
 pub enum SweepEvent<'a> {
-    DataReady { examples: usize, cache_hit: bool },
+    DataReady {
+        examples: usize,
+        cache_hit: bool,
+    },
+    /// The trials are known: `total` of them, `resumed` finished by an earlier run (with
+    /// the metrics they reached).
+    TrialsPlanned {
+        total: usize,
+        resumed: &'a [TrialResult],
+    },
     TrialFinished(&'a TrialResult),
 }
 
@@ -261,6 +270,10 @@ async fn sweep_on(
         );
     }
     let resumed_trials = results.len();
+    on_event(SweepEvent::TrialsPlanned {
+        total: trials.len(),
+        resumed: &results,
+    });
 
     let (segments_tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
     let job_name = format!("sweep-{}", config.name);
