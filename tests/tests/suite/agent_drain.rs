@@ -54,6 +54,8 @@ impl Cluster {
                 "1",
                 "--replicas",
                 "2",
+                // Kept, so its actors' task counts can be read after the job.
+                "--keep-pool",
             ],
         )
     }

@@ -56,6 +56,8 @@ impl TwoNodeCluster {
             "1",
             "--replicas",
             "2",
+            // Kept, so its actors (and their model loads) can be read after the job.
+            "--keep-pool",
         ];
         args.extend_from_slice(extra);
         embed_command(&self.input, &self.out(), &args)

@@ -304,7 +304,11 @@ async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial()
     let port = free_port();
     let (mut scheduler, url) = spawn_scheduler(port, &state);
     let _agents = spawn_two_t4_agents(&url).await;
-    let child = sweep_command(&config, Some(&url)).spawn().unwrap();
+    // Kept, so its actors (and their model loads) can be read after the sweep.
+    let child = sweep_command(&config, Some(&url))
+        .arg("--keep-pool")
+        .spawn()
+        .unwrap();
     wait_for_results(&output, 1).await;
     let before = actor_model_loads(&url);
     assert_eq!(before.len(), 2, "{before:?}");
