@@ -229,6 +229,24 @@ impl Cluster {
         }
     }
 
+    /// Sets what a job of this client's reports about itself, shown on the dashboard: a
+    /// JSON object (a sweep's `status` line and `leaderboard` rows, say), at most 64 KiB.
+    pub async fn annotate_job(
+        &self,
+        job_id: &JobId,
+        summary: &serde_json::Value,
+    ) -> Result<(), SdkError> {
+        let request = pb::AnnotateJobRequest {
+            job_id: job_id.to_string(),
+            summary_json: summary.to_string(),
+        };
+        self.client
+            .clone()
+            .annotate_job(with_timeout(request, self.request_timeout))
+            .await?;
+        Ok(())
+    }
+
     /// Every node the scheduler knows, alive or dead.
     pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, SdkError> {
         let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);

@@ -100,6 +100,56 @@ pub fn write_results(path: &Path, results: &[TrialResult]) -> Result<(), SweepEr
 }
 
 /// The best finished trial by `mode`.
+/// What the sweep's job reports to the dashboard (`Cluster::annotate_job`): a status line
+/// and the best `rows` trials, best first.
+pub fn job_summary(
+    results: &[TrialResult],
+    total: usize,
+    mode: Mode,
+    metric: &str,
+    rows: usize,
+) -> serde_json::Value {
+    let mut scored: Vec<&TrialResult> = results
+        .iter()
+        .filter(|r| r.metric.is_some_and(f64::is_finite))
+        .collect();
+    scored.sort_by(|a, b| {
+        let order = a.metric.unwrap_or(0.0).total_cmp(&b.metric.unwrap_or(0.0));
+        let order = if mode == Mode::Max {
+            order.reverse()
+        } else {
+            order
+        };
+        order.then(a.trial_id.cmp(&b.trial_id))
+    });
+    let failed = results.iter().filter(|r| r.error.is_some()).count();
+    let best = scored.first().map_or_else(String::new, |r| {
+        format!(
+            ", best {metric} {:.4} (trial {})",
+            r.metric.unwrap_or(0.0),
+            r.trial_id
+        )
+    });
+    let leaderboard: Vec<serde_json::Value> = scored
+        .iter()
+        .take(rows)
+        .map(|r| {
+            serde_json::json!({
+                "trial": r.trial_id,
+                metric: r.metric,
+                "epochs": r.epochs,
+                "stopped_early": r.stopped_early,
+                "params": r.params,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "kind": "sweep",
+        "status": format!("{}/{total} trials done, {failed} failed{best}", results.len()),
+        "leaderboard": leaderboard,
+    })
+}
+
 pub fn best(results: &[TrialResult], mode: Mode) -> Option<&TrialResult> {
     let scored = results
         .iter()
@@ -189,6 +239,32 @@ mod tests {
             train_s: 1.0,
             error: None,
         }
+    }
+
+    #[test]
+    fn the_job_summary_ranks_the_best_first() {
+        let mut failed = result(2, None);
+        failed.error = Some("boom".into());
+        let results = vec![
+            result(0, Some(0.5)),
+            result(1, Some(0.9)),
+            failed,
+            result(3, Some(0.7)),
+        ];
+        let summary = job_summary(&results, 10, Mode::Max, "accuracy", 2);
+        assert_eq!(
+            summary["status"],
+            "4/10 trials done, 1 failed, best accuracy 0.9000 (trial 1)"
+        );
+        let board = summary["leaderboard"].as_array().unwrap();
+        assert_eq!(board.len(), 2);
+        assert_eq!(
+            (board[0]["trial"].as_u64(), board[1]["trial"].as_u64()),
+            (Some(1), Some(3))
+        );
+        assert_eq!(board[0]["accuracy"], 0.9);
+        let low = job_summary(&results, 10, Mode::Min, "loss", 5);
+        assert_eq!(low["leaderboard"][0]["trial"], 0);
     }
 
     #[test]

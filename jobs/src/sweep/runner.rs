@@ -174,6 +174,30 @@ pub async fn run_sweep(
     summary
 }
 
+/// Rows of the leaderboard the dashboard shows.
+const DASHBOARD_LEADERBOARD_ROWS: usize = 10;
+
+/// Tells the scheduler how the sweep stands, for the dashboard; a failure only costs the
+/// dashboard its leaderboard.
+async fn report_to_dashboard(
+    cluster: &Cluster,
+    job: &resident_sdk::JobId,
+    results: &[TrialResult],
+    total: usize,
+    config: &SweepConfig,
+) {
+    let summary = super::results::job_summary(
+        results,
+        total,
+        config.mode,
+        &config.metric,
+        DASHBOARD_LEADERBOARD_ROWS,
+    );
+    if let Err(error) = cluster.annotate_job(job, &summary).await {
+        tracing::debug!(%error, "could not update the sweep's summary on the scheduler");
+    }
+}
+
 fn sweep_pool_name(config: &SweepConfig) -> String {
     format!("sweep-{}", config.name)
 }
@@ -293,6 +317,9 @@ async fn sweep_on(
     let mut runs: HashMap<usize, TrialRun> = HashMap::new();
     let mut next_seq = 0u64;
     let dataset = publish_dataset(config, &cache, &data.key).await?;
+    if !results.is_empty() {
+        report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
+    }
     while !driver.finished() {
         for segment in driver.next_segments() {
             let run = runs.entry(segment.trial).or_default();
@@ -329,6 +356,7 @@ async fn sweep_on(
             }
             Err(error) => driver.on_segment_failed(segment.trial, error),
         };
+        let any_ended = !ended.is_empty();
         for trial in ended {
             let progress = &driver.trials()[trial];
             let (stopped_early, error) = match &progress.phase {
@@ -356,6 +384,9 @@ async fn sweep_on(
             append_result(&results_path, &result)?;
             on_event(SweepEvent::TrialFinished(&result));
             results.push(result);
+        }
+        if any_ended {
+            report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
         }
     }
     drop(segments_tx);

@@ -82,6 +82,8 @@ pub enum Action {
     ManagePools,
     SubmitJob,
     CancelJob,
+    /// Set what a running job reports about itself (a sweep's leaderboard).
+    AnnotateJob,
     AgentSession,
 }
 
@@ -92,6 +94,7 @@ impl Action {
             Action::ManagePools => "creating, scaling or deleting pools",
             Action::SubmitJob => "submitting jobs",
             Action::CancelJob => "cancelling jobs",
+            Action::AnnotateJob => "setting a job's summary",
             Action::AgentSession => "opening an agent session",
         }
     }
@@ -114,7 +117,7 @@ pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, String>
         (R::Agent, A::AgentSession) => Some(Scope::Any),
         (R::Agent, _) | (_, A::AgentSession) => None,
         (R::Admin, _) => Some(Scope::Any),
-        (R::Submit, A::CancelJob) => Some(Scope::OwnJobs),
+        (R::Submit, A::CancelJob | A::AnnotateJob) => Some(Scope::OwnJobs),
         (R::Submit, _) => Some(Scope::Any),
         (R::Read, A::Read) => Some(Scope::Any),
         (R::Read, _) => None,
@@ -125,7 +128,9 @@ pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, String>
 fn refusal(principal: &Principal, action: Action) -> String {
     let needs = match action {
         Action::Read => "role read, submit or admin",
-        Action::ManagePools | Action::SubmitJob | Action::CancelJob => "role submit or admin",
+        Action::ManagePools | Action::SubmitJob | Action::CancelJob | Action::AnnotateJob => {
+            "role submit or admin"
+        }
         Action::AgentSession => {
             "an agent token (`resident token create --role agent`); client tokens cannot join as nodes"
         }
@@ -145,11 +150,25 @@ fn refusal(principal: &Principal, action: Action) -> String {
 
 /// Whether `principal` may cancel a job owned by `owner`.
 pub fn may_cancel(principal: &Principal, owner: &str) -> Result<(), String> {
-    match authorize(principal, Action::CancelJob)? {
+    may_change_job(principal, owner, Action::CancelJob, "cancel")
+}
+
+/// Whether `principal` may set the summary of a job owned by `owner`.
+pub fn may_annotate(principal: &Principal, owner: &str) -> Result<(), String> {
+    may_change_job(principal, owner, Action::AnnotateJob, "annotate")
+}
+
+fn may_change_job(
+    principal: &Principal,
+    owner: &str,
+    action: Action,
+    verb: &str,
+) -> Result<(), String> {
+    match authorize(principal, action)? {
         Scope::Any => Ok(()),
         Scope::OwnJobs if principal.name == owner => Ok(()),
         Scope::OwnJobs => Err(format!(
-            "token `{}` has role submit and may cancel only its own jobs; this job belongs to `{owner}` (an admin token may cancel it)",
+            "token `{}` has role submit and may {verb} only its own jobs; this job belongs to `{owner}` (an admin token may {verb} it)",
             principal.name
         )),
     }

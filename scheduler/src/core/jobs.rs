@@ -20,6 +20,9 @@ use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, Tas
 use crate::store::{StoreOp, StoredOutcome};
 
 /// Tells the client which job its stream is attached to.
+/// The largest job summary (`AnnotateJob`).
+pub const MAX_JOB_SUMMARY_BYTES: usize = 64 << 10;
+
 /// Wall-clock now, for job start and end times.
 pub(super) fn unix_ms_now() -> u64 {
     std::time::SystemTime::now()
@@ -154,6 +157,34 @@ impl Core {
         crate::auth::may_cancel(requester, &owner).map_err(SchedulerError::PermissionDenied)?;
         self.cancel_job_tasks(job, &format!("cancelled by {}", requester.name));
         self.job_status(job)
+    }
+
+    /// Sets the job's summary (a JSON object, at most [`MAX_JOB_SUMMARY_BYTES`]), if
+    /// `requester` may: its owner or an admin.
+    pub(super) fn annotate_job(
+        &mut self,
+        job: &JobId,
+        requester: &Principal,
+        summary_json: String,
+    ) -> Result<(), SchedulerError> {
+        let owner = self.job_status(job)?.owner;
+        crate::auth::may_annotate(requester, &owner).map_err(SchedulerError::PermissionDenied)?;
+        if summary_json.len() > MAX_JOB_SUMMARY_BYTES {
+            return Err(SchedulerError::InvalidArgument(format!(
+                "a job summary may take {MAX_JOB_SUMMARY_BYTES} bytes, this one has {}; send fewer leaderboard rows",
+                summary_json.len()
+            )));
+        }
+        let is_object = serde_json::from_str::<serde_json::Value>(&summary_json)
+            .is_ok_and(|value| value.is_object());
+        if !summary_json.is_empty() && !is_object {
+            return Err(SchedulerError::InvalidArgument(
+                "a job summary must be a JSON object, such as {\"status\": \"3/10 trials\"}".into(),
+            ));
+        }
+        let record = self.jobs.get_mut(job).expect("found above");
+        record.status.summary_json = summary_json;
+        Ok(())
     }
 
     /// Applies one event to a task and to its job's counters. Returns whether it applied

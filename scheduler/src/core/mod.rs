@@ -162,6 +162,12 @@ pub enum SchedulerCommand {
     ListJobs {
         reply: Reply<Vec<pb::JobStatus>>,
     },
+    AnnotateJob {
+        job: JobId,
+        requester: Principal,
+        summary_json: String,
+        reply: Reply<()>,
+    },
     CancelJob {
         job: JobId,
         requester: Principal,
@@ -404,6 +410,14 @@ impl Core {
             }
             C::ListJobs { reply } => {
                 let _ = reply.send(Ok(self.job_statuses()));
+            }
+            C::AnnotateJob {
+                job,
+                requester,
+                summary_json,
+                reply,
+            } => {
+                let _ = reply.send(self.annotate_job(&job, &requester, summary_json));
             }
             C::CancelJob {
                 job,

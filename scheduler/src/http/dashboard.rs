@@ -249,6 +249,8 @@ pub(super) struct JobView {
     pub eta_seconds: Option<f64>,
     pub gpu_seconds: f64,
     pub cost_usd: f64,
+    /// What the job says about itself (`AnnotateJob`): a sweep's status and leaderboard.
+    pub summary: Option<serde_json::Value>,
 }
 
 fn actor_state(state: i32) -> String {
@@ -415,6 +417,7 @@ impl JobView {
             eta_seconds,
             gpu_seconds: job.gpu_seconds,
             cost_usd: job.cost_usd,
+            summary: serde_json::from_str(&job.summary_json).ok(),
         }
     }
 }

@@ -231,6 +231,33 @@ impl SchedulerService for ClientApiService {
     }
 
     #[instrument(skip_all)]
+    async fn annotate_job(
+        &self,
+        request: Request<pb::AnnotateJobRequest>,
+    ) -> Result<Response<pb::AnnotateJobResponse>, Status> {
+        let principal = principal_of(&request)?;
+        let request = request.into_inner();
+        let job = JobId::new(request.job_id);
+        let subject = job.to_string();
+        require(&principal, Action::AnnotateJob, "annotate_job", &subject)?;
+        // Sent after every trial: only refusals go to the audit log.
+        self.scheduler
+            .call(|reply| SchedulerCommand::AnnotateJob {
+                job,
+                requester: principal.clone(),
+                summary_json: request.summary_json,
+                reply,
+            })
+            .await
+            .map_err(|error| {
+                let status = Status::from(error);
+                audit::refused(&principal, "annotate_job", &subject, status.message());
+                status
+            })?;
+        Ok(Response::new(pb::AnnotateJobResponse {}))
+    }
+
+    #[instrument(skip_all)]
     async fn list_nodes(
         &self,
         request: Request<pb::ListNodesRequest>,

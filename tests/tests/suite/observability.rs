@@ -77,21 +77,6 @@ impl ObservedCluster {
     }
 }
 
-/// A plain HTTP/1.0 GET: the body of a 200 answer.
-fn plain_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(
-        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
-        "{head}"
-    );
-    body.to_owned()
-}
-
 fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
@@ -272,7 +257,10 @@ async fn metrics_count_what_the_client_got_and_match_status() {
     })
     .await;
     assert!(busy < 30.0, "{busy}");
-    let agent = parse_metrics(&plain_get(cluster.agent_http, "/metrics"));
+    let agent = parse_metrics(&resident_tests::plain_http_get(
+        cluster.agent_http,
+        "/metrics",
+    ));
     let on_a: Vec<_> = matching(&agent, "resident_agent_actor_ready{pool=\"work\"").collect();
     assert!(!on_a.is_empty(), "{agent:?}");
     assert_eq!(

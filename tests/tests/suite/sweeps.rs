@@ -51,9 +51,37 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "[search]\nalgorithm = \"grid\"\n[scheduler]\nkind = \"fifo\"\nmax_epochs = 6\n\
          [space]\nlr = { grid = [1e-6, 0.03] }\nhidden = { grid = [0, 64] }\n",
     );
-    let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
+    let local = LocalConfig {
+        http_listen: Some(([127, 0, 0, 1], 0).into()),
+        ..LocalConfig::default()
+    };
+    let cluster = Cluster::local(local).await.unwrap();
     let (summary, results) = sweep(&cluster, &toml).await;
     assert_eq!(results.len(), 4);
+    // The dashboard's data carries the sweep's leaderboard, best first.
+    let http = cluster.local_http_url().unwrap();
+    let addr: std::net::SocketAddr = http.trim_start_matches("http://").parse().unwrap();
+    let overview: Value =
+        serde_json::from_str(&resident_tests::plain_http_get(addr, "/v1/overview")).unwrap();
+    let swept = overview["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "sweep-t")
+        .unwrap_or_else(|| panic!("the sweep's job in {overview}"));
+    let board = swept["summary"]["leaderboard"].as_array().unwrap();
+    assert_eq!(board.len(), 4, "{swept}");
+    assert_eq!(
+        board[0]["trial"].as_u64(),
+        summary.best_trial.map(|t| t as u64)
+    );
+    assert!(
+        swept["summary"]["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("4/4 trials done"),
+        "{swept}"
+    );
     assert_eq!(
         (summary.trials, summary.failed, summary.stopped_early),
         (4, 0, 0)

@@ -964,6 +964,7 @@ async fn the_store_forgets_a_node_that_stays_dead() {
     assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
 }
 
+mod annotate;
 mod drain;
 mod idle_pools;
 mod restart;
