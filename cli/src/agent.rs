@@ -155,7 +155,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on --http-listen {addr}"))?;
-        let (observer, cancel) = (config.observer.clone(), cancel.clone());
+        let observer = resident_node_agent::observe::AgentObserver::default();
+        config.observer = Some(observer.clone());
+        let cancel = cancel.clone();
         tokio::spawn(async move {
             if let Err(error) =
                 resident_node_agent::observe::serve_metrics(listener, observer, cancel).await

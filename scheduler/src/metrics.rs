@@ -235,6 +235,13 @@ impl SchedulerMetrics {
     }
 }
 
+/// Wall-clock now in Unix milliseconds (job start and end times, events, the overview).
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// One error or refusal worth showing an operator.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClusterEvent {
@@ -254,11 +261,8 @@ impl EventLog {
     pub const CAPACITY: usize = 200;
 
     pub fn record(&self, subject: &str, name: &str, message: impl Into<String>) {
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let event = ClusterEvent {
-            unix_ms,
+            unix_ms: unix_ms_now(),
             subject: subject.to_owned(),
             name: name.to_owned(),
             message: message.into(),

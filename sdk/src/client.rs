@@ -421,27 +421,22 @@ impl Pool {
     }
 
     pub async fn delete(&self) -> Result<(), SdkError> {
-        let request = with_timeout(
-            pb::DeletePoolRequest {
-                pool: self.name.clone(),
-                if_unused: false,
-            },
-            self.cluster.request_timeout,
-        );
-        self.cluster.client.clone().delete_pool(request).await?;
-        Ok(())
+        self.delete_pool(false).await.map(drop)
     }
 
     /// Deletes the pool unless a running job (another client's, say) still uses it or
     /// work is queued on it: then it is kept, and the answer says why.
     pub async fn delete_if_unused(&self) -> Result<Option<String>, SdkError> {
-        let request = with_timeout(
-            pb::DeletePoolRequest {
-                pool: self.name.clone(),
-                if_unused: true,
-            },
-            self.cluster.request_timeout,
-        );
+        self.delete_pool(true).await
+    }
+
+    /// `DeletePool`: why the pool was kept, if it was.
+    async fn delete_pool(&self, if_unused: bool) -> Result<Option<String>, SdkError> {
+        let request = pb::DeletePoolRequest {
+            pool: self.name.clone(),
+            if_unused,
+        };
+        let request = with_timeout(request, self.cluster.request_timeout);
         let answer = self.cluster.client.clone().delete_pool(request).await?;
         let answer = answer.into_inner();
         Ok((!answer.deleted).then_some(answer.kept_because))

@@ -52,8 +52,9 @@ pub struct AgentConfig {
     pub drain_timeout: Duration,
     /// `grpc.health.v1` statuses: [`AGENT_HEALTH_SERVICE`] is SERVING while registered.
     pub health: HealthReporter,
-    /// Each heartbeat's figures, for the agent's own `/metrics`.
-    pub observer: crate::observe::AgentObserver,
+    /// Where each heartbeat's figures go for the agent's own `/metrics` (`--http-listen`);
+    /// `None`: nobody reads them, so they are not copied.
+    pub observer: Option<crate::observe::AgentObserver>,
 }
 
 /// Actors stay loaded this long without a scheduler (a restart, a network cut).
@@ -80,7 +81,7 @@ impl AgentConfig {
             actor_grace: DEFAULT_ACTOR_GRACE,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             health: HealthReporter::new(),
-            observer: Default::default(),
+            observer: None,
         }
     }
 
@@ -342,8 +343,10 @@ async fn run_session(
             }
             _ = heartbeat.tick() => {
                 let message = heartbeat_message(host, probe);
-                if let Some(pb::agent_message::Body::Heartbeat(beat)) = &message.body {
-                    config.observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
+                if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
+                    (&config.observer, &message.body)
+                {
+                    observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
                 }
                 let _ = outbound.send(message);
             }

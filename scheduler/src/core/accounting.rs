@@ -13,11 +13,7 @@ use super::Core;
 use super::records::{ActorRecord, NodeRecord};
 
 /// GPUs held (the fraction times the GPU count) and USD per hour, for one placed actor.
-pub(super) fn actor_rate(
-    actor: &ActorRecord,
-    node: Option<&NodeRecord>,
-    prices: &PriceTable,
-) -> (f64, f64) {
+fn actor_rate(actor: &ActorRecord, node: Option<&NodeRecord>, prices: &PriceTable) -> (f64, f64) {
     let Some(assignment) = actor
         .assignment
         .as_ref()

@@ -15,21 +15,14 @@ use super::records::{JobRecord, JobStream, TaskRecord};
 use super::{Core, JobResults};
 use crate::auth::Principal;
 use crate::error::SchedulerError;
-use crate::metrics::TaskOutcomeKind;
+use crate::metrics::{TaskOutcomeKind, unix_ms_now};
 use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
 
-/// Tells the client which job its stream is attached to.
 /// The largest job summary (`AnnotateJob`).
 pub const MAX_JOB_SUMMARY_BYTES: usize = 64 << 10;
 
-/// Wall-clock now, for job start and end times.
-pub(super) fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
+/// Tells the client which job its stream is attached to.
 fn accept(results: &JobResults, job: &JobId) {
     let _ = results.send(pb::SubmitResponse {
         body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {

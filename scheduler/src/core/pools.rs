@@ -283,7 +283,7 @@ impl Core {
             let since = *record.idle_since.get_or_insert(now);
             let ttl = std::time::Duration::from_millis(record.spec.idle_ttl_ms);
             if now.saturating_duration_since(since) >= ttl {
-                let message = format!("deleted after {} unused", humanize(ttl));
+                let message = format!("deleted after {} unused", humantime::format_duration(ttl));
                 tracing::info!(pool = %name, ?ttl, "pool idle past its TTL; deleting");
                 self.metrics.events.record("pool", name.as_str(), message);
                 let _ = self.delete_pool(&name);
@@ -484,15 +484,6 @@ impl Core {
             self.actors.remove(id);
         }
         self.replan_needed = true;
-    }
-}
-
-fn humanize(duration: std::time::Duration) -> String {
-    let seconds = duration.as_secs();
-    match seconds {
-        0..120 => format!("{seconds}s"),
-        120..7200 => format!("{}m", seconds / 60),
-        _ => format!("{}h", seconds / 3600),
     }
 }
 

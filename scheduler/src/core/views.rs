@@ -20,8 +20,8 @@ pub struct Overview {
     pub pools: Vec<pb::PoolStatus>,
     /// Running jobs, then the newest finished ones.
     pub jobs: Vec<pb::JobStatus>,
-    /// Jobs by state name, counting every job held (not just those listed).
-    pub jobs_by_state: std::collections::BTreeMap<String, u64>,
+    /// Jobs by state, counting every job held (not just those listed).
+    pub jobs_by_state: std::collections::BTreeMap<pb::JobState, u64>,
     pub demand: super::Demand,
 }
 
@@ -30,14 +30,7 @@ impl Core {
         let mut jobs_by_state = std::collections::BTreeMap::new();
         for job in self.jobs.values() {
             let state = pb::JobState::try_from(job.status.state).unwrap_or_default();
-            *jobs_by_state
-                .entry(
-                    state
-                        .as_str_name()
-                        .trim_start_matches("JOB_STATE_")
-                        .to_lowercase(),
-                )
-                .or_insert(0) += 1;
+            *jobs_by_state.entry(state).or_insert(0) += 1;
         }
         let mut jobs: Vec<pb::JobStatus> = self
             .jobs

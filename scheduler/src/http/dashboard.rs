@@ -12,7 +12,7 @@ use axum::{Form, Json, Router};
 use resident_proto::pb;
 use serde::{Deserialize, Serialize};
 
-use super::metrics::state_name;
+use super::metrics::{actor_state_name, job_state_name};
 use super::{HttpState, authorize, check_token, query_overview};
 use crate::auth::audit;
 use crate::core::Overview;
@@ -253,16 +253,9 @@ pub(super) struct JobView {
     pub summary: Option<serde_json::Value>,
 }
 
-fn actor_state(state: i32) -> String {
-    let state = pb::ActorState::try_from(state).unwrap_or_default();
-    state_name(state.as_str_name(), "ACTOR_STATE_")
-}
-
 impl OverviewView {
     pub fn new(overview: &Overview, events: Vec<ClusterEvent>) -> Self {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = crate::metrics::unix_ms_now();
         let actors: Vec<(&str, &pb::ActorInfo)> = overview
             .pools
             .iter()
@@ -286,7 +279,11 @@ impl OverviewView {
             nodes,
             pools,
             jobs: overview.jobs.iter().map(|j| JobView::new(j, now)).collect(),
-            jobs_by_state: overview.jobs_by_state.clone(),
+            jobs_by_state: overview
+                .jobs_by_state
+                .iter()
+                .map(|(state, count)| (job_state_name(*state), *count))
+                .collect(),
             demand_gpus: overview.demand.demand_gpus,
             events,
         }
@@ -326,7 +323,7 @@ impl NodeView {
                 .map(|(pool, a)| PlacedActorView {
                     actor_id: a.actor_id.clone(),
                     pool: (*pool).to_owned(),
-                    state: actor_state(a.state),
+                    state: actor_state_name(a.state),
                     gpu_indices: a.gpu_indices.clone(),
                     gpu_fraction: a.gpu_fraction,
                     vram_bytes: a.vram_bytes,
@@ -352,7 +349,7 @@ impl PoolView {
                 .iter()
                 .map(|a| ActorView {
                     actor_id: a.actor_id.clone(),
-                    state: actor_state(a.state),
+                    state: actor_state_name(a.state),
                     node_id: a.node_id.clone(),
                     gpu_indices: a.gpu_indices.clone(),
                     model_loads: a.model_loads,
@@ -399,7 +396,7 @@ impl JobView {
             name: job.name.clone(),
             pool: job.pool.clone(),
             owner: job.owner.clone(),
-            state: state_name(state.as_str_name(), "JOB_STATE_"),
+            state: job_state_name(state),
             submitted: job.submitted,
             succeeded: job.succeeded,
             failed: job.failed,

@@ -57,9 +57,21 @@ fn float_gauges(registry: &mut Registry, name: &str, help: &str) -> FloatGauges 
     family
 }
 
-/// The lower-case state name without the enum's prefix (`JOB_STATE_RUNNING` -> `running`).
-pub(super) fn state_name(full: &str, prefix: &str) -> String {
-    full.trim_start_matches(prefix).to_lowercase()
+/// A job state's name in metrics and JSON (`JOB_STATE_RUNNING` -> `running`).
+pub(super) fn job_state_name(state: pb::JobState) -> String {
+    state
+        .as_str_name()
+        .trim_start_matches("JOB_STATE_")
+        .to_lowercase()
+}
+
+/// An actor state's name in metrics and JSON (`ACTOR_STATE_READY` -> `ready`).
+pub(super) fn actor_state_name(state: i32) -> String {
+    let state = pb::ActorState::try_from(state).unwrap_or_default();
+    state
+        .as_str_name()
+        .trim_start_matches("ACTOR_STATE_")
+        .to_lowercase()
 }
 
 /// The scrape's text: gauges from `overview`, then the loop's counters and histograms.
@@ -153,8 +165,7 @@ fn encode_pools(registry: &mut Registry, overview: &Overview) {
     for pool in &overview.pools {
         let name = pool.spec.as_ref().map_or("", |s| s.name.as_str());
         for actor in &pool.actors {
-            let state = pb::ActorState::try_from(actor.state).unwrap_or_default();
-            let state = state_name(state.as_str_name(), "ACTOR_STATE_");
+            let state = actor_state_name(actor.state);
             actors
                 .get_or_create(&labels([("pool", name), ("state", state.as_str())]))
                 .inc();
@@ -194,7 +205,7 @@ fn encode_jobs(registry: &mut Registry, overview: &Overview) {
         "Per job: what the GPUs and cores its pool held cost while it ran",
     );
     for (state, count) in &overview.jobs_by_state {
-        jobs.get_or_create(&labels([("state", state.as_str())]))
+        jobs.get_or_create(&labels([("state", job_state_name(*state).as_str())]))
             .set(*count as i64);
     }
     for job in &overview.jobs {
@@ -248,7 +259,7 @@ mod tests {
                 expected_tasks: 10,
                 ..Default::default()
             }],
-            jobs_by_state: [("running".to_owned(), 1)].into(),
+            jobs_by_state: [(pb::JobState::Running, 1)].into(),
             demand: Demand {
                 queued_tasks: 7,
                 demand_gpus: 2.5,
