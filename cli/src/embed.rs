@@ -171,7 +171,11 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
         bar
     });
     let mut last_log = Instant::now();
+    // A chunk's result and the end of its running count can arrive in either order: the
+    // bar never steps back.
+    let mut shown = 0;
     move |progress: Progress| {
+        shown = progress.position().max(shown);
         let rate = progress.docs_per_second();
         let eta = progress
             .eta()
@@ -179,7 +183,7 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
         match &bar {
             Some(bar) => {
                 bar.set_length(progress.total_docs);
-                bar.set_position(progress.done_docs);
+                bar.set_position(shown);
                 bar.set_message(format!("{rate:.1} docs/s  ETA {eta}"));
                 if progress.done_docs >= progress.total_docs {
                     bar.finish_and_clear();
@@ -191,6 +195,7 @@ fn progress_reporter() -> impl FnMut(Progress) + Send {
                 last_log = Instant::now();
                 tracing::info!(
                     done = progress.done_docs,
+                    embedded = shown,
                     total = progress.total_docs,
                     reused = progress.reused_docs,
                     docs_per_s = format!("{rate:.1}"),

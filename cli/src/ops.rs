@@ -49,7 +49,7 @@ pub enum PoolCommand {
 }
 
 pub(crate) fn job_json(job: &JobStatus) -> serde_json::Value {
-    let finished = job.succeeded + job.failed + job.cancelled;
+    let now = unix_ms_now();
     json!({
         "job_id": job.job_id.to_string(),
         "name": job.name,
@@ -62,8 +62,24 @@ pub(crate) fn job_json(job: &JobStatus) -> serde_json::Value {
         "succeeded": job.succeeded,
         "failed": job.failed,
         "cancelled": job.cancelled,
-        "progress": if job.submitted == 0 { 0.0 } else { finished as f64 / job.submitted as f64 },
+        "expected_tasks": job.expected_tasks,
+        "progress": job.progress(),
+        "items_done": job.items_done,
+        "items_running": job.items_running,
+        "items_per_second": job.items_per_second(now),
+        "elapsed_seconds": job.elapsed(now).as_secs_f64(),
+        "started_unix_ms": job.started_unix_ms,
+        "finished_unix_ms": job.finished_unix_ms,
+        "gpu_seconds": job.gpu_seconds,
+        "cost_usd": job.cost_usd,
+        "summary": job.summary_json.as_deref().and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()),
     })
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn pool_json(pool: &PoolStatus) -> serde_json::Value {
@@ -92,19 +108,28 @@ fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
 }
 
 pub(crate) fn print_jobs(jobs: &[JobStatus]) {
+    let now = unix_ms_now();
     println!(
-        "{:<38} {:<24} {:<16} {:<11} {:>9} {:>7}  OWNER",
-        "JOB", "NAME", "POOL", "STATE", "DONE", "FAILED"
+        "{:<38} {:<24} {:<16} {:<11} {:>6} {:>11} {:>7} {:>10} {:>8} {:>9}  OWNER",
+        "JOB", "NAME", "POOL", "STATE", "DONE", "TASKS", "FAILED", "DOCS", "DOCS/S", "COST"
     );
     for job in jobs {
         println!(
-            "{:<38} {:<24} {:<16} {:<11} {:>9} {:>7}  {}",
+            "{:<38} {:<24} {:<16} {:<11} {:>6} {:>11} {:>7} {:>10} {:>8.1} {:>9}  {}",
             job.job_id.as_str(),
             job.name,
             job.pool.as_str(),
             job.state.name(),
-            format!("{}/{}", job.succeeded, job.submitted),
+            format!("{:.1}%", job.progress() * 100.0),
+            format!(
+                "{}/{}",
+                job.succeeded,
+                job.expected_tasks.max(job.submitted)
+            ),
             job.failed,
+            job.items_done + job.items_running,
+            job.items_per_second(now),
+            format!("${:.4}", job.cost_usd),
             job.owner
         );
     }

@@ -50,6 +50,10 @@ pub struct SchedulerArgs {
     /// How often agents send heartbeats.
     #[arg(long, env = "RESIDENT_HEARTBEAT_MS", default_value_t = 2000)]
     heartbeat_ms: u64,
+    /// Least time between two progress reports of one actor inside a long task (embed
+    /// bars move between chunk ends); 0 turns them off, for very large fleets.
+    #[arg(long, env = "RESIDENT_TASK_PROGRESS_MS", default_value_t = 500)]
+    task_progress_ms: u64,
     /// A node silent for this long is dead and its actors are placed elsewhere.
     #[arg(long, env = "RESIDENT_NODE_DEAD_MS", default_value_t = 10_000)]
     node_dead_ms: u64,
@@ -81,6 +85,7 @@ impl SchedulerArgs {
         );
         Ok(CoreConfig {
             heartbeat_interval: Duration::from_millis(self.heartbeat_ms),
+            task_progress_interval: Duration::from_millis(self.task_progress_ms),
             node_dead_after: Duration::from_millis(self.node_dead_ms),
             default_max_task_attempts: self.max_task_attempts,
             finished_job_history: self.job_history,

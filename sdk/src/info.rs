@@ -2,6 +2,7 @@
 //! (the wire messages stay inside the SDK).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 
@@ -138,6 +139,19 @@ pub struct JobStatus {
     pub cancelled: u64,
     /// Who submitted it (the token's name; `anonymous` when the cluster has no tokens).
     pub owner: String,
+    /// The client's total of tasks (0 when it did not say).
+    pub expected_tasks: u64,
+    /// Items (documents) of succeeded tasks, and those done so far inside running ones.
+    pub items_done: u64,
+    pub items_running: u64,
+    /// Unix milliseconds; `finished_unix_ms` is 0 while the job runs.
+    pub started_unix_ms: u64,
+    pub finished_unix_ms: u64,
+    /// GPU-seconds its pool held while it ran, and their price.
+    pub gpu_seconds: f64,
+    pub cost_usd: f64,
+    /// What the job says about itself (a sweep's leaderboard), JSON.
+    pub summary_json: Option<String>,
 }
 
 impl JobState {
@@ -157,6 +171,34 @@ impl JobState {
 impl JobStatus {
     pub fn is_running(&self) -> bool {
         self.state == JobState::Running
+    }
+
+    /// Tasks finished (any outcome) over the expected total, else the submitted ones: 0
+    /// to 1.
+    pub fn progress(&self) -> f64 {
+        let finished = self.succeeded + self.failed + self.cancelled;
+        match self.expected_tasks.max(self.submitted) {
+            0 => 0.0,
+            total => (finished as f64 / total as f64).min(1.0),
+        }
+    }
+
+    /// From its start to its end, or to `now_unix_ms` while it runs.
+    pub fn elapsed(&self, now_unix_ms: u64) -> Duration {
+        let end = match self.finished_unix_ms {
+            0 => now_unix_ms,
+            finished => finished,
+        };
+        Duration::from_millis(end.saturating_sub(self.started_unix_ms))
+    }
+
+    /// Items (documents) per second since it started, those inside running tasks included.
+    pub fn items_per_second(&self, now_unix_ms: u64) -> f64 {
+        let seconds = self.elapsed(now_unix_ms).as_secs_f64();
+        match seconds > 0.0 {
+            true => (self.items_done + self.items_running) as f64 / seconds,
+            false => 0.0,
+        }
     }
 }
 
@@ -266,6 +308,14 @@ impl From<pb::JobStatus> for JobStatus {
             failed: job.failed,
             cancelled: job.cancelled,
             owner: job.owner,
+            expected_tasks: job.expected_tasks,
+            items_done: job.items_done,
+            items_running: job.items_running,
+            started_unix_ms: job.started_unix_ms,
+            finished_unix_ms: job.finished_unix_ms,
+            gpu_seconds: job.gpu_seconds,
+            cost_usd: job.cost_usd,
+            summary_json: non_empty(job.summary_json),
         }
     }
 }

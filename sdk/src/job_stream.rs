@@ -16,7 +16,7 @@ use futures::{Stream, StreamExt};
 use prost::bytes::Bytes;
 use resident_proto::connect::is_transport_failure;
 use resident_proto::{ActorId, JobId, NodeId, pb};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Cluster, TaskOutput};
@@ -26,6 +26,7 @@ use crate::error::SdkError;
 pub struct JobStream {
     pub job_id: JobId,
     results: mpsc::Receiver<Result<TaskOutput, SdkError>>,
+    items_running: watch::Receiver<u64>,
     /// Stops the driver (and so the job) when the results are no longer wanted.
     driver: tokio::task::AbortHandle,
 }
@@ -33,6 +34,15 @@ pub struct JobStream {
 impl Drop for JobStream {
     fn drop(&mut self) {
         self.driver.abort();
+    }
+}
+
+impl JobStream {
+    /// Items done so far inside tasks still running (actors report progress within a
+    /// chunk; see `RunningTaskProgress`): add it to the items of the results read for a
+    /// bar that moves between results. It changes a few times a second at most.
+    pub fn items_running(&self) -> watch::Receiver<u64> {
+        self.items_running.clone()
     }
 }
 
@@ -90,6 +100,42 @@ struct JobDriver {
     unanswered: BTreeMap<u64, TaskPayload>,
     /// To be sent again on the current stream before any new input.
     resend: VecDeque<u64>,
+    /// Items done inside each unanswered task that reported progress, and their sum.
+    running: RunningItems,
+}
+
+/// Progress inside running tasks, by sequence number, published as a sum.
+struct RunningItems {
+    by_seq: BTreeMap<u64, u64>,
+    total: watch::Sender<u64>,
+}
+
+impl RunningItems {
+    fn set(&mut self, seq: u64, items_done: u64) {
+        self.by_seq.insert(seq, items_done);
+        self.publish();
+    }
+
+    fn answered(&mut self, seq: u64) {
+        if self.by_seq.remove(&seq).is_some() {
+            self.publish();
+        }
+    }
+
+    /// A new stream: tasks still running report again (a task sent elsewhere restarts).
+    fn clear(&mut self) {
+        self.by_seq.clear();
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let total = self.by_seq.values().sum();
+        self.total.send_if_modified(|current| {
+            let changed = *current != total;
+            *current = total;
+            changed
+        });
+    }
 }
 
 /// Opens the job (an error here is the scheduler's refusal: unknown pool, no permission)
@@ -103,6 +149,7 @@ pub(crate) async fn open_job(
         0 => 1024,
         window => window as usize,
     };
+    let (items_running_tx, items_running) = watch::channel(0);
     let mut driver = JobDriver {
         cluster: cluster.clone(),
         header,
@@ -112,6 +159,10 @@ pub(crate) async fn open_job(
         next_seq: 0,
         unanswered: BTreeMap::new(),
         resend: VecDeque::new(),
+        running: RunningItems {
+            by_seq: BTreeMap::new(),
+            total: items_running_tx,
+        },
     };
     let attached = driver.attach(cluster.request_timeout()).await?;
     let job_id = attached.job_id.clone();
@@ -121,6 +172,7 @@ pub(crate) async fn open_job(
     Ok(JobStream {
         job_id,
         results,
+        items_running,
         driver: task.abort_handle(),
     })
 }
@@ -238,6 +290,7 @@ impl JobDriver {
                 Ok(attached) => {
                     tracing::info!(job_id = %job, after = ?began.elapsed(), unanswered = self.unanswered.len(), "job resumed");
                     self.resend = self.unanswered.keys().copied().collect();
+                    self.running.clear();
                     return Ok(attached);
                 }
                 Err(error) if worth_resuming(&error) => last = error,
@@ -302,8 +355,14 @@ impl JobDriver {
                         if self.unanswered.remove(&result.seq).is_none() {
                             continue; // Delivered before the stream broke.
                         }
+                        self.running.answered(result.seq);
                         if results.send(Ok(output_of(result))).await.is_err() {
                             return Ok(());
+                        }
+                    }
+                    Ok(Some(pb::SubmitResponse { body: Some(pb::submit_response::Body::Progress(progress)) })) => {
+                        if self.unanswered.contains_key(&progress.seq) {
+                            self.running.set(progress.seq, progress.items_done);
                         }
                     }
                     Ok(Some(_)) => {}

@@ -126,7 +126,11 @@ impl EmbedJobConfig {
 /// Where the job stands, for progress bars and logs.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
+    /// Documents whose vectors are written (this run's and reused ones).
     pub done_docs: u64,
+    /// Documents embedded so far inside chunks still running (actors report after each
+    /// model batch): the bar moves before a chunk ends.
+    pub running_docs: u64,
     pub total_docs: u64,
     /// Of `done_docs`, those an earlier run embedded (a resume): not this run's speed.
     pub reused_docs: u64,
@@ -134,9 +138,15 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Documents embedded: written, plus those done inside running chunks (at most the
+    /// total).
+    pub fn position(&self) -> u64 {
+        (self.done_docs + self.running_docs).min(self.total_docs.max(self.done_docs))
+    }
+
     /// This run's documents per second (reused ones left out).
     pub fn docs_per_second(&self) -> f64 {
-        self.done_docs.saturating_sub(self.reused_docs) as f64
+        self.position().saturating_sub(self.reused_docs) as f64
             / self.elapsed.as_secs_f64().max(1e-9)
     }
 
@@ -144,7 +154,7 @@ impl Progress {
     pub fn eta(&self) -> Option<Duration> {
         let rate = self.docs_per_second();
         (rate > 0.0).then(|| {
-            Duration::from_secs_f64(self.total_docs.saturating_sub(self.done_docs) as f64 / rate)
+            Duration::from_secs_f64(self.total_docs.saturating_sub(self.position()) as f64 / rate)
         })
     }
 }
@@ -290,8 +300,26 @@ async fn embed_into(
 
     let mut builder = ReportBuilder::default();
     let mut stats = VectorStats::default();
-    while let Some(output) = results.next().await {
-        let output = output?;
+    let mut items_running = results.items_running();
+    let progress = |done_docs: u64, running_docs: u64| Progress {
+        done_docs,
+        running_docs,
+        total_docs: scan.valid_records,
+        reused_docs,
+        elapsed: started.elapsed(),
+    };
+    loop {
+        let output = tokio::select! {
+            output = results.next() => match output {
+                Some(output) => output?,
+                None => break,
+            },
+            Ok(()) = items_running.changed() => {
+                let running_docs = *items_running.borrow_and_update();
+                on_progress(progress(done_docs, running_docs));
+                continue;
+            }
+        };
         let chunk = pending
             .lock()
             .expect("pending chunks")
@@ -323,12 +351,7 @@ async fn embed_into(
         manifest.chunks.push(entry);
         out.write_manifest(&manifest).await?;
         done_docs += rows;
-        on_progress(Progress {
-            done_docs,
-            total_docs: scan.valid_records,
-            reused_docs,
-            elapsed: started.elapsed(),
-        });
+        on_progress(progress(done_docs, *items_running.borrow()));
     }
     producer
         .await
@@ -430,6 +453,7 @@ mod progress_tests {
     #[test]
     fn after_a_resume_speed_and_eta_count_only_new_documents() {
         let progress = Progress {
+            running_docs: 0,
             done_docs: 700,
             total_docs: 1000,
             reused_docs: 500,
@@ -442,5 +466,24 @@ mod progress_tests {
             ..progress
         };
         assert_eq!(fresh.eta(), None, "nothing new yet");
+    }
+
+    #[test]
+    fn documents_inside_running_chunks_move_the_position_and_the_speed() {
+        let progress = Progress {
+            done_docs: 0,
+            running_docs: 300,
+            total_docs: 1000,
+            reused_docs: 0,
+            elapsed: Duration::from_secs(10),
+        };
+        assert_eq!(progress.position(), 300);
+        assert!((progress.docs_per_second() - 30.0).abs() < 1e-9);
+        let overshoot = Progress {
+            done_docs: 900,
+            running_docs: 300,
+            ..progress
+        };
+        assert_eq!(overshoot.position(), 1000, "never past the total");
     }
 }

@@ -385,7 +385,13 @@ impl Embedder {
         pooled.to_vec2::<f32>()
     }
 
-    fn embed(&mut self, chunk: TokenizedChunk) -> Result<pb::EmbedResponse, ModelError> {
+    /// Embeds a chunk batch by batch, calling `rows_done` with the rows embedded so far
+    /// after each batch.
+    fn embed(
+        &mut self,
+        chunk: TokenizedChunk,
+        rows_done: &mut dyn FnMut(usize),
+    ) -> Result<pb::EmbedResponse, ModelError> {
         let started = Instant::now();
         let lengths: Vec<usize> = chunk.ids.iter().map(Vec::len).collect();
         let mut pending: Vec<Vec<usize>> =
@@ -394,16 +400,18 @@ impl Embedder {
         let (tokens, _) = batching::token_counts(&lengths, &pending);
         let dim = self.encoder.spec().hidden_size;
         let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
-        let (mut padded, mut batches) = (0usize, 0u32);
+        let (mut padded, mut batches, mut embedded) = (0usize, 0u32, 0usize);
         while let Some(batch) = pending.pop() {
             let ids: Vec<&[u32]> = batch.iter().map(|&i| chunk.ids[i].as_slice()).collect();
             match self.run_batch(&ids) {
                 Ok(vectors) => {
                     padded += batch.len() * ids.iter().map(|t| t.len()).max().unwrap_or(0);
                     batches += 1;
+                    embedded += batch.len();
                     for (index, vector) in batch.into_iter().zip(vectors) {
                         rows[index] = Some(vector);
                     }
+                    rows_done(embedded);
                 }
                 Err(error) if is_out_of_memory(&error) && batch.len() > 1 => {
                     self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
@@ -478,13 +486,32 @@ impl Embedder {
 
     /// Embeds a chunk that [`TextPreparer::prepare`] tokenised; returns an `EmbedResponse`.
     pub fn embed_prepared(&mut self, chunk: TokenizedChunk) -> Result<Vec<u8>, ModelError> {
-        Ok(self.embed(chunk)?.encode_to_vec())
+        self.embed_prepared_reporting(chunk, &mut |_| {})
+    }
+
+    /// [`Embedder::embed_prepared`], calling `rows_done` with the rows embedded so far after
+    /// each model batch (progress inside a large chunk).
+    pub fn embed_prepared_reporting(
+        &mut self,
+        chunk: TokenizedChunk,
+        rows_done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<u8>, ModelError> {
+        Ok(self.embed(chunk, rows_done)?.encode_to_vec())
     }
 
     /// Decodes, tokenises and embeds an `EmbedRequest` payload on this thread.
     pub fn embed_payload(&mut self, payload: &[u8]) -> Result<Vec<u8>, ModelError> {
+        self.embed_payload_reporting(payload, &mut |_| {})
+    }
+
+    /// [`Embedder::embed_payload`] with [`Embedder::embed_prepared_reporting`]'s progress.
+    pub fn embed_payload_reporting(
+        &mut self,
+        payload: &[u8],
+        rows_done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<u8>, ModelError> {
         let chunk = self.preparer.prepare(payload)?;
-        self.embed_prepared(chunk)
+        self.embed_prepared_reporting(chunk, rows_done)
     }
 
     /// Trains one segment of a sweep trial (a `TrialRequest` payload) on this model's device,

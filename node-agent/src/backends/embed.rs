@@ -11,7 +11,9 @@ use resident_models::device::select_device;
 use resident_models::embed::{EmbedConfig, Embedder, TokenizedChunk};
 use resident_proto::pb;
 
-use super::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer, TaskSize};
+use super::{
+    ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer, TaskProgress, TaskSize,
+};
 use crate::model_cache::ModelCache;
 
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
@@ -24,6 +26,8 @@ struct EmbedActor {
     last_size: Option<TaskSize>,
     /// Fetches `s3://` sweep datasets for the `trial` method.
     models: Arc<ModelCache>,
+    /// Rows embedded so far in a chunk, after each model batch.
+    progress: TaskProgress,
 }
 
 impl ModelBackend for EmbedActor {
@@ -33,7 +37,10 @@ impl ModelBackend for EmbedActor {
 
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
         self.last_size = None;
-        Ok(self.embedder.embed_payload(payload)?)
+        let progress = &self.progress;
+        Ok(self
+            .embedder
+            .embed_payload_reporting(payload, &mut |rows| progress.report(rows as u64))?)
     }
 
     fn methods(&self) -> &'static [&'static str] {
@@ -75,7 +82,10 @@ impl ModelBackend for EmbedActor {
             items: chunk.rows() as u64,
             tokens: chunk.tokens() as u64,
         });
-        Ok(self.embedder.embed_prepared(*chunk)?)
+        let progress = &self.progress;
+        Ok(self
+            .embedder
+            .embed_prepared_reporting(*chunk, &mut |rows| progress.report(rows as u64))?)
     }
 
     fn vram_bytes(&self) -> u64 {
@@ -98,6 +108,7 @@ impl ActorKind for EmbedKind {
             embedder: Embedder::load(&config, device, context.roots.clone())?,
             models: context.models.clone(),
             last_size: None,
+            progress: context.progress.clone(),
         }))
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod echo;
 pub mod embed;
+pub mod progress;
 pub mod text_stats;
 
 use resident_models::roots::FileRoots;
@@ -17,6 +18,7 @@ use resident_proto::ActorId;
 use crate::model_cache::ModelCache;
 
 pub use crate::error::BackendError;
+pub use progress::TaskProgress;
 
 /// Where an actor runs, as the scheduler assigned it.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +53,8 @@ pub struct LoadContext {
     pub roots: FileRoots,
     /// Fetches remote models (`s3://`, Hugging Face ids) to a local directory, once per node.
     pub models: Arc<ModelCache>,
+    /// How far the running task got, for kinds that work through a chunk in steps.
+    pub progress: TaskProgress,
 }
 
 impl LoadContext {
@@ -72,7 +76,6 @@ pub type Prepared = Box<dyn std::any::Any + Send>;
 /// with the model working on the previous chunk.
 pub type Preparer = Arc<dyn Fn(&[u8]) -> Result<Prepared, BackendError> + Send + Sync>;
 
-/// A loaded model owned by one actor thread.
 /// What one task amounted to, for metrics (batch sizes, tokens/s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskSize {
@@ -82,6 +85,7 @@ pub struct TaskSize {
     pub tokens: u64,
 }
 
+/// A loaded model owned by one actor thread.
 pub trait ModelBackend: Send {
     /// The size of the task just run, where the kind can tell (embedders: rows and tokens).
     fn last_task_size(&self) -> Option<TaskSize> {

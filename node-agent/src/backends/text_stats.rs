@@ -75,6 +75,7 @@ mod tests {
             device: Default::default(),
             roots: Default::default(),
             models: std::sync::Arc::new(crate::model_cache::ModelCache::new(Default::default())),
+            progress: crate::backends::TaskProgress::disabled(),
         })
     }
 

@@ -181,6 +181,7 @@ pub(super) fn run_actor_thread(
     cancelled: Arc<Mutex<HashSet<u64>>>,
 ) {
     let actor_id = context.actor_id.clone();
+    let progress = context.progress.clone();
     let publish = |health: &watch::Sender<ActorHealth>| {
         let report = health.borrow().report(&actor_id, incarnation);
         let _ = outbound.send(pb::AgentMessage {
@@ -232,6 +233,7 @@ pub(super) fn run_actor_thread(
     while let Ok(Work { task, span, input }) = work_rx.recv() {
         let _entered = span.enter();
         let begun = Instant::now();
+        progress.begin(&task);
         let run = |backend: &mut Box<dyn crate::backends::ModelBackend>| match input {
             Input::Cancelled => Err(TaskError::transient("task cancelled".to_owned())),
             Input::Raw if task.method.is_empty() => {
@@ -259,6 +261,7 @@ pub(super) fn run_actor_thread(
             Ok(result) => result,
             Err(panic) => Err(TaskError::panic("actor", panic.as_ref())),
         };
+        progress.end();
         let panicked = match &result {
             Err(error) if error.panicked => Some(error.message.clone()),
             _ => None,

@@ -17,7 +17,8 @@ use crate::model_cache::ModelCache;
 use resident_proto::{ActorId, pb};
 use tokio::sync::{mpsc, watch};
 
-use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext};
+use crate::backends::progress::ProgressInterval;
+use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext, TaskProgress};
 use actor_thread::run_actor_thread;
 pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
 
@@ -45,6 +46,8 @@ pub struct ActorHost {
     roots: FileRoots,
     models: Arc<ModelCache>,
     actors: HashMap<ActorId, ActorSlot>,
+    /// How often actors may report progress inside a task (set at each registration).
+    progress_interval: ProgressInterval,
 }
 
 fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
@@ -76,7 +79,13 @@ impl ActorHost {
             roots,
             models,
             actors: HashMap::new(),
+            progress_interval: ProgressInterval::default(),
         }
+    }
+
+    /// The scheduler's least time between two progress reports of one actor (zero: none).
+    pub fn set_progress_interval(&self, interval: std::time::Duration) {
+        self.progress_interval.set(interval);
     }
 
     /// Answers a start with DEAD at once, saying why.
@@ -130,6 +139,7 @@ impl ActorHost {
             },
             roots: self.roots.clone(),
             models: self.models.clone(),
+            progress: TaskProgress::new(self.outbound.clone(), self.progress_interval.clone()),
         };
         let capacity = start.max_in_flight.max(1) as usize + 1;
         let (commands, receiver) = mpsc::channel(capacity);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use resident_storage::model_manifest::{MANIFEST_FILE, ModelManifest};
 
-use resident_storage::model_source::{cached_hub_commit, hf_hub_cache_dir, is_commit};
+use resident_storage::model_source::{cached_hub_commit, hf_hub_cache_dir};
 
 use super::{ModelCache, load_error};
 use crate::error::BackendError;
@@ -33,6 +33,7 @@ fn cached_snapshot(hub: &Path, repo: &str, revision: &str) -> Option<PathBuf> {
 }
 
 /// Whether a file of the repository is one an encoder loads.
+#[cfg(any(feature = "hf-hub", test))]
 pub(super) fn wanted(path: &str) -> bool {
     let loadable = [".json", ".safetensors", ".txt", ".model"]
         .iter()
@@ -97,6 +98,7 @@ fn checked(cache: &ModelCache, snapshot: &Path) -> bool {
 fn download(cache: &ModelCache, repo: &str, revision: &str) -> Result<PathBuf, BackendError> {
     use hf_hub::api::sync::ApiBuilder;
     use hf_hub::{Repo, RepoType};
+    use resident_storage::model_source::is_commit;
 
     let started = std::time::Instant::now();
     let failed = |e: &dyn std::fmt::Display| {

@@ -314,6 +314,7 @@ async fn run_session(
         .into_inner();
     let heartbeat_ms = match inbound.message().await?.and_then(|m| m.body) {
         Some(pb::scheduler_message::Body::Registered(registered)) => {
+            host.set_progress_interval(Duration::from_millis(registered.task_progress_interval_ms));
             registered.heartbeat_interval_ms.max(10)
         }
         _ => return Err(AgentError::SessionClosed),

@@ -122,6 +122,7 @@ impl Core {
             job.counts.submitted = job.counts.succeeded + job.counts.failed + job.counts.cancelled;
             job.counts.queued = 0;
             job.counts.running = 0;
+            job.status.items_running = 0;
             job.status.state = pb::JobState::Running as i32;
             self.store.write(StoreOp::PutJob(job.snapshot()));
         }
@@ -187,8 +188,16 @@ impl Core {
             return false;
         };
         let mut detached = JobCounts::default();
-        let counts = match self.jobs.get_mut(&task.job) {
-            Some(job) => &mut job.counts,
+        let job = self.jobs.get_mut(&task.job);
+        let counts = match job {
+            Some(job) => {
+                // Progress inside a dispatch ends with it: done items move to `items_done`
+                // on success, and a retry starts from 0.
+                job.status.items_running =
+                    job.status.items_running.saturating_sub(task.items_running);
+                task.items_running = 0;
+                &mut job.counts
+            }
             None => &mut detached,
         };
         match task.lifecycle.apply(event, counts) {
@@ -251,6 +260,7 @@ impl Core {
             submitted_at: Instant::now(),
             started_at: None,
             last_error: String::new(),
+            items_running: 0,
         };
         let empty = record.payload.is_empty();
         self.tasks.insert(task, record);
@@ -291,10 +301,11 @@ impl Core {
     /// Forgets a task's record (it reached Done).
     fn remove_task(&mut self, task_id: TaskId) -> Option<TaskRecord> {
         let task = self.tasks.remove(&task_id)?;
-        if let Some(job) = self.jobs.get_mut(&task.job)
-            && job.live.get(&task.seq) == Some(&task_id)
-        {
-            job.live.remove(&task.seq);
+        if let Some(job) = self.jobs.get_mut(&task.job) {
+            job.status.items_running = job.status.items_running.saturating_sub(task.items_running);
+            if job.live.get(&task.seq) == Some(&task_id) {
+                job.live.remove(&task.seq);
+            }
         }
         Some(task)
     }
@@ -371,23 +382,73 @@ impl Core {
         }
     }
 
+    /// Whether a message about `task_id` from `actor_id` on `node_id` concerns the dispatch
+    /// the scheduler awaits. Task ids differ between scheduler runs (see `Core::new`), and
+    /// the key must match too, so an answer to another run's dispatch never passes for this
+    /// run's.
+    fn awaited_dispatch(
+        &self,
+        node_id: &NodeId,
+        actor_id: &ActorId,
+        task_id: TaskId,
+        dispatch: u32,
+        key: Option<&pb::TaskKey>,
+    ) -> bool {
+        let awaited = self.tasks.get(&task_id).is_some_and(|t| {
+            t.lifecycle.awaits(actor_id, dispatch)
+                && key.is_none_or(|k| k.seq == t.seq && k.job_id == t.job.as_str())
+        });
+        awaited
+            && self
+                .actors
+                .get(actor_id)
+                .is_some_and(|a| a.assignment.as_ref().is_some_and(|p| &p.node == node_id))
+    }
+
+    /// A running task's actor says how many of its items are done: the job's
+    /// `items_running` moves, and the job's client hears of it.
+    pub(super) fn task_progress(&mut self, node_id: &NodeId, progress: pb::TaskProgress) {
+        let task_id = TaskId(progress.task_id);
+        let actor_id = ActorId::new(progress.actor_id);
+        if !self.awaited_dispatch(
+            node_id,
+            &actor_id,
+            task_id,
+            progress.dispatch,
+            progress.key.as_ref(),
+        ) {
+            return;
+        }
+        let task = self.tasks.get_mut(&task_id).expect("awaited");
+        let Some(job) = self.jobs.get_mut(&task.job) else {
+            return;
+        };
+        let items_done = progress.items_done.min(u64::from(task.items));
+        job.status.items_running =
+            (job.status.items_running + items_done).saturating_sub(task.items_running);
+        task.items_running = items_done;
+        if let Some(results) = &job.results {
+            let _ = results.send(pb::SubmitResponse {
+                body: Some(pb::submit_response::Body::Progress(
+                    pb::RunningTaskProgress {
+                        seq: task.seq,
+                        items_done,
+                    },
+                )),
+            });
+        }
+    }
+
     pub(super) fn task_outcome(&mut self, node_id: &NodeId, outcome: pb::TaskOutcome) {
         let task_id = TaskId(outcome.task_id);
         let actor_id = ActorId::new(outcome.actor_id.clone());
-        // Task ids differ between scheduler runs (see `Core::new`), and the key must match
-        // too, so an answer to another run's dispatch never passes for this run's.
-        let awaited = self.tasks.get(&task_id).is_some_and(|t| {
-            t.lifecycle.awaits(&actor_id, outcome.dispatch)
-                && outcome
-                    .key
-                    .as_ref()
-                    .is_none_or(|k| k.seq == t.seq && k.job_id == t.job.as_str())
-        });
-        let on_node = self
-            .actors
-            .get(&actor_id)
-            .is_some_and(|a| a.assignment.as_ref().is_some_and(|p| &p.node == node_id));
-        if !awaited || !on_node {
+        if !self.awaited_dispatch(
+            node_id,
+            &actor_id,
+            task_id,
+            outcome.dispatch,
+            outcome.key.as_ref(),
+        ) {
             self.unawaited_outcome(node_id, outcome);
             return;
         }

@@ -37,6 +37,8 @@ pub use views::Overview;
 #[derive(Clone, Debug)]
 pub struct CoreConfig {
     pub heartbeat_interval: Duration,
+    /// Least time between two progress reports of one actor inside a task (zero: none).
+    pub task_progress_interval: Duration,
     /// A node whose last message is older than this is dead.
     pub node_dead_after: Duration,
     pub retry_backoff: RetryBackoff,
@@ -57,6 +59,7 @@ impl Default for CoreConfig {
     fn default() -> Self {
         Self {
             heartbeat_interval: Duration::from_secs(2),
+            task_progress_interval: Duration::from_millis(500),
             node_dead_after: Duration::from_secs(10),
             retry_backoff: RetryBackoff {
                 base: Duration::from_millis(200),
@@ -77,6 +80,7 @@ impl CoreConfig {
     pub fn for_test() -> Self {
         Self {
             heartbeat_interval: Duration::from_millis(100),
+            task_progress_interval: Duration::from_millis(100),
             // Generous: a loaded 2-core CI machine can stall a heartbeat for a while; a
             // killed agent is noticed at once anyway (its stream closes).
             node_dead_after: Duration::from_millis(2000),

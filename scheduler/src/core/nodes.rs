@@ -157,6 +157,7 @@ impl Core {
         let record = NodeRecord { capacity, ..record };
         record.send(pb::scheduler_message::Body::Registered(pb::Registered {
             heartbeat_interval_ms: self.config.heartbeat_interval.as_millis() as u64,
+            task_progress_interval_ms: self.config.task_progress_interval.as_millis() as u64,
         }));
         tracing::info!(
             node_id = %node_id,
@@ -208,6 +209,7 @@ impl Core {
             }
             Body::ActorReport(report) => self.actor_report(&node_id, report),
             Body::TaskOutcome(outcome) => self.task_outcome(&node_id, outcome),
+            Body::TaskProgress(progress) => self.task_progress(&node_id, progress),
             Body::Drain(drain) => {
                 tracing::info!(
                     node_id = %node_id,

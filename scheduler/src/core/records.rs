@@ -160,6 +160,9 @@ pub struct TaskRecord {
     pub submitted_at: Instant,
     pub started_at: Option<Instant>,
     pub last_error: String,
+    /// Items its current dispatch reported done (`TaskProgress`), counted in the job's
+    /// `items_running`; back to 0 at the task's next transition.
+    pub items_running: u64,
 }
 
 /// One client stream attached to a job: a resumed job gets a new one, and what the old
@@ -208,6 +211,9 @@ impl JobRecord {
     pub fn snapshot(&self) -> pb::JobStatus {
         let mut status = self.status.clone();
         self.counts.fill(&mut status);
+        if !self.is_running() {
+            status.items_running = 0;
+        }
         status
     }
 

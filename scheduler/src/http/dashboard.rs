@@ -239,6 +239,8 @@ pub(super) struct JobView {
     /// Finished tasks over the expected (else submitted) ones, 0 to 1.
     pub progress: f64,
     pub items_done: u64,
+    /// Items done inside tasks still running (progress within a chunk).
+    pub items_running: u64,
     pub started_unix_ms: u64,
     pub finished_unix_ms: u64,
     pub elapsed_seconds: f64,
@@ -375,10 +377,18 @@ impl JobView {
         let elapsed_seconds = end.saturating_sub(job.started_unix_ms) as f64 / 1000.0;
         let finished = job.succeeded + job.failed + job.cancelled;
         let total = job.expected_tasks.max(job.submitted);
+        // Running tasks count by the share of their items done, at the job's average items
+        // per task so far (none before a task succeeded).
+        let running_tasks = match job.succeeded {
+            0 => 0.0,
+            succeeded => (job.items_running as f64 * succeeded as f64
+                / job.items_done.max(1) as f64)
+                .min(job.running as f64),
+        };
         let progress = if total == 0 {
             0.0
         } else {
-            (finished as f64 / total as f64).min(1.0)
+            ((finished as f64 + running_tasks) / total as f64).min(1.0)
         };
         let rate = |n: u64| {
             if elapsed_seconds > 0.0 {
@@ -406,10 +416,11 @@ impl JobView {
             expected_tasks: job.expected_tasks,
             progress,
             items_done: job.items_done,
+            items_running: job.items_running,
             started_unix_ms: job.started_unix_ms,
             finished_unix_ms: job.finished_unix_ms,
             elapsed_seconds,
-            items_per_second: rate(job.items_done),
+            items_per_second: rate(job.items_done + job.items_running),
             tasks_per_second,
             eta_seconds,
             gpu_seconds: job.gpu_seconds,
@@ -454,10 +465,19 @@ mod tests {
         let done = pb::JobStatus {
             state: pb::JobState::Succeeded as i32,
             finished_unix_ms: 1_005_000,
-            ..job
+            ..job.clone()
         };
         assert_eq!(JobView::new(&done, 2_000_000).eta_seconds, None);
         assert!((JobView::new(&done, 2_000_000).elapsed_seconds - 5.0).abs() < 1e-9);
+        // 4 tasks running, 250 of their items done: 2.5 tasks' worth at 100 items a task.
+        let inside = pb::JobStatus {
+            running: 4,
+            items_running: 250,
+            ..job
+        };
+        let view = JobView::new(&inside, 1_010_000);
+        assert!((view.progress - 0.275).abs() < 1e-9, "{}", view.progress);
+        assert!((view.items_per_second - 275.0).abs() < 1e-9);
     }
 
     #[test]

@@ -199,6 +199,11 @@ fn encode_jobs(registry: &mut Registry, overview: &Overview) {
         "resident_job_items_done",
         "Per job: documents of succeeded tasks",
     );
+    let job_items_running = int_gauges(
+        registry,
+        "resident_job_items_running",
+        "Per job: documents done so far inside tasks still running (progress within a chunk)",
+    );
     let job_cost = float_gauges(
         registry,
         "resident_job_cost_usd",
@@ -226,6 +231,9 @@ fn encode_jobs(registry: &mut Registry, overview: &Overview) {
         job_items
             .get_or_create(&labels(id))
             .set(job.items_done as i64);
+        job_items_running
+            .get_or_create(&labels(id))
+            .set(job.items_running as i64);
         job_cost.get_or_create(&labels(id)).set(job.cost_usd);
     }
 }

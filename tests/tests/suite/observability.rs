@@ -390,3 +390,82 @@ async fn the_dashboard_shows_both_nodes_and_a_job_progressing_in_a_browser() {
     );
     assert_eq!(drain.await.unwrap(), 400);
 }
+
+/// A chunk of 300 Wikipedia articles through the real MiniLM on one actor, in batches of
+/// 16: the actor reports after its batches, so the client's running count and the job's
+/// `items_running` (dashboard, `/metrics`) rise before the chunk's result comes, and the
+/// result moves every document into `items_done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_moves_inside_a_chunk_before_it_ends() {
+    init_logging();
+    let cluster = ObservedCluster::start().await;
+    let pool = cluster
+        .client
+        .create_embed_pool(
+            resident_sdk::EmbedPoolSpec::new("inside", resident_tests::minilm_dir())
+                .replicas(1)
+                .max_batch_size(16),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    let texts: Vec<String> = resident_tests::wiki_sample_lines(300)
+        .iter()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            record["text"].as_str().unwrap().to_owned()
+        })
+        .take(300)
+        .collect();
+    let chunk = resident_sdk::TaskPayload::new(resident_sdk::embed_request(texts, false), 300);
+    let mut job = pool
+        .pool
+        .submit_payloads(
+            "one-chunk",
+            futures::stream::iter([chunk]),
+            resident_sdk::SubmitOptions {
+                expected_tasks: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let job_id = job.job_id.to_string();
+    let mut running = job.items_running();
+    let started = std::time::Instant::now();
+    let mut seen: Vec<(Duration, u64)> = Vec::new();
+    let mut scraped_running = 0.0;
+    let output = loop {
+        tokio::select! {
+            output = job.next() => break output.expect("one result").unwrap(),
+            Ok(()) = running.changed() => {
+                let items = *running.borrow_and_update();
+                seen.push((started.elapsed(), items));
+                if scraped_running == 0.0 && items > 0 {
+                    let key = format!("resident_job_items_running{{job=\"{job_id}\",pool=\"inside\"}}");
+                    scraped_running = cluster.scrape().get(&key).copied().unwrap_or_default();
+                }
+            }
+        }
+    };
+    let took = started.elapsed();
+    eprintln!("chunk of 300 took {took:?}; running counts seen: {seen:?}");
+    assert!(output.output.is_ok(), "{:?}", output.output);
+    let rising: Vec<u64> = seen.iter().map(|(_, n)| *n).filter(|&n| n > 0).collect();
+    assert!(
+        rising.len() >= 2 && rising.windows(2).all(|w| w[0] < w[1]),
+        "the running count rose at least twice before the result: {seen:?}"
+    );
+    assert!(rising.iter().all(|&n| n < 300), "{seen:?}");
+    assert!(
+        scraped_running > 0.0,
+        "/metrics showed documents inside the running chunk"
+    );
+    let status = cluster.client.job_status(&job.job_id).await.unwrap();
+    assert_eq!((status.items_done, status.items_running), (300, 0));
+    assert_eq!(
+        *running.borrow(),
+        0,
+        "the answered chunk left the running count"
+    );
+}

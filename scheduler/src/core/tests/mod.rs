@@ -968,3 +968,4 @@ mod annotate;
 mod drain;
 mod idle_pools;
 mod restart;
+mod task_progress;

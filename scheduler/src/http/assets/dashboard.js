@@ -50,12 +50,13 @@ const RATE_WINDOW_MS = 10000;
 const RATE_MIN_SPAN_MS = 2000;
 function liveRate(job, nowMs) {
   const samples = (liveRates.get(job.job_id) || []).filter((s) => nowMs - s.t <= RATE_WINDOW_MS && s.t < nowMs);
-  samples.push({ t: nowMs, items: job.items_done });
+  const items = job.items_done + job.items_running;
+  samples.push({ t: nowMs, items });
   liveRates.set(job.job_id, samples);
   const oldest = samples[0];
   const span = nowMs - oldest.t;
   if (job.state !== "running" || span < RATE_MIN_SPAN_MS) return job.items_per_second;
-  return (job.items_done - oldest.items) / (span / 1000);
+  return Math.max(0, items - oldest.items) / (span / 1000);
 }
 
 function jobRow(job, nowMs) {
@@ -68,7 +69,7 @@ function jobRow(job, nowMs) {
     el("td", { class: `state-${job.state}` }, job.state),
     el("td", { class: "progress" }, bar(job.progress, `${(job.progress * 100).toFixed(1)}%`)),
     el("td", { class: "num tasks" }, `${finished}/${total}`, job.failed ? el("div", { class: "state-failed" }, `${job.failed} failed`) : null),
-    el("td", { class: "num items" }, job.items_done),
+    el("td", { class: "num items", title: `${job.items_running} of them inside running tasks` }, job.items_done + job.items_running),
     el("td", { class: "num rate" }, rate.toFixed(1)),
     el("td", { class: "num" }, duration(job.eta_seconds)),
     el("td", { class: "num" }, duration(job.elapsed_seconds)),

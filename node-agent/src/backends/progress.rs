@@ -1,0 +1,183 @@
+//! Progress inside a task: a kind that works through a large chunk in steps (an embedder's
+//! inner batches) calls [`TaskProgress::report`] after each, and the scheduler passes it on
+//! to the job's client and the dashboard, so a bar moves before the chunk ends.
+//!
+//! Reports are cheap to make: the reporter sends at most one message per actor per interval
+//! (the scheduler's `Registered.task_progress_interval_ms`, none when 0) and drops the rest.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use resident_proto::pb;
+
+use crate::host::ToScheduler;
+
+/// The least time between two progress messages of one actor, shared by the agent's actors
+/// and set from each registration; 0 turns reports off.
+#[derive(Clone, Debug, Default)]
+pub struct ProgressInterval(Arc<AtomicU64>);
+
+impl ProgressInterval {
+    pub fn set(&self, interval: Duration) {
+        self.0.store(interval.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// The task an actor is running, as the progress messages name it.
+struct RunningTask {
+    task: pb::RunTask,
+    last_sent: Option<Instant>,
+}
+
+/// One actor's progress reporter, handed to its kind in [`super::LoadContext`].
+#[derive(Clone)]
+pub struct TaskProgress {
+    outbound: Option<ToScheduler>,
+    interval: ProgressInterval,
+    running: Arc<Mutex<Option<RunningTask>>>,
+}
+
+impl std::fmt::Debug for TaskProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskProgress").finish_non_exhaustive()
+    }
+}
+
+impl TaskProgress {
+    pub(crate) fn new(outbound: ToScheduler, interval: ProgressInterval) -> Self {
+        Self {
+            outbound: Some(outbound),
+            interval,
+            running: Arc::default(),
+        }
+    }
+
+    /// A reporter that sends nothing (a kind loaded outside an agent: tests, benches).
+    pub fn disabled() -> Self {
+        Self {
+            outbound: None,
+            interval: ProgressInterval::default(),
+            running: Arc::default(),
+        }
+    }
+
+    /// The running task has done `items_done` of its items. Between two messages at least
+    /// the interval passes; reports in between are dropped (the next one carries the count).
+    pub fn report(&self, items_done: u64) {
+        let (Some(outbound), Some(interval)) = (&self.outbound, self.interval.get()) else {
+            return;
+        };
+        let mut running = self.running.lock().expect("running task");
+        let Some(running) = running.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if running
+            .last_sent
+            .is_some_and(|sent| now.duration_since(sent) < interval)
+        {
+            return;
+        }
+        running.last_sent = Some(now);
+        let task = &running.task;
+        let _ = outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::TaskProgress(pb::TaskProgress {
+                task_id: task.task_id,
+                dispatch: task.dispatch,
+                actor_id: task.actor_id.clone(),
+                items_done,
+                key: task.key.clone(),
+            })),
+        });
+    }
+
+    /// The actor thread starts running `task`: reports from now on name it. The first
+    /// report waits one interval, so short tasks send none.
+    pub(crate) fn begin(&self, task: &pb::RunTask) {
+        let header = pb::RunTask {
+            payload: Default::default(),
+            ..task.clone()
+        };
+        *self.running.lock().expect("running task") = Some(RunningTask {
+            task: header,
+            last_sent: Some(Instant::now()),
+        });
+    }
+
+    /// The task ended (its outcome goes next on the same uplink, so no report follows it).
+    pub(crate) fn end(&self) {
+        *self.running.lock().expect("running task") = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(task_id: u64) -> pb::RunTask {
+        pb::RunTask {
+            task_id,
+            dispatch: 1,
+            actor_id: "a-1".into(),
+            payload: vec![0u8; 1024].into(),
+            ..Default::default()
+        }
+    }
+
+    fn progress_of(message: pb::AgentMessage) -> pb::TaskProgress {
+        match message.body {
+            Some(pb::agent_message::Body::TaskProgress(progress)) => progress,
+            other => panic!("not progress: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reports_at_most_once_per_interval_and_only_while_a_task_runs() {
+        let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
+        let interval = ProgressInterval::default();
+        interval.set(Duration::from_millis(30));
+        let progress = TaskProgress::new(outbound, interval);
+        progress.report(1);
+        assert!(uplink.try_recv().is_err(), "no task runs");
+
+        progress.begin(&task(7));
+        progress.report(1);
+        assert!(
+            uplink.try_recv().is_err(),
+            "the first report waits an interval"
+        );
+        std::thread::sleep(Duration::from_millis(40));
+        progress.report(5);
+        progress.report(6);
+        let sent = progress_of(uplink.try_recv().expect("one report"));
+        assert_eq!((sent.task_id, sent.items_done, sent.dispatch), (7, 5, 1));
+        assert!(
+            uplink.try_recv().is_err(),
+            "the second report came too soon"
+        );
+
+        progress.end();
+        std::thread::sleep(Duration::from_millis(40));
+        progress.report(9);
+        assert!(uplink.try_recv().is_err(), "the task ended");
+    }
+
+    #[test]
+    fn an_interval_of_zero_sends_nothing() {
+        let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
+        let progress = TaskProgress::new(outbound, ProgressInterval::default());
+        progress.begin(&task(1));
+        std::thread::sleep(Duration::from_millis(5));
+        progress.report(3);
+        assert!(uplink.try_recv().is_err());
+        assert!(TaskProgress::disabled().outbound.is_none());
+    }
+}
