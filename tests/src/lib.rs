@@ -16,7 +16,9 @@ use resident_scheduler::store::MemoryStore;
 use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
 
+pub mod fleet;
 pub mod s3_server;
+pub mod scale_run;
 pub mod secure;
 
 /// Polls `pred` until it returns `Some`, or fails after `deadline`.
@@ -231,19 +233,26 @@ pub fn spawn_scheduler_with(
     state_dir: &std::path::Path,
     extra: &[std::ffi::OsString],
 ) -> (Proc, String) {
+    let mut args: Vec<std::ffi::OsString> = ["--heartbeat-ms", "100", "--node-dead-ms", "700"]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    args.extend(extra.iter().cloned());
+    spawn_scheduler_exactly(port, state_dir, &args)
+}
+
+/// `resident scheduler` on loopback `port` (0: any) with `args` and no others: its own
+/// intervals unless `args` set them.
+pub fn spawn_scheduler_exactly(
+    port: u16,
+    state_dir: &std::path::Path,
+    args: &[std::ffi::OsString],
+) -> (Proc, String) {
     let mut child = Command::new(resident_bin())
-        .args([
-            "scheduler",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--heartbeat-ms",
-            "100",
-            "--node-dead-ms",
-            "700",
-        ])
+        .args(["scheduler", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--state-dir")
         .arg(state_dir)
-        .args(extra)
+        .args(args)
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

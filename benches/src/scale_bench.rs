@@ -1,0 +1,141 @@
+//! How one scheduler holds up under a fleet: a real `resident scheduler` process (its own
+//! default intervals: heartbeats every 2 s) and N simulated agents in this process, each a
+//! tokio task with its own gRPC session, G simulated GPUs and no-op actors that answer at
+//! once (`resident_tests::fleet`). Measures, in order: registration, placing 8 actors per
+//! agent until all are ready, no-op task throughput and latency (credit 2 per actor), the
+//! scheduler's CPU at idle and its RSS, and re-placing the actors of 10% of the agents
+//! killed at once. Prints a markdown table; `--json` adds one JSON object as the last line.
+//!
+//! `cargo build --release --workspace --bins && target/release/scale-bench --agents 1000`
+
+use std::time::Duration;
+
+use clap::Parser;
+use resident_sdk::Cluster;
+use resident_tests::scale_run::{ScaleConfig, ScaleReport, run_scale};
+use resident_tests::spawn_scheduler_exactly;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+struct Args {
+    /// Simulated agents.
+    #[arg(long, default_value_t = 1000)]
+    agents: usize,
+    /// Simulated GPUs per agent.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_agent: u32,
+    /// Actors placed per agent, over all pools.
+    #[arg(long, default_value_t = 8)]
+    actors_per_agent: u32,
+    /// Each actor's share of a GPU (below 1 leaves room to re-place lost actors).
+    #[arg(long, default_value_t = 0.5)]
+    actor_gpus: f64,
+    /// Pools the actors are split over (one job each).
+    #[arg(long, default_value_t = 8)]
+    pools: usize,
+    /// No-op tasks, over all jobs.
+    #[arg(long, default_value_t = 200_000)]
+    tasks: u64,
+    /// Seconds the scheduler's idle CPU is measured over.
+    #[arg(long, default_value_t = 10)]
+    idle_seconds: u64,
+    /// Share of agents killed at once.
+    #[arg(long, default_value_t = 0.1)]
+    lose: f64,
+    /// Extra `resident scheduler` arguments, e.g. `--heartbeat-ms=5000`.
+    #[arg(long, allow_hyphen_values = true)]
+    scheduler_arg: Vec<String>,
+    /// Print the results as one JSON object on the last line too.
+    #[arg(long)]
+    json: bool,
+}
+
+fn table(report: &ScaleReport) -> String {
+    let rows = [
+        (
+            "agents x GPUs",
+            format!(
+                "{} x {}",
+                report.agents,
+                report.gpus / report.agents.max(1) as u64
+            ),
+        ),
+        (
+            "time to register all agents",
+            format!("{:.2} s", report.register_s),
+        ),
+        ("actors placed and ready", report.actors_placed.to_string()),
+        ("time to place them", format!("{:.2} s", report.placement_s)),
+        ("no-op tasks", report.tasks.to_string()),
+        ("tasks/s", format!("{:.0}", report.tasks_per_s)),
+        (
+            "task latency p50 / p99",
+            format!("{:.1} / {:.1} ms", report.p50_task_ms, report.p99_task_ms),
+        ),
+        (
+            "duplicate / missing results",
+            format!("{} / {}", report.duplicate_results, report.missing_results),
+        ),
+        (
+            "scheduler CPU at idle",
+            format!("{:.1}% of a core", report.idle_cpu_ratio * 100.0),
+        ),
+        (
+            "scheduler RSS",
+            format!(
+                "{:.0} MiB",
+                report.scheduler_rss_bytes as f64 / (1 << 20) as f64
+            ),
+        ),
+        (
+            "agents killed at once / their actors",
+            format!("{} / {}", report.agents_lost, report.actors_lost),
+        ),
+        (
+            "time to re-place and ready them",
+            format!("{:.2} s", report.replace_after_loss_s),
+        ),
+    ];
+    let mut out = String::from("| measure | value |\n|---|---|\n");
+    for (measure, value) in rows {
+        out.push_str(&format!("| {measure} | {value} |\n"));
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RESIDENT_LOG")
+                .unwrap_or_else(|_| "warn,resident_tests=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let state = tempfile::tempdir()?;
+    let scheduler_args: Vec<std::ffi::OsString> =
+        args.scheduler_arg.iter().map(Into::into).collect();
+    let (scheduler, url) = spawn_scheduler_exactly(0, state.path(), &scheduler_args);
+    let client = Cluster::connect(&url).await?;
+    let config = ScaleConfig {
+        agents: args.agents,
+        gpus_per_agent: args.gpus_per_agent,
+        actors_per_agent: args.actors_per_agent,
+        actor_gpus: args.actor_gpus,
+        pools: args.pools,
+        tasks: args.tasks,
+        idle_window: Duration::from_secs(args.idle_seconds),
+        lost_share: args.lose,
+        phase_timeout: Duration::from_secs(300),
+    };
+    let report = run_scale(&url, scheduler.pid(), &Default::default(), &client, &config).await?;
+    print!("{}", table(&report));
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    drop(scheduler);
+    Ok(())
+}
