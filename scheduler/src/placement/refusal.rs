@@ -149,9 +149,12 @@ pub(super) fn explain(
     if nodes.is_empty() {
         return Refusal::NoNodes;
     }
-    let matching: Vec<(&NodeId, &NodeCapacity)> = nodes
+    // With each node's slot in `usage`.
+    let matching: Vec<(usize, &NodeId, &NodeCapacity)> = nodes
         .iter()
-        .filter(|(_, node)| selector_matches(request, node))
+        .enumerate()
+        .filter(|(_, (_, node))| selector_matches(request, node))
+        .map(|(slot, (id, node))| (slot, id, node))
         .collect();
     if matching.is_empty() {
         return Refusal::SelectorMatchesNothing {
@@ -163,7 +166,7 @@ pub(super) fn explain(
     }
     let (node, most_free_millicores) = matching
         .iter()
-        .map(|(id, node)| ((*id).clone(), usage.free_cpu(id, node)))
+        .map(|(slot, id, node)| ((*id).clone(), usage.free_cpu(*slot, node)))
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .expect("matching is not empty");
     Refusal::NotEnoughCpu {
@@ -174,7 +177,7 @@ pub(super) fn explain(
 }
 
 fn explain_gpus(
-    matching: &[(&NodeId, &NodeCapacity)],
+    matching: &[(usize, &NodeId, &NodeCapacity)],
     request: &ResourceRequest,
     usage: &Usage,
 ) -> Option<Refusal> {
@@ -182,22 +185,25 @@ fn explain_gpus(
         return None;
     }
     let all_gpus = || {
-        matching
-            .iter()
-            .flat_map(|(id, n)| n.gpus.iter().map(move |g| (*id, g)))
+        matching.iter().flat_map(|(slot, id, n)| {
+            n.gpus
+                .iter()
+                .enumerate()
+                .map(move |(position, g)| (*slot, position, *id, g))
+        })
     };
     if all_gpus().next().is_none() {
         return Some(Refusal::NoGpus);
     }
-    if !all_gpus().any(|(_, g)| model_matches(request, g)) {
+    if !all_gpus().any(|(_, _, _, g)| model_matches(request, g)) {
         return Some(Refusal::NoGpuOfModel {
             model: request.gpu_model.clone().unwrap_or_default(),
         });
     }
-    if !all_gpus().any(|(_, g)| gpu_eligible(request, g)) {
+    if !all_gpus().any(|(_, _, _, g)| gpu_eligible(request, g)) {
         let best = all_gpus()
-            .filter(|(_, g)| model_matches(request, g))
-            .map(|(_, g)| g.compute)
+            .filter(|(_, _, _, g)| model_matches(request, g))
+            .map(|(_, _, _, g)| g.compute)
             .max()
             .unwrap_or_default();
         return Some(Refusal::ComputeTooLow {
@@ -208,7 +214,7 @@ fn explain_gpus(
     let wanted = request.gpus.whole_gpus();
     let most_on_one_node = matching
         .iter()
-        .map(|(_, n)| n.gpus.iter().filter(|g| gpu_eligible(request, g)).count() as u32)
+        .map(|(_, _, n)| n.gpus.iter().filter(|g| gpu_eligible(request, g)).count() as u32)
         .max()
         .unwrap_or(0);
     if most_on_one_node < wanted {
@@ -218,8 +224,8 @@ fn explain_gpus(
         });
     }
     let (largest_free, node, gpu) = all_gpus()
-        .filter(|(_, g)| gpu_eligible(request, g))
-        .map(|(id, g)| (usage.free_vram(id, g), id.clone(), g.index))
+        .filter(|(_, _, _, g)| gpu_eligible(request, g))
+        .map(|(slot, position, id, g)| (usage.free_vram(slot, position, g), id.clone(), g.index))
         .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)))
         .expect("an eligible gpu exists");
     if largest_free < request.vram_per_gpu {
@@ -238,14 +244,15 @@ fn explain_gpus(
     }
     let (most_free, node) = matching
         .iter()
-        .map(|(id, n)| {
+        .map(|(slot, id, n)| {
             let free = n
                 .gpus
                 .iter()
-                .filter(|g| {
+                .enumerate()
+                .filter(|&(position, g)| {
                     gpu_eligible(request, g)
-                        && usage.gpu(id, g.index).gpu_thousandths == 0
-                        && usage.free_vram(id, g) >= request.vram_per_gpu
+                        && usage.gpu(*slot, position).gpu_thousandths == 0
+                        && usage.free_vram(*slot, position, g) >= request.vram_per_gpu
                 })
                 .count() as u32;
             (free, (*id).clone())

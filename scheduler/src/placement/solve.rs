@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, VramBytes};
 
@@ -16,49 +16,85 @@ pub(super) struct GpuUse {
 }
 
 /// What is already taken, per node and GPU, while a plan is being built.
+///
+/// Nodes are numbered by their place in `Problem::nodes` (a *slot*) and GPUs by their place
+/// in `NodeCapacity::gpus` (a *position*), so the solver's inner loop, every actor against
+/// every GPU of the fleet, reads plain vectors: no map lookups, no node-id copies.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Usage {
-    pub gpus: BTreeMap<(NodeId, u32), GpuUse>,
-    pub cpu_millicores: BTreeMap<NodeId, u64>,
-    pub pool_actors: BTreeMap<(NodeId, PoolName), u32>,
+    slots: HashMap<NodeId, usize>,
+    /// `[slot][position]`.
+    gpus: Vec<Vec<GpuUse>>,
+    cpu_millicores: Vec<u64>,
+    /// Per pool, its actors on each slot.
+    pool_actors: HashMap<PoolName, Vec<u32>>,
 }
 
 impl Usage {
-    pub fn gpu(&self, node: &NodeId, index: u32) -> GpuUse {
-        self.gpus
-            .get(&(node.clone(), index))
-            .copied()
-            .unwrap_or_default()
+    pub fn new(nodes: &BTreeMap<NodeId, NodeCapacity>) -> Self {
+        Self {
+            slots: nodes
+                .keys()
+                .enumerate()
+                .map(|(slot, id)| (id.clone(), slot))
+                .collect(),
+            gpus: nodes
+                .values()
+                .map(|node| vec![GpuUse::default(); node.gpus.len()])
+                .collect(),
+            cpu_millicores: vec![0; nodes.len()],
+            pool_actors: HashMap::new(),
+        }
     }
 
-    pub fn free_vram(&self, node: &NodeId, gpu: &GpuCapacity) -> VramBytes {
+    pub fn slot(&self, node: &NodeId) -> Option<usize> {
+        self.slots.get(node).copied()
+    }
+
+    pub fn gpu(&self, slot: usize, position: usize) -> GpuUse {
+        self.gpus[slot][position]
+    }
+
+    pub fn free_vram(&self, slot: usize, position: usize, gpu: &GpuCapacity) -> VramBytes {
         gpu.usable_vram
-            .saturating_sub(self.gpu(node, gpu.index).vram)
+            .saturating_sub(self.gpus[slot][position].vram)
     }
 
-    pub fn free_cpu(&self, node: &NodeId, capacity: &NodeCapacity) -> u64 {
+    pub fn free_cpu(&self, slot: usize, capacity: &NodeCapacity) -> u64 {
         capacity
             .cpu_millicores
-            .saturating_sub(self.cpu_millicores.get(node).copied().unwrap_or(0))
+            .saturating_sub(self.cpu_millicores[slot])
     }
 
-    fn add(&mut self, demand: &ActorDemand, assignment: &Assignment) {
+    /// The pool's actors on the node at `slot`.
+    fn pool_actors_on(&self, pool: &PoolName, slot: usize) -> u32 {
+        self.pool_actors.get(pool).map_or(0, |counts| counts[slot])
+    }
+
+    /// Takes what `assignment` uses; GPUs the node does not have are skipped (callers check
+    /// them first).
+    fn add(
+        &mut self,
+        nodes: &BTreeMap<NodeId, NodeCapacity>,
+        demand: &ActorDemand,
+        assignment: &Assignment,
+    ) {
+        let (Some(slot), Some(node)) = (self.slot(&assignment.node), nodes.get(&assignment.node))
+        else {
+            return;
+        };
         for &index in &assignment.gpus {
-            let entry = self
-                .gpus
-                .entry((assignment.node.clone(), index))
-                .or_default();
-            entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
-            entry.gpu_thousandths += assignment.share_per_gpu.0;
+            if let Some(position) = node.gpus.iter().position(|g| g.index == index) {
+                let entry = &mut self.gpus[slot][position];
+                entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
+                entry.gpu_thousandths += assignment.share_per_gpu.0;
+            }
         }
-        *self
-            .cpu_millicores
-            .entry(assignment.node.clone())
-            .or_default() += demand.request.cpu_millicores;
-        *self
-            .pool_actors
-            .entry((assignment.node.clone(), demand.pool.clone()))
-            .or_default() += 1;
+        self.cpu_millicores[slot] += demand.request.cpu_millicores;
+        let slots = self.gpus.len();
+        self.pool_actors
+            .entry(demand.pool.clone())
+            .or_insert_with(|| vec![0; slots])[slot] += 1;
     }
 }
 
@@ -98,7 +134,7 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
     let mut order: Vec<(&ActorId, &ActorDemand)> = problem.actors.iter().collect();
     order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
 
-    let mut usage = Usage::default();
+    let mut usage = Usage::new(&problem.nodes);
     let mut plan = Plan::default();
 
     for &(actor, demand) in &order {
@@ -106,27 +142,38 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
             continue;
         };
         if still_valid(problem, demand, kept, &usage) {
-            usage.add(demand, kept);
+            usage.add(&problem.nodes, demand, kept);
             plan.assignments.insert(actor.clone(), kept.clone());
         }
     }
 
     let mut unplaced = Vec::new();
+    let mut scratch = Vec::new();
     for &(actor, demand) in &order {
         if plan.assignments.contains_key(actor) {
             continue;
         }
-        match best_assignment(problem, demand, &usage) {
+        match best_assignment(problem, demand, &usage, &mut scratch) {
             Some(assignment) => {
-                usage.add(demand, &assignment);
+                usage.add(&problem.nodes, demand, &assignment);
                 plan.assignments.insert(actor.clone(), assignment);
             }
             None => unplaced.push((actor, demand)),
         }
     }
 
+    // Against the final usage, so actors with the same request get the same reason: it is
+    // worked out once per distinct request (a pool's unplaced actors share theirs).
+    let mut explained: Vec<(&ResourceRequest, super::Refusal)> = Vec::new();
     for (actor, demand) in unplaced {
-        let refusal = explain(&problem.nodes, &demand.request, &usage);
+        let refusal = match explained.iter().find(|(r, _)| **r == demand.request) {
+            Some((_, refusal)) => refusal.clone(),
+            None => {
+                let refusal = explain(&problem.nodes, &demand.request, &usage);
+                explained.push((&demand.request, refusal.clone()));
+                refusal
+            }
+        };
         plan.refusals.insert(actor.clone(), refusal);
     }
 
@@ -135,7 +182,7 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
 }
 
 fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage: &Usage) -> bool {
-    let Some(node) = problem.nodes.get(&kept.node) else {
+    let (Some(node), Some(slot)) = (problem.nodes.get(&kept.node), usage.slot(&kept.node)) else {
         return false;
     };
     let request = &demand.request;
@@ -145,14 +192,14 @@ fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage
     if kept.gpus.len() as u32 != request.gpus.whole_gpus() {
         return false;
     }
-    if usage.free_cpu(&kept.node, node) < request.cpu_millicores && request.cpu_millicores > 0 {
+    if usage.free_cpu(slot, node) < request.cpu_millicores && request.cpu_millicores > 0 {
         return false;
     }
     kept.gpus.iter().all(|&index| {
-        node.gpus.iter().any(|gpu| {
+        node.gpus.iter().enumerate().any(|(position, gpu)| {
             gpu.index == index
                 && gpu_eligible(request, gpu)
-                && fits_on_gpu(request, &kept.node, gpu, usage)
+                && fits_on_gpu(request, slot, position, gpu, usage)
         })
     })
 }
@@ -167,100 +214,109 @@ pub fn share_per_gpu(gpus: GpuFraction) -> GpuFraction {
     }
 }
 
-fn fits_on_gpu(request: &ResourceRequest, node: &NodeId, gpu: &GpuCapacity, usage: &Usage) -> bool {
-    let taken = usage.gpu(node, gpu.index);
+fn fits_on_gpu(
+    request: &ResourceRequest,
+    slot: usize,
+    position: usize,
+    gpu: &GpuCapacity,
+    usage: &Usage,
+) -> bool {
+    let taken = usage.gpu(slot, position);
     let share = share_per_gpu(request.gpus).0;
-    usage.free_vram(node, gpu) >= request.vram_per_gpu && taken.gpu_thousandths + share <= 1000
+    usage.free_vram(slot, position, gpu) >= request.vram_per_gpu
+        && taken.gpu_thousandths + share <= 1000
 }
 
-/// Sort key of a candidate; the smallest wins.
-type Score = (u64, u64, NodeId, Vec<u32>);
-
-fn best_assignment(problem: &Problem, demand: &ActorDemand, usage: &Usage) -> Option<Assignment> {
+/// The best node and GPUs for one actor: every node is scored and the smallest score wins;
+/// nodes are visited in id order and a later node must score strictly less, so ties go to
+/// the smallest node id.
+fn best_assignment(
+    problem: &Problem,
+    demand: &ActorDemand,
+    usage: &Usage,
+    scratch: &mut Vec<(VramBytes, u32)>,
+) -> Option<Assignment> {
     let request = &demand.request;
-    let mut best: Option<(Score, Assignment)> = None;
-    for (node_id, node) in &problem.nodes {
+    let mut best: Option<((u64, u64), &NodeId)> = None;
+    let mut best_gpus: Vec<u32> = Vec::new();
+    for (slot, (node_id, node)) in problem.nodes.iter().enumerate() {
         if !selector_matches(request, node) {
             continue;
         }
-        if request.cpu_millicores > 0 && usage.free_cpu(node_id, node) < request.cpu_millicores {
+        if request.cpu_millicores > 0 && usage.free_cpu(slot, node) < request.cpu_millicores {
             continue;
         }
-        let Some(gpus) = pick_gpus(request, node_id, node, usage) else {
+        if !pick_gpus(request, slot, node, usage, scratch) {
             continue;
-        };
-        let pool_here = usage
-            .pool_actors
-            .get(&(node_id.clone(), demand.pool.clone()))
-            .copied()
-            .unwrap_or(0);
-        let free_after: u64 = if gpus.is_empty() {
+        }
+        let free_after: u64 = if scratch.is_empty() {
             usage
-                .free_cpu(node_id, node)
+                .free_cpu(slot, node)
                 .saturating_sub(request.cpu_millicores)
         } else {
-            gpus.iter()
-                .map(|&index| {
-                    let gpu = node.gpus.iter().find(|g| g.index == index).expect("picked");
-                    usage
-                        .free_vram(node_id, gpu)
-                        .saturating_sub(request.vram_per_gpu)
-                        .0
-                })
+            scratch
+                .iter()
+                .map(|(free, _)| free.saturating_sub(request.vram_per_gpu).0)
                 .sum()
         };
-        let score: Score = match request.strategy {
-            PlacementStrategy::Pack => (free_after, 0, node_id.clone(), gpus.clone()),
+        let score = match request.strategy {
+            PlacementStrategy::Pack => (free_after, 0),
             PlacementStrategy::Spread => (
-                u64::from(pool_here),
+                u64::from(usage.pool_actors_on(&demand.pool, slot)),
                 u64::MAX - free_after,
-                node_id.clone(),
-                gpus.clone(),
             ),
         };
-        if best.as_ref().is_none_or(|(current, _)| score < *current) {
-            let assignment = Assignment {
-                node: node_id.clone(),
-                gpus,
-                share_per_gpu: share_per_gpu(request.gpus),
-            };
-            best = Some((score, assignment));
+        if best.is_none_or(|(current, _)| score < current) {
+            best = Some((score, node_id));
+            best_gpus.clear();
+            best_gpus.extend(scratch.iter().map(|&(_, index)| index));
         }
     }
-    best.map(|(_, assignment)| assignment)
+    let (_, node) = best?;
+    best_gpus.sort_unstable();
+    Some(Assignment {
+        node: node.clone(),
+        gpus: best_gpus,
+        share_per_gpu: share_per_gpu(request.gpus),
+    })
 }
 
-/// The GPUs on one node this request would take (empty for CPU-only), or `None` if it does
-/// not fit there. Among fitting GPUs the tightest fit wins, so big GPUs stay free for big asks.
+/// The GPUs on one node this request would take, with their free VRAM, into `chosen`
+/// (empty for CPU-only); `false` if it does not fit there. Among fitting GPUs the tightest
+/// fit wins, so big GPUs stay free for big asks.
 fn pick_gpus(
     request: &ResourceRequest,
-    node_id: &NodeId,
+    slot: usize,
     node: &NodeCapacity,
     usage: &Usage,
-) -> Option<Vec<u32>> {
+    chosen: &mut Vec<(VramBytes, u32)>,
+) -> bool {
+    chosen.clear();
     let wanted = request.gpus.whole_gpus() as usize;
     if wanted == 0 {
-        return Some(Vec::new());
+        return true;
     }
-    let mut fitting: Vec<(VramBytes, u32)> = node
-        .gpus
-        .iter()
-        .filter(|gpu| gpu_eligible(request, gpu) && fits_on_gpu(request, node_id, gpu, usage))
-        .map(|gpu| (usage.free_vram(node_id, gpu), gpu.index))
-        .collect();
-    if fitting.len() < wanted {
-        return None;
+    chosen.extend(
+        node.gpus
+            .iter()
+            .enumerate()
+            .filter(|&(position, gpu)| {
+                gpu_eligible(request, gpu) && fits_on_gpu(request, slot, position, gpu, usage)
+            })
+            .map(|(position, gpu)| (usage.free_vram(slot, position, gpu), gpu.index)),
+    );
+    if chosen.len() < wanted {
+        return false;
     }
-    fitting.sort();
-    let mut chosen: Vec<u32> = fitting.into_iter().take(wanted).map(|(_, i)| i).collect();
     chosen.sort_unstable();
-    Some(chosen)
+    chosen.truncate(wanted);
+    true
 }
 
 /// Post-conditions of a plan: every assignment names a real node and GPUs that satisfy the
 /// request, and no GPU or node is over-committed.
 pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
-    let mut usage = Usage::default();
+    let mut usage = Usage::new(&problem.nodes);
     for (actor, assignment) in &plan.assignments {
         let demand = problem
             .actors
@@ -289,30 +345,29 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
                 return Err(format!("{actor} is on ineligible gpu {index}"));
             }
         }
-        usage.add(demand, assignment);
+        usage.add(&problem.nodes, demand, assignment);
         if plan.refusals.contains_key(actor) {
             return Err(format!("{actor} is both assigned and refused"));
         }
     }
-    for ((node_id, index), used) in &usage.gpus {
-        let gpu = problem.nodes[node_id]
-            .gpus
-            .iter()
-            .find(|g| g.index == *index)
-            .expect("checked above");
-        if used.vram > gpu.usable_vram {
-            return Err(format!(
-                "{node_id} gpu {index} over-committed: {} of {}",
-                used.vram, gpu.usable_vram
-            ));
+    for (slot, (node_id, node)) in problem.nodes.iter().enumerate() {
+        for (position, gpu) in node.gpus.iter().enumerate() {
+            let used = usage.gpu(slot, position);
+            if used.vram > gpu.usable_vram {
+                return Err(format!(
+                    "{node_id} gpu {} over-committed: {} of {}",
+                    gpu.index, used.vram, gpu.usable_vram
+                ));
+            }
+            if used.gpu_thousandths > 1000 {
+                return Err(format!(
+                    "{node_id} gpu {} shared beyond one whole GPU",
+                    gpu.index
+                ));
+            }
         }
-        if used.gpu_thousandths > 1000 {
-            return Err(format!("{node_id} gpu {index} shared beyond one whole GPU"));
-        }
-    }
-    for (node_id, used) in &usage.cpu_millicores {
-        let node = &problem.nodes[node_id];
-        if *used > node.cpu_millicores && *used > 0 {
+        let used = usage.cpu_millicores[slot];
+        if used > node.cpu_millicores && used > 0 {
             return Err(format!("{node_id} cpu over-committed"));
         }
     }
