@@ -171,6 +171,7 @@ impl Core {
             tasks_in_hand = hosted.tasks_in_hand.len(),
             "adopted a resident actor (its model stays loaded)"
         );
+        self.refresh_dispatchable(&id);
         self.dispatch_pool(pool_name);
     }
 
@@ -190,6 +191,7 @@ impl Core {
         {
             actor.inherited_in_flight -= 1;
             freed_pool = Some(actor.pool.clone());
+            self.refresh_dispatchable(&actor_id);
         }
         let answer = match (outcome.key, outcome.result) {
             (Some(key), Some(pb::task_outcome::Result::Output(output))) => Some((key, output)),

@@ -6,6 +6,7 @@
 //! task is in its actor's in-flight set. Its result is sent to the client once, when it
 //! reaches Done and its record is removed; answers for another dispatch are ignored.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
@@ -310,22 +311,41 @@ impl Core {
         Some(task)
     }
 
-    /// The ready actor of the pool with the most free credit.
+    /// The ready actor of the pool with the most free credit (the largest id among equals).
     fn freest_actor(&self, pool_name: &PoolName) -> Option<ActorId> {
-        let pool = self.pools.get(pool_name)?;
-        let credit = pool.in_flight_per_actor as usize;
-        pool.actors
-            .iter()
-            .filter_map(|id| {
-                let actor = &self.actors[id];
-                let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
-                let free = credit.saturating_sub(busy);
-                let takes_tasks = actor.state == ActorState::Ready
-                    && !self.on_draining_node(actor.assignment.as_ref());
-                (takes_tasks && free > 0).then_some((free, id))
-            })
-            .max_by_key(|(free, _)| *free)
-            .map(|(_, id)| id.clone())
+        let (_, Reverse(id)) = self.pools.get(pool_name)?.dispatchable.first()?;
+        Some(id.clone())
+    }
+
+    /// Puts the actor in its pool's `dispatchable` index, at its free credit, or takes it
+    /// out. Called after every change to what decides it: the actor's state (in
+    /// `change_actor`), its tasks in flight, inherited tasks, and its node draining.
+    pub(super) fn refresh_dispatchable(&mut self, id: &ActorId) {
+        let Some(actor) = self.actors.get(id) else {
+            return;
+        };
+        let takes_tasks =
+            actor.state == ActorState::Ready && !self.on_draining_node(actor.assignment.as_ref());
+        let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
+        let was = actor.dispatch_free;
+        let Some(pool) = self.pools.get_mut(&actor.pool) else {
+            self.actors.get_mut(id).expect("exists").dispatch_free = None;
+            return;
+        };
+        let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
+        let now = (takes_tasks && free > 0).then_some(free);
+        if was == now {
+            return;
+        }
+        if let Some(was) = was {
+            pool.dispatchable
+                .remove(&(Reverse(was), Reverse(id.clone())));
+        }
+        if let Some(now) = now {
+            pool.dispatchable
+                .insert((Reverse(now), Reverse(id.clone())));
+        }
+        self.actors.get_mut(id).expect("exists").dispatch_free = now;
     }
 
     /// Hands queued tasks to ready actors that have credit, the freest actor first.
@@ -365,11 +385,12 @@ impl Core {
             };
             let actor = self.actors.get_mut(&actor_id).expect("pool actor");
             actor.in_flight.insert(task_id);
-            let node_id = &actor
+            let node_id = actor
                 .assignment
                 .as_ref()
                 .expect("ready actors are placed")
-                .node;
+                .node
+                .clone();
             let message = pb::RunTask {
                 task_id: task_id.0,
                 dispatch,
@@ -378,7 +399,8 @@ impl Core {
                 method,
                 key: Some(key),
             };
-            self.nodes[node_id].send(pb::scheduler_message::Body::RunTask(message));
+            self.nodes[&node_id].send(pb::scheduler_message::Body::RunTask(message));
+            self.refresh_dispatchable(&actor_id);
         }
     }
 
@@ -460,6 +482,7 @@ impl Core {
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
         let pool = actor.pool.clone();
+        self.refresh_dispatchable(&actor_id);
         let cancelling = matches!(self.task_state(task_id), Some(TaskState::Cancelling { .. }));
         if cancelling {
             self.change_task(task_id, TaskEvent::Settle);

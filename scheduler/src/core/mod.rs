@@ -453,6 +453,30 @@ impl Core {
             self.replan_needed = false;
             self.replan();
         }
+        #[cfg(test)]
+        self.assert_dispatchable_index();
+    }
+
+    /// The core's unit tests check after every command that each pool's `dispatchable`
+    /// index is what a full scan of its actors gives.
+    #[cfg(test)]
+    fn assert_dispatchable_index(&self) {
+        for (name, pool) in &self.pools {
+            let scanned: std::collections::BTreeSet<_> = pool
+                .actors
+                .iter()
+                .filter_map(|id| {
+                    let actor = &self.actors[id];
+                    let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
+                    let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
+                    let takes = actor.state == crate::state::ActorState::Ready
+                        && !self.on_draining_node(actor.assignment.as_ref());
+                    (takes && free > 0)
+                        .then(|| (std::cmp::Reverse(free), std::cmp::Reverse(id.clone())))
+                })
+                .collect();
+            assert_eq!(pool.dispatchable, scanned, "pool {name}");
+        }
     }
 
     /// Whether placement still waits for known nodes after a restart; ends the window

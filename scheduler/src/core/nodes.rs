@@ -219,6 +219,15 @@ impl Core {
                 );
                 node.draining = true;
                 self.replan_needed = true;
+                let here: Vec<ActorId> = self
+                    .actors
+                    .iter()
+                    .filter(|(_, a)| a.assignment.as_ref().is_some_and(|p| p.node == node_id))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in here {
+                    self.refresh_dispatchable(&id);
+                }
             }
             Body::Leave(leave) => self.node_left(&node_id, leave.abandoned_tasks),
             Body::Register(_) => {

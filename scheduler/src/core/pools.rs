@@ -161,6 +161,7 @@ impl Core {
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
+            dispatchable: BTreeSet::new(),
             idle_since: None,
             spec,
         };
@@ -189,6 +190,7 @@ impl Core {
             assignment: None,
             in_flight: BTreeSet::new(),
             inherited_in_flight: 0,
+            dispatch_free: None,
             tasks_done: 0,
             model_loads: 0,
             loads_before_this_start: 0,
@@ -431,6 +433,7 @@ impl Core {
                 if !to.is_placed() {
                     actor.assignment = None;
                 }
+                self.refresh_dispatchable(id);
             }
             Err(invalid) => tracing::warn!(actor_id = %id, %invalid, "ignored actor event"),
         }

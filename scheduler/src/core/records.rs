@@ -1,5 +1,6 @@
 //! What the scheduler loop remembers about each node, pool, actor, task and job.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use prost::bytes::Bytes;
@@ -80,6 +81,10 @@ pub struct PoolRecord {
     pub max_restarts: u32,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
+    /// The actors that take tasks now (ready, on a node that is not draining, with credit
+    /// left), freest first (then the largest id): dispatch reads the first instead of
+    /// scanning the pool. Kept by `Core::refresh_dispatchable`.
+    pub dispatchable: BTreeSet<(Reverse<u32>, Reverse<ActorId>)>,
     /// Since when nothing has used it (for `idle_ttl_ms`); `None` while in use.
     pub idle_since: Option<Instant>,
 }
@@ -99,6 +104,8 @@ pub struct ActorRecord {
     /// Tasks an adopted actor still held from before this scheduler knew it (their
     /// outcomes arrive as unawaited ones); they take credit until answered.
     pub inherited_in_flight: u32,
+    /// Its free credit as its pool's `dispatchable` index holds it (`None`: not there).
+    pub dispatch_free: Option<u32>,
     pub tasks_done: u64,
     /// Loads reported by earlier incarnations plus the current one.
     pub model_loads: u64,
