@@ -55,8 +55,12 @@ pub struct ScaleReport {
     pub placement_s: f64,
     pub tasks: u64,
     pub tasks_per_s: f64,
+    /// Client send to result with every job's window full: queueing included.
     pub p50_task_ms: f64,
     pub p99_task_ms: f64,
+    /// One task at a time through an idle cluster: the round trip alone.
+    pub p50_idle_task_ms: f64,
+    pub p99_idle_task_ms: f64,
     /// Results the client got more than once (must be 0), and tasks it never got (must be 0).
     pub duplicate_results: u64,
     pub missing_results: u64,
@@ -116,6 +120,10 @@ pub async fn run_scale(
         p99_ms = report.p99_task_ms,
         "tasks"
     );
+    let mut idle = idle_round_trips(client, &pools[0], 1000).await?;
+    idle.sort_unstable();
+    report.p50_idle_task_ms = percentile_ms(&idle, 0.50);
+    report.p99_idle_task_ms = percentile_ms(&idle, 0.99);
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let cpu_before = process_cpu_seconds(scheduler_pid)?;
@@ -268,6 +276,18 @@ async fn run_tasks(
     }
     report.tasks = per_pool * pools.len() as u64;
     report.tasks_per_s = report.tasks as f64 / started.elapsed().as_secs_f64();
+    Ok(latencies)
+}
+
+/// `count` tasks one after another on one call session, each timed alone (microseconds).
+async fn idle_round_trips(client: &Cluster, pool: &str, count: usize) -> anyhow::Result<Vec<u32>> {
+    let mut session = client.pool(pool).session().await?;
+    let mut latencies = Vec::with_capacity(count);
+    for i in 0..count {
+        let started = Instant::now();
+        session.call(Bytes::from(i.to_le_bytes().to_vec())).await?;
+        latencies.push(started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+    }
     Ok(latencies)
 }
 

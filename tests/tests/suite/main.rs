@@ -20,6 +20,7 @@ mod model_delivery;
 mod observability;
 mod process_faults;
 mod readme_sdk;
+mod scale;
 mod scheduler_restart;
 mod security;
 mod sweeps;
