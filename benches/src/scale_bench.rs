@@ -71,8 +71,15 @@ fn table(report: &ScaleReport) -> String {
         ("no-op tasks", report.tasks.to_string()),
         ("tasks/s", format!("{:.0}", report.tasks_per_s)),
         (
-            "task latency p50 / p99",
+            "task latency with every window full, p50 / p99",
             format!("{:.1} / {:.1} ms", report.p50_task_ms, report.p99_task_ms),
+        ),
+        (
+            "task latency one at a time, p50 / p99",
+            format!(
+                "{:.2} / {:.2} ms",
+                report.p50_idle_task_ms, report.p99_idle_task_ms
+            ),
         ),
         (
             "duplicate / missing results",
