@@ -71,6 +71,10 @@ fn table(report: &ScaleReport) -> String {
         ("no-op tasks", report.tasks.to_string()),
         ("tasks/s", format!("{:.0}", report.tasks_per_s)),
         (
+            "scheduler CPU per task",
+            format!("{:.1} µs", report.scheduler_cpu_us_per_task),
+        ),
+        (
             "task latency with every window full, p50 / p99",
             format!("{:.1} / {:.1} ms", report.p50_task_ms, report.p99_task_ms),
         ),

@@ -199,10 +199,32 @@ fn send(uplink: &Uplink, body: pb::agent_message::Body) {
 }
 
 impl AgentSession {
-    async fn run(
-        self,
-        registered: &mpsc::UnboundedSender<Result<(), String>>,
-    ) -> anyhow::Result<()> {
+    /// Dials and registers; a refused or reset connection (a full accept queue when
+    /// thousands dial at once) is tried again after a growing, jittered pause, as real
+    /// agents do.
+    async fn register(
+        &self,
+    ) -> anyhow::Result<(Uplink, tonic::Streaming<pb::SchedulerMessage>, u64)> {
+        let mut pause = Duration::from_millis(50);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_register().await {
+                Ok(registered) => return Ok(registered),
+                Err(error) if attempt < 20 => {
+                    tracing::debug!(node = %self.register.node_id, %error, "registration failed; retrying");
+                    let jitter = u64::from(self.register.node_id.len() as u32 * 7919 % 97);
+                    tokio::time::sleep(pause + Duration::from_millis(jitter * attempt)).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn try_register(
+        &self,
+    ) -> anyhow::Result<(Uplink, tonic::Streaming<pb::SchedulerMessage>, u64)> {
         let channel = self.endpoint.connect().await?;
         let mut client = NodeAgentServiceClient::with_interceptor(channel, self.token.clone());
         let (uplink, uplink_rx) = mpsc::unbounded_channel();
@@ -218,6 +240,14 @@ impl AgentSession {
             Some(pb::scheduler_message::Body::Registered(r)) => r.heartbeat_interval_ms.max(10),
             other => anyhow::bail!("expected Registered, got {other:?}"),
         };
+        Ok((uplink, inbound, heartbeat_ms))
+    }
+
+    async fn run(
+        self,
+        registered: &mpsc::UnboundedSender<Result<(), String>>,
+    ) -> anyhow::Result<()> {
+        let (uplink, mut inbound, heartbeat_ms) = self.register().await?;
         let _ = registered.send(Ok(()));
         let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -55,6 +55,8 @@ pub struct ScaleReport {
     pub placement_s: f64,
     pub tasks: u64,
     pub tasks_per_s: f64,
+    /// The scheduler process's CPU time over the task phase, per task.
+    pub scheduler_cpu_us_per_task: f64,
     /// Client send to result with every job's window full: queueing included.
     pub p50_task_ms: f64,
     pub p99_task_ms: f64,
@@ -111,7 +113,10 @@ pub async fn run_scale(
         "placed"
     );
 
+    let cpu_before = process_cpu_seconds(scheduler_pid)?;
     let mut latencies = run_tasks(client, &pools, config, &mut report).await?;
+    report.scheduler_cpu_us_per_task =
+        (process_cpu_seconds(scheduler_pid)? - cpu_before) * 1e6 / report.tasks.max(1) as f64;
     latencies.sort_unstable();
     report.p50_task_ms = percentile_ms(&latencies, 0.50);
     report.p99_task_ms = percentile_ms(&latencies, 0.99);
