@@ -113,6 +113,25 @@ async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
     );
     assert_eq!(finished["progress"], 1.0);
     assert_eq!(finished["owner"], "ops");
+    assert_eq!(
+        (
+            finished["items_done"].as_u64(),
+            finished["items_running"].as_u64()
+        ),
+        (Some(delivered.len() as u64), Some(0)),
+        "one item a task, none left running: {finished}"
+    );
+    resident_tests::assert_has_fields(
+        finished,
+        &[
+            "expected_tasks",
+            "items_per_second",
+            "elapsed_seconds",
+            "gpu_seconds",
+            "cost_usd",
+        ],
+        "resident jobs --json",
+    );
     let live = jobs.iter().find(|j| j["pool"] == "slow").unwrap();
     assert_eq!(live["state"], "running");
     assert_eq!(live["job_id"], running.job_id.as_str());
