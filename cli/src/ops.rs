@@ -2,6 +2,7 @@
 //! cancel`, `resident pools` and `resident pool delete`, each with `--json`.
 
 use clap::{Args, Subcommand};
+use resident_scheduler::metrics::unix_ms_now;
 use resident_sdk::{Cluster, JobId, JobStatus, PoolStatus};
 use serde_json::json;
 
@@ -74,12 +75,6 @@ pub(crate) fn job_json(job: &JobStatus) -> serde_json::Value {
         "cost_usd": job.cost_usd,
         "summary": job.summary_json.as_deref().and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()),
     })
-}
-
-fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn pool_json(pool: &PoolStatus) -> serde_json::Value {

@@ -213,7 +213,14 @@ impl AgentSession {
                 Ok(registered) => return Ok(registered),
                 Err(error) if attempt < 20 => {
                     tracing::debug!(node = %self.register.node_id, %error, "registration failed; retrying");
-                    let jitter = u64::from(self.register.node_id.len() as u32 * 7919 % 97);
+                    // Spread the retries by node id, so agents refused together do not
+                    // all dial again in the same instant.
+                    let jitter = self
+                        .register
+                        .node_id
+                        .bytes()
+                        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+                        % 97;
                     tokio::time::sleep(pause + Duration::from_millis(jitter * attempt)).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
