@@ -59,8 +59,8 @@ struct Measured {
 }
 
 fn chunks_written(out: &Path) -> usize {
-    std::fs::read_to_string(out.join("manifest.json"))
-        .map(|text| text.matches("vectors_file").count())
+    resident_jobs::embed_job::manifest_store::finished_chunks_blocking(out)
+        .map(|chunks| chunks.len())
         .unwrap_or(0)
 }
 

@@ -32,8 +32,8 @@ pub struct EmbedArgs {
     /// digest or commit, and agents download it once per node into their --model-cache.
     #[arg(long, env = "RESIDENT_MODEL")]
     model: String,
-    /// Output directory or s3://bucket/prefix (shards/, manifest.json, embeddings.npy,
-    /// ids.jsonl, report.json).
+    /// Output directory or s3://bucket/prefix (shards/, manifest.json and its journal/,
+    /// index.json, embeddings.npy, ids.jsonl, report.json).
     #[arg(long, env = "RESIDENT_OUTPUT")]
     output: String,
     /// An S3-compatible endpoint (MinIO, Garage, ...), addressed path-style. Credentials
@@ -80,6 +80,14 @@ pub struct EmbedArgs {
     /// Keep the shards; do not write embeddings.npy and ids.jsonl.
     #[arg(long, env = "RESIDENT_NO_MERGE")]
     no_merge: bool,
+    /// Write embeddings.npy and ids.jsonl only up to this many GiB of vectors; past it the
+    /// shards, listed in index.json with their first rows, are the output.
+    #[arg(long, env = "RESIDENT_MERGE_MAX_GIB", default_value_t = 64.0)]
+    merge_max_gib: f64,
+    /// Fold the manifest's journal into manifest.json once it holds this many chunks (and a
+    /// quarter of the manifest's): fewer means shorter resumes, more means fewer rewrites.
+    #[arg(long, env = "RESIDENT_MANIFEST_COMPACT_MIN", default_value_t = 1024)]
+    manifest_compact_min: usize,
     /// The JSON field holding each record's id (JSONL and Parquet).
     #[arg(long, env = "RESIDENT_ID_FIELD", default_value = "id")]
     id_field: String,
@@ -143,6 +151,16 @@ impl EmbedArgs {
             OnBadRecord::Fail => BadRecordPolicy::Fail,
         };
         config.merge = !self.no_merge;
+        anyhow::ensure!(
+            self.merge_max_gib >= 0.0 && self.merge_max_gib.is_finite(),
+            "--merge-max-gib must be a number of GiB, 0 or more (0 keeps only the shards)"
+        );
+        config.merge_max_bytes = (self.merge_max_gib * (1u64 << 30) as f64) as u64;
+        anyhow::ensure!(
+            self.manifest_compact_min > 0,
+            "--manifest-compact-min must be at least 1"
+        );
+        config.manifest_compaction.min_entries = self.manifest_compact_min;
         config.retention = self.pool.retention();
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),

@@ -25,7 +25,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = std::fs::File::create(&temp).map_err(|e| named(&temp, e))?;
     file.write_all(bytes).map_err(|e| named(&temp, e))?;
     file.sync_all().map_err(|e| named(&temp, e))?;
-    std::fs::rename(&temp, path).map_err(|e| named(path, e))
+    std::fs::rename(&temp, path).map_err(|e| named(path, e))?;
+    sync_parent_dir(path).map_err(|e| named(path, e))
+}
+
+/// Makes a rename or a new file in `path`'s directory durable (the directory entry itself
+/// is only on disk once the directory is synced).
+pub fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

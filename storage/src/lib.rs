@@ -11,6 +11,8 @@ mod s3;
 #[cfg(not(feature = "s3"))]
 #[path = "s3_off.rs"]
 mod s3;
+#[cfg(feature = "s3")]
+mod s3_writer;
 
 pub use location::{Location, ObjectInfo, S3Options, key_under};
-pub use s3::S3Client;
+pub use s3::{ObjectWriter, S3Client};

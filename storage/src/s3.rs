@@ -7,8 +7,9 @@ use std::path::Path;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use tokio::io::AsyncReadExt;
+
+pub use super::s3_writer::ObjectWriter;
 
 use super::{ObjectInfo, S3Options};
 
@@ -17,12 +18,12 @@ const MIN_PART_BYTES: usize = 5 << 20;
 /// An S3 client plus the runtime it runs on, so blocking readers can use it too.
 #[derive(Clone, Debug)]
 pub struct S3Client {
-    client: Client,
+    pub(crate) client: Client,
     runtime: tokio::runtime::Handle,
-    part_bytes: usize,
+    pub(crate) part_bytes: usize,
 }
 
-fn describe(error: impl std::error::Error) -> String {
+pub(crate) fn describe(error: impl std::error::Error) -> String {
     DisplayErrorContext(error).to_string()
 }
 
@@ -184,96 +185,41 @@ impl S3Client {
             .map_err(|e| format!("cannot delete s3://{bucket}/{key}: {}", describe(e)))
     }
 
-    /// Uploads a local file: one request when small, a multipart upload otherwise (the
-    /// object appears only when the upload completes; a failed one is aborted).
+    /// Uploads a local file through an [`ObjectWriter`]: one request when small, a multipart
+    /// upload otherwise (the object appears only when the upload completes; a failed one is
+    /// aborted).
     pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), String> {
         let local = |e: std::io::Error| format!("{}: {e}", path.display());
-        let size = tokio::fs::metadata(path).await.map_err(local)?.len();
-        if size <= self.part_bytes as u64 {
-            let bytes = tokio::fs::read(path).await.map_err(local)?;
-            return self.put(bucket, key, bytes).await;
-        }
-        let failed = |e: String| format!("cannot upload s3://{bucket}/{key}: {e}");
-        let upload = self
-            .client
-            .create_multipart_upload()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| failed(describe(e)))?;
-        let upload_id = upload.upload_id().unwrap_or_default().to_owned();
-        let result = self.upload_parts(bucket, key, &upload_id, path).await;
-        match result {
-            Ok(parts) => self
-                .client
-                .complete_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .multipart_upload(
-                    CompletedMultipartUpload::builder()
-                        .set_parts(Some(parts))
-                        .build(),
-                )
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| failed(describe(e))),
-            Err(error) => {
-                let _ = self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .send()
-                    .await;
-                Err(failed(error))
-            }
-        }
-    }
-
-    async fn upload_parts(
-        &self,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-        path: &Path,
-    ) -> Result<Vec<CompletedPart>, String> {
-        let mut file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut parts = Vec::new();
-        for number in 1.. {
-            let mut buffer = Vec::with_capacity(self.part_bytes);
-            (&mut file)
-                .take(self.part_bytes as u64)
-                .read_to_end(&mut buffer)
-                .await
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            if buffer.is_empty() {
+        let mut file = tokio::fs::File::open(path).await.map_err(local)?;
+        let mut writer = self.object_writer(bucket, key);
+        let mut buffer = vec![0u8; 8 << 20];
+        loop {
+            let read = match file.read(&mut buffer).await {
+                Ok(read) => read,
+                Err(error) => {
+                    writer.abort().await;
+                    return Err(local(error));
+                }
+            };
+            if read == 0 {
                 break;
             }
-            let part = self
-                .client
-                .upload_part()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(upload_id)
-                .part_number(number)
-                .body(ByteStream::from(buffer))
-                .send()
-                .await
-                .map_err(describe)?;
-            parts.push(
-                CompletedPart::builder()
-                    .part_number(number)
-                    .set_e_tag(part.e_tag().map(str::to_owned))
-                    .build(),
-            );
+            writer.write(&buffer[..read]).await?;
         }
-        Ok(parts)
+        writer.finish().await.map(|_| ())
+    }
+
+    /// A writer that streams one object to `key` in parts, holding at most one part.
+    pub fn object_writer(&self, bucket: &str, key: &str) -> ObjectWriter {
+        ObjectWriter {
+            client: self.clone(),
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: None,
+            buffer: Vec::new(),
+            parts: Vec::new(),
+            written: 0,
+        }
     }
 
     /// A blocking reader over the object's body, streamed (for reader threads; must not be

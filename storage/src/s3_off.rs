@@ -50,6 +50,10 @@ impl S3Client {
         Err(DISABLED.into())
     }
 
+    pub fn object_writer(&self, _bucket: &str, _key: &str) -> ObjectWriter {
+        ObjectWriter
+    }
+
     pub fn open_blocking(&self, _bucket: &str, _key: &str) -> Result<Box<dyn Read + Send>, String> {
         Err(DISABLED.into())
     }
@@ -66,4 +70,19 @@ impl S3Client {
     pub async fn check_writable(&self, _bucket: &str, _key: &str) -> Result<(), String> {
         Err(DISABLED.into())
     }
+}
+
+/// Refuses every write.
+pub struct ObjectWriter;
+
+impl ObjectWriter {
+    pub async fn write(&mut self, _bytes: &[u8]) -> Result<(), String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn finish(self) -> Result<u64, String> {
+        Err(DISABLED.into())
+    }
+
+    pub async fn abort(self) {}
 }

@@ -489,6 +489,13 @@ pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) 
 }
 
 /// A JSON file, parsed.
+/// The chunks a running or finished local embed output records as done (`manifest.json`
+/// and its journal, read as a resume would), in chunk order.
+pub fn finished_chunks(out: &std::path::Path) -> Vec<resident_jobs::embed_job::output::ShardEntry> {
+    resident_jobs::embed_job::manifest_store::finished_chunks_blocking(out)
+        .unwrap_or_else(|e| panic!("the output's manifest cannot be read: {e}"))
+}
+
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

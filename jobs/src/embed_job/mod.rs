@@ -5,10 +5,15 @@
 //! 2. Create the embed pool and wait until every actor has loaded the model.
 //! 3. Pick the chunk size (the earlier run's, `--chunk-size`, or planned from measured
 //!    docs/s), then stream chunks to the pool; each finished chunk becomes a shard, written
-//!    atomically and recorded in `manifest.json`. Chunks already recorded are skipped.
-//! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` and write `report.json`.
+//!    atomically and recorded by one synced line in the manifest's journal, which is folded
+//!    into `manifest.json` now and then (`manifest_store`). Chunks already recorded are
+//!    skipped.
+//! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` (streamed; skipped past
+//!    `merge_max_bytes`), and write `index.json` and `report.json`.
 
 pub mod inputs;
+pub mod journal;
+pub mod manifest_store;
 pub mod output;
 #[cfg(not(feature = "parquet"))]
 #[path = "parquet_off.rs"]
@@ -31,6 +36,7 @@ use crate::model_pin::{PinnedModel, pin_model};
 use crate::pools::{EmbedActors, PoolRetention};
 use crate::storage::{Location, S3Client, S3Options};
 pub use inputs::InputSet;
+use manifest_store::ManifestStore;
 pub use output::OutputDtype;
 use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
@@ -70,6 +76,10 @@ pub enum BadRecordPolicy {
     Fail,
 }
 
+/// 64 GiB of vectors: 16M documents of 1,024 f32 dimensions. Past that, the shards and
+/// `index.json` are the output.
+pub const DEFAULT_MERGE_MAX_BYTES: u64 = 64 << 30;
+
 #[derive(Clone, Debug)]
 pub struct EmbedJobConfig {
     /// A local file or directory, or an `s3://bucket/prefix` of corpus files.
@@ -89,6 +99,11 @@ pub struct EmbedJobConfig {
     pub dtype: OutputDtype,
     pub on_bad_record: BadRecordPolicy,
     pub merge: bool,
+    /// Past this many bytes of vectors the merged files are not written: the shards plus
+    /// `index.json` are the output.
+    pub merge_max_bytes: u64,
+    /// When the manifest's journal is folded into `manifest.json`.
+    pub manifest_compaction: journal::CompactionPolicy,
     pub reader: ReaderOptions,
     pub prices: PriceTable,
     pub load_timeout: Duration,
@@ -115,6 +130,8 @@ impl EmbedJobConfig {
             dtype: OutputDtype::F32,
             on_bad_record: BadRecordPolicy::Skip,
             merge: true,
+            merge_max_bytes: DEFAULT_MERGE_MAX_BYTES,
+            manifest_compaction: journal::CompactionPolicy::default(),
             reader: ReaderOptions::default(),
             prices: PriceTable::default(),
             load_timeout: Duration::from_secs(600),
@@ -264,17 +281,17 @@ async fn embed_into(
             manifest.chunks.push(entry);
         }
     }
-    out.write_manifest(&manifest).await?;
     let reused_chunks = manifest.chunks.len() as u64;
     let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
     let mut done_docs: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
     let reused_docs = done_docs;
+    let mut store = ManifestStore::start(out, manifest, config.manifest_compaction).await?;
 
     // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
     let window = (actors * 3).max(4);
     let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
     let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<resident_sdk::TaskPayload>(window);
-    let chunk_size = manifest.chunk_size.max(1) as u64;
+    let chunk_size = store.manifest().chunk_size.max(1) as u64;
     let expected_tasks = scan
         .valid_records
         .div_ceil(chunk_size)
@@ -282,7 +299,7 @@ async fn embed_into(
     let producer = scan::spawn_chunk_producer(
         config.clone(),
         inputs,
-        manifest.chunk_size,
+        store.manifest().chunk_size,
         done,
         pending.clone(),
         chunks_tx,
@@ -335,7 +352,7 @@ async fn embed_into(
                 error: "row count differs from the chunk".into(),
             });
         }
-        manifest.check_model_content(
+        store.manifest_mut().check_model_content(
             &embedded.stats.model_fingerprint,
             chunk.index,
             &format!("actor {} on node {}", embedded.actor_id, embedded.node_id),
@@ -343,13 +360,13 @@ async fn embed_into(
         stats.add(&embedded);
         builder.add_chunk(&embedded);
         let rows = chunk.ids.len() as u64;
-        let bytes = encode_vectors(&embedded.values, rows, embedded.dim, manifest.dtype);
+        let dtype = store.manifest().dtype;
+        let bytes = encode_vectors(&embedded.values, rows, embedded.dim, dtype);
         let entry = out
             .write_shard(chunk.index, bytes, &chunk.ids, rows)
             .await?;
-        manifest.dim = Some(embedded.dim);
-        manifest.chunks.push(entry);
-        out.write_manifest(&manifest).await?;
+        store.manifest_mut().dim = Some(embedded.dim);
+        store.record(entry).await?;
         done_docs += rows;
         on_progress(progress(done_docs, *items_running.borrow()));
     }
@@ -362,17 +379,32 @@ async fn embed_into(
             "{missing} chunks got no result; rerun the same command to finish them"
         )));
     }
-    manifest.chunks.sort_by_key(|c| c.index);
-    out.write_manifest(&manifest).await?;
-    if config.merge {
+    let (manifest, manifest_writes) = store.finish().await?;
+    let merged = output::merge_wanted(config.merge, &manifest, config.merge_max_bytes);
+    if merged {
         out.merge(&manifest).await?;
     }
+    out.write_index(&manifest, merged).await?;
+    let merge_skipped = match (config.merge, merged) {
+        (false, _) => Some("--no-merge".to_owned()),
+        (true, false) => Some(format!(
+            "the vectors are larger than --merge-max-gib {}: read the shards through index.json",
+            config.merge_max_bytes as f64 / (1u64 << 30) as f64
+        )),
+        (true, true) => None,
+    };
     let actors_info = cluster.list_actors().await?;
     let nodes_info = cluster.list_nodes().await?;
     let report = builder.finish(report::ReportInputs {
         config,
         manifest: &manifest,
         bad_records: scan.bad_records,
+        bad_records_total: scan.bad_records_total,
+        output: report::OutputSummary {
+            merged,
+            merge_skipped,
+            manifest_writes,
+        },
         stats,
         wall: started.elapsed(),
         reused_chunks,

@@ -5,6 +5,8 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+use futures::StreamExt;
+
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +72,14 @@ pub struct Manifest {
     /// chunk's result): every later chunk must match it.
     #[serde(default)]
     pub model_content: Option<String>,
+    /// The chunks compacted into this file, in chunk order. While a job runs, chunks finished
+    /// since the last compaction are in the journal this generation names (see
+    /// `manifest_store`); a finished job has them all here.
     pub chunks: Vec<ShardEntry>,
+    /// The journal generation that continues this manifest (0 in manifests from before
+    /// the journal).
+    #[serde(default)]
+    pub journal_generation: u64,
 }
 
 impl Manifest {
@@ -167,10 +176,12 @@ impl OutputDir {
         let mut lease = None;
         match location {
             Location::Local(root) => {
-                let shards = root.join("shards");
-                std::fs::create_dir_all(&shards).map_err(|e| {
-                    JobError::Output(format!("cannot create {}: {e}", shards.display()))
-                })?;
+                for dir in ["shards", "journal"] {
+                    let dir = root.join(dir);
+                    std::fs::create_dir_all(&dir).map_err(|e| {
+                        JobError::Output(format!("cannot create {}: {e}", dir.display()))
+                    })?;
+                }
                 let probe = root.join(".write-test");
                 std::fs::write(&probe, b"ok").map_err(|e| {
                     JobError::Output(format!("{} is not writable: {e}", root.display()))
@@ -207,14 +218,18 @@ impl OutputDir {
         }
     }
 
-    fn client(&self) -> &S3Client {
+    pub(super) fn location(&self) -> &Location {
+        &self.location
+    }
+
+    pub(super) fn client(&self) -> &S3Client {
         self.s3
             .as_ref()
             .expect("S3 outputs are prepared with a client")
     }
 
     /// The file `name` below the output, or `None` when it is not there.
-    async fn read(&self, name: &str) -> Result<Option<Vec<u8>>, JobError> {
+    pub(super) async fn read(&self, name: &str) -> Result<Option<Vec<u8>>, JobError> {
         match &self.location {
             Location::Local(root) => {
                 let path = root.join(name);
@@ -255,12 +270,6 @@ impl OutputDir {
                 self.location.join("manifest.json")
             ))
         })
-    }
-
-    pub async fn write_manifest(&self, manifest: &Manifest) -> Result<(), JobError> {
-        let bytes =
-            serde_json::to_vec_pretty(manifest).map_err(|e| JobError::Output(e.to_string()))?;
-        self.write("manifest.json", bytes).await
     }
 
     /// Whether a recorded shard is still there, unchanged: its sha256 for local files; its
@@ -324,67 +333,198 @@ impl OutputDir {
         Ok(entry)
     }
 
-    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`
-    /// (staged in a local file, then renamed or uploaded).
+    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`,
+    /// streamed: a local output writes `.partial` files and renames them; an S3 output
+    /// uploads each file in parts as it goes, so nothing is staged and at most one part per
+    /// file plus a few shards are held, however large the output.
     pub async fn merge(&self, manifest: &Manifest) -> Result<(), JobError> {
-        let staging_dir = match &self.location {
-            Location::Local(_) => None,
-            Location::S3 { .. } => Some(
-                tempfile::tempdir()
-                    .map_err(|e| JobError::Output(format!("no local staging directory: {e}")))?,
-            ),
-        };
-        let staged = |name: &str| match (&self.location, &staging_dir) {
-            (_, Some(dir)) => dir.path().join(name),
-            (Location::Local(root), None) => root.join(format!("{name}.partial")),
-            (Location::S3 { .. }, None) => unreachable!("S3 outputs stage in a temp dir"),
-        };
-        let (npy_temp, ids_temp) = (staged("embeddings.npy"), staged("ids.jsonl"));
         let dim = manifest.dim.unwrap_or(0);
         let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
-        let mut chunks = manifest.chunks.clone();
+        let mut chunks: Vec<&ShardEntry> = manifest.chunks.iter().collect();
         chunks.sort_by_key(|c| c.index);
-        let mut npy =
-            std::io::BufWriter::new(File::create(&npy_temp).map_err(|e| io(&npy_temp, e))?);
-        let mut ids =
-            std::io::BufWriter::new(File::create(&ids_temp).map_err(|e| io(&ids_temp, e))?);
-        npy.write_all(&npy_header(manifest.dtype, rows, dim))
-            .map_err(|e| io(&npy_temp, e))?;
-        for chunk in &chunks {
-            let missing =
-                |file: &str| JobError::Output(format!("{} disappeared", self.location.join(file)));
-            let shard = self
-                .read(&chunk.vectors_file)
-                .await?
-                .ok_or_else(|| missing(&chunk.vectors_file))?;
-            npy.write_all(&shard[npy_header_len(&shard)..])
-                .map_err(|e| io(&npy_temp, e))?;
-            let id_lines = self
-                .read(&chunk.ids_file)
-                .await?
-                .ok_or_else(|| missing(&chunk.ids_file))?;
-            ids.write_all(&id_lines).map_err(|e| io(&ids_temp, e))?;
-        }
-        for (writer, path) in [(npy, &npy_temp), (ids, &ids_temp)] {
-            writer
-                .into_inner()
-                .map_err(|e| JobError::Output(e.to_string()))?
-                .sync_all()
-                .map_err(|e| io(path, e))?;
-        }
-        for (staged, name) in [(&npy_temp, "embeddings.npy"), (&ids_temp, "ids.jsonl")] {
-            match &self.location {
-                Location::Local(root) => {
-                    std::fs::rename(staged, root.join(name)).map_err(|e| io(&root.join(name), e))?
-                }
-                Location::S3 { bucket, prefix } => self
-                    .client()
-                    .upload_file(bucket, &key_under(prefix, name), staged)
-                    .await
-                    .map_err(JobError::Output)?,
+        let mut npy = self.merged_writer("embeddings.npy")?;
+        let mut ids = self.merged_writer("ids.jsonl")?;
+        let copied = async {
+            npy.write(&npy_header(manifest.dtype, rows, dim)).await?;
+            let mut shards = futures::stream::iter(chunks)
+                .map(|chunk| async move {
+                    let missing = |file: &str| {
+                        JobError::Output(format!("{} disappeared", self.location.join(file)))
+                    };
+                    let vectors = self
+                        .read(&chunk.vectors_file)
+                        .await?
+                        .ok_or_else(|| missing(&chunk.vectors_file))?;
+                    let id_lines = self
+                        .read(&chunk.ids_file)
+                        .await?
+                        .ok_or_else(|| missing(&chunk.ids_file))?;
+                    Ok::<_, JobError>((vectors, id_lines))
+                })
+                .buffered(4);
+            while let Some(shard) = shards.next().await {
+                let (vectors, id_lines) = shard?;
+                npy.write(&vectors[npy_header_len(&vectors)..]).await?;
+                ids.write(&id_lines).await?;
             }
+            Ok::<_, JobError>(())
         }
-        Ok(())
+        .await;
+        if let Err(error) = copied {
+            npy.abort().await;
+            ids.abort().await;
+            return Err(error);
+        }
+        npy.finish().await?;
+        ids.finish().await
+    }
+
+    fn merged_writer(&self, name: &str) -> Result<MergedWriter, JobError> {
+        Ok(match &self.location {
+            Location::Local(root) => {
+                let partial = root.join(format!("{name}.partial"));
+                let file = File::create(&partial).map_err(|e| io(&partial, e))?;
+                MergedWriter::Local {
+                    writer: std::io::BufWriter::with_capacity(1 << 20, file),
+                    partial,
+                    path: root.join(name),
+                }
+            }
+            Location::S3 { bucket, prefix } => MergedWriter::S3(
+                self.client()
+                    .object_writer(bucket, &key_under(prefix, name)),
+            ),
+        })
+    }
+
+    /// Writes `index.json`: every shard with its first row, and the merged files if any,
+    /// so readers of a sharded output need not list the directory.
+    pub async fn write_index(&self, manifest: &Manifest, merged: bool) -> Result<(), JobError> {
+        let index = OutputIndex::of(manifest, merged);
+        let bytes = serde_json::to_vec(&index).map_err(|e| JobError::Output(e.to_string()))?;
+        self.write(OutputIndex::FILE, bytes).await
+    }
+}
+
+/// Whether to write the merged files: asked for (`--no-merge` not given) and no larger than
+/// `max_bytes` (the merged vectors alone; past it, the shards plus `index.json` are the
+/// output, since a file of hundreds of GB serves no reader better than its shards).
+pub fn merge_wanted(asked: bool, manifest: &Manifest, max_bytes: u64) -> bool {
+    let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
+    let vector_bytes = rows * manifest.dim.unwrap_or(0) as u64 * manifest.dtype.bytes() as u64;
+    asked && vector_bytes <= max_bytes
+}
+
+/// `index.json`: how to read the output, merged or not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputIndex {
+    pub format: String,
+    pub version: u32,
+    pub rows: u64,
+    pub dim: usize,
+    pub dtype: OutputDtype,
+    /// `embeddings.npy` and `ids.jsonl` when they were written; `None` for a sharded output.
+    pub merged: Option<MergedFiles>,
+    /// In chunk order; row `first_row + i` of the whole output is row `i` of the shard.
+    pub shards: Vec<IndexShard>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MergedFiles {
+    pub vectors: String,
+    pub ids: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexShard {
+    pub index: u64,
+    pub first_row: u64,
+    pub rows: u64,
+    pub vectors_file: String,
+    pub ids_file: String,
+}
+
+impl OutputIndex {
+    pub const FILE: &'static str = "index.json";
+
+    pub fn of(manifest: &Manifest, merged: bool) -> Self {
+        let mut chunks: Vec<&ShardEntry> = manifest.chunks.iter().collect();
+        chunks.sort_by_key(|c| c.index);
+        let mut first_row = 0;
+        let shards = chunks
+            .into_iter()
+            .map(|chunk| {
+                let shard = IndexShard {
+                    index: chunk.index,
+                    first_row,
+                    rows: chunk.rows,
+                    vectors_file: chunk.vectors_file.clone(),
+                    ids_file: chunk.ids_file.clone(),
+                };
+                first_row += chunk.rows;
+                shard
+            })
+            .collect();
+        Self {
+            format: "resident-embeddings".into(),
+            version: 1,
+            rows: first_row,
+            dim: manifest.dim.unwrap_or(0),
+            dtype: manifest.dtype,
+            merged: merged.then(|| MergedFiles {
+                vectors: "embeddings.npy".into(),
+                ids: "ids.jsonl".into(),
+            }),
+            shards,
+        }
+    }
+}
+
+/// One merged file being written.
+enum MergedWriter {
+    Local {
+        writer: std::io::BufWriter<File>,
+        partial: std::path::PathBuf,
+        path: std::path::PathBuf,
+    },
+    S3(crate::storage::ObjectWriter),
+}
+
+impl MergedWriter {
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), JobError> {
+        match self {
+            MergedWriter::Local {
+                writer, partial, ..
+            } => writer.write_all(bytes).map_err(|e| io(partial, e)),
+            MergedWriter::S3(writer) => writer.write(bytes).await.map_err(JobError::Output),
+        }
+    }
+
+    async fn finish(self) -> Result<(), JobError> {
+        match self {
+            MergedWriter::Local {
+                writer,
+                partial,
+                path,
+            } => {
+                let file = writer
+                    .into_inner()
+                    .map_err(|e| JobError::Output(format!("{}: {e}", partial.display())))?;
+                file.sync_all().map_err(|e| io(&partial, e))?;
+                std::fs::rename(&partial, &path).map_err(|e| io(&path, e))?;
+                crate::files::sync_parent_dir(&path).map_err(|e| io(&path, e))
+            }
+            MergedWriter::S3(writer) => writer.finish().await.map(|_| ()).map_err(JobError::Output),
+        }
+    }
+
+    async fn abort(self) {
+        match self {
+            MergedWriter::Local { partial, .. } => {
+                let _ = std::fs::remove_file(partial);
+            }
+            MergedWriter::S3(writer) => writer.abort().await,
+        }
     }
 }
 
@@ -425,6 +565,7 @@ mod tests {
             dtype: OutputDtype::F32,
             dim: Some(2),
             model_content: None,
+            journal_generation: 0,
             chunks: Vec::new(),
         };
         manifest.check_model_content("aaaa", 0, "actor a").unwrap();
@@ -472,6 +613,7 @@ mod tests {
             dtype: OutputDtype::F32,
             dim: Some(2),
             model_content: None,
+            journal_generation: 0,
             chunks: vec![second, first],
         };
         out.merge(&manifest).await.unwrap();

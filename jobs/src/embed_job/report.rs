@@ -135,7 +135,7 @@ impl ReportBuilder {
             },
             truncated: stats.truncated,
             tokens: stats.tokens,
-            bad_record_count: inputs.bad_records.len() as u64,
+            bad_record_count: inputs.bad_records_total,
             bad_records: inputs.bad_records,
             wall_seconds: wall_s,
             docs_per_second: if wall_s > 0.0 {
@@ -179,6 +179,7 @@ impl ReportBuilder {
             input: inputs.config.input.to_string(),
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
+            output: inputs.output,
         }
     }
 }
@@ -187,6 +188,8 @@ pub(super) struct ReportInputs<'a> {
     pub config: &'a EmbedJobConfig,
     pub manifest: &'a Manifest,
     pub bad_records: Vec<BadRecord>,
+    pub bad_records_total: u64,
+    pub output: OutputSummary,
     pub stats: VectorStats,
     pub wall: Duration,
     pub reused_chunks: u64,
@@ -240,6 +243,7 @@ pub struct Report {
     pub truncated: u64,
     pub tokens: u64,
     pub bad_record_count: u64,
+    /// The first 10,000 bad records (`bad_record_count` counts them all).
     pub bad_records: Vec<BadRecord>,
     pub wall_seconds: f64,
     /// Documents embedded by this run (not counting reused shards) per wall second.
@@ -258,4 +262,18 @@ pub struct Report {
     pub input: String,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
+    #[serde(default)]
+    pub output: OutputSummary,
+}
+
+/// How the output was written.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OutputSummary {
+    /// Whether `embeddings.npy` and `ids.jsonl` were written (else the shards and
+    /// `index.json` are the output).
+    pub merged: bool,
+    /// Why not, when not.
+    pub merge_skipped: Option<String>,
+    /// What keeping `manifest.json` and its journal cost this run.
+    pub manifest_writes: super::manifest_store::ManifestWrites,
 }

@@ -13,9 +13,15 @@ use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
 use super::reader::{BadRecord, Item, RecordReader};
 use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
 
+/// Bad records listed in the report; past this only their count grows, so a corpus of
+/// mostly bad lines cannot fill the client's memory.
+pub(super) const BAD_RECORDS_LISTED: usize = 10_000;
+
 pub(super) struct Scan {
     pub valid_records: u64,
+    /// The first [`BAD_RECORDS_LISTED`] bad records.
     pub bad_records: Vec<BadRecord>,
+    pub bad_records_total: u64,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
 }
@@ -28,7 +34,7 @@ pub(super) fn scan_input(
 ) -> Result<Scan, JobError> {
     let input_fingerprint = inputs.fingerprint()?;
     let mut reader = RecordReader::new(inputs, config.reader.clone());
-    let (mut valid_records, mut bad_records) = (0u64, Vec::new());
+    let (mut valid_records, mut bad_records, mut bad_records_total) = (0u64, Vec::new(), 0u64);
     while let Some(item) = reader.next_item()? {
         match item {
             Item::Record(_) => valid_records += 1,
@@ -39,7 +45,12 @@ pub(super) fn scan_input(
                     reason: bad.reason,
                 });
             }
-            Item::Bad(bad) => bad_records.push(bad),
+            Item::Bad(bad) => {
+                bad_records_total += 1;
+                if bad_records.len() < BAD_RECORDS_LISTED {
+                    bad_records.push(bad);
+                }
+            }
         }
     }
     if valid_records == 0 {
@@ -51,6 +62,7 @@ pub(super) fn scan_input(
     Ok(Scan {
         valid_records,
         bad_records,
+        bad_records_total,
         input_fingerprint,
         model_fingerprint,
     })
@@ -62,7 +74,7 @@ pub(super) async fn open_manifest(
     config: &EmbedJobConfig,
     scan: &Scan,
 ) -> Result<Manifest, JobError> {
-    match out.read_manifest().await? {
+    match super::manifest_store::load_manifest(out).await? {
         Some(manifest) => {
             let place = &config.output;
             if manifest.input_fingerprint != scan.input_fingerprint {
@@ -95,7 +107,7 @@ pub(super) async fn open_manifest(
             Ok(manifest)
         }
         None => Ok(Manifest {
-            version: 1,
+            version: super::manifest_store::MANIFEST_VERSION,
             input_fingerprint: scan.input_fingerprint.clone(),
             model_fingerprint: scan.model_fingerprint.clone(),
             chunk_size: 0,
@@ -103,6 +115,7 @@ pub(super) async fn open_manifest(
             dim: None,
             model_content: None,
             chunks: Vec::new(),
+            journal_generation: 0,
         }),
     }
 }

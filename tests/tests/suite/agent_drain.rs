@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use resident_tests::{
-    Proc, agent_command, assert_embed_succeeds_exactly, embed_command, free_port, init_logging,
-    read_json, sample, spawn_agent, spawn_agent_with, spawn_scheduler, status_json, wait_until,
+    Proc, agent_command, assert_embed_succeeds_exactly, embed_command, finished_chunks, free_port,
+    init_logging, read_json, sample, spawn_agent, spawn_agent_with, spawn_scheduler, status_json,
+    wait_until,
 };
 
 const DOCS: usize = 300;
@@ -71,10 +72,8 @@ impl Cluster {
 }
 
 async fn chunks_done(out: &Path, count: usize) {
-    let manifest = out.join("manifest.json");
     wait_until("finished chunks", Duration::from_secs(120), || async {
-        let text = std::fs::read_to_string(&manifest).ok()?;
-        (text.matches("vectors_file").count() >= count).then_some(())
+        (finished_chunks(out).len() >= count).then_some(())
     })
     .await
 }
@@ -145,10 +144,7 @@ async fn sigterm_drains_an_agent_mid_embed_and_the_output_is_exact() {
         log.contains("abandoned_tasks=0"),
         "the tasks in hand were finished, none handed back: {log}"
     );
-    let chunks = read_json(&cluster.out().join("manifest.json"))["chunks"]
-        .as_array()
-        .unwrap()
-        .len() as u64;
+    let chunks = finished_chunks(&cluster.out()).len() as u64;
     assert_eq!(chunks, (DOCS / CHUNK) as u64);
     // One more: `resident embed` first asks an actor for the vector dimension.
     assert_eq!(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
-    assert_has_fields, embed_command, ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32,
-    read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    assert_has_fields, embed_command, finished_chunks, ids_in_jsonl, init_logging, minilm_dir,
+    parse_npy_f32, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
 };
 use serde_json::Value;
 
@@ -174,12 +174,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
         error.starts_with("model did not load") && error.contains("/no/model does not exist"),
         "{error}"
     );
-    assert!(
-        !dir.path().join("o3/manifest.json").exists()
-            || !std::fs::read_to_string(dir.path().join("o3/manifest.json"))
-                .unwrap()
-                .contains("vectors_file")
-    );
+    assert!(finished_chunks(&dir.path().join("o3")).is_empty());
 }
 
 fn shard_files(out: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
@@ -209,16 +204,14 @@ async fn kill_9_mid_job_then_rerun_finishes_without_redoing_shards() {
     let mut child = embed_command(&input, &out, &["--chunk-size", "10", "--replicas", "1"])
         .spawn()
         .unwrap();
-    let manifest = out.join("manifest.json");
     wait_until("a few shards", Duration::from_secs(60), || async {
-        let text = std::fs::read_to_string(&manifest).ok()?;
-        (text.matches("vectors_file").count() >= 3).then_some(())
+        (finished_chunks(&out).len() >= 3).then_some(())
     })
     .await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let before: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    let finished = before["chunks"].as_array().unwrap().len();
+    let before = finished_chunks(&out);
+    let finished = before.len();
     assert!(finished < 30, "killed before the end ({finished} chunks)");
     let shards_before = shard_files(&out);
 
@@ -239,13 +232,9 @@ async fn kill_9_mid_job_then_rerun_finishes_without_redoing_shards() {
         "the first run's chunk size is kept"
     );
     let shards_after = shard_files(&out);
-    for entry in before["chunks"].as_array().unwrap() {
-        for key in ["vectors_file", "ids_file"] {
-            let name = entry[key]
-                .as_str()
-                .unwrap()
-                .trim_start_matches("shards/")
-                .to_owned();
+    for entry in &before {
+        for file in [&entry.vectors_file, &entry.ids_file] {
+            let name = file.trim_start_matches("shards/").to_owned();
             assert_eq!(
                 shards_before[&name], shards_after[&name],
                 "{name} was rewritten"
@@ -278,10 +267,8 @@ async fn a_dead_agent_mid_job_costs_time_not_documents() {
     )
     .spawn()
     .unwrap();
-    let manifest = out.join("manifest.json");
     wait_until("first shards", Duration::from_secs(60), || async {
-        let text = std::fs::read_to_string(&manifest).ok()?;
-        (text.matches("vectors_file").count() >= 2).then_some(())
+        (finished_chunks(&out).len() >= 2).then_some(())
     })
     .await;
     agents[1].kill9();
@@ -369,4 +356,122 @@ async fn a_chunk_size_past_the_message_limit_is_refused_with_the_size_that_fits(
         String::from_utf8_lossy(&accepted.stderr)
     );
     assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
+}
+
+/// Runs the embed with the job paused at `pause` (see `journal::PauseAt`), kills it with
+/// SIGKILL there, lets `at_kill` check what the kill left, reruns, and checks the rerun
+/// resumed exactly: the chunks recorded before the kill reused with their shards untouched,
+/// the rest computed once, every id once and in order, no journal left.
+async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: impl Fn(&Path)) {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 200);
+    let out = dir.path().join("out");
+    let flags = [
+        "--chunk-size",
+        "10",
+        "--replicas",
+        "1",
+        "--manifest-compact-min",
+        "4",
+    ];
+    let mut child = embed_command(&input, &out, &flags)
+        .env(resident_jobs::embed_job::journal::PauseAt::ENV, pause)
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let marker = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("paused at") {
+                return;
+            }
+        }
+        panic!("the job ended without pausing: {seen}");
+    });
+    tokio::time::timeout(Duration::from_secs(120), marker)
+        .await
+        .expect("the job pauses")
+        .unwrap();
+    child.kill().unwrap(); // SIGKILL, in the middle of the write
+    child.wait().unwrap();
+    at_kill(&out);
+
+    let before = finished_chunks(&out);
+    assert_eq!(
+        before.iter().map(|c| c.index).collect::<Vec<_>>(),
+        (0..recorded_at_kill as u64).collect::<Vec<_>>(),
+        "chunks recorded at the kill"
+    );
+    let shards_before = shard_files(&out);
+
+    let rerun = embed_command(&input, &out, &["--manifest-compact-min", "4"])
+        .output()
+        .unwrap();
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
+    let report: Value = read_json(&out.join("report.json"));
+    assert_eq!(report["chunks"]["reused"], recorded_at_kill as u64);
+    assert_eq!(report["chunks"]["computed"], 20 - recorded_at_kill as u64);
+    assert_eq!(report["items"], 200);
+    let shards_after = shard_files(&out);
+    for entry in &before {
+        for file in [&entry.vectors_file, &entry.ids_file] {
+            let name = file.trim_start_matches("shards/");
+            assert_eq!(
+                shards_before[name], shards_after[name],
+                "{name} was rewritten"
+            );
+        }
+    }
+    let manifest = read_json(&out.join("manifest.json"));
+    assert_eq!(manifest["chunks"].as_array().unwrap().len(), 20);
+    assert_eq!(
+        std::fs::read_dir(out.join("journal")).unwrap().count(),
+        0,
+        "a finished job leaves every chunk in manifest.json and no journal"
+    );
+}
+
+fn journal_at(out: &Path, generation: u64) -> resident_jobs::embed_job::journal::DecodedJournal {
+    let bytes = std::fs::read(out.join(format!("journal/{generation:06}.jsonl"))).unwrap();
+    resident_jobs::embed_job::journal::decode_journal(&bytes, "journal").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_in_the_middle_of_a_journal_append_redoes_only_that_chunk() {
+    // The third append is cut in half: two chunks are recorded, the third is not.
+    kill_9_at_then_resume("journal-append:3", 2, |out| {
+        let journal = journal_at(out, 1);
+        assert!(journal.torn_tail, "killed with half a line written");
+        assert_eq!(journal.entries.len(), 2);
+        assert_eq!(
+            read_json(&out.join("manifest.json"))["journal_generation"],
+            1
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_in_the_middle_of_a_compaction_loses_and_repeats_nothing() {
+    // The run's second compaction (after 4 chunks, with --manifest-compact-min 4) is
+    // stopped with the new manifest in place and the old journal not yet removed.
+    kill_9_at_then_resume("compaction:2", 4, |out| {
+        let manifest = read_json(&out.join("manifest.json"));
+        assert_eq!(manifest["journal_generation"], 2);
+        assert_eq!(manifest["chunks"].as_array().unwrap().len(), 4);
+        let old = journal_at(out, 1);
+        assert_eq!(old.entries.len(), 4, "the folded journal is still there");
+        assert!(!old.torn_tail);
+    })
+    .await;
 }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use resident_tests::{
-    Proc, actor_model_loads, assert_embed_succeeds_exactly, embed_command, free_port, ids_in_jsonl,
-    init_logging, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    Proc, actor_model_loads, assert_embed_succeeds_exactly, embed_command, finished_chunks,
+    free_port, ids_in_jsonl, init_logging, read_json, sample, spawn_scheduler, spawn_two_t4_agents,
+    wait_until,
 };
 use serde_json::Value;
 
@@ -73,10 +74,8 @@ impl TwoNodeCluster {
 
 /// Waits until the job's manifest lists at least `count` finished chunks; returns how many.
 async fn chunks_done(out: &Path, count: usize) -> usize {
-    let manifest = out.join("manifest.json");
     wait_until("finished chunks", Duration::from_secs(120), || async {
-        let text = std::fs::read_to_string(&manifest).ok()?;
-        let done = text.matches("vectors_file").count();
+        let done = finished_chunks(out).len();
         (done >= count).then_some(done)
     })
     .await
@@ -97,10 +96,7 @@ async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_documen
 
     cluster.scheduler.kill9();
     let killed_at = Instant::now();
-    let done_at_kill = read_json(&cluster.out().join("manifest.json"))["chunks"]
-        .as_array()
-        .unwrap()
-        .len();
+    let done_at_kill = finished_chunks(&cluster.out()).len();
     assert!(
         done_at_kill < 100,
         "killed mid-job ({done_at_kill} of 100 chunks)"
@@ -144,10 +140,7 @@ async fn a_scheduler_away_past_the_reconnect_timeout_stops_the_job_and_a_rerun_r
         "gave up after {:?}",
         killed_at.elapsed()
     );
-    let done = read_json(&cluster.out().join("manifest.json"))["chunks"]
-        .as_array()
-        .unwrap()
-        .len();
+    let done = finished_chunks(&cluster.out()).len();
 
     cluster.restart_scheduler();
     let rerun = cluster.embed(&[]).output().unwrap();
