@@ -346,3 +346,121 @@ pub fn finished_chunks_blocking(root: &std::path::Path) -> Result<Vec<ShardEntry
     by_index.extend(journaled.into_iter().map(|e| (e.index, e)));
     Ok(by_index.into_values().collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed_job::output::OutputDtype;
+
+    fn header() -> Manifest {
+        Manifest {
+            version: 1,
+            input_fingerprint: "in".into(),
+            model_fingerprint: "model".into(),
+            chunk_size: 10,
+            dtype: OutputDtype::F32,
+            dim: Some(4),
+            model_content: None,
+            chunks: Vec::new(),
+            journal_generation: 0,
+        }
+    }
+
+    fn entry(index: u64) -> ShardEntry {
+        ShardEntry {
+            index,
+            rows: 10,
+            vectors_file: format!("shards/chunk-{index:06}.npy"),
+            vectors_sha256: "0".repeat(64),
+            vectors_bytes: 288,
+            ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
+            ids_sha256: "1".repeat(64),
+            ids_bytes: 100,
+        }
+    }
+
+    fn indexes(manifest: &Manifest) -> Vec<u64> {
+        manifest.chunks.iter().map(|c| c.index).collect()
+    }
+
+    #[tokio::test]
+    async fn chunks_survive_in_the_journal_and_compactions_fold_it_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::prepare(&dir.path().into(), None).await.unwrap();
+        let policy = CompactionPolicy {
+            min_entries: 4,
+            fraction: 0.25,
+        };
+        let mut store = ManifestStore::start(&out, header(), policy).await.unwrap();
+        for index in [3, 0, 1, 2, 5, 4] {
+            store.record(entry(index)).await.unwrap();
+        }
+        // Start, then one compaction after 4 chunks; 2 chunks in the journal.
+        assert_eq!(store.writes().compactions, 2);
+        assert_eq!(store.writes().journal_appends, 6);
+        let on_disk: Manifest =
+            serde_json::from_slice(&std::fs::read(dir.path().join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(indexes(&on_disk), vec![0, 1, 2, 3]);
+        assert_eq!(on_disk.journal_generation, 2);
+        let loaded = load_manifest(&out).await.unwrap().unwrap();
+        assert_eq!(indexes(&loaded), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            finished_chunks_blocking(dir.path()).unwrap().len(),
+            6,
+            "the blocking reader agrees"
+        );
+
+        let (finished, writes) = store.finish().await.unwrap();
+        assert_eq!(indexes(&finished), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(writes.compactions, 3);
+        assert!(
+            std::fs::read_dir(dir.path().join("journal"))
+                .unwrap()
+                .next()
+                .is_none()
+        );
+        let loaded = load_manifest(&out).await.unwrap().unwrap();
+        assert_eq!(loaded, finished);
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_and_an_old_generation_are_read_as_a_crash_leaves_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::prepare(&dir.path().into(), None).await.unwrap();
+        let mut manifest = header();
+        manifest.journal_generation = 3;
+        manifest.chunks = vec![entry(0)];
+        out.write("manifest.json", serde_json::to_vec(&manifest).unwrap())
+            .await
+            .unwrap();
+        // Generation 2 was folded in but not yet removed; generation 3 ends in half a line.
+        let stale = [encode_entry(&entry(0)), encode_entry(&entry(9))].concat();
+        std::fs::write(dir.path().join(local_journal(2)), stale).unwrap();
+        let mut current = [encode_entry(&entry(1)), encode_entry(&entry(0))].concat();
+        current.extend_from_slice(&encode_entry(&entry(2))[..30]);
+        std::fs::write(dir.path().join(local_journal(3)), current).unwrap();
+
+        let loaded = load_manifest(&out).await.unwrap().unwrap();
+        assert_eq!(
+            indexes(&loaded),
+            vec![0, 1],
+            "chunk 0 once, 9 stale, 2 torn"
+        );
+        let store = ManifestStore::start(&out, loaded, CompactionPolicy::default())
+            .await
+            .unwrap();
+        assert_eq!(store.manifest().journal_generation, 4);
+        assert!(
+            std::fs::read_dir(dir.path().join("journal"))
+                .unwrap()
+                .next()
+                .is_none(),
+            "old journals removed"
+        );
+        assert_eq!(
+            indexes(&load_manifest(&out).await.unwrap().unwrap()),
+            vec![0, 1]
+        );
+    }
+}

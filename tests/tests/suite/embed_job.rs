@@ -475,3 +475,62 @@ async fn kill_9_in_the_middle_of_a_compaction_loses_and_repeats_nothing() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_merge_limit_the_shards_and_index_json_are_the_output() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 60);
+    let out = dir.path().join("out");
+    let run = embed_command(
+        &input,
+        &out,
+        &[
+            "--chunk-size",
+            "25",
+            "--replicas",
+            "1",
+            "--merge-max-gib",
+            "0",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(!out.join("embeddings.npy").exists() && !out.join("ids.jsonl").exists());
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["output"]["merged"], false);
+    assert!(
+        report["output"]["merge_skipped"]
+            .as_str()
+            .unwrap()
+            .contains("--merge-max-gib"),
+        "{report}"
+    );
+    // index.json is enough to read the output back in order.
+    let index = read_json(&out.join("index.json"));
+    assert_eq!(index["rows"], 60);
+    assert_eq!(index["merged"], Value::Null);
+    let (mut ids, mut rows) = (Vec::new(), 0u64);
+    for shard in index["shards"].as_array().unwrap() {
+        assert_eq!(shard["first_row"].as_u64().unwrap(), rows);
+        let (shape, _) = read_npy(&out.join(shard["vectors_file"].as_str().unwrap()));
+        assert_eq!(shape, vec![shard["rows"].as_u64().unwrap() as usize, 384]);
+        rows += shard["rows"].as_u64().unwrap();
+        ids.extend(ids_of(&out.join(shard["ids_file"].as_str().unwrap())));
+    }
+    assert_eq!(index["shards"].as_array().unwrap().len(), 3);
+    assert_eq!(ids, ids_of(&input));
+    let refused = embed_command(&input, &out, &["--merge-max-gib=-1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--merge-max-gib must be"),
+        "{stderr}"
+    );
+}

@@ -63,6 +63,29 @@ async fn the_s3_client_lists_reads_writes_and_uploads_in_parts() {
         .unwrap();
     assert!(client.get("bucket", "big.bin").await.unwrap().unwrap() == big);
 
+    // Streamed in odd slices (how a merge writes): the parts are cut at 5 MiB whatever the
+    // slices, and the object appears whole at finish, not before.
+    let mut writer = client.object_writer("bucket", "streamed.bin");
+    for slice in big.chunks(1_000_003) {
+        writer.write(slice).await.unwrap();
+    }
+    assert_eq!(client.get("bucket", "streamed.bin").await.unwrap(), None);
+    assert_eq!(writer.finish().await.unwrap(), big.len() as u64);
+    assert!(client.get("bucket", "streamed.bin").await.unwrap().unwrap() == big);
+    // Aborted after a part went up: no object, whole or half.
+    let mut writer = client.object_writer("bucket", "aborted.bin");
+    writer.write(&big[..6 << 20]).await.unwrap();
+    writer.abort().await;
+    assert_eq!(client.get("bucket", "aborted.bin").await.unwrap(), None);
+    // Smaller than a part: one PUT.
+    let mut writer = client.object_writer("bucket", "small.bin");
+    writer.write(b"tiny").await.unwrap();
+    writer.finish().await.unwrap();
+    assert_eq!(
+        client.get("bucket", "small.bin").await.unwrap().unwrap(),
+        b"tiny"
+    );
+
     let error = client
         .check_writable("no-such-bucket", "k")
         .await
@@ -244,6 +267,25 @@ async fn embeds_from_s3_to_s3_and_resumes_after_kill_9() {
         assert_eq!(after.get(key), Some(bytes), "{key} changed");
     }
     assert_eq!(after.len(), 60, "30 chunks of vectors + ids");
+    assert_eq!(report["output"]["merged"], true);
+    let index: Value = serde_json::from_slice(
+        &client
+            .get("results", "run-1/index.json")
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index["rows"], 300);
+    assert_eq!(index["shards"].as_array().unwrap().len(), 30);
+    assert!(
+        client
+            .list("results", "run-1/journal/")
+            .await
+            .unwrap()
+            .is_empty(),
+        "the finished job folded its journal into manifest.json"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
