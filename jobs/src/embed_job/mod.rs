@@ -11,6 +11,7 @@
 //! 4. Merge the shards into `embeddings.npy` + `ids.jsonl` (streamed; skipped past
 //!    `merge_max_bytes`), and write `index.json` and `report.json`.
 
+pub mod duplicates;
 pub mod inputs;
 pub mod journal;
 pub mod manifest_store;
@@ -301,6 +302,7 @@ async fn embed_into(
         inputs,
         store.manifest().chunk_size,
         done,
+        scan.duplicate_ordinals.clone(),
         pending.clone(),
         chunks_tx,
     );

@@ -1,13 +1,13 @@
 //! Reading a corpus as a stream of records from its files (see [`super::inputs`]). Bad lines
 //! become [`BadRecord`]s, never a crash.
 
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::JobError;
+use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
 use crate::records::{is_blank, json_object, line_text};
 
@@ -56,8 +56,21 @@ pub struct RecordReader {
     options: ReaderOptions,
     current: Option<(usize, Source, u64)>,
     next_file: usize,
-    seen_ids: HashSet<u64>,
+    ids: IdCheck,
+    /// Records read so far that passed every check but the id's: the same in every pass,
+    /// so a pass can skip what the scan found.
+    ordinal: u64,
     buffer: Vec<u8>,
+}
+
+/// What a pass does about ids that repeat an earlier record's.
+pub enum IdCheck {
+    /// Nothing (a calibration sample).
+    Off,
+    /// Collect every id (the scan); the repeats are known at [`RecordReader::duplicates`].
+    Collect(DuplicateFinder),
+    /// Skip the records the scan found repeating an id: their ordinals, ascending.
+    Skip(Arc<Vec<u64>>),
 }
 
 pub enum Item {
@@ -72,8 +85,22 @@ impl RecordReader {
             options,
             current: None,
             next_file: 0,
-            seen_ids: HashSet::new(),
+            ids: IdCheck::Off,
+            ordinal: 0,
             buffer: Vec::new(),
+        }
+    }
+
+    pub fn with_id_check(mut self, ids: IdCheck) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// After a pass with [`IdCheck::Collect`]: every record whose id an earlier one has.
+    pub fn duplicates(self) -> Result<Vec<Duplicate>, JobError> {
+        match self.ids {
+            IdCheck::Collect(finder) => finder.finish().map_err(JobError::Input),
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -117,13 +144,12 @@ impl RecordReader {
                 if record.text.trim().is_empty() {
                     return Err("empty text".to_owned());
                 }
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                record.id.to_string().hash(&mut hasher);
-                if !self.seen_ids.insert(hasher.finish()) {
-                    return Err(format!("duplicate id {}", record.id));
-                }
                 Ok(record)
             });
+            let checked = match checked {
+                Ok(record) => self.check_id(record, index, line)?,
+                Err(reason) => Err(reason),
+            };
             return Ok(Some(match checked {
                 Ok(record) => Item::Record(record),
                 Err(reason) => Item::Bad(BadRecord {
@@ -133,6 +159,28 @@ impl RecordReader {
                 }),
             }));
         }
+    }
+
+    fn check_id(
+        &mut self,
+        record: Record,
+        file: usize,
+        line: u64,
+    ) -> Result<Result<Record, String>, JobError> {
+        let ordinal = self.ordinal;
+        self.ordinal += 1;
+        match &mut self.ids {
+            IdCheck::Off => {}
+            IdCheck::Collect(finder) => finder
+                .add(&record.id.to_string(), ordinal, file as u32, line)
+                .map_err(JobError::Input)?,
+            IdCheck::Skip(ordinals) => {
+                if ordinals.binary_search(&ordinal).is_ok() {
+                    return Ok(Err(format!("duplicate id {}", record.id)));
+                }
+            }
+        }
+        Ok(Ok(record))
     }
 
     /// Advances the current file by one line or row; `None` at its end.
@@ -219,9 +267,20 @@ mod tests {
 
     use super::*;
 
+    /// Two passes, as a job reads: the scan collects ids, the second skips repeats.
     fn collect(path: &Path) -> (Vec<Record>, Vec<BadRecord>) {
-        let mut reader =
-            RecordReader::new(InputSet::local(path).unwrap(), ReaderOptions::default());
+        let inputs = InputSet::local(path).unwrap();
+        let mut scan = RecordReader::new(inputs.clone(), ReaderOptions::default())
+            .with_id_check(IdCheck::Collect(DuplicateFinder::default()));
+        while scan.next_item().unwrap().is_some() {}
+        let ordinals = scan
+            .duplicates()
+            .unwrap()
+            .iter()
+            .map(|d| d.ordinal)
+            .collect();
+        let mut reader = RecordReader::new(inputs, ReaderOptions::default())
+            .with_id_check(IdCheck::Skip(Arc::new(ordinals)));
         let (mut good, mut bad) = (Vec::new(), Vec::new());
         while let Some(item) = reader.next_item().unwrap() {
             match item {

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 
+use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};
 use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
-use super::reader::{BadRecord, Item, RecordReader};
+use super::reader::{BadRecord, IdCheck, Item, RecordReader};
 use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
 
 /// Bad records listed in the report; past this only their count grows, so a corpus of
@@ -22,6 +23,8 @@ pub(super) struct Scan {
     /// The first [`BAD_RECORDS_LISTED`] bad records.
     pub bad_records: Vec<BadRecord>,
     pub bad_records_total: u64,
+    /// Ordinals of the records whose id an earlier record has (skipped by later passes).
+    pub duplicate_ordinals: Arc<Vec<u64>>,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
 }
@@ -33,7 +36,9 @@ pub(super) fn scan_input(
     model_fingerprint: String,
 ) -> Result<Scan, JobError> {
     let input_fingerprint = inputs.fingerprint()?;
-    let mut reader = RecordReader::new(inputs, config.reader.clone());
+    let file_names: Vec<String> = inputs.files.iter().map(|f| f.name.clone()).collect();
+    let mut reader = RecordReader::new(inputs, config.reader.clone())
+        .with_id_check(IdCheck::Collect(DuplicateFinder::default()));
     let (mut valid_records, mut bad_records, mut bad_records_total) = (0u64, Vec::new(), 0u64);
     while let Some(item) = reader.next_item()? {
         match item {
@@ -53,6 +58,36 @@ pub(super) fn scan_input(
             }
         }
     }
+    let duplicates = reader.duplicates()?;
+    let duplicate_bad = |d: &super::duplicates::Duplicate| BadRecord {
+        file: file_names[d.file as usize].clone(),
+        line: d.line,
+        reason: format!("duplicate id {}", d.id),
+    };
+    if let Some(first) = duplicates.first()
+        && config.on_bad_record == BadRecordPolicy::Fail
+    {
+        let bad = duplicate_bad(first);
+        return Err(JobError::BadRecord {
+            file: bad.file,
+            line: bad.line,
+            reason: format!(
+                "{} (first at {}:{})",
+                bad.reason, file_names[first.first_file as usize], first.first_line
+            ),
+        });
+    }
+    valid_records -= duplicates.len() as u64;
+    bad_records_total += duplicates.len() as u64;
+    let room = BAD_RECORDS_LISTED.saturating_sub(bad_records.len());
+    bad_records.extend(duplicates.iter().take(room).map(duplicate_bad));
+    let order: std::collections::HashMap<&str, usize> = file_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), i))
+        .collect();
+    bad_records.sort_by_key(|b| (order.get(b.file.as_str()).copied(), b.line));
+    let duplicate_ordinals = Arc::new(duplicates.iter().map(|d| d.ordinal).collect());
     if valid_records == 0 {
         return Err(JobError::Input(format!(
             "{} holds no usable records",
@@ -63,6 +98,7 @@ pub(super) fn scan_input(
         valid_records,
         bad_records,
         bad_records_total,
+        duplicate_ordinals,
         input_fingerprint,
         model_fingerprint,
     })
@@ -199,11 +235,13 @@ pub(super) fn spawn_chunk_producer(
     inputs: InputSet,
     chunk_size: usize,
     done: HashSet<u64>,
+    duplicate_ordinals: Arc<Vec<u64>>,
     pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
     chunks: tokio::sync::mpsc::Sender<resident_sdk::TaskPayload>,
 ) -> tokio::task::JoinHandle<Result<(), JobError>> {
     tokio::task::spawn_blocking(move || {
-        let mut reader = RecordReader::new(inputs, config.reader.clone());
+        let mut reader = RecordReader::new(inputs, config.reader.clone())
+            .with_id_check(IdCheck::Skip(duplicate_ordinals));
         let (mut index, mut seq) = (0u64, 0u64);
         let (mut ids, mut texts) = (
             Vec::with_capacity(chunk_size),

@@ -152,6 +152,27 @@ async fn bad_records_are_listed_or_stop_the_job() {
         !dir.path().join("strict/manifest.json").exists(),
         "no chunk ran"
     );
+    // A repeated id is found after the scan (ids are checked out of memory), and still
+    // stops a strict job before any chunk, naming both places.
+    let repeated = dir.path().join("repeated.jsonl");
+    std::fs::write(
+        &repeated,
+        "{\"id\": 1, \"text\": \"x\"}\n{\"id\": 2, \"text\": \"y\"}\n{\"id\": 1, \"text\": \"z\"}\n",
+    )
+    .unwrap();
+    let mut strict = EmbedJobConfig::new(&repeated, minilm_dir(), dir.path().join("strict2"));
+    strict.on_bad_record = BadRecordPolicy::Fail;
+    let error = run_embed_job(&cluster, &strict, &mut |_| {})
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.starts_with(
+            "bad record at repeated.jsonl:3: duplicate id 1 (first at repeated.jsonl:1)"
+        ),
+        "{error}"
+    );
 
     let missing = EmbedJobConfig::new(
         dir.path().join("nope.jsonl"),
