@@ -153,7 +153,6 @@ fn embed_command(server: &S3Server, input: &str, output: &str, extra: &[&str]) -
     command
 }
 
-/// Every shard object under `prefix` and its bytes.
 /// Chunks the S3 output records as done: those in `manifest.json` plus one journal object
 /// each for those finished since its last compaction.
 async fn recorded_chunks(client: &S3Client) -> Option<usize> {
@@ -165,6 +164,7 @@ async fn recorded_chunks(client: &S3Client) -> Option<usize> {
     Some(manifest["chunks"].as_array()?.len() + journaled)
 }
 
+/// Every shard object under `prefix` and its bytes.
 async fn shard_objects(client: &S3Client, prefix: &str) -> BTreeMap<String, Vec<u8>> {
     let mut shards = BTreeMap::new();
     for object in client.list("results", prefix).await.unwrap() {
@@ -392,5 +392,113 @@ async fn a_second_run_on_the_same_s3_output_is_refused() {
         client.get("results", &key).await.unwrap(),
         None,
         "the finished run released its lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
+    init_logging();
+    let server = S3Server::start(&["corpus", "results"]);
+    let client = S3Client::connect(&server.options()).await;
+    let lines = wiki_sample_lines(100);
+    let corpus: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    client
+        .put("corpus", "wiki/part-000.jsonl", corpus.into_bytes())
+        .await
+        .unwrap();
+    let (input, output) = ("s3://corpus/wiki", "s3://results/run-1");
+    // The second compaction (after 4 chunks) stops with the new manifest written and the
+    // folded journal's objects not yet deleted.
+    let mut child = embed_command(
+        &server,
+        input,
+        output,
+        &[
+            "--chunk-size",
+            "10",
+            "--replicas",
+            "1",
+            "--manifest-compact-min",
+            "4",
+        ],
+    )
+    .env(
+        resident_jobs::embed_job::journal::PauseAt::ENV,
+        "compaction:2",
+    )
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(stderr).lines();
+            lines.any(|line| line.is_ok_and(|l| l.contains("paused at")))
+        }),
+    )
+    .await
+    .expect("the job pauses")
+    .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let manifest: Value = serde_json::from_slice(
+        &client
+            .get("results", "run-1/manifest.json")
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["journal_generation"], 2);
+    assert_eq!(manifest["chunks"].as_array().unwrap().len(), 4);
+    let stale = client
+        .list("results", "run-1/journal/000001/")
+        .await
+        .unwrap();
+    assert_eq!(
+        stale.len(),
+        4,
+        "the folded journal's objects are still there"
+    );
+    assert_eq!(recorded_chunks(&client).await, Some(4));
+    let before = shard_objects(&client, "run-1/shards/").await;
+
+    let rerun = embed_command(&server, input, output, &[]).output().unwrap();
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let report: Value = serde_json::from_slice(
+        &client
+            .get("results", "run-1/report.json")
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["chunks"]["reused"], 4);
+    assert_eq!(report["chunks"]["computed"], 6);
+    let ids = client
+        .get("results", "run-1/ids.jsonl")
+        .await
+        .unwrap()
+        .unwrap();
+    let expected: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+        .collect();
+    assert_eq!(ids_in_jsonl(&String::from_utf8(ids).unwrap()), expected);
+    let after = shard_objects(&client, "run-1/shards/").await;
+    for (key, bytes) in &before {
+        assert_eq!(after.get(key), Some(bytes), "{key} changed");
+    }
+    assert!(
+        client
+            .list("results", "run-1/journal/")
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
