@@ -489,6 +489,28 @@ pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) 
 }
 
 /// A JSON file, parsed.
+/// Waits until a `resident embed` started with `RESIDENT_TEST_PAUSE_AT` (and its stderr
+/// piped) says it has paused there, so the caller can kill it at exactly that point.
+pub async fn wait_for_pause(child: &mut Child) {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let marker = tokio::task::spawn_blocking(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if line.contains("paused at") {
+                return;
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        panic!("the job ended without pausing: {seen}");
+    });
+    tokio::time::timeout(Duration::from_secs(120), marker)
+        .await
+        .expect("the job pauses within 2 minutes")
+        .unwrap();
+}
+
 /// The chunks a running or finished local embed output records as done (`manifest.json`
 /// and its journal, read as a resume would), in chunk order.
 pub fn finished_chunks(out: &std::path::Path) -> Vec<resident_jobs::embed_job::output::ShardEntry> {

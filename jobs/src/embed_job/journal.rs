@@ -170,16 +170,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64) -> ShardEntry {
-        ShardEntry {
-            index,
-            rows: 1000,
-            vectors_file: format!("shards/chunk-{index:06}.npy"),
-            vectors_sha256: "ab".repeat(32),
-            vectors_bytes: 1_536_128,
-            ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
-            ids_sha256: "cd".repeat(32),
-            ids_bytes: 12_000,
-        }
+        ShardEntry::for_test(index)
     }
 
     #[test]

@@ -367,16 +367,7 @@ mod tests {
     }
 
     fn entry(index: u64) -> ShardEntry {
-        ShardEntry {
-            index,
-            rows: 10,
-            vectors_file: format!("shards/chunk-{index:06}.npy"),
-            vectors_sha256: "0".repeat(64),
-            vectors_bytes: 288,
-            ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
-            ids_sha256: "1".repeat(64),
-            ids_bytes: 100,
-        }
+        ShardEntry::for_test(index)
     }
 
     fn indexes(manifest: &Manifest) -> Vec<u64> {

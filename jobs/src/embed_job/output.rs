@@ -159,6 +159,23 @@ fn half_bits(value: f32) -> u16 {
     half::f16::from_f32(value).to_bits()
 }
 
+impl ShardEntry {
+    /// An entry for chunk `index` with made-up sums, for tests of the manifest.
+    #[cfg(test)]
+    pub(crate) fn for_test(index: u64) -> Self {
+        Self {
+            index,
+            rows: 1000,
+            vectors_file: format!("shards/chunk-{index:06}.npy"),
+            vectors_sha256: "ab".repeat(32),
+            vectors_bytes: 1_536_128,
+            ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
+            ids_sha256: "cd".repeat(32),
+            ids_bytes: 12_000,
+        }
+    }
+}
+
 /// The job's output: a local directory or an S3 prefix.
 pub struct OutputDir {
     location: Location,

@@ -9,7 +9,8 @@ use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     assert_has_fields, embed_command, finished_chunks, ids_in_jsonl, init_logging, minilm_dir,
-    parse_npy_f32, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    parse_npy_f32, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_for_pause,
+    wait_until,
 };
 use serde_json::Value;
 
@@ -137,13 +138,19 @@ async fn bad_records_are_listed_or_stop_the_job() {
         vec![Value::from(1), Value::from(6)]
     );
 
-    let mut strict = EmbedJobConfig::new(&input, minilm_dir(), dir.path().join("strict"));
-    strict.on_bad_record = BadRecordPolicy::Fail;
-    let error = run_embed_job(&cluster, &strict, &mut |_| {})
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let strict_error = |input: std::path::PathBuf, out: &str| {
+        let mut strict = EmbedJobConfig::new(input, minilm_dir(), dir.path().join(out));
+        strict.on_bad_record = BadRecordPolicy::Fail;
+        let cluster = &cluster;
+        async move {
+            run_embed_job(cluster, &strict, &mut |_| {})
+                .await
+                .err()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let error = strict_error(input.clone(), "strict").await;
     assert!(
         error.starts_with("bad record at mixed.jsonl:2: malformed JSON"),
         "{error}"
@@ -160,13 +167,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
         "{\"id\": 1, \"text\": \"x\"}\n{\"id\": 2, \"text\": \"y\"}\n{\"id\": 1, \"text\": \"z\"}\n",
     )
     .unwrap();
-    let mut strict = EmbedJobConfig::new(&repeated, minilm_dir(), dir.path().join("strict2"));
-    strict.on_bad_record = BadRecordPolicy::Fail;
-    let error = run_embed_job(&cluster, &strict, &mut |_| {})
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let error = strict_error(repeated, "strict2").await;
     assert!(
         error.starts_with(
             "bad record at repeated.jsonl:3: duplicate id 1 (first at repeated.jsonl:1)"
@@ -400,24 +401,7 @@ async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: im
         .env(resident_jobs::embed_job::journal::PauseAt::ENV, pause)
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let marker = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut seen = String::new();
-        for line in std::io::BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains("paused at") {
-                return;
-            }
-        }
-        panic!("the job ended without pausing: {seen}");
-    });
-    tokio::time::timeout(Duration::from_secs(120), marker)
-        .await
-        .expect("the job pauses")
-        .unwrap();
+    wait_for_pause(&mut child).await;
     child.kill().unwrap(); // SIGKILL, in the middle of the write
     child.wait().unwrap();
     at_kill(&out);

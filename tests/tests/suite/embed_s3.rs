@@ -153,6 +153,12 @@ fn embed_command(server: &S3Server, input: &str, output: &str, extra: &[&str]) -
     command
 }
 
+/// An object of the results bucket, parsed as JSON.
+async fn results_json(client: &S3Client, key: &str) -> Value {
+    let bytes = client.get("results", key).await.unwrap();
+    serde_json::from_slice(&bytes.unwrap_or_else(|| panic!("no {key}"))).unwrap()
+}
+
 /// Chunks the S3 output records as done: those in `manifest.json` plus one journal object
 /// each for those finished since its last compaction.
 async fn recorded_chunks(client: &S3Client) -> Option<usize> {
@@ -251,14 +257,7 @@ async fn embeds_from_s3_to_s3_and_resumes_after_kill_9() {
         let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
         (norm - 1.0).abs() < 1e-4
     }));
-    let report: Value = serde_json::from_slice(
-        &client
-            .get("results", "run-1/report.json")
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let report: Value = results_json(&client, "run-1/report.json").await;
     assert_eq!(report["chunks"]["reused"].as_u64().unwrap() as usize, done);
     assert_eq!(report["items"], 300);
     assert_eq!(report["input"], "s3://corpus/wiki");
@@ -268,14 +267,7 @@ async fn embeds_from_s3_to_s3_and_resumes_after_kill_9() {
     }
     assert_eq!(after.len(), 60, "30 chunks of vectors + ids");
     assert_eq!(report["output"]["merged"], true);
-    let index: Value = serde_json::from_slice(
-        &client
-            .get("results", "run-1/index.json")
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let index: Value = results_json(&client, "run-1/index.json").await;
     assert_eq!(index["rows"], 300);
     assert_eq!(index["shards"].as_array().unwrap().len(), 30);
     assert!(
@@ -428,28 +420,10 @@ async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
     )
     .spawn()
     .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::task::spawn_blocking(move || {
-            use std::io::BufRead;
-            let mut lines = std::io::BufReader::new(stderr).lines();
-            lines.any(|line| line.is_ok_and(|l| l.contains("paused at")))
-        }),
-    )
-    .await
-    .expect("the job pauses")
-    .unwrap();
+    resident_tests::wait_for_pause(&mut child).await;
     child.kill().unwrap();
     child.wait().unwrap();
-    let manifest: Value = serde_json::from_slice(
-        &client
-            .get("results", "run-1/manifest.json")
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let manifest: Value = results_json(&client, "run-1/manifest.json").await;
     assert_eq!(manifest["journal_generation"], 2);
     assert_eq!(manifest["chunks"].as_array().unwrap().len(), 4);
     let stale = client
@@ -470,14 +444,7 @@ async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
         "{}",
         String::from_utf8_lossy(&rerun.stderr)
     );
-    let report: Value = serde_json::from_slice(
-        &client
-            .get("results", "run-1/report.json")
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let report: Value = results_json(&client, "run-1/report.json").await;
     assert_eq!(report["chunks"]["reused"], 4);
     assert_eq!(report["chunks"]["computed"], 6);
     let ids = client
