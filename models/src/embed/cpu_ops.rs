@@ -36,7 +36,11 @@ fn fast_erf(x: f32) -> f32 {
 }
 
 /// GELU (exact erf form, BERT's `gelu`) in place.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 pub fn gelu_slice(values: &mut [f32]) {
     for v in values {
         let x = *v;
@@ -47,7 +51,11 @@ pub fn gelu_slice(values: &mut [f32]) {
 const LANES: usize = 16;
 
 /// `row += addend`, element-wise (MPNet's relative bias onto a row of attention scores).
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 pub fn add_assign(row: &mut [f32], addend: &[f32]) {
     for (value, add) in row.iter_mut().zip(addend) {
         *value += add;
@@ -56,7 +64,11 @@ pub fn add_assign(row: &mut [f32], addend: &[f32]) {
 
 /// Softmax of one row. Max and sum run over `LANES` independent accumulators so the
 /// compiler can keep them in vector registers.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 pub fn softmax_row(row: &mut [f32]) {
     let mut maxes = [f32::NEG_INFINITY; LANES];
     let mut chunks = row.chunks_exact(LANES);
@@ -103,7 +115,11 @@ fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 }
 
 /// Layer normalisation of one row in place: `(x - mean) / sqrt(var + eps) * gamma + beta`.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     let width = row.len() as f32;
     let mean = lane_sum(row, |v| v) / width;
