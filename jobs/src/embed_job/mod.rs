@@ -385,6 +385,11 @@ async fn embed_into(
     let merged = output::merge_wanted(config.merge, &manifest, config.merge_max_bytes);
     if merged {
         out.merge(&manifest).await?;
+    } else {
+        // An earlier run's merged files would not match this output's shards.
+        for name in ["embeddings.npy", "ids.jsonl"] {
+            out.remove(name).await?;
+        }
     }
     out.write_index(&manifest, merged).await?;
     let merge_skipped = match (config.merge, merged) {

@@ -277,6 +277,21 @@ impl OutputDir {
         }
     }
 
+    /// Removes `name` below the output, if it is there.
+    pub async fn remove(&self, name: &str) -> Result<(), JobError> {
+        match &self.location {
+            Location::Local(root) => match std::fs::remove_file(root.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&root.join(name), e)),
+                _ => Ok(()),
+            },
+            Location::S3 { bucket, prefix } => self
+                .client()
+                .delete(bucket, &key_under(prefix, name))
+                .await
+                .map_err(JobError::Output),
+        }
+    }
+
     pub async fn read_manifest(&self) -> Result<Option<Manifest>, JobError> {
         let Some(bytes) = self.read("manifest.json").await? else {
             return Ok(None);
