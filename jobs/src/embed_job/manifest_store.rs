@@ -175,6 +175,12 @@ impl<'a> ManifestStore<'a> {
         Ok(())
     }
 
+    /// Writes `manifest.json` now (a changed header, such as the chunk plan), as a
+    /// compaction.
+    pub async fn save(&mut self) -> Result<(), JobError> {
+        self.compact(false).await
+    }
+
     /// The last compaction: every chunk in `manifest.json`, in chunk order, pretty-printed
     /// for people, and no journal left.
     pub async fn finish(mut self) -> Result<(Manifest, ManifestWrites), JobError> {
@@ -358,6 +364,7 @@ mod tests {
             input_fingerprint: "in".into(),
             model_fingerprint: "model".into(),
             chunk_size: 10,
+            chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(4),
             model_content: None,

@@ -25,6 +25,7 @@ pub mod planner;
 pub mod reader;
 mod report;
 pub(crate) mod scan;
+pub mod schedule;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,7 @@ use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
 pub use report::{PriceTable, Report};
 use report::{ReportBuilder, VectorStats};
+use schedule::ChunkSchedule;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -180,6 +182,40 @@ impl Progress {
 struct PendingChunk {
     index: u64,
     ids: Vec<serde_json::Value>,
+    /// A probe chunk, whose timing sizes the body.
+    probe: bool,
+}
+
+/// Plans the body from the probes' timings and records the plan in `manifest.json` before
+/// any body chunk is cut, so a resume cuts the same chunks. Returns the reasoning.
+async fn plan_body(
+    store: &mut ManifestStore<'_>,
+    schedule: &mut ChunkSchedule,
+    timings: &planner::ProbeTimings,
+    actors: usize,
+    total_docs: u64,
+) -> Result<String, JobError> {
+    let speeds = timings.speeds(actors);
+    let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+    let plan = planner::plan_chunk_size(&planner::PlanInput {
+        total_docs: total_docs - schedule.probe_docs(total_docs),
+        actor_docs_per_s: speeds,
+        dimension: store.manifest().dim.unwrap_or(0),
+    });
+    schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));
+    let manifest = store.manifest_mut();
+    manifest.chunk_size = plan.chunk_size;
+    manifest.chunk_schedule = Some(schedule.clone());
+    store.save().await?;
+    let reasoning = format!(
+        "{} probe chunks of {}, then {}; the last chunks shrink to {} so the actors finish together",
+        schedule.probe_indexes(total_docs).end,
+        schedule.probe_size,
+        plan.reasoning,
+        schedule.tail_min
+    );
+    tracing::info!(chunk_size = plan.chunk_size, reasoning = %reasoning, "chunk plan");
+    Ok(reasoning)
 }
 
 /// Runs the job on `cluster` and returns its report (also written to `report.json`).
@@ -229,28 +265,26 @@ async fn embed_into(
     let pool = create_pool(cluster, config, &model).await?;
     let actors = pool.pool.status().await?.actors.len().max(1);
 
-    let plan_reasoning;
-    if manifest.chunk_size == 0 {
-        let (size, reasoning) = match config.chunk_size {
+    let total_docs = scan.valid_records;
+    let mut plan_reasoning;
+    if manifest.chunk_size == 0 && manifest.chunk_schedule.is_none() {
+        match config.chunk_size {
             Some(size) => {
                 let dimension = scan::probe_dimension(&pool).await?;
                 planner::check_chunk_size(size, dimension).map_err(JobError::ChunkSize)?;
-                (size.max(1), format!("--chunk-size {size}"))
+                manifest.chunk_size = size.max(1);
+                plan_reasoning = format!("--chunk-size {size}");
             }
             None => {
-                let plan = scan::calibrate_and_plan(
-                    &pool,
-                    config,
-                    inputs.clone(),
-                    scan.valid_records,
-                    actors,
-                )
-                .await?;
-                (plan.chunk_size, plan.reasoning)
+                let schedule = ChunkSchedule::probing(total_docs, actors);
+                plan_reasoning = format!(
+                    "probing: {} chunks of {} documents first, whose timings size the rest",
+                    schedule.probe_indexes(total_docs).end,
+                    schedule.probe_size
+                );
+                manifest.chunk_schedule = Some(schedule);
             }
-        };
-        manifest.chunk_size = size;
-        plan_reasoning = reasoning;
+        }
     } else {
         if let Some(dimension) = manifest.dim {
             planner::check_chunk_size(manifest.chunk_size, dimension).map_err(|why| {
@@ -262,7 +296,7 @@ async fn embed_into(
             })?;
         }
         plan_reasoning = format!(
-            "resumed with the earlier run's chunk size {}",
+            "resumed with the earlier run's chunk schedule (body chunks of {})",
             manifest.chunk_size
         );
     }
@@ -292,20 +326,45 @@ async fn embed_into(
     let window = (actors * 3).max(4);
     let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
     let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<resident_sdk::TaskPayload>(window);
-    let chunk_size = store.manifest().chunk_size.max(1) as u64;
-    let expected_tasks = scan
-        .valid_records
-        .div_ceil(chunk_size)
+    let mut schedule = store.manifest().schedule();
+    let expected_tasks = schedule
+        .chunk_count(total_docs)
         .saturating_sub(reused_chunks);
+    // The body is planned from the first probes this run sends (one per actor), while the
+    // others run; a resume that finds every probe done plans at once, without timings.
+    let probes_to_run = schedule
+        .probe_indexes(total_docs)
+        .filter(|index| !done.contains(index))
+        .count();
+    let probes_to_measure = probes_to_run.min(actors);
+    let mut probe_timings = planner::ProbeTimings::default();
+    let (plan_tx, plan_rx) = tokio::sync::oneshot::channel();
+    // A planned schedule never asks; dropping the sender is then harmless.
+    let mut plan_tx = (!schedule.is_planned()).then_some(plan_tx);
     let producer = scan::spawn_chunk_producer(
         config.clone(),
         inputs,
-        store.manifest().chunk_size,
+        schedule.clone(),
+        total_docs,
         done,
         scan.duplicate_ordinals.clone(),
         pending.clone(),
         chunks_tx,
+        plan_rx,
     );
+    if probes_to_measure == 0 && total_docs > schedule.probe_docs(total_docs) {
+        if let Some(tx) = plan_tx.take() {
+            plan_reasoning = plan_body(
+                &mut store,
+                &mut schedule,
+                &probe_timings,
+                actors,
+                total_docs,
+            )
+            .await?;
+            let _ = tx.send((schedule.body_size.unwrap_or(1), schedule.tail_min));
+        }
+    }
     let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
     let options = resident_sdk::SubmitOptions {
         window: window as u32,
@@ -370,6 +429,28 @@ async fn embed_into(
         store.manifest_mut().dim = Some(embedded.dim);
         store.record(entry).await?;
         done_docs += rows;
+        if chunk.probe {
+            probe_timings.add(
+                &embedded.actor_id.to_string(),
+                rows,
+                embedded.stats.total_micros,
+            );
+            let wanted = probe_timings.results() >= probes_to_measure;
+            if wanted && total_docs > schedule.probe_docs(total_docs) {
+                if let Some(tx) = plan_tx.take() {
+                    plan_reasoning = plan_body(
+                        &mut store,
+                        &mut schedule,
+                        &probe_timings,
+                        actors,
+                        total_docs,
+                    )
+                    .await?;
+                    // The producer is gone only if the job is failing; its error tells why.
+                    let _ = tx.send((schedule.body_size.unwrap_or(1), schedule.tail_min));
+                }
+            }
+        }
         on_progress(progress(done_docs, *items_running.borrow()));
     }
     producer

@@ -11,6 +11,7 @@ use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
 use super::JobError;
+use super::schedule::ChunkSchedule;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
 
@@ -65,7 +66,11 @@ pub struct Manifest {
     pub version: u32,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
+    /// The body's chunk size (0 until planned); see `chunk_schedule` for every chunk's.
     pub chunk_size: usize,
+    /// Where each chunk starts and ends (absent: every chunk is `chunk_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_schedule: Option<ChunkSchedule>,
     pub dtype: OutputDtype,
     pub dim: Option<usize>,
     /// SHA-256 of the weights and configs of the model the agents loaded (from the first
@@ -83,6 +88,13 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The chunk boundaries this output was started with.
+    pub fn schedule(&self) -> ChunkSchedule {
+        self.chunk_schedule
+            .clone()
+            .unwrap_or_else(|| ChunkSchedule::uniform(self.chunk_size))
+    }
+
     /// Records the first chunk's model content fingerprint and refuses a chunk embedded by
     /// another model (two agents that resolved one model name to different files). An
     /// empty fingerprint (an agent from before fingerprints) is not checked.
@@ -594,6 +606,7 @@ mod tests {
             input_fingerprint: "in".into(),
             model_fingerprint: "name".into(),
             chunk_size: 10,
+            chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(2),
             model_content: None,
@@ -642,6 +655,7 @@ mod tests {
             input_fingerprint: "i".into(),
             model_fingerprint: "m".into(),
             chunk_size: 1,
+            chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(2),
             model_content: None,

@@ -117,6 +117,43 @@ fn plan_by_speed(input: &PlanInput) -> ChunkPlan {
     }
 }
 
+/// Speeds measured on the probe chunks, per actor.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeTimings {
+    /// Documents and microseconds of embedding, by actor id.
+    by_actor: std::collections::BTreeMap<String, (u64, u64)>,
+    results: usize,
+}
+
+impl ProbeTimings {
+    pub fn add(&mut self, actor: &str, docs: u64, micros: u64) {
+        let entry = self.by_actor.entry(actor.to_owned()).or_default();
+        entry.0 += docs;
+        entry.1 += micros.max(1);
+        self.results += 1;
+    }
+
+    pub fn results(&self) -> usize {
+        self.results
+    }
+
+    /// Docs/s of each of `actors` actors; those no probe reached are assumed as fast as the
+    /// measured median.
+    pub fn speeds(&self, actors: usize) -> Vec<f64> {
+        let mut speeds: Vec<f64> = self
+            .by_actor
+            .values()
+            .map(|(docs, micros)| *docs as f64 * 1e6 / *micros as f64)
+            .collect();
+        if !speeds.is_empty() && speeds.len() < actors {
+            speeds.sort_by(f64::total_cmp);
+            let median = speeds[speeds.len() / 2];
+            speeds.resize(actors, median);
+        }
+        speeds
+    }
+}
+
 /// Finish time of a corpus split into `chunk_size` chunks that idle actors pull in order
 /// (what the scheduler does with credit 1). Pure simulation for planning and tests.
 pub fn simulate_finish_seconds(
@@ -124,11 +161,20 @@ pub fn simulate_finish_seconds(
     chunk_size: usize,
     actor_docs_per_s: &[f64],
 ) -> f64 {
+    let chunk_size = chunk_size.max(1);
+    let full = (total_docs / chunk_size as u64) as usize;
+    let mut chunks = vec![chunk_size; full];
+    let rest = (total_docs % chunk_size as u64) as usize;
+    if rest > 0 {
+        chunks.push(rest);
+    }
+    simulate_chunks_finish_seconds(&chunks, actor_docs_per_s)
+}
+
+/// Finish time of these chunks, pulled in order by whichever actor is idle first.
+pub fn simulate_chunks_finish_seconds(chunks: &[usize], actor_docs_per_s: &[f64]) -> f64 {
     let mut free_at = vec![0.0f64; actor_docs_per_s.len()];
-    let mut remaining = total_docs;
-    while remaining > 0 {
-        let docs = remaining.min(chunk_size as u64);
-        remaining -= docs;
+    for &docs in chunks {
         let (actor, at) = free_at
             .iter()
             .copied()
@@ -241,6 +287,19 @@ mod tests {
             check_chunk_size(1_000_000, 0).is_ok(),
             "unknown width: no check"
         );
+    }
+
+    #[test]
+    fn probe_timings_give_each_actor_its_speed_and_the_unmeasured_the_median() {
+        let mut timings = ProbeTimings::default();
+        timings.add("a", 30, 1_000_000);
+        timings.add("a", 30, 1_000_000);
+        timings.add("b", 20, 1_000_000);
+        timings.add("c", 50, 1_000_000);
+        assert_eq!(timings.results(), 4);
+        let speeds = timings.speeds(5);
+        assert_eq!(speeds, vec![20.0, 30.0, 50.0, 30.0, 30.0]);
+        assert!(ProbeTimings::default().speeds(3).is_empty());
     }
 
     #[test]

@@ -10,8 +10,8 @@ use futures::StreamExt;
 use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};
-use super::planner::{ChunkPlan, PlanInput, plan_chunk_size};
 use super::reader::{BadRecord, IdCheck, Item, RecordReader};
+use super::schedule::{ChunkCutter, ChunkSchedule, NextChunk};
 use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
 
 /// Bad records listed in the report; past this only their count grows, so a corpus of
@@ -147,6 +147,7 @@ pub(super) async fn open_manifest(
             input_fingerprint: scan.input_fingerprint.clone(),
             model_fingerprint: scan.model_fingerprint.clone(),
             chunk_size: 0,
+            chunk_schedule: None,
             dtype: config.dtype,
             dim: None,
             model_content: None,
@@ -154,64 +155,6 @@ pub(super) async fn open_manifest(
             journal_generation: 0,
         }),
     }
-}
-
-/// Measures each actor on a small sample of the corpus, then plans the chunk size.
-pub(super) async fn calibrate_and_plan(
-    pool: &EmbedPool,
-    config: &EmbedJobConfig,
-    inputs: InputSet,
-    total: u64,
-    actors: usize,
-) -> Result<ChunkPlan, JobError> {
-    let per_actor = 32usize;
-    let options = config.reader.clone();
-    let sample = tokio::task::spawn_blocking(move || {
-        let mut reader = RecordReader::new(inputs, options);
-        let mut sample = Vec::new();
-        while sample.len() < per_actor * actors {
-            match reader.next_item()? {
-                Some(Item::Record(record)) => sample.push(record.text),
-                Some(Item::Bad(_)) => {}
-                None => break,
-            }
-        }
-        Ok::<_, JobError>(sample)
-    })
-    .await
-    .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
-    let payloads: Vec<_> = sample
-        .chunks(per_actor)
-        .map(|c| embed_request(c.to_vec(), false))
-        .collect();
-    let mut results = pool
-        .pool
-        .submit("calibrate", futures::stream::iter(payloads))
-        .await?;
-    let mut speeds: HashMap<String, (u64, u64)> = HashMap::new();
-    let mut dimension = 0;
-    while let Some(output) = results.next().await {
-        let chunk = EmbeddedChunk::from_output(output?)?;
-        dimension = dimension.max(chunk.dim);
-        let entry = speeds.entry(chunk.actor_id.to_string()).or_default();
-        entry.0 += u64::from(chunk.stats.count);
-        entry.1 += chunk.stats.total_micros.max(1);
-    }
-    let mut actor_docs_per_s: Vec<f64> = speeds
-        .values()
-        .map(|(docs, micros)| *docs as f64 * 1e6 / *micros as f64)
-        .collect();
-    // Actors the sample did not reach are assumed as fast as the measured median.
-    if !actor_docs_per_s.is_empty() && actor_docs_per_s.len() < actors {
-        actor_docs_per_s.sort_by(f64::total_cmp);
-        let median = actor_docs_per_s[actor_docs_per_s.len() / 2];
-        actor_docs_per_s.resize(actors, median);
-    }
-    Ok(plan_chunk_size(&PlanInput {
-        total_docs: total,
-        actor_docs_per_s,
-        dimension,
-    }))
 }
 
 /// The model's vector width, from one short embedding (for a `--chunk-size` given by hand,
@@ -228,25 +171,32 @@ pub(super) async fn probe_dimension(pool: &EmbedPool) -> Result<usize, JobError>
     }
 }
 
-/// Second pass, on a blocking thread: cuts records into chunks, skips finished ones, and
-/// sends the rest (recording their ids) as long as the job's window allows.
+/// Second pass, on a blocking thread: cuts records into the schedule's chunks, skips
+/// finished ones, and sends the rest (recording their ids) as long as the job's window
+/// allows. Past the probes it waits for the body's plan (`body_plan`: chunk size, tail
+/// floor); if that never comes (the job failed), it stops.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn spawn_chunk_producer(
     config: EmbedJobConfig,
     inputs: InputSet,
-    chunk_size: usize,
+    schedule: ChunkSchedule,
+    total_docs: u64,
     done: HashSet<u64>,
     duplicate_ordinals: Arc<Vec<u64>>,
     pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
     chunks: tokio::sync::mpsc::Sender<resident_sdk::TaskPayload>,
+    body_plan: tokio::sync::oneshot::Receiver<(usize, usize)>,
 ) -> tokio::task::JoinHandle<Result<(), JobError>> {
     tokio::task::spawn_blocking(move || {
         let mut reader = RecordReader::new(inputs, config.reader.clone())
             .with_id_check(IdCheck::Skip(duplicate_ordinals));
+        let mut cutter = schedule.cutter(total_docs);
+        let mut body_plan = Some(body_plan);
         let (mut index, mut seq) = (0u64, 0u64);
-        let (mut ids, mut texts) = (
-            Vec::with_capacity(chunk_size),
-            Vec::with_capacity(chunk_size),
-        );
+        let Some(mut want) = next_chunk_len(&mut cutter, &mut body_plan) else {
+            return Ok(());
+        };
+        let (mut ids, mut texts) = (Vec::with_capacity(want), Vec::with_capacity(want));
         let mut flush =
             |ids: &mut Vec<serde_json::Value>, texts: &mut Vec<String>, index: u64| -> bool {
                 if done.contains(&index) {
@@ -261,6 +211,7 @@ pub(super) fn spawn_chunk_producer(
                     PendingChunk {
                         index,
                         ids: std::mem::take(ids),
+                        probe: schedule.is_probe(index),
                     },
                 );
                 seq += 1;
@@ -271,11 +222,15 @@ pub(super) fn spawn_chunk_producer(
                 Some(Item::Record(record)) => {
                     ids.push(record.id);
                     texts.push(record.text);
-                    if ids.len() == chunk_size {
+                    if ids.len() == want {
                         if !flush(&mut ids, &mut texts, index) {
                             return Ok(());
                         }
                         index += 1;
+                        match next_chunk_len(&mut cutter, &mut body_plan) {
+                            Some(next) => want = next,
+                            None => return Ok(()),
+                        }
                     }
                 }
                 Some(Item::Bad(_)) => {}
@@ -287,4 +242,23 @@ pub(super) fn spawn_chunk_producer(
         }
         Ok(())
     })
+}
+
+/// The next chunk's size, waiting for the body's plan when the cutter needs it; `None` when
+/// the plan will not come. Past the scanned count (the input grew between the passes, which
+/// its fingerprint should rule out) the rest goes into one last chunk.
+fn next_chunk_len(
+    cutter: &mut ChunkCutter,
+    body_plan: &mut Option<tokio::sync::oneshot::Receiver<(usize, usize)>>,
+) -> Option<usize> {
+    loop {
+        match cutter.next_chunk() {
+            NextChunk::Docs(docs) => return Some(docs),
+            NextChunk::Done => return Some(usize::MAX),
+            NextChunk::NeedsPlan => {
+                let (body, tail_min) = body_plan.take()?.blocking_recv().ok()?;
+                cutter.plan_body(body, tail_min);
+            }
+        }
+    }
 }

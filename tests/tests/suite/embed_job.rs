@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use resident_jobs::embed_job::output::Manifest;
+use resident_jobs::embed_job::schedule::NextChunk;
 use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
@@ -385,18 +387,32 @@ async fn a_chunk_size_past_the_message_limit_is_refused_with_the_size_that_fits(
 /// resumed exactly: the chunks recorded before the kill reused with their shards untouched,
 /// the rest computed once, every id once and in order, no journal left.
 async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: impl Fn(&Path)) {
+    let flags = ["--chunk-size", "10", "--replicas", "1"];
+    let in_order = |out: &Path| {
+        at_kill(out);
+        let recorded: Vec<u64> = finished_chunks(out).iter().map(|c| c.index).collect();
+        let first: Vec<u64> = (0..recorded_at_kill as u64).collect();
+        assert_eq!(recorded, first, "one actor records its chunks in order");
+    };
+    let report =
+        kill_9_with_flags_at_then_resume(&flags, 200, pause, recorded_at_kill, in_order).await;
+    assert_eq!(report["chunks"]["total"], 20);
+}
+
+/// [`kill_9_at_then_resume`] with the first run's `flags` (besides a compaction every 4
+/// chunks) on `docs` documents; returns the rerun's report.
+async fn kill_9_with_flags_at_then_resume(
+    flags: &[&str],
+    docs: usize,
+    pause: &str,
+    recorded_at_kill: usize,
+    at_kill: impl Fn(&Path),
+) -> Value {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let input = sample(dir.path(), 200);
+    let input = sample(dir.path(), docs);
     let out = dir.path().join("out");
-    let flags = [
-        "--chunk-size",
-        "10",
-        "--replicas",
-        "1",
-        "--manifest-compact-min",
-        "4",
-    ];
+    let flags = [flags, &["--manifest-compact-min", "4"]].concat();
     let mut child = embed_command(&input, &out, &flags)
         .env(resident_jobs::embed_job::journal::PauseAt::ENV, pause)
         .spawn()
@@ -408,8 +424,8 @@ async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: im
 
     let before = finished_chunks(&out);
     assert_eq!(
-        before.iter().map(|c| c.index).collect::<Vec<_>>(),
-        (0..recorded_at_kill as u64).collect::<Vec<_>>(),
+        before.len(),
+        recorded_at_kill,
         "chunks recorded at the kill"
     );
     let shards_before = shard_files(&out);
@@ -424,9 +440,13 @@ async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: im
     );
     assert_eq!(ids_of(&out.join("ids.jsonl")), ids_of(&input));
     let report: Value = read_json(&out.join("report.json"));
+    let total = report["chunks"]["total"].as_u64().unwrap();
     assert_eq!(report["chunks"]["reused"], recorded_at_kill as u64);
-    assert_eq!(report["chunks"]["computed"], 20 - recorded_at_kill as u64);
-    assert_eq!(report["items"], 200);
+    assert_eq!(
+        report["chunks"]["computed"],
+        total - recorded_at_kill as u64
+    );
+    assert_eq!(report["items"], docs as u64);
     let shards_after = shard_files(&out);
     for entry in &before {
         for file in [&entry.vectors_file, &entry.ids_file] {
@@ -438,12 +458,58 @@ async fn kill_9_at_then_resume(pause: &str, recorded_at_kill: usize, at_kill: im
         }
     }
     let manifest = read_json(&out.join("manifest.json"));
-    assert_eq!(manifest["chunks"].as_array().unwrap().len(), 20);
+    assert_eq!(manifest["chunks"].as_array().unwrap().len() as u64, total);
     assert_eq!(
         std::fs::read_dir(out.join("journal")).unwrap().count(),
         0,
         "a finished job leaves every chunk in manifest.json and no journal"
     );
+    assert_chunks_follow_the_schedule(&manifest, docs as u64);
+    report
+}
+
+/// The manifest's chunks hold exactly the documents its schedule cuts, chunk by chunk.
+fn assert_chunks_follow_the_schedule(manifest: &Value, docs: u64) {
+    let manifest: Manifest = serde_json::from_value(manifest.clone()).unwrap();
+    let mut cutter = manifest.schedule().cutter(docs);
+    let mut expected = Vec::new();
+    while let NextChunk::Docs(rows) = cutter.next_chunk() {
+        expected.push(rows as u64);
+    }
+    let rows: Vec<u64> = manifest.chunks.iter().map(|c| c.rows).collect();
+    assert_eq!(rows, expected, "chunk sizes against the schedule");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_job_killed_in_its_body_resumes_on_the_same_chunks() {
+    // One actor, 300 documents: two probe chunks, the plan (recorded in manifest.json),
+    // then the body. The kill comes while the first body chunk is journaled.
+    let report =
+        kill_9_with_flags_at_then_resume(&["--replicas", "1"], 300, "journal-append:3", 2, |out| {
+            let manifest = read_json(&out.join("manifest.json"));
+            let schedule = &manifest["chunk_schedule"];
+            assert_eq!(schedule["probe_chunks"], 2, "{manifest}");
+            assert!(schedule["body_size"].as_u64().unwrap() > 0, "{manifest}");
+        })
+        .await;
+    let plan = report["chunks"]["plan"].as_str().unwrap();
+    assert!(plan.contains("resumed"), "{plan}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_killed_before_its_plan_measures_again_and_keeps_its_probes() {
+    // Two actors plan from two probe results; the kill comes while the second is journaled,
+    // so manifest.json has the probes' schedule and no body yet.
+    let report =
+        kill_9_with_flags_at_then_resume(&["--replicas", "2"], 300, "journal-append:2", 1, |out| {
+            let manifest = read_json(&out.join("manifest.json"));
+            let schedule = &manifest["chunk_schedule"];
+            assert_eq!(schedule["probe_chunks"], 4, "{manifest}");
+            assert!(schedule["body_size"].is_null(), "{manifest}");
+        })
+        .await;
+    let plan = report["chunks"]["plan"].as_str().unwrap();
+    assert!(plan.contains("probe chunks of"), "{plan}");
 }
 
 fn journal_at(out: &Path, generation: u64) -> resident_jobs::embed_job::journal::DecodedJournal {
