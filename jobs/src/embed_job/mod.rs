@@ -186,36 +186,57 @@ struct PendingChunk {
     probe: bool,
 }
 
-/// Plans the body from the probes' timings and records the plan in `manifest.json` before
-/// any body chunk is cut, so a resume cuts the same chunks. Returns the reasoning.
-async fn plan_body(
-    store: &mut ManifestStore<'_>,
-    schedule: &mut ChunkSchedule,
-    timings: &planner::ProbeTimings,
+/// Plans the body once the probes this run measures are back.
+struct BodyPlanner {
+    schedule: ChunkSchedule,
+    timings: planner::ProbeTimings,
+    /// Tells the chunk producer the plan; `None` once sent (or for a planned schedule).
+    plan_tx: Option<tokio::sync::oneshot::Sender<(usize, usize)>>,
+    probes_to_measure: usize,
     actors: usize,
     total_docs: u64,
-) -> Result<String, JobError> {
-    let speeds = timings.speeds(actors);
-    let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
-    let plan = planner::plan_chunk_size(&planner::PlanInput {
-        total_docs: total_docs - schedule.probe_docs(total_docs),
-        actor_docs_per_s: speeds,
-        dimension: store.manifest().dim.unwrap_or(0),
-    });
-    schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));
-    let manifest = store.manifest_mut();
-    manifest.chunk_size = plan.chunk_size;
-    manifest.chunk_schedule = Some(schedule.clone());
-    store.save().await?;
-    let reasoning = format!(
-        "{} probe chunks of {}, then {}; the last chunks shrink to {} so the actors finish together",
-        schedule.probe_indexes(total_docs).end,
-        schedule.probe_size,
-        plan.reasoning,
-        schedule.tail_min
-    );
-    tracing::info!(chunk_size = plan.chunk_size, reasoning = %reasoning, "chunk plan");
-    Ok(reasoning)
+}
+
+impl BodyPlanner {
+    /// Plans the body if its probes are in and it is not planned yet: records the plan in
+    /// `manifest.json` before any body chunk is cut (so a resume cuts the same chunks), then
+    /// tells the producer. Returns the reasoning when it planned.
+    async fn plan_if_due(
+        &mut self,
+        store: &mut ManifestStore<'_>,
+    ) -> Result<Option<String>, JobError> {
+        let total_docs = self.total_docs;
+        let due = self.timings.results() >= self.probes_to_measure
+            && total_docs > self.schedule.probe_docs(total_docs);
+        let Some(tx) = self.plan_tx.take_if(|_| due) else {
+            return Ok(None);
+        };
+        let speeds = self.timings.speeds(self.actors);
+        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+        let plan = planner::plan_chunk_size(&planner::PlanInput {
+            total_docs: total_docs - self.schedule.probe_docs(total_docs),
+            actor_docs_per_s: speeds,
+            dimension: store.manifest().dim.unwrap_or(0),
+        });
+        let schedule = &mut self.schedule;
+        schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));
+        let manifest = store.manifest_mut();
+        manifest.chunk_size = plan.chunk_size;
+        manifest.chunk_schedule = Some(schedule.clone());
+        store.save().await?;
+        // The producer is gone only if the job is failing; its error tells why.
+        let _ = tx.send((plan.chunk_size, schedule.tail_min));
+        let reasoning = format!(
+            "{} probe chunks of {}, then {}; the last chunks shrink to {} so the actors finish \
+             together",
+            schedule.probe_indexes(total_docs).end,
+            schedule.probe_size,
+            plan.reasoning,
+            schedule.tail_min
+        );
+        tracing::info!(chunk_size = plan.chunk_size, reasoning = %reasoning, "chunk plan");
+        Ok(Some(reasoning))
+    }
 }
 
 /// Runs the job on `cluster` and returns its report (also written to `report.json`).
@@ -326,7 +347,7 @@ async fn embed_into(
     let window = (actors * 3).max(4);
     let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
     let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel::<resident_sdk::TaskPayload>(window);
-    let mut schedule = store.manifest().schedule();
+    let schedule = store.manifest().schedule();
     let expected_tasks = schedule
         .chunk_count(total_docs)
         .saturating_sub(reused_chunks);
@@ -337,10 +358,9 @@ async fn embed_into(
         .filter(|index| !done.contains(index))
         .count();
     let probes_to_measure = probes_to_run.min(actors);
-    let mut probe_timings = planner::ProbeTimings::default();
     let (plan_tx, plan_rx) = tokio::sync::oneshot::channel();
     // A planned schedule never asks; dropping the sender is then harmless.
-    let mut plan_tx = (!schedule.is_planned()).then_some(plan_tx);
+    let plan_tx = (!schedule.is_planned()).then_some(plan_tx);
     let producer = scan::spawn_chunk_producer(
         config.clone(),
         inputs,
@@ -352,18 +372,17 @@ async fn embed_into(
         chunks_tx,
         plan_rx,
     );
-    if probes_to_measure == 0 && total_docs > schedule.probe_docs(total_docs) {
-        if let Some(tx) = plan_tx.take() {
-            plan_reasoning = plan_body(
-                &mut store,
-                &mut schedule,
-                &probe_timings,
-                actors,
-                total_docs,
-            )
-            .await?;
-            let _ = tx.send((schedule.body_size.unwrap_or(1), schedule.tail_min));
-        }
+    let mut body_planner = BodyPlanner {
+        schedule: schedule.clone(),
+        timings: planner::ProbeTimings::default(),
+        plan_tx,
+        probes_to_measure,
+        actors,
+        total_docs,
+    };
+    // A resume that finds every probe done plans at once.
+    if let Some(reasoning) = body_planner.plan_if_due(&mut store).await? {
+        plan_reasoning = reasoning;
     }
     let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
     let options = resident_sdk::SubmitOptions {
@@ -430,25 +449,11 @@ async fn embed_into(
         store.record(entry).await?;
         done_docs += rows;
         if chunk.probe {
-            probe_timings.add(
-                &embedded.actor_id.to_string(),
-                rows,
-                embedded.stats.total_micros,
-            );
-            let wanted = probe_timings.results() >= probes_to_measure;
-            if wanted && total_docs > schedule.probe_docs(total_docs) {
-                if let Some(tx) = plan_tx.take() {
-                    plan_reasoning = plan_body(
-                        &mut store,
-                        &mut schedule,
-                        &probe_timings,
-                        actors,
-                        total_docs,
-                    )
-                    .await?;
-                    // The producer is gone only if the job is failing; its error tells why.
-                    let _ = tx.send((schedule.body_size.unwrap_or(1), schedule.tail_min));
-                }
+            let actor = embedded.actor_id.to_string();
+            let micros = embedded.stats.total_micros;
+            body_planner.timings.add(&actor, rows, micros);
+            if let Some(reasoning) = body_planner.plan_if_due(&mut store).await? {
+                plan_reasoning = reasoning;
             }
         }
         on_progress(progress(done_docs, *items_running.borrow()));
