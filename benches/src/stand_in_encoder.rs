@@ -37,7 +37,7 @@ struct StandInEncoder {
 }
 
 impl ActorKind for StandInEncoderKind {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "embed"
     }
 

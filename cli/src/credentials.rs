@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use resident_sdk::{ClientCredentials, Cluster};
 
@@ -19,11 +18,7 @@ pub struct CredentialArgs {
 
 impl CredentialArgs {
     pub fn credentials(&self) -> anyhow::Result<ClientCredentials> {
-        let mut credentials = ClientCredentials::default().with_token(self.token.clone());
-        if let Some(ca) = self.ca.as_ref().filter(|p| !p.as_os_str().is_empty()) {
-            credentials = credentials.with_ca_file(ca).context("--ca")?;
-        }
-        Ok(credentials)
+        resident_node_agent::command::client_credentials(self.ca.as_deref(), self.token.clone())
     }
 
     /// Connects to the cluster at `url` with these credentials.

@@ -39,7 +39,8 @@ fn of_sdk(error: &SdkError) -> u8 {
         | SdkError::NotFound(_)
         | SdkError::AlreadyExists(_)
         | SdkError::Precondition(_)
-        | SdkError::MixedModels(_) => USAGE,
+        | SdkError::MixedModels(_)
+        | SdkError::Codec(_) => USAGE,
         SdkError::Unplaceable(_) | SdkError::ActorsFailed { .. } => UNPLACEABLE,
         SdkError::TaskFailed(_) => FINISHED_WITH_FAILURES,
         SdkError::Connect { .. }

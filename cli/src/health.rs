@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
-use resident_proto::health::{HealthReporter, ServingStatus, check_health, serve_health_port};
-use tokio_util::sync::CancellationToken;
+use resident_proto::health::{ServingStatus, check_health};
 
 #[derive(Args)]
 pub struct HealthArgs {
@@ -53,19 +51,7 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Binds `addr` and serves `grpc.health.v1` there in plaintext until `cancel` fires.
-pub async fn serve_health_on(
-    addr: &str,
-    reporter: HealthReporter,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on --health-listen {addr}"))?;
-    tracing::info!(addr = %listener.local_addr()?, "health port (grpc.health.v1, plaintext)");
-    serve_health_port(listener, reporter, cancel);
-    Ok(())
-}
+pub use resident_node_agent::command::serve_health_on;
 
 #[cfg(test)]
 mod tests {

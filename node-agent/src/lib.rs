@@ -1,6 +1,8 @@
 //! The Resident node agent: finds GPUs, dials out to the scheduler, hosts resident actors.
 
 pub mod backends;
+#[cfg(feature = "cli")]
+pub mod command;
 pub mod error;
 pub mod gpu;
 pub mod host;

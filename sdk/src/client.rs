@@ -539,6 +539,11 @@ impl Pool {
         Ok(outputs)
     }
 
+    /// A typed handle on this pool, for a pool of the typed kind `K` (see [`crate::actor`]).
+    pub fn typed<K: resident_actor::Kind>(&self) -> crate::TypedPool<K> {
+        crate::TypedPool::new(self.clone())
+    }
+
     /// A long-lived job for one-at-a-time calls, like calling a Ray actor handle.
     pub async fn session(&self) -> Result<CallSession, SdkError> {
         let (tx, rx) = mpsc::channel(16);

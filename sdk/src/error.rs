@@ -65,6 +65,10 @@ pub enum SdkError {
     /// name to different files).
     #[error("mixed models: {0}")]
     MixedModels(String),
+    /// A typed call's value did not encode, or an answer did not decode, as the kind's type
+    /// (a client and an agent built from different versions of the kind).
+    #[error(transparent)]
+    Codec(#[from] resident_actor::CodecError),
 }
 
 impl From<tonic::Status> for SdkError {

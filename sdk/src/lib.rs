@@ -25,6 +25,21 @@ mod job_stream;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
+mod typed;
+
+/// Typed actor kinds: the contract both sides share ([`actor::Kind`]) and, with the `local`
+/// feature, the agent side ([`actor::TypedActor`], [`actor::LoadContext`]) for testing a kind
+/// in process with `Cluster::local()`.
+pub mod actor {
+    pub use resident_actor::{
+        CodecError, Kind, Reply, decode_reply, decode_request, encode_reply, encode_request,
+        kind_id, split_kind_id,
+    };
+    #[cfg(feature = "local")]
+    pub use resident_node_agent::backends::typed::TypedActor;
+    #[cfg(feature = "local")]
+    pub use resident_node_agent::backends::{BackendError, DeviceAssignment, LoadContext};
+}
 
 pub use client::{
     CallSession, ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, JobStream,
@@ -45,3 +60,4 @@ pub use resident_node_agent::model_cache::ModelCacheConfig;
 pub use resident_proto::{ActorId, JobId, NodeId, PoolName};
 #[cfg(feature = "local")]
 pub use resident_scheduler::core::CoreConfig;
+pub use typed::{TypedOutput, TypedPool, TypedStream};

@@ -22,6 +22,17 @@ impl PoolSpec {
         }
     }
 
+    /// A pool of one CPU actor of the typed kind `K` (asked for as `name@version`), each
+    /// actor loaded with `config`.
+    pub fn typed<K: resident_actor::Kind>(
+        name: impl Into<String>,
+        config: &K::Config,
+    ) -> Result<Self, crate::SdkError> {
+        let mut spec = Self::new(name, resident_actor::kind_id::<K>());
+        spec.spec.actor_config = resident_actor::encode_config::<K>(config)?.into();
+        Ok(spec)
+    }
+
     fn resources(&mut self) -> &mut pb::ResourceRequest {
         self.spec.resources.get_or_insert_with(Default::default)
     }

@@ -36,7 +36,7 @@ struct Echo {
 }
 
 impl ActorKind for EchoKind {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "echo"
     }
 

@@ -94,7 +94,7 @@ impl ModelBackend for EmbedActor {
 }
 
 impl ActorKind for EmbedKind {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "embed"
     }
 

@@ -1,13 +1,16 @@
 //! Actor kinds: what a resident actor runs. A kind loads its model once ([`ActorKind::load`])
 //! and then handles chunk after chunk ([`ModelBackend::run_chunk`]) on the actor's own thread.
 //!
-//! To add a kind, copy [`text_stats`] (a small, documented example), implement the two traits
-//! and register it in [`ActorKindRegistry::with_builtin_kinds`] or on your own registry.
+//! To add a kind in your own crate, implement [`typed::TypedActor`] for a
+//! [`resident_actor::Kind`] and register it with [`ActorKindRegistry::register_actor`]
+//! (`examples/custom-actor` is a whole one). The untyped traits below are what it is built
+//! on; [`text_stats`] is a small kind written on them directly.
 
 pub mod echo;
 pub mod embed;
 pub mod progress;
 pub mod text_stats;
+pub mod typed;
 
 use resident_models::roots::FileRoots;
 use std::collections::BTreeMap;
@@ -58,6 +61,19 @@ pub struct LoadContext {
 }
 
 impl LoadContext {
+    /// A context for loading a kind outside an agent (unit tests, benchmarks): on CPU, no
+    /// file roots, a default model cache, progress reports dropped.
+    pub fn standalone(actor_id: &str, config: Vec<u8>) -> Self {
+        Self {
+            actor_id: actor_id.into(),
+            config,
+            device: DeviceAssignment::default(),
+            roots: FileRoots::default(),
+            models: Arc::new(ModelCache::new(Default::default())),
+            progress: TaskProgress::disabled(),
+        }
+    }
+
     /// Parses the JSON config into `T`, treating an empty config as `{}`.
     pub fn parse_config<T: serde::de::DeserializeOwned>(&self) -> Result<T, BackendError> {
         let text: &[u8] = if self.config.is_empty() {
@@ -129,9 +145,11 @@ pub trait ModelBackend: Send {
     }
 }
 
-/// A named kind of actor that agents can host.
+/// A named kind of actor that agents can host. Most kinds are easier written as a
+/// [`typed::TypedActor`]: typed requests and replies, config decoded, a versioned name.
 pub trait ActorKind: Send + Sync {
-    fn name(&self) -> &'static str;
+    /// The name agents offer and pools ask for (`name@version` for typed kinds).
+    fn name(&self) -> &str;
 
     /// Loads the model; called once per actor start, on the actor's thread.
     fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError>;
@@ -140,7 +158,7 @@ pub trait ActorKind: Send + Sync {
 /// The kinds an agent offers, by name.
 #[derive(Clone, Default)]
 pub struct ActorKindRegistry {
-    kinds: BTreeMap<&'static str, Arc<dyn ActorKind>>,
+    kinds: BTreeMap<String, Arc<dyn ActorKind>>,
 }
 
 impl ActorKindRegistry {
@@ -152,8 +170,20 @@ impl ActorKindRegistry {
         registry
     }
 
+    /// Adds a kind (replacing one of the same name).
     pub fn register(&mut self, kind: Arc<dyn ActorKind>) {
-        self.kinds.insert(kind.name(), kind);
+        self.kinds.insert(kind.name().to_owned(), kind);
+    }
+
+    /// Adds a typed kind: `registry.register_actor::<MinHashActor>()`.
+    pub fn register_actor<A: typed::TypedActor>(&mut self) -> &mut Self {
+        self.register(Arc::new(typed::TypedKind::<A>::new()));
+        self
+    }
+
+    /// Removes a kind by name (`embed`, `minhash@1`); whether it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.kinds.remove(name).is_some()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn ActorKind>> {
@@ -161,6 +191,6 @@ impl ActorKindRegistry {
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.kinds.keys().map(|k| (*k).to_owned()).collect()
+        self.kinds.keys().cloned().collect()
     }
 }

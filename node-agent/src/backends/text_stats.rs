@@ -36,7 +36,7 @@ struct TextStatsBackend {
 }
 
 impl ActorKind for TextStatsKind {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "text-stats"
     }
 
@@ -69,14 +69,7 @@ mod tests {
     use super::*;
 
     fn load(config: &str) -> Result<Box<dyn ModelBackend>, BackendError> {
-        TextStatsKind.load(&LoadContext {
-            actor_id: "a".into(),
-            config: config.as_bytes().to_vec(),
-            device: Default::default(),
-            roots: Default::default(),
-            models: std::sync::Arc::new(crate::model_cache::ModelCache::new(Default::default())),
-            progress: crate::backends::TaskProgress::disabled(),
-        })
+        TextStatsKind.load(&LoadContext::standalone("a", config.as_bytes().to_vec()))
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::store::StoreOp;
 pub(super) fn node_capacity(node: &NodeRecord, registered: &[pb::GpuInfo]) -> NodeCapacity {
     NodeCapacity {
         labels: node.labels.clone(),
+        actor_kinds: node.actor_kinds.clone(),
         gpus: registered
             .iter()
             .map(|gpu| GpuCapacity {

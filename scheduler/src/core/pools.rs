@@ -58,6 +58,7 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
         minor: resources.min_compute_minor,
     });
     Ok(ResourceRequest {
+        actor_kind: spec.actor_kind.clone(),
         gpus,
         vram_per_gpu: VramBytes(resources.vram_bytes),
         selector: resources.selector.into_iter().collect(),
@@ -69,6 +70,32 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
         },
         cpu_millicores: (resources.cpus * 1000.0).round() as u64,
     })
+}
+
+/// Why a pool of `kind` is refused: no alive agent offers it; names other versions of the
+/// same kind when agents have them, and says how a kind gets onto agents.
+fn kind_not_offered(kind: &str, offered: &BTreeSet<&String>) -> String {
+    let (name, _) = resident_actor::split_kind_id(kind);
+    let versions: Vec<&str> = offered
+        .iter()
+        .filter(|other| resident_actor::split_kind_id(other).0 == name)
+        .map(|other| other.as_str())
+        .collect();
+    let all: Vec<&str> = offered.iter().map(|k| k.as_str()).collect();
+    let mut message = format!("no alive agent offers actor kind `{kind}`");
+    if !versions.is_empty() {
+        message.push_str(&format!(
+            "; agents offer other versions of it: {} (build the client and the agents from \
+             the same version of the kind, or roll the agents out first)",
+            versions.join(", ")
+        ));
+    }
+    message.push_str(&format!(
+        "; alive agents offer: {}. A kind of your own runs on agents built with it (see \
+         examples/custom-actor)",
+        all.join(", ")
+    ));
+    message
 }
 
 impl Core {
@@ -108,10 +135,8 @@ impl Core {
             return Ok(());
         }
         let offered: BTreeSet<&String> = alive.iter().flat_map(|n| n.actor_kinds.iter()).collect();
-        let offered: Vec<&str> = offered.into_iter().map(String::as_str).collect();
-        Err(SchedulerError::InvalidArgument(format!(
-            "unknown actor kind `{kind}`; alive nodes offer: {}",
-            offered.join(", ")
+        Err(SchedulerError::InvalidArgument(kind_not_offered(
+            kind, &offered,
         )))
     }
 
@@ -492,4 +517,29 @@ impl Core {
 
 pub(super) fn no_pool(pool: &PoolName) -> SchedulerError {
     SchedulerError::NotFound(format!("no pool named `{pool}`"))
+}
+
+#[cfg(test)]
+mod kind_refusal_tests {
+    use super::kind_not_offered;
+
+    #[test]
+    fn a_kind_no_agent_has_is_refused_naming_it_and_the_versions_agents_do_have() {
+        let kinds = ["echo", "embed", "minhash@1", "minhash@3"].map(str::to_owned);
+        let offered = kinds.iter().collect();
+        let message = kind_not_offered("minhash@2", &offered);
+        assert!(
+            message.starts_with(
+                "no alive agent offers actor kind `minhash@2`; agents offer other versions of \
+                 it: minhash@1, minhash@3 ("
+            ),
+            "{message}"
+        );
+        let message = kind_not_offered("llama-magic", &offered);
+        assert!(!message.contains("other versions"), "{message}");
+        assert!(
+            message.contains("alive agents offer: echo, embed, minhash@1, minhash@3"),
+            "{message}"
+        );
+    }
 }

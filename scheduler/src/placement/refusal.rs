@@ -3,13 +3,17 @@ use std::fmt;
 
 use resident_proto::{GpuFraction, NodeId, VramBytes};
 
-use super::solve::{Usage, gpu_eligible, model_matches, selector_matches};
+use super::solve::{Usage, gpu_eligible, kind_offered, model_matches, node_matches};
 use super::types::{ComputeCapability, NodeCapacity, ResourceRequest};
 
 /// Why an actor could not be placed, naming the resource that blocks it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Refusal {
     NoNodes,
+    /// No alive node's agent has the actor's kind (or this version of it).
+    KindNotOffered {
+        kind: String,
+    },
     SelectorMatchesNothing {
         selector: String,
     },
@@ -53,6 +57,7 @@ impl Refusal {
     pub fn blocking_resource(&self) -> &'static str {
         match self {
             Refusal::NoNodes => "nodes",
+            Refusal::KindNotOffered { .. } => "actor kind",
             Refusal::SelectorMatchesNothing { .. } => "selector",
             Refusal::NoGpus | Refusal::TooFewGpus { .. } | Refusal::NotEnoughWholeGpus { .. } => {
                 "gpus"
@@ -74,6 +79,9 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::NoNodes => write!(f, "no nodes are alive"),
+            Refusal::KindNotOffered { kind } => {
+                write!(f, "no alive node's agent offers actor kind `{kind}`")
+            }
             Refusal::SelectorMatchesNothing { selector } => {
                 write!(f, "no alive node has labels {selector}")
             }
@@ -149,11 +157,16 @@ pub(super) fn explain(
     if nodes.is_empty() {
         return Refusal::NoNodes;
     }
+    if !nodes.values().any(|node| kind_offered(request, node)) {
+        return Refusal::KindNotOffered {
+            kind: request.actor_kind.clone(),
+        };
+    }
     // With each node's slot in `usage`.
     let matching: Vec<(usize, &NodeId, &NodeCapacity)> = nodes
         .iter()
         .enumerate()
-        .filter(|(_, (_, node))| selector_matches(request, node))
+        .filter(|(_, (_, node))| node_matches(request, node))
         .map(|(slot, (id, node))| (slot, id, node))
         .collect();
     if matching.is_empty() {

@@ -98,6 +98,15 @@ impl Usage {
     }
 }
 
+/// The node offers the actor's kind and has the labels its selector asks for.
+pub(super) fn node_matches(request: &ResourceRequest, node: &NodeCapacity) -> bool {
+    kind_offered(request, node) && selector_matches(request, node)
+}
+
+pub(super) fn kind_offered(request: &ResourceRequest, node: &NodeCapacity) -> bool {
+    request.actor_kind.is_empty() || node.actor_kinds.contains(&request.actor_kind)
+}
+
 pub(super) fn selector_matches(request: &ResourceRequest, node: &NodeCapacity) -> bool {
     request
         .selector
@@ -186,7 +195,7 @@ fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage
         return false;
     };
     let request = &demand.request;
-    if !selector_matches(request, node) || kept.share_per_gpu != share_per_gpu(request.gpus) {
+    if !node_matches(request, node) || kept.share_per_gpu != share_per_gpu(request.gpus) {
         return false;
     }
     if kept.gpus.len() as u32 != request.gpus.whole_gpus() {
@@ -240,7 +249,7 @@ fn best_assignment(
     let mut best: Option<((u64, u64), &NodeId)> = None;
     let mut best_gpus: Vec<u32> = Vec::new();
     for (slot, (node_id, node)) in problem.nodes.iter().enumerate() {
-        if !selector_matches(request, node) {
+        if !node_matches(request, node) {
             continue;
         }
         if request.cpu_millicores > 0 && usage.free_cpu(slot, node) < request.cpu_millicores {
@@ -326,7 +335,7 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
             .nodes
             .get(&assignment.node)
             .ok_or_else(|| format!("{actor} is on unknown node {}", assignment.node))?;
-        if !selector_matches(&demand.request, node) {
+        if !node_matches(&demand.request, node) {
             return Err(format!(
                 "{actor} is on {} against its selector",
                 assignment.node

@@ -20,6 +20,7 @@ fn node(labels: &[(&str, &str)], gpus: Vec<GpuCapacity>) -> NodeCapacity {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+        actor_kinds: Default::default(),
         gpus,
         cpu_millicores: 16_000,
     }
@@ -97,6 +98,41 @@ fn refuses_80_gib_with_the_largest_free_gpu_named() {
         "needs 80.0 GiB on one GPU; largest free is 48.0 GiB (node-1 gpu 0)"
     );
     assert_eq!(refusal.blocking_resource(), "vram");
+}
+
+#[test]
+fn actors_go_only_to_nodes_whose_agent_offers_their_kind_and_version() {
+    let mut nodes = mixed_cluster();
+    for (id, kinds) in [
+        ("node-1", &["embed", "minhash@1"][..]),
+        ("node-2", &["embed", "minhash@2"][..]),
+        ("node-3", &["embed"][..]),
+    ] {
+        let node = nodes.get_mut(&NodeId::from(id)).unwrap();
+        node.actor_kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
+    }
+    let mut req = request(0.0, 0.0);
+    req.cpu_millicores = 1000;
+    req.actor_kind = "minhash@2".into();
+    let plan = place(
+        &problem_with(nodes.clone(), "dedup", 3, req.clone()),
+        &Previous::default(),
+    );
+    assert_eq!(plan.assignments.len(), 3);
+    assert!(
+        plan.assignments
+            .values()
+            .all(|a| a.node.as_str() == "node-2"),
+        "{plan:?}"
+    );
+    req.actor_kind = "minhash@3".into();
+    let plan = place(&problem_with(nodes, "dedup", 1, req), &Previous::default());
+    let refusal = plan.refusals.values().next().unwrap();
+    assert_eq!(
+        refusal.to_string(),
+        "no alive node's agent offers actor kind `minhash@3`"
+    );
+    assert_eq!(refusal.blocking_resource(), "actor kind");
 }
 
 #[test]
@@ -265,6 +301,7 @@ fn arb_node() -> impl Strategy<Value = NodeCapacity> {
             labels: [("zone".to_owned(), format!("z{zone}"))]
                 .into_iter()
                 .collect(),
+            actor_kinds: Default::default(),
             gpus: (0..count)
                 .map(|i| gpu(i, name, gib, major, minor))
                 .collect(),
@@ -367,6 +404,7 @@ proptest! {
             prop_assert!(text.starts_with("needs") || text.starts_with("no "), "{}", text);
             match refusal.blocking_resource() {
                 "selector" => prop_assert!(!request.selector.is_empty()),
+                "actor kind" => prop_assert!(!request.actor_kind.is_empty()),
                 "gpu model" => prop_assert!(request.gpu_model.is_some()),
                 "vram" | "gpus" | "gpu share" => prop_assert!(!request.gpus.is_cpu_only()),
                 "cpu" => prop_assert!(request.cpu_millicores > 0),

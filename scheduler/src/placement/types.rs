@@ -30,6 +30,8 @@ pub struct GpuCapacity {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeCapacity {
     pub labels: BTreeMap<String, String>,
+    /// The actor kinds the node's agent can host (`embed`, `minhash@1`).
+    pub actor_kinds: std::collections::BTreeSet<String>,
     pub gpus: Vec<GpuCapacity>,
     /// CPU cores in thousandths.
     pub cpu_millicores: u64,
@@ -46,6 +48,8 @@ pub enum PlacementStrategy {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResourceRequest {
+    /// The actor kind, which the node must offer (empty: any node).
+    pub actor_kind: String,
     pub gpus: GpuFraction,
     /// Needed on each GPU the actor uses.
     pub vram_per_gpu: VramBytes,

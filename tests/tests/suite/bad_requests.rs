@@ -89,7 +89,9 @@ async fn unknown_kind_zero_replicas_and_bad_names_are_invalid() {
         .unwrap();
     assert_eq!(
         error.to_string(),
-        "invalid request: invalid argument: unknown actor kind `llama-magic`; alive nodes offer: echo, embed, text-stats"
+        "invalid request: invalid argument: no alive agent offers actor kind `llama-magic`; alive \
+         agents offer: echo, embed, text-stats. A kind of your own runs on agents built with it \
+         (see examples/custom-actor)"
     );
     let error = test
         .cluster

@@ -11,6 +11,7 @@ mod autoscaling_signal;
 mod bad_requests;
 mod cli_conventions;
 mod cluster_ops;
+mod custom_actor;
 mod deploy_files;
 mod embed_actors;
 mod embed_job;
