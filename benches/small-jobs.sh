@@ -49,7 +49,7 @@ for docs in ${docs_list//,/ }; do
     --chunk-size $(((docs + 4 * cores - 1) / (4 * cores))) | tail -1)
   bare_wall=$(echo "$line" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
   bare_rate=$(echo "$line" | awk -F'|' '{gsub(/ /,"",$6); print $6}')
-  echo "| $(printf "%'d" "$docs") | bare actors (\`embed-bench\`) | $bare_wall | $bare_rate | 1.000x | $((4 * cores)) |"
+  echo "| $(python3 -c "print(f'{$docs:,}')") | bare actors (\`embed-bench\`) | $bare_wall | $bare_rate | 1.000x | $((4 * cores)) |"
   [ -n "$before" ] && job_row "$docs" "\`resident embed\`, before" "$before" "$input"
   job_row "$docs" "\`resident embed\`" ./target/release/resident "$input"
 done
