@@ -166,7 +166,11 @@ fn both_overlays_render_and_pass_strict_validation_on_kubernetes_1_30_and_1_33()
 
 #[test]
 fn the_dockerfiles_are_clean_under_hadolint() {
-    for file in ["Dockerfile.cpu", "Dockerfile.cuda", "Dockerfile.custom-agent"] {
+    for file in [
+        "Dockerfile.cpu",
+        "Dockerfile.cuda",
+        "Dockerfile.custom-agent",
+    ] {
         let path = repo_root().join("deploy/docker").join(file);
         run_ok(
             Command::new(tool("hadolint"))
