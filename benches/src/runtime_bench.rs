@@ -3,6 +3,7 @@
 //! Prints a markdown table. `cargo run --release -p resident-bench --bin runtime-bench`;
 //! `-- --tls` compares plaintext with TLS and tokens instead.
 
+mod call_counts;
 mod tls_compare;
 
 use std::time::{Duration, Instant};
@@ -16,12 +17,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 struct Args {
-    /// One-at-a-time calls to time.
-    #[arg(long, default_value_t = 5_000)]
-    sync_calls: u32,
-    /// Pipelined calls to time.
-    #[arg(long, default_value_t = 100_000)]
-    pipelined_calls: u32,
+    #[command(flatten)]
+    calls: call_counts::CallCounts,
     /// Local cluster starts to average.
     #[arg(long, default_value_t = 5)]
     starts: u32,
@@ -51,7 +48,7 @@ async fn pipelined(pool: &resident_sdk::Pool, calls: u32) -> anyhow::Result<f64>
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.tls {
-        return tls_compare::run(args.sync_calls, args.pipelined_calls).await;
+        return tls_compare::run(args.calls.sync_calls, args.calls.pipelined_calls).await;
     }
     println!("| measurement | value | unit |");
     println!("|---|---:|---|");
@@ -77,14 +74,14 @@ async fn main() -> anyhow::Result<()> {
         session.call(Bytes::from_static(b"warm")).await?;
     }
     let started = Instant::now();
-    for i in 0..args.sync_calls {
+    for i in 0..args.calls.sync_calls {
         session.call(Bytes::from(i.to_le_bytes().to_vec())).await?;
     }
-    let sync_rate = f64::from(args.sync_calls) / started.elapsed().as_secs_f64();
+    let sync_rate = f64::from(args.calls.sync_calls) / started.elapsed().as_secs_f64();
     row("1 actor, one call at a time", sync_rate, "calls/s");
     row(
         "1 actor, pipelined (credit 2)",
-        pipelined(&one, args.pipelined_calls).await?,
+        pipelined(&one, args.calls.pipelined_calls).await?,
         "calls/s",
     );
 
@@ -94,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
     deep.wait_ready(Duration::from_secs(10)).await?;
     row(
         "1 actor, pipelined (credit 64)",
-        pipelined(&deep, args.pipelined_calls).await?,
+        pipelined(&deep, args.calls.pipelined_calls).await?,
         "calls/s",
     );
 
@@ -110,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     );
     row(
         "20 actors, pipelined (credit 2)",
-        pipelined(&twenty, args.pipelined_calls).await?,
+        pipelined(&twenty, args.calls.pipelined_calls).await?,
         "calls/s",
     );
     Ok(())

@@ -4,6 +4,8 @@
 //! `Cluster::local()`. Prints a markdown table.
 //! `cargo run --release -p resident-bench --bin typed-bench`
 
+mod call_counts;
+
 use std::time::Instant;
 
 use clap::Parser;
@@ -17,12 +19,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 struct Args {
-    /// One-at-a-time calls to time.
-    #[arg(long, default_value_t = 5_000)]
-    sync_calls: u32,
-    /// Pipelined calls to time.
-    #[arg(long, default_value_t = 100_000)]
-    pipelined_calls: u32,
+    #[command(flatten)]
+    calls: call_counts::CallCounts,
     /// Words in each request's text.
     #[arg(long, default_value_t = 16)]
     words: usize,
@@ -99,21 +97,21 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let started = Instant::now();
-    for i in 0..args.sync_calls {
+    for i in 0..args.calls.sync_calls {
         session.call(bytes(u64::from(i))).await?;
     }
-    let raw_sync = rate(args.sync_calls, started);
+    let raw_sync = rate(args.calls.sync_calls, started);
     let started = Instant::now();
-    for i in 0..args.sync_calls {
+    for i in 0..args.calls.sync_calls {
         let echoed = typed
             .call(&document(u64::from(i), args.words))
             .await?
             .map_err(anyhow::Error::msg)?;
         anyhow::ensure!(echoed.id == u64::from(i), "wrong reply");
     }
-    let typed_sync = rate(args.sync_calls, started);
+    let typed_sync = rate(args.calls.sync_calls, started);
 
-    let calls = args.pipelined_calls;
+    let calls = args.calls.pipelined_calls;
     let started = Instant::now();
     let inputs = futures::stream::iter((0..calls).map(move |i| bytes(u64::from(i))));
     let mut job = raw.submit("raw", inputs).await?;

@@ -196,7 +196,9 @@ pub(super) fn spawn_chunk_producer(
         let Some(mut want) = next_chunk_len(&mut cutter, &mut body_plan) else {
             return Ok(());
         };
-        let (mut ids, mut texts) = (Vec::with_capacity(want), Vec::with_capacity(want));
+        // `want` is usize::MAX past the scanned count: no capacity from it there.
+        let capacity = want.min(super::planner::MAX_CHUNK);
+        let (mut ids, mut texts) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
         let mut flush =
             |ids: &mut Vec<serde_json::Value>, texts: &mut Vec<String>, index: u64| -> bool {
                 if done.contains(&index) {

@@ -130,7 +130,10 @@ async fn deduplicate(args: &Args) -> anyhow::Result<Value> {
         let signatures = output
             .reply
             .map_err(|refusal| anyhow::anyhow!("chunk {}: {refusal}", output.seq))?;
-        by_chunk[output.seq as usize] = Some(signatures);
+        let slot = by_chunk
+            .get_mut(output.seq as usize)
+            .with_context(|| format!("a reply for chunk {}, past the last", output.seq))?;
+        *slot = Some(signatures);
     }
     let signatures: Vec<Vec<u64>> = by_chunk
         .into_iter()
