@@ -1,18 +1,48 @@
 //! The CUDA side of [`super::fused`]: candle custom ops that launch `fused_kernels.cu`
-//! (compiled to PTX by `build.rs`). Callers check shapes, dtypes and contiguity first
-//! (`fused.rs`); these ops check again and refuse anything else with an error.
+//! (compiled by `build.rs` to a fatbin: SASS for each compute capability we ship to, plus
+//! PTX for newer ones). Callers check shapes, dtypes and contiguity first (`fused.rs`); these
+//! ops check again and refuse anything else with an error.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
+use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CpuStorage, CudaStorage, DType, InplaceOp2, InplaceOp3, Layout, Result, Shape};
+use candle_core::{
+    CpuStorage, CudaDevice, CudaStorage, DType, InplaceOp2, InplaceOp3, Layout, Result, Shape,
+};
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_kernels.ptx"));
-const MODULE: &str = "resident_fused_kernels";
+/// `fused_kernels.cu` as built by `build.rs`.
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_kernels.fatbin"));
 /// Threads per block for the element-wise kernels.
 const THREADS: u32 = 256;
+
+/// The kernel `name` and the stream to launch it on. The module is loaded once per GPU (its
+/// primary context, which every candle device on that GPU shares) and kept for the process:
+/// candle's own `get_or_load_custom_func` takes PTX text only, and a fatbin is binary.
+fn kernel(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
+    static MODULES: Mutex<BTreeMap<usize, Arc<CudaModule>>> = Mutex::new(BTreeMap::new());
+    let stream = dev.cuda_stream();
+    let context = stream.context().clone();
+    let module = {
+        let mut modules = MODULES.lock().unwrap_or_else(PoisonError::into_inner);
+        match modules.get(&context.ordinal()) {
+            Some(module) => module.clone(),
+            None => {
+                let module = context.load_module(Ptx::from_binary(FATBIN.to_vec())).w()?;
+                modules.insert(context.ordinal(), module.clone());
+                module
+            }
+        }
+    };
+    let function = module.load_function(name).w()?;
+    Ok((stream, function))
+}
 
 fn dtype_suffix(dtype: DType) -> Result<&'static str> {
     match dtype {
@@ -63,7 +93,7 @@ impl BiasAdd {
         let bias = view::<T>(bias.0, bias.1)?;
         let residual = residual.map(|(s, l)| view::<T>(s, l)).transpose()?;
         let name = format!("bias_add_{}", dtype_suffix(x.0.dtype())?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let (stream, func) = kernel(&dev, &name)?;
         let target = destination::<T>(x.0, x.1)?;
         let (rows, cols) = (rows as u32, cols as u32);
         let config = LaunchConfig {
@@ -73,7 +103,7 @@ impl BiasAdd {
         };
         let null = 0u64;
         let gelu = i32::from(self.gelu);
-        let mut builder = func.builder();
+        let mut builder = stream.launch_builder(&func);
         builder.arg(target);
         builder.arg(&bias);
         match &residual {
@@ -173,7 +203,7 @@ impl SiluMul {
         let n = gate.1.shape().elem_count() as u64;
         let up = view::<T>(up.0, up.1)?;
         let name = format!("silu_mul_{}", dtype_suffix(gate.0.dtype())?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let (stream, func) = kernel(&dev, &name)?;
         let target = destination::<T>(gate.0, gate.1)?;
         let config = LaunchConfig {
             grid_dim: (
@@ -184,7 +214,7 @@ impl SiluMul {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut builder = func.builder();
+        let mut builder = stream.launch_builder(&func);
         builder.arg(target).arg(&up).arg(&n);
         // SAFETY: reads and writes n elements of two tensors checked to hold n.
         #[allow(unsafe_code)]
@@ -284,11 +314,11 @@ impl MaskedSoftmax {
                 },
             ),
         };
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+        let (stream, func) = kernel(&dev, &name)?;
         let target = destination::<T>(scores.0, scores.1)?;
         let (null, heads, t, causal) = (0u64, heads as u32, t as u32, i32::from(self.causal));
         let rows = rows as u64;
-        let mut builder = func.builder();
+        let mut builder = stream.launch_builder(&func);
         builder.arg(target);
         match &bias {
             Some(bias) => builder.arg(bias),
@@ -446,8 +476,8 @@ impl HeadCopy {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let mut builder = func.builder();
+        let (stream, func) = kernel(&dev, name)?;
+        let mut builder = stream.launch_builder(&func);
         builder.arg(&src).arg(&out);
         for arg in &args {
             builder.arg(arg);
