@@ -93,6 +93,17 @@ use resident_node_agent::command::{init_logging, shutdown_token};
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     resident_models::device::set_compute_threads(cli.compute_threads);
+    // Commands that may load a model on a GPU keep the driver's compiled kernels on disk.
+    let jit_cache = match &cli.command {
+        Command::Agent(args) => Some(args.cuda_jit_cache_dir()),
+        Command::Local(_) | Command::Embed(_) | Command::Sweep(_) => {
+            Some(resident_node_agent::model_cache::default_model_cache_dir().join("cuda-jit"))
+        }
+        _ => None,
+    };
+    if let Some(dir) = jit_cache {
+        resident_models::device::set_cuda_jit_cache(&dir);
+    }
     init_logging(cli.log_json);
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -45,3 +45,32 @@ pub fn set_compute_threads(threads: usize) {
         };
     }
 }
+
+/// Where the CUDA driver keeps the kernels it compiles from PTX, and how much it may keep.
+/// candle's kernels ship as PTX for one compute capability (its build makes no SASS), so the
+/// driver compiles each module the first time a process loads it: about 22 s on an H100 for
+/// an encoder's modules. The driver's default cache lives under `$HOME/.nv`, which a
+/// container with a read-only root file system cannot write, and it holds 256 MiB; then
+/// every actor of every start compiles again. This puts the cache in `dir` (the agent's model
+/// cache, a host path in our deployments) and lets it hold 4 GiB, so only the first load on a
+/// host compiles. Our own kernels are SASS and never wait on it.
+///
+/// An explicit `CUDA_CACHE_PATH` or `CUDA_CACHE_MAXSIZE` wins. For binaries: call it first
+/// thing in `main`, before any other thread starts. Without the `cuda` feature it does nothing.
+pub fn set_cuda_jit_cache(dir: &std::path::Path) {
+    if cfg!(feature = "cuda") {
+        for (name, value) in [
+            ("CUDA_CACHE_PATH", dir.as_os_str().to_owned()),
+            ("CUDA_CACHE_MAXSIZE", (4u64 << 30).to_string().into()),
+        ] {
+            if std::env::var_os(name).is_none() {
+                #[allow(unsafe_code)]
+                // SAFETY: documented to run before any other thread exists, so nothing reads
+                // or writes the environment concurrently.
+                unsafe {
+                    std::env::set_var(name, &value)
+                };
+            }
+        }
+    }
+}

@@ -116,6 +116,17 @@ pub struct AgentArgs {
     http_insecure: bool,
 }
 
+impl AgentArgs {
+    /// Where the CUDA driver keeps the kernels it compiles from PTX: beside the model cache,
+    /// which deployments keep on the host ([`resident_models::device::set_cuda_jit_cache`]).
+    pub fn cuda_jit_cache_dir(&self) -> PathBuf {
+        self.model_cache
+            .clone()
+            .unwrap_or_else(default_model_cache_dir)
+            .join("cuda-jit")
+    }
+}
+
 /// The labels of `--labels-file`, overridden by `--labels`.
 fn labels(
     flag: &str,
@@ -294,6 +305,7 @@ pub fn agent_main(name: &'static str, kinds: ActorKindRegistry) -> std::process:
         Err(error) => error.exit(),
     };
     resident_models::device::set_compute_threads(parsed.compute_threads);
+    resident_models::device::set_cuda_jit_cache(&parsed.agent.cuda_jit_cache_dir());
     init_logging(parsed.log_json);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
