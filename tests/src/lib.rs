@@ -198,13 +198,18 @@ impl Proc {
 
     /// Sends a signal by name (`STOP`, `CONT`) with the system's `kill`.
     pub fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.pid().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} failed");
+        signal_pid(self.pid(), name);
     }
+}
+
+/// Sends a signal by name (`STOP`, `CONT`) to process `pid` with the system's `kill`.
+pub fn signal_pid(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
 }
 
 impl Drop for Proc {

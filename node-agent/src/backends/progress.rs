@@ -72,6 +72,11 @@ impl TaskProgress {
     /// The running task has done `items_done` of its items. Between two messages at least
     /// the interval passes; reports in between are dropped (the next one carries the count).
     pub fn report(&self, items_done: u64) {
+        self.report_at(items_done, Instant::now());
+    }
+
+    /// [`Self::report`] at `now` (the tests give the clock).
+    fn report_at(&self, items_done: u64, now: Instant) {
         let (Some(outbound), Some(interval)) = (&self.outbound, self.interval.get()) else {
             return;
         };
@@ -79,7 +84,6 @@ impl TaskProgress {
         let Some(running) = running.as_mut() else {
             return;
         };
-        let now = Instant::now();
         if running
             .last_sent
             .is_some_and(|sent| now.duration_since(sent) < interval)
@@ -102,13 +106,18 @@ impl TaskProgress {
     /// The actor thread starts running `task`: reports from now on name it. The first
     /// report waits one interval, so short tasks send none.
     pub(crate) fn begin(&self, task: &pb::RunTask) {
+        self.begin_at(task, Instant::now());
+    }
+
+    /// [`Self::begin`] at `now` (the tests give the clock).
+    fn begin_at(&self, task: &pb::RunTask, now: Instant) {
         let header = pb::RunTask {
             payload: Default::default(),
             ..task.clone()
         };
         *self.running.lock().expect("running task") = Some(RunningTask {
             task: header,
-            last_sent: Some(Instant::now()),
+            last_sent: Some(now),
         });
     }
 
@@ -141,32 +150,38 @@ mod tests {
 
     #[test]
     fn reports_at_most_once_per_interval_and_only_while_a_task_runs() {
+        // The clock is given, so the test holds on a host of any speed.
         let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
         let interval = ProgressInterval::default();
         interval.set(Duration::from_millis(30));
         let progress = TaskProgress::new(outbound, interval);
-        progress.report(1);
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        progress.report_at(1, at(0));
         assert!(uplink.try_recv().is_err(), "no task runs");
 
-        progress.begin(&task(7));
-        progress.report(1);
+        progress.begin_at(&task(7), at(0));
+        progress.report_at(1, at(29));
         assert!(
             uplink.try_recv().is_err(),
             "the first report waits an interval"
         );
-        std::thread::sleep(Duration::from_millis(40));
-        progress.report(5);
-        progress.report(6);
+        progress.report_at(5, at(30));
+        progress.report_at(6, at(59));
         let sent = progress_of(uplink.try_recv().expect("one report"));
         assert_eq!((sent.task_id, sent.items_done, sent.dispatch), (7, 5, 1));
         assert!(
             uplink.try_recv().is_err(),
             "the second report came too soon"
         );
+        progress.report_at(8, at(60));
+        assert_eq!(
+            progress_of(uplink.try_recv().expect("a report")).items_done,
+            8
+        );
 
         progress.end();
-        std::thread::sleep(Duration::from_millis(40));
-        progress.report(9);
+        progress.report_at(9, at(200));
         assert!(uplink.try_recv().is_err(), "the task ended");
     }
 
@@ -174,9 +189,9 @@ mod tests {
     fn an_interval_of_zero_sends_nothing() {
         let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
         let progress = TaskProgress::new(outbound, ProgressInterval::default());
-        progress.begin(&task(1));
-        std::thread::sleep(Duration::from_millis(5));
-        progress.report(3);
+        let start = Instant::now();
+        progress.begin_at(&task(1), start);
+        progress.report_at(3, start + Duration::from_secs(60));
         assert!(uplink.try_recv().is_err());
         assert!(TaskProgress::disabled().outbound.is_none());
     }

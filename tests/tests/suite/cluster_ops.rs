@@ -75,15 +75,24 @@ async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Read its first two lines as they come (a deadline, not a sleep), then stop it.
+    let stdout = watch.stdout.take().expect("piped stdout");
+    let first_two = tokio::task::spawn_blocking(move || {
+        std::io::BufRead::lines(std::io::BufReader::new(stdout))
+            .take(2)
+            .collect::<Result<Vec<String>, _>>()
+    });
+    let first_two = tokio::time::timeout(Duration::from_secs(20), first_two).await;
     watch.kill().unwrap();
-    let printed = watch.wait_with_output().unwrap().stdout;
-    let lines: Vec<Value> = String::from_utf8(printed)
+    watch.wait().unwrap();
+    let lines: Vec<Value> = first_two
+        .expect("status --watch printed two lines within 20 s")
         .unwrap()
-        .lines()
+        .unwrap()
+        .iter()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
-    assert!(lines.len() >= 2, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0]["nodes"][0]["node_id"], "node-1");
     assert_eq!(
         lines.last().unwrap()["jobs"][0]["job_id"],

@@ -29,20 +29,33 @@ fn agent_log(dir: &Path, name: &str) -> (std::path::PathBuf, Stdio) {
     (path, Stdio::from(file))
 }
 
+/// How many times the agent logging to `log` was refused by the scheduler (each dial it makes
+/// after a refusal is refused again, or it got in).
+fn refusals(log: &Path) -> usize {
+    read_text(log)
+        .matches("the scheduler refused this agent")
+        .count()
+}
+
+/// Waits until every agent of `logs` has been refused at least `count` times: proof that each
+/// came back after its first refusal, so what it could have done by retrying has had its chance.
+async fn wait_for_refusals(logs: &[&Path], count: usize) {
+    wait_until(
+        "every refused agent dialled again and was refused again",
+        Duration::from_secs(20),
+        || async { logs.iter().all(|log| refusals(log) >= count).then_some(()) },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_and_roles_decide_every_call() {
     init_logging();
     let mut setup = SecureSetup::new(ROLES);
     let (_scheduler, url) = setup.spawn_scheduler();
     assert!(url.starts_with("https://"), "{url}");
-    let _agent = setup.spawn_agent(
-        &url,
-        "worker",
-        "T4:16GiB",
-        Some("node-1"),
-        &[],
-        Stdio::inherit(),
-    );
+    let (agent_log_path, stderr) = agent_log(setup.dir.path(), "worker");
+    let _agent = setup.spawn_agent(&url, "worker", "T4:16GiB", Some("node-1"), &[], stderr);
 
     // An admin token works: the agent joined, a pool runs tasks.
     let ops = setup.connect_as(&url, "ops").await.unwrap();
@@ -154,7 +167,8 @@ async fn tokens_and_roles_decide_every_call() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The cut-off agent dials again; wait until it has been refused twice, then look.
+    wait_for_refusals(&[&agent_log_path], 2).await;
     assert!(!ops.list_nodes().await.unwrap()[0].alive, "it stays out");
 }
 
@@ -198,8 +212,8 @@ async fn only_agent_credentials_join_and_no_one_takes_over_a_live_node() {
         },
     )
     .await;
-    // Refusals are retried; give them a few more rounds to do harm, then look.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Refusals are retried: wait until each intruder has been refused again, then look.
+    wait_for_refusals(&[&no_token_log, &admin_log, &takeover_log], 2).await;
     let nodes = ops.list_nodes().await.unwrap();
     assert_eq!(nodes.len(), 1, "only the real agent joined: {nodes:?}");
     assert!(nodes[0].alive);

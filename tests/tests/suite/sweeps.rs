@@ -10,7 +10,7 @@ use resident_jobs::sweep::{SweepConfig, SweepSummary, TrialResult, load_results,
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     actor_model_loads, assert_has_fields, free_port, init_logging, minilm_dir, read_json,
-    resident_bin, spawn_scheduler, spawn_two_t4_agents, wait_until, wiki_sample_lines,
+    resident_bin, signal_pid, spawn_scheduler, spawn_two_t4_agents, wait_until, wiki_sample_lines,
 };
 use serde_json::Value;
 
@@ -265,8 +265,12 @@ async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
     let child = sweep_command(&config, Some(&url)).spawn().unwrap();
     wait_for_results(&output, 1).await;
     let results = output.join("results.jsonl");
+    // Frozen while the agent dies, the sweep records no trial, so the count read is the count
+    // at the kill, whatever the host's speed.
+    signal_pid(child.id(), "STOP");
     b.kill9();
     let done_at_kill = std::fs::read_to_string(&results).unwrap().lines().count();
+    signal_pid(child.id(), "CONT");
     assert!(
         done_at_kill < 12,
         "killed mid-sweep ({done_at_kill} trials done)"
@@ -341,13 +345,16 @@ async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial()
     let before = actor_model_loads(&url);
     assert_eq!(before.len(), 2, "{before:?}");
     assert!(before.iter().all(|(_, loads)| *loads == 1), "{before:?}");
+    // Frozen while the scheduler dies, the sweep records no trial: the count read is the
+    // count at the kill. The scheduler comes back on its port once the old one is gone.
+    signal_pid(child.id(), "STOP");
     scheduler.kill9();
     let done_at_kill = load_results(&output).len();
+    signal_pid(child.id(), "CONT");
     assert!(
         done_at_kill < 12,
         "killed mid-sweep ({done_at_kill} trials done)"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let (_scheduler, _) = spawn_scheduler(port, &state);
 
     let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
