@@ -8,14 +8,24 @@
 #     cannot travel; both engines load the same random file, so speed and parity are real);
 #  3. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use;
 #  4. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
-#     with a token budget far past what fits; it must halve the budget and finish.
+#     with a token budget far past what fits; it must halve the budget and finish;
+#  0. first load: MiniLM loaded on a fresh CUDA JIT cache and again on the warm one (our
+#     kernels ship as SASS; candle's are PTX, compiled by the driver once per host);
+#  5. the cluster (benches/gpu-cluster.sh): `resident embed` through a real scheduler and a
+#     CUDA agent process (TLS, tokens) against the bare actor, four actors sharing one GPU at
+#     0.25 each, and the NVML series on /metrics.
 # Every step runs even when one before it fails; failures print as FAILED lines.
-# SECTIONS="embed qwen3 oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+# SECTIONS="load embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
 set -uo pipefail
 work=/tmp/resident-gpu
 mkdir -p "$work"
-xz -dc .gpu-carry/embed-bench.xz > "$work/embed-bench" && chmod +x "$work/embed-bench"
+xz -dc .gpu-carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-bench" "$work/resident"
+# The carried MiniLM's weights travel xz'd; unpacked beside its config, in the carry folder
+# (ignored by git), so every path below stays as it was.
+if [[ -f .gpu-carry/minilm-f16/model.safetensors.xz ]]; then
+  xz -dc .gpu-carry/minilm-f16/model.safetensors.xz > .gpu-carry/minilm-f16/model.safetensors
+fi
 xz -dc .gpu-carry/wiki_vital.jsonl.xz > "$work/wiki_vital.jsonl"
 xz -dc .gpu-carry/qwen3-tokenizer.json.xz > "$work/qwen3-tokenizer.json"
 python3 scripts/make-long-docs.py "$work/wiki_vital.jsonl" "$work/wiki_long.jsonl"
@@ -46,7 +56,28 @@ compare() { # model dir, dim, label, data
     --min-cosine 0.99 >> "$work/parity.txt"
 }
 
-sections=${SECTIONS:-embed qwen3 oom}
+sections=${SECTIONS:-load embed qwen3 cluster oom}
+if [[ $sections == *load* ]]; then
+  # The driver keeps what it compiles from PTX in CUDA_CACHE_PATH: an empty one is a fresh
+  # machine. 64 documents, so the load dominates.
+  echo
+  echo "| first load (MiniLM f16, 64 documents) | CUDA JIT cache | load s | wall s |"
+  echo "|---|---|---:|---:|"
+  for cache in fresh warm; do
+    [[ $cache == fresh ]] && rm -rf "$work/jit-cache"
+    CUDA_CACHE_PATH="$work/jit-cache" RUST_LOG=warn "$work/embed-bench" --model .gpu-carry/minilm-f16 \
+      --data "$work/wiki_vital.jsonl" --limit 64 --replicas 1 --gpus 1 --dtype f16 --chunk-size 64 \
+      --label "first load, $cache cache" > "$work/load-$cache.txt" 2>&1 || echo "FAILED: first load, $cache cache"
+    python3 - "$work/load-$cache.txt" "$cache" <<'PY'
+import sys
+cache = sys.argv[2]
+for line in open(sys.argv[1]):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) >= 9 and cells[0].startswith("first load"):
+        print(f"| embed-bench | {cache} | {cells[8]} | {cells[3]} |")
+PY
+  done
+fi
 echo
 echo "| engine | device | docs | wall s | docs/s | tokens/s | padding | tokenise share | load s |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -82,6 +113,11 @@ fi
 echo
 cat "$work/parity.txt"
 echo "MFU: 2 x 0.44e9 non-embedding parameters x tokens/s (+ attention) / 989e12 (H100/H200 dense bf16)"
+
+if [[ $sections == *cluster* ]]; then
+  echo
+  step "cluster" benches/gpu-cluster.sh "$work" "$work/resident" "$work/embed-bench"
+fi
 
 [[ $sections == *oom* ]] || exit 0
 # OOM backoff: hold all but OOM_FREE_GIB GiB, ask for a 4M-token budget on the long documents

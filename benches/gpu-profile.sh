@@ -10,7 +10,7 @@ work=/tmp/resident-gpu
 carry=${CARRY:-.gpu-carry}
 out=${OUT:-$work}
 mkdir -p "$work" "$out"
-xz -dc $carry/embed-bench.xz > "$work/embed-bench" && chmod +x "$work/embed-bench"
+xz -dc $carry/bins.tar.xz | tar -C "$work" -xf - embed-bench && chmod +x "$work/embed-bench"
 xz -dc $carry/wiki_vital.jsonl.xz > "$work/wiki_vital.jsonl"
 xz -dc $carry/qwen3-tokenizer.json.xz > "$work/qwen3-tokenizer.json"
 python3 scripts/make-long-docs.py "$work/wiki_vital.jsonl" "$work/wiki_long.jsonl"
