@@ -24,4 +24,5 @@ mod readme_sdk;
 mod scale;
 mod scheduler_restart;
 mod security;
+mod source_check;
 mod sweeps;
