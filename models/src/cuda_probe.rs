@@ -101,3 +101,80 @@ impl CudaDevices {
             .collect()
     }
 }
+
+/// candle's kernel modules that an encoder's forward loads. They are PTX (candle's build
+/// makes no SASS), which the driver compiles when a process first loads each one.
+#[cfg(feature = "cuda")]
+const ENCODER_KERNEL_MODULES: [(&str, &candle_core::cuda_backend::kernels::Module); 8] = {
+    use candle_core::cuda_backend::kernels as k;
+    [
+        ("affine", &k::AFFINE),
+        ("binary", &k::BINARY),
+        ("cast", &k::CAST),
+        ("fill", &k::FILL),
+        ("indexing", &k::INDEXING),
+        ("reduce", &k::REDUCE),
+        ("ternary", &k::TERNARY),
+        ("unary", &k::UNARY),
+    ]
+};
+
+impl CudaDevices {
+    /// Compiles candle's encoder kernels once for each compute capability present, on a
+    /// thread of its own, so that the driver's JIT cache
+    /// ([`crate::device::set_cuda_jit_cache`]) holds them before the first actor loads: an
+    /// agent started ahead of its jobs then loads its first model without the compile (about
+    /// 22 s on an H100). Where the cache already holds them, this takes milliseconds. Failures
+    /// are logged and change nothing else. Without the `cuda` feature it does nothing.
+    pub fn spawn_jit_warmup(&self) {
+        #[cfg(feature = "cuda")]
+        {
+            let mut capabilities = std::collections::BTreeSet::new();
+            let targets: Vec<(Arc<CudaContext>, u32, String)> = self
+                .devices
+                .iter()
+                .filter(|(_, info)| capabilities.insert((info.compute_major, info.compute_minor)))
+                .map(|(ctx, info)| {
+                    let capability = format!("{}.{}", info.compute_major, info.compute_minor);
+                    (ctx.clone(), info.index, capability)
+                })
+                .collect();
+            let spawned = std::thread::Builder::new()
+                .name("cuda-jit-warmup".into())
+                .spawn(move || {
+                    for (ctx, gpu, capability) in targets {
+                        warm_one(&ctx, gpu, &capability);
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "cannot start the CUDA kernel warm-up thread");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn warm_one(ctx: &Arc<CudaContext>, gpu: u32, capability: &str) {
+    use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
+    let started = std::time::Instant::now();
+    let loaded = catch_unwind(AssertUnwindSafe(|| {
+        ENCODER_KERNEL_MODULES
+            .iter()
+            .try_for_each(|(name, module)| {
+                ctx.load_module(Ptx::from_src(module.ptx()))
+                    .map(drop)
+                    .map_err(|error| format!("module {name}: {error}"))
+            })
+    }));
+    let seconds = started.elapsed().as_secs_f64();
+    match loaded {
+        Ok(Ok(())) => tracing::info!(
+            gpu,
+            compute_capability = capability,
+            seconds,
+            "candle's CUDA kernels are in the driver's JIT cache"
+        ),
+        Ok(Err(error)) => tracing::warn!(gpu, %error, "CUDA kernel warm-up failed"),
+        Err(_) => tracing::warn!(gpu, "CUDA kernel warm-up panicked"),
+    }
+}

@@ -37,12 +37,7 @@ fn cuda_device(index: u32) -> Result<Device, ModelError> {
 /// (the SDK's `Cluster::local` among them) never call it.
 pub fn set_compute_threads(threads: usize) {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        #[allow(unsafe_code)]
-        // SAFETY: documented to run before any other thread exists, so nothing reads or
-        // writes the environment concurrently.
-        unsafe {
-            std::env::set_var("RAYON_NUM_THREADS", threads.max(1).to_string())
-        };
+        set_env_before_threads("RAYON_NUM_THREADS", threads.max(1).to_string().as_ref());
     }
 }
 
@@ -50,27 +45,35 @@ pub fn set_compute_threads(threads: usize) {
 /// candle's kernels ship as PTX for one compute capability (its build makes no SASS), so the
 /// driver compiles each module the first time a process loads it: about 22 s on an H100 for
 /// an encoder's modules. The driver's default cache lives under `$HOME/.nv`, which a
-/// container with a read-only root file system cannot write, and it holds 256 MiB; then
-/// every actor of every start compiles again. This puts the cache in `dir` (the agent's model
-/// cache, a host path in our deployments) and lets it hold 4 GiB, so only the first load on a
-/// host compiles. Our own kernels are SASS and never wait on it.
+/// container may not be able to write (a read-only root file system) and which does not
+/// outlive it, and holds 256 MiB; then every new container compiles again. This puts the
+/// cache in `dir` (beside the agent's model cache, a host path in our deployments) and lets
+/// it hold 4 GiB, so only the first load on a host compiles. Our own kernels are SASS and
+/// never wait on it.
 ///
 /// An explicit `CUDA_CACHE_PATH` or `CUDA_CACHE_MAXSIZE` wins. For binaries: call it first
 /// thing in `main`, before any other thread starts. Without the `cuda` feature it does nothing.
 pub fn set_cuda_jit_cache(dir: &std::path::Path) {
-    if cfg!(feature = "cuda") {
-        for (name, value) in [
-            ("CUDA_CACHE_PATH", dir.as_os_str().to_owned()),
-            ("CUDA_CACHE_MAXSIZE", (4u64 << 30).to_string().into()),
-        ] {
-            if std::env::var_os(name).is_none() {
-                #[allow(unsafe_code)]
-                // SAFETY: documented to run before any other thread exists, so nothing reads
-                // or writes the environment concurrently.
-                unsafe {
-                    std::env::set_var(name, &value)
-                };
-            }
-        }
+    if !cfg!(feature = "cuda") {
+        return;
     }
+    if std::env::var_os("CUDA_CACHE_PATH").is_none() {
+        // The driver caches nothing where it cannot write: a failure here shows as a slow
+        // first load, never as an error.
+        let _ = std::fs::create_dir_all(dir);
+        set_env_before_threads("CUDA_CACHE_PATH", dir.as_os_str());
+    }
+    if std::env::var_os("CUDA_CACHE_MAXSIZE").is_none() {
+        set_env_before_threads("CUDA_CACHE_MAXSIZE", (4u64 << 30).to_string().as_ref());
+    }
+}
+
+/// `std::env::set_var`, for the functions above that binaries call before any other thread.
+fn set_env_before_threads(name: &str, value: &std::ffi::OsStr) {
+    #[allow(unsafe_code)]
+    // SAFETY: every caller documents that it runs before any other thread exists, so nothing
+    // reads or writes the environment concurrently.
+    unsafe {
+        std::env::set_var(name, value)
+    };
 }

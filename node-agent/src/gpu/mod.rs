@@ -57,6 +57,9 @@ pub fn discover() -> Box<dyn GpuProbe> {
             let nvml = nvml::NvmlReader::open()
                 .inspect_err(|reason| tracing::info!(%reason, "no GPU utilisation readings"))
                 .ok();
+            // candle's PTX compiles now, while the agent registers and waits for work, not
+            // on the path of the first actor's load.
+            devices.spawn_jit_warmup();
             let probe = CudaDriverProbe { devices, nvml };
             tracing::info!(
                 gpus = probe.gpus().len(),
