@@ -124,10 +124,10 @@ impl BiasAdd {
         bias: (&CudaStorage, &Layout),
         residual: Option<(&CudaStorage, &Layout)>,
     ) -> Result<()> {
-        if let Some((_, layout)) = residual {
-            if layout.shape() != x.1.shape() {
-                candle_core::bail!("residual {:?} for {:?}", layout.shape(), x.1.shape());
-            }
+        if let Some((_, layout)) = residual
+            && layout.shape() != x.1.shape()
+        {
+            candle_core::bail!("residual {:?} for {:?}", layout.shape(), x.1.shape());
         }
         match x.0.dtype() {
             DType::F32 => self.launch::<f32>(x, bias, residual),
@@ -419,7 +419,7 @@ impl HeadCopy {
         let dev = storage.device().clone();
         let unit = 16 / std::mem::size_of::<T>();
         let units = |n: usize, what: &str| {
-            if n % unit == 0 {
+            if n.is_multiple_of(unit) {
                 Ok((n / unit) as u32)
             } else {
                 Err(candle_core::Error::Msg(format!(
@@ -427,7 +427,7 @@ impl HeadCopy {
                 )))
             }
         };
-        if layout.start_offset() % unit != 0 {
+        if !layout.start_offset().is_multiple_of(unit) {
             candle_core::bail!("head copy: input does not start on a 16-byte boundary");
         }
         let src = view::<T>(storage, layout)?;
