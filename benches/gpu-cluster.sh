@@ -37,6 +37,8 @@ RESIDENT_LOG=warn "$resident" scheduler --listen "127.0.0.1:$port" --http-listen
   --auth-file "$dir/auth.toml" --state-dir "$dir/state" --heartbeat-ms 500 \
   > "$dir/scheduler.out" 2> "$dir/scheduler.log" &
 scheduler=$!
+# It prints its address once it listens.
+for _ in $(seq 1 100); do [[ -s $dir/scheduler.out ]] && break; sleep 0.1; done
 RESIDENT_LOG=info "$resident" agent --scheduler "$url" --node-id gpu-node --token "$agent_token" \
   --model-root "$PWD/.gpu-carry" --model-root "$work" --model-cache "$dir/model-cache" \
   ${CLUSTER_AGENT_ARGS:-} > /dev/null 2> "$dir/agent.log" &
