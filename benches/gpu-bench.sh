@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repo root, with .gpu-carry/ carried
 # (scripts/pack-gpu-carry.sh). Prints markdown tables:
-#  1. all-MiniLM-L6-v2 (real weights) on the 10k Wikipedia articles and on long documents
+#  1. first load: MiniLM loaded on a fresh CUDA JIT cache and again on the warm one (our
+#     kernels ship as SASS; candle's are PTX, compiled by the driver once per host);
+#  2. all-MiniLM-L6-v2 (real weights) on the 10k Wikipedia articles and on long documents
 #     (scripts/make-long-docs.py: past both models' token limits): Resident f16 against
 #     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
-#  2. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
+#  3. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
 #     cannot travel; both engines load the same random file, so speed and parity are real);
-#  3. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use;
-#  4. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
-#     with a token budget far past what fits; it must halve the budget and finish;
-#  0. first load: MiniLM loaded on a fresh CUDA JIT cache and again on the warm one (our
-#     kernels ship as SASS; candle's are PTX, compiled by the driver once per host);
+#  4. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use;
 #  5. the cluster (benches/gpu-cluster.sh): `resident embed` through a real scheduler and a
 #     CUDA agent process (TLS, tokens) against the bare actor, four actors sharing one GPU at
-#     0.25 each, and the NVML series on /metrics.
+#     0.25 each, and the NVML series on /metrics;
+#  6. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
+#     with a token budget far past what fits; it must halve the budget and finish.
 # Every step runs even when one before it fails; failures print as FAILED lines.
 # SECTIONS="load embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Fails, naming the file, when a crate file could hide from git: a source, build script,
 # kernel, proto or manifest that is ignored or untracked. Part of the test command, so CI runs
-# it on every landing. Two checks:
+# it on every landing. Three checks:
 #  1. the ignore rules: for every crate (each tracked Cargo.toml), the files a crate can have
 #     (Cargo.toml, build.rs, src/**, tests/, benches/, examples/, *.cu, *.cuh, *.proto) must
 #     not match a rule in .gitignore; this holds on a clean clone too, where nothing is
 #     untracked, and is what would have caught models/build.rs;
-#  2. the tree: no such file under a crate is untracked or ignored (a developer's checkout,
-#     before committing), and none tracked matches an ignore rule;
+#  2. the tree: no Cargo.toml, build.rs, src/** file, kernel or proto under a crate is
+#     untracked or ignored (a developer's checkout, before committing), and none tracked
+#     matches an ignore rule;
 #  3. packaging: a crate whose Cargo.toml has an `include` list ships its build.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

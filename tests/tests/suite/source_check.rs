@@ -66,18 +66,25 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Runs the check, which must fail and say `expected`; returns all it said.
+fn check_fails_saying(repo: &Path, expected: &str) -> String {
+    let output = check(repo);
+    let said = stderr(&output);
+    assert!(!output.status.success(), "{said}");
+    assert!(
+        said.contains(expected),
+        "{expected:?} missing from:\n{said}"
+    );
+    said
+}
+
 #[test]
 fn an_ignore_rule_that_would_swallow_a_build_script_fails_naming_it() {
     // The old rule: everything under models/ but the manifest and src/.
     let repo = workspace("/models/*\n!/models/Cargo.toml\n!/models/src/\n");
-    let output = check(repo.path());
-    let said = stderr(&output);
-    assert!(!output.status.success(), "{said}");
-    assert!(
-        said.contains(
-            "a crate file would be ignored: models/build.rs (rule .gitignore:1:/models/*)"
-        ),
-        "{said}"
+    let said = check_fails_saying(
+        repo.path(),
+        "a crate file would be ignored: models/build.rs (rule .gitignore:1:/models/*)",
     );
     assert!(
         !said.contains("models/src/"),
@@ -96,12 +103,9 @@ fn our_ignore_rules_pass_and_an_untracked_crate_file_fails() {
     );
 
     write(repo.path(), "models/src/new_module.rs", "\n");
-    let output = check(repo.path());
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("a crate file is not tracked: models/src/new_module.rs"),
-        "{}",
-        stderr(&output)
+    check_fails_saying(
+        repo.path(),
+        "a crate file is not tracked: models/src/new_module.rs",
     );
 }
 
@@ -113,11 +117,8 @@ fn an_include_list_without_the_build_script_fails() {
         "models/Cargo.toml",
         "[package]\nname = \"m\"\ninclude = [\"Cargo.toml\", \"src/**\"]\n",
     );
-    let output = check(repo.path());
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("models/Cargo.toml has an include list without \"build.rs\""),
-        "{}",
-        stderr(&output)
+    check_fails_saying(
+        repo.path(),
+        "models/Cargo.toml has an include list without \"build.rs\"",
     );
 }
