@@ -68,6 +68,20 @@ pub struct SchedulerArgs {
     /// before (less once all are back), so replicas do not pile onto the first one back.
     #[arg(long, env = "RESIDENT_SETTLE_MS", default_value_t = 15_000)]
     settle_ms: u64,
+    /// Bytes all running jobs may hold in the scheduler together: task payloads not yet
+    /// finished and results their clients have not read. New jobs are refused
+    /// (RESOURCE_EXHAUSTED) while it is full. Default: a quarter of this machine's memory.
+    #[arg(long, env = "RESIDENT_MAX_BUFFERED_BYTES")]
+    max_buffered_bytes: Option<u64>,
+    /// Bytes one job may hold in the scheduler; beyond it the scheduler stops reading the
+    /// job's tasks until its client reads results, so a client that never reads slows
+    /// only itself.
+    #[arg(long, env = "RESIDENT_MAX_JOB_BUFFERED_BYTES", default_value_t = resident_scheduler::core::DEFAULT_MAX_JOB_BUFFERED_BYTES)]
+    max_job_buffered_bytes: u64,
+    /// Running jobs one principal (token) may have at once; more are refused
+    /// (RESOURCE_EXHAUSTED).
+    #[arg(long, env = "RESIDENT_MAX_JOBS_PER_PRINCIPAL", default_value_t = resident_scheduler::core::DEFAULT_MAX_JOBS_PER_PRINCIPAL)]
+    max_jobs_per_principal: usize,
 }
 
 impl SchedulerArgs {
@@ -80,6 +94,14 @@ impl SchedulerArgs {
             self.heartbeat_ms
         );
         anyhow::ensure!(
+            self.max_job_buffered_bytes > 0 && self.max_buffered_bytes != Some(0),
+            "--max-buffered-bytes and --max-job-buffered-bytes must be above zero"
+        );
+        anyhow::ensure!(
+            self.max_jobs_per_principal > 0,
+            "--max-jobs-per-principal must be at least 1"
+        );
+        anyhow::ensure!(
             self.max_task_attempts > 0,
             "--max-task-attempts must be at least 1"
         );
@@ -90,6 +112,11 @@ impl SchedulerArgs {
             default_max_task_attempts: self.max_task_attempts,
             finished_job_history: self.job_history,
             settle_window: Duration::from_millis(self.settle_ms),
+            max_buffered_bytes: self
+                .max_buffered_bytes
+                .unwrap_or_else(resident_scheduler::core::default_max_buffered_bytes),
+            max_job_buffered_bytes: self.max_job_buffered_bytes,
+            max_jobs_per_principal: self.max_jobs_per_principal,
             ..CoreConfig::default()
         })
     }
@@ -214,7 +241,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
             path.clone(),
             Duration::from_secs(1),
             move |valid| {
-                let _ = scheduler.send(SchedulerCommand::CredentialsChanged { valid });
+                scheduler.send_soon(SchedulerCommand::CredentialsChanged { valid });
             },
             cancel,
         );

@@ -25,6 +25,17 @@ pub enum SchedulerError {
     CoreStopped(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The change was made in memory, but the state store could not save it: the call
+    /// fails rather than acknowledge what a restart would lose.
+    #[error(
+        "the state store could not save this change ({0}); the scheduler keeps writing it, \
+         but a restart before the write succeeds loses it: check the disk of --state-dir, \
+         then read the state back (`resident status`) before retrying"
+    )]
+    NotSaved(String),
+    /// A limit on what the scheduler buffers or runs was reached.
+    #[error("{0}")]
+    Exhausted(String),
 }
 
 impl From<SchedulerError> for tonic::Status {
@@ -50,6 +61,8 @@ impl From<SchedulerError> for tonic::Status {
                 tonic::Status::unavailable(message)
             }
             SchedulerError::Store(_) => tonic::Status::internal(message),
+            SchedulerError::NotSaved(_) => tonic::Status::unavailable(message),
+            SchedulerError::Exhausted(_) => tonic::Status::resource_exhausted(message),
         }
     }
 }

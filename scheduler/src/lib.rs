@@ -1,6 +1,7 @@
 //! The Resident scheduler: node registry, pure placement, actor lifecycle and task dispatch.
 
 pub mod auth;
+pub mod budget;
 pub mod core;
 pub mod error;
 pub mod http;

@@ -116,6 +116,8 @@ pub fn start_scheduler(
             ))
         })?;
     }
+    let budget =
+        crate::budget::BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes);
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
     let agents = AgentSessionService {
         scheduler: handle.clone(),
@@ -124,6 +126,7 @@ pub fn start_scheduler(
     let clients = ClientApiService {
         scheduler: handle.clone(),
         max_outstanding_per_job: 16_384,
+        budget,
     };
     let incoming = TcpListenerStream::new(listener).map(|stream| {
         let stream = stream?;
@@ -223,7 +226,11 @@ mod tests {
         )
         .unwrap();
         let addr = server.local_addr;
-        server.handle.send(SchedulerCommand::PanicForTest).unwrap();
+        server
+            .handle
+            .send(SchedulerCommand::PanicForTest)
+            .await
+            .unwrap();
         let ended = tokio::time::timeout(std::time::Duration::from_secs(10), server.task)
             .await
             .expect("the server stops")

@@ -25,7 +25,7 @@ pub const MAX_JOB_SUMMARY_BYTES: usize = 64 << 10;
 
 /// Tells the client which job its stream is attached to.
 fn accept(results: &JobResults, job: &JobId) {
-    let _ = results.send(pb::SubmitResponse {
+    results.send(pb::SubmitResponse {
         body: Some(pb::submit_response::Body::Accepted(pb::JobAccepted {
             job_id: job.to_string(),
         })),
@@ -50,6 +50,18 @@ impl Core {
         self.pool_record(&pool)?;
         if !header.resume_job_id.is_empty() {
             return self.resume_job(header, owner, results);
+        }
+        let running = self
+            .jobs
+            .values()
+            .filter(|j| j.is_running() && j.status.owner == owner)
+            .count();
+        if running >= self.config.max_jobs_per_principal {
+            return Err(SchedulerError::Exhausted(format!(
+                "`{owner}` runs {running} jobs, the limit per principal \
+                 (--max-jobs-per-principal {}); wait for one to finish, or raise the limit",
+                self.config.max_jobs_per_principal
+            )));
         }
         let job = JobId::generate();
         let status = pb::JobStatus {
@@ -179,6 +191,7 @@ impl Core {
         }
         let record = self.jobs.get_mut(job).expect("found above");
         record.status.summary_json = summary_json;
+        self.store.write(StoreOp::PutJob(record.snapshot()));
         Ok(())
     }
 
@@ -214,7 +227,12 @@ impl Core {
         self.tasks.get(&task_id).map(|t| t.lifecycle.state())
     }
 
-    pub(super) fn submit_task(&mut self, stream: &JobStream, input: pb::TaskInput) {
+    pub(super) fn submit_task(
+        &mut self,
+        stream: &JobStream,
+        input: pb::TaskInput,
+        charge: Option<crate::budget::BufferCharge>,
+    ) {
         let next_task = &mut self.next_task;
         let Some(job) = self
             .jobs
@@ -262,6 +280,7 @@ impl Core {
             started_at: None,
             last_error: String::new(),
             items_running: 0,
+            charge,
         };
         let empty = record.payload.is_empty();
         self.tasks.insert(task, record);
@@ -450,7 +469,7 @@ impl Core {
             (job.status.items_running + items_done).saturating_sub(task.items_running);
         task.items_running = items_done;
         if let Some(results) = &job.results {
-            let _ = results.send(pb::SubmitResponse {
+            results.send(pb::SubmitResponse {
                 body: Some(pb::submit_response::Body::Progress(
                     pb::RunningTaskProgress {
                         seq: task.seq,
@@ -672,7 +691,7 @@ impl Core {
                 queue_micros,
                 run_micros,
             };
-            let _ = results.send(pb::SubmitResponse {
+            results.send(pb::SubmitResponse {
                 body: Some(pb::submit_response::Body::Result(message)),
             });
         }
@@ -697,11 +716,26 @@ impl Core {
             pb::JobState::Succeeded
         } as i32;
         job.status.finished_unix_ms = unix_ms_now();
-        job.results = None;
+        let results = job.results.take();
         job.held.clear();
         tracing::info!(job_id = %job_id, succeeded = job.counts.succeeded, failed = job.counts.failed, "job finished");
         self.store.write(StoreOp::PutJob(job.snapshot()));
+        self.end_results_when_durable(results);
         self.remember_finished_job(job_id.clone());
+    }
+
+    /// Ends a job's result stream once the job's end is on disk: the client learns that
+    /// its job finished (or was cancelled) when the stream ends, so only then. A failed
+    /// write ends the stream with the error.
+    fn end_results_when_durable(&self, results: Option<JobResults>) {
+        let Some(results) = results else {
+            return;
+        };
+        self.store.when_durable(move |written| {
+            if let Err(error) = written {
+                results.fail(SchedulerError::NotSaved(error).into());
+            }
+        });
     }
 
     /// Keeps the last `finished_job_history` finished jobs; older ones are forgotten, in
@@ -724,7 +758,7 @@ impl Core {
         };
         job.status.state = pb::JobState::Cancelled as i32;
         job.status.finished_unix_ms = unix_ms_now();
-        job.results = None;
+        let results = job.results.take();
         job.held.clear();
         let pool = PoolName::new(job.status.pool.clone());
         let mine: Vec<TaskId> = self
@@ -759,6 +793,7 @@ impl Core {
         }
         let snapshot = self.jobs[job_id].snapshot();
         self.store.write(StoreOp::PutJob(snapshot));
+        self.end_results_when_durable(results);
         self.remember_finished_job(job_id.clone());
         tracing::info!(job_id = %job_id, reason = why, "job cancelled");
     }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
+use crate::budget::{BufferCharge, JobBuffer};
 use crate::error::SchedulerError;
 use crate::metrics::SchedulerMetrics;
 use crate::policy::backoff::RetryBackoff;
@@ -53,7 +54,32 @@ pub struct CoreConfig {
     /// After a restart, placement waits this long for the nodes that were alive before
     /// (less once all are back), so replicas do not pile onto the first node to return.
     pub settle_window: Duration,
+    /// Bytes all running jobs may buffer together (payloads not finished, results not
+    /// read); new jobs are refused beyond it.
+    pub max_buffered_bytes: u64,
+    /// Bytes one job may buffer; its client's stream is read no further beyond it.
+    pub max_job_buffered_bytes: u64,
+    /// Running jobs one principal may have at once.
+    pub max_jobs_per_principal: usize,
 }
+
+/// A quarter of this machine's memory (4 GiB where it cannot be read).
+pub fn default_max_buffered_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib << 10)
+        })
+        .unwrap_or(16 << 30);
+    total / 4
+}
+
+/// One job's default buffer: 256 MiB.
+pub const DEFAULT_MAX_JOB_BUFFERED_BYTES: u64 = 256 << 20;
+/// Running jobs one principal may have at once, by default.
+pub const DEFAULT_MAX_JOBS_PER_PRINCIPAL: usize = 64;
 
 impl Default for CoreConfig {
     fn default() -> Self {
@@ -71,6 +97,9 @@ impl Default for CoreConfig {
             max_node_losses_per_task: 10,
             finished_job_history: 1000,
             settle_window: Duration::from_secs(15),
+            max_buffered_bytes: default_max_buffered_bytes(),
+            max_job_buffered_bytes: DEFAULT_MAX_JOB_BUFFERED_BYTES,
+            max_jobs_per_principal: DEFAULT_MAX_JOBS_PER_PRINCIPAL,
         }
     }
 }
@@ -95,8 +124,52 @@ impl CoreConfig {
 
 /// Where the scheduler sends messages to one agent (its session's outbound stream).
 pub type ToAgent = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
-/// Where the scheduler sends results for one job.
-pub type JobResults = mpsc::UnboundedSender<pb::SubmitResponse>;
+/// One message on its way to a job's client, holding its bytes in the job's buffer until
+/// the client reads it.
+#[derive(Debug)]
+pub struct JobResultMessage {
+    pub message: Result<pb::SubmitResponse, tonic::Status>,
+    pub charge: Option<BufferCharge>,
+}
+
+/// Where the scheduler sends one job's results. The channel has no count bound: what it
+/// holds is bounded in bytes by the job's buffer, since every message is charged to it and
+/// the job's task forwarder takes no new task while the buffer is full.
+#[derive(Clone, Debug)]
+pub struct JobResults {
+    tx: mpsc::UnboundedSender<JobResultMessage>,
+    buffer: Arc<JobBuffer>,
+}
+
+impl JobResults {
+    pub fn new(buffer: Arc<JobBuffer>) -> (Self, mpsc::UnboundedReceiver<JobResultMessage>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx, buffer }, rx)
+    }
+
+    /// Queues a message for the client, charged to the job's buffer.
+    pub fn send(&self, message: pb::SubmitResponse) {
+        let charge = self
+            .buffer
+            .charge(prost::Message::encoded_len(&message) as u64);
+        let _ = self.tx.send(JobResultMessage {
+            message: Ok(message),
+            charge: Some(charge),
+        });
+    }
+
+    /// Ends the client's stream with an error.
+    pub fn fail(&self, status: tonic::Status) {
+        let _ = self.tx.send(JobResultMessage {
+            message: Err(status),
+            charge: None,
+        });
+    }
+
+    pub fn buffer(&self) -> &Arc<JobBuffer> {
+        &self.buffer
+    }
+}
 
 type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
 
@@ -149,6 +222,8 @@ pub enum SchedulerCommand {
     SubmitTask {
         stream: JobStream,
         input: pb::TaskInput,
+        /// The payload's bytes in the job's buffer, held until the task is done.
+        charge: Option<BufferCharge>,
     },
     /// The client sent its last task.
     CloseJobInput {
@@ -203,10 +278,13 @@ pub enum SchedulerCommand {
     PanicForTest,
 }
 
+/// Commands queued for the loop before senders wait (backpressure to agents and clients).
+const COMMAND_QUEUE_CAPACITY: usize = 65_536;
+
 /// Cheap to clone; every gRPC handler holds one.
 #[derive(Clone)]
 pub struct SchedulerHandle {
-    tx: mpsc::UnboundedSender<SchedulerCommand>,
+    tx: mpsc::Sender<SchedulerCommand>,
     metrics: SchedulerMetrics,
 }
 
@@ -216,11 +294,28 @@ impl SchedulerHandle {
         &self.metrics
     }
 
-    /// Sends a command that needs no answer.
-    pub fn send(&self, command: SchedulerCommand) -> Result<(), SchedulerError> {
+    /// Sends a command that needs no answer, waiting while the loop's queue is full.
+    pub async fn send(&self, command: SchedulerCommand) -> Result<(), SchedulerError> {
         self.tx
             .send(command)
+            .await
             .map_err(|_| SchedulerError::ShuttingDown)
+    }
+
+    /// Sends a command from code that cannot wait (a `Drop`): queued at once if there is
+    /// room, else by a task that waits for room.
+    pub fn send_soon(&self, command: SchedulerCommand) {
+        match self.tx.try_send(command) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(command)) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let tx = self.tx.clone();
+                    runtime.spawn(async move {
+                        let _ = tx.send(command).await;
+                    });
+                }
+            }
+        }
     }
 
     /// Sends a command built around a reply channel and waits for the answer.
@@ -229,7 +324,7 @@ impl SchedulerHandle {
         make: impl FnOnce(Reply<T>) -> SchedulerCommand,
     ) -> Result<T, SchedulerError> {
         let (reply, answer) = oneshot::channel();
-        self.send(make(reply))?;
+        self.send(make(reply)).await?;
         answer.await.map_err(|_| SchedulerError::ShuttingDown)?
     }
 }
@@ -240,7 +335,7 @@ pub fn spawn_scheduler_loop(
     store: Arc<dyn DurableStore>,
     cancel: CancellationToken,
 ) -> Result<(SchedulerHandle, tokio::task::JoinHandle<()>), SchedulerError> {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(COMMAND_QUEUE_CAPACITY);
     let metrics = SchedulerMetrics::default();
     let writer = StoreWriter::spawn(store.clone(), metrics.clone());
     let mut core = Core::new(config, writer, metrics.clone());
@@ -251,7 +346,7 @@ pub fn spawn_scheduler_loop(
 
 async fn run_scheduler_loop(
     mut core: Core,
-    mut rx: mpsc::UnboundedReceiver<SchedulerCommand>,
+    mut rx: mpsc::Receiver<SchedulerCommand>,
     cancel: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(core.tick_period());
@@ -376,21 +471,23 @@ impl Core {
                 if let Err(error) = &created {
                     self.metrics.events.record("pool", &name, error.to_string());
                 }
-                let _ = reply.send(created);
+                self.reply_when_durable(reply, created);
             }
             C::ScalePool {
                 pool,
                 replicas,
                 reply,
             } => {
-                let _ = reply.send(self.scale_pool(&pool, replicas));
+                let scaled = self.scale_pool(&pool, replicas);
+                self.reply_when_durable(reply, scaled);
             }
             C::DeletePool {
                 pool,
                 if_unused,
                 reply,
             } => {
-                let _ = reply.send(self.delete_pool_if(&pool, if_unused));
+                let deleted = self.delete_pool_if(&pool, if_unused);
+                self.reply_when_durable(reply, deleted);
             }
             C::GetPool { pool, reply } => {
                 let _ = reply.send(self.pool_status(&pool));
@@ -404,9 +501,14 @@ impl Core {
                 results,
                 reply,
             } => {
-                let _ = reply.send(self.open_job(header, owner, results));
+                let opened = self.open_job(header, owner, results);
+                self.reply_when_durable(reply, opened);
             }
-            C::SubmitTask { stream, input } => self.submit_task(&stream, input),
+            C::SubmitTask {
+                stream,
+                input,
+                charge,
+            } => self.submit_task(&stream, input, charge),
             C::CloseJobInput { stream } => self.close_job_input(&stream),
             C::ClientGone { stream } => self.client_gone(&stream),
             C::GetJob { job, reply } => {
@@ -421,14 +523,16 @@ impl Core {
                 summary_json,
                 reply,
             } => {
-                let _ = reply.send(self.annotate_job(&job, &requester, summary_json));
+                let annotated = self.annotate_job(&job, &requester, summary_json);
+                self.reply_when_durable(reply, annotated);
             }
             C::CancelJob {
                 job,
                 requester,
                 reply,
             } => {
-                let _ = reply.send(self.cancel_job(&job, &requester));
+                let cancelled = self.cancel_job(&job, &requester);
+                self.reply_when_durable(reply, cancelled);
             }
             C::CredentialsChanged { valid } => self.credentials_changed(&valid),
             C::ListNodes { reply } => {
@@ -445,6 +549,24 @@ impl Core {
             C::Overview { reply } => {
                 let _ = reply.send(Ok(self.overview()));
             }
+        }
+    }
+
+    /// Answers a call that changed state once the change is on disk: every store write
+    /// queued so far is committed first (with whatever else is waiting: group commit). A
+    /// refusal is answered at once; a failed write fails the call.
+    fn reply_when_durable<T: Send + 'static>(
+        &self,
+        reply: Reply<T>,
+        result: Result<T, SchedulerError>,
+    ) {
+        match result {
+            Err(error) => {
+                let _ = reply.send(Err(error));
+            }
+            Ok(value) => self.store.when_durable(move |written| {
+                let _ = reply.send(written.map(|()| value).map_err(SchedulerError::NotSaved));
+            }),
         }
     }
 

@@ -170,6 +170,10 @@ pub struct TaskRecord {
     /// Items its current dispatch reported done (`TaskProgress`), counted in the job's
     /// `items_running`; back to 0 at the task's next transition.
     pub items_running: u64,
+    /// Its payload's bytes in the job's buffer, given back when the record goes (held
+    /// only for its `Drop`).
+    #[allow(dead_code)]
+    pub charge: Option<crate::budget::BufferCharge>,
 }
 
 /// One client stream attached to a job: a resumed job gets a new one, and what the old

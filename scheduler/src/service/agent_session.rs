@@ -76,13 +76,16 @@ impl NodeAgentService for AgentSessionService {
                 };
                 if scheduler
                     .send(SchedulerCommand::AgentMessage { session, message })
+                    .await
                     .is_err()
                 {
                     return;
                 }
             }
             audit::done(&principal, "leave", &node);
-            let _ = scheduler.send(SchedulerCommand::AgentGone { session });
+            let _ = scheduler
+                .send(SchedulerCommand::AgentGone { session })
+                .await;
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
             outbound_rx,

@@ -10,13 +10,16 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
 use crate::auth::{Action, audit, principal_of, require};
-use crate::core::{JobStream, SchedulerCommand, SchedulerHandle};
+use crate::budget::{BufferBudget, JobBuffer};
+use crate::core::{JobResultMessage, JobResults, JobStream, SchedulerCommand, SchedulerHandle};
 
 /// The client-facing API: pools, task streams, jobs, listings.
 pub struct ClientApiService {
     pub scheduler: SchedulerHandle,
     /// Tasks one job may have submitted but not yet answered; the stream waits beyond it.
     pub max_outstanding_per_job: usize,
+    /// Bytes buffered for running jobs, per job and in all.
+    pub budget: Arc<BufferBudget>,
 }
 
 #[tonic::async_trait]
@@ -162,7 +165,12 @@ impl SchedulerService for ClientApiService {
             0 => self.max_outstanding_per_job,
             asked => asked.min(self.max_outstanding_per_job),
         };
-        let (results, results_rx) = mpsc::unbounded_channel();
+        self.budget.check_new_job().map_err(|refusal| {
+            audit::refused(&principal, "submit_job", &subject, &refusal);
+            Status::resource_exhausted(refusal)
+        })?;
+        let buffer = self.budget.job_buffer();
+        let (results, results_rx) = JobResults::new(buffer.clone());
         let job = self
             .scheduler
             .call(|reply| SchedulerCommand::OpenJob {
@@ -180,6 +188,7 @@ impl SchedulerService for ClientApiService {
             self.scheduler.clone(),
             stream.clone(),
             credit.clone(),
+            buffer,
         ));
         Ok(Response::new(JobResultStream {
             results: results_rx,
@@ -287,23 +296,30 @@ impl SchedulerService for ClientApiService {
     }
 }
 
-/// Moves the client's tasks into the scheduler, waiting for credit so a fast client cannot
-/// queue unbounded work. A broken client stream cancels the rest of the job.
+/// Moves the client's tasks into the scheduler, waiting for credit (a count of tasks) and
+/// for room in the job's byte buffer, so a fast client, or one that does not read its
+/// results, cannot queue unbounded work: it is simply read no further. A broken client
+/// stream cancels the rest of the job.
 async fn forward_tasks(
     mut inbound: Streaming<pb::SubmitRequest>,
     scheduler: SchedulerHandle,
     stream: JobStream,
     credit: Arc<Semaphore>,
+    buffer: Arc<JobBuffer>,
 ) {
     loop {
         match inbound.next().await {
             None => {
-                let _ = scheduler.send(SchedulerCommand::CloseJobInput { stream });
+                let _ = scheduler
+                    .send(SchedulerCommand::CloseJobInput { stream })
+                    .await;
                 return;
             }
             Some(Err(status)) => {
                 tracing::info!(job_id = %stream.job, %status, "client stream broke");
-                let _ = scheduler.send(SchedulerCommand::ClientGone { stream });
+                let _ = scheduler
+                    .send(SchedulerCommand::ClientGone { stream })
+                    .await;
                 return;
             }
             Some(Ok(pb::SubmitRequest {
@@ -313,11 +329,14 @@ async fn forward_tasks(
                     return;
                 };
                 permit.forget();
+                let charge = buffer.admit(input.payload.len() as u64).await;
                 if scheduler
                     .send(SchedulerCommand::SubmitTask {
                         stream: stream.clone(),
                         input,
+                        charge: Some(charge),
                     })
+                    .await
                     .is_err()
                 {
                     return;
@@ -333,7 +352,7 @@ async fn forward_tasks(
 /// The job's results as the client reads them; each result read returns one unit of credit.
 /// Dropped before the job finished (the client went away): the job is cancelled.
 pub struct JobResultStream {
-    results: mpsc::UnboundedReceiver<pb::SubmitResponse>,
+    results: mpsc::UnboundedReceiver<JobResultMessage>,
     credit: Arc<Semaphore>,
     scheduler: SchedulerHandle,
     stream: JobStream,
@@ -344,11 +363,15 @@ impl Stream for JobResultStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.results.poll_recv(cx) {
-            Poll::Ready(Some(message)) => {
-                if matches!(message.body, Some(pb::submit_response::Body::Result(_))) {
+            // The message's bytes go back to the job's buffer as it leaves.
+            Poll::Ready(Some(JobResultMessage { message, charge: _ })) => {
+                let is_result = message
+                    .as_ref()
+                    .is_ok_and(|m| matches!(m.body, Some(pb::submit_response::Body::Result(_))));
+                if is_result {
                     self.credit.add_permits(1);
                 }
-                Poll::Ready(Some(Ok(message)))
+                Poll::Ready(Some(message))
             }
             Poll::Ready(None) => {
                 self.credit.close();
@@ -363,7 +386,7 @@ impl Drop for JobResultStream {
     fn drop(&mut self) {
         self.credit.close();
         // A no-op for a job that already finished.
-        let _ = self.scheduler.send(SchedulerCommand::ClientGone {
+        self.scheduler.send_soon(SchedulerCommand::ClientGone {
             stream: self.stream.clone(),
         });
     }

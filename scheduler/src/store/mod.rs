@@ -1,13 +1,12 @@
 //! State that survives a scheduler restart: pools, jobs and task outcomes.
 //!
 //! [`DurableStore`] is synchronous; [`StoreWriter`] owns one on its own thread and applies
-//! writes in batches, so the scheduler loop never waits on disk.
+//! writes in batches (group commit), so the scheduler loop never waits on disk, while an
+//! answer that acknowledges a change leaves only once the change is on disk.
 
 mod memory;
 mod redb_store;
-
-use std::sync::Arc;
-use std::sync::mpsc;
+mod writer;
 
 use prost::Message;
 use resident_proto::{JobId, NodeId, PoolName, pb};
@@ -15,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryStore;
 pub use redb_store::RedbStore;
+pub use writer::{StoreWriter, WriteOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -72,45 +72,6 @@ pub(crate) fn encode_pool(spec: &pb::PoolSpec) -> Vec<u8> {
 
 pub(crate) fn encode_job(job: &pb::JobStatus) -> Vec<u8> {
     job.encode_to_vec()
-}
-
-/// Sends writes to a background thread that batches them into the store.
-#[derive(Clone)]
-pub struct StoreWriter {
-    tx: mpsc::Sender<StoreOp>,
-}
-
-impl StoreWriter {
-    /// Starts the writer thread; each batch's write time goes to `metrics`.
-    pub fn spawn(store: Arc<dyn DurableStore>, metrics: crate::metrics::SchedulerMetrics) -> Self {
-        let (tx, rx) = mpsc::channel::<StoreOp>();
-        std::thread::Builder::new()
-            .name("resident-store".into())
-            .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    while let Ok(more) = rx.try_recv() {
-                        batch.push(more);
-                        if batch.len() >= 4096 {
-                            break;
-                        }
-                    }
-                    let started = std::time::Instant::now();
-                    let written = store.apply(&batch);
-                    metrics.store_write(started.elapsed(), written.is_ok());
-                    if let Err(error) = written {
-                        tracing::error!(%error, ops = batch.len(), "state store write failed");
-                    }
-                }
-            })
-            .expect("spawn store writer thread");
-        Self { tx }
-    }
-
-    pub fn write(&self, op: StoreOp) {
-        // The writer thread only stops when every sender is gone.
-        let _ = self.tx.send(op);
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::error::SchedulerError;
 use crate::store::{DurableStore, MemoryStore, StoreWriter};
 
 type AgentRx = mpsc::UnboundedReceiver<Result<pb::SchedulerMessage, tonic::Status>>;
-type ResultsRx = mpsc::UnboundedReceiver<pb::SubmitResponse>;
+type ResultsRx = mpsc::UnboundedReceiver<super::JobResultMessage>;
 
 struct Agent {
     /// What the core sent along with `Registered` (placements made at registration).
@@ -33,11 +33,28 @@ struct Harness {
     streams: BTreeMap<JobId, JobStream>,
 }
 
+/// Sends one command and waits for its answer: at once for reads and refusals, and for a
+/// change once the store's writer thread has committed it.
 fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &mut Core) -> T {
     let (reply, mut answer) = oneshot::channel();
     core.handle(make(reply));
     core.after_commands();
-    answer.try_recv().expect("the core answers at once")
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match answer.try_recv() {
+            Ok(value) => return value,
+            Err(oneshot::error::TryRecvError::Empty) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(error) => panic!("the core did not answer: {error}"),
+        }
+    }
+}
+
+/// A test job's results channel, with a buffer that never fills.
+fn job_results() -> (super::JobResults, ResultsRx) {
+    let budget = crate::budget::BufferBudget::new(u64::MAX / 2, u64::MAX / 4);
+    super::JobResults::new(budget.job_buffer())
 }
 
 fn gpu(index: u32, gib: u64) -> pb::GpuInfo {
@@ -187,7 +204,7 @@ impl Harness {
         header: pb::SubmitHeader,
         owner: &str,
     ) -> Result<(JobId, ResultsRx), SchedulerError> {
-        let (results, mut rx) = mpsc::unbounded_channel();
+        let (results, mut rx) = job_results();
         let stream = answer(
             |reply| SchedulerCommand::OpenJob {
                 header,
@@ -198,7 +215,7 @@ impl Harness {
             &mut self.core,
         )?;
         assert!(matches!(
-            rx.try_recv().unwrap().body,
+            rx.try_recv().unwrap().message.unwrap().body,
             Some(pb::submit_response::Body::Accepted(_))
         ));
         self.streams.insert(stream.job.clone(), stream.clone());
@@ -220,6 +237,7 @@ impl Harness {
             self.core.handle(SchedulerCommand::SubmitTask {
                 stream: self.stream(job),
                 input,
+                charge: None,
             });
         }
         self.core.after_commands();
@@ -275,7 +293,7 @@ fn run_tasks(messages: &[pb::scheduler_message::Body]) -> Vec<pb::RunTask> {
 fn results(rx: &mut ResultsRx) -> Vec<pb::TaskResult> {
     let mut out = Vec::new();
     while let Ok(message) = rx.try_recv() {
-        if let Some(pb::submit_response::Body::Result(result)) = message.body {
+        if let Some(pb::submit_response::Body::Result(result)) = message.message.unwrap().body {
             out.push(result);
         }
     }
@@ -966,6 +984,7 @@ async fn the_store_forgets_a_node_that_stays_dead() {
 
 mod annotate;
 mod drain;
+mod durable_acks;
 mod idle_pools;
 mod restart;
 mod task_progress;

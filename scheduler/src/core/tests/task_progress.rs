@@ -21,7 +21,7 @@ fn progress(h: &mut Harness, task: &pb::RunTask, items_done: u64) {
 fn client_progress(rx: &mut ResultsRx) -> Vec<(u64, u64)> {
     let mut seen = Vec::new();
     while let Ok(message) = rx.try_recv() {
-        if let Some(pb::submit_response::Body::Progress(p)) = message.body {
+        if let Some(pb::submit_response::Body::Progress(p)) = message.message.unwrap().body {
             seen.push((p.seq, p.items_done));
         }
     }
@@ -44,6 +44,7 @@ async fn only_the_awaited_dispatch_moves_items_running_and_its_end_clears_them()
             payload: vec![1].into(),
             items: 10,
         },
+        charge: None,
     });
     h.core.after_commands();
     let first = run_tasks(&sent(h.agent("n1"))).remove(0);

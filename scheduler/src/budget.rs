@@ -1,0 +1,209 @@
+//! Byte budgets for what the scheduler holds on a client's behalf: task payloads it has
+//! accepted and not finished, and results it has not yet handed to the client.
+//!
+//! Each job has a [`JobBuffer`] capped at `max_job_bytes`; all jobs together are capped at
+//! `max_total_bytes` ([`BufferBudget`]). Bytes are held by [`BufferCharge`] guards that travel
+//! with what they pay for (a task's record, a result waiting in the job's stream) and give
+//! the bytes back when dropped, however the thing they pay for ends: finished, cancelled,
+//! ignored, or dropped with the stream of a client that left.
+//!
+//! The job's task forwarder waits in [`JobBuffer::admit`] before it takes the next task off
+//! the client's stream, so a client that does not read its results stops being read from
+//! (gRPC flow control carries that to it) and slows only itself.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+/// Scheduler-wide: the cap on all buffered bytes, and the bytes held now.
+#[derive(Debug)]
+pub struct BufferBudget {
+    max_total_bytes: u64,
+    max_job_bytes: u64,
+    total_bytes: AtomicU64,
+    freed: Notify,
+}
+
+impl BufferBudget {
+    pub fn new(max_total_bytes: u64, max_job_bytes: u64) -> Arc<Self> {
+        Arc::new(Self {
+            max_total_bytes: max_total_bytes.max(1),
+            max_job_bytes: max_job_bytes.max(1),
+            total_bytes: AtomicU64::new(0),
+            freed: Notify::new(),
+        })
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn max_total_bytes(&self) -> u64 {
+        self.max_total_bytes
+    }
+
+    /// Whether a new job may start: refused while every buffered byte is taken.
+    pub fn check_new_job(&self) -> Result<(), String> {
+        let total = self.total_bytes();
+        if total >= self.max_total_bytes {
+            return Err(format!(
+                "the scheduler buffers {} for running jobs, its limit \
+                 (--max-buffered-bytes {}); retry when running jobs have read their results, \
+                 or raise the limit",
+                human_bytes(total),
+                self.max_total_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// A fresh buffer for one job.
+    pub fn job_buffer(self: &Arc<Self>) -> Arc<JobBuffer> {
+        Arc::new(JobBuffer {
+            budget: self.clone(),
+            bytes: AtomicU64::new(0),
+            freed: Notify::new(),
+        })
+    }
+}
+
+/// One job's buffered bytes.
+#[derive(Debug)]
+pub struct JobBuffer {
+    budget: Arc<BufferBudget>,
+    bytes: AtomicU64,
+    freed: Notify,
+}
+
+impl JobBuffer {
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether `bytes` more fit: within the job's cap and the scheduler's. A job holding
+    /// nothing may always take one item, however large, so it cannot wait forever.
+    fn fits(&self, bytes: u64) -> bool {
+        let held = self.bytes();
+        if held == 0 {
+            return true;
+        }
+        held + bytes <= self.budget.max_job_bytes
+            && self.budget.total_bytes() + bytes <= self.budget.max_total_bytes
+    }
+
+    /// Waits until `bytes` fit, then holds them.
+    pub async fn admit(self: &Arc<Self>, bytes: u64) -> BufferCharge {
+        loop {
+            let job_freed = self.freed.notified();
+            let any_freed = self.budget.freed.notified();
+            if self.fits(bytes) {
+                return self.charge(bytes);
+            }
+            tokio::select! {
+                () = job_freed => {}
+                () = any_freed => {}
+            }
+        }
+    }
+
+    /// Holds `bytes` now, over the cap if need be (a result that is already computed).
+    pub fn charge(self: &Arc<Self>, bytes: u64) -> BufferCharge {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.budget.total_bytes.fetch_add(bytes, Ordering::Relaxed);
+        BufferCharge {
+            buffer: self.clone(),
+            bytes,
+        }
+    }
+}
+
+/// Bytes held for one thing; given back when dropped.
+#[derive(Debug)]
+pub struct BufferCharge {
+    buffer: Arc<JobBuffer>,
+    bytes: u64,
+}
+
+impl BufferCharge {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for BufferCharge {
+    fn drop(&mut self) {
+        self.buffer.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        let budget = &self.buffer.budget;
+        budget.total_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.buffer.freed.notify_waiters();
+        budget.freed.notify_waiters();
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    format!("{:.1} MiB", bytes as f64 / MIB)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_job_waits_at_its_cap_and_goes_on_when_bytes_come_back() {
+        let budget = BufferBudget::new(1 << 30, 100);
+        let job = budget.job_buffer();
+        let first = job.admit(60).await;
+        let second = job.admit(40).await;
+        assert_eq!(job.bytes(), 100);
+        let waiting = tokio::spawn({
+            let job = job.clone();
+            async move { job.admit(10).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "admitted past the job's cap");
+        drop(first);
+        let third = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("admitted once bytes came back")
+            .unwrap();
+        assert_eq!(job.bytes(), 50);
+        assert_eq!(budget.total_bytes(), 50);
+        drop((second, third));
+        assert_eq!(budget.total_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_empty_job_takes_one_item_larger_than_its_cap() {
+        let budget = BufferBudget::new(1 << 30, 100);
+        let job = budget.job_buffer();
+        let big = job.admit(1_000).await;
+        assert_eq!(big.bytes(), 1_000);
+    }
+
+    #[tokio::test]
+    async fn one_stalled_job_does_not_stop_another_and_the_total_refuses_new_jobs() {
+        let budget = BufferBudget::new(150, 100);
+        let stalled = budget.job_buffer();
+        let _held = stalled.admit(100).await;
+        let other = budget.job_buffer();
+        let _ok = tokio::time::timeout(Duration::from_secs(1), other.admit(50))
+            .await
+            .expect("another job is admitted");
+        let refused = budget.check_new_job().unwrap_err();
+        assert!(refused.contains("--max-buffered-bytes 150"), "{refused}");
+    }
+
+    #[test]
+    fn a_forced_charge_counts_and_comes_back() {
+        let budget = BufferBudget::new(10, 10);
+        let job = budget.job_buffer();
+        let over = job.charge(50);
+        assert_eq!(budget.total_bytes(), 50);
+        drop(over);
+        assert_eq!((job.bytes(), budget.total_bytes()), (0, 0));
+    }
+}
