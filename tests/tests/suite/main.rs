@@ -13,6 +13,7 @@ mod cli_conventions;
 mod cluster_ops;
 mod custom_actor;
 mod deploy_files;
+mod durable_acks;
 mod embed_actors;
 mod embed_job;
 mod embed_s3;
