@@ -9,6 +9,7 @@
 mod agent_drain;
 mod autoscaling_signal;
 mod bad_requests;
+mod bounded_memory;
 mod cli_conventions;
 mod cluster_ops;
 mod custom_actor;

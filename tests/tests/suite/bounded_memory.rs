@@ -1,0 +1,149 @@
+//! A client that submits large payloads and never reads its results holds at most its
+//! job's buffer in the scheduler, slows only itself, and limits on what the scheduler
+//! takes are refused as RESOURCE_EXHAUSTED naming the flag.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{Bytes, Cluster, PoolSpec, SdkError};
+use resident_tests::scale_run::process_rss_bytes;
+use resident_tests::*;
+
+const MIB: u64 = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let job_cap = 32 * MIB;
+    let (scheduler, url) = spawn_scheduler_with(
+        0,
+        state.path(),
+        &[
+            "--max-job-buffered-bytes".into(),
+            job_cap.to_string().into(),
+        ],
+    );
+    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let greedy_pool = cluster
+        .create_pool(PoolSpec::new("greedy", "echo").replicas(2))
+        .await
+        .unwrap();
+    greedy_pool
+        .wait_ready(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let rss_before = process_rss_bytes(scheduler.pid()).unwrap();
+
+    // 3,000 payloads of 1 MiB (3 GiB in all), echoed back, never read.
+    let payload = Bytes::from(vec![7u8; MIB as usize]);
+    let inputs = futures::stream::iter((0..3000).map(move |_| payload.clone()));
+    let greedy = greedy_pool.submit("greedy", inputs).await.unwrap();
+    // Its own connection backs up with the results it does not read (HTTP/2 flow
+    // control): the job's state is read over another.
+    let observer = Cluster::connect(&url).await.unwrap();
+    let mut peak = 0;
+    wait_until(
+        "the greedy job's buffer to fill",
+        Duration::from_secs(60),
+        || {
+            let rss = process_rss_bytes(scheduler.pid()).unwrap();
+            peak = peak.max(rss);
+            let job = observer.job_status(&greedy.job_id);
+            async move {
+                let job = job.await.unwrap();
+                (job.succeeded >= 20).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Another client's job runs to the end meanwhile, on another pool.
+    let other = Cluster::connect(&url).await.unwrap();
+    let other_pool = other
+        .create_pool(PoolSpec::new("other", "echo"))
+        .await
+        .unwrap();
+    other_pool
+        .wait_ready(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let inputs: Vec<Bytes> = (0..200).map(|i| Bytes::from(format!("doc-{i}"))).collect();
+    let outputs = tokio::time::timeout(Duration::from_secs(60), other_pool.map(inputs))
+        .await
+        .expect("the other client's job is not held up")
+        .unwrap();
+    assert!(outputs.iter().all(|o| o.output.is_ok()));
+
+    // The greedy job stays stuck at its cap: it was read no further.
+    for _ in 0..10 {
+        peak = peak.max(process_rss_bytes(scheduler.pid()).unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let job = observer.job_status(&greedy.job_id).await.unwrap();
+    assert!(
+        job.submitted < 200,
+        "the scheduler took {} tasks of 1 MiB past a 32 MiB buffer",
+        job.submitted
+    );
+    let grown = peak.saturating_sub(rss_before);
+    eprintln!(
+        "greedy client: {} tasks taken, scheduler RSS grew by {} MiB at its peak",
+        job.submitted,
+        grown / MIB
+    );
+    assert!(
+        grown < 8 * job_cap,
+        "scheduler RSS grew by {} MiB for a job capped at 32 MiB",
+        grown / MIB
+    );
+
+    // The client leaves: its job is cancelled and a new one is taken at once.
+    drop((greedy, greedy_pool, cluster));
+    let mut after = observer
+        .pool("greedy")
+        .submit("after", futures::stream::iter([Bytes::from("x")]))
+        .await
+        .unwrap();
+    let result = after.next().await.expect("a result").unwrap();
+    assert_eq!(result.output.as_deref(), Ok(&b"x"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_past_a_principals_limit_are_refused_as_exhausted_naming_the_flag() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler_with(
+        0,
+        state.path(),
+        &["--max-jobs-per-principal".into(), "2".into()],
+    );
+    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(PoolSpec::new("p", "echo"))
+        .await
+        .unwrap();
+    let open = || pool.submit("held", futures::stream::pending::<Bytes>());
+    let _first = open().await.unwrap();
+    let _second = open().await.unwrap();
+    match open().await {
+        Err(SdkError::Scheduler { code, message }) => {
+            assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
+            assert!(message.contains("--max-jobs-per-principal 2"), "{message}");
+        }
+        other => panic!(
+            "a third job was not refused: {:?}",
+            other.map(|j| j.job_id.clone())
+        ),
+    }
+}
