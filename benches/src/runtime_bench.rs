@@ -1,8 +1,10 @@
 //! Runtime overhead benchmark: no-op actor calls through SDK -> scheduler -> agent -> actor,
 //! `Cluster::local()` start time, and time to create 20 actors and hear from each.
 //! Prints a markdown table. `cargo run --release -p resident-bench --bin runtime-bench`;
-//! `-- --tls` compares plaintext with TLS and tokens instead.
+//! `-- --tls` compares plaintext with TLS and tokens instead; `-- --ack-latency N` times
+//! durable acknowledgements (pool creation and deletion) instead.
 
+mod ack_latency;
 mod call_counts;
 mod tls_compare;
 
@@ -25,6 +27,10 @@ struct Args {
     /// Only compare a plaintext cluster with a TLS + token one (same calls, one run).
     #[arg(long)]
     tls: bool,
+    /// Only time durable acknowledgements: create and delete this many pools on a
+    /// cluster that keeps its state on disk.
+    #[arg(long)]
+    ack_latency: Option<u32>,
 }
 
 fn row(name: &str, value: f64, unit: &str) {
@@ -49,6 +55,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.tls {
         return tls_compare::run(args.calls.sync_calls, args.calls.pipelined_calls).await;
+    }
+    if let Some(pools) = args.ack_latency {
+        return ack_latency::run(pools.max(1)).await;
     }
     println!("| measurement | value | unit |");
     println!("|---|---:|---|");

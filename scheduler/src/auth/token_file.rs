@@ -140,7 +140,7 @@ impl AuthFile {
         Ok(())
     }
 
-    /// Writes the file atomically, readable by its owner only.
+    /// Writes the file atomically and durably, readable by its owner only.
     pub fn save(&self, path: &Path) -> Result<(), AuthFileError> {
         let write_error = |reason: String| AuthFileError::Write {
             path: path.display().to_string(),
@@ -171,7 +171,14 @@ impl AuthFile {
                 .and_then(|()| file.sync_all())
                 .map_err(|e| write_error(e.to_string()))?;
         }
-        std::fs::rename(&temp, path).map_err(|e| write_error(e.to_string()))
+        std::fs::rename(&temp, path).map_err(|e| write_error(e.to_string()))?;
+        // The rename is durable once the directory is: `resident token revoke` answers
+        // only after that.
+        #[cfg(unix)]
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| write_error(e.to_string()))?;
+        Ok(())
     }
 
     /// Adds a token named `name`; returns the token, which is not stored anywhere.

@@ -79,6 +79,12 @@ impl Core {
             if report.state == pb::ActorState::Dead as i32 {
                 continue;
             }
+            let id = ActorId::new(start.actor_id.clone());
+            let pool = PoolName::new(start.pool.clone());
+            if let Some(why) = self.not_placed_here(node_id, &id, &pool) {
+                self.refuse_adoption(node_id, &id, &pool, &why);
+                continue;
+            }
             reported.push(ReportedActor {
                 id: ActorId::new(start.actor_id.clone()),
                 pool: PoolName::new(start.pool.clone()),
@@ -111,6 +117,48 @@ impl Core {
             }
         }
         self.replan_needed = true;
+    }
+
+    /// Why `node` may not hand back actor `id` of `pool`, if it may not: adoption takes
+    /// only actors this scheduler (or the state it restored) started on that node for that
+    /// pool, and never an id that another pool's record holds.
+    fn not_placed_here(&self, node: &NodeId, id: &ActorId, pool: &PoolName) -> Option<String> {
+        if let Some(actor) = self.actors.get(id)
+            && &actor.pool != pool
+        {
+            return Some(format!("actor {id} belongs to pool `{}`", actor.pool));
+        }
+        match self.placed.get(id) {
+            None => Some(format!("this scheduler never started actor {id}")),
+            Some((placed_pool, _)) if placed_pool != pool => Some(format!(
+                "actor {id} was started for pool `{placed_pool}`, not `{pool}`"
+            )),
+            Some((_, placed_node)) if placed_node != node => {
+                Some(format!("actor {id} was started on {placed_node}"))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Stops an actor a node may not hand back, and audits the refusal under the node's
+    /// credential.
+    fn refuse_adoption(&mut self, node_id: &NodeId, id: &ActorId, pool: &PoolName, why: &str) {
+        let credential = self
+            .nodes
+            .get(node_id)
+            .map(|n| n.credential.clone())
+            .unwrap_or_default();
+        let principal = crate::auth::Principal {
+            name: credential,
+            role: crate::auth::Role::Agent,
+        };
+        let subject = format!("actor {id} of pool {pool} on node {node_id}");
+        crate::auth::audit::refused(&principal, "adopt_actor", &subject, why);
+        if let Some(node) = self.nodes.get(node_id) {
+            node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
+                actor_id: id.to_string(),
+            }));
+        }
     }
 
     fn adopt_actor(

@@ -380,6 +380,9 @@ pub(crate) struct Core {
     next_session: u64,
     pools: BTreeMap<PoolName, PoolRecord>,
     actors: BTreeMap<ActorId, ActorRecord>,
+    /// Where each actor was last started (mirrored in the store): a node may hand back only
+    /// an actor started on it, for the pool it was started for.
+    placed: HashMap<ActorId, (PoolName, NodeId)>,
     next_actor_order: u64,
     tasks: HashMap<TaskId, TaskRecord>,
     next_task: u64,
@@ -432,6 +435,7 @@ impl Core {
             next_session: 1,
             pools: BTreeMap::new(),
             actors: BTreeMap::new(),
+            placed: HashMap::new(),
             next_actor_order: 0,
             tasks: HashMap::new(),
             next_task: first_task_id(),

@@ -432,6 +432,14 @@ impl Core {
         actor.reported_work = Default::default();
         actor.unplaced_reason.clear();
         actor.assignment = Some(assignment.clone());
+        let placed = (actor.pool.clone(), assignment.node.clone());
+        self.store.write(StoreOp::PutPlacement {
+            actor: id.clone(),
+            pool: placed.0.clone(),
+            node: placed.1.clone(),
+        });
+        self.placed.insert(id.clone(), placed);
+        let actor = &self.actors[id];
         let pool = &self.pools[&actor.pool];
         let message = pb::StartActor {
             actor_id: id.to_string(),
@@ -507,6 +515,8 @@ impl Core {
             }));
         }
         self.change_actor(id, ActorEvent::Drained);
+        self.placed.remove(id);
+        self.store.write(StoreOp::DeletePlacement(id.clone()));
         let pool = self.actors[id].pool.clone();
         if !self.pools.contains_key(&pool) {
             self.actors.remove(id);

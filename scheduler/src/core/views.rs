@@ -225,6 +225,14 @@ impl Core {
             self.jobs.insert(job.clone(), record);
             self.remember_finished_job(job);
         }
+        for (actor, placed) in store.load_placements()? {
+            let pool = PoolName::new(placed.pool);
+            if self.pools.contains_key(&pool) {
+                self.placed.insert(actor, (pool, NodeId::new(placed.node)));
+            } else {
+                self.store.write(StoreOp::DeletePlacement(actor));
+            }
+        }
         let known: std::collections::BTreeSet<NodeId> = store.load_nodes()?.into_iter().collect();
         if !known.is_empty() && !self.pools.is_empty() {
             tracing::info!(nodes = known.len(), window = ?self.config.settle_window, "waiting for the nodes known before the restart");

@@ -2,9 +2,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prost::Message;
-use resident_proto::{JobId, NodeId, pb};
+use resident_proto::{ActorId, JobId, NodeId, pb};
 
-use super::{DurableStore, StoreError, StoreOp, StoredOutcome, encode_job, encode_pool};
+use super::{
+    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, encode_job, encode_pool,
+};
 
 /// Keeps state for the life of the process (local mode without `--state-dir`).
 #[derive(Default)]
@@ -18,6 +20,7 @@ struct Tables {
     jobs: BTreeMap<String, Vec<u8>>,
     outcomes: BTreeMap<(String, u64), StoredOutcome>,
     nodes: std::collections::BTreeSet<String>,
+    placements: BTreeMap<String, StoredPlacement>,
 }
 
 impl DurableStore for MemoryStore {
@@ -58,6 +61,15 @@ impl DurableStore for MemoryStore {
             .collect())
     }
 
+    fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        Ok(tables
+            .placements
+            .iter()
+            .map(|(id, placed)| (ActorId::new(id.clone()), placed.clone()))
+            .collect())
+    }
+
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
         let mut tables = self.inner.lock().expect("store lock");
         for op in batch {
@@ -93,6 +105,16 @@ impl DurableStore for MemoryStore {
                 }
                 StoreOp::DeleteNode(node) => {
                     tables.nodes.remove(node.as_str());
+                }
+                StoreOp::PutPlacement { actor, pool, node } => {
+                    let placed = StoredPlacement {
+                        pool: pool.to_string(),
+                        node: node.to_string(),
+                    };
+                    tables.placements.insert(actor.to_string(), placed);
+                }
+                StoreOp::DeletePlacement(actor) => {
+                    tables.placements.remove(actor.as_str());
                 }
             }
         }

@@ -9,7 +9,7 @@ mod redb_store;
 mod writer;
 
 use prost::Message;
-use resident_proto::{JobId, NodeId, PoolName, pb};
+use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryStore;
@@ -54,6 +54,22 @@ pub enum StoreOp {
     PutNode(NodeId),
     /// A node died or left: a restart does not wait for it.
     DeleteNode(NodeId),
+    /// The scheduler started `actor` of `pool` on `node`: a restarted scheduler adopts it
+    /// from that node only.
+    PutPlacement {
+        actor: ActorId,
+        pool: PoolName,
+        node: NodeId,
+    },
+    /// The actor is gone: no node may hand it back.
+    DeletePlacement(ActorId),
+}
+
+/// Where the scheduler last started an actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredPlacement {
+    pub pool: String,
+    pub node: String,
 }
 
 pub trait DurableStore: Send + Sync + 'static {
@@ -62,6 +78,8 @@ pub trait DurableStore: Send + Sync + 'static {
     fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError>;
     /// Nodes that were alive when last written.
     fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError>;
+    /// Actors started and not gone, with their pool and node.
+    fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError>;
     /// Applies a batch atomically.
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
 }
@@ -140,6 +158,29 @@ mod tests {
             ])
             .unwrap();
         assert_eq!(store.load_nodes().unwrap(), vec![NodeId::from("n1")]);
+        store
+            .apply(&[
+                StoreOp::PutPlacement {
+                    actor: ActorId::from("a1"),
+                    pool: PoolName::from("emb"),
+                    node: NodeId::from("n1"),
+                },
+                StoreOp::PutPlacement {
+                    actor: ActorId::from("a2"),
+                    pool: PoolName::from("emb"),
+                    node: NodeId::from("n1"),
+                },
+                StoreOp::DeletePlacement(ActorId::from("a2")),
+            ])
+            .unwrap();
+        let placed = StoredPlacement {
+            pool: "emb".into(),
+            node: "n1".into(),
+        };
+        assert_eq!(
+            store.load_placements().unwrap(),
+            vec![(ActorId::from("a1"), placed)]
+        );
     }
 
     #[test]
@@ -164,5 +205,6 @@ mod tests {
         assert_eq!(reopened.load_pools().unwrap()[0].name, "kept");
         assert_eq!(reopened.outcomes(&JobId::from("j1")).unwrap().len(), 1);
         assert_eq!(reopened.load_nodes().unwrap(), vec![NodeId::from("n1")]);
+        assert_eq!(reopened.load_placements().unwrap().len(), 1);
     }
 }

@@ -2,15 +2,19 @@ use std::path::Path;
 
 use prost::Message;
 use redb::{Database, ReadableTable, TableDefinition};
-use resident_proto::{JobId, NodeId, pb};
+use resident_proto::{ActorId, JobId, NodeId, pb};
 
-use super::{DurableStore, StoreError, StoreOp, StoredOutcome, encode_job, encode_pool};
+use super::{
+    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, encode_job, encode_pool,
+};
 
 const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const OUTCOMES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("task_outcomes");
 /// Node ids that were alive when last written (the value is unused).
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+/// Actor id to where it was started (`StoredPlacement`, JSON).
+const PLACEMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("placements");
 
 /// An embedded redb database at `<state-dir>/scheduler.redb`.
 pub struct RedbStore {
@@ -35,6 +39,7 @@ impl RedbStore {
         txn.open_table(JOBS).map_err(backend)?;
         txn.open_table(OUTCOMES).map_err(backend)?;
         txn.open_table(NODES).map_err(backend)?;
+        txn.open_table(PLACEMENTS).map_err(backend)?;
         txn.commit().map_err(backend)?;
         Ok(Self { db })
     }
@@ -88,6 +93,18 @@ impl DurableStore for RedbStore {
         Ok(out)
     }
 
+    fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = txn.open_table(PLACEMENTS).map_err(backend)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, value) = entry.map_err(backend)?;
+            let placed = serde_json::from_slice(value.value())?;
+            out.push((ActorId::new(key.value().to_owned()), placed));
+        }
+        Ok(out)
+    }
+
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
         let txn = self.db.begin_write().map_err(backend)?;
         {
@@ -95,6 +112,7 @@ impl DurableStore for RedbStore {
             let mut jobs = txn.open_table(JOBS).map_err(backend)?;
             let mut outcomes = txn.open_table(OUTCOMES).map_err(backend)?;
             let mut nodes = txn.open_table(NODES).map_err(backend)?;
+            let mut placements = txn.open_table(PLACEMENTS).map_err(backend)?;
             for op in batch {
                 match op {
                     StoreOp::PutPool(spec) => {
@@ -128,6 +146,18 @@ impl DurableStore for RedbStore {
                     }
                     StoreOp::DeleteNode(node) => {
                         nodes.remove(node.as_str()).map_err(backend)?;
+                    }
+                    StoreOp::PutPlacement { actor, pool, node } => {
+                        let value = serde_json::to_vec(&StoredPlacement {
+                            pool: pool.to_string(),
+                            node: node.to_string(),
+                        })?;
+                        placements
+                            .insert(actor.as_str(), value.as_slice())
+                            .map_err(backend)?;
+                    }
+                    StoreOp::DeletePlacement(actor) => {
+                        placements.remove(actor.as_str()).map_err(backend)?;
                     }
                 }
             }

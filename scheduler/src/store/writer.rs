@@ -151,6 +151,12 @@ mod tests {
         fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
             self.inner.load_nodes()
         }
+        fn load_placements(
+            &self,
+        ) -> Result<Vec<(resident_proto::ActorId, crate::store::StoredPlacement)>, StoreError>
+        {
+            self.inner.load_placements()
+        }
         fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
             self.batches.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(1));

@@ -27,4 +27,5 @@ mod scale;
 mod scheduler_restart;
 mod security;
 mod source_check;
+mod spoofed_adoption;
 mod sweeps;

@@ -840,6 +840,15 @@ async fn a_fuller_gpu_blocks_new_actors_but_keeps_running_ones() {
 }
 
 /// A core restarted on a store that knew nodes `n1` and `n2` and a 4-replica CPU pool.
+/// The store's record that the scheduler started `actor` of `pool` on `node`.
+fn placement(actor: &str, pool: &str, node: &str) -> crate::store::StoreOp {
+    crate::store::StoreOp::PutPlacement {
+        actor: resident_proto::ActorId::from(actor),
+        pool: PoolName::from(pool),
+        node: NodeId::from(node),
+    }
+}
+
 fn restarted_with_two_known_nodes() -> Harness {
     let store = Arc::new(MemoryStore::default());
     store
@@ -849,6 +858,18 @@ fn restarted_with_two_known_nodes() -> Harness {
             crate::store::StoreOp::PutNode(NodeId::from("n2")),
         ])
         .unwrap();
+    let placed = [
+        ("p-a", "n1"),
+        ("p-b", "n1"),
+        ("p-c", "n2"),
+        ("p-d", "n2"),
+        ("p-e", "n2"),
+    ];
+    let placements: Vec<_> = placed
+        .iter()
+        .map(|(actor, node)| placement(actor, "p", node))
+        .collect();
+    store.apply(&placements).unwrap();
     let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
     h.core.restore(store.as_ref()).unwrap();
     h

@@ -178,6 +178,7 @@ fn restarted_with_an_interrupted_job() -> (Harness, JobId) {
         .apply(&[
             StoreOp::PutPool(cpu_pool("p", 1, 2)),
             StoreOp::PutNode(NodeId::from("n1")),
+            placement("p-a", "p", "n1"),
             StoreOp::PutJob(pb::JobStatus {
                 job_id: job.to_string(),
                 pool: "p".into(),
@@ -286,4 +287,59 @@ async fn an_old_stream_breaking_does_not_cancel_the_resumed_job() {
     let _rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
     h.core.handle(SchedulerCommand::ClientGone { stream: old });
     assert_eq!(h.job(&job).state, pb::JobState::Running as i32);
+}
+
+/// An agent can hand back only what this scheduler started on it for that pool: an actor
+/// started on another node, one it never started, and another pool's actor id reported
+/// under this pool are all stopped and audited, and no record is overwritten.
+#[tokio::test(start_paused = true)]
+async fn a_spoofed_adoption_is_stopped_and_changes_no_record() {
+    let mut h = restarted_with_two_known_nodes();
+    h.register(
+        node_hosting("n1", vec![hosted("p-a", "p", &[]), hosted("p-b", "p", &[])]),
+        Principal::ANONYMOUS,
+    )
+    .unwrap();
+    // n2 claims n1's actor, an actor nobody started, and (below) n1's actor for pool q.
+    let mut other_pool = hosted("p-b", "q", &[]);
+    other_pool.start.as_mut().unwrap().pool = "q".into();
+    h.create_pool(cpu_pool("q", 1, 1));
+    h.register(
+        node_hosting(
+            "n2",
+            vec![
+                hosted("p-a", "p", &[]),
+                hosted("made-up", "p", &[]),
+                other_pool,
+            ],
+        ),
+        Principal::ANONYMOUS,
+    )
+    .unwrap();
+    h.tick();
+    let to_n2 = sent(h.agent("n2"));
+    let mut refused = stopped(&to_n2);
+    refused.sort();
+    assert_eq!(refused, ["made-up", "p-a", "p-b"], "{to_n2:?}");
+    let actors = answer(
+        |reply| SchedulerCommand::ListActors { pool: None, reply },
+        &mut h.core,
+    )
+    .unwrap();
+    let on = |id: &str| {
+        actors
+            .iter()
+            .find(|a| a.actor_id == id)
+            .map(|a| (a.pool.clone(), a.node_id.clone()))
+    };
+    assert_eq!(on("p-a"), Some(("p".into(), "n1".into())));
+    assert_eq!(on("p-b"), Some(("p".into(), "n1".into())));
+    assert_eq!(on("made-up"), None);
+    let audit = crate::auth::audit::recent_refusals().recent(200);
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.message.contains("adopt_actor") && e.message.contains("started on n1")),
+        "{audit:?}"
+    );
 }
