@@ -36,7 +36,7 @@ pub async fn run(pools: u32) -> anyhow::Result<()> {
     for i in 0..pools {
         let started = Instant::now();
         let pool = cluster
-            .create_pool(PoolSpec::new(&format!("one-{i}"), "echo"))
+            .create_pool(PoolSpec::new(format!("one-{i}"), "echo"))
             .await?;
         created.push(started.elapsed());
         let started = Instant::now();
@@ -54,7 +54,7 @@ pub async fn run(pools: u32) -> anyhow::Result<()> {
             async move {
                 let began = Instant::now();
                 cluster
-                    .create_pool(PoolSpec::new(&format!("many-{wave}-{i}"), "echo"))
+                    .create_pool(PoolSpec::new(format!("many-{wave}-{i}"), "echo"))
                     .await
                     .map(|_| began.elapsed())
             }
