@@ -339,6 +339,7 @@ impl AgentSession {
                         run_micros: 1,
                         permanent: false,
                         key: task.key,
+                        crashed: false,
                     }),
                 );
             }

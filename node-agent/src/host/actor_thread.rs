@@ -286,6 +286,7 @@ pub(super) fn run_actor_thread(
             run_micros: begun.elapsed().as_micros() as u64,
             permanent,
             key: task.key,
+            crashed: panicked.is_some(),
         };
         let size = backend.last_task_size().unwrap_or_default();
         health.send_modify(|h| {

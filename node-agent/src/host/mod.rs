@@ -60,6 +60,7 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
             run_micros: 0,
             permanent: false,
             key: task.key.clone(),
+            crashed: false,
         })),
     }
 }

@@ -280,6 +280,7 @@ impl Core {
             started_at: None,
             last_error: String::new(),
             items_running: 0,
+            crashes: 0,
             charge,
         };
         let empty = record.payload.is_empty();
@@ -343,8 +344,10 @@ impl Core {
         let Some(actor) = self.actors.get(id) else {
             return;
         };
-        let takes_tasks =
-            actor.state == ActorState::Ready && !self.on_draining_node(actor.assignment.as_ref());
+        let takes_tasks = actor.state == ActorState::Ready
+            && actor.quarantine.is_none()
+            && !actor.crashed
+            && !self.on_draining_node(actor.assignment.as_ref());
         let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
         let was = actor.dispatch_free;
         let Some(pool) = self.pools.get_mut(&actor.pool) else {
@@ -367,8 +370,10 @@ impl Core {
         self.actors.get_mut(id).expect("exists").dispatch_free = now;
     }
 
-    /// Hands queued tasks to ready actors that have credit, the freest actor first.
+    /// Hands queued tasks to ready actors that have credit, the freest actor first (after
+    /// a suspect task, if one waits, to an actor of its own).
     pub(super) fn dispatch_pool(&mut self, pool_name: &PoolName) {
+        self.dispatch_suspects(pool_name);
         while self
             .pools
             .get(pool_name)
@@ -379,48 +384,54 @@ impl Core {
             };
             let pool = self.pools.get_mut(pool_name).expect("checked");
             let task_id = pool.queue.pop_front().expect("not empty");
-            let Some(task) = self.tasks.get(&task_id) else {
-                continue;
-            };
-            let dispatch = task.lifecycle.dispatches() + 1;
-            let event = TaskEvent::Dispatch {
-                actor: actor_id.clone(),
-                dispatch,
-            };
-            if !self.change_task(task_id, event) {
-                continue;
-            }
-            let task = self.tasks.get_mut(&task_id).expect("exists");
-            task.started_at = Some(Instant::now());
-            task.last_actor = Some(actor_id.clone());
-            let method = self
-                .jobs
-                .get(&task.job)
-                .map(|j| j.method.clone())
-                .unwrap_or_default();
-            let key = pb::TaskKey {
-                job_id: task.job.to_string(),
-                seq: task.seq,
-            };
-            let actor = self.actors.get_mut(&actor_id).expect("pool actor");
-            actor.in_flight.insert(task_id);
-            let node_id = actor
-                .assignment
-                .as_ref()
-                .expect("ready actors are placed")
-                .node
-                .clone();
-            let message = pb::RunTask {
-                task_id: task_id.0,
-                dispatch,
-                actor_id: actor_id.to_string(),
-                payload: task.payload.clone(),
-                method,
-                key: Some(key),
-            };
-            self.nodes[&node_id].send(pb::scheduler_message::Body::RunTask(message));
-            self.refresh_dispatchable(&actor_id);
+            self.dispatch_to(task_id, &actor_id);
         }
+    }
+
+    /// Sends one queued task to the actor; `false` if the task is gone or not dispatchable.
+    pub(super) fn dispatch_to(&mut self, task_id: TaskId, actor_id: &ActorId) -> bool {
+        let Some(task) = self.tasks.get(&task_id) else {
+            return false;
+        };
+        let dispatch = task.lifecycle.dispatches() + 1;
+        let event = TaskEvent::Dispatch {
+            actor: actor_id.clone(),
+            dispatch,
+        };
+        if !self.change_task(task_id, event) {
+            return false;
+        }
+        let task = self.tasks.get_mut(&task_id).expect("exists");
+        task.started_at = Some(Instant::now());
+        task.last_actor = Some(actor_id.clone());
+        let method = self
+            .jobs
+            .get(&task.job)
+            .map(|j| j.method.clone())
+            .unwrap_or_default();
+        let key = pb::TaskKey {
+            job_id: task.job.to_string(),
+            seq: task.seq,
+        };
+        let actor = self.actors.get_mut(actor_id).expect("pool actor");
+        actor.in_flight.insert(task_id);
+        let node_id = actor
+            .assignment
+            .as_ref()
+            .expect("ready actors are placed")
+            .node
+            .clone();
+        let message = pb::RunTask {
+            task_id: task_id.0,
+            dispatch,
+            actor_id: actor_id.to_string(),
+            payload: task.payload.clone(),
+            method,
+            key: Some(key),
+        };
+        self.nodes[&node_id].send(pb::scheduler_message::Body::RunTask(message));
+        self.refresh_dispatchable(actor_id);
+        true
     }
 
     /// Whether a message about `task_id` from `actor_id` on `node_id` concerns the dispatch
@@ -500,7 +511,12 @@ impl Core {
         );
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
+        actor.crashed |= outcome.crashed;
+        let ran_suspect = actor.quarantine == Some(super::records::Quarantine::Running(task_id));
         let pool = actor.pool.clone();
+        if ran_suspect {
+            self.set_quarantine(&actor_id, None);
+        }
         self.refresh_dispatchable(&actor_id);
         let cancelling = matches!(self.task_state(task_id), Some(TaskState::Cancelling { .. }));
         if cancelling {
@@ -511,6 +527,9 @@ impl Core {
                 Some(pb::task_outcome::Result::Output(output)) => {
                     self.change_task(task_id, TaskEvent::Succeed);
                     self.finish_task(task_id, Ok(output), outcome.run_micros);
+                }
+                Some(pb::task_outcome::Result::Error(error)) if outcome.crashed => {
+                    self.quarantine_or_fail(&actor_id, task_id, error)
                 }
                 Some(pb::task_outcome::Result::Error(error)) => {
                     self.retry_or_fail(task_id, error, outcome.permanent)
@@ -582,7 +601,9 @@ impl Core {
         }
         self.metrics
             .task_ended(pool.as_str(), TaskOutcomeKind::Retried);
+        let suspect = self.tasks[&task_id].crashes > 0;
         match self.pools.get_mut(&pool) {
+            Some(record) if suspect => record.suspects.push_front(task_id),
             Some(record) => record.queue.push_front(task_id),
             None => self.fail_task(task_id, format!("pool `{pool}` was deleted")),
         }
@@ -790,6 +811,7 @@ impl Core {
         if let Some(record) = self.pools.get_mut(&pool) {
             let tasks = &self.tasks;
             record.queue.retain(|t| tasks.contains_key(t));
+            record.suspects.retain(|t| tasks.contains_key(t));
         }
         let snapshot = self.jobs[job_id].snapshot();
         self.store.write(StoreOp::PutJob(snapshot));

@@ -8,6 +8,7 @@ mod demand;
 mod jobs;
 mod nodes;
 mod pools;
+pub(crate) mod quarantine;
 mod records;
 #[cfg(test)]
 mod tests;
@@ -596,6 +597,8 @@ impl Core {
                     let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
                     let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
                     let takes = actor.state == crate::state::ActorState::Ready
+                        && actor.quarantine.is_none()
+                        && !actor.crashed
                         && !self.on_draining_node(actor.assignment.as_ref());
                     (takes && free > 0)
                         .then(|| (std::cmp::Reverse(free), std::cmp::Reverse(id.clone())))

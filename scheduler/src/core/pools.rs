@@ -186,6 +186,8 @@ impl Core {
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
+            suspects: VecDeque::new(),
+            kept_for_suspect: None,
             dispatchable: BTreeSet::new(),
             idle_since: None,
             spec,
@@ -216,6 +218,9 @@ impl Core {
             in_flight: BTreeSet::new(),
             inherited_in_flight: 0,
             dispatch_free: None,
+            quarantine: None,
+            crashed: false,
+            crashed_on_poison: false,
             tasks_done: 0,
             model_loads: 0,
             loads_before_this_start: 0,
@@ -282,8 +287,9 @@ impl Core {
         {
             return Some(format!("job {} is running on it", job.0));
         }
-        if !record.queue.is_empty() {
-            return Some(format!("{} tasks are queued on it", record.queue.len()));
+        let queued = record.queue.len() + record.suspects.len();
+        if queued > 0 {
+            return Some(format!("{queued} tasks are queued on it"));
         }
         record
             .actors
@@ -337,7 +343,8 @@ impl Core {
         // Queued and backing-off tasks fail now; running ones finish on their draining
         // actors and their results still reach the client.
         let record = self.pools.get_mut(pool).ok_or_else(|| no_pool(pool))?;
-        let queued: Vec<_> = record.queue.drain(..).collect();
+        let mut queued: Vec<_> = record.queue.drain(..).collect();
+        queued.extend(record.suspects.drain(..));
         let actors: Vec<ActorId> = record.actors.iter().cloned().collect();
         let waiting = self.tasks.iter().filter(|(_, t)| {
             &t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. })
@@ -431,6 +438,8 @@ impl Core {
         actor.loads_before_this_start = actor.model_loads;
         actor.reported_work = Default::default();
         actor.unplaced_reason.clear();
+        actor.crashed = false;
+        actor.crashed_on_poison = false;
         actor.assignment = Some(assignment.clone());
         let placed = (actor.pool.clone(), assignment.node.clone());
         self.store.write(StoreOp::PutPlacement {
@@ -482,7 +491,15 @@ impl Core {
             format!("actor {id} lost: {why}"),
         );
         actor.inherited_in_flight = 0;
+        actor.crashed = false;
+        let event = if event == ActorEvent::Failed && actor.crashed_on_poison {
+            ActorEvent::CrashedOnPoison
+        } else {
+            event
+        };
+        actor.crashed_on_poison = false;
         let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
+        self.set_quarantine(id, None);
         self.change_actor(id, event);
         for task in running {
             self.requeue_lost_task(task, why);

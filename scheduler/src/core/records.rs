@@ -81,12 +81,26 @@ pub struct PoolRecord {
     pub max_restarts: u32,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
+    /// Tasks whose input crashed an actor once, waiting to run again alone (see
+    /// `core/quarantine.rs`), oldest first.
+    pub suspects: VecDeque<TaskId>,
+    /// The actor kept for suspects (its `quarantine` is set), if any.
+    pub kept_for_suspect: Option<ActorId>,
     /// The actors that take tasks now (ready, on a node that is not draining, with credit
     /// left), freest first (then the largest id): dispatch reads the first instead of
     /// scanning the pool. Kept by `Core::refresh_dispatchable`.
     pub dispatchable: BTreeSet<(Reverse<u32>, Reverse<ActorId>)>,
     /// Since when nothing has used it (for `idle_ttl_ms`); `None` while in use.
     pub idle_since: Option<Instant>,
+}
+
+/// Where an actor kept for a suspect task stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quarantine {
+    /// Takes no new task; the suspect goes to it once its tasks in flight are done.
+    Emptying,
+    /// Runs the suspect task, alone.
+    Running(TaskId),
 }
 
 pub struct ActorRecord {
@@ -106,6 +120,14 @@ pub struct ActorRecord {
     pub inherited_in_flight: u32,
     /// Its free credit as its pool's `dispatchable` index holds it (`None`: not there).
     pub dispatch_free: Option<u32>,
+    /// Set while it is kept for a suspect task (emptying, then running it alone): it takes
+    /// no other task meanwhile.
+    pub quarantine: Option<Quarantine>,
+    /// It crashed on a task and is stopping (its agent reports it dead next): it takes no
+    /// task until it is lost and started again.
+    pub crashed: bool,
+    /// That crash was on an input proven to crash the model: its death spends no restart.
+    pub crashed_on_poison: bool,
     pub tasks_done: u64,
     /// Loads reported by earlier incarnations plus the current one.
     pub model_loads: u64,
@@ -170,6 +192,8 @@ pub struct TaskRecord {
     /// Items its current dispatch reported done (`TaskProgress`), counted in the job's
     /// `items_running`; back to 0 at the task's next transition.
     pub items_running: u64,
+    /// How many actors crashed running it (see `core/quarantine.rs`).
+    pub crashes: u32,
     /// Its payload's bytes in the job's buffer, given back when the record goes (held
     /// only for its `Drop`).
     #[allow(dead_code)]

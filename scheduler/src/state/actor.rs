@@ -12,6 +12,8 @@
 //!   any live state ── Failed (no restart left) ──▶ Dead
 //! ```
 //! Dead is terminal. NodeLost does not count as a restart: a dead node is not the actor's fault.
+//! Nor does CrashedOnPoison (Starting/Ready ──▶ Pending): the actor died running, alone, an
+//! input that had crashed another actor before, so the input is to blame.
 
 use std::fmt;
 
@@ -34,6 +36,8 @@ pub enum ActorEvent {
     Failed,
     /// The node hosting it died or re-registered as a new generation.
     NodeLost,
+    /// It died running, alone, an input that crashed an actor before (`core/quarantine.rs`).
+    CrashedOnPoison,
     /// Scale-down or pool deletion asked it to stop after its in-flight tasks.
     Drain,
     /// Its last in-flight task finished while draining.
@@ -82,10 +86,10 @@ pub fn transition(
                 S::Dead
             }
         }
-        (S::Starting | S::Ready, E::NodeLost) => S::Pending,
+        (S::Starting | S::Ready, E::NodeLost | E::CrashedOnPoison) => S::Pending,
         (S::Pending, E::Drain) => S::Dead,
         (S::Starting | S::Ready, E::Drain) => S::Draining,
-        (S::Draining, E::Drained | E::NodeLost | E::Failed) => S::Dead,
+        (S::Draining, E::Drained | E::NodeLost | E::Failed | E::CrashedOnPoison) => S::Dead,
         _ => return Err(InvalidTransition { from, event }),
     };
     Ok(to)
@@ -141,6 +145,16 @@ mod tests {
             transition(ActorState::Starting, ActorEvent::Failed, &mut r),
             Ok(ActorState::Dead)
         );
+    }
+
+    #[test]
+    fn a_crash_on_a_proven_poison_input_is_not_a_restart() {
+        let mut r = Restarts { used: 0, max: 0 };
+        assert_eq!(
+            transition(ActorState::Ready, ActorEvent::CrashedOnPoison, &mut r),
+            Ok(ActorState::Pending)
+        );
+        assert_eq!(r.used, 0);
     }
 
     #[test]

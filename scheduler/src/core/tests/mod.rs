@@ -1007,5 +1007,6 @@ mod annotate;
 mod drain;
 mod durable_acks;
 mod idle_pools;
+mod quarantine;
 mod restart;
 mod task_progress;
