@@ -120,6 +120,14 @@ impl PoolSpec {
         self
     }
 
+    /// An actor still loading after this long is stopped and started again, spending a
+    /// restart (default: the scheduler's, 15 minutes). Raise it for models that take long
+    /// to download.
+    pub fn load_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.spec.load_timeout_ms = timeout.as_millis() as u64;
+        self
+    }
+
     /// The idle TTL, if the pool has one.
     pub fn idle_ttl_wanted(&self) -> Option<std::time::Duration> {
         (self.spec.idle_ttl_ms > 0).then(|| std::time::Duration::from_millis(self.spec.idle_ttl_ms))

@@ -204,6 +204,10 @@ impl Core {
             });
         }
         let actor = self.actors.get_mut(&id).expect("exists");
+        actor
+            .started_at
+            .get_or_insert_with(tokio::time::Instant::now);
+        actor.last_reported = Some(tokio::time::Instant::now());
         actor.model_loads = actor.loads_before_this_start + report.model_loads;
         // Like its loads, the work it did before this scheduler knew it is not counted
         // again in this process's metrics: later reports add only what is new.

@@ -9,6 +9,7 @@ mod jobs;
 mod nodes;
 mod pools;
 pub(crate) mod quarantine;
+mod reconcile_tick;
 mod records;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,11 @@ pub struct CoreConfig {
     /// After a restart, placement waits this long for the nodes that were alive before
     /// (less once all are back), so replicas do not pile onto the first node to return.
     pub settle_window: Duration,
+    /// How long an actor may load before it is stopped and started again, for pools that
+    /// set no `load_timeout_ms`.
+    pub default_load_timeout: Duration,
+    /// How often the loop compares placed actors with what their nodes report.
+    pub reconcile_interval: Duration,
     /// Bytes all running jobs may buffer together (payloads not finished, results not
     /// read); new jobs are refused beyond it.
     pub max_buffered_bytes: u64,
@@ -98,6 +104,8 @@ impl Default for CoreConfig {
             max_node_losses_per_task: 10,
             finished_job_history: 1000,
             settle_window: Duration::from_secs(15),
+            default_load_timeout: Duration::from_secs(15 * 60),
+            reconcile_interval: Duration::from_secs(5),
             max_buffered_bytes: default_max_buffered_bytes(),
             max_job_buffered_bytes: DEFAULT_MAX_JOB_BUFFERED_BYTES,
             max_jobs_per_principal: DEFAULT_MAX_JOBS_PER_PRINCIPAL,
@@ -118,6 +126,7 @@ impl CoreConfig {
                 base: Duration::from_millis(20),
                 max: Duration::from_millis(200),
             },
+            reconcile_interval: Duration::from_millis(200),
             ..Self::default()
         }
     }
@@ -400,6 +409,8 @@ pub(crate) struct Core {
     last_job_flush: Instant,
     /// When running jobs were last charged for the GPUs their pools hold.
     last_job_charge: Instant,
+    /// When placed actors were last compared with what their nodes report.
+    last_reconcile: Instant,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -447,6 +458,7 @@ impl Core {
             settle: None,
             last_job_flush: Instant::now(),
             last_job_charge: Instant::now(),
+            last_reconcile: Instant::now(),
             metrics,
             prices: Default::default(),
         }
@@ -646,6 +658,7 @@ impl Core {
         self.settling(now);
         self.flush_job_counters(now);
         self.detect_dead_nodes(now);
+        self.reconcile_actors(now);
         self.release_due_retries(now);
         self.after_commands();
     }

@@ -152,6 +152,7 @@ impl Core {
             free_vram_at_refresh,
             remembered: true,
             last_heard,
+            last_heartbeat: Instant::now(),
             outbound: Some(outbound),
         };
         let capacity = node_capacity(&record, &record.gpus);
@@ -187,6 +188,7 @@ impl Core {
         };
         match message {
             Body::Heartbeat(heartbeat) => {
+                node.last_heartbeat = Instant::now();
                 // Capacity is recomputed only when free memory moved: an actor loading or
                 // stopping, another process; not on every heartbeat of a steady node.
                 let moved = heartbeat.gpus.iter().any(|live| {
@@ -364,6 +366,7 @@ impl Core {
             return;
         }
         let actor = self.actors.get_mut(&actor_id).expect("known");
+        actor.last_reported = Some(Instant::now());
         let loads = actor.loads_before_this_start + report.model_loads;
         self.metrics
             .models_loaded(actor.pool.as_str(), loads.saturating_sub(actor.model_loads));

@@ -183,6 +183,10 @@ impl Core {
                 self.config.default_max_task_attempts,
             ),
             max_restarts: or_default(spec.max_restarts, self.config.default_max_restarts),
+            load_timeout: match spec.load_timeout_ms {
+                0 => self.config.default_load_timeout,
+                ms => std::time::Duration::from_millis(ms),
+            },
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
@@ -221,6 +225,8 @@ impl Core {
             quarantine: None,
             crashed: false,
             crashed_on_poison: false,
+            started_at: None,
+            last_reported: None,
             tasks_done: 0,
             model_loads: 0,
             loads_before_this_start: 0,
@@ -440,6 +446,8 @@ impl Core {
         actor.unplaced_reason.clear();
         actor.crashed = false;
         actor.crashed_on_poison = false;
+        actor.started_at = Some(Instant::now());
+        actor.last_reported = None;
         actor.assignment = Some(assignment.clone());
         let placed = (actor.pool.clone(), assignment.node.clone());
         self.store.write(StoreOp::PutPlacement {

@@ -61,6 +61,8 @@ pub struct NodeRecord {
     pub remembered: bool,
     /// Stamped by the session handler as messages arrive.
     pub last_heard: LastHeard,
+    /// When its last heartbeat (which lists every actor it hosts) was handled.
+    pub last_heartbeat: Instant,
     pub outbound: Option<ToAgent>,
 }
 
@@ -79,6 +81,8 @@ pub struct PoolRecord {
     pub in_flight_per_actor: u32,
     pub max_task_attempts: u32,
     pub max_restarts: u32,
+    /// How long its actors may load before they are started again.
+    pub load_timeout: std::time::Duration,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
     /// Tasks whose input crashed an actor once, waiting to run again alone (see
@@ -128,6 +132,9 @@ pub struct ActorRecord {
     pub crashed: bool,
     /// That crash was on an input proven to crash the model: its death spends no restart.
     pub crashed_on_poison: bool,
+    /// When it was last started (placed), and when its node last listed it in a report.
+    pub started_at: Option<Instant>,
+    pub last_reported: Option<Instant>,
     pub tasks_done: u64,
     /// Loads reported by earlier incarnations plus the current one.
     pub model_loads: u64,

@@ -1008,5 +1008,6 @@ mod drain;
 mod durable_acks;
 mod idle_pools;
 mod quarantine;
+mod reconcile_tick;
 mod restart;
 mod task_progress;
