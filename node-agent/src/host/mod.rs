@@ -226,14 +226,26 @@ impl ActorHost {
         }
     }
 
-    /// Marks a queued task cancelled; the actor skips it (a running call finishes).
+    /// Marks a queued task cancelled; the actor skips it (a running call finishes). Only a
+    /// task still in hand is marked, and its mark goes with its outcome (`forwarded`), so
+    /// the set holds no id of a task that already ran or was answered.
     pub fn cancel(&mut self, cancel: pb::CancelTask) {
-        if let Some(slot) = self.actors.get(&ActorId::new(cancel.actor_id)) {
+        if let Some(slot) = self.actors.get(&ActorId::new(cancel.actor_id))
+            && slot.in_hand.contains_key(&cancel.task_id)
+        {
             slot.cancelled
                 .lock()
                 .expect("cancel set")
                 .insert(cancel.task_id);
         }
+    }
+
+    /// Task ids marked cancelled and not yet skipped or answered, over all actors.
+    pub fn cancel_marks(&self) -> usize {
+        self.actors
+            .values()
+            .map(|slot| slot.cancelled.lock().expect("cancel set").len())
+            .sum()
     }
 
     /// A message from the uplink is on its way to the scheduler: an outcome's task is no
@@ -243,6 +255,11 @@ impl ActorHost {
             && let Some(slot) = self.actors.get_mut(&ActorId::new(outcome.actor_id.clone()))
         {
             slot.in_hand.remove(&outcome.task_id);
+            // Cancelled while it ran: the mark was never read.
+            slot.cancelled
+                .lock()
+                .expect("cancel set")
+                .remove(&outcome.task_id);
         }
     }
 
@@ -310,5 +327,84 @@ impl ActorHost {
             .filter(|slot| slot.gpu_indices.contains(&index))
             .map(|slot| slot.vram_bytes)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod cancel_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn run(id: u64) -> pb::RunTask {
+        pb::RunTask {
+            task_id: id,
+            dispatch: 1,
+            actor_id: "a1".into(),
+            payload: vec![b'x'].into(),
+            ..Default::default()
+        }
+    }
+
+    /// Forwards what the actor sends until `outcomes` task outcomes went by.
+    async fn forward_outcomes(
+        host: &mut ActorHost,
+        rx: &mut mpsc::UnboundedReceiver<pb::AgentMessage>,
+        outcomes: usize,
+    ) {
+        let mut seen = 0;
+        while seen < outcomes {
+            let message = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("the actor answers")
+                .expect("open");
+            if matches!(message.body, Some(pb::agent_message::Body::TaskOutcome(_))) {
+                seen += 1;
+            }
+            host.forwarded(&message);
+        }
+    }
+
+    #[tokio::test]
+    async fn cancel_marks_go_with_their_tasks_and_none_are_kept_for_answered_ones() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let dir = tempfile::tempdir().unwrap();
+        let models = crate::model_cache::ModelCacheConfig {
+            dir: dir.path().to_owned(),
+            ..Default::default()
+        };
+        let mut host = ActorHost::new(
+            ActorKindRegistry::with_builtin_kinds(),
+            tx,
+            true,
+            FileRoots::default(),
+            Arc::new(ModelCache::new(models)),
+        );
+        host.start(pb::StartActor {
+            actor_id: "a1".into(),
+            incarnation: 1,
+            pool: "p".into(),
+            kind: "echo".into(),
+            config: br#"{"delay_ms": 300}"#.to_vec().into(),
+            max_in_flight: 4,
+            ..Default::default()
+        });
+        let cancel = |task_id| pb::CancelTask {
+            task_id,
+            actor_id: "a1".into(),
+        };
+        // 1 runs while it is cancelled; 2 is cancelled while it waits; 3 is answered before
+        // its cancel arrives; 99 was never here.
+        host.run(run(1));
+        host.run(run(2));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        host.cancel(cancel(1));
+        host.cancel(cancel(2));
+        host.cancel(cancel(99));
+        forward_outcomes(&mut host, &mut rx, 2).await;
+        host.run(run(3));
+        forward_outcomes(&mut host, &mut rx, 1).await;
+        host.cancel(cancel(3));
+        assert_eq!(host.cancel_marks(), 0, "no mark outlives its task");
     }
 }

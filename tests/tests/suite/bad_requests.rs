@@ -315,3 +315,39 @@ async fn a_method_the_kind_lacks_fails_at_once_naming_it() {
         "not retried: another actor cannot help"
     );
 }
+
+/// A load that hangs is timed out (the pool's load timeout) and the actor is started again:
+/// nothing stays Starting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_that_hangs_is_timed_out_and_started_again() {
+    let test = cluster().await;
+    let pool = test
+        .cluster
+        .create_pool(
+            echo("hangs")
+                .max_restarts(5)
+                .load_timeout(Duration::from_millis(800))
+                .config_json(&serde_json::json!({"load_delay_ms": 600_000})),
+        )
+        .await
+        .unwrap();
+    let actor = wait_until(
+        "the hung load timed out",
+        Duration::from_secs(30),
+        || async {
+            let actors = test.cluster.list_actors().await.unwrap();
+            actors
+                .into_iter()
+                .find(|a| a.pool == "hangs" && a.restarts >= 1)
+        },
+    )
+    .await;
+    let error = actor.error.unwrap_or_default();
+    assert!(error.contains("did not load within 800ms"), "{error}");
+    assert!(
+        matches!(actor.state, ActorState::Pending | ActorState::Starting),
+        "{:?}",
+        actor.state
+    );
+    pool.delete().await.unwrap();
+}
