@@ -66,7 +66,7 @@ pub async fn run(pools: u32) -> anyhow::Result<()> {
         creating += started.elapsed();
         // Deleted between waves, so every wave starts from the same cluster.
         for i in 0..32 {
-            cluster.pool(&format!("many-{wave}-{i}")).delete().await?;
+            cluster.pool(format!("many-{wave}-{i}")).delete().await?;
         }
     }
     let rate = concurrent.len() as f64 / creating.as_secs_f64();

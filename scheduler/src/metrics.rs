@@ -157,6 +157,39 @@ impl SchedulerMetrics {
         self.actor_tokens.get_or_create(&labels).inc_by(work.tokens);
     }
 
+    /// Removes an actor's series on `node` (it left that node: stopped, failed, lost), so
+    /// series do not pile up with actors that come and go.
+    pub fn forget_actor(&self, pool: &str, actor: &str, node: &str) {
+        let labels = ActorLabels {
+            pool: pool.to_owned(),
+            actor: actor.to_owned(),
+            node: node.to_owned(),
+        };
+        self.actor_busy.remove(&labels);
+        self.actor_items.remove(&labels);
+        self.actor_tokens.remove(&labels);
+    }
+
+    /// Removes a deleted pool's series.
+    pub fn forget_pool(&self, pool: &str) {
+        for outcome in [
+            TaskOutcomeKind::Succeeded,
+            TaskOutcomeKind::Failed,
+            TaskOutcomeKind::Retried,
+        ] {
+            self.tasks.remove(&PoolOutcomeLabels {
+                pool: pool.to_owned(),
+                outcome: outcome.name().to_owned(),
+            });
+        }
+        let label = PoolLabel {
+            pool: pool.to_owned(),
+        };
+        self.task_duration.remove(&label);
+        self.model_loads.remove(&label);
+        self.task_items.remove(&label);
+    }
+
     /// How late the loop's periodic tick ran: the loop was busy that long.
     pub fn loop_lag(&self, lag: Duration) {
         self.loop_lag.observe(lag.as_secs_f64());
@@ -293,6 +326,32 @@ impl EventLog {
 mod tests {
     use super::*;
     use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn a_forgotten_pool_and_actor_leave_no_series() {
+        let metrics = SchedulerMetrics::default();
+        let work = crate::core::ActorWork {
+            busy_micros: 1_000,
+            items: 3,
+            tokens: 9,
+        };
+        for pool in ["gone", "kept"] {
+            metrics.task_ended(pool, TaskOutcomeKind::Succeeded);
+            metrics.task_ran(pool, Duration::from_millis(3));
+            metrics.models_loaded(pool, 1);
+            metrics.task_items(pool, 3);
+            metrics.actor_worked(pool, &format!("{pool}-a"), "n1", work);
+        }
+        metrics.forget_pool("gone");
+        metrics.forget_actor("gone", "gone-a", "n1");
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("\"gone"), "{text}");
+        assert!(text.contains("pool=\"kept\""), "{text}");
+        assert!(text.contains("actor=\"kept-a\""), "{text}");
+    }
 
     #[test]
     fn counters_encode_with_prometheus_names() {

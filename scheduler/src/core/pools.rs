@@ -359,6 +359,7 @@ impl Core {
         for task in queued.into_iter().chain(waiting) {
             self.fail_task(task, format!("pool `{pool}` was deleted"));
         }
+        self.metrics.forget_pool(pool.as_str());
         for actor in actors {
             if !matches!(
                 self.actors[&actor].state,
@@ -480,8 +481,11 @@ impl Core {
             Ok(to) => {
                 tracing::debug!(actor_id = %id, from = ?actor.state, to = ?to, ?event, "actor transition");
                 actor.state = to;
-                if !to.is_placed() {
-                    actor.assignment = None;
+                if !to.is_placed()
+                    && let Some(left) = actor.assignment.take()
+                {
+                    self.metrics
+                        .forget_actor(actor.pool.as_str(), id.as_str(), left.node.as_str());
                 }
                 self.refresh_dispatchable(id);
             }
@@ -545,6 +549,8 @@ impl Core {
         let pool = self.actors[id].pool.clone();
         if !self.pools.contains_key(&pool) {
             self.actors.remove(id);
+            // Tasks that finished on it after the deletion counted again under the pool.
+            self.metrics.forget_pool(pool.as_str());
         }
         self.replan_needed = true;
     }
