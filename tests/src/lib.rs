@@ -282,6 +282,23 @@ pub fn spawn_scheduler_exactly(
     )
 }
 
+/// A `resident scheduler` process on loopback (any port) with short test intervals and
+/// `extra` arguments, agent `node-1` with one simulated A10G, and a client once the agent
+/// has joined; the scheduler's URL last.
+pub async fn scheduler_with_one_agent(
+    state_dir: &std::path::Path,
+    extra: &[std::ffi::OsString],
+) -> (Proc, Proc, Cluster, String) {
+    let (scheduler, url) = spawn_scheduler_with(0, state_dir, extra);
+    let agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
+    let cluster = Cluster::connect(&url).await.expect("connect");
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(20))
+        .await
+        .expect("node-1 joins");
+    (scheduler, agent, cluster, url)
+}
+
 /// Starts `resident agent` with simulated GPUs.
 pub fn spawn_agent(url: &str, node_id: &str, gpus: &str, labels: &str) -> Proc {
     spawn_agent_with(url, node_id, gpus, labels, &[], Stdio::inherit())

@@ -16,20 +16,11 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     init_logging();
     let state = tempfile::tempdir().unwrap();
     let job_cap = 32 * MIB;
-    let (scheduler, url) = spawn_scheduler_with(
-        0,
-        state.path(),
-        &[
-            "--max-job-buffered-bytes".into(),
-            job_cap.to_string().into(),
-        ],
-    );
-    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(1, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let extra = [
+        "--max-job-buffered-bytes".into(),
+        job_cap.to_string().into(),
+    ];
+    let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
     let greedy_pool = cluster
         .create_pool(PoolSpec::new("greedy", "echo").replicas(2))
         .await
@@ -118,17 +109,8 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
 async fn jobs_past_a_principals_limit_are_refused_as_exhausted_naming_the_flag() {
     init_logging();
     let state = tempfile::tempdir().unwrap();
-    let (_scheduler, url) = spawn_scheduler_with(
-        0,
-        state.path(),
-        &["--max-jobs-per-principal".into(), "2".into()],
-    );
-    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(1, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let extra = ["--max-jobs-per-principal".into(), "2".into()];
+    let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &extra).await;
     let pool = cluster
         .create_pool(PoolSpec::new("p", "echo"))
         .await

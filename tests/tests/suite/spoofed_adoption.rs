@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use resident_proto::pb;
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
-use resident_sdk::{Cluster, PoolSpec};
+use resident_sdk::PoolSpec;
 use resident_tests::*;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -16,17 +16,8 @@ async fn a_node_claiming_another_nodes_actor_is_refused_and_audited() {
     let state = tempfile::tempdir().unwrap();
     let http_port = free_port();
     let http = format!("127.0.0.1:{http_port}");
-    let (_scheduler, url) = spawn_scheduler_with(
-        0,
-        state.path(),
-        &["--http-listen".into(), http.clone().into()],
-    );
-    let _agent = spawn_agent(&url, "node-1", "A10G:24GiB", "");
-    let cluster = Cluster::connect(&url).await.unwrap();
-    cluster
-        .wait_for_nodes(1, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let extra = ["--http-listen".into(), http.clone().into()];
+    let (_scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
     let pool = cluster
         .create_pool(PoolSpec::new("p", "echo"))
         .await
