@@ -205,18 +205,33 @@ impl<'a> ManifestStore<'a> {
                     crate::files::sync_parent_dir(&path).map_err(failed)?;
                     self.local_journal = Some(file);
                 }
-                let file = self.local_journal.as_mut().expect("opened above");
                 use std::io::Write;
                 if self.pause.is_some() {
+                    let file = self.local_journal.as_mut().expect("opened above");
                     let half = line.len() / 2;
                     file.write_all(&line[..half]).map_err(failed)?;
                     file.sync_data().map_err(failed)?;
                     PauseAt::check(&self.pause, PausePoint::JournalAppend, occurrence);
                     file.write_all(&line[half..]).map_err(failed)?;
-                } else {
-                    file.write_all(line).map_err(failed)?;
+                    return file.sync_data().map_err(failed);
                 }
-                file.sync_data().map_err(failed)
+                // The write and its fsync run on tokio's blocking pool, not on a runtime
+                // thread that the job's dispatch and result streams share.
+                let mut file = self.local_journal.take().expect("opened above");
+                let line = line.to_vec();
+                let (file, written) = tokio::task::spawn_blocking(move || {
+                    let written = file.write_all(&line).and_then(|()| file.sync_data());
+                    (file, written)
+                })
+                .await
+                .map_err(|e| {
+                    JobError::Output(format!(
+                        "{}: the journal write panicked: {e}",
+                        path.display()
+                    ))
+                })?;
+                self.local_journal = Some(file);
+                written.map_err(failed)
             }
             Location::S3 { .. } => {
                 PauseAt::check(&self.pause, PausePoint::JournalAppend, occurrence);

@@ -160,7 +160,7 @@ pub async fn run_agent(
             &config,
             &generation,
             &registry,
-            probe.as_ref(),
+            &probe,
             &cancel,
             &mut backoff,
             Hosting {
@@ -273,7 +273,7 @@ async fn run_session(
     config: &AgentConfig,
     generation: &str,
     registry: &ActorKindRegistry,
-    probe: &dyn GpuProbe,
+    probe: &Arc<dyn GpuProbe>,
     cancel: &CancellationToken,
     backoff: &mut ReconnectBackoff,
     hosting: Hosting<'_>,
@@ -298,7 +298,7 @@ async fn run_session(
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
         labels: config.labels.clone().into_iter().collect(),
-        gpus: probe.gpus(),
+        gpus: read_gpus(probe).await,
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         ram_bytes: total_ram_bytes(),
         actor_kinds: registry.names(),
@@ -343,7 +343,8 @@ async fn run_session(
                 }
             }
             _ = heartbeat.tick() => {
-                let message = heartbeat_message(host, probe);
+                let gpus = read_gpus(probe).await;
+                let message = heartbeat_message(host, probe.as_ref(), gpus);
                 if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
                     (&config.observer, &message.body)
                 {
@@ -426,8 +427,24 @@ fn obey(host: &mut ActorHost, message: pb::SchedulerMessage, draining: bool) {
     }
 }
 
-fn heartbeat_message(host: &ActorHost, probe: &dyn GpuProbe) -> pb::AgentMessage {
-    let mut gpus = probe.gpus();
+/// The GPUs with their free memory, read on tokio's blocking pool: NVML and
+/// `cuMemGetInfo` can block for a long time on a busy or failing GPU, and must not stall a
+/// runtime thread (the session's uplink and heartbeats run there).
+async fn read_gpus(probe: &Arc<dyn GpuProbe>) -> Vec<pb::GpuInfo> {
+    let probe = probe.clone();
+    tokio::task::spawn_blocking(move || probe.gpus())
+        .await
+        .unwrap_or_else(|panic| {
+            tracing::error!(%panic, "reading the GPUs panicked; reporting none this time");
+            Vec::new()
+        })
+}
+
+fn heartbeat_message(
+    host: &ActorHost,
+    probe: &dyn GpuProbe,
+    mut gpus: Vec<pb::GpuInfo>,
+) -> pb::AgentMessage {
     if probe.simulated() {
         for gpu in &mut gpus {
             gpu.free_vram_bytes = gpu
@@ -440,5 +457,50 @@ fn heartbeat_message(host: &ActorHost, probe: &dyn GpuProbe) -> pb::AgentMessage
             gpus,
             actors: host.reports(),
         })),
+    }
+}
+
+#[cfg(test)]
+mod gpu_read_tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A probe whose driver call takes 300 ms, as NVML can on a busy or failing GPU.
+    struct SlowProbe;
+
+    impl GpuProbe for SlowProbe {
+        fn gpus(&self) -> Vec<pb::GpuInfo> {
+            std::thread::sleep(Duration::from_millis(300));
+            vec![pb::GpuInfo::default()]
+        }
+        fn simulated(&self) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_gpu_read_does_not_stall_the_runtime_thread() {
+        let probe: Arc<dyn GpuProbe> = Arc::new(SlowProbe);
+        let ticks = Arc::new(AtomicU32::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        let gpus = read_gpus(&probe).await;
+        ticker.abort();
+        assert_eq!(gpus.len(), 1);
+        // On the only runtime thread, a read made in place would allow no tick at all.
+        let ticked = ticks.load(Ordering::SeqCst);
+        assert!(
+            ticked >= 1,
+            "the runtime thread never ticked during the 300 ms read"
+        );
     }
 }

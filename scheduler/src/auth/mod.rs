@@ -170,27 +170,39 @@ pub fn watch_auth_file(
     on_reload: impl Fn(BTreeSet<String>) + Send + 'static,
     cancel: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    // The stat and the reload touch the disk: they run on tokio's blocking pool, never on
+    // a runtime thread (a slow or hung mount must not stall the API).
+    async fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+        let meta = tokio::fs::metadata(path).await.ok()?;
+        Some((meta.modified().ok()?, meta.len()))
+    }
     tokio::spawn(async move {
-        let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
-            let meta = std::fs::metadata(path).ok()?;
-            Some((meta.modified().ok()?, meta.len()))
-        };
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let mut last = stamp(&path);
+        let mut last = stamp(&path).await;
         let mut interval = tokio::time::interval(poll);
         loop {
             let why = tokio::select! {
                 _ = cancel.cancelled() => return,
                 Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => "SIGHUP",
                 _ = interval.tick() => {
-                    let now = stamp(&path);
+                    let now = stamp(&path).await;
                     if now == last { continue; }
                     last = now;
                     "the file changed"
                 }
             };
-            match gate.reload(&path) {
+            let reloaded = {
+                let (gate, path) = (gate.clone(), path.clone());
+                tokio::task::spawn_blocking(move || gate.reload(&path)).await
+            };
+            let reloaded = reloaded.unwrap_or_else(|panic| {
+                Err(AuthFileError::Read {
+                    path: path.display().to_string(),
+                    reason: format!("the reload panicked: {panic}"),
+                })
+            });
+            match reloaded {
                 Ok(names) => {
                     tracing::info!(
                         target: audit::TARGET,
