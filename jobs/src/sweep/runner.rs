@@ -381,7 +381,13 @@ async fn sweep_on(
                 train_s: run.train_micros as f64 / 1e6,
                 error,
             };
-            append_result(&results_path, &result)?;
+            // The append's fsync runs on tokio's blocking pool, off the runtime threads.
+            let (path, line) = (results_path.clone(), result.clone());
+            tokio::task::spawn_blocking(move || append_result(&path, &line))
+                .await
+                .map_err(|e| {
+                    SweepError::Output(format!("appending a trial result panicked: {e}"))
+                })??;
             on_event(SweepEvent::TrialFinished(&result));
             results.push(result);
         }
