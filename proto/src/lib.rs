@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod health;
+pub mod host;
 pub mod ids;
 pub mod prices;
 pub mod rng;

@@ -107,15 +107,6 @@ pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, AgentError> 
         .collect()
 }
 
-fn total_ram_bytes() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib * 1024)
-}
-
 /// Runs the agent until `cancel` fires, reconnecting whenever the session breaks.
 pub async fn run_agent(
     config: AgentConfig,
@@ -300,7 +291,7 @@ async fn run_session(
         labels: config.labels.clone().into_iter().collect(),
         gpus: read_gpus(probe).await,
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        ram_bytes: total_ram_bytes(),
+        ram_bytes: resident_proto::host::total_ram_bytes().unwrap_or(0),
         actor_kinds: registry.names(),
         inventory: host.inventory(),
     };

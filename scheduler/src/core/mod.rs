@@ -72,15 +72,7 @@ pub struct CoreConfig {
 
 /// A quarter of this machine's memory (4 GiB where it cannot be read).
 pub fn default_max_buffered_bytes() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib << 10)
-        })
-        .unwrap_or(16 << 30);
-    total / 4
+    resident_proto::host::total_ram_bytes().unwrap_or(16 << 30) / 4
 }
 
 /// One job's default buffer: 256 MiB.
