@@ -86,12 +86,12 @@ impl Core {
                 continue;
             }
             reported.push(ReportedActor {
-                id: ActorId::new(start.actor_id.clone()),
-                pool: PoolName::new(start.pool.clone()),
+                id: id.clone(),
+                pool,
                 shape: reported_shape(start),
                 incarnation: start.incarnation,
             });
-            hosted.insert(ActorId::new(start.actor_id.clone()), actor);
+            hosted.insert(id, actor);
         }
         if reported.is_empty() {
             return;

@@ -346,7 +346,7 @@ impl Core {
         };
         let takes_tasks = actor.state == ActorState::Ready
             && actor.quarantine.is_none()
-            && !actor.crashed
+            && actor.crash.is_none()
             && !self.on_draining_node(actor.assignment.as_ref());
         let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
         let was = actor.dispatch_free;
@@ -511,7 +511,9 @@ impl Core {
         );
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
-        actor.crashed |= outcome.crashed;
+        if outcome.crashed {
+            actor.crash.get_or_insert(super::records::Crash::OnTask);
+        }
         let ran_suspect = actor.quarantine == Some(super::records::Quarantine::Running(task_id));
         let pool = actor.pool.clone();
         if ran_suspect {

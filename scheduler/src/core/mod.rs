@@ -167,10 +167,6 @@ impl JobResults {
             charge: None,
         });
     }
-
-    pub fn buffer(&self) -> &Arc<JobBuffer> {
-        &self.buffer
-    }
 }
 
 type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
@@ -602,7 +598,7 @@ impl Core {
                     let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
                     let takes = actor.state == crate::state::ActorState::Ready
                         && actor.quarantine.is_none()
-                        && !actor.crashed
+                        && actor.crash.is_none()
                         && !self.on_draining_node(actor.assignment.as_ref());
                     (takes && free > 0)
                         .then(|| (std::cmp::Reverse(free), std::cmp::Reverse(id.clone())))

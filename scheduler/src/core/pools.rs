@@ -7,7 +7,7 @@ use resident_proto::{ActorId, GpuFraction, PoolName, VramBytes, pb};
 use tokio::time::Instant;
 
 use super::Core;
-use super::records::{ActorRecord, PoolRecord};
+use super::records::{ActorRecord, Crash, PoolRecord};
 use crate::error::SchedulerError;
 use crate::placement::{
     self, ActorDemand, ComputeCapability, PlacementStrategy, Previous, Problem, ResourceRequest,
@@ -223,8 +223,7 @@ impl Core {
             inherited_in_flight: 0,
             dispatch_free: None,
             quarantine: None,
-            crashed: false,
-            crashed_on_poison: false,
+            crash: None,
             started_at: None,
             last_reported: None,
             tasks_done: 0,
@@ -445,8 +444,7 @@ impl Core {
         actor.loads_before_this_start = actor.model_loads;
         actor.reported_work = Default::default();
         actor.unplaced_reason.clear();
-        actor.crashed = false;
-        actor.crashed_on_poison = false;
+        actor.crash = None;
         actor.started_at = Some(Instant::now());
         actor.last_reported = None;
         actor.assignment = Some(assignment.clone());
@@ -503,13 +501,10 @@ impl Core {
             format!("actor {id} lost: {why}"),
         );
         actor.inherited_in_flight = 0;
-        actor.crashed = false;
-        let event = if event == ActorEvent::Failed && actor.crashed_on_poison {
-            ActorEvent::CrashedOnPoison
-        } else {
-            event
+        let event = match actor.crash.take() {
+            Some(Crash::OnPoison) if event == ActorEvent::Failed => ActorEvent::CrashedOnPoison,
+            _ => event,
         };
-        actor.crashed_on_poison = false;
         let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
         self.set_quarantine(id, None);
         self.change_actor(id, event);

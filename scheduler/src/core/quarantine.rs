@@ -10,7 +10,7 @@
 use resident_proto::{ActorId, PoolName, TaskId};
 
 use super::Core;
-use super::records::Quarantine;
+use super::records::{Crash, Quarantine};
 use crate::state::{ActorState, TaskEvent};
 
 /// How a task that crashed its actor twice fails.
@@ -30,7 +30,7 @@ impl Core {
         if task.crashes >= 2 {
             // Proven: the actor's death is the input's doing and costs it no restart.
             if let Some(actor) = self.actors.get_mut(actor_id) {
-                actor.crashed_on_poison = true;
+                actor.crash = Some(Crash::OnPoison);
             }
             let error = format!(
                 "{CRASHES_THE_MODEL}: it crashed {} actors, the last time running alone ({error})",
@@ -130,7 +130,7 @@ impl Core {
     fn can_keep(&self, id: &ActorId) -> bool {
         let actor = &self.actors[id];
         actor.state == ActorState::Ready
-            && !actor.crashed
+            && actor.crash.is_none()
             && !self.on_draining_node(actor.assignment.as_ref())
     }
 

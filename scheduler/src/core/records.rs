@@ -107,6 +107,16 @@ pub enum Quarantine {
     Running(TaskId),
 }
 
+/// What an actor that crashed on a task crashed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crash {
+    /// A task not (yet) proven to crash the model: its death is a restart like any other.
+    OnTask,
+    /// An input proven to crash the model (`core/quarantine.rs`): its death spends no
+    /// restart.
+    OnPoison,
+}
+
 pub struct ActorRecord {
     pub pool: PoolName,
     /// What the actor holds where it is placed. Kept with the actor, so a draining actor
@@ -127,11 +137,9 @@ pub struct ActorRecord {
     /// Set while it is kept for a suspect task (emptying, then running it alone): it takes
     /// no other task meanwhile.
     pub quarantine: Option<Quarantine>,
-    /// It crashed on a task and is stopping (its agent reports it dead next): it takes no
-    /// task until it is lost and started again.
-    pub crashed: bool,
-    /// That crash was on an input proven to crash the model: its death spends no restart.
-    pub crashed_on_poison: bool,
+    /// Set when it crashed on a task and is stopping (its agent reports it dead next): it
+    /// takes no task until it is lost and started again.
+    pub crash: Option<Crash>,
     /// When it was last started (placed), and when its node last listed it in a report.
     pub started_at: Option<Instant>,
     pub last_reported: Option<Instant>,
