@@ -241,7 +241,8 @@ impl ActorHost {
     }
 
     /// Task ids marked cancelled and not yet skipped or answered, over all actors.
-    pub fn cancel_marks(&self) -> usize {
+    #[cfg(test)]
+    fn cancel_marks(&self) -> usize {
         self.actors
             .values()
             .map(|slot| slot.cancelled.lock().expect("cancel set").len())
