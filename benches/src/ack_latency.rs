@@ -5,19 +5,19 @@
 use std::time::{Duration, Instant};
 
 use resident_sdk::{Cluster, LocalConfig, PoolSpec};
+use resident_tests::scale_run::percentile_ms;
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index].as_secs_f64() * 1000.0
-}
-
-fn row(name: &str, samples: &mut [Duration]) {
-    samples.sort();
+fn row(name: &str, samples: &[Duration]) {
+    let mut micros: Vec<u32> = samples
+        .iter()
+        .map(|d| d.as_micros().min(u128::from(u32::MAX)) as u32)
+        .collect();
+    micros.sort_unstable();
     println!(
         "| {name} | {} | {:.2} | {:.2} |",
-        samples.len(),
-        percentile(samples, 0.5),
-        percentile(samples, 0.99)
+        micros.len(),
+        percentile_ms(&micros, 0.5),
+        percentile_ms(&micros, 0.99)
     );
 }
 
@@ -43,8 +43,8 @@ pub async fn run(pools: u32) -> anyhow::Result<()> {
         pool.delete().await?;
         deleted.push(started.elapsed());
     }
-    row("create a pool, one at a time", &mut created);
-    row("delete a pool, one at a time", &mut deleted);
+    row("create a pool, one at a time", &created);
+    row("delete a pool, one at a time", &deleted);
 
     let mut concurrent = Vec::new();
     let mut creating = Duration::ZERO;
@@ -70,7 +70,7 @@ pub async fn run(pools: u32) -> anyhow::Result<()> {
         }
     }
     let rate = concurrent.len() as f64 / creating.as_secs_f64();
-    row("create a pool, 32 at a time", &mut concurrent);
+    row("create a pool, 32 at a time", &concurrent);
     println!("creates per second, 32 at a time: {rate:.0}");
     Ok(())
 }

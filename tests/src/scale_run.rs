@@ -296,7 +296,9 @@ async fn idle_round_trips(client: &Cluster, pool: &str, count: usize) -> anyhow:
     Ok(latencies)
 }
 
-fn percentile_ms(sorted_micros: &[u32], quantile: f64) -> f64 {
+/// The `quantile` (0 to 1) of sorted latencies in microseconds, in milliseconds (the
+/// nearest rank; 0 when there are none).
+pub fn percentile_ms(sorted_micros: &[u32], quantile: f64) -> f64 {
     if sorted_micros.is_empty() {
         return 0.0;
     }
