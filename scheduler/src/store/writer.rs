@@ -202,12 +202,15 @@ mod tests {
     #[test]
     fn a_failed_write_fails_its_waiters_and_is_written_again() {
         let store = Arc::new(FlakyStore::default());
-        store.failures.store(1, Ordering::SeqCst);
+        // Every batch fails until the disk "recovers": the waiter's batch fails whether
+        // the writer took the op alone first or together with the waiter.
+        store.failures.store(u32::MAX, Ordering::SeqCst);
         let writer = StoreWriter::spawn(store.clone(), SchedulerMetrics::default());
         writer.write(pool("a"));
         let failed = wait(&writer).unwrap_err();
         assert!(failed.contains("disk full"), "{failed}");
         assert!(store.load_pools().unwrap().is_empty());
+        store.failures.store(0, Ordering::SeqCst);
         // The next batch (or the retry timer) writes the kept op.
         writer.write(pool("b"));
         assert_eq!(wait(&writer), Ok(()));
