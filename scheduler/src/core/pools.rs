@@ -385,6 +385,16 @@ impl Core {
             self.replan_needed = true;
             return;
         }
+        // A plan only ever starts pending actors (placed ones keep their node), so with none
+        // there is nothing to solve: a node joining a settled fleet costs a scan of the
+        // actors, not a copy of every node's capacity.
+        if !self
+            .actors
+            .values()
+            .any(|actor| actor.state == ActorState::Pending)
+        {
+            return;
+        }
         let mut problem = Problem {
             nodes: self.alive_node_capacities(),
             actors: BTreeMap::new(),

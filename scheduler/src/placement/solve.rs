@@ -139,7 +139,18 @@ pub(super) fn gpu_eligible(request: &ResourceRequest, gpu: &GpuCapacity) -> bool
 /// against the current capacities first; new actors are then placed one by one with the
 /// request's strategy. Actors that do not fit get a [`super::Refusal`] computed against the
 /// final usage, so `place(p, place(p, prev)) == place(p, prev)`.
+///
+/// Cost: consecutive new actors with the same pool and request (a pool's new replicas)
+/// share one ranking of the fleet's nodes. It is built once, scoring every GPU, and after
+/// each actor only the node that took it is scored again. So placing *a* actors of one pool
+/// on *n* nodes of *g* GPUs costs *n·g + a·(g + log n)*, not *a·n·g*.
 pub fn place(problem: &Problem, previous: &Previous) -> Plan {
+    place_in_runs(problem, previous, true)
+}
+
+/// [`place`], with `share_rankings: false` ranking the whole fleet again for every actor:
+/// the plain definition that the tests hold the shared rankings to.
+fn place_in_runs(problem: &Problem, previous: &Previous, share_rankings: bool) -> Plan {
     let mut order: Vec<(&ActorId, &ActorDemand)> = problem.actors.iter().collect();
     order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
 
@@ -156,18 +167,27 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
         }
     }
 
+    let nodes: Vec<(&NodeId, &NodeCapacity)> = problem.nodes.iter().collect();
+    let new_actors: Vec<(&ActorId, &ActorDemand)> = order
+        .into_iter()
+        .filter(|(actor, _)| !plan.assignments.contains_key(*actor))
+        .collect();
+    let same_ask = |a: &(&ActorId, &ActorDemand), b: &(&ActorId, &ActorDemand)| {
+        share_rankings && a.1.pool == b.1.pool && a.1.request == b.1.request
+    };
     let mut unplaced = Vec::new();
     let mut scratch = Vec::new();
-    for &(actor, demand) in &order {
-        if plan.assignments.contains_key(actor) {
-            continue;
-        }
-        match best_assignment(problem, demand, &usage, &mut scratch) {
-            Some(assignment) => {
-                usage.add(&problem.nodes, demand, &assignment);
-                plan.assignments.insert(actor.clone(), assignment);
+    for run in new_actors.chunk_by(same_ask) {
+        let mut ranking = NodeRanking::new(&nodes, &run[0].1, &usage, &mut scratch);
+        for &(actor, demand) in run {
+            match ranking.take_best(&nodes, demand, &mut usage, &mut scratch) {
+                Some(assignment) => {
+                    usage.add(&problem.nodes, demand, &assignment);
+                    ranking.rescore(&nodes, demand, &assignment.node, &usage, &mut scratch);
+                    plan.assignments.insert(actor.clone(), assignment);
+                }
+                None => unplaced.push((actor, demand)),
             }
-            None => unplaced.push((actor, demand)),
         }
     }
 
@@ -188,6 +208,111 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
 
     debug_assert_eq!(check_plan(problem, &plan), Ok(()));
     plan
+}
+
+/// How good a node is for one actor: the smallest wins.
+type Score = (u64, u64);
+
+/// The nodes one actor fits on, best first; ties go to the smallest node id (slot).
+///
+/// Valid for a run of actors with the same pool and request: a node's score depends only
+/// on what is taken on that node (and, for `spread`, on the pool's actors there), and usage
+/// only grows while a plan is built, so a node that does not fit never fits later in the run.
+struct NodeRanking {
+    ranked: std::collections::BTreeSet<(Score, usize)>,
+}
+
+impl NodeRanking {
+    fn new(
+        nodes: &[(&NodeId, &NodeCapacity)],
+        demand: &ActorDemand,
+        usage: &Usage,
+        scratch: &mut Vec<(VramBytes, u32)>,
+    ) -> Self {
+        let ranked = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, (_, node))| {
+                node_score(demand, slot, node, usage, scratch).map(|score| (score, slot))
+            })
+            .collect();
+        Self { ranked }
+    }
+
+    /// The best node's assignment, taken out of the ranking (see [`Self::rescore`]).
+    fn take_best(
+        &mut self,
+        nodes: &[(&NodeId, &NodeCapacity)],
+        demand: &ActorDemand,
+        usage: &mut Usage,
+        scratch: &mut Vec<(VramBytes, u32)>,
+    ) -> Option<Assignment> {
+        let (_, slot) = self.ranked.pop_first()?;
+        let (id, node) = nodes[slot];
+        node_score(demand, slot, node, usage, scratch).expect("a ranked node fits");
+        let mut gpus: Vec<u32> = scratch.iter().map(|&(_, index)| index).collect();
+        gpus.sort_unstable();
+        Some(Assignment {
+            node: id.clone(),
+            gpus,
+            share_per_gpu: share_per_gpu(demand.request.gpus),
+        })
+    }
+
+    /// Puts the node that just took an actor back, scored on its new usage, if it still fits.
+    fn rescore(
+        &mut self,
+        nodes: &[(&NodeId, &NodeCapacity)],
+        demand: &ActorDemand,
+        node_id: &NodeId,
+        usage: &Usage,
+        scratch: &mut Vec<(VramBytes, u32)>,
+    ) {
+        let Some(slot) = usage.slot(node_id) else {
+            return;
+        };
+        if let Some(score) = node_score(demand, slot, nodes[slot].1, usage, scratch) {
+            self.ranked.insert((score, slot));
+        }
+    }
+}
+
+/// The node's score for one actor, with the GPUs it would take in `scratch`; `None` if it
+/// does not fit there.
+fn node_score(
+    demand: &ActorDemand,
+    slot: usize,
+    node: &NodeCapacity,
+    usage: &Usage,
+    scratch: &mut Vec<(VramBytes, u32)>,
+) -> Option<Score> {
+    let request = &demand.request;
+    if !node_matches(request, node) {
+        return None;
+    }
+    if request.cpu_millicores > 0 && usage.free_cpu(slot, node) < request.cpu_millicores {
+        return None;
+    }
+    if !pick_gpus(request, slot, node, usage, scratch) {
+        return None;
+    }
+    let free_after: u64 = if scratch.is_empty() {
+        usage
+            .free_cpu(slot, node)
+            .saturating_sub(request.cpu_millicores)
+    } else {
+        scratch
+            .iter()
+            .map(|(free, _)| free.saturating_sub(request.vram_per_gpu).0)
+            .sum()
+    };
+    Some(match request.strategy {
+        PlacementStrategy::Pack => (free_after, 0),
+        PlacementStrategy::Spread => (
+            u64::from(usage.pool_actors_on(&demand.pool, slot)),
+            u64::MAX - free_after,
+        ),
+    })
 }
 
 fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage: &Usage) -> bool {
@@ -234,60 +359,6 @@ fn fits_on_gpu(
     let share = share_per_gpu(request.gpus).0;
     usage.free_vram(slot, position, gpu) >= request.vram_per_gpu
         && taken.gpu_thousandths + share <= 1000
-}
-
-/// The best node and GPUs for one actor: every node is scored and the smallest score wins;
-/// nodes are visited in id order and a later node must score strictly less, so ties go to
-/// the smallest node id.
-fn best_assignment(
-    problem: &Problem,
-    demand: &ActorDemand,
-    usage: &Usage,
-    scratch: &mut Vec<(VramBytes, u32)>,
-) -> Option<Assignment> {
-    let request = &demand.request;
-    let mut best: Option<((u64, u64), &NodeId)> = None;
-    let mut best_gpus: Vec<u32> = Vec::new();
-    for (slot, (node_id, node)) in problem.nodes.iter().enumerate() {
-        if !node_matches(request, node) {
-            continue;
-        }
-        if request.cpu_millicores > 0 && usage.free_cpu(slot, node) < request.cpu_millicores {
-            continue;
-        }
-        if !pick_gpus(request, slot, node, usage, scratch) {
-            continue;
-        }
-        let free_after: u64 = if scratch.is_empty() {
-            usage
-                .free_cpu(slot, node)
-                .saturating_sub(request.cpu_millicores)
-        } else {
-            scratch
-                .iter()
-                .map(|(free, _)| free.saturating_sub(request.vram_per_gpu).0)
-                .sum()
-        };
-        let score = match request.strategy {
-            PlacementStrategy::Pack => (free_after, 0),
-            PlacementStrategy::Spread => (
-                u64::from(usage.pool_actors_on(&demand.pool, slot)),
-                u64::MAX - free_after,
-            ),
-        };
-        if best.is_none_or(|(current, _)| score < current) {
-            best = Some((score, node_id));
-            best_gpus.clear();
-            best_gpus.extend(scratch.iter().map(|&(_, index)| index));
-        }
-    }
-    let (_, node) = best?;
-    best_gpus.sort_unstable();
-    Some(Assignment {
-        node: node.clone(),
-        gpus: best_gpus,
-        share_per_gpu: share_per_gpu(request.gpus),
-    })
 }
 
 /// The GPUs on one node this request would take, with their free VRAM, into `chosen`
@@ -381,4 +452,9 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(super) fn place_ranking_every_actor_afresh(problem: &Problem, previous: &Previous) -> Plan {
+    place_in_runs(problem, previous, false)
 }

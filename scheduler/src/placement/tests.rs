@@ -384,6 +384,17 @@ proptest! {
     }
 
     #[test]
+    fn shared_rankings_place_as_ranking_every_actor_afresh(problem in arb_problem()) {
+        let afresh = super::solve::place_ranking_every_actor_afresh;
+        prop_assert_eq!(place(&problem, &Previous::default()), afresh(&problem, &Previous::default()));
+        // With kept assignments, after the first node is gone.
+        let before = place(&problem, &Previous::default()).as_previous();
+        let mut smaller = problem.clone();
+        smaller.nodes.pop_first();
+        prop_assert_eq!(place(&smaller, &before), afresh(&smaller, &before));
+    }
+
+    #[test]
     fn same_input_same_plan(problem in arb_problem()) {
         prop_assert_eq!(place(&problem, &Previous::default()), place(&problem, &Previous::default()));
     }
