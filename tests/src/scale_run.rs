@@ -331,3 +331,87 @@ pub fn process_rss_bytes(pid: u32) -> anyhow::Result<u64> {
         .parse::<u64>()?;
     Ok(kib * 1024)
 }
+
+/// One Prometheus histogram as `/metrics` shows it: `(upper bound, cumulative count)` per
+/// bucket, `+Inf` last.
+pub fn histogram_buckets(metrics_text: &str, name: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    metrics_text
+        .lines()
+        .filter_map(|line| line.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (bound, count) = rest.split_once("\"} ")?;
+            let bound = if bound == "+Inf" {
+                f64::INFINITY
+            } else {
+                bound.parse().ok()?
+            };
+            Some((bound, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `quantile` of what a histogram observed between two reads of it (`before`, `after`:
+/// [`histogram_buckets`]), interpolated inside its bucket as Prometheus' `histogram_quantile`
+/// does; the largest finite bound when it falls in `+Inf`, 0 when nothing was observed.
+pub fn histogram_quantile_between(
+    before: &[(f64, u64)],
+    after: &[(f64, u64)],
+    quantile: f64,
+) -> f64 {
+    let counted = |bound: f64| {
+        let of = |buckets: &[(f64, u64)]| {
+            buckets
+                .iter()
+                .find(|(b, _)| *b == bound)
+                .map_or(0, |(_, c)| *c)
+        };
+        of(after).saturating_sub(of(before))
+    };
+    let total = after.last().map_or(0, |(bound, _)| counted(*bound));
+    if total == 0 {
+        return 0.0;
+    }
+    let rank = quantile * total as f64;
+    let mut lower = (0.0, 0u64);
+    for &(bound, _) in after {
+        let count = counted(bound);
+        if count as f64 >= rank {
+            if bound.is_infinite() {
+                return lower.0;
+            }
+            let inside = (count - lower.1).max(1) as f64;
+            return lower.0 + (bound - lower.0) * (rank - lower.1 as f64) / inside;
+        }
+        lower = (bound, count);
+    }
+    lower.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_quantile_is_read_between_two_scrapes() {
+        let text = |counts: [u64; 4]| {
+            format!(
+                "# TYPE lag histogram\nlag_sum 1.0\nlag_count {}\nlag_bucket{{le=\"0.01\"}} {}\n\
+                 lag_bucket{{le=\"0.1\"}} {}\nlag_bucket{{le=\"1.0\"}} {}\nlag_bucket{{le=\"+Inf\"}} {}\n",
+                counts[3], counts[0], counts[1], counts[2], counts[3]
+            )
+        };
+        let before = histogram_buckets(&text([5, 5, 5, 5]), "lag");
+        assert_eq!(before.len(), 4);
+        // 100 new observations: 90 under 10 ms, 10 between 100 ms and 1 s.
+        let after = histogram_buckets(&text([95, 95, 105, 105]), "lag");
+        let p50 = histogram_quantile_between(&before, &after, 0.5);
+        assert!((p50 - 0.01 * 50.0 / 90.0).abs() < 1e-9, "{p50}");
+        let p99 = histogram_quantile_between(&before, &after, 0.99);
+        assert!((p99 - (0.1 + 0.9 * 9.0 / 10.0)).abs() < 1e-9, "{p99}");
+        assert_eq!(histogram_quantile_between(&after, &after, 0.99), 0.0);
+        // Past the last finite bound: that bound.
+        let spilled = histogram_buckets(&text([5, 5, 5, 25]), "lag");
+        assert_eq!(histogram_quantile_between(&before, &spilled, 0.99), 1.0);
+    }
+}

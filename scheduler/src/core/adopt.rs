@@ -197,11 +197,12 @@ impl Core {
             actor.unplaced_reason.clear();
             actor.error.clear();
             self.change_actor(&id, ActorEvent::Placed);
-            self.actors.get_mut(&id).expect("exists").assignment = Some(Assignment {
+            let assignment = Assignment {
                 node: node_id.clone(),
                 gpus: start.gpu_indices.clone(),
                 share_per_gpu: GpuFraction::from_gpus(start.gpu_fraction).unwrap_or_default(),
-            });
+            };
+            self.assign(&id, assignment);
         }
         let actor = self.actors.get_mut(&id).expect("exists");
         actor

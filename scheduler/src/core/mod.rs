@@ -278,6 +278,12 @@ pub enum SchedulerCommand {
 
 /// Commands queued for the loop before senders wait (backpressure to agents and clients).
 const COMMAND_QUEUE_CAPACITY: usize = 65_536;
+/// Commands handled in one turn of the loop before placement and timers get their turn: a
+/// burst (24,000 actors reporting ready at once) is taken in slices of a few milliseconds.
+const MAX_COMMANDS_PER_TURN: usize = 256;
+/// How often the loop measures how late it is (`resident_scheduler_loop_lag_seconds`): a
+/// timer due every period, observed by how long after its due time it ran.
+const LAG_PROBE_PERIOD: Duration = Duration::from_millis(20);
 
 /// Cheap to clone; every gRPC handler holds one.
 #[derive(Clone)]
@@ -349,20 +355,28 @@ async fn run_scheduler_loop(
 ) {
     let mut tick = tokio::time::interval(core.tick_period());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lag_probe = tokio::time::interval(LAG_PROBE_PERIOD);
+    lag_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             command = rx.recv() => {
                 let Some(command) = command else { break };
                 core.handle(command);
-                while let Ok(more) = rx.try_recv() {
+                for _ in 1..MAX_COMMANDS_PER_TURN {
+                    let Ok(more) = rx.try_recv() else { break };
                     core.handle(more);
                 }
                 core.after_commands();
             }
-            due = tick.tick() => {
-                let now = Instant::now();
-                core.metrics.loop_lag(now.saturating_duration_since(due));
-                core.on_tick(now);
+            _ = tick.tick() => {
+                core.on_tick(Instant::now());
+            }
+            () = std::future::ready(()), if core.more_to_place => {
+                core.replan_needed = true;
+                core.after_commands();
+            }
+            due = lag_probe.tick() => {
+                core.metrics.loop_lag(Instant::now().saturating_duration_since(due));
             }
             _ = cancel.cancelled() => break,
         }
@@ -381,6 +395,9 @@ pub(crate) struct Core {
     /// Where each actor was last started (mirrored in the store): a node may hand back only
     /// an actor started on it, for the pool it was started for.
     placed: HashMap<ActorId, (PoolName, NodeId)>,
+    /// The actors holding an assignment on each node (those with `assignment` set), so what
+    /// happens to a node touches its actors without a scan of every actor.
+    hosted: HashMap<NodeId, std::collections::BTreeSet<ActorId>>,
     next_actor_order: u64,
     tasks: HashMap<TaskId, TaskRecord>,
     next_task: u64,
@@ -391,6 +408,9 @@ pub(crate) struct Core {
     finished_jobs: VecDeque<JobId>,
     /// Set when nodes or actors changed; placement runs once after the current batch.
     replan_needed: bool,
+    /// The last placement stopped at its per-turn limit: the loop places more as soon as
+    /// it has served what is queued.
+    more_to_place: bool,
     /// After a restart: placement waits for these nodes until then.
     settle: Option<Settle>,
     /// When running jobs' counters were last written to the store.
@@ -436,6 +456,7 @@ impl Core {
             pools: BTreeMap::new(),
             actors: BTreeMap::new(),
             placed: HashMap::new(),
+            hosted: HashMap::new(),
             next_actor_order: 0,
             tasks: HashMap::new(),
             next_task: first_task_id(),
@@ -443,6 +464,7 @@ impl Core {
             jobs: HashMap::new(),
             finished_jobs: VecDeque::new(),
             replan_needed: false,
+            more_to_place: false,
             settle: None,
             last_job_flush: Instant::now(),
             last_job_charge: Instant::now(),
@@ -588,6 +610,18 @@ impl Core {
     /// index is what a full scan of its actors gives.
     #[cfg(test)]
     fn assert_dispatchable_index(&self) {
+        let mut scanned: HashMap<NodeId, std::collections::BTreeSet<ActorId>> = HashMap::new();
+        for (id, actor) in &self.actors {
+            if let Some(assignment) = &actor.assignment {
+                scanned
+                    .entry(assignment.node.clone())
+                    .or_default()
+                    .insert(id.clone());
+            }
+        }
+        let mut indexed = self.hosted.clone();
+        indexed.retain(|_, actors| !actors.is_empty());
+        assert_eq!(indexed, scanned, "the hosted index");
         for (name, pool) in &self.pools {
             let scanned: std::collections::BTreeSet<_> = pool
                 .actors

@@ -222,13 +222,7 @@ impl Core {
                 );
                 node.draining = true;
                 self.replan_needed = true;
-                let here: Vec<ActorId> = self
-                    .actors
-                    .iter()
-                    .filter(|(_, a)| a.assignment.as_ref().is_some_and(|p| p.node == node_id))
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                for id in here {
+                for id in self.hosted_on(&node_id) {
                     self.refresh_dispatchable(&id);
                 }
             }
@@ -327,15 +321,7 @@ impl Core {
         self.metrics
             .events
             .record("node", node_id.as_str(), format!("dead: {why}"));
-        let hosted: Vec<ActorId> = self
-            .actors
-            .iter()
-            .filter(|(_, a)| {
-                a.state.is_placed() && a.assignment.as_ref().is_some_and(|p| &p.node == node_id)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for actor in hosted {
+        for actor in self.hosted_on(node_id) {
             self.lose_actor(
                 &actor,
                 ActorEvent::NodeLost,

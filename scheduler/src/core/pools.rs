@@ -98,6 +98,10 @@ fn kind_not_offered(kind: &str, offered: &BTreeSet<&String>) -> String {
     message
 }
 
+/// Actors placed (and started) in one turn of the loop at most: 80,000 new actors are
+/// placed in slices of about 10 ms, with agents and clients served in between.
+const MAX_PLACEMENTS_PER_TURN: usize = 2048;
+
 impl Core {
     pub(super) fn create_pool(
         &mut self,
@@ -381,55 +385,51 @@ impl Core {
 
     /// Places every actor that needs a node and starts the newly placed ones.
     pub(super) fn replan(&mut self) {
+        self.more_to_place = false;
         if self.settling(Instant::now()) {
             self.replan_needed = true;
             return;
         }
-        // A plan only ever starts pending actors (placed ones keep their node), so with none
-        // there is nothing to solve: a node joining a settled fleet costs a scan of the
-        // actors, not a copy of every node's capacity.
-        if !self
-            .actors
-            .values()
-            .any(|actor| actor.state == ActorState::Pending)
-        {
+        // Placed actors hold their places and never move here; only pending ones are placed,
+        // so the cost follows what is to be placed, not the size of what runs. With none
+        // pending there is nothing to solve: a node joining a settled fleet costs a scan of
+        // the actors, not a copy of every node's capacity.
+        let mut pending = BTreeMap::new();
+        for (id, actor) in &self.actors {
+            if actor.state == ActorState::Pending && self.pools.contains_key(&actor.pool) {
+                pending.insert(
+                    id.clone(),
+                    ActorDemand {
+                        pool: actor.pool.clone(),
+                        request: actor.request.clone(),
+                        order: actor.order,
+                    },
+                );
+            }
+        }
+        if pending.is_empty() {
             return;
         }
-        let mut problem = Problem {
-            nodes: self.alive_node_capacities(),
-            actors: BTreeMap::new(),
-        };
-        let mut previous = Previous::default();
-        for (id, actor) in &self.actors {
-            if actor.state == ActorState::Dead {
-                continue;
-            }
-            // A draining actor of a deleted pool keeps its request until it stops.
-            if !self.pools.contains_key(&actor.pool) && !actor.state.is_placed() {
-                continue;
-            }
-            // On a node going away: it holds that node's resources until it leaves, and
-            // none elsewhere.
-            if actor.state.is_placed() && self.on_draining_node(actor.assignment.as_ref()) {
-                continue;
-            }
-            problem.actors.insert(
-                id.clone(),
-                ActorDemand {
-                    pool: actor.pool.clone(),
-                    request: actor.request.clone(),
-                    order: actor.order,
-                },
-            );
-            if let (true, Some(assignment)) = (actor.state.is_placed(), &actor.assignment) {
-                previous.assignments.insert(id.clone(), assignment.clone());
-            }
-        }
-        let plan = placement::place(&problem, &previous);
+        // A draining actor of a deleted pool keeps its place until it stops. One on a node
+        // going away holds that node's resources until it leaves (no new actor goes there).
+        let holding = self.actors.values().filter_map(|actor| {
+            let assignment = actor.assignment.as_ref()?;
+            actor.state.is_placed().then_some(placement::Holding {
+                pool: &actor.pool,
+                request: &actor.request,
+                assignment,
+            })
+        });
+        let plan = placement::place_pending(
+            &self.alive_node_capacities(),
+            holding,
+            &pending,
+            MAX_PLACEMENTS_PER_TURN,
+        );
+        // The rest waits for the loop's next turn, after the commands queued meanwhile.
+        self.more_to_place = plan.assignments.len() + plan.refusals.len() < pending.len();
         for (id, assignment) in plan.assignments {
-            if self.actors[&id].state == ActorState::Pending {
-                self.start_actor(&id, assignment);
-            }
+            self.start_actor(&id, assignment);
         }
         for (id, refusal) in plan.refusals {
             let actor = self.actors.get_mut(&id).expect("planned actor exists");
@@ -457,8 +457,8 @@ impl Core {
         actor.crash = None;
         actor.started_at = Some(Instant::now());
         actor.last_reported = None;
-        actor.assignment = Some(assignment.clone());
         let placed = (actor.pool.clone(), assignment.node.clone());
+        self.assign(id, assignment.clone());
         self.store.write(StoreOp::PutPlacement {
             actor: id.clone(),
             pool: placed.0.clone(),
@@ -482,6 +482,30 @@ impl Core {
         self.nodes[&assignment.node].send(pb::scheduler_message::Body::StartActor(message));
     }
 
+    /// Gives a placed actor its node and GPUs (taken again by [`Self::change_actor`] once it
+    /// is no longer placed).
+    pub(super) fn assign(&mut self, id: &ActorId, assignment: placement::Assignment) {
+        let actor = self.actors.get_mut(id).expect("actor exists");
+        if let Some(before) = &actor.assignment
+            && let Some(here) = self.hosted.get_mut(&before.node)
+        {
+            here.remove(id);
+        }
+        self.hosted
+            .entry(assignment.node.clone())
+            .or_default()
+            .insert(id.clone());
+        actor.assignment = Some(assignment);
+    }
+
+    /// The actors with an assignment on `node`.
+    pub(super) fn hosted_on(&self, node: &resident_proto::NodeId) -> Vec<ActorId> {
+        self.hosted
+            .get(node)
+            .map(|actors| actors.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Applies one lifecycle event; every actor state change goes through here.
     pub(super) fn change_actor(&mut self, id: &ActorId, event: ActorEvent) {
         let actor = self.actors.get_mut(id).expect("actor exists");
@@ -494,6 +518,12 @@ impl Core {
                 {
                     self.metrics
                         .forget_actor(actor.pool.as_str(), id.as_str(), left.node.as_str());
+                    if let Some(here) = self.hosted.get_mut(&left.node) {
+                        here.remove(id);
+                        if here.is_empty() {
+                            self.hosted.remove(&left.node);
+                        }
+                    }
                 }
                 self.refresh_dispatchable(id);
             }

@@ -8,7 +8,7 @@ mod solve;
 mod types;
 
 pub use refusal::Refusal;
-pub use solve::{check_plan, place, share_per_gpu};
+pub use solve::{Holding, check_plan, place, place_pending, share_per_gpu};
 pub use types::{
     ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy, Plan,
     Previous, Problem, ResourceRequest,

@@ -15,6 +15,11 @@ pub(super) struct GpuUse {
     pub gpu_thousandths: u32,
 }
 
+/// A hash map with a fixed, fast hasher: lookups by id on the solver's hot path (every
+/// placed actor, every plan) cost a few nanoseconds instead of SipHash's tens, and nothing
+/// depends on a random seed.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// What is already taken, per node and GPU, while a plan is being built.
 ///
 /// Nodes are numbered by their place in `Problem::nodes` (a *slot*) and GPUs by their place
@@ -22,12 +27,14 @@ pub(super) struct GpuUse {
 /// every GPU of the fleet, reads plain vectors: no map lookups, no node-id copies.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Usage {
-    slots: HashMap<NodeId, usize>,
+    slots: FastMap<NodeId, usize>,
     /// `[slot][position]`.
     gpus: Vec<Vec<GpuUse>>,
+    /// `[slot][position]`: the GPU's index on its node.
+    gpu_indices: Vec<Vec<u32>>,
     cpu_millicores: Vec<u64>,
     /// Per pool, its actors on each slot.
-    pool_actors: HashMap<PoolName, Vec<u32>>,
+    pool_actors: FastMap<PoolName, Vec<u32>>,
 }
 
 impl Usage {
@@ -42,8 +49,12 @@ impl Usage {
                 .values()
                 .map(|node| vec![GpuUse::default(); node.gpus.len()])
                 .collect(),
+            gpu_indices: nodes
+                .values()
+                .map(|node| node.gpus.iter().map(|gpu| gpu.index).collect())
+                .collect(),
             cpu_millicores: vec![0; nodes.len()],
-            pool_actors: HashMap::new(),
+            pool_actors: FastMap::default(),
         }
     }
 
@@ -72,29 +83,32 @@ impl Usage {
     }
 
     /// Takes what `assignment` uses; GPUs the node does not have are skipped (callers check
-    /// them first).
-    fn add(
-        &mut self,
-        nodes: &BTreeMap<NodeId, NodeCapacity>,
-        demand: &ActorDemand,
-        assignment: &Assignment,
-    ) {
-        let (Some(slot), Some(node)) = (self.slot(&assignment.node), nodes.get(&assignment.node))
-        else {
+    /// them first), and so are nodes not in the problem.
+    fn add(&mut self, demand: &ActorDemand, assignment: &Assignment) {
+        self.take(&demand.pool, &demand.request, assignment);
+    }
+
+    fn take(&mut self, pool: &PoolName, request: &ResourceRequest, assignment: &Assignment) {
+        let Some(slot) = self.slot(&assignment.node) else {
             return;
         };
         for &index in &assignment.gpus {
-            if let Some(position) = node.gpus.iter().position(|g| g.index == index) {
+            if let Some(position) = self.gpu_indices[slot].iter().position(|&i| i == index) {
                 let entry = &mut self.gpus[slot][position];
-                entry.vram = entry.vram.saturating_add(demand.request.vram_per_gpu);
+                entry.vram = entry.vram.saturating_add(request.vram_per_gpu);
                 entry.gpu_thousandths += assignment.share_per_gpu.0;
             }
         }
-        self.cpu_millicores[slot] += demand.request.cpu_millicores;
+        self.cpu_millicores[slot] += request.cpu_millicores;
         let slots = self.gpus.len();
-        self.pool_actors
-            .entry(demand.pool.clone())
-            .or_insert_with(|| vec![0; slots])[slot] += 1;
+        match self.pool_actors.get_mut(pool) {
+            Some(counts) => counts[slot] += 1,
+            None => {
+                let mut counts = vec![0; slots];
+                counts[slot] = 1;
+                self.pool_actors.insert(pool.clone(), counts);
+            }
+        }
     }
 }
 
@@ -162,28 +176,97 @@ fn place_in_runs(problem: &Problem, previous: &Previous, share_rankings: bool) -
             continue;
         };
         if still_valid(problem, demand, kept, &usage) {
-            usage.add(&problem.nodes, demand, kept);
+            usage.add(demand, kept);
             plan.assignments.insert(actor.clone(), kept.clone());
         }
     }
 
-    let nodes: Vec<(&NodeId, &NodeCapacity)> = problem.nodes.iter().collect();
     let new_actors: Vec<(&ActorId, &ActorDemand)> = order
         .into_iter()
         .filter(|(actor, _)| !plan.assignments.contains_key(*actor))
         .collect();
+    let budget = PlacementBudget {
+        share_rankings,
+        max_assignments: usize::MAX,
+    };
+    place_new_actors(&problem.nodes, &mut usage, &new_actors, budget, &mut plan);
+    debug_assert_eq!(check_plan(problem, &plan), Ok(()));
+    plan
+}
+
+/// An actor that already holds its place, whatever the capacities say now: what it takes
+/// is taken, and it is never moved.
+#[derive(Clone, Copy, Debug)]
+pub struct Holding<'a> {
+    pub pool: &'a PoolName,
+    pub request: &'a ResourceRequest,
+    pub assignment: &'a Assignment,
+}
+
+/// Places only `pending` actors, around the actors `holding` their places: the plan names
+/// the pending ones alone. This is [`place`] for a running scheduler, whose placed actors
+/// never move: its cost grows with the actors to place and the fleet, not with the actors
+/// already placed (those are only added up). Unlike [`place`], a holding actor that no
+/// longer fits (its GPU reported less VRAM since) still counts in full, so nothing new is
+/// put on top of it.
+///
+/// At most `max_assignments` actors are placed; the plan names no later actor, and the
+/// caller places those in another call (so one call's time stays bounded).
+pub fn place_pending<'a>(
+    nodes: &BTreeMap<NodeId, NodeCapacity>,
+    holding: impl IntoIterator<Item = Holding<'a>>,
+    pending: &BTreeMap<ActorId, ActorDemand>,
+    max_assignments: usize,
+) -> Plan {
+    let mut usage = Usage::new(nodes);
+    for held in holding {
+        usage.take(held.pool, held.request, held.assignment);
+    }
+    let mut order: Vec<(&ActorId, &ActorDemand)> = pending.iter().collect();
+    order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
+    let mut plan = Plan::default();
+    let budget = PlacementBudget {
+        share_rankings: true,
+        max_assignments,
+    };
+    place_new_actors(nodes, &mut usage, &order, budget, &mut plan);
+    plan
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PlacementBudget {
+    /// Consecutive actors of one pool and request share a ranking of the nodes (`false`:
+    /// every actor ranks the fleet afresh, the plain definition the tests compare with).
+    share_rankings: bool,
+    /// Placement stops once it made this many assignments.
+    max_assignments: usize,
+}
+
+/// Places `new_actors`, in their order, on what `usage` leaves free, into `plan`; those that
+/// fit nowhere get their refusal, worked out against the final usage.
+fn place_new_actors(
+    nodes_by_id: &BTreeMap<NodeId, NodeCapacity>,
+    usage: &mut Usage,
+    new_actors: &[(&ActorId, &ActorDemand)],
+    budget: PlacementBudget,
+    plan: &mut Plan,
+) {
+    let nodes: Vec<(&NodeId, &NodeCapacity)> = nodes_by_id.iter().collect();
     let same_ask = |a: &(&ActorId, &ActorDemand), b: &(&ActorId, &ActorDemand)| {
-        share_rankings && a.1.pool == b.1.pool && a.1.request == b.1.request
+        budget.share_rankings && a.1.pool == b.1.pool && a.1.request == b.1.request
     };
     let mut unplaced = Vec::new();
     let mut scratch = Vec::new();
-    for run in new_actors.chunk_by(same_ask) {
-        let mut ranking = NodeRanking::new(&nodes, &run[0].1, &usage, &mut scratch);
+    'runs: for run in new_actors.chunk_by(same_ask) {
+        let mut ranking = NodeRanking::new(&nodes, run[0].1, usage, &mut scratch);
         for &(actor, demand) in run {
-            match ranking.take_best(&nodes, demand, &mut usage, &mut scratch) {
+            if plan.assignments.len() >= budget.max_assignments {
+                break 'runs;
+            }
+            match ranking.take_best(&nodes, demand, usage, &mut scratch) {
                 Some(assignment) => {
-                    usage.add(&problem.nodes, demand, &assignment);
-                    ranking.rescore(&nodes, demand, &assignment.node, &usage, &mut scratch);
+                    usage.add(demand, &assignment);
+                    ranking.rescore(&nodes, demand, &assignment.node, usage, &mut scratch);
                     plan.assignments.insert(actor.clone(), assignment);
                 }
                 None => unplaced.push((actor, demand)),
@@ -198,16 +281,13 @@ fn place_in_runs(problem: &Problem, previous: &Previous, share_rankings: bool) -
         let refusal = match explained.iter().find(|(r, _)| **r == demand.request) {
             Some((_, refusal)) => refusal.clone(),
             None => {
-                let refusal = explain(&problem.nodes, &demand.request, &usage);
+                let refusal = explain(nodes_by_id, &demand.request, usage);
                 explained.push((&demand.request, refusal.clone()));
                 refusal
             }
         };
         plan.refusals.insert(actor.clone(), refusal);
     }
-
-    debug_assert_eq!(check_plan(problem, &plan), Ok(()));
-    plan
 }
 
 /// How good a node is for one actor: the smallest wins.
@@ -244,7 +324,7 @@ impl NodeRanking {
         &mut self,
         nodes: &[(&NodeId, &NodeCapacity)],
         demand: &ActorDemand,
-        usage: &mut Usage,
+        usage: &Usage,
         scratch: &mut Vec<(VramBytes, u32)>,
     ) -> Option<Assignment> {
         let (_, slot) = self.ranked.pop_first()?;
@@ -425,7 +505,7 @@ pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {
                 return Err(format!("{actor} is on ineligible gpu {index}"));
             }
         }
-        usage.add(&problem.nodes, demand, assignment);
+        usage.add(demand, assignment);
         if plan.refusals.contains_key(actor) {
             return Err(format!("{actor} is both assigned and refused"));
         }

@@ -395,6 +395,73 @@ proptest! {
     }
 
     #[test]
+    fn placing_only_the_pending_actors_places_them_as_a_full_plan_would(
+        problem in arb_problem(),
+        split in 0usize..30,
+    ) {
+        // The first `split` actors (in creation order) are placed already; the rest wait.
+        let mut order: Vec<_> = problem.actors.iter().collect();
+        order.sort_by_key(|(id, demand)| (demand.order, (*id).clone()));
+        let (earlier, later) = order.split_at(split.min(order.len()));
+        let earlier_problem = Problem {
+            nodes: problem.nodes.clone(),
+            actors: earlier.iter().map(|(id, d)| ((*id).clone(), (*d).clone())).collect(),
+        };
+        let placed = place(&earlier_problem, &Previous::default());
+        let holding = placed.assignments.iter().map(|(id, assignment)| {
+            let demand = &problem.actors[id];
+            Holding { pool: &demand.pool, request: &demand.request, assignment }
+        });
+        let pending: BTreeMap<_, _> = later.iter().map(|(id, d)| ((*id).clone(), (*d).clone())).collect();
+        let incremental = place_pending(&problem.nodes, holding, &pending, usize::MAX);
+
+        let mut whole = problem.clone();
+        whole.actors.retain(|id, _| placed.assignments.contains_key(id) || pending.contains_key(id));
+        let full = place(&whole, &placed.as_previous());
+        let only_pending = |map: &BTreeMap<ActorId, _>| -> Vec<ActorId> {
+            map.keys().filter(|id| pending.contains_key(*id)).cloned().collect()
+        };
+        prop_assert_eq!(only_pending(&incremental.assignments), only_pending(&full.assignments));
+        for id in only_pending(&full.assignments) {
+            prop_assert_eq!(&incremental.assignments[&id], &full.assignments[&id]);
+        }
+        prop_assert_eq!(
+            incremental.refusals,
+            full.refusals.into_iter().filter(|(id, _)| pending.contains_key(id)).collect::<BTreeMap<_, _>>()
+        );
+    }
+
+    #[test]
+    fn a_bounded_call_places_a_prefix_and_the_next_calls_the_rest(problem in arb_problem(), max in 1usize..8) {
+        let pending = problem.actors.clone();
+        let whole = place_pending(&problem.nodes, [], &pending, usize::MAX);
+        // Call after call, each placing at most `max` around what the earlier ones placed.
+        let mut placed: BTreeMap<ActorId, Assignment> = BTreeMap::new();
+        let mut refused = BTreeMap::new();
+        loop {
+            let left: BTreeMap<_, _> = pending
+                .iter()
+                .filter(|(id, _)| !placed.contains_key(*id) && !refused.contains_key(*id))
+                .map(|(id, d)| (id.clone(), d.clone()))
+                .collect();
+            let holding = placed.iter().map(|(id, assignment)| {
+                let demand = &problem.actors[id];
+                Holding { pool: &demand.pool, request: &demand.request, assignment }
+            });
+            let plan = place_pending(&problem.nodes, holding, &left, max);
+            prop_assert!(plan.assignments.len() <= max);
+            let done = plan.assignments.len() + plan.refusals.len() == left.len();
+            placed.extend(plan.assignments);
+            if done {
+                refused = plan.refusals;
+                break;
+            }
+        }
+        prop_assert_eq!(placed, whole.assignments);
+        prop_assert_eq!(refused, whole.refusals);
+    }
+
+    #[test]
     fn same_input_same_plan(problem in arb_problem()) {
         prop_assert_eq!(place(&problem, &Previous::default()), place(&problem, &Previous::default()));
     }
