@@ -68,6 +68,13 @@ fn table(report: &ScaleReport) -> String {
         ),
         ("actors placed and ready", report.actors_placed.to_string()),
         ("time to place them", format!("{:.2} s", report.placement_s)),
+        (
+            "scheduler loop lag while placing, p50 / p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                report.placement_loop_lag_p50_ms, report.placement_loop_lag_p99_ms
+            ),
+        ),
         ("no-op tasks", report.tasks.to_string()),
         ("tasks/s", format!("{:.0}", report.tasks_per_s)),
         (
@@ -127,8 +134,13 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let state = tempfile::tempdir()?;
-    let scheduler_args: Vec<std::ffi::OsString> =
+    // A free loopback port for `/metrics`, from which the run reads the loop's lag.
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut scheduler_args: Vec<std::ffi::OsString> =
         args.scheduler_arg.iter().map(Into::into).collect();
+    scheduler_args.push(format!("--http-listen=127.0.0.1:{metrics_port}").into());
     let (scheduler, url) = spawn_scheduler_exactly(0, state.path(), &scheduler_args);
     let client = Cluster::connect(&url).await?;
     let config = ScaleConfig {
@@ -141,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
         idle_window: Duration::from_secs(args.idle_seconds),
         lost_share: args.lose,
         phase_timeout: Duration::from_secs(300),
+        metrics_port: Some(metrics_port),
     };
     let report = run_scale(&url, scheduler.pid(), &Default::default(), &client, &config).await?;
     print!("{}", table(&report));

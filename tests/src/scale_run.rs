@@ -37,6 +37,9 @@ pub struct ScaleConfig {
     pub lost_share: f64,
     /// Gives up on a phase after this long.
     pub phase_timeout: Duration,
+    /// The scheduler's plain-HTTP port on loopback (`--http-listen`), when the run reads
+    /// the loop's lag from `/metrics` while it places the actors.
+    pub metrics_port: Option<u16>,
 }
 
 impl ScaleConfig {
@@ -53,6 +56,10 @@ pub struct ScaleReport {
     pub actors_placed: u64,
     pub register_s: f64,
     pub placement_s: f64,
+    /// The scheduler loop's lag while it placed them (`resident_scheduler_loop_lag_seconds`,
+    /// read before and after), when `metrics_port` is set.
+    pub placement_loop_lag_p50_ms: f64,
+    pub placement_loop_lag_p99_ms: f64,
     pub tasks: u64,
     pub tasks_per_s: f64,
     /// The scheduler process's CPU time over the task phase, per task.
@@ -102,11 +109,17 @@ pub async fn run_scale(
         "registered"
     );
 
+    let lag_before = loop_lag(config.metrics_port)?;
     let started = Instant::now();
     let pools = create_pools(client, config).await?;
     let total = config.total_actors();
     report.actors_placed = wait_for_ready(client, &pools, total, &HashSet::new(), config).await?;
     report.placement_s = started.elapsed().as_secs_f64();
+    let lag_after = loop_lag(config.metrics_port)?;
+    report.placement_loop_lag_p50_ms =
+        histogram_quantile_between(&lag_before, &lag_after, 0.5) * 1e3;
+    report.placement_loop_lag_p99_ms =
+        histogram_quantile_between(&lag_before, &lag_after, 0.99) * 1e3;
     tracing::info!(
         actors = report.actors_placed,
         seconds = report.placement_s,
@@ -330,6 +343,28 @@ pub fn process_rss_bytes(pid: u32) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))?
         .parse::<u64>()?;
     Ok(kib * 1024)
+}
+
+/// The scheduler loop's lag histogram from `/metrics` on loopback `port` (empty without one).
+fn loop_lag(port: Option<u16>) -> anyhow::Result<Vec<(f64, u64)>> {
+    use std::io::{Read, Write};
+    let Some(port) = port else {
+        return Ok(Vec::new());
+    };
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    anyhow::ensure!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "GET /metrics: {}",
+        response.lines().next().unwrap_or("no answer")
+    );
+    Ok(histogram_buckets(
+        &response,
+        "resident_scheduler_loop_lag_seconds",
+    ))
 }
 
 /// One Prometheus histogram as `/metrics` shows it: `(upper bound, cumulative count)` per

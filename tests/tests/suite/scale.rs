@@ -25,6 +25,7 @@ async fn fifty_agents_place_every_actor_answer_every_task_once_and_survive_losin
         idle_window: Duration::from_secs(1),
         lost_share: 0.1,
         phase_timeout: Duration::from_secs(60),
+        metrics_port: None,
     };
     let report = run_scale(
         &url,
