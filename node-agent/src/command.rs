@@ -100,6 +100,11 @@ pub struct AgentArgs {
     /// outlives the agent. Default: ~/.cache/resident/models.
     #[arg(long, env = "RESIDENT_MODEL_CACHE")]
     model_cache: Option<PathBuf>,
+    /// Keep at most this many GiB of models in --model-cache: after each download the least
+    /// recently used models go, never one an actor of this agent has loaded. Default: no
+    /// limit.
+    #[arg(long, env = "RESIDENT_MODEL_CACHE_MAX_GIB", value_parser = positive_gib)]
+    model_cache_max_gib: Option<f64>,
     /// An S3-compatible endpoint for `s3://` models (MinIO, Ceph); default AWS. Credentials
     /// come from the standard AWS chain (environment, profile, instance or pod role).
     #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
@@ -171,6 +176,9 @@ pub async fn run(
     }
     config.models.dir = args.model_cache.unwrap_or_else(default_model_cache_dir);
     config.models.s3.endpoint = args.s3_endpoint;
+    config.models.max_bytes = args
+        .model_cache_max_gib
+        .map(|gib| (gib * (1u64 << 30) as f64) as u64);
     std::fs::create_dir_all(&config.models.dir)
         .with_context(|| format!("--model-cache {}", config.models.dir.display()))?;
     // By default the node's Hugging Face hub cache; the model cache always.
@@ -346,5 +354,15 @@ mod tests {
             format!("{missing:#}").contains("--labels-file"),
             "{missing:#}"
         );
+    }
+}
+
+/// A size in GiB above zero.
+fn positive_gib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(gib) if gib.is_finite() && gib > 0.0 => Ok(gib),
+        _ => Err(format!(
+            "`{text}` is not a size in GiB above zero (e.g. 200 or 0.5)"
+        )),
     }
 }

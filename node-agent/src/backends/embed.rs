@@ -28,6 +28,8 @@ struct EmbedActor {
     models: Arc<ModelCache>,
     /// Rows embedded so far in a chunk, after each model batch.
     progress: TaskProgress,
+    /// Keeps the model's cache entry from eviction while this actor has it loaded.
+    _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
 }
 
 impl ModelBackend for EmbedActor {
@@ -104,8 +106,10 @@ impl ActorKind for EmbedKind {
             .models
             .local_dir(&config.model, config.model_revision.as_deref())?;
         let device = select_device(context.device.real_gpu())?;
+        let model_in_use = context.models.hold(&config.model);
         Ok(Box::new(EmbedActor {
             embedder: Embedder::load(&config, device, context.roots.clone())?,
+            _model_in_use: model_in_use,
             models: context.models.clone(),
             last_size: None,
             progress: context.progress.clone(),

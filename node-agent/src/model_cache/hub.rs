@@ -74,7 +74,9 @@ pub(super) fn fetch(
     {
         return Ok(snapshot);
     }
-    download(cache, repo, revision)
+    let snapshot = download(cache, repo, revision)?;
+    cache.evict_beyond_limit(&snapshot);
+    Ok(snapshot)
 }
 
 fn lock_name(repo: &str, revision: &str) -> String {

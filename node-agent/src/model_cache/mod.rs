@@ -10,7 +10,12 @@
 //! model already in the cache is re-checked once per agent process before its first use.
 //! S3 models are kept by their manifest digest (`sha256-<digest>/`), so the same files under
 //! two prefixes are one copy, and a pinned model loads from the cache without asking S3.
+//!
+//! With `max_bytes` set (`--model-cache-max-gib`), each download is followed by eviction of
+//! the least recently used models until the cache fits, never one a live actor has loaded
+//! ([`eviction`]).
 
+pub mod eviction;
 mod hub;
 
 use std::collections::HashSet;
@@ -34,6 +39,8 @@ pub struct ModelCacheConfig {
     pub dir: PathBuf,
     /// How to reach S3 for `s3://` models (endpoint, credentials).
     pub s3: S3Options,
+    /// The most bytes of models kept; `None`: no limit.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for ModelCacheConfig {
@@ -41,6 +48,7 @@ impl Default for ModelCacheConfig {
         Self {
             dir: default_model_cache_dir(),
             s3: S3Options::default(),
+            max_bytes: None,
         }
     }
 }
@@ -64,6 +72,8 @@ pub struct ModelCache {
     /// Cache entries checked against their manifest by this process.
     verified: Mutex<HashSet<PathBuf>>,
     downloads: AtomicU64,
+    /// Entries loaded by live actors: never evicted.
+    in_use: eviction::InUse,
 }
 
 fn load_error(message: impl Into<String>) -> BackendError {
@@ -80,6 +90,57 @@ impl ModelCache {
             s3: OnceLock::new(),
             verified: Mutex::new(HashSet::new()),
             downloads: AtomicU64::new(0),
+            in_use: eviction::InUse::default(),
+        }
+    }
+
+    /// Marks the cache entry holding `model_dir` (from [`Self::local_dir`]) as loaded by an
+    /// actor until the guard is dropped, and as used now; `None` for a model outside the
+    /// cache (a local directory).
+    pub fn hold(&self, model_dir: &str) -> Option<eviction::ModelInUse> {
+        let entry = eviction::entry_of(&self.config.dir, Path::new(model_dir))?;
+        eviction::touch(&entry);
+        Some(self.in_use.hold(entry))
+    }
+
+    /// After a download into `fetched`: removes the least recently used models not in use
+    /// until the cache fits its limit (if it has one).
+    fn evict_beyond_limit(&self, fetched: &Path) {
+        let Some(max_bytes) = self.config.max_bytes else {
+            return;
+        };
+        let keep = eviction::entry_of(&self.config.dir, fetched).unwrap_or_default();
+        eviction::touch(&keep);
+        let entries = eviction::list_entries(&self.config.dir, &self.in_use);
+        let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
+        for dir in eviction::entries_to_evict(&entries, max_bytes, &keep) {
+            let name = dir.file_name().unwrap_or_default().to_string_lossy();
+            // Another agent sharing the cache may be fetching or checking it: leave it.
+            let Some(_lock) = self.try_lock(&name) else {
+                continue;
+            };
+            let bytes = entries.iter().find(|e| e.dir == dir).map_or(0, |e| e.bytes);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    total = total.saturating_sub(bytes);
+                    self.verified
+                        .lock()
+                        .expect("verified set")
+                        .retain(|checked| !checked.starts_with(&dir));
+                    tracing::info!(dir = %dir.display(), bytes, "model evicted from the cache (least recently used)");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, dir = %dir.display(), "cannot evict a cached model")
+                }
+            }
+        }
+        if total > max_bytes {
+            tracing::warn!(
+                total_bytes = total,
+                max_bytes,
+                "the model cache stays over --model-cache-max-gib: the rest is loaded by \
+                 actors or was just fetched; raise the limit"
+            );
         }
     }
 
@@ -119,6 +180,19 @@ impl ModelCache {
         Ok(self
             .s3
             .get_or_init(|| runtime.block_on(S3Client::connect(&self.config.s3))))
+    }
+
+    /// The cache's lock for `name` if no one holds it now.
+    fn try_lock(&self, name: &str) -> Option<File> {
+        let path = self.config.dir.join(".locks").join(format!("{name}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()?;
+        file.try_lock().ok()?;
+        Some(file)
     }
 
     /// Holds the cache's lock for `name` until dropped (the OS releases it with the file).
@@ -232,6 +306,7 @@ impl ModelCache {
         })?;
         self.downloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(%source, dir = %dir.display(), seconds = started.elapsed().as_secs_f64(), "model downloaded and checked");
+        self.evict_beyond_limit(&dir);
         Ok(dir)
     }
 

@@ -82,6 +82,70 @@ fn resolve_together(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// Three variants of the fixture model (its files plus a marker file, so three digests)
+/// pushed to the server, in a directory that lives as long as the caller keeps it.
+fn three_variants(server: &S3Server) -> (tempfile::TempDir, Vec<String>) {
+    let work = tempfile::tempdir().unwrap();
+    let mut specs = Vec::new();
+    for name in ["a", "b", "c"] {
+        let dir = work.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in std::fs::read_dir(minilm_dir()).unwrap().flatten() {
+            if file.file_type().unwrap().is_file() {
+                std::fs::copy(file.path(), dir.join(file.file_name())).unwrap();
+            }
+        }
+        std::fs::write(dir.join("variant.txt"), name).unwrap();
+        let spec = format!("s3://models/{name}/");
+        push(server, dir.to_str().unwrap(), &spec);
+        specs.push(spec);
+    }
+    (work, specs)
+}
+
+/// `--model-cache-max-gib`: a download past the limit evicts the least recently used model,
+/// but never one an actor has loaded (held), nor the one just fetched.
+#[test]
+fn the_model_cache_evicts_the_least_recently_used_model_but_never_a_loaded_one() {
+    init_logging();
+    let server = S3Server::start(&["models"]);
+    let (_work, specs) = three_variants(&server);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let one_model = ModelManifest::of_dir(Path::new(&minilm_dir()))
+        .unwrap()
+        .total_bytes();
+    let cache = ModelCache::new(ModelCacheConfig {
+        dir: cache_dir.path().to_owned(),
+        s3: server.options(),
+        // Room for two models and a half.
+        max_bytes: Some(one_model * 5 / 2),
+    });
+    let fetch = |spec: &str| cache.local_dir(spec, None).unwrap();
+    // An actor loads A and keeps it; B is fetched and used after it, so A is the least
+    // recently used.
+    let a = fetch(&specs[0]);
+    let loaded_a = cache.hold(&a).expect("A is a cache entry");
+    std::thread::sleep(Duration::from_millis(20));
+    let b = fetch(&specs[1]);
+    drop(cache.hold(&b));
+    std::thread::sleep(Duration::from_millis(20));
+    let c = fetch(&specs[2]);
+    assert!(Path::new(&a).is_dir(), "A is loaded: it stays");
+    assert!(!Path::new(&b).exists(), "B, not loaded, went for C");
+    assert!(Path::new(&c).is_dir(), "C was just fetched");
+    assert_eq!(cache.downloads(), 3);
+
+    // Once A's actor is gone, A is the least recently used and goes for B.
+    drop(loaded_a);
+    let b_again = fetch(&specs[1]);
+    assert_eq!(cache.downloads(), 4, "B was fetched again");
+    assert!(!Path::new(&a).exists(), "A went");
+    assert!(Path::new(&b_again).is_dir() && Path::new(&c).is_dir());
+    assert_eq!(cache_entries(cache_dir.path()).len(), 2, "two models fit");
+}
+
 #[test]
 fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models() {
     init_logging();
@@ -95,6 +159,7 @@ fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models()
     let config = ModelCacheConfig {
         dir: cache_dir.path().to_owned(),
         s3: server.options(),
+        max_bytes: None,
     };
     let spec = "s3://models/minilm/";
     let entry = cache_dir.path().join(format!("sha256-{digest}"));
@@ -148,6 +213,7 @@ fn the_model_cache_downloads_once_checks_every_byte_and_refuses_changed_models()
     let fresh = ModelCache::new(ModelCacheConfig {
         dir: fresh_dir.path().to_owned(),
         s3: server.options(),
+        max_bytes: None,
     });
     let other = "0".repeat(64);
     let error = fresh.local_dir(spec, Some(&other)).unwrap_err().to_string();
