@@ -338,6 +338,16 @@ pub fn agent_main(name: &'static str, kinds: ActorKindRegistry) -> std::process:
     }
 }
 
+/// A size in GiB above zero.
+fn positive_gib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(gib) if gib.is_finite() && gib > 0.0 => Ok(gib),
+        _ => Err(format!(
+            "`{text}` is not a size in GiB above zero (e.g. 200 or 0.5)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -355,14 +365,13 @@ mod tests {
             "{missing:#}"
         );
     }
-}
 
-/// A size in GiB above zero.
-fn positive_gib(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(gib) if gib.is_finite() && gib > 0.0 => Ok(gib),
-        _ => Err(format!(
-            "`{text}` is not a size in GiB above zero (e.g. 200 or 0.5)"
-        )),
+    #[test]
+    fn a_cache_limit_is_a_positive_number_of_gib() {
+        assert_eq!(super::positive_gib("0.5"), Ok(0.5));
+        for bad in ["0", "-3", "many", "NaN", "inf"] {
+            let refusal = super::positive_gib(bad).unwrap_err();
+            assert!(refusal.contains("above zero"), "{refusal}");
+        }
     }
 }
