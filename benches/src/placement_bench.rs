@@ -69,13 +69,31 @@ struct SimulatedNode {
     gpus: Vec<pb::GpuInfo>,
 }
 
-/// How many actors the loop has asked the nodes to start, in all.
-#[derive(Default)]
-struct Started(AtomicU64);
+/// How many actors the loop has asked the nodes to start, in all, and how many each node
+/// hosts now.
+struct Started {
+    total: AtomicU64,
+    hosted: Vec<AtomicU64>,
+}
 
 impl Started {
+    fn new(nodes: usize) -> Self {
+        Self {
+            total: AtomicU64::new(0),
+            hosted: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
     fn count(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.total.load(Ordering::SeqCst)
+    }
+
+    /// The actors the first `nodes` nodes host now.
+    fn hosted_by_first(&self, nodes: usize) -> u64 {
+        self.hosted[..nodes]
+            .iter()
+            .map(|count| count.load(Ordering::SeqCst))
+            .sum()
     }
 }
 
@@ -149,7 +167,7 @@ async fn play_agents(
                         node.actors
                             .push((start.actor_id.clone(), start.incarnation));
                         reports.push(ready(&start.actor_id, start.incarnation));
-                        started.0.fetch_add(1, Ordering::SeqCst);
+                        started.total.fetch_add(1, Ordering::SeqCst);
                     }
                     Some(pb::scheduler_message::Body::StopActor(stop)) => {
                         node.actors.retain(|(id, _)| *id != stop.actor_id);
@@ -157,6 +175,7 @@ async fn play_agents(
                     _ => {}
                 }
             }
+            started.hosted[index].store(node.actors.len() as u64, Ordering::SeqCst);
             for report in reports {
                 let message = pb::agent_message::Body::ActorReport(report);
                 let _ = handle.send(agent_message(node.session, message)).await;
@@ -304,7 +323,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("registered {} nodes in {register_s:.2} s", args.nodes);
     let sessions: Vec<SessionId> = nodes.iter().map(|n| n.session).collect();
 
-    let started = Arc::new(Started::default());
+    let started = Arc::new(Started::new(args.nodes));
     let stop_agents = Arc::new(AtomicBool::new(false));
     let agents = tokio::spawn(play_agents(
         handle.clone(),
@@ -350,7 +369,7 @@ async fn main() -> anyhow::Result<()> {
 
     let lose = ((args.nodes as f64 * args.lose).ceil() as usize).min(args.nodes);
     let before = started.count();
-    let lost_actors = total * lose as u64 / args.nodes.max(1) as u64;
+    let lost_actors = started.hosted_by_first(lose);
     let losing = Instant::now();
     let (_, replacing) = probed(&handle, &registry, async {
         for &session in sessions.iter().take(lose) {

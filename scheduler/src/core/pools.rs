@@ -432,18 +432,17 @@ impl Core {
             self.start_actor(&id, assignment);
         }
         for (id, refusal) in plan.refusals {
+            // Only pending actors are planned.
             let actor = self.actors.get_mut(&id).expect("planned actor exists");
-            if actor.state == ActorState::Pending {
-                let reason = refusal.to_string();
-                if actor.unplaced_reason != reason {
-                    self.metrics.events.record(
-                        "pool",
-                        actor.pool.as_str(),
-                        format!("cannot place an actor: {reason}"),
-                    );
-                }
-                actor.unplaced_reason = reason;
+            let reason = refusal.to_string();
+            if actor.unplaced_reason != reason {
+                self.metrics.events.record(
+                    "pool",
+                    actor.pool.as_str(),
+                    format!("cannot place an actor: {reason}"),
+                );
             }
+            actor.unplaced_reason = reason;
         }
     }
 
@@ -486,16 +485,23 @@ impl Core {
     /// is no longer placed).
     pub(super) fn assign(&mut self, id: &ActorId, assignment: placement::Assignment) {
         let actor = self.actors.get_mut(id).expect("actor exists");
-        if let Some(before) = &actor.assignment
-            && let Some(here) = self.hosted.get_mut(&before.node)
-        {
-            here.remove(id);
+        if let Some(before) = actor.assignment.take() {
+            self.unhost(id, &before.node);
         }
         self.hosted
             .entry(assignment.node.clone())
             .or_default()
             .insert(id.clone());
-        actor.assignment = Some(assignment);
+        self.actors.get_mut(id).expect("actor exists").assignment = Some(assignment);
+    }
+
+    fn unhost(&mut self, id: &ActorId, node: &resident_proto::NodeId) {
+        if let Some(here) = self.hosted.get_mut(node) {
+            here.remove(id);
+            if here.is_empty() {
+                self.hosted.remove(node);
+            }
+        }
     }
 
     /// The actors with an assignment on `node`.
@@ -518,12 +524,7 @@ impl Core {
                 {
                     self.metrics
                         .forget_actor(actor.pool.as_str(), id.as_str(), left.node.as_str());
-                    if let Some(here) = self.hosted.get_mut(&left.node) {
-                        here.remove(id);
-                        if here.is_empty() {
-                            self.hosted.remove(&left.node);
-                        }
-                    }
+                    self.unhost(id, &left.node);
                 }
                 self.refresh_dispatchable(id);
             }

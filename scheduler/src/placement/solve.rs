@@ -165,8 +165,7 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
 /// [`place`], with `share_rankings: false` ranking the whole fleet again for every actor:
 /// the plain definition that the tests hold the shared rankings to.
 fn place_in_runs(problem: &Problem, previous: &Previous, share_rankings: bool) -> Plan {
-    let mut order: Vec<(&ActorId, &ActorDemand)> = problem.actors.iter().collect();
-    order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
+    let order = creation_order(&problem.actors);
 
     let mut usage = Usage::new(&problem.nodes);
     let mut plan = Plan::default();
@@ -222,8 +221,7 @@ pub fn place_pending<'a>(
     for held in holding {
         usage.take(held.pool, held.request, held.assignment);
     }
-    let mut order: Vec<(&ActorId, &ActorDemand)> = pending.iter().collect();
-    order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
+    let order = creation_order(pending);
     let mut plan = Plan::default();
     let budget = PlacementBudget {
         share_rankings: true,
@@ -231,6 +229,13 @@ pub fn place_pending<'a>(
     };
     place_new_actors(nodes, &mut usage, &order, budget, &mut plan);
     plan
+}
+
+/// Actors in the order they are placed: creation order, then id.
+fn creation_order(actors: &BTreeMap<ActorId, ActorDemand>) -> Vec<(&ActorId, &ActorDemand)> {
+    let mut order: Vec<(&ActorId, &ActorDemand)> = actors.iter().collect();
+    order.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
+    order
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -263,10 +268,8 @@ fn place_new_actors(
             if plan.assignments.len() >= budget.max_assignments {
                 break 'runs;
             }
-            match ranking.take_best(&nodes, demand, usage, &mut scratch) {
+            match ranking.place_one(&nodes, demand, usage, &mut scratch) {
                 Some(assignment) => {
-                    usage.add(demand, &assignment);
-                    ranking.rescore(&nodes, demand, &assignment.node, usage, &mut scratch);
                     plan.assignments.insert(actor.clone(), assignment);
                 }
                 None => unplaced.push((actor, demand)),
@@ -319,12 +322,13 @@ impl NodeRanking {
         Self { ranked }
     }
 
-    /// The best node's assignment, taken out of the ranking (see [`Self::rescore`]).
-    fn take_best(
+    /// Places one actor on the best node: takes what it uses into `usage`, and puts the
+    /// node back in the ranking, scored on its new usage, if it still fits.
+    fn place_one(
         &mut self,
         nodes: &[(&NodeId, &NodeCapacity)],
         demand: &ActorDemand,
-        usage: &Usage,
+        usage: &mut Usage,
         scratch: &mut Vec<(VramBytes, u32)>,
     ) -> Option<Assignment> {
         let (_, slot) = self.ranked.pop_first()?;
@@ -332,28 +336,16 @@ impl NodeRanking {
         node_score(demand, slot, node, usage, scratch).expect("a ranked node fits");
         let mut gpus: Vec<u32> = scratch.iter().map(|&(_, index)| index).collect();
         gpus.sort_unstable();
-        Some(Assignment {
+        let assignment = Assignment {
             node: id.clone(),
             gpus,
             share_per_gpu: share_per_gpu(demand.request.gpus),
-        })
-    }
-
-    /// Puts the node that just took an actor back, scored on its new usage, if it still fits.
-    fn rescore(
-        &mut self,
-        nodes: &[(&NodeId, &NodeCapacity)],
-        demand: &ActorDemand,
-        node_id: &NodeId,
-        usage: &Usage,
-        scratch: &mut Vec<(VramBytes, u32)>,
-    ) {
-        let Some(slot) = usage.slot(node_id) else {
-            return;
         };
-        if let Some(score) = node_score(demand, slot, nodes[slot].1, usage, scratch) {
+        usage.add(demand, &assignment);
+        if let Some(score) = node_score(demand, slot, node, usage, scratch) {
             self.ranked.insert((score, slot));
         }
+        Some(assignment)
     }
 }
 
