@@ -59,12 +59,7 @@ async fn each_acknowledged_change_is_in_the_store_when_its_answer_arrives() {
 async fn a_finished_jobs_stream_ends_only_once_the_finish_is_stored() {
     let store = Arc::new(MemoryStore::default());
     let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
-    h.add_node("n1", vec![]);
-    h.create_pool(cpu_pool("p", 1, 1));
-    h.load_actors("n1");
-    let (job, mut rx) = h.open_job("p");
-    h.submit(&job, 0..1);
-    let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let (job, mut rx, task) = h.one_task_running();
     h.core.handle(SchedulerCommand::CloseJobInput {
         stream: h.stream(&job),
     });

@@ -21,12 +21,7 @@ fn delete_if_unused(h: &mut Harness, pool: &str) -> Option<String> {
 #[tokio::test(start_paused = true)]
 async fn a_pool_used_by_a_running_job_is_kept_and_deleted_once_unused() {
     let mut h = Harness::new(CoreConfig::for_test());
-    h.add_node("n1", vec![]);
-    h.create_pool(cpu_pool("p", 1, 1));
-    h.load_actors("n1");
-    let (job, _rx) = h.open_job("p");
-    h.submit(&job, 0..1);
-    let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let (job, _rx, task) = h.one_task_running();
     let kept = delete_if_unused(&mut h, "p").expect("kept");
     assert!(kept.contains(&format!("job {job} is running")), "{kept}");
     h.core.handle(SchedulerCommand::CloseJobInput {

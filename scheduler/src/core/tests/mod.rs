@@ -185,6 +185,18 @@ impl Harness {
         others
     }
 
+    /// Node `n1` with pool `p` of one actor (credit 1), loaded, and job `p` with one task,
+    /// which the actor now runs.
+    fn one_task_running(&mut self) -> (JobId, ResultsRx, pb::RunTask) {
+        self.add_node("n1", vec![]);
+        self.create_pool(cpu_pool("p", 1, 1));
+        self.load_actors("n1");
+        let (job, rx) = self.open_job("p");
+        self.submit(&job, 0..1);
+        let task = run_tasks(&sent(self.agent("n1"))).remove(0);
+        (job, rx, task)
+    }
+
     fn open_job(&mut self, pool: &str) -> (JobId, ResultsRx) {
         self.open_job_as(pool, Principal::ANONYMOUS)
     }

@@ -113,12 +113,7 @@ async fn a_poison_input_runs_once_alone_then_fails_and_the_rest_succeed() {
 #[tokio::test(start_paused = true)]
 async fn an_innocent_task_beside_a_crash_succeeds_when_run_alone() {
     let mut h = Harness::new(CoreConfig::for_test());
-    h.add_node("n1", vec![]);
-    h.create_pool(cpu_pool("p", 1, 1));
-    h.load_actors("n1");
-    let (job, mut rx) = h.open_job("p");
-    h.submit(&job, 0..1);
-    let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let (_job, mut rx, task) = h.one_task_running();
     h.crash("n1", &task);
     h.load_actors("n1");
     let again = run_tasks(&sent(h.agent("n1"))).remove(0);
