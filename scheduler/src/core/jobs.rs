@@ -281,6 +281,7 @@ impl Core {
             last_error: String::new(),
             items_running: 0,
             crashes: 0,
+            first_crash: None,
             charge,
         };
         let empty = record.payload.is_empty();

@@ -5,7 +5,8 @@
 //! the suspect is answered), so a second crash can only be its own. A second crash fails
 //! it for good, "this input crashes the model"; a success clears it. One actor per pool is
 //! kept at a time, so a poison input costs the pool one actor's work while it is retried,
-//! never the pool.
+//! never the pool. Once proven, neither crash spends a restart: the first actor's is given
+//! back.
 
 use resident_proto::{ActorId, PoolName, TaskId};
 
@@ -28,9 +29,17 @@ impl Core {
         let task = self.tasks.get_mut(&task_id).expect("exists");
         task.crashes += 1;
         if task.crashes >= 2 {
-            // Proven: the actor's death is the input's doing and costs it no restart.
+            // Proven: the actor's death is the input's doing and costs it no restart, and
+            // the first actor it killed gets its restart back, so a corpus with many poison
+            // inputs never wears a pool out.
             if let Some(actor) = self.actors.get_mut(actor_id) {
                 actor.crash = Some(Crash::OnPoison);
+            }
+            if let Some(first) = task.first_crash.take()
+                && let Some(actor) = self.actors.get_mut(&first)
+                && actor.state != ActorState::Dead
+            {
+                actor.restarts.used = actor.restarts.used.saturating_sub(1);
             }
             let error = format!(
                 "{CRASHES_THE_MODEL}: it crashed {} actors, the last time running alone ({error})",
@@ -41,6 +50,7 @@ impl Core {
             return;
         }
         task.last_error = error;
+        task.first_crash = Some(actor_id.clone());
         let pool = task.pool.clone();
         tracing::warn!(task_id = %task_id, pool = %pool, "an actor crashed on this task; it runs again alone");
         if !self.change_task(task_id, TaskEvent::Lose) {

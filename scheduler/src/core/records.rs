@@ -209,6 +209,9 @@ pub struct TaskRecord {
     pub items_running: u64,
     /// How many actors crashed running it (see `core/quarantine.rs`).
     pub crashes: u32,
+    /// The actor its first crash killed, whose restart is given back once the input is
+    /// proven to crash the model.
+    pub first_crash: Option<ActorId>,
     /// Its payload's bytes in the job's buffer, given back when the record goes (held
     /// only for its `Drop`).
     #[allow(dead_code)]
