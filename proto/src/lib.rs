@@ -23,6 +23,11 @@ pub mod pb {
 /// (payload `pb::TrialRequest`, output `pb::TrialResponse`).
 pub const EMBED_TRIAL_METHOD: &str = "trial";
 
+/// How a task fails for good when its input crashed two actors, the second time running
+/// alone: the start of its error. Jobs tell such inputs apart by it (`resident embed` lists
+/// them as bad records).
+pub const CRASHES_THE_MODEL: &str = "this input crashes the model";
+
 /// gRPC metadata key that refines a status code for clients (what kind of refusal it is).
 pub const ERROR_KIND_METADATA: &str = "resident-error-kind";
 /// [`ERROR_KIND_METADATA`] value of a `FailedPrecondition` that is a placement refusal.

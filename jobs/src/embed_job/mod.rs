@@ -22,8 +22,10 @@ mod parquet_rows;
 #[cfg(feature = "parquet")]
 mod parquet_rows;
 pub mod planner;
+mod poison;
 pub mod reader;
 mod report;
+mod results;
 pub(crate) mod scan;
 pub mod schedule;
 
@@ -39,11 +41,12 @@ use crate::pools::{EmbedActors, PoolRetention};
 use crate::storage::{Location, S3Client, S3Options};
 pub use inputs::InputSet;
 use manifest_store::ManifestStore;
+use output::OutputDir;
 pub use output::OutputDtype;
-use output::{OutputDir, encode_vectors};
 pub use reader::{BadRecord, ReaderOptions};
 pub use report::{PriceTable, Report};
 use report::{ReportBuilder, VectorStats};
+use results::{BodyPlanner, ChunkVectors, ChunkWriter, PendingChunk};
 use schedule::ChunkSchedule;
 
 #[derive(Debug, thiserror::Error)]
@@ -179,66 +182,6 @@ impl Progress {
     }
 }
 
-struct PendingChunk {
-    index: u64,
-    ids: Vec<serde_json::Value>,
-    /// A probe chunk, whose timing sizes the body.
-    probe: bool,
-}
-
-/// Plans the body once the probes this run measures are back.
-struct BodyPlanner {
-    schedule: ChunkSchedule,
-    timings: planner::ProbeTimings,
-    /// Tells the chunk producer the plan; `None` once sent (or for a planned schedule).
-    plan_tx: Option<tokio::sync::oneshot::Sender<(usize, usize)>>,
-    probes_to_measure: usize,
-    actors: usize,
-    total_docs: u64,
-}
-
-impl BodyPlanner {
-    /// Plans the body if its probes are in and it is not planned yet: records the plan in
-    /// `manifest.json` before any body chunk is cut (so a resume cuts the same chunks), then
-    /// tells the producer. Returns the reasoning when it planned.
-    async fn plan_if_due(
-        &mut self,
-        store: &mut ManifestStore<'_>,
-    ) -> Result<Option<String>, JobError> {
-        let total_docs = self.total_docs;
-        let due = self.timings.results() >= self.probes_to_measure
-            && total_docs > self.schedule.probe_docs(total_docs);
-        let Some(tx) = self.plan_tx.take_if(|_| due) else {
-            return Ok(None);
-        };
-        let speeds = self.timings.speeds(self.actors);
-        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
-        let plan = planner::plan_chunk_size(&planner::PlanInput {
-            total_docs: total_docs - self.schedule.probe_docs(total_docs),
-            actor_docs_per_s: speeds,
-            dimension: store.manifest().dim.unwrap_or(0),
-        });
-        let schedule = &mut self.schedule;
-        schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));
-        let manifest = store.manifest_mut();
-        manifest.chunk_size = plan.chunk_size;
-        manifest.chunk_schedule = Some(schedule.clone());
-        store.save().await?;
-        // The producer is gone only if the job is failing; its error tells why.
-        let _ = tx.send((plan.chunk_size, schedule.tail_min));
-        let reasoning = format!(
-            "{} probe chunks of {}, then {}; the last chunks shrink to {} so the actors finish \
-             together",
-            schedule.probe_indexes(total_docs).end,
-            schedule.probe_size,
-            plan.reasoning,
-            schedule.tail_min
-        );
-        tracing::info!(chunk_size = plan.chunk_size, reasoning = %reasoning, "chunk plan");
-        Ok(Some(reasoning))
-    }
-}
-
 /// Runs the job on `cluster` and returns its report (also written to `report.json`).
 pub async fn run_embed_job(
     cluster: &Cluster,
@@ -287,7 +230,7 @@ async fn embed_into(
     let actors = pool.pool.status().await?.actors.len().max(1);
 
     let total_docs = scan.valid_records;
-    let mut plan_reasoning;
+    let plan_reasoning;
     if manifest.chunk_size == 0 && manifest.chunk_schedule.is_none() {
         match config.chunk_size {
             Some(size) => {
@@ -339,9 +282,15 @@ async fn embed_into(
     }
     let reused_chunks = manifest.chunks.len() as u64;
     let done: std::collections::HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
-    let mut done_docs: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
+    let done_docs: u64 = manifest
+        .chunks
+        .iter()
+        .map(|c| c.rows + c.crashed.len() as u64)
+        .sum();
     let reused_docs = done_docs;
-    let mut store = ManifestStore::start(out, manifest, config.manifest_compaction).await?;
+    let file_names: Arc<Vec<String>> =
+        Arc::new(inputs.files.iter().map(|f| f.name.clone()).collect());
+    let store = ManifestStore::start(out, manifest, config.manifest_compaction).await?;
 
     // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
     let window = (actors * 3).max(4);
@@ -372,17 +321,27 @@ async fn embed_into(
         chunks_tx,
         plan_rx,
     );
-    let mut body_planner = BodyPlanner {
-        schedule: schedule.clone(),
-        timings: planner::ProbeTimings::default(),
-        plan_tx,
-        probes_to_measure,
-        actors,
-        total_docs,
+    let mut writer = ChunkWriter {
+        out,
+        store,
+        body_planner: BodyPlanner {
+            schedule: schedule.clone(),
+            timings: planner::ProbeTimings::default(),
+            plan_tx,
+            probes_to_measure,
+            actors,
+            total_docs,
+        },
+        plan_reasoning,
+        builder: ReportBuilder::default(),
+        stats: VectorStats::default(),
+        done_docs,
+        file_names,
+        on_bad_record: config.on_bad_record,
     };
     // A resume that finds every probe done plans at once.
-    if let Some(reasoning) = body_planner.plan_if_due(&mut store).await? {
-        plan_reasoning = reasoning;
+    if let Some(reasoning) = writer.body_planner.plan_if_due(&mut writer.store).await? {
+        writer.plan_reasoning = reasoning;
     }
     let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
     let options = resident_sdk::SubmitOptions {
@@ -395,8 +354,6 @@ async fn embed_into(
         .submit_payloads("embed", payloads, options)
         .await?;
 
-    let mut builder = ReportBuilder::default();
-    let mut stats = VectorStats::default();
     let mut items_running = results.items_running();
     let progress = |done_docs: u64, running_docs: u64| Progress {
         done_docs,
@@ -405,59 +362,64 @@ async fn embed_into(
         reused_docs,
         elapsed: started.elapsed(),
     };
-    loop {
-        let output = tokio::select! {
-            output = results.next() => match output {
-                Some(output) => output?,
-                None => break,
-            },
+    // Chunks with a record that crashes the model, being embedded one record at a time
+    // beside the job (`poison.rs`).
+    let mut salvaging = futures::stream::FuturesUnordered::new();
+    let mut results_done = false;
+    while !(results_done && salvaging.is_empty()) {
+        let (chunk, vectors) = tokio::select! {
+            output = results.next(), if !results_done => {
+                let Some(output) = output else {
+                    results_done = true;
+                    continue;
+                };
+                let output = output?;
+                let chunk = pending
+                    .lock()
+                    .expect("pending chunks")
+                    .remove(&output.seq)
+                    .ok_or_else(|| {
+                        JobError::Output(format!("result for unknown task {}", output.seq))
+                    })?;
+                match &output.output {
+                    Err(error) if poison::crashes_the_model(error) => {
+                        let pool = pool.pool.clone();
+                        salvaging.push(async move {
+                            let salvage =
+                                poison::embed_one_by_one(&pool, chunk.index, &chunk.payload).await;
+                            (chunk, salvage)
+                        });
+                        continue;
+                    }
+                    _ => {}
+                }
+                let embedded =
+                    EmbeddedChunk::from_output(output).map_err(|e| JobError::ChunkFailed {
+                        index: chunk.index,
+                        error: e.to_string(),
+                    })?;
+                (chunk, ChunkVectors::Whole(embedded))
+            }
+            Some((chunk, salvage)) = salvaging.next(), if !salvaging.is_empty() => {
+                (chunk, ChunkVectors::Salvaged(salvage?))
+            }
             Ok(()) = items_running.changed() => {
                 let running_docs = *items_running.borrow_and_update();
-                on_progress(progress(done_docs, running_docs));
+                on_progress(progress(writer.done_docs, running_docs));
                 continue;
             }
         };
-        let chunk = pending
-            .lock()
-            .expect("pending chunks")
-            .remove(&output.seq)
-            .ok_or_else(|| JobError::Output(format!("result for unknown task {}", output.seq)))?;
-        let embedded = EmbeddedChunk::from_output(output).map_err(|e| JobError::ChunkFailed {
-            index: chunk.index,
-            error: e.to_string(),
-        })?;
-        if embedded.stats.count as usize != chunk.ids.len() {
-            return Err(JobError::ChunkFailed {
-                index: chunk.index,
-                error: "row count differs from the chunk".into(),
-            });
-        }
-        store.manifest_mut().check_model_content(
-            &embedded.stats.model_fingerprint,
-            chunk.index,
-            &format!("actor {} on node {}", embedded.actor_id, embedded.node_id),
-        )?;
-        stats.add(&embedded);
-        builder.add_chunk(&embedded);
-        let rows = chunk.ids.len() as u64;
-        let dtype = store.manifest().dtype;
-        let bytes = encode_vectors(&embedded.values, rows, embedded.dim, dtype);
-        let entry = out
-            .write_shard(chunk.index, bytes, &chunk.ids, rows)
-            .await?;
-        store.manifest_mut().dim = Some(embedded.dim);
-        store.record(entry).await?;
-        done_docs += rows;
-        if chunk.probe {
-            let actor = embedded.actor_id.to_string();
-            let micros = embedded.stats.total_micros;
-            body_planner.timings.add(&actor, rows, micros);
-            if let Some(reasoning) = body_planner.plan_if_due(&mut store).await? {
-                plan_reasoning = reasoning;
-            }
-        }
-        on_progress(progress(done_docs, *items_running.borrow()));
+        writer.write(chunk, vectors).await?;
+        on_progress(progress(writer.done_docs, *items_running.borrow()));
     }
+    let ChunkWriter {
+        store,
+        plan_reasoning,
+        builder,
+        stats,
+        file_names,
+        ..
+    } = writer;
     producer
         .await
         .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
@@ -486,13 +448,19 @@ async fn embed_into(
         )),
         (true, true) => None,
     };
+    let (bad_records, bad_records_total) = scan::with_crashed_records(
+        scan.bad_records,
+        scan.bad_records_total,
+        &manifest,
+        &file_names,
+    );
     let actors_info = cluster.list_actors().await?;
     let nodes_info = cluster.list_nodes().await?;
     let report = builder.finish(report::ReportInputs {
         config,
         manifest: &manifest,
-        bad_records: scan.bad_records,
-        bad_records_total: scan.bad_records_total,
+        bad_records,
+        bad_records_total,
         output: report::OutputSummary {
             merged,
             merge_skipped,

@@ -11,6 +11,7 @@ use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
 use super::JobError;
+use super::reader::BadRecord;
 use super::schedule::ChunkSchedule;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
@@ -59,6 +60,10 @@ pub struct ShardEntry {
     pub ids_sha256: String,
     #[serde(default)]
     pub ids_bytes: u64,
+    /// Records of the chunk left out because they crash the model (`embed_job/poison.rs`):
+    /// `rows` counts the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crashed: Vec<BadRecord>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,6 +189,7 @@ impl ShardEntry {
             ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
             ids_sha256: "cd".repeat(32),
             ids_bytes: 12_000,
+            crashed: Vec::new(),
         }
     }
 }
@@ -371,6 +377,7 @@ impl OutputDir {
             ids_bytes: id_lines.len() as u64,
             vectors_file,
             ids_file,
+            crashed: Vec::new(),
         };
         self.write(&entry.vectors_file, vectors).await?;
         self.write(&entry.ids_file, id_lines).await?;

@@ -61,6 +61,8 @@ pub struct RecordReader {
     /// so a pass can skip what the scan found.
     ordinal: u64,
     buffer: Vec<u8>,
+    /// Where the last item was read: the file's index and line (row for Parquet).
+    last_place: (u32, u64),
 }
 
 /// What a pass does about ids that repeat an earlier record's.
@@ -88,6 +90,7 @@ impl RecordReader {
             ids: IdCheck::Off,
             ordinal: 0,
             buffer: Vec::new(),
+            last_place: (0, 0),
         }
     }
 
@@ -102,6 +105,12 @@ impl RecordReader {
             IdCheck::Collect(finder) => finder.finish().map_err(JobError::Input),
             _ => Ok(Vec::new()),
         }
+    }
+
+    /// The file (its index in the input set) and line of the item [`Self::next_item`]
+    /// returned last.
+    pub fn last_place(&self) -> (u32, u64) {
+        self.last_place
     }
 
     fn display_name(&self, index: usize) -> &str {
@@ -132,6 +141,7 @@ impl RecordReader {
                 .as_ref()
                 .map(|c| (c.0, c.2))
                 .expect("set above");
+            self.last_place = (index as u32, line);
             let parsed = match raw {
                 Raw::Blank => continue,
                 Raw::Line => self.parse_line(index, line),
@@ -310,6 +320,34 @@ mod tests {
         assert_eq!(reasons[4], (6, "duplicate id \"a\""));
         assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    #[test]
+    fn every_record_knows_its_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.jsonl"),
+            "{\"id\": 1, \"text\": \"one\"}\n\n{\"id\": 2, \"text\": \"two\"}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("b.txt"), "bad\nthree\n").unwrap();
+        let inputs = InputSet::local(dir.path()).unwrap();
+        let mut reader = RecordReader::new(inputs, ReaderOptions::default());
+        let mut places = Vec::new();
+        while let Some(item) = reader.next_item().unwrap() {
+            if let Item::Record(record) = item {
+                places.push((record.text, reader.last_place()));
+            }
+        }
+        let expected = [
+            ("one", (0, 1)),
+            ("two", (0, 3)),
+            ("bad", (1, 1)),
+            ("three", (1, 2)),
+        ];
+        let expected: Vec<(String, (u32, u64))> =
+            expected.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+        assert_eq!(places, expected);
     }
 
     #[test]

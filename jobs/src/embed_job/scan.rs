@@ -11,8 +11,9 @@ use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};
 use super::reader::{BadRecord, IdCheck, Item, RecordReader};
+use super::results::PendingChunk;
 use super::schedule::{ChunkCutter, ChunkSchedule, NextChunk};
-use super::{BadRecordPolicy, EmbedJobConfig, JobError, PendingChunk};
+use super::{BadRecordPolicy, EmbedJobConfig, JobError};
 
 /// Bad records listed in the report; past this only their count grows, so a corpus of
 /// mostly bad lines cannot fill the client's memory.
@@ -81,12 +82,7 @@ pub(super) fn scan_input(
     bad_records_total += duplicates.len() as u64;
     let room = BAD_RECORDS_LISTED.saturating_sub(bad_records.len());
     bad_records.extend(duplicates.iter().take(room).map(duplicate_bad));
-    let order: std::collections::HashMap<&str, usize> = file_names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (name.as_str(), i))
-        .collect();
-    bad_records.sort_by_key(|b| (order.get(b.file.as_str()).copied(), b.line));
+    sort_by_place(&mut bad_records, &file_names);
     let duplicate_ordinals = Arc::new(duplicates.iter().map(|d| d.ordinal).collect());
     if valid_records == 0 {
         return Err(JobError::Input(format!(
@@ -102,6 +98,32 @@ pub(super) fn scan_input(
         input_fingerprint,
         model_fingerprint,
     })
+}
+
+/// The scan's bad records and those the chunks found to crash the model (this run's and
+/// earlier runs'), in input order, at most [`BAD_RECORDS_LISTED`]; and their count.
+pub(super) fn with_crashed_records(
+    mut bad_records: Vec<BadRecord>,
+    bad_records_total: u64,
+    manifest: &Manifest,
+    file_names: &[String],
+) -> (Vec<BadRecord>, u64) {
+    let crashed = manifest.chunks.iter().flat_map(|chunk| &chunk.crashed);
+    let total = bad_records_total + crashed.clone().count() as u64;
+    let room = BAD_RECORDS_LISTED.saturating_sub(bad_records.len());
+    bad_records.extend(crashed.take(room).cloned());
+    sort_by_place(&mut bad_records, file_names);
+    (bad_records, total)
+}
+
+/// Sorts bad records by their file's place in the input, then by line.
+fn sort_by_place(bad_records: &mut [BadRecord], file_names: &[String]) {
+    let order: HashMap<&str, usize> = file_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), i))
+        .collect();
+    bad_records.sort_by_key(|b| (order.get(b.file.as_str()).copied(), b.line));
 }
 
 /// The earlier run's manifest, if it is for the same input and model; a new one otherwise.
@@ -197,35 +219,35 @@ pub(super) fn spawn_chunk_producer(
             return Ok(());
         };
         // `want` is usize::MAX past the scanned count: no capacity from it there.
-        let capacity = want.min(super::planner::MAX_CHUNK);
-        let (mut ids, mut texts) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
-        let mut flush =
-            |ids: &mut Vec<serde_json::Value>, texts: &mut Vec<String>, index: u64| -> bool {
-                if done.contains(&index) {
-                    ids.clear();
-                    texts.clear();
-                    return true;
-                }
-                let items = texts.len() as u32;
-                let payload = TaskPayload::new(embed_request(std::mem::take(texts), false), items);
-                pending.lock().expect("pending chunks").insert(
-                    seq,
-                    PendingChunk {
-                        index,
-                        ids: std::mem::take(ids),
-                        probe: schedule.is_probe(index),
-                    },
-                );
-                seq += 1;
-                chunks.blocking_send(payload).is_ok()
-            };
+        let mut buffer = ChunkBuffer::with_capacity(want.min(super::planner::MAX_CHUNK));
+        let mut flush = |buffer: &mut ChunkBuffer, index: u64| -> bool {
+            if done.contains(&index) {
+                buffer.clear();
+                return true;
+            }
+            let items = buffer.texts.len() as u32;
+            let bytes = embed_request(std::mem::take(&mut buffer.texts), false);
+            pending.lock().expect("pending chunks").insert(
+                seq,
+                PendingChunk {
+                    index,
+                    ids: std::mem::take(&mut buffer.ids),
+                    places: std::mem::take(&mut buffer.places),
+                    payload: bytes.clone(),
+                    probe: schedule.is_probe(index),
+                },
+            );
+            seq += 1;
+            chunks.blocking_send(TaskPayload::new(bytes, items)).is_ok()
+        };
         loop {
             match reader.next_item()? {
                 Some(Item::Record(record)) => {
-                    ids.push(record.id);
-                    texts.push(record.text);
-                    if ids.len() == want {
-                        if !flush(&mut ids, &mut texts, index) {
+                    buffer.ids.push(record.id);
+                    buffer.texts.push(record.text);
+                    buffer.places.push(reader.last_place());
+                    if buffer.ids.len() == want {
+                        if !flush(&mut buffer, index) {
                             return Ok(());
                         }
                         index += 1;
@@ -239,11 +261,34 @@ pub(super) fn spawn_chunk_producer(
                 None => break,
             }
         }
-        if !ids.is_empty() {
-            flush(&mut ids, &mut texts, index);
+        if !buffer.ids.is_empty() {
+            flush(&mut buffer, index);
         }
         Ok(())
     })
+}
+
+/// The records of the chunk being cut.
+struct ChunkBuffer {
+    ids: Vec<serde_json::Value>,
+    texts: Vec<String>,
+    places: Vec<(u32, u64)>,
+}
+
+impl ChunkBuffer {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(capacity),
+            texts: Vec::with_capacity(capacity),
+            places: Vec::with_capacity(capacity),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.texts.clear();
+        self.places.clear();
+    }
 }
 
 /// The next chunk's size, waiting for the body's plan when the cutter needs it; `None` when

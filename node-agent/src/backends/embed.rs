@@ -18,6 +18,21 @@ use crate::model_cache::ModelCache;
 
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
+/// Fault injection, for testing how a job survives an input that crashes the model: when
+/// this variable is set in the agent's environment, its embed actors panic on any chunk
+/// with a text containing its value.
+pub const PANIC_ON_TEXT_ENV: &str = "RESIDENT_FAULT_PANIC_ON_TEXT";
+
+/// Panics if a text of the `EmbedRequest` in `payload` contains `marker`.
+fn panic_on_marked_text(marker: Option<&str>, payload: &[u8]) {
+    let Some(marker) = marker else { return };
+    if let Ok(request) = pb::EmbedRequest::decode(payload)
+        && request.texts.iter().any(|text| text.contains(marker))
+    {
+        panic!("a text contains `{marker}` ({PANIC_ON_TEXT_ENV})");
+    }
+}
+
 pub struct EmbedKind;
 
 struct EmbedActor {
@@ -30,6 +45,8 @@ struct EmbedActor {
     progress: TaskProgress,
     /// Keeps the model's cache entry from eviction while this actor has it loaded.
     _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
+    /// [`PANIC_ON_TEXT_ENV`]'s value, when set.
+    panic_marker: Option<Arc<str>>,
 }
 
 impl ModelBackend for EmbedActor {
@@ -39,6 +56,7 @@ impl ModelBackend for EmbedActor {
 
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
         self.last_size = None;
+        panic_on_marked_text(self.panic_marker.as_deref(), payload);
         let progress = &self.progress;
         Ok(self
             .embedder
@@ -69,8 +87,10 @@ impl ModelBackend for EmbedActor {
 
     fn preparer(&self) -> Option<Preparer> {
         let preparer = self.embedder.preparer();
+        let marker = self.panic_marker.clone();
         Some(Arc::new(
             move |payload: &[u8]| -> Result<Prepared, BackendError> {
+                panic_on_marked_text(marker.as_deref(), payload);
                 Ok(Box::new(preparer.prepare(payload)?))
             },
         ))
@@ -113,6 +133,10 @@ impl ActorKind for EmbedKind {
             models: context.models.clone(),
             last_size: None,
             progress: context.progress.clone(),
+            panic_marker: std::env::var(PANIC_ON_TEXT_ENV)
+                .ok()
+                .filter(|marker| !marker.is_empty())
+                .map(Arc::from),
         }))
     }
 }

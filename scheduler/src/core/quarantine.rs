@@ -15,7 +15,7 @@ use super::records::{Crash, Quarantine};
 use crate::state::{ActorState, TaskEvent};
 
 /// How a task that crashed its actor twice fails.
-pub const CRASHES_THE_MODEL: &str = "this input crashes the model";
+pub use resident_proto::CRASHES_THE_MODEL;
 
 impl Core {
     /// The task's actor crashed running it: the first time it waits to run alone, the

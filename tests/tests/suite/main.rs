@@ -21,6 +21,7 @@ mod embed_s3;
 mod in_process_cluster;
 mod model_delivery;
 mod observability;
+mod poison_records;
 mod process_faults;
 mod readme_sdk;
 mod scale;

@@ -1,0 +1,211 @@
+//! The job's writing side: each chunk the pool answers becomes a shard, recorded in the
+//! manifest's journal, and its probe timings plan the body.
+
+use std::sync::Arc;
+
+use resident_sdk::{Bytes, EmbeddedChunk};
+
+use super::manifest_store::ManifestStore;
+use super::output::{OutputDir, encode_vectors};
+use super::poison::Salvage;
+use super::reader::BadRecord;
+use super::report::{ReportBuilder, VectorStats};
+use super::schedule::{self, ChunkSchedule};
+use super::{BadRecordPolicy, JobError, planner};
+
+/// A chunk sent to the pool and not answered yet.
+pub(super) struct PendingChunk {
+    pub index: u64,
+    pub ids: Vec<serde_json::Value>,
+    /// Where each record was read: its file's index in the input set, and its line.
+    pub places: Vec<(u32, u64)>,
+    /// The task's payload (shared with the task, not copied): re-read when a record of the
+    /// chunk crashes the model.
+    pub payload: Bytes,
+    /// A probe chunk, whose timing sizes the body.
+    pub probe: bool,
+}
+
+/// Plans the body once the probes this run measures are back.
+pub(super) struct BodyPlanner {
+    pub schedule: ChunkSchedule,
+    pub timings: planner::ProbeTimings,
+    /// Tells the chunk producer the plan; `None` once sent (or for a planned schedule).
+    pub plan_tx: Option<tokio::sync::oneshot::Sender<(usize, usize)>>,
+    pub probes_to_measure: usize,
+    pub actors: usize,
+    pub total_docs: u64,
+}
+
+impl BodyPlanner {
+    /// Plans the body if its probes are in and it is not planned yet: records the plan in
+    /// `manifest.json` before any body chunk is cut (so a resume cuts the same chunks), then
+    /// tells the producer. Returns the reasoning when it planned.
+    pub async fn plan_if_due(
+        &mut self,
+        store: &mut ManifestStore<'_>,
+    ) -> Result<Option<String>, JobError> {
+        let total_docs = self.total_docs;
+        let due = self.timings.results() >= self.probes_to_measure
+            && total_docs > self.schedule.probe_docs(total_docs);
+        let Some(tx) = self.plan_tx.take_if(|_| due) else {
+            return Ok(None);
+        };
+        let speeds = self.timings.speeds(self.actors);
+        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+        let plan = planner::plan_chunk_size(&planner::PlanInput {
+            total_docs: total_docs - self.schedule.probe_docs(total_docs),
+            actor_docs_per_s: speeds,
+            dimension: store.manifest().dim.unwrap_or(0),
+        });
+        let schedule = &mut self.schedule;
+        schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));
+        let manifest = store.manifest_mut();
+        manifest.chunk_size = plan.chunk_size;
+        manifest.chunk_schedule = Some(schedule.clone());
+        store.save().await?;
+        // The producer is gone only if the job is failing; its error tells why.
+        let _ = tx.send((plan.chunk_size, schedule.tail_min));
+        let reasoning = format!(
+            "{} probe chunks of {}, then {}; the last chunks shrink to {} so the actors finish \
+             together",
+            schedule.probe_indexes(total_docs).end,
+            schedule.probe_size,
+            plan.reasoning,
+            schedule.tail_min
+        );
+        tracing::info!(chunk_size = plan.chunk_size, reasoning = %reasoning, "chunk plan");
+        Ok(Some(reasoning))
+    }
+}
+
+impl BodyPlanner {
+    /// A probe chunk that will bring no timing (a record of it crashed the model): the
+    /// body is planned from the others.
+    pub fn probe_lost(&mut self) {
+        self.probes_to_measure = self.probes_to_measure.saturating_sub(1);
+    }
+}
+
+/// A chunk's vectors as the pool gave them back.
+pub(super) enum ChunkVectors {
+    /// The whole chunk, from one task.
+    Whole(EmbeddedChunk),
+    /// Its records one by one, some of which crash the model (`poison.rs`).
+    Salvaged(Salvage),
+}
+
+/// Writes answered chunks as shards and records them, keeping the report's tallies.
+pub(super) struct ChunkWriter<'a> {
+    pub out: &'a OutputDir,
+    pub store: ManifestStore<'a>,
+    pub body_planner: BodyPlanner,
+    pub plan_reasoning: String,
+    pub builder: ReportBuilder,
+    pub stats: VectorStats,
+    /// Documents written or found to crash the model (this run's and reused ones).
+    pub done_docs: u64,
+    /// The input's file names, by index, for the places of records that crash the model.
+    pub file_names: Arc<Vec<String>>,
+    pub on_bad_record: BadRecordPolicy,
+}
+
+impl ChunkWriter<'_> {
+    /// Writes `chunk`'s shard from its vectors and records it in the manifest.
+    pub async fn write(
+        &mut self,
+        chunk: PendingChunk,
+        vectors: ChunkVectors,
+    ) -> Result<(), JobError> {
+        let (pieces, kept, crashed) = match vectors {
+            ChunkVectors::Whole(embedded) => {
+                if embedded.stats.count as usize != chunk.ids.len() {
+                    return Err(JobError::ChunkFailed {
+                        index: chunk.index,
+                        error: "row count differs from the chunk".into(),
+                    });
+                }
+                (vec![embedded], None, Vec::new())
+            }
+            ChunkVectors::Salvaged(salvage) => {
+                let crashed = self.crashed_records(&chunk, &salvage.crashed)?;
+                if chunk.probe {
+                    self.body_planner.probe_lost();
+                }
+                (salvage.pieces, Some(salvage.kept), crashed)
+            }
+        };
+        let mut values = Vec::new();
+        for piece in &pieces {
+            self.store.manifest_mut().check_model_content(
+                &piece.stats.model_fingerprint,
+                chunk.index,
+                &format!("actor {} on node {}", piece.actor_id, piece.node_id),
+            )?;
+            self.stats.add(piece);
+            self.builder.add_chunk(piece);
+            values.extend_from_slice(&piece.values);
+        }
+        let ids = match &kept {
+            None => chunk.ids.clone(),
+            Some(kept) => kept.iter().map(|&i| chunk.ids[i].clone()).collect(),
+        };
+        let rows = ids.len() as u64;
+        let dim = match pieces.first() {
+            Some(piece) => piece.dim,
+            None => self.store.manifest().dim.unwrap_or(0),
+        };
+        let dtype = self.store.manifest().dtype;
+        let bytes = encode_vectors(&values, rows, dim, dtype);
+        let mut entry = self.out.write_shard(chunk.index, bytes, &ids, rows).await?;
+        entry.crashed = crashed;
+        if !pieces.is_empty() {
+            self.store.manifest_mut().dim = Some(dim);
+        }
+        self.store.record(entry).await?;
+        self.done_docs += chunk.ids.len() as u64;
+        if chunk.probe && kept.is_none() {
+            let piece = &pieces[0];
+            let micros = piece.stats.total_micros;
+            self.body_planner
+                .timings
+                .add(&piece.actor_id.to_string(), rows, micros);
+        }
+        if chunk.probe
+            && let Some(reasoning) = self.body_planner.plan_if_due(&mut self.store).await?
+        {
+            self.plan_reasoning = reasoning;
+        }
+        Ok(())
+    }
+
+    /// The bad records of a chunk's records that crash the model; under
+    /// `--on-bad-record fail`, the error naming the first.
+    fn crashed_records(
+        &self,
+        chunk: &PendingChunk,
+        crashed: &[(usize, String)],
+    ) -> Result<Vec<BadRecord>, JobError> {
+        let records: Vec<BadRecord> = crashed
+            .iter()
+            .map(|(position, error)| {
+                let (file, line) = chunk.places[*position];
+                BadRecord {
+                    file: self.file_names[file as usize].clone(),
+                    line,
+                    reason: error.clone(),
+                }
+            })
+            .collect();
+        match records.first() {
+            Some(first) if self.on_bad_record == BadRecordPolicy::Fail => {
+                Err(JobError::BadRecord {
+                    file: first.file.clone(),
+                    line: first.line,
+                    reason: first.reason.clone(),
+                })
+            }
+            _ => Ok(records),
+        }
+    }
+}
