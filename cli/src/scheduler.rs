@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use resident_scheduler::auth::{AuthGate, watch_auth_file};
 use resident_scheduler::core::{CoreConfig, SchedulerCommand};
-use resident_scheduler::http::serve_http;
+use resident_scheduler::http::{HttpLimits, serve_http};
 use resident_scheduler::server::{ServerSecurity, TlsIdentity, start_scheduler};
 use resident_scheduler::store::RedbStore;
 
@@ -44,6 +44,13 @@ pub struct SchedulerArgs {
     /// any role that may read).
     #[arg(long, env = "RESIDENT_HTTP_LISTEN")]
     http_listen: Option<String>,
+    /// Connections the HTTP port serves at once; more wait to be accepted.
+    #[arg(long, env = "RESIDENT_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    http_max_connections: u32,
+    /// The longest an HTTP client may take over its TLS handshake, or to send a request's
+    /// headers: a client that trickles them (slowloris) is cut off after this.
+    #[arg(long, env = "RESIDENT_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    http_header_timeout_ms: u64,
     /// Where pools, jobs and task outcomes persist across restarts.
     #[arg(long, env = "RESIDENT_STATE_DIR", default_value = "resident-state")]
     state_dir: PathBuf,
@@ -82,6 +89,12 @@ pub struct SchedulerArgs {
     /// (RESOURCE_EXHAUSTED).
     #[arg(long, env = "RESIDENT_MAX_JOBS_PER_PRINCIPAL", default_value_t = resident_scheduler::core::DEFAULT_MAX_JOBS_PER_PRINCIPAL)]
     max_jobs_per_principal: usize,
+    /// How long a job whose client stream broke runs on, waiting for the client to
+    /// reattach (the SDK and the CLI do so by themselves), before the rest of it is
+    /// cancelled. Results that finish meanwhile are held for the client, within the job's
+    /// buffer. 0 cancels at once.
+    #[arg(long, env = "RESIDENT_DETACH_GRACE_MS", default_value_t = resident_scheduler::core::DEFAULT_DETACH_GRACE.as_millis() as u64)]
+    detach_grace_ms: u64,
 }
 
 impl SchedulerArgs {
@@ -117,6 +130,7 @@ impl SchedulerArgs {
                 .unwrap_or_else(resident_scheduler::core::default_max_buffered_bytes),
             max_job_buffered_bytes: self.max_job_buffered_bytes,
             max_jobs_per_principal: self.max_jobs_per_principal,
+            detach_grace: Duration::from_millis(self.detach_grace_ms),
             ..CoreConfig::default()
         })
     }
@@ -223,10 +237,16 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let server = start_scheduler(listener, config, Arc::new(store), security, cancel.clone())?;
     if let Some(listener) = http_listener {
         let addr = listener.local_addr()?;
+        let limits = HttpLimits {
+            max_connections: args.http_max_connections as usize,
+            header_timeout: Duration::from_millis(args.http_header_timeout_ms),
+            ..HttpLimits::default()
+        };
         serve_http(
             listener,
             server.handle.clone(),
             &http_security,
+            limits,
             cancel.clone(),
         )?;
         tracing::info!(%addr, "HTTP port: dashboard at /, /metrics, /v1/demand, /healthz");

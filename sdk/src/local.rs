@@ -10,7 +10,7 @@ use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gp
 use resident_node_agent::model_cache::ModelCacheConfig;
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
-use resident_scheduler::http::serve_http;
+use resident_scheduler::http::{HttpLimits, serve_http};
 use resident_scheduler::server::{ServerSecurity, start_scheduler};
 use resident_scheduler::store::{DurableStore, MemoryStore, RedbStore};
 use tokio_util::sync::CancellationToken;
@@ -131,6 +131,7 @@ impl Cluster {
                     listener,
                     server.handle.clone(),
                     &ServerSecurity::open(),
+                    HttpLimits::default(),
                     cancel.clone(),
                 )
                 .map_err(|e| start(e.to_string()))?;

@@ -16,7 +16,7 @@ use crate::state::{ActorEvent, ActorState, Restarts, TaskEvent, TaskState};
 
 /// Outcomes held per job until its client sends their tasks again; more are dropped (those
 /// tasks simply run again).
-const MAX_HELD_OUTCOMES: usize = 65_536;
+pub(super) const MAX_HELD_OUTCOMES: usize = 65_536;
 
 fn reported_shape(start: &pb::StartActor) -> StartShape {
     StartShape {
@@ -265,16 +265,13 @@ impl Core {
                         .jobs
                         .get_mut(&job_id)
                         .filter(|j| j.finished_before_restart.is_some())
-                        && job.held.len() < MAX_HELD_OUTCOMES
                     {
-                        job.held.insert(
-                            key.seq,
-                            HeldOutcome {
-                                output,
-                                actor: actor_id,
-                                run_micros: outcome.run_micros,
-                            },
-                        );
+                        let held = HeldOutcome {
+                            output,
+                            actor: actor_id,
+                            run_micros: outcome.run_micros,
+                        };
+                        job.hold(key.seq, held, MAX_HELD_OUTCOMES, u64::MAX);
                     }
                 }
             }

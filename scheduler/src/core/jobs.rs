@@ -86,10 +86,12 @@ impl Core {
                 live: HashMap::new(),
                 finished_before_restart: None,
                 held: HashMap::new(),
+                held_bytes: 0,
                 method: header.method,
                 results: Some(results),
                 input_closed: false,
                 persisted: JobCounts::default(),
+                detached_since: None,
             },
         );
         Ok(JobStream { job, attachment: 1 })
@@ -140,6 +142,7 @@ impl Core {
             self.store.write(StoreOp::PutJob(job.snapshot()));
         }
         job.attachment += 1;
+        job.detached_since = None;
         job.results = Some(results);
         job.input_closed = false;
         job.method = header.method;
@@ -265,7 +268,7 @@ impl Core {
             None => TaskLifecycle::submitted(&mut job.counts),
         };
         job.live.insert(input.seq, task);
-        let held = job.held.remove(&input.seq);
+        let held = job.take_held(input.seq);
         let record = TaskRecord {
             job: stream.job.clone(),
             seq: input.seq,
@@ -312,11 +315,46 @@ impl Core {
         self.maybe_finish_job(&stream.job);
     }
 
-    /// The client's stream broke or was dropped: what is left of the job is cancelled,
-    /// unless another stream was attached to it meanwhile.
+    /// The client's stream broke or was dropped, and no other stream was attached to the
+    /// job meanwhile. The job runs on for `detach_grace`, so a client that reconnects
+    /// (the SDK does, with `resume_job_id`) finds it. Results that finish meanwhile are
+    /// held for it and counted once (`finish_task`). Past the grace, or with no grace,
+    /// what is left of the job is cancelled (`expire_detached_jobs`).
     pub(super) fn client_gone(&mut self, stream: &JobStream) {
-        if self.attached_job(stream).is_some() {
+        let grace = self.config.detach_grace;
+        let Some(job) = self.attached_job(stream) else {
+            return;
+        };
+        if grace.is_zero() || !job.is_running() {
             self.cancel_job_tasks(&stream.job, "client disconnected");
+            return;
+        }
+        job.results = None;
+        job.detached_since = Some(Instant::now());
+        tracing::info!(job_id = %stream.job, ?grace, "the job's client stream is gone; the job runs on until it reattaches or the grace ends");
+    }
+
+    /// Cancels what is left of each job whose client has been gone longer than the grace.
+    pub(super) fn expire_detached_jobs(&mut self, now: Instant) {
+        let grace = self.config.detach_grace;
+        let expired: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, job)| {
+                job.detached_since
+                    .is_some_and(|since| now.saturating_duration_since(since) >= grace)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for job_id in expired {
+            let job = self.jobs.get_mut(&job_id).expect("listed above");
+            job.detached_since = None;
+            job.clear_held();
+            job.finished_before_restart = None;
+            let why = format!(
+                "client disconnected and did not reattach within {grace:?} (--detach-grace-ms)"
+            );
+            self.cancel_job_tasks(&job_id, &why);
         }
     }
 
@@ -701,6 +739,28 @@ impl Core {
             Ok(output) => pb::task_result::Result::Output(output),
             Err(error) => pb::task_result::Result::Error(error),
         };
+        if job.results.is_none() && job.detached_since.is_some() {
+            // Its client will send this task again: answer it from here, counted once.
+            let end = match &result {
+                pb::task_result::Result::Output(_) => TaskEnd::Succeeded,
+                pb::task_result::Result::Error(_) => TaskEnd::Failed,
+            };
+            job.finished_before_restart
+                .get_or_insert_default()
+                .insert(task.seq, end);
+            // Within the job's buffer: past it the task just runs again when resent.
+            if let (pb::task_result::Result::Output(output), Some(actor)) =
+                (&result, task.last_actor.clone())
+            {
+                let outcome = super::records::HeldOutcome {
+                    output: output.clone(),
+                    actor,
+                    run_micros,
+                };
+                let budget = self.config.max_job_buffered_bytes;
+                job.hold(task.seq, outcome, super::adopt::MAX_HELD_OUTCOMES, budget);
+            }
+        }
         if let Some(results) = &job.results {
             let message = pb::TaskResult {
                 seq: task.seq,
@@ -741,7 +801,9 @@ impl Core {
         } as i32;
         job.status.finished_unix_ms = unix_ms_now();
         let results = job.results.take();
-        job.held.clear();
+        if job.detached_since.is_none() {
+            job.clear_held();
+        }
         tracing::info!(job_id = %job_id, succeeded = job.counts.succeeded, failed = job.counts.failed, "job finished");
         self.store.write(StoreOp::PutJob(job.snapshot()));
         self.end_results_when_durable(results);
@@ -783,7 +845,7 @@ impl Core {
         job.status.state = pb::JobState::Cancelled as i32;
         job.status.finished_unix_ms = unix_ms_now();
         let results = job.results.take();
-        job.held.clear();
+        job.clear_held();
         let pool = PoolName::new(job.status.pool.clone());
         let mine: Vec<TaskId> = self
             .tasks

@@ -68,6 +68,9 @@ pub struct CoreConfig {
     pub max_job_buffered_bytes: u64,
     /// Running jobs one principal may have at once.
     pub max_jobs_per_principal: usize,
+    /// How long a job whose client stream broke runs on, waiting for the client to
+    /// reattach, before what is left of it is cancelled (zero: cancelled at once).
+    pub detach_grace: Duration,
 }
 
 /// A quarter of this machine's memory (4 GiB where it cannot be read).
@@ -77,6 +80,8 @@ pub fn default_max_buffered_bytes() -> u64 {
 
 /// One job's default buffer: 256 MiB.
 pub const DEFAULT_MAX_JOB_BUFFERED_BYTES: u64 = 256 << 20;
+/// How long a job waits for its client to reattach after its stream broke, by default.
+pub const DEFAULT_DETACH_GRACE: Duration = Duration::from_secs(60);
 /// Running jobs one principal may have at once, by default.
 pub const DEFAULT_MAX_JOBS_PER_PRINCIPAL: usize = 64;
 
@@ -101,6 +106,7 @@ impl Default for CoreConfig {
             max_buffered_bytes: default_max_buffered_bytes(),
             max_job_buffered_bytes: DEFAULT_MAX_JOB_BUFFERED_BYTES,
             max_jobs_per_principal: DEFAULT_MAX_JOBS_PER_PRINCIPAL,
+            detach_grace: DEFAULT_DETACH_GRACE,
         }
     }
 }
@@ -119,6 +125,8 @@ impl CoreConfig {
                 max: Duration::from_millis(200),
             },
             reconcile_interval: Duration::from_millis(200),
+            // A broken stream cancels at once unless a test asks for a grace.
+            detach_grace: Duration::ZERO,
             ..Self::default()
         }
     }
@@ -682,6 +690,7 @@ impl Core {
         self.detect_dead_nodes(now);
         self.reconcile_actors(now);
         self.release_due_retries(now);
+        self.expire_detached_jobs(now);
         self.after_commands();
     }
 }

@@ -247,9 +247,12 @@ pub struct JobRecord {
     /// task the client sends again (it never got the result) moves out of its counter
     /// instead of being counted twice.
     pub finished_before_restart: Option<HashMap<u64, TaskEnd>>,
-    /// Outcomes agents held across the restart, by sequence number, until the client sends
-    /// those tasks again (at most `MAX_HELD_OUTCOMES`).
+    /// Outcomes agents held across the restart, or that finished while the client was
+    /// detached, by sequence number, until the client sends those tasks again (see
+    /// [`JobRecord::hold`]). Only through `hold`, `take_held` and `clear_held`, which
+    /// keep `held_bytes`.
     pub held: HashMap<u64, HeldOutcome>,
+    pub held_bytes: u64,
     /// The actor method every task of the job calls (empty = the kind's default).
     pub method: String,
     pub results: Option<JobResults>,
@@ -257,9 +260,43 @@ pub struct JobRecord {
     /// The counters as last written to the store (running jobs are written again when
     /// they differ, at most once per `JOB_FLUSH_PERIOD`).
     pub persisted: JobCounts,
+    /// Since when its client's stream is gone while the job runs on, waiting for the
+    /// client to reattach (`CoreConfig::detach_grace`; `core/jobs.rs::client_gone`).
+    pub detached_since: Option<Instant>,
 }
 
 impl JobRecord {
+    /// Holds an outcome for a task the client will send again, within `max_outcomes` and
+    /// `max_bytes`; past them it is dropped (the task just runs again). Says whether held.
+    pub fn hold(
+        &mut self,
+        seq: u64,
+        outcome: HeldOutcome,
+        max_outcomes: usize,
+        max_bytes: u64,
+    ) -> bool {
+        let bytes = outcome.output.len() as u64;
+        if self.held.len() >= max_outcomes || self.held_bytes + bytes > max_bytes {
+            return false;
+        }
+        if let Some(earlier) = self.held.insert(seq, outcome) {
+            self.held_bytes -= earlier.output.len() as u64;
+        }
+        self.held_bytes += bytes;
+        true
+    }
+
+    pub fn take_held(&mut self, seq: u64) -> Option<HeldOutcome> {
+        let held = self.held.remove(&seq)?;
+        self.held_bytes -= held.output.len() as u64;
+        Some(held)
+    }
+
+    pub fn clear_held(&mut self) {
+        self.held.clear();
+        self.held_bytes = 0;
+    }
+
     /// The status as clients and the store see it.
     pub fn snapshot(&self) -> pb::JobStatus {
         let mut status = self.status.clone();

@@ -217,10 +217,12 @@ impl Core {
                 live: Default::default(),
                 finished_before_restart,
                 held: Default::default(),
+                held_bytes: 0,
                 method: String::new(),
                 results: None,
                 input_closed: true,
                 persisted: counts,
+                detached_since: None,
             };
             self.jobs.insert(job.clone(), record);
             self.remember_finished_job(job);

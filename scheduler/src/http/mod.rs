@@ -7,6 +7,9 @@
 
 mod dashboard;
 mod metrics;
+mod serve;
+
+pub use serve::HttpLimits;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +18,6 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -36,11 +36,12 @@ struct HttpState {
     tls: bool,
 }
 
-/// Serves the HTTP port on `listener` until `cancel` fires.
+/// Serves the HTTP port on `listener` until `cancel` fires, then drains it (`serve.rs`).
 pub fn serve_http(
     listener: TcpListener,
     scheduler: SchedulerHandle,
     security: &ServerSecurity,
+    limits: HttpLimits,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, SchedulerError> {
     let tls = security.tls.as_ref().map(tls_acceptor).transpose()?;
@@ -55,47 +56,9 @@ pub fn serve_http(
         .route("/v1/demand", get(demand))
         .merge(dashboard::routes())
         .with_state(state);
-    Ok(tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = cancel.cancelled() => return,
-            };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "HTTP port: accept failed");
-                    continue;
-                }
-            };
-            let service = TowerToHyperService::new(router.clone());
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let builder = auto::Builder::new(TokioExecutor::new());
-                let served = match tls {
-                    Some(acceptor) => match acceptor.accept(stream).await {
-                        Ok(stream) => {
-                            builder
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await
-                        }
-                        Err(error) => {
-                            tracing::debug!(%peer, %error, "HTTP port: TLS handshake failed");
-                            return;
-                        }
-                    },
-                    None => {
-                        builder
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                    }
-                };
-                if let Err(error) = served {
-                    tracing::debug!(%peer, %error, "HTTP connection ended with an error");
-                }
-            });
-        }
-    }))
+    Ok(tokio::spawn(serve::serve_connections(
+        listener, router, tls, limits, cancel,
+    )))
 }
 
 fn tls_acceptor(identity: &TlsIdentity) -> Result<tokio_rustls::TlsAcceptor, SchedulerError> {

@@ -19,6 +19,9 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     let extra = [
         "--max-job-buffered-bytes".into(),
         job_cap.to_string().into(),
+        // The client that leaves does not come back: its job is cancelled at once.
+        "--detach-grace-ms".into(),
+        "0".into(),
     ];
     let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
     let greedy_pool = cluster

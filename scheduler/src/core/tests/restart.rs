@@ -343,3 +343,93 @@ async fn a_spoofed_adoption_is_stopped_and_changes_no_record() {
         "{audit:?}"
     );
 }
+
+fn with_detach_grace() -> CoreConfig {
+    CoreConfig {
+        detach_grace: Duration::from_secs(30),
+        ..CoreConfig::for_test()
+    }
+}
+
+/// A client stream breaks while the scheduler lives: the job runs on, and a client that
+/// reattaches within the grace gets every result once. A task that finished while it was
+/// away is answered from what was held (not run again) and counted once; one still
+/// running is not run twice.
+#[tokio::test(start_paused = true)]
+async fn a_broken_stream_reattached_within_the_grace_gets_each_result_once() {
+    let mut h = Harness::new(with_detach_grace());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 2));
+    h.load_actors("n1");
+    let (job, _old_rx) = h.open_job("p");
+    h.submit(&job, 0..2);
+    let running = run_tasks(&sent(h.agent("n1")));
+    assert_eq!(running.len(), 2);
+    h.core.handle(SchedulerCommand::ClientGone {
+        stream: h.stream(&job),
+    });
+    h.core.after_commands();
+    assert_eq!(h.job(&job).state, pb::JobState::Running as i32);
+    // Seq 0 finishes while the client is away.
+    let first = running
+        .iter()
+        .find(|t| t.key.as_ref().unwrap().seq == 0)
+        .unwrap();
+    h.outcome("n1", first, Ok("zero"));
+    // Within the grace (and within the node's heartbeat deadline).
+    tokio::time::advance(Duration::from_secs(1)).await;
+    h.tick();
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.submit(&job, 0..2);
+    h.core.handle(SchedulerCommand::CloseJobInput {
+        stream: h.stream(&job),
+    });
+    assert!(
+        run_tasks(&sent(h.agent("n1"))).is_empty(),
+        "neither task runs again"
+    );
+    let second = running
+        .iter()
+        .find(|t| t.key.as_ref().unwrap().seq == 1)
+        .unwrap();
+    h.outcome("n1", second, Ok("one"));
+    let got: Vec<(u64, pb::task_result::Result)> = results(&mut rx)
+        .into_iter()
+        .map(|r| (r.seq, r.result.unwrap()))
+        .collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.contains(&(0, pb::task_result::Result::Output("zero".into()))));
+    assert!(got.contains(&(1, pb::task_result::Result::Output("one".into()))));
+    let status = h.job(&job);
+    assert_eq!(status.state, pb::JobState::Succeeded as i32);
+    assert_eq!((status.submitted, status.succeeded), (2, 2), "{status:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_gone_past_the_grace_has_its_job_cancelled() {
+    let mut h = Harness::new(with_detach_grace());
+    let (job, _rx, _task) = {
+        h.add_node("n1", vec![]);
+        h.create_pool(cpu_pool("p", 1, 1));
+        h.load_actors("n1");
+        let (job, rx) = h.open_job("p");
+        h.submit(&job, 0..1);
+        let task = run_tasks(&sent(h.agent("n1"))).remove(0);
+        (job, rx, task)
+    };
+    h.core.handle(SchedulerCommand::ClientGone {
+        stream: h.stream(&job),
+    });
+    tokio::time::advance(Duration::from_secs(29)).await;
+    h.tick();
+    assert_eq!(h.job(&job).state, pb::JobState::Running as i32);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    h.tick();
+    assert_eq!(h.job(&job).state, pb::JobState::Cancelled as i32);
+    let error = h
+        .resume_job("p", &job, Principal::ANONYMOUS)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("was cancelled"), "{error}");
+}

@@ -1,0 +1,179 @@
+//! The scheduler's HTTP port under slow clients (slowloris): clients that trickle a TLS
+//! handshake or a request's headers one byte at a time. They do not block the dashboard,
+//! and the port cuts them off after `--http-header-timeout-ms`. Past
+//! `--http-max-connections`, new connections wait until a slot frees. Run with TLS and
+//! tokens on, and on plaintext loopback.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use resident_tests::secure::SecureSetup;
+use resident_tests::{free_port, https_get, spawn_scheduler_with};
+
+/// A client that sends `prefix`, then one more byte every 100 ms, until the server closes
+/// the connection. It says whether it is still open, and when it was cut off.
+struct SlowClient {
+    open: Arc<AtomicBool>,
+    /// When the server cut it off; `None` if it never did within a minute.
+    thread: JoinHandle<Option<Instant>>,
+}
+
+impl SlowClient {
+    fn start(port: u16, prefix: &'static [u8], drip: u8) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(prefix).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let flag = open.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut buffer = [0u8; 256];
+            let mut cut = None;
+            while started.elapsed() < Duration::from_secs(60) {
+                let closed = match stream.read(&mut buffer) {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+                    Err(_) => true,
+                };
+                if closed || stream.write_all(&[drip]).is_err() {
+                    cut = Some(Instant::now());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            flag.store(false, Ordering::SeqCst);
+            cut
+        });
+        Self { open, thread }
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the server cuts it off; panics if it never does within a minute.
+    fn cut_off(self) -> Instant {
+        self.thread
+            .join()
+            .unwrap()
+            .expect("the server left a slow client connected for a minute")
+    }
+}
+
+/// A TLS record header announcing a 16 KiB handshake message: at one byte per 100 ms it
+/// would take half an hour to complete.
+const TLS_HELLO_START: &[u8] = &[0x16, 0x03, 0x01, 0x40, 0x00];
+/// A request whose headers never end.
+const HEADERS_START: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
+
+#[test]
+fn slow_tls_handshakes_do_not_block_the_dashboard_and_are_cut_off() {
+    let setup = SecureSetup::new(&[("viewer", "read")]);
+    let http_port = free_port();
+    let (_scheduler, _url) = setup.spawn_scheduler_with(&[
+        "--http-listen".into(),
+        format!("127.0.0.1:{http_port}").into(),
+        "--http-header-timeout-ms".into(),
+        "5000".into(),
+    ]);
+    let slow: Vec<SlowClient> = (0..40)
+        .map(|_| SlowClient::start(http_port, TLS_HELLO_START, 0))
+        .collect();
+    let url = format!("https://127.0.0.1:{http_port}");
+    let (status, body) = https_get(&format!("{url}/"), &setup.ca(), Some(setup.token("viewer")));
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = https_get(
+        &format!("{url}/metrics"),
+        &setup.ca(),
+        Some(setup.token("viewer")),
+    );
+    assert_eq!(status, 200);
+    let still_open = slow.iter().filter(|c| c.is_open()).count();
+    assert!(
+        still_open > 0,
+        "the dashboard answered while slow handshakes held their connections"
+    );
+    let started = Instant::now();
+    for client in slow {
+        client.cut_off();
+    }
+    eprintln!(
+        "slow handshakes cut off {:?} after the check",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn trickled_headers_are_cut_off_and_the_connection_cap_holds_the_rest_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let (_scheduler, _url) = spawn_scheduler_with(
+        free_port(),
+        dir.path(),
+        &[
+            "--http-listen".into(),
+            format!("127.0.0.1:{http_port}").into(),
+            "--http-header-timeout-ms".into(),
+            "1500".into(),
+            "--http-max-connections".into(),
+            "4".into(),
+        ],
+    );
+    wait_for_port(http_port);
+    let slow_since = Instant::now();
+    let slow: Vec<SlowClient> = (0..4)
+        .map(|_| SlowClient::start(http_port, HEADERS_START, b'a'))
+        .collect();
+    // Four slow clients hold every slot: a fifth connection waits until one is cut off,
+    // which is no sooner than the header timeout.
+    let (status, body) = plain_get(http_port, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let waited = slow_since.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "a fifth connection was served after {waited:?}, while four slow ones held every slot"
+    );
+    for client in slow {
+        client.cut_off();
+    }
+    // With the slots free, the port answers at once.
+    assert_eq!(plain_get(http_port, "/healthz").0, 200);
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP port never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `GET path` over plain HTTP/1.1: the status and body.
+fn plain_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
