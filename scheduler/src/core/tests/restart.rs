@@ -408,15 +408,7 @@ async fn a_broken_stream_reattached_within_the_grace_gets_each_result_once() {
 #[tokio::test(start_paused = true)]
 async fn a_client_gone_past_the_grace_has_its_job_cancelled() {
     let mut h = Harness::new(with_detach_grace());
-    let (job, _rx, _task) = {
-        h.add_node("n1", vec![]);
-        h.create_pool(cpu_pool("p", 1, 1));
-        h.load_actors("n1");
-        let (job, rx) = h.open_job("p");
-        h.submit(&job, 0..1);
-        let task = run_tasks(&sent(h.agent("n1"))).remove(0);
-        (job, rx, task)
-    };
+    let (job, _rx, _task) = h.one_task_running();
     h.core.handle(SchedulerCommand::ClientGone {
         stream: h.stream(&job),
     });
