@@ -497,6 +497,11 @@ pub fn parse_npy_f32(bytes: &[u8]) -> (Vec<usize>, Vec<f32>) {
 }
 
 /// The `id` of every line of an `ids.jsonl`.
+/// The `id` of every line of a JSONL file.
+pub fn ids_in_file(path: &std::path::Path) -> Vec<serde_json::Value> {
+    ids_in_jsonl(&std::fs::read_to_string(path).expect("read a JSONL file"))
+}
+
 pub fn ids_in_jsonl(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["id"].clone())

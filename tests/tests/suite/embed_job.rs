@@ -9,19 +9,15 @@ use resident_jobs::embed_job::output::Manifest;
 use resident_jobs::embed_job::schedule::NextChunk;
 use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
+use resident_tests::ids_in_file as ids_of;
 use resident_tests::{
-    assert_has_fields, embed_command, finished_chunks, ids_in_jsonl, init_logging, minilm_dir,
-    parse_npy_f32, read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_for_pause,
-    wait_until,
+    assert_has_fields, embed_command, finished_chunks, init_logging, minilm_dir, parse_npy_f32,
+    read_json, sample, spawn_scheduler, spawn_two_t4_agents, wait_for_pause, wait_until,
 };
 use serde_json::Value;
 
 fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
     parse_npy_f32(&std::fs::read(path).unwrap())
-}
-
-fn ids_of(path: &Path) -> Vec<Value> {
-    ids_in_jsonl(&std::fs::read_to_string(path).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

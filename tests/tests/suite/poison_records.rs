@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use resident_tests::{embed_command, ids_in_jsonl, init_logging, parse_npy_f32, read_json, sample};
+use resident_tests::ids_in_file as ids_of;
+use resident_tests::{embed_command, init_logging, parse_npy_f32, read_json, sample};
 use serde_json::Value;
 
 const MARK: &str = "CRASH-THE-MODEL-HERE";
@@ -29,10 +30,6 @@ fn poisoned_sample(dir: &Path, count: usize, poisoned: &[usize]) -> std::path::P
     let path = dir.join("poisoned.jsonl");
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path
-}
-
-fn ids_of(path: &Path) -> Vec<Value> {
-    ids_in_jsonl(&std::fs::read_to_string(path).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
