@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, TaskId, pb};
+use resident_proto::{ActorId, GpuFraction, JobId, NodeId, PoolName, TaskId, pb};
 
 use super::Core;
 use super::records::{ActorRecord, HeldOutcome};
@@ -189,6 +189,7 @@ impl Core {
                 },
             );
         }
+        self.inherit_runs(&id, &hosted.tasks_in_hand);
         let actor = self.actors.get_mut(&id).expect("adopted actor exists");
         actor.inherited_in_flight = hosted.tasks_in_hand.len() as u32;
         if actor.state == ActorState::Pending {
@@ -246,37 +247,36 @@ impl Core {
             freed_pool = Some(actor.pool.clone());
             self.refresh_dispatchable(&actor_id);
         }
-        let answer = match (outcome.key, outcome.result) {
-            (Some(key), Some(pb::task_outcome::Result::Output(output))) => Some((key, output)),
-            _ => None,
+        let Some(key) = outcome.key else {
+            tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome");
+            if let Some(pool) = freed_pool {
+                self.dispatch_pool(&pool);
+            }
+            return;
         };
-        if let Some((key, output)) = answer {
-            let job_id = resident_proto::JobId::new(key.job_id);
-            let live = self
-                .jobs
-                .get(&job_id)
-                .and_then(|job| job.live.get(&key.seq).copied());
-            match live {
-                Some(task_id) => {
-                    self.answer_queued_task(task_id, output, actor_id, outcome.run_micros)
-                }
-                None => {
-                    if let Some(job) = self
-                        .jobs
-                        .get_mut(&job_id)
-                        .filter(|j| j.finished_before_restart.is_some())
-                    {
-                        let held = HeldOutcome {
-                            output,
-                            actor: actor_id,
-                            run_micros: outcome.run_micros,
-                        };
-                        job.hold(key.seq, held, MAX_HELD_OUTCOMES, u64::MAX);
-                    }
+        let job_id = JobId::new(key.job_id);
+        let live = self.jobs.get_mut(&job_id).and_then(|job| {
+            job.inherited_runs.remove(&key.seq);
+            job.live.get(&key.seq).copied()
+        });
+        match (outcome.result, live) {
+            (Some(pb::task_outcome::Result::Output(output)), Some(task_id)) => {
+                self.answer_queued_task(task_id, output, actor_id, outcome.run_micros)
+            }
+            (Some(pb::task_outcome::Result::Output(output)), None) => {
+                let budget = self.config.max_job_buffered_bytes;
+                if let Some(job) = self.jobs.get_mut(&job_id).filter(|j| j.may_be_resumed()) {
+                    let held = HeldOutcome {
+                        output,
+                        actor: actor_id,
+                        run_micros: outcome.run_micros,
+                    };
+                    job.hold(key.seq, held, MAX_HELD_OUTCOMES, budget);
                 }
             }
-        } else {
-            tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome");
+            // It failed there: a resent task waiting for that run runs here, afresh.
+            (_, Some(task_id)) => self.run_waiting_task(task_id),
+            (_, None) => {}
         }
         if let Some(pool) = freed_pool {
             self.dispatch_pool(&pool);
@@ -306,5 +306,85 @@ impl Core {
         if self.change_task(task_id, TaskEvent::AnsweredEarlier) {
             self.finish_task(task_id, Ok(output), run_micros);
         }
+    }
+
+    /// Notes the tasks adopted actor `actor` still has in hand, so a task its client sends
+    /// again waits for that run. One the client sent again already, still queued, leaves
+    /// the queue to wait too.
+    fn inherit_runs(&mut self, actor: &ActorId, in_hand: &[pb::TaskKey]) {
+        let mut waiting = Vec::new();
+        for key in in_hand {
+            let job_id = JobId::new(key.job_id.clone());
+            let Some(job) = self.jobs.get_mut(&job_id).filter(|j| j.may_be_resumed()) else {
+                continue;
+            };
+            job.inherited_runs.insert(key.seq, actor.clone());
+            waiting.extend(job.live.get(&key.seq).copied());
+        }
+        for task_id in waiting {
+            let Some(task) = self.tasks.get(&task_id) else {
+                continue;
+            };
+            if task.lifecycle.state() == &TaskState::Queued
+                && let Some(pool) = self.pools.get_mut(&task.pool)
+            {
+                pool.queue.retain(|t| *t != task_id);
+            }
+        }
+    }
+
+    /// Whether the task `seq` of `job`, just sent again, should wait for the run an adopted
+    /// actor still has in hand rather than run a second time.
+    pub(super) fn awaits_inherited_run(&self, job: &JobId, seq: u64) -> bool {
+        let Some(actor) = self.jobs.get(job).and_then(|j| j.inherited_runs.get(&seq)) else {
+            return false;
+        };
+        let waits = self
+            .actors
+            .get(actor)
+            .is_some_and(|a| a.inherited_in_flight > 0 && a.assignment.is_some());
+        if waits {
+            tracing::debug!(job_id = %job, seq, actor_id = %actor, "sent again: waits for the run an adopted actor has in hand");
+        }
+        waits
+    }
+
+    /// Adopted actor `actor` will not answer the tasks it had in hand (it was lost): the
+    /// resent tasks that waited for it go to their queues.
+    pub(super) fn release_inherited_runs(&mut self, actor: &ActorId) {
+        let mut waiting = Vec::new();
+        for job in self.jobs.values_mut() {
+            job.inherited_runs.retain(|seq, by| {
+                if by != actor {
+                    return true;
+                }
+                waiting.extend(job.live.get(seq).copied());
+                false
+            });
+        }
+        for task_id in waiting {
+            self.run_waiting_task(task_id);
+        }
+    }
+
+    /// Queues a resent task that waited for an inherited run which will not answer it.
+    fn run_waiting_task(&mut self, task_id: TaskId) {
+        let Some(task) = self
+            .tasks
+            .get(&task_id)
+            .filter(|t| t.lifecycle.state() == &TaskState::Queued)
+        else {
+            return;
+        };
+        let pool = task.pool.clone();
+        match self.pools.get_mut(&pool) {
+            Some(record) if !record.queue.contains(&task_id) => record.queue.push_front(task_id),
+            Some(_) => {}
+            None => {
+                self.fail_task(task_id, format!("pool `{pool}` was deleted"));
+                return;
+            }
+        }
+        self.dispatch_pool(&pool);
     }
 }

@@ -84,9 +84,10 @@ impl Core {
                 counts: JobCounts::default(),
                 attachment: 1,
                 live: HashMap::new(),
-                finished_before_restart: None,
+                finished: Default::default(),
                 held: HashMap::new(),
                 held_bytes: 0,
+                inherited_runs: Default::default(),
                 method: header.method,
                 results: Some(results),
                 input_closed: false,
@@ -252,15 +253,12 @@ impl Core {
         let pool = PoolName::new(job.status.pool.clone());
         let task = TaskId(*next_task);
         *next_task += 1;
-        let earlier = job
-            .finished_before_restart
-            .as_mut()
-            .and_then(|finished| finished.remove(&input.seq));
+        let earlier = job.finished.take(input.seq);
         let items = input.items.max(1);
         let lifecycle = match earlier {
             Some(end) => {
                 if end == TaskEnd::Succeeded {
-                    // Counted before the restart; it is counted again when it succeeds.
+                    // Counted when it ended; it is counted again when it succeeds.
                     job.status.items_done = job.status.items_done.saturating_sub(items.into());
                 }
                 TaskLifecycle::resubmitted(&mut job.counts, end)
@@ -291,6 +289,9 @@ impl Core {
         self.tasks.insert(task, record);
         if empty {
             self.fail_task(task, "invalid argument: task payload is empty".into());
+            return;
+        }
+        if held.is_none() && self.awaits_inherited_run(&stream.job, input.seq) {
             return;
         }
         match self.pools.get_mut(&pool) {
@@ -350,7 +351,7 @@ impl Core {
             let job = self.jobs.get_mut(&job_id).expect("listed above");
             job.detached_since = None;
             job.clear_held();
-            job.finished_before_restart = None;
+            job.finished.clear();
             let why = format!(
                 "client disconnected and did not reattach within {grace:?} (--detach-grace-ms)"
             );
@@ -739,16 +740,15 @@ impl Core {
             Ok(output) => pb::task_result::Result::Output(output),
             Err(error) => pb::task_result::Result::Error(error),
         };
+        let end = match &result {
+            pb::task_result::Result::Output(_) => TaskEnd::Succeeded,
+            pb::task_result::Result::Error(_) => TaskEnd::Failed,
+        };
+        // A client that never reads this result sends the task again: counted once.
+        job.finished.insert(task.seq, end);
         if job.results.is_none() && job.detached_since.is_some() {
-            // Its client will send this task again: answer it from here, counted once.
-            let end = match &result {
-                pb::task_result::Result::Output(_) => TaskEnd::Succeeded,
-                pb::task_result::Result::Error(_) => TaskEnd::Failed,
-            };
-            job.finished_before_restart
-                .get_or_insert_default()
-                .insert(task.seq, end);
-            // Within the job's buffer: past it the task just runs again when resent.
+            // Its client will send this task again: answer it from here, within the job's
+            // buffer (past it the task just runs again when resent).
             if let (pb::task_result::Result::Output(output), Some(actor)) =
                 (&result, task.last_actor.clone())
             {
@@ -846,6 +846,7 @@ impl Core {
         job.status.finished_unix_ms = unix_ms_now();
         let results = job.results.take();
         job.clear_held();
+        job.inherited_runs.clear();
         let pool = PoolName::new(job.status.pool.clone());
         let mine: Vec<TaskId> = self
             .tasks

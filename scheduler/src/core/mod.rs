@@ -5,6 +5,7 @@
 mod accounting;
 mod adopt;
 mod demand;
+mod finished;
 mod jobs;
 mod nodes;
 mod pools;

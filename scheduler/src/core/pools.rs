@@ -541,7 +541,7 @@ impl Core {
             actor.pool.as_str(),
             format!("actor {id} lost: {why}"),
         );
-        actor.inherited_in_flight = 0;
+        let had_inherited = std::mem::take(&mut actor.inherited_in_flight) > 0;
         let event = match actor.crash.take() {
             Some(Crash::OnPoison) if event == ActorEvent::Failed => ActorEvent::CrashedOnPoison,
             _ => event,
@@ -551,6 +551,9 @@ impl Core {
         self.change_actor(id, event);
         for task in running {
             self.requeue_lost_task(task, why);
+        }
+        if had_inherited {
+            self.release_inherited_runs(id);
         }
         if self.actors[id].state == ActorState::Dead {
             tracing::warn!(actor_id = %id, reason = why, "actor dead");

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{JobResults, ToAgent};
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
-use crate::state::{ActorState, JobCounts, Restarts, TaskEnd, TaskLifecycle};
+use crate::state::{ActorState, JobCounts, Restarts, TaskLifecycle};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
@@ -243,16 +243,19 @@ pub struct JobRecord {
     /// The job's unfinished tasks by sequence number: a task sent again while it is still
     /// here is not run twice.
     pub live: HashMap<u64, TaskId>,
-    /// For a job restored after a restart: how each task recorded as finished ended, so a
-    /// task the client sends again (it never got the result) moves out of its counter
+    /// How each finished task ended (restored from the outcomes after a restart), so a
+    /// task the client sends again (it never read the result) moves out of its counter
     /// instead of being counted twice.
-    pub finished_before_restart: Option<HashMap<u64, TaskEnd>>,
+    pub finished: super::finished::FinishedSeqs,
     /// Outcomes agents held across the restart, or that finished while the client was
     /// detached, by sequence number, until the client sends those tasks again (see
     /// [`JobRecord::hold`]). Only through `hold`, `take_held` and `clear_held`, which
     /// keep `held_bytes`.
     pub held: HashMap<u64, HeldOutcome>,
     pub held_bytes: u64,
+    /// Tasks an adopted actor still had in hand for this job, by sequence number: a task
+    /// the client sends again waits for that run (`core/adopt.rs`) instead of running twice.
+    pub inherited_runs: HashMap<u64, ActorId>,
     /// The actor method every task of the job calls (empty = the kind's default).
     pub method: String,
     pub results: Option<JobResults>,
@@ -309,5 +312,10 @@ impl JobRecord {
 
     pub fn is_running(&self) -> bool {
         self.status.state == pb::JobState::Running as i32
+    }
+
+    /// Running, or interrupted by a restart: its client may still send its tasks again.
+    pub fn may_be_resumed(&self) -> bool {
+        self.is_running() || self.status.state == pb::JobState::Interrupted as i32
     }
 }

@@ -4,6 +4,7 @@ use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 use tokio::time::Instant;
 
 use super::Core;
+use super::finished::FinishedSeqs;
 use super::pools::{no_pool, validate_pool_spec};
 use super::records::JobRecord;
 use crate::error::SchedulerError;
@@ -169,7 +170,7 @@ impl Core {
         }
         for mut status in store.load_jobs()? {
             let job = JobId::new(status.job_id.clone());
-            let mut finished_before_restart = None;
+            let mut finished = FinishedSeqs::default();
             let interrupted = [pb::JobState::Running, pb::JobState::Interrupted]
                 .map(|state| state as i32)
                 .contains(&status.state);
@@ -202,12 +203,10 @@ impl Core {
                         TaskEnd::Failed
                     }
                 };
-                finished_before_restart = Some(
-                    outcomes
-                        .into_iter()
-                        .map(|(seq, outcome)| (seq, end(outcome.ok)))
-                        .collect(),
-                );
+                finished = outcomes
+                    .into_iter()
+                    .map(|(seq, outcome)| (seq, end(outcome.ok)))
+                    .collect();
             }
             let counts = JobCounts::from_status(&status);
             let record = JobRecord {
@@ -215,9 +214,10 @@ impl Core {
                 status,
                 attachment: 0,
                 live: Default::default(),
-                finished_before_restart,
+                finished,
                 held: Default::default(),
                 held_bytes: 0,
+                inherited_runs: Default::default(),
                 method: String::new(),
                 results: None,
                 input_closed: true,

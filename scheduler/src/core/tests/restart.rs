@@ -425,3 +425,169 @@ async fn a_client_gone_past_the_grace_has_its_job_cancelled() {
         .to_string();
     assert!(error.contains("was cancelled"), "{error}");
 }
+
+/// A result sent into a stream that broke before the client read it: the client sends its
+/// task again, which runs again (its output is gone) and is counted once.
+#[tokio::test(start_paused = true)]
+async fn a_result_sent_but_never_read_is_counted_once_when_sent_again() {
+    let mut h = Harness::new(with_detach_grace());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 2));
+    h.load_actors("n1");
+    let (job, _unread) = h.open_job("p");
+    h.submit(&job, 0..2);
+    let running = run_tasks(&sent(h.agent("n1")));
+    // Seq 0's result goes into the stream; the connection breaks before the client reads it.
+    h.outcome("n1", &running[0], Ok("zero"));
+    h.core.handle(SchedulerCommand::ClientGone {
+        stream: h.stream(&job),
+    });
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.submit(&job, 0..2);
+    h.core.handle(SchedulerCommand::CloseJobInput {
+        stream: h.stream(&job),
+    });
+    let again = run_tasks(&sent(h.agent("n1")));
+    let seqs: Vec<u64> = again.iter().map(|t| t.key.as_ref().unwrap().seq).collect();
+    assert_eq!(seqs, vec![0], "seq 1 still runs: it is not sent twice");
+    h.outcome("n1", &again[0], Ok("zero"));
+    h.outcome("n1", &running[1], Ok("one"));
+    let mut got: Vec<u64> = results(&mut rx).iter().map(|r| r.seq).collect();
+    got.sort();
+    assert_eq!(got, vec![0, 1]);
+    let status = h.job(&job);
+    assert_eq!(status.state, pb::JobState::Succeeded as i32);
+    assert_eq!(
+        (status.submitted, status.succeeded, status.items_done),
+        (2, 2, 2),
+        "{status:?}"
+    );
+}
+
+/// A job that finished in this scheduler run while its last results were on the way: the
+/// client resumes it and sends those tasks again; each is counted once.
+#[tokio::test(start_paused = true)]
+async fn a_job_resumed_after_it_finished_counts_each_task_once() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 2));
+    h.load_actors("n1");
+    let (job, _unread) = h.open_job("p");
+    h.submit(&job, 0..2);
+    h.core.handle(SchedulerCommand::CloseJobInput {
+        stream: h.stream(&job),
+    });
+    for task in run_tasks(&sent(h.agent("n1"))) {
+        if task.key.as_ref().unwrap().seq == 0 {
+            h.outcome("n1", &task, Ok("zero"));
+            continue;
+        }
+        let refused = pb::TaskOutcome {
+            task_id: task.task_id,
+            dispatch: task.dispatch,
+            actor_id: task.actor_id.clone(),
+            result: Some(pb::task_outcome::Result::Error("bad input".into())),
+            permanent: true,
+            ..Default::default()
+        };
+        h.send("n1", pb::agent_message::Body::TaskOutcome(refused));
+    }
+    assert_eq!(h.job(&job).state, pb::JobState::Failed as i32);
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.submit(&job, 0..2);
+    h.core.handle(SchedulerCommand::CloseJobInput {
+        stream: h.stream(&job),
+    });
+    for task in run_tasks(&sent(h.agent("n1"))) {
+        h.outcome("n1", &task, Ok("again"));
+    }
+    assert_eq!(results(&mut rx).len(), 2);
+    let status = h.job(&job);
+    assert_eq!(status.state, pb::JobState::Succeeded as i32, "{status:?}");
+    assert_eq!(
+        (
+            status.submitted,
+            status.succeeded,
+            status.failed,
+            status.items_done
+        ),
+        (2, 2, 0, 2),
+        "{status:?}"
+    );
+}
+
+/// After a restart, a task the client sends again while an adopted actor still runs it
+/// waits for that run: it is computed once, and answered by the old dispatch.
+#[tokio::test(start_paused = true)]
+async fn a_resent_task_an_adopted_actor_still_runs_is_not_computed_twice() {
+    let (mut h, job) = restarted_with_an_interrupted_job();
+    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
+    kept.start.as_mut().unwrap().max_in_flight = 2;
+    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
+        .unwrap();
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.submit(&job, 2..4);
+    let dispatched: Vec<u64> = run_tasks(&sent(h.agent("n1")))
+        .iter()
+        .map(|t| t.key.as_ref().unwrap().seq)
+        .collect();
+    assert_eq!(
+        dispatched,
+        vec![3],
+        "2 waits for the run the actor has in hand"
+    );
+    let old_run = pb::TaskOutcome {
+        task_id: 7,
+        dispatch: 1,
+        actor_id: "p-a".into(),
+        result: Some(pb::task_outcome::Result::Output(b"two".to_vec().into())),
+        key: Some(pb::TaskKey {
+            job_id: "j1".into(),
+            seq: 2,
+        }),
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::TaskOutcome(old_run));
+    let got: Vec<(u64, pb::task_result::Result)> = results(&mut rx)
+        .into_iter()
+        .map(|r| (r.seq, r.result.unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(2, pb::task_result::Result::Output("two".into()))]
+    );
+    assert!(
+        run_tasks(&sent(h.agent("n1"))).is_empty(),
+        "2 never ran here"
+    );
+}
+
+/// The adopted actor dies with the task in hand: the resent task that waited for it runs.
+#[tokio::test(start_paused = true)]
+async fn a_resent_task_waiting_for_a_lost_actor_runs_again() {
+    let (mut h, job) = restarted_with_an_interrupted_job();
+    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
+    kept.start.as_mut().unwrap().max_in_flight = 2;
+    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
+        .unwrap();
+    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    h.submit(&job, 2..3);
+    assert!(
+        run_tasks(&sent(h.agent("n1"))).is_empty(),
+        "waits, though credit is free"
+    );
+    let dead = pb::ActorReport {
+        actor_id: "p-a".into(),
+        incarnation: 1,
+        state: pb::ActorState::Dead as i32,
+        error: "out of memory".into(),
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::ActorReport(dead));
+    h.load_actors("n1");
+    let rerun = run_tasks(&sent(h.agent("n1")));
+    assert_eq!(rerun.len(), 1, "{rerun:?}");
+    assert_eq!(rerun[0].key.as_ref().unwrap().seq, 2);
+    h.outcome("n1", &rerun[0], Ok("two"));
+    assert_eq!(results(&mut rx).len(), 1);
+}
