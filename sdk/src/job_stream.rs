@@ -379,7 +379,10 @@ impl JobDriver {
                 },
                 _ = std::future::ready(()), if may_send && !self.resend.is_empty() => {
                     let seq = self.resend.pop_front().expect("not empty");
-                    let payload = self.unanswered[&seq].clone();
+                    // Answered on this stream before its turn came (the scheduler held it).
+                    let Some(payload) = self.unanswered.get(&seq).cloned() else {
+                        continue;
+                    };
                     let _ = requests.expect("may send").try_send(task_request(seq, payload));
                 }
                 input = self.inputs.next(), if may_send && self.resend.is_empty() && !self.inputs_done => {

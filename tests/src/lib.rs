@@ -16,6 +16,7 @@ use resident_scheduler::store::MemoryStore;
 use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
 
+pub mod cut_proxy;
 pub mod fleet;
 pub mod s3_server;
 pub mod scale_run;
@@ -178,6 +179,11 @@ impl Proc {
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("poll the process").is_none()
     }
 
     pub fn pid(&self) -> u32 {
@@ -584,12 +590,12 @@ sys.stdout.write(body.decode())
 }
 
 /// Waits for a spawned `resident embed` to end, asserts it succeeded, and that `out` holds
-/// every id of `input` once, in input order.
+/// every id of `input` once, in input order; returns what it wrote to stderr.
 pub async fn assert_embed_succeeds_exactly(
     child: std::process::Child,
     input: &std::path::Path,
     out: &std::path::Path,
-) {
+) -> String {
     let finished = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .expect("join")
@@ -602,6 +608,7 @@ pub async fn assert_embed_succeeds_exactly(
         ids(input),
         "every input id once, in order"
     );
+    stderr.into_owned()
 }
 
 /// A plain HTTP/1.0 GET: the body of a 200 answer.

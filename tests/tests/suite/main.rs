@@ -11,6 +11,7 @@ mod autoscaling_signal;
 mod bad_requests;
 mod bounded_memory;
 mod cli_conventions;
+mod client_reattach;
 mod cluster_ops;
 mod custom_actor;
 mod deploy_files;
