@@ -2,7 +2,7 @@
 //! cancel`, `resident pools` and `resident pool delete`, each with `--json`.
 
 use clap::{Args, Subcommand};
-use resident_scheduler::metrics::unix_ms_now;
+use resident_proto::unix_ms_now;
 use resident_sdk::{Cluster, JobId, JobStatus, PoolStatus};
 use serde_json::json;
 

@@ -39,6 +39,13 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// error text). A result over it fails its task alone, with [`oversized_result_error`].
 pub const MAX_RESULT_BYTES: usize = MAX_MESSAGE_BYTES - (1 << 20);
 
+/// Wall-clock now in Unix milliseconds (job start and end times, events, elapsed times).
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The error of a task whose result is too large to send (it fails that task alone).
 pub fn oversized_result_error(bytes: usize) -> String {
     format!(

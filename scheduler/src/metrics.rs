@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-use crate::core::ActorWork;
+use crate::state::ActorWork;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabel {
@@ -268,12 +268,7 @@ impl SchedulerMetrics {
     }
 }
 
-/// Wall-clock now in Unix milliseconds (job start and end times, events, the overview).
-pub fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use resident_proto::unix_ms_now;
 
 /// One error or refusal worth showing an operator.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -330,7 +325,7 @@ mod tests {
     #[test]
     fn a_forgotten_pool_and_actor_leave_no_series() {
         let metrics = SchedulerMetrics::default();
-        let work = crate::core::ActorWork {
+        let work = crate::state::ActorWork {
             busy_micros: 1_000,
             items: 3,
             tokens: 9,

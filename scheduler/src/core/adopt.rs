@@ -213,7 +213,7 @@ impl Core {
         actor.model_loads = actor.loads_before_this_start + report.model_loads;
         // Like its loads, the work it did before this scheduler knew it is not counted
         // again in this process's metrics: later reports add only what is new.
-        actor.reported_work = super::records::ActorWork::of(&report);
+        actor.reported_work = crate::state::ActorWork::of(&report);
         actor.vram_bytes = report.vram_bytes;
         if report.state == pb::ActorState::Ready as i32 && actor.state == ActorState::Starting {
             self.change_actor(&id, ActorEvent::Loaded);

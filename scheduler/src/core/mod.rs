@@ -34,7 +34,7 @@ use crate::store::{DurableStore, StoreOp, StoreWriter};
 
 pub use demand::{Demand, PoolDemand};
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
-pub use records::{ActorWork, JobStream, LastHeard, SessionId};
+pub use records::{JobStream, LastHeard, SessionId};
 pub use views::Overview;
 
 /// Timing and default limits of the scheduler loop.

@@ -357,7 +357,7 @@ impl Core {
         self.metrics
             .models_loaded(actor.pool.as_str(), loads.saturating_sub(actor.model_loads));
         actor.model_loads = loads;
-        let work = super::records::ActorWork::of(&report);
+        let work = crate::state::ActorWork::of(&report);
         let added = actor.reported_work.added_by(work);
         actor.reported_work = work;
         self.metrics.actor_worked(

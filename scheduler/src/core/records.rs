@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{JobResults, ToAgent};
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
-use crate::state::{ActorState, JobCounts, Restarts, TaskLifecycle};
+use crate::state::{ActorState, ActorWork, JobCounts, Restarts, TaskLifecycle};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
@@ -153,39 +153,6 @@ pub struct ActorRecord {
     /// The work counters of the current incarnation's last report (`ActorReport`), so
     /// the next report adds only what is new to the metrics.
     pub reported_work: ActorWork,
-}
-
-/// An actor's work counters as its agent reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ActorWork {
-    pub busy_micros: u64,
-    pub items: u64,
-    pub tokens: u64,
-}
-
-impl ActorWork {
-    pub fn of(report: &pb::ActorReport) -> Self {
-        Self {
-            busy_micros: report.busy_micros,
-            items: report.items_done,
-            tokens: report.tokens_done,
-        }
-    }
-
-    /// What `later` adds to `self` (all of it when the counters went back: a restart).
-    pub fn added_by(self, later: Self) -> Self {
-        if later.busy_micros < self.busy_micros
-            || later.items < self.items
-            || later.tokens < self.tokens
-        {
-            return later;
-        }
-        Self {
-            busy_micros: later.busy_micros - self.busy_micros,
-            items: later.items - self.items,
-            tokens: later.tokens - self.tokens,
-        }
-    }
 }
 
 pub struct TaskRecord {

@@ -8,11 +8,13 @@ mod solve;
 mod types;
 
 pub use refusal::Refusal;
-pub use solve::{Holding, check_plan, place, place_pending, share_per_gpu};
+pub use solve::{Holding, place, place_pending, share_per_gpu};
 pub use types::{
-    ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy, Plan,
+    ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy,
     Previous, Problem, ResourceRequest,
 };
 
+#[cfg(test)]
+use solve::check_plan;
 #[cfg(test)]
 mod tests;

@@ -98,6 +98,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    #[cfg(test)]
     pub fn as_previous(&self) -> Previous {
         Previous {
             assignments: self.assignments.clone(),

@@ -1,7 +1,9 @@
-//! Actor lifecycle state.
+//! Actor and task lifecycle state, and the counters that go with it.
 
 pub mod actor;
 pub mod task;
+pub mod work;
 
-pub use actor::{ActorEvent, ActorState, InvalidTransition, Restarts, transition};
-pub use task::{InvalidTaskTransition, JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
+pub use actor::{ActorEvent, ActorState, Restarts, transition};
+pub use task::{JobCounts, TaskEnd, TaskEvent, TaskLifecycle, TaskState};
+pub use work::ActorWork;
