@@ -526,6 +526,10 @@ impl Core {
                         .forget_actor(actor.pool.as_str(), id.as_str(), left.node.as_str());
                     self.unhost(id, &left.node);
                 }
+                if to == ActorState::Dead && self.placed.remove(id).is_some() {
+                    // Never started again: no node may hand it back after a restart.
+                    self.store.write(StoreOp::DeletePlacement(id.clone()));
+                }
                 self.refresh_dispatchable(id);
             }
             Err(invalid) => tracing::warn!(actor_id = %id, %invalid, "ignored actor event"),
@@ -583,8 +587,6 @@ impl Core {
             }));
         }
         self.change_actor(id, ActorEvent::Drained);
-        self.placed.remove(id);
-        self.store.write(StoreOp::DeletePlacement(id.clone()));
         let pool = self.actors[id].pool.clone();
         if !self.pools.contains_key(&pool) {
             self.actors.remove(id);

@@ -591,3 +591,45 @@ async fn a_resent_task_waiting_for_a_lost_actor_runs_again() {
     h.outcome("n1", &rerun[0], Ok("two"));
     assert_eq!(results(&mut rx).len(), 1);
 }
+
+/// An actor out of restarts is never started again: its placement leaves the store, so a
+/// restarted scheduler keeps no record of it for a node to claim.
+#[tokio::test(start_paused = true)]
+async fn an_actor_dead_for_good_leaves_no_placement_behind() {
+    let store = Arc::new(MemoryStore::default());
+    let mut h = Harness::with_store(CoreConfig::for_test(), store.clone());
+    h.add_node("n1", vec![]);
+    h.create_pool(pb::PoolSpec {
+        max_restarts: 1,
+        ..cpu_pool("p", 1, 1)
+    });
+    // The store writer is a thread of its own: wait (a little) for it to catch up.
+    let placements = |store: &MemoryStore, expected: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let placed = store.load_placements().unwrap().len();
+            if placed == expected || std::time::Instant::now() > deadline {
+                return placed;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    for _ in 0..2 {
+        h.load_actors("n1");
+        assert_eq!(placements(&store, 1), 1);
+        let actor = h.core.actor_infos(None).remove(0);
+        let id = resident_proto::ActorId::new(actor.actor_id.clone());
+        let dead = pb::ActorReport {
+            actor_id: actor.actor_id,
+            incarnation: h.core.actors[&id].incarnation,
+            state: pb::ActorState::Dead as i32,
+            error: "out of memory".into(),
+            ..Default::default()
+        };
+        h.send("n1", pb::agent_message::Body::ActorReport(dead));
+        h.tick();
+    }
+    let actor = h.core.actor_infos(None).remove(0);
+    assert_eq!(actor.state, pb::ActorState::Dead as i32, "{actor:?}");
+    assert_eq!(placements(&store, 0), 0);
+}
