@@ -39,6 +39,11 @@ impl BufferBudget {
         self.total_bytes.load(Ordering::Relaxed)
     }
 
+    /// `--max-buffered-bytes`.
+    pub fn max_total_bytes(&self) -> u64 {
+        self.max_total_bytes
+    }
+
     /// Whether a new job may start: refused while every buffered byte is taken.
     pub fn check_new_job(&self) -> Result<(), String> {
         let total = self.total_bytes();

@@ -116,9 +116,8 @@ pub fn start_scheduler(
             ))
         })?;
     }
-    let budget =
-        crate::budget::BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes);
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
+    let budget = handle.buffer_budget().clone();
     let agents = AgentSessionService {
         scheduler: handle.clone(),
         require_agent_certificate: security.agent_ca_pem.is_some(),

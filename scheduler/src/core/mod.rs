@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
-use crate::budget::{BufferCharge, JobBuffer};
+use crate::budget::{BufferBudget, BufferCharge, JobBuffer};
 use crate::error::SchedulerError;
 use crate::metrics::SchedulerMetrics;
 use crate::policy::backoff::RetryBackoff;
@@ -299,12 +299,19 @@ const LAG_PROBE_PERIOD: Duration = Duration::from_millis(20);
 pub struct SchedulerHandle {
     tx: mpsc::Sender<SchedulerCommand>,
     metrics: SchedulerMetrics,
+    budget: Arc<BufferBudget>,
 }
 
 impl SchedulerHandle {
     /// The counters the loop keeps (shared; read at each scrape).
     pub fn metrics(&self) -> &SchedulerMetrics {
         &self.metrics
+    }
+
+    /// What the scheduler buffers for clients, against `--max-buffered-bytes` (the job
+    /// streams charge it; `/metrics` reads it).
+    pub(crate) fn buffer_budget(&self) -> &Arc<BufferBudget> {
+        &self.budget
     }
 
     /// Sends a command that needs no answer, waiting while the loop's queue is full.
@@ -349,12 +356,18 @@ pub fn spawn_scheduler_loop(
     cancel: CancellationToken,
 ) -> Result<(SchedulerHandle, tokio::task::JoinHandle<()>), SchedulerError> {
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE_CAPACITY);
+    let budget = BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes);
     let metrics = SchedulerMetrics::default();
     let writer = StoreWriter::spawn(store.clone(), metrics.clone());
     let mut core = Core::new(config, writer, metrics.clone());
     core.restore(store.as_ref())?;
     let task = tokio::spawn(run_scheduler_loop(core, rx, cancel));
-    Ok((SchedulerHandle { tx, metrics }, task))
+    let handle = SchedulerHandle {
+        tx,
+        metrics,
+        budget,
+    };
+    Ok((handle, task))
 }
 
 async fn run_scheduler_loop(

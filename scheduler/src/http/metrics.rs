@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 use resident_proto::pb;
 
 use super::{HttpState, authorize, query_overview};
+use crate::budget::BufferBudget;
 use crate::core::Overview;
 use crate::metrics::SchedulerMetrics;
 
@@ -26,7 +27,11 @@ pub(super) async fn metrics(State(state): State<HttpState>, headers: HeaderMap) 
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
             )],
-            encode_metrics(&overview, state.scheduler.metrics()),
+            encode_metrics(
+                &overview,
+                state.scheduler.metrics(),
+                state.scheduler.buffer_budget(),
+            ),
         )
             .into_response(),
         Err(refused) => refused.into_response(),
@@ -74,16 +79,46 @@ pub(super) fn actor_state_name(state: i32) -> String {
         .to_lowercase()
 }
 
-/// The scrape's text: gauges from `overview`, then the loop's counters and histograms.
-pub(super) fn encode_metrics(overview: &Overview, counters: &SchedulerMetrics) -> String {
+/// The scrape's text: gauges from `overview` and the byte budget, then the loop's counters
+/// and histograms.
+pub(super) fn encode_metrics(
+    overview: &Overview,
+    counters: &SchedulerMetrics,
+    budget: &BufferBudget,
+) -> String {
     let mut registry = Registry::default();
     encode_nodes(&mut registry, overview);
     encode_pools(&mut registry, overview);
     encode_jobs(&mut registry, overview);
+    encode_buffered(
+        &mut registry,
+        budget.total_bytes(),
+        budget.max_total_bytes(),
+    );
     counters.register(&mut registry);
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text
+}
+
+fn encode_buffered(registry: &mut Registry, bytes: u64, limit: u64) {
+    for (name, help, value) in [
+        (
+            "resident_scheduler_buffered_bytes",
+            "Bytes the scheduler holds for clients: task payloads taken and not finished, \
+             results not yet read",
+            bytes,
+        ),
+        (
+            "resident_scheduler_buffered_bytes_limit",
+            "The cap on those bytes (--max-buffered-bytes)",
+            limit,
+        ),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        registry.register(name, help, gauge);
+    }
 }
 
 fn encode_nodes(registry: &mut Registry, overview: &Overview) {
@@ -285,7 +320,9 @@ mod tests {
         };
         let counters = SchedulerMetrics::default();
         counters.task_ended("embed-x", TaskOutcomeKind::Succeeded);
-        let text = encode_metrics(&overview, &counters);
+        let budget = BufferBudget::new(1 << 30, 1 << 20);
+        let _held = budget.job_buffer().charge(4096);
+        let text = encode_metrics(&overview, &counters, &budget);
         for expected in [
             "resident_pool_queue_depth{pool=\"embed-x\"} 7",
             "resident_pool_unplaced_gpus{pool=\"embed-x\"} 0.5",
@@ -296,6 +333,8 @@ mod tests {
             "resident_jobs{state=\"running\"} 1",
             "resident_job_tasks{job=\"j1\",pool=\"embed-x\",state=\"expected\"} 10",
             "resident_tasks_total{pool=\"embed-x\",outcome=\"succeeded\"} 1",
+            "resident_scheduler_buffered_bytes 4096",
+            "resident_scheduler_buffered_bytes_limit 1073741824",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

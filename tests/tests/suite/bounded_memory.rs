@@ -16,7 +16,10 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     init_logging();
     let state = tempfile::tempdir().unwrap();
     let job_cap = 32 * MIB;
+    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let extra = [
+        "--http-listen".into(),
+        http.to_string().into(),
         "--max-job-buffered-bytes".into(),
         job_cap.to_string().into(),
         // The client that leaves does not come back: its job is cancelled at once.
@@ -85,6 +88,12 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         "the scheduler took {} tasks of 1 MiB past a 32 MiB buffer",
         job.submitted
     );
+    // `/metrics` shows what is held: the job's buffer, give or take one payload.
+    let held = buffered_bytes(http);
+    assert!(
+        held > job_cap / 2 && held <= job_cap + MIB,
+        "resident_scheduler_buffered_bytes {held} for a job capped at {job_cap}"
+    );
     let grown = peak.saturating_sub(rss_before);
     eprintln!(
         "greedy client: {} tasks taken, scheduler RSS grew by {} MiB at its peak",
@@ -97,7 +106,7 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         grown / MIB
     );
 
-    // The client leaves: its job is cancelled and a new one is taken at once.
+    // The client leaves; its pool takes a new job at once.
     drop((greedy, greedy_pool, cluster));
     let mut after = observer
         .pool("greedy")
@@ -106,6 +115,15 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         .unwrap();
     let result = after.next().await.expect("a result").unwrap();
     assert_eq!(result.output.as_deref(), Ok(&b"x"[..]));
+}
+
+/// `resident_scheduler_buffered_bytes` from the scheduler's `/metrics`.
+fn buffered_bytes(http: std::net::SocketAddr) -> u64 {
+    let text = plain_http_get(http, "/metrics");
+    text.lines()
+        .find_map(|line| line.strip_prefix("resident_scheduler_buffered_bytes "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no resident_scheduler_buffered_bytes in\n{text}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
