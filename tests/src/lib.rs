@@ -449,6 +449,30 @@ pub fn embed_command(input: &std::path::Path, out: &std::path::Path, extra: &[&s
     command
 }
 
+/// `resident embed` on the cluster at `url` in chunks of 3 over two actors of one GPU each,
+/// so a fault lands mid-job; the pool is kept, so its actors (and their model loads) can be
+/// read after the job. `extra` arguments follow.
+pub fn two_actor_embed(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    url: &str,
+    extra: &[&str],
+) -> Command {
+    let mut args = vec![
+        "--cluster",
+        url,
+        "--chunk-size",
+        "3",
+        "--gpus-per-actor",
+        "1",
+        "--replicas",
+        "2",
+        "--keep-pool",
+    ];
+    args.extend_from_slice(extra);
+    embed_command(input, out, &args)
+}
+
 /// `resident status --json` of the cluster at `url`.
 pub fn status_json(url: &str) -> serde_json::Value {
     let output = Command::new(resident_bin())

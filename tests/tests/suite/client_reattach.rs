@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use resident_tests::cut_proxy::CutProxy;
 use resident_tests::{
-    actor_model_loads, assert_embed_succeeds_exactly, embed_command, finished_chunks, init_logging,
-    resident_bin, sample, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    actor_model_loads, assert_embed_succeeds_exactly, finished_chunks, init_logging, resident_bin,
+    sample, spawn_scheduler, spawn_two_t4_agents, two_actor_embed, wait_until,
 };
 use serde_json::Value;
 
@@ -77,18 +77,9 @@ async fn an_embed_whose_connection_breaks_twice_reattaches_and_counts_each_chunk
     let target: SocketAddr = url.trim_start_matches("http://").parse().expect("address");
     let proxy = CutProxy::start(target).await;
 
-    let args = [
-        "--cluster",
-        &proxy.url(),
-        "--chunk-size",
-        "3",
-        "--gpus-per-actor",
-        "1",
-        "--replicas",
-        "2",
-        "--keep-pool",
-    ];
-    let mut child = embed_command(&input, &out, &args).spawn().unwrap();
+    let mut child = two_actor_embed(&input, &out, &proxy.url(), &[])
+        .spawn()
+        .unwrap();
     let mut seen = chunks_past(&mut child, &out, 1).await;
     // First, results the scheduler sends are lost on the way for a while, then the
     // connection breaks: results sent that the client never reads.

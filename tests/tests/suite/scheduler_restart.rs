@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use resident_tests::{
-    Proc, actor_model_loads, assert_embed_succeeds_exactly, embed_command, finished_chunks,
-    free_port, ids_in_jsonl, init_logging, read_json, sample, signal_pid, spawn_scheduler,
-    spawn_two_t4_agents, wait_until,
+    Proc, actor_model_loads, assert_embed_succeeds_exactly, finished_chunks, free_port,
+    ids_in_jsonl, init_logging, read_json, sample, signal_pid, spawn_scheduler,
+    spawn_two_t4_agents, two_actor_embed, wait_until,
 };
 use serde_json::Value;
 
@@ -48,20 +48,7 @@ impl TwoNodeCluster {
 
     /// `resident embed` over both nodes in small chunks, so the kill lands mid-job.
     fn embed(&self, extra: &[&str]) -> std::process::Command {
-        let mut args = vec![
-            "--cluster",
-            &self.url,
-            "--chunk-size",
-            "3",
-            "--gpus-per-actor",
-            "1",
-            "--replicas",
-            "2",
-            // Kept, so its actors (and their model loads) can be read after the job.
-            "--keep-pool",
-        ];
-        args.extend_from_slice(extra);
-        embed_command(&self.input, &self.out(), &args)
+        two_actor_embed(&self.input, &self.out(), &self.url, extra)
     }
 
     /// Starts the scheduler again on the same port and state directory.

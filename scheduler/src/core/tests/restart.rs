@@ -196,6 +196,34 @@ fn restarted_with_an_interrupted_job() -> (Harness, JobId) {
     (h, job)
 }
 
+/// Actor `p-a`'s answer "two" to seq 2 of `j1`, dispatched by the scheduler before the
+/// restart.
+fn old_run_of_seq_2() -> pb::agent_message::Body {
+    pb::agent_message::Body::TaskOutcome(pb::TaskOutcome {
+        task_id: 7,
+        dispatch: 1,
+        actor_id: "p-a".into(),
+        result: Some(pb::task_outcome::Result::Output(b"two".to_vec().into())),
+        key: Some(pb::TaskKey {
+            job_id: "j1".into(),
+            seq: 2,
+        }),
+        ..Default::default()
+    })
+}
+
+/// [`restarted_with_an_interrupted_job`], its node back with actor `p-a` (credit 2) still
+/// running seq 2, and the client reattached.
+fn resumed_with_seq_2_in_hand() -> (Harness, JobId, ResultsRx) {
+    let (mut h, job) = restarted_with_an_interrupted_job();
+    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
+    kept.start.as_mut().unwrap().max_in_flight = 2;
+    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
+        .unwrap();
+    let rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    (h, job, rx)
+}
+
 /// Across a restart each task's result reaches the client once: a task recorded as done
 /// whose result the client never got runs again and is counted once; an output the agent
 /// held answers its task without running it again; a task sent twice runs once.
@@ -207,18 +235,7 @@ async fn a_resumed_job_answers_each_task_once_and_counts_it_once() {
     h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
         .unwrap();
     // The outcome of seq 2, dispatched by the old scheduler, arrives before the client.
-    let held = pb::TaskOutcome {
-        task_id: 7,
-        dispatch: 1,
-        actor_id: "p-a".into(),
-        result: Some(pb::task_outcome::Result::Output(b"two".to_vec().into())),
-        key: Some(pb::TaskKey {
-            job_id: "j1".into(),
-            seq: 2,
-        }),
-        ..Default::default()
-    };
-    h.send("n1", pb::agent_message::Body::TaskOutcome(held));
+    h.send("n1", old_run_of_seq_2());
     let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
     // The client got results 0 and 2 before? No: only 0. It sends 1, 2 and a new 3, and 3
     // a second time (it reconnected again in between).
@@ -520,12 +537,7 @@ async fn a_job_resumed_after_it_finished_counts_each_task_once() {
 /// waits for that run: it is computed once, and answered by the old dispatch.
 #[tokio::test(start_paused = true)]
 async fn a_resent_task_an_adopted_actor_still_runs_is_not_computed_twice() {
-    let (mut h, job) = restarted_with_an_interrupted_job();
-    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
-    kept.start.as_mut().unwrap().max_in_flight = 2;
-    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
-        .unwrap();
-    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    let (mut h, job, mut rx) = resumed_with_seq_2_in_hand();
     h.submit(&job, 2..4);
     let dispatched: Vec<u64> = run_tasks(&sent(h.agent("n1")))
         .iter()
@@ -536,18 +548,7 @@ async fn a_resent_task_an_adopted_actor_still_runs_is_not_computed_twice() {
         vec![3],
         "2 waits for the run the actor has in hand"
     );
-    let old_run = pb::TaskOutcome {
-        task_id: 7,
-        dispatch: 1,
-        actor_id: "p-a".into(),
-        result: Some(pb::task_outcome::Result::Output(b"two".to_vec().into())),
-        key: Some(pb::TaskKey {
-            job_id: "j1".into(),
-            seq: 2,
-        }),
-        ..Default::default()
-    };
-    h.send("n1", pb::agent_message::Body::TaskOutcome(old_run));
+    h.send("n1", old_run_of_seq_2());
     let got: Vec<(u64, pb::task_result::Result)> = results(&mut rx)
         .into_iter()
         .map(|r| (r.seq, r.result.unwrap()))
@@ -565,12 +566,7 @@ async fn a_resent_task_an_adopted_actor_still_runs_is_not_computed_twice() {
 /// The adopted actor dies with the task in hand: the resent task that waited for it runs.
 #[tokio::test(start_paused = true)]
 async fn a_resent_task_waiting_for_a_lost_actor_runs_again() {
-    let (mut h, job) = restarted_with_an_interrupted_job();
-    let mut kept = hosted("p-a", "p", &[("j1", 2)]);
-    kept.start.as_mut().unwrap().max_in_flight = 2;
-    h.register(node_hosting("n1", vec![kept]), Principal::ANONYMOUS)
-        .unwrap();
-    let mut rx = h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
+    let (mut h, job, mut rx) = resumed_with_seq_2_in_hand();
     h.submit(&job, 2..3);
     assert!(
         run_tasks(&sent(h.agent("n1"))).is_empty(),
