@@ -45,11 +45,11 @@ pub struct SchedulerArgs {
     #[arg(long, env = "RESIDENT_HTTP_LISTEN")]
     http_listen: Option<String>,
     /// Connections the HTTP port serves at once; more wait to be accepted.
-    #[arg(long, env = "RESIDENT_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RESIDENT_HTTP_MAX_CONNECTIONS", default_value_t = resident_scheduler::http::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     http_max_connections: u32,
     /// The longest an HTTP client may take over its TLS handshake, or to send a request's
     /// headers: a client that trickles them (slowloris) is cut off after this.
-    #[arg(long, env = "RESIDENT_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "RESIDENT_HTTP_HEADER_TIMEOUT_MS", default_value_t = resident_scheduler::http::DEFAULT_HEADER_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     http_header_timeout_ms: u64,
     /// Where pools, jobs and task outcomes persist across restarts.
     #[arg(long, env = "RESIDENT_STATE_DIR", default_value = "resident-state")]

@@ -14,10 +14,6 @@ use crate::policy::reconcile::{
 };
 use crate::state::{ActorEvent, ActorState, Restarts, TaskEvent, TaskState};
 
-/// Outcomes held per job until its client sends their tasks again; more are dropped (those
-/// tasks simply run again).
-pub(super) const MAX_HELD_OUTCOMES: usize = 65_536;
-
 fn reported_shape(start: &pb::StartActor) -> StartShape {
     StartShape {
         kind: start.kind.clone(),
@@ -247,39 +243,47 @@ impl Core {
             freed_pool = Some(actor.pool.clone());
             self.refresh_dispatchable(&actor_id);
         }
-        let Some(key) = outcome.key else {
-            tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome");
-            if let Some(pool) = freed_pool {
-                self.dispatch_pool(&pool);
-            }
-            return;
-        };
-        let job_id = JobId::new(key.job_id);
-        let live = self.jobs.get_mut(&job_id).and_then(|job| {
-            job.inherited_runs.remove(&key.seq);
-            job.live.get(&key.seq).copied()
-        });
-        match (outcome.result, live) {
-            (Some(pb::task_outcome::Result::Output(output)), Some(task_id)) => {
-                self.answer_queued_task(task_id, output, actor_id, outcome.run_micros)
-            }
-            (Some(pb::task_outcome::Result::Output(output)), None) => {
-                let budget = self.config.max_job_buffered_bytes;
-                if let Some(job) = self.jobs.get_mut(&job_id).filter(|j| j.may_be_resumed()) {
-                    let held = HeldOutcome {
-                        output,
-                        actor: actor_id,
-                        run_micros: outcome.run_micros,
-                    };
-                    job.hold(key.seq, held, MAX_HELD_OUTCOMES, budget);
-                }
-            }
-            // It failed there: a resent task waiting for that run runs here, afresh.
-            (_, Some(task_id)) => self.run_waiting_task(task_id),
-            (_, None) => {}
+        match outcome.key {
+            Some(key) => self.settle_earlier_run(key, outcome.result, actor_id, outcome.run_micros),
+            None => tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome"),
         }
         if let Some(pool) = freed_pool {
             self.dispatch_pool(&pool);
+        }
+    }
+
+    /// The outcome of task `key` from a dispatch before this scheduler (or this attachment):
+    /// it answers the task if the client sent it again, is held until the client does, or,
+    /// if it failed there, lets a resent task that waited for it run here, afresh.
+    fn settle_earlier_run(
+        &mut self,
+        key: pb::TaskKey,
+        result: Option<pb::task_outcome::Result>,
+        actor: ActorId,
+        run_micros: u64,
+    ) {
+        let job_id = JobId::new(key.job_id);
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        job.inherited_runs.remove(&key.seq);
+        let live = job.live.get(&key.seq).copied();
+        match (result, live) {
+            (Some(pb::task_outcome::Result::Output(output)), Some(task_id)) => {
+                self.answer_queued_task(task_id, output, actor, run_micros)
+            }
+            (Some(pb::task_outcome::Result::Output(output)), None) => {
+                if job.may_be_resumed() {
+                    let held = HeldOutcome {
+                        output,
+                        actor,
+                        run_micros,
+                    };
+                    job.hold(key.seq, held, self.config.max_job_buffered_bytes);
+                }
+            }
+            (_, Some(task_id)) => self.run_waiting_task(task_id),
+            (_, None) => {}
         }
     }
 

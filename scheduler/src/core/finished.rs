@@ -26,10 +26,6 @@ impl FinishedSeqs {
         Some(end)
     }
 
-    pub fn clear(&mut self) {
-        self.0 = RangeInclusiveMap::new();
-    }
-
     #[cfg(test)]
     /// Runs of consecutive sequence numbers that ended alike: what this costs in memory.
     pub fn ranges(&self) -> usize {

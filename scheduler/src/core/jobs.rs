@@ -349,9 +349,10 @@ impl Core {
             .collect();
         for job_id in expired {
             let job = self.jobs.get_mut(&job_id).expect("listed above");
+            // A job that finished meanwhile keeps how its tasks ended: its client may
+            // still resume it; only the outputs held for it go.
             job.detached_since = None;
             job.clear_held();
-            job.finished.clear();
             let why = format!(
                 "client disconnected and did not reattach within {grace:?} (--detach-grace-ms)"
             );
@@ -740,12 +741,9 @@ impl Core {
             Ok(output) => pb::task_result::Result::Output(output),
             Err(error) => pb::task_result::Result::Error(error),
         };
-        let end = match &result {
-            pb::task_result::Result::Output(_) => TaskEnd::Succeeded,
-            pb::task_result::Result::Error(_) => TaskEnd::Failed,
-        };
         // A client that never reads this result sends the task again: counted once.
-        job.finished.insert(task.seq, end);
+        job.finished
+            .insert(task.seq, TaskEnd::of_outcome(stored.ok));
         if job.results.is_none() && job.detached_since.is_some() {
             // Its client will send this task again: answer it from here, within the job's
             // buffer (past it the task just runs again when resent).
@@ -757,8 +755,7 @@ impl Core {
                     actor,
                     run_micros,
                 };
-                let budget = self.config.max_job_buffered_bytes;
-                job.hold(task.seq, outcome, super::adopt::MAX_HELD_OUTCOMES, budget);
+                job.hold(task.seq, outcome, self.config.max_job_buffered_bytes);
             }
         }
         if let Some(results) = &job.results {

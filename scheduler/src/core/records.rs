@@ -201,6 +201,10 @@ pub struct HeldOutcome {
     pub run_micros: u64,
 }
 
+/// Outcomes held per job until its client sends their tasks again; more are dropped (those
+/// tasks simply run again).
+const MAX_HELD_OUTCOMES: usize = 65_536;
+
 pub struct JobRecord {
     /// Name, pool and state; the counters live in `counts`.
     pub status: pb::JobStatus,
@@ -236,24 +240,18 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
-    /// Holds an outcome for a task the client will send again, within `max_outcomes` and
-    /// `max_bytes`; past them it is dropped (the task just runs again). Says whether held.
-    pub fn hold(
-        &mut self,
-        seq: u64,
-        outcome: HeldOutcome,
-        max_outcomes: usize,
-        max_bytes: u64,
-    ) -> bool {
+    /// Holds an outcome for a task the client will send again, within
+    /// [`MAX_HELD_OUTCOMES`] and `max_bytes` (the job's buffer); past them it is dropped
+    /// (the task just runs again).
+    pub fn hold(&mut self, seq: u64, outcome: HeldOutcome, max_bytes: u64) {
         let bytes = outcome.output.len() as u64;
-        if self.held.len() >= max_outcomes || self.held_bytes + bytes > max_bytes {
-            return false;
+        if self.held.len() >= MAX_HELD_OUTCOMES || self.held_bytes + bytes > max_bytes {
+            return;
         }
         if let Some(earlier) = self.held.insert(seq, outcome) {
             self.held_bytes -= earlier.output.len() as u64;
         }
         self.held_bytes += bytes;
-        true
     }
 
     pub fn take_held(&mut self, seq: u64) -> Option<HeldOutcome> {

@@ -196,16 +196,9 @@ impl Core {
                     status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
                     self.store.write(StoreOp::PutJob(status.clone()));
                 }
-                let end = |ok: bool| {
-                    if ok {
-                        TaskEnd::Succeeded
-                    } else {
-                        TaskEnd::Failed
-                    }
-                };
                 finished = outcomes
                     .into_iter()
-                    .map(|(seq, outcome)| (seq, end(outcome.ok)))
+                    .map(|(seq, outcome)| (seq, TaskEnd::of_outcome(outcome.ok)))
                     .collect();
             }
             let counts = JobCounts::from_status(&status);

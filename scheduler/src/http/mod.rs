@@ -9,7 +9,7 @@ mod dashboard;
 mod metrics;
 mod serve;
 
-pub use serve::HttpLimits;
+pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, HttpLimits};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

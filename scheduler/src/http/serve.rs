@@ -33,11 +33,16 @@ pub struct HttpLimits {
     pub drain_timeout: Duration,
 }
 
+/// [`HttpLimits::max_connections`] by default (`--http-max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// [`HttpLimits::header_timeout`] by default (`--http-header-timeout-ms`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Default for HttpLimits {
     fn default() -> Self {
         Self {
-            max_connections: 1024,
-            header_timeout: Duration::from_secs(10),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             drain_timeout: Duration::from_secs(5),
         }
     }

@@ -55,6 +55,13 @@ pub enum TaskEnd {
     Cancelled,
 }
 
+impl TaskEnd {
+    /// How a task that ran to an outcome ended: succeeded or failed.
+    pub fn of_outcome(ok: bool) -> Self {
+        if ok { Self::Succeeded } else { Self::Failed }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskEvent {
     /// Credit was free on a ready actor.
