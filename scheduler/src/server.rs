@@ -88,6 +88,16 @@ fn tls_config(
     })
 }
 
+/// HTTP/2 receive window of one stream: what a client may send ahead of what the scheduler
+/// has read (hyper's default).
+const STREAM_WINDOW_BYTES: u32 = 1 << 20;
+/// HTTP/2 receive window of one connection, across its streams. A job stream that is read
+/// no further (its byte buffer is full) holds its stream window of it for as long as it
+/// stalls; the window has room for eight such, so one client's stalled job does not stall
+/// its other calls on the same connection (a `CancelJob`, a status). It bounds what the
+/// scheduler buffers per connection beyond the jobs' own buffers.
+const CONNECTION_WINDOW_BYTES: u32 = 8 * STREAM_WINDOW_BYTES;
+
 /// Serves the scheduler on `listener` until `cancel` fires.
 pub fn start_scheduler(
     listener: TcpListener,
@@ -101,7 +111,9 @@ pub fn start_scheduler(
         .map_err(|e| SchedulerError::Precondition(format!("listener has no address: {e}")))?;
     let security_tls = security.tls.is_some();
     let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .initial_stream_window_size(Some(STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(CONNECTION_WINDOW_BYTES));
     if security.agent_ca_pem.is_some() && security.tls.is_none() {
         return Err(SchedulerError::Precondition(
             "agent client certificates need TLS: give the scheduler a certificate and key too"

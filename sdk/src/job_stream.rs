@@ -17,23 +17,43 @@ use prost::bytes::Bytes;
 use resident_proto::connect::is_transport_failure;
 use resident_proto::{ActorId, JobId, NodeId, pb};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Cluster, TaskOutput};
 use crate::error::SdkError;
+use crate::request_queue::RequestQueue;
 
 /// Results of one submitted job, each task's once, even across a scheduler restart.
+///
+/// Dropping it before the job finished cancels the job: the scheduler stops its tasks and
+/// gives back what it held for it at once, rather than after the detach grace it keeps for
+/// a client that lost its connection.
 pub struct JobStream {
     pub job_id: JobId,
     results: mpsc::Receiver<Result<TaskOutput, SdkError>>,
     items_running: watch::Receiver<u64>,
-    /// Stops the driver (and so the job) when the results are no longer wanted.
+    /// The driver: stopped when the results are no longer wanted.
     driver: tokio::task::AbortHandle,
+    /// Where to cancel the job from when it is dropped unfinished.
+    cluster: Cluster,
 }
 
 impl Drop for JobStream {
     fn drop(&mut self) {
+        let unfinished = !self.driver.is_finished();
         self.driver.abort();
+        // The driver's stream may be stalled by flow control (its reader stopped reading,
+        // so the scheduler reads its tasks no further): closing it does not reach the
+        // scheduler, a cancel does. On the same connection: the scheduler's connection
+        // window leaves room beside a stalled stream.
+        if let (true, Ok(runtime)) = (unfinished, tokio::runtime::Handle::try_current()) {
+            let cluster = self.cluster.clone();
+            let job_id = self.job_id.clone();
+            runtime.spawn(async move {
+                if let Err(error) = cluster.cancel_job(&job_id).await {
+                    tracing::debug!(%job_id, %error, "could not cancel a dropped job; the scheduler cancels it after its detach grace");
+                }
+            });
+        }
     }
 }
 
@@ -84,7 +104,7 @@ impl From<Bytes> for TaskPayload {
 /// results come from.
 struct Attached {
     job_id: JobId,
-    requests: Option<mpsc::Sender<pb::SubmitRequest>>,
+    requests: Option<RequestQueue>,
     responses: tonic::Streaming<pb::SubmitResponse>,
 }
 
@@ -174,6 +194,7 @@ pub(crate) async fn open_job(
         results,
         items_running,
         driver: task.abort_handle(),
+        cluster: cluster.clone(),
     })
 }
 
@@ -224,17 +245,14 @@ async fn attach(
     buffer: usize,
     timeout: Duration,
 ) -> Result<Attached, SdkError> {
-    let (requests, requests_rx) = mpsc::channel(buffer);
-    let header = pb::SubmitRequest {
+    let (requests, requests_rx) = RequestQueue::new(buffer);
+    requests.push(pb::SubmitRequest {
         body: Some(pb::submit_request::Body::Header(header)),
-    };
-    requests
-        .try_send(header)
-        .expect("a new channel has room for the header");
+    });
     let open = async {
         let mut responses = cluster
             .client()
-            .submit_tasks(ReceiverStream::new(requests_rx))
+            .submit_tasks(requests_rx)
             .await?
             .into_inner();
         match responses.message().await?.and_then(|m| m.body) {
@@ -347,7 +365,7 @@ impl JobDriver {
                 attached.requests = None;
             }
             let requests = attached.requests.as_ref();
-            let may_send = requests.is_some_and(|r| r.capacity() > 0);
+            let may_send = requests.is_some_and(RequestQueue::has_room);
             tokio::select! {
                 biased;
                 response = attached.responses.message() => match response {
@@ -383,7 +401,7 @@ impl JobDriver {
                     let Some(payload) = self.unanswered.get(&seq).cloned() else {
                         continue;
                     };
-                    let _ = requests.expect("may send").try_send(task_request(seq, payload));
+                    requests.expect("may send").push(task_request(seq, payload));
                 }
                 input = self.inputs.next(), if may_send && self.resend.is_empty() && !self.inputs_done => {
                     match input {
@@ -391,7 +409,7 @@ impl JobDriver {
                             let seq = self.next_seq;
                             self.next_seq += 1;
                             self.unanswered.insert(seq, payload.clone());
-                            let _ = requests.expect("may send").try_send(task_request(seq, payload));
+                            requests.expect("may send").push(task_request(seq, payload));
                         }
                         None => self.inputs_done = true,
                     }
@@ -402,11 +420,9 @@ impl JobDriver {
     }
 }
 
-/// Resolves once the request channel has room again.
-async fn wait_for_room(requests: Option<&mpsc::Sender<pb::SubmitRequest>>) {
-    if let Some(requests) = requests
-        && let Ok(permit) = requests.reserve().await
-    {
-        drop(permit);
+/// Resolves once the request queue has room again.
+async fn wait_for_room(requests: Option<&RequestQueue>) {
+    if let Some(requests) = requests {
+        requests.room().await;
     }
 }

@@ -25,6 +25,7 @@ mod job_stream;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;
+mod request_queue;
 mod typed;
 
 /// Typed actor kinds: the contract both sides share ([`actor::Kind`]) and, with the `local`

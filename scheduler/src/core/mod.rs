@@ -23,7 +23,7 @@ use std::time::Duration;
 use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::auth::Principal;
 use crate::budget::{BufferBudget, BufferCharge, JobBuffer};
@@ -146,16 +146,35 @@ pub struct JobResultMessage {
 /// Where the scheduler sends one job's results. The channel has no count bound: what it
 /// holds is bounded in bytes by the job's buffer, since every message is charged to it and
 /// the job's task forwarder takes no new task while the buffer is full.
+///
+/// When the core lets go of the last copy (the job finished or was cancelled, or another
+/// stream took it over), the token that [`JobResults::new`] returns fires: the task forwarder then
+/// reads no more of the client's tasks.
 #[derive(Clone, Debug)]
 pub struct JobResults {
     tx: mpsc::UnboundedSender<JobResultMessage>,
     buffer: Arc<JobBuffer>,
+    _release_on_drop: Arc<DropGuard>,
 }
 
 impl JobResults {
-    pub fn new(buffer: Arc<JobBuffer>) -> (Self, mpsc::UnboundedReceiver<JobResultMessage>) {
+    /// The sender, the client's receiver, and the token that fires once the core holds
+    /// no copy of the sender.
+    pub fn new(
+        buffer: Arc<JobBuffer>,
+    ) -> (
+        Self,
+        mpsc::UnboundedReceiver<JobResultMessage>,
+        CancellationToken,
+    ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx, buffer }, rx)
+        let released = CancellationToken::new();
+        let results = Self {
+            tx,
+            buffer,
+            _release_on_drop: Arc::new(released.clone().drop_guard()),
+        };
+        (results, rx, released)
     }
 
     /// Queues a message for the client, charged to the job's buffer.
@@ -403,8 +422,15 @@ async fn run_scheduler_loop(
             _ = cancel.cancelled() => break,
         }
     }
+    // Write-behind ops (task outcomes, job counters) still queued go to disk first.
+    if let Err(error) = core.store.flush(SHUTDOWN_FLUSH_ATTEMPTS).await {
+        tracing::error!(%error, "the state store's last writes failed");
+    }
     tracing::info!("scheduler loop stopped");
 }
+
+/// Tries at shutdown to write what is queued for the store, a second apart.
+const SHUTDOWN_FLUSH_ATTEMPTS: u32 = 3;
 
 pub(crate) struct Core {
     config: CoreConfig,

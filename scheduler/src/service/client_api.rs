@@ -6,6 +6,7 @@ use futures::{Stream, StreamExt};
 use resident_proto::pb::scheduler_service_server::SchedulerService;
 use resident_proto::{JobId, PoolName, pb};
 use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
@@ -170,7 +171,7 @@ impl SchedulerService for ClientApiService {
             Status::resource_exhausted(refusal)
         })?;
         let buffer = self.budget.job_buffer();
-        let (results, results_rx) = JobResults::new(buffer.clone());
+        let (results, results_rx, released) = JobResults::new(buffer.clone());
         let job = self
             .scheduler
             .call(|reply| SchedulerCommand::OpenJob {
@@ -183,18 +184,24 @@ impl SchedulerService for ClientApiService {
             .map_err(Status::from);
         let stream = audit::outcome(&principal, "submit_job", &subject, job)?;
         let credit = Arc::new(Semaphore::new(window));
+        let results_out = CancellationToken::new();
         tokio::spawn(forward_tasks(
             inbound,
             self.scheduler.clone(),
             stream.clone(),
-            credit.clone(),
-            buffer,
+            TaskGates {
+                credit: credit.clone(),
+                buffer,
+                released,
+                results_out: results_out.clone(),
+            },
         ));
         Ok(Response::new(JobResultStream {
             results: results_rx,
             credit,
             scheduler: self.scheduler.clone(),
             stream,
+            results_out,
         }))
     }
 
@@ -296,19 +303,43 @@ impl SchedulerService for ClientApiService {
     }
 }
 
-/// Moves the client's tasks into the scheduler, waiting for credit (a count of tasks) and
-/// for room in the job's byte buffer, so a fast client, or one that does not read its
-/// results, cannot queue unbounded work: it is simply read no further. A broken client
-/// stream cancels the rest of the job.
+/// What a job stream's task forwarder waits on before it takes the next task.
+struct TaskGates {
+    /// Credit, a count of tasks: one comes back with each result read.
+    credit: Arc<Semaphore>,
+    /// Room in the job's byte buffer.
+    buffer: Arc<JobBuffer>,
+    /// Fires when the core lets go of this stream's results: the job ended, or another
+    /// stream took it over. No task of this stream is wanted any more.
+    released: CancellationToken,
+    /// Fires when the result stream ended or was dropped (the client reset it).
+    results_out: CancellationToken,
+}
+
+/// Moves the client's tasks into the scheduler, waiting for credit and for room in the
+/// job's byte buffer, so a fast client, or one that does not read its results, cannot
+/// queue unbounded work: it is simply read no further. A broken client stream detaches the
+/// job (see `core/jobs.rs::client_gone`).
+///
+/// Once the job no longer wants this stream's tasks (it was cancelled, or another stream
+/// resumed it), what the client still sends is read and dropped. That matters for a client
+/// that stopped reading, so was read no further, and then dropped its job: an HTTP/2
+/// client does not reset a stream whose request body is still being sent just because its
+/// response was dropped, and the response cannot be sent into a window nobody reads, so
+/// only the end of its request body lets the stream, and the results held for it, go.
 async fn forward_tasks(
     mut inbound: Streaming<pb::SubmitRequest>,
     scheduler: SchedulerHandle,
     stream: JobStream,
-    credit: Arc<Semaphore>,
-    buffer: Arc<JobBuffer>,
+    gates: TaskGates,
 ) {
     loop {
-        match inbound.next().await {
+        let next = tokio::select! {
+            () = gates.released.cancelled() => break,
+            () = gates.results_out.cancelled() => return,
+            next = inbound.next() => next,
+        };
+        match next {
             None => {
                 let _ = scheduler
                     .send(SchedulerCommand::CloseJobInput { stream })
@@ -325,11 +356,19 @@ async fn forward_tasks(
             Some(Ok(pb::SubmitRequest {
                 body: Some(pb::submit_request::Body::Task(input)),
             })) => {
-                let Ok(permit) = credit.acquire().await else {
-                    return;
+                let admitted = async {
+                    let permit = gates.credit.acquire().await.ok()?;
+                    permit.forget();
+                    Some(gates.buffer.admit(input.payload.len() as u64).await)
                 };
-                permit.forget();
-                let charge = buffer.admit(input.payload.len() as u64).await;
+                let charge = tokio::select! {
+                    () = gates.released.cancelled() => break,
+                    () = gates.results_out.cancelled() => return,
+                    charge = admitted => match charge {
+                        Some(charge) => charge,
+                        None => return,
+                    },
+                };
                 if scheduler
                     .send(SchedulerCommand::SubmitTask {
                         stream: stream.clone(),
@@ -347,15 +386,31 @@ async fn forward_tasks(
             }
         }
     }
+    // Released: read on, dropping what comes, until the client closes its side or the
+    // results are out. A client that dropped its results while its tasks were stalled
+    // behind flow control thus gets to the end of its request, which makes its HTTP/2
+    // stack reset the stream: only that ends the results it no longer reads, and gives
+    // their bytes back.
+    loop {
+        tokio::select! {
+            () = gates.results_out.cancelled() => return,
+            next = inbound.next() => if !matches!(next, Some(Ok(_))) {
+                return;
+            },
+        }
+    }
 }
 
 /// The job's results as the client reads them; each result read returns one unit of credit.
-/// Dropped before the job finished (the client went away): the job is cancelled.
+/// Dropped before the job finished (the client reset the stream, or its connection died):
+/// the job is detached, and cancelled unless a client resumes it within the grace.
 pub struct JobResultStream {
     results: mpsc::UnboundedReceiver<JobResultMessage>,
     credit: Arc<Semaphore>,
     scheduler: SchedulerHandle,
     stream: JobStream,
+    /// Tells the task forwarder that the results are out (ended or dropped).
+    results_out: CancellationToken,
 }
 
 impl Stream for JobResultStream {
@@ -375,6 +430,7 @@ impl Stream for JobResultStream {
             }
             Poll::Ready(None) => {
                 self.credit.close();
+                self.results_out.cancel();
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -385,6 +441,7 @@ impl Stream for JobResultStream {
 impl Drop for JobResultStream {
     fn drop(&mut self) {
         self.credit.close();
+        self.results_out.cancel();
         // A no-op for a job that already finished.
         self.scheduler.send_soon(SchedulerCommand::ClientGone {
             stream: self.stream.clone(),

@@ -57,6 +57,29 @@ impl StoreWriter {
         let _ = self.tx.send(WriterMessage::Op(op));
     }
 
+    /// Waits until every op queued before this call is on disk, trying a failed batch
+    /// again up to `attempts` times in all, [`RETRY_AFTER`] apart. For shutdown: the
+    /// write-behind ops (task outcomes, job counters) then do not die with the process.
+    pub async fn flush(&self, attempts: u32) -> WriteOutcome {
+        let mut outcome = Ok(());
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.when_durable(move |written| {
+                let _ = tx.send(written);
+            });
+            outcome = rx
+                .await
+                .unwrap_or_else(|_| Err("the state store's writer stopped".into()));
+            if outcome.is_ok() {
+                break;
+            }
+        }
+        outcome
+    }
+
     /// Runs `then` on the writer thread once every op queued before this call is on disk
     /// (`Ok`), or once the batch holding one of them failed (`Err`, with the error).
     pub fn when_durable(&self, then: impl FnOnce(WriteOutcome) + Send + 'static) {
@@ -76,19 +99,23 @@ fn run_writer(
     // Ops of a failed batch, written again first.
     let mut unwritten: Vec<StoreOp> = Vec::new();
     loop {
+        // Every sender is gone: the failed batch gets one last try.
+        let mut closing = false;
         let first = if unwritten.is_empty() {
-            rx.recv().ok()
+            match rx.recv() {
+                Ok(message) => Some(message),
+                Err(mpsc::RecvError) => return,
+            }
         } else {
             match rx.recv_timeout(RETRY_AFTER) {
                 Ok(message) => Some(message),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    closing = true;
+                    None
+                }
             }
         };
-        let disconnected = first.is_none() && unwritten.is_empty();
-        if disconnected {
-            return;
-        }
         let mut batch = std::mem::take(&mut unwritten);
         let mut callbacks: Vec<Callback> = Vec::new();
         let mut next = first;
@@ -116,6 +143,17 @@ fn run_writer(
         };
         for then in callbacks {
             then(outcome.clone());
+        }
+        if closing {
+            if !unwritten.is_empty() {
+                tracing::error!(
+                    ops = unwritten.len(),
+                    "the state store's writer stopped with writes that failed: they are lost \
+                     (every acknowledged change was written before its answer; task outcomes \
+                     are computed again when their job resumes)"
+                );
+            }
+            return;
         }
     }
 }
@@ -221,6 +259,38 @@ mod tests {
             .map(|p| p.name)
             .collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_failed_batch_gets_one_last_try_when_the_writer_closes() {
+        let store = Arc::new(FlakyStore::default());
+        store.failures.store(1, Ordering::SeqCst);
+        let writer = StoreWriter::spawn(store.clone(), SchedulerMetrics::default());
+        writer.write(pool("a"));
+        assert!(wait(&writer).is_err(), "the first batch fails");
+        drop(writer);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.load_pools().unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the failed batch was dropped when the writer closed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flush_tries_a_failed_batch_again() {
+        let store = Arc::new(FlakyStore::default());
+        store.failures.store(1, Ordering::SeqCst);
+        let writer = StoreWriter::spawn(store.clone(), SchedulerMetrics::default());
+        writer.write(pool("a"));
+        assert_eq!(writer.flush(3).await, Ok(()));
+        assert_eq!(store.load_pools().unwrap().len(), 1);
+        store.failures.store(u32::MAX, Ordering::SeqCst);
+        writer.write(pool("b"));
+        let failed = writer.flush(2).await.unwrap_err();
+        assert!(failed.contains("disk full"), "{failed}");
     }
 
     #[test]

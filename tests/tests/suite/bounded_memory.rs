@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use resident_sdk::{Bytes, Cluster, PoolSpec, SdkError};
+use resident_sdk::{Bytes, Cluster, JobState, PoolSpec, SdkError};
 use resident_tests::scale_run::process_rss_bytes;
 use resident_tests::*;
 
@@ -22,9 +22,6 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         http.to_string().into(),
         "--max-job-buffered-bytes".into(),
         job_cap.to_string().into(),
-        // The client that leaves does not come back: its job is cancelled at once.
-        "--detach-grace-ms".into(),
-        "0".into(),
     ];
     let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
     let greedy_pool = cluster
@@ -41,6 +38,7 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     let payload = Bytes::from(vec![7u8; MIB as usize]);
     let inputs = futures::stream::iter((0..3000).map(move |_| payload.clone()));
     let greedy = greedy_pool.submit("greedy", inputs).await.unwrap();
+    let greedy_id = greedy.job_id.clone();
     // Its own connection backs up with the results it does not read (HTTP/2 flow
     // control): the job's state is read over another.
     let observer = Cluster::connect(&url).await.unwrap();
@@ -106,15 +104,26 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         grown / MIB
     );
 
-    // The client leaves; its pool takes a new job at once.
-    drop((greedy, greedy_pool, cluster));
-    let mut after = observer
-        .pool("greedy")
+    // The client drops its job (its process lives on, its connection stays open): the job
+    // is cancelled and every byte held for it comes back at once, not after a grace.
+    drop(greedy);
+    wait_until(
+        "the scheduler to give back the dropped job's buffer",
+        Duration::from_secs(10),
+        || async { (buffered_bytes(http) == 0).then_some(()) },
+    )
+    .await;
+    let job = observer.job_status(&greedy_id).await.unwrap();
+    assert_eq!(job.state, JobState::Cancelled, "{job:?}");
+
+    // Its pool takes a new job at once, from the same connection.
+    let mut after = greedy_pool
         .submit("after", futures::stream::iter([Bytes::from("x")]))
         .await
         .unwrap();
     let result = after.next().await.expect("a result").unwrap();
     assert_eq!(result.output.as_deref(), Ok(&b"x"[..]));
+    drop((greedy_pool, cluster));
 }
 
 /// `resident_scheduler_buffered_bytes` from the scheduler's `/metrics`.

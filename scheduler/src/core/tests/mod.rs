@@ -31,6 +31,8 @@ struct Harness {
     agents: BTreeMap<String, Agent>,
     /// The client stream attached to each job last.
     streams: BTreeMap<JobId, JobStream>,
+    /// Fires once the core lets go of that stream's results sender.
+    released: BTreeMap<JobId, tokio_util::sync::CancellationToken>,
 }
 
 /// Sends one command and waits for its answer: at once for reads and refusals, and for a
@@ -51,8 +53,13 @@ fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &m
     }
 }
 
-/// A test job's results channel, with a buffer that never fills.
-fn job_results() -> (super::JobResults, ResultsRx) {
+/// A test job's results channel, with a buffer that never fills, and the token that fires
+/// once the core lets go of the results.
+fn job_results() -> (
+    super::JobResults,
+    ResultsRx,
+    tokio_util::sync::CancellationToken,
+) {
     let budget = crate::budget::BufferBudget::new(u64::MAX / 2, u64::MAX / 4);
     super::JobResults::new(budget.job_buffer())
 }
@@ -84,6 +91,7 @@ impl Harness {
             ),
             agents: BTreeMap::new(),
             streams: BTreeMap::new(),
+            released: BTreeMap::new(),
         }
     }
 
@@ -216,7 +224,7 @@ impl Harness {
         header: pb::SubmitHeader,
         owner: &str,
     ) -> Result<(JobId, ResultsRx), SchedulerError> {
-        let (results, mut rx) = job_results();
+        let (results, mut rx, released) = job_results();
         let stream = answer(
             |reply| SchedulerCommand::OpenJob {
                 header,
@@ -231,6 +239,7 @@ impl Harness {
             Some(pb::submit_response::Body::Accepted(_))
         ));
         self.streams.insert(stream.job.clone(), stream.clone());
+        self.released.insert(stream.job.clone(), released);
         Ok((stream.job, rx))
     }
 
@@ -511,6 +520,60 @@ async fn cancel_stops_queued_tasks_and_drops_running_answers() {
     let task = run_tasks(&sent(h.agent("n1"))).remove(0);
     h.outcome("n1", &task, Ok("ok"));
     assert_eq!(results(&mut other_rx).len(), 1);
+}
+
+/// The client stream's task forwarder stops reading tasks once the core holds no sender of
+/// the job's results: after a cancel, a finish (once durable) and a takeover by a new
+/// stream, but not while the job runs.
+#[tokio::test(start_paused = true)]
+async fn a_jobs_results_are_released_when_it_ends_or_another_stream_takes_it() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+
+    let (cancelled, _rx) = h.open_job("p");
+    h.submit(&cancelled, 0..2);
+    assert!(
+        !h.released[&cancelled].is_cancelled(),
+        "released while running"
+    );
+    answer(
+        |reply| SchedulerCommand::CancelJob {
+            job: cancelled.clone(),
+            requester: Principal::anonymous(),
+            reply,
+        },
+        &mut h.core,
+    )
+    .unwrap();
+    assert!(h.released[&cancelled].is_cancelled(), "kept after a cancel");
+
+    let (finished, _rx) = h.open_job("p");
+    let first_stream = h.released[&finished].clone();
+    let header = pb::SubmitHeader {
+        pool: "p".into(),
+        job_name: "test".into(),
+        resume_job_id: finished.to_string(),
+        ..Default::default()
+    };
+    let (_, _rx) = h.attach(header, Principal::ANONYMOUS).unwrap();
+    assert!(
+        first_stream.is_cancelled(),
+        "the replaced stream's sender is kept"
+    );
+    let stream = h.stream(&finished);
+    h.core.handle(SchedulerCommand::CloseJobInput { stream });
+    h.core.after_commands();
+    // The store's writer thread lets go of it once the job's end is on disk.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !h.released[&finished].is_cancelled() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the finished job's sender is kept"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[tokio::test(start_paused = true)]
