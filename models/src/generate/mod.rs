@@ -1,0 +1,283 @@
+//! Text generation with an LLM kept resident: a Llama-family GGUF model, its tokenizer and
+//! chat template from the file's metadata, and continuous batching over many prompts.
+//!
+//! [`GenerateModel::generate`] takes a list of prompts and runs them through a fixed number
+//! of KV slots: each step decodes one token of every sequence in flight and prefills
+//! waiting prompts with the rest of the step's token budget ([`batcher`]). A sequence that
+//! ends (end-of-sequence token, a stop string, its token limit, the context) leaves at once
+//! and the next prompt takes its slot.
+
+pub mod batcher;
+pub mod chat;
+pub mod gguf_vocab;
+pub mod llama;
+pub mod sampling;
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ModelError;
+use batcher::{SeqProgress, StepLimits, plan_step};
+use chat::ChatTemplate;
+use gguf_vocab::GgufVocab;
+use llama::{KvArena, LlamaModel, Row};
+use sampling::{Sampler, SamplingParams};
+
+/// How a record's text becomes the prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptTemplate {
+    /// The model's chat template, the text as its single user turn, generation prompt added.
+    #[default]
+    Chat,
+    /// The text as it is, after BOS if the model's metadata asks for it.
+    None,
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// The end-of-sequence token, or a stop string.
+    Stop,
+    /// Its token limit, or the model's context.
+    Length,
+}
+
+/// One prompt to complete.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    /// The record's id: seeds its sampler.
+    pub id: String,
+    pub prompt: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation stops before the first of these in the text.
+    pub stop: Vec<String>,
+}
+
+/// One completed prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    pub text: String,
+    /// Generated tokens, without the end-of-sequence token.
+    pub tokens: Vec<u32>,
+    pub prompt_tokens: usize,
+    pub finish_reason: FinishReason,
+}
+
+/// A generation model, loaded once.
+pub struct GenerateModel {
+    model: LlamaModel,
+    vocab: GgufVocab,
+    chat: Option<ChatTemplate>,
+}
+
+/// One sequence in flight.
+struct InFlight {
+    request: usize,
+    slot: usize,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    cached: usize,
+    sampler: Sampler,
+}
+
+impl GenerateModel {
+    /// Loads a GGUF model file.
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let (model, metadata) = LlamaModel::load(path)?;
+        let vocab = GgufVocab::from_metadata(&metadata)?;
+        let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
+        let chat = match &vocab.chat_template {
+            Some(source) => Some(ChatTemplate::new(
+                source,
+                &special(vocab.bos),
+                &special(Some(vocab.eos)),
+            )?),
+            None => None,
+        };
+        Ok(Self { model, vocab, chat })
+    }
+
+    /// The model's context length in tokens.
+    pub fn context(&self) -> usize {
+        self.model.config.context
+    }
+
+    /// The prompt's tokens for `text`.
+    pub fn prompt_tokens(
+        &self,
+        text: &str,
+        template: PromptTemplate,
+    ) -> Result<Vec<u32>, ModelError> {
+        let (text, add_bos) = match template {
+            PromptTemplate::Chat => {
+                let chat = self.chat.as_ref().ok_or_else(|| {
+                    ModelError::InvalidConfig(
+                        "the model has no chat template; use --template none".into(),
+                    )
+                })?;
+                (chat.render_user_turn(text)?, false)
+            }
+            PromptTemplate::None => (text.to_owned(), self.vocab.add_bos),
+        };
+        let encoding = self
+            .vocab
+            .tokenizer
+            .encode(text.as_str(), false)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?;
+        let mut tokens = Vec::with_capacity(encoding.len() + 1);
+        if let (true, Some(bos)) = (add_bos, self.vocab.bos) {
+            tokens.push(bos);
+        }
+        tokens.extend_from_slice(encoding.get_ids());
+        Ok(tokens)
+    }
+
+    /// The text of `tokens`, special tokens left out.
+    pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
+        self.vocab
+            .tokenizer
+            .decode(tokens, true)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+    }
+
+    /// Completes every request with continuous batching; `on_token` hears of each token
+    /// generated. Results come in request order.
+    pub fn generate(
+        &self,
+        requests: &[GenerationRequest],
+        limits: StepLimits,
+        on_token: &mut dyn FnMut(),
+    ) -> Result<Vec<Generation>, ModelError> {
+        let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
+        let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
+        let mut free_slots: Vec<usize> = (0..limits.max_sequences).rev().collect();
+        let mut kv = KvArena::new(&self.model.config, limits.max_sequences);
+        let mut flight: Vec<InFlight> = Vec::new();
+        loop {
+            while let Some(&next) = waiting.front() {
+                let request = &requests[next];
+                if request.prompt.is_empty() || request.prompt.len() >= self.context() {
+                    results[next] = Some(self.too_long_or_empty(request));
+                    waiting.pop_front();
+                    continue;
+                }
+                let Some(slot) = free_slots.pop() else { break };
+                waiting.pop_front();
+                flight.push(InFlight {
+                    request: next,
+                    slot,
+                    tokens: request.prompt.clone(),
+                    prompt_len: request.prompt.len(),
+                    cached: 0,
+                    sampler: Sampler::new(&request.sampling, &request.id),
+                });
+            }
+            if flight.is_empty() {
+                break;
+            }
+            let progress: Vec<SeqProgress> = flight
+                .iter()
+                .map(|f| SeqProgress {
+                    tokens: f.tokens.len(),
+                    cached: f.cached,
+                })
+                .collect();
+            let spans = plan_step(&progress, limits);
+            let rows: Vec<Row> = spans
+                .iter()
+                .flat_map(|span| {
+                    let seq = &flight[span.seq];
+                    (span.start..span.end).map(move |pos| Row {
+                        slot: seq.slot,
+                        pos,
+                        token: seq.tokens[pos],
+                        logits: span.logits && pos + 1 == span.end,
+                    })
+                })
+                .collect();
+            let mut logits = self.model.forward(&rows, &mut kv)?.into_iter();
+            let mut finished = Vec::new();
+            for span in &spans {
+                let seq = &mut flight[span.seq];
+                seq.cached = span.end;
+                if !span.logits {
+                    continue;
+                }
+                let next = seq
+                    .sampler
+                    .next(&logits.next().expect("one per span with logits"));
+                on_token();
+                if let Some(done) = self.after_token(seq, next, &requests[seq.request])? {
+                    results[seq.request] = Some(done);
+                    finished.push(span.seq);
+                }
+            }
+            finished.sort_unstable_by(|a, b| b.cmp(a));
+            for index in finished {
+                free_slots.push(flight.remove(index).slot);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every request finished"))
+            .collect())
+    }
+
+    /// Appends `next` to the sequence; its result if that ends it.
+    fn after_token(
+        &self,
+        seq: &mut InFlight,
+        next: u32,
+        request: &GenerationRequest,
+    ) -> Result<Option<Generation>, ModelError> {
+        let finish = |seq: &InFlight, reason, text: String| Generation {
+            text,
+            tokens: seq.tokens[seq.prompt_len..].to_vec(),
+            prompt_tokens: seq.prompt_len,
+            finish_reason: reason,
+        };
+        if next == self.vocab.eos {
+            let text = self.decode(&seq.tokens[seq.prompt_len..])?;
+            return Ok(Some(finish(seq, FinishReason::Stop, text)));
+        }
+        seq.tokens.push(next);
+        let generated = seq.tokens.len() - seq.prompt_len;
+        if !request.stop.is_empty() {
+            let text = self.decode(&seq.tokens[seq.prompt_len..])?;
+            let cut = request
+                .stop
+                .iter()
+                .filter_map(|s| text.find(s.as_str()))
+                .min();
+            if let Some(cut) = cut {
+                return Ok(Some(finish(
+                    seq,
+                    FinishReason::Stop,
+                    text[..cut].to_owned(),
+                )));
+            }
+        }
+        if generated >= request.max_new_tokens || seq.tokens.len() >= self.context() {
+            let text = self.decode(&seq.tokens[seq.prompt_len..])?;
+            return Ok(Some(finish(seq, FinishReason::Length, text)));
+        }
+        Ok(None)
+    }
+
+    fn too_long_or_empty(&self, request: &GenerationRequest) -> Generation {
+        Generation {
+            text: String::new(),
+            tokens: Vec::new(),
+            prompt_tokens: request.prompt.len(),
+            finish_reason: FinishReason::Length,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

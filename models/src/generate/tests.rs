@@ -1,0 +1,150 @@
+//! Against the real SmolLM2-135M-Instruct GGUF (`scripts/fetch-model.sh
+//! smollm2-135m-instruct`, which the test command runs).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use super::*;
+
+fn smollm2() -> &'static GenerateModel {
+    static MODEL: OnceLock<GenerateModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+        GenerateModel::load(&path).unwrap_or_else(|e| {
+            panic!(
+                "{e}: run scripts/fetch-model.sh smollm2-135m-instruct ({})",
+                path.display()
+            )
+        })
+    })
+}
+
+fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        id: id.into(),
+        prompt,
+        max_new_tokens,
+        sampling: SamplingParams::default(),
+        stop: Vec::new(),
+    }
+}
+
+fn chat(text: &str) -> Vec<u32> {
+    smollm2().prompt_tokens(text, PromptTemplate::Chat).unwrap()
+}
+
+fn run(requests: &[GenerationRequest], limits: StepLimits) -> Vec<Generation> {
+    smollm2().generate(requests, limits, &mut || {}).unwrap()
+}
+
+#[test]
+fn the_gguf_vocabulary_tokenizes_text_and_chat_markers() {
+    let model = smollm2();
+    let tokens = model
+        .prompt_tokens("Hello world, 2024!", PromptTemplate::None)
+        .unwrap();
+    assert_eq!(model.decode(&tokens).unwrap(), "Hello world, 2024!");
+    // Digits are split one by one (the `smollm` pre-tokenizer).
+    let digits: Vec<String> = tokens
+        .iter()
+        .filter_map(|&t| model.vocab.token(t))
+        .filter(|t| t.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(digits, ["2", "0", "2", "4"]);
+    let prompt = chat("Hi");
+    let im_start = model.vocab.tokenizer.token_to_id("<|im_start|>").unwrap();
+    assert_eq!(
+        prompt[0], im_start,
+        "the template's markers are single tokens"
+    );
+    assert_eq!(prompt.iter().filter(|&&t| t == im_start).count(), 3);
+    assert_eq!(
+        model.vocab.token(model.vocab.eos).as_deref(),
+        Some("<|im_end|>")
+    );
+}
+
+#[test]
+fn greedy_decoding_answers_a_question() {
+    let out = run(
+        &[greedy("q", chat("What is the capital of France?"), 24)],
+        StepLimits::new(4, 64),
+    );
+    assert!(out[0].text.contains("Paris"), "{:?}", out[0].text);
+}
+
+#[test]
+fn a_batch_decodes_each_prompt_as_it_would_alone() {
+    let prompts = [
+        "Summarise in one sentence: The city council met on Tuesday to discuss the new park.",
+        "What is 12 plus 30?",
+        "Write a haiku about the sea.",
+        "Name three colours.",
+        "Translate to French: good morning",
+    ];
+    let requests: Vec<GenerationRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| greedy(&format!("r{i}"), chat(p), 12 + 3 * i))
+        .collect();
+    // Two slots and a small step budget: prompts join as others leave, prefill is chunked.
+    let batched = run(&requests, StepLimits::new(2, 16));
+    for (request, together) in requests.iter().zip(&batched) {
+        let alone = run(std::slice::from_ref(request), StepLimits::new(1, 512));
+        assert_eq!(together.tokens, alone[0].tokens, "{}", request.id);
+        assert_eq!(together.prompt_tokens, request.prompt.len());
+    }
+    assert_eq!(batched[0].finish_reason, FinishReason::Length);
+    assert_eq!(batched[0].tokens.len(), 12);
+}
+
+#[test]
+fn a_stop_string_ends_the_text_before_it() {
+    let mut request = greedy("s", chat("What is the capital of France?"), 24);
+    let full = run(std::slice::from_ref(&request), StepLimits::new(1, 256));
+    let at = full[0].text.find("Paris").expect("the answer names Paris");
+    request.stop = vec!["Paris".into(), "never in the text".into()];
+    let stopped = run(&[request], StepLimits::new(1, 256));
+    assert_eq!(stopped[0].finish_reason, FinishReason::Stop);
+    assert_eq!(stopped[0].text, full[0].text[..at]);
+    assert!(stopped[0].tokens.len() < full[0].tokens.len());
+}
+
+#[test]
+fn seeded_sampling_repeats_per_record_whatever_the_batch() {
+    let sampled = |id: &str, prompt: &str| GenerationRequest {
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p: 0.95,
+            top_k: 40,
+            seed: 42,
+        },
+        ..greedy(id, chat(prompt), 16)
+    };
+    let a = sampled("a", "Tell me a story about a fox.");
+    let b = sampled("b", "Describe a rainy day.");
+    let together = run(&[a.clone(), b.clone()], StepLimits::new(2, 64));
+    let alone = run(std::slice::from_ref(&b), StepLimits::new(1, 8));
+    assert_eq!(together[1].tokens, alone[0].tokens);
+    let other_seed = run(
+        &[GenerationRequest {
+            sampling: SamplingParams {
+                seed: 43,
+                ..b.sampling.clone()
+            },
+            ..b
+        }],
+        StepLimits::new(1, 64),
+    );
+    assert_ne!(other_seed[0].tokens, alone[0].tokens);
+}
+
+#[test]
+fn a_prompt_as_long_as_the_context_ends_at_once_with_length() {
+    let model = smollm2();
+    let long = vec![100; model.context()];
+    let out = run(&[greedy("long", long, 8)], StepLimits::new(1, 64));
+    assert_eq!(out[0].finish_reason, FinishReason::Length);
+    assert!(out[0].tokens.is_empty());
+}
