@@ -1,0 +1,95 @@
+//! Generation throughput of the `generate` engine in process, by batch size: summarisation
+//! prompts (a Wikipedia article of news length in a chat turn), greedy, a fixed number of
+//! new tokens. Prints a markdown table.
+//! `cargo run --release -p resident-bench --bin generate-bench -- --prompts 64 --batches 1,8,32`
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use resident_models::generate::batcher::StepLimits;
+use resident_models::generate::sampling::SamplingParams;
+use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(
+        long,
+        default_value = "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )]
+    model: PathBuf,
+    /// JSONL with a `text` field.
+    #[arg(long, default_value = "data/wiki_long.jsonl")]
+    data: PathBuf,
+    #[arg(long, default_value_t = 64)]
+    prompts: usize,
+    /// Articles are cut to this many characters (news length: about 600 tokens).
+    #[arg(long, default_value_t = 2600)]
+    article_chars: usize,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// Sequences in flight, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+    batches: Vec<usize>,
+    /// Rows in one forward step (decode plus prefill).
+    #[arg(long, default_value_t = 512)]
+    step_tokens: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let started = Instant::now();
+    let model = GenerateModel::load(&args.model)?;
+    let load = started.elapsed();
+    let file = std::io::BufReader::new(std::fs::File::open(&args.data)?);
+    let mut requests = Vec::new();
+    for (i, line) in file.lines().take(args.prompts).enumerate() {
+        let record: serde_json::Value = serde_json::from_str(&line?)?;
+        let text: String = record["text"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(args.article_chars)
+            .collect();
+        let prompt = format!("Summarise this article in three sentences.\n\n{text}");
+        requests.push(GenerationRequest {
+            id: i.to_string(),
+            prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
+            max_new_tokens: args.max_new_tokens,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+        });
+    }
+    let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum();
+    println!(
+        "{} prompts, {prompt_tokens} prompt tokens, up to {} new tokens each; model loaded in {:.2} s",
+        requests.len(),
+        args.max_new_tokens,
+        load.as_secs_f64()
+    );
+    println!();
+    println!(
+        "| sequences in flight | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    for &batch in &args.batches {
+        let began = Instant::now();
+        let out = model.generate(
+            &requests,
+            StepLimits::new(batch, args.step_tokens),
+            &mut || {},
+        )?;
+        let wall = began.elapsed().as_secs_f64();
+        let generated: usize = out.iter().map(|g| g.tokens.len()).sum();
+        println!(
+            "| {batch} | {generated} | {wall:.1} | {:.1} | {:.1} |",
+            generated as f64 / wall,
+            (generated + prompt_tokens) as f64 / wall
+        );
+    }
+    Ok(())
+}
