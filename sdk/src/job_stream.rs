@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -33,13 +35,16 @@ pub struct JobStream {
     items_running: watch::Receiver<u64>,
     /// The driver: stopped when the results are no longer wanted.
     driver: tokio::task::AbortHandle,
+    /// Set by the driver once every task's result is in `results`: dropping the stream
+    /// then cancels nothing.
+    all_answered: Arc<AtomicBool>,
     /// Where to cancel the job from when it is dropped unfinished.
     cluster: Cluster,
 }
 
 impl Drop for JobStream {
     fn drop(&mut self) {
-        let unfinished = !self.driver.is_finished();
+        let unfinished = !self.driver.is_finished() && !self.all_answered.load(Ordering::Acquire);
         self.driver.abort();
         // The driver's stream may be stalled by flow control (its reader stopped reading,
         // so the scheduler reads its tasks no further): closing it does not reach the
@@ -122,6 +127,8 @@ struct JobDriver {
     resend: VecDeque<u64>,
     /// Items done inside each unanswered task that reported progress, and their sum.
     running: RunningItems,
+    /// Every input was sent and every result passed on (see [`JobStream`]).
+    all_answered: Arc<AtomicBool>,
 }
 
 /// Progress inside running tasks, by sequence number, published as a sum.
@@ -183,7 +190,9 @@ pub(crate) async fn open_job(
             by_seq: BTreeMap::new(),
             total: items_running_tx,
         },
+        all_answered: Arc::new(AtomicBool::new(false)),
     };
+    let all_answered = driver.all_answered.clone();
     let attached = driver.attach(cluster.request_timeout()).await?;
     let job_id = attached.job_id.clone();
     driver.header.resume_job_id = job_id.to_string();
@@ -194,6 +203,7 @@ pub(crate) async fn open_job(
         results,
         items_running,
         driver: task.abort_handle(),
+        all_answered,
         cluster: cluster.clone(),
     })
 }
@@ -352,6 +362,14 @@ impl JobDriver {
         }
     }
 
+    /// Before the last result is passed on, so a reader that drops the stream on reading
+    /// it cancels nothing.
+    fn note_if_all_answered(&self) {
+        if self.inputs_done && self.unanswered.is_empty() {
+            self.all_answered.store(true, Ordering::Release);
+        }
+    }
+
     /// Moves inputs out and results in on one attached stream until the job is done (Ok),
     /// the reader went away (Ok), or the stream broke (the error).
     async fn pump(
@@ -360,6 +378,7 @@ impl JobDriver {
         results: &mpsc::Sender<Result<TaskOutput, SdkError>>,
     ) -> Result<(), SdkError> {
         loop {
+            self.note_if_all_answered();
             if self.inputs_done && self.resend.is_empty() {
                 // Closing the request side tells the scheduler the job has all its tasks.
                 attached.requests = None;
@@ -374,6 +393,7 @@ impl JobDriver {
                             continue; // Delivered before the stream broke.
                         }
                         self.running.answered(result.seq);
+                        self.note_if_all_answered();
                         if results.send(Ok(output_of(result))).await.is_err() {
                             return Ok(());
                         }

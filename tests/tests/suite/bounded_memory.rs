@@ -123,6 +123,22 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         .unwrap();
     let result = after.next().await.expect("a result").unwrap();
     assert_eq!(result.output.as_deref(), Ok(&b"x"[..]));
+    // Dropped once its every result was read, a job is not cancelled: it succeeds.
+    let after_id = after.job_id.clone();
+    drop(after);
+    let state = wait_until(
+        "the job that was read to end",
+        Duration::from_secs(10),
+        || {
+            let job = observer.job_status(&after_id);
+            async move {
+                let state = job.await.unwrap().state;
+                (state != JobState::Running).then_some(state)
+            }
+        },
+    )
+    .await;
+    assert_eq!(state, JobState::Succeeded);
     drop((greedy_pool, cluster));
 }
 
