@@ -15,6 +15,8 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub mod generate;
+
 /// A typed actor kind: what its actors are configured with, take and give back.
 pub trait Kind: 'static {
     /// The kind's name: lowercase words joined by `-`, no `@`.

@@ -25,6 +25,9 @@ use gguf_vocab::GgufVocab;
 use llama::{KvArena, LlamaModel, Row};
 use sampling::{Sampler, SamplingParams};
 
+/// Tokens the ` … ` of a cut text may take.
+const CUT_MARKER_TOKENS: usize = 3;
+
 /// How a record's text becomes the prompt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -135,6 +138,50 @@ impl GenerateModel {
         }
         tokens.extend_from_slice(encoding.get_ids());
         Ok(tokens)
+    }
+
+    /// The prompt `before + text + after`, leaving at least `reserve` tokens of the context
+    /// for the answer: when it would not, the middle of `text` (the record's own text) is
+    /// cut and marked with ` … `; `before` and `after` (the instruction) never are. Returns
+    /// the tokens and whether `text` was cut. An instruction that alone leaves no room is
+    /// returned whole (the sequence then ends at the context, `length`).
+    pub fn fit_prompt(
+        &self,
+        (before, text, after): (&str, &str, &str),
+        template: PromptTemplate,
+        reserve: usize,
+    ) -> Result<(Vec<u32>, bool), ModelError> {
+        let limit = self.context().saturating_sub(reserve).max(1);
+        let whole = self.prompt_tokens(&format!("{before}{text}{after}"), template)?;
+        if whole.len() <= limit {
+            return Ok((whole, false));
+        }
+        let text_tokens = self
+            .vocab
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec();
+        let mut over = whole.len() - limit;
+        let mut fitted = whole;
+        // Token boundaries move a little when the cut text is tokenised again.
+        for _ in 0..4 {
+            let keep = text_tokens.len().saturating_sub(over + CUT_MARKER_TOKENS);
+            let head = keep / 2;
+            let tail = keep - head;
+            let cut = format!(
+                "{} … {}",
+                self.decode(&text_tokens[..head])?,
+                self.decode(&text_tokens[text_tokens.len() - tail..])?
+            );
+            fitted = self.prompt_tokens(&format!("{before}{cut}{after}"), template)?;
+            if fitted.len() <= limit || keep == 0 {
+                break;
+            }
+            over += fitted.len() - limit;
+        }
+        Ok((fitted, true))
     }
 
     /// The text of `tokens`, special tokens left out.

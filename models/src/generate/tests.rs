@@ -148,3 +148,25 @@ fn a_prompt_as_long_as_the_context_ends_at_once_with_length() {
     assert_eq!(out[0].finish_reason, FinishReason::Length);
     assert!(out[0].tokens.is_empty());
 }
+
+#[test]
+fn a_prompt_too_long_for_the_context_loses_the_middle_of_its_text_only() {
+    let model = smollm2();
+    let text: String = (0..4000).map(|i| format!("word{i} ")).collect();
+    let parts = ("Summarise:\n", text.as_str(), "\nEnd of article.");
+    let reserve = model.context() - 500;
+    let (tokens, cut) = model
+        .fit_prompt(parts, PromptTemplate::Chat, reserve)
+        .unwrap();
+    assert!(cut);
+    assert!(tokens.len() <= 500, "{} tokens", tokens.len());
+    let prompt = model.decode(&tokens).unwrap();
+    assert!(prompt.contains("Summarise:\nword0 word1"), "{prompt}");
+    assert!(prompt.contains("word3999 \nEnd of article."), "{prompt}");
+    assert!(prompt.contains(" … "));
+    let (short, cut) = model
+        .fit_prompt(("Say: ", "hello", ""), PromptTemplate::Chat, 64)
+        .unwrap();
+    assert!(!cut);
+    assert_eq!(short, chat("Say: hello"));
+}

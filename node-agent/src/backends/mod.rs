@@ -8,6 +8,7 @@
 
 pub mod echo;
 pub mod embed;
+pub mod generate;
 pub mod progress;
 pub mod text_stats;
 pub mod typed;
@@ -167,6 +168,7 @@ impl ActorKindRegistry {
         registry.register(Arc::new(echo::EchoKind));
         registry.register(Arc::new(embed::EmbedKind));
         registry.register(Arc::new(text_stats::TextStatsKind));
+        registry.register_actor::<generate::GenerateActor>();
         registry
     }
 

@@ -1,0 +1,217 @@
+//! `generate@1`: the typed actor kind around [`resident_models::generate::GenerateModel`].
+//! The model loads once per actor and stays resident with its KV arena; each call completes
+//! a batch of prompts with continuous batching and reports progress in generated tokens.
+//! The contract (config, request, response) is [`resident_actor::generate`].
+
+use std::path::{Path, PathBuf};
+
+use resident_actor::generate::{
+    Completion, FinishReason, Generate, GenerateConfig, GenerateRequest, GenerateResponse, Template,
+};
+use resident_models::generate::batcher::StepLimits;
+use resident_models::generate::sampling::SamplingParams;
+use resident_models::generate::{self as engine, GenerateModel, GenerationRequest};
+
+use super::typed::{Reply, TypedActor};
+use super::{BackendError, LoadContext, TaskProgress};
+
+/// Sequences in flight when the pool does not say (CPU: enough rows to batch the weights'
+/// reads, few enough to keep a step's latency low).
+const DEFAULT_MAX_SEQUENCES: u32 = 32;
+/// Rows in one forward step when the pool does not say.
+const DEFAULT_MAX_STEP_TOKENS: u32 = 512;
+
+pub struct GenerateActor {
+    model: GenerateModel,
+    limits: StepLimits,
+    progress: TaskProgress,
+    _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
+}
+
+/// The GGUF file at `path`, or the one `.gguf` file in the directory `path`.
+fn gguf_file(path: &Path) -> Result<PathBuf, BackendError> {
+    if !path.is_dir() {
+        return Ok(path.to_owned());
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| BackendError::InvalidConfig(format!("{}: {e}", path.display())))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|ext| ext == "gguf"))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(BackendError::InvalidConfig(format!(
+            "{} holds no .gguf file; give the model's GGUF file",
+            path.display()
+        ))),
+        _ => Err(BackendError::InvalidConfig(format!(
+            "{} holds {} .gguf files; name the one to load",
+            path.display(),
+            found.len()
+        ))),
+    }
+}
+
+impl TypedActor for GenerateActor {
+    type Kind = Generate;
+
+    fn load(config: GenerateConfig, context: &LoadContext) -> Result<Self, BackendError> {
+        if config.model.is_empty() {
+            return Err(BackendError::InvalidConfig(
+                "the generate kind needs `model`: a GGUF file".into(),
+            ));
+        }
+        let local = context
+            .models
+            .local_dir(&config.model, config.model_revision.as_deref())?;
+        let checked = context.roots.check_model_path(Path::new(&local))?;
+        let model = GenerateModel::load(&gguf_file(&checked)?)?;
+        Ok(Self {
+            model,
+            limits: StepLimits::new(
+                config.max_sequences.unwrap_or(DEFAULT_MAX_SEQUENCES) as usize,
+                config.max_step_tokens.unwrap_or(DEFAULT_MAX_STEP_TOKENS) as usize,
+            ),
+            progress: context.progress.clone(),
+            _model_in_use: context.models.hold(&local),
+        })
+    }
+
+    fn handle(&mut self, request: GenerateRequest) -> Reply<Generate> {
+        let params = &request.params;
+        let template = match params.template {
+            Template::Chat => engine::PromptTemplate::Chat,
+            Template::None => engine::PromptTemplate::None,
+        };
+        let max_new_tokens = params.max_new_tokens.max(1) as usize;
+        let sampling = SamplingParams {
+            temperature: params.temperature,
+            top_p: params.top_p,
+            top_k: params.top_k as usize,
+            seed: params.seed,
+        };
+        let mut truncated = Vec::with_capacity(request.prompts.len());
+        let mut requests = Vec::with_capacity(request.prompts.len());
+        for prompt in &request.prompts {
+            let parts = (
+                prompt.before.as_str(),
+                prompt.text.as_str(),
+                prompt.after.as_str(),
+            );
+            let (tokens, cut) = self
+                .model
+                .fit_prompt(parts, template, max_new_tokens)
+                .map_err(|e| e.to_string())?;
+            truncated.push(cut);
+            requests.push(GenerationRequest {
+                id: prompt.id.clone(),
+                prompt: tokens,
+                max_new_tokens,
+                sampling: sampling.clone(),
+                stop: params.stop.clone(),
+            });
+        }
+        let mut generated = 0u64;
+        let progress = &self.progress;
+        let outputs = self
+            .model
+            .generate(&requests, self.limits, &mut || {
+                generated += 1;
+                progress.report(generated);
+            })
+            .map_err(|e| e.to_string())?;
+        let completions = request
+            .prompts
+            .iter()
+            .zip(outputs)
+            .zip(truncated)
+            .map(|((prompt, output), truncated)| Completion {
+                id: prompt.id.clone(),
+                text: output.text,
+                prompt_tokens: output.prompt_tokens as u32,
+                generated_tokens: output.tokens.len() as u32,
+                finish_reason: match output.finish_reason {
+                    engine::FinishReason::Stop => FinishReason::Stop,
+                    engine::FinishReason::Length => FinishReason::Length,
+                },
+                truncated,
+            })
+            .collect();
+        Ok(GenerateResponse { completions })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use resident_actor::generate::{GenerateParams, PromptParts};
+
+    use super::*;
+    use crate::backends::ActorKindRegistry;
+
+    fn smollm2() -> String {
+        format!(
+            "{}/../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    }
+
+    #[test]
+    fn the_kind_is_built_in_as_generate_at_1() {
+        let registry = ActorKindRegistry::with_builtin_kinds();
+        assert!(
+            registry.get("generate@1").is_some(),
+            "{:?}",
+            registry.names()
+        );
+    }
+
+    #[test]
+    fn an_actor_completes_a_batch_in_order_with_token_counts() {
+        let config = GenerateConfig {
+            model: smollm2(),
+            max_sequences: Some(2),
+            ..GenerateConfig::default()
+        };
+        let context = LoadContext::standalone("a1", Vec::new());
+        let mut actor = GenerateActor::load(config, &context).unwrap();
+        let request = GenerateRequest {
+            prompts: vec![
+                PromptParts::new(
+                    "q1",
+                    "Answer briefly: ",
+                    "What is the capital of France?",
+                    "",
+                ),
+                PromptParts::new("q2", "Answer briefly: ", "Name a colour.", ""),
+                PromptParts::new("q3", "", "Say hello.", ""),
+            ],
+            params: GenerateParams {
+                max_new_tokens: 16,
+                ..GenerateParams::default()
+            },
+        };
+        let response = actor.handle(request).unwrap();
+        let ids: Vec<&str> = response.completions.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["q1", "q2", "q3"]);
+        assert!(response.completions[0].text.contains("Paris"));
+        for completion in &response.completions {
+            assert!(completion.generated_tokens >= 1 && completion.generated_tokens <= 16);
+            assert!(completion.prompt_tokens > 5);
+            assert!(!completion.truncated);
+        }
+    }
+
+    #[test]
+    fn a_directory_without_a_gguf_file_is_a_clear_error() {
+        let empty = tempfile::tempdir().unwrap();
+        let config = GenerateConfig {
+            model: empty.path().to_string_lossy().into_owned(),
+            ..GenerateConfig::default()
+        };
+        let context = LoadContext::standalone("a1", Vec::new());
+        let error = GenerateActor::load(config, &context)
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("no .gguf file"), "{error}");
+    }
+}
