@@ -133,10 +133,74 @@ pub fn layer_norm_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     }
 }
 
+/// `a . b`, in `LANES` independent accumulators.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sums = [0.0f32; LANES];
+    let (mut chunks_a, mut chunks_b) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    for (ca, cb) in (&mut chunks_a).zip(&mut chunks_b) {
+        for ((s, x), y) in sums.iter_mut().zip(ca).zip(cb) {
+            *s += x * y;
+        }
+    }
+    let tail: f32 = chunks_a
+        .remainder()
+        .iter()
+        .zip(chunks_b.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    sums.iter().sum::<f32>() + tail
+}
+
+/// `out += weight * values`, element-wise.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+pub fn add_scaled(out: &mut [f32], weight: f32, values: &[f32]) {
+    for (o, v) in out.iter_mut().zip(values) {
+        *o += weight * v;
+    }
+}
+
+/// RMS normalisation of `row` into `out`: `x / sqrt(mean(x^2) + eps) * weight`.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+pub fn rms_norm_row(row: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let mean_square = lane_sum(row, |v| v * v) / row.len() as f32;
+    let scale = 1.0 / (mean_square + eps).sqrt();
+    for ((o, v), w) in out.iter_mut().zip(row).zip(weight) {
+        *o = v * scale * w;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
+
+    #[test]
+    fn dot_add_scaled_and_rms_norm_agree_with_plain_loops() {
+        let a: Vec<f32> = (0..70).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..70).map(|i| (i as f32 * 0.11).cos()).collect();
+        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - plain).abs() < 1e-5);
+        let mut out = b.clone();
+        add_scaled(&mut out, 0.5, &a);
+        assert!((out[69] - (b[69] + 0.5 * a[69])).abs() < 1e-7);
+        let mut normed = vec![0.0; 70];
+        rms_norm_row(&a, &b, 1e-5, &mut normed);
+        let rms = (a.iter().map(|v| v * v).sum::<f32>() / 70.0 + 1e-5).sqrt();
+        assert!((normed[3] - a[3] / rms * b[3]).abs() < 1e-5);
+    }
 
     #[test]
     fn exp_and_erf_are_accurate() {

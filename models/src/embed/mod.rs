@@ -10,7 +10,7 @@
 pub mod batching;
 mod bert;
 mod cpu_bert;
-mod cpu_ops;
+pub(crate) mod cpu_ops;
 mod encoder;
 mod fingerprint;
 mod fused;

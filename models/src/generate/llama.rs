@@ -21,6 +21,7 @@ use candle_core::{Device, Module, Tensor};
 use rayon::prelude::*;
 
 use crate::ModelError;
+use crate::embed::cpu_ops;
 
 /// The shape of the model, from the GGUF metadata.
 #[derive(Clone, Debug, PartialEq)]
@@ -377,43 +378,27 @@ impl LlamaModel {
                 let mut scores: Vec<f32> = (0..=row.pos)
                     .map(|p| {
                         let key = &keys[p * kv_dim + kv_offset..p * kv_dim + kv_offset + d];
-                        dot(q_head, key) * scale
+                        cpu_ops::dot(q_head, key) * scale
                     })
                     .collect();
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0;
-                for s in &mut scores {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                for (p, weight) in scores.iter().enumerate() {
+                cpu_ops::softmax_row(&mut scores);
+                for (p, &weight) in scores.iter().enumerate() {
                     let value = &values[p * kv_dim + kv_offset..p * kv_dim + kv_offset + d];
-                    let weight = weight / sum;
-                    for (o, v) in out_head.iter_mut().zip(value) {
-                        *o += weight * v;
-                    }
+                    cpu_ops::add_scaled(out_head, weight, value);
                 }
             });
         out
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 fn add_into(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
+    cpu_ops::add_assign(x, y);
 }
 
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
-    let mut out = Vec::with_capacity(x.len());
-    for row in x.chunks(weight.len()) {
-        let mean_square = row.iter().map(|v| v * v).sum::<f32>() / row.len() as f32;
-        let scale = 1.0 / (mean_square + eps).sqrt();
-        out.extend(row.iter().zip(weight).map(|(v, w)| v * scale * w));
+    let mut out = vec![0.0; x.len()];
+    for (row, normed) in x.chunks(weight.len()).zip(out.chunks_mut(weight.len())) {
+        cpu_ops::rms_norm_row(row, weight, eps, normed);
     }
     out
 }
