@@ -400,6 +400,17 @@ pub fn mpnet_dir() -> String {
     )
 }
 
+/// SmolLM2-135M-Instruct, GGUF Q4_1: the generation tests' model.
+pub fn smollm2_gguf() -> String {
+    let file = repo_root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        file.is_file(),
+        "{} is missing: run scripts/fetch-model.sh smollm2-135m-instruct (scripts/test.sh does)",
+        file.display()
+    );
+    file.to_string_lossy().into_owned()
+}
+
 fn fetched_model_dir(name: &str, fetch: &str) -> String {
     let dir = repo_root().join("models").join(name);
     assert!(

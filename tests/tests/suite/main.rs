@@ -19,6 +19,7 @@ mod durable_acks;
 mod embed_actors;
 mod embed_job;
 mod embed_s3;
+mod generate_actors;
 mod http_port;
 mod in_process_cluster;
 mod model_delivery;
