@@ -38,6 +38,11 @@ struct Args {
     /// Rows in one forward step (decode plus prefill).
     #[arg(long, default_value_t = 512)]
     step_tokens: usize,
+    /// Instead of timing: write each prompt's tokens, its greedy tokens (`--max-new-tokens`,
+    /// batched as `--batches`' first) and its first step's logits to this JSONL file, for
+    /// `benches/generate_agreement.py` to compare with llama.cpp.
+    #[arg(long)]
+    dump: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,6 +68,9 @@ fn main() -> anyhow::Result<()> {
             sampling: SamplingParams::default(),
             stop: Vec::new(),
         });
+    }
+    if let Some(dump) = &args.dump {
+        return write_dump(&model, &requests, &args, dump);
     }
     let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum();
     println!(
@@ -91,5 +99,32 @@ fn main() -> anyhow::Result<()> {
             (generated + prompt_tokens) as f64 / wall
         );
     }
+    Ok(())
+}
+
+fn write_dump(
+    model: &GenerateModel,
+    requests: &[GenerationRequest],
+    args: &Args,
+    dump: &PathBuf,
+) -> anyhow::Result<()> {
+    let batch = args.batches.first().copied().unwrap_or(1);
+    let out = model.generate(
+        requests,
+        StepLimits::new(batch, args.step_tokens),
+        &mut || {},
+    )?;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(dump)?);
+    for (request, generation) in requests.iter().zip(&out) {
+        let logits = model.next_token_logits(&request.prompt)?;
+        let line = serde_json::json!({
+            "id": request.id,
+            "prompt": request.prompt,
+            "greedy": generation.tokens,
+            "logits": logits,
+        });
+        std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes())?;
+    }
+    println!("wrote {} prompts to {}", out.len(), dump.display());
     Ok(())
 }

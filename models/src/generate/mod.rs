@@ -184,6 +184,26 @@ impl GenerateModel {
         Ok((fitted, true))
     }
 
+    /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
+    /// against other implementations.
+    pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let mut kv = KvArena::new(&self.model.config, 1);
+        let rows: Vec<Row> = prompt
+            .iter()
+            .enumerate()
+            .map(|(pos, &token)| Row {
+                slot: 0,
+                pos,
+                token,
+                logits: pos + 1 == prompt.len(),
+            })
+            .collect();
+        let mut logits = self.model.forward(&rows, &mut kv)?;
+        logits
+            .pop()
+            .ok_or_else(|| ModelError::Task("an empty prompt has no next token".into()))
+    }
+
     /// The text of `tokens`, special tokens left out.
     pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
         self.vocab
