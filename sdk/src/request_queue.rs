@@ -69,9 +69,11 @@ impl RequestQueue {
 
     /// Queues `request`; call only when [`RequestQueue::has_room`].
     pub(crate) fn push(&self, request: pb::SubmitRequest) {
+        // Counted before it is queued: the connection may take it (and subtract) at once.
         let bytes = payload_bytes(&request);
-        if self.tx.try_send(request).is_ok() {
-            self.queued.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.queued.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.tx.try_send(request).is_err() {
+            self.queued.bytes.fetch_sub(bytes, Ordering::Relaxed);
         }
     }
 

@@ -171,15 +171,6 @@ impl KvArena {
             }
         }
     }
-
-    /// Bytes held by every slot's buffers.
-    pub fn bytes(&self) -> usize {
-        self.slots
-            .iter()
-            .flat_map(|s| s.k.iter().chain(&s.v))
-            .map(|layer| layer.capacity() * 4)
-            .sum()
-    }
 }
 
 fn tensor(content: &Content, file: &mut std::fs::File, name: &str) -> Result<QTensor, ModelError> {
@@ -302,16 +293,27 @@ impl LlamaModel {
             let at = row.token as usize * c.hidden;
             x.extend_from_slice(&self.embedding[at..at + c.hidden]);
         }
+        // Each row's rotations, the same for every head of every layer.
+        let half = self.inv_freq.len();
+        let rotations: Vec<(f32, f32)> = rows
+            .iter()
+            .flat_map(|row| {
+                self.inv_freq
+                    .iter()
+                    .map(move |inv_freq| (row.pos as f32 * inv_freq).sin_cos())
+            })
+            .collect();
         for (index, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm, c.rms_eps);
             let mut q = matmul(&layer.wq, &h, n, c.hidden)?;
             let mut k = matmul(&layer.wk, &h, n, c.hidden)?;
             let v = matmul(&layer.wv, &h, n, c.hidden)?;
             for (i, row) in rows.iter().enumerate() {
+                let rotation = &rotations[i * half..(i + 1) * half];
                 let q_row = &mut q[i * c.hidden..(i + 1) * c.hidden];
-                self.rope(q_row, row.pos);
+                rope(q_row, c.head_dim, rotation);
                 let k_row = &mut k[i * c.kv_dim()..(i + 1) * c.kv_dim()];
-                self.rope(k_row, row.pos);
+                rope(k_row, c.head_dim, rotation);
                 let cache = &mut kv.slots[row.slot];
                 let at = row.pos * c.kv_dim();
                 cache.k[index][at..at + c.kv_dim()].copy_from_slice(k_row);
@@ -320,7 +322,7 @@ impl LlamaModel {
             }
             let attended = self.attention(rows, &q, kv, index);
             let o = matmul(&layer.wo, &attended, n, c.hidden)?;
-            add_into(&mut x, &o);
+            cpu_ops::add_assign(&mut x, &o);
             let h = rms_norm(&x, &layer.ffn_norm, c.rms_eps);
             let gate = matmul(&layer.w_gate, &h, n, c.hidden)?;
             let up = matmul(&layer.w_up, &h, n, c.hidden)?;
@@ -330,7 +332,7 @@ impl LlamaModel {
                 .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
                 .collect();
             let down = matmul(&layer.w_down, &act, n, c.ffn)?;
-            add_into(&mut x, &down);
+            cpu_ops::add_assign(&mut x, &down);
         }
         let wanted: Vec<f32> = rows
             .iter()
@@ -345,19 +347,6 @@ impl LlamaModel {
         let normed = rms_norm(&wanted, &self.output_norm, c.rms_eps);
         let logits = matmul(&self.lm_head, &normed, m, c.hidden)?;
         Ok(logits.chunks(c.vocab).map(<[f32]>::to_vec).collect())
-    }
-
-    /// Rotates each head's adjacent pairs of dimensions by `pos` (GGUF's Llama layout).
-    fn rope(&self, row: &mut [f32], pos: usize) {
-        let d = self.config.head_dim;
-        for head in row.chunks_mut(d) {
-            for (i, inv_freq) in self.inv_freq.iter().enumerate() {
-                let (sin, cos) = (pos as f32 * inv_freq).sin_cos();
-                let (a, b) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = a * cos - b * sin;
-                head[2 * i + 1] = a * sin + b * cos;
-            }
-        }
     }
 
     /// Causal attention of each row over its own sequence's positions `0..=pos`.
@@ -391,8 +380,16 @@ impl LlamaModel {
     }
 }
 
-fn add_into(x: &mut [f32], y: &[f32]) {
-    cpu_ops::add_assign(x, y);
+/// Rotates each head's adjacent pairs of dimensions by the row's `(sin, cos)` per pair
+/// (GGUF's Llama layout).
+fn rope(row: &mut [f32], head_dim: usize, rotation: &[(f32, f32)]) {
+    for head in row.chunks_mut(head_dim) {
+        for (pair, &(sin, cos)) in head.chunks_exact_mut(2).zip(rotation) {
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * cos - b * sin;
+            pair[1] = a * sin + b * cos;
+        }
+    }
 }
 
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {

@@ -16,8 +16,6 @@ pub mod sampling;
 use std::collections::VecDeque;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use crate::ModelError;
 use batcher::{SeqProgress, StepLimits, plan_step};
 use chat::ChatTemplate;
@@ -29,8 +27,7 @@ use sampling::{Sampler, SamplingParams};
 const CUT_MARKER_TOKENS: usize = 3;
 
 /// How a record's text becomes the prompt.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PromptTemplate {
     /// The model's chat template, the text as its single user turn, generation prompt added.
     #[default]
@@ -40,8 +37,7 @@ pub enum PromptTemplate {
 }
 
 /// Why a sequence ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
     /// The end-of-sequence token, or a stop string.
     Stop,

@@ -7,11 +7,10 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// How a sequence's tokens are chosen.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
     /// 0 is greedy.
     pub temperature: f32,
