@@ -90,7 +90,7 @@ async fn unknown_kind_zero_replicas_and_bad_names_are_invalid() {
     assert_eq!(
         error.to_string(),
         "invalid request: invalid argument: no alive agent offers actor kind `llama-magic`; alive \
-         agents offer: echo, embed, text-stats. A kind of your own runs on agents built with it \
+         agents offer: echo, embed, generate@1, text-stats. A kind of your own runs on agents built with it \
          (see examples/custom-actor)"
     );
     let error = test
