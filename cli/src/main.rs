@@ -2,9 +2,11 @@
 
 mod agent;
 mod certs;
+mod corpus_args;
 mod credentials;
 mod embed;
 mod exit;
+mod generate;
 mod health;
 mod local;
 mod model;
@@ -69,6 +71,9 @@ enum Command {
     Pool(ops::PoolCommand),
     /// Embed a corpus with resident model actors, resumably.
     Embed(embed::EmbedArgs),
+    /// Generate a text per record of a corpus (summaries, answers) with an LLM kept
+    /// resident in generate actors, resumably.
+    Generate(generate::GenerateArgs),
     /// Run a hyperparameter sweep whose trials train on resident embed actors.
     Sweep(sweep::SweepArgs),
     /// Make a private CA and the scheduler's TLS certificate.
@@ -96,7 +101,7 @@ fn main() -> std::process::ExitCode {
     // Commands that may load a model on a GPU keep the driver's compiled kernels on disk.
     let jit_cache = match &cli.command {
         Command::Agent(args) => Some(args.cuda_jit_cache_dir()),
-        Command::Local(_) | Command::Embed(_) | Command::Sweep(_) => {
+        Command::Local(_) | Command::Embed(_) | Command::Generate(_) | Command::Sweep(_) => {
             Some(resident_node_agent::model_cache::default_model_cache_dir().join("cuda-jit"))
         }
         _ => None,
@@ -128,6 +133,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Pools(args) => ops::list_pools(args).await,
         Command::Pool(command) => ops::pool(command).await,
         Command::Embed(args) => embed::run(args).await,
+        Command::Generate(args) => generate::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Certs(args) => certs::run(args),
         Command::Token(args) => token::run(args),

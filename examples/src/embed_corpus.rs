@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "{} documents, dimension {}, {:.1} docs/s, {} bad records, {} model loads, ${:.4}",
         report.items,
-        report.dimension,
+        report.figures.dimension,
         report.docs_per_second,
         report.bad_record_count,
         report.model_loads,

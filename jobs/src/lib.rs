@@ -1,6 +1,8 @@
 //! Resident's batch jobs, as a library over the client SDK:
 //!
-//! - [`embed_job`]: embed a corpus end to end on a cluster, resumably (`resident embed`);
+//! - [`corpus_job`]: run a corpus through a pool end to end, resumably: embed it
+//!   (`resident embed`) or generate a text per record (`resident generate`); [`embed_job`] is
+//!   its older name;
 //! - [`sweep`]: hyperparameter sweeps whose trials train on resident `embed` actors
 //!   (`resident sweep`);
 //! - [`storage`]: where jobs read and write, a local path or `s3://bucket/prefix`.
@@ -8,7 +10,8 @@
 //! Features: `s3` (aws-sdk-s3) and `parquet` (Parquet corpus files), both on by default. A
 //! build without one refuses such inputs with a message that names the feature.
 
-pub mod embed_job;
+pub mod corpus_job;
+pub use corpus_job as embed_job;
 pub mod files;
 pub mod model_pin;
 pub mod pools;

@@ -1,5 +1,6 @@
 //! Pinning a job's model before any actor starts, so every agent loads the same bytes and a
 //! resumed job knows it has the same model:
+//! - a local file (a GGUF model): the SHA-256 of its bytes, no pin;
 //! - a local directory: its content (the digest of a manifest of its files), no pin (agents
 //!   load their own copy, and each chunk's content fingerprint is checked against the first);
 //! - `s3://bucket/prefix/`: the digest of the `resident-model.json` there, which agents check
@@ -37,6 +38,15 @@ pub async fn pin_model(model: &str, s3: &S3Options) -> Result<PinnedModel, Strin
     match ModelSource::parse(model, None)? {
         ModelSource::Local(path) => {
             let dir = PathBuf::from(&path);
+            if dir.is_file() {
+                // One file (a GGUF model): its content is its identity.
+                let file = dir.clone();
+                let digest = tokio::task::spawn_blocking(move || file_sha256(&file))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("model {path}: {e}"))?;
+                return Ok(pinned(None, digest));
+            }
             if !dir.is_dir() {
                 // The agents may hold it where the client does not; they say if not.
                 return Ok(pinned(None, sha256_hex(format!("path:{path}").as_bytes())));
@@ -67,6 +77,14 @@ pub async fn pin_model(model: &str, s3: &S3Options) -> Result<PinnedModel, Strin
             Ok(pinned(Some(commit), fingerprint))
         }
     }
+}
+
+/// The SHA-256 of a file's bytes, streamed.
+fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// The commit `revision` of `repo` names: itself if it is one, else the hub's answer, else

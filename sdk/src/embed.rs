@@ -232,7 +232,19 @@ impl Cluster {
         load_timeout: Duration,
     ) -> Result<EmbedPool, SdkError> {
         let chunk_size = spec.chunk_size;
-        let pool_spec = spec.into_pool_spec();
+        let pool = self
+            .create_or_resize_pool(spec.into_pool_spec(), load_timeout)
+            .await?;
+        Ok(EmbedPool { pool, chunk_size })
+    }
+
+    /// Creates a pool (or, when one of that name has the same spec but its replica count,
+    /// resizes it) and waits until every actor has loaded.
+    pub async fn create_or_resize_pool(
+        &self,
+        pool_spec: PoolSpec,
+        load_timeout: Duration,
+    ) -> Result<Pool, SdkError> {
         let name = pool_spec.name().to_owned();
         let replicas = pool_spec.replicas_wanted();
         let pool = match self.create_pool(pool_spec.clone()).await {
@@ -251,7 +263,7 @@ impl Cluster {
             Err(other) => return Err(other),
         };
         pool.wait_ready(load_timeout).await?;
-        Ok(EmbedPool { pool, chunk_size })
+        Ok(pool)
     }
 }
 

@@ -41,7 +41,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
     assert_eq!(
         (
             report.items,
-            report.dimension,
+            report.figures.dimension,
             report.model_loads,
             report.actors
         ),
@@ -53,7 +53,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         report.chunks
     );
     assert!(report.chunks.plan.contains("chunk of"));
-    assert!(report.truncated >= 1 && report.tokens > 10_000);
+    assert!(report.figures.truncated >= 1 && report.figures.tokens > 10_000);
     assert!(
         report.docs_per_second > 0.0 && report.cpu_hours > 0.0 && report.estimated_cost_usd > 0.0
     );

@@ -15,6 +15,9 @@ use crate::records::{is_blank, json_object, line_text};
 pub struct ReaderOptions {
     pub id_field: String,
     pub text_field: String,
+    /// Other fields every record must have as text (those a generate prompt names): a
+    /// record without one is a bad record.
+    pub extra_fields: Vec<String>,
 }
 
 impl Default for ReaderOptions {
@@ -22,6 +25,7 @@ impl Default for ReaderOptions {
         Self {
             id_field: "id".into(),
             text_field: "text".into(),
+            extra_fields: Vec::new(),
         }
     }
 }
@@ -31,6 +35,8 @@ impl Default for ReaderOptions {
 pub struct Record {
     pub id: Value,
     pub text: String,
+    /// The values of [`ReaderOptions::extra_fields`], in their order.
+    pub fields: Vec<String>,
 }
 
 /// A line that was skipped, and why.
@@ -145,9 +151,13 @@ impl RecordReader {
             let parsed = match raw {
                 Raw::Blank => continue,
                 Raw::Line => self.parse_line(index, line),
-                Raw::Row(row) => row.map(|(id, text)| Record {
-                    id: id.unwrap_or_else(|| self.generated_id(index, line)),
-                    text,
+                Raw::Row(row) => row.and_then(|(id, text)| {
+                    self.no_extra_fields("Parquet")?;
+                    Ok(Record {
+                        id: id.unwrap_or_else(|| self.generated_id(index, line)),
+                        text,
+                        fields: Vec::new(),
+                    })
                 }),
             };
             let checked = parsed.and_then(|record| {
@@ -228,11 +238,26 @@ impl RecordReader {
     fn parse_line(&self, index: usize, line: u64) -> Result<Record, String> {
         let text = line_text(&self.buffer)?;
         match self.inputs.files[index].format() {
-            Format::Text => Ok(Record {
-                id: self.generated_id(index, line),
-                text: text.to_owned(),
-            }),
+            Format::Text => {
+                self.no_extra_fields("plain-text")?;
+                Ok(Record {
+                    id: self.generated_id(index, line),
+                    text: text.to_owned(),
+                    fields: Vec::new(),
+                })
+            }
             _ => self.parse_json(text, index, line),
+        }
+    }
+
+    /// Fields besides the text are read from JSON lines only.
+    fn no_extra_fields(&self, format: &str) -> Result<(), String> {
+        match self.options.extra_fields.first() {
+            Some(field) => Err(format!(
+                "the prompt names the field `{field}`, and {format} records have only a text; \
+                 give the corpus as JSON lines"
+            )),
+            None => Ok(()),
         }
     }
 
@@ -246,6 +271,17 @@ impl RecordReader {
 
     fn parse_json(&self, text: &str, index: usize, line: u64) -> Result<Record, String> {
         let mut object = json_object(text)?;
+        let fields = self
+            .options
+            .extra_fields
+            .iter()
+            .map(|field| match object.get(field) {
+                Some(Value::String(value)) => Ok(value.clone()),
+                Some(value @ (Value::Number(_) | Value::Bool(_))) => Ok(value.to_string()),
+                Some(_) => Err(format!("field `{field}` (named in the prompt) is not text")),
+                None => Err(format!("missing field `{field}` (named in the prompt)")),
+            })
+            .collect::<Result<_, _>>()?;
         let text = match object.remove(&self.options.text_field) {
             Some(Value::String(text)) => text,
             Some(_) => {
@@ -266,7 +302,7 @@ impl RecordReader {
             }
             None => self.generated_id(index, line),
         };
-        Ok(Record { id, text })
+        Ok(Record { id, text, fields })
     }
 }
 
@@ -320,6 +356,56 @@ mod tests {
         assert_eq!(reasons[4], (6, "duplicate id \"a\""));
         assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    #[test]
+    fn fields_a_prompt_names_are_read_and_a_record_without_one_is_bad() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        std::fs::write(
+            &path,
+            "{\"id\": 1, \"text\": \"a\", \"title\": \"T\", \"year\": 2024}\n\
+             {\"id\": 2, \"text\": \"b\", \"year\": 2025}\n\
+             {\"id\": 3, \"text\": \"c\", \"title\": [1], \"year\": 1}\n",
+        )
+        .unwrap();
+        let options = ReaderOptions {
+            extra_fields: vec!["title".into(), "year".into()],
+            ..ReaderOptions::default()
+        };
+        let mut reader = RecordReader::new(InputSet::local(&path).unwrap(), options.clone());
+        let mut items = Vec::new();
+        while let Some(item) = reader.next_item().unwrap() {
+            items.push(item);
+        }
+        let Item::Record(first) = &items[0] else {
+            panic!("the first record is good");
+        };
+        assert_eq!(first.fields, vec!["T".to_owned(), "2024".to_owned()]);
+        let reasons: Vec<String> = items[1..]
+            .iter()
+            .map(|item| match item {
+                Item::Bad(bad) => bad.reason.clone(),
+                Item::Record(record) => panic!("{record:?}"),
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "missing field `title` (named in the prompt)",
+                "field `title` (named in the prompt) is not text"
+            ]
+        );
+        let text = dir.path().join("plain.txt");
+        std::fs::write(&text, "just text\n").unwrap();
+        let mut reader = RecordReader::new(InputSet::local(&text).unwrap(), options);
+        let Some(Item::Bad(bad)) = reader.next_item().unwrap() else {
+            panic!("a text line cannot have a title");
+        };
+        assert!(
+            bad.reason.contains("give the corpus as JSON lines"),
+            "{bad:?}"
+        );
     }
 
     #[test]
@@ -425,6 +511,7 @@ mod tests {
         let options = ReaderOptions {
             id_field: "id".into(),
             text_field: "body".into(),
+            extra_fields: Vec::new(),
         };
         let error = RecordReader::new(InputSet::local(&path).unwrap(), options)
             .next_item()

@@ -1,19 +1,18 @@
 //! The job's reading side: the first pass over the input (counts, bad records,
 //! fingerprint), the manifest check, speed calibration and the chunk producer.
 
-use resident_sdk::{EmbedPool, EmbeddedChunk, TaskPayload, embed_request};
+use resident_sdk::TaskPayload;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-
-use futures::StreamExt;
 
 use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
 use super::output::{Manifest, OutputDir};
-use super::reader::{BadRecord, IdCheck, Item, RecordReader};
+use super::reader::{BadRecord, IdCheck, Item, Record, RecordReader};
 use super::results::PendingChunk;
 use super::schedule::{ChunkCutter, ChunkSchedule, NextChunk};
-use super::{BadRecordPolicy, EmbedJobConfig, JobError};
+use super::work::ChunkWork;
+use super::{BadRecordPolicy, CorpusJobConfig, JobError};
 
 /// Bad records listed in the report; past this only their count grows, so a corpus of
 /// mostly bad lines cannot fill the client's memory.
@@ -32,7 +31,7 @@ pub(super) struct Scan {
 
 /// First pass, blocking: count records, list bad ones (or stop at the first with `fail`).
 pub(super) fn scan_input(
-    config: &EmbedJobConfig,
+    config: &CorpusJobConfig,
     inputs: InputSet,
     model_fingerprint: String,
 ) -> Result<Scan, JobError> {
@@ -126,32 +125,36 @@ fn sort_by_place(bad_records: &mut [BadRecord], file_names: &[String]) {
     bad_records.sort_by_key(|b| (order.get(b.file.as_str()).copied(), b.line));
 }
 
-/// The earlier run's manifest, if it is for the same input and model; a new one otherwise.
-pub(super) async fn open_manifest(
+/// The earlier run's manifest, if it is for the same input, model and settings; a new one
+/// otherwise.
+pub(super) async fn open_manifest<W: ChunkWork>(
     out: &OutputDir,
-    config: &EmbedJobConfig,
+    config: &CorpusJobConfig,
+    work: &W,
     scan: &Scan,
 ) -> Result<Manifest, JobError> {
     match super::manifest_store::load_manifest(out).await? {
         Some(manifest) => {
             let place = &config.output;
             if manifest.input_fingerprint != scan.input_fingerprint {
+                let what = match W::JOB {
+                    "embed" => "embeddings",
+                    _ => "the output",
+                };
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds embeddings of a different input; use another --output or remove it"
+                    "{place} holds {what} of a different input; use another --output or remove it"
                 )));
             }
             if manifest.model_fingerprint != scan.model_fingerprint {
+                let what = match W::JOB {
+                    "embed" => "embeddings from a different model",
+                    _ => "output of a different model, prompt or decoding parameters",
+                };
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds embeddings from a different model; use another --output or remove it"
+                    "{place} holds {what}; use another --output or remove it"
                 )));
             }
-            if manifest.dtype != config.dtype {
-                return Err(JobError::Mismatch(format!(
-                    "{place} holds {} embeddings; rerun with --dtype {}",
-                    manifest.dtype.name(),
-                    manifest.dtype.name()
-                )));
-            }
+            work.check_resume(&manifest, &place.to_string())?;
             if let Some(asked) = config
                 .chunk_size
                 .filter(|size| *size != manifest.chunk_size)
@@ -179,37 +182,39 @@ pub(super) async fn open_manifest(
     }
 }
 
-/// The model's vector width, from one short embedding (for a `--chunk-size` given by hand,
-/// which skips the calibration round that would tell it).
-pub(super) async fn probe_dimension(pool: &EmbedPool) -> Result<usize, JobError> {
-    let payload = embed_request(vec!["dimension probe".to_owned()], false);
-    let mut results = pool
-        .pool
-        .submit("dimension probe", futures::stream::iter([payload]))
-        .await?;
-    match results.next().await {
-        Some(output) => Ok(EmbeddedChunk::from_output(output?)?.dim),
-        None => Err(JobError::Model("the dimension probe got no answer".into())),
-    }
+/// What the chunk producer cuts chunks from.
+pub(super) struct ChunkSource<W> {
+    pub config: CorpusJobConfig,
+    pub work: W,
+    pub inputs: InputSet,
+    pub schedule: ChunkSchedule,
+    pub total_docs: u64,
+    /// Chunks already done, skipped.
+    pub done: HashSet<u64>,
+    /// Ordinals of the records whose id an earlier record has.
+    pub duplicate_ordinals: Arc<Vec<u64>>,
 }
 
 /// Second pass, on a blocking thread: cuts records into the schedule's chunks, skips
 /// finished ones, and sends the rest (recording their ids) as long as the job's window
 /// allows. Past the probes it waits for the body's plan (`body_plan`: chunk size, tail
 /// floor); if that never comes (the job failed), it stops.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn spawn_chunk_producer(
-    config: EmbedJobConfig,
-    inputs: InputSet,
-    schedule: ChunkSchedule,
-    total_docs: u64,
-    done: HashSet<u64>,
-    duplicate_ordinals: Arc<Vec<u64>>,
+pub(super) fn spawn_chunk_producer<W: ChunkWork>(
+    source: ChunkSource<W>,
     pending: Arc<Mutex<HashMap<u64, PendingChunk>>>,
-    chunks: tokio::sync::mpsc::Sender<resident_sdk::TaskPayload>,
+    chunks: tokio::sync::mpsc::Sender<TaskPayload>,
     body_plan: tokio::sync::oneshot::Receiver<(usize, usize)>,
 ) -> tokio::task::JoinHandle<Result<(), JobError>> {
     tokio::task::spawn_blocking(move || {
+        let ChunkSource {
+            config,
+            work,
+            inputs,
+            schedule,
+            total_docs,
+            done,
+            duplicate_ordinals,
+        } = source;
         let mut reader = RecordReader::new(inputs, config.reader.clone())
             .with_id_check(IdCheck::Skip(duplicate_ordinals));
         let mut cutter = schedule.cutter(total_docs);
@@ -225,8 +230,8 @@ pub(super) fn spawn_chunk_producer(
                 buffer.clear();
                 return true;
             }
-            let items = buffer.texts.len() as u32;
-            let bytes = embed_request(std::mem::take(&mut buffer.texts), false);
+            let items = buffer.records.len() as u32;
+            let bytes = work.request(std::mem::take(&mut buffer.records));
             pending.lock().expect("pending chunks").insert(
                 seq,
                 PendingChunk {
@@ -243,8 +248,8 @@ pub(super) fn spawn_chunk_producer(
         loop {
             match reader.next_item()? {
                 Some(Item::Record(record)) => {
-                    buffer.ids.push(record.id);
-                    buffer.texts.push(record.text);
+                    buffer.ids.push(record.id.clone());
+                    buffer.records.push(record);
                     buffer.places.push(reader.last_place());
                     if buffer.ids.len() == want {
                         if !flush(&mut buffer, index) {
@@ -271,7 +276,7 @@ pub(super) fn spawn_chunk_producer(
 /// The records of the chunk being cut.
 struct ChunkBuffer {
     ids: Vec<serde_json::Value>,
-    texts: Vec<String>,
+    records: Vec<Record>,
     places: Vec<(u32, u64)>,
 }
 
@@ -279,14 +284,14 @@ impl ChunkBuffer {
     fn with_capacity(capacity: usize) -> Self {
         Self {
             ids: Vec::with_capacity(capacity),
-            texts: Vec::with_capacity(capacity),
+            records: Vec::with_capacity(capacity),
             places: Vec::with_capacity(capacity),
         }
     }
 
     fn clear(&mut self) {
         self.ids.clear();
-        self.texts.clear();
+        self.records.clear();
         self.places.clear();
     }
 }

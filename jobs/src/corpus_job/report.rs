@@ -6,14 +6,16 @@ use std::time::Duration;
 use resident_sdk::{ActorInfo, EmbeddedChunk, NodeInfo};
 use serde::{Deserialize, Serialize};
 
-use super::EmbedJobConfig;
-use super::output::Manifest;
+use super::output::{Manifest, OutputDtype};
 use super::reader::BadRecord;
+use super::work::Piece;
+use super::{CorpusJobConfig, GenerationTally};
 
 pub use resident_proto::prices::PriceTable;
 
+/// Tallies of the vectors this run wrote.
 #[derive(Clone, Debug, Default)]
-pub(super) struct VectorStats {
+pub struct VectorStats {
     count: u64,
     norm_min: f64,
     norm_max: f64,
@@ -49,17 +51,50 @@ pub(super) struct ReportBuilder {
     node_of_actor: BTreeMap<String, String>,
 }
 
+impl VectorStats {
+    /// The report's figures of an embed job.
+    pub(super) fn figures(self, manifest: &Manifest) -> EmbedFigures {
+        EmbedFigures {
+            dimension: manifest.dim.unwrap_or(0),
+            dtype: manifest.dtype,
+            norm: NormSummary {
+                min: self.norm_min,
+                max: self.norm_max,
+                mean: if self.count == 0 {
+                    0.0
+                } else {
+                    self.norm_sum / self.count as f64
+                },
+            },
+            truncated: self.truncated,
+            tokens: self.tokens,
+        }
+    }
+}
+
+impl GenerationTally {
+    /// The report's figures of a generate job that ran `wall`.
+    pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
+        let seconds = wall.as_secs_f64().max(1e-9);
+        GenerateFigures {
+            prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
+            generated_tokens_per_second: self.generated_tokens as f64 / seconds,
+            tally: self,
+        }
+    }
+}
+
 impl ReportBuilder {
-    pub fn add_chunk(&mut self, chunk: &EmbeddedChunk) {
+    pub fn add_chunk<T>(&mut self, piece: &Piece<T>) {
         *self
             .docs_by_actor
-            .entry(chunk.actor_id.to_string())
-            .or_default() += u64::from(chunk.stats.count);
+            .entry(piece.actor_id.to_string())
+            .or_default() += piece.rows as u64;
         self.node_of_actor
-            .insert(chunk.actor_id.to_string(), chunk.node_id.to_string());
+            .insert(piece.actor_id.to_string(), piece.node_id.to_string());
     }
 
-    pub fn finish(self, inputs: ReportInputs<'_>) -> Report {
+    pub fn finish<F>(self, inputs: ReportInputs<'_, F>) -> JobReport<F> {
         let wall_s = inputs.wall.as_secs_f64();
         let hours = wall_s / 3600.0;
         let items = inputs.manifest.chunks.iter().map(|c| c.rows).sum::<u64>();
@@ -119,22 +154,8 @@ impl ReportBuilder {
                 }
             }
         }
-        let stats = inputs.stats;
-        Report {
+        JobReport {
             items,
-            dimension: inputs.manifest.dim.unwrap_or(0),
-            dtype: inputs.manifest.dtype,
-            norm: NormSummary {
-                min: stats.norm_min,
-                max: stats.norm_max,
-                mean: if stats.count == 0 {
-                    0.0
-                } else {
-                    stats.norm_sum / stats.count as f64
-                },
-            },
-            truncated: stats.truncated,
-            tokens: stats.tokens,
             bad_record_count: inputs.bad_records_total,
             bad_records: inputs.bad_records,
             wall_seconds: wall_s,
@@ -180,17 +201,18 @@ impl ReportBuilder {
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
             output: inputs.output,
+            figures: inputs.figures,
         }
     }
 }
 
-pub(super) struct ReportInputs<'a> {
-    pub config: &'a EmbedJobConfig,
+pub(super) struct ReportInputs<'a, F> {
+    pub config: &'a CorpusJobConfig,
     pub manifest: &'a Manifest,
     pub bad_records: Vec<BadRecord>,
     pub bad_records_total: u64,
     pub output: OutputSummary,
-    pub stats: VectorStats,
+    pub figures: F,
     pub wall: Duration,
     pub reused_chunks: u64,
     pub plan_reasoning: String,
@@ -233,15 +255,15 @@ pub struct GpuThroughput {
     pub docs_per_second: f64,
 }
 
-/// The contents of `report.json`.
+/// An embed job's `report.json`.
+pub type Report = JobReport<EmbedFigures>;
+
+/// The contents of `report.json`: what every corpus job reports, and its own `figures`
+/// (written beside the rest, not nested).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
+pub struct JobReport<F> {
+    /// Records in the output (this run's and reused ones).
     pub items: u64,
-    pub dimension: usize,
-    pub dtype: super::OutputDtype,
-    pub norm: NormSummary,
-    pub truncated: u64,
-    pub tokens: u64,
     pub bad_record_count: u64,
     /// The first 10,000 bad records (`bad_record_count` counts them all).
     pub bad_records: Vec<BadRecord>,
@@ -264,13 +286,38 @@ pub struct Report {
     pub model_fingerprint: String,
     #[serde(default)]
     pub output: OutputSummary,
+    #[serde(flatten)]
+    pub figures: F,
+}
+
+/// An embed job's own figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EmbedFigures {
+    pub dimension: usize,
+    pub dtype: OutputDtype,
+    pub norm: NormSummary,
+    /// Records cut to the model's max sequence length.
+    pub truncated: u64,
+    /// Tokens embedded by this run.
+    pub tokens: u64,
+}
+
+/// A generate job's own figures: this run's tokens, in and out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GenerateFigures {
+    #[serde(flatten)]
+    pub tally: GenerationTally,
+    /// Prompt tokens (prefilled) per wall second of this run.
+    pub prompt_tokens_per_second: f64,
+    /// Generated tokens per wall second of this run.
+    pub generated_tokens_per_second: f64,
 }
 
 /// How the output was written.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct OutputSummary {
-    /// Whether `embeddings.npy` and `ids.jsonl` were written (else the shards and
-    /// `index.json` are the output).
+    /// Whether the merged files (`embeddings.npy` and `ids.jsonl`, or `generations.jsonl`)
+    /// were written (else the shards and `index.json` are the output).
     pub merged: bool,
     /// Why not, when not.
     pub merge_skipped: Option<String>,

@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
-use resident_sdk::{Bytes, EmbeddedChunk};
+use resident_sdk::Bytes;
 
 use super::manifest_store::ManifestStore;
-use super::output::{OutputDir, encode_vectors};
+use super::output::OutputDir;
 use super::poison::Salvage;
 use super::reader::BadRecord;
-use super::report::{ReportBuilder, VectorStats};
+use super::report::ReportBuilder;
 use super::schedule::{self, ChunkSchedule};
+use super::work::{ChunkWork, Piece};
 use super::{BadRecordPolicy, JobError, planner};
 
 /// A chunk sent to the pool and not answered yet.
@@ -87,47 +88,52 @@ impl BodyPlanner {
     }
 }
 
-/// A chunk's vectors as the pool gave them back.
-pub(super) enum ChunkVectors {
+/// A chunk's answer as the pool gave it back.
+pub(super) enum ChunkAnswer<T> {
     /// The whole chunk, from one task.
-    Whole(EmbeddedChunk),
+    Whole(Piece<T>),
     /// Its records one by one, some of which crash the model (`poison.rs`).
-    Salvaged(Salvage),
+    Salvaged(Salvage<T>),
 }
 
 /// Writes answered chunks as shards and records them, keeping the report's tallies.
-pub(super) struct ChunkWriter<'a> {
+pub(super) struct ChunkWriter<'a, W: ChunkWork> {
     pub out: &'a OutputDir,
+    pub work: &'a W,
     pub store: ManifestStore<'a>,
     pub body_planner: BodyPlanner,
     pub plan_reasoning: String,
     pub builder: ReportBuilder,
-    pub stats: VectorStats,
-    /// Documents written or found to crash the model (this run's and reused ones).
+    pub tally: W::Tally,
+    /// Records written or found to crash the model (this run's and reused ones).
     pub done_docs: u64,
     /// The input's file names, by index, for the places of records that crash the model.
     pub file_names: Arc<Vec<String>>,
     pub on_bad_record: BadRecordPolicy,
 }
 
-impl ChunkWriter<'_> {
-    /// Writes `chunk`'s shard from its vectors and records it in the manifest.
+impl<W: ChunkWork> ChunkWriter<'_, W> {
+    /// Writes `chunk`'s shard from its answer and records it in the manifest.
     pub async fn write(
         &mut self,
         chunk: PendingChunk,
-        vectors: ChunkVectors,
+        answer: ChunkAnswer<W::Data>,
     ) -> Result<(), JobError> {
-        let (pieces, kept, crashed) = match vectors {
-            ChunkVectors::Whole(embedded) => {
-                if embedded.stats.count as usize != chunk.ids.len() {
+        let (pieces, kept, crashed) = match answer {
+            ChunkAnswer::Whole(piece) => {
+                if piece.rows != chunk.ids.len() {
                     return Err(JobError::ChunkFailed {
                         index: chunk.index,
-                        error: "row count differs from the chunk".into(),
+                        error: format!(
+                            "{} answers for the chunk's {} records",
+                            piece.rows,
+                            chunk.ids.len()
+                        ),
                     });
                 }
-                (vec![embedded], None, Vec::new())
+                (vec![piece], None, Vec::new())
             }
-            ChunkVectors::Salvaged(salvage) => {
+            ChunkAnswer::Salvaged(salvage) => {
                 let crashed = self.crashed_records(&chunk, &salvage.crashed)?;
                 if chunk.probe {
                     self.body_planner.probe_lost();
@@ -135,41 +141,35 @@ impl ChunkWriter<'_> {
                 (salvage.pieces, Some(salvage.kept), crashed)
             }
         };
-        let mut values = Vec::new();
         for piece in &pieces {
             self.store.manifest_mut().check_model_content(
-                &piece.stats.model_fingerprint,
+                &piece.model_fingerprint,
                 chunk.index,
                 &format!("actor {} on node {}", piece.actor_id, piece.node_id),
             )?;
-            self.stats.add(piece);
+            W::tally(&mut self.tally, piece);
             self.builder.add_chunk(piece);
-            values.extend_from_slice(&piece.values);
         }
         let ids = match &kept {
             None => chunk.ids.clone(),
             Some(kept) => kept.iter().map(|&i| chunk.ids[i].clone()).collect(),
         };
         let rows = ids.len() as u64;
-        let dim = match pieces.first() {
-            Some(piece) => piece.dim,
-            None => self.store.manifest().dim.unwrap_or(0),
-        };
-        let dtype = self.store.manifest().dtype;
-        let bytes = encode_vectors(&values, rows, dim, dtype);
-        let mut entry = self.out.write_shard(chunk.index, bytes, &ids, rows).await?;
+        let (data_file, data) =
+            self.work
+                .shard_data(chunk.index, &pieces, &ids, self.store.manifest_mut())?;
+        let mut entry = self
+            .out
+            .write_shard(chunk.index, data_file, data, &ids)
+            .await?;
         entry.crashed = crashed;
-        if !pieces.is_empty() {
-            self.store.manifest_mut().dim = Some(dim);
-        }
         self.store.record(entry).await?;
         self.done_docs += chunk.ids.len() as u64;
         if chunk.probe && kept.is_none() {
             let piece = &pieces[0];
-            let micros = piece.stats.total_micros;
             self.body_planner
                 .timings
-                .add(&piece.actor_id.to_string(), rows, micros);
+                .add(&piece.actor_id.to_string(), rows, piece.micros);
         }
         if chunk.probe
             && let Some(reasoning) = self.body_planner.plan_if_due(&mut self.store).await?

@@ -371,7 +371,7 @@ pub fn finished_chunks_blocking(root: &std::path::Path) -> Result<Vec<ShardEntry
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed_job::output::OutputDtype;
+    use crate::corpus_job::output::OutputDtype;
 
     fn header() -> Manifest {
         Manifest {

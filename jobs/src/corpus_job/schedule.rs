@@ -183,7 +183,7 @@ pub fn tail_floor(slowest_docs_per_s: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed_job::planner::simulate_chunks_finish_seconds;
+    use crate::corpus_job::planner::simulate_chunks_finish_seconds;
 
     fn cut_all(schedule: &ChunkSchedule, total: u64) -> Vec<usize> {
         let mut cutter = schedule.cutter(total);

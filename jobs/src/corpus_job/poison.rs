@@ -2,59 +2,55 @@
 //!
 //! When an actor crashes on a task, the scheduler runs that task once more, alone. If it
 //! crashes again, the task fails for good with [`CRASHES_THE_MODEL`]
-//! (`scheduler/src/core/quarantine.rs`). For an embed chunk, that points at one record or a
-//! few. The job then embeds the chunk's records one per task, so that only the records that
+//! (`scheduler/src/core/quarantine.rs`). For a corpus chunk, that points at one record or a
+//! few. The job then runs the chunk's records one per task, so that only the records that
 //! crash are left out. Those become bad records in the report, or stop the job under
-//! `--on-bad-record fail`. The other records' vectors are written as the chunk's shard.
+//! `--on-bad-record fail`. The other records' answers are written as the chunk's shard.
 //!
 //! One record per task costs one more crash per poison record. A bisection would cost two
 //! crashes at every level, and each crash reloads a model. Proven crashes spend no actor
 //! restarts, so a corpus with many poison records does not wear the pool out.
 
 use futures::StreamExt;
-use prost::Message;
-use resident_proto::{CRASHES_THE_MODEL, pb};
-use resident_sdk::{EmbeddedChunk, Pool, SubmitOptions, TaskOutput, embed_request};
+use resident_proto::CRASHES_THE_MODEL;
+use resident_sdk::{Pool, SubmitOptions, TaskOutput};
 
 use super::JobError;
+use super::work::{ChunkWork, Piece};
 
 /// Whether a task's error says its input crashes the model.
 pub(super) fn crashes_the_model(error: &str) -> bool {
     error.starts_with(CRASHES_THE_MODEL)
 }
 
-/// What embedding a crashing chunk one record at a time left.
-#[derive(Debug, Default)]
-pub(super) struct Salvage {
-    /// One piece per record that embedded, in chunk order.
-    pub pieces: Vec<EmbeddedChunk>,
+/// What running a crashing chunk one record at a time left.
+#[derive(Debug)]
+pub(super) struct Salvage<T> {
+    /// One piece per record that did not crash, in chunk order.
+    pub pieces: Vec<Piece<T>>,
     /// The chunk positions of the records in `pieces`, ascending.
     pub kept: Vec<usize>,
     /// The positions of the records that crash the model, with their tasks' errors.
     pub crashed: Vec<(usize, String)>,
 }
 
-/// Embeds the texts of chunk `index` (its `EmbedRequest` payload) one per task.
-pub(super) async fn embed_one_by_one(
+/// Runs the records of chunk `index` (its task's `payload`) one per task.
+pub(super) async fn one_by_one<W: ChunkWork>(
+    work: &W,
     pool: &Pool,
     index: u64,
     payload: &[u8],
-) -> Result<Salvage, JobError> {
-    let request = pb::EmbedRequest::decode(payload).map_err(|e| JobError::ChunkFailed {
+) -> Result<Salvage<W::Data>, JobError> {
+    let singles = work.split(payload).map_err(|e| JobError::ChunkFailed {
         index,
         error: format!("cannot re-read the chunk to find the record that crashes: {e}"),
     })?;
-    let count = request.texts.len();
+    let count = singles.len();
     tracing::warn!(
         chunk = index,
         records = count,
-        "a record of this chunk crashes the model; embedding its records one by one to find it"
+        "a record of this chunk crashes the model; running its records one by one to find it"
     );
-    let singles: Vec<_> = request
-        .texts
-        .into_iter()
-        .map(|text| embed_request(vec![text], request.is_query))
-        .collect();
     let options = SubmitOptions {
         expected_tasks: count as u64,
         ..Default::default()
@@ -70,15 +66,16 @@ pub(super) async fn embed_one_by_one(
     while let Some(output) = results.next().await {
         outputs.push(output?);
     }
-    sort_salvage(index, count, outputs)
+    sort_salvage(work, index, count, outputs)
 }
 
 /// Sorts the answers of one-record tasks (in any order) into a [`Salvage`].
-fn sort_salvage(
+fn sort_salvage<W: ChunkWork>(
+    work: &W,
     index: u64,
     count: usize,
     mut outputs: Vec<TaskOutput>,
-) -> Result<Salvage, JobError> {
+) -> Result<Salvage<W::Data>, JobError> {
     if outputs.len() != count {
         return Err(JobError::ChunkFailed {
             index,
@@ -89,7 +86,11 @@ fn sort_salvage(
         });
     }
     outputs.sort_by_key(|output| output.seq);
-    let mut salvage = Salvage::default();
+    let mut salvage = Salvage {
+        pieces: Vec::new(),
+        kept: Vec::new(),
+        crashed: Vec::new(),
+    };
     for (position, output) in outputs.into_iter().enumerate() {
         match &output.output {
             Err(error) if crashes_the_model(error) => {
@@ -102,11 +103,10 @@ fn sort_salvage(
                 });
             }
             Ok(_) => {
-                let piece =
-                    EmbeddedChunk::from_output(output).map_err(|e| JobError::ChunkFailed {
-                        index,
-                        error: e.to_string(),
-                    })?;
+                let piece = work.read(output).map_err(|e| JobError::ChunkFailed {
+                    index,
+                    error: e.to_string(),
+                })?;
                 salvage.pieces.push(piece);
                 salvage.kept.push(position);
             }
@@ -118,7 +118,14 @@ fn sort_salvage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::corpus_job::{EmbedWork, OutputDtype};
+    use prost::Message;
+    use resident_proto::pb;
     use resident_sdk::{ActorId, NodeId};
+
+    const WORK: EmbedWork = EmbedWork {
+        dtype: OutputDtype::F32,
+    };
 
     fn answer(seq: u64, output: Result<Vec<u8>, String>) -> TaskOutput {
         TaskOutput {
@@ -153,13 +160,13 @@ mod tests {
             answer(1, Err(crash.clone())),
             answer(0, Ok(one_vector(0.0))),
         ];
-        let salvage = sort_salvage(9, 3, outputs).unwrap();
+        let salvage = sort_salvage(&WORK, 9, 3, outputs).unwrap();
         assert_eq!(salvage.kept, vec![0, 2]);
         assert_eq!(salvage.crashed, vec![(1, crash)]);
         let values: Vec<f32> = salvage
             .pieces
             .iter()
-            .flat_map(|p| p.values.clone())
+            .flat_map(|p| p.data.values.clone())
             .collect();
         assert_eq!(values, vec![0.0, 0.0, 2.0, 2.0]);
     }
@@ -167,12 +174,12 @@ mod tests {
     #[test]
     fn another_failure_or_a_missing_answer_fails_the_chunk() {
         let outputs = vec![answer(0, Err("node lost 4 times".into()))];
-        let error = sort_salvage(3, 1, outputs).unwrap_err().to_string();
+        let error = sort_salvage(&WORK, 3, 1, outputs).unwrap_err().to_string();
         assert!(
             error.contains("chunk 3") && error.contains("node lost"),
             "{error}"
         );
-        let error = sort_salvage(3, 2, vec![answer(0, Ok(one_vector(1.0)))])
+        let error = sort_salvage(&WORK, 3, 2, vec![answer(0, Ok(one_vector(1.0)))])
             .unwrap_err()
             .to_string();
         assert!(error.contains("1 of its 2 records"), "{error}");

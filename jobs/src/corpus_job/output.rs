@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::JobError;
 use super::reader::BadRecord;
 use super::schedule::ChunkSchedule;
+use super::work::MergeLayout;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
 
@@ -60,7 +61,7 @@ pub struct ShardEntry {
     pub ids_sha256: String,
     #[serde(default)]
     pub ids_bytes: u64,
-    /// Records of the chunk left out because they crash the model (`embed_job/poison.rs`):
+    /// Records of the chunk left out because they crash the model (`corpus_job/poison.rs`):
     /// `rows` counts the others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crashed: Vec<BadRecord>,
@@ -352,15 +353,15 @@ impl OutputDir {
         Ok(true)
     }
 
-    /// Writes one chunk's vectors and ids, each atomically, and describes them.
+    /// Writes one chunk's data file (`data_file`: its vectors or generations) and its ids,
+    /// each atomically, and describes them.
     pub async fn write_shard(
         &self,
         index: u64,
-        vectors: Vec<u8>,
+        data_file: String,
+        data: Vec<u8>,
         ids: &[serde_json::Value],
-        rows: u64,
     ) -> Result<ShardEntry, JobError> {
-        let vectors_file = format!("shards/chunk-{index:06}.npy");
         let ids_file = format!("shards/chunk-{index:06}.ids.jsonl");
         let mut id_lines = Vec::new();
         for id in ids {
@@ -370,64 +371,86 @@ impl OutputDir {
         }
         let entry = ShardEntry {
             index,
-            rows,
-            vectors_sha256: sha256_hex(&vectors),
-            vectors_bytes: vectors.len() as u64,
+            rows: ids.len() as u64,
+            vectors_sha256: sha256_hex(&data),
+            vectors_bytes: data.len() as u64,
             ids_sha256: sha256_hex(&id_lines),
             ids_bytes: id_lines.len() as u64,
-            vectors_file,
+            vectors_file: data_file,
             ids_file,
             crashed: Vec::new(),
         };
-        self.write(&entry.vectors_file, vectors).await?;
+        self.write(&entry.vectors_file, data).await?;
         self.write(&entry.ids_file, id_lines).await?;
         Ok(entry)
     }
 
-    /// Concatenates every shard, in chunk order, into `embeddings.npy` and `ids.jsonl`,
-    /// streamed: a local output writes `.partial` files and renames them; an S3 output
-    /// uploads each file in parts as it goes, so nothing is staged and at most one part per
-    /// file plus a few shards are held, however large the output.
-    pub async fn merge(&self, manifest: &Manifest) -> Result<(), JobError> {
-        let dim = manifest.dim.unwrap_or(0);
+    /// Concatenates every shard, in chunk order, into the layout's merged files
+    /// (`embeddings.npy` and `ids.jsonl`, or `generations.jsonl`), streamed: a local output
+    /// writes `.partial` files and renames them; an S3 output uploads each file in parts as
+    /// it goes, so nothing is staged and at most one part per file plus a few shards are
+    /// held, however large the output.
+    pub async fn merge(&self, manifest: &Manifest, layout: &MergeLayout) -> Result<(), JobError> {
         let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
         let mut chunks: Vec<&ShardEntry> = manifest.chunks.iter().collect();
         chunks.sort_by_key(|c| c.index);
-        let mut npy = self.merged_writer("embeddings.npy")?;
-        let mut ids = self.merged_writer("ids.jsonl")?;
+        let mut data = self.merged_writer(layout.data)?;
+        let mut ids = match layout.ids {
+            Some(name) => Some(self.merged_writer(name)?),
+            None => None,
+        };
         let copied = async {
-            npy.write(&npy_header(manifest.dtype, rows, dim)).await?;
+            if layout.npy {
+                let header = npy_header(manifest.dtype, rows, manifest.dim.unwrap_or(0));
+                data.write(&header).await?;
+            }
+            let with_ids = ids.is_some();
             let mut shards = futures::stream::iter(chunks)
                 .map(|chunk| async move {
-                    let missing = |file: &str| {
-                        JobError::Output(format!("{} disappeared", self.location.join(file)))
+                    let read = |file: &'static str| async move {
+                        let name = match file {
+                            "ids" => &chunk.ids_file,
+                            _ => &chunk.vectors_file,
+                        };
+                        self.read(name).await?.ok_or_else(|| {
+                            JobError::Output(format!("{} disappeared", self.location.join(name)))
+                        })
                     };
-                    let vectors = self
-                        .read(&chunk.vectors_file)
-                        .await?
-                        .ok_or_else(|| missing(&chunk.vectors_file))?;
-                    let id_lines = self
-                        .read(&chunk.ids_file)
-                        .await?
-                        .ok_or_else(|| missing(&chunk.ids_file))?;
-                    Ok::<_, JobError>((vectors, id_lines))
+                    let shard_data = read("data").await?;
+                    let id_lines = match with_ids {
+                        true => read("ids").await?,
+                        false => Vec::new(),
+                    };
+                    Ok::<_, JobError>((shard_data, id_lines))
                 })
                 .buffered(4);
             while let Some(shard) = shards.next().await {
-                let (vectors, id_lines) = shard?;
-                npy.write(&vectors[npy_header_len(&vectors)..]).await?;
-                ids.write(&id_lines).await?;
+                let (shard_data, id_lines) = shard?;
+                let skip = if layout.npy {
+                    npy_header_len(&shard_data)
+                } else {
+                    0
+                };
+                data.write(&shard_data[skip..]).await?;
+                if let Some(ids) = &mut ids {
+                    ids.write(&id_lines).await?;
+                }
             }
             Ok::<_, JobError>(())
         }
         .await;
         if let Err(error) = copied {
-            npy.abort().await;
-            ids.abort().await;
+            data.abort().await;
+            if let Some(ids) = ids {
+                ids.abort().await;
+            }
             return Err(error);
         }
-        npy.finish().await?;
-        ids.finish().await
+        data.finish().await?;
+        match ids {
+            Some(ids) => ids.finish().await,
+            None => Ok(()),
+        }
     }
 
     fn merged_writer(&self, name: &str) -> Result<MergedWriter, JobError> {
@@ -450,20 +473,24 @@ impl OutputDir {
 
     /// Writes `index.json`: every shard with its first row, and the merged files if any,
     /// so readers of a sharded output need not list the directory.
-    pub async fn write_index(&self, manifest: &Manifest, merged: bool) -> Result<(), JobError> {
-        let index = OutputIndex::of(manifest, merged);
+    pub async fn write_index(
+        &self,
+        manifest: &Manifest,
+        merged: bool,
+        layout: &MergeLayout,
+    ) -> Result<(), JobError> {
+        let index = OutputIndex::of(manifest, layout, merged);
         let bytes = serde_json::to_vec(&index).map_err(|e| JobError::Output(e.to_string()))?;
         self.write(OutputIndex::FILE, bytes).await
     }
 }
 
 /// Whether to write the merged files: asked for (`--no-merge` not given) and no larger than
-/// `max_bytes` (the merged vectors alone; past it, the shards plus `index.json` are the
-/// output, since a file of hundreds of GB serves no reader better than its shards).
-pub fn merge_wanted(asked: bool, manifest: &Manifest, max_bytes: u64) -> bool {
-    let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
-    let vector_bytes = rows * manifest.dim.unwrap_or(0) as u64 * manifest.dtype.bytes() as u64;
-    asked && vector_bytes <= max_bytes
+/// `max_bytes` (the merged data alone, `merged_bytes`; past it, the shards plus
+/// `index.json` are the output, since a file of hundreds of GB serves no reader better
+/// than its shards).
+pub fn merge_wanted(asked: bool, merged_bytes: u64, max_bytes: u64) -> bool {
+    asked && merged_bytes <= max_bytes
 }
 
 /// `index.json`: how to read the output, merged or not.
@@ -474,16 +501,21 @@ pub struct OutputIndex {
     pub rows: u64,
     pub dim: usize,
     pub dtype: OutputDtype,
-    /// `embeddings.npy` and `ids.jsonl` when they were written; `None` for a sharded output.
+    /// The merged files when they were written; `None` for a sharded output.
     pub merged: Option<MergedFiles>,
     /// In chunk order; row `first_row + i` of the whole output is row `i` of the shard.
     pub shards: Vec<IndexShard>,
 }
 
+/// The merged files: `vectors` and `ids` (embed), or `generations` (generate).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MergedFiles {
-    pub vectors: String,
-    pub ids: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generations: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -491,6 +523,7 @@ pub struct IndexShard {
     pub index: u64,
     pub first_row: u64,
     pub rows: u64,
+    /// The shard's data: its vectors (`.npy`), or its generations (`.jsonl`).
     pub vectors_file: String,
     pub ids_file: String,
 }
@@ -498,7 +531,8 @@ pub struct IndexShard {
 impl OutputIndex {
     pub const FILE: &'static str = "index.json";
 
-    pub fn of(manifest: &Manifest, merged: bool) -> Self {
+    /// The index of `manifest`'s shards, and of `layout`'s merged files if `merged`.
+    pub fn of(manifest: &Manifest, layout: &MergeLayout, merged: bool) -> Self {
         let mut chunks: Vec<&ShardEntry> = manifest.chunks.iter().collect();
         chunks.sort_by_key(|c| c.index);
         let mut first_row = 0;
@@ -517,14 +551,22 @@ impl OutputIndex {
             })
             .collect();
         Self {
-            format: "resident-embeddings".into(),
+            format: layout.format.into(),
             version: 1,
             rows: first_row,
             dim: manifest.dim.unwrap_or(0),
             dtype: manifest.dtype,
-            merged: merged.then(|| MergedFiles {
-                vectors: "embeddings.npy".into(),
-                ids: "ids.jsonl".into(),
+            merged: merged.then(|| match layout.npy {
+                true => MergedFiles {
+                    vectors: Some(layout.data.into()),
+                    ids: layout.ids.map(Into::into),
+                    generations: None,
+                },
+                false => MergedFiles {
+                    vectors: None,
+                    ids: layout.ids.map(Into::into),
+                    generations: Some(layout.data.into()),
+                },
             }),
             shards,
         }
@@ -582,6 +624,8 @@ impl MergedWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::corpus_job::EmbedWork;
+    use crate::corpus_job::work::ChunkWork;
 
     #[test]
     fn npy_headers_are_aligned_and_parseable() {
@@ -641,18 +685,18 @@ mod tests {
         let second = out
             .write_shard(
                 1,
+                "shards/chunk-000001.npy".into(),
                 encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32),
                 &[serde_json::json!("b")],
-                1,
             )
             .await
             .unwrap();
         let first = out
             .write_shard(
                 0,
+                "shards/chunk-000000.npy".into(),
                 encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32),
                 &[serde_json::json!("a")],
-                1,
             )
             .await
             .unwrap();
@@ -669,7 +713,7 @@ mod tests {
             journal_generation: 0,
             chunks: vec![second, first],
         };
-        out.merge(&manifest).await.unwrap();
+        out.merge(&manifest, &EmbedWork::LAYOUT).await.unwrap();
         let merged = std::fs::read(dir.path().join("embeddings.npy")).unwrap();
         let data: Vec<f32> = merged[npy_header_len(&merged)..]
             .chunks(4)
@@ -678,5 +722,45 @@ mod tests {
         assert_eq!(data, vec![1.0, 2.0, 3.0, 4.0]);
         let ids = std::fs::read_to_string(dir.path().join("ids.jsonl")).unwrap();
         assert_eq!(ids, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
+    }
+
+    #[tokio::test]
+    async fn generation_shards_merge_into_one_jsonl_and_the_index_says_so() {
+        use crate::corpus_job::GenerateWork;
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::prepare(&dir.path().into(), None).await.unwrap();
+        let mut chunks = Vec::new();
+        for (index, line) in [(1u64, "{\"id\":\"b\"}\n"), (0, "{\"id\":\"a\"}\n")] {
+            let file = format!("shards/chunk-{index:06}.jsonl");
+            let id = serde_json::json!(if index == 0 { "a" } else { "b" });
+            let entry = out
+                .write_shard(index, file, line.as_bytes().to_vec(), &[id])
+                .await
+                .unwrap();
+            chunks.push(entry);
+        }
+        let manifest = Manifest {
+            version: 1,
+            input_fingerprint: "i".into(),
+            model_fingerprint: "m".into(),
+            chunk_size: 1,
+            chunk_schedule: None,
+            dtype: OutputDtype::F32,
+            dim: None,
+            model_content: None,
+            journal_generation: 0,
+            chunks,
+        };
+        let layout = GenerateWork::LAYOUT;
+        out.merge(&manifest, &layout).await.unwrap();
+        let merged = std::fs::read_to_string(dir.path().join("generations.jsonl")).unwrap();
+        assert_eq!(merged, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
+        assert!(!dir.path().join("ids.jsonl").exists());
+        let index = OutputIndex::of(&manifest, &layout, true);
+        assert_eq!(index.format, "resident-generations");
+        let merged = index.merged.unwrap();
+        assert_eq!(merged.generations.as_deref(), Some("generations.jsonl"));
+        assert_eq!(merged.vectors, None);
+        assert_eq!(index.shards[0].vectors_file, "shards/chunk-000000.jsonl");
     }
 }

@@ -1,0 +1,248 @@
+//! The flags, cluster and progress display every corpus job shares (`resident embed`,
+//! `resident generate`).
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use resident_jobs::corpus_job::{BadRecordPolicy, CorpusJobConfig, Progress, ReaderOptions};
+use resident_jobs::storage::Location;
+use resident_sdk::{Cluster, LocalConfig};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnBadRecord {
+    Skip,
+    Fail,
+}
+
+/// The flags every corpus job takes (`resident embed`, `resident generate`).
+#[derive(Args)]
+pub struct CorpusArgs {
+    /// A .jsonl/.txt/.parquet file (JSONL and text optionally .gz or .zst), a directory of
+    /// them, or an s3://bucket/prefix holding them.
+    #[arg(long, env = "RESIDENT_INPUT")]
+    pub input: String,
+    /// The model: a directory, `s3://bucket/prefix/` (pushed with `resident model push`),
+    /// or a Hugging Face id (`org/name`, `org/name@commit`). The job pins it to one content
+    /// digest or commit, and agents download it once per node into their --model-cache.
+    #[arg(long, env = "RESIDENT_MODEL")]
+    pub model: String,
+    /// Output directory or s3://bucket/prefix (shards/, manifest.json and its journal/,
+    /// index.json, report.json, and the merged output: embeddings.npy and ids.jsonl, or
+    /// generations.jsonl).
+    #[arg(long, env = "RESIDENT_OUTPUT")]
+    pub output: String,
+    /// An S3-compatible endpoint (MinIO, Garage, ...), addressed path-style. Credentials
+    /// and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, IRSA).
+    #[arg(long, env = "RESIDENT_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// Scheduler URL; without it a local cluster runs in this process.
+    #[arg(long, env = "RESIDENT_CLUSTER")]
+    cluster: Option<String>,
+    #[command(flatten)]
+    credentials: crate::credentials::CredentialArgs,
+    #[command(flatten)]
+    reconnect: crate::credentials::ReconnectArgs,
+    #[command(flatten)]
+    pool: crate::pool_args::PoolRetentionArgs,
+    /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
+    #[arg(long, env = "RESIDENT_REPLICAS")]
+    replicas: Option<u32>,
+    /// GPUs per actor (0 = CPU; 0.25 shares a GPU four ways).
+    #[arg(long, env = "RESIDENT_GPUS_PER_ACTOR", default_value_t = 0.0)]
+    gpus_per_actor: f64,
+    /// VRAM each actor reserves on its GPU, in GiB.
+    #[arg(long, env = "RESIDENT_VRAM_GIB", default_value_t = 2.0)]
+    vram_gib: f64,
+    /// Only nodes with these labels: `pool=onprem-a6000` (repeatable; in the variable,
+    /// comma-separated).
+    #[arg(long, env = "RESIDENT_SELECTOR", value_delimiter = ',')]
+    selector: Vec<String>,
+    /// Records per chunk, or `auto` to plan from measured speed.
+    #[arg(long, env = "RESIDENT_CHUNK_SIZE", default_value = "auto")]
+    chunk_size: String,
+    /// A record without an id or text, or not valid JSON: `skip` it (listed in the report)
+    /// or `fail` the job (exit status 2).
+    #[arg(
+        long,
+        env = "RESIDENT_ON_BAD_RECORD",
+        value_enum,
+        default_value = "skip"
+    )]
+    on_bad_record: OnBadRecord,
+    /// Keep the shards; do not write the merged output (embeddings.npy and ids.jsonl, or
+    /// generations.jsonl).
+    #[arg(long, env = "RESIDENT_NO_MERGE")]
+    no_merge: bool,
+    /// Write the merged output only up to this many GiB; past it the shards, listed in
+    /// index.json with their first rows, are the output.
+    #[arg(long, env = "RESIDENT_MERGE_MAX_GIB", default_value_t = 64.0)]
+    merge_max_gib: f64,
+    /// Fold the manifest's journal into manifest.json once it holds this many chunks (and a
+    /// quarter of the manifest's): fewer means shorter resumes, more means fewer rewrites.
+    #[arg(long, env = "RESIDENT_MANIFEST_COMPACT_MIN", default_value_t = 1024)]
+    manifest_compact_min: usize,
+    /// The JSON field holding each record's id (JSONL and Parquet).
+    #[arg(long, env = "RESIDENT_ID_FIELD", default_value = "id")]
+    id_field: String,
+    /// The JSON field holding each record's text (JSONL and Parquet).
+    #[arg(long, env = "RESIDENT_TEXT_FIELD", default_value = "text")]
+    text_field: String,
+    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable; in the
+    /// variable, comma-separated).
+    #[arg(long, env = "RESIDENT_PRICE", value_delimiter = ',')]
+    price: Vec<String>,
+    /// Local mode only: report simulated GPUs (the work runs on CPU).
+    #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
+    simulate_gpus: Option<String>,
+}
+
+pub fn parse_pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .flat_map(|i| i.split(','))
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("{what} `{pair}` is not KEY=VALUE"))?;
+            Ok((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+impl CorpusArgs {
+    /// The job's config from the flags.
+    pub fn corpus_config(&self) -> anyhow::Result<CorpusJobConfig> {
+        let input = Location::parse(&self.input).map_err(anyhow::Error::msg)?;
+        let output = Location::parse(&self.output).map_err(anyhow::Error::msg)?;
+        let mut config = CorpusJobConfig::new(input, &self.model, output);
+        config.s3.endpoint = self.s3_endpoint.clone();
+        config.replicas = self.replicas;
+        anyhow::ensure!(
+            self.gpus_per_actor >= 0.0,
+            "--gpus-per-actor must not be negative"
+        );
+        config.gpus_per_actor = self.gpus_per_actor;
+        config.vram_gib_per_actor = self.vram_gib;
+        config.selector = parse_pairs(&self.selector, "--selector")?
+            .into_iter()
+            .collect();
+        config.chunk_size = match self.chunk_size.as_str() {
+            "auto" => None,
+            n => Some(
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .context("--chunk-size must be a positive number or auto")?,
+            ),
+        };
+        config.on_bad_record = match self.on_bad_record {
+            OnBadRecord::Skip => BadRecordPolicy::Skip,
+            OnBadRecord::Fail => BadRecordPolicy::Fail,
+        };
+        config.merge = !self.no_merge;
+        anyhow::ensure!(
+            self.merge_max_gib >= 0.0 && self.merge_max_gib.is_finite(),
+            "--merge-max-gib must be a number of GiB, 0 or more (0 keeps only the shards)"
+        );
+        config.merge_max_bytes = (self.merge_max_gib * (1u64 << 30) as f64) as u64;
+        anyhow::ensure!(
+            self.manifest_compact_min > 0,
+            "--manifest-compact-min must be at least 1"
+        );
+        config.manifest_compaction.min_entries = self.manifest_compact_min;
+        config.retention = self.pool.retention();
+        config.reader = ReaderOptions {
+            id_field: self.id_field.clone(),
+            text_field: self.text_field.clone(),
+            extra_fields: Vec::new(),
+        };
+        for (label, price) in parse_pairs(&self.price, "--price")? {
+            let price: f64 = price
+                .parse()
+                .with_context(|| format!("--price {label}={price}: not a number"))?;
+            config.prices.per_pool_label.insert(label, price);
+        }
+        Ok(config)
+    }
+
+    /// The cluster at `--cluster`, or a local one in this process.
+    pub async fn cluster(&self) -> anyhow::Result<Cluster> {
+        Ok(match &self.cluster {
+            Some(url) => self
+                .credentials
+                .connect(url)
+                .await?
+                .with_reconnect_timeout(self.reconnect.reconnect_timeout),
+            None => {
+                let mut local = LocalConfig {
+                    simulate_gpus: self.simulate_gpus.clone(),
+                    ..LocalConfig::default()
+                };
+                local.models.s3.endpoint = self.s3_endpoint.clone();
+                Cluster::local(local).await?
+            }
+        })
+    }
+}
+
+/// A bar on a terminal; a log line every few seconds otherwise.
+pub fn progress_reporter(job: &'static str) -> impl FnMut(Progress) + Send {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            // Speed and ETA are this run's (`Progress::docs_per_second`): indicatif's own
+            // would count the documents a resumed run found done as if just embedded.
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} records  {msg}")
+                .expect("valid template"),
+        );
+        bar
+    });
+    let mut last_log = Instant::now();
+    // A chunk's result and the end of its running count can arrive in either order: the
+    // bar never steps back.
+    let mut shown = 0;
+    move |progress: Progress| {
+        shown = progress.position().max(shown);
+        let rate = progress.docs_per_second();
+        let eta = progress
+            .eta()
+            .map_or_else(|| "-".to_owned(), |eta| format!("{}s", eta.as_secs()));
+        let speed = match progress.generated_tokens {
+            0 => format!("{rate:.1} records/s"),
+            _ => format!(
+                "{rate:.1} records/s  {:.1} tokens/s",
+                progress.tokens_per_second()
+            ),
+        };
+        match &bar {
+            Some(bar) => {
+                bar.set_length(progress.total_docs);
+                bar.set_position(shown);
+                bar.set_message(format!("{speed}  ETA {eta}"));
+                if progress.done_docs >= progress.total_docs {
+                    bar.finish_and_clear();
+                }
+            }
+            None if last_log.elapsed() >= Duration::from_secs(5)
+                || progress.done_docs >= progress.total_docs =>
+            {
+                last_log = Instant::now();
+                tracing::info!(
+                    done = progress.done_docs,
+                    computed = shown,
+                    total = progress.total_docs,
+                    reused = progress.reused_docs,
+                    docs_per_s = format!("{rate:.1}"),
+                    tokens_per_s = format!("{:.1}", progress.tokens_per_second()),
+                    eta_s = progress.eta().map(|eta| eta.as_secs()),
+                    job,
+                    "progress"
+                );
+            }
+            None => {}
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! `resident generate`'s own part of the corpus pipeline: each record's prompt to
+//! `generate@1` actors, completions back, shards as JSON lines, merged into
+//! `generations.jsonl`.
+
+use std::time::Duration;
+
+use resident_actor::generate::{
+    Completion, FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest,
+    PromptParts,
+};
+use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
+use serde::{Deserialize, Serialize};
+
+use super::output::Manifest;
+use super::prompt::PromptTemplate;
+use super::reader::Record;
+use super::report::GenerateFigures;
+use super::work::{ChunkWork, MergeLayout, Piece};
+use super::{CorpusJobConfig, JobError};
+use crate::model_pin::PinnedModel;
+
+/// What a generate job asks of every record, besides what every corpus job has.
+#[derive(Clone, Debug)]
+pub struct GenerateJobConfig {
+    pub corpus: CorpusJobConfig,
+    /// `--prompt`: holds `{text}` once, and any `{field}` of the record.
+    pub prompt: PromptTemplate,
+    pub params: GenerateParams,
+    /// Sequences each actor decodes at once; the kind's default when `None`.
+    pub max_sequences: Option<u32>,
+    /// Tokens in one forward step; the kind's default when `None`.
+    pub max_step_tokens: Option<u32>,
+}
+
+impl GenerateJobConfig {
+    /// The corpus config with the reader asked for the fields the prompt names.
+    pub fn new(mut corpus: CorpusJobConfig, prompt: PromptTemplate) -> Self {
+        corpus.reader.extra_fields = prompt.fields().to_vec();
+        Self {
+            corpus,
+            prompt,
+            params: GenerateParams::default(),
+            max_sequences: None,
+            max_step_tokens: None,
+        }
+    }
+}
+
+/// Records' prompts in, completions out.
+#[derive(Clone, Debug)]
+pub struct GenerateWork {
+    pub prompt: PromptTemplate,
+    pub params: GenerateParams,
+    pub max_sequences: Option<u32>,
+    pub max_step_tokens: Option<u32>,
+}
+
+/// The report's figures of a generate job (this run's chunks).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationTally {
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    /// Prompts whose record text was cut from its middle to fit the context.
+    pub truncated_prompts: u64,
+    /// Completions that ended at the model's end token or a stop string.
+    pub finished_by_stop: u64,
+    /// Completions that ended at `--max-new-tokens` or the context's end.
+    pub finished_by_length: u64,
+}
+
+/// One line of `generations.jsonl`.
+#[derive(Serialize)]
+struct GenerationLine<'a> {
+    id: &'a serde_json::Value,
+    text: &'a str,
+    prompt_tokens: u32,
+    generated_tokens: u32,
+    finish_reason: &'static str,
+}
+
+/// The id a record's sampler is seeded with: a string id as it is, a number as written.
+fn seed_id(id: &serde_json::Value) -> String {
+    match id {
+        serde_json::Value::String(id) => id.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl ChunkWork for GenerateWork {
+    type Data = Vec<Completion>;
+    type Tally = GenerationTally;
+    type Figures = GenerateFigures;
+    const JOB: &'static str = "generate";
+    const LAYOUT: MergeLayout = MergeLayout {
+        format: "resident-generations",
+        data: "generations.jsonl",
+        npy: false,
+        ids: None,
+    };
+    const RUNNING_ITEMS_ARE_RECORDS: bool = false;
+
+    fn settings_fingerprint(&self, model_fingerprint: &str) -> String {
+        let settings = serde_json::json!({
+            "model": model_fingerprint,
+            "prompt": self.prompt.as_str(),
+            "params": self.params,
+        });
+        crate::files::sha256_hex(settings.to_string().as_bytes())
+    }
+
+    async fn create_pool(
+        &self,
+        cluster: &Cluster,
+        config: &CorpusJobConfig,
+        model: &PinnedModel,
+        replicas: u32,
+    ) -> Result<Pool, JobError> {
+        let actor_config = GenerateConfig {
+            model: config.model.clone(),
+            model_revision: model.revision.clone(),
+            max_sequences: self.max_sequences,
+            max_step_tokens: self.max_step_tokens,
+        };
+        let mut spec =
+            PoolSpec::typed::<Generate>(super::pool_name::<Self>(config), &actor_config)?
+                .replicas(replicas)
+                .selectors(config.selector.clone())
+                .idle_ttl(config.retention.idle_ttl());
+        if config.gpus_per_actor > 0.0 {
+            spec = spec
+                .gpus(config.gpus_per_actor)
+                .vram_gib(config.vram_gib_per_actor);
+        }
+        cluster
+            .create_or_resize_pool(spec, config.load_timeout)
+            .await
+            .map_err(super::pool_error)
+    }
+
+    fn request(&self, records: Vec<Record>) -> Bytes {
+        let prompts = records
+            .iter()
+            .map(|record| {
+                let (before, after) = self.prompt.around(&record.fields);
+                PromptParts {
+                    id: seed_id(&record.id),
+                    before,
+                    text: record.text.clone(),
+                    after,
+                }
+            })
+            .collect();
+        encode(&GenerateRequest {
+            prompts,
+            params: self.params.clone(),
+        })
+    }
+
+    fn split(&self, payload: &[u8]) -> Result<Vec<Bytes>, String> {
+        let request =
+            resident_actor::decode_request::<Generate>(payload).map_err(|e| e.to_string())?;
+        Ok(request
+            .prompts
+            .into_iter()
+            .map(|prompt| {
+                encode(&GenerateRequest {
+                    prompts: vec![prompt],
+                    params: request.params.clone(),
+                })
+            })
+            .collect())
+    }
+
+    fn read(&self, output: TaskOutput) -> Result<Piece<Vec<Completion>>, SdkError> {
+        let bytes = output.output.map_err(SdkError::TaskFailed)?;
+        let response = resident_actor::decode_reply::<Generate>(&bytes)?
+            .map_err(|error| SdkError::TaskFailed(format!("generate: {error}")))?;
+        Ok(Piece {
+            rows: response.completions.len(),
+            actor_id: output.actor_id,
+            node_id: output.node_id,
+            micros: output.run_micros,
+            model_fingerprint: String::new(),
+            data: response.completions,
+        })
+    }
+
+    fn tally(tally: &mut GenerationTally, piece: &Piece<Vec<Completion>>) {
+        for completion in &piece.data {
+            tally.prompt_tokens += u64::from(completion.prompt_tokens);
+            tally.generated_tokens += u64::from(completion.generated_tokens);
+            tally.truncated_prompts += u64::from(completion.truncated);
+            match completion.finish_reason {
+                FinishReason::Stop => tally.finished_by_stop += 1,
+                FinishReason::Length => tally.finished_by_length += 1,
+            }
+        }
+    }
+
+    fn generated_tokens(tally: &GenerationTally) -> u64 {
+        tally.generated_tokens
+    }
+
+    fn figures(tally: GenerationTally, _manifest: &Manifest, wall: Duration) -> GenerateFigures {
+        tally.figures(wall)
+    }
+
+    fn shard_data(
+        &self,
+        index: u64,
+        pieces: &[Piece<Vec<Completion>>],
+        ids: &[serde_json::Value],
+        _manifest: &mut Manifest,
+    ) -> Result<(String, Vec<u8>), JobError> {
+        let completions = pieces.iter().flat_map(|p| &p.data);
+        let mut lines = Vec::new();
+        for (id, completion) in ids.iter().zip(completions) {
+            let line = GenerationLine {
+                id,
+                text: &completion.text,
+                prompt_tokens: completion.prompt_tokens,
+                generated_tokens: completion.generated_tokens,
+                finish_reason: completion.finish_reason.as_str(),
+            };
+            serde_json::to_writer(&mut lines, &line)
+                .map_err(|e| JobError::Output(e.to_string()))?;
+            lines.push(b'\n');
+        }
+        Ok((format!("shards/chunk-{index:06}.jsonl"), lines))
+    }
+
+    fn merged_bytes(manifest: &Manifest) -> u64 {
+        manifest.chunks.iter().map(|c| c.vectors_bytes).sum()
+    }
+}
+
+fn encode(request: &GenerateRequest) -> Bytes {
+    resident_actor::encode_request::<Generate>(request)
+        .expect("a generate request always encodes")
+        .into()
+}

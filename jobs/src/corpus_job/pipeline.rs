@@ -1,0 +1,521 @@
+//! The pipeline every corpus job runs (see `mod.rs`), generic over the job's own part
+//! ([`ChunkWork`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::StreamExt;
+use resident_sdk::{Cluster, Pool, SubmitOptions};
+
+use super::manifest_store::ManifestStore;
+use super::output::{Manifest, OutputDir, ShardEntry, merge_wanted};
+use super::report::{self, JobReport, ReportBuilder};
+use super::results::{BodyPlanner, ChunkAnswer, ChunkWriter, PendingChunk};
+use super::scan::{self, Scan};
+use super::schedule::ChunkSchedule;
+use super::work::ChunkWork;
+use super::{CorpusJobConfig, InputSet, JobError, Progress, planner, pool_name};
+use crate::model_pin::pin_model;
+use crate::storage::S3Client;
+
+/// One run of a job, once its output is claimed.
+struct Job<'a, W> {
+    cluster: &'a Cluster,
+    config: &'a CorpusJobConfig,
+    work: &'a W,
+    out: &'a OutputDir,
+    s3: Option<&'a S3Client>,
+    started: Instant,
+}
+
+/// Runs the job on `cluster` and returns its report (also written to `report.json`).
+pub(super) async fn run_job<W: ChunkWork>(
+    cluster: &Cluster,
+    config: &CorpusJobConfig,
+    work: &W,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<JobReport<W::Figures>, JobError> {
+    let started = Instant::now();
+    let s3 = match config.input.is_s3() || config.output.is_s3() {
+        true => Some(S3Client::connect(&config.s3).await),
+        false => None,
+    };
+    let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
+    let job = Job {
+        cluster,
+        config,
+        work,
+        out: &out,
+        s3: s3.as_ref(),
+        started,
+    };
+    let finished = job.run(on_progress).await;
+    // On success and on failure alike: the next run need not wait for a lease to go stale,
+    // and the pool frees its GPUs unless kept.
+    out.release().await;
+    config
+        .retention
+        .job_ended(cluster, &pool_name::<W>(config))
+        .await;
+    finished
+}
+
+/// What the job found before its first chunk: the input, its manifest and the ready pool.
+struct Prepared {
+    inputs: InputSet,
+    scan: Scan,
+    manifest: Manifest,
+    pool: Pool,
+    actors: usize,
+}
+
+/// What dispatching left for the end of the job.
+struct Dispatched<'a, T> {
+    store: ManifestStore<'a>,
+    plan_reasoning: String,
+    builder: ReportBuilder,
+    tally: T,
+    file_names: Arc<Vec<String>>,
+    reused_chunks: u64,
+}
+
+impl<'a, W: ChunkWork> Job<'a, W> {
+    async fn run(
+        &self,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<JobReport<W::Figures>, JobError> {
+        let mut prepared = self.prepare().await?;
+        let plan_reasoning = self.plan_chunks(&mut prepared).await?;
+        keep_intact_shards(self.out, &mut prepared.manifest).await?;
+        let dispatched = self
+            .dispatch(&mut prepared, plan_reasoning, on_progress)
+            .await?;
+        self.finish(prepared, dispatched).await
+    }
+
+    /// Lists and scans the input, pins the model, opens the manifest, readies the pool.
+    async fn prepare(&self) -> Result<Prepared, JobError> {
+        let config = self.config;
+        let inputs = InputSet::list(&config.input, self.s3).await?;
+        let model = pin_model(&config.model, &config.s3)
+            .await
+            .map_err(JobError::Model)?;
+        let fingerprint = self.work.settings_fingerprint(&model.fingerprint);
+        let scan = {
+            let (config, inputs) = (config.clone(), inputs.clone());
+            tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs, fingerprint))
+                .await
+                .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
+        };
+        let manifest = scan::open_manifest(self.out, config, self.work, &scan).await?;
+        let replicas = match config.replicas {
+            Some(replicas) => replicas,
+            None => default_replicas(self.cluster, config).await?,
+        };
+        let pool = self
+            .work
+            .create_pool(self.cluster, config, &model, replicas)
+            .await?;
+        let actors = pool.status().await?.actors.len().max(1);
+        Ok(Prepared {
+            inputs,
+            scan,
+            manifest,
+            pool,
+            actors,
+        })
+    }
+
+    /// Settles how the corpus is cut into chunks, and says why.
+    async fn plan_chunks(&self, prepared: &mut Prepared) -> Result<String, JobError> {
+        let manifest = &mut prepared.manifest;
+        let total_docs = prepared.scan.valid_records;
+        let reasoning = if manifest.chunk_size == 0 && manifest.chunk_schedule.is_none() {
+            match self.config.chunk_size {
+                Some(size) => {
+                    self.work.check_chunk_size(&prepared.pool, size).await?;
+                    manifest.chunk_size = size.max(1);
+                    format!("--chunk-size {size}")
+                }
+                None => {
+                    let schedule = ChunkSchedule::probing(total_docs, prepared.actors);
+                    let reasoning = format!(
+                        "probing: {} chunks of {} records first, whose timings size the rest",
+                        schedule.probe_indexes(total_docs).end,
+                        schedule.probe_size
+                    );
+                    manifest.chunk_schedule = Some(schedule);
+                    reasoning
+                }
+            }
+        } else {
+            if let Some(dimension) = manifest.dim {
+                planner::check_chunk_size(manifest.chunk_size, dimension).map_err(|why| {
+                    JobError::ChunkSize(format!(
+                        "this output was started with chunks of {} records, and {why}; \
+                         write to a new --output",
+                        manifest.chunk_size
+                    ))
+                })?;
+            }
+            format!(
+                "resumed with the earlier run's chunk schedule (body chunks of {})",
+                manifest.chunk_size
+            )
+        };
+        tracing::info!(chunk_size = manifest.chunk_size, %reasoning, "chunk plan");
+        Ok(reasoning)
+    }
+
+    /// Streams the chunks not done yet to the pool and writes each answer as a shard.
+    async fn dispatch(
+        &self,
+        prepared: &mut Prepared,
+        plan_reasoning: String,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Dispatched<'a, W::Tally>, JobError> {
+        let total_docs = prepared.scan.valid_records;
+        let manifest = std::mem::replace(&mut prepared.manifest, empty_manifest());
+        let reused_chunks = manifest.chunks.len() as u64;
+        let done: HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
+        let done_docs: u64 = manifest
+            .chunks
+            .iter()
+            .map(|c| c.rows + c.crashed.len() as u64)
+            .sum();
+        let file_names: Arc<Vec<String>> = Arc::new(
+            prepared
+                .inputs
+                .files
+                .iter()
+                .map(|f| f.name.clone())
+                .collect(),
+        );
+        let store =
+            ManifestStore::start(self.out, manifest, self.config.manifest_compaction).await?;
+
+        // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
+        let actors = prepared.actors;
+        let window = (actors * 3).max(4);
+        let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
+        let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel(window);
+        let schedule = store.manifest().schedule();
+        let expected_tasks = schedule
+            .chunk_count(total_docs)
+            .saturating_sub(reused_chunks);
+        // The body is planned from the first probes this run sends (one per actor), while
+        // the others run; a resume that finds every probe done plans at once.
+        let probes_to_run = schedule
+            .probe_indexes(total_docs)
+            .filter(|index| !done.contains(index))
+            .count();
+        let (plan_tx, plan_rx) = tokio::sync::oneshot::channel();
+        // A planned schedule never asks; dropping the sender is then harmless.
+        let plan_tx = (!schedule.is_planned()).then_some(plan_tx);
+        let producer = scan::spawn_chunk_producer(
+            scan::ChunkSource {
+                config: self.config.clone(),
+                work: self.work.clone(),
+                inputs: prepared.inputs.clone(),
+                schedule: schedule.clone(),
+                total_docs,
+                done,
+                duplicate_ordinals: prepared.scan.duplicate_ordinals.clone(),
+            },
+            pending.clone(),
+            chunks_tx,
+            plan_rx,
+        );
+        let mut writer = ChunkWriter {
+            out: self.out,
+            work: self.work,
+            store,
+            body_planner: BodyPlanner {
+                schedule,
+                timings: planner::ProbeTimings::default(),
+                plan_tx,
+                probes_to_measure: probes_to_run.min(actors),
+                actors,
+                total_docs,
+            },
+            plan_reasoning,
+            builder: ReportBuilder::default(),
+            tally: W::Tally::default(),
+            done_docs,
+            file_names: file_names.clone(),
+            on_bad_record: self.config.on_bad_record,
+        };
+        // A resume that finds every probe done plans at once.
+        if let Some(reasoning) = writer.body_planner.plan_if_due(&mut writer.store).await? {
+            writer.plan_reasoning = reasoning;
+        }
+        let options = SubmitOptions {
+            window: window as u32,
+            expected_tasks,
+            ..Default::default()
+        };
+        let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
+        let results = prepared
+            .pool
+            .submit_payloads(W::JOB, payloads, options)
+            .await?;
+        let progress = ProgressClock {
+            total_docs,
+            reused_docs: done_docs,
+            started: self.started,
+        };
+        let answers = Answers {
+            work: self.work,
+            pool: &prepared.pool,
+            pending: &pending,
+        };
+        answers
+            .write_all(results, &mut writer, progress, on_progress)
+            .await?;
+        producer
+            .await
+            .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
+        let missing = pending.lock().expect("pending chunks").len();
+        if missing > 0 {
+            return Err(JobError::Output(format!(
+                "{missing} chunks got no result; rerun the same command to finish them"
+            )));
+        }
+        Ok(Dispatched {
+            store: writer.store,
+            plan_reasoning: writer.plan_reasoning,
+            builder: writer.builder,
+            tally: writer.tally,
+            file_names,
+            reused_chunks,
+        })
+    }
+
+    /// Merges the shards, writes `index.json` and `report.json`.
+    async fn finish(
+        &self,
+        prepared: Prepared,
+        dispatched: Dispatched<'_, W::Tally>,
+    ) -> Result<JobReport<W::Figures>, JobError> {
+        let config = self.config;
+        let (manifest, manifest_writes) = dispatched.store.finish().await?;
+        let layout = W::LAYOUT;
+        let merged = merge_wanted(
+            config.merge,
+            W::merged_bytes(&manifest),
+            config.merge_max_bytes,
+        );
+        if merged {
+            self.out.merge(&manifest, &layout).await?;
+        } else {
+            // An earlier run's merged files would not match this output's shards.
+            for name in layout.files() {
+                self.out.remove(name).await?;
+            }
+        }
+        self.out.write_index(&manifest, merged, &layout).await?;
+        let merge_skipped = match (config.merge, merged) {
+            (false, _) => Some("--no-merge".to_owned()),
+            (true, false) => Some(format!(
+                "the output is larger than --merge-max-gib {}: read the shards through \
+                 index.json",
+                config.merge_max_bytes as f64 / (1u64 << 30) as f64
+            )),
+            (true, true) => None,
+        };
+        let scan = prepared.scan;
+        let (bad_records, bad_records_total) = scan::with_crashed_records(
+            scan.bad_records,
+            scan.bad_records_total,
+            &manifest,
+            &dispatched.file_names,
+        );
+        let actors_info = self.cluster.list_actors().await?;
+        let nodes_info = self.cluster.list_nodes().await?;
+        let wall = self.started.elapsed();
+        let figures = W::figures(dispatched.tally, &manifest, wall);
+        let report = dispatched.builder.finish(report::ReportInputs {
+            config,
+            manifest: &manifest,
+            bad_records,
+            bad_records_total,
+            output: report::OutputSummary {
+                merged,
+                merge_skipped,
+                manifest_writes,
+            },
+            figures,
+            wall,
+            reused_chunks: dispatched.reused_chunks,
+            plan_reasoning: dispatched.plan_reasoning,
+            pool: prepared.pool.name(),
+            actors: &actors_info,
+            nodes: &nodes_info,
+            input_fingerprint: scan.input_fingerprint,
+            model_fingerprint: scan.model_fingerprint,
+        });
+        let json =
+            serde_json::to_vec_pretty(&report).map_err(|e| JobError::Output(e.to_string()))?;
+        self.out.write("report.json", json).await?;
+        Ok(report)
+    }
+}
+
+/// Keeps only the recorded shards still there unchanged; the others are redone. Checked a
+/// few at a time: on S3 each check is a round trip per file.
+async fn keep_intact_shards(out: &OutputDir, manifest: &mut Manifest) -> Result<(), JobError> {
+    let checks: Vec<(ShardEntry, Result<bool, JobError>)> =
+        futures::stream::iter(std::mem::take(&mut manifest.chunks))
+            .map(|entry| async {
+                let intact = out.shard_intact(&entry).await;
+                (entry, intact)
+            })
+            .buffered(16)
+            .collect()
+            .await;
+    for (entry, intact) in checks {
+        if intact? {
+            manifest.chunks.push(entry);
+        }
+    }
+    Ok(())
+}
+
+/// A placeholder while the manifest is with its store.
+fn empty_manifest() -> Manifest {
+    Manifest {
+        version: 0,
+        input_fingerprint: String::new(),
+        model_fingerprint: String::new(),
+        chunk_size: 0,
+        chunk_schedule: None,
+        dtype: super::OutputDtype::F32,
+        dim: None,
+        model_content: None,
+        chunks: Vec::new(),
+        journal_generation: 0,
+    }
+}
+
+/// Where the job stands, from the writer's counts and the running chunks' reports.
+#[derive(Clone, Copy)]
+struct ProgressClock {
+    total_docs: u64,
+    reused_docs: u64,
+    started: Instant,
+}
+
+impl ProgressClock {
+    fn at(&self, done_docs: u64, running_docs: u64, generated_tokens: u64) -> Progress {
+        Progress {
+            done_docs,
+            running_docs,
+            total_docs: self.total_docs,
+            reused_docs: self.reused_docs,
+            elapsed: self.started.elapsed(),
+            generated_tokens,
+        }
+    }
+}
+
+/// Reads the pool's answers and hands them to the writer.
+struct Answers<'a, W> {
+    work: &'a W,
+    pool: &'a Pool,
+    pending: &'a Mutex<HashMap<u64, PendingChunk>>,
+}
+
+impl<W: ChunkWork> Answers<'_, W> {
+    /// Until every chunk is answered. A chunk with a record that crashes the model is run
+    /// again one record at a time beside the job (`poison.rs`).
+    async fn write_all(
+        &self,
+        mut results: resident_sdk::JobStream,
+        writer: &mut ChunkWriter<'_, W>,
+        clock: ProgressClock,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(), JobError> {
+        let mut items_running = results.items_running();
+        let progress = |writer: &ChunkWriter<'_, W>, running: u64| {
+            let (running_docs, running_tokens) = match W::RUNNING_ITEMS_ARE_RECORDS {
+                true => (running, 0),
+                false => (0, running),
+            };
+            let tokens = W::generated_tokens(&writer.tally) + running_tokens;
+            clock.at(writer.done_docs, running_docs, tokens)
+        };
+        let mut salvaging = futures::stream::FuturesUnordered::new();
+        let mut results_done = false;
+        while !(results_done && salvaging.is_empty()) {
+            let (chunk, answer) = tokio::select! {
+                output = results.next(), if !results_done => {
+                    let Some(output) = output else {
+                        results_done = true;
+                        continue;
+                    };
+                    let output = output?;
+                    let chunk = self.take_pending(output.seq)?;
+                    if let Err(error) = &output.output
+                        && super::poison::crashes_the_model(error)
+                    {
+                        let (work, pool) = (self.work, self.pool);
+                        salvaging.push(async move {
+                            let salvage =
+                                super::poison::one_by_one(work, pool, chunk.index, &chunk.payload)
+                                    .await;
+                            (chunk, salvage)
+                        });
+                        continue;
+                    }
+                    let piece = self.work.read(output).map_err(|e| JobError::ChunkFailed {
+                        index: chunk.index,
+                        error: e.to_string(),
+                    })?;
+                    (chunk, ChunkAnswer::Whole(piece))
+                }
+                Some((chunk, salvage)) = salvaging.next(), if !salvaging.is_empty() => {
+                    (chunk, ChunkAnswer::Salvaged(salvage?))
+                }
+                Ok(()) = items_running.changed() => {
+                    let running = *items_running.borrow_and_update();
+                    on_progress(progress(writer, running));
+                    continue;
+                }
+            };
+            writer.write(chunk, answer).await?;
+            on_progress(progress(writer, *items_running.borrow()));
+        }
+        Ok(())
+    }
+
+    fn take_pending(&self, seq: u64) -> Result<PendingChunk, JobError> {
+        self.pending
+            .lock()
+            .expect("pending chunks")
+            .remove(&seq)
+            .ok_or_else(|| JobError::Output(format!("result for unknown task {seq}")))
+    }
+}
+
+/// One actor per CPU core of the matching nodes, or as many as fit the GPUs.
+async fn default_replicas(cluster: &Cluster, config: &CorpusJobConfig) -> Result<u32, JobError> {
+    let nodes = cluster.list_nodes().await?;
+    let matching = nodes.iter().filter(|n| {
+        n.alive
+            && config
+                .selector
+                .iter()
+                .all(|(k, v)| n.labels.get(k) == Some(v))
+    });
+    let count: u32 = if config.gpus_per_actor > 0.0 {
+        let slots: f64 = matching
+            .map(|n| n.gpus.len() as f64 / config.gpus_per_actor)
+            .map(f64::floor)
+            .sum();
+        slots as u32
+    } else {
+        matching.map(|n| n.cpu_cores.max(1)).sum()
+    };
+    Ok(count.max(1))
+}

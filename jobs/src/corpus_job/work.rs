@@ -1,0 +1,138 @@
+//! What differs between corpus jobs: what a chunk asks of the pool, how its answer is read,
+//! and what a shard and the merged output hold. The pipeline (`mod.rs`, `scan.rs`,
+//! `results.rs`, `poison.rs`, `output.rs`) does everything else the same way for every
+//! job: read, check, plan chunks, dispatch, shard, journal, merge and report.
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use resident_sdk::{ActorId, Bytes, Cluster, NodeId, Pool, SdkError, TaskOutput};
+
+use super::output::Manifest;
+use super::reader::Record;
+use super::{CorpusJobConfig, JobError};
+use crate::model_pin::PinnedModel;
+
+/// One answered task, read: who computed it, and the work's data for its records.
+#[derive(Clone, Debug)]
+pub struct Piece<T> {
+    /// Records it answers.
+    pub rows: usize,
+    pub actor_id: ActorId,
+    pub node_id: NodeId,
+    /// The actor's time on it.
+    pub micros: u64,
+    /// The content fingerprint of the model that computed it ("" when the kind reports
+    /// none): every chunk of an output must come from one model.
+    pub model_fingerprint: String,
+    pub data: T,
+}
+
+/// What the merge writes from the shards, in chunk order.
+#[derive(Clone, Copy, Debug)]
+pub struct MergeLayout {
+    /// `index.json`'s `format`: `resident-embeddings`, `resident-generations`.
+    pub format: &'static str,
+    /// The shards' data files concatenated: `embeddings.npy`, `generations.jsonl`.
+    pub data: &'static str,
+    /// Whether each shard's data file starts with an npy header (the merged file gets one
+    /// header for all rows instead).
+    pub npy: bool,
+    /// The shards' id files concatenated, when the data does not carry the ids.
+    pub ids: Option<&'static str>,
+}
+
+impl MergeLayout {
+    /// The merged files, for clearing an earlier run's when this run does not merge.
+    pub fn files(&self) -> impl Iterator<Item = &'static str> {
+        std::iter::once(self.data).chain(self.ids)
+    }
+}
+
+/// One job's own part of the pipeline.
+pub trait ChunkWork: Clone + Send + Sync + 'static {
+    /// What one answered task holds, read.
+    type Data: Send + 'static;
+    /// This work's tallies, added up over the pieces this run computed.
+    type Tally: Default + Send;
+    /// This work's own figures in `report.json`.
+    type Figures: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send;
+    /// Names the job's pool and tasks: `embed`, `generate`.
+    const JOB: &'static str;
+    const LAYOUT: MergeLayout;
+    /// Whether the actors report progress inside a chunk in records (embed) rather than in
+    /// generated tokens (generate).
+    const RUNNING_ITEMS_ARE_RECORDS: bool;
+
+    /// What an output's shards depend on besides the input: the model's fingerprint, and
+    /// whatever else of this work changes the output (generate: the prompt and decoding
+    /// parameters). A resume under a different one is refused.
+    fn settings_fingerprint(&self, model_fingerprint: &str) -> String {
+        model_fingerprint.to_owned()
+    }
+
+    /// Creates the job's pool of `replicas` actors (or resizes one of that name) and waits
+    /// until every actor has loaded `model`.
+    fn create_pool(
+        &self,
+        cluster: &Cluster,
+        config: &CorpusJobConfig,
+        model: &PinnedModel,
+        replicas: u32,
+    ) -> impl Future<Output = Result<Pool, JobError>> + Send;
+
+    /// Refuses an output started under other settings of this work (embed: `--dtype`).
+    fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
+        let _ = (manifest, place);
+        Ok(())
+    }
+
+    /// Refuses a `--chunk-size` given by hand whose answers would not fit one message.
+    fn check_chunk_size(
+        &self,
+        pool: &Pool,
+        size: usize,
+    ) -> impl Future<Output = Result<(), JobError>> + Send {
+        let _ = (pool, size);
+        async { Ok(()) }
+    }
+
+    /// One chunk's records as one task's payload.
+    fn request(&self, records: Vec<Record>) -> Bytes;
+
+    /// A chunk's payload as one payload per record, in order: to find the records that
+    /// crash the model.
+    fn split(&self, payload: &[u8]) -> Result<Vec<Bytes>, String>;
+
+    /// Reads an answered task.
+    fn read(&self, output: TaskOutput) -> Result<Piece<Self::Data>, SdkError>;
+
+    /// Adds a piece to the tallies.
+    fn tally(tally: &mut Self::Tally, piece: &Piece<Self::Data>);
+
+    /// Tokens generated so far, by the tallies (for the progress line).
+    fn generated_tokens(tally: &Self::Tally) -> u64 {
+        let _ = tally;
+        0
+    }
+
+    /// The report's figures at the job's end.
+    fn figures(tally: Self::Tally, manifest: &Manifest, wall: Duration) -> Self::Figures;
+
+    /// The data file of chunk `index`'s shard: its file name and bytes, from its pieces in
+    /// record order (`ids`, one per row). May record what every shard shares in `manifest`
+    /// (embed: the dimension).
+    fn shard_data(
+        &self,
+        index: u64,
+        pieces: &[Piece<Self::Data>],
+        ids: &[serde_json::Value],
+        manifest: &mut Manifest,
+    ) -> Result<(String, Vec<u8>), JobError>;
+
+    /// Bytes the merged data file would have, to skip a merge past `--merge-max-gib`.
+    fn merged_bytes(manifest: &Manifest) -> u64;
+}
