@@ -43,6 +43,10 @@ pub struct GenerateConfig {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_step_tokens: Option<u32>,
+    /// Caps each sequence's context (prompt and completion) below the model's, bounding
+    /// its KV cache; the model's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u32>,
 }
 
 /// One record's prompt: `before + text + after`. Only `text` (the record's own text) is

@@ -120,10 +120,10 @@ impl CorpusArgs {
         let mut config = CorpusJobConfig::new(input, &self.model, output);
         config.s3.endpoint = self.s3_endpoint.clone();
         config.replicas = self.replicas;
-        anyhow::ensure!(
+        crate::exit::require(
             self.gpus_per_actor >= 0.0,
-            "--gpus-per-actor must not be negative"
-        );
+            "--gpus-per-actor must not be negative",
+        )?;
         config.gpus_per_actor = self.gpus_per_actor;
         config.vram_gib_per_actor = self.vram_gib;
         config.selector = parse_pairs(&self.selector, "--selector")?
@@ -143,15 +143,15 @@ impl CorpusArgs {
             OnBadRecord::Fail => BadRecordPolicy::Fail,
         };
         config.merge = !self.no_merge;
-        anyhow::ensure!(
+        crate::exit::require(
             self.merge_max_gib >= 0.0 && self.merge_max_gib.is_finite(),
-            "--merge-max-gib must be a number of GiB, 0 or more (0 keeps only the shards)"
-        );
+            "--merge-max-gib must be a number of GiB, 0 or more (0 keeps only the shards)",
+        )?;
         config.merge_max_bytes = (self.merge_max_gib * (1u64 << 30) as f64) as u64;
-        anyhow::ensure!(
+        crate::exit::require(
             self.manifest_compact_min > 0,
-            "--manifest-compact-min must be at least 1"
-        );
+            "--manifest-compact-min must be at least 1",
+        )?;
         config.manifest_compaction.min_entries = self.manifest_compact_min;
         config.retention = self.pool.retention();
         config.reader = ReaderOptions {

@@ -31,6 +31,14 @@ pub struct FinishedWithFailures(pub String);
 #[error("{0}")]
 pub struct BadInput(pub String);
 
+/// `Ok` when `holds`; else the bad-input error `message` (exit status 2).
+pub fn require(holds: bool, message: impl Into<String>) -> Result<(), BadInput> {
+    match holds {
+        true => Ok(()),
+        false => Err(BadInput(message.into())),
+    }
+}
+
 fn of_sdk(error: &SdkError) -> u8 {
     match error {
         SdkError::BadUrl { .. }

@@ -55,32 +55,37 @@ pub struct GenerateArgs {
     /// absent.
     #[arg(long, env = "RESIDENT_MAX_STEP_TOKENS")]
     max_step_tokens: Option<u32>,
+    /// Cap each sequence's context (prompt and completion) at this many tokens, below the
+    /// model's own: longer record texts are cut from their middle. Bounds the KV cache.
+    #[arg(long, env = "RESIDENT_MAX_CONTEXT")]
+    max_context: Option<u32>,
 }
 
 impl GenerateArgs {
     fn job_config(&self) -> anyhow::Result<GenerateJobConfig> {
-        let prompt = PromptTemplate::parse(&self.prompt).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
+        let prompt = PromptTemplate::parse(&self.prompt).map_err(crate::exit::BadInput)?;
+        crate::exit::require(
             self.max_new_tokens >= 1,
-            "--max-new-tokens must be at least 1"
-        );
-        anyhow::ensure!(
+            "--max-new-tokens must be at least 1",
+        )?;
+        crate::exit::require(
             self.temperature >= 0.0 && self.temperature.is_finite(),
-            "--temperature must be 0 (greedy) or more"
-        );
-        anyhow::ensure!(
+            "--temperature must be 0 (greedy) or more",
+        )?;
+        crate::exit::require(
             self.top_p > 0.0 && self.top_p <= 1.0,
-            "--top-p must be above 0 and at most 1"
-        );
-        anyhow::ensure!(
+            "--top-p must be above 0 and at most 1",
+        )?;
+        crate::exit::require(
             self.stop.iter().all(|stop| !stop.is_empty()),
-            "--stop must not be empty"
-        );
+            "--stop must not be empty",
+        )?;
         for (flag, value) in [
             ("--max-sequences", self.max_sequences),
             ("--max-step-tokens", self.max_step_tokens),
+            ("--max-context", self.max_context),
         ] {
-            anyhow::ensure!(value != Some(0), "{flag} must be at least 1");
+            crate::exit::require(value != Some(0), format!("{flag} must be at least 1"))?;
         }
         let corpus = self.corpus.corpus_config()?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
@@ -98,6 +103,7 @@ impl GenerateArgs {
         };
         config.max_sequences = self.max_sequences;
         config.max_step_tokens = self.max_step_tokens;
+        config.max_context = self.max_context;
         Ok(config)
     }
 }

@@ -460,6 +460,28 @@ pub fn embed_command(input: &std::path::Path, out: &std::path::Path, extra: &[&s
     command
 }
 
+/// `resident generate` of `input` into `out` with the SmolLM2 fixture model and `prompt`;
+/// its log is piped. `extra` arguments follow.
+pub fn generate_command(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    prompt: &str,
+    extra: &[&str],
+) -> Command {
+    let mut command = Command::new(resident_bin());
+    command
+        .args(["generate", "--model", &smollm2_gguf(), "--prompt", prompt])
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .args(extra)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
 /// `resident embed` on the cluster at `url` in chunks of 3 over two actors of one GPU each,
 /// so a fault lands mid-job; the pool is kept, so its actors (and their model loads) can be
 /// read after the job. `extra` arguments follow.

@@ -30,6 +30,8 @@ pub struct GenerateJobConfig {
     pub max_sequences: Option<u32>,
     /// Tokens in one forward step; the kind's default when `None`.
     pub max_step_tokens: Option<u32>,
+    /// Caps each sequence's context below the model's; `None` = the model's.
+    pub max_context: Option<u32>,
 }
 
 impl GenerateJobConfig {
@@ -42,6 +44,7 @@ impl GenerateJobConfig {
             params: GenerateParams::default(),
             max_sequences: None,
             max_step_tokens: None,
+            max_context: None,
         }
     }
 }
@@ -53,6 +56,7 @@ pub struct GenerateWork {
     pub params: GenerateParams,
     pub max_sequences: Option<u32>,
     pub max_step_tokens: Option<u32>,
+    pub max_context: Option<u32>,
 }
 
 /// The report's figures of a generate job (this run's chunks).
@@ -104,6 +108,7 @@ impl ChunkWork for GenerateWork {
             "model": model_fingerprint,
             "prompt": self.prompt.as_str(),
             "params": self.params,
+            "max_context": self.max_context,
         });
         crate::files::sha256_hex(settings.to_string().as_bytes())
     }
@@ -120,6 +125,7 @@ impl ChunkWork for GenerateWork {
             model_revision: model.revision.clone(),
             max_sequences: self.max_sequences,
             max_step_tokens: self.max_step_tokens,
+            max_context: self.max_context,
         };
         let mut spec =
             PoolSpec::typed::<Generate>(super::pool_name::<Self>(config), &actor_config)?

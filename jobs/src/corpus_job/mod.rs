@@ -225,6 +225,7 @@ pub async fn run_generate_job(
         params: config.params.clone(),
         max_sequences: config.max_sequences,
         max_step_tokens: config.max_step_tokens,
+        max_context: config.max_context,
     };
     pipeline::run_job(cluster, &config.corpus, &work, on_progress).await
 }

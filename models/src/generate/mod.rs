@@ -101,9 +101,16 @@ impl GenerateModel {
         Ok(Self { model, vocab, chat })
     }
 
-    /// The model's context length in tokens.
+    /// The context length in tokens: the model's, or less after [`Self::limit_context`].
     pub fn context(&self) -> usize {
         self.model.config.context
+    }
+
+    /// Caps the context at `tokens` (when below the model's): prompts are cut to fit it and
+    /// generation stops at it, which bounds each sequence's KV cache.
+    pub fn limit_context(&mut self, tokens: usize) {
+        let config = &mut self.model.config;
+        config.context = config.context.min(tokens.max(2));
     }
 
     /// The prompt's tokens for `text`.

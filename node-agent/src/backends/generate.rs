@@ -65,7 +65,10 @@ impl TypedActor for GenerateActor {
             .models
             .local_dir(&config.model, config.model_revision.as_deref())?;
         let checked = context.roots.check_model_path(Path::new(&local))?;
-        let model = GenerateModel::load(&gguf_file(&checked)?)?;
+        let mut model = GenerateModel::load(&gguf_file(&checked)?)?;
+        if let Some(tokens) = config.max_context {
+            model.limit_context(tokens as usize);
+        }
         Ok(Self {
             model,
             limits: StepLimits::new(

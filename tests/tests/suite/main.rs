@@ -20,6 +20,7 @@ mod embed_actors;
 mod embed_job;
 mod embed_s3;
 mod generate_actors;
+mod generate_job;
 mod http_port;
 mod in_process_cluster;
 mod model_delivery;

@@ -1,0 +1,274 @@
+//! `resident generate` end to end with the real SmolLM2 GGUF on real Wikipedia records:
+//! output order and fields, the report, seeded sampling across chunk sizes, bad records,
+//! prompts cut to fit the context, stop strings, `--template none`, and kill -9 of an
+//! agent and of the CLI with a rerun that redoes no finished chunk.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use resident_tests::{
+    finished_chunks, generate_command, ids_in_file, init_logging, read_json, sample, spawn_agent,
+    spawn_scheduler, spawn_two_t4_agents, wait_until,
+};
+use serde_json::Value;
+
+const PROMPT: &str = "Topic: {topic}\n\n{text}\n\nSummarise the text above in one sentence.";
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn run_ok(mut command: std::process::Command) -> String {
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "generate failed: {stderr}");
+    stderr
+}
+
+/// Sampling with a seed gives each record the same text whatever the chunking: the two
+/// runs cut the corpus differently and agree line for line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_in_order_with_its_report_and_seeded_sampling_is_the_same_in_any_chunking() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 6);
+    let sampling = [
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "11",
+        "--replicas",
+        "2",
+    ];
+    let mut outputs = Vec::new();
+    for chunk_size in ["2", "5"] {
+        let out = dir.path().join(format!("out-{chunk_size}"));
+        let mut command = generate_command(&input, &out, PROMPT, &sampling);
+        command.args(["--chunk-size", chunk_size]);
+        run_ok(command);
+        outputs.push(out);
+    }
+    let first = lines(&outputs[0].join("generations.jsonl"));
+    assert_eq!(first, lines(&outputs[1].join("generations.jsonl")));
+    let ids: Vec<Value> = first.iter().map(|line| line["id"].clone()).collect();
+    assert_eq!(
+        ids,
+        ids_in_file(&input),
+        "every record once, in input order"
+    );
+    for line in &first {
+        let fields: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "finish_reason",
+                "generated_tokens",
+                "id",
+                "prompt_tokens",
+                "text"
+            ]
+        );
+        assert!(line["prompt_tokens"].as_u64().unwrap() > 40, "{line}");
+        let generated = line["generated_tokens"].as_u64().unwrap();
+        assert!((1..=6).contains(&generated), "{line}");
+        let reason = line["finish_reason"].as_str().unwrap();
+        assert!(
+            reason == "length" || (reason == "stop" && generated < 6),
+            "{line}"
+        );
+        assert!(!line["text"].as_str().unwrap().is_empty(), "{line}");
+    }
+    let report = read_json(&outputs[0].join("report.json"));
+    assert_eq!(report["items"], 6);
+    assert_eq!(report["chunks"]["total"], 3);
+    let prompt_tokens: u64 = first
+        .iter()
+        .map(|l| l["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    let generated: u64 = first
+        .iter()
+        .map(|l| l["generated_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["prompt_tokens"], prompt_tokens);
+    assert_eq!(report["generated_tokens"], generated);
+    assert!(report["generated_tokens_per_second"].as_f64().unwrap() > 0.0);
+    assert!(report["prompt_tokens_per_second"].as_f64().unwrap() > 0.0);
+    assert!(report["cpu_hours"].as_f64().unwrap() > 0.0);
+    assert!(report["estimated_cost_usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["model_loads"], 2, "one load per actor");
+    let index = read_json(&outputs[0].join("index.json"));
+    assert_eq!(index["format"], "resident-generations");
+    assert_eq!(index["merged"]["generations"], "generations.jsonl");
+    assert_eq!(index["rows"], 6);
+}
+
+/// Bad lines and records without a field the prompt names are listed (or stop the job
+/// under `fail`); a record too long for the context is cut from its middle and counted;
+/// a stop string ends completions before it; `--template none` feeds the prompt as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_records_long_texts_stop_strings_and_a_raw_template() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("mixed.jsonl");
+    let mut records = resident_tests::wiki_sample_lines(3);
+    records.push("{not json".into());
+    records.push(r#"{"id": "no-topic", "text": "A record without a topic."}"#.into());
+    let long_text = "The river floods every spring and the town rebuilds. ".repeat(60);
+    records
+        .push(serde_json::json!({"id": "long", "topic": "Floods", "text": long_text}).to_string());
+    std::fs::write(&input, records.join("\n") + "\n").unwrap();
+    let flags = [
+        "--max-new-tokens",
+        "12",
+        "--max-context",
+        "256",
+        "--stop",
+        ".",
+        "--stop",
+        "\n",
+        "--template",
+        "none",
+        "--replicas",
+        "1",
+    ];
+    let out = dir.path().join("out");
+    run_ok(generate_command(&input, &out, PROMPT, &flags));
+    let generated = lines(&out.join("generations.jsonl"));
+    assert_eq!(generated.len(), 4, "three articles and the long record");
+    for line in &generated {
+        let text = line["text"].as_str().unwrap();
+        assert!(!text.contains('.') && !text.contains('\n'), "{line}");
+        assert!(
+            line["prompt_tokens"].as_u64().unwrap() <= 256 - 12,
+            "{line}"
+        );
+    }
+    let long = generated.iter().find(|l| l["id"] == "long").unwrap();
+    assert!(long["prompt_tokens"].as_u64().unwrap() > 200, "{long}");
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["truncated_prompts"], 1);
+    assert_eq!(report["bad_record_count"], 2);
+    let reasons: Vec<(u64, String)> = report["bad_records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["line"].as_u64().unwrap(),
+                b["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        reasons[0].0 == 4 && reasons[0].1.starts_with("malformed JSON"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons[1],
+        (5, "missing field `topic` (named in the prompt)".to_owned())
+    );
+
+    let mut strict = generate_command(&input, &dir.path().join("strict"), PROMPT, &flags);
+    strict.args(["--on-bad-record", "fail"]);
+    let output = strict.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mixed.jsonl:4"), "{stderr}");
+
+    let no_text = generate_command(&input, &dir.path().join("bad-prompt"), "Summarise.", &[])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&no_text.stderr);
+    assert_eq!(no_text.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--prompt must hold {text}"), "{stderr}");
+}
+
+fn shard_bytes(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    finished_chunks(out)
+        .iter()
+        .flat_map(|entry| [entry.vectors_file.clone(), entry.ids_file.clone()])
+        .map(|file| {
+            let bytes = std::fs::read(out.join(&file)).unwrap();
+            (file, bytes)
+        })
+        .collect()
+}
+
+/// A dead agent costs time, not records; once its node is back, a killed CLI's rerun keeps
+/// every finished shard byte for byte and ends with each record once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 16);
+    let out = dir.path().join("out");
+    let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
+    let mut agents = spawn_two_t4_agents(&url).await;
+    let flags = [
+        "--cluster",
+        url.as_str(),
+        "--chunk-size",
+        "2",
+        "--gpus-per-actor",
+        "1",
+        "--replicas",
+        "2",
+        "--max-new-tokens",
+        "8",
+    ];
+    let mut child = generate_command(&input, &out, PROMPT, &flags)
+        .spawn()
+        .unwrap();
+    wait_until("the first shards", Duration::from_secs(120), || async {
+        (finished_chunks(&out).len() >= 2).then_some(())
+    })
+    .await;
+    agents[1].kill9();
+    wait_until(
+        "shards after the agent died",
+        Duration::from_secs(120),
+        || async { (finished_chunks(&out).len() >= 4).then_some(()) },
+    )
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = shard_bytes(&out);
+    let finished = finished_chunks(&out).len();
+    assert!(
+        finished < 8,
+        "killed before the end ({finished} of 8 chunks)"
+    );
+
+    // The node comes back (as systemd would restart it), and the command is run again.
+    agents[1] = spawn_agent(&url, "node-b", "T4:16GiB", "");
+    run_ok(generate_command(&input, &out, PROMPT, &flags));
+    let after = shard_bytes(&out);
+    for (file, bytes) in &before {
+        assert_eq!(Some(bytes), after.get(file), "{file} was rewritten");
+    }
+    let generated = lines(&out.join("generations.jsonl"));
+    let ids: Vec<Value> = generated.iter().map(|line| line["id"].clone()).collect();
+    assert_eq!(ids, ids_in_file(&input), "every record once, in order");
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(
+        report["chunks"]["reused"].as_u64().unwrap() as usize,
+        finished
+    );
+    assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
+}
