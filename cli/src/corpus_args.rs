@@ -168,8 +168,36 @@ impl CorpusArgs {
         Ok(config)
     }
 
-    /// The cluster at `--cluster`, or a local one in this process.
-    pub async fn cluster(&self) -> anyhow::Result<Cluster> {
+    /// Whether the job runs on a cluster in this process (no `--cluster`).
+    pub fn is_local(&self) -> bool {
+        self.cluster.is_none()
+    }
+
+    /// The cluster at `--cluster`, or a local one in this process; says on stderr, in one
+    /// line, what the job runs on.
+    pub async fn cluster(&self, job: &str) -> anyhow::Result<Cluster> {
+        let cluster = self.connect().await?;
+        let nodes = cluster.list_nodes().await?;
+        let alive: Vec<_> = nodes.iter().filter(|n| n.alive).collect();
+        let cores: u32 = alive.iter().map(|n| n.cpu_cores).sum();
+        let gpus: usize = alive.iter().map(|n| n.gpus.len()).sum();
+        let place = match &self.cluster {
+            Some(url) => format!("the cluster at {url}: {} nodes", alive.len()),
+            None => "a local cluster in this process".to_owned(),
+        };
+        let gpus = match (gpus, &self.simulate_gpus) {
+            (0, _) => "no GPUs".to_owned(),
+            (n, Some(_)) => format!("{n} simulated GPUs"),
+            (n, None) => format!("{n} GPUs"),
+        };
+        eprintln!(
+            "resident {job} of {} with {} on {place} ({cores} CPU cores, {gpus})",
+            self.input, self.model
+        );
+        Ok(cluster)
+    }
+
+    async fn connect(&self) -> anyhow::Result<Cluster> {
         Ok(match &self.cluster {
             Some(url) => self
                 .credentials

@@ -20,13 +20,20 @@ pub struct EmbedArgs {
     dtype: Dtype,
 }
 
+impl EmbedArgs {
+    /// Whether the job runs on a cluster in this process.
+    pub fn is_local(&self) -> bool {
+        self.corpus.is_local()
+    }
+}
+
 pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let mut config = args.corpus.corpus_config()?;
     config.dtype = match args.dtype {
         Dtype::F32 => OutputDtype::F32,
         Dtype::F16 => OutputDtype::F16,
     };
-    let cluster = args.corpus.cluster().await?;
+    let cluster = args.corpus.cluster("embed").await?;
     let mut progress = progress_reporter("embed");
     let report = run_embed_job(&cluster, &config, &mut progress).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);

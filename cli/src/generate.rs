@@ -108,9 +108,16 @@ impl GenerateArgs {
     }
 }
 
+impl GenerateArgs {
+    /// Whether the job runs on a cluster in this process.
+    pub fn is_local(&self) -> bool {
+        self.corpus.is_local()
+    }
+}
+
 pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let config = args.job_config()?;
-    let cluster = args.corpus.cluster().await?;
+    let cluster = args.corpus.cluster("generate").await?;
     let mut progress = progress_reporter("generate");
     let report = run_generate_job(&cluster, &config, &mut progress).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);

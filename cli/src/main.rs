@@ -33,6 +33,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
                   cannot be reached or refuses the credentials."
 )]
 struct Cli {
+    /// Log more: -v shows a local job's scheduler and agent at work (a local job on a
+    /// terminal otherwise shows only its bar and summary), -vv debug. RESIDENT_LOG (an
+    /// EnvFilter such as `info,resident_scheduler=debug`) wins.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     /// Log as JSON lines instead of text.
     #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
     log_json: bool,
@@ -93,7 +98,29 @@ enum Command {
     Health(health::HealthArgs),
 }
 
-use resident_node_agent::command::{init_logging, shutdown_token};
+use resident_node_agent::command::{init_logging_at, shutdown_token};
+
+impl Cli {
+    /// A job run in this process, which shows its own progress instead of the internals.
+    fn is_local_job(&self) -> bool {
+        match &self.command {
+            Command::Embed(args) => args.is_local(),
+            Command::Generate(args) => args.is_local(),
+            Command::Sweep(args) => args.is_local(),
+            _ => false,
+        }
+    }
+
+    /// The log level when RESIDENT_LOG does not say.
+    fn default_log_level(&self) -> &'static str {
+        let quiet = self.is_local_job() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        match (self.verbose, quiet) {
+            (0, true) => "warn",
+            (0, false) | (1, true) => "info",
+            _ => "debug",
+        }
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -109,7 +136,7 @@ fn main() -> std::process::ExitCode {
     if let Some(dir) = jit_cache {
         resident_models::device::set_cuda_jit_cache(&dir);
     }
-    init_logging(cli.log_json);
+    init_logging_at(cli.log_json, cli.default_log_level());
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -31,6 +31,13 @@ pub struct SweepArgs {
     s3_endpoint: Option<String>,
 }
 
+impl SweepArgs {
+    /// Whether the sweep runs on a cluster in this process.
+    pub fn is_local(&self) -> bool {
+        self.cluster.is_none()
+    }
+}
+
 pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;

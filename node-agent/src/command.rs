@@ -268,9 +268,15 @@ pub fn shutdown_token() -> CancellationToken {
 /// Logs to stderr, filtered by `RESIDENT_LOG` (or `RUST_LOG`; default `info`), as text or
 /// JSON lines.
 pub fn init_logging(json: bool) {
+    init_logging_at(json, "info");
+}
+
+/// [`init_logging`] at `default` (an `EnvFilter` directive: `warn`, `info`, `debug`) when
+/// neither `RESIDENT_LOG` nor `RUST_LOG` says.
+pub fn init_logging_at(json: bool, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RESIDENT_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -129,3 +129,51 @@ fn each_class_of_failure_exits_with_its_own_status() {
     assert_eq!(code, Some(5), "{stderr}");
     assert!(stderr.contains("not known to this cluster"), "{stderr}");
 }
+
+/// On a terminal (a pseudo-terminal from `script`), a local job shows one line saying what
+/// it runs on, its bar and its summary, and none of the embedded scheduler's and agent's
+/// log lines; `-v` brings them back.
+#[test]
+fn a_local_job_on_a_terminal_shows_what_it_runs_on_its_bar_and_summary_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = resident_tests::sample(dir.path(), 20);
+    let run_on_a_terminal = |out: &str, verbose: bool| {
+        let command = format!(
+            "{} embed {} --model {} --input {} --output {} > /dev/null",
+            resident_bin().display(),
+            if verbose { "-v" } else { "" },
+            resident_tests::minilm_dir(),
+            input.display(),
+            dir.path().join(out).display(),
+        );
+        let output = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env_remove("RESIDENT_LOG")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("script(1) from util-linux runs the command on a pseudo-terminal");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).replace('\r', "\n")
+    };
+    let quiet = run_on_a_terminal("quiet", false);
+    let lines: Vec<&str> = quiet.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines[0].starts_with("resident embed of ")
+            && lines[0].contains(" on a local cluster in this process ("),
+        "{quiet}"
+    );
+    assert!(quiet.contains("embedded 20 documents"), "{quiet}");
+    assert!(
+        !quiet.contains("INFO"),
+        "internals on a quiet terminal: {quiet}"
+    );
+    assert!(
+        !quiet.contains("principal="),
+        "audit lines on a quiet terminal: {quiet}"
+    );
+    let verbose = run_on_a_terminal("verbose", true);
+    assert!(
+        verbose.contains("INFO") && verbose.contains("scheduler listening"),
+        "-v shows the internals: {verbose}"
+    );
+}
