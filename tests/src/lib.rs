@@ -447,9 +447,20 @@ pub fn sample(dir: &std::path::Path, count: usize) -> PathBuf {
 
 /// `resident embed` of `input` into `out` with the MiniLM fixture model; its log is piped.
 pub fn embed_command(input: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Command {
+    job_command(&["embed", "--model", &minilm_dir()], input, out, extra)
+}
+
+/// `resident JOB ARGS --input INPUT --output OUT EXTRA`, logging warnings only, its log piped.
+fn job_command(
+    job: &[&str],
+    input: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Command {
     let mut command = Command::new(resident_bin());
     command
-        .args(["embed", "--model", &minilm_dir(), "--input"])
+        .args(job)
+        .arg("--input")
         .arg(input)
         .arg("--output")
         .arg(out)
@@ -468,18 +479,13 @@ pub fn generate_command(
     prompt: &str,
     extra: &[&str],
 ) -> Command {
-    let mut command = Command::new(resident_bin());
-    command
-        .args(["generate", "--model", &smollm2_gguf(), "--prompt", prompt])
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .args(extra)
-        .env("RESIDENT_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    command
+    let model = smollm2_gguf();
+    job_command(
+        &["generate", "--model", &model, "--prompt", prompt],
+        input,
+        out,
+        extra,
+    )
 }
 
 /// `resident embed` on the cluster at `url` in chunks of 3 over two actors of one GPU each,

@@ -1,5 +1,6 @@
 //! S3 paths against a real S3-compatible server (s3s-fs): the SDK's client, and
-//! `resident embed` from S3 to S3 killed with -9 mid-job and resumed.
+//! `resident embed` and `resident generate` from S3 to S3 killed with -9 mid-job and
+//! resumed.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,7 +12,7 @@ use resident_jobs::embed_job::{InputSet, ReaderOptions};
 use resident_jobs::storage::{Location, S3Client, S3Options};
 use resident_tests::s3_server::S3Server;
 use resident_tests::{
-    ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin, wait_until,
+    ids_in_jsonl, init_logging, minilm_dir, parse_npy_f32, resident_bin, smollm2_gguf, wait_until,
     wiki_sample_lines,
 };
 use serde_json::Value;
@@ -151,6 +152,20 @@ fn embed_command(server: &S3Server, input: &str, output: &str, extra: &[&str]) -
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     command
+}
+
+/// A server with the buckets `corpus` and `results`, a client, and the first `count`
+/// fixture articles as `s3://corpus/wiki/part-000.jsonl` (also returned as lines).
+async fn corpus_on_s3(count: usize) -> (S3Server, S3Client, Vec<String>) {
+    let server = S3Server::start(&["corpus", "results"]);
+    let client = S3Client::connect(&server.options()).await;
+    let lines = wiki_sample_lines(count);
+    let corpus: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    client
+        .put("corpus", "wiki/part-000.jsonl", corpus.into_bytes())
+        .await
+        .unwrap();
+    (server, client, lines)
 }
 
 /// An object of the results bucket, parsed as JSON.
@@ -390,14 +405,7 @@ async fn a_second_run_on_the_same_s3_output_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
     init_logging();
-    let server = S3Server::start(&["corpus", "results"]);
-    let client = S3Client::connect(&server.options()).await;
-    let lines = wiki_sample_lines(100);
-    let corpus: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    client
-        .put("corpus", "wiki/part-000.jsonl", corpus.into_bytes())
-        .await
-        .unwrap();
+    let (server, client, lines) = corpus_on_s3(100).await;
     let (input, output) = ("s3://corpus/wiki", "s3://results/run-1");
     // The second compaction (after 4 chunks) stops with the new manifest written and the
     // folded journal's objects not yet deleted.
@@ -468,4 +476,78 @@ async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// `resident generate` from S3 to S3, killed with -9 after a few chunks and run again: no
+/// finished shard is rewritten, and `generations.jsonl` holds every record once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generates_from_s3_to_s3_and_resumes_after_kill_9() {
+    init_logging();
+    let (server, client, lines) = corpus_on_s3(10).await;
+    let generate = |extra: &[&str]| {
+        let mut command = Command::new(resident_bin());
+        command
+            .args(["generate", "--model", &smollm2_gguf()])
+            .args(["--prompt", "Summarise in one sentence:\n\n{text}"])
+            .args([
+                "--input",
+                "s3://corpus/wiki",
+                "--output",
+                "s3://results/run-1",
+            ])
+            .args([
+                "--chunk-size",
+                "2",
+                "--replicas",
+                "1",
+                "--max-new-tokens",
+                "6",
+            ])
+            .args(extra)
+            .envs(server.env())
+            .env("RESIDENT_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut child = generate(&[]).spawn().unwrap();
+    wait_until("a few shards on S3", Duration::from_secs(120), || async {
+        let chunks = recorded_chunks(&client).await?;
+        (chunks >= 2).then_some(chunks)
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let done = recorded_chunks(&client).await.unwrap();
+    assert!(done < 5, "{done} of 5 chunks recorded before the kill");
+    let before = shard_objects(&client, "run-1/shards/").await;
+
+    let rerun = generate(&[]).output().unwrap();
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let generations = client
+        .get("results", "run-1/generations.jsonl")
+        .await
+        .unwrap()
+        .unwrap();
+    let expected_ids: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+        .collect();
+    assert_eq!(
+        ids_in_jsonl(&String::from_utf8(generations).unwrap()),
+        expected_ids,
+        "every record once, in order"
+    );
+    let after = shard_objects(&client, "run-1/shards/").await;
+    for (key, bytes) in &before {
+        assert_eq!(after.get(key), Some(bytes), "{key} changed");
+    }
+    assert_eq!(after.len(), 10, "5 chunks of generations + ids");
+    let report: Value = results_json(&client, "run-1/report.json").await;
+    assert_eq!(report["chunks"]["reused"].as_u64().unwrap() as usize, done);
+    assert_eq!(report["items"], 10);
 }
