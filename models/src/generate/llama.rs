@@ -20,6 +20,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use rayon::prelude::*;
 
+use super::q4_1::Q4_1Matrix;
+
 use crate::ModelError;
 use crate::embed::cpu_ops;
 
@@ -100,14 +102,14 @@ impl LlamaConfig {
 
 struct Layer {
     attn_norm: Vec<f32>,
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
     ffn_norm: Vec<f32>,
-    w_gate: QMatMul,
-    w_up: QMatMul,
-    w_down: QMatMul,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
 }
 
 /// The weights, loaded once.
@@ -117,7 +119,7 @@ pub struct LlamaModel {
     embedding: Vec<f32>,
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
-    lm_head: QMatMul,
+    lm_head: Linear,
     /// RoPE's inverse frequencies, one per pair of a head's dimensions.
     inv_freq: Vec<f32>,
 }
@@ -189,24 +191,41 @@ fn vector(content: &Content, file: &mut std::fs::File, name: &str) -> Result<Vec
 }
 
 /// Quantisations for which candle's CPU matmul has no SIMD kernel (it has them for Q4_0,
-/// Q8_0 and the K-quants): their weights are requantised to Q8_0 once, at load. Q8_0 holds
-/// a 4- or 5-bit block's values to within 1/254 of the block's largest, costs 8.5 bits a
-/// weight instead of 5 or 6, and runs several times faster (Q4_1 measured 8 tokens/s for
-/// SmolLM2-135M on 2 cores without it).
-const REQUANTISED_TO_Q8_0: &[GgmlDType] = &[GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1];
+/// Q8_0 and the K-quants) and we have none of our own: their weights are requantised to
+/// Q8_0 once, at load. Q8_0 holds a 5-bit block's values to within 1/254 of the block's
+/// largest, costs 8.5 bits a weight instead of 6, and runs several times faster than
+/// candle's scalar loop; its logits differ from llama.cpp's a little more than the native
+/// type's. Q4_1 has its own kernel (`q4_1.rs`) and stays as stored.
+const REQUANTISED_TO_Q8_0: &[GgmlDType] = &[GgmlDType::Q5_0, GgmlDType::Q5_1];
+
+/// A linear layer's weights: candle's quantised matmul, or our Q4_1 kernel.
+enum Linear {
+    Candle(QMatMul),
+    Q4_1(Q4_1Matrix),
+}
 
 fn matmul_weight(
     content: &Content,
     file: &mut std::fs::File,
     name: &str,
-) -> Result<QMatMul, ModelError> {
+) -> Result<Linear, ModelError> {
     let failed = |e: candle_core::Error| ModelError::Load(format!("GGUF tensor `{name}`: {e}"));
     let mut weight = tensor(content, file, name)?;
+    if weight.dtype() == GgmlDType::Q4_1
+        && let [rows, cols] = weight.shape().dims()
+    {
+        let bytes = weight.data().map_err(failed)?;
+        return Ok(Linear::Q4_1(Q4_1Matrix::from_gguf_bytes(
+            &bytes, *rows, *cols,
+        )?));
+    }
     if REQUANTISED_TO_Q8_0.contains(&weight.dtype()) {
         let values = weight.dequantize(&Device::Cpu).map_err(failed)?;
         weight = QTensor::quantize(&values, GgmlDType::Q8_0).map_err(failed)?;
     }
-    QMatMul::from_qtensor(weight).map_err(failed)
+    QMatMul::from_qtensor(weight)
+        .map(Linear::Candle)
+        .map_err(failed)
 }
 
 impl LlamaModel {
@@ -400,8 +419,13 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-/// `x` (`n x k`) times the weight's transpose, through candle's quantised matmul.
-fn matmul(weight: &QMatMul, x: &[f32], n: usize, k: usize) -> Result<Vec<f32>, ModelError> {
-    let input = Tensor::from_slice(x, (n, k), &Device::Cpu)?;
-    Ok(weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
+/// `x` (`n x k`) times the weight's transpose.
+fn matmul(weight: &Linear, x: &[f32], n: usize, k: usize) -> Result<Vec<f32>, ModelError> {
+    match weight {
+        Linear::Candle(weight) => {
+            let input = Tensor::from_slice(x, (n, k), &Device::Cpu)?;
+            Ok(weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
+        }
+        Linear::Q4_1(weight) => Ok(weight.forward(x, n)),
+    }
 }

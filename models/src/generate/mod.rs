@@ -11,6 +11,7 @@ pub mod batcher;
 pub mod chat;
 pub mod gguf_vocab;
 pub mod llama;
+mod q4_1;
 pub mod sampling;
 
 use std::collections::VecDeque;
