@@ -43,7 +43,7 @@ pub struct Q4_1Matrix {
 impl Q4_1Matrix {
     /// From the tensor's GGUF bytes.
     pub fn from_gguf_bytes(bytes: &[u8], rows: usize, cols: usize) -> Result<Self, ModelError> {
-        if cols % BLOCK != 0 || bytes.len() != rows * cols / BLOCK * Q4_1_BYTES {
+        if !cols.is_multiple_of(BLOCK) || bytes.len() != rows * cols / BLOCK * Q4_1_BYTES {
             return Err(ModelError::Load(format!(
                 "a Q4_1 tensor of {rows} x {cols} should hold {} bytes, not {}",
                 rows * cols / BLOCK * Q4_1_BYTES,
