@@ -44,8 +44,8 @@ pub struct GenerateArgs {
     /// or rerun.
     #[arg(long, env = "RESIDENT_SEED", default_value_t = 0)]
     seed: u64,
-    /// Stop a completion before this text (repeatable).
-    #[arg(long = "stop")]
+    /// Stop a completion before this text (repeatable; the variable gives one).
+    #[arg(long = "stop", env = "RESIDENT_STOP")]
     stop: Vec<String>,
     /// Sequences each actor decodes at once (continuous batching); the kind's default
     /// when absent.

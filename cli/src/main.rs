@@ -36,7 +36,7 @@ struct Cli {
     /// Log more: -v shows a local job's scheduler and agent at work (a local job on a
     /// terminal otherwise shows only its bar and summary), -vv debug. RESIDENT_LOG (an
     /// EnvFilter such as `info,resident_scheduler=debug`) wins.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, env = "RESIDENT_VERBOSE", action = clap::ArgAction::Count)]
     verbose: u8,
     /// Log as JSON lines instead of text.
     #[arg(long, global = true, env = "RESIDENT_LOG_JSON")]
