@@ -176,57 +176,16 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Dispatched<'a, W::Tally>, JobError> {
         let total_docs = prepared.scan.valid_records;
-        let manifest = std::mem::replace(&mut prepared.manifest, empty_manifest());
-        let reused_chunks = manifest.chunks.len() as u64;
-        let done: HashSet<u64> = manifest.chunks.iter().map(|c| c.index).collect();
-        let done_docs: u64 = manifest
-            .chunks
-            .iter()
-            .map(|c| c.rows + c.crashed.len() as u64)
-            .sum();
-        let file_names: Arc<Vec<String>> = Arc::new(
-            prepared
-                .inputs
-                .files
-                .iter()
-                .map(|f| f.name.clone())
-                .collect(),
-        );
-        let store =
-            ManifestStore::start(self.out, manifest, self.config.manifest_compaction).await?;
-
+        let (store, found) = self.open_store(prepared).await?;
         // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
         let actors = prepared.actors;
         let window = (actors * 3).max(4);
         let pending: Arc<Mutex<HashMap<u64, PendingChunk>>> = Arc::default();
-        let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel(window);
         let schedule = store.manifest().schedule();
         let expected_tasks = schedule
             .chunk_count(total_docs)
-            .saturating_sub(reused_chunks);
-        // The body is planned from the first probes this run sends (one per actor), while
-        // the others run; a resume that finds every probe done plans at once.
-        let probes_to_run = schedule
-            .probe_indexes(total_docs)
-            .filter(|index| !done.contains(index))
-            .count();
-        let (plan_tx, plan_rx) = tokio::sync::oneshot::channel();
-        // A planned schedule never asks; dropping the sender is then harmless.
-        let plan_tx = (!schedule.is_planned()).then_some(plan_tx);
-        let producer = scan::spawn_chunk_producer(
-            scan::ChunkSource {
-                config: self.config.clone(),
-                work: self.work.clone(),
-                inputs: prepared.inputs.clone(),
-                schedule: schedule.clone(),
-                total_docs,
-                done,
-                duplicate_ordinals: prepared.scan.duplicate_ordinals.clone(),
-            },
-            pending.clone(),
-            chunks_tx,
-            plan_rx,
-        );
+            .saturating_sub(found.reused_chunks);
+        let producer = self.start_producer(prepared, &schedule, found.done, &pending, window);
         let mut writer = ChunkWriter {
             out: self.out,
             work: self.work,
@@ -234,16 +193,16 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             body_planner: BodyPlanner {
                 schedule,
                 timings: planner::ProbeTimings::default(),
-                plan_tx,
-                probes_to_measure: probes_to_run.min(actors),
+                plan_tx: producer.plan_tx,
+                probes_to_measure: producer.probes_to_run.min(actors),
                 actors,
                 total_docs,
             },
             plan_reasoning,
             builder: ReportBuilder::default(),
             tally: W::Tally::default(),
-            done_docs,
-            file_names: file_names.clone(),
+            done_docs: found.done_docs,
+            file_names: found.file_names.clone(),
             on_bad_record: self.config.on_bad_record,
         };
         // A resume that finds every probe done plans at once.
@@ -255,14 +214,14 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             expected_tasks,
             ..Default::default()
         };
-        let payloads = tokio_stream::wrappers::ReceiverStream::new(chunks_rx);
+        let payloads = tokio_stream::wrappers::ReceiverStream::new(producer.chunks);
         let results = prepared
             .pool
             .submit_payloads(W::JOB, payloads, options)
             .await?;
-        let progress = ProgressClock {
+        let clock = ProgressClock {
             total_docs,
-            reused_docs: done_docs,
+            reused_docs: found.done_docs,
             started: self.started,
         };
         let answers = Answers {
@@ -270,10 +229,9 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             pool: &prepared.pool,
             pending: &pending,
         };
-        answers
-            .write_all(results, &mut writer, progress, on_progress)
-            .await?;
+        (answers.write_all(results, &mut writer, clock, on_progress)).await?;
         producer
+            .reader
             .await
             .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
         let missing = pending.lock().expect("pending chunks").len();
@@ -287,9 +245,80 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             plan_reasoning: writer.plan_reasoning,
             builder: writer.builder,
             tally: writer.tally,
-            file_names,
-            reused_chunks,
+            file_names: found.file_names,
+            reused_chunks: found.reused_chunks,
         })
+    }
+
+    /// Hands the manifest to its store, and says what earlier runs finished.
+    async fn open_store(
+        &self,
+        prepared: &mut Prepared,
+    ) -> Result<(ManifestStore<'a>, FoundDone), JobError> {
+        let manifest = std::mem::replace(&mut prepared.manifest, empty_manifest());
+        let found = FoundDone {
+            reused_chunks: manifest.chunks.len() as u64,
+            done: manifest.chunks.iter().map(|c| c.index).collect(),
+            done_docs: manifest
+                .chunks
+                .iter()
+                .map(|c| c.rows + c.crashed.len() as u64)
+                .sum(),
+            file_names: Arc::new(
+                prepared
+                    .inputs
+                    .files
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect(),
+            ),
+        };
+        let store =
+            ManifestStore::start(self.out, manifest, self.config.manifest_compaction).await?;
+        Ok((store, found))
+    }
+
+    /// Starts the reader thread that cuts the chunks not `done` and sends them, at most
+    /// `window` ahead.
+    fn start_producer(
+        &self,
+        prepared: &Prepared,
+        schedule: &ChunkSchedule,
+        done: HashSet<u64>,
+        pending: &Arc<Mutex<HashMap<u64, PendingChunk>>>,
+        window: usize,
+    ) -> Producer {
+        let total_docs = prepared.scan.valid_records;
+        let (chunks_tx, chunks) = tokio::sync::mpsc::channel(window);
+        // The body is planned from the first probes this run sends (one per actor), while
+        // the others run; a resume that finds every probe done plans at once.
+        let probes_to_run = schedule
+            .probe_indexes(total_docs)
+            .filter(|index| !done.contains(index))
+            .count();
+        let (plan_tx, plan_rx) = tokio::sync::oneshot::channel();
+        // A planned schedule never asks; dropping the sender is then harmless.
+        let plan_tx = (!schedule.is_planned()).then_some(plan_tx);
+        let reader = scan::spawn_chunk_producer(
+            scan::ChunkSource {
+                config: self.config.clone(),
+                work: self.work.clone(),
+                inputs: prepared.inputs.clone(),
+                schedule: schedule.clone(),
+                total_docs,
+                done,
+                duplicate_ordinals: prepared.scan.duplicate_ordinals.clone(),
+            },
+            pending.clone(),
+            chunks_tx,
+            plan_rx,
+        );
+        Producer {
+            reader,
+            chunks,
+            plan_tx,
+            probes_to_run,
+        }
     }
 
     /// Merges the shards, writes `index.json` and `report.json`.
@@ -396,6 +425,25 @@ fn empty_manifest() -> Manifest {
         chunks: Vec::new(),
         journal_generation: 0,
     }
+}
+
+/// What earlier runs of this output finished.
+struct FoundDone {
+    reused_chunks: u64,
+    done: HashSet<u64>,
+    /// Records in finished chunks (written or found to crash the model).
+    done_docs: u64,
+    /// The input's file names, by index.
+    file_names: Arc<Vec<String>>,
+}
+
+/// The chunk producer's reader thread, its chunks, and what planning the body needs.
+struct Producer {
+    reader: tokio::task::JoinHandle<Result<(), JobError>>,
+    chunks: tokio::sync::mpsc::Receiver<resident_sdk::TaskPayload>,
+    /// Tells the reader the body's plan; `None` for a planned schedule.
+    plan_tx: Option<tokio::sync::oneshot::Sender<(usize, usize)>>,
+    probes_to_run: usize,
 }
 
 /// Where the job stands, from the writer's counts and the running chunks' reports.
