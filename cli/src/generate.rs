@@ -89,7 +89,8 @@ impl GenerateArgs {
         }
         let corpus = self.corpus.corpus_config()?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
-        config.params = GenerateParams {
+        let generation = &mut config.generation;
+        generation.params = GenerateParams {
             template: match self.template {
                 TemplateArg::Chat => Template::Chat,
                 TemplateArg::None => Template::None,
@@ -101,9 +102,9 @@ impl GenerateArgs {
             seed: self.seed,
             stop: self.stop.clone(),
         };
-        config.max_sequences = self.max_sequences;
-        config.max_step_tokens = self.max_step_tokens;
-        config.max_context = self.max_context;
+        generation.max_sequences = self.max_sequences;
+        generation.max_step_tokens = self.max_step_tokens;
+        generation.max_context = self.max_context;
         Ok(config)
     }
 }

@@ -27,6 +27,8 @@ impl ChunkWork for EmbedWork {
     type Tally = VectorStats;
     type Figures = EmbedFigures;
     const JOB: &'static str = "embed";
+    const OUTPUT: &'static str = "embeddings";
+    const SETTINGS: &'static str = "model";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-embeddings",
         data: "embeddings.npy",

@@ -19,10 +19,34 @@ use super::work::{ChunkWork, MergeLayout, Piece};
 use super::{CorpusJobConfig, JobError};
 use crate::model_pin::PinnedModel;
 
-/// What a generate job asks of every record, besides what every corpus job has.
+/// A generate job: what every corpus job has, and what it asks of every record.
 #[derive(Clone, Debug)]
 pub struct GenerateJobConfig {
     pub corpus: CorpusJobConfig,
+    pub generation: GenerateWork,
+}
+
+impl GenerateJobConfig {
+    /// Greedy completions of `prompt` with the kind's defaults; the corpus config's reader
+    /// is asked for the fields the prompt names.
+    pub fn new(mut corpus: CorpusJobConfig, prompt: PromptTemplate) -> Self {
+        corpus.reader.extra_fields = prompt.fields().to_vec();
+        Self {
+            corpus,
+            generation: GenerateWork {
+                prompt,
+                params: GenerateParams::default(),
+                max_sequences: None,
+                max_step_tokens: None,
+                max_context: None,
+            },
+        }
+    }
+}
+
+/// Records' prompts in, completions out.
+#[derive(Clone, Debug)]
+pub struct GenerateWork {
     /// `--prompt`: holds `{text}` once, and any `{field}` of the record.
     pub prompt: PromptTemplate,
     pub params: GenerateParams,
@@ -31,31 +55,6 @@ pub struct GenerateJobConfig {
     /// Tokens in one forward step; the kind's default when `None`.
     pub max_step_tokens: Option<u32>,
     /// Caps each sequence's context below the model's; `None` = the model's.
-    pub max_context: Option<u32>,
-}
-
-impl GenerateJobConfig {
-    /// The corpus config with the reader asked for the fields the prompt names.
-    pub fn new(mut corpus: CorpusJobConfig, prompt: PromptTemplate) -> Self {
-        corpus.reader.extra_fields = prompt.fields().to_vec();
-        Self {
-            corpus,
-            prompt,
-            params: GenerateParams::default(),
-            max_sequences: None,
-            max_step_tokens: None,
-            max_context: None,
-        }
-    }
-}
-
-/// Records' prompts in, completions out.
-#[derive(Clone, Debug)]
-pub struct GenerateWork {
-    pub prompt: PromptTemplate,
-    pub params: GenerateParams,
-    pub max_sequences: Option<u32>,
-    pub max_step_tokens: Option<u32>,
     pub max_context: Option<u32>,
 }
 
@@ -95,6 +94,8 @@ impl ChunkWork for GenerateWork {
     type Tally = GenerationTally;
     type Figures = GenerateFigures;
     const JOB: &'static str = "generate";
+    const OUTPUT: &'static str = "generations";
+    const SETTINGS: &'static str = "model, prompt or decoding parameters";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-generations",
         data: "generations.jsonl",

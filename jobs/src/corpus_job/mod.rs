@@ -220,14 +220,7 @@ pub async fn run_generate_job(
     config: &GenerateJobConfig,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<JobReport<GenerateFigures>, JobError> {
-    let work = GenerateWork {
-        prompt: config.prompt.clone(),
-        params: config.params.clone(),
-        max_sequences: config.max_sequences,
-        max_step_tokens: config.max_step_tokens,
-        max_context: config.max_context,
-    };
-    pipeline::run_job(cluster, &config.corpus, &work, on_progress).await
+    pipeline::run_job(cluster, &config.corpus, &config.generation, on_progress).await
 }
 
 /// A pool per job, output directory and model, so reruns reuse the resident actors of a

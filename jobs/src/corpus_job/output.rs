@@ -283,6 +283,13 @@ impl OutputDir {
         }
     }
 
+    /// A file the manifest records: its absence is an error.
+    async fn read_recorded(&self, name: &str) -> Result<Vec<u8>, JobError> {
+        self.read(name)
+            .await?
+            .ok_or_else(|| JobError::Output(format!("{} disappeared", self.location.join(name))))
+    }
+
     /// Writes `name` so that readers see it whole or not at all.
     pub async fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), JobError> {
         match &self.location {
@@ -407,18 +414,9 @@ impl OutputDir {
             let with_ids = ids.is_some();
             let mut shards = futures::stream::iter(chunks)
                 .map(|chunk| async move {
-                    let read = |file: &'static str| async move {
-                        let name = match file {
-                            "ids" => &chunk.ids_file,
-                            _ => &chunk.vectors_file,
-                        };
-                        self.read(name).await?.ok_or_else(|| {
-                            JobError::Output(format!("{} disappeared", self.location.join(name)))
-                        })
-                    };
-                    let shard_data = read("data").await?;
+                    let shard_data = self.read_recorded(&chunk.vectors_file).await?;
                     let id_lines = match with_ids {
-                        true => read("ids").await?,
+                        true => self.read_recorded(&chunk.ids_file).await?,
                         false => Vec::new(),
                     };
                     Ok::<_, JobError>((shard_data, id_lines))

@@ -61,11 +61,11 @@ pub(super) async fn run_job<W: ChunkWork>(
     finished
 }
 
-/// What the job found before its first chunk: the input, its manifest and the ready pool.
+/// What the job found before its first chunk: the input and the ready pool (the manifest
+/// goes its own way, to its store).
 struct Prepared {
     inputs: InputSet,
     scan: Scan,
-    manifest: Manifest,
     pool: Pool,
     actors: usize,
 }
@@ -85,17 +85,17 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         &self,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<JobReport<W::Figures>, JobError> {
-        let mut prepared = self.prepare().await?;
-        let plan_reasoning = self.plan_chunks(&mut prepared).await?;
-        keep_intact_shards(self.out, &mut prepared.manifest).await?;
+        let (prepared, mut manifest) = self.prepare().await?;
+        let plan_reasoning = self.plan_chunks(&prepared, &mut manifest).await?;
+        keep_intact_shards(self.out, &mut manifest).await?;
         let dispatched = self
-            .dispatch(&mut prepared, plan_reasoning, on_progress)
+            .dispatch(&prepared, manifest, plan_reasoning, on_progress)
             .await?;
         self.finish(prepared, dispatched).await
     }
 
     /// Lists and scans the input, pins the model, opens the manifest, readies the pool.
-    async fn prepare(&self) -> Result<Prepared, JobError> {
+    async fn prepare(&self) -> Result<(Prepared, Manifest), JobError> {
         let config = self.config;
         let inputs = InputSet::list(&config.input, self.s3).await?;
         let model = pin_model(&config.model, &config.s3)
@@ -118,18 +118,21 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             .create_pool(self.cluster, config, &model, replicas)
             .await?;
         let actors = pool.status().await?.actors.len().max(1);
-        Ok(Prepared {
+        let prepared = Prepared {
             inputs,
             scan,
-            manifest,
             pool,
             actors,
-        })
+        };
+        Ok((prepared, manifest))
     }
 
     /// Settles how the corpus is cut into chunks, and says why.
-    async fn plan_chunks(&self, prepared: &mut Prepared) -> Result<String, JobError> {
-        let manifest = &mut prepared.manifest;
+    async fn plan_chunks(
+        &self,
+        prepared: &Prepared,
+        manifest: &mut Manifest,
+    ) -> Result<String, JobError> {
         let total_docs = prepared.scan.valid_records;
         let reasoning = if manifest.chunk_size == 0 && manifest.chunk_schedule.is_none() {
             match self.config.chunk_size {
@@ -171,12 +174,13 @@ impl<'a, W: ChunkWork> Job<'a, W> {
     /// Streams the chunks not done yet to the pool and writes each answer as a shard.
     async fn dispatch(
         &self,
-        prepared: &mut Prepared,
+        prepared: &Prepared,
+        manifest: Manifest,
         plan_reasoning: String,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Dispatched<'a, W::Tally>, JobError> {
         let total_docs = prepared.scan.valid_records;
-        let (store, found) = self.open_store(prepared).await?;
+        let (store, found) = self.open_store(prepared, manifest).await?;
         // Chunks stream from a reader thread; at most `window` are submitted and unanswered.
         let actors = prepared.actors;
         let window = (actors * 3).max(4);
@@ -253,9 +257,9 @@ impl<'a, W: ChunkWork> Job<'a, W> {
     /// Hands the manifest to its store, and says what earlier runs finished.
     async fn open_store(
         &self,
-        prepared: &mut Prepared,
+        prepared: &Prepared,
+        manifest: Manifest,
     ) -> Result<(ManifestStore<'a>, FoundDone), JobError> {
-        let manifest = std::mem::replace(&mut prepared.manifest, empty_manifest());
         let found = FoundDone {
             reused_chunks: manifest.chunks.len() as u64,
             done: manifest.chunks.iter().map(|c| c.index).collect(),
@@ -409,22 +413,6 @@ async fn keep_intact_shards(out: &OutputDir, manifest: &mut Manifest) -> Result<
         }
     }
     Ok(())
-}
-
-/// A placeholder while the manifest is with its store.
-fn empty_manifest() -> Manifest {
-    Manifest {
-        version: 0,
-        input_fingerprint: String::new(),
-        model_fingerprint: String::new(),
-        chunk_size: 0,
-        chunk_schedule: None,
-        dtype: super::OutputDtype::F32,
-        dim: None,
-        model_content: None,
-        chunks: Vec::new(),
-        journal_generation: 0,
-    }
 }
 
 /// What earlier runs of this output finished.

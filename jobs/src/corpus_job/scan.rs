@@ -137,21 +137,16 @@ pub(super) async fn open_manifest<W: ChunkWork>(
         Some(manifest) => {
             let place = &config.output;
             if manifest.input_fingerprint != scan.input_fingerprint {
-                let what = match W::JOB {
-                    "embed" => "embeddings",
-                    _ => "the output",
-                };
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds {what} of a different input; use another --output or remove it"
+                    "{place} holds {} of a different input; use another --output or remove it",
+                    W::OUTPUT
                 )));
             }
             if manifest.model_fingerprint != scan.model_fingerprint {
-                let what = match W::JOB {
-                    "embed" => "embeddings from a different model",
-                    _ => "output of a different model, prompt or decoding parameters",
-                };
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds {what}; use another --output or remove it"
+                    "{place} holds {} from a different {}; use another --output or remove it",
+                    W::OUTPUT,
+                    W::SETTINGS
                 )));
             }
             work.check_resume(&manifest, &place.to_string())?;

@@ -62,6 +62,11 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     type Figures: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send;
     /// Names the job's pool and tasks: `embed`, `generate`.
     const JOB: &'static str;
+    /// What its output holds, for messages: `embeddings`, `generations`.
+    const OUTPUT: &'static str;
+    /// What its output depends on besides the input (see [`Self::settings_fingerprint`]),
+    /// for messages: `model`; `model, prompt or decoding parameters`.
+    const SETTINGS: &'static str;
     const LAYOUT: MergeLayout;
     /// Whether the actors report progress inside a chunk in records (embed) rather than in
     /// generated tokens (generate).
