@@ -327,8 +327,7 @@ async fn run_session(
                 Err(status) => return Err(AgentError::Refused(status)),
             },
             Some(message) = uplink.recv() => {
-                host.forwarded(&message);
-                let _ = outbound.send(message);
+                forward(host, &outbound, message);
                 if draining && host.tasks_in_hand() == 0 {
                     return leave(outbound, inbound, 0, &config.node_id).await;
                 }
@@ -336,12 +335,20 @@ async fn run_session(
             _ = heartbeat.tick() => {
                 let gpus = read_gpus(probe).await;
                 let message = heartbeat_message(host, probe.as_ref(), gpus);
+                // The heartbeat's reports are read now, while what the actors said before
+                // may still wait in the uplink: an actor that died of a panic sent its
+                // task's outcome first. Those go ahead of the heartbeat, so the scheduler
+                // never hears of the death before the outcome that explains it.
+                forward_queued(host, &outbound, uplink);
                 if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
                     (&config.observer, &message.body)
                 {
                     observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
                 }
                 let _ = outbound.send(message);
+                if draining && host.tasks_in_hand() == 0 {
+                    return leave(outbound, inbound, 0, &config.node_id).await;
+                }
             }
             _ = cancel.cancelled(), if !draining => {
                 let in_hand = host.tasks_in_hand();
@@ -372,6 +379,27 @@ async fn run_session(
                 return leave(outbound, inbound, abandoned as u32, &config.node_id).await;
             }
         }
+    }
+}
+
+/// Sends one message from the uplink on to the scheduler.
+fn forward(
+    host: &mut ActorHost,
+    outbound: &mpsc::UnboundedSender<pb::AgentMessage>,
+    message: pb::AgentMessage,
+) {
+    host.forwarded(&message);
+    let _ = outbound.send(message);
+}
+
+/// Sends on every message already waiting in the uplink, in order.
+fn forward_queued(
+    host: &mut ActorHost,
+    outbound: &mpsc::UnboundedSender<pb::AgentMessage>,
+    uplink: &mut mpsc::UnboundedReceiver<pb::AgentMessage>,
+) {
+    while let Ok(message) = uplink.try_recv() {
+        forward(host, outbound, message);
     }
 }
 

@@ -280,14 +280,16 @@ async fn a_poison_input_fails_alone_and_the_job_completes() {
         assert_eq!(output.output.as_deref(), Ok(format!("ok-{i}").as_bytes()));
     }
     // Two crashes, with one restart allowed per actor: the second, on the proven poison
-    // input, spent none, so both actors come back and the pool keeps working.
-    let actors = wait_until("both actors ready", Duration::from_secs(10), || async {
+    // input, spent none, so both actors come back and the pool keeps working. The job's
+    // answer can come before the second actor's death is reported: wait for its reload.
+    let actors = wait_until("both actors reloaded", Duration::from_secs(10), || async {
         let actors = test.cluster.list_actors().await.unwrap();
         let ready: Vec<_> = actors
             .into_iter()
             .filter(|a| a.pool == "fragile" && a.state == ActorState::Ready)
             .collect();
-        (ready.len() == 2).then_some(ready)
+        let loads: u64 = ready.iter().map(|a| a.model_loads).sum();
+        (ready.len() == 2 && loads >= 4).then_some(ready)
     })
     .await;
     let loads: u64 = actors.iter().map(|a| a.model_loads).sum();
