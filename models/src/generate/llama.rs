@@ -18,9 +18,9 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use rayon::prelude::*;
 
-use super::q4_1::Q4_1Matrix;
+use super::attention::{self, Heads, KvArena, Query};
+use super::quantised::{Q4_1, Q8_0, QuantisedMatrix};
 
 use crate::ModelError;
 use crate::embed::cpu_ops;
@@ -95,7 +95,7 @@ impl LlamaConfig {
         })
     }
 
-    fn kv_dim(&self) -> usize {
+    pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
     }
 }
@@ -120,8 +120,6 @@ pub struct LlamaModel {
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
     lm_head: Linear,
-    /// RoPE's inverse frequencies, one per pair of a head's dimensions.
-    inv_freq: Vec<f32>,
 }
 
 /// One token of one sequence in a forward step.
@@ -134,45 +132,6 @@ pub struct Row {
     pub token: u32,
     /// Whether this row's next-token logits are wanted (a prompt's last row, a decode row).
     pub logits: bool,
-}
-
-/// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
-/// memory when a new sequence takes it.
-pub struct KvArena {
-    kv_dim: usize,
-    layers: usize,
-    slots: Vec<SlotCache>,
-}
-
-#[derive(Default)]
-struct SlotCache {
-    /// Per layer, `[pos][kv_head][head_dim]`.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
-
-impl KvArena {
-    pub fn new(config: &LlamaConfig, slots: usize) -> Self {
-        Self {
-            kv_dim: config.kv_dim(),
-            layers: config.layers,
-            slots: (0..slots).map(|_| SlotCache::default()).collect(),
-        }
-    }
-
-    /// Makes room in `slot` for positions `0..len`.
-    fn reserve(&mut self, slot: usize, len: usize) {
-        let (layers, width) = (self.layers, len * self.kv_dim);
-        let cache = &mut self.slots[slot];
-        for side in [&mut cache.k, &mut cache.v] {
-            side.resize_with(layers, Vec::new);
-            for layer in side.iter_mut() {
-                if layer.len() < width {
-                    layer.resize(width, 0.0);
-                }
-            }
-        }
-    }
 }
 
 fn tensor(content: &Content, file: &mut std::fs::File, name: &str) -> Result<QTensor, ModelError> {
@@ -195,13 +154,14 @@ fn vector(content: &Content, file: &mut std::fs::File, name: &str) -> Result<Vec
 /// Q8_0 once, at load. Q8_0 holds a 5-bit block's values to within 1/254 of the block's
 /// largest, costs 8.5 bits a weight instead of 6, and runs several times faster than
 /// candle's scalar loop; its logits differ from llama.cpp's a little more than the native
-/// type's. Q4_1 has its own kernel (`q4_1.rs`) and stays as stored.
+/// type's. Q4_1 and Q8_0 have kernels of our own (`quantised.rs`) and stay as stored.
 const REQUANTISED_TO_Q8_0: &[GgmlDType] = &[GgmlDType::Q5_0, GgmlDType::Q5_1];
 
-/// A linear layer's weights: candle's quantised matmul, or our Q4_1 kernel.
+/// A linear layer's weights: candle's quantised matmul, or our kernels (`quantised.rs`).
 enum Linear {
     Candle(QMatMul),
-    Q4_1(Q4_1Matrix),
+    Q4_1(QuantisedMatrix<Q4_1>),
+    Q8_0(QuantisedMatrix<Q8_0>),
 }
 
 fn matmul_weight(
@@ -211,13 +171,23 @@ fn matmul_weight(
 ) -> Result<Linear, ModelError> {
     let failed = |e: candle_core::Error| ModelError::Load(format!("GGUF tensor `{name}`: {e}"));
     let mut weight = tensor(content, file, name)?;
-    if weight.dtype() == GgmlDType::Q4_1
-        && let [rows, cols] = weight.shape().dims()
-    {
-        let bytes = weight.data().map_err(failed)?;
-        return Ok(Linear::Q4_1(Q4_1Matrix::from_gguf_bytes(
-            &bytes, *rows, *cols,
-        )?));
+    if let [rows, cols] = weight.shape().dims() {
+        let (rows, cols) = (*rows, *cols);
+        match weight.dtype() {
+            GgmlDType::Q4_1 => {
+                let bytes = weight.data().map_err(failed)?;
+                return Ok(Linear::Q4_1(QuantisedMatrix::from_gguf_bytes(
+                    &bytes, rows, cols,
+                )?));
+            }
+            GgmlDType::Q8_0 => {
+                let bytes = weight.data().map_err(failed)?;
+                return Ok(Linear::Q8_0(QuantisedMatrix::from_gguf_bytes(
+                    &bytes, rows, cols,
+                )?));
+            }
+            _ => {}
+        }
     }
     if REQUANTISED_TO_Q8_0.contains(&weight.dtype()) {
         let values = weight.dequantize(&Device::Cpu).map_err(failed)?;
@@ -269,21 +239,12 @@ impl LlamaModel {
         } else {
             matmul_weight(&content, file, "token_embd.weight")?
         };
-        let half = config.head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| {
-                config
-                    .rope_base
-                    .powf(-((2 * i) as f32) / config.head_dim as f32)
-            })
-            .collect();
         let model = Self {
             config,
             embedding,
             layers,
             output_norm,
             lm_head,
-            inv_freq,
         };
         Ok((model, content.metadata))
     }
@@ -313,15 +274,23 @@ impl LlamaModel {
             x.extend_from_slice(&self.embedding[at..at + c.hidden]);
         }
         // Each row's rotations, the same for every head of every layer.
-        let half = self.inv_freq.len();
+        let half = c.head_dim / 2;
         let rotations: Vec<(f32, f32)> = rows
             .iter()
-            .flat_map(|row| {
-                self.inv_freq
-                    .iter()
-                    .map(move |inv_freq| (row.pos as f32 * inv_freq).sin_cos())
+            .flat_map(|row| rope_rotations(row.pos, c.head_dim, c.rope_base))
+            .collect();
+        let queries: Vec<Query> = rows
+            .iter()
+            .map(|row| Query {
+                slot: row.slot,
+                pos: row.pos,
             })
             .collect();
+        let heads = Heads {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
         for (index, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm, c.rms_eps);
             let mut q = matmul(&layer.wq, &h, n, c.hidden)?;
@@ -333,13 +302,10 @@ impl LlamaModel {
                 rope(q_row, c.head_dim, rotation);
                 let k_row = &mut k[i * c.kv_dim()..(i + 1) * c.kv_dim()];
                 rope(k_row, c.head_dim, rotation);
-                let cache = &mut kv.slots[row.slot];
-                let at = row.pos * c.kv_dim();
-                cache.k[index][at..at + c.kv_dim()].copy_from_slice(k_row);
-                cache.v[index][at..at + c.kv_dim()]
-                    .copy_from_slice(&v[i * c.kv_dim()..(i + 1) * c.kv_dim()]);
+                let v_row = &v[i * c.kv_dim()..(i + 1) * c.kv_dim()];
+                kv.store(row.slot, index, row.pos, k_row, v_row);
             }
-            let attended = self.attention(rows, &q, kv, index);
+            let attended = attention::attend(heads, &queries, &q, kv, index);
             let o = matmul(&layer.wo, &attended, n, c.hidden)?;
             cpu_ops::add_assign(&mut x, &o);
             let h = rms_norm(&x, &layer.ffn_norm, c.rms_eps);
@@ -367,36 +333,6 @@ impl LlamaModel {
         let logits = matmul(&self.lm_head, &normed, m, c.hidden)?;
         Ok(logits.chunks(c.vocab).map(<[f32]>::to_vec).collect())
     }
-
-    /// Causal attention of each row over its own sequence's positions `0..=pos`.
-    fn attention(&self, rows: &[Row], q: &[f32], kv: &KvArena, layer: usize) -> Vec<f32> {
-        let c = &self.config;
-        let (d, group, kv_dim) = (c.head_dim, c.heads / c.kv_heads, c.kv_dim());
-        let scale = 1.0 / (d as f32).sqrt();
-        let mut out = vec![0.0f32; rows.len() * c.hidden];
-        out.par_chunks_mut(d)
-            .enumerate()
-            .for_each(|(index, out_head)| {
-                let (i, head) = (index / c.heads, index % c.heads);
-                let row = rows[i];
-                let q_head = &q[i * c.hidden + head * d..i * c.hidden + (head + 1) * d];
-                let kv_offset = (head / group) * d;
-                let cache = &kv.slots[row.slot];
-                let (keys, values) = (&cache.k[layer], &cache.v[layer]);
-                let mut scores: Vec<f32> = (0..=row.pos)
-                    .map(|p| {
-                        let key = &keys[p * kv_dim + kv_offset..p * kv_dim + kv_offset + d];
-                        cpu_ops::dot(q_head, key) * scale
-                    })
-                    .collect();
-                cpu_ops::softmax_row(&mut scores);
-                for (p, &weight) in scores.iter().enumerate() {
-                    let value = &values[p * kv_dim + kv_offset..p * kv_dim + kv_offset + d];
-                    cpu_ops::add_scaled(out_head, weight, value);
-                }
-            });
-        out
-    }
 }
 
 /// Rotates each head's adjacent pairs of dimensions by the row's `(sin, cos)` per pair
@@ -411,10 +347,31 @@ fn rope(row: &mut [f32], head_dim: usize, rotation: &[(f32, f32)]) {
     }
 }
 
+/// A row's `(sin, cos)` per pair of a head's dimensions at position `pos`: the angle of
+/// pair `i` is `pos * base^(-2i/d)`, each pair's from the one before by one multiplication,
+/// as llama.cpp computes its angles (so the roundings are the same).
+fn rope_rotations(pos: usize, head_dim: usize, base: f32) -> Vec<(f32, f32)> {
+    let step = base.powf(-2.0 / head_dim as f32);
+    let mut theta = pos as f32;
+    (0..head_dim / 2)
+        .map(|_| {
+            let rotation = theta.sin_cos();
+            theta *= step;
+            rotation
+        })
+        .collect()
+}
+
+/// RMSNorm of each row, times the weight; the mean square summed in f64.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     let mut out = vec![0.0; x.len()];
     for (row, normed) in x.chunks(weight.len()).zip(out.chunks_mut(weight.len())) {
-        cpu_ops::rms_norm_row(row, weight, eps, normed);
+        let sum: f64 = row.iter().map(|v| f64::from(v * v)).sum();
+        let mean = (sum / row.len() as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((o, v), w) in normed.iter_mut().zip(row).zip(weight) {
+            *o = v * scale * w;
+        }
     }
     out
 }
@@ -427,5 +384,6 @@ fn matmul(weight: &Linear, x: &[f32], n: usize, k: usize) -> Result<Vec<f32>, Mo
             Ok(weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
         }
         Linear::Q4_1(weight) => Ok(weight.forward(x, n)),
+        Linear::Q8_0(weight) => Ok(weight.forward(x, n)),
     }
 }

@@ -7,21 +7,24 @@
 //! ends (end-of-sequence token, a stop string, its token limit, the context) leaves at once
 //! and the next prompt takes its slot.
 
+mod attention;
 pub mod batcher;
 pub mod chat;
 pub mod gguf_vocab;
+mod lanes;
 pub mod llama;
-mod q4_1;
+mod quantised;
 pub mod sampling;
 
 use std::collections::VecDeque;
 use std::path::Path;
 
 use crate::ModelError;
+use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
 use chat::ChatTemplate;
 use gguf_vocab::GgufVocab;
-use llama::{KvArena, LlamaModel, Row};
+use llama::{LlamaModel, Row};
 use sampling::{Sampler, SamplingParams};
 
 /// Tokens the ` … ` of a cut text may take.
@@ -191,7 +194,7 @@ impl GenerateModel {
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
-        let mut kv = KvArena::new(&self.model.config, 1);
+        let mut kv = KvArena::new(self.model.config.layers, self.model.config.kv_dim(), 1);
         let rows: Vec<Row> = prompt
             .iter()
             .enumerate()
@@ -227,7 +230,11 @@ impl GenerateModel {
         let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
         let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
         let mut free_slots: Vec<usize> = (0..limits.max_sequences).rev().collect();
-        let mut kv = KvArena::new(&self.model.config, limits.max_sequences);
+        let mut kv = KvArena::new(
+            self.model.config.layers,
+            self.model.config.kv_dim(),
+            limits.max_sequences,
+        );
         let mut flight: Vec<InFlight> = Vec::new();
         loop {
             while let Some(&next) = waiting.front() {

@@ -1,0 +1,424 @@
+//! Quantised weights kept as the GGUF file stores them (Q4_1, Q8_0), multiplied the way
+//! llama.cpp does: each activation row is quantised to 8 bits per block of 32 (a scale,
+//! and for Q4_1 the scaled sum too), each block's integer products are exact, and the
+//! blocks' scaled products are summed in 8 lanes of 4 values each with fused
+//! multiply-adds (`lanes.rs`). candle reads Q4_1 only with a scalar loop (8 tokens/s for
+//! SmolLM2-135M on 2 cores), and its Q8_0 kernel rounds activations differently;
+//! requantising to Q8_0 ran fast but moved the logits far enough from llama.cpp's to fork
+//! greedy decoding (BENCHMARKS.md). Written for the compiler to vectorise, built for
+//! AVX-512, AVX2 and plain x86-64, picked at run time.
+
+use half::f16;
+use rayon::prelude::*;
+
+use super::lanes::{self, LANES};
+use crate::ModelError;
+
+const BLOCK: usize = 32;
+/// Output rows one parallel task computes.
+const ROWS_PER_TASK: usize = 64;
+
+/// One block of activations quantised to 8 bits.
+#[derive(Clone, Copy)]
+pub struct ActivationBlock {
+    /// The scale and `scale * Σ qs`, rounded through f16 as llama.cpp stores them.
+    d: f32,
+    s: f32,
+    qs: [i8; BLOCK],
+}
+
+/// A block of weights of one GGUF type.
+pub trait WeightBlock: Copy + Send + Sync {
+    /// The type's name, for errors.
+    const NAME: &'static str;
+    /// Bytes of one block in the file.
+    const BYTES: usize;
+    fn read(bytes: &[u8]) -> Self;
+    /// Adds the block's product with `a` to the lanes (and to `offsets`, for types with a
+    /// minimum).
+    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], offsets: &mut f32);
+
+    /// `Σ` over a row's blocks: the AVX2 kernel where the CPU has one, else the portable
+    /// loop (the same sums in the same order).
+    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+        row_dot(weights, activations)
+    }
+}
+
+fn half(bytes: &[u8]) -> f32 {
+    f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
+}
+
+/// Q4_1: `d` and `m` as f16, then 16 bytes of 4-bit values (the low nibbles are the block's
+/// first 16 values, the high nibbles its last 16); a value is `d * q + m`.
+#[derive(Clone, Copy)]
+pub struct Q4_1 {
+    d: f32,
+    m: f32,
+    qs: [u8; 16],
+}
+
+impl WeightBlock for Q4_1 {
+    const NAME: &'static str = "Q4_1";
+    const BYTES: usize = 20;
+
+    fn read(bytes: &[u8]) -> Self {
+        Self {
+            d: half(&bytes[0..2]),
+            m: half(&bytes[2..4]),
+            qs: bytes[4..20].try_into().expect("16 bytes"),
+        }
+    }
+
+    #[inline(always)]
+    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], offsets: &mut f32) {
+        let scale = self.d * a.d;
+        for (lane, sum) in lanes.iter_mut().enumerate() {
+            let mut products = 0i32;
+            for t in 0..4 {
+                let j = 4 * lane + t;
+                let q = if j < 16 {
+                    self.qs[j] & 0x0f
+                } else {
+                    self.qs[j - 16] >> 4
+                };
+                products += i32::from(q) * i32::from(a.qs[j]);
+            }
+            *sum = scale.mul_add(products as f32, *sum);
+        }
+        *offsets = self.m.mul_add(a.s, *offsets);
+    }
+
+    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            #[allow(unsafe_code)]
+            return unsafe { avx2::q4_1_row_dot(weights, activations) };
+        }
+        row_dot(weights, activations)
+    }
+}
+
+/// Q8_0: `d` as f16, then 32 signed bytes; a value is `d * q`.
+#[derive(Clone, Copy)]
+pub struct Q8_0 {
+    d: f32,
+    qs: [i8; BLOCK],
+}
+
+impl WeightBlock for Q8_0 {
+    const NAME: &'static str = "Q8_0";
+    const BYTES: usize = 34;
+
+    fn read(bytes: &[u8]) -> Self {
+        Self {
+            d: half(&bytes[0..2]),
+            qs: std::array::from_fn(|i| bytes[2 + i] as i8),
+        }
+    }
+
+    #[inline(always)]
+    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], _: &mut f32) {
+        let scale = self.d * a.d;
+        for (lane, sum) in lanes.iter_mut().enumerate() {
+            let products: i32 = (4 * lane..4 * lane + 4)
+                .map(|j| i32::from(self.qs[j]) * i32::from(a.qs[j]))
+                .sum();
+            *sum = scale.mul_add(products as f32, *sum);
+        }
+    }
+
+    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            #[allow(unsafe_code)]
+            return unsafe { avx2::q8_0_row_dot(weights, activations) };
+        }
+        row_dot(weights, activations)
+    }
+}
+
+/// A `rows x cols` matrix of quantised blocks (rows are output features).
+pub struct QuantisedMatrix<B> {
+    rows: usize,
+    cols: usize,
+    blocks: Vec<B>,
+}
+
+impl<B: WeightBlock> QuantisedMatrix<B> {
+    /// From the tensor's GGUF bytes.
+    pub fn from_gguf_bytes(bytes: &[u8], rows: usize, cols: usize) -> Result<Self, ModelError> {
+        let expected = rows * cols / BLOCK * B::BYTES;
+        if !cols.is_multiple_of(BLOCK) || bytes.len() != expected {
+            return Err(ModelError::Load(format!(
+                "a {} tensor of {rows} x {cols} should hold {expected} bytes, not {}",
+                B::NAME,
+                bytes.len()
+            )));
+        }
+        let blocks = bytes.chunks_exact(B::BYTES).map(B::read).collect();
+        Ok(Self { rows, cols, blocks })
+    }
+
+    /// `x` (`n x cols`, row-major) times the matrix's transpose: `n x rows`.
+    pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
+        let per_row = self.cols / BLOCK;
+        let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        // Each task streams its weight rows once past every activation row.
+        let columns: Vec<Vec<f32>> = self
+            .blocks
+            .par_chunks(ROWS_PER_TASK * per_row)
+            .map(|weights| {
+                let mut out = Vec::with_capacity(weights.len() / per_row * n);
+                for weight_row in weights.chunks_exact(per_row) {
+                    for activation_row in activations.chunks_exact(per_row) {
+                        out.push(B::row_dot(weight_row, activation_row));
+                    }
+                }
+                out
+            })
+            .collect();
+        let mut result = vec![0.0; n * self.rows];
+        for (task, values) in columns.iter().enumerate() {
+            for (i, value) in values.iter().enumerate() {
+                let (row, token) = (task * ROWS_PER_TASK + i / n, i % n);
+                result[token * self.rows + row] = *value;
+            }
+        }
+        result
+    }
+}
+
+/// One block of activations in 8 bits, as llama.cpp's x86 build quantises them: the scale
+/// is `max |x| / 127`, each value is multiplied by `127 / max |x|` and rounded half to
+/// even.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+fn quantise(values: &[f32]) -> ActivationBlock {
+    let mut amax = 0.0f32;
+    for v in values {
+        amax = amax.max(v.abs());
+    }
+    let d = amax / 127.0;
+    let inverse = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+    let mut qs = [0i8; BLOCK];
+    let mut sum = 0i32;
+    for (q, v) in qs.iter_mut().zip(values) {
+        *q = (v * inverse).round_ties_even() as i8;
+        sum += i32::from(*q);
+    }
+    ActivationBlock {
+        d: f16::from_f32(d).to_f32(),
+        s: f16::from_f32(d * sum as f32).to_f32(),
+        qs,
+    }
+}
+
+/// The portable kernel, for CPUs without AVX2 and FMA (and the reference in tests).
+fn row_dot<B: WeightBlock>(weights: &[B], activations: &[ActivationBlock]) -> f32 {
+    let mut sums = [0.0f32; LANES];
+    let mut offsets = 0.0f32;
+    for (w, a) in weights.iter().zip(activations) {
+        w.accumulate(a, &mut sums, &mut offsets);
+    }
+    lanes::hsum(sums) + offsets
+}
+
+/// The kernels in AVX2 intrinsics: `vpmaddubsw` multiplies a block's 32 byte pairs and adds
+/// neighbours, `vpmaddwd` adds those in fours, which leaves each lane with the exact
+/// integer sum of its 4 values, ready for the fused multiply-add of its scale.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{ActivationBlock, LANES, Q4_1, Q8_0, lanes};
+
+    pub fn available() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn finish(sums: __m256, offsets: f32) -> f32 {
+        let mut out = [0.0f32; LANES];
+        // SAFETY: `out` holds 8 f32.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sums) };
+        lanes::hsum(out) + offsets
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn q4_1_row_dot(weights: &[Q4_1], activations: &[ActivationBlock]) -> f32 {
+        let (low_mask, ones) = (_mm_set1_epi8(0x0f), _mm256_set1_epi16(1));
+        let mut sums = _mm256_setzero_ps();
+        let mut offsets = 0.0f32;
+        for (w, a) in weights.iter().zip(activations) {
+            // SAFETY: 16 and 32 bytes are read from arrays of that size.
+            let (packed, acts) = unsafe {
+                (
+                    _mm_loadu_si128(w.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
+                )
+            };
+            let low = _mm_and_si128(packed, low_mask);
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
+            let values = _mm256_set_m128i(high, low);
+            let products = _mm256_madd_epi16(_mm256_maddubs_epi16(values, acts), ones);
+            let scale = _mm256_set1_ps(w.d * a.d);
+            sums = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums);
+            offsets = w.m.mul_add(a.s, offsets);
+        }
+        finish(sums, offsets)
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn q8_0_row_dot(weights: &[Q8_0], activations: &[ActivationBlock]) -> f32 {
+        let ones = _mm256_set1_epi16(1);
+        let mut sums = _mm256_setzero_ps();
+        for (w, a) in weights.iter().zip(activations) {
+            // SAFETY: 32 bytes are read from arrays of 32.
+            let (values, acts) = unsafe {
+                (
+                    _mm256_loadu_si256(w.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
+                )
+            };
+            // |w| times a with w's sign: the unsigned-by-signed multiply needs |w| >= 0.
+            let magnitudes = _mm256_sign_epi8(values, values);
+            let signed = _mm256_sign_epi8(acts, values);
+            let products = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed), ones);
+            let scale = _mm256_set1_ps(w.d * a.d);
+            sums = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums);
+        }
+        finish(sums, 0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Module, Tensor};
+
+    /// The kernel against candle's own matmul of the type (the same arithmetic in another
+    /// order, activations rounded a little differently) and the dequantised weights in f32.
+    fn matches_candle_and_the_f32_product<B: WeightBlock>(dtype: GgmlDType) {
+        let (rows, cols, n) = (70, 96, 3);
+        let weights: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
+            .collect();
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
+            .collect();
+        let device = Device::Cpu;
+        let w = Tensor::from_slice(&weights, (rows, cols), &device).unwrap();
+        let quantised = QTensor::quantize(&w, dtype).unwrap();
+        let bytes = quantised.data().unwrap();
+        let ours = QuantisedMatrix::<B>::from_gguf_bytes(&bytes, rows, cols)
+            .unwrap()
+            .forward(&x, n);
+        let xs = Tensor::from_slice(&x, (n, cols), &device).unwrap();
+        let dequantised = quantised.dequantize(&device).unwrap();
+        let candle = candle_core::quantized::QMatMul::from_qtensor(quantised)
+            .unwrap()
+            .forward(&xs)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let exact = xs
+            .matmul(&dequantised.t().unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(ours.len(), n * rows);
+        for ((ours, candle), exact) in ours.iter().zip(&candle).zip(&exact) {
+            assert!((ours - candle).abs() < 2e-2, "{ours} vs candle {candle}");
+            assert!((ours - exact).abs() < 0.05, "{ours} vs f32 {exact}");
+        }
+    }
+
+    #[test]
+    fn q4_1_matches_candle_and_the_f32_product() {
+        matches_candle_and_the_f32_product::<Q4_1>(GgmlDType::Q4_1);
+    }
+
+    #[test]
+    fn q8_0_matches_candle_and_the_f32_product() {
+        matches_candle_and_the_f32_product::<Q8_0>(GgmlDType::Q8_0);
+    }
+
+    /// The AVX2 kernels give the portable loop's sums bit for bit.
+    #[test]
+    fn the_avx2_kernels_equal_the_portable_loop() {
+        let (rows, cols) = (9, 128);
+        let weights: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
+            .collect();
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
+            .collect();
+        let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
+        let q4_1 = QTensor::quantize(&w, GgmlDType::Q4_1)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let q8_0 = QTensor::quantize(&w, GgmlDType::Q8_0)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let q4_1 = QuantisedMatrix::<Q4_1>::from_gguf_bytes(&q4_1, rows, cols).unwrap();
+        let q8_0 = QuantisedMatrix::<Q8_0>::from_gguf_bytes(&q8_0, rows, cols).unwrap();
+        for row in 0..rows {
+            let blocks = row * cols / BLOCK..(row + 1) * cols / BLOCK;
+            let portable = row_dot(&q4_1.blocks[blocks.clone()], &activations);
+            assert_eq!(
+                Q4_1::row_dot(&q4_1.blocks[blocks.clone()], &activations),
+                portable
+            );
+            let portable = row_dot(&q8_0.blocks[blocks.clone()], &activations);
+            assert_eq!(Q8_0::row_dot(&q8_0.blocks[blocks], &activations), portable);
+        }
+    }
+
+    /// Activations round half to even after a multiplication by `127 / max`: 0.5 and 2.5
+    /// steps go down, 1.5 goes up.
+    #[test]
+    fn activations_round_half_to_even() {
+        let mut values = [0.0f32; BLOCK];
+        values[0] = 127.0;
+        values[1] = 0.5;
+        values[2] = 1.5;
+        values[3] = 2.5;
+        let block = quantise(&values);
+        assert_eq!(&block.qs[..4], &[127, 0, 2, 2]);
+        assert_eq!(block.d, 1.0);
+    }
+
+    #[test]
+    fn a_tensor_of_the_wrong_size_is_refused() {
+        let error = QuantisedMatrix::<Q4_1>::from_gguf_bytes(&[0; 39], 2, 32)
+            .err()
+            .unwrap();
+        assert!(
+            error
+                .to_string()
+                .contains("Q4_1 tensor of 2 x 32 should hold 40 bytes"),
+            "{error}"
+        );
+    }
+}
