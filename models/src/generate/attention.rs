@@ -11,6 +11,7 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::lanes::{self, LANES};
+use super::llama::Row;
 
 /// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
 /// memory when a new sequence takes it.
@@ -67,16 +68,9 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
-/// One query row: its KV slot and its position (it attends to `0..=pos`).
-#[derive(Clone, Copy, Debug)]
-pub struct Query {
-    pub slot: usize,
-    pub pos: usize,
-}
-
 /// Each row's attention output (`rows x heads*head_dim`), from its queries `q` (same shape,
-/// after RoPE) over its own sequence's cache in `layer`.
-pub fn attend(shape: Heads, rows: &[Query], q: &[f32], kv: &KvArena, layer: usize) -> Vec<f32> {
+/// after RoPE) over its own sequence's cache in `layer`, positions `0..=pos`.
+pub fn attend(shape: Heads, rows: &[Row], q: &[f32], kv: &KvArena, layer: usize) -> Vec<f32> {
     let Heads {
         heads,
         kv_heads,
@@ -190,16 +184,13 @@ mod tests {
         let q: Vec<f32> = (0..shape.heads * shape.head_dim)
             .map(|j| (j as f32 * 0.21).cos())
             .collect();
-        let out = attend(
-            shape,
-            &[Query {
-                slot: 0,
-                pos: len - 1,
-            }],
-            &q,
-            &kv,
-            0,
-        );
+        let row = Row {
+            slot: 0,
+            pos: len - 1,
+            token: 0,
+            logits: false,
+        };
+        let out = attend(shape, &[row], &q, &kv, 0);
         let d = shape.head_dim;
         let rounded = |x: f32| f64::from(f16::from_f32(x).to_f32());
         for head in 0..shape.heads {

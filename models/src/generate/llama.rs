@@ -19,7 +19,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
-use super::attention::{self, Heads, KvArena, Query};
+use super::attention::{self, Heads, KvArena};
 use super::quantised::{Q4_1, Q8_0, QuantisedMatrix};
 
 use crate::ModelError;
@@ -279,13 +279,6 @@ impl LlamaModel {
             .iter()
             .flat_map(|row| rope_rotations(row.pos, c.head_dim, c.rope_base))
             .collect();
-        let queries: Vec<Query> = rows
-            .iter()
-            .map(|row| Query {
-                slot: row.slot,
-                pos: row.pos,
-            })
-            .collect();
         let heads = Heads {
             heads: c.heads,
             kv_heads: c.kv_heads,
@@ -305,7 +298,7 @@ impl LlamaModel {
                 let v_row = &v[i * c.kv_dim()..(i + 1) * c.kv_dim()];
                 kv.store(row.slot, index, row.pos, k_row, v_row);
             }
-            let attended = attention::attend(heads, &queries, &q, kv, index);
+            let attended = attention::attend(heads, rows, &q, kv, index);
             let o = matmul(&layer.wo, &attended, n, c.hidden)?;
             cpu_ops::add_assign(&mut x, &o);
             let h = rms_norm(&x, &layer.ffn_norm, c.rms_eps);

@@ -326,12 +326,7 @@ async fn run_session(
                 Ok(None) => return Err(AgentError::SessionClosed),
                 Err(status) => return Err(AgentError::Refused(status)),
             },
-            Some(message) = uplink.recv() => {
-                forward(host, &outbound, message);
-                if draining && host.tasks_in_hand() == 0 {
-                    return leave(outbound, inbound, 0, &config.node_id).await;
-                }
-            }
+            Some(message) = uplink.recv() => forward(host, &outbound, message),
             _ = heartbeat.tick() => {
                 let gpus = read_gpus(probe).await;
                 let message = heartbeat_message(host, probe.as_ref(), gpus);
@@ -346,9 +341,6 @@ async fn run_session(
                     observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
                 }
                 let _ = outbound.send(message);
-                if draining && host.tasks_in_hand() == 0 {
-                    return leave(outbound, inbound, 0, &config.node_id).await;
-                }
             }
             _ = cancel.cancelled(), if !draining => {
                 let in_hand = host.tasks_in_hand();
@@ -378,6 +370,11 @@ async fn run_session(
                 );
                 return leave(outbound, inbound, abandoned as u32, &config.node_id).await;
             }
+        }
+        // Draining, and the last outcome in hand is on its way (by the uplink or ahead of a
+        // heartbeat): leave.
+        if draining && host.tasks_in_hand() == 0 {
+            return leave(outbound, inbound, 0, &config.node_id).await;
         }
     }
 }
