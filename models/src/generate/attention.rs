@@ -68,93 +68,150 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// Rows of one sequence attended in one task: they share its keys and values, widened to
+/// f32 once for all of them and all the query heads of a KV head.
+const ROWS_PER_TASK: usize = 32;
+
 /// Each row's attention output (`rows x heads*head_dim`), from its queries `q` (same shape,
 /// after RoPE) over its own sequence's cache in `layer`, positions `0..=pos`.
 pub fn attend(shape: Heads, rows: &[Row], q: &[f32], kv: &KvArena, layer: usize) -> Vec<f32> {
-    let Heads {
-        heads,
-        kv_heads,
-        head_dim: d,
-    } = shape;
-    let hidden = heads * d;
+    let hidden = shape.heads * shape.head_dim;
+    // Each slot's rows, in order, cut into tasks, once per KV head.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| rows[i].slot);
+    let tasks: Vec<(usize, &[usize])> = order
+        .chunk_by(|&a, &b| rows[a].slot == rows[b].slot)
+        .flat_map(|same_slot| same_slot.chunks(ROWS_PER_TASK))
+        .flat_map(|indices| (0..shape.kv_heads).map(move |kv_head| (kv_head, indices)))
+        .collect();
+    let outputs: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(kv_head, indices)| attend_task(shape, rows, indices, q, kv, layer, kv_head))
+        .collect();
+    let group = shape.heads / shape.kv_heads;
+    let width = group * shape.head_dim;
     let mut out = vec![0.0f32; rows.len() * hidden];
-    out.par_chunks_mut(d)
-        .enumerate()
-        .for_each(|(index, out_head)| {
-            let (i, head) = (index / heads, index % heads);
-            let row = rows[i];
-            let cache = &kv.slots[row.slot];
-            let kv_head = head / (heads / kv_heads);
-            let q_head = &q[i * hidden + head * d..i * hidden + (head + 1) * d];
-            let offset = kv_head * d;
-            let (keys, values) = (&cache.k[layer][offset..], &cache.v[layer][offset..]);
-            let weights = softmax_weights(q_head, keys, kv.kv_dim, row.pos + 1);
-            weigh_values(&weights, values, kv.kv_dim, out_head);
-        });
+    for (&(kv_head, indices), output) in tasks.iter().zip(&outputs) {
+        for (&i, heads) in indices.iter().zip(output.chunks_exact(width)) {
+            let at = i * hidden + kv_head * width;
+            out[at..at + width].copy_from_slice(heads);
+        }
+    }
     out
 }
 
-/// The softmax of the query's scaled dot products with the keys at positions `0..len`,
-/// each weight rounded through f16. Loops, not closures: a closure would be compiled
+/// The outputs of the query heads of `kv_head` for the rows `indices` (all of one slot),
+/// row by row: the cache's keys widened once as `[pos][dim]`, its values as `[dim][pos]`,
+/// so that both products read memory in order.
+fn attend_task(
+    shape: Heads,
+    rows: &[Row],
+    indices: &[usize],
+    q: &[f32],
+    kv: &KvArena,
+    layer: usize,
+    kv_head: usize,
+) -> Vec<f32> {
+    let d = shape.head_dim;
+    let group = shape.heads / shape.kv_heads;
+    let cache = &kv.slots[rows[indices[0]].slot];
+    let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
+    let mut keys = vec![0.0f32; len * d];
+    let mut values = vec![0.0f32; d * len];
+    let mut value_row = vec![0.0f32; d];
+    for p in 0..len {
+        let at = p * kv.kv_dim + kv_head * d;
+        cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
+        cache.v[layer][at..at + d].convert_to_f32_slice(&mut value_row);
+        for (dim, &value) in value_row.iter().enumerate() {
+            values[dim * len + p] = value;
+        }
+    }
+    let hidden = shape.heads * d;
+    let mut out = vec![0.0f32; indices.len() * group * d];
+    let mut weights = Vec::with_capacity(len);
+    for (&i, out_row) in indices.iter().zip(out.chunks_exact_mut(group * d)) {
+        let seen = rows[i].pos + 1;
+        for (g, out_head) in out_row.chunks_exact_mut(d).enumerate() {
+            let head = kv_head * group + g;
+            let q_head = &q[i * hidden + head * d..i * hidden + (head + 1) * d];
+            softmax_weights(q_head, &keys[..seen * d], &mut weights);
+            weigh_values(&weights, &values, len, out_head);
+        }
+    }
+    out
+}
+
+/// The softmax of the query's scaled dot products with `keys` (`[pos][dim]`), each weight
+/// rounded through f16, into `weights`. Loops, not closures: a closure would be compiled
 /// without the function's target features, its fused multiply-adds a libm call each.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-fn softmax_weights(q: &[f32], keys: &[f16], stride: usize, len: usize) -> Vec<f32> {
+fn softmax_weights(q: &[f32], keys: &[f32], weights: &mut Vec<f32>) {
     let d = q.len();
     let scale = 1.0 / (d as f32).sqrt();
-    let mut q_half = vec![0.0f32; d];
-    for (rounded, &value) in q_half.iter_mut().zip(q) {
-        *rounded = f16::from_f32(value).to_f32();
+    let mut q_half = Vec::with_capacity(d);
+    for &value in q {
+        q_half.push(f16::from_f32(value).to_f32());
     }
-    let mut k_row = vec![0.0f32; d];
-    let mut scores = Vec::with_capacity(len);
-    for p in 0..len {
-        keys[p * stride..p * stride + d].convert_to_f32_slice(&mut k_row);
-        scores.push(lanes::dot(&q_half, &k_row) * scale);
+    weights.clear();
+    // Four keys at a time: four independent sums, each in its own order.
+    let mut quads = keys.chunks_exact(4 * d);
+    for quad in &mut quads {
+        let keys: [&[f32]; 4] = std::array::from_fn(|k| &quad[k * d..(k + 1) * d]);
+        for score in lanes::dot4(&q_half, keys) {
+            weights.push(score * scale);
+        }
+    }
+    for key in quads.remainder().chunks_exact(d) {
+        weights.push(lanes::dot(&q_half, key) * scale);
     }
     let mut max = f32::NEG_INFINITY;
-    for &score in &scores {
+    for &score in weights.iter() {
         max = max.max(score);
     }
-    for score in &mut scores {
+    for score in weights.iter_mut() {
         *score = (*score - max).exp();
     }
     // Each 8 weights summed as a register, the blocks' sums in f64.
     let mut total = 0.0f64;
-    for block in scores.chunks(LANES) {
+    for block in weights.chunks(LANES) {
         let mut lanes = [0.0f32; LANES];
         lanes[..block.len()].copy_from_slice(block);
         total += f64::from(lanes::hsum(lanes));
     }
     let inverse = (1.0 / total) as f32;
-    for weight in &mut scores {
+    for weight in weights.iter_mut() {
         *weight = f16::from_f32(*weight * inverse).to_f32();
     }
-    scores
 }
 
+/// `out[dim] = Σ_p weights[p] * values[dim][p]` over the weights' positions, position `p`
+/// in lane `p % 8`; `values` is `[dim][pos]`, `stride` positions a dimension.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-/// `out = Σ_p weights[p] * values[p]`, position `p` in lane `p % 8`.
-fn weigh_values(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
-    let d = out.len();
-    let mut acc = vec![0.0f32; LANES * d];
-    let mut v_row = vec![0.0f32; d];
-    for (p, &weight) in weights.iter().enumerate() {
-        values[p * stride..p * stride + d].convert_to_f32_slice(&mut v_row);
-        let lane = &mut acc[(p % LANES) * d..(p % LANES + 1) * d];
-        for (sum, &v) in lane.iter_mut().zip(&v_row) {
-            *sum = weight.mul_add(v, *sum);
-        }
+fn weigh_values(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let seen = weights.len();
+    let dims = |dim: usize| &values[dim * stride..dim * stride + seen];
+    let done = out.len() / 4 * 4;
+    let mut quads = out.chunks_exact_mut(4);
+    for (q, quad) in (&mut quads).enumerate() {
+        let rows: [&[f32]; 4] = [
+            dims(4 * q),
+            dims(4 * q + 1),
+            dims(4 * q + 2),
+            dims(4 * q + 3),
+        ];
+        quad.copy_from_slice(&lanes::dot4(weights, rows));
     }
-    for (dim, o) in out.iter_mut().enumerate() {
-        *o = lanes::hsum(std::array::from_fn(|lane| acc[lane * d + dim]));
+    for (k, o) in quads.into_remainder().iter_mut().enumerate() {
+        *o = lanes::dot(weights, dims(done + k));
     }
 }
 

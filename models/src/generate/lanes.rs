@@ -38,6 +38,38 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum(acc)
 }
 
+/// [`dot`] of `a` with each of four slices (each `a`'s length): four independent sums, so
+/// one fused multiply-add need not wait for the one before it; each in [`dot`]'s order.
+#[inline(always)]
+pub fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    let [b0, b1, b2, b3] = b.map(|row| &row[..a.len()]);
+    let (mut s0, mut s1, mut s2, mut s3) =
+        ([0.0f32; LANES], [0.0; LANES], [0.0; LANES], [0.0; LANES]);
+    let chunks = a
+        .chunks_exact(LANES)
+        .zip(b0.chunks_exact(LANES))
+        .zip(b1.chunks_exact(LANES))
+        .zip(b2.chunks_exact(LANES))
+        .zip(b3.chunks_exact(LANES));
+    for ((((x, y0), y1), y2), y3) in chunks {
+        for lane in 0..LANES {
+            s0[lane] = x[lane].mul_add(y0[lane], s0[lane]);
+            s1[lane] = x[lane].mul_add(y1[lane], s1[lane]);
+            s2[lane] = x[lane].mul_add(y2[lane], s2[lane]);
+            s3[lane] = x[lane].mul_add(y3[lane], s3[lane]);
+        }
+    }
+    let whole = a.len() / LANES * LANES;
+    for lane in 0..a.len() - whole {
+        let x = a[whole + lane];
+        s0[lane] = x.mul_add(b0[whole + lane], s0[lane]);
+        s1[lane] = x.mul_add(b1[whole + lane], s1[lane]);
+        s2[lane] = x.mul_add(b2[whole + lane], s2[lane]);
+        s3[lane] = x.mul_add(b3[whole + lane], s3[lane]);
+    }
+    [hsum(s0), hsum(s1), hsum(s2), hsum(s3)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,6 +81,25 @@ mod tests {
         let plain: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum();
         assert!((f64::from(dot(&a, &b)) - plain).abs() < 1e-5);
         assert_eq!(hsum([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), 36.0);
+    }
+
+    /// Four sums at once are each the single sum, bit for bit, at any length.
+    #[test]
+    fn four_dots_at_once_equal_four_alone() {
+        for n in [1, 7, 8, 64, 67] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let rows: Vec<Vec<f32>> = (0..4)
+                .map(|k| (0..n).map(|i| ((i * 5 + k) as f32 * 0.11).cos()).collect())
+                .collect();
+            let together = dot4(&a, std::array::from_fn(|k| rows[k].as_slice()));
+            for (k, row) in rows.iter().enumerate() {
+                assert_eq!(
+                    together[k].to_bits(),
+                    dot(&a, row).to_bits(),
+                    "n {n} row {k}"
+                );
+            }
+        }
     }
 
     /// The order is the register's, not left to right: 1e8 + 1 - 1e8 loses the 1 only

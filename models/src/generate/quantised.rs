@@ -15,8 +15,15 @@ use super::lanes::{self, LANES};
 use crate::ModelError;
 
 const BLOCK: usize = 32;
-/// Output rows one parallel task computes.
-const ROWS_PER_TASK: usize = 64;
+/// Activation rows one kernel call multiplies by a weight row: four independent sums, so
+/// each fused multiply-add need not wait for the one before it (a single row's sum waits
+/// four cycles a block), and each weight block is unpacked once for four rows.
+pub const TILE: usize = 4;
+/// Weight rows, and activation rows, of one parallel task: its weights stay in L1 while
+/// its activation rows pass them, and a step of any shape makes enough tasks for every
+/// core.
+const WEIGHT_ROWS_PER_TASK: usize = 32;
+const ACTIVATION_ROWS_PER_TASK: usize = 128;
 
 /// One block of activations quantised to 8 bits.
 #[derive(Clone, Copy)]
@@ -42,6 +49,12 @@ pub trait WeightBlock: Copy + Send + Sync {
     /// loop (the same sums in the same order).
     fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
         row_dot(weights, activations)
+    }
+
+    /// [`WeightBlock::row_dot`] of one weight row with [`TILE`] activation rows, each sum
+    /// taken in the same order as alone (so the same bits).
+    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+        activations.map(|row| row_dot(weights, row))
     }
 }
 
@@ -98,6 +111,16 @@ impl WeightBlock for Q4_1 {
         }
         row_dot(weights, activations)
     }
+
+    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            #[allow(unsafe_code)]
+            return unsafe { avx2::q4_1_tile_dot(weights, activations) };
+        }
+        activations.map(|row| row_dot(weights, row))
+    }
 }
 
 /// Q8_0: `d` as f16, then 32 signed bytes; a value is `d * q`.
@@ -138,6 +161,16 @@ impl WeightBlock for Q8_0 {
         }
         row_dot(weights, activations)
     }
+
+    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            #[allow(unsafe_code)]
+            return unsafe { avx2::q8_0_tile_dot(weights, activations) };
+        }
+        activations.map(|row| row_dot(weights, row))
+    }
 }
 
 /// A `rows x cols` matrix of quantised blocks (rows are output features).
@@ -166,29 +199,63 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         let per_row = self.cols / BLOCK;
         let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
-        // Each task streams its weight rows once past every activation row.
-        let columns: Vec<Vec<f32>> = self
-            .blocks
-            .par_chunks(ROWS_PER_TASK * per_row)
-            .map(|weights| {
-                let mut out = Vec::with_capacity(weights.len() / per_row * n);
-                for weight_row in weights.chunks_exact(per_row) {
-                    for activation_row in activations.chunks_exact(per_row) {
-                        out.push(B::row_dot(weight_row, activation_row));
-                    }
-                }
-                out
+        let weight_tasks = self.rows.div_ceil(WEIGHT_ROWS_PER_TASK);
+        let tasks: Vec<(usize, usize)> = (0..n.div_ceil(ACTIVATION_ROWS_PER_TASK))
+            .flat_map(|a| (0..weight_tasks).map(move |w| (a, w)))
+            .collect();
+        // Each task's products, activation row by weight row.
+        let products: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map(|&(a, w)| {
+                let tokens =
+                    a * ACTIVATION_ROWS_PER_TASK..n.min((a + 1) * ACTIVATION_ROWS_PER_TASK);
+                let rows = w * WEIGHT_ROWS_PER_TASK..self.rows.min((w + 1) * WEIGHT_ROWS_PER_TASK);
+                let weights = &self.blocks[rows.start * per_row..rows.end * per_row];
+                let x = &activations[tokens.start * per_row..tokens.end * per_row];
+                tile_product(weights, x, per_row)
             })
             .collect();
         let mut result = vec![0.0; n * self.rows];
-        for (task, values) in columns.iter().enumerate() {
-            for (i, value) in values.iter().enumerate() {
-                let (row, token) = (task * ROWS_PER_TASK + i / n, i % n);
-                result[token * self.rows + row] = *value;
+        for (&(a, w), values) in tasks.iter().zip(&products) {
+            let first_row = w * WEIGHT_ROWS_PER_TASK;
+            let width = self.rows.min(first_row + WEIGHT_ROWS_PER_TASK) - first_row;
+            for (i, token_values) in values.chunks_exact(width).enumerate() {
+                let at = (a * ACTIVATION_ROWS_PER_TASK + i) * self.rows + first_row;
+                result[at..at + width].copy_from_slice(token_values);
             }
         }
         result
     }
+}
+
+/// The products of some weight rows with some activation rows (`per_row` blocks each),
+/// activation row by weight row: [`TILE`] activation rows at a time past every weight row,
+/// the rows left over one by one.
+fn tile_product<B: WeightBlock>(
+    weights: &[B],
+    activations: &[ActivationBlock],
+    per_row: usize,
+) -> Vec<f32> {
+    let width = weights.len() / per_row;
+    let mut out = vec![0.0f32; activations.len() / per_row * width];
+    let mut tiles = activations.chunks_exact(TILE * per_row);
+    let mut out_tiles = out.chunks_exact_mut(TILE * width);
+    for (tile, out_tile) in (&mut tiles).zip(&mut out_tiles) {
+        let rows: [&[ActivationBlock]; TILE] =
+            std::array::from_fn(|t| &tile[t * per_row..(t + 1) * per_row]);
+        for (r, weight_row) in weights.chunks_exact(per_row).enumerate() {
+            for (t, value) in B::tile_dot(weight_row, rows).into_iter().enumerate() {
+                out_tile[t * width + r] = value;
+            }
+        }
+    }
+    let rest = tiles.remainder().chunks_exact(per_row);
+    for (row, out_row) in rest.zip(out_tiles.into_remainder().chunks_exact_mut(width)) {
+        for (value, weight_row) in out_row.iter_mut().zip(weights.chunks_exact(per_row)) {
+            *value = B::row_dot(weight_row, row);
+        }
+    }
+    out
 }
 
 /// One block of activations in 8 bits, as llama.cpp's x86 build quantises them: the scale
@@ -237,7 +304,7 @@ fn row_dot<B: WeightBlock>(weights: &[B], activations: &[ActivationBlock]) -> f3
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{ActivationBlock, LANES, Q4_1, Q8_0, lanes};
+    use super::{ActivationBlock, LANES, Q4_1, Q8_0, TILE, lanes};
 
     pub fn available() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
@@ -277,6 +344,76 @@ mod avx2 {
         finish(sums, offsets)
     }
 
+    /// [`q4_1_row_dot`] of one weight row with [`TILE`] activation rows: each block's
+    /// nibbles unpacked once, the rows' sums independent of each other.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn q4_1_tile_dot(
+        weights: &[Q4_1],
+        activations: [&[ActivationBlock]; TILE],
+    ) -> [f32; TILE] {
+        let (low_mask, ones) = (_mm_set1_epi8(0x0f), _mm256_set1_epi16(1));
+        let mut sums = [_mm256_setzero_ps(); TILE];
+        let mut offsets = [0.0f32; TILE];
+        let activations = activations.map(|row| &row[..weights.len()]);
+        for (b, w) in weights.iter().enumerate() {
+            // SAFETY: 16 bytes are read from an array of 16.
+            let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
+            let low = _mm_and_si128(packed, low_mask);
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
+            let values = _mm256_set_m128i(high, low);
+            for t in 0..TILE {
+                let a = &activations[t][b];
+                // SAFETY: 32 bytes are read from an array of 32.
+                let acts = unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) };
+                let products = _mm256_madd_epi16(_mm256_maddubs_epi16(values, acts), ones);
+                let scale = _mm256_set1_ps(w.d * a.d);
+                sums[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums[t]);
+                offsets[t] = w.m.mul_add(a.s, offsets[t]);
+            }
+        }
+        let mut out = [0.0f32; TILE];
+        for t in 0..TILE {
+            out[t] = finish(sums[t], offsets[t]);
+        }
+        out
+    }
+
+    /// [`q8_0_row_dot`] of one weight row with [`TILE`] activation rows.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn q8_0_tile_dot(
+        weights: &[Q8_0],
+        activations: [&[ActivationBlock]; TILE],
+    ) -> [f32; TILE] {
+        let ones = _mm256_set1_epi16(1);
+        let mut sums = [_mm256_setzero_ps(); TILE];
+        let activations = activations.map(|row| &row[..weights.len()]);
+        for (b, w) in weights.iter().enumerate() {
+            // SAFETY: 32 bytes are read from an array of 32.
+            let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
+            let magnitudes = _mm256_sign_epi8(values, values);
+            for t in 0..TILE {
+                let a = &activations[t][b];
+                // SAFETY: 32 bytes are read from an array of 32.
+                let acts = unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) };
+                let signed = _mm256_sign_epi8(acts, values);
+                let products = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed), ones);
+                let scale = _mm256_set1_ps(w.d * a.d);
+                sums[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums[t]);
+            }
+        }
+        let mut out = [0.0f32; TILE];
+        for t in 0..TILE {
+            out[t] = finish(sums[t], 0.0);
+        }
+        out
+    }
+
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
@@ -311,7 +448,8 @@ mod tests {
     /// The kernel against candle's own matmul of the type (the same arithmetic in another
     /// order, activations rounded a little differently) and the dequantised weights in f32.
     fn matches_candle_and_the_f32_product<B: WeightBlock>(dtype: GgmlDType) {
-        let (rows, cols, n) = (70, 96, 3);
+        // More weight rows than a task takes, and activation rows for a tile and a rest.
+        let (rows, cols, n) = (70, 96, TILE + 3);
         let weights: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
             .collect();
@@ -359,17 +497,21 @@ mod tests {
         matches_candle_and_the_f32_product::<Q8_0>(GgmlDType::Q8_0);
     }
 
-    /// The AVX2 kernels give the portable loop's sums bit for bit.
+    /// The AVX2 kernels, one row or a tile at a time, give the portable loop's sums bit for
+    /// bit.
     #[test]
     fn the_avx2_kernels_equal_the_portable_loop() {
         let (rows, cols) = (9, 128);
         let weights: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
             .collect();
-        let x: Vec<f32> = (0..cols)
+        let x: Vec<f32> = (0..TILE * cols)
             .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
             .collect();
-        let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        let all: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        let tile: [&[ActivationBlock]; TILE] =
+            std::array::from_fn(|t| &all[t * cols / BLOCK..(t + 1) * cols / BLOCK]);
+        let activations = tile[0];
         let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
         let q4_1 = QTensor::quantize(&w, GgmlDType::Q4_1)
             .unwrap()
@@ -385,13 +527,20 @@ mod tests {
         let q8_0 = QuantisedMatrix::<Q8_0>::from_gguf_bytes(&q8_0, rows, cols).unwrap();
         for row in 0..rows {
             let blocks = row * cols / BLOCK..(row + 1) * cols / BLOCK;
-            let portable = row_dot(&q4_1.blocks[blocks.clone()], &activations);
+            let portable = row_dot(&q4_1.blocks[blocks.clone()], activations);
             assert_eq!(
-                Q4_1::row_dot(&q4_1.blocks[blocks.clone()], &activations),
+                Q4_1::row_dot(&q4_1.blocks[blocks.clone()], activations),
                 portable
             );
-            let portable = row_dot(&q8_0.blocks[blocks.clone()], &activations);
-            assert_eq!(Q8_0::row_dot(&q8_0.blocks[blocks], &activations), portable);
+            let portable = row_dot(&q8_0.blocks[blocks.clone()], activations);
+            assert_eq!(
+                Q8_0::row_dot(&q8_0.blocks[blocks.clone()], activations),
+                portable
+            );
+            let portable = tile.map(|row| row_dot(&q4_1.blocks[blocks.clone()], row));
+            assert_eq!(Q4_1::tile_dot(&q4_1.blocks[blocks.clone()], tile), portable);
+            let portable = tile.map(|row| row_dot(&q8_0.blocks[blocks.clone()], row));
+            assert_eq!(Q8_0::tile_dot(&q8_0.blocks[blocks], tile), portable);
         }
     }
 
