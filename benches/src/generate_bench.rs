@@ -43,6 +43,10 @@ struct Args {
     /// `benches/generate_agreement.py` to compare with llama.cpp.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Instead of timing: write each prompt's tokens (`{"id", "prompt"}` per line) to this
+    /// JSONL file, for `benches/generate_llama_cpp.py` to time llama.cpp on the same tokens.
+    #[arg(long)]
+    prompts_out: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,6 +72,15 @@ fn main() -> anyhow::Result<()> {
             sampling: SamplingParams::default(),
             stop: Vec::new(),
         });
+    }
+    if let Some(path) = &args.prompts_out {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for request in &requests {
+            let line = serde_json::json!({"id": request.id, "prompt": request.prompt});
+            std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes())?;
+        }
+        println!("wrote {} prompts to {}", requests.len(), path.display());
+        return Ok(());
     }
     if let Some(dump) = &args.dump {
         return write_dump(&model, &requests, &args, dump);

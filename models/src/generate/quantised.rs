@@ -103,21 +103,25 @@ impl WeightBlock for Q4_1 {
     }
 
     fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+        // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            #[allow(unsafe_code)]
-            return unsafe { avx2::q4_1_row_dot(weights, activations) };
+        #[allow(unsafe_code)]
+        match kernels() {
+            Kernels::Vnni => return unsafe { vnni::q4_1_row_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { avx2::q4_1_row_dot(weights, activations) },
+            Kernels::Portable => {}
         }
         row_dot(weights, activations)
     }
 
     fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+        // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            #[allow(unsafe_code)]
-            return unsafe { avx2::q4_1_tile_dot(weights, activations) };
+        #[allow(unsafe_code)]
+        match kernels() {
+            Kernels::Vnni => return unsafe { vnni::q4_1_tile_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { avx2::q4_1_tile_dot(weights, activations) },
+            Kernels::Portable => {}
         }
         activations.map(|row| row_dot(weights, row))
     }
@@ -153,21 +157,25 @@ impl WeightBlock for Q8_0 {
     }
 
     fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+        // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            #[allow(unsafe_code)]
-            return unsafe { avx2::q8_0_row_dot(weights, activations) };
+        #[allow(unsafe_code)]
+        match kernels() {
+            Kernels::Vnni => return unsafe { vnni::q8_0_row_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { avx2::q8_0_row_dot(weights, activations) },
+            Kernels::Portable => {}
         }
         row_dot(weights, activations)
     }
 
     fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+        // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            #[allow(unsafe_code)]
-            return unsafe { avx2::q8_0_tile_dot(weights, activations) };
+        #[allow(unsafe_code)]
+        match kernels() {
+            Kernels::Vnni => return unsafe { vnni::q8_0_tile_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { avx2::q8_0_tile_dot(weights, activations) },
+            Kernels::Portable => {}
         }
         activations.map(|row| row_dot(weights, row))
     }
@@ -261,12 +269,17 @@ fn tile_product<B: WeightBlock>(
 /// One block of activations in 8 bits, as llama.cpp's x86 build quantises them: the scale
 /// is `max |x| / 127`, each value is multiplied by `127 / max |x|` and rounded half to
 /// even.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
-    "x86_64+avx2+fma",
-    "x86_64+avx"
-))]
 fn quantise(values: &[f32]) -> ActivationBlock {
+    #[cfg(target_arch = "x86_64")]
+    if kernels() != Kernels::Portable {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        #[allow(unsafe_code)]
+        return unsafe { avx2::quantise(values) };
+    }
+    quantise_portable(values)
+}
+
+fn quantise_portable(values: &[f32]) -> ActivationBlock {
     let mut amax = 0.0f32;
     for v in values {
         amax = amax.max(v.abs());
@@ -279,6 +292,11 @@ fn quantise(values: &[f32]) -> ActivationBlock {
         *q = (v * inverse).round_ties_even() as i8;
         sum += i32::from(*q);
     }
+    activation_block(d, sum, qs)
+}
+
+/// The block with its scale `d` and `d * sum`, rounded through f16 as llama.cpp stores them.
+fn activation_block(d: f32, sum: i32, qs: [i8; BLOCK]) -> ActivationBlock {
     ActivationBlock {
         d: f16::from_f32(d).to_f32(),
         s: f16::from_f32(d * sum as f32).to_f32(),
@@ -296,146 +314,238 @@ fn row_dot<B: WeightBlock>(weights: &[B], activations: &[ActivationBlock]) -> f3
     lanes::hsum(sums) + offsets
 }
 
-/// The kernels in AVX2 intrinsics: `vpmaddubsw` multiplies a block's 32 byte pairs and adds
-/// neighbours, `vpmaddwd` adds those in fours, which leaves each lane with the exact
-/// integer sum of its 4 values, ready for the fused multiply-add of its scale.
+/// The SIMD kernels this CPU runs, found once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernels {
+    Portable,
+    /// AVX2 and FMA: every x86-64 build host of ours.
+    Avx2,
+    /// AVX2 with AVX-512 VNNI's `vpdpbusd` for the integer products (Zen 4, Sapphire Rapids).
+    Vnni,
+}
+
+fn kernels() -> Kernels {
+    static FOUND: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::env::var_os("RESIDENT_NO_VNNI").is_none()
+                && vnni::available()
+                && avx2::available()
+            {
+                return Kernels::Vnni;
+            }
+            if avx2::available() {
+                return Kernels::Avx2;
+            }
+        }
+        Kernels::Portable
+    })
+}
+
+/// The four kernels (one weight row by one activation row, or by [`TILE`] of them, for Q4_1
+/// and Q8_0) in x86 intrinsics, for the target features given, with `products` giving
+/// each lane the exact integer sum of its 4 byte products. Every lane's scaled products go
+/// into it with a fused multiply-add, block after block, as in the portable loop.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_kernels {
+    ($features:literal) => {
+        use std::arch::x86_64::*;
+
+        use super::{ActivationBlock, LANES, Q4_1, Q8_0, TILE, lanes};
+
+        #[target_feature(enable = $features)]
+        fn finish(sums: __m256, offsets: f32) -> f32 {
+            let mut out = [0.0f32; LANES];
+            // SAFETY: `out` holds 8 f32.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sums) };
+            lanes::hsum(out) + offsets
+        }
+
+        /// A Q4_1 block's 32 values as unsigned bytes: the low nibbles, then the high.
+        #[target_feature(enable = $features)]
+        fn nibbles(w: &Q4_1) -> __m256i {
+            let low_mask = _mm_set1_epi8(0x0f);
+            // SAFETY: 16 bytes are read from an array of 16.
+            let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
+            let low = _mm_and_si128(packed, low_mask);
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
+            _mm256_set_m128i(high, low)
+        }
+
+        #[target_feature(enable = $features)]
+        fn load(a: &ActivationBlock) -> __m256i {
+            // SAFETY: 32 bytes are read from an array of 32.
+            unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) }
+        }
+
+        /// # Safety
+        /// The CPU must have the module's target features.
+        #[target_feature(enable = $features)]
+        pub unsafe fn q4_1_row_dot(weights: &[Q4_1], activations: &[ActivationBlock]) -> f32 {
+            let mut sums = _mm256_setzero_ps();
+            let mut offsets = 0.0f32;
+            for (w, a) in weights.iter().zip(activations) {
+                let products = _mm256_cvtepi32_ps(products(nibbles(w), load(a)));
+                sums = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums);
+                offsets = w.m.mul_add(a.s, offsets);
+            }
+            finish(sums, offsets)
+        }
+
+        /// [`q4_1_row_dot`] of one weight row with [`TILE`] activation rows: each block's
+        /// nibbles unpacked once, the rows' sums independent of each other.
+        ///
+        /// # Safety
+        /// The CPU must have the module's target features.
+        #[target_feature(enable = $features)]
+        pub unsafe fn q4_1_tile_dot(
+            weights: &[Q4_1],
+            activations: [&[ActivationBlock]; TILE],
+        ) -> [f32; TILE] {
+            let mut sums = [_mm256_setzero_ps(); TILE];
+            let mut offsets = [0.0f32; TILE];
+            let [a0, a1, a2, a3] = activations;
+            let blocks = weights.iter().zip(a0).zip(a1).zip(a2).zip(a3);
+            for ((((w, a0), a1), a2), a3) in blocks {
+                let values = nibbles(w);
+                for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
+                    let products = _mm256_cvtepi32_ps(products(values, load(a)));
+                    sums[t] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums[t]);
+                    offsets[t] = w.m.mul_add(a.s, offsets[t]);
+                }
+            }
+            let mut out = [0.0f32; TILE];
+            for t in 0..TILE {
+                out[t] = finish(sums[t], offsets[t]);
+            }
+            out
+        }
+
+        /// A Q8_0 block's products with `a`: `|w|` times `a` with `w`'s sign, as the
+        /// unsigned-by-signed multiply needs.
+        #[target_feature(enable = $features)]
+        fn signed_products(values: __m256i, a: &ActivationBlock) -> __m256i {
+            let magnitudes = _mm256_sign_epi8(values, values);
+            products(magnitudes, _mm256_sign_epi8(load(a), values))
+        }
+
+        /// # Safety
+        /// The CPU must have the module's target features.
+        #[target_feature(enable = $features)]
+        pub unsafe fn q8_0_row_dot(weights: &[Q8_0], activations: &[ActivationBlock]) -> f32 {
+            let mut sums = _mm256_setzero_ps();
+            for (w, a) in weights.iter().zip(activations) {
+                // SAFETY: 32 bytes are read from an array of 32.
+                let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
+                let products = _mm256_cvtepi32_ps(signed_products(values, a));
+                sums = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums);
+            }
+            finish(sums, 0.0)
+        }
+
+        /// [`q8_0_row_dot`] of one weight row with [`TILE`] activation rows.
+        ///
+        /// # Safety
+        /// The CPU must have the module's target features.
+        #[target_feature(enable = $features)]
+        pub unsafe fn q8_0_tile_dot(
+            weights: &[Q8_0],
+            activations: [&[ActivationBlock]; TILE],
+        ) -> [f32; TILE] {
+            let mut sums = [_mm256_setzero_ps(); TILE];
+            let [a0, a1, a2, a3] = activations;
+            let blocks = weights.iter().zip(a0).zip(a1).zip(a2).zip(a3);
+            for ((((w, a0), a1), a2), a3) in blocks {
+                // SAFETY: 32 bytes are read from an array of 32.
+                let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
+                for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
+                    let products = _mm256_cvtepi32_ps(signed_products(values, a));
+                    sums[t] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums[t]);
+                }
+            }
+            let mut out = [0.0f32; TILE];
+            for t in 0..TILE {
+                out[t] = finish(sums[t], 0.0);
+            }
+            out
+        }
+    };
+}
+
+/// The kernels in AVX2: `vpmaddubsw` multiplies a block's 32 byte pairs and adds
+/// neighbours, `vpmaddwd` adds those in fours. The sums are exact: a pair of 4-bit (or
+/// 7-bit magnitude) by 8-bit products stays inside 16 bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{ActivationBlock, LANES, Q4_1, Q8_0, TILE, lanes};
+    x86_kernels!("avx2,fma");
 
     pub fn available() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn finish(sums: __m256, offsets: f32) -> f32 {
-        let mut out = [0.0f32; LANES];
-        // SAFETY: `out` holds 8 f32.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sums) };
-        lanes::hsum(out) + offsets
+    fn products(unsigned: __m256i, signed: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned, signed), _mm256_set1_epi16(1))
     }
 
-    /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn q4_1_row_dot(weights: &[Q4_1], activations: &[ActivationBlock]) -> f32 {
-        let (low_mask, ones) = (_mm_set1_epi8(0x0f), _mm256_set1_epi16(1));
-        let mut sums = _mm256_setzero_ps();
-        let mut offsets = 0.0f32;
-        for (w, a) in weights.iter().zip(activations) {
-            // SAFETY: 16 and 32 bytes are read from arrays of that size.
-            let (packed, acts) = unsafe {
-                (
-                    _mm_loadu_si128(w.qs.as_ptr().cast()),
-                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
-                )
-            };
-            let low = _mm_and_si128(packed, low_mask);
-            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
-            let values = _mm256_set_m128i(high, low);
-            let products = _mm256_madd_epi16(_mm256_maddubs_epi16(values, acts), ones);
-            let scale = _mm256_set1_ps(w.d * a.d);
-            sums = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums);
-            offsets = w.m.mul_add(a.s, offsets);
-        }
-        finish(sums, offsets)
-    }
-
-    /// [`q4_1_row_dot`] of one weight row with [`TILE`] activation rows: each block's
-    /// nibbles unpacked once, the rows' sums independent of each other.
+    /// [`super::quantise`]: the same maximum, products and rounding (the CPU's default,
+    /// to nearest even), 8 values a register.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA.
+    /// The CPU must have AVX2 and FMA; `values` must hold 32 values.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn q4_1_tile_dot(
-        weights: &[Q4_1],
-        activations: [&[ActivationBlock]; TILE],
-    ) -> [f32; TILE] {
-        let (low_mask, ones) = (_mm_set1_epi8(0x0f), _mm256_set1_epi16(1));
-        let mut sums = [_mm256_setzero_ps(); TILE];
-        let mut offsets = [0.0f32; TILE];
-        let activations = activations.map(|row| &row[..weights.len()]);
-        for (b, w) in weights.iter().enumerate() {
-            // SAFETY: 16 bytes are read from an array of 16.
-            let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
-            let low = _mm_and_si128(packed, low_mask);
-            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
-            let values = _mm256_set_m128i(high, low);
-            for t in 0..TILE {
-                let a = &activations[t][b];
-                // SAFETY: 32 bytes are read from an array of 32.
-                let acts = unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) };
-                let products = _mm256_madd_epi16(_mm256_maddubs_epi16(values, acts), ones);
-                let scale = _mm256_set1_ps(w.d * a.d);
-                sums[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums[t]);
-                offsets[t] = w.m.mul_add(a.s, offsets[t]);
-            }
+    pub unsafe fn quantise(values: &[f32]) -> ActivationBlock {
+        assert_eq!(values.len(), 32);
+        // SAFETY: 4 x 8 values are read from 32.
+        let v = unsafe { [0, 8, 16, 24].map(|at| _mm256_loadu_ps(values.as_ptr().add(at))) };
+        let sign = _mm256_set1_ps(-0.0);
+        let mut max = _mm256_andnot_ps(sign, v[0]);
+        for x in &v[1..] {
+            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, *x));
         }
-        let mut out = [0.0f32; TILE];
-        for t in 0..TILE {
-            out[t] = finish(sums[t], offsets[t]);
-        }
-        out
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: `lanes` holds 8 f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max) };
+        let amax = lanes.iter().fold(0.0f32, |m, &x| m.max(x));
+        let d = amax / 127.0;
+        let inverse = _mm256_set1_ps(if amax == 0.0 { 0.0 } else { 127.0 / amax });
+        let q = v.map(|x| _mm256_cvtps_epi32(_mm256_mul_ps(x, inverse)));
+        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let mut totals = [0i32; LANES];
+        // SAFETY: `totals` holds 8 i32.
+        unsafe { _mm256_storeu_si256(totals.as_mut_ptr().cast(), total) };
+        let sum: i32 = totals.iter().sum();
+        // Packing works within 128-bit halves; the permutation puts the values back in order.
+        let words = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let bytes = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut qs = [0i8; 32];
+        // SAFETY: `qs` holds 32 bytes.
+        unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes) };
+        super::activation_block(d, sum, qs)
+    }
+}
+
+/// The kernels with AVX-512 VNNI: `vpdpbusd` adds each lane's 4 byte products in one
+/// instruction, exactly, so the sums are the AVX2 kernels' bit for bit.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod vnni {
+    x86_kernels!("avx2,fma,avx512f,avx512vl,avx512vnni");
+
+    pub fn available() -> bool {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
     }
 
-    /// [`q8_0_row_dot`] of one weight row with [`TILE`] activation rows.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn q8_0_tile_dot(
-        weights: &[Q8_0],
-        activations: [&[ActivationBlock]; TILE],
-    ) -> [f32; TILE] {
-        let ones = _mm256_set1_epi16(1);
-        let mut sums = [_mm256_setzero_ps(); TILE];
-        let activations = activations.map(|row| &row[..weights.len()]);
-        for (b, w) in weights.iter().enumerate() {
-            // SAFETY: 32 bytes are read from an array of 32.
-            let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
-            let magnitudes = _mm256_sign_epi8(values, values);
-            for t in 0..TILE {
-                let a = &activations[t][b];
-                // SAFETY: 32 bytes are read from an array of 32.
-                let acts = unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) };
-                let signed = _mm256_sign_epi8(acts, values);
-                let products = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed), ones);
-                let scale = _mm256_set1_ps(w.d * a.d);
-                sums[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums[t]);
-            }
-        }
-        let mut out = [0.0f32; TILE];
-        for t in 0..TILE {
-            out[t] = finish(sums[t], 0.0);
-        }
-        out
-    }
-
-    /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn q8_0_row_dot(weights: &[Q8_0], activations: &[ActivationBlock]) -> f32 {
-        let ones = _mm256_set1_epi16(1);
-        let mut sums = _mm256_setzero_ps();
-        for (w, a) in weights.iter().zip(activations) {
-            // SAFETY: 32 bytes are read from arrays of 32.
-            let (values, acts) = unsafe {
-                (
-                    _mm256_loadu_si256(w.qs.as_ptr().cast()),
-                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
-                )
-            };
-            // |w| times a with w's sign: the unsigned-by-signed multiply needs |w| >= 0.
-            let magnitudes = _mm256_sign_epi8(values, values);
-            let signed = _mm256_sign_epi8(acts, values);
-            let products = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed), ones);
-            let scale = _mm256_set1_ps(w.d * a.d);
-            sums = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(products), sums);
-        }
-        finish(sums, 0.0)
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+    fn products(unsigned: __m256i, signed: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned, signed)
     }
 }
 
@@ -497,51 +607,72 @@ mod tests {
         matches_candle_and_the_f32_product::<Q8_0>(GgmlDType::Q8_0);
     }
 
-    /// The AVX2 kernels, one row or a tile at a time, give the portable loop's sums bit for
-    /// bit.
+    /// Every SIMD kernel set this CPU has (AVX2; AVX-512 VNNI), one row or a tile at a
+    /// time, gives the portable loop's sums bit for bit; so does the AVX2 quantiser.
     #[test]
-    fn the_avx2_kernels_equal_the_portable_loop() {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    fn the_simd_kernels_equal_the_portable_loop() {
         let (rows, cols) = (9, 128);
         let weights: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
             .collect();
-        let x: Vec<f32> = (0..TILE * cols)
+        let mut x: Vec<f32> = (0..TILE * cols)
             .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
             .collect();
-        let all: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        x[..BLOCK].fill(0.0);
+        let all: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise_portable).collect();
+        if avx2::available() {
+            for (block, values) in all.iter().zip(x.chunks_exact(BLOCK)) {
+                // SAFETY: the CPU has AVX2 and FMA.
+                let simd = unsafe { avx2::quantise(values) };
+                assert_eq!((simd.d, simd.s, simd.qs), (block.d, block.s, block.qs));
+            }
+        }
         let tile: [&[ActivationBlock]; TILE] =
             std::array::from_fn(|t| &all[t * cols / BLOCK..(t + 1) * cols / BLOCK]);
         let activations = tile[0];
         let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
-        let q4_1 = QTensor::quantize(&w, GgmlDType::Q4_1)
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec();
-        let q8_0 = QTensor::quantize(&w, GgmlDType::Q8_0)
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec();
-        let q4_1 = QuantisedMatrix::<Q4_1>::from_gguf_bytes(&q4_1, rows, cols).unwrap();
-        let q8_0 = QuantisedMatrix::<Q8_0>::from_gguf_bytes(&q8_0, rows, cols).unwrap();
+        let bytes = |dtype| {
+            QTensor::quantize(&w, dtype)
+                .unwrap()
+                .data()
+                .unwrap()
+                .to_vec()
+        };
+        let q4_1 =
+            QuantisedMatrix::<Q4_1>::from_gguf_bytes(&bytes(GgmlDType::Q4_1), rows, cols).unwrap();
+        let q8_0 =
+            QuantisedMatrix::<Q8_0>::from_gguf_bytes(&bytes(GgmlDType::Q8_0), rows, cols).unwrap();
+        let mut checked = 0;
         for row in 0..rows {
             let blocks = row * cols / BLOCK..(row + 1) * cols / BLOCK;
-            let portable = row_dot(&q4_1.blocks[blocks.clone()], activations);
-            assert_eq!(
-                Q4_1::row_dot(&q4_1.blocks[blocks.clone()], activations),
-                portable
-            );
-            let portable = row_dot(&q8_0.blocks[blocks.clone()], activations);
-            assert_eq!(
-                Q8_0::row_dot(&q8_0.blocks[blocks.clone()], activations),
-                portable
-            );
-            let portable = tile.map(|row| row_dot(&q4_1.blocks[blocks.clone()], row));
-            assert_eq!(Q4_1::tile_dot(&q4_1.blocks[blocks.clone()], tile), portable);
-            let portable = tile.map(|row| row_dot(&q8_0.blocks[blocks.clone()], row));
-            assert_eq!(Q8_0::tile_dot(&q8_0.blocks[blocks], tile), portable);
+            let (w4, w8) = (&q4_1.blocks[blocks.clone()], &q8_0.blocks[blocks]);
+            let row_4 = row_dot(w4, activations);
+            let row_8 = row_dot(w8, activations);
+            let tile_4 = tile.map(|a| row_dot(w4, a));
+            let tile_8 = tile.map(|a| row_dot(w8, a));
+            // SAFETY: each kernel set runs only where the CPU has its features.
+            unsafe {
+                if avx2::available() {
+                    assert_eq!(avx2::q4_1_row_dot(w4, activations), row_4);
+                    assert_eq!(avx2::q8_0_row_dot(w8, activations), row_8);
+                    assert_eq!(avx2::q4_1_tile_dot(w4, tile), tile_4);
+                    assert_eq!(avx2::q8_0_tile_dot(w8, tile), tile_8);
+                    checked += 1;
+                }
+                if vnni::available() && avx2::available() {
+                    assert_eq!(vnni::q4_1_row_dot(w4, activations), row_4);
+                    assert_eq!(vnni::q8_0_row_dot(w8, activations), row_8);
+                    assert_eq!(vnni::q4_1_tile_dot(w4, tile), tile_4);
+                    assert_eq!(vnni::q8_0_tile_dot(w8, tile), tile_8);
+                }
+            }
         }
+        eprintln!(
+            "kernels here: {:?}; AVX2 checked on {checked} rows",
+            kernels()
+        );
     }
 
     /// Activations round half to even after a multiplication by `127 / max`: 0.5 and 2.5
@@ -554,6 +685,7 @@ mod tests {
         values[2] = 1.5;
         values[3] = 2.5;
         let block = quantise(&values);
+        assert_eq!(quantise_portable(&values).qs, block.qs);
         assert_eq!(&block.qs[..4], &[127, 0, 2, 2]);
         assert_eq!(block.d, 1.0);
     }

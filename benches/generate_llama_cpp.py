@@ -1,0 +1,134 @@
+"""llama.cpp (llama-cpp-python from PyPI) on the prompt tokens `generate-bench --prompts-out`
+wrote: greedy, up to N new tokens, ending at the model's end of generation, as issue 31's
+speed comparison asks. Prints a markdown table row per setting.
+
+Two ways a user drives it:
+  completion   `Llama.create_completion` one prompt at a time (the high-level API);
+  batched:B    B sequences in flight through one context (the low-level `llama_decode`
+               with a sequence id per prompt), refilled as they finish, decode rows first
+               and prompt chunks in what is left of each step's batch: the policy of
+               llama.cpp's own server and of our engine.
+
+  target/release/generate-bench --prompts 200 --prompts-out /tmp/p200.jsonl
+  python benches/generate_llama_cpp.py /tmp/p200.jsonl MODEL.gguf --modes completion,batched:8,batched:32
+"""
+
+import argparse
+import ctypes
+import json
+import time
+
+import numpy as np
+import llama_cpp as L
+
+
+def completion(path, prompts, new_tokens, threads):
+    llm = L.Llama(
+        model_path=path, n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+        n_batch=512, verbose=False,
+    )
+    generated = 0
+    start = time.time()
+    for prompt in prompts:
+        llm.reset()
+        out = llm.create_completion(prompt, max_tokens=new_tokens, temperature=0.0, top_k=1)
+        generated += out["usage"]["completion_tokens"]
+    return generated, time.time() - start
+
+
+def batched(path, prompts, new_tokens, threads, width, step_tokens=512):
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    longest = max(len(p) for p in prompts) + new_tokens + 8
+    params = L.llama_context_default_params()
+    params.n_ctx = width * longest
+    params.n_batch = params.n_ubatch = step_tokens
+    params.n_seq_max = width
+    params.n_threads = params.n_threads_batch = threads
+    ctx = L.llama_init_from_model(model, params)
+    vocab = L.llama_model_get_vocab(model)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    memory = L.llama_get_memory(ctx)
+    batch = L.llama_batch_init(step_tokens, 0, 1)
+
+    waiting = list(range(len(prompts)))[::-1]
+    # Per slot: [prompt index, tokens so far, positions cached, new tokens] or None.
+    slots = [None] * width
+    generated = 0
+    start = time.time()
+    while waiting or any(slots):
+        for s in range(width):
+            if slots[s] is None and waiting:
+                i = waiting.pop()
+                L.llama_memory_seq_rm(memory, s, -1, -1)
+                slots[s] = [i, list(prompts[i]), 0, 0]
+        rows = []  # (slot, token, pos, wants logits)
+        for s, seq in enumerate(slots):
+            if seq and seq[2] + 1 == len(seq[1]):
+                rows.append((s, seq[1][-1], seq[2], True))
+        for s, seq in enumerate(slots):
+            if not seq or seq[2] + 1 == len(seq[1]) or len(rows) >= step_tokens:
+                continue
+            end = min(len(seq[1]), seq[2] + step_tokens - len(rows))
+            for pos in range(seq[2], end):
+                rows.append((s, seq[1][pos], pos, pos == len(seq[1]) - 1))
+        batch.n_tokens = len(rows)
+        for k, (s, token, pos, logits) in enumerate(rows):
+            batch.token[k] = token
+            batch.pos[k] = pos
+            batch.n_seq_id[k] = 1
+            batch.seq_id[k][0] = s
+            batch.logits[k] = logits
+        if L.llama_decode(ctx, batch) != 0:
+            raise SystemExit("llama_decode failed: make the context larger")
+        for k, (s, token, pos, logits) in enumerate(rows):
+            seq = slots[s]
+            seq[2] = pos + 1
+            if not logits:
+                continue
+            scores = np.ctypeslib.as_array(
+                ctypes.cast(L.llama_get_logits_ith(ctx, k), ctypes.POINTER(ctypes.c_float)),
+                shape=(n_vocab,),
+            )
+            token = int(scores.argmax())
+            seq[3] += 1
+            generated += 1
+            if L.llama_vocab_is_eog(vocab, token) or seq[3] >= new_tokens:
+                slots[s] = None
+            else:
+                seq[1].append(token)
+    wall = time.time() - start
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    return generated, wall
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("prompts", help="JSONL of {id, prompt} from generate-bench --prompts-out")
+    parser.add_argument("model", help="the GGUF file")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--modes", default="completion,batched:8,batched:32")
+    args = parser.parse_args()
+    prompts = [json.loads(line)["prompt"] for line in open(args.prompts)][: args.limit]
+    prompt_tokens = sum(len(p) for p in prompts)
+    print(f"llama-cpp-python {L.__version__}, {len(prompts)} prompts, {prompt_tokens} prompt tokens, "
+          f"up to {args.max_new_tokens} new tokens, {args.threads} threads")
+    print()
+    print("| llama.cpp | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s |")
+    print("|---|---:|---:|---:|---:|")
+    for mode in args.modes.split(","):
+        if mode == "completion":
+            generated, wall = completion(args.model, prompts, args.max_new_tokens, args.threads)
+        else:
+            width = int(mode.split(":")[1])
+            generated, wall = batched(args.model, prompts, args.max_new_tokens, args.threads, width)
+        print(f"| {mode} | {generated} | {wall:.1f} | {generated / wall:.1f} | "
+              f"{(prompt_tokens + generated) / wall:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
