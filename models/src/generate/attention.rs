@@ -116,30 +116,51 @@ fn attend_task(
     let group = shape.heads / shape.kv_heads;
     let cache = &kv.slots[rows[indices[0]].slot];
     let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
-    let mut keys = vec![0.0f32; len * d];
-    let mut values = vec![0.0f32; d * len];
-    let mut value_row = vec![0.0f32; d];
-    for p in 0..len {
-        let at = p * kv.kv_dim + kv_head * d;
-        cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
-        cache.v[layer][at..at + d].convert_to_f32_slice(&mut value_row);
-        for (dim, &value) in value_row.iter().enumerate() {
-            values[dim * len + p] = value;
+    SCRATCH.with_borrow_mut(|scratch| {
+        let Scratch {
+            keys,
+            values,
+            value_row,
+            weights,
+        } = scratch;
+        keys.resize(len * d, 0.0);
+        values.resize(d * len, 0.0);
+        value_row.resize(d, 0.0);
+        for p in 0..len {
+            let at = p * kv.kv_dim + kv_head * d;
+            cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
+            cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
+            for (dim, &value) in value_row.iter().enumerate() {
+                values[dim * len + p] = value;
+            }
         }
-    }
-    let hidden = shape.heads * d;
-    let mut out = vec![0.0f32; indices.len() * group * d];
-    let mut weights = Vec::with_capacity(len);
-    for (&i, out_row) in indices.iter().zip(out.chunks_exact_mut(group * d)) {
-        let seen = rows[i].pos + 1;
-        for (g, out_head) in out_row.chunks_exact_mut(d).enumerate() {
-            let head = kv_head * group + g;
-            let q_head = &q[i * hidden + head * d..i * hidden + (head + 1) * d];
-            softmax_weights(q_head, &keys[..seen * d], &mut weights);
-            weigh_values(&weights, &values, len, out_head);
+        let hidden = shape.heads * d;
+        let mut out = vec![0.0f32; indices.len() * group * d];
+        for (&i, out_row) in indices.iter().zip(out.chunks_exact_mut(group * d)) {
+            let seen = rows[i].pos + 1;
+            for (g, out_head) in out_row.chunks_exact_mut(d).enumerate() {
+                let head = kv_head * group + g;
+                let q_head = &q[i * hidden + head * d..i * hidden + (head + 1) * d];
+                softmax_weights(q_head, &keys[..seen * d], weights);
+                weigh_values(weights, &values[..d * len], len, out_head);
+            }
         }
-    }
-    out
+        out
+    })
+}
+
+/// A worker thread's buffers for the widened keys and values, kept between tasks: a fresh
+/// allocation of that size per task cost the kernel a page clearing each time.
+#[derive(Default)]
+struct Scratch {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    value_row: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
 /// The softmax of the query's scaled dot products with `keys` (`[pos][dim]`), each weight
@@ -169,10 +190,14 @@ fn softmax_weights(q: &[f32], keys: &[f32], weights: &mut Vec<f32>) {
     for key in quads.remainder().chunks_exact(d) {
         weights.push(lanes::dot(&q_half, key) * scale);
     }
-    let mut max = f32::NEG_INFINITY;
-    for &score in weights.iter() {
-        max = max.max(score);
+    // The maximum in 8 lanes (the compiler leaves `f32::max`'s NaN rule scalar).
+    let mut lane_max = [f32::NEG_INFINITY; LANES];
+    for chunk in weights.chunks(LANES) {
+        for (m, &score) in lane_max.iter_mut().zip(chunk) {
+            *m = if score > *m { score } else { *m };
+        }
     }
+    let max = lane_max.into_iter().fold(f32::NEG_INFINITY, f32::max);
     for score in weights.iter_mut() {
         *score = (*score - max).exp();
     }
@@ -184,8 +209,14 @@ fn softmax_weights(q: &[f32], keys: &[f32], weights: &mut Vec<f32>) {
         total += f64::from(lanes::hsum(lanes));
     }
     let inverse = (1.0 / total) as f32;
-    for weight in weights.iter_mut() {
-        *weight = f16::from_f32(*weight * inverse).to_f32();
+    let mut halves = [f16::ZERO; 256];
+    for chunk in weights.chunks_mut(256) {
+        for weight in chunk.iter_mut() {
+            *weight *= inverse;
+        }
+        let halves = &mut halves[..chunk.len()];
+        halves.convert_from_f32_slice(chunk);
+        halves.convert_to_f32_slice(chunk);
     }
 }
 

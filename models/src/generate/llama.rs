@@ -284,11 +284,15 @@ impl LlamaModel {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
+        // The step's buffers, reused by every layer.
+        let mut h = Vec::new();
+        let (mut q, mut k, mut v, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new());
         for (index, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.attn_norm, c.rms_eps);
-            let mut q = matmul(&layer.wq, &h, n, c.hidden)?;
-            let mut k = matmul(&layer.wk, &h, n, c.hidden)?;
-            let v = matmul(&layer.wv, &h, n, c.hidden)?;
+            rms_norm_into(&x, &layer.attn_norm, c.rms_eps, &mut h);
+            matmul_into(&layer.wq, &h, n, c.hidden, &mut q)?;
+            matmul_into(&layer.wk, &h, n, c.hidden, &mut k)?;
+            matmul_into(&layer.wv, &h, n, c.hidden, &mut v)?;
             for (i, row) in rows.iter().enumerate() {
                 let rotation = &rotations[i * half..(i + 1) * half];
                 let q_row = &mut q[i * c.hidden..(i + 1) * c.hidden];
@@ -299,17 +303,15 @@ impl LlamaModel {
                 kv.store(row.slot, index, row.pos, k_row, v_row);
             }
             let attended = attention::attend(heads, rows, &q, kv, index);
-            let o = matmul(&layer.wo, &attended, n, c.hidden)?;
+            matmul_into(&layer.wo, &attended, n, c.hidden, &mut o)?;
             cpu_ops::add_assign(&mut x, &o);
-            let h = rms_norm(&x, &layer.ffn_norm, c.rms_eps);
-            let gate = matmul(&layer.w_gate, &h, n, c.hidden)?;
-            let up = matmul(&layer.w_up, &h, n, c.hidden)?;
-            let act: Vec<f32> = gate
-                .iter()
-                .zip(&up)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            let down = matmul(&layer.w_down, &act, n, c.ffn)?;
+            rms_norm_into(&x, &layer.ffn_norm, c.rms_eps, &mut h);
+            matmul_into(&layer.w_gate, &h, n, c.hidden, &mut gate)?;
+            matmul_into(&layer.w_up, &h, n, c.hidden, &mut up)?;
+            for (g, u) in gate.iter_mut().zip(&up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            matmul_into(&layer.w_down, &gate, n, c.ffn, &mut down)?;
             cpu_ops::add_assign(&mut x, &down);
         }
         let wanted: Vec<f32> = rows
@@ -357,7 +359,15 @@ fn rope_rotations(pos: usize, head_dim: usize, base: f32) -> Vec<(f32, f32)> {
 
 /// RMSNorm of each row, times the weight; the mean square summed in f64.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
-    let mut out = vec![0.0; x.len()];
+    let mut out = Vec::new();
+    rms_norm_into(x, weight, eps, &mut out);
+    out
+}
+
+/// [`rms_norm`] into `out`, whose memory is reused.
+fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.resize(x.len(), 0.0);
     for (row, normed) in x.chunks(weight.len()).zip(out.chunks_mut(weight.len())) {
         let sum: f64 = row.iter().map(|v| f64::from(v * v)).sum();
         let mean = (sum / row.len() as f64) as f32;
@@ -366,17 +376,30 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
             *o = v * scale * w;
         }
     }
-    out
 }
 
 /// `x` (`n x k`) times the weight's transpose.
 fn matmul(weight: &Linear, x: &[f32], n: usize, k: usize) -> Result<Vec<f32>, ModelError> {
+    let mut out = Vec::new();
+    matmul_into(weight, x, n, k, &mut out)?;
+    Ok(out)
+}
+
+/// [`matmul`] into `out`, whose memory is reused.
+fn matmul_into(
+    weight: &Linear,
+    x: &[f32],
+    n: usize,
+    k: usize,
+    out: &mut Vec<f32>,
+) -> Result<(), ModelError> {
     match weight {
         Linear::Candle(weight) => {
             let input = Tensor::from_slice(x, (n, k), &Device::Cpu)?;
-            Ok(weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
+            *out = weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?;
         }
-        Linear::Q4_1(weight) => Ok(weight.forward(x, n)),
-        Linear::Q8_0(weight) => Ok(weight.forward(x, n)),
+        Linear::Q4_1(weight) => weight.forward_into(x, n, out),
+        Linear::Q8_0(weight) => weight.forward_into(x, n, out),
     }
+    Ok(())
 }

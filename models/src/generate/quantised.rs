@@ -204,7 +204,16 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     }
 
     /// `x` (`n x cols`, row-major) times the matrix's transpose: `n x rows`.
+    #[cfg(test)]
     pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
+        let mut result = Vec::new();
+        self.forward_into(x, n, &mut result);
+        result
+    }
+
+    /// `x` (`n x cols`, row-major) times the matrix's transpose (`n x rows`) into `result`,
+    /// whose memory is reused.
+    pub fn forward_into(&self, x: &[f32], n: usize, result: &mut Vec<f32>) {
         let per_row = self.cols / BLOCK;
         let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
         let weight_tasks = self.rows.div_ceil(WEIGHT_ROWS_PER_TASK);
@@ -223,7 +232,8 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                 tile_product(weights, x, per_row)
             })
             .collect();
-        let mut result = vec![0.0; n * self.rows];
+        result.clear();
+        result.resize(n * self.rows, 0.0);
         for (&(a, w), values) in tasks.iter().zip(&products) {
             let first_row = w * WEIGHT_ROWS_PER_TASK;
             let width = self.rows.min(first_row + WEIGHT_ROWS_PER_TASK) - first_row;
@@ -232,7 +242,6 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                 result[at..at + width].copy_from_slice(token_values);
             }
         }
-        result
     }
 }
 
