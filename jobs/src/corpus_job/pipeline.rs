@@ -111,7 +111,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         let manifest = scan::open_manifest(self.out, config, self.work, &scan).await?;
         let replicas = match config.replicas {
             Some(replicas) => replicas,
-            None => default_replicas(self.cluster, config).await?,
+            None => default_replicas(self.cluster, config, self.work).await?,
         };
         let pool = self
             .work
@@ -142,7 +142,11 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                     format!("--chunk-size {size}")
                 }
                 None => {
-                    let schedule = ChunkSchedule::probing(total_docs, prepared.actors);
+                    let schedule = ChunkSchedule::probing(
+                        total_docs,
+                        prepared.actors,
+                        self.work.min_chunk_records(),
+                    );
                     let reasoning = format!(
                         "probing: {} chunks of {} records first, whose timings size the rest",
                         schedule.probe_indexes(total_docs).end,
@@ -534,8 +538,13 @@ impl<W: ChunkWork> Answers<'_, W> {
     }
 }
 
-/// One actor per CPU core of the matching nodes, or as many as fit the GPUs.
-async fn default_replicas(cluster: &Cluster, config: &CorpusJobConfig) -> Result<u32, JobError> {
+/// On CPU, the work's actors per node (embed: one per core) over the matching nodes; on
+/// GPUs, as many as fit them.
+async fn default_replicas(
+    cluster: &Cluster,
+    config: &CorpusJobConfig,
+    work: &impl ChunkWork,
+) -> Result<u32, JobError> {
     let nodes = cluster.list_nodes().await?;
     let matching = nodes.iter().filter(|n| {
         n.alive
@@ -551,7 +560,9 @@ async fn default_replicas(cluster: &Cluster, config: &CorpusJobConfig) -> Result
             .sum();
         slots as u32
     } else {
-        matching.map(|n| n.cpu_cores.max(1)).sum()
+        matching
+            .map(|n| work.cpu_actors_per_node(n.cpu_cores.max(1)))
+            .sum()
     };
     Ok(count.max(1))
 }

@@ -13,6 +13,8 @@ pub struct PlanInput {
     pub actor_docs_per_s: Vec<f64>,
     /// The model's vector width (0: unknown), which bounds a chunk by its result's bytes.
     pub dimension: usize,
+    /// The work's floor ([`MIN_CHUNK`] when smaller).
+    pub min_chunk: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -80,9 +82,12 @@ fn plan_by_speed(input: &PlanInput) -> ChunkPlan {
         .filter(|s| s.is_finite() && *s > 0.0)
         .collect();
     if speeds.is_empty() || input.total_docs == 0 {
+        let chunk_size = 256.max(input.min_chunk);
         return ChunkPlan {
-            chunk_size: 256,
-            reasoning: "no speed measured or empty corpus: 256 documents per chunk".into(),
+            chunk_size,
+            reasoning: format!(
+                "no speed measured or empty corpus: {chunk_size} documents per chunk"
+            ),
         };
     }
     let actors = speeds.len() as f64;
@@ -95,7 +100,10 @@ fn plan_by_speed(input: &PlanInput) -> ChunkPlan {
     let by_share = input.total_docs as f64 / (MIN_CHUNKS_PER_ACTOR * actors);
     let size = by_time
         .min(by_share)
-        .clamp(MIN_CHUNK as f64, MAX_CHUNK as f64)
+        .clamp(
+            input.min_chunk.clamp(MIN_CHUNK, MAX_CHUNK) as f64,
+            MAX_CHUNK as f64,
+        )
         .round() as usize;
     let chunk_seconds_fast = size as f64 / fastest;
     let reasoning = format!(
@@ -205,6 +213,7 @@ mod tests {
             total_docs: total,
             actor_docs_per_s: speeds.clone(),
             dimension: 384,
+            min_chunk: 0,
         });
         let planned = simulate_finish_seconds(total, plan.chunk_size, &speeds);
         let static_split = simulate_finish_seconds(total, static_chunk, &speeds);
@@ -228,6 +237,7 @@ mod tests {
             total_docs: 100_000_000,
             actor_docs_per_s: speeds.clone(),
             dimension: 384,
+            min_chunk: 0,
         });
         let slow_seconds = plan.chunk_size as f64 / 400.0;
         assert!(
@@ -242,12 +252,14 @@ mod tests {
             total_docs: 300,
             actor_docs_per_s: vec![50.0, 50.0],
             dimension: 0,
+            min_chunk: 0,
         });
         assert!(300usize.div_ceil(plan.chunk_size) >= 8, "{plan:?}");
         let tiny = plan_chunk_size(&PlanInput {
             total_docs: 10,
             actor_docs_per_s: vec![50.0],
             dimension: 0,
+            min_chunk: 0,
         });
         assert_eq!(tiny.chunk_size, MIN_CHUNK);
     }
@@ -258,6 +270,7 @@ mod tests {
             total_docs: 1000,
             actor_docs_per_s: vec![],
             dimension: 0,
+            min_chunk: 0,
         });
         assert_eq!(plan.chunk_size, 256);
     }
@@ -270,6 +283,7 @@ mod tests {
             total_docs: 100_000_000,
             actor_docs_per_s: vec![5000.0; 4],
             dimension: 4096,
+            min_chunk: 0,
         });
         let most = max_chunk_for_dimension(4096).unwrap();
         assert_eq!(plan.chunk_size, most, "{plan:?}");
@@ -308,5 +322,24 @@ mod tests {
         assert_eq!(simulate_finish_seconds(400, 100, &[100.0]), 4.0);
         let t = simulate_finish_seconds(400, 100, &[100.0, 50.0]);
         assert_eq!(t, 3.0, "fast takes 3 chunks (3 s), slow one (2 s)");
+    }
+
+    /// A work's floor (generate: four batches of sequences) wins over a short chunk time.
+    #[test]
+    fn a_works_floor_raises_slow_chunks() {
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 200,
+            actor_docs_per_s: vec![0.13],
+            dimension: 0,
+            min_chunk: 128,
+        });
+        assert_eq!(plan.chunk_size, 128, "{plan:?}");
+        let plan = plan_chunk_size(&PlanInput {
+            total_docs: 200,
+            actor_docs_per_s: vec![0.13],
+            dimension: 0,
+            min_chunk: 4,
+        });
+        assert_eq!(plan.chunk_size, MIN_CHUNK, "the planner's own floor stays");
     }
 }

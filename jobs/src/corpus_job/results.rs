@@ -58,6 +58,7 @@ impl BodyPlanner {
             total_docs: total_docs - self.schedule.probe_docs(total_docs),
             actor_docs_per_s: speeds,
             dimension: store.manifest().dim.unwrap_or(0),
+            min_chunk: self.schedule.min_chunk,
         });
         let schedule = &mut self.schedule;
         schedule.plan_body(plan.chunk_size, schedule::tail_floor(slowest));

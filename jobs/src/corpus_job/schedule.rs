@@ -32,6 +32,10 @@ pub struct ChunkSchedule {
     pub tail_min: usize,
     /// Actors the tail is shared between.
     pub tail_actors: usize,
+    /// The fewest documents a chunk holds, whatever the timings (the work's
+    /// `min_chunk_records`; 0 in manifests from before it).
+    #[serde(default)]
+    pub min_chunk: usize,
 }
 
 impl ChunkSchedule {
@@ -44,20 +48,24 @@ impl ChunkSchedule {
             body_size: Some(size),
             tail_min: size,
             tail_actors: 1,
+            min_chunk: 0,
         }
     }
 
-    /// A schedule that starts with probes and plans its body from them.
-    pub fn probing(total_docs: u64, actors: usize) -> Self {
+    /// A schedule that starts with probes and plans its body from them; no chunk holds
+    /// fewer than `min_chunk` documents (nor [`MIN_PROBE`]).
+    pub fn probing(total_docs: u64, actors: usize, min_chunk: usize) -> Self {
         let actors = actors.max(1);
         let share = total_docs / (16 * actors as u64);
-        let probe_size = (share as usize).clamp(MIN_PROBE, MAX_PROBE);
+        let floor = min_chunk.max(MIN_PROBE);
+        let probe_size = (share as usize).clamp(floor, MAX_PROBE.max(floor));
         Self {
             probe_size,
             probe_chunks: PROBES_PER_ACTOR * actors as u64,
             body_size: None,
-            tail_min: MIN_PROBE,
+            tail_min: floor,
             tail_actors: actors,
+            min_chunk,
         }
     }
 
@@ -67,9 +75,9 @@ impl ChunkSchedule {
 
     /// Sets the body's chunk size and the tail's floor (at least 1, at most the body).
     pub fn plan_body(&mut self, body_size: usize, tail_min: usize) {
-        let body_size = body_size.max(1);
+        let body_size = body_size.max(self.min_chunk).max(1);
         self.body_size = Some(body_size);
-        self.tail_min = tail_min.clamp(1, body_size);
+        self.tail_min = tail_min.clamp(self.min_chunk.max(1), body_size);
     }
 
     /// Documents the probe chunks hold out of `total_docs`.
@@ -206,7 +214,7 @@ mod tests {
 
     #[test]
     fn probes_come_first_then_the_cutter_waits_for_a_plan() {
-        let schedule = ChunkSchedule::probing(1000, 2);
+        let schedule = ChunkSchedule::probing(1000, 2, 0);
         assert_eq!(schedule.probe_size, 31);
         assert_eq!(schedule.probe_indexes(1000), 0..4);
         let mut cutter = schedule.cutter(1000);
@@ -221,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_corpus_smaller_than_the_probes_needs_no_plan() {
-        let schedule = ChunkSchedule::probing(40, 2);
+        let schedule = ChunkSchedule::probing(40, 2, 0);
         assert_eq!(schedule.probe_size, MIN_PROBE);
         assert_eq!(cut_all(&schedule, 40), vec![16, 16, 8]);
         assert_eq!(schedule.probe_indexes(40), 0..3);
@@ -230,7 +238,7 @@ mod tests {
 
     #[test]
     fn the_tail_shrinks_to_its_floor_and_every_document_is_cut_once() {
-        let mut schedule = ChunkSchedule::probing(10_000, 2);
+        let mut schedule = ChunkSchedule::probing(10_000, 2, 0);
         schedule.plan_body(700, 35);
         let sizes = cut_all(&schedule, 10_000);
         assert_eq!(sizes.iter().sum::<usize>(), 10_000);
@@ -247,7 +255,7 @@ mod tests {
 
     #[test]
     fn the_estimate_before_the_plan_errs_low() {
-        let schedule = ChunkSchedule::probing(1_000_000, 4);
+        let schedule = ChunkSchedule::probing(1_000_000, 4, 0);
         let estimate = schedule.chunk_count(1_000_000);
         let mut planned = schedule.clone();
         planned.plan_body(2_000, 100);
@@ -263,7 +271,7 @@ mod tests {
         let total = 1_000u64;
         let ideal = total as f64 / 80.0;
         let fixed = cut_all(&ChunkSchedule::uniform(111), total);
-        let mut shrinking = ChunkSchedule::probing(total, 2);
+        let mut shrinking = ChunkSchedule::probing(total, 2, 0);
         shrinking.plan_body(111, tail_floor(40.0));
         let shrinking = cut_all(&shrinking, total);
         let fixed_s = simulate_chunks_finish_seconds(&fixed, &speeds);
@@ -285,12 +293,33 @@ mod tests {
 
     #[test]
     fn schedules_round_trip_through_json() {
-        let mut schedule = ChunkSchedule::probing(5_000, 3);
+        let mut schedule = ChunkSchedule::probing(5_000, 3, 0);
         schedule.plan_body(400, 20);
         let json = serde_json::to_string(&schedule).unwrap();
         assert_eq!(
             serde_json::from_str::<ChunkSchedule>(&json).unwrap(),
             schedule
         );
+    }
+
+    /// A work's floor holds for probes, body and tail alike.
+    #[test]
+    fn no_chunk_is_smaller_than_the_works_floor() {
+        let mut schedule = ChunkSchedule::probing(200, 1, 128);
+        assert_eq!(schedule.probe_size, 128);
+        schedule.plan_body(16, 16);
+        assert_eq!((schedule.body_size, schedule.tail_min), (Some(128), 128));
+        let mut cutter = schedule.cutter(1_000);
+        let mut sizes = Vec::new();
+        loop {
+            match cutter.next_chunk() {
+                NextChunk::Docs(n) => sizes.push(n),
+                NextChunk::NeedsPlan => unreachable!("planned"),
+                NextChunk::Done => break,
+            }
+        }
+        assert_eq!(sizes.iter().sum::<usize>(), 1_000);
+        let last = sizes.pop().unwrap();
+        assert!(sizes.iter().all(|&n| n >= 128), "{sizes:?} then {last}");
     }
 }

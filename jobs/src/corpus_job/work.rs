@@ -79,6 +79,16 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         model_fingerprint.to_owned()
     }
 
+    /// The fewest records a planned chunk holds (the planner's own floor when smaller).
+    fn min_chunk_records(&self) -> usize {
+        0
+    }
+
+    /// Actors on a CPU node of `cores` cores when `--replicas` does not say: one per core.
+    fn cpu_actors_per_node(&self, cores: u32) -> u32 {
+        cores
+    }
+
     /// Creates the job's pool of `replicas` actors (or resizes one of that name) and waits
     /// until every actor has loaded `model`.
     fn create_pool(

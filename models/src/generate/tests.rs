@@ -177,3 +177,64 @@ fn a_prompt_too_long_for_the_context_loses_the_middle_of_its_text_only() {
     assert!(!cut);
     assert_eq!(short, chat("Say: hello"));
 }
+
+/// The GGUF types our own kernels do not take (K-quants, Q5_0, F16) load through candle's and
+/// answer as the Q4_1 file does. The files are SmolLM2 itself, its matrices requantised
+/// here: Q4_K where a row is whole 256-value super-blocks (the FFN's down projection) and
+/// Q5_0 elsewhere, the mix llama.cpp's Q4_K_M makes of a model this narrow; and all F16.
+#[test]
+fn k_quant_q5_0_and_f16_files_of_the_model_answer_alike() {
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut file = std::fs::File::open(&source).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let device = candle_core::Device::Cpu;
+    let dir = tempfile::tempdir().unwrap();
+    let question = "Answer in one sentence: What is the capital of France?";
+    for (name, whole_rows, other_rows) in [
+        ("q4_k_m", GgmlDType::Q4K, GgmlDType::Q5_0),
+        ("f16", GgmlDType::F16, GgmlDType::F16),
+    ] {
+        let mut tensors = Vec::new();
+        for (tensor_name, info) in &content.tensor_infos {
+            let tensor = content.tensor(&mut file, tensor_name, &device).unwrap();
+            let dims = info.shape.dims().to_vec();
+            let matrix = dims.len() == 2 && tensor_name.starts_with("blk.");
+            let tensor = if matrix {
+                let dtype = if dims[1] % 256 == 0 {
+                    whole_rows
+                } else {
+                    other_rows
+                };
+                QTensor::quantize(&tensor.dequantize(&device).unwrap(), dtype).unwrap()
+            } else {
+                tensor
+            };
+            tensors.push((tensor_name.clone(), tensor));
+        }
+        let path = dir.path().join(format!("smollm2-{name}.gguf"));
+        let mut out = std::fs::File::create(&path).unwrap();
+        let metadata: Vec<(&str, &gguf_file::Value)> = content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+        gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+        drop(out);
+
+        let model = GenerateModel::load(&path).unwrap();
+        let prompt = model.prompt_tokens(question, PromptTemplate::Chat).unwrap();
+        assert_eq!(prompt, chat(question), "{name}: the same tokenizer");
+        let out = model
+            .generate(
+                &[greedy("q", prompt, 24)],
+                StepLimits::new(1, 64),
+                &mut || {},
+            )
+            .unwrap();
+        assert!(out[0].text.contains("Paris"), "{name}: {:?}", out[0].text);
+    }
+}
