@@ -12,15 +12,17 @@
 #  5. the cluster (benches/gpu-cluster.sh): `resident embed` through a real scheduler and a
 #     CUDA agent process (TLS, tokens) against the bare actor, four actors sharing one GPU at
 #     0.25 each, and the NVML series on /metrics;
+#  0. generation (issue 31): generate-bench against transformers' generate, bf16, batch 64,
+#     on SmolLM2-135M's shape with random weights;
 #  6. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
 #     with a token budget far past what fits; it must halve the budget and finish.
 # Every step runs even when one before it fails; failures print as FAILED lines.
-# SECTIONS="load embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+# SECTIONS="generate load embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
 set -uo pipefail
 work=/tmp/resident-gpu
 mkdir -p "$work"
-xz -dc .gpu-carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-bench" "$work/resident"
+xz -dc .gpu-carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-bench" "$work/resident" "$work/generate-bench"
 # The carried MiniLM's weights travel xz'd; unpacked beside its config, in the carry folder
 # (ignored by git), so every path below stays as it was.
 if [[ -f .gpu-carry/minilm-f16/model.safetensors.xz ]]; then
@@ -56,7 +58,24 @@ compare() { # model dir, dim, label, data
     --min-cosine 0.99 >> "$work/parity.txt"
 }
 
-sections=${SECTIONS:-load embed qwen3 cluster oom}
+sections=${SECTIONS:-generate load embed qwen3 cluster oom}
+if [[ $sections == *generate* ]]; then
+  # SmolLM2-135M's shape with random weights (the real GGUF cannot travel): the exported
+  # config and tokenizer (generate-bench --export-hf), weights made by transformers, loaded
+  # by both engines. The same prompts (news-length articles in the chat turn), greedy.
+  step "smollm2 random weights" python3 benches/generate_hf.py random --config .gpu-carry/smollm2-hf \
+    --out "$work/smollm2-random" >&2
+  echo
+  echo "SmolLM2-135M shape, random weights, bf16, 256 prompts, up to 128 new tokens"
+  step "resident generate-bench" env RUST_LOG=warn "$work/generate-bench" --model "$work/smollm2-random" \
+    --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 --prompts 256 --max-new-tokens 128 \
+    --batches ${GENERATE_BATCHES:-1,16,64,128}
+  echo
+  echo "| engine | prompts | prompt tokens | generated tokens | wall s | generated tokens/s |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  step "transformers generate" python3 benches/generate_hf.py time --model "$work/smollm2-random" \
+    --data "$work/wiki_long.jsonl" --prompts 256 --batch 64 --max-new-tokens 128 2>/dev/null
+fi
 if [[ $sections == *load* ]]; then
   # The driver keeps what it compiles from PTX in CUDA_CACHE_PATH: an empty one is a fresh
   # machine. 64 documents, so the load dominates.

@@ -5,7 +5,7 @@
 # shipped. Nothing else is needed on a fresh clone. The GPU machines run driver 580 (CUDA
 # 13.0), so the toolkit is pinned to 13.0.
 #
-#   scripts/build-cuda.sh           target/cuda/release/{resident,embed-bench} and stripped
+#   scripts/build-cuda.sh           target/cuda/release/{resident,embed-bench,generate-bench} and stripped
 #                                   copies in target/cuda/dist/ (small enough to carry to a GPU)
 #   scripts/build-cuda.sh --tests   also resident-models' unit tests built with CUDA, as
 #                                   target/cuda/dist/models-tests (their kernel checks need a GPU)
@@ -67,10 +67,10 @@ if [[ $mode == --check ]]; then
 fi
 
 cargo build --release --locked --target-dir target/cuda \
-  -p resident-cli --bin resident -p resident-bench --bin embed-bench --features cuda
+  -p resident-cli --bin resident -p resident-bench --bin embed-bench --bin generate-bench --features cuda
 dist=target/cuda/dist
 mkdir -p "$dist"
-for bin in resident embed-bench; do
+for bin in resident embed-bench generate-bench; do
   strip -o "$dist/$bin" "target/cuda/release/$bin"
 done
 if [[ $mode == --tests ]]; then

@@ -5,7 +5,7 @@
 # without its weights (too large to travel; gpu-bench.sh makes random ones of that shape),
 # the Wikipedia articles (xz) and the Qwen3 tokenizer (xz). benches/gpu-bench.sh unpacks and
 # runs them on the GPU machine; .gpu-profile/ (below) is for benches/gpu-profile.sh.
-# Needs: scripts/build-cuda.sh done, models and data fetched (python3 alone makes the f16 copy).
+# Needs: scripts/build-cuda.sh done, target/release/generate-bench built, models and data fetched (python3 alone makes the f16 copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .git/info && { grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude; }
@@ -14,9 +14,13 @@ rm -rf "$out" && mkdir -p "$out/minilm-f16/1_Pooling" "$out/mpnet-config/1_Pooli
 # Both binaries in one xz stream whose dictionary spans the pair: most of their bytes are
 # candle's kernels, the same in each, so the second costs little (29 MB as two files, 18 MB
 # this way). Single-threaded, since threads would split the stream and lose the sharing.
-tar -C target/cuda/dist -cf - resident embed-bench |
+tar -C target/cuda/dist -cf - resident embed-bench generate-bench |
   xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar.xz"
 xz -T0 -6 -c data/wiki_vital.jsonl > "$out/wiki_vital.jsonl.xz"
+# SmolLM2-135M-Instruct's config and tokenizer as a Hugging Face directory, without weights
+# (gpu-bench.sh fills it with random ones of that shape): the CPU build's generate-bench.
+target/release/generate-bench --model models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
+  --export-hf "$out/smollm2-hf" >/dev/null
 xz -T0 -6 -c models/qwen3-tokenizer/tokenizer.json > "$out/qwen3-tokenizer.json.xz"
 mpnet=models/all-mpnet-base-v2
 for f in config.json tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt \

@@ -29,10 +29,16 @@ impl Kind for Generate {
     type Error = String;
 }
 
+/// Sequences an actor decodes at once when its config does not say (CPU: enough rows to
+/// batch the weights' reads, few enough to keep a step's latency low).
+pub const DEFAULT_MAX_SEQUENCES: u32 = 32;
+
 /// What each actor of a `generate` pool loads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GenerateConfig {
-    /// A GGUF file, or a directory holding one; local, `s3://` or a Hugging Face id.
+    /// A GGUF file, a directory holding one, or a Hugging Face safetensors directory
+    /// (`config.json`, `*.safetensors`, `tokenizer.json`); local, `s3://` or a Hugging Face
+    /// id.
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_revision: Option<String>,
@@ -47,6 +53,11 @@ pub struct GenerateConfig {
     /// its KV cache; the model's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_context: Option<u32>,
+    /// The weights' precision: `auto` (absent: a GGUF file's quantised blocks on the CPU,
+    /// bf16 on a GPU, f32 for a safetensors checkpoint on the CPU), `quantised`, `f32`,
+    /// `f16` or `bf16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
 }
 
 /// One record's prompt: `before + text + after`. Only `text` (the record's own text) is

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
+use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
+use resident_models::generate::export::export_hf_checkpoint;
 use resident_models::generate::sampling::SamplingParams;
-use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate};
+use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate, WeightDtype};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -47,12 +49,35 @@ struct Args {
     /// JSONL file, for `benches/generate_llama_cpp.py` to time llama.cpp on the same tokens.
     #[arg(long)]
     prompts_out: Option<PathBuf>,
+    /// Instead of timing: write the GGUF model as a Hugging Face checkpoint directory here
+    /// (config, tokenizer.json, tokenizer_config.json; the weights with `--export-weights`),
+    /// for `transformers` to load, or to fill with random weights of its shape.
+    #[arg(long)]
+    export_hf: Option<PathBuf>,
+    #[arg(long)]
+    export_weights: bool,
+    /// Run on this CUDA device (a `cuda` build); the CPU when absent.
+    #[arg(long)]
+    gpu: Option<u32>,
+    /// The weights' precision: auto, quantised, f32, f16, bf16 (as the actor's `dtype`).
+    #[arg(long)]
+    dtype: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(dir) = &args.export_hf {
+        export_hf_checkpoint(&args.model, dir, args.export_weights)?;
+        println!("wrote {}", dir.display());
+        return Ok(());
+    }
     let started = Instant::now();
-    let model = GenerateModel::load(&args.model)?;
+    let device = select_device(args.gpu)?;
+    let model = GenerateModel::load_on(
+        &args.model,
+        &device,
+        WeightDtype::parse(args.dtype.as_deref())?,
+    )?;
     let load = started.elapsed();
     let file = std::io::BufReader::new(std::fs::File::open(&args.data)?);
     let mut requests = Vec::new();
@@ -87,9 +112,10 @@ fn main() -> anyhow::Result<()> {
     }
     let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum();
     println!(
-        "{} prompts, {prompt_tokens} prompt tokens, up to {} new tokens each; model loaded in {:.2} s",
+        "{} prompts, {prompt_tokens} prompt tokens, up to {} new tokens each; {}; model loaded in {:.2} s",
         requests.len(),
         args.max_new_tokens,
+        model.engine_name(),
         load.as_secs_f64()
     );
     println!();

@@ -59,6 +59,15 @@ pub struct GenerateArgs {
     /// model's own: longer record texts are cut from their middle. Bounds the KV cache.
     #[arg(long, env = "RESIDENT_MAX_CONTEXT")]
     max_context: Option<u32>,
+    /// The weights' precision on the actors: auto (a GGUF file's quantised blocks on the
+    /// CPU, bf16 on a GPU, f32 for a safetensors checkpoint on the CPU), quantised, f32,
+    /// f16 or bf16.
+    #[arg(
+        long,
+        env = "RESIDENT_WEIGHTS_DTYPE",
+        value_parser = ["auto", "quantised", "f32", "f16", "bf16"]
+    )]
+    dtype: Option<String>,
 }
 
 impl GenerateArgs {
@@ -105,6 +114,7 @@ impl GenerateArgs {
         generation.max_sequences = self.max_sequences;
         generation.max_step_tokens = self.max_step_tokens;
         generation.max_context = self.max_context;
+        generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
         Ok(config)
     }
 }

@@ -9,6 +9,29 @@ pub enum ModelError {
     BadPayload(String),
     #[error("{0}")]
     Task(String),
+    /// The device ran out of memory: a smaller batch may fit.
+    #[error("out of device memory: {0}")]
+    OutOfMemory(String),
+}
+
+impl ModelError {
+    /// A candle error, told apart as [`ModelError::OutOfMemory`] when the device ran out.
+    pub fn from_candle(error: candle_core::Error) -> Self {
+        if is_out_of_memory(&error) {
+            ModelError::OutOfMemory(error.to_string())
+        } else {
+            ModelError::Task(error.to_string())
+        }
+    }
+}
+
+/// Whether a device operation failed for want of memory: the CUDA driver's
+/// `CUDA_ERROR_OUT_OF_MEMORY`, or cuBLAS failing to allocate its workspace.
+pub(crate) fn is_out_of_memory(error: &candle_core::Error) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("out of memory")
+        || text.contains("out_of_memory")
+        || text.contains("cublas_status_alloc_failed")
 }
 
 impl From<candle_core::Error> for ModelError {

@@ -43,6 +43,9 @@ impl From<resident_models::ModelError> for BackendError {
             M::Load(message) => BackendError::Load(message),
             M::BadPayload(message) => BackendError::BadPayload(message),
             M::Task(message) => BackendError::Task(message),
+            M::OutOfMemory(message) => {
+                BackendError::Task(format!("out of device memory: {message}"))
+            }
         }
     }
 }

@@ -220,15 +220,6 @@ fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError>
     }
 }
 
-/// Whether a forward failed for want of device memory: the CUDA driver's
-/// `CUDA_ERROR_OUT_OF_MEMORY`, or cuBLAS failing to allocate its workspace.
-fn is_out_of_memory(error: &candle_core::Error) -> bool {
-    let text = error.to_string().to_ascii_lowercase();
-    text.contains("out of memory")
-        || text.contains("out_of_memory")
-        || text.contains("cublas_status_alloc_failed")
-}
-
 impl Embedder {
     /// Loads the model `config` names, reading only under `roots` (whose data roots also
     /// bound the sweep datasets this actor's trials read).
@@ -413,7 +404,7 @@ impl Embedder {
                     }
                     rows_done(embedded);
                 }
-                Err(error) if is_out_of_memory(&error) && batch.len() > 1 => {
+                Err(error) if crate::error::is_out_of_memory(&error) && batch.len() > 1 => {
                     self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
                     tracing::warn!(
                         budget = self.max_batch_tokens,

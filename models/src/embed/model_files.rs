@@ -179,7 +179,7 @@ pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelEr
     })
 }
 
-fn find_weights(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+pub(crate) fn find_weights(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let single = dir.join("model.safetensors");
     if single.is_file() {
         return Ok(vec![single]);

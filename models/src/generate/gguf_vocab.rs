@@ -29,10 +29,13 @@ const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 const PRE_WITH_SINGLE_DIGITS: &[&str] = &["smollm", "starcoder", "refact", "codeshell"];
 
 /// What a generation model needs of its vocabulary.
-pub struct GgufVocab {
+pub struct Vocab {
     pub tokenizer: Tokenizer,
     pub bos: Option<u32>,
     pub eos: u32,
+    /// Tokens that end a sequence: `eos`, and an end-of-turn token where the model has one
+    /// (Llama 3's `<|eot_id|>`).
+    pub end_tokens: Vec<u32>,
     /// Whether a raw prompt (`--template none`) starts with BOS.
     pub add_bos: bool,
     /// The Jinja chat template, if the file has one.
@@ -63,7 +66,7 @@ fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Option<u32> {
     metadata.get(key).and_then(|v| v.to_u32().ok())
 }
 
-impl GgufVocab {
+impl Vocab {
     /// Builds the tokenizer from `metadata`; only byte-level BPE (`gpt2`) is supported.
     pub fn from_metadata(metadata: &HashMap<String, Value>) -> Result<Self, ModelError> {
         let model = field(metadata, "tokenizer.ggml.model")?
@@ -136,10 +139,14 @@ impl GgufVocab {
         tokenizer.add_special_tokens(special).map_err(load_error)?;
         let eos = optional_u32(metadata, "tokenizer.ggml.eos_token_id")
             .ok_or_else(|| load_error("the file has no `tokenizer.ggml.eos_token_id`"))?;
+        let mut end_tokens = vec![eos];
+        end_tokens.extend(optional_u32(metadata, "tokenizer.ggml.eot_token_id"));
+        end_tokens.dedup();
         Ok(Self {
             tokenizer,
             bos: optional_u32(metadata, "tokenizer.ggml.bos_token_id"),
             eos,
+            end_tokens,
             add_bos: metadata
                 .get("tokenizer.ggml.add_bos_token")
                 .and_then(|v| v.to_bool().ok())

@@ -38,22 +38,35 @@ pub struct LlamaConfig {
     pub context: usize,
     pub rope_base: f32,
     pub rms_eps: f32,
+    /// How RoPE pairs a head's dimensions.
+    pub rope: RopeStyle,
+    /// Each pair's frequency is divided by its factor (Llama 3.1's long-context scaling);
+    /// `None`: all 1.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
-/// Architectures whose GGUF tensors this module reads.
-const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+/// Which dimensions of a head RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: GGUF's Llama layout (its converter permutes the query
+    /// and key rows into it).
+    Interleaved,
+    /// `(i, i + head_dim/2)`: Hugging Face checkpoints, and GGUF's Qwen.
+    Halves,
+}
+
+/// Architectures whose GGUF tensors the quantised CPU path reads.
+pub const QUANTISED_ARCHITECTURES: &[&str] = &["llama"];
+/// Architectures whose GGUF tensors the dense path (`dense.rs`) reads.
+pub const DENSE_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
 
 impl LlamaConfig {
     pub fn from_metadata(metadata: &HashMap<String, Value>) -> Result<Self, ModelError> {
-        let arch = metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+        let arch = Self::architecture(metadata);
+        if !DENSE_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(ModelError::Load(format!(
                 "GGUF architecture `{arch}` is not supported for generation (supported: {})",
-                SUPPORTED_ARCHITECTURES.join(", ")
+                DENSE_ARCHITECTURES.join(", ")
             )));
         }
         let number = |key: &str| -> Result<usize, ModelError> {
@@ -86,17 +99,46 @@ impl LlamaConfig {
             hidden,
             heads,
             kv_heads,
-            head_dim: hidden / heads,
+            head_dim: number("attention.key_length").unwrap_or(hidden / heads),
             ffn: number("feed_forward_length")?,
             vocab,
             context: number("context_length")?,
             rope_base: float("rope.freq_base", 10_000.0),
             rms_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
+            rope: if arch == "llama" {
+                RopeStyle::Interleaved
+            } else {
+                RopeStyle::Halves
+            },
+            rope_freq_factors: None,
         })
+    }
+
+    /// The GGUF architecture name, read back from the metadata (for errors).
+    pub fn architecture(metadata: &HashMap<String, Value>) -> String {
+        metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
+    }
+
+    /// Each pair's RoPE frequency, `base^(-2i/head_dim)` over its factor.
+    pub fn rope_frequencies(&self) -> Vec<f32> {
+        let half = self.head_dim / 2;
+        (0..half)
+            .map(|i| {
+                let freq = self.rope_base.powf(-2.0 * i as f32 / self.head_dim as f32);
+                match &self.rope_freq_factors {
+                    Some(factors) => freq / factors.get(i).copied().unwrap_or(1.0),
+                    None => freq,
+                }
+            })
+            .collect()
     }
 }
 
@@ -206,6 +248,15 @@ impl LlamaModel {
         let content = Content::read(&mut file)
             .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", path.display())))?;
         let config = LlamaConfig::from_metadata(&content.metadata)?;
+        let arch = LlamaConfig::architecture(&content.metadata);
+        if !QUANTISED_ARCHITECTURES.contains(&arch.as_str())
+            || content.tensor_infos.contains_key("rope_freqs.weight")
+        {
+            return Err(ModelError::Load(format!(
+                "the quantised CPU path takes plain Llama GGUF files, not `{arch}` (or RoPE \
+                 frequency factors); load it on the dense path (dtype f32, f16 or bf16)"
+            )));
+        }
         let file = &mut file;
         let embedding = vector(&content, file, "token_embd.weight")?;
         if embedding.len() != config.vocab * config.hidden {

@@ -10,6 +10,9 @@
 mod attention;
 pub mod batcher;
 pub mod chat;
+pub mod checkpoint;
+pub mod dense;
+pub mod export;
 pub mod gguf_vocab;
 mod lanes;
 pub mod llama;
@@ -19,12 +22,16 @@ pub mod sampling;
 use std::collections::VecDeque;
 use std::path::Path;
 
+use candle_core::quantized::gguf_file::Content;
+use candle_core::{DType, Device};
+
 use crate::ModelError;
 use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
 use chat::ChatTemplate;
-use gguf_vocab::GgufVocab;
-use llama::{LlamaModel, Row};
+use dense::{DenseKv, DenseLlama};
+use gguf_vocab::Vocab;
+use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row};
 use sampling::{Sampler, SamplingParams};
 
 /// Tokens the ` … ` of a cut text may take.
@@ -71,10 +78,100 @@ pub struct Generation {
     pub finish_reason: FinishReason,
 }
 
+/// The weights' precision, as an actor's config names it (`dtype`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightDtype {
+    /// A GGUF file's quantised blocks on the CPU (our kernels); bf16 on a GPU; a
+    /// safetensors checkpoint in f32 on the CPU.
+    #[default]
+    Auto,
+    /// A GGUF file's blocks as they are, on any device.
+    Quantised,
+    F32,
+    F16,
+    Bf16,
+}
+
+impl WeightDtype {
+    /// Parses a config's `dtype`: `auto` (or absent), `quantised`, `f32`, `f16`, `bf16`.
+    pub fn parse(name: Option<&str>) -> Result<Self, ModelError> {
+        match name.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("auto") => Ok(Self::Auto),
+            Some("quantised" | "quantized" | "q") => Ok(Self::Quantised),
+            Some("f32") => Ok(Self::F32),
+            Some("f16") => Ok(Self::F16),
+            Some("bf16") => Ok(Self::Bf16),
+            Some(other) => Err(ModelError::InvalidConfig(format!(
+                "dtype `{other}` is not one of auto, quantised, f32, f16, bf16"
+            ))),
+        }
+    }
+
+    /// The dense dtype on `device` (`None`: keep a GGUF file's quantised blocks).
+    fn dense(self, device: &Device) -> Option<DType> {
+        match self {
+            Self::Auto if device.is_cuda() => Some(DType::BF16),
+            Self::Auto | Self::F32 => Some(DType::F32),
+            Self::Quantised => None,
+            Self::F16 => Some(DType::F16),
+            Self::Bf16 => Some(DType::BF16),
+        }
+    }
+}
+
+/// The forward pass a model runs on.
+enum Engine {
+    /// Quantised weights on our CPU kernels (`llama.rs`).
+    Quantised(LlamaModel),
+    /// Tensors on a candle device (`dense.rs`).
+    Dense(DenseLlama),
+}
+
+/// The KV caches of one `generate` call, of the engine's kind.
+enum Cache {
+    Quantised(KvArena),
+    Dense(DenseKv),
+}
+
+impl Engine {
+    fn config(&self) -> &LlamaConfig {
+        match self {
+            Self::Quantised(model) => &model.config,
+            Self::Dense(model) => &model.config,
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut LlamaConfig {
+        match self {
+            Self::Quantised(model) => &mut model.config,
+            Self::Dense(model) => &mut model.config,
+        }
+    }
+
+    fn cache(&self, slots: usize) -> Cache {
+        match self {
+            Self::Quantised(model) => Cache::Quantised(KvArena::new(
+                model.config.layers,
+                model.config.kv_dim(),
+                slots,
+            )),
+            Self::Dense(model) => Cache::Dense(DenseKv::new(model, slots)),
+        }
+    }
+
+    fn forward(&self, rows: &[Row], cache: &mut Cache) -> Result<Vec<Vec<f32>>, ModelError> {
+        match (self, cache) {
+            (Self::Quantised(model), Cache::Quantised(kv)) => model.forward(rows, kv),
+            (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv),
+            _ => unreachable!("a cache comes from its own engine"),
+        }
+    }
+}
+
 /// A generation model, loaded once.
 pub struct GenerateModel {
-    model: LlamaModel,
-    vocab: GgufVocab,
+    engine: Engine,
+    vocab: Vocab,
     chat: Option<ChatTemplate>,
 }
 
@@ -89,10 +186,73 @@ struct InFlight {
 }
 
 impl GenerateModel {
-    /// Loads a GGUF model file.
+    /// Loads a GGUF model file on the CPU, quantised weights on our kernels (or, for
+    /// architectures they do not take, dequantised to f32).
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        let (model, metadata) = LlamaModel::load(path)?;
-        let vocab = GgufVocab::from_metadata(&metadata)?;
+        Self::load_on(path, &Device::Cpu, WeightDtype::Auto)
+    }
+
+    /// Loads a GGUF file or a Hugging Face safetensors directory onto `device`, its weights
+    /// in `dtype` ([`WeightDtype`] says what `Auto` picks).
+    pub fn load_on(path: &Path, device: &Device, dtype: WeightDtype) -> Result<Self, ModelError> {
+        if checkpoint::is_safetensors_dir(path) {
+            return Self::load_safetensors(path, device, dtype);
+        }
+        let mut file = std::fs::File::open(path)
+            .map_err(|e| ModelError::Load(format!("cannot open {}: {e}", path.display())))?;
+        let content = Content::read(&mut file)
+            .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", path.display())))?;
+        let vocab = Vocab::from_metadata(&content.metadata)?;
+        let arch = LlamaConfig::architecture(&content.metadata);
+        let our_kernels = device.is_cpu()
+            && matches!(dtype, WeightDtype::Auto | WeightDtype::Quantised)
+            && QUANTISED_ARCHITECTURES.contains(&arch.as_str())
+            && !content.tensor_infos.contains_key("rope_freqs.weight");
+        let engine = if our_kernels {
+            drop(file);
+            Engine::Quantised(LlamaModel::load(path)?.0)
+        } else {
+            let mut config = LlamaConfig::from_metadata(&content.metadata)?;
+            config.rope_freq_factors = checkpoint::gguf_rope_factors(&content, &mut file)?;
+            // On the CPU, `auto` for a file our kernels do not take means f32.
+            let dense_dtype = dtype.dense(device);
+            let mut weights = checkpoint::GgufWeights {
+                content: &content,
+                file: &mut file,
+                device,
+                dtype: dense_dtype.unwrap_or(DType::F32),
+                keep_quantised: dense_dtype.is_none(),
+            };
+            let dtype = dense_dtype.unwrap_or(DType::F32);
+            Engine::Dense(dense::build(config, &mut weights, device.clone(), dtype)?)
+        };
+        Self::with_vocab(engine, vocab)
+    }
+
+    fn load_safetensors(
+        dir: &Path,
+        device: &Device,
+        dtype: WeightDtype,
+    ) -> Result<Self, ModelError> {
+        let dtype = dtype.dense(device).ok_or_else(|| {
+            ModelError::InvalidConfig(format!(
+                "{} is a safetensors checkpoint, not quantised; use dtype f32, f16 or bf16",
+                dir.display()
+            ))
+        })?;
+        let config = checkpoint::hf_config(dir)?;
+        let vocab = checkpoint::hf_vocab(dir)?;
+        let tensors = checkpoint::open_safetensors(dir)?;
+        let mut weights = checkpoint::SafetensorsWeights {
+            tensors: &tensors,
+            device,
+            dtype,
+        };
+        let model = dense::build(config, &mut weights, device.clone(), dtype)?;
+        Self::with_vocab(Engine::Dense(model), vocab)
+    }
+
+    fn with_vocab(engine: Engine, vocab: Vocab) -> Result<Self, ModelError> {
         let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
         let chat = match &vocab.chat_template {
             Some(source) => Some(ChatTemplate::new(
@@ -102,18 +262,48 @@ impl GenerateModel {
             )?),
             None => None,
         };
-        Ok(Self { model, vocab, chat })
+        Ok(Self {
+            engine,
+            vocab,
+            chat,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &LlamaConfig {
+        self.engine.config()
+    }
+
+    /// Which forward pass runs: `quantised-cpu`, or the dense path's device and dtype.
+    pub fn engine_name(&self) -> String {
+        match &self.engine {
+            Engine::Quantised(_) => "quantised weights on the CPU kernels".into(),
+            Engine::Dense(model) => {
+                let device = if model.device.is_cuda() {
+                    "cuda"
+                } else {
+                    "cpu"
+                };
+                let quantised = matches!(model.lm_head, dense::DenseLinear::Quantised(_));
+                let weights = if quantised {
+                    "quantised".to_owned()
+                } else {
+                    format!("{:?}", model.dtype).to_ascii_lowercase()
+                };
+                format!("{weights} weights on {device}")
+            }
+        }
     }
 
     /// The context length in tokens: the model's, or less after [`Self::limit_context`].
     pub fn context(&self) -> usize {
-        self.model.config.context
+        self.config().context
     }
 
     /// Caps the context at `tokens` (when below the model's): prompts are cut to fit it and
     /// generation stops at it, which bounds each sequence's KV cache.
     pub fn limit_context(&mut self, tokens: usize) {
-        let config = &mut self.model.config;
+        let config = self.engine.config_mut();
         config.context = config.context.min(tokens.max(2));
     }
 
@@ -194,7 +384,7 @@ impl GenerateModel {
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
-        let mut kv = KvArena::new(self.model.config.layers, self.model.config.kv_dim(), 1);
+        let mut kv = self.engine.cache(1);
         let rows: Vec<Row> = prompt
             .iter()
             .enumerate()
@@ -205,7 +395,7 @@ impl GenerateModel {
                 logits: pos + 1 == prompt.len(),
             })
             .collect();
-        let mut logits = self.model.forward(&rows, &mut kv)?;
+        let mut logits = self.engine.forward(&rows, &mut kv)?;
         logits
             .pop()
             .ok_or_else(|| ModelError::Task("an empty prompt has no next token".into()))
@@ -230,11 +420,7 @@ impl GenerateModel {
         let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
         let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
         let mut free_slots: Vec<usize> = (0..limits.max_sequences).rev().collect();
-        let mut kv = KvArena::new(
-            self.model.config.layers,
-            self.model.config.kv_dim(),
-            limits.max_sequences,
-        );
+        let mut kv = self.engine.cache(limits.max_sequences);
         let mut flight: Vec<InFlight> = Vec::new();
         loop {
             while let Some(&next) = waiting.front() {
@@ -278,7 +464,7 @@ impl GenerateModel {
                     })
                 })
                 .collect();
-            let mut logits = self.model.forward(&rows, &mut kv)?.into_iter();
+            let mut logits = self.engine.forward(&rows, &mut kv)?.into_iter();
             let mut finished = Vec::new();
             for span in &spans {
                 let seq = &mut flight[span.seq];
@@ -319,7 +505,7 @@ impl GenerateModel {
             prompt_tokens: seq.prompt_len,
             finish_reason: reason,
         };
-        if next == self.vocab.eos {
+        if self.vocab.end_tokens.contains(&next) {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;
             return Ok(Some(finish(seq, FinishReason::Stop, text)));
         }
@@ -357,5 +543,7 @@ impl GenerateModel {
     }
 }
 
+#[cfg(test)]
+mod dense_tests;
 #[cfg(test)]
 mod tests;

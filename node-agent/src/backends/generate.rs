@@ -8,16 +8,17 @@ use std::path::{Path, PathBuf};
 use resident_actor::generate::{
     Completion, FinishReason, Generate, GenerateConfig, GenerateRequest, GenerateResponse, Template,
 };
+use resident_models::ModelError;
+use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::sampling::SamplingParams;
-use resident_models::generate::{self as engine, GenerateModel, GenerationRequest};
+use resident_models::generate::{
+    self as engine, GenerateModel, Generation, GenerationRequest, WeightDtype,
+};
 
 use super::typed::{Reply, TypedActor};
 use super::{BackendError, LoadContext, TaskProgress};
 
-/// Sequences in flight when the pool does not say (CPU: enough rows to batch the weights'
-/// reads, few enough to keep a step's latency low).
-const DEFAULT_MAX_SEQUENCES: u32 = 32;
 /// Rows in one forward step when the pool does not say.
 const DEFAULT_MAX_STEP_TOKENS: u32 = 512;
 
@@ -28,9 +29,10 @@ pub struct GenerateActor {
     _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
 }
 
-/// The GGUF file at `path`, or the one `.gguf` file in the directory `path`.
-fn gguf_file(path: &Path) -> Result<PathBuf, BackendError> {
-    if !path.is_dir() {
+/// What to load from `path`: a GGUF file, the one `.gguf` file in the directory `path`, or
+/// the directory itself when it is a safetensors checkpoint (it has a `config.json`).
+fn model_file(path: &Path) -> Result<PathBuf, BackendError> {
+    if !path.is_dir() || engine::checkpoint::is_safetensors_dir(path) {
         return Ok(path.to_owned());
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir(path)
@@ -41,7 +43,8 @@ fn gguf_file(path: &Path) -> Result<PathBuf, BackendError> {
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(BackendError::InvalidConfig(format!(
-            "{} holds no .gguf file; give the model's GGUF file",
+            "{} holds no .gguf file and no config.json; give a GGUF file or a safetensors \
+             checkpoint",
             path.display()
         ))),
         _ => Err(BackendError::InvalidConfig(format!(
@@ -52,27 +55,69 @@ fn gguf_file(path: &Path) -> Result<PathBuf, BackendError> {
     }
 }
 
+impl GenerateActor {
+    /// Completes `requests`; when the device runs out of memory, halves the sequences in
+    /// flight (and the step's tokens) for this and later calls and starts the batch again.
+    /// Each record's text depends only on its prompt, seed and id, so the rerun gives what
+    /// the first would have.
+    fn generate_fitting(
+        &mut self,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<Generation>, String> {
+        let mut generated = 0u64;
+        loop {
+            let progress = &self.progress;
+            let outcome = self.model.generate(requests, self.limits, &mut || {
+                generated += 1;
+                progress.report(generated);
+            });
+            match outcome {
+                Ok(outputs) => return Ok(outputs),
+                Err(ModelError::OutOfMemory(message)) if self.limits.max_sequences > 1 => {
+                    self.limits = StepLimits::new(
+                        self.limits.max_sequences / 2,
+                        self.limits.max_step_tokens / 2,
+                    );
+                    tracing::warn!(
+                        max_sequences = self.limits.max_sequences,
+                        max_step_tokens = self.limits.max_step_tokens,
+                        %message,
+                        "out of device memory; halving the sequences in flight"
+                    );
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+    }
+}
+
 impl TypedActor for GenerateActor {
     type Kind = Generate;
 
     fn load(config: GenerateConfig, context: &LoadContext) -> Result<Self, BackendError> {
         if config.model.is_empty() {
             return Err(BackendError::InvalidConfig(
-                "the generate kind needs `model`: a GGUF file".into(),
+                "the generate kind needs `model`: a GGUF file or a safetensors directory".into(),
             ));
         }
         let local = context
             .models
             .local_dir(&config.model, config.model_revision.as_deref())?;
         let checked = context.roots.check_model_path(Path::new(&local))?;
-        let mut model = GenerateModel::load(&gguf_file(&checked)?)?;
+        let device = select_device(context.device.real_gpu())?;
+        let dtype = WeightDtype::parse(config.dtype.as_deref())?;
+        let mut model = GenerateModel::load_on(&model_file(&checked)?, &device, dtype)?;
+        tracing::info!(engine = %model.engine_name(), "generation model loaded");
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
         }
         Ok(Self {
             model,
             limits: StepLimits::new(
-                config.max_sequences.unwrap_or(DEFAULT_MAX_SEQUENCES) as usize,
+                config
+                    .max_sequences
+                    .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES)
+                    as usize,
                 config.max_step_tokens.unwrap_or(DEFAULT_MAX_STEP_TOKENS) as usize,
             ),
             progress: context.progress.clone(),
@@ -114,15 +159,7 @@ impl TypedActor for GenerateActor {
                 stop: params.stop.clone(),
             });
         }
-        let mut generated = 0u64;
-        let progress = &self.progress;
-        let outputs = self
-            .model
-            .generate(&requests, self.limits, &mut || {
-                generated += 1;
-                progress.report(generated);
-            })
-            .map_err(|e| e.to_string())?;
+        let outputs = self.generate_fitting(&requests)?;
         let completions = request
             .prompts
             .iter()
@@ -216,5 +253,25 @@ mod tests {
             .err()
             .expect("refused");
         assert!(error.to_string().contains("no .gguf file"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_dtype_is_refused_with_the_ones_there_are() {
+        let config = GenerateConfig {
+            model: smollm2(),
+            dtype: Some("f8".into()),
+            ..GenerateConfig::default()
+        };
+        let context = LoadContext::standalone("a1", Vec::new());
+        let error = GenerateActor::load(config, &context)
+            .err()
+            .expect("refused");
+        assert!(error.is_permanent(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("not one of auto, quantised, f32, f16, bf16"),
+            "{error}"
+        );
     }
 }

@@ -1,0 +1,572 @@
+//! A Llama-family decoder on a candle device: the GPU path, and the path for safetensors
+//! checkpoints and architectures the quantised CPU kernels do not take (Qwen2's attention
+//! biases, Qwen3's per-head query and key norms).
+//!
+//! The same ragged batch as [`super::llama`]: a step is a list of rows, each one token of one
+//! sequence at its own position. Every linear layer takes all rows as one matrix (one cuBLAS
+//! call on a GPU); attention batches the decoding sequences together (one row each, their
+//! keys padded to the longest and masked) and runs each prefilling sequence on its own.
+//!
+//! Weights are dense tensors in the model's dtype (bf16 or f16 on a GPU, f32 on the CPU), or
+//! a GGUF file's quantised blocks kept as they are (candle's quantised matmul, activations in
+//! f32). The KV cache ([`DenseKv`]) is one tensor per layer and side, all slots at one
+//! capacity that doubles when a sequence needs more, up to the context.
+
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::llama::{LlamaConfig, RopeStyle, Row};
+use crate::ModelError;
+
+/// A linear layer's weight (`out x in`).
+pub enum DenseLinear {
+    /// In the model's dtype.
+    Dense(Tensor),
+    /// Quantised blocks as the GGUF file has them; activations go through f32.
+    Quantised(QMatMul),
+}
+
+impl DenseLinear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Dense(w) => x.matmul(&w.t()?),
+            Self::Quantised(w) => w.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype()),
+        }
+    }
+}
+
+/// One decoder layer's weights.
+pub struct DenseLayer {
+    pub attn_norm: Tensor,
+    pub wq: DenseLinear,
+    pub wk: DenseLinear,
+    pub wv: DenseLinear,
+    pub wo: DenseLinear,
+    /// Qwen2's attention biases.
+    pub q_bias: Option<Tensor>,
+    pub k_bias: Option<Tensor>,
+    pub v_bias: Option<Tensor>,
+    /// Qwen3's RMSNorms of each head's query and key (`head_dim` weights).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub ffn_norm: Tensor,
+    pub w_gate: DenseLinear,
+    pub w_up: DenseLinear,
+    pub w_down: DenseLinear,
+}
+
+/// The whole model on its device.
+pub struct DenseLlama {
+    pub config: LlamaConfig,
+    pub device: Device,
+    /// The activations' dtype.
+    pub dtype: DType,
+    /// `vocab x hidden`.
+    pub embedding: Tensor,
+    pub layers: Vec<DenseLayer>,
+    pub output_norm: Tensor,
+    pub lm_head: DenseLinear,
+}
+
+/// The KV caches of all slots: per layer, keys and values as `(slots * capacity) x kv_dim`,
+/// slot `s`'s position `p` at row `s * capacity + p`.
+pub struct DenseKv {
+    slots: usize,
+    capacity: usize,
+    context: usize,
+    kv_dim: usize,
+    layers: usize,
+    device: Device,
+    dtype: DType,
+    keys: Vec<Tensor>,
+    values: Vec<Tensor>,
+}
+
+/// Capacity a cache starts with when first used.
+const FIRST_CAPACITY: usize = 64;
+
+impl DenseKv {
+    pub fn new(model: &DenseLlama, slots: usize) -> Self {
+        Self {
+            slots: slots.max(1),
+            capacity: 0,
+            context: model.config.context,
+            kv_dim: model.config.kv_dim(),
+            layers: model.config.layers,
+            device: model.device.clone(),
+            dtype: model.dtype,
+            keys: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Grows every slot to hold positions `0..len` (doubling, at most the context).
+    fn reserve(&mut self, len: usize) -> candle_core::Result<()> {
+        if len <= self.capacity {
+            return Ok(());
+        }
+        let capacity = len
+            .next_power_of_two()
+            .max(FIRST_CAPACITY)
+            .min(self.context.max(len));
+        let (slots, old, kv_dim) = (self.slots, self.capacity, self.kv_dim);
+        let grow = |side: Option<&Tensor>| -> candle_core::Result<Tensor> {
+            let fresh = Tensor::zeros((slots, capacity - old, kv_dim), self.dtype, &self.device)?;
+            let grown = match side {
+                Some(side) => Tensor::cat(&[&side.reshape((slots, old, kv_dim))?, &fresh], 1)?,
+                None => fresh,
+            };
+            grown.reshape((slots * capacity, kv_dim))
+        };
+        let mut keys = Vec::with_capacity(self.layers);
+        let mut values = Vec::with_capacity(self.layers);
+        for layer in 0..self.layers {
+            keys.push(grow(self.keys.get(layer))?);
+            values.push(grow(self.values.get(layer))?);
+        }
+        (self.keys, self.values, self.capacity) = (keys, values, capacity);
+        Ok(())
+    }
+
+    /// The bytes the cache holds now.
+    pub fn bytes(&self) -> usize {
+        2 * self.layers * self.slots * self.capacity * self.kv_dim * self.dtype.size_in_bytes()
+    }
+}
+
+/// Where each row's key and value go: `(rows x kv_dim)` indexes into a layer's cache.
+fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<Tensor> {
+    let at: Vec<u32> = rows
+        .iter()
+        .map(|r| (r.slot * kv.capacity + r.pos) as u32)
+        .collect();
+    Tensor::from_vec(at, (rows.len(), 1), &kv.device)?
+        .broadcast_as((rows.len(), kv.kv_dim))?
+        .contiguous()
+}
+
+/// Rows of one step grouped for attention: the decoding sequences together, each
+/// prefilling sequence alone.
+struct AttentionGroups {
+    /// `(row index, slot, position)` of each decode row (a sequence's only row this step).
+    decode: Vec<(usize, usize, usize)>,
+    /// `(first row, rows, slot, first position)` of each sequence with several rows.
+    prefill: Vec<(usize, usize, usize, usize)>,
+}
+
+fn group_rows(rows: &[Row]) -> AttentionGroups {
+    let mut groups = AttentionGroups {
+        decode: Vec::new(),
+        prefill: Vec::new(),
+    };
+    let mut start = 0;
+    while start < rows.len() {
+        let slot = rows[start].slot;
+        let end = (start..rows.len())
+            .find(|&i| rows[i].slot != slot)
+            .unwrap_or(rows.len());
+        if end - start == 1 {
+            groups.decode.push((start, slot, rows[start].pos));
+        } else {
+            groups
+                .prefill
+                .push((start, end - start, slot, rows[start].pos));
+        }
+        start = end;
+    }
+    groups
+}
+
+/// The step's `(cos, sin)` per row and pair of head dimensions, in `dtype`.
+fn rotations(
+    config: &LlamaConfig,
+    rows: &[Row],
+    device: &Device,
+    dtype: DType,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let freqs = config.rope_frequencies();
+    let half = freqs.len();
+    let (mut cos, mut sin) = (
+        Vec::with_capacity(rows.len() * half),
+        Vec::with_capacity(rows.len() * half),
+    );
+    for row in rows {
+        for f in &freqs {
+            let (s, c) = (row.pos as f32 * f).sin_cos();
+            cos.push(c);
+            sin.push(s);
+        }
+    }
+    let cos = Tensor::from_vec(cos, (rows.len(), half), device)?.to_dtype(dtype)?;
+    let sin = Tensor::from_vec(sin, (rows.len(), half), device)?.to_dtype(dtype)?;
+    Ok((cos, sin))
+}
+
+/// Rotates `x` (`1 x heads x rows x head_dim`).
+fn rope(style: RopeStyle, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    match style {
+        RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin),
+        RopeStyle::Halves => candle_nn::rotary_emb::rope(x, cos, sin),
+    }
+}
+
+/// An additive mask: 0 where `allowed(row, key)`, minus infinity elsewhere.
+fn mask(
+    rows: usize,
+    keys: usize,
+    allowed: impl Fn(usize, usize) -> bool,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let values: Vec<f32> = (0..rows * keys)
+        .map(|i| {
+            if allowed(i / keys, i % keys) {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, (rows, keys), device)
+}
+
+impl DenseLlama {
+    /// Runs one step over `rows` (each sequence's rows together, in position order), writing
+    /// their keys and values into `kv`; returns the logits of each row that asked for them.
+    pub fn forward(&self, rows: &[Row], kv: &mut DenseKv) -> Result<Vec<Vec<f32>>, ModelError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.forward_tensors(rows, kv)
+            .map_err(ModelError::from_candle)
+    }
+
+    fn forward_tensors(
+        &self,
+        rows: &[Row],
+        kv: &mut DenseKv,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let c = &self.config;
+        let n = rows.len();
+        if let Some(row) = rows.iter().find(|r| r.token as usize >= c.vocab) {
+            candle_core::bail!(
+                "token {} is outside the vocabulary of {}",
+                row.token,
+                c.vocab
+            );
+        }
+        kv.reserve(rows.iter().map(|r| r.pos + 1).max().unwrap_or(1))?;
+        let ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
+        let ids = Tensor::from_vec(ids, n, &self.device)?;
+        let mut x = self.embedding.index_select(&ids, 0)?;
+        let (cos, sin) = rotations(c, rows, &self.device, self.dtype)?;
+        let at = cache_rows(rows, kv)?;
+        let groups = group_rows(rows);
+        for (index, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps)?;
+            let q = with_bias(layer.wq.forward(&h)?, &layer.q_bias)?;
+            let k = with_bias(layer.wk.forward(&h)?, &layer.k_bias)?;
+            let v = with_bias(layer.wv.forward(&h)?, &layer.v_bias)?;
+            let q = self.heads_rotated(&q, c.heads, &layer.q_norm, &cos, &sin)?;
+            let k = self.heads_rotated(&k, c.kv_heads, &layer.k_norm, &cos, &sin)?;
+            kv.keys[index].scatter_set(&at, &k.reshape((n, c.kv_dim()))?, 0)?;
+            kv.values[index].scatter_set(&at, &v.contiguous()?, 0)?;
+            let attended = self.attend(&q, kv, index, &groups, n)?;
+            x = (x + layer.wo.forward(&attended)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps)?;
+            let gate = layer.w_gate.forward(&h)?.silu()?;
+            let up = layer.w_up.forward(&h)?;
+            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+        }
+        let wanted: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted = Tensor::from_vec(wanted.clone(), wanted.len(), &self.device)?;
+        let x = x.index_select(&wanted, 0)?;
+        let x = candle_nn::ops::rms_norm(&x, &self.output_norm, c.rms_eps)?;
+        self.lm_head
+            .forward(&x)?
+            .to_dtype(DType::F32)?
+            .to_vec2::<f32>()
+    }
+
+    /// `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed (Qwen3)
+    /// and rotated.
+    fn heads_rotated(
+        &self,
+        x: &Tensor,
+        heads: usize,
+        norm: &Option<Tensor>,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let (n, hd) = (x.dim(0)?, self.config.head_dim);
+        let mut x = x.reshape((n, heads, hd))?;
+        if let Some(norm) = norm {
+            x = candle_nn::ops::rms_norm(&x.contiguous()?, norm, self.config.rms_eps)?;
+        }
+        let x = x.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
+        let x = rope(self.config.rope, &x, cos, sin)?;
+        x.squeeze(0)?.transpose(0, 1)?.contiguous()
+    }
+
+    /// Each row's attention output (`rows x hidden`), from its queries `q` (`rows x heads x
+    /// head_dim`) over its sequence's cache in `layer`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        kv: &DenseKv,
+        layer: usize,
+        groups: &AttentionGroups,
+        n: usize,
+    ) -> candle_core::Result<Tensor> {
+        let c = &self.config;
+        let (kvh, hd, group) = (c.kv_heads, c.head_dim, c.heads / c.kv_heads);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let keys = kv.keys[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
+        let values = kv.values[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
+        let mut pieces: Vec<Tensor> = Vec::new();
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        if !groups.decode.is_empty() {
+            let b = groups.decode.len();
+            let longest = groups.decode.iter().map(|d| d.2 + 1).max().unwrap_or(1);
+            let index = |pick: fn(&(usize, usize, usize)) -> usize| {
+                let values: Vec<u32> = groups.decode.iter().map(|d| pick(d) as u32).collect();
+                Tensor::from_vec(values, b, &self.device)
+            };
+            let slots = index(|d| d.1)?;
+            let gather = |side: &Tensor| -> candle_core::Result<Tensor> {
+                // index_select wants its source contiguous: the whole slots first.
+                side.index_select(&slots, 0)?
+                    .narrow(1, 0, longest)?
+                    .permute((0, 2, 1, 3))?
+                    .contiguous()
+            };
+            let (k, v) = (gather(&keys)?, gather(&values)?);
+            let q_rows = q.index_select(&index(|d| d.0)?, 0)?;
+            let q_rows = q_rows.reshape((b, kvh, group, hd))?;
+            let positions: Vec<usize> = groups.decode.iter().map(|d| d.2).collect();
+            let mask = mask(b, longest, |i, j| j <= positions[i], &self.device)?
+                .reshape((b, 1, 1, longest))?;
+            let out = attention_core(&q_rows, &k, &v, &mask, scale)?;
+            pieces.push(out.reshape((b, c.heads * hd))?);
+            order.extend(groups.decode.iter().map(|d| d.0 as u32));
+        }
+        for &(first, m, slot, start) in &groups.prefill {
+            let len = start + m;
+            let pick = |side: &Tensor| -> candle_core::Result<Tensor> {
+                side.narrow(0, slot, 1)?
+                    .narrow(1, 0, len)?
+                    .permute((0, 2, 1, 3))?
+                    .contiguous()
+            };
+            let (k, v) = (pick(&keys)?, pick(&values)?);
+            // rows x heads x hd -> 1 x kv_heads x (group * rows) x hd
+            let q_rows =
+                q.narrow(0, first, m)?
+                    .transpose(0, 1)?
+                    .reshape((1, kvh, group * m, hd))?;
+            let mask = mask(m, len, |i, j| j <= start + i, &self.device)?
+                .unsqueeze(0)?
+                .repeat((group, 1, 1))?
+                .reshape((1, 1, group * m, len))?;
+            let out = attention_core(&q_rows, &k, &v, &mask, scale)?;
+            let out = out
+                .reshape((c.heads, m, hd))?
+                .transpose(0, 1)?
+                .reshape((m, c.heads * hd))?;
+            pieces.push(out);
+            order.extend((first..first + m).map(|i| i as u32));
+        }
+        let joined = Tensor::cat(&pieces, 0)?;
+        // Back to row order: row `order[i]` is at `i`.
+        let mut inverse = vec![0u32; n];
+        for (at, &row) in order.iter().enumerate() {
+            inverse[row as usize] = at as u32;
+        }
+        joined.index_select(&Tensor::from_vec(inverse, n, &self.device)?, 0)
+    }
+}
+
+/// `softmax(q k^T * scale + mask) v` for `q`: `b x kv_heads x r x hd`, `k`, `v`: `b x
+/// kv_heads x len x hd`, `mask` broadcast to `b x kv_heads x r x len`; scores in f32.
+fn attention_core(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    let scores = (q.contiguous()?.matmul(&k.transpose(2, 3)?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = scores.broadcast_add(mask)?;
+    let weights = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
+    weights.matmul(v)
+}
+
+fn with_bias(x: Tensor, bias: &Option<Tensor>) -> candle_core::Result<Tensor> {
+    match bias {
+        Some(bias) => x.broadcast_add(bias),
+        None => Ok(x),
+    }
+}
+
+/// The weight names of a checkpoint: how one part of the model is called in its files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Embedding,
+    OutputNorm,
+    Output,
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Part {
+    /// The part's tensor name in a GGUF file.
+    pub fn gguf_name(self, layer: usize) -> String {
+        let global = match self {
+            Self::Embedding => Some("token_embd.weight"),
+            Self::OutputNorm => Some("output_norm.weight"),
+            Self::Output => Some("output.weight"),
+            _ => None,
+        };
+        if let Some(name) = global {
+            return name.to_owned();
+        }
+        let part = match self {
+            Self::AttnNorm => "attn_norm.weight",
+            Self::Q => "attn_q.weight",
+            Self::K => "attn_k.weight",
+            Self::V => "attn_v.weight",
+            Self::O => "attn_output.weight",
+            Self::QBias => "attn_q.bias",
+            Self::KBias => "attn_k.bias",
+            Self::VBias => "attn_v.bias",
+            Self::QNorm => "attn_q_norm.weight",
+            Self::KNorm => "attn_k_norm.weight",
+            Self::FfnNorm => "ffn_norm.weight",
+            Self::Gate => "ffn_gate.weight",
+            Self::Up => "ffn_up.weight",
+            _ => "ffn_down.weight",
+        };
+        format!("blk.{layer}.{part}")
+    }
+
+    /// The part's tensor name in a Hugging Face safetensors checkpoint.
+    pub fn hf_name(self, layer: usize) -> String {
+        let global = match self {
+            Self::Embedding => Some("model.embed_tokens.weight"),
+            Self::OutputNorm => Some("model.norm.weight"),
+            Self::Output => Some("lm_head.weight"),
+            _ => None,
+        };
+        if let Some(name) = global {
+            return name.to_owned();
+        }
+        let part = match self {
+            Self::AttnNorm => "input_layernorm.weight",
+            Self::Q => "self_attn.q_proj.weight",
+            Self::K => "self_attn.k_proj.weight",
+            Self::V => "self_attn.v_proj.weight",
+            Self::O => "self_attn.o_proj.weight",
+            Self::QBias => "self_attn.q_proj.bias",
+            Self::KBias => "self_attn.k_proj.bias",
+            Self::VBias => "self_attn.v_proj.bias",
+            Self::QNorm => "self_attn.q_norm.weight",
+            Self::KNorm => "self_attn.k_norm.weight",
+            Self::FfnNorm => "post_attention_layernorm.weight",
+            Self::Gate => "mlp.gate_proj.weight",
+            Self::Up => "mlp.up_proj.weight",
+            _ => "mlp.down_proj.weight",
+        };
+        format!("model.layers.{layer}.{part}")
+    }
+}
+
+/// Where a checkpoint's weights come from: a tensor by part, or `None` when the file has
+/// no such tensor (optional parts: biases, norms, an untied output).
+pub trait WeightSource {
+    /// A vector or a matrix to hold dense, in `dtype`, on `device`.
+    fn dense(&mut self, part: Part, layer: usize) -> Result<Option<Tensor>, ModelError>;
+    /// A matrix for a linear layer.
+    fn linear(&mut self, part: Part, layer: usize) -> Result<Option<DenseLinear>, ModelError>;
+}
+
+/// Builds the model from `source`.
+pub fn build(
+    config: LlamaConfig,
+    source: &mut dyn WeightSource,
+    device: Device,
+    dtype: DType,
+) -> Result<DenseLlama, ModelError> {
+    let missing = |part: Part, layer: usize| {
+        ModelError::Load(format!(
+            "the checkpoint has no `{}` (`{}`)",
+            part.hf_name(layer),
+            part.gguf_name(layer)
+        ))
+    };
+    let need = |source: &mut dyn WeightSource, part: Part, layer: usize| {
+        source
+            .dense(part, layer)?
+            .ok_or_else(|| missing(part, layer))
+    };
+    let mut layers = Vec::with_capacity(config.layers);
+    for i in 0..config.layers {
+        let linear = |source: &mut dyn WeightSource, part: Part| {
+            source.linear(part, i)?.ok_or_else(|| missing(part, i))
+        };
+        layers.push(DenseLayer {
+            attn_norm: need(source, Part::AttnNorm, i)?,
+            wq: linear(source, Part::Q)?,
+            wk: linear(source, Part::K)?,
+            wv: linear(source, Part::V)?,
+            wo: linear(source, Part::O)?,
+            q_bias: source.dense(Part::QBias, i)?,
+            k_bias: source.dense(Part::KBias, i)?,
+            v_bias: source.dense(Part::VBias, i)?,
+            q_norm: source.dense(Part::QNorm, i)?,
+            k_norm: source.dense(Part::KNorm, i)?,
+            ffn_norm: need(source, Part::FfnNorm, i)?,
+            w_gate: linear(source, Part::Gate)?,
+            w_up: linear(source, Part::Up)?,
+            w_down: linear(source, Part::Down)?,
+        });
+    }
+    let embedding = need(source, Part::Embedding, 0)?;
+    let (vocab, hidden) = embedding.dims2().map_err(ModelError::from_candle)?;
+    if (vocab, hidden) != (config.vocab, config.hidden) {
+        return Err(ModelError::Load(format!(
+            "the token embedding is {vocab} x {hidden}, not {} x {}",
+            config.vocab, config.hidden
+        )));
+    }
+    let lm_head = match source.linear(Part::Output, 0)? {
+        Some(output) => output,
+        // Tied embeddings.
+        None => match source.linear(Part::Embedding, 0)? {
+            Some(tied) => tied,
+            None => DenseLinear::Dense(embedding.clone()),
+        },
+    };
+    Ok(DenseLlama {
+        output_norm: need(source, Part::OutputNorm, 0)?,
+        config,
+        device,
+        dtype,
+        embedding,
+        layers,
+        lm_head,
+    })
+}

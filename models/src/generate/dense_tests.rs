@@ -1,0 +1,221 @@
+//! The dense path (`dense.rs`, `checkpoint.rs`) against the real SmolLM2-135M-Instruct GGUF
+//! and checkpoints written from it: a Hugging Face safetensors directory and a Qwen2-style
+//! GGUF, both the same model in another layout. On the CPU, in f32; the GPU runs this code
+//! with bf16 tensors.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+use candle_core::{DType, Device, Tensor};
+
+use super::dense::Part;
+use super::*;
+
+fn gguf_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn dense_f32() -> &'static GenerateModel {
+    static MODEL: OnceLock<GenerateModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        GenerateModel::load_on(&gguf_path(), &Device::Cpu, WeightDtype::F32)
+            .unwrap_or_else(|e| panic!("{e}: run scripts/fetch-model.sh smollm2-135m-instruct"))
+    })
+}
+
+fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        id: id.into(),
+        prompt,
+        max_new_tokens,
+        sampling: SamplingParams::default(),
+        stop: Vec::new(),
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn argmax(logits: &[f32]) -> usize {
+    (0..logits.len())
+        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+        .unwrap()
+}
+
+const QUESTION: &str = "Answer in one sentence: What is the capital of France?";
+
+#[test]
+fn the_dense_path_answers_as_the_quantised_kernels_do() {
+    let dense = dense_f32();
+    assert_eq!(dense.engine_name(), "f32 weights on cpu");
+    let quantised = GenerateModel::load(&gguf_path()).unwrap();
+    assert_eq!(
+        quantised.engine_name(),
+        "quantised weights on the CPU kernels"
+    );
+    let prompt = dense.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
+    let a = dense.next_token_logits(&prompt).unwrap();
+    let b = quantised.next_token_logits(&prompt).unwrap();
+    assert_eq!(argmax(&a), argmax(&b));
+    // Quantised activations against f32 ones: llama.cpp's own spread is about 1.5.
+    assert!(max_abs_diff(&a, &b) < 4.0, "{}", max_abs_diff(&a, &b));
+    let out = dense
+        .generate(
+            &[greedy("q", prompt, 24)],
+            StepLimits::new(2, 64),
+            &mut || {},
+        )
+        .unwrap();
+    assert!(out[0].text.contains("Paris"), "{:?}", out[0].text);
+}
+
+/// Decode rows batched together, prefill per sequence, the cache grown past its first
+/// capacity (64) while other slots hold keys: each prompt decodes as it would alone.
+#[test]
+fn a_dense_batch_decodes_each_prompt_as_it_would_alone() {
+    let model = dense_f32();
+    let article: String = (0..40).map(|i| format!("Event {i} happened. ")).collect();
+    let prompts = [
+        "Name three colours.".to_owned(),
+        format!("Summarise in one sentence: {article}"),
+        "What is 12 plus 30?".to_owned(),
+    ];
+    let requests: Vec<GenerationRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let tokens = model.prompt_tokens(p, PromptTemplate::Chat).unwrap();
+            greedy(&format!("r{i}"), tokens, 40)
+        })
+        .collect();
+    assert!(
+        requests[1].prompt.len() > 64,
+        "the long prompt grows the cache"
+    );
+    let batched = model
+        .generate(&requests, StepLimits::new(2, 48), &mut || {})
+        .unwrap();
+    for (request, together) in requests.iter().zip(&batched) {
+        let alone = model
+            .generate(
+                std::slice::from_ref(request),
+                StepLimits::new(1, 512),
+                &mut || {},
+            )
+            .unwrap();
+        assert_eq!(together.tokens, alone[0].tokens, "{}", request.id);
+    }
+}
+
+#[test]
+fn a_safetensors_checkpoint_of_the_model_gives_the_gguf_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    export::export_hf_checkpoint(&gguf_path(), dir.path(), true).unwrap();
+    let hf = GenerateModel::load_on(dir.path(), &Device::Cpu, WeightDtype::Auto).unwrap();
+    assert_eq!(hf.engine_name(), "f32 weights on cpu");
+    let gguf = dense_f32();
+    let prompt = gguf.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
+    assert_eq!(
+        hf.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap(),
+        prompt,
+        "tokenizer.json and the chat template of tokenizer_config.json"
+    );
+    let diff = max_abs_diff(
+        &hf.next_token_logits(&prompt).unwrap(),
+        &gguf.next_token_logits(&prompt).unwrap(),
+    );
+    assert!(diff < 2e-3, "halves RoPE on unpermuted rows: {diff}");
+    let refused = GenerateModel::load_on(dir.path(), &Device::Cpu, WeightDtype::Quantised);
+    let message = refused.err().expect("not quantised").to_string();
+    assert!(message.contains("use dtype f32, f16 or bf16"), "{message}");
+}
+
+/// A Qwen2 GGUF: its architecture's metadata keys, RoPE in halves, attention biases.
+#[test]
+fn a_qwen2_gguf_loads_on_the_dense_path_with_its_biases() {
+    let mut file = std::fs::File::open(gguf_path()).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let metadata: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            "general.architecture" => (k.clone(), gguf_file::Value::String("qwen2".into())),
+            _ => (k.replacen("llama.", "qwen2.", 1), v.clone()),
+        })
+        .collect();
+    let config = dense_f32().config().clone();
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    for (part, layer, tensor) in export::halves_layout_tensors(&gguf_path(), &config).unwrap() {
+        let name = part.gguf_name(layer.unwrap_or(0));
+        tensors.push((name, QTensor::quantize(&tensor, GgmlDType::F32).unwrap()));
+    }
+    for layer in 0..config.layers {
+        for (part, width) in [
+            (Part::QBias, config.heads * config.head_dim),
+            (Part::KBias, config.kv_dim()),
+            (Part::VBias, config.kv_dim()),
+        ] {
+            let zeros = Tensor::zeros(width, DType::F32, &Device::Cpu).unwrap();
+            let bias = QTensor::quantize(&zeros, GgmlDType::F32).unwrap();
+            tensors.push((part.gguf_name(layer), bias));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen2-layout.gguf");
+    let mut out = std::fs::File::create(&path).unwrap();
+    let metadata: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+    drop(out);
+
+    let qwen = GenerateModel::load(&path).unwrap();
+    assert_eq!(
+        qwen.engine_name(),
+        "f32 weights on cpu",
+        "not our llama kernels"
+    );
+    assert_eq!(qwen.config().rope, llama::RopeStyle::Halves);
+    let prompt = qwen.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
+    let diff = max_abs_diff(
+        &qwen.next_token_logits(&prompt).unwrap(),
+        &dense_f32().next_token_logits(&prompt).unwrap(),
+    );
+    assert!(diff < 2e-3, "{diff}");
+}
+
+/// The GPU's quantised option: candle's quantised matmul over the file's blocks, on the
+/// dense path's attention and cache.
+#[test]
+fn quantised_blocks_run_on_the_dense_path() {
+    let mut file = std::fs::File::open(gguf_path()).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let config = LlamaConfig::from_metadata(&content.metadata).unwrap();
+    let vocab = Vocab::from_metadata(&content.metadata).unwrap();
+    let mut weights = checkpoint::GgufWeights {
+        content: &content,
+        file: &mut file,
+        device: &Device::Cpu,
+        dtype: DType::F32,
+        keep_quantised: true,
+    };
+    let model = dense::build(config, &mut weights, Device::Cpu, DType::F32).unwrap();
+    let model = GenerateModel::with_vocab(Engine::Dense(model), vocab).unwrap();
+    assert_eq!(model.engine_name(), "quantised weights on cpu");
+    let prompt = model.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
+    let out = model
+        .generate(
+            &[greedy("q", prompt, 24)],
+            StepLimits::new(1, 64),
+            &mut || {},
+        )
+        .unwrap();
+    assert!(out[0].text.contains("Paris"), "{:?}", out[0].text);
+}
