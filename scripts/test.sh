@@ -29,6 +29,11 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --release --locked --workspace --no-fail-fast
 fi
+# The Python package: built from source by pip, its pytest suite against real processes.
+scripts/test-python.sh
+# The API docs build without a warning (missing docs included, in resident-sdk and
+# resident-actor).
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --workspace
 # The GPU build: every crate and test target compiled with `--features cuda` (toolkit from
 # pinned PyPI wheels, as scripts/build-cuda.sh always does); the GPU tests need a GPU to run,
 # so here they are only built. RESIDENT_SKIP_CUDA_CHECK=1 skips it on a developer's machine;

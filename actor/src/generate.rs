@@ -41,6 +41,7 @@ pub struct GenerateConfig {
     /// id.
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The commit or content digest `model` is pinned to (set by jobs; `None` resolves it).
     pub model_revision: Option<String>,
     /// Sequences decoded at once (KV slots); the kind's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,6 +59,10 @@ pub struct GenerateConfig {
     /// `f16` or `bf16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
+    /// Threads an actor's forward steps use on the CPU; every core of the node when
+    /// absent (a job runs one generation actor per CPU node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 /// One record's prompt: `before + text + after`. Only `text` (the record's own text) is
@@ -67,12 +72,16 @@ pub struct GenerateConfig {
 pub struct PromptParts {
     /// The record's id: seeds its sampler.
     pub id: String,
+    /// Text before the record's (the instruction's head); never cut.
     pub before: String,
+    /// The record's own text: the part cut, from its middle, when the prompt is too long.
     pub text: String,
+    /// Text after the record's (the instruction's tail); never cut.
     pub after: String,
 }
 
 impl PromptParts {
+    /// A prompt of `before + text + after` for the record `id`.
     pub fn new(id: &str, before: &str, text: &str, after: &str) -> Self {
         Self {
             id: id.into(),
@@ -96,10 +105,13 @@ pub enum Template {
 /// Decoding parameters, the same for every prompt of a request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerateParams {
+    /// How the prompt is fed to the model.
     pub template: Template,
+    /// The most tokens to generate.
     pub max_new_tokens: u32,
     /// 0 is greedy.
     pub temperature: f32,
+    /// Nucleus sampling: draw from the likeliest tokens whose probabilities sum to this (1 keeps every token).
     pub top_p: f32,
     /// 0 keeps every token.
     pub top_k: u32,
@@ -126,7 +138,9 @@ impl Default for GenerateParams {
 /// A batch of prompts to complete.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerateRequest {
+    /// The prompts, completed together with continuous batching.
     pub prompts: Vec<PromptParts>,
+    /// Decoding parameters for every prompt.
     pub params: GenerateParams,
 }
 
@@ -152,10 +166,15 @@ impl FinishReason {
 /// One prompt's completion.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
+    /// The prompt's record id.
     pub id: String,
+    /// The generated text, without the end token or the stop string.
     pub text: String,
+    /// Tokens of the prompt as fed (after any cut).
     pub prompt_tokens: u32,
+    /// Tokens generated, the end token left out.
     pub generated_tokens: u32,
+    /// Why generation ended.
     pub finish_reason: FinishReason,
     /// The record's text was cut to fit the context.
     pub truncated: bool,
@@ -164,5 +183,6 @@ pub struct Completion {
 /// The completions, in the order of the request's prompts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerateResponse {
+    /// One per prompt, in the request's order.
     pub completions: Vec<Completion>,
 }

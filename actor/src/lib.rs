@@ -11,6 +11,36 @@
 //! asked for by its id, `name@version` ([`kind_id`]): bump [`Kind::VERSION`] whenever a type
 //! changes incompatibly, and the scheduler will place the new version only on agents that
 //! run it, and refuse a pool of a version no agent has.
+//!
+//! ```
+//! use resident_actor::{Kind, decode_reply, decode_request, encode_reply, encode_request, kind_id};
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// Counts the words of a text.
+//! struct WordCount;
+//!
+//! #[derive(Debug, PartialEq, Serialize, Deserialize)]
+//! struct Text(String);
+//!
+//! impl Kind for WordCount {
+//!     const NAME: &'static str = "word-count";
+//!     const VERSION: u32 = 1;
+//!     type Config = ();
+//!     type Request = Text;
+//!     type Response = usize;
+//!     type Error = String;
+//! }
+//!
+//! assert_eq!(kind_id::<WordCount>(), "word-count@1");
+//! // What a client sends and an agent reads back; then the agent's answer, the other way.
+//! let payload = encode_request::<WordCount>(&Text("a resident actor".into())).unwrap();
+//! let request = decode_request::<WordCount>(&payload).unwrap();
+//! let answer: Result<usize, String> = Ok(request.0.split_whitespace().count());
+//! let output = encode_reply::<WordCount>(&answer).unwrap();
+//! assert_eq!(decode_reply::<WordCount>(&output).unwrap(), Ok(3));
+//! ```
+
+#![warn(missing_docs)]
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,8 +83,11 @@ pub fn split_kind_id(id: &str) -> (&str, Option<u32>) {
 /// Which part of a call could not be encoded or decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
+    /// The pool's actor config.
     Config,
+    /// A call's request.
     Request,
+    /// A call's reply.
     Reply,
 }
 
@@ -75,10 +108,15 @@ impl std::fmt::Display for Part {
      must be built from the same version of the kind"
 )]
 pub struct CodecError {
+    /// The kind's id (`name@version`).
     pub kind: String,
+    /// `encode` or `decode`.
     pub action: &'static str,
+    /// What was being encoded or decoded.
     pub part: Part,
+    /// The Rust type it was encoded or decoded as.
     pub type_name: &'static str,
+    /// The codec's error.
     pub reason: String,
 }
 
@@ -108,10 +146,12 @@ fn decode<K: Kind, T: DeserializeOwned>(bytes: &[u8], part: Part) -> Result<T, C
     }
 }
 
+/// A request as the bytes of a task's payload.
 pub fn encode_request<K: Kind>(request: &K::Request) -> Result<Vec<u8>, CodecError> {
     encode::<K, _>(request, Part::Request)
 }
 
+/// A task's payload as the kind's request.
 pub fn decode_request<K: Kind>(bytes: &[u8]) -> Result<K::Request, CodecError> {
     decode::<K, _>(bytes, Part::Request)
 }
@@ -119,14 +159,17 @@ pub fn decode_request<K: Kind>(bytes: &[u8]) -> Result<K::Request, CodecError> {
 /// A call's outcome: the response, or the kind's own error.
 pub type Reply<K> = Result<<K as Kind>::Response, <K as Kind>::Error>;
 
+/// A reply (the kind's response, or its error) as the bytes of a task's output.
 pub fn encode_reply<K: Kind>(reply: &Reply<K>) -> Result<Vec<u8>, CodecError> {
     encode::<K, _>(reply, Part::Reply)
 }
 
+/// A task's output as the kind's reply.
 pub fn decode_reply<K: Kind>(bytes: &[u8]) -> Result<Reply<K>, CodecError> {
     decode::<K, _>(bytes, Part::Reply)
 }
 
+/// A pool's actor config as the bytes the agent hands the kind at load.
 pub fn encode_config<K: Kind>(config: &K::Config) -> Result<Vec<u8>, CodecError> {
     serde_json::to_vec(config).map_err(|e| codec_error::<K, K::Config>("encode", Part::Config, e))
 }

@@ -3,6 +3,7 @@
 
 use clap::{Args, Subcommand};
 use resident_proto::unix_ms_now;
+use resident_sdk::json::{job_json, pool_json};
 use resident_sdk::{Cluster, JobId, JobStatus, PoolStatus};
 use serde_json::json;
 
@@ -47,54 +48,6 @@ pub enum PoolCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-}
-
-pub(crate) fn job_json(job: &JobStatus) -> serde_json::Value {
-    let now = unix_ms_now();
-    json!({
-        "job_id": job.job_id.to_string(),
-        "name": job.name,
-        "pool": job.pool.to_string(),
-        "state": job.state.name(),
-        "owner": job.owner,
-        "submitted": job.submitted,
-        "queued": job.queued,
-        "running": job.running,
-        "succeeded": job.succeeded,
-        "failed": job.failed,
-        "cancelled": job.cancelled,
-        "expected_tasks": job.expected_tasks,
-        "progress": job.progress(),
-        "items_done": job.items_done,
-        "items_running": job.items_running,
-        "items_per_second": job.items_per_second(now),
-        "elapsed_seconds": job.elapsed(now).as_secs_f64(),
-        "started_unix_ms": job.started_unix_ms,
-        "finished_unix_ms": job.finished_unix_ms,
-        "gpu_seconds": job.gpu_seconds,
-        "cost_usd": job.cost_usd,
-        "summary": job.summary_json.as_deref().and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()),
-    })
-}
-
-fn pool_json(pool: &PoolStatus) -> serde_json::Value {
-    json!({
-        "name": pool.spec.name(),
-        "kind": pool.spec.kind(),
-        "replicas": pool.replicas(),
-        "ready_actors": pool.ready_actors,
-        "model_loads": pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
-        "idle_ttl_seconds": pool.spec.idle_ttl_wanted().map(|ttl| ttl.as_secs_f64()),
-        "actors": pool.actors.iter().map(|a| json!({
-            "actor_id": a.actor_id.to_string(),
-            "state": a.state.name(),
-            "node_id": a.node_id.as_ref().map(|n| n.to_string()),
-            "gpu_indices": a.gpu_indices,
-            "model_loads": a.model_loads,
-            "tasks_done": a.tasks_done,
-        })).collect::<Vec<_>>(),
-        "unplaced_reason": pool.unplaced_reason,
-    })
 }
 
 fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {

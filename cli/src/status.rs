@@ -1,6 +1,6 @@
 use clap::Args;
+use resident_sdk::json::{node_state, status_json};
 use resident_sdk::{ActorInfo, NodeInfo};
-use serde_json::json;
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -23,59 +23,6 @@ pub struct StatusArgs {
         value_name = "INTERVAL"
     )]
     watch: Option<std::time::Duration>,
-}
-
-/// `alive`, `draining` (shutting down, finishing its tasks in hand) or `dead`.
-fn node_state(node: &NodeInfo) -> &'static str {
-    match (node.alive, node.draining) {
-        (true, false) => "alive",
-        (true, true) => "draining",
-        (false, _) => "dead",
-    }
-}
-
-pub fn status_json(nodes: &[NodeInfo], actors: &[ActorInfo]) -> serde_json::Value {
-    let nodes: Vec<_> = nodes
-        .iter()
-        .map(|n| {
-            json!({
-                "node_id": n.node_id,
-                "state": node_state(n),
-                "labels": n.labels,
-                "hostname": n.hostname,
-                "generation": n.generation,
-                "credential": n.credential,
-                "gpus": n.gpus.iter().map(|g| json!({
-                    "index": g.index,
-                    "name": g.name,
-                    "total_vram_bytes": g.total_vram_bytes,
-                    "free_vram_bytes": g.free_vram_bytes,
-                    "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
-                    "simulated": g.simulated,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let actors: Vec<_> = actors
-        .iter()
-        .map(|a| {
-            json!({
-                "actor_id": a.actor_id,
-                "pool": a.pool,
-                "node_id": a.node_id,
-                "gpu_index": a.gpu_indices.first(),
-                "gpu_indices": a.gpu_indices,
-                "state": a.state.name(),
-                "model_loads": a.model_loads,
-                "restarts": a.restarts,
-                "tasks_done": a.tasks_done,
-                "in_flight": a.in_flight,
-                "vram_bytes": a.vram_bytes,
-                "error": a.error,
-            })
-        })
-        .collect();
-    json!({ "nodes": nodes, "actors": actors })
 }
 
 fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
@@ -169,7 +116,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             .collect();
         if args.json {
             let mut line = status_json(&nodes, &actors);
-            line["jobs"] = jobs.iter().map(crate::ops::job_json).collect();
+            line["jobs"] = jobs.iter().map(resident_sdk::json::job_json).collect();
             println!("{line}");
         } else {
             if terminal {

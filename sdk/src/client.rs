@@ -48,11 +48,15 @@ pub struct TaskOutput {
     pub seq: u64,
     /// The actor's output, or why the task failed for good.
     pub output: Result<Bytes, String>,
+    /// Times the task was run (more than 1 after a retry).
     pub attempts: u32,
     /// The actor that ran it last (empty when it never ran).
     pub actor_id: ActorId,
+    /// The node of that actor.
     pub node_id: NodeId,
+    /// Microseconds the task waited in the scheduler's queue.
     pub queue_micros: u64,
+    /// Microseconds the actor took to run it.
     pub run_micros: u64,
 }
 
@@ -178,6 +182,7 @@ impl Cluster {
         self
     }
 
+    /// The scheduler's URL.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -298,6 +303,7 @@ impl Cluster {
             .collect())
     }
 
+    /// A job's status by its id.
     pub async fn job_status(&self, job_id: &JobId) -> Result<JobStatus, SdkError> {
         let request = pb::GetJobRequest {
             job_id: job_id.to_string(),
@@ -357,10 +363,12 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// The pool's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The pool's spec, actors and readiness.
     pub async fn status(&self) -> Result<PoolStatus, SdkError> {
         let request = pb::GetPoolRequest {
             pool: self.name.clone(),
@@ -410,6 +418,7 @@ impl Pool {
         }
     }
 
+    /// Sets the pool's replica count; the scheduler starts or stops actors to match.
     pub async fn scale(&self, replicas: u32) -> Result<PoolStatus, SdkError> {
         let request = pb::ScalePoolRequest {
             pool: self.name.clone(),
@@ -420,6 +429,7 @@ impl Pool {
         Ok(status.into_inner().into())
     }
 
+    /// Deletes the pool: its actors stop and free what they hold; its queued tasks fail.
     pub async fn delete(&self) -> Result<(), SdkError> {
         self.delete_pool(false).await.map(drop)
     }
@@ -559,6 +569,7 @@ pub struct CallSession {
 }
 
 impl CallSession {
+    /// Sends one payload and waits for its output; calls on one session run one at a time.
     pub async fn call(&mut self, payload: impl Into<Bytes>) -> Result<Bytes, SdkError> {
         self.tx
             .send(payload.into())

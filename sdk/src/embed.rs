@@ -34,6 +34,7 @@ impl EmbedPoolSpec {
         }
     }
 
+    /// Actors in the pool.
     pub fn replicas(mut self, replicas: u32) -> Self {
         self.pool = self.pool.replicas(replicas);
         self
@@ -45,6 +46,7 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// Only nodes with the label `key=value` (repeatable).
     pub fn selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.pool = self.pool.selector(key, value);
         self
@@ -70,16 +72,19 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// The most tokens (padding included) in one model batch; halved on out-of-memory.
     pub fn max_batch_tokens(mut self, tokens: usize) -> Self {
         self.config.insert("max_batch_tokens".into(), tokens.into());
         self
     }
 
+    /// The most texts in one model batch.
     pub fn max_batch_size(mut self, size: usize) -> Self {
         self.config.insert("max_batch_size".into(), size.into());
         self
     }
 
+    /// The instruction prefixed to queries (`embed_queries`), for models trained with one.
     pub fn query_instruction(mut self, instruction: impl Into<String>) -> Self {
         self.config
             .insert("query_instruction".into(), instruction.into().into());
@@ -92,6 +97,7 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// The untyped pool spec of the `embed` kind this describes.
     pub fn into_pool_spec(self) -> PoolSpec {
         self.pool
             .config_json(&serde_json::Value::Object(self.config))
@@ -103,18 +109,25 @@ impl EmbedPoolSpec {
 pub struct EmbedStats {
     /// Texts in the chunk.
     pub count: u32,
+    /// The vectors' width.
     pub dim: u32,
     /// Real tokens, and tokens the model ran including padding.
     pub tokens: u64,
+    /// Tokens the model ran, padding included.
     pub padded_tokens: u64,
     /// Rows cut to the model's max_seq_length.
     pub truncated_rows: Vec<u32>,
+    /// Microseconds spent tokenising.
     pub tokenize_micros: u64,
+    /// Microseconds spent in the model.
     pub model_micros: u64,
+    /// Microseconds for the whole chunk.
     pub total_micros: u64,
+    /// Model batches the chunk took.
     pub batches: u32,
     /// `Cpu` or `Cuda(0)`, and `f32`/`f16`/`bf16`.
     pub device: String,
+    /// The model's dtype: `f32`, `f16` or `bf16`.
     pub dtype: String,
     /// The token budget per batch at the end of the chunk (halved on out-of-memory).
     pub max_batch_tokens: u64,
@@ -146,20 +159,27 @@ impl From<pb::EmbedResponse> for EmbedStats {
 /// One embedded chunk.
 #[derive(Clone, Debug)]
 pub struct EmbeddedChunk {
+    /// The chunk's position in the submitted stream.
     pub seq: u64,
+    /// The vectors' width.
     pub dim: usize,
     /// `count x dim` row-major.
     pub values: Vec<f32>,
+    /// How the actor embedded it.
     pub stats: EmbedStats,
+    /// The actor that embedded it.
     pub actor_id: ActorId,
+    /// The node of that actor.
     pub node_id: NodeId,
 }
 
 impl EmbeddedChunk {
+    /// Each text's vector, in the chunk's order.
     pub fn rows(&self) -> impl Iterator<Item = &[f32]> {
         self.values.chunks(self.dim.max(1))
     }
 
+    /// Decodes an `embed` task's output.
     pub fn from_output(output: TaskOutput) -> Result<Self, SdkError> {
         let bytes = output.output.map_err(SdkError::TaskFailed)?;
         let mut stats = pb::EmbedResponse::decode(bytes).map_err(|e| {
@@ -219,6 +239,7 @@ pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
 /// A ready pool of `embed` actors.
 #[derive(Clone)]
 pub struct EmbedPool {
+    /// The pool underneath.
     pub pool: Pool,
     chunk_size: usize,
 }

@@ -2,17 +2,23 @@
 #[derive(Debug, thiserror::Error)]
 pub enum SdkError {
     #[error("invalid cluster url `{url}`")]
+    /// The URL does not parse as a scheduler address.
     BadUrl {
+        /// The URL as given.
         url: String,
         #[source]
+        /// Why it does not parse.
         source: tonic::transport::Error,
     },
     #[error("cannot connect to the scheduler at {url}{hint}")]
+    /// The scheduler could not be reached.
     Connect {
+        /// The URL dialled.
         url: String,
         /// What probably went wrong (TLS mismatch, untrusted certificate), with `: ` before it.
         hint: String,
         #[source]
+        /// The transport's error.
         source: tonic::transport::Error,
     },
     /// The CA file or the token cannot be used as given.
@@ -25,8 +31,10 @@ pub enum SdkError {
     #[error("permission denied: {0}")]
     PermissionDenied(String),
     #[error("invalid request: {0}")]
+    /// The request is malformed (the message says which field and why).
     InvalidArgument(String),
     #[error("not found: {0}")]
+    /// The pool, job or node does not exist.
     NotFound(String),
     /// The cluster has no room for the pool as asked (VRAM, GPUs, labels).
     #[error("cannot be placed: {0}")]
@@ -36,12 +44,21 @@ pub enum SdkError {
     Precondition(String),
     /// Every actor of the pool failed to start (a model that does not load, a bad config).
     #[error("every actor of pool `{pool}` failed: {error}")]
-    ActorsFailed { pool: String, error: String },
+    /// Every actor of a pool failed to load: the pool's name and the last actor's error.
+    ActorsFailed {
+        /// The pool's name.
+        pool: String,
+        /// The last actor's error.
+        error: String,
+    },
     #[error("already exists: {0}")]
+    /// A pool of that name exists with another spec.
     AlreadyExists(String),
     #[error("scheduler unavailable: {0}")]
+    /// The scheduler is not reachable now (retry later).
     Unavailable(String),
     #[error("timed out: {0}")]
+    /// The call did not finish in time.
     Timeout(String),
     /// A job's stream broke and the scheduler did not come back within the cluster's
     /// reconnect timeout (`Cluster::with_reconnect_timeout`).
@@ -51,15 +68,26 @@ pub enum SdkError {
          resumes from what was written"
     )]
     SchedulerGone {
+        /// The job whose stream broke.
         job: String,
+        /// How long the client waited for the scheduler.
         waited: std::time::Duration,
+        /// The last error while reconnecting.
         last_error: String,
     },
     #[error("scheduler error ({code:?}): {message}")]
-    Scheduler { code: tonic::Code, message: String },
+    /// Any other error the scheduler answered with: its gRPC code and message.
+    Scheduler {
+        /// The gRPC code.
+        code: tonic::Code,
+        /// The scheduler's message.
+        message: String,
+    },
     #[error("task failed: {0}")]
+    /// A task failed for good (after its retries): the actor's error.
     TaskFailed(String),
     #[error("local cluster failed to start: {0}")]
+    /// `Cluster::local` could not start its scheduler or agent.
     LocalStart(String),
     /// Vectors of one call came from two different models (agents that resolved one model
     /// name to different files).

@@ -11,10 +11,15 @@ use crate::pool_spec::PoolSpec;
 /// One GPU of a node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuInfo {
+    /// The GPU's index on its node.
     pub index: u32,
+    /// The GPU's UUID (NVML), or a simulated one.
     pub uuid: String,
+    /// The GPU's model (`NVIDIA A10G`).
     pub name: String,
+    /// The GPU's memory, in bytes.
     pub total_vram_bytes: u64,
+    /// Memory not held by any actor, in bytes.
     pub free_vram_bytes: u64,
     /// CUDA compute capability, `(major, minor)`.
     pub compute_capability: (u32, u32),
@@ -25,15 +30,23 @@ pub struct GpuInfo {
 /// One node agent, alive or dead.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
+    /// The node's id (its agent's `--node-id`).
     pub node_id: NodeId,
     /// Changes whenever the agent process restarts.
     pub generation: String,
+    /// The host the agent runs on.
     pub hostname: String,
+    /// Whether the agent's heartbeats arrive.
     pub alive: bool,
+    /// The node's labels, for pool selectors.
     pub labels: BTreeMap<String, String>,
+    /// The node's GPUs.
     pub gpus: Vec<GpuInfo>,
+    /// CPU cores the agent offers.
     pub cpu_cores: u32,
+    /// The host's memory, in bytes.
     pub ram_bytes: u64,
+    /// Milliseconds since the agent's last heartbeat.
     pub last_heartbeat_ms_ago: u64,
     /// The credential (token name) the agent joined with; `anonymous` without tokens.
     pub credential: String,
@@ -45,10 +58,15 @@ pub struct NodeInfo {
 /// Where an actor is in its life (see the scheduler's actor state machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActorState {
+    /// Not placed on a node yet.
     Pending,
+    /// Placed; loading its model.
     Starting,
+    /// Loaded; taking tasks.
     Ready,
+    /// Finishing the tasks in hand before it stops.
     Draining,
+    /// Stopped or lost.
     Dead,
     /// A state this SDK does not know (a newer scheduler).
     Unknown,
@@ -71,18 +89,27 @@ impl ActorState {
 /// One resident actor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActorInfo {
+    /// The actor's id.
     pub actor_id: ActorId,
+    /// The pool it belongs to.
     pub pool: PoolName,
     /// `None` while the actor is not placed.
     pub node_id: Option<NodeId>,
+    /// The GPUs it holds on its node.
     pub gpu_indices: Vec<u32>,
+    /// The share of each GPU it holds (0 on the CPU).
     pub gpu_fraction: f64,
+    /// Where it stands.
     pub state: ActorState,
     /// Model loads over every restart of this actor.
     pub model_loads: u64,
+    /// Times the actor was started again after a failure.
     pub restarts: u32,
+    /// VRAM it reserves, in bytes.
     pub vram_bytes: u64,
+    /// Tasks it is running now.
     pub in_flight: u32,
+    /// Tasks it has finished.
     pub tasks_done: u64,
     /// The last load or run error, if any.
     pub error: Option<String>,
@@ -98,14 +125,18 @@ impl ActorInfo {
 /// A pool and its actors.
 #[derive(Clone, Debug)]
 pub struct PoolStatus {
+    /// What the pool asked for.
     pub spec: PoolSpec,
+    /// Actors that have loaded and take tasks.
     pub ready_actors: u32,
+    /// The pool's actors.
     pub actors: Vec<ActorInfo>,
     /// Why some actors are not placed yet, when they are not.
     pub unplaced_reason: Option<String>,
 }
 
 impl PoolStatus {
+    /// The replica count asked for.
     pub fn replicas(&self) -> u32 {
         self.spec.replicas_wanted()
     }
@@ -114,12 +145,17 @@ impl PoolStatus {
 /// Where a job is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum JobState {
+    /// Tasks queued or running.
     Running,
+    /// Every task succeeded.
     Succeeded,
+    /// Some task failed for good.
     Failed,
+    /// Cancelled by its client.
     Cancelled,
     /// The scheduler restarted while the job ran; its recorded outcomes are kept.
     Interrupted,
+    /// A state this client does not know (a newer scheduler).
     Unknown,
 }
 
@@ -127,15 +163,25 @@ pub enum JobState {
 /// failed and cancelled.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobStatus {
+    /// The job's id.
     pub job_id: JobId,
+    /// The pool it runs on.
     pub pool: PoolName,
+    /// The name its client gave it.
     pub name: String,
+    /// Where it stands.
     pub state: JobState,
+    /// Tasks submitted so far.
     pub submitted: u64,
+    /// Tasks waiting for an actor.
     pub queued: u64,
+    /// Tasks running on actors.
     pub running: u64,
+    /// Tasks that succeeded.
     pub succeeded: u64,
+    /// Tasks that failed for good.
     pub failed: u64,
+    /// Tasks cancelled.
     pub cancelled: u64,
     /// Who submitted it (the token's name; `anonymous` when the cluster has no tokens).
     pub owner: String,
@@ -143,12 +189,15 @@ pub struct JobStatus {
     pub expected_tasks: u64,
     /// Items (documents) of succeeded tasks, and those done so far inside running ones.
     pub items_done: u64,
+    /// Items done so far inside running tasks (actors report within a task).
     pub items_running: u64,
     /// Unix milliseconds; `finished_unix_ms` is 0 while the job runs.
     pub started_unix_ms: u64,
+    /// When the job finished (0 while it runs).
     pub finished_unix_ms: u64,
     /// GPU-seconds its pool held while it ran, and their price.
     pub gpu_seconds: f64,
+    /// The price of those GPU-seconds, in US dollars.
     pub cost_usd: f64,
     /// What the job says about itself (a sweep's leaderboard), JSON.
     pub summary_json: Option<String>,
@@ -169,6 +218,7 @@ impl JobState {
 }
 
 impl JobStatus {
+    /// Whether tasks are still queued or running.
     pub fn is_running(&self) -> bool {
         self.state == JobState::Running
     }

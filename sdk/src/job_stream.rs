@@ -30,6 +30,7 @@ use crate::request_queue::RequestQueue;
 /// gives back what it held for it at once, rather than after the detach grace it keeps for
 /// a client that lost its connection.
 pub struct JobStream {
+    /// The job's id (to inspect or cancel it from elsewhere).
     pub job_id: JobId,
     results: mpsc::Receiver<Result<TaskOutput, SdkError>>,
     items_running: watch::Receiver<u64>,
@@ -85,12 +86,14 @@ type Inputs = Pin<Box<dyn Stream<Item = TaskPayload> + Send>>;
 /// scheduler counts for the job's docs/s (`items_done`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskPayload {
+    /// What the actor receives.
     pub payload: Bytes,
     /// At least 1.
     pub items: u32,
 }
 
 impl TaskPayload {
+    /// A payload covering `items` items (at least 1).
     pub fn new(payload: impl Into<Bytes>, items: u32) -> Self {
         Self {
             payload: payload.into(),

@@ -4,24 +4,35 @@
 //! With its default features this crate is the client alone: it depends on neither the
 //! servers nor any model or storage crate, and its API shows no generated protobuf types.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), resident_sdk::SdkError> {
-//! use futures::StreamExt;
-//! use resident_sdk::{Cluster, PoolSpec};
-//! let cluster = Cluster::connect("http://127.0.0.1:50051").await?;
-//! let pool = cluster.create_pool(PoolSpec::new("stats", "text-stats").replicas(2)).await?;
-//! pool.wait_ready(std::time::Duration::from_secs(30)).await?;
-//! let outputs = pool.map(["hello world", "resident actors"]).await?;
-//! let mut results = pool.submit("job", futures::stream::iter(vec!["a".to_owned()])).await?;
-//! while let Some(result) = results.next().await { let _ = result?; }
-//! # Ok(()) }
 //! ```
+//! # #[cfg(feature = "local")] {
+//! use resident_sdk::{Cluster, LocalConfig, PoolSpec};
+//! let runtime = tokio::runtime::Runtime::new().unwrap();
+//! runtime.block_on(async {
+//!     // A scheduler and an agent in this process; on a cluster,
+//!     // `Cluster::connect("https://scheduler:50051").await?`.
+//!     let cluster = Cluster::local(LocalConfig::default()).await?;
+//!     cluster.wait_for_nodes(1, std::time::Duration::from_secs(30)).await?;
+//!     // Two resident actors of the built-in `echo` kind.
+//!     let pool = cluster.create_pool(PoolSpec::new("echo", "echo").replicas(2)).await?;
+//!     pool.wait_ready(std::time::Duration::from_secs(30)).await?;
+//!     // Outputs in input order (`pool.submit` streams them as they finish).
+//!     let outputs = pool.map(["hello", "resident"]).await?;
+//!     assert_eq!(outputs[1].output.as_deref().unwrap(), b"resident");
+//!     Ok::<_, resident_sdk::SdkError>(())
+//! })
+//! .unwrap();
+//! # }
+//! ```
+
+#![warn(missing_docs)]
 
 mod client;
 mod embed;
 mod error;
 mod info;
 mod job_stream;
+pub mod json;
 #[cfg(feature = "local")]
 mod local;
 mod pool_spec;

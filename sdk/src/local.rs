@@ -26,13 +26,17 @@ use crate::error::SdkError;
 pub struct LocalConfig {
     /// Address to serve on; port 0 picks a free one.
     pub listen: std::net::SocketAddr,
+    /// The agent's node id.
     pub node_id: String,
     /// `A6000:48GiB x8`-style simulated GPUs; `None` discovers real ones.
     pub simulate_gpus: Option<String>,
+    /// The agent's labels, `key=value,key=value`.
     pub labels: String,
     /// Where pools and jobs persist; `None` keeps them in memory.
     pub state_dir: Option<PathBuf>,
+    /// The scheduler's settings.
     pub core: CoreConfig,
+    /// The actor kinds the agent offers.
     pub kinds: ActorKindRegistry,
     /// Where the agent downloads `s3://` and Hugging Face models, and how it reaches S3.
     pub models: ModelCacheConfig,

@@ -37,6 +37,7 @@ impl PoolSpec {
         self.spec.resources.get_or_insert_with(Default::default)
     }
 
+    /// Actors in the pool.
     pub fn replicas(mut self, replicas: u32) -> Self {
         self.spec.replicas = replicas;
         self
@@ -48,35 +49,42 @@ impl PoolSpec {
         self
     }
 
+    /// VRAM each actor reserves on its GPU, in bytes.
     pub fn vram_bytes(mut self, bytes: u64) -> Self {
         self.resources().vram_bytes = bytes;
         self
     }
 
+    /// VRAM each actor reserves on its GPU, in GiB.
     pub fn vram_gib(self, gib: f64) -> Self {
         self.vram_bytes((gib * (1u64 << 30) as f64) as u64)
     }
 
+    /// CPU cores each actor reserves.
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.resources().cpus = cpus;
         self
     }
 
+    /// Only nodes with the label `key=value` (repeatable).
     pub fn selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.resources().selector.insert(key.into(), value.into());
         self
     }
 
+    /// Only nodes with all these labels.
     pub fn selectors(mut self, labels: BTreeMap<String, String>) -> Self {
         self.resources().selector.extend(labels);
         self
     }
 
+    /// Only GPUs whose model name contains this (`A10G`).
     pub fn gpu_model(mut self, model: impl Into<String>) -> Self {
         self.resources().gpu_model = model.into();
         self
     }
 
+    /// Only GPUs of at least this CUDA compute capability.
     pub fn min_compute(mut self, major: u32, minor: u32) -> Self {
         let resources = self.resources();
         resources.min_compute_major = major;
@@ -84,6 +92,7 @@ impl PoolSpec {
         self
     }
 
+    /// Places the actors on different nodes where it can.
     pub fn spread(mut self) -> Self {
         self.resources().strategy = pb::PlacementStrategy::Spread as i32;
         self
@@ -97,16 +106,19 @@ impl PoolSpec {
         self
     }
 
+    /// Tasks one actor holds at once (its credit; default: the scheduler's).
     pub fn max_in_flight_per_actor(mut self, credit: u32) -> Self {
         self.spec.max_in_flight_per_actor = credit;
         self
     }
 
+    /// Restarts an actor may spend before the pool gives up on it.
     pub fn max_restarts(mut self, restarts: u32) -> Self {
         self.spec.max_restarts = restarts;
         self
     }
 
+    /// Runs a task may take (retries after actor failures) before it fails for good.
     pub fn max_task_attempts(mut self, attempts: u32) -> Self {
         self.spec.max_task_attempts = attempts;
         self
@@ -133,10 +145,12 @@ impl PoolSpec {
         (self.spec.idle_ttl_ms > 0).then(|| std::time::Duration::from_millis(self.spec.idle_ttl_ms))
     }
 
+    /// The pool's name.
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
+    /// The replica count asked for.
     pub fn replicas_wanted(&self) -> u32 {
         self.spec.replicas
     }

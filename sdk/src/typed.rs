@@ -44,8 +44,11 @@ pub struct TypedPool<K: Kind> {
 pub struct TypedOutput<K: Kind> {
     /// Position of the request in the submitted stream (0-based).
     pub seq: u64,
+    /// The kind's reply: its response, or its error.
     pub reply: Reply<K>,
+    /// The actor that answered.
     pub actor_id: ActorId,
+    /// The node of that actor.
     pub node_id: NodeId,
 }
 

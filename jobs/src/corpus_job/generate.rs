@@ -151,6 +151,7 @@ impl ChunkWork for GenerateWork {
             max_step_tokens: self.max_step_tokens,
             max_context: self.max_context,
             dtype: self.dtype.clone(),
+            threads: None,
         };
         let mut spec =
             PoolSpec::typed::<Generate>(super::pool_name::<Self>(config), &actor_config)?

@@ -160,7 +160,7 @@ pub fn hf_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
     }
     let heads = hf.num_attention_heads;
     let kv_heads = hf.num_key_value_heads.unwrap_or(heads);
-    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(ModelError::Load(format!(
             "inconsistent attention shape: {heads} heads, {kv_heads} KV heads"
         )));

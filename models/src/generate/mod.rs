@@ -214,17 +214,23 @@ impl GenerateModel {
         } else {
             let mut config = LlamaConfig::from_metadata(&content.metadata)?;
             config.rope_freq_factors = checkpoint::gguf_rope_factors(&content, &mut file)?;
-            // On the CPU, `auto` for a file our kernels do not take means f32.
+            // `None`: the file's blocks stay quantised, activations in f32. On the CPU,
+            // `auto` for a file our kernels do not take means f32.
             let dense_dtype = dtype.dense(device);
+            let activations = dense_dtype.unwrap_or(DType::F32);
             let mut weights = checkpoint::GgufWeights {
                 content: &content,
                 file: &mut file,
                 device,
-                dtype: dense_dtype.unwrap_or(DType::F32),
+                dtype: activations,
                 keep_quantised: dense_dtype.is_none(),
             };
-            let dtype = dense_dtype.unwrap_or(DType::F32);
-            Engine::Dense(dense::build(config, &mut weights, device.clone(), dtype)?)
+            Engine::Dense(dense::build(
+                config,
+                &mut weights,
+                device.clone(),
+                activations,
+            )?)
         };
         Self::with_vocab(engine, vocab)
     }
@@ -274,7 +280,8 @@ impl GenerateModel {
         self.engine.config()
     }
 
-    /// Which forward pass runs: `quantised-cpu`, or the dense path's device and dtype.
+    /// Which forward pass runs, in words: the quantised CPU kernels, or the dense path's
+    /// weights and device (`bf16 weights on cuda`).
     pub fn engine_name(&self) -> String {
         match &self.engine {
             Engine::Quantised(_) => "quantised weights on the CPU kernels".into(),

@@ -4,6 +4,7 @@
 //! The contract (config, request, response) is [`resident_actor::generate`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use resident_actor::generate::{
     Completion, FinishReason, Generate, GenerateConfig, GenerateRequest, GenerateResponse, Template,
@@ -24,6 +25,10 @@ const DEFAULT_MAX_STEP_TOKENS: u32 = 512;
 
 pub struct GenerateActor {
     model: GenerateModel,
+    /// The actor's own compute threads on the CPU (`None` on a GPU): every core by default,
+    /// whatever the process's one-thread-per-operation setting for encoders
+    /// (`--compute-threads`) says, since a node runs one generation actor.
+    threads: Option<Arc<rayon::ThreadPool>>,
     limits: StepLimits,
     progress: TaskProgress,
     _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
@@ -53,6 +58,24 @@ fn model_file(path: &Path) -> Result<PathBuf, BackendError> {
             found.len()
         ))),
     }
+}
+
+/// A thread pool of `threads` (every core when `None`) for the actor's forward steps.
+fn compute_threads(threads: Option<u32>) -> Result<rayon::ThreadPool, BackendError> {
+    let count = match threads {
+        Some(0) => {
+            return Err(BackendError::InvalidConfig(
+                "`threads` must be at least 1 (absent: every core)".into(),
+            ));
+        }
+        Some(count) => count as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(count)
+        .thread_name(|i| format!("generate-{i}"))
+        .build()
+        .map_err(|e| BackendError::Load(format!("cannot start {count} compute threads: {e}")))
 }
 
 impl GenerateActor {
@@ -105,6 +128,10 @@ impl TypedActor for GenerateActor {
             .local_dir(&config.model, config.model_revision.as_deref())?;
         let checked = context.roots.check_model_path(Path::new(&local))?;
         let device = select_device(context.device.real_gpu())?;
+        let threads = match device.is_cpu() {
+            true => Some(Arc::new(compute_threads(config.threads)?)),
+            false => None,
+        };
         let dtype = WeightDtype::parse(config.dtype.as_deref())?;
         let mut model = GenerateModel::load_on(&model_file(&checked)?, &device, dtype)?;
         tracing::info!(engine = %model.engine_name(), "generation model loaded");
@@ -113,6 +140,7 @@ impl TypedActor for GenerateActor {
         }
         Ok(Self {
             model,
+            threads,
             limits: StepLimits::new(
                 config
                     .max_sequences
@@ -159,7 +187,10 @@ impl TypedActor for GenerateActor {
                 stop: params.stop.clone(),
             });
         }
-        let outputs = self.generate_fitting(&requests)?;
+        let outputs = match self.threads.clone() {
+            Some(threads) => threads.install(|| self.generate_fitting(&requests))?,
+            None => self.generate_fitting(&requests)?,
+        };
         let completions = request
             .prompts
             .iter()

@@ -1,0 +1,321 @@
+"""Resident from Python: resident model actors on a cluster, or on one in this process.
+
+>>> import resident
+>>> cluster = resident.local()                       # like ray.init(): a scheduler and an agent here
+>>> vectors = cluster.embed(["a text", "another"], model="models/all-MiniLM-L6-v2")
+>>> vectors.shape
+(2, 384)
+
+Every call releases the GIL while it waits and hears Ctrl-C (the call's job is cancelled
+and ``KeyboardInterrupt`` raised); long calls show a progress bar (``progress=False`` turns
+it off). Errors are :class:`ResidentError` and its subclasses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import types
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _resident
+from ._progress import Bar
+from .errors import (
+    BadInput,
+    PermissionDenied,
+    ResidentError,
+    SchedulerGone,
+    Unauthenticated,
+    Unplaceable,
+)
+
+__all__ = [
+    "local",
+    "connect",
+    "Cluster",
+    "Pool",
+    "ResidentError",
+    "Unplaceable",
+    "Unauthenticated",
+    "PermissionDenied",
+    "SchedulerGone",
+    "BadInput",
+]
+
+#: Texts ``embed`` takes from its input at a time: the input is read a window at a time,
+#: so an iterator of millions of strings is never held whole.
+EMBED_WINDOW = 8192
+
+
+def local(simulate_gpus: Optional[str] = None, state_dir: Optional[str] = None) -> "Cluster":
+    """Starts a scheduler and one agent in this process, like ``ray.init()``.
+
+    ``simulate_gpus`` (``"T4:16GiB x2"``) gives the agent simulated GPUs, so pools that ask
+    for GPUs run, on CPU, anywhere. ``state_dir`` keeps pools and jobs across restarts.
+    The cluster stops when the last reference to it goes.
+    """
+    return Cluster(_resident.local(simulate_gpus, state_dir))
+
+
+def connect(
+    url: Optional[str] = None, token: Optional[str] = None, ca: Optional[str] = None
+) -> "Cluster":
+    """Connects to a running scheduler.
+
+    ``url``, ``token`` and ``ca`` (a PEM file) default to ``RESIDENT_CLUSTER``,
+    ``RESIDENT_TOKEN`` and ``RESIDENT_CA``. ``https://`` is always TLS.
+    """
+    url = url or os.environ.get("RESIDENT_CLUSTER")
+    if not url:
+        raise BadInput(
+            "no cluster url: pass connect(url) or set RESIDENT_CLUSTER "
+            "(or use resident.local() for a cluster in this process)",
+            "BadInput",
+        )
+    token = token or os.environ.get("RESIDENT_TOKEN") or None
+    ca = ca or os.environ.get("RESIDENT_CA") or None
+    return Cluster(_resident.connect(url, token, ca))
+
+
+def _namespace(value: Any) -> Any:
+    """JSON as plain objects: dicts become namespaces with the same fields."""
+    if isinstance(value, Mapping):
+        return types.SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_namespace(v) for v in value]
+    return value
+
+
+def _texts(items: Iterable[Any]) -> Iterator[str]:
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise BadInput(
+                f"text {index} is a {type(item).__name__}, not a str: "
+                "embed takes strings (decode bytes first)",
+                "BadInput",
+            )
+        yield item
+
+
+class Pool:
+    """A pool of resident actors: bytes in, bytes out."""
+
+    def __init__(self, native: "_resident.NativePool") -> None:
+        self._native = native
+
+    @property
+    def name(self) -> str:
+        """The pool's name."""
+        return self._native.name()
+
+    def map(self, payloads: Iterable[bytes]) -> list[bytes]:
+        """Runs every payload through the pool; the outputs in input order.
+
+        A task that failed for good raises :class:`ResidentError` (kind ``TaskFailed``).
+        """
+        return self._native.map([bytes(p) for p in payloads])
+
+    def submit(self, payloads: Iterable[bytes], job_name: str = "python") -> Iterator[tuple[int, bytes]]:
+        """Streams the payloads as one job; yields ``(position, output)`` as each finishes."""
+        return iter(self._native.submit(job_name, [bytes(p) for p in payloads]))
+
+    def status(self) -> types.SimpleNamespace:
+        """The pool as ``resident pools --json`` shows it."""
+        return _namespace(json.loads(self._native.status()))
+
+    def delete(self) -> None:
+        """Deletes the pool: its actors stop and free what they hold."""
+        self._native.delete()
+
+    def __repr__(self) -> str:
+        return f"resident.Pool({self.name!r})"
+
+
+class Cluster:
+    """A Resident cluster: from :func:`local` or :func:`connect`."""
+
+    def __init__(self, native: "_resident.NativeCluster") -> None:
+        self._native = native
+
+    @property
+    def url(self) -> str:
+        """The scheduler's URL."""
+        return self._native.url()
+
+    def embed(
+        self,
+        texts: Iterable[str],
+        model: str,
+        *,
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: int = 256,
+        dtype: Optional[str] = None,
+        progress: bool = True,
+    ) -> np.ndarray:
+        """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
+
+        ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
+        ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
+        whole. Rows are normalised when the model's sentence-transformers config says so
+        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do). The pool (``replicas`` actors,
+        default one per CPU core or as many as the GPUs hold; ``gpus`` per actor) is made
+        once for these settings and stays loaded while it is used.
+        """
+        total = len(texts) if isinstance(texts, Sized) else None
+        bar = Bar(total, "texts", progress, "embed")
+        blocks: list[np.ndarray] = []
+        stream = _texts(texts)
+        try:
+            while True:
+                window = list(itertools.islice(stream, EMBED_WINDOW))
+                if not window:
+                    break
+                data, dim = self._native.embed(
+                    window, model, replicas, gpus, vram_gib, chunk_size, dtype
+                )
+                blocks.append(np.frombuffer(data, dtype="<f4").reshape(len(window), dim))
+                bar.add(len(window))
+        finally:
+            bar.close()
+        if not blocks:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0].copy()
+
+    def embed_job(
+        self,
+        input: str,
+        model: str,
+        output: str,
+        *,
+        replicas: Optional[int] = None,
+        gpus_per_actor: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: Optional[int] = None,
+        dtype: str = "f32",
+        on_bad_record: str = "skip",
+        id_field: str = "id",
+        text_field: str = "text",
+        keep_pool: bool = False,
+        merge: bool = True,
+        progress: bool = True,
+    ) -> dict:
+        """Runs ``resident embed``: the resumable corpus job, with the same options.
+
+        ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
+        ``output`` a directory or ``s3://`` prefix that receives ``embeddings.npy``,
+        ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
+        crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
+        """
+        bar = Bar(None, "docs", progress, "embed")
+        try:
+            report = self._native.embed_job(
+                input, model, output, replicas, gpus_per_actor, vram_gib, chunk_size, dtype,
+                on_bad_record, id_field, text_field, keep_pool, merge,
+                lambda done, total, _tokens: bar.set(done, total),
+            )
+        finally:
+            bar.close()
+        return json.loads(report)
+
+    def generate(
+        self,
+        prompts: Iterable[str],
+        model: str,
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: Optional[Sequence[str]] = None,
+        template: str = "chat",
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        max_sequences: Optional[int] = None,
+        dtype: Optional[str] = None,
+    ) -> list[dict]:
+        """Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
+
+        ``template="chat"`` wraps each prompt as the model's chat template's user turn;
+        ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
+        per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
+        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``).
+        """
+        if template not in ("chat", "none"):
+            raise BadInput(f"template {template!r} is not 'chat' or 'none'", "BadInput")
+        params = {
+            "template": "Chat" if template == "chat" else "None",
+            "max_new_tokens": int(max_new_tokens),
+            "temperature": float(temperature),
+            "top_p": float(top_p),
+            "top_k": int(top_k),
+            "seed": int(seed),
+            "stop": list(stop or []),
+        }
+        completions = json.loads(
+            self._native.generate(
+                list(_texts(prompts)), model, json.dumps(params), replicas, gpus, vram_gib,
+                max_sequences, dtype,
+            )
+        )
+        return [
+            {
+                "text": c["text"],
+                "tokens": c["generated_tokens"],
+                "prompt_tokens": c["prompt_tokens"],
+                "finish_reason": c["finish_reason"].lower(),
+                "truncated": c["truncated"],
+            }
+            for c in completions
+        ]
+
+    def nodes(self) -> list[types.SimpleNamespace]:
+        """The nodes, with the fields ``resident status --json`` shows."""
+        return _namespace(json.loads(self._native.status())["nodes"])
+
+    def actors(self) -> list[types.SimpleNamespace]:
+        """The actors, with the fields ``resident status --json`` shows."""
+        return _namespace(json.loads(self._native.status())["actors"])
+
+    def pools(self) -> list[types.SimpleNamespace]:
+        """The pools, with the fields ``resident pools --json`` shows."""
+        return _namespace(json.loads(self._native.pools()))
+
+    def jobs(self) -> list[types.SimpleNamespace]:
+        """The jobs, with the fields ``resident jobs --json`` shows."""
+        return _namespace(json.loads(self._native.jobs()))
+
+    def pool(
+        self,
+        name: str,
+        kind: Optional[str] = None,
+        *,
+        replicas: int = 1,
+        gpus: float = 0.0,
+        vram_gib: float = 0.0,
+        selector: Optional[Mapping[str, str]] = None,
+        config: Optional[Mapping[str, Any]] = None,
+    ) -> Pool:
+        """Creates the pool ``name`` of actor ``kind`` and waits until it is ready, or, with
+        no ``kind``, attaches to the existing pool of that name.
+
+        ``gpus`` per actor (0.25 shares a GPU four ways), ``vram_gib`` each reserves,
+        ``selector`` node labels, ``config`` the kind's actor config: as in the Rust
+        ``PoolSpec``. A pool of that name and spec but another replica count is resized.
+        """
+        config_json = json.dumps(config) if config is not None else None
+        selector_map = dict(selector) if selector is not None else None
+        return Pool(
+            self._native.pool(name, kind, replicas, gpus, vram_gib, selector_map, config_json)
+        )
+
+    def __repr__(self) -> str:
+        return f"resident.Cluster({self.url!r})"
+

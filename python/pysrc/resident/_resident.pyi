@@ -1,0 +1,88 @@
+"""Type stubs of the native module (PyO3); the public API is ``resident`` itself."""
+
+from typing import Callable, Iterator, Optional
+
+class NativeCluster:
+    def url(self) -> str: ...
+    def embed(
+        self,
+        texts: list[str],
+        model: str,
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: int = 256,
+        dtype: Optional[str] = None,
+    ) -> tuple[bytes, int]: ...
+    def embed_job(
+        self,
+        input: str,
+        model: str,
+        output: str,
+        replicas: Optional[int] = None,
+        gpus_per_actor: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: Optional[int] = None,
+        dtype: str = "f32",
+        on_bad_record: str = "skip",
+        id_field: str = "id",
+        text_field: str = "text",
+        keep_pool: bool = False,
+        merge: bool = True,
+        on_progress: Optional[Callable[[int, int, int], None]] = None,
+    ) -> str: ...
+    def generate_job(
+        self,
+        input: str,
+        model: str,
+        output: str,
+        prompt: str,
+        params_json: str,
+        replicas: Optional[int] = None,
+        gpus_per_actor: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: Optional[int] = None,
+        on_bad_record: str = "skip",
+        id_field: str = "id",
+        text_field: str = "text",
+        keep_pool: bool = False,
+        on_progress: Optional[Callable[[int, int, int], None]] = None,
+    ) -> str: ...
+    def generate(
+        self,
+        prompts: list[str],
+        model: str,
+        params_json: str,
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        max_sequences: Optional[int] = None,
+        dtype: Optional[str] = None,
+    ) -> str: ...
+    def status(self) -> str: ...
+    def pools(self) -> str: ...
+    def jobs(self) -> str: ...
+    def pool(
+        self,
+        name: str,
+        kind: Optional[str] = None,
+        replicas: int = 1,
+        gpus: float = 0.0,
+        vram_gib: float = 0.0,
+        selector: Optional[dict[str, str]] = None,
+        config_json: Optional[str] = None,
+    ) -> NativePool: ...
+
+class NativePool:
+    def name(self) -> str: ...
+    def map(self, payloads: list[bytes]) -> list[bytes]: ...
+    def submit(self, job_name: str, payloads: list[bytes]) -> NativeResults: ...
+    def status(self) -> str: ...
+    def delete(self) -> None: ...
+
+class NativeResults(Iterator[tuple[int, bytes]]):
+    def __iter__(self) -> NativeResults: ...
+    def __next__(self) -> tuple[int, bytes]: ...
+
+def local(simulate_gpus: Optional[str] = None, state_dir: Optional[str] = None) -> NativeCluster: ...
+def connect(url: str, token: Optional[str] = None, ca: Optional[str] = None) -> NativeCluster: ...

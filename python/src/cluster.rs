@@ -1,0 +1,493 @@
+//! `resident.local()`, `resident.connect()` and the cluster's calls: embed texts, run a
+//! corpus job, generate, list nodes, pools and jobs, open a pool.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use resident_actor::generate::{
+    Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
+};
+use resident_jobs::corpus_job::{
+    self, BadRecordPolicy, CorpusJobConfig, GenerateJobConfig, OutputDtype, Progress,
+    PromptTemplate,
+};
+use resident_jobs::pools::PoolRetention;
+use resident_sdk::{
+    ClientCredentials, Cluster, EmbedPool, EmbedPoolSpec, LocalConfig, Pool, PoolSpec, SdkError,
+};
+
+use crate::errors::{bad_input, job_error, sdk_error};
+use crate::pool::NativePool;
+use crate::wait::{wait, wait_ticking};
+
+/// How long a pool the package made for `embed` or `generate` stays loaded once unused.
+const CALL_POOL_IDLE_TTL: Duration = Duration::from_secs(600);
+/// How long a pool may take to load its model.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+/// Prompts in one `generate` task: enough to keep an actor's batch full.
+const PROMPTS_PER_TASK: usize = 128;
+
+/// A connection to a cluster, or a cluster in this process.
+#[pyclass(module = "resident._resident", frozen)]
+pub struct NativeCluster {
+    cluster: Cluster,
+    /// Pools made by `embed` and `generate`, by their settings.
+    embed_pools: Mutex<HashMap<String, EmbedPool>>,
+    generate_pools: Mutex<HashMap<String, Pool>>,
+}
+
+impl NativeCluster {
+    fn new(cluster: Cluster) -> Self {
+        Self {
+            cluster,
+            embed_pools: Mutex::default(),
+            generate_pools: Mutex::default(),
+        }
+    }
+}
+
+/// Starts a scheduler and an agent in this process and waits for the agent.
+#[pyfunction]
+#[pyo3(signature = (simulate_gpus=None, state_dir=None))]
+pub fn local(
+    py: Python<'_>,
+    simulate_gpus: Option<String>,
+    state_dir: Option<PathBuf>,
+) -> PyResult<NativeCluster> {
+    let mut config = LocalConfig::default();
+    if let Some(spec) = simulate_gpus {
+        config = config.simulate_gpus(spec);
+    }
+    config.state_dir = state_dir;
+    let started = wait(py, async move {
+        let cluster = Cluster::local(config).await?;
+        cluster.wait_for_nodes(1, Duration::from_secs(60)).await?;
+        Ok::<_, SdkError>(cluster)
+    })?;
+    Ok(NativeCluster::new(started.map_err(|e| sdk_error(py, e))?))
+}
+
+/// Connects to the scheduler at `url` with a token and a CA file.
+#[pyfunction]
+#[pyo3(signature = (url, token=None, ca=None))]
+pub fn connect(
+    py: Python<'_>,
+    url: String,
+    token: Option<String>,
+    ca: Option<PathBuf>,
+) -> PyResult<NativeCluster> {
+    let mut credentials = ClientCredentials::default().with_token(token);
+    if let Some(ca) = ca {
+        credentials = credentials
+            .with_ca_file(&ca)
+            .map_err(|e| bad_input(py, format!("ca {}: {e}", ca.display())))?;
+    }
+    let connected = wait(
+        py,
+        async move { Cluster::connect_with(&url, credentials).await },
+    )?;
+    Ok(NativeCluster::new(connected.map_err(|e| sdk_error(py, e))?))
+}
+
+/// A name for a pool the package makes, the same for the same settings in any process.
+fn call_pool_name(prefix: &str, settings: &str) -> String {
+    let digest = resident_jobs::files::sha256_hex(settings.as_bytes());
+    format!("{prefix}-{}", &digest[..10])
+}
+
+/// One actor per CPU core of the alive nodes, or as many as the GPUs hold.
+async fn default_replicas(cluster: &Cluster, gpus: f64) -> Result<u32, SdkError> {
+    let nodes = cluster.list_nodes().await?;
+    let alive = nodes.iter().filter(|n| n.alive && !n.draining);
+    let count = if gpus > 0.0 {
+        let gpu_count: usize = alive.map(|n| n.gpus.len()).sum();
+        (gpu_count as f64 / gpus).floor() as u32
+    } else {
+        alive.map(|n| n.cpu_cores.max(1)).sum()
+    };
+    Ok(count.max(1))
+}
+
+/// Latest progress of a running job, for the tick that draws the bar.
+type SharedProgress = Arc<Mutex<Option<Progress>>>;
+
+/// Calls `on_progress(done, total, tokens)` with the latest progress, if it moved.
+fn report(
+    py: Python<'_>,
+    shared: &SharedProgress,
+    on_progress: &Option<Py<PyAny>>,
+) -> PyResult<()> {
+    let latest = shared.lock().expect("progress").take();
+    if let (Some(progress), Some(callback)) = (latest, on_progress) {
+        callback.call1(
+            py,
+            (
+                progress.position(),
+                progress.total_docs,
+                progress.generated_tokens,
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn bad_record_policy(py: Python<'_>, name: &str) -> PyResult<BadRecordPolicy> {
+    match name {
+        "skip" => Ok(BadRecordPolicy::Skip),
+        "fail" => Ok(BadRecordPolicy::Fail),
+        other => Err(bad_input(
+            py,
+            format!("on_bad_record `{other}` is not skip or fail"),
+        )),
+    }
+}
+
+#[pymethods]
+impl NativeCluster {
+    /// The scheduler's URL.
+    fn url(&self) -> String {
+        self.cluster.url().to_owned()
+    }
+
+    /// Embeds `texts` on a pool of `model` (made once per settings, kept while used);
+    /// returns the vectors as little-endian f32 bytes, row after row, and their width.
+    #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        model: String,
+        replicas: Option<u32>,
+        gpus: f64,
+        vram_gib: f64,
+        chunk_size: usize,
+        dtype: Option<String>,
+    ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+        if chunk_size == 0 {
+            return Err(bad_input(py, "chunk_size must be at least 1"));
+        }
+        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}");
+        let cached = self.embed_pools.lock().expect("pools").get(&key).cloned();
+        let pool = match cached {
+            Some(pool) => pool,
+            None => {
+                let cluster = self.cluster.clone();
+                let name = call_pool_name("py-embed", &key);
+                let made = wait(py, async move {
+                    let replicas = match replicas {
+                        Some(replicas) => replicas,
+                        None => default_replicas(&cluster, gpus).await?,
+                    };
+                    let mut spec = EmbedPoolSpec::new(name, model)
+                        .replicas(replicas)
+                        .chunk_size(chunk_size)
+                        .idle_ttl(CALL_POOL_IDLE_TTL);
+                    if gpus > 0.0 {
+                        spec = spec.gpus(gpus, vram_gib);
+                    }
+                    if let Some(dtype) = &dtype {
+                        spec = spec.dtype(dtype);
+                    }
+                    cluster.create_embed_pool(spec, LOAD_TIMEOUT).await
+                })?
+                .map_err(|e| sdk_error(py, e))?;
+                self.embed_pools
+                    .lock()
+                    .expect("pools")
+                    .insert(key, made.clone());
+                made
+            }
+        };
+        let vectors =
+            wait(py, async move { pool.embed(texts).await })?.map_err(|e| sdk_error(py, e))?;
+        let dim = vectors.first().map_or(0, Vec::len);
+        let mut bytes = Vec::with_capacity(vectors.len() * dim * 4);
+        for value in vectors.iter().flatten() {
+            bytes.extend_from_slice(&value.to_le_bytes());
+        }
+        Ok((PyBytes::new(py, &bytes), dim))
+    }
+
+    /// Runs `resident embed` (input, model, output and its options); returns report.json.
+    #[pyo3(signature = (input, model, output, replicas=None, gpus_per_actor=0.0, vram_gib=2.0,
+        chunk_size=None, dtype="f32", on_bad_record="skip", id_field="id".to_owned(), text_field="text".to_owned(),
+        keep_pool=false, merge=true, on_progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed_job(
+        &self,
+        py: Python<'_>,
+        input: String,
+        model: String,
+        output: String,
+        replicas: Option<u32>,
+        gpus_per_actor: f64,
+        vram_gib: f64,
+        chunk_size: Option<usize>,
+        dtype: &str,
+        on_bad_record: &str,
+        id_field: String,
+        text_field: String,
+        keep_pool: bool,
+        merge: bool,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<String> {
+        let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
+        config.replicas = replicas;
+        config.gpus_per_actor = gpus_per_actor;
+        config.vram_gib_per_actor = vram_gib;
+        config.chunk_size = chunk_size;
+        config.dtype = match dtype {
+            "f32" => OutputDtype::F32,
+            "f16" => OutputDtype::F16,
+            other => return Err(bad_input(py, format!("dtype `{other}` is not f32 or f16"))),
+        };
+        config.on_bad_record = bad_record_policy(py, on_bad_record)?;
+        config.reader.id_field = id_field;
+        config.reader.text_field = text_field;
+        config.merge = merge;
+        config.retention = PoolRetention {
+            keep: keep_pool,
+            idle_ttl: None,
+        };
+        let shared: SharedProgress = Arc::default();
+        let sink = shared.clone();
+        let cluster = self.cluster.clone();
+        let finished = wait_ticking(
+            py,
+            move || async move {
+                let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
+                corpus_job::run_embed_job(&cluster, &config, &mut on_job_progress).await
+            },
+            |py| report(py, &shared, &on_progress),
+        )?;
+        report(py, &shared, &on_progress)?;
+        let job_report = finished.map_err(|e| job_error(py, e))?;
+        serde_json::to_string(&job_report).map_err(|e| bad_input(py, e.to_string()))
+    }
+
+    /// Runs `resident generate` over a corpus; returns report.json.
+    #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
+        gpus_per_actor=0.0, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
+        id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate_job(
+        &self,
+        py: Python<'_>,
+        input: String,
+        model: String,
+        output: String,
+        prompt: String,
+        params_json: String,
+        replicas: Option<u32>,
+        gpus_per_actor: f64,
+        vram_gib: f64,
+        chunk_size: Option<usize>,
+        on_bad_record: &str,
+        id_field: String,
+        text_field: String,
+        keep_pool: bool,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<String> {
+        let mut corpus = CorpusJobConfig::new(input.as_str(), model, output.as_str());
+        corpus.replicas = replicas;
+        corpus.gpus_per_actor = gpus_per_actor;
+        corpus.vram_gib_per_actor = vram_gib;
+        corpus.chunk_size = chunk_size;
+        corpus.on_bad_record = bad_record_policy(py, on_bad_record)?;
+        corpus.reader.id_field = id_field;
+        corpus.reader.text_field = text_field;
+        corpus.retention = PoolRetention {
+            keep: keep_pool,
+            idle_ttl: None,
+        };
+        let prompt = PromptTemplate::parse(&prompt).map_err(|e| bad_input(py, e))?;
+        let mut config = GenerateJobConfig::new(corpus, prompt);
+        config.generation.params = serde_json::from_str(&params_json)
+            .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+        let shared: SharedProgress = Arc::default();
+        let sink = shared.clone();
+        let cluster = self.cluster.clone();
+        let finished = wait_ticking(
+            py,
+            move || async move {
+                let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
+                corpus_job::run_generate_job(&cluster, &config, &mut on_job_progress).await
+            },
+            |py| report(py, &shared, &on_progress),
+        )?;
+        report(py, &shared, &on_progress)?;
+        let job_report = finished.map_err(|e| job_error(py, e))?;
+        serde_json::to_string(&job_report).map_err(|e| bad_input(py, e.to_string()))
+    }
+
+    /// Completes `prompts` (each the user turn, or the raw text with `template="none"`) on a
+    /// pool of `model`; `params_json` is `GenerateParams` as JSON. Returns the completions
+    /// as JSON, in input order.
+    #[pyo3(signature = (prompts, model, params_json, replicas=None, gpus=0.0, vram_gib=2.0,
+        max_sequences=None, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompts: Vec<String>,
+        model: String,
+        params_json: String,
+        replicas: Option<u32>,
+        gpus: f64,
+        vram_gib: f64,
+        max_sequences: Option<u32>,
+        dtype: Option<String>,
+    ) -> PyResult<String> {
+        let params: GenerateParams = serde_json::from_str(&params_json)
+            .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{max_sequences:?}|{dtype:?}");
+        let cached = self
+            .generate_pools
+            .lock()
+            .expect("pools")
+            .get(&key)
+            .cloned();
+        let pool = match cached {
+            Some(pool) => pool,
+            None => {
+                let config = GenerateConfig {
+                    model,
+                    max_sequences,
+                    dtype,
+                    ..GenerateConfig::default()
+                };
+                let spec =
+                    PoolSpec::typed::<Generate>(call_pool_name("py-generate", &key), &config)
+                        .map_err(|e| sdk_error(py, e))?;
+                let cluster = self.cluster.clone();
+                let made = wait(py, async move {
+                    // One actor per node on the CPU: its steps use every core.
+                    let replicas = match replicas {
+                        Some(replicas) => replicas,
+                        None if gpus > 0.0 => default_replicas(&cluster, gpus).await?,
+                        None => cluster
+                            .list_nodes()
+                            .await?
+                            .iter()
+                            .filter(|n| n.alive)
+                            .count()
+                            .max(1) as u32,
+                    };
+                    let mut spec = spec.replicas(replicas).idle_ttl(CALL_POOL_IDLE_TTL);
+                    if gpus > 0.0 {
+                        spec = spec.gpus(gpus).vram_gib(vram_gib);
+                    }
+                    cluster.create_or_resize_pool(spec, LOAD_TIMEOUT).await
+                })?
+                .map_err(|e| sdk_error(py, e))?;
+                self.generate_pools
+                    .lock()
+                    .expect("pools")
+                    .insert(key, made.clone());
+                made
+            }
+        };
+        let requests: Vec<GenerateRequest> = prompts
+            .chunks(PROMPTS_PER_TASK)
+            .enumerate()
+            .map(|(task, chunk)| GenerateRequest {
+                prompts: chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let id = (task * PROMPTS_PER_TASK + i).to_string();
+                        PromptParts::new(&id, "", text, "")
+                    })
+                    .collect(),
+                params: params.clone(),
+            })
+            .collect();
+        let replies = wait(
+            py,
+            async move { pool.typed::<Generate>().map(requests).await },
+        )?
+        .map_err(|e| sdk_error(py, e))?;
+        let mut completions = Vec::with_capacity(prompts.len());
+        for reply in replies {
+            let response = reply
+                .map_err(|e| crate::errors::task_failed(py, format!("generation failed: {e}")))?;
+            completions.extend(response.completions);
+        }
+        serde_json::to_string(&completions).map_err(|e| bad_input(py, e.to_string()))
+    }
+
+    /// `resident status --json`: the nodes and actors, as JSON.
+    fn status(&self, py: Python<'_>) -> PyResult<String> {
+        let cluster = self.cluster.clone();
+        let listed = wait(py, async move {
+            let nodes = cluster.list_nodes().await?;
+            let actors = cluster.list_actors().await?;
+            Ok::<_, SdkError>(resident_sdk::json::status_json(&nodes, &actors))
+        })?;
+        Ok(listed.map_err(|e| sdk_error(py, e))?.to_string())
+    }
+
+    /// `resident pools --json`'s list, as JSON.
+    fn pools(&self, py: Python<'_>) -> PyResult<String> {
+        let cluster = self.cluster.clone();
+        let pools =
+            wait(py, async move { cluster.list_pools().await })?.map_err(|e| sdk_error(py, e))?;
+        let list: Vec<_> = pools.iter().map(resident_sdk::json::pool_json).collect();
+        Ok(serde_json::Value::from(list).to_string())
+    }
+
+    /// `resident jobs --json`'s list, as JSON.
+    fn jobs(&self, py: Python<'_>) -> PyResult<String> {
+        let cluster = self.cluster.clone();
+        let jobs =
+            wait(py, async move { cluster.list_jobs().await })?.map_err(|e| sdk_error(py, e))?;
+        let list: Vec<_> = jobs.iter().map(resident_sdk::json::job_json).collect();
+        Ok(serde_json::Value::from(list).to_string())
+    }
+
+    /// Creates the pool `name` of `kind` (or resizes one of that name and spec) and waits
+    /// until its actors are ready; without `kind`, attaches to an existing pool.
+    #[pyo3(signature = (name, kind=None, replicas=1, gpus=0.0, vram_gib=0.0, selector=None, config_json=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn pool(
+        &self,
+        py: Python<'_>,
+        name: String,
+        kind: Option<String>,
+        replicas: u32,
+        gpus: f64,
+        vram_gib: f64,
+        selector: Option<HashMap<String, String>>,
+        config_json: Option<String>,
+    ) -> PyResult<NativePool> {
+        let Some(kind) = kind else {
+            let pool = self.cluster.pool(name);
+            let attached = pool.clone();
+            wait(py, async move { attached.status().await })?.map_err(|e| sdk_error(py, e))?;
+            return Ok(NativePool::new(pool));
+        };
+        let mut spec = PoolSpec::new(name, kind).replicas(replicas);
+        if gpus > 0.0 {
+            spec = spec.gpus(gpus).vram_gib(vram_gib);
+        }
+        for (key, value) in selector.unwrap_or_default() {
+            spec = spec.selector(key, value);
+        }
+        if let Some(config) = config_json {
+            let value: serde_json::Value =
+                serde_json::from_str(&config).map_err(|e| bad_input(py, format!("config: {e}")))?;
+            spec = spec.config_json(&value);
+        }
+        let cluster = self.cluster.clone();
+        let pool = wait(py, async move {
+            cluster.create_or_resize_pool(spec, LOAD_TIMEOUT).await
+        })?
+        .map_err(|e| sdk_error(py, e))?;
+        Ok(NativePool::new(pool))
+    }
+}

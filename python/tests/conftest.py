@@ -1,0 +1,128 @@
+"""Shared paths and clusters for the package's tests: real processes, real models
+(scripts/fetch-model.sh), the real `resident` binary (cargo build --release)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESIDENT_BIN = Path(os.environ.get("RESIDENT_BIN", REPO / "target" / "release" / "resident"))
+MINILM = REPO / "models" / "all-MiniLM-L6-v2"
+SMOLLM2 = REPO / "models" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+WIKI = REPO / "data" / "wiki_vital.jsonl"
+
+
+def wiki_texts(count: int) -> list[dict]:
+    """The first `count` Wikipedia leads as `{id, text}` records."""
+    records = []
+    with open(WIKI) as f:
+        for line in f:
+            if len(records) == count:
+                break
+            record = json.loads(line)
+            records.append({"id": record["id"], "text": record["text"]})
+    return records
+
+
+def write_corpus(path: Path, records: list[dict]) -> Path:
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+    return path
+
+
+def resident(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """Runs the `resident` binary, checking it succeeded."""
+    return subprocess.run([str(RESIDENT_BIN), *args], check=True, capture_output=True, text=True, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    import resident
+
+    return resident.local()
+
+
+class SecureCluster:
+    """`resident certs init`, tokens of three roles, a TLS scheduler with them and an agent
+    (real processes)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="resident-py-"))
+        self.pki = self.dir / "pki"
+        self.auth = self.dir / "auth.toml"
+        resident("certs", "init", "--out", str(self.pki), "--san", "127.0.0.1")
+        self.tokens = {}
+        for name, role in (("alice", "submit"), ("auditor", "read"), ("node", "agent")):
+            out = resident("token", "create", "--auth-file", str(self.auth), "--name", name, "--role", role)
+            self.tokens[name] = out.stdout.strip().splitlines()[-1]
+        self.scheduler = subprocess.Popen(
+            [
+                str(RESIDENT_BIN), "scheduler", "--listen", "127.0.0.1:0",
+                "--state-dir", str(self.dir / "state"),
+                "--tls-cert", str(self.pki / "scheduler.pem"),
+                "--tls-key", str(self.pki / "scheduler-key.pem"),
+                "--auth-file", str(self.auth),
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "RESIDENT_LOG": "warn"},
+        )
+        self.url = self.scheduler.stdout.readline().strip().rsplit(" ", 1)[-1]
+        assert self.url.startswith("https://"), self.url
+        self.agent = subprocess.Popen(
+            [
+                str(RESIDENT_BIN), "agent", "--scheduler", self.url, "--node-id", "py-node",
+                "--ca", str(self.ca), "--token", self.tokens["node"],
+                "--model-root", str(REPO / "models"),
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "RESIDENT_LOG": "warn"},
+        )
+
+    @property
+    def ca(self) -> Path:
+        return self.pki / "ca.pem"
+
+    def connect(self, name: str):
+        import resident
+
+        cluster = resident.connect(self.url, token=self.tokens[name], ca=str(self.ca))
+        deadline = time.time() + 30
+        while not [n for n in cluster.nodes() if n.state == "alive"]:
+            assert time.time() < deadline, "the agent did not register"
+            time.sleep(0.1)
+        return cluster
+
+    def close(self) -> None:
+        for process in (self.agent, self.scheduler):
+            process.kill()
+            process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def secure_cluster():
+    cluster = SecureCluster()
+    yield cluster
+    cluster.close()
+
+
+def run_python(code: str, **kwargs) -> subprocess.Popen:
+    """Starts `python -c code` (this interpreter) with the repository as its directory."""
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, **kwargs)

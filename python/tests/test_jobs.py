@@ -1,0 +1,90 @@
+"""embed_job: the resumable corpus job, against the Rust path; killed with -9 and resumed;
+Ctrl-C mid-job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import resident
+from conftest import MINILM, RESIDENT_BIN, REPO, run_python, wiki_texts, write_corpus
+
+
+def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, tmp_path):
+    records = wiki_texts(300)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    subprocess.run(
+        [str(RESIDENT_BIN), "embed", "--input", str(corpus), "--model", str(MINILM),
+         "--output", str(tmp_path / "rust")],
+        check=True, capture_output=True,
+    )
+    rust = np.load(tmp_path / "rust" / "embeddings.npy")
+    report = local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "py"), progress=False)
+    assert report["items"] == 300
+    from_job = np.load(tmp_path / "py" / "embeddings.npy")
+    from_call = local_cluster.embed([r["text"] for r in records], model=str(MINILM), progress=False)
+    np.testing.assert_allclose(from_job, rust, atol=1e-6)
+    np.testing.assert_allclose(from_call, rust, atol=1e-6)
+
+
+JOB = """
+import resident, sys
+cluster = resident.local()
+print(cluster.embed_job(sys.argv[1], sys.argv[2], sys.argv[3], chunk_size=64, replicas=1, progress=False))
+"""
+
+
+def _start_job(corpus: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, str(corpus), str(MINILM), str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_shards(out: Path, count: int, process: subprocess.Popen) -> None:
+    deadline = time.time() + 120
+    while len(list((out / "shards").glob("*.npy"))) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.time() < deadline, "no shards written"
+        time.sleep(0.05)
+
+
+def test_embed_job_resumes_after_the_python_process_is_killed(local_cluster, tmp_path):
+    records = wiki_texts(1500)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    out = tmp_path / "out"
+    job = _start_job(corpus, out)
+    _wait_for_shards(out, 3, job)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    assert not (out / "embeddings.npy").exists(), "killed before the end"
+    report = local_cluster.embed_job(str(corpus), str(MINILM), str(out), chunk_size=64, progress=False)
+    assert report["items"] == 1500
+    assert report["computed_items"] <= 1500 - 3 * 64, "the killed run's shards are reused"
+    ids = [json.loads(line)["id"] for line in open(out / "ids.jsonl")]
+    assert ids == [r["id"] for r in records], "every id once, in input order"
+    vectors = np.load(out / "embeddings.npy")
+    expected = local_cluster.embed([records[i]["text"] for i in (0, 700, 1499)], model=str(MINILM), progress=False)
+    np.testing.assert_allclose(vectors[[0, 700, 1499]], expected, atol=1e-6)
+
+
+def test_ctrl_c_cancels_the_job_and_returns_control(tmp_path):
+    records = wiki_texts(3000)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    out = tmp_path / "out"
+    job = _start_job(corpus, out)
+    _wait_for_shards(out, 1, job)
+    interrupted = time.time()
+    job.send_signal(signal.SIGINT)
+    _, stderr = job.communicate(timeout=30)
+    assert time.time() - interrupted < 10, "Ctrl-C returned control within seconds"
+    assert job.returncode != 0
+    assert "KeyboardInterrupt" in stderr, stderr
+    assert not (out / "embeddings.npy").exists()

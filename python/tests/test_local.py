@@ -1,0 +1,80 @@
+"""resident.local(): a scheduler and an agent in this process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resident
+from conftest import MINILM, SMOLLM2, wiki_texts
+
+
+def test_embed_gives_normalised_rows_in_input_order(local_cluster):
+    texts = [r["text"] for r in wiki_texts(40)]
+    vectors = local_cluster.embed(texts, model=str(MINILM), progress=False)
+    assert vectors.dtype == np.float32 and vectors.shape == (40, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Each text alone gives its own row: the order is the input's.
+    for i in (0, 17, 39):
+        alone = local_cluster.embed([texts[i]], model=str(MINILM), progress=False)
+        np.testing.assert_allclose(alone[0], vectors[i], atol=1e-5)
+
+
+def test_embed_takes_a_numpy_array_and_an_iterator(local_cluster):
+    texts = [r["text"] for r in wiki_texts(10)]
+    from_list = local_cluster.embed(texts, model=str(MINILM), progress=False)
+    from_array = local_cluster.embed(np.array(texts), model=str(MINILM), progress=False)
+    from_iterator = local_cluster.embed((t for t in texts), model=str(MINILM), progress=False)
+    np.testing.assert_array_equal(from_list, from_array)
+    np.testing.assert_array_equal(from_list, from_iterator)
+
+
+def test_a_text_that_is_not_a_string_is_bad_input(local_cluster):
+    with pytest.raises(resident.BadInput) as refused:
+        local_cluster.embed(["fine", b"bytes"], model=str(MINILM), progress=False)
+    assert "text 1 is a bytes, not a str" in str(refused.value)
+    assert refused.value.kind == "BadInput"
+
+
+def test_nodes_pools_and_jobs_are_plain_objects(local_cluster):
+    local_cluster.embed(["warm"], model=str(MINILM), progress=False)
+    nodes = local_cluster.nodes()
+    assert [n.state for n in nodes] == ["alive"]
+    assert nodes[0].node_id == "local" and nodes[0].gpus == []
+    pools = local_cluster.pools()
+    embed_pools = [p for p in pools if p.kind == "embed"]
+    assert embed_pools and embed_pools[0].ready_actors >= 1
+    jobs = local_cluster.jobs()
+    assert any(j.pool == embed_pools[0].name and j.state in ("running", "succeeded") for j in jobs), jobs
+
+
+def test_an_echo_pool_maps_in_order_and_submits_as_results_finish(local_cluster):
+    pool = local_cluster.pool("echo-pool", kind="echo", replicas=2)
+    assert pool.name == "echo-pool"
+    assert pool.map([b"a", b"b", b"c"]) == [b"a", b"b", b"c"]
+    finished = dict(pool.submit([b"x%d" % i for i in range(20)]))
+    assert finished == {i: b"x%d" % i for i in range(20)}
+    assert pool.status().replicas == 2
+    attached = local_cluster.pool("echo-pool")
+    assert attached.map([b"again"]) == [b"again"]
+    pool.delete()
+    with pytest.raises(resident.BadInput) as gone:
+        local_cluster.pool("echo-pool")
+    assert gone.value.kind == "NotFound"
+
+
+def test_generate_answers_greedily_with_token_counts(local_cluster):
+    outs = local_cluster.generate(
+        ["Answer in one sentence: What is the capital of France?", "Say hello."],
+        model=str(SMOLLM2), max_new_tokens=24,
+    )
+    assert len(outs) == 2
+    assert "Paris" in outs[0]["text"], outs[0]
+    for out in outs:
+        assert 1 <= out["tokens"] <= 24 and out["prompt_tokens"] > 5
+        assert out["finish_reason"] in ("stop", "length")
+    stopped = local_cluster.generate(
+        ["Answer in one sentence: What is the capital of France?"], model=str(SMOLLM2),
+        max_new_tokens=24, stop=["Paris"],
+    )
+    assert stopped[0]["finish_reason"] == "stop" and "Paris" not in stopped[0]["text"]
