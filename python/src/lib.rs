@@ -3,10 +3,10 @@
 //!
 //! The Python layer (`python/pysrc/resident/`) owns the public names, docstrings, type
 //! stubs, exception classes and progress bars; this crate only converts and delegates. Every
-//! call that waits runs on one tokio runtime with the GIL released ([`wait::wait`]), takes
+//! call that waits runs on one tokio runtime with the GIL released (`wait.rs`), takes
 //! the GIL back ten times a second to let Python see Ctrl-C (the call's future is then
 //! dropped, which cancels its job), and raises the package's exception classes
-//! ([`errors`]).
+//! (`errors.rs`).
 
 use pyo3::prelude::*;
 

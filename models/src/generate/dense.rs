@@ -147,6 +147,7 @@ fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<Tensor> {
 
 /// Rows of one step grouped for attention: the decoding sequences together, each
 /// prefilling sequence alone.
+#[derive(Debug)]
 struct AttentionGroups {
     /// `(row index, slot, position)` of each decode row (a sequence's only row this step).
     decode: Vec<(usize, usize, usize)>,
@@ -260,7 +261,7 @@ impl DenseLlama {
         let mut x = self.embedding.index_select(&ids, 0)?;
         let (cos, sin) = rotations(c, rows, &self.device, self.dtype)?;
         let at = cache_rows(rows, kv)?;
-        let groups = group_rows(rows);
+        let plan = plan_attention(rows, c.heads / c.kv_heads, &self.device)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps)?;
             let q = with_bias(layer.wq.forward(&h)?, &layer.q_bias)?;
@@ -270,7 +271,7 @@ impl DenseLlama {
             let k = self.heads_rotated(&k, c.kv_heads, &layer.k_norm, &cos, &sin)?;
             kv.keys[index].scatter_set(&at, &k.reshape((n, c.kv_dim()))?, 0)?;
             kv.values[index].scatter_set(&at, &v.contiguous()?, 0)?;
-            let attended = self.attend(&q, kv, index, &groups, n)?;
+            let attended = self.attend(&q, kv, index, &plan)?;
             x = (x + layer.wo.forward(&attended)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps)?;
             let gate = layer.w_gate.forward(&h)?.silu()?;
@@ -317,8 +318,7 @@ impl DenseLlama {
         q: &Tensor,
         kv: &DenseKv,
         layer: usize,
-        groups: &AttentionGroups,
-        n: usize,
+        plan: &AttentionPlan,
     ) -> candle_core::Result<Tensor> {
         let c = &self.config;
         let (kvh, hd, group) = (c.kv_heads, c.head_dim, c.heads / c.kv_heads);
@@ -326,66 +326,121 @@ impl DenseLlama {
         let keys = kv.keys[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
         let values = kv.values[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
         let mut pieces: Vec<Tensor> = Vec::new();
-        let mut order: Vec<u32> = Vec::with_capacity(n);
-        if !groups.decode.is_empty() {
-            let b = groups.decode.len();
-            let longest = groups.decode.iter().map(|d| d.2 + 1).max().unwrap_or(1);
-            let index = |pick: fn(&(usize, usize, usize)) -> usize| {
-                let values: Vec<u32> = groups.decode.iter().map(|d| pick(d) as u32).collect();
-                Tensor::from_vec(values, b, &self.device)
-            };
-            let slots = index(|d| d.1)?;
+        if let Some(decode) = &plan.decode {
             let gather = |side: &Tensor| -> candle_core::Result<Tensor> {
                 // index_select wants its source contiguous: the whole slots first.
-                side.index_select(&slots, 0)?
-                    .narrow(1, 0, longest)?
+                side.index_select(&decode.slots, 0)?
+                    .narrow(1, 0, decode.longest)?
                     .permute((0, 2, 1, 3))?
                     .contiguous()
             };
             let (k, v) = (gather(&keys)?, gather(&values)?);
-            let q_rows = q.index_select(&index(|d| d.0)?, 0)?;
-            let q_rows = q_rows.reshape((b, kvh, group, hd))?;
-            let positions: Vec<usize> = groups.decode.iter().map(|d| d.2).collect();
-            let mask = mask(b, longest, |i, j| j <= positions[i], &self.device)?
-                .reshape((b, 1, 1, longest))?;
-            let out = attention_core(&q_rows, &k, &v, &mask, scale)?;
+            let b = decode.count;
+            let q_rows = q.index_select(&decode.rows, 0)?.reshape((b, kvh, group, hd))?;
+            let out = attention_core(&q_rows, &k, &v, &decode.mask, scale)?;
             pieces.push(out.reshape((b, c.heads * hd))?);
-            order.extend(groups.decode.iter().map(|d| d.0 as u32));
         }
-        for &(first, m, slot, start) in &groups.prefill {
-            let len = start + m;
+        for seq in &plan.prefill {
             let pick = |side: &Tensor| -> candle_core::Result<Tensor> {
-                side.narrow(0, slot, 1)?
-                    .narrow(1, 0, len)?
+                side.narrow(0, seq.slot, 1)?
+                    .narrow(1, 0, seq.len)?
                     .permute((0, 2, 1, 3))?
                     .contiguous()
             };
             let (k, v) = (pick(&keys)?, pick(&values)?);
+            let m = seq.rows;
             // rows x heads x hd -> 1 x kv_heads x (group * rows) x hd
-            let q_rows =
-                q.narrow(0, first, m)?
-                    .transpose(0, 1)?
-                    .reshape((1, kvh, group * m, hd))?;
-            let mask = mask(m, len, |i, j| j <= start + i, &self.device)?
-                .unsqueeze(0)?
-                .repeat((group, 1, 1))?
-                .reshape((1, 1, group * m, len))?;
-            let out = attention_core(&q_rows, &k, &v, &mask, scale)?;
+            let q_rows = q
+                .narrow(0, seq.first, m)?
+                .transpose(0, 1)?
+                .reshape((1, kvh, group * m, hd))?;
+            let out = attention_core(&q_rows, &k, &v, &seq.mask, scale)?;
             let out = out
                 .reshape((c.heads, m, hd))?
                 .transpose(0, 1)?
                 .reshape((m, c.heads * hd))?;
             pieces.push(out);
-            order.extend((first..first + m).map(|i| i as u32));
         }
-        let joined = Tensor::cat(&pieces, 0)?;
-        // Back to row order: row `order[i]` is at `i`.
-        let mut inverse = vec![0u32; n];
-        for (at, &row) in order.iter().enumerate() {
-            inverse[row as usize] = at as u32;
-        }
-        joined.index_select(&Tensor::from_vec(inverse, n, &self.device)?, 0)
+        Tensor::cat(&pieces, 0)?.index_select(&plan.inverse, 0)
     }
+}
+
+/// The decoding sequences of a step, attended together.
+struct DecodeBatch {
+    count: usize,
+    /// The longest sequence's length: keys are padded to it.
+    longest: usize,
+    /// Their rows in the step, and their slots (`count` each).
+    rows: Tensor,
+    slots: Tensor,
+    /// `count x 1 x 1 x longest`: each sequence sees its own positions only.
+    mask: Tensor,
+}
+
+/// A sequence prefilling several rows this step, attended alone.
+struct PrefillSeq {
+    first: usize,
+    rows: usize,
+    slot: usize,
+    /// Keys it attends to: its cached positions and its rows.
+    len: usize,
+    /// `1 x 1 x (group * rows) x len`: causal within the rows.
+    mask: Tensor,
+}
+
+/// How a step's rows are attended, on the device once for every layer.
+struct AttentionPlan {
+    decode: Option<DecodeBatch>,
+    prefill: Vec<PrefillSeq>,
+    /// Back to row order: the output of row `i` is row `inverse[i]` of the groups joined.
+    inverse: Tensor,
+}
+
+fn plan_attention(rows: &[Row], group: usize, device: &Device) -> candle_core::Result<AttentionPlan> {
+    let groups = group_rows(rows);
+    let ids = |values: Vec<u32>| Tensor::from_vec(values.clone(), values.len(), device);
+    let mut order: Vec<usize> = Vec::with_capacity(rows.len());
+    let decode = match groups.decode.is_empty() {
+        true => None,
+        false => {
+            let count = groups.decode.len();
+            let longest = groups.decode.iter().map(|d| d.2 + 1).max().unwrap_or(1);
+            let positions: Vec<usize> = groups.decode.iter().map(|d| d.2).collect();
+            order.extend(groups.decode.iter().map(|d| d.0));
+            Some(DecodeBatch {
+                count,
+                longest,
+                rows: ids(groups.decode.iter().map(|d| d.0 as u32).collect())?,
+                slots: ids(groups.decode.iter().map(|d| d.1 as u32).collect())?,
+                mask: mask(count, longest, |i, j| j <= positions[i], device)?
+                    .reshape((count, 1, 1, longest))?,
+            })
+        }
+    };
+    let mut prefill = Vec::with_capacity(groups.prefill.len());
+    for &(first, m, slot, start) in &groups.prefill {
+        let len = start + m;
+        order.extend(first..first + m);
+        prefill.push(PrefillSeq {
+            first,
+            rows: m,
+            slot,
+            len,
+            mask: mask(m, len, |i, j| j <= start + i, device)?
+                .unsqueeze(0)?
+                .repeat((group, 1, 1))?
+                .reshape((1, 1, group * m, len))?,
+        });
+    }
+    let mut inverse = vec![0u32; rows.len()];
+    for (at, &row) in order.iter().enumerate() {
+        inverse[row] = at as u32;
+    }
+    Ok(AttentionPlan {
+        decode,
+        prefill,
+        inverse: ids(inverse)?,
+    })
 }
 
 /// `softmax(q k^T * scale + mask) v` for `q`: `b x kv_heads x r x hd`, `k`, `v`: `b x
@@ -569,4 +624,44 @@ pub fn build(
         layers,
         lm_head,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(slot: usize, pos: usize) -> Row {
+        Row {
+            slot,
+            pos,
+            token: 0,
+            logits: false,
+        }
+    }
+
+    /// A sequence with one row decodes; one with several prefills, wherever it sits.
+    #[test]
+    fn rows_group_into_decoders_and_prefilling_sequences() {
+        let rows = [row(3, 40), row(1, 0), row(1, 1), row(1, 2), row(0, 7), row(2, 5), row(2, 6)];
+        let groups = group_rows(&rows);
+        assert_eq!(groups.decode, vec![(0, 3, 40), (4, 0, 7)]);
+        assert_eq!(groups.prefill, vec![(1, 3, 1, 0), (5, 2, 2, 5)]);
+    }
+
+    /// Joined as decoders first, then each prefill, the groups go back to row order.
+    #[test]
+    fn the_plan_puts_rows_back_in_order() {
+        let rows = [row(3, 40), row(1, 0), row(1, 1), row(0, 7)];
+        let plan = plan_attention(&rows, 3, &Device::Cpu).unwrap();
+        let decode = plan.decode.as_ref().unwrap();
+        assert_eq!((decode.count, decode.longest), (2, 41));
+        assert_eq!(plan.prefill.len(), 1);
+        assert_eq!(plan.prefill[0].mask.dims(), &[1, 1, 6, 2]);
+        // Joined: [row 0, row 3, row 1, row 2]; row order takes joined 0, 2, 3, 1.
+        assert_eq!(plan.inverse.to_vec1::<u32>().unwrap(), vec![0, 2, 3, 1]);
+        let allowed: Vec<f32> = decode.mask.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(allowed[41 + 7], 0.0, "slot 0 sees position 7");
+        assert_eq!(allowed[41 + 8], f32::NEG_INFINITY, "and not 8");
+        assert_eq!(allowed[40], 0.0, "slot 3 sees position 40");
+    }
 }

@@ -57,7 +57,12 @@ def local(simulate_gpus: Optional[str] = None, state_dir: Optional[str] = None) 
     ``simulate_gpus`` (``"T4:16GiB x2"``) gives the agent simulated GPUs, so pools that ask
     for GPUs run, on CPU, anywhere. ``state_dir`` keeps pools and jobs across restarts.
     The cluster stops when the last reference to it goes.
+
+    As ``resident local`` does, each embedding actor computes on one thread (one actor per
+    core is the fastest CPU setup for encoders); ``RAYON_NUM_THREADS``, when set before the
+    first call, wins. Generation actors keep a thread per core of their own.
     """
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     return Cluster(_resident.local(simulate_gpus, state_dir))
 
 

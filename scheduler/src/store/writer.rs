@@ -58,7 +58,7 @@ impl StoreWriter {
     }
 
     /// Waits until every op queued before this call is on disk, trying a failed batch
-    /// again up to `attempts` times in all, [`RETRY_AFTER`] apart. For shutdown: the
+    /// again up to `attempts` times in all, `RETRY_AFTER` apart. For shutdown: the
     /// write-behind ops (task outcomes, job counters) then do not die with the process.
     pub async fn flush(&self, attempts: u32) -> WriteOutcome {
         let mut outcome = Ok(());

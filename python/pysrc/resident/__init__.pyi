@@ -1,0 +1,98 @@
+# Type stubs of the public API: made by mypy's stubgen from __init__.py (`stubgen
+# resident/__init__.py --include-docstrings`, from python/pysrc); tests/test_stubs.py checks
+# they name every public function, class and method.
+import numpy as np
+import types
+from . import _resident
+from .errors import BadInput as BadInput, PermissionDenied as PermissionDenied, ResidentError as ResidentError, SchedulerGone as SchedulerGone, Unauthenticated as Unauthenticated, Unplaceable as Unplaceable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+EMBED_WINDOW: int
+
+__all__ = ['BadInput', 'PermissionDenied', 'ResidentError', 'SchedulerGone', 'Unauthenticated', 'Unplaceable', 'local', 'connect', 'Pool', 'Cluster']
+
+def local(simulate_gpus: str | None = None, state_dir: str | None = None) -> Cluster:
+    '''Starts a scheduler and one agent in this process, like ``ray.init()``.
+
+    ``simulate_gpus`` (``"T4:16GiB x2"``) gives the agent simulated GPUs, so pools that ask
+    for GPUs run, on CPU, anywhere. ``state_dir`` keeps pools and jobs across restarts.
+    The cluster stops when the last reference to it goes.
+
+    As ``resident local`` does, each embedding actor computes on one thread (one actor per
+    core is the fastest CPU setup for encoders); ``RAYON_NUM_THREADS``, when set before the
+    first call, wins. Generation actors keep a thread per core of their own.
+    '''
+def connect(url: str | None = None, token: str | None = None, ca: str | None = None) -> Cluster:
+    """Connects to a running scheduler.
+
+    ``url``, ``token`` and ``ca`` (a PEM file) default to ``RESIDENT_CLUSTER``,
+    ``RESIDENT_TOKEN`` and ``RESIDENT_CA``. ``https://`` is always TLS.
+    """
+
+class Pool:
+    """A pool of resident actors: bytes in, bytes out."""
+    def __init__(self, native: _resident.NativePool) -> None: ...
+    @property
+    def name(self) -> str:
+        """The pool's name."""
+    def map(self, payloads: Iterable[bytes]) -> list[bytes]:
+        """Runs every payload through the pool; the outputs in input order.
+
+        A task that failed for good raises :class:`ResidentError` (kind ``TaskFailed``).
+        """
+    def submit(self, payloads: Iterable[bytes], job_name: str = 'python') -> Iterator[tuple[int, bytes]]:
+        """Streams the payloads as one job; yields ``(position, output)`` as each finishes."""
+    def status(self) -> types.SimpleNamespace:
+        """The pool as ``resident pools --json`` shows it."""
+    def delete(self) -> None:
+        """Deletes the pool: its actors stop and free what they hold."""
+
+class Cluster:
+    """A Resident cluster: from :func:`local` or :func:`connect`."""
+    def __init__(self, native: _resident.NativeCluster) -> None: ...
+    @property
+    def url(self) -> str:
+        """The scheduler's URL."""
+    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True) -> np.ndarray:
+        """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
+
+        ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
+        ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
+        whole. Rows are normalised when the model's sentence-transformers config says so
+        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do). The pool (``replicas`` actors,
+        default one per CPU core or as many as the GPUs hold; ``gpus`` per actor) is made
+        once for these settings and stays loaded while it is used.
+        """
+    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True) -> dict:
+        """Runs ``resident embed``: the resumable corpus job, with the same options.
+
+        ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
+        ``output`` a directory or ``s3://`` prefix that receives ``embeddings.npy``,
+        ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
+        crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
+        """
+    def generate(self, prompts: Iterable[str], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None) -> list[dict]:
+        '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
+
+        ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn;
+        ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
+        per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
+        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``).
+        '''
+    def nodes(self) -> list[types.SimpleNamespace]:
+        """The nodes, with the fields ``resident status --json`` shows."""
+    def actors(self) -> list[types.SimpleNamespace]:
+        """The actors, with the fields ``resident status --json`` shows."""
+    def pools(self) -> list[types.SimpleNamespace]:
+        """The pools, with the fields ``resident pools --json`` shows."""
+    def jobs(self) -> list[types.SimpleNamespace]:
+        """The jobs, with the fields ``resident jobs --json`` shows."""
+    def pool(self, name: str, kind: str | None = None, *, replicas: int = 1, gpus: float = 0.0, vram_gib: float = 0.0, selector: Mapping[str, str] | None = None, config: Mapping[str, Any] | None = None) -> Pool:
+        """Creates the pool ``name`` of actor ``kind`` and waits until it is ready, or, with
+        no ``kind``, attaches to the existing pool of that name.
+
+        ``gpus`` per actor (0.25 shares a GPU four ways), ``vram_gib`` each reserves,
+        ``selector`` node labels, ``config`` the kind's actor config: as in the Rust
+        ``PoolSpec``. A pool of that name and spec but another replica count is resized.
+        """
