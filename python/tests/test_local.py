@@ -78,3 +78,31 @@ def test_generate_answers_greedily_with_token_counts(local_cluster):
         max_new_tokens=24, stop=["Paris"],
     )
     assert stopped[0]["finish_reason"] == "stop" and "Paris" not in stopped[0]["text"]
+
+
+def test_a_call_releases_the_gil_while_it_waits(local_cluster):
+    import threading
+    import time
+
+    texts = [r["text"] for r in wiki_texts(600)]
+    local_cluster.embed(texts[:8], model=str(MINILM), progress=False)
+    ticks = 0
+    stop = threading.Event()
+
+    def count():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    began = time.perf_counter()
+    local_cluster.embed(texts, model=str(MINILM), progress=False)
+    took = time.perf_counter() - began
+    stop.set()
+    counter.join()
+    # Held through the call, the GIL would have let the counter run only at the 100 ms
+    # ticks: a few per tick at most.
+    assert took > 0.5, took
+    assert ticks > 100 * took, (ticks, took)

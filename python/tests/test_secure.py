@@ -65,3 +65,48 @@ def test_the_environment_gives_url_token_and_ca(secure_cluster, monkeypatch):
     monkeypatch.setenv("RESIDENT_TOKEN", secure_cluster.tokens["auditor"])
     monkeypatch.setenv("RESIDENT_CA", str(secure_cluster.ca))
     assert [n.node_id for n in resident.connect().nodes()] == ["py-node"]
+
+
+JOB = """
+import resident, sys
+cluster = resident.connect(sys.argv[1], token=sys.argv[2], ca=sys.argv[3])
+cluster.embed_job(sys.argv[4], sys.argv[5], sys.argv[6], chunk_size=32, replicas=1, progress=False)
+"""
+
+
+def test_ctrl_c_cancels_the_job_on_the_cluster(secure_cluster, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", wiki_texts(3000))
+    out = tmp_path / "out"
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, secure_cluster.url, secure_cluster.tokens["alice"],
+         str(secure_cluster.ca), str(corpus), str(MINILM), str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 120
+    while len(list((out / "shards").glob("*.npy"))) < 1:
+        assert job.poll() is None, job.communicate()
+        assert time.time() < deadline, "no shard written"
+        time.sleep(0.05)
+    job.send_signal(signal.SIGINT)
+    _, stderr = job.communicate(timeout=30)
+    assert "KeyboardInterrupt" in stderr, stderr
+    cluster = secure_cluster.connect("alice")
+    deadline = time.time() + 30
+    while True:
+        # The corpus job's pool is `embed-<digest>` (`cluster.embed`'s are `py-embed-...`).
+        jobs = [
+            j for j in cluster.jobs()
+            if j.owner == "alice" and j.pool.startswith("embed-") and j.name == "embed"
+        ]
+        if jobs and all(j.state != "running" for j in jobs):
+            break
+        assert time.time() < deadline, [(j.name, j.state) for j in jobs]
+        time.sleep(0.1)
+    assert [j.state for j in jobs] == ["cancelled"], [(j.name, j.state) for j in jobs]

@@ -336,7 +336,9 @@ impl DenseLlama {
             };
             let (k, v) = (gather(&keys)?, gather(&values)?);
             let b = decode.count;
-            let q_rows = q.index_select(&decode.rows, 0)?.reshape((b, kvh, group, hd))?;
+            let q_rows = q
+                .index_select(&decode.rows, 0)?
+                .reshape((b, kvh, group, hd))?;
             let out = attention_core(&q_rows, &k, &v, &decode.mask, scale)?;
             pieces.push(out.reshape((b, c.heads * hd))?);
         }
@@ -350,10 +352,10 @@ impl DenseLlama {
             let (k, v) = (pick(&keys)?, pick(&values)?);
             let m = seq.rows;
             // rows x heads x hd -> 1 x kv_heads x (group * rows) x hd
-            let q_rows = q
-                .narrow(0, seq.first, m)?
-                .transpose(0, 1)?
-                .reshape((1, kvh, group * m, hd))?;
+            let q_rows =
+                q.narrow(0, seq.first, m)?
+                    .transpose(0, 1)?
+                    .reshape((1, kvh, group * m, hd))?;
             let out = attention_core(&q_rows, &k, &v, &seq.mask, scale)?;
             let out = out
                 .reshape((c.heads, m, hd))?
@@ -396,7 +398,11 @@ struct AttentionPlan {
     inverse: Tensor,
 }
 
-fn plan_attention(rows: &[Row], group: usize, device: &Device) -> candle_core::Result<AttentionPlan> {
+fn plan_attention(
+    rows: &[Row],
+    group: usize,
+    device: &Device,
+) -> candle_core::Result<AttentionPlan> {
     let groups = group_rows(rows);
     let ids = |values: Vec<u32>| Tensor::from_vec(values.clone(), values.len(), device);
     let mut order: Vec<usize> = Vec::with_capacity(rows.len());
@@ -642,7 +648,15 @@ mod tests {
     /// A sequence with one row decodes; one with several prefills, wherever it sits.
     #[test]
     fn rows_group_into_decoders_and_prefilling_sequences() {
-        let rows = [row(3, 40), row(1, 0), row(1, 1), row(1, 2), row(0, 7), row(2, 5), row(2, 6)];
+        let rows = [
+            row(3, 40),
+            row(1, 0),
+            row(1, 1),
+            row(1, 2),
+            row(0, 7),
+            row(2, 5),
+            row(2, 6),
+        ];
         let groups = group_rows(&rows);
         assert_eq!(groups.decode, vec![(0, 3, 40), (4, 0, 7)]);
         assert_eq!(groups.prefill, vec![(1, 3, 1, 0), (5, 2, 2, 5)]);
