@@ -12,7 +12,7 @@ use resident_actor::generate::{
     Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, CorpusJobConfig, GenerateJobConfig, OutputDtype, Progress,
+    self, BadRecordPolicy, CorpusJobConfig, GenerateJobConfig, JobError, OutputDtype, Progress,
     PromptTemplate,
 };
 use resident_jobs::pools::PoolRetention;
@@ -146,6 +146,58 @@ fn bad_record_policy(py: Python<'_>, name: &str) -> PyResult<BadRecordPolicy> {
     }
 }
 
+/// The corpus config of `[input, model, output]` with the options every corpus job takes,
+/// as `resident embed` names them.
+#[allow(clippy::too_many_arguments)]
+fn corpus_config(
+    py: Python<'_>,
+    [input, model, output]: [String; 3],
+    replicas: Option<u32>,
+    gpus_per_actor: f64,
+    vram_gib: f64,
+    chunk_size: Option<usize>,
+    on_bad_record: &str,
+    [id_field, text_field]: [String; 2],
+    keep_pool: bool,
+) -> PyResult<CorpusJobConfig> {
+    let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
+    config.replicas = replicas;
+    config.gpus_per_actor = gpus_per_actor;
+    config.vram_gib_per_actor = vram_gib;
+    config.chunk_size = chunk_size;
+    config.on_bad_record = bad_record_policy(py, on_bad_record)?;
+    config.reader.id_field = id_field;
+    config.reader.text_field = text_field;
+    config.retention = PoolRetention {
+        keep: keep_pool,
+        idle_ttl: None,
+    };
+    Ok(config)
+}
+
+/// Runs the corpus job `start` makes (given where to leave its progress), calling
+/// `on_progress` as it moves; returns its report as JSON.
+fn run_corpus_job<Fut, R>(
+    py: Python<'_>,
+    on_progress: Option<Py<PyAny>>,
+    start: impl FnOnce(SharedProgress) -> Fut + Send,
+) -> PyResult<String>
+where
+    Fut: std::future::Future<Output = Result<R, JobError>>,
+    R: serde::Serialize + Send,
+{
+    let shared: SharedProgress = Arc::default();
+    let sink = shared.clone();
+    let finished = wait_ticking(
+        py,
+        move || start(sink),
+        |py| report(py, &shared, &on_progress),
+    )?;
+    report(py, &shared, &on_progress)?;
+    let job_report = finished.map_err(|e| job_error(py, e))?;
+    serde_json::to_string(&job_report).map_err(|e| bad_input(py, e.to_string()))
+}
+
 #[pymethods]
 impl NativeCluster {
     /// The scheduler's URL.
@@ -236,38 +288,28 @@ impl NativeCluster {
         merge: bool,
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<String> {
-        let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
-        config.replicas = replicas;
-        config.gpus_per_actor = gpus_per_actor;
-        config.vram_gib_per_actor = vram_gib;
-        config.chunk_size = chunk_size;
+        let mut config = corpus_config(
+            py,
+            [input, model, output],
+            replicas,
+            gpus_per_actor,
+            vram_gib,
+            chunk_size,
+            on_bad_record,
+            [id_field, text_field],
+            keep_pool,
+        )?;
         config.dtype = match dtype {
             "f32" => OutputDtype::F32,
             "f16" => OutputDtype::F16,
             other => return Err(bad_input(py, format!("dtype `{other}` is not f32 or f16"))),
         };
-        config.on_bad_record = bad_record_policy(py, on_bad_record)?;
-        config.reader.id_field = id_field;
-        config.reader.text_field = text_field;
         config.merge = merge;
-        config.retention = PoolRetention {
-            keep: keep_pool,
-            idle_ttl: None,
-        };
-        let shared: SharedProgress = Arc::default();
-        let sink = shared.clone();
         let cluster = self.cluster.clone();
-        let finished = wait_ticking(
-            py,
-            move || async move {
-                let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
-                corpus_job::run_embed_job(&cluster, &config, &mut on_job_progress).await
-            },
-            |py| report(py, &shared, &on_progress),
-        )?;
-        report(py, &shared, &on_progress)?;
-        let job_report = finished.map_err(|e| job_error(py, e))?;
-        serde_json::to_string(&job_report).map_err(|e| bad_input(py, e.to_string()))
+        run_corpus_job(py, on_progress, move |sink| async move {
+            let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
+            corpus_job::run_embed_job(&cluster, &config, &mut on_job_progress).await
+        })
     }
 
     /// Runs `resident generate` over a corpus; returns report.json.
@@ -293,36 +335,26 @@ impl NativeCluster {
         keep_pool: bool,
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<String> {
-        let mut corpus = CorpusJobConfig::new(input.as_str(), model, output.as_str());
-        corpus.replicas = replicas;
-        corpus.gpus_per_actor = gpus_per_actor;
-        corpus.vram_gib_per_actor = vram_gib;
-        corpus.chunk_size = chunk_size;
-        corpus.on_bad_record = bad_record_policy(py, on_bad_record)?;
-        corpus.reader.id_field = id_field;
-        corpus.reader.text_field = text_field;
-        corpus.retention = PoolRetention {
-            keep: keep_pool,
-            idle_ttl: None,
-        };
+        let corpus = corpus_config(
+            py,
+            [input, model, output],
+            replicas,
+            gpus_per_actor,
+            vram_gib,
+            chunk_size,
+            on_bad_record,
+            [id_field, text_field],
+            keep_pool,
+        )?;
         let prompt = PromptTemplate::parse(&prompt).map_err(|e| bad_input(py, e))?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
         config.generation.params = serde_json::from_str(&params_json)
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
-        let shared: SharedProgress = Arc::default();
-        let sink = shared.clone();
         let cluster = self.cluster.clone();
-        let finished = wait_ticking(
-            py,
-            move || async move {
-                let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
-                corpus_job::run_generate_job(&cluster, &config, &mut on_job_progress).await
-            },
-            |py| report(py, &shared, &on_progress),
-        )?;
-        report(py, &shared, &on_progress)?;
-        let job_report = finished.map_err(|e| job_error(py, e))?;
-        serde_json::to_string(&job_report).map_err(|e| bad_input(py, e.to_string()))
+        run_corpus_job(py, on_progress, move |sink| async move {
+            let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
+            corpus_job::run_generate_job(&cluster, &config, &mut on_job_progress).await
+        })
     }
 
     /// Completes `prompts` (each the user turn, or the raw text with `template="none"`) on a

@@ -10,6 +10,7 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
 
 use super::dense::Part;
+use super::tests::greedy;
 use super::*;
 
 fn gguf_path() -> PathBuf {
@@ -23,16 +24,6 @@ fn dense_f32() -> &'static GenerateModel {
         GenerateModel::load_on(&gguf_path(), &Device::Cpu, WeightDtype::F32)
             .unwrap_or_else(|e| panic!("{e}: run scripts/fetch-model.sh smollm2-135m-instruct"))
     })
-}
-
-fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        id: id.into(),
-        prompt,
-        max_new_tokens,
-        sampling: SamplingParams::default(),
-        stop: Vec::new(),
-    }
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

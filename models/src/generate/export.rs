@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, Tensor};
 
 use super::GenerateModel;
@@ -54,10 +53,7 @@ pub fn halves_layout_tensors(
             "only a Llama GGUF file (interleaved RoPE) is exported".into(),
         ));
     }
-    let mut file = std::fs::File::open(gguf)
-        .map_err(|e| ModelError::Load(format!("cannot open {}: {e}", gguf.display())))?;
-    let content = Content::read(&mut file)
-        .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", gguf.display())))?;
+    let (mut file, content) = super::llama::read_gguf(gguf)?;
     let mut load = |part: Part, layer: usize| -> Result<Tensor, ModelError> {
         let name = part.gguf_name(layer);
         let failed = |e: candle_core::Error| ModelError::Load(format!("GGUF tensor `{name}`: {e}"));

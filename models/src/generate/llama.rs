@@ -191,6 +191,15 @@ fn vector(content: &Content, file: &mut std::fs::File, name: &str) -> Result<Vec
     Ok(loaded)
 }
 
+/// Opens the GGUF file at `path` and reads its header (metadata and tensor index).
+pub fn read_gguf(path: &Path) -> Result<(std::fs::File, Content), ModelError> {
+    let mut file = std::fs::File::open(path)
+        .map_err(|e| ModelError::Load(format!("cannot open {}: {e}", path.display())))?;
+    let content = Content::read(&mut file)
+        .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", path.display())))?;
+    Ok((file, content))
+}
+
 /// Quantisations for which candle's CPU matmul has no SIMD kernel (it has them for Q4_0,
 /// Q8_0 and the K-quants) and we have none of our own: their weights are requantised to
 /// Q8_0 once, at load. Q8_0 holds a 5-bit block's values to within 1/254 of the block's
@@ -243,10 +252,7 @@ fn matmul_weight(
 impl LlamaModel {
     /// Reads the model from the GGUF file at `path`; returns it with the file's metadata.
     pub fn load(path: &Path) -> Result<(Self, HashMap<String, Value>), ModelError> {
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| ModelError::Load(format!("cannot open {}: {e}", path.display())))?;
-        let content = Content::read(&mut file)
-            .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", path.display())))?;
+        let (mut file, content) = read_gguf(path)?;
         let config = LlamaConfig::from_metadata(&content.metadata)?;
         let arch = LlamaConfig::architecture(&content.metadata);
         if !QUANTISED_ARCHITECTURES.contains(&arch.as_str())

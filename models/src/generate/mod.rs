@@ -22,7 +22,6 @@ pub mod sampling;
 use std::collections::VecDeque;
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device};
 
 use crate::ModelError;
@@ -198,10 +197,7 @@ impl GenerateModel {
         if checkpoint::is_safetensors_dir(path) {
             return Self::load_safetensors(path, device, dtype);
         }
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| ModelError::Load(format!("cannot open {}: {e}", path.display())))?;
-        let content = Content::read(&mut file)
-            .map_err(|e| ModelError::Load(format!("{} is not a GGUF file: {e}", path.display())))?;
+        let (mut file, content) = llama::read_gguf(path)?;
         let vocab = Vocab::from_metadata(&content.metadata)?;
         let arch = LlamaConfig::architecture(&content.metadata);
         let our_kernels = device.is_cpu()

@@ -20,7 +20,7 @@ fn smollm2() -> &'static GenerateModel {
     })
 }
 
-fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> GenerationRequest {
+pub(super) fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> GenerationRequest {
     GenerationRequest {
         id: id.into(),
         prompt,
