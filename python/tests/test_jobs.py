@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import resident
 from conftest import MINILM, RESIDENT_BIN, REPO, run_python, wiki_texts, write_corpus
@@ -88,3 +89,23 @@ def test_ctrl_c_cancels_the_job_and_returns_control(tmp_path):
     assert job.returncode != 0
     assert "KeyboardInterrupt" in stderr, stderr
     assert not (out / "embeddings.npy").exists()
+
+
+def test_generate_job_writes_a_line_per_record_in_order(local_cluster, tmp_path):
+    from conftest import SMOLLM2
+
+    records = [{"id": f"q{i}", "text": t} for i, t in enumerate(
+        ["What is the capital of France?", "Name a colour.", "Say hello."])]
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "out"), "Answer in one sentence: {text}",
+        max_new_tokens=24, progress=False,
+    )
+    assert report["items"] == 3 and report["generated_tokens"] >= 3, report
+    lines = [json.loads(line) for line in open(tmp_path / "out" / "generations.jsonl")]
+    assert [line["id"] for line in lines] == ["q0", "q1", "q2"]
+    assert all(1 <= line["generated_tokens"] <= 24 for line in lines), lines
+    assert "Paris" in lines[0]["text"], lines[0]
+    with pytest.raises(resident.BadInput) as refused:
+        local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "bad"), "no field here", progress=False)
+    assert "{text}" in str(refused.value), refused.value

@@ -106,6 +106,21 @@ def _texts(items: Iterable[Any]) -> Iterator[str]:
         yield item
 
 
+def _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template) -> dict:
+    """The decoding parameters as the `generate` kind takes them."""
+    if template not in ("chat", "none"):
+        raise BadInput(f"template {template!r} is not 'chat' or 'none'", "BadInput")
+    return {
+        "template": "Chat" if template == "chat" else "None",
+        "max_new_tokens": int(max_new_tokens),
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "top_k": int(top_k),
+        "seed": int(seed),
+        "stop": list(stop or []),
+    }
+
+
 class Pool:
     """A pool of resident actors: bytes in, bytes out."""
 
@@ -228,6 +243,49 @@ class Cluster:
             bar.close()
         return json.loads(report)
 
+    def generate_job(
+        self,
+        input: str,
+        model: str,
+        output: str,
+        prompt: str,
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: Optional[Sequence[str]] = None,
+        template: str = "chat",
+        replicas: Optional[int] = None,
+        gpus_per_actor: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: Optional[int] = None,
+        on_bad_record: str = "skip",
+        id_field: str = "id",
+        text_field: str = "text",
+        keep_pool: bool = False,
+        progress: bool = True,
+    ) -> dict:
+        """Runs ``resident generate``: a completion per record of a corpus, resumably.
+
+        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record.
+        ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
+        chunk. Returns ``report.json`` as a dict.
+        """
+        params = _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template)
+        bar = Bar(None, "records", progress, "generate")
+        try:
+            report = self._native.generate_job(
+                input, model, output, prompt, json.dumps(params), replicas, gpus_per_actor,
+                vram_gib, chunk_size, on_bad_record, id_field, text_field, keep_pool,
+                lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
+            )
+        finally:
+            bar.close()
+        return json.loads(report)
+
     def generate(
         self,
         prompts: Iterable[str],
@@ -253,17 +311,7 @@ class Cluster:
         per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``).
         """
-        if template not in ("chat", "none"):
-            raise BadInput(f"template {template!r} is not 'chat' or 'none'", "BadInput")
-        params = {
-            "template": "Chat" if template == "chat" else "None",
-            "max_new_tokens": int(max_new_tokens),
-            "temperature": float(temperature),
-            "top_p": float(top_p),
-            "top_k": int(top_k),
-            "seed": int(seed),
-            "stop": list(stop or []),
-        }
+        params = _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template)
         completions = json.loads(
             self._native.generate(
                 list(_texts(prompts)), model, json.dumps(params), replicas, gpus, vram_gib,

@@ -72,6 +72,14 @@ class Cluster:
         ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
         crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
         """
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True) -> dict:
+        """Runs ``resident generate``: a completion per record of a corpus, resumably.
+
+        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record.
+        ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
+        chunk. Returns ``report.json`` as a dict.
+        """
     def generate(self, prompts: Iterable[str], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
