@@ -100,7 +100,7 @@ def _texts(items: Iterable[Any]) -> Iterator[str]:
         if not isinstance(item, str):
             raise BadInput(
                 f"text {index} is a {type(item).__name__}, not a str: "
-                "embed takes strings (decode bytes first)",
+                "texts and prompts are strings (decode bytes first)",
                 "BadInput",
             )
         yield item
