@@ -10,7 +10,7 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
 
 use super::dense::Part;
-use super::tests::greedy;
+use super::tests::{greedy, write_gguf};
 use super::*;
 
 fn gguf_path() -> PathBuf {
@@ -160,12 +160,7 @@ fn a_qwen2_gguf_loads_on_the_dense_path_with_its_biases() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("qwen2-layout.gguf");
-    let mut out = std::fs::File::create(&path).unwrap();
-    let metadata: Vec<(&str, &gguf_file::Value)> =
-        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
-    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
-    drop(out);
+    write_gguf(&path, metadata.iter().map(|(k, v)| (k, v)), &tensors);
 
     let qwen = GenerateModel::load(&path).unwrap();
     assert_eq!(

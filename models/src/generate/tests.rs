@@ -215,15 +215,7 @@ fn k_quant_q5_0_and_f16_files_of_the_model_answer_alike() {
             tensors.push((tensor_name.clone(), tensor));
         }
         let path = dir.path().join(format!("smollm2-{name}.gguf"));
-        let mut out = std::fs::File::create(&path).unwrap();
-        let metadata: Vec<(&str, &gguf_file::Value)> = content
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.as_str(), v))
-            .collect();
-        let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
-        gguf_file::write(&mut out, &metadata, &tensors).unwrap();
-        drop(out);
+        write_gguf(&path, content.metadata.iter(), &tensors);
 
         let model = GenerateModel::load(&path).unwrap();
         let prompt = model.prompt_tokens(question, PromptTemplate::Chat).unwrap();
@@ -237,4 +229,18 @@ fn k_quant_q5_0_and_f16_files_of_the_model_answer_alike() {
             .unwrap();
         assert!(out[0].text.contains("Paris"), "{name}: {:?}", out[0].text);
     }
+}
+
+/// Writes a GGUF file of `metadata` and `tensors` (the tests' copies of SmolLM2 in other
+/// types and layouts).
+pub(super) fn write_gguf<'a>(
+    path: &std::path::Path,
+    metadata: impl Iterator<Item = (&'a String, &'a candle_core::quantized::gguf_file::Value)>,
+    tensors: &[(String, candle_core::quantized::QTensor)],
+) {
+    use candle_core::quantized::{QTensor, gguf_file};
+    let metadata: Vec<(&str, &gguf_file::Value)> = metadata.map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    let mut out = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
 }
