@@ -5,8 +5,14 @@
 //! multiply-adds (`lanes.rs`). candle reads Q4_1 only with a scalar loop (8 tokens/s for
 //! SmolLM2-135M on 2 cores), and its Q8_0 kernel rounds activations differently;
 //! requantising to Q8_0 ran fast but moved the logits far enough from llama.cpp's to fork
-//! greedy decoding (BENCHMARKS.md). Written for the compiler to vectorise, built for
-//! AVX-512, AVX2 and plain x86-64, picked at run time.
+//! greedy decoding (BENCHMARKS.md).
+//!
+//! A matmul quantises its activation rows once, [`TILE`] rows at a time interleaved block
+//! by block ([`TileBlock`]), so that one weight block meets all of a tile's rows in a few
+//! registers. The SIMD kernels (`x86.rs`: AVX2, and AVX-512 with VNNI) are picked at run
+//! time; every kernel gives the portable loop's sums bit for bit.
+
+use std::ops::Range;
 
 use half::f16;
 use rayon::prelude::*;
@@ -14,16 +20,22 @@ use rayon::prelude::*;
 use super::lanes::{self, LANES};
 use crate::ModelError;
 
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x86;
+
 const BLOCK: usize = 32;
-/// Activation rows one kernel call multiplies by a weight row: four independent sums, so
-/// each fused multiply-add need not wait for the one before it (a single row's sum waits
-/// four cycles a block), and each weight block is unpacked once for four rows.
+/// Activation rows one kernel call multiplies by a weight row: independent sums, so each
+/// fused multiply-add need not wait for the one before it (a single row's sum waits four
+/// cycles a block), and each weight block is unpacked once for all of them.
 pub const TILE: usize = 4;
 /// Weight rows, and activation rows, of one parallel task: its weights stay in L1 while
 /// its activation rows pass them, and a step of any shape makes enough tasks for every
-/// core.
+/// core. Activation rows come in whole tiles.
 const WEIGHT_ROWS_PER_TASK: usize = 32;
-const ACTIVATION_ROWS_PER_TASK: usize = 128;
+const ACTIVATION_ROWS_PER_TASK: usize = 32 * TILE;
+/// Activation rows quantised by one parallel task.
+const QUANTISED_ROWS_PER_TASK: usize = 8 * TILE;
 
 /// One block of activations quantised to 8 bits.
 #[derive(Clone, Copy)]
@@ -32,6 +44,35 @@ pub struct ActivationBlock {
     d: f32,
     s: f32,
     qs: [i8; BLOCK],
+}
+
+/// Block `j` of [`TILE`] activation rows side by side: the rows' values one after another
+/// (one 512-bit register holds two rows), then their scales, then their scaled sums (one
+/// 128-bit register each).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub struct TileBlock {
+    qs: [[i8; BLOCK]; TILE],
+    d: [f32; TILE],
+    s: [f32; TILE],
+}
+
+impl TileBlock {
+    fn new(rows: [ActivationBlock; TILE]) -> Self {
+        Self {
+            qs: rows.map(|row| row.qs),
+            d: rows.map(|row| row.d),
+            s: rows.map(|row| row.s),
+        }
+    }
+
+    fn row(&self, t: usize) -> ActivationBlock {
+        ActivationBlock {
+            d: self.d[t],
+            s: self.s[t],
+            qs: self.qs[t],
+        }
+    }
 }
 
 /// A block of weights of one GGUF type.
@@ -45,16 +86,16 @@ pub trait WeightBlock: Copy + Send + Sync {
     /// minimum).
     fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], offsets: &mut f32);
 
-    /// `Σ` over a row's blocks: the AVX2 kernel where the CPU has one, else the portable
+    /// `Σ` over a row's blocks: the SIMD kernel where the CPU has one, else the portable
     /// loop (the same sums in the same order).
     fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
         row_dot(weights, activations)
     }
 
-    /// [`WeightBlock::row_dot`] of one weight row with [`TILE`] activation rows, each sum
-    /// taken in the same order as alone (so the same bits).
-    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
-        activations.map(|row| row_dot(weights, row))
+    /// [`WeightBlock::row_dot`] of one weight row with a tile's [`TILE`] activation rows,
+    /// each sum taken in the same order as alone (so the same bits).
+    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
+        tile_dot(weights, tiles)
     }
 }
 
@@ -107,23 +148,23 @@ impl WeightBlock for Q4_1 {
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Vnni => return unsafe { vnni::q4_1_row_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { avx2::q4_1_row_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q4_1_row_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q4_1_row_dot(weights, activations) },
             Kernels::Portable => {}
         }
         row_dot(weights, activations)
     }
 
-    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
         // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Vnni => return unsafe { vnni::q4_1_tile_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { avx2::q4_1_tile_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q4_1_tile_dot(weights, tiles) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q4_1_tile_dot(weights, tiles) },
             Kernels::Portable => {}
         }
-        activations.map(|row| row_dot(weights, row))
+        tile_dot(weights, tiles)
     }
 }
 
@@ -161,23 +202,23 @@ impl WeightBlock for Q8_0 {
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Vnni => return unsafe { vnni::q8_0_row_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { avx2::q8_0_row_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q8_0_row_dot(weights, activations) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q8_0_row_dot(weights, activations) },
             Kernels::Portable => {}
         }
         row_dot(weights, activations)
     }
 
-    fn tile_dot(weights: &[Self], activations: [&[ActivationBlock]; TILE]) -> [f32; TILE] {
+    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
         // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Vnni => return unsafe { vnni::q8_0_tile_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { avx2::q8_0_tile_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q8_0_tile_dot(weights, tiles) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q8_0_tile_dot(weights, tiles) },
             Kernels::Portable => {}
         }
-        activations.map(|row| row_dot(weights, row))
+        tile_dot(weights, tiles)
     }
 }
 
@@ -215,7 +256,7 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     /// whose memory is reused.
     pub fn forward_into(&self, x: &[f32], n: usize, result: &mut Vec<f32>) {
         let per_row = self.cols / BLOCK;
-        let activations: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise).collect();
+        let activations = QuantisedRows::new(x, n, self.cols);
         let weight_tasks = self.rows.div_ceil(WEIGHT_ROWS_PER_TASK);
         let tasks: Vec<(usize, usize)> = (0..n.div_ceil(ACTIVATION_ROWS_PER_TASK))
             .flat_map(|a| (0..weight_tasks).map(move |w| (a, w)))
@@ -228,8 +269,7 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                     a * ACTIVATION_ROWS_PER_TASK..n.min((a + 1) * ACTIVATION_ROWS_PER_TASK);
                 let rows = w * WEIGHT_ROWS_PER_TASK..self.rows.min((w + 1) * WEIGHT_ROWS_PER_TASK);
                 let weights = &self.blocks[rows.start * per_row..rows.end * per_row];
-                let x = &activations[tokens.start * per_row..tokens.end * per_row];
-                tile_product(weights, x, per_row)
+                activations.product(weights, tokens)
             })
             .collect();
         result.clear();
@@ -245,34 +285,71 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     }
 }
 
-/// The products of some weight rows with some activation rows (`per_row` blocks each),
-/// activation row by weight row: [`TILE`] activation rows at a time past every weight row,
-/// the rows left over one by one.
-fn tile_product<B: WeightBlock>(
-    weights: &[B],
-    activations: &[ActivationBlock],
+/// A matmul's activation rows, quantised: the whole tiles of [`TILE`] rows interleaved
+/// block by block, then the rows after the last whole tile one by one.
+struct QuantisedRows {
     per_row: usize,
-) -> Vec<f32> {
-    let width = weights.len() / per_row;
-    let mut out = vec![0.0f32; activations.len() / per_row * width];
-    let mut tiles = activations.chunks_exact(TILE * per_row);
-    let mut out_tiles = out.chunks_exact_mut(TILE * width);
-    for (tile, out_tile) in (&mut tiles).zip(&mut out_tiles) {
-        let rows: [&[ActivationBlock]; TILE] =
-            std::array::from_fn(|t| &tile[t * per_row..(t + 1) * per_row]);
-        for (r, weight_row) in weights.chunks_exact(per_row).enumerate() {
-            for (t, value) in B::tile_dot(weight_row, rows).into_iter().enumerate() {
-                out_tile[t * width + r] = value;
+    tiles: Vec<TileBlock>,
+    rest: Vec<ActivationBlock>,
+}
+
+impl QuantisedRows {
+    /// `x` (`n x cols`, row-major), quantised in parallel.
+    fn new(x: &[f32], n: usize, cols: usize) -> Self {
+        let per_row = cols / BLOCK;
+        let tiled = n / TILE * TILE;
+        let tiles = x[..tiled * cols]
+            .par_chunks(QUANTISED_ROWS_PER_TASK * cols)
+            .flat_map_iter(|rows| {
+                rows.chunks_exact(TILE * cols).flat_map(move |tile| {
+                    (0..per_row).map(move |j| {
+                        TileBlock::new(std::array::from_fn(|t| {
+                            quantise(&tile[t * cols + j * BLOCK..t * cols + (j + 1) * BLOCK])
+                        }))
+                    })
+                })
+            })
+            .collect();
+        let rest = x[tiled * cols..n * cols]
+            .chunks_exact(BLOCK)
+            .map(quantise)
+            .collect();
+        Self {
+            per_row,
+            tiles,
+            rest,
+        }
+    }
+
+    /// The products of some weight rows (`per_row` blocks each) with the activation rows
+    /// `rows` (starting at a tile), activation row by weight row: the whole tiles through
+    /// [`WeightBlock::tile_dot`], the rows after them one by one.
+    fn product<B: WeightBlock>(&self, weights: &[B], rows: Range<usize>) -> Vec<f32> {
+        let per_row = self.per_row;
+        let width = weights.len() / per_row;
+        let mut out = vec![0.0f32; rows.len() * width];
+        let tiled = self.tiles.len() / per_row * TILE;
+        let tiled_end = rows.end.min(tiled).max(rows.start);
+        let tile_rows = out[..(tiled_end - rows.start) * width].chunks_exact_mut(TILE * width);
+        for (k, out_tile) in tile_rows.enumerate() {
+            let first = (rows.start / TILE + k) * per_row;
+            let tile = &self.tiles[first..first + per_row];
+            for (r, weight_row) in weights.chunks_exact(per_row).enumerate() {
+                for (t, value) in B::tile_dot(weight_row, tile).into_iter().enumerate() {
+                    out_tile[t * width + r] = value;
+                }
             }
         }
-    }
-    let rest = tiles.remainder().chunks_exact(per_row);
-    for (row, out_row) in rest.zip(out_tiles.into_remainder().chunks_exact_mut(width)) {
-        for (value, weight_row) in out_row.iter_mut().zip(weights.chunks_exact(per_row)) {
-            *value = B::row_dot(weight_row, row);
+        for row in tiled_end..rows.end {
+            let first = (row - tiled) * per_row;
+            let activations = &self.rest[first..first + per_row];
+            let out_row = &mut out[(row - rows.start) * width..(row - rows.start + 1) * width];
+            for (value, weight_row) in out_row.iter_mut().zip(weights.chunks_exact(per_row)) {
+                *value = B::row_dot(weight_row, activations);
+            }
         }
+        out
     }
-    out
 }
 
 /// One block of activations in 8 bits, as llama.cpp's x86 build quantises them: the scale
@@ -283,7 +360,7 @@ fn quantise(values: &[f32]) -> ActivationBlock {
     if kernels() != Kernels::Portable {
         // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         #[allow(unsafe_code)]
-        return unsafe { avx2::quantise(values) };
+        return unsafe { x86::avx2::quantise(values) };
     }
     quantise_portable(values)
 }
@@ -323,14 +400,27 @@ fn row_dot<B: WeightBlock>(weights: &[B], activations: &[ActivationBlock]) -> f3
     lanes::hsum(sums) + offsets
 }
 
+/// The portable kernel of a tile: each of its rows through [`row_dot`]'s loop.
+fn tile_dot<B: WeightBlock>(weights: &[B], tiles: &[TileBlock]) -> [f32; TILE] {
+    std::array::from_fn(|t| {
+        let mut sums = [0.0f32; LANES];
+        let mut offsets = 0.0f32;
+        for (w, tile) in weights.iter().zip(tiles) {
+            w.accumulate(&tile.row(t), &mut sums, &mut offsets);
+        }
+        lanes::hsum(sums) + offsets
+    })
+}
+
 /// The SIMD kernels this CPU runs, found once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernels {
     Portable,
     /// AVX2 and FMA: every x86-64 build host of ours.
     Avx2,
-    /// AVX2 with AVX-512 VNNI's `vpdpbusd` for the integer products (Zen 4, Sapphire Rapids).
-    Vnni,
+    /// AVX2 with AVX-512 (F, VL, BW) and VNNI's `vpdpbusd`: Zen 4, Sapphire Rapids.
+    /// `RESIDENT_NO_VNNI` set turns them off.
+    Avx512,
 }
 
 fn kernels() -> Kernels {
@@ -338,224 +428,15 @@ fn kernels() -> Kernels {
     *FOUND.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::env::var_os("RESIDENT_NO_VNNI").is_none()
-                && vnni::available()
-                && avx2::available()
-            {
-                return Kernels::Vnni;
-            }
-            if avx2::available() {
+            if x86::avx2::available() {
+                if std::env::var_os("RESIDENT_NO_VNNI").is_none() && x86::avx512::available() {
+                    return Kernels::Avx512;
+                }
                 return Kernels::Avx2;
             }
         }
         Kernels::Portable
     })
-}
-
-/// The four kernels (one weight row by one activation row, or by [`TILE`] of them, for Q4_1
-/// and Q8_0) in x86 intrinsics, for the target features given, with `products` giving
-/// each lane the exact integer sum of its 4 byte products. Every lane's scaled products go
-/// into it with a fused multiply-add, block after block, as in the portable loop.
-#[cfg(target_arch = "x86_64")]
-macro_rules! x86_kernels {
-    ($features:literal) => {
-        use std::arch::x86_64::*;
-
-        use super::{ActivationBlock, LANES, Q4_1, Q8_0, TILE, lanes};
-
-        #[target_feature(enable = $features)]
-        fn finish(sums: __m256, offsets: f32) -> f32 {
-            let mut out = [0.0f32; LANES];
-            // SAFETY: `out` holds 8 f32.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sums) };
-            lanes::hsum(out) + offsets
-        }
-
-        /// A Q4_1 block's 32 values as unsigned bytes: the low nibbles, then the high.
-        #[target_feature(enable = $features)]
-        fn nibbles(w: &Q4_1) -> __m256i {
-            let low_mask = _mm_set1_epi8(0x0f);
-            // SAFETY: 16 bytes are read from an array of 16.
-            let packed = unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) };
-            let low = _mm_and_si128(packed, low_mask);
-            let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_mask);
-            _mm256_set_m128i(high, low)
-        }
-
-        #[target_feature(enable = $features)]
-        fn load(a: &ActivationBlock) -> __m256i {
-            // SAFETY: 32 bytes are read from an array of 32.
-            unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) }
-        }
-
-        /// # Safety
-        /// The CPU must have the module's target features.
-        #[target_feature(enable = $features)]
-        pub unsafe fn q4_1_row_dot(weights: &[Q4_1], activations: &[ActivationBlock]) -> f32 {
-            let mut sums = _mm256_setzero_ps();
-            let mut offsets = 0.0f32;
-            for (w, a) in weights.iter().zip(activations) {
-                let products = _mm256_cvtepi32_ps(products(nibbles(w), load(a)));
-                sums = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums);
-                offsets = w.m.mul_add(a.s, offsets);
-            }
-            finish(sums, offsets)
-        }
-
-        /// [`q4_1_row_dot`] of one weight row with [`TILE`] activation rows: each block's
-        /// nibbles unpacked once, the rows' sums independent of each other.
-        ///
-        /// # Safety
-        /// The CPU must have the module's target features.
-        #[target_feature(enable = $features)]
-        pub unsafe fn q4_1_tile_dot(
-            weights: &[Q4_1],
-            activations: [&[ActivationBlock]; TILE],
-        ) -> [f32; TILE] {
-            let mut sums = [_mm256_setzero_ps(); TILE];
-            let mut offsets = [0.0f32; TILE];
-            let [a0, a1, a2, a3] = activations;
-            let blocks = weights.iter().zip(a0).zip(a1).zip(a2).zip(a3);
-            for ((((w, a0), a1), a2), a3) in blocks {
-                let values = nibbles(w);
-                for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
-                    let products = _mm256_cvtepi32_ps(products(values, load(a)));
-                    sums[t] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums[t]);
-                    offsets[t] = w.m.mul_add(a.s, offsets[t]);
-                }
-            }
-            let mut out = [0.0f32; TILE];
-            for t in 0..TILE {
-                out[t] = finish(sums[t], offsets[t]);
-            }
-            out
-        }
-
-        /// A Q8_0 block's products with `a`: `|w|` times `a` with `w`'s sign, as the
-        /// unsigned-by-signed multiply needs.
-        #[target_feature(enable = $features)]
-        fn signed_products(values: __m256i, a: &ActivationBlock) -> __m256i {
-            let magnitudes = _mm256_sign_epi8(values, values);
-            products(magnitudes, _mm256_sign_epi8(load(a), values))
-        }
-
-        /// # Safety
-        /// The CPU must have the module's target features.
-        #[target_feature(enable = $features)]
-        pub unsafe fn q8_0_row_dot(weights: &[Q8_0], activations: &[ActivationBlock]) -> f32 {
-            let mut sums = _mm256_setzero_ps();
-            for (w, a) in weights.iter().zip(activations) {
-                // SAFETY: 32 bytes are read from an array of 32.
-                let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
-                let products = _mm256_cvtepi32_ps(signed_products(values, a));
-                sums = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums);
-            }
-            finish(sums, 0.0)
-        }
-
-        /// [`q8_0_row_dot`] of one weight row with [`TILE`] activation rows.
-        ///
-        /// # Safety
-        /// The CPU must have the module's target features.
-        #[target_feature(enable = $features)]
-        pub unsafe fn q8_0_tile_dot(
-            weights: &[Q8_0],
-            activations: [&[ActivationBlock]; TILE],
-        ) -> [f32; TILE] {
-            let mut sums = [_mm256_setzero_ps(); TILE];
-            let [a0, a1, a2, a3] = activations;
-            let blocks = weights.iter().zip(a0).zip(a1).zip(a2).zip(a3);
-            for ((((w, a0), a1), a2), a3) in blocks {
-                // SAFETY: 32 bytes are read from an array of 32.
-                let values = unsafe { _mm256_loadu_si256(w.qs.as_ptr().cast()) };
-                for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
-                    let products = _mm256_cvtepi32_ps(signed_products(values, a));
-                    sums[t] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), products, sums[t]);
-                }
-            }
-            let mut out = [0.0f32; TILE];
-            for t in 0..TILE {
-                out[t] = finish(sums[t], 0.0);
-            }
-            out
-        }
-    };
-}
-
-/// The kernels in AVX2: `vpmaddubsw` multiplies a block's 32 byte pairs and adds
-/// neighbours, `vpmaddwd` adds those in fours. The sums are exact: a pair of 4-bit (or
-/// 7-bit magnitude) by 8-bit products stays inside 16 bits.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod avx2 {
-    x86_kernels!("avx2,fma");
-
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    fn products(unsigned: __m256i, signed: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned, signed), _mm256_set1_epi16(1))
-    }
-
-    /// [`super::quantise`]: the same maximum, products and rounding (the CPU's default,
-    /// to nearest even), 8 values a register.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2 and FMA; `values` must hold 32 values.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn quantise(values: &[f32]) -> ActivationBlock {
-        assert_eq!(values.len(), 32);
-        // SAFETY: 4 x 8 values are read from 32.
-        let v = unsafe { [0, 8, 16, 24].map(|at| _mm256_loadu_ps(values.as_ptr().add(at))) };
-        let sign = _mm256_set1_ps(-0.0);
-        let mut max = _mm256_andnot_ps(sign, v[0]);
-        for x in &v[1..] {
-            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, *x));
-        }
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: `lanes` holds 8 f32.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max) };
-        let amax = lanes.iter().fold(0.0f32, |m, &x| m.max(x));
-        let d = amax / 127.0;
-        let inverse = _mm256_set1_ps(if amax == 0.0 { 0.0 } else { 127.0 / amax });
-        let q = v.map(|x| _mm256_cvtps_epi32(_mm256_mul_ps(x, inverse)));
-        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        let mut totals = [0i32; LANES];
-        // SAFETY: `totals` holds 8 i32.
-        unsafe { _mm256_storeu_si256(totals.as_mut_ptr().cast(), total) };
-        let sum: i32 = totals.iter().sum();
-        // Packing works within 128-bit halves; the permutation puts the values back in order.
-        let words = _mm256_packs_epi16(
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        );
-        let bytes = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        let mut qs = [0i8; 32];
-        // SAFETY: `qs` holds 32 bytes.
-        unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes) };
-        super::activation_block(d, sum, qs)
-    }
-}
-
-/// The kernels with AVX-512 VNNI: `vpdpbusd` adds each lane's 4 byte products in one
-/// instruction, exactly, so the sums are the AVX2 kernels' bit for bit.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod vnni {
-    x86_kernels!("avx2,fma,avx512f,avx512vl,avx512vnni");
-
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-    }
-
-    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
-    fn products(unsigned: __m256i, signed: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned, signed)
-    }
 }
 
 #[cfg(test)]
@@ -616,8 +497,8 @@ mod tests {
         matches_candle_and_the_f32_product::<Q8_0>(GgmlDType::Q8_0);
     }
 
-    /// Every SIMD kernel set this CPU has (AVX2; AVX-512 VNNI), one row or a tile at a
-    /// time, gives the portable loop's sums bit for bit; so does the AVX2 quantiser.
+    /// Every kernel set this CPU has (portable; AVX2; AVX-512 with VNNI), one row or a tile
+    /// at a time, gives the portable loop's sums bit for bit; so does the AVX2 quantiser.
     #[test]
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
@@ -631,16 +512,20 @@ mod tests {
             .collect();
         x[..BLOCK].fill(0.0);
         let all: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise_portable).collect();
-        if avx2::available() {
+        if x86::avx2::available() {
             for (block, values) in all.iter().zip(x.chunks_exact(BLOCK)) {
                 // SAFETY: the CPU has AVX2 and FMA.
-                let simd = unsafe { avx2::quantise(values) };
+                let simd = unsafe { x86::avx2::quantise(values) };
                 assert_eq!((simd.d, simd.s, simd.qs), (block.d, block.s, block.qs));
             }
         }
-        let tile: [&[ActivationBlock]; TILE] =
-            std::array::from_fn(|t| &all[t * cols / BLOCK..(t + 1) * cols / BLOCK]);
-        let activations = tile[0];
+        let per_row = cols / BLOCK;
+        let rows_of: [&[ActivationBlock]; TILE] =
+            std::array::from_fn(|t| &all[t * per_row..(t + 1) * per_row]);
+        let tile: Vec<TileBlock> = (0..per_row)
+            .map(|j| TileBlock::new(rows_of.map(|row| row[j])))
+            .collect();
+        let activations = rows_of[0];
         let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
         let bytes = |dtype| {
             QTensor::quantize(&w, dtype)
@@ -655,26 +540,28 @@ mod tests {
             QuantisedMatrix::<Q8_0>::from_gguf_bytes(&bytes(GgmlDType::Q8_0), rows, cols).unwrap();
         let mut checked = 0;
         for row in 0..rows {
-            let blocks = row * cols / BLOCK..(row + 1) * cols / BLOCK;
+            let blocks = row * per_row..(row + 1) * per_row;
             let (w4, w8) = (&q4_1.blocks[blocks.clone()], &q8_0.blocks[blocks]);
             let row_4 = row_dot(w4, activations);
             let row_8 = row_dot(w8, activations);
-            let tile_4 = tile.map(|a| row_dot(w4, a));
-            let tile_8 = tile.map(|a| row_dot(w8, a));
+            let tile_4 = rows_of.map(|a| row_dot(w4, a));
+            let tile_8 = rows_of.map(|a| row_dot(w8, a));
+            assert_eq!(tile_dot(w4, &tile), tile_4);
+            assert_eq!(tile_dot(w8, &tile), tile_8);
             // SAFETY: each kernel set runs only where the CPU has its features.
             unsafe {
-                if avx2::available() {
-                    assert_eq!(avx2::q4_1_row_dot(w4, activations), row_4);
-                    assert_eq!(avx2::q8_0_row_dot(w8, activations), row_8);
-                    assert_eq!(avx2::q4_1_tile_dot(w4, tile), tile_4);
-                    assert_eq!(avx2::q8_0_tile_dot(w8, tile), tile_8);
+                if x86::avx2::available() {
+                    assert_eq!(x86::avx2::q4_1_row_dot(w4, activations), row_4);
+                    assert_eq!(x86::avx2::q8_0_row_dot(w8, activations), row_8);
+                    assert_eq!(x86::avx2::q4_1_tile_dot(w4, &tile), tile_4);
+                    assert_eq!(x86::avx2::q8_0_tile_dot(w8, &tile), tile_8);
                     checked += 1;
                 }
-                if vnni::available() && avx2::available() {
-                    assert_eq!(vnni::q4_1_row_dot(w4, activations), row_4);
-                    assert_eq!(vnni::q8_0_row_dot(w8, activations), row_8);
-                    assert_eq!(vnni::q4_1_tile_dot(w4, tile), tile_4);
-                    assert_eq!(vnni::q8_0_tile_dot(w8, tile), tile_8);
+                if x86::avx512::available() && x86::avx2::available() {
+                    assert_eq!(x86::avx512::q4_1_row_dot(w4, activations), row_4);
+                    assert_eq!(x86::avx512::q8_0_row_dot(w8, activations), row_8);
+                    assert_eq!(x86::avx512::q4_1_tile_dot(w4, &tile), tile_4);
+                    assert_eq!(x86::avx512::q8_0_tile_dot(w8, &tile), tile_8);
                 }
             }
         }
@@ -682,6 +569,43 @@ mod tests {
             "kernels here: {:?}; AVX2 checked on {checked} rows",
             kernels()
         );
+    }
+
+    /// A matmul's rows, tiled or left over, in tasks of any shape, are each row's
+    /// [`row_dot`] bit for bit: how rows are batched never changes a logit.
+    #[test]
+    fn a_matmul_row_is_its_row_dot_whatever_the_batch() {
+        let (rows, cols) = (WEIGHT_ROWS_PER_TASK + 5, 64);
+        let n = ACTIVATION_ROWS_PER_TASK + TILE + 2;
+        let weights: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
+            .collect();
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
+            .collect();
+        let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
+        let bytes = QTensor::quantize(&w, GgmlDType::Q4_1)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let matrix = QuantisedMatrix::<Q4_1>::from_gguf_bytes(&bytes, rows, cols).unwrap();
+        let all = matrix.forward(&x, n);
+        let one = matrix.forward(&x[..cols], 1);
+        assert_eq!(&all[..rows], &one[..]);
+        let per_row = cols / BLOCK;
+        for (i, row) in x.chunks_exact(cols).enumerate() {
+            let activations: Vec<ActivationBlock> =
+                row.chunks_exact(BLOCK).map(quantise_portable).collect();
+            for r in 0..rows {
+                let weight_row = &matrix.blocks[r * per_row..(r + 1) * per_row];
+                assert_eq!(
+                    all[i * rows + r],
+                    row_dot(weight_row, &activations),
+                    "{i}, {r}"
+                );
+            }
+        }
     }
 
     /// Activations round half to even after a multiplication by `127 / max`: 0.5 and 2.5
