@@ -70,11 +70,19 @@ pub struct Heads {
 
 /// Rows of one sequence attended in one task: they share its keys and values, widened to
 /// f32 once for all of them and all the query heads of a KV head.
-const ROWS_PER_TASK: usize = 32;
+const ROWS_PER_TASK: usize = 64;
 
 /// Each row's attention output (`rows x heads*head_dim`), from its queries `q` (same shape,
-/// after RoPE) over its own sequence's cache in `layer`, positions `0..=pos`.
-pub fn attend(shape: Heads, rows: &[Row], q: &[f32], kv: &KvArena, layer: usize) -> Vec<f32> {
+/// after RoPE) over its own sequence's cache in `layer`, positions `0..=pos`, into `out`
+/// (whose memory is reused).
+pub fn attend(
+    shape: Heads,
+    rows: &[Row],
+    q: &[f32],
+    kv: &KvArena,
+    layer: usize,
+    out: &mut Vec<f32>,
+) {
     let hidden = shape.heads * shape.head_dim;
     // Each slot's rows, in order, cut into tasks, once per KV head.
     let mut order: Vec<usize> = (0..rows.len()).collect();
@@ -90,14 +98,20 @@ pub fn attend(shape: Heads, rows: &[Row], q: &[f32], kv: &KvArena, layer: usize)
         .collect();
     let group = shape.heads / shape.kv_heads;
     let width = group * shape.head_dim;
-    let mut out = vec![0.0f32; rows.len() * hidden];
-    for (&(kv_head, indices), output) in tasks.iter().zip(&outputs) {
-        for (&i, heads) in indices.iter().zip(output.chunks_exact(width)) {
-            let at = i * hidden + kv_head * width;
-            out[at..at + width].copy_from_slice(heads);
+    // Where each row's output is, by task: (task, position among the task's rows).
+    let mut found = vec![(0, 0); rows.len() * shape.kv_heads];
+    for (task, &(kv_head, indices)) in tasks.iter().enumerate() {
+        for (k, &i) in indices.iter().enumerate() {
+            found[i * shape.kv_heads + kv_head] = (task, k);
         }
     }
-    out
+    out.resize(rows.len() * hidden, 0.0);
+    out.par_chunks_mut(width)
+        .with_min_len(64)
+        .zip(found)
+        .for_each(|(heads, (task, k))| {
+            heads.copy_from_slice(&outputs[task][k * width..(k + 1) * width]);
+        });
 }
 
 /// The outputs of the query heads of `kv_head` for the rows `indices` (all of one slot),
@@ -120,76 +134,148 @@ fn attend_task(
         let Scratch {
             keys,
             values,
-            value_row,
+            value_rows,
+            queries,
             weights,
         } = scratch;
         keys.resize(len * d, 0.0);
         values.resize(d * len, 0.0);
-        value_row.resize(d, 0.0);
-        for p in 0..len {
-            let at = p * kv.kv_dim + kv_head * d;
-            cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
-            cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
-            for (dim, &value) in value_row.iter().enumerate() {
-                values[dim * len + p] = value;
+        value_rows.resize(TRANSPOSED_POSITIONS * d, 0.0);
+        // The values transposed a few positions at a time, so that each store fills part
+        // of a cache line rather than touching one line per value.
+        for first in (0..len).step_by(TRANSPOSED_POSITIONS) {
+            let count = TRANSPOSED_POSITIONS.min(len - first);
+            for (r, value_row) in value_rows.chunks_exact_mut(d).take(count).enumerate() {
+                let p = first + r;
+                let at = p * kv.kv_dim + kv_head * d;
+                cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
+                cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
+            }
+            for dim in 0..d {
+                let column = &mut values[dim * len + first..dim * len + first + count];
+                for (r, value) in column.iter_mut().enumerate() {
+                    *value = value_rows[r * d + dim];
+                }
             }
         }
         let hidden = shape.heads * d;
         let mut out = vec![0.0f32; indices.len() * group * d];
         for (&i, out_row) in indices.iter().zip(out.chunks_exact_mut(group * d)) {
             let seen = rows[i].pos + 1;
-            for (g, out_head) in out_row.chunks_exact_mut(d).enumerate() {
-                let head = kv_head * group + g;
-                let q_head = &q[i * hidden + head * d..i * hidden + (head + 1) * d];
-                softmax_weights(q_head, &keys[..seen * d], weights);
-                weigh_values(weights, &values[..d * len], len, out_head);
+            let q_row =
+                &q[i * hidden + kv_head * group * d..i * hidden + (kv_head + 1) * group * d];
+            // The group's heads three at a time: they share every key and value read.
+            let mut done = 0;
+            while done < group {
+                let run = HEADS_AT_ONCE.min(group - done);
+                let q_heads = &q_row[done * d..(done + run) * d];
+                let out_heads = &mut out_row[done * d..(done + run) * d];
+                let keys = &keys[..seen * d];
+                let buffers = (&mut queries[..], &mut weights[..]);
+                match run {
+                    3 => attend_heads::<3>(q_heads, keys, values, len, buffers, out_heads),
+                    2 => attend_heads::<2>(q_heads, keys, values, len, buffers, out_heads),
+                    _ => attend_heads::<1>(q_heads, keys, values, len, buffers, out_heads),
+                }
+                done += run;
             }
         }
         out
     })
 }
 
-/// A worker thread's buffers for the widened keys and values, kept between tasks: a fresh
-/// allocation of that size per task cost the kernel a page clearing each time.
+/// Query heads of one KV head attended together (at most 3: [`lanes::dot_block`]).
+const HEADS_AT_ONCE: usize = 3;
+/// Positions whose values are transposed together.
+const TRANSPOSED_POSITIONS: usize = 8;
+
+/// A worker thread's buffers for the widened keys and values, the queries in f16 and the
+/// softmax weights, kept between tasks: a fresh allocation of that size per task cost the
+/// kernel a page clearing each time.
 #[derive(Default)]
 struct Scratch {
     keys: Vec<f32>,
     values: Vec<f32>,
-    value_row: Vec<f32>,
-    weights: Vec<f32>,
+    value_rows: Vec<f32>,
+    queries: [Vec<f32>; HEADS_AT_ONCE],
+    weights: [Vec<f32>; HEADS_AT_ONCE],
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-/// The softmax of the query's scaled dot products with `keys` (`[pos][dim]`), each weight
-/// rounded through f16, into `weights`. Loops, not closures: a closure would be compiled
-/// without the function's target features, its fused multiply-adds a libm call each.
+/// `M` heads' (`q`, `M x head_dim`) attention over `keys` (`[pos][dim]`, the positions
+/// seen) and `values` (`[dim][pos]`, `stride` positions a dimension) into `out`
+/// (`M x head_dim`).
+fn attend_heads<const M: usize>(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    (queries, weights): (&mut [Vec<f32>], &mut [Vec<f32>]),
+    out: &mut [f32],
+) {
+    let d = q.len() / M;
+    let scale = 1.0 / (d as f32).sqrt();
+    // Each query rounded to f16, as llama.cpp's matmul with an f16 cache rounds it.
+    let mut halves = [f16::ZERO; 256];
+    for (rounded, head) in queries.iter_mut().zip(q.chunks_exact(d)) {
+        rounded.clear();
+        rounded.extend_from_slice(head);
+        for chunk in rounded.chunks_mut(256) {
+            let halves = &mut halves[..chunk.len()];
+            halves.convert_from_f32_slice(chunk);
+            halves.convert_to_f32_slice(chunk);
+        }
+    }
+    let queries: [&[f32]; M] = std::array::from_fn(|m| queries[m].as_slice());
+    let weights = &mut weights[..M];
+    for scores in weights.iter_mut() {
+        scores.clear();
+    }
+    // Four keys at a time for all heads: independent sums, each in its own order.
+    let mut quads = keys.chunks_exact(4 * d);
+    for quad in &mut quads {
+        let keys: [&[f32]; 4] = std::array::from_fn(|k| &quad[k * d..(k + 1) * d]);
+        for (scores, dots) in weights.iter_mut().zip(lanes::dot_block(queries, keys)) {
+            scores.extend(dots.map(|dot| dot * scale));
+        }
+    }
+    for key in quads.remainder().chunks_exact(d) {
+        for (scores, query) in weights.iter_mut().zip(queries) {
+            scores.push(lanes::dot(query, key) * scale);
+        }
+    }
+    for scores in weights.iter_mut() {
+        softmax(scores);
+    }
+    let seen = keys.len() / d;
+    let weights: [&[f32]; M] = std::array::from_fn(|m| weights[m].as_slice());
+    let dims = |dim: usize| &values[dim * stride..dim * stride + seen];
+    let mut quads = (0..d).step_by(4).filter(|dim| dim + 4 <= d);
+    for first in &mut quads {
+        let rows: [&[f32]; 4] = std::array::from_fn(|k| dims(first + k));
+        for (m, sums) in lanes::dot_block(weights, rows).into_iter().enumerate() {
+            out[m * d + first..m * d + first + 4].copy_from_slice(&sums);
+        }
+    }
+    for dim in d / 4 * 4..d {
+        for (m, weights) in weights.iter().enumerate() {
+            out[m * d + dim] = lanes::dot(weights, dims(dim));
+        }
+    }
+}
+
+/// The softmax of scaled scores in place, each weight rounded through f16. Loops, not
+/// closures: a closure would be compiled without the function's target features, its
+/// fused multiply-adds a libm call each.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-fn softmax_weights(q: &[f32], keys: &[f32], weights: &mut Vec<f32>) {
-    let d = q.len();
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut q_half = Vec::with_capacity(d);
-    for &value in q {
-        q_half.push(f16::from_f32(value).to_f32());
-    }
-    weights.clear();
-    // Four keys at a time: four independent sums, each in its own order.
-    let mut quads = keys.chunks_exact(4 * d);
-    for quad in &mut quads {
-        let keys: [&[f32]; 4] = std::array::from_fn(|k| &quad[k * d..(k + 1) * d]);
-        for score in lanes::dot4(&q_half, keys) {
-            weights.push(score * scale);
-        }
-    }
-    for key in quads.remainder().chunks_exact(d) {
-        weights.push(lanes::dot(&q_half, key) * scale);
-    }
+fn softmax(weights: &mut [f32]) {
     // The maximum in 8 lanes (the compiler leaves `f32::max`'s NaN rule scalar).
     let mut lane_max = [f32::NEG_INFINITY; LANES];
     for chunk in weights.chunks(LANES) {
@@ -217,32 +303,6 @@ fn softmax_weights(q: &[f32], keys: &[f32], weights: &mut Vec<f32>) {
         let halves = &mut halves[..chunk.len()];
         halves.convert_from_f32_slice(chunk);
         halves.convert_to_f32_slice(chunk);
-    }
-}
-
-/// `out[dim] = Σ_p weights[p] * values[dim][p]` over the weights' positions, position `p`
-/// in lane `p % 8`; `values` is `[dim][pos]`, `stride` positions a dimension.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
-    "x86_64+avx2+fma",
-    "x86_64+avx"
-))]
-fn weigh_values(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
-    let seen = weights.len();
-    let dims = |dim: usize| &values[dim * stride..dim * stride + seen];
-    let done = out.len() / 4 * 4;
-    let mut quads = out.chunks_exact_mut(4);
-    for (q, quad) in (&mut quads).enumerate() {
-        let rows: [&[f32]; 4] = [
-            dims(4 * q),
-            dims(4 * q + 1),
-            dims(4 * q + 2),
-            dims(4 * q + 3),
-        ];
-        quad.copy_from_slice(&lanes::dot4(weights, rows));
-    }
-    for (k, o) in quads.into_remainder().iter_mut().enumerate() {
-        *o = lanes::dot(weights, dims(done + k));
     }
 }
 
@@ -278,7 +338,8 @@ mod tests {
             token: 0,
             logits: false,
         };
-        let out = attend(shape, &[row], &q, &kv, 0);
+        let mut out = Vec::new();
+        attend(shape, &[row], &q, &kv, 0, &mut out);
         let d = shape.head_dim;
         let rounded = |x: f32| f64::from(f16::from_f32(x).to_f32());
         for head in 0..shape.heads {

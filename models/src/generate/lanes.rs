@@ -25,6 +25,19 @@ pub fn hsum(lanes: [f32; LANES]) -> f32 {
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        #[allow(unsafe_code)]
+        return unsafe { avx2::dot(a, b) };
+    }
+    dot_portable(a, b)
+}
+
+/// [`dot`] in plain Rust (its fused multiply-adds are instructions only where the caller
+/// is compiled with FMA).
+#[inline(always)]
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (mut xs, mut ys) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     for (x, y) in (&mut xs).zip(&mut ys) {
@@ -38,44 +51,25 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum(acc)
 }
 
-/// [`dot`] of `a` with each of four slices (each `a`'s length): four independent sums, so
-/// one fused multiply-add need not wait for the one before it; each in [`dot`]'s order, so
-/// the same bits. In AVX2 intrinsics where the CPU has them (the compiler's own
-/// vectorisation of this loop shuffled lanes for most of its time), else a portable loop.
+/// The [`dot`] of each of `M` slices with each of four (all of one length): `4M`
+/// independent sums, so one fused multiply-add need not wait for the one before it, and
+/// each chunk of the four is loaded once for all `M`; each sum in [`dot`]'s order, so the
+/// same bits. In AVX2 intrinsics where the CPU has them (the compiler's own vectorisation
+/// of such loops shuffled lanes for most of its time), else a portable loop. `M` is at
+/// most 3: with the four rows' chunks that fills the 16 AVX2 registers.
 #[inline(always)]
-pub fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    let b = b.map(|row| &row[..a.len()]);
+pub fn dot_block<const M: usize>(a: [&[f32]; M], b: [&[f32]; 4]) -> [[f32; 4]; M] {
+    const { assert!(M >= 1 && M <= 3) };
+    let len = a[0].len();
+    let a = a.map(|row| &row[..len]);
+    let b = b.map(|row| &row[..len]);
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time); the rows are `a`'s length.
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time); every row is `len` long.
         #[allow(unsafe_code)]
-        return unsafe { avx2::dot4(a, b) };
+        return unsafe { avx2::dot_block(a, b) };
     }
-    dot4_portable(a, b)
-}
-
-fn dot4_portable(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    let mut sums = [[0.0f32; LANES]; 4];
-    let whole = a.len() / LANES * LANES;
-    for (k, row) in b.iter().enumerate() {
-        for (x, y) in a[..whole].chunks_exact(LANES).zip(row.chunks_exact(LANES)) {
-            for lane in 0..LANES {
-                sums[k][lane] = x[lane].mul_add(y[lane], sums[k][lane]);
-            }
-        }
-    }
-    finish4(a, b, whole, sums)
-}
-
-/// The elements after the last whole 8, into lanes `0..`, and the four totals.
-#[inline(always)]
-fn finish4(a: &[f32], b: [&[f32]; 4], whole: usize, mut sums: [[f32; LANES]; 4]) -> [f32; 4] {
-    for (k, row) in b.iter().enumerate() {
-        for lane in 0..a.len() - whole {
-            sums[k][lane] = a[whole + lane].mul_add(row[whole + lane], sums[k][lane]);
-        }
-    }
-    sums.map(hsum)
+    a.map(|row| b.map(|other| dot_portable(row, other)))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -90,29 +84,89 @@ mod avx2 {
     }
 
     /// # Safety
-    /// The CPU must have AVX2 and FMA, and each of `b` must be `a`'s length.
+    /// The CPU must have AVX2 and FMA, and every row must be `a[0]`'s length.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-        let whole = a.len() / LANES * LANES;
-        let mut sums = [_mm256_setzero_ps(); 4];
+    pub unsafe fn dot_block<const M: usize>(a: [&[f32]; M], b: [&[f32]; 4]) -> [[f32; 4]; M] {
+        let len = a[0].len();
+        let whole = len / LANES * LANES;
+        let mut sums = [[_mm256_setzero_ps(); 4]; M];
         let mut i = 0;
         while i < whole {
-            // SAFETY: `i + 8 <= whole <= len` for `a` and each row of `b`.
+            // SAFETY: `i + 8 <= whole <= len` for every row.
             unsafe {
-                let x = _mm256_loadu_ps(a.as_ptr().add(i));
-                for k in 0..4 {
-                    let y = _mm256_loadu_ps(b[k].as_ptr().add(i));
-                    sums[k] = _mm256_fmadd_ps(x, y, sums[k]);
+                let x = a.map(|row| _mm256_loadu_ps(row.as_ptr().add(i)));
+                for (k, row) in b.iter().enumerate() {
+                    let y = _mm256_loadu_ps(row.as_ptr().add(i));
+                    for m in 0..M {
+                        sums[m][k] = _mm256_fmadd_ps(x[m], y, sums[m][k]);
+                    }
                 }
             }
             i += LANES;
         }
-        let mut lanes = [[0.0f32; LANES]; 4];
-        for k in 0..4 {
-            // SAFETY: each of `lanes` holds 8 f32.
-            unsafe { _mm256_storeu_ps(lanes[k].as_mut_ptr(), sums[k]) };
+        if whole < len {
+            // The last elements into lanes `0..`; the other lanes gain 0 x 0.
+            let mask = tail_mask(len - whole);
+            // SAFETY: the mask reads only the `len - whole` elements left in each row.
+            unsafe {
+                let x = a.map(|row| _mm256_maskload_ps(row.as_ptr().add(whole), mask));
+                for (k, row) in b.iter().enumerate() {
+                    let y = _mm256_maskload_ps(row.as_ptr().add(whole), mask);
+                    for m in 0..M {
+                        sums[m][k] = _mm256_fmadd_ps(x[m], y, sums[m][k]);
+                    }
+                }
+            }
         }
-        super::finish4(a, b, whole, lanes)
+        sums.map(|four| hsum4(four))
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        super::dot_portable(a, b)
+    }
+
+    /// The first `n` (under 8) lanes set.
+    #[target_feature(enable = "avx2,fma")]
+    fn tail_mask(n: usize) -> __m256i {
+        let n = n as i32;
+        _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(n),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        )
+    }
+
+    /// [`super::hsum`] of four registers at once, its additions in its order: the halves
+    /// (`l[i] + l[i + 4]`), then `q[0] + q[2]` and `q[1] + q[3]`, then those two.
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum4(sums: [__m256; 4]) -> [f32; 4] {
+        let [s0, s1, s2, s3] = sums;
+        // [quarters of 0 | quarters of 1] and [quarters of 2 | quarters of 3].
+        let q01 = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(s0, s1),
+            _mm256_permute2f128_ps::<0x31>(s0, s1),
+        );
+        let q23 = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(s2, s3),
+            _mm256_permute2f128_ps::<0x31>(s2, s3),
+        );
+        // [0: q0 + q2, q1 + q3; 2: the same | 1: the same; 3: the same].
+        let pairs = _mm256_add_ps(
+            _mm256_shuffle_ps::<0b01_00_01_00>(q01, q23),
+            _mm256_shuffle_ps::<0b11_10_11_10>(q01, q23),
+        );
+        // [0, 2, 0, 2 | 1, 3, 1, 3].
+        let totals = _mm256_hadd_ps(pairs, pairs);
+        let ordered = _mm_unpacklo_ps(
+            _mm256_castps256_ps128(totals),
+            _mm256_extractf128_ps::<1>(totals),
+        );
+        let mut out = [0.0f32; 4];
+        // SAFETY: `out` holds 4 f32.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), ordered) };
+        out
     }
 }
 
@@ -129,22 +183,38 @@ mod tests {
         assert_eq!(hsum([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), 36.0);
     }
 
-    /// Four sums at once are each the single sum, bit for bit, at any length.
+    /// A block of sums at once is each sum alone, bit for bit, at any length and any `M`.
     #[test]
-    fn four_dots_at_once_equal_four_alone() {
-        for n in [1, 7, 8, 64, 67] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+    fn a_block_of_dots_equals_each_dot_alone() {
+        fn check<const M: usize>(n: usize) {
+            let a: Vec<Vec<f32>> = (0..M)
+                .map(|m| {
+                    (0..n)
+                        .map(|i| ((i * 3 + m) as f32 * 0.37).sin() * 1e3)
+                        .collect()
+                })
+                .collect();
             let rows: Vec<Vec<f32>> = (0..4)
                 .map(|k| (0..n).map(|i| ((i * 5 + k) as f32 * 0.11).cos()).collect())
                 .collect();
-            let together = dot4(&a, std::array::from_fn(|k| rows[k].as_slice()));
-            for (k, row) in rows.iter().enumerate() {
-                assert_eq!(
-                    together[k].to_bits(),
-                    dot(&a, row).to_bits(),
-                    "n {n} row {k}"
-                );
+            let together = dot_block::<M>(
+                std::array::from_fn(|m| a[m].as_slice()),
+                std::array::from_fn(|k| rows[k].as_slice()),
+            );
+            for (m, a) in a.iter().enumerate() {
+                for (k, row) in rows.iter().enumerate() {
+                    assert_eq!(
+                        together[m][k].to_bits(),
+                        dot(a, row).to_bits(),
+                        "n {n} m {m} row {k}"
+                    );
+                }
             }
+        }
+        for n in [1, 7, 8, 64, 67, 600] {
+            check::<1>(n);
+            check::<2>(n);
+            check::<3>(n);
         }
     }
 

@@ -316,6 +316,9 @@ impl LlamaModel {
         if n == 0 {
             return Ok(Vec::new());
         }
+        // Each slot's room, made once for the step: growing it row by row moved the
+        // cache's memory once per doubling.
+        let mut needed: Vec<(usize, usize)> = Vec::new();
         for row in rows {
             if row.token as usize >= c.vocab {
                 return Err(ModelError::Task(format!(
@@ -323,7 +326,13 @@ impl LlamaModel {
                     row.token, c.vocab
                 )));
             }
-            kv.reserve(row.slot, row.pos + 1);
+            match needed.iter_mut().find(|(slot, _)| *slot == row.slot) {
+                Some((_, len)) => *len = (*len).max(row.pos + 1),
+                None => needed.push((row.slot, row.pos + 1)),
+            }
+        }
+        for (slot, len) in needed {
+            kv.reserve(slot, len);
         }
         let mut x = Vec::with_capacity(n * c.hidden);
         for row in rows {
@@ -344,6 +353,7 @@ impl LlamaModel {
         // The step's buffers, reused by every layer.
         let mut h = Vec::new();
         let (mut q, mut k, mut v, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut attended = Vec::new();
         let (mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new());
         for (index, layer) in self.layers.iter().enumerate() {
             rms_norm_into(&x, &layer.attn_norm, c.rms_eps, &mut h);
@@ -359,7 +369,7 @@ impl LlamaModel {
                 let v_row = &v[i * c.kv_dim()..(i + 1) * c.kv_dim()];
                 kv.store(row.slot, index, row.pos, k_row, v_row);
             }
-            let attended = attention::attend(heads, rows, &q, kv, index);
+            attention::attend(heads, rows, &q, kv, index, &mut attended);
             matmul_into(&layer.wo, &attended, n, c.hidden, &mut o)?;
             cpu_ops::add_assign(&mut x, &o);
             rms_norm_into(&x, &layer.ffn_norm, c.rms_eps, &mut h);

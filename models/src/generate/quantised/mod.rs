@@ -272,16 +272,23 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                 activations.product(weights, tokens)
             })
             .collect();
-        result.clear();
+        // Every value is overwritten: the buffer is resized, not cleared.
         result.resize(n * self.rows, 0.0);
-        for (&(a, w), values) in tasks.iter().zip(&products) {
-            let first_row = w * WEIGHT_ROWS_PER_TASK;
-            let width = self.rows.min(first_row + WEIGHT_ROWS_PER_TASK) - first_row;
-            for (i, token_values) in values.chunks_exact(width).enumerate() {
-                let at = (a * ACTIVATION_ROWS_PER_TASK + i) * self.rows + first_row;
-                result[at..at + width].copy_from_slice(token_values);
-            }
-        }
+        result
+            .par_chunks_mut(self.rows)
+            .with_min_len(16)
+            .enumerate()
+            .for_each(|(token, out)| {
+                let (a, i) = (
+                    token / ACTIVATION_ROWS_PER_TASK,
+                    token % ACTIVATION_ROWS_PER_TASK,
+                );
+                let task_products = &products[a * weight_tasks..(a + 1) * weight_tasks];
+                for (out, values) in out.chunks_mut(WEIGHT_ROWS_PER_TASK).zip(task_products) {
+                    let width = out.len();
+                    out.copy_from_slice(&values[i * width..(i + 1) * width]);
+                }
+            });
     }
 }
 
