@@ -176,6 +176,23 @@ pub struct Row {
     pub logits: bool,
 }
 
+/// A forward step's buffers, kept by the caller between steps: fresh ones each step cost
+/// the kernel a page clearing for every megabyte (the logits of 32 rows are 6 MB).
+#[derive(Default)]
+pub struct StepBuffers {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    attended: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    logits: Vec<f32>,
+}
+
 fn tensor(content: &Content, file: &mut std::fs::File, name: &str) -> Result<QTensor, ModelError> {
     content
         .tensor(file, name, &Device::Cpu)
@@ -310,7 +327,12 @@ impl LlamaModel {
     /// logits of each row that asked for them, in row order. Rows of one sequence must come
     /// in position order, and every earlier position of a row's sequence must be in its
     /// slot already or among the rows before it.
-    pub fn forward(&self, rows: &[Row], kv: &mut KvArena) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn forward(
+        &self,
+        rows: &[Row],
+        kv: &mut KvArena,
+        buffers: &mut StepBuffers,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.config;
         let n = rows.len();
         if n == 0 {
@@ -334,7 +356,20 @@ impl LlamaModel {
         for (slot, len) in needed {
             kv.reserve(slot, len);
         }
-        let mut x = Vec::with_capacity(n * c.hidden);
+        let StepBuffers {
+            x,
+            h,
+            q,
+            k,
+            v,
+            o,
+            attended,
+            gate,
+            up,
+            down,
+            logits,
+        } = buffers;
+        x.clear();
         for row in rows {
             let at = row.token as usize * c.hidden;
             x.extend_from_slice(&self.embedding[at..at + c.hidden]);
@@ -350,16 +385,11 @@ impl LlamaModel {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        // The step's buffers, reused by every layer.
-        let mut h = Vec::new();
-        let (mut q, mut k, mut v, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut attended = Vec::new();
-        let (mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new());
         for (index, layer) in self.layers.iter().enumerate() {
-            rms_norm_into(&x, &layer.attn_norm, c.rms_eps, &mut h);
-            matmul_into(&layer.wq, &h, n, c.hidden, &mut q)?;
-            matmul_into(&layer.wk, &h, n, c.hidden, &mut k)?;
-            matmul_into(&layer.wv, &h, n, c.hidden, &mut v)?;
+            rms_norm_into(x, &layer.attn_norm, c.rms_eps, h);
+            matmul_into(&layer.wq, h, n, c.hidden, q)?;
+            matmul_into(&layer.wk, h, n, c.hidden, k)?;
+            matmul_into(&layer.wv, h, n, c.hidden, v)?;
             for (i, row) in rows.iter().enumerate() {
                 let rotation = &rotations[i * half..(i + 1) * half];
                 let q_row = &mut q[i * c.hidden..(i + 1) * c.hidden];
@@ -369,17 +399,17 @@ impl LlamaModel {
                 let v_row = &v[i * c.kv_dim()..(i + 1) * c.kv_dim()];
                 kv.store(row.slot, index, row.pos, k_row, v_row);
             }
-            attention::attend(heads, rows, &q, kv, index, &mut attended);
-            matmul_into(&layer.wo, &attended, n, c.hidden, &mut o)?;
-            cpu_ops::add_assign(&mut x, &o);
-            rms_norm_into(&x, &layer.ffn_norm, c.rms_eps, &mut h);
-            matmul_into(&layer.w_gate, &h, n, c.hidden, &mut gate)?;
-            matmul_into(&layer.w_up, &h, n, c.hidden, &mut up)?;
-            for (g, u) in gate.iter_mut().zip(&up) {
+            attention::attend(heads, rows, q, kv, index, attended);
+            matmul_into(&layer.wo, attended, n, c.hidden, o)?;
+            cpu_ops::add_assign(x, o);
+            rms_norm_into(x, &layer.ffn_norm, c.rms_eps, h);
+            matmul_into(&layer.w_gate, h, n, c.hidden, gate)?;
+            matmul_into(&layer.w_up, h, n, c.hidden, up)?;
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            matmul_into(&layer.w_down, &gate, n, c.ffn, &mut down)?;
-            cpu_ops::add_assign(&mut x, &down);
+            matmul_into(&layer.w_down, gate, n, c.ffn, down)?;
+            cpu_ops::add_assign(x, down);
         }
         let wanted: Vec<f32> = rows
             .iter()
@@ -392,7 +422,7 @@ impl LlamaModel {
             return Ok(Vec::new());
         }
         let normed = rms_norm(&wanted, &self.output_norm, c.rms_eps);
-        let logits = matmul(&self.lm_head, &normed, m, c.hidden)?;
+        matmul_into(&self.lm_head, &normed, m, c.hidden, logits)?;
         Ok(logits.chunks(c.vocab).map(<[f32]>::to_vec).collect())
     }
 }
@@ -445,14 +475,7 @@ fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
     }
 }
 
-/// `x` (`n x k`) times the weight's transpose.
-fn matmul(weight: &Linear, x: &[f32], n: usize, k: usize) -> Result<Vec<f32>, ModelError> {
-    let mut out = Vec::new();
-    matmul_into(weight, x, n, k, &mut out)?;
-    Ok(out)
-}
-
-/// [`matmul`] into `out`, whose memory is reused.
+/// `x` (`n x k`) times the weight's transpose, into `out` (whose memory is reused).
 fn matmul_into(
     weight: &Linear,
     x: &[f32],

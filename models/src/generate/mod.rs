@@ -30,7 +30,7 @@ use batcher::{SeqProgress, StepLimits, plan_step};
 use chat::ChatTemplate;
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
-use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row};
+use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row, StepBuffers};
 use sampling::{Sampler, SamplingParams};
 
 /// Tokens the ` … ` of a cut text may take.
@@ -128,7 +128,7 @@ enum Engine {
 
 /// The KV caches of one `generate` call, of the engine's kind.
 enum Cache {
-    Quantised(KvArena),
+    Quantised(KvArena, Box<StepBuffers>),
     Dense(DenseKv),
 }
 
@@ -149,18 +149,19 @@ impl Engine {
 
     fn cache(&self, slots: usize) -> Cache {
         match self {
-            Self::Quantised(model) => Cache::Quantised(KvArena::new(
-                model.config.layers,
-                model.config.kv_dim(),
-                slots,
-            )),
+            Self::Quantised(model) => Cache::Quantised(
+                KvArena::new(model.config.layers, model.config.kv_dim(), slots),
+                Box::default(),
+            ),
             Self::Dense(model) => Cache::Dense(DenseKv::new(model, slots)),
         }
     }
 
     fn forward(&self, rows: &[Row], cache: &mut Cache) -> Result<Vec<Vec<f32>>, ModelError> {
         match (self, cache) {
-            (Self::Quantised(model), Cache::Quantised(kv)) => model.forward(rows, kv),
+            (Self::Quantised(model), Cache::Quantised(kv, buffers)) => {
+                model.forward(rows, kv, buffers)
+            }
             (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv),
             _ => unreachable!("a cache comes from its own engine"),
         }
