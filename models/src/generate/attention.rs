@@ -4,13 +4,14 @@
 //! memory of f32, and the same rounding. The products go through f16 as llama.cpp's CPU
 //! matmuls on an f16 cache do: a query is rounded to f16 before its dot products with the
 //! keys, and the softmax weights are rounded to f16 before they weigh the values. Dot
-//! products over head dimensions, and sums over positions, run in 8 lanes (`lanes.rs`).
+//! products over head dimensions, and sums over positions, run in the lanes of a llama.cpp
+//! build native to the CPU: 16 with AVX-512, else 8 (`lanes.rs`).
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::lanes::{self, LANES};
+use super::lanes::{self, LANES, Width};
 use super::llama::Row;
 
 /// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
@@ -230,6 +231,7 @@ fn attend_heads<const M: usize>(
         }
     }
     let queries: [&[f32]; M] = std::array::from_fn(|m| queries[m].as_slice());
+    let width = Width::native();
     let weights = &mut weights[..M];
     for scores in weights.iter_mut() {
         scores.clear();
@@ -238,17 +240,20 @@ fn attend_heads<const M: usize>(
     let mut quads = keys.chunks_exact(4 * d);
     for quad in &mut quads {
         let keys: [&[f32]; 4] = std::array::from_fn(|k| &quad[k * d..(k + 1) * d]);
-        for (scores, dots) in weights.iter_mut().zip(lanes::dot_block(queries, keys)) {
+        for (scores, dots) in weights
+            .iter_mut()
+            .zip(lanes::dot_block(width, queries, keys))
+        {
             scores.extend(dots.map(|dot| dot * scale));
         }
     }
     for key in quads.remainder().chunks_exact(d) {
         for (scores, query) in weights.iter_mut().zip(queries) {
-            scores.push(lanes::dot(query, key) * scale);
+            scores.push(lanes::dot(width, query, key) * scale);
         }
     }
     for scores in weights.iter_mut() {
-        softmax(scores);
+        softmax(width, scores);
     }
     let seen = keys.len() / d;
     let weights: [&[f32]; M] = std::array::from_fn(|m| weights[m].as_slice());
@@ -256,13 +261,16 @@ fn attend_heads<const M: usize>(
     let mut quads = (0..d).step_by(4).filter(|dim| dim + 4 <= d);
     for first in &mut quads {
         let rows: [&[f32]; 4] = std::array::from_fn(|k| dims(first + k));
-        for (m, sums) in lanes::dot_block(weights, rows).into_iter().enumerate() {
+        for (m, sums) in lanes::dot_block(width, weights, rows)
+            .into_iter()
+            .enumerate()
+        {
             out[m * d + first..m * d + first + 4].copy_from_slice(&sums);
         }
     }
     for dim in d / 4 * 4..d {
         for (m, weights) in weights.iter().enumerate() {
-            out[m * d + dim] = lanes::dot(weights, dims(dim));
+            out[m * d + dim] = lanes::dot(width, weights, dims(dim));
         }
     }
 }
@@ -275,7 +283,7 @@ fn attend_heads<const M: usize>(
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-fn softmax(weights: &mut [f32]) {
+fn softmax(width: Width, weights: &mut [f32]) {
     // The maximum in 8 lanes (the compiler leaves `f32::max`'s NaN rule scalar).
     let mut lane_max = [f32::NEG_INFINITY; LANES];
     for chunk in weights.chunks(LANES) {
@@ -287,13 +295,8 @@ fn softmax(weights: &mut [f32]) {
     for score in weights.iter_mut() {
         *score = (*score - max).exp();
     }
-    // Each 8 weights summed as a register, the blocks' sums in f64.
-    let mut total = 0.0f64;
-    for block in weights.chunks(LANES) {
-        let mut lanes = [0.0f32; LANES];
-        lanes[..block.len()].copy_from_slice(block);
-        total += f64::from(lanes::hsum(lanes));
-    }
+    // Each register of weights summed as one, the registers' sums in f64.
+    let total = lanes::sum_by_register(width, weights);
     let inverse = (1.0 / total) as f32;
     let mut halves = [f16::ZERO; 256];
     for chunk in weights.chunks_mut(256) {
