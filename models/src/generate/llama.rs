@@ -15,6 +15,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use rayon::prelude::*;
+
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -405,9 +407,7 @@ impl LlamaModel {
             rms_norm_into(x, &layer.ffn_norm, c.rms_eps, h);
             matmul_into(&layer.w_gate, h, n, c.hidden, gate)?;
             matmul_into(&layer.w_up, h, n, c.hidden, up)?;
-            for (g, u) in gate.iter_mut().zip(up.iter()) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
+            swiglu(gate, up, c.ffn);
             matmul_into(&layer.w_down, gate, n, c.ffn, down)?;
             cpu_ops::add_assign(x, down);
         }
@@ -425,6 +425,19 @@ impl LlamaModel {
         matmul_into(&self.lm_head, &normed, m, c.hidden, logits)?;
         Ok(logits.chunks(c.vocab).map(<[f32]>::to_vec).collect())
     }
+}
+
+/// `gate` becomes `silu(gate) * up`, rows in parallel (an `exp` each: a step's worth is
+/// too much for one core).
+fn swiglu(gate: &mut [f32], up: &[f32], width: usize) {
+    gate.par_chunks_mut(width)
+        .zip(up.par_chunks(width))
+        .with_min_len(8)
+        .for_each(|(gate, up)| {
+            for (g, u) in gate.iter_mut().zip(up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        });
 }
 
 /// Rotates each head's adjacent pairs of dimensions by the row's `(sin, cos)` per pair
@@ -461,18 +474,20 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-/// [`rms_norm`] into `out`, whose memory is reused.
+/// [`rms_norm`] into `out`, whose memory is reused; rows in parallel.
 fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
-    out.clear();
     out.resize(x.len(), 0.0);
-    for (row, normed) in x.chunks(weight.len()).zip(out.chunks_mut(weight.len())) {
-        let sum: f64 = row.iter().map(|v| f64::from(v * v)).sum();
-        let mean = (sum / row.len() as f64) as f32;
-        let scale = 1.0 / (mean + eps).sqrt();
-        for ((o, v), w) in normed.iter_mut().zip(row).zip(weight) {
-            *o = v * scale * w;
-        }
-    }
+    out.par_chunks_mut(weight.len())
+        .zip(x.par_chunks(weight.len()))
+        .with_min_len(32)
+        .for_each(|(normed, row)| {
+            let sum: f64 = row.iter().map(|v| f64::from(v * v)).sum();
+            let mean = (sum / row.len() as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            for ((o, v), w) in normed.iter_mut().zip(row).zip(weight) {
+                *o = v * scale * w;
+            }
+        });
 }
 
 /// `x` (`n x k`) times the weight's transpose, into `out` (whose memory is reused).
