@@ -36,7 +36,10 @@ def completion(path, prompts, new_tokens, threads):
     return generated, time.time() - start
 
 
-def batched(path, prompts, new_tokens, threads, width, step_tokens=512):
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+def batched(path, prompts, new_tokens, threads, width, flash_attn="auto", step_tokens=512):
     L.llama_backend_init()
     model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
     longest = max(len(p) for p in prompts) + new_tokens + 8
@@ -45,6 +48,7 @@ def batched(path, prompts, new_tokens, threads, width, step_tokens=512):
     params.n_batch = params.n_ubatch = step_tokens
     params.n_seq_max = width
     params.n_threads = params.n_threads_batch = threads
+    params.flash_attn_type = FLASH_ATTN[flash_attn]
     ctx = L.llama_init_from_model(model, params)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
@@ -111,7 +115,9 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
-    parser.add_argument("--modes", default="completion,batched:8,batched:32")
+    parser.add_argument("--modes", default="completion,batched:8,batched:32",
+                        help="completion, batched:B, batched:B:FLASH or batched:B:FLASH:STEP (FLASH: auto, "
+                             "the default, on or off; STEP: tokens a decode call, 512 by default)")
     args = parser.parse_args()
     prompts = [json.loads(line)["prompt"] for line in open(args.prompts)][: args.limit]
     prompt_tokens = sum(len(p) for p in prompts)
@@ -124,8 +130,11 @@ def main():
         if mode == "completion":
             generated, wall = completion(args.model, prompts, args.max_new_tokens, args.threads)
         else:
-            width = int(mode.split(":")[1])
-            generated, wall = batched(args.model, prompts, args.max_new_tokens, args.threads, width)
+            _, width, *rest = mode.split(":")
+            flash = rest[0] if rest else "auto"
+            step = int(rest[1]) if len(rest) > 1 else 512
+            generated, wall = batched(args.model, prompts, args.max_new_tokens, args.threads,
+                                      int(width), flash, step)
         print(f"| {mode} | {generated} | {wall:.1f} | {generated / wall:.1f} | "
               f"{(prompt_tokens + generated) / wall:.1f} |", flush=True)
 
