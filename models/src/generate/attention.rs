@@ -4,8 +4,9 @@
 //! memory of f32, and the same rounding. The products go through f16 as llama.cpp's CPU
 //! matmuls on an f16 cache do: a query is rounded to f16 before its dot products with the
 //! keys, and the softmax weights are rounded to f16 before they weigh the values. Dot
-//! products over head dimensions, and sums over positions, run in the lanes of a llama.cpp
-//! build native to the CPU: 16 with AVX-512, else 8 (`lanes.rs`).
+//! products over head dimensions, and sums over positions, run in 8 lanes, as a llama.cpp
+//! build for an AVX2 host sums them (16 with `RESIDENT_SUM_LANES=16`, as a build for
+//! AVX-512 does; `lanes.rs`).
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -231,7 +232,7 @@ fn attend_heads<const M: usize>(
         }
     }
     let queries: [&[f32]; M] = std::array::from_fn(|m| queries[m].as_slice());
-    let width = Width::native();
+    let width = Width::configured();
     let weights = &mut weights[..M];
     for scores in weights.iter_mut() {
         scores.clear();
@@ -258,8 +259,7 @@ fn attend_heads<const M: usize>(
     let seen = keys.len() / d;
     let weights: [&[f32]; M] = std::array::from_fn(|m| weights[m].as_slice());
     let dims = |dim: usize| &values[dim * stride..dim * stride + seen];
-    let mut quads = (0..d).step_by(4).filter(|dim| dim + 4 <= d);
-    for first in &mut quads {
+    for first in (0..d / 4 * 4).step_by(4) {
         let rows: [&[f32]; 4] = std::array::from_fn(|k| dims(first + k));
         for (m, sums) in lanes::dot_block(width, weights, rows)
             .into_iter()

@@ -4,10 +4,11 @@
 //! order as the reference keeps our logits within a rounding of its, which is what lets
 //! greedy decoding agree with it token for token (BENCHMARKS.md, issue 31).
 //!
-//! `W` is 8 in the quantised dot products (llama.cpp has only AVX2 kernels for them). In
-//! attention it is the width of the f16 matmuls and the softmax of a llama.cpp build native
-//! to the CPU (`pip install llama-cpp-python` compiles for the host): 16 lanes where the CPU
-//! has AVX-512, 8 on an AVX2 host ([`Width::native`]).
+//! `W` is 8: llama.cpp's quantised dot products have only AVX2 kernels, and its f16
+//! matmuls and softmax use 8 lanes when built for an AVX2 host. A build for a host with
+//! AVX-512 sums attention in 16 lanes; `RESIDENT_SUM_LANES=16` ([`Width::configured`])
+//! follows it, to compare with that build. The default stays 8 on every CPU, so that a
+//! job's text does not depend on which agent's CPU ran it.
 
 /// Lanes of an AVX2 register of f32.
 pub const LANES: usize = 8;
@@ -36,22 +37,14 @@ pub enum Width {
 }
 
 impl Width {
-    /// The width of a llama.cpp build native to this CPU: 16 lanes where it has AVX-512F,
-    /// else 8. `RESIDENT_SUM_LANES=8` (or `16`) sets it, to compare with a build made on
-    /// another host.
-    pub fn native() -> Self {
+    /// 8, or 16 where `RESIDENT_SUM_LANES=16` says so. The same on every CPU, so that
+    /// every agent computes the same bits; 16 lanes run on AVX-512 where the CPU has it, in
+    /// a portable (slower) loop where not.
+    pub fn configured() -> Self {
         static FOUND: std::sync::OnceLock<Width> = std::sync::OnceLock::new();
-        *FOUND.get_or_init(|| {
-            match std::env::var("RESIDENT_SUM_LANES").as_deref() {
-                Ok("8") => return Self::Eight,
-                Ok("16") => return Self::Sixteen,
-                _ => {}
-            }
-            #[cfg(target_arch = "x86_64")]
-            if is_x86_feature_detected!("avx512f") {
-                return Self::Sixteen;
-            }
-            Self::Eight
+        *FOUND.get_or_init(|| match std::env::var("RESIDENT_SUM_LANES").as_deref() {
+            Ok("16") => Self::Sixteen,
+            _ => Self::Eight,
         })
     }
 
