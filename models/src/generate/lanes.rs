@@ -84,11 +84,22 @@ pub fn sum_by_register(width: Width, values: &[f32]) -> f64 {
 #[inline(always)]
 pub fn dot(width: Width, a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
-    dot_block::<1>(width, [a], [b, b, b, b])[0][0]
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time), so the fused
+        // multiply-adds are instructions, not libm calls.
+        #[allow(unsafe_code)]
+        return unsafe { avx2::dot(width, a, b) };
+    }
+    match width {
+        Width::Eight => dot_portable::<8>(a, b),
+        Width::Sixteen => dot_portable::<16>(a, b),
+    }
 }
 
 /// [`dot`] in plain Rust (its fused multiply-adds are instructions only where the caller
 /// is compiled with FMA), in `W` lanes.
+#[inline(always)]
 fn dot_portable<const W: usize>(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; W];
     let (mut xs, mut ys) = (a.chunks_exact(W), b.chunks_exact(W));
@@ -191,6 +202,18 @@ mod avx2 {
             }
         }
         sums.map(|four| hsum4(four))
+    }
+
+    /// [`super::dot`]'s loop compiled with FMA.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(width: super::Width, a: &[f32], b: &[f32]) -> f32 {
+        match width {
+            super::Width::Eight => super::dot_portable::<8>(a, b),
+            super::Width::Sixteen => super::dot_portable::<16>(a, b),
+        }
     }
 
     /// The first `n` (under 8) lanes set.
