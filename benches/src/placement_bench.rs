@@ -357,7 +357,11 @@ async fn main() -> anyhow::Result<()> {
                 ..Default::default()
             };
             handle
-                .call(|reply| SchedulerCommand::CreatePool { spec, reply })
+                .call(|reply| SchedulerCommand::CreatePool {
+                    spec,
+                    requester: resident_scheduler::auth::Principal::anonymous(),
+                    reply,
+                })
                 .await?;
         }
         until_started(&started, total).await?;

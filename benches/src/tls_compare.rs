@@ -43,6 +43,7 @@ async fn start(secure: bool) -> anyhow::Result<BenchCluster> {
             }),
             agent_ca_pem: None,
             auth: AuthGate::with_tokens(&tokens),
+            limits: Default::default(),
         };
         let credentials = |token: String| ClientCredentials {
             ca_pem: ca.clone(),

@@ -85,14 +85,15 @@ pub(crate) fn print_jobs(jobs: &[JobStatus]) {
 
 fn print_pools(pools: &[PoolStatus]) {
     println!(
-        "{:<24} {:<10} {:>7} {:>6}  NOTE",
-        "POOL", "KIND", "READY", "LOADS"
+        "{:<24} {:<10} {:<12} {:>7} {:>6}  NOTE",
+        "POOL", "KIND", "OWNER", "READY", "LOADS"
     );
     for pool in pools {
         println!(
-            "{:<24} {:<10} {:>7} {:>6}  {}",
+            "{:<24} {:<10} {:<12} {:>7} {:>6}  {}",
             pool.spec.name(),
             pool.spec.kind(),
+            pool.spec.owner(),
             format!("{}/{}", pool.ready_actors, pool.replicas()),
             pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
             pool.unplaced_reason.as_deref().unwrap_or("")

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use resident_scheduler::auth::{AuthGate, watch_auth_file};
+use resident_scheduler::connections::GrpcLimits;
 use resident_scheduler::core::{CoreConfig, SchedulerCommand};
 use resident_scheduler::http::{HttpLimits, serve_http};
 use resident_scheduler::server::{ServerSecurity, TlsIdentity, start_scheduler};
@@ -51,6 +52,14 @@ pub struct SchedulerArgs {
     /// headers: a client that trickles them (slowloris) is cut off after this.
     #[arg(long, env = "RESIDENT_HTTP_HEADER_TIMEOUT_MS", default_value_t = resident_scheduler::http::DEFAULT_HEADER_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     http_header_timeout_ms: u64,
+    /// Connections the gRPC port (agents and clients) serves at once; more wait to be
+    /// accepted.
+    #[arg(long, env = "RESIDENT_GRPC_MAX_CONNECTIONS", default_value_t = resident_scheduler::connections::DEFAULT_GRPC_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    grpc_max_connections: u32,
+    /// The longest a gRPC connection may take over its TLS handshake and HTTP/2 preface: a
+    /// connection that sends nothing, or trickles its handshake, is cut off after this.
+    #[arg(long, env = "RESIDENT_GRPC_HANDSHAKE_TIMEOUT_MS", default_value_t = resident_scheduler::connections::DEFAULT_GRPC_HANDSHAKE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    grpc_handshake_timeout_ms: u64,
     /// Where pools, jobs and task outcomes persist across restarts.
     #[arg(long, env = "RESIDENT_STATE_DIR", default_value = "resident-state")]
     state_dir: PathBuf,
@@ -160,6 +169,10 @@ impl SchedulerArgs {
             tls,
             agent_ca_pem,
             auth,
+            limits: GrpcLimits {
+                max_connections: self.grpc_max_connections as usize,
+                handshake_timeout: Duration::from_millis(self.grpc_handshake_timeout_ms),
+            },
         })
     }
 }

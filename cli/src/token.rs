@@ -51,9 +51,7 @@ enum TokenCommand {
 pub fn run(args: TokenArgs) -> anyhow::Result<()> {
     match args.command {
         TokenCommand::Create { file, name, role } => {
-            let mut auth = AuthFile::load(&file.auth_file, true)?;
-            let token = auth.create(&name, role)?;
-            auth.save(&file.auth_file)?;
+            let token = AuthFile::edit(&file.auth_file, true, |auth| auth.create(&name, role))?;
             println!(
                 "created token `{name}` with role {role} in {}; it is shown only now:",
                 file.auth_file.display()
@@ -61,9 +59,7 @@ pub fn run(args: TokenArgs) -> anyhow::Result<()> {
             println!("{token}");
         }
         TokenCommand::Revoke { file, name } => {
-            let mut auth = AuthFile::load(&file.auth_file, false)?;
-            let revoked = auth.revoke(&name)?;
-            auth.save(&file.auth_file)?;
+            let revoked = AuthFile::edit(&file.auth_file, false, |auth| auth.revoke(&name))?;
             println!(
                 "revoked token `{}` (role {}); the scheduler refuses it once it re-reads {}",
                 revoked.name,

@@ -41,6 +41,9 @@ impl PoolRetention {
         match cluster.pool(pool).delete_if_unused().await {
             Ok(None) => tracing::info!(pool, "deleted the job's pool"),
             Ok(Some(why)) => tracing::info!(pool, %why, "kept the job's pool: it is in use"),
+            Err(resident_sdk::SdkError::PermissionDenied(why)) => {
+                tracing::info!(pool, %why, "kept the job's pool: another principal created it")
+            }
             Err(error) => {
                 tracing::warn!(pool, %error, "could not delete the job's pool; its idle TTL will")
             }

@@ -71,10 +71,12 @@ string_id!(
 );
 
 impl ActorId {
-    /// A fresh, globally unique actor id with a readable pool prefix.
+    /// A fresh, globally unique actor id with a readable pool prefix and 128 random bits
+    /// (an agent that adopts actors by id must not be able to guess another's).
     pub fn generate(pool: &PoolName) -> Self {
-        let short = uuid::Uuid::new_v4().simple().to_string();
-        Self(format!("{}-{}", pool, &short[..8]))
+        let mut bits = [0u8; 16];
+        getrandom::fill(&mut bits).expect("the operating system's random source");
+        Self(format!("{}-{:032x}", pool, u128::from_be_bytes(bits)))
     }
 }
 
@@ -91,5 +93,21 @@ pub struct TaskId(pub u64);
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "task-{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_actor_id_carries_128_random_bits_after_its_pool() {
+        let pool = PoolName::new("embed");
+        let a = ActorId::generate(&pool);
+        let b = ActorId::generate(&pool);
+        assert_ne!(a, b);
+        let bits = a.as_str().strip_prefix("embed-").expect("the pool prefix");
+        assert_eq!(bits.len(), 32);
+        assert!(bits.chars().all(|c| c.is_ascii_hexdigit()));
     }
 }

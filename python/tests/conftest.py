@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+
+# A test command started in the background of a script (`cmd &`, nohup, some CI runners)
+# inherits SIGINT as ignored, every child inherits that too, and CPython installs no
+# KeyboardInterrupt handler when it starts with SIGINT ignored: the Ctrl-C tests' children
+# would never hear their SIGINT. A handled signal is reset to its default in a child at exec,
+# so catching it here gives every child the disposition a terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[2]
 RESIDENT_BIN = Path(os.environ.get("RESIDENT_BIN", REPO / "target" / "release" / "resident"))

@@ -9,6 +9,7 @@
 
 pub mod auth;
 mod budget;
+pub mod connections;
 pub mod core;
 mod error;
 pub mod http;

@@ -5,8 +5,6 @@ use std::sync::Arc;
 use resident_proto::pb::node_agent_service_server::NodeAgentServiceServer;
 use resident_proto::pb::scheduler_service_server::SchedulerServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 
@@ -15,6 +13,7 @@ use resident_proto::health::{
 };
 
 use crate::auth::AuthGate;
+use crate::connections::{GrpcLimits, grpc_incoming};
 use crate::core::{CoreConfig, SchedulerHandle, spawn_scheduler_loop};
 use crate::error::SchedulerError;
 use crate::service::{AgentSessionService, ClientApiService};
@@ -49,6 +48,8 @@ pub struct ServerSecurity {
     /// one naming its node id (mutual TLS). Clients need none.
     pub agent_ca_pem: Option<Vec<u8>>,
     pub auth: AuthGate,
+    /// The port's connection cap and handshake deadline.
+    pub limits: GrpcLimits,
 }
 
 impl ServerSecurity {
@@ -58,6 +59,7 @@ impl ServerSecurity {
             tls: None,
             agent_ca_pem: None,
             auth: AuthGate::open(),
+            limits: GrpcLimits::default(),
         }
     }
 }
@@ -139,11 +141,7 @@ pub fn start_scheduler(
         max_outstanding_per_job: 16_384,
         budget,
     };
-    let incoming = TcpListenerStream::new(listener).map(|stream| {
-        let stream = stream?;
-        stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(stream)
-    });
+    let incoming = grpc_incoming(listener, security.limits);
     let health = HealthReporter::new();
     set_health(&health, SCHEDULER_HEALTH_SERVICE, ServingStatus::Serving);
     let health_on_stop = health.clone();

@@ -95,6 +95,7 @@ pub fn pool_json(pool: &PoolStatus) -> serde_json::Value {
     json!({
         "name": pool.spec.name(),
         "kind": pool.spec.kind(),
+        "owner": pool.spec.owner(),
         "replicas": pool.replicas(),
         "ready_actors": pool.ready_actors,
         "model_loads": pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),

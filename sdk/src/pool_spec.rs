@@ -160,11 +160,19 @@ impl PoolSpec {
         &self.spec.actor_kind
     }
 
-    /// The same pool with another replica count.
+    /// The principal that created the pool (as the scheduler reports it; empty for a pool
+    /// saved before pools had owners, or a spec not yet created). Only it or an admin may
+    /// scale or delete the pool.
+    pub fn owner(&self) -> &str {
+        &self.spec.owner
+    }
+
+    /// The same pool with another replica count (whoever owns it).
     pub fn same_but_replicas(&self, other: &PoolSpec) -> bool {
         let resized = pb::PoolSpec {
             replicas: self.spec.replicas,
             idle_ttl_ms: self.spec.idle_ttl_ms,
+            owner: self.spec.owner.clone(),
             ..other.spec.clone()
         };
         resized == self.spec

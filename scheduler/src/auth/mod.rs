@@ -18,7 +18,9 @@ use std::time::{Duration, SystemTime};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-pub use roles::{Action, Principal, Role, Scope, authorize, may_annotate, may_cancel};
+pub use roles::{
+    Action, Principal, Role, Scope, authorize, may_annotate, may_cancel, may_manage_pool,
+};
 pub use token_file::{AuthFile, AuthFileError, TOKEN_PREFIX};
 
 /// The tokens a scheduler accepts, as hashes.

@@ -104,8 +104,8 @@ impl Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     Any,
-    /// Only jobs the principal submitted.
-    OwnJobs,
+    /// Only the jobs the principal submitted, or the pools it created.
+    Own,
 }
 
 /// Decides one action; a refusal says what the principal has and what the action needs.
@@ -117,7 +117,7 @@ pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, String>
         (R::Agent, A::AgentSession) => Some(Scope::Any),
         (R::Agent, _) | (_, A::AgentSession) => None,
         (R::Admin, _) => Some(Scope::Any),
-        (R::Submit, A::CancelJob | A::AnnotateJob) => Some(Scope::OwnJobs),
+        (R::Submit, A::CancelJob | A::AnnotateJob | A::ManagePools) => Some(Scope::Own),
         (R::Submit, _) => Some(Scope::Any),
         (R::Read, A::Read) => Some(Scope::Any),
         (R::Read, _) => None,
@@ -166,9 +166,22 @@ fn may_change_job(
 ) -> Result<(), String> {
     match authorize(principal, action)? {
         Scope::Any => Ok(()),
-        Scope::OwnJobs if principal.name == owner => Ok(()),
-        Scope::OwnJobs => Err(format!(
+        Scope::Own if principal.name == owner => Ok(()),
+        Scope::Own => Err(format!(
             "token `{}` has role submit and may {verb} only its own jobs; this job belongs to `{owner}` (an admin token may {verb} it)",
+            principal.name
+        )),
+    }
+}
+
+/// Whether `principal` may change (scale, delete, reconfigure) a pool that `owner` created.
+/// A pool saved before pools had owners (`owner` empty) is anyone's who may manage pools.
+pub fn may_manage_pool(principal: &Principal, pool: &str, owner: &str) -> Result<(), String> {
+    match authorize(principal, Action::ManagePools)? {
+        Scope::Any => Ok(()),
+        Scope::Own if owner.is_empty() || principal.name == owner => Ok(()),
+        Scope::Own => Err(format!(
+            "token `{}` has role submit and may scale or delete only the pools it created; pool `{pool}` belongs to `{owner}` (an admin token may change it; jobs may still run on it)",
             principal.name
         )),
     }
@@ -221,6 +234,24 @@ mod tests {
         assert!(refused.contains("belongs to `bob`"), "{refused}");
         assert!(may_cancel(&who(Role::Admin), "bob").is_ok());
         assert!(may_cancel(&who(Role::Read), "read-1").is_err());
+    }
+
+    #[test]
+    fn submit_manages_only_its_own_pools() {
+        let alice = Principal {
+            name: "alice".into(),
+            role: Role::Submit,
+        };
+        assert!(may_manage_pool(&alice, "p", "alice").is_ok());
+        assert!(
+            may_manage_pool(&alice, "p", "").is_ok(),
+            "a pool from before owners"
+        );
+        let refused = may_manage_pool(&alice, "p", "bob").unwrap_err();
+        assert!(refused.contains("pool `p` belongs to `bob`"), "{refused}");
+        assert!(may_manage_pool(&who(Role::Admin), "p", "bob").is_ok());
+        assert!(may_manage_pool(&who(Role::Open), "p", "bob").is_ok());
+        assert!(may_manage_pool(&who(Role::Read), "p", "read-1").is_err());
     }
 
     #[test]

@@ -140,7 +140,25 @@ impl AuthFile {
         Ok(())
     }
 
-    /// Writes the file atomically and durably, readable by its owner only.
+    /// Reads the file, applies `change` and writes it back, holding an exclusive lock on
+    /// `.NAME.lock` beside it throughout: concurrent `resident token create`/`revoke` runs
+    /// take turns, so every one of them lands (and a revoke never brings back what another
+    /// run removed). A missing file is an empty one only when `missing_ok`. Nothing is
+    /// written when `change` fails.
+    pub fn edit<T>(
+        path: &Path,
+        missing_ok: bool,
+        change: impl FnOnce(&mut AuthFile) -> Result<T, AuthFileError>,
+    ) -> Result<T, AuthFileError> {
+        let _lock = EditLock::take(path)?;
+        let mut file = Self::load(path, missing_ok)?;
+        let changed = change(&mut file)?;
+        file.save(path)?;
+        Ok(changed)
+    }
+
+    /// Writes the file atomically and durably, readable by its owner only. Use
+    /// [`AuthFile::edit`] to change a file other processes may change too.
     pub fn save(&self, path: &Path) -> Result<(), AuthFileError> {
         let write_error = |reason: String| AuthFileError::Write {
             path: path.display().to_string(),
@@ -155,15 +173,19 @@ impl AuthFile {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| write_error(e.to_string()))?;
+        // A name of its own per write: two writers never share (or rename away) a temp file.
+        let mut unique = [0u8; 8];
+        getrandom::fill(&mut unique).map_err(|e| write_error(e.to_string()))?;
         let temp = dir.join(format!(
-            ".{}.tmp",
-            path.file_name().unwrap_or_default().to_string_lossy()
+            ".{}.{}.{}.tmp",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id(),
+            to_hex(&unique)
         ));
         {
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode_owner_only()
                 .open(&temp)
                 .map_err(|e| write_error(e.to_string()))?;
@@ -171,7 +193,10 @@ impl AuthFile {
                 .and_then(|()| file.sync_all())
                 .map_err(|e| write_error(e.to_string()))?;
         }
-        std::fs::rename(&temp, path).map_err(|e| write_error(e.to_string()))?;
+        if let Err(error) = std::fs::rename(&temp, path) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(write_error(error.to_string()));
+        }
         // The rename is durable once the directory is: `resident token revoke` answers
         // only after that.
         #[cfg(unix)]
@@ -240,6 +265,41 @@ impl AuthFile {
     }
 }
 
+/// An exclusive lock on `.NAME.lock` beside an auth file, held while one process edits it
+/// (the file itself is replaced by a rename, so it cannot carry the lock). Released when
+/// dropped, or when the process dies.
+struct EditLock {
+    _held: std::fs::File,
+}
+
+impl EditLock {
+    fn take(path: &Path) -> Result<Self, AuthFileError> {
+        let lock_error = |reason: String| AuthFileError::Write {
+            path: path.display().to_string(),
+            reason: format!("cannot lock it for editing: {reason}"),
+        };
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| lock_error(e.to_string()))?;
+        let lock_path = dir.join(format!(
+            ".{}.lock",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode_owner_only()
+            .open(&lock_path)
+            .map_err(|e| lock_error(format!("{}: {e}", lock_path.display())))?;
+        file.lock()
+            .map_err(|e| lock_error(format!("{}: {e}", lock_path.display())))?;
+        Ok(Self { _held: file })
+    }
+}
+
 /// `OpenOptions` for a file only its owner can read.
 trait OwnerOnly {
     fn mode_owner_only(&mut self) -> &mut Self;
@@ -278,6 +338,52 @@ mod tests {
         loaded.revoke("alice").unwrap();
         let missing = loaded.revoke("alice").unwrap_err();
         assert!(missing.to_string().contains("known: none"), "{missing}");
+    }
+
+    /// Issue 48: twenty concurrent creates and a revoke racing them all land; every
+    /// printed token is in the file.
+    #[test]
+    fn concurrent_edits_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.toml");
+        AuthFile::edit(&path, true, |f| f.create("doomed", Role::Read)).unwrap();
+        let tokens: Vec<(String, String)> = std::thread::scope(|scope| {
+            let revoke = scope.spawn(|| AuthFile::edit(&path, false, |f| f.revoke("doomed")));
+            let creates: Vec<_> = (0..20)
+                .map(|i| {
+                    let path = &path;
+                    scope.spawn(move || {
+                        let name = format!("user-{i}");
+                        let token =
+                            AuthFile::edit(path, true, |f| f.create(&name, Role::Submit)).unwrap();
+                        (name, token)
+                    })
+                })
+                .collect();
+            revoke.join().unwrap().unwrap();
+            creates.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        let file = AuthFile::load(&path, false).unwrap();
+        assert_eq!(file.tokens.len(), 20, "{:?}", file.tokens);
+        assert!(
+            file.tokens.iter().all(|t| t.name != "doomed"),
+            "the revoke stayed"
+        );
+        for (name, token) in tokens {
+            let entry = file
+                .tokens
+                .iter()
+                .find(|t| t.name == name)
+                .expect("created");
+            assert_eq!(entry.sha256, to_hex(&hash_token(&token)), "{name}");
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]

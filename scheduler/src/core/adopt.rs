@@ -226,30 +226,74 @@ impl Core {
     }
 
     /// An outcome no dispatch of this scheduler awaits. From an actor that still held tasks
-    /// when it was adopted, it frees that credit; an output for a task of a restored job
-    /// answers that task if the client sent it again and it waits in the queue, or is held
-    /// until the client does.
+    /// when it was adopted, it frees that credit. Its output answers a task of a restored
+    /// job (at once if the client sent it again and it waits in the queue, or held until
+    /// the client does) only when it comes from the run this scheduler inherited: the node
+    /// hosts the actor, and the actor listed that task in hand when it was adopted. Any
+    /// other outcome (a task never handed to that node, another job's, a guess) is dropped
+    /// and audited under the node's credential.
     pub(super) fn unawaited_outcome(&mut self, node_id: &NodeId, outcome: pb::TaskOutcome) {
         let actor_id = ActorId::new(outcome.actor_id.clone());
-        let mut freed_pool = None;
-        if let Some(actor) = self.actors.get_mut(&actor_id)
-            && actor.inherited_in_flight > 0
-            && actor
+        let hosted_here = self.actors.get(&actor_id).is_some_and(|actor| {
+            actor
                 .assignment
                 .as_ref()
                 .is_some_and(|a| &a.node == node_id)
+        });
+        let mut freed_pool = None;
+        if hosted_here
+            && let Some(actor) = self.actors.get_mut(&actor_id)
+            && actor.inherited_in_flight > 0
         {
             actor.inherited_in_flight -= 1;
             freed_pool = Some(actor.pool.clone());
             self.refresh_dispatchable(&actor_id);
         }
         match outcome.key {
-            Some(key) => self.settle_earlier_run(key, outcome.result, actor_id, outcome.run_micros),
-            None => tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome"),
+            Some(key) if hosted_here && self.inherited_run_of(&actor_id, &key) => {
+                self.settle_earlier_run(key, outcome.result, actor_id, outcome.run_micros)
+            }
+            Some(key) if self.jobs.contains_key(&JobId::new(key.job_id.clone())) => {
+                self.refuse_outcome(node_id, &actor_id, &key, outcome.task_id)
+            }
+            _ => tracing::debug!(task_id = outcome.task_id, "ignoring stale task outcome"),
         }
         if let Some(pool) = freed_pool {
             self.dispatch_pool(&pool);
         }
+    }
+
+    /// Whether `actor` had task `key` in hand when this scheduler adopted it (and has not
+    /// answered it since).
+    fn inherited_run_of(&self, actor: &ActorId, key: &pb::TaskKey) -> bool {
+        self.jobs
+            .get(&JobId::new(key.job_id.clone()))
+            .and_then(|job| job.inherited_runs.get(&key.seq))
+            .is_some_and(|by| by == actor)
+    }
+
+    /// Drops an outcome for a task of a known job that this node was never handed, and
+    /// audits it: a compromised agent token may not answer other nodes' or jobs' tasks.
+    fn refuse_outcome(&self, node_id: &NodeId, actor: &ActorId, key: &pb::TaskKey, task: u64) {
+        let credential = self
+            .nodes
+            .get(node_id)
+            .map(|n| n.credential.clone())
+            .unwrap_or_default();
+        let principal = crate::auth::Principal {
+            name: credential,
+            role: crate::auth::Role::Agent,
+        };
+        let subject = format!(
+            "task {task} (job {} seq {}) from actor {actor} on node {node_id}",
+            key.job_id, key.seq
+        );
+        crate::auth::audit::refused(
+            &principal,
+            "task_outcome",
+            &subject,
+            "this node was not handed that task (and did not hold it when its actor was adopted); the outcome is dropped",
+        );
     }
 
     /// The outcome of task `key` from a dispatch before this scheduler (or this attachment):

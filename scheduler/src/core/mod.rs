@@ -216,19 +216,25 @@ pub enum SchedulerCommand {
     AgentGone {
         session: SessionId,
     },
+    /// Creates a pool owned by `requester`, or attaches to an existing one of the same spec.
     CreatePool {
         spec: pb::PoolSpec,
+        requester: Principal,
         reply: Reply<pb::PoolStatus>,
     },
+    /// Scales a pool; only its owner or an admin may.
     ScalePool {
         pool: PoolName,
         replicas: u32,
+        requester: Principal,
         reply: Reply<pb::PoolStatus>,
     },
-    /// Answers why the pool was kept (with `if_unused`), or `None` once deleted.
+    /// Answers why the pool was kept (with `if_unused`), or `None` once deleted; only its
+    /// owner or an admin may.
     DeletePool {
         pool: PoolName,
         if_unused: bool,
+        requester: Principal,
         reply: Reply<Option<String>>,
     },
     GetPool {
@@ -540,9 +546,13 @@ impl Core {
             }
             C::AgentMessage { session, message } => self.agent_message(session, message),
             C::AgentGone { session } => self.agent_gone(session),
-            C::CreatePool { spec, reply } => {
+            C::CreatePool {
+                spec,
+                requester,
+                reply,
+            } => {
                 let name = spec.name.clone();
-                let created = self.create_pool(spec);
+                let created = self.create_pool(spec, &requester);
                 if let Err(error) = &created {
                     self.metrics.events.record("pool", &name, error.to_string());
                 }
@@ -551,17 +561,19 @@ impl Core {
             C::ScalePool {
                 pool,
                 replicas,
+                requester,
                 reply,
             } => {
-                let scaled = self.scale_pool(&pool, replicas);
+                let scaled = self.scale_pool(&pool, replicas, &requester);
                 self.reply_when_durable(reply, scaled);
             }
             C::DeletePool {
                 pool,
                 if_unused,
+                requester,
                 reply,
             } => {
-                let deleted = self.delete_pool_if(&pool, if_unused);
+                let deleted = self.delete_pool_if(&pool, if_unused, &requester);
                 self.reply_when_durable(reply, deleted);
             }
             C::GetPool { pool, reply } => {

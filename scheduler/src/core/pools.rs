@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::records::{ActorRecord, Crash, PoolRecord};
+use crate::auth::{Principal, may_manage_pool};
 use crate::error::SchedulerError;
 use crate::placement::{
     self, ActorDemand, ComputeCapability, PlacementStrategy, Previous, Problem, ResourceRequest,
@@ -103,19 +104,25 @@ fn kind_not_offered(kind: &str, offered: &BTreeSet<&String>) -> String {
 const MAX_PLACEMENTS_PER_TURN: usize = 2048;
 
 impl Core {
+    /// Creates `spec` owned by `requester`; the same spec again attaches to the pool (any
+    /// principal may, to run jobs on it), and only its owner or an admin changes its TTL.
     pub(super) fn create_pool(
         &mut self,
-        spec: pb::PoolSpec,
+        mut spec: pb::PoolSpec,
+        requester: &Principal,
     ) -> Result<pb::PoolStatus, SchedulerError> {
         let request = validate_pool_spec(&spec)?;
         let name = PoolName::new(spec.name.clone());
         if let Some(existing) = self.pools.get_mut(&name) {
+            spec.owner = existing.spec.owner.clone();
             let same_but_ttl = pb::PoolSpec {
                 idle_ttl_ms: existing.spec.idle_ttl_ms,
                 ..spec.clone()
             } == existing.spec;
             if same_but_ttl {
-                if existing.spec.idle_ttl_ms != spec.idle_ttl_ms {
+                let may_change =
+                    may_manage_pool(requester, name.as_str(), &existing.spec.owner).is_ok();
+                if existing.spec.idle_ttl_ms != spec.idle_ttl_ms && may_change {
                     existing.spec.idle_ttl_ms = spec.idle_ttl_ms;
                     self.store.write(StoreOp::PutPool(spec));
                 }
@@ -125,6 +132,7 @@ impl Core {
                 "pool `{name}` already exists with a different spec; delete or scale it"
             )));
         }
+        spec.owner = requester.name.clone();
         self.check_kind_offered(&spec.actor_kind)?;
         self.check_placeable(&name, &request)?;
         self.add_pool(spec.clone(), request);
@@ -247,8 +255,11 @@ impl Core {
         &mut self,
         pool: &PoolName,
         replicas: u32,
+        requester: &Principal,
     ) -> Result<pb::PoolStatus, SchedulerError> {
         let record = self.pool_record(pool)?;
+        may_manage_pool(requester, pool.as_str(), &record.spec.owner)
+            .map_err(SchedulerError::PermissionDenied)?;
         if replicas == 0 {
             return Err(SchedulerError::InvalidArgument(
                 "replicas must be at least 1; delete the pool to remove it".into(),
@@ -340,8 +351,11 @@ impl Core {
         &mut self,
         pool: &PoolName,
         if_unused: bool,
+        requester: &Principal,
     ) -> Result<Option<String>, SchedulerError> {
-        self.pool_record(pool)?;
+        let owner = &self.pool_record(pool)?.spec.owner;
+        may_manage_pool(requester, pool.as_str(), owner)
+            .map_err(SchedulerError::PermissionDenied)?;
         if if_unused && let Some(why) = self.pool_in_use(pool) {
             return Ok(Some(why));
         }

@@ -168,6 +168,9 @@ impl Core {
                 Err(error) => tracing::error!(pool = %spec.name, %error, "skipping saved pool"),
             }
         }
+        // Finished jobs enter the history oldest first; interrupted ones are not finished
+        // (their clients may resume them) and no history trims them.
+        let mut finished_history: Vec<(u64, JobId)> = Vec::new();
         for mut status in store.load_jobs()? {
             let job = JobId::new(status.job_id.clone());
             let mut finished = FinishedSeqs::default();
@@ -217,7 +220,13 @@ impl Core {
                 persisted: counts,
                 detached_since: None,
             };
-            self.jobs.insert(job.clone(), record);
+            if !interrupted {
+                finished_history.push((record.status.finished_unix_ms, job.clone()));
+            }
+            self.jobs.insert(job, record);
+        }
+        finished_history.sort();
+        for (_, job) in finished_history {
             self.remember_finished_job(job);
         }
         for (actor, placed) in store.load_placements()? {

@@ -4,8 +4,8 @@
 //! scrapers reach needs:
 //! - a connection cap: past it, new connections wait in the kernel's backlog;
 //! - a TLS handshake timeout;
-//! - an HTTP/1 header timeout, so a slowloris client cannot hold a connection open by
-//!   trickling its headers;
+//! - a first-byte deadline and an HTTP/1 header timeout, so a client that sends nothing, or
+//!   trickles its headers (slowloris), cannot hold a connection slot past them;
 //! - HTTP/2 keep-alive pings, so a dead peer is dropped;
 //! - a graceful drain on shutdown: requests in flight finish, then idle connections close.
 
@@ -20,6 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::connections::{Deadlined, Established};
 
 /// The limits of the HTTP port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +133,7 @@ async fn serve_one<I>(
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.header_timeout)
         .keep_alive_timeout(limits.header_timeout);
+    let io = Deadlined::new(io, limits.header_timeout, Established::FirstByte);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     if let Err(error) = watcher.watch(connection).await {
         tracing::debug!(%peer, %error, "HTTP connection ended with an error");

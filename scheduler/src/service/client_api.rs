@@ -39,7 +39,11 @@ impl SchedulerService for ClientApiService {
         require(&principal, Action::ManagePools, "create_pool", &subject)?;
         let status = self
             .scheduler
-            .call(|reply| SchedulerCommand::CreatePool { spec, reply })
+            .call(|reply| SchedulerCommand::CreatePool {
+                spec,
+                requester: principal.clone(),
+                reply,
+            })
             .await
             .map_err(Status::from);
         Ok(Response::new(audit::outcome(
@@ -66,6 +70,7 @@ impl SchedulerService for ClientApiService {
             .call(|reply| SchedulerCommand::ScalePool {
                 pool,
                 replicas,
+                requester: principal.clone(),
                 reply,
             })
             .await
@@ -93,6 +98,7 @@ impl SchedulerService for ClientApiService {
             .call(|reply| SchedulerCommand::DeletePool {
                 pool,
                 if_unused: request.if_unused,
+                requester: principal.clone(),
                 reply,
             })
             .await

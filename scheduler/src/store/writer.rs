@@ -264,10 +264,13 @@ mod tests {
     #[test]
     fn a_failed_batch_gets_one_last_try_when_the_writer_closes() {
         let store = Arc::new(FlakyStore::default());
-        store.failures.store(1, Ordering::SeqCst);
+        // Failing until the waiter has heard (the writer may take the op alone first and
+        // the waiter with its retry), then recovered: the writer's close is what writes.
+        store.failures.store(u32::MAX, Ordering::SeqCst);
         let writer = StoreWriter::spawn(store.clone(), SchedulerMetrics::default());
         writer.write(pool("a"));
         assert!(wait(&writer).is_err(), "the first batch fails");
+        store.failures.store(0, Ordering::SeqCst);
         drop(writer);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while store.load_pools().unwrap().is_empty() {

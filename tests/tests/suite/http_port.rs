@@ -2,7 +2,8 @@
 //! handshake or a request's headers one byte at a time. They do not block the dashboard,
 //! and the port cuts them off after `--http-header-timeout-ms`. Past
 //! `--http-max-connections`, new connections wait until a slot frees. Run with TLS and
-//! tokens on, and on plaintext loopback.
+//! tokens on, and on plaintext loopback. The gRPC port has its own cap and handshake
+//! deadline (`--grpc-max-connections`, `--grpc-handshake-timeout-ms`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -143,6 +144,100 @@ fn trickled_headers_are_cut_off_and_the_connection_cap_holds_the_rest_back() {
     }
     // With the slots free, the port answers at once.
     assert_eq!(plain_get(http_port, "/healthz").0, 200);
+}
+
+/// Issue 48: sixteen connections that send nothing at all, holding all sixteen slots, are
+/// cut off at the header timeout like slow ones (before, the timeout started only with a
+/// first byte and they held every slot forever): `/healthz` answers.
+#[test]
+fn silent_connections_are_cut_off_and_do_not_lock_the_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let (_scheduler, _url) = spawn_scheduler_with(
+        free_port(),
+        dir.path(),
+        &[
+            "--http-listen".into(),
+            format!("127.0.0.1:{http_port}").into(),
+            "--http-header-timeout-ms".into(),
+            "1500".into(),
+            "--http-max-connections".into(),
+            "16".into(),
+        ],
+    );
+    wait_for_port(http_port);
+    let silent: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(("127.0.0.1", http_port)).unwrap())
+        .collect();
+    let since = Instant::now();
+    let (status, body) = plain_get(http_port, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    eprintln!(
+        "/healthz answered {:?} after 16 silent connections",
+        since.elapsed()
+    );
+    for mut stream in silent {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let read = stream.read(&mut byte);
+        let closed = match &read {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        };
+        assert!(closed, "the server closes a silent connection: {read:?}");
+    }
+}
+
+/// Issue 48: the gRPC port (TLS and tokens on) with every one of its 16 slots held by
+/// connections that send nothing or trickle a TLS handshake: each is cut off at the
+/// handshake deadline, and a real client gets through.
+#[tokio::test]
+async fn silent_and_slow_grpc_connections_do_not_lock_out_clients() {
+    let setup = SecureSetup::new(&[("viewer", "read")]);
+    let (_scheduler, url) = setup.spawn_scheduler_with(&[
+        "--grpc-max-connections".into(),
+        "16".into(),
+        "--grpc-handshake-timeout-ms".into(),
+        "1500".into(),
+    ]);
+    let grpc_port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let silent: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(("127.0.0.1", grpc_port)).unwrap())
+        .collect();
+    let slow: Vec<SlowClient> = (0..8)
+        .map(|_| SlowClient::start(grpc_port, TLS_HELLO_START, 0))
+        .collect();
+    let since = Instant::now();
+    let cluster =
+        resident_sdk::Cluster::connect_with(&url, setup.credentials(Some(setup.token("viewer"))))
+            .await
+            .expect("a real client connects");
+    cluster.list_nodes().await.expect("and is answered");
+    eprintln!(
+        "a client got through {:?} after 16 stuck connections",
+        since.elapsed()
+    );
+    for client in slow {
+        client.cut_off();
+    }
+    for mut stream in silent {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let read = stream.read(&mut [0u8; 1]);
+        let closed = match &read {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        };
+        assert!(
+            closed,
+            "the scheduler closes a silent gRPC connection: {read:?}"
+        );
+    }
 }
 
 fn wait_for_port(port: u16) {

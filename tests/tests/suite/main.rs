@@ -19,6 +19,7 @@ mod durable_acks;
 mod embed_actors;
 mod embed_job;
 mod embed_s3;
+mod forged_outcomes;
 mod generate_actors;
 mod generate_job;
 mod http_port;

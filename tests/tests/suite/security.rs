@@ -126,6 +126,28 @@ async fn tokens_and_roles_decide_every_call() {
         "{refused}"
     );
     assert!(alice.job_status(&job_id).await.unwrap().is_running());
+
+    // Issue 48: pools have owners. Bob may not scale or delete alice's pool (before, his
+    // delete was accepted and failed her job); the listing names her.
+    for refused in [
+        bob.pool("stats")
+            .delete()
+            .await
+            .expect_err("bob cannot delete alice's pool"),
+        bob.pool("stats")
+            .scale(3)
+            .await
+            .expect_err("bob cannot scale alice's pool"),
+    ] {
+        assert!(
+            matches!(&refused, SdkError::PermissionDenied(m) if m.contains("pool `stats` belongs to `alice`")),
+            "{refused}"
+        );
+    }
+    let pools = bob.list_pools().await.unwrap();
+    assert_eq!(pools.len(), 1);
+    assert_eq!((pools[0].spec.owner(), pools[0].replicas()), ("alice", 1));
+    assert!(alice.job_status(&job_id).await.unwrap().is_running());
     let cancelled = alice.cancel_job(&job_id).await.unwrap();
     assert!(!cancelled.is_running());
 

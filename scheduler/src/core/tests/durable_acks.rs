@@ -26,6 +26,7 @@ async fn each_acknowledged_change_is_in_the_store_when_its_answer_arrives() {
         |reply| SchedulerCommand::ScalePool {
             pool: PoolName::from("p"),
             replicas: 3,
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,
@@ -46,6 +47,7 @@ async fn each_acknowledged_change_is_in_the_store_when_its_answer_arrives() {
         |reply| SchedulerCommand::DeletePool {
             pool: PoolName::from("p"),
             if_unused: false,
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,

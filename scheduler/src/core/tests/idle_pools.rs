@@ -11,6 +11,7 @@ fn delete_if_unused(h: &mut Harness, pool: &str) -> Option<String> {
         |reply| SchedulerCommand::DeletePool {
             pool,
             if_unused: true,
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,

@@ -166,7 +166,11 @@ impl Harness {
 
     fn create_pool(&mut self, spec: pb::PoolSpec) -> pb::PoolStatus {
         answer(
-            |reply| SchedulerCommand::CreatePool { spec, reply },
+            |reply| SchedulerCommand::CreatePool {
+                spec,
+                requester: Principal::anonymous(),
+                reply,
+            },
             &mut self.core,
         )
         .expect("pool created")
@@ -590,6 +594,7 @@ async fn deleting_a_pool_fails_its_queued_tasks_and_finishes_running_ones() {
         |reply| SchedulerCommand::DeletePool {
             pool,
             if_unused: false,
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,
@@ -634,6 +639,7 @@ async fn a_draining_actor_of_a_deleted_pool_keeps_its_vram_until_it_stops() {
         |reply| SchedulerCommand::DeletePool {
             pool,
             if_unused: false,
+            requester: Principal::anonymous(),
             reply,
         },
         &mut h.core,
@@ -892,7 +898,11 @@ async fn a_fuller_gpu_blocks_new_actors_but_keeps_running_ones() {
     h.tick();
     let spec = gpu_pool("second", 8);
     let refused = answer(
-        |reply| SchedulerCommand::CreatePool { spec, reply },
+        |reply| SchedulerCommand::CreatePool {
+            spec,
+            requester: Principal::anonymous(),
+            reply,
+        },
         &mut h.core,
     );
     let unplaced = match &refused {
@@ -1082,7 +1092,76 @@ mod annotate;
 mod drain;
 mod durable_acks;
 mod idle_pools;
+mod outcome_origin;
 mod quarantine;
 mod reconcile_tick;
 mod restart;
 mod task_progress;
+
+/// Issue 48: a pool belongs to the principal that created it. Another submit principal may
+/// run jobs on it and create it again with the same spec, but not scale or delete it; an
+/// admin may.
+#[tokio::test(start_paused = true)]
+async fn only_a_pools_owner_or_an_admin_scales_or_deletes_it() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    let create = |h: &mut Harness, who: &str| {
+        answer(
+            |reply| SchedulerCommand::CreatePool {
+                spec: cpu_pool("p", 1, 1),
+                requester: submitter(who),
+                reply,
+            },
+            &mut h.core,
+        )
+    };
+    let created = create(&mut h, "alice").unwrap();
+    assert_eq!(created.spec.unwrap().owner, "alice");
+    let attached = create(&mut h, "bob").expect("the same spec attaches");
+    assert_eq!(
+        attached.spec.unwrap().owner,
+        "alice",
+        "attaching takes nothing over"
+    );
+    let scale = |h: &mut Harness, requester: Principal| {
+        answer(
+            |reply| SchedulerCommand::ScalePool {
+                pool: PoolName::from("p"),
+                replicas: 2,
+                requester,
+                reply,
+            },
+            &mut h.core,
+        )
+    };
+    let delete = |h: &mut Harness, requester: Principal, if_unused: bool| {
+        answer(
+            |reply| SchedulerCommand::DeletePool {
+                pool: PoolName::from("p"),
+                if_unused,
+                requester,
+                reply,
+            },
+            &mut h.core,
+        )
+    };
+    let refused = scale(&mut h, submitter("bob")).unwrap_err();
+    assert!(
+        matches!(&refused, SchedulerError::PermissionDenied(m) if m.contains("belongs to `alice`")),
+        "{refused}"
+    );
+    for if_unused in [false, true] {
+        let refused = delete(&mut h, submitter("bob"), if_unused).unwrap_err();
+        assert!(matches!(refused, SchedulerError::PermissionDenied(_)));
+    }
+    assert_eq!(h.core.pool_statuses().len(), 1, "bob changed nothing");
+    let (job, _rx) = h.open_job_as("p", "bob");
+    assert!(h.core.job_status(&job).is_ok(), "anyone may run jobs on it");
+    scale(&mut h, submitter("alice")).unwrap();
+    let admin = Principal {
+        name: "ops".into(),
+        role: Role::Admin,
+    };
+    assert_eq!(delete(&mut h, admin, false).unwrap(), None);
+    assert!(h.core.pool_statuses().is_empty());
+}

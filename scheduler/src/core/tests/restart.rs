@@ -629,3 +629,56 @@ async fn an_actor_dead_for_good_leaves_no_placement_behind() {
     assert_eq!(actor.state, pb::ActorState::Dead as i32, "{actor:?}");
     assert_eq!(placements(&store, 0), 0);
 }
+
+/// Issue 48: a restart with a job history of 1 and three running jobs keeps all three,
+/// interrupted and resumable; only finished jobs count against the history, oldest first.
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_every_interrupted_job_whatever_the_history() {
+    let store = Arc::new(MemoryStore::default());
+    let job_status = |id: &str, state: pb::JobState, finished_unix_ms: u64| {
+        StoreOp::PutJob(pb::JobStatus {
+            job_id: id.into(),
+            pool: "p".into(),
+            state: state as i32,
+            owner: Principal::ANONYMOUS.into(),
+            finished_unix_ms,
+            ..Default::default()
+        })
+    };
+    store
+        .apply(&[
+            StoreOp::PutPool(cpu_pool("p", 1, 2)),
+            job_status("r1", pb::JobState::Running, 0),
+            job_status("r2", pb::JobState::Running, 0),
+            job_status("r3", pb::JobState::Interrupted, 0),
+            // Ids sort against their finishing order: the history keeps the newest.
+            job_status("a-newest", pb::JobState::Succeeded, 2_000),
+            job_status("z-oldest", pb::JobState::Failed, 1_000),
+        ])
+        .unwrap();
+    let mut config = CoreConfig::for_test();
+    config.finished_job_history = 1;
+    let mut h = Harness::with_store(config, store.clone());
+    h.core.restore(store.as_ref()).unwrap();
+    let mut kept: Vec<(String, i32)> = h
+        .core
+        .job_statuses()
+        .into_iter()
+        .map(|s| (s.job_id, s.state))
+        .collect();
+    kept.sort();
+    let interrupted = pb::JobState::Interrupted as i32;
+    assert_eq!(
+        kept,
+        vec![
+            ("a-newest".into(), pb::JobState::Succeeded as i32),
+            ("r1".into(), interrupted),
+            ("r2".into(), interrupted),
+            ("r3".into(), interrupted),
+        ]
+    );
+    for job in ["r1", "r2", "r3"] {
+        h.resume_job("p", &JobId::new(job), Principal::ANONYMOUS)
+            .unwrap_or_else(|e| panic!("{job} is resumable: {e}"));
+    }
+}
