@@ -188,6 +188,11 @@ impl Core {
         self.inherit_runs(&id, &hosted.tasks_in_hand);
         let actor = self.actors.get_mut(&id).expect("adopted actor exists");
         actor.inherited_in_flight = hosted.tasks_in_hand.len() as u32;
+        if std::mem::take(&mut actor.restart_spent_on_host) {
+            // Its host was taken for dead (a cut, missed heartbeats) but comes back with
+            // the actor loaded: nothing crashed, so the restart is given back.
+            actor.restarts.used = actor.restarts.used.saturating_sub(1);
+        }
         if actor.state == ActorState::Pending {
             actor.incarnation = start.incarnation;
             actor.loads_before_this_start = actor.model_loads;
@@ -350,6 +355,7 @@ impl Core {
         let pool = task.pool.clone();
         if let Some(record) = self.pools.get_mut(&pool) {
             record.queue.retain(|t| *t != task_id);
+            record.suspects.retain(|t| *t != task_id);
         }
         if self.change_task(task_id, TaskEvent::AnsweredEarlier) {
             self.finish_task(task_id, Ok(output), run_micros);
@@ -370,13 +376,22 @@ impl Core {
             waiting.extend(job.live.get(&key.seq).copied());
         }
         for task_id in waiting {
-            let Some(task) = self.tasks.get(&task_id) else {
+            let Some(task) = self.tasks.get_mut(&task_id) else {
                 continue;
             };
-            if task.lifecycle.state() == &TaskState::Queued
-                && let Some(pool) = self.pools.get_mut(&task.pool)
-            {
+            if task.lifecycle.state() != &TaskState::Queued {
+                continue;
+            }
+            if let Some(pool) = self.pools.get_mut(&task.pool) {
+                let suspected = pool.suspects.contains(&task_id);
                 pool.queue.retain(|t| *t != task_id);
+                pool.suspects.retain(|t| *t != task_id);
+                if suspected {
+                    // Suspected because its host was taken for dead; the host is back with
+                    // the run still going, so nothing crashed.
+                    task.crashes = task.crashes.saturating_sub(1);
+                    task.first_crash_victims.clear();
+                }
             }
         }
     }

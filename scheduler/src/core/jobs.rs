@@ -227,7 +227,7 @@ impl Core {
         }
     }
 
-    fn task_state(&self, task_id: TaskId) -> Option<&TaskState> {
+    pub(super) fn task_state(&self, task_id: TaskId) -> Option<&TaskState> {
         self.tasks.get(&task_id).map(|t| t.lifecycle.state())
     }
 
@@ -282,7 +282,7 @@ impl Core {
             last_error: String::new(),
             items_running: 0,
             crashes: 0,
-            first_crash: None,
+            first_crash_victims: Vec::new(),
             charge,
         };
         let empty = record.payload.is_empty();
@@ -292,6 +292,12 @@ impl Core {
             return;
         }
         if held.is_none() && self.awaits_inherited_run(&stream.job, input.seq) {
+            return;
+        }
+        if held.is_none()
+            && let Some(why) = self.every_actor_died(&pool)
+        {
+            self.fail_task(task, why);
             return;
         }
         match self.pools.get_mut(&pool) {

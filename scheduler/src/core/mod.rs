@@ -6,6 +6,7 @@ mod accounting;
 mod adopt;
 mod demand;
 mod finished;
+mod host_deaths;
 mod jobs;
 mod nodes;
 mod pools;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use resident_proto::{ActorId, JobId, NodeId, VramBytes, pb};
 use tokio::time::Instant;
 
+use super::host_deaths::NodeLoss;
 use super::records::{LastHeard, NodeRecord, SessionId};
 use super::{Core, ToAgent};
 use crate::error::SchedulerError;
@@ -121,12 +122,12 @@ impl Core {
                     old.credential
                 )));
             }
-            let why = if old.generation == register.generation {
-                "agent reconnected"
+            if old.generation == register.generation {
+                self.mark_node_dead(&node_id, "agent reconnected", NodeLoss::Orderly);
             } else {
-                "agent restarted as a new generation"
-            };
-            self.mark_node_dead(&node_id, why);
+                let why = "agent restarted as a new generation";
+                self.mark_node_dead(&node_id, why, NodeLoss::Sudden);
+            }
         }
         let session = SessionId(self.next_session);
         self.next_session += 1;
@@ -240,7 +241,7 @@ impl Core {
                 .get(&node_id)
                 .is_some_and(|n| n.session == session);
             if current {
-                self.mark_node_dead(&node_id, "agent session closed");
+                self.mark_node_dead(&node_id, "agent session closed", NodeLoss::Sudden);
             }
         }
     }
@@ -249,7 +250,7 @@ impl Core {
     /// are placed elsewhere, and a restarted scheduler will not wait for it.
     fn node_left(&mut self, node_id: &NodeId, abandoned_tasks: u32) {
         tracing::info!(node_id = %node_id, abandoned_tasks, "node left after draining");
-        self.mark_node_dead(node_id, "the agent drained and left");
+        self.mark_node_dead(node_id, "the agent drained and left", NodeLoss::Orderly);
         if let Some(node) = self.nodes.get_mut(node_id)
             && node.remembered
         {
@@ -268,7 +269,7 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for node_id in revoked_nodes {
-            self.mark_node_dead(&node_id, "its credential was revoked");
+            self.mark_node_dead(&node_id, "its credential was revoked", NodeLoss::Orderly);
         }
         let revoked_jobs: Vec<JobId> = self
             .jobs
@@ -290,7 +291,7 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for node_id in silent {
-            self.mark_node_dead(&node_id, "missed heartbeats");
+            self.mark_node_dead(&node_id, "missed heartbeats", NodeLoss::Sudden);
         }
         // Dead for longer than the deadline (silent, or its session closed and it did not
         // come back): a restart will not wait for it. A scheduler that stops closes every
@@ -307,7 +308,9 @@ impl Core {
     }
 
     /// The node is gone: its actors are placed again and their tasks go back to the queue.
-    pub(super) fn mark_node_dead(&mut self, node_id: &NodeId, why: &str) {
+    /// A sudden loss spends a restart of each actor it hosted and counts as a crash of each
+    /// task it was running (see [`NodeLoss`]).
+    pub(super) fn mark_node_dead(&mut self, node_id: &NodeId, why: &str, loss: NodeLoss) {
         let Some(node) = self.nodes.get_mut(node_id) else {
             return;
         };
@@ -321,13 +324,7 @@ impl Core {
         self.metrics
             .events
             .record("node", node_id.as_str(), format!("dead: {why}"));
-        for actor in self.hosted_on(node_id) {
-            self.lose_actor(
-                &actor,
-                ActorEvent::NodeLost,
-                &format!("node {node_id} died ({why})"),
-            );
-        }
+        self.lose_node_actors(node_id, &format!("node {node_id} died ({why})"), loss);
         self.replan_needed = true;
     }
 

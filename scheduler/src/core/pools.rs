@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use resident_proto::{ActorId, GpuFraction, PoolName, VramBytes, pb};
+use resident_proto::{ActorId, GpuFraction, PoolName, TaskId, VramBytes, pb};
 
 use tokio::time::Instant;
 
 use super::Core;
+use super::host_deaths::TaskBlame;
 use super::records::{ActorRecord, Crash, PoolRecord};
 use crate::auth::{Principal, may_manage_pool};
 use crate::error::SchedulerError;
@@ -236,6 +237,7 @@ impl Core {
             dispatch_free: None,
             quarantine: None,
             crash: None,
+            restart_spent_on_host: false,
             started_at: None,
             last_reported: None,
             tasks_done: 0,
@@ -468,6 +470,7 @@ impl Core {
         actor.reported_work = Default::default();
         actor.unplaced_reason.clear();
         actor.crash = None;
+        actor.restart_spent_on_host = false;
         actor.started_at = Some(Instant::now());
         actor.last_reported = None;
         let placed = (actor.pool.clone(), assignment.node.clone());
@@ -552,6 +555,18 @@ impl Core {
 
     /// The actor stopped working (failure or lost node): its running tasks go back to the queue.
     pub(super) fn lose_actor(&mut self, id: &ActorId, event: ActorEvent, why: &str) {
+        self.lose_actor_blaming(id, event, why, TaskBlame::None);
+    }
+
+    /// [`Self::lose_actor`], with its running tasks blamed as `blame` says (a host that
+    /// died under them, `core/host_deaths.rs`); returns the tasks blamed.
+    pub(super) fn lose_actor_blaming(
+        &mut self,
+        id: &ActorId,
+        event: ActorEvent,
+        why: &str,
+        blame: TaskBlame,
+    ) -> Vec<TaskId> {
         let actor = self.actors.get_mut(id).expect("actor exists");
         actor.error = why.to_owned();
         self.metrics.events.record(
@@ -560,14 +575,27 @@ impl Core {
             format!("actor {id} lost: {why}"),
         );
         let had_inherited = std::mem::take(&mut actor.inherited_in_flight) > 0;
+        let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
+        let (mut blamed, lost): (Vec<TaskId>, Vec<TaskId>) =
+            running.into_iter().partition(|task| {
+                let is_running = matches!(self.task_state(*task), Some(TaskState::Running { .. }));
+                is_running && blame.covers(*task)
+            });
+        for task in &blamed {
+            self.quarantine_or_fail(id, *task, why.to_owned());
+        }
+        let actor = self.actors.get_mut(id).expect("actor exists");
+        actor.restart_spent_on_host = event == ActorEvent::HostDied;
         let event = match actor.crash.take() {
-            Some(Crash::OnPoison) if event == ActorEvent::Failed => ActorEvent::CrashedOnPoison,
+            Some(Crash::OnPoison) if matches!(event, ActorEvent::Failed | ActorEvent::HostDied) => {
+                actor.restart_spent_on_host = false;
+                ActorEvent::CrashedOnPoison
+            }
             _ => event,
         };
-        let running: Vec<_> = std::mem::take(&mut actor.in_flight).into_iter().collect();
         self.set_quarantine(id, None);
         self.change_actor(id, event);
-        for task in running {
+        for task in lost {
             self.requeue_lost_task(task, why);
         }
         if had_inherited {
@@ -575,6 +603,52 @@ impl Core {
         }
         if self.actors[id].state == ActorState::Dead {
             tracing::warn!(actor_id = %id, reason = why, "actor dead");
+            let pool = self.actors[id].pool.clone();
+            self.fail_pool_if_every_actor_died(&pool);
+        }
+        blamed.retain(|task| self.tasks.contains_key(task));
+        blamed
+    }
+
+    /// Why the pool can run nothing: every one of its actors died for good (out of
+    /// restarts: its model cannot load, or its actors kept taking their hosts down).
+    pub(super) fn every_actor_died(&self, pool: &PoolName) -> Option<String> {
+        let record = self.pools.get(pool)?;
+        let mut actors = record.actors.iter().map(|id| &self.actors[id]);
+        if record.actors.is_empty() || actors.any(|a| a.state != ActorState::Dead) {
+            return None;
+        }
+        let last_error = record
+            .actors
+            .iter()
+            .map(|id| self.actors[id].error.as_str())
+            .find(|e| !e.is_empty())
+            .unwrap_or("no error reported");
+        Some(format!("every actor of pool `{pool}` failed: {last_error}"))
+    }
+
+    /// Fails the tasks waiting for a pool whose every actor died, rather than leaving them
+    /// queued for actors that will never come (and ready to take down the next host).
+    fn fail_pool_if_every_actor_died(&mut self, pool: &PoolName) {
+        let Some(why) = self.every_actor_died(pool) else {
+            return;
+        };
+        let record = self.pools.get_mut(pool).expect("checked");
+        let mut waiting: Vec<TaskId> = record.queue.drain(..).collect();
+        waiting.extend(record.suspects.drain(..));
+        waiting.extend(self.tasks.iter().filter_map(|(id, t)| {
+            (&t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. }))
+                .then_some(*id)
+        }));
+        if waiting.is_empty() {
+            return;
+        }
+        tracing::warn!(pool = %pool, tasks = waiting.len(), reason = %why, "failing the tasks of a pool with no actor left");
+        self.metrics
+            .events
+            .record("pool", pool.as_str(), why.clone());
+        for task in waiting {
+            self.fail_task(task, why.clone());
         }
     }
 

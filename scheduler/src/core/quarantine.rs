@@ -35,11 +35,12 @@ impl Core {
             if let Some(actor) = self.actors.get_mut(actor_id) {
                 actor.crash = Some(Crash::OnPoison);
             }
-            if let Some(first) = task.first_crash.take()
-                && let Some(actor) = self.actors.get_mut(&first)
-                && actor.state != ActorState::Dead
-            {
-                actor.restarts.used = actor.restarts.used.saturating_sub(1);
+            for first in std::mem::take(&mut task.first_crash_victims) {
+                if let Some(actor) = self.actors.get_mut(&first)
+                    && actor.state != ActorState::Dead
+                {
+                    actor.restarts.used = actor.restarts.used.saturating_sub(1);
+                }
             }
             let error = format!(
                 "{CRASHES_THE_MODEL}: it crashed {} actors, the last time running alone ({error})",
@@ -50,7 +51,7 @@ impl Core {
             return;
         }
         task.last_error = error;
-        task.first_crash = Some(actor_id.clone());
+        task.first_crash_victims = vec![actor_id.clone()];
         let pool = task.pool.clone();
         tracing::warn!(task_id = %task_id, pool = %pool, "an actor crashed on this task; it runs again alone");
         if !self.change_task(task_id, TaskEvent::Lose) {

@@ -140,6 +140,9 @@ pub struct ActorRecord {
     /// Set when it crashed on a task and is stopping (its agent reports it dead next): it
     /// takes no task until it is lost and started again.
     pub crash: Option<Crash>,
+    /// Its last loss was its host dying suddenly, which spent a restart: given back if that
+    /// host comes back as itself with the actor still loaded (a network cut, not a crash).
+    pub restart_spent_on_host: bool,
     /// When it was last started (placed), and when its node last listed it in a report.
     pub started_at: Option<Instant>,
     pub last_reported: Option<Instant>,
@@ -176,9 +179,10 @@ pub struct TaskRecord {
     pub items_running: u64,
     /// How many actors crashed running it (see `core/quarantine.rs`).
     pub crashes: u32,
-    /// The actor its first crash killed, whose restart is given back once the input is
-    /// proven to crash the model.
-    pub first_crash: Option<ActorId>,
+    /// The actors whose restart its first crash spent (the actor that ran it, or every
+    /// actor of a host that died under it), given back once the input is proven to crash
+    /// the model.
+    pub first_crash_victims: Vec<ActorId>,
     /// Its payload's bytes in the job's buffer, given back when the record goes (held
     /// only for its `Drop`).
     #[allow(dead_code)]

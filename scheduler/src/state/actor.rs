@@ -4,14 +4,20 @@
 //!              Placed                 Loaded
 //!   Pending ───────────▶ Starting ───────────▶ Ready
 //!     ▲  ▲                  │  │                 │ │
-//!     │  └── Failed ────────┘  │                 │ │   (Failed: restarts += 1, while
-//!     │      (restart left)    │                 │ │    restarts < max_restarts; else Dead)
+//!     │  └── Failed ────────┘  │                 │ │   (Failed, HostDied: restarts += 1,
+//!     │      HostDied          │                 │ │    while restarts < max_restarts;
+//!     │      (restart left)    │                 │ │    else Dead)
 //!     └───── NodeLost ─────────┴─────────────────┘ │
 //!                                                  │ Drain
 //!   Pending ── Drain ──▶ Dead        Starting/Ready ──Drain──▶ Draining ──Drained/NodeLost──▶ Dead
 //!   any live state ── Failed (no restart left) ──▶ Dead
 //! ```
-//! Dead is terminal. NodeLost does not count as a restart: a dead node is not the actor's fault.
+//! Dead is terminal. NodeLost does not count as a restart: a node that left in order (drained,
+//! revoked, reconnected as itself) is not the actor's fault. HostDied does: the node died
+//! suddenly (its session broke, its heartbeats stopped, it came back as a new process) while
+//! the actor was placed there, and an actor whose load or task takes its host down would
+//! otherwise be placed on node after node (issue 48); a host that comes back as itself with
+//! the actor still loaded gets the restart back (`core/adopt.rs`).
 //! Nor does CrashedOnPoison (Starting/Ready ──▶ Pending): the actor died running, alone, an
 //! input that had crashed another actor before, so the input is to blame.
 
@@ -34,8 +40,11 @@ pub enum ActorEvent {
     Loaded,
     /// Load failed or the actor thread died.
     Failed,
-    /// The node hosting it died or re-registered as a new generation.
+    /// The node hosting it left in order: drained, revoked, or reconnected as itself.
     NodeLost,
+    /// The node hosting it died suddenly (session broke, heartbeats stopped, a new
+    /// generation): spends a restart.
+    HostDied,
     /// It died running, alone, an input that crashed an actor before (`core/quarantine.rs`).
     CrashedOnPoison,
     /// Scale-down or pool deletion asked it to stop after its in-flight tasks.
@@ -78,7 +87,7 @@ pub fn transition(
     let to = match (from, event) {
         (S::Pending, E::Placed) => S::Starting,
         (S::Starting, E::Loaded) => S::Ready,
-        (S::Starting | S::Ready, E::Failed) => {
+        (S::Starting | S::Ready, E::Failed | E::HostDied) => {
             if restarts.used < restarts.max {
                 restarts.used += 1;
                 S::Pending
@@ -89,7 +98,9 @@ pub fn transition(
         (S::Starting | S::Ready, E::NodeLost | E::CrashedOnPoison) => S::Pending,
         (S::Pending, E::Drain) => S::Dead,
         (S::Starting | S::Ready, E::Drain) => S::Draining,
-        (S::Draining, E::Drained | E::NodeLost | E::Failed | E::CrashedOnPoison) => S::Dead,
+        (S::Draining, E::Drained | E::NodeLost | E::HostDied | E::Failed | E::CrashedOnPoison) => {
+            S::Dead
+        }
         _ => return Err(InvalidTransition { from, event }),
     };
     Ok(to)
@@ -165,6 +176,20 @@ mod tests {
             Ok(ActorState::Pending)
         );
         assert_eq!(r.used, 0);
+    }
+
+    #[test]
+    fn a_sudden_host_death_spends_a_restart() {
+        let mut r = Restarts { used: 0, max: 1 };
+        assert_eq!(
+            transition(ActorState::Starting, ActorEvent::HostDied, &mut r),
+            Ok(ActorState::Pending)
+        );
+        assert_eq!(
+            transition(ActorState::Ready, ActorEvent::HostDied, &mut r),
+            Ok(ActorState::Dead)
+        );
+        assert_eq!(r.used, 1);
     }
 
     #[test]

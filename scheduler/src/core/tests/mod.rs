@@ -1091,6 +1091,7 @@ async fn the_store_forgets_a_node_that_stays_dead() {
 mod annotate;
 mod drain;
 mod durable_acks;
+mod host_deaths;
 mod idle_pools;
 mod outcome_origin;
 mod quarantine;

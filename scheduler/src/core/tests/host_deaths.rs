@@ -1,0 +1,185 @@
+//! Issue 48: a config or input that takes its host down cannot walk the fleet. A node that
+//! dies suddenly under a running task counts as that task crashing (run alone once more,
+//! then failed as crashing the model); its actors spend a restart; a pool whose every actor
+//! died fails what waits for it. A node that was only cut off and comes back as itself
+//! gets all of that back.
+
+use super::*;
+use crate::core::quarantine::CRASHES_THE_MODEL;
+
+impl Harness {
+    /// `node`'s agent process died: its session closed.
+    fn host_dies(&mut self, node: &str) {
+        let session = self.agent(node).session;
+        self.core.handle(SchedulerCommand::AgentGone { session });
+        self.core.after_commands();
+    }
+
+    fn restarts_used(&self) -> Vec<u32> {
+        self.core.actors.values().map(|a| a.restarts.used).collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_that_kills_two_hosts_fails_and_the_others_finish() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    for node in ["n1", "n2", "n3"] {
+        h.add_node(node, vec![]);
+    }
+    h.create_pool(cpu_pool("p", 3, 1));
+    for node in ["n1", "n2", "n3"] {
+        h.load_actors(node);
+    }
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..3);
+    let on = |h: &mut Harness, node: &str| run_tasks(&sent(h.agent(node)));
+    let killer = on(&mut h, "n1").remove(0);
+    let killer_seq = killer.key.as_ref().unwrap().seq;
+    h.host_dies("n1");
+    assert_eq!(h.core.tasks.values().filter(|t| t.crashes == 1).count(), 1);
+    // The suspect runs alone on an actor kept for it, once that actor's task is done.
+    let n2_task = on(&mut h, "n2").remove(0);
+    h.outcome("n2", &n2_task, Ok("fine"));
+    let alone = on(&mut h, "n2").remove(0);
+    assert_eq!(
+        alone.key.as_ref().unwrap().seq,
+        killer_seq,
+        "the suspect, alone"
+    );
+    h.host_dies("n2");
+    let results = results(&mut rx);
+    let failed: Vec<_> = results
+        .iter()
+        .filter_map(|r| match &r.result {
+            Some(pb::task_result::Result::Error(e)) => Some((r.seq, e.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, killer_seq);
+    assert!(
+        failed[0].1.starts_with(CRASHES_THE_MODEL),
+        "{}",
+        failed[0].1
+    );
+    // Proven: neither host death is charged to an actor.
+    assert!(
+        h.restarts_used().iter().all(|&used| used == 0),
+        "{:?}",
+        h.restarts_used()
+    );
+    // n3 goes on with the rest.
+    let n3_task = on(&mut h, "n3").remove(0);
+    h.outcome("n3", &n3_task, Ok("fine"));
+    assert_eq!(h.core.job_status(&job).unwrap().succeeded, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_whose_actors_kill_their_hosts_fails_its_tasks() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    let mut spec = cpu_pool("p", 1, 1);
+    spec.max_restarts = 1;
+    h.create_pool(spec);
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..2);
+    // Each host dies while the actor loads on it: the first death spends the restart, the
+    // second kills the actor, and the pool has no actor left.
+    for node in ["n1", "n2"] {
+        h.add_node(node, vec![]);
+        h.core.after_commands();
+        assert!(
+            sent(h.agent(node))
+                .iter()
+                .any(|m| matches!(m, pb::scheduler_message::Body::StartActor(_))),
+            "the actor is started on {node}"
+        );
+        h.host_dies(node);
+    }
+    let failed = results(&mut rx);
+    assert_eq!(failed.len(), 2);
+    for result in &failed {
+        let Some(pb::task_result::Result::Error(error)) = &result.result else {
+            panic!("{result:?}");
+        };
+        assert!(
+            error.contains("every actor of pool `p` failed") && error.contains("node n2 died"),
+            "{error}"
+        );
+    }
+    // A third host is left alone, and a task sent now fails at once.
+    h.add_node("n3", vec![]);
+    h.core.after_commands();
+    assert!(
+        !sent(h.agent("n3"))
+            .iter()
+            .any(|m| matches!(m, pb::scheduler_message::Body::StartActor(_)))
+    );
+    h.submit(&job, 2..3);
+    assert_eq!(results(&mut rx).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_back_from_a_cut_as_itself_gets_its_restart_and_task_back() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    let start = sent(h.agent("n1"))
+        .into_iter()
+        .find_map(|m| match m {
+            pb::scheduler_message::Body::StartActor(start) => Some(start),
+            _ => None,
+        })
+        .expect("placed");
+    let ready = pb::ActorReport {
+        actor_id: start.actor_id.clone(),
+        incarnation: start.incarnation,
+        state: pb::ActorState::Ready as i32,
+        model_loads: 1,
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::ActorReport(ready.clone()));
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..1);
+    let running = run_tasks(&sent(h.agent("n1"))).remove(0);
+    h.host_dies("n1");
+    assert_eq!(h.restarts_used(), [1]);
+    // Back as the same process, the actor still loaded, the task still in hand.
+    let register = pb::RegisterNode {
+        node_id: "n1".into(),
+        generation: "n1-gen".into(),
+        cpu_cores: 4,
+        actor_kinds: vec!["echo".into()],
+        inventory: vec![pb::HostedActor {
+            start: Some(start.clone()),
+            report: Some(ready),
+            tasks_in_hand: vec![running.key.clone().unwrap()],
+        }],
+        ..Default::default()
+    };
+    h.register(register, Principal::ANONYMOUS).unwrap();
+    h.core.after_commands();
+    assert_eq!(h.restarts_used(), [0], "the restart is given back");
+    assert!(
+        h.core.tasks.values().all(|t| t.crashes == 0),
+        "the task is no suspect"
+    );
+    assert!(
+        run_tasks(&sent(h.agent("n1"))).is_empty(),
+        "the task is not run again"
+    );
+    // Its answer, as the agent sends it: from the run the scheduler inherited.
+    let outcome = pb::TaskOutcome {
+        task_id: running.task_id,
+        dispatch: running.dispatch,
+        actor_id: running.actor_id.clone(),
+        result: Some(pb::task_outcome::Result::Output(b"done".to_vec().into())),
+        key: running.key.clone(),
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::TaskOutcome(outcome));
+    let got = results(&mut rx);
+    assert_eq!(got.len(), 1);
+    assert!(
+        matches!(&got[0].result, Some(pb::task_result::Result::Output(o)) if o.as_ref() == b"done")
+    );
+}
