@@ -46,6 +46,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub mod generate;
+pub mod limits;
 
 /// A typed actor kind: what its actors are configured with, take and give back.
 pub trait Kind: 'static {

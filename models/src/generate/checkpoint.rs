@@ -166,6 +166,11 @@ pub fn hf_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
         )));
     }
     let head_dim = hf.head_dim.unwrap_or(hf.hidden_size / heads);
+    if head_dim > 1024 {
+        return Err(ModelError::Load(format!(
+            "the model's head dimension is {head_dim}; it must be at most 1024 (is config.json corrupt?)"
+        )));
+    }
     let rope_base = hf.rope_theta.unwrap_or(10_000.0);
     let rope_freq_factors = match &hf.rope_scaling {
         None => None,
@@ -180,7 +185,7 @@ pub fn hf_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
             )));
         }
     };
-    Ok(LlamaConfig {
+    LlamaConfig {
         layers: hf.num_hidden_layers,
         hidden: hf.hidden_size,
         heads,
@@ -193,7 +198,8 @@ pub fn hf_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
         rms_eps: hf.rms_norm_eps.unwrap_or(1e-6),
         rope: RopeStyle::Halves,
         rope_freq_factors,
-    })
+    }
+    .check_bounds()
 }
 
 /// Llama 3.1's frequency factors: long wavelengths slowed by `factor`, short ones kept, the

@@ -96,7 +96,7 @@ impl LlamaConfig {
             Some(Ok(tokens)) => tokens.len(),
             _ => number("vocab_size")?,
         };
-        Ok(Self {
+        Self {
             layers: number("block_count")?,
             hidden,
             heads,
@@ -113,7 +113,42 @@ impl LlamaConfig {
                 RopeStyle::Halves
             },
             rope_freq_factors: None,
-        })
+        }
+        .check_bounds()
+    }
+
+    /// Refuses a shape no real model has before anything is sized from it: a model file
+    /// whose metadata asks for absurd layers, widths or contexts would otherwise make the
+    /// load allocate what no host has, and an allocation that fails aborts the agent.
+    pub fn check_bounds(self) -> Result<Self, ModelError> {
+        let bounds: [(&str, usize, usize); 8] = [
+            ("layers (num_hidden_layers, block_count)", self.layers, 1024),
+            (
+                "hidden size (hidden_size, embedding_length)",
+                self.hidden,
+                1 << 16,
+            ),
+            ("attention heads", self.heads, 1024),
+            ("KV heads", self.kv_heads, 1024),
+            ("head dimension (head_dim, key_length)", self.head_dim, 1024),
+            ("feed-forward size (intermediate_size)", self.ffn, 1 << 20),
+            ("vocabulary", self.vocab, 1 << 22),
+            ("context (max_position_embeddings)", self.context, 1 << 24),
+        ];
+        for (what, value, max) in bounds {
+            if value == 0 || value > max {
+                return Err(ModelError::Load(format!(
+                    "the model's {what} is {value}; it must be from 1 to {max} (is the model file corrupt?)"
+                )));
+            }
+        }
+        if self.head_dim % 2 != 0 || self.heads % self.kv_heads != 0 {
+            return Err(ModelError::Load(format!(
+                "inconsistent attention shape: {} heads, {} KV heads, head dimension {}",
+                self.heads, self.kv_heads, self.head_dim
+            )));
+        }
+        Ok(self)
     }
 
     /// The GGUF architecture name, read back from the metadata (for errors).

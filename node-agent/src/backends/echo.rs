@@ -71,6 +71,16 @@ impl ModelBackend for Echo {
         {
             panic!("payload starts with `{prefix}`");
         }
-        Ok(payload.repeat(self.config.repeat.max(1)))
+        let repeat = self.config.repeat.max(1);
+        let size = payload.len().checked_mul(repeat);
+        match size {
+            Some(bytes) if bytes <= resident_proto::MAX_RESULT_BYTES => Ok(payload.repeat(repeat)),
+            _ => Err(BackendError::Task(format!(
+                "the output would be {} bytes ({} bytes x repeat {repeat}); the limit is {} (lower `repeat`)",
+                payload.len() as u128 * repeat as u128,
+                payload.len(),
+                resident_proto::MAX_RESULT_BYTES
+            ))),
+        }
     }
 }

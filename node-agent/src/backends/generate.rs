@@ -16,6 +16,9 @@ use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::{
     self as engine, GenerateModel, Generation, GenerationRequest, WeightDtype,
 };
+use resident_models::roots::{
+    FileRoots, MAX_MODEL_JSON_BYTES, MAX_TOKENIZER_BYTES, MAX_WEIGHTS_BYTES,
+};
 
 use super::typed::{Reply, TypedActor};
 use super::{BackendError, LoadContext, TaskProgress};
@@ -56,6 +59,71 @@ fn model_file(path: &Path) -> Result<PathBuf, BackendError> {
             "{} holds {} .gguf files; name the one to load",
             path.display(),
             found.len()
+        ))),
+    }
+}
+
+/// Every file a checkpoint directory holds (or the one GGUF file) must resolve inside the
+/// agent's model roots (symlinks followed) and stay within its size limit: the loader
+/// reads `config.json`, the tokenizer and the weights by name, so a symlink planted in a
+/// directory inside the roots must not lead it elsewhere.
+fn check_model_files(roots: &FileRoots, file: &Path) -> Result<(), BackendError> {
+    if !file.is_dir() {
+        roots.check_model_file(file, MAX_WEIGHTS_BYTES)?;
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(file)
+        .map_err(|e| BackendError::InvalidConfig(format!("{}: {e}", file.display())))?;
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let limit = match name.as_str() {
+            "tokenizer.json" => MAX_TOKENIZER_BYTES,
+            _ if name.ends_with(".json") => MAX_MODEL_JSON_BYTES,
+            _ => MAX_WEIGHTS_BYTES,
+        };
+        roots.check_model_file(&path, limit)?;
+    }
+    Ok(())
+}
+
+/// Refuses a config whose KV cache, full, would not fit the actor's memory (the node's
+/// RAM on the CPU, its VRAM share on a GPU): `max_sequences` slots of the whole context
+/// each. An allocation that fails mid-run aborts the agent; a refusal at load says what to
+/// lower.
+fn check_kv_budget(
+    model: &GenerateModel,
+    max_sequences: u32,
+    device: &crate::backends::DeviceAssignment,
+) -> Result<(), BackendError> {
+    let shape = model.config();
+    let per_token = (shape.layers as u64)
+        .checked_mul(2 * shape.kv_dim() as u64)
+        .and_then(|v| v.checked_mul(2));
+    let full = per_token
+        .and_then(|v| v.checked_mul(model.context() as u64))
+        .and_then(|v| v.checked_mul(u64::from(max_sequences)));
+    let (budget, what) = match device.real_gpu() {
+        Some(_) if device.vram_bytes > 0 => (device.vram_bytes, "the actor's VRAM"),
+        _ => (
+            resident_proto::host::total_ram_bytes().unwrap_or(u64::MAX),
+            "this node's RAM",
+        ),
+    };
+    match full {
+        Some(bytes) if bytes <= budget => Ok(()),
+        _ => Err(BackendError::InvalidConfig(format!(
+            "a full KV cache ({max_sequences} sequences x {} tokens x {} layers) needs {}; {what} is {}: lower `max_sequences` or `max_context`",
+            model.context(),
+            shape.layers,
+            full.map_or("more than 16 EiB".to_owned(), |b| format!(
+                "{:.1} GiB",
+                b as f64 / f64::from(1u32 << 30)
+            )),
+            format!("{:.1} GiB", budget as f64 / f64::from(1u32 << 30)),
         ))),
     }
 }
@@ -133,11 +201,17 @@ impl TypedActor for GenerateActor {
             false => None,
         };
         let dtype = WeightDtype::parse(config.dtype.as_deref())?;
-        let mut model = GenerateModel::load_on(&model_file(&checked)?, &device, dtype)?;
+        let file = model_file(&checked)?;
+        check_model_files(&context.roots, &file)?;
+        let mut model = GenerateModel::load_on(&file, &device, dtype)?;
         tracing::info!(engine = %model.engine_name(), "generation model loaded");
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
         }
+        let max_sequences = config
+            .max_sequences
+            .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES);
+        check_kv_budget(&model, max_sequences, &context.device)?;
         Ok(Self {
             model,
             threads,

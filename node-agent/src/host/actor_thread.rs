@@ -189,7 +189,12 @@ pub(super) fn run_actor_thread(
         });
     };
     let started = Instant::now();
-    let loaded = catch_unwind(AssertUnwindSafe(|| kind.load(&context)));
+    // The scheduler checked the config's bounds at pool creation; a config from an older
+    // scheduler, or one restored from its store, is checked again before it sizes anything.
+    let loaded = match resident_actor::limits::check_config(kind.name(), &context.config) {
+        Err(refused) => Ok(Err(BackendError::InvalidConfig(refused))),
+        Ok(()) => catch_unwind(AssertUnwindSafe(|| kind.load(&context))),
+    };
     let mut backend = match loaded {
         Ok(Ok(backend)) => backend,
         Ok(Err(error)) => {

@@ -17,7 +17,14 @@ use crate::placement::{
 use crate::state::{ActorEvent, ActorState, Restarts, TaskState, transition};
 use crate::store::StoreOp;
 
-/// Checks a pool spec and turns its resources into a placement request.
+/// Labels a pool's selector may name: every listing carries them.
+const MAX_SELECTOR_LABELS: usize = 64;
+/// The longest label key or value in a selector (and GPU model name).
+const MAX_LABEL_BYTES: usize = 256;
+
+/// Checks a pool spec and turns its resources into a placement request. Every field that
+/// lands in listings is bounded (name, kind, config, selector), so a listing of every
+/// pool fits a message.
 pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest, SchedulerError> {
     let bad = |m: String| Err(SchedulerError::InvalidArgument(m));
     let name_ok = !spec.name.is_empty()
@@ -35,6 +42,14 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
     if spec.actor_kind.trim().is_empty() {
         return bad("actor kind is empty".into());
     }
+    if spec.actor_kind.len() > 128 {
+        return bad(format!(
+            "actor kind is {} bytes long; the limit is 128",
+            spec.actor_kind.len()
+        ));
+    }
+    resident_actor::limits::check_config(&spec.actor_kind, &spec.actor_config)
+        .map_err(SchedulerError::InvalidArgument)?;
     if spec.replicas == 0 {
         return bad("replicas must be at least 1".into());
     }
@@ -45,6 +60,19 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
         ));
     }
     let resources = spec.resources.clone().unwrap_or_default();
+    let long_label = resources
+        .selector
+        .iter()
+        .find(|(k, v)| k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES);
+    if resources.selector.len() > MAX_SELECTOR_LABELS || long_label.is_some() {
+        return bad(format!(
+            "the selector has {} labels; at most {MAX_SELECTOR_LABELS} are allowed, each key and value at most {MAX_LABEL_BYTES} bytes",
+            resources.selector.len()
+        ));
+    }
+    if resources.gpu_model.len() > MAX_LABEL_BYTES {
+        return bad(format!("gpu_model is longer than {MAX_LABEL_BYTES} bytes"));
+    }
     let gpus = GpuFraction::from_gpus(resources.gpus).map_err(SchedulerError::InvalidArgument)?;
     if !resources.cpus.is_finite() || resources.cpus < 0.0 {
         return bad(format!(

@@ -22,6 +22,7 @@ mod embed_s3;
 mod forged_outcomes;
 mod generate_actors;
 mod generate_job;
+mod hostile_configs;
 mod http_port;
 mod in_process_cluster;
 mod model_delivery;
