@@ -60,6 +60,8 @@ pub struct Deadlined<I> {
     established: Established,
     has_read: bool,
     has_written: bool,
+    /// The port's connection slot, held until the connection closes.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl<I> Deadlined<I> {
@@ -70,7 +72,14 @@ impl<I> Deadlined<I> {
             established,
             has_read: false,
             has_written: false,
+            _slot: None,
         }
+    }
+
+    /// The same, holding `slot` of its port's cap until it closes.
+    fn holding(mut self, slot: OwnedSemaphorePermit) -> Self {
+        self._slot = Some(slot);
+        self
     }
 
     fn settle(&mut self) {
@@ -160,56 +169,13 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Deadlined<I> {
 }
 
 /// A gRPC connection: deadlined, holding one of the port's slots until it closes.
-pub struct GrpcConnection {
-    io: Deadlined<TcpStream>,
-    _slot: OwnedSemaphorePermit,
-}
+pub type GrpcConnection = Deadlined<TcpStream>;
 
 impl tonic::transport::server::Connected for GrpcConnection {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.io.connect_info()
-    }
-}
-
-impl AsyncRead for GrpcConnection {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for GrpcConnection {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, data)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        self.io.connect_info()
     }
 }
 
@@ -233,10 +199,9 @@ pub fn grpc_incoming(
                     if let Err(error) = stream.set_nodelay(true) {
                         tracing::debug!(%error, "gRPC port: could not set TCP_NODELAY");
                     }
-                    let connection = GrpcConnection {
-                        io: Deadlined::new(stream, limits.handshake_timeout, Established::BothWays),
-                        _slot: slot,
-                    };
+                    let connection =
+                        Deadlined::new(stream, limits.handshake_timeout, Established::BothWays)
+                            .holding(slot);
                     return Some((Ok(connection), (listener, slots)));
                 }
                 Err(error) => {

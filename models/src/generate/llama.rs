@@ -142,7 +142,7 @@ impl LlamaConfig {
                 )));
             }
         }
-        if self.head_dim % 2 != 0 || self.heads % self.kv_heads != 0 {
+        if !self.head_dim.is_multiple_of(2) || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::Load(format!(
                 "inconsistent attention shape: {} heads, {} KV heads, head dimension {}",
                 self.heads, self.kv_heads, self.head_dim

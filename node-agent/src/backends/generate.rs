@@ -113,17 +113,15 @@ fn check_kv_budget(
             "this node's RAM",
         ),
     };
+    let gib = |bytes: u64| format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30));
     match full {
         Some(bytes) if bytes <= budget => Ok(()),
         _ => Err(BackendError::InvalidConfig(format!(
             "a full KV cache ({max_sequences} sequences x {} tokens x {} layers) needs {}; {what} is {}: lower `max_sequences` or `max_context`",
             model.context(),
             shape.layers,
-            full.map_or("more than 16 EiB".to_owned(), |b| format!(
-                "{:.1} GiB",
-                b as f64 / f64::from(1u32 << 30)
-            )),
-            format!("{:.1} GiB", budget as f64 / f64::from(1u32 << 30)),
+            full.map_or("more than 16 EiB".to_owned(), gib),
+            gib(budget),
         ))),
     }
 }

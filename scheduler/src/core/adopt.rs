@@ -139,15 +139,7 @@ impl Core {
     /// Stops an actor a node may not hand back, and audits the refusal under the node's
     /// credential.
     fn refuse_adoption(&mut self, node_id: &NodeId, id: &ActorId, pool: &PoolName, why: &str) {
-        let credential = self
-            .nodes
-            .get(node_id)
-            .map(|n| n.credential.clone())
-            .unwrap_or_default();
-        let principal = crate::auth::Principal {
-            name: credential,
-            role: crate::auth::Role::Agent,
-        };
+        let principal = self.node_principal(node_id);
         let subject = format!("actor {id} of pool {pool} on node {node_id}");
         crate::auth::audit::refused(&principal, "adopt_actor", &subject, why);
         if let Some(node) = self.nodes.get(node_id) {
@@ -268,6 +260,18 @@ impl Core {
         }
     }
 
+    /// The agent principal a node joined as, for the audit log.
+    fn node_principal(&self, node_id: &NodeId) -> crate::auth::Principal {
+        crate::auth::Principal {
+            name: self
+                .nodes
+                .get(node_id)
+                .map(|n| n.credential.clone())
+                .unwrap_or_default(),
+            role: crate::auth::Role::Agent,
+        }
+    }
+
     /// Whether `actor` had task `key` in hand when this scheduler adopted it (and has not
     /// answered it since).
     fn inherited_run_of(&self, actor: &ActorId, key: &pb::TaskKey) -> bool {
@@ -280,15 +284,7 @@ impl Core {
     /// Drops an outcome for a task of a known job that this node was never handed, and
     /// audits it: a compromised agent token may not answer other nodes' or jobs' tasks.
     fn refuse_outcome(&self, node_id: &NodeId, actor: &ActorId, key: &pb::TaskKey, task: u64) {
-        let credential = self
-            .nodes
-            .get(node_id)
-            .map(|n| n.credential.clone())
-            .unwrap_or_default();
-        let principal = crate::auth::Principal {
-            name: credential,
-            role: crate::auth::Role::Agent,
-        };
+        let principal = self.node_principal(node_id);
         let subject = format!(
             "task {task} (job {} seq {}) from actor {actor} on node {node_id}",
             key.job_id, key.seq

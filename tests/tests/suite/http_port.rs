@@ -111,21 +111,7 @@ fn slow_tls_handshakes_do_not_block_the_dashboard_and_are_cut_off() {
 
 #[test]
 fn trickled_headers_are_cut_off_and_the_connection_cap_holds_the_rest_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let (_scheduler, _url) = spawn_scheduler_with(
-        free_port(),
-        dir.path(),
-        &[
-            "--http-listen".into(),
-            format!("127.0.0.1:{http_port}").into(),
-            "--http-header-timeout-ms".into(),
-            "1500".into(),
-            "--http-max-connections".into(),
-            "4".into(),
-        ],
-    );
-    wait_for_port(http_port);
+    let (_dir, _scheduler, http_port) = scheduler_with_http_limits(1500, 4);
     let slow_since = Instant::now();
     let slow: Vec<SlowClient> = (0..4)
         .map(|_| SlowClient::start(http_port, HEADERS_START, b'a'))
@@ -151,21 +137,7 @@ fn trickled_headers_are_cut_off_and_the_connection_cap_holds_the_rest_back() {
 /// first byte and they held every slot forever): `/healthz` answers.
 #[test]
 fn silent_connections_are_cut_off_and_do_not_lock_the_port() {
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let (_scheduler, _url) = spawn_scheduler_with(
-        free_port(),
-        dir.path(),
-        &[
-            "--http-listen".into(),
-            format!("127.0.0.1:{http_port}").into(),
-            "--http-header-timeout-ms".into(),
-            "1500".into(),
-            "--http-max-connections".into(),
-            "16".into(),
-        ],
-    );
-    wait_for_port(http_port);
+    let (_dir, _scheduler, http_port) = scheduler_with_http_limits(1500, 16);
     let silent: Vec<TcpStream> = (0..16)
         .map(|_| TcpStream::connect(("127.0.0.1", http_port)).unwrap())
         .collect();
@@ -176,18 +148,8 @@ fn silent_connections_are_cut_off_and_do_not_lock_the_port() {
         "/healthz answered {:?} after 16 silent connections",
         since.elapsed()
     );
-    for mut stream in silent {
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let mut byte = [0u8; 1];
-        let read = stream.read(&mut byte);
-        let closed = match &read {
-            Ok(0) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Ok(_) => false,
-        };
-        assert!(closed, "the server closes a silent connection: {read:?}");
+    for stream in silent {
+        assert_closed_by_server(stream);
     }
 }
 
@@ -223,21 +185,47 @@ async fn silent_and_slow_grpc_connections_do_not_lock_out_clients() {
     for client in slow {
         client.cut_off();
     }
-    for mut stream in silent {
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let read = stream.read(&mut [0u8; 1]);
-        let closed = match &read {
-            Ok(0) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Ok(_) => false,
-        };
-        assert!(
-            closed,
-            "the scheduler closes a silent gRPC connection: {read:?}"
-        );
+    for stream in silent {
+        assert_closed_by_server(stream);
     }
+}
+
+/// A plaintext scheduler whose HTTP port has these limits, once the port is open: its state
+/// directory, the process and the HTTP port.
+fn scheduler_with_http_limits(
+    header_timeout_ms: u64,
+    max_connections: usize,
+) -> (tempfile::TempDir, resident_tests::Proc, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let (scheduler, _url) = spawn_scheduler_with(
+        free_port(),
+        dir.path(),
+        &[
+            "--http-listen".into(),
+            format!("127.0.0.1:{http_port}").into(),
+            "--http-header-timeout-ms".into(),
+            header_timeout_ms.to_string().into(),
+            "--http-max-connections".into(),
+            max_connections.to_string().into(),
+        ],
+    );
+    wait_for_port(http_port);
+    (dir, scheduler, http_port)
+}
+
+/// Waits (up to 30 s) for the server to close a connection that never sent anything.
+fn assert_closed_by_server(mut stream: TcpStream) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let read = stream.read(&mut [0u8; 1]);
+    let closed = match &read {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    };
+    assert!(closed, "the server closes a silent connection: {read:?}");
 }
 
 fn wait_for_port(port: u16) {

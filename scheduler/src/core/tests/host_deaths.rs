@@ -123,13 +123,7 @@ async fn a_host_back_from_a_cut_as_itself_gets_its_restart_and_task_back() {
     let mut h = Harness::new(CoreConfig::for_test());
     h.add_node("n1", vec![]);
     h.create_pool(cpu_pool("p", 1, 1));
-    let start = sent(h.agent("n1"))
-        .into_iter()
-        .find_map(|m| match m {
-            pb::scheduler_message::Body::StartActor(start) => Some(start),
-            _ => None,
-        })
-        .expect("placed");
+    let start = h.started_actor("n1");
     let ready = pb::ActorReport {
         actor_id: start.actor_id.clone(),
         incarnation: start.incarnation,

@@ -176,6 +176,17 @@ impl Harness {
         .expect("pool created")
     }
 
+    /// The one actor started on `node` since its messages were last read.
+    fn started_actor(&mut self, node: &str) -> pb::StartActor {
+        sent(self.agent(node))
+            .into_iter()
+            .find_map(|m| match m {
+                pb::scheduler_message::Body::StartActor(start) => Some(start),
+                _ => None,
+            })
+            .expect("an actor was started there")
+    }
+
     /// Reports every actor started on `node` as loaded; returns the other messages.
     fn load_actors(&mut self, node: &str) -> Vec<pb::scheduler_message::Body> {
         let mut others = Vec::new();

@@ -135,13 +135,7 @@ async fn a_node_back_from_a_network_cut_keeps_its_actors() {
     let mut h = Harness::new(CoreConfig::for_test());
     h.add_node("n1", vec![]);
     h.create_pool(cpu_pool("p", 1, 1));
-    let start = sent(h.agent("n1"))
-        .into_iter()
-        .find_map(|m| match m {
-            pb::scheduler_message::Body::StartActor(start) => Some(start),
-            _ => None,
-        })
-        .expect("placed");
+    let start = h.started_actor("n1");
     let session = h.agent("n1").session;
     h.core.handle(SchedulerCommand::AgentGone { session });
     h.core.after_commands();
