@@ -71,16 +71,15 @@ impl ModelBackend for Echo {
         {
             panic!("payload starts with `{prefix}`");
         }
+        // Sized before it is allocated: an allocation that fails aborts the agent.
         let repeat = self.config.repeat.max(1);
-        let size = payload.len().checked_mul(repeat);
-        match size {
-            Some(bytes) if bytes <= resident_proto::MAX_RESULT_BYTES => Ok(payload.repeat(repeat)),
-            _ => Err(BackendError::Task(format!(
-                "the output would be {} bytes ({} bytes x repeat {repeat}); the limit is {} (lower `repeat`)",
-                payload.len() as u128 * repeat as u128,
-                payload.len(),
-                resident_proto::MAX_RESULT_BYTES
-            ))),
+        let bytes = payload.len().saturating_mul(repeat);
+        if bytes > resident_proto::MAX_RESULT_BYTES {
+            return Err(BackendError::BadPayload(format!(
+                "{} (echo's `repeat` is {repeat})",
+                resident_proto::oversized_result_error(bytes)
+            )));
         }
+        Ok(payload.repeat(repeat))
     }
 }

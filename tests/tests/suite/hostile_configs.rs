@@ -74,8 +74,12 @@ async fn an_abort_sized_config_is_refused_and_no_agent_dies() {
         .unwrap();
     let error = outputs[0].output.clone().unwrap_err();
     assert!(
-        error.contains("68719476736 bytes") && error.contains("lower `repeat`"),
+        error.contains("68719476736 bytes") && error.contains("`repeat` is 65536"),
         "{error}"
+    );
+    assert_eq!(
+        outputs[0].attempts, 1,
+        "a result too large fails for good, not retried"
     );
     assert_eq!(outputs[1].output.as_ref().unwrap().len(), 5 * 65536);
     assert!(
