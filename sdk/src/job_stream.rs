@@ -43,22 +43,34 @@ pub struct JobStream {
     cluster: Cluster,
 }
 
+/// How long a dropped job's cancel may take before its driver stops anyway.
+const CANCEL_ON_DROP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for JobStream {
     fn drop(&mut self) {
         let unfinished = !self.driver.is_finished() && !self.all_answered.load(Ordering::Acquire);
-        self.driver.abort();
         // The driver's stream may be stalled by flow control (its reader stopped reading,
         // so the scheduler reads its tasks no further): closing it does not reach the
         // scheduler, a cancel does. On the same connection: the scheduler's connection
-        // window leaves room beside a stalled stream.
-        if let (true, Ok(runtime)) = (unfinished, tokio::runtime::Handle::try_current()) {
-            let cluster = self.cluster.clone();
-            let job_id = self.job_id.clone();
-            runtime.spawn(async move {
-                if let Err(error) = cluster.cancel_job(&job_id).await {
-                    tracing::debug!(%job_id, %error, "could not cancel a dropped job; the scheduler cancels it after its detach grace");
-                }
-            });
+        // window leaves room beside a stalled stream. The driver stops once the cancel is
+        // in: stopped first, its request would end cleanly, and a job whose tasks so far
+        // were all answered would finish as succeeded before the cancel arrived.
+        match (unfinished, tokio::runtime::Handle::try_current()) {
+            (true, Ok(runtime)) => {
+                let cluster = self.cluster.clone();
+                let job_id = self.job_id.clone();
+                let driver = self.driver.clone();
+                runtime.spawn(async move {
+                    let cancelled =
+                        tokio::time::timeout(CANCEL_ON_DROP_TIMEOUT, cluster.cancel_job(&job_id))
+                            .await;
+                    driver.abort();
+                    if !matches!(cancelled, Ok(Ok(_))) {
+                        tracing::debug!(%job_id, ?cancelled, "could not cancel a dropped job; the scheduler cancels it after its detach grace");
+                    }
+                });
+            }
+            _ => self.driver.abort(),
         }
     }
 }
@@ -398,7 +410,11 @@ impl JobDriver {
                         self.running.answered(result.seq);
                         self.note_if_all_answered();
                         if results.send(Ok(output_of(result))).await.is_err() {
-                            return Ok(());
+                            // The `JobStream` was dropped unfinished: its drop cancels the
+                            // job, then stops this driver. Returning now would end the
+                            // request cleanly first, and a job whose tasks so far were all
+                            // answered would finish as succeeded before the cancel came.
+                            std::future::pending::<()>().await;
                         }
                     }
                     Ok(Some(pb::SubmitResponse { body: Some(pb::submit_response::Body::Progress(progress)) })) => {
