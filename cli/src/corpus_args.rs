@@ -93,6 +93,11 @@ pub struct CorpusArgs {
     /// variable, comma-separated).
     #[arg(long, env = "RESIDENT_PRICE", value_delimiter = ',')]
     price: Vec<String>,
+    /// A chunk running longer than this (`10m`, `90s`) is taken back and retried, and the
+    /// actor running it stopped and started again: a hung GPU call cannot hold its GPU and
+    /// the job forever. Default: no deadline.
+    #[arg(long, env = "RESIDENT_TASK_TIMEOUT", value_parser = humantime::parse_duration)]
+    task_timeout: Option<Duration>,
     /// Local mode only: report simulated GPUs (the work runs on CPU).
     #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
@@ -154,6 +159,12 @@ impl CorpusArgs {
         )?;
         config.manifest_compaction.min_entries = self.manifest_compact_min;
         config.retention = self.pool.retention();
+        crate::exit::require(
+            self.task_timeout
+                .is_none_or(|t| t >= Duration::from_millis(1)),
+            "--task-timeout must be at least 1ms (leave it out for no deadline)",
+        )?;
+        config.task_timeout = self.task_timeout;
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),

@@ -64,6 +64,8 @@ pub struct EmbedActors<'a> {
     pub vram_gib_per_actor: f64,
     pub selector: &'a BTreeMap<String, String>,
     pub retention: PoolRetention,
+    /// See `PoolSpec::task_timeout`.
+    pub task_timeout: Option<std::time::Duration>,
 }
 
 impl EmbedActors<'_> {
@@ -77,6 +79,9 @@ impl EmbedActors<'_> {
         }
         for (key, value) in self.selector {
             spec = spec.selector(key, value);
+        }
+        if let Some(timeout) = self.task_timeout {
+            spec = spec.task_timeout(timeout);
         }
         spec.idle_ttl(self.retention.idle_ttl())
     }

@@ -58,6 +58,12 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// See [`PoolSpec::task_timeout`].
+    pub fn task_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.pool = self.pool.task_timeout(timeout);
+        self
+    }
+
     /// Pins the model: a Hugging Face commit, or the manifest digest of an `s3://` model.
     /// Agents refuse to load anything else.
     pub fn model_revision(mut self, revision: &str) -> Self {

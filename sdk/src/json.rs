@@ -100,6 +100,7 @@ pub fn pool_json(pool: &PoolStatus) -> serde_json::Value {
         "ready_actors": pool.ready_actors,
         "model_loads": pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
         "idle_ttl_seconds": pool.spec.idle_ttl_wanted().map(|ttl| ttl.as_secs_f64()),
+        "task_timeout_seconds": pool.spec.task_timeout_wanted().map(|t| t.as_secs_f64()),
         "actors": pool.actors.iter().map(|a| json!({
             "actor_id": a.actor_id.to_string(),
             "state": a.state.name(),

@@ -140,6 +140,22 @@ impl PoolSpec {
         self
     }
 
+    /// A task running longer than this is taken back and retried (or failed after
+    /// [`Self::max_task_attempts`]), and the actor running it is stopped and started again,
+    /// freeing what it holds: a hung kernel or call cannot hold a GPU forever. Checked about
+    /// once a second, from when the task reached the head of its actor's queue. Default:
+    /// no deadline.
+    pub fn task_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.spec.task_timeout_ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self
+    }
+
+    /// The task deadline, if the pool has one.
+    pub fn task_timeout_wanted(&self) -> Option<std::time::Duration> {
+        (self.spec.task_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.spec.task_timeout_ms))
+    }
+
     /// The idle TTL, if the pool has one.
     pub fn idle_ttl_wanted(&self) -> Option<std::time::Duration> {
         (self.spec.idle_ttl_ms > 0).then(|| std::time::Duration::from_millis(self.spec.idle_ttl_ms))

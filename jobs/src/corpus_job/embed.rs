@@ -53,6 +53,7 @@ impl ChunkWork for EmbedWork {
             vram_gib_per_actor: config.vram_gib_per_actor,
             selector: &config.selector,
             retention: config.retention,
+            task_timeout: config.task_timeout,
         }
         .spec();
         match cluster.create_embed_pool(spec, config.load_timeout).await {

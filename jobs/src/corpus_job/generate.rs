@@ -158,6 +158,9 @@ impl ChunkWork for GenerateWork {
                 .replicas(replicas)
                 .selectors(config.selector.clone())
                 .idle_ttl(config.retention.idle_ttl());
+        if let Some(timeout) = config.task_timeout {
+            spec = spec.task_timeout(timeout);
+        }
         if config.gpus_per_actor > 0.0 {
             spec = spec
                 .gpus(config.gpus_per_actor)

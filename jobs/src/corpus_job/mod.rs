@@ -123,6 +123,8 @@ pub struct CorpusJobConfig {
     pub load_timeout: Duration,
     /// Whether the pool outlives the job (`--keep-pool`, `--idle-ttl`).
     pub retention: PoolRetention,
+    /// The pool's task deadline (`--task-timeout`; `PoolSpec::task_timeout`).
+    pub task_timeout: Option<Duration>,
 }
 
 impl CorpusJobConfig {
@@ -150,6 +152,7 @@ impl CorpusJobConfig {
             prices: PriceTable::default(),
             load_timeout: Duration::from_secs(600),
             retention: PoolRetention::default(),
+            task_timeout: None,
         }
     }
 }

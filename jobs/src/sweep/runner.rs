@@ -234,6 +234,7 @@ async fn sweep_on(
         vram_gib_per_actor: config.vram_gib,
         selector: &config.selector,
         retention: config.retention(),
+        task_timeout: None,
     }
     .spec();
     let load_started = Instant::now();

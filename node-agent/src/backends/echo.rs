@@ -1,6 +1,7 @@
 //! `echo`: returns its payload. The no-op actor of the benchmarks, with knobs that make it
-//! slow, failing or panicking on purpose for fault tests: `{"delay_ms": 5, "fail_prefix":
-//! "FAIL", "panic_prefix": "PANIC", "load_delay_ms": 100, "fail_load": false, "repeat": 1}`.
+//! slow, failing, panicking or hanging on purpose for fault tests: `{"delay_ms": 5,
+//! "fail_prefix": "FAIL", "panic_prefix": "PANIC", "hang_prefix": "HANG", "load_delay_ms":
+//! 100, "fail_load": false, "repeat": 1}`.
 
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ pub struct EchoConfig {
     /// Payloads starting with this panic the actor thread (as a broken model would).
     #[serde(default)]
     pub panic_prefix: Option<String>,
+    /// Payloads starting with this never return (as a hung kernel would): the thread sleeps
+    /// until the process ends, whatever it is told.
+    #[serde(default)]
+    pub hang_prefix: Option<String>,
     #[serde(default)]
     pub load_delay_ms: u64,
     #[serde(default)]
@@ -70,6 +75,13 @@ impl ModelBackend for Echo {
             && payload.starts_with(prefix.as_bytes())
         {
             panic!("payload starts with `{prefix}`");
+        }
+        if let Some(prefix) = &self.config.hang_prefix
+            && payload.starts_with(prefix.as_bytes())
+        {
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
         }
         // Sized before it is allocated: an allocation that fails aborts the agent.
         let repeat = self.config.repeat.max(1);

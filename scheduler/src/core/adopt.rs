@@ -243,6 +243,7 @@ impl Core {
             && actor.inherited_in_flight > 0
         {
             actor.inherited_in_flight -= 1;
+            actor.last_answer = Some(tokio::time::Instant::now());
             freed_pool = Some(actor.pool.clone());
             self.refresh_dispatchable(&actor_id);
         }

@@ -558,6 +558,7 @@ impl Core {
         );
         actor.in_flight.remove(&task_id);
         actor.tasks_done += 1;
+        actor.last_answer = Some(Instant::now());
         if outcome.crashed {
             actor.crash.get_or_insert(super::records::Crash::OnTask);
         }
@@ -629,6 +630,18 @@ impl Core {
             },
         );
         self.retries.push(std::cmp::Reverse((due, task_id)));
+    }
+
+    /// A running task ran past its deadline on an actor that is being stopped
+    /// (`core/task_deadlines.rs`): retried, or failed after its pool's attempts; a
+    /// cancelling one is done.
+    pub(super) fn time_out_task(&mut self, task_id: TaskId, error: String) {
+        if matches!(self.task_state(task_id), Some(TaskState::Cancelling { .. })) {
+            self.change_task(task_id, TaskEvent::Settle);
+            self.remove_task(task_id);
+            return;
+        }
+        self.retry_or_fail(task_id, error, false);
     }
 
     /// A running task whose actor or node was lost goes back to the front of its queue; a

@@ -13,6 +13,7 @@ mod pools;
 pub(crate) mod quarantine;
 mod reconcile_tick;
 mod records;
+mod task_deadlines;
 #[cfg(test)]
 mod tests;
 mod views;
@@ -474,6 +475,8 @@ pub(crate) struct Core {
     last_job_charge: Instant,
     /// When placed actors were last compared with what their nodes report.
     last_reconcile: Instant,
+    /// When running tasks were last checked against their deadlines.
+    last_deadline_check: Instant,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -524,6 +527,7 @@ impl Core {
             last_job_flush: Instant::now(),
             last_job_charge: Instant::now(),
             last_reconcile: Instant::now(),
+            last_deadline_check: Instant::now(),
             metrics,
             prices: Default::default(),
         }
@@ -742,6 +746,7 @@ impl Core {
         self.flush_job_counters(now);
         self.detect_dead_nodes(now);
         self.reconcile_actors(now);
+        self.enforce_task_deadlines(now);
         self.release_due_retries(now);
         self.expire_detached_jobs(now);
         self.after_commands();

@@ -228,6 +228,8 @@ impl Core {
                 0 => self.config.default_load_timeout,
                 ms => std::time::Duration::from_millis(ms),
             },
+            task_timeout: (spec.task_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(spec.task_timeout_ms)),
             request,
             actors: BTreeSet::new(),
             queue: VecDeque::new(),
@@ -268,6 +270,8 @@ impl Core {
             restart_spent_on_host: false,
             started_at: None,
             last_reported: None,
+            task_timeout: record.task_timeout,
+            last_answer: None,
             tasks_done: 0,
             model_loads: 0,
             loads_before_this_start: 0,

@@ -83,6 +83,8 @@ pub struct PoolRecord {
     pub max_restarts: u32,
     /// How long its actors may load before they are started again.
     pub load_timeout: std::time::Duration,
+    /// How long a task may run before its actor is stopped (`core/task_deadlines.rs`).
+    pub task_timeout: Option<std::time::Duration>,
     pub actors: BTreeSet<ActorId>,
     pub queue: VecDeque<TaskId>,
     /// Tasks whose input crashed an actor once, waiting to run again alone (see
@@ -146,6 +148,11 @@ pub struct ActorRecord {
     /// When it was last started (placed), and when its node last listed it in a report.
     pub started_at: Option<Instant>,
     pub last_reported: Option<Instant>,
+    /// Its pool's task deadline, kept with the actor so a draining actor of a deleted pool
+    /// still has one (`core/task_deadlines.rs`).
+    pub task_timeout: Option<std::time::Duration>,
+    /// When it last answered a task: the task after it started running then.
+    pub last_answer: Option<Instant>,
     pub tasks_done: u64,
     /// Loads reported by earlier incarnations plus the current one.
     pub model_loads: u64,

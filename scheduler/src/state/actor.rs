@@ -47,6 +47,10 @@ pub enum ActorEvent {
     HostDied,
     /// It died running, alone, an input that crashed an actor before (`core/quarantine.rs`).
     CrashedOnPoison,
+    /// A task ran past its pool's `task_timeout_ms` and the actor was stopped
+    /// (`core/task_deadlines.rs`): spends no restart, as the task's own attempts bound how
+    /// often that happens.
+    TaskTimedOut,
     /// Scale-down or pool deletion asked it to stop after its in-flight tasks.
     Drain,
     /// Its last in-flight task finished while draining.
@@ -95,12 +99,18 @@ pub fn transition(
                 S::Dead
             }
         }
-        (S::Starting | S::Ready, E::NodeLost | E::CrashedOnPoison) => S::Pending,
+        (S::Starting | S::Ready, E::NodeLost | E::CrashedOnPoison | E::TaskTimedOut) => S::Pending,
         (S::Pending, E::Drain) => S::Dead,
         (S::Starting | S::Ready, E::Drain) => S::Draining,
-        (S::Draining, E::Drained | E::NodeLost | E::HostDied | E::Failed | E::CrashedOnPoison) => {
-            S::Dead
-        }
+        (
+            S::Draining,
+            E::Drained
+            | E::NodeLost
+            | E::HostDied
+            | E::Failed
+            | E::CrashedOnPoison
+            | E::TaskTimedOut,
+        ) => S::Dead,
         _ => return Err(InvalidTransition { from, event }),
     };
     Ok(to)
@@ -166,6 +176,20 @@ mod tests {
             Ok(ActorState::Pending)
         );
         assert_eq!(r.used, 0);
+    }
+
+    #[test]
+    fn a_hung_task_restarts_its_actor_without_spending_a_restart_and_ends_a_draining_one() {
+        let mut r = Restarts { used: 0, max: 0 };
+        assert_eq!(
+            transition(ActorState::Ready, ActorEvent::TaskTimedOut, &mut r),
+            Ok(ActorState::Pending)
+        );
+        assert_eq!(r.used, 0);
+        assert_eq!(
+            transition(ActorState::Draining, ActorEvent::TaskTimedOut, &mut r),
+            Ok(ActorState::Dead)
+        );
     }
 
     #[test]

@@ -36,3 +36,4 @@ mod security;
 mod source_check;
 mod spoofed_adoption;
 mod sweeps;
+mod task_deadlines;
