@@ -10,6 +10,7 @@ use resident_sdk::{Cluster, Pool, SubmitOptions};
 
 use super::manifest_store::ManifestStore;
 use super::output::{Manifest, OutputDir, ShardEntry, merge_wanted};
+use super::poison::RecoveryQueue;
 use super::report::{self, JobReport, ReportBuilder};
 use super::results::{BodyPlanner, ChunkAnswer, ChunkWriter, PendingChunk};
 use super::scan::{self, Scan};
@@ -485,13 +486,14 @@ impl<W: ChunkWork> Answers<'_, W> {
             let tokens = W::generated_tokens(&writer.tally) + running_tokens;
             clock.at(writer.done_docs, running_docs, tokens)
         };
-        let mut salvaging = futures::stream::FuturesUnordered::new();
+        let mut recovery = RecoveryQueue::new(self.work, self.pool);
         let mut results_done = false;
-        while !(results_done && salvaging.is_empty()) {
+        while !(results_done && recovery.is_empty()) {
             let (chunk, answer) = tokio::select! {
                 output = results.next(), if !results_done => {
                     let Some(output) = output else {
                         results_done = true;
+                        recovery.close();
                         continue;
                     };
                     let output = output?;
@@ -499,13 +501,8 @@ impl<W: ChunkWork> Answers<'_, W> {
                     if let Err(error) = &output.output
                         && super::poison::crashes_the_model(error)
                     {
-                        let (work, pool) = (self.work, self.pool);
-                        salvaging.push(async move {
-                            let salvage =
-                                super::poison::one_by_one(work, pool, chunk.index, &chunk.payload)
-                                    .await;
-                            (chunk, salvage)
-                        });
+                        let (index, payload) = (chunk.index, chunk.payload.clone());
+                        recovery.add(index, &payload, error.clone(), chunk).await?;
                         continue;
                     }
                     let piece = self.work.read(output).map_err(|e| JobError::ChunkFailed {
@@ -514,7 +511,7 @@ impl<W: ChunkWork> Answers<'_, W> {
                     })?;
                     (chunk, ChunkAnswer::Whole(piece))
                 }
-                Some((chunk, salvage)) = salvaging.next(), if !salvaging.is_empty() => {
+                Some((chunk, salvage)) = recovery.next(), if !recovery.is_empty() => {
                     (chunk, ChunkAnswer::Salvaged(salvage?))
                 }
                 Ok(()) = items_running.changed() => {
@@ -526,7 +523,7 @@ impl<W: ChunkWork> Answers<'_, W> {
             writer.write(chunk, answer).await?;
             on_progress(progress(writer, *items_running.borrow()));
         }
-        Ok(())
+        recovery.finish().await
     }
 
     fn take_pending(&self, seq: u64) -> Result<PendingChunk, JobError> {

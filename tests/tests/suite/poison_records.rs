@@ -6,7 +6,12 @@
 use std::path::Path;
 
 use resident_tests::ids_in_file as ids_of;
-use resident_tests::{embed_command, init_logging, parse_npy_f32, read_json, sample};
+use std::process::Stdio;
+
+use resident_tests::{
+    Proc, agent_command, embed_command, init_logging, parse_npy_f32, read_json, sample,
+    spawn_scheduler_with,
+};
 use serde_json::Value;
 
 const MARK: &str = "CRASH-THE-MODEL-HERE";
@@ -100,5 +105,65 @@ async fn records_that_crash_the_model_are_listed_as_bad_and_the_rest_is_embedded
     assert!(
         stderr.contains("bad record at poisoned.jsonl:18: this input crashes the model"),
         "{stderr}"
+    );
+}
+
+/// Issue 48, item 11: before, every crashing chunk opened a job of its own, so more poison
+/// chunks in flight than the principal's job limit failed the whole run. Now they share one
+/// recovery job: with room for just the main job and one more, 100 poison records in 100
+/// chunks end as 100 listed bad records and a finished job, every other record embedded
+/// once. Real processes: a scheduler, an agent whose actors panic on the mark, the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_poison_chunks_share_one_recovery_job() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let poisoned: Vec<usize> = (0..100).map(|chunk| chunk * 3 + 1).collect();
+    let input = poisoned_sample(dir.path(), 300, &poisoned);
+    let out = dir.path().join("out");
+    let (_scheduler, url) = spawn_scheduler_with(
+        0,
+        &dir.path().join("state"),
+        &["--max-jobs-per-principal".into(), "2".into()],
+    );
+    let agent = agent_command(&url, "node-1", "A10G:24GiB", "", &[])
+        .env("RESIDENT_FAULT_PANIC_ON_TEXT", MARK)
+        .env("RESIDENT_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _agent = Proc::new("agent", agent);
+    let run = embed_command(
+        &input,
+        &out,
+        &["--cluster", &url, "--replicas", "2", "--chunk-size", "3"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: Value = read_json(&out.join("report.json"));
+    assert_eq!(report["bad_record_count"], 100);
+    assert_eq!(report["items"], 200);
+    let lines: Vec<u64> = report["bad_records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["line"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = poisoned.iter().map(|i| *i as u64 + 1).collect();
+    assert_eq!(lines, expected);
+    let kept: Vec<Value> = ids_of(&input)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !poisoned.contains(i))
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(
+        ids_of(&out.join("ids.jsonl")),
+        kept,
+        "every other record once, in order"
     );
 }
