@@ -80,9 +80,20 @@ pub struct AgentArgs {
     /// process runs, `resident.v1.NodeAgentService` while it is registered with a scheduler.
     #[arg(long, env = "RESIDENT_HEALTH_LISTEN")]
     health_listen: Option<String>,
-    /// Longest wait between reconnect attempts, in milliseconds.
+    /// Longest wait between registration attempts, in milliseconds. While the scheduler
+    /// cannot be reached the agent also asks its health service every 500 ms and registers
+    /// within about a second of an answer, however long the wait has grown.
     #[arg(long, env = "RESIDENT_RECONNECT_MAX_MS", default_value_t = 10_000)]
     reconnect_max_ms: u64,
+    /// First wait between registration attempts, in milliseconds; each failure doubles it
+    /// up to --reconnect-max-ms (with jitter).
+    #[arg(long, env = "RESIDENT_RECONNECT_MIN_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
+    reconnect_min_ms: u64,
+    /// How often the agent pings its connection to the scheduler when nothing flows, and
+    /// how long it waits for the answer: a silent network cut is noticed within twice this
+    /// (`5s`, `10s`).
+    #[arg(long, env = "RESIDENT_SCHEDULER_KEEPALIVE", default_value = "10s", value_parser = humantime::parse_duration)]
+    scheduler_keepalive: std::time::Duration,
     /// A directory models may be loaded from (repeatable; symlinks out of it are refused).
     /// Default: the Hugging Face hub cache. The --model-cache is always one.
     #[arg(
@@ -164,7 +175,14 @@ pub async fn run(
     };
     let mut config = AgentConfig::new(args.scheduler, args.node_id);
     config.labels = labels(&args.labels, args.labels_file.as_deref())?;
-    config.reconnect_max = std::time::Duration::from_millis(args.reconnect_max_ms.max(50));
+    config.reconnect_min = std::time::Duration::from_millis(args.reconnect_min_ms);
+    config.reconnect_max =
+        std::time::Duration::from_millis(args.reconnect_max_ms.max(50)).max(config.reconnect_min);
+    anyhow::ensure!(
+        args.scheduler_keepalive >= std::time::Duration::from_millis(100),
+        "--scheduler-keepalive must be at least 100ms"
+    );
+    config.keepalive = args.scheduler_keepalive;
     config.actor_grace = args.actor_grace;
     config.drain_timeout = args.drain_timeout;
     config.credentials = client_credentials(args.ca.as_deref(), args.token.clone())?;

@@ -65,4 +65,6 @@ pub enum AgentError {
     Refused(#[from] tonic::Status),
     #[error("scheduler closed the session")]
     SessionClosed,
+    #[error("the scheduler did not answer the registration within {0:?}")]
+    RegisterTimeout(std::time::Duration),
 }

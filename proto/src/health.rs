@@ -61,19 +61,34 @@ pub async fn check_health(
 ) -> Result<ServingStatus, String> {
     let url = format!("http://{addr}");
     let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|e| format!("`{addr}` is not a host:port: {e}"))?
-        .connect_timeout(timeout)
-        .timeout(timeout);
-    let channel = endpoint
-        .connect()
+        .map_err(|e| format!("`{addr}` is not a host:port: {e}"))?;
+    check_service(&endpoint, service, timeout)
         .await
-        .map_err(|e| format!("cannot reach the health port {url}: {e}"))?;
-    let response = HealthClient::new(channel)
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: service.to_owned(),
-        })
+        .map_err(|e| format!("{e} ({url})"))
+}
+
+/// Asks the health service behind `endpoint` (with its TLS, if any) how `service` is, on a
+/// fresh connection, all within `timeout`.
+pub async fn check_service(
+    endpoint: &tonic::transport::Endpoint,
+    service: &str,
+    timeout: Duration,
+) -> Result<ServingStatus, String> {
+    let check = async {
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot reach the health service: {e}"))?;
+        HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .map_err(|status| format!("health check of `{service}`: {}", status.message()))
+    };
+    let response = tokio::time::timeout(timeout, check)
         .await
-        .map_err(|status| format!("health check of `{service}` at {url}: {}", status.message()))?;
+        .map_err(|_| format!("no health answer within {timeout:?}"))??;
     Ok(match response.into_inner().status {
         1 => ServingStatus::Serving,
         2 => ServingStatus::NotServing,

@@ -1,6 +1,8 @@
 //! A TCP proxy whose connections a test can cut, as a broken network does to a client, while
 //! the server behind it and the client's process both live on. Before a cut it can also lose
-//! what the server sends, so that the server has sent replies the client never gets.
+//! what the server sends, so that the server has sent replies the client never gets. It can
+//! also go silent, as a black-holed link does: open connections carry nothing either way and
+//! no close is seen, and new connections are dropped at once, until the link comes back.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +24,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Bytes from the server are read and dropped, not passed on.
     losing_replies: AtomicBool,
+    /// Bytes both ways are read and dropped, and new connections closed at once.
+    silent: AtomicBool,
 }
 
 impl CutProxy {
@@ -33,6 +37,10 @@ impl CutProxy {
         let state = shared.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if state.silent.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 state.accepted.fetch_add(1, Ordering::SeqCst);
                 let forward = tokio::spawn(forward(client, target, state.clone()));
                 let mut open = state.connections.lock().expect("proxy connections");
@@ -62,6 +70,19 @@ impl CutProxy {
         self.shared.losing_replies.store(true, Ordering::SeqCst);
     }
 
+    /// From now until [`Self::restore`], the link is black-holed: nothing passes either way
+    /// on open connections (no close is sent), and new connections are closed at once.
+    pub fn go_silent(&self) {
+        self.shared.silent.store(true, Ordering::SeqCst);
+    }
+
+    /// The link is back: new connections are forwarded; the ones it silenced are closed
+    /// (their ends gave up on them meanwhile).
+    pub fn restore(&self) {
+        self.cut();
+        self.shared.silent.store(false, Ordering::SeqCst);
+    }
+
     /// Closes every connection open through the proxy now, both ways; new ones are
     /// forwarded as before. Returns how many were open.
     pub fn cut(&self) -> usize {
@@ -82,7 +103,18 @@ async fn forward(client: TcpStream, target: SocketAddr, shared: Arc<Shared>) {
     };
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    let requests = tokio::io::copy(&mut client_read, &mut server_write);
+    let requests = async {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let read = client_read.read(&mut buffer).await?;
+            if read == 0 {
+                return std::io::Result::Ok(());
+            }
+            if !shared.silent.load(Ordering::SeqCst) {
+                server_write.write_all(&buffer[..read]).await?;
+            }
+        }
+    };
     let replies = async {
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
@@ -90,12 +122,18 @@ async fn forward(client: TcpStream, target: SocketAddr, shared: Arc<Shared>) {
             if read == 0 {
                 return std::io::Result::Ok(());
             }
-            if !shared.losing_replies.load(Ordering::SeqCst) {
+            let lost = shared.losing_replies.load(Ordering::SeqCst)
+                || shared.silent.load(Ordering::SeqCst);
+            if !lost {
                 client_write.write_all(&buffer[..read]).await?;
             }
         }
     };
     let _ = tokio::try_join!(requests, replies);
+    // A silenced link shows no close either: held until `restore` cuts it.
+    while shared.silent.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 impl Drop for CutProxy {

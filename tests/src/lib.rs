@@ -367,8 +367,10 @@ pub fn agent_command(
             "--labels",
             labels,
         ])
-        .args(["--reconnect-max-ms", "300"])
         .args(extra);
+    if !extra.iter().any(|a| a == "--reconnect-max-ms") {
+        command.args(["--reconnect-max-ms", "300"]);
+    }
     if !has_roots {
         command
             .arg("--model-root")

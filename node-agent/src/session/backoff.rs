@@ -32,6 +32,11 @@ impl ReconnectBackoff {
         step / 2 + step.mul_f64(self.rng.next_f64() / 2.0)
     }
 
+    /// A random pause from zero to `max`, from the same per-agent stream.
+    pub fn jitter(&mut self, max: Duration) -> Duration {
+        max.mul_f64(self.rng.next_f64())
+    }
+
     pub fn reset(&mut self) {
         self.next = self.min;
     }

@@ -4,6 +4,7 @@
 //! tasks they hold) so the scheduler, restarted or not, adopts them instead of reloading.
 
 mod backoff;
+mod rejoin;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,10 @@ use resident_proto::connect::{
     BearerToken, ClientCredentials, is_transport_failure, plaintext_hint, scheduler_endpoint,
     transport_hint,
 };
-use resident_proto::health::{AGENT_HEALTH_SERVICE, HealthReporter, ServingStatus, set_health};
+use resident_proto::health::{
+    AGENT_HEALTH_SERVICE, HealthReporter, SCHEDULER_HEALTH_SERVICE, ServingStatus, check_service,
+    set_health,
+};
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
 use resident_proto::{ActorId, pb};
 use tokio::sync::mpsc;
@@ -42,6 +46,10 @@ pub struct AgentConfig {
     /// Where remote models are downloaded to, and how S3 is reached.
     pub models: ModelCacheConfig,
     pub connect_timeout: Duration,
+    /// How often the agent pings its scheduler connection when nothing flows, and how long
+    /// it waits for the answer: a silent cut is noticed within twice this. A registration
+    /// must be answered within `connect_timeout` plus twice this.
+    pub keepalive: Duration,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
     /// How long actors stay loaded while no scheduler is reachable; past it they stop and
@@ -76,6 +84,7 @@ impl AgentConfig {
             roots: FileRoots::unrestricted(),
             models: ModelCacheConfig::default(),
             connect_timeout: Duration::from_secs(5),
+            keepalive: Duration::from_secs(10),
             reconnect_min: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(10),
             actor_grace: DEFAULT_ACTOR_GRACE,
@@ -118,8 +127,8 @@ pub async fn run_agent(
         endpoint: scheduler_endpoint(&config.scheduler_url, &config.credentials)?
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(10))
+            .http2_keep_alive_interval(config.keepalive)
+            .keep_alive_timeout(config.keepalive)
             .keep_alive_while_idle(true),
         token: BearerToken::new(config.credentials.token.as_deref())?,
     };
@@ -145,6 +154,8 @@ pub async fn run_agent(
         Arc::new(ModelCache::new(config.models.clone())),
     );
     let mut away_since = None;
+    // Whether the next wait may end early on a probe (`rejoin.rs`): once per registration.
+    let mut may_cut_wait_short = true;
     loop {
         let session = run_session(
             &dialer,
@@ -167,7 +178,15 @@ pub async fn run_agent(
             ServingStatus::NotServing,
         );
         let was_registered = away_since.is_none();
+        if was_registered {
+            may_cut_wait_short = true;
+        }
         let away = *away_since.get_or_insert_with(Instant::now);
+        let unreachable = match &ended {
+            Err(AgentError::Connect(_) | AgentError::RegisterTimeout(_)) => true,
+            Err(AgentError::Refused(status)) => is_transport_failure(status),
+            _ => false,
+        };
         match ended {
             Ok(()) => {
                 host.stop_all();
@@ -207,6 +226,9 @@ pub async fn run_agent(
                 let hint = transport_hint(&config.scheduler_url, &error).unwrap_or_default();
                 tracing::warn!(node_id = %config.node_id, error = %format_chain(&error), hint, "cannot reach the scheduler");
             }
+            Err(error @ AgentError::RegisterTimeout(_)) => {
+                tracing::warn!(node_id = %config.node_id, %error, "cannot reach the scheduler")
+            }
             Err(error) => {
                 tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended")
             }
@@ -221,8 +243,30 @@ pub async fn run_agent(
             while uplink.try_recv().is_ok() {}
         }
         let delay = backoff.next_delay();
+        let wait = async {
+            if !(unreachable && may_cut_wait_short) {
+                tokio::time::sleep(delay).await;
+                return rejoin::WaitEnded::BackoffOver;
+            }
+            let jitter = backoff.jitter(rejoin::REJOIN_JITTER_MAX);
+            let probe = || async {
+                let answer = check_service(
+                    &dialer.endpoint,
+                    SCHEDULER_HEALTH_SERVICE,
+                    rejoin::PROBE_TIMEOUT,
+                )
+                .await;
+                matches!(answer, Ok(ServingStatus::Serving))
+            };
+            rejoin::wait_probing(delay, probe, jitter).await
+        };
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
+            ended = wait => {
+                if ended == rejoin::WaitEnded::SchedulerAnswered {
+                    tracing::info!(node_id = %config.node_id, "the scheduler answers again; registering");
+                    may_cut_wait_short = false;
+                }
+            }
             _ = cancel.cancelled() => {
                 host.stop_all();
                 return Ok(());
@@ -258,26 +302,29 @@ struct Dialer {
     token: BearerToken,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_session(
+/// An open session: the stream to the scheduler, its answers, and what it said.
+struct Registration {
+    /// Holds the connection the session runs on.
+    _client: NodeAgentServiceClient<
+        tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>,
+    >,
+    outbound: mpsc::UnboundedSender<pb::AgentMessage>,
+    inbound: tonic::Streaming<pb::SchedulerMessage>,
+    heartbeat_ms: u64,
+    /// Actors listed in the registration's inventory.
+    reported: usize,
+}
+
+/// Dials, registers this node (listing what `host` holds) and reads the answer.
+async fn register(
     dialer: &Dialer,
     config: &AgentConfig,
     generation: &str,
     registry: &ActorKindRegistry,
     probe: &Arc<dyn GpuProbe>,
-    cancel: &CancellationToken,
-    backoff: &mut ReconnectBackoff,
-    hosting: Hosting<'_>,
-) -> Result<(), AgentError> {
-    let Hosting {
-        host,
-        uplink,
-        away_since,
-    } = hosting;
-    let channel = tokio::select! {
-        channel = dialer.endpoint.connect() => channel?,
-        _ = cancel.cancelled() => return Ok(()),
-    };
+    host: &mut ActorHost,
+) -> Result<Registration, AgentError> {
+    let channel = dialer.endpoint.connect().await?;
     let mut client = NodeAgentServiceClient::with_interceptor(channel, dialer.token.clone())
         .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES);
@@ -309,6 +356,48 @@ async fn run_session(
             registered.heartbeat_interval_ms.max(10)
         }
         _ => return Err(AgentError::SessionClosed),
+    };
+    Ok(Registration {
+        _client: client,
+        outbound,
+        inbound,
+        heartbeat_ms,
+        reported,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_session(
+    dialer: &Dialer,
+    config: &AgentConfig,
+    generation: &str,
+    registry: &ActorKindRegistry,
+    probe: &Arc<dyn GpuProbe>,
+    cancel: &CancellationToken,
+    backoff: &mut ReconnectBackoff,
+    hosting: Hosting<'_>,
+) -> Result<(), AgentError> {
+    let Hosting {
+        host,
+        uplink,
+        away_since,
+    } = hosting;
+    let register_timeout = config.connect_timeout + config.keepalive * 2;
+    let registering = tokio::time::timeout(
+        register_timeout,
+        register(dialer, config, generation, registry, probe, host),
+    );
+    let Registration {
+        _client,
+        outbound,
+        mut inbound,
+        heartbeat_ms,
+        reported,
+    } = tokio::select! {
+        registered = registering => {
+            registered.map_err(|_| AgentError::RegisterTimeout(register_timeout))??
+        }
+        _ = cancel.cancelled() => return Ok(()),
     };
     backoff.reset();
     *away_since = None;

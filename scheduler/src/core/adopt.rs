@@ -186,8 +186,13 @@ impl Core {
             actor.restarts.used = actor.restarts.used.saturating_sub(1);
         }
         if actor.state == ActorState::Pending {
+            if actor.incarnation != start.incarnation {
+                // Another start than the one this scheduler counted (a restored record):
+                // its loads come on top. The same start back (its host was taken for
+                // dead) has had its loads counted already.
+                actor.loads_before_this_start = actor.model_loads;
+            }
             actor.incarnation = start.incarnation;
-            actor.loads_before_this_start = actor.model_loads;
             actor.unplaced_reason.clear();
             actor.error.clear();
             self.change_actor(&id, ActorEvent::Placed);

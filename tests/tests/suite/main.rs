@@ -7,6 +7,7 @@
 //! before; filter by module, e.g. `cargo nextest run -E 'test(agent_drain::)'`.
 
 mod agent_drain;
+mod agent_rejoin;
 mod autoscaling_signal;
 mod bad_requests;
 mod bounded_memory;
