@@ -48,7 +48,7 @@ async fn start(secure: bool) -> anyhow::Result<BenchCluster> {
         let credentials = |token: String| ClientCredentials {
             ca_pem: ca.clone(),
             token: Some(token),
-            client_identity: None,
+            ..Default::default()
         };
         (
             security,

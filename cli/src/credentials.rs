@@ -14,11 +14,19 @@ pub struct CredentialArgs {
     /// Token for a cluster with auth on (`resident token create` prints one).
     #[arg(long, env = "RESIDENT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Send the token over plaintext http:// to a scheduler that is not on loopback (a
+    /// network you trust); refused otherwise, since anyone on the path could read it.
+    #[arg(long, env = "RESIDENT_INSECURE")]
+    pub insecure: bool,
 }
 
 impl CredentialArgs {
     pub fn credentials(&self) -> anyhow::Result<ClientCredentials> {
-        resident_node_agent::command::client_credentials(self.ca.as_deref(), self.token.clone())
+        Ok(resident_node_agent::command::client_credentials(
+            self.ca.as_deref(),
+            self.token.clone(),
+        )?
+        .allow_token_over_plaintext(self.insecure))
     }
 
     /// Connects to the cluster at `url` with these credentials.

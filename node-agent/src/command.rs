@@ -47,6 +47,10 @@ pub struct AgentArgs {
     /// Token for a cluster with auth on (`resident token create --role agent` prints one).
     #[arg(long, env = "RESIDENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Send the token over plaintext http:// to a scheduler that is not on loopback (a
+    /// network you trust); refused otherwise, since anyone on the path could read it.
+    #[arg(long, env = "RESIDENT_INSECURE")]
+    insecure: bool,
     /// This agent's client certificate (PEM) for a scheduler that requires mutual TLS
     /// (`resident certs agent`); it must name --node-id.
     #[arg(long, env = "RESIDENT_CLIENT_CERT", requires = "client_key")]
@@ -185,7 +189,8 @@ pub async fn run(
     config.keepalive = args.scheduler_keepalive;
     config.actor_grace = args.actor_grace;
     config.drain_timeout = args.drain_timeout;
-    config.credentials = client_credentials(args.ca.as_deref(), args.token.clone())?;
+    config.credentials = client_credentials(args.ca.as_deref(), args.token.clone())?
+        .allow_token_over_plaintext(args.insecure);
     if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
         config.credentials = config
             .credentials

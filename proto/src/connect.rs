@@ -22,6 +22,9 @@ pub struct ClientCredentials {
     pub token: Option<String>,
     /// A client certificate and key (PEM) for mutual TLS (agents: `resident certs agent`).
     pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// Send the token over plaintext `http://` to a host that is not loopback (`--insecure`):
+    /// refused otherwise, since anyone on the path could read and replay it.
+    pub token_over_plaintext: bool,
 }
 
 impl std::fmt::Debug for ClientCredentials {
@@ -33,6 +36,7 @@ impl std::fmt::Debug for ClientCredentials {
                 "client_identity",
                 &self.client_identity.as_ref().map(|_| "<pem>"),
             )
+            .field("token_over_plaintext", &self.token_over_plaintext)
             .finish()
     }
 }
@@ -61,6 +65,22 @@ impl ClientCredentials {
         self.token = token.filter(|t| !t.trim().is_empty());
         self
     }
+
+    /// Allows the token over plaintext `http://` to hosts beyond loopback (`--insecure`,
+    /// `RESIDENT_INSECURE`), for a network the operator trusts.
+    pub fn allow_token_over_plaintext(mut self, allow: bool) -> Self {
+        self.token_over_plaintext = allow;
+        self
+    }
+}
+
+/// Whether `host` (as a URL holds it) is this machine: `localhost`, `127.0.0.0/8`, `::1`.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A PEM file that holds `marker` (`BEGIN CERTIFICATE`, `PRIVATE KEY`), or why not.
@@ -95,6 +115,10 @@ pub enum ConnectError {
     },
     #[error("the token holds characters a gRPC header cannot carry; pass the token as printed")]
     BadToken,
+    #[error(
+        "refusing to send the token over plaintext `{url}`: `{host}` is not loopback, so anyone on the path could read and replay it; use an https:// url (the scheduler's --tls-cert, `resident certs init`), or pass --insecure (RESIDENT_INSECURE=1) on a network you trust"
+    )]
+    TokenOverPlaintext { url: String, host: String },
 }
 
 /// The endpoint for `url`: TLS for `https://` (against the given CA or the system roots),
@@ -129,7 +153,19 @@ pub fn scheduler_endpoint(
                 url: url.to_owned(),
             })
         }
-        Some("http") => Ok(endpoint),
+        Some("http") => {
+            let host = endpoint.uri().host().unwrap_or_default();
+            if credentials.token.is_some()
+                && !credentials.token_over_plaintext
+                && !is_loopback_host(host)
+            {
+                return Err(ConnectError::TokenOverPlaintext {
+                    url: url.to_owned(),
+                    host: host.to_owned(),
+                });
+            }
+            Ok(endpoint)
+        }
         _ => Err(bad_url(
             "expected http://host:port (loopback, trusted networks) or https://host:port".into(),
         )),
@@ -252,6 +288,32 @@ mod tests {
             refused.to_string().contains("https://host:port"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_token_goes_over_plaintext_only_to_loopback_unless_allowed() {
+        let token = ClientCredentials::default().with_token(Some("rsd_secret".into()));
+        for url in [
+            "http://127.0.0.1:1",
+            "http://127.9.0.1:1",
+            "http://localhost:1",
+            "http://[::1]:1",
+            "https://scheduler.example:1",
+        ] {
+            assert!(scheduler_endpoint(url, &token).is_ok(), "{url}");
+        }
+        for url in ["http://10.0.0.5:50051", "http://scheduler.example:50051"] {
+            let refused = scheduler_endpoint(url, &token).unwrap_err().to_string();
+            assert!(
+                refused.contains("not loopback") && refused.contains("--insecure"),
+                "{refused}"
+            );
+            assert!(!refused.contains("rsd_secret"), "{refused}");
+            let allowed = token.clone().allow_token_over_plaintext(true);
+            assert!(scheduler_endpoint(url, &allowed).is_ok(), "{url}");
+            let no_token = ClientCredentials::default();
+            assert!(scheduler_endpoint(url, &no_token).is_ok(), "{url}");
+        }
     }
 
     #[test]

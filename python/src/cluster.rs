@@ -80,7 +80,9 @@ pub fn connect(
     token: Option<String>,
     ca: Option<PathBuf>,
 ) -> PyResult<NativeCluster> {
-    let mut credentials = ClientCredentials::default().with_token(token);
+    let mut credentials = ClientCredentials::default()
+        .with_token(token)
+        .allow_token_over_plaintext(resident_sdk::insecure_from_env());
     if let Some(ca) = ca {
         credentials = credentials
             .with_ca_file(&ca)

@@ -73,11 +73,19 @@ pub struct SubmitOptions {
     pub expected_tasks: u64,
 }
 
+/// Whether `RESIDENT_INSECURE` allows a token over plaintext `http://` beyond loopback
+/// (`1`, `true`, `yes`).
+pub fn insecure_from_env() -> bool {
+    std::env::var("RESIDENT_INSECURE")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
 /// The CA (`RESIDENT_CA`, a PEM file) and token (`RESIDENT_TOKEN`) from the environment; the
 /// one place the SDK reads them, so programs that pass credentials explicitly never do.
 pub fn credentials_from_env() -> Result<ClientCredentials, SdkError> {
-    let mut credentials =
-        ClientCredentials::default().with_token(std::env::var("RESIDENT_TOKEN").ok());
+    let mut credentials = ClientCredentials::default()
+        .with_token(std::env::var("RESIDENT_TOKEN").ok())
+        .allow_token_over_plaintext(insecure_from_env());
     if let Some(ca) = std::env::var_os("RESIDENT_CA").filter(|v| !v.is_empty()) {
         credentials = credentials
             .with_ca_file(std::path::Path::new(&ca))

@@ -56,7 +56,7 @@ pub mod actor {
 pub use client::{
     CallSession, ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, JobStream,
     KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, TaskPayload,
-    credentials_from_env,
+    credentials_from_env, insecure_from_env,
 };
 pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request, one_model};
 pub use error::SdkError;

@@ -482,3 +482,53 @@ fn open_binds_need_tls_and_tokens_or_insecure() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Issue 48, item 8: a token never crosses a network in the clear by accident. The CLI and
+/// the agent refuse to send one over plaintext http:// to a host beyond loopback, before
+/// dialling, naming https:// and --insecure; loopback stays allowed.
+#[test]
+fn tokens_are_not_sent_over_plaintext_beyond_loopback() {
+    // TEST-NET-1: never routed, so nothing is dialled whatever happens.
+    let remote = "http://192.0.2.1:50051";
+    let output = Command::new(resident_bin())
+        .args(["status", "--cluster", remote, "--token", "rsd_secret"])
+        .env("RESIDENT_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to send the token over plaintext")
+            && stderr.contains("https://")
+            && stderr.contains("--insecure")
+            && !stderr.contains("rsd_secret"),
+        "{stderr}"
+    );
+
+    let state = tempfile::tempdir().unwrap();
+    let output = Command::new(resident_bin())
+        .args([
+            "agent",
+            "--scheduler",
+            remote,
+            "--node-id",
+            "n",
+            "--token",
+            "rsd_secret",
+            "--simulate-gpus",
+            "T4:16GiB",
+            "--model-cache",
+        ])
+        .arg(state.path())
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to send the token over plaintext")
+            && stderr.contains("192.0.2.1"),
+        "{stderr}"
+    );
+}
