@@ -1,11 +1,12 @@
 //! The web dashboard: a page and its script, built into the binary (no Node build step),
-//! that poll `/v1/overview` once a second; and the login page that turns a token into an
-//! HttpOnly cookie, so a browser can use the dashboard when the cluster wants tokens.
+//! that poll `/v1/overview` once a second; and the login page that turns a token into a
+//! session (`sessions.rs`) named by an HttpOnly cookie, so a browser can use the dashboard
+//! when the cluster wants tokens without the token ever being stored in the browser.
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Form, Json, Router};
@@ -23,11 +24,11 @@ const LOGIN_HTML: &str = include_str!("assets/login.html");
 const DASHBOARD_JS: &str = include_str!("assets/dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("assets/dashboard.css");
 
-/// The login cookie's name.
-const COOKIE: &str = "resident_token";
+/// The login cookie's name; it holds a session id.
+const COOKIE: &str = "resident_session";
 /// How long a login lasts (a working day and then some); the token itself may be revoked
 /// sooner, which ends it at once.
-const LOGIN_SECONDS: u64 = 12 * 3600;
+pub(super) const LOGIN_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 /// Events the overview carries.
 const RECENT_EVENTS: usize = 50;
 
@@ -51,8 +52,8 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// The token in the login cookie, if the request carries one.
-pub(super) fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+/// The session id in the login cookie, if the request carries one.
+pub(super) fn cookie_session(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -88,28 +89,16 @@ struct LoginForm {
     token: String,
 }
 
-/// Tokens go into the cookie as they are, so they must be cookie-safe (generated ones are).
-fn cookie_safe(token: &str) -> bool {
-    !token.is_empty()
-        && token
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/'))
-}
-
 async fn login(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> Response {
     let token = form.token.trim();
     if let Err((status, why)) = check_token(&state, Some(token), "login") {
         return (status, login_form(why.trim())).into_response();
     }
-    if !cookie_safe(token) {
-        let why = "this token has characters a cookie cannot carry; send it as \
-                   `Authorization: Bearer <token>` instead, or create one with \
-                   `resident token create`";
-        return (StatusCode::BAD_REQUEST, login_form(why)).into_response();
-    }
+    let session = state.sessions.start(token);
     let secure = if state.tls { "; Secure" } else { "" };
     let cookie = format!(
-        "{COOKIE}={token}; Path=/; Max-Age={LOGIN_SECONDS}; HttpOnly; SameSite=Strict{secure}"
+        "{COOKIE}={session}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+        LOGIN_LIFETIME.as_secs()
     );
     let mut response = Redirect::to("/").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -118,11 +107,14 @@ async fn login(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> R
     response
 }
 
-async fn logout() -> Response {
+async fn logout(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Some(session) = cookie_session(&headers) {
+        state.sessions.end(session);
+    }
     let mut response = Redirect::to("/login").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("resident_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        HeaderValue::from_static("resident_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
     );
     response
 }
@@ -439,10 +431,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::COOKIE,
-            HeaderValue::from_static("theme=dark; resident_token=rtk_abc; x=1"),
+            HeaderValue::from_static("theme=dark; resident_session=0a1b; x=1"),
         );
-        assert_eq!(cookie_token(&headers), Some("rtk_abc"));
-        assert_eq!(cookie_token(&HeaderMap::new()), None);
+        assert_eq!(cookie_session(&headers), Some("0a1b"));
+        assert_eq!(cookie_session(&HeaderMap::new()), None);
     }
 
     #[test]
@@ -481,10 +473,7 @@ mod tests {
     }
 
     #[test]
-    fn unsafe_tokens_are_not_put_in_cookies_and_html_is_escaped() {
-        assert!(cookie_safe("rtk_0123abcdef"));
-        assert!(!cookie_safe("a;b"));
-        assert!(!cookie_safe(""));
+    fn html_is_escaped() {
         assert_eq!(escape_html("<b>&\""), "&lt;b&gt;&amp;&quot;");
     }
 }

@@ -8,6 +8,7 @@
 mod dashboard;
 mod metrics;
 mod serve;
+mod sessions;
 
 pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, HttpLimits};
 
@@ -34,6 +35,8 @@ struct HttpState {
     auth: AuthGate,
     /// Whether the port speaks TLS (the login cookie is then `Secure`).
     tls: bool,
+    /// Logged-in browsers (`sessions.rs`).
+    sessions: sessions::DashboardSessions,
 }
 
 /// Serves the HTTP port on `listener` until `cancel` fires, then drains it (`serve.rs`).
@@ -49,6 +52,7 @@ pub fn serve_http(
         scheduler,
         auth: security.auth.clone(),
         tls: tls.is_some(),
+        sessions: sessions::DashboardSessions::new(dashboard::LOGIN_LIFETIME),
     };
     let router = axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -81,19 +85,20 @@ fn tls_acceptor(identity: &TlsIdentity) -> Result<tokio_rustls::TlsAcceptor, Sch
 /// A refusal: the status and the text that says why.
 type Refusal = (StatusCode, String);
 
-/// The caller's token: the `Authorization: Bearer` header, else the login cookie.
-fn request_token(headers: &HeaderMap) -> Option<&str> {
+/// The caller's token: the `Authorization: Bearer` header, else the token of the session
+/// the login cookie names.
+fn request_token(state: &HttpState, headers: &HeaderMap) -> Option<String> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    bearer.or_else(|| dashboard::cookie_token(headers))
+        .map(|t| t.trim().to_owned());
+    bearer.or_else(|| state.sessions.token(dashboard::cookie_session(headers)?))
 }
 
 /// The caller's token must be known and may read cluster state.
 fn authorize(state: &HttpState, headers: &HeaderMap, call: &str) -> Result<(), Refusal> {
-    check_token(state, request_token(headers), call)
+    check_token(state, request_token(state, headers).as_deref(), call)
 }
 
 /// `token` must be known and may read cluster state.

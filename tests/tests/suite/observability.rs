@@ -482,3 +482,78 @@ async fn progress_moves_inside_a_chunk_before_it_ends() {
         "the answered chunk left the running count"
     );
 }
+
+/// Issue 48, item 8: the login cookie names a session, never the token. Python's
+/// `http.client` (a real client, not ours) logs in over TLS, reads the cookie, uses it, tries
+/// its value as a token (refused), logs out, and the cookie stops working.
+#[test]
+fn the_login_cookie_holds_a_session_id_not_the_token() {
+    let setup = SecureSetup::new(&[("viewer", "read")]);
+    let http_port = free_port();
+    let (_scheduler, _url) = setup.spawn_scheduler_with(&[
+        "--http-listen".into(),
+        format!("127.0.0.1:{http_port}").into(),
+    ]);
+    let script = r#"
+import http.client, ssl, sys, time, urllib.parse
+port, ca, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+context = ssl.create_default_context(cafile=ca)
+def call(method, path, body=None, headers={}):
+    for attempt in range(100):
+        try:
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            return response.status, response.getheader("Set-Cookie") or ""
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    raise SystemExit("the HTTP port never opened")
+form = urllib.parse.urlencode({"token": token})
+status, cookie = call("POST", "/login", form, {"Content-Type": "application/x-www-form-urlencoded"})
+print("login", status)
+print("cookie", cookie)
+session = cookie.split(";")[0]
+print("with-cookie", call("GET", "/v1/overview", headers={"Cookie": session})[0])
+session_id = session.split("=", 1)[1]
+print("id-as-token", call("GET", "/v1/overview", headers={"Authorization": "Bearer " + session_id})[0])
+print("logout", call("GET", "/logout", headers={"Cookie": session})[0])
+print("after-logout", call("GET", "/v1/overview", headers={"Cookie": session})[0])
+"#;
+    let token = setup.token("viewer");
+    let output = Command::new("python3")
+        .args(["-c", script, &http_port.to_string()])
+        .arg(setup.ca())
+        .arg(token)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(line("login"), "303");
+    let cookie = line("cookie");
+    assert!(
+        cookie.starts_with("resident_session=")
+            && cookie.contains("HttpOnly")
+            && cookie.contains("Secure"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(token),
+        "the token is not in the cookie: {cookie}"
+    );
+    assert_eq!(line("with-cookie"), "200");
+    assert_eq!(line("id-as-token"), "401", "a session id is not a token");
+    assert_eq!(line("logout"), "303");
+    assert_eq!(line("after-logout"), "401", "logout ends the session");
+}
