@@ -83,14 +83,22 @@ impl JobBuffer {
     }
 
     /// Whether `bytes` more fit: within the job's cap and the scheduler's. A job holding
-    /// nothing may always take one item, however large, so it cannot wait forever.
+    /// nothing may take one item larger than its own cap, so it cannot wait forever, but
+    /// only within the scheduler's (or when nothing at all is held).
     fn fits(&self, bytes: u64) -> bool {
-        let held = self.bytes();
-        if held == 0 {
-            return true;
+        let total = self.budget.total_bytes();
+        let within_total = total + bytes <= self.budget.max_total_bytes;
+        if self.bytes() == 0 {
+            return within_total || total == 0;
         }
-        held + bytes <= self.budget.max_job_bytes
-            && self.budget.total_bytes() + bytes <= self.budget.max_total_bytes
+        self.bytes() + bytes <= self.budget.max_job_bytes && within_total
+    }
+
+    /// Holds `bytes` if the scheduler's cap has room for them, else `None` (for what may
+    /// be dropped and computed again: outcomes held for a detached client).
+    pub fn charge_within_total(self: &Arc<Self>, bytes: u64) -> Option<BufferCharge> {
+        (self.budget.total_bytes() + bytes <= self.budget.max_total_bytes)
+            .then(|| self.charge(bytes))
     }
 
     /// Waits until `bytes` fit, then holds them.
@@ -183,6 +191,29 @@ mod tests {
         let job = budget.job_buffer();
         let big = job.admit(1_000).await;
         assert_eq!(big.bytes(), 1_000);
+    }
+
+    #[tokio::test]
+    async fn a_first_item_waits_for_room_in_the_scheduler_wide_cap() {
+        let budget = BufferBudget::new(150, 100);
+        let other = budget.job_buffer();
+        let held = other.admit(100).await;
+        let job = budget.job_buffer();
+        let waiting = tokio::spawn({
+            let job = job.clone();
+            async move { job.admit(80).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a first item past the total waits");
+        drop(held);
+        let first = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("admitted once the total has room")
+            .unwrap();
+        assert_eq!(budget.total_bytes(), 80);
+        assert!(job.charge_within_total(100).is_none());
+        assert!(job.charge_within_total(70).is_some());
+        drop(first);
     }
 
     #[tokio::test]

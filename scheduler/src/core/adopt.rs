@@ -324,11 +324,15 @@ impl Core {
                 self.answer_queued_task(task_id, output, actor, run_micros)
             }
             (Some(pb::task_outcome::Result::Output(output)), None) => {
-                if job.may_be_resumed() {
+                if job.may_be_resumed()
+                    && let Some(charge) =
+                        Core::charge_held(&self.held_outcomes, output.len() as u64)
+                {
                     let held = HeldOutcome {
                         output,
                         actor,
                         run_micros,
+                        charge,
                     };
                     job.hold(key.seq, held, self.config.max_job_buffered_bytes);
                 }

@@ -387,6 +387,7 @@ pub fn spawn_scheduler_loop(
     let metrics = SchedulerMetrics::default();
     let writer = StoreWriter::spawn(store.clone(), metrics.clone());
     let mut core = Core::new(config, writer, metrics.clone());
+    core.held_outcomes = Some(budget.job_buffer());
     core.restore(store.as_ref())?;
     let task = tokio::spawn(run_scheduler_loop(core, rx, cancel));
     let handle = SchedulerHandle {
@@ -477,6 +478,9 @@ pub(crate) struct Core {
     last_reconcile: Instant,
     /// When running tasks were last checked against their deadlines.
     last_deadline_check: Instant,
+    /// Charges outcomes held for detached or restarted clients to the scheduler-wide byte
+    /// budget (`None` in unit tests, which run without one).
+    held_outcomes: Option<Arc<JobBuffer>>,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -528,8 +532,21 @@ impl Core {
             last_job_charge: Instant::now(),
             last_reconcile: Instant::now(),
             last_deadline_check: Instant::now(),
+            held_outcomes: None,
             metrics,
             prices: Default::default(),
+        }
+    }
+
+    /// Charges an outcome to be held for a client that will send its task again; `None`
+    /// when the scheduler-wide budget has no room (the task then just runs again).
+    fn charge_held(
+        held_outcomes: &Option<Arc<JobBuffer>>,
+        bytes: u64,
+    ) -> Option<Option<BufferCharge>> {
+        match held_outcomes {
+            Some(buffer) => buffer.charge_within_total(bytes).map(Some),
+            None => Some(None),
         }
     }
 

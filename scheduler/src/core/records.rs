@@ -210,6 +210,10 @@ pub struct HeldOutcome {
     pub output: Bytes,
     pub actor: ActorId,
     pub run_micros: u64,
+    /// Its bytes in the scheduler-wide budget, given back when it goes (held only for its
+    /// `Drop`; `None` where the core has no budget, in its unit tests).
+    #[allow(dead_code)]
+    pub charge: Option<crate::budget::BufferCharge>,
 }
 
 /// Outcomes held per job until its client sends their tasks again; more are dropped (those
