@@ -73,6 +73,10 @@ pub struct SchedulerArgs {
     /// A node silent for this long is dead and its actors are placed elsewhere.
     #[arg(long, env = "RESIDENT_NODE_DEAD_MS", default_value_t = 10_000)]
     node_dead_ms: u64,
+    /// A node dead this long that hosts nothing is forgotten: it leaves `resident nodes`
+    /// and the scheduler's memory, and may come back as new (`30m`, `1h`, `1d`).
+    #[arg(long, env = "RESIDENT_DEAD_NODE_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    dead_node_ttl: Duration,
     /// Attempts per task before it fails (pools may override).
     #[arg(long, env = "RESIDENT_MAX_TASK_ATTEMPTS", default_value_t = 3)]
     max_task_attempts: u32,
@@ -131,6 +135,7 @@ impl SchedulerArgs {
             heartbeat_interval: Duration::from_millis(self.heartbeat_ms),
             task_progress_interval: Duration::from_millis(self.task_progress_ms),
             node_dead_after: Duration::from_millis(self.node_dead_ms),
+            dead_node_ttl: self.dead_node_ttl,
             default_max_task_attempts: self.max_task_attempts,
             finished_job_history: self.job_history,
             settle_window: Duration::from_millis(self.settle_ms),

@@ -64,6 +64,9 @@ pub struct CoreConfig {
     pub default_load_timeout: Duration,
     /// How often the loop compares placed actors with what their nodes report.
     pub reconcile_interval: Duration,
+    /// A node dead this long, hosting nothing, is forgotten (its record and listing go; it
+    /// may come back as new).
+    pub dead_node_ttl: Duration,
     /// Bytes all running jobs may buffer together (payloads not finished, results not
     /// read); new jobs are refused beyond it.
     pub max_buffered_bytes: u64,
@@ -85,6 +88,8 @@ pub fn default_max_buffered_bytes() -> u64 {
 pub const DEFAULT_MAX_JOB_BUFFERED_BYTES: u64 = 256 << 20;
 /// How long a job waits for its client to reattach after its stream broke, by default.
 pub const DEFAULT_DETACH_GRACE: Duration = Duration::from_secs(60);
+/// How long a dead node stays listed, by default.
+pub const DEFAULT_DEAD_NODE_TTL: Duration = Duration::from_secs(3600);
 /// Running jobs one principal may have at once, by default.
 pub const DEFAULT_MAX_JOBS_PER_PRINCIPAL: usize = 64;
 
@@ -106,6 +111,7 @@ impl Default for CoreConfig {
             settle_window: Duration::from_secs(15),
             default_load_timeout: Duration::from_secs(15 * 60),
             reconcile_interval: Duration::from_secs(5),
+            dead_node_ttl: DEFAULT_DEAD_NODE_TTL,
             max_buffered_bytes: default_max_buffered_bytes(),
             max_job_buffered_bytes: DEFAULT_MAX_JOB_BUFFERED_BYTES,
             max_jobs_per_principal: DEFAULT_MAX_JOBS_PER_PRINCIPAL,

@@ -305,6 +305,28 @@ impl Core {
                 self.store.write(StoreOp::DeleteNode(node_id.clone()));
             }
         }
+        self.forget_dead_nodes(now);
+    }
+
+    /// Drops the records of nodes dead for longer than `dead_node_ttl` that host nothing,
+    /// so a fleet that churns (autoscaled, spot) does not grow the scheduler forever.
+    fn forget_dead_nodes(&mut self, now: Instant) {
+        let ttl = self.config.dead_node_ttl;
+        let hosted = &self.hosted;
+        let before = self.nodes.len();
+        self.nodes.retain(|id, node| {
+            let expired = !node.alive
+                && !node.remembered
+                && now.saturating_duration_since(node.last_heard.at()) > ttl;
+            !expired || hosted.get(id).is_some_and(|actors| !actors.is_empty())
+        });
+        if self.nodes.len() < before {
+            tracing::info!(
+                forgotten = before - self.nodes.len(),
+                ?ttl,
+                "forgot dead nodes"
+            );
+        }
     }
 
     /// The node is gone: its actors are placed again and their tasks go back to the queue.

@@ -56,6 +56,11 @@ impl Core {
             return;
         }
         self.last_reconcile = now;
+        // Dead actors of deleted pools (lost with their node while draining): nothing
+        // refers to them any more.
+        let pools = &self.pools;
+        self.actors
+            .retain(|_, a| a.state != ActorState::Dead || pools.contains_key(&a.pool));
         let missing_after = self.config.heartbeat_interval * 4;
         let mut stuck: Vec<(ActorId, String)> = Vec::new();
         for (id, actor) in &self.actors {

@@ -37,6 +37,23 @@ fn poisoned_sample(dir: &Path, count: usize, poisoned: &[usize]) -> std::path::P
     path
 }
 
+/// Asserts that `out` holds every record of `input` but the `poisoned` ones (0-based), once
+/// each, in order; returns their ids.
+fn assert_every_other_record_once(input: &Path, out: &Path, poisoned: &[usize]) -> Vec<Value> {
+    let expected: Vec<Value> = ids_of(input)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !poisoned.contains(i))
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(
+        ids_of(&out.join("ids.jsonl")),
+        expected,
+        "every other record once, in order"
+    );
+    expected
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_that_crash_the_model_are_listed_as_bad_and_the_rest_is_embedded() {
     init_logging();
@@ -56,17 +73,7 @@ async fn records_that_crash_the_model_are_listed_as_bad_and_the_rest_is_embedded
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    let expected: Vec<Value> = ids_of(&input)
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| !poisoned.contains(i))
-        .map(|(_, id)| id)
-        .collect();
-    assert_eq!(
-        ids_of(&out.join("ids.jsonl")),
-        expected,
-        "every other record once, in order"
-    );
+    let expected = assert_every_other_record_once(&input, &out, &poisoned);
     let (shape, _) = parse_npy_f32(&std::fs::read(out.join("embeddings.npy")).unwrap());
     assert_eq!(shape, vec![118, 384]);
     let report: Value = read_json(&out.join("report.json"));
@@ -155,15 +162,5 @@ async fn a_hundred_poison_chunks_share_one_recovery_job() {
         .collect();
     let expected: Vec<u64> = poisoned.iter().map(|i| *i as u64 + 1).collect();
     assert_eq!(lines, expected);
-    let kept: Vec<Value> = ids_of(&input)
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| !poisoned.contains(i))
-        .map(|(_, id)| id)
-        .collect();
-    assert_eq!(
-        ids_of(&out.join("ids.jsonl")),
-        kept,
-        "every other record once, in order"
-    );
+    assert_every_other_record_once(&input, &out, &poisoned);
 }

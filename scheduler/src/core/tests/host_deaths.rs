@@ -177,3 +177,43 @@ async fn a_host_back_from_a_cut_as_itself_gets_its_restart_and_task_back() {
         matches!(&got[0].result, Some(pb::task_result::Result::Output(o)) if o.as_ref() == b"done")
     );
 }
+
+/// Issue 48, item 4: a churning fleet does not grow the scheduler forever. A dead node that
+/// hosts nothing is forgotten after `dead_node_ttl`; one still counted as hosting an actor
+/// is kept; a dead actor of a deleted pool goes at the next re-check.
+#[tokio::test(start_paused = true)]
+async fn dead_nodes_and_dead_actors_of_deleted_pools_are_forgotten() {
+    let config = CoreConfig {
+        dead_node_ttl: Duration::from_secs(60),
+        ..CoreConfig::for_test()
+    };
+    let mut h = Harness::new(config);
+    for node in ["n1", "n2"] {
+        h.add_node(node, vec![]);
+    }
+    h.create_pool(cpu_pool("p", 2, 1));
+    for node in ["n1", "n2"] {
+        h.load_actors(node);
+    }
+    let (job, _rx) = h.open_job("p");
+    h.submit(&job, 0..2);
+    // The pool is deleted while both actors run a task: they drain. Then n1 dies.
+    h.core.delete_pool(&PoolName::new("p")).unwrap();
+    h.host_dies("n1");
+    let n1_node = NodeId::new("n1");
+    assert!(h.core.nodes.contains_key(&n1_node), "listed while recent");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    // n2's agent kept talking meanwhile.
+    h.core.nodes[&NodeId::new("n2")].last_heard.heard();
+    h.tick();
+    assert!(
+        !h.core.nodes.contains_key(&n1_node),
+        "forgotten after the TTL"
+    );
+    assert!(h.core.nodes.contains_key(&NodeId::new("n2")), "alive");
+    assert_eq!(
+        h.core.actors.len(),
+        1,
+        "the dead draining actor is gone; n2's, still draining, stays"
+    );
+}
