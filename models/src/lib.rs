@@ -7,6 +7,7 @@
 //! argument. The node agent wraps these types into actor kinds; nothing here knows about
 //! actors, sessions or the scheduler.
 
+mod bounds;
 pub mod cuda_probe;
 pub mod device;
 pub mod embed;

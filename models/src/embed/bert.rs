@@ -55,6 +55,37 @@ fn default_position_type() -> String {
 }
 
 impl BertConfig {
+    /// Refuses dimensions no real encoder has (`bounds.rs`), before anything is sized
+    /// from them.
+    pub fn check_bounds(self) -> Result<Self, crate::ModelError> {
+        use crate::bounds::*;
+        check_dims(&[
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("hidden_size", self.hidden_size, MAX_HIDDEN),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("intermediate_size", self.intermediate_size, MAX_FFN),
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_POSITIONS,
+            ),
+            ("type_vocab_size", self.type_vocab_size, 1 << 16),
+            (
+                "relative_attention_num_buckets",
+                self.relative_attention_num_buckets.unwrap_or(1),
+                1 << 16,
+            ),
+        ])?;
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(crate::ModelError::Load(format!(
+                "inconsistent attention shape: hidden_size {} is not a multiple of {} heads",
+                self.hidden_size, self.num_attention_heads
+            )));
+        }
+        Ok(self)
+    }
+
     /// Whether this fast path covers the model.
     pub fn supported(&self) -> bool {
         self.hidden_act == "gelu" && self.position_embedding_type == "absolute"
@@ -375,5 +406,31 @@ impl TextEncoder for FastBert {
             pad_id: self.config.pad_token_id,
             padding_side: PaddingSide::Right,
         }
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    fn config(layers: u64, heads: u64) -> BertConfig {
+        serde_json::from_str(&format!(
+            r#"{{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": {layers},
+            "num_attention_heads": {heads}, "intermediate_size": 1536,
+            "max_position_embeddings": 512}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn absurd_or_inconsistent_dimensions_are_refused() {
+        assert!(config(6, 12).check_bounds().is_ok());
+        let error = config(1_000_000_000, 12)
+            .check_bounds()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("num_hidden_layers is 1000000000"), "{error}");
+        let error = config(6, 7).check_bounds().unwrap_err().to_string();
+        assert!(error.contains("not a multiple of 7 heads"), "{error}");
     }
 }

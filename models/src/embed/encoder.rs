@@ -77,8 +77,9 @@ pub fn load_encoder(
         .map_err(load_err)?;
     match layout.architecture {
         Architecture::Bert => {
-            let fast: super::bert::BertConfig =
-                serde_json::from_str(&config_text).map_err(load_err)?;
+            let fast = serde_json::from_str::<super::bert::BertConfig>(&config_text)
+                .map_err(load_err)?
+                .check_bounds()?;
             if fast.supported() {
                 let model = super::bert::FastBert::load(fast, weights)
                     .map_err(|e| ModelError::Load(format!("bert weights: {e}")))?;

@@ -36,6 +36,40 @@ pub struct Qwen3Config {
 }
 
 impl Qwen3Config {
+    /// Refuses dimensions no real model has (`bounds.rs`), before the rotary tables and
+    /// buffers are sized from them.
+    pub fn check_bounds(self) -> Result<Self, ModelError> {
+        use crate::bounds::*;
+        check_dims(&[
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("hidden_size", self.hidden_size, MAX_HIDDEN),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("num_key_value_heads", self.num_key_value_heads, MAX_HEADS),
+            ("intermediate_size", self.intermediate_size, MAX_FFN),
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_POSITIONS,
+            ),
+        ])?;
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads);
+        check_dims(&[("head_dim", head_dim, MAX_HEADS)])?;
+        if !head_dim.is_multiple_of(2)
+            || !self
+                .num_attention_heads
+                .is_multiple_of(self.num_key_value_heads)
+        {
+            return Err(ModelError::Load(format!(
+                "inconsistent attention shape: {} heads, {} KV heads, head_dim {head_dim}",
+                self.num_attention_heads, self.num_key_value_heads
+            )));
+        }
+        Ok(self)
+    }
+
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads)
@@ -260,8 +294,9 @@ impl TextEncoder for Qwen3Encoder {
 }
 
 pub fn load(config_text: &str, weights: VarBuilder) -> Result<Box<dyn TextEncoder>, ModelError> {
-    let config: Qwen3Config = serde_json::from_str(config_text)
-        .map_err(|e| ModelError::Load(format!("qwen3 config: {e}")))?;
+    let config: Qwen3Config = serde_json::from_str::<Qwen3Config>(config_text)
+        .map_err(|e| ModelError::Load(format!("qwen3 config: {e}")))?
+        .check_bounds()?;
     let encoder = Qwen3Encoder::new(config, weights)
         .map_err(|e| ModelError::Load(format!("qwen3 weights: {e}")))?;
     Ok(Box::new(encoder))
@@ -275,6 +310,29 @@ mod tests {
     use super::*;
     use crate::embed::encoder::pool;
     use crate::embed::model_files::Pooling;
+
+    #[test]
+    fn absurd_dimensions_are_refused_before_anything_is_sized() {
+        let config = |positions: u64, kv_heads: u64| {
+            format!(
+                r#"{{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": {kv_heads},
+                "head_dim": 8, "max_position_embeddings": {positions}, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0}}"#
+            )
+        };
+        let vb = VarBuilder::zeros(DType::F32, &Device::Cpu);
+        let error = load(&config(1 << 40, 2), vb.clone())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("max_position_embeddings is 1099511627776"),
+            "{error}"
+        );
+        let error = load(&config(128, 3), vb).err().unwrap().to_string();
+        assert!(error.contains("inconsistent attention shape"), "{error}");
+    }
 
     fn tiny() -> (Qwen3Encoder, VarMap) {
         let config: Qwen3Config = serde_json::from_str(

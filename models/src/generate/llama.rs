@@ -121,27 +121,33 @@ impl LlamaConfig {
     /// whose metadata asks for absurd layers, widths or contexts would otherwise make the
     /// load allocate what no host has, and an allocation that fails aborts the agent.
     pub fn check_bounds(self) -> Result<Self, ModelError> {
-        let bounds: [(&str, usize, usize); 8] = [
-            ("layers (num_hidden_layers, block_count)", self.layers, 1024),
+        use crate::bounds::*;
+        check_dims(&[
+            (
+                "layers (num_hidden_layers, block_count)",
+                self.layers,
+                MAX_LAYERS,
+            ),
             (
                 "hidden size (hidden_size, embedding_length)",
                 self.hidden,
-                1 << 16,
+                MAX_HIDDEN,
             ),
-            ("attention heads", self.heads, 1024),
-            ("KV heads", self.kv_heads, 1024),
-            ("head dimension (head_dim, key_length)", self.head_dim, 1024),
-            ("feed-forward size (intermediate_size)", self.ffn, 1 << 20),
-            ("vocabulary", self.vocab, 1 << 22),
-            ("context (max_position_embeddings)", self.context, 1 << 24),
-        ];
-        for (what, value, max) in bounds {
-            if value == 0 || value > max {
-                return Err(ModelError::Load(format!(
-                    "the model's {what} is {value}; it must be from 1 to {max} (is the model file corrupt?)"
-                )));
-            }
-        }
+            ("attention heads", self.heads, MAX_HEADS),
+            ("KV heads", self.kv_heads, MAX_HEADS),
+            (
+                "head dimension (head_dim, key_length)",
+                self.head_dim,
+                MAX_HEADS,
+            ),
+            ("feed-forward size (intermediate_size)", self.ffn, MAX_FFN),
+            ("vocabulary", self.vocab, MAX_VOCAB),
+            (
+                "context (max_position_embeddings)",
+                self.context,
+                MAX_POSITIONS,
+            ),
+        ])?;
         if !self.head_dim.is_multiple_of(2) || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::Load(format!(
                 "inconsistent attention shape: {} heads, {} KV heads, head dimension {}",
