@@ -89,3 +89,69 @@ async fn an_abort_sized_config_is_refused_and_no_agent_dies() {
     let nodes = cluster.list_nodes().await.unwrap();
     assert!(nodes.iter().all(|n| n.alive), "{nodes:?}");
 }
+
+/// A model whose `config.json` declares absurd dimensions (a corrupt download, a hostile
+/// upload) is refused at load naming the field, before anything is sized from it; the
+/// agent stays up and loads a sound model next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_with_absurd_dimensions_fails_to_load_and_the_agent_lives() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let corrupt = tempfile::tempdir().unwrap();
+    let sound = std::path::PathBuf::from(minilm_dir());
+    for entry in std::fs::read_dir(&sound).unwrap() {
+        let entry = entry.unwrap();
+        let to = corrupt.path().join(entry.file_name());
+        if entry.file_name() != "config.json" {
+            std::os::unix::fs::symlink(entry.path(), to).unwrap();
+        }
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sound.join("config.json")).unwrap()).unwrap();
+    config["num_hidden_layers"] = serde_json::json!(1_000_000_000u64);
+    std::fs::write(corrupt.path().join("config.json"), config.to_string()).unwrap();
+
+    let (_scheduler, url) = spawn_scheduler_with(0, state.path(), &[]);
+    let roots: Vec<std::ffi::OsString> = vec![
+        "--model-root".into(),
+        corrupt.path().into(),
+        "--model-root".into(),
+        repo_root().join("models").into(),
+    ];
+    let mut agent = spawn_agent_with(
+        &url,
+        "node-1",
+        "A10G:24GiB",
+        "",
+        &roots,
+        std::process::Stdio::inherit(),
+    );
+    let cluster = resident_sdk::Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let failed = cluster
+        .create_embed_pool(
+            resident_sdk::EmbedPoolSpec::new("corrupt", corrupt.path().to_str().unwrap()),
+            Duration::from_secs(60),
+        )
+        .await
+        .err()
+        .expect("a model with a billion layers does not load");
+    let text = failed.to_string();
+    assert!(
+        text.contains("num_hidden_layers is 1000000000") && text.contains("corrupt"),
+        "{text}"
+    );
+    assert!(agent.is_running(), "the agent is alive");
+    let pool = cluster
+        .create_embed_pool(
+            resident_sdk::EmbedPoolSpec::new("sound", minilm_dir()),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let vectors = pool.embed(vec!["still here".into()]).await.unwrap();
+    assert_eq!(vectors[0].len(), 384);
+}
