@@ -326,7 +326,7 @@ impl Core {
             (Some(pb::task_outcome::Result::Output(output)), None) => {
                 if job.may_be_resumed()
                     && let Some(charge) =
-                        Core::charge_held(&self.held_outcomes, output.len() as u64)
+                        self.held_outcomes.charge_within_total(output.len() as u64)
                 {
                     let held = HeldOutcome {
                         output,

@@ -768,7 +768,7 @@ impl Core {
             // buffer (past it the task just runs again when resent).
             if let (pb::task_result::Result::Output(output), Some(actor)) =
                 (&result, task.last_actor.clone())
-                && let Some(charge) = Core::charge_held(&self.held_outcomes, output.len() as u64)
+                && let Some(charge) = self.held_outcomes.charge_within_total(output.len() as u64)
             {
                 let outcome = super::records::HeldOutcome {
                     output: output.clone(),

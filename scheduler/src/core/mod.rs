@@ -393,7 +393,7 @@ pub fn spawn_scheduler_loop(
     let metrics = SchedulerMetrics::default();
     let writer = StoreWriter::spawn(store.clone(), metrics.clone());
     let mut core = Core::new(config, writer, metrics.clone());
-    core.held_outcomes = Some(budget.job_buffer());
+    core.held_outcomes = budget.job_buffer();
     core.restore(store.as_ref())?;
     let task = tokio::spawn(run_scheduler_loop(core, rx, cancel));
     let handle = SchedulerHandle {
@@ -485,8 +485,8 @@ pub(crate) struct Core {
     /// When running tasks were last checked against their deadlines.
     last_deadline_check: Instant,
     /// Charges outcomes held for detached or restarted clients to the scheduler-wide byte
-    /// budget (`None` in unit tests, which run without one).
-    held_outcomes: Option<Arc<JobBuffer>>,
+    /// budget (the handle's; a budget of its own from the config in unit tests).
+    held_outcomes: Arc<JobBuffer>,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -515,6 +515,9 @@ fn first_task_id() -> u64 {
 
 impl Core {
     fn new(config: CoreConfig, store: StoreWriter, metrics: SchedulerMetrics) -> Self {
+        let held_outcomes =
+            BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes)
+                .job_buffer();
         Self {
             config,
             store,
@@ -538,21 +541,9 @@ impl Core {
             last_job_charge: Instant::now(),
             last_reconcile: Instant::now(),
             last_deadline_check: Instant::now(),
-            held_outcomes: None,
+            held_outcomes,
             metrics,
             prices: Default::default(),
-        }
-    }
-
-    /// Charges an outcome to be held for a client that will send its task again; `None`
-    /// when the scheduler-wide budget has no room (the task then just runs again).
-    fn charge_held(
-        held_outcomes: &Option<Arc<JobBuffer>>,
-        bytes: u64,
-    ) -> Option<Option<BufferCharge>> {
-        match held_outcomes {
-            Some(buffer) => buffer.charge_within_total(bytes).map(Some),
-            None => Some(None),
         }
     }
 

@@ -211,9 +211,9 @@ pub struct HeldOutcome {
     pub actor: ActorId,
     pub run_micros: u64,
     /// Its bytes in the scheduler-wide budget, given back when it goes (held only for its
-    /// `Drop`; `None` where the core has no budget, in its unit tests).
+    /// `Drop`).
     #[allow(dead_code)]
-    pub charge: Option<crate::budget::BufferCharge>,
+    pub charge: crate::budget::BufferCharge,
 }
 
 /// Outcomes held per job until its client sends their tasks again; more are dropped (those
