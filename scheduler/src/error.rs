@@ -25,14 +25,18 @@ pub enum SchedulerError {
     CoreStopped(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The change was made in memory, but the state store could not save it: the call
-    /// fails rather than acknowledge what a restart would lose.
+    /// The state store could not save the change: the call made none (what it had made
+    /// in memory is undone) and fails rather than acknowledge what a restart would lose.
     #[error(
-        "the state store could not save this change ({0}); the scheduler keeps writing it, \
-         but a restart before the write succeeds loses it: check the disk of --state-dir, \
-         then read the state back (`resident status`) before retrying"
+        "the state store could not save this change ({0}), so the call changed nothing; the \
+         scheduler keeps retrying its writes and accepts changes again by itself once the disk \
+         of --state-dir takes writes (free space there), then retry the call"
     )]
     NotSaved(String),
+    /// The state store cannot take changes now (it fails, or is far behind): the call was
+    /// refused before it changed anything.
+    #[error("{0}")]
+    StoreUnavailable(String),
     /// A limit on what the scheduler buffers or runs was reached.
     #[error("{0}")]
     Exhausted(String),
@@ -61,7 +65,9 @@ impl From<SchedulerError> for tonic::Status {
                 tonic::Status::unavailable(message)
             }
             SchedulerError::Store(_) => tonic::Status::internal(message),
-            SchedulerError::NotSaved(_) => tonic::Status::unavailable(message),
+            SchedulerError::NotSaved(_) | SchedulerError::StoreUnavailable(_) => {
+                tonic::Status::unavailable(message)
+            }
             SchedulerError::Exhausted(_) => tonic::Status::resource_exhausted(message),
         }
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
@@ -80,6 +81,8 @@ pub struct SchedulerMetrics {
     loop_lag: Histogram,
     store_write: Histogram,
     store_write_errors: Counter,
+    store_unwritten_ops: Gauge,
+    store_failing: Gauge,
     pub events: EventLog,
 }
 
@@ -97,6 +100,8 @@ impl Default for SchedulerMetrics {
             loop_lag: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             store_write: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             store_write_errors: Counter::default(),
+            store_unwritten_ops: Gauge::default(),
+            store_failing: Gauge::default(),
             events: EventLog::default(),
         }
     }
@@ -203,6 +208,13 @@ impl SchedulerMetrics {
         }
     }
 
+    /// Ops queued for the state store and not yet on disk, and whether its writes fail.
+    pub fn store_backlog(&self, unwritten: usize, failing: bool) {
+        self.store_unwritten_ops
+            .set(i64::try_from(unwritten).unwrap_or(i64::MAX));
+        self.store_failing.set(i64::from(failing));
+    }
+
     /// The succeeded count of a pool so far (for tests and the dashboard).
     pub fn tasks_of(&self, pool: &str, outcome: TaskOutcomeKind) -> u64 {
         self.tasks
@@ -264,6 +276,16 @@ impl SchedulerMetrics {
             "resident_store_write_errors",
             "State store batches that failed to write",
             self.store_write_errors.clone(),
+        );
+        registry.register(
+            "resident_store_unwritten_ops",
+            "Changes queued for the state store and not yet on disk",
+            self.store_unwritten_ops.clone(),
+        );
+        registry.register(
+            "resident_store_failing",
+            "1 while state store writes fail (the scheduler then refuses changes), else 0",
+            self.store_failing.clone(),
         );
     }
 }

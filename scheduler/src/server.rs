@@ -144,6 +144,11 @@ pub fn start_scheduler(
     let incoming = grpc_incoming(listener, security.limits);
     let health = HealthReporter::new();
     set_health(&health, SCHEDULER_HEALTH_SERVICE, ServingStatus::Serving);
+    tokio::spawn(report_store_health(
+        health.clone(),
+        handle.store_health(),
+        cancel.clone(),
+    ));
     let health_on_stop = health.clone();
     let task = tokio::spawn(async move {
         let serve = builder
@@ -205,6 +210,32 @@ pub fn start_scheduler(
         task,
         health,
     })
+}
+
+/// NOT_SERVING while the state store fails (the scheduler then refuses every change), and
+/// SERVING again once it writes.
+async fn report_store_health(
+    health: HealthReporter,
+    mut store: crate::store::StoreHealth,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            changed = store.changed() => if changed.is_err() { return },
+            () = cancel.cancelled() => return,
+        }
+        let status = match store.borrow_and_update().as_ref() {
+            Some(error) => {
+                tracing::warn!(%error, "health: NOT_SERVING while the state store fails");
+                ServingStatus::NotServing
+            }
+            None => ServingStatus::Serving,
+        };
+        health
+            .set_service_status(SCHEDULER_HEALTH_SERVICE, status)
+            .await;
+        health.set_service_status("", status).await;
+    }
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

@@ -259,11 +259,19 @@ pub fn spawn_scheduler_exactly(
     state_dir: &std::path::Path,
     args: &[std::ffi::OsString],
 ) -> (Proc, String) {
-    let mut child = Command::new(resident_bin())
+    let mut command = Command::new(resident_bin());
+    command
         .args(["scheduler", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--state-dir")
         .arg(state_dir)
-        .args(args)
+        .args(args);
+    spawn_scheduler_command(command)
+}
+
+/// Spawns `command`, which runs (or execs) `resident scheduler`, and reads the URL it
+/// prints first.
+pub fn spawn_scheduler_command(mut command: Command) -> (Proc, String) {
+    let mut child = command
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -689,4 +697,26 @@ pub fn plain_http_get(addr: std::net::SocketAddr, path: &str) -> String {
         "{head}"
     );
     body.to_owned()
+}
+
+/// `GET path` over plain HTTP/1.1: the status and body.
+pub fn plain_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    std::io::Write::write_all(&mut stream, request.as_bytes()).unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -158,16 +158,17 @@ impl Core {
         Ok(stream)
     }
 
-    /// Cancels what is left of a job, if `requester` may: its owner or an admin.
-    pub(super) fn cancel_job(
-        &mut self,
+    /// Whether `requester` may cancel `job` (its owner or an admin); `Ok(true)` if it
+    /// runs, `Ok(false)` if it has already finished.
+    pub(super) fn may_cancel_job(
+        &self,
         job: &JobId,
         requester: &Principal,
-    ) -> Result<pb::JobStatus, SchedulerError> {
-        let owner = self.job_status(job)?.owner;
-        crate::auth::may_cancel(requester, &owner).map_err(SchedulerError::PermissionDenied)?;
-        self.cancel_job_tasks(job, &format!("cancelled by {}", requester.name));
-        self.job_status(job)
+    ) -> Result<bool, SchedulerError> {
+        let status = self.job_status(job)?;
+        crate::auth::may_cancel(requester, &status.owner)
+            .map_err(SchedulerError::PermissionDenied)?;
+        Ok(status.state == pb::JobState::Running as i32)
     }
 
     /// Sets the job's summary (a JSON object, at most [`MAX_JOB_SUMMARY_BYTES`]), if

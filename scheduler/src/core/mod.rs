@@ -3,6 +3,7 @@
 //! each decision sees a consistent world.
 
 mod accounting;
+mod acknowledged;
 mod adopt;
 mod demand;
 mod finished;
@@ -32,7 +33,7 @@ use crate::budget::{BufferBudget, BufferCharge, JobBuffer};
 use crate::error::SchedulerError;
 use crate::metrics::SchedulerMetrics;
 use crate::policy::backoff::RetryBackoff;
-use crate::store::{DurableStore, StoreOp, StoreWriter};
+use crate::store::{DurableStore, StoreHealth, StoreOp, StoreWriter};
 
 pub use demand::{Demand, PoolDemand};
 use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
@@ -333,9 +334,16 @@ pub struct SchedulerHandle {
     tx: mpsc::Sender<SchedulerCommand>,
     metrics: SchedulerMetrics,
     budget: Arc<BufferBudget>,
+    store_health: StoreHealth,
 }
 
 impl SchedulerHandle {
+    /// Whether the state store writes (`None`) or fails (its error): health checks report
+    /// NOT_SERVING while it fails, since every change is refused.
+    pub fn store_health(&self) -> StoreHealth {
+        self.store_health.clone()
+    }
+
     /// The counters the loop keeps (shared; read at each scrape).
     pub fn metrics(&self) -> &SchedulerMetrics {
         &self.metrics
@@ -392,6 +400,7 @@ pub fn spawn_scheduler_loop(
     let budget = BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes);
     let metrics = SchedulerMetrics::default();
     let writer = StoreWriter::spawn(store.clone(), metrics.clone());
+    let store_health = writer.health();
     let mut core = Core::new(config, writer, metrics.clone());
     core.held_outcomes = budget.job_buffer();
     core.restore(store.as_ref())?;
@@ -400,6 +409,7 @@ pub fn spawn_scheduler_loop(
         tx,
         metrics,
         budget,
+        store_health,
     };
     Ok((handle, task))
 }
@@ -411,6 +421,7 @@ async fn run_scheduler_loop(
 ) {
     let mut tick = tokio::time::interval(core.tick_period());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut after_writes = core.after_write_rx.take().expect("the loop runs once");
     let mut lag_probe = tokio::time::interval(LAG_PROBE_PERIOD);
     lag_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -422,6 +433,10 @@ async fn run_scheduler_loop(
                     let Ok(more) = rx.try_recv() else { break };
                     core.handle(more);
                 }
+                core.after_commands();
+            }
+            Some(done) = after_writes.recv() => {
+                done.run(&mut core);
                 core.after_commands();
             }
             _ = tick.tick() => {
@@ -487,6 +502,10 @@ pub(crate) struct Core {
     /// Charges outcomes held for detached or restarted clients to the scheduler-wide byte
     /// budget (the handle's; a budget of its own from the config in unit tests).
     held_outcomes: Arc<JobBuffer>,
+    /// Where follow-ups of store writes come back to the loop (`core/acknowledged.rs`).
+    after_write_tx: mpsc::UnboundedSender<acknowledged::AfterWrite>,
+    /// Taken by the loop (or a unit test) that runs the follow-ups.
+    after_write_rx: Option<acknowledged::AfterWriteRx>,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -518,6 +537,7 @@ impl Core {
         let held_outcomes =
             BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes)
                 .job_buffer();
+        let (after_write_tx, after_write_rx) = mpsc::unbounded_channel();
         Self {
             config,
             store,
@@ -542,6 +562,8 @@ impl Core {
             last_reconcile: Instant::now(),
             last_deadline_check: Instant::now(),
             held_outcomes,
+            after_write_tx,
+            after_write_rx: Some(after_write_rx),
             metrics,
             prices: Default::default(),
         }
@@ -569,46 +591,41 @@ impl Core {
                 spec,
                 requester,
                 reply,
-            } => {
-                let name = spec.name.clone();
-                let created = self.create_pool(spec, &requester);
-                if let Err(error) = &created {
-                    self.metrics.events.record("pool", &name, error.to_string());
-                }
-                self.reply_when_durable(reply, created);
-            }
+            } => self.create_pool_durably(spec, &requester, reply),
             C::ScalePool {
                 pool,
                 replicas,
                 requester,
                 reply,
-            } => {
-                let scaled = self.scale_pool(&pool, replicas, &requester);
-                self.reply_when_durable(reply, scaled);
-            }
+            } => self.scale_pool_durably(pool, replicas, &requester, reply),
             C::DeletePool {
                 pool,
                 if_unused,
                 requester,
                 reply,
-            } => {
-                let deleted = self.delete_pool_if(&pool, if_unused, &requester);
-                self.reply_when_durable(reply, deleted);
-            }
-            C::GetPool { pool, reply } => {
-                let _ = reply.send(self.pool_status(&pool));
-            }
-            C::ListPools { reply } => {
-                let _ = reply.send(Ok(self.pool_statuses()));
-            }
+            } => self.delete_pool_durably(pool, if_unused, &requester, reply),
             C::OpenJob {
                 header,
                 owner,
                 results,
                 reply,
-            } => {
-                let opened = self.open_job(header, owner, results);
-                self.reply_when_durable(reply, opened);
+            } => self.open_job_durably(header, owner, results, reply),
+            C::AnnotateJob {
+                job,
+                requester,
+                summary_json,
+                reply,
+            } => self.annotate_job_durably(job, &requester, summary_json, reply),
+            C::CancelJob {
+                job,
+                requester,
+                reply,
+            } => self.cancel_job_durably(job, &requester, reply),
+            C::GetPool { pool, reply } => {
+                let _ = reply.send(self.pool_status(&pool));
+            }
+            C::ListPools { reply } => {
+                let _ = reply.send(Ok(self.pool_statuses()));
             }
             C::SubmitTask {
                 stream,
@@ -622,23 +639,6 @@ impl Core {
             }
             C::ListJobs { reply } => {
                 let _ = reply.send(Ok(self.job_statuses()));
-            }
-            C::AnnotateJob {
-                job,
-                requester,
-                summary_json,
-                reply,
-            } => {
-                let annotated = self.annotate_job(&job, &requester, summary_json);
-                self.reply_when_durable(reply, annotated);
-            }
-            C::CancelJob {
-                job,
-                requester,
-                reply,
-            } => {
-                let cancelled = self.cancel_job(&job, &requester);
-                self.reply_when_durable(reply, cancelled);
             }
             C::CredentialsChanged { valid } => self.credentials_changed(&valid),
             C::ListNodes { reply } => {
@@ -655,24 +655,6 @@ impl Core {
             C::Overview { reply } => {
                 let _ = reply.send(Ok(self.overview()));
             }
-        }
-    }
-
-    /// Answers a call that changed state once the change is on disk: every store write
-    /// queued so far is committed first (with whatever else is waiting: group commit). A
-    /// refusal is answered at once; a failed write fails the call.
-    fn reply_when_durable<T: Send + 'static>(
-        &self,
-        reply: Reply<T>,
-        result: Result<T, SchedulerError>,
-    ) {
-        match result {
-            Err(error) => {
-                let _ = reply.send(Err(error));
-            }
-            Ok(value) => self.store.when_durable(move |written| {
-                let _ = reply.send(written.map(|()| value).map_err(SchedulerError::NotSaved));
-            }),
         }
     }
 

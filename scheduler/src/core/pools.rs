@@ -165,8 +165,9 @@ impl Core {
         self.check_kind_offered(&spec.actor_kind)?;
         self.check_placeable(&name, &request)?;
         self.add_pool(spec.clone(), request);
+        // Its actors are placed once the pool is on disk (`core/acknowledged.rs`).
+        self.pools.get_mut(&name).expect("just added").saved = false;
         self.store.write(StoreOp::PutPool(spec));
-        self.after_commands();
         self.pool_status(&name)
     }
 
@@ -237,6 +238,7 @@ impl Core {
             kept_for_suspect: None,
             dispatchable: BTreeSet::new(),
             idle_since: None,
+            saved: true,
             spec,
         };
         let replicas = record.spec.replicas;
@@ -299,6 +301,16 @@ impl Core {
                 "replicas must be at least 1; delete the pool to remove it".into(),
             ));
         }
+        self.set_replicas(pool, replicas);
+        self.after_commands();
+        self.pool_status(pool)
+    }
+
+    /// Sets the pool's replicas, writes its spec, and starts or drains actors to match.
+    pub(super) fn set_replicas(&mut self, pool: &PoolName, replicas: u32) {
+        let Some(record) = self.pools.get(pool) else {
+            return;
+        };
         let mut live: Vec<(u8, usize, u64, ActorId)> = record
             .actors
             .iter()
@@ -327,8 +339,6 @@ impl Core {
                 self.drain_actor(&id);
             }
         }
-        self.after_commands();
-        self.pool_status(pool)
     }
 
     /// Why `pool` is in use now, if it is: a running job, queued work or a loading actor.
@@ -379,10 +389,10 @@ impl Core {
         }
     }
 
-    /// Deletes `pool`; with `if_unused`, only when [`Core::pool_in_use`] finds no use (then
-    /// `Ok(Some(why))` says why it was kept).
-    pub(super) fn delete_pool_if(
-        &mut self,
+    /// Whether `requester` may delete `pool` now: `Ok(None)` if so; with `if_unused`,
+    /// `Ok(Some(why))` when [`Core::pool_in_use`] finds a use (the pool is kept).
+    pub(super) fn may_delete_pool(
+        &self,
         pool: &PoolName,
         if_unused: bool,
         requester: &Principal,
@@ -393,7 +403,7 @@ impl Core {
         if if_unused && let Some(why) = self.pool_in_use(pool) {
             return Ok(Some(why));
         }
-        self.delete_pool(pool).map(|()| None)
+        Ok(None)
     }
 
     pub(super) fn delete_pool(&mut self, pool: &PoolName) -> Result<(), SchedulerError> {
@@ -444,7 +454,8 @@ impl Core {
         // the actors, not a copy of every node's capacity.
         let mut pending = BTreeMap::new();
         for (id, actor) in &self.actors {
-            if actor.state == ActorState::Pending && self.pools.contains_key(&actor.pool) {
+            let saved = self.pools.get(&actor.pool).is_some_and(|p| p.saved);
+            if actor.state == ActorState::Pending && saved {
                 pending.insert(
                     id.clone(),
                     ActorDemand {

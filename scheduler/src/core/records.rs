@@ -98,6 +98,9 @@ pub struct PoolRecord {
     pub dispatchable: BTreeSet<(Reverse<u32>, Reverse<ActorId>)>,
     /// Since when nothing has used it (for `idle_ttl_ms`); `None` while in use.
     pub idle_since: Option<Instant>,
+    /// Its spec is on disk. A pool just created is not until its write commits, and its
+    /// actors are placed only then: a create that fails to save started nothing.
+    pub saved: bool,
 }
 
 /// Where an actor kept for a suspect task stands.

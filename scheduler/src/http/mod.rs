@@ -55,7 +55,7 @@ pub fn serve_http(
         sessions: sessions::DashboardSessions::new(dashboard::LOGIN_LIFETIME),
     };
     let router = axum::Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/demand", get(demand))
         .merge(dashboard::routes())
@@ -63,6 +63,18 @@ pub fn serve_http(
     Ok(tokio::spawn(serve::serve_connections(
         listener, router, tls, limits, cancel,
     )))
+}
+
+/// `ok`, or 503 with the error while the state store fails (every change is refused then).
+async fn healthz(State(state): State<HttpState>) -> Response {
+    match state.scheduler.store_health().borrow().as_ref() {
+        None => "ok\n".into_response(),
+        Some(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the state store cannot write: {error}\n"),
+        )
+            .into_response(),
+    }
 }
 
 fn tls_acceptor(identity: &TlsIdentity) -> Result<tokio_rustls::TlsAcceptor, SchedulerError> {

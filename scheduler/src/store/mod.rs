@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryStore;
 pub use redb_store::RedbStore;
-pub use writer::{StoreWriter, WriteOutcome};
+pub use writer::{MAX_UNWRITTEN_OPS, StoreHealth, StoreWriter, WriteOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -82,6 +82,12 @@ pub trait DurableStore: Send + Sync + 'static {
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError>;
     /// Applies a batch atomically.
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
+    /// Makes the store usable again after a failed [`DurableStore::apply`], before the
+    /// writer tries again (redb refuses every operation after an I/O error until it is
+    /// reopened). A store with nothing to recover does nothing.
+    fn recover(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 pub(crate) fn encode_pool(spec: &pb::PoolSpec) -> Vec<u8> {

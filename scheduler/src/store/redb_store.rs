@@ -1,4 +1,6 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use prost::Message;
 use redb::{Database, ReadableTable, TableDefinition};
@@ -17,8 +19,16 @@ const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 const PLACEMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("placements");
 
 /// An embedded redb database at `<state-dir>/scheduler.redb`.
+///
+/// After a failed write redb refuses every later operation ("previous I/O error") until
+/// the database is opened again: [`DurableStore::recover`] closes and reopens it (redb
+/// repairs the file as it opens, from its last committed transaction).
 pub struct RedbStore {
-    db: Database,
+    path: PathBuf,
+    /// `None` only between closing and reopening, or when a reopen failed.
+    db: RwLock<Option<Database>>,
+    /// A write failed: the database must be reopened before the next one.
+    broken: AtomicBool,
 }
 
 fn backend(error: impl std::fmt::Display) -> StoreError {
@@ -33,22 +43,31 @@ impl RedbStore {
                 state_dir.display()
             ))
         })?;
-        let db = Database::create(state_dir.join("scheduler.redb")).map_err(backend)?;
-        let txn = db.begin_write().map_err(backend)?;
-        txn.open_table(POOLS).map_err(backend)?;
-        txn.open_table(JOBS).map_err(backend)?;
-        txn.open_table(OUTCOMES).map_err(backend)?;
-        txn.open_table(NODES).map_err(backend)?;
-        txn.open_table(PLACEMENTS).map_err(backend)?;
-        txn.commit().map_err(backend)?;
-        Ok(Self { db })
+        let path = state_dir.join("scheduler.redb");
+        let db = open_database(&path)?;
+        Ok(Self {
+            path,
+            db: RwLock::new(Some(db)),
+            broken: AtomicBool::new(false),
+        })
+    }
+
+    fn database(&self) -> Result<DatabaseGuard<'_>, StoreError> {
+        let guard = self.db.read().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            return Err(StoreError::Backend(format!(
+                "{} is closed after a failed write and could not be opened again yet",
+                self.path.display()
+            )));
+        }
+        Ok(DatabaseGuard(guard))
     }
 
     fn load_all<M: Message + Default>(
         &self,
         table: TableDefinition<&str, &[u8]>,
     ) -> Result<Vec<M>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.database()?.begin_read().map_err(backend)?;
         let table = txn.open_table(table).map_err(backend)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(backend)? {
@@ -69,7 +88,7 @@ impl DurableStore for RedbStore {
     }
 
     fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.database()?.begin_read().map_err(backend)?;
         let table = txn.open_table(OUTCOMES).map_err(backend)?;
         let mut out = Vec::new();
         let range = table
@@ -83,7 +102,7 @@ impl DurableStore for RedbStore {
     }
 
     fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.database()?.begin_read().map_err(backend)?;
         let table = txn.open_table(NODES).map_err(backend)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(backend)? {
@@ -94,7 +113,7 @@ impl DurableStore for RedbStore {
     }
 
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.database()?.begin_read().map_err(backend)?;
         let table = txn.open_table(PLACEMENTS).map_err(backend)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(backend)? {
@@ -106,7 +125,53 @@ impl DurableStore for RedbStore {
     }
 
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(backend)?;
+        let applied = self.apply_once(batch);
+        if applied.is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        applied
+    }
+
+    fn recover(&self) -> Result<(), StoreError> {
+        if !self.broken.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        // The old handle holds the file's lock: it closes before the file opens again.
+        *db = None;
+        *db = Some(open_database(&self.path)?);
+        self.broken.store(false, Ordering::Relaxed);
+        tracing::info!(path = %self.path.display(), "reopened the state store after a failed write");
+        Ok(())
+    }
+}
+
+/// The database, read-locked against a reopen.
+struct DatabaseGuard<'a>(RwLockReadGuard<'a, Option<Database>>);
+
+impl std::ops::Deref for DatabaseGuard<'_> {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        self.0.as_ref().expect("checked when the guard was made")
+    }
+}
+
+/// Opens (or creates) the database and every table.
+fn open_database(path: &Path) -> Result<Database, StoreError> {
+    let db = Database::create(path).map_err(backend)?;
+    let txn = db.begin_write().map_err(backend)?;
+    txn.open_table(POOLS).map_err(backend)?;
+    txn.open_table(JOBS).map_err(backend)?;
+    txn.open_table(OUTCOMES).map_err(backend)?;
+    txn.open_table(NODES).map_err(backend)?;
+    txn.open_table(PLACEMENTS).map_err(backend)?;
+    txn.commit().map_err(backend)?;
+    Ok(db)
+}
+
+impl RedbStore {
+    fn apply_once(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
+        let txn = self.database()?.begin_write().map_err(backend)?;
         {
             let mut pools = txn.open_table(POOLS).map_err(backend)?;
             let mut jobs = txn.open_table(JOBS).map_err(backend)?;

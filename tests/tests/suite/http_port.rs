@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use resident_tests::secure::SecureSetup;
-use resident_tests::{free_port, https_get, spawn_scheduler_with};
+use resident_tests::{free_port, https_get, plain_get, spawn_scheduler_with};
 
 /// A client that sends `prefix`, then one more byte every 100 ms, until the server closes
 /// the connection. It says whether it is still open, and when it was cut off.
@@ -234,29 +234,4 @@ fn wait_for_port(port: u16) {
         assert!(Instant::now() < deadline, "the HTTP port never opened");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// `GET path` over plain HTTP/1.1: the status and body.
-fn plain_get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
 }

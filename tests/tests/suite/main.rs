@@ -36,5 +36,6 @@ mod scheduler_restart;
 mod security;
 mod source_check;
 mod spoofed_adoption;
+mod store_heals;
 mod sweeps;
 mod task_deadlines;

@@ -43,6 +43,7 @@ fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &m
     core.after_commands();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
+        core.run_after_writes();
         match answer.try_recv() {
             Ok(value) => return value,
             Err(oneshot::error::TryRecvError::Empty) if std::time::Instant::now() < deadline => {
@@ -83,6 +84,11 @@ impl Harness {
 
     /// A core writing to `store`, which the test reads back.
     fn with_store(config: CoreConfig, store: Arc<MemoryStore>) -> Self {
+        Self::with_durable(config, store)
+    }
+
+    /// A core writing to any store (one that fails on demand).
+    fn with_durable(config: CoreConfig, store: Arc<dyn DurableStore>) -> Self {
         Self {
             core: Core::new(
                 config,
@@ -1108,6 +1114,7 @@ mod outcome_origin;
 mod quarantine;
 mod reconcile_tick;
 mod restart;
+mod store_failures;
 mod task_progress;
 
 /// Issue 48: a pool belongs to the principal that created it. Another submit principal may

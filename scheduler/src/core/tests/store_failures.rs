@@ -1,0 +1,196 @@
+//! A store whose writes fail: calls that change state are refused while it fails, a call
+//! whose own write fails changed nothing (in memory, on the agents, and in the store once it
+//! heals), and the scheduler accepts changes again by itself once the store writes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::*;
+use crate::store::{StoreError, StoreOp, StoredOutcome, StoredPlacement};
+
+/// A memory store whose writes fail while `failing` is set.
+#[derive(Default)]
+struct SwitchableStore {
+    failing: AtomicBool,
+    inner: MemoryStore,
+}
+
+impl DurableStore for SwitchableStore {
+    fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
+        self.inner.load_pools()
+    }
+    fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError> {
+        self.inner.load_jobs()
+    }
+    fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError> {
+        self.inner.outcomes(job)
+    }
+    fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
+        self.inner.load_nodes()
+    }
+    fn load_placements(
+        &self,
+    ) -> Result<Vec<(resident_proto::ActorId, StoredPlacement)>, StoreError> {
+        self.inner.load_placements()
+    }
+    fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend("No space left on device".into()));
+        }
+        self.inner.apply(batch)
+    }
+}
+
+fn setup() -> (Harness, Arc<SwitchableStore>) {
+    let store = Arc::new(SwitchableStore::default());
+    let mut h = Harness::with_durable(CoreConfig::for_test(), store.clone());
+    h.add_node("n1", vec![]);
+    (h, store)
+}
+
+/// Lets the disk recover and waits until the writer has written everything it kept.
+fn heal(h: &mut Harness, store: &SwitchableStore) {
+    store.failing.store(false, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.core.store.refusal().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store never healed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.core.run_after_writes();
+}
+
+fn create(h: &mut Harness, spec: pb::PoolSpec) -> Result<pb::PoolStatus, SchedulerError> {
+    answer(
+        |reply| SchedulerCommand::CreatePool {
+            spec,
+            requester: Principal::anonymous(),
+            reply,
+        },
+        &mut h.core,
+    )
+}
+
+fn unavailable(error: SchedulerError) -> String {
+    let status = tonic::Status::from(error);
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    status.message().to_owned()
+}
+
+fn stored_pools(store: &SwitchableStore) -> Vec<(String, u32)> {
+    let pools = store.load_pools().unwrap().into_iter();
+    pools.map(|p| (p.name, p.replicas)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_whose_create_fails_to_save_starts_nothing_and_is_gone() {
+    let (mut h, store) = setup();
+    store.failing.store(true, Ordering::SeqCst);
+    let message = unavailable(create(&mut h, cpu_pool("lost", 2, 1)).unwrap_err());
+    assert!(message.contains("No space left on device"), "{message}");
+    assert!(message.contains("changed nothing"), "{message}");
+    assert!(
+        h.load_actors("n1").is_empty() && sent(h.agent("n1")).is_empty(),
+        "no actor was started for a pool that was not saved"
+    );
+    assert!(h.core.pool_status(&PoolName::from("lost")).is_err());
+
+    // While the store fails, changes are refused before they change anything.
+    let refused = unavailable(create(&mut h, cpu_pool("kept", 1, 1)).unwrap_err());
+    assert!(refused.contains("cannot write"), "{refused}");
+    assert!(h.core.pool_status(&PoolName::from("kept")).is_err());
+
+    heal(&mut h, &store);
+    create(&mut h, cpu_pool("kept", 1, 1)).expect("accepted once the store writes");
+    assert_eq!(h.started_actor("n1").pool, "kept");
+    // The failed create's write reached the store once it healed, and so did its undo.
+    assert_eq!(stored_pools(&store), [("kept".to_owned(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_or_scale_that_fails_to_save_leaves_the_pool_as_it_was() {
+    let (mut h, store) = setup();
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    store.failing.store(true, Ordering::SeqCst);
+    let deleted = answer(
+        |reply| SchedulerCommand::DeletePool {
+            pool: PoolName::from("p"),
+            if_unused: false,
+            requester: Principal::anonymous(),
+            reply,
+        },
+        &mut h.core,
+    );
+    unavailable(deleted.unwrap_err());
+    assert!(
+        sent(h.agent("n1")).is_empty(),
+        "no actor was stopped by a delete that was not saved"
+    );
+    assert_eq!(
+        h.core
+            .pool_status(&PoolName::from("p"))
+            .unwrap()
+            .ready_actors,
+        1
+    );
+    heal(&mut h, &store);
+    assert_eq!(stored_pools(&store), [("p".to_owned(), 1)]);
+
+    // A scale's own write fails: it goes back to the replicas before.
+    store.failing.store(true, Ordering::SeqCst);
+    let scaled = answer(
+        |reply| SchedulerCommand::ScalePool {
+            pool: PoolName::from("p"),
+            replicas: 3,
+            requester: Principal::anonymous(),
+            reply,
+        },
+        &mut h.core,
+    );
+    unavailable(scaled.unwrap_err());
+    let status = h.core.pool_status(&PoolName::from("p")).unwrap();
+    assert_eq!(status.spec.unwrap().replicas, 1);
+    heal(&mut h, &store);
+    assert_eq!(stored_pools(&store), [("p".to_owned(), 1)]);
+    assert_eq!(
+        h.core
+            .pool_status(&PoolName::from("p"))
+            .unwrap()
+            .ready_actors,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_or_open_that_fails_to_save_changes_no_job() {
+    let (mut h, store) = setup();
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.load_actors("n1");
+    let (job, _rx) = h.open_job("p");
+    h.submit(&job, 0..1);
+    store.failing.store(true, Ordering::SeqCst);
+    unavailable(cancel_as(&mut h, &job, Principal::anonymous()).unwrap_err());
+    let running = pb::JobState::Running as i32;
+    assert_eq!(h.job(&job).state, running, "the job runs on");
+    assert_eq!(run_tasks(&sent(h.agent("n1"))).len(), 1, "its task too");
+
+    // A job opened as the store fails is forgotten.
+    let jobs_before = h.core.job_statuses().len();
+    let header = pb::SubmitHeader {
+        pool: "p".into(),
+        job_name: "late".into(),
+        ..Default::default()
+    };
+    unavailable(h.attach(header, "alice").unwrap_err());
+    assert_eq!(h.core.job_statuses().len(), jobs_before);
+
+    heal(&mut h, &store);
+    let stored: Vec<_> = store.load_jobs().unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(
+        (stored[0].job_id.as_str(), stored[0].state),
+        (job.as_str(), running)
+    );
+}
