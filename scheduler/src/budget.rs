@@ -10,6 +10,13 @@
 //! The job's task forwarder waits in [`JobBuffer::admit`] before it takes the next task off
 //! the client's stream, so a client that does not read its results stops being read from
 //! (gRPC flow control carries that to it) and slows only itself.
+//!
+//! Results are charged as they are queued for the client ([`JobBuffer::charge_result`]).
+//! Inputs admitted earlier may still be queued when the buffer fills with results, so the
+//! core dispatches no task of a job whose buffer is full of unread results
+//! ([`JobBuffer::results_full`]) until the client reads ([`JobBuffer::wait_for_room`]): a
+//! client that does not read stops its actors' credit, and what the scheduler holds for it
+//! passes its cap by at most the results of the tasks already running.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +71,7 @@ impl BufferBudget {
         Arc::new(JobBuffer {
             budget: self.clone(),
             bytes: AtomicU64::new(0),
+            result_bytes: AtomicU64::new(0),
             freed: Notify::new(),
         })
     }
@@ -74,6 +82,8 @@ impl BufferBudget {
 pub struct JobBuffer {
     budget: Arc<BufferBudget>,
     bytes: AtomicU64,
+    /// Of `bytes`, those of results waiting for the client.
+    result_bytes: AtomicU64,
     freed: Notify,
 }
 
@@ -116,13 +126,52 @@ impl JobBuffer {
         }
     }
 
-    /// Holds `bytes` now, over the cap if need be (a result that is already computed).
+    /// Holds `bytes` now, over the cap if need be.
     pub fn charge(self: &Arc<Self>, bytes: u64) -> BufferCharge {
+        self.hold(bytes, false)
+    }
+
+    fn hold(self: &Arc<Self>, bytes: u64, result: bool) -> BufferCharge {
+        if result {
+            self.result_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.budget.total_bytes.fetch_add(bytes, Ordering::Relaxed);
         BufferCharge {
             buffer: self.clone(),
             bytes,
+            result,
+        }
+    }
+
+    /// Holds `bytes` of a result queued for the client, over the cap if need be (it is
+    /// computed already; [`JobBuffer::results_full`] keeps more from being computed).
+    pub fn charge_result(self: &Arc<Self>, bytes: u64) -> BufferCharge {
+        self.hold(bytes, true)
+    }
+
+    /// Whether the job's tasks should wait before they run: the client has results to
+    /// read, and the job's buffer or the scheduler's is full. Without unread results the
+    /// job's tasks always run: only its client's reading would free the buffer.
+    pub fn results_full(&self) -> bool {
+        let unread = self.result_bytes.load(Ordering::Relaxed) > 0;
+        unread
+            && (self.bytes() >= self.budget.max_job_bytes
+                || self.budget.total_bytes() >= self.budget.max_total_bytes)
+    }
+
+    /// Waits until [`JobBuffer::results_full`] no longer holds.
+    pub async fn wait_for_room(&self) {
+        loop {
+            let job_freed = self.freed.notified();
+            let any_freed = self.budget.freed.notified();
+            if !self.results_full() {
+                return;
+            }
+            tokio::select! {
+                () = job_freed => {}
+                () = any_freed => {}
+            }
         }
     }
 }
@@ -132,6 +181,8 @@ impl JobBuffer {
 pub struct BufferCharge {
     buffer: Arc<JobBuffer>,
     bytes: u64,
+    /// For a result waiting for the client.
+    result: bool,
 }
 
 impl BufferCharge {
@@ -142,6 +193,11 @@ impl BufferCharge {
 
 impl Drop for BufferCharge {
     fn drop(&mut self) {
+        if self.result {
+            self.buffer
+                .result_bytes
+                .fetch_sub(self.bytes, Ordering::Relaxed);
+        }
         self.buffer.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
         let budget = &self.buffer.budget;
         budget.total_bytes.fetch_sub(self.bytes, Ordering::Relaxed);

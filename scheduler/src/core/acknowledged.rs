@@ -8,6 +8,8 @@
 //!   actors are placed only once it is saved, so no agent started one), a scale goes back
 //!   to the replicas before, a new job is forgotten, a summary is restored.
 //!
+//! Follow-ups come back to the loop on a channel of their own ([`FollowUp`]).
+//!
 //! Memory is the truth the store follows: each undo writes the state it restores, after
 //! the failed op in the writer's order, so the store ends where memory is once it heals.
 
@@ -19,32 +21,40 @@ use crate::error::SchedulerError;
 use crate::store::{StoreOp, WriteOutcome};
 
 /// What to do on the core once a write committed or failed.
-type FollowUp = Box<dyn FnOnce(&mut Core, WriteOutcome) + Send>;
+type AfterWriteFn = Box<dyn FnOnce(&mut Core, WriteOutcome) + Send>;
 
-/// A follow-up the writer thread hands back to the core once the writes queued before it
-/// committed (or failed): the loop runs it like a command.
-pub(crate) struct AfterWrite {
-    pub written: WriteOutcome,
-    pub then: FollowUp,
+/// Work handed back to the core from elsewhere (the store's writer thread, a task waiting
+/// for a job's buffer to have room): the loop runs it like a command.
+pub(crate) enum FollowUp {
+    /// The writes queued before it committed (or failed).
+    AfterWrite {
+        written: WriteOutcome,
+        then: AfterWriteFn,
+    },
+    /// The job's result buffer has room again: its parked tasks may run.
+    ResultsRoom(JobId),
 }
 
-impl AfterWrite {
+impl FollowUp {
     pub fn run(self, core: &mut Core) {
-        (self.then)(core, self.written);
+        match self {
+            FollowUp::AfterWrite { written, then } => then(core, written),
+            FollowUp::ResultsRoom(job) => core.unpark_tasks(&job),
+        }
     }
 }
 
-pub(crate) type AfterWriteRx = tokio::sync::mpsc::UnboundedReceiver<AfterWrite>;
+pub(crate) type FollowUpRx = tokio::sync::mpsc::UnboundedReceiver<FollowUp>;
 
 impl Core {
     /// Runs `then` on the core once every store write queued so far has committed (`Ok`)
     /// or failed (`Err`, the error).
     pub(super) fn after_write(&self, then: impl FnOnce(&mut Core, WriteOutcome) + Send + 'static) {
-        let back = self.after_write_tx.clone();
+        let back = self.follow_ups.clone();
         self.store.when_durable(move |written| {
             // The loop is gone: the reply inside `then` drops and its caller hears that the
             // scheduler stopped.
-            let _ = back.send(AfterWrite {
+            let _ = back.send(FollowUp::AfterWrite {
                 written,
                 then: Box::new(then),
             });
@@ -70,18 +80,18 @@ impl Core {
         }
     }
 
-    /// Runs the follow-ups of writes that have come back, as the loop would (unit tests
-    /// drive the core without its loop).
+    /// Runs the follow-ups that have come back, as the loop would (unit tests drive the
+    /// core without its loop).
     #[cfg(test)]
-    pub(super) fn run_after_writes(&mut self) {
-        let Some(mut rx) = self.after_write_rx.take() else {
+    pub(super) fn run_follow_ups(&mut self) {
+        let Some(mut rx) = self.follow_ups_rx.take() else {
             return;
         };
         while let Ok(done) = rx.try_recv() {
             done.run(self);
             self.after_commands();
         }
-        self.after_write_rx = Some(rx);
+        self.follow_ups_rx = Some(rx);
     }
 
     /// `Some(reply)` if a change may go ahead; otherwise the call is refused at once,
@@ -295,7 +305,10 @@ impl Core {
         self.after_write(move |core, written| match written {
             Ok(()) => {
                 core.cancel_job_tasks(&job, &why);
-                let _ = reply.send(core.job_status(&job));
+                // Answered behind the end of its result stream, as a cancel made at once
+                // would be.
+                let status = core.job_status(&job);
+                core.reply_when_durable(reply, status);
             }
             Err(error) => {
                 if let Some(record) = core.jobs.get(&job) {

@@ -93,6 +93,7 @@ impl Core {
                 input_closed: false,
                 persisted: JobCounts::default(),
                 detached_since: None,
+                parked: Default::default(),
             },
         );
         Ok(JobStream { job, attachment: 1 })
@@ -432,6 +433,9 @@ impl Core {
             };
             let pool = self.pools.get_mut(pool_name).expect("checked");
             let task_id = pool.queue.pop_front().expect("not empty");
+            if self.park_if_results_full(task_id) {
+                continue;
+            }
             self.dispatch_to(task_id, &actor_id);
         }
     }
@@ -866,6 +870,7 @@ impl Core {
         let results = job.results.take();
         job.clear_held();
         job.inherited_runs.clear();
+        job.parked.clear();
         let pool = PoolName::new(job.status.pool.clone());
         let mine: Vec<TaskId> = self
             .tasks

@@ -10,6 +10,7 @@ mod finished;
 mod host_deaths;
 mod jobs;
 mod nodes;
+mod parked;
 mod pools;
 pub(crate) mod quarantine;
 mod reconcile_tick;
@@ -190,11 +191,16 @@ impl JobResults {
     pub fn send(&self, message: pb::SubmitResponse) {
         let charge = self
             .buffer
-            .charge(prost::Message::encoded_len(&message) as u64);
+            .charge_result(prost::Message::encoded_len(&message) as u64);
         let _ = self.tx.send(JobResultMessage {
             message: Ok(message),
             charge: Some(charge),
         });
+    }
+
+    /// The job's buffer, which its results are charged to.
+    pub fn buffer(&self) -> &Arc<JobBuffer> {
+        &self.buffer
     }
 
     /// Ends the client's stream with an error.
@@ -421,7 +427,7 @@ async fn run_scheduler_loop(
 ) {
     let mut tick = tokio::time::interval(core.tick_period());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut after_writes = core.after_write_rx.take().expect("the loop runs once");
+    let mut follow_ups = core.follow_ups_rx.take().expect("the loop runs once");
     let mut lag_probe = tokio::time::interval(LAG_PROBE_PERIOD);
     lag_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -435,7 +441,7 @@ async fn run_scheduler_loop(
                 }
                 core.after_commands();
             }
-            Some(done) = after_writes.recv() => {
+            Some(done) = follow_ups.recv() => {
                 done.run(&mut core);
                 core.after_commands();
             }
@@ -502,10 +508,11 @@ pub(crate) struct Core {
     /// Charges outcomes held for detached or restarted clients to the scheduler-wide byte
     /// budget (the handle's; a budget of its own from the config in unit tests).
     held_outcomes: Arc<JobBuffer>,
-    /// Where follow-ups of store writes come back to the loop (`core/acknowledged.rs`).
-    after_write_tx: mpsc::UnboundedSender<acknowledged::AfterWrite>,
+    /// Where follow-ups (of store writes, of a job's buffer having room) come back to the
+    /// loop (`core/acknowledged.rs`).
+    follow_ups: mpsc::UnboundedSender<acknowledged::FollowUp>,
     /// Taken by the loop (or a unit test) that runs the follow-ups.
-    after_write_rx: Option<acknowledged::AfterWriteRx>,
+    follow_ups_rx: Option<acknowledged::FollowUpRx>,
     metrics: SchedulerMetrics,
     prices: resident_proto::prices::PriceTable,
 }
@@ -537,7 +544,7 @@ impl Core {
         let held_outcomes =
             BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes)
                 .job_buffer();
-        let (after_write_tx, after_write_rx) = mpsc::unbounded_channel();
+        let (follow_ups, follow_ups_rx) = mpsc::unbounded_channel();
         Self {
             config,
             store,
@@ -562,8 +569,8 @@ impl Core {
             last_reconcile: Instant::now(),
             last_deadline_check: Instant::now(),
             held_outcomes,
-            after_write_tx,
-            after_write_rx: Some(after_write_rx),
+            follow_ups,
+            follow_ups_rx: Some(follow_ups_rx),
             metrics,
             prices: Default::default(),
         }

@@ -413,6 +413,7 @@ impl Core {
         let mut queued: Vec<_> = record.queue.drain(..).collect();
         queued.extend(record.suspects.drain(..));
         let actors: Vec<ActorId> = record.actors.iter().cloned().collect();
+        queued.extend(self.take_parked_on(pool));
         let waiting = self.tasks.iter().filter(|(_, t)| {
             &t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. })
         });
@@ -679,6 +680,7 @@ impl Core {
         let record = self.pools.get_mut(pool).expect("checked");
         let mut waiting: Vec<TaskId> = record.queue.drain(..).collect();
         waiting.extend(record.suspects.drain(..));
+        waiting.extend(self.take_parked_on(pool));
         waiting.extend(self.tasks.iter().filter_map(|(id, t)| {
             (&t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. }))
                 .then_some(*id)

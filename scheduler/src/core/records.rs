@@ -255,6 +255,9 @@ pub struct JobRecord {
     /// Since when its client's stream is gone while the job runs on, waiting for the
     /// client to reattach (`CoreConfig::detach_grace`; `core/jobs.rs::client_gone`).
     pub detached_since: Option<Instant>,
+    /// Queued tasks held back from dispatch while its client has a full buffer of results
+    /// to read, oldest first (`core/parked.rs`).
+    pub parked: VecDeque<TaskId>,
 }
 
 impl JobRecord {

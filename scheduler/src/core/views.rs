@@ -219,6 +219,7 @@ impl Core {
                 input_closed: true,
                 persisted: counts,
                 detached_since: None,
+                parked: Default::default(),
             };
             if !interrupted {
                 finished_history.push((record.status.finished_unix_ms, job.clone()));

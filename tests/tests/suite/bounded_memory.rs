@@ -142,6 +142,122 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     drop((greedy_pool, cluster));
 }
 
+/// Issue 48, item 6. Before, results were charged whatever the cap: 1,000 inputs of 16
+/// bytes, each echoed back as 1 MiB and never read, all ran and left 1 GiB in the
+/// scheduler. Now a job whose buffer is full of unread results runs no more tasks (its
+/// actors' credit goes to other jobs) until its client reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_memory() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let job_cap = 16 * MIB;
+    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let extra = [
+        "--http-listen".into(),
+        http.to_string().into(),
+        "--max-job-buffered-bytes".into(),
+        job_cap.to_string().into(),
+    ];
+    let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("amplify", "echo")
+                .replicas(2)
+                .max_in_flight_per_actor(2)
+                .config_json(&serde_json::json!({"repeat": 65536})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let rss_before = process_rss_bytes(scheduler.pid()).unwrap();
+
+    let inputs = futures::stream::iter((0..1000).map(|i| Bytes::from(format!("{i:016}"))));
+    let greedy = pool.submit("greedy", inputs).await.unwrap();
+    let observer = Cluster::connect(&url).await.unwrap();
+    let mut peak = 0;
+    wait_until(
+        "the greedy job's buffer to fill with results",
+        Duration::from_secs(60),
+        || {
+            peak = peak.max(process_rss_bytes(scheduler.pid()).unwrap());
+            async { (buffered_bytes(http) >= job_cap).then_some(()) }
+        },
+    )
+    .await;
+    // Its tasks stop: what ran is the buffer plus the tasks that were running then.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopped = observer.job_status(&greedy.job_id).await.unwrap();
+    // Another job on the same pool runs to the end meanwhile, on the credit it left.
+    let other_pool = Cluster::connect(&url)
+        .await
+        .unwrap()
+        .create_pool(
+            PoolSpec::new("amplify", "echo")
+                .replicas(2)
+                .max_in_flight_per_actor(2)
+                .config_json(&serde_json::json!({"repeat": 65536})),
+        )
+        .await
+        .unwrap();
+    let outputs = tokio::time::timeout(
+        Duration::from_secs(60),
+        other_pool.map((0..20).map(|i| Bytes::from(vec![i as u8]))),
+    )
+    .await
+    .expect("another job on the pool is not held up")
+    .unwrap();
+    assert!(
+        outputs
+            .iter()
+            .all(|o| o.output.as_ref().is_ok_and(|b| b.len() == 65536))
+    );
+    for _ in 0..10 {
+        peak = peak.max(process_rss_bytes(scheduler.pid()).unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let later = observer.job_status(&greedy.job_id).await.unwrap();
+    assert_eq!(
+        later.succeeded, stopped.succeeded,
+        "the unread job's tasks kept running"
+    );
+    let held = buffered_bytes(http);
+    let grown = peak.saturating_sub(rss_before);
+    eprintln!(
+        "unread 1 MiB results: {} ran, {} MiB buffered, scheduler RSS grew by {} MiB at its peak",
+        later.succeeded,
+        held / MIB,
+        grown / MIB
+    );
+    // What ran: the scheduler's buffer (16), the SDK's read-ahead (64 results in its own
+    // bounded channel), the client's HTTP/2 window (2 MiB) and the tasks in flight (4).
+    assert!(
+        later.succeeded < 16 + 64 + 2 + 4 + 10,
+        "{} results of 1 MiB ran for a 16 MiB buffer",
+        later.succeeded
+    );
+    assert!(
+        held <= job_cap + 5 * MIB,
+        "resident_scheduler_buffered_bytes {held} for a job capped at {job_cap}"
+    );
+    assert!(
+        grown < 8 * job_cap,
+        "scheduler RSS grew by {} MiB for a job capped at 16 MiB",
+        grown / MIB
+    );
+
+    // The client reads: the rest runs, and every result arrives.
+    let mut greedy = greedy;
+    let mut received = 0;
+    while let Some(result) = tokio::time::timeout(Duration::from_secs(60), greedy.next())
+        .await
+        .expect("results keep coming once read")
+    {
+        assert_eq!(result.unwrap().output.unwrap().len(), 16 * 65536);
+        received += 1;
+    }
+    assert_eq!(received, 1000);
+}
+
 /// `resident_scheduler_buffered_bytes` from the scheduler's `/metrics`.
 fn buffered_bytes(http: std::net::SocketAddr) -> u64 {
     let text = plain_http_get(http, "/metrics");

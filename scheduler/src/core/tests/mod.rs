@@ -43,7 +43,7 @@ fn answer<T>(make: impl FnOnce(oneshot::Sender<T>) -> SchedulerCommand, core: &m
     core.after_commands();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        core.run_after_writes();
+        core.run_follow_ups();
         match answer.try_recv() {
             Ok(value) => return value,
             Err(oneshot::error::TryRecvError::Empty) if std::time::Instant::now() < deadline => {
@@ -1111,6 +1111,7 @@ mod durable_acks;
 mod host_deaths;
 mod idle_pools;
 mod outcome_origin;
+mod parked;
 mod quarantine;
 mod reconcile_tick;
 mod restart;

@@ -58,7 +58,7 @@ fn heal(h: &mut Harness, store: &SwitchableStore) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    h.core.run_after_writes();
+    h.core.run_follow_ups();
 }
 
 fn create(h: &mut Harness, spec: pb::PoolSpec) -> Result<pb::PoolStatus, SchedulerError> {
