@@ -13,6 +13,7 @@ pub mod device;
 pub mod embed;
 mod error;
 pub mod generate;
+pub mod memory;
 pub mod roots;
 pub mod trials;
 

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::lanes::{self, LANES, Width};
 use super::llama::Row;
+use crate::ModelError;
 
 /// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
 /// memory when a new sequence takes it.
@@ -21,6 +22,9 @@ pub struct KvArena {
     kv_dim: usize,
     layers: usize,
     slots: Vec<SlotCache>,
+    /// Bytes the caches hold now, and the most they may (`crate::memory`).
+    bytes: u64,
+    budget: u64,
 }
 
 #[derive(Default)]
@@ -31,26 +35,43 @@ struct SlotCache {
 }
 
 impl KvArena {
+    /// Caches for `slots` sequences within half the host's RAM.
     pub fn new(layers: usize, kv_dim: usize, slots: usize) -> Self {
+        Self::with_budget(layers, kv_dim, slots, crate::memory::cache_budget_bytes())
+    }
+
+    pub fn with_budget(layers: usize, kv_dim: usize, slots: usize, budget: u64) -> Self {
         Self {
             kv_dim,
             layers,
             slots: (0..slots).map(|_| SlotCache::default()).collect(),
+            bytes: 0,
+            budget,
         }
     }
 
-    /// Makes room in `slot` for positions `0..len`.
-    pub fn reserve(&mut self, slot: usize, len: usize) {
-        let (layers, width) = (self.layers, len * self.kv_dim);
+    /// Makes room in `slot` for positions `0..len`; an [`ModelError::OutOfMemory`] past the
+    /// budget or what the host can give.
+    pub fn reserve(&mut self, slot: usize, len: usize) -> Result<(), ModelError> {
+        let (layers, width) = (self.layers, len.saturating_mul(self.kv_dim));
         let cache = &mut self.slots[slot];
+        let held = cache.k.first().map_or(0, Vec::len);
+        if width <= held {
+            return Ok(());
+        }
+        // Keys and values, every layer, f16.
+        let added = ((width - held) as u64)
+            .checked_mul(2 * layers as u64 * 2)
+            .and_then(|added| added.checked_add(self.bytes));
+        crate::memory::check_cache_size("KV cache", added, self.budget)?;
         for side in [&mut cache.k, &mut cache.v] {
             side.resize_with(layers, Vec::new);
             for layer in side.iter_mut() {
-                if layer.len() < width {
-                    layer.resize(width, f16::ZERO);
-                }
+                crate::memory::try_grow(layer, width, f16::ZERO)?;
             }
         }
+        self.bytes = added.expect("checked");
+        Ok(())
     }
 
     /// Stores a token's key and value (rounded to f16) at `pos` of `slot`, in `layer`.
@@ -313,6 +334,22 @@ fn softmax(width: Width, weights: &mut [f32]) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_cache_grown_past_its_budget_is_an_out_of_memory_error() {
+        // 2 layers x 8 wide x keys and values x 2 bytes: 64 bytes a position.
+        let mut kv = KvArena::with_budget(2, 8, 2, 64 * 100);
+        kv.reserve(0, 60).unwrap();
+        kv.reserve(1, 40).unwrap();
+        kv.reserve(0, 50).unwrap();
+        let error = kv.reserve(1, 41).unwrap_err();
+        assert!(
+            matches!(&error, ModelError::OutOfMemory(m) if m.contains("KV cache")),
+            "{error}"
+        );
+        // An absurd length is an error, not an overflow or an abort.
+        assert!(kv.reserve(0, usize::MAX / 4).is_err());
+    }
+
     /// Against attention in f64 over the f16-rounded keys and values: the same within f16's
     /// rounding of the query and the weights.
     #[test]
@@ -325,7 +362,7 @@ mod tests {
         let kv_dim = shape.kv_heads * shape.head_dim;
         let mut kv = KvArena::new(1, kv_dim, 1);
         let len = 11;
-        kv.reserve(0, len);
+        kv.reserve(0, len).unwrap();
         let value_at = |p: usize, j: usize, salt: f32| ((p * 31 + j) as f32 * salt).sin();
         for p in 0..len {
             let key: Vec<f32> = (0..kv_dim).map(|j| value_at(p, j, 0.7)).collect();

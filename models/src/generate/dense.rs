@@ -110,6 +110,29 @@ impl DenseKv {
             .max(FIRST_CAPACITY)
             .min(self.context.max(len));
         let (slots, old, kv_dim) = (self.slots, self.capacity, self.kv_dim);
+        // On the CPU a tensor is a plain allocation, which aborts the agent if the host
+        // cannot give it: past the budget it is an out-of-memory error (fewer sequences are
+        // tried). A GPU reports its own out-of-memory errors.
+        if self.device.is_cpu() {
+            let bytes = [
+                slots,
+                capacity,
+                kv_dim,
+                self.layers,
+                2,
+                self.dtype.size_in_bytes(),
+            ]
+            .into_iter()
+            .try_fold(1u64, |total, n| total.checked_mul(n as u64));
+            if let Err(error) = crate::memory::check_cache_size(
+                "KV cache",
+                bytes,
+                crate::memory::cache_budget_bytes(),
+            ) {
+                // "out of memory" in the text: `ModelError::from` tells it apart.
+                candle_core::bail!("out of memory: {error}");
+            }
+        }
         let grow = |side: Option<&Tensor>| -> candle_core::Result<Tensor> {
             let fresh = Tensor::zeros((slots, capacity - old, kv_dim), self.dtype, &self.device)?;
             let grown = match side {

@@ -54,6 +54,7 @@ pub fn halves_layout_tensors(
         ));
     }
     let (mut file, content) = super::llama::read_gguf(gguf)?;
+    super::gguf_shapes::check_tensor_shapes(&content, config)?;
     let mut load = |part: Part, layer: usize| -> Result<Tensor, ModelError> {
         let name = part.gguf_name(layer);
         let failed = |e: candle_core::Error| ModelError::Load(format!("GGUF tensor `{name}`: {e}"));

@@ -314,6 +314,7 @@ impl LlamaModel {
     pub fn load(path: &Path) -> Result<(Self, HashMap<String, Value>), ModelError> {
         let (mut file, content) = read_gguf(path)?;
         let config = LlamaConfig::from_metadata(&content.metadata)?;
+        super::gguf_shapes::check_tensor_shapes(&content, &config)?;
         let arch = LlamaConfig::architecture(&content.metadata);
         if !QUANTISED_ARCHITECTURES.contains(&arch.as_str())
             || content.tensor_infos.contains_key("rope_freqs.weight")
@@ -397,7 +398,7 @@ impl LlamaModel {
             }
         }
         for (slot, len) in needed {
-            kv.reserve(slot, len);
+            kv.reserve(slot, len)?;
         }
         let StepBuffers {
             x,

@@ -13,6 +13,7 @@ pub mod chat;
 pub mod checkpoint;
 pub mod dense;
 pub mod export;
+mod gguf_shapes;
 pub mod gguf_vocab;
 mod lanes;
 pub mod llama;
@@ -210,6 +211,7 @@ impl GenerateModel {
             Engine::Quantised(LlamaModel::load(path)?.0)
         } else {
             let mut config = LlamaConfig::from_metadata(&content.metadata)?;
+            gguf_shapes::check_tensor_shapes(&content, &config)?;
             config.rope_freq_factors = checkpoint::gguf_rope_factors(&content, &mut file)?;
             // `None`: the file's blocks stay quantised, activations in f32. On the CPU,
             // `auto` for a file our kernels do not take means f32.

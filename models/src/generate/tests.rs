@@ -231,6 +231,48 @@ fn k_quant_q5_0_and_f16_files_of_the_model_answer_alike() {
     }
 }
 
+#[test]
+fn a_gguf_whose_metadata_disagrees_with_its_tensors_is_refused_naming_the_tensor() {
+    use candle_core::quantized::gguf_file;
+
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut file = std::fs::File::open(&source).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let device = candle_core::Device::Cpu;
+    let tensors: Vec<_> = content
+        .tensor_infos
+        .keys()
+        .map(|name| {
+            (
+                name.clone(),
+                content.tensor(&mut file, name, &device).unwrap(),
+            )
+        })
+        .collect();
+    // The real feed-forward size is 1536: the metadata now says 1024.
+    let mut metadata = content.metadata.clone();
+    metadata.insert(
+        "llama.feed_forward_length".into(),
+        gguf_file::Value::U32(1024),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("edited.gguf");
+    write_gguf(&path, metadata.iter(), &tensors);
+    for dtype in [WeightDtype::Auto, WeightDtype::F32] {
+        let error = GenerateModel::load_on(&path, &device, dtype)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains("ffn_gate.weight` has shape [1536, 576]")
+                && error.contains("[1024, 576]")
+                && error.contains("disagrees"),
+            "{dtype:?}: {error}"
+        );
+    }
+}
+
 /// Writes a GGUF file of `metadata` and `tensors` (the tests' copies of SmolLM2 in other
 /// types and layouts).
 pub(super) fn write_gguf<'a>(
