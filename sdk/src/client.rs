@@ -264,12 +264,9 @@ impl Cluster {
     pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, SdkError> {
         let request = with_timeout(pb::ListNodesRequest {}, self.request_timeout);
         let nodes = self.client.clone().list_nodes(request).await?;
-        Ok(nodes
-            .into_inner()
-            .nodes
-            .into_iter()
-            .map(NodeInfo::from)
-            .collect())
+        let answer = nodes.into_inner();
+        warn_if_omitted("nodes", answer.omitted);
+        Ok(answer.nodes.into_iter().map(NodeInfo::from).collect())
     }
 
     /// Every actor of every pool.
@@ -279,36 +276,27 @@ impl Cluster {
         };
         let request = with_timeout(request, self.request_timeout);
         let actors = self.client.clone().list_actors(request).await?;
-        Ok(actors
-            .into_inner()
-            .actors
-            .into_iter()
-            .map(ActorInfo::from)
-            .collect())
+        let answer = actors.into_inner();
+        warn_if_omitted("actors", answer.omitted);
+        Ok(answer.actors.into_iter().map(ActorInfo::from).collect())
     }
 
     /// Every pool, by name, with its actors.
     pub async fn list_pools(&self) -> Result<Vec<PoolStatus>, SdkError> {
         let request = with_timeout(pb::ListPoolsRequest {}, self.request_timeout);
         let pools = self.client.clone().list_pools(request).await?;
-        Ok(pools
-            .into_inner()
-            .pools
-            .into_iter()
-            .map(PoolStatus::from)
-            .collect())
+        let answer = pools.into_inner();
+        warn_if_omitted("pools", answer.omitted);
+        Ok(answer.pools.into_iter().map(PoolStatus::from).collect())
     }
 
     /// The jobs the scheduler holds: running ones and the most recent finished ones.
     pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, SdkError> {
         let request = with_timeout(pb::ListJobsRequest {}, self.request_timeout);
         let jobs = self.client.clone().list_jobs(request).await?;
-        Ok(jobs
-            .into_inner()
-            .jobs
-            .into_iter()
-            .map(JobStatus::from)
-            .collect())
+        let answer = jobs.into_inner();
+        warn_if_omitted("jobs", answer.omitted);
+        Ok(answer.jobs.into_iter().map(JobStatus::from).collect())
     }
 
     /// A job's status by its id.
@@ -588,5 +576,16 @@ impl CallSession {
             Some(Err(error)) => Err(error),
             None => Err(SdkError::Unavailable("call session closed".into())),
         }
+    }
+}
+
+/// A listing the scheduler cut to fit its byte cap says so on the caller's log.
+fn warn_if_omitted(what: &str, omitted: u32) {
+    if omitted > 0 {
+        tracing::warn!(
+            omitted,
+            "the scheduler left {omitted} {what} out of its answer to keep it within its byte \
+             cap; the first ones are listed"
+        );
     }
 }

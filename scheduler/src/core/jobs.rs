@@ -48,6 +48,8 @@ impl Core {
     ) -> Result<JobStream, SchedulerError> {
         let pool = PoolName::new(header.pool.clone());
         self.pool_record(&pool)?;
+        crate::policy::field_limits::check_job_name(&header.job_name)
+            .map_err(SchedulerError::InvalidArgument)?;
         if !header.resume_job_id.is_empty() {
             return self.resume_job(header, owner, results);
         }

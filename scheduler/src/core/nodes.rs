@@ -112,6 +112,8 @@ impl Core {
                 "node generation is empty".into(),
             ));
         }
+        crate::policy::field_limits::check_registration(&register)
+            .map_err(SchedulerError::InvalidArgument)?;
         let node_id = NodeId::new(register.node_id.clone());
         if let Some(old) = self.nodes.get(&node_id)
             && old.alive

@@ -17,10 +17,10 @@ use crate::placement::{
 use crate::state::{ActorEvent, ActorState, Restarts, TaskState, transition};
 use crate::store::StoreOp;
 
-/// Labels a pool's selector may name: every listing carries them.
-const MAX_SELECTOR_LABELS: usize = 64;
-/// The longest label key or value in a selector (and GPU model name).
-const MAX_LABEL_BYTES: usize = 256;
+/// Labels a pool's selector may name (as a node's): every listing carries them. Each key
+/// and value (and the GPU model name) is at most a node label's length.
+const MAX_SELECTOR_LABELS: usize = crate::policy::field_limits::MAX_NODE_LABELS;
+use crate::policy::field_limits::MAX_LABEL_BYTES;
 
 /// Checks a pool spec and turns its resources into a placement request. Every field that
 /// lands in listings is bounded (name, kind, config, selector), so a listing of every

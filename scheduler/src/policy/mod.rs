@@ -1,4 +1,5 @@
 //! Small pure policies.
 
 pub mod backoff;
+pub mod field_limits;
 pub mod reconcile;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
+use super::listing::{MAX_LISTING_BYTES, fit_listing};
 use crate::auth::{Action, audit, principal_of, require};
 use crate::budget::{BufferBudget, JobBuffer};
 use crate::core::{JobResultMessage, JobResults, JobStream, SchedulerCommand, SchedulerHandle};
@@ -135,7 +136,8 @@ impl SchedulerService for ClientApiService {
             .scheduler
             .call(|reply| SchedulerCommand::ListPools { reply })
             .await?;
-        Ok(Response::new(pb::ListPoolsResponse { pools }))
+        let (pools, omitted) = fit_listing(pools, MAX_LISTING_BYTES);
+        Ok(Response::new(pb::ListPoolsResponse { pools, omitted }))
     }
 
     #[instrument(skip_all)]
@@ -148,7 +150,8 @@ impl SchedulerService for ClientApiService {
             .scheduler
             .call(|reply| SchedulerCommand::ListJobs { reply })
             .await?;
-        Ok(Response::new(pb::ListJobsResponse { jobs }))
+        let (jobs, omitted) = fit_listing(jobs, MAX_LISTING_BYTES);
+        Ok(Response::new(pb::ListJobsResponse { jobs, omitted }))
     }
 
     type SubmitTasksStream = JobResultStream;
@@ -289,7 +292,8 @@ impl SchedulerService for ClientApiService {
             .scheduler
             .call(|reply| SchedulerCommand::ListNodes { reply })
             .await?;
-        Ok(Response::new(pb::ListNodesResponse { nodes }))
+        let (nodes, omitted) = fit_listing(nodes, MAX_LISTING_BYTES);
+        Ok(Response::new(pb::ListNodesResponse { nodes, omitted }))
     }
 
     #[instrument(skip_all)]
@@ -305,7 +309,8 @@ impl SchedulerService for ClientApiService {
             .scheduler
             .call(|reply| SchedulerCommand::ListActors { pool, reply })
             .await?;
-        Ok(Response::new(pb::ListActorsResponse { actors }))
+        let (actors, omitted) = fit_listing(actors, MAX_LISTING_BYTES);
+        Ok(Response::new(pb::ListActorsResponse { actors, omitted }))
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod agent_session;
 mod client_api;
+mod listing;
 
 pub use agent_session::AgentSessionService;
 pub use client_api::ClientApiService;
