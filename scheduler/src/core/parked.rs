@@ -28,12 +28,14 @@ impl Core {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return false;
         };
-        let Some(buffer) = job.results.as_ref().map(|r| r.buffer().clone()) else {
+        // Checked before anything is cloned: dispatch runs this for every task.
+        let Some(buffer) = job.results.as_ref().map(|r| r.buffer()) else {
             return false;
         };
         if !buffer.results_full() {
             return false;
         }
+        let buffer = buffer.clone();
         let first = job.parked.is_empty();
         job.parked.push_back(task_id);
         if first {
