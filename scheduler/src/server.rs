@@ -219,18 +219,26 @@ async fn report_store_health(
     mut store: crate::store::StoreHealth,
     cancel: CancellationToken,
 ) {
+    let mut reported = ServingStatus::Serving;
     loop {
         tokio::select! {
             changed = store.changed() => if changed.is_err() { return },
             () = cancel.cancelled() => return,
         }
+        // Each failed retry sends its error again: only a change of status is reported.
         let status = match store.borrow_and_update().as_ref() {
-            Some(error) => {
+            Some(error) if reported == ServingStatus::Serving => {
                 tracing::warn!(%error, "health: NOT_SERVING while the state store fails");
                 ServingStatus::NotServing
             }
-            None => ServingStatus::Serving,
+            Some(_) => continue,
+            None if reported == ServingStatus::Serving => continue,
+            None => {
+                tracing::info!("health: SERVING, the state store writes again");
+                ServingStatus::Serving
+            }
         };
+        reported = status;
         health
             .set_service_status(SCHEDULER_HEALTH_SERVICE, status)
             .await;

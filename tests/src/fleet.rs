@@ -318,7 +318,9 @@ impl AgentSession {
                     .store(actors.len() as u64, Ordering::Relaxed);
             }
             Body::RunTask(task) => {
-                let result = match actors.get_mut(&task.actor_id) {
+                let hosted = actors.get_mut(&task.actor_id);
+                let not_run = hosted.is_none();
+                let result = match hosted {
                     Some(actor) => {
                         actor.tasks_done += 1;
                         pb::task_outcome::Result::Output(task.payload)
@@ -340,6 +342,7 @@ impl AgentSession {
                         permanent: false,
                         key: task.key,
                         crashed: false,
+                        not_run,
                     }),
                 );
             }

@@ -292,6 +292,7 @@ pub(super) fn run_actor_thread(
             permanent,
             key: task.key,
             crashed: panicked.is_some(),
+            not_run: false,
         };
         let size = backend.last_task_size().unwrap_or_default();
         health.send_modify(|h| {

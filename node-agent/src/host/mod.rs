@@ -50,7 +50,9 @@ pub struct ActorHost {
     progress_interval: ProgressInterval,
 }
 
-fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
+/// The answer to a task that never reached its actor; `not_run` when the actor is gone
+/// (the scheduler's view of it is stale), not when it is only overloaded.
+fn outcome_error(task: &pb::RunTask, error: String, not_run: bool) -> pb::AgentMessage {
     pb::AgentMessage {
         body: Some(pb::agent_message::Body::TaskOutcome(pb::TaskOutcome {
             task_id: task.task_id,
@@ -61,6 +63,7 @@ fn outcome_error(task: &pb::RunTask, error: String) -> pb::AgentMessage {
             permanent: false,
             key: task.key.clone(),
             crashed: false,
+            not_run,
         })),
     }
 }
@@ -206,23 +209,26 @@ impl ActorHost {
             let _ = self.outbound.send(outcome_error(
                 &task,
                 format!("actor {actor_id} is not running on this node"),
+                true,
             ));
             return;
         };
         let span = tracing::debug_span!("task", task_id = task.task_id, actor_id = %actor_id);
         slot.in_hand.insert(task.task_id, task.key.clone());
         if let Err(error) = slot.commands.try_send(ActorCommand::Run { task, span }) {
-            let (task, why) = match error {
+            let (task, why, gone) = match error {
                 mpsc::error::TrySendError::Full(ActorCommand::Run { task, .. }) => {
-                    (task, "actor is overloaded")
+                    (task, "actor is overloaded", false)
                 }
                 mpsc::error::TrySendError::Closed(ActorCommand::Run { task, .. }) => {
-                    (task, "actor has stopped")
+                    (task, "actor has stopped", true)
                 }
                 _ => unreachable!("only Run commands are sent here"),
             };
             slot.in_hand.remove(&task.task_id);
-            let _ = self.outbound.send(outcome_error(&task, why.to_owned()));
+            let _ = self
+                .outbound
+                .send(outcome_error(&task, why.to_owned(), gone));
         }
     }
 

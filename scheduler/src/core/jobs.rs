@@ -585,6 +585,9 @@ impl Core {
                     self.change_task(task_id, TaskEvent::Succeed);
                     self.finish_task(task_id, Ok(output), outcome.run_micros);
                 }
+                Some(pb::task_outcome::Result::Error(error)) if outcome.not_run => {
+                    self.task_never_reached_actor(&actor_id, task_id, &error)
+                }
                 Some(pb::task_outcome::Result::Error(error)) if outcome.crashed => {
                     self.quarantine_or_fail(&actor_id, task_id, error)
                 }
@@ -600,6 +603,24 @@ impl Core {
             self.finish_drain(&actor_id);
         }
         self.dispatch_pool(&pool);
+    }
+
+    /// The agent answered that the actor it was sent to is not there (it stopped, or the
+    /// agent no longer hosts it): the task did not run, so it goes back to the queue without
+    /// spending an attempt (`requeue_lost_task` bounds how often), and an actor the
+    /// scheduler still counts as placed is lost and started again, rather than sent more
+    /// tasks it cannot take.
+    fn task_never_reached_actor(&mut self, actor_id: &ActorId, task_id: TaskId, error: &str) {
+        self.requeue_lost_task(task_id, error);
+        let placed = matches!(
+            self.actors[actor_id].state,
+            ActorState::Ready | ActorState::Starting
+        );
+        if placed {
+            let why = format!("its node answered a task with: {error}");
+            self.lose_actor(actor_id, crate::state::ActorEvent::Failed, &why);
+            self.replan_needed = true;
+        }
     }
 
     fn retry_or_fail(&mut self, task_id: TaskId, error: String, permanent: bool) {

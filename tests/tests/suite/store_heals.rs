@@ -1,11 +1,15 @@
 //! Issue 48, item 5: a store that heals. Before, one failed write left redb refusing every
 //! later operation ("previous I/O error") until a restart, while health still said
-//! SERVING; a pool create whose write failed had already started its actors. Now the
-//! scheduler's state dir sits on a tiny tmpfs (its own mount namespace, `unshare -rm`),
-//! the test fills that filesystem: changes fail with UNAVAILABLE naming the cause, the
-//! failed create left nothing behind, both health checks say the store fails, and reads
-//! still answer. The test frees the space: the same process accepts changes again within
-//! seconds, with no restart.
+//! SERVING; a pool create whose write failed had already started its actors. Now the test
+//! gives the scheduler's state dir a disk it can fill: changes fail with UNAVAILABLE naming
+//! the cause, the failed create left nothing behind, both health checks say the store
+//! fails, and reads still answer. The test frees the space: the same process accepts
+//! changes again within seconds, with no restart.
+//!
+//! The disk is a 4 MiB tmpfs in a mount namespace of the scheduler's own (`unshare -rm`),
+//! filled with a file. Where no namespace can be made, the scheduler runs under a file-size
+//! limit instead (`prlimit`, SIGXFSZ ignored): the limit drops to the database's size to
+//! fill the disk and is lifted to free it. `RESIDENT_TEST_SMALL_DISK=fsize` picks that way.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,19 +19,107 @@ use resident_proto::health::{ServingStatus, check_health};
 use resident_sdk::{Cluster, PoolSpec, SdkError};
 use resident_tests::*;
 
-/// `resident scheduler` with its state dir on a tmpfs of `size` mounted at `mount` in a
-/// mount namespace of its own, with the HTTP port on `http_port`.
-fn spawn_scheduler_on_tmpfs(mount: &Path, size: &str, http_port: u16) -> (Proc, String) {
-    let script = r#"mount -t tmpfs -o "size=$1" tmpfs "$2" && exec "$3" scheduler \
-        --listen 127.0.0.1:0 --state-dir "$2/state" --http-listen "127.0.0.1:$4" \
+/// A disk the test fills and frees under a running scheduler.
+enum SmallDisk {
+    /// A tmpfs seen through `/proc/<pid>/root`; the filler file fills it.
+    Tmpfs { filler: PathBuf },
+    /// A file-size limit on the scheduler process, on its state dir's database.
+    FileSizeLimit { pid: u32, database: PathBuf },
+}
+
+impl SmallDisk {
+    fn fill(&self) {
+        match self {
+            Self::Tmpfs { filler } => {
+                let filled = fill(filler);
+                eprintln!("filled the state dir's tmpfs with {filled} bytes");
+            }
+            Self::FileSizeLimit { pid, database } => {
+                let size = std::fs::metadata(database).expect("the database").len();
+                set_file_size_limit(*pid, &size.to_string());
+            }
+        }
+    }
+
+    fn free(&self) {
+        match self {
+            Self::Tmpfs { filler } => std::fs::remove_file(filler).unwrap(),
+            Self::FileSizeLimit { pid, .. } => set_file_size_limit(*pid, "unlimited"),
+        }
+    }
+
+    /// What the operating system says when a write does not fit.
+    fn error_text(&self) -> &'static str {
+        match self {
+            Self::Tmpfs { .. } => "No space left on device",
+            Self::FileSizeLimit { .. } => "File too large",
+        }
+    }
+}
+
+fn set_file_size_limit(pid: u32, soft: &str) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--fsize={soft}:unlimited"))
+        .status()
+        .expect("run prlimit");
+    assert!(status.success(), "prlimit --fsize={soft} failed");
+}
+
+/// Whether this host lets the test mount a tmpfs in a namespace of its own.
+fn can_mount_tmpfs() -> bool {
+    if std::env::var("RESIDENT_TEST_SMALL_DISK").as_deref() == Ok("fsize") {
+        return false;
+    }
+    let probe = tempfile::tempdir().unwrap();
+    Command::new("unshare")
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            r#"mount -t tmpfs -o size=1m tmpfs "$1""#,
+            "sh",
+        ])
+        .arg(probe.path())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `resident scheduler` with its state dir on a small disk, with the HTTP port on
+/// `http_port`.
+fn spawn_scheduler_on_small_disk(dir: &Path, http_port: u16) -> (Proc, String, SmallDisk) {
+    let args = r#"--listen 127.0.0.1:0 --state-dir "$2/state" --http-listen "127.0.0.1:$3" \
         --heartbeat-ms 100 --node-dead-ms 700"#;
-    let mut command = Command::new("unshare");
+    let tmpfs = can_mount_tmpfs();
+    let script = if tmpfs {
+        format!(r#"mount -t tmpfs -o size=4m tmpfs "$2" && exec "$1" scheduler {args}"#)
+    } else {
+        format!(r#"trap '' XFSZ; exec "$1" scheduler {args}"#)
+    };
+    let mut command = Command::new(if tmpfs { "unshare" } else { "sh" });
+    if tmpfs {
+        command.args(["-rm", "sh"]);
+    }
     command
-        .args(["-rm", "sh", "-c", script, "sh", size])
-        .arg(mount)
+        .args(["-c", &script, "sh"])
         .arg(resident_bin())
+        .arg(dir)
         .arg(http_port.to_string());
-    spawn_scheduler_command(command)
+    let (scheduler, url) = spawn_scheduler_command(command);
+    let disk = if tmpfs {
+        // The scheduler's view of its own mount namespace.
+        let root = PathBuf::from(format!("/proc/{}/root", scheduler.pid()));
+        let inside = dir.strip_prefix("/").expect("an absolute temp dir");
+        SmallDisk::Tmpfs {
+            filler: root.join(inside).join("filler"),
+        }
+    } else {
+        SmallDisk::FileSizeLimit {
+            pid: scheduler.pid(),
+            database: dir.join("state/scheduler.redb"),
+        }
+    };
+    (scheduler, url, disk)
 }
 
 /// Writes zeros to `path` until the filesystem is full.
@@ -65,16 +157,9 @@ fn padded_pool(name: &str) -> PoolSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_without_a_restart() {
     init_logging();
-    let mount = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let http_port = free_port();
-    let (mut scheduler, url) = spawn_scheduler_on_tmpfs(mount.path(), "4m", http_port);
-    // The scheduler's view of its own mount namespace.
-    let tmpfs = PathBuf::from(format!("/proc/{}/root", scheduler.pid())).join(
-        mount
-            .path()
-            .strip_prefix("/")
-            .expect("an absolute temp dir"),
-    );
+    let (mut scheduler, url, disk) = spawn_scheduler_on_small_disk(dir.path(), http_port);
     let cluster = Cluster::connect(&url).await.unwrap();
     cluster
         .create_pool(PoolSpec::new("before", "echo"))
@@ -82,9 +167,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
         .unwrap();
     assert_eq!(health(&url).await, ServingStatus::Serving);
 
-    let filler = tmpfs.join("filler");
-    let filled = fill(&filler);
-    eprintln!("filled the state dir's filesystem with {filled} bytes");
+    disk.fill();
     let mut saved = vec!["before".to_owned()];
     let mut failure = None;
     for i in 0..200 {
@@ -99,7 +182,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
     }
     let (lost, error) = failure.expect("a write fails on a full filesystem");
     assert!(
-        matches!(&error, SdkError::Unavailable(m) if m.contains("No space left on device") && m.contains("changed nothing")),
+        matches!(&error, SdkError::Unavailable(m) if m.contains(disk.error_text()) && m.contains("changed nothing")),
         "{error}"
     );
     eprintln!("pools saved before the disk ran out: {}", saved.len());
@@ -124,7 +207,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
     assert_eq!(health(&url).await, ServingStatus::NotServing);
     let (status, body) = plain_get(http_port, "/healthz");
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("No space left on device"), "{body}");
+    assert!(body.contains(disk.error_text()), "{body}");
     let (_, metrics) = plain_get(http_port, "/metrics");
     assert!(metrics.contains("resident_store_failing 1"), "{metrics}");
     let listed: Vec<String> = cluster
@@ -144,7 +227,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
     }
 
     // The disk frees up: the same process heals by itself and takes changes again.
-    std::fs::remove_file(&filler).unwrap();
+    disk.free();
     let freed = Instant::now();
     while health(&url).await != ServingStatus::Serving {
         assert!(

@@ -217,3 +217,45 @@ async fn dead_nodes_and_dead_actors_of_deleted_pools_are_forgotten() {
         "the dead draining actor is gone; n2's, still draining, stays"
     );
 }
+
+/// An agent that answers that the actor is not there (the scheduler's view of it is
+/// stale): the task spends no attempt and runs on the actor started again.
+#[tokio::test(start_paused = true)]
+async fn a_task_that_never_reached_its_actor_spends_no_attempt() {
+    let mut config = CoreConfig::for_test();
+    config.default_max_task_attempts = 1;
+    let mut h = Harness::new(config);
+    let (job, mut rx, task) = h.one_task_running();
+    let outcome = pb::TaskOutcome {
+        task_id: task.task_id,
+        dispatch: task.dispatch,
+        actor_id: task.actor_id.clone(),
+        result: Some(pb::task_outcome::Result::Error(format!(
+            "actor {} is not running on this node",
+            task.actor_id
+        ))),
+        not_run: true,
+        ..Default::default()
+    };
+    h.send("n1", pb::agent_message::Body::TaskOutcome(outcome));
+    // One attempt allowed, none spent: the actor starts again and the task waits for it.
+    let again = h.started_actor("n1");
+    assert_eq!(again.actor_id, task.actor_id);
+    assert!(again.incarnation > 1, "{again:?}");
+    h.send(
+        "n1",
+        pb::agent_message::Body::ActorReport(pb::ActorReport {
+            actor_id: again.actor_id.clone(),
+            incarnation: again.incarnation,
+            state: pb::ActorState::Ready as i32,
+            model_loads: 1,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(h.job(&job).failed, 0);
+    let rerun = run_tasks(&sent(h.agent("n1"))).remove(0);
+    assert_eq!(rerun.key, task.key);
+    h.outcome("n1", &rerun, Ok("done"));
+    assert_eq!(results(&mut rx).len(), 1);
+    assert_eq!(h.job(&job).succeeded, 1);
+}
