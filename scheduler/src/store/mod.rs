@@ -6,6 +6,8 @@
 
 mod memory;
 mod redb_store;
+#[cfg(test)]
+pub(crate) mod testing;
 mod writer;
 
 use prost::Message;

@@ -314,63 +314,16 @@ impl WriterThread {
         self.metrics.store_backlog(unwritten, self.failures > 0);
     }
 }
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
-    use resident_proto::{JobId, NodeId, pb};
+    use resident_proto::pb;
 
     use super::*;
-    use crate::store::{MemoryStore, StoreError, StoredOutcome};
-
-    /// Fails its first `failures` batches, then writes to memory, taking a millisecond a
-    /// batch as an fsync would; counts the batches, the ops they held and the recoveries.
-    #[derive(Default)]
-    struct FlakyStore {
-        failures: AtomicU32,
-        batches: AtomicU32,
-        ops_tried: AtomicUsize,
-        recoveries: AtomicU32,
-        inner: MemoryStore,
-    }
-
-    impl DurableStore for FlakyStore {
-        fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
-            self.inner.load_pools()
-        }
-        fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError> {
-            self.inner.load_jobs()
-        }
-        fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError> {
-            self.inner.outcomes(job)
-        }
-        fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
-            self.inner.load_nodes()
-        }
-        fn load_placements(
-            &self,
-        ) -> Result<Vec<(resident_proto::ActorId, crate::store::StoredPlacement)>, StoreError>
-        {
-            self.inner.load_placements()
-        }
-        fn recover(&self) -> Result<(), StoreError> {
-            self.recoveries.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
-            self.batches.fetch_add(1, Ordering::SeqCst);
-            self.ops_tried.fetch_add(batch.len(), Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(1));
-            let failing = self
-                .failures
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
-            if failing {
-                return Err(StoreError::Backend("disk full".into()));
-            }
-            self.inner.apply(batch)
-        }
-    }
+    use crate::store::MemoryStore;
+    use crate::store::testing::FlakyStore;
 
     fn pool(name: &str) -> StoreOp {
         StoreOp::PutPool(pb::PoolSpec {

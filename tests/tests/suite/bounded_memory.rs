@@ -14,16 +14,8 @@ const MIB: u64 = 1 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on() {
     init_logging();
-    let state = tempfile::tempdir().unwrap();
     let job_cap = 32 * MIB;
-    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let extra = [
-        "--http-listen".into(),
-        http.to_string().into(),
-        "--max-job-buffered-bytes".into(),
-        job_cap.to_string().into(),
-    ];
-    let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
+    let (_state, scheduler, _agent, cluster, url, http) = scheduler_with_job_cap(job_cap).await;
     let greedy_pool = cluster
         .create_pool(PoolSpec::new("greedy", "echo").replicas(2))
         .await
@@ -149,25 +141,9 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_memory() {
     init_logging();
-    let state = tempfile::tempdir().unwrap();
     let job_cap = 16 * MIB;
-    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let extra = [
-        "--http-listen".into(),
-        http.to_string().into(),
-        "--max-job-buffered-bytes".into(),
-        job_cap.to_string().into(),
-    ];
-    let (scheduler, _agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
-    let pool = cluster
-        .create_pool(
-            PoolSpec::new("amplify", "echo")
-                .replicas(2)
-                .max_in_flight_per_actor(2)
-                .config_json(&serde_json::json!({"repeat": 65536})),
-        )
-        .await
-        .unwrap();
+    let (_state, scheduler, _agent, cluster, url, http) = scheduler_with_job_cap(job_cap).await;
+    let pool = cluster.create_pool(amplifying_pool()).await.unwrap();
     pool.wait_ready(Duration::from_secs(20)).await.unwrap();
     let rss_before = process_rss_bytes(scheduler.pid()).unwrap();
 
@@ -191,12 +167,7 @@ async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_me
     let other_pool = Cluster::connect(&url)
         .await
         .unwrap()
-        .create_pool(
-            PoolSpec::new("amplify", "echo")
-                .replicas(2)
-                .max_in_flight_per_actor(2)
-                .config_json(&serde_json::json!({"repeat": 65536})),
-        )
+        .create_pool(amplifying_pool())
         .await
         .unwrap();
     let outputs = tokio::time::timeout(
@@ -256,6 +227,38 @@ async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_me
         received += 1;
     }
     assert_eq!(received, 1000);
+}
+
+/// Two echo actors (credit 2 each) that answer each input repeated 65,536 times.
+fn amplifying_pool() -> PoolSpec {
+    PoolSpec::new("amplify", "echo")
+        .replicas(2)
+        .max_in_flight_per_actor(2)
+        .config_json(&serde_json::json!({"repeat": 65536}))
+}
+
+/// A scheduler whose jobs may each buffer `job_cap` bytes, with its HTTP port (last) and
+/// one agent; its state dir first.
+async fn scheduler_with_job_cap(
+    job_cap: u64,
+) -> (
+    tempfile::TempDir,
+    Proc,
+    Proc,
+    Cluster,
+    String,
+    std::net::SocketAddr,
+) {
+    let state = tempfile::tempdir().unwrap();
+    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let extra = [
+        "--http-listen".into(),
+        http.to_string().into(),
+        "--max-job-buffered-bytes".into(),
+        job_cap.to_string().into(),
+    ];
+    let (scheduler, agent, cluster, url) = scheduler_with_one_agent(state.path(), &extra).await;
+    (state, scheduler, agent, cluster, url, http)
 }
 
 /// `resident_scheduler_buffered_bytes` from the scheduler's `/metrics`.

@@ -148,6 +148,11 @@ async fn health(url: &str) -> ServingStatus {
         .expect("the health service answers")
 }
 
+async fn pool_names(cluster: &Cluster) -> Vec<String> {
+    let pools = cluster.list_pools().await.unwrap().into_iter();
+    pools.map(|p| p.spec.name().to_owned()).collect()
+}
+
 fn padded_pool(name: &str) -> PoolSpec {
     // Big enough that a few of them need pages the full filesystem cannot give.
     let note = "x".repeat(60_000);
@@ -210,13 +215,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
     assert!(body.contains(disk.error_text()), "{body}");
     let (_, metrics) = plain_get(http_port, "/metrics");
     assert!(metrics.contains("resident_store_failing 1"), "{metrics}");
-    let listed: Vec<String> = cluster
-        .list_pools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| p.spec.name().to_owned())
-        .collect();
+    let listed = pool_names(&cluster).await;
     assert!(
         !listed.contains(&lost),
         "the failed create left {lost} behind: {listed:?}"
@@ -243,13 +242,7 @@ async fn a_full_disk_fails_changes_clearly_and_they_succeed_once_it_frees_withou
         .expect("a change succeeds once the disk has room");
     assert_eq!(plain_get(http_port, "/healthz"), (200, "ok\n".to_owned()));
     assert!(scheduler.is_running(), "healed without a restart");
-    let listed: Vec<String> = cluster
-        .list_pools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| p.spec.name().to_owned())
-        .collect();
+    let listed = pool_names(&cluster).await;
     assert!(listed.contains(&"after".to_owned()), "{listed:?}");
     assert!(!listed.contains(&lost), "{listed:?}");
 }

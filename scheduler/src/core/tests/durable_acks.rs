@@ -22,16 +22,7 @@ async fn each_acknowledged_change_is_in_the_store_when_its_answer_arrives() {
     h.create_pool(cpu_pool("p", 1, 1));
     assert_eq!(stored(&store).0, ["p"]);
 
-    let scaled = answer(
-        |reply| SchedulerCommand::ScalePool {
-            pool: PoolName::from("p"),
-            replicas: 3,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
+    let scaled = h.scale_pool("p", 3).unwrap();
     assert_eq!(scaled.spec.unwrap().replicas, 3);
     assert_eq!(store.load_pools().unwrap()[0].replicas, 3);
 
@@ -43,16 +34,7 @@ async fn each_acknowledged_change_is_in_the_store_when_its_answer_arrives() {
     let cancelled = pb::JobState::Cancelled as i32;
     assert_eq!(stored(&store).1, [(job.to_string(), cancelled)]);
 
-    let deleted = answer(
-        |reply| SchedulerCommand::DeletePool {
-            pool: PoolName::from("p"),
-            if_unused: false,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
+    let deleted = h.delete_pool("p", false).unwrap();
     assert_eq!(deleted, None);
     assert!(stored(&store).0.is_empty());
 }

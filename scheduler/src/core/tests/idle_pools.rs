@@ -6,17 +6,7 @@ use std::time::Duration;
 use super::*;
 
 fn delete_if_unused(h: &mut Harness, pool: &str) -> Option<String> {
-    let pool = PoolName::from(pool);
-    answer(
-        |reply| SchedulerCommand::DeletePool {
-            pool,
-            if_unused: true,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap()
+    h.delete_pool(pool, true).unwrap()
 }
 
 #[tokio::test(start_paused = true)]

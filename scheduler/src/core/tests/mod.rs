@@ -182,6 +182,38 @@ impl Harness {
         .expect("pool created")
     }
 
+    /// Scales `pool` as the anonymous admin would.
+    fn scale_pool(&mut self, pool: &str, replicas: u32) -> Result<pb::PoolStatus, SchedulerError> {
+        let pool = PoolName::from(pool);
+        answer(
+            |reply| SchedulerCommand::ScalePool {
+                pool,
+                replicas,
+                requester: Principal::anonymous(),
+                reply,
+            },
+            &mut self.core,
+        )
+    }
+
+    /// Deletes `pool` as the anonymous admin would; with `if_unused`, only when unused.
+    fn delete_pool(
+        &mut self,
+        pool: &str,
+        if_unused: bool,
+    ) -> Result<Option<String>, SchedulerError> {
+        let pool = PoolName::from(pool);
+        answer(
+            |reply| SchedulerCommand::DeletePool {
+                pool,
+                if_unused,
+                requester: Principal::anonymous(),
+                reply,
+            },
+            &mut self.core,
+        )
+    }
+
     /// The one actor started on `node` since its messages were last read.
     fn started_actor(&mut self, node: &str) -> pb::StartActor {
         sent(self.agent(node))

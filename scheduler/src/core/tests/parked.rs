@@ -77,16 +77,7 @@ async fn parked_tasks_fail_with_their_deleted_pool() {
     let first = run_tasks(&sent(h.agent("n1"))).remove(0);
     h.outcome("n1", &first, Ok(&"x".repeat(200)));
     assert_eq!(h.core.jobs[&job].parked.len(), 2);
-    answer(
-        |reply| SchedulerCommand::DeletePool {
-            pool: PoolName::from("p"),
-            if_unused: false,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
+    h.delete_pool("p", false).unwrap();
     let status = h.job(&job);
     assert_eq!((status.succeeded, status.failed), (1, 2), "{status:?}");
 }

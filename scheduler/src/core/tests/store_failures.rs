@@ -2,54 +2,19 @@
 //! whose own write fails changed nothing (in memory, on the agents, and in the store once it
 //! heals), and the scheduler accepts changes again by itself once the store writes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::*;
-use crate::store::{StoreError, StoreOp, StoredOutcome, StoredPlacement};
+use crate::store::testing::FlakyStore;
 
-/// A memory store whose writes fail while `failing` is set.
-#[derive(Default)]
-struct SwitchableStore {
-    failing: AtomicBool,
-    inner: MemoryStore,
-}
-
-impl DurableStore for SwitchableStore {
-    fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
-        self.inner.load_pools()
-    }
-    fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError> {
-        self.inner.load_jobs()
-    }
-    fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError> {
-        self.inner.outcomes(job)
-    }
-    fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
-        self.inner.load_nodes()
-    }
-    fn load_placements(
-        &self,
-    ) -> Result<Vec<(resident_proto::ActorId, StoredPlacement)>, StoreError> {
-        self.inner.load_placements()
-    }
-    fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(StoreError::Backend("No space left on device".into()));
-        }
-        self.inner.apply(batch)
-    }
-}
-
-fn setup() -> (Harness, Arc<SwitchableStore>) {
-    let store = Arc::new(SwitchableStore::default());
+fn setup() -> (Harness, Arc<FlakyStore>) {
+    let store = Arc::new(FlakyStore::default());
     let mut h = Harness::with_durable(CoreConfig::for_test(), store.clone());
     h.add_node("n1", vec![]);
     (h, store)
 }
 
 /// Lets the disk recover and waits until the writer has written everything it kept.
-fn heal(h: &mut Harness, store: &SwitchableStore) {
-    store.failing.store(false, Ordering::SeqCst);
+fn heal(h: &mut Harness, store: &FlakyStore) {
+    store.set_failing(false);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while h.core.store.refusal().is_some() {
         assert!(
@@ -78,7 +43,7 @@ fn unavailable(error: SchedulerError) -> String {
     status.message().to_owned()
 }
 
-fn stored_pools(store: &SwitchableStore) -> Vec<(String, u32)> {
+fn stored_pools(store: &FlakyStore) -> Vec<(String, u32)> {
     let pools = store.load_pools().unwrap().into_iter();
     pools.map(|p| (p.name, p.replicas)).collect()
 }
@@ -86,7 +51,7 @@ fn stored_pools(store: &SwitchableStore) -> Vec<(String, u32)> {
 #[tokio::test(start_paused = true)]
 async fn a_pool_whose_create_fails_to_save_starts_nothing_and_is_gone() {
     let (mut h, store) = setup();
-    store.failing.store(true, Ordering::SeqCst);
+    store.set_failing(true);
     let message = unavailable(create(&mut h, cpu_pool("lost", 2, 1)).unwrap_err());
     assert!(message.contains("No space left on device"), "{message}");
     assert!(message.contains("changed nothing"), "{message}");
@@ -113,17 +78,8 @@ async fn a_delete_or_scale_that_fails_to_save_leaves_the_pool_as_it_was() {
     let (mut h, store) = setup();
     h.create_pool(cpu_pool("p", 1, 1));
     h.load_actors("n1");
-    store.failing.store(true, Ordering::SeqCst);
-    let deleted = answer(
-        |reply| SchedulerCommand::DeletePool {
-            pool: PoolName::from("p"),
-            if_unused: false,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    );
-    unavailable(deleted.unwrap_err());
+    store.set_failing(true);
+    unavailable(h.delete_pool("p", false).unwrap_err());
     assert!(
         sent(h.agent("n1")).is_empty(),
         "no actor was stopped by a delete that was not saved"
@@ -139,17 +95,8 @@ async fn a_delete_or_scale_that_fails_to_save_leaves_the_pool_as_it_was() {
     assert_eq!(stored_pools(&store), [("p".to_owned(), 1)]);
 
     // A scale's own write fails: it goes back to the replicas before.
-    store.failing.store(true, Ordering::SeqCst);
-    let scaled = answer(
-        |reply| SchedulerCommand::ScalePool {
-            pool: PoolName::from("p"),
-            replicas: 3,
-            requester: Principal::anonymous(),
-            reply,
-        },
-        &mut h.core,
-    );
-    unavailable(scaled.unwrap_err());
+    store.set_failing(true);
+    unavailable(h.scale_pool("p", 3).unwrap_err());
     let status = h.core.pool_status(&PoolName::from("p")).unwrap();
     assert_eq!(status.spec.unwrap().replicas, 1);
     heal(&mut h, &store);
@@ -170,7 +117,7 @@ async fn a_cancel_or_open_that_fails_to_save_changes_no_job() {
     h.load_actors("n1");
     let (job, _rx) = h.open_job("p");
     h.submit(&job, 0..1);
-    store.failing.store(true, Ordering::SeqCst);
+    store.set_failing(true);
     unavailable(cancel_as(&mut h, &job, Principal::anonymous()).unwrap_err());
     let running = pb::JobState::Running as i32;
     assert_eq!(h.job(&job).state, running, "the job runs on");
