@@ -113,11 +113,19 @@ impl JobBuffer {
 
     /// Waits until `bytes` fit, then holds them.
     pub async fn admit(self: &Arc<Self>, bytes: u64) -> BufferCharge {
+        self.wait_until(|buffer| buffer.fits(bytes)).await;
+        self.charge(bytes)
+    }
+
+    /// Waits until `ready` holds, checking again whenever bytes come back to this job or to
+    /// any job.
+    async fn wait_until(&self, ready: impl Fn(&Self) -> bool) {
         loop {
+            // Registered before the check, so a release between the two is not missed.
             let job_freed = self.freed.notified();
             let any_freed = self.budget.freed.notified();
-            if self.fits(bytes) {
-                return self.charge(bytes);
+            if ready(self) {
+                return;
             }
             tokio::select! {
                 () = job_freed => {}
@@ -162,17 +170,7 @@ impl JobBuffer {
 
     /// Waits until [`JobBuffer::results_full`] no longer holds.
     pub async fn wait_for_room(&self) {
-        loop {
-            let job_freed = self.freed.notified();
-            let any_freed = self.budget.freed.notified();
-            if !self.results_full() {
-                return;
-            }
-            tokio::select! {
-                () = job_freed => {}
-                () = any_freed => {}
-            }
-        }
+        self.wait_until(|buffer| !buffer.results_full()).await;
     }
 }
 
