@@ -59,12 +59,13 @@ impl Core {
     fn refresh_gpu_capacity(&mut self, node_id: &NodeId) {
         let mut held: BTreeMap<u32, u64> = BTreeMap::new();
         let mut reserved: BTreeMap<u32, u64> = BTreeMap::new();
-        for actor in self.actors.values() {
+        // Only this node's actors (the `hosted` index), never a walk of the whole fleet.
+        let here = self.hosted.get(node_id).into_iter().flatten();
+        for actor in here.filter_map(|id| self.actors.get(id)) {
             let Some(assignment) = actor.assignment.as_ref() else {
                 continue;
             };
-            if !actor.state.is_placed() || &assignment.node != node_id || assignment.gpus.is_empty()
-            {
+            if !actor.state.is_placed() || assignment.gpus.is_empty() {
                 continue;
             }
             let share = actor.vram_bytes / assignment.gpus.len() as u64;
