@@ -163,6 +163,9 @@ impl Core {
             // A restored pool's fresh, never-placed actor gives its place (and its order)
             // to the one that is already loaded.
             let record = self.actors.remove(&old).expect("wanted actor");
+            if self.pending.remove(&old) {
+                self.pending.insert(id.clone());
+            }
             let pool = self.pools.get_mut(pool_name).expect("wanted pool");
             pool.actors.remove(&old);
             pool.actors.insert(id.clone());

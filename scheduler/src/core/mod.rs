@@ -431,7 +431,25 @@ async fn run_scheduler_loop(
     let mut lag_probe = tokio::time::interval(LAG_PROBE_PERIOD);
     lag_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Biased, in this order, so nothing waits behind more than one turn of the others:
+        // timers (rare and cheap) first, then follow-ups, then a batch of commands, and
+        // placement only once those are served. Commands cannot starve placement: a turn of
+        // commands also places a slice while placement has more to do. (Unbiased, a branch
+        // lost a coin toss to every other ready one: at 10,000 agents the lag probe waited
+        // behind ten turns at its 99th percentile.)
         tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            _ = tick.tick() => {
+                core.on_tick(Instant::now());
+            }
+            due = lag_probe.tick() => {
+                core.metrics.loop_lag(Instant::now().saturating_duration_since(due));
+            }
+            Some(done) = follow_ups.recv() => {
+                done.run(&mut core);
+                core.after_commands();
+            }
             command = rx.recv() => {
                 let Some(command) = command else { break };
                 core.handle(command);
@@ -439,23 +457,16 @@ async fn run_scheduler_loop(
                     let Ok(more) = rx.try_recv() else { break };
                     core.handle(more);
                 }
+                core.replan_needed |= core.more_to_place;
                 core.after_commands();
-            }
-            Some(done) = follow_ups.recv() => {
-                done.run(&mut core);
-                core.after_commands();
-            }
-            _ = tick.tick() => {
-                core.on_tick(Instant::now());
             }
             () = std::future::ready(()), if core.more_to_place => {
                 core.replan_needed = true;
                 core.after_commands();
+                // This branch is always ready while placement goes on: yield, so that the
+                // task's cooperative budget is renewed and the other branches can be ready.
+                tokio::task::yield_now().await;
             }
-            due = lag_probe.tick() => {
-                core.metrics.loop_lag(Instant::now().saturating_duration_since(due));
-            }
-            _ = cancel.cancelled() => break,
         }
     }
     // Write-behind ops (task outcomes, job counters) still queued go to disk first.
@@ -482,6 +493,14 @@ pub(crate) struct Core {
     /// The actors holding an assignment on each node (those with `assignment` set), so what
     /// happens to a node touches its actors without a scan of every actor.
     hosted: HashMap<NodeId, std::collections::BTreeSet<ActorId>>,
+    /// The actors waiting for a place (state `Pending`), so placement reads what it has to
+    /// place, not every actor.
+    pending: std::collections::BTreeSet<ActorId>,
+    /// What alive, non-draining nodes offer placement, built when placement first needs it
+    /// and dropped whenever a node joins, dies, drains or its capacity moves
+    /// ([`Core::node_capacities_changed`]): placing in slices then copies no node's
+    /// capacity per slice.
+    alive_capacities: std::cell::OnceCell<BTreeMap<NodeId, crate::placement::NodeCapacity>>,
     next_actor_order: u64,
     tasks: HashMap<TaskId, TaskRecord>,
     next_task: u64,
@@ -555,6 +574,8 @@ impl Core {
             actors: BTreeMap::new(),
             placed: HashMap::new(),
             hosted: HashMap::new(),
+            pending: Default::default(),
+            alive_capacities: Default::default(),
             next_actor_order: 0,
             tasks: HashMap::new(),
             next_task: first_task_id(),
@@ -690,6 +711,20 @@ impl Core {
         let mut indexed = self.hosted.clone();
         indexed.retain(|_, actors| !actors.is_empty());
         assert_eq!(indexed, scanned, "the hosted index");
+        let pending: std::collections::BTreeSet<ActorId> = self
+            .actors
+            .iter()
+            .filter(|(_, a)| a.state == crate::state::ActorState::Pending)
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(self.pending, pending, "the pending index");
+        if let Some(cached) = self.alive_capacities.get() {
+            assert_eq!(
+                cached,
+                &self.alive_node_capacities_now(),
+                "the capacity cache"
+            );
+        }
         for (name, pool) in &self.pools {
             let scanned: std::collections::BTreeSet<_> = pool
                 .actors

@@ -94,6 +94,7 @@ impl Core {
                 tracing::debug!(node_id = %node_id, gpu = gpu.index, from = capacity.usable_vram.0, to = usable, "GPU capacity refreshed");
                 capacity.usable_vram = VramBytes(usable);
                 self.replan_needed = true;
+                self.alive_capacities.take();
             }
         }
     }
@@ -172,6 +173,7 @@ impl Core {
             "node registered"
         );
         self.nodes.insert(node_id.clone(), record);
+        self.node_capacities_changed();
         self.store.write(StoreOp::PutNode(node_id.clone()));
         if let Some(settle) = &mut self.settle {
             settle.awaited.remove(&node_id);
@@ -226,6 +228,7 @@ impl Core {
                 );
                 node.draining = true;
                 self.replan_needed = true;
+                self.node_capacities_changed();
                 for id in self.hosted_on(&node_id) {
                     self.refresh_dispatchable(&id);
                 }
@@ -344,6 +347,7 @@ impl Core {
         }
         node.alive = false;
         node.outbound = None;
+        self.alive_capacities.take();
         self.sessions.remove(&node.session);
         tracing::warn!(node_id = %node_id, reason = why, "node dead");
         self.metrics
@@ -419,12 +423,24 @@ impl Core {
             .is_some_and(|n| n.draining)
     }
 
-    /// Nodes that take new actors: alive and not draining.
-    pub(super) fn alive_node_capacities(&self) -> BTreeMap<NodeId, NodeCapacity> {
+    /// What nodes that take new actors (alive and not draining) offer, built once until
+    /// [`Self::node_capacities_changed`].
+    pub(super) fn alive_node_capacities(&self) -> &BTreeMap<NodeId, NodeCapacity> {
+        self.alive_capacities
+            .get_or_init(|| self.alive_node_capacities_now())
+    }
+
+    pub(super) fn alive_node_capacities_now(&self) -> BTreeMap<NodeId, NodeCapacity> {
         self.nodes
             .iter()
             .filter(|(_, n)| n.alive && !n.draining)
             .map(|(id, n)| (id.clone(), n.capacity.clone()))
             .collect()
+    }
+
+    /// A node joined, died or began draining, or what it offers moved: placement's copy of
+    /// the capacities is built again when next needed.
+    pub(super) fn node_capacities_changed(&mut self) {
+        self.alive_capacities.take();
     }
 }

@@ -11,9 +11,7 @@ use super::host_deaths::TaskBlame;
 use super::records::{ActorRecord, Crash, PoolRecord};
 use crate::auth::{Principal, may_manage_pool};
 use crate::error::SchedulerError;
-use crate::placement::{
-    self, ActorDemand, ComputeCapability, PlacementStrategy, Previous, Problem, ResourceRequest,
-};
+use crate::placement::{self, ActorDemand, ComputeCapability, PlacementStrategy, ResourceRequest};
 use crate::state::{ActorEvent, ActorState, Restarts, TaskState, transition};
 use crate::store::StoreOp;
 
@@ -198,11 +196,9 @@ impl Core {
             request: request.clone(),
             order: 0,
         };
-        let problem = Problem {
-            nodes,
-            actors: BTreeMap::from([(probe.clone(), demand)]),
-        };
-        let plan = placement::place(&problem, &Previous::default());
+        // Nothing held: the cluster as if empty.
+        let alone = BTreeMap::from([(probe.clone(), demand)]);
+        let plan = placement::place_pending(nodes, std::iter::empty(), &alone, 1);
         match plan.refusals.get(&probe) {
             None => Ok(()),
             Some(refusal) => Err(SchedulerError::Unplaceable {
@@ -283,6 +279,7 @@ impl Core {
             reported_work: Default::default(),
         };
         self.next_actor_order += 1;
+        self.pending.insert(id.clone());
         self.actors.insert(id, actor);
         self.replan_needed = true;
     }
@@ -454,9 +451,10 @@ impl Core {
         // pending there is nothing to solve: a node joining a settled fleet costs a scan of
         // the actors, not a copy of every node's capacity.
         let mut pending = BTreeMap::new();
-        for (id, actor) in &self.actors {
+        for id in &self.pending {
+            let actor = &self.actors[id];
             let saved = self.pools.get(&actor.pool).is_some_and(|p| p.saved);
-            if actor.state == ActorState::Pending && saved {
+            if saved {
                 pending.insert(
                     id.clone(),
                     ActorDemand {
@@ -481,7 +479,7 @@ impl Core {
             })
         });
         let plan = placement::place_pending(
-            &self.alive_node_capacities(),
+            self.alive_node_capacities(),
             holding,
             &pending,
             MAX_PLACEMENTS_PER_TURN,
@@ -580,6 +578,11 @@ impl Core {
             Ok(to) => {
                 tracing::debug!(actor_id = %id, from = ?actor.state, to = ?to, ?event, "actor transition");
                 actor.state = to;
+                if to == ActorState::Pending {
+                    self.pending.insert(id.clone());
+                } else {
+                    self.pending.remove(id);
+                }
                 if !to.is_placed()
                     && let Some(left) = actor.assignment.take()
                 {

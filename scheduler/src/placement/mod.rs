@@ -1,4 +1,6 @@
-//! Pure actor placement: `place(&Problem, &Previous) -> Plan`.
+//! Pure actor placement. The running scheduler calls `place_pending` (pending actors around
+//! those holding their places, in bounded slices); `place(&Problem, &Previous) -> Plan`, the
+//! plain specification it is held to, exists in test builds only.
 //!
 //! No tokio, tonic, clock or randomness: the same input always gives the same plan.
 //! See `README.md` beside this file for the algorithm.
@@ -8,11 +10,15 @@ mod solve;
 mod types;
 
 pub use refusal::Refusal;
-pub use solve::{Holding, place, place_pending, share_per_gpu};
+#[cfg(test)]
+pub use solve::place;
+pub use solve::{Holding, place_pending, share_per_gpu};
 pub use types::{
     ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy,
-    Previous, Problem, ResourceRequest,
+    ResourceRequest,
 };
+#[cfg(test)]
+pub use types::{Previous, Problem};
 
 #[cfg(test)]
 use solve::check_plan;

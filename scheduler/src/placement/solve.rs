@@ -4,9 +4,10 @@ use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, VramBytes};
 
 use super::refusal::explain;
 use super::types::{
-    ActorDemand, Assignment, GpuCapacity, NodeCapacity, PlacementStrategy, Plan, Previous, Problem,
-    ResourceRequest,
+    ActorDemand, Assignment, GpuCapacity, NodeCapacity, PlacementStrategy, Plan, ResourceRequest,
 };
+#[cfg(test)]
+use super::types::{Previous, Problem};
 
 /// What is already taken on one GPU.
 #[derive(Clone, Copy, Debug, Default)]
@@ -147,6 +148,7 @@ pub(super) fn gpu_eligible(request: &ResourceRequest, gpu: &GpuCapacity) -> bool
     model_matches(request, gpu) && compute_matches(request, gpu)
 }
 
+#[cfg(test)]
 /// Places every actor of `problem`, keeping each still-valid assignment of `previous`.
 ///
 /// Actors are handled in creation order (then id). Previous assignments are re-checked
@@ -162,6 +164,7 @@ pub fn place(problem: &Problem, previous: &Previous) -> Plan {
     place_in_runs(problem, previous, true)
 }
 
+#[cfg(test)]
 /// [`place`], with `share_rankings: false` ranking the whole fleet again for every actor:
 /// the plain definition that the tests hold the shared rankings to.
 fn place_in_runs(problem: &Problem, previous: &Previous, share_rankings: bool) -> Plan {
@@ -387,6 +390,7 @@ fn node_score(
     })
 }
 
+#[cfg(test)]
 fn still_valid(problem: &Problem, demand: &ActorDemand, kept: &Assignment, usage: &Usage) -> bool {
     let (Some(node), Some(slot)) = (problem.nodes.get(&kept.node), usage.slot(&kept.node)) else {
         return false;
@@ -465,6 +469,7 @@ fn pick_gpus(
     true
 }
 
+#[cfg(test)]
 /// Post-conditions of a plan: every assignment names a real node and GPUs that satisfy the
 /// request, and no GPU or node is over-committed.
 pub fn check_plan(problem: &Problem, plan: &Plan) -> Result<(), String> {

@@ -69,6 +69,8 @@ pub struct ActorDemand {
     pub order: u64,
 }
 
+/// The whole problem [`super::place`] solves (the specification, in test builds).
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Problem {
     pub nodes: BTreeMap<NodeId, NodeCapacity>,
@@ -86,6 +88,7 @@ pub struct Assignment {
 
 /// Assignments already in force; kept whenever they are still valid, so nothing moves
 /// when nothing changed.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Previous {
     pub assignments: BTreeMap<ActorId, Assignment>,
