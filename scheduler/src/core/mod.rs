@@ -15,6 +15,7 @@ mod pools;
 pub(crate) mod quarantine;
 mod reconcile_tick;
 mod records;
+mod table;
 mod task_deadlines;
 #[cfg(test)]
 mod tests;
@@ -482,11 +483,11 @@ const SHUTDOWN_FLUSH_ATTEMPTS: u32 = 3;
 pub(crate) struct Core {
     config: CoreConfig,
     store: StoreWriter,
-    nodes: BTreeMap<NodeId, NodeRecord>,
+    nodes: table::Table<NodeId, NodeRecord>,
     sessions: HashMap<SessionId, NodeId>,
     next_session: u64,
     pools: BTreeMap<PoolName, PoolRecord>,
-    actors: BTreeMap<ActorId, ActorRecord>,
+    actors: table::Table<ActorId, ActorRecord>,
     /// Where each actor was last started (mirrored in the store): a node may hand back only
     /// an actor started on it, for the pool it was started for.
     placed: HashMap<ActorId, (PoolName, NodeId)>,
@@ -567,11 +568,11 @@ impl Core {
         Self {
             config,
             store,
-            nodes: BTreeMap::new(),
+            nodes: Default::default(),
             sessions: HashMap::new(),
             next_session: 1,
             pools: BTreeMap::new(),
-            actors: BTreeMap::new(),
+            actors: Default::default(),
             placed: HashMap::new(),
             hosted: HashMap::new(),
             pending: Default::default(),
@@ -699,6 +700,14 @@ impl Core {
     /// index is what a full scan of its actors gives.
     #[cfg(test)]
     fn assert_dispatchable_index(&self) {
+        let visits = (self.actors.visits(), self.nodes.visits());
+        self.assert_indices_uncounted();
+        self.actors.forget_visits_since(visits.0);
+        self.nodes.forget_visits_since(visits.1);
+    }
+
+    #[cfg(test)]
+    fn assert_indices_uncounted(&self) {
         let mut scanned: HashMap<NodeId, std::collections::BTreeSet<ActorId>> = HashMap::new();
         for (id, actor) in &self.actors {
             if let Some(assignment) = &actor.assignment {

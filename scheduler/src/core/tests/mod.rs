@@ -1140,6 +1140,7 @@ async fn the_store_forgets_a_node_that_stays_dead() {
 mod annotate;
 mod drain;
 mod durable_acks;
+mod fleet_cost;
 mod host_deaths;
 mod idle_pools;
 mod outcome_origin;
