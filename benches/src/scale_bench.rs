@@ -6,12 +6,19 @@
 //! scheduler's CPU at idle and its RSS, and re-placing the actors of 10% of the agents
 //! killed at once. Prints a markdown table; `--json` adds one JSON object as the last line.
 //!
+//! With `--data-plane` it measures the results data plane instead
+//! (`resident_tests::data_plane`): results of 4 KiB, 64 KiB and 1 MiB from 16 actors on 4
+//! agents through the scheduler to one client, with MB/s, the scheduler's CPU per GB and
+//! its peak RSS.
+//!
 //! `cargo build --release --workspace --bins && target/release/scale-bench --agents 1000`
+//! `target/release/scale-bench --data-plane`
 
 use std::time::Duration;
 
 use clap::Parser;
 use resident_sdk::Cluster;
+use resident_tests::data_plane::{DataPlaneConfig, data_plane_table, run_data_plane};
 use resident_tests::scale_run::{ScaleConfig, ScaleReport, run_scale};
 use resident_tests::spawn_scheduler_exactly;
 
@@ -50,6 +57,16 @@ struct Args {
     /// Print the results as one JSON object on the last line too.
     #[arg(long)]
     json: bool,
+    /// Measure the results data plane instead of the fleet (the options above but
+    /// `--scheduler-arg` and `--json` are then unused).
+    #[arg(long)]
+    data_plane: bool,
+    /// Result sizes for `--data-plane`, in bytes.
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536, 1 << 20])]
+    result_bytes: Vec<usize>,
+    /// MiB of results per size for `--data-plane`.
+    #[arg(long, default_value_t = 1024)]
+    data_plane_mib: u64,
 }
 
 fn table(report: &ScaleReport) -> String {
@@ -143,6 +160,24 @@ async fn main() -> anyhow::Result<()> {
     scheduler_args.push(format!("--http-listen=127.0.0.1:{metrics_port}").into());
     let (scheduler, url) = spawn_scheduler_exactly(0, state.path(), &scheduler_args);
     let client = Cluster::connect(&url).await?;
+    if args.data_plane {
+        let config = DataPlaneConfig {
+            result_sizes: args.result_bytes.clone(),
+            bytes_per_size: args.data_plane_mib << 20,
+            agents: 4,
+            actors_per_agent: 4,
+            credit: 4,
+            timeout: Duration::from_secs(300),
+        };
+        let rows =
+            run_data_plane(&url, scheduler.pid(), &Default::default(), &client, &config).await?;
+        print!("{}", data_plane_table(&rows));
+        if args.json {
+            println!("{}", serde_json::to_string(&rows)?);
+        }
+        drop(scheduler);
+        return Ok(());
+    }
     let config = ScaleConfig {
         agents: args.agents,
         gpus_per_agent: args.gpus_per_agent,

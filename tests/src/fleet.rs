@@ -27,6 +27,9 @@ pub struct FleetSpec {
     pub vram_per_gpu: u64,
     /// Node ids are `{prefix}-{index:05}`.
     pub prefix: String,
+    /// Each task's result: its payload echoed (`None`), or this many bytes (for measuring
+    /// the results data plane with small inputs).
+    pub result_bytes: Option<usize>,
 }
 
 /// Counters one simulated agent keeps, read by the scale run.
@@ -87,6 +90,9 @@ impl SimulatedFleet {
                 endpoint: endpoint.clone(),
                 token: token.clone(),
                 register: register_message(&node_id, spec),
+                result: spec
+                    .result_bytes
+                    .map(|len| resident_sdk::Bytes::from(vec![0x5a; len])),
                 counters: counters.clone(),
                 stop: stop.clone(),
             };
@@ -188,6 +194,8 @@ struct AgentSession {
     endpoint: tonic::transport::Endpoint,
     token: BearerToken,
     register: pb::RegisterNode,
+    /// Every task's result when set (shared, so answering copies nothing here).
+    result: Option<resident_sdk::Bytes>,
     counters: Arc<AgentCounters>,
     stop: CancellationToken,
 }
@@ -323,7 +331,8 @@ impl AgentSession {
                 let result = match hosted {
                     Some(actor) => {
                         actor.tasks_done += 1;
-                        pb::task_outcome::Result::Output(task.payload)
+                        let output = self.result.clone().unwrap_or(task.payload);
+                        pb::task_outcome::Result::Output(output)
                     }
                     None => pb::task_outcome::Result::Error(format!(
                         "actor {} is not running on this node",

@@ -17,6 +17,7 @@ use resident_sdk::Cluster;
 use tokio_util::sync::CancellationToken;
 
 pub mod cut_proxy;
+pub mod data_plane;
 pub mod fleet;
 pub mod s3_server;
 pub mod scale_run;

@@ -100,6 +100,7 @@ pub async fn run_scale(
         gpus_per_agent: config.gpus_per_agent,
         vram_per_gpu: 16 << 30,
         prefix: "sim".into(),
+        result_bytes: None,
     };
     let (fleet, registered) = SimulatedFleet::start(url, agent_credentials, &spec).await?;
     report.register_s = registered.as_secs_f64();
