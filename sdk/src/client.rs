@@ -283,9 +283,19 @@ impl Cluster {
 
     /// Every pool, by name, with its actors.
     pub async fn list_pools(&self) -> Result<Vec<PoolStatus>, SdkError> {
-        let request = with_timeout(pb::ListPoolsRequest {}, self.request_timeout);
+        let request = with_timeout(pb::ListPoolsRequest::default(), self.request_timeout);
         let pools = self.client.clone().list_pools(request).await?;
         let answer = pools.into_inner();
+        warn_if_omitted("pools", answer.omitted);
+        Ok(answer.pools.into_iter().map(PoolStatus::from).collect())
+    }
+
+    /// Every pool, by name, without its actors: ready counts and why some wait for a place,
+    /// a poll that stays cheap for the scheduler however many actors the pools hold.
+    pub async fn list_pool_summaries(&self) -> Result<Vec<PoolStatus>, SdkError> {
+        let request = pb::ListPoolsRequest { omit_actors: true };
+        let request = with_timeout(request, self.request_timeout);
+        let answer = self.client.clone().list_pools(request).await?.into_inner();
         warn_if_omitted("pools", answer.omitted);
         Ok(answer.pools.into_iter().map(PoolStatus::from).collect())
     }

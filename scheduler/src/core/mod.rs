@@ -258,6 +258,8 @@ pub enum SchedulerCommand {
         reply: Reply<pb::PoolStatus>,
     },
     ListPools {
+        /// Each pool's status without its actors (a cheap poll at fleet scale).
+        omit_actors: bool,
         reply: Reply<Vec<pb::PoolStatus>>,
     },
     OpenJob {
@@ -653,8 +655,8 @@ impl Core {
             C::GetPool { pool, reply } => {
                 let _ = reply.send(self.pool_status(&pool));
             }
-            C::ListPools { reply } => {
-                let _ = reply.send(Ok(self.pool_statuses()));
+            C::ListPools { omit_actors, reply } => {
+                let _ = reply.send(Ok(self.pool_statuses(omit_actors)));
             }
             C::SubmitTask {
                 stream,
@@ -751,6 +753,13 @@ impl Core {
                 })
                 .collect();
             assert_eq!(pool.dispatchable, scanned, "pool {name}");
+            let held = self.held_by_pool_now(name);
+            assert!(
+                (pool.held.gpus - held.gpus).abs() < 1e-6
+                    && (pool.held.usd_per_hour - held.usd_per_hour).abs() < 1e-6,
+                "pool {name} holds {:?}, counted {held:?}",
+                pool.held
+            );
         }
     }
 

@@ -235,6 +235,7 @@ impl Core {
             dispatchable: BTreeSet::new(),
             idle_since: None,
             saved: true,
+            held: Default::default(),
             spec,
         };
         let replicas = record.spec.replicas;
@@ -277,6 +278,7 @@ impl Core {
             error: String::new(),
             unplaced_reason: String::new(),
             reported_work: Default::default(),
+            rate: Default::default(),
         };
         self.next_actor_order += 1;
         self.pending.insert(id.clone());
@@ -410,6 +412,7 @@ impl Core {
         let mut queued: Vec<_> = record.queue.drain(..).collect();
         queued.extend(record.suspects.drain(..));
         let actors: Vec<ActorId> = record.actors.iter().cloned().collect();
+        let record_actors = actors.clone();
         queued.extend(self.take_parked_on(pool));
         let waiting = self.tasks.iter().filter(|(_, t)| {
             &t.pool == pool && matches!(t.lifecycle.state(), TaskState::BackingOff { .. })
@@ -429,6 +432,13 @@ impl Core {
         }
         self.store.write(StoreOp::DeletePool(pool.clone()));
         self.pools.remove(pool);
+        // Its draining actors are charged to no job now, nor to a pool of the same name
+        // created before they stop.
+        for id in &record_actors {
+            if let Some(actor) = self.actors.get_mut(id) {
+                actor.rate = Default::default();
+            }
+        }
         self.actors
             .retain(|_, a| &a.pool != pool || a.state != ActorState::Dead);
         tracing::info!(pool = %pool, "pool deleted");
@@ -552,9 +562,11 @@ impl Core {
             .or_default()
             .insert(id.clone());
         self.actors.get_mut(id).expect("actor exists").assignment = Some(assignment);
+        self.start_charging(id);
     }
 
     fn unhost(&mut self, id: &ActorId, node: &resident_proto::NodeId) {
+        self.stop_charging(id);
         if let Some(here) = self.hosted.get_mut(node) {
             here.remove(id);
             if here.is_empty() {

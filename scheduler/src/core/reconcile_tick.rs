@@ -49,6 +49,20 @@ pub fn overdue(actor: PlacedActor, now: Instant, missing_after: Duration) -> Opt
     None
 }
 
+/// Whether [`overdue`] needs the actor's node and pool at all: a loaded actor its node listed
+/// lately is not overdue, whatever they say. Most actors are that one, so the walk over them
+/// looks nothing up for them.
+fn worth_a_look(
+    state: ActorState,
+    started_at: Instant,
+    last_reported: Option<Instant>,
+    now: Instant,
+    missing_after: Duration,
+) -> bool {
+    let listed = last_reported.unwrap_or(started_at);
+    state == ActorState::Starting || now.saturating_duration_since(listed) > missing_after
+}
+
 impl Core {
     /// Starts again every placed actor that [`overdue`] finds stuck or missing.
     pub(super) fn reconcile_actors(&mut self, now: Instant) {
@@ -67,6 +81,15 @@ impl Core {
             let (Some(started_at), Some(assignment)) = (actor.started_at, &actor.assignment) else {
                 continue;
             };
+            if !worth_a_look(
+                actor.state,
+                started_at,
+                actor.last_reported,
+                now,
+                missing_after,
+            ) {
+                continue;
+            }
             let (Some(node), Some(pool)) = (
                 self.nodes.get(&assignment.node),
                 self.pools.get(&actor.pool),
@@ -146,6 +169,36 @@ mod tests {
         // Just started: its node has not had the chance yet.
         let (facts, now) = actor(ActorState::Starting, 2, None);
         assert_eq!(overdue(facts, now, MISSING_AFTER), None);
+    }
+
+    #[test]
+    fn only_an_actor_not_listed_lately_or_still_loading_is_worth_a_look() {
+        for (state, started_ago, reported_ago) in [
+            (ActorState::Ready, 600, Some(9)),
+            (ActorState::Ready, 20, None),
+            (ActorState::Starting, 2, Some(1)),
+            (ActorState::Starting, 61, Some(1)),
+            (ActorState::Draining, 600, Some(30)),
+            (ActorState::Ready, 600, Some(1)),
+            (ActorState::Draining, 600, Some(1)),
+            (ActorState::Ready, 2, None),
+        ] {
+            let (facts, now) = actor(state, started_ago, reported_ago);
+            let looked = worth_a_look(
+                facts.state,
+                facts.started_at,
+                facts.last_reported,
+                now,
+                MISSING_AFTER,
+            );
+            // Skipping is safe: what is not looked at is never overdue.
+            if !looked {
+                assert_eq!(overdue(facts, now, MISSING_AFTER), None, "{state:?}");
+            }
+            let expected = state == ActorState::Starting
+                || reported_ago.unwrap_or(started_ago) > MISSING_AFTER.as_secs();
+            assert_eq!(looked, expected, "{state:?} {started_ago} {reported_ago:?}");
+        }
     }
 
     #[test]

@@ -101,6 +101,16 @@ pub struct PoolRecord {
     /// Its spec is on disk. A pool just created is not until its write commits, and its
     /// actors are placed only then: a create that fails to save started nothing.
     pub saved: bool,
+    /// What its placed actors hold together, kept as they take and leave their places
+    /// (`core/accounting.rs`): charging a running job reads this, not every actor.
+    pub held: HeldRate,
+}
+
+/// GPUs held (each actor's fraction times its GPU count) and what they cost an hour.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HeldRate {
+    pub gpus: f64,
+    pub usd_per_hour: f64,
 }
 
 /// Where an actor kept for a suspect task stands.
@@ -124,6 +134,9 @@ pub enum Crash {
 
 pub struct ActorRecord {
     pub pool: PoolName,
+    /// What it adds to its pool's [`PoolRecord::held`] while it holds a place (zero when it
+    /// holds none, or its pool was deleted).
+    pub rate: HeldRate,
     /// What the actor holds where it is placed. Kept with the actor, so a draining actor
     /// of a deleted pool still counts against its node's capacity until it stops.
     pub request: ResourceRequest,

@@ -51,7 +51,7 @@ impl Core {
         );
         Overview {
             nodes: self.node_infos(),
-            pools: self.pool_statuses(),
+            pools: self.pool_statuses(false),
             jobs,
             jobs_by_state,
             demand: self.demand(&Default::default()),
@@ -113,9 +113,20 @@ impl Core {
     }
 
     pub(super) fn pool_status(&self, pool: &PoolName) -> Result<pb::PoolStatus, SchedulerError> {
+        self.pool_status_with(pool, true)
+    }
+
+    /// The pool's status, with or without the list of its actors.
+    fn pool_status_with(
+        &self,
+        pool: &PoolName,
+        with_actors: bool,
+    ) -> Result<pb::PoolStatus, SchedulerError> {
         let record = self.pools.get(pool).ok_or_else(|| no_pool(pool))?;
-        let actors: Vec<pb::ActorInfo> =
-            record.actors.iter().map(|id| self.actor_info(id)).collect();
+        let actors: Vec<pb::ActorInfo> = match with_actors {
+            true => record.actors.iter().map(|id| self.actor_info(id)).collect(),
+            false => Vec::new(),
+        };
         let ready = record
             .actors
             .iter()
@@ -136,13 +147,13 @@ impl Core {
         })
     }
 
-    /// Every pool, by name.
-    pub(super) fn pool_statuses(&self) -> Vec<pb::PoolStatus> {
+    /// Every pool, by name (without their actors with `omit_actors`).
+    pub(super) fn pool_statuses(&self, omit_actors: bool) -> Vec<pb::PoolStatus> {
         let mut names: Vec<&PoolName> = self.pools.keys().collect();
         names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         names
             .into_iter()
-            .filter_map(|name| self.pool_status(name).ok())
+            .filter_map(|name| self.pool_status_with(name, !omit_actors).ok())
             .collect()
     }
 

@@ -132,9 +132,10 @@ impl SchedulerService for ClientApiService {
         request: Request<pb::ListPoolsRequest>,
     ) -> Result<Response<pb::ListPoolsResponse>, Status> {
         require(&principal_of(&request)?, Action::Read, "list_pools", "")?;
+        let omit_actors = request.get_ref().omit_actors;
         let pools = self
             .scheduler
-            .call(|reply| SchedulerCommand::ListPools { reply })
+            .call(|reply| SchedulerCommand::ListPools { omit_actors, reply })
             .await?;
         let (pools, omitted) = fit_listing(pools, MAX_LISTING_BYTES);
         Ok(Response::new(pb::ListPoolsResponse { pools, omitted }))

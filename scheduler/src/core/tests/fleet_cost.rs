@@ -2,7 +2,7 @@
 //! and a large fleet: a heartbeat, an actor report, a task outcome and a drain read the
 //! records of what they are about (one node, its actors, one task), and so do a task's
 //! submission and a node joining a fleet with nothing to place: the same number
-//! whether the cluster holds 10 nodes or 200. A walk over every actor or node on one of
+//! whether the cluster holds 10 nodes or 100. A walk over every actor or node on one of
 //! these paths (as the heartbeat's capacity refresh once did) fails here, on any machine.
 //!
 //! Work that does grow with the fleet runs on timers or on demand and is listed in
@@ -148,12 +148,12 @@ fn message_costs(nodes: usize) -> BTreeMap<&'static str, Visits> {
 }
 
 #[test]
-fn a_message_reads_the_same_records_on_a_fleet_of_10_or_200_nodes() {
+fn a_message_reads_the_same_records_on_a_fleet_of_10_or_100_nodes() {
     let small = message_costs(10);
-    let large = message_costs(200);
+    let large = message_costs(100);
     assert_eq!(
         small, large,
-        "a message read more records on a 20x larger fleet (small, then large)"
+        "a message read more records on a 10x larger fleet (small, then large)"
     );
     eprintln!("records read per message: {large:?}");
     for (message, visits) in &large {

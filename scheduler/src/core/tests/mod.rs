@@ -1207,7 +1207,7 @@ async fn only_a_pools_owner_or_an_admin_scales_or_deletes_it() {
         let refused = delete(&mut h, submitter("bob"), if_unused).unwrap_err();
         assert!(matches!(refused, SchedulerError::PermissionDenied(_)));
     }
-    assert_eq!(h.core.pool_statuses().len(), 1, "bob changed nothing");
+    assert_eq!(h.core.pool_statuses(false).len(), 1, "bob changed nothing");
     let (job, _rx) = h.open_job_as("p", "bob");
     assert!(h.core.job_status(&job).is_ok(), "anyone may run jobs on it");
     scale(&mut h, submitter("alice")).unwrap();
@@ -1216,5 +1216,49 @@ async fn only_a_pools_owner_or_an_admin_scales_or_deletes_it() {
         role: Role::Admin,
     };
     assert_eq!(delete(&mut h, admin, false).unwrap(), None);
-    assert!(h.core.pool_statuses().is_empty());
+    assert!(h.core.pool_statuses(false).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_summary_counts_ready_actors_without_listing_them() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 3, 1));
+    // Two of the three load.
+    let started: Vec<pb::StartActor> = sent(h.agent("n1"))
+        .into_iter()
+        .filter_map(|m| match m {
+            pb::scheduler_message::Body::StartActor(start) => Some(start),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 3);
+    for start in &started[..2] {
+        let report = pb::ActorReport {
+            actor_id: start.actor_id.clone(),
+            incarnation: start.incarnation,
+            state: pb::ActorState::Ready as i32,
+            ..Default::default()
+        };
+        h.send("n1", pb::agent_message::Body::ActorReport(report));
+    }
+    let full = answer(
+        |reply| SchedulerCommand::ListPools {
+            omit_actors: false,
+            reply,
+        },
+        &mut h.core,
+    )
+    .unwrap();
+    let summary = answer(
+        |reply| SchedulerCommand::ListPools {
+            omit_actors: true,
+            reply,
+        },
+        &mut h.core,
+    )
+    .unwrap();
+    assert_eq!((full[0].ready_actors, full[0].actors.len()), (2, 3));
+    assert_eq!((summary[0].ready_actors, summary[0].actors.len()), (2, 0));
+    assert_eq!(summary[0].spec, full[0].spec);
 }
