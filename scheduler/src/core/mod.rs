@@ -466,9 +466,12 @@ async fn run_scheduler_loop(
             () = std::future::ready(()), if core.more_to_place => {
                 core.replan_needed = true;
                 core.after_commands();
-                // This branch is always ready while placement goes on: yield, so that the
-                // task's cooperative budget is renewed and the other branches can be ready.
-                tokio::task::yield_now().await;
+                // This branch is always ready while placement goes on, and `ready` spends no
+                // cooperative budget: spend a unit, so that once the budget is gone the task
+                // yields and it is renewed (else every other branch stays pending and slices
+                // run back to back). Not a yield after every slice: on the shared runtime
+                // that puts the loop behind every ready connection task each time.
+                tokio::task::consume_budget().await;
             }
         }
     }
