@@ -701,8 +701,10 @@ impl Core {
         self.assert_dispatchable_index();
     }
 
-    /// The core's unit tests check after every command that each pool's `dispatchable`
-    /// index is what a full scan of its actors gives.
+    /// The core's unit tests check after every command that every kept index (`hosted`,
+    /// `pending`, the capacity copy, each pool's `dispatchable` and `held`) is what a full
+    /// scan gives. The scan's reads are not counted against the command
+    /// (`core/tests/fleet_cost.rs`).
     #[cfg(test)]
     fn assert_dispatchable_index(&self) {
         let visits = (self.actors.visits(), self.nodes.visits());

@@ -1242,22 +1242,14 @@ async fn a_pool_summary_counts_ready_actors_without_listing_them() {
         };
         h.send("n1", pb::agent_message::Body::ActorReport(report));
     }
-    let full = answer(
-        |reply| SchedulerCommand::ListPools {
-            omit_actors: false,
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
-    let summary = answer(
-        |reply| SchedulerCommand::ListPools {
-            omit_actors: true,
-            reply,
-        },
-        &mut h.core,
-    )
-    .unwrap();
+    let mut list = |omit_actors| {
+        answer(
+            |reply| SchedulerCommand::ListPools { omit_actors, reply },
+            &mut h.core,
+        )
+        .unwrap()
+    };
+    let (full, summary) = (list(false), list(true));
     assert_eq!((full[0].ready_actors, full[0].actors.len()), (2, 3));
     assert_eq!((summary[0].ready_actors, summary[0].actors.len()), (2, 0));
     assert_eq!(summary[0].spec, full[0].spec);
