@@ -163,8 +163,8 @@ impl Core {
             // A restored pool's fresh, never-placed actor gives its place (and its order)
             // to the one that is already loaded.
             let record = self.actors.remove(&old).expect("wanted actor");
-            if self.pending.remove(&old) {
-                self.pending.insert(id.clone());
+            if self.pending.remove(&(record.order, old.clone())) {
+                self.index_pending(record.order, id.clone());
             }
             let pool = self.pools.get_mut(pool_name).expect("wanted pool");
             pool.actors.remove(&old);

@@ -94,6 +94,7 @@ impl Core {
                 tracing::debug!(node_id = %node_id, gpu = gpu.index, from = capacity.usable_vram.0, to = usable, "GPU capacity refreshed");
                 capacity.usable_vram = VramBytes(usable);
                 self.replan_needed = true;
+                // The occupancy counts by node and GPU index, which this does not move.
                 self.alive_capacities.take();
             }
         }
@@ -348,6 +349,7 @@ impl Core {
         node.alive = false;
         node.outbound = None;
         self.alive_capacities.take();
+        self.occupancy = None;
         self.sessions.remove(&node.session);
         tracing::warn!(node_id = %node_id, reason = why, "node dead");
         self.metrics
@@ -442,5 +444,6 @@ impl Core {
     /// the capacities is built again when next needed.
     pub(super) fn node_capacities_changed(&mut self) {
         self.alive_capacities.take();
+        self.occupancy = None;
     }
 }

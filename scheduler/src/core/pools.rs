@@ -128,7 +128,10 @@ fn kind_not_offered(kind: &str, offered: &BTreeSet<&String>) -> String {
 
 /// Actors placed (and started) in one turn of the loop at most: 80,000 new actors are
 /// placed in slices of about 10 ms, with agents and clients served in between.
-const MAX_PLACEMENTS_PER_TURN: usize = 2048;
+pub(super) const MAX_PLACEMENTS_PER_TURN: usize = 2048;
+
+/// A pending actor as a placement slice takes it: its creation order, id and demand.
+type PendingDemand = (u64, ActorId, ActorDemand);
 
 impl Core {
     /// Creates `spec` owned by `requester`; the same spec again attaches to the pool (any
@@ -280,8 +283,8 @@ impl Core {
             reported_work: Default::default(),
             rate: Default::default(),
         };
+        self.index_pending(self.next_actor_order, id.clone());
         self.next_actor_order += 1;
-        self.pending.insert(id.clone());
         self.actors.insert(id, actor);
         self.replan_needed = true;
     }
@@ -449,7 +452,9 @@ impl Core {
         self.pools.get(pool).ok_or_else(|| no_pool(pool))
     }
 
-    /// Places every actor that needs a node and starts the newly placed ones.
+    /// Places actors that need a node and starts the newly placed ones: at most a slice of
+    /// [`MAX_PLACEMENTS_PER_TURN`] pending actors, in creation order, from where the burst
+    /// of placement going on has got to (`more_to_place` says whether it goes on).
     pub(super) fn replan(&mut self) {
         self.more_to_place = false;
         if self.settling(Instant::now()) {
@@ -457,47 +462,43 @@ impl Core {
             return;
         }
         // Placed actors hold their places and never move here; only pending ones are placed,
-        // so the cost follows what is to be placed, not the size of what runs. With none
-        // pending there is nothing to solve: a node joining a settled fleet costs a scan of
-        // the actors, not a copy of every node's capacity.
-        let mut pending = BTreeMap::new();
-        for id in &self.pending {
-            let actor = &self.actors[id];
-            let saved = self.pools.get(&actor.pool).is_some_and(|p| p.saved);
-            if saved {
-                pending.insert(
-                    id.clone(),
-                    ActorDemand {
-                        pool: actor.pool.clone(),
-                        request: actor.request.clone(),
-                        order: actor.order,
-                    },
-                );
+        // a slice at a time, so the cost follows what is to be placed, not the size of what
+        // runs. With none pending there is nothing to solve: a node joining a settled fleet
+        // costs nothing here.
+        let (slice, reached_end) = self.next_placement_slice();
+        if reached_end {
+            self.placement_cursor = None;
+            if std::mem::take(&mut self.pending_behind_cursor) {
+                // Placed from the start again, after this slice.
+                self.more_to_place = true;
             }
+        } else {
+            self.placement_cursor = slice.last().map(|(order, id, _)| (*order, id.clone()));
+            self.more_to_place = true;
         }
-        if pending.is_empty() {
+        if slice.is_empty() {
             return;
         }
-        // A draining actor of a deleted pool keeps its place until it stops. One on a node
-        // going away holds that node's resources until it leaves (no new actor goes there).
-        let holding = self.actors.values().filter_map(|actor| {
-            let assignment = actor.assignment.as_ref()?;
-            actor.state.is_placed().then_some(placement::Holding {
-                pool: &actor.pool,
-                request: &actor.request,
-                assignment,
-            })
-        });
-        let plan = placement::place_pending(
+        let mut occupancy = match self.occupancy.take() {
+            Some((version, kept)) if version == self.holdings_version => kept,
+            _ => placement::Occupancy::new(self.alive_node_capacities(), self.holdings()),
+        };
+        let in_order: Vec<(&ActorId, &ActorDemand)> =
+            slice.iter().map(|(_, id, demand)| (id, demand)).collect();
+        let plan = placement::place_pending_on(
             self.alive_node_capacities(),
-            holding,
-            &pending,
+            &mut occupancy,
+            &in_order,
             MAX_PLACEMENTS_PER_TURN,
         );
-        // The rest waits for the loop's next turn, after the commands queued meanwhile.
-        self.more_to_place = plan.assignments.len() + plan.refusals.len() < pending.len();
+        // Each start takes its place through `assign`, as the plan did in `occupancy`: if
+        // nothing else moved meanwhile, the occupancy is still what the actors hold.
+        let expected = self.holdings_version + plan.assignments.len() as u64;
         for (id, assignment) in plan.assignments {
             self.start_actor(&id, assignment);
+        }
+        if self.holdings_version == expected {
+            self.occupancy = Some((expected, occupancy));
         }
         for (id, refusal) in plan.refusals {
             // Only pending actors are planned.
@@ -512,6 +513,63 @@ impl Core {
             }
             actor.unplaced_reason = reason;
         }
+    }
+
+    /// The next pending actors of saved pools after the placement cursor, at most a slice,
+    /// with what each asks for; and whether that reached the last pending actor.
+    fn next_placement_slice(&self) -> (Vec<PendingDemand>, bool) {
+        use std::ops::Bound;
+        let after = match &self.placement_cursor {
+            Some(cursor) => Bound::Excluded(cursor.clone()),
+            None => Bound::Unbounded,
+        };
+        let mut slice = Vec::new();
+        for (order, id) in self.pending.range((after, Bound::Unbounded)) {
+            if slice.len() == MAX_PLACEMENTS_PER_TURN {
+                return (slice, false);
+            }
+            let actor = &self.actors[id];
+            if self.pools.get(&actor.pool).is_some_and(|p| p.saved) {
+                slice.push((
+                    *order,
+                    id.clone(),
+                    ActorDemand {
+                        pool: actor.pool.clone(),
+                        request: actor.request.clone(),
+                        order: actor.order,
+                    },
+                ));
+            }
+        }
+        (slice, true)
+    }
+
+    /// What every placed actor holds. A draining actor of a deleted pool keeps its place
+    /// until it stops; one on a node going away holds that node's resources until it
+    /// leaves (no new actor goes there).
+    pub(super) fn holdings(&self) -> impl Iterator<Item = placement::Holding<'_>> {
+        self.actors.values().filter_map(|actor| {
+            let assignment = actor.assignment.as_ref()?;
+            actor.state.is_placed().then_some(placement::Holding {
+                pool: &actor.pool,
+                request: &actor.request,
+                assignment,
+            })
+        })
+    }
+
+    /// Puts an actor in the pending index; one that lands behind the cursor of a burst of
+    /// placement going on is placed by a burst from the start once this one is done.
+    pub(super) fn index_pending(&mut self, order: u64, id: ActorId) {
+        let key = (order, id);
+        if self
+            .placement_cursor
+            .as_ref()
+            .is_some_and(|cursor| key <= *cursor)
+        {
+            self.pending_behind_cursor = true;
+        }
+        self.pending.insert(key);
     }
 
     fn start_actor(&mut self, id: &ActorId, assignment: placement::Assignment) {
@@ -557,6 +615,7 @@ impl Core {
         if let Some(before) = actor.assignment.take() {
             self.unhost(id, &before.node);
         }
+        self.holdings_version += 1;
         self.hosted
             .entry(assignment.node.clone())
             .or_default()
@@ -566,6 +625,7 @@ impl Core {
     }
 
     fn unhost(&mut self, id: &ActorId, node: &resident_proto::NodeId) {
+        self.holdings_version += 1;
         self.stop_charging(id);
         if let Some(here) = self.hosted.get_mut(node) {
             here.remove(id);
@@ -590,11 +650,13 @@ impl Core {
             Ok(to) => {
                 tracing::debug!(actor_id = %id, from = ?actor.state, to = ?to, ?event, "actor transition");
                 actor.state = to;
+                let order = actor.order;
                 if to == ActorState::Pending {
-                    self.pending.insert(id.clone());
+                    self.index_pending(order, id.clone());
                 } else {
-                    self.pending.remove(id);
+                    self.pending.remove(&(order, id.clone()));
                 }
+                let actor = self.actors.get_mut(id).expect("actor exists");
                 if !to.is_placed()
                     && let Some(left) = actor.assignment.take()
                 {

@@ -12,7 +12,7 @@ mod types;
 pub use refusal::Refusal;
 #[cfg(test)]
 pub use solve::place;
-pub use solve::{Holding, place_pending, share_per_gpu};
+pub use solve::{Holding, Occupancy, place_pending, place_pending_on, share_per_gpu};
 pub use types::{
     ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy,
     ResourceRequest,

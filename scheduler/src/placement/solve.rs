@@ -10,7 +10,7 @@ use super::types::{
 use super::types::{Previous, Problem};
 
 /// What is already taken on one GPU.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct GpuUse {
     pub vram: VramBytes,
     pub gpu_thousandths: u32,
@@ -26,7 +26,7 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 /// Nodes are numbered by their place in `Problem::nodes` (a *slot*) and GPUs by their place
 /// in `NodeCapacity::gpus` (a *position*), so the solver's inner loop, every actor against
 /// every GPU of the fleet, reads plain vectors: no map lookups, no node-id copies.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Usage {
     slots: FastMap<NodeId, usize>,
     /// `[slot][position]`.
@@ -220,17 +220,53 @@ pub fn place_pending<'a>(
     pending: &BTreeMap<ActorId, ActorDemand>,
     max_assignments: usize,
 ) -> Plan {
-    let mut usage = Usage::new(nodes);
-    for held in holding {
-        usage.take(held.pool, held.request, held.assignment);
+    let mut occupancy = Occupancy::new(nodes, holding);
+    place_pending_on(
+        nodes,
+        &mut occupancy,
+        &creation_order(pending),
+        max_assignments,
+    )
+}
+
+/// What the actors holding their places take of `nodes`, per node and GPU: built once
+/// (a walk of every placed actor) and then carried from one call of [`place_pending_on`] to
+/// the next, which adds what it places. A caller that places in slices keeps one while
+/// nothing else moves (no actor leaves or takes a place but through the plans, the set of
+/// nodes and their GPUs stays), so a slice costs what it places, not a walk of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    usage: Usage,
+}
+
+impl Occupancy {
+    pub fn new<'a>(
+        nodes: &BTreeMap<NodeId, NodeCapacity>,
+        holding: impl IntoIterator<Item = Holding<'a>>,
+    ) -> Self {
+        let mut usage = Usage::new(nodes);
+        for held in holding {
+            usage.take(held.pool, held.request, held.assignment);
+        }
+        Self { usage }
     }
-    let order = creation_order(pending);
+}
+
+/// [`place_pending`] on an [`Occupancy`] built for the same `nodes` (the same node ids and
+/// GPU indices; free VRAM may have moved), with `pending` already in creation order. What
+/// it places is added to `occupancy`.
+pub fn place_pending_on(
+    nodes: &BTreeMap<NodeId, NodeCapacity>,
+    occupancy: &mut Occupancy,
+    pending: &[(&ActorId, &ActorDemand)],
+    max_assignments: usize,
+) -> Plan {
     let mut plan = Plan::default();
     let budget = PlacementBudget {
         share_rankings: true,
         max_assignments,
     };
-    place_new_actors(nodes, &mut usage, &order, budget, &mut plan);
+    place_new_actors(nodes, &mut occupancy.usage, pending, budget, &mut plan);
     plan
 }
 

@@ -5,6 +5,9 @@
 //! whether the cluster holds 10 nodes or 100. A walk over every actor or node on one of
 //! these paths (as the heartbeat's capacity refresh once did) fails here, on any machine.
 //!
+//! Placement of many actors goes in slices: each slice reads the pending actors it takes,
+//! not every placed actor (what they hold is kept from one slice to the next).
+//!
 //! Work that does grow with the fleet runs on timers or on demand and is listed in
 //! SCALE.md ("What is still O(fleet)").
 
@@ -164,4 +167,45 @@ fn a_message_reads_the_same_records_on_a_fleet_of_10_or_100_nodes() {
             "{message} read {visits:?}"
         );
     }
+}
+
+/// What each placement slice after the first reads while 4,104 actors that each ask for a
+/// whole GPU are worked through: the first slice takes the GPUs still free, and the later
+/// ones find that the rest fit nowhere (every GPU is taken or half taken).
+fn slice_costs(nodes: usize) -> Vec<Visits> {
+    let Fleet { mut h, .. } = fleet(nodes);
+    let mut spec = cpu_pool("whole", 1, 1);
+    spec.resources = Some(pb::ResourceRequest {
+        gpus: 1.0,
+        vram_bytes: 1 << 30,
+        ..Default::default()
+    });
+    spec.replicas = 2 * super::super::pools::MAX_PLACEMENTS_PER_TURN as u32 + 8;
+    h.create_pool(spec);
+    let unplaced = h.core.pending.len();
+    let mut costs = Vec::new();
+    while h.core.more_to_place {
+        costs.push(cost(&mut h, |h| {
+            h.core.replan_needed = true;
+            h.core.after_commands();
+        }));
+    }
+    assert_eq!(
+        h.core.pending.len(),
+        unplaced,
+        "the later slices place none"
+    );
+    costs
+}
+
+#[test]
+fn a_placement_slice_reads_what_it_places_on_a_fleet_of_10_or_100_nodes() {
+    let small = slice_costs(10);
+    let large = slice_costs(100);
+    assert_eq!(small.len(), 2, "the burst went on in two more slices");
+    assert_eq!(
+        small, large,
+        "a placement slice read more records on a 10x larger fleet (small, then large)"
+    );
+    eprintln!("records read per placement slice: {large:?}");
 }

@@ -1145,6 +1145,7 @@ mod host_deaths;
 mod idle_pools;
 mod outcome_origin;
 mod parked;
+mod placement_slices;
 mod quarantine;
 mod reconcile_tick;
 mod restart;
