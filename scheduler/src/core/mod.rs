@@ -21,7 +21,7 @@ mod task_deadlines;
 mod tests;
 mod views;
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -535,16 +535,16 @@ pub(crate) struct Core {
     config: CoreConfig,
     store: StoreWriter,
     nodes: table::Table<NodeId, NodeRecord>,
-    sessions: HashMap<SessionId, NodeId>,
+    sessions: table::FastMap<SessionId, NodeId>,
     next_session: u64,
     pools: BTreeMap<PoolName, PoolRecord>,
     actors: table::Table<ActorId, ActorRecord>,
     /// Where each actor was last started (mirrored in the store): a node may hand back only
     /// an actor started on it, for the pool it was started for.
-    placed: HashMap<ActorId, (PoolName, NodeId)>,
+    placed: table::FastMap<ActorId, (PoolName, NodeId)>,
     /// The actors holding an assignment on each node (those with `assignment` set), so what
     /// happens to a node touches its actors without a scan of every actor.
-    hosted: HashMap<NodeId, std::collections::BTreeSet<ActorId>>,
+    hosted: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>>,
     /// The actors waiting for a place (state `Pending`), by creation order then id: the
     /// order placement takes them in, so it reads what it has to place, not every actor.
     pending: std::collections::BTreeSet<(u64, ActorId)>,
@@ -566,11 +566,11 @@ pub(crate) struct Core {
     /// capacity per slice.
     alive_capacities: std::cell::OnceCell<BTreeMap<NodeId, crate::placement::NodeCapacity>>,
     next_actor_order: u64,
-    tasks: HashMap<TaskId, TaskRecord>,
+    tasks: table::FastMap<TaskId, TaskRecord>,
     next_task: u64,
     /// Failed tasks waiting out their backoff, earliest first.
     retries: BinaryHeap<std::cmp::Reverse<(Instant, TaskId)>>,
-    jobs: HashMap<JobId, JobRecord>,
+    jobs: table::FastMap<JobId, JobRecord>,
     /// Finished jobs, oldest first, bounded by `finished_job_history`.
     finished_jobs: VecDeque<JobId>,
     /// Set when nodes or actors changed; placement runs once after the current batch.
@@ -632,12 +632,12 @@ impl Core {
             config,
             store,
             nodes: Default::default(),
-            sessions: HashMap::new(),
+            sessions: Default::default(),
             next_session: 1,
             pools: BTreeMap::new(),
             actors: Default::default(),
-            placed: HashMap::new(),
-            hosted: HashMap::new(),
+            placed: Default::default(),
+            hosted: Default::default(),
             pending: Default::default(),
             placement_cursor: None,
             pending_behind_cursor: false,
@@ -645,10 +645,10 @@ impl Core {
             holdings_version: 0,
             alive_capacities: Default::default(),
             next_actor_order: 0,
-            tasks: HashMap::new(),
+            tasks: Default::default(),
             next_task: first_task_id(),
             retries: BinaryHeap::new(),
-            jobs: HashMap::new(),
+            jobs: Default::default(),
             finished_jobs: VecDeque::new(),
             replan_needed: false,
             more_to_place: false,
@@ -777,7 +777,8 @@ impl Core {
 
     #[cfg(test)]
     fn assert_indices_uncounted(&self) {
-        let mut scanned: HashMap<NodeId, std::collections::BTreeSet<ActorId>> = HashMap::new();
+        let mut scanned: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>> =
+            Default::default();
         for (id, actor) in &self.actors {
             if let Some(assignment) = &actor.assignment {
                 scanned

@@ -3,29 +3,43 @@
 //! guard tests (`core/tests/fleet_cost.rs`) prove that a message costs work in what it is
 //! about (one node's actors, one task), never in the size of the fleet. A counter, not a
 //! timer, so the proof holds on any machine; it costs one add per record read.
+//!
+//! Records are found by hashing their id (foldhash, fixed seed), not by a search of a tree:
+//! at 80,000 actors a tree lookup compared a string id some 17 times (`memcmp` was 10-23%
+//! of the loop's time at 10,000 agents), a hash lookup hashes it once and compares it once.
+//! A walk visits the records in no meaningful order (the same order for the same history);
+//! what a user sees sorted (node and actor listings) is sorted where it is listed.
 
 use std::borrow::Borrow;
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::ops::Index;
 
-/// A `BTreeMap` with the same methods, counting the records read through it.
+/// The core's hash maps (its tables, and its indices by session, task, job and node): a fast
+/// hasher with a fixed seed, instead of SipHash's tens of nanoseconds per lookup. The ids
+/// come from the scheduler itself or from authenticated agents and clients.
+pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
+type Records<K, V> = FastMap<K, V>;
+
+/// A `HashMap` with the same methods, counting the records read through it.
 #[derive(Debug)]
 pub(super) struct Table<K, V> {
-    records: BTreeMap<K, V>,
+    records: Records<K, V>,
     visits: Cell<u64>,
 }
 
 impl<K, V> Default for Table<K, V> {
     fn default() -> Self {
         Self {
-            records: BTreeMap::new(),
+            records: Records::default(),
             visits: Cell::new(0),
         }
     }
 }
 
-impl<K: Ord, V> Table<K, V> {
+impl<K: Hash + Eq, V> Table<K, V> {
     /// Records read through this table so far.
     #[cfg(test)]
     pub fn visits(&self) -> u64 {
@@ -34,7 +48,7 @@ impl<K: Ord, V> Table<K, V> {
 
     /// The records, read without counting.
     #[cfg(test)]
-    pub fn uncounted(&self) -> &BTreeMap<K, V> {
+    pub fn uncounted(&self) -> &Records<K, V> {
         &self.records
     }
 
@@ -53,7 +67,7 @@ impl<K: Ord, V> Table<K, V> {
         self.records.len()
     }
 
-    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
+    pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
     {
@@ -61,7 +75,7 @@ impl<K: Ord, V> Table<K, V> {
         self.records.get(key)
     }
 
-    pub fn get_mut<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
+    pub fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
     {
@@ -70,7 +84,7 @@ impl<K: Ord, V> Table<K, V> {
     }
 
     #[cfg(test)]
-    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    pub fn contains_key<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
@@ -83,7 +97,7 @@ impl<K: Ord, V> Table<K, V> {
         self.records.insert(key, value)
     }
 
-    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    pub fn remove<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
     {
@@ -120,7 +134,7 @@ impl<K: Ord, V> Table<K, V> {
     }
 }
 
-impl<K: Ord + Borrow<Q>, Q: Ord + ?Sized, V> Index<&Q> for Table<K, V> {
+impl<K: Hash + Eq + Borrow<Q>, Q: Hash + Eq + ?Sized, V> Index<&Q> for Table<K, V> {
     type Output = V;
 
     fn index(&self, key: &Q) -> &V {
@@ -128,7 +142,7 @@ impl<K: Ord + Borrow<Q>, Q: Ord + ?Sized, V> Index<&Q> for Table<K, V> {
     }
 }
 
-impl<'a, K: Ord, V> IntoIterator for &'a Table<K, V> {
+impl<'a, K: Hash + Eq, V> IntoIterator for &'a Table<K, V> {
     type Item = (&'a K, &'a V);
     type IntoIter = Box<dyn Iterator<Item = (&'a K, &'a V)> + 'a>;
 
@@ -137,7 +151,7 @@ impl<'a, K: Ord, V> IntoIterator for &'a Table<K, V> {
     }
 }
 
-impl<'a, K: Ord, V> IntoIterator for &'a mut Table<K, V> {
+impl<'a, K: Hash + Eq, V> IntoIterator for &'a mut Table<K, V> {
     type Item = (&'a K, &'a mut V);
     type IntoIter = Box<dyn Iterator<Item = (&'a K, &'a mut V)> + 'a>;
 
@@ -164,7 +178,7 @@ mod tests {
         assert_eq!(table.values().filter(|v| **v > 4).count(), 5);
         assert_eq!(table.visits() - before, 10, "a walk counts every record");
         let before = table.visits();
-        assert_eq!(table.values().next(), Some(&0));
+        assert!(table.values().next().is_some());
         assert_eq!(
             table.visits() - before,
             1,

@@ -58,10 +58,13 @@ impl Core {
         }
     }
 
+    /// Every node, by id.
     pub(super) fn node_infos(&self) -> Vec<pb::NodeInfo> {
         let now = Instant::now();
-        self.nodes
-            .iter()
+        let mut nodes: Vec<_> = self.nodes.iter().collect();
+        nodes.sort_unstable_by_key(|(id, _)| *id);
+        nodes
+            .into_iter()
             .map(|(id, node)| pb::NodeInfo {
                 node_id: id.to_string(),
                 generation: node.generation.clone(),
@@ -104,12 +107,16 @@ impl Core {
         }
     }
 
+    /// Every actor (of `pool`), by id.
     pub(super) fn actor_infos(&self, pool: Option<&PoolName>) -> Vec<pb::ActorInfo> {
-        self.actors
+        let mut ids: Vec<&ActorId> = self
+            .actors
             .iter()
             .filter(|(_, a)| pool.is_none_or(|p| &a.pool == p))
-            .map(|(id, _)| self.actor_info(id))
-            .collect()
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids.into_iter().map(|id| self.actor_info(id)).collect()
     }
 
     pub(super) fn pool_status(&self, pool: &PoolName) -> Result<pb::PoolStatus, SchedulerError> {
