@@ -130,8 +130,8 @@ fn kind_not_offered(kind: &str, offered: &BTreeSet<&String>) -> String {
 /// placed in slices of about 10 ms, with agents and clients served in between.
 pub(super) const MAX_PLACEMENTS_PER_TURN: usize = 2048;
 
-/// A pending actor as a placement slice takes it: its creation order, id and demand.
-type PendingDemand = (u64, ActorId, ActorDemand);
+/// A pending actor as a placement slice takes it: its id and demand (with its order).
+type PendingDemand = (ActorId, ActorDemand);
 
 impl Core {
     /// Creates `spec` owned by `requester`; the same spec again attaches to the pool (any
@@ -473,7 +473,7 @@ impl Core {
                 self.more_to_place = true;
             }
         } else {
-            self.placement_cursor = slice.last().map(|(order, id, _)| (*order, id.clone()));
+            self.placement_cursor = slice.last().map(|(id, demand)| (demand.order, id.clone()));
             self.more_to_place = true;
         }
         if slice.is_empty() {
@@ -484,7 +484,7 @@ impl Core {
             _ => placement::Occupancy::new(self.alive_node_capacities(), self.holdings()),
         };
         let in_order: Vec<(&ActorId, &ActorDemand)> =
-            slice.iter().map(|(_, id, demand)| (id, demand)).collect();
+            slice.iter().map(|(id, demand)| (id, demand)).collect();
         let plan = placement::place_pending_on(
             self.alive_node_capacities(),
             &mut occupancy,
@@ -524,14 +524,13 @@ impl Core {
             None => Bound::Unbounded,
         };
         let mut slice = Vec::new();
-        for (order, id) in self.pending.range((after, Bound::Unbounded)) {
+        for (_, id) in self.pending.range((after, Bound::Unbounded)) {
             if slice.len() == MAX_PLACEMENTS_PER_TURN {
                 return (slice, false);
             }
             let actor = &self.actors[id];
             if self.pools.get(&actor.pool).is_some_and(|p| p.saved) {
                 slice.push((
-                    *order,
                     id.clone(),
                     ActorDemand {
                         pool: actor.pool.clone(),
