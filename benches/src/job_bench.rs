@@ -150,10 +150,10 @@ async fn run_one(
     ));
     let _ = std::fs::remove_dir_all(&out);
     let mut config = EmbedJobConfig::new(corpus, "/stand-in-encoder-not-a-model", out.as_path());
-    config.chunk_size = Some(args.chunk_size);
-    config.replicas = Some(args.replicas);
+    config.corpus.chunk_size = Some(args.chunk_size);
+    config.corpus.replicas = Some(args.replicas);
     if rewrite {
-        config.manifest_compaction = CompactionPolicy {
+        config.corpus.manifest_compaction = CompactionPolicy {
             min_entries: 1,
             fraction: 0.0,
         };

@@ -1,7 +1,9 @@
 //! `resident embed`: a vector per record of a corpus, resumably.
 
 use clap::{Args, ValueEnum};
-use resident_jobs::corpus_job::{OutputDtype, run_embed_job};
+use resident_jobs::corpus_job::{
+    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, run_embed_job,
+};
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
 
@@ -16,8 +18,46 @@ pub struct EmbedArgs {
     #[command(flatten)]
     corpus: CorpusArgs,
     /// The vectors' type in embeddings.npy and the shards: f32, or f16 (half the size).
-    #[arg(long, env = "RESIDENT_DTYPE", value_enum, default_value = "f32")]
-    dtype: Dtype,
+    /// `--precision` has these and more.
+    #[arg(long, env = "RESIDENT_DTYPE", value_enum, conflicts_with = "precision")]
+    dtype: Option<Dtype>,
+    /// How vectors are stored, as sentence-transformers' `precision`: float32, float16,
+    /// int8 or uint8 (a byte a dimension, from per-dimension ranges calibrated on the
+    /// corpus's first 1,024 records and written to index.json), binary or ubinary (a bit a
+    /// dimension, 32x smaller than float32).
+    #[arg(long, env = "RESIDENT_PRECISION", value_parser = parse_precision)]
+    precision: Option<OutputDtype>,
+    /// A prompt the model names in its config_sentence_transformers.json (`query`,
+    /// `passage`, `document`), put before every text as sentence-transformers'
+    /// `prompt_name=` does. Default: the model's `default_prompt_name`, if it has one.
+    #[arg(long, env = "RESIDENT_PROMPT_NAME", conflicts_with = "prompt")]
+    prompt_name: Option<String>,
+    /// A prompt's text, put before every text (`"query: "`; `""` for none, even where the
+    /// model has a default prompt), as sentence-transformers' `prompt=`.
+    #[arg(long, env = "RESIDENT_PROMPT")]
+    prompt: Option<String>,
+    /// Keep each vector's first N dimensions (matryoshka models: nomic, mxbai, Qwen3).
+    #[arg(long, env = "RESIDENT_TRUNCATE_DIM")]
+    truncate_dim: Option<usize>,
+    /// Scale every vector to unit length, after --truncate-dim (sentence-transformers'
+    /// `normalize_embeddings=True`). Default: as the model does.
+    #[arg(long, env = "RESIDENT_NORMALIZE", conflicts_with = "no_normalize")]
+    normalize: bool,
+    /// Write vectors as pooled, without the model's own Normalize module.
+    #[arg(long, env = "RESIDENT_NO_NORMALIZE")]
+    no_normalize: bool,
+    /// Cut each text (its prompt included) to N tokens; only shorter than the model's own
+    /// max_seq_length.
+    #[arg(long, env = "RESIDENT_MAX_SEQ_LENGTH")]
+    max_seq_length: Option<usize>,
+    /// Padded tokens per model batch on each actor (speed only; default 1024 on CPU, 16384
+    /// on GPU).
+    #[arg(long, env = "RESIDENT_MAX_BATCH_TOKENS")]
+    max_batch_tokens: Option<usize>,
+}
+
+fn parse_precision(name: &str) -> Result<OutputDtype, String> {
+    OutputDtype::parse(name)
 }
 
 impl EmbedArgs {
@@ -25,13 +65,51 @@ impl EmbedArgs {
     pub fn is_local(&self) -> bool {
         self.corpus.is_local()
     }
+
+    /// What the job does to every text.
+    fn embedding(&self) -> anyhow::Result<EmbedWork> {
+        let dtype = match (self.precision, self.dtype) {
+            (Some(precision), _) => precision,
+            (None, Some(Dtype::F16)) => OutputDtype::F16,
+            (None, Some(Dtype::F32) | None) => OutputDtype::F32,
+        };
+        let prompt = match (&self.prompt_name, &self.prompt) {
+            (Some(name), _) => Prompt::Named(name.clone()),
+            (None, Some(text)) => Prompt::Text(text.clone()),
+            (None, None) => Prompt::ModelDefault,
+        };
+        let normalization = match (self.normalize, self.no_normalize) {
+            (true, _) => Normalization::UnitLength,
+            (false, true) => Normalization::Raw,
+            (false, false) => Normalization::Model,
+        };
+        crate::exit::require(
+            self.truncate_dim != Some(0),
+            "--truncate-dim must be at least 1 (leave it out to keep every dimension)",
+        )?;
+        crate::exit::require(
+            self.max_seq_length.is_none_or(|n| n >= 2),
+            "--max-seq-length must be at least 2 (room for the model's start and end tokens)",
+        )?;
+        crate::exit::require(
+            self.max_batch_tokens.is_none_or(|n| n >= 16),
+            "--max-batch-tokens must be at least 16",
+        )?;
+        Ok(EmbedWork {
+            prompt,
+            normalization,
+            truncate_dim: self.truncate_dim,
+            dtype,
+            max_seq_length: self.max_seq_length,
+            max_batch_tokens: self.max_batch_tokens,
+        })
+    }
 }
 
 pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let mut config = args.corpus.corpus_config()?;
-    config.dtype = match args.dtype {
-        Dtype::F32 => OutputDtype::F32,
-        Dtype::F16 => OutputDtype::F16,
+    let config = EmbedJobConfig {
+        corpus: args.corpus.corpus_config()?,
+        embedding: args.embedding()?,
     };
     let cluster = args.corpus.cluster("embed").await?;
     let mut progress = progress_reporter("embed");
@@ -41,12 +119,12 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         "embedded {} documents ({} new) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
-        config.output,
+        config.corpus.output,
         report.wall_seconds,
         report.docs_per_second,
         report.bad_record_count,
         report.model_loads,
-        config.output.join("report.json")
+        config.corpus.output.join("report.json")
     );
     Ok(())
 }

@@ -66,6 +66,10 @@ pub struct EmbedActors<'a> {
     pub retention: PoolRetention,
     /// See `PoolSpec::task_timeout`.
     pub task_timeout: Option<std::time::Duration>,
+    /// Cuts texts shorter than the model's max_seq_length.
+    pub max_seq_length: Option<usize>,
+    /// Padded tokens per model batch (the actor's default when `None`).
+    pub max_batch_tokens: Option<usize>,
 }
 
 impl EmbedActors<'_> {
@@ -82,6 +86,12 @@ impl EmbedActors<'_> {
         }
         if let Some(timeout) = self.task_timeout {
             spec = spec.task_timeout(timeout);
+        }
+        if let Some(length) = self.max_seq_length {
+            spec = spec.max_seq_length(length);
+        }
+        if let Some(tokens) = self.max_batch_tokens {
+            spec = spec.max_batch_tokens(tokens);
         }
         spec.idle_ttl(self.retention.idle_ttl())
     }

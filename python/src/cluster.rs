@@ -12,12 +12,13 @@ use resident_actor::generate::{
     Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, CorpusJobConfig, GenerateJobConfig, JobError, OutputDtype, Progress,
-    PromptTemplate,
+    self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig, JobError,
+    Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
-    ClientCredentials, Cluster, EmbedPool, EmbedPoolSpec, LocalConfig, Pool, PoolSpec, SdkError,
+    ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, LocalConfig, Pool,
+    PoolSpec, SdkError,
 };
 
 use crate::errors::{bad_input, job_error, sdk_error};
@@ -177,6 +178,61 @@ fn corpus_config(
     Ok(config)
 }
 
+/// The prompt of `prompt_name=` or `prompt=` (not both), as sentence-transformers takes
+/// them; the model's default without either.
+fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyResult<Prompt> {
+    match (name, text) {
+        (Some(_), Some(_)) => Err(bad_input(
+            py,
+            "give prompt_name= (a prompt the model names) or prompt= (its text), not both",
+        )),
+        (Some(name), None) => Ok(Prompt::Named(name)),
+        (None, Some(text)) => Ok(Prompt::Text(text)),
+        (None, None) => Ok(Prompt::ModelDefault),
+    }
+}
+
+/// `embed_job`'s vector options, as the Python layer passes them (one JSON object, so the
+/// native signature does not grow with every option): `prompt_name`, `prompt`,
+/// `precision`, `truncate_dim`, `normalize` (true, false or null), `max_seq_length`,
+/// `max_batch_tokens`.
+fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Options {
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        precision: Option<String>,
+        truncate_dim: Option<usize>,
+        normalize: Option<bool>,
+        max_seq_length: Option<usize>,
+        max_batch_tokens: Option<usize>,
+    }
+    let options: Options = serde_json::from_str(json).map_err(|e| bad_input(py, e.to_string()))?;
+    let dtype = match options.precision.as_deref() {
+        Some(name) => OutputDtype::parse(name).map_err(|e| bad_input(py, e))?,
+        None => OutputDtype::F32,
+    };
+    if options.truncate_dim == Some(0) {
+        return Err(bad_input(
+            py,
+            "truncate_dim must be at least 1 (None keeps every dimension)",
+        ));
+    }
+    Ok(EmbedWork {
+        prompt: prompt_of(py, options.prompt_name, options.prompt)?,
+        normalization: match options.normalize {
+            None => Normalization::Model,
+            Some(true) => Normalization::UnitLength,
+            Some(false) => Normalization::Raw,
+        },
+        truncate_dim: options.truncate_dim,
+        dtype,
+        max_seq_length: options.max_seq_length,
+        max_batch_tokens: options.max_batch_tokens,
+    })
+}
+
 /// Runs the corpus job `start` makes (given where to leave its progress), calling
 /// `on_progress` as it moves; returns its report as JSON.
 fn run_corpus_job<Fut, R>(
@@ -209,7 +265,8 @@ impl NativeCluster {
 
     /// Embeds `texts` on a pool of `model` (made once per settings, kept while used);
     /// returns the vectors as little-endian f32 bytes, row after row, and their width.
-    #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None))]
+    #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
+        prompt_name=None, prompt=None, skip_model_normalize=false))]
     #[allow(clippy::too_many_arguments)]
     fn embed<'py>(
         &self,
@@ -221,7 +278,14 @@ impl NativeCluster {
         vram_gib: f64,
         chunk_size: usize,
         dtype: Option<String>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        skip_model_normalize: bool,
     ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+        let options = EmbedOptions {
+            prompt: prompt_of(py, prompt_name, prompt)?,
+            skip_model_normalize,
+        };
         if chunk_size == 0 {
             return Err(bad_input(py, "chunk_size must be at least 1"));
         }
@@ -257,8 +321,8 @@ impl NativeCluster {
                 made
             }
         };
-        let vectors =
-            wait(py, async move { pool.embed(texts).await })?.map_err(|e| sdk_error(py, e))?;
+        let vectors = wait(py, async move { pool.embed_with(texts, &options).await })?
+            .map_err(|e| sdk_error(py, e))?;
         let dim = vectors.first().map_or(0, Vec::len);
         let mut bytes = Vec::with_capacity(vectors.len() * dim * 4);
         for value in vectors.iter().flatten() {
@@ -270,7 +334,7 @@ impl NativeCluster {
     /// Runs `resident embed` (input, model, output and its options); returns report.json.
     #[pyo3(signature = (input, model, output, replicas=None, gpus_per_actor=0.0, vram_gib=2.0,
         chunk_size=None, dtype="f32", on_bad_record="skip", id_field="id".to_owned(), text_field="text".to_owned(),
-        keep_pool=false, merge=true, on_progress=None))]
+        keep_pool=false, merge=true, on_progress=None, embedding_json="{}".to_owned()))]
     #[allow(clippy::too_many_arguments)]
     fn embed_job(
         &self,
@@ -289,8 +353,13 @@ impl NativeCluster {
         keep_pool: bool,
         merge: bool,
         on_progress: Option<Py<PyAny>>,
+        embedding_json: String,
     ) -> PyResult<String> {
-        let mut config = corpus_config(
+        let mut embedding = embed_work(py, &embedding_json)?;
+        if embedding.dtype == OutputDtype::F32 {
+            embedding.dtype = OutputDtype::parse(dtype).map_err(|e| bad_input(py, e))?;
+        }
+        let mut corpus = corpus_config(
             py,
             [input, model, output],
             replicas,
@@ -301,12 +370,8 @@ impl NativeCluster {
             [id_field, text_field],
             keep_pool,
         )?;
-        config.dtype = match dtype {
-            "f32" => OutputDtype::F32,
-            "f16" => OutputDtype::F16,
-            other => return Err(bad_input(py, format!("dtype `{other}` is not f32 or f16"))),
-        };
-        config.merge = merge;
+        corpus.merge = merge;
+        let config = EmbedJobConfig { corpus, embedding };
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
             let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);

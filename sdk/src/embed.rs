@@ -84,6 +84,13 @@ impl EmbedPoolSpec {
         self
     }
 
+    /// Cuts texts (and their prompt) to this many tokens; only shorter than the model's own
+    /// `max_seq_length`, which stays the limit when this is longer.
+    pub fn max_seq_length(mut self, tokens: usize) -> Self {
+        self.config.insert("max_seq_length".into(), tokens.into());
+        self
+    }
+
     /// The most texts in one model batch.
     pub fn max_batch_size(mut self, size: usize) -> Self {
         self.config.insert("max_batch_size".into(), size.into());
@@ -140,6 +147,8 @@ pub struct EmbedStats {
     /// SHA-256 of the weights and configs of the model that embedded the chunk: chunks
     /// with different fingerprints came from different models.
     pub model_fingerprint: String,
+    /// The prompt the actor put before every text (`""` for none).
+    pub prompt: String,
 }
 
 impl From<pb::EmbedResponse> for EmbedStats {
@@ -158,6 +167,7 @@ impl From<pb::EmbedResponse> for EmbedStats {
             dtype: response.dtype,
             max_batch_tokens: response.max_batch_tokens,
             model_fingerprint: response.model_fingerprint,
+            prompt: response.prompt,
         }
     }
 }
@@ -237,9 +247,94 @@ pub fn one_model(chunks: &[EmbeddedChunk]) -> Result<(), SdkError> {
     }
 }
 
-/// Encodes one task payload for the `embed` kind.
+/// Which prompt an `embed` actor puts before each text, as sentence-transformers'
+/// `encode(prompt_name=..., prompt=...)` does.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Prompt {
+    /// The model's default prompt (`default_prompt_name` in its
+    /// `config_sentence_transformers.json`), or none when it names none.
+    #[default]
+    ModelDefault,
+    /// The pool's query instruction ([`EmbedPoolSpec::query_instruction`], Qwen3-Embedding
+    /// style), or else the model's default prompt.
+    QueryInstruction,
+    /// A prompt the model names (`"query"`, `"passage"`); a name it lacks fails the task,
+    /// naming those it has.
+    Named(String),
+    /// This text, as given (`""` for none, even where the model has a default).
+    Text(String),
+}
+
+impl Prompt {
+    /// Says what it is in a few words, for reports and fingerprints: `model default`,
+    /// `query instruction`, `name:query`, `text:"query: "`.
+    pub fn describe(&self) -> String {
+        match self {
+            Prompt::ModelDefault => "model default".to_owned(),
+            Prompt::QueryInstruction => "query instruction".to_owned(),
+            Prompt::Named(name) => format!("name:{name}"),
+            Prompt::Text(text) => format!("text:{text:?}"),
+        }
+    }
+}
+
+/// How an `embed` task treats its texts, besides the pool's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EmbedOptions {
+    /// The prompt before each text.
+    pub prompt: Prompt,
+    /// Vectors as pooled, without the model's Normalize module (where it has one).
+    pub skip_model_normalize: bool,
+}
+
+/// Encodes one task payload for the `embed` kind; `is_query` asks for the pool's query
+/// instruction ([`Prompt::QueryInstruction`]).
 pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
-    pb::EmbedRequest { texts, is_query }.encode_to_vec().into()
+    let prompt = match is_query {
+        true => Prompt::QueryInstruction,
+        false => Prompt::ModelDefault,
+    };
+    embed_request_with(
+        texts,
+        &EmbedOptions {
+            prompt,
+            ..EmbedOptions::default()
+        },
+    )
+}
+
+/// Encodes one task payload for the `embed` kind, with a prompt and pooling options.
+pub fn embed_request_with(texts: Vec<String>, options: &EmbedOptions) -> Bytes {
+    let mut request = pb::EmbedRequest {
+        texts,
+        skip_model_normalize: options.skip_model_normalize,
+        ..Default::default()
+    };
+    match &options.prompt {
+        Prompt::ModelDefault => {}
+        Prompt::QueryInstruction => request.is_query = true,
+        Prompt::Named(name) => request.prompt_name = name.clone(),
+        Prompt::Text(text) => request.prompt = Some(text.clone()),
+    }
+    request.encode_to_vec().into()
+}
+
+/// The options an `embed` payload asks for (to split a chunk into one payload per text).
+pub fn embed_request_options(request: &pb::EmbedRequest) -> EmbedOptions {
+    let prompt = match (
+        &request.prompt,
+        request.prompt_name.as_str(),
+        request.is_query,
+    ) {
+        (Some(text), _, _) => Prompt::Text(text.clone()),
+        (None, name, _) if !name.is_empty() => Prompt::Named(name.to_owned()),
+        (None, _, true) => Prompt::QueryInstruction,
+        (None, _, false) => Prompt::ModelDefault,
+    };
+    EmbedOptions {
+        prompt,
+        skip_model_normalize: request.skip_model_normalize,
+    }
 }
 
 /// A ready pool of `embed` actors.
@@ -310,12 +405,30 @@ impl EmbedPool {
         texts: Vec<String>,
         is_query: bool,
     ) -> Result<Vec<Vec<f32>>, SdkError> {
+        let prompt = match is_query {
+            true => Prompt::QueryInstruction,
+            false => Prompt::ModelDefault,
+        };
+        let options = EmbedOptions {
+            prompt,
+            ..EmbedOptions::default()
+        };
+        self.embed_with(texts, &options).await
+    }
+
+    /// Embeds `texts` with a prompt and pooling options (`Prompt::Named("query".into())` for
+    /// queries to a model that names a query prompt), one vector per text in input order.
+    pub async fn embed_with(
+        &self,
+        texts: Vec<String>,
+        options: &EmbedOptions,
+    ) -> Result<Vec<Vec<f32>>, SdkError> {
         let chunks: Vec<Vec<String>> = texts
             .chunks(self.chunk_size)
             .map(<[String]>::to_vec)
             .collect();
         let mut results = self
-            .embed_chunks(futures::stream::iter(chunks), is_query)
+            .embed_chunks_with(futures::stream::iter(chunks), options.clone())
             .await?;
         let mut embedded = Vec::new();
         while let Some(chunk) = results.next().await {
@@ -340,6 +453,20 @@ impl EmbedPool {
         S: Stream<Item = Vec<String>> + Send + 'static,
     {
         let payloads = chunks.map(move |texts| embed_request(texts, is_query));
+        let job = self.pool.submit("embed", payloads).await?;
+        Ok(job.map(|output| EmbeddedChunk::from_output(output?)))
+    }
+
+    /// [`EmbedPool::embed_chunks`] with a prompt and pooling options.
+    pub async fn embed_chunks_with<S>(
+        &self,
+        chunks: S,
+        options: EmbedOptions,
+    ) -> Result<impl Stream<Item = Result<EmbeddedChunk, SdkError>> + use<S>, SdkError>
+    where
+        S: Stream<Item = Vec<String>> + Send + 'static,
+    {
+        let payloads = chunks.map(move |texts| embed_request_with(texts, &options));
         let job = self.pool.submit("embed", payloads).await?;
         Ok(job.map(|output| EmbeddedChunk::from_output(output?)))
     }

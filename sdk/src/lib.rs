@@ -58,7 +58,10 @@ pub use client::{
     KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, TaskPayload,
     credentials_from_env, insecure_from_env,
 };
-pub use embed::{EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, embed_request, one_model};
+pub use embed::{
+    EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, embed_request,
+    embed_request_options, embed_request_with, one_model,
+};
 pub use error::SdkError;
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
 #[cfg(feature = "local")]

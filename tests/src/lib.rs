@@ -403,6 +403,48 @@ pub fn minilm_dir() -> String {
     fetched_model_dir("all-MiniLM-L6-v2", "scripts/fetch-model.sh")
 }
 
+/// A copy of all-MiniLM-L6-v2 in `dir` that names prompts, as
+/// `scripts/make-prompt-fixture.py` makes it: `{"query": "query: ", "passage": "passage: "}`,
+/// `passage` by default; `include_prompt` false leaves the prompt out of pooling. The
+/// weights are hard-linked where the file system allows.
+pub fn prompted_minilm(dir: &std::path::Path, include_prompt: bool) -> String {
+    let source = PathBuf::from(minilm_dir());
+    let model = dir.join(match include_prompt {
+        true => "minilm-prompts-in",
+        false => "minilm-prompts-ex",
+    });
+    copy_tree(&source, &model);
+    std::fs::write(
+        model.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "passage"}"#,
+    )
+    .expect("write the prompts");
+    let pooling = model.join("1_Pooling/config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pooling).expect("pooling config"))
+            .expect("pooling config is JSON");
+    config["include_prompt"] = include_prompt.into();
+    std::fs::write(&pooling, config.to_string()).expect("write the pooling config");
+    model.to_string_lossy().into_owned()
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("model copy");
+    for entry in std::fs::read_dir(from).expect("model dir") {
+        let entry = entry.expect("model dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if entry.file_name() == "model.safetensors" {
+            if std::fs::hard_link(entry.path(), &target).is_err() {
+                std::fs::copy(entry.path(), &target).expect("copy the weights");
+            }
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a model file");
+        }
+    }
+}
+
 /// sentence-transformers/all-mpnet-base-v2, the seed pipeline's model.
 pub fn mpnet_dir() -> String {
     fetched_model_dir(
@@ -458,7 +500,17 @@ pub fn sample(dir: &std::path::Path, count: usize) -> PathBuf {
 
 /// `resident embed` of `input` into `out` with the MiniLM fixture model; its log is piped.
 pub fn embed_command(input: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Command {
-    job_command(&["embed", "--model", &minilm_dir()], input, out, extra)
+    embed_command_of(&minilm_dir(), input, out, extra)
+}
+
+/// `resident embed` of `input` into `out` with `model`; its log is piped.
+pub fn embed_command_of(
+    model: &str,
+    input: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Command {
+    job_command(&["embed", "--model", model], input, out, extra)
 }
 
 /// `resident JOB ARGS --input INPUT --output OUT EXTRA`, logging warnings only, its log piped.

@@ -3,23 +3,115 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use prost::Message;
 use resident_proto::pb;
-use resident_sdk::{Bytes, Cluster, EmbeddedChunk, Pool, SdkError, TaskOutput, embed_request};
+use resident_sdk::{
+    Bytes, Cluster, EmbedOptions, EmbeddedChunk, Pool, Prompt, SdkError, TaskOutput,
+    embed_request_options, embed_request_with,
+};
 
-use super::output::{Manifest, OutputDtype, encode_vectors};
+use super::output::{Manifest, OutputDtype};
 use super::reader::Record;
 use super::report::{EmbedFigures, VectorStats};
+use super::vectors::{QuantizationRanges, VectorShaping, encode_vectors};
 use super::work::{ChunkWork, MergeLayout, Piece};
 use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;
 use crate::pools::EmbedActors;
 
-/// Chunks of texts in, vectors out.
+/// Records read to calibrate int8 and uint8 ranges (the corpus's first ones).
+pub const CALIBRATION_RECORDS: usize = 1024;
+
+/// A `resident embed` job: what every corpus job has, and what it does to every text.
 #[derive(Clone, Debug)]
+pub struct EmbedJobConfig {
+    pub corpus: CorpusJobConfig,
+    pub embedding: EmbedWork,
+}
+
+impl EmbedJobConfig {
+    /// A job with the model's own prompt, pooling and length, writing float32 vectors.
+    pub fn new(
+        input: impl Into<crate::storage::Location>,
+        model: impl Into<String>,
+        output: impl Into<crate::storage::Location>,
+    ) -> Self {
+        Self {
+            corpus: CorpusJobConfig::new(input, model, output),
+            embedding: EmbedWork::default(),
+        }
+    }
+}
+
+/// Whether vectors are scaled to unit length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Normalization {
+    /// As the model does (its Normalize module, when it has one).
+    #[default]
+    Model,
+    /// Scaled to unit length after `--truncate-dim` (`--normalize`;
+    /// sentence-transformers' `normalize_embeddings=True`).
+    UnitLength,
+    /// As pooled, without the model's Normalize module (`--no-normalize`).
+    Raw,
+}
+
+/// Chunks of texts in, vectors out.
+#[derive(Clone, Debug, Default)]
 pub struct EmbedWork {
-    /// Vectors are written as this (the manifest records it; a resume must match).
+    /// Put before every text (`--prompt-name`, `--prompt`).
+    pub prompt: Prompt,
+    pub normalization: Normalization,
+    /// Keep each vector's first this many dimensions (`--truncate-dim`).
+    pub truncate_dim: Option<usize>,
+    /// Vectors are written as this (`--precision`; the manifest records it; a resume must
+    /// match).
     pub dtype: OutputDtype,
+    /// Cut texts to this many tokens, prompt included (only shorter than the model's).
+    pub max_seq_length: Option<usize>,
+    /// Padded tokens per model batch on each actor (the actor's default when `None`).
+    pub max_batch_tokens: Option<usize>,
+}
+
+impl EmbedWork {
+    /// What each task asks of the actor.
+    pub fn options(&self) -> EmbedOptions {
+        EmbedOptions {
+            prompt: self.prompt.clone(),
+            skip_model_normalize: self.normalization == Normalization::Raw,
+        }
+    }
+
+    /// What happens to each vector between the actor and the file.
+    pub fn shaping(&self) -> VectorShaping {
+        VectorShaping {
+            truncate_dim: self.truncate_dim,
+            normalize: self.normalization == Normalization::UnitLength,
+            dtype: self.dtype,
+        }
+    }
+
+    /// The settings that change the vectors, besides the model and the precision, as
+    /// `key=value` words (none for the defaults, so earlier outputs resume as they were).
+    fn settings_words(&self) -> Vec<String> {
+        let mut words = Vec::new();
+        if self.prompt != Prompt::ModelDefault {
+            words.push(format!("prompt={}", self.prompt.describe()));
+        }
+        match self.normalization {
+            Normalization::Model => {}
+            Normalization::UnitLength => words.push("normalize=unit".into()),
+            Normalization::Raw => words.push("normalize=none".into()),
+        }
+        if let Some(dim) = self.truncate_dim {
+            words.push(format!("truncate_dim={dim}"));
+        }
+        if let Some(length) = self.max_seq_length {
+            words.push(format!("max_seq_length={length}"));
+        }
+        words
+    }
 }
 
 impl ChunkWork for EmbedWork {
@@ -28,7 +120,7 @@ impl ChunkWork for EmbedWork {
     type Figures = EmbedFigures;
     const JOB: &'static str = "embed";
     const OUTPUT: &'static str = "embeddings";
-    const SETTINGS: &'static str = "model";
+    const SETTINGS: &'static str = "model, prompt, --normalize, --truncate-dim or --max-seq-length";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-embeddings",
         data: "embeddings.npy",
@@ -36,6 +128,18 @@ impl ChunkWork for EmbedWork {
         ids: Some("ids.jsonl"),
     };
     const RUNNING_ITEMS_ARE_RECORDS: bool = true;
+
+    fn settings_fingerprint(&self, model_fingerprint: &str) -> String {
+        let words = self.settings_words();
+        match words.is_empty() {
+            true => model_fingerprint.to_owned(),
+            false => format!("{model_fingerprint}|{}", words.join("|")),
+        }
+    }
+
+    fn output_dtype(&self) -> OutputDtype {
+        self.dtype
+    }
 
     async fn create_pool(
         &self,
@@ -54,6 +158,8 @@ impl ChunkWork for EmbedWork {
             selector: &config.selector,
             retention: config.retention,
             task_timeout: config.task_timeout,
+            max_seq_length: self.max_seq_length,
+            max_batch_tokens: self.max_batch_tokens,
         }
         .spec();
         match cluster.create_embed_pool(spec, config.load_timeout).await {
@@ -65,9 +171,10 @@ impl ChunkWork for EmbedWork {
     fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
         if manifest.dtype != self.dtype {
             return Err(JobError::Mismatch(format!(
-                "{place} holds {} embeddings; rerun with --dtype {}",
-                manifest.dtype.name(),
-                manifest.dtype.name()
+                "{place} holds {} embeddings; rerun with --precision {}, or write to another \
+                 --output",
+                manifest.dtype.precision_name(),
+                manifest.dtype.precision_name()
             )));
         }
         Ok(())
@@ -78,16 +185,64 @@ impl ChunkWork for EmbedWork {
         planner::check_chunk_size(size, dimension).map_err(JobError::ChunkSize)
     }
 
+    async fn prepare_output(
+        &self,
+        pool: &Pool,
+        sample: Vec<Record>,
+        manifest: &mut Manifest,
+    ) -> Result<(), JobError> {
+        // One short text first: a prompt name the model lacks or a --truncate-dim past its
+        // width fails here, in words, before any chunk runs.
+        let probe = embed_one(pool, vec!["settings probe".to_owned()], &self.options()).await?;
+        self.shaping()
+            .output_dim(probe.dim)
+            .map_err(JobError::Input)?;
+        if self.dtype.needs_ranges() && manifest.quantization_ranges.is_none() {
+            let texts: Vec<String> = sample.into_iter().map(|r| r.text).collect();
+            if texts.is_empty() {
+                return Ok(());
+            }
+            let embedded = embed_one(pool, texts, &self.options()).await?;
+            let shaped = self
+                .shaping()
+                .shape(&embedded.values, embedded.dim)
+                .map_err(JobError::Input)?;
+            let dim = self
+                .shaping()
+                .output_dim(embedded.dim)
+                .map_err(JobError::Input)?;
+            let ranges = QuantizationRanges::of(&shaped, dim);
+            tracing::info!(
+                rows = ranges.sample_rows,
+                precision = self.dtype.precision_name(),
+                "calibrated the quantisation ranges"
+            );
+            manifest.quantization_ranges = Some(ranges);
+        }
+        Ok(())
+    }
+
+    fn calibration_records(&self, manifest: &Manifest) -> usize {
+        match self.dtype.needs_ranges() && manifest.quantization_ranges.is_none() {
+            true => CALIBRATION_RECORDS,
+            false => 0,
+        }
+    }
+
     fn request(&self, records: Vec<Record>) -> Bytes {
-        embed_request(records.into_iter().map(|r| r.text).collect(), false)
+        embed_request_with(
+            records.into_iter().map(|r| r.text).collect(),
+            &self.options(),
+        )
     }
 
     fn split(&self, payload: &[u8]) -> Result<Vec<Bytes>, String> {
         let request = pb::EmbedRequest::decode(payload).map_err(|e| e.to_string())?;
+        let options = embed_request_options(&request);
         Ok(request
             .texts
             .into_iter()
-            .map(|text| embed_request(vec![text], request.is_query))
+            .map(|text| embed_request_with(vec![text], &options))
             .collect())
     }
 
@@ -118,15 +273,31 @@ impl ChunkWork for EmbedWork {
         ids: &[serde_json::Value],
         manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError> {
-        let dim = match pieces.first() {
-            Some(piece) => piece.data.dim,
-            None => manifest.dim.unwrap_or(0),
+        let failed = |error: String| JobError::ChunkFailed { index, error };
+        let shaping = self.shaping();
+        let (values, dim) = match pieces.first() {
+            Some(piece) => {
+                let model_dim = piece.data.dim;
+                let mut values = Vec::new();
+                for piece in pieces {
+                    values.extend(
+                        shaping
+                            .shape(&piece.data.values, model_dim)
+                            .map_err(failed)?,
+                    );
+                }
+                (values, shaping.output_dim(model_dim).map_err(failed)?)
+            }
+            None => (Vec::new(), manifest.dim.unwrap_or(0)),
         };
-        let values: Vec<f32> = pieces
-            .iter()
-            .flat_map(|p| p.data.values.iter().copied())
-            .collect();
-        let bytes = encode_vectors(&values, ids.len() as u64, dim, manifest.dtype);
+        let bytes = encode_vectors(
+            &values,
+            ids.len() as u64,
+            dim,
+            manifest.dtype,
+            manifest.quantization_ranges.as_ref(),
+        )
+        .map_err(failed)?;
         if !pieces.is_empty() {
             manifest.dim = Some(dim);
         }
@@ -135,20 +306,35 @@ impl ChunkWork for EmbedWork {
 
     fn merged_bytes(manifest: &Manifest) -> u64 {
         let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
-        rows * manifest.dim.unwrap_or(0) as u64 * manifest.dtype.bytes() as u64
+        let width = manifest.dtype.stored_width(manifest.dim.unwrap_or(0));
+        rows * width as u64 * manifest.dtype.bytes() as u64
     }
 }
 
 /// The model's vector width, from one short embedding (for a `--chunk-size` given by hand,
 /// which skips the calibration round that would tell it).
 async fn probe_dimension(pool: &Pool) -> Result<usize, JobError> {
-    use futures::StreamExt;
-    let payload = embed_request(vec!["dimension probe".to_owned()], false);
+    let texts = vec!["dimension probe".to_owned()];
+    Ok(embed_one(pool, texts, &EmbedOptions::default()).await?.dim)
+}
+
+/// Embeds `texts` as one task outside the job's chunks (probes, calibration). A task the
+/// actor refuses (a prompt name the model lacks) is the input's error, in the actor's words.
+async fn embed_one(
+    pool: &Pool,
+    texts: Vec<String>,
+    options: &EmbedOptions,
+) -> Result<EmbeddedChunk, JobError> {
+    let payload = embed_request_with(texts, options);
     let mut results = pool
-        .submit("dimension probe", futures::stream::iter([payload]))
+        .submit("embed settings", futures::stream::iter([payload]))
         .await?;
     match results.next().await {
-        Some(output) => Ok(EmbeddedChunk::from_output(output?)?.dim),
-        None => Err(JobError::Model("the dimension probe got no answer".into())),
+        Some(output) => match EmbeddedChunk::from_output(output?) {
+            Ok(chunk) => Ok(chunk),
+            Err(SdkError::TaskFailed(why)) => Err(JobError::Input(why)),
+            Err(other) => Err(other.into()),
+        },
+        None => Err(JobError::Model("the settings probe got no answer".into())),
     }
 }

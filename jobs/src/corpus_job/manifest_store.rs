@@ -382,6 +382,7 @@ mod tests {
             chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(4),
+            quantization_ranges: None,
             model_content: None,
             chunks: Vec::new(),
             journal_generation: 0,

@@ -36,6 +36,7 @@ mod report;
 mod results;
 pub(crate) mod scan;
 pub mod schedule;
+pub mod vectors;
 pub mod work;
 
 use std::collections::BTreeMap;
@@ -45,13 +46,15 @@ use resident_sdk::{Cluster, SdkError};
 
 use crate::pools::PoolRetention;
 use crate::storage::{Location, S3Options};
-pub use embed::EmbedWork;
+pub use embed::{EmbedJobConfig, EmbedWork, Normalization};
 pub use generate::{GenerateJobConfig, GenerateWork, GenerationTally};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
 pub use prompt::PromptTemplate;
 pub use reader::{BadRecord, ReaderOptions};
 pub use report::{EmbedFigures, GenerateFigures, JobReport, PriceTable, Report};
+pub use resident_sdk::Prompt;
+pub use vectors::QuantizationRanges;
 use work::ChunkWork;
 
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +95,7 @@ pub enum BadRecordPolicy {
 pub const DEFAULT_MERGE_MAX_BYTES: u64 = 64 << 30;
 
 /// What every corpus job is given: input, output, model, pool, chunks, bad records,
-/// prices. `embed` adds only `dtype`; `generate` wraps it in [`GenerateJobConfig`].
+/// prices. `embed` wraps it in [`EmbedJobConfig`], `generate` in [`GenerateJobConfig`].
 #[derive(Clone, Debug)]
 pub struct CorpusJobConfig {
     /// A local file or directory, or an `s3://bucket/prefix` of corpus files.
@@ -109,8 +112,6 @@ pub struct CorpusJobConfig {
     pub selector: BTreeMap<String, String>,
     /// `None` = planned from measured docs/s.
     pub chunk_size: Option<usize>,
-    /// How `embed` writes vectors (the other jobs write no vectors).
-    pub dtype: OutputDtype,
     pub on_bad_record: BadRecordPolicy,
     pub merge: bool,
     /// Past this many bytes of merged data the merged files are not written: the shards
@@ -143,7 +144,6 @@ impl CorpusJobConfig {
             vram_gib_per_actor: 2.0,
             selector: BTreeMap::new(),
             chunk_size: None,
-            dtype: OutputDtype::F32,
             on_bad_record: BadRecordPolicy::Skip,
             merge: true,
             merge_max_bytes: DEFAULT_MERGE_MAX_BYTES,
@@ -156,9 +156,6 @@ impl CorpusJobConfig {
         }
     }
 }
-
-/// `resident embed`'s config: the corpus config, whose `dtype` it reads.
-pub type EmbedJobConfig = CorpusJobConfig;
 
 /// Where the job stands, for progress bars and logs.
 #[derive(Clone, Copy, Debug)]
@@ -210,10 +207,7 @@ pub async fn run_embed_job(
     config: &EmbedJobConfig,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, JobError> {
-    let work = EmbedWork {
-        dtype: config.dtype,
-    };
-    pipeline::run_job(cluster, config, &work, on_progress).await
+    pipeline::run_job(cluster, &config.corpus, &config.embedding, on_progress).await
 }
 
 /// Runs `resident generate` on `cluster` and returns its report (also written to

@@ -13,39 +13,11 @@ use serde::{Deserialize, Serialize};
 use super::JobError;
 use super::reader::BadRecord;
 use super::schedule::ChunkSchedule;
+pub use super::vectors::OutputDtype;
+use super::vectors::{QuantizationRanges, npy_header, npy_header_len};
 use super::work::MergeLayout;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputDtype {
-    F32,
-    F16,
-}
-
-impl OutputDtype {
-    pub fn name(self) -> &'static str {
-        match self {
-            OutputDtype::F32 => "f32",
-            OutputDtype::F16 => "f16",
-        }
-    }
-
-    fn descr(self) -> &'static str {
-        match self {
-            OutputDtype::F32 => "<f4",
-            OutputDtype::F16 => "<f2",
-        }
-    }
-
-    pub fn bytes(self) -> usize {
-        match self {
-            OutputDtype::F32 => 4,
-            OutputDtype::F16 => 2,
-        }
-    }
-}
 
 /// One finished chunk.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,7 +50,11 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_schedule: Option<ChunkSchedule>,
     pub dtype: OutputDtype,
+    /// The stored vectors' dimensions (after `--truncate-dim`).
     pub dim: Option<usize>,
+    /// The int8/uint8 ranges, calibrated before the first chunk (see `embed.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization_ranges: Option<QuantizationRanges>,
     /// SHA-256 of the weights and configs of the model the agents loaded (from the first
     /// chunk's result): every later chunk must match it.
     #[serde(default)]
@@ -134,47 +110,6 @@ impl Manifest {
 
 fn io(path: &Path, error: std::io::Error) -> JobError {
     JobError::Output(format!("{}: {error}", path.display()))
-}
-
-/// A NumPy `.npy` v1 header for a C-order `[rows, dim]` matrix.
-pub fn npy_header(dtype: OutputDtype, rows: u64, dim: usize) -> Vec<u8> {
-    let dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': ({rows}, {dim}), }}",
-        dtype.descr()
-    );
-    let unpadded = 10 + dict.len() + 1;
-    let padding = (64 - unpadded % 64) % 64;
-    let header_len = dict.len() + padding + 1;
-    let mut out = Vec::with_capacity(10 + header_len);
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(header_len as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out.extend(std::iter::repeat_n(b' ', padding));
-    out.push(b'\n');
-    out
-}
-
-/// Length of the header of an `.npy` file we wrote.
-fn npy_header_len(bytes: &[u8]) -> usize {
-    10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize
-}
-
-pub fn encode_vectors(values: &[f32], rows: u64, dim: usize, dtype: OutputDtype) -> Vec<u8> {
-    let mut out = npy_header(dtype, rows, dim);
-    match dtype {
-        OutputDtype::F32 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        OutputDtype::F16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&half_bits(*v).to_le_bytes())),
-    }
-    out
-}
-
-/// IEEE half-precision bits of `value`, rounded to nearest even.
-fn half_bits(value: f32) -> u16 {
-    half::f16::from_f32(value).to_bits()
 }
 
 impl ShardEntry {
@@ -499,6 +434,10 @@ pub struct OutputIndex {
     pub rows: u64,
     pub dim: usize,
     pub dtype: OutputDtype,
+    /// How int8/uint8 values map back to floats, and how to quantise queries to match:
+    /// sentence-transformers' `ranges` (`[min, max]` per dimension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization_ranges: Option<QuantizationRanges>,
     /// The merged files when they were written; `None` for a sharded output.
     pub merged: Option<MergedFiles>,
     /// In chunk order; row `first_row + i` of the whole output is row `i` of the shard.
@@ -554,6 +493,7 @@ impl OutputIndex {
             rows: first_row,
             dim: manifest.dim.unwrap_or(0),
             dtype: manifest.dtype,
+            quantization_ranges: manifest.quantization_ranges.clone(),
             merged: merged.then(|| match layout.npy {
                 true => MergedFiles {
                     vectors: Some(layout.data.into()),
@@ -623,30 +563,8 @@ impl MergedWriter {
 mod tests {
     use super::*;
     use crate::corpus_job::EmbedWork;
+    use crate::corpus_job::vectors::encode_vectors;
     use crate::corpus_job::work::ChunkWork;
-
-    #[test]
-    fn npy_headers_are_aligned_and_parseable() {
-        let header = npy_header(OutputDtype::F32, 3, 384);
-        assert_eq!(header.len() % 64, 0);
-        assert_eq!(npy_header_len(&header), header.len());
-        let text = String::from_utf8_lossy(&header[10..]);
-        assert!(
-            text.contains("'shape': (3, 384)") && text.contains("'<f4'"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn half_precision_rounds_like_ieee() {
-        assert_eq!(half_bits(1.0), 0x3c00);
-        assert_eq!(half_bits(-2.0), 0xc000);
-        assert_eq!(half_bits(0.0), 0);
-        assert_eq!(half_bits(65504.0), 0x7bff);
-        assert_eq!(half_bits(1e6), 0x7c00);
-        assert_eq!(half_bits(0.333_333_34), 0x3555);
-        assert_eq!(half_bits(6.0e-8), 0x0001);
-    }
 
     #[test]
     fn an_output_refuses_chunks_of_a_second_model() {
@@ -658,6 +576,7 @@ mod tests {
             chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(2),
+            quantization_ranges: None,
             model_content: None,
             journal_generation: 0,
             chunks: Vec::new(),
@@ -684,7 +603,7 @@ mod tests {
             .write_shard(
                 1,
                 "shards/chunk-000001.npy".into(),
-                encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32),
+                encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32, None).unwrap(),
                 &[serde_json::json!("b")],
             )
             .await
@@ -693,7 +612,7 @@ mod tests {
             .write_shard(
                 0,
                 "shards/chunk-000000.npy".into(),
-                encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32),
+                encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32, None).unwrap(),
                 &[serde_json::json!("a")],
             )
             .await
@@ -707,6 +626,7 @@ mod tests {
             chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: Some(2),
+            quantization_ranges: None,
             model_content: None,
             journal_generation: 0,
             chunks: vec![second, first],
@@ -745,6 +665,7 @@ mod tests {
             chunk_schedule: None,
             dtype: OutputDtype::F32,
             dim: None,
+            quantization_ranges: None,
             model_content: None,
             journal_generation: 0,
             chunks,

@@ -11,6 +11,7 @@ use resident_sdk::{Cluster, Pool, SubmitOptions};
 use super::manifest_store::ManifestStore;
 use super::output::{Manifest, OutputDir, ShardEntry, merge_wanted};
 use super::poison::RecoveryQueue;
+use super::reader::{Item, Record, RecordReader};
 use super::report::{self, JobReport, ReportBuilder};
 use super::results::{BodyPlanner, ChunkAnswer, ChunkWriter, PendingChunk};
 use super::scan::{self, Scan};
@@ -87,6 +88,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<JobReport<W::Figures>, JobError> {
         let (prepared, mut manifest) = self.prepare().await?;
+        self.prepare_output(&prepared, &mut manifest).await?;
         let plan_reasoning = self.plan_chunks(&prepared, &mut manifest).await?;
         keep_intact_shards(self.out, &mut manifest).await?;
         let dispatched = self
@@ -126,6 +128,28 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             actors,
         };
         Ok((prepared, manifest))
+    }
+
+    /// Lets the work check its settings on the ready pool and record what every shard needs
+    /// (reading the corpus's first records for it when it asks).
+    async fn prepare_output(
+        &self,
+        prepared: &Prepared,
+        manifest: &mut Manifest,
+    ) -> Result<(), JobError> {
+        let wanted = self.work.calibration_records(manifest);
+        let sample = match wanted {
+            0 => Vec::new(),
+            _ => {
+                let reader = RecordReader::new(prepared.inputs.clone(), self.config.reader.clone());
+                tokio::task::spawn_blocking(move || first_records(reader, wanted))
+                    .await
+                    .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??
+            }
+        };
+        self.work
+            .prepare_output(&prepared.pool, sample, manifest)
+            .await
     }
 
     /// Settles how the corpus is cut into chunks, and says why.
@@ -402,6 +426,19 @@ impl<'a, W: ChunkWork> Job<'a, W> {
 
 /// Keeps only the recorded shards still there unchanged; the others are redone. Checked a
 /// few at a time: on S3 each check is a round trip per file.
+/// The first `count` good records `reader` gives (bad ones passed over).
+fn first_records(mut reader: RecordReader, count: usize) -> Result<Vec<Record>, JobError> {
+    let mut records = Vec::with_capacity(count);
+    while records.len() < count {
+        match reader.next_item()? {
+            Some(Item::Record(record)) => records.push(record),
+            Some(Item::Bad(_)) => {}
+            None => break,
+        }
+    }
+    Ok(records)
+}
+
 async fn keep_intact_shards(out: &OutputDir, manifest: &mut Manifest) -> Result<(), JobError> {
     let checks: Vec<(ShardEntry, Result<bool, JobError>)> =
         futures::stream::iter(std::mem::take(&mut manifest.chunks))

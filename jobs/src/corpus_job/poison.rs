@@ -281,14 +281,10 @@ fn sort_salvage<W: ChunkWork>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corpus_job::{EmbedWork, OutputDtype};
+    use crate::corpus_job::EmbedWork;
     use prost::Message;
     use resident_proto::pb;
     use resident_sdk::{ActorId, NodeId};
-
-    const WORK: EmbedWork = EmbedWork {
-        dtype: OutputDtype::F32,
-    };
 
     fn answer(seq: u64, output: Result<Vec<u8>, String>) -> TaskOutput {
         TaskOutput {
@@ -323,7 +319,7 @@ mod tests {
             answer(1, Err(crash.clone())),
             answer(0, Ok(one_vector(0.0))),
         ];
-        let salvage = sort_salvage(&WORK, 9, 3, outputs).unwrap();
+        let salvage = sort_salvage(&EmbedWork::default(), 9, 3, outputs).unwrap();
         assert_eq!(salvage.kept, vec![0, 2]);
         assert_eq!(salvage.crashed, vec![(1, crash)]);
         let values: Vec<f32> = salvage
@@ -337,14 +333,21 @@ mod tests {
     #[test]
     fn another_failure_or_a_missing_answer_fails_the_chunk() {
         let outputs = vec![answer(0, Err("node lost 4 times".into()))];
-        let error = sort_salvage(&WORK, 3, 1, outputs).unwrap_err().to_string();
+        let error = sort_salvage(&EmbedWork::default(), 3, 1, outputs)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("chunk 3") && error.contains("node lost"),
             "{error}"
         );
-        let error = sort_salvage(&WORK, 3, 2, vec![answer(0, Ok(one_vector(1.0)))])
-            .unwrap_err()
-            .to_string();
+        let error = sort_salvage(
+            &EmbedWork::default(),
+            3,
+            2,
+            vec![answer(0, Ok(one_vector(1.0)))],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("1 of its 2 records"), "{error}");
     }
 }

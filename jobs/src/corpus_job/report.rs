@@ -22,6 +22,7 @@ pub struct VectorStats {
     norm_sum: f64,
     truncated: u64,
     tokens: u64,
+    prompt: Option<String>,
 }
 
 impl VectorStats {
@@ -42,6 +43,9 @@ impl VectorStats {
         }
         self.truncated += chunk.stats.truncated_rows.len() as u64;
         self.tokens += chunk.stats.tokens;
+        if self.prompt.is_none() && !chunk.stats.prompt.is_empty() {
+            self.prompt = Some(chunk.stats.prompt.clone());
+        }
     }
 }
 
@@ -68,6 +72,7 @@ impl VectorStats {
             },
             truncated: self.truncated,
             tokens: self.tokens,
+            prompt: self.prompt,
         }
     }
 }
@@ -293,6 +298,7 @@ pub struct JobReport<F> {
 /// An embed job's own figures.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EmbedFigures {
+    /// The stored vectors' dimensions (after `--truncate-dim`).
     pub dimension: usize,
     pub dtype: OutputDtype,
     pub norm: NormSummary,
@@ -300,6 +306,9 @@ pub struct EmbedFigures {
     pub truncated: u64,
     /// Tokens embedded by this run.
     pub tokens: u64,
+    /// The prompt the actors put before every text (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// A generate job's own figures: this run's tokens, in and out.

@@ -99,7 +99,32 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         replicas: u32,
     ) -> impl Future<Output = Result<Pool, JobError>> + Send;
 
-    /// Refuses an output started under other settings of this work (embed: `--dtype`).
+    /// How vectors are stored (`--precision`; float32 for works that write none).
+    fn output_dtype(&self) -> super::OutputDtype {
+        super::OutputDtype::F32
+    }
+
+    /// Records from the corpus's start that [`Self::prepare_output`] wants (embed: those
+    /// that calibrate int8 ranges, when the manifest has none yet).
+    fn calibration_records(&self, manifest: &Manifest) -> usize {
+        let _ = manifest;
+        0
+    }
+
+    /// Before the first chunk: checks this work's settings against the loaded model and
+    /// records in `manifest` what every shard needs (embed: int8 ranges from `sample`, the
+    /// corpus's first [`Self::calibration_records`] records).
+    fn prepare_output(
+        &self,
+        pool: &Pool,
+        sample: Vec<Record>,
+        manifest: &mut Manifest,
+    ) -> impl Future<Output = Result<(), JobError>> + Send {
+        let _ = (pool, sample, manifest);
+        async { Ok(()) }
+    }
+
+    /// Refuses an output started under other settings of this work (embed: `--precision`).
     fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
         let _ = (manifest, place);
         Ok(())

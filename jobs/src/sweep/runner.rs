@@ -235,6 +235,8 @@ async fn sweep_on(
         selector: &config.selector,
         retention: config.retention(),
         task_timeout: None,
+        max_seq_length: None,
+        max_batch_tokens: None,
     }
     .spec();
     let load_started = Instant::now();

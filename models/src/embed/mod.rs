@@ -33,7 +33,7 @@ use crate::ModelError;
 use crate::roots::{FileRoots, MAX_TOKENIZER_BYTES};
 use crate::trials::TrialRunner;
 use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
-use model_files::{Architecture, ModelLayout, read_layout, resolve_model_dir};
+use model_files::{Architecture, ModelLayout, Pooling, read_layout, resolve_model_dir};
 
 /// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
 const QWEN3_EOS: u32 = 151_643;
@@ -75,6 +75,13 @@ pub struct TokenizedChunk {
     ids: Vec<Vec<u32>>,
     truncated_rows: Vec<u32>,
     tokenize_micros: u64,
+    /// The prompt put before every text ("" for none).
+    prompt: String,
+    /// Leading tokens of every row left out of mean pooling: the prompt's, where the model
+    /// pools without it (`include_prompt` false); 0 otherwise.
+    pool_skip: usize,
+    /// Pool without the model's Normalize module.
+    skip_model_normalize: bool,
 }
 
 impl TokenizedChunk {
@@ -96,6 +103,7 @@ pub struct TextPreparer {
     architecture: Architecture,
     max_seq_length: usize,
     query_instruction: Option<String>,
+    prompts: ModelPrompts,
     /// Tokenises a chunk's texts in parallel; `None` tokenises on the calling thread.
     threads: Option<rayon::ThreadPool>,
 }
@@ -106,6 +114,7 @@ impl TextPreparer {
         architecture: Architecture,
         max_seq_length: usize,
         query_instruction: Option<String>,
+        prompts: ModelPrompts,
         threads: usize,
     ) -> Result<Self, ModelError> {
         let threads = match threads {
@@ -123,6 +132,7 @@ impl TextPreparer {
             architecture,
             max_seq_length,
             query_instruction,
+            prompts,
             threads,
         })
     }
@@ -135,20 +145,55 @@ impl TextPreparer {
         self.tokenize(request, started)
     }
 
+    /// The prompt `request` asks for: its own text, a name the model gives, the model's
+    /// query instruction (`is_query`), or the model's default prompt (sentence-transformers'
+    /// order).
+    fn prompt_of(&self, request: &pb::EmbedRequest) -> Result<String, ModelError> {
+        if let Some(prompt) = &request.prompt {
+            return Ok(prompt.clone());
+        }
+        if !request.prompt_name.is_empty() {
+            return self.prompts.named(&request.prompt_name);
+        }
+        if let (Some(instruction), true) = (&self.query_instruction, request.is_query) {
+            return Ok(format!("Instruct: {instruction}\nQuery:"));
+        }
+        Ok(self.prompts.default_prompt().to_owned())
+    }
+
+    /// Tokens of `prompt` that mean pooling leaves out (sentence-transformers: the prompt
+    /// tokenised alone, less a special token it ends with), when the model pools without
+    /// its prompt; 0 otherwise.
+    fn pool_skip(&self, prompt: &str) -> Result<usize, ModelError> {
+        if prompt.is_empty() || self.prompts.include_prompt {
+            return Ok(0);
+        }
+        let encoding = self
+            .tokenizer
+            .encode(prompt, true)
+            .map_err(|e| ModelError::BadPayload(format!("cannot tokenise the prompt: {e}")))?;
+        let ends_special = encoding.get_special_tokens_mask().last() == Some(&1);
+        Ok(encoding.len() - usize::from(ends_special))
+    }
+
     /// One text's ids, and whether it was cut to max_seq_length.
     fn tokenize_one(
         &self,
         row: usize,
         text: &str,
-        is_query: bool,
+        prompt: &str,
     ) -> Result<(Vec<u32>, bool), ModelError> {
-        let text = match (&self.query_instruction, is_query) {
-            (Some(instruction), true) => format!("Instruct: {instruction}\nQuery:{text}"),
-            _ => text.to_owned(),
+        let prompted;
+        let text = match prompt.is_empty() {
+            true => text,
+            false => {
+                prompted = format!("{prompt}{text}");
+                prompted.as_str()
+            }
         };
         let encoding = self
             .tokenizer
-            .encode(text.as_str(), true)
+            .encode(text, true)
             .map_err(|e| ModelError::BadPayload(format!("cannot tokenise text {row}: {e}")))?;
         let mut tokens = encoding.get_ids().to_vec();
         let mut truncated = !encoding.get_overflowing().is_empty();
@@ -167,7 +212,9 @@ impl TextPreparer {
         request: pb::EmbedRequest,
         started: Instant,
     ) -> Result<TokenizedChunk, ModelError> {
-        let one = |(row, text): (usize, &String)| self.tokenize_one(row, text, request.is_query);
+        let prompt = self.prompt_of(&request)?;
+        let pool_skip = self.pool_skip(&prompt)?;
+        let one = |(row, text): (usize, &String)| self.tokenize_one(row, text, &prompt);
         let rows: Result<Vec<(Vec<u32>, bool)>, ModelError> = match &self.threads {
             None => request.texts.iter().enumerate().map(one).collect(),
             Some(pool) => pool.install(|| {
@@ -188,6 +235,9 @@ impl TextPreparer {
             ids,
             truncated_rows,
             tokenize_micros: started.elapsed().as_micros() as u64,
+            prompt,
+            pool_skip,
+            skip_model_normalize: request.skip_model_normalize,
         })
     }
 }
@@ -288,6 +338,7 @@ impl Embedder {
             layout.architecture,
             max_seq_length,
             config.query_instruction.clone(),
+            ModelPrompts::of(&layout),
             tokenize_threads,
         )?;
         let mut embedder = Self {
@@ -325,8 +376,23 @@ impl Embedder {
 
     /// Runs one planned batch, returning `[batch, hidden]` f32 rows in the batch's order.
     fn run_batch(&mut self, ids: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let (pooling, normalize) = (self.layout.pooling, self.layout.normalize);
-        if let Some(rows) = self.encoder.embed_unpadded(ids, pooling, normalize) {
+        self.run_batch_pooled(ids, BatchPooling::of_model(&self.layout))
+    }
+
+    /// [`Embedder::run_batch`], pooled as `how` says.
+    fn run_batch_pooled(
+        &mut self,
+        ids: &[&[u32]],
+        how: BatchPooling,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let (pooling, normalize) = (self.layout.pooling, how.normalize);
+        let skip = match pooling {
+            Pooling::Mean => how.skip,
+            Pooling::Cls | Pooling::LastToken => 0,
+        };
+        if skip == 0
+            && let Some(rows) = self.encoder.embed_unpadded(ids, pooling, normalize)
+        {
             return rows;
         }
         let longest = ids.iter().map(|t| t.len()).max().unwrap_or(1);
@@ -364,14 +430,24 @@ impl Embedder {
         }
         let shape = (ids.len(), longest);
         let input = Tensor::from_vec(flat_ids, shape, &self.device)?;
+        let pool_mask = match skip {
+            0 => None,
+            _ => Some(skip_leading_tokens(
+                &flat_mask,
+                shape,
+                skip,
+                side,
+                &self.device,
+            )?),
+        };
         let mask = Tensor::from_vec(flat_mask, shape, &self.device)?;
         let hidden = self.encoder.forward(&input, &mask)?;
         let pooled = pool(
             &hidden,
-            &mask,
-            self.layout.pooling,
+            pool_mask.as_ref().unwrap_or(&mask),
+            pooling,
             side,
-            self.layout.normalize,
+            normalize,
         )?;
         pooled.to_vec2::<f32>()
     }
@@ -390,11 +466,15 @@ impl Embedder {
         pending.reverse();
         let (tokens, _) = batching::token_counts(&lengths, &pending);
         let dim = self.encoder.spec().hidden_size;
+        let how = BatchPooling {
+            normalize: self.layout.normalize && !chunk.skip_model_normalize,
+            skip: chunk.pool_skip,
+        };
         let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
         let (mut padded, mut batches, mut embedded) = (0usize, 0u32, 0usize);
         while let Some(batch) = pending.pop() {
             let ids: Vec<&[u32]> = batch.iter().map(|&i| chunk.ids[i].as_slice()).collect();
-            match self.run_batch(&ids) {
+            match self.run_batch_pooled(&ids, how) {
                 Ok(vectors) => {
                     padded += batch.len() * ids.iter().map(|t| t.len()).max().unwrap_or(0);
                     batches += 1;
@@ -450,7 +530,97 @@ impl Embedder {
             dtype: format!("{:?}", self.dtype).to_ascii_lowercase(),
             max_batch_tokens: self.max_batch_tokens as u64,
             model_fingerprint: self.content_fingerprint.clone(),
+            prompt: chunk.prompt,
         })
+    }
+}
+
+/// How one batch is pooled.
+#[derive(Clone, Copy, Debug)]
+struct BatchPooling {
+    /// Scale each vector to unit length (the model's Normalize module).
+    normalize: bool,
+    /// Leading tokens of each row that mean pooling leaves out (a prompt the model pools
+    /// without).
+    skip: usize,
+}
+
+impl BatchPooling {
+    fn of_model(layout: &ModelLayout) -> Self {
+        Self {
+            normalize: layout.normalize,
+            skip: 0,
+        }
+    }
+}
+
+/// The attention mask `flat_mask` (`shape`, 1 = real token) with each row's first `skip`
+/// real tokens set to 0, as sentence-transformers leaves a prompt out of pooling.
+fn skip_leading_tokens(
+    flat_mask: &[u32],
+    shape: (usize, usize),
+    skip: usize,
+    side: PaddingSide,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let (rows, columns) = shape;
+    let mut mask = flat_mask.to_vec();
+    for row in mask.chunks_exact_mut(columns.max(1)).take(rows) {
+        let first_real = match side {
+            PaddingSide::Right => 0,
+            PaddingSide::Left => row.iter().position(|&m| m == 1).unwrap_or(columns),
+        };
+        let end = (first_real + skip).min(columns);
+        row[first_real..end].fill(0);
+    }
+    Tensor::from_vec(mask, shape, device)
+}
+
+/// The prompts a model names, and how it pools them.
+#[derive(Clone, Debug, Default)]
+struct ModelPrompts {
+    prompts: std::collections::BTreeMap<String, String>,
+    /// The default prompt's text ("" when the model has none).
+    default: String,
+    include_prompt: bool,
+}
+
+impl ModelPrompts {
+    fn of(layout: &ModelLayout) -> Self {
+        let default = layout
+            .default_prompt_name
+            .as_ref()
+            .and_then(|name| layout.prompts.get(name))
+            .cloned()
+            .unwrap_or_default();
+        Self {
+            prompts: layout.prompts.clone(),
+            default,
+            include_prompt: layout.include_prompt,
+        }
+    }
+
+    /// The prompt called `name`, or an error naming those there are.
+    fn named(&self, name: &str) -> Result<String, ModelError> {
+        self.prompts.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.prompts.keys().map(String::as_str).collect();
+            ModelError::BadPayload(match known.is_empty() {
+                true => format!(
+                    "prompt name `{name}`: the model names no prompts (its \
+                     config_sentence_transformers.json has none); give the prompt's text \
+                     instead (--prompt)"
+                ),
+                false => format!(
+                    "prompt name `{name}`: the model's prompts are {}; pick one of them, or \
+                     give the prompt's text (--prompt)",
+                    known.join(", ")
+                ),
+            })
+        })
+    }
+
+    fn default_prompt(&self) -> &str {
+        &self.default
     }
 }
 

@@ -1,5 +1,6 @@
 //! Finding a model's files and reading its sentence-transformers settings.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -30,6 +31,23 @@ pub struct ModelLayout {
     pub normalize: bool,
     pub do_lower_case: bool,
     pub weights: Vec<PathBuf>,
+    /// The prompts the model names (`config_sentence_transformers.json`), by name.
+    pub prompts: BTreeMap<String, String>,
+    /// The prompt put before every text that asks for none (sentence-transformers'
+    /// `default_prompt_name`); always a key of `prompts`.
+    pub default_prompt_name: Option<String>,
+    /// Whether the prompt's tokens are pooled with the text's (the Pooling module's
+    /// `include_prompt`, true unless the model says otherwise).
+    pub include_prompt: bool,
+}
+
+/// `config_sentence_transformers.json`: the prompts a model was trained with.
+#[derive(Deserialize, Default)]
+struct SentenceTransformersConfig {
+    #[serde(default)]
+    prompts: BTreeMap<String, String>,
+    #[serde(default)]
+    default_prompt_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +86,12 @@ struct PoolingConfig {
     pooling_mode_lasttoken: bool,
     #[serde(default)]
     pooling_mode_max_tokens: bool,
+    #[serde(default = "yes")]
+    include_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(
@@ -141,6 +165,21 @@ pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelEr
         .is_file()
         .then(|| read_json(&pooling_dir.join("config.json"), roots))
         .transpose()?;
+    let include_prompt = pooling_config.as_ref().is_none_or(|p| p.include_prompt);
+    let st_config: SentenceTransformersConfig =
+        match dir.join("config_sentence_transformers.json").is_file() {
+            true => read_json(&dir.join("config_sentence_transformers.json"), roots)?,
+            false => SentenceTransformersConfig::default(),
+        };
+    if let Some(name) = &st_config.default_prompt_name
+        && !st_config.prompts.contains_key(name)
+    {
+        return Err(ModelError::Load(format!(
+            "config_sentence_transformers.json names `{name}` as the default prompt, but its \
+             prompts are {:?}",
+            st_config.prompts.keys().collect::<Vec<_>>()
+        )));
+    }
     let default_pooling = match architecture {
         Architecture::Bert => Pooling::Mean,
         Architecture::Qwen3 => Pooling::LastToken,
@@ -176,6 +215,9 @@ pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelEr
         normalize,
         do_lower_case: sbert.is_some_and(|s| s.do_lower_case),
         weights,
+        prompts: st_config.prompts,
+        default_prompt_name: st_config.default_prompt_name,
+        include_prompt,
     })
 }
 
@@ -289,6 +331,41 @@ mod tests {
                 .unwrap()
                 .pooling,
             Pooling::Cls
+        );
+    }
+
+    #[test]
+    fn reads_the_prompts_a_model_names_and_whether_pooling_includes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        minilm_like(dir.path());
+        let plain = read_layout(dir.path(), &FileRoots::unrestricted()).unwrap();
+        assert!(plain.prompts.is_empty() && plain.default_prompt_name.is_none());
+        assert!(plain.include_prompt);
+        write(
+            dir.path(),
+            "config_sentence_transformers.json",
+            r#"{"prompts":{"query":"query: ","passage":"passage: "},"default_prompt_name":"passage"}"#,
+        );
+        write(
+            dir.path(),
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_mean_tokens":true,"include_prompt":false}"#,
+        );
+        let layout = read_layout(dir.path(), &FileRoots::unrestricted()).unwrap();
+        assert_eq!(layout.prompts["query"], "query: ");
+        assert_eq!(layout.default_prompt_name.as_deref(), Some("passage"));
+        assert!(!layout.include_prompt);
+        write(
+            dir.path(),
+            "config_sentence_transformers.json",
+            r#"{"prompts":{"query":"query: "},"default_prompt_name":"document"}"#,
+        );
+        let error = read_layout(dir.path(), &FileRoots::unrestricted())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`document` as the default prompt"),
+            "{error}"
         );
     }
 

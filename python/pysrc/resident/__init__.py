@@ -177,15 +177,25 @@ class Cluster:
         chunk_size: int = 256,
         dtype: Optional[str] = None,
         progress: bool = True,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+        normalize: Optional[bool] = None,
     ) -> np.ndarray:
         """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
         ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
         ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
         whole. Rows are normalised when the model's sentence-transformers config says so
-        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do). The pool (``replicas`` actors,
-        default one per CPU core or as many as the GPUs hold; ``gpus`` per actor) is made
-        once for these settings and stays loaded while it is used.
+        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do); ``normalize=True`` scales every
+        row to unit length, ``normalize=False`` leaves out the model's Normalize module. The
+        pool (``replicas`` actors, default one per CPU core or as many as the GPUs hold;
+        ``gpus`` per actor) is made once for these settings and stays loaded while it is
+        used.
+
+        ``prompt_name`` picks a prompt the model names in its
+        ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
+        ``prompt`` gives one's text (``""`` for none); without either, the model's default
+        prompt applies, as in sentence-transformers' ``encode``.
         """
         total = len(texts) if isinstance(texts, Sized) else None
         bar = Bar(total, "texts", progress, "embed")
@@ -197,9 +207,14 @@ class Cluster:
                 if not window:
                     break
                 data, dim = self._native.embed(
-                    window, model, replicas, gpus, vram_gib, chunk_size, dtype
+                    window, model, replicas, gpus, vram_gib, chunk_size, dtype,
+                    prompt_name, prompt, normalize is False,
                 )
-                blocks.append(np.frombuffer(data, dtype="<f4").reshape(len(window), dim))
+                block = np.frombuffer(data, dtype="<f4").reshape(len(window), dim)
+                if normalize:
+                    norms = np.linalg.norm(block, axis=1, keepdims=True)
+                    block = block / np.maximum(norms, 1e-12)
+                blocks.append(block)
                 bar.add(len(window))
         finally:
             bar.close()
@@ -224,6 +239,13 @@ class Cluster:
         keep_pool: bool = False,
         merge: bool = True,
         progress: bool = True,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+        precision: Optional[str] = None,
+        truncate_dim: Optional[int] = None,
+        normalize: Optional[bool] = None,
+        max_seq_length: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -231,13 +253,29 @@ class Cluster:
         ``output`` a directory or ``s3://`` prefix that receives ``embeddings.npy``,
         ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
         crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
+
+        The vector options are ``resident embed``'s flags: ``prompt_name``/``prompt``,
+        ``precision`` (``float32``, ``float16``, ``int8``, ``uint8``, ``binary``,
+        ``ubinary``; int8 ranges go to ``index.json``), ``truncate_dim``, ``normalize``
+        (``True``: unit length after truncating; ``False``: without the model's Normalize
+        module), ``max_seq_length`` and ``max_batch_tokens``.
         """
+        options = {
+            "prompt_name": prompt_name,
+            "prompt": prompt,
+            "precision": precision,
+            "truncate_dim": truncate_dim,
+            "normalize": normalize,
+            "max_seq_length": max_seq_length,
+            "max_batch_tokens": max_batch_tokens,
+        }
         bar = Bar(None, "docs", progress, "embed")
         try:
             report = self._native.embed_job(
                 input, model, output, replicas, gpus_per_actor, vram_gib, chunk_size, dtype,
                 on_bad_record, id_field, text_field, keep_pool, merge,
                 lambda done, total, _tokens: bar.set(done, total),
+                json.dumps(options),
             )
         finally:
             bar.close()

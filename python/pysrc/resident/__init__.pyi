@@ -54,23 +54,36 @@ class Cluster:
     @property
     def url(self) -> str:
         """The scheduler's URL."""
-    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True) -> np.ndarray:
+    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None) -> np.ndarray:
         """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
         ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
         ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
         whole. Rows are normalised when the model's sentence-transformers config says so
-        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do). The pool (``replicas`` actors,
-        default one per CPU core or as many as the GPUs hold; ``gpus`` per actor) is made
-        once for these settings and stays loaded while it is used.
+        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do); ``normalize=True`` scales every
+        row to unit length, ``normalize=False`` leaves out the model's Normalize module. The
+        pool (``replicas`` actors, default one per CPU core or as many as the GPUs hold;
+        ``gpus`` per actor) is made once for these settings and stays loaded while it is
+        used.
+
+        ``prompt_name`` picks a prompt the model names in its
+        ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
+        ``prompt`` gives one's text (``""`` for none); without either, the model's default
+        prompt applies, as in sentence-transformers' ``encode``.
         """
-    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True) -> dict:
+    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
         ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
         ``output`` a directory or ``s3://`` prefix that receives ``embeddings.npy``,
         ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
         crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
+
+        The vector options are ``resident embed``'s flags: ``prompt_name``/``prompt``,
+        ``precision`` (``float32``, ``float16``, ``int8``, ``uint8``, ``binary``,
+        ``ubinary``; int8 ranges go to ``index.json``), ``truncate_dim``, ``normalize``
+        (``True``: unit length after truncating; ``False``: without the model's Normalize
+        module), ``max_seq_length`` and ``max_batch_tokens``.
         """
     def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.

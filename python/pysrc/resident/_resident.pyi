@@ -13,6 +13,9 @@ class NativeCluster:
         vram_gib: float = 2.0,
         chunk_size: int = 256,
         dtype: Optional[str] = None,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+        skip_model_normalize: bool = False,
     ) -> tuple[bytes, int]: ...
     def embed_job(
         self,
@@ -30,6 +33,7 @@ class NativeCluster:
         keep_pool: bool = False,
         merge: bool = True,
         on_progress: Optional[Callable[[int, int, int], None]] = None,
+        embedding_json: str = "{}",
     ) -> str: ...
     def generate_job(
         self,

@@ -28,7 +28,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
     let out = dir.path().join("out");
     let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
     let mut config = EmbedJobConfig::new(&input, minilm_dir(), &out);
-    config.replicas = Some(2);
+    config.corpus.replicas = Some(2);
     let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
 
     let (shape, data) = read_npy(&out.join("embeddings.npy"));
@@ -138,7 +138,7 @@ async fn bad_records_are_listed_or_stop_the_job() {
 
     let strict_error = |input: std::path::PathBuf, out: &str| {
         let mut strict = EmbedJobConfig::new(input, minilm_dir(), dir.path().join(out));
-        strict.on_bad_record = BadRecordPolicy::Fail;
+        strict.corpus.on_bad_record = BadRecordPolicy::Fail;
         let cluster = &cluster;
         async move {
             run_embed_job(cluster, &strict, &mut |_| {})

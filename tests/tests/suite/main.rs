@@ -19,6 +19,7 @@ mod deploy_files;
 mod durable_acks;
 mod embed_actors;
 mod embed_job;
+mod embed_options;
 mod embed_s3;
 mod forged_outcomes;
 mod generate_actors;
