@@ -169,6 +169,7 @@ impl CorpusArgs {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),
             extra_fields: Vec::new(),
+            keep_fields: Vec::new(),
         };
         for (label, price) in parse_pairs(&self.price, "--price")? {
             let price: f64 = price

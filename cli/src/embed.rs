@@ -2,7 +2,7 @@
 
 use clap::{Args, ValueEnum};
 use resident_jobs::corpus_job::{
-    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, run_embed_job,
+    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, VectorFormat, run_embed_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -54,6 +54,22 @@ pub struct EmbedArgs {
     /// on GPU).
     #[arg(long, env = "RESIDENT_MAX_BATCH_TOKENS")]
     max_batch_tokens: Option<usize>,
+    /// npy: shards/*.npy merged into embeddings.npy plus ids.jsonl. parquet: shards/*.parquet
+    /// (columns `id`, `embedding` as a fixed-size list, and --keep-columns) merged into
+    /// embeddings.parquet, which pyarrow, pandas, DuckDB and Spark read as it is.
+    #[arg(long, env = "RESIDENT_FORMAT", value_enum, default_value = "npy")]
+    format: Format,
+    /// Input fields carried to the output with each vector: `title,url` (JSONL fields or
+    /// Parquet columns; missing ones are null). Parquet output: text columns; npy output:
+    /// fields of each ids.jsonl line.
+    #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',')]
+    keep_columns: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Npy,
+    Parquet,
 }
 
 fn parse_precision(name: &str) -> Result<OutputDtype, String> {
@@ -102,6 +118,16 @@ impl EmbedArgs {
             dtype,
             max_seq_length: self.max_seq_length,
             max_batch_tokens: self.max_batch_tokens,
+            format: match self.format {
+                Format::Npy => VectorFormat::Npy,
+                Format::Parquet => VectorFormat::Parquet,
+            },
+            keep_columns: self
+                .keep_columns
+                .iter()
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty())
+                .collect(),
         })
     }
 }

@@ -13,7 +13,7 @@ use resident_actor::generate::{
 };
 use resident_jobs::corpus_job::{
     self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig, JobError,
-    Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
+    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -207,6 +207,8 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
         normalize: Option<bool>,
         max_seq_length: Option<usize>,
         max_batch_tokens: Option<usize>,
+        format: Option<String>,
+        keep_columns: Option<Vec<String>>,
     }
     let options: Options = serde_json::from_str(json).map_err(|e| bad_input(py, e.to_string()))?;
     let dtype = match options.precision.as_deref() {
@@ -230,6 +232,17 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
         dtype,
         max_seq_length: options.max_seq_length,
         max_batch_tokens: options.max_batch_tokens,
+        format: match options.format.as_deref() {
+            None | Some("npy") => VectorFormat::Npy,
+            Some("parquet") => VectorFormat::Parquet,
+            Some(other) => {
+                return Err(bad_input(
+                    py,
+                    format!("format `{other}` is not npy or parquet"),
+                ));
+            }
+        },
+        keep_columns: options.keep_columns.unwrap_or_default(),
     })
 }
 

@@ -11,10 +11,11 @@ use resident_sdk::{
     embed_request_options, embed_request_with,
 };
 
-use super::output::{Manifest, OutputDtype};
+use super::output::{Manifest, OutputDtype, ShardRows};
+use super::parquet_out;
 use super::reader::Record;
 use super::report::{EmbedFigures, VectorStats};
-use super::vectors::{QuantizationRanges, VectorShaping, encode_vectors};
+use super::vectors::{QuantizationRanges, VectorShaping, encode_rows, encode_vectors};
 use super::work::{ChunkWork, MergeLayout, Piece};
 use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;
@@ -57,6 +58,27 @@ pub enum Normalization {
     Raw,
 }
 
+/// How shards and the merged output are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VectorFormat {
+    /// `.npy` shards, merged into `embeddings.npy` plus `ids.jsonl`.
+    #[default]
+    Npy,
+    /// Parquet shards (`id`, `embedding`, the carried columns), merged into
+    /// `embeddings.parquet`.
+    Parquet,
+}
+
+impl VectorFormat {
+    /// The shards' file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            VectorFormat::Npy => "npy",
+            VectorFormat::Parquet => "parquet",
+        }
+    }
+}
+
 /// Chunks of texts in, vectors out.
 #[derive(Clone, Debug, Default)]
 pub struct EmbedWork {
@@ -72,6 +94,11 @@ pub struct EmbedWork {
     pub max_seq_length: Option<usize>,
     /// Padded tokens per model batch on each actor (the actor's default when `None`).
     pub max_batch_tokens: Option<usize>,
+    /// `--format`: npy (the default) or Parquet.
+    pub format: VectorFormat,
+    /// Input fields carried to the output (`--keep-columns`): Parquet columns, or fields of
+    /// each line of `ids.jsonl`.
+    pub keep_columns: Vec<String>,
 }
 
 impl EmbedWork {
@@ -110,6 +137,9 @@ impl EmbedWork {
         if let Some(length) = self.max_seq_length {
             words.push(format!("max_seq_length={length}"));
         }
+        if !self.keep_columns.is_empty() {
+            words.push(format!("keep={}", self.keep_columns.join(",")));
+        }
         words
     }
 }
@@ -120,11 +150,13 @@ impl ChunkWork for EmbedWork {
     type Figures = EmbedFigures;
     const JOB: &'static str = "embed";
     const OUTPUT: &'static str = "embeddings";
-    const SETTINGS: &'static str = "model, prompt, --normalize, --truncate-dim or --max-seq-length";
+    const SETTINGS: &'static str =
+        "model, prompt, --normalize, --truncate-dim, --max-seq-length or --keep-columns";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-embeddings",
         data: "embeddings.npy",
         npy: true,
+        parquet: false,
         ids: Some("ids.jsonl"),
     };
     const RUNNING_ITEMS_ARE_RECORDS: bool = true;
@@ -168,7 +200,35 @@ impl ChunkWork for EmbedWork {
         }
     }
 
+    fn layout(&self) -> MergeLayout {
+        match self.format {
+            VectorFormat::Npy => Self::LAYOUT,
+            VectorFormat::Parquet => MergeLayout {
+                format: "resident-embeddings",
+                data: "embeddings.parquet",
+                npy: false,
+                parquet: true,
+                ids: None,
+            },
+        }
+    }
+
     fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
+        let extension = format!(".{}", self.format.extension());
+        if let Some(other) = manifest
+            .chunks
+            .iter()
+            .find(|c| !c.vectors_file.ends_with(&extension))
+        {
+            let (theirs, flag) = match other.vectors_file.ends_with(".parquet") {
+                true => ("Parquet", "parquet"),
+                false => ("npy", "npy"),
+            };
+            return Err(JobError::Mismatch(format!(
+                "{place} holds {theirs} shards; rerun with --format {flag}, or write to another \
+                 --output"
+            )));
+        }
         if manifest.dtype != self.dtype {
             return Err(JobError::Mismatch(format!(
                 "{place} holds {} embeddings; rerun with --precision {}, or write to another \
@@ -191,6 +251,19 @@ impl ChunkWork for EmbedWork {
         sample: Vec<Record>,
         manifest: &mut Manifest,
     ) -> Result<(), JobError> {
+        for (i, name) in self.keep_columns.iter().enumerate() {
+            if name == "id" || name == super::parquet_out::VECTOR_COLUMN || name.is_empty() {
+                return Err(JobError::Input(format!(
+                    "--keep-columns cannot carry `{name}`: the output has its own `id` and \
+                     `embedding` (the record's id is always written; see --id-field)"
+                )));
+            }
+            if self.keep_columns[..i].contains(name) {
+                return Err(JobError::Input(format!(
+                    "--keep-columns names `{name}` twice"
+                )));
+            }
+        }
         // One short text first: a prompt name the model lacks or a --truncate-dim past its
         // width fails here, in words, before any chunk runs.
         let probe = embed_one(pool, vec!["settings probe".to_owned()], &self.options()).await?;
@@ -270,9 +343,10 @@ impl ChunkWork for EmbedWork {
         &self,
         index: u64,
         pieces: &[Piece<EmbeddedChunk>],
-        ids: &[serde_json::Value],
+        rows: &ShardRows<'_>,
         manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError> {
+        let ids = rows.ids;
         let failed = |error: String| JobError::ChunkFailed { index, error };
         let shaping = self.shaping();
         let (values, dim) = match pieces.first() {
@@ -290,18 +364,29 @@ impl ChunkWork for EmbedWork {
             }
             None => (Vec::new(), manifest.dim.unwrap_or(0)),
         };
-        let bytes = encode_vectors(
-            &values,
-            ids.len() as u64,
-            dim,
-            manifest.dtype,
-            manifest.quantization_ranges.as_ref(),
-        )
+        let ranges = manifest.quantization_ranges.as_ref();
+        let bytes = match self.format {
+            VectorFormat::Npy => {
+                encode_vectors(&values, ids.len() as u64, dim, manifest.dtype, ranges)
+            }
+            VectorFormat::Parquet => {
+                encode_rows(&values, dim, manifest.dtype, ranges).and_then(|stored| {
+                    parquet_out::encode_shard(
+                        rows,
+                        &self.keep_columns,
+                        &stored,
+                        manifest.dtype,
+                        dim,
+                    )
+                })
+            }
+        }
         .map_err(failed)?;
         if !pieces.is_empty() {
             manifest.dim = Some(dim);
         }
-        Ok((format!("shards/chunk-{index:06}.npy"), bytes))
+        let extension = self.format.extension();
+        Ok((format!("shards/chunk-{index:06}.{extension}"), bytes))
     }
 
     fn merged_bytes(manifest: &Manifest) -> u64 {

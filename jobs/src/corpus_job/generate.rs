@@ -11,7 +11,7 @@ use resident_actor::generate::{
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use serde::{Deserialize, Serialize};
 
-use super::output::Manifest;
+use super::output::{Manifest, ShardRows};
 use super::prompt::PromptTemplate;
 use super::reader::Record;
 use super::report::GenerateFigures;
@@ -103,6 +103,7 @@ impl ChunkWork for GenerateWork {
         format: "resident-generations",
         data: "generations.jsonl",
         npy: false,
+        parquet: false,
         ids: None,
     };
     const RUNNING_ITEMS_ARE_RECORDS: bool = false;
@@ -244,9 +245,10 @@ impl ChunkWork for GenerateWork {
         &self,
         index: u64,
         pieces: &[Piece<Vec<Completion>>],
-        ids: &[serde_json::Value],
+        rows: &ShardRows<'_>,
         _manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError> {
+        let ids = rows.ids;
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
         for (id, completion) in ids.iter().zip(completions) {

@@ -195,6 +195,7 @@ impl InputSet {
         index: usize,
         text_field: &str,
         id_field: &str,
+        keep_fields: &[String],
     ) -> Result<Source, JobError> {
         let file = &self.files[index];
         let (format, compression) =
@@ -217,7 +218,11 @@ impl InputSet {
             };
             let name = self.describe(index);
             return Ok(Source::Parquet(ParquetRows::open(
-                local, &name, text_field, id_field,
+                local,
+                &name,
+                text_field,
+                id_field,
+                keep_fields,
             )?));
         }
         let raw: Box<dyn Read + Send> = match &file.source {

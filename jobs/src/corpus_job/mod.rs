@@ -23,6 +23,11 @@ pub mod journal;
 pub mod manifest_store;
 pub mod output;
 #[cfg(not(feature = "parquet"))]
+#[path = "parquet_out_off.rs"]
+mod parquet_out;
+#[cfg(feature = "parquet")]
+mod parquet_out;
+#[cfg(not(feature = "parquet"))]
 #[path = "parquet_off.rs"]
 mod parquet_rows;
 #[cfg(feature = "parquet")]
@@ -46,7 +51,7 @@ use resident_sdk::{Cluster, SdkError};
 
 use crate::pools::PoolRetention;
 use crate::storage::{Location, S3Options};
-pub use embed::{EmbedJobConfig, EmbedWork, Normalization};
+pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use generate::{GenerateJobConfig, GenerateWork, GenerationTally};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
@@ -207,7 +212,9 @@ pub async fn run_embed_job(
     config: &EmbedJobConfig,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, JobError> {
-    pipeline::run_job(cluster, &config.corpus, &config.embedding, on_progress).await
+    let mut corpus = config.corpus.clone();
+    corpus.reader.keep_fields = config.embedding.keep_columns.clone();
+    pipeline::run_job(cluster, &corpus, &config.embedding, on_progress).await
 }
 
 /// Runs `resident generate` on `cluster` and returns its report (also written to

@@ -19,6 +19,21 @@ use super::work::MergeLayout;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
 
+/// The rows of one shard: their ids, and their carried fields (`--keep-columns`; empty
+/// when none are kept, else one per id).
+#[derive(Clone, Copy, Debug)]
+pub struct ShardRows<'a> {
+    pub ids: &'a [serde_json::Value],
+    pub kept: &'a [super::reader::Kept],
+}
+
+impl<'a> ShardRows<'a> {
+    /// Rows with ids only.
+    pub fn ids(ids: &'a [serde_json::Value]) -> Self {
+        Self { ids, kept: &[] }
+    }
+}
+
 /// One finished chunk.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardEntry {
@@ -295,19 +310,25 @@ impl OutputDir {
         Ok(true)
     }
 
-    /// Writes one chunk's data file (`data_file`: its vectors or generations) and its ids,
-    /// each atomically, and describes them.
+    /// Writes one chunk's data file (`data_file`: its vectors or generations) and its ids
+    /// (with the carried fields), each atomically, and describes them.
     pub async fn write_shard(
         &self,
         index: u64,
         data_file: String,
         data: Vec<u8>,
-        ids: &[serde_json::Value],
+        rows: &ShardRows<'_>,
     ) -> Result<ShardEntry, JobError> {
+        let ids = rows.ids;
         let ids_file = format!("shards/chunk-{index:06}.ids.jsonl");
         let mut id_lines = Vec::new();
-        for id in ids {
-            serde_json::to_writer(&mut id_lines, &serde_json::json!({ "id": id }))
+        for (row, id) in ids.iter().enumerate() {
+            let mut line = serde_json::Map::new();
+            line.insert("id".into(), id.clone());
+            if let Some(kept) = rows.kept.get(row) {
+                line.extend(kept.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            serde_json::to_writer(&mut id_lines, &line)
                 .map_err(|e| JobError::Output(e.to_string()))?;
             id_lines.push(b'\n');
         }
@@ -347,6 +368,7 @@ impl OutputDir {
                 data.write(&header).await?;
             }
             let with_ids = ids.is_some();
+            let mut parquet = layout.parquet.then(super::parquet_out::ParquetMerger::new);
             let mut shards = futures::stream::iter(chunks)
                 .map(|chunk| async move {
                     let shard_data = self.read_recorded(&chunk.vectors_file).await?;
@@ -359,6 +381,11 @@ impl OutputDir {
                 .buffered(4);
             while let Some(shard) = shards.next().await {
                 let (shard_data, id_lines) = shard?;
+                if let Some(merger) = &mut parquet {
+                    let bytes = merger.add(shard_data).map_err(JobError::Output)?;
+                    data.write(&bytes).await?;
+                    continue;
+                }
                 let skip = if layout.npy {
                     npy_header_len(&shard_data)
                 } else {
@@ -368,6 +395,11 @@ impl OutputDir {
                 if let Some(ids) = &mut ids {
                     ids.write(&id_lines).await?;
                 }
+            }
+            if let Some(merger) = parquet
+                && let Some(footer) = merger.finish().map_err(JobError::Output)?
+            {
+                data.write(&footer).await?;
             }
             Ok::<_, JobError>(())
         }
@@ -494,7 +526,7 @@ impl OutputIndex {
             dim: manifest.dim.unwrap_or(0),
             dtype: manifest.dtype,
             quantization_ranges: manifest.quantization_ranges.clone(),
-            merged: merged.then(|| match layout.npy {
+            merged: merged.then(|| match layout.npy || layout.parquet {
                 true => MergedFiles {
                     vectors: Some(layout.data.into()),
                     ids: layout.ids.map(Into::into),
@@ -604,7 +636,7 @@ mod tests {
                 1,
                 "shards/chunk-000001.npy".into(),
                 encode_vectors(&[3.0, 4.0], 1, 2, OutputDtype::F32, None).unwrap(),
-                &[serde_json::json!("b")],
+                &ShardRows::ids(&[serde_json::json!("b")]),
             )
             .await
             .unwrap();
@@ -613,7 +645,7 @@ mod tests {
                 0,
                 "shards/chunk-000000.npy".into(),
                 encode_vectors(&[1.0, 2.0], 1, 2, OutputDtype::F32, None).unwrap(),
-                &[serde_json::json!("a")],
+                &ShardRows::ids(&[serde_json::json!("a")]),
             )
             .await
             .unwrap();
@@ -652,7 +684,12 @@ mod tests {
             let file = format!("shards/chunk-{index:06}.jsonl");
             let id = serde_json::json!(if index == 0 { "a" } else { "b" });
             let entry = out
-                .write_shard(index, file, line.as_bytes().to_vec(), &[id])
+                .write_shard(
+                    index,
+                    file,
+                    line.as_bytes().to_vec(),
+                    &ShardRows::ids(&[id]),
+                )
                 .await
                 .unwrap();
             chunks.push(entry);

@@ -10,7 +10,7 @@ use super::JobError;
 pub(super) enum ParquetRows {}
 
 /// One row: its id and text, or why it is unusable.
-pub(super) type Row = Result<(Option<Value>, String), String>;
+pub(super) type Row = Result<(Option<Value>, String, super::reader::Kept), String>;
 
 impl ParquetRows {
     pub fn open(
@@ -18,6 +18,7 @@ impl ParquetRows {
         name: &str,
         _text_field: &str,
         _id_field: &str,
+        _keep_fields: &[String],
     ) -> Result<Self, JobError> {
         Err(JobError::Input(format!(
             "{name}: this build cannot read Parquet: build resident-jobs (or the resident CLI) with the `parquet` feature"

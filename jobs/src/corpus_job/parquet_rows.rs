@@ -17,10 +17,12 @@ pub(super) struct ParquetRows {
     next_row: usize,
     text_field: String,
     id_field: String,
+    keep_fields: Vec<String>,
 }
 
-/// One row: its id (when the file has the id column) and text, or why it is unusable.
-pub(super) type Row = Result<(Option<Value>, String), String>;
+/// One row: its id (when the file has the id column), text and carried columns, or why it is
+/// unusable.
+pub(super) type Row = Result<(Option<Value>, String, super::reader::Kept), String>;
 
 fn is_text(data_type: &DataType) -> bool {
     matches!(
@@ -55,6 +57,29 @@ fn id_at(array: &dyn Array, row: usize) -> Result<Option<Value>, String> {
     }))
 }
 
+/// A carried column's value as JSON: text, numbers and booleans (null when null).
+fn value_at(array: &dyn Array, row: usize) -> Result<Value, String> {
+    use arrow_array::types::{Float32Type, Float64Type};
+    if array.is_null(row) {
+        return Ok(Value::Null);
+    }
+    Ok(match array.data_type() {
+        DataType::Boolean => Value::from(array.as_boolean().value(row)),
+        DataType::Float32 => Value::from(array.as_primitive::<Float32Type>().value(row)),
+        DataType::Float64 => Value::from(array.as_primitive::<Float64Type>().value(row)),
+        t if is_text(t) => Value::from(string_at(array, row).unwrap_or_default()),
+        _ => match id_at(array, row) {
+            Ok(Some(value)) => value,
+            _ => {
+                return Err(format!(
+                    "a --keep-columns column has type {}; text, numbers and booleans are carried",
+                    array.data_type()
+                ));
+            }
+        },
+    })
+}
+
 impl ParquetRows {
     /// Reads `file` (called `name` in messages) and checks that it has a text column.
     pub fn open(
@@ -62,6 +87,7 @@ impl ParquetRows {
         name: &str,
         text_field: &str,
         id_field: &str,
+        keep_fields: &[String],
     ) -> Result<Self, JobError> {
         let fail = |e: &dyn std::fmt::Display| JobError::Input(format!("cannot read {name}: {e}"));
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| fail(&e))?;
@@ -89,6 +115,7 @@ impl ParquetRows {
             next_row: 0,
             text_field: text_field.to_owned(),
             id_field: id_field.to_owned(),
+            keep_fields: keep_fields.to_vec(),
         })
     }
 
@@ -116,7 +143,18 @@ impl ParquetRows {
                     },
                     None => None,
                 };
-                return Ok(Some(Ok((id, text))));
+                let mut kept = super::reader::Kept::new();
+                for field in &self.keep_fields {
+                    let value = match batch.column_by_name(field) {
+                        Some(column) => match value_at(column.as_ref(), row) {
+                            Ok(value) => value,
+                            Err(reason) => return Ok(Some(Err(reason))),
+                        },
+                        None => Value::Null,
+                    };
+                    kept.insert(field.clone(), value);
+                }
+                return Ok(Some(Ok((id, text, kept))));
             }
             match self.batches.next() {
                 Some(Ok(batch)) => {

@@ -362,7 +362,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
     ) -> Result<JobReport<W::Figures>, JobError> {
         let config = self.config;
         let (manifest, manifest_writes) = dispatched.store.finish().await?;
-        let layout = W::LAYOUT;
+        let layout = self.work.layout();
         let merged = merge_wanted(
             config.merge,
             W::merged_bytes(&manifest),

@@ -18,6 +18,9 @@ pub struct ReaderOptions {
     /// Other fields every record must have as text (those a generate prompt names): a
     /// record without one is a bad record.
     pub extra_fields: Vec<String>,
+    /// Fields carried to the output as they are (`--keep-columns`): a record without one
+    /// carries null.
+    pub keep_fields: Vec<String>,
 }
 
 impl Default for ReaderOptions {
@@ -26,6 +29,7 @@ impl Default for ReaderOptions {
             id_field: "id".into(),
             text_field: "text".into(),
             extra_fields: Vec::new(),
+            keep_fields: Vec::new(),
         }
     }
 }
@@ -37,7 +41,12 @@ pub struct Record {
     pub text: String,
     /// The values of [`ReaderOptions::extra_fields`], in their order.
     pub fields: Vec<String>,
+    /// [`ReaderOptions::keep_fields`] by name (empty when none are kept).
+    pub kept: Kept,
 }
+
+/// A record's carried fields, by name.
+pub type Kept = serde_json::Map<String, Value>;
 
 /// A line that was skipped, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -134,6 +143,7 @@ impl RecordReader {
                     self.next_file,
                     &self.options.text_field,
                     &self.options.id_field,
+                    &self.options.keep_fields,
                 )?;
                 self.current = Some((self.next_file, source, 0));
                 self.next_file += 1;
@@ -151,12 +161,13 @@ impl RecordReader {
             let parsed = match raw {
                 Raw::Blank => continue,
                 Raw::Line => self.parse_line(index, line),
-                Raw::Row(row) => row.and_then(|(id, text)| {
+                Raw::Row(row) => row.and_then(|(id, text, kept)| {
                     self.no_extra_fields("Parquet")?;
                     Ok(Record {
                         id: id.unwrap_or_else(|| self.generated_id(index, line)),
                         text,
                         fields: Vec::new(),
+                        kept,
                     })
                 }),
             };
@@ -240,10 +251,17 @@ impl RecordReader {
         match self.inputs.files[index].format() {
             Format::Text => {
                 self.no_extra_fields("plain-text")?;
+                if let Some(field) = self.options.keep_fields.first() {
+                    return Err(format!(
+                        "--keep-columns names `{field}`, and plain-text records have only a \
+                         text; give the corpus as JSON lines or Parquet"
+                    ));
+                }
                 Ok(Record {
                     id: self.generated_id(index, line),
                     text: text.to_owned(),
                     fields: Vec::new(),
+                    kept: Kept::new(),
                 })
             }
             _ => self.parse_json(text, index, line),
@@ -282,6 +300,17 @@ impl RecordReader {
                 None => Err(format!("missing field `{field}` (named in the prompt)")),
             })
             .collect::<Result<_, _>>()?;
+        let kept = self
+            .options
+            .keep_fields
+            .iter()
+            .map(|field| {
+                (
+                    field.clone(),
+                    object.get(field).cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect();
         let text = match object.remove(&self.options.text_field) {
             Some(Value::String(text)) => text,
             Some(_) => {
@@ -302,7 +331,12 @@ impl RecordReader {
             }
             None => self.generated_id(index, line),
         };
-        Ok(Record { id, text, fields })
+        Ok(Record {
+            id,
+            text,
+            fields,
+            kept,
+        })
     }
 }
 
@@ -512,6 +546,7 @@ mod tests {
             id_field: "id".into(),
             text_field: "body".into(),
             extra_fields: Vec::new(),
+            keep_fields: Vec::new(),
         };
         let error = RecordReader::new(InputSet::local(&path).unwrap(), options)
             .next_item()

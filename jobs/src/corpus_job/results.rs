@@ -7,8 +7,9 @@ use resident_sdk::Bytes;
 
 use super::manifest_store::ManifestStore;
 use super::output::OutputDir;
+use super::output::ShardRows;
 use super::poison::Salvage;
-use super::reader::BadRecord;
+use super::reader::{BadRecord, Kept};
 use super::report::ReportBuilder;
 use super::schedule::{self, ChunkSchedule};
 use super::work::{ChunkWork, Piece};
@@ -18,6 +19,8 @@ use super::{BadRecordPolicy, JobError, planner};
 pub(super) struct PendingChunk {
     pub index: u64,
     pub ids: Vec<serde_json::Value>,
+    /// Each record's carried fields (`--keep-columns`; empty when none are kept).
+    pub kept: Vec<Kept>,
     /// Where each record was read: its file's index in the input set, and its line.
     pub places: Vec<(u32, u64)>,
     /// The task's payload (shared with the task, not copied): re-read when a record of the
@@ -151,17 +154,27 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
             W::tally(&mut self.tally, piece);
             self.builder.add_chunk(piece);
         }
-        let ids = match &kept {
-            None => chunk.ids.clone(),
-            Some(kept) => kept.iter().map(|&i| chunk.ids[i].clone()).collect(),
+        let (ids, carried) = match &kept {
+            None => (chunk.ids.clone(), chunk.kept.clone()),
+            Some(kept) => (
+                kept.iter().map(|&i| chunk.ids[i].clone()).collect(),
+                match chunk.kept.is_empty() {
+                    true => Vec::new(),
+                    false => kept.iter().map(|&i| chunk.kept[i].clone()).collect(),
+                },
+            ),
+        };
+        let rows_of = ShardRows {
+            ids: &ids,
+            kept: &carried,
         };
         let rows = ids.len() as u64;
         let (data_file, data) =
             self.work
-                .shard_data(chunk.index, &pieces, &ids, self.store.manifest_mut())?;
+                .shard_data(chunk.index, &pieces, &rows_of, self.store.manifest_mut())?;
         let mut entry = self
             .out
-            .write_shard(chunk.index, data_file, data, &ids)
+            .write_shard(chunk.index, data_file, data, &rows_of)
             .await?;
         entry.crashed = crashed;
         self.store.record(entry).await?;

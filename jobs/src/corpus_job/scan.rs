@@ -233,6 +233,7 @@ pub(super) fn spawn_chunk_producer<W: ChunkWork>(
                 PendingChunk {
                     index,
                     ids: std::mem::take(&mut buffer.ids),
+                    kept: std::mem::take(&mut buffer.kept),
                     places: std::mem::take(&mut buffer.places),
                     payload: bytes.clone(),
                     probe: schedule.is_probe(index),
@@ -245,6 +246,9 @@ pub(super) fn spawn_chunk_producer<W: ChunkWork>(
             match reader.next_item()? {
                 Some(Item::Record(record)) => {
                     buffer.ids.push(record.id.clone());
+                    if !record.kept.is_empty() {
+                        buffer.kept.push(record.kept.clone());
+                    }
                     buffer.records.push(record);
                     buffer.places.push(reader.last_place());
                     if buffer.ids.len() == want {
@@ -272,6 +276,8 @@ pub(super) fn spawn_chunk_producer<W: ChunkWork>(
 /// The records of the chunk being cut.
 struct ChunkBuffer {
     ids: Vec<serde_json::Value>,
+    /// Each record's carried fields (empty when none are kept).
+    kept: Vec<super::reader::Kept>,
     records: Vec<Record>,
     places: Vec<(u32, u64)>,
 }
@@ -280,6 +286,7 @@ impl ChunkBuffer {
     fn with_capacity(capacity: usize) -> Self {
         Self {
             ids: Vec::with_capacity(capacity),
+            kept: Vec::new(),
             records: Vec::with_capacity(capacity),
             places: Vec::with_capacity(capacity),
         }
@@ -287,6 +294,7 @@ impl ChunkBuffer {
 
     fn clear(&mut self) {
         self.ids.clear();
+        self.kept.clear();
         self.records.clear();
         self.places.clear();
     }

@@ -196,6 +196,19 @@ pub fn encode_vectors(
     ranges: Option<&QuantizationRanges>,
 ) -> Result<Vec<u8>, String> {
     let mut out = npy_header(dtype, rows, dim);
+    out.extend(encode_rows(values, dim, dtype, ranges)?);
+    Ok(out)
+}
+
+/// Shaped vectors (`rows x dim`) as the stored elements' little-endian bytes, row after row
+/// ([`OutputDtype::stored_width`] elements a row).
+pub fn encode_rows(
+    values: &[f32],
+    dim: usize,
+    dtype: OutputDtype,
+    ranges: Option<&QuantizationRanges>,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(values.len() * dtype.bytes());
     match dtype {
         OutputDtype::F32 => values
             .iter()

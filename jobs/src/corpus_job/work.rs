@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use resident_sdk::{ActorId, Bytes, Cluster, NodeId, Pool, SdkError, TaskOutput};
 
-use super::output::Manifest;
+use super::output::{Manifest, ShardRows};
 use super::reader::Record;
 use super::{CorpusJobConfig, JobError};
 use crate::model_pin::PinnedModel;
@@ -41,6 +41,9 @@ pub struct MergeLayout {
     /// Whether each shard's data file starts with an npy header (the merged file gets one
     /// header for all rows instead).
     pub npy: bool,
+    /// Whether each shard's data file is a Parquet file (the merge rewrites their rows
+    /// into one file).
+    pub parquet: bool,
     /// The shards' id files concatenated, when the data does not carry the ids.
     pub ids: Option<&'static str>,
 }
@@ -68,6 +71,13 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     /// for messages: `model`; `model, prompt or decoding parameters`.
     const SETTINGS: &'static str;
     const LAYOUT: MergeLayout;
+
+    /// What this run's merge writes: [`Self::LAYOUT`] unless the work's settings choose
+    /// another (embed: `--format parquet`).
+    fn layout(&self) -> MergeLayout {
+        Self::LAYOUT
+    }
+
     /// Whether the actors report progress inside a chunk in records (embed) rather than in
     /// generated tokens (generate).
     const RUNNING_ITEMS_ARE_RECORDS: bool;
@@ -163,13 +173,13 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     fn figures(tally: Self::Tally, manifest: &Manifest, wall: Duration) -> Self::Figures;
 
     /// The data file of chunk `index`'s shard: its file name and bytes, from its pieces in
-    /// record order (`ids`, one per row). May record what every shard shares in `manifest`
-    /// (embed: the dimension).
+    /// record order (`rows`: an id per row, and the carried fields). May record what every
+    /// shard shares in `manifest` (embed: the dimension).
     fn shard_data(
         &self,
         index: u64,
         pieces: &[Piece<Self::Data>],
-        ids: &[serde_json::Value],
+        rows: &ShardRows<'_>,
         manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError>;
 

@@ -246,6 +246,8 @@ class Cluster:
         normalize: Optional[bool] = None,
         max_seq_length: Optional[int] = None,
         max_batch_tokens: Optional[int] = None,
+        format: str = "npy",
+        keep_columns: Optional[Sequence[str]] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -258,7 +260,9 @@ class Cluster:
         ``precision`` (``float32``, ``float16``, ``int8``, ``uint8``, ``binary``,
         ``ubinary``; int8 ranges go to ``index.json``), ``truncate_dim``, ``normalize``
         (``True``: unit length after truncating; ``False``: without the model's Normalize
-        module), ``max_seq_length`` and ``max_batch_tokens``.
+        module), ``max_seq_length`` and ``max_batch_tokens``. ``format="parquet"`` writes
+        ``embeddings.parquet`` (``id``, ``embedding``, and the input fields ``keep_columns``
+        names) instead of ``embeddings.npy`` and ``ids.jsonl``.
         """
         options = {
             "prompt_name": prompt_name,
@@ -268,6 +272,8 @@ class Cluster:
             "normalize": normalize,
             "max_seq_length": max_seq_length,
             "max_batch_tokens": max_batch_tokens,
+            "format": format,
+            "keep_columns": list(keep_columns) if keep_columns is not None else None,
         }
         bar = Bar(None, "docs", progress, "embed")
         try:

@@ -71,7 +71,7 @@ class Cluster:
         ``prompt`` gives one's text (``""`` for none); without either, the model's default
         prompt applies, as in sentence-transformers' ``encode``.
         """
-    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> dict:
+    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None, format: str = 'npy', keep_columns: Sequence[str] | None = None) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
         ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
@@ -83,7 +83,9 @@ class Cluster:
         ``precision`` (``float32``, ``float16``, ``int8``, ``uint8``, ``binary``,
         ``ubinary``; int8 ranges go to ``index.json``), ``truncate_dim``, ``normalize``
         (``True``: unit length after truncating; ``False``: without the model's Normalize
-        module), ``max_seq_length`` and ``max_batch_tokens``.
+        module), ``max_seq_length`` and ``max_batch_tokens``. ``format="parquet"`` writes
+        ``embeddings.parquet`` (``id``, ``embedding``, and the input fields ``keep_columns``
+        names) instead of ``embeddings.npy`` and ``ids.jsonl``.
         """
     def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.

@@ -12,7 +12,8 @@ use resident_jobs::corpus_job::{
 };
 use resident_sdk::{Cluster, EmbedOptions, EmbedPoolSpec, LocalConfig};
 use resident_tests::{
-    embed_command_of, init_logging, parse_npy_f32, prompted_minilm, read_json, repo_root,
+    embed_command, embed_command_of, finished_chunks, init_logging, parse_npy_f32, prompted_minilm,
+    read_json, repo_root, sample, wait_until,
 };
 use serde::Deserialize;
 
@@ -402,4 +403,160 @@ fn the_cli_takes_the_options_by_their_sentence_transformers_names_and_refuses_cl
         assert_eq!(refused.status.code(), Some(2), "{clash:?}: {stderr}");
         assert!(stderr.contains(says), "{clash:?}: {stderr}");
     }
+}
+
+/// Every row of a Parquet file: its `id`, its vector and its text columns `names`.
+fn parquet_rows(path: &Path, names: &[&str]) -> Vec<(String, Vec<f32>, Vec<Option<String>>)> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Float32Type;
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_string::<i32>()
+            .clone();
+        let vectors = batch
+            .column_by_name("embedding")
+            .unwrap()
+            .as_fixed_size_list()
+            .clone();
+        for row in 0..batch.num_rows() {
+            let columns = names
+                .iter()
+                .map(|name| {
+                    let column = batch.column_by_name(name).unwrap().as_string::<i32>();
+                    (!column.is_null(row)).then(|| column.value(row).to_owned())
+                })
+                .collect();
+            let vector = vectors.value(row);
+            let vector = vector.as_primitive::<Float32Type>().values().to_vec();
+            rows.push((ids.value(row).to_owned(), vector, columns));
+        }
+    }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_output_carries_columns_and_exact_ids_after_a_kill_9_and_resume() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 300);
+    let out = dir.path().join("out");
+    let flags = [
+        "--format",
+        "parquet",
+        "--keep-columns",
+        "topic,description,missing",
+    ];
+    let first = [&flags[..], &["--chunk-size", "10", "--replicas", "1"]].concat();
+    let mut child = embed_command(&input, &out, &first).spawn().unwrap();
+    wait_until("a few shards", Duration::from_secs(60), || async {
+        (finished_chunks(&out).len() >= 3).then_some(())
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let reused = finished_chunks(&out).len();
+    assert!(reused < 30, "killed before the end ({reused} chunks)");
+
+    let rerun = embed_command(&input, &out, &flags).output().unwrap();
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["chunks"]["reused"], reused as u64);
+    let index = read_json(&out.join("index.json"));
+    assert_eq!(index["merged"]["vectors"], "embeddings.parquet");
+    assert!(!out.join("embeddings.npy").exists() && !out.join("ids.jsonl").exists());
+
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let rows = parquet_rows(
+        &out.join("embeddings.parquet"),
+        &["topic", "description", "missing"],
+    );
+    assert_eq!(rows.len(), records.len(), "every record once");
+    for ((id, vector, columns), record) in rows.iter().zip(&records) {
+        assert_eq!(id, record["id"].as_str().unwrap(), "input order");
+        assert_eq!(vector.len(), 384);
+        assert!((norm(vector) - 1.0).abs() < 1e-4);
+        assert_eq!(columns[0].as_deref(), record["topic"].as_str());
+        assert_eq!(columns[1].as_deref(), record["description"].as_str());
+        assert_eq!(columns[2], None, "a field the record lacks is null");
+    }
+    // The shards are a Parquet dataset too, in the same rows.
+    let shard_rows: usize = index["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|shard| {
+            let file = out.join(shard["vectors_file"].as_str().unwrap());
+            assert!(file.extension().is_some_and(|e| e == "parquet"));
+            parquet_rows(&file, &["topic"]).len()
+        })
+        .sum();
+    assert_eq!(shard_rows, records.len());
+
+    // An npy rerun of a Parquet output is refused, not mixed.
+    let mixed = embed_command(
+        &input,
+        &out,
+        &["--keep-columns", "topic,description,missing"],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&mixed.stderr);
+    assert!(
+        !mixed.status.success() && stderr.contains("--format parquet"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npy_output_carries_the_kept_columns_in_ids_jsonl() {
+    let fixture = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let model = prompted_minilm(dir.path(), true);
+    let input = dir.path().join("titled.jsonl");
+    let lines: Vec<String> = fixture
+        .texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            serde_json::json!({"id": i, "text": text, "title": format!("T{i}"), "n": i * 2})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let cluster = local().await;
+    let out = dir.path().join("npy");
+    let mut config = job(&input, &model, &out, OutputDtype::F16);
+    config.embedding.keep_columns = vec!["title".into(), "n".into()];
+    run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
+    let ids = std::fs::read_to_string(out.join("ids.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(ids.lines().nth(3).unwrap()).unwrap();
+    assert_eq!(first, serde_json::json!({"id": 3, "title": "T3", "n": 6}));
+    assert_eq!(ids.lines().count(), fixture.texts.len());
+
+    let mut clash = config.clone();
+    clash.corpus.output = dir.path().join("clash").into();
+    clash.embedding.keep_columns = vec!["embedding".into()];
+    let text = run_embed_job(&cluster, &clash, &mut |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("cannot carry `embedding`"), "{text}");
 }

@@ -1,0 +1,240 @@
+//! `resident embed --format parquet`: each shard as a Parquet file (`id`, the vector as a
+//! fixed-size list, the carried columns), and the merge of the shards into one
+//! `embeddings.parquet`, streamed a shard at a time.
+
+use std::sync::Arc;
+
+use arrow_array::builder::StringBuilder;
+use arrow_array::{
+    ArrayRef, FixedSizeListArray, Float16Array, Float32Array, Int8Array, RecordBatch, UInt8Array,
+};
+use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde_json::Value;
+
+use super::output::ShardRows;
+use super::vectors::OutputDtype;
+
+/// The column that holds the vectors.
+pub const VECTOR_COLUMN: &str = "embedding";
+
+/// A value as a text cell: a string as it is, anything else as its JSON (null stays null).
+fn text_cell(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(text) => Some(text.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+fn element_type(dtype: OutputDtype) -> DataType {
+    match dtype {
+        OutputDtype::F32 => DataType::Float32,
+        OutputDtype::F16 => DataType::Float16,
+        OutputDtype::Int8 | OutputDtype::Binary => DataType::Int8,
+        OutputDtype::Uint8 | OutputDtype::Ubinary => DataType::UInt8,
+    }
+}
+
+/// The stored elements (`encode_rows`' bytes) as one flat array.
+fn elements(bytes: &[u8], dtype: OutputDtype) -> ArrayRef {
+    match dtype {
+        OutputDtype::F32 => Arc::new(Float32Array::from_iter_values(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        )),
+        OutputDtype::F16 => Arc::new(Float16Array::from_iter_values(
+            bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]))),
+        )),
+        OutputDtype::Int8 | OutputDtype::Binary => {
+            Arc::new(Int8Array::from_iter_values(bytes.iter().map(|&b| b as i8)))
+        }
+        OutputDtype::Uint8 | OutputDtype::Ubinary => {
+            Arc::new(UInt8Array::from_iter_values(bytes.iter().copied()))
+        }
+    }
+}
+
+/// One shard as a Parquet file: `id` (text: string ids as they are, numbers as their
+/// digits), `embedding` (a fixed-size list of the stored elements: float32, float16, int8 or
+/// uint8; packed bits for binary precisions), then `keep` columns as text (strings as they
+/// are, other JSON values as JSON, missing as null).
+pub fn encode_shard(
+    rows: &ShardRows<'_>,
+    keep: &[String],
+    stored: &[u8],
+    dtype: OutputDtype,
+    dim: usize,
+) -> Result<Vec<u8>, String> {
+    let width = dtype.stored_width(dim) as i32;
+    let mut ids = StringBuilder::new();
+    for id in rows.ids {
+        ids.append_option(text_cell(id));
+    }
+    let item = Arc::new(Field::new("item", element_type(dtype), false));
+    let vectors = FixedSizeListArray::try_new(item.clone(), width, elements(stored, dtype), None)
+        .map_err(|e| format!("vectors as a Parquet list: {e}"))?;
+    let mut fields = vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new(VECTOR_COLUMN, DataType::FixedSizeList(item, width), false),
+    ];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(ids.finish()), Arc::new(vectors)];
+    for name in keep {
+        let mut column = StringBuilder::new();
+        for row in 0..rows.ids.len() {
+            let value = rows.kept.get(row).and_then(|kept| kept.get(name));
+            column.append_option(value.and_then(text_cell));
+        }
+        fields.push(Field::new(name, DataType::Utf8, true));
+        columns.push(Arc::new(column.finish()));
+    }
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| format!("a Parquet shard: {e}"))?;
+    let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties()))
+        .map_err(|e| format!("a Parquet shard: {e}"))?;
+    writer
+        .write(&batch)
+        .and_then(|_| writer.into_inner())
+        .map_err(|e| format!("a Parquet shard: {e}"))
+}
+
+fn properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build()
+}
+
+/// Writes shards' rows, in the order given, into one Parquet file, handing back the bytes
+/// written so far after each shard (so a merge holds at most one shard's row group).
+pub struct ParquetMerger {
+    writer: Option<ArrowWriter<Vec<u8>>>,
+}
+
+impl ParquetMerger {
+    pub fn new() -> Self {
+        Self { writer: None }
+    }
+
+    /// Adds one shard file's rows; returns the merged file's bytes written since the last
+    /// call.
+    pub fn add(&mut self, shard: Vec<u8>) -> Result<Vec<u8>, String> {
+        let fail = |e: &dyn std::fmt::Display| format!("merging a Parquet shard: {e}");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(shard))
+            .map_err(|e| fail(&e))?
+            .build()
+            .map_err(|e| fail(&e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| fail(&e))?;
+            let writer = match &mut self.writer {
+                Some(writer) => writer,
+                None => self.writer.insert(
+                    ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties()))
+                        .map_err(|e| fail(&e))?,
+                ),
+            };
+            writer.write(&batch).map_err(|e| fail(&e))?;
+        }
+        match &mut self.writer {
+            Some(writer) => {
+                writer.flush().map_err(|e| fail(&e))?;
+                // The writer counts the bytes it wrote itself: taking them out is safe.
+                Ok(std::mem::take(writer.inner_mut()))
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The file's last bytes (its footer); `None` when no shard had rows.
+    pub fn finish(self) -> Result<Option<Vec<u8>>, String> {
+        self.writer
+            .map(|writer| writer.into_inner())
+            .transpose()
+            .map_err(|e| format!("finishing the merged Parquet file: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Float32Type;
+
+    fn read(bytes: Vec<u8>) -> Vec<RecordBatch> {
+        ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(bytes))
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[test]
+    fn a_shard_holds_ids_vectors_and_the_carried_columns_and_shards_merge_in_order() {
+        let mut kept = super::super::reader::Kept::new();
+        kept.insert("title".into(), Value::from("A"));
+        kept.insert("year".into(), Value::from(1999));
+        let ids = [Value::from("a"), Value::from(7)];
+        let second_kept = super::super::reader::Kept::new();
+        let carried = [kept, second_kept];
+        let rows = ShardRows {
+            ids: &ids,
+            kept: &carried,
+        };
+        let stored: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let keep = ["title".to_owned(), "year".to_owned()];
+        let shard = encode_shard(&rows, &keep, &stored, OutputDtype::F32, 2).unwrap();
+        let batches = read(shard.clone());
+        let batch = &batches[0];
+        assert_eq!(batch.num_rows(), 2);
+        let id = batch.column_by_name("id").unwrap().as_string::<i32>();
+        assert_eq!((id.value(0), id.value(1)), ("a", "7"));
+        let title = batch.column_by_name("title").unwrap().as_string::<i32>();
+        assert_eq!(title.value(0), "A");
+        assert!(title.is_null(1), "a missing field is null");
+        let year = batch.column_by_name("year").unwrap().as_string::<i32>();
+        assert_eq!(year.value(0), "1999");
+        let vectors = batch
+            .column_by_name(VECTOR_COLUMN)
+            .unwrap()
+            .as_fixed_size_list();
+        let second = vectors.value(1);
+        assert_eq!(second.as_primitive::<Float32Type>().values(), &[3.0, 4.0]);
+
+        let mut merger = ParquetMerger::new();
+        let mut merged = merger.add(shard.clone()).unwrap();
+        merged.extend(merger.add(shard).unwrap());
+        merged.extend(merger.finish().unwrap().unwrap());
+        let rows: usize = read(merged).iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 4);
+    }
+
+    #[test]
+    fn packed_bits_are_a_list_of_bytes() {
+        let ids = [Value::from("a")];
+        let rows = ShardRows::ids(&ids);
+        let shard = encode_shard(&rows, &[], &[129, 192], OutputDtype::Ubinary, 10).unwrap();
+        let batch = &read(shard)[0];
+        let vectors = batch
+            .column_by_name(VECTOR_COLUMN)
+            .unwrap()
+            .as_fixed_size_list();
+        assert_eq!(vectors.value_length(), 2);
+        assert_eq!(
+            vectors
+                .value(0)
+                .as_primitive::<arrow_array::types::UInt8Type>()
+                .values(),
+            &[129, 192]
+        );
+    }
+}
