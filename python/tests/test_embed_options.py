@@ -76,3 +76,24 @@ def test_embed_job_writes_compact_truncated_vectors(local_cluster, tmp_path):
     with pytest.raises(resident.BadInput, match="precision `int4`"):
         local_cluster.embed_job(str(corpus), model, str(tmp_path / "bad"), precision="int4",
                                 progress=False)
+
+
+def test_embed_job_writes_parquet_with_the_kept_columns(local_cluster, tmp_path):
+    records = [
+        {"id": f"t{i}", "text": text, "title": f"T{i}"} for i, text in enumerate(FIXTURE["texts"])
+    ]
+    corpus = write_corpus(tmp_path / "titled.jsonl", records)
+    out = tmp_path / "parquet"
+    report = local_cluster.embed_job(
+        str(corpus), str(MINILM), str(out), replicas=1, format="parquet",
+        keep_columns=["title"], precision="float16", progress=False,
+    )
+    assert report["items"] == len(records)
+    index = json.loads((out / "index.json").read_text())
+    assert index["merged"]["vectors"] == "embeddings.parquet"
+    data = (out / "embeddings.parquet").read_bytes()
+    assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
+    assert b"title" in data and b"embedding" in data
+    with pytest.raises(resident.BadInput, match="format `csv`"):
+        local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "bad"), format="csv",
+                                progress=False)
