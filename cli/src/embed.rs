@@ -23,8 +23,8 @@ pub struct EmbedArgs {
     dtype: Option<Dtype>,
     /// How vectors are stored, as sentence-transformers' `precision`: float32, float16,
     /// int8 or uint8 (a byte a dimension, from per-dimension ranges calibrated on the
-    /// corpus's first 1,024 records and written to index.json), binary or ubinary (a bit a
-    /// dimension, 32x smaller than float32).
+    /// corpus's first records, a twentieth of it between 256 and 1,024, and written to
+    /// index.json), binary or ubinary (a bit a dimension, 32x smaller than float32).
     #[arg(long, env = "RESIDENT_PRECISION", value_parser = parse_precision)]
     precision: Option<OutputDtype>,
     /// A prompt the model names in its config_sentence_transformers.json (`query`,

@@ -21,8 +21,12 @@ use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;
 use crate::pools::EmbedActors;
 
-/// Records read to calibrate int8 and uint8 ranges (the corpus's first ones).
-pub const CALIBRATION_RECORDS: usize = 1024;
+/// Records read to calibrate int8 and uint8 ranges (the corpus's first ones): a twentieth of
+/// the corpus, at least 256 (sentence-transformers warns below 100) and at most 1,024, so
+/// calibrating costs a corpus of 20,000 records or more at most 5% of its time.
+pub fn calibration_sample(total_docs: u64) -> usize {
+    (total_docs / 20).clamp(256, 1024) as usize
+}
 
 /// A `resident embed` job: what every corpus job has, and what it does to every text.
 #[derive(Clone, Debug)]
@@ -275,15 +279,10 @@ impl ChunkWork for EmbedWork {
             if texts.is_empty() {
                 return Ok(());
             }
-            let embedded = embed_one(pool, texts, &self.options()).await?;
-            let shaped = self
-                .shaping()
-                .shape(&embedded.values, embedded.dim)
-                .map_err(JobError::Input)?;
-            let dim = self
-                .shaping()
-                .output_dim(embedded.dim)
-                .map_err(JobError::Input)?;
+            let (values, model_dim) = embed_spread(pool, texts, &self.options()).await?;
+            let shaping = self.shaping();
+            let shaped = shaping.shape(&values, model_dim).map_err(JobError::Input)?;
+            let dim = shaping.output_dim(model_dim).map_err(JobError::Input)?;
             let ranges = QuantizationRanges::of(&shaped, dim);
             tracing::info!(
                 rows = ranges.sample_rows,
@@ -295,9 +294,9 @@ impl ChunkWork for EmbedWork {
         Ok(())
     }
 
-    fn calibration_records(&self, manifest: &Manifest) -> usize {
+    fn calibration_records(&self, manifest: &Manifest, total_docs: u64) -> usize {
         match self.dtype.needs_ranges() && manifest.quantization_ranges.is_none() {
-            true => CALIBRATION_RECORDS,
+            true => calibration_sample(total_docs),
             false => 0,
         }
     }
@@ -401,6 +400,36 @@ impl ChunkWork for EmbedWork {
 async fn probe_dimension(pool: &Pool) -> Result<usize, JobError> {
     let texts = vec!["dimension probe".to_owned()];
     Ok(embed_one(pool, texts, &EmbedOptions::default()).await?.dim)
+}
+
+/// Embeds `texts` in tasks of 32, so every actor of the pool takes part; returns the
+/// vectors in order and their width.
+async fn embed_spread(
+    pool: &Pool,
+    texts: Vec<String>,
+    options: &EmbedOptions,
+) -> Result<(Vec<f32>, usize), JobError> {
+    let payloads: Vec<Bytes> = texts
+        .chunks(32)
+        .map(|chunk| embed_request_with(chunk.to_vec(), options))
+        .collect();
+    let expected = payloads.len();
+    let mut results = pool
+        .submit("embed calibration", futures::stream::iter(payloads))
+        .await?;
+    let mut chunks = Vec::with_capacity(expected);
+    while let Some(output) = results.next().await {
+        chunks.push(EmbeddedChunk::from_output(output?)?);
+    }
+    if chunks.len() != expected {
+        return Err(JobError::Model(format!(
+            "the calibration got {} answers for {expected} tasks",
+            chunks.len()
+        )));
+    }
+    chunks.sort_by_key(|c| c.seq);
+    let dim = chunks.first().map_or(0, |c| c.dim);
+    Ok((chunks.into_iter().flat_map(|c| c.values).collect(), dim))
 }
 
 /// Embeds `texts` as one task outside the job's chunks (probes, calibration). A task the

@@ -137,7 +137,9 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         prepared: &Prepared,
         manifest: &mut Manifest,
     ) -> Result<(), JobError> {
-        let wanted = self.work.calibration_records(manifest);
+        let wanted = self
+            .work
+            .calibration_records(manifest, prepared.scan.valid_records);
         let sample = match wanted {
             0 => Vec::new(),
             _ => {

@@ -114,10 +114,10 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         super::OutputDtype::F32
     }
 
-    /// Records from the corpus's start that [`Self::prepare_output`] wants (embed: those
-    /// that calibrate int8 ranges, when the manifest has none yet).
-    fn calibration_records(&self, manifest: &Manifest) -> usize {
-        let _ = manifest;
+    /// Records from the start of a corpus of `total_docs` that [`Self::prepare_output`]
+    /// wants (embed: those that calibrate int8 ranges, when the manifest has none yet).
+    fn calibration_records(&self, manifest: &Manifest, total_docs: u64) -> usize {
+        let _ = (manifest, total_docs);
         0
     }
 

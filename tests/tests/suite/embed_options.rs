@@ -224,7 +224,7 @@ async fn every_precision_is_written_as_sentence_transformers_quantises() {
             }
         }
         if dtype.needs_ranges() {
-            // The ranges came from the corpus (all 16 records: fewer than 1,024), and are
+            // The ranges came from the corpus (all 16 records: fewer than the 256 sampled), and are
             // written where queries can be quantised to match.
             let index = read_json(&out.join("index.json"));
             let ranges = &index["quantization_ranges"];
