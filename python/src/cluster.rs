@@ -533,6 +533,35 @@ impl NativeCluster {
         serde_json::to_string(&completions).map_err(|e| bad_input(py, e.to_string()))
     }
 
+    /// Deletes the pools `embed` and `generate` made, unless a job still uses one; returns
+    /// how many it deleted.
+    fn close(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut pools: Vec<Pool> = self
+            .embed_pools
+            .lock()
+            .expect("pools")
+            .drain()
+            .map(|(_, pool)| pool.pool)
+            .collect();
+        pools.extend(
+            self.generate_pools
+                .lock()
+                .expect("pools")
+                .drain()
+                .map(|(_, p)| p),
+        );
+        let deleted = wait(py, async move {
+            let mut deleted = 0;
+            for pool in pools {
+                if let Ok(None) = pool.delete_if_unused().await {
+                    deleted += 1;
+                }
+            }
+            deleted
+        })?;
+        Ok(deleted)
+    }
+
     /// `resident status --json`: the nodes and actors, as JSON.
     fn status(&self, py: Python<'_>) -> PyResult<String> {
         let cluster = self.cluster.clone();

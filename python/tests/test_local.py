@@ -106,3 +106,16 @@ def test_a_call_releases_the_gil_while_it_waits(local_cluster):
     # ticks: a few per tick at most.
     assert took > 0.5, took
     assert ticks > 100 * took, (ticks, took)
+
+
+def test_a_cluster_closes_at_the_end_of_a_with_block_and_deletes_its_pools():
+    with resident.local() as cluster:
+        vectors = cluster.embed(["closed after this"], str(MINILM), replicas=1, progress=False)
+        assert vectors.shape == (1, 384)
+        assert any(p.name.startswith("py-embed") for p in cluster.pools())
+        watcher = resident.Cluster(cluster._native)
+    # The package's pool is gone; the cluster refuses further calls, in words.
+    assert not any(p.name.startswith("py-embed") for p in watcher.pools())
+    with pytest.raises(resident.BadInput, match="closed"):
+        cluster.nodes()
+    cluster.close()

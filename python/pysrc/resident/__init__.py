@@ -155,11 +155,35 @@ class Pool:
         return f"resident.Pool({self.name!r})"
 
 
+class _Closed:
+    """Stands for the native cluster once :meth:`Cluster.close` ran: every call says so."""
+
+    def __getattr__(self, name: str):
+        raise BadInput("this cluster is closed; start another with resident.local() or connect()")
+
+
 class Cluster:
-    """A Resident cluster: from :func:`local` or :func:`connect`."""
+    """A Resident cluster: from :func:`local` or :func:`connect`.
+
+    ``with resident.local() as cluster:`` closes it at the block's end (see :meth:`close`).
+    """
 
     def __init__(self, native: "_resident.NativeCluster") -> None:
         self._native = native
+
+    def close(self) -> None:
+        """Deletes the pools :meth:`embed` and :meth:`generate` made (unless a job still uses
+        one) and lets go of the cluster: a local one stops once nothing else holds it. Later
+        calls raise :class:`BadInput`. Closing twice is harmless."""
+        native, self._native = self._native, _Closed()
+        if not isinstance(native, _Closed):
+            native.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
 
     @property
     def url(self) -> str:

@@ -49,8 +49,17 @@ class Pool:
         """Deletes the pool: its actors stop and free what they hold."""
 
 class Cluster:
-    """A Resident cluster: from :func:`local` or :func:`connect`."""
+    """A Resident cluster: from :func:`local` or :func:`connect`.
+
+    ``with resident.local() as cluster:`` closes it at the block's end (see :meth:`close`).
+    """
     def __init__(self, native: _resident.NativeCluster) -> None: ...
+    def close(self) -> None:
+        """Deletes the pools :meth:`embed` and :meth:`generate` made (unless a job still uses
+        one) and lets go of the cluster: a local one stops once nothing else holds it. Later
+        calls raise :class:`BadInput`. Closing twice is harmless."""
+    def __enter__(self) -> Cluster: ...
+    def __exit__(self, *_exc: object) -> None: ...
     @property
     def url(self) -> str:
         """The scheduler's URL."""

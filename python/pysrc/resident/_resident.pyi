@@ -4,6 +4,7 @@ from typing import Callable, Iterator, Optional
 
 class NativeCluster:
     def url(self) -> str: ...
+    def close(self) -> int: ...
     def embed(
         self,
         texts: list[str],
