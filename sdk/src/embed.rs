@@ -266,6 +266,14 @@ pub enum Prompt {
 }
 
 impl Prompt {
+    /// The query instruction for queries (`is_query`), else the model's default.
+    pub fn for_query(is_query: bool) -> Self {
+        match is_query {
+            true => Prompt::QueryInstruction,
+            false => Prompt::ModelDefault,
+        }
+    }
+
     /// Says what it is in a few words, for reports and fingerprints: `model default`,
     /// `query instruction`, `name:query`, `text:"query: "`.
     pub fn describe(&self) -> String {
@@ -290,14 +298,10 @@ pub struct EmbedOptions {
 /// Encodes one task payload for the `embed` kind; `is_query` asks for the pool's query
 /// instruction ([`Prompt::QueryInstruction`]).
 pub fn embed_request(texts: Vec<String>, is_query: bool) -> Bytes {
-    let prompt = match is_query {
-        true => Prompt::QueryInstruction,
-        false => Prompt::ModelDefault,
-    };
     embed_request_with(
         texts,
         &EmbedOptions {
-            prompt,
+            prompt: Prompt::for_query(is_query),
             ..EmbedOptions::default()
         },
     )
@@ -405,12 +409,8 @@ impl EmbedPool {
         texts: Vec<String>,
         is_query: bool,
     ) -> Result<Vec<Vec<f32>>, SdkError> {
-        let prompt = match is_query {
-            true => Prompt::QueryInstruction,
-            false => Prompt::ModelDefault,
-        };
         let options = EmbedOptions {
-            prompt,
+            prompt: Prompt::for_query(is_query),
             ..EmbedOptions::default()
         };
         self.embed_with(texts, &options).await
@@ -452,9 +452,11 @@ impl EmbedPool {
     where
         S: Stream<Item = Vec<String>> + Send + 'static,
     {
-        let payloads = chunks.map(move |texts| embed_request(texts, is_query));
-        let job = self.pool.submit("embed", payloads).await?;
-        Ok(job.map(|output| EmbeddedChunk::from_output(output?)))
+        let options = EmbedOptions {
+            prompt: Prompt::for_query(is_query),
+            ..EmbedOptions::default()
+        };
+        self.embed_chunks_with(chunks, options).await
     }
 
     /// [`EmbedPool::embed_chunks`] with a prompt and pooling options.

@@ -268,12 +268,16 @@ impl ChunkWork for EmbedWork {
                 )));
             }
         }
-        // One short text first: a prompt name the model lacks or a --truncate-dim past its
-        // width fails here, in words, before any chunk runs.
-        let probe = embed_one(pool, vec!["settings probe".to_owned()], &self.options()).await?;
-        self.shaping()
-            .output_dim(probe.dim)
-            .map_err(JobError::Input)?;
+        // One short text first when a setting can fail on this model: a prompt name it
+        // lacks, or a --truncate-dim past its width, fails here, in words, before any chunk
+        // runs. (Default settings send no extra job: a job's tasks are its chunks.)
+        if matches!(self.prompt, Prompt::Named(_)) || self.truncate_dim.is_some() {
+            let texts = vec!["settings probe".to_owned()];
+            let probe = embed_one(pool, texts, &self.options()).await?;
+            self.shaping()
+                .output_dim(probe.dim)
+                .map_err(JobError::Input)?;
+        }
         if self.dtype.needs_ranges() && manifest.quantization_ranges.is_none() {
             let texts: Vec<String> = sample.into_iter().map(|r| r.text).collect();
             if texts.is_empty() {
