@@ -89,11 +89,9 @@ impl EmbedArgs {
             (None, Some(Dtype::F16)) => OutputDtype::F16,
             (None, Some(Dtype::F32) | None) => OutputDtype::F32,
         };
-        let prompt = match (&self.prompt_name, &self.prompt) {
-            (Some(name), _) => Prompt::Named(name.clone()),
-            (None, Some(text)) => Prompt::Text(text.clone()),
-            (None, None) => Prompt::ModelDefault,
-        };
+        // clap refuses both flags together first, naming them.
+        let prompt = Prompt::from_name_or_text(self.prompt_name.clone(), self.prompt.clone())
+            .map_err(anyhow::Error::msg)?;
         let normalization = match (self.normalize, self.no_normalize) {
             (true, _) => Normalization::UnitLength,
             (false, true) => Normalization::Raw,

@@ -181,15 +181,7 @@ fn corpus_config(
 /// The prompt of `prompt_name=` or `prompt=` (not both), as sentence-transformers takes
 /// them; the model's default without either.
 fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyResult<Prompt> {
-    match (name, text) {
-        (Some(_), Some(_)) => Err(bad_input(
-            py,
-            "give prompt_name= (a prompt the model names) or prompt= (its text), not both",
-        )),
-        (Some(name), None) => Ok(Prompt::Named(name)),
-        (None, Some(text)) => Ok(Prompt::Text(text)),
-        (None, None) => Ok(Prompt::ModelDefault),
-    }
+    Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why))
 }
 
 /// `embed_job`'s vector options, as the Python layer passes them (one JSON object, so the

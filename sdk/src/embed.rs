@@ -266,6 +266,18 @@ pub enum Prompt {
 }
 
 impl Prompt {
+    /// The prompt of sentence-transformers' `prompt_name=` or `prompt=` (at most one of
+    /// them); the model's default without either.
+    pub fn from_name_or_text(name: Option<String>, text: Option<String>) -> Result<Self, String> {
+        match (name, text) {
+            (Some(_), Some(_)) => {
+                Err("give a prompt name (one the model names) or a prompt's text, not both".into())
+            }
+            (Some(name), None) => Ok(Prompt::Named(name)),
+            (None, Some(text)) => Ok(Prompt::Text(text)),
+            (None, None) => Ok(Prompt::ModelDefault),
+        }
+    }
     /// The query instruction for queries (`is_query`), else the model's default.
     pub fn for_query(is_query: bool) -> Self {
         match is_query {

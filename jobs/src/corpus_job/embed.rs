@@ -119,7 +119,6 @@ impl EmbedWork {
         VectorShaping {
             truncate_dim: self.truncate_dim,
             normalize: self.normalization == Normalization::UnitLength,
-            dtype: self.dtype,
         }
     }
 
@@ -273,9 +272,9 @@ impl ChunkWork for EmbedWork {
         // runs. (Default settings send no extra job: a job's tasks are its chunks.)
         if matches!(self.prompt, Prompt::Named(_)) || self.truncate_dim.is_some() {
             let texts = vec!["settings probe".to_owned()];
-            let probe = embed_one(pool, texts, &self.options()).await?;
+            let (_, model_dim) = embed_outside_chunks(pool, texts, &self.options()).await?;
             self.shaping()
-                .output_dim(probe.dim)
+                .output_dim(model_dim)
                 .map_err(JobError::Input)?;
         }
         if self.dtype.needs_ranges() && manifest.quantization_ranges.is_none() {
@@ -283,7 +282,7 @@ impl ChunkWork for EmbedWork {
             if texts.is_empty() {
                 return Ok(());
             }
-            let (values, model_dim) = embed_spread(pool, texts, &self.options()).await?;
+            let (values, model_dim) = embed_outside_chunks(pool, texts, &self.options()).await?;
             let shaping = self.shaping();
             let shaped = shaping.shape(&values, model_dim).map_err(JobError::Input)?;
             let dim = shaping.output_dim(model_dim).map_err(JobError::Input)?;
@@ -403,12 +402,15 @@ impl ChunkWork for EmbedWork {
 /// which skips the calibration round that would tell it).
 async fn probe_dimension(pool: &Pool) -> Result<usize, JobError> {
     let texts = vec!["dimension probe".to_owned()];
-    Ok(embed_one(pool, texts, &EmbedOptions::default()).await?.dim)
+    Ok(embed_outside_chunks(pool, texts, &EmbedOptions::default())
+        .await?
+        .1)
 }
 
-/// Embeds `texts` in tasks of 32, so every actor of the pool takes part; returns the
-/// vectors in order and their width.
-async fn embed_spread(
+/// Embeds `texts` outside the job's chunks (probes, calibration), in tasks of 32 so every
+/// actor of the pool takes part; returns the vectors in order and their width. A task the
+/// actor refuses (a prompt name the model lacks) is the input's error, in the actor's words.
+async fn embed_outside_chunks(
     pool: &Pool,
     texts: Vec<String>,
     options: &EmbedOptions,
@@ -419,40 +421,23 @@ async fn embed_spread(
         .collect();
     let expected = payloads.len();
     let mut results = pool
-        .submit("embed calibration", futures::stream::iter(payloads))
+        .submit("embed settings", futures::stream::iter(payloads))
         .await?;
     let mut chunks = Vec::with_capacity(expected);
     while let Some(output) = results.next().await {
-        chunks.push(EmbeddedChunk::from_output(output?)?);
+        match EmbeddedChunk::from_output(output?) {
+            Ok(chunk) => chunks.push(chunk),
+            Err(SdkError::TaskFailed(why)) => return Err(JobError::Input(why)),
+            Err(other) => return Err(other.into()),
+        }
     }
     if chunks.len() != expected {
         return Err(JobError::Model(format!(
-            "the calibration got {} answers for {expected} tasks",
+            "{} answers for {expected} probe and calibration tasks",
             chunks.len()
         )));
     }
     chunks.sort_by_key(|c| c.seq);
     let dim = chunks.first().map_or(0, |c| c.dim);
     Ok((chunks.into_iter().flat_map(|c| c.values).collect(), dim))
-}
-
-/// Embeds `texts` as one task outside the job's chunks (probes, calibration). A task the
-/// actor refuses (a prompt name the model lacks) is the input's error, in the actor's words.
-async fn embed_one(
-    pool: &Pool,
-    texts: Vec<String>,
-    options: &EmbedOptions,
-) -> Result<EmbeddedChunk, JobError> {
-    let payload = embed_request_with(texts, options);
-    let mut results = pool
-        .submit("embed settings", futures::stream::iter([payload]))
-        .await?;
-    match results.next().await {
-        Some(output) => match EmbeddedChunk::from_output(output?) {
-            Ok(chunk) => Ok(chunk),
-            Err(SdkError::TaskFailed(why)) => Err(JobError::Input(why)),
-            Err(other) => Err(other.into()),
-        },
-        None => Err(JobError::Model("the settings probe got no answer".into())),
-    }
 }

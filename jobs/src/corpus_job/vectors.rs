@@ -152,7 +152,6 @@ pub struct VectorShaping {
     pub truncate_dim: Option<usize>,
     /// Scale to unit length after truncating (`--normalize`).
     pub normalize: bool,
-    pub dtype: OutputDtype,
 }
 
 impl VectorShaping {
@@ -356,7 +355,6 @@ mod tests {
         let shaping = VectorShaping {
             truncate_dim: Some(2),
             normalize: true,
-            dtype: OutputDtype::F32,
         };
         let shaped = shaping.shape(&[3.0, 4.0, 100.0, 0.0, 2.0, 7.0], 3).unwrap();
         assert_eq!(shaped, vec![0.6, 0.8, 0.0, 1.0]);
