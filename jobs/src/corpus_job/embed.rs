@@ -272,7 +272,8 @@ impl ChunkWork for EmbedWork {
         // runs. (Default settings send no extra job: a job's tasks are its chunks.)
         if matches!(self.prompt, Prompt::Named(_)) || self.truncate_dim.is_some() {
             let texts = vec!["settings probe".to_owned()];
-            let (_, model_dim) = embed_outside_chunks(pool, texts, &self.options()).await?;
+            let (_, model_dim) =
+                embed_outside_chunks(pool, "settings probe", texts, &self.options()).await?;
             self.shaping()
                 .output_dim(model_dim)
                 .map_err(JobError::Input)?;
@@ -282,7 +283,9 @@ impl ChunkWork for EmbedWork {
             if texts.is_empty() {
                 return Ok(());
             }
-            let (values, model_dim) = embed_outside_chunks(pool, texts, &self.options()).await?;
+            let (values, model_dim) =
+                embed_outside_chunks(pool, "quantisation calibration", texts, &self.options())
+                    .await?;
             let shaping = self.shaping();
             let shaped = shaping.shape(&values, model_dim).map_err(JobError::Input)?;
             let dim = shaping.output_dim(model_dim).map_err(JobError::Input)?;
@@ -402,16 +405,20 @@ impl ChunkWork for EmbedWork {
 /// which skips the calibration round that would tell it).
 async fn probe_dimension(pool: &Pool) -> Result<usize, JobError> {
     let texts = vec!["dimension probe".to_owned()];
-    Ok(embed_outside_chunks(pool, texts, &EmbedOptions::default())
-        .await?
-        .1)
+    Ok(
+        embed_outside_chunks(pool, "dimension probe", texts, &EmbedOptions::default())
+            .await?
+            .1,
+    )
 }
 
-/// Embeds `texts` outside the job's chunks (probes, calibration), in tasks of 32 so every
+/// Embeds `texts` outside the job's chunks (probes, calibration) as a job of its own named
+/// `job_name` (so `resident jobs` tells it from the embed job), in tasks of 32 so every
 /// actor of the pool takes part; returns the vectors in order and their width. A task the
 /// actor refuses (a prompt name the model lacks) is the input's error, in the actor's words.
 async fn embed_outside_chunks(
     pool: &Pool,
+    job_name: &str,
     texts: Vec<String>,
     options: &EmbedOptions,
 ) -> Result<(Vec<f32>, usize), JobError> {
@@ -421,7 +428,7 @@ async fn embed_outside_chunks(
         .collect();
     let expected = payloads.len();
     let mut results = pool
-        .submit("embed settings", futures::stream::iter(payloads))
+        .submit(job_name, futures::stream::iter(payloads))
         .await?;
     let mut chunks = Vec::with_capacity(expected);
     while let Some(output) = results.next().await {

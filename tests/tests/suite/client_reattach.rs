@@ -113,8 +113,8 @@ async fn an_embed_whose_connection_breaks_twice_reattaches_and_counts_each_chunk
     );
     let embed = jobs
         .iter()
-        .find(|j| j["name"] != "dimension probe")
-        .expect("the embed job");
+        .find(|j| j["name"] == "embed")
+        .unwrap_or_else(|| panic!("the embed job among {jobs:?}"));
     let count = |field: &str| embed[field].as_u64().unwrap();
     assert_eq!(
         (count("submitted"), count("succeeded"), count("items_done")),
