@@ -149,6 +149,26 @@ pub struct EmbedStats {
     pub model_fingerprint: String,
     /// The prompt the actor put before every text (`""` for none).
     pub prompt: String,
+    /// Texts in the chunk (`count` rows answer them: more with windows).
+    pub texts: u32,
+    /// Windows the texts were cut into (0 without windows).
+    pub windows: u32,
+    /// With a row per window: each row's text (its index in the chunk) and characters
+    /// `[start, end)` in it (Unicode code points). Empty otherwise.
+    pub row_windows: Vec<RowWindow>,
+}
+
+/// Where one row of a windowed chunk comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowWindow {
+    /// The text's index in the chunk.
+    pub text: u32,
+    /// The window's index among the text's windows.
+    pub window: u32,
+    /// Its first character in the text (Unicode code points).
+    pub char_start: u32,
+    /// One past its last character.
+    pub char_end: u32,
 }
 
 impl From<pb::EmbedResponse> for EmbedStats {
@@ -168,8 +188,41 @@ impl From<pb::EmbedResponse> for EmbedStats {
             max_batch_tokens: response.max_batch_tokens,
             model_fingerprint: response.model_fingerprint,
             prompt: response.prompt,
+            texts: match response.texts {
+                0 => response.count,
+                texts => texts,
+            },
+            windows: response.windows,
+            row_windows: row_windows(
+                &response.row_texts,
+                &response.row_char_starts,
+                &response.row_char_ends,
+            ),
         }
     }
+}
+
+/// Rows' windows from a response's parallel lists, numbering each text's windows.
+fn row_windows(texts: &[u32], starts: &[u32], ends: &[u32]) -> Vec<RowWindow> {
+    let mut previous: Option<u32> = None;
+    let mut window = 0;
+    texts
+        .iter()
+        .zip(starts.iter().zip(ends))
+        .map(|(&text, (&char_start, &char_end))| {
+            window = match previous == Some(text) {
+                true => window + 1,
+                false => 0,
+            };
+            previous = Some(text);
+            RowWindow {
+                text,
+                window,
+                char_start,
+                char_end,
+            }
+        })
+        .collect()
 }
 
 /// One embedded chunk.
@@ -205,6 +258,16 @@ impl EmbeddedChunk {
         if raw.len() != stats.count as usize * stats.dim as usize * 4 {
             return Err(SdkError::TaskFailed(
                 "embed output has the wrong size".into(),
+            ));
+        }
+        let windowed = stats.row_texts.len();
+        if windowed > 0
+            && (windowed != stats.count as usize
+                || stats.row_char_starts.len() != windowed
+                || stats.row_char_ends.len() != windowed)
+        {
+            return Err(SdkError::TaskFailed(
+                "embed output's windows do not match its rows".into(),
             ));
         }
         let values = raw
@@ -305,6 +368,97 @@ pub struct EmbedOptions {
     pub prompt: Prompt,
     /// Vectors as pooled, without the model's Normalize module (where it has one).
     pub skip_model_normalize: bool,
+    /// Cut each text into windows (`None`: each text whole, cut at the model's length).
+    pub windows: Option<Windows>,
+}
+
+/// Where long texts are cut (`resident embed --split`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WindowSplit {
+    /// Windows of `size` of the model's tokens (0: as many as fit), consecutive ones
+    /// sharing at least `overlap`, their edges on word boundaries.
+    Tokens {
+        /// Tokens per window.
+        size: u32,
+        /// Tokens consecutive windows share.
+        overlap: u32,
+    },
+    /// Whole sentences packed into windows of at most `size` tokens (0: as many as fit).
+    Sentences {
+        /// Tokens per window.
+        size: u32,
+    },
+}
+
+impl WindowSplit {
+    /// Reads `tokens:SIZE[:OVERLAP]`, `tokens` (windows as long as the model takes),
+    /// `sentences[:SIZE]`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut parts = text.split(':');
+        let kind = parts.next().unwrap_or_default();
+        let numbers: Vec<&str> = parts.collect();
+        let number = |i: usize, what: &str| -> Result<u32, String> {
+            numbers.get(i).map_or(Ok(0), |n| {
+                n.trim().parse::<u32>().map_err(|_| {
+                    format!("--split {text}: the {what} `{n}` is not a whole number of tokens")
+                })
+            })
+        };
+        let split = match (kind, numbers.len()) {
+            ("tokens", 0..=2) => WindowSplit::Tokens {
+                size: number(0, "window size")?,
+                overlap: number(1, "overlap")?,
+            },
+            ("sentences", 0..=1) => WindowSplit::Sentences {
+                size: number(0, "window size")?,
+            },
+            _ => {
+                return Err(format!(
+                    "--split {text}: use tokens:SIZE:OVERLAP (e.g. tokens:256:32; tokens alone \
+                     for windows as long as the model takes) or sentences[:SIZE]"
+                ));
+            }
+        };
+        if let WindowSplit::Tokens { size, overlap } = split
+            && size > 0
+            && overlap >= size
+        {
+            return Err(format!(
+                "--split {text}: the overlap ({overlap}) must be smaller than the window \
+                 ({size})"
+            ));
+        }
+        Ok(split)
+    }
+
+    /// The form [`WindowSplit::parse`] reads.
+    pub fn describe(&self) -> String {
+        match *self {
+            WindowSplit::Tokens { size, overlap } => format!("tokens:{size}:{overlap}"),
+            WindowSplit::Sentences { size } => format!("sentences:{size}"),
+        }
+    }
+}
+
+/// Long texts cut into windows: a row per window, or a vector per text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Windows {
+    /// Where texts are cut.
+    pub split: WindowSplit,
+    /// One vector per text, the mean of its windows' (scaled to unit length when the model
+    /// normalises), instead of a row per window (`--pool-windows mean`).
+    pub mean: bool,
+}
+
+impl Windows {
+    /// In a few words, for reports and fingerprints: `tokens:256:32`,
+    /// `sentences:0 pooled by mean`.
+    pub fn describe(&self) -> String {
+        match self.mean {
+            true => format!("{} pooled by mean", self.split.describe()),
+            false => self.split.describe(),
+        }
+    }
 }
 
 /// Encodes one task payload for the `embed` kind; `is_query` asks for the pool's query
@@ -324,6 +478,18 @@ pub fn embed_request_with(texts: Vec<String>, options: &EmbedOptions) -> Bytes {
     let mut request = pb::EmbedRequest {
         texts,
         skip_model_normalize: options.skip_model_normalize,
+        windows: options.windows.map(|windows| {
+            let (split, size, overlap) = match windows.split {
+                WindowSplit::Tokens { size, overlap } => ("tokens", size, overlap),
+                WindowSplit::Sentences { size } => ("sentences", size, 0),
+            };
+            pb::EmbedWindows {
+                split: split.to_owned(),
+                size,
+                overlap,
+                pool: if windows.mean { "mean" } else { "none" }.to_owned(),
+            }
+        }),
         ..Default::default()
     };
     match &options.prompt {
@@ -347,9 +513,20 @@ pub fn embed_request_options(request: &pb::EmbedRequest) -> EmbedOptions {
         (None, _, true) => Prompt::QueryInstruction,
         (None, _, false) => Prompt::ModelDefault,
     };
+    let windows = request.windows.as_ref().map(|windows| Windows {
+        split: match windows.split.as_str() {
+            "sentences" => WindowSplit::Sentences { size: windows.size },
+            _ => WindowSplit::Tokens {
+                size: windows.size,
+                overlap: windows.overlap,
+            },
+        },
+        mean: windows.pool == "mean",
+    });
     EmbedOptions {
         prompt,
         skip_model_normalize: request.skip_model_normalize,
+        windows,
     }
 }
 
@@ -515,5 +692,56 @@ mod one_model_tests {
             error.contains("actor a on node node-a") && error.contains("actor b on node node-b"),
             "{error}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_read_their_sizes_and_refuse_what_cannot_be() {
+        assert_eq!(
+            WindowSplit::parse("tokens:512:64"),
+            Ok(WindowSplit::Tokens {
+                size: 512,
+                overlap: 64
+            })
+        );
+        assert_eq!(
+            WindowSplit::parse("tokens"),
+            Ok(WindowSplit::Tokens {
+                size: 0,
+                overlap: 0
+            })
+        );
+        assert_eq!(
+            WindowSplit::parse("sentences:200"),
+            Ok(WindowSplit::Sentences { size: 200 })
+        );
+        for bad in ["words:10", "tokens:64:64", "tokens:x", "sentences:1:2", ""] {
+            let error = WindowSplit::parse(bad).unwrap_err();
+            assert!(error.starts_with(&format!("--split {bad}:")), "{error}");
+        }
+    }
+
+    #[test]
+    fn windows_travel_in_the_request_and_number_per_text() {
+        let options = EmbedOptions {
+            windows: Some(Windows {
+                split: WindowSplit::Tokens {
+                    size: 100,
+                    overlap: 10,
+                },
+                mean: true,
+            }),
+            ..EmbedOptions::default()
+        };
+        let payload = embed_request_with(vec!["a".into()], &options);
+        let request = pb::EmbedRequest::decode(payload).unwrap();
+        assert_eq!(embed_request_options(&request), options);
+        let rows = row_windows(&[0, 0, 2], &[0, 5, 0], &[6, 9, 3]);
+        let numbered: Vec<(u32, u32)> = rows.iter().map(|r| (r.text, r.window)).collect();
+        assert_eq!(numbered, vec![(0, 0), (0, 1), (2, 0)]);
     }
 }

@@ -59,8 +59,8 @@ pub use client::{
     credentials_from_env, insecure_from_env,
 };
 pub use embed::{
-    EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, embed_request,
-    embed_request_options, embed_request_with, one_model,
+    EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, RowWindow,
+    WindowSplit, Windows, embed_request, embed_request_options, embed_request_with, one_model,
 };
 pub use error::SdkError;
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};

@@ -19,6 +19,7 @@ mod fused_cuda;
 pub mod model_files;
 pub mod qwen3;
 mod relative_position;
+pub mod windows;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +35,7 @@ use crate::roots::{FileRoots, MAX_TOKENIZER_BYTES};
 use crate::trials::TrialRunner;
 use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
 use model_files::{Architecture, ModelLayout, Pooling, read_layout, resolve_model_dir};
+use windows::{CharBytes, CharRange, TextTokens, WindowSplit};
 
 /// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
 const QWEN3_EOS: u32 = 151_643;
@@ -82,12 +84,33 @@ pub struct TokenizedChunk {
     pool_skip: usize,
     /// Pool without the model's Normalize module.
     skip_model_normalize: bool,
+    /// Where each row (`ids`) came from, when the texts were cut into windows.
+    windows: Option<ChunkWindows>,
+}
+
+/// The windows of a chunk's texts: a row each.
+struct ChunkWindows {
+    /// Each row's text (its index in the request).
+    row_texts: Vec<u32>,
+    /// Each row's characters `[start, end)` in its text.
+    ranges: Vec<CharRange>,
+    /// Texts in the request.
+    texts: usize,
+    /// One vector per text, the mean of its windows' (`--pool-windows mean`).
+    mean: bool,
+}
+
+/// What a request's windows ask, checked against the model.
+#[derive(Clone, Copy, Debug)]
+struct WindowPlan {
+    split: WindowSplit,
+    mean: bool,
 }
 
 impl TokenizedChunk {
-    /// Documents in the chunk.
+    /// Texts in the chunk (rows are windows when the texts were cut).
     pub fn rows(&self) -> usize {
-        self.ids.len()
+        self.windows.as_ref().map_or(self.ids.len(), |w| w.texts)
     }
 
     /// Tokens over all its documents (after truncation).
@@ -100,6 +123,10 @@ impl TokenizedChunk {
 /// thread, ahead of the model working on the previous chunk.
 pub struct TextPreparer {
     tokenizer: Tokenizer,
+    /// The same tokeniser without truncation: to find windows in long texts.
+    untruncated: Tokenizer,
+    /// Special tokens the model puts around every text (`[CLS]`/`[SEP]`, Qwen3's end).
+    special_tokens: usize,
     architecture: Architecture,
     max_seq_length: usize,
     query_instruction: Option<String>,
@@ -127,8 +154,20 @@ impl TextPreparer {
                     .map_err(|e| ModelError::Load(format!("tokeniser threads: {e}")))?,
             ),
         };
+        let mut untruncated = tokenizer.clone();
+        untruncated
+            .with_truncation(None)
+            .map_err(|e| ModelError::Load(format!("tokenizer truncation: {e}")))?;
+        let empty = tokenizer
+            .encode("", true)
+            .map_err(|e| ModelError::Load(format!("tokenizer: {e}")))?;
+        let appended_end =
+            architecture == Architecture::Qwen3 && empty.get_ids().last() != Some(&QWEN3_EOS);
+        let special_tokens = empty.len() + usize::from(appended_end);
         Ok(Self {
             tokenizer,
+            untruncated,
+            special_tokens,
             architecture,
             max_seq_length,
             query_instruction,
@@ -207,6 +246,113 @@ impl TextPreparer {
         Ok((tokens, truncated))
     }
 
+    /// The windows `windows` asks for, checked against the model: a window must fit its
+    /// max_seq_length with the special tokens and the prompt.
+    fn window_plan(
+        &self,
+        windows: &pb::EmbedWindows,
+        prompt: &str,
+    ) -> Result<WindowPlan, ModelError> {
+        let prompt_tokens = match prompt.is_empty() {
+            true => 0,
+            false => self
+                .untruncated
+                .encode(prompt, false)
+                .map_err(|e| ModelError::BadPayload(format!("cannot tokenise the prompt: {e}")))?
+                .len(),
+        };
+        let room = self
+            .max_seq_length
+            .saturating_sub(self.special_tokens + prompt_tokens);
+        let size = match windows.size {
+            0 => room,
+            size => size as usize,
+        };
+        if size == 0 || size > room {
+            return Err(ModelError::BadPayload(format!(
+                "windows of {size} tokens do not fit the model: its max_seq_length of {} less \
+                 {} special tokens and the prompt's {prompt_tokens} leaves {room}; use windows \
+                 of {room} tokens or fewer (--split tokens:{room}:OVERLAP, or a shorter prompt)",
+                self.max_seq_length, self.special_tokens
+            )));
+        }
+        let overlap = windows.overlap as usize;
+        let split = match windows.split.as_str() {
+            "tokens" if overlap >= size => {
+                return Err(ModelError::BadPayload(format!(
+                    "an overlap of {overlap} tokens needs windows longer than that (they are \
+                     {size}): use a smaller overlap"
+                )));
+            }
+            "tokens" => WindowSplit::Tokens { size, overlap },
+            "sentences" if overlap > 0 => {
+                return Err(ModelError::BadPayload(
+                    "sentence windows take no overlap: use --split sentences:SIZE".into(),
+                ));
+            }
+            "sentences" => WindowSplit::Sentences { size },
+            other => {
+                return Err(ModelError::BadPayload(format!(
+                    "window split `{other}` is not `tokens` or `sentences`"
+                )));
+            }
+        };
+        let mean = match windows.pool.as_str() {
+            "" | "none" => false,
+            "mean" => true,
+            other => {
+                return Err(ModelError::BadPayload(format!(
+                    "window pooling `{other}` is not `none` or `mean`"
+                )));
+            }
+        };
+        Ok(WindowPlan { split, mean })
+    }
+
+    /// A text's tokens, without special tokens or truncation, with their characters.
+    fn text_tokens(&self, row: usize, text: &str) -> Result<TextTokens, ModelError> {
+        let encoding = self
+            .untruncated
+            .encode_char_offsets(text, false)
+            .map_err(|e| ModelError::BadPayload(format!("cannot tokenise text {row}: {e}")))?;
+        Ok(TextTokens {
+            offsets: encoding.get_offsets().to_vec(),
+            words: encoding.get_word_ids().to_vec(),
+        })
+    }
+
+    /// One text cut into windows, each tokenised as a text of its own: its ids, whether it
+    /// was cut to max_seq_length, and its characters in the text.
+    fn tokenize_windows(
+        &self,
+        row: usize,
+        text: &str,
+        prompt: &str,
+        split: WindowSplit,
+    ) -> Result<Vec<(Vec<u32>, bool, CharRange)>, ModelError> {
+        let chars = CharBytes::new(text);
+        let ranges = match split {
+            WindowSplit::Tokens { size, overlap } => windows::windows_of_tokens(
+                &self.text_tokens(row, text)?,
+                chars.chars(),
+                size,
+                overlap,
+            ),
+            WindowSplit::Sentences { size } => {
+                windows::windows_of_sentences(text, size, |sentence| {
+                    self.text_tokens(row, sentence)
+                })?
+            }
+        };
+        ranges
+            .into_iter()
+            .map(|range| {
+                let (ids, truncated) = self.tokenize_one(row, chars.slice(text, range), prompt)?;
+                Ok((ids, truncated, range))
+            })
+            .collect()
+    }
+
     fn tokenize(
         &self,
         request: pb::EmbedRequest,
@@ -214,23 +360,50 @@ impl TextPreparer {
     ) -> Result<TokenizedChunk, ModelError> {
         let prompt = self.prompt_of(&request)?;
         let pool_skip = self.pool_skip(&prompt)?;
-        let one = |(row, text): (usize, &String)| self.tokenize_one(row, text, &prompt);
-        let rows: Result<Vec<(Vec<u32>, bool)>, ModelError> = match &self.threads {
+        let plan = match &request.windows {
+            Some(windows) => Some(self.window_plan(windows, &prompt)?),
+            None => None,
+        };
+        let one = |(row, text): (usize, &String)| match plan {
+            None => self
+                .tokenize_one(row, text, &prompt)
+                .map(|(ids, truncated)| vec![(ids, truncated, (0, 0))]),
+            Some(plan) => self.tokenize_windows(row, text, &prompt, plan.split),
+        };
+        let texts: Result<Vec<_>, ModelError> = match &self.threads {
             None => request.texts.iter().enumerate().map(one).collect(),
             Some(pool) => pool.install(|| {
                 use rayon::prelude::*;
                 request.texts.par_iter().enumerate().map(one).collect()
             }),
         };
-        let rows = rows?;
-        let mut ids = Vec::with_capacity(rows.len());
+        let texts = texts?;
+        let mut ids = Vec::with_capacity(texts.len());
         let mut truncated_rows = Vec::new();
-        for (row, (tokens, truncated)) in rows.into_iter().enumerate() {
-            if truncated {
-                truncated_rows.push(row as u32);
+        let mut row_texts = Vec::new();
+        let mut ranges = Vec::new();
+        for (text, rows) in texts.into_iter().enumerate() {
+            // Pooled windows report their text as cut if any of its windows was.
+            let mut text_cut = false;
+            for (tokens, truncated, range) in rows {
+                if truncated && !plan.is_some_and(|p| p.mean) {
+                    truncated_rows.push(ids.len() as u32);
+                }
+                text_cut |= truncated;
+                row_texts.push(text as u32);
+                ranges.push(range);
+                ids.push(tokens);
             }
-            ids.push(tokens);
+            if text_cut && plan.is_some_and(|p| p.mean) {
+                truncated_rows.push(text as u32);
+            }
         }
+        let windows = plan.map(|plan| ChunkWindows {
+            row_texts,
+            ranges,
+            texts: request.texts.len(),
+            mean: plan.mean,
+        });
         Ok(TokenizedChunk {
             ids,
             truncated_rows,
@@ -238,6 +411,7 @@ impl TextPreparer {
             prompt,
             pool_skip,
             skip_model_normalize: request.skip_model_normalize,
+            windows,
         })
     }
 }
@@ -470,6 +644,9 @@ impl Embedder {
             normalize: self.layout.normalize && !chunk.skip_model_normalize,
             skip: chunk.pool_skip,
         };
+        // Progress counts texts: windows embedded, scaled to the texts they come from.
+        let texts = chunk.rows();
+        let rows_total = lengths.len().max(1);
         let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
         let (mut padded, mut batches, mut embedded) = (0usize, 0u32, 0usize);
         while let Some(batch) = pending.pop() {
@@ -482,7 +659,7 @@ impl Embedder {
                     for (index, vector) in batch.into_iter().zip(vectors) {
                         rows[index] = Some(vector);
                     }
-                    rows_done(embedded);
+                    rows_done(embedded * texts / rows_total);
                 }
                 Err(error) if crate::error::is_out_of_memory(&error) && batch.len() > 1 => {
                     self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
@@ -507,16 +684,34 @@ impl Embedder {
                 }
             }
         }
+        let rows: Vec<Vec<f32>> = rows
+            .into_iter()
+            .map(|row| row.ok_or_else(|| ModelError::Task("a text was not embedded".into())))
+            .collect::<Result<_, _>>()?;
+        let window_count = chunk.windows.as_ref().map_or(0, |w| w.row_texts.len());
+        let (rows, row_texts, ranges) = match chunk.windows {
+            None => (rows, Vec::new(), Vec::new()),
+            Some(windows) if windows.mean => (
+                mean_of_windows(&rows, &windows.row_texts, windows.texts, how.normalize),
+                Vec::new(),
+                Vec::new(),
+            ),
+            Some(windows) => (rows, windows.row_texts, windows.ranges),
+        };
         let model_micros = started.elapsed().as_micros() as u64;
         let mut vectors = Vec::with_capacity(rows.len() * dim * 4);
-        for row in rows {
-            let row = row.ok_or_else(|| ModelError::Task("a text was not embedded".into()))?;
+        for row in &rows {
             for value in row {
                 vectors.extend_from_slice(&value.to_le_bytes());
             }
         }
         Ok(pb::EmbedResponse {
-            count: lengths.len() as u32,
+            count: rows.len() as u32,
+            row_texts,
+            row_char_starts: ranges.iter().map(|r| r.0 as u32).collect(),
+            row_char_ends: ranges.iter().map(|r| r.1 as u32).collect(),
+            texts: texts as u32,
+            windows: window_count as u32,
             dim: dim as u32,
             vectors: vectors.into(),
             tokens: tokens as u64,
@@ -533,6 +728,36 @@ impl Embedder {
             prompt: chunk.prompt,
         })
     }
+}
+
+/// One vector per text from its windows' vectors (`rows`, each of text `row_texts`): their
+/// mean, scaled to unit length when the model normalises (`normalize`), as one would average
+/// the vectors of a text's windows embedded apart.
+fn mean_of_windows(
+    rows: &[Vec<f32>],
+    row_texts: &[u32],
+    texts: usize,
+    normalize: bool,
+) -> Vec<Vec<f32>> {
+    let dim = rows.first().map_or(0, Vec::len);
+    let mut sums = vec![vec![0f32; dim]; texts];
+    let mut counts = vec![0usize; texts];
+    for (row, &text) in rows.iter().zip(row_texts) {
+        let text = text as usize;
+        counts[text] += 1;
+        for (sum, value) in sums[text].iter_mut().zip(row) {
+            *sum += value;
+        }
+    }
+    for (sum, count) in sums.iter_mut().zip(counts) {
+        let count = count.max(1) as f32;
+        sum.iter_mut().for_each(|v| *v /= count);
+        if normalize {
+            let norm = sum.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            sum.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
+    sums
 }
 
 /// How one batch is pooled.
@@ -698,5 +923,21 @@ impl Embedder {
     /// VRAM this model holds (0 on CPU).
     pub fn vram_bytes(&self) -> u64 {
         self.vram_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mean_of_windows;
+
+    #[test]
+    fn windows_average_per_text_and_rescale_when_the_model_normalises() {
+        let rows = vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
+        let means = mean_of_windows(&rows, &[0, 0, 1], 2, false);
+        assert_eq!(means, vec![vec![0.5, 0.5], vec![0.6, 0.8]]);
+        let unit = mean_of_windows(&rows, &[0, 0, 1], 2, true);
+        let half = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((unit[0][0] - half).abs() < 1e-6 && (unit[0][1] - half).abs() < 1e-6);
+        assert!((unit[1][0] - 0.6).abs() < 1e-6);
     }
 }
