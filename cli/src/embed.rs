@@ -2,7 +2,8 @@
 
 use clap::{Args, ValueEnum};
 use resident_jobs::corpus_job::{
-    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, VectorFormat, run_embed_job,
+    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, VectorFormat, WindowSplit,
+    Windows, run_embed_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -64,6 +65,25 @@ pub struct EmbedArgs {
     /// fields of each ids.jsonl line.
     #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',')]
     keep_columns: Vec<String>,
+    /// Cut long texts into windows instead of cutting them off at the model's length:
+    /// `tokens:SIZE:OVERLAP` (e.g. tokens:256:32: windows of 256 of the model's tokens,
+    /// consecutive ones sharing at least 32, edges on word boundaries; `tokens` alone: as
+    /// long as the model takes) or `sentences[:SIZE]` (whole sentences packed into windows
+    /// of at most SIZE tokens). Each window is a row (`id` is `<doc id>#<window>`, with
+    /// `doc_id`, `window`, `char_start`, `char_end`: Unicode code points) embedded as its
+    /// text alone would be; a text that fits is one window of all of it.
+    #[arg(long, env = "RESIDENT_SPLIT", value_parser = WindowSplit::parse)]
+    split: Option<WindowSplit>,
+    /// With --split: `none` writes a row per window; `mean` writes a vector per document,
+    /// the mean of its windows' (unit length again where the model normalises).
+    #[arg(long, env = "RESIDENT_POOL_WINDOWS", value_enum, requires = "split")]
+    pool_windows: Option<PoolWindows>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PoolWindows {
+    None,
+    Mean,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -126,6 +146,10 @@ impl EmbedArgs {
                 .map(|c| c.trim().to_owned())
                 .filter(|c| !c.is_empty())
                 .collect(),
+            windows: self.split.map(|split| Windows {
+                split,
+                mean: matches!(self.pool_windows, Some(PoolWindows::Mean)),
+            }),
         })
     }
 }

@@ -18,7 +18,7 @@ use resident_jobs::corpus_job::{
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
     ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, LocalConfig, Pool,
-    PoolSpec, SdkError,
+    PoolSpec, SdkError, WindowSplit, Windows,
 };
 
 use crate::errors::{bad_input, job_error, sdk_error};
@@ -184,6 +184,36 @@ fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyRe
     Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why))
 }
 
+/// The windows of `split=` (`"tokens:256:32"`, `"sentences"`) and `pool_windows=`
+/// (`"none"`, `"mean"`; only with `split`), as `resident embed --split --pool-windows`.
+fn windows_of(
+    py: Python<'_>,
+    split: Option<&str>,
+    pool_windows: Option<&str>,
+) -> PyResult<Option<Windows>> {
+    let mean = match pool_windows {
+        None | Some("none") => false,
+        Some("mean") => true,
+        Some(other) => {
+            return Err(bad_input(
+                py,
+                format!("pool_windows `{other}` is not \"none\" or \"mean\""),
+            ));
+        }
+    };
+    match split {
+        None if mean => Err(bad_input(
+            py,
+            "pool_windows needs split= (e.g. split=\"tokens:256:32\")",
+        )),
+        None => Ok(None),
+        Some(split) => Ok(Some(Windows {
+            split: WindowSplit::parse(split).map_err(|why| bad_input(py, why))?,
+            mean,
+        })),
+    }
+}
+
 /// `embed_job`'s vector options, as the Python layer passes them (one JSON object, so the
 /// native signature does not grow with every option): `prompt_name`, `prompt`,
 /// `precision`, `truncate_dim`, `normalize` (true, false or null), `max_seq_length`,
@@ -201,6 +231,8 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
         max_batch_tokens: Option<usize>,
         format: Option<String>,
         keep_columns: Option<Vec<String>>,
+        split: Option<String>,
+        pool_windows: Option<String>,
     }
     let options: Options = serde_json::from_str(json).map_err(|e| bad_input(py, e.to_string()))?;
     let dtype = match options.precision.as_deref() {
@@ -213,7 +245,13 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
             "truncate_dim must be at least 1 (None keeps every dimension)",
         ));
     }
+    let windows = windows_of(
+        py,
+        options.split.as_deref(),
+        options.pool_windows.as_deref(),
+    )?;
     Ok(EmbedWork {
+        windows,
         prompt: prompt_of(py, options.prompt_name, options.prompt)?,
         normalization: match options.normalize {
             None => Normalization::Model,
@@ -271,7 +309,7 @@ impl NativeCluster {
     /// Embeds `texts` on a pool of `model` (made once per settings, kept while used);
     /// returns the vectors as little-endian f32 bytes, row after row, and their width.
     #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
-        prompt_name=None, prompt=None, skip_model_normalize=false))]
+        prompt_name=None, prompt=None, skip_model_normalize=false, split=None))]
     #[allow(clippy::too_many_arguments)]
     fn embed<'py>(
         &self,
@@ -286,10 +324,13 @@ impl NativeCluster {
         prompt_name: Option<String>,
         prompt: Option<String>,
         skip_model_normalize: bool,
+        split: Option<String>,
     ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
         let options = EmbedOptions {
             prompt: prompt_of(py, prompt_name, prompt)?,
             skip_model_normalize,
+            // One vector per text: a long one's windows averaged.
+            windows: windows_of(py, split.as_deref(), split.as_ref().map(|_| "mean"))?,
         };
         if chunk_size == 0 {
             return Err(bad_input(py, "chunk_size must be at least 1"));

@@ -153,6 +153,8 @@ pub struct EmbedStats {
     pub texts: u32,
     /// Windows the texts were cut into (0 without windows).
     pub windows: u32,
+    /// Texts cut into more than one window.
+    pub texts_split: u32,
     /// With a row per window: each row's text (its index in the chunk) and characters
     /// `[start, end)` in it (Unicode code points). Empty otherwise.
     pub row_windows: Vec<RowWindow>,
@@ -193,6 +195,7 @@ impl From<pb::EmbedResponse> for EmbedStats {
                 texts => texts,
             },
             windows: response.windows,
+            texts_split: response.texts_split,
             row_windows: row_windows(
                 &response.row_texts,
                 &response.row_char_starts,

@@ -7,11 +7,11 @@ use futures::StreamExt;
 use prost::Message;
 use resident_proto::pb;
 use resident_sdk::{
-    Bytes, Cluster, EmbedOptions, EmbeddedChunk, Pool, Prompt, SdkError, TaskOutput,
-    embed_request_options, embed_request_with,
+    Bytes, Cluster, EmbedOptions, EmbeddedChunk, Pool, Prompt, RowWindow, SdkError, TaskOutput,
+    Windows, embed_request_options, embed_request_with,
 };
 
-use super::output::{Manifest, OutputDtype, ShardRows};
+use super::output::{Manifest, OutputDtype, ShardRows, WINDOW_FIELDS};
 use super::parquet_out;
 use super::reader::Record;
 use super::report::{EmbedFigures, VectorStats};
@@ -103,6 +103,8 @@ pub struct EmbedWork {
     /// Input fields carried to the output (`--keep-columns`): Parquet columns, or fields of
     /// each line of `ids.jsonl`.
     pub keep_columns: Vec<String>,
+    /// Cut long texts into windows (`--split`, `--pool-windows`).
+    pub windows: Option<Windows>,
 }
 
 impl EmbedWork {
@@ -111,6 +113,7 @@ impl EmbedWork {
         EmbedOptions {
             prompt: self.prompt.clone(),
             skip_model_normalize: self.normalization == Normalization::Raw,
+            windows: self.windows,
         }
     }
 
@@ -143,6 +146,9 @@ impl EmbedWork {
         if !self.keep_columns.is_empty() {
             words.push(format!("keep={}", self.keep_columns.join(",")));
         }
+        if let Some(windows) = self.windows {
+            words.push(format!("windows={}", windows.describe()));
+        }
         words
     }
 }
@@ -153,8 +159,8 @@ impl ChunkWork for EmbedWork {
     type Figures = EmbedFigures;
     const JOB: &'static str = "embed";
     const OUTPUT: &'static str = "embeddings";
-    const SETTINGS: &'static str =
-        "model, prompt, --normalize, --truncate-dim, --max-seq-length or --keep-columns";
+    const SETTINGS: &'static str = "model, prompt, --normalize, --truncate-dim, \
+         --max-seq-length, --keep-columns, --split or --pool-windows";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-embeddings",
         data: "embeddings.npy",
@@ -261,6 +267,13 @@ impl ChunkWork for EmbedWork {
                      `embedding` (the record's id is always written; see --id-field)"
                 )));
             }
+            if self.windows.is_some_and(|w| !w.mean) && WINDOW_FIELDS.contains(&name.as_str()) {
+                return Err(JobError::Input(format!(
+                    "--keep-columns cannot carry `{name}` with --split: each window's row has \
+                     its own `{name}` ({})",
+                    WINDOW_FIELDS.join(", ")
+                )));
+            }
             if self.keep_columns[..i].contains(name) {
                 return Err(JobError::Input(format!(
                     "--keep-columns names `{name}` twice"
@@ -268,9 +281,13 @@ impl ChunkWork for EmbedWork {
             }
         }
         // One short text first when a setting can fail on this model: a prompt name it
-        // lacks, or a --truncate-dim past its width, fails here, in words, before any chunk
-        // runs. (Default settings send no extra job: a job's tasks are its chunks.)
-        if matches!(self.prompt, Prompt::Named(_)) || self.truncate_dim.is_some() {
+        // lacks, a --truncate-dim past its width or windows longer than it takes fail here,
+        // in words, before any chunk runs. (Default settings send no extra job: a job's
+        // tasks are its chunks.)
+        if matches!(self.prompt, Prompt::Named(_))
+            || self.truncate_dim.is_some()
+            || self.windows.is_some()
+        {
             let texts = vec!["settings probe".to_owned()];
             let (_, model_dim) =
                 embed_outside_chunks(pool, "settings probe", texts, &self.options()).await?;
@@ -327,7 +344,7 @@ impl ChunkWork for EmbedWork {
     fn read(&self, output: TaskOutput) -> Result<Piece<EmbeddedChunk>, SdkError> {
         let chunk = EmbeddedChunk::from_output(output)?;
         Ok(Piece {
-            rows: chunk.stats.count as usize,
+            rows: chunk.stats.texts as usize,
             actor_id: chunk.actor_id.clone(),
             node_id: chunk.node_id.clone(),
             micros: chunk.stats.total_micros,
@@ -336,12 +353,25 @@ impl ChunkWork for EmbedWork {
         })
     }
 
+    fn row_windows(&self, pieces: &[Piece<EmbeddedChunk>]) -> Vec<RowWindow> {
+        let mut first_record = 0;
+        let mut rows = Vec::new();
+        for piece in pieces {
+            rows.extend(piece.data.stats.row_windows.iter().map(|window| RowWindow {
+                text: window.text + first_record,
+                ..*window
+            }));
+            first_record += piece.rows as u32;
+        }
+        rows
+    }
+
     fn tally(tally: &mut VectorStats, piece: &Piece<EmbeddedChunk>) {
         tally.add(&piece.data);
     }
 
-    fn figures(tally: VectorStats, manifest: &Manifest, _wall: Duration) -> EmbedFigures {
-        tally.figures(manifest)
+    fn figures(&self, tally: VectorStats, manifest: &Manifest, _wall: Duration) -> EmbedFigures {
+        tally.figures(manifest, self.windows.map(|w| w.describe()))
     }
 
     fn shard_data(
@@ -351,7 +381,6 @@ impl ChunkWork for EmbedWork {
         rows: &ShardRows<'_>,
         manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError> {
-        let ids = rows.ids;
         let failed = |error: String| JobError::ChunkFailed { index, error };
         let shaping = self.shaping();
         let (values, dim) = match pieces.first() {
@@ -372,7 +401,7 @@ impl ChunkWork for EmbedWork {
         let ranges = manifest.quantization_ranges.as_ref();
         let bytes = match self.format {
             VectorFormat::Npy => {
-                encode_vectors(&values, ids.len() as u64, dim, manifest.dtype, ranges)
+                encode_vectors(&values, rows.len() as u64, dim, manifest.dtype, ranges)
             }
             VectorFormat::Parquet => {
                 encode_rows(&values, dim, manifest.dtype, ranges).and_then(|stored| {

@@ -237,7 +237,12 @@ impl ChunkWork for GenerateWork {
         tally.generated_tokens
     }
 
-    fn figures(tally: GenerationTally, _manifest: &Manifest, wall: Duration) -> GenerateFigures {
+    fn figures(
+        &self,
+        tally: GenerationTally,
+        _manifest: &Manifest,
+        wall: Duration,
+    ) -> GenerateFigures {
         tally.figures(wall)
     }
 

@@ -57,8 +57,8 @@ pub use inputs::InputSet;
 pub use output::OutputDtype;
 pub use prompt::PromptTemplate;
 pub use reader::{BadRecord, ReaderOptions};
-pub use report::{EmbedFigures, GenerateFigures, JobReport, PriceTable, Report};
-pub use resident_sdk::Prompt;
+pub use report::{EmbedFigures, GenerateFigures, JobReport, PriceTable, Report, WindowFigures};
+pub use resident_sdk::{Prompt, WindowSplit, Windows};
 pub use vectors::QuantizationRanges;
 use work::ChunkWork;
 

@@ -18,27 +18,86 @@ use super::vectors::{QuantizationRanges, npy_header, npy_header_len};
 use super::work::MergeLayout;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
+use resident_sdk::RowWindow;
 
-/// The rows of one shard: their ids, and their carried fields (`--keep-columns`; empty
-/// when none are kept, else one per id).
+/// The rows of one shard: their records' ids, the records' carried fields
+/// (`--keep-columns`; empty when none are kept, else one per id), and, when texts were cut
+/// into windows, each row's window (rows then outnumber records).
 #[derive(Clone, Copy, Debug)]
 pub struct ShardRows<'a> {
     pub ids: &'a [serde_json::Value],
     pub kept: &'a [super::reader::Kept],
+    /// A row per window, or empty: a row per record.
+    pub windows: &'a [RowWindow],
 }
 
 impl<'a> ShardRows<'a> {
     /// Rows with ids only.
     pub fn ids(ids: &'a [serde_json::Value]) -> Self {
-        Self { ids, kept: &[] }
+        Self {
+            ids,
+            kept: &[],
+            windows: &[],
+        }
+    }
+
+    /// Rows in the shard.
+    pub fn len(&self) -> usize {
+        match self.windows.is_empty() {
+            true => self.ids.len(),
+            false => self.windows.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether rows are windows of the records' texts.
+    pub fn windowed(&self) -> bool {
+        !self.windows.is_empty()
+    }
+
+    /// The record row `row` comes from (its index in `ids`).
+    pub fn record_of(&self, row: usize) -> usize {
+        self.windows.get(row).map_or(row, |w| w.text as usize)
+    }
+
+    /// Row `row`'s id: its record's, or for a window `<record id>#<window>`, so every row
+    /// has its own.
+    pub fn row_id(&self, row: usize) -> serde_json::Value {
+        let id = &self.ids[self.record_of(row)];
+        match self.windows.get(row) {
+            None => id.clone(),
+            Some(window) => {
+                let record = match id {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                format!("{record}#{}", window.window).into()
+            }
+        }
+    }
+
+    /// The carried fields of row `row`'s record.
+    pub fn kept_of(&self, row: usize) -> Option<&'a super::reader::Kept> {
+        self.kept.get(self.record_of(row))
     }
 }
+
+/// The fields a windowed row adds to its id: its record's id, its window's index, and its
+/// characters in the record's text.
+pub const WINDOW_FIELDS: [&str; 4] = ["doc_id", "window", "char_start", "char_end"];
 
 /// One finished chunk.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardEntry {
     pub index: u64,
+    /// Rows of its data file (vectors or generations).
     pub rows: u64,
+    /// Records the rows answer, where they differ (texts cut into windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
     pub vectors_file: String,
     pub vectors_sha256: String,
     /// Sizes in bytes (0 in manifests from before they were recorded).
@@ -128,12 +187,19 @@ fn io(path: &Path, error: std::io::Error) -> JobError {
 }
 
 impl ShardEntry {
+    /// Records the chunk answered (written ones and those left out because they crash the
+    /// model).
+    pub fn records(&self) -> u64 {
+        self.records.unwrap_or(self.rows) + self.crashed.len() as u64
+    }
+
     /// An entry for chunk `index` with made-up sums, for tests of the manifest.
     #[cfg(test)]
     pub(crate) fn for_test(index: u64) -> Self {
         Self {
             index,
             rows: 1000,
+            records: None,
             vectors_file: format!("shards/chunk-{index:06}.npy"),
             vectors_sha256: "ab".repeat(32),
             vectors_bytes: 1_536_128,
@@ -319,13 +385,19 @@ impl OutputDir {
         data: Vec<u8>,
         rows: &ShardRows<'_>,
     ) -> Result<ShardEntry, JobError> {
-        let ids = rows.ids;
         let ids_file = format!("shards/chunk-{index:06}.ids.jsonl");
         let mut id_lines = Vec::new();
-        for (row, id) in ids.iter().enumerate() {
+        for row in 0..rows.len() {
             let mut line = serde_json::Map::new();
-            line.insert("id".into(), id.clone());
-            if let Some(kept) = rows.kept.get(row) {
+            line.insert("id".into(), rows.row_id(row));
+            if let Some(window) = rows.windows.get(row) {
+                let [doc_id, number, start, end] = WINDOW_FIELDS;
+                line.insert(doc_id.into(), rows.ids[rows.record_of(row)].clone());
+                line.insert(number.into(), window.window.into());
+                line.insert(start.into(), window.char_start.into());
+                line.insert(end.into(), window.char_end.into());
+            }
+            if let Some(kept) = rows.kept_of(row) {
                 line.extend(kept.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             serde_json::to_writer(&mut id_lines, &line)
@@ -334,7 +406,8 @@ impl OutputDir {
         }
         let entry = ShardEntry {
             index,
-            rows: ids.len() as u64,
+            rows: rows.len() as u64,
+            records: rows.windowed().then_some(rows.ids.len() as u64),
             vectors_sha256: sha256_hex(&data),
             vectors_bytes: data.len() as u64,
             ids_sha256: sha256_hex(&id_lines),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow_array::builder::StringBuilder;
 use arrow_array::{
     ArrayRef, FixedSizeListArray, Float16Array, Float32Array, Int8Array, RecordBatch, UInt8Array,
+    UInt32Array,
 };
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
@@ -15,8 +16,9 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use super::output::ShardRows;
+use super::output::{ShardRows, WINDOW_FIELDS};
 use super::vectors::OutputDtype;
+use resident_sdk::RowWindow;
 
 /// The column that holds the vectors.
 pub const VECTOR_COLUMN: &str = "embedding";
@@ -64,7 +66,8 @@ fn elements(bytes: &[u8], dtype: OutputDtype) -> ArrayRef {
 /// One shard as a Parquet file: `id` (text: string ids as they are, numbers as their
 /// digits), `embedding` (a fixed-size list of the stored elements: float32, float16, int8 or
 /// uint8; packed bits for binary precisions), then `keep` columns as text (strings as they
-/// are, other JSON values as JSON, missing as null).
+/// are, other JSON values as JSON, missing as null), then, for windows, `doc_id` (text),
+/// `window`, `char_start` and `char_end` (uint32).
 pub fn encode_shard(
     rows: &ShardRows<'_>,
     keep: &[String],
@@ -74,8 +77,8 @@ pub fn encode_shard(
 ) -> Result<Vec<u8>, String> {
     let width = dtype.stored_width(dim) as i32;
     let mut ids = StringBuilder::new();
-    for id in rows.ids {
-        ids.append_option(text_cell(id));
+    for row in 0..rows.len() {
+        ids.append_option(text_cell(&rows.row_id(row)));
     }
     let item = Arc::new(Field::new("item", element_type(dtype), false));
     let vectors = FixedSizeListArray::try_new(item.clone(), width, elements(stored, dtype), None)
@@ -87,12 +90,32 @@ pub fn encode_shard(
     let mut columns: Vec<ArrayRef> = vec![Arc::new(ids.finish()), Arc::new(vectors)];
     for name in keep {
         let mut column = StringBuilder::new();
-        for row in 0..rows.ids.len() {
-            let value = rows.kept.get(row).and_then(|kept| kept.get(name));
+        for row in 0..rows.len() {
+            let value = rows.kept_of(row).and_then(|kept| kept.get(name));
             column.append_option(value.and_then(text_cell));
         }
         fields.push(Field::new(name, DataType::Utf8, true));
         columns.push(Arc::new(column.finish()));
+    }
+    if rows.windowed() {
+        let [doc_id, window, char_start, char_end] = WINDOW_FIELDS;
+        let mut records = StringBuilder::new();
+        for row in 0..rows.len() {
+            records.append_option(text_cell(&rows.ids[rows.record_of(row)]));
+        }
+        fields.push(Field::new(doc_id, DataType::Utf8, true));
+        columns.push(Arc::new(records.finish()));
+        let numbers: [(&str, fn(&RowWindow) -> u32); 3] = [
+            (window, |w| w.window),
+            (char_start, |w| w.char_start),
+            (char_end, |w| w.char_end),
+        ];
+        for (name, value) in numbers {
+            fields.push(Field::new(name, DataType::UInt32, false));
+            columns.push(Arc::new(UInt32Array::from_iter_values(
+                rows.windows.iter().map(value),
+            )));
+        }
     }
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
         .map_err(|e| format!("a Parquet shard: {e}"))?;
@@ -186,6 +209,7 @@ mod tests {
         let rows = ShardRows {
             ids: &ids,
             kept: &carried,
+            windows: &[],
         };
         let stored: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
             .iter()
@@ -216,6 +240,77 @@ mod tests {
         merged.extend(merger.finish().unwrap().unwrap());
         let rows: usize = read(merged).iter().map(RecordBatch::num_rows).sum();
         assert_eq!(rows, 4);
+    }
+
+    #[test]
+    fn windows_are_rows_of_their_own_after_the_carried_columns() {
+        let mut kept = super::super::reader::Kept::new();
+        kept.insert("title".into(), Value::from("Long"));
+        let ids = [Value::from(7), Value::from("b")];
+        let carried = [kept, super::super::reader::Kept::new()];
+        let window = |text, window, char_start, char_end| RowWindow {
+            text,
+            window,
+            char_start,
+            char_end,
+        };
+        let windows = [
+            window(0, 0, 0, 40),
+            window(0, 1, 30, 70),
+            window(1, 0, 0, 5),
+        ];
+        let rows = ShardRows {
+            ids: &ids,
+            kept: &carried,
+            windows: &windows,
+        };
+        let stored: Vec<u8> = (0..6).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let shard =
+            encode_shard(&rows, &["title".to_owned()], &stored, OutputDtype::F32, 2).unwrap();
+        let batch = &read(shard)[0];
+        let names: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "embedding",
+                "title",
+                "doc_id",
+                "window",
+                "char_start",
+                "char_end"
+            ]
+        );
+        let text = |name: &str, row: usize| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_string::<i32>()
+                .value(row)
+                .to_owned()
+        };
+        assert_eq!(
+            [text("id", 0), text("id", 1), text("id", 2)],
+            ["7#0", "7#1", "b#0"]
+        );
+        assert_eq!([text("doc_id", 1), text("title", 1)], ["7", "Long"]);
+        assert!(batch.column_by_name("title").unwrap().is_null(2));
+        let number = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_primitive::<arrow_array::types::UInt32Type>()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(number("window"), [0, 1, 0]);
+        assert_eq!(number("char_start"), [0, 30, 0]);
+        assert_eq!(number("char_end"), [40, 70, 5]);
     }
 
     #[test]

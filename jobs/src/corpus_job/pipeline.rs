@@ -294,11 +294,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         let found = FoundDone {
             reused_chunks: manifest.chunks.len() as u64,
             done: manifest.chunks.iter().map(|c| c.index).collect(),
-            done_docs: manifest
-                .chunks
-                .iter()
-                .map(|c| c.rows + c.crashed.len() as u64)
-                .sum(),
+            done_docs: manifest.chunks.iter().map(ShardEntry::records).sum(),
             file_names: Arc::new(
                 prepared
                     .inputs
@@ -398,7 +394,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         let actors_info = self.cluster.list_actors().await?;
         let nodes_info = self.cluster.list_nodes().await?;
         let wall = self.started.elapsed();
-        let figures = W::figures(dispatched.tally, &manifest, wall);
+        let figures = self.work.figures(dispatched.tally, &manifest, wall);
         let report = dispatched.builder.finish(report::ReportInputs {
             config,
             manifest: &manifest,

@@ -23,6 +23,8 @@ pub struct VectorStats {
     truncated: u64,
     tokens: u64,
     prompt: Option<String>,
+    windows: u64,
+    texts_split: u64,
 }
 
 impl VectorStats {
@@ -43,6 +45,8 @@ impl VectorStats {
         }
         self.truncated += chunk.stats.truncated_rows.len() as u64;
         self.tokens += chunk.stats.tokens;
+        self.windows += u64::from(chunk.stats.windows);
+        self.texts_split += u64::from(chunk.stats.texts_split);
         if self.prompt.is_none() && !chunk.stats.prompt.is_empty() {
             self.prompt = Some(chunk.stats.prompt.clone());
         }
@@ -56,9 +60,15 @@ pub(super) struct ReportBuilder {
 }
 
 impl VectorStats {
-    /// The report's figures of an embed job.
-    pub(super) fn figures(self, manifest: &Manifest) -> EmbedFigures {
+    /// The report's figures of an embed job (`windows`: how its texts were cut, if they
+    /// were).
+    pub(super) fn figures(self, manifest: &Manifest, windows: Option<String>) -> EmbedFigures {
         EmbedFigures {
+            windows: windows.map(|split| WindowFigures {
+                split,
+                windows: self.windows,
+                documents_split: self.texts_split,
+            }),
             dimension: manifest.dim.unwrap_or(0),
             dtype: manifest.dtype,
             norm: NormSummary {
@@ -102,7 +112,12 @@ impl ReportBuilder {
     pub fn finish<F>(self, inputs: ReportInputs<'_, F>) -> JobReport<F> {
         let wall_s = inputs.wall.as_secs_f64();
         let hours = wall_s / 3600.0;
-        let items = inputs.manifest.chunks.iter().map(|c| c.rows).sum::<u64>();
+        let items = inputs
+            .manifest
+            .chunks
+            .iter()
+            .map(|c| c.records.unwrap_or(c.rows))
+            .sum::<u64>();
         let computed: u64 = self.docs_by_actor.values().sum();
         let nodes: BTreeMap<&str, &NodeInfo> = inputs
             .nodes
@@ -309,6 +324,21 @@ pub struct EmbedFigures {
     /// The prompt the actors put before every text (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// How texts were cut into windows (absent: they were not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<WindowFigures>,
+}
+
+/// What `--split` did in this run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WindowFigures {
+    /// `tokens:SIZE:OVERLAP` or `sentences:SIZE` (0: as many tokens as the model takes),
+    /// and ` pooled by mean` under `--pool-windows mean`.
+    pub split: String,
+    /// Windows embedded by this run.
+    pub windows: u64,
+    /// Documents this run cut into more than one window.
+    pub documents_split: u64,
 }
 
 /// A generate job's own figures: this run's tokens, in and out.

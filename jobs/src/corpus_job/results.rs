@@ -164,9 +164,11 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
                 },
             ),
         };
+        let windows = self.work.row_windows(&pieces);
         let rows_of = ShardRows {
             ids: &ids,
             kept: &carried,
+            windows: &windows,
         };
         let rows = ids.len() as u64;
         let (data_file, data) =

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use resident_sdk::{ActorId, Bytes, Cluster, NodeId, Pool, SdkError, TaskOutput};
+use resident_sdk::{ActorId, Bytes, Cluster, NodeId, Pool, RowWindow, SdkError, TaskOutput};
 
 use super::output::{Manifest, ShardRows};
 use super::reader::Record;
@@ -19,7 +19,7 @@ use crate::model_pin::PinnedModel;
 /// One answered task, read: who computed it, and the work's data for its records.
 #[derive(Clone, Debug)]
 pub struct Piece<T> {
-    /// Records it answers.
+    /// Records it answers (its data may have more rows: a record's windows).
     pub rows: usize,
     pub actor_id: ActorId,
     pub node_id: NodeId,
@@ -160,6 +160,14 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     /// Reads an answered task.
     fn read(&self, output: TaskOutput) -> Result<Piece<Self::Data>, SdkError>;
 
+    /// When this work cut its records' texts into windows (embed `--split`), a row per
+    /// window of `pieces`, in order: its record (the index among the pieces' records) and
+    /// where in the text it lies. Empty when each record is one row.
+    fn row_windows(&self, pieces: &[Piece<Self::Data>]) -> Vec<RowWindow> {
+        let _ = pieces;
+        Vec::new()
+    }
+
     /// Adds a piece to the tallies.
     fn tally(tally: &mut Self::Tally, piece: &Piece<Self::Data>);
 
@@ -170,7 +178,7 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     }
 
     /// The report's figures at the job's end.
-    fn figures(tally: Self::Tally, manifest: &Manifest, wall: Duration) -> Self::Figures;
+    fn figures(&self, tally: Self::Tally, manifest: &Manifest, wall: Duration) -> Self::Figures;
 
     /// The data file of chunk `index`'s shard: its file name and bytes, from its pieces in
     /// record order (`rows`: an id per row, and the carried fields). May record what every

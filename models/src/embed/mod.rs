@@ -689,6 +689,13 @@ impl Embedder {
             .map(|row| row.ok_or_else(|| ModelError::Task("a text was not embedded".into())))
             .collect::<Result<_, _>>()?;
         let window_count = chunk.windows.as_ref().map_or(0, |w| w.row_texts.len());
+        // A text's rows are consecutive: a run longer than one is a text that was cut.
+        let texts_split = chunk.windows.as_ref().map_or(0, |w| {
+            w.row_texts
+                .chunk_by(|a, b| a == b)
+                .filter(|run| run.len() > 1)
+                .count()
+        });
         let (rows, row_texts, ranges) = match chunk.windows {
             None => (rows, Vec::new(), Vec::new()),
             Some(windows) if windows.mean => (
@@ -712,6 +719,7 @@ impl Embedder {
             row_char_ends: ranges.iter().map(|r| r.1 as u32).collect(),
             texts: texts as u32,
             windows: window_count as u32,
+            texts_split: texts_split as u32,
             dim: dim as u32,
             vectors: vectors.into(),
             tokens: tokens as u64,

@@ -21,6 +21,7 @@ mod embed_actors;
 mod embed_job;
 mod embed_options;
 mod embed_s3;
+mod embed_windows;
 mod forged_outcomes;
 mod generate_actors;
 mod generate_job;
