@@ -21,6 +21,7 @@ use resident_sdk::{
     PoolSpec, SdkError, WindowSplit, Windows,
 };
 
+use crate::embed_stream::NativeEmbedStream;
 use crate::errors::{bad_input, job_error, sdk_error};
 use crate::pool::NativePool;
 use crate::wait::{wait, wait_ticking};
@@ -49,6 +50,61 @@ impl NativeCluster {
             generate_pools: Mutex::default(),
         }
     }
+
+    /// The pool `embed` and `embed_stream` use for `settings`: made once (and waited for),
+    /// then kept while used.
+    fn embed_pool(&self, py: Python<'_>, settings: EmbedPoolSettings) -> PyResult<EmbedPool> {
+        let EmbedPoolSettings {
+            model,
+            replicas,
+            gpus,
+            vram_gib,
+            chunk_size,
+            dtype,
+        } = settings;
+        if chunk_size == 0 {
+            return Err(bad_input(py, "chunk_size must be at least 1"));
+        }
+        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}");
+        if let Some(pool) = self.embed_pools.lock().expect("pools").get(&key).cloned() {
+            return Ok(pool);
+        }
+        let cluster = self.cluster.clone();
+        let name = call_pool_name("py-embed", &key);
+        let made = wait(py, async move {
+            let replicas = match replicas {
+                Some(replicas) => replicas,
+                None => default_replicas(&cluster, gpus).await?,
+            };
+            let mut spec = EmbedPoolSpec::new(name, model)
+                .replicas(replicas)
+                .chunk_size(chunk_size)
+                .idle_ttl(CALL_POOL_IDLE_TTL);
+            if gpus > 0.0 {
+                spec = spec.gpus(gpus, vram_gib);
+            }
+            if let Some(dtype) = &dtype {
+                spec = spec.dtype(dtype);
+            }
+            cluster.create_embed_pool(spec, LOAD_TIMEOUT).await
+        })?
+        .map_err(|e| sdk_error(py, e))?;
+        self.embed_pools
+            .lock()
+            .expect("pools")
+            .insert(key, made.clone());
+        Ok(made)
+    }
+}
+
+/// What an embedding pool the package makes is made of.
+struct EmbedPoolSettings {
+    model: String,
+    replicas: Option<u32>,
+    gpus: f64,
+    vram_gib: f64,
+    chunk_size: usize,
+    dtype: Option<String>,
 }
 
 /// Starts a scheduler and an agent in this process and waits for the agent.
@@ -59,7 +115,9 @@ pub fn local(
     simulate_gpus: Option<String>,
     state_dir: Option<PathBuf>,
 ) -> PyResult<NativeCluster> {
-    let mut config = LocalConfig::default();
+    // One thread per embedding actor (an actor per core), set on the actors rather than
+    // through RAYON_NUM_THREADS: the Python process's environment stays as it was.
+    let mut config = LocalConfig::default().embed_compute_threads(1);
     if let Some(spec) = simulate_gpus {
         config = config.simulate_gpus(spec);
     }
@@ -218,7 +276,7 @@ fn windows_of(
 /// native signature does not grow with every option): `prompt_name`, `prompt`,
 /// `precision`, `truncate_dim`, `normalize` (true, false or null), `max_seq_length`,
 /// `max_batch_tokens`.
-fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
+fn embed_work(py: Python<'_>, json: &str) -> PyResult<(EmbedWork, JobPlacement)> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Options {
@@ -233,6 +291,9 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
         keep_columns: Option<Vec<String>>,
         split: Option<String>,
         pool_windows: Option<String>,
+        selector: Option<std::collections::BTreeMap<String, String>>,
+        s3_endpoint: Option<String>,
+        price: Option<std::collections::BTreeMap<String, f64>>,
     }
     let options: Options = serde_json::from_str(json).map_err(|e| bad_input(py, e.to_string()))?;
     let dtype = match options.precision.as_deref() {
@@ -250,7 +311,12 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
         options.split.as_deref(),
         options.pool_windows.as_deref(),
     )?;
-    Ok(EmbedWork {
+    let placement = JobPlacement {
+        selector: options.selector.unwrap_or_default(),
+        s3_endpoint: options.s3_endpoint,
+        price: options.price.unwrap_or_default(),
+    };
+    let work = EmbedWork {
         windows,
         prompt: prompt_of(py, options.prompt_name, options.prompt)?,
         normalization: match options.normalize {
@@ -273,7 +339,26 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<EmbedWork> {
             }
         },
         keep_columns: options.keep_columns.unwrap_or_default(),
-    })
+    };
+    Ok((work, placement))
+}
+
+/// Where a corpus job runs and what it costs: `selector` (node labels), `s3_endpoint`,
+/// `price` (USD per GPU-hour by `pool` label), as `--selector`, `--s3-endpoint`, `--price`.
+struct JobPlacement {
+    selector: std::collections::BTreeMap<String, String>,
+    s3_endpoint: Option<String>,
+    price: std::collections::BTreeMap<String, f64>,
+}
+
+impl JobPlacement {
+    fn apply(self, config: &mut CorpusJobConfig) {
+        config.selector.extend(self.selector);
+        if self.s3_endpoint.is_some() {
+            config.s3.endpoint = self.s3_endpoint;
+        }
+        config.prices.per_pool_label.extend(self.price);
+    }
 }
 
 /// Runs the corpus job `start` makes (given where to leave its progress), calling
@@ -306,6 +391,45 @@ impl NativeCluster {
         self.cluster.url().to_owned()
     }
 
+    /// A stream of chunks to embed on a pool of `model` (made as for `embed`): send chunks
+    /// of texts, receive their vectors in the order sent.
+    #[pyo3(signature = (model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
+        prompt_name=None, prompt=None, skip_model_normalize=false, split=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed_stream(
+        &self,
+        py: Python<'_>,
+        model: String,
+        replicas: Option<u32>,
+        gpus: f64,
+        vram_gib: f64,
+        chunk_size: usize,
+        dtype: Option<String>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        skip_model_normalize: bool,
+        split: Option<String>,
+    ) -> PyResult<NativeEmbedStream> {
+        let options = EmbedOptions {
+            prompt: prompt_of(py, prompt_name, prompt)?,
+            skip_model_normalize,
+            // One vector per text: a long one's windows averaged.
+            windows: windows_of(py, split.as_deref(), split.as_ref().map(|_| "mean"))?,
+        };
+        let pool = self.embed_pool(
+            py,
+            EmbedPoolSettings {
+                model,
+                replicas,
+                gpus,
+                vram_gib,
+                chunk_size,
+                dtype,
+            },
+        )?;
+        NativeEmbedStream::start(py, pool, options)
+    }
+
     /// Embeds `texts` on a pool of `model` (made once per settings, kept while used);
     /// returns the vectors as little-endian f32 bytes, row after row, and their width.
     #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
@@ -332,41 +456,17 @@ impl NativeCluster {
             // One vector per text: a long one's windows averaged.
             windows: windows_of(py, split.as_deref(), split.as_ref().map(|_| "mean"))?,
         };
-        if chunk_size == 0 {
-            return Err(bad_input(py, "chunk_size must be at least 1"));
-        }
-        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}");
-        let cached = self.embed_pools.lock().expect("pools").get(&key).cloned();
-        let pool = match cached {
-            Some(pool) => pool,
-            None => {
-                let cluster = self.cluster.clone();
-                let name = call_pool_name("py-embed", &key);
-                let made = wait(py, async move {
-                    let replicas = match replicas {
-                        Some(replicas) => replicas,
-                        None => default_replicas(&cluster, gpus).await?,
-                    };
-                    let mut spec = EmbedPoolSpec::new(name, model)
-                        .replicas(replicas)
-                        .chunk_size(chunk_size)
-                        .idle_ttl(CALL_POOL_IDLE_TTL);
-                    if gpus > 0.0 {
-                        spec = spec.gpus(gpus, vram_gib);
-                    }
-                    if let Some(dtype) = &dtype {
-                        spec = spec.dtype(dtype);
-                    }
-                    cluster.create_embed_pool(spec, LOAD_TIMEOUT).await
-                })?
-                .map_err(|e| sdk_error(py, e))?;
-                self.embed_pools
-                    .lock()
-                    .expect("pools")
-                    .insert(key, made.clone());
-                made
-            }
-        };
+        let pool = self.embed_pool(
+            py,
+            EmbedPoolSettings {
+                model,
+                replicas,
+                gpus,
+                vram_gib,
+                chunk_size,
+                dtype,
+            },
+        )?;
         let vectors = wait(py, async move { pool.embed_with(texts, &options).await })?
             .map_err(|e| sdk_error(py, e))?;
         let dim = vectors.first().map_or(0, Vec::len);
@@ -401,7 +501,7 @@ impl NativeCluster {
         on_progress: Option<Py<PyAny>>,
         embedding_json: String,
     ) -> PyResult<String> {
-        let mut embedding = embed_work(py, &embedding_json)?;
+        let (mut embedding, placement) = embed_work(py, &embedding_json)?;
         if embedding.dtype == OutputDtype::F32 {
             embedding.dtype = OutputDtype::parse(dtype).map_err(|e| bad_input(py, e))?;
         }
@@ -417,6 +517,7 @@ impl NativeCluster {
             keep_pool,
         )?;
         corpus.merge = merge;
+        placement.apply(&mut corpus);
         let config = EmbedJobConfig { corpus, embedding };
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {

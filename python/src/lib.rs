@@ -11,6 +11,7 @@
 use pyo3::prelude::*;
 
 mod cluster;
+mod embed_stream;
 mod errors;
 mod pool;
 mod wait;
@@ -23,5 +24,6 @@ fn _resident(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cluster::NativeCluster>()?;
     m.add_class::<pool::NativePool>()?;
     m.add_class::<pool::NativeResults>()?;
+    m.add_class::<embed_stream::NativeEmbedStream>()?;
     Ok(())
 }

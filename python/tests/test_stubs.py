@@ -15,7 +15,7 @@ def _public_methods(cls) -> list[str]:
 
 
 def test_every_public_name_has_a_stub_and_a_docstring():
-    stub = (STUBS / "__init__.pyi").read_text()
+    stub = (STUBS / "__init__.pyi").read_text() + (STUBS / "output.pyi").read_text()
     errors_stub = (STUBS / "errors.pyi").read_text()
     assert (STUBS / "py.typed").exists() and (STUBS / "_resident.pyi").exists()
     for name in resident.__all__:
@@ -23,7 +23,7 @@ def test_every_public_name_has_a_stub_and_a_docstring():
         assert inspect.getdoc(obj), f"{name} has no docstring"
         declared = f"def {name}(" in stub or f"class {name}" in stub or f"class {name}" in errors_stub
         assert declared, f"{name} is not in the stubs"
-    for cls in (resident.Cluster, resident.Pool):
+    for cls in (resident.Cluster, resident.Pool, resident.Embeddings):
         for method in _public_methods(cls):
             assert f"def {method}(" in stub, f"{cls.__name__}.{method} is not in the stubs"
             assert inspect.getdoc(getattr(cls, method)), f"{cls.__name__}.{method} has no docstring"

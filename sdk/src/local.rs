@@ -53,6 +53,14 @@ impl LocalConfig {
         self
     }
 
+    /// Each `embed` actor computes on `threads` threads of its own (1 with an actor per
+    /// core is the fastest CPU setup for encoders), whatever `RAYON_NUM_THREADS` says: for
+    /// programs that should not change their environment (the Python package).
+    pub fn embed_compute_threads(mut self, threads: usize) -> Self {
+        self.kinds = std::mem::take(&mut self.kinds).with_embed_compute_threads(threads);
+        self
+    }
+
     /// Actor kinds the agent offers (default: the built-in kinds).
     pub fn kinds(mut self, kinds: ActorKindRegistry) -> Self {
         self.kinds = kinds;

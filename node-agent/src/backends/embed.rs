@@ -33,7 +33,23 @@ fn panic_on_marked_text(marker: Option<&str>, payload: &[u8]) {
     }
 }
 
-pub struct EmbedKind;
+/// The `embed` kind. Its actors compute on the process's threads (on CPU, as many per model
+/// operation as `RAYON_NUM_THREADS` says, every core without it), or on a pool of their own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EmbedKind {
+    compute_threads: Option<usize>,
+}
+
+impl EmbedKind {
+    /// Each actor runs its model on a thread pool of `threads` of its own (at least 1), so
+    /// an embedding process sets its actors' threads without changing its environment
+    /// (`Cluster::local` in a Python process or a Rust program).
+    pub fn with_compute_threads(threads: usize) -> Self {
+        Self {
+            compute_threads: Some(threads.max(1)),
+        }
+    }
+}
 
 struct EmbedActor {
     embedder: Embedder,
@@ -47,6 +63,22 @@ struct EmbedActor {
     _model_in_use: Option<crate::model_cache::eviction::ModelInUse>,
     /// [`PANIC_ON_TEXT_ENV`]'s value, when set.
     panic_marker: Option<Arc<str>>,
+    /// The actor's own compute threads ([`EmbedKind::with_compute_threads`]).
+    threads: Option<rayon::ThreadPool>,
+}
+
+impl EmbedActor {
+    /// Runs `work` on the actor's own threads, if it has them.
+    fn on_threads<T: Send>(&mut self, work: impl FnOnce(&mut Self) -> T + Send) -> T {
+        match self.threads.take() {
+            None => work(self),
+            Some(pool) => {
+                let done = pool.install(|| work(self));
+                self.threads = Some(pool);
+                done
+            }
+        }
+    }
 }
 
 impl ModelBackend for EmbedActor {
@@ -57,10 +89,12 @@ impl ModelBackend for EmbedActor {
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
         self.last_size = None;
         panic_on_marked_text(self.panic_marker.as_deref(), payload);
-        let progress = &self.progress;
-        Ok(self
-            .embedder
-            .embed_payload_reporting(payload, &mut |rows| progress.report(rows as u64))?)
+        self.on_threads(|actor| {
+            let progress = &actor.progress;
+            Ok(actor
+                .embedder
+                .embed_payload_reporting(payload, &mut |rows| progress.report(rows as u64))?)
+        })
     }
 
     fn methods(&self) -> &'static [&'static str] {
@@ -104,10 +138,12 @@ impl ModelBackend for EmbedActor {
             items: chunk.rows() as u64,
             tokens: chunk.tokens() as u64,
         });
-        let progress = &self.progress;
-        Ok(self
-            .embedder
-            .embed_prepared_reporting(*chunk, &mut |rows| progress.report(rows as u64))?)
+        self.on_threads(|actor| {
+            let progress = &actor.progress;
+            Ok(actor
+                .embedder
+                .embed_prepared_reporting(*chunk, &mut |rows| progress.report(rows as u64))?)
+        })
     }
 
     fn vram_bytes(&self) -> u64 {
@@ -127,6 +163,18 @@ impl ActorKind for EmbedKind {
             .local_dir(&config.model, config.model_revision.as_deref())?;
         let device = select_device(context.device.real_gpu())?;
         let model_in_use = context.models.hold(&config.model);
+        let threads = match self.compute_threads {
+            Some(count) if device.is_cpu() => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(count)
+                    .thread_name(|i| format!("embed-{i}"))
+                    .build()
+                    .map_err(|e| {
+                        BackendError::Load(format!("cannot start {count} compute threads: {e}"))
+                    })?,
+            ),
+            _ => None,
+        };
         Ok(Box::new(EmbedActor {
             embedder: Embedder::load(&config, device, context.roots.clone())?,
             _model_in_use: model_in_use,
@@ -137,6 +185,7 @@ impl ActorKind for EmbedKind {
                 .ok()
                 .filter(|marker| !marker.is_empty())
                 .map(Arc::from),
+            threads,
         }))
     }
 }

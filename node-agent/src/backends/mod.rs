@@ -166,10 +166,17 @@ impl ActorKindRegistry {
     pub fn with_builtin_kinds() -> Self {
         let mut registry = Self::default();
         registry.register(Arc::new(echo::EchoKind));
-        registry.register(Arc::new(embed::EmbedKind));
+        registry.register(Arc::new(embed::EmbedKind::default()));
         registry.register(Arc::new(text_stats::TextStatsKind));
         registry.register_actor::<generate::GenerateActor>();
         registry
+    }
+
+    /// The `embed` kind's actors on `threads` compute threads each, of their own (see
+    /// [`embed::EmbedKind::with_compute_threads`]).
+    pub fn with_embed_compute_threads(mut self, threads: usize) -> Self {
+        self.register(Arc::new(embed::EmbedKind::with_compute_threads(threads)));
+        self
     }
 
     /// Adds a kind (replacing one of the same name).

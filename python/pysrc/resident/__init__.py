@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _resident
 from ._progress import Bar
+from .output import Embeddings, read_embeddings
 from .errors import (
     BadInput,
     PermissionDenied,
@@ -35,6 +36,8 @@ from .errors import (
 
 __all__ = [
     "local",
+    "read_embeddings",
+    "Embeddings",
     "connect",
     "Cluster",
     "Pool",
@@ -58,11 +61,10 @@ def local(simulate_gpus: Optional[str] = None, state_dir: Optional[str] = None) 
     for GPUs run, on CPU, anywhere. ``state_dir`` keeps pools and jobs across restarts.
     The cluster stops when the last reference to it goes.
 
-    As ``resident local`` does, each embedding actor computes on one thread (one actor per
-    core is the fastest CPU setup for encoders); ``RAYON_NUM_THREADS``, when set before the
-    first call, wins. Generation actors keep a thread per core of their own.
+    As ``resident local`` does, each embedding actor computes on one thread of its own (one
+    actor per core is the fastest CPU setup for encoders); generation actors keep a thread
+    per core of their own. Nothing in the process's environment changes.
     """
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     return Cluster(_resident.local(simulate_gpus, state_dir))
 
 
@@ -95,9 +97,33 @@ def _namespace(value: Any) -> Any:
     return value
 
 
+def _is_arrow(value: Any) -> bool:
+    """A pyarrow Array or ChunkedArray (without importing pyarrow)."""
+    return type(value).__module__.startswith("pyarrow") and hasattr(value, "to_pylist")
+
+
+def _arrow_values(array: Any) -> Iterator[Any]:
+    """An Arrow column's values, converted a window at a time."""
+    for start in range(0, len(array), EMBED_WINDOW):
+        yield from array.slice(start, EMBED_WINDOW).to_pylist()
+
+
+def _is_missing(item: Any) -> bool:
+    return item is None or type(item).__name__ == "NAType" or (isinstance(item, float) and item != item)
+
+
 def _texts(items: Iterable[Any]) -> Iterator[str]:
+    """The strings of a list, numpy array, pandas Series, Arrow column or any iterable."""
+    if _is_arrow(items):
+        items = _arrow_values(items)
     for index, item in enumerate(items):
         if not isinstance(item, str):
+            if _is_missing(item):
+                raise BadInput(
+                    f"text {index} is missing ({item!r}): drop or fill missing texts first "
+                    "(Series.dropna(), pyarrow.compute.drop_null)",
+                    "BadInput",
+                )
             raise BadInput(
                 f"text {index} is a {type(item).__name__}, not a str: "
                 "texts and prompts are strings (decode bytes first)",
@@ -204,47 +230,134 @@ class Cluster:
         prompt_name: Optional[str] = None,
         prompt: Optional[str] = None,
         normalize: Optional[bool] = None,
+        split: Optional[str] = None,
     ) -> np.ndarray:
         """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
-        ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
-        ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
-        whole. Rows are normalised when the model's sentence-transformers config says so
-        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do); ``normalize=True`` scales every
-        row to unit length, ``normalize=False`` leaves out the model's Normalize module. The
-        pool (``replicas`` actors, default one per CPU core or as many as the GPUs hold;
-        ``gpus`` per actor) is made once for these settings and stays loaded while it is
-        used.
+        ``texts`` is a list of ``str``, a numpy array of strings, a pandas Series, a pyarrow
+        Array or ChunkedArray, or any iterable: it is read as :meth:`embed_iter` reads it, a
+        few chunks per actor ahead of what is done, so an iterator of millions never sits in
+        memory whole and every actor stays busy. Rows are normalised when the model's
+        sentence-transformers config says so (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2``
+        do); ``normalize=True`` scales every row to unit length, ``normalize=False`` leaves
+        out the model's Normalize module. The pool (``replicas`` actors, default one per CPU
+        core or as many as the GPUs hold; ``gpus`` per actor) is made once for these
+        settings and stays loaded while it is used.
 
         ``prompt_name`` picks a prompt the model names in its
         ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
         ``prompt`` gives one's text (``""`` for none); without either, the model's default
-        prompt applies, as in sentence-transformers' ``encode``.
+        prompt applies, as in sentence-transformers' ``encode``. ``split`` (``"tokens:256:32"``,
+        ``"sentences"``) embeds a long text as windows and returns the mean of their vectors
+        (``resident embed --split ... --pool-windows mean``) instead of cutting it off.
         """
-        total = len(texts) if isinstance(texts, Sized) else None
-        bar = Bar(total, "texts", progress, "embed")
-        blocks: list[np.ndarray] = []
-        stream = _texts(texts)
-        try:
-            while True:
-                window = list(itertools.islice(stream, EMBED_WINDOW))
-                if not window:
-                    break
-                data, dim = self._native.embed(
-                    window, model, replicas, gpus, vram_gib, chunk_size, dtype,
-                    prompt_name, prompt, normalize is False,
-                )
-                block = np.frombuffer(data, dtype="<f4").reshape(len(window), dim)
-                if normalize:
-                    norms = np.linalg.norm(block, axis=1, keepdims=True)
-                    block = block / np.maximum(norms, 1e-12)
-                blocks.append(block)
-                bar.add(len(window))
-        finally:
-            bar.close()
+        blocks = list(
+            self.embed_iter(
+                texts, model, replicas=replicas, gpus=gpus, vram_gib=vram_gib,
+                chunk_size=chunk_size, dtype=dtype, progress=progress,
+                prompt_name=prompt_name, prompt=prompt, normalize=normalize, split=split,
+            )
+        )
         if not blocks:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0].copy()
+        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+
+    def embed_iter(
+        self,
+        texts: Iterable[str],
+        model: str,
+        *,
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        chunk_size: int = 256,
+        dtype: Optional[str] = None,
+        progress: bool = True,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+        normalize: Optional[bool] = None,
+        split: Optional[str] = None,
+        chunks_ahead: Optional[int] = None,
+    ) -> Iterator[np.ndarray]:
+        """Embeds a stream of texts as one job: yields a float32 array ``(rows, dim)`` per
+        chunk of ``chunk_size`` texts, in input order, as soon as it and those before it are
+        done.
+
+        It keeps ``chunks_ahead`` chunks in flight (default two per actor of the pool), so
+        every actor stays busy however many there are, and reads ``texts`` only that far
+        ahead: memory stays flat over any number of texts. Breaking out of the loop cancels
+        what is still running. The options are :meth:`embed`'s.
+        """
+        total = len(texts) if isinstance(texts, Sized) else None
+        source = _texts(texts)
+        stream = self._native.embed_stream(
+            model, replicas, gpus, vram_gib, chunk_size, dtype, prompt_name, prompt,
+            normalize is False, split,
+        )
+        most = max(1, int(chunks_ahead)) if chunks_ahead else max(2, 2 * stream.actors())
+        bar = Bar(total, "texts", progress, "embed")
+        pending, exhausted = 0, False
+        try:
+            while True:
+                while not exhausted and pending < most:
+                    chunk = list(itertools.islice(source, chunk_size))
+                    if not chunk:
+                        exhausted = True
+                        stream.finish()
+                        break
+                    stream.send(chunk)
+                    pending += 1
+                if pending == 0:
+                    return
+                data, dim, rows = stream.recv()
+                pending -= 1
+                block = np.frombuffer(data, dtype="<f4").reshape(rows, dim).copy()
+                if normalize:
+                    norms = np.linalg.norm(block, axis=1, keepdims=True)
+                    block /= np.maximum(norms, 1e-12)
+                bar.add(rows)
+                yield block
+        finally:
+            stream.cancel()
+            bar.close()
+
+    def embed_frame(
+        self,
+        frame: Any,
+        model: str,
+        *,
+        column: str = "text",
+        output_column: str = "embedding",
+        **options: Any,
+    ) -> Any:
+        """A copy of ``frame`` (a pandas DataFrame or a pyarrow Table) with ``output_column``
+        added: each row's vector of its ``column`` text, as :meth:`embed` computes it (with
+        the same keyword options). pandas gets a column of float32 numpy arrays; Arrow a
+        fixed-size list column of float32.
+        """
+        names = list(frame.column_names) if hasattr(frame, "column_names") else list(frame.columns)
+        if column not in names:
+            raise BadInput(
+                f"no column {column!r} to embed: the frame has {', '.join(map(str, names))}; "
+                "pass column=",
+                "BadInput",
+            )
+        if output_column in names:
+            raise BadInput(
+                f"the frame already has a column {output_column!r}; pass another output_column=",
+                "BadInput",
+            )
+        if hasattr(frame, "column_names"):
+            import pyarrow as pa
+
+            vectors = self.embed(frame.column(column), model, **options)
+            width = vectors.shape[1] if vectors.size else 0
+            flat = pa.array(vectors.reshape(-1), type=pa.float32())
+            return frame.append_column(output_column, pa.FixedSizeListArray.from_arrays(flat, width))
+        vectors = self.embed(frame[column], model, **options)
+        out = frame.copy()
+        out[output_column] = list(vectors)
+        return out
 
     def embed_job(
         self,
@@ -272,6 +385,11 @@ class Cluster:
         max_batch_tokens: Optional[int] = None,
         format: str = "npy",
         keep_columns: Optional[Sequence[str]] = None,
+        split: Optional[str] = None,
+        pool_windows: Optional[str] = None,
+        selector: Optional[Mapping[str, str]] = None,
+        s3_endpoint: Optional[str] = None,
+        price: Optional[Mapping[str, float]] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -286,7 +404,13 @@ class Cluster:
         (``True``: unit length after truncating; ``False``: without the model's Normalize
         module), ``max_seq_length`` and ``max_batch_tokens``. ``format="parquet"`` writes
         ``embeddings.parquet`` (``id``, ``embedding``, and the input fields ``keep_columns``
-        names) instead of ``embeddings.npy`` and ``ids.jsonl``.
+        names) instead of ``embeddings.npy`` and ``ids.jsonl``. ``split`` (``"tokens:256:32"``,
+        ``"sentences:200"``) cuts long texts into windows: a row per window (``id`` is
+        ``<doc id>#<window>``, with ``doc_id``, ``window``, ``char_start``, ``char_end``), or
+        with ``pool_windows="mean"`` a vector per document. ``selector`` (node labels),
+        ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
+        ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
+        :func:`read_embeddings`.
         """
         options = {
             "prompt_name": prompt_name,
@@ -298,6 +422,11 @@ class Cluster:
             "max_batch_tokens": max_batch_tokens,
             "format": format,
             "keep_columns": list(keep_columns) if keep_columns is not None else None,
+            "split": split,
+            "pool_windows": pool_windows,
+            "selector": dict(selector) if selector is not None else None,
+            "s3_endpoint": s3_endpoint,
+            "price": {k: float(v) for k, v in price.items()} if price is not None else None,
         }
         bar = Bar(None, "docs", progress, "embed")
         try:

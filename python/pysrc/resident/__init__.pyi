@@ -5,12 +5,13 @@ import numpy as np
 import types
 from . import _resident
 from .errors import BadInput as BadInput, PermissionDenied as PermissionDenied, ResidentError as ResidentError, SchedulerGone as SchedulerGone, Unauthenticated as Unauthenticated, Unplaceable as Unplaceable
+from .output import Embeddings as Embeddings, read_embeddings as read_embeddings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 EMBED_WINDOW: int
 
-__all__ = ['BadInput', 'PermissionDenied', 'ResidentError', 'SchedulerGone', 'Unauthenticated', 'Unplaceable', 'local', 'connect', 'Pool', 'Cluster']
+__all__ = ['Embeddings', 'read_embeddings', 'BadInput', 'PermissionDenied', 'ResidentError', 'SchedulerGone', 'Unauthenticated', 'Unplaceable', 'local', 'connect', 'Pool', 'Cluster']
 
 def local(simulate_gpus: str | None = None, state_dir: str | None = None) -> Cluster:
     '''Starts a scheduler and one agent in this process, like ``ray.init()``.
@@ -19,9 +20,9 @@ def local(simulate_gpus: str | None = None, state_dir: str | None = None) -> Clu
     for GPUs run, on CPU, anywhere. ``state_dir`` keeps pools and jobs across restarts.
     The cluster stops when the last reference to it goes.
 
-    As ``resident local`` does, each embedding actor computes on one thread (one actor per
-    core is the fastest CPU setup for encoders); ``RAYON_NUM_THREADS``, when set before the
-    first call, wins. Generation actors keep a thread per core of their own.
+    As ``resident local`` does, each embedding actor computes on one thread of its own (one
+    actor per core is the fastest CPU setup for encoders); generation actors keep a thread
+    per core of their own. Nothing in the process\'s environment changes.
     '''
 def connect(url: str | None = None, token: str | None = None, ca: str | None = None) -> Cluster:
     """Connects to a running scheduler.
@@ -48,6 +49,10 @@ class Pool:
     def delete(self) -> None:
         """Deletes the pool: its actors stop and free what they hold."""
 
+class _Closed:
+    """Stands for the native cluster once :meth:`Cluster.close` ran: every call says so."""
+    def __getattr__(self, name: str): ...
+
 class Cluster:
     """A Resident cluster: from :func:`local` or :func:`connect`.
 
@@ -59,43 +64,68 @@ class Cluster:
         one) and lets go of the cluster: a local one stops once nothing else holds it. Later
         calls raise :class:`BadInput`. Closing twice is harmless."""
     def __enter__(self) -> Cluster: ...
-    def __exit__(self, *_exc: object) -> None: ...
+    def __exit__(self, *_exc) -> None: ...
     @property
     def url(self) -> str:
         """The scheduler's URL."""
-    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None) -> np.ndarray:
-        """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
+    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None) -> np.ndarray:
+        '''Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
-        ``texts`` is a list of ``str``, a numpy array of strings or any iterable: it is read
-        ``EMBED_WINDOW`` texts at a time, so an iterator of millions never sits in memory
-        whole. Rows are normalised when the model's sentence-transformers config says so
-        (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` do); ``normalize=True`` scales every
-        row to unit length, ``normalize=False`` leaves out the model's Normalize module. The
-        pool (``replicas`` actors, default one per CPU core or as many as the GPUs hold;
-        ``gpus`` per actor) is made once for these settings and stays loaded while it is
-        used.
+        ``texts`` is a list of ``str``, a numpy array of strings, a pandas Series, a pyarrow
+        Array or ChunkedArray, or any iterable: it is read as :meth:`embed_iter` reads it, a
+        few chunks per actor ahead of what is done, so an iterator of millions never sits in
+        memory whole and every actor stays busy. Rows are normalised when the model\'s
+        sentence-transformers config says so (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2``
+        do); ``normalize=True`` scales every row to unit length, ``normalize=False`` leaves
+        out the model\'s Normalize module. The pool (``replicas`` actors, default one per CPU
+        core or as many as the GPUs hold; ``gpus`` per actor) is made once for these
+        settings and stays loaded while it is used.
 
         ``prompt_name`` picks a prompt the model names in its
         ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
-        ``prompt`` gives one's text (``""`` for none); without either, the model's default
-        prompt applies, as in sentence-transformers' ``encode``.
+        ``prompt`` gives one\'s text (``""`` for none); without either, the model\'s default
+        prompt applies, as in sentence-transformers\' ``encode``. ``split`` (``"tokens:256:32"``,
+        ``"sentences"``) embeds a long text as windows and returns the mean of their vectors
+        (``resident embed --split ... --pool-windows mean``) instead of cutting it off.
+        '''
+    def embed_iter(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, chunks_ahead: int | None = None) -> Iterator[np.ndarray]:
+        """Embeds a stream of texts as one job: yields a float32 array ``(rows, dim)`` per
+        chunk of ``chunk_size`` texts, in input order, as soon as it and those before it are
+        done.
+
+        It keeps ``chunks_ahead`` chunks in flight (default two per actor of the pool), so
+        every actor stays busy however many there are, and reads ``texts`` only that far
+        ahead: memory stays flat over any number of texts. Breaking out of the loop cancels
+        what is still running. The options are :meth:`embed`'s.
         """
-    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None, format: str = 'npy', keep_columns: Sequence[str] | None = None) -> dict:
-        """Runs ``resident embed``: the resumable corpus job, with the same options.
+    def embed_frame(self, frame: Any, model: str, *, column: str = 'text', output_column: str = 'embedding', **options: Any) -> Any:
+        """A copy of ``frame`` (a pandas DataFrame or a pyarrow Table) with ``output_column``
+        added: each row's vector of its ``column`` text, as :meth:`embed` computes it (with
+        the same keyword options). pandas gets a column of float32 numpy arrays; Arrow a
+        fixed-size list column of float32.
+        """
+    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None, format: str = 'npy', keep_columns: Sequence[str] | None = None, split: str | None = None, pool_windows: str | None = None, selector: Mapping[str, str] | None = None, s3_endpoint: str | None = None, price: Mapping[str, float] | None = None) -> dict:
+        '''Runs ``resident embed``: the resumable corpus job, with the same options.
 
         ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
         ``output`` a directory or ``s3://`` prefix that receives ``embeddings.npy``,
         ``ids.jsonl``, the shards, the manifest and ``report.json``. Run it again after a
         crash: it redoes no finished chunk. Returns ``report.json`` as a dict.
 
-        The vector options are ``resident embed``'s flags: ``prompt_name``/``prompt``,
+        The vector options are ``resident embed``\'s flags: ``prompt_name``/``prompt``,
         ``precision`` (``float32``, ``float16``, ``int8``, ``uint8``, ``binary``,
         ``ubinary``; int8 ranges go to ``index.json``), ``truncate_dim``, ``normalize``
-        (``True``: unit length after truncating; ``False``: without the model's Normalize
+        (``True``: unit length after truncating; ``False``: without the model\'s Normalize
         module), ``max_seq_length`` and ``max_batch_tokens``. ``format="parquet"`` writes
         ``embeddings.parquet`` (``id``, ``embedding``, and the input fields ``keep_columns``
-        names) instead of ``embeddings.npy`` and ``ids.jsonl``.
-        """
+        names) instead of ``embeddings.npy`` and ``ids.jsonl``. ``split`` (``"tokens:256:32"``,
+        ``"sentences:200"``) cuts long texts into windows: a row per window (``id`` is
+        ``<doc id>#<window>``, with ``doc_id``, ``window``, ``char_start``, ``char_end``), or
+        with ``pool_windows="mean"`` a vector per document. ``selector`` (node labels),
+        ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
+        ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
+        :func:`read_embeddings`.
+        '''
     def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
 
