@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use resident_actor::generate::{
@@ -240,6 +242,19 @@ fn corpus_config(
 /// them; the model's default without either.
 fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyResult<Prompt> {
     Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why))
+}
+
+/// Calls `on_progress(done, total)` (prompts completed), when given.
+fn generate_progress(
+    py: Python<'_>,
+    on_progress: &Option<Py<PyAny>>,
+    done: usize,
+    total: usize,
+) -> PyResult<()> {
+    match on_progress {
+        Some(callback) => callback.call1(py, (done, total)).map(drop),
+        None => Ok(()),
+    }
 }
 
 /// The windows of `split=` (`"tokens:256:32"`, `"sentences"`) and `pool_windows=`
@@ -575,7 +590,7 @@ impl NativeCluster {
     /// pool of `model`; `params_json` is `GenerateParams` as JSON. Returns the completions
     /// as JSON, in input order.
     #[pyo3(signature = (prompts, model, params_json, replicas=None, gpus=0.0, vram_gib=2.0,
-        max_sequences=None, dtype=None))]
+        max_sequences=None, dtype=None, on_progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -588,6 +603,7 @@ impl NativeCluster {
         vram_gib: f64,
         max_sequences: Option<u32>,
         dtype: Option<String>,
+        on_progress: Option<Py<PyAny>>,
     ) -> PyResult<String> {
         let params: GenerateParams = serde_json::from_str(&params_json)
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
@@ -653,15 +669,42 @@ impl NativeCluster {
                 params: params.clone(),
             })
             .collect();
-        let replies = wait(
+        // Replies as they finish, put back in order; `done` counts their prompts for the
+        // progress callback, which runs between waits with the GIL held.
+        let total = prompts.len();
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = done.clone();
+        let tasks = requests.len();
+        let replies = wait_ticking(
             py,
-            async move { pool.typed::<Generate>().map(requests).await },
+            move || async move {
+                let mut replies: Vec<Option<_>> = (0..tasks).map(|_| None).collect();
+                let mut stream = pool
+                    .typed::<Generate>()
+                    .submit("generate", futures::stream::iter(requests), 0)
+                    .await?;
+                while let Some(output) = stream.next().await {
+                    let output = output?;
+                    let reply = output.reply.map_err(SdkError::TaskFailed)?;
+                    counted.fetch_add(reply.completions.len(), Ordering::Relaxed);
+                    replies[output.seq as usize] = Some(reply);
+                }
+                Ok::<_, SdkError>(replies)
+            },
+            |py| generate_progress(py, &on_progress, done.load(Ordering::Relaxed), total),
         )?
-        .map_err(|e| sdk_error(py, e))?;
-        let mut completions = Vec::with_capacity(prompts.len());
+        .map_err(|e| match e {
+            SdkError::TaskFailed(why) => {
+                crate::errors::task_failed(py, format!("generation failed: {why}"))
+            }
+            other => sdk_error(py, other),
+        })?;
+        generate_progress(py, &on_progress, total, total)?;
+        let mut completions = Vec::with_capacity(total);
         for reply in replies {
-            let response = reply
-                .map_err(|e| crate::errors::task_failed(py, format!("generation failed: {e}")))?;
+            let response = reply.ok_or_else(|| {
+                crate::errors::task_failed(py, "a generation task was never answered".into())
+            })?;
             completions.extend(response.completions);
         }
         serde_json::to_string(&completions).map_err(|e| bad_input(py, e.to_string()))

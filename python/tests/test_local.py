@@ -63,11 +63,21 @@ def test_an_echo_pool_maps_in_order_and_submits_as_results_finish(local_cluster)
     assert gone.value.kind == "NotFound"
 
 
-def test_generate_answers_greedily_with_token_counts(local_cluster):
+def test_generate_answers_greedily_with_token_counts(local_cluster, monkeypatch):
+    moves = []
+
+    class RecordingBar(resident.Bar):
+        def set(self, position, total=None, note=""):
+            moves.append((position, total))
+            super().set(position, total, note)
+
+    monkeypatch.setattr(resident, "Bar", RecordingBar)
     outs = local_cluster.generate(
         ["Answer in one sentence: What is the capital of France?", "Say hello."],
         model=str(SMOLLM2), max_new_tokens=24,
     )
+    # The bar counts prompts as their tasks finish, and ends at all of them.
+    assert moves and moves[-1] == (2, 2), moves
     assert len(outs) == 2
     assert "Paris" in outs[0]["text"], outs[0]
     for out in outs:

@@ -469,9 +469,10 @@ impl OutputDir {
                     ids.write(&id_lines).await?;
                 }
             }
-            if let Some(merger) = parquet
-                && let Some(footer) = merger.finish().map_err(JobError::Output)?
-            {
+            if let Some(merger) = parquet {
+                let footer = merger
+                    .finish(manifest.dtype, manifest.dim.unwrap_or(0))
+                    .map_err(JobError::Output)?;
                 data.write(&footer).await?;
             }
             Ok::<_, JobError>(())

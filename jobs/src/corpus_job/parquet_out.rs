@@ -173,12 +173,15 @@ impl ParquetMerger {
         }
     }
 
-    /// The file's last bytes (its footer); `None` when no shard had rows.
-    pub fn finish(self) -> Result<Option<Vec<u8>>, String> {
-        self.writer
-            .map(|writer| writer.into_inner())
-            .transpose()
-            .map_err(|e| format!("finishing the merged Parquet file: {e}"))
+    /// The file's last bytes (its footer). When no shard had rows, the whole of an empty
+    /// file with the `id` and `embedding` columns (`dtype`, `dim`), so readers open it.
+    pub fn finish(self, dtype: OutputDtype, dim: usize) -> Result<Vec<u8>, String> {
+        match self.writer {
+            Some(writer) => writer
+                .into_inner()
+                .map_err(|e| format!("finishing the merged Parquet file: {e}")),
+            None => encode_shard(&ShardRows::ids(&[]), &[], &[], dtype, dim),
+        }
     }
 }
 
@@ -237,9 +240,21 @@ mod tests {
         let mut merger = ParquetMerger::new();
         let mut merged = merger.add(shard.clone()).unwrap();
         merged.extend(merger.add(shard).unwrap());
-        merged.extend(merger.finish().unwrap().unwrap());
+        merged.extend(merger.finish(OutputDtype::F32, 2).unwrap());
         let rows: usize = read(merged).iter().map(RecordBatch::num_rows).sum();
         assert_eq!(rows, 4);
+
+        // A merge of no rows (an empty corpus) is still a file readers open.
+        let empty = ParquetMerger::new().finish(OutputDtype::F32, 2).unwrap();
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(empty)).unwrap();
+        let names: Vec<String> = reader
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["id", VECTOR_COLUMN]);
     }
 
     #[test]

@@ -500,21 +500,28 @@ class Cluster:
         vram_gib: float = 2.0,
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,
+        progress: bool = True,
     ) -> list[dict]:
         """Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
         ``template="chat"`` wraps each prompt as the model's chat template's user turn;
         ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
         per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
-        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``).
+        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``). A progress bar
+        counts the prompts completed (``progress=False`` turns it off).
         """
         params = _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template)
-        completions = json.loads(
-            self._native.generate(
-                list(_texts(prompts)), model, json.dumps(params), replicas, gpus, vram_gib,
-                max_sequences, dtype,
+        prompts = list(_texts(prompts))
+        bar = Bar(len(prompts), "prompts", progress, "generate")
+        try:
+            completions = json.loads(
+                self._native.generate(
+                    prompts, model, json.dumps(params), replicas, gpus, vram_gib,
+                    max_sequences, dtype, lambda done, total: bar.set(done, total),
+                )
             )
-        )
+        finally:
+            bar.close()
         return [
             {
                 "text": c["text"],

@@ -134,13 +134,14 @@ class Cluster:
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
-    def generate(self, prompts: Iterable[str], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None) -> list[dict]:
+    def generate(self, prompts: Iterable[str], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
         ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn;
         ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
         per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
-        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``).
+        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``). A progress bar
+        counts the prompts completed (``progress=False`` turns it off).
         '''
     def nodes(self) -> list[types.SimpleNamespace]:
         """The nodes, with the fields ``resident status --json`` shows."""
