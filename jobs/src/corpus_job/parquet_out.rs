@@ -23,6 +23,9 @@ use resident_sdk::RowWindow;
 /// The column that holds the vectors.
 pub const VECTOR_COLUMN: &str = "embedding";
 
+/// One of a window's numbers (its index, its first or last character).
+type WindowNumber = fn(&RowWindow) -> u32;
+
 /// A value as a text cell: a string as it is, anything else as its JSON (null stays null).
 fn text_cell(value: &Value) -> Option<String> {
     match value {
@@ -105,7 +108,7 @@ pub fn encode_shard(
         }
         fields.push(Field::new(doc_id, DataType::Utf8, true));
         columns.push(Arc::new(records.finish()));
-        let numbers: [(&str, fn(&RowWindow) -> u32); 3] = [
+        let numbers: [(&str, WindowNumber); 3] = [
             (window, |w| w.window),
             (char_start, |w| w.char_start),
             (char_end, |w| w.char_end),

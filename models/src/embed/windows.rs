@@ -180,9 +180,8 @@ mod tests {
     /// become one word of several tokens (as "##" pieces would).
     fn tokens(text: &str) -> TextTokens {
         let mut out = TextTokens::default();
-        let mut word = 0;
         let mut position = 0;
-        for piece in text.split(' ') {
+        for (word, piece) in (0u32..).zip(text.split(' ')) {
             let mut inner = position;
             for part in piece.split('+') {
                 let length = part.chars().count();
@@ -192,7 +191,6 @@ mod tests {
                 }
                 inner += length + 1;
             }
-            word += 1;
             position += piece.chars().count() + 1;
         }
         out
