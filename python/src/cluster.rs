@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use resident_actor::generate::{
     Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
@@ -443,53 +442,6 @@ impl NativeCluster {
             },
         )?;
         NativeEmbedStream::start(py, pool, options)
-    }
-
-    /// Embeds `texts` on a pool of `model` (made once per settings, kept while used);
-    /// returns the vectors as little-endian f32 bytes, row after row, and their width.
-    #[pyo3(signature = (texts, model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
-        prompt_name=None, prompt=None, skip_model_normalize=false, split=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn embed<'py>(
-        &self,
-        py: Python<'py>,
-        texts: Vec<String>,
-        model: String,
-        replicas: Option<u32>,
-        gpus: f64,
-        vram_gib: f64,
-        chunk_size: usize,
-        dtype: Option<String>,
-        prompt_name: Option<String>,
-        prompt: Option<String>,
-        skip_model_normalize: bool,
-        split: Option<String>,
-    ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
-        let options = EmbedOptions {
-            prompt: prompt_of(py, prompt_name, prompt)?,
-            skip_model_normalize,
-            // One vector per text: a long one's windows averaged.
-            windows: windows_of(py, split.as_deref(), split.as_ref().map(|_| "mean"))?,
-        };
-        let pool = self.embed_pool(
-            py,
-            EmbedPoolSettings {
-                model,
-                replicas,
-                gpus,
-                vram_gib,
-                chunk_size,
-                dtype,
-            },
-        )?;
-        let vectors = wait(py, async move { pool.embed_with(texts, &options).await })?
-            .map_err(|e| sdk_error(py, e))?;
-        let dim = vectors.first().map_or(0, Vec::len);
-        let mut bytes = Vec::with_capacity(vectors.len() * dim * 4);
-        for value in vectors.iter().flatten() {
-            bytes.extend_from_slice(&value.to_le_bytes());
-        }
-        Ok((PyBytes::new(py, &bytes), dim))
     }
 
     /// Runs `resident embed` (input, model, output and its options); returns report.json.

@@ -5,20 +5,6 @@ from typing import Callable, Iterator, Optional
 class NativeCluster:
     def url(self) -> str: ...
     def close(self) -> int: ...
-    def embed(
-        self,
-        texts: list[str],
-        model: str,
-        replicas: Optional[int] = None,
-        gpus: float = 0.0,
-        vram_gib: float = 2.0,
-        chunk_size: int = 256,
-        dtype: Optional[str] = None,
-        prompt_name: Optional[str] = None,
-        prompt: Optional[str] = None,
-        skip_model_normalize: bool = False,
-        split: Optional[str] = None,
-    ) -> tuple[bytes, int]: ...
     def embed_stream(
         self,
         model: str,
