@@ -62,11 +62,16 @@ impl NativeCluster {
             vram_gib,
             chunk_size,
             dtype,
+            max_seq_length,
+            max_batch_tokens,
         } = settings;
         if chunk_size == 0 {
             return Err(bad_input(py, "chunk_size must be at least 1"));
         }
-        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}");
+        let key = format!(
+            "{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}|{max_seq_length:?}|\
+             {max_batch_tokens:?}"
+        );
         if let Some(pool) = self.embed_pools.lock().expect("pools").get(&key).cloned() {
             return Ok(pool);
         }
@@ -87,6 +92,12 @@ impl NativeCluster {
             if let Some(dtype) = &dtype {
                 spec = spec.dtype(dtype);
             }
+            if let Some(tokens) = max_seq_length {
+                spec = spec.max_seq_length(tokens);
+            }
+            if let Some(tokens) = max_batch_tokens {
+                spec = spec.max_batch_tokens(tokens);
+            }
             cluster.create_embed_pool(spec, LOAD_TIMEOUT).await
         })?
         .map_err(|e| sdk_error(py, e))?;
@@ -106,6 +117,8 @@ struct EmbedPoolSettings {
     vram_gib: f64,
     chunk_size: usize,
     dtype: Option<String>,
+    max_seq_length: Option<usize>,
+    max_batch_tokens: Option<usize>,
 }
 
 /// Starts a scheduler and an agent in this process and waits for the agent.
@@ -408,7 +421,8 @@ impl NativeCluster {
     /// A stream of chunks to embed on a pool of `model` (made as for `embed`): send chunks
     /// of texts, receive their vectors in the order sent.
     #[pyo3(signature = (model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
-        prompt_name=None, prompt=None, skip_model_normalize=false, split=None))]
+        prompt_name=None, prompt=None, skip_model_normalize=false, split=None, max_seq_length=None,
+        max_batch_tokens=None))]
     #[allow(clippy::too_many_arguments)]
     fn embed_stream(
         &self,
@@ -423,6 +437,8 @@ impl NativeCluster {
         prompt: Option<String>,
         skip_model_normalize: bool,
         split: Option<String>,
+        max_seq_length: Option<usize>,
+        max_batch_tokens: Option<usize>,
     ) -> PyResult<NativeEmbedStream> {
         let options = EmbedOptions {
             prompt: prompt_of(py, prompt_name, prompt)?,
@@ -439,6 +455,8 @@ impl NativeCluster {
                 vram_gib,
                 chunk_size,
                 dtype,
+                max_seq_length,
+                max_batch_tokens,
             },
         )?;
         NativeEmbedStream::start(py, pool, options)

@@ -97,3 +97,33 @@ def test_embed_job_writes_parquet_with_the_kept_columns(local_cluster, tmp_path)
     with pytest.raises(resident.BadInput, match="format `csv`"):
         local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "bad"), format="csv",
                                 progress=False)
+
+
+def test_embed_quantises_and_truncates_as_sentence_transformers(local_cluster, tmp_path):
+    model = prompted_minilm(tmp_path)
+    texts = FIXTURE["texts"]
+    for precision, theirs in FIXTURE["quantized_from_none"].items():
+        ours = local_cluster.embed(texts, model, replicas=1, prompt="", precision=precision,
+                                   progress=False)
+        theirs = np.asarray(theirs)
+        assert ours.shape == theirs.shape and ours.dtype == np.dtype(
+            "uint8" if precision.startswith("u") else "int8"), (precision, ours.dtype)
+        # Our floats differ from torch's in the last bits: a value on a bucket's edge (or a
+        # sign bit of a value near 0) may land one bucket away, rarely.
+        differ = np.abs(ours.astype(int) - theirs.astype(int))
+        assert (differ == 0).mean() >= 0.97, (precision, (differ == 0).mean())
+        if precision in ("int8", "uint8"):
+            assert differ.max() <= 1, precision
+    short = local_cluster.embed(texts, model, replicas=1, prompt="", truncate_dim=128,
+                                normalize=True, progress=False)
+    none = np.asarray(FIXTURE["vectors"]["none"], dtype=np.float32)[:, :128]
+    none /= np.linalg.norm(none, axis=1, keepdims=True)
+    assert short.shape == (len(texts), 128)
+    assert cosines(short, none).min() >= 0.9999
+    half = next(local_cluster.embed_iter(texts, model, replicas=1, precision="float16",
+                                         progress=False))
+    assert half.dtype == np.float16
+    with pytest.raises(resident.BadInput, match="embed_iter cannot quantise to int8"):
+        next(local_cluster.embed_iter(texts, model, replicas=1, precision="int8", progress=False))
+    with pytest.raises(resident.BadInput, match="precision 'int4' is not one of"):
+        local_cluster.embed(texts, model, precision="int4", progress=False)

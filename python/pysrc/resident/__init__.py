@@ -132,6 +132,37 @@ def _texts(items: Iterable[Any]) -> Iterator[str]:
         yield item
 
 
+PRECISIONS = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise BadInput(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}", "BadInput")
+
+
+def _quantize(vectors: np.ndarray, precision: str) -> np.ndarray:
+    """float32 rows as sentence-transformers' ``quantize_embeddings`` stores them (int8 and
+    uint8 ranges from these rows, as it does without calibration embeddings)."""
+    if precision == "float32":
+        return vectors
+    if precision == "float16":
+        return vectors.astype(np.float16)
+    if precision in ("binary", "ubinary"):
+        packed = np.packbits(vectors > 0).reshape(vectors.shape[0], -1)
+        return (packed - 128).astype(np.int8) if precision == "binary" else packed
+    if len(vectors) < 2:
+        raise BadInput(
+            f"{precision} needs ranges from at least two vectors; embed more texts at once, or "
+            "use embed_job(precision=...), which calibrates them on the corpus",
+            "BadInput",
+        )
+    starts = vectors.min(axis=0)
+    steps = (vectors.max(axis=0) - starts) / 255
+    steps = np.where(steps == 0, 1, steps)
+    buckets = np.clip(np.floor((vectors - starts) / steps), 0, 255)
+    return (buckets - 128).astype(np.int8) if precision == "int8" else buckets.astype(np.uint8)
+
+
 def _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template) -> dict:
     """The decoding parameters as the `generate` kind takes them."""
     if template not in ("chat", "none"):
@@ -231,6 +262,10 @@ class Cluster:
         prompt: Optional[str] = None,
         normalize: Optional[bool] = None,
         split: Optional[str] = None,
+        truncate_dim: Optional[int] = None,
+        precision: str = "float32",
+        max_seq_length: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
     ) -> np.ndarray:
         """Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
@@ -250,17 +285,27 @@ class Cluster:
         prompt applies, as in sentence-transformers' ``encode``. ``split`` (``"tokens:256:32"``,
         ``"sentences"``) embeds a long text as windows and returns the mean of their vectors
         (``resident embed --split ... --pool-windows mean``) instead of cutting it off.
+
+        As in sentence-transformers' ``encode``, ``truncate_dim`` keeps each vector's first
+        dimensions (then ``normalize=True`` scales them), and ``precision`` (``float32``,
+        ``float16``, ``int8``, ``uint8``, ``binary``, ``ubinary``) quantises the result, int8
+        and uint8 with per-dimension ranges over all the rows returned.
+        ``max_seq_length`` (shorter than the model's) and ``max_batch_tokens`` are the pool's.
         """
+        _check_precision(precision)
         blocks = list(
             self.embed_iter(
                 texts, model, replicas=replicas, gpus=gpus, vram_gib=vram_gib,
                 chunk_size=chunk_size, dtype=dtype, progress=progress,
                 prompt_name=prompt_name, prompt=prompt, normalize=normalize, split=split,
+                truncate_dim=truncate_dim, max_seq_length=max_seq_length,
+                max_batch_tokens=max_batch_tokens,
             )
         )
         if not blocks:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        vectors = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        return _quantize(vectors, precision)
 
     def embed_iter(
         self,
@@ -278,6 +323,10 @@ class Cluster:
         normalize: Optional[bool] = None,
         split: Optional[str] = None,
         chunks_ahead: Optional[int] = None,
+        truncate_dim: Optional[int] = None,
+        precision: str = "float32",
+        max_seq_length: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
     ) -> Iterator[np.ndarray]:
         """Embeds a stream of texts as one job: yields a float32 array ``(rows, dim)`` per
         chunk of ``chunk_size`` texts, in input order, as soon as it and those before it are
@@ -286,13 +335,24 @@ class Cluster:
         It keeps ``chunks_ahead`` chunks in flight (default two per actor of the pool), so
         every actor stays busy however many there are, and reads ``texts`` only that far
         ahead: memory stays flat over any number of texts. Breaking out of the loop cancels
-        what is still running. The options are :meth:`embed`'s.
+        what is still running. The options are :meth:`embed`'s, except that ``int8`` and
+        ``uint8``, which need ranges over all the vectors, are :meth:`embed`'s and
+        :meth:`embed_job`'s only (the job calibrates them on the corpus).
         """
+        _check_precision(precision)
+        if precision in ("int8", "uint8"):
+            raise BadInput(
+                f"embed_iter cannot quantise to {precision}: its ranges come from all the "
+                "vectors; use embed(), or embed_job(precision=...), which calibrates them",
+                "BadInput",
+            )
+        if truncate_dim is not None and truncate_dim < 1:
+            raise BadInput("truncate_dim must be at least 1 (None keeps every dimension)", "BadInput")
         total = len(texts) if isinstance(texts, Sized) else None
         source = _texts(texts)
         stream = self._native.embed_stream(
             model, replicas, gpus, vram_gib, chunk_size, dtype, prompt_name, prompt,
-            normalize is False, split,
+            normalize is False, split, max_seq_length, max_batch_tokens,
         )
         most = max(1, int(chunks_ahead)) if chunks_ahead else max(2, 2 * stream.actors())
         bar = Bar(total, "texts", progress, "embed")
@@ -311,12 +371,20 @@ class Cluster:
                     return
                 data, dim, rows = stream.recv()
                 pending -= 1
-                block = np.frombuffer(data, dtype="<f4").reshape(rows, dim).copy()
+                block = np.frombuffer(data, dtype="<f4").reshape(rows, dim)
+                if truncate_dim is not None:
+                    if truncate_dim > dim:
+                        raise BadInput(
+                            f"truncate_dim {truncate_dim} is past the model's {dim} dimensions",
+                            "BadInput",
+                        )
+                    block = block[:, :truncate_dim]
+                block = block.copy()
                 if normalize:
                     norms = np.linalg.norm(block, axis=1, keepdims=True)
                     block /= np.maximum(norms, 1e-12)
                 bar.add(rows)
-                yield block
+                yield block if precision in ("float32", "int8", "uint8") else _quantize(block, precision)
         finally:
             stream.cancel()
             bar.close()

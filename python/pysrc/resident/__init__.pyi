@@ -68,7 +68,7 @@ class Cluster:
     @property
     def url(self) -> str:
         """The scheduler's URL."""
-    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None) -> np.ndarray:
+    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> np.ndarray:
         '''Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
         ``texts`` is a list of ``str``, a numpy array of strings, a pandas Series, a pyarrow
@@ -87,8 +87,14 @@ class Cluster:
         prompt applies, as in sentence-transformers\' ``encode``. ``split`` (``"tokens:256:32"``,
         ``"sentences"``) embeds a long text as windows and returns the mean of their vectors
         (``resident embed --split ... --pool-windows mean``) instead of cutting it off.
+
+        As in sentence-transformers\' ``encode``, ``truncate_dim`` keeps each vector\'s first
+        dimensions (then ``normalize=True`` scales them), and ``precision`` (``float32``,
+        ``float16``, ``int8``, ``uint8``, ``binary``, ``ubinary``) quantises the result, int8
+        and uint8 with per-dimension ranges over all the rows returned.
+        ``max_seq_length`` (shorter than the model\'s) and ``max_batch_tokens`` are the pool\'s.
         '''
-    def embed_iter(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, chunks_ahead: int | None = None) -> Iterator[np.ndarray]:
+    def embed_iter(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, chunks_ahead: int | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> Iterator[np.ndarray]:
         """Embeds a stream of texts as one job: yields a float32 array ``(rows, dim)`` per
         chunk of ``chunk_size`` texts, in input order, as soon as it and those before it are
         done.
@@ -96,7 +102,9 @@ class Cluster:
         It keeps ``chunks_ahead`` chunks in flight (default two per actor of the pool), so
         every actor stays busy however many there are, and reads ``texts`` only that far
         ahead: memory stays flat over any number of texts. Breaking out of the loop cancels
-        what is still running. The options are :meth:`embed`'s.
+        what is still running. The options are :meth:`embed`'s, except that ``int8`` and
+        ``uint8``, which need ranges over all the vectors, are :meth:`embed`'s and
+        :meth:`embed_job`'s only (the job calibrates them on the corpus).
         """
     def embed_frame(self, frame: Any, model: str, *, column: str = 'text', output_column: str = 'embedding', **options: Any) -> Any:
         """A copy of ``frame`` (a pandas DataFrame or a pyarrow Table) with ``output_column``

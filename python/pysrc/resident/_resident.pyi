@@ -17,6 +17,8 @@ class NativeCluster:
         prompt: Optional[str] = None,
         skip_model_normalize: bool = False,
         split: Optional[str] = None,
+        max_seq_length: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
     ) -> NativeEmbedStream: ...
     def embed_job(
         self,
