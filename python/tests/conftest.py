@@ -135,3 +135,37 @@ def secure_cluster():
 def run_python(code: str, **kwargs) -> subprocess.Popen:
     """Starts `python -c code` (this interpreter) with the repository as its directory."""
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, **kwargs)
+
+
+S3S_FS = Path(os.environ.get("RESIDENT_S3S_FS", REPO / "target" / "tools" / "bin" / "s3s-fs"))
+
+
+@pytest.fixture
+def s3_server(tmp_path, monkeypatch):
+    """A real S3-compatible server (s3s-fs, from scripts/install-s3-server.sh) with a bucket
+    `out`; the AWS variables point this process at it. Yields its endpoint URL."""
+    assert S3S_FS.exists(), f"{S3S_FS} is missing: run scripts/install-s3-server.sh"
+    data = tmp_path / "s3-data"
+    (data / "out").mkdir(parents=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [str(S3S_FS), "--host", "127.0.0.1", "--port", str(port), "--access-key", "resident-test",
+         "--secret-key", "resident-test-secret", str(data)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "s3s-fs did not listen"
+                time.sleep(0.05)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "resident-test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "resident-test-secret")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()

@@ -167,3 +167,29 @@ def test_local_leaves_the_environment_as_it_was():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "same" in done.stdout, done.stderr
+
+
+def test_an_s3_output_is_written_with_s3_endpoint_and_read_back_in_ranges(local_cluster, s3_server, tmp_path):
+    model = str(MINILM)
+    records = [{**r, "title": f"title {i}"} for i, r in enumerate(wiki_texts(90))]
+    corpus = write_corpus(tmp_path / "wiki.jsonl", records)
+    local_out = tmp_path / "local"
+    local_cluster.embed_job(str(corpus), model, str(local_out), chunk_size=40,
+                            keep_columns=["title"], progress=False)
+    expected = resident.read_embeddings(str(local_out))
+    for format in ("npy", "parquet"):
+        where = f"s3://out/{format}"
+        report = local_cluster.embed_job(str(corpus), model, where, chunk_size=40,
+                                         keep_columns=["title"], format=format,
+                                         s3_endpoint=s3_server, progress=False)
+        assert report["items"] == 90
+        read = resident.read_embeddings(where, s3_endpoint=s3_server)
+        assert (read.format, read.rows) == (format, 90)
+        batches = list(read.iter_batches(batch_size=25))
+        assert [len(r) for _, r in batches] == [25, 25, 25, 15]
+        vectors = np.concatenate([v for v, _ in batches])
+        assert np.array_equal(vectors, expected.vectors), format
+        titles = [r["title"] for _, rs in batches for r in rs]
+        assert titles == [r["title"] for r in records]
+    with pytest.raises(resident.BadInput, match="has no index.json"):
+        resident.read_embeddings("s3://out/nothing-here", s3_endpoint=s3_server)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from .errors import BadInput
 VECTOR_COLUMN = "embedding"
 #: The fields a window's row has besides its id (``resident embed --split``).
 WINDOW_FIELDS = ("doc_id", "window", "char_start", "char_end")
+#: Bytes read at a time from an ids file.
+_READ_BLOCK = 1 << 20
 
 
 def _as_text(name: str, value: Any) -> Any:
@@ -25,36 +27,113 @@ def _as_text(name: str, value: Any) -> Any:
     return json.dumps(value, separators=(",", ":"))
 
 
-def read_embeddings(path: str) -> "Embeddings":
-    """Opens the output directory of ``resident embed`` (or ``embed_job``): npy or Parquet,
-    merged or shards only, without reading the vectors yet.
+class _Files:
+    """The files of an output: a local directory, or an ``s3://bucket/prefix`` read through
+    pyarrow's S3 filesystem (the standard AWS credential chain; ``s3_endpoint``,
+    ``RESIDENT_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL`` for an S3-compatible store)."""
+
+    def __init__(self, path: str, s3_endpoint: Optional[str]) -> None:
+        self.path = str(path)
+        self.s3 = None
+        if self.path.startswith("s3://"):
+            from pyarrow import fs
+
+            endpoint = (
+                s3_endpoint
+                or os.environ.get("RESIDENT_S3_ENDPOINT")
+                or os.environ.get("AWS_ENDPOINT_URL")
+            )
+            options: dict[str, Any] = {"region": os.environ.get("AWS_REGION", "us-east-1")}
+            if endpoint:
+                scheme, _, host = endpoint.rpartition("://")
+                options.update(endpoint_override=host, scheme=scheme or "https")
+            self.s3 = fs.S3FileSystem(**options)
+            self.root = self.path[len("s3://") :].rstrip("/")
+        else:
+            self.root = self.path
+
+    def where(self, name: str) -> str:
+        return f"{self.root}/{name}" if self.s3 is not None else os.path.join(self.root, name)
+
+    def local(self, name: str) -> Optional[str]:
+        """The local path of ``name`` (``None`` on S3)."""
+        return None if self.s3 is not None else self.where(name)
+
+    def open(self, name: str) -> BinaryIO:
+        """``name`` for random access (seek and read)."""
+        if self.s3 is not None:
+            return self.s3.open_input_file(self.where(name))
+        return open(self.where(name), "rb")
+
+    def read_text(self, name: str) -> str:
+        with self.open(name) as file:
+            return file.read().decode("utf-8")
+
+
+def read_embeddings(path: str, *, s3_endpoint: Optional[str] = None) -> "Embeddings":
+    """Opens the output of ``resident embed`` (or ``embed_job``), a local directory or an
+    ``s3://bucket/prefix``: npy or Parquet, merged or shards only, without reading the
+    vectors yet.
 
     >>> out = resident.read_embeddings("out/wiki")
     >>> out.vectors.shape            # a memory map of embeddings.npy: nothing read yet
     (10033, 384)
     >>> for vectors, records in out.iter_batches(65536): ...
 
-    ``s3://`` outputs are not read directly yet: copy them first (``aws s3 sync``).
+    On S3 (pyarrow's filesystem; ``s3_endpoint`` or ``RESIDENT_S3_ENDPOINT`` for an
+    S3-compatible store) batches are read with ranged requests, a batch at a time.
     """
-    if str(path).startswith("s3://"):
-        raise BadInput(
-            f"{path}: read_embeddings reads local outputs; copy it first "
-            "(aws s3 sync s3://... ./out) and read the copy",
-            "BadInput",
-        )
-    index_path = os.path.join(path, "index.json")
+    files = _Files(path, s3_endpoint)
     try:
-        with open(index_path, encoding="utf-8") as file:
-            index = json.load(file)
-    except FileNotFoundError:
-        raise BadInput(
-            f"{path} has no index.json: it is not a finished resident embed output "
-            "(a job still running, or one that failed, writes it at its end)",
-            "BadInput",
-        ) from None
+        index = json.loads(files.read_text("index.json"))
+    except (FileNotFoundError, OSError) as error:
+        if isinstance(error, FileNotFoundError) or "not found" in str(error).lower() or "NoSuchKey" in str(error):
+            raise BadInput(
+                f"{path} has no index.json: it is not a finished resident embed output "
+                "(a job still running, or one that failed, writes it at its end)",
+                "BadInput",
+            ) from None
+        raise
     if index.get("format") != "resident-embeddings":
-        raise BadInput(f"{index_path} describes {index.get('format')!r}, not embeddings", "BadInput")
-    return Embeddings(path, index)
+        raise BadInput(f"{path}/index.json describes {index.get('format')!r}, not embeddings", "BadInput")
+    return Embeddings(files, index)
+
+
+def _lines(file: BinaryIO) -> Iterator[str]:
+    """The lines of a file, read a block at a time."""
+    rest = b""
+    while True:
+        block = file.read(_READ_BLOCK)
+        if not block:
+            break
+        rest += block
+        *whole, rest = rest.split(b"\n")
+        for line in whole:
+            yield line.decode("utf-8")
+    if rest:
+        yield rest.decode("utf-8")
+
+
+class _NpyRows:
+    """Rows of an ``.npy`` file read by seeking (for files that cannot be memory-mapped)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        version = np.lib.format.read_magic(file)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(file)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(file)
+        self.file, self.shape, self.dtype = file, shape, dtype
+        self.start = file.tell()
+        self.row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def read(self, first: int, count: int) -> np.ndarray:
+        self.file.seek(self.start + first * self.row_bytes)
+        data = self.file.read(count * self.row_bytes)
+        return np.frombuffer(data, dtype=self.dtype).reshape((count, *self.shape[1:])).copy()
 
 
 class Embeddings:
@@ -62,8 +141,10 @@ class Embeddings:
     columns, and ``doc_id``/``window``/``char_start``/``char_end`` for windows), and its
     ``index.json``."""
 
-    def __init__(self, path: str, index: dict) -> None:
-        self.path = path
+    def __init__(self, files: _Files, index: dict) -> None:
+        self._files = files
+        #: Where it lies: a directory or an ``s3://`` prefix.
+        self.path = files.path
         #: ``index.json``: rows, dim, dtype, the merged files, the shards, and the int8
         #: ``quantization_ranges`` when the precision has them.
         self.index = index
@@ -88,19 +169,17 @@ class Embeddings:
     def __len__(self) -> int:
         return self.rows
 
-    def _file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
     def _shards(self) -> list[dict]:
         return sorted(self.index.get("shards", []), key=lambda s: s["index"])
 
     @property
     def vectors(self) -> np.ndarray:
-        """Every vector, ``(rows, stored width)``, in input order: a read-only memory map of
-        ``embeddings.npy`` when merged (pages are read as they are touched); otherwise read
-        shard by shard into memory (Parquet: only the vector column)."""
-        if self.format == "npy" and "vectors" in self._merged:
-            return np.load(self._file(self._merged["vectors"]), mmap_mode="r")
+        """Every vector, ``(rows, stored width)``, in input order: a read-only memory map of a
+        local merged ``embeddings.npy`` (pages are read as they are touched); otherwise read
+        batch by batch into memory (Parquet: only the vector column)."""
+        local = self._files.local(self._merged["vectors"]) if "vectors" in self._merged else None
+        if self.format == "npy" and local is not None:
+            return np.load(local, mmap_mode="r")
         blocks = [vectors for vectors, _ in self.iter_batches()]
         if not blocks:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -112,56 +191,57 @@ class Embeddings:
 
     def iter_batches(self, batch_size: int = 65536) -> Iterator[tuple[np.ndarray, list[dict]]]:
         """Yields ``(vectors, records)`` of at most ``batch_size`` rows, in input order,
-        holding one batch (and one shard's ids) at a time."""
+        holding one batch at a time."""
         if batch_size < 1:
             raise BadInput("batch_size must be at least 1", "BadInput")
         if self.format == "parquet":
             yield from self._parquet_batches(batch_size)
-        else:
-            yield from self._npy_batches(batch_size)
-
-    def _npy_batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, list[dict]]]:
-        if "vectors" in self._merged and "ids" in self._merged:
-            vectors = np.load(self._file(self._merged["vectors"]), mmap_mode="r")
-            with open(self._file(self._merged["ids"]), encoding="utf-8") as ids:
-                start = 0
-                while start < len(vectors):
-                    records = [json.loads(next(ids)) for _ in range(min(batch_size, len(vectors) - start))]
-                    yield np.array(vectors[start : start + len(records)]), records
-                    start += len(records)
             return
-        for shard in self._shards():
-            vectors = np.load(self._file(shard["vectors_file"]), mmap_mode="r")
-            with open(self._file(shard["ids_file"]), encoding="utf-8") as ids:
-                records = [json.loads(line) for line in ids]
-            for start in range(0, len(records), batch_size):
-                yield np.array(vectors[start : start + batch_size]), records[start : start + batch_size]
+        pairs = (
+            [(self._merged["vectors"], self._merged["ids"])]
+            if "vectors" in self._merged and "ids" in self._merged
+            else [(shard["vectors_file"], shard["ids_file"]) for shard in self._shards()]
+        )
+        for vectors_file, ids_file in pairs:
+            yield from self._npy_batches(vectors_file, ids_file, batch_size)
+
+    def _npy_batches(
+        self, vectors_file: str, ids_file: str, batch_size: int
+    ) -> Iterator[tuple[np.ndarray, list[dict]]]:
+        with self._files.open(vectors_file) as data, self._files.open(ids_file) as ids:
+            rows = _NpyRows(data)
+            lines = _lines(ids)
+            for first in range(0, len(rows), batch_size):
+                count = min(batch_size, len(rows) - first)
+                records = [json.loads(next(lines)) for _ in range(count)]
+                yield rows.read(first, count), records
 
     def _parquet_batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, list[dict]]]:
         import pyarrow.parquet as pq
 
-        files = (
+        names = (
             [self._merged["vectors"]]
             if "vectors" in self._merged
             else [shard["vectors_file"] for shard in self._shards()]
         )
-        for name in files:
-            for batch in pq.ParquetFile(self._file(name)).iter_batches(batch_size=batch_size):
-                column = batch.column(VECTOR_COLUMN)
-                width = column.type.list_size
-                flat = column.flatten().to_numpy(zero_copy_only=False)
-                vectors = flat.reshape(len(batch), width)
-                others = batch.select([n for n in batch.schema.names if n != VECTOR_COLUMN])
-                yield vectors, others.to_pylist()
+        for name in names:
+            with self._files.open(name) as file:
+                for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_size):
+                    column = batch.column(VECTOR_COLUMN)
+                    flat = column.flatten().to_numpy(zero_copy_only=False)
+                    vectors = flat.reshape(len(batch), column.type.list_size)
+                    others = batch.select([n for n in batch.schema.names if n != VECTOR_COLUMN])
+                    yield vectors, others.to_pylist()
 
     def to_arrow(self) -> Any:
-        """The output as a pyarrow Table (Parquet: memory-mapped; npy: built in memory), with
-        the vectors as a fixed-size list column ``embedding``."""
+        """The output as a pyarrow Table (a local merged Parquet file: memory-mapped; else
+        built in memory), with the vectors as a fixed-size list column ``embedding``."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self.format == "parquet" and "vectors" in self._merged:
-            return pq.read_table(self._file(self._merged["vectors"]), memory_map=True)
+        local = self._files.local(self._merged["vectors"]) if "vectors" in self._merged else None
+        if self.format == "parquet" and local is not None:
+            return pq.read_table(local, memory_map=True)
         tables = []
         for vectors, records in self.iter_batches():
             # As the Parquet output has them: ids and carried fields as text (JSON for
