@@ -609,7 +609,9 @@ impl EmbedPool {
     }
 
     /// Embeds `texts` with a prompt and pooling options (`Prompt::Named("query".into())` for
-    /// queries to a model that names a query prompt), one vector per text in input order.
+    /// queries to a model that names a query prompt), one vector per text in input order;
+    /// with [`Windows`] not pooled by mean, one per window instead (each chunk's
+    /// [`EmbedStats::row_windows`], from [`EmbedPool::embed_chunks_with`], says whose).
     pub async fn embed_with(
         &self,
         texts: Vec<String>,
