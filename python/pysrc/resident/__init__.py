@@ -49,8 +49,9 @@ __all__ = [
     "BadInput",
 ]
 
-#: Texts ``embed`` takes from its input at a time: the input is read a window at a time,
-#: so an iterator of millions of strings is never held whole.
+#: Values of an Arrow column converted to Python strings at a time (``embed`` and
+#: ``embed_iter`` read any other input a chunk at a time, as far ahead as they have chunks in
+#: flight).
 EMBED_WINDOW = 8192
 
 
