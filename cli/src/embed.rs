@@ -163,8 +163,15 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let mut progress = progress_reporter("embed");
     let report = run_embed_job(&cluster, &config, &mut progress).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
+    let windows = match &report.figures.windows {
+        Some(windows) => format!(
+            " as {} windows ({} documents cut)",
+            windows.windows, windows.documents_split
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "embedded {} documents ({} new) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
+        "embedded {} documents ({} new{windows}) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
         config.corpus.output,
