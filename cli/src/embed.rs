@@ -171,7 +171,7 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         None => String::new(),
     };
     eprintln!(
-        "embedded {} documents ({} new{windows}) into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
+        "embedded {} documents ({} new){windows} into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
         config.corpus.output,
