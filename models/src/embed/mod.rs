@@ -390,8 +390,10 @@ impl TextPreparer {
                     truncated_rows.push(ids.len() as u32);
                 }
                 text_cut |= truncated;
-                row_texts.push(text as u32);
-                ranges.push(range);
+                if plan.is_some() {
+                    row_texts.push(text as u32);
+                    ranges.push(range);
+                }
                 ids.push(tokens);
             }
             if text_cut && plan.is_some_and(|p| p.mean) {
