@@ -34,12 +34,13 @@ scripts/test-python.sh
 # The API docs build without a warning (missing docs included, in resident-sdk and
 # resident-actor).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --workspace
-# The GPU build: every crate and test target compiled with `--features cuda` (toolkit from
+# The GPU build: every binary built and every crate and test target checked with `--features cuda` (toolkit from
 # pinned PyPI wheels, as scripts/build-cuda.sh always does); the GPU tests need a GPU to run,
 # so here they are only built. RESIDENT_SKIP_CUDA_CHECK=1 skips it on a developer's machine;
 # CI never sets it.
 if [[ ${RESIDENT_SKIP_CUDA_CHECK:-} == 1 && ${CI:-} != true ]]; then
   echo "skipping the cuda compile check (RESIDENT_SKIP_CUDA_CHECK=1)"
 else
+  df -h . | tail -1 | awk '{print "disk free before the cuda check: " $4}'
   scripts/build-cuda.sh --check
 fi
