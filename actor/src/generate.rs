@@ -65,10 +65,11 @@ pub struct GenerateConfig {
     pub threads: Option<u32>,
 }
 
-/// One record's prompt: `before + text + after`. Only `text` (the record's own text) is
-/// cut, from its middle, when the prompt would not leave room for the answer in the
-/// model's context; the instruction around it never is.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One record's prompt: `before + text + after`, or a conversation (`messages`). Only
+/// `text` (the record's own text; in a conversation, its longest user message) is cut, from
+/// its middle, when the prompt would not leave room for the answer in the model's context;
+/// the instruction around it never is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PromptParts {
     /// The record's id: seeds its sampler.
     pub id: String,
@@ -78,6 +79,17 @@ pub struct PromptParts {
     pub text: String,
     /// Text after the record's (the instruction's tail); never cut.
     pub after: String,
+    /// A conversation in place of `before + text + after` (which are then empty): the
+    /// chat template renders it; a last assistant message is continued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<ChatMessage>,
+    /// This record's own decoding parameters, over the request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<ParamsOverride>,
+    /// Why this record cannot run (an OpenAI batch line whose request is invalid): it is
+    /// answered with this error, without the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl PromptParts {
@@ -88,8 +100,76 @@ impl PromptParts {
             before: before.into(),
             text: text.into(),
             after: after.into(),
+            ..Self::default()
         }
     }
+
+    /// A conversation for the record `id`.
+    pub fn chat(id: &str, messages: Vec<ChatMessage>) -> Self {
+        Self {
+            id: id.into(),
+            messages,
+            ..Self::default()
+        }
+    }
+}
+
+/// One turn of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The turn's text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A turn of `role` saying `content`.
+    pub fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A record's own decoding parameters (an OpenAI batch line's body, a Python call's per
+/// prompt dict): each one set replaces the request's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ParamsOverride {
+    /// [`GenerateParams::max_new_tokens`] (OpenAI's `max_tokens`).
+    pub max_new_tokens: Option<u32>,
+    /// [`GenerateParams::temperature`].
+    pub temperature: Option<f32>,
+    /// [`GenerateParams::top_p`].
+    pub top_p: Option<f32>,
+    /// [`GenerateParams::top_k`].
+    pub top_k: Option<u32>,
+    /// [`GenerateParams::min_p`].
+    pub min_p: Option<f32>,
+    /// [`GenerateParams::seed`].
+    pub seed: Option<u64>,
+    /// [`GenerateParams::stop`].
+    pub stop: Option<Vec<String>>,
+    /// [`GenerateParams::repetition_penalty`].
+    pub repetition_penalty: Option<f32>,
+    /// [`GenerateParams::presence_penalty`].
+    pub presence_penalty: Option<f32>,
+    /// [`GenerateParams::frequency_penalty`].
+    pub frequency_penalty: Option<f32>,
+    /// [`GenerateParams::min_tokens`].
+    pub min_tokens: Option<u32>,
+    /// [`GenerateParams::stop_token_ids`].
+    pub stop_token_ids: Option<Vec<u32>>,
+    /// [`GenerateParams::n`].
+    pub n: Option<u32>,
+    /// [`GenerateParams::logprobs`].
+    pub logprobs: Option<bool>,
+    /// [`GenerateParams::top_logprobs`].
+    pub top_logprobs: Option<u32>,
+    /// [`GenerateParams::ignore_eos`].
+    pub ignore_eos: Option<bool>,
 }
 
 /// How the prompt is fed to the model.
@@ -102,7 +182,34 @@ pub enum Template {
     None,
 }
 
-/// Decoding parameters, the same for every prompt of a request.
+fn is_zero_f32(value: &f32) -> bool {
+    *value == 0.0
+}
+
+fn is_one_f32(value: &f32) -> bool {
+    *value == 1.0
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
+}
+
+fn is_one_u32(value: &u32) -> bool {
+    *value == 1
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn one_f32() -> f32 {
+    1.0
+}
+
+/// Decoding parameters, the same for every prompt of a request unless a prompt's own
+/// [`ParamsOverride`] says otherwise. Semantics as vLLM's `SamplingParams`. A parameter at
+/// its default is left out of the encoding, so a job's settings read as they did before it
+/// existed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerateParams {
     /// How the prompt is fed to the model.
@@ -119,6 +226,39 @@ pub struct GenerateParams {
     pub seed: u64,
     /// Generation stops before the first of these.
     pub stop: Vec<String>,
+    /// A system message before each text prompt's user turn (chat template only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Drop tokens less likely than this fraction of the likeliest (0 keeps all).
+    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    pub min_p: f32,
+    /// Above 1 discourages tokens already in the prompt or the output (1 is off).
+    #[serde(default = "one_f32", skip_serializing_if = "is_one_f32")]
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of each token the output holds (0 is off).
+    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit per time the output holds it (0 is off).
+    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    pub frequency_penalty: f32,
+    /// No end token, stop token or stop string ends a completion before this many tokens.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub min_tokens: u32,
+    /// A completion ends after any of these tokens (left out of its text).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_token_ids: Vec<u32>,
+    /// Completions per prompt, each sampled with its own stream.
+    #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+    pub n: u32,
+    /// Each generated token's log-probability.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub logprobs: bool,
+    /// With `logprobs`, this many likeliest tokens' log-probabilities at each step (0-20).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub top_logprobs: u32,
+    /// The model's end token does not end a completion (it runs to `max_new_tokens`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateParams {
@@ -131,7 +271,134 @@ impl Default for GenerateParams {
             top_k: 0,
             seed: 0,
             stop: Vec::new(),
+            system: None,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            min_tokens: 0,
+            stop_token_ids: Vec::new(),
+            n: 1,
+            logprobs: false,
+            top_logprobs: 0,
+            ignore_eos: false,
         }
+    }
+}
+
+/// The most completions one prompt may ask for.
+pub const MAX_N: u32 = 16;
+
+/// The most `top_logprobs` a prompt may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+impl GenerateParams {
+    /// These parameters with `over`'s set ones in place.
+    pub fn with(&self, over: &ParamsOverride) -> Self {
+        let mut params = self.clone();
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if let Some(value) = &over.$field {
+                    params.$field = value.clone();
+                }
+            )*};
+        }
+        take!(
+            max_new_tokens,
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            seed,
+            stop,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+            min_tokens,
+            stop_token_ids,
+            n,
+            logprobs,
+            top_logprobs,
+            ignore_eos
+        );
+        params
+    }
+
+    /// What is wrong with these parameters: the first parameter out of its range, and the
+    /// range; `None` when nothing is.
+    pub fn problem(&self) -> Option<ParamProblem> {
+        let finite = |v: f32| v.is_finite();
+        let checks: [(bool, &'static str, String); 10] = [
+            (
+                self.max_new_tokens >= 1,
+                "max_tokens",
+                "must be at least 1".into(),
+            ),
+            (
+                finite(self.temperature) && self.temperature >= 0.0,
+                "temperature",
+                "must be 0 (greedy) or more".into(),
+            ),
+            (
+                self.top_p > 0.0 && self.top_p <= 1.0,
+                "top_p",
+                "must be above 0 and at most 1".into(),
+            ),
+            (
+                (0.0..=1.0).contains(&self.min_p),
+                "min_p",
+                "must be between 0 and 1".into(),
+            ),
+            (
+                finite(self.repetition_penalty) && self.repetition_penalty > 0.0,
+                "repetition_penalty",
+                "must be above 0 (1 is off)".into(),
+            ),
+            (
+                (-2.0..=2.0).contains(&self.presence_penalty),
+                "presence_penalty",
+                "must be between -2 and 2".into(),
+            ),
+            (
+                (-2.0..=2.0).contains(&self.frequency_penalty),
+                "frequency_penalty",
+                "must be between -2 and 2".into(),
+            ),
+            (
+                (1..=MAX_N).contains(&self.n),
+                "n",
+                format!("must be between 1 and {MAX_N}"),
+            ),
+            (
+                self.top_logprobs <= MAX_TOP_LOGPROBS,
+                "top_logprobs",
+                format!("must be at most {MAX_TOP_LOGPROBS}"),
+            ),
+            (
+                self.stop.iter().all(|stop| !stop.is_empty()),
+                "stop",
+                "must not hold an empty string".into(),
+            ),
+        ];
+        checks
+            .into_iter()
+            .find(|(ok, _, _)| !ok)
+            .map(|(_, param, rule)| ParamProblem { param, rule })
+    }
+}
+
+/// A decoding parameter out of its range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamProblem {
+    /// Its name in OpenAI's and vLLM's requests (`max_tokens`, `top_p`).
+    pub param: &'static str,
+    /// What it must be.
+    pub rule: String,
+}
+
+impl std::fmt::Display for ParamProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` {}", self.param, self.rule)
     }
 }
 
@@ -163,7 +430,7 @@ impl FinishReason {
     }
 }
 
-/// One prompt's completion.
+/// One prompt's completion (its first, when it asked for `n` of them).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
     /// The prompt's record id.
@@ -178,6 +445,80 @@ pub struct Completion {
     pub finish_reason: FinishReason,
     /// The record's text was cut to fit the context.
     pub truncated: bool,
+    /// Each generated token's log-probability, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The second and later of `n` completions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<Choice>,
+    /// Why the prompt did not run (its request was invalid); the text is then empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Completion {
+    /// Every completion of the prompt, the first included, in order.
+    pub fn choices(&self) -> Vec<Choice> {
+        let first = Choice {
+            text: self.text.clone(),
+            generated_tokens: self.generated_tokens,
+            finish_reason: self.finish_reason,
+            logprobs: self.logprobs.clone(),
+        };
+        std::iter::once(first)
+            .chain(self.more.iter().cloned())
+            .collect()
+    }
+
+    /// Tokens generated over all the prompt's completions.
+    pub fn all_generated_tokens(&self) -> u64 {
+        u64::from(self.generated_tokens)
+            + self
+                .more
+                .iter()
+                .map(|c| u64::from(c.generated_tokens))
+                .sum::<u64>()
+    }
+}
+
+/// One of a prompt's `n` completions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    /// The generated text, without the end token or the stop string.
+    pub text: String,
+    /// Tokens generated, the end token left out.
+    pub generated_tokens: u32,
+    /// Why generation ended.
+    pub finish_reason: FinishReason,
+    /// Each generated token's log-probability, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+/// A generated token's log-probability (natural log, under the model's raw distribution),
+/// as OpenAI's chat completions spell it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text (U+FFFD where it is part of a character).
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The bytes the token stands for.
+    pub bytes: Vec<u8>,
+    /// The likeliest tokens at this step, most likely first (`top_logprobs` of them).
+    #[serde(default)]
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of the likeliest tokens at a step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The bytes it stands for.
+    pub bytes: Vec<u8>,
 }
 
 /// The completions, in the order of the request's prompts.

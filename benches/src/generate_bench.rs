@@ -11,7 +11,6 @@ use clap::Parser;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::export::export_hf_checkpoint;
-use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate, WeightDtype};
 
 #[global_allocator]
@@ -94,8 +93,7 @@ fn main() -> anyhow::Result<()> {
             id: i.to_string(),
             prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
             max_new_tokens: args.max_new_tokens,
-            sampling: SamplingParams::default(),
-            stop: Vec::new(),
+            ..GenerationRequest::default()
         });
     }
     if let Some(path) = &args.prompts_out {

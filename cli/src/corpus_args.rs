@@ -168,8 +168,7 @@ impl CorpusArgs {
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),
-            extra_fields: Vec::new(),
-            keep_fields: Vec::new(),
+            ..ReaderOptions::default()
         };
         for (label, price) in parse_pairs(&self.price, "--price")? {
             let price: f64 = price

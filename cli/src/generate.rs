@@ -3,11 +3,13 @@
 
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, Template};
-use resident_jobs::corpus_job::{GenerateJobConfig, PromptTemplate, run_generate_job};
+use resident_jobs::corpus_job::{
+    GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
+};
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TemplateArg {
     /// The prompt as the single user turn of the model's chat template, with the
     /// generation prompt added.
@@ -16,15 +18,59 @@ enum TemplateArg {
     None,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum InputFormatArg {
+    /// JSON lines with a text field (or a `messages` list in its place), Parquet or text.
+    Records,
+    /// OpenAI Batch JSONL: `custom_id`, `method`, `url` (/v1/chat/completions) and `body`
+    /// (messages and parameters) per line.
+    OpenaiBatch,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OutputFormatArg {
+    /// `{"id", "text", "prompt_tokens", "generated_tokens", "finish_reason"}` per record.
+    Generations,
+    /// OpenAI Batch output JSONL: `custom_id`, `response.body.choices` and `usage`, or
+    /// `error`, per input line in input order.
+    OpenaiBatch,
+}
+
 #[derive(Args)]
 pub struct GenerateArgs {
     #[command(flatten)]
     corpus: CorpusArgs,
-    /// The prompt of each record: `{text}` is the record's text (cut from its middle when
-    /// the prompt would not fit the context), `{field}` any other field of the record,
-    /// `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
-    #[arg(long, env = "RESIDENT_PROMPT")]
+    /// The prompt of each text record: `{text}` is the record's text (cut from its middle
+    /// when the prompt would not fit the context), `{field}` any other field of the
+    /// record, `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
+    /// Records with `messages` are conversations and take no prompt.
+    #[arg(long, env = "RESIDENT_PROMPT", default_value = "{text}")]
     prompt: String,
+    /// A system message before each text record's user turn (the model's chat template
+    /// must take one; the error says so where it does not).
+    #[arg(long, env = "RESIDENT_SYSTEM")]
+    system: Option<String>,
+    /// How the input's records are read.
+    #[arg(
+        long,
+        env = "RESIDENT_INPUT_FORMAT",
+        value_enum,
+        default_value = "records"
+    )]
+    input_format: InputFormatArg,
+    /// How each answer is written to generations.jsonl.
+    #[arg(
+        long,
+        env = "RESIDENT_OUTPUT_FORMAT",
+        value_enum,
+        default_value = "generations"
+    )]
+    output_format: OutputFormatArg,
+    /// Print the first N records' prompts as the model will read them, with their token
+    /// counts, and exit without running anything (the model's tokenizer is read from a
+    /// local --model path).
+    #[arg(long, value_name = "N")]
+    dry_run: Option<usize>,
     /// How the prompt reaches the model.
     #[arg(long, env = "RESIDENT_TEMPLATE", value_enum, default_value = "chat")]
     template: TemplateArg,
@@ -47,6 +93,43 @@ pub struct GenerateArgs {
     /// Stop a completion before this text (repeatable; the variable gives one).
     #[arg(long = "stop", env = "RESIDENT_STOP")]
     stop: Vec<String>,
+    /// Drop tokens less likely than this fraction of the likeliest token's probability
+    /// (after temperature; 0 keeps all).
+    #[arg(long, env = "RESIDENT_MIN_P", default_value_t = 0.0)]
+    min_p: f32,
+    /// Above 1 discourages every token already in the prompt or the completion: a
+    /// positive logit is divided by it, a negative one multiplied (vLLM's; 1 is off).
+    #[arg(long, env = "RESIDENT_REPETITION_PENALTY", default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Subtracted once from the logit of each token the completion already holds (-2 to
+    /// 2; 0 is off).
+    #[arg(long, env = "RESIDENT_PRESENCE_PENALTY", default_value_t = 0.0)]
+    presence_penalty: f32,
+    /// Subtracted from a token's logit per time the completion holds it (-2 to 2; 0 is
+    /// off).
+    #[arg(long, env = "RESIDENT_FREQUENCY_PENALTY", default_value_t = 0.0)]
+    frequency_penalty: f32,
+    /// No end token, stop token or stop string ends a completion before this many tokens.
+    #[arg(long, env = "RESIDENT_MIN_TOKENS", default_value_t = 0)]
+    min_tokens: u32,
+    /// End a completion after any of these token ids (comma-separated; left out of the
+    /// text).
+    #[arg(long, env = "RESIDENT_STOP_TOKEN_IDS", value_delimiter = ',')]
+    stop_token_ids: Vec<u32>,
+    /// Completions per record, each sampled with its own stream (greedy gives n equal
+    /// ones).
+    #[arg(short = 'n', long = "n", env = "RESIDENT_N", default_value_t = 1)]
+    n: u32,
+    /// Write each generated token's log-probability.
+    #[arg(long, env = "RESIDENT_LOGPROBS")]
+    logprobs: bool,
+    /// With --logprobs, the log-probabilities of this many likeliest tokens at each step
+    /// (0-20).
+    #[arg(long, env = "RESIDENT_TOP_LOGPROBS", default_value_t = 0)]
+    top_logprobs: u32,
+    /// Do not end a completion at the model's end token: run to --max-new-tokens.
+    #[arg(long, env = "RESIDENT_IGNORE_EOS")]
+    ignore_eos: bool,
     /// Sequences each actor decodes at once (continuous batching); the kind's default
     /// when absent.
     #[arg(long, env = "RESIDENT_MAX_SEQUENCES")]
@@ -74,20 +157,12 @@ impl GenerateArgs {
     fn job_config(&self) -> anyhow::Result<GenerateJobConfig> {
         let prompt = PromptTemplate::parse(&self.prompt).map_err(crate::exit::BadInput)?;
         crate::exit::require(
-            self.max_new_tokens >= 1,
-            "--max-new-tokens must be at least 1",
+            self.top_logprobs == 0 || self.logprobs,
+            "--top-logprobs needs --logprobs",
         )?;
         crate::exit::require(
-            self.temperature >= 0.0 && self.temperature.is_finite(),
-            "--temperature must be 0 (greedy) or more",
-        )?;
-        crate::exit::require(
-            self.top_p > 0.0 && self.top_p <= 1.0,
-            "--top-p must be above 0 and at most 1",
-        )?;
-        crate::exit::require(
-            self.stop.iter().all(|stop| !stop.is_empty()),
-            "--stop must not be empty",
+            self.system.is_none() || self.template == TemplateArg::Chat,
+            "--system needs the model's chat template (--template chat)",
         )?;
         for (flag, value) in [
             ("--max-sequences", self.max_sequences),
@@ -110,11 +185,38 @@ impl GenerateArgs {
             top_k: self.top_k,
             seed: self.seed,
             stop: self.stop.clone(),
+            system: self.system.clone(),
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            min_tokens: self.min_tokens,
+            stop_token_ids: self.stop_token_ids.clone(),
+            n: self.n,
+            logprobs: self.logprobs,
+            top_logprobs: self.top_logprobs,
+            ignore_eos: self.ignore_eos,
+        };
+        if let Some(problem) = generation.params.problem() {
+            // The flags spell the parameters with dashes; OpenAI's `max_tokens` is
+            // --max-new-tokens here.
+            let flag = match problem.param {
+                "max_tokens" => "max-new-tokens".to_owned(),
+                param => param.replace('_', "-"),
+            };
+            return Err(crate::exit::BadInput(format!("--{flag} {}", problem.rule)).into());
+        }
+        generation.output = match self.output_format {
+            OutputFormatArg::Generations => GenerationOutput::Lines,
+            OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
         };
         generation.max_sequences = self.max_sequences;
         generation.max_step_tokens = self.max_step_tokens;
         generation.max_context = self.max_context;
         generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
+        if self.input_format == InputFormatArg::OpenaiBatch {
+            config.read_openai_batch();
+        }
         Ok(config)
     }
 }
@@ -128,6 +230,9 @@ impl GenerateArgs {
 
 pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let config = args.job_config()?;
+    if let Some(count) = args.dry_run {
+        return crate::generate_preview::print_prompts(&config, count).await;
+    }
     let cluster = args.corpus.cluster("generate").await?;
     let mut progress = progress_reporter("generate");
     let report = run_generate_job(&cluster, &config, &mut progress).await?;

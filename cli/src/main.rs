@@ -7,6 +7,7 @@ mod credentials;
 mod embed;
 mod exit;
 mod generate;
+mod generate_preview;
 mod health;
 mod local;
 mod model;

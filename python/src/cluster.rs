@@ -12,9 +12,11 @@ use pyo3::prelude::*;
 use resident_actor::generate::{
     Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
+use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig, JobError,
-    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, VectorFormat,
+    self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig,
+    GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
+    VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -257,6 +259,49 @@ fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyRe
 }
 
 /// Calls `on_progress(done, total)` (prompts completed), when given.
+/// The prompts of a `generate` or `chat` call: each a text, or an object with `prompt` or
+/// `messages` and its own parameters by OpenAI's names (ids are set by the caller).
+fn call_prompts(json: &str) -> Result<Vec<PromptParts>, String> {
+    let items: Vec<serde_json::Value> =
+        serde_json::from_str(json).map_err(|e| format!("prompts: {e}"))?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let at = |e: String| format!("prompt {index}: {e}");
+            match item {
+                serde_json::Value::String(text) => Ok(PromptParts::new("", "", &text, "")),
+                serde_json::Value::Object(mut object) => {
+                    let text = object.remove("prompt");
+                    let messages = object.remove("messages");
+                    let mut prompt = match (text, messages) {
+                        (Some(serde_json::Value::String(text)), None) => {
+                            PromptParts::new("", "", &text, "")
+                        }
+                        (None, Some(messages)) => {
+                            PromptParts::chat("", parse_messages(&messages).map_err(at)?)
+                        }
+                        _ => {
+                            return Err(at(
+                                "give either `prompt` (a text) or `messages` (a list of \
+                                 {\"role\", \"content\"})"
+                                    .into(),
+                            ));
+                        }
+                    };
+                    if !object.is_empty() {
+                        prompt.params = Some(parse_params(&object).map_err(at)?);
+                    }
+                    Ok(prompt)
+                }
+                _ => Err(at(
+                    "must be a text or a dict with `prompt` or `messages`".into()
+                )),
+            }
+        })
+        .collect()
+}
+
 fn generate_progress(
     py: Python<'_>,
     on_progress: &Option<Py<PyAny>>,
@@ -514,7 +559,8 @@ impl NativeCluster {
     /// Runs `resident generate` over a corpus; returns report.json.
     #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
         gpus_per_actor=0.0, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
-        id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None))]
+        id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None,
+        input_format="records", output_format="generations"))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -533,6 +579,8 @@ impl NativeCluster {
         text_field: String,
         keep_pool: bool,
         on_progress: Option<Py<PyAny>>,
+        input_format: &str,
+        output_format: &str,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -549,6 +597,29 @@ impl NativeCluster {
         let mut config = GenerateJobConfig::new(corpus, prompt);
         config.generation.params = serde_json::from_str(&params_json)
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+        if let Some(problem) = config.generation.params.problem() {
+            return Err(bad_input(py, problem.to_string()));
+        }
+        match input_format {
+            "records" => {}
+            "openai-batch" => config.read_openai_batch(),
+            other => {
+                return Err(bad_input(
+                    py,
+                    format!("input_format {other:?} is not 'records' or 'openai-batch'"),
+                ));
+            }
+        }
+        config.generation.output = match output_format {
+            "generations" => GenerationOutput::Lines,
+            "openai-batch" => GenerationOutput::OpenAiBatch,
+            other => {
+                return Err(bad_input(
+                    py,
+                    format!("output_format {other:?} is not 'generations' or 'openai-batch'"),
+                ));
+            }
+        };
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
             let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
@@ -556,16 +627,18 @@ impl NativeCluster {
         })
     }
 
-    /// Completes `prompts` (each the user turn, or the raw text with `template="none"`) on a
-    /// pool of `model`; `params_json` is `GenerateParams` as JSON. Returns the completions
-    /// as JSON, in input order.
-    #[pyo3(signature = (prompts, model, params_json, replicas=None, gpus=0.0, vram_gib=2.0,
+    /// Completes `prompts_json` on a pool of `model`: a JSON list whose items are a text
+    /// (the user turn, or the raw text with `template="none"`), or an object with `prompt`
+    /// (a text) or `messages` (a conversation) and any parameters of its own by OpenAI's
+    /// names. `params_json` is `GenerateParams` as JSON. Returns the completions as JSON,
+    /// in input order.
+    #[pyo3(signature = (prompts_json, model, params_json, replicas=None, gpus=0.0, vram_gib=2.0,
         max_sequences=None, dtype=None, on_progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
         py: Python<'_>,
-        prompts: Vec<String>,
+        prompts_json: String,
         model: String,
         params_json: String,
         replicas: Option<u32>,
@@ -577,6 +650,10 @@ impl NativeCluster {
     ) -> PyResult<String> {
         let params: GenerateParams = serde_json::from_str(&params_json)
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+        if let Some(problem) = params.problem() {
+            return Err(bad_input(py, problem.to_string()));
+        }
+        let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
         let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{max_sequences:?}|{dtype:?}");
         let cached = self
             .generate_pools
@@ -631,9 +708,9 @@ impl NativeCluster {
                 prompts: chunk
                     .iter()
                     .enumerate()
-                    .map(|(i, text)| {
-                        let id = (task * PROMPTS_PER_TASK + i).to_string();
-                        PromptParts::new(&id, "", text, "")
+                    .map(|(i, prompt)| PromptParts {
+                        id: (task * PROMPTS_PER_TASK + i).to_string(),
+                        ..prompt.clone()
                     })
                     .collect(),
                 params: params.clone(),

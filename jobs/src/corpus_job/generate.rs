@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use resident_actor::generate::{
     Completion, FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest,
-    PromptParts,
+    PromptParts, TokenLogprob,
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use serde::{Deserialize, Serialize};
 
+use super::chat_input::PromptInput;
+use super::inputs::InputSet;
 use super::output::{Manifest, ShardRows};
 use super::prompt::PromptTemplate;
-use super::reader::Record;
+use super::reader::{BadRecord, Item, Record, RecordReader};
 use super::report::GenerateFigures;
 use super::work::{ChunkWork, MergeLayout, Piece};
 use super::{CorpusJobConfig, JobError};
@@ -31,6 +33,10 @@ impl GenerateJobConfig {
     /// is asked for the fields the prompt names.
     pub fn new(mut corpus: CorpusJobConfig, prompt: PromptTemplate) -> Self {
         corpus.reader.extra_fields = prompt.fields().to_vec();
+        if corpus.reader.prompts == PromptInput::Text {
+            corpus.reader.prompts = PromptInput::TextOrMessages;
+        }
+        let model = corpus.model.clone();
         Self {
             corpus,
             generation: GenerateWork {
@@ -40,9 +46,28 @@ impl GenerateJobConfig {
                 max_step_tokens: None,
                 max_context: None,
                 dtype: None,
+                output: GenerationOutput::Lines,
+                model,
             },
         }
     }
+
+    /// Reads the corpus as an OpenAI Batch file (`custom_id` is each record's id).
+    pub fn read_openai_batch(&mut self) {
+        self.corpus.reader.prompts = PromptInput::OpenAiBatch;
+        self.corpus.reader.id_field = "custom_id".into();
+    }
+}
+
+/// How `generations.jsonl` spells each record's answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GenerationOutput {
+    /// `{"id", "text", "prompt_tokens", "generated_tokens", "finish_reason", ...}`.
+    #[default]
+    Lines,
+    /// The OpenAI Batch output format: `{"id", "custom_id", "response": {"status_code",
+    /// "body": {"choices", "usage", ...}}, "error"}`.
+    OpenAiBatch,
 }
 
 /// Records' prompts in, completions out.
@@ -59,6 +84,10 @@ pub struct GenerateWork {
     pub max_context: Option<u32>,
     /// The weights' precision on the actors (`GenerateConfig::dtype`); `None` = auto.
     pub dtype: Option<String>,
+    /// How each answer is written.
+    pub output: GenerationOutput,
+    /// The model as the job names it: the `model` of OpenAI Batch responses.
+    pub model: String,
 }
 
 /// The report's figures of a generate job (this run's chunks).
@@ -72,6 +101,10 @@ pub struct GenerationTally {
     pub finished_by_stop: u64,
     /// Completions that ended at `--max-new-tokens` or the context's end.
     pub finished_by_length: u64,
+    /// Records answered with an error instead of a completion (an invalid request of an
+    /// OpenAI Batch line, a conversation the chat template refuses).
+    #[serde(default)]
+    pub failed_requests: u64,
 }
 
 /// One line of `generations.jsonl`.
@@ -82,6 +115,53 @@ struct GenerationLine<'a> {
     prompt_tokens: u32,
     generated_tokens: u32,
     finish_reason: &'static str,
+    /// Every completion, the first included, when the record asked for more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choices: Option<Vec<ChoiceLine<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<&'a [TokenLogprob]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ChoiceLine<'a> {
+    text: &'a str,
+    generated_tokens: u32,
+    finish_reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<&'a [TokenLogprob]>,
+}
+
+impl<'a> GenerationLine<'a> {
+    fn new(id: &'a serde_json::Value, completion: &'a Completion) -> Self {
+        let choices = (!completion.more.is_empty()).then(|| {
+            let first = ChoiceLine {
+                text: &completion.text,
+                generated_tokens: completion.generated_tokens,
+                finish_reason: completion.finish_reason.as_str(),
+                logprobs: completion.logprobs.as_deref(),
+            };
+            std::iter::once(first)
+                .chain(completion.more.iter().map(|choice| ChoiceLine {
+                    text: &choice.text,
+                    generated_tokens: choice.generated_tokens,
+                    finish_reason: choice.finish_reason.as_str(),
+                    logprobs: choice.logprobs.as_deref(),
+                }))
+                .collect()
+        });
+        Self {
+            id,
+            text: &completion.text,
+            prompt_tokens: completion.prompt_tokens,
+            generated_tokens: completion.generated_tokens,
+            finish_reason: completion.finish_reason.as_str(),
+            choices,
+            logprobs: completion.logprobs.as_deref(),
+            error: completion.error.as_deref(),
+        }
+    }
 }
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
@@ -90,6 +170,54 @@ fn seed_id(id: &serde_json::Value) -> String {
         serde_json::Value::String(id) => id.clone(),
         other => other.to_string(),
     }
+}
+
+impl GenerateWork {
+    /// The prompt an actor completes for `record`: its conversation, or `--prompt` around
+    /// its text.
+    pub fn prompt_of(&self, record: Record) -> PromptParts {
+        match record.chat {
+            Some(chat) => PromptParts {
+                messages: chat.messages,
+                params: chat.params,
+                error: chat.error,
+                ..PromptParts::chat(&seed_id(&record.id), Vec::new())
+            },
+            None => {
+                let (before, after) = self.prompt.around(&record.fields);
+                PromptParts::new(&seed_id(&record.id), &before, &record.text, &after)
+            }
+        }
+    }
+}
+
+/// The prompts of the job's first `count` records, as its actors would be sent them, and
+/// the bad records met on the way (`resident generate --dry-run`).
+pub async fn preview_prompts(
+    config: &GenerateJobConfig,
+    count: usize,
+) -> Result<(Vec<PromptParts>, Vec<BadRecord>), JobError> {
+    let corpus = &config.corpus;
+    let s3 = match corpus.input.is_s3() {
+        true => Some(resident_storage::S3Client::connect(&corpus.s3).await),
+        false => None,
+    };
+    let inputs = InputSet::list(&corpus.input, s3.as_ref()).await?;
+    let (options, work) = (corpus.reader.clone(), config.generation.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut reader = RecordReader::new(inputs, options);
+        let (mut prompts, mut bad) = (Vec::new(), Vec::new());
+        while prompts.len() < count {
+            match reader.next_item()? {
+                Some(Item::Record(record)) => prompts.push(work.prompt_of(record)),
+                Some(Item::Bad(record)) => bad.push(record),
+                None => break,
+            }
+        }
+        Ok((prompts, bad))
+    })
+    .await
+    .map_err(|e| JobError::Input(format!("reader stopped: {e}")))?
 }
 
 impl ChunkWork for GenerateWork {
@@ -118,6 +246,9 @@ impl ChunkWork for GenerateWork {
         // Only when set: a job started before `--dtype` existed resumes as it was.
         if let Some(dtype) = &self.dtype {
             settings["dtype"] = dtype.as_str().into();
+        }
+        if self.output == GenerationOutput::OpenAiBatch {
+            settings["output"] = "openai-batch".into();
         }
         crate::files::sha256_hex(settings.to_string().as_bytes())
     }
@@ -175,16 +306,8 @@ impl ChunkWork for GenerateWork {
 
     fn request(&self, records: Vec<Record>) -> Bytes {
         let prompts = records
-            .iter()
-            .map(|record| {
-                let (before, after) = self.prompt.around(&record.fields);
-                PromptParts {
-                    id: seed_id(&record.id),
-                    before,
-                    text: record.text.clone(),
-                    after,
-                }
-            })
+            .into_iter()
+            .map(|record| self.prompt_of(record))
             .collect();
         encode(&GenerateRequest {
             prompts,
@@ -223,12 +346,18 @@ impl ChunkWork for GenerateWork {
 
     fn tally(tally: &mut GenerationTally, piece: &Piece<Vec<Completion>>) {
         for completion in &piece.data {
+            if completion.error.is_some() {
+                tally.failed_requests += 1;
+                continue;
+            }
             tally.prompt_tokens += u64::from(completion.prompt_tokens);
-            tally.generated_tokens += u64::from(completion.generated_tokens);
+            tally.generated_tokens += completion.all_generated_tokens();
             tally.truncated_prompts += u64::from(completion.truncated);
-            match completion.finish_reason {
-                FinishReason::Stop => tally.finished_by_stop += 1,
-                FinishReason::Length => tally.finished_by_length += 1,
+            for choice in completion.choices() {
+                match choice.finish_reason {
+                    FinishReason::Stop => tally.finished_by_stop += 1,
+                    FinishReason::Length => tally.finished_by_length += 1,
+                }
             }
         }
     }
@@ -256,16 +385,20 @@ impl ChunkWork for GenerateWork {
         let ids = rows.ids;
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         for (id, completion) in ids.iter().zip(completions) {
-            let line = GenerationLine {
-                id,
-                text: &completion.text,
-                prompt_tokens: completion.prompt_tokens,
-                generated_tokens: completion.generated_tokens,
-                finish_reason: completion.finish_reason.as_str(),
+            let written = match self.output {
+                GenerationOutput::Lines => {
+                    serde_json::to_writer(&mut lines, &GenerationLine::new(id, completion))
+                }
+                GenerationOutput::OpenAiBatch => serde_json::to_writer(
+                    &mut lines,
+                    &super::openai_batch::output_line(id, completion, &self.model, created),
+                ),
             };
-            serde_json::to_writer(&mut lines, &line)
-                .map_err(|e| JobError::Output(e.to_string()))?;
+            written.map_err(|e| JobError::Output(e.to_string()))?;
             lines.push(b'\n');
         }
         Ok((format!("shards/chunk-{index:06}.jsonl"), lines))

@@ -15,12 +15,14 @@
 //! 4. Merge the shards (streamed; skipped past `merge_max_bytes`): `embeddings.npy` +
 //!    `ids.jsonl`, or `generations.jsonl`. Write `index.json` and `report.json`.
 
+pub mod chat_input;
 pub mod duplicates;
 pub mod embed;
 pub mod generate;
 pub mod inputs;
 pub mod journal;
 pub mod manifest_store;
+mod openai_batch;
 pub mod output;
 #[cfg(not(feature = "parquet"))]
 #[path = "parquet_out_off.rs"]
@@ -51,8 +53,9 @@ use resident_sdk::{Cluster, SdkError};
 
 use crate::pools::PoolRetention;
 use crate::storage::{Location, S3Options};
+pub use chat_input::PromptInput;
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
-pub use generate::{GenerateJobConfig, GenerateWork, GenerationTally};
+pub use generate::{GenerateJobConfig, GenerateWork, GenerationOutput, GenerationTally};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
 pub use prompt::PromptTemplate;

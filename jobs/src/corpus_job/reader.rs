@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::JobError;
+use super::chat_input::{ChatRecord, PromptInput, parse_batch_line, parse_messages};
 use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
 use crate::records::{is_blank, json_object, line_text};
@@ -21,6 +22,8 @@ pub struct ReaderOptions {
     /// Fields carried to the output as they are (`--keep-columns`): a record without one
     /// carries null.
     pub keep_fields: Vec<String>,
+    /// Whether records may be conversations (generate jobs) or OpenAI Batch lines.
+    pub prompts: PromptInput,
 }
 
 impl Default for ReaderOptions {
@@ -30,6 +33,7 @@ impl Default for ReaderOptions {
             text_field: "text".into(),
             extra_fields: Vec::new(),
             keep_fields: Vec::new(),
+            prompts: PromptInput::Text,
         }
     }
 }
@@ -43,6 +47,9 @@ pub struct Record {
     pub fields: Vec<String>,
     /// [`ReaderOptions::keep_fields`] by name (empty when none are kept).
     pub kept: Kept,
+    /// A conversation in place of the text (`text` is then empty): a `messages` record
+    /// or an OpenAI Batch line.
+    pub chat: Option<Box<ChatRecord>>,
 }
 
 /// A record's carried fields, by name.
@@ -168,11 +175,12 @@ impl RecordReader {
                         text,
                         fields: Vec::new(),
                         kept,
+                        chat: None,
                     })
                 }),
             };
             let checked = parsed.and_then(|record| {
-                if record.text.trim().is_empty() {
+                if record.chat.is_none() && record.text.trim().is_empty() {
                     return Err("empty text".to_owned());
                 }
                 Ok(record)
@@ -262,6 +270,7 @@ impl RecordReader {
                     text: text.to_owned(),
                     fields: Vec::new(),
                     kept: Kept::new(),
+                    chat: None,
                 })
             }
             _ => self.parse_json(text, index, line),
@@ -289,6 +298,33 @@ impl RecordReader {
 
     fn parse_json(&self, text: &str, index: usize, line: u64) -> Result<Record, String> {
         let mut object = json_object(text)?;
+        if self.options.prompts == PromptInput::OpenAiBatch {
+            let (id, chat) = parse_batch_line(&object)?;
+            return Ok(Record {
+                id,
+                text: String::new(),
+                fields: Vec::new(),
+                kept: self.kept(&object),
+                chat: Some(Box::new(chat)),
+            });
+        }
+        if self.options.prompts == PromptInput::TextOrMessages
+            && !object.contains_key(&self.options.text_field)
+            && let Some(messages) = object.get("messages")
+        {
+            let messages = parse_messages(messages)?;
+            let id = self.record_id(&mut object, index, line)?;
+            return Ok(Record {
+                id,
+                text: String::new(),
+                fields: Vec::new(),
+                kept: self.kept(&object),
+                chat: Some(Box::new(ChatRecord {
+                    messages,
+                    ..ChatRecord::default()
+                })),
+            });
+        }
         let fields = self
             .options
             .extra_fields
@@ -300,17 +336,7 @@ impl RecordReader {
                 None => Err(format!("missing field `{field}` (named in the prompt)")),
             })
             .collect::<Result<_, _>>()?;
-        let kept = self
-            .options
-            .keep_fields
-            .iter()
-            .map(|field| {
-                (
-                    field.clone(),
-                    object.get(field).cloned().unwrap_or(Value::Null),
-                )
-            })
-            .collect();
+        let kept = self.kept(&object);
         let text = match object.remove(&self.options.text_field) {
             Some(Value::String(text)) => text,
             Some(_) => {
@@ -321,22 +347,45 @@ impl RecordReader {
             }
             None => return Err(format!("missing text field `{}`", self.options.text_field)),
         };
-        let id = match object.remove(&self.options.id_field) {
-            Some(id @ (Value::String(_) | Value::Number(_))) => id,
-            Some(_) => {
-                return Err(format!(
-                    "id field `{}` is not a string or number",
-                    self.options.id_field
-                ));
-            }
-            None => self.generated_id(index, line),
-        };
+        let id = self.record_id(&mut object, index, line)?;
         Ok(Record {
             id,
             text,
             fields,
             kept,
+            chat: None,
         })
+    }
+
+    /// The record's id field, or one made of its place.
+    fn record_id(
+        &self,
+        object: &mut serde_json::Map<String, Value>,
+        index: usize,
+        line: u64,
+    ) -> Result<Value, String> {
+        match object.remove(&self.options.id_field) {
+            Some(id @ (Value::String(_) | Value::Number(_))) => Ok(id),
+            Some(_) => Err(format!(
+                "id field `{}` is not a string or number",
+                self.options.id_field
+            )),
+            None => Ok(self.generated_id(index, line)),
+        }
+    }
+
+    /// [`ReaderOptions::keep_fields`] of the record, null where it has none.
+    fn kept(&self, object: &serde_json::Map<String, Value>) -> Kept {
+        self.options
+            .keep_fields
+            .iter()
+            .map(|field| {
+                (
+                    field.clone(),
+                    object.get(field).cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect()
     }
 }
 
@@ -545,8 +594,7 @@ mod tests {
         let options = ReaderOptions {
             id_field: "id".into(),
             text_field: "body".into(),
-            extra_fields: Vec::new(),
-            keep_fields: Vec::new(),
+            ..ReaderOptions::default()
         };
         let error = RecordReader::new(InputSet::local(&path).unwrap(), options)
             .next_item()

@@ -1,5 +1,7 @@
-//! A model's chat template (Jinja, as Hugging Face and GGUF files carry it), rendered for one
-//! user turn with the generation prompt added, as `apply_chat_template` does.
+//! A model's chat template (Jinja, as Hugging Face and GGUF files carry it), rendered as
+//! transformers' `apply_chat_template` renders it: a conversation with the generation prompt
+//! added, or, when the conversation ends with an assistant turn, that turn left open for the
+//! model to continue (`continue_final_message`).
 
 use minijinja::{Environment, context};
 
@@ -36,15 +38,80 @@ impl ChatTemplate {
 
     /// `user` as the conversation's single user turn, followed by the assistant's prompt.
     pub fn render_user_turn(&self, user: &str) -> Result<String, ModelError> {
+        self.render(&[Message::new("user", user)])
+    }
+
+    /// The conversation, then the assistant's prompt; or, when its last message is the
+    /// assistant's, the text up to the end of that message's content (the model continues
+    /// it). A system message the template leaves out, or one it refuses, is an error that
+    /// says so.
+    pub fn render(&self, messages: &[Message]) -> Result<String, ModelError> {
         let template = self.env.get_template("chat").expect("added in new");
-        template
+        let prefill = messages.last().filter(|m| m.role == "assistant");
+        let listed: Vec<_> = messages
+            .iter()
+            .map(|m| context! { role => &m.role, content => &m.content })
+            .collect();
+        let system = messages.iter().find(|m| m.role == "system");
+        let rendered = template
             .render(context! {
-                messages => vec![context! { role => "user", content => user }],
-                add_generation_prompt => true,
+                messages => listed,
+                add_generation_prompt => prefill.is_none(),
                 bos_token => &self.bos,
                 eos_token => &self.eos,
             })
-            .map_err(|e| ModelError::Task(format!("the model's chat template failed: {e}")))
+            .map_err(|e| match system {
+                Some(_) => ModelError::Task(format!(
+                    "the model's chat template refused the conversation ({e}); if it takes \
+                     no system message, put the instruction in the user turn (--prompt) \
+                     instead of --system"
+                )),
+                None => ModelError::Task(format!("the model's chat template failed: {e}")),
+            })?;
+        if let Some(system) = system.filter(|m| !m.content.trim().is_empty())
+            && !rendered.contains(system.content.trim())
+        {
+            return Err(ModelError::Task(
+                "the model's chat template leaves the system message out; put the \
+                 instruction in the user turn (--prompt) instead of --system"
+                    .into(),
+            ));
+        }
+        match prefill {
+            None => Ok(rendered),
+            Some(last) => {
+                // As transformers does: cut after the final message's content.
+                let content = last.content.trim();
+                match rendered.rfind(content) {
+                    Some(at) if !content.is_empty() => {
+                        Ok(rendered[..at + content.len()].to_owned())
+                    }
+                    _ => Err(ModelError::Task(
+                        "the model's chat template did not keep the final assistant message's \
+                         text, so it cannot be continued; end the conversation with a user \
+                         message"
+                            .into(),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// One turn of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 }
 
@@ -61,6 +128,54 @@ mod tests {
             template.render_user_turn("Summarise: hi").unwrap(),
             "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nSummarise: hi<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    #[test]
+    fn a_system_message_replaces_the_default_and_an_assistant_turn_is_left_open() {
+        let template = ChatTemplate::new(CHATML, "<|im_start|>", "<|im_end|>").unwrap();
+        let conversation = [
+            Message::new("system", "Be terse."),
+            Message::new("user", "Hi"),
+            Message::new("assistant", "Hello"),
+            Message::new("user", "Again"),
+        ];
+        assert_eq!(
+            template.render(&conversation).unwrap(),
+            "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+             <|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n\
+             <|im_start|>assistant\n"
+        );
+        let prefill = [
+            Message::new("user", "Hi"),
+            Message::new("assistant", "{\"a\": "),
+        ];
+        assert_eq!(
+            template.render(&prefill).unwrap(),
+            "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+             <|im_start|>assistant\n{\"a\":"
+        );
+    }
+
+    #[test]
+    fn a_template_without_a_system_role_is_named_in_the_error() {
+        // Refuses a system turn, as Mistral's and Gemma 1's templates do.
+        let strict = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}[{{ m['content'] }}]{% endfor %}";
+        let template = ChatTemplate::new(strict, "", "").unwrap();
+        let with_system = [
+            Message::new("system", "Be terse."),
+            Message::new("user", "Hi"),
+        ];
+        let error = template.render(&with_system).unwrap_err().to_string();
+        assert!(
+            error.contains("System role not supported") && error.contains("--system"),
+            "{error}"
+        );
+        // Drops it silently.
+        let dropping = "{% for m in messages %}{% if m['role'] != 'system' %}[{{ m['content'] }}]{% endif %}{% endfor %}";
+        let template = ChatTemplate::new(dropping, "", "").unwrap();
+        let error = template.render(&with_system).unwrap_err().to_string();
+        assert!(error.contains("leaves the system message out"), "{error}");
+        assert_eq!(template.render(&with_system[1..]).unwrap(), "[Hi]");
     }
 
     #[test]

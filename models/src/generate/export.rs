@@ -100,7 +100,7 @@ pub fn export_hf_checkpoint(gguf: &Path, dir: &Path, weights: bool) -> Result<()
         candle_core::safetensors::save(&tensors, dir.join("model.safetensors"))
             .map_err(|e| ModelError::Load(format!("model.safetensors: {e}")))?;
     }
-    let vocab = &model.vocab;
+    let vocab = &model.format.vocab;
     let token = |id: Option<u32>| id.and_then(|id| vocab.token(id));
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"],

@@ -17,6 +17,7 @@ mod gguf_shapes;
 pub mod gguf_vocab;
 mod lanes;
 pub mod llama;
+pub mod prompt;
 mod quantised;
 pub mod sampling;
 
@@ -28,14 +29,11 @@ use candle_core::{DType, Device};
 use crate::ModelError;
 use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
-use chat::ChatTemplate;
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
 use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row, StepBuffers};
-use sampling::{Sampler, SamplingParams};
-
-/// Tokens the ` … ` of a cut text may take.
-const CUT_MARKER_TOKENS: usize = 3;
+use prompt::{Prompt, PromptFormat};
+use sampling::{Sampler, SamplingParams, TokenLogprob};
 
 /// How a record's text becomes the prompt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,15 +55,30 @@ pub enum FinishReason {
 }
 
 /// One prompt to complete.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct GenerationRequest {
     /// The record's id: seeds its sampler.
     pub id: String,
+    /// Which of the record's completions this is (0 for the first): seeds its sampler
+    /// apart from the others'.
+    pub choice: u32,
     pub prompt: Vec<u32>,
     pub max_new_tokens: usize,
     pub sampling: SamplingParams,
     /// Generation stops before the first of these in the text.
     pub stop: Vec<String>,
+    /// Generation stops after any of these tokens (left out of the text, as the end token
+    /// is).
+    pub stop_token_ids: Vec<u32>,
+    /// Until this many tokens are generated, the end tokens and `stop_token_ids` are never
+    /// chosen and stop strings do not end the text.
+    pub min_tokens: usize,
+    /// The model's end tokens do not end the sequence (they are generated and kept in
+    /// `tokens`; their text is left out).
+    pub ignore_eos: bool,
+    /// Each generated token's log-probability, with this many of the likeliest tokens'
+    /// (`None`: none are computed).
+    pub logprobs: Option<usize>,
 }
 
 /// One completed prompt.
@@ -76,6 +89,9 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub prompt_tokens: usize,
     pub finish_reason: FinishReason,
+    /// One per generated token (the ending end token or stop token id included) when the
+    /// request asked for log-probabilities; else empty.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// The weights' precision, as an actor's config names it (`dtype`).
@@ -172,8 +188,7 @@ impl Engine {
 /// A generation model, loaded once.
 pub struct GenerateModel {
     engine: Engine,
-    vocab: Vocab,
-    chat: Option<ChatTemplate>,
+    format: PromptFormat,
 }
 
 /// One sequence in flight.
@@ -184,6 +199,7 @@ struct InFlight {
     prompt_len: usize,
     cached: usize,
     sampler: Sampler,
+    logprobs: Vec<TokenLogprob>,
 }
 
 impl GenerateModel {
@@ -258,20 +274,15 @@ impl GenerateModel {
     }
 
     fn with_vocab(engine: Engine, vocab: Vocab) -> Result<Self, ModelError> {
-        let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
-        let chat = match &vocab.chat_template {
-            Some(source) => Some(ChatTemplate::new(
-                source,
-                &special(vocab.bos),
-                &special(Some(vocab.eos)),
-            )?),
-            None => None,
-        };
         Ok(Self {
             engine,
-            vocab,
-            chat,
+            format: PromptFormat::new(vocab)?,
         })
+    }
+
+    /// How prompts become this model's tokens, and tokens text.
+    pub fn format(&self) -> &PromptFormat {
+        &self.format
     }
 
     /// The model's shape.
@@ -313,78 +324,38 @@ impl GenerateModel {
         config.context = config.context.min(tokens.max(2));
     }
 
-    /// The prompt's tokens for `text`.
+    /// The prompt's tokens for `text` (as one user turn with the chat template).
     pub fn prompt_tokens(
         &self,
         text: &str,
         template: PromptTemplate,
     ) -> Result<Vec<u32>, ModelError> {
-        let (text, add_bos) = match template {
-            PromptTemplate::Chat => {
-                let chat = self.chat.as_ref().ok_or_else(|| {
-                    ModelError::InvalidConfig(
-                        "the model has no chat template; use --template none".into(),
-                    )
-                })?;
-                (chat.render_user_turn(text)?, false)
-            }
-            PromptTemplate::None => (text.to_owned(), self.vocab.add_bos),
-        };
-        let encoding = self
-            .vocab
-            .tokenizer
-            .encode(text.as_str(), false)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?;
-        let mut tokens = Vec::with_capacity(encoding.len() + 1);
-        if let (true, Some(bos)) = (add_bos, self.vocab.bos) {
-            tokens.push(bos);
-        }
-        tokens.extend_from_slice(encoding.get_ids());
-        Ok(tokens)
+        let rendered = self
+            .format
+            .render(&Prompt::parts("", text, ""), template, None)?;
+        self.format.tokens(&rendered, template)
     }
 
-    /// The prompt `before + text + after`, leaving at least `reserve` tokens of the context
-    /// for the answer: when it would not, the middle of `text` (the record's own text) is
-    /// cut and marked with ` … `; `before` and `after` (the instruction) never are. Returns
-    /// the tokens and whether `text` was cut. An instruction that alone leaves no room is
-    /// returned whole (the sequence then ends at the context, `length`).
+    /// The prompt `before + text + after`, fitted as [`Self::fit`] fits it.
     pub fn fit_prompt(
         &self,
         (before, text, after): (&str, &str, &str),
         template: PromptTemplate,
         reserve: usize,
     ) -> Result<(Vec<u32>, bool), ModelError> {
-        let limit = self.context().saturating_sub(reserve).max(1);
-        let whole = self.prompt_tokens(&format!("{before}{text}{after}"), template)?;
-        if whole.len() <= limit {
-            return Ok((whole, false));
-        }
-        let text_tokens = self
-            .vocab
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
-            .get_ids()
-            .to_vec();
-        let mut over = whole.len() - limit;
-        let mut fitted = whole;
-        // Token boundaries move a little when the cut text is tokenised again.
-        for _ in 0..4 {
-            let keep = text_tokens.len().saturating_sub(over + CUT_MARKER_TOKENS);
-            let head = keep / 2;
-            let tail = keep - head;
-            let cut = format!(
-                "{} … {}",
-                self.decode(&text_tokens[..head])?,
-                self.decode(&text_tokens[text_tokens.len() - tail..])?
-            );
-            fitted = self.prompt_tokens(&format!("{before}{cut}{after}"), template)?;
-            if fitted.len() <= limit || keep == 0 {
-                break;
-            }
-            over += fitted.len() - limit;
-        }
-        Ok((fitted, true))
+        self.fit(&Prompt::parts(before, text, after), template, reserve)
+    }
+
+    /// The prompt's tokens, leaving at least `reserve` tokens of the context for the
+    /// answer ([`PromptFormat::fit`]: the record's text is cut from its middle when it
+    /// would not). Returns the tokens and whether the text was cut.
+    pub fn fit(
+        &self,
+        prompt: &Prompt,
+        template: PromptTemplate,
+        reserve: usize,
+    ) -> Result<(Vec<u32>, bool), ModelError> {
+        self.format.fit(prompt, template, self.context(), reserve)
     }
 
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
@@ -409,10 +380,7 @@ impl GenerateModel {
 
     /// The text of `tokens`, special tokens left out.
     pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
-        self.vocab
-            .tokenizer
-            .decode(tokens, true)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+        self.format.decode(tokens)
     }
 
     /// Completes every request with continuous batching; `on_token` hears of each token
@@ -444,7 +412,13 @@ impl GenerateModel {
                     tokens: request.prompt.clone(),
                     prompt_len: request.prompt.len(),
                     cached: 0,
-                    sampler: Sampler::new(&request.sampling, &request.id),
+                    sampler: Sampler::new(
+                        &request.sampling,
+                        &request.id,
+                        request.choice,
+                        &request.prompt,
+                    ),
+                    logprobs: Vec::new(),
                 });
             }
             if flight.is_empty() {
@@ -478,9 +452,18 @@ impl GenerateModel {
                 if !span.logits {
                     continue;
                 }
-                let next = seq
-                    .sampler
-                    .next(&logits.next().expect("one per span with logits"));
+                let request = &requests[seq.request];
+                let logits = logits.next().expect("one per span with logits");
+                let generated = seq.tokens.len() - seq.prompt_len;
+                let suppressed = match generated < request.min_tokens {
+                    true => self.stop_tokens(request),
+                    false => Vec::new(),
+                };
+                let next = seq.sampler.next(&logits, &suppressed);
+                if let Some(top) = request.logprobs {
+                    seq.logprobs
+                        .push(sampling::token_logprob(&logits, next, top));
+                }
                 on_token();
                 if let Some(done) = self.after_token(seq, next, &requests[seq.request])? {
                     results[seq.request] = Some(done);
@@ -498,6 +481,19 @@ impl GenerateModel {
             .collect())
     }
 
+    /// The tokens that end `request`'s sequences: the model's end tokens (unless
+    /// `ignore_eos`) and the request's stop token ids.
+    fn stop_tokens(&self, request: &GenerationRequest) -> Vec<u32> {
+        let ends = match request.ignore_eos {
+            true => &[][..],
+            false => &self.format.vocab.end_tokens[..],
+        };
+        ends.iter()
+            .chain(&request.stop_token_ids)
+            .copied()
+            .collect()
+    }
+
     /// Appends `next` to the sequence; its result if that ends it.
     fn after_token(
         &self,
@@ -505,24 +501,37 @@ impl GenerateModel {
         next: u32,
         request: &GenerationRequest,
     ) -> Result<Option<Generation>, ModelError> {
-        let finish = |seq: &InFlight, reason, text: String| Generation {
+        let finish = |seq: &mut InFlight, reason, text: String| Generation {
             text,
             tokens: seq.tokens[seq.prompt_len..].to_vec(),
             prompt_tokens: seq.prompt_len,
             finish_reason: reason,
+            logprobs: std::mem::take(&mut seq.logprobs),
         };
-        if self.vocab.end_tokens.contains(&next) {
+        let ends = !request.ignore_eos && self.format.vocab.end_tokens.contains(&next);
+        if ends || request.stop_token_ids.contains(&next) {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;
             return Ok(Some(finish(seq, FinishReason::Stop, text)));
         }
         seq.tokens.push(next);
         let generated = seq.tokens.len() - seq.prompt_len;
-        if !request.stop.is_empty() {
+        if !request.stop.is_empty() && generated >= request.min_tokens {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;
+            // A stop string counts from the `min_tokens`-th token's text on.
+            let floor = match request.min_tokens {
+                0 | 1 => 0,
+                min => {
+                    let start = seq.prompt_len;
+                    let before = self.decode(&seq.tokens[start..start + min - 1])?;
+                    Some(before.len())
+                        .filter(|&at| text.is_char_boundary(at))
+                        .unwrap_or(0)
+                }
+            };
             let cut = request
                 .stop
                 .iter()
-                .filter_map(|s| text.find(s.as_str()))
+                .filter_map(|s| text[floor..].find(s.as_str()).map(|at| floor + at))
                 .min();
             if let Some(cut) = cut {
                 return Ok(Some(finish(
@@ -545,6 +554,7 @@ impl GenerateModel {
             tokens: Vec::new(),
             prompt_tokens: request.prompt.len(),
             finish_reason: FinishReason::Length,
+            logprobs: Vec::new(),
         }
     }
 }

@@ -25,8 +25,7 @@ pub(super) fn greedy(id: &str, prompt: Vec<u32>, max_new_tokens: usize) -> Gener
         id: id.into(),
         prompt,
         max_new_tokens,
-        sampling: SamplingParams::default(),
-        stop: Vec::new(),
+        ..GenerationRequest::default()
     }
 }
 
@@ -48,19 +47,24 @@ fn the_gguf_vocabulary_tokenizes_text_and_chat_markers() {
     // Digits are split one by one (the `smollm` pre-tokenizer).
     let digits: Vec<String> = tokens
         .iter()
-        .filter_map(|&t| model.vocab.token(t))
+        .filter_map(|&t| model.format.vocab.token(t))
         .filter(|t| t.chars().all(|c| c.is_ascii_digit()))
         .collect();
     assert_eq!(digits, ["2", "0", "2", "4"]);
     let prompt = chat("Hi");
-    let im_start = model.vocab.tokenizer.token_to_id("<|im_start|>").unwrap();
+    let im_start = model
+        .format
+        .vocab
+        .tokenizer
+        .token_to_id("<|im_start|>")
+        .unwrap();
     assert_eq!(
         prompt[0], im_start,
         "the template's markers are single tokens"
     );
     assert_eq!(prompt.iter().filter(|&&t| t == im_start).count(), 3);
     assert_eq!(
-        model.vocab.token(model.vocab.eos).as_deref(),
+        model.format.vocab.token(model.format.vocab.eos).as_deref(),
         Some("<|im_end|>")
     );
 }
@@ -126,6 +130,7 @@ fn seeded_sampling_repeats_per_record_whatever_the_batch() {
             top_p: 0.95,
             top_k: 40,
             seed: 42,
+            ..SamplingParams::default()
         },
         ..greedy(id, chat(prompt), 16)
     };
@@ -145,6 +150,119 @@ fn seeded_sampling_repeats_per_record_whatever_the_batch() {
         StepLimits::new(1, 64),
     );
     assert_ne!(other_seed[0].tokens, alone[0].tokens);
+}
+
+/// `min_tokens`, `stop_token_ids` and `ignore_eos` move where a greedy completion ends;
+/// the text up to there is the plain completion's.
+#[test]
+fn min_tokens_stop_token_ids_and_ignore_eos_move_the_end() {
+    let prompt = chat("Answer in one word: what colour is the sky?");
+    let limits = StepLimits::new(4, 64);
+    let plain = run(&[greedy("q", prompt.clone(), 40)], limits).remove(0);
+    assert_eq!(plain.finish_reason, FinishReason::Stop, "{plain:?}");
+    let ended = plain.tokens.len();
+    let at_least = run(
+        &[GenerationRequest {
+            min_tokens: ended + 3,
+            ..greedy("q", prompt.clone(), 40)
+        }],
+        limits,
+    )
+    .remove(0);
+    assert!(at_least.tokens.len() >= ended + 3, "{at_least:?}");
+    assert_eq!(at_least.tokens[..ended], plain.tokens[..]);
+    let ignoring = run(
+        &[GenerationRequest {
+            ignore_eos: true,
+            ..greedy("q", prompt.clone(), 12.max(ended + 4))
+        }],
+        limits,
+    )
+    .remove(0);
+    assert_eq!(ignoring.finish_reason, FinishReason::Length);
+    assert_eq!(ignoring.tokens.len(), 12.max(ended + 4));
+    assert!(ignoring.tokens.contains(&smollm2().format.vocab.eos));
+    // The first token as a stop token: nothing is generated, and the reason is `stop`.
+    let first = plain.tokens[0];
+    let stopped = run(
+        &[GenerationRequest {
+            stop_token_ids: vec![first],
+            ..greedy("q", prompt, 40)
+        }],
+        limits,
+    )
+    .remove(0);
+    assert_eq!(
+        (stopped.tokens.len(), stopped.finish_reason),
+        (0, FinishReason::Stop)
+    );
+    assert_eq!(stopped.text, "");
+}
+
+/// A greedy completion's log-probabilities: each chosen token is the likeliest of its
+/// step's, and the logprob of the first is the model's own next-token distribution's.
+#[test]
+fn greedy_logprobs_name_the_chosen_token_first() {
+    let prompt = chat("Name three fruits.");
+    let out = run(
+        &[GenerationRequest {
+            logprobs: Some(3),
+            ..greedy("q", prompt.clone(), 8)
+        }],
+        StepLimits::new(1, 64),
+    )
+    .remove(0);
+    assert_eq!(
+        out.logprobs.len(),
+        out.tokens.len() + usize::from(out.finish_reason == FinishReason::Stop)
+    );
+    for (step, token) in out.logprobs.iter().zip(&out.tokens) {
+        assert_eq!(step.token, *token);
+        assert_eq!(step.top.len(), 3);
+        assert_eq!(step.top[0].0, *token);
+        assert!(step.logprob <= 0.0 && step.top[0].1 >= step.top[1].1);
+    }
+    let logits = smollm2().next_token_logits(&prompt).unwrap();
+    let expect = sampling::token_logprob(&logits, out.tokens[0], 0).logprob;
+    assert!(
+        (out.logprobs[0].logprob - expect).abs() < 1e-3,
+        "{} vs {expect}",
+        out.logprobs[0].logprob
+    );
+}
+
+/// A repetition penalty changes a greedy completion that repeats itself, and the
+/// second completion of a record samples apart from the first.
+#[test]
+fn penalties_and_choices_change_the_text() {
+    let prompt = chat("Write the word 'data' ten times.");
+    let limits = StepLimits::new(4, 64);
+    let plain = run(&[greedy("q", prompt.clone(), 24)], limits).remove(0);
+    let penalised = run(
+        &[GenerationRequest {
+            sampling: SamplingParams {
+                repetition_penalty: 1.5,
+                frequency_penalty: 0.5,
+                ..SamplingParams::default()
+            },
+            ..greedy("q", prompt.clone(), 24)
+        }],
+        limits,
+    )
+    .remove(0);
+    assert_ne!(plain.tokens, penalised.tokens);
+    let sampled = |choice| GenerationRequest {
+        choice,
+        sampling: SamplingParams {
+            temperature: 1.0,
+            seed: 5,
+            ..SamplingParams::default()
+        },
+        ..greedy("q", prompt.clone(), 16)
+    };
+    let out = run(&[sampled(0), sampled(1), sampled(0)], limits);
+    assert_ne!(out[0].tokens, out[1].tokens);
+    assert_eq!(out[0].tokens, out[2].tokens);
 }
 
 #[test]

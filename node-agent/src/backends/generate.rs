@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use resident_actor::generate::{
-    Completion, FinishReason, Generate, GenerateConfig, GenerateRequest, GenerateResponse, Template,
+    Choice, Completion, FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest,
+    GenerateResponse, PromptParts, Template, TokenLogprob, TopLogprob,
 };
 use resident_models::ModelError;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
+use resident_models::generate::chat::Message;
+use resident_models::generate::prompt::{Prompt, PromptFormat};
 use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::{
     self as engine, GenerateModel, Generation, GenerationRequest, WeightDtype,
@@ -226,68 +229,195 @@ impl TypedActor for GenerateActor {
     }
 
     fn handle(&mut self, request: GenerateRequest) -> Reply<Generate> {
-        let params = &request.params;
-        let template = match params.template {
+        let template = match request.params.template {
             Template::Chat => engine::PromptTemplate::Chat,
             Template::None => engine::PromptTemplate::None,
         };
-        let max_new_tokens = params.max_new_tokens.max(1) as usize;
-        let sampling = SamplingParams {
-            temperature: params.temperature,
-            top_p: params.top_p,
-            top_k: params.top_k as usize,
-            seed: params.seed,
-        };
-        let mut truncated = Vec::with_capacity(request.prompts.len());
-        let mut requests = Vec::with_capacity(request.prompts.len());
+        // Each prompt's plan: its own parameters and fitted tokens, or why it cannot run.
+        let mut plans = Vec::with_capacity(request.prompts.len());
+        let mut requests = Vec::new();
         for prompt in &request.prompts {
-            let parts = (
-                prompt.before.as_str(),
-                prompt.text.as_str(),
-                prompt.after.as_str(),
-            );
-            let (tokens, cut) = self
-                .model
-                .fit_prompt(parts, template, max_new_tokens)
-                .map_err(|e| e.to_string())?;
-            truncated.push(cut);
-            requests.push(GenerationRequest {
-                id: prompt.id.clone(),
-                prompt: tokens,
-                max_new_tokens,
-                sampling: sampling.clone(),
-                stop: params.stop.clone(),
-            });
+            match self.plan(prompt, &request.params, template)? {
+                Planned::Runs {
+                    params,
+                    tokens,
+                    truncated,
+                } => {
+                    let first = requests.len();
+                    requests.extend((0..params.n).map(|choice| GenerationRequest {
+                        id: prompt.id.clone(),
+                        choice,
+                        prompt: tokens.clone(),
+                        max_new_tokens: params.max_new_tokens.max(1) as usize,
+                        sampling: SamplingParams {
+                            temperature: params.temperature,
+                            top_p: params.top_p,
+                            top_k: params.top_k as usize,
+                            min_p: params.min_p,
+                            repetition_penalty: params.repetition_penalty,
+                            presence_penalty: params.presence_penalty,
+                            frequency_penalty: params.frequency_penalty,
+                            seed: params.seed,
+                        },
+                        stop: params.stop.clone(),
+                        stop_token_ids: params.stop_token_ids.clone(),
+                        min_tokens: params.min_tokens as usize,
+                        ignore_eos: params.ignore_eos,
+                        logprobs: params.logprobs.then_some(params.top_logprobs as usize),
+                    }));
+                    plans.push(Ok((first..requests.len(), truncated)));
+                }
+                Planned::Refused(error) => plans.push(Err(error)),
+            }
         }
         let outputs = match self.threads.clone() {
             Some(threads) => threads.install(|| self.generate_fitting(&requests))?,
             None => self.generate_fitting(&requests)?,
         };
+        let format = self.model.format();
         let completions = request
             .prompts
             .iter()
-            .zip(outputs)
-            .zip(truncated)
-            .map(|((prompt, output), truncated)| Completion {
-                id: prompt.id.clone(),
-                text: output.text,
-                prompt_tokens: output.prompt_tokens as u32,
-                generated_tokens: output.tokens.len() as u32,
-                finish_reason: match output.finish_reason {
-                    engine::FinishReason::Stop => FinishReason::Stop,
-                    engine::FinishReason::Length => FinishReason::Length,
+            .zip(plans)
+            .map(|(prompt, plan)| match plan {
+                Ok((range, truncated)) => {
+                    let asked = requests[range.start].logprobs.is_some();
+                    let prompt_tokens = outputs[range.start].prompt_tokens as u32;
+                    let mut choices = outputs[range]
+                        .iter()
+                        .map(|output| choice(format, output, asked));
+                    let first = choices.next().expect("n is at least 1");
+                    Completion {
+                        id: prompt.id.clone(),
+                        text: first.text,
+                        prompt_tokens,
+                        generated_tokens: first.generated_tokens,
+                        finish_reason: first.finish_reason,
+                        truncated,
+                        logprobs: first.logprobs,
+                        more: choices.collect(),
+                        error: None,
+                    }
+                }
+                Err(error) => Completion {
+                    id: prompt.id.clone(),
+                    text: String::new(),
+                    prompt_tokens: 0,
+                    generated_tokens: 0,
+                    finish_reason: FinishReason::Stop,
+                    truncated: false,
+                    logprobs: None,
+                    more: Vec::new(),
+                    error: Some(error),
                 },
-                truncated,
             })
             .collect();
         Ok(GenerateResponse { completions })
     }
 }
 
+/// What a prompt comes to before the model runs.
+enum Planned {
+    Runs {
+        params: GenerateParams,
+        tokens: Vec<u32>,
+        truncated: bool,
+    },
+    /// The record's own request is invalid: it is answered with this, without the model.
+    Refused(String),
+}
+
+impl GenerateActor {
+    /// The prompt's parameters and tokens. A record whose own request is wrong (its
+    /// parameters, its messages) is refused alone; a text prompt the model cannot take
+    /// (the job's template or system message) fails the task, since every record would.
+    fn plan(
+        &self,
+        prompt: &PromptParts,
+        params: &GenerateParams,
+        template: engine::PromptTemplate,
+    ) -> Result<Planned, String> {
+        if let Some(error) = &prompt.error {
+            return Ok(Planned::Refused(error.clone()));
+        }
+        let params = match &prompt.params {
+            Some(over) => params.with(over),
+            None => params.clone(),
+        };
+        if let Some(problem) = params.problem() {
+            return match prompt.params {
+                Some(_) => Ok(Planned::Refused(problem.to_string())),
+                None => Err(problem.to_string()),
+            };
+        }
+        let messages: Vec<Message> = prompt
+            .messages
+            .iter()
+            .map(|m| Message::new(&m.role, &m.content))
+            .collect();
+        let parts = match messages.is_empty() {
+            true => Prompt::Parts {
+                system: params.system.as_deref(),
+                before: &prompt.before,
+                text: &prompt.text,
+                after: &prompt.after,
+            },
+            false => Prompt::Messages(&messages),
+        };
+        let reserve = params.max_new_tokens.max(1) as usize;
+        match self.model.fit(&parts, template, reserve) {
+            Ok((tokens, truncated)) => Ok(Planned::Runs {
+                params,
+                tokens,
+                truncated,
+            }),
+            Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+/// One generation as a completion's choice, its log-probabilities (when `asked`) as text.
+fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
+    let logprobs = asked.then(|| {
+        output
+            .logprobs
+            .iter()
+            .map(|step| {
+                let (token, bytes) = format.token_piece(step.token);
+                TokenLogprob {
+                    token,
+                    logprob: step.logprob,
+                    bytes,
+                    top_logprobs: step
+                        .top
+                        .iter()
+                        .map(|&(id, logprob)| {
+                            let (token, bytes) = format.token_piece(id);
+                            TopLogprob {
+                                token,
+                                logprob,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    });
+    Choice {
+        text: output.text.clone(),
+        generated_tokens: output.tokens.len() as u32,
+        finish_reason: match output.finish_reason {
+            engine::FinishReason::Stop => FinishReason::Stop,
+            engine::FinishReason::Length => FinishReason::Length,
+        },
+        logprobs,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use resident_actor::generate::{GenerateParams, PromptParts};
-
     use super::*;
     use crate::backends::ActorKindRegistry;
 

@@ -18,7 +18,7 @@ import json
 import os
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -164,11 +164,22 @@ def _quantize(vectors: np.ndarray, precision: str) -> np.ndarray:
     return (buckets - 128).astype(np.int8) if precision == "int8" else buckets.astype(np.uint8)
 
 
-def _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template) -> dict:
-    """The decoding parameters as the `generate` kind takes them."""
+def _generate_params(
+    max_new_tokens,
+    temperature,
+    top_p,
+    top_k,
+    seed,
+    stop,
+    template,
+    sampling: Optional[Mapping[str, Any]] = None,
+) -> dict:
+    """The decoding parameters as the `generate` kind takes them. ``sampling`` holds the
+    keyword arguments past the first seven (``system``, ``min_p``, the penalties, ``n``,
+    ``logprobs``...), by the kind's names."""
     if template not in ("chat", "none"):
         raise BadInput(f"template {template!r} is not 'chat' or 'none'", "BadInput")
-    return {
+    params = {
         "template": "Chat" if template == "chat" else "None",
         "max_new_tokens": int(max_new_tokens),
         "temperature": float(temperature),
@@ -177,6 +188,75 @@ def _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, temp
         "seed": int(seed),
         "stop": list(stop or []),
     }
+    for name, value in (sampling or {}).items():
+        if value is None:
+            continue
+        if name == "stop_token_ids":
+            params[name] = [int(token) for token in value]
+        elif name in ("logprobs", "ignore_eos"):
+            params[name] = bool(value)
+        elif name == "system":
+            params[name] = str(value)
+        elif name in ("min_tokens", "n", "top_logprobs"):
+            params[name] = int(value)
+        else:
+            params[name] = float(value)
+    return params
+
+
+_SAMPLING = (
+    "system",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_tokens",
+    "stop_token_ids",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "ignore_eos",
+)
+
+
+def _check_sampling(sampling: Mapping[str, Any]) -> None:
+    """Refuses a keyword argument that is not a sampling parameter, naming those there are."""
+    unknown = sorted(set(sampling) - set(_SAMPLING))
+    if unknown:
+        raise BadInput(
+            f"unknown argument {unknown[0]!r}; the sampling arguments are "
+            + ", ".join(_SAMPLING),
+            "BadInput",
+        )
+
+
+def _completion_dict(c: dict) -> dict:
+    """A completion as ``generate`` and ``chat`` return it."""
+    out = {
+        "text": c["text"],
+        "tokens": c["generated_tokens"],
+        "prompt_tokens": c["prompt_tokens"],
+        "finish_reason": c["finish_reason"].lower(),
+        "truncated": c["truncated"],
+    }
+    if c.get("logprobs") is not None:
+        out["logprobs"] = c["logprobs"]
+    if c.get("more"):
+        first = {k: out[k] for k in ("text", "tokens", "finish_reason")}
+        if "logprobs" in out:
+            first["logprobs"] = out["logprobs"]
+        out["choices"] = [first] + [
+            {
+                "text": m["text"],
+                "tokens": m["generated_tokens"],
+                "finish_reason": m["finish_reason"].lower(),
+                **({"logprobs": m["logprobs"]} if m.get("logprobs") is not None else {}),
+            }
+            for m in c["more"]
+        ]
+    if c.get("error") is not None:
+        out["error"] = c["error"]
+    return out
 
 
 class Pool:
@@ -532,21 +612,34 @@ class Cluster:
         text_field: str = "text",
         keep_pool: bool = False,
         progress: bool = True,
+        input_format: str = "records",
+        output_format: str = "generations",
+        **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
 
-        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record.
+        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record;
+        records with ``messages`` in place of a text are conversations.
+        ``input_format="openai-batch"`` reads an OpenAI Batch JSONL file (each line's
+        ``body`` parameters honoured), ``output_format="openai-batch"`` writes the Batch
+        output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
+        ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
+        ``n``, ``logprobs``, ``top_logprobs`` and ``ignore_eos`` (vLLM's meanings).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
-        params = _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template)
+        _check_sampling(sampling)
+        params = _generate_params(
+            max_new_tokens, temperature, top_p, top_k, seed, stop, template, sampling
+        )
         bar = Bar(None, "records", progress, "generate")
         try:
             report = self._native.generate_job(
                 input, model, output, prompt, json.dumps(params), replicas, gpus_per_actor,
                 vram_gib, chunk_size, on_bad_record, id_field, text_field, keep_pool,
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
+                input_format, output_format,
             )
         finally:
             bar.close()
@@ -554,7 +647,7 @@ class Cluster:
 
     def generate(
         self,
-        prompts: Iterable[str],
+        prompts: Iterable[Union[str, Mapping[str, Any]]],
         model: str,
         *,
         max_new_tokens: int = 64,
@@ -570,37 +663,112 @@ class Cluster:
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,
         progress: bool = True,
+        **sampling: Any,
     ) -> list[dict]:
         """Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
-        ``template="chat"`` wraps each prompt as the model's chat template's user turn;
-        ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
-        per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
-        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``). A progress bar
-        counts the prompts completed (``progress=False`` turns it off).
+        ``template="chat"`` wraps each prompt as the model's chat template's user turn
+        (after ``system=`` when given); ``"none"`` feeds it as is. A prompt may be a dict
+        with ``prompt`` and parameters of its own by OpenAI's names (``{"prompt": ...,
+        "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
+        sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,
+        ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
+        ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs`` and
+        ``ignore_eos``, as vLLM's ``SamplingParams`` means them.
+
+        Returns, in input order, dicts with ``text``, ``tokens`` (generated),
+        ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
+        ``truncated``; with ``n`` above 1 also ``choices`` (each with ``text``, ``tokens``,
+        ``finish_reason``), with ``logprobs`` a ``logprobs`` list per completion (OpenAI's
+        ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
+        whose own parameters were refused. A progress bar counts the prompts completed
+        (``progress=False`` turns it off).
         """
-        params = _generate_params(max_new_tokens, temperature, top_p, top_k, seed, stop, template)
-        prompts = list(_texts(prompts))
-        bar = Bar(len(prompts), "prompts", progress, "generate")
+        items = []
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                items.append(prompt)
+            elif isinstance(prompt, Mapping) and "prompt" in prompt:
+                items.append(dict(prompt))
+            else:
+                raise BadInput(
+                    f"a prompt must be a str or a dict with 'prompt', not {type(prompt).__name__}",
+                    "BadInput",
+                )
+        return self._complete(
+            items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
+            replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+        )
+
+    def chat(
+        self,
+        conversations: Iterable[Union[Sequence[Mapping[str, Any]], Mapping[str, Any]]],
+        model: str,
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: Optional[Sequence[str]] = None,
+        replicas: Optional[int] = None,
+        gpus: float = 0.0,
+        vram_gib: float = 2.0,
+        max_sequences: Optional[int] = None,
+        dtype: Optional[str] = None,
+        progress: bool = True,
+        **sampling: Any,
+    ) -> list[dict]:
+        """Answers each conversation with ``model``, as vLLM's ``LLM.chat`` does.
+
+        A conversation is a list of ``{"role", "content"}`` messages (``system``, ``user``,
+        ``assistant``; a last ``assistant`` message is continued), or a dict with
+        ``messages`` and parameters of its own by OpenAI's names. The model's chat template
+        renders it; a system message the template cannot take is refused in words.
+        Parameters and the dicts returned are those of :meth:`generate`.
+        """
+        items = []
+        for conversation in conversations:
+            if isinstance(conversation, Mapping):
+                items.append(dict(conversation))
+            elif isinstance(conversation, Sequence) and not isinstance(conversation, str):
+                items.append({"messages": [dict(m) for m in conversation]})
+            else:
+                raise BadInput(
+                    "a conversation must be a list of {'role', 'content'} dicts or a dict "
+                    f"with 'messages', not {type(conversation).__name__}",
+                    "BadInput",
+                )
+        if sampling.get("system") is not None:
+            raise BadInput(
+                "chat takes the system message as the conversation's first message "
+                "({'role': 'system', 'content': ...}), not system=",
+                "BadInput",
+            )
+        return self._complete(
+            items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, "chat",
+            replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+        )
+
+    def _complete(
+        self, items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
+        replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+    ) -> list[dict]:
+        _check_sampling(sampling)
+        params = _generate_params(
+            max_new_tokens, temperature, top_p, top_k, seed, stop, template, sampling
+        )
+        bar = Bar(len(items), "prompts", progress, "generate")
         try:
             completions = json.loads(
                 self._native.generate(
-                    prompts, model, json.dumps(params), replicas, gpus, vram_gib,
+                    json.dumps(items), model, json.dumps(params), replicas, gpus, vram_gib,
                     max_sequences, dtype, lambda done, total: bar.set(done, total),
                 )
             )
         finally:
             bar.close()
-        return [
-            {
-                "text": c["text"],
-                "tokens": c["generated_tokens"],
-                "prompt_tokens": c["prompt_tokens"],
-                "finish_reason": c["finish_reason"].lower(),
-                "truncated": c["truncated"],
-            }
-            for c in completions
-        ]
+        return [_completion_dict(c) for c in completions]
 
     def nodes(self) -> list[types.SimpleNamespace]:
         """The nodes, with the fields ``resident status --json`` shows."""

@@ -54,10 +54,12 @@ class NativeCluster:
         text_field: str = "text",
         keep_pool: bool = False,
         on_progress: Optional[Callable[[int, int, int], None]] = None,
+        input_format: str = "records",
+        output_format: str = "generations",
     ) -> str: ...
     def generate(
         self,
-        prompts: list[str],
+        prompts_json: str,
         model: str,
         params_json: str,
         replicas: Optional[int] = None,

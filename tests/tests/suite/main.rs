@@ -24,6 +24,7 @@ mod embed_s3;
 mod embed_windows;
 mod forged_outcomes;
 mod generate_actors;
+mod generate_chat;
 mod generate_job;
 mod hostile_configs;
 mod http_port;

@@ -1,0 +1,119 @@
+//! `resident generate --dry-run N`: the first N records' prompts as the model will read
+//! them (the chat template rendered, the system message in place), each with its token
+//! count, and nothing run. The model's vocabulary and template are read from the model's
+//! files alone (a GGUF file's metadata, a safetensors directory's tokenizer files), not its
+//! weights.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use resident_actor::generate::{GenerateParams, PromptParts, Template};
+use resident_jobs::corpus_job::GenerateJobConfig;
+use resident_jobs::corpus_job::generate::preview_prompts;
+use resident_models::generate::PromptTemplate;
+use resident_models::generate::chat::Message;
+use resident_models::generate::prompt::{Prompt, PromptFormat};
+
+use crate::exit::BadInput;
+
+pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::Result<()> {
+    let model = local_model(&config.corpus.model)?;
+    let format = tokio::task::spawn_blocking(move || PromptFormat::load(&model))
+        .await?
+        .map_err(|e| BadInput(format!("--dry-run: {e}")))?;
+    let (prompts, bad) = preview_prompts(config, count).await?;
+    let params = &config.generation.params;
+    let template = match params.template {
+        Template::Chat => PromptTemplate::Chat,
+        Template::None => PromptTemplate::None,
+    };
+    for (index, prompt) in prompts.iter().enumerate() {
+        println!("=== record {} (id {})", index + 1, prompt.id);
+        match rendered(&format, prompt, params, template) {
+            Ok((text, tokens)) => {
+                println!("{text}");
+                println!("=== {tokens} prompt tokens");
+            }
+            Err(error) => println!("=== refused: {error}"),
+        }
+    }
+    for record in &bad {
+        println!(
+            "=== bad record {}:{}: {}",
+            record.file, record.line, record.reason
+        );
+    }
+    eprintln!(
+        "dry run: {} prompts shown, {} bad records met; nothing was run",
+        prompts.len(),
+        bad.len()
+    );
+    Ok(())
+}
+
+/// The prompt's text as rendered and its token count, or why the actor would refuse it.
+fn rendered(
+    format: &PromptFormat,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    template: PromptTemplate,
+) -> Result<(String, usize), String> {
+    if let Some(error) = &prompt.error {
+        return Err(error.clone());
+    }
+    let params = match &prompt.params {
+        Some(over) => params.with(over),
+        None => params.clone(),
+    };
+    if let Some(problem) = params.problem() {
+        return Err(problem.to_string());
+    }
+    let messages: Vec<Message> = prompt
+        .messages
+        .iter()
+        .map(|m| Message::new(&m.role, &m.content))
+        .collect();
+    let parts = match messages.is_empty() {
+        true => Prompt::Parts {
+            system: params.system.as_deref(),
+            before: &prompt.before,
+            text: &prompt.text,
+            after: &prompt.after,
+        },
+        false => Prompt::Messages(&messages),
+    };
+    let text = format
+        .render(&parts, template, None)
+        .map_err(|e| e.to_string())?;
+    let tokens = format.tokens(&text, template).map_err(|e| e.to_string())?;
+    Ok((text, tokens.len()))
+}
+
+/// The model file or directory to read the tokenizer from: `--model` as a local path (a
+/// GGUF file, a directory holding one, or a safetensors directory).
+fn local_model(model: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(model);
+    if !path.exists() {
+        return Err(BadInput(format!(
+            "--dry-run reads the model's tokenizer from a local path, and {model} is none; \
+             give --model as a local GGUF file or directory (fetch a remote one first)"
+        ))
+        .into());
+    }
+    if !path.is_dir() || path.join("config.json").is_file() {
+        return Ok(path.to_owned());
+    }
+    let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading {model}"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|ext| ext == "gguf"))
+        .collect();
+    match ggufs.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(BadInput(format!(
+            "{model} holds {} .gguf files and no config.json; name the model file",
+            ggufs.len()
+        ))
+        .into()),
+    }
+}

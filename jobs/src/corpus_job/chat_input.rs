@@ -1,0 +1,342 @@
+//! A generate job's records as conversations: a JSONL record's `messages` (OpenAI's
+//! role/content list), or a line of an OpenAI Batch file (`custom_id`, `method`, `url`,
+//! `body` with `messages` and the request's parameters). Pure: JSON in, a [`ChatRecord`] or
+//! the reason out.
+//!
+//! A Batch line that names its `custom_id` is always answered, in its place in the output:
+//! when its request is wrong (an unsupported URL, a bad parameter), the record carries the
+//! error and the output line says it. A line without a `custom_id` cannot be answered and is
+//! a bad record, as a malformed line of any corpus is.
+
+use resident_actor::generate::{ChatMessage, ParamsOverride};
+use serde_json::{Map, Value};
+
+/// How a generate job reads its records' prompts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PromptInput {
+    /// The text field only (embedding jobs).
+    #[default]
+    Text,
+    /// The text field, or a `messages` list in its place.
+    TextOrMessages,
+    /// OpenAI Batch lines: `custom_id` is the id, `body.messages` the conversation.
+    OpenAiBatch,
+}
+
+/// A record's conversation and its own decoding parameters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChatRecord {
+    pub messages: Vec<ChatMessage>,
+    pub params: Option<ParamsOverride>,
+    /// Why the record's request cannot run: it is answered with this error.
+    pub error: Option<String>,
+}
+
+/// The URL of the requests a Batch file may hold.
+pub const CHAT_COMPLETIONS_URL: &str = "/v1/chat/completions";
+
+/// The roles a message may have.
+const ROLES: &[&str] = &["system", "user", "assistant", "developer"];
+
+/// A `messages` value: a non-empty list of `{role, content}` objects, `content` a string or
+/// a list of text parts (`{"type": "text", "text": ...}`, joined by newlines, as OpenAI's
+/// chat API reads them). OpenAI's `developer` role is read as `system`.
+pub fn parse_messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
+    let list = value
+        .as_array()
+        .filter(|list| !list.is_empty())
+        .ok_or("`messages` must be a non-empty list of {\"role\", \"content\"} objects")?;
+    list.iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let at = |what: &str| format!("messages[{index}]: {what}");
+            let object = message
+                .as_object()
+                .ok_or_else(|| at("not an object with `role` and `content`"))?;
+            let role = object
+                .get("role")
+                .and_then(Value::as_str)
+                .filter(|role| ROLES.contains(role))
+                .ok_or_else(|| at("`role` must be one of system, user, assistant"))?;
+            let content = match object.get("content") {
+                Some(Value::String(text)) => text.clone(),
+                Some(Value::Array(parts)) => text_parts(parts).map_err(|e| at(&e))?,
+                _ => return Err(at("`content` must be a string or a list of text parts")),
+            };
+            let role = if role == "developer" { "system" } else { role };
+            Ok(ChatMessage::new(role, &content))
+        })
+        .collect()
+}
+
+fn text_parts(parts: &[Value]) -> Result<String, String> {
+    let texts = parts
+        .iter()
+        .map(
+            |part| match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
+                (Some(other), _) => Err(format!(
+                    "a content part of type `{other}`; only text parts can be read"
+                )),
+                _ => Err("a content part without `type` and `text`".to_owned()),
+            },
+        )
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(texts.join("\n"))
+}
+
+/// One Batch line's `custom_id` and record; `Err` when the line has no `custom_id` (it
+/// cannot be answered).
+pub fn parse_batch_line(object: &Map<String, Value>) -> Result<(Value, ChatRecord), String> {
+    let custom_id = match object.get("custom_id") {
+        Some(Value::String(id)) if !id.is_empty() => Value::String(id.clone()),
+        Some(_) => return Err("`custom_id` must be a non-empty string".into()),
+        None => return Err("missing `custom_id` (an OpenAI batch line needs one)".into()),
+    };
+    let record = match batch_request(object) {
+        Ok(record) => record,
+        Err(error) => ChatRecord {
+            error: Some(error),
+            ..ChatRecord::default()
+        },
+    };
+    Ok((custom_id, record))
+}
+
+fn batch_request(object: &Map<String, Value>) -> Result<ChatRecord, String> {
+    let method = object
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("POST");
+    if !method.eq_ignore_ascii_case("POST") {
+        return Err(format!("method `{method}` is not POST"));
+    }
+    match object.get("url").and_then(Value::as_str) {
+        Some(CHAT_COMPLETIONS_URL) => {}
+        Some(url) => {
+            return Err(format!(
+                "url `{url}` is not supported; resident generate answers {CHAT_COMPLETIONS_URL}"
+            ));
+        }
+        None => return Err(format!("missing `url` ({CHAT_COMPLETIONS_URL})")),
+    }
+    let body = object
+        .get("body")
+        .and_then(Value::as_object)
+        .ok_or("missing `body` (the chat completion request)")?;
+    let messages = parse_messages(body.get("messages").unwrap_or(&Value::Null))?;
+    let params = parse_params(body)?;
+    Ok(ChatRecord {
+        messages,
+        params: Some(params),
+        error: None,
+    })
+}
+
+/// Parameters an OpenAI (or vLLM) chat completion request may carry that change nothing
+/// here: read and left alone.
+const IGNORED: &[&str] = &[
+    "model",
+    "messages",
+    "user",
+    "stream",
+    "stream_options",
+    "store",
+    "metadata",
+    "service_tier",
+    "parallel_tool_calls",
+    "reasoning_effort",
+];
+
+/// A request body's decoding parameters, by OpenAI's names (`max_tokens` or
+/// `max_completion_tokens`, `stop` as a string or a list) and vLLM's extra ones. A parameter
+/// that would change the answer and is not honoured here is an error, never dropped.
+pub fn parse_params(body: &Map<String, Value>) -> Result<ParamsOverride, String> {
+    let mut over = ParamsOverride::default();
+    for (key, value) in body {
+        if value.is_null() || IGNORED.contains(&key.as_str()) {
+            continue;
+        }
+        let number = || {
+            value
+                .as_f64()
+                .ok_or_else(|| format!("`{key}` must be a number"))
+        };
+        let count = || {
+            value
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| format!("`{key}` must be a whole number of 0 or more"))
+        };
+        let flag = || {
+            value
+                .as_bool()
+                .ok_or_else(|| format!("`{key}` must be true or false"))
+        };
+        match key.as_str() {
+            "max_tokens" | "max_completion_tokens" => over.max_new_tokens = Some(count()?),
+            "temperature" => over.temperature = Some(number()? as f32),
+            "top_p" => over.top_p = Some(number()? as f32),
+            "top_k" => {
+                // vLLM's -1 (or 0) keeps every token.
+                let k = value.as_i64().ok_or("`top_k` must be a whole number")?;
+                over.top_k = Some(u32::try_from(k.max(0)).map_err(|_| "`top_k` is too large")?);
+            }
+            "min_p" => over.min_p = Some(number()? as f32),
+            "seed" => {
+                over.seed = Some(
+                    value
+                        .as_u64()
+                        .or_else(|| value.as_i64().map(|v| v as u64))
+                        .ok_or("`seed` must be a whole number")?,
+                )
+            }
+            "stop" => {
+                over.stop = Some(match value {
+                    Value::String(stop) => vec![stop.clone()],
+                    Value::Array(list) => list
+                        .iter()
+                        .map(|s| s.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or("`stop` must be a string or a list of strings")?,
+                    _ => return Err("`stop` must be a string or a list of strings".into()),
+                })
+            }
+            "repetition_penalty" => over.repetition_penalty = Some(number()? as f32),
+            "presence_penalty" => over.presence_penalty = Some(number()? as f32),
+            "frequency_penalty" => over.frequency_penalty = Some(number()? as f32),
+            "min_tokens" => over.min_tokens = Some(count()?),
+            "stop_token_ids" => {
+                over.stop_token_ids = Some(
+                    value
+                        .as_array()
+                        .and_then(|ids| {
+                            ids.iter()
+                                .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
+                                .collect::<Option<_>>()
+                        })
+                        .ok_or("`stop_token_ids` must be a list of token ids")?,
+                )
+            }
+            "n" => over.n = Some(count()?),
+            "logprobs" => over.logprobs = Some(flag()?),
+            "top_logprobs" => over.top_logprobs = Some(count()?),
+            "ignore_eos" => over.ignore_eos = Some(flag()?),
+            "skip_special_tokens" | "spaces_between_special_tokens"
+                if value == &Value::Bool(true) => {}
+            other => {
+                return Err(format!(
+                    "`{other}` is not supported by resident generate; remove it from the \
+                     request (supported: max_tokens, max_completion_tokens, temperature, \
+                     top_p, top_k, min_p, seed, stop, repetition_penalty, presence_penalty, \
+                     frequency_penalty, min_tokens, stop_token_ids, n, logprobs, \
+                     top_logprobs, ignore_eos)"
+                ));
+            }
+        }
+    }
+    if over.top_logprobs.is_some_and(|n| n > 0) && over.logprobs != Some(true) {
+        return Err("`top_logprobs` needs `logprobs: true`".into());
+    }
+    Ok(over)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(value: Value) -> Map<String, Value> {
+        value.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn messages_take_strings_and_text_parts_and_refuse_the_rest() {
+        let messages = parse_messages(&json!([
+            {"role": "developer", "content": "Be terse."},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        ]))
+        .unwrap();
+        assert_eq!(
+            messages,
+            [
+                ChatMessage::new("system", "Be terse."),
+                ChatMessage::new("user", "a\nb")
+            ]
+        );
+        for (bad, says) in [
+            (json!([]), "non-empty list"),
+            (json!("hi"), "non-empty list"),
+            (
+                json!([{"role": "robot", "content": "x"}]),
+                "messages[0]: `role`",
+            ),
+            (json!([{"role": "user"}]), "messages[0]: `content`"),
+            (
+                json!([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+                "type `image_url`",
+            ),
+        ] {
+            let error = parse_messages(&bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
+
+    /// vLLM's own example file's first line.
+    #[test]
+    fn a_batch_line_gives_its_custom_id_messages_and_parameters() {
+        let line = object(json!({
+            "custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "meta-llama/Meta-Llama-3-8B-Instruct",
+                     "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                                  {"role": "user", "content": "Hello world!"}],
+                     "max_completion_tokens": 1000, "temperature": 0.5, "stop": "\n\n",
+                     "top_k": -1, "seed": 7, "logprobs": true, "top_logprobs": 2}
+        }));
+        let (id, record) = parse_batch_line(&line).unwrap();
+        assert_eq!(id, json!("request-1"));
+        assert_eq!(record.error, None);
+        assert_eq!(record.messages.len(), 2);
+        let params = record.params.unwrap();
+        assert_eq!(params.max_new_tokens, Some(1000));
+        assert_eq!(params.temperature, Some(0.5));
+        assert_eq!(params.stop, Some(vec!["\n\n".to_owned()]));
+        assert_eq!((params.top_k, params.seed), (Some(0), Some(7)));
+        assert_eq!(
+            (params.logprobs, params.top_logprobs),
+            (Some(true), Some(2))
+        );
+    }
+
+    #[test]
+    fn a_wrong_request_is_answered_with_its_error_and_a_line_without_custom_id_is_bad() {
+        let base = json!({"custom_id": "r", "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"messages": [{"role": "user", "content": "x"}]}});
+        let with = |path: &str, value: Value| {
+            let mut line = base.clone();
+            match path {
+                "body" => {
+                    let (key, value) = value.as_object().unwrap().iter().next().unwrap();
+                    line["body"][key] = value.clone();
+                }
+                key => line[key] = value,
+            }
+            parse_batch_line(&object(line))
+                .unwrap()
+                .1
+                .error
+                .unwrap_or_default()
+        };
+        assert!(with("url", json!("/v1/embeddings")).contains("not supported"));
+        assert!(with("method", json!("GET")).contains("not POST"));
+        assert!(
+            with("body", json!({"temperature": "hot"})).contains("`temperature` must be a number")
+        );
+        assert!(with("body", json!({"tools": []})).contains("`tools` is not supported"));
+        assert!(with("body", json!({"top_logprobs": 3})).contains("needs `logprobs: true`"));
+        assert_eq!(with("body", json!({"stream": true})), "");
+        let no_id = object(json!({"method": "POST", "url": "/v1/chat/completions", "body": {}}));
+        assert!(parse_batch_line(&no_id).unwrap_err().contains("custom_id"));
+    }
+}

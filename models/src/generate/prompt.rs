@@ -1,0 +1,276 @@
+//! From a record's prompt to the model's tokens: the vocabulary and chat template of a model
+//! ([`PromptFormat`], loadable without the weights, for `resident generate --dry-run`), a
+//! prompt as instruction parts or a conversation ([`Prompt`]), and the cut that makes a
+//! prompt fit the context: the middle of the record's own text goes, never the instruction.
+
+use std::path::Path;
+
+use super::chat::{ChatTemplate, Message};
+use super::gguf_vocab::Vocab;
+use super::{PromptTemplate, checkpoint, llama};
+use crate::ModelError;
+
+/// Tokens the ` … ` of a cut text may take.
+const CUT_MARKER_TOKENS: usize = 3;
+
+/// What a prompt is made of.
+#[derive(Clone, Copy, Debug)]
+pub enum Prompt<'a> {
+    /// `before + text + after` as one user turn (or as it is, without the chat template),
+    /// after a system message where one is given. Only `text` is cut.
+    Parts {
+        system: Option<&'a str>,
+        before: &'a str,
+        text: &'a str,
+        after: &'a str,
+    },
+    /// A conversation (the chat template only); the longest user message is the one cut.
+    Messages(&'a [Message]),
+}
+
+impl<'a> Prompt<'a> {
+    /// `before + text + after`, no system message.
+    pub fn parts(before: &'a str, text: &'a str, after: &'a str) -> Self {
+        Self::Parts {
+            system: None,
+            before,
+            text,
+            after,
+        }
+    }
+
+    /// The text that may be cut.
+    fn cuttable(&self) -> &'a str {
+        match *self {
+            Self::Parts { text, .. } => text,
+            Self::Messages(messages) => messages
+                .iter()
+                .filter(|m| m.role == "user")
+                .map(|m| m.content.as_str())
+                .max_by_key(|content| content.len())
+                .unwrap_or(""),
+        }
+    }
+}
+
+/// A model's vocabulary and chat template: how prompts become tokens and tokens text.
+pub struct PromptFormat {
+    pub vocab: Vocab,
+    chat: Option<ChatTemplate>,
+}
+
+impl PromptFormat {
+    pub fn new(vocab: Vocab) -> Result<Self, ModelError> {
+        let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
+        let chat = match &vocab.chat_template {
+            Some(source) => Some(ChatTemplate::new(
+                source,
+                &special(vocab.bos),
+                &special(Some(vocab.eos)),
+            )?),
+            None => None,
+        };
+        Ok(Self { vocab, chat })
+    }
+
+    /// The format of a GGUF file (its metadata only) or a safetensors directory (its
+    /// tokenizer files), without loading the weights.
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        if checkpoint::is_safetensors_dir(path) {
+            return Self::new(checkpoint::hf_vocab(path)?);
+        }
+        let (_, content) = llama::read_gguf(path)?;
+        Self::new(Vocab::from_metadata(&content.metadata)?)
+    }
+
+    /// The prompt's text as the model reads it (before tokenisation; BOS, where `None`
+    /// adds one, is a token, not text), with `cut` in place of the cuttable text.
+    pub fn render(
+        &self,
+        prompt: &Prompt,
+        template: PromptTemplate,
+        cut: Option<&str>,
+    ) -> Result<String, ModelError> {
+        let cuttable = prompt.cuttable();
+        let text = cut.unwrap_or(cuttable);
+        match (template, prompt) {
+            (
+                PromptTemplate::None,
+                Prompt::Parts {
+                    system: None,
+                    before,
+                    after,
+                    ..
+                },
+            ) => Ok(format!("{before}{text}{after}")),
+            (PromptTemplate::None, Prompt::Parts { .. }) => Err(ModelError::InvalidConfig(
+                "a system message needs the model's chat template; use --template chat".into(),
+            )),
+            (PromptTemplate::None, Prompt::Messages(_)) => Err(ModelError::InvalidConfig(
+                "chat messages need the model's chat template; use --template chat".into(),
+            )),
+            (PromptTemplate::Chat, _) => {
+                let chat = self.chat.as_ref().ok_or_else(|| {
+                    ModelError::InvalidConfig(
+                        "the model has no chat template; use --template none (and a text \
+                         prompt, without --system or messages)"
+                            .into(),
+                    )
+                })?;
+                let messages = match *prompt {
+                    Prompt::Parts {
+                        system,
+                        before,
+                        after,
+                        ..
+                    } => system
+                        .map(|system| Message::new("system", system))
+                        .into_iter()
+                        .chain([Message::new("user", &format!("{before}{text}{after}"))])
+                        .collect(),
+                    Prompt::Messages(messages) => {
+                        let mut messages = messages.to_vec();
+                        let longest = messages
+                            .iter_mut()
+                            .filter(|m| m.role == "user" && m.content == cuttable)
+                            .next_back();
+                        if let (Some(message), Some(cut)) = (longest, cut) {
+                            message.content = cut.to_owned();
+                        }
+                        messages
+                    }
+                };
+                chat.render(&messages)
+            }
+        }
+    }
+
+    /// The tokens of a rendered prompt: BOS first for a raw prompt when the model's
+    /// metadata asks for it (a chat template writes its own).
+    pub fn tokens(&self, rendered: &str, template: PromptTemplate) -> Result<Vec<u32>, ModelError> {
+        let encoding = self
+            .vocab
+            .tokenizer
+            .encode(rendered, false)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?;
+        let mut tokens = Vec::with_capacity(encoding.len() + 1);
+        if let (PromptTemplate::None, true, Some(bos)) =
+            (template, self.vocab.add_bos, self.vocab.bos)
+        {
+            tokens.push(bos);
+        }
+        tokens.extend_from_slice(encoding.get_ids());
+        Ok(tokens)
+    }
+
+    /// The prompt's tokens, leaving at least `reserve` tokens of a `context`-token window
+    /// for the answer: when it would not, the middle of the cuttable text (the record's own)
+    /// is cut and marked with ` … `; the instruction never is. Returns the tokens and whether
+    /// the text was cut. An instruction that alone leaves no room is returned whole (the
+    /// sequence then ends at the context, `length`).
+    pub fn fit(
+        &self,
+        prompt: &Prompt,
+        template: PromptTemplate,
+        context: usize,
+        reserve: usize,
+    ) -> Result<(Vec<u32>, bool), ModelError> {
+        let limit = context.saturating_sub(reserve).max(1);
+        let whole = self.tokens(&self.render(prompt, template, None)?, template)?;
+        if whole.len() <= limit {
+            return Ok((whole, false));
+        }
+        let text_tokens = self
+            .vocab
+            .tokenizer
+            .encode(prompt.cuttable(), false)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec();
+        let mut over = whole.len() - limit;
+        let mut fitted = whole;
+        // Token boundaries move a little when the cut text is tokenised again.
+        for _ in 0..4 {
+            let keep = text_tokens.len().saturating_sub(over + CUT_MARKER_TOKENS);
+            let head = keep / 2;
+            let tail = keep - head;
+            let cut = format!(
+                "{} … {}",
+                self.decode(&text_tokens[..head])?,
+                self.decode(&text_tokens[text_tokens.len() - tail..])?
+            );
+            fitted = self.tokens(&self.render(prompt, template, Some(&cut))?, template)?;
+            if fitted.len() <= limit || keep == 0 {
+                break;
+            }
+            over += fitted.len() - limit;
+        }
+        Ok((fitted, true))
+    }
+
+    /// The text of `tokens`, special tokens left out.
+    pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
+        self.vocab
+            .tokenizer
+            .decode(tokens, true)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+    }
+
+    /// One token as text (special tokens included) and as the bytes it stands for (a
+    /// byte-level token may be part of a character; its text then holds U+FFFD).
+    pub fn token_piece(&self, token: u32) -> (String, Vec<u8>) {
+        let text = self
+            .vocab
+            .tokenizer
+            .decode(&[token], false)
+            .unwrap_or_default();
+        let bytes = self
+            .vocab
+            .token(token)
+            .and_then(|piece| byte_level_bytes(&piece))
+            .unwrap_or_else(|| text.as_bytes().to_vec());
+        (text, bytes)
+    }
+
+    /// A token id by its exact text (`<|im_end|>`), for `stop_token_ids` given as text.
+    pub fn token_id(&self, piece: &str) -> Option<u32> {
+        self.vocab.tokenizer.token_to_id(piece)
+    }
+}
+
+/// The bytes of a byte-level BPE token (GPT-2's map of bytes to printable characters), or
+/// `None` when a character of `piece` is outside that map (not a byte-level token).
+fn byte_level_bytes(piece: &str) -> Option<Vec<u8>> {
+    piece.chars().map(byte_of_char).collect()
+}
+
+/// GPT-2's byte-to-character map, inverted: printable Latin-1 bytes stand for themselves,
+/// the other 68 bytes for U+0100 on, in byte order.
+fn byte_of_char(c: char) -> Option<u8> {
+    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || b >= 0xae;
+    let code = c as u32;
+    if code < 0x100 {
+        return printable(code).then_some(code as u8);
+    }
+    let index = code.checked_sub(0x100)? as usize;
+    (0u32..0x100)
+        .filter(|&b| !printable(b))
+        .nth(index)
+        .map(|b| b as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_characters_map_back_to_their_bytes() {
+        assert_eq!(byte_level_bytes("Hello"), Some(b"Hello".to_vec()));
+        // 'Ġ' (U+0120) is the space, 'Ċ' (U+010A) the newline.
+        assert_eq!(byte_level_bytes("Ġa"), Some(b" a".to_vec()));
+        assert_eq!(byte_level_bytes("Ċ"), Some(b"\n".to_vec()));
+        // "é" as two byte-level characters: 0xC3 ('Ã') and 0xA9 ('©').
+        assert_eq!(byte_level_bytes("Ã©"), Some("é".as_bytes().to_vec()));
+        assert_eq!(byte_level_bytes("中"), None);
+    }
+}
