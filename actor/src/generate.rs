@@ -40,28 +40,28 @@ pub struct GenerateConfig {
     /// (`config.json`, `*.safetensors`, `tokenizer.json`); local, `s3://` or a Hugging Face
     /// id.
     pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     /// The commit or content digest `model` is pinned to (set by jobs; `None` resolves it).
     pub model_revision: Option<String>,
     /// Sequences decoded at once (KV slots); the kind's default when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_sequences: Option<u32>,
     /// Tokens in one forward step, decode and prefill together; the kind's default when
     /// absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_step_tokens: Option<u32>,
     /// Caps each sequence's context (prompt and completion) below the model's, bounding
     /// its KV cache; the model's own when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_context: Option<u32>,
     /// The weights' precision: `auto` (absent: a GGUF file's quantised blocks on the CPU,
     /// bf16 on a GPU, f32 for a safetensors checkpoint on the CPU), `quantised`, `f32`,
     /// `f16` or `bf16`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub dtype: Option<String>,
     /// Threads an actor's forward steps use on the CPU; every core of the node when
     /// absent (a job runs one generation actor per CPU node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub threads: Option<u32>,
 }
 
@@ -81,14 +81,14 @@ pub struct PromptParts {
     pub after: String,
     /// A conversation in place of `before + text + after` (which are then empty): the
     /// chat template renders it; a last assistant message is continued.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub messages: Vec<ChatMessage>,
     /// This record's own decoding parameters, over the request's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub params: Option<ParamsOverride>,
     /// Why this record cannot run (an OpenAI batch line whose request is invalid): it is
     /// answered with this error, without the model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
 }
 
@@ -170,6 +170,8 @@ pub struct ParamsOverride {
     pub top_logprobs: Option<u32>,
     /// [`GenerateParams::ignore_eos`].
     pub ignore_eos: Option<bool>,
+    /// [`GenerateParams::response_format`].
+    pub response_format: Option<ResponseFormat>,
 }
 
 /// How the prompt is fed to the model.
@@ -182,22 +184,6 @@ pub enum Template {
     None,
 }
 
-fn is_zero_f32(value: &f32) -> bool {
-    *value == 0.0
-}
-
-fn is_one_f32(value: &f32) -> bool {
-    *value == 1.0
-}
-
-fn is_zero_u32(value: &u32) -> bool {
-    *value == 0
-}
-
-fn is_one_u32(value: &u32) -> bool {
-    *value == 1
-}
-
 fn one_u32() -> u32 {
     1
 }
@@ -207,9 +193,8 @@ fn one_f32() -> f32 {
 }
 
 /// Decoding parameters, the same for every prompt of a request unless a prompt's own
-/// [`ParamsOverride`] says otherwise. Semantics as vLLM's `SamplingParams`. A parameter at
-/// its default is left out of the encoding, so a job's settings read as they did before it
-/// existed.
+/// [`ParamsOverride`] says otherwise. Semantics as vLLM's `SamplingParams`; in JSON a
+/// parameter left out takes its default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenerateParams {
     /// How the prompt is fed to the model.
@@ -227,38 +212,110 @@ pub struct GenerateParams {
     /// Generation stops before the first of these.
     pub stop: Vec<String>,
     /// A system message before each text prompt's user turn (chat template only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub system: Option<String>,
     /// Drop tokens less likely than this fraction of the likeliest (0 keeps all).
-    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    #[serde(default)]
     pub min_p: f32,
     /// Above 1 discourages tokens already in the prompt or the output (1 is off).
-    #[serde(default = "one_f32", skip_serializing_if = "is_one_f32")]
+    #[serde(default = "one_f32")]
     pub repetition_penalty: f32,
     /// Subtracted once from the logit of each token the output holds (0 is off).
-    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    #[serde(default)]
     pub presence_penalty: f32,
     /// Subtracted from a token's logit per time the output holds it (0 is off).
-    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    #[serde(default)]
     pub frequency_penalty: f32,
     /// No end token, stop token or stop string ends a completion before this many tokens.
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    #[serde(default)]
     pub min_tokens: u32,
     /// A completion ends after any of these tokens (left out of its text).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub stop_token_ids: Vec<u32>,
     /// Completions per prompt, each sampled with its own stream.
-    #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+    #[serde(default = "one_u32")]
     pub n: u32,
     /// Each generated token's log-probability.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub logprobs: bool,
     /// With `logprobs`, this many likeliest tokens' log-probabilities at each step (0-20).
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    #[serde(default)]
     pub top_logprobs: u32,
     /// The model's end token does not end a completion (it runs to `max_new_tokens`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub ignore_eos: bool,
+    /// What each completion must be, as OpenAI's `response_format` says it: JSON valid
+    /// under a schema, or any JSON object. Decoding is masked by the grammar, so every
+    /// completion that ends with `stop` parses.
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
+/// task's binary encoding (postcard, which cannot hold a free-form JSON value) as that
+/// JSON's text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(remote = "Self")]
+pub enum ResponseFormat {
+    /// Free text (no constraint).
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under `json_schema.schema`.
+    JsonSchema {
+        /// The schema and its name.
+        json_schema: JsonSchemaFormat,
+    },
+}
+
+/// A named JSON schema (`response_format.json_schema`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// The schema's name (informational).
+    #[serde(default)]
+    pub name: String,
+    /// The JSON schema every completion must satisfy.
+    pub schema: serde_json::Value,
+    /// OpenAI's flag; completions are always held to the schema here.
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+impl Serialize for ResponseFormat {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            return ResponseFormat::serialize(self, serializer);
+        }
+        let json = ResponseFormat::serialize(self, serde_json::value::Serializer)
+            .map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(&json.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ResponseFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            return ResponseFormat::deserialize(deserializer);
+        }
+        let text = String::deserialize(deserializer)?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(serde::de::Error::custom)?;
+        ResponseFormat::deserialize(json).map_err(serde::de::Error::custom)
+    }
+}
+
+impl ResponseFormat {
+    /// A schema as `--json-schema` and vLLM's `guided_json` give it.
+    pub fn schema(schema: serde_json::Value) -> Self {
+        Self::JsonSchema {
+            json_schema: JsonSchemaFormat {
+                name: "output".into(),
+                schema,
+                strict: Some(true),
+            },
+        }
+    }
 }
 
 impl Default for GenerateParams {
@@ -282,6 +339,7 @@ impl Default for GenerateParams {
             logprobs: false,
             top_logprobs: 0,
             ignore_eos: false,
+            response_format: None,
         }
     }
 }
@@ -321,6 +379,9 @@ impl GenerateParams {
             top_logprobs,
             ignore_eos
         );
+        if let Some(format) = &over.response_format {
+            params.response_format = Some(format.clone());
+        }
         params
     }
 
@@ -446,13 +507,13 @@ pub struct Completion {
     /// The record's text was cut to fit the context.
     pub truncated: bool,
     /// Each generated token's log-probability, when asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub logprobs: Option<Vec<TokenLogprob>>,
     /// The second and later of `n` completions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub more: Vec<Choice>,
     /// Why the prompt did not run (its request was invalid); the text is then empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
 }
 
@@ -491,7 +552,7 @@ pub struct Choice {
     /// Why generation ended.
     pub finish_reason: FinishReason,
     /// Each generated token's log-probability, when asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
@@ -526,4 +587,39 @@ pub struct TopLogprob {
 pub struct GenerateResponse {
     /// One per prompt, in the request's order.
     pub completions: Vec<Completion>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request with every new field set survives the task encoding (postcard), the JSON
+    /// schema included, and reads as OpenAI spells it in JSON.
+    #[test]
+    fn a_request_with_a_schema_and_overrides_round_trips_through_the_task_encoding() {
+        let schema = serde_json::json!({"type": "object", "properties": {"a": {"enum": [1, 2]}}});
+        let request = GenerateRequest {
+            prompts: vec![PromptParts {
+                params: Some(ParamsOverride {
+                    n: Some(2),
+                    response_format: Some(ResponseFormat::JsonObject),
+                    ..ParamsOverride::default()
+                }),
+                ..PromptParts::chat("r", vec![ChatMessage::new("user", "hi")])
+            }],
+            params: GenerateParams {
+                response_format: Some(ResponseFormat::schema(schema.clone())),
+                logprobs: true,
+                top_logprobs: 2,
+                ..GenerateParams::default()
+            },
+        };
+        let bytes = crate::encode_request::<Generate>(&request).unwrap();
+        assert_eq!(crate::decode_request::<Generate>(&bytes).unwrap(), request);
+        let json = serde_json::to_value(&request.params).unwrap();
+        assert_eq!(json["response_format"]["type"], "json_schema");
+        assert_eq!(json["response_format"]["json_schema"]["schema"], schema);
+        let back: GenerateParams = serde_json::from_value(json).unwrap();
+        assert_eq!(back, request.params);
+    }
 }

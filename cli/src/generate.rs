@@ -2,7 +2,7 @@
 //! LLM kept resident in `generate` actors, resumably.
 
 use clap::{Args, ValueEnum};
-use resident_actor::generate::{GenerateParams, Template};
+use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
 };
@@ -130,6 +130,11 @@ pub struct GenerateArgs {
     /// Do not end a completion at the model's end token: run to --max-new-tokens.
     #[arg(long, env = "RESIDENT_IGNORE_EOS")]
     ignore_eos: bool,
+    /// A JSON schema file: decoding is masked by its grammar (llguidance), so every
+    /// completion that ends with `stop` parses and validates. A record's own
+    /// `response_format` (OpenAI Batch) replaces it.
+    #[arg(long, env = "RESIDENT_JSON_SCHEMA", value_name = "FILE")]
+    json_schema: Option<std::path::PathBuf>,
     /// Sequences each actor decodes at once (continuous batching); the kind's default
     /// when absent.
     #[arg(long, env = "RESIDENT_MAX_SEQUENCES")]
@@ -196,6 +201,7 @@ impl GenerateArgs {
             logprobs: self.logprobs,
             top_logprobs: self.top_logprobs,
             ignore_eos: self.ignore_eos,
+            response_format: self.response_format()?,
         };
         if let Some(problem) = generation.params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is
@@ -222,6 +228,26 @@ impl GenerateArgs {
 }
 
 impl GenerateArgs {
+    /// `--json-schema FILE` as the response format.
+    fn response_format(&self) -> anyhow::Result<Option<ResponseFormat>> {
+        let Some(path) = &self.json_schema else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::exit::BadInput(format!("--json-schema {}: {e}", path.display())))?;
+        let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            crate::exit::BadInput(format!("--json-schema {} is not JSON: {e}", path.display()))
+        })?;
+        crate::exit::require(
+            schema.is_object() || schema.is_boolean(),
+            format!(
+                "--json-schema {} must hold a JSON schema object",
+                path.display()
+            ),
+        )?;
+        Ok(Some(ResponseFormat::schema(schema)))
+    }
+
     /// Whether the job runs on a cluster in this process.
     pub fn is_local(&self) -> bool {
         self.corpus.is_local()

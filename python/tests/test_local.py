@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,52 @@ def test_generate_answers_greedily_with_token_counts(local_cluster, monkeypatch)
         max_new_tokens=24, stop=["Paris"],
     )
     assert stopped[0]["finish_reason"] == "stop" and "Paris" not in stopped[0]["text"]
+
+
+def test_chat_answers_conversations_and_takes_the_sampling_controls(local_cluster):
+    question = "What is the capital of France?"
+    # A conversation of one user turn is the plain prompt; a system message changes it.
+    plain = local_cluster.generate([question], model=str(SMOLLM2), max_new_tokens=16,
+                                   progress=False)
+    chatted = local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
+                                 max_new_tokens=16, progress=False)
+    assert chatted[0]["text"] == plain[0]["text"], (chatted, plain)
+    pirate = [{"role": "system", "content": "You are a pirate. Answer in pirate speech."},
+              {"role": "user", "content": question}]
+    with_system = local_cluster.generate([question], model=str(SMOLLM2), max_new_tokens=16,
+                                         system=pirate[0]["content"], progress=False)
+    as_chat = local_cluster.chat([pirate], model=str(SMOLLM2), max_new_tokens=16,
+                                 progress=False)
+    assert with_system[0]["text"] == as_chat[0]["text"] != plain[0]["text"]
+
+    # n, logprobs and a JSON schema; a conversation's own parameters; a bad one refused alone.
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+              "required": ["city"], "additionalProperties": False}
+    outs = local_cluster.chat(
+        [
+            {"messages": [{"role": "user", "content": question}], "n": 2, "temperature": 1.0},
+            {"messages": [{"role": "user", "content": question}], "logprobs": True,
+             "top_logprobs": 2},
+            {"messages": [{"role": "user", "content": question}],
+             "response_format": {"type": "json_schema",
+                                 "json_schema": {"name": "city", "schema": schema}}},
+            {"messages": [{"role": "user", "content": question}], "temperature": -1},
+        ],
+        model=str(SMOLLM2), max_new_tokens=24, seed=3, progress=False,
+    )
+    assert len(outs[0]["choices"]) == 2 and outs[0]["choices"][0]["text"] == outs[0]["text"]
+    steps = outs[1]["logprobs"]
+    assert steps and all(len(step["top_logprobs"]) == 2 for step in steps)
+    assert steps[0]["top_logprobs"][0]["token"] == steps[0]["token"]
+    assert json.loads(outs[2]["text"])["city"], outs[2]
+    assert "temperature" in outs[3]["error"] and outs[3]["text"] == "", outs[3]
+
+    with pytest.raises(resident.BadInput) as refused:
+        local_cluster.generate([question], model=str(SMOLLM2), min_p=2.0, progress=False)
+    assert "min_p" in str(refused.value), refused.value
+    with pytest.raises(resident.BadInput) as refused:
+        local_cluster.generate([question], model=str(SMOLLM2), best_of=2, progress=False)
+    assert "best_of" in str(refused.value) and "repetition_penalty" in str(refused.value)
 
 
 def test_a_call_releases_the_gil_while_it_waits(local_cluster):

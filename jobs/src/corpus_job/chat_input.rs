@@ -8,7 +8,7 @@
 //! error and the output line says it. A line without a `custom_id` cannot be answered and is
 //! a bad record, as a malformed line of any corpus is.
 
-use resident_actor::generate::{ChatMessage, ParamsOverride};
+use resident_actor::generate::{ChatMessage, ParamsOverride, ResponseFormat};
 use serde_json::{Map, Value};
 
 /// How a generate job reads its records' prompts.
@@ -222,6 +222,24 @@ pub fn parse_params(body: &Map<String, Value>) -> Result<ParamsOverride, String>
             "logprobs" => over.logprobs = Some(flag()?),
             "top_logprobs" => over.top_logprobs = Some(count()?),
             "ignore_eos" => over.ignore_eos = Some(flag()?),
+            "response_format" => {
+                over.response_format = Some(serde_json::from_value(value.clone()).map_err(|e| {
+                    format!(
+                        "`response_format` must be {{\"type\": \"json_schema\", \
+                         \"json_schema\": {{\"name\", \"schema\"}}}}, \
+                         {{\"type\": \"json_object\"}} or {{\"type\": \"text\"}}: {e}"
+                    )
+                })?)
+            }
+            // vLLM's name for a JSON schema constraint.
+            "guided_json" => {
+                let schema = match value {
+                    Value::String(text) => serde_json::from_str(text)
+                        .map_err(|e| format!("`guided_json` is not JSON: {e}"))?,
+                    other => other.clone(),
+                };
+                over.response_format = Some(ResponseFormat::schema(schema));
+            }
             "skip_special_tokens" | "spaces_between_special_tokens"
                 if value == &Value::Bool(true) => {}
             other => {
@@ -230,7 +248,7 @@ pub fn parse_params(body: &Map<String, Value>) -> Result<ParamsOverride, String>
                      request (supported: max_tokens, max_completion_tokens, temperature, \
                      top_p, top_k, min_p, seed, stop, repetition_penalty, presence_penalty, \
                      frequency_penalty, min_tokens, stop_token_ids, n, logprobs, \
-                     top_logprobs, ignore_eos)"
+                     top_logprobs, ignore_eos, response_format, guided_json)"
                 ));
             }
         }
@@ -306,6 +324,28 @@ mod tests {
         assert_eq!(
             (params.logprobs, params.top_logprobs),
             (Some(true), Some(2))
+        );
+    }
+
+    #[test]
+    fn a_response_format_or_guided_json_becomes_the_schema() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let openai = object(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema, "strict": true}}}));
+        let vllm = object(json!({"guided_json": schema.to_string()}));
+        let format = |body| parse_params(&body).unwrap().response_format.unwrap();
+        let ResponseFormat::JsonSchema { json_schema } = format(openai) else {
+            panic!("a schema")
+        };
+        assert_eq!(json_schema.schema, schema);
+        assert_eq!(format(vllm), ResponseFormat::schema(schema));
+        let any = object(json!({"response_format": {"type": "json_object"}}));
+        assert_eq!(format(any), ResponseFormat::JsonObject);
+        let bad = object(json!({"response_format": {"type": "yaml"}}));
+        assert!(
+            parse_params(&bad)
+                .unwrap_err()
+                .contains("`response_format` must be")
         );
     }
 

@@ -240,7 +240,7 @@ impl ChunkWork for GenerateWork {
         let mut settings = serde_json::json!({
             "model": model_fingerprint,
             "prompt": self.prompt.as_str(),
-            "params": self.params,
+            "params": params_settings(&self.params),
             "max_context": self.max_context,
         });
         // Only when set: a job started before `--dtype` existed resumes as it was.
@@ -409,8 +409,68 @@ impl ChunkWork for GenerateWork {
     }
 }
 
+/// The parameters as a job's settings record them: those added after the first release
+/// appear only when set, so a job started before they existed resumes as it was.
+fn params_settings(params: &GenerateParams) -> serde_json::Value {
+    let mut settings = serde_json::to_value(params).expect("parameters are JSON");
+    let defaults = serde_json::to_value(GenerateParams::default()).expect("parameters are JSON");
+    const FIRST_RELEASE: &[&str] = &[
+        "template",
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "seed",
+        "stop",
+    ];
+    if let (Some(settings), Some(defaults)) = (settings.as_object_mut(), defaults.as_object()) {
+        settings.retain(|key, value| {
+            FIRST_RELEASE.contains(&key.as_str()) || defaults.get(key) != Some(value)
+        });
+    }
+    settings
+}
+
 fn encode(request: &GenerateRequest) -> Bytes {
     resident_actor::encode_request::<Generate>(request)
         .expect("a generate request always encodes")
         .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job's settings read as before the new parameters existed while they are at their
+    /// defaults, and differ once one is set.
+    #[test]
+    fn new_parameters_join_the_settings_only_when_set() {
+        let plain = params_settings(&GenerateParams::default());
+        let keys: Vec<&str> = plain
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "max_new_tokens",
+                "seed",
+                "stop",
+                "temperature",
+                "template",
+                "top_k",
+                "top_p"
+            ]
+        );
+        let penalised = GenerateParams {
+            repetition_penalty: 1.2,
+            ..GenerateParams::default()
+        };
+        assert_eq!(
+            params_settings(&penalised)["repetition_penalty"],
+            1.2f32 as f64
+        );
+    }
 }

@@ -15,6 +15,7 @@ pub mod dense;
 pub mod export;
 mod gguf_shapes;
 pub mod gguf_vocab;
+pub mod grammar;
 mod lanes;
 pub mod llama;
 pub mod prompt;
@@ -31,6 +32,7 @@ use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
+use grammar::{Constraint, GrammarEngine, OutputGrammar};
 use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row, StepBuffers};
 use prompt::{Prompt, PromptFormat};
 use sampling::{Sampler, SamplingParams, TokenLogprob};
@@ -79,6 +81,9 @@ pub struct GenerationRequest {
     /// Each generated token's log-probability, with this many of the likeliest tokens'
     /// (`None`: none are computed).
     pub logprobs: Option<usize>,
+    /// What the completion must be (a JSON schema): each step draws only from the tokens
+    /// that keep it valid, and it ends when the document is complete.
+    pub grammar: Option<std::sync::Arc<OutputGrammar>>,
 }
 
 /// One completed prompt.
@@ -189,6 +194,8 @@ impl Engine {
 pub struct GenerateModel {
     engine: Engine,
     format: PromptFormat,
+    /// Built on the first request with a grammar (it precomputes over the vocabulary).
+    grammar: std::sync::OnceLock<Result<GrammarEngine, String>>,
 }
 
 /// One sequence in flight.
@@ -200,6 +207,7 @@ struct InFlight {
     cached: usize,
     sampler: Sampler,
     logprobs: Vec<TokenLogprob>,
+    constraint: Option<Constraint>,
 }
 
 impl GenerateModel {
@@ -277,7 +285,21 @@ impl GenerateModel {
         Ok(Self {
             engine,
             format: PromptFormat::new(vocab)?,
+            grammar: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The grammar engine for this model's vocabulary, built once.
+    fn grammar_engine(&self) -> Result<&GrammarEngine, ModelError> {
+        self.grammar
+            .get_or_init(|| GrammarEngine::new(&self.format).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| ModelError::Task(e.clone()))
+    }
+
+    /// A fresh constraint for `grammar`: checks a schema before any sequence runs.
+    pub fn constraint(&self, grammar: &OutputGrammar) -> Result<Constraint, ModelError> {
+        self.grammar_engine()?.constraint(grammar)
     }
 
     /// How prompts become this model's tokens, and tokens text.
@@ -406,6 +428,10 @@ impl GenerateModel {
                 }
                 let Some(slot) = free_slots.pop() else { break };
                 waiting.pop_front();
+                let constraint = match &request.grammar {
+                    Some(grammar) => Some(self.constraint(grammar)?),
+                    None => None,
+                };
                 flight.push(InFlight {
                     request: next,
                     slot,
@@ -419,6 +445,7 @@ impl GenerateModel {
                         &request.prompt,
                     ),
                     logprobs: Vec::new(),
+                    constraint,
                 });
             }
             if flight.is_empty() {
@@ -455,11 +482,28 @@ impl GenerateModel {
                 let request = &requests[seq.request];
                 let logits = logits.next().expect("one per span with logits");
                 let generated = seq.tokens.len() - seq.prompt_len;
-                let suppressed = match generated < request.min_tokens {
+                // Under a grammar, the grammar alone says when the text may end.
+                let suppressed = match generated < request.min_tokens && seq.constraint.is_none() {
                     true => self.stop_tokens(request),
                     false => Vec::new(),
                 };
-                let next = seq.sampler.next(&logits, &suppressed);
+                let mask = match &mut seq.constraint {
+                    Some(constraint) => Some(constraint.allowed()?),
+                    None => None,
+                };
+                let allowed = mask
+                    .as_ref()
+                    .map(|mask| move |token: u32| grammar::allows(mask, token));
+                let next = seq.sampler.next(
+                    &logits,
+                    &suppressed,
+                    allowed.as_ref().map(|f| f as &dyn Fn(u32) -> bool),
+                );
+                if let Some(constraint) = &mut seq.constraint
+                    && !constraint.is_finished()
+                {
+                    constraint.accept(next)?;
+                }
                 if let Some(top) = request.logprobs {
                     seq.logprobs
                         .push(sampling::token_logprob(&logits, next, top));
@@ -540,6 +584,10 @@ impl GenerateModel {
                     text[..cut].to_owned(),
                 )));
             }
+        }
+        if seq.constraint.as_ref().is_some_and(Constraint::is_finished) {
+            let text = self.decode(&seq.tokens[seq.prompt_len..])?;
+            return Ok(Some(finish(seq, FinishReason::Stop, text)));
         }
         if generated >= request.max_new_tokens || seq.tokens.len() >= self.context() {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;

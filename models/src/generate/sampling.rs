@@ -109,15 +109,27 @@ impl Sampler {
     }
 
     /// The next token given the logits over the vocabulary; `suppressed` tokens are never
-    /// chosen (the end tokens before `min_tokens`). The token counts towards the penalties
-    /// of the steps after.
-    pub fn next(&mut self, logits: &[f32], suppressed: &[u32]) -> u32 {
-        let token = if self.params.penalises() || !suppressed.is_empty() {
+    /// chosen (the end tokens before `min_tokens`), nor, when a grammar gives `allowed`,
+    /// any token outside it. The token counts towards the penalties of the steps after.
+    pub fn next(
+        &mut self,
+        logits: &[f32],
+        suppressed: &[u32],
+        allowed: Option<&dyn Fn(u32) -> bool>,
+    ) -> u32 {
+        let token = if self.params.penalises() || !suppressed.is_empty() || allowed.is_some() {
             let mut adjusted = logits.to_vec();
             self.penalise(&mut adjusted);
             for &token in suppressed {
                 if let Some(logit) = adjusted.get_mut(token as usize) {
                     *logit = f32::NEG_INFINITY;
+                }
+            }
+            if let Some(allowed) = allowed {
+                for (token, logit) in adjusted.iter_mut().enumerate() {
+                    if !allowed(token as u32) {
+                        *logit = f32::NEG_INFINITY;
+                    }
                 }
             }
             self.choose(&adjusted)
@@ -275,7 +287,7 @@ mod tests {
     #[test]
     fn temperature_zero_is_greedy_and_takes_the_first_of_equal_maxima() {
         let mut sampler = sampler(&params(0.0, 1.0, 0, 7), "a");
-        assert_eq!(sampler.next(&[0.1, 3.0, 3.0, -1.0], &[]), 1);
+        assert_eq!(sampler.next(&[0.1, 3.0, 3.0, -1.0], &[], None), 1);
     }
 
     #[test]
@@ -284,7 +296,7 @@ mod tests {
         let draws = |seed, id: &str, choice| {
             let mut sampler = Sampler::new(&params(1.0, 1.0, 0, seed), id, choice, &[1, 2]);
             (0..20)
-                .map(|_| sampler.next(&logits, &[]))
+                .map(|_| sampler.next(&logits, &[], None))
                 .collect::<Vec<_>>()
         };
         assert_eq!(draws(1, "doc-1", 0), draws(1, "doc-1", 0));
@@ -310,9 +322,9 @@ mod tests {
         );
         let mut seen_min_p = HashSet::new();
         for _ in 0..300 {
-            assert!(top_k.next(&logits, &[]) < 2);
-            assert!(top_p.next(&logits, &[]) < 2);
-            seen_min_p.insert(min_p.next(&logits, &[]));
+            assert!(top_k.next(&logits, &[], None) < 2);
+            assert!(top_p.next(&logits, &[], None) < 2);
+            seen_min_p.insert(min_p.next(&logits, &[], None));
         }
         assert_eq!(seen_min_p, HashSet::from([0, 1]));
         // A min-p under every token's share keeps them all.
@@ -324,18 +336,29 @@ mod tests {
             "x",
         );
         let drawn: HashSet<u32> = (0..3000)
-            .map(|_| loose.next(&[0.0, 0.0, -1.0], &[]))
+            .map(|_| loose.next(&[0.0, 0.0, -1.0], &[], None))
             .collect();
         assert_eq!(drawn.len(), 3);
     }
 
     #[test]
-    fn suppressed_tokens_are_never_chosen() {
+    fn a_grammar_mask_leaves_only_its_tokens() {
+        let odd = |token: u32| token % 2 == 1;
         let mut greedy = sampler(&params(0.0, 1.0, 0, 0), "x");
-        assert_eq!(greedy.next(&[9.0, 1.0, 2.0], &[0]), 2);
+        assert_eq!(greedy.next(&[9.0, 1.0, 2.0, 0.5], &[], Some(&odd)), 1);
         let mut sampled = sampler(&params(1.0, 1.0, 0, 0), "x");
         for _ in 0..200 {
-            assert_ne!(sampled.next(&[9.0, 1.0, 2.0], &[0]), 0);
+            assert!(odd(sampled.next(&[9.0, 1.0, 2.0, 0.5], &[], Some(&odd))));
+        }
+    }
+
+    #[test]
+    fn suppressed_tokens_are_never_chosen() {
+        let mut greedy = sampler(&params(0.0, 1.0, 0, 0), "x");
+        assert_eq!(greedy.next(&[9.0, 1.0, 2.0], &[0], None), 2);
+        let mut sampled = sampler(&params(1.0, 1.0, 0, 0), "x");
+        for _ in 0..200 {
+            assert_ne!(sampled.next(&[9.0, 1.0, 2.0], &[0], None), 0);
         }
     }
 
@@ -385,7 +408,7 @@ mod tests {
     fn a_greedy_sequence_under_a_penalty_stops_repeating_itself() {
         let logits = [3.0, 2.0, 1.0];
         let mut plain = sampler(&params(0.0, 1.0, 0, 0), "x");
-        assert!((0..5).all(|_| plain.next(&logits, &[]) == 0));
+        assert!((0..5).all(|_| plain.next(&logits, &[], None) == 0));
         let mut penalised = sampler(
             &SamplingParams {
                 frequency_penalty: 0.6,
@@ -393,7 +416,7 @@ mod tests {
             },
             "x",
         );
-        let drawn: Vec<u32> = (0..4).map(|_| penalised.next(&logits, &[])).collect();
+        let drawn: Vec<u32> = (0..4).map(|_| penalised.next(&logits, &[], None)).collect();
         // 3 -> 2.4 -> 1.8 (below 2): token 1, then 0 (1.8 > 1.4), ...
         assert_eq!(drawn, [0, 0, 1, 0]);
     }

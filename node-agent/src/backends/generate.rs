@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use resident_actor::generate::{
     Choice, Completion, FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest,
-    GenerateResponse, PromptParts, Template, TokenLogprob, TopLogprob,
+    GenerateResponse, PromptParts, ResponseFormat, Template, TokenLogprob, TopLogprob,
 };
 use resident_models::ModelError;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::chat::Message;
+use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::prompt::{Prompt, PromptFormat};
 use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::{
@@ -242,6 +243,7 @@ impl TypedActor for GenerateActor {
                     params,
                     tokens,
                     truncated,
+                    grammar,
                 } => {
                     let first = requests.len();
                     requests.extend((0..params.n).map(|choice| GenerationRequest {
@@ -264,6 +266,7 @@ impl TypedActor for GenerateActor {
                         min_tokens: params.min_tokens as usize,
                         ignore_eos: params.ignore_eos,
                         logprobs: params.logprobs.then_some(params.top_logprobs as usize),
+                        grammar: grammar.clone(),
                     }));
                     plans.push(Ok((first..requests.len(), truncated)));
                 }
@@ -322,6 +325,7 @@ enum Planned {
         params: GenerateParams,
         tokens: Vec<u32>,
         truncated: bool,
+        grammar: Option<Arc<OutputGrammar>>,
     },
     /// The record's own request is invalid: it is answered with this, without the model.
     Refused(String),
@@ -364,16 +368,49 @@ impl GenerateActor {
             },
             false => Prompt::Messages(&messages),
         };
+        // A record's own schema that cannot compile is refused alone; the job's fails
+        // the task (every record would fail on it).
+        let grammar = match self.grammar_of(params.response_format.as_ref()) {
+            Ok(grammar) => grammar,
+            Err(error) => {
+                let own = prompt
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.response_format.as_ref());
+                return match own {
+                    Some(_) => Ok(Planned::Refused(error)),
+                    None => Err(error),
+                };
+            }
+        };
         let reserve = params.max_new_tokens.max(1) as usize;
         match self.model.fit(&parts, template, reserve) {
             Ok((tokens, truncated)) => Ok(Planned::Runs {
                 params,
                 tokens,
                 truncated,
+                grammar,
             }),
             Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
             Err(error) => Err(error.to_string()),
         }
+    }
+
+    /// The grammar `format` asks for, compiled once to check it (each sequence compiles
+    /// its own state from it).
+    fn grammar_of(
+        &self,
+        format: Option<&ResponseFormat>,
+    ) -> Result<Option<Arc<OutputGrammar>>, String> {
+        let grammar = match format {
+            None | Some(ResponseFormat::Text) => return Ok(None),
+            Some(ResponseFormat::JsonObject) => OutputGrammar::JsonObject,
+            Some(ResponseFormat::JsonSchema { json_schema }) => {
+                OutputGrammar::JsonSchema(json_schema.schema.clone())
+            }
+        };
+        self.model.constraint(&grammar).map_err(|e| e.to_string())?;
+        Ok(Some(Arc::new(grammar)))
     }
 }
 

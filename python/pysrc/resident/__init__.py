@@ -197,6 +197,8 @@ def _generate_params(
             params[name] = bool(value)
         elif name == "system":
             params[name] = str(value)
+        elif name == "response_format":
+            params[name] = dict(value)
         elif name in ("min_tokens", "n", "top_logprobs"):
             params[name] = int(value)
         else:
@@ -216,6 +218,7 @@ _SAMPLING = (
     "logprobs",
     "top_logprobs",
     "ignore_eos",
+    "response_format",
 )
 
 
@@ -624,7 +627,8 @@ class Cluster:
         ``body`` parameters honoured), ``output_format="openai-batch"`` writes the Batch
         output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
-        ``n``, ``logprobs``, ``top_logprobs`` and ``ignore_eos`` (vLLM's meanings).
+        ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
+        ``response_format`` (OpenAI's JSON schema constraint).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
@@ -673,8 +677,10 @@ class Cluster:
         "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
         sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,
         ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
-        ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs`` and
-        ``ignore_eos``, as vLLM's ``SamplingParams`` means them.
+        ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs``,
+        ``ignore_eos`` (as vLLM's ``SamplingParams`` means them) and ``response_format``
+        (OpenAI's: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
+        makes every completion parse as JSON valid under the schema).
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and

@@ -134,22 +134,51 @@ class Cluster:
         ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
         :func:`read_embeddings`.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True) -> dict:
-        """Runs ``resident generate``: a completion per record of a corpus, resumably.
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', **sampling: Any) -> dict:
+        '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
-        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record.
+        ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;
+        records with ``messages`` in place of a text are conversations.
+        ``input_format="openai-batch"`` reads an OpenAI Batch JSONL file (each line\'s
+        ``body`` parameters honoured), ``output_format="openai-batch"`` writes the Batch
+        output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
+        ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
+        ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM\'s meanings) and
+        ``response_format`` (OpenAI\'s JSON schema constraint).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
-        """
-    def generate(self, prompts: Iterable[str], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True) -> list[dict]:
+        '''
+    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
-        ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn;
-        ``"none"`` feeds it as is. Temperature 0 is greedy; with a ``seed`` sampling repeats
-        per prompt. Returns, in input order, dicts with ``text``, ``tokens`` (generated),
-        ``prompt_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``). A progress bar
-        counts the prompts completed (``progress=False`` turns it off).
+        ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn
+        (after ``system=`` when given); ``"none"`` feeds it as is. A prompt may be a dict
+        with ``prompt`` and parameters of its own by OpenAI\'s names (``{"prompt": ...,
+        "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
+        sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,
+        ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
+        ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs``,
+        ``ignore_eos`` (as vLLM\'s ``SamplingParams`` means them) and ``response_format``
+        (OpenAI\'s: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
+        makes every completion parse as JSON valid under the schema).
+
+        Returns, in input order, dicts with ``text``, ``tokens`` (generated),
+        ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
+        ``truncated``; with ``n`` above 1 also ``choices`` (each with ``text``, ``tokens``,
+        ``finish_reason``), with ``logprobs`` a ``logprobs`` list per completion (OpenAI\'s
+        ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
+        whose own parameters were refused. A progress bar counts the prompts completed
+        (``progress=False`` turns it off).
+        '''
+    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+        '''Answers each conversation with ``model``, as vLLM\'s ``LLM.chat`` does.
+
+        A conversation is a list of ``{"role", "content"}`` messages (``system``, ``user``,
+        ``assistant``; a last ``assistant`` message is continued), or a dict with
+        ``messages`` and parameters of its own by OpenAI\'s names. The model\'s chat template
+        renders it; a system message the template cannot take is refused in words.
+        Parameters and the dicts returned are those of :meth:`generate`.
         '''
     def nodes(self) -> list[types.SimpleNamespace]:
         """The nodes, with the fields ``resident status --json`` shows."""

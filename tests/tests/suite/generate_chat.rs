@@ -136,7 +136,8 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
 /// The sampling flags reach the model: `-n 3` gives three choices (the first the seeded
 /// single completion), `--logprobs --top-logprobs 2` a log-probability per token with the
 /// chosen token first at temperature 0, `--min-tokens` outlasts the end token, a penalty
-/// changes a greedy text, and bad values are refused naming the flag.
+/// changes a greedy text, `--json-schema` makes every text parse as the schema's JSON, and
+/// bad values are refused naming the flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
     init_logging();
@@ -198,6 +199,35 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
         &["--repetition-penalty", "1.5", "--frequency-penalty", "1"],
     );
     assert_ne!(penalised[0]["text"], greedy[0]["text"]);
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        json!({"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40},
+               "confident": {"type": "boolean"}}, "required": ["answer", "confident"],
+               "additionalProperties": false})
+        .to_string(),
+    )
+    .unwrap();
+    let structured_out = dir.path().join("structured");
+    run_ok(generate_command(
+        &input,
+        &structured_out,
+        "{text}",
+        &[
+            "--json-schema",
+            schema.to_str().unwrap(),
+            "--max-new-tokens",
+            "48",
+        ],
+    ));
+    for line in &lines(&structured_out.join("generations.jsonl")) {
+        let value: Value = serde_json::from_str(line["text"].as_str().unwrap()).expect("JSON");
+        assert!(
+            value["answer"].is_string() && value["confident"].is_boolean(),
+            "{value}"
+        );
+        assert_eq!(value.as_object().unwrap().len(), 2, "{value}");
+    }
 
     for (flag, value, says) in [
         ("--min-p", "1.5", "--min-p must be between 0 and 1"),
@@ -231,11 +261,11 @@ fn shard_bytes(out: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// 50 OpenAI Batch lines: vLLM's two example lines as they are, 44 summaries of real
-/// articles, lines with their own `n`, `logprobs`, `seed` and `temperature`, and two
-/// invalid requests. The CLI is killed with SIGKILL mid-job; the rerun keeps every finished
-/// shard and writes one Batch output line per input line, custom_ids in input order, the
-/// invalid requests as errors.
+/// 50 OpenAI Batch lines: vLLM's two example lines as they are, 43 summaries of real
+/// articles, lines with their own `n`, `logprobs`, `seed`, `temperature` and JSON schema
+/// `response_format`, and two invalid requests. The CLI is killed with SIGKILL mid-job;
+/// the rerun keeps every finished shard and writes one Batch output line per input line,
+/// custom_ids in input order, the invalid requests as errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
     init_logging();
@@ -245,7 +275,7 @@ async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
         json!({"custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "meta-llama/Meta-Llama-3-8B-Instruct", "messages": [{"role": "system", "content": "You are a helpful assistant."},{"role": "user", "content": "Hello world!"}],"max_completion_tokens": 8}}),
         json!({"custom_id": "request-2", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "meta-llama/Meta-Llama-3-8B-Instruct", "messages": [{"role": "system", "content": "You are an unhelpful assistant."},{"role": "user", "content": "Hello world!"}],"max_completion_tokens": 8}}),
     ];
-    for (i, line) in wiki_sample_lines(44).iter().enumerate() {
+    for (i, line) in wiki_sample_lines(43).iter().enumerate() {
         let record: Value = serde_json::from_str(line).unwrap();
         let text: String = record["text"].as_str().unwrap().chars().take(600).collect();
         requests.push(json!({
@@ -271,6 +301,14 @@ async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
     requests.push(chat(
         "logprobs",
         json!({"logprobs": true, "top_logprobs": 3}),
+    ));
+    requests.push(chat(
+        "schema",
+        json!({"max_tokens": 40, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "fruit", "schema": {"type": "object", "properties": {
+                "fruit": {"type": "string", "maxLength": 12},
+                "colour": {"enum": ["red", "green", "yellow", "orange"]}},
+                "required": ["fruit", "colour"], "additionalProperties": false}}}}),
     ));
     requests.push(json!({"custom_id": "wrong-url", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}));
     requests.push(chat("tools", json!({"tools": [{"type": "function"}]})));
@@ -341,6 +379,15 @@ async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
                 let steps = choices[0]["logprobs"]["content"].as_array().unwrap();
                 assert!(!steps.is_empty());
                 assert_eq!(steps[0]["top_logprobs"].as_array().unwrap().len(), 3);
+            }
+            "schema" => {
+                let value: Value = serde_json::from_str(content).expect("JSON");
+                assert!(value["fruit"].is_string(), "{value}");
+                let colour = value["colour"].as_str().unwrap();
+                assert!(
+                    ["red", "green", "yellow", "orange"].contains(&colour),
+                    "{value}"
+                );
             }
             _ => {
                 assert_eq!(choices.len(), 1);
