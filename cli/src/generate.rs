@@ -69,7 +69,7 @@ pub struct GenerateArgs {
     /// Print the first N records' prompts as the model will read them, with their token
     /// counts, and exit without running anything (the model's tokenizer is read from a
     /// local --model path).
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "RESIDENT_DRY_RUN", value_name = "N")]
     dry_run: Option<usize>,
     /// How the prompt reaches the model.
     #[arg(long, env = "RESIDENT_TEMPLATE", value_enum, default_value = "chat")]

@@ -250,7 +250,7 @@ impl ChunkWork for GenerateWork {
         if self.output == GenerationOutput::OpenAiBatch {
             settings["output"] = "openai-batch".into();
         }
-        crate::files::sha256_hex(settings.to_string().as_bytes())
+        crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
 
     /// Four times the sequences an actor decodes at once: a chunk is one task, and its
@@ -409,6 +409,30 @@ impl ChunkWork for GenerateWork {
     }
 }
 
+/// `value` as compact JSON with every object's keys sorted: the bytes a settings
+/// fingerprint hashes, whatever order serde_json's maps keep (llguidance turns on its
+/// `preserve_order`, which made them insertion-ordered; jobs started before it resume).
+fn canonical_json(value: &serde_json::Value) -> String {
+    fn sorted(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                serde_json::Value::Object(
+                    keys.into_iter()
+                        .map(|key| (key.clone(), sorted(&map[key])))
+                        .collect(),
+                )
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(sorted).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
 /// The parameters as a job's settings record them: those added after the first release
 /// appear only when set, so a job started before they existed resumes as it was.
 fn params_settings(params: &GenerateParams) -> serde_json::Value {
@@ -446,23 +470,10 @@ mod tests {
     #[test]
     fn new_parameters_join_the_settings_only_when_set() {
         let plain = params_settings(&GenerateParams::default());
-        let keys: Vec<&str> = plain
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
         assert_eq!(
-            keys,
-            [
-                "max_new_tokens",
-                "seed",
-                "stop",
-                "temperature",
-                "template",
-                "top_k",
-                "top_p"
-            ]
+            canonical_json(&plain),
+            r#"{"max_new_tokens":128,"seed":0,"stop":[],"temperature":0.0,"template":"Chat","top_k":0,"top_p":1.0}"#,
+            "the first release's settings, keys sorted"
         );
         let penalised = GenerateParams {
             repetition_penalty: 1.2,
