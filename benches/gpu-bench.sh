@@ -2,7 +2,9 @@
 # Runs on the GPU machine (device tool), from the repo root, with .gpu-carry/ carried
 # (scripts/pack-gpu-carry.sh). Prints markdown tables:
 #  1. first load: MiniLM loaded on a fresh CUDA JIT cache and again on the warm one (our
-#     kernels ship as SASS; candle's are PTX, compiled by the driver once per host);
+#     kernels and candle's, patched in vendor/, ship as SASS: the two should be equal);
+#  1b. defaults: `resident embed` and `resident generate` with no device flag (the GPU, one
+#     actor per GPU, said in the summary line) and with --gpus-per-actor 0;
 #  2. all-MiniLM-L6-v2 (real weights) on the 10k Wikipedia articles and on long documents
 #     (scripts/make-long-docs.py: past both models' token limits): Resident f16 against
 #     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
@@ -17,7 +19,7 @@
 #  6. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
 #     with a token budget far past what fits; it must halve the budget and finish.
 # Every step runs even when one before it fails; failures print as FAILED lines.
-# SECTIONS="generate load embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+# SECTIONS="generate load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
 set -uo pipefail
 work=/tmp/resident-gpu
@@ -58,7 +60,7 @@ compare() { # model dir, dim, label, data
     --min-cosine 0.99 >> "$work/parity.txt"
 }
 
-sections=${SECTIONS:-generate load embed qwen3 cluster oom}
+sections=${SECTIONS:-generate load defaults embed qwen3 cluster oom}
 if [[ $sections == *generate* ]]; then
   # SmolLM2-135M's shape with random weights (the real GGUF cannot travel): the exported
   # config and tokenizer (generate-bench --export-hf), weights made by transformers, loaded
@@ -78,7 +80,8 @@ if [[ $sections == *generate* ]]; then
 fi
 if [[ $sections == *load* ]]; then
   # The driver keeps what it compiles from PTX in CUDA_CACHE_PATH: an empty one is a fresh
-  # machine. 64 documents, so the load dominates.
+  # machine (with SASS for this GPU inside the binary, nothing is compiled). 64 documents,
+  # so the load dominates.
   echo
   echo "| first load (MiniLM f16, 64 documents) | CUDA JIT cache | load s | wall s |"
   echo "|---|---|---:|---:|"
@@ -96,6 +99,44 @@ for line in open(sys.argv[1]):
         print(f"| embed-bench | {cache} | {cells[8]} | {cells[3]} |")
 PY
   done
+fi
+if [[ $sections == *defaults* ]]; then
+  # Issue 43: `resident embed` and `resident generate` with no device flag use the GPU (one
+  # actor per GPU) and say so in their summary line; `--gpus-per-actor 0` keeps the CPU.
+  # The generate row is the engine end to end (issue 42), on SmolLM2's shape with random
+  # weights (made by the generate section, or here), `--dtype auto` (bf16 from 8.0).
+  [[ -d $work/smollm2-random ]] || step "smollm2 random weights" python3 benches/generate_hf.py \
+    random --config .gpu-carry/smollm2-hf --out "$work/smollm2-random" >&2
+  head -n 256 "$work/wiki_long.jsonl" > "$work/news256.jsonl"
+  echo
+  echo "| job, no device flag unless named | summary line (stderr) | wall s | docs/s | generated tokens/s |"
+  echo "|---|---|---:|---:|---:|"
+  run_default() { # label, job, output dir, args...
+    local label=$1 job=$2 out=$3
+    shift 3
+    rm -rf "$out"
+    RUST_LOG=${DEFAULTS_LOG:-warn} "$work/resident" "$job" --output "$out" "$@" > "$out.json" 2> "$out.err" ||
+      echo "FAILED ($?): $label"
+    python3 - "$label" "$out.json" "$out.err" "$job" <<'PY'
+import json, sys
+label, report, err, job = sys.argv[1:]
+summary = next((l.strip() for l in open(err) if l.startswith(f"resident {job} of")), "(none)")
+try:
+    r = json.load(open(report))
+    tokens = r.get("generated_tokens_per_second")
+    print(f"| {label} | {summary.split(': ', 1)[-1]} | {r['wall_seconds']:.1f} | {r['docs_per_second']:,.0f} | {'' if tokens is None else f'{tokens:,.0f}'} |")
+except Exception as e:
+    print(f"| {label} | {summary} | FAILED: {e} | | |")
+PY
+    grep -m3 -i "weights on\|error" "$out.err" | cut -c1-300
+  }
+  run_default "resident embed, MiniLM f16, 10k Wikipedia leads" embed "$work/defaults-embed-gpu" \
+    --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16
+  run_default "resident embed --gpus-per-actor 0" embed "$work/defaults-embed-cpu" \
+    --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16 --gpus-per-actor 0
+  DEFAULTS_LOG=info run_default "resident generate, SmolLM2 shape, 256 news prompts, 128 new tokens" \
+    generate "$work/defaults-generate" --input "$work/news256.jsonl" --model "$work/smollm2-random" \
+    --prompt $'Summarise this article in three sentences:\n\n{text}' --max-new-tokens 128
 fi
 echo
 echo "| engine | device | docs | wall s | docs/s | tokens/s | padding | tokenise share | load s |"

@@ -49,9 +49,10 @@ pub struct CorpusArgs {
     /// Actors; default one per CPU core (CPU) or as many as the GPUs hold.
     #[arg(long, env = "RESIDENT_REPLICAS")]
     replicas: Option<u32>,
-    /// GPUs per actor (0 = CPU; 0.25 shares a GPU four ways).
-    #[arg(long, env = "RESIDENT_GPUS_PER_ACTOR", default_value_t = 0.0)]
-    gpus_per_actor: f64,
+    /// GPUs per actor (0 = CPU actors; 0.25 shares a GPU four ways). Default: one actor per
+    /// GPU where the nodes the job may use have GPUs, CPU actors where they have none.
+    #[arg(long, env = "RESIDENT_GPUS_PER_ACTOR")]
+    gpus_per_actor: Option<f64>,
     /// VRAM each actor reserves on its GPU, in GiB.
     #[arg(long, env = "RESIDENT_VRAM_GIB", default_value_t = 2.0)]
     vram_gib: f64,
@@ -126,8 +127,9 @@ impl CorpusArgs {
         config.s3.endpoint = self.s3_endpoint.clone();
         config.replicas = self.replicas;
         crate::exit::require(
-            self.gpus_per_actor >= 0.0,
-            "--gpus-per-actor must not be negative",
+            self.gpus_per_actor
+                .is_none_or(|g| g >= 0.0 && g.is_finite()),
+            "--gpus-per-actor must be 0 (CPU actors) or more, like 1 or 0.25",
         )?;
         config.gpus_per_actor = self.gpus_per_actor;
         config.vram_gib_per_actor = self.vram_gib;
@@ -184,9 +186,14 @@ impl CorpusArgs {
         self.cluster.is_none()
     }
 
-    /// The cluster at `--cluster`, or a local one in this process; says on stderr, in one
-    /// line, what the job runs on.
-    pub async fn cluster(&self, job: &str) -> anyhow::Result<Cluster> {
+    /// The cluster at `--cluster`, or a local one in this process, with the actors' device
+    /// chosen into `config` (`--gpus-per-actor`, or the cluster's GPUs when it has any);
+    /// says on stderr, in one line, what the job runs on and why.
+    pub async fn cluster(
+        &self,
+        job: &str,
+        config: &mut CorpusJobConfig,
+    ) -> anyhow::Result<Cluster> {
         let cluster = self.connect().await?;
         let nodes = cluster.list_nodes().await?;
         let alive: Vec<_> = nodes.iter().filter(|n| n.alive).collect();
@@ -201,9 +208,10 @@ impl CorpusArgs {
             (n, Some(_)) => format!("{n} simulated GPUs"),
             (n, None) => format!("{n} GPUs"),
         };
+        let choice = config.choose_device(&cluster, "--gpus-per-actor").await?;
         eprintln!(
-            "resident {job} of {} with {} on {place} ({cores} CPU cores, {gpus})",
-            self.input, self.model
+            "resident {job} of {} with {} on {place} ({cores} CPU cores, {gpus}): {}",
+            self.input, self.model, choice.why
         );
         Ok(cluster)
     }

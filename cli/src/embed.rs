@@ -155,11 +155,11 @@ impl EmbedArgs {
 }
 
 pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let config = EmbedJobConfig {
+    let mut config = EmbedJobConfig {
         corpus: args.corpus.corpus_config()?,
         embedding: args.embedding()?,
     };
-    let cluster = args.corpus.cluster("embed").await?;
+    let cluster = args.corpus.cluster("embed", &mut config.corpus).await?;
     let mut progress = progress_reporter("embed");
     let report = run_embed_job(&cluster, &config, &mut progress).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);

@@ -255,11 +255,11 @@ impl GenerateArgs {
 }
 
 pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let config = args.job_config()?;
+    let mut config = args.job_config()?;
     if let Some(count) = args.dry_run {
         return crate::generate_preview::print_prompts(&config, count).await;
     }
-    let cluster = args.corpus.cluster("generate").await?;
+    let cluster = args.corpus.cluster("generate", &mut config.corpus).await?;
     let mut progress = progress_reporter("generate");
     let report = run_generate_job(&cluster, &config, &mut progress).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);

@@ -14,6 +14,18 @@ pub fn select_device(gpu: Option<u32>) -> Result<Device, ModelError> {
     }
 }
 
+/// The free memory of a CUDA `device`, in bytes (`None` on the CPU, or when the driver will
+/// not say).
+pub fn free_gpu_memory(device: &Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        let (free, _total) = cuda.cuda_stream().context().mem_get_info().ok()?;
+        return Some(free as u64);
+    }
+    let _ = device;
+    None
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_device(index: u32) -> Result<Device, ModelError> {
     Device::new_cuda(index as usize)
@@ -42,14 +54,13 @@ pub fn set_compute_threads(threads: usize) {
 }
 
 /// Where the CUDA driver keeps the kernels it compiles from PTX, and how much it may keep.
-/// candle's kernels ship as PTX for one compute capability (its build makes no SASS), so the
-/// driver compiles each module the first time a process loads it: about 22 s on an H100 for
-/// an encoder's modules. The driver's default cache lives under `$HOME/.nv`, which a
-/// container may not be able to write (a read-only root file system) and which does not
-/// outlive it, and holds 256 MiB; then every new container compiles again. This puts the
-/// cache in `dir` (beside the agent's model cache, a host path in our deployments) and lets
-/// it hold 4 GiB, so only the first load on a host compiles. Our own kernels are SASS and
-/// never wait on it.
+/// Our kernels and candle's (patched, vendor/README.md) ship as SASS for compute
+/// capabilities 7.5 to 9.0 and PTX of the newest: a GPU of a later generation compiles that
+/// PTX the first time a process loads each module. The driver's default cache lives under
+/// `$HOME/.nv`, which a container may not be able to write (a read-only root file system) and
+/// which does not outlive it, and holds 256 MiB. This puts the cache in `dir` (beside the
+/// agent's model cache, a host path in our deployments) and lets it hold 4 GiB, so that only
+/// the first load on such a host compiles.
 ///
 /// An explicit `CUDA_CACHE_PATH` or `CUDA_CACHE_MAXSIZE` wins. For binaries: call it first
 /// thing in `main`, before any other thread starts. Without the `cuda` feature it does nothing.

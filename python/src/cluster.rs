@@ -71,7 +71,7 @@ impl NativeCluster {
             return Err(bad_input(py, "chunk_size must be at least 1"));
         }
         let key = format!(
-            "{model}|{replicas:?}|{gpus}|{vram_gib}|{chunk_size}|{dtype:?}|{max_seq_length:?}|\
+            "{model}|{replicas:?}|{gpus:?}|{vram_gib}|{chunk_size}|{dtype:?}|{max_seq_length:?}|\
              {max_batch_tokens:?}"
         );
         if let Some(pool) = self.embed_pools.lock().expect("pools").get(&key).cloned() {
@@ -80,6 +80,7 @@ impl NativeCluster {
         let cluster = self.cluster.clone();
         let name = call_pool_name("py-embed", &key);
         let made = wait(py, async move {
+            let gpus = chosen_gpus(&cluster, gpus).await?;
             let replicas = match replicas {
                 Some(replicas) => replicas,
                 None => default_replicas(&cluster, gpus).await?,
@@ -115,7 +116,8 @@ impl NativeCluster {
 struct EmbedPoolSettings {
     model: String,
     replicas: Option<u32>,
-    gpus: f64,
+    /// `None`: the cluster's GPUs, one actor each, when it has any ([`chosen_gpus`]).
+    gpus: Option<f64>,
     vram_gib: f64,
     chunk_size: usize,
     dtype: Option<String>,
@@ -176,6 +178,18 @@ fn call_pool_name(prefix: &str, settings: &str) -> String {
     format!("{prefix}-{}", &digest[..10])
 }
 
+/// `gpus` when given, else what `resident_sdk::choose_device` picks on the cluster: one GPU
+/// per actor when its nodes have GPUs, CPU actors when they have none.
+async fn chosen_gpus(cluster: &Cluster, gpus: Option<f64>) -> Result<f64, SdkError> {
+    if let Some(gpus) = gpus {
+        return Ok(gpus);
+    }
+    let choice = cluster
+        .choose_device(None, &Default::default(), "gpus=")
+        .await?;
+    Ok(choice.gpus_per_actor)
+}
+
 /// One actor per CPU core of the alive nodes, or as many as the GPUs hold.
 async fn default_replicas(cluster: &Cluster, gpus: f64) -> Result<u32, SdkError> {
     let nodes = cluster.list_nodes().await?;
@@ -230,7 +244,7 @@ fn corpus_config(
     py: Python<'_>,
     [input, model, output]: [String; 3],
     replicas: Option<u32>,
-    gpus_per_actor: f64,
+    gpus_per_actor: Option<f64>,
     vram_gib: f64,
     chunk_size: Option<usize>,
     on_bad_record: &str,
@@ -465,7 +479,7 @@ impl NativeCluster {
 
     /// A stream of chunks to embed on a pool of `model` (made as for `embed`): send chunks
     /// of texts, receive their vectors in the order sent.
-    #[pyo3(signature = (model, replicas=None, gpus=0.0, vram_gib=2.0, chunk_size=256, dtype=None,
+    #[pyo3(signature = (model, replicas=None, gpus=None, vram_gib=2.0, chunk_size=256, dtype=None,
         prompt_name=None, prompt=None, skip_model_normalize=false, split=None, max_seq_length=None,
         max_batch_tokens=None))]
     #[allow(clippy::too_many_arguments)]
@@ -474,7 +488,7 @@ impl NativeCluster {
         py: Python<'_>,
         model: String,
         replicas: Option<u32>,
-        gpus: f64,
+        gpus: Option<f64>,
         vram_gib: f64,
         chunk_size: usize,
         dtype: Option<String>,
@@ -508,7 +522,7 @@ impl NativeCluster {
     }
 
     /// Runs `resident embed` (input, model, output and its options); returns report.json.
-    #[pyo3(signature = (input, model, output, replicas=None, gpus_per_actor=0.0, vram_gib=2.0,
+    #[pyo3(signature = (input, model, output, replicas=None, gpus_per_actor=None, vram_gib=2.0,
         chunk_size=None, dtype="f32", on_bad_record="skip", id_field="id".to_owned(), text_field="text".to_owned(),
         keep_pool=false, merge=true, on_progress=None, embedding_json="{}".to_owned()))]
     #[allow(clippy::too_many_arguments)]
@@ -519,7 +533,7 @@ impl NativeCluster {
         model: String,
         output: String,
         replicas: Option<u32>,
-        gpus_per_actor: f64,
+        gpus_per_actor: Option<f64>,
         vram_gib: f64,
         chunk_size: Option<usize>,
         dtype: &str,
@@ -558,7 +572,7 @@ impl NativeCluster {
 
     /// Runs `resident generate` over a corpus; returns report.json.
     #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
-        gpus_per_actor=0.0, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
+        gpus_per_actor=None, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
         id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None,
         input_format="records", output_format="generations"))]
     #[allow(clippy::too_many_arguments)]
@@ -571,7 +585,7 @@ impl NativeCluster {
         prompt: String,
         params_json: String,
         replicas: Option<u32>,
-        gpus_per_actor: f64,
+        gpus_per_actor: Option<f64>,
         vram_gib: f64,
         chunk_size: Option<usize>,
         on_bad_record: &str,
@@ -632,7 +646,7 @@ impl NativeCluster {
     /// (a text) or `messages` (a conversation) and any parameters of its own by OpenAI's
     /// names. `params_json` is `GenerateParams` as JSON. Returns the completions as JSON,
     /// in input order.
-    #[pyo3(signature = (prompts_json, model, params_json, replicas=None, gpus=0.0, vram_gib=2.0,
+    #[pyo3(signature = (prompts_json, model, params_json, replicas=None, gpus=None, vram_gib=2.0,
         max_sequences=None, dtype=None, on_progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -642,7 +656,7 @@ impl NativeCluster {
         model: String,
         params_json: String,
         replicas: Option<u32>,
-        gpus: f64,
+        gpus: Option<f64>,
         vram_gib: f64,
         max_sequences: Option<u32>,
         dtype: Option<String>,
@@ -654,7 +668,7 @@ impl NativeCluster {
             return Err(bad_input(py, problem.to_string()));
         }
         let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
-        let key = format!("{model}|{replicas:?}|{gpus}|{vram_gib}|{max_sequences:?}|{dtype:?}");
+        let key = format!("{model}|{replicas:?}|{gpus:?}|{vram_gib}|{max_sequences:?}|{dtype:?}");
         let cached = self
             .generate_pools
             .lock()
@@ -675,6 +689,7 @@ impl NativeCluster {
                         .map_err(|e| sdk_error(py, e))?;
                 let cluster = self.cluster.clone();
                 let made = wait(py, async move {
+                    let gpus = chosen_gpus(&cluster, gpus).await?;
                     // One actor per node on the CPU: its steps use every core.
                     let replicas = match replicas {
                         Some(replicas) => replicas,
@@ -817,7 +832,7 @@ impl NativeCluster {
 
     /// Creates the pool `name` of `kind` (or resizes one of that name and spec) and waits
     /// until its actors are ready; without `kind`, attaches to an existing pool.
-    #[pyo3(signature = (name, kind=None, replicas=1, gpus=0.0, vram_gib=0.0, selector=None, config_json=None))]
+    #[pyo3(signature = (name, kind=None, replicas=1, gpus=None, vram_gib=0.0, selector=None, config_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn pool(
         &self,

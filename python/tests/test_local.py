@@ -177,3 +177,16 @@ def test_a_cluster_closes_at_the_end_of_a_with_block_and_deletes_its_pools():
     with pytest.raises(resident.BadInput, match="closed"):
         cluster.nodes()
     cluster.close()
+
+
+def test_gpus_are_used_by_default_and_gpus_zero_keeps_the_cpu():
+    # Simulated GPUs are capacity only (the work runs on the CPU), enough to see the choice.
+    with resident.local(simulate_gpus="T4:16GiB x2") as cluster:
+        texts = [r["text"] for r in wiki_texts(8)]
+        on_gpus = cluster.embed(texts, model=str(MINILM), progress=False)
+        on_cpu = cluster.embed(texts, model=str(MINILM), gpus=0, replicas=1, progress=False)
+        np.testing.assert_allclose(on_gpus, on_cpu, atol=1e-5)
+        embed_actors = [a for a in cluster.actors() if a.pool.startswith("py-embed")]
+        placed = sorted(a.gpu_index for a in embed_actors if a.gpu_index is not None)
+        assert placed == [0, 1], embed_actors
+        assert sum(a.gpu_index is None for a in embed_actors) == 1, embed_actors

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod device_choice;
 mod embed;
 mod error;
 mod info;
@@ -58,6 +59,7 @@ pub use client::{
     KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, TaskPayload,
     credentials_from_env, insecure_from_env,
 };
+pub use device_choice::{DEFAULT_GPUS_PER_ACTOR, DeviceChoice, choose_device};
 pub use embed::{
     EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, RowWindow,
     WindowSplit, Windows, embed_request, embed_request_options, embed_request_with, one_model,

@@ -194,7 +194,7 @@ impl ChunkWork for EmbedWork {
             model: &config.model,
             revision: model.revision.as_deref(),
             replicas,
-            gpus_per_actor: config.gpus_per_actor,
+            gpus_per_actor: config.gpus(),
             vram_gib_per_actor: config.vram_gib_per_actor,
             selector: &config.selector,
             retention: config.retention,

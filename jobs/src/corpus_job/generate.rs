@@ -293,10 +293,8 @@ impl ChunkWork for GenerateWork {
         if let Some(timeout) = config.task_timeout {
             spec = spec.task_timeout(timeout);
         }
-        if config.gpus_per_actor > 0.0 {
-            spec = spec
-                .gpus(config.gpus_per_actor)
-                .vram_gib(config.vram_gib_per_actor);
+        if config.gpus() > 0.0 {
+            spec = spec.gpus(config.gpus()).vram_gib(config.vram_gib_per_actor);
         }
         cluster
             .create_or_resize_pool(spec, config.load_timeout)

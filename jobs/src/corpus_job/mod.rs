@@ -115,7 +115,9 @@ pub struct CorpusJobConfig {
     pub model: String,
     /// Actors; `None` = one per alive node's CPU core (CPU) or one per GPU slot.
     pub replicas: Option<u32>,
-    pub gpus_per_actor: f64,
+    /// GPUs per actor (0 = CPU actors); `None` = the GPUs of the nodes the job may use,
+    /// one actor each, or CPU actors where they have none ([`resident_sdk::choose_device`]).
+    pub gpus_per_actor: Option<f64>,
     pub vram_gib_per_actor: f64,
     pub selector: BTreeMap<String, String>,
     /// `None` = planned from measured docs/s.
@@ -148,7 +150,7 @@ impl CorpusJobConfig {
             s3: S3Options::default(),
             model: model.into(),
             replicas: None,
-            gpus_per_actor: 0.0,
+            gpus_per_actor: None,
             vram_gib_per_actor: 2.0,
             selector: BTreeMap::new(),
             chunk_size: None,
@@ -162,6 +164,28 @@ impl CorpusJobConfig {
             retention: PoolRetention::default(),
             task_timeout: None,
         }
+    }
+}
+
+impl CorpusJobConfig {
+    /// GPUs per actor once chosen ([`Self::choose_device`]); 0 = CPU actors.
+    pub(crate) fn gpus(&self) -> f64 {
+        self.gpus_per_actor.unwrap_or(0.0)
+    }
+
+    /// Fills in `gpus_per_actor` when it is unset (the cluster's GPUs when the nodes this
+    /// job may use have any) and says what it chose and why; `knob` names the setting in
+    /// the caller's words for that sentence (`--gpus-per-actor`).
+    pub async fn choose_device(
+        &mut self,
+        cluster: &Cluster,
+        knob: &str,
+    ) -> Result<resident_sdk::DeviceChoice, JobError> {
+        let choice = cluster
+            .choose_device(self.gpus_per_actor, &self.selector, knob)
+            .await?;
+        self.gpus_per_actor = Some(choice.gpus_per_actor);
+        Ok(choice)
     }
 }
 

@@ -39,6 +39,16 @@ pub(super) async fn run_job<W: ChunkWork>(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<JobReport<W::Figures>, JobError> {
     let started = Instant::now();
+    let mut chosen;
+    let config = match config.gpus_per_actor {
+        Some(_) => config,
+        None => {
+            chosen = config.clone();
+            let choice = chosen.choose_device(cluster, "gpus_per_actor").await?;
+            tracing::info!(why = %choice.why, "chose the actors' device");
+            &chosen
+        }
+    };
     let s3 = match config.input.is_s3() || config.output.is_s3() {
         true => Some(S3Client::connect(&config.s3).await),
         false => None,
@@ -585,9 +595,9 @@ async fn default_replicas(
                 .iter()
                 .all(|(k, v)| n.labels.get(k) == Some(v))
     });
-    let count: u32 = if config.gpus_per_actor > 0.0 {
+    let count: u32 = if config.gpus() > 0.0 {
         let slots: f64 = matching
-            .map(|n| n.gpus.len() as f64 / config.gpus_per_actor)
+            .map(|n| n.gpus.len() as f64 / config.gpus())
             .map(f64::floor)
             .sum();
         slots as u32

@@ -102,8 +102,9 @@ pub struct Generation {
 /// The weights' precision, as an actor's config names it (`dtype`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightDtype {
-    /// A GGUF file's quantised blocks on the CPU (our kernels); bf16 on a GPU; a
-    /// safetensors checkpoint in f32 on the CPU.
+    /// A GGUF file's quantised blocks on the CPU (our kernels); on a GPU bf16 from compute
+    /// capability 8.0 (Ampere) and f16 before it (a T4 has no bf16); a safetensors
+    /// checkpoint in f32 on the CPU.
     #[default]
     Auto,
     /// A GGUF file's blocks as they are, on any device.
@@ -131,13 +132,39 @@ impl WeightDtype {
     /// The dense dtype on `device` (`None`: keep a GGUF file's quantised blocks).
     fn dense(self, device: &Device) -> Option<DType> {
         match self {
-            Self::Auto if device.is_cuda() => Some(DType::BF16),
+            Self::Auto if device.is_cuda() => Some(gpu_dtype(compute_capability(device))),
             Self::Auto | Self::F32 => Some(DType::F32),
             Self::Quantised => None,
             Self::F16 => Some(DType::F16),
             Self::Bf16 => Some(DType::BF16),
         }
     }
+}
+
+/// What `auto` runs on a GPU of this compute capability: bf16 where the tensor cores have it
+/// (8.0 on), f16 before (7.x: T4, V100), which has the same speed there and the range a
+/// small model's activations need; f32 never, at a fraction of the speed.
+pub fn gpu_dtype(capability: Option<(u32, u32)>) -> DType {
+    match capability {
+        Some((major, _)) if major < 8 => DType::F16,
+        _ => DType::BF16,
+    }
+}
+
+/// The compute capability of a CUDA `device` (`None` on the CPU, or when the driver will
+/// not say).
+#[cfg(feature = "cuda")]
+fn compute_capability(device: &Device) -> Option<(u32, u32)> {
+    let Device::Cuda(cuda) = device else {
+        return None;
+    };
+    let (major, minor) = cuda.cuda_stream().context().compute_capability().ok()?;
+    Some((u32::try_from(major).ok()?, u32::try_from(minor).ok()?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn compute_capability(_device: &Device) -> Option<(u32, u32)> {
+    None
 }
 
 /// The forward pass a model runs on.

@@ -503,3 +503,17 @@ pub(super) fn write_gguf<'a>(
     let mut out = std::fs::File::create(path).unwrap();
     gguf_file::write(&mut out, &metadata, &tensors).unwrap();
 }
+
+#[test]
+fn auto_runs_bf16_from_ampere_and_f16_on_older_gpus() {
+    assert_eq!(gpu_dtype(Some((7, 5))), DType::F16, "T4");
+    assert_eq!(gpu_dtype(Some((7, 0))), DType::F16, "V100");
+    assert_eq!(gpu_dtype(Some((8, 6))), DType::BF16, "A10G, A6000");
+    assert_eq!(gpu_dtype(Some((9, 0))), DType::BF16, "H100");
+    assert_eq!(
+        gpu_dtype(None),
+        DType::BF16,
+        "a capability the driver would not tell"
+    );
+    assert_eq!(WeightDtype::Auto.dense(&Device::Cpu), Some(DType::F32));
+}

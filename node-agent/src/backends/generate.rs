@@ -95,13 +95,15 @@ fn check_model_files(roots: &FileRoots, file: &Path) -> Result<(), BackendError>
 }
 
 /// Refuses a config whose KV cache, full, would not fit the actor's memory (the node's
-/// RAM on the CPU, its VRAM share on a GPU): `max_sequences` slots of the whole context
-/// each. An allocation that fails mid-run aborts the agent; a refusal at load says what to
-/// lower.
+/// RAM on the CPU; on a GPU its VRAM share, or nine tenths of what the loaded model left
+/// free when the actor holds the whole GPU, as a job's default actors do):
+/// `max_sequences` slots of the whole context each. An allocation that fails mid-run aborts
+/// the agent; a refusal at load says what to lower.
 fn check_kv_budget(
     model: &GenerateModel,
     max_sequences: u32,
     device: &crate::backends::DeviceAssignment,
+    gpu_free_bytes: Option<u64>,
 ) -> Result<(), BackendError> {
     let shape = model.config();
     let per_token = (shape.layers as u64)
@@ -110,13 +112,7 @@ fn check_kv_budget(
     let full = per_token
         .and_then(|v| v.checked_mul(model.context() as u64))
         .and_then(|v| v.checked_mul(u64::from(max_sequences)));
-    let (budget, what) = match device.real_gpu() {
-        Some(_) if device.vram_bytes > 0 => (device.vram_bytes, "the actor's VRAM"),
-        _ => (
-            resident_proto::host::total_ram_bytes().unwrap_or(u64::MAX),
-            "this node's RAM",
-        ),
-    };
+    let (budget, what) = kv_budget(device, gpu_free_bytes);
     let gib = |bytes: u64| format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30));
     match full {
         Some(bytes) if bytes <= budget => Ok(()),
@@ -127,6 +123,24 @@ fn check_kv_budget(
             full.map_or("more than 16 EiB".to_owned(), gib),
             gib(budget),
         ))),
+    }
+}
+
+/// The memory a generate actor's KV cache may fill, and how to name it in a refusal.
+fn kv_budget(
+    device: &crate::backends::DeviceAssignment,
+    gpu_free_bytes: Option<u64>,
+) -> (u64, &'static str) {
+    match (device.real_gpu(), gpu_free_bytes) {
+        (Some(_), Some(free)) if device.gpu_fraction >= 1.0 => (
+            free / 10 * 9,
+            "nine tenths of its GPU's free memory (the actor holds the whole GPU)",
+        ),
+        (Some(_), _) if device.vram_bytes > 0 => (device.vram_bytes, "the actor's VRAM"),
+        _ => (
+            resident_proto::host::total_ram_bytes().unwrap_or(u64::MAX),
+            "this node's RAM",
+        ),
     }
 }
 
@@ -213,7 +227,8 @@ impl TypedActor for GenerateActor {
         let max_sequences = config
             .max_sequences
             .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES);
-        check_kv_budget(&model, max_sequences, &context.device)?;
+        let gpu_free = resident_models::device::free_gpu_memory(&device);
+        check_kv_budget(&model, max_sequences, &context.device, gpu_free)?;
         Ok(Self {
             model,
             threads,
@@ -509,6 +524,24 @@ mod tests {
             assert!(completion.prompt_tokens > 5);
             assert!(!completion.truncated);
         }
+    }
+
+    #[test]
+    fn a_whole_gpu_actor_may_fill_the_gpu_and_a_shared_one_its_share() {
+        let gpu = |fraction: f64, simulated: bool| crate::backends::DeviceAssignment {
+            gpu_indices: vec![0],
+            gpu_fraction: fraction,
+            vram_bytes: 2 << 30,
+            simulated,
+        };
+        assert_eq!(
+            kv_budget(&gpu(1.0, false), Some(70 << 30)).0,
+            (70u64 << 30) / 10 * 9
+        );
+        assert_eq!(kv_budget(&gpu(0.25, false), Some(70 << 30)).0, 2 << 30);
+        assert_eq!(kv_budget(&gpu(1.0, false), None).0, 2 << 30);
+        let (_, what) = kv_budget(&gpu(1.0, true), Some(70 << 30));
+        assert_eq!(what, "this node's RAM", "simulated GPUs run on the CPU");
     }
 
     #[test]

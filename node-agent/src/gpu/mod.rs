@@ -50,16 +50,24 @@ impl GpuProbe for CudaDriverProbe {
     }
 }
 
-/// The real GPUs of this host, or none (with one log line saying why).
+/// The real GPUs of this host, or none (with one log line saying why). A build without the
+/// `cuda` feature offers none, whatever the host has: its actors could only run on the CPU,
+/// and jobs that find GPUs put their actors there (one per GPU, not one per core).
 pub fn discover() -> Box<dyn GpuProbe> {
+    if !cfg!(feature = "cuda") {
+        if CudaDevices::open().is_ok_and(|devices| !devices.gpus().is_empty()) {
+            tracing::info!(
+                "this host has GPUs, but this build has no `cuda` feature: running CPU-only \
+                 (scripts/build-cuda.sh builds the GPU one)"
+            );
+        }
+        return Box::new(NoGpus);
+    }
     match CudaDevices::open() {
         Ok(devices) => {
             let nvml = nvml::NvmlReader::open()
                 .inspect_err(|reason| tracing::info!(%reason, "no GPU utilisation readings"))
                 .ok();
-            // candle's PTX compiles now, while the agent registers and waits for work, not
-            // on the path of the first actor's load.
-            devices.spawn_jit_warmup();
             let probe = CudaDriverProbe { devices, nvml };
             tracing::info!(
                 gpus = probe.gpus().len(),

@@ -337,7 +337,7 @@ class Cluster:
         model: str,
         *,
         replicas: Optional[int] = None,
-        gpus: float = 0.0,
+        gpus: Optional[float] = None,
         vram_gib: float = 2.0,
         chunk_size: int = 256,
         dtype: Optional[str] = None,
@@ -360,8 +360,9 @@ class Cluster:
         sentence-transformers config says so (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2``
         do); ``normalize=True`` scales every row to unit length, ``normalize=False`` leaves
         out the model's Normalize module. The pool (``replicas`` actors, default one per CPU
-        core or as many as the GPUs hold; ``gpus`` per actor) is made once for these
-        settings and stays loaded while it is used.
+        core or as many as the GPUs hold; ``gpus`` per actor, default one GPU each when the
+        cluster has GPUs and CPU actors when it has none, ``gpus=0`` for CPU actors on a GPU
+        host) is made once for these settings and stays loaded while it is used.
 
         ``prompt_name`` picks a prompt the model names in its
         ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
@@ -397,7 +398,7 @@ class Cluster:
         model: str,
         *,
         replicas: Optional[int] = None,
-        gpus: float = 0.0,
+        gpus: Optional[float] = None,
         vram_gib: float = 2.0,
         chunk_size: int = 256,
         dtype: Optional[str] = None,
@@ -518,7 +519,7 @@ class Cluster:
         output: str,
         *,
         replicas: Optional[int] = None,
-        gpus_per_actor: float = 0.0,
+        gpus_per_actor: Optional[float] = None,
         vram_gib: float = 2.0,
         chunk_size: Optional[int] = None,
         dtype: str = "f32",
@@ -607,7 +608,7 @@ class Cluster:
         stop: Optional[Sequence[str]] = None,
         template: str = "chat",
         replicas: Optional[int] = None,
-        gpus_per_actor: float = 0.0,
+        gpus_per_actor: Optional[float] = None,
         vram_gib: float = 2.0,
         chunk_size: Optional[int] = None,
         on_bad_record: str = "skip",
@@ -662,7 +663,7 @@ class Cluster:
         stop: Optional[Sequence[str]] = None,
         template: str = "chat",
         replicas: Optional[int] = None,
-        gpus: float = 0.0,
+        gpus: Optional[float] = None,
         vram_gib: float = 2.0,
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,
@@ -718,7 +719,7 @@ class Cluster:
         seed: int = 0,
         stop: Optional[Sequence[str]] = None,
         replicas: Optional[int] = None,
-        gpus: float = 0.0,
+        gpus: Optional[float] = None,
         vram_gib: float = 2.0,
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,

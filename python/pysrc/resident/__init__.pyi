@@ -68,7 +68,7 @@ class Cluster:
     @property
     def url(self) -> str:
         """The scheduler's URL."""
-    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> np.ndarray:
+    def embed(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> np.ndarray:
         '''Embeds ``texts`` with ``model``; a float32 array ``(len(texts), dim)`` in input order.
 
         ``texts`` is a list of ``str``, a numpy array of strings, a pandas Series, a pyarrow
@@ -78,8 +78,9 @@ class Cluster:
         sentence-transformers config says so (``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2``
         do); ``normalize=True`` scales every row to unit length, ``normalize=False`` leaves
         out the model\'s Normalize module. The pool (``replicas`` actors, default one per CPU
-        core or as many as the GPUs hold; ``gpus`` per actor) is made once for these
-        settings and stays loaded while it is used.
+        core or as many as the GPUs hold; ``gpus`` per actor, default one GPU each when the
+        cluster has GPUs and CPU actors when it has none, ``gpus=0`` for CPU actors on a GPU
+        host) is made once for these settings and stays loaded while it is used.
 
         ``prompt_name`` picks a prompt the model names in its
         ``config_sentence_transformers.json`` (``embed(queries, prompt_name="query")``),
@@ -94,7 +95,7 @@ class Cluster:
         and uint8 with per-dimension ranges over all the rows returned.
         ``max_seq_length`` (shorter than the model\'s) and ``max_batch_tokens`` are the pool\'s.
         '''
-    def embed_iter(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, chunks_ahead: int | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> Iterator[np.ndarray]:
+    def embed_iter(self, texts: Iterable[str], model: str, *, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, chunk_size: int = 256, dtype: str | None = None, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, normalize: bool | None = None, split: str | None = None, chunks_ahead: int | None = None, truncate_dim: int | None = None, precision: str = 'float32', max_seq_length: int | None = None, max_batch_tokens: int | None = None) -> Iterator[np.ndarray]:
         """Embeds a stream of texts as one job: yields a float32 array ``(rows, dim)`` per
         chunk of ``chunk_size`` texts, in input order, as soon as it and those before it are
         done.
@@ -112,7 +113,7 @@ class Cluster:
         the same keyword options). pandas gets a column of float32 numpy arrays; Arrow a
         fixed-size list column of float32.
         """
-    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None, format: str = 'npy', keep_columns: Sequence[str] | None = None, split: str | None = None, pool_windows: str | None = None, selector: Mapping[str, str] | None = None, s3_endpoint: str | None = None, price: Mapping[str, float] | None = None) -> dict:
+    def embed_job(self, input: str, model: str, output: str, *, replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, dtype: str = 'f32', on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, merge: bool = True, progress: bool = True, prompt_name: str | None = None, prompt: str | None = None, precision: str | None = None, truncate_dim: int | None = None, normalize: bool | None = None, max_seq_length: int | None = None, max_batch_tokens: int | None = None, format: str = 'npy', keep_columns: Sequence[str] | None = None, split: str | None = None, pool_windows: str | None = None, selector: Mapping[str, str] | None = None, s3_endpoint: str | None = None, price: Mapping[str, float] | None = None) -> dict:
         '''Runs ``resident embed``: the resumable corpus job, with the same options.
 
         ``input`` is a JSONL, text or Parquet file, a directory of them, or ``s3://``;
@@ -134,7 +135,7 @@ class Cluster:
         ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
         :func:`read_embeddings`.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float = 0.0, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', **sampling: Any) -> dict:
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
         ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;
@@ -149,7 +150,7 @@ class Cluster:
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         '''
-    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
         ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn
@@ -171,7 +172,7 @@ class Cluster:
         whose own parameters were refused. A progress bar counts the prompts completed
         (``progress=False`` turns it off).
         '''
-    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, replicas: int | None = None, gpus: float = 0.0, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Answers each conversation with ``model``, as vLLM\'s ``LLM.chat`` does.
 
         A conversation is a list of ``{"role", "content"}`` messages (``system``, ``user``,

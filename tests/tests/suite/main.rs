@@ -16,6 +16,7 @@ mod client_reattach;
 mod cluster_ops;
 mod custom_actor;
 mod deploy_files;
+mod device_defaults;
 mod durable_acks;
 mod embed_actors;
 mod embed_job;
