@@ -29,6 +29,19 @@ xz -dc .gpu-carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-be
 # (ignored by git), so every path below stays as it was.
 if [[ -f .gpu-carry/minilm-f16/model.safetensors.xz ]]; then
   xz -dc .gpu-carry/minilm-f16/model.safetensors.xz > .gpu-carry/minilm-f16/model.safetensors
+elif [[ ! -f .gpu-carry/minilm-f16/model.safetensors ]]; then
+  # Carried without its weights (the binaries with candle's SASS for five GPUs left no room
+  # under the 64 MiB limit): random weights of its shape, f16, which both engines load.
+  python3 - .gpu-carry/minilm-f16 <<'PY'
+import sys, torch
+from safetensors.torch import save_file
+from transformers import BertConfig, BertModel
+torch.manual_seed(0)
+model = BertModel(BertConfig.from_pretrained(sys.argv[1]), add_pooling_layer=False).eval()
+save_file({k: v.half().contiguous() if v.is_floating_point() else v.contiguous()
+           for k, v in model.state_dict().items()}, f"{sys.argv[1]}/model.safetensors")
+print("MiniLM shape with random weights (f16)", file=sys.stderr)
+PY
 fi
 xz -dc .gpu-carry/wiki_vital.jsonl.xz > "$work/wiki_vital.jsonl"
 xz -dc .gpu-carry/qwen3-tokenizer.json.xz > "$work/qwen3-tokenizer.json"

@@ -205,6 +205,8 @@ impl CorpusArgs {
         };
         let gpus = match (gpus, &self.simulate_gpus) {
             (0, _) => "no GPUs".to_owned(),
+            (1, Some(_)) => "1 simulated GPU".to_owned(),
+            (1, None) => "1 GPU".to_owned(),
             (n, Some(_)) => format!("{n} simulated GPUs"),
             (n, None) => format!("{n} GPUs"),
         };
