@@ -5,7 +5,7 @@
 #     kernels and candle's, patched in vendor/, ship as SASS: the two should be equal);
 #  1b. defaults: `resident embed` and `resident generate` with no device flag (the GPU, one
 #     actor per GPU, said in the summary line) and with --gpus-per-actor 0;
-#  2. all-MiniLM-L6-v2 (real weights) on the 10k Wikipedia articles and on long documents
+#  2. all-MiniLM-L6-v2 (its shape with random weights: the real ones no longer fit in the carry) on the 10k Wikipedia articles and on long documents
 #     (scripts/make-long-docs.py: past both models' token limits): Resident f16 against
 #     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
 #  3. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
