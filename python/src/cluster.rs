@@ -832,7 +832,7 @@ impl NativeCluster {
 
     /// Creates the pool `name` of `kind` (or resizes one of that name and spec) and waits
     /// until its actors are ready; without `kind`, attaches to an existing pool.
-    #[pyo3(signature = (name, kind=None, replicas=1, gpus=None, vram_gib=0.0, selector=None, config_json=None))]
+    #[pyo3(signature = (name, kind=None, replicas=1, gpus=0.0, vram_gib=0.0, selector=None, config_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn pool(
         &self,

@@ -132,8 +132,7 @@ impl PromptFormat {
                         let mut messages = messages.to_vec();
                         let longest = messages
                             .iter_mut()
-                            .filter(|m| m.role == "user" && m.content == cuttable)
-                            .next_back();
+                            .rfind(|m| m.role == "user" && m.content == cuttable);
                         if let (Some(message), Some(cut)) = (longest, cut) {
                             message.content = cut.to_owned();
                         }

@@ -337,7 +337,8 @@ impl TypedActor for GenerateActor {
 /// What a prompt comes to before the model runs.
 enum Planned {
     Runs {
-        params: GenerateParams,
+        /// Boxed: the parameters are most of the variant's size.
+        params: Box<GenerateParams>,
         tokens: Vec<u32>,
         truncated: bool,
         grammar: Option<Arc<OutputGrammar>>,
@@ -401,7 +402,7 @@ impl GenerateActor {
         let reserve = params.max_new_tokens.max(1) as usize;
         match self.model.fit(&parts, template, reserve) {
             Ok((tokens, truncated)) => Ok(Planned::Runs {
-                params,
+                params: Box::new(params),
                 tokens,
                 truncated,
                 grammar,
