@@ -11,8 +11,8 @@ use resident_actor::generate::{GenerateParams, PromptParts, Template};
 use resident_jobs::corpus_job::GenerateJobConfig;
 use resident_jobs::corpus_job::generate::preview_prompts;
 use resident_models::generate::PromptTemplate;
-use resident_models::generate::chat::Message;
-use resident_models::generate::prompt::{Prompt, PromptFormat};
+use resident_models::generate::prompt::PromptFormat;
+use resident_node_agent::backends::generate::{chat_messages, model_prompt};
 
 use crate::exit::BadInput;
 
@@ -68,20 +68,8 @@ fn rendered(
     if let Some(problem) = params.problem() {
         return Err(problem.to_string());
     }
-    let messages: Vec<Message> = prompt
-        .messages
-        .iter()
-        .map(|m| Message::new(&m.role, &m.content))
-        .collect();
-    let parts = match messages.is_empty() {
-        true => Prompt::Parts {
-            system: params.system.as_deref(),
-            before: &prompt.before,
-            text: &prompt.text,
-            after: &prompt.after,
-        },
-        false => Prompt::Messages(&messages),
-    };
+    let messages = chat_messages(prompt);
+    let parts = model_prompt(prompt, &params, &messages);
     let text = format
         .render(&parts, template, None)
         .map_err(|e| e.to_string())?;

@@ -334,6 +334,34 @@ impl TypedActor for GenerateActor {
     }
 }
 
+/// A record's conversation as the model's chat template takes it (empty for a text record).
+pub fn chat_messages(prompt: &PromptParts) -> Vec<Message> {
+    prompt
+        .messages
+        .iter()
+        .map(|m| Message::new(&m.role, &m.content))
+        .collect()
+}
+
+/// What the model renders for `prompt` under `params`: its conversation (`messages`, from
+/// [`chat_messages`]) when it has one, else its text between the template's parts with the
+/// job's system message. `--dry-run` renders the same.
+pub fn model_prompt<'a>(
+    prompt: &'a PromptParts,
+    params: &'a GenerateParams,
+    messages: &'a [Message],
+) -> Prompt<'a> {
+    match messages.is_empty() {
+        true => Prompt::Parts {
+            system: params.system.as_deref(),
+            before: &prompt.before,
+            text: &prompt.text,
+            after: &prompt.after,
+        },
+        false => Prompt::Messages(messages),
+    }
+}
+
 /// What a prompt comes to before the model runs.
 enum Planned {
     Runs {
@@ -370,20 +398,8 @@ impl GenerateActor {
                 None => Err(problem.to_string()),
             };
         }
-        let messages: Vec<Message> = prompt
-            .messages
-            .iter()
-            .map(|m| Message::new(&m.role, &m.content))
-            .collect();
-        let parts = match messages.is_empty() {
-            true => Prompt::Parts {
-                system: params.system.as_deref(),
-                before: &prompt.before,
-                text: &prompt.text,
-                after: &prompt.after,
-            },
-            false => Prompt::Messages(&messages),
-        };
+        let messages = chat_messages(prompt);
+        let parts = model_prompt(prompt, &params, &messages);
         // A record's own schema that cannot compile is refused alone; the job's fails
         // the task (every record would fail on it).
         let grammar = match self.grammar_of(params.response_format.as_ref()) {
