@@ -32,7 +32,11 @@ scripts/install-deploy-tools.sh >/dev/null
 scripts/install-browser.sh
 # Free disk, for a failed run's log: every test binary links the whole workspace.
 df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
-timed "release build of the binaries" cargo build --release --locked --workspace --bins
+# The binaries and the test targets in one build: built apart, the tests' dev-dependencies
+# change the features of shared crates (tokio, hyper, the AWS SDK, ...), and nextest would
+# compile most of the tree a second time.
+timed "release build of the binaries and tests" \
+  cargo build --release --locked --workspace --bins --tests
 if cargo nextest --version >/dev/null 2>&1; then
   timed "tests (nextest, with their build)" cargo nextest run --release --locked --workspace --no-fail-fast
   timed "doc tests" cargo test --release --locked --workspace --doc
