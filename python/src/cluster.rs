@@ -80,7 +80,7 @@ impl NativeCluster {
         let cluster = self.cluster.clone();
         let name = call_pool_name("py-embed", &key);
         let made = wait(py, async move {
-            let gpus = chosen_gpus(&cluster, gpus).await?;
+            let gpus = chosen_gpus(&cluster, gpus, replicas).await?;
             let replicas = match replicas {
                 Some(replicas) => replicas,
                 None => default_replicas(&cluster, gpus).await?,
@@ -180,12 +180,16 @@ fn call_pool_name(prefix: &str, settings: &str) -> String {
 
 /// `gpus` when given, else what `resident_sdk::choose_device` picks on the cluster: one GPU
 /// per actor when its nodes have GPUs, CPU actors when they have none.
-async fn chosen_gpus(cluster: &Cluster, gpus: Option<f64>) -> Result<f64, SdkError> {
+async fn chosen_gpus(
+    cluster: &Cluster,
+    gpus: Option<f64>,
+    replicas: Option<u32>,
+) -> Result<f64, SdkError> {
     if let Some(gpus) = gpus {
         return Ok(gpus);
     }
     let choice = cluster
-        .choose_device(None, &Default::default(), "gpus=")
+        .choose_device(None, replicas, &Default::default(), "gpus=")
         .await?;
     Ok(choice.gpus_per_actor)
 }
@@ -689,7 +693,7 @@ impl NativeCluster {
                         .map_err(|e| sdk_error(py, e))?;
                 let cluster = self.cluster.clone();
                 let made = wait(py, async move {
-                    let gpus = chosen_gpus(&cluster, gpus).await?;
+                    let gpus = chosen_gpus(&cluster, gpus, replicas).await?;
                     // One actor per node on the CPU: its steps use every core.
                     let replicas = match replicas {
                         Some(replicas) => replicas,

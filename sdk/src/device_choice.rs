@@ -20,11 +20,14 @@ pub struct DeviceChoice {
     pub why: String,
 }
 
-/// Chooses `requested` when given, else the GPUs of the alive nodes that match `selector`.
-/// `knob` names the setting in the caller's words (`--gpus-per-actor`, `gpus_per_actor=`),
-/// so that the sentence tells the user how to choose otherwise.
+/// Chooses `requested` when given, else the GPUs of the alive nodes that match `selector`:
+/// one actor per GPU, or, when the caller asked for more `replicas` than there are GPUs, an
+/// equal share of a GPU each (3 actors on 2 GPUs: half a GPU each), so that all of them
+/// place. `knob` names the setting in the caller's words (`--gpus-per-actor`,
+/// `gpus_per_actor=`), so that the sentence tells the user how to choose otherwise.
 pub fn choose_device(
     requested: Option<f64>,
+    replicas: Option<u32>,
     nodes: &[NodeInfo],
     selector: &BTreeMap<String, String>,
     knob: &str,
@@ -58,13 +61,23 @@ pub fn choose_device(
                 0 => String::new(),
                 n => format!("; {} without GPUs unused", on(n, "node")),
             };
-            DeviceChoice {
-                gpus_per_actor: DEFAULT_GPUS_PER_ACTOR,
-                why: format!(
-                    "one actor per GPU ({} on {}{unused}); {knob} 0 runs CPU actors instead",
-                    on(gpus, "GPU"),
-                    on(gpu_nodes, "node"),
-                ),
+            let found = format!("{} on {}{unused}", on(gpus, "GPU"), on(gpu_nodes, "node"));
+            let sharing = replicas
+                .filter(|&r| r as usize > gpus)
+                .map(|r| (r as usize).div_ceil(gpus));
+            match sharing {
+                None => DeviceChoice {
+                    gpus_per_actor: DEFAULT_GPUS_PER_ACTOR,
+                    why: format!("one actor per GPU ({found}); {knob} 0 runs CPU actors instead"),
+                },
+                Some(per_gpu) => DeviceChoice {
+                    gpus_per_actor: 1.0 / per_gpu as f64,
+                    why: format!(
+                        "{} actors sharing the GPUs, {per_gpu} to a GPU ({found}); {knob} 0 runs \
+                         CPU actors instead",
+                        replicas.unwrap_or_default()
+                    ),
+                },
             }
         }
         None => DeviceChoice {
@@ -81,11 +94,12 @@ impl Cluster {
     pub async fn choose_device(
         &self,
         requested: Option<f64>,
+        replicas: Option<u32>,
         selector: &BTreeMap<String, String>,
         knob: &str,
     ) -> Result<DeviceChoice, SdkError> {
         let nodes = self.list_nodes().await?;
-        Ok(choose_device(requested, &nodes, selector, knob))
+        Ok(choose_device(requested, replicas, &nodes, selector, knob))
     }
 }
 
@@ -132,7 +146,7 @@ mod tests {
     #[test]
     fn gpus_are_used_by_default_one_actor_each() {
         let nodes = [node("a", 4, &[]), node("b", 4, &[])];
-        let choice = choose_device(None, &nodes, &BTreeMap::new(), KNOB);
+        let choice = choose_device(None, None, &nodes, &BTreeMap::new(), KNOB);
         assert_eq!(choice.gpus_per_actor, 1.0);
         assert_eq!(
             choice.why,
@@ -143,7 +157,7 @@ mod tests {
     #[test]
     fn without_gpus_the_actors_run_on_cpus() {
         let nodes = [node("a", 0, &[])];
-        let choice = choose_device(None, &nodes, &BTreeMap::new(), KNOB);
+        let choice = choose_device(None, None, &nodes, &BTreeMap::new(), KNOB);
         assert_eq!(choice.gpus_per_actor, 0.0);
         assert!(
             choice.why.starts_with("CPU actors: no GPUs"),
@@ -155,7 +169,7 @@ mod tests {
     #[test]
     fn an_explicit_zero_keeps_the_cpu_and_says_what_idles() {
         let nodes = [node("a", 1, &[])];
-        let choice = choose_device(Some(0.0), &nodes, &BTreeMap::new(), "gpus_per_actor=");
+        let choice = choose_device(Some(0.0), None, &nodes, &BTreeMap::new(), "gpus_per_actor=");
         assert_eq!(choice.gpus_per_actor, 0.0);
         assert_eq!(
             choice.why,
@@ -166,8 +180,27 @@ mod tests {
     #[test]
     fn an_explicit_fraction_is_kept() {
         let nodes = [node("a", 1, &[])];
-        let choice = choose_device(Some(0.25), &nodes, &BTreeMap::new(), KNOB);
+        let choice = choose_device(Some(0.25), None, &nodes, &BTreeMap::new(), KNOB);
         assert_eq!(choice.gpus_per_actor, 0.25);
+    }
+
+    #[test]
+    fn more_replicas_than_gpus_share_them_equally() {
+        let nodes = [node("a", 2, &[])];
+        let choice = choose_device(None, Some(3), &nodes, &BTreeMap::new(), KNOB);
+        assert_eq!(choice.gpus_per_actor, 0.5);
+        assert_eq!(
+            choice.why,
+            "3 actors sharing the GPUs, 2 to a GPU (2 GPUs on 1 node); --gpus-per-actor 0 runs \
+             CPU actors instead"
+        );
+        let choice = choose_device(None, Some(4), &[node("a", 1, &[])], &BTreeMap::new(), KNOB);
+        assert_eq!(choice.gpus_per_actor, 0.25);
+        let choice = choose_device(None, Some(2), &nodes, &BTreeMap::new(), KNOB);
+        assert_eq!(
+            choice.gpus_per_actor, 1.0,
+            "as many replicas as GPUs: one each"
+        );
     }
 
     #[test]
@@ -180,14 +213,14 @@ mod tests {
             node("other", 8, &[("pool", "batch")]),
         ];
         let selector = BTreeMap::from([("pool".to_owned(), "gpu".to_owned())]);
-        let choice = choose_device(None, &nodes, &selector, KNOB);
+        let choice = choose_device(None, None, &nodes, &selector, KNOB);
         assert_eq!(choice.gpus_per_actor, 0.0, "{}", choice.why);
 
         let nodes = [
             node("gpu", 2, &[("pool", "gpu")]),
             node("cpu", 0, &[("pool", "gpu")]),
         ];
-        let choice = choose_device(None, &nodes, &selector, KNOB);
+        let choice = choose_device(None, None, &nodes, &selector, KNOB);
         assert_eq!(choice.gpus_per_actor, 1.0);
         assert!(
             choice.why.contains("1 node without GPUs unused"),

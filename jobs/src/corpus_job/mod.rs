@@ -182,7 +182,7 @@ impl CorpusJobConfig {
         knob: &str,
     ) -> Result<resident_sdk::DeviceChoice, JobError> {
         let choice = cluster
-            .choose_device(self.gpus_per_actor, &self.selector, knob)
+            .choose_device(self.gpus_per_actor, self.replicas, &self.selector, knob)
             .await?;
         self.gpus_per_actor = Some(choice.gpus_per_actor);
         Ok(choice)
