@@ -40,8 +40,13 @@ fn without_a_device_flag_a_job_takes_one_actor_per_gpu_and_says_so() {
         "{line}"
     );
     assert_eq!(report["actors"], 2, "{report}");
+    assert!(report["gpu_hours"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["cpu_hours"].as_f64(), Some(0.0), "{report}");
     let per_gpu = report["per_gpu"].as_array().unwrap();
-    assert_eq!(per_gpu.len(), 2, "both GPUs did work: {report}");
+    assert!(
+        !per_gpu.is_empty() && per_gpu.iter().all(|g| g["gpu_index"].is_u64()),
+        "every document ran on a GPU actor: {report}"
+    );
 }
 
 #[test]
@@ -52,11 +57,14 @@ fn gpus_per_actor_zero_keeps_the_cpu_on_a_gpu_host_and_says_what_idles() {
         line.ends_with(": CPU actors, as asked (--gpus-per-actor 0), leaving 2 GPUs idle"),
         "{line}"
     );
-    assert_eq!(
-        report["per_gpu"].as_array().map(Vec::len),
-        Some(0),
-        "{report}"
+    let per_gpu = report["per_gpu"].as_array().unwrap();
+    assert!(
+        per_gpu
+            .iter()
+            .all(|g| g["gpu_index"].is_null() && g["gpu_name"] == "cpu"),
+        "every document ran on a CPU actor: {report}"
     );
+    assert_eq!(report["gpu_hours"].as_f64(), Some(0.0), "{report}");
     assert!(report["cpu_hours"].as_f64().unwrap() > 0.0, "{report}");
 }
 
@@ -84,13 +92,23 @@ async fn the_library_job_chooses_the_gpus_when_none_is_given() {
     let mut config = EmbedJobConfig::new(&input, minilm_dir(), dir.path().join("auto"));
     assert_eq!(config.corpus.gpus_per_actor, None);
     let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
-    assert_eq!((report.actors, report.per_gpu.len()), (3, 3));
+    let hours = (report.gpu_hours, report.cpu_hours);
+    assert_eq!(report.actors, 3);
+    assert!(
+        hours.0 > 0.0 && hours.1 == 0.0,
+        "GPU and CPU hours: {hours:?}"
+    );
 
     config.corpus.output = dir.path().join("cpu").into();
     config.corpus.gpus_per_actor = Some(0.0);
     config.corpus.replicas = Some(2);
     let report = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
-    assert_eq!((report.actors, report.per_gpu.len()), (2, 0));
+    let hours = (report.gpu_hours, report.cpu_hours);
+    assert_eq!(report.actors, 2);
+    assert!(
+        hours.0 == 0.0 && hours.1 > 0.0,
+        "GPU and CPU hours: {hours:?}"
+    );
 
     let mut chosen = CorpusJobConfig::new(&input, minilm_dir(), dir.path().join("x"));
     let choice = chosen
