@@ -34,7 +34,7 @@ fn without_a_device_flag_a_job_takes_one_actor_per_gpu_and_says_so() {
     let line = first_line(&stderr);
     assert!(
         line.ends_with(
-            "(2 simulated GPUs): one actor per GPU (2 GPUs on 1 node); --gpus-per-actor 0 runs \
+            " 2 simulated GPUs): one actor per GPU (2 GPUs on 1 node); --gpus-per-actor 0 runs \
              CPU actors instead"
         ),
         "{line}"
@@ -73,7 +73,7 @@ fn without_gpus_a_job_runs_on_the_cpu_and_says_why() {
     let (stderr, report) = embed(&[]);
     let line = first_line(&stderr);
     assert!(
-        line.ends_with("(no GPUs): CPU actors: no GPUs on the nodes this job may use")
+        line.ends_with(" no GPUs): CPU actors: no GPUs on the nodes this job may use")
             || line.contains(" GPUs): one actor per GPU"),
         "a CPU build sees no GPUs; a CUDA build on a GPU host takes them: {line}"
     );
