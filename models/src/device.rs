@@ -26,6 +26,18 @@ pub fn free_gpu_memory(device: &Device) -> Option<u64> {
     None
 }
 
+/// The compute capability of a CUDA `device` (`None` on the CPU, or when the driver will
+/// not say).
+pub fn compute_capability(device: &Device) -> Option<(u32, u32)> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        let (major, minor) = cuda.cuda_stream().context().compute_capability().ok()?;
+        return Some((u32::try_from(major).ok()?, u32::try_from(minor).ok()?));
+    }
+    let _ = device;
+    None
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_device(index: u32) -> Result<Device, ModelError> {
     Device::new_cuda(index as usize)

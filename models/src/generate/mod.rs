@@ -28,6 +28,7 @@ use std::path::Path;
 use candle_core::{DType, Device};
 
 use crate::ModelError;
+use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
 use dense::{DenseKv, DenseLlama};
@@ -149,22 +150,6 @@ pub fn gpu_dtype(capability: Option<(u32, u32)>) -> DType {
         Some((major, _)) if major < 8 => DType::F16,
         _ => DType::BF16,
     }
-}
-
-/// The compute capability of a CUDA `device` (`None` on the CPU, or when the driver will
-/// not say).
-#[cfg(feature = "cuda")]
-fn compute_capability(device: &Device) -> Option<(u32, u32)> {
-    let Device::Cuda(cuda) = device else {
-        return None;
-    };
-    let (major, minor) = cuda.cuda_stream().context().compute_capability().ok()?;
-    Some((u32::try_from(major).ok()?, u32::try_from(minor).ok()?))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn compute_capability(_device: &Device) -> Option<(u32, u32)> {
-    None
 }
 
 /// The forward pass a model runs on.
