@@ -19,7 +19,9 @@
 #  6. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
 #     with a token budget far past what fits; it must halve the budget and finish.
 # Every step runs even when one before it fails; failures print as FAILED lines.
-# SECTIONS="generate load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+#  0b. agreement: the GPU path in f32 and bf16 against the CPU dense path (issue 42);
+#  0c. kernels: resident-models' tests built with CUDA, when carried (build-cuda.sh --tests).
+# SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
 set -uo pipefail
 work=/tmp/resident-gpu
@@ -73,7 +75,7 @@ compare() { # model dir, dim, label, data
     --min-cosine 0.99 >> "$work/parity.txt"
 }
 
-sections=${SECTIONS:-generate load defaults embed qwen3 cluster oom}
+sections=${SECTIONS:-generate agreement kernels load defaults embed qwen3 cluster oom}
 if [[ $sections == *generate* ]]; then
   # SmolLM2-135M's shape with random weights (the real GGUF cannot travel): the exported
   # config and tokenizer (generate-bench --export-hf), weights made by transformers, loaded
@@ -90,6 +92,36 @@ if [[ $sections == *generate* ]]; then
   echo "|---|---:|---:|---:|---:|---:|"
   step "transformers generate" python3 benches/generate_hf.py time --model "$work/smollm2-random" \
     --data "$work/wiki_long.jsonl" --prompts 256 --batch 64 --max-new-tokens 128 2>/dev/null
+  # Where a step's time goes (issue 42), decode-only steps apart: the news job at the largest
+  # batch, and the decode-bound job (short prompts). The profiled runs synchronise the GPU at
+  # every phase boundary, so their tokens/s sit a little below the timed rows above.
+  echo
+  step "resident generate-bench --profile, news" env RUST_LOG=warn "$work/generate-bench" \
+    --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
+    --prompts 256 --max-new-tokens 128 --batches "${PROFILE_BATCHES:-256}" --profile
+  echo
+  echo "Decode-bound: 256 short prompts (200 characters of article), 128 new tokens"
+  step "resident generate-bench --profile, decode-bound" env RUST_LOG=warn "$work/generate-bench" \
+    --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
+    --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 64,256 --profile
+fi
+if [[ $sections == *agreement* ]]; then
+  # Correct, not just fast (issue 42): on the same random weights of SmolLM2's shape, the
+  # GPU in f32 against the CPU dense path in f32 (greedy tokens) and bf16 against f32 (logits).
+  [[ -d $work/smollm2-random ]] || step "smollm2 random weights" python3 benches/generate_hf.py \
+    random --config .gpu-carry/smollm2-hf --out "$work/smollm2-random" >&2
+  echo
+  step "generate agreement" env RUST_LOG=warn "$work/generate-bench" --model "$work/smollm2-random" \
+    --data "$work/wiki_long.jsonl" --gpu 0 --prompts "${AGREEMENT_PROMPTS:-64}" --batches 64 \
+    --agreement "${AGREEMENT_PROMPTS:-64}"
+fi
+if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
+  # resident-models' unit tests built with CUDA (scripts/build-cuda.sh --tests): every
+  # kernel against its CPU reference, on this GPU.
+  echo
+  xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
+  "$work/models-tests" cuda --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+    echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then
   # The driver keeps what it compiles from PTX in CUDA_CACHE_PATH: an empty one is a fresh

@@ -36,6 +36,11 @@ done
 # MiniLM's weights stay behind: with candle's kernels as SASS for five GPUs the binaries are
 # 23 MB of xz, and its f16 weights (40 MB of xz) no longer fit beside them under 64 MiB.
 # benches/gpu-bench.sh makes random weights of its shape on the GPU machine instead.
+# resident-models' tests built with CUDA (scripts/build-cuda.sh --tests), when built: the
+# kernels against their CPU references (gpu-bench.sh's section `kernels`, gpu-profile.sh).
+if [[ -f target/cuda/dist/models-tests ]]; then
+  xz -T0 -6 -c target/cuda/dist/models-tests > "$out/models-tests.xz"
+fi
 du -sh "$out"; du -sh "$out"/*
 total=$(du -sb "$out" | cut -f1)
 if ((total > 62 * 1024 * 1024)); then
@@ -49,7 +54,7 @@ grep -qx "/$profile/" .git/info/exclude || echo "/$profile/" >> .git/info/exclud
 rm -rf "$profile" && mkdir -p "$profile"
 for f in bins.tar.xz wiki_vital.jsonl.xz qwen3-tokenizer.json.xz; do ln "$out/$f" "$profile/$f"; done
 cp -r "$out/mpnet-config" "$profile/"
-if [[ -f target/cuda/dist/models-tests ]]; then
-  xz -T0 -6 -c target/cuda/dist/models-tests > "$profile/models-tests.xz"
+if [[ -f $out/models-tests.xz ]]; then
+  ln "$out/models-tests.xz" "$profile/models-tests.xz"
 fi
 du -sh "$profile"

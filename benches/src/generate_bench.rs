@@ -5,13 +5,17 @@
 
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
+
+use candle_core::Device;
 
 use clap::Parser;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::export::export_hf_checkpoint;
 use resident_models::generate::grammar::OutputGrammar;
+use resident_models::generate::step_profile::StepProfile;
 use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate, WeightDtype};
 
 #[global_allocator]
@@ -67,6 +71,18 @@ struct Args {
     /// (greedy under a JSON schema of a summary with keywords, through llguidance).
     #[arg(long, value_delimiter = ',', default_value = "plain")]
     decoding: Vec<String>,
+    /// After the timed runs, run each batch size once more with the step profile on and print
+    /// where a step's time goes (host preparation, each kernel family, the logits' copy,
+    /// sampling), decode-only steps apart from steps that prefill. On a GPU the device is
+    /// synchronised at every phase boundary, so the profiled run is a little slower.
+    #[arg(long)]
+    profile: bool,
+    /// Instead of timing: the correctness check of the GPU path on the first N prompts
+    /// (`--gpu` and a safetensors checkpoint): greedy tokens of the GPU in f32 against the
+    /// CPU dense path in f32 (first 16 tokens), and the first step's logits of bf16 and of
+    /// the GPU f32 against the CPU f32 (max abs difference).
+    #[arg(long)]
+    agreement: Option<usize>,
 }
 
 /// The schema of `--decoding schema`: long enough that completions run to their limit.
@@ -117,7 +133,7 @@ fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let device = select_device(args.gpu)?;
-    let model = GenerateModel::load_on(
+    let mut model = GenerateModel::load_on(
         &args.model,
         &device,
         WeightDtype::parse(args.dtype.as_deref())?,
@@ -152,6 +168,10 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(dump) = &args.dump {
         return write_dump(&model, &requests, &args, dump);
+    }
+    if let Some(count) = args.agreement {
+        drop(model);
+        return agreement(&args, &requests[..count.min(requests.len())]);
     }
     let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum();
     println!(
@@ -194,6 +214,126 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
+    if args.profile {
+        for &batch in &args.batches {
+            for mode in &args.decoding {
+                let profile = Arc::new(StepProfile::new(true));
+                model.profile_steps(Some(profile.clone()));
+                let began = Instant::now();
+                let out = model.generate(
+                    &with_decoding(&requests, mode)?,
+                    StepLimits::new(batch, args.step_tokens),
+                    &mut || {},
+                )?;
+                let wall = began.elapsed().as_secs_f64();
+                let generated: usize = out.iter().map(|g| g.tokens.len()).sum();
+                println!();
+                println!(
+                    "Step profile: {mode}, {batch} sequences in flight, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
+                    model.engine_name(),
+                    generated as f64 / wall
+                );
+                println!();
+                print!("{}", profile.table());
+            }
+        }
+        model.profile_steps(None);
+    }
+    Ok(())
+}
+
+/// Greedy tokens and first-step logits of `requests` on one engine.
+struct Reference {
+    label: String,
+    greedy: Vec<Vec<u32>>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn reference(
+    args: &Args,
+    device: &Device,
+    dtype: WeightDtype,
+    requests: &[GenerationRequest],
+) -> anyhow::Result<Reference> {
+    let began = Instant::now();
+    let model = GenerateModel::load_on(&args.model, device, dtype)?;
+    let batch = args.batches.iter().copied().max().unwrap_or(1);
+    let out = model.generate(
+        requests,
+        StepLimits::new(batch, args.step_tokens),
+        &mut || {},
+    )?;
+    let logits = requests
+        .iter()
+        .map(|r| model.next_token_logits(&r.prompt))
+        .collect::<Result<Vec<_>, _>>()?;
+    let label = model.engine_name();
+    eprintln!("{label}: {:.1} s", began.elapsed().as_secs_f64());
+    Ok(Reference {
+        label,
+        greedy: out.into_iter().map(|g| g.tokens).collect(),
+        logits,
+    })
+}
+
+/// `--agreement`: the GPU path against the CPU dense path on the same weights.
+fn agreement(args: &Args, requests: &[GenerationRequest]) -> anyhow::Result<()> {
+    const TOKENS: usize = 16;
+    let gpu = select_device(args.gpu)?;
+    let requests: Vec<GenerationRequest> = requests
+        .iter()
+        .map(|r| GenerationRequest {
+            max_new_tokens: TOKENS,
+            ignore_eos: true,
+            ..r.clone()
+        })
+        .collect();
+    let cpu_f32 = reference(args, &Device::Cpu, WeightDtype::F32, &requests)?;
+    let gpu_f32 = reference(args, &gpu, WeightDtype::F32, &requests)?;
+    let gpu_bf16 = reference(args, &gpu, WeightDtype::Bf16, &requests)?;
+    let largest = cpu_f32
+        .logits
+        .iter()
+        .flatten()
+        .fold(0f32, |m, v| m.max(v.abs()));
+    println!(
+        "| {} prompts, greedy, {TOKENS} new tokens | same {TOKENS} tokens as the CPU f32 | same first token | max abs logit difference, first step | largest abs logit |",
+        requests.len()
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for other in [&gpu_f32, &gpu_bf16] {
+        let same = |n: usize| {
+            other
+                .greedy
+                .iter()
+                .zip(&cpu_f32.greedy)
+                .filter(|(a, b)| a.iter().take(n).eq(b.iter().take(n)))
+                .count()
+        };
+        let difference = other
+            .logits
+            .iter()
+            .zip(&cpu_f32.logits)
+            .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+            .fold(0f32, f32::max);
+        println!(
+            "| {} vs {} | {:.1}% | {:.1}% | {difference:.4} | {largest:.2} |",
+            other.label,
+            cpu_f32.label,
+            100.0 * same(TOKENS) as f64 / requests.len() as f64,
+            100.0 * same(1) as f64 / requests.len() as f64,
+        );
+    }
+    let bf16_vs_f32 = gpu_bf16
+        .logits
+        .iter()
+        .zip(&gpu_f32.logits)
+        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+        .fold(0f32, f32::max);
+    println!(
+        "| {} vs {} | | | {bf16_vs_f32:.4} | |",
+        gpu_bf16.label, gpu_f32.label
+    );
     Ok(())
 }
 

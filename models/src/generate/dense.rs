@@ -16,6 +16,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::llama::{LlamaConfig, RopeStyle, Row};
+use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 
 /// A linear layer's weight (`out x in`).
@@ -256,11 +257,17 @@ fn mask(
 impl DenseLlama {
     /// Runs one step over `rows` (each sequence's rows together, in position order), writing
     /// their keys and values into `kv`; returns the logits of each row that asked for them.
-    pub fn forward(&self, rows: &[Row], kv: &mut DenseKv) -> Result<Vec<Vec<f32>>, ModelError> {
+    /// `clock` hears each phase of the step ([`PhaseClock::off`] when nobody profiles).
+    pub fn forward(
+        &self,
+        rows: &[Row],
+        kv: &mut DenseKv,
+        clock: &mut PhaseClock,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.forward_tensors(rows, kv)
+        self.forward_tensors(rows, kv, clock)
             .map_err(ModelError::from_candle)
     }
 
@@ -268,6 +275,7 @@ impl DenseLlama {
         &self,
         rows: &[Row],
         kv: &mut DenseKv,
+        clock: &mut PhaseClock,
     ) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let n = rows.len();
@@ -281,25 +289,35 @@ impl DenseLlama {
         kv.reserve(rows.iter().map(|r| r.pos + 1).max().unwrap_or(1))?;
         let ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
         let ids = Tensor::from_vec(ids, n, &self.device)?;
-        let mut x = self.embedding.index_select(&ids, 0)?;
         let (cos, sin) = rotations(c, rows, &self.device, self.dtype)?;
         let at = cache_rows(rows, kv)?;
         let plan = plan_attention(rows, c.heads / c.kv_heads, &self.device)?;
+        clock.lap(Phase::HostPrepare)?;
+        let mut x = self.embedding.index_select(&ids, 0)?;
+        clock.lap(Phase::Embed)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps)?;
+            clock.lap(Phase::Norms)?;
             let q = with_bias(layer.wq.forward(&h)?, &layer.q_bias)?;
             let k = with_bias(layer.wk.forward(&h)?, &layer.k_bias)?;
             let v = with_bias(layer.wv.forward(&h)?, &layer.v_bias)?;
+            clock.lap(Phase::QkvProjection)?;
             let q = self.heads_rotated(&q, c.heads, &layer.q_norm, &cos, &sin)?;
             let k = self.heads_rotated(&k, c.kv_heads, &layer.k_norm, &cos, &sin)?;
+            clock.lap(Phase::HeadsAndRope)?;
             kv.keys[index].scatter_set(&at, &k.reshape((n, c.kv_dim()))?, 0)?;
             kv.values[index].scatter_set(&at, &v.contiguous()?, 0)?;
+            clock.lap(Phase::KvWrite)?;
             let attended = self.attend(&q, kv, index, &plan)?;
+            clock.lap(Phase::Attention)?;
             x = (x + layer.wo.forward(&attended)?)?;
+            clock.lap(Phase::OutProjection)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps)?;
+            clock.lap(Phase::Norms)?;
             let gate = layer.w_gate.forward(&h)?.silu()?;
             let up = layer.w_up.forward(&h)?;
             x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+            clock.lap(Phase::Mlp)?;
         }
         let wanted: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
         if wanted.is_empty() {
@@ -308,10 +326,12 @@ impl DenseLlama {
         let wanted = Tensor::from_vec(wanted.clone(), wanted.len(), &self.device)?;
         let x = x.index_select(&wanted, 0)?;
         let x = candle_nn::ops::rms_norm(&x, &self.output_norm, c.rms_eps)?;
-        self.lm_head
-            .forward(&x)?
-            .to_dtype(DType::F32)?
-            .to_vec2::<f32>()
+        clock.lap(Phase::Norms)?;
+        let logits = self.lm_head.forward(&x)?;
+        clock.lap(Phase::LmHead)?;
+        let logits = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        clock.lap(Phase::LogitsToHost)?;
+        Ok(logits)
     }
 
     /// `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed (Qwen3)

@@ -21,6 +21,7 @@ pub mod llama;
 pub mod prompt;
 mod quantised;
 pub mod sampling;
+pub mod step_profile;
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -37,6 +38,7 @@ use grammar::{Constraint, GrammarEngine, OutputGrammar};
 use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row, StepBuffers};
 use prompt::{Prompt, PromptFormat};
 use sampling::{Sampler, SamplingParams, TokenLogprob};
+use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
 
 /// How a record's text becomes the prompt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -191,12 +193,26 @@ impl Engine {
         }
     }
 
-    fn forward(&self, rows: &[Row], cache: &mut Cache) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn device(&self) -> &Device {
+        match self {
+            Self::Quantised(_) => &Device::Cpu,
+            Self::Dense(model) => &model.device,
+        }
+    }
+
+    fn forward(
+        &self,
+        rows: &[Row],
+        cache: &mut Cache,
+        clock: &mut PhaseClock,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         match (self, cache) {
             (Self::Quantised(model), Cache::Quantised(kv, buffers)) => {
-                model.forward(rows, kv, buffers)
+                let logits = model.forward(rows, kv, buffers)?;
+                clock.lap(Phase::Forward).map_err(ModelError::from_candle)?;
+                Ok(logits)
             }
-            (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv),
+            (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv, clock),
             _ => unreachable!("a cache comes from its own engine"),
         }
     }
@@ -208,6 +224,9 @@ pub struct GenerateModel {
     format: PromptFormat,
     /// Built on the first request with a grammar (it precomputes over the vocabulary).
     grammar: std::sync::OnceLock<Result<GrammarEngine, String>>,
+    /// Where [`GenerateModel::generate`]'s steps spend their time, when asked
+    /// ([`GenerateModel::profile_steps`]).
+    profile: Option<std::sync::Arc<StepProfile>>,
 }
 
 /// One sequence in flight.
@@ -298,6 +317,7 @@ impl GenerateModel {
             engine,
             format: PromptFormat::new(vocab)?,
             grammar: std::sync::OnceLock::new(),
+            profile: None,
         })
     }
 
@@ -322,6 +342,12 @@ impl GenerateModel {
     /// The model's shape.
     pub fn config(&self) -> &LlamaConfig {
         self.engine.config()
+    }
+
+    /// Records where the steps of every later [`GenerateModel::generate`] call spend their
+    /// time into `profile` ([`step_profile`]); `None` stops recording.
+    pub fn profile_steps(&mut self, profile: Option<std::sync::Arc<StepProfile>>) {
+        self.profile = profile;
     }
 
     /// Which forward pass runs, in words: the quantised CPU kernels, or the dense path's
@@ -406,7 +432,8 @@ impl GenerateModel {
                 logits: pos + 1 == prompt.len(),
             })
             .collect();
-        let mut logits = self.engine.forward(&rows, &mut kv)?;
+        let mut clock = PhaseClock::off(self.engine.device());
+        let mut logits = self.engine.forward(&rows, &mut kv, &mut clock)?;
         logits
             .pop()
             .ok_or_else(|| ModelError::Task("an empty prompt has no next token".into()))
@@ -470,6 +497,15 @@ impl GenerateModel {
                     cached: f.cached,
                 })
                 .collect();
+            // Decode-only: every sequence in flight has one token left to run.
+            let kind = match progress.iter().all(|p| p.tokens - p.cached <= 1) {
+                true => StepKind::Decode,
+                false => StepKind::WithPrefill,
+            };
+            let mut clock = match &self.profile {
+                Some(profile) => profile.clock(kind, self.engine.device()),
+                None => PhaseClock::off(self.engine.device()),
+            };
             let spans = plan_step(&progress, limits);
             let rows: Vec<Row> = spans
                 .iter()
@@ -483,7 +519,10 @@ impl GenerateModel {
                     })
                 })
                 .collect();
-            let mut logits = self.engine.forward(&rows, &mut kv)?.into_iter();
+            if let Some(profile) = &self.profile {
+                profile.count_step(kind, rows.len());
+            }
+            let mut logits = self.engine.forward(&rows, &mut kv, &mut clock)?.into_iter();
             let mut finished = Vec::new();
             for span in &spans {
                 let seq = &mut flight[span.seq];
@@ -530,6 +569,9 @@ impl GenerateModel {
             for index in finished {
                 free_slots.push(flight.remove(index).slot);
             }
+            clock
+                .lap(Phase::SampleAndStop)
+                .map_err(ModelError::from_candle)?;
         }
         Ok(results
             .into_iter()
