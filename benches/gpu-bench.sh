@@ -90,8 +90,10 @@ if [[ $sections == *generate* ]]; then
   echo
   echo "| engine | prompts | prompt tokens | generated tokens | wall s | generated tokens/s |"
   echo "|---|---:|---:|---:|---:|---:|"
-  step "transformers generate" python3 benches/generate_hf.py time --model "$work/smollm2-random" \
-    --data "$work/wiki_long.jsonl" --prompts 256 --batch 64 --max-new-tokens 128 2>/dev/null
+  # GENERATE_REFERENCE=0 leaves transformers out (a rerun on the same GPU, its figure known).
+  [[ ${GENERATE_REFERENCE:-1} == 0 ]] ||
+    step "transformers generate" python3 benches/generate_hf.py time --model "$work/smollm2-random" \
+      --data "$work/wiki_long.jsonl" --prompts 256 --batch 64 --max-new-tokens 128 2>/dev/null
   # Where a step's time goes (issue 42), decode-only steps apart: the news job at the largest
   # batch, and the decode-bound job (short prompts). The profiled runs synchronise the GPU at
   # every phase boundary, so their tokens/s sit a little below the timed rows above.
@@ -120,7 +122,7 @@ if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
-  "$work/models-tests" cuda --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then

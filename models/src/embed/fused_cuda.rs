@@ -20,12 +20,12 @@ use candle_core::{
 /// `fused_kernels.cu` as built by `build.rs`.
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_kernels.fatbin"));
 /// Threads per block for the element-wise kernels.
-const THREADS: u32 = 256;
+pub(crate) const THREADS: u32 = 256;
 
 /// The kernel `name` and the stream to launch it on. The module is loaded once per GPU (its
 /// primary context, which every candle device on that GPU shares) and kept for the process:
 /// candle's own `get_or_load_custom_func` takes PTX text only, and a fatbin is binary.
-fn kernel(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
+pub(crate) fn kernel(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
     static MODULES: Mutex<BTreeMap<usize, Arc<CudaModule>>> = Mutex::new(BTreeMap::new());
     let stream = dev.cuda_stream();
     let context = stream.context().clone();
@@ -44,7 +44,7 @@ fn kernel(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction
     Ok((stream, function))
 }
 
-fn dtype_suffix(dtype: DType) -> Result<&'static str> {
+pub(crate) fn dtype_suffix(dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F32 => Ok("f32"),
         DType::F16 => Ok("f16"),
@@ -54,7 +54,10 @@ fn dtype_suffix(dtype: DType) -> Result<&'static str> {
 }
 
 /// The contiguous view of `storage` that `layout` describes.
-fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout) -> Result<CudaView<'a, T>> {
+pub(crate) fn view<'a, T: CudaDType>(
+    storage: &'a CudaStorage,
+    layout: &Layout,
+) -> Result<CudaView<'a, T>> {
     if !layout.is_contiguous() {
         candle_core::bail!("fused kernels need contiguous inputs");
     }
@@ -63,7 +66,7 @@ fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout) -> Result<C
 }
 
 /// The whole of an in-place destination (a fresh tensor: contiguous, from offset 0).
-fn destination<'a, T: CudaDType>(
+pub(crate) fn destination<'a, T: CudaDType>(
     storage: &'a mut CudaStorage,
     layout: &Layout,
 ) -> Result<&'a mut CudaSlice<T>> {

@@ -189,6 +189,67 @@ extern "C" __global__ void merge_heads(const uint4 *src, uint4 *dst, uint32_t ba
     }
 }
 
+// The generation engine's (generate/device_ops.rs), beside the encoders' for one build.
+// dst[index[r], :] = src[r, :] for `rows` rows of `width` elements: every element its own
+// thread (candle's scatter walks the rows one after another in each thread, so a 512-row
+// KV write ran 512 dependent steps).
+template <typename T>
+__device__ void scatter_rows(T *dst, const T *src, const uint32_t *index, uint64_t rows,
+                             uint32_t width) {
+    uint64_t n = rows * width;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t row = i / width, col = i % width;
+        dst[(uint64_t)index[row] * width + col] = src[i];
+    }
+}
+
+// out[row] = the index of row's largest element, the lowest index among equals (as the host
+// sampler's argmax), NaN never chosen. One block per row, blockDim.x a multiple of 32.
+template <typename T>
+__device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
+    __shared__ float best_value[32];
+    __shared__ uint32_t best_index[32];
+    const T *row = x + (uint64_t)blockIdx.x * cols;
+    float value = -INFINITY;
+    uint32_t index = 0xffffffffu;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = to_float(row[c]);
+        if (v > value || (index == 0xffffffffu && !(v != v))) {
+            value = v;
+            index = c;
+        }
+    }
+    // Within the warp, then across warps: larger value wins, the lower index among equals.
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffff, value, o);
+        uint32_t i = __shfl_xor_sync(0xffffffff, index, o);
+        if (v > value || (v == value && i < index)) {
+            value = v;
+            index = i;
+        }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) {
+        best_value[warp] = value;
+        best_index[warp] = index;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        value = lane < warps ? best_value[lane] : -INFINITY;
+        index = lane < warps ? best_index[lane] : 0xffffffffu;
+        for (int o = 16; o > 0; o >>= 1) {
+            float v = __shfl_xor_sync(0xffffffff, value, o);
+            uint32_t i = __shfl_xor_sync(0xffffffff, index, o);
+            if (v > value || (v == value && i < index)) {
+                value = v;
+                index = i;
+            }
+        }
+        if (lane == 0) out[blockIdx.x] = index == 0xffffffffu ? 0 : index;
+    }
+}
+
 #define SOFTMAX_WARP(T, NAME, PER_LANE)                                                          \
     extern "C" __global__ void masked_softmax_##NAME##_w##PER_LANE(                                \
         T *scores, const T *bias, const float *keep, uint32_t heads, uint32_t t, int causal,     \
@@ -203,6 +264,13 @@ extern "C" __global__ void merge_heads(const uint4 *src, uint4 *dst, uint32_t ba
     }                                                                                            \
     extern "C" __global__ void silu_mul_##NAME(T *gate, const T *up, uint64_t n) {               \
         silu_mul<T>(gate, up, n);                                                                \
+    }                                                                                            \
+    extern "C" __global__ void scatter_rows_##NAME(T *dst, const T *src, const uint32_t *index,  \
+                                                   uint64_t rows, uint32_t width) {              \
+        scatter_rows<T>(dst, src, index, rows, width);                                           \
+    }                                                                                            \
+    extern "C" __global__ void argmax_rows_##NAME(const T *x, uint32_t *out, uint32_t cols) {    \
+        argmax_rows<T>(x, out, cols);                                                            \
     }                                                                                            \
     extern "C" __global__ void masked_softmax_##NAME(T *scores, const T *bias, const float *keep, \
                                                      uint32_t heads, uint32_t t, int causal) {   \

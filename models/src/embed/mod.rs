@@ -15,7 +15,7 @@ mod encoder;
 mod fingerprint;
 mod fused;
 #[cfg(feature = "cuda")]
-mod fused_cuda;
+pub(crate) mod fused_cuda;
 pub mod model_files;
 pub mod qwen3;
 mod relative_position;

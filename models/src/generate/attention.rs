@@ -377,6 +377,7 @@ mod tests {
             pos: len - 1,
             token: 0,
             logits: false,
+            greedy: false,
         };
         let mut out = Vec::new();
         attend(shape, &[row], &q, &kv, 0, &mut out);

@@ -15,7 +15,8 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
-use super::llama::{LlamaConfig, RopeStyle, Row};
+use super::device_ops::{CacheRows, argmax_rows, write_rows};
+use super::llama::{LlamaConfig, NextToken, RopeStyle, Row};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 
@@ -158,15 +159,13 @@ impl DenseKv {
     }
 }
 
-/// Where each row's key and value go: `(rows x kv_dim)` indexes into a layer's cache.
-fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<Tensor> {
+/// Where each row's key and value go in a layer's cache.
+fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<CacheRows> {
     let at: Vec<u32> = rows
         .iter()
         .map(|r| (r.slot * kv.capacity + r.pos) as u32)
         .collect();
-    Tensor::from_vec(at, (rows.len(), 1), &kv.device)?
-        .broadcast_as((rows.len(), kv.kv_dim))?
-        .contiguous()
+    CacheRows::new(at, kv.kv_dim, &kv.device)
 }
 
 /// Rows of one step grouped for attention: the decoding sequences together, each
@@ -263,7 +262,7 @@ impl DenseLlama {
         rows: &[Row],
         kv: &mut DenseKv,
         clock: &mut PhaseClock,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    ) -> Result<Vec<NextToken>, ModelError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -276,7 +275,7 @@ impl DenseLlama {
         rows: &[Row],
         kv: &mut DenseKv,
         clock: &mut PhaseClock,
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
+    ) -> candle_core::Result<Vec<NextToken>> {
         let c = &self.config;
         let n = rows.len();
         if let Some(row) = rows.iter().find(|r| r.token as usize >= c.vocab) {
@@ -305,8 +304,8 @@ impl DenseLlama {
             let q = self.heads_rotated(&q, c.heads, &layer.q_norm, &cos, &sin)?;
             let k = self.heads_rotated(&k, c.kv_heads, &layer.k_norm, &cos, &sin)?;
             clock.lap(Phase::HeadsAndRope)?;
-            kv.keys[index].scatter_set(&at, &k.reshape((n, c.kv_dim()))?, 0)?;
-            kv.values[index].scatter_set(&at, &v.contiguous()?, 0)?;
+            write_rows(&kv.keys[index], &k.reshape((n, c.kv_dim()))?, &at)?;
+            write_rows(&kv.values[index], &v, &at)?;
             clock.lap(Phase::KvWrite)?;
             let attended = self.attend(&q, kv, index, &plan)?;
             clock.lap(Phase::Attention)?;
@@ -319,19 +318,55 @@ impl DenseLlama {
             x = (x + layer.w_down.forward(&(gate * up)?)?)?;
             clock.lap(Phase::Mlp)?;
         }
-        let wanted: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
+        let wanted: Vec<&Row> = rows.iter().filter(|r| r.logits).collect();
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        let wanted = Tensor::from_vec(wanted.clone(), wanted.len(), &self.device)?;
-        let x = x.index_select(&wanted, 0)?;
+        let picked: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
+        let picked = Tensor::from_vec(picked, wanted.len(), &self.device)?;
+        let x = x.index_select(&picked, 0)?;
         let x = candle_nn::ops::rms_norm(&x, &self.output_norm, c.rms_eps)?;
         clock.lap(Phase::Norms)?;
         let logits = self.lm_head.forward(&x)?;
         clock.lap(Phase::LmHead)?;
-        let logits = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let out = self.next_tokens(&logits, &wanted)?;
         clock.lap(Phase::LogitsToHost)?;
-        Ok(logits)
+        Ok(out)
+    }
+
+    /// Each wanted row's result from its logits (`wanted x vocab`): the argmax of greedy
+    /// rows, taken on the device, and the logits (f32, on the host) of the others. Only what
+    /// the host needs crosses to it.
+    fn next_tokens(&self, logits: &Tensor, wanted: &[&Row]) -> candle_core::Result<Vec<NextToken>> {
+        let greedy: Vec<u32> = (0..wanted.len() as u32)
+            .filter(|&i| wanted[i as usize].greedy)
+            .collect();
+        let full: Vec<u32> = (0..wanted.len() as u32)
+            .filter(|&i| !wanted[i as usize].greedy)
+            .collect();
+        let pick = |ids: &[u32]| -> candle_core::Result<Tensor> {
+            match ids.len() == wanted.len() {
+                true => Ok(logits.clone()),
+                false => logits.index_select(&Tensor::new(ids, &self.device)?, 0),
+            }
+        };
+        let mut greedy_tokens = match greedy.is_empty() {
+            true => Vec::new(),
+            false => argmax_rows(&pick(&greedy)?)?,
+        }
+        .into_iter();
+        let mut full_logits = match full.is_empty() {
+            true => Vec::new(),
+            false => pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
+        }
+        .into_iter();
+        Ok(wanted
+            .iter()
+            .map(|row| match row.greedy {
+                true => NextToken::Greedy(greedy_tokens.next().expect("one per greedy row")),
+                false => NextToken::Logits(full_logits.next().expect("one per other row")),
+            })
+            .collect())
     }
 
     /// `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed (Qwen3)
@@ -685,6 +720,7 @@ mod tests {
             pos,
             token: 0,
             logits: false,
+            greedy: false,
         }
     }
 

@@ -217,6 +217,19 @@ pub struct Row {
     pub token: u32,
     /// Whether this row's next-token logits are wanted (a prompt's last row, a decode row).
     pub logits: bool,
+    /// Whether the greedy token is all that is wanted of those logits (plain greedy
+    /// decoding): the dense engine then takes the argmax on its device and brings back the
+    /// id alone ([`NextToken::Greedy`]); the quantised CPU kernels give the logits anyway.
+    pub greedy: bool,
+}
+
+/// What a step gives back for a row that wanted logits.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NextToken {
+    /// The logits over the vocabulary, for the host's sampler.
+    Logits(Vec<f32>),
+    /// The largest logit's token (a row that asked for `greedy`), the lowest among equals.
+    Greedy(u32),
 }
 
 /// A forward step's buffers, kept by the caller between steps: fresh ones each step cost

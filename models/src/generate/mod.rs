@@ -12,6 +12,7 @@ pub mod batcher;
 pub mod chat;
 pub mod checkpoint;
 pub mod dense;
+mod device_ops;
 pub mod export;
 mod gguf_shapes;
 pub mod gguf_vocab;
@@ -35,7 +36,7 @@ use batcher::{SeqProgress, StepLimits, plan_step};
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
-use llama::{LlamaConfig, LlamaModel, QUANTISED_ARCHITECTURES, Row, StepBuffers};
+use llama::{LlamaConfig, LlamaModel, NextToken, QUANTISED_ARCHITECTURES, Row, StepBuffers};
 use prompt::{Prompt, PromptFormat};
 use sampling::{Sampler, SamplingParams, TokenLogprob};
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
@@ -205,12 +206,12 @@ impl Engine {
         rows: &[Row],
         cache: &mut Cache,
         clock: &mut PhaseClock,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    ) -> Result<Vec<NextToken>, ModelError> {
         match (self, cache) {
             (Self::Quantised(model), Cache::Quantised(kv, buffers)) => {
                 let logits = model.forward(rows, kv, buffers)?;
                 clock.lap(Phase::Forward).map_err(ModelError::from_candle)?;
-                Ok(logits)
+                Ok(logits.into_iter().map(NextToken::Logits).collect())
             }
             (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv, clock),
             _ => unreachable!("a cache comes from its own engine"),
@@ -430,13 +431,15 @@ impl GenerateModel {
                 pos,
                 token,
                 logits: pos + 1 == prompt.len(),
+                greedy: false,
             })
             .collect();
         let mut clock = PhaseClock::off(self.engine.device());
-        let mut logits = self.engine.forward(&rows, &mut kv, &mut clock)?;
-        logits
-            .pop()
-            .ok_or_else(|| ModelError::Task("an empty prompt has no next token".into()))
+        match self.engine.forward(&rows, &mut kv, &mut clock)?.pop() {
+            Some(NextToken::Logits(logits)) => Ok(logits),
+            Some(NextToken::Greedy(_)) => unreachable!("no row asked for greedy alone"),
+            None => Err(ModelError::Task("an empty prompt has no next token".into())),
+        }
     }
 
     /// The text of `tokens`, special tokens left out.
@@ -511,11 +514,13 @@ impl GenerateModel {
                 .iter()
                 .flat_map(|span| {
                     let seq = &flight[span.seq];
+                    let greedy = self.argmax_is_enough(seq, &requests[seq.request]);
                     (span.start..span.end).map(move |pos| Row {
                         slot: seq.slot,
                         pos,
                         token: seq.tokens[pos],
                         logits: span.logits && pos + 1 == span.end,
+                        greedy,
                     })
                 })
                 .collect();
@@ -531,7 +536,18 @@ impl GenerateModel {
                     continue;
                 }
                 let request = &requests[seq.request];
-                let logits = logits.next().expect("one per span with logits");
+                let logits = match logits.next().expect("one per span with logits") {
+                    NextToken::Logits(logits) => logits,
+                    NextToken::Greedy(next) => {
+                        seq.sampler.took(next);
+                        on_token();
+                        if let Some(done) = self.after_token(seq, next, request)? {
+                            results[seq.request] = Some(done);
+                            finished.push(span.seq);
+                        }
+                        continue;
+                    }
+                };
                 let generated = seq.tokens.len() - seq.prompt_len;
                 // Under a grammar, the grammar alone says when the text may end.
                 let suppressed = match generated < request.min_tokens && seq.constraint.is_none() {
@@ -577,6 +593,17 @@ impl GenerateModel {
             .into_iter()
             .map(|r| r.expect("every request finished"))
             .collect())
+    }
+
+    /// Whether `seq`'s next token is its logits' argmax and nothing else needs the logits:
+    /// greedy without penalties, no tokens suppressed (`min_tokens` reached, or nothing to
+    /// suppress), no grammar, no logprobs. The engine may then pick it where the logits are.
+    fn argmax_is_enough(&self, seq: &InFlight, request: &GenerationRequest) -> bool {
+        let generated = seq.tokens.len() - seq.prompt_len;
+        seq.sampler.is_plain_greedy()
+            && seq.constraint.is_none()
+            && request.logprobs.is_none()
+            && (generated >= request.min_tokens || self.stop_tokens(request).is_empty())
     }
 
     /// The tokens that end `request`'s sequences: the model's end tokens (unless

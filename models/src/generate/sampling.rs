@@ -140,6 +140,18 @@ impl Sampler {
         token
     }
 
+    /// Whether [`Sampler::next`] is the logits' argmax and nothing more: greedy, no
+    /// penalties. (Suppressed tokens and grammar masks are the caller's to check.)
+    pub fn is_plain_greedy(&self) -> bool {
+        self.params.temperature <= 0.0 && !self.params.penalises()
+    }
+
+    /// Counts `token`, chosen elsewhere (the device's argmax of a plain greedy row), as
+    /// [`Sampler::next`] counts what it chooses.
+    pub fn took(&mut self, token: u32) {
+        *self.output.entry(token).or_default() += 1;
+    }
+
     /// vLLM's penalties: repetition over the prompt's and the output's tokens, presence
     /// and frequency over the output's.
     fn penalise(&self, logits: &mut [f32]) {
