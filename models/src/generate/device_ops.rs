@@ -226,14 +226,15 @@ mod cuda {
 mod tests {
     use super::*;
 
+    /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine).
     fn devices() -> Vec<Device> {
-        let mut devices = vec![Device::Cpu];
         #[cfg(feature = "cuda")]
-        match Device::new_cuda(0) {
-            Ok(gpu) => devices.push(gpu),
-            Err(_) => eprintln!("no GPU here: the CUDA side of these tests is skipped"),
-        }
-        devices
+        let gpu = Device::new_cuda(0)
+            .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
+            .ok();
+        #[cfg(not(feature = "cuda"))]
+        let gpu = None;
+        std::iter::once(Device::Cpu).chain(gpu).collect()
     }
 
     #[test]
