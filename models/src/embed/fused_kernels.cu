@@ -204,6 +204,19 @@ __device__ void scatter_rows(T *dst, const T *src, const uint32_t *index, uint64
     }
 }
 
+// The warp's best (value, index): the larger value, the lower index among equals; every lane
+// gets it.
+__device__ __forceinline__ void warp_argmax(float &value, uint32_t &index) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffff, value, o);
+        uint32_t i = __shfl_xor_sync(0xffffffff, index, o);
+        if (v > value || (v == value && i < index)) {
+            value = v;
+            index = i;
+        }
+    }
+}
+
 // out[row] = the index of row's largest element, the lowest index among equals (as the host
 // sampler's argmax), NaN never chosen. One block per row, blockDim.x a multiple of 32.
 template <typename T>
@@ -220,15 +233,8 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
             index = c;
         }
     }
-    // Within the warp, then across warps: larger value wins, the lower index among equals.
-    for (int o = 16; o > 0; o >>= 1) {
-        float v = __shfl_xor_sync(0xffffffff, value, o);
-        uint32_t i = __shfl_xor_sync(0xffffffff, index, o);
-        if (v > value || (v == value && i < index)) {
-            value = v;
-            index = i;
-        }
-    }
+    // Within the warp, then across warps.
+    warp_argmax(value, index);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     if (lane == 0) {
         best_value[warp] = value;
@@ -238,14 +244,7 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
     if (warp == 0) {
         value = lane < warps ? best_value[lane] : -INFINITY;
         index = lane < warps ? best_index[lane] : 0xffffffffu;
-        for (int o = 16; o > 0; o >>= 1) {
-            float v = __shfl_xor_sync(0xffffffff, value, o);
-            uint32_t i = __shfl_xor_sync(0xffffffff, index, o);
-            if (v > value || (v == value && i < index)) {
-                value = v;
-                index = i;
-            }
-        }
+        warp_argmax(value, index);
         if (lane == 0) out[blockIdx.x] = index == 0xffffffffu ? 0 : index;
     }
 }
