@@ -142,8 +142,8 @@ pub fn resident_bin() -> PathBuf {
     workspace_bin("resident")
 }
 
-/// A binary of the workspace built beside the test executables (`cargo build --release
-/// --workspace --bins`, which scripts/test.sh runs first).
+/// A binary of the workspace built beside the test executables (scripts/test.sh builds the
+/// ones the tests start; `cargo build --release --workspace --bins --tests` builds them all).
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     // Tests run from target/<profile>/deps; benchmark binaries from target/<profile>.
@@ -156,7 +156,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     let bin = profile_dir.join(name);
     assert!(
         bin.exists(),
-        "{} is missing: build it first with `cargo build --release --workspace --bins` (scripts/test.sh does)",
+        "{} is missing: build it first with `cargo build --release --workspace --bins --tests` (scripts/test.sh builds the ones the tests start)",
         bin.display()
     );
     bin
