@@ -198,15 +198,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|---:|---:|");
     for &batch in &args.batches {
         for mode in &args.decoding {
-            let requests = with_decoding(&requests, mode)?;
-            let began = Instant::now();
-            let out = model.generate(
-                &requests,
-                StepLimits::new(batch, args.step_tokens),
-                &mut || {},
-            )?;
-            let wall = began.elapsed().as_secs_f64();
-            let generated: usize = out.iter().map(|g| g.tokens.len()).sum();
+            let (generated, wall) = timed_run(&model, &requests, mode, batch, args.step_tokens)?;
             println!(
                 "| {mode} | {batch} | {generated} | {wall:.1} | {:.1} | {:.1} |",
                 generated as f64 / wall,
@@ -219,14 +211,8 @@ fn main() -> anyhow::Result<()> {
             for mode in &args.decoding {
                 let profile = Arc::new(StepProfile::new(true));
                 model.profile_steps(Some(profile.clone()));
-                let began = Instant::now();
-                let out = model.generate(
-                    &with_decoding(&requests, mode)?,
-                    StepLimits::new(batch, args.step_tokens),
-                    &mut || {},
-                )?;
-                let wall = began.elapsed().as_secs_f64();
-                let generated: usize = out.iter().map(|g| g.tokens.len()).sum();
+                let (generated, wall) =
+                    timed_run(&model, &requests, mode, batch, args.step_tokens)?;
                 println!();
                 println!(
                     "Step profile: {mode}, {batch} sequences in flight, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
@@ -240,6 +226,22 @@ fn main() -> anyhow::Result<()> {
         model.profile_steps(None);
     }
     Ok(())
+}
+
+/// Runs `requests` decoded as `mode` with `batch` sequences in flight: the tokens generated
+/// and the wall seconds.
+fn timed_run(
+    model: &GenerateModel,
+    requests: &[GenerationRequest],
+    mode: &str,
+    batch: usize,
+    step_tokens: usize,
+) -> anyhow::Result<(usize, f64)> {
+    let requests = with_decoding(requests, mode)?;
+    let began = Instant::now();
+    let out = model.generate(&requests, StepLimits::new(batch, step_tokens), &mut || {})?;
+    let wall = began.elapsed().as_secs_f64();
+    Ok((out.iter().map(|g| g.tokens.len()).sum(), wall))
 }
 
 /// Greedy tokens and first-step logits of `requests` on one engine.
@@ -276,6 +278,15 @@ fn reference(
     })
 }
 
+/// The largest difference between two engines' first-step logits, over every prompt.
+fn max_logit_difference(a: &Reference, b: &Reference) -> f32 {
+    a.logits
+        .iter()
+        .zip(&b.logits)
+        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .fold(0f32, f32::max)
+}
+
 /// `--agreement`: the GPU path against the CPU dense path on the same weights.
 fn agreement(args: &Args, requests: &[GenerationRequest]) -> anyhow::Result<()> {
     const TOKENS: usize = 16;
@@ -310,12 +321,7 @@ fn agreement(args: &Args, requests: &[GenerationRequest]) -> anyhow::Result<()> 
                 .filter(|(a, b)| a.iter().take(n).eq(b.iter().take(n)))
                 .count()
         };
-        let difference = other
-            .logits
-            .iter()
-            .zip(&cpu_f32.logits)
-            .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
-            .fold(0f32, f32::max);
+        let difference = max_logit_difference(other, &cpu_f32);
         println!(
             "| {} vs {} | {:.1}% | {:.1}% | {difference:.4} | {largest:.2} |",
             other.label,
@@ -324,12 +330,7 @@ fn agreement(args: &Args, requests: &[GenerationRequest]) -> anyhow::Result<()> 
             100.0 * same(1) as f64 / requests.len() as f64,
         );
     }
-    let bf16_vs_f32 = gpu_bf16
-        .logits
-        .iter()
-        .zip(&gpu_f32.logits)
-        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
-        .fold(0f32, f32::max);
+    let bf16_vs_f32 = max_logit_difference(&gpu_bf16, &gpu_f32);
     println!(
         "| {} vs {} | | | {bf16_vs_f32:.4} | |",
         gpu_bf16.label, gpu_f32.label
