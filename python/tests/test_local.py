@@ -43,11 +43,13 @@ def test_nodes_pools_and_jobs_are_plain_objects(local_cluster):
     nodes = local_cluster.nodes()
     assert [n.state for n in nodes] == ["alive"]
     assert nodes[0].node_id == "local" and nodes[0].gpus == []
-    pools = local_cluster.pools()
-    embed_pools = [p for p in pools if p.kind == "embed"]
-    assert embed_pools and embed_pools[0].ready_actors >= 1
+    # The session's cluster holds many embed pools, and keeps only the newest finished
+    # jobs: the warm call's job is the newest, and its pool is one of the embed pools.
     jobs = local_cluster.jobs()
-    assert any(j.pool == embed_pools[0].name and j.state in ("running", "succeeded") for j in jobs), jobs
+    warm = max(jobs, key=lambda j: j.started_unix_ms)
+    assert warm.name == "embed" and warm.state == "succeeded", warm
+    pools = {p.name: p for p in local_cluster.pools()}
+    assert pools[warm.pool].kind == "embed" and pools[warm.pool].ready_actors >= 1, pools[warm.pool]
 
 
 def test_an_echo_pool_maps_in_order_and_submits_as_results_finish(local_cluster):
