@@ -38,42 +38,49 @@ def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, t
 JOB = """
 import resident, sys
 cluster = resident.local()
-print(cluster.embed_job(sys.argv[1], sys.argv[2], sys.argv[3], chunk_size=64, replicas=1, progress=False))
+print(cluster.embed_job(sys.argv[1], sys.argv[2], sys.argv[3], chunk_size=64, replicas=1,
+                        format=sys.argv[4], keep_columns=sys.argv[5:] or None, progress=False))
 """
 
 
-def _start_job(corpus: Path, out: Path) -> subprocess.Popen:
+def _start_job(corpus: Path, out: Path, format: str = "npy", keep: tuple[str, ...] = ()) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", JOB, str(corpus), str(MINILM), str(out)],
+        [sys.executable, "-c", JOB, str(corpus), str(MINILM), str(out), format, *keep],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
 
-def _wait_for_shards(out: Path, count: int, process: subprocess.Popen) -> None:
+def _wait_for_shards(out: Path, count: int, process: subprocess.Popen, format: str = "npy") -> None:
     deadline = time.time() + 120
-    while len(list((out / "shards").glob("*.npy"))) < count:
+    while len(list((out / "shards").glob(f"*.{format}"))) < count:
         assert process.poll() is None, process.communicate()
         assert time.time() < deadline, "no shards written"
         time.sleep(0.05)
 
 
 def test_embed_job_resumes_after_the_python_process_is_killed(local_cluster, tmp_path):
-    records = wiki_texts(1500)
+    """Parquet with a carried column, killed with -9 mid-job and resumed: pyarrow reads every
+    id once in input order, each with its own title and vector."""
+    import pyarrow.parquet as pq
+
+    records = [dict(r, title=f"title of {r['id']}") for r in wiki_texts(1500)]
     corpus = write_corpus(tmp_path / "corpus.jsonl", records)
     out = tmp_path / "out"
-    job = _start_job(corpus, out)
+    job = _start_job(corpus, out, "parquet", ("title",))
     # A shard's file appears a moment before its journal line: with 4 files on disk, at
     # least 3 chunks are journaled (waiting for 3 files raced the journal).
-    _wait_for_shards(out, 4, job)
+    _wait_for_shards(out, 4, job, "parquet")
     job.send_signal(signal.SIGKILL)
     job.wait()
-    assert not (out / "embeddings.npy").exists(), "killed before the end"
-    report = local_cluster.embed_job(str(corpus), str(MINILM), str(out), chunk_size=64, progress=False)
+    assert not (out / "embeddings.parquet").exists(), "killed before the end"
+    report = local_cluster.embed_job(str(corpus), str(MINILM), str(out), chunk_size=64,
+                                     format="parquet", keep_columns=["title"], progress=False)
     assert report["items"] == 1500
     assert report["computed_items"] <= 1500 - 3 * 64, "the killed run's shards are reused"
-    ids = [json.loads(line)["id"] for line in open(out / "ids.jsonl")]
-    assert ids == [r["id"] for r in records], "every id once, in input order"
-    vectors = np.load(out / "embeddings.npy")
+    table = pq.read_table(out / "embeddings.parquet")
+    assert table.column("id").to_pylist() == [r["id"] for r in records], "every id once, in input order"
+    assert table.column("title").to_pylist() == [r["title"] for r in records]
+    vectors = np.stack([np.asarray(v, dtype=np.float32) for v in table.column("embedding").to_pylist()])
     expected = local_cluster.embed([records[i]["text"] for i in (0, 700, 1499)], model=str(MINILM), progress=False)
     np.testing.assert_allclose(vectors[[0, 700, 1499]], expected, atol=1e-6)
 
