@@ -628,8 +628,7 @@ pub fn parse_npy_f32(bytes: &[u8]) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-/// The `id` of every line of an `ids.jsonl`.
-/// The `id` of every line of a JSONL file.
+/// The `id` of every line of a JSONL file (an `ids.jsonl`, a `generations.jsonl`).
 pub fn ids_in_file(path: &std::path::Path) -> Vec<serde_json::Value> {
     ids_in_jsonl(&std::fs::read_to_string(path).expect("read a JSONL file"))
 }
@@ -647,7 +646,6 @@ pub fn assert_has_fields(json: &serde_json::Value, fields: &[&str], what: &str) 
     }
 }
 
-/// A JSON file, parsed.
 /// Waits until a `resident embed` started with `RESIDENT_TEST_PAUSE_AT` (and its stderr
 /// piped) says it has paused there, so the caller can kill it at exactly that point.
 pub async fn wait_for_pause(child: &mut Child) {
@@ -677,9 +675,38 @@ pub fn finished_chunks(out: &std::path::Path) -> Vec<resident_jobs::embed_job::o
         .unwrap_or_else(|e| panic!("the output's manifest cannot be read: {e}"))
 }
 
+/// A JSON file, parsed.
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every line of a JSONL file, parsed.
+pub fn read_jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// Writes `values` to `path`, a JSON line each.
+pub fn write_jsonl(path: &std::path::Path, values: &[serde_json::Value]) {
+    let text: String = values.iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// Runs `command` to its end with stdout and stderr captured, asserts that it succeeded
+/// (showing its stderr if not), and returns both.
+pub fn run_to_success(mut command: Command) -> (String, String) {
+    let output = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{command:?} failed: {stderr}");
+    (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
 }
 
 /// GET `url` over HTTPS trusting `ca` (Python's standard library: a real client, not ours),

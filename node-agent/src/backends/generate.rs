@@ -252,8 +252,9 @@ impl TypedActor for GenerateActor {
         // Each prompt's plan: its own parameters and fitted tokens, or why it cannot run.
         let mut plans = Vec::with_capacity(request.prompts.len());
         let mut requests = Vec::new();
+        let mut grammars = CheckedGrammars::default();
         for prompt in &request.prompts {
-            match self.plan(prompt, &request.params, template)? {
+            match self.plan(prompt, &request.params, template, &mut grammars)? {
                 Planned::Runs {
                     params,
                     tokens,
@@ -384,6 +385,7 @@ impl GenerateActor {
         prompt: &PromptParts,
         params: &GenerateParams,
         template: engine::PromptTemplate,
+        grammars: &mut CheckedGrammars,
     ) -> Result<Planned, String> {
         if let Some(error) = &prompt.error {
             return Ok(Planned::Refused(error.clone()));
@@ -402,7 +404,9 @@ impl GenerateActor {
         let parts = model_prompt(prompt, &params, &messages);
         // A record's own schema that cannot compile is refused alone; the job's fails
         // the task (every record would fail on it).
-        let grammar = match self.grammar_of(params.response_format.as_ref()) {
+        let grammar = match grammars.checked(params.response_format.as_ref(), |format| {
+            self.grammar_of(format)
+        }) {
             Ok(grammar) => grammar,
             Err(error) => {
                 let own = prompt
@@ -443,6 +447,33 @@ impl GenerateActor {
         };
         self.model.constraint(&grammar).map_err(|e| e.to_string())?;
         Ok(Some(Arc::new(grammar)))
+    }
+}
+
+/// The response formats a request's prompts asked for, each compiled once to check it: a
+/// job's schema is compiled once per task, not once per prompt, and a record's own once
+/// per distinct format.
+#[derive(Default)]
+struct CheckedGrammars {
+    checked: Vec<(ResponseFormat, Result<Option<Arc<OutputGrammar>>, String>)>,
+}
+
+impl CheckedGrammars {
+    /// `format`'s grammar (or why it cannot compile), from `check` the first time only.
+    fn checked(
+        &mut self,
+        format: Option<&ResponseFormat>,
+        check: impl FnOnce(Option<&ResponseFormat>) -> Result<Option<Arc<OutputGrammar>>, String>,
+    ) -> Result<Option<Arc<OutputGrammar>>, String> {
+        let Some(format) = format else {
+            return check(None);
+        };
+        if let Some((_, result)) = self.checked.iter().find(|(seen, _)| seen == format) {
+            return result.clone();
+        }
+        let result = check(Some(format));
+        self.checked.push((format.clone(), result.clone()));
+        result
     }
 }
 
@@ -495,6 +526,40 @@ mod tests {
             "{}/../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf",
             env!("CARGO_MANIFEST_DIR")
         )
+    }
+
+    /// A request's prompts share their formats' checks: one per distinct format, whether it
+    /// compiled or not; no format is checked as `None` each time (nothing to compile).
+    #[test]
+    fn each_distinct_response_format_is_checked_once_a_request() {
+        let schema = |n: u32| ResponseFormat::JsonSchema {
+            json_schema: resident_actor::generate::JsonSchemaFormat {
+                name: String::new(),
+                schema: serde_json::json!({"type": "object", "maxProperties": n}),
+                strict: None,
+            },
+        };
+        let mut grammars = CheckedGrammars::default();
+        let mut checks = Vec::new();
+        let formats = [
+            Some(schema(1)),
+            None,
+            Some(schema(1)),
+            Some(schema(2)),
+            Some(schema(2)),
+        ];
+        for format in &formats {
+            let result = grammars.checked(format.as_ref(), |format| {
+                checks.push(format.cloned());
+                match format {
+                    Some(f) if *f == schema(2) => Err("does not compile".into()),
+                    Some(_) => Ok(Some(Arc::new(OutputGrammar::JsonObject))),
+                    None => Ok(None),
+                }
+            });
+            assert_eq!(result.is_err(), *format == Some(schema(2)));
+        }
+        assert_eq!(checks, [Some(schema(1)), None, Some(schema(2))]);
     }
 
     #[test]

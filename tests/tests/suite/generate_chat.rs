@@ -7,34 +7,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use resident_tests::{
-    finished_chunks, generate_command, init_logging, read_json, wait_until, wiki_sample_lines,
+    finished_chunks, generate_command, init_logging, read_json, read_jsonl, run_to_success,
+    wait_until, wiki_sample_lines, write_jsonl,
 };
 use serde_json::{Value, json};
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
-fn write_lines(path: &Path, values: &[Value]) {
-    let text: String = values.iter().map(|v| format!("{v}\n")).collect();
-    std::fs::write(path, text).unwrap();
-}
-
-fn run_ok(mut command: std::process::Command) -> (String, String) {
-    command.stdout(Stdio::piped());
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "generate failed: {stderr}");
-    (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
-}
 
 const SYSTEM: &str = "You are a pirate. Answer every question in pirate speech.";
 const QUESTION: &str = "What is the capital of France?";
@@ -49,7 +28,7 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("chat.jsonl");
-    write_lines(
+    write_jsonl(
         &input,
         &[
             json!({"id": "text", "text": QUESTION}),
@@ -69,7 +48,7 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
     let out = dir.path().join("dry");
     let mut dry = generate_command(&input, &out, "{text}", &flags);
     dry.args(["--dry-run", "3"]);
-    let (shown, _) = run_ok(dry);
+    let (shown, _) = run_to_success(dry);
     assert!(!out.exists(), "a dry run writes no output");
     let expected_text = format!(
         "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
@@ -86,16 +65,16 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
     assert_eq!(shown.matches(" prompt tokens").count(), 3, "{shown}");
 
     let with_system = dir.path().join("with");
-    run_ok(generate_command(&input, &with_system, "{text}", &flags));
+    run_to_success(generate_command(&input, &with_system, "{text}", &flags));
     let without = dir.path().join("without");
-    run_ok(generate_command(
+    run_to_success(generate_command(
         &input,
         &without,
         "{text}",
         &["--max-new-tokens", "12"],
     ));
-    let with_lines = lines(&with_system.join("generations.jsonl"));
-    let without_lines = lines(&without.join("generations.jsonl"));
+    let with_lines = read_jsonl(&with_system.join("generations.jsonl"));
+    let without_lines = read_jsonl(&without.join("generations.jsonl"));
     assert_ne!(
         with_lines[0]["text"], without_lines[0]["text"],
         "the system message changes the answer"
@@ -108,7 +87,7 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
 
     // The same prompts rendered by hand, fed as they are.
     let raw_input = dir.path().join("raw.jsonl");
-    write_lines(
+    write_jsonl(
         &raw_input,
         &[
             json!({"id": "text", "text": expected_text}),
@@ -117,13 +96,13 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
         ],
     );
     let raw = dir.path().join("raw");
-    run_ok(generate_command(
+    run_to_success(generate_command(
         &raw_input,
         &raw,
         "{text}",
         &["--max-new-tokens", "12", "--template", "none"],
     ));
-    let raw_lines = lines(&raw.join("generations.jsonl"));
+    let raw_lines = read_jsonl(&raw.join("generations.jsonl"));
     for (chat, raw) in with_lines.iter().zip(&raw_lines) {
         assert_eq!(chat["text"], raw["text"], "{chat} / {raw}");
         assert_eq!(
@@ -143,7 +122,7 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("q.jsonl");
-    write_lines(
+    write_jsonl(
         &input,
         &[
             json!({"id": "a", "text": "Write the word 'data' eight times."}),
@@ -154,8 +133,8 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
         let out = dir.path().join(name);
         let mut all = vec!["--max-new-tokens", "16"];
         all.extend_from_slice(flags);
-        run_ok(generate_command(&input, &out, "{text}", &all));
-        lines(&out.join("generations.jsonl"))
+        run_to_success(generate_command(&input, &out, "{text}", &all));
+        read_jsonl(&out.join("generations.jsonl"))
     };
     let sampled = ["--temperature", "0.9", "--seed", "3"];
     let single = run("single", &sampled);
@@ -209,7 +188,7 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
     )
     .unwrap();
     let structured_out = dir.path().join("structured");
-    run_ok(generate_command(
+    run_to_success(generate_command(
         &input,
         &structured_out,
         "{text}",
@@ -220,7 +199,7 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
             "48",
         ],
     ));
-    for line in &lines(&structured_out.join("generations.jsonl")) {
+    for line in &read_jsonl(&structured_out.join("generations.jsonl")) {
         let value: Value = serde_json::from_str(line["text"].as_str().unwrap()).expect("JSON");
         assert!(
             value["answer"].is_string() && value["confident"].is_boolean(),
@@ -313,7 +292,7 @@ async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
     requests.push(json!({"custom_id": "wrong-url", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}));
     requests.push(chat("tools", json!({"tools": [{"type": "function"}]})));
     assert_eq!(requests.len(), 50);
-    write_lines(&input, &requests);
+    write_jsonl(&input, &requests);
 
     let out = dir.path().join("out");
     let flags = [
@@ -340,12 +319,12 @@ async fn an_openai_batch_file_round_trips_in_order_across_a_kill_9() {
         before.len()
     );
 
-    run_ok(generate_command(&input, &out, "{text}", &flags));
+    run_to_success(generate_command(&input, &out, "{text}", &flags));
     let after = shard_bytes(&out);
     for (file, bytes) in &before {
         assert_eq!(Some(bytes), after.get(file), "{file} was rewritten");
     }
-    let answers = lines(&out.join("generations.jsonl"));
+    let answers = read_jsonl(&out.join("generations.jsonl"));
     let ids: Vec<&Value> = answers.iter().map(|a| &a["custom_id"]).collect();
     let expected: Vec<&Value> = requests.iter().map(|r| &r["custom_id"]).collect();
     assert_eq!(ids, expected, "one answer per line, in input order");

@@ -8,27 +8,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use resident_tests::{
-    finished_chunks, generate_command, ids_in_file, init_logging, read_json, sample, spawn_agent,
-    spawn_scheduler, spawn_two_t4_agents, wait_until,
+    finished_chunks, generate_command, ids_in_file, init_logging, read_json, read_jsonl,
+    run_to_success, sample, spawn_agent, spawn_scheduler, spawn_two_t4_agents, wait_until,
 };
 use serde_json::Value;
 
 const PROMPT: &str = "Topic: {topic}\n\n{text}\n\nSummarise the text above in one sentence.";
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
-fn run_ok(mut command: std::process::Command) -> String {
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "generate failed: {stderr}");
-    stderr
-}
 
 /// Sampling with a seed gives each record the same text whatever the chunking: the two
 /// runs cut the corpus differently and agree line for line.
@@ -56,11 +41,11 @@ async fn every_record_in_order_with_its_report_and_seeded_sampling_is_the_same_i
         let out = dir.path().join(format!("out-{chunk_size}"));
         let mut command = generate_command(&input, &out, PROMPT, &sampling);
         command.args(["--chunk-size", chunk_size]);
-        run_ok(command);
+        run_to_success(command);
         outputs.push(out);
     }
-    let first = lines(&outputs[0].join("generations.jsonl"));
-    assert_eq!(first, lines(&outputs[1].join("generations.jsonl")));
+    let first = read_jsonl(&outputs[0].join("generations.jsonl"));
+    assert_eq!(first, read_jsonl(&outputs[1].join("generations.jsonl")));
     let ids: Vec<Value> = first.iter().map(|line| line["id"].clone()).collect();
     assert_eq!(
         ids,
@@ -149,8 +134,8 @@ async fn bad_records_long_texts_stop_strings_and_a_raw_template() {
         "1",
     ];
     let out = dir.path().join("out");
-    run_ok(generate_command(&input, &out, PROMPT, &flags));
-    let generated = lines(&out.join("generations.jsonl"));
+    run_to_success(generate_command(&input, &out, PROMPT, &flags));
+    let generated = read_jsonl(&out.join("generations.jsonl"));
     assert_eq!(generated.len(), 4, "three articles and the long record");
     for line in &generated {
         let text = line["text"].as_str().unwrap();
@@ -258,12 +243,12 @@ async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk()
 
     // The node comes back (as systemd would restart it), and the command is run again.
     agents[1] = spawn_agent(&url, "node-b", "T4:16GiB", "");
-    run_ok(generate_command(&input, &out, PROMPT, &flags));
+    run_to_success(generate_command(&input, &out, PROMPT, &flags));
     let after = shard_bytes(&out);
     for (file, bytes) in &before {
         assert_eq!(Some(bytes), after.get(file), "{file} was rewritten");
     }
-    let generated = lines(&out.join("generations.jsonl"));
+    let generated = read_jsonl(&out.join("generations.jsonl"));
     let ids: Vec<Value> = generated.iter().map(|line| line["id"].clone()).collect();
     assert_eq!(ids, ids_in_file(&input), "every record once, in order");
     let report = read_json(&out.join("report.json"));

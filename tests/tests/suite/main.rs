@@ -27,6 +27,7 @@ mod forged_outcomes;
 mod generate_actors;
 mod generate_chat;
 mod generate_job;
+mod generate_llama_cpp;
 mod hostile_configs;
 mod http_port;
 mod in_process_cluster;
