@@ -11,6 +11,11 @@ Two ways a user drives it:
 
   target/release/generate-bench --prompts 200 --prompts-out /tmp/p200.jsonl
   python benches/generate_llama_cpp.py /tmp/p200.jsonl MODEL.gguf --modes completion,batched:8,batched:32
+
+Issue 45's decoding modes (`generate-bench --decoding plain,penalties,schema`), one prompt
+at a time, each run to its token limit:
+  python benches/generate_llama_cpp.py /tmp/p64.jsonl MODEL.gguf --ignore-eos \
+      --modes completion,completion:penalties,completion:schema
 """
 
 import argparse
@@ -22,16 +27,50 @@ import numpy as np
 import llama_cpp as L
 
 
-def completion(path, prompts, new_tokens, threads):
+# generate-bench's `summary_schema`, for `completion:schema`, less the summary's
+# `maxLength: 1200`: llama.cpp's GBNF conversion refuses that many repetitions ("exceeds
+# sane defaults") and then crashes. At 128 new tokens no summary reaches 1,200 characters,
+# so both engines are held to the same documents.
+SUMMARY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        "keywords": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 12},
+        "tone": {"enum": ["neutral", "positive", "negative"]},
+    },
+    "required": ["summary", "keywords", "tone"],
+    "additionalProperties": False,
+}
+
+
+def decoding_options(llm, decoding, ignore_eos):
+    """`create_completion`'s arguments for generate-bench's `--decoding` modes: `plain`
+    (greedy), `penalties` (repetition 1.1, presence 0.5, frequency 0.5: llama.cpp's own
+    penalties, over its last 64 tokens) and `schema` (the summary schema as a GBNF grammar,
+    llama.cpp's own JSON-schema conversion)."""
+    options = {"temperature": 0.0, "top_k": 1}
+    if ignore_eos:
+        options["logit_bias"] = {llm.token_eos(): float("-inf")}
+    if decoding == "penalties":
+        options.update(repeat_penalty=1.1, presence_penalty=0.5, frequency_penalty=0.5)
+    elif decoding == "schema":
+        options["grammar"] = L.LlamaGrammar.from_json_schema(json.dumps(SUMMARY_SCHEMA), verbose=False)
+    elif decoding != "plain":
+        raise SystemExit(f"completion:{decoding}: use plain, penalties or schema")
+    return options
+
+
+def completion(path, prompts, new_tokens, threads, decoding="plain", ignore_eos=False):
     llm = L.Llama(
         model_path=path, n_ctx=4096, n_threads=threads, n_threads_batch=threads,
         n_batch=512, verbose=False,
     )
+    options = decoding_options(llm, decoding, ignore_eos)
     generated = 0
     start = time.time()
     for prompt in prompts:
         llm.reset()
-        out = llm.create_completion(prompt, max_tokens=new_tokens, temperature=0.0, top_k=1)
+        out = llm.create_completion(prompt, max_tokens=new_tokens, **options)
         generated += out["usage"]["completion_tokens"]
     return generated, time.time() - start
 
@@ -114,9 +153,11 @@ def main():
     parser.add_argument("model", help="the GGUF file")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="completions run to --max-new-tokens (the end token's logit at -inf)")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
     parser.add_argument("--modes", default="completion,batched:8,batched:32",
-                        help="completion, batched:B, batched:B:FLASH or batched:B:FLASH:STEP (FLASH: auto, "
+                        help="completion or completion:DECODING (plain, penalties, schema), batched:B, batched:B:FLASH or batched:B:FLASH:STEP (FLASH: auto, "
                              "the default, on or off; STEP: tokens a decode call, 512 by default)")
     args = parser.parse_args()
     prompts = [json.loads(line)["prompt"] for line in open(args.prompts)][: args.limit]
@@ -127,8 +168,10 @@ def main():
     print("| llama.cpp | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s |")
     print("|---|---:|---:|---:|---:|")
     for mode in args.modes.split(","):
-        if mode == "completion":
-            generated, wall = completion(args.model, prompts, args.max_new_tokens, args.threads)
+        if mode == "completion" or mode.startswith("completion:"):
+            decoding = mode.split(":")[1] if ":" in mode else "plain"
+            generated, wall = completion(args.model, prompts, args.max_new_tokens, args.threads,
+                                         decoding, args.ignore_eos)
         else:
             _, width, *rest = mode.split(":")
             flash = rest[0] if rest else "auto"

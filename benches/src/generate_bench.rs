@@ -38,6 +38,10 @@ struct Args {
     article_chars: usize,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
+    /// Every sequence runs to `--max-new-tokens`, past the end token (vLLM's `ignore_eos`),
+    /// so decoding modes compare at equal work (a grammar still ends its document).
+    #[arg(long)]
+    ignore_eos: bool,
     /// Sequences in flight, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     batches: Vec<usize>,
@@ -154,6 +158,7 @@ fn main() -> anyhow::Result<()> {
             id: i.to_string(),
             prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
             max_new_tokens: args.max_new_tokens,
+            ignore_eos: args.ignore_eos,
             ..GenerationRequest::default()
         });
     }

@@ -5,6 +5,7 @@
 //! No tokio, tonic, clock or randomness: the same input always gives the same plan.
 //! See `README.md` beside this file for the algorithm.
 
+mod fit;
 mod refusal;
 mod solve;
 mod types;

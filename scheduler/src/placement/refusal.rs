@@ -3,7 +3,7 @@ use std::fmt;
 
 use resident_proto::{GpuFraction, NodeId, VramBytes};
 
-use super::solve::{Usage, gpu_eligible, kind_offered, model_matches, node_matches};
+use super::fit::{Usage, gpu_eligible, kind_offered, model_matches, node_matches};
 use super::types::{ComputeCapability, NodeCapacity, ResourceRequest};
 
 /// Why an actor could not be placed, naming the resource that blocks it.

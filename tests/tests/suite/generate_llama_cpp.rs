@@ -22,10 +22,15 @@ use resident_tests::{
 };
 use serde_json::{Value, json};
 
+/// The fixture, checked to come from the very GGUF file the tests run.
 fn fixture() -> Value {
     let fixture = read_json(&repo_root().join("tests/fixtures/smollm2_llama_cpp.json"));
-    let model = std::fs::metadata(smollm2_gguf()).unwrap().len();
-    assert!(model > 0 && fixture["model"].as_str().unwrap().ends_with(".Q4_1.gguf"));
+    let model = std::fs::File::open(smollm2_gguf()).unwrap();
+    let (_, sha256) = resident_storage::model_manifest::sha256_of(model).unwrap();
+    assert_eq!(
+        fixture["model_sha256"], sha256,
+        "the fixture was made from another GGUF: run scripts/make-llama-cpp-fixture.py"
+    );
     fixture
 }
 
