@@ -434,10 +434,7 @@ impl GenerateActor {
 
     /// The grammar `format` asks for, compiled once to check it (each sequence compiles
     /// its own state from it).
-    fn grammar_of(
-        &self,
-        format: Option<&ResponseFormat>,
-    ) -> Result<Option<Arc<OutputGrammar>>, String> {
+    fn grammar_of(&self, format: Option<&ResponseFormat>) -> GrammarCheck {
         let grammar = match format {
             None | Some(ResponseFormat::Text) => return Ok(None),
             Some(ResponseFormat::JsonObject) => OutputGrammar::JsonObject,
@@ -455,16 +452,19 @@ impl GenerateActor {
 /// per distinct format.
 #[derive(Default)]
 struct CheckedGrammars {
-    checked: Vec<(ResponseFormat, Result<Option<Arc<OutputGrammar>>, String>)>,
+    checked: Vec<(ResponseFormat, GrammarCheck)>,
 }
+
+/// A response format's grammar (none for free text), or why it does not compile.
+type GrammarCheck = Result<Option<Arc<OutputGrammar>>, String>;
 
 impl CheckedGrammars {
     /// `format`'s grammar (or why it cannot compile), from `check` the first time only.
     fn checked(
         &mut self,
         format: Option<&ResponseFormat>,
-        check: impl FnOnce(Option<&ResponseFormat>) -> Result<Option<Arc<OutputGrammar>>, String>,
-    ) -> Result<Option<Arc<OutputGrammar>>, String> {
+        check: impl FnOnce(Option<&ResponseFormat>) -> GrammarCheck,
+    ) -> GrammarCheck {
         let Some(format) = format else {
             return check(None);
         };
