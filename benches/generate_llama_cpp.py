@@ -46,7 +46,8 @@ SUMMARY_SCHEMA = {
 def decoding_options(llm, decoding, ignore_eos):
     """`create_completion`'s arguments for generate-bench's `--decoding` modes: `plain`
     (greedy), `penalties` (repetition 1.1, presence 0.5, frequency 0.5: llama.cpp's own
-    penalties, over its last 64 tokens) and `schema` (the summary schema as a GBNF grammar,
+    penalties; the 0.3.36 binding passes `n_vocab` where llama.cpp now reads its window,
+    so they count every token seen, not the last 64) and `schema` (the summary schema as a GBNF grammar,
     llama.cpp's own JSON-schema conversion)."""
     options = {"temperature": 0.0, "top_k": 1}
     if ignore_eos:
@@ -154,7 +155,8 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ignore-eos", action="store_true",
-                        help="completions run to --max-new-tokens (the end token's logit at -inf)")
+                        help="completion modes run to --max-new-tokens (the end token's logit at -inf); "
+                             "batched modes ignore it")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
     parser.add_argument("--modes", default="completion,batched:8,batched:32",
                         help="completion or completion:DECODING (plain, penalties, schema), batched:B, batched:B:FLASH or batched:B:FLASH:STEP (FLASH: auto, "
