@@ -9,6 +9,7 @@ pub mod host;
 pub mod model_cache;
 pub mod observe;
 pub mod session;
+mod uplink;
 
 pub use error::{AgentError, BackendError};
 pub use session::{AgentConfig, parse_labels, run_agent};

@@ -2,8 +2,6 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
-use prost::bytes::Bytes;
 pub use resident_proto::connect::ClientCredentials;
 use resident_proto::connect::{
     AuthedChannel, BearerToken, is_transport_failure, plaintext_hint, scheduler_endpoint,
@@ -11,15 +9,10 @@ use resident_proto::connect::{
 };
 use resident_proto::pb;
 use resident_proto::pb::scheduler_service_client::SchedulerServiceClient;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::SdkError;
-use crate::info::{ActorInfo, ActorState, JobStatus, NodeInfo, PoolStatus};
-use crate::job_stream::open_job;
-pub use crate::job_stream::{JobStream, TaskPayload};
-use crate::pool_spec::PoolSpec;
-use resident_proto::{ActorId, JobId, NodeId};
+use crate::info::{ActorInfo, JobStatus, NodeInfo, PoolStatus};
+use resident_proto::JobId;
 
 /// A connection to a Resident cluster (remote, or in this process with `Cluster::local`).
 #[derive(Clone)]
@@ -40,38 +33,6 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a job waits, by default, for a scheduler that went away (a restart, a network
 /// cut) before it fails; within it, the job resumes where it was.
 pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// One task's answer.
-#[derive(Clone, Debug)]
-pub struct TaskOutput {
-    /// Position of the task in the submitted stream (0-based).
-    pub seq: u64,
-    /// The actor's output, or why the task failed for good.
-    pub output: Result<Bytes, String>,
-    /// Times the task was run (more than 1 after a retry).
-    pub attempts: u32,
-    /// The actor that ran it last (empty when it never ran).
-    pub actor_id: ActorId,
-    /// The node of that actor.
-    pub node_id: NodeId,
-    /// Microseconds the task waited in the scheduler's queue.
-    pub queue_micros: u64,
-    /// Microseconds the actor took to run it.
-    pub run_micros: u64,
-}
-
-/// How a job's tasks are sent.
-#[derive(Clone, Debug, Default)]
-pub struct SubmitOptions {
-    /// At most this many tasks submitted but unanswered (0 = the scheduler's limit); inputs
-    /// beyond it wait in the client's stream.
-    pub window: u32,
-    /// The actor method every task calls; empty = the kind's default.
-    pub method: String,
-    /// How many tasks the job will have, when known (0 = unknown): the dashboard's and
-    /// `resident jobs`' progress and ETA.
-    pub expected_tasks: u64,
-}
 
 /// Whether `RESIDENT_INSECURE` allows a token over plaintext `http://` beyond loopback
 /// (`1`, `true`, `yes`).
@@ -94,7 +55,7 @@ pub fn credentials_from_env() -> Result<ClientCredentials, SdkError> {
     Ok(credentials)
 }
 
-fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+pub(crate) fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     request
@@ -221,27 +182,6 @@ impl Cluster {
         self.client.clone()
     }
 
-    /// Creates a pool (or returns the existing one with the same spec).
-    pub async fn create_pool(&self, spec: PoolSpec) -> Result<Pool, SdkError> {
-        let name = spec.name().to_owned();
-        let request = pb::CreatePoolRequest {
-            spec: Some(spec.into_pb()),
-        };
-        self.client
-            .clone()
-            .create_pool(with_timeout(request, self.request_timeout))
-            .await?;
-        Ok(self.pool(name))
-    }
-
-    /// A handle to an existing pool, by name.
-    pub fn pool(&self, name: impl Into<String>) -> Pool {
-        Pool {
-            cluster: self.clone(),
-            name: name.into(),
-        }
-    }
-
     /// Sets what a job of this client's reports about itself, shown on the dashboard: a
     /// JSON object (a sweep's `status` line and `leaderboard` rows, say), at most 64 KiB.
     pub async fn annotate_job(
@@ -361,236 +301,8 @@ impl Cluster {
     }
 }
 
-/// A pool of resident actors.
-#[derive(Clone)]
-pub struct Pool {
-    cluster: Cluster,
-    name: String,
-}
-
-impl Pool {
-    /// The pool's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The pool's spec, actors and readiness.
-    pub async fn status(&self) -> Result<PoolStatus, SdkError> {
-        let request = pb::GetPoolRequest {
-            pool: self.name.clone(),
-        };
-        let request = with_timeout(request, self.cluster.request_timeout);
-        let status = self.cluster.client.clone().get_pool(request).await?;
-        Ok(status.into_inner().into())
-    }
-
-    /// Waits until every replica is ready. Fails early when every actor is dead, and on
-    /// timeout says why actors are not ready (placement refusal or load errors).
-    pub async fn wait_ready(&self, timeout: Duration) -> Result<PoolStatus, SdkError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let status = self.status().await?;
-            let replicas = status.replicas();
-            if status.ready_actors >= replicas {
-                return Ok(status);
-            }
-            let errors: Vec<&str> = status
-                .actors
-                .iter()
-                .filter_map(|a| a.error.as_deref())
-                .collect();
-            let all_dead = status.actors.iter().all(|a| a.state == ActorState::Dead);
-            if !status.actors.is_empty() && all_dead {
-                return Err(SdkError::ActorsFailed {
-                    pool: self.name.clone(),
-                    error: errors.first().unwrap_or(&"no error reported").to_string(),
-                });
-            }
-            if Instant::now() > deadline {
-                let why = match &status.unplaced_reason {
-                    Some(reason) => reason.clone(),
-                    None => errors
-                        .first()
-                        .copied()
-                        .unwrap_or("still loading")
-                        .to_owned(),
-                };
-                return Err(SdkError::Timeout(format!(
-                    "pool `{}` has {}/{} actors ready after {timeout:?}: {why}",
-                    self.name, status.ready_actors, replicas
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Sets the pool's replica count; the scheduler starts or stops actors to match.
-    pub async fn scale(&self, replicas: u32) -> Result<PoolStatus, SdkError> {
-        let request = pb::ScalePoolRequest {
-            pool: self.name.clone(),
-            replicas,
-        };
-        let request = with_timeout(request, self.cluster.request_timeout);
-        let status = self.cluster.client.clone().scale_pool(request).await?;
-        Ok(status.into_inner().into())
-    }
-
-    /// Deletes the pool: its actors stop and free what they hold; its queued tasks fail.
-    pub async fn delete(&self) -> Result<(), SdkError> {
-        self.delete_pool(false).await.map(drop)
-    }
-
-    /// Deletes the pool unless a running job (another client's, say) still uses it or
-    /// work is queued on it: then it is kept, and the answer says why.
-    pub async fn delete_if_unused(&self) -> Result<Option<String>, SdkError> {
-        self.delete_pool(true).await
-    }
-
-    /// `DeletePool`: why the pool was kept, if it was.
-    async fn delete_pool(&self, if_unused: bool) -> Result<Option<String>, SdkError> {
-        let request = pb::DeletePoolRequest {
-            pool: self.name.clone(),
-            if_unused,
-        };
-        let request = with_timeout(request, self.cluster.request_timeout);
-        let answer = self.cluster.client.clone().delete_pool(request).await?;
-        let answer = answer.into_inner();
-        Ok((!answer.deleted).then_some(answer.kept_because))
-    }
-
-    /// Streams `inputs` to the pool as one job; results arrive as they finish, each once.
-    /// Items are anything that becomes [`Bytes`]: `Vec<u8>`, `String`, `&'static str`...
-    pub async fn submit<S>(&self, job_name: &str, inputs: S) -> Result<JobStream, SdkError>
-    where
-        S: Stream + Send + 'static,
-        S::Item: Into<Bytes> + Send,
-    {
-        self.submit_with(job_name, inputs, SubmitOptions::default())
-            .await
-    }
-
-    /// Like [`Pool::submit`], with at most `window` tasks submitted but unanswered (0 = the
-    /// scheduler's limit); inputs beyond it wait in `inputs`.
-    pub async fn submit_windowed<S>(
-        &self,
-        job_name: &str,
-        inputs: S,
-        window: u32,
-    ) -> Result<JobStream, SdkError>
-    where
-        S: Stream + Send + 'static,
-        S::Item: Into<Bytes> + Send,
-    {
-        let options = SubmitOptions {
-            window,
-            ..SubmitOptions::default()
-        };
-        self.submit_with(job_name, inputs, options).await
-    }
-
-    /// Like [`Pool::submit`], with a window and an actor method (see [`SubmitOptions`]).
-    pub async fn submit_with<S>(
-        &self,
-        job_name: &str,
-        inputs: S,
-        options: SubmitOptions,
-    ) -> Result<JobStream, SdkError>
-    where
-        S: Stream + Send + 'static,
-        S::Item: Into<Bytes> + Send,
-    {
-        let inputs = inputs.map(|input| TaskPayload::from(input.into()));
-        self.submit_payloads(job_name, inputs, options).await
-    }
-
-    /// Like [`Pool::submit_with`], with each task's item count (see [`TaskPayload`]).
-    pub async fn submit_payloads<S>(
-        &self,
-        job_name: &str,
-        inputs: S,
-        options: SubmitOptions,
-    ) -> Result<JobStream, SdkError>
-    where
-        S: Stream<Item = TaskPayload> + Send + 'static,
-    {
-        let header = pb::SubmitHeader {
-            pool: self.name.clone(),
-            job_name: job_name.to_owned(),
-            max_outstanding: options.window,
-            method: options.method,
-            resume_job_id: String::new(),
-            expected_tasks: options.expected_tasks,
-        };
-        open_job(&self.cluster, header, Box::pin(inputs)).await
-    }
-
-    /// Runs every payload and returns the outputs in input order.
-    pub async fn map<I>(&self, payloads: I) -> Result<Vec<TaskOutput>, SdkError>
-    where
-        I: IntoIterator,
-        I::Item: Into<Bytes>,
-    {
-        self.map_with(payloads, SubmitOptions::default()).await
-    }
-
-    /// Like [`Pool::map`], with a window and an actor method (see [`SubmitOptions`]).
-    pub async fn map_with<I>(
-        &self,
-        payloads: I,
-        options: SubmitOptions,
-    ) -> Result<Vec<TaskOutput>, SdkError>
-    where
-        I: IntoIterator,
-        I::Item: Into<Bytes>,
-    {
-        let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
-        let count = payloads.len();
-        let inputs = futures::stream::iter(payloads);
-        let mut job = self.submit_with("map", inputs, options).await?;
-        let mut outputs = Vec::with_capacity(count);
-        while let Some(output) = job.next().await {
-            outputs.push(output?);
-        }
-        outputs.sort_by_key(|o| o.seq);
-        Ok(outputs)
-    }
-
-    /// A typed handle on this pool, for a pool of the typed kind `K` (see [`crate::actor`]).
-    pub fn typed<K: resident_actor::Kind>(&self) -> crate::TypedPool<K> {
-        crate::TypedPool::new(self.clone())
-    }
-
-    /// A long-lived job for one-at-a-time calls, like calling a Ray actor handle.
-    pub async fn session(&self) -> Result<CallSession, SdkError> {
-        let (tx, rx) = mpsc::channel(16);
-        let results = self.submit("session", ReceiverStream::new(rx)).await?;
-        Ok(CallSession { tx, results })
-    }
-}
-
-/// One call at a time over a single job stream.
-pub struct CallSession {
-    tx: mpsc::Sender<Bytes>,
-    results: JobStream,
-}
-
-impl CallSession {
-    /// Sends one payload and waits for its output; calls on one session run one at a time.
-    pub async fn call(&mut self, payload: impl Into<Bytes>) -> Result<Bytes, SdkError> {
-        self.tx
-            .send(payload.into())
-            .await
-            .map_err(|_| SdkError::Unavailable("call session closed".into()))?;
-        match self.results.next().await {
-            Some(Ok(output)) => output.output.map_err(SdkError::TaskFailed),
-            Some(Err(error)) => Err(error),
-            None => Err(SdkError::Unavailable("call session closed".into())),
-        }
-    }
-}
-
 /// A listing the scheduler cut to fit its byte cap says so on the caller's log.
-fn warn_if_omitted(what: &str, omitted: u32) {
+pub(crate) fn warn_if_omitted(what: &str, omitted: u32) {
     if omitted > 0 {
         tracing::warn!(
             omitted,

@@ -8,8 +8,10 @@ use prost::Message;
 use prost::bytes::Bytes;
 use resident_proto::{ActorId, NodeId, pb};
 
-use crate::client::{Cluster, Pool, TaskOutput};
+use crate::client::Cluster;
 use crate::error::SdkError;
+use crate::job_stream::TaskOutput;
+use crate::pool::Pool;
 use crate::pool_spec::PoolSpec;
 
 /// A pool of `embed` actors for one model.

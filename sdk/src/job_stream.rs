@@ -20,9 +20,28 @@ use resident_proto::connect::is_transport_failure;
 use resident_proto::{ActorId, JobId, NodeId, pb};
 use tokio::sync::{mpsc, watch};
 
-use crate::client::{Cluster, TaskOutput};
+use crate::client::Cluster;
 use crate::error::SdkError;
 use crate::request_queue::RequestQueue;
+
+/// One task's answer.
+#[derive(Clone, Debug)]
+pub struct TaskOutput {
+    /// Position of the task in the submitted stream (0-based).
+    pub seq: u64,
+    /// The actor's output, or why the task failed for good.
+    pub output: Result<Bytes, String>,
+    /// Times the task was run (more than 1 after a retry).
+    pub attempts: u32,
+    /// The actor that ran it last (empty when it never ran).
+    pub actor_id: ActorId,
+    /// The node of that actor.
+    pub node_id: NodeId,
+    /// Microseconds the task waited in the scheduler's queue.
+    pub queue_micros: u64,
+    /// Microseconds the actor took to run it.
+    pub run_micros: u64,
+}
 
 /// Results of one submitted job, each task's once, even across a scheduler restart.
 ///

@@ -36,6 +36,7 @@ mod job_stream;
 pub mod json;
 #[cfg(feature = "local")]
 mod local;
+mod pool;
 mod pool_spec;
 mod request_queue;
 mod typed;
@@ -55,8 +56,7 @@ pub mod actor {
 }
 
 pub use client::{
-    CallSession, ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, JobStream,
-    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, Pool, SubmitOptions, TaskOutput, TaskPayload,
+    ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
     credentials_from_env, insecure_from_env,
 };
 pub use device_choice::{DEFAULT_GPUS_PER_ACTOR, DeviceChoice, choose_device};
@@ -66,8 +66,10 @@ pub use embed::{
 };
 pub use error::SdkError;
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
+pub use job_stream::{JobStream, TaskOutput, TaskPayload};
 #[cfg(feature = "local")]
 pub use local::LocalConfig;
+pub use pool::{CallSession, Pool, SubmitOptions};
 pub use pool_spec::PoolSpec;
 pub use prost::bytes::Bytes;
 #[cfg(feature = "local")]

@@ -176,3 +176,10 @@ impl<K: Kind> Stream for TypedStream<K> {
         }
     }
 }
+
+impl Pool {
+    /// A typed handle on this pool, for a pool of the typed kind `K` (see [`crate::actor`]).
+    pub fn typed<K: resident_actor::Kind>(&self) -> TypedPool<K> {
+        TypedPool::new(self.clone())
+    }
+}

@@ -15,4 +15,8 @@ mod s3;
 mod s3_writer;
 
 pub use location::{Location, ObjectInfo, S3Options, key_under};
-pub use s3::{ObjectWriter, S3Client};
+#[cfg(not(feature = "s3"))]
+pub use s3::ObjectWriter;
+pub use s3::S3Client;
+#[cfg(feature = "s3")]
+pub use s3_writer::ObjectWriter;

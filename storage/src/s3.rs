@@ -2,14 +2,10 @@
 //! (they appear only complete), and upload large files in parts.
 
 use std::io::Read;
-use std::path::Path;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
-use tokio::io::AsyncReadExt;
-
-pub use super::s3_writer::ObjectWriter;
 
 use super::{ObjectInfo, S3Options};
 
@@ -183,43 +179,6 @@ impl S3Client {
             .await
             .map(|_| ())
             .map_err(|e| format!("cannot delete s3://{bucket}/{key}: {}", describe(e)))
-    }
-
-    /// Uploads a local file through an [`ObjectWriter`]: one request when small, a multipart
-    /// upload otherwise (the object appears only when the upload completes; a failed one is
-    /// aborted).
-    pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), String> {
-        let local = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mut file = tokio::fs::File::open(path).await.map_err(local)?;
-        let mut writer = self.object_writer(bucket, key);
-        let mut buffer = vec![0u8; 8 << 20];
-        loop {
-            let read = match file.read(&mut buffer).await {
-                Ok(read) => read,
-                Err(error) => {
-                    writer.abort().await;
-                    return Err(local(error));
-                }
-            };
-            if read == 0 {
-                break;
-            }
-            writer.write(&buffer[..read]).await?;
-        }
-        writer.finish().await.map(|_| ())
-    }
-
-    /// A writer that streams one object to `key` in parts, holding at most one part.
-    pub fn object_writer(&self, bucket: &str, key: &str) -> ObjectWriter {
-        ObjectWriter {
-            client: self.clone(),
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            upload_id: None,
-            buffer: Vec::new(),
-            parts: Vec::new(),
-            written: 0,
-        }
     }
 
     /// A blocking reader over the object's body, streamed (for reader threads; must not be

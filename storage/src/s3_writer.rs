@@ -4,6 +4,10 @@
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 
+use std::path::Path;
+
+use tokio::io::AsyncReadExt;
+
 use super::s3::{S3Client, describe};
 
 /// Writes one object from a sequence of byte slices. Bytes are buffered into parts of the
@@ -19,6 +23,45 @@ pub struct ObjectWriter {
     pub(crate) buffer: Vec<u8>,
     pub(crate) parts: Vec<CompletedPart>,
     pub(crate) written: u64,
+}
+
+impl S3Client {
+    /// Uploads a local file through an [`ObjectWriter`]: one request when small, a multipart
+    /// upload otherwise (the object appears only when the upload completes; a failed one is
+    /// aborted).
+    pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), String> {
+        let local = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut file = tokio::fs::File::open(path).await.map_err(local)?;
+        let mut writer = self.object_writer(bucket, key);
+        let mut buffer = vec![0u8; 8 << 20];
+        loop {
+            let read = match file.read(&mut buffer).await {
+                Ok(read) => read,
+                Err(error) => {
+                    writer.abort().await;
+                    return Err(local(error));
+                }
+            };
+            if read == 0 {
+                break;
+            }
+            writer.write(&buffer[..read]).await?;
+        }
+        writer.finish().await.map(|_| ())
+    }
+
+    /// A writer that streams one object to `key` in parts, holding at most one part.
+    pub fn object_writer(&self, bucket: &str, key: &str) -> ObjectWriter {
+        ObjectWriter {
+            client: self.clone(),
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: None,
+            buffer: Vec::new(),
+            parts: Vec::new(),
+            written: 0,
+        }
+    }
 }
 
 impl ObjectWriter {

@@ -13,148 +13,16 @@ pub mod progress;
 pub mod text_stats;
 pub mod typed;
 
-use resident_models::roots::FileRoots;
+mod kind;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use resident_proto::ActorId;
-
-use crate::model_cache::ModelCache;
-
 pub use crate::error::BackendError;
+pub use kind::{
+    ActorKind, DeviceAssignment, LoadContext, ModelBackend, Prepared, Preparer, TaskSize,
+};
 pub use progress::TaskProgress;
-
-/// Where an actor runs, as the scheduler assigned it.
-#[derive(Clone, Debug, Default)]
-pub struct DeviceAssignment {
-    pub gpu_indices: Vec<u32>,
-    /// Share of each GPU (0.25, 1.0); 0 for CPU-only actors.
-    pub gpu_fraction: f64,
-    pub vram_bytes: u64,
-    /// The node's GPUs are simulated: run on CPU whatever the assignment says.
-    pub simulated: bool,
-}
-
-impl DeviceAssignment {
-    /// The first assigned GPU the model should really run on: `None` for CPU actors and on
-    /// nodes whose GPUs are simulated.
-    pub fn real_gpu(&self) -> Option<u32> {
-        self.gpu_indices
-            .first()
-            .copied()
-            .filter(|_| !self.simulated)
-    }
-}
-
-/// Everything a kind gets when one of its actors loads.
-#[derive(Clone, Debug)]
-pub struct LoadContext {
-    pub actor_id: ActorId,
-    /// The pool's `actor_config`, JSON (empty when the pool gave none).
-    pub config: Vec<u8>,
-    pub device: DeviceAssignment,
-    /// Where the actor may read model files and datasets named by clients.
-    pub roots: FileRoots,
-    /// Fetches remote models (`s3://`, Hugging Face ids) to a local directory, once per node.
-    pub models: Arc<ModelCache>,
-    /// How far the running task got, for kinds that work through a chunk in steps.
-    pub progress: TaskProgress,
-}
-
-impl LoadContext {
-    /// A context for loading a kind outside an agent (unit tests, benchmarks): on CPU, no
-    /// file roots, a default model cache, progress reports dropped.
-    pub fn standalone(actor_id: &str, config: Vec<u8>) -> Self {
-        Self {
-            actor_id: actor_id.into(),
-            config,
-            device: DeviceAssignment::default(),
-            roots: FileRoots::default(),
-            models: Arc::new(ModelCache::new(Default::default())),
-            progress: TaskProgress::disabled(),
-        }
-    }
-
-    /// Parses the JSON config into `T`, treating an empty config as `{}`.
-    pub fn parse_config<T: serde::de::DeserializeOwned>(&self) -> Result<T, BackendError> {
-        let text: &[u8] = if self.config.is_empty() {
-            b"{}"
-        } else {
-            &self.config
-        };
-        serde_json::from_slice(text).map_err(|e| BackendError::InvalidConfig(e.to_string()))
-    }
-}
-
-/// A chunk after its CPU-side preparation (e.g. tokenised texts); the backend downcasts it.
-pub type Prepared = Box<dyn std::any::Any + Send>;
-
-/// CPU-side preparation of a payload. The host runs it on a helper thread, so it overlaps
-/// with the model working on the previous chunk.
-pub type Preparer = Arc<dyn Fn(&[u8]) -> Result<Prepared, BackendError> + Send + Sync>;
-
-/// What one task amounted to, for metrics (batch sizes, tokens/s).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskSize {
-    /// Documents (rows) in the task.
-    pub items: u64,
-    /// Tokens the model ran over.
-    pub tokens: u64,
-}
-
-/// A loaded model owned by one actor thread.
-pub trait ModelBackend: Send {
-    /// The size of the task just run, where the kind can tell (embedders: rows and tokens).
-    fn last_task_size(&self) -> Option<TaskSize> {
-        None
-    }
-
-    /// Handles one task of the kind's default method. Runs on the actor's thread; may block.
-    fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError>;
-
-    /// Methods besides the default one that tasks may name (a job's `method`).
-    fn methods(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    /// Handles a task that names one of [`ModelBackend::methods`]; the host refuses other
-    /// names before calling it.
-    fn call(&mut self, method: &str, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
-        let _ = payload;
-        Err(BackendError::Task(format!(
-            "method `{method}` is listed but not handled"
-        )))
-    }
-
-    /// A preparation stage to run ahead of the model on another thread, if the kind has one.
-    /// Then the host calls [`ModelBackend::run_prepared`] instead of `run_chunk`.
-    fn preparer(&self) -> Option<Preparer> {
-        None
-    }
-
-    /// Handles a chunk that [`ModelBackend::preparer`] prepared.
-    fn run_prepared(&mut self, prepared: Prepared) -> Result<Vec<u8>, BackendError> {
-        drop(prepared);
-        Err(BackendError::Task(
-            "this actor kind has no preparation stage".into(),
-        ))
-    }
-
-    /// VRAM this backend holds, for status.
-    fn vram_bytes(&self) -> u64 {
-        0
-    }
-}
-
-/// A named kind of actor that agents can host. Most kinds are easier written as a
-/// [`typed::TypedActor`]: typed requests and replies, config decoded, a versioned name.
-pub trait ActorKind: Send + Sync {
-    /// The name agents offer and pools ask for (`name@version` for typed kinds).
-    fn name(&self) -> &str;
-
-    /// Loads the model; called once per actor start, on the actor's thread.
-    fn load(&self, context: &LoadContext) -> Result<Box<dyn ModelBackend>, BackendError>;
-}
 
 /// The kinds an agent offers, by name.
 #[derive(Clone, Default)]

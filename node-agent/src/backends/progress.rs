@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use resident_proto::pb;
 
-use crate::host::ToScheduler;
+use crate::uplink::ToScheduler;
 
 /// The least time between two progress messages of one actor, shared by the agent's actors
 /// and set from each registration; 0 turns reports off.

@@ -2,32 +2,14 @@
 //! with or without a driver; [`SimulatedGpus`] reports capacity only, for tests and simulations.
 
 mod nvml;
+mod probe;
 mod simulated;
 
 use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
 
+pub use probe::{GpuProbe, NoGpus};
 pub use simulated::{SimulatedGpus, parse_simulated_gpus};
-
-pub trait GpuProbe: Send + Sync {
-    /// Every GPU with its current free VRAM.
-    fn gpus(&self) -> Vec<pb::GpuInfo>;
-    /// True when the GPUs are simulated: the work itself runs on CPU.
-    fn simulated(&self) -> bool;
-}
-
-/// No GPUs: a CPU-only node.
-pub struct NoGpus;
-
-impl GpuProbe for NoGpus {
-    fn gpus(&self) -> Vec<pb::GpuInfo> {
-        Vec::new()
-    }
-
-    fn simulated(&self) -> bool {
-        false
-    }
-}
 
 /// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from
 /// NVML where it loads.

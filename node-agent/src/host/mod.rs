@@ -22,9 +22,7 @@ use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext, TaskProg
 use actor_thread::run_actor_thread;
 pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
 
-/// Where actors send messages to the scheduler (reports, task outcomes): the agent's uplink,
-/// which lives as long as the agent and is forwarded to whichever session is current.
-pub type ToScheduler = mpsc::UnboundedSender<pb::AgentMessage>;
+pub use crate::uplink::ToScheduler;
 
 struct ActorSlot {
     /// How the scheduler started it, reported back in the inventory.

@@ -17,6 +17,7 @@
 
 pub mod eviction;
 mod hub;
+mod sources;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -151,22 +152,6 @@ impl ModelCache {
     /// Models this process downloaded (not found in the cache).
     pub fn downloads(&self) -> u64 {
         self.downloads.load(Ordering::Relaxed)
-    }
-
-    /// The local directory to load `spec` from, fetching it first if it is remote. Blocks
-    /// (an actor thread calls it while loading); must not run on an async worker thread.
-    pub fn local_dir(&self, spec: &str, revision: Option<&str>) -> Result<String, BackendError> {
-        match ModelSource::parse(spec, revision).map_err(BackendError::InvalidConfig)? {
-            ModelSource::Local(path) => Ok(path),
-            ModelSource::S3 { bucket, prefix } => {
-                let dir = self.fetch_s3(&bucket, &prefix, revision)?;
-                Ok(dir.to_string_lossy().into_owned())
-            }
-            ModelSource::Hub { repo, revision } => {
-                let dir = hub::fetch(self, &repo, &revision)?;
-                Ok(dir.to_string_lossy().into_owned())
-            }
-        }
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Handle, BackendError> {

@@ -13,8 +13,9 @@ use axum::{Form, Json, Router};
 use resident_proto::pb;
 use serde::{Deserialize, Serialize};
 
+use super::access::{HttpState, authorize, check_token, query_overview};
 use super::metrics::{actor_state_name, job_state_name};
-use super::{HttpState, authorize, check_token, query_overview};
+use super::sessions::{COOKIE, LOGIN_LIFETIME, cookie_session};
 use crate::auth::audit;
 use crate::core::Overview;
 use crate::metrics::ClusterEvent;
@@ -24,11 +25,6 @@ const LOGIN_HTML: &str = include_str!("assets/login.html");
 const DASHBOARD_JS: &str = include_str!("assets/dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("assets/dashboard.css");
 
-/// The login cookie's name; it holds a session id.
-const COOKIE: &str = "resident_session";
-/// How long a login lasts (a working day and then some); the token itself may be revoked
-/// sooner, which ends it at once.
-pub(super) const LOGIN_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 /// Events the overview carries.
 const RECENT_EVENTS: usize = 50;
 
@@ -50,18 +46,6 @@ pub(super) fn routes() -> Router<HttpState> {
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
-}
-
-/// The session id in the login cookie, if the request carries one.
-pub(super) fn cookie_session(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value)
 }
 
 async fn index(State(state): State<HttpState>, headers: HeaderMap) -> Response {
@@ -425,17 +409,6 @@ impl JobView {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_login_cookie_is_found_among_others() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("theme=dark; resident_session=0a1b; x=1"),
-        );
-        assert_eq!(cookie_session(&headers), Some("0a1b"));
-        assert_eq!(cookie_session(&HeaderMap::new()), None);
-    }
 
     #[test]
     fn a_job_view_has_progress_rate_and_eta() {

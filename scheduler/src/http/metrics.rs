@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use resident_proto::pb;
 
-use super::{HttpState, authorize, query_overview};
+use super::access::{HttpState, authorize, query_overview};
 use crate::budget::BufferBudget;
 use crate::core::Overview;
 use crate::metrics::SchedulerMetrics;

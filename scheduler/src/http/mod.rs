@@ -5,6 +5,7 @@
 //! token when the auth file is on: `Authorization: Bearer <token>`, or the cookie the login
 //! page sets; any role that may read.
 
+mod access;
 mod dashboard;
 mod metrics;
 mod serve;
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rustls_pki_types::pem::PemObject;
@@ -24,20 +25,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Action, AuthGate, require};
-use crate::core::{Demand, Overview, SchedulerCommand, SchedulerHandle};
+use crate::core::{Demand, SchedulerCommand, SchedulerHandle};
 use crate::error::SchedulerError;
 use crate::server::{ServerSecurity, TlsIdentity};
-
-#[derive(Clone)]
-struct HttpState {
-    scheduler: SchedulerHandle,
-    auth: AuthGate,
-    /// Whether the port speaks TLS (the login cookie is then `Secure`).
-    tls: bool,
-    /// Logged-in browsers (`sessions.rs`).
-    sessions: sessions::DashboardSessions,
-}
+use access::{HttpState, Refusal, authorize};
 
 /// Serves the HTTP port on `listener` until `cancel` fires, then drains it (`serve.rs`).
 pub fn serve_http(
@@ -52,7 +43,7 @@ pub fn serve_http(
         scheduler,
         auth: security.auth.clone(),
         tls: tls.is_some(),
-        sessions: sessions::DashboardSessions::new(dashboard::LOGIN_LIFETIME),
+        sessions: sessions::DashboardSessions::new(sessions::LOGIN_LIFETIME),
     };
     let router = axum::Router::new()
         .route("/healthz", get(healthz))
@@ -94,44 +85,6 @@ fn tls_acceptor(identity: &TlsIdentity) -> Result<tokio_rustls::TlsAcceptor, Sch
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// A refusal: the status and the text that says why.
-type Refusal = (StatusCode, String);
-
-/// The caller's token: the `Authorization: Bearer` header, else the token of the session
-/// the login cookie names.
-fn request_token(state: &HttpState, headers: &HeaderMap) -> Option<String> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_owned());
-    bearer.or_else(|| state.sessions.token(dashboard::cookie_session(headers)?))
-}
-
-/// The caller's token must be known and may read cluster state.
-fn authorize(state: &HttpState, headers: &HeaderMap, call: &str) -> Result<(), Refusal> {
-    check_token(state, request_token(state, headers).as_deref(), call)
-}
-
-/// `token` must be known and may read cluster state.
-fn check_token(state: &HttpState, token: Option<&str>, call: &str) -> Result<(), Refusal> {
-    let refused = |status: tonic::Status| {
-        let code = match status.code() {
-            tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-            _ => StatusCode::FORBIDDEN,
-        };
-        let hint = if code == StatusCode::UNAUTHORIZED {
-            " (over HTTP: send it as `Authorization: Bearer <token>`, or log in at /login)"
-        } else {
-            ""
-        };
-        (code, format!("{}{hint}\n", status.message()))
-    };
-    let principal = state.auth.authenticate(token).map_err(refused)?;
-    require(&principal, Action::Read, call, "http").map_err(refused)?;
-    Ok(())
-}
-
 #[derive(serde::Deserialize)]
 struct DemandQuery {
     /// `key=value,key=value`: count placed GPUs only on nodes with these labels.
@@ -145,14 +98,6 @@ async fn query_demand(
     state
         .scheduler
         .call(|reply| SchedulerCommand::Demand { node_labels, reply })
-        .await
-        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))
-}
-
-async fn query_overview(state: &HttpState) -> Result<Overview, Refusal> {
-    state
-        .scheduler
-        .call(|reply| SchedulerCommand::Overview { reply })
         .await
         .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))
 }

@@ -10,6 +10,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::http::{HeaderMap, header};
+
+/// The login cookie's name; it holds a session id.
+pub(super) const COOKIE: &str = "resident_session";
+/// How long a login lasts (a working day and then some); the token itself may be revoked
+/// sooner, which ends it at once.
+pub(super) const LOGIN_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+
 /// Sessions kept at most; the one closest to expiry goes first when a login needs room.
 const MAX_SESSIONS: usize = 10_000;
 
@@ -18,6 +26,18 @@ fn new_session_id() -> String {
     let mut bits = [0u8; 32];
     getrandom::fill(&mut bits).expect("the operating system's random source");
     bits.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The session id in the login cookie, if the request carries one.
+pub(super) fn cookie_session(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
 }
 
 struct Session {
@@ -83,6 +103,18 @@ impl DashboardSessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn the_login_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("theme=dark; resident_session=0a1b; x=1"),
+        );
+        assert_eq!(cookie_session(&headers), Some("0a1b"));
+        assert_eq!(cookie_session(&HeaderMap::new()), None);
+    }
 
     #[test]
     fn a_session_names_its_token_until_it_ends_or_expires() {

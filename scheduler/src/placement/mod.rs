@@ -10,13 +10,12 @@ mod refusal;
 mod solve;
 mod types;
 
-pub use refusal::Refusal;
 #[cfg(test)]
 pub use solve::place;
 pub use solve::{Holding, Occupancy, place_pending, place_pending_on, share_per_gpu};
 pub use types::{
     ActorDemand, Assignment, ComputeCapability, GpuCapacity, NodeCapacity, PlacementStrategy,
-    ResourceRequest,
+    Refusal, ResourceRequest,
 };
 #[cfg(test)]
 pub use types::{Previous, Problem};

@@ -3,8 +3,6 @@ use std::fmt;
 
 use resident_proto::{ActorId, GpuFraction, NodeId, PoolName, VramBytes};
 
-use super::Refusal;
-
 /// CUDA compute capability, ordered (8.6 < 9.0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ComputeCapability {
@@ -105,6 +103,140 @@ impl Plan {
     pub fn as_previous(&self) -> Previous {
         Previous {
             assignments: self.assignments.clone(),
+        }
+    }
+}
+
+/// Why an actor could not be placed, naming the resource that blocks it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    NoNodes,
+    /// No alive node's agent has the actor's kind (or this version of it).
+    KindNotOffered {
+        kind: String,
+    },
+    SelectorMatchesNothing {
+        selector: String,
+    },
+    NoGpus,
+    NoGpuOfModel {
+        model: String,
+    },
+    ComputeTooLow {
+        needed: ComputeCapability,
+        best: ComputeCapability,
+    },
+    TooFewGpus {
+        needed: u32,
+        most_on_one_node: u32,
+    },
+    NotEnoughVram {
+        needed: VramBytes,
+        largest_free: VramBytes,
+        node: NodeId,
+        gpu: u32,
+    },
+    NoGpuShareFree {
+        share: GpuFraction,
+        vram: VramBytes,
+    },
+    NotEnoughWholeGpus {
+        needed: u32,
+        vram: VramBytes,
+        most_free: u32,
+        node: NodeId,
+    },
+    NotEnoughCpu {
+        needed_millicores: u64,
+        most_free_millicores: u64,
+        node: NodeId,
+    },
+}
+
+impl Refusal {
+    /// The resource that blocks placement, as a short word.
+    pub fn blocking_resource(&self) -> &'static str {
+        match self {
+            Refusal::NoNodes => "nodes",
+            Refusal::KindNotOffered { .. } => "actor kind",
+            Refusal::SelectorMatchesNothing { .. } => "selector",
+            Refusal::NoGpus | Refusal::TooFewGpus { .. } | Refusal::NotEnoughWholeGpus { .. } => {
+                "gpus"
+            }
+            Refusal::NoGpuShareFree { .. } => "gpu share",
+            Refusal::NoGpuOfModel { .. } => "gpu model",
+            Refusal::ComputeTooLow { .. } => "compute capability",
+            Refusal::NotEnoughVram { .. } => "vram",
+            Refusal::NotEnoughCpu { .. } => "cpu",
+        }
+    }
+}
+
+fn cpus(millicores: u64) -> String {
+    format!("{:.1}", millicores as f64 / 1000.0)
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NoNodes => write!(f, "no nodes are alive"),
+            Refusal::KindNotOffered { kind } => {
+                write!(f, "no alive node's agent offers actor kind `{kind}`")
+            }
+            Refusal::SelectorMatchesNothing { selector } => {
+                write!(f, "no alive node has labels {selector}")
+            }
+            Refusal::NoGpus => write!(f, "needs a GPU; no eligible node has one"),
+            Refusal::NoGpuOfModel { model } => {
+                write!(
+                    f,
+                    "needs a GPU of model {model:?}; no eligible node has one"
+                )
+            }
+            Refusal::ComputeTooLow { needed, best } => write!(
+                f,
+                "needs compute capability {needed} or higher; the best eligible GPU has {best}"
+            ),
+            Refusal::TooFewGpus {
+                needed,
+                most_on_one_node,
+            } => write!(
+                f,
+                "needs {needed} GPUs on one node; the largest eligible node has {most_on_one_node}"
+            ),
+            Refusal::NotEnoughVram {
+                needed,
+                largest_free,
+                node,
+                gpu,
+            } => write!(
+                f,
+                "needs {needed} on one GPU; largest free is {largest_free} ({node} gpu {gpu})"
+            ),
+            Refusal::NoGpuShareFree { share, vram } => write!(
+                f,
+                "needs {} of a GPU with {vram}; every eligible GPU with that much VRAM free is fully shared",
+                share.as_gpus()
+            ),
+            Refusal::NotEnoughWholeGpus {
+                needed,
+                vram,
+                most_free,
+                node,
+            } => write!(
+                f,
+                "needs {needed} whole GPUs with {vram} each on one node; at most {most_free} are free ({node})"
+            ),
+            Refusal::NotEnoughCpu {
+                needed_millicores,
+                most_free_millicores,
+                node,
+            } => write!(
+                f,
+                "needs {} CPUs; most free is {} ({node})",
+                cpus(*needed_millicores),
+                cpus(*most_free_millicores)
+            ),
         }
     }
 }

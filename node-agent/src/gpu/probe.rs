@@ -1,0 +1,25 @@
+//! What a GPU source answers ([`GpuProbe`]), apart from the sources themselves, so that each
+//! (the CUDA driver in `mod.rs`, [`super::SimulatedGpus`]) depends on it and not on the others.
+
+use resident_proto::pb;
+
+/// A source of this node's GPUs and their free VRAM.
+pub trait GpuProbe: Send + Sync {
+    /// Every GPU with its current free VRAM.
+    fn gpus(&self) -> Vec<pb::GpuInfo>;
+    /// True when the GPUs are simulated: the work itself runs on CPU.
+    fn simulated(&self) -> bool;
+}
+
+/// No GPUs: a CPU-only node.
+pub struct NoGpus;
+
+impl GpuProbe for NoGpus {
+    fn gpus(&self) -> Vec<pb::GpuInfo> {
+        Vec::new()
+    }
+
+    fn simulated(&self) -> bool {
+        false
+    }
+}
