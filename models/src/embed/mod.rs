@@ -16,6 +16,7 @@ mod fingerprint;
 mod fused;
 #[cfg(feature = "cuda")]
 pub(crate) mod fused_cuda;
+mod load;
 pub mod model_files;
 pub mod qwen3;
 mod relative_position;
@@ -33,7 +34,8 @@ use tokenizers::{Tokenizer, TruncationParams};
 use crate::ModelError;
 use crate::roots::{FileRoots, MAX_TOKENIZER_BYTES};
 use crate::trials::TrialRunner;
-use encoder::{EncoderSpec, PaddingSide, TextEncoder, load_encoder, pool};
+use encoder::{EncoderSpec, PaddingSide, TextEncoder, pool};
+use load::load_encoder;
 use model_files::{Architecture, ModelLayout, Pooling, read_layout, resolve_model_dir};
 use windows::{CharBytes, CharRange, TextTokens, WindowSplit};
 

@@ -12,8 +12,8 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
+use super::decoder::Row;
 use super::lanes::{self, LANES, Width};
-use super::llama::Row;
 use crate::ModelError;
 
 /// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their

@@ -12,9 +12,9 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
+use super::decoder::{LlamaConfig, RopeStyle};
 use super::dense::{DenseLinear, Part, WeightSource};
 use super::gguf_vocab::Vocab;
-use super::llama::{LlamaConfig, RopeStyle};
 use crate::ModelError;
 
 /// A GGUF file's tensors.

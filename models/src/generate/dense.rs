@@ -15,8 +15,8 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
+use super::decoder::{LlamaConfig, NextToken, RopeStyle, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
-use super::llama::{LlamaConfig, NextToken, RopeStyle, Row};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 

@@ -205,7 +205,7 @@ fn a_qwen2_gguf_loads_on_the_dense_path_with_its_biases() {
         "f32 weights on cpu",
         "not our llama kernels"
     );
-    assert_eq!(qwen.config().rope, llama::RopeStyle::Halves);
+    assert_eq!(qwen.config().rope, decoder::RopeStyle::Halves);
     let prompt = qwen.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
     let diff = max_abs_diff(
         &qwen.next_token_logits(&prompt).unwrap(),

@@ -13,8 +13,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::GenerateModel;
+use super::decoder::{LlamaConfig, RopeStyle};
 use super::dense::Part;
-use super::llama::{LlamaConfig, RopeStyle};
 use crate::ModelError;
 
 /// Parts of a decoder layer a plain Llama file has.
@@ -53,7 +53,7 @@ pub fn halves_layout_tensors(
             "only a Llama GGUF file (interleaved RoPE) is exported".into(),
         ));
     }
-    let (mut file, content) = super::llama::read_gguf(gguf)?;
+    let (mut file, content) = super::decoder::read_gguf(gguf)?;
     super::gguf_shapes::check_tensor_shapes(&content, config)?;
     let mut load = |part: Part, layer: usize| -> Result<Tensor, ModelError> {
         let name = part.gguf_name(layer);

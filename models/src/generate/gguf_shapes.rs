@@ -6,7 +6,7 @@
 
 use candle_core::quantized::gguf_file::Content;
 
-use super::llama::LlamaConfig;
+use super::decoder::LlamaConfig;
 use crate::ModelError;
 
 /// Checks every tensor the Llama layout names that the file has (a missing one is named

@@ -11,6 +11,7 @@ mod attention;
 pub mod batcher;
 pub mod chat;
 pub mod checkpoint;
+mod decoder;
 pub mod dense;
 mod device_ops;
 pub mod export;
@@ -18,9 +19,9 @@ mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
 mod lanes;
-pub mod llama;
 pub mod prompt;
 mod quantised;
+mod quantised_llama;
 pub mod sampling;
 pub mod step_profile;
 
@@ -33,23 +34,15 @@ use crate::ModelError;
 use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, StepLimits, plan_step};
+use decoder::{LlamaConfig, NextToken, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
-use llama::{LlamaConfig, LlamaModel, NextToken, QUANTISED_ARCHITECTURES, Row, StepBuffers};
+pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
+use quantised_llama::{QuantisedLlama, StepBuffers};
 use sampling::{Sampler, SamplingParams, TokenLogprob};
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
-
-/// How a record's text becomes the prompt.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PromptTemplate {
-    /// The model's chat template, the text as its single user turn, generation prompt added.
-    #[default]
-    Chat,
-    /// The text as it is, after BOS if the model's metadata asks for it.
-    None,
-}
 
 /// Why a sequence ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +151,7 @@ pub fn gpu_dtype(capability: Option<(u32, u32)>) -> DType {
 /// The forward pass a model runs on.
 enum Engine {
     /// Quantised weights on our CPU kernels (`llama.rs`).
-    Quantised(LlamaModel),
+    Quantised(QuantisedLlama),
     /// Tensors on a candle device (`dense.rs`).
     Dense(DenseLlama),
 }
@@ -255,7 +248,7 @@ impl GenerateModel {
         if checkpoint::is_safetensors_dir(path) {
             return Self::load_safetensors(path, device, dtype);
         }
-        let (mut file, content) = llama::read_gguf(path)?;
+        let (mut file, content) = decoder::read_gguf(path)?;
         let vocab = Vocab::from_metadata(&content.metadata)?;
         let arch = LlamaConfig::architecture(&content.metadata);
         let our_kernels = device.is_cpu()
@@ -264,7 +257,7 @@ impl GenerateModel {
             && !content.tensor_infos.contains_key("rope_freqs.weight");
         let engine = if our_kernels {
             drop(file);
-            Engine::Quantised(LlamaModel::load(path)?.0)
+            Engine::Quantised(QuantisedLlama::load(path)?.0)
         } else {
             let mut config = LlamaConfig::from_metadata(&content.metadata)?;
             gguf_shapes::check_tensor_shapes(&content, &config)?;

@@ -7,8 +7,18 @@ use std::path::Path;
 
 use super::chat::{ChatTemplate, Message};
 use super::gguf_vocab::Vocab;
-use super::{PromptTemplate, checkpoint, llama};
+use super::{checkpoint, decoder};
 use crate::ModelError;
+
+/// How a record's text becomes the prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PromptTemplate {
+    /// The model's chat template, the text as its single user turn, generation prompt added.
+    #[default]
+    Chat,
+    /// The text as it is, after BOS if the model's metadata asks for it.
+    None,
+}
 
 /// Tokens the ` … ` of a cut text may take.
 const CUT_MARKER_TOKENS: usize = 3;
@@ -79,7 +89,7 @@ impl PromptFormat {
         if checkpoint::is_safetensors_dir(path) {
             return Self::new(checkpoint::hf_vocab(path)?);
         }
-        let (_, content) = llama::read_gguf(path)?;
+        let (_, content) = decoder::read_gguf(path)?;
         Self::new(Vocab::from_metadata(&content.metadata)?)
     }
 

@@ -14,21 +14,18 @@
 
 use std::ops::Range;
 
-use half::f16;
 use rayon::prelude::*;
 
 use super::lanes::{self, LANES};
 use crate::ModelError;
+pub use blocks::{ActivationBlock, Q4_1, Q8_0, TILE, TileBlock};
+use blocks::{BLOCK, activation_block, half};
 
+mod blocks;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86;
 
-const BLOCK: usize = 32;
-/// Activation rows one kernel call multiplies by a weight row: independent sums, so each
-/// fused multiply-add need not wait for the one before it (a single row's sum waits four
-/// cycles a block), and each weight block is unpacked once for all of them.
-pub const TILE: usize = 4;
 /// Weight rows, and activation rows, of one parallel task: its weights stay in L1 while
 /// its activation rows pass them, and a step of any shape makes enough tasks for every
 /// core. Activation rows come in whole tiles.
@@ -36,44 +33,6 @@ const WEIGHT_ROWS_PER_TASK: usize = 32;
 const ACTIVATION_ROWS_PER_TASK: usize = 32 * TILE;
 /// Activation rows quantised by one parallel task.
 const QUANTISED_ROWS_PER_TASK: usize = 8 * TILE;
-
-/// One block of activations quantised to 8 bits.
-#[derive(Clone, Copy)]
-pub struct ActivationBlock {
-    /// The scale and `scale * Σ qs`, rounded through f16 as llama.cpp stores them.
-    d: f32,
-    s: f32,
-    qs: [i8; BLOCK],
-}
-
-/// Block `j` of [`TILE`] activation rows side by side: the rows' values one after another
-/// (one 512-bit register holds two rows), then their scales, then their scaled sums (one
-/// 128-bit register each).
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-pub struct TileBlock {
-    qs: [[i8; BLOCK]; TILE],
-    d: [f32; TILE],
-    s: [f32; TILE],
-}
-
-impl TileBlock {
-    fn new(rows: [ActivationBlock; TILE]) -> Self {
-        Self {
-            qs: rows.map(|row| row.qs),
-            d: rows.map(|row| row.d),
-            s: rows.map(|row| row.s),
-        }
-    }
-
-    fn row(&self, t: usize) -> ActivationBlock {
-        ActivationBlock {
-            d: self.d[t],
-            s: self.s[t],
-            qs: self.qs[t],
-        }
-    }
-}
 
 /// A block of weights of one GGUF type.
 pub trait WeightBlock: Copy + Send + Sync {
@@ -97,19 +56,6 @@ pub trait WeightBlock: Copy + Send + Sync {
     fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
         tile_dot(weights, tiles)
     }
-}
-
-fn half(bytes: &[u8]) -> f32 {
-    f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
-}
-
-/// Q4_1: `d` and `m` as f16, then 16 bytes of 4-bit values (the low nibbles are the block's
-/// first 16 values, the high nibbles its last 16); a value is `d * q + m`.
-#[derive(Clone, Copy)]
-pub struct Q4_1 {
-    d: f32,
-    m: f32,
-    qs: [u8; 16],
 }
 
 impl WeightBlock for Q4_1 {
@@ -166,13 +112,6 @@ impl WeightBlock for Q4_1 {
         }
         tile_dot(weights, tiles)
     }
-}
-
-/// Q8_0: `d` as f16, then 32 signed bytes; a value is `d * q`.
-#[derive(Clone, Copy)]
-pub struct Q8_0 {
-    d: f32,
-    qs: [i8; BLOCK],
 }
 
 impl WeightBlock for Q8_0 {
@@ -386,15 +325,6 @@ fn quantise_portable(values: &[f32]) -> ActivationBlock {
         sum += i32::from(*q);
     }
     activation_block(d, sum, qs)
-}
-
-/// The block with its scale `d` and `d * sum`, rounded through f16 as llama.cpp stores them.
-fn activation_block(d: f32, sum: i32, qs: [i8; BLOCK]) -> ActivationBlock {
-    ActivationBlock {
-        d: f16::from_f32(d).to_f32(),
-        s: f16::from_f32(d * sum as f32).to_f32(),
-        qs,
-    }
 }
 
 /// The portable kernel, for CPUs without AVX2 and FMA (and the reference in tests).

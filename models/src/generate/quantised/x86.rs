@@ -11,7 +11,7 @@ macro_rules! row_kernels {
         use std::arch::x86_64::*;
 
         use crate::generate::lanes::{self, LANES};
-        use crate::generate::quantised::{ActivationBlock, Q4_1, Q8_0, TILE, TileBlock};
+        use crate::generate::quantised::blocks::{ActivationBlock, Q4_1, Q8_0, TILE, TileBlock};
 
         #[target_feature(enable = $features)]
         fn finish(sums: __m256, offsets: f32) -> f32 {
@@ -196,7 +196,7 @@ pub mod avx2 {
         let mut qs = [0i8; 32];
         // SAFETY: `qs` holds 32 bytes.
         unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes) };
-        super::super::activation_block(d, sum, qs)
+        crate::generate::quantised::blocks::activation_block(d, sum, qs)
     }
 }
 
