@@ -15,36 +15,11 @@
 
 use resident_proto::{JobId, PoolName, pb};
 
-use super::{Core, JobResults, JobStream, Reply};
+use super::model::{Core, FollowUp, Reply};
+use super::{JobResults, JobStream};
 use crate::auth::Principal;
 use crate::error::SchedulerError;
 use crate::store::{StoreOp, WriteOutcome};
-
-/// What to do on the core once a write committed or failed.
-type AfterWriteFn = Box<dyn FnOnce(&mut Core, WriteOutcome) + Send>;
-
-/// Work handed back to the core from elsewhere (the store's writer thread, a task waiting
-/// for a job's buffer to have room): the loop runs it like a command.
-pub(crate) enum FollowUp {
-    /// The writes queued before it committed (or failed).
-    AfterWrite {
-        written: WriteOutcome,
-        then: AfterWriteFn,
-    },
-    /// The job's result buffer has room again: its parked tasks may run.
-    ResultsRoom(JobId),
-}
-
-impl FollowUp {
-    pub fn run(self, core: &mut Core) {
-        match self {
-            FollowUp::AfterWrite { written, then } => then(core, written),
-            FollowUp::ResultsRoom(job) => core.unpark_tasks(&job),
-        }
-    }
-}
-
-pub(crate) type FollowUpRx = tokio::sync::mpsc::UnboundedReceiver<FollowUp>;
 
 impl Core {
     /// Runs `then` on the core once every store write queued so far has committed (`Ok`)

@@ -1,14 +1,29 @@
 //! The scheduler's single owner task: every node, pool, actor, job and task lives here and
 //! changes only in response to one [`SchedulerCommand`] at a time, so there are no locks and
 //! each decision sees a consistent world.
+//!
+//! The map, model first:
+//! - `model.rs`: `Core`, the records and the indices kept beside them, with their numbered
+//!   invariants; `records.rs`, `table.rs`, `job_results.rs`, `config.rs`: what it holds.
+//! - The controllers, each an `impl Core` over the model: `nodes.rs` (sessions, heartbeats,
+//!   registration), `adopt.rs` (actors a node reports), `pools.rs` (pools and placement),
+//!   `jobs.rs` (a client's job), `tasks.rs` (dispatch, outcomes, retries), `parked.rs`,
+//!   `quarantine.rs`, `host_deaths.rs`, `task_deadlines.rs`, `reconcile_tick.rs`,
+//!   `accounting.rs` (GPU time and cost), `acknowledged.rs` (calls answered once durable).
+//! - Read-only views: `views.rs` (the overview), `demand.rs` (for autoscalers).
+//! - This file: the commands, the handle that sends them, and the loop that runs them one at a
+//!   time (`Core::handle`) with its ticks.
 
 mod accounting;
 mod acknowledged;
 mod adopt;
+mod config;
 mod demand;
 mod finished;
 mod host_deaths;
+mod job_results;
 mod jobs;
+mod model;
 mod nodes;
 mod parked;
 mod pools;
@@ -17,203 +32,35 @@ mod reconcile_tick;
 mod records;
 mod table;
 mod task_deadlines;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod views;
 
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use resident_proto::{ActorId, JobId, NodeId, PoolName, TaskId, pb};
+use resident_proto::{JobId, PoolName, pb};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
-use crate::budget::{BufferBudget, BufferCharge, JobBuffer};
+use crate::budget::{BufferBudget, BufferCharge};
 use crate::error::SchedulerError;
 use crate::metrics::SchedulerMetrics;
-use crate::policy::backoff::RetryBackoff;
 use crate::store::{DurableStore, StoreHealth, StoreOp, StoreWriter};
 
+pub use config::{
+    CoreConfig, DEFAULT_DEAD_NODE_TTL, DEFAULT_DETACH_GRACE, DEFAULT_MAX_JOB_BUFFERED_BYTES,
+    DEFAULT_MAX_JOBS_PER_PRINCIPAL, default_max_buffered_bytes,
+};
 pub use demand::{Demand, PoolDemand};
-use records::{ActorRecord, JobRecord, NodeRecord, PoolRecord, TaskRecord};
-pub use records::{JobStream, LastHeard, SessionId};
+pub use job_results::{JobResultMessage, JobResults};
+use model::{Core, Reply};
+pub use records::{JobStream, LastHeard, SessionId, ToAgent};
 pub use views::Overview;
-
-/// Timing and default limits of the scheduler loop.
-#[derive(Clone, Debug)]
-pub struct CoreConfig {
-    pub heartbeat_interval: Duration,
-    /// Least time between two progress reports of one actor inside a task (zero: none).
-    pub task_progress_interval: Duration,
-    /// A node whose last message is older than this is dead.
-    pub node_dead_after: Duration,
-    pub retry_backoff: RetryBackoff,
-    pub default_in_flight_per_actor: u32,
-    pub default_max_restarts: u32,
-    pub default_max_task_attempts: u32,
-    /// A task re-queued this many times because its node died fails instead.
-    pub max_node_losses_per_task: u32,
-    /// Finished jobs kept (in memory and in the store) for `GetJob`; older ones are
-    /// forgotten, with their recorded outcomes.
-    pub finished_job_history: usize,
-    /// After a restart, placement waits this long for the nodes that were alive before
-    /// (less once all are back), so replicas do not pile onto the first node to return.
-    pub settle_window: Duration,
-    /// How long an actor may load before it is stopped and started again, for pools that
-    /// set no `load_timeout_ms`.
-    pub default_load_timeout: Duration,
-    /// How often the loop compares placed actors with what their nodes report.
-    pub reconcile_interval: Duration,
-    /// A node dead this long, hosting nothing, is forgotten (its record and listing go; it
-    /// may come back as new).
-    pub dead_node_ttl: Duration,
-    /// Bytes all running jobs may buffer together (payloads not finished, results not
-    /// read); new jobs are refused beyond it.
-    pub max_buffered_bytes: u64,
-    /// Bytes one job may buffer; its client's stream is read no further beyond it.
-    pub max_job_buffered_bytes: u64,
-    /// Running jobs one principal may have at once.
-    pub max_jobs_per_principal: usize,
-    /// How long a job whose client stream broke runs on, waiting for the client to
-    /// reattach, before what is left of it is cancelled (zero: cancelled at once).
-    pub detach_grace: Duration,
-}
-
-/// A quarter of this machine's memory (4 GiB where it cannot be read).
-pub fn default_max_buffered_bytes() -> u64 {
-    resident_proto::host::total_ram_bytes().unwrap_or(16 << 30) / 4
-}
-
-/// One job's default buffer: 256 MiB.
-pub const DEFAULT_MAX_JOB_BUFFERED_BYTES: u64 = 256 << 20;
-/// How long a job waits for its client to reattach after its stream broke, by default.
-pub const DEFAULT_DETACH_GRACE: Duration = Duration::from_secs(60);
-/// How long a dead node stays listed, by default.
-pub const DEFAULT_DEAD_NODE_TTL: Duration = Duration::from_secs(3600);
-/// Running jobs one principal may have at once, by default.
-pub const DEFAULT_MAX_JOBS_PER_PRINCIPAL: usize = 64;
-
-impl Default for CoreConfig {
-    fn default() -> Self {
-        Self {
-            heartbeat_interval: Duration::from_secs(2),
-            task_progress_interval: Duration::from_millis(500),
-            node_dead_after: Duration::from_secs(10),
-            retry_backoff: RetryBackoff {
-                base: Duration::from_millis(200),
-                max: Duration::from_secs(10),
-            },
-            default_in_flight_per_actor: 2,
-            default_max_restarts: 3,
-            default_max_task_attempts: 3,
-            max_node_losses_per_task: 10,
-            finished_job_history: 1000,
-            settle_window: Duration::from_secs(15),
-            default_load_timeout: Duration::from_secs(15 * 60),
-            reconcile_interval: Duration::from_secs(5),
-            dead_node_ttl: DEFAULT_DEAD_NODE_TTL,
-            max_buffered_bytes: default_max_buffered_bytes(),
-            max_job_buffered_bytes: DEFAULT_MAX_JOB_BUFFERED_BYTES,
-            max_jobs_per_principal: DEFAULT_MAX_JOBS_PER_PRINCIPAL,
-            detach_grace: DEFAULT_DETACH_GRACE,
-        }
-    }
-}
-
-impl CoreConfig {
-    /// Short intervals for tests.
-    pub fn for_test() -> Self {
-        Self {
-            heartbeat_interval: Duration::from_millis(100),
-            task_progress_interval: Duration::from_millis(100),
-            // Generous: a loaded 2-core CI machine can stall a heartbeat for a while; a
-            // killed agent is noticed at once anyway (its stream closes).
-            node_dead_after: Duration::from_millis(2000),
-            retry_backoff: RetryBackoff {
-                base: Duration::from_millis(20),
-                max: Duration::from_millis(200),
-            },
-            reconcile_interval: Duration::from_millis(200),
-            // A broken stream cancels at once unless a test asks for a grace.
-            detach_grace: Duration::ZERO,
-            ..Self::default()
-        }
-    }
-}
-
-/// Where the scheduler sends messages to one agent (its session's outbound stream).
-pub type ToAgent = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
-/// One message on its way to a job's client, holding its bytes in the job's buffer until
-/// the client reads it.
-#[derive(Debug)]
-pub struct JobResultMessage {
-    pub message: Result<pb::SubmitResponse, tonic::Status>,
-    pub charge: Option<BufferCharge>,
-}
-
-/// Where the scheduler sends one job's results. The channel has no count bound: what it
-/// holds is bounded in bytes by the job's buffer, since every message is charged to it and
-/// the job's task forwarder takes no new task while the buffer is full.
-///
-/// When the core lets go of the last copy (the job finished or was cancelled, or another
-/// stream took it over), the token that [`JobResults::new`] returns fires: the task forwarder then
-/// reads no more of the client's tasks.
-#[derive(Clone, Debug)]
-pub struct JobResults {
-    tx: mpsc::UnboundedSender<JobResultMessage>,
-    buffer: Arc<JobBuffer>,
-    _release_on_drop: Arc<DropGuard>,
-}
-
-impl JobResults {
-    /// The sender, the client's receiver, and the token that fires once the core holds
-    /// no copy of the sender.
-    pub fn new(
-        buffer: Arc<JobBuffer>,
-    ) -> (
-        Self,
-        mpsc::UnboundedReceiver<JobResultMessage>,
-        CancellationToken,
-    ) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let released = CancellationToken::new();
-        let results = Self {
-            tx,
-            buffer,
-            _release_on_drop: Arc::new(released.clone().drop_guard()),
-        };
-        (results, rx, released)
-    }
-
-    /// Queues a message for the client, charged to the job's buffer.
-    pub fn send(&self, message: pb::SubmitResponse) {
-        let charge = self
-            .buffer
-            .charge_result(prost::Message::encoded_len(&message) as u64);
-        let _ = self.tx.send(JobResultMessage {
-            message: Ok(message),
-            charge: Some(charge),
-        });
-    }
-
-    /// The job's buffer, which its results are charged to.
-    pub fn buffer(&self) -> &Arc<JobBuffer> {
-        &self.buffer
-    }
-
-    /// Ends the client's stream with an error.
-    pub fn fail(&self, status: tonic::Status) {
-        let _ = self.tx.send(JobResultMessage {
-            message: Err(status),
-            charge: None,
-        });
-    }
-}
-
-type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
 
 pub enum SchedulerCommand {
     RegisterNode {
@@ -531,140 +378,12 @@ async fn run_scheduler_loop(
 /// Tries at shutdown to write what is queued for the store, a second apart.
 const SHUTDOWN_FLUSH_ATTEMPTS: u32 = 3;
 
-pub(crate) struct Core {
-    config: CoreConfig,
-    store: StoreWriter,
-    nodes: table::Table<NodeId, NodeRecord>,
-    sessions: table::FastMap<SessionId, NodeId>,
-    next_session: u64,
-    pools: BTreeMap<PoolName, PoolRecord>,
-    actors: table::Table<ActorId, ActorRecord>,
-    /// Where each actor was last started (mirrored in the store): a node may hand back only
-    /// an actor started on it, for the pool it was started for.
-    placed: table::FastMap<ActorId, (PoolName, NodeId)>,
-    /// The actors holding an assignment on each node (those with `assignment` set), so what
-    /// happens to a node touches its actors without a scan of every actor.
-    hosted: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>>,
-    /// The actors waiting for a place (state `Pending`), by creation order then id: the
-    /// order placement takes them in, so it reads what it has to place, not every actor.
-    pending: std::collections::BTreeSet<(u64, ActorId)>,
-    /// Placement of many actors goes in slices (a *burst*): the last pending actor the
-    /// burst has reached, after which the next slice goes on.
-    placement_cursor: Option<(u64, ActorId)>,
-    /// An actor became pending behind the cursor during a burst: once the burst reaches the
-    /// end, another starts from the first pending actor.
-    pending_behind_cursor: bool,
-    /// What placed actors take of the alive nodes, kept from one placement slice to the
-    /// next while `holdings_version` stays the one it was built or last updated at (and
-    /// dropped when the alive nodes change), so that a slice does not walk every actor.
-    occupancy: Option<(u64, crate::placement::Occupancy)>,
-    /// Moves whenever an actor takes or leaves a place ([`Core::assign`], [`Core::unhost`]).
-    holdings_version: u64,
-    /// What alive, non-draining nodes offer placement, built when placement first needs it
-    /// and dropped whenever a node joins, dies, drains or its capacity moves
-    /// ([`Core::node_capacities_changed`]): placing in slices then copies no node's
-    /// capacity per slice.
-    alive_capacities: std::cell::OnceCell<BTreeMap<NodeId, crate::placement::NodeCapacity>>,
-    next_actor_order: u64,
-    tasks: table::FastMap<TaskId, TaskRecord>,
-    next_task: u64,
-    /// Failed tasks waiting out their backoff, earliest first.
-    retries: BinaryHeap<std::cmp::Reverse<(Instant, TaskId)>>,
-    jobs: table::FastMap<JobId, JobRecord>,
-    /// Finished jobs, oldest first, bounded by `finished_job_history`.
-    finished_jobs: VecDeque<JobId>,
-    /// Set when nodes or actors changed; placement runs once after the current batch.
-    replan_needed: bool,
-    /// The last placement stopped at its per-turn limit: the loop places more as soon as
-    /// it has served what is queued.
-    more_to_place: bool,
-    /// After a restart: placement waits for these nodes until then.
-    settle: Option<Settle>,
-    /// When running jobs' counters were last written to the store.
-    last_job_flush: Instant,
-    /// When running jobs were last charged for the GPUs their pools hold.
-    last_job_charge: Instant,
-    /// When placed actors were last compared with what their nodes report.
-    last_reconcile: Instant,
-    /// When running tasks were last checked against their deadlines.
-    last_deadline_check: Instant,
-    /// Charges outcomes held for detached or restarted clients to the scheduler-wide byte
-    /// budget (the handle's; a budget of its own from the config in unit tests).
-    held_outcomes: Arc<JobBuffer>,
-    /// Where follow-ups (of store writes, of a job's buffer having room) come back to the
-    /// loop (`core/acknowledged.rs`).
-    follow_ups: mpsc::UnboundedSender<acknowledged::FollowUp>,
-    /// Taken by the loop (or a unit test) that runs the follow-ups.
-    follow_ups_rx: Option<acknowledged::FollowUpRx>,
-    metrics: SchedulerMetrics,
-    prices: resident_proto::prices::PriceTable,
-}
-
 /// How often running jobs' counters are written to the store (when they changed): what
 /// `resident status` shows after a restart is at most this old for `submitted`; the done
 /// counts are exact anyway (recounted from the outcomes, written as each task finishes).
 const JOB_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 
-/// The settle window after a restart: the nodes that were alive before, still awaited.
-#[derive(Debug)]
-struct Settle {
-    until: Instant,
-    awaited: std::collections::BTreeSet<NodeId>,
-}
-
-/// Task ids start from the boot time in milliseconds, shifted left by 20 bits, so ids of
-/// one scheduler run never repeat those of an earlier run (whose outcomes agents may still
-/// deliver after a restart) unless that run handed out a million tasks per millisecond.
-fn first_task_id() -> u64 {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    (millis << 20).max(1)
-}
-
 impl Core {
-    fn new(config: CoreConfig, store: StoreWriter, metrics: SchedulerMetrics) -> Self {
-        let held_outcomes =
-            BufferBudget::new(config.max_buffered_bytes, config.max_job_buffered_bytes)
-                .job_buffer();
-        let (follow_ups, follow_ups_rx) = mpsc::unbounded_channel();
-        Self {
-            config,
-            store,
-            nodes: Default::default(),
-            sessions: Default::default(),
-            next_session: 1,
-            pools: BTreeMap::new(),
-            actors: Default::default(),
-            placed: Default::default(),
-            hosted: Default::default(),
-            pending: Default::default(),
-            placement_cursor: None,
-            pending_behind_cursor: false,
-            occupancy: None,
-            holdings_version: 0,
-            alive_capacities: Default::default(),
-            next_actor_order: 0,
-            tasks: Default::default(),
-            next_task: first_task_id(),
-            retries: BinaryHeap::new(),
-            jobs: Default::default(),
-            finished_jobs: VecDeque::new(),
-            replan_needed: false,
-            more_to_place: false,
-            settle: None,
-            last_job_flush: Instant::now(),
-            last_job_charge: Instant::now(),
-            last_reconcile: Instant::now(),
-            last_deadline_check: Instant::now(),
-            held_outcomes,
-            follow_ups,
-            follow_ups_rx: Some(follow_ups_rx),
-            metrics,
-            prices: Default::default(),
-        }
-    }
-
     fn tick_period(&self) -> Duration {
         (self.config.heartbeat_interval / 2).max(Duration::from_millis(10))
     }
@@ -761,81 +480,6 @@ impl Core {
         }
         #[cfg(test)]
         self.assert_dispatchable_index();
-    }
-
-    /// The core's unit tests check after every command that every kept index (`hosted`,
-    /// `pending`, the capacity copy, each pool's `dispatchable` and `held`) is what a full
-    /// scan gives. The scan's reads are not counted against the command
-    /// (`core/tests/fleet_cost.rs`).
-    #[cfg(test)]
-    fn assert_dispatchable_index(&self) {
-        let visits = (self.actors.visits(), self.nodes.visits());
-        self.assert_indices_uncounted();
-        self.actors.forget_visits_since(visits.0);
-        self.nodes.forget_visits_since(visits.1);
-    }
-
-    #[cfg(test)]
-    fn assert_indices_uncounted(&self) {
-        let mut scanned: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>> =
-            Default::default();
-        for (id, actor) in &self.actors {
-            if let Some(assignment) = &actor.assignment {
-                scanned
-                    .entry(assignment.node.clone())
-                    .or_default()
-                    .insert(id.clone());
-            }
-        }
-        let mut indexed = self.hosted.clone();
-        indexed.retain(|_, actors| !actors.is_empty());
-        assert_eq!(indexed, scanned, "the hosted index");
-        let pending: std::collections::BTreeSet<(u64, ActorId)> = self
-            .actors
-            .iter()
-            .filter(|(_, a)| a.state == crate::state::ActorState::Pending)
-            .map(|(id, a)| (a.order, id.clone()))
-            .collect();
-        assert_eq!(self.pending, pending, "the pending index");
-        if let Some((version, kept)) = &self.occupancy
-            && *version == self.holdings_version
-        {
-            let built =
-                crate::placement::Occupancy::new(self.alive_node_capacities(), self.holdings());
-            assert_eq!(kept, &built, "the occupancy kept between placement slices");
-        }
-        if let Some(cached) = self.alive_capacities.get() {
-            assert_eq!(
-                cached,
-                &self.alive_node_capacities_now(),
-                "the capacity cache"
-            );
-        }
-        for (name, pool) in &self.pools {
-            let scanned: std::collections::BTreeSet<_> = pool
-                .actors
-                .iter()
-                .filter_map(|id| {
-                    let actor = &self.actors[id];
-                    let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
-                    let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
-                    let takes = actor.state == crate::state::ActorState::Ready
-                        && actor.quarantine.is_none()
-                        && actor.crash.is_none()
-                        && !self.on_draining_node(actor.assignment.as_ref());
-                    (takes && free > 0)
-                        .then(|| (std::cmp::Reverse(free), std::cmp::Reverse(id.clone())))
-                })
-                .collect();
-            assert_eq!(pool.dispatchable, scanned, "pool {name}");
-            let held = self.held_by_pool_now(name);
-            assert!(
-                (pool.held.gpus - held.gpus).abs() < 1e-6
-                    && (pool.held.usd_per_hour - held.usd_per_hour).abs() < 1e-6,
-                "pool {name} holds {:?}, counted {held:?}",
-                pool.held
-            );
-        }
     }
 
     /// Whether placement still waits for known nodes after a restart; ends the window

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use resident_proto::{JobId, PoolName, TaskId};
 
 use super::Core;
-use super::acknowledged::FollowUp;
+use super::model::FollowUp;
 use crate::state::TaskState;
 
 impl Core {

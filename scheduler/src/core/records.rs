@@ -7,9 +7,13 @@ use prost::bytes::Bytes;
 use resident_proto::{ActorId, JobId, PoolName, TaskId, pb};
 use tokio::time::Instant;
 
-use super::{JobResults, ToAgent};
+use super::job_results::JobResults;
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
 use crate::state::{ActorState, ActorWork, JobCounts, Restarts, TaskLifecycle};
+use tokio::sync::mpsc;
+
+/// Where the scheduler sends messages to one agent (its session's outbound stream).
+pub type ToAgent = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);

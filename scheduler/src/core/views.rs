@@ -259,7 +259,7 @@ impl Core {
         let known: std::collections::BTreeSet<NodeId> = store.load_nodes()?.into_iter().collect();
         if !known.is_empty() && !self.pools.is_empty() {
             tracing::info!(nodes = known.len(), window = ?self.config.settle_window, "waiting for the nodes known before the restart");
-            self.settle = Some(super::Settle {
+            self.settle = Some(super::model::Settle {
                 until: Instant::now() + self.config.settle_window,
                 awaited: known,
             });
