@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use resident_jobs::embed_job::journal::CompactionPolicy;
-use resident_jobs::embed_job::{EmbedJobConfig, run_embed_job};
+use resident_jobs::corpus_job::journal::CompactionPolicy;
+use resident_jobs::corpus_job::{EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::scale_run::process_cpu_seconds;
 use stand_in_encoder::{StandInEncoderKind, registry_with_stand_in};

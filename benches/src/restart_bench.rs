@@ -59,7 +59,7 @@ struct Measured {
 }
 
 fn chunks_written(out: &Path) -> usize {
-    resident_jobs::embed_job::manifest_store::finished_chunks_blocking(out)
+    resident_jobs::corpus_job::manifest_store::finished_chunks_blocking(out)
         .map(|chunks| chunks.len())
         .unwrap_or(0)
 }

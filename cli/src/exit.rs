@@ -10,7 +10,7 @@
 //! | 4 | the work finished with failures: failed chunks, tasks or sweep trials |
 //! | 5 | the cluster cannot be reached, or refuses the credentials |
 
-use resident_jobs::embed_job::JobError;
+use resident_jobs::corpus_job::JobError;
 use resident_jobs::sweep::{SweepConfigError, SweepError};
 use resident_sdk::SdkError;
 

@@ -4,7 +4,7 @@
 //! `scripts/fetch-model.sh && scripts/fetch-data.sh &&
 //!  cargo run --release -p resident-examples --bin embed-corpus -- data/wiki_vital.jsonl out/sdk`
 
-use resident_jobs::embed_job::{EmbedJobConfig, run_embed_job};
+use resident_jobs::corpus_job::{EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 
 #[tokio::main]

@@ -1,8 +1,7 @@
 //! Resident's batch jobs, as a library over the client SDK:
 //!
 //! - [`corpus_job`]: run a corpus through a pool end to end, resumably: embed it
-//!   (`resident embed`) or generate a text per record (`resident generate`); [`embed_job`] is
-//!   its older name;
+//!   (`resident embed`) or generate a text per record (`resident generate`);
 //! - [`sweep`]: hyperparameter sweeps whose trials train on resident `embed` actors
 //!   (`resident sweep`);
 //! - [`storage`]: where jobs read and write, a local path or `s3://bucket/prefix`.
@@ -11,7 +10,6 @@
 //! build without one refuses such inputs with a message that names the feature.
 
 pub mod corpus_job;
-pub use corpus_job as embed_job;
 pub mod files;
 pub mod model_pin;
 pub mod pools;

@@ -3,6 +3,9 @@
 
 use serde_json::{Map, Value};
 
+/// A record's carried fields (`--keep-columns`), by name.
+pub type Kept = Map<String, Value>;
+
 /// The line as text, or "invalid UTF-8".
 pub fn line_text(bytes: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(bytes).map_err(|_| "invalid UTF-8".to_owned())

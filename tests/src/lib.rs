@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub mod cut_proxy;
 pub mod data_plane;
 pub mod fleet;
+pub mod module_graph;
 pub mod s3_server;
 pub mod scale_run;
 pub mod secure;
@@ -670,8 +671,10 @@ pub async fn wait_for_pause(child: &mut Child) {
 
 /// The chunks a running or finished local embed output records as done (`manifest.json`
 /// and its journal, read as a resume would), in chunk order.
-pub fn finished_chunks(out: &std::path::Path) -> Vec<resident_jobs::embed_job::output::ShardEntry> {
-    resident_jobs::embed_job::manifest_store::finished_chunks_blocking(out)
+pub fn finished_chunks(
+    out: &std::path::Path,
+) -> Vec<resident_jobs::corpus_job::manifest::ShardEntry> {
+    resident_jobs::corpus_job::manifest_store::finished_chunks_blocking(out)
         .unwrap_or_else(|e| panic!("the output's manifest cannot be read: {e}"))
 }
 

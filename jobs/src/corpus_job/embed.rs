@@ -10,13 +10,17 @@ use resident_sdk::{
     Bytes, Cluster, EmbedOptions, EmbeddedChunk, Pool, Prompt, RowWindow, SdkError, TaskOutput,
     Windows, embed_request_options, embed_request_with,
 };
+use serde::{Deserialize, Serialize};
 
-use super::output::{Manifest, OutputDtype, ShardRows, WINDOW_FIELDS};
+use super::manifest::Manifest;
+use super::output::MergeLayout;
 use super::parquet_out;
 use super::reader::Record;
-use super::report::{EmbedFigures, VectorStats};
+use super::report::JobReport;
+use super::shard_rows::{ShardRows, WINDOW_FIELDS};
+use super::vectors::OutputDtype;
 use super::vectors::{QuantizationRanges, VectorShaping, encode_rows, encode_vectors};
-use super::work::{ChunkWork, MergeLayout, Piece};
+use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;
 use crate::pools::EmbedActors;
@@ -190,7 +194,7 @@ impl ChunkWork for EmbedWork {
         replicas: u32,
     ) -> Result<Pool, JobError> {
         let spec = EmbedActors {
-            pool: super::pool_name::<Self>(config),
+            pool: super::work::pool_name::<Self>(config),
             model: &config.model,
             revision: model.revision.as_deref(),
             replicas,
@@ -205,7 +209,7 @@ impl ChunkWork for EmbedWork {
         .spec();
         match cluster.create_embed_pool(spec, config.load_timeout).await {
             Ok(pool) => Ok(pool.pool),
-            Err(error) => Err(super::pool_error(error)),
+            Err(error) => Err(super::work::pool_error(error)),
         }
     }
 
@@ -476,4 +480,113 @@ async fn embed_outside_chunks(
     chunks.sort_by_key(|c| c.seq);
     let dim = chunks.first().map_or(0, |c| c.dim);
     Ok((chunks.into_iter().flat_map(|c| c.values).collect(), dim))
+}
+
+/// An embed job's `report.json`.
+pub type EmbedReport = JobReport<EmbedFigures>;
+
+/// An embed job's own figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EmbedFigures {
+    /// The stored vectors' dimensions (after `--truncate-dim`).
+    pub dimension: usize,
+    pub dtype: OutputDtype,
+    pub norm: NormSummary,
+    /// Records cut to the model's max sequence length.
+    pub truncated: u64,
+    /// Tokens embedded by this run.
+    pub tokens: u64,
+    /// The prompt the actors put before every text (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// How texts were cut into windows (absent: they were not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<WindowFigures>,
+}
+
+/// What `--split` did in this run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WindowFigures {
+    /// `tokens:SIZE:OVERLAP` or `sentences:SIZE` (0: as many tokens as the model takes),
+    /// and ` pooled by mean` under `--pool-windows mean`.
+    pub split: String,
+    /// Windows embedded by this run.
+    pub windows: u64,
+    /// Documents this run cut into more than one window.
+    pub documents_split: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NormSummary {
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// Tallies of the vectors this run wrote.
+#[derive(Clone, Debug, Default)]
+pub struct VectorStats {
+    count: u64,
+    norm_min: f64,
+    norm_max: f64,
+    norm_sum: f64,
+    truncated: u64,
+    tokens: u64,
+    prompt: Option<String>,
+    windows: u64,
+    texts_split: u64,
+}
+
+impl VectorStats {
+    pub fn add(&mut self, chunk: &EmbeddedChunk) {
+        for row in chunk.rows() {
+            let norm = row
+                .iter()
+                .map(|v| f64::from(*v) * f64::from(*v))
+                .sum::<f64>()
+                .sqrt();
+            if self.count == 0 {
+                (self.norm_min, self.norm_max) = (norm, norm);
+            }
+            self.norm_min = self.norm_min.min(norm);
+            self.norm_max = self.norm_max.max(norm);
+            self.norm_sum += norm;
+            self.count += 1;
+        }
+        self.truncated += chunk.stats.truncated_rows.len() as u64;
+        self.tokens += chunk.stats.tokens;
+        self.windows += u64::from(chunk.stats.windows);
+        self.texts_split += u64::from(chunk.stats.texts_split);
+        if self.prompt.is_none() && !chunk.stats.prompt.is_empty() {
+            self.prompt = Some(chunk.stats.prompt.clone());
+        }
+    }
+}
+
+impl VectorStats {
+    /// The report's figures of an embed job (`windows`: how its texts were cut, if they
+    /// were).
+    pub(super) fn figures(self, manifest: &Manifest, windows: Option<String>) -> EmbedFigures {
+        EmbedFigures {
+            windows: windows.map(|split| WindowFigures {
+                split,
+                windows: self.windows,
+                documents_split: self.texts_split,
+            }),
+            dimension: manifest.dim.unwrap_or(0),
+            dtype: manifest.dtype,
+            norm: NormSummary {
+                min: self.norm_min,
+                max: self.norm_max,
+                mean: if self.count == 0 {
+                    0.0
+                } else {
+                    self.norm_sum / self.count as f64
+                },
+            },
+            truncated: self.truncated,
+            tokens: self.tokens,
+            prompt: self.prompt,
+        }
+    }
 }

@@ -13,11 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use super::chat_input::PromptInput;
 use super::inputs::InputSet;
-use super::output::{Manifest, ShardRows};
+use super::manifest::Manifest;
+use super::output::MergeLayout;
 use super::prompt::PromptTemplate;
 use super::reader::{BadRecord, Item, Record, RecordReader};
-use super::report::GenerateFigures;
-use super::work::{ChunkWork, MergeLayout, Piece};
+use super::shard_rows::ShardRows;
+use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError};
 use crate::model_pin::PinnedModel;
 
@@ -286,7 +287,7 @@ impl ChunkWork for GenerateWork {
             threads: None,
         };
         let mut spec =
-            PoolSpec::typed::<Generate>(super::pool_name::<Self>(config), &actor_config)?
+            PoolSpec::typed::<Generate>(super::work::pool_name::<Self>(config), &actor_config)?
                 .replicas(replicas)
                 .selectors(config.selector.clone())
                 .idle_ttl(config.retention.idle_ttl());
@@ -299,7 +300,7 @@ impl ChunkWork for GenerateWork {
         cluster
             .create_or_resize_pool(spec, config.load_timeout)
             .await
-            .map_err(super::pool_error)
+            .map_err(super::work::pool_error)
     }
 
     fn request(&self, records: Vec<Record>) -> Bytes {
@@ -481,5 +482,28 @@ mod tests {
             params_settings(&penalised)["repetition_penalty"],
             1.2f32 as f64
         );
+    }
+}
+
+/// A generate job's own figures: this run's tokens, in and out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GenerateFigures {
+    #[serde(flatten)]
+    pub tally: GenerationTally,
+    /// Prompt tokens (prefilled) per wall second of this run.
+    pub prompt_tokens_per_second: f64,
+    /// Generated tokens per wall second of this run.
+    pub generated_tokens_per_second: f64,
+}
+
+impl GenerationTally {
+    /// The report's figures of a generate job that ran `wall`.
+    pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
+        let seconds = wall.as_secs_f64().max(1e-9);
+        GenerateFigures {
+            prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
+            generated_tokens_per_second: self.generated_tokens as f64 / seconds,
+            tally: self,
+        }
     }
 }

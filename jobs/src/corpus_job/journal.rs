@@ -8,7 +8,7 @@
 //! bytes written linear in the number of chunks (about 6 entries written per chunk with the
 //! default policy, see the test below).
 
-use super::output::ShardEntry;
+use super::manifest::ShardEntry;
 use crate::files::sha256_hex;
 
 /// Hex digits of the line check (a SHA-256 prefix: enough to tell a torn or damaged line,

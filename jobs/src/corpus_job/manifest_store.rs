@@ -14,7 +14,8 @@ use futures::StreamExt;
 
 use super::JobError;
 use super::journal::{CompactionPolicy, PauseAt, PausePoint, decode_journal, encode_entry};
-use super::output::{Manifest, OutputDir, ShardEntry};
+use super::manifest::{Manifest, ShardEntry};
+use super::output::OutputDir;
 use crate::storage::{Location, key_under};
 
 const JOURNAL_DIR: &str = "journal";

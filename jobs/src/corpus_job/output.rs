@@ -10,204 +10,39 @@ use futures::StreamExt;
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use serde::{Deserialize, Serialize};
 
-use super::JobError;
-use super::reader::BadRecord;
-use super::schedule::ChunkSchedule;
+use super::error::JobError;
+use super::manifest::{Manifest, ShardEntry};
+use super::shard_rows::{ShardRows, WINDOW_FIELDS};
 pub use super::vectors::OutputDtype;
 use super::vectors::{QuantizationRanges, npy_header, npy_header_len};
-use super::work::MergeLayout;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
-use resident_sdk::RowWindow;
-
-/// The rows of one shard: their records' ids, the records' carried fields
-/// (`--keep-columns`; empty when none are kept, else one per id), and, when texts were cut
-/// into windows, each row's window (rows then outnumber records).
-#[derive(Clone, Copy, Debug)]
-pub struct ShardRows<'a> {
-    pub ids: &'a [serde_json::Value],
-    pub kept: &'a [super::reader::Kept],
-    /// A row per window, or empty: a row per record.
-    pub windows: &'a [RowWindow],
-}
-
-impl<'a> ShardRows<'a> {
-    /// Rows with ids only.
-    pub fn ids(ids: &'a [serde_json::Value]) -> Self {
-        Self {
-            ids,
-            kept: &[],
-            windows: &[],
-        }
-    }
-
-    /// Rows in the shard.
-    pub fn len(&self) -> usize {
-        match self.windows.is_empty() {
-            true => self.ids.len(),
-            false => self.windows.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Whether rows are windows of the records' texts.
-    pub fn windowed(&self) -> bool {
-        !self.windows.is_empty()
-    }
-
-    /// The record row `row` comes from (its index in `ids`).
-    pub fn record_of(&self, row: usize) -> usize {
-        self.windows.get(row).map_or(row, |w| w.text as usize)
-    }
-
-    /// Row `row`'s id: its record's, or for a window `<record id>#<window>`, so every row
-    /// has its own.
-    pub fn row_id(&self, row: usize) -> serde_json::Value {
-        let id = &self.ids[self.record_of(row)];
-        match self.windows.get(row) {
-            None => id.clone(),
-            Some(window) => {
-                let record = match id {
-                    serde_json::Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                format!("{record}#{}", window.window).into()
-            }
-        }
-    }
-
-    /// The carried fields of row `row`'s record.
-    pub fn kept_of(&self, row: usize) -> Option<&'a super::reader::Kept> {
-        self.kept.get(self.record_of(row))
-    }
-}
-
-/// The fields a windowed row adds to its id: its record's id, its window's index, and its
-/// characters in the record's text.
-pub const WINDOW_FIELDS: [&str; 4] = ["doc_id", "window", "char_start", "char_end"];
-
-/// One finished chunk.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ShardEntry {
-    pub index: u64,
-    /// Rows of its data file (vectors or generations).
-    pub rows: u64,
-    /// Records the rows answer, where they differ (texts cut into windows).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub records: Option<u64>,
-    pub vectors_file: String,
-    pub vectors_sha256: String,
-    /// Sizes in bytes (0 in manifests from before they were recorded).
-    #[serde(default)]
-    pub vectors_bytes: u64,
-    pub ids_file: String,
-    pub ids_sha256: String,
-    #[serde(default)]
-    pub ids_bytes: u64,
-    /// Records of the chunk left out because they crash the model (`corpus_job/poison.rs`):
-    /// `rows` counts the others.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub crashed: Vec<BadRecord>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub version: u32,
-    pub input_fingerprint: String,
-    pub model_fingerprint: String,
-    /// The body's chunk size (0 until planned); see `chunk_schedule` for every chunk's.
-    pub chunk_size: usize,
-    /// Where each chunk starts and ends (absent: every chunk is `chunk_size`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunk_schedule: Option<ChunkSchedule>,
-    pub dtype: OutputDtype,
-    /// The stored vectors' dimensions (after `--truncate-dim`).
-    pub dim: Option<usize>,
-    /// The int8/uint8 ranges, calibrated before the first chunk (see `embed.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantization_ranges: Option<QuantizationRanges>,
-    /// SHA-256 of the weights and configs of the model the agents loaded (from the first
-    /// chunk's result): every later chunk must match it.
-    #[serde(default)]
-    pub model_content: Option<String>,
-    /// The chunks compacted into this file, in chunk order. While a job runs, chunks finished
-    /// since the last compaction are in the journal this generation names (see
-    /// `manifest_store`); a finished job has them all here.
-    pub chunks: Vec<ShardEntry>,
-    /// The journal generation that continues this manifest (0 in manifests from before
-    /// the journal).
-    #[serde(default)]
-    pub journal_generation: u64,
-}
-
-impl Manifest {
-    /// The chunk boundaries this output was started with.
-    pub fn schedule(&self) -> ChunkSchedule {
-        self.chunk_schedule
-            .clone()
-            .unwrap_or_else(|| ChunkSchedule::uniform(self.chunk_size))
-    }
-
-    /// Records the first chunk's model content fingerprint and refuses a chunk embedded by
-    /// another model (two agents that resolved one model name to different files). An
-    /// empty fingerprint (an agent from before fingerprints) is not checked.
-    pub fn check_model_content(
-        &mut self,
-        fingerprint: &str,
-        chunk: u64,
-        where_from: &str,
-    ) -> Result<(), JobError> {
-        if fingerprint.is_empty() {
-            return Ok(());
-        }
-        match &self.model_content {
-            None => {
-                self.model_content = Some(fingerprint.to_owned());
-                Ok(())
-            }
-            Some(recorded) if recorded == fingerprint => Ok(()),
-            Some(recorded) => Err(JobError::Mismatch(format!(
-                "chunk {chunk} was embedded by {where_from} with a model whose weights or \
-                 configs differ from the model of this output's other chunks (content \
-                 fingerprint {} against {}): the agents resolved the model name to different \
-                 files. Give every agent the same copy (a local directory, or one pinned \
-                 revision) and rerun; the chunks already written are kept",
-                &fingerprint[..fingerprint.len().min(12)],
-                &recorded[..recorded.len().min(12)],
-            ))),
-        }
-    }
-}
 
 fn io(path: &Path, error: std::io::Error) -> JobError {
     JobError::Output(format!("{}: {error}", path.display()))
 }
 
-impl ShardEntry {
-    /// Records the chunk answered (written ones and those left out because they crash the
-    /// model).
-    pub fn records(&self) -> u64 {
-        self.records.unwrap_or(self.rows) + self.crashed.len() as u64
-    }
+/// What the merge writes from the shards, in chunk order.
+#[derive(Clone, Copy, Debug)]
+pub struct MergeLayout {
+    /// `index.json`'s `format`: `resident-embeddings`, `resident-generations`.
+    pub format: &'static str,
+    /// The shards' data files concatenated: `embeddings.npy`, `generations.jsonl`.
+    pub data: &'static str,
+    /// Whether each shard's data file starts with an npy header (the merged file gets one
+    /// header for all rows instead).
+    pub npy: bool,
+    /// Whether each shard's data file is a Parquet file (the merge rewrites their rows
+    /// into one file).
+    pub parquet: bool,
+    /// The shards' id files concatenated, when the data does not carry the ids.
+    pub ids: Option<&'static str>,
+}
 
-    /// An entry for chunk `index` with made-up sums, for tests of the manifest.
-    #[cfg(test)]
-    pub(crate) fn for_test(index: u64) -> Self {
-        Self {
-            index,
-            rows: 1000,
-            records: None,
-            vectors_file: format!("shards/chunk-{index:06}.npy"),
-            vectors_sha256: "ab".repeat(32),
-            vectors_bytes: 1_536_128,
-            ids_file: format!("shards/chunk-{index:06}.ids.jsonl"),
-            ids_sha256: "cd".repeat(32),
-            ids_bytes: 12_000,
-            crashed: Vec::new(),
-        }
+impl MergeLayout {
+    /// The merged files, for clearing an earlier run's when this run does not merge.
+    pub fn files(&self) -> impl Iterator<Item = &'static str> {
+        std::iter::once(self.data).chain(self.ids)
     }
 }
 

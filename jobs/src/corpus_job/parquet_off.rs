@@ -10,7 +10,7 @@ use super::JobError;
 pub(super) enum ParquetRows {}
 
 /// One row: its id and text, or why it is unusable.
-pub(super) type Row = Result<(Option<Value>, String, super::reader::Kept), String>;
+pub(super) type Row = Result<(Option<Value>, String, crate::records::Kept), String>;
 
 impl ParquetRows {
     pub fn open(

@@ -16,7 +16,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use super::output::{ShardRows, WINDOW_FIELDS};
+use super::shard_rows::{ShardRows, WINDOW_FIELDS};
 use super::vectors::OutputDtype;
 use resident_sdk::RowWindow;
 
@@ -206,11 +206,11 @@ mod tests {
 
     #[test]
     fn a_shard_holds_ids_vectors_and_the_carried_columns_and_shards_merge_in_order() {
-        let mut kept = super::super::reader::Kept::new();
+        let mut kept = crate::records::Kept::new();
         kept.insert("title".into(), Value::from("A"));
         kept.insert("year".into(), Value::from(1999));
         let ids = [Value::from("a"), Value::from(7)];
-        let second_kept = super::super::reader::Kept::new();
+        let second_kept = crate::records::Kept::new();
         let carried = [kept, second_kept];
         let rows = ShardRows {
             ids: &ids,
@@ -262,10 +262,10 @@ mod tests {
 
     #[test]
     fn windows_are_rows_of_their_own_after_the_carried_columns() {
-        let mut kept = super::super::reader::Kept::new();
+        let mut kept = crate::records::Kept::new();
         kept.insert("title".into(), Value::from("Long"));
         let ids = [Value::from(7), Value::from("b")];
-        let carried = [kept, super::super::reader::Kept::new()];
+        let carried = [kept, crate::records::Kept::new()];
         let window = |text, window, char_start, char_end| RowWindow {
             text,
             window,

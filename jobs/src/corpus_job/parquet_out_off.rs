@@ -1,7 +1,7 @@
 //! Built without the `parquet` feature: `--format parquet` is refused with a message that
 //! says how to get it. The API matches the real writer so callers need no `cfg`.
 
-use super::output::ShardRows;
+use super::shard_rows::ShardRows;
 use super::vectors::OutputDtype;
 
 /// The column that holds the vectors.

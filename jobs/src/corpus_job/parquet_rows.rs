@@ -22,7 +22,7 @@ pub(super) struct ParquetRows {
 
 /// One row: its id (when the file has the id column), text and carried columns, or why it is
 /// unusable.
-pub(super) type Row = Result<(Option<Value>, String, super::reader::Kept), String>;
+pub(super) type Row = Result<(Option<Value>, String, crate::records::Kept), String>;
 
 fn is_text(data_type: &DataType) -> bool {
     matches!(
@@ -143,7 +143,7 @@ impl ParquetRows {
                     },
                     None => None,
                 };
-                let mut kept = super::reader::Kept::new();
+                let mut kept = crate::records::Kept::new();
                 for field in &self.keep_fields {
                     let value = match batch.column_by_name(field) {
                         Some(column) => match value_at(column.as_ref(), row) {

@@ -8,8 +8,9 @@ use std::time::Instant;
 use futures::StreamExt;
 use resident_sdk::{Cluster, Pool, SubmitOptions};
 
+use super::manifest::{Manifest, ShardEntry};
 use super::manifest_store::ManifestStore;
-use super::output::{Manifest, OutputDir, ShardEntry, merge_wanted};
+use super::output::{OutputDir, merge_wanted};
 use super::poison::RecoveryQueue;
 use super::reader::{Item, Record, RecordReader};
 use super::report::{self, JobReport, ReportBuilder};
@@ -17,7 +18,8 @@ use super::results::{BodyPlanner, ChunkAnswer, ChunkWriter, PendingChunk};
 use super::scan::{self, Scan};
 use super::schedule::ChunkSchedule;
 use super::work::ChunkWork;
-use super::{CorpusJobConfig, InputSet, JobError, Progress, planner, pool_name};
+use super::work::pool_name;
+use super::{CorpusJobConfig, InputSet, JobError, Progress, planner};
 use crate::model_pin::pin_model;
 use crate::storage::S3Client;
 

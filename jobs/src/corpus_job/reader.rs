@@ -52,8 +52,7 @@ pub struct Record {
     pub chat: Option<Box<ChatRecord>>,
 }
 
-/// A record's carried fields, by name.
-pub type Kept = serde_json::Map<String, Value>;
+pub use crate::records::Kept;
 
 /// A line that was skipped, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,100 +3,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use resident_sdk::{ActorInfo, EmbeddedChunk, NodeInfo};
+use resident_sdk::{ActorInfo, NodeInfo};
 use serde::{Deserialize, Serialize};
 
-use super::output::{Manifest, OutputDtype};
+use super::config::CorpusJobConfig;
+use super::manifest::Manifest;
 use super::reader::BadRecord;
 use super::work::Piece;
-use super::{CorpusJobConfig, GenerationTally};
 
 pub use resident_proto::prices::PriceTable;
-
-/// Tallies of the vectors this run wrote.
-#[derive(Clone, Debug, Default)]
-pub struct VectorStats {
-    count: u64,
-    norm_min: f64,
-    norm_max: f64,
-    norm_sum: f64,
-    truncated: u64,
-    tokens: u64,
-    prompt: Option<String>,
-    windows: u64,
-    texts_split: u64,
-}
-
-impl VectorStats {
-    pub fn add(&mut self, chunk: &EmbeddedChunk) {
-        for row in chunk.rows() {
-            let norm = row
-                .iter()
-                .map(|v| f64::from(*v) * f64::from(*v))
-                .sum::<f64>()
-                .sqrt();
-            if self.count == 0 {
-                (self.norm_min, self.norm_max) = (norm, norm);
-            }
-            self.norm_min = self.norm_min.min(norm);
-            self.norm_max = self.norm_max.max(norm);
-            self.norm_sum += norm;
-            self.count += 1;
-        }
-        self.truncated += chunk.stats.truncated_rows.len() as u64;
-        self.tokens += chunk.stats.tokens;
-        self.windows += u64::from(chunk.stats.windows);
-        self.texts_split += u64::from(chunk.stats.texts_split);
-        if self.prompt.is_none() && !chunk.stats.prompt.is_empty() {
-            self.prompt = Some(chunk.stats.prompt.clone());
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct ReportBuilder {
     docs_by_actor: BTreeMap<String, u64>,
     node_of_actor: BTreeMap<String, String>,
-}
-
-impl VectorStats {
-    /// The report's figures of an embed job (`windows`: how its texts were cut, if they
-    /// were).
-    pub(super) fn figures(self, manifest: &Manifest, windows: Option<String>) -> EmbedFigures {
-        EmbedFigures {
-            windows: windows.map(|split| WindowFigures {
-                split,
-                windows: self.windows,
-                documents_split: self.texts_split,
-            }),
-            dimension: manifest.dim.unwrap_or(0),
-            dtype: manifest.dtype,
-            norm: NormSummary {
-                min: self.norm_min,
-                max: self.norm_max,
-                mean: if self.count == 0 {
-                    0.0
-                } else {
-                    self.norm_sum / self.count as f64
-                },
-            },
-            truncated: self.truncated,
-            tokens: self.tokens,
-            prompt: self.prompt,
-        }
-    }
-}
-
-impl GenerationTally {
-    /// The report's figures of a generate job that ran `wall`.
-    pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
-        let seconds = wall.as_secs_f64().max(1e-9);
-        GenerateFigures {
-            prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
-            generated_tokens_per_second: self.generated_tokens as f64 / seconds,
-            tally: self,
-        }
-    }
 }
 
 impl ReportBuilder {
@@ -244,13 +164,6 @@ pub(super) struct ReportInputs<'a, F> {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NormSummary {
-    pub min: f64,
-    pub max: f64,
-    pub mean: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChunkSummary {
     pub total: u64,
     pub computed: u64,
@@ -274,9 +187,6 @@ pub struct GpuThroughput {
     pub docs: u64,
     pub docs_per_second: f64,
 }
-
-/// An embed job's `report.json`.
-pub type Report = JobReport<EmbedFigures>;
 
 /// The contents of `report.json`: what every corpus job reports, and its own `figures`
 /// (written beside the rest, not nested).
@@ -308,48 +218,6 @@ pub struct JobReport<F> {
     pub output: OutputSummary,
     #[serde(flatten)]
     pub figures: F,
-}
-
-/// An embed job's own figures.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct EmbedFigures {
-    /// The stored vectors' dimensions (after `--truncate-dim`).
-    pub dimension: usize,
-    pub dtype: OutputDtype,
-    pub norm: NormSummary,
-    /// Records cut to the model's max sequence length.
-    pub truncated: u64,
-    /// Tokens embedded by this run.
-    pub tokens: u64,
-    /// The prompt the actors put before every text (absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-    /// How texts were cut into windows (absent: they were not).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub windows: Option<WindowFigures>,
-}
-
-/// What `--split` did in this run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WindowFigures {
-    /// `tokens:SIZE:OVERLAP` or `sentences:SIZE` (0: as many tokens as the model takes),
-    /// and ` pooled by mean` under `--pool-windows mean`.
-    pub split: String,
-    /// Windows embedded by this run.
-    pub windows: u64,
-    /// Documents this run cut into more than one window.
-    pub documents_split: u64,
-}
-
-/// A generate job's own figures: this run's tokens, in and out.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GenerateFigures {
-    #[serde(flatten)]
-    pub tally: GenerationTally,
-    /// Prompt tokens (prefilled) per wall second of this run.
-    pub prompt_tokens_per_second: f64,
-    /// Generated tokens per wall second of this run.
-    pub generated_tokens_per_second: f64,
 }
 
 /// How the output was written.

@@ -7,11 +7,11 @@ use resident_sdk::Bytes;
 
 use super::manifest_store::ManifestStore;
 use super::output::OutputDir;
-use super::output::ShardRows;
 use super::poison::Salvage;
 use super::reader::{BadRecord, Kept};
 use super::report::ReportBuilder;
 use super::schedule::{self, ChunkSchedule};
+use super::shard_rows::ShardRows;
 use super::work::{ChunkWork, Piece};
 use super::{BadRecordPolicy, JobError, planner};
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
-use super::output::{Manifest, OutputDir};
+use super::manifest::Manifest;
+use super::output::OutputDir;
 use super::reader::{BadRecord, IdCheck, Item, Record, RecordReader};
 use super::results::PendingChunk;
 use super::schedule::{ChunkCutter, ChunkSchedule, NextChunk};
@@ -277,7 +278,7 @@ pub(super) fn spawn_chunk_producer<W: ChunkWork>(
 struct ChunkBuffer {
     ids: Vec<serde_json::Value>,
     /// Each record's carried fields (empty when none are kept).
-    kept: Vec<super::reader::Kept>,
+    kept: Vec<crate::records::Kept>,
     records: Vec<Record>,
     places: Vec<(u32, u64)>,
 }

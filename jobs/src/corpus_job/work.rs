@@ -11,9 +11,12 @@ use serde::de::DeserializeOwned;
 
 use resident_sdk::{ActorId, Bytes, Cluster, NodeId, Pool, RowWindow, SdkError, TaskOutput};
 
-use super::output::{Manifest, ShardRows};
+use super::config::CorpusJobConfig;
+use super::error::JobError;
+use super::manifest::Manifest;
+use super::output::MergeLayout;
 use super::reader::Record;
-use super::{CorpusJobConfig, JobError};
+use super::shard_rows::ShardRows;
 use crate::model_pin::PinnedModel;
 
 /// One answered task, read: who computed it, and the work's data for its records.
@@ -29,30 +32,6 @@ pub struct Piece<T> {
     /// none): every chunk of an output must come from one model.
     pub model_fingerprint: String,
     pub data: T,
-}
-
-/// What the merge writes from the shards, in chunk order.
-#[derive(Clone, Copy, Debug)]
-pub struct MergeLayout {
-    /// `index.json`'s `format`: `resident-embeddings`, `resident-generations`.
-    pub format: &'static str,
-    /// The shards' data files concatenated: `embeddings.npy`, `generations.jsonl`.
-    pub data: &'static str,
-    /// Whether each shard's data file starts with an npy header (the merged file gets one
-    /// header for all rows instead).
-    pub npy: bool,
-    /// Whether each shard's data file is a Parquet file (the merge rewrites their rows
-    /// into one file).
-    pub parquet: bool,
-    /// The shards' id files concatenated, when the data does not carry the ids.
-    pub ids: Option<&'static str>,
-}
-
-impl MergeLayout {
-    /// The merged files, for clearing an earlier run's when this run does not merge.
-    pub fn files(&self) -> impl Iterator<Item = &'static str> {
-        std::iter::once(self.data).chain(self.ids)
-    }
 }
 
 /// One job's own part of the pipeline.
@@ -193,4 +172,25 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
 
     /// Bytes the merged data file would have, to skip a merge past `--merge-max-gib`.
     fn merged_bytes(manifest: &Manifest) -> u64;
+}
+
+/// A pool per job, output directory and model, so reruns reuse the resident actors of a
+/// long-lived cluster.
+pub(super) fn pool_name<W: ChunkWork>(config: &CorpusJobConfig) -> String {
+    let key = format!("{}|{}", config.output, config.model);
+    format!(
+        "{}-{}",
+        W::JOB,
+        &crate::files::sha256_hex(key.as_bytes())[..10]
+    )
+}
+
+/// A pool that could not be made ready, as the job's error: a model that did not load is a
+/// model error.
+pub(super) fn pool_error(error: SdkError) -> JobError {
+    match error {
+        error @ SdkError::ActorsFailed { .. } => JobError::Model(error.to_string()),
+        SdkError::Unavailable(message) | SdkError::Timeout(message) => JobError::Model(message),
+        other => other.into(),
+    }
 }

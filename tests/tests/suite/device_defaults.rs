@@ -3,8 +3,8 @@
 //! the CPU. The `resident` binary on a local cluster with simulated GPUs (capacity only: the
 //! work itself runs on the CPU), and the library call with the same cluster.
 
+use resident_jobs::corpus_job::EmbedJobConfig;
 use resident_jobs::corpus_job::{CorpusJobConfig, run_embed_job};
-use resident_jobs::embed_job::EmbedJobConfig;
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{embed_command, ids_in_file, init_logging, minilm_dir, read_json, sample};
 use serde_json::Value;

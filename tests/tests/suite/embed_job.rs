@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use resident_jobs::embed_job::output::Manifest;
-use resident_jobs::embed_job::schedule::NextChunk;
-use resident_jobs::embed_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
+use resident_jobs::corpus_job::manifest::Manifest;
+use resident_jobs::corpus_job::schedule::NextChunk;
+use resident_jobs::corpus_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::ids_in_file as ids_of;
 use resident_tests::{
@@ -353,7 +353,7 @@ async fn a_chunk_size_past_the_message_limit_is_refused_with_the_size_that_fits(
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     // all-MiniLM-L6-v2: 384 dimensions, 1,540 bytes a document.
-    let most = resident_jobs::embed_job::planner::max_chunk_for_dimension(384).unwrap();
+    let most = resident_jobs::corpus_job::planner::max_chunk_for_dimension(384).unwrap();
     assert!(
         stderr.contains("400000 x 384 dimensions")
             && stderr.contains(&format!("use --chunk-size {most} or less")),
@@ -410,7 +410,7 @@ async fn kill_9_with_flags_at_then_resume(
     let out = dir.path().join("out");
     let flags = [flags, &["--manifest-compact-min", "4"]].concat();
     let mut child = embed_command(&input, &out, &flags)
-        .env(resident_jobs::embed_job::journal::PauseAt::ENV, pause)
+        .env(resident_jobs::corpus_job::journal::PauseAt::ENV, pause)
         .spawn()
         .unwrap();
     wait_for_pause(&mut child).await;
@@ -508,9 +508,9 @@ async fn a_job_killed_before_its_plan_measures_again_and_keeps_its_probes() {
     assert!(plan.contains("probe chunks of"), "{plan}");
 }
 
-fn journal_at(out: &Path, generation: u64) -> resident_jobs::embed_job::journal::DecodedJournal {
+fn journal_at(out: &Path, generation: u64) -> resident_jobs::corpus_job::journal::DecodedJournal {
     let bytes = std::fs::read(out.join(format!("journal/{generation:06}.jsonl"))).unwrap();
-    resident_jobs::embed_job::journal::decode_journal(&bytes, "journal").unwrap()
+    resident_jobs::corpus_job::journal::decode_journal(&bytes, "journal").unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

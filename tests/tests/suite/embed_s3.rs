@@ -7,8 +7,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use resident_jobs::embed_job::reader::{Item, RecordReader};
-use resident_jobs::embed_job::{InputSet, ReaderOptions};
+use resident_jobs::corpus_job::reader::{Item, RecordReader};
+use resident_jobs::corpus_job::{InputSet, ReaderOptions};
 use resident_jobs::storage::{Location, S3Client, S3Options};
 use resident_tests::s3_server::S3Server;
 use resident_tests::{
@@ -423,7 +423,7 @@ async fn kill_9_in_the_middle_of_an_s3_compaction_loses_and_repeats_nothing() {
         ],
     )
     .env(
-        resident_jobs::embed_job::journal::PauseAt::ENV,
+        resident_jobs::corpus_job::journal::PauseAt::ENV,
         "compaction:2",
     )
     .spawn()

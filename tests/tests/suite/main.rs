@@ -32,6 +32,7 @@ mod hostile_configs;
 mod http_port;
 mod in_process_cluster;
 mod model_delivery;
+mod module_cycles;
 mod observability;
 mod poison_records;
 mod process_faults;
