@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 /// Lower-case hex of any digest or byte string.
 pub fn hex(bytes: impl AsRef<[u8]>) -> String {
-    bytes.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// The SHA-256 of `bytes`, in hex.
@@ -105,16 +105,18 @@ impl OutputLock {
                 return Err(format!("cannot lock {}: {e}", path.display()));
             }
         }
-        let host = hostname_of_this_machine();
+        let host = this_host();
         let _ = file.set_len(0);
         let _ = write!(file, "pid {} on {host}", std::process::id());
         Ok(Self { _file: file })
     }
 }
 
-fn hostname_of_this_machine() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
+/// This machine's name, for lock and lease holders' descriptions ("this host" where the
+/// system will not say).
+pub(crate) fn this_host() -> String {
+    hostname::get()
+        .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "this host".to_owned())
 }
 

@@ -81,10 +81,8 @@ pub async fn pin_model(model: &str, s3: &S3Options) -> Result<PinnedModel, Strin
 
 /// The SHA-256 of a file's bytes, streamed.
 fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-    Ok(format!("{:x}", hasher.finalize()))
+    let (_, digest) = crate::storage::model_manifest::sha256_of(std::fs::File::open(path)?)?;
+    Ok(digest)
 }
 
 /// The commit `revision` of `repo` names: itself if it is one, else the hub's answer, else

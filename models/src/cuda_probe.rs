@@ -13,8 +13,7 @@ pub struct CudaDevices {
 }
 
 fn format_uuid(bytes: &[std::os::raw::c_char]) -> String {
-    let hex: Vec<String> = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
-    let hex = hex.concat();
+    let hex = hex::encode(bytes.iter().map(|b| *b as u8).collect::<Vec<u8>>());
     if hex.len() != 32 {
         return hex;
     }

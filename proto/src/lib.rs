@@ -46,6 +46,15 @@ pub fn unix_ms_now() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The message of a caught panic (`std::panic::catch_unwind`, a thread's join error).
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_owned())
+}
+
 /// The error of a task whose result is too large to send (it fails that task alone).
 pub fn oversized_result_error(bytes: usize) -> String {
     format!(

@@ -83,7 +83,12 @@ impl NativeCluster {
             let gpus = chosen_gpus(&cluster, gpus, replicas).await?;
             let replicas = match replicas {
                 Some(replicas) => replicas,
-                None => default_replicas(&cluster, gpus).await?,
+                // One per core on the CPU: each embed actor runs on one thread.
+                None => {
+                    cluster
+                        .default_replicas(&Default::default(), gpus, |cores| cores)
+                        .await?
+                }
             };
             let mut spec = EmbedPoolSpec::new(name, model)
                 .replicas(replicas)
@@ -192,19 +197,6 @@ async fn chosen_gpus(
         .choose_device(None, replicas, &Default::default(), "gpus=")
         .await?;
     Ok(choice.gpus_per_actor)
-}
-
-/// One actor per CPU core of the alive nodes, or as many as the GPUs hold.
-async fn default_replicas(cluster: &Cluster, gpus: f64) -> Result<u32, SdkError> {
-    let nodes = cluster.list_nodes().await?;
-    let alive = nodes.iter().filter(|n| n.alive && !n.draining);
-    let count = if gpus > 0.0 {
-        let gpu_count: usize = alive.map(|n| n.gpus.len()).sum();
-        (gpu_count as f64 / gpus).floor() as u32
-    } else {
-        alive.map(|n| n.cpu_cores.max(1)).sum()
-    };
-    Ok(count.max(1))
 }
 
 /// Latest progress of a running job, for the tick that draws the bar.
@@ -697,14 +689,11 @@ impl NativeCluster {
                     // One actor per node on the CPU: its steps use every core.
                     let replicas = match replicas {
                         Some(replicas) => replicas,
-                        None if gpus > 0.0 => default_replicas(&cluster, gpus).await?,
-                        None => cluster
-                            .list_nodes()
-                            .await?
-                            .iter()
-                            .filter(|n| n.alive)
-                            .count()
-                            .max(1) as u32,
+                        None => {
+                            cluster
+                                .default_replicas(&Default::default(), gpus, |_| 1)
+                                .await?
+                        }
                     };
                     let mut spec = spec.replicas(replicas).idle_ttl(CALL_POOL_IDLE_TTL);
                     if gpus > 0.0 {

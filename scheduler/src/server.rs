@@ -11,6 +11,7 @@ use tonic::service::interceptor::InterceptedService;
 use resident_proto::health::{
     HealthReporter, SCHEDULER_HEALTH_SERVICE, ServingStatus, health_service, set_health,
 };
+use resident_proto::panic_text;
 
 use crate::auth::AuthGate;
 use crate::connections::{GrpcLimits, grpc_incoming};
@@ -244,14 +245,6 @@ async fn report_store_health(
             .await;
         health.set_service_status("", status).await;
     }
-}
-
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".into())
 }
 
 #[cfg(test)]

@@ -87,7 +87,50 @@ pub fn choose_device(
     }
 }
 
+/// How many actors a job runs when it was not told: on GPUs, as many as the GPUs of the
+/// matching nodes hold at `gpus_per_actor` each, counted node by node (an actor's GPUs are
+/// on one node); on CPUs, `cpu_actors_per_node(cores)` on each matching node (embedding: one
+/// per core, each actor runs on one thread; generation: one per node, a step uses every
+/// core). Matching nodes are alive, not draining and carry every label of `selector`. At
+/// least one, so that a job on a cluster with no room yet waits for one rather than failing.
+pub fn default_replicas(
+    nodes: &[NodeInfo],
+    selector: &BTreeMap<String, String>,
+    gpus_per_actor: f64,
+    cpu_actors_per_node: impl Fn(u32) -> u32,
+) -> u32 {
+    let matching = nodes.iter().filter(|n| {
+        n.alive && !n.draining && selector.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+    });
+    let count: u32 = if gpus_per_actor > 0.0 {
+        matching
+            .map(|n| (n.gpus.len() as f64 / gpus_per_actor).floor() as u32)
+            .sum()
+    } else {
+        matching
+            .map(|n| cpu_actors_per_node(n.cpu_cores.max(1)))
+            .sum()
+    };
+    count.max(1)
+}
+
 impl Cluster {
+    /// [`default_replicas`] over this cluster's nodes as they are now.
+    pub async fn default_replicas(
+        &self,
+        selector: &BTreeMap<String, String>,
+        gpus_per_actor: f64,
+        cpu_actors_per_node: impl Fn(u32) -> u32,
+    ) -> Result<u32, SdkError> {
+        let nodes = self.list_nodes().await?;
+        Ok(default_replicas(
+            &nodes,
+            selector,
+            gpus_per_actor,
+            cpu_actors_per_node,
+        ))
+    }
+
     /// [`choose_device`] over this cluster's nodes as they are now: what a job that names no
     /// device would run on (`gpus_per_actor` for [`crate::EmbedPoolSpec::gpus`] and
     /// [`crate::PoolSpec::gpus`]), and why.
@@ -142,6 +185,32 @@ mod tests {
     }
 
     const KNOB: &str = "--gpus-per-actor";
+
+    #[test]
+    fn default_replicas_fill_each_node_and_skip_what_may_not_take_actors() {
+        let mut draining = node("c", 8, &[]);
+        draining.draining = true;
+        let mut dead = node("d", 8, &[]);
+        dead.alive = false;
+        let nodes = [
+            node("a", 3, &[("zone", "x")]),
+            node("b", 3, &[]),
+            draining,
+            dead,
+        ];
+        let any = BTreeMap::new();
+        // Per node: 3 GPUs at 2 each hold one actor, not 6 / 2 = 3 over the two nodes.
+        assert_eq!(default_replicas(&nodes, &any, 2.0, |cores| cores), 2);
+        assert_eq!(default_replicas(&nodes, &any, 0.5, |cores| cores), 12);
+        // CPU: the work says how many per node (one per core, or one per node).
+        assert_eq!(default_replicas(&nodes, &any, 0.0, |cores| cores), 16);
+        assert_eq!(default_replicas(&nodes, &any, 0.0, |_| 1), 2);
+        let zone_x = BTreeMap::from([("zone".to_owned(), "x".to_owned())]);
+        assert_eq!(default_replicas(&nodes, &zone_x, 1.0, |cores| cores), 3);
+        // Nothing matches: one actor, which waits for a node.
+        let zone_y = BTreeMap::from([("zone".to_owned(), "y".to_owned())]);
+        assert_eq!(default_replicas(&nodes, &zone_y, 1.0, |cores| cores), 1);
+    }
 
     #[test]
     fn gpus_are_used_by_default_one_actor_each() {

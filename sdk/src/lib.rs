@@ -59,7 +59,7 @@ pub use client::{
     ClientCredentials, Cluster, DEFAULT_RECONNECT_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
     credentials_from_env, insecure_from_env,
 };
-pub use device_choice::{DEFAULT_GPUS_PER_ACTOR, DeviceChoice, choose_device};
+pub use device_choice::{DEFAULT_GPUS_PER_ACTOR, DeviceChoice, choose_device, default_replicas};
 pub use embed::{
     EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, RowWindow,
     WindowSplit, Windows, embed_request, embed_request_options, embed_request_with, one_model,

@@ -57,7 +57,7 @@ pub struct ModelManifest {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// Size and hex SHA-256 of a reader's bytes.

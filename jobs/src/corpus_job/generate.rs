@@ -384,9 +384,7 @@ impl ChunkWork for GenerateWork {
         let ids = rows.ids;
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created = resident_proto::unix_ms_now() / 1000;
         for (id, completion) in ids.iter().zip(completions) {
             let written = match self.output {
                 GenerationOutput::Lines => {

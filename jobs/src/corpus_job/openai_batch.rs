@@ -92,7 +92,7 @@ fn token_object(token: &TokenLogprob) -> Value {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 #[cfg(test)]

@@ -126,7 +126,13 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         let manifest = scan::open_manifest(self.out, config, self.work, &scan).await?;
         let replicas = match config.replicas {
             Some(replicas) => replicas,
-            None => default_replicas(self.cluster, config, self.work).await?,
+            None => {
+                self.cluster
+                    .default_replicas(&config.selector, config.gpus(), |cores| {
+                        self.work.cpu_actors_per_node(cores)
+                    })
+                    .await?
+            }
         };
         let pool = self
             .work
@@ -580,33 +586,4 @@ impl<W: ChunkWork> Answers<'_, W> {
             .remove(&seq)
             .ok_or_else(|| JobError::Output(format!("result for unknown task {seq}")))
     }
-}
-
-/// On CPU, the work's actors per node (embed: one per core) over the matching nodes; on
-/// GPUs, as many as fit them.
-async fn default_replicas(
-    cluster: &Cluster,
-    config: &CorpusJobConfig,
-    work: &impl ChunkWork,
-) -> Result<u32, JobError> {
-    let nodes = cluster.list_nodes().await?;
-    let matching = nodes.iter().filter(|n| {
-        n.alive
-            && config
-                .selector
-                .iter()
-                .all(|(k, v)| n.labels.get(k) == Some(v))
-    });
-    let count: u32 = if config.gpus() > 0.0 {
-        let slots: f64 = matching
-            .map(|n| n.gpus.len() as f64 / config.gpus())
-            .map(f64::floor)
-            .sum();
-        slots as u32
-    } else {
-        matching
-            .map(|n| work.cpu_actors_per_node(n.cpu_cores.max(1)))
-            .sum()
-    };
-    Ok(count.max(1))
 }

@@ -6,7 +6,7 @@
 //! lease is created with `If-None-Match`, and every acquisition reads the lease back, so of
 //! two runs racing for it only one goes on.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,20 +58,8 @@ pub fn lease_verdict(
     }
 }
 
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 fn pid_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "this host".to_owned())
 }
 
 /// Held while a run writes an S3 output; renewed in the background, deleted on drop.
@@ -108,21 +96,24 @@ impl S3OutputLease {
     pub async fn acquire(client: &S3Client, bucket: &str, prefix: &str) -> Result<Self, String> {
         let key = key_under(prefix, LEASE_OBJECT);
         let place = format!("s3://{bucket}/{prefix}");
-        let host = this_host();
+        let host = crate::files::this_host();
         let found = match client.get(bucket, &key).await? {
             Some(bytes) => serde_json::from_slice::<Lease>(&bytes).ok(),
             None => None,
         };
-        if let LeaseVerdict::Refuse { holder, age } =
-            lease_verdict(found.as_ref(), now_unix_ms(), &host, pid_alive)
-        {
+        if let LeaseVerdict::Refuse { holder, age } = lease_verdict(
+            found.as_ref(),
+            resident_proto::unix_ms_now(),
+            &host,
+            pid_alive,
+        ) {
             return Err(refusal(&place, &holder, age));
         }
         let lease = Lease {
             run: uuid::Uuid::new_v4().to_string(),
             host,
             pid: std::process::id(),
-            renewed_unix_ms: now_unix_ms(),
+            renewed_unix_ms: resident_proto::unix_ms_now(),
         };
         let bytes = serde_json::to_vec(&lease).expect("a lease serialises");
         let created = match found {
@@ -163,7 +154,7 @@ fn refusal(place: &str, holder: &str, age: Duration) -> String {
 async fn renew(client: S3Client, bucket: String, key: String, mut lease: Lease) {
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
-        lease.renewed_unix_ms = now_unix_ms();
+        lease.renewed_unix_ms = resident_proto::unix_ms_now();
         let bytes = serde_json::to_vec(&lease).expect("a lease serialises");
         if let Err(error) = client.put(&bucket, &key, bytes).await {
             tracing::warn!(%error, "cannot renew the output lease; retrying");

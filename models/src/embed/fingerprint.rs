@@ -57,11 +57,7 @@ pub fn model_content_fingerprint(
             hasher.update(&buffer[..read]);
         }
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]

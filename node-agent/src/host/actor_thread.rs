@@ -3,7 +3,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use resident_proto::{ActorId, pb};
+use resident_proto::{ActorId, panic_text, pb};
 use tokio::sync::{mpsc, watch};
 
 use super::ToScheduler;
@@ -160,14 +160,6 @@ fn feed_work(
             return;
         }
     }
-}
-
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
 /// The body of one actor's thread: load once, then serve commands until stopped.

@@ -56,7 +56,7 @@ pub fn hash_token(token: &str) -> [u8; 32] {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn from_hex(text: &str) -> Option<[u8; 32]> {
@@ -224,9 +224,7 @@ impl AuthFile {
             )));
         }
         let token = generate_token()?;
-        let created_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created_unix = resident_proto::unix_ms_now() / 1000;
         self.tokens.push(TokenEntry {
             name: name.to_owned(),
             role,

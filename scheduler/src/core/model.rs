@@ -147,10 +147,7 @@ pub(super) struct Settle {
 /// one scheduler run never repeat those of an earlier run (whose outcomes agents may still
 /// deliver after a restart) unless that run handed out a million tasks per millisecond.
 fn first_task_id() -> u64 {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    (millis << 20).max(1)
+    (resident_proto::unix_ms_now() << 20).max(1)
 }
 
 impl Core {
