@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pyo3::prelude::*;
-use resident_actor::generate::{
-    Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
-};
+use resident_actor::generate::{GenerateConfig, GenerateParams, PromptParts};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::{
     self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig,
@@ -20,8 +18,8 @@ use resident_jobs::corpus_job::{
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
-    ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, LocalConfig, Pool,
-    PoolSpec, SdkError, WindowSplit, Windows,
+    ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, GeneratePool,
+    GeneratePoolSpec, LocalConfig, Pool, PoolSpec, SdkError, WindowSplit, Windows,
 };
 
 use crate::embed_stream::NativeEmbedStream;
@@ -33,8 +31,6 @@ use crate::wait::{wait, wait_ticking};
 const CALL_POOL_IDLE_TTL: Duration = Duration::from_secs(600);
 /// How long a pool may take to load its model.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
-/// Prompts in one `generate` task: enough to keep an actor's batch full.
-const PROMPTS_PER_TASK: usize = 128;
 
 /// A connection to a cluster, or a cluster in this process.
 #[pyclass(module = "resident._resident", frozen)]
@@ -42,7 +38,7 @@ pub struct NativeCluster {
     cluster: Cluster,
     /// Pools made by `embed` and `generate`, by their settings.
     embed_pools: Mutex<HashMap<String, EmbedPool>>,
-    generate_pools: Mutex<HashMap<String, Pool>>,
+    generate_pools: Mutex<HashMap<String, GeneratePool>>,
 }
 
 impl NativeCluster {
@@ -680,26 +676,15 @@ impl NativeCluster {
                     dtype,
                     ..GenerateConfig::default()
                 };
-                let spec =
-                    PoolSpec::typed::<Generate>(call_pool_name("py-generate", &key), &config)
-                        .map_err(|e| sdk_error(py, e))?;
+                let mut spec = GeneratePoolSpec::new(call_pool_name("py-generate", &key), config)
+                    .gpus(gpus, vram_gib)
+                    .idle_ttl(CALL_POOL_IDLE_TTL);
+                if let Some(replicas) = replicas {
+                    spec = spec.replicas(replicas);
+                }
                 let cluster = self.cluster.clone();
                 let made = wait(py, async move {
-                    let gpus = chosen_gpus(&cluster, gpus, replicas).await?;
-                    // One actor per node on the CPU: its steps use every core.
-                    let replicas = match replicas {
-                        Some(replicas) => replicas,
-                        None => {
-                            cluster
-                                .default_replicas(&Default::default(), gpus, |_| 1)
-                                .await?
-                        }
-                    };
-                    let mut spec = spec.replicas(replicas).idle_ttl(CALL_POOL_IDLE_TTL);
-                    if gpus > 0.0 {
-                        spec = spec.gpus(gpus).vram_gib(vram_gib);
-                    }
-                    cluster.create_or_resize_pool(spec, LOAD_TIMEOUT).await
+                    cluster.create_generate_pool(spec, LOAD_TIMEOUT).await
                 })?
                 .map_err(|e| sdk_error(py, e))?;
                 self.generate_pools
@@ -709,42 +694,18 @@ impl NativeCluster {
                 made
             }
         };
-        let requests: Vec<GenerateRequest> = prompts
-            .chunks(PROMPTS_PER_TASK)
-            .enumerate()
-            .map(|(task, chunk)| GenerateRequest {
-                prompts: chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, prompt)| PromptParts {
-                        id: (task * PROMPTS_PER_TASK + i).to_string(),
-                        ..prompt.clone()
-                    })
-                    .collect(),
-                params: params.clone(),
-            })
-            .collect();
-        // Replies as they finish, put back in order; `done` counts their prompts for the
-        // progress callback, which runs between waits with the GIL held.
+        // The progress callback runs between waits with the GIL held; `done` counts the
+        // prompts answered so far.
         let total = prompts.len();
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = done.clone();
-        let tasks = requests.len();
-        let replies = wait_ticking(
+        let completions = wait_ticking(
             py,
             move || async move {
-                let mut replies: Vec<Option<_>> = (0..tasks).map(|_| None).collect();
-                let mut stream = pool
-                    .typed::<Generate>()
-                    .submit("generate", futures::stream::iter(requests), 0)
-                    .await?;
-                while let Some(output) = stream.next().await {
-                    let output = output?;
-                    let reply = output.reply.map_err(SdkError::TaskFailed)?;
-                    counted.fetch_add(reply.completions.len(), Ordering::Relaxed);
-                    replies[output.seq as usize] = Some(reply);
-                }
-                Ok::<_, SdkError>(replies)
+                pool.generate(&prompts, &params, |answered| {
+                    counted.store(answered, Ordering::Relaxed)
+                })
+                .await
             },
             |py| generate_progress(py, &on_progress, done.load(Ordering::Relaxed), total),
         )?
@@ -755,13 +716,6 @@ impl NativeCluster {
             other => sdk_error(py, other),
         })?;
         generate_progress(py, &on_progress, total, total)?;
-        let mut completions = Vec::with_capacity(total);
-        for reply in replies {
-            let response = reply.ok_or_else(|| {
-                crate::errors::task_failed(py, "a generation task was never answered".into())
-            })?;
-            completions.extend(response.completions);
-        }
         serde_json::to_string(&completions).map_err(|e| bad_input(py, e.to_string()))
     }
 
@@ -780,7 +734,7 @@ impl NativeCluster {
                 .lock()
                 .expect("pools")
                 .drain()
-                .map(|(_, p)| p),
+                .map(|(_, pool)| pool.pool),
         );
         let deleted = wait(py, async move {
             let mut deleted = 0;

@@ -31,6 +31,7 @@ mod client;
 mod device_choice;
 mod embed;
 mod error;
+mod generate;
 mod info;
 mod job_stream;
 pub mod json;
@@ -65,6 +66,7 @@ pub use embed::{
     WindowSplit, Windows, embed_request, embed_request_options, embed_request_with, one_model,
 };
 pub use error::SdkError;
+pub use generate::{GeneratePool, GeneratePoolSpec, PROMPTS_PER_TASK};
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
 pub use job_stream::{JobStream, TaskOutput, TaskPayload};
 #[cfg(feature = "local")]

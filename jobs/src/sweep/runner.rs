@@ -3,6 +3,10 @@
 //! segment, as the driver and ASHA decide. Trials are their own message (`TrialRequest`) sent
 //! to the actors' `trial` method, so they share the resident model's actor and device
 //! without riding on the embed request.
+//!
+//! In three phases, as a corpus job: `prepare` (claim the output, pin the model, read and
+//! embed the data, ready the pool), `run_trials` (resume what an earlier run finished, then
+//! segments as the driver decides), `summarise` (`summary.json`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,14 +15,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use prost::Message;
 use resident_proto::{SeededRng, pb};
-use resident_sdk::{Cluster, SdkError, SubmitOptions, TaskOutput};
+use resident_sdk::{Cluster, EmbedPool, SdkError, SubmitOptions, TaskOutput};
 
 use super::SweepError;
 use super::config::SweepConfig;
-use super::data::{embed_into_cache, read_sweep_data};
+use super::data::{SweepData, embed_into_cache, read_sweep_data};
 use super::driver::{Phase, Segment, SweepDriver};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
-use super::search::generate_trials;
+use super::search::{Params, generate_trials};
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
@@ -208,9 +212,36 @@ async fn sweep_on(
     on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
 ) -> Result<SweepSummary, SweepError> {
     let started = Instant::now();
+    let prepared = prepare(cluster, config, on_event).await?;
+    let trials = run_trials(cluster, config, &prepared, on_event).await?;
+    summarise(cluster, config, prepared, trials, started).await
+}
+
+/// What a sweep has before its first trial: its output claimed, the model's pool loaded and
+/// the data embedded (or found in the cache).
+struct Prepared {
+    output: PathBuf,
+    /// Held until the sweep ends: no other run writes the output meanwhile.
+    _lock: OutputLock,
+    data: SweepData,
+    pool: EmbedPool,
+    /// The embedded data, on disk.
+    cache: PathBuf,
+    cache_hit: bool,
+    model_load_s: f64,
+    embed_s: f64,
+}
+
+/// Checks the config, claims the output, pins the model, reads the data, readies the pool
+/// and embeds the data once.
+async fn prepare(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<Prepared, SweepError> {
     config.validate()?;
     let output = PathBuf::from(&config.output);
-    let _lock = claim_output(config, &output)?;
+    let lock = claim_output(config, &output)?;
     let s3 = S3Options {
         endpoint: config.s3_endpoint.clone(),
         ..S3Options::default()
@@ -264,14 +295,42 @@ async fn sweep_on(
         cache_hit,
     });
     let cache = std::fs::canonicalize(&cache).map_err(|e| output_error(&cache, e))?;
+    Ok(Prepared {
+        output,
+        _lock: lock,
+        data,
+        pool,
+        cache,
+        cache_hit,
+        model_load_s,
+        embed_s,
+    })
+}
 
+/// What the trials came to: every result (an earlier run's included), in the order they
+/// finished, and how many an earlier run had finished.
+struct TrialsRun {
+    results: Vec<TrialResult>,
+    resumed_trials: usize,
+}
+
+/// Generates the trials, keeps those an earlier run finished, and runs the rest as the
+/// driver (and ASHA) decide, one job of segments on the pool; each finished trial is
+/// appended to `results.jsonl` and shown on the dashboard.
+async fn run_trials(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    prepared: &Prepared,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<TrialsRun, SweepError> {
     let trials = generate_trials(
         &config.space,
         config.search.algorithm,
         config.trials,
         config.seed,
     );
-    let actors = pool.pool.status().await?.actors.len().max(1);
+    let pool = &prepared.pool.pool;
+    let actors = pool.status().await?.actors.len().max(1);
     let per_actor = config.trials_per_actor as usize;
     let mut driver = SweepDriver::new(
         trials.clone(),
@@ -279,23 +338,8 @@ async fn sweep_on(
         config.mode,
         actors * per_actor,
     );
-
-    // Trials finished by an earlier run count as they are; anything else runs again.
-    let results_path = output.join("results.jsonl");
-    let mut results: Vec<TrialResult> = read_results(&results_path)
-        .into_iter()
-        .filter(|r| trials.get(r.trial_id) == Some(&r.params) && r.error.is_none())
-        .collect();
-    results.sort_by_key(|r| r.trial_id);
-    results.dedup_by_key(|r| r.trial_id);
-    write_results(&results_path, &results)?;
-    for result in &results {
-        driver.restore(
-            result.trial_id,
-            result.metrics.clone(),
-            result.stopped_early,
-        );
-    }
+    let results_path = prepared.output.join("results.jsonl");
+    let mut results = resume(&results_path, &trials, &mut driver)?;
     let resumed_trials = results.len();
     on_event(SweepEvent::TrialsPlanned {
         total: trials.len(),
@@ -305,7 +349,6 @@ async fn sweep_on(
     let (segments_tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
     let job_name = format!("sweep-{}", config.name);
     let mut outputs = pool
-        .pool
         .submit_with(
             &job_name,
             tokio_stream::wrappers::UnboundedReceiverStream::new(segments_rx),
@@ -319,7 +362,7 @@ async fn sweep_on(
     let mut in_flight: HashMap<u64, Segment> = HashMap::new();
     let mut runs: HashMap<usize, TrialRun> = HashMap::new();
     let mut next_seq = 0u64;
-    let dataset = publish_dataset(config, &cache, &data.key).await?;
+    let dataset = publish_dataset(config, &prepared.cache, &prepared.data.key).await?;
     if !results.is_empty() {
         report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
     }
@@ -361,29 +404,8 @@ async fn sweep_on(
         };
         let any_ended = !ended.is_empty();
         for trial in ended {
-            let progress = &driver.trials()[trial];
-            let (stopped_early, error) = match &progress.phase {
-                Phase::Done { stopped_early } => (*stopped_early, None),
-                Phase::Failed(error) => (false, Some(error.clone())),
-                _ => unreachable!("the driver reports ended trials only"),
-            };
             let run = runs.remove(&trial).unwrap_or_default();
-            let result = TrialResult {
-                trial_id: trial,
-                params: progress.params.clone(),
-                metric: if error.is_some() {
-                    None
-                } else {
-                    progress.metrics.last().copied()
-                },
-                epochs: progress.metrics.len() as u32,
-                stopped_early,
-                actor_id: run.actor_id,
-                wall_s: run.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
-                metrics: progress.metrics.clone(),
-                train_s: run.train_micros as f64 / 1e6,
-                error,
-            };
+            let result = trial_result(&driver, trial, run);
             // The append's fsync runs on tokio's blocking pool, off the runtime threads.
             let (path, line) = (results_path.clone(), result.clone());
             tokio::task::spawn_blocking(move || append_result(&path, &line))
@@ -398,9 +420,76 @@ async fn sweep_on(
             report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
         }
     }
-    drop(segments_tx);
+    Ok(TrialsRun {
+        results,
+        resumed_trials,
+    })
+}
 
-    let pool_name = pool.pool.name().to_owned();
+/// Trials finished by an earlier run count as they are (the driver is told their metrics);
+/// anything else runs again. `results.jsonl` is rewritten with those alone.
+fn resume(
+    results_path: &Path,
+    trials: &[Params],
+    driver: &mut SweepDriver,
+) -> Result<Vec<TrialResult>, SweepError> {
+    let mut results: Vec<TrialResult> = read_results(results_path)
+        .into_iter()
+        .filter(|r| trials.get(r.trial_id) == Some(&r.params) && r.error.is_none())
+        .collect();
+    results.sort_by_key(|r| r.trial_id);
+    results.dedup_by_key(|r| r.trial_id);
+    write_results(results_path, &results)?;
+    for result in &results {
+        driver.restore(
+            result.trial_id,
+            result.metrics.clone(),
+            result.stopped_early,
+        );
+    }
+    Ok(results)
+}
+
+/// The result of a trial the driver reports ended, with what this run saw of it.
+fn trial_result(driver: &SweepDriver, trial: usize, run: TrialRun) -> TrialResult {
+    let progress = &driver.trials()[trial];
+    let (stopped_early, error) = match &progress.phase {
+        Phase::Done { stopped_early } => (*stopped_early, None),
+        Phase::Failed(error) => (false, Some(error.clone())),
+        _ => unreachable!("the driver reports ended trials only"),
+    };
+    TrialResult {
+        trial_id: trial,
+        params: progress.params.clone(),
+        metric: if error.is_some() {
+            None
+        } else {
+            progress.metrics.last().copied()
+        },
+        epochs: progress.metrics.len() as u32,
+        stopped_early,
+        actor_id: run.actor_id,
+        wall_s: run.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
+        metrics: progress.metrics.clone(),
+        train_s: run.train_micros as f64 / 1e6,
+        error,
+    }
+}
+
+/// The sweep's summary (best trial, trials, model loads, timings), also written to
+/// `summary.json`.
+async fn summarise(
+    cluster: &Cluster,
+    config: &SweepConfig,
+    prepared: Prepared,
+    trials: TrialsRun,
+    started: Instant,
+) -> Result<SweepSummary, SweepError> {
+    let TrialsRun {
+        mut results,
+        resumed_trials,
+    } = trials;
+    let pool_name = prepared.pool.pool.name().to_owned();
     let pool_actors: Vec<_> = cluster
         .list_actors()
         .await?
@@ -424,13 +513,13 @@ async fn sweep_on(
         resumed_trials,
         epochs_trained: results.iter().map(|r| u64::from(r.epochs)).sum(),
         wall_s: started.elapsed().as_secs_f64(),
-        model_load_s,
-        embed_s,
-        embedding_cache_hit: cache_hit,
-        examples: data.texts.len(),
-        skipped_records: data.skipped,
+        model_load_s: prepared.model_load_s,
+        embed_s: prepared.embed_s,
+        embedding_cache_hit: prepared.cache_hit,
+        examples: prepared.data.texts.len(),
+        skipped_records: prepared.data.skipped,
     };
-    let path = output.join("summary.json");
+    let path = prepared.output.join("summary.json");
     let bytes =
         serde_json::to_vec_pretty(&summary).map_err(|e| SweepError::Output(e.to_string()))?;
     write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;

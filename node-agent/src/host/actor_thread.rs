@@ -7,7 +7,7 @@ use resident_proto::{ActorId, panic_text, pb};
 use tokio::sync::{mpsc, watch};
 
 use super::ToScheduler;
-use crate::backends::{ActorKind, BackendError, LoadContext, Prepared, Preparer};
+use crate::backends::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
 
 pub enum ActorCommand {
     Run {
@@ -162,7 +162,8 @@ fn feed_work(
     }
 }
 
-/// The body of one actor's thread: load once, then serve commands until stopped.
+/// The body of one actor's thread: load once, then serve commands until stopped; the actor
+/// dies (reported) when its load fails, its code panics or it is stopped.
 pub(super) fn run_actor_thread(
     kind: Arc<dyn ActorKind>,
     context: LoadContext,
@@ -172,73 +173,134 @@ pub(super) fn run_actor_thread(
     outbound: ToScheduler,
     cancelled: Arc<Mutex<HashSet<u64>>>,
 ) {
-    let actor_id = context.actor_id.clone();
-    let progress = context.progress.clone();
-    let publish = |health: &watch::Sender<ActorHealth>| {
-        let report = health.borrow().report(&actor_id, incarnation);
-        let _ = outbound.send(pb::AgentMessage {
-            body: Some(pb::agent_message::Body::ActorReport(report)),
-        });
+    let actor = ActorThread {
+        actor_id: context.actor_id.clone(),
+        progress: context.progress.clone(),
+        kind,
+        incarnation,
+        health,
+        outbound,
     };
-    let started = Instant::now();
-    // The scheduler checked the config's bounds at pool creation; a config from an older
-    // scheduler, or one restored from its store, is checked again before it sizes anything.
-    let loaded = match resident_actor::limits::check_config(kind.name(), &context.config) {
-        Err(refused) => Ok(Err(BackendError::InvalidConfig(refused))),
-        Ok(()) => catch_unwind(AssertUnwindSafe(|| kind.load(&context))),
+    let Some(mut backend) = actor.load(&context) else {
+        return;
     };
-    let mut backend = match loaded {
-        Ok(Ok(backend)) => backend,
-        Ok(Err(error)) => {
-            health.send_modify(|h| {
-                h.phase = ActorPhase::Dead;
-                h.error = error.to_string();
-            });
-            publish(&health);
-            return;
-        }
-        Err(panic) => {
-            health.send_modify(|h| {
-                h.phase = ActorPhase::Dead;
-                h.error = format!("load panicked: {}", panic_text(panic.as_ref()));
-            });
-            publish(&health);
-            return;
-        }
-    };
-    health.send_modify(|h| {
-        h.phase = ActorPhase::Ready;
-        h.model_loads += 1;
-        h.vram_bytes = backend.vram_bytes();
-    });
-    tracing::info!(actor_id = %actor_id, load_ms = started.elapsed().as_millis() as u64, "actor ready");
-    publish(&health);
-
     let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Work>(1);
     let preparer = backend.preparer();
     let feeder = std::thread::Builder::new()
-        .name(format!("prep-{actor_id}"))
+        .name(format!("prep-{}", actor.actor_id))
         .spawn(move || feed_work(commands, preparer, cancelled, work_tx));
     if let Err(error) = feeder {
-        health.send_modify(|h| {
-            h.phase = ActorPhase::Dead;
-            h.error = format!("cannot start preparation thread: {error}");
-        });
-        publish(&health);
+        actor.die(format!("cannot start preparation thread: {error}"));
         return;
     }
-    while let Ok(Work { task, span, input }) = work_rx.recv() {
+    while let Ok(work) = work_rx.recv() {
+        match actor.serve_one(&mut backend, work) {
+            Served::Answered => {}
+            Served::UplinkGone => break,
+            Served::Panicked(message) => {
+                drop(work_rx);
+                drop(backend);
+                tracing::error!(actor_id = %actor.actor_id, %message, "actor panicked; it stops and restarts with a fresh model");
+                actor.die(format!("{message}; restarting with a fresh model"));
+                return;
+            }
+        }
+    }
+    drop(backend);
+    actor.health.send_modify(|h| {
+        h.phase = ActorPhase::Dead;
+        h.error = "stopped".into();
+    });
+    tracing::info!(actor_id = %actor.actor_id, "actor stopped");
+}
+
+/// What one actor's thread holds besides its model.
+struct ActorThread {
+    actor_id: ActorId,
+    kind: Arc<dyn ActorKind>,
+    incarnation: u64,
+    health: watch::Sender<ActorHealth>,
+    outbound: ToScheduler,
+    progress: crate::backends::TaskProgress,
+}
+
+/// How serving one task ended.
+enum Served {
+    /// The outcome went to the scheduler.
+    Answered,
+    /// The agent's uplink is gone: the agent is stopping.
+    UplinkGone,
+    /// The kind's code panicked (the outcome went out first): the actor must die.
+    Panicked(String),
+}
+
+impl ActorThread {
+    /// Sends the actor's state to the scheduler.
+    fn publish(&self) {
+        let report = self
+            .health
+            .borrow()
+            .report(&self.actor_id, self.incarnation);
+        let _ = self.outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::ActorReport(report)),
+        });
+    }
+
+    /// Marks the actor dead with `error` and says so.
+    fn die(&self, error: String) {
+        self.health.send_modify(|h| {
+            h.phase = ActorPhase::Dead;
+            h.error = error;
+        });
+        self.publish();
+    }
+
+    /// Loads the model once: ready (reported) with its backend, or dead (reported) with why.
+    fn load(&self, context: &LoadContext) -> Option<Box<dyn ModelBackend>> {
+        let started = Instant::now();
+        // The scheduler checked the config's bounds at pool creation; a config from an
+        // older scheduler, or one restored from its store, is checked again before it sizes
+        // anything.
+        let loaded = match resident_actor::limits::check_config(self.kind.name(), &context.config) {
+            Err(refused) => Ok(Err(BackendError::InvalidConfig(refused))),
+            Ok(()) => catch_unwind(AssertUnwindSafe(|| self.kind.load(context))),
+        };
+        let backend = match loaded {
+            Ok(Ok(backend)) => backend,
+            Ok(Err(error)) => {
+                self.die(error.to_string());
+                return None;
+            }
+            Err(panic) => {
+                self.die(format!("load panicked: {}", panic_text(panic.as_ref())));
+                return None;
+            }
+        };
+        self.health.send_modify(|h| {
+            h.phase = ActorPhase::Ready;
+            h.model_loads += 1;
+            h.vram_bytes = backend.vram_bytes();
+        });
+        tracing::info!(actor_id = %self.actor_id, load_ms = started.elapsed().as_millis() as u64, "actor ready");
+        self.publish();
+        Some(backend)
+    }
+
+    /// Runs one task on the model and sends its outcome.
+    fn serve_one(&self, backend: &mut Box<dyn ModelBackend>, work: Work) -> Served {
+        let Work { task, span, input } = work;
         let _entered = span.enter();
         let begun = Instant::now();
-        progress.begin(&task);
-        let run = |backend: &mut Box<dyn crate::backends::ModelBackend>| match input {
+        self.progress.begin(&task);
+        let kind = self.kind.name();
+        let run = |backend: &mut Box<dyn ModelBackend>| match input {
             Input::Cancelled => Err(TaskError::transient("task cancelled".to_owned())),
             Input::Raw if task.method.is_empty() => {
                 backend.run_chunk(&task.payload).map_err(TaskError::from)
             }
             Input::Raw if !backend.methods().contains(&task.method.as_str()) => {
                 Err(TaskError::from(BackendError::unknown_method(
-                    kind.name(),
+                    kind,
                     &task.method,
                     backend.methods(),
                 )))
@@ -254,11 +316,11 @@ pub(super) fn run_actor_thread(
         // A panic may have left the model (or its preparation stage) half-updated: the task
         // is retried elsewhere and this actor stops, so the scheduler restarts it with a
         // freshly loaded model.
-        let result = match catch_unwind(AssertUnwindSafe(|| run(&mut backend))) {
+        let result = match catch_unwind(AssertUnwindSafe(|| run(backend))) {
             Ok(result) => result,
             Err(panic) => Err(TaskError::panic("actor", panic.as_ref())),
         };
-        progress.end();
+        self.progress.end();
         let panicked = match &result {
             Err(error) if error.panicked => Some(error.message.clone()),
             _ => None,
@@ -287,36 +349,19 @@ pub(super) fn run_actor_thread(
             not_run: false,
         };
         let size = backend.last_task_size().unwrap_or_default();
-        health.send_modify(|h| {
+        self.health.send_modify(|h| {
             h.tasks_done += 1;
             h.busy_micros += outcome.run_micros;
             h.items_done += size.items;
             h.tokens_done += size.tokens;
         });
-        if outbound
-            .send(pb::AgentMessage {
-                body: Some(pb::agent_message::Body::TaskOutcome(outcome)),
-            })
-            .is_err()
-        {
-            break;
-        }
-        if let Some(message) = panicked {
-            drop(work_rx);
-            drop(backend);
-            tracing::error!(actor_id = %actor_id, %message, "actor panicked; it stops and restarts with a fresh model");
-            health.send_modify(|h| {
-                h.phase = ActorPhase::Dead;
-                h.error = format!("{message}; restarting with a fresh model");
-            });
-            publish(&health);
-            return;
+        let sent = self.outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::TaskOutcome(outcome)),
+        });
+        match (sent, panicked) {
+            (Err(_), _) => Served::UplinkGone,
+            (Ok(()), Some(message)) => Served::Panicked(message),
+            (Ok(()), None) => Served::Answered,
         }
     }
-    drop(backend);
-    health.send_modify(|h| {
-        h.phase = ActorPhase::Dead;
-        h.error = "stopped".into();
-    });
-    tracing::info!(actor_id = %actor_id, "actor stopped");
 }

@@ -1,14 +1,16 @@
 //! The agent's one outbound session with the scheduler: register, heartbeat, obey commands,
-//! reconnect with backoff. The actors outlive a session: when the scheduler goes away they
+//! reconnect with backoff. [`run_agent`] runs a `Session`, whose link to the scheduler is one
+//! explicit state (`link.rs`: starting, connecting, registered, draining until). The actors outlive a session: when the scheduler goes away they
 //! keep their models for `actor_grace`, and the next registration reports them (with the
 //! tasks they hold) so the scheduler, restarted or not, adopts them instead of reloading.
 
 mod backoff;
+mod link;
 mod rejoin;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use resident_models::roots::FileRoots;
 use resident_proto::connect::{
@@ -22,10 +24,12 @@ use resident_proto::health::{
 use resident_proto::pb::node_agent_service_client::NodeAgentServiceClient;
 use resident_proto::{ActorId, pb};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::ReconnectBackoff;
+use link::{Link, LinkEvent};
 
 use crate::backends::ActorKindRegistry;
 use crate::error::AgentError;
@@ -123,76 +127,261 @@ pub async fn run_agent(
     probe: Arc<dyn GpuProbe>,
     cancel: CancellationToken,
 ) -> Result<(), AgentError> {
-    let dialer = Dialer {
-        endpoint: scheduler_endpoint(&config.scheduler_url, &config.credentials)?
-            .connect_timeout(config.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(config.keepalive)
-            .keep_alive_timeout(config.keepalive)
-            .keep_alive_while_idle(true),
-        token: BearerToken::new(config.credentials.token.as_deref())?,
-    };
-    let generation_id = uuid::Uuid::new_v4();
-    let generation = generation_id.to_string();
-    let mut backoff = ReconnectBackoff::new(
-        config.reconnect_min,
-        config.reconnect_max,
-        generation_id.as_u64_pair().0,
-    );
-    tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
-    set_health(
-        &config.health,
-        AGENT_HEALTH_SERVICE,
-        ServingStatus::NotServing,
-    );
-    let (uplink_tx, mut uplink) = mpsc::unbounded_channel();
-    let mut host = ActorHost::new(
-        registry.clone(),
-        uplink_tx,
-        probe.simulated(),
-        config.roots.clone(),
-        Arc::new(ModelCache::new(config.models.clone())),
-    );
-    let mut away_since = None;
-    // Whether the next wait may end early on a probe (`rejoin.rs`): once per registration.
-    let mut may_cut_wait_short = true;
-    loop {
-        let session = run_session(
-            &dialer,
-            &config,
-            &generation,
-            &registry,
-            &probe,
-            &cancel,
-            &mut backoff,
-            Hosting {
-                host: &mut host,
-                uplink: &mut uplink,
-                away_since: &mut away_since,
-            },
+    Session::new(config, registry, probe, cancel)?.run().await
+}
+
+/// The agent's side of its link to the scheduler: what outlives one session (the actors,
+/// their uplink, the backoff) and where the link stands ([`Link`]).
+struct Session {
+    config: AgentConfig,
+    dialer: Dialer,
+    /// This process's registration generation: a restarted agent is a new one.
+    generation: String,
+    registry: ActorKindRegistry,
+    probe: Arc<dyn GpuProbe>,
+    cancel: CancellationToken,
+    backoff: ReconnectBackoff,
+    /// The actors, loaded across sessions.
+    host: ActorHost,
+    /// What the actors send the scheduler: outcomes wait here between sessions (no tasks
+    /// arrive then, so it holds at most the tasks in hand).
+    uplink: mpsc::UnboundedReceiver<pb::AgentMessage>,
+    link: Link,
+}
+
+/// How a wait between two attempts ended.
+enum Retry {
+    Dial,
+    Cancelled,
+}
+
+impl Session {
+    fn new(
+        config: AgentConfig,
+        registry: ActorKindRegistry,
+        probe: Arc<dyn GpuProbe>,
+        cancel: CancellationToken,
+    ) -> Result<Self, AgentError> {
+        let dialer = Dialer {
+            endpoint: scheduler_endpoint(&config.scheduler_url, &config.credentials)?
+                .connect_timeout(config.connect_timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(config.keepalive)
+                .keep_alive_timeout(config.keepalive)
+                .keep_alive_while_idle(true),
+            token: BearerToken::new(config.credentials.token.as_deref())?,
+        };
+        let generation_id = uuid::Uuid::new_v4();
+        let generation = generation_id.to_string();
+        let backoff = ReconnectBackoff::new(
+            config.reconnect_min,
+            config.reconnect_max,
+            generation_id.as_u64_pair().0,
         );
-        let ended = session.await;
+        tracing::info!(node_id = %config.node_id, %generation, scheduler = %config.scheduler_url, "agent starting");
         set_health(
             &config.health,
             AGENT_HEALTH_SERVICE,
             ServingStatus::NotServing,
         );
-        let was_registered = away_since.is_none();
-        if was_registered {
-            may_cut_wait_short = true;
-        }
-        let away = *away_since.get_or_insert_with(Instant::now);
-        let unreachable = match &ended {
-            Err(AgentError::Connect(_) | AgentError::RegisterTimeout(_)) => true,
-            Err(AgentError::Refused(status)) => is_transport_failure(status),
-            _ => false,
-        };
-        match ended {
-            Ok(()) => {
-                host.stop_all();
+        let (uplink_tx, uplink) = mpsc::unbounded_channel();
+        let host = ActorHost::new(
+            registry.clone(),
+            uplink_tx,
+            probe.simulated(),
+            config.roots.clone(),
+            Arc::new(ModelCache::new(config.models.clone())),
+        );
+        Ok(Self {
+            config,
+            dialer,
+            generation,
+            registry,
+            probe,
+            cancel,
+            backoff,
+            host,
+            uplink,
+            link: Link::Starting,
+        })
+    }
+
+    /// Sessions one after another until cancelled: after each, say why it ended, stop the
+    /// actors once away past their grace, and wait (the backoff, or less when a probe finds
+    /// the scheduler back).
+    async fn run(mut self) -> Result<(), AgentError> {
+        loop {
+            let ended = self.serve_once().await;
+            set_health(
+                &self.config.health,
+                AGENT_HEALTH_SERVICE,
+                ServingStatus::NotServing,
+            );
+            let was_up = !matches!(self.link, Link::Connecting { .. });
+            self.link = self.link.apply(LinkEvent::Ended(Instant::now()));
+            let error = match ended {
+                Ok(()) => {
+                    self.host.stop_all();
+                    return Ok(());
+                }
+                Err(error) => error,
+            };
+            let unreachable = match &error {
+                AgentError::Connect(_) | AgentError::RegisterTimeout(_) => true,
+                AgentError::Refused(status) => is_transport_failure(status),
+                _ => false,
+            };
+            self.say_why_it_ended(error, was_up);
+            self.stop_actors_past_grace();
+            if let Retry::Cancelled = self.wait_to_retry(unreachable).await {
+                self.host.stop_all();
                 return Ok(());
             }
-            Err(AgentError::Refused(status))
+        }
+    }
+
+    /// One session: register, then serve (tasks, heartbeats, a drain) until it ends. `Ok`
+    /// once the agent left or was cancelled.
+    async fn serve_once(&mut self) -> Result<(), AgentError> {
+        let cancel = self.cancel.clone();
+        let register_timeout = self.config.connect_timeout + self.config.keepalive * 2;
+        let Registration {
+            _client,
+            outbound,
+            mut inbound,
+            heartbeat_ms,
+            reported,
+        } = tokio::select! {
+            registered = tokio::time::timeout(register_timeout, self.register()) => {
+                registered.map_err(|_| AgentError::RegisterTimeout(register_timeout))??
+            }
+            _ = cancel.cancelled() => return Ok(()),
+        };
+        self.backoff.reset();
+        self.link = self.link.apply(LinkEvent::Registered);
+        let node_id = self.config.node_id.clone();
+        set_health(
+            &self.config.health,
+            AGENT_HEALTH_SERVICE,
+            ServingStatus::Serving,
+        );
+        tracing::info!(%node_id, heartbeat_ms, actors = reported, "registered with scheduler");
+        let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
+        loop {
+            let drain = self.link.draining();
+            let give_up_at = drain.unwrap_or_else(Instant::now);
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(message)) => obey(&mut self.host, message, drain.is_some()),
+                    Ok(None) => return Err(AgentError::SessionClosed),
+                    Err(status) => return Err(AgentError::Refused(status)),
+                },
+                Some(message) = self.uplink.recv() => forward(&mut self.host, &outbound, message),
+                _ = heartbeat.tick() => {
+                    let gpus = read_gpus(&self.probe).await;
+                    let message = heartbeat_message(&self.host, self.probe.as_ref(), gpus);
+                    // The heartbeat's reports are read now, while what the actors said
+                    // before may still wait in the uplink: an actor that died of a panic
+                    // sent its task's outcome first. Those go ahead of the heartbeat, so the
+                    // scheduler never hears of the death before the outcome that explains it.
+                    forward_queued(&mut self.host, &outbound, &mut self.uplink);
+                    if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
+                        (&self.config.observer, &message.body)
+                    {
+                        observer.publish(&node_id, self.host.observed(&beat.actors), beat.gpus.clone());
+                    }
+                    let _ = outbound.send(message);
+                }
+                _ = cancel.cancelled(), if drain.is_none() => {
+                    let in_hand = self.host.tasks_in_hand();
+                    let drain_timeout = self.config.drain_timeout;
+                    tracing::info!(
+                        %node_id,
+                        tasks_in_hand = in_hand,
+                        drain_timeout = ?drain_timeout,
+                        "shutting down: draining (no new tasks; finishing those in hand)"
+                    );
+                    let _ = outbound.send(pb::AgentMessage {
+                        body: Some(pb::agent_message::Body::Drain(pb::Drain {
+                            deadline_ms: drain_timeout.as_millis() as u64,
+                            reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
+                        })),
+                    });
+                    if in_hand == 0 {
+                        return leave(outbound, inbound, 0, &node_id).await;
+                    }
+                    self.link = self.link.apply(LinkEvent::DrainUntil(Instant::now() + drain_timeout));
+                }
+                _ = tokio::time::sleep_until(give_up_at), if drain.is_some() => {
+                    let abandoned = self.host.tasks_in_hand();
+                    tracing::warn!(
+                        %node_id,
+                        abandoned,
+                        "drain deadline passed; handing the unfinished tasks back to the scheduler"
+                    );
+                    return leave(outbound, inbound, abandoned as u32, &node_id).await;
+                }
+            }
+            // Draining, and the last outcome in hand is on its way (by the uplink or ahead of
+            // a heartbeat): leave.
+            if self.link.draining().is_some() && self.host.tasks_in_hand() == 0 {
+                return leave(outbound, inbound, 0, &node_id).await;
+            }
+        }
+    }
+
+    /// Dials, registers this node (listing what the host holds) and reads the answer.
+    async fn register(&mut self) -> Result<Registration, AgentError> {
+        let channel = self.dialer.endpoint.connect().await?;
+        let mut client =
+            NodeAgentServiceClient::with_interceptor(channel, self.dialer.token.clone())
+                .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES);
+        let (outbound, outbound_rx) = mpsc::unbounded_channel();
+        let register = pb::RegisterNode {
+            node_id: self.config.node_id.clone(),
+            generation: self.generation.clone(),
+            hostname: hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            labels: self.config.labels.clone().into_iter().collect(),
+            gpus: read_gpus(&self.probe).await,
+            cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            ram_bytes: resident_proto::host::total_ram_bytes().unwrap_or(0),
+            actor_kinds: self.registry.names(),
+            inventory: self.host.inventory(),
+        };
+        let reported = register.inventory.len();
+        let _ = outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::Register(register)),
+        });
+        let mut inbound = client
+            .session(UnboundedReceiverStream::new(outbound_rx))
+            .await?
+            .into_inner();
+        let heartbeat_ms = match inbound.message().await?.and_then(|m| m.body) {
+            Some(pb::scheduler_message::Body::Registered(registered)) => {
+                self.host.set_progress_interval(Duration::from_millis(
+                    registered.task_progress_interval_ms,
+                ));
+                registered.heartbeat_interval_ms.max(10)
+            }
+            _ => return Err(AgentError::SessionClosed),
+        };
+        Ok(Registration {
+            _client: client,
+            outbound,
+            inbound,
+            heartbeat_ms,
+            reported,
+        })
+    }
+
+    /// One log line on why a session (or an attempt) ended, as loud as it needs to be.
+    fn say_why_it_ended(&self, error: AgentError, was_up: bool) {
+        let config = &self.config;
+        match error {
+            AgentError::Refused(status)
                 if matches!(
                     status.code(),
                     tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
@@ -207,81 +396,86 @@ pub async fn run_agent(
                     "the scheduler refused this agent; check --token (RESIDENT_TOKEN) and --node-id"
                 );
             }
-            Err(AgentError::Refused(status)) if is_transport_failure(&status) && was_registered => {
+            AgentError::Refused(status) if is_transport_failure(&status) && was_up => {
                 tracing::warn!(
                     node_id = %config.node_id,
                     error = %status,
-                    actors = host.len(),
+                    actors = self.host.len(),
                     grace = ?config.actor_grace,
                     "scheduler session broke; the actors stay loaded while reconnecting"
                 );
             }
-            Err(AgentError::Refused(status)) if is_transport_failure(&status) => {
+            AgentError::Refused(status) if is_transport_failure(&status) => {
                 let hint = transport_hint(&config.scheduler_url, &status)
                     .or_else(|| plaintext_hint(&config.scheduler_url))
                     .unwrap_or_default();
                 tracing::warn!(node_id = %config.node_id, error = %status, hint, "scheduler session broke");
             }
-            Err(AgentError::Connect(error)) => {
+            AgentError::Connect(error) => {
                 let hint = transport_hint(&config.scheduler_url, &error).unwrap_or_default();
                 tracing::warn!(node_id = %config.node_id, error = %format_chain(&error), hint, "cannot reach the scheduler");
             }
-            Err(error @ AgentError::RegisterTimeout(_)) => {
+            error @ AgentError::RegisterTimeout(_) => {
                 tracing::warn!(node_id = %config.node_id, %error, "cannot reach the scheduler")
             }
-            Err(error) => {
+            error => {
                 tracing::warn!(node_id = %config.node_id, %error, "scheduler session ended")
             }
         }
-        if !host.is_empty() && away.elapsed() > config.actor_grace {
+    }
+
+    /// Away from the scheduler for longer than the actor grace: every actor stops and frees
+    /// its memory, and what they had queued for the scheduler goes with them.
+    fn stop_actors_past_grace(&mut self) {
+        let away_for = self.link.away_since().map(|since| since.elapsed());
+        if !self.host.is_empty() && away_for.is_some_and(|away| away > self.config.actor_grace) {
             tracing::warn!(
-                node_id = %config.node_id,
-                grace = ?config.actor_grace,
+                node_id = %self.config.node_id,
+                grace = ?self.config.actor_grace,
                 "no scheduler for longer than the actor grace period; stopping every actor"
             );
-            host.stop_all();
-            while uplink.try_recv().is_ok() {}
+            self.host.stop_all();
+            while self.uplink.try_recv().is_ok() {}
         }
-        let delay = backoff.next_delay();
+    }
+
+    /// Waits out the backoff before the next attempt; while the scheduler cannot be
+    /// reached, a health probe may end the wait early (`rejoin.rs`), once per registration.
+    async fn wait_to_retry(&mut self, unreachable: bool) -> Retry {
+        let delay = self.backoff.next_delay();
+        let probing = unreachable && self.link.may_cut_wait_short();
+        let jitter = if probing {
+            self.backoff.jitter(rejoin::REJOIN_JITTER_MAX)
+        } else {
+            Duration::ZERO
+        };
+        let endpoint = &self.dialer.endpoint;
         let wait = async {
-            if !(unreachable && may_cut_wait_short) {
+            if !probing {
                 tokio::time::sleep(delay).await;
                 return rejoin::WaitEnded::BackoffOver;
             }
-            let jitter = backoff.jitter(rejoin::REJOIN_JITTER_MAX);
             let probe = || async {
-                let answer = check_service(
-                    &dialer.endpoint,
-                    SCHEDULER_HEALTH_SERVICE,
-                    rejoin::PROBE_TIMEOUT,
-                )
-                .await;
+                let answer =
+                    check_service(endpoint, SCHEDULER_HEALTH_SERVICE, rejoin::PROBE_TIMEOUT).await;
                 matches!(answer, Ok(ServingStatus::Serving))
             };
             rejoin::wait_probing(delay, probe, jitter).await
         };
-        tokio::select! {
-            ended = wait => {
-                if ended == rejoin::WaitEnded::SchedulerAnswered {
-                    tracing::info!(node_id = %config.node_id, "the scheduler answers again; registering");
-                    may_cut_wait_short = false;
-                }
+        let ended = tokio::select! {
+            ended = wait => Some(ended),
+            _ = self.cancel.cancelled() => None,
+        };
+        match ended {
+            None => Retry::Cancelled,
+            Some(rejoin::WaitEnded::SchedulerAnswered) => {
+                tracing::info!(node_id = %self.config.node_id, "the scheduler answers again; registering");
+                self.link = self.link.apply(LinkEvent::WaitCutShort);
+                Retry::Dial
             }
-            _ = cancel.cancelled() => {
-                host.stop_all();
-                return Ok(());
-            }
+            Some(rejoin::WaitEnded::BackoffOver) => Retry::Dial,
         }
     }
-}
-
-/// What outlives a session: the actors, their uplink (outcomes wait there between
-/// sessions; no tasks arrive then, so it holds at most the tasks in hand), and since when
-/// no session has been up.
-struct Hosting<'a> {
-    host: &'a mut ActorHost,
-    uplink: &'a mut mpsc::UnboundedReceiver<pb::AgentMessage>,
-    away_since: &'a mut Option<Instant>,
 }
 
 /// An error and its sources on one line.
@@ -313,159 +507,6 @@ struct Registration {
     heartbeat_ms: u64,
     /// Actors listed in the registration's inventory.
     reported: usize,
-}
-
-/// Dials, registers this node (listing what `host` holds) and reads the answer.
-async fn register(
-    dialer: &Dialer,
-    config: &AgentConfig,
-    generation: &str,
-    registry: &ActorKindRegistry,
-    probe: &Arc<dyn GpuProbe>,
-    host: &mut ActorHost,
-) -> Result<Registration, AgentError> {
-    let channel = dialer.endpoint.connect().await?;
-    let mut client = NodeAgentServiceClient::with_interceptor(channel, dialer.token.clone())
-        .max_decoding_message_size(resident_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(resident_proto::MAX_MESSAGE_BYTES);
-    let (outbound, outbound_rx) = mpsc::unbounded_channel();
-    let register = pb::RegisterNode {
-        node_id: config.node_id.clone(),
-        generation: generation.to_owned(),
-        hostname: hostname::get()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        labels: config.labels.clone().into_iter().collect(),
-        gpus: read_gpus(probe).await,
-        cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        ram_bytes: resident_proto::host::total_ram_bytes().unwrap_or(0),
-        actor_kinds: registry.names(),
-        inventory: host.inventory(),
-    };
-    let reported = register.inventory.len();
-    let _ = outbound.send(pb::AgentMessage {
-        body: Some(pb::agent_message::Body::Register(register)),
-    });
-    let mut inbound = client
-        .session(UnboundedReceiverStream::new(outbound_rx))
-        .await?
-        .into_inner();
-    let heartbeat_ms = match inbound.message().await?.and_then(|m| m.body) {
-        Some(pb::scheduler_message::Body::Registered(registered)) => {
-            host.set_progress_interval(Duration::from_millis(registered.task_progress_interval_ms));
-            registered.heartbeat_interval_ms.max(10)
-        }
-        _ => return Err(AgentError::SessionClosed),
-    };
-    Ok(Registration {
-        _client: client,
-        outbound,
-        inbound,
-        heartbeat_ms,
-        reported,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run_session(
-    dialer: &Dialer,
-    config: &AgentConfig,
-    generation: &str,
-    registry: &ActorKindRegistry,
-    probe: &Arc<dyn GpuProbe>,
-    cancel: &CancellationToken,
-    backoff: &mut ReconnectBackoff,
-    hosting: Hosting<'_>,
-) -> Result<(), AgentError> {
-    let Hosting {
-        host,
-        uplink,
-        away_since,
-    } = hosting;
-    let register_timeout = config.connect_timeout + config.keepalive * 2;
-    let registering = tokio::time::timeout(
-        register_timeout,
-        register(dialer, config, generation, registry, probe, host),
-    );
-    let Registration {
-        _client,
-        outbound,
-        mut inbound,
-        heartbeat_ms,
-        reported,
-    } = tokio::select! {
-        registered = registering => {
-            registered.map_err(|_| AgentError::RegisterTimeout(register_timeout))??
-        }
-        _ = cancel.cancelled() => return Ok(()),
-    };
-    backoff.reset();
-    *away_since = None;
-    set_health(&config.health, AGENT_HEALTH_SERVICE, ServingStatus::Serving);
-    tracing::info!(node_id = %config.node_id, heartbeat_ms, actors = reported, "registered with scheduler");
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
-    // Set once the shutdown signal came: the moment the agent gives up on its tasks in hand.
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
-    loop {
-        let draining = drain_deadline.is_some();
-        let give_up_at = drain_deadline.unwrap_or_else(tokio::time::Instant::now);
-        tokio::select! {
-            message = inbound.message() => match message {
-                Ok(Some(message)) => obey(host, message, draining),
-                Ok(None) => return Err(AgentError::SessionClosed),
-                Err(status) => return Err(AgentError::Refused(status)),
-            },
-            Some(message) = uplink.recv() => forward(host, &outbound, message),
-            _ = heartbeat.tick() => {
-                let gpus = read_gpus(probe).await;
-                let message = heartbeat_message(host, probe.as_ref(), gpus);
-                // The heartbeat's reports are read now, while what the actors said before
-                // may still wait in the uplink: an actor that died of a panic sent its
-                // task's outcome first. Those go ahead of the heartbeat, so the scheduler
-                // never hears of the death before the outcome that explains it.
-                forward_queued(host, &outbound, uplink);
-                if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
-                    (&config.observer, &message.body)
-                {
-                    observer.publish(&config.node_id, host.observed(&beat.actors), beat.gpus.clone());
-                }
-                let _ = outbound.send(message);
-            }
-            _ = cancel.cancelled(), if !draining => {
-                let in_hand = host.tasks_in_hand();
-                tracing::info!(
-                    node_id = %config.node_id,
-                    tasks_in_hand = in_hand,
-                    drain_timeout = ?config.drain_timeout,
-                    "shutting down: draining (no new tasks; finishing those in hand)"
-                );
-                let _ = outbound.send(pb::AgentMessage {
-                    body: Some(pb::agent_message::Body::Drain(pb::Drain {
-                        deadline_ms: config.drain_timeout.as_millis() as u64,
-                        reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
-                    })),
-                });
-                if in_hand == 0 {
-                    return leave(outbound, inbound, 0, &config.node_id).await;
-                }
-                drain_deadline = Some(tokio::time::Instant::now() + config.drain_timeout);
-            }
-            _ = tokio::time::sleep_until(give_up_at), if draining => {
-                let abandoned = host.tasks_in_hand();
-                tracing::warn!(
-                    node_id = %config.node_id,
-                    abandoned,
-                    "drain deadline passed; handing the unfinished tasks back to the scheduler"
-                );
-                return leave(outbound, inbound, abandoned as u32, &config.node_id).await;
-            }
-        }
-        // Draining, and the last outcome in hand is on its way (by the uplink or ahead of a
-        // heartbeat): leave.
-        if draining && host.tasks_in_hand() == 0 {
-            return leave(outbound, inbound, 0, &config.node_id).await;
-        }
-    }
 }
 
 /// Sends one message from the uplink on to the scheduler.

@@ -67,3 +67,52 @@ async fn a_rust_client_completes_prompts_on_a_resident_generate_actor() {
     let model_loads: u64 = actors.iter().map(|a| a.model_loads).sum();
     assert_eq!(model_loads, 1);
 }
+
+/// The SDK's generation pool (what Python's `Cluster.generate` calls): device and actor
+/// count chosen from the cluster (one CPU agent: one actor), prompts cut into tasks of
+/// `PROMPTS_PER_TASK`, completions back in input order with the prompts answered counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order() {
+    use resident_sdk::{GeneratePoolSpec, PROMPTS_PER_TASK};
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
+    let config = GenerateConfig {
+        model: smollm2_gguf(),
+        max_sequences: Some(32),
+        ..GenerateConfig::default()
+    };
+    let pool = cluster
+        .create_generate_pool(
+            GeneratePoolSpec::new("gen-pool", config),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    let status = pool.pool.status().await.unwrap();
+    assert_eq!(status.actors.len(), 1, "one CPU node: one actor");
+    assert_eq!(status.actors[0].gpu_fraction, 0.0, "no GPUs: a CPU actor");
+    assert_eq!(status.spec.idle_ttl_wanted(), None);
+    let questions = ["What is 2 + 2?", "Name a colour.", "Say hello."];
+    let total = PROMPTS_PER_TASK + 3;
+    let prompts: Vec<PromptParts> = (0..total)
+        .map(|i| PromptParts::new("", "", questions[i % questions.len()], ""))
+        .collect();
+    let params = GenerateParams {
+        max_new_tokens: 3,
+        ..GenerateParams::default()
+    };
+    let mut answered = Vec::new();
+    let completions = pool
+        .generate(&prompts, &params, |count| answered.push(count))
+        .await
+        .unwrap();
+    assert_eq!(completions.len(), total);
+    for (i, completion) in completions.iter().enumerate() {
+        assert_eq!(completion.id, i.to_string(), "in input order");
+        // Greedy: the same question gives the same text wherever it stands.
+        assert_eq!(completion.text, completions[i % questions.len()].text);
+    }
+    assert_eq!(answered.len(), 2, "two tasks, one count each: {answered:?}");
+    assert_eq!(answered.last(), Some(&total));
+}
