@@ -69,7 +69,8 @@ async fn a_rust_client_completes_prompts_on_a_resident_generate_actor() {
 }
 
 /// The SDK's generation pool (what Python's `Cluster.generate` calls): device and actor
-/// count chosen from the cluster (one CPU agent: one actor), prompts cut into tasks of
+/// count chosen from the cluster (one agent with one simulated GPU: one actor holding that
+/// GPU; the model itself runs on the CPU), prompts cut into tasks of
 /// `PROMPTS_PER_TASK`, completions back in input order with the prompts answered counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order() {
@@ -90,8 +91,8 @@ async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order()
         .await
         .unwrap();
     let status = pool.pool.status().await.unwrap();
-    assert_eq!(status.actors.len(), 1, "one CPU node: one actor");
-    assert_eq!(status.actors[0].gpu_fraction, 0.0, "no GPUs: a CPU actor");
+    assert_eq!(status.actors.len(), 1, "one GPU: one actor");
+    assert_eq!(status.actors[0].gpu_fraction, 1.0, "the GPU is used by default");
     assert_eq!(status.spec.idle_ttl_wanted(), None);
     let questions = ["What is 2 + 2?", "Name a colour.", "Say hello."];
     let total = PROMPTS_PER_TASK + 3;
