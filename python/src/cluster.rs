@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use pyo3::prelude::*;
 use resident_actor::generate::{GenerateConfig, GenerateParams, PromptParts};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};

@@ -27,7 +27,7 @@ pub enum BadRecordPolicy {
 pub const DEFAULT_MERGE_MAX_BYTES: u64 = 64 << 30;
 
 /// What every corpus job is given: input, output, model, pool, chunks, bad records,
-/// prices. `embed` wraps it in [`EmbedJobConfig`], `generate` in [`GenerateJobConfig`].
+/// prices. `embed` wraps it in [`EmbedJobConfig`](super::EmbedJobConfig), `generate` in [`GenerateJobConfig`](super::GenerateJobConfig).
 #[derive(Clone, Debug)]
 pub struct CorpusJobConfig {
     /// A local file or directory, or an `s3://bucket/prefix` of corpus files.

@@ -2,7 +2,7 @@
 //! checkpoints and architectures the quantised CPU kernels do not take (Qwen2's attention
 //! biases, Qwen3's per-head query and key norms).
 //!
-//! The same ragged batch as [`super::llama`]: a step is a list of rows, each one token of one
+//! The same ragged batch as the quantised CPU model (`quantised_llama.rs`): a step is a list of rows, each one token of one
 //! sequence at its own position. Every linear layer takes all rows as one matrix (one cuBLAS
 //! call on a GPU); attention batches the decoding sequences together (one row each, their
 //! keys padded to the longest and masked) and runs each prefilling sequence on its own.

@@ -134,7 +134,7 @@ pub trait ModelBackend: Send {
 }
 
 /// A named kind of actor that agents can host. Most kinds are easier written as a
-/// [`typed::TypedActor`]: typed requests and replies, config decoded, a versioned name.
+/// [`TypedActor`](super::typed::TypedActor): typed requests and replies, config decoded, a versioned name.
 pub trait ActorKind: Send + Sync {
     /// The name agents offer and pools ask for (`name@version` for typed kinds).
     fn name(&self) -> &str;

@@ -92,7 +92,10 @@ async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order()
         .unwrap();
     let status = pool.pool.status().await.unwrap();
     assert_eq!(status.actors.len(), 1, "one GPU: one actor");
-    assert_eq!(status.actors[0].gpu_fraction, 1.0, "the GPU is used by default");
+    assert_eq!(
+        status.actors[0].gpu_fraction, 1.0,
+        "the GPU is used by default"
+    );
     assert_eq!(status.spec.idle_ttl_wanted(), None);
     let questions = ["What is 2 + 2?", "Name a colour.", "Say hello."];
     let total = PROMPTS_PER_TASK + 3;
