@@ -497,7 +497,10 @@ fn expand_aliased(item: &str) -> Vec<(Vec<String>, Option<String>)> {
         .collect();
     for window in words.windows(3) {
         if window[1] == "as" {
-            aliases.insert(window[0].to_owned(), window[2].to_owned());
+            // `crate::a::Foo as Bar` outside a group is one word before `as`: its last
+            // segment is the name the path ends in.
+            let original = window[0].rsplit("::").next().unwrap_or(window[0]);
+            aliases.insert(original.to_owned(), window[2].to_owned());
         }
     }
     let mut without_aliases = String::new();

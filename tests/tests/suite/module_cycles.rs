@@ -81,6 +81,16 @@ fn siblings_paths_groups_and_inline_modules_are_read() {
         ),
     ]);
     assert_eq!(found, ["a -> b -> c -> a"]);
+    // An alias outside a group: `Renamed::f` names `a`.
+    let found = cycles_in(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "pub fn f() { crate::b::g() }\n"),
+        (
+            "b.rs",
+            "use crate::a as Renamed;\npub fn g() { Renamed::f() }\n",
+        ),
+    ]);
+    assert_eq!(found, ["a -> b -> a"]);
 }
 
 #[test]
