@@ -56,10 +56,6 @@ pub struct ModelManifest {
     pub files: Vec<ManifestFile>,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
 /// Size and hex SHA-256 of a reader's bytes.
 pub fn sha256_of(reader: impl Read) -> std::io::Result<(u64, String)> {
     copy_hashing(reader, std::io::sink(), u64::MAX)
@@ -80,7 +76,7 @@ pub fn copy_hashing(
     loop {
         let read = reader.read(&mut buffer)?;
         if read == 0 {
-            return Ok((size, hex(&hasher.finalize())));
+            return Ok((size, hex::encode(hasher.finalize())));
         }
         size += read as u64;
         hasher.update(&buffer[..read]);
@@ -219,7 +215,7 @@ impl ModelManifest {
             hasher.update(file.size.to_le_bytes());
             hasher.update(file.sha256.as_bytes());
         }
-        hex(&hasher.finalize())
+        hex::encode(hasher.finalize())
     }
 
     pub fn total_bytes(&self) -> u64 {

@@ -17,7 +17,7 @@ pub fn output_line(id: &Value, completion: &Completion, model: &str, created: u6
         Value::String(id) => id.clone(),
         other => other.to_string(),
     };
-    let digest = hex(&Sha256::digest(custom_id.as_bytes())[..12]);
+    let digest = hex::encode(&Sha256::digest(custom_id.as_bytes())[..12]);
     let request_id = format!("req_{digest}");
     let (response, error) = match &completion.error {
         Some(message) => (
@@ -89,10 +89,6 @@ fn token_object(token: &TokenLogprob) -> Value {
             "bytes": top.bytes,
         })).collect::<Vec<_>>(),
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
 }
 
 #[cfg(test)]

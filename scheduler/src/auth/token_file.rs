@@ -55,10 +55,6 @@ pub fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.trim().as_bytes()).into()
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
 fn from_hex(text: &str) -> Option<[u8; 32]> {
     if text.len() != 64 {
         return None;
@@ -75,7 +71,7 @@ pub fn generate_token() -> Result<String, AuthFileError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| AuthFileError::Refused(format!("no randomness from the system: {e}")))?;
-    Ok(format!("{TOKEN_PREFIX}{}", to_hex(&bytes)))
+    Ok(format!("{TOKEN_PREFIX}{}", hex::encode(bytes)))
 }
 
 fn valid_name(name: &str) -> bool {
@@ -180,7 +176,7 @@ impl AuthFile {
             ".{}.{}.{}.tmp",
             path.file_name().unwrap_or_default().to_string_lossy(),
             std::process::id(),
-            to_hex(&unique)
+            hex::encode(unique)
         ));
         {
             let mut file = std::fs::OpenOptions::new()
@@ -228,7 +224,7 @@ impl AuthFile {
         self.tokens.push(TokenEntry {
             name: name.to_owned(),
             role,
-            sha256: to_hex(&hash_token(&token)),
+            sha256: hex::encode(hash_token(&token)),
             created_unix,
         });
         Ok(token)
@@ -373,7 +369,7 @@ mod tests {
                 .iter()
                 .find(|t| t.name == name)
                 .expect("created");
-            assert_eq!(entry.sha256, to_hex(&hash_token(&token)), "{name}");
+            assert_eq!(entry.sha256, hex::encode(hash_token(&token)), "{name}");
         }
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
