@@ -143,25 +143,7 @@ fn main() -> anyhow::Result<()> {
         WeightDtype::parse(args.dtype.as_deref())?,
     )?;
     let load = started.elapsed();
-    let file = std::io::BufReader::new(std::fs::File::open(&args.data)?);
-    let mut requests = Vec::new();
-    for (i, line) in file.lines().take(args.prompts).enumerate() {
-        let record: serde_json::Value = serde_json::from_str(&line?)?;
-        let text: String = record["text"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(args.article_chars)
-            .collect();
-        let prompt = format!("Summarise this article in three sentences.\n\n{text}");
-        requests.push(GenerationRequest {
-            id: i.to_string(),
-            prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
-            max_new_tokens: args.max_new_tokens,
-            ignore_eos: args.ignore_eos,
-            ..GenerationRequest::default()
-        });
-    }
+    let requests = summary_requests(&model, &args)?;
     if let Some(path) = &args.prompts_out {
         let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
         for request in &requests {
@@ -196,6 +178,45 @@ fn main() -> anyhow::Result<()> {
             began.elapsed().as_secs_f64()
         );
     }
+    print_throughput(&model, &requests, &args, prompt_tokens)?;
+    if args.profile {
+        print_profiles(&mut model, &requests, &args)?;
+    }
+    Ok(())
+}
+
+/// A summary request for each of the data's first `--prompts` articles, cut to
+/// `--article-chars`, in the model's chat template.
+fn summary_requests(model: &GenerateModel, args: &Args) -> anyhow::Result<Vec<GenerationRequest>> {
+    let file = std::io::BufReader::new(std::fs::File::open(&args.data)?);
+    let mut requests = Vec::new();
+    for (i, line) in file.lines().take(args.prompts).enumerate() {
+        let record: serde_json::Value = serde_json::from_str(&line?)?;
+        let text: String = record["text"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(args.article_chars)
+            .collect();
+        let prompt = format!("Summarise this article in three sentences.\n\n{text}");
+        requests.push(GenerationRequest {
+            id: i.to_string(),
+            prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
+            max_new_tokens: args.max_new_tokens,
+            ignore_eos: args.ignore_eos,
+            ..GenerationRequest::default()
+        });
+    }
+    Ok(requests)
+}
+
+/// The throughput table: one row per decoding mode and batch size.
+fn print_throughput(
+    model: &GenerateModel,
+    requests: &[GenerationRequest],
+    args: &Args,
+    prompt_tokens: usize,
+) -> anyhow::Result<()> {
     println!();
     println!(
         "| decoding | sequences in flight | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s |"
@@ -203,7 +224,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|---:|---:|");
     for &batch in &args.batches {
         for mode in &args.decoding {
-            let (generated, wall) = timed_run(&model, &requests, mode, batch, args.step_tokens)?;
+            let (generated, wall) = timed_run(model, requests, mode, batch, args.step_tokens)?;
             println!(
                 "| {mode} | {batch} | {generated} | {wall:.1} | {:.1} | {:.1} |",
                 generated as f64 / wall,
@@ -211,25 +232,31 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    if args.profile {
-        for &batch in &args.batches {
-            for mode in &args.decoding {
-                let profile = Arc::new(StepProfile::new(true));
-                model.profile_steps(Some(profile.clone()));
-                let (generated, wall) =
-                    timed_run(&model, &requests, mode, batch, args.step_tokens)?;
-                println!();
-                println!(
-                    "Step profile: {mode}, {batch} sequences in flight, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
-                    model.engine_name(),
-                    generated as f64 / wall
-                );
-                println!();
-                print!("{}", profile.table());
-            }
+    Ok(())
+}
+
+/// A step profile per decoding mode and batch size (`--profile`).
+fn print_profiles(
+    model: &mut GenerateModel,
+    requests: &[GenerationRequest],
+    args: &Args,
+) -> anyhow::Result<()> {
+    for &batch in &args.batches {
+        for mode in &args.decoding {
+            let profile = Arc::new(StepProfile::new(true));
+            model.profile_steps(Some(profile.clone()));
+            let (generated, wall) = timed_run(model, requests, mode, batch, args.step_tokens)?;
+            println!();
+            println!(
+                "Step profile: {mode}, {batch} sequences in flight, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
+                model.engine_name(),
+                generated as f64 / wall
+            );
+            println!();
+            print!("{}", profile.table());
         }
-        model.profile_steps(None);
     }
+    model.profile_steps(None);
     Ok(())
 }
 

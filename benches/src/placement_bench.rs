@@ -17,11 +17,14 @@
 //!
 //! `cargo build --release -p resident-bench && target/release/placement-bench`
 
+mod cpu_model;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use cpu_model::cpu_model;
 use resident_proto::pb;
 use resident_scheduler::core::{
     CoreConfig, LastHeard, SchedulerCommand, SchedulerHandle, SessionId, spawn_scheduler_loop,
@@ -334,36 +337,9 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let total = args.nodes as u64 * u64::from(args.actors_per_node);
-    let strategy = match args.strategy.as_str() {
-        "pack" => pb::PlacementStrategy::Pack,
-        "spread" => pb::PlacementStrategy::Spread,
-        other => anyhow::bail!("--strategy {other}: use pack or spread"),
-    };
     let place_started = Instant::now();
     let ((), placing) = probed(&handle, &registry, async {
-        for index in 0..args.pools {
-            let replicas = total / u64::from(args.pools)
-                + u64::from(u64::from(index) < total % u64::from(args.pools));
-            let spec = pb::PoolSpec {
-                name: format!("fleet-{index}"),
-                actor_kind: "echo".into(),
-                replicas: replicas as u32,
-                resources: Some(pb::ResourceRequest {
-                    gpus: args.actor_gpus,
-                    vram_bytes: 2 << 30,
-                    strategy: strategy as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            handle
-                .call(|reply| SchedulerCommand::CreatePool {
-                    spec,
-                    requester: resident_scheduler::auth::Principal::anonymous(),
-                    reply,
-                })
-                .await?;
-        }
+        create_pools(&handle, &args, total).await?;
         until_started(&started, total).await?;
         Ok(())
     })
@@ -389,15 +365,80 @@ async fn main() -> anyhow::Result<()> {
     cancel.cancel();
     loop_task.await?;
 
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    print_table(
+        &args,
+        Figures {
+            register_s,
+            total,
+            place_s,
+            placing,
+            lose,
+            lost_actors,
+            replace_s,
+            replacing,
+        },
+    );
+    Ok(())
+}
+
+/// What one run measured.
+struct Figures {
+    register_s: f64,
+    total: u64,
+    place_s: f64,
+    placing: LoopCost,
+    lose: usize,
+    lost_actors: u64,
+    replace_s: f64,
+    replacing: LoopCost,
+}
+
+/// Asks for `total` actors over `args.pools` pools of the echo kind.
+async fn create_pools(handle: &SchedulerHandle, args: &Args, total: u64) -> anyhow::Result<()> {
+    let strategy = match args.strategy.as_str() {
+        "pack" => pb::PlacementStrategy::Pack,
+        "spread" => pb::PlacementStrategy::Spread,
+        other => anyhow::bail!("--strategy {other}: use pack or spread"),
+    };
+    for index in 0..args.pools {
+        let replicas = total / u64::from(args.pools)
+            + u64::from(u64::from(index) < total % u64::from(args.pools));
+        let spec = pb::PoolSpec {
+            name: format!("fleet-{index}"),
+            actor_kind: "echo".into(),
+            replicas: replicas as u32,
+            resources: Some(pb::ResourceRequest {
+                gpus: args.actor_gpus,
+                vram_bytes: 2 << 30,
+                strategy: strategy as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        handle
+            .call(|reply| SchedulerCommand::CreatePool {
+                spec,
+                requester: resident_scheduler::auth::Principal::anonymous(),
+                reply,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Prints the run's table.
+fn print_table(args: &Args, figures: Figures) {
+    let Figures {
+        register_s,
+        total,
+        place_s,
+        placing,
+        lose,
+        lost_actors,
+        replace_s,
+        replacing,
+    } = figures;
+    let cpu = cpu_model();
     let rows = [
         ("CPU", cpu),
         (
@@ -436,5 +477,4 @@ async fn main() -> anyhow::Result<()> {
     for (measure, value) in rows {
         println!("| {measure} | {value} |");
     }
-    Ok(())
 }

@@ -6,11 +6,14 @@
 //! first chunk answered by the restarted scheduler, and model loads after the kill.
 //! `cargo build --release --workspace --bins && target/release/restart-bench --docs 2000`
 
+mod cpu_model;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use cpu_model::cpu_model;
 use resident_tests::{
     Proc, actor_model_loads, free_port, resident_bin, spawn_agent_with, spawn_scheduler,
 };
@@ -75,6 +78,39 @@ fn spawn_agents(url: &str, scenario: Scenario) -> Vec<Proc> {
         .collect()
 }
 
+/// `resident embed` of `input` into `out` on the cluster at `url`: two GPU actors, chunks
+/// of `--chunk-size`.
+fn spawn_embed(
+    args: &Args,
+    input: &Path,
+    out: &Path,
+    url: &str,
+) -> std::io::Result<std::process::Child> {
+    let chunk_size = args.chunk_size.to_string();
+    let extra = [
+        "--cluster",
+        url,
+        "--chunk-size",
+        chunk_size.as_str(),
+        "--gpus-per-actor",
+        "1",
+        "--replicas",
+        "2",
+    ];
+    Command::new(resident_bin())
+        .args(["embed", "--model"])
+        .arg(&args.model)
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .args(extra)
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+}
+
 async fn run(args: &Args, input: &Path, scenario: Scenario) -> anyhow::Result<Measured> {
     let dir = tempfile::tempdir()?;
     let (state, out) = (dir.path().join("state"), dir.path().join("out"));
@@ -86,30 +122,8 @@ async fn run(args: &Args, input: &Path, scenario: Scenario) -> anyhow::Result<Me
         .wait_for_nodes(2, Duration::from_secs(20))
         .await?;
     let total_chunks = args.docs.div_ceil(args.chunk_size);
-    let chunk_size = args.chunk_size.to_string();
-    let extra = [
-        "--cluster",
-        url.as_str(),
-        "--chunk-size",
-        chunk_size.as_str(),
-        "--gpus-per-actor",
-        "1",
-        "--replicas",
-        "2",
-    ];
     let began = Instant::now();
-    let mut child = Command::new(resident_bin())
-        .args(["embed", "--model"])
-        .arg(&args.model)
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(&out)
-        .args(extra)
-        .env("RESIDENT_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut child = spawn_embed(args, input, &out, &url)?;
     let mut kill_to_first_result = None;
     let mut before = Vec::new();
     if scenario != Scenario::NoRestart {
@@ -156,17 +170,6 @@ async fn run(args: &Args, input: &Path, scenario: Scenario) -> anyhow::Result<Me
         loads_after_kill,
         same_actors,
     })
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 #[tokio::main]

@@ -1,6 +1,8 @@
 use anyhow::Context;
 use clap::Args;
-use resident_jobs::sweep::{SweepConfig, SweepEvent, format_table, load_results, run_sweep};
+use resident_jobs::sweep::{
+    SweepConfig, SweepEvent, SweepSummary, format_table, load_results, run_sweep,
+};
 use resident_sdk::{Cluster, LocalConfig};
 
 #[derive(Args)]
@@ -39,22 +41,7 @@ impl SweepArgs {
 }
 
 pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("cannot read {}", args.config.display()))?;
-    let mut config = SweepConfig::from_toml(&text)?;
-    if let Some(output) = args.output {
-        config.output = output;
-    }
-    if let Some(cache) = args.cache {
-        config.cache = Some(cache);
-    }
-    if let Some(endpoint) = args.s3_endpoint {
-        config.s3_endpoint = Some(endpoint);
-    }
-    config.keep_pool |= args.pool.keep_pool;
-    if args.pool.idle_ttl.is_some() {
-        config.idle_ttl = args.pool.idle_ttl;
-    }
+    let config = sweep_config(&args)?;
     let cluster = match &args.cluster {
         Some(url) => args
             .credentials
@@ -67,59 +54,109 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
             Cluster::local(local).await?
         }
     };
-    // A bar on a terminal (trials done, best so far, ETA); a log line per trial otherwise.
-    let started = std::time::Instant::now();
-    let mut progress =
-        crate::sweep_progress::SweepProgress::new(config.mode == resident_jobs::sweep::Mode::Max);
-    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {msg}").expect("valid template"),
-        );
-        bar
-    });
-    let metric_name = config.metric.clone();
-    let mut on_event = |event: SweepEvent<'_>| match event {
-        SweepEvent::DataReady {
-            examples,
-            cache_hit,
-        } => {
-            tracing::info!(examples, cache_hit, "sweep data embedded")
+    let mut shown = SweepShown::new(&config);
+    let summary = run_sweep(&cluster, &config, &mut |event| shown.event(event)).await?;
+    print_summary(&config, &summary)
+}
+
+/// The sweep's TOML declaration with the command line's overrides.
+fn sweep_config(args: &SweepArgs) -> anyhow::Result<SweepConfig> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let mut config = SweepConfig::from_toml(&text)?;
+    if let Some(output) = &args.output {
+        config.output = output.clone();
+    }
+    if let Some(cache) = &args.cache {
+        config.cache = Some(cache.clone());
+    }
+    if let Some(endpoint) = &args.s3_endpoint {
+        config.s3_endpoint = Some(endpoint.clone());
+    }
+    config.keep_pool |= args.pool.keep_pool;
+    if args.pool.idle_ttl.is_some() {
+        config.idle_ttl = args.pool.idle_ttl;
+    }
+    Ok(config)
+}
+
+/// How a running sweep shows itself: a bar on a terminal (trials done, best so far, ETA), a
+/// log line per trial otherwise.
+struct SweepShown {
+    started: std::time::Instant,
+    progress: crate::sweep_progress::SweepProgress,
+    bar: Option<indicatif::ProgressBar>,
+    metric_name: String,
+}
+
+impl SweepShown {
+    fn new(config: &SweepConfig) -> Self {
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {msg}").expect("valid template"),
+            );
+            bar
+        });
+        Self {
+            started: std::time::Instant::now(),
+            progress: crate::sweep_progress::SweepProgress::new(
+                config.mode == resident_jobs::sweep::Mode::Max,
+            ),
+            bar,
+            metric_name: config.metric.clone(),
         }
-        SweepEvent::TrialsPlanned { total, resumed } => {
-            progress.planned(total, resumed);
-            if let Some(bar) = &bar {
-                bar.set_length(total as u64);
-                bar.set_position(progress.done() as u64);
+    }
+
+    fn event(&mut self, event: SweepEvent<'_>) {
+        match event {
+            SweepEvent::DataReady {
+                examples,
+                cache_hit,
+            } => {
+                tracing::info!(examples, cache_hit, "sweep data embedded")
             }
-            tracing::info!(total, resumed = resumed.len(), "trials planned");
-        }
-        SweepEvent::TrialFinished(result) => {
-            progress.finished(result);
-            let line = progress.line(started.elapsed(), &metric_name);
-            match &bar {
-                Some(bar) => {
-                    bar.set_position(progress.done() as u64);
-                    bar.set_message(line);
-                    if progress.done() >= progress.total() {
-                        bar.finish_and_clear();
-                    }
+            SweepEvent::TrialsPlanned { total, resumed } => {
+                self.progress.planned(total, resumed);
+                if let Some(bar) = &self.bar {
+                    bar.set_length(total as u64);
+                    bar.set_position(self.progress.done() as u64);
                 }
-                None => tracing::info!(
-                    trial = result.trial_id,
-                    metric = result.metric,
-                    epochs = result.epochs,
-                    stopped_early = result.stopped_early,
-                    error = result.error.as_deref().unwrap_or(""),
-                    progress = %line,
-                    "trial finished"
-                ),
+                tracing::info!(total, resumed = resumed.len(), "trials planned");
+            }
+            SweepEvent::TrialFinished(result) => {
+                self.progress.finished(result);
+                let line = self
+                    .progress
+                    .line(self.started.elapsed(), &self.metric_name);
+                match &self.bar {
+                    Some(bar) => {
+                        bar.set_position(self.progress.done() as u64);
+                        bar.set_message(line);
+                        if self.progress.done() >= self.progress.total() {
+                            bar.finish_and_clear();
+                        }
+                    }
+                    None => tracing::info!(
+                        trial = result.trial_id,
+                        metric = result.metric,
+                        epochs = result.epochs,
+                        stopped_early = result.stopped_early,
+                        error = result.error.as_deref().unwrap_or(""),
+                        progress = %line,
+                        "trial finished"
+                    ),
+                }
             }
         }
-    };
-    let summary = run_sweep(&cluster, &config, &mut on_event).await?;
+    }
+}
+
+/// Prints the results table and the best trial, says what the sweep did, and fails when a
+/// trial failed.
+fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result<()> {
     let output = std::path::Path::new(&config.output);
-    print!("{}", format_table(&load_results(output), &summary));
+    print!("{}", format_table(&load_results(output), summary));
     match (
         &summary.best_trial,
         &summary.best_params,

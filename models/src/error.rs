@@ -1,4 +1,5 @@
-/// Errors of loading or running a model.
+/// Errors of loading or running a model, and of every actor kind (the agent calls it
+/// `BackendError`): a custom kind returns it too.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("invalid actor config: {0}")]
@@ -15,6 +16,26 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Retrying elsewhere cannot help: the input itself is wrong.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            ModelError::BadPayload(_) | ModelError::InvalidConfig(_)
+        )
+    }
+
+    /// A task named a method the actor kind `kind` does not have (`known` are its methods).
+    pub fn unknown_method(kind: &str, method: &str, known: &[&str]) -> Self {
+        let known = if known.is_empty() {
+            "it has only its default method".to_owned()
+        } else {
+            format!("its methods: {}", known.join(", "))
+        };
+        ModelError::BadPayload(format!(
+            "actor kind `{kind}` has no method `{method}` ({known})"
+        ))
+    }
+
     /// A candle error, told apart as [`ModelError::OutOfMemory`] when the device ran out.
     pub fn from_candle(error: candle_core::Error) -> Self {
         if is_out_of_memory(&error) {

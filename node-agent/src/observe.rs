@@ -52,13 +52,27 @@ impl AgentObserver {
 
 type Labels = Vec<(&'static str, String)>;
 
+type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// A gauge family registered in `registry`.
+fn gauges(registry: &mut Registry, name: &str, help: &str) -> Gauges {
+    let family = Gauges::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
 fn encode_snapshot(snapshot: &AgentSnapshot) -> String {
     let mut registry = Registry::default();
-    let mut family = |name: &str, help: &str| {
-        let family = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        registry.register(name, help, family.clone());
-        family
-    };
+    encode_actors(&mut registry, &snapshot.actors);
+    encode_gpus(&mut registry, &snapshot.node_id, &snapshot.gpus);
+    let mut text = String::new();
+    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
+}
+
+/// Each actor's work since it loaded, its VRAM and whether it is ready, by pool and actor.
+fn encode_actors(registry: &mut Registry, actors: &[ObservedActor]) {
+    let mut family = |name: &str, help: &str| gauges(registry, name, help);
     // Counters restart with each actor incarnation (a new actor id label set is not made),
     // so they are exported as gauges: rate() over them still works between restarts.
     let busy = family(
@@ -86,16 +100,7 @@ fn encode_snapshot(snapshot: &AgentSnapshot) -> String {
         "resident_agent_actor_ready",
         "1 when the actor is loaded and serving",
     );
-    let gpu_total = family("resident_agent_gpu_vram_total_bytes", "Each GPU's memory");
-    let gpu_free = family(
-        "resident_agent_gpu_vram_free_bytes",
-        "Each GPU's free memory",
-    );
-    let gpu_busy = family(
-        "resident_agent_gpu_utilization_ratio",
-        "Each GPU's busy fraction (NVML), where it can be read",
-    );
-    for actor in &snapshot.actors {
+    for actor in actors {
         let report = &actor.report;
         let labels: Labels = vec![
             ("pool", actor.pool.clone()),
@@ -117,9 +122,23 @@ fn encode_snapshot(snapshot: &AgentSnapshot) -> String {
             .get_or_create(&labels)
             .set(if is_ready { 1.0 } else { 0.0 });
     }
-    for gpu in &snapshot.gpus {
+}
+
+/// Each GPU's memory, free memory and busy fraction, by node, index and name.
+fn encode_gpus(registry: &mut Registry, node_id: &str, gpus: &[pb::GpuInfo]) {
+    let mut family = |name: &str, help: &str| gauges(registry, name, help);
+    let gpu_total = family("resident_agent_gpu_vram_total_bytes", "Each GPU's memory");
+    let gpu_free = family(
+        "resident_agent_gpu_vram_free_bytes",
+        "Each GPU's free memory",
+    );
+    let gpu_busy = family(
+        "resident_agent_gpu_utilization_ratio",
+        "Each GPU's busy fraction (NVML), where it can be read",
+    );
+    for gpu in gpus {
         let labels: Labels = vec![
-            ("node", snapshot.node_id.clone()),
+            ("node", node_id.to_owned()),
             ("gpu", gpu.index.to_string()),
             ("name", gpu.name.clone()),
         ];
@@ -133,9 +152,6 @@ fn encode_snapshot(snapshot: &AgentSnapshot) -> String {
             gpu_busy.get_or_create(&labels).set(ratio);
         }
     }
-    let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String cannot fail");
-    text
 }
 
 /// Serves `/metrics` and `/healthz` on `listener` until `cancel` fires.

@@ -113,24 +113,7 @@ pub fn start_scheduler(
         .local_addr()
         .map_err(|e| SchedulerError::Precondition(format!("listener has no address: {e}")))?;
     let security_tls = security.tls.is_some();
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-        .initial_stream_window_size(Some(STREAM_WINDOW_BYTES))
-        .initial_connection_window_size(Some(CONNECTION_WINDOW_BYTES));
-    if security.agent_ca_pem.is_some() && security.tls.is_none() {
-        return Err(SchedulerError::Precondition(
-            "agent client certificates need TLS: give the scheduler a certificate and key too"
-                .into(),
-        ));
-    }
-    if let Some(identity) = &security.tls {
-        let config = tls_config(identity, security.agent_ca_pem.as_deref())?;
-        builder = builder.tls_config(config).map_err(|e| {
-            SchedulerError::Precondition(format!(
-                "cannot serve TLS with this certificate and key: {e}"
-            ))
-        })?;
-    }
+    let mut builder = server_builder(&security)?;
     let (handle, loop_task) = spawn_scheduler_loop(config, store, cancel.clone())?;
     let budget = handle.buffer_budget().clone();
     let agents = AgentSessionService {
@@ -168,38 +151,7 @@ pub fn start_scheduler(
                 security.auth,
             ))
             .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
-        tokio::pin!(serve);
-        let mut loop_task = loop_task;
-        tokio::select! {
-            served = &mut serve => {
-                if let Err(error) = served {
-                    tracing::error!(%error, "scheduler server stopped");
-                }
-                let _ = loop_task.await;
-                Ok(())
-            }
-            ended = &mut loop_task => {
-                if cancel.is_cancelled() {
-                    let _ = serve.await;
-                    return Ok(());
-                }
-                let why = match ended {
-                    Ok(()) => "its loop returned".to_owned(),
-                    Err(error) if error.is_panic() => {
-                        format!("it panicked: {}", panic_text(error.into_panic().as_ref()))
-                    }
-                    Err(error) => error.to_string(),
-                };
-                tracing::error!(%why, "the scheduler's core stopped; stopping the server");
-                health_on_stop
-                    .set_service_status(SCHEDULER_HEALTH_SERVICE, ServingStatus::NotServing)
-                    .await;
-                health_on_stop.set_service_status("", ServingStatus::NotServing).await;
-                cancel.cancel();
-                let _ = serve.await;
-                Err(SchedulerError::CoreStopped(why))
-            }
-        }
+        serve_until_stopped(serve, loop_task, cancel, health_on_stop).await
     });
     let scheme = if security_tls { "https" } else { "http" };
     let url = format!("{scheme}://{local_addr}");
@@ -211,6 +163,71 @@ pub fn start_scheduler(
         task,
         health,
     })
+}
+
+/// The server with its HTTP/2 settings and, when `security` has a certificate, TLS.
+fn server_builder(security: &ServerSecurity) -> Result<tonic::transport::Server, SchedulerError> {
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .initial_stream_window_size(Some(STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(CONNECTION_WINDOW_BYTES));
+    if security.agent_ca_pem.is_some() && security.tls.is_none() {
+        return Err(SchedulerError::Precondition(
+            "agent client certificates need TLS: give the scheduler a certificate and key too"
+                .into(),
+        ));
+    }
+    if let Some(identity) = &security.tls {
+        let config = tls_config(identity, security.agent_ca_pem.as_deref())?;
+        builder = builder.tls_config(config).map_err(|e| {
+            SchedulerError::Precondition(format!(
+                "cannot serve TLS with this certificate and key: {e}"
+            ))
+        })?;
+    }
+    Ok(builder)
+}
+
+/// Runs the gRPC server until it stops or the core's loop ends. A loop that ends without
+/// `cancel` (a panic, a return) takes the server down with it, NOT_SERVING first, so
+/// nothing is left answering without a core behind it.
+async fn serve_until_stopped(
+    serve: impl Future<Output = Result<(), tonic::transport::Error>>,
+    mut loop_task: tokio::task::JoinHandle<()>,
+    cancel: CancellationToken,
+    health: HealthReporter,
+) -> Result<(), SchedulerError> {
+    tokio::pin!(serve);
+    tokio::select! {
+        served = &mut serve => {
+            if let Err(error) = served {
+                tracing::error!(%error, "scheduler server stopped");
+            }
+            let _ = loop_task.await;
+            Ok(())
+        }
+        ended = &mut loop_task => {
+            if cancel.is_cancelled() {
+                let _ = serve.await;
+                return Ok(());
+            }
+            let why = match ended {
+                Ok(()) => "its loop returned".to_owned(),
+                Err(error) if error.is_panic() => {
+                    format!("it panicked: {}", panic_text(error.into_panic().as_ref()))
+                }
+                Err(error) => error.to_string(),
+            };
+            tracing::error!(%why, "the scheduler's core stopped; stopping the server");
+            health
+                .set_service_status(SCHEDULER_HEALTH_SERVICE, ServingStatus::NotServing)
+                .await;
+            health.set_service_status("", ServingStatus::NotServing).await;
+            cancel.cancel();
+            let _ = serve.await;
+            Err(SchedulerError::CoreStopped(why))
+        }
+    }
 }
 
 /// NOT_SERVING while the state store fails (the scheduler then refuses every change), and

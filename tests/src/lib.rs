@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub mod cut_proxy;
 pub mod data_plane;
 pub mod fleet;
+pub mod function_length;
 pub mod module_graph;
 pub mod s3_server;
 pub mod scale_run;

@@ -169,7 +169,8 @@ fn module_path_of(relative: &Path) -> Option<ModulePath> {
     Some(parts)
 }
 
-/// The source with comments, string and character literals blanked out (lifetimes kept).
+/// The source with comments, string and character literals blanked out (lifetimes kept);
+/// the line breaks inside them stay, so a line of the result is the same line of the source.
 pub fn code_only(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
@@ -194,6 +195,7 @@ pub fn code_only(source: &str) -> String {
                         break;
                     }
                 } else {
+                    keep_newline(chars[at], &mut out);
                     at += 1;
                 }
             }
@@ -214,13 +216,18 @@ pub fn code_only(source: &str) -> String {
                     at += 1 + hashes;
                     break;
                 }
+                keep_newline(chars[at], &mut out);
                 at += 1;
             }
             out.push_str("\"\"");
         } else if here == '"' {
             at += 1;
             while at < chars.len() && chars[at] != '"' {
-                at += if chars[at] == '\\' { 2 } else { 1 };
+                let step = if chars[at] == '\\' { 2 } else { 1 };
+                for &c in &chars[at..(at + step).min(chars.len())] {
+                    keep_newline(c, &mut out);
+                }
+                at += step;
             }
             at += 1;
             out.push_str("\"\"");
@@ -254,6 +261,12 @@ pub fn code_only(source: &str) -> String {
     out
 }
 
+fn keep_newline(c: char, out: &mut String) {
+    if c == '\n' {
+        out.push('\n');
+    }
+}
+
 fn ident_before(chars: &[char], at: usize) -> bool {
     at > 0 && (chars[at - 1].is_alphanumeric() || chars[at - 1] == '_')
 }
@@ -262,7 +275,8 @@ fn is_ident_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// The code without items marked `#[cfg(test)]` (test modules, test-only functions).
+/// The code without items marked `#[cfg(test)]` (test modules, test-only functions); each
+/// leaves its line breaks, so lines keep their numbers.
 pub fn without_test_items(code: &str) -> String {
     let mut out = String::with_capacity(code.len());
     let mut rest = code;
@@ -289,6 +303,7 @@ pub fn without_test_items(code: &str) -> String {
                 _ => {}
             }
         }
+        out.extend(rest[..end].chars().filter(|c| *c == '\n'));
         rest = &rest[end..];
     }
     out.push_str(rest);

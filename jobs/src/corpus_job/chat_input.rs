@@ -157,106 +157,122 @@ pub fn parse_params(body: &Map<String, Value>) -> Result<ParamsOverride, String>
         if value.is_null() || IGNORED.contains(&key.as_str()) {
             continue;
         }
-        let number = || {
-            value
-                .as_f64()
-                .ok_or_else(|| format!("`{key}` must be a number"))
-        };
-        let count = || {
-            value
-                .as_u64()
-                .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| format!("`{key}` must be a whole number of 0 or more"))
-        };
-        let flag = || {
-            value
-                .as_bool()
-                .ok_or_else(|| format!("`{key}` must be true or false"))
-        };
-        match key.as_str() {
-            "max_tokens" | "max_completion_tokens" => over.max_new_tokens = Some(count()?),
-            "temperature" => over.temperature = Some(number()? as f32),
-            "top_p" => over.top_p = Some(number()? as f32),
-            "top_k" => {
-                // vLLM's -1 (or 0) keeps every token.
-                let k = value.as_i64().ok_or("`top_k` must be a whole number")?;
-                over.top_k = Some(u32::try_from(k.max(0)).map_err(|_| "`top_k` is too large")?);
-            }
-            "min_p" => over.min_p = Some(number()? as f32),
-            "seed" => {
-                over.seed = Some(
-                    value
-                        .as_u64()
-                        .or_else(|| value.as_i64().map(|v| v as u64))
-                        .ok_or("`seed` must be a whole number")?,
-                )
-            }
-            "stop" => {
-                over.stop = Some(match value {
-                    Value::String(stop) => vec![stop.clone()],
-                    Value::Array(list) => list
-                        .iter()
-                        .map(|s| s.as_str().map(str::to_owned))
-                        .collect::<Option<_>>()
-                        .ok_or("`stop` must be a string or a list of strings")?,
-                    _ => return Err("`stop` must be a string or a list of strings".into()),
-                })
-            }
-            "repetition_penalty" => over.repetition_penalty = Some(number()? as f32),
-            "presence_penalty" => over.presence_penalty = Some(number()? as f32),
-            "frequency_penalty" => over.frequency_penalty = Some(number()? as f32),
-            "min_tokens" => over.min_tokens = Some(count()?),
-            "stop_token_ids" => {
-                over.stop_token_ids = Some(
-                    value
-                        .as_array()
-                        .and_then(|ids| {
-                            ids.iter()
-                                .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
-                                .collect::<Option<_>>()
-                        })
-                        .ok_or("`stop_token_ids` must be a list of token ids")?,
-                )
-            }
-            "n" => over.n = Some(count()?),
-            "logprobs" => over.logprobs = Some(flag()?),
-            "top_logprobs" => over.top_logprobs = Some(count()?),
-            "ignore_eos" => over.ignore_eos = Some(flag()?),
-            "response_format" => {
-                over.response_format = Some(serde_json::from_value(value.clone()).map_err(|e| {
-                    format!(
-                        "`response_format` must be {{\"type\": \"json_schema\", \
-                         \"json_schema\": {{\"name\", \"schema\"}}}}, \
-                         {{\"type\": \"json_object\"}} or {{\"type\": \"text\"}}: {e}"
-                    )
-                })?)
-            }
-            // vLLM's name for a JSON schema constraint.
-            "guided_json" => {
-                let schema = match value {
-                    Value::String(text) => serde_json::from_str(text)
-                        .map_err(|e| format!("`guided_json` is not JSON: {e}"))?,
-                    other => other.clone(),
-                };
-                over.response_format = Some(ResponseFormat::schema(schema));
-            }
-            "skip_special_tokens" | "spaces_between_special_tokens"
-                if value == &Value::Bool(true) => {}
-            other => {
-                return Err(format!(
-                    "`{other}` is not supported by resident generate; remove it from the \
-                     request (supported: max_tokens, max_completion_tokens, temperature, \
-                     top_p, top_k, min_p, seed, stop, repetition_penalty, presence_penalty, \
-                     frequency_penalty, min_tokens, stop_token_ids, n, logprobs, \
-                     top_logprobs, ignore_eos, response_format, guided_json)"
-                ));
-            }
-        }
+        apply_param(&mut over, key, value)?;
     }
     if over.top_logprobs.is_some_and(|n| n > 0) && over.logprobs != Some(true) {
         return Err("`top_logprobs` needs `logprobs: true`".into());
     }
     Ok(over)
+}
+
+/// Sets the parameter `key` of `over` from `value`.
+fn apply_param(over: &mut ParamsOverride, key: &str, value: &Value) -> Result<(), String> {
+    let number = || number_param(key, value);
+    let count = || count_param(key, value);
+    let flag = || {
+        value
+            .as_bool()
+            .ok_or_else(|| format!("`{key}` must be true or false"))
+    };
+    match key {
+        "max_tokens" | "max_completion_tokens" => over.max_new_tokens = Some(count()?),
+        "temperature" => over.temperature = Some(number()?),
+        "top_p" => over.top_p = Some(number()?),
+        "top_k" => {
+            // vLLM's -1 (or 0) keeps every token.
+            let k = value.as_i64().ok_or("`top_k` must be a whole number")?;
+            over.top_k = Some(u32::try_from(k.max(0)).map_err(|_| "`top_k` is too large")?);
+        }
+        "min_p" => over.min_p = Some(number()?),
+        "seed" => {
+            over.seed = Some(
+                value
+                    .as_u64()
+                    .or_else(|| value.as_i64().map(|v| v as u64))
+                    .ok_or("`seed` must be a whole number")?,
+            )
+        }
+        "stop" => over.stop = Some(stop_param(value)?),
+        "repetition_penalty" => over.repetition_penalty = Some(number()?),
+        "presence_penalty" => over.presence_penalty = Some(number()?),
+        "frequency_penalty" => over.frequency_penalty = Some(number()?),
+        "min_tokens" => over.min_tokens = Some(count()?),
+        "stop_token_ids" => {
+            over.stop_token_ids = Some(
+                value
+                    .as_array()
+                    .and_then(|ids| {
+                        ids.iter()
+                            .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
+                            .collect::<Option<_>>()
+                    })
+                    .ok_or("`stop_token_ids` must be a list of token ids")?,
+            )
+        }
+        "n" => over.n = Some(count()?),
+        "logprobs" => over.logprobs = Some(flag()?),
+        "top_logprobs" => over.top_logprobs = Some(count()?),
+        "ignore_eos" => over.ignore_eos = Some(flag()?),
+        "response_format" => {
+            over.response_format = Some(serde_json::from_value(value.clone()).map_err(|e| {
+                format!(
+                    "`response_format` must be {{\"type\": \"json_schema\", \
+                     \"json_schema\": {{\"name\", \"schema\"}}}}, \
+                     {{\"type\": \"json_object\"}} or {{\"type\": \"text\"}}: {e}"
+                )
+            })?)
+        }
+        // vLLM's name for a JSON schema constraint.
+        "guided_json" => {
+            let schema = match value {
+                Value::String(text) => serde_json::from_str(text)
+                    .map_err(|e| format!("`guided_json` is not JSON: {e}"))?,
+                other => other.clone(),
+            };
+            over.response_format = Some(ResponseFormat::schema(schema));
+        }
+        "skip_special_tokens" | "spaces_between_special_tokens" if value == &Value::Bool(true) => {}
+        other => return Err(unsupported_param(other)),
+    }
+    Ok(())
+}
+
+fn number_param(key: &str, value: &Value) -> Result<f32, String> {
+    value
+        .as_f64()
+        .map(|v| v as f32)
+        .ok_or_else(|| format!("`{key}` must be a number"))
+}
+
+fn count_param(key: &str, value: &Value) -> Result<u32, String> {
+    value
+        .as_u64()
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("`{key}` must be a whole number of 0 or more"))
+}
+
+/// `stop` as a string or a list of strings.
+fn stop_param(value: &Value) -> Result<Vec<String>, String> {
+    let wrong = || "`stop` must be a string or a list of strings".to_owned();
+    match value {
+        Value::String(stop) => Ok(vec![stop.clone()]),
+        Value::Array(list) => list
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(wrong),
+        _ => Err(wrong()),
+    }
+}
+
+fn unsupported_param(key: &str) -> String {
+    format!(
+        "`{key}` is not supported by resident generate; remove it from the \
+         request (supported: max_tokens, max_completion_tokens, temperature, \
+         top_p, top_k, min_p, seed, stop, repetition_penalty, presence_penalty, \
+         frequency_penalty, min_tokens, stop_token_ids, n, logprobs, \
+         top_logprobs, ignore_eos, response_format, guided_json)"
+    )
 }
 
 #[cfg(test)]

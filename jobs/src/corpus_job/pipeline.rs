@@ -288,19 +288,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             .await
             .map_err(|e| JobError::Input(format!("reader stopped: {e}")))??;
         let missing = pending.lock().expect("pending chunks").len();
-        if missing > 0 {
-            return Err(JobError::Output(format!(
-                "{missing} chunks got no result; rerun the same command to finish them"
-            )));
-        }
-        Ok(Dispatched {
-            store: writer.store,
-            plan_reasoning: writer.plan_reasoning,
-            builder: writer.builder,
-            tally: writer.tally,
-            file_names: found.file_names,
-            reused_chunks: found.reused_chunks,
-        })
+        dispatched(writer, found.file_names, found.reused_chunks, missing)
     }
 
     /// Hands the manifest to its store, and says what earlier runs finished.
@@ -586,4 +574,27 @@ impl<W: ChunkWork> Answers<'_, W> {
             .remove(&seq)
             .ok_or_else(|| JobError::Output(format!("result for unknown task {seq}")))
     }
+}
+
+/// What the chunks came to once every answer is written; an error when `missing` chunks got
+/// none (a rerun finishes them).
+fn dispatched<'a, W: ChunkWork>(
+    writer: ChunkWriter<'a, W>,
+    file_names: Arc<Vec<String>>,
+    reused_chunks: u64,
+    missing: usize,
+) -> Result<Dispatched<'a, W::Tally>, JobError> {
+    if missing > 0 {
+        return Err(JobError::Output(format!(
+            "{missing} chunks got no result; rerun the same command to finish them"
+        )));
+    }
+    Ok(Dispatched {
+        store: writer.store,
+        plan_reasoning: writer.plan_reasoning,
+        builder: writer.builder,
+        tally: writer.tally,
+        file_names,
+        reused_chunks,
+    })
 }

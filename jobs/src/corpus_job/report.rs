@@ -31,7 +31,6 @@ impl ReportBuilder {
 
     pub fn finish<F>(self, inputs: ReportInputs<'_, F>) -> JobReport<F> {
         let wall_s = inputs.wall.as_secs_f64();
-        let hours = wall_s / 3600.0;
         let items = inputs
             .manifest
             .chunks
@@ -50,6 +49,50 @@ impl ReportBuilder {
             .filter(|a| a.pool.as_str() == inputs.pool)
             .collect();
 
+        let (per_node, per_gpu) = self.throughput(&nodes, &pool_actors, wall_s);
+        let usage = Usage::of(&pool_actors, &nodes, &inputs.config.prices, wall_s / 3600.0);
+        JobReport {
+            items,
+            bad_record_count: inputs.bad_records_total,
+            bad_records: inputs.bad_records,
+            wall_seconds: wall_s,
+            docs_per_second: if wall_s > 0.0 {
+                computed as f64 / wall_s
+            } else {
+                0.0
+            },
+            computed_items: computed,
+            chunks: ChunkSummary {
+                total: inputs.manifest.chunks.len() as u64,
+                computed: inputs.manifest.chunks.len() as u64 - inputs.reused_chunks,
+                reused: inputs.reused_chunks,
+                size: inputs.manifest.chunk_size,
+                plan: inputs.plan_reasoning,
+            },
+            per_node,
+            per_gpu,
+            actors: pool_actors.len() as u64,
+            model_loads: pool_actors.iter().map(|a| a.model_loads).sum(),
+            gpu_hours: usage.gpu_hours,
+            cpu_hours: usage.cpu_hours,
+            estimated_cost_usd: usage.cost_usd,
+            prices: inputs.config.prices.clone(),
+            model: inputs.config.model.clone(),
+            input: inputs.config.input.to_string(),
+            input_fingerprint: inputs.input_fingerprint,
+            model_fingerprint: inputs.model_fingerprint,
+            output: inputs.output,
+            figures: inputs.figures,
+        }
+    }
+
+    /// Documents each node, and each GPU (or the CPU) of each node, computed this run.
+    fn throughput(
+        &self,
+        nodes: &BTreeMap<&str, &NodeInfo>,
+        pool_actors: &[&ActorInfo],
+        wall_s: f64,
+    ) -> (Vec<NodeThroughput>, Vec<GpuThroughput>) {
         let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
         let mut per_gpu: BTreeMap<(String, Option<u32>), (String, u64)> = BTreeMap::new();
         for (actor_id, docs) in &self.docs_by_actor {
@@ -72,8 +115,50 @@ impl ReportBuilder {
                 .map_or_else(|| "cpu".to_owned(), |g| g.name.clone());
             per_gpu.entry((node, gpu)).or_insert((name, 0)).1 += docs;
         }
-        let (mut gpu_hours, mut cpu_hours, mut cost) = (0.0, 0.0, 0.0);
-        for actor in &pool_actors {
+        let per_node = per_node
+            .into_iter()
+            .map(|(node_id, docs)| NodeThroughput {
+                docs_per_second: docs as f64 / wall_s.max(1e-9),
+                node_id,
+                docs,
+            })
+            .collect();
+        let per_gpu = per_gpu
+            .into_iter()
+            .map(|((node_id, gpu_index), (gpu_name, docs))| GpuThroughput {
+                docs_per_second: docs as f64 / wall_s.max(1e-9),
+                node_id,
+                gpu_index,
+                gpu_name,
+                docs,
+            })
+            .collect();
+        (per_node, per_gpu)
+    }
+}
+
+/// What the pool's actors held for the job's wall time, and its price.
+struct Usage {
+    gpu_hours: f64,
+    cpu_hours: f64,
+    cost_usd: f64,
+}
+
+impl Usage {
+    /// Each GPU actor holds its share of its GPUs, priced by the node's `pool` label and
+    /// the GPU's name; each CPU actor holds one core.
+    fn of(
+        pool_actors: &[&ActorInfo],
+        nodes: &BTreeMap<&str, &NodeInfo>,
+        prices: &PriceTable,
+        hours: f64,
+    ) -> Self {
+        let mut usage = Usage {
+            gpu_hours: 0.0,
+            cpu_hours: 0.0,
+            cost_usd: 0.0,
+        };
+        for actor in pool_actors {
             let node = actor.node_id.as_ref().and_then(|n| nodes.get(n.as_str()));
             match actor.gpu_indices.first() {
                 Some(index) => {
@@ -81,68 +166,17 @@ impl ReportBuilder {
                     let name = node
                         .and_then(|n| n.gpus.iter().find(|g| g.index == *index))
                         .map_or("", |g| g.name.as_str());
-                    let price = inputs
-                        .config
-                        .prices
-                        .gpu_hour(node.and_then(|n| n.labels.get("pool")), name);
-                    gpu_hours += share * hours;
-                    cost += share * hours * price;
+                    let price = prices.gpu_hour(node.and_then(|n| n.labels.get("pool")), name);
+                    usage.gpu_hours += share * hours;
+                    usage.cost_usd += share * hours * price;
                 }
                 None => {
-                    cpu_hours += hours;
-                    cost += hours * inputs.config.prices.per_cpu_core;
+                    usage.cpu_hours += hours;
+                    usage.cost_usd += hours * prices.per_cpu_core;
                 }
             }
         }
-        JobReport {
-            items,
-            bad_record_count: inputs.bad_records_total,
-            bad_records: inputs.bad_records,
-            wall_seconds: wall_s,
-            docs_per_second: if wall_s > 0.0 {
-                computed as f64 / wall_s
-            } else {
-                0.0
-            },
-            computed_items: computed,
-            chunks: ChunkSummary {
-                total: inputs.manifest.chunks.len() as u64,
-                computed: inputs.manifest.chunks.len() as u64 - inputs.reused_chunks,
-                reused: inputs.reused_chunks,
-                size: inputs.manifest.chunk_size,
-                plan: inputs.plan_reasoning,
-            },
-            per_node: per_node
-                .into_iter()
-                .map(|(node_id, docs)| NodeThroughput {
-                    docs_per_second: docs as f64 / wall_s.max(1e-9),
-                    node_id,
-                    docs,
-                })
-                .collect(),
-            per_gpu: per_gpu
-                .into_iter()
-                .map(|((node_id, gpu_index), (gpu_name, docs))| GpuThroughput {
-                    docs_per_second: docs as f64 / wall_s.max(1e-9),
-                    node_id,
-                    gpu_index,
-                    gpu_name,
-                    docs,
-                })
-                .collect(),
-            actors: pool_actors.len() as u64,
-            model_loads: pool_actors.iter().map(|a| a.model_loads).sum(),
-            gpu_hours,
-            cpu_hours,
-            estimated_cost_usd: cost,
-            prices: inputs.config.prices.clone(),
-            model: inputs.config.model.clone(),
-            input: inputs.config.input.to_string(),
-            input_fingerprint: inputs.input_fingerprint,
-            model_fingerprint: inputs.model_fingerprint,
-            output: inputs.output,
-            figures: inputs.figures,
-        }
+        usage
     }
 }
 

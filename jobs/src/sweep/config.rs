@@ -240,6 +240,25 @@ impl SweepConfig {
                 "cache `{cache}` is not an s3://bucket/prefix/ (agents fetch the embedded dataset from there)"
             )));
         }
+        self.check_metric()?;
+        check_asha(&self.scheduler)?;
+        self.check_space()?;
+        if !(self.gpus_per_actor >= 0.0 && self.vram_gib > 0.0) {
+            return Err(invalid(format!(
+                "gpus_per_actor ({}) must be >= 0 and vram_gib ({}) > 0",
+                self.gpus_per_actor, self.vram_gib
+            )));
+        }
+        if self.trials_per_actor == 0 {
+            return Err(invalid("trials_per_actor must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+impl SweepConfig {
+    /// The metric must be one the trial kind reports.
+    fn check_metric(&self) -> Result<(), SweepConfigError> {
         let metrics: &[&str] = match self.trial {
             TrialKind::Classifier => &["accuracy", "macro_f1"],
             TrialKind::Retrieval => &["recall@10", "ndcg@10"],
@@ -252,19 +271,12 @@ impl SweepConfig {
                 metrics.join(", ")
             )));
         }
-        let s = &self.scheduler;
-        if s.max_epochs == 0 || s.grace_epochs == 0 || s.grace_epochs > s.max_epochs {
-            return Err(invalid(format!(
-                "scheduler needs 1 <= grace_epochs ({}) <= max_epochs ({})",
-                s.grace_epochs, s.max_epochs
-            )));
-        }
-        if s.reduction_factor < 2 {
-            return Err(invalid(format!(
-                "scheduler.reduction_factor must be at least 2, got {}",
-                s.reduction_factor
-            )));
-        }
+        Ok(())
+    }
+
+    /// A space of at least one hyperparameter, each one the trial kind takes, each range
+    /// or list sound for the search algorithm.
+    fn check_space(&self) -> Result<(), SweepConfigError> {
         if self.space.is_empty() {
             return Err(invalid(
                 "space is empty; declare at least one hyperparameter".into(),
@@ -298,17 +310,25 @@ impl SweepConfig {
             }
             check_param(name, spec, self.search.algorithm)?;
         }
-        if !(self.gpus_per_actor >= 0.0 && self.vram_gib > 0.0) {
-            return Err(invalid(format!(
-                "gpus_per_actor ({}) must be >= 0 and vram_gib ({}) > 0",
-                self.gpus_per_actor, self.vram_gib
-            )));
-        }
-        if self.trials_per_actor == 0 {
-            return Err(invalid("trials_per_actor must be at least 1".into()));
-        }
         Ok(())
     }
+}
+
+/// ASHA's settings: 1 <= grace_epochs <= max_epochs and a reduction factor of 2 or more.
+fn check_asha(s: &SchedulerConfig) -> Result<(), SweepConfigError> {
+    if s.max_epochs == 0 || s.grace_epochs == 0 || s.grace_epochs > s.max_epochs {
+        return Err(invalid(format!(
+            "scheduler needs 1 <= grace_epochs ({}) <= max_epochs ({})",
+            s.grace_epochs, s.max_epochs
+        )));
+    }
+    if s.reduction_factor < 2 {
+        return Err(invalid(format!(
+            "scheduler.reduction_factor must be at least 2, got {}",
+            s.reduction_factor
+        )));
+    }
+    Ok(())
 }
 
 fn check_param(

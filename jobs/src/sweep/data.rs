@@ -1,7 +1,7 @@
 //! The sweep's data: read from JSONL (texts with labels, or documents with queries),
 //! embedded once by the sweep's actors and cached on disk by model + data hash.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -70,20 +70,8 @@ pub fn read_sweep_data(
     let path = Path::new(&config.data);
     let bytes = std::fs::read(path)
         .map_err(|e| SweepError::Data(format!("cannot read {}: {e}", path.display())))?;
-    let mut records = Vec::new();
     let mut data = SweepData::default();
-    for (line_no, line) in numbered_lines(&bytes) {
-        if is_blank(line) {
-            continue;
-        }
-        match line_text(line).and_then(json_object) {
-            Ok(record) => records.push((line_no, record)),
-            Err(reason) => data.skipped.push(SkippedRecord {
-                line: line_no,
-                reason,
-            }),
-        }
-    }
+    let records = json_records(&bytes, &mut data.skipped);
     let Some((_, first)) = records.first() else {
         return Err(SweepError::Data(format!(
             "{} holds no records",
@@ -94,73 +82,17 @@ pub fn read_sweep_data(
         TrialKind::Classifier => pick_field(&config.label_field, first, ["label", "topic"]),
         TrialKind::Retrieval => pick_field(&config.query_field, first, ["query", "description"]),
     };
-    let mut query_count: HashMap<String, u32> = HashMap::new();
-    let mut rows = Vec::new();
-    for (line, record) in &records {
-        let Some(text) = field_of(record, &config.text_field) else {
-            data.skipped.push(SkippedRecord {
-                line: *line,
-                reason: format!("missing or empty text field `{}`", config.text_field),
-            });
-            continue;
-        };
-        let second = field_of(record, &second_field);
-        if config.trial == TrialKind::Classifier && second.is_none() {
-            data.skipped.push(SkippedRecord {
-                line: *line,
-                reason: format!("missing label field `{second_field}`"),
-            });
-            continue;
-        }
-        if let Some(query) = &second {
-            *query_count.entry(query.clone()).or_default() += 1;
-        }
-        rows.push((text, second));
-    }
-    match config.trial {
-        TrialKind::Classifier => {
-            let classes: BTreeMap<String, u32> = rows
-                .iter()
-                .filter_map(|r| r.1.clone())
-                .map(|l| (l, 0))
-                .collect();
-            data.classes = classes.keys().cloned().collect();
-            let index: HashMap<&str, u32> = data
-                .classes
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.as_str(), i as u32))
-                .collect();
-            for (text, label) in rows {
-                data.labels
-                    .push(index[label.as_deref().expect("checked above")]);
-                data.texts.push(text);
-            }
-            if data.classes.len() < 2 {
-                return Err(SweepError::Data(format!(
-                    "{}: field `{second_field}` has fewer than 2 classes",
-                    path.display()
-                )));
-            }
-        }
-        TrialKind::Retrieval => {
-            // A query shared by several documents has no single right answer: left out.
-            for (row, (text, query)) in rows.into_iter().enumerate() {
-                if let Some(query) = query.filter(|q| query_count[q] == 1) {
-                    data.queries.push(query);
-                    data.query_docs.push(row as u32);
-                }
-                data.texts.push(text);
-            }
-            if data.queries.len() < 10 {
-                return Err(SweepError::Data(format!(
-                    "{}: only {} documents have a unique `{second_field}` to use as a query; need at least 10",
-                    path.display(),
-                    data.queries.len()
-                )));
-            }
-        }
-    }
+    let rows = usable_rows(config, &records, &second_field, &mut data.skipped);
+    let filled = match config.trial {
+        TrialKind::Classifier => fill_classes(&mut data, rows)
+            .map_err(|_| format!("field `{second_field}` has fewer than 2 classes")),
+        TrialKind::Retrieval => fill_queries(&mut data, rows).map_err(|found| {
+            format!(
+                "only {found} documents have a unique `{second_field}` to use as a query; need at least 10"
+            )
+        }),
+    };
+    filled.map_err(|problem| SweepError::Data(format!("{}: {problem}", path.display())))?;
     let mut hasher = Sha256::new();
     hasher.update(model_fingerprint);
     hasher.update(format!(
@@ -170,6 +102,100 @@ pub fn read_sweep_data(
     hasher.update(Sha256::digest(&bytes));
     data.key = sha256_hex(&hasher.finalize())[..24].to_owned();
     Ok(data)
+}
+
+type JsonRecord = serde_json::Map<String, Value>;
+
+/// The file's JSON objects with their line numbers; lines that are not one are skipped
+/// (said in `skipped`), blank lines ignored.
+fn json_records(bytes: &[u8], skipped: &mut Vec<SkippedRecord>) -> Vec<(u64, JsonRecord)> {
+    let mut records = Vec::new();
+    for (line_no, line) in numbered_lines(bytes) {
+        if is_blank(line) {
+            continue;
+        }
+        match line_text(line).and_then(json_object) {
+            Ok(record) => records.push((line_no, record)),
+            Err(reason) => skipped.push(SkippedRecord {
+                line: line_no,
+                reason,
+            }),
+        }
+    }
+    records
+}
+
+/// Each record's text and its `second_field` (label or query), records without a text
+/// (or, for a classifier, without a label) skipped.
+fn usable_rows(
+    config: &SweepConfig,
+    records: &[(u64, JsonRecord)],
+    second_field: &str,
+    skipped: &mut Vec<SkippedRecord>,
+) -> Vec<(String, Option<String>)> {
+    let mut rows = Vec::new();
+    for (line, record) in records {
+        let Some(text) = field_of(record, &config.text_field) else {
+            skipped.push(SkippedRecord {
+                line: *line,
+                reason: format!("missing or empty text field `{}`", config.text_field),
+            });
+            continue;
+        };
+        let second = field_of(record, second_field);
+        if config.trial == TrialKind::Classifier && second.is_none() {
+            skipped.push(SkippedRecord {
+                line: *line,
+                reason: format!("missing label field `{second_field}`"),
+            });
+            continue;
+        }
+        rows.push((text, second));
+    }
+    rows
+}
+
+/// A classifier's data: the texts, each label as an index into the sorted classes. Errs
+/// with the number of classes when there are fewer than two.
+fn fill_classes(data: &mut SweepData, rows: Vec<(String, Option<String>)>) -> Result<(), usize> {
+    let classes: BTreeSet<String> = rows.iter().filter_map(|r| r.1.clone()).collect();
+    data.classes = classes.into_iter().collect();
+    let index: HashMap<&str, u32> = data
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i as u32))
+        .collect();
+    for (text, label) in rows {
+        data.labels
+            .push(index[label.as_deref().expect("usable_rows keeps labelled rows")]);
+        data.texts.push(text);
+    }
+    match data.classes.len() {
+        classes @ (0 | 1) => Err(classes),
+        _ => Ok(()),
+    }
+}
+
+/// A retrieval sweep's data: every text, and the queries that name one document alone (a
+/// query shared by several documents has no single right answer: left out). Errs with
+/// the number found when there are fewer than ten.
+fn fill_queries(data: &mut SweepData, rows: Vec<(String, Option<String>)>) -> Result<(), usize> {
+    let mut query_count: HashMap<String, u32> = HashMap::new();
+    for query in rows.iter().filter_map(|r| r.1.as_ref()) {
+        *query_count.entry(query.clone()).or_default() += 1;
+    }
+    for (row, (text, query)) in rows.into_iter().enumerate() {
+        if let Some(query) = query.filter(|q| query_count[q] == 1) {
+            data.queries.push(query);
+            data.query_docs.push(row as u32);
+        }
+        data.texts.push(text);
+    }
+    match data.queries.len() {
+        found if found < 10 => Err(found),
+        _ => Ok(()),
+    }
 }
 
 fn f32_bytes(rows: &[Vec<f32>]) -> Vec<u8> {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use prost::Message;
 use resident_proto::{SeededRng, pb};
-use resident_sdk::{Cluster, EmbedPool, SdkError, SubmitOptions, TaskOutput};
+use resident_sdk::{Cluster, EmbedPool, JobStream, Pool, SdkError, SubmitOptions, TaskOutput};
 
 use super::SweepError;
 use super::config::SweepConfig;
@@ -346,65 +346,22 @@ async fn run_trials(
         resumed: &results,
     });
 
-    let (segments_tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
-    let job_name = format!("sweep-{}", config.name);
-    let mut outputs = pool
-        .submit_with(
-            &job_name,
-            tokio_stream::wrappers::UnboundedReceiverStream::new(segments_rx),
-            SubmitOptions {
-                window: (actors * per_actor) as u32,
-                method: TRIAL_METHOD.to_owned(),
-                ..SubmitOptions::default()
-            },
-        )
-        .await?;
-    let mut in_flight: HashMap<u64, Segment> = HashMap::new();
-    let mut runs: HashMap<usize, TrialRun> = HashMap::new();
-    let mut next_seq = 0u64;
+    let (mut segments, mut outputs) = Segments::open(pool, config, actors * per_actor).await?;
     let dataset = publish_dataset(config, &prepared.cache, &prepared.data.key).await?;
     if !results.is_empty() {
         report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
     }
     while !driver.finished() {
-        for segment in driver.next_segments() {
-            let run = runs.entry(segment.trial).or_default();
-            run.started.get_or_insert_with(Instant::now);
-            let params = &trials[segment.trial];
-            let checkpoint = run.checkpoint.clone();
-            let payload = trial_payload(config, &dataset, params, &segment, checkpoint);
-            in_flight.insert(next_seq, segment);
-            next_seq += 1;
-            segments_tx
-                .send(payload)
-                .map_err(|_| SweepError::Cluster("the sweep's job stream closed".into()))?;
-        }
+        segments.send_next(&mut driver, &trials, config, &dataset)?;
         let Some(output) = outputs.next().await else {
             return Err(SweepError::Cluster(
                 "the scheduler ended the sweep's job early".into(),
             ));
         };
-        let output: TaskOutput = output?;
-        let segment = in_flight.remove(&output.seq).ok_or_else(|| {
-            SweepError::Cluster(format!("result for unknown task {}", output.seq))
-        })?;
-        let run = runs.entry(segment.trial).or_default();
-        run.actor_id = output.actor_id.to_string();
-        let response = output.output.and_then(|bytes| {
-            pb::TrialResponse::decode(bytes).map_err(|e| format!("not a TrialResponse: {e}"))
-        });
         // This result may end its trial, and ASHA decisions it unblocks may end others.
-        let ended = match response {
-            Ok(response) => {
-                run.checkpoint = response.checkpoint;
-                run.train_micros += response.train_micros;
-                driver.on_segment_done(segment.trial, &response.metrics)
-            }
-            Err(error) => driver.on_segment_failed(segment.trial, error),
-        };
+        let ended = segments.take(output?, &mut driver)?;
         let any_ended = !ended.is_empty();
-        for trial in ended {
-            let run = runs.remove(&trial).unwrap_or_default();
+        for (trial, run) in ended {
             let result = trial_result(&driver, trial, run);
             // The append's fsync runs on tokio's blocking pool, off the runtime threads.
             let (path, line) = (results_path.clone(), result.clone());
@@ -424,6 +381,95 @@ async fn run_trials(
         results,
         resumed_trials,
     })
+}
+
+/// The trial segments sent on the sweep's job and the trials they belong to.
+struct Segments {
+    tx: tokio::sync::mpsc::UnboundedSender<prost::bytes::Bytes>,
+    /// Each segment sent and not yet answered, by its task's sequence number.
+    in_flight: HashMap<u64, Segment>,
+    runs: HashMap<usize, TrialRun>,
+    next_seq: u64,
+}
+
+impl Segments {
+    /// Opens the sweep's job on `pool`, `window` segments in flight at most.
+    async fn open(
+        pool: &Pool,
+        config: &SweepConfig,
+        window: usize,
+    ) -> Result<(Segments, JobStream), SweepError> {
+        let (tx, segments_rx) = tokio::sync::mpsc::unbounded_channel();
+        let outputs = pool
+            .submit_with(
+                &format!("sweep-{}", config.name),
+                tokio_stream::wrappers::UnboundedReceiverStream::new(segments_rx),
+                SubmitOptions {
+                    window: window as u32,
+                    method: TRIAL_METHOD.to_owned(),
+                    ..SubmitOptions::default()
+                },
+            )
+            .await?;
+        let segments = Segments {
+            tx,
+            in_flight: HashMap::new(),
+            runs: HashMap::new(),
+            next_seq: 0,
+        };
+        Ok((segments, outputs))
+    }
+
+    /// Sends every segment the driver wants run now, each resuming its trial's checkpoint.
+    fn send_next(
+        &mut self,
+        driver: &mut SweepDriver,
+        trials: &[Params],
+        config: &SweepConfig,
+        dataset: &DatasetRef,
+    ) -> Result<(), SweepError> {
+        for segment in driver.next_segments() {
+            let run = self.runs.entry(segment.trial).or_default();
+            run.started.get_or_insert_with(Instant::now);
+            let params = &trials[segment.trial];
+            let checkpoint = run.checkpoint.clone();
+            let payload = trial_payload(config, dataset, params, &segment, checkpoint);
+            self.in_flight.insert(self.next_seq, segment);
+            self.next_seq += 1;
+            self.tx
+                .send(payload)
+                .map_err(|_| SweepError::Cluster("the sweep's job stream closed".into()))?;
+        }
+        Ok(())
+    }
+
+    /// Tells the driver how a segment went; the trials that ended with it, and how each ran.
+    fn take(
+        &mut self,
+        output: TaskOutput,
+        driver: &mut SweepDriver,
+    ) -> Result<Vec<(usize, TrialRun)>, SweepError> {
+        let segment = self.in_flight.remove(&output.seq).ok_or_else(|| {
+            SweepError::Cluster(format!("result for unknown task {}", output.seq))
+        })?;
+        let run = self.runs.entry(segment.trial).or_default();
+        run.actor_id = output.actor_id.to_string();
+        let response = output.output.and_then(|bytes| {
+            pb::TrialResponse::decode(bytes).map_err(|e| format!("not a TrialResponse: {e}"))
+        });
+        let ended = match response {
+            Ok(response) => {
+                run.checkpoint = response.checkpoint;
+                run.train_micros += response.train_micros;
+                driver.on_segment_done(segment.trial, &response.metrics)
+            }
+            Err(error) => driver.on_segment_failed(segment.trial, error),
+        };
+        Ok(ended
+            .into_iter()
+            .map(|trial| (trial, self.runs.remove(&trial).unwrap_or_default()))
+            .collect())
+    }
 }
 
 /// Trials finished by an earlier run count as they are (the driver is told their metrics);

@@ -186,6 +186,43 @@ pub struct FastBert {
     relative: Option<(RelativeBias, Tensor)>,
 }
 
+impl Layer {
+    /// Layer `l`'s weights, BERT's names or MPNet's, the query pre-scaled by
+    /// `1/sqrt(head_dim)` and fused with the key and value.
+    fn load(config: &BertConfig, l: VarBuilder) -> candle_core::Result<Self> {
+        let h = config.hidden_size;
+        let eps = config.layer_norm_eps;
+        let scale = 1.0 / ((h / config.num_attention_heads) as f64).sqrt();
+        let attn = l.pp("attention");
+        let (query, key, value, attention_out, attention_norm) = if config.is_mpnet() {
+            let a = attn.pp("attn");
+            (
+                Dense::load(a.pp("q"), h, h)?,
+                Dense::load(a.pp("k"), h, h)?,
+                Dense::load(a.pp("v"), h, h)?,
+                Dense::load(a.pp("o"), h, h)?,
+                layer_norm(attn.pp("LayerNorm"), h, eps)?,
+            )
+        } else {
+            (
+                Dense::load(attn.pp("self.query"), h, h)?,
+                Dense::load(attn.pp("self.key"), h, h)?,
+                Dense::load(attn.pp("self.value"), h, h)?,
+                Dense::load(attn.pp("output.dense"), h, h)?,
+                layer_norm(attn.pp("output.LayerNorm"), h, eps)?,
+            )
+        };
+        Ok(Layer {
+            qkv: Dense::fused(&[query.scaled(scale)?, key, value])?,
+            attention_out,
+            attention_norm,
+            intermediate: Dense::load(l.pp("intermediate.dense"), h, config.intermediate_size)?,
+            output: Dense::load(l.pp("output.dense"), config.intermediate_size, h)?,
+            output_norm: layer_norm(l.pp("output.LayerNorm"), h, eps)?,
+        })
+    }
+}
+
 impl FastBert {
     pub fn load(config: BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
         let prefix = if config.is_mpnet() { "mpnet" } else { "bert" };
@@ -211,60 +248,12 @@ impl FastBert {
                 .get(0)?
         };
         let embedding_norm = layer_norm(emb.pp("LayerNorm"), h, config.layer_norm_eps)?;
-        let head_dim = h / config.num_attention_heads;
-        let scale = 1.0 / (head_dim as f64).sqrt();
-        let eps = config.layer_norm_eps;
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for i in 0..config.num_hidden_layers {
-            let l = vb.pp("encoder.layer").pp(i);
-            let attn = l.pp("attention");
-            let (query, key, value, attention_out, attention_norm) = if config.is_mpnet() {
-                let a = attn.pp("attn");
-                (
-                    Dense::load(a.pp("q"), h, h)?,
-                    Dense::load(a.pp("k"), h, h)?,
-                    Dense::load(a.pp("v"), h, h)?,
-                    Dense::load(a.pp("o"), h, h)?,
-                    layer_norm(attn.pp("LayerNorm"), h, eps)?,
-                )
-            } else {
-                (
-                    Dense::load(attn.pp("self.query"), h, h)?,
-                    Dense::load(attn.pp("self.key"), h, h)?,
-                    Dense::load(attn.pp("self.value"), h, h)?,
-                    Dense::load(attn.pp("output.dense"), h, h)?,
-                    layer_norm(attn.pp("output.LayerNorm"), h, eps)?,
-                )
-            };
-            layers.push(Layer {
-                qkv: Dense::fused(&[query.scaled(scale)?, key, value])?,
-                attention_out,
-                attention_norm,
-                intermediate: Dense::load(l.pp("intermediate.dense"), h, config.intermediate_size)?,
-                output: Dense::load(l.pp("output.dense"), config.intermediate_size, h)?,
-                output_norm: layer_norm(l.pp("output.LayerNorm"), h, eps)?,
-            });
-        }
-        let relative = match (config.is_mpnet(), config.relative_attention_num_buckets) {
-            (false, _) => None,
-            (true, buckets) => {
-                let buckets = buckets.unwrap_or(32);
-                let heads = config.num_attention_heads;
-                let table = vb
-                    .get((buckets, heads), "encoder.relative_attention_bias.weight")?
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?;
-                let bias = RelativeBias::new(&table, buckets, heads, config.max_tokens());
-                let width = 2 * config.max_tokens() - 1;
-                let on_device = Tensor::from_vec(
-                    bias.by_offset().to_vec(),
-                    (heads, width),
-                    positions.device(),
-                )?
-                .to_dtype(positions.dtype())?;
-                Some((bias, on_device))
-            }
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| Layer::load(&config, vb.pp("encoder.layer").pp(i)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let relative = match config.is_mpnet() {
+            false => None,
+            true => Some(Self::load_relative_bias(&config, &vb, &positions)?),
         };
         Ok(Self {
             config,
@@ -275,6 +264,31 @@ impl FastBert {
             layers,
             relative,
         })
+    }
+
+    /// MPNet's relative attention bias, and the same as `[heads, 2p-1]` on the device in
+    /// the dtype of `positions`.
+    fn load_relative_bias(
+        config: &BertConfig,
+        vb: &VarBuilder,
+        positions: &Tensor,
+    ) -> candle_core::Result<(RelativeBias, Tensor)> {
+        let buckets = config.relative_attention_num_buckets.unwrap_or(32);
+        let heads = config.num_attention_heads;
+        let table = vb
+            .get((buckets, heads), "encoder.relative_attention_bias.weight")?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let bias = RelativeBias::new(&table, buckets, heads, config.max_tokens());
+        let width = 2 * config.max_tokens() - 1;
+        let on_device = Tensor::from_vec(
+            bias.by_offset().to_vec(),
+            (heads, width),
+            positions.device(),
+        )?
+        .to_dtype(positions.dtype())?;
+        Ok((bias, on_device))
     }
 
     /// MPNet's `[heads, t, t]` relative bias for sequences of `t` tokens.

@@ -448,6 +448,34 @@ fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError>
     }
 }
 
+/// The model's `tokenizer.json`, truncating at `max_seq_length` tokens, unpadded.
+fn load_tokenizer(
+    dir: &std::path::Path,
+    roots: &FileRoots,
+    max_seq_length: usize,
+) -> Result<Tokenizer, ModelError> {
+    let tokenizer_json = roots.read_model_file(&dir.join("tokenizer.json"), MAX_TOKENIZER_BYTES)?;
+    let mut tokenizer = Tokenizer::from_bytes(&tokenizer_json)
+        .map_err(|e| ModelError::Load(format!("tokenizer.json: {e}")))?;
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: max_seq_length,
+            ..Default::default()
+        }))
+        .map_err(|e| ModelError::Load(format!("tokenizer truncation: {e}")))?;
+    tokenizer.with_padding(None);
+    Ok(tokenizer)
+}
+
+/// The weight files' total size (those that cannot be read count nothing).
+fn weight_bytes(weights: &[std::path::PathBuf]) -> u64 {
+    weights
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 impl Embedder {
     /// Loads the model `config` names, reading only under `roots` (whose data roots also
     /// bound the sweep datasets this actor's trials read).
@@ -473,39 +501,21 @@ impl Embedder {
         let max_seq_length = config
             .max_seq_length
             .map_or(layout.max_seq_length, |m| m.min(layout.max_seq_length));
-        let tokenizer_json =
-            roots.read_model_file(&dir.join("tokenizer.json"), MAX_TOKENIZER_BYTES)?;
-        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_json)
-            .map_err(|e| ModelError::Load(format!("tokenizer.json: {e}")))?;
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_seq_length,
-                ..Default::default()
-            }))
-            .map_err(|e| ModelError::Load(format!("tokenizer truncation: {e}")))?;
-        tokenizer.with_padding(None);
+        let tokenizer = load_tokenizer(&dir, &roots, max_seq_length)?;
         let encoder = load_encoder(&layout, &device, dtype)?;
         let hashing = std::time::Instant::now();
         let content_fingerprint =
             fingerprint::model_content_fingerprint(&dir, &layout.weights, &roots)?;
         tracing::debug!(seconds = hashing.elapsed().as_secs_f64(), %content_fingerprint, "model fingerprint");
-        let weight_bytes: u64 = layout
-            .weights
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-            .sum();
-        let vram_bytes = if gpu {
-            estimate_vram(
-                weight_bytes,
+        let vram_bytes = match gpu {
+            true => estimate_vram(
+                weight_bytes(&layout.weights),
                 dtype,
                 max_batch_tokens,
                 encoder.spec().hidden_size,
-            )
-        } else {
-            0
+            ),
+            false => 0,
         };
-
         let tokenize_threads = config.tokenize_threads.unwrap_or(if gpu {
             std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
         } else {
@@ -638,32 +648,47 @@ impl Embedder {
         rows_done: &mut dyn FnMut(usize),
     ) -> Result<pb::EmbedResponse, ModelError> {
         let started = Instant::now();
-        let lengths: Vec<usize> = chunk.ids.iter().map(Vec::len).collect();
-        let mut pending: Vec<Vec<usize>> =
-            batching::plan_batches(&lengths, self.max_batch_tokens, self.max_batch_size);
-        pending.reverse();
-        let (tokens, _) = batching::token_counts(&lengths, &pending);
-        let dim = self.encoder.spec().hidden_size;
         let how = BatchPooling {
             normalize: self.layout.normalize && !chunk.skip_model_normalize,
             skip: chunk.pool_skip,
         };
         // Progress counts texts: windows embedded, scaled to the texts they come from.
         let texts = chunk.rows();
-        let rows_total = lengths.len().max(1);
+        let rows_total = chunk.ids.len().max(1);
+        let embedded = self.embed_rows(&chunk.ids, how, &mut |rows| {
+            rows_done(rows * texts / rows_total)
+        })?;
+        let model_micros = started.elapsed().as_micros() as u64;
+        Ok(self.response(chunk, embedded, how, model_micros))
+    }
+
+    /// One vector for each of `ids`, in order, batch by batch under the token budget;
+    /// `rows_done` hears the rows embedded so far after each batch. Out of GPU memory, the
+    /// budget halves and the batch runs again split.
+    fn embed_rows(
+        &mut self,
+        ids: &[Vec<u32>],
+        how: BatchPooling,
+        rows_done: &mut dyn FnMut(usize),
+    ) -> Result<EmbeddedRows, ModelError> {
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let mut pending: Vec<Vec<usize>> =
+            batching::plan_batches(&lengths, self.max_batch_tokens, self.max_batch_size);
+        pending.reverse();
+        let (tokens, _) = batching::token_counts(&lengths, &pending);
         let mut rows: Vec<Option<Vec<f32>>> = vec![None; lengths.len()];
         let (mut padded, mut batches, mut embedded) = (0usize, 0u32, 0usize);
         while let Some(batch) = pending.pop() {
-            let ids: Vec<&[u32]> = batch.iter().map(|&i| chunk.ids[i].as_slice()).collect();
-            match self.run_batch_pooled(&ids, how) {
+            let batch_ids: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+            match self.run_batch_pooled(&batch_ids, how) {
                 Ok(vectors) => {
-                    padded += batch.len() * ids.iter().map(|t| t.len()).max().unwrap_or(0);
+                    padded += batch.len() * batch_ids.iter().map(|t| t.len()).max().unwrap_or(0);
                     batches += 1;
                     embedded += batch.len();
                     for (index, vector) in batch.into_iter().zip(vectors) {
                         rows[index] = Some(vector);
                     }
-                    rows_done(embedded * texts / rows_total);
+                    rows_done(embedded);
                 }
                 Err(error) if crate::error::is_out_of_memory(&error) && batch.len() > 1 => {
                     self.max_batch_tokens = (self.max_batch_tokens / 2).max(16);
@@ -692,6 +717,24 @@ impl Embedder {
             .into_iter()
             .map(|row| row.ok_or_else(|| ModelError::Task("a text was not embedded".into())))
             .collect::<Result<_, _>>()?;
+        Ok(EmbeddedRows {
+            rows,
+            tokens,
+            padded,
+            batches,
+        })
+    }
+
+    /// The chunk's answer: its rows' vectors (or each text's mean over its windows) as
+    /// little-endian f32, with what it took.
+    fn response(
+        &self,
+        chunk: TokenizedChunk,
+        embedded: EmbeddedRows,
+        how: BatchPooling,
+        model_micros: u64,
+    ) -> pb::EmbedResponse {
+        let dim = self.encoder.spec().hidden_size;
         let window_count = chunk.windows.as_ref().map_or(0, |w| w.row_texts.len());
         // A text's rows are consecutive: a run longer than one is a text that was cut.
         let texts_split = chunk.windows.as_ref().map_or(0, |w| {
@@ -700,23 +743,28 @@ impl Embedder {
                 .filter(|run| run.len() > 1)
                 .count()
         });
+        let texts = chunk.rows();
         let (rows, row_texts, ranges) = match chunk.windows {
-            None => (rows, Vec::new(), Vec::new()),
+            None => (embedded.rows, Vec::new(), Vec::new()),
             Some(windows) if windows.mean => (
-                mean_of_windows(&rows, &windows.row_texts, windows.texts, how.normalize),
+                mean_of_windows(
+                    &embedded.rows,
+                    &windows.row_texts,
+                    windows.texts,
+                    how.normalize,
+                ),
                 Vec::new(),
                 Vec::new(),
             ),
-            Some(windows) => (rows, windows.row_texts, windows.ranges),
+            Some(windows) => (embedded.rows, windows.row_texts, windows.ranges),
         };
-        let model_micros = started.elapsed().as_micros() as u64;
         let mut vectors = Vec::with_capacity(rows.len() * dim * 4);
         for row in &rows {
             for value in row {
                 vectors.extend_from_slice(&value.to_le_bytes());
             }
         }
-        Ok(pb::EmbedResponse {
+        pb::EmbedResponse {
             count: rows.len() as u32,
             row_texts,
             row_char_starts: ranges.iter().map(|r| r.0 as u32).collect(),
@@ -726,20 +774,31 @@ impl Embedder {
             texts_split: texts_split as u32,
             dim: dim as u32,
             vectors: vectors.into(),
-            tokens: tokens as u64,
-            padded_tokens: padded as u64,
+            tokens: embedded.tokens as u64,
+            padded_tokens: embedded.padded as u64,
             truncated_rows: chunk.truncated_rows,
             tokenize_micros: chunk.tokenize_micros,
             model_micros,
             total_micros: chunk.tokenize_micros + model_micros,
-            batches,
+            batches: embedded.batches,
             device: format!("{:?}", self.device.location()),
             dtype: format!("{:?}", self.dtype).to_ascii_lowercase(),
             max_batch_tokens: self.max_batch_tokens as u64,
             model_fingerprint: self.content_fingerprint.clone(),
             prompt: chunk.prompt,
-        })
+        }
     }
+}
+
+/// A chunk's rows once embedded, with what it took.
+struct EmbeddedRows {
+    /// One vector per row, in order.
+    rows: Vec<Vec<f32>>,
+    /// Tokens of the rows, padding left out.
+    tokens: usize,
+    /// Tokens the batches ran, padding included.
+    padded: usize,
+    batches: u32,
 }
 
 /// One vector per text from its windows' vectors (`rows`, each of text `row_texts`): their

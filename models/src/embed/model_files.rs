@@ -166,36 +166,8 @@ pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelEr
         .then(|| read_json(&pooling_dir.join("config.json"), roots))
         .transpose()?;
     let include_prompt = pooling_config.as_ref().is_none_or(|p| p.include_prompt);
-    let st_config: SentenceTransformersConfig =
-        match dir.join("config_sentence_transformers.json").is_file() {
-            true => read_json(&dir.join("config_sentence_transformers.json"), roots)?,
-            false => SentenceTransformersConfig::default(),
-        };
-    if let Some(name) = &st_config.default_prompt_name
-        && !st_config.prompts.contains_key(name)
-    {
-        return Err(ModelError::Load(format!(
-            "config_sentence_transformers.json names `{name}` as the default prompt, but its \
-             prompts are {:?}",
-            st_config.prompts.keys().collect::<Vec<_>>()
-        )));
-    }
-    let default_pooling = match architecture {
-        Architecture::Bert => Pooling::Mean,
-        Architecture::Qwen3 => Pooling::LastToken,
-    };
-    let pooling = match pooling_config {
-        None => default_pooling,
-        Some(p) if p.pooling_mode_max_tokens && !p.pooling_mode_mean_tokens => {
-            return Err(ModelError::Load(
-                "max-token pooling is not supported".into(),
-            ));
-        }
-        Some(p) if p.pooling_mode_lasttoken => Pooling::LastToken,
-        Some(p) if p.pooling_mode_cls_token => Pooling::Cls,
-        Some(p) if p.pooling_mode_mean_tokens => Pooling::Mean,
-        Some(_) => default_pooling,
-    };
+    let st_config = read_prompts(dir, roots)?;
+    let pooling = pooling_of(pooling_config, architecture)?;
     let normalize = if modules.is_empty() {
         architecture == Architecture::Qwen3
     } else {
@@ -218,6 +190,50 @@ pub fn read_layout(dir: &Path, roots: &FileRoots) -> Result<ModelLayout, ModelEr
         prompts: st_config.prompts,
         default_prompt_name: st_config.default_prompt_name,
         include_prompt,
+    })
+}
+
+/// `config_sentence_transformers.json` (its prompts), or none; its default prompt must be
+/// one of its prompts.
+fn read_prompts(dir: &Path, roots: &FileRoots) -> Result<SentenceTransformersConfig, ModelError> {
+    let path = dir.join("config_sentence_transformers.json");
+    let config: SentenceTransformersConfig = match path.is_file() {
+        true => read_json(&path, roots)?,
+        false => SentenceTransformersConfig::default(),
+    };
+    if let Some(name) = &config.default_prompt_name
+        && !config.prompts.contains_key(name)
+    {
+        return Err(ModelError::Load(format!(
+            "config_sentence_transformers.json names `{name}` as the default prompt, but its \
+             prompts are {:?}",
+            config.prompts.keys().collect::<Vec<_>>()
+        )));
+    }
+    Ok(config)
+}
+
+/// The pooling the model's pooling module asks for, else its architecture's usual one
+/// (mean for BERT-likes, the last token for Qwen3).
+fn pooling_of(
+    config: Option<PoolingConfig>,
+    architecture: Architecture,
+) -> Result<Pooling, ModelError> {
+    let default_pooling = match architecture {
+        Architecture::Bert => Pooling::Mean,
+        Architecture::Qwen3 => Pooling::LastToken,
+    };
+    Ok(match config {
+        None => default_pooling,
+        Some(p) if p.pooling_mode_max_tokens && !p.pooling_mode_mean_tokens => {
+            return Err(ModelError::Load(
+                "max-token pooling is not supported".into(),
+            ));
+        }
+        Some(p) if p.pooling_mode_lasttoken => Pooling::LastToken,
+        Some(p) if p.pooling_mode_cls_token => Pooling::Cls,
+        Some(p) if p.pooling_mode_mean_tokens => Pooling::Mean,
+        Some(_) => default_pooling,
     })
 }
 

@@ -66,6 +66,74 @@ fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Option<u32> {
     metadata.get(key).and_then(|v| v.to_u32().ok())
 }
 
+/// Merges as pairs of tokens.
+fn merges(metadata: &HashMap<String, Value>) -> Result<Vec<(String, String)>, ModelError> {
+    strings(
+        field(metadata, "tokenizer.ggml.merges")?,
+        "tokenizer.ggml.merges",
+    )?
+    .into_iter()
+    .map(|merge| {
+        merge
+            .split_once(' ')
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .ok_or_else(|| load_error(format!("merge `{merge}` is not two tokens")))
+    })
+    .collect()
+}
+
+/// The byte-level BPE tokenizer of `tokens` and the file's merges: its pre-tokenizer as
+/// `tokenizer.ggml.pre` names it, control and user-defined tokens special.
+fn bpe_tokenizer(
+    metadata: &HashMap<String, Value>,
+    tokens: &[String],
+) -> Result<Tokenizer, ModelError> {
+    let types: Vec<i32> = match metadata.get("tokenizer.ggml.token_type") {
+        Some(value) => value
+            .to_vec()
+            .map_err(load_error)?
+            .iter()
+            .map(|v| v.to_i32())
+            .collect::<Result<_, _>>()
+            .map_err(load_error)?,
+        None => vec![1; tokens.len()],
+    };
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, token)| (token.clone(), id as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges(metadata)?)
+        .build()
+        .map_err(load_error)?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let pre = metadata
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.to_string().ok())
+        .map(String::as_str)
+        .unwrap_or("default");
+    let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
+    let pre_tokenizer = if PRE_WITH_SINGLE_DIGITS.contains(&pre) {
+        PreTokenizerWrapper::Sequence(Sequence::new(vec![
+            PreTokenizerWrapper::Digits(Digits::new(true)),
+            byte_level,
+        ]))
+    } else {
+        byte_level
+    };
+    tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
+    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+    let special: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, kind)| matches!(**kind, TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
+        .map(|(token, _)| AddedToken::from(token.clone(), true))
+        .collect();
+    tokenizer.add_special_tokens(special).map_err(load_error)?;
+    Ok(tokenizer)
+}
+
 impl Vocab {
     /// Builds the tokenizer from `metadata`; only byte-level BPE (`gpt2`) is supported.
     pub fn from_metadata(metadata: &HashMap<String, Value>) -> Result<Self, ModelError> {
@@ -82,61 +150,7 @@ impl Vocab {
             field(metadata, "tokenizer.ggml.tokens")?,
             "tokenizer.ggml.tokens",
         )?;
-        let merges = strings(
-            field(metadata, "tokenizer.ggml.merges")?,
-            "tokenizer.ggml.merges",
-        )?
-        .into_iter()
-        .map(|merge| {
-            merge
-                .split_once(' ')
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or_else(|| load_error(format!("merge `{merge}` is not two tokens")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-        let types: Vec<i32> = match metadata.get("tokenizer.ggml.token_type") {
-            Some(value) => value
-                .to_vec()
-                .map_err(load_error)?
-                .iter()
-                .map(|v| v.to_i32())
-                .collect::<Result<_, _>>()
-                .map_err(load_error)?,
-            None => vec![1; tokens.len()],
-        };
-        let vocab: tokenizers::models::bpe::Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, token)| (token.clone(), id as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(load_error)?;
-        let mut tokenizer = Tokenizer::new(bpe);
-        let pre = metadata
-            .get("tokenizer.ggml.pre")
-            .and_then(|v| v.to_string().ok())
-            .map(String::as_str)
-            .unwrap_or("default");
-        let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
-        let pre_tokenizer = if PRE_WITH_SINGLE_DIGITS.contains(&pre) {
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![
-                PreTokenizerWrapper::Digits(Digits::new(true)),
-                byte_level,
-            ]))
-        } else {
-            byte_level
-        };
-        tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
-        tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, kind)| matches!(**kind, TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
-            .map(|(token, _)| AddedToken::from(token.clone(), true))
-            .collect();
-        tokenizer.add_special_tokens(special).map_err(load_error)?;
+        let tokenizer = bpe_tokenizer(metadata, &tokens)?;
         let eos = optional_u32(metadata, "tokenizer.ggml.eos_token_id")
             .ok_or_else(|| load_error("the file has no `tokenizer.ggml.eos_token_id`"))?;
         let mut end_tokens = vec![eos];

@@ -33,7 +33,7 @@ use candle_core::{DType, Device};
 use crate::ModelError;
 use crate::device::compute_capability;
 use attention::KvArena;
-use batcher::{SeqProgress, StepLimits, plan_step};
+use batcher::{SeqProgress, Span, StepLimits, plan_step};
 use decoder::{LlamaConfig, NextToken, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama};
 use gguf_vocab::Vocab;
@@ -224,6 +224,16 @@ pub struct GenerateModel {
 }
 
 /// One sequence in flight.
+/// The requests of one [`GenerateModel::generate`] call as they move through it.
+struct Batch {
+    /// Each request's answer once finished, in request order.
+    results: Vec<Option<Generation>>,
+    /// Requests not yet given a cache slot, in order.
+    waiting: VecDeque<usize>,
+    free_slots: Vec<usize>,
+    flight: Vec<InFlight>,
+}
+
 struct InFlight {
     request: usize,
     slot: usize,
@@ -442,51 +452,30 @@ impl GenerateModel {
 
     /// Completes every request with continuous batching; `on_token` hears of each token
     /// generated. Results come in request order.
+    ///
+    /// Each step admits waiting requests into free cache slots, runs one forward over the
+    /// planned rows (prefill spans and decode tokens), then picks each sequence's next token
+    /// and retires the finished ones.
     pub fn generate(
         &self,
         requests: &[GenerationRequest],
         limits: StepLimits,
         on_token: &mut dyn FnMut(),
     ) -> Result<Vec<Generation>, ModelError> {
-        let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
-        let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
-        let mut free_slots: Vec<usize> = (0..limits.max_sequences).rev().collect();
+        let mut batch = Batch {
+            results: vec![None; requests.len()],
+            waiting: (0..requests.len()).collect(),
+            free_slots: (0..limits.max_sequences).rev().collect(),
+            flight: Vec::new(),
+        };
         let mut kv = self.engine.cache(limits.max_sequences);
-        let mut flight: Vec<InFlight> = Vec::new();
         loop {
-            while let Some(&next) = waiting.front() {
-                let request = &requests[next];
-                if request.prompt.is_empty() || request.prompt.len() >= self.context() {
-                    results[next] = Some(self.too_long_or_empty(request));
-                    waiting.pop_front();
-                    continue;
-                }
-                let Some(slot) = free_slots.pop() else { break };
-                waiting.pop_front();
-                let constraint = match &request.grammar {
-                    Some(grammar) => Some(self.constraint(grammar)?),
-                    None => None,
-                };
-                flight.push(InFlight {
-                    request: next,
-                    slot,
-                    tokens: request.prompt.clone(),
-                    prompt_len: request.prompt.len(),
-                    cached: 0,
-                    sampler: Sampler::new(
-                        &request.sampling,
-                        &request.id,
-                        request.choice,
-                        &request.prompt,
-                    ),
-                    logprobs: Vec::new(),
-                    constraint,
-                });
-            }
-            if flight.is_empty() {
+            self.admit(requests, &mut batch)?;
+            if batch.flight.is_empty() {
                 break;
             }
-            let progress: Vec<SeqProgress> = flight
+            let progress: Vec<SeqProgress> = batch
+                .flight
                 .iter()
                 .map(|f| SeqProgress {
                     tokens: f.tokens.len(),
@@ -503,89 +492,159 @@ impl GenerateModel {
                 None => PhaseClock::off(self.engine.device()),
             };
             let spans = plan_step(&progress, limits);
-            let rows: Vec<Row> = spans
-                .iter()
-                .flat_map(|span| {
-                    let seq = &flight[span.seq];
-                    let greedy = self.argmax_is_enough(seq, &requests[seq.request]);
-                    (span.start..span.end).map(move |pos| Row {
-                        slot: seq.slot,
-                        pos,
-                        token: seq.tokens[pos],
-                        logits: span.logits && pos + 1 == span.end,
-                        greedy,
-                    })
-                })
-                .collect();
+            let rows = self.step_rows(&spans, &batch.flight, requests);
             if let Some(profile) = &self.profile {
                 profile.count_step(kind, rows.len());
             }
-            let mut logits = self.engine.forward(&rows, &mut kv, &mut clock)?.into_iter();
-            let mut finished = Vec::new();
-            for span in &spans {
-                let seq = &mut flight[span.seq];
-                seq.cached = span.end;
-                if !span.logits {
-                    continue;
-                }
-                let request = &requests[seq.request];
-                let logits = match logits.next().expect("one per span with logits") {
-                    NextToken::Logits(logits) => logits,
-                    NextToken::Greedy(next) => {
-                        seq.sampler.took(next);
-                        on_token();
-                        if let Some(done) = self.after_token(seq, next, request)? {
-                            results[seq.request] = Some(done);
-                            finished.push(span.seq);
-                        }
-                        continue;
-                    }
-                };
-                let generated = seq.tokens.len() - seq.prompt_len;
-                // Under a grammar, the grammar alone says when the text may end.
-                let suppressed = match generated < request.min_tokens && seq.constraint.is_none() {
-                    true => self.stop_tokens(request),
-                    false => Vec::new(),
-                };
-                let mask = match &mut seq.constraint {
-                    Some(constraint) => Some(constraint.allowed()?),
-                    None => None,
-                };
-                let allowed = mask
-                    .as_ref()
-                    .map(|mask| move |token: u32| grammar::allows(mask, token));
-                let next = seq.sampler.next(
-                    &logits,
-                    &suppressed,
-                    allowed.as_ref().map(|f| f as &dyn Fn(u32) -> bool),
-                );
-                if let Some(constraint) = &mut seq.constraint
-                    && !constraint.is_finished()
-                {
-                    constraint.accept(next)?;
-                }
-                if let Some(top) = request.logprobs {
-                    seq.logprobs
-                        .push(sampling::token_logprob(&logits, next, top));
-                }
-                on_token();
-                if let Some(done) = self.after_token(seq, next, &requests[seq.request])? {
-                    results[seq.request] = Some(done);
-                    finished.push(span.seq);
-                }
-            }
-            finished.sort_unstable_by(|a, b| b.cmp(a));
-            for index in finished {
-                free_slots.push(flight.remove(index).slot);
-            }
+            let logits = self.engine.forward(&rows, &mut kv, &mut clock)?;
+            self.take_tokens(&spans, logits, requests, &mut batch, on_token)?;
             clock
                 .lap(Phase::SampleAndStop)
                 .map_err(ModelError::from_candle)?;
         }
-        Ok(results
+        Ok(batch
+            .results
             .into_iter()
             .map(|r| r.expect("every request finished"))
             .collect())
+    }
+
+    /// Moves waiting requests into free cache slots, in order; an empty prompt, or one that
+    /// fills the context, is answered at once without a slot.
+    fn admit(&self, requests: &[GenerationRequest], batch: &mut Batch) -> Result<(), ModelError> {
+        while let Some(&next) = batch.waiting.front() {
+            let request = &requests[next];
+            if request.prompt.is_empty() || request.prompt.len() >= self.context() {
+                batch.results[next] = Some(self.too_long_or_empty(request));
+                batch.waiting.pop_front();
+                continue;
+            }
+            let Some(slot) = batch.free_slots.pop() else {
+                break;
+            };
+            batch.waiting.pop_front();
+            let constraint = match &request.grammar {
+                Some(grammar) => Some(self.constraint(grammar)?),
+                None => None,
+            };
+            batch.flight.push(InFlight {
+                request: next,
+                slot,
+                tokens: request.prompt.clone(),
+                prompt_len: request.prompt.len(),
+                cached: 0,
+                sampler: Sampler::new(
+                    &request.sampling,
+                    &request.id,
+                    request.choice,
+                    &request.prompt,
+                ),
+                logprobs: Vec::new(),
+                constraint,
+            });
+        }
+        Ok(())
+    }
+
+    /// The forward's rows for the planned `spans`: each span's tokens at their positions,
+    /// logits asked for on a span's last row when it needs them.
+    fn step_rows(
+        &self,
+        spans: &[Span],
+        flight: &[InFlight],
+        requests: &[GenerationRequest],
+    ) -> Vec<Row> {
+        spans
+            .iter()
+            .flat_map(|span| {
+                let seq = &flight[span.seq];
+                let greedy = self.argmax_is_enough(seq, &requests[seq.request]);
+                (span.start..span.end).map(move |pos| Row {
+                    slot: seq.slot,
+                    pos,
+                    token: seq.tokens[pos],
+                    logits: span.logits && pos + 1 == span.end,
+                    greedy,
+                })
+            })
+            .collect()
+    }
+
+    /// After a forward: advances each span's cache, picks the next token of every sequence
+    /// that got logits (or the engine's greedy pick), and frees the slots of those finished.
+    fn take_tokens(
+        &self,
+        spans: &[Span],
+        logits: Vec<NextToken>,
+        requests: &[GenerationRequest],
+        batch: &mut Batch,
+        on_token: &mut dyn FnMut(),
+    ) -> Result<(), ModelError> {
+        let mut logits = logits.into_iter();
+        let mut finished = Vec::new();
+        for span in spans {
+            let seq = &mut batch.flight[span.seq];
+            seq.cached = span.end;
+            if !span.logits {
+                continue;
+            }
+            let request = &requests[seq.request];
+            let next = match logits.next().expect("one per span with logits") {
+                NextToken::Logits(logits) => self.sample(seq, request, &logits)?,
+                NextToken::Greedy(next) => {
+                    seq.sampler.took(next);
+                    next
+                }
+            };
+            on_token();
+            if let Some(done) = self.after_token(seq, next, request)? {
+                batch.results[seq.request] = Some(done);
+                finished.push(span.seq);
+            }
+        }
+        finished.sort_unstable_by(|a, b| b.cmp(a));
+        for index in finished {
+            batch.free_slots.push(batch.flight.remove(index).slot);
+        }
+        Ok(())
+    }
+
+    /// Draws `seq`'s next token from `logits`: stop tokens held back until `min_tokens`,
+    /// only what the grammar allows, the token's logprobs kept when asked.
+    fn sample(
+        &self,
+        seq: &mut InFlight,
+        request: &GenerationRequest,
+        logits: &[f32],
+    ) -> Result<u32, ModelError> {
+        let generated = seq.tokens.len() - seq.prompt_len;
+        // Under a grammar, the grammar alone says when the text may end.
+        let suppressed = match generated < request.min_tokens && seq.constraint.is_none() {
+            true => self.stop_tokens(request),
+            false => Vec::new(),
+        };
+        let mask = match &mut seq.constraint {
+            Some(constraint) => Some(constraint.allowed()?),
+            None => None,
+        };
+        let allowed = mask
+            .as_ref()
+            .map(|mask| move |token: u32| grammar::allows(mask, token));
+        let next = seq.sampler.next(
+            logits,
+            &suppressed,
+            allowed.as_ref().map(|f| f as &dyn Fn(u32) -> bool),
+        );
+        if let Some(constraint) = &mut seq.constraint
+            && !constraint.is_finished()
+        {
+            constraint.accept(next)?;
+        }
+        if let Some(top) = request.logprobs {
+            seq.logprobs
+                .push(sampling::token_logprob(logits, next, top));
+        }
+        Ok(next)
     }
 
     /// Whether `seq`'s next token is its logits' argmax and nothing else needs the logits:

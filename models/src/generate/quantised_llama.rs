@@ -204,24 +204,7 @@ impl QuantisedLlama {
         if n == 0 {
             return Ok(Vec::new());
         }
-        // Each slot's room, made once for the step: growing it row by row moved the
-        // cache's memory once per doubling.
-        let mut needed: Vec<(usize, usize)> = Vec::new();
-        for row in rows {
-            if row.token as usize >= c.vocab {
-                return Err(ModelError::Task(format!(
-                    "token {} is outside the vocabulary of {}",
-                    row.token, c.vocab
-                )));
-            }
-            match needed.iter_mut().find(|(slot, _)| *slot == row.slot) {
-                Some((_, len)) => *len = (*len).max(row.pos + 1),
-                None => needed.push((row.slot, row.pos + 1)),
-            }
-        }
-        for (slot, len) in needed {
-            kv.reserve(slot, len)?;
-        }
+        self.reserve(rows, kv)?;
         let StepBuffers {
             x,
             h,
@@ -275,6 +258,41 @@ impl QuantisedLlama {
             matmul_into(&layer.w_down, gate, n, c.ffn, down)?;
             cpu_ops::add_assign(x, down);
         }
+        self.logits_of(rows, x, logits)
+    }
+
+    /// Checks each row's token against the vocabulary and makes each slot's room in `kv`
+    /// once for the step: growing it row by row moved the cache's memory once per doubling.
+    fn reserve(&self, rows: &[Row], kv: &mut KvArena) -> Result<(), ModelError> {
+        let vocab = self.config.vocab;
+        let mut needed: Vec<(usize, usize)> = Vec::new();
+        for row in rows {
+            if row.token as usize >= vocab {
+                return Err(ModelError::Task(format!(
+                    "token {} is outside the vocabulary of {vocab}",
+                    row.token
+                )));
+            }
+            match needed.iter_mut().find(|(slot, _)| *slot == row.slot) {
+                Some((_, len)) => *len = (*len).max(row.pos + 1),
+                None => needed.push((row.slot, row.pos + 1)),
+            }
+        }
+        for (slot, len) in needed {
+            kv.reserve(slot, len)?;
+        }
+        Ok(())
+    }
+
+    /// The logits of the rows that asked for them, from the last layer's hidden states `x`
+    /// (`logits` is the step's buffer for them).
+    fn logits_of(
+        &self,
+        rows: &[Row],
+        x: &[f32],
+        logits: &mut Vec<f32>,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.config;
         let wanted: Vec<f32> = rows
             .iter()
             .enumerate()

@@ -262,27 +262,8 @@ impl TypedActor for GenerateActor {
                     grammar,
                 } => {
                     let first = requests.len();
-                    requests.extend((0..params.n).map(|choice| GenerationRequest {
-                        id: prompt.id.clone(),
-                        choice,
-                        prompt: tokens.clone(),
-                        max_new_tokens: params.max_new_tokens.max(1) as usize,
-                        sampling: SamplingParams {
-                            temperature: params.temperature,
-                            top_p: params.top_p,
-                            top_k: params.top_k as usize,
-                            min_p: params.min_p,
-                            repetition_penalty: params.repetition_penalty,
-                            presence_penalty: params.presence_penalty,
-                            frequency_penalty: params.frequency_penalty,
-                            seed: params.seed,
-                        },
-                        stop: params.stop.clone(),
-                        stop_token_ids: params.stop_token_ids.clone(),
-                        min_tokens: params.min_tokens as usize,
-                        ignore_eos: params.ignore_eos,
-                        logprobs: params.logprobs.then_some(params.top_logprobs as usize),
-                        grammar: grammar.clone(),
+                    requests.extend((0..params.n).map(|choice| {
+                        generation_request(&prompt.id, choice, &tokens, &params, &grammar)
                     }));
                     plans.push(Ok((first..requests.len(), truncated)));
                 }
@@ -301,22 +282,7 @@ impl TypedActor for GenerateActor {
             .map(|(prompt, plan)| match plan {
                 Ok((range, truncated)) => {
                     let asked = requests[range.start].logprobs.is_some();
-                    let prompt_tokens = outputs[range.start].prompt_tokens as u32;
-                    let mut choices = outputs[range]
-                        .iter()
-                        .map(|output| choice(format, output, asked));
-                    let first = choices.next().expect("n is at least 1");
-                    Completion {
-                        id: prompt.id.clone(),
-                        text: first.text,
-                        prompt_tokens,
-                        generated_tokens: first.generated_tokens,
-                        finish_reason: first.finish_reason,
-                        truncated,
-                        logprobs: first.logprobs,
-                        more: choices.collect(),
-                        error: None,
-                    }
+                    completion(format, &prompt.id, &outputs[range], asked, truncated)
                 }
                 Err(error) => Completion {
                     id: prompt.id.clone(),
@@ -332,6 +298,65 @@ impl TypedActor for GenerateActor {
             })
             .collect();
         Ok(GenerateResponse { completions })
+    }
+}
+
+/// The engine's request for choice `choice` of a prompt fitted to `tokens`.
+fn generation_request(
+    id: &str,
+    choice: u32,
+    tokens: &[u32],
+    params: &GenerateParams,
+    grammar: &Option<Arc<OutputGrammar>>,
+) -> GenerationRequest {
+    GenerationRequest {
+        id: id.to_owned(),
+        choice,
+        prompt: tokens.to_vec(),
+        max_new_tokens: params.max_new_tokens.max(1) as usize,
+        sampling: SamplingParams {
+            temperature: params.temperature,
+            top_p: params.top_p,
+            top_k: params.top_k as usize,
+            min_p: params.min_p,
+            repetition_penalty: params.repetition_penalty,
+            presence_penalty: params.presence_penalty,
+            frequency_penalty: params.frequency_penalty,
+            seed: params.seed,
+        },
+        stop: params.stop.clone(),
+        stop_token_ids: params.stop_token_ids.clone(),
+        min_tokens: params.min_tokens as usize,
+        ignore_eos: params.ignore_eos,
+        logprobs: params.logprobs.then_some(params.top_logprobs as usize),
+        grammar: grammar.clone(),
+    }
+}
+
+/// A prompt's completion from the generations of its choices (the first is the answer,
+/// the rest `more`).
+fn completion(
+    format: &PromptFormat,
+    id: &str,
+    outputs: &[Generation],
+    asked_logprobs: bool,
+    truncated: bool,
+) -> Completion {
+    let prompt_tokens = outputs[0].prompt_tokens as u32;
+    let mut choices = outputs
+        .iter()
+        .map(|output| choice(format, output, asked_logprobs));
+    let first = choices.next().expect("n is at least 1");
+    Completion {
+        id: id.to_owned(),
+        text: first.text,
+        prompt_tokens,
+        generated_tokens: first.generated_tokens,
+        finish_reason: first.finish_reason,
+        truncated,
+        logprobs: first.logprobs,
+        more: choices.collect(),
+        error: None,
     }
 }
 

@@ -130,19 +130,7 @@ impl ActorHost {
             });
             return;
         };
-        let context = LoadContext {
-            actor_id: actor_id.clone(),
-            config: start.config.to_vec(),
-            device: DeviceAssignment {
-                gpu_indices: start.gpu_indices.clone(),
-                gpu_fraction: start.gpu_fraction,
-                vram_bytes: start.vram_bytes,
-                simulated: self.simulated_gpus,
-            },
-            roots: self.roots.clone(),
-            models: self.models.clone(),
-            progress: TaskProgress::new(self.outbound.clone(), self.progress_interval.clone()),
-        };
+        let context = self.load_context(&actor_id, &start);
         let capacity = start.max_in_flight.max(1) as usize + 1;
         let (commands, receiver) = mpsc::channel(capacity);
         let (health_tx, health) = watch::channel(ActorHealth::loading());
@@ -184,6 +172,23 @@ impl ActorHost {
                 vram_bytes: start.vram_bytes,
             },
         );
+    }
+
+    /// What the actor's kind loads its model with.
+    fn load_context(&self, actor_id: &ActorId, start: &pb::StartActor) -> LoadContext {
+        LoadContext {
+            actor_id: actor_id.clone(),
+            config: start.config.to_vec(),
+            device: DeviceAssignment {
+                gpu_indices: start.gpu_indices.clone(),
+                gpu_fraction: start.gpu_fraction,
+                vram_bytes: start.vram_bytes,
+                simulated: self.simulated_gpus,
+            },
+            roots: self.roots.clone(),
+            models: self.models.clone(),
+            progress: TaskProgress::new(self.outbound.clone(), self.progress_interval.clone()),
+        }
     }
 
     /// Asks the actor to stop after what it is doing; the thread drops the model and exits.

@@ -277,40 +277,11 @@ impl Session {
                     Err(status) => return Err(AgentError::Refused(status)),
                 },
                 Some(message) = self.uplink.recv() => forward(&mut self.host, &outbound, message),
-                _ = heartbeat.tick() => {
-                    let gpus = read_gpus(&self.probe).await;
-                    let message = heartbeat_message(&self.host, self.probe.as_ref(), gpus);
-                    // The heartbeat's reports are read now, while what the actors said
-                    // before may still wait in the uplink: an actor that died of a panic
-                    // sent its task's outcome first. Those go ahead of the heartbeat, so the
-                    // scheduler never hears of the death before the outcome that explains it.
-                    forward_queued(&mut self.host, &outbound, &mut self.uplink);
-                    if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
-                        (&self.config.observer, &message.body)
-                    {
-                        observer.publish(&node_id, self.host.observed(&beat.actors), beat.gpus.clone());
-                    }
-                    let _ = outbound.send(message);
-                }
+                _ = heartbeat.tick() => self.send_heartbeat(&outbound).await,
                 _ = cancel.cancelled(), if drain.is_none() => {
-                    let in_hand = self.host.tasks_in_hand();
-                    let drain_timeout = self.config.drain_timeout;
-                    tracing::info!(
-                        %node_id,
-                        tasks_in_hand = in_hand,
-                        drain_timeout = ?drain_timeout,
-                        "shutting down: draining (no new tasks; finishing those in hand)"
-                    );
-                    let _ = outbound.send(pb::AgentMessage {
-                        body: Some(pb::agent_message::Body::Drain(pb::Drain {
-                            deadline_ms: drain_timeout.as_millis() as u64,
-                            reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
-                        })),
-                    });
-                    if in_hand == 0 {
+                    if self.start_drain(&outbound) == 0 {
                         return leave(outbound, inbound, 0, &node_id).await;
                     }
-                    self.link = self.link.apply(LinkEvent::DrainUntil(Instant::now() + drain_timeout));
                 }
                 _ = tokio::time::sleep_until(give_up_at), if drain.is_some() => {
                     let abandoned = self.host.tasks_in_hand();
@@ -328,6 +299,54 @@ impl Session {
                 return leave(outbound, inbound, 0, &node_id).await;
             }
         }
+    }
+
+    /// Sends a heartbeat (the GPUs read now, the actors' reports) after what the actors
+    /// said before it, and shows it to the observer.
+    async fn send_heartbeat(&mut self, outbound: &mpsc::UnboundedSender<pb::AgentMessage>) {
+        let gpus = read_gpus(&self.probe).await;
+        let message = heartbeat_message(&self.host, self.probe.as_ref(), gpus);
+        // The heartbeat's reports are read now, while what the actors said before may still
+        // wait in the uplink: an actor that died of a panic sent its task's outcome first.
+        // Those go ahead of the heartbeat, so the scheduler never hears of the death before
+        // the outcome that explains it.
+        forward_queued(&mut self.host, outbound, &mut self.uplink);
+        if let (Some(observer), Some(pb::agent_message::Body::Heartbeat(beat))) =
+            (&self.config.observer, &message.body)
+        {
+            observer.publish(
+                &self.config.node_id,
+                self.host.observed(&beat.actors),
+                beat.gpus.clone(),
+            );
+        }
+        let _ = outbound.send(message);
+    }
+
+    /// Tells the scheduler this agent drains (no new tasks; those in hand finish within
+    /// the drain timeout) and returns the tasks in hand; with some, the link drains until
+    /// the deadline.
+    fn start_drain(&mut self, outbound: &mpsc::UnboundedSender<pb::AgentMessage>) -> usize {
+        let in_hand = self.host.tasks_in_hand();
+        let drain_timeout = self.config.drain_timeout;
+        tracing::info!(
+            node_id = %self.config.node_id,
+            tasks_in_hand = in_hand,
+            drain_timeout = ?drain_timeout,
+            "shutting down: draining (no new tasks; finishing those in hand)"
+        );
+        let _ = outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::Drain(pb::Drain {
+                deadline_ms: drain_timeout.as_millis() as u64,
+                reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
+            })),
+        });
+        if in_hand > 0 {
+            self.link = self
+                .link
+                .apply(LinkEvent::DrainUntil(Instant::now() + drain_timeout));
+        }
+        in_hand
     }
 
     /// Dials, registers this node (listing what the host holds) and reads the answer.

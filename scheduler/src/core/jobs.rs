@@ -234,31 +234,16 @@ impl Core {
         };
         job.live.insert(input.seq, task);
         let held = job.take_held(input.seq);
-        let record = TaskRecord {
-            job: stream.job.clone(),
-            seq: input.seq,
-            items,
-            pool: pool.clone(),
-            payload: input.payload,
-            lifecycle,
-            last_actor: None,
-            failures: 0,
-            node_losses: 0,
-            submitted_at: Instant::now(),
-            started_at: None,
-            last_error: String::new(),
-            items_running: 0,
-            crashes: 0,
-            first_crash_victims: Vec::new(),
-            charge,
-        };
+        let seq = input.seq;
+        let record =
+            TaskRecord::submitted(stream.job.clone(), pool.clone(), input, lifecycle, charge);
         let empty = record.payload.is_empty();
         self.tasks.insert(task, record);
         if empty {
             self.fail_task(task, "invalid argument: task payload is empty".into());
             return;
         }
-        if held.is_none() && self.awaits_inherited_run(&stream.job, input.seq) {
+        if held.is_none() && self.awaits_inherited_run(&stream.job, seq) {
             return;
         }
         if held.is_none()

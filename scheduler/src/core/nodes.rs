@@ -100,6 +100,33 @@ impl Core {
         }
     }
 
+    /// Ends the session `node_id` holds while alive: an agent that reconnected (same
+    /// generation) or restarted (a new one) with the same credential. Another credential
+    /// may not take a live node id over.
+    fn end_earlier_session(
+        &mut self,
+        node_id: &NodeId,
+        generation: &str,
+        credential: &str,
+    ) -> Result<(), SchedulerError> {
+        let Some(old) = self.nodes.get(node_id).filter(|old| old.alive) else {
+            return Ok(());
+        };
+        if old.credential != credential {
+            return Err(SchedulerError::PermissionDenied(format!(
+                "node id `{node_id}` is alive and held by credential `{}`; credential `{credential}` cannot take it over (give this agent its own --node-id, or stop the other agent first)",
+                old.credential
+            )));
+        }
+        if old.generation == generation {
+            self.mark_node_dead(node_id, "agent reconnected", NodeLoss::Orderly);
+        } else {
+            let why = "agent restarted as a new generation";
+            self.mark_node_dead(node_id, why, NodeLoss::Sudden);
+        }
+        Ok(())
+    }
+
     pub(super) fn register_node(
         &mut self,
         mut register: pb::RegisterNode,
@@ -107,33 +134,9 @@ impl Core {
         outbound: ToAgent,
         last_heard: LastHeard,
     ) -> Result<SessionId, SchedulerError> {
-        if register.node_id.trim().is_empty() {
-            return Err(SchedulerError::InvalidArgument("node id is empty".into()));
-        }
-        if register.generation.is_empty() {
-            return Err(SchedulerError::InvalidArgument(
-                "node generation is empty".into(),
-            ));
-        }
-        crate::policy::field_limits::check_registration(&register)
-            .map_err(SchedulerError::InvalidArgument)?;
+        check_registration(&register)?;
         let node_id = NodeId::new(register.node_id.clone());
-        if let Some(old) = self.nodes.get(&node_id)
-            && old.alive
-        {
-            if old.credential != credential {
-                return Err(SchedulerError::PermissionDenied(format!(
-                    "node id `{node_id}` is alive and held by credential `{}`; credential `{credential}` cannot take it over (give this agent its own --node-id, or stop the other agent first)",
-                    old.credential
-                )));
-            }
-            if old.generation == register.generation {
-                self.mark_node_dead(&node_id, "agent reconnected", NodeLoss::Orderly);
-            } else {
-                let why = "agent restarted as a new generation";
-                self.mark_node_dead(&node_id, why, NodeLoss::Sudden);
-            }
-        }
+        self.end_earlier_session(&node_id, &register.generation, &credential)?;
         let session = SessionId(self.next_session);
         self.next_session += 1;
         let inventory = std::mem::take(&mut register.inventory);
@@ -446,4 +449,18 @@ impl Core {
         self.alive_capacities.take();
         self.occupancy = None;
     }
+}
+
+/// A registration's node id and generation are set and its fields within their limits.
+fn check_registration(register: &pb::RegisterNode) -> Result<(), SchedulerError> {
+    if register.node_id.trim().is_empty() {
+        return Err(SchedulerError::InvalidArgument("node id is empty".into()));
+    }
+    if register.generation.is_empty() {
+        return Err(SchedulerError::InvalidArgument(
+            "node generation is empty".into(),
+        ));
+    }
+    crate::policy::field_limits::check_registration(register)
+        .map_err(SchedulerError::InvalidArgument)
 }

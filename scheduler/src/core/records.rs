@@ -216,6 +216,36 @@ pub struct TaskRecord {
     pub charge: Option<crate::budget::BufferCharge>,
 }
 
+impl TaskRecord {
+    /// A task just submitted as `seq` of `job` on `pool`, not yet dispatched.
+    pub fn submitted(
+        job: JobId,
+        pool: PoolName,
+        input: pb::TaskInput,
+        lifecycle: TaskLifecycle,
+        charge: Option<crate::budget::BufferCharge>,
+    ) -> Self {
+        TaskRecord {
+            job,
+            seq: input.seq,
+            items: input.items.max(1),
+            pool,
+            payload: input.payload,
+            lifecycle,
+            last_actor: None,
+            failures: 0,
+            node_losses: 0,
+            submitted_at: Instant::now(),
+            started_at: None,
+            last_error: String::new(),
+            items_running: 0,
+            crashes: 0,
+            first_crash_victims: Vec::new(),
+            charge,
+        }
+    }
+}
+
 /// One client stream attached to a job: a resumed job gets a new one, and what the old
 /// stream's handler sends afterwards is ignored.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::records::TaskRecord;
-use crate::metrics::TaskOutcomeKind;
+use crate::metrics::{SchedulerMetrics, TaskOutcomeKind};
 use crate::state::{ActorState, JobCounts, TaskEnd, TaskEvent, TaskState};
 use crate::store::{StoreOp, StoredOutcome};
 
@@ -436,9 +436,6 @@ impl Core {
             return;
         };
         let attempts = task.lifecycle.dispatches();
-        let queue_micros = task.started_at.map_or(0, |started| {
-            started.duration_since(task.submitted_at).as_micros() as u64
-        });
         let node_id = task
             .last_actor
             .as_ref()
@@ -453,23 +450,10 @@ impl Core {
             output_bytes: result.as_ref().map_or(0, |o| o.len() as u64),
             items: task.items,
         };
-        match &result {
-            Ok(_) => {
-                job.status.items_done += u64::from(task.items);
-                self.metrics.task_items(task.pool.as_str(), task.items);
-                self.metrics
-                    .task_ended(task.pool.as_str(), TaskOutcomeKind::Succeeded);
-            }
-            Err(error) => {
-                self.metrics
-                    .task_ended(task.pool.as_str(), TaskOutcomeKind::Failed);
-                self.metrics.events.record(
-                    "task",
-                    task.job.as_str(),
-                    format!("task {} of pool {} failed: {error}", task.seq, task.pool),
-                );
-            }
+        if result.is_ok() {
+            job.status.items_done += u64::from(task.items);
         }
+        count_task_end(&self.metrics, &task, &result);
         let result = match result {
             Ok(output) => pb::task_result::Result::Output(output),
             Err(error) => pb::task_result::Result::Error(error),
@@ -494,19 +478,7 @@ impl Core {
             }
         }
         if let Some(results) = &job.results {
-            let message = pb::TaskResult {
-                seq: task.seq,
-                result: Some(result),
-                attempts,
-                actor_id: task
-                    .last_actor
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-                node_id,
-                queue_micros,
-                run_micros,
-            };
+            let message = result_message(&task, result, node_id, run_micros);
             results.send(pb::SubmitResponse {
                 body: Some(pb::submit_response::Body::Result(message)),
             });
@@ -517,5 +489,51 @@ impl Core {
             outcome: stored,
         });
         self.maybe_finish_job(&task.job);
+    }
+}
+
+/// The metrics and the event log of a task that ended with `result`.
+fn count_task_end(
+    metrics: &SchedulerMetrics,
+    task: &TaskRecord,
+    result: &Result<prost::bytes::Bytes, String>,
+) {
+    match result {
+        Ok(_) => {
+            metrics.task_items(task.pool.as_str(), task.items);
+            metrics.task_ended(task.pool.as_str(), TaskOutcomeKind::Succeeded);
+        }
+        Err(error) => {
+            metrics.task_ended(task.pool.as_str(), TaskOutcomeKind::Failed);
+            metrics.events.record(
+                "task",
+                task.job.as_str(),
+                format!("task {} of pool {} failed: {error}", task.seq, task.pool),
+            );
+        }
+    }
+}
+
+/// What the client hears of a task that ended with `result`, run last on `node_id`.
+fn result_message(
+    task: &TaskRecord,
+    result: pb::task_result::Result,
+    node_id: String,
+    run_micros: u64,
+) -> pb::TaskResult {
+    pb::TaskResult {
+        seq: task.seq,
+        result: Some(result),
+        attempts: task.lifecycle.dispatches(),
+        actor_id: task
+            .last_actor
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        node_id,
+        queue_micros: task.started_at.map_or(0, |started| {
+            started.duration_since(task.submitted_at).as_micros() as u64
+        }),
+        run_micros,
     }
 }

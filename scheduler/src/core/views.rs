@@ -191,37 +191,13 @@ impl Core {
         let mut finished_history: Vec<(u64, JobId)> = Vec::new();
         for mut status in store.load_jobs()? {
             let job = JobId::new(status.job_id.clone());
-            let mut finished = FinishedSeqs::default();
             let interrupted = [pb::JobState::Running, pb::JobState::Interrupted]
                 .map(|state| state as i32)
                 .contains(&status.state);
-            if interrupted {
-                // Every finished task's outcome was written as it finished; the counters
-                // only up to a second before the stop. So the done counts are recounted from
-                // the outcomes, exactly, and the outcomes kept by sequence number, so that a
-                // resumed client's tasks are counted once (`TaskLifecycle::resubmitted`).
-                let outcomes = store.outcomes(&job)?;
-                let succeeded = outcomes.iter().filter(|(_, o)| o.ok).count() as u64;
-                status.items_done = outcomes
-                    .iter()
-                    .filter(|(_, o)| o.ok)
-                    .map(|(_, o)| u64::from(o.items.max(1)))
-                    .sum();
-                let failed = outcomes.len() as u64 - succeeded;
-                if status.state == pb::JobState::Running as i32 {
-                    status.state = pb::JobState::Interrupted as i32;
-                    status.succeeded = succeeded;
-                    status.failed = failed;
-                    status.queued = 0;
-                    status.running = 0;
-                    status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
-                    self.store.write(StoreOp::PutJob(status.clone()));
-                }
-                finished = outcomes
-                    .into_iter()
-                    .map(|(seq, outcome)| (seq, TaskEnd::of_outcome(outcome.ok)))
-                    .collect();
-            }
+            let finished = match interrupted {
+                true => self.recount_interrupted(store, &job, &mut status)?,
+                false => FinishedSeqs::default(),
+            };
             let counts = JobCounts::from_status(&status);
             let record = JobRecord {
                 counts,
@@ -265,5 +241,39 @@ impl Core {
             });
         }
         Ok(())
+    }
+
+    /// An interrupted job's finished tasks, by sequence number. Every finished task's
+    /// outcome was written as it finished; the counters only up to a second before the
+    /// stop. So the done counts are recounted from the outcomes, exactly, and the outcomes
+    /// kept by sequence number, so that a resumed client's tasks are counted once
+    /// (`TaskLifecycle::resubmitted`). A job still marked running becomes interrupted.
+    fn recount_interrupted(
+        &mut self,
+        store: &dyn DurableStore,
+        job: &JobId,
+        status: &mut pb::JobStatus,
+    ) -> Result<FinishedSeqs, SchedulerError> {
+        let outcomes = store.outcomes(job)?;
+        let succeeded = outcomes.iter().filter(|(_, o)| o.ok).count() as u64;
+        status.items_done = outcomes
+            .iter()
+            .filter(|(_, o)| o.ok)
+            .map(|(_, o)| u64::from(o.items.max(1)))
+            .sum();
+        let failed = outcomes.len() as u64 - succeeded;
+        if status.state == pb::JobState::Running as i32 {
+            status.state = pb::JobState::Interrupted as i32;
+            status.succeeded = succeeded;
+            status.failed = failed;
+            status.queued = 0;
+            status.running = 0;
+            status.submitted = status.submitted.max(succeeded + failed + status.cancelled);
+            self.store.write(StoreOp::PutJob(status.clone()));
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|(seq, outcome)| (seq, TaskEnd::of_outcome(outcome.ok)))
+            .collect())
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use resident_proto::NodeId;
 
 use super::fit::{Usage, gpu_eligible, kind_offered, model_matches, node_matches};
-use super::types::{NodeCapacity, Refusal, ResourceRequest};
+use super::types::{GpuCapacity, NodeCapacity, Refusal, ResourceRequest};
 
 fn describe_selector(selector: &BTreeMap<String, String>) -> String {
     selector
@@ -57,22 +57,35 @@ pub(super) fn explain(
     }
 }
 
+type MatchingNode<'a> = (usize, &'a NodeId, &'a NodeCapacity);
+
 fn explain_gpus(
-    matching: &[(usize, &NodeId, &NodeCapacity)],
+    matching: &[MatchingNode<'_>],
     request: &ResourceRequest,
     usage: &Usage,
 ) -> Option<Refusal> {
     if request.gpus.is_cpu_only() {
         return None;
     }
-    let all_gpus = || {
-        matching.iter().flat_map(|(slot, id, n)| {
-            n.gpus
-                .iter()
-                .enumerate()
-                .map(move |(position, g)| (*slot, position, *id, g))
-        })
-    };
+    explain_gpu_kind(matching, request).or_else(|| explain_gpu_room(matching, request, usage))
+}
+
+/// Each matching node's GPUs: its slot, the GPU's position on the node, the node, the GPU.
+fn all_gpus<'a>(
+    matching: &'a [MatchingNode<'a>],
+) -> impl Iterator<Item = (usize, usize, &'a NodeId, &'a GpuCapacity)> + 'a {
+    matching.iter().flat_map(|(slot, id, n)| {
+        n.gpus
+            .iter()
+            .enumerate()
+            .map(move |(position, g)| (*slot, position, *id, g))
+    })
+}
+
+/// Why no matching GPU could ever take the request, whatever runs on it: none at all, none
+/// of the model asked for, none of enough compute, too few on any one node.
+fn explain_gpu_kind(matching: &[MatchingNode<'_>], request: &ResourceRequest) -> Option<Refusal> {
+    let all_gpus = || all_gpus(matching);
     if all_gpus().next().is_none() {
         return Some(Refusal::NoGpus);
     }
@@ -104,7 +117,18 @@ fn explain_gpus(
             most_on_one_node,
         });
     }
-    let (largest_free, node, gpu) = all_gpus()
+    None
+}
+
+/// Why the GPUs that could take the request have no room for it now: too little free
+/// VRAM, no free share, too few whole GPUs free on one node.
+fn explain_gpu_room(
+    matching: &[MatchingNode<'_>],
+    request: &ResourceRequest,
+    usage: &Usage,
+) -> Option<Refusal> {
+    let wanted = request.gpus.whole_gpus();
+    let (largest_free, node, gpu) = all_gpus(matching)
         .filter(|(_, _, _, g)| gpu_eligible(request, g))
         .map(|(slot, position, id, g)| (usage.free_vram(slot, position, g), id.clone(), g.index))
         .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)))

@@ -24,6 +24,7 @@ mod embed_options;
 mod embed_s3;
 mod embed_windows;
 mod forged_outcomes;
+mod function_length;
 mod generate_actors;
 mod generate_chat;
 mod generate_job;
