@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use resident_actor::generate::{GenerateParams, PromptParts, Template};
 use resident_jobs::corpus_job::GenerateJobConfig;
-use resident_jobs::corpus_job::generate::preview_prompts;
+use resident_jobs::corpus_job::preview_prompts;
 use resident_models::generate::PromptTemplate;
 use resident_models::generate::prompt::PromptFormat;
 use resident_node_agent::backends::generate::{chat_messages, model_prompt};

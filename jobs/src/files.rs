@@ -5,14 +5,9 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-/// Lower-case hex of any digest or byte string.
-pub fn hex(bytes: impl AsRef<[u8]>) -> String {
-    hex::encode(bytes)
-}
-
 /// The SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so readers only ever see

@@ -9,6 +9,8 @@
 //! Features: `s3` (aws-sdk-s3) and `parquet` (Parquet corpus files), both on by default. A
 //! build without one refuses such inputs with a message that names the feature.
 
+#![warn(missing_docs)]
+
 pub mod corpus_job;
 pub mod files;
 pub mod model_pin;

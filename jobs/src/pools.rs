@@ -54,15 +54,21 @@ impl PoolRetention {
 /// What a job needs of its embed actors.
 #[derive(Clone, Debug)]
 pub struct EmbedActors<'a> {
+    /// The pool's name.
     pub pool: String,
+    /// The model as named.
     pub model: &'a str,
     /// The pin every agent must load (`model_pin`): a hub commit or an S3 manifest digest.
     pub revision: Option<&'a str>,
+    /// Actors.
     pub replicas: u32,
     /// GPUs per actor; 0 for CPU actors.
     pub gpus_per_actor: f64,
+    /// VRAM each GPU actor reserves, in GiB.
     pub vram_gib_per_actor: f64,
+    /// Only nodes with these labels.
     pub selector: &'a BTreeMap<String, String>,
+    /// Whether the pool outlives the job.
     pub retention: PoolRetention,
     /// See `PoolSpec::task_timeout`.
     pub task_timeout: Option<std::time::Duration>,
@@ -73,6 +79,7 @@ pub struct EmbedActors<'a> {
 }
 
 impl EmbedActors<'_> {
+    /// The pool spec these ask for.
     pub fn spec(&self) -> EmbedPoolSpec {
         let mut spec = EmbedPoolSpec::new(self.pool.clone(), self.model).replicas(self.replicas);
         if self.gpus_per_actor > 0.0 {

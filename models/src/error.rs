@@ -2,12 +2,16 @@
 /// `BackendError`): a custom kind returns it too.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The actor's config is wrong (what and how to fix it is said).
     #[error("invalid actor config: {0}")]
     InvalidConfig(String),
+    /// The model (or the kind's state) could not be loaded.
     #[error("load failed: {0}")]
     Load(String),
+    /// The task's payload is wrong: retrying it cannot help.
     #[error("bad task payload: {0}")]
     BadPayload(String),
+    /// Running the task failed; it may succeed on a retry or elsewhere.
     #[error("{0}")]
     Task(String),
     /// The device ran out of memory: a smaller batch may fit.

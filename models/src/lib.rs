@@ -7,6 +7,8 @@
 //! argument. The node agent wraps these types into actor kinds; nothing here knows about
 //! actors, sessions or the scheduler.
 
+#![warn(missing_docs)]
+
 mod bounds;
 pub mod cuda_probe;
 pub mod device;

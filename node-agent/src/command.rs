@@ -32,6 +32,9 @@ use crate::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
 use crate::model_cache::default_model_cache_dir;
 use crate::{AgentConfig, parse_labels, run_agent};
 
+// The command's help is the `resident agent` variant's doc; a doc comment here would be
+// read by clap as help text too.
+#[allow(missing_docs)]
 #[derive(Args)]
 pub struct AgentArgs {
     /// Scheduler URL to dial out to (the agent opens no port); https:// is always TLS.

@@ -6,18 +6,30 @@ pub use resident_models::ModelError as BackendError;
 /// Errors of the agent process.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// `--simulate-gpus` does not parse.
     #[error("invalid --simulate-gpus spec `{spec}`: {reason}")]
-    GpuSpec { spec: String, reason: String },
+    GpuSpec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A `--label` is not `key=value`.
     #[error("invalid label `{0}`: expected key=value")]
     Label(String),
+    /// The scheduler URL (or its TLS settings) is unusable.
     #[error(transparent)]
     SchedulerUrl(#[from] resident_proto::connect::ConnectError),
+    /// The scheduler could not be reached.
     #[error("cannot reach scheduler")]
     Connect(#[from] tonic::transport::Error),
+    /// The scheduler refused the session (a bad token, a node id taken).
     #[error("scheduler refused the session: {0}")]
     Refused(#[from] tonic::Status),
+    /// The scheduler ended the session.
     #[error("scheduler closed the session")]
     SessionClosed,
+    /// The registration went unanswered for this long.
     #[error("the scheduler did not answer the registration within {0:?}")]
     RegisterTimeout(std::time::Duration),
 }

@@ -1,8 +1,11 @@
 //! The Resident node agent: finds GPUs, dials out to the scheduler, hosts resident actors.
 
+#![warn(missing_docs)]
+
 pub mod backends;
 #[cfg(feature = "cli")]
 pub mod command;
+/// The agent's errors.
 pub mod error;
 pub mod gpu;
 pub mod host;

@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 /// One actor as the last heartbeat saw it.
 #[derive(Clone, Debug)]
 pub struct ObservedActor {
+    /// The actor's pool.
     pub pool: String,
+    /// Its last report.
     pub report: pb::ActorReport,
 }
 
@@ -35,6 +37,7 @@ struct AgentSnapshot {
 pub struct AgentObserver(Arc<Mutex<AgentSnapshot>>);
 
 impl AgentObserver {
+    /// Replaces the snapshot with what a heartbeat reported.
     pub fn publish(&self, node_id: &str, actors: Vec<ObservedActor>, gpus: Vec<pb::GpuInfo>) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = AgentSnapshot {
             node_id: node_id.to_owned(),

@@ -61,6 +61,7 @@ impl ClientCredentials {
         Ok(self)
     }
 
+    /// Sets the token to present (an empty one is none).
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.trim().is_empty());
         self
@@ -97,28 +98,55 @@ fn read_pem(path: &std::path::Path, marker: &str) -> Result<Vec<u8>, ConnectErro
     }
 }
 
+/// Why the scheduler cannot be dialled as asked; every message says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// The URL does not parse, or names no scheme the client speaks.
     #[error("invalid scheduler url `{url}`: {reason}")]
-    BadUrl { url: String, reason: String },
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A CA or client certificate came with a plaintext URL.
     #[error(
         "a CA or client certificate was given but `{url}` is plaintext http://; use an https:// url to talk TLS"
     )]
-    CaWithoutTls { url: String },
+    CaWithoutTls {
+        /// The plaintext URL.
+        url: String,
+    },
+    /// A certificate file cannot be read.
     #[error("cannot read the certificate file {path}: {reason}")]
-    PemFile { path: String, reason: String },
+    PemFile {
+        /// The file.
+        path: String,
+        /// What the system or the PEM parser said.
+        reason: String,
+    },
+    /// TLS could not be set up for the URL.
     #[error("cannot set up TLS for `{url}`: {source}")]
     Tls {
+        /// The URL.
         url: String,
+        /// What the transport said.
         #[source]
         source: tonic::transport::Error,
     },
+    /// The token cannot travel in a gRPC header.
     #[error("the token holds characters a gRPC header cannot carry; pass the token as printed")]
     BadToken,
+    /// A token would cross a network in the clear.
     #[error(
         "refusing to send the token over plaintext `{url}`: `{host}` is not loopback, so anyone on the path could read and replay it; use an https:// url (the scheduler's --tls-cert, `resident certs init`), or pass --insecure (RESIDENT_INSECURE=1) on a network you trust"
     )]
-    TokenOverPlaintext { url: String, host: String },
+    TokenOverPlaintext {
+        /// The plaintext URL.
+        url: String,
+        /// Its host, not a loopback one.
+        host: String,
+    },
 }
 
 /// The endpoint for `url`: TLS for `https://` (against the given CA or the system roots),
@@ -179,6 +207,7 @@ pub struct BearerToken {
 }
 
 impl BearerToken {
+    /// The interceptor for `token`; one that cannot travel in a header is refused.
     pub fn new(token: Option<&str>) -> Result<Self, ConnectError> {
         let header = token
             .map(|t| {

@@ -12,10 +12,12 @@ macro_rules! string_id {
         pub struct $name(String);
 
         impl $name {
+            /// The id `value`, as given.
             pub fn new(value: impl Into<String>) -> Self {
                 Self(value.into())
             }
 
+            /// The id as text.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -81,6 +83,7 @@ impl ActorId {
 }
 
 impl JobId {
+    /// A fresh random job id (a UUID v4).
     pub fn generate() -> Self {
         Self(uuid::Uuid::new_v4().to_string())
     }

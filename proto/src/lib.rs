@@ -1,6 +1,8 @@
 //! The `resident.v1` wire protocol plus the small domain types every crate shares:
 //! ID newtypes, [`VramBytes`], [`GpuFraction`] and the seeded [`SeededRng`].
 
+#![warn(missing_docs)]
+
 pub mod connect;
 pub mod health;
 pub mod host;
@@ -13,8 +15,9 @@ pub use ids::{ActorId, JobId, NodeId, PoolName, TaskId};
 pub use rng::SeededRng;
 pub use units::{GpuFraction, VramBytes};
 
-/// Generated protobuf and gRPC code for `resident.v1`.
-#[allow(clippy::all, clippy::pedantic)]
+/// Generated protobuf and gRPC code for `resident.v1`. The comments of
+/// `proto/resident.proto` are its docs; what they leave out is left to the field names.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod pb {
     tonic::include_proto!("resident.v1");
 }

@@ -1,10 +1,12 @@
 //! SplitMix64: a small seeded generator that gives the same numbers on every platform, so
 //! sweeps (search, data split, initialisation, batch order) replay exactly from a seed.
 
+/// The generator, its whole state one 64-bit word.
 #[derive(Clone, Debug)]
 pub struct SeededRng(u64);
 
 impl SeededRng {
+    /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }
@@ -15,6 +17,7 @@ impl SeededRng {
         Self(mixer.next_u64())
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -28,6 +31,7 @@ impl SeededRng {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Uniform in `[0, n)` (0 for `n` of 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }

@@ -14,20 +14,25 @@ pub struct VramBytes(pub u64);
 const GIB: f64 = (1u64 << 30) as f64;
 
 impl VramBytes {
+    /// No bytes.
     pub const ZERO: VramBytes = VramBytes(0);
 
+    /// `gib` GiB, rounded to a byte.
     pub fn from_gib(gib: f64) -> Self {
         VramBytes((gib * GIB).round() as u64)
     }
 
+    /// In GiB.
     pub fn gib(self) -> f64 {
         self.0 as f64 / GIB
     }
 
+    /// The sum, at most `u64::MAX`.
     pub fn saturating_add(self, other: VramBytes) -> VramBytes {
         VramBytes(self.0.saturating_add(other.0))
     }
 
+    /// The difference, at least zero.
     pub fn saturating_sub(self, other: VramBytes) -> VramBytes {
         VramBytes(self.0.saturating_sub(other.0))
     }
@@ -71,6 +76,7 @@ impl FromStr for VramBytes {
 pub struct GpuFraction(pub u32);
 
 impl GpuFraction {
+    /// One whole GPU.
     pub const WHOLE: GpuFraction = GpuFraction(1000);
 
     /// Converts a user's `gpus` number; fractions above one must be whole numbers.
@@ -92,10 +98,12 @@ impl GpuFraction {
         Ok(GpuFraction((gpus * 1000.0).round() as u32))
     }
 
+    /// No GPU at all.
     pub fn is_cpu_only(self) -> bool {
         self.0 == 0
     }
 
+    /// A share of one GPU, less than a whole.
     pub fn is_fractional(self) -> bool {
         self.0 > 0 && self.0 < 1000
     }
@@ -109,6 +117,7 @@ impl GpuFraction {
         }
     }
 
+    /// In GPUs (0.5, 1, 2).
     pub fn as_gpus(self) -> f64 {
         f64::from(self.0) / 1000.0
     }

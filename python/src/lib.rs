@@ -8,6 +8,8 @@
 //! dropped, which cancels its job), and raises the package's exception classes
 //! (`errors.rs`).
 
+#![warn(missing_docs)]
+
 use pyo3::prelude::*;
 
 mod cluster;

@@ -65,6 +65,7 @@ pub struct Deadlined<I> {
 }
 
 impl<I> Deadlined<I> {
+    /// `io`, cut unless `established` says its handshake finished within `within`.
     pub fn new(io: I, within: Duration, established: Established) -> Self {
         Self {
             io,

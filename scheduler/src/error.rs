@@ -4,25 +4,37 @@ use crate::store::StoreError;
 /// Everything the scheduler can refuse or fail at, mapped to a gRPC status at the edge.
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
+    /// The request is malformed or out of bounds (what is wrong is said).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// What the request names does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// What the request creates exists already, differently.
     #[error("{0}")]
     AlreadyExists(String),
+    /// No node of the cluster could ever host the pool's actors as asked.
     #[error("cannot place pool `{pool}`: {refusal}")]
-    Unplaceable { pool: String, refusal: Refusal },
+    Unplaceable {
+        /// The pool.
+        pool: String,
+        /// Why no node can host its actors.
+        refusal: Refusal,
+    },
+    /// The request cannot be done in the current state (what to do first is said).
     #[error("{0}")]
     Precondition(String),
     /// The caller is known but may not do this (role, ownership, another node's id).
     #[error("{0}")]
     PermissionDenied(String),
+    /// The scheduler is stopping.
     #[error("scheduler is shutting down")]
     ShuttingDown,
     /// The core loop ended while the server was up (a bug): the process should exit
     /// non-zero so that its supervisor restarts it on the same state.
     #[error("the scheduler's core stopped ({0}); exiting so that a supervisor restarts it")]
     CoreStopped(String),
+    /// The state store failed to read.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The state store could not save the change: the call made none (what it had made

@@ -7,6 +7,8 @@
 //! ([`core::spawn_scheduler_loop`]). Placement, policy, the state machines, budgets, metrics
 //! and the gRPC services are internal. The modules form no cycle (`module_map` checks it).
 
+#![warn(missing_docs)]
+
 pub mod auth;
 mod budget;
 pub mod connections;

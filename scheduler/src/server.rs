@@ -20,8 +20,11 @@ use crate::error::SchedulerError;
 use crate::service::{AgentSessionService, ClientApiService};
 use crate::store::DurableStore;
 
+/// A running scheduler: its command handle, address and serving task.
 pub struct SchedulerServer {
+    /// The core's command handle.
     pub handle: SchedulerHandle,
+    /// The address it listens on.
     pub local_addr: std::net::SocketAddr,
     /// `https://addr` when serving TLS, else `http://addr`.
     pub url: String,
@@ -37,17 +40,21 @@ pub struct SchedulerServer {
 /// The scheduler's certificate chain and private key, PEM.
 #[derive(Clone)]
 pub struct TlsIdentity {
+    /// The certificate chain.
     pub cert_pem: Vec<u8>,
+    /// The private key.
     pub key_pem: Vec<u8>,
 }
 
 /// How the port is protected: TLS or plaintext, tokens or open.
 #[derive(Clone)]
 pub struct ServerSecurity {
+    /// The certificate to serve TLS with; `None`: plaintext.
     pub tls: Option<TlsIdentity>,
     /// CA (PEM) of agents' client certificates: with it, every agent session must present
     /// one naming its node id (mutual TLS). Clients need none.
     pub agent_ca_pem: Option<Vec<u8>>,
+    /// Who may call: tokens and roles, or open.
     pub auth: AuthGate,
     /// The port's connection cap and handshake deadline.
     pub limits: GrpcLimits,

@@ -3,6 +3,8 @@
 //! message saying so), and model manifests. Jobs read and write their corpora and outputs
 //! through it, and agents fetch models through it.
 
+#![warn(missing_docs)]
+
 mod location;
 pub mod model_manifest;
 pub mod model_source;

@@ -29,16 +29,27 @@ impl Default for S3Options {
 /// One object under a listed prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
+    /// The object's key, the prefix included.
     pub key: String,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its entity tag as the server gives it (quotes trimmed): changes when the object
+    /// does.
     pub etag: String,
 }
 
 /// A local path or an S3 prefix, parsed from `s3://bucket/prefix` or a plain path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
+    /// A path on this machine.
     Local(PathBuf),
-    S3 { bucket: String, prefix: String },
+    /// `s3://bucket/prefix`.
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// The key prefix, without a trailing `/` (empty for the whole bucket).
+        prefix: String,
+    },
 }
 
 impl Location {
@@ -59,10 +70,12 @@ impl Location {
         })
     }
 
+    /// Whether this is an `s3://` location.
     pub fn is_s3(&self) -> bool {
         matches!(self, Location::S3 { .. })
     }
 
+    /// The local path, or `None` for an S3 location.
     pub fn as_local(&self) -> Option<&Path> {
         match self {
             Location::Local(path) => Some(path),

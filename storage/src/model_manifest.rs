@@ -25,18 +25,28 @@ const MAX_FILES: usize = 4096;
 /// Why a manifest could not be built, read or checked. Every message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// A file could not be read or written.
     #[error("{path}: {error}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         error: std::io::Error,
     },
+    /// The manifest's JSON is malformed or breaks its rules (what is wrong is said).
     #[error("the model manifest is not valid: {0}")]
     Invalid(String),
+    /// A file's size or digest is not the manifest's.
     #[error(
         "{path} does not match the model manifest: {what}; the copy is damaged or the model \
          changed while it was read"
     )]
-    Mismatch { path: PathBuf, what: String },
+    Mismatch {
+        /// The file that differs.
+        path: PathBuf,
+        /// What differs: its size or its digest.
+        what: String,
+    },
 }
 
 /// One file of a model.
@@ -44,13 +54,17 @@ pub enum ManifestError {
 pub struct ManifestFile {
     /// Relative to the model's root, with `/` separators.
     pub path: String,
+    /// Its size in bytes.
     pub size: u64,
     /// Lower-case hex.
     pub sha256: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `resident-model.json`: every file of a model with its size and SHA-256, so that a copy
+/// can be checked file by file and a model named by its content.
 pub struct ModelManifest {
+    /// The manifest's format, [`MANIFEST_FORMAT`].
     pub format: String,
     /// Sorted by path, each path once.
     pub files: Vec<ManifestFile>,
@@ -218,6 +232,7 @@ impl ModelManifest {
         hex::encode(hasher.finalize())
     }
 
+    /// The model's size: all its files' bytes.
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }

@@ -12,9 +12,19 @@ pub enum ModelSource {
     /// (`HF_HOME`), loaded where it is.
     Local(String),
     /// `s3://bucket/prefix/`, with a `resident-model.json` manifest at the prefix.
-    S3 { bucket: String, prefix: String },
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// The key prefix the manifest and files are under.
+        prefix: String,
+    },
     /// `org/name` on the Hugging Face hub, at a revision (a commit, branch or tag).
-    Hub { repo: String, revision: String },
+    Hub {
+        /// `org/name`.
+        repo: String,
+        /// A commit, branch or tag (`main` when not given).
+        revision: String,
+    },
 }
 
 /// The node's Hugging Face hub cache: `HF_HUB_CACHE`, else `HF_HOME/hub`, else

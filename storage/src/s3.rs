@@ -170,6 +170,7 @@ impl S3Client {
         }
     }
 
+    /// Deletes the object `key`; deleting one that is not there succeeds.
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), String> {
         self.client
             .delete_object()

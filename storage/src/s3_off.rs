@@ -13,26 +13,32 @@ const DISABLED: &str = "this build has no S3 support: build with the `s3` featur
 pub struct S3Client;
 
 impl S3Client {
+    /// A client that refuses every call.
     pub async fn connect(_options: &S3Options) -> Self {
         S3Client
     }
 
+    /// Refused: this build has no S3.
     pub async fn list(&self, _bucket: &str, _prefix: &str) -> Result<Vec<ObjectInfo>, String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn get(&self, _bucket: &str, _key: &str) -> Result<Option<Vec<u8>>, String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn size(&self, _bucket: &str, _key: &str) -> Result<Option<u64>, String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn put(&self, _bucket: &str, _key: &str, _bytes: Vec<u8>) -> Result<(), String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn put_if_absent(
         &self,
         _bucket: &str,
@@ -42,22 +48,27 @@ impl S3Client {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn delete(&self, _bucket: &str, _key: &str) -> Result<(), String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn upload_file(&self, _bucket: &str, _key: &str, _path: &Path) -> Result<(), String> {
         Err(DISABLED.into())
     }
 
+    /// A writer that refuses every write.
     pub fn object_writer(&self, _bucket: &str, _key: &str) -> ObjectWriter {
         ObjectWriter
     }
 
+    /// Refused: this build has no S3.
     pub fn open_blocking(&self, _bucket: &str, _key: &str) -> Result<Box<dyn Read + Send>, String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub fn download_blocking(
         &self,
         _bucket: &str,
@@ -67,6 +78,7 @@ impl S3Client {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn check_writable(&self, _bucket: &str, _key: &str) -> Result<(), String> {
         Err(DISABLED.into())
     }
@@ -76,13 +88,16 @@ impl S3Client {
 pub struct ObjectWriter;
 
 impl ObjectWriter {
+    /// Refused: this build has no S3.
     pub async fn write(&mut self, _bytes: &[u8]) -> Result<(), String> {
         Err(DISABLED.into())
     }
 
+    /// Refused: this build has no S3.
     pub async fn finish(self) -> Result<u64, String> {
         Err(DISABLED.into())
     }
 
+    /// Nothing to abort.
     pub async fn abort(self) {}
 }

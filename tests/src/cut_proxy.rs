@@ -12,6 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{AbortHandle, JoinHandle};
 
+/// A TCP proxy on loopback in front of a server: a test cuts its connections, makes it lose
+/// what the server sends, or makes it go silent, and heals it.
 pub struct CutProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,

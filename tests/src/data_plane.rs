@@ -19,13 +19,16 @@ use serde::Serialize;
 use crate::fleet::{FleetSpec, SimulatedFleet};
 use crate::scale_run::{process_cpu_seconds, process_rss_bytes};
 
+/// How the results data plane is measured.
 #[derive(Clone, Debug)]
 pub struct DataPlaneConfig {
     /// Result sizes, each measured on its own (a fresh pool on a fresh fleet).
     pub result_sizes: Vec<usize>,
     /// Bytes of results per size (the task count is this over the size).
     pub bytes_per_size: u64,
+    /// Simulated agents.
     pub agents: usize,
+    /// Actors on each.
     pub actors_per_agent: u32,
     /// Tasks each actor holds at once.
     pub credit: u32,
@@ -36,18 +39,27 @@ pub struct DataPlaneConfig {
 /// One size's figures; the names are `scale-bench --data-plane --json`'s.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DataPlaneRow {
+    /// Bytes of each result.
     pub result_bytes: usize,
+    /// Results read.
     pub results: u64,
+    /// Seconds from the first task sent to the last result read.
     pub seconds: f64,
     /// Result bytes the client read per second (1 MB = 10^6 bytes).
     pub mb_per_s: f64,
+    /// CPU seconds the scheduler process spent.
     pub scheduler_cpu_s: f64,
+    /// Its CPU seconds per GB relayed.
     pub scheduler_cpu_s_per_gb: f64,
     /// MB relayed per CPU second of the scheduler: what one core of it carries.
     pub mb_per_scheduler_cpu_s: f64,
+    /// The scheduler's resident memory before the run.
     pub scheduler_rss_before_bytes: u64,
+    /// Its peak resident memory during it.
     pub scheduler_peak_rss_bytes: u64,
+    /// Results the client got more than once (must be 0).
     pub duplicate_results: u64,
+    /// Tasks it never got a result for (must be 0).
     pub missing_results: u64,
 }
 

@@ -22,8 +22,11 @@ use tokio_util::sync::CancellationToken;
 /// What each simulated agent offers.
 #[derive(Clone, Debug)]
 pub struct FleetSpec {
+    /// Simulated agents.
     pub agents: usize,
+    /// GPUs each reports.
     pub gpus_per_agent: u32,
+    /// VRAM of each GPU, bytes.
     pub vram_per_gpu: u64,
     /// Node ids are `{prefix}-{index:05}`.
     pub prefix: String,
@@ -35,8 +38,11 @@ pub struct FleetSpec {
 /// Counters one simulated agent keeps, read by the scale run.
 #[derive(Debug, Default)]
 pub struct AgentCounters {
+    /// Actors it hosts now.
     pub actors: AtomicU64,
+    /// Tasks it answered.
     pub tasks_answered: AtomicU64,
+    /// Heartbeats it sent.
     pub heartbeats: AtomicU64,
 }
 
@@ -120,10 +126,12 @@ impl SimulatedFleet {
         Ok((fleet, started.elapsed()))
     }
 
+    /// Agents in the fleet.
     pub fn len(&self) -> usize {
         self.agents.len()
     }
 
+    /// Whether the fleet has no agent.
     pub fn is_empty(&self) -> bool {
         self.agents.is_empty()
     }

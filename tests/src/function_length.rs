@@ -7,9 +7,11 @@ use crate::module_graph::{code_only, without_test_items};
 /// A function longer than the limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LongFunction {
+    /// Its name.
     pub name: String,
     /// The line of its `fn`, from 1.
     pub line: usize,
+    /// Its length in lines, from its `fn` to its closing brace.
     pub lines: usize,
 }
 

@@ -1,5 +1,7 @@
 //! Test harness: in-process clusters on loopback, real-binary clusters, and waiting helpers.
 
+#![warn(missing_docs)]
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -44,6 +46,8 @@ where
     }
 }
 
+/// Logs of the crates under test to the test's output, filtered by `RUST_LOG` (warnings by
+/// default).
 pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -54,21 +58,28 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// One agent of an [`InProcessCluster`].
 pub struct AgentSpec {
+    /// Its node id.
     pub node_id: String,
+    /// Simulated GPUs (`--simulate-gpus` syntax, `T4:16GiB,T4:16GiB`), or none.
     pub gpus: Option<String>,
+    /// Labels, `key=value,...`.
     pub labels: String,
 }
 
 /// A scheduler and agents as tasks in this process, talking gRPC over loopback.
 pub struct InProcessCluster {
+    /// A client of the cluster.
     pub cluster: Cluster,
+    /// The scheduler's URL.
     pub url: String,
     cancel: CancellationToken,
     agents: Vec<(String, CancellationToken)>,
 }
 
 impl InProcessCluster {
+    /// Starts a scheduler and `agents` and waits until every agent registered.
     pub async fn start(agents: Vec<AgentSpec>) -> Self {
         init_logging();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -101,6 +112,7 @@ impl InProcessCluster {
         this
     }
 
+    /// Starts one more agent.
     pub fn add_agent(&mut self, spec: AgentSpec) {
         let probe: Arc<dyn GpuProbe> = match &spec.gpus {
             Some(gpus) => Arc::new(SimulatedGpus::new(
@@ -166,6 +178,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
 
 /// A child process killed (SIGKILL) when dropped.
 pub struct Proc {
+    /// A name for messages.
     pub name: String,
     child: Child,
 }
@@ -179,6 +192,7 @@ impl Proc {
         }
     }
 
+    /// Kills the process with SIGKILL and reaps it.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -189,6 +203,7 @@ impl Proc {
         self.child.try_wait().expect("poll the process").is_none()
     }
 
+    /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -635,6 +650,7 @@ pub fn ids_in_file(path: &std::path::Path) -> Vec<serde_json::Value> {
     ids_in_jsonl(&std::fs::read_to_string(path).expect("read a JSONL file"))
 }
 
+/// The `id` of each line of JSONL `text`.
 pub fn ids_in_jsonl(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["id"].clone())

@@ -659,6 +659,8 @@ fn reachable(graph: &ModuleGraph, from: &ModulePath, reverse: bool) -> BTreeSet<
     seen
 }
 
+/// The modules of `module`'s strongly connected group (those it reaches and that reach it),
+/// itself included.
 pub fn group_of(graph: &ModuleGraph, module: &ModulePath) -> BTreeSet<ModulePath> {
     let forward = reachable(graph, module, false);
     let backward = reachable(graph, module, true);

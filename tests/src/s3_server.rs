@@ -10,11 +10,17 @@ use resident_jobs::storage::S3Options;
 
 use crate::{Proc, free_port, repo_root};
 
+/// The access key the test S3 server takes.
 pub const ACCESS_KEY: &str = "resident-test";
+/// Its secret key.
 pub const SECRET_KEY: &str = "resident-test-secret";
 
+/// A real S3-compatible server on loopback (from `scripts/install-s3-server.sh`), its data
+/// in a temporary directory; stopped when dropped.
 pub struct S3Server {
+    /// Its URL.
     pub endpoint: String,
+    /// Where it keeps the objects.
     pub data_dir: tempfile::TempDir,
     _process: Proc,
 }

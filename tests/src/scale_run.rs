@@ -20,16 +20,21 @@ use serde::Serialize;
 
 use crate::fleet::{FleetSpec, SimulatedFleet};
 
+/// What a scale run simulates and measures.
 #[derive(Clone, Debug)]
 pub struct ScaleConfig {
+    /// Simulated agents.
     pub agents: usize,
+    /// GPUs each reports.
     pub gpus_per_agent: u32,
+    /// Actors placed on each.
     pub actors_per_agent: u32,
     /// Each actor's share of a GPU. Below 1 leaves the room that re-placing lost actors
     /// needs: with a whole GPU each and 8 actors on 8 GPUs, the fleet is full.
     pub actor_gpus: f64,
     /// The actors are split evenly over this many pools, one job each.
     pub pools: usize,
+    /// Tasks run through the placed actors.
     pub tasks: u64,
     /// How long the scheduler's idle CPU is measured.
     pub idle_window: Duration,
@@ -43,6 +48,7 @@ pub struct ScaleConfig {
 }
 
 impl ScaleConfig {
+    /// Actors over the whole fleet.
     pub fn total_actors(&self) -> u64 {
         self.agents as u64 * u64::from(self.actors_per_agent)
     }
@@ -51,32 +57,48 @@ impl ScaleConfig {
 /// What a run measured; the names are `scale-bench --json`'s.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ScaleReport {
+    /// Agents registered.
     pub agents: usize,
+    /// GPUs they report.
     pub gpus: u64,
+    /// Actors placed.
     pub actors_placed: u64,
+    /// Seconds until every agent registered.
     pub register_s: f64,
+    /// Seconds from the pools' creation to every actor started.
     pub placement_s: f64,
     /// The scheduler loop's lag while it placed them (`resident_scheduler_loop_lag_seconds`,
     /// read before and after), when `metrics_port` is set.
     pub placement_loop_lag_p50_ms: f64,
+    /// The loop lag's 99th percentile while placing.
     pub placement_loop_lag_p99_ms: f64,
+    /// Tasks run.
     pub tasks: u64,
+    /// Tasks per second with every job's window full.
     pub tasks_per_s: f64,
     /// The scheduler process's CPU time over the task phase, per task.
     pub scheduler_cpu_us_per_task: f64,
     /// Client send to result with every job's window full: queueing included.
     pub p50_task_ms: f64,
+    /// The 99th percentile of the same.
     pub p99_task_ms: f64,
     /// One task at a time through an idle cluster: the round trip alone.
     pub p50_idle_task_ms: f64,
+    /// The 99th percentile of the same.
     pub p99_idle_task_ms: f64,
     /// Results the client got more than once (must be 0), and tasks it never got (must be 0).
     pub duplicate_results: u64,
+    /// Tasks never answered (must be 0).
     pub missing_results: u64,
+    /// The scheduler's CPU use while the fleet idles, in cores.
     pub idle_cpu_ratio: f64,
+    /// The scheduler's resident memory at the end.
     pub scheduler_rss_bytes: u64,
+    /// Agents killed at once.
     pub agents_lost: usize,
+    /// Actors they hosted.
     pub actors_lost: u64,
+    /// Seconds until those actors were placed again.
     pub replace_after_loss_s: f64,
     /// Ready actors once the lost ones were placed again.
     pub actors_after_loss: u64,

@@ -12,7 +12,9 @@ use crate::{Proc, resident_bin, spawn_agent_with, spawn_scheduler_with};
 
 /// Certificates, an auth file and the tokens created in it, in a temporary directory.
 pub struct SecureSetup {
+    /// The directory holding everything.
     pub dir: tempfile::TempDir,
+    /// Each token created, by name.
     pub tokens: BTreeMap<String, String>,
 }
 
@@ -57,6 +59,7 @@ impl SecureSetup {
         self.dir.path().join("pki")
     }
 
+    /// The CA's certificate.
     pub fn ca(&self) -> PathBuf {
         self.pki().join("ca.pem")
     }
@@ -78,6 +81,7 @@ impl SecureSetup {
         )
     }
 
+    /// The auth file.
     pub fn auth_file(&self) -> PathBuf {
         self.dir.path().join("auth.toml")
     }
@@ -99,6 +103,7 @@ impl SecureSetup {
         token
     }
 
+    /// `resident token revoke` of the token `name`.
     pub fn revoke(&self, name: &str) {
         resident(&[
             "token".as_ref(),
@@ -110,6 +115,7 @@ impl SecureSetup {
         ]);
     }
 
+    /// The token created as `name`.
     pub fn token(&self, name: &str) -> &str {
         &self.tokens[name]
     }
@@ -153,6 +159,7 @@ impl SecureSetup {
         spawn_agent_with(url, node_id, gpus, "", &args, stderr)
     }
 
+    /// Client credentials trusting the CA, with `token`.
     pub fn credentials(&self, token: Option<&str>) -> ClientCredentials {
         ClientCredentials::default()
             .with_ca_file(&self.ca())

@@ -8,6 +8,8 @@
 //! - [`group_near_duplicates`] (client side) groups documents whose signatures agree;
 //!   `custom-client` sends a corpus through the typed API and prints the groups' count.
 
+#![warn(missing_docs)]
+
 mod grouping;
 mod signature;
 

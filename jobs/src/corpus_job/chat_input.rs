@@ -26,7 +26,9 @@ pub enum PromptInput {
 /// A record's conversation and its own decoding parameters.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatRecord {
+    /// The turns, in order.
     pub messages: Vec<ChatMessage>,
+    /// The record's own decoding parameters, over the job's.
     pub params: Option<ParamsOverride>,
     /// Why the record's request cannot run: it is answered with this error.
     pub error: Option<String>,

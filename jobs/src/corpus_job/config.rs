@@ -36,25 +36,33 @@ pub struct CorpusJobConfig {
     pub output: Location,
     /// How to reach S3 for `s3://` locations.
     pub s3: S3Options,
+    /// The model: a directory, a Hugging Face id or `s3://`.
     pub model: String,
     /// Actors; `None` = one per alive node's CPU core (CPU) or one per GPU slot.
     pub replicas: Option<u32>,
     /// GPUs per actor (0 = CPU actors); `None` = the GPUs of the nodes the job may use,
     /// one actor each, or CPU actors where they have none ([`resident_sdk::choose_device`]).
     pub gpus_per_actor: Option<f64>,
+    /// VRAM each GPU actor reserves, in GiB.
     pub vram_gib_per_actor: f64,
+    /// Only nodes with these labels run the job.
     pub selector: BTreeMap<String, String>,
     /// `None` = planned from measured docs/s.
     pub chunk_size: Option<usize>,
+    /// What a malformed record does: skipped (and reported), or the job fails.
     pub on_bad_record: BadRecordPolicy,
+    /// Write the merged files (`--no-merge`: the shards and `index.json` only).
     pub merge: bool,
     /// Past this many bytes of merged data the merged files are not written: the shards
     /// plus `index.json` are the output.
     pub merge_max_bytes: u64,
     /// When the manifest's journal is folded into `manifest.json`.
     pub manifest_compaction: CompactionPolicy,
+    /// How records are read (id and text fields, kept columns).
     pub reader: ReaderOptions,
+    /// What the report prices GPU- and CPU-hours at.
     pub prices: PriceTable,
+    /// How long every actor may take to load the model.
     pub load_timeout: Duration,
     /// Whether the pool outlives the job (`--keep-pool`, `--idle-ttl`).
     pub retention: PoolRetention,
@@ -63,6 +71,7 @@ pub struct CorpusJobConfig {
 }
 
 impl CorpusJobConfig {
+    /// A job of `input` through `model` into `output`, every other setting at its default.
     pub fn new(
         input: impl Into<Location>,
         model: impl Into<String>,

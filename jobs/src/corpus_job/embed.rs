@@ -35,7 +35,9 @@ pub fn calibration_sample(total_docs: u64) -> usize {
 /// A `resident embed` job: what every corpus job has, and what it does to every text.
 #[derive(Clone, Debug)]
 pub struct EmbedJobConfig {
+    /// What every corpus job has.
     pub corpus: CorpusJobConfig,
+    /// What the job does to every text.
     pub embedding: EmbedWork,
 }
 
@@ -92,6 +94,7 @@ impl VectorFormat {
 pub struct EmbedWork {
     /// Put before every text (`--prompt-name`, `--prompt`).
     pub prompt: Prompt,
+    /// Whether vectors are scaled to unit length.
     pub normalization: Normalization,
     /// Keep each vector's first this many dimensions (`--truncate-dim`).
     pub truncate_dim: Option<usize>,
@@ -490,7 +493,9 @@ pub type EmbedReport = JobReport<EmbedFigures>;
 pub struct EmbedFigures {
     /// The stored vectors' dimensions (after `--truncate-dim`).
     pub dimension: usize,
+    /// How vectors are stored (`--precision`).
     pub dtype: OutputDtype,
+    /// The vectors' L2 norms.
     pub norm: NormSummary,
     /// Records cut to the model's max sequence length.
     pub truncated: u64,
@@ -516,10 +521,14 @@ pub struct WindowFigures {
     pub documents_split: u64,
 }
 
+/// The least, largest and mean L2 norm of the vectors this run wrote.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NormSummary {
+    /// The least.
     pub min: f64,
+    /// The largest.
     pub max: f64,
+    /// The mean.
     pub mean: f64,
 }
 

@@ -25,7 +25,9 @@ use crate::model_pin::PinnedModel;
 /// A generate job: what every corpus job has, and what it asks of every record.
 #[derive(Clone, Debug)]
 pub struct GenerateJobConfig {
+    /// What every corpus job has.
     pub corpus: CorpusJobConfig,
+    /// What the job asks of every record.
     pub generation: GenerateWork,
 }
 
@@ -76,6 +78,7 @@ pub enum GenerationOutput {
 pub struct GenerateWork {
     /// `--prompt`: holds `{text}` once, and any `{field}` of the record.
     pub prompt: PromptTemplate,
+    /// Decoding parameters for every record (a record's own override them).
     pub params: GenerateParams,
     /// Sequences each actor decodes at once; the kind's default when `None`.
     pub max_sequences: Option<u32>,
@@ -94,7 +97,9 @@ pub struct GenerateWork {
 /// The report's figures of a generate job (this run's chunks).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GenerationTally {
+    /// Prompt tokens prefilled.
     pub prompt_tokens: u64,
+    /// Tokens generated.
     pub generated_tokens: u64,
     /// Prompts whose record text was cut from its middle to fit the context.
     pub truncated_prompts: u64,
@@ -486,6 +491,7 @@ mod tests {
 /// A generate job's own figures: this run's tokens, in and out.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GenerateFigures {
+    /// This run's tokens and prompts.
     #[serde(flatten)]
     pub tally: GenerationTally,
     /// Prompt tokens (prefilled) per wall second of this run.

@@ -81,6 +81,7 @@ pub(super) enum Source {
 /// The files of an input location.
 #[derive(Clone, Debug)]
 pub struct InputSet {
+    /// The files, in the order they are read.
     pub files: Vec<InputFile>,
     s3: Option<S3Client>,
 }
@@ -277,7 +278,7 @@ impl InputSet {
                 }
             }
         }
-        Ok(crate::files::hex(hasher.finalize()))
+        Ok(hex::encode(hasher.finalize()))
     }
 }
 

@@ -39,6 +39,7 @@ fn decode_line(line: &[u8]) -> Option<ShardEntry> {
 /// A journal as read back.
 #[derive(Debug, PartialEq)]
 pub struct DecodedJournal {
+    /// The journaled entries, in order.
     pub entries: Vec<ShardEntry>,
     /// Bytes of whole, verified lines: where the next append belongs.
     pub valid_bytes: usize,
@@ -108,6 +109,8 @@ impl Default for CompactionPolicy {
 }
 
 impl CompactionPolicy {
+    /// Whether `journaled` entries beside `compacted` ones are enough to fold the journal
+    /// in.
     pub fn due(&self, journaled: usize, compacted: usize) -> bool {
         let threshold = (compacted as f64 * self.fraction).ceil() as usize;
         journaled >= self.min_entries.max(threshold).max(1)
@@ -121,19 +124,26 @@ impl CompactionPolicy {
 /// can `kill -9` it at exactly that point. Unset, it costs one comparison per append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PauseAt {
+    /// Where to pause.
     pub point: PausePoint,
+    /// At which occurrence of it, from 1.
     pub occurrence: u64,
 }
 
+/// Where a job can be paused for a kill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PausePoint {
+    /// Halfway through a journal append.
     JournalAppend,
+    /// Halfway through a compaction.
     Compaction,
 }
 
 impl PauseAt {
+    /// The environment variable that sets the hook.
     pub const ENV: &'static str = "RESIDENT_TEST_PAUSE_AT";
 
+    /// The hook the environment sets, if any.
     pub fn from_env() -> Option<Self> {
         std::env::var(Self::ENV).ok().and_then(|v| Self::parse(&v))
     }

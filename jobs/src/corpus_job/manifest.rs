@@ -13,19 +13,25 @@ use super::vectors::{OutputDtype, QuantizationRanges};
 /// One finished chunk.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardEntry {
+    /// The chunk's index.
     pub index: u64,
     /// Rows of its data file (vectors or generations).
     pub rows: u64,
     /// Records the rows answer, where they differ (texts cut into windows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records: Option<u64>,
+    /// Its data file (vectors `.npy`, Parquet or generations `.jsonl`).
     pub vectors_file: String,
+    /// Hex SHA-256 of the data file.
     pub vectors_sha256: String,
     /// Sizes in bytes (0 in manifests from before they were recorded).
     #[serde(default)]
     pub vectors_bytes: u64,
+    /// Its ids file (`.jsonl`).
     pub ids_file: String,
+    /// Hex SHA-256 of the ids file.
     pub ids_sha256: String,
+    /// Size of the ids file (0 in manifests from before it was recorded).
     #[serde(default)]
     pub ids_bytes: u64,
     /// Records of the chunk left out because they crash the model (`corpus_job/poison.rs`):
@@ -34,16 +40,22 @@ pub struct ShardEntry {
     pub crashed: Vec<BadRecord>,
 }
 
+/// `manifest.json`: the finished chunks of an output and the settings they were made under,
+/// which a rerun checks before it resumes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The manifest's format version.
     pub version: u32,
+    /// The input's fingerprint.
     pub input_fingerprint: String,
+    /// The model's (and the work's settings') fingerprint.
     pub model_fingerprint: String,
     /// The body's chunk size (0 until planned); see `chunk_schedule` for every chunk's.
     pub chunk_size: usize,
     /// Where each chunk starts and ends (absent: every chunk is `chunk_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_schedule: Option<ChunkSchedule>,
+    /// How vectors are stored.
     pub dtype: OutputDtype,
     /// The stored vectors' dimensions (after `--truncate-dim`).
     pub dim: Option<usize>,

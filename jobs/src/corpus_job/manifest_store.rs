@@ -34,12 +34,16 @@ fn s3_journal_prefix(generation: u64) -> String {
 /// What the manifest writes cost this run (for the report and the job-overhead benchmark).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ManifestWrites {
+    /// Entries appended to the journal.
     pub journal_appends: u64,
+    /// Times the journal was folded into `manifest.json`.
     pub compactions: u64,
     /// Journal lines plus compacted manifests, in bytes.
     pub bytes: u64,
 }
 
+/// The manifest of a running job and where it is kept: each finished chunk is appended to
+/// the journal, which is folded into `manifest.json` when the policy says.
 pub struct ManifestStore<'a> {
     out: &'a OutputDir,
     manifest: Manifest,
@@ -150,14 +154,17 @@ impl<'a> ManifestStore<'a> {
         Ok(store)
     }
 
+    /// The manifest as it stands.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
 
+    /// The manifest, to change before the next write.
     pub fn manifest_mut(&mut self) -> &mut Manifest {
         &mut self.manifest
     }
 
+    /// What the writes cost so far.
     pub fn writes(&self) -> ManifestWrites {
         self.writes
     }

@@ -17,16 +17,16 @@
 
 pub mod chat_input;
 mod config;
-pub mod duplicates;
-pub mod embed;
+mod duplicates;
+mod embed;
 mod error;
-pub mod generate;
-pub mod inputs;
+mod generate;
+mod inputs;
 pub mod journal;
 pub mod manifest;
 pub mod manifest_store;
 mod openai_batch;
-pub mod output;
+mod output;
 #[cfg(not(feature = "parquet"))]
 #[path = "parquet_out_off.rs"]
 mod parquet_out;
@@ -41,15 +41,15 @@ mod pipeline;
 pub mod planner;
 mod poison;
 mod progress;
-pub mod prompt;
+mod prompt;
 pub mod reader;
 mod report;
 mod results;
 pub(crate) mod scan;
 pub mod schedule;
-pub mod shard_rows;
-pub mod vectors;
-pub mod work;
+mod shard_rows;
+mod vectors;
+mod work;
 
 use resident_sdk::Cluster;
 
@@ -58,7 +58,7 @@ pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
-pub use generate::GenerateFigures;
+pub use generate::{GenerateFigures, preview_prompts};
 pub use generate::{GenerateJobConfig, GenerateWork, GenerationOutput, GenerationTally};
 pub use inputs::InputSet;
 pub use output::OutputDtype;

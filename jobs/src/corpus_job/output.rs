@@ -169,6 +169,7 @@ impl OutputDir {
         }
     }
 
+    /// The output's `manifest.json`, or `None` for a fresh output.
     pub async fn read_manifest(&self) -> Result<Option<Manifest>, JobError> {
         let Some(bytes) = self.read("manifest.json").await? else {
             return Ok(None);
@@ -370,10 +371,15 @@ pub fn merge_wanted(asked: bool, merged_bytes: u64, max_bytes: u64) -> bool {
 /// `index.json`: how to read the output, merged or not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OutputIndex {
+    /// The index's format name.
     pub format: String,
+    /// Its version.
     pub version: u32,
+    /// Rows of the whole output.
     pub rows: u64,
+    /// Width of each vector (0 for generations).
     pub dim: usize,
+    /// How vectors are stored.
     pub dtype: OutputDtype,
     /// How int8/uint8 values map back to floats, and how to quantise queries to match:
     /// sentence-transformers' `ranges` (`[min, max]` per dimension).
@@ -388,25 +394,34 @@ pub struct OutputIndex {
 /// The merged files: `vectors` and `ids` (embed), or `generations` (generate).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MergedFiles {
+    /// The merged vectors (`.npy`), or the merged Parquet file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vectors: Option<String>,
+    /// The merged ids (`.jsonl`), when written apart from the data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<String>,
+    /// The merged generations (`.jsonl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generations: Option<String>,
 }
 
+/// One shard of the output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexShard {
+    /// Its chunk's index.
     pub index: u64,
+    /// Its first row in the whole output.
     pub first_row: u64,
+    /// Its rows.
     pub rows: u64,
     /// The shard's data: its vectors (`.npy`), or its generations (`.jsonl`).
     pub vectors_file: String,
+    /// Its ids (`.jsonl`).
     pub ids_file: String,
 }
 
 impl OutputIndex {
+    /// The index's file name.
     pub const FILE: &'static str = "index.json";
 
     /// The index of `manifest`'s shards, and of `layout`'s merged files if `merged`.

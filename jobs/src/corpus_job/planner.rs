@@ -8,6 +8,7 @@
 /// What the planner knows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanInput {
+    /// Documents in the corpus.
     pub total_docs: u64,
     /// Measured (or estimated) docs/s of each actor.
     pub actor_docs_per_s: Vec<f64>,
@@ -17,18 +18,26 @@ pub struct PlanInput {
     pub min_chunk: usize,
 }
 
+/// The planner's answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkPlan {
+    /// Documents per body chunk.
     pub chunk_size: usize,
     /// Why this size, in a sentence, for the log.
     pub reasoning: String,
 }
 
+/// A chunk should take about this long on one actor.
 pub const TARGET_CHUNK_SECONDS: f64 = 20.0;
+/// No shorter than this (scheduling overhead).
 pub const MIN_CHUNK_SECONDS: f64 = 10.0;
+/// No longer than this (what a lost chunk costs).
 pub const MAX_CHUNK_SECONDS: f64 = 30.0;
+/// At least this many chunks per actor, for an even tail.
 pub const MIN_CHUNKS_PER_ACTOR: f64 = 4.0;
+/// The smallest chunk.
 pub const MIN_CHUNK: usize = 16;
+/// The largest chunk.
 pub const MAX_CHUNK: usize = 20_000;
 
 /// Bytes of one document's result: its f32 vector and, at most, its truncation flag.
@@ -134,6 +143,7 @@ pub struct ProbeTimings {
 }
 
 impl ProbeTimings {
+    /// Records a probe chunk: `docs` embedded by `actor` in `micros`.
     pub fn add(&mut self, actor: &str, docs: u64, micros: u64) {
         let entry = self.by_actor.entry(actor.to_owned()).or_default();
         entry.0 += docs;
@@ -141,6 +151,7 @@ impl ProbeTimings {
         self.results += 1;
     }
 
+    /// Probe results recorded.
     pub fn results(&self) -> usize {
         self.results
     }

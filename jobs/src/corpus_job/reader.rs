@@ -12,9 +12,12 @@ use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
 use crate::records::{is_blank, json_object, line_text};
 
+/// How records are read from the input.
 #[derive(Clone, Debug)]
 pub struct ReaderOptions {
+    /// The field holding each record's id.
     pub id_field: String,
+    /// The field holding its text.
     pub text_field: String,
     /// Other fields every record must have as text (those a generate prompt names): a
     /// record without one is a bad record.
@@ -41,7 +44,9 @@ impl Default for ReaderOptions {
 /// One document.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
+    /// Its id, as the input gives it (a string or a number).
     pub id: Value,
+    /// Its text.
     pub text: String,
     /// The values of [`ReaderOptions::extra_fields`], in their order.
     pub fields: Vec<String>,
@@ -57,8 +62,11 @@ pub use crate::records::Kept;
 /// A line that was skipped, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BadRecord {
+    /// The input file.
     pub file: String,
+    /// The line, from 1 (the row for Parquet).
     pub line: u64,
+    /// Why it was skipped.
     pub reason: String,
 }
 
@@ -96,12 +104,16 @@ pub enum IdCheck {
     Skip(Arc<Vec<u64>>),
 }
 
+/// What the reader yields: a record, or a line it could not use.
 pub enum Item {
+    /// A usable record.
     Record(Record),
+    /// A line it could not use, and why.
     Bad(BadRecord),
 }
 
 impl RecordReader {
+    /// A reader of `inputs`, file by file in order, from the first record.
     pub fn new(inputs: InputSet, options: ReaderOptions) -> Self {
         Self {
             inputs,
@@ -115,6 +127,7 @@ impl RecordReader {
         }
     }
 
+    /// Checks ids as it reads (duplicates refused, or those already done skipped).
     pub fn with_id_check(mut self, ids: IdCheck) -> Self {
         self.ids = ids;
         self

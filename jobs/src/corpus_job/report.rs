@@ -228,28 +228,47 @@ pub struct GpuThroughput {
 pub struct JobReport<F> {
     /// Records in the output (this run's and reused ones).
     pub items: u64,
+    /// Records that could not be used.
     pub bad_record_count: u64,
     /// The first 10,000 bad records (`bad_record_count` counts them all).
     pub bad_records: Vec<BadRecord>,
+    /// Seconds from start to end.
     pub wall_seconds: f64,
     /// Documents embedded by this run (not counting reused shards) per wall second.
     pub docs_per_second: f64,
+    /// Records this run computed (not counting reused shards).
     pub computed_items: u64,
+    /// How the corpus was chunked, and how many chunks were reused.
     pub chunks: ChunkSummary,
+    /// Throughput of each node.
     pub per_node: Vec<NodeThroughput>,
+    /// Throughput of each GPU (or CPU) of each node.
     pub per_gpu: Vec<GpuThroughput>,
+    /// Actors of the job's pool.
     pub actors: u64,
+    /// Model loads by them: one per actor when weights stay resident.
     pub model_loads: u64,
+    /// GPU-hours the pool held for the job's wall time.
     pub gpu_hours: f64,
+    /// CPU core-hours it held.
     pub cpu_hours: f64,
+    /// What those hours cost at `prices`.
     pub estimated_cost_usd: f64,
+    /// The prices the estimate used.
     pub prices: PriceTable,
+    /// The model as named.
     pub model: String,
+    /// The input as named.
     pub input: String,
+    /// SHA-256 over the input files' names and bytes (size and ETag for S3 objects): what a
+    /// resume checks.
     pub input_fingerprint: String,
+    /// SHA-256 of the model's content.
     pub model_fingerprint: String,
+    /// Where the output is and what it holds.
     #[serde(default)]
     pub output: OutputSummary,
+    /// The job's own figures (embed: vectors; generate: tokens), written beside the rest.
     #[serde(flatten)]
     pub figures: F,
 }

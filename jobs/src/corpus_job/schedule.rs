@@ -16,10 +16,13 @@ use serde::{Deserialize, Serialize};
 pub const PROBES_PER_ACTOR: u64 = 2;
 /// Probe chunk sizes: about a sixteenth of an actor's share of the corpus, within these.
 pub const MIN_PROBE: usize = 16;
+/// The largest probe chunk.
 pub const MAX_PROBE: usize = 256;
 /// The smallest tail chunk, in seconds of the slowest actor's work.
 pub const TAIL_MIN_SECONDS: f64 = 1.0;
 
+/// Where each chunk of a job starts and ends: probe chunks first, then the planned body,
+/// then a shrinking tail.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkSchedule {
     /// Documents in each probe chunk.
@@ -69,6 +72,7 @@ impl ChunkSchedule {
         }
     }
 
+    /// Whether the body's size is known.
     pub fn is_planned(&self) -> bool {
         self.body_size.is_some()
     }
@@ -175,6 +179,7 @@ impl ChunkCutter {
         self.schedule.plan_body(body_size, tail_min);
     }
 
+    /// The schedule.
     pub fn schedule(&self) -> &ChunkSchedule {
         &self.schedule
     }

@@ -109,7 +109,9 @@ impl OutputDtype {
 /// `ranges`, shape `(2, dim)`: `[min, max]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizationRanges {
+    /// Each dimension's least value.
     pub min: Vec<f32>,
+    /// Each dimension's largest value.
     pub max: Vec<f32>,
     /// Vectors the ranges were taken from.
     pub sample_rows: u64,

@@ -23,16 +23,26 @@ pub const LEASE_OBJECT: &str = ".resident.lock";
 pub struct Lease {
     /// Unique per run.
     pub run: String,
+    /// The holder's host.
     pub host: String,
+    /// The holder's process id.
     pub pid: u32,
+    /// When the holder last renewed it.
     pub renewed_unix_ms: u64,
 }
 
 /// Whether a run may take the output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseVerdict {
+    /// Nobody holds it (or the holder is gone): take it.
     Take,
-    Refuse { holder: String, age: Duration },
+    /// A live run holds it: refuse.
+    Refuse {
+        /// Who holds it (`pid N on HOST`).
+        holder: String,
+        /// How long ago it was renewed.
+        age: Duration,
+    },
 }
 
 /// Decides from the lease found (if any). `pid_alive` answers for processes on this host.

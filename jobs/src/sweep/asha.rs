@@ -9,12 +9,16 @@ use std::collections::BTreeMap;
 
 use super::config::{Mode, SchedulerConfig, TrialScheduler};
 
+/// What happens to a trial after it reports at a rung.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// It trains on.
     Continue,
+    /// It stops here.
     Stop,
 }
 
+/// ASHA's rungs and the metrics trials reported at each (no rungs under FIFO).
 #[derive(Clone, Debug)]
 pub struct TrialSchedulerState {
     config: SchedulerConfig,
@@ -24,6 +28,8 @@ pub struct TrialSchedulerState {
 }
 
 impl TrialSchedulerState {
+    /// A scheduler with the rungs of `config` (from `grace_epochs`, times
+    /// `reduction_factor`, below `max_epochs`) and no metrics yet.
     pub fn new(config: SchedulerConfig, mode: Mode) -> Self {
         let mut rungs = BTreeMap::new();
         if config.kind == TrialScheduler::Asha {
@@ -40,6 +46,7 @@ impl TrialSchedulerState {
         }
     }
 
+    /// The epochs at which trials are compared.
     pub fn rung_epochs(&self) -> Vec<u32> {
         self.rungs.keys().copied().collect()
     }

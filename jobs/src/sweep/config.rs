@@ -6,26 +6,45 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A sweep as its TOML file declares it: the model and data, the trial kind and metric, the
+/// search space, how trials are searched and stopped, and where they run.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepConfig {
+    /// The sweep's name: its pool and job are named after it, and a rerun with the same
+    /// name and output resumes it.
     pub name: String,
+    /// The embedding model every trial's data is embedded with (a directory, an HF id,
+    /// `s3://`).
     pub model: String,
+    /// Actors of the sweep's pool.
     #[serde(default = "one")]
     pub replicas: u32,
+    /// What each trial trains.
     pub trial: TrialKind,
+    /// The JSONL file of examples.
     pub data: String,
+    /// The metric trials are ranked by: `accuracy` or `macro_f1` (classifier), `recall@10`
+    /// or `ndcg@10` (retrieval).
     pub metric: String,
+    /// Whether a larger or a smaller metric is better.
     pub mode: Mode,
+    /// Trials to draw (random search; grid search runs every combination).
     #[serde(default = "one")]
     pub trials: u32,
+    /// Seeds the search, the data split, initialisation and batch order: a rerun replays
+    /// exactly.
     #[serde(default)]
     pub seed: u64,
+    /// The output directory: `results.jsonl`, the embedded data, the lock.
     pub output: String,
+    /// How trials are drawn from the space.
     #[serde(default)]
     pub search: SearchConfig,
+    /// How trials are run and stopped early.
     #[serde(default)]
     pub scheduler: SchedulerConfig,
+    /// The hyperparameters and their ranges, by name.
     pub space: BTreeMap<String, ParamSpec>,
     /// The JSONL field holding each record's text (documents, for retrieval).
     #[serde(default = "default_text_field")]
@@ -43,6 +62,7 @@ pub struct SweepConfig {
     /// reserves, in GiB.
     #[serde(default)]
     pub gpus_per_actor: f64,
+    /// VRAM each actor reserves, in GiB.
     #[serde(default = "default_vram_gib")]
     pub vram_gib: f64,
     /// Only nodes with these labels (`pool = "onprem-a6000"`).
@@ -108,52 +128,71 @@ fn one() -> u32 {
     1
 }
 
+/// What a trial trains on the embedded data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrialKind {
+    /// A small classifier head over the vectors (labels from `label_field`).
     Classifier,
+    /// A query adapter for retrieval (queries from `query_field`).
     Retrieval,
 }
 
+/// Which way the metric is better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// Larger is better.
     Max,
+    /// Smaller is better.
     Min,
 }
 
+/// How trials are drawn from the space.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchAlgorithm {
+    /// Every combination of the values, in order.
     Grid,
+    /// Independent draws, seeded.
     #[default]
     Random,
 }
 
+/// `[search]`: how trials are drawn.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchConfig {
+    /// Grid or random (the default).
     #[serde(default)]
     pub algorithm: SearchAlgorithm,
 }
 
+/// How trials run to their end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrialScheduler {
+    /// Every trial runs every epoch, first come first served.
     #[default]
     Fifo,
+    /// Asynchronous successive halving: trials behind at a rung stop early.
     Asha,
 }
 
+/// `[scheduler]`: how trials run and stop.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
+    /// FIFO (the default) or ASHA.
     #[serde(default)]
     pub kind: TrialScheduler,
+    /// Epochs a trial runs at most.
     #[serde(default = "default_max_epochs")]
     pub max_epochs: u32,
+    /// Epochs before ASHA's first rung: no trial stops sooner.
     #[serde(default = "one")]
     pub grace_epochs: u32,
+    /// ASHA keeps one trial in this many at each rung.
     #[serde(default = "default_reduction")]
     pub reduction_factor: u32,
 }
@@ -185,16 +224,21 @@ pub enum ParamSpec {
     Choice(Vec<Value>),
     /// Try each value (grid search only).
     Grid(Vec<Value>),
+    /// A float drawn uniformly from `[low, high)`.
     Uniform([f64; 2]),
+    /// A float whose logarithm is drawn uniformly (learning rates).
     LogUniform([f64; 2]),
     /// An integer in `[low, high]`, both included.
     Int([i64; 2]),
 }
 
+/// Why a sweep's TOML was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SweepConfigError {
+    /// The text is not TOML of a sweep (the parser's message).
     #[error("sweep config is not valid TOML: {0}")]
     Syntax(String),
+    /// A setting is out of bounds or names something unknown (what to change is said).
     #[error("sweep config: {0}")]
     Invalid(String),
 }
@@ -220,6 +264,7 @@ impl SweepConfig {
         Ok(config)
     }
 
+    /// Checks every setting's bounds and names, refusing the first that is wrong.
     pub fn validate(&self) -> Result<(), SweepConfigError> {
         if self.name.trim().is_empty() {
             return Err(invalid("name is empty".into()));

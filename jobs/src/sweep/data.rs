@@ -19,20 +19,26 @@ use crate::records::{is_blank, json_object, line_text, numbered_lines};
 /// A record the sweep could not use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SkippedRecord {
+    /// Its line in the data file, from 1.
     pub line: u64,
+    /// Why it was skipped.
     pub reason: String,
 }
 
 /// The sweep's examples before embedding.
 #[derive(Debug, Default)]
 pub struct SweepData {
+    /// Each example's text, in file order.
     pub texts: Vec<String>,
     /// Classifier: a class index per text, and the class names (sorted).
     pub labels: Vec<u32>,
+    /// Classifier: the class names, sorted.
     pub classes: Vec<String>,
     /// Retrieval: unique queries and the row of each one's document.
     pub queries: Vec<String>,
+    /// Retrieval: the row of each query's document.
     pub query_docs: Vec<u32>,
+    /// Records the sweep could not use.
     pub skipped: Vec<SkippedRecord>,
     /// Model + data + fields: the cache key of the embedded dataset.
     pub key: String,

@@ -17,30 +17,42 @@ use super::search::Params;
 /// Epochs `(start_epoch, end_epoch]` of one trial.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
+    /// The trial.
     pub trial: usize,
+    /// The epoch it starts after (0 for a fresh trial).
     pub start_epoch: u32,
+    /// The epoch it ends at.
     pub end_epoch: u32,
 }
 
+/// Where a trial is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Phase {
+    /// No segment sent yet.
     NotStarted,
+    /// A segment is running.
     Running,
     /// Waiting for the ASHA decision at this rung.
     AtRung(u32),
     /// Promoted; waits for a free slot.
     Ready,
+    /// It ended.
     Done {
+        /// ASHA stopped it before its epoch cap.
         stopped_early: bool,
     },
+    /// A segment failed (why).
     Failed(String),
 }
 
+/// One trial as the driver tracks it.
 #[derive(Clone, Debug)]
 pub struct TrialProgress {
+    /// Its hyperparameters.
     pub params: Params,
     /// Metric after each epoch so far.
     pub metrics: Vec<f64>,
+    /// Where it is.
     pub phase: Phase,
     /// Epochs this trial may train: `max_epochs`, or less when its `epochs` param says so.
     pub epoch_cap: u32,
@@ -52,6 +64,9 @@ impl TrialProgress {
     }
 }
 
+/// Decides which trial segments run next: at most `max_running` at once, each trial
+/// promoted or stopped at ASHA's rungs. Pure: the runner sends the segments and reports
+/// their results.
 pub struct SweepDriver {
     trials: Vec<TrialProgress>,
     rungs: Vec<u32>,
@@ -63,6 +78,7 @@ pub struct SweepDriver {
 }
 
 impl SweepDriver {
+    /// A driver of `trials`, none started.
     pub fn new(
         trials: Vec<Params>,
         config: &SchedulerConfig,
@@ -98,6 +114,7 @@ impl SweepDriver {
         }
     }
 
+    /// Every trial, by id.
     pub fn trials(&self) -> &[TrialProgress] {
         &self.trials
     }
@@ -110,6 +127,7 @@ impl SweepDriver {
         self.decide();
     }
 
+    /// Whether every trial ended.
     pub fn finished(&self) -> bool {
         self.trials.iter().all(TrialProgress::ended)
     }

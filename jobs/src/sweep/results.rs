@@ -12,16 +12,22 @@ use super::data::SkippedRecord;
 use super::search::Params;
 use crate::files::write_atomically;
 
+/// One finished trial, a line of `results.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialResult {
+    /// The trial's index among the generated trials.
     pub trial_id: usize,
+    /// Its hyperparameters.
     pub params: Params,
     /// The metric after the trial's last epoch (`None` when it failed).
     pub metric: Option<f64>,
+    /// Epochs it trained.
     pub epochs: u32,
+    /// ASHA stopped it before its epoch cap.
     pub stopped_early: bool,
     /// The actor that ran its last segment.
     pub actor_id: String,
+    /// Seconds from its first segment sent to its end.
     pub wall_s: f64,
     /// The metric after every epoch.
     #[serde(default)]
@@ -29,35 +35,52 @@ pub struct TrialResult {
     /// Seconds the actors spent training it.
     #[serde(default)]
     pub train_s: f64,
+    /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// What a sweep came to (printed by `resident sweep`, returned by the SDK).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SweepSummary {
+    /// The sweep's name.
     pub name: String,
+    /// The metric trials were ranked by.
     pub metric_name: String,
+    /// Which way it is better.
     pub mode: Mode,
+    /// The best trial's id.
     pub best_trial: Option<usize>,
+    /// Its hyperparameters.
     pub best_params: Option<Params>,
+    /// Its metric.
     pub best_metric: Option<f64>,
     /// Model loads by the sweep's actors: one per actor when weights stay resident.
     pub model_loads: u64,
+    /// Actors of the sweep's pool.
     pub actors: u64,
+    /// Trials finished (this run's and earlier ones').
     pub trials: usize,
+    /// Of those, stopped early by ASHA.
     pub stopped_early: usize,
+    /// Of those, failed.
     pub failed: usize,
     /// Trials taken from an earlier run's results.jsonl.
     pub resumed_trials: usize,
+    /// Epochs trained over every trial.
     pub epochs_trained: u64,
+    /// The sweep's wall time, seconds.
     pub wall_s: f64,
     /// Creating the pool until every actor had loaded the model.
     #[serde(default)]
     pub model_load_s: f64,
     /// Embedding the data (0 on a cache hit).
     pub embed_s: f64,
+    /// The embedded data came from the cache.
     pub embedding_cache_hit: bool,
+    /// Examples used.
     pub examples: usize,
+    /// Records of the data file that were not.
     pub skipped_records: Vec<SkippedRecord>,
 }
 
@@ -79,6 +102,7 @@ fn result_line(result: &TrialResult) -> Result<Vec<u8>, SweepError> {
     Ok(line)
 }
 
+/// Appends one result to `results.jsonl` and syncs it, so that a killed sweep keeps it.
 pub fn append_result(path: &Path, result: &TrialResult) -> Result<(), SweepError> {
     let fail = |e: std::io::Error| SweepError::Output(format!("{}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
@@ -150,6 +174,7 @@ pub fn job_summary(
     })
 }
 
+/// The best trial of `results` for `mode` (failed ones left out).
 pub fn best(results: &[TrialResult], mode: Mode) -> Option<&TrialResult> {
     let scored = results
         .iter()

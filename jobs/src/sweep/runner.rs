@@ -33,16 +33,22 @@ pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
 
 /// What the runner tells its caller as the sweep goes.
 pub enum SweepEvent<'a> {
+    /// The data is embedded.
     DataReady {
+        /// Examples in it.
         examples: usize,
+        /// It came from the cache.
         cache_hit: bool,
     },
     /// The trials are known: `total` of them, `resumed` finished by an earlier run (with
     /// the metrics they reached).
     TrialsPlanned {
+        /// Trials in all.
         total: usize,
+        /// Those an earlier run finished.
         resumed: &'a [TrialResult],
     },
+    /// A trial finished (its line is in `results.jsonl`).
     TrialFinished(&'a TrialResult),
 }
 
@@ -83,7 +89,9 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, Sweep
 
 /// The embedded data's cache file and key, as actors find it.
 pub struct DatasetRef {
+    /// Where actors read it: a local path or `s3://`.
     pub uri: String,
+    /// The cache key (model, data and fields).
     pub key: String,
     /// Hex SHA-256 of the dataset's bytes, which an agent checks an `s3://` copy against.
     pub sha256: String,

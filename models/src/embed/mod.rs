@@ -42,6 +42,7 @@ use windows::{CharBytes, CharRange, TextTokens, WindowSplit};
 /// Qwen3's end-of-text token, which last-token pooling needs at the end of every text.
 const QWEN3_EOS: u32 = 151_643;
 
+/// The `embed` kind's pool config (JSON): the model, and how it runs.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbedConfig {
@@ -420,6 +421,8 @@ impl TextPreparer {
     }
 }
 
+/// A loaded embedding model: tokenizer, encoder and pooling, answering chunks of texts with
+/// one vector each.
 pub struct Embedder {
     preparer: Arc<TextPreparer>,
     encoder: Box<dyn TextEncoder>,

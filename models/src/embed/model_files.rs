@@ -8,28 +8,43 @@ use serde::Deserialize;
 use crate::ModelError;
 use crate::roots::{FileRoots, MAX_MODEL_JSON_BYTES, MAX_WEIGHTS_BYTES};
 
+/// How token vectors become one text vector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pooling {
+    /// The mean of the text's tokens (padding left out).
     Mean,
+    /// The first token's (`[CLS]`).
     Cls,
+    /// The last real token's (decoder embedders such as Qwen3).
     LastToken,
 }
 
+/// Which encoder runs the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
+    /// BERT and its kin: RoBERTa, XLM-R, MPNet (MiniLM, bge, e5, mpnet).
     Bert,
+    /// Qwen3 decoder embedders.
     Qwen3,
 }
 
 /// How the model wants to be run, from its own files.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelLayout {
+    /// The model's directory.
     pub dir: PathBuf,
+    /// Its encoder.
     pub architecture: Architecture,
+    /// The most tokens a text keeps (sentence-transformers' `max_seq_length`, within the
+    /// position table).
     pub max_seq_length: usize,
+    /// How token vectors become one.
     pub pooling: Pooling,
+    /// Whether vectors are scaled to unit length (a `Normalize` module).
     pub normalize: bool,
+    /// Whether texts are lower-cased first.
     pub do_lower_case: bool,
+    /// The safetensors files, one or the shards in order.
     pub weights: Vec<PathBuf>,
     /// The prompts the model names (`config_sentence_transformers.json`), by name.
     pub prompts: BTreeMap<String, String>,

@@ -16,21 +16,34 @@ use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
 use super::fused::{self, AttentionMask};
 use crate::ModelError;
 
+/// The fields of a Qwen3 `config.json` the encoder uses.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Qwen3Config {
+    /// Tokens in the vocabulary.
     pub vocab_size: usize,
+    /// Width of the hidden states.
     pub hidden_size: usize,
+    /// Width of the MLP.
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads.
     pub num_attention_heads: usize,
+    /// Key and value heads (grouped-query attention).
     pub num_key_value_heads: usize,
+    /// Width of a head, when not `hidden_size / num_attention_heads`.
     #[serde(default)]
     pub head_dim: Option<usize>,
+    /// Whether the attention projections have biases.
     #[serde(default)]
     pub attention_bias: bool,
+    /// Positions the model was trained for.
     pub max_position_embeddings: usize,
+    /// The RMSNorms' epsilon.
     pub rms_norm_eps: f64,
+    /// RoPE's base.
     pub rope_theta: f64,
+    /// The padding token, when the config names one.
     #[serde(default)]
     pub pad_token_id: Option<u32>,
 }
@@ -70,6 +83,7 @@ impl Qwen3Config {
         Ok(self)
     }
 
+    /// Width of a head.
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads)
@@ -145,6 +159,8 @@ struct Layer {
     down: Dense,
 }
 
+/// A Qwen3 decoder run as an embedder: causal attention, the last token's hidden state
+/// pooled.
 pub struct Qwen3Encoder {
     config: Qwen3Config,
     embed: candle_nn::Embedding,
@@ -190,6 +206,7 @@ fn load_layer(config: &Qwen3Config, vb: VarBuilder) -> candle_core::Result<Layer
 }
 
 impl Qwen3Encoder {
+    /// Loads the weights under `vb` (with or without a `model.` prefix).
     pub fn new(config: Qwen3Config, vb: VarBuilder) -> candle_core::Result<Self> {
         let vb = if vb.contains_tensor("model.embed_tokens.weight") {
             vb.pp("model")
@@ -293,6 +310,7 @@ impl TextEncoder for Qwen3Encoder {
     }
 }
 
+/// The encoder of a Qwen3 `config.json` (`config_text`) and its weights.
 pub fn load(config_text: &str, weights: VarBuilder) -> Result<Box<dyn TextEncoder>, ModelError> {
     let config: Qwen3Config = serde_json::from_str::<Qwen3Config>(config_text)
         .map_err(|e| ModelError::Load(format!("qwen3 config: {e}")))?

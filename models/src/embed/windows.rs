@@ -9,10 +9,18 @@ use unicode_segmentation::UnicodeSegmentation;
 pub enum WindowSplit {
     /// Windows of `size` tokens, consecutive ones sharing `overlap`, their edges moved to
     /// word boundaries where a word is shorter than a window.
-    Tokens { size: usize, overlap: usize },
+    Tokens {
+        /// Tokens a window holds.
+        size: usize,
+        /// Tokens consecutive windows share.
+        overlap: usize,
+    },
     /// Whole sentences (Unicode UAX #29) packed into windows of at most `size` tokens; a
     /// sentence longer than that is cut as [`WindowSplit::Tokens`] cuts, without overlap.
-    Sentences { size: usize },
+    Sentences {
+        /// Tokens a window holds at most.
+        size: usize,
+    },
 }
 
 impl WindowSplit {
@@ -28,7 +36,9 @@ impl WindowSplit {
 /// text (Unicode code points), and the word it belongs to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TextTokens {
+    /// Each token's characters `[start, end)`.
     pub offsets: Vec<(usize, usize)>,
+    /// Each token's word, `None` for one outside any.
     pub words: Vec<Option<u32>>,
 }
 
@@ -154,6 +164,7 @@ pub fn windows_of_sentences<E>(
 pub struct CharBytes(Vec<usize>);
 
 impl CharBytes {
+    /// The character starts of `text`.
     pub fn new(text: &str) -> Self {
         let mut starts: Vec<usize> = text.char_indices().map(|(byte, _)| byte).collect();
         starts.push(text.len());

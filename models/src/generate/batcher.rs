@@ -18,6 +18,7 @@ pub struct StepLimits {
 }
 
 impl StepLimits {
+    /// Limits of at least one sequence and one token.
     pub fn new(max_sequences: usize, max_step_tokens: usize) -> Self {
         let max_sequences = max_sequences.max(1);
         Self {
@@ -47,9 +48,13 @@ impl SeqProgress {
 /// [`plan_step`]) go into the step; `logits` when `end` is the sequence's last token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
+    /// The sequence.
     pub seq: usize,
+    /// The first position to run.
     pub start: usize,
+    /// One past the last.
     pub end: usize,
+    /// Whether the step returns the logits after `end`.
     pub logits: bool,
 }
 

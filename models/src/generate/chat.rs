@@ -103,10 +103,12 @@ impl ChatTemplate {
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
+    /// The turn's text.
     pub content: String,
 }
 
 impl Message {
+    /// A turn of `role` saying `content`.
     pub fn new(role: &str, content: &str) -> Self {
         Self {
             role: role.into(),

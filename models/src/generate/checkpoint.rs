@@ -19,9 +19,13 @@ use crate::ModelError;
 
 /// A GGUF file's tensors.
 pub struct GgufWeights<'a> {
+    /// The file's header: metadata and tensor index.
     pub content: &'a Content,
+    /// The file, read as tensors are taken.
     pub file: &'a mut File,
+    /// Where tensors go.
     pub device: &'a Device,
+    /// The dtype of dense (not quantised) tensors.
     pub dtype: DType,
     /// Linear layers keep their quantised blocks (candle's quantised matmul).
     pub keep_quantised: bool,
@@ -84,8 +88,11 @@ pub fn gguf_rope_factors(
 
 /// A safetensors checkpoint's tensors.
 pub struct SafetensorsWeights<'a> {
+    /// The memory-mapped files.
     pub tensors: &'a MmapedSafetensors,
+    /// Where tensors go.
     pub device: &'a Device,
+    /// The dtype tensors take.
     pub dtype: DType,
 }
 

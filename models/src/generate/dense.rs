@@ -39,34 +39,51 @@ impl DenseLinear {
 
 /// One decoder layer's weights.
 pub struct DenseLayer {
+    /// RMSNorm before attention.
     pub attn_norm: Tensor,
+    /// Query projection.
     pub wq: DenseLinear,
+    /// Key projection.
     pub wk: DenseLinear,
+    /// Value projection.
     pub wv: DenseLinear,
+    /// Attention output projection.
     pub wo: DenseLinear,
     /// Qwen2's attention biases.
     pub q_bias: Option<Tensor>,
+    /// Qwen2's key bias.
     pub k_bias: Option<Tensor>,
+    /// Qwen2's value bias.
     pub v_bias: Option<Tensor>,
     /// Qwen3's RMSNorms of each head's query and key (`head_dim` weights).
     pub q_norm: Option<Tensor>,
+    /// Qwen3's key RMSNorm.
     pub k_norm: Option<Tensor>,
+    /// RMSNorm before the MLP.
     pub ffn_norm: Tensor,
+    /// SwiGLU gate projection.
     pub w_gate: DenseLinear,
+    /// SwiGLU up projection.
     pub w_up: DenseLinear,
+    /// MLP down projection.
     pub w_down: DenseLinear,
 }
 
 /// The whole model on its device.
 pub struct DenseLlama {
+    /// The model's shape.
     pub config: LlamaConfig,
+    /// Where its weights are.
     pub device: Device,
     /// The activations' dtype.
     pub dtype: DType,
     /// `vocab x hidden`.
     pub embedding: Tensor,
+    /// The decoder layers, in order.
     pub layers: Vec<DenseLayer>,
+    /// RMSNorm after the last layer.
     pub output_norm: Tensor,
+    /// The logits projection (`vocab x hidden`; the embedding where tied).
     pub lm_head: DenseLinear,
 }
 
@@ -88,6 +105,7 @@ pub struct DenseKv {
 const FIRST_CAPACITY: usize = 64;
 
 impl DenseKv {
+    /// Empty caches for `slots` sequences of `model`.
     pub fn new(model: &DenseLlama, slots: usize) -> Self {
         Self {
             slots: slots.max(1),
@@ -552,22 +570,39 @@ fn with_bias(x: Tensor, bias: &Option<Tensor>) -> candle_core::Result<Tensor> {
 /// The weight names of a checkpoint: how one part of the model is called in its files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
+    /// Token embedding table.
     Embedding,
+    /// RMSNorm after the last layer.
     OutputNorm,
+    /// Logits projection.
     Output,
+    /// RMSNorm before attention.
     AttnNorm,
+    /// Query projection.
     Q,
+    /// Key projection.
     K,
+    /// Value projection.
     V,
+    /// Attention output projection.
     O,
+    /// Query bias.
     QBias,
+    /// Key bias.
     KBias,
+    /// Value bias.
     VBias,
+    /// Query RMSNorm.
     QNorm,
+    /// Key RMSNorm.
     KNorm,
+    /// RMSNorm before the MLP.
     FfnNorm,
+    /// SwiGLU gate projection.
     Gate,
+    /// SwiGLU up projection.
     Up,
+    /// MLP down projection.
     Down,
 }
 

@@ -30,8 +30,11 @@ const PRE_WITH_SINGLE_DIGITS: &[&str] = &["smollm", "starcoder", "refact", "code
 
 /// What a generation model needs of its vocabulary.
 pub struct Vocab {
+    /// Byte-level BPE, the file's tokens and merges.
     pub tokenizer: Tokenizer,
+    /// The beginning-of-sequence token, when the model has one.
     pub bos: Option<u32>,
+    /// The end-of-sequence token.
     pub eos: u32,
     /// Tokens that end a sequence: `eos`, and an end-of-turn token where the model has one
     /// (Llama 3's `<|eot_id|>`).

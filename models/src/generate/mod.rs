@@ -61,8 +61,11 @@ pub struct GenerationRequest {
     /// Which of the record's completions this is (0 for the first): seeds its sampler
     /// apart from the others'.
     pub choice: u32,
+    /// The prompt's tokens.
     pub prompt: Vec<u32>,
+    /// The most tokens to generate.
     pub max_new_tokens: usize,
+    /// How each next token is drawn.
     pub sampling: SamplingParams,
     /// Generation stops before the first of these in the text.
     pub stop: Vec<String>,
@@ -86,10 +89,13 @@ pub struct GenerationRequest {
 /// One completed prompt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
+    /// The generated text (stop strings and end tokens left out).
     pub text: String,
     /// Generated tokens, without the end-of-sequence token.
     pub tokens: Vec<u32>,
+    /// Tokens of the prompt as run (after any cut).
     pub prompt_tokens: usize,
+    /// Why generation ended.
     pub finish_reason: FinishReason,
     /// One per generated token (the ending end token or stop token id included) when the
     /// request asked for log-probabilities; else empty.
@@ -106,8 +112,11 @@ pub enum WeightDtype {
     Auto,
     /// A GGUF file's blocks as they are, on any device.
     Quantised,
+    /// 32-bit floats.
     F32,
+    /// 16-bit floats.
     F16,
+    /// bfloat16.
     Bf16,
 }
 

@@ -29,9 +29,13 @@ pub enum Prompt<'a> {
     /// `before + text + after` as one user turn (or as it is, without the chat template),
     /// after a system message where one is given. Only `text` is cut.
     Parts {
+        /// A system message, when there is one.
         system: Option<&'a str>,
+        /// Text before the record's.
         before: &'a str,
+        /// The record's text.
         text: &'a str,
+        /// Text after the record's.
         after: &'a str,
     },
     /// A conversation (the chat template only); the longest user message is the one cut.
@@ -65,11 +69,13 @@ impl<'a> Prompt<'a> {
 
 /// A model's vocabulary and chat template: how prompts become tokens and tokens text.
 pub struct PromptFormat {
+    /// The model's tokens.
     pub vocab: Vocab,
     chat: Option<ChatTemplate>,
 }
 
 impl PromptFormat {
+    /// The format of `vocab`, with its chat template where the model has one.
     pub fn new(vocab: Vocab) -> Result<Self, ModelError> {
         let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
         let chat = match &vocab.chat_template {

@@ -35,6 +35,7 @@ pub struct SamplingParams {
     /// Subtracted from a token's logit once per time the output holds it (0 is off; -2 to
     /// 2).
     pub frequency_penalty: f32,
+    /// Seeds the draw (with the request's id and choice).
     pub seed: u64,
 }
 
@@ -65,6 +66,7 @@ impl SamplingParams {
 /// One token's log-probability, and the likeliest tokens' at its step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
+    /// The token.
     pub token: u32,
     /// Natural log of the token's probability under the model (its raw logits, before
     /// penalties, temperature or truncation, as vLLM reports by default).

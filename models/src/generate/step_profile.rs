@@ -88,13 +88,16 @@ impl Phase {
 /// Whether a step only decoded (one row per sequence) or also prefilled prompts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
+    /// One row per sequence in flight.
     Decode,
+    /// Some sequence prefilled prompt tokens.
     WithPrefill,
 }
 
 /// Totals of one kind of step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepTotals {
+    /// Steps of this kind.
     pub steps: u64,
     /// Rows (tokens) run.
     pub rows: u64,

@@ -39,6 +39,7 @@ fn parse<T: serde::de::DeserializeOwned>(json: &str, kind: &str) -> Result<T, Mo
 }
 
 impl TrialRunner {
+    /// Runs one trial segment (a few epochs) and returns its metrics and checkpoint.
     pub fn run(
         &mut self,
         request: &pb::TrialRequest,

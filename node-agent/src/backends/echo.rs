@@ -9,11 +9,16 @@ use serde::Deserialize;
 
 use super::{ActorKind, BackendError, LoadContext, ModelBackend};
 
+/// The `echo` kind: answers each payload with itself, after an optional delay; its config
+/// can make it fail, panic or hang on chosen payloads, for tests of what the runtime does
+/// then.
 pub struct EchoKind;
 
+/// The `echo` kind's pool config (JSON).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EchoConfig {
+    /// Each task sleeps this long before answering.
     #[serde(default)]
     pub delay_ms: u64,
     /// Payloads starting with this fail with an error.
@@ -26,8 +31,10 @@ pub struct EchoConfig {
     /// until the process ends, whatever it is told.
     #[serde(default)]
     pub hang_prefix: Option<String>,
+    /// Loading sleeps this long first, as a model load would take.
     #[serde(default)]
     pub load_delay_ms: u64,
+    /// Loading fails (every actor of the pool dies at start).
     #[serde(default)]
     pub fail_load: bool,
     /// The output is the payload this many times over (0 or 1: once), for results larger

@@ -30,6 +30,8 @@ use super::{BackendError, LoadContext, TaskProgress};
 /// Rows in one forward step when the pool does not say.
 const DEFAULT_MAX_STEP_TOKENS: u32 = 512;
 
+/// The `generate` kind's actor: a GGUF or safetensors decoder loaded once, completing
+/// batches of prompts with continuous batching.
 pub struct GenerateActor {
     model: GenerateModel,
     /// The actor's own compute threads on the CPU (`None` on a GPU): every core by default,

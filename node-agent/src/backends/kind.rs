@@ -14,9 +14,11 @@ use crate::model_cache::ModelCache;
 /// Where an actor runs, as the scheduler assigned it.
 #[derive(Clone, Debug, Default)]
 pub struct DeviceAssignment {
+    /// The node's GPUs the actor may use (by index); empty for CPU actors.
     pub gpu_indices: Vec<u32>,
     /// Share of each GPU (0.25, 1.0); 0 for CPU-only actors.
     pub gpu_fraction: f64,
+    /// The VRAM the actor asked for on each GPU, in bytes.
     pub vram_bytes: u64,
     /// The node's GPUs are simulated: run on CPU whatever the assignment says.
     pub simulated: bool,
@@ -36,9 +38,11 @@ impl DeviceAssignment {
 /// Everything a kind gets when one of its actors loads.
 #[derive(Clone, Debug)]
 pub struct LoadContext {
+    /// The actor being loaded.
     pub actor_id: ActorId,
     /// The pool's `actor_config`, JSON (empty when the pool gave none).
     pub config: Vec<u8>,
+    /// Where it runs.
     pub device: DeviceAssignment,
     /// Where the actor may read model files and datasets named by clients.
     pub roots: FileRoots,

@@ -31,6 +31,7 @@ pub struct ActorKindRegistry {
 }
 
 impl ActorKindRegistry {
+    /// The kinds every agent offers: `echo`, `text-stats`, `embed` and `generate`.
     pub fn with_builtin_kinds() -> Self {
         let mut registry = Self::default();
         registry.register(Arc::new(echo::EchoKind));
@@ -63,10 +64,12 @@ impl ActorKindRegistry {
         self.kinds.remove(name).is_some()
     }
 
+    /// The kind registered as `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn ActorKind>> {
         self.kinds.get(name).cloned()
     }
 
+    /// Every registered kind's name, sorted.
     pub fn names(&self) -> Vec<String> {
         self.kinds.keys().cloned().collect()
     }

@@ -19,6 +19,7 @@ use crate::uplink::ToScheduler;
 pub struct ProgressInterval(Arc<AtomicU64>);
 
 impl ProgressInterval {
+    /// Sets the interval (from the scheduler's registration answer).
     pub fn set(&self, interval: Duration) {
         self.0.store(interval.as_millis() as u64, Ordering::Relaxed);
     }

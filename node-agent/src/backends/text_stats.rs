@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ActorKind, BackendError, LoadContext, ModelBackend};
 
+/// The `text-stats` kind: counts the characters, words and lines of a UTF-8 payload (a
+/// model-free kind for tests and examples).
 pub struct TextStatsKind;
 
 #[derive(Debug, Default, Deserialize)]
@@ -26,8 +28,11 @@ struct TextStatsConfig {
 /// The output of one task.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct TextStats {
+    /// Characters (Unicode scalar values).
     pub chars: usize,
+    /// Words of at least the config's `min_word_chars` characters.
     pub words: usize,
+    /// Lines.
     pub lines: usize,
 }
 

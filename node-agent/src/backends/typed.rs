@@ -42,6 +42,7 @@ use super::{ActorKind, BackendError, LoadContext, ModelBackend, TaskSize};
 /// An actor of a typed kind: loaded once per actor start, then called request by request
 /// on the actor's own thread (it may block; it has the thread to itself).
 pub trait TypedActor: Sized + Send + 'static {
+    /// The kind's contract: its name, version, config, request and reply types.
     type Kind: Kind;
 
     /// Loads the actor (weights, tables) from the pool's config; `context` has the
@@ -63,6 +64,7 @@ pub struct TypedKind<A> {
 }
 
 impl<A: TypedActor> TypedKind<A> {
+    /// The kind, named after its contract (`name@version`).
     pub fn new() -> Self {
         Self {
             id: kind_id::<A::Kind>(),

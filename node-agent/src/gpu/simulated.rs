@@ -9,6 +9,7 @@ pub struct SimulatedGpus {
 }
 
 impl SimulatedGpus {
+    /// GPUs that are reported as `gpus` and run nothing.
     pub fn new(gpus: Vec<pb::GpuInfo>) -> Self {
         Self { gpus }
     }

@@ -9,34 +9,54 @@ use tokio::sync::{mpsc, watch};
 use super::ToScheduler;
 use crate::backends::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
 
+/// What an actor's thread is told, in order.
 pub enum ActorCommand {
+    /// Run one task.
     Run {
+        /// The task as the scheduler sent it.
         task: pb::RunTask,
+        /// The task's tracing span, entered while it runs.
         span: tracing::Span,
     },
+    /// Stop after what is in hand: the thread drops the model and exits.
     Stop,
 }
 
+/// Where an actor is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActorPhase {
+    /// Loading its model.
     Loading,
+    /// Loaded and taking tasks.
     Ready,
+    /// Its load failed, it panicked or it was stopped.
     Dead,
 }
 
+/// An actor's state and counters since it loaded, as its thread keeps them and heartbeats
+/// report them.
 #[derive(Clone, Debug)]
 pub struct ActorHealth {
+    /// Where it is in its life.
     pub phase: ActorPhase,
+    /// Why it died (empty while alive).
     pub error: String,
+    /// Models it loaded (1 once loaded).
     pub model_loads: u64,
+    /// VRAM its model holds.
     pub vram_bytes: u64,
+    /// Tasks it answered.
     pub tasks_done: u64,
+    /// Time spent running them.
     pub busy_micros: u64,
+    /// Items (documents, prompts) they covered.
     pub items_done: u64,
+    /// Tokens the model ran over for them.
     pub tokens_done: u64,
 }
 
 impl ActorHealth {
+    /// A fresh actor, loading.
     pub fn loading() -> Self {
         Self {
             phase: ActorPhase::Loading,
@@ -50,6 +70,7 @@ impl ActorHealth {
         }
     }
 
+    /// The report the scheduler hears of it.
     pub fn report(&self, actor_id: &ActorId, incarnation: u64) -> pb::ActorReport {
         let state = match self.phase {
             ActorPhase::Loading => pb::ActorState::Starting,

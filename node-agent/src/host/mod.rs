@@ -37,6 +37,8 @@ struct ActorSlot {
     vram_bytes: u64,
 }
 
+/// The actors of this agent: starts them on their own threads, hands them tasks, stops them
+/// and reports what they hold.
 pub struct ActorHost {
     registry: ActorKindRegistry,
     outbound: ToScheduler,
@@ -67,6 +69,8 @@ fn outcome_error(task: &pb::RunTask, error: String, not_run: bool) -> pb::AgentM
 }
 
 impl ActorHost {
+    /// A host with no actors, starting kinds from `registry` and sending what actors say on
+    /// `outbound`.
     pub fn new(
         registry: ActorKindRegistry,
         outbound: ToScheduler,
@@ -198,6 +202,7 @@ impl ActorHost {
         }
     }
 
+    /// Stops every actor.
     pub fn stop_all(&mut self) {
         let ids: Vec<ActorId> = self.actors.keys().cloned().collect();
         for id in ids {

@@ -18,8 +18,11 @@ pub const LAST_USED_MARKER: &str = ".last-used";
 /// One model in the cache, as the policy sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedModel {
+    /// Its directory in the cache.
     pub dir: PathBuf,
+    /// Its size on disk.
     pub bytes: u64,
+    /// When an actor was last handed it.
     pub last_used: SystemTime,
     /// Loaded by a live actor of this agent.
     pub in_use: bool,
@@ -66,6 +69,7 @@ impl InUse {
         }
     }
 
+    /// Whether an actor holds `entry` now.
     pub fn contains(&self, entry: &Path) -> bool {
         self.0
             .lock()

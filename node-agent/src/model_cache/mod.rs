@@ -37,6 +37,7 @@ pub use resident_storage::model_source::ModelSource;
 /// Where and how an agent keeps models.
 #[derive(Clone, Debug)]
 pub struct ModelCacheConfig {
+    /// The cache's directory.
     pub dir: PathBuf,
     /// How to reach S3 for `s3://` models (endpoint, credentials).
     pub s3: S3Options,
@@ -145,6 +146,7 @@ impl ModelCache {
         }
     }
 
+    /// The cache's directory.
     pub fn dir(&self) -> &Path {
         &self.config.dir
     }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use resident_proto::SeededRng;
 
+/// How long an agent waits before it dials the scheduler again: doubling from `min` to
+/// `max`, jittered.
 #[derive(Clone, Debug)]
 pub struct ReconnectBackoff {
     min: Duration,
@@ -15,6 +17,7 @@ pub struct ReconnectBackoff {
 }
 
 impl ReconnectBackoff {
+    /// A backoff starting at `min`, jitter seeded with `seed`.
     pub fn new(min: Duration, max: Duration, seed: u64) -> Self {
         Self {
             min,
@@ -37,6 +40,7 @@ impl ReconnectBackoff {
         max.mul_f64(self.rng.next_f64())
     }
 
+    /// Back to `min` (after a registration).
     pub fn reset(&mut self) {
         self.next = self.min;
     }

@@ -37,10 +37,14 @@ use crate::gpu::GpuProbe;
 use crate::host::ActorHost;
 use crate::model_cache::{ModelCache, ModelCacheConfig};
 
+/// How an agent reaches its scheduler and what it offers.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
+    /// `http(s)://host:port` of the scheduler.
     pub scheduler_url: String,
+    /// This node's id: one live agent per id.
     pub node_id: String,
+    /// The node's labels, for pools' selectors.
     pub labels: BTreeMap<String, String>,
     /// The CA to trust for `https://` and the agent token to present.
     pub credentials: ClientCredentials,
@@ -49,12 +53,15 @@ pub struct AgentConfig {
     pub roots: FileRoots,
     /// Where remote models are downloaded to, and how S3 is reached.
     pub models: ModelCacheConfig,
+    /// The most a dial may take.
     pub connect_timeout: Duration,
     /// How often the agent pings its scheduler connection when nothing flows, and how long
     /// it waits for the answer: a silent cut is noticed within twice this. A registration
     /// must be answered within `connect_timeout` plus twice this.
     pub keepalive: Duration,
+    /// The first wait before dialling again after a lost session.
     pub reconnect_min: Duration,
+    /// The longest wait between dials.
     pub reconnect_max: Duration,
     /// How long actors stay loaded while no scheduler is reachable; past it they stop and
     /// free their memory.
@@ -79,6 +86,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
 const LEAVE_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl AgentConfig {
+    /// A config with the defaults for `scheduler_url` and `node_id`.
     pub fn new(scheduler_url: impl Into<String>, node_id: impl Into<String>) -> Self {
         Self {
             scheduler_url: scheduler_url.into(),

@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 use super::Principal;
 use crate::metrics::EventLog;
 
+/// The `tracing` target of audit events (refusals, token changes): route it apart with
+/// `RESIDENT_LOG=resident::audit=info`.
 pub const TARGET: &str = "resident::audit";
 
 /// Recent refusals, for the dashboard. Process-wide, like the audit log itself.

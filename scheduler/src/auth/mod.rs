@@ -60,7 +60,9 @@ impl TokenTable {
     }
 }
 
+/// Why a call without a token is refused, and what to do.
 pub const MISSING_TOKEN: &str = "this cluster needs a token; pass --token or set RESIDENT_TOKEN";
+/// Why a call with an unknown token is refused, and what to do.
 pub const UNKNOWN_TOKEN: &str = "the token is not known to this cluster (mistyped, or revoked); pass a token from `resident token create`";
 
 /// Authenticates every call; cheap to clone (one shared table).
@@ -88,6 +90,7 @@ impl AuthGate {
         }
     }
 
+    /// Whether auth is off (every call allowed).
     pub fn is_open(&self) -> bool {
         self.tokens.is_none()
     }

@@ -10,9 +10,13 @@ use rcgen::{
 
 /// PEM text of the CA and the scheduler's certificate with their keys.
 pub struct SchedulerPki {
+    /// The CA's certificate.
     pub ca_cert_pem: String,
+    /// The CA's private key (kept to sign agents' certificates).
     pub ca_key_pem: String,
+    /// The scheduler's certificate, signed by the CA.
     pub cert_pem: String,
+    /// The scheduler's private key.
     pub key_pem: String,
 }
 
@@ -90,8 +94,11 @@ pub fn issue_agent_cert(ca_key_pem: &str, node_id: &str, days: u32) -> Result<Ag
 
 /// An agent's client certificate and key.
 pub struct AgentCert {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// Its private key, PEM.
     pub key_pem: String,
+    /// The certificate, DER.
     pub cert_der: Vec<u8>,
 }
 

@@ -21,6 +21,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role's name in the auth file.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
@@ -59,12 +60,15 @@ impl FromStr for Role {
 pub struct Principal {
     /// The token's name from the auth file (`anonymous` when auth is off).
     pub name: String,
+    /// What it may do.
     pub role: Role,
 }
 
 impl Principal {
+    /// The name of the caller when auth is off.
     pub const ANONYMOUS: &'static str = "anonymous";
 
+    /// The caller when auth is off: every call allowed.
     pub fn anonymous() -> Self {
         Self {
             name: Self::ANONYMOUS.to_owned(),
@@ -80,10 +84,13 @@ pub enum Action {
     Read,
     /// Create, scale or delete a pool.
     ManagePools,
+    /// Submit a job, or resume one.
     SubmitJob,
+    /// Cancel a job.
     CancelJob,
     /// Set what a running job reports about itself (a sweep's leaderboard).
     AnnotateJob,
+    /// Register as a node agent.
     AgentSession,
 }
 
@@ -103,6 +110,7 @@ impl Action {
 /// How far a permission reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
+    /// Every job and pool.
     Any,
     /// Only the jobs the principal submitted, or the pools it created.
     Own,

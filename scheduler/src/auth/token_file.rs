@@ -23,34 +23,61 @@ const MAX_AUTH_FILE_BYTES: u64 = 4 << 20;
 /// Printed tokens start with this, so they are recognisable in logs and secret scanners.
 pub const TOKEN_PREFIX: &str = "rsd_";
 
+/// Why the auth file could not be read, written or changed; each message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthFileError {
+    /// The file cannot be read.
     #[error("cannot read the auth file {path}: {reason}")]
-    Read { path: String, reason: String },
+    Read {
+        /// The file.
+        path: String,
+        /// What the system said.
+        reason: String,
+    },
+    /// The file is not a valid auth file.
     #[error("the auth file {path} is not valid: {reason}")]
-    Invalid { path: String, reason: String },
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        reason: String,
+    },
+    /// The file cannot be written.
     #[error("cannot write the auth file {path}: {reason}")]
-    Write { path: String, reason: String },
+    Write {
+        /// The file.
+        path: String,
+        /// What the system said.
+        reason: String,
+    },
+    /// The change is refused (a name taken, a role tokens cannot have, no randomness): why.
     #[error("{0}")]
     Refused(String),
 }
 
+/// One token of the auth file: its name, role and hash (never the token itself).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TokenEntry {
+    /// The name the token authenticates as (audit logs, owners of jobs and pools).
     pub name: String,
+    /// What the token may do.
     pub role: Role,
     /// Hex SHA-256 of the token.
     pub sha256: String,
+    /// When it was created, Unix seconds (0 when unknown).
     #[serde(default)]
     pub created_unix: u64,
 }
 
+/// The auth file (`auth.toml`): the cluster's tokens.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AuthFile {
+    /// Every token, by `[[token]]` table.
     #[serde(rename = "token", default)]
     pub tokens: Vec<TokenEntry>,
 }
 
+/// SHA-256 of a token (surrounding whitespace ignored), as the auth file keeps it.
 pub fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.trim().as_bytes()).into()
 }

@@ -7,14 +7,19 @@ use crate::policy::backoff::RetryBackoff;
 /// Timing and default limits of the scheduler loop.
 #[derive(Clone, Debug)]
 pub struct CoreConfig {
+    /// How often agents send heartbeats.
     pub heartbeat_interval: Duration,
     /// Least time between two progress reports of one actor inside a task (zero: none).
     pub task_progress_interval: Duration,
     /// A node whose last message is older than this is dead.
     pub node_dead_after: Duration,
+    /// How long a failed task waits before its next attempt.
     pub retry_backoff: RetryBackoff,
+    /// Tasks an actor holds at once when its pool does not say.
     pub default_in_flight_per_actor: u32,
+    /// Restarts of an actor before its pool gives up on it, when the pool does not say.
     pub default_max_restarts: u32,
+    /// Attempts of a task before it fails, when the pool does not say.
     pub default_max_task_attempts: u32,
     /// A task re-queued this many times because its node died fails instead.
     pub max_node_losses_per_task: u32,

@@ -12,9 +12,13 @@ use crate::state::ActorState;
 /// One pool's demand.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PoolDemand {
+    /// The pool's name.
     pub pool: String,
+    /// Tasks waiting for an actor.
     pub queued_tasks: u64,
+    /// Tasks handed to actors and not answered yet.
     pub running_tasks: u64,
+    /// Actors loaded and taking tasks.
     pub ready_actors: u64,
     /// Actors placement could not place (no node has what they ask for).
     pub unplaced_actors: u64,
@@ -29,13 +33,21 @@ pub struct PoolDemand {
 /// and does not fall when a wanted actor gets placed (no thrash).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Demand {
+    /// Tasks waiting for an actor, over every pool.
     pub queued_tasks: u64,
+    /// Actors no node can host now.
     pub unplaced_actors: u64,
+    /// GPUs those actors ask for.
     pub unplaced_gpus: f64,
+    /// GPUs held or wanted by pools with work: the autoscaling target.
     pub demand_gpus: f64,
+    /// Nodes alive and taking actors.
     pub nodes_alive: u64,
+    /// Nodes alive and draining.
     pub nodes_draining: u64,
+    /// Nodes remembered as dead.
     pub nodes_dead: u64,
+    /// Each pool's demand, by name.
     pub pools: Vec<PoolDemand>,
 }
 

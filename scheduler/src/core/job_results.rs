@@ -13,7 +13,9 @@ use crate::budget::{BufferCharge, JobBuffer};
 /// the client reads it.
 #[derive(Debug)]
 pub struct JobResultMessage {
+    /// A result, the job's end, or the error that ends the stream.
     pub message: Result<pb::SubmitResponse, tonic::Status>,
+    /// Its bytes in the job's buffer, given back when it is read.
     pub charge: Option<BufferCharge>,
 }
 

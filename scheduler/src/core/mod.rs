@@ -62,112 +62,173 @@ use model::{Core, Reply};
 pub use records::{JobStream, LastHeard, SessionId, ToAgent};
 pub use views::Overview;
 
+/// What the core's loop is asked, one at a time; a command with a `reply` is answered on
+/// it.
 pub enum SchedulerCommand {
+    /// An agent registers (after its session handler checked the credential).
     RegisterNode {
+        /// What the agent said of itself: id, generation, GPUs, labels, what it still
+        /// hosts.
         register: pb::RegisterNode,
         /// The credential (token name) the agent authenticated with.
         credential: String,
+        /// Where messages to the agent go.
         outbound: ToAgent,
         /// Shared with the session handler, which stamps it on every message received.
         last_heard: LastHeard,
+        /// The new session, or why the node was refused.
         reply: Reply<SessionId>,
     },
+    /// A message from a registered agent.
     AgentMessage {
+        /// The agent's session.
         session: SessionId,
+        /// What it said.
         message: pb::agent_message::Body,
     },
+    /// An agent's stream ended.
     AgentGone {
+        /// The agent's session.
         session: SessionId,
     },
     /// Creates a pool owned by `requester`, or attaches to an existing one of the same spec.
     CreatePool {
+        /// The pool asked for.
         spec: pb::PoolSpec,
+        /// Who asks.
         requester: Principal,
+        /// The pool's status, or why it was refused.
         reply: Reply<pb::PoolStatus>,
     },
     /// Scales a pool; only its owner or an admin may.
     ScalePool {
+        /// The pool.
         pool: PoolName,
+        /// Actors wanted.
         replicas: u32,
+        /// Who asks.
         requester: Principal,
+        /// The pool's status, or why it was refused.
         reply: Reply<pb::PoolStatus>,
     },
     /// Answers why the pool was kept (with `if_unused`), or `None` once deleted; only its
     /// owner or an admin may.
     DeletePool {
+        /// The pool.
         pool: PoolName,
+        /// Keep a pool that jobs use.
         if_unused: bool,
+        /// Who asks.
         requester: Principal,
+        /// Why it was kept, `None` once deleted, or why it was refused.
         reply: Reply<Option<String>>,
     },
+    /// One pool's status.
     GetPool {
+        /// The pool.
         pool: PoolName,
+        /// Its status, or that there is no such pool.
         reply: Reply<pb::PoolStatus>,
     },
+    /// Every pool's status.
     ListPools {
         /// Each pool's status without its actors (a cheap poll at fleet scale).
         omit_actors: bool,
+        /// The statuses, by name.
         reply: Reply<Vec<pb::PoolStatus>>,
     },
+    /// A client opens a job (or resumes one by id) on a pool.
     OpenJob {
+        /// The job's pool, name, window and method (and id, to resume).
         header: pb::SubmitHeader,
         /// The principal submitting it; only it (or an admin) may cancel the job.
         owner: String,
+        /// Where the job's results go.
         results: JobResults,
+        /// The stream attached to the job, or why it was refused.
         reply: Reply<JobStream>,
     },
+    /// A task of an open job.
     SubmitTask {
+        /// The job's stream that sent it.
         stream: JobStream,
+        /// The task: its sequence number, payload and items.
         input: pb::TaskInput,
         /// The payload's bytes in the job's buffer, held until the task is done.
         charge: Option<BufferCharge>,
     },
     /// The client sent its last task.
     CloseJobInput {
+        /// The job's stream.
         stream: JobStream,
     },
     /// The client's stream broke: cancel what is left of the job (unless another stream
     /// was attached to it since).
     ClientGone {
+        /// The job's stream.
         stream: JobStream,
     },
+    /// One job's status.
     GetJob {
+        /// The job.
         job: JobId,
+        /// Its status, or that there is no such job.
         reply: Reply<pb::JobStatus>,
     },
+    /// Every job the scheduler remembers.
     ListJobs {
+        /// Their statuses, by id.
         reply: Reply<Vec<pb::JobStatus>>,
     },
+    /// Sets a job's summary (a JSON object the dashboard shows); only its owner or an admin
+    /// may.
     AnnotateJob {
+        /// The job.
         job: JobId,
+        /// Who asks.
         requester: Principal,
+        /// The summary: a JSON object, or empty to clear it.
         summary_json: String,
+        /// Done, or why it was refused.
         reply: Reply<()>,
     },
+    /// Cancels a job's unfinished tasks; only its owner or an admin may.
     CancelJob {
+        /// The job.
         job: JobId,
+        /// Who asks.
         requester: Principal,
+        /// The job's status after, or why it was refused.
         reply: Reply<pb::JobStatus>,
     },
+    /// Every node the scheduler knows, alive or not.
     ListNodes {
+        /// Their descriptions.
         reply: Reply<Vec<pb::NodeInfo>>,
     },
     /// The auth file was re-read: only these credentials are valid now. Nodes that joined,
     /// and running jobs opened, with any other credential are cut off.
     CredentialsChanged {
+        /// The credentials' names.
         valid: std::collections::BTreeSet<String>,
     },
+    /// The actors of one pool, or of all.
     ListActors {
+        /// The pool; `None` for every pool.
         pool: Option<PoolName>,
+        /// The actors.
         reply: Reply<Vec<pb::ActorInfo>>,
     },
     /// Demand for autoscalers; placed GPUs counted on nodes carrying all `node_labels`.
     Demand {
+        /// The labels a node must carry to count.
         node_labels: BTreeMap<String, String>,
+        /// The demand.
         reply: Reply<Demand>,
     },
     /// Everything the dashboard and `/metrics` show, in one consistent read.
     Overview {
+        /// The overview.
         reply: Reply<Overview>,
     },
     /// Panics the core: how the server's tests stand in for a bug.

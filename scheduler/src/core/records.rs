@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 /// Where the scheduler sends messages to one agent (its session's outbound stream).
 pub type ToAgent = mpsc::UnboundedSender<Result<pb::SchedulerMessage, tonic::Status>>;
 
+/// One registration of an agent: a reconnect is a new session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
 
@@ -24,6 +25,7 @@ pub struct SessionId(pub u64);
 pub struct LastHeard(std::sync::Arc<std::sync::Mutex<Instant>>);
 
 impl LastHeard {
+    /// Stamped now.
     pub fn now() -> Self {
         Self(std::sync::Arc::new(std::sync::Mutex::new(Instant::now())))
     }
@@ -33,6 +35,7 @@ impl LastHeard {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
+    /// When the last message arrived.
     pub fn at(&self) -> Instant {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -250,7 +253,9 @@ impl TaskRecord {
 /// stream's handler sends afterwards is ignored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobStream {
+    /// The job.
     pub job: JobId,
+    /// Which attachment of it this stream is (one more at each resume).
     pub attachment: u64,
 }
 

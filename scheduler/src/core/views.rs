@@ -17,12 +17,15 @@ const OVERVIEW_FINISHED_JOBS: usize = 20;
 /// One consistent read of the cluster for the dashboard and `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct Overview {
+    /// Every node known, alive or not.
     pub nodes: Vec<pb::NodeInfo>,
+    /// Every pool's status.
     pub pools: Vec<pb::PoolStatus>,
     /// Running jobs, then the newest finished ones.
     pub jobs: Vec<pb::JobStatus>,
     /// Jobs by state, counting every job held (not just those listed).
     pub jobs_by_state: std::collections::BTreeMap<pb::JobState, u64>,
+    /// The demand (autoscaling signal and its parts).
     pub demand: super::Demand,
 }
 

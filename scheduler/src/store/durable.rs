@@ -6,12 +6,16 @@ use prost::Message;
 use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 use serde::{Deserialize, Serialize};
 
+/// Why the state store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database failed (its message).
     #[error("state store: {0}")]
     Backend(String),
+    /// A record does not decode as protobuf.
     #[error("state store record is corrupt")]
     Decode(#[from] prost::DecodeError),
+    /// A record does not decode as JSON.
     #[error("state store record is corrupt")]
     Json(#[from] serde_json::Error),
 }
@@ -19,25 +23,37 @@ pub enum StoreError {
 /// A task's final outcome as recorded (the output itself went to the client).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredOutcome {
+    /// Whether the task succeeded.
     pub ok: bool,
+    /// Times it was dispatched.
     pub attempts: u32,
+    /// Its error, when it failed.
     pub error: Option<String>,
+    /// Size of its output.
     pub output_bytes: u64,
     /// Documents the task covered (0 in records written before this field).
     #[serde(default)]
     pub items: u32,
 }
 
+/// One change the store writes, in order, from the writer thread.
 #[derive(Clone, Debug)]
 pub enum StoreOp {
+    /// A pool was created or changed.
     PutPool(pb::PoolSpec),
+    /// A pool was deleted.
     DeletePool(PoolName),
+    /// A job's status changed.
     PutJob(pb::JobStatus),
     /// Forgets a finished job and its outcomes (history beyond the configured limit).
     DeleteJob(JobId),
+    /// A task finished.
     PutOutcome {
+        /// Its job.
         job: JobId,
+        /// Its sequence number in the job.
         seq: u64,
+        /// How it ended.
         outcome: StoredOutcome,
     },
     /// A node registered: a restarted scheduler waits a settle window for it.
@@ -47,8 +63,11 @@ pub enum StoreOp {
     /// The scheduler started `actor` of `pool` on `node`: a restarted scheduler adopts it
     /// from that node only.
     PutPlacement {
+        /// The actor.
         actor: ActorId,
+        /// Its pool.
         pool: PoolName,
+        /// The node it was started on.
         node: NodeId,
     },
     /// The actor is gone: no node may hand it back.
@@ -58,13 +77,20 @@ pub enum StoreOp {
 /// Where the scheduler last started an actor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredPlacement {
+    /// The actor's pool.
     pub pool: String,
+    /// The node.
     pub node: String,
 }
 
+/// Where the scheduler's state outlives the process: what a restarted scheduler reads back.
+/// Writes go through `StoreOp`s on the writer thread.
 pub trait DurableStore: Send + Sync + 'static {
+    /// Every saved pool spec.
     fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError>;
+    /// Every saved job status.
     fn load_jobs(&self) -> Result<Vec<pb::JobStatus>, StoreError>;
+    /// The outcomes recorded for `job`, by sequence number.
     fn outcomes(&self, job: &JobId) -> Result<Vec<(u64, StoredOutcome)>, StoreError>;
     /// Nodes that were alive when last written.
     fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError>;

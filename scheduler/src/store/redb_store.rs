@@ -36,6 +36,7 @@ fn backend(error: impl std::fmt::Display) -> StoreError {
 }
 
 impl RedbStore {
+    /// Opens (or creates) the store in `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(state_dir).map_err(|e| {
             StoreError::Backend(format!(
