@@ -427,17 +427,7 @@ async fn create_pools(handle: &SchedulerHandle, args: &Args, total: u64) -> anyh
 }
 
 /// Prints the run's table.
-fn print_table(args: &Args, figures: Figures) {
-    let Figures {
-        register_s,
-        total,
-        place_s,
-        placing,
-        lose,
-        lost_actors,
-        replace_s,
-        replacing,
-    } = figures;
+fn print_table(args: &Args, f: Figures) {
     let cpu = cpu_model();
     let rows = [
         ("CPU", cpu),
@@ -445,32 +435,35 @@ fn print_table(args: &Args, figures: Figures) {
             "nodes x GPUs",
             format!("{} x {}", args.nodes, args.gpus_per_node),
         ),
-        ("time to register them", format!("{register_s:.2} s")),
+        ("time to register them", format!("{:.2} s", f.register_s)),
         (
             "actors placed",
             format!(
-                "{total} in {} pools ({}, {} GPU each)",
-                args.pools, args.strategy, args.actor_gpus
+                "{} in {} pools ({}, {} GPU each)",
+                f.total, args.pools, args.strategy, args.actor_gpus
             ),
         ),
         (
             "time from the first CreatePool to every actor started",
-            format!("{place_s:.2} s"),
+            format!("{:.2} s", f.place_s),
         ),
-        ("loop lag while placing, p50 / p99", placing.lag_cell()),
+        ("loop lag while placing, p50 / p99", f.placing.lag_cell()),
         (
             "a question's answer time while placing, p50 / p99 / max",
-            placing.answer_cell(),
+            f.placing.answer_cell(),
         ),
         (
             "nodes lost at once / their actors",
-            format!("{lose} / {lost_actors}"),
+            format!("{} / {}", f.lose, f.lost_actors),
         ),
-        ("time to place them again", format!("{replace_s:.2} s")),
-        ("loop lag while re-placing, p50 / p99", replacing.lag_cell()),
+        ("time to place them again", format!("{:.2} s", f.replace_s)),
+        (
+            "loop lag while re-placing, p50 / p99",
+            f.replacing.lag_cell(),
+        ),
         (
             "a question's answer time while re-placing, p50 / p99 / max",
-            replacing.answer_cell(),
+            f.replacing.answer_cell(),
         ),
     ];
     println!("| measure | value |\n|---|---|");

@@ -415,6 +415,24 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
+/// The workspace's members as the root `Cargo.toml` lists them (on one line), e.g.
+/// `node-agent`, `examples/custom-actor`.
+pub fn workspace_members() -> Vec<String> {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("Cargo.toml");
+    let members_line = manifest
+        .lines()
+        .find(|line| line.starts_with("members = ["))
+        .expect("the workspace manifest lists its members on one line");
+    let members: Vec<String> = members_line
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert!(members.len() >= 12, "read the members: {members:?}");
+    members
+}
+
 /// The real all-MiniLM-L6-v2 from `scripts/fetch-model.sh`.
 pub fn minilm_dir() -> String {
     fetched_model_dir("all-MiniLM-L6-v2", "scripts/fetch-model.sh")

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use resident_tests::function_length::{LongFunction, long_functions};
-use resident_tests::repo_root;
+use resident_tests::{repo_root, workspace_members};
 
 const LIMIT: usize = 80;
 
@@ -93,13 +93,7 @@ fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn no_function_runs_past_80_lines() {
     let root = repo_root();
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let members_line = manifest
-        .lines()
-        .find(|line| line.starts_with("members = ["))
-        .expect("the workspace manifest lists its members on one line");
-    let members: Vec<&str> = members_line.split('"').skip(1).step_by(2).collect();
-    assert!(members.len() >= 12, "read the members: {members:?}");
+    let members = workspace_members();
     let mut report = Vec::new();
     let mut files = Vec::new();
     // `tests` is the integration suite and its harness: test code throughout.

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use resident_tests::module_graph::{ModuleGraph, cycles, describe_cycle, display};
-use resident_tests::repo_root;
+use resident_tests::{repo_root, workspace_members};
 
 fn write(dir: &Path, path: &str, text: &str) {
     let path = dir.join(path);
@@ -112,13 +112,7 @@ fn test_code_and_names_from_other_crates_make_no_edge() {
 #[test]
 fn no_crate_has_a_module_cycle() {
     let root = repo_root();
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let members_line = manifest
-        .lines()
-        .find(|line| line.starts_with("members = ["))
-        .expect("the workspace manifest lists its members on one line");
-    let members: Vec<&str> = members_line.split('"').skip(1).step_by(2).collect();
-    assert!(members.len() >= 12, "read the members: {members:?}");
+    let members = workspace_members();
     let mut report = Vec::new();
     for member in &members {
         let graph = ModuleGraph::of_crate(&root.join(member).join("src")).unwrap();
