@@ -13,13 +13,14 @@ use resident_sdk::{
 use serde::{Deserialize, Serialize};
 
 use super::manifest::Manifest;
+use super::npy::encode_vectors;
 use super::output::MergeLayout;
 use super::parquet_out;
 use super::reader::Record;
 use super::report::JobReport;
 use super::shard_rows::{ShardRows, WINDOW_FIELDS};
 use super::vectors::OutputDtype;
-use super::vectors::{QuantizationRanges, VectorShaping, encode_rows, encode_vectors};
+use super::vectors::{QuantizationRanges, VectorShaping, encode_rows};
 use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;

@@ -25,6 +25,7 @@ mod inputs;
 pub mod journal;
 pub mod manifest;
 pub mod manifest_store;
+mod npy;
 mod openai_batch;
 mod output;
 #[cfg(not(feature = "parquet"))]

@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::error::JobError;
 use super::manifest::{Manifest, ShardEntry};
+use super::npy::{npy_header, npy_header_len};
 use super::shard_rows::{ShardRows, WINDOW_FIELDS};
 pub use super::vectors::OutputDtype;
-use super::vectors::{QuantizationRanges, npy_header, npy_header_len};
+use super::vectors::QuantizationRanges;
 use crate::storage::lease::S3OutputLease;
 use crate::storage::{Location, S3Client, key_under};
 
@@ -519,7 +520,7 @@ impl MergedWriter {
 mod tests {
     use super::*;
     use crate::corpus_job::EmbedWork;
-    use crate::corpus_job::vectors::encode_vectors;
+    use crate::corpus_job::npy::encode_vectors;
     use crate::corpus_job::work::ChunkWork;
 
     #[test]
