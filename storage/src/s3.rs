@@ -7,7 +7,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
 
-use super::{ObjectInfo, S3Options};
+use super::{ObjectInfo, S3Action, S3Error, S3Options};
 
 const MIN_PART_BYTES: usize = 5 << 20;
 
@@ -50,7 +50,7 @@ impl S3Client {
     }
 
     /// Every object under `prefix`, in key order.
-    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>, String> {
+    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>, S3Error> {
         let mut pages = self
             .client
             .list_objects_v2()
@@ -61,7 +61,7 @@ impl S3Client {
         let mut objects = Vec::new();
         while let Some(page) = pages.next().await {
             let page =
-                page.map_err(|e| format!("cannot list s3://{bucket}/{prefix}: {}", describe(e)))?;
+                page.map_err(|e| S3Error::call(S3Action::List, bucket, prefix, describe(e)))?;
             for object in page.contents() {
                 objects.push(ObjectInfo {
                     key: object.key().unwrap_or_default().to_owned(),
@@ -75,7 +75,7 @@ impl S3Client {
     }
 
     /// The whole object, or `None` when there is no such key.
-    pub async fn get(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub async fn get(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, S3Error> {
         let response = self
             .client
             .get_object()
@@ -90,22 +90,19 @@ impl S3Client {
                 if missing {
                     return Ok(None);
                 }
-                return Err(format!(
-                    "cannot read s3://{bucket}/{key}: {}",
-                    describe(error)
-                ));
+                return Err(S3Error::call(S3Action::Read, bucket, key, describe(error)));
             }
         };
         let bytes = output
             .body
             .collect()
             .await
-            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {e}"))?;
+            .map_err(|e| S3Error::call(S3Action::Read, bucket, key, e))?;
         Ok(Some(bytes.to_vec()))
     }
 
     /// The object's size, or `None` when there is no such key.
-    pub async fn size(&self, bucket: &str, key: &str) -> Result<Option<u64>, String> {
+    pub async fn size(&self, bucket: &str, key: &str) -> Result<Option<u64>, S3Error> {
         match self
             .client
             .head_object()
@@ -116,15 +113,12 @@ impl S3Client {
         {
             Ok(head) => Ok(Some(head.content_length().unwrap_or(0).max(0) as u64)),
             Err(error) if error.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
-            Err(error) => Err(format!(
-                "cannot stat s3://{bucket}/{key}: {}",
-                describe(error)
-            )),
+            Err(error) => Err(S3Error::call(S3Action::Stat, bucket, key, describe(error))),
         }
     }
 
     /// Writes the object in one request: readers see it whole or not at all.
-    pub async fn put(&self, bucket: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    pub async fn put(&self, bucket: &str, key: &str, bytes: Vec<u8>) -> Result<(), S3Error> {
         self.client
             .put_object()
             .bucket(bucket)
@@ -133,7 +127,7 @@ impl S3Client {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot write s3://{bucket}/{key}: {}", describe(e)))
+            .map_err(|e| S3Error::call(S3Action::Write, bucket, key, describe(e)))
     }
 
     /// Writes the object only if there is none (`If-None-Match: *`); `false` when one
@@ -143,7 +137,7 @@ impl S3Client {
         bucket: &str,
         key: &str,
         bytes: Vec<u8>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, S3Error> {
         let written = self
             .client
             .put_object()
@@ -163,15 +157,12 @@ impl S3Client {
             {
                 Ok(false)
             }
-            Err(error) => Err(format!(
-                "cannot write s3://{bucket}/{key}: {}",
-                describe(error)
-            )),
+            Err(error) => Err(S3Error::call(S3Action::Write, bucket, key, describe(error))),
         }
     }
 
     /// Deletes the object `key`; deleting one that is not there succeeds.
-    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), String> {
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         self.client
             .delete_object()
             .bucket(bucket)
@@ -179,16 +170,16 @@ impl S3Client {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot delete s3://{bucket}/{key}: {}", describe(e)))
+            .map_err(|e| S3Error::call(S3Action::Delete, bucket, key, describe(e)))
     }
 
     /// A blocking reader over the object's body, streamed (for reader threads; must not be
     /// called on an async worker thread).
-    pub fn open_blocking(&self, bucket: &str, key: &str) -> Result<Box<dyn Read + Send>, String> {
+    pub fn open_blocking(&self, bucket: &str, key: &str) -> Result<Box<dyn Read + Send>, S3Error> {
         let output = self
             .runtime
             .block_on(self.client.get_object().bucket(bucket).key(key).send())
-            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {}", describe(e)))?;
+            .map_err(|e| S3Error::call(S3Action::Read, bucket, key, describe(e)))?;
         let body = output.body.into_async_read();
         Ok(Box::new(tokio_util::io::SyncIoBridge::new_with_handle(
             body,
@@ -203,20 +194,25 @@ impl S3Client {
         bucket: &str,
         key: &str,
         file: &mut std::fs::File,
-    ) -> Result<(), String> {
+    ) -> Result<(), S3Error> {
         let mut body = self.open_blocking(bucket, key)?;
         std::io::copy(&mut body, file)
             .map(|_| ())
-            .map_err(|e| format!("cannot read s3://{bucket}/{key}: {e}"))
+            .map_err(|e| S3Error::call(S3Action::Read, bucket, key, e))
     }
 
     /// Checks that the bucket exists and `key` can be written (then removes it again).
-    pub async fn check_writable(&self, bucket: &str, key: &str) -> Result<(), String> {
+    pub async fn check_writable(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if let Err(error) = self.client.head_bucket().bucket(bucket).send().await {
             return Err(
                 match error.as_service_error().is_some_and(|e| e.is_not_found()) {
-                    true => format!("bucket {bucket} does not exist"),
-                    false => format!("cannot reach bucket {bucket}: {}", describe(error)),
+                    true => S3Error::NoBucket {
+                        bucket: bucket.to_owned(),
+                    },
+                    false => S3Error::Unreachable {
+                        bucket: bucket.to_owned(),
+                        reason: describe(error),
+                    },
                 },
             );
         }

@@ -4,9 +4,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::{ObjectInfo, S3Options};
-
-const DISABLED: &str = "this build has no S3 support: build with the `s3` feature of resident-storage (the resident CLI has it)";
+use super::{ObjectInfo, S3Error, S3Options};
 
 /// Refuses every call.
 #[derive(Clone, Debug)]
@@ -19,23 +17,23 @@ impl S3Client {
     }
 
     /// Refused: this build has no S3.
-    pub async fn list(&self, _bucket: &str, _prefix: &str) -> Result<Vec<ObjectInfo>, String> {
-        Err(DISABLED.into())
+    pub async fn list(&self, _bucket: &str, _prefix: &str) -> Result<Vec<ObjectInfo>, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn get(&self, _bucket: &str, _key: &str) -> Result<Option<Vec<u8>>, String> {
-        Err(DISABLED.into())
+    pub async fn get(&self, _bucket: &str, _key: &str) -> Result<Option<Vec<u8>>, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn size(&self, _bucket: &str, _key: &str) -> Result<Option<u64>, String> {
-        Err(DISABLED.into())
+    pub async fn size(&self, _bucket: &str, _key: &str) -> Result<Option<u64>, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn put(&self, _bucket: &str, _key: &str, _bytes: Vec<u8>) -> Result<(), String> {
-        Err(DISABLED.into())
+    pub async fn put(&self, _bucket: &str, _key: &str, _bytes: Vec<u8>) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
@@ -44,18 +42,23 @@ impl S3Client {
         _bucket: &str,
         _key: &str,
         _bytes: Vec<u8>,
-    ) -> Result<bool, String> {
-        Err(DISABLED.into())
+    ) -> Result<bool, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn delete(&self, _bucket: &str, _key: &str) -> Result<(), String> {
-        Err(DISABLED.into())
+    pub async fn delete(&self, _bucket: &str, _key: &str) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn upload_file(&self, _bucket: &str, _key: &str, _path: &Path) -> Result<(), String> {
-        Err(DISABLED.into())
+    pub async fn upload_file(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _path: &Path,
+    ) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// A writer that refuses every write.
@@ -64,8 +67,12 @@ impl S3Client {
     }
 
     /// Refused: this build has no S3.
-    pub fn open_blocking(&self, _bucket: &str, _key: &str) -> Result<Box<dyn Read + Send>, String> {
-        Err(DISABLED.into())
+    pub fn open_blocking(
+        &self,
+        _bucket: &str,
+        _key: &str,
+    ) -> Result<Box<dyn Read + Send>, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
@@ -74,13 +81,13 @@ impl S3Client {
         _bucket: &str,
         _key: &str,
         _file: &mut std::fs::File,
-    ) -> Result<(), String> {
-        Err(DISABLED.into())
+    ) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn check_writable(&self, _bucket: &str, _key: &str) -> Result<(), String> {
-        Err(DISABLED.into())
+    pub async fn check_writable(&self, _bucket: &str, _key: &str) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 }
 
@@ -89,13 +96,13 @@ pub struct ObjectWriter;
 
 impl ObjectWriter {
     /// Refused: this build has no S3.
-    pub async fn write(&mut self, _bytes: &[u8]) -> Result<(), String> {
-        Err(DISABLED.into())
+    pub async fn write(&mut self, _bytes: &[u8]) -> Result<(), S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Refused: this build has no S3.
-    pub async fn finish(self) -> Result<u64, String> {
-        Err(DISABLED.into())
+    pub async fn finish(self) -> Result<u64, S3Error> {
+        Err(S3Error::Disabled)
     }
 
     /// Nothing to abort.

@@ -9,6 +9,7 @@ use std::path::Path;
 use tokio::io::AsyncReadExt;
 
 use super::s3::{S3Client, describe};
+use super::{S3Action, S3Error};
 
 /// Writes one object from a sequence of byte slices. Bytes are buffered into parts of the
 /// client's part size (at least 5 MiB, S3's smallest) and each full part is uploaded as it
@@ -29,8 +30,11 @@ impl S3Client {
     /// Uploads a local file through an [`ObjectWriter`]: one request when small, a multipart
     /// upload otherwise (the object appears only when the upload completes; a failed one is
     /// aborted).
-    pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), String> {
-        let local = |e: std::io::Error| format!("{}: {e}", path.display());
+    pub async fn upload_file(&self, bucket: &str, key: &str, path: &Path) -> Result<(), S3Error> {
+        let local = |e: std::io::Error| S3Error::LocalFile {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
         let mut file = tokio::fs::File::open(path).await.map_err(local)?;
         let mut writer = self.object_writer(bucket, key);
         let mut buffer = vec![0u8; 8 << 20];
@@ -65,12 +69,12 @@ impl S3Client {
 }
 
 impl ObjectWriter {
-    fn failed(&self, error: impl std::fmt::Display) -> String {
-        format!("cannot upload s3://{}/{}: {error}", self.bucket, self.key)
+    fn failed(&self, error: impl ToString) -> S3Error {
+        S3Error::call(S3Action::Upload, &self.bucket, &self.key, error)
     }
 
     /// Appends `bytes`, uploading every part that fills.
-    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), String> {
+    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), S3Error> {
         let part_bytes = self.client.part_bytes;
         self.written += bytes.len() as u64;
         while !bytes.is_empty() {
@@ -90,7 +94,7 @@ impl ObjectWriter {
     }
 
     /// Completes the object; returns its size in bytes.
-    pub async fn finish(mut self) -> Result<u64, String> {
+    pub async fn finish(mut self) -> Result<u64, S3Error> {
         if self.upload_id.is_none() {
             let bytes = std::mem::take(&mut self.buffer);
             self.client.put(&self.bucket, &self.key, bytes).await?;
@@ -133,7 +137,7 @@ impl ObjectWriter {
         self.abort_upload().await;
     }
 
-    async fn upload_part(&mut self, part: Vec<u8>) -> Result<(), String> {
+    async fn upload_part(&mut self, part: Vec<u8>) -> Result<(), S3Error> {
         let upload_id = match &self.upload_id {
             Some(id) => id.clone(),
             None => {

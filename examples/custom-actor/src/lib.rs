@@ -59,15 +59,23 @@ impl Default for MinHashConfig {
     }
 }
 
+/// One call: the texts to sign.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MinHashRequest {
+    /// The texts, each answered with its signature in order.
     pub texts: Vec<String>,
 }
 
 /// What a MinHash actor refuses, as a value the caller can match on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MinHashError {
-    TooManyTexts { got: usize, limit: usize },
+    /// More texts in one call than the pool's config allows.
+    TooManyTexts {
+        /// Texts sent.
+        got: usize,
+        /// The most one call may hold.
+        limit: usize,
+    },
 }
 
 impl std::fmt::Display for MinHashError {

@@ -93,7 +93,10 @@ impl InputSet {
             Location::Local(path) => Self::local(path),
             Location::S3 { bucket, prefix } => {
                 let client = s3.ok_or_else(|| JobError::Input("no S3 client".into()))?;
-                let objects = client.list(bucket, prefix).await.map_err(JobError::Input)?;
+                let objects = client
+                    .list(bucket, prefix)
+                    .await
+                    .map_err(|e| JobError::Input(e.to_string()))?;
                 let single = objects.iter().any(|o| o.key == *prefix);
                 let files: Vec<InputFile> = objects
                     .into_iter()
@@ -212,7 +215,7 @@ impl InputSet {
                     let mut spool = tempfile::tempfile().map_err(|e| fail(&e))?;
                     self.s3_client()?
                         .download_blocking(bucket, key, &mut spool)
-                        .map_err(JobError::Input)?;
+                        .map_err(|e| JobError::Input(e.to_string()))?;
                     spool.seek(SeekFrom::Start(0)).map_err(|e| fail(&e))?;
                     spool
                 }
@@ -231,7 +234,7 @@ impl InputSet {
             InputSource::S3 { bucket, key, .. } => self
                 .s3_client()?
                 .open_blocking(bucket, key)
-                .map_err(JobError::Input)?,
+                .map_err(|e| JobError::Input(e.to_string()))?,
         };
         let reader: Box<dyn Read + Send> = match compression {
             Compression::None => raw,

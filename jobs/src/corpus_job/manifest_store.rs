@@ -16,7 +16,7 @@ use super::JobError;
 use super::journal::{CompactionPolicy, PauseAt, PausePoint, decode_journal, encode_entry};
 use super::manifest::{Manifest, ShardEntry};
 use super::output::OutputDir;
-use crate::storage::{Location, key_under};
+use crate::storage::{Location, S3Error, key_under};
 
 const JOURNAL_DIR: &str = "journal";
 
@@ -102,8 +102,8 @@ async fn read_journal(out: &OutputDir, generation: u64) -> Result<Vec<ShardEntry
                 .client()
                 .list(bucket, &key_under(prefix, &s3_journal_prefix(generation)))
                 .await
-                .map_err(JobError::Output)?;
-            let objects: Vec<Result<Option<Vec<u8>>, String>> = futures::stream::iter(listed)
+                .map_err(|e| JobError::Output(e.to_string()))?;
+            let objects: Vec<Result<Option<Vec<u8>>, S3Error>> = futures::stream::iter(listed)
                 .map(|object| async move { out.client().get(bucket, &object.key).await })
                 .buffered(32)
                 .collect()
@@ -111,7 +111,7 @@ async fn read_journal(out: &OutputDir, generation: u64) -> Result<Vec<ShardEntry
             let mut entries = Vec::new();
             for bytes in objects {
                 // Objects appear whole: a damaged one is refused like a damaged line.
-                let Some(bytes) = bytes.map_err(JobError::Output)? else {
+                let Some(bytes) = bytes.map_err(|e| JobError::Output(e.to_string()))? else {
                     continue;
                 };
                 let decoded = decode_journal(
@@ -322,7 +322,7 @@ impl<'a> ManifestStore<'a> {
                     .client()
                     .list(bucket, &key_under(prefix, &format!("{JOURNAL_DIR}/")))
                     .await
-                    .map_err(JobError::Output)?;
+                    .map_err(|e| JobError::Output(e.to_string()))?;
                 let under = key_under(prefix, &format!("{JOURNAL_DIR}/"));
                 let stale = listed
                     .into_iter()
@@ -342,7 +342,7 @@ impl<'a> ManifestStore<'a> {
 
     async fn delete_s3_keys(&self, bucket: &str, keys: Vec<String>) -> Result<(), JobError> {
         let client = self.out.client();
-        let deleted: Vec<Result<(), String>> = futures::stream::iter(keys)
+        let deleted: Vec<Result<(), S3Error>> = futures::stream::iter(keys)
             .map(|key| async move { client.delete(bucket, &key).await })
             .buffer_unordered(32)
             .collect()
@@ -350,7 +350,7 @@ impl<'a> ManifestStore<'a> {
         deleted
             .into_iter()
             .collect::<Result<(), _>>()
-            .map_err(JobError::Output)
+            .map_err(|e| JobError::Output(e.to_string()))
     }
 }
 

@@ -131,7 +131,7 @@ impl OutputDir {
                 .client()
                 .get(bucket, &key_under(prefix, name))
                 .await
-                .map_err(JobError::Output),
+                .map_err(|e| JobError::Output(e.to_string())),
         }
     }
 
@@ -151,7 +151,7 @@ impl OutputDir {
                 .client()
                 .put(bucket, &key_under(prefix, name), bytes)
                 .await
-                .map_err(JobError::Output),
+                .map_err(|e| JobError::Output(e.to_string())),
         }
     }
 
@@ -166,7 +166,7 @@ impl OutputDir {
                 .client()
                 .delete(bucket, &key_under(prefix, name))
                 .await
-                .map_err(JobError::Output),
+                .map_err(|e| JobError::Output(e.to_string())),
         }
     }
 
@@ -199,7 +199,7 @@ impl OutputDir {
             let intact = match &self.location {
                 Location::S3 { bucket, prefix } if bytes > 0 => {
                     let size = self.client().size(bucket, &key_under(prefix, file)).await;
-                    size.map_err(JobError::Output)? == Some(bytes)
+                    size.map_err(|e| JobError::Output(e.to_string()))? == Some(bytes)
                 }
                 _ => self
                     .read(file)
@@ -484,7 +484,10 @@ impl MergedWriter {
             MergedWriter::Local {
                 writer, partial, ..
             } => writer.write_all(bytes).map_err(|e| io(partial, e)),
-            MergedWriter::S3(writer) => writer.write(bytes).await.map_err(JobError::Output),
+            MergedWriter::S3(writer) => writer
+                .write(bytes)
+                .await
+                .map_err(|e| JobError::Output(e.to_string())),
         }
     }
 
@@ -502,7 +505,11 @@ impl MergedWriter {
                 std::fs::rename(&partial, &path).map_err(|e| io(&path, e))?;
                 crate::files::sync_parent_dir(&path).map_err(|e| io(&path, e))
             }
-            MergedWriter::S3(writer) => writer.finish().await.map(|_| ()).map_err(JobError::Output),
+            MergedWriter::S3(writer) => writer
+                .finish()
+                .await
+                .map(|_| ())
+                .map_err(|e| JobError::Output(e.to_string())),
         }
     }
 

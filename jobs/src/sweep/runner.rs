@@ -129,13 +129,13 @@ pub async fn publish_dataset(
     if client
         .size(&bucket, &object)
         .await
-        .map_err(SweepError::Output)?
+        .map_err(|e| SweepError::Output(e.to_string()))?
         != Some(size)
     {
         client
             .upload_file(&bucket, &object, file)
             .await
-            .map_err(SweepError::Output)?;
+            .map_err(|e| SweepError::Output(e.to_string()))?;
     }
     Ok(DatasetRef {
         uri: format!("s3://{bucket}/{object}"),

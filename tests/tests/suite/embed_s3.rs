@@ -91,7 +91,13 @@ async fn the_s3_client_lists_reads_writes_and_uploads_in_parts() {
         .check_writable("no-such-bucket", "k")
         .await
         .unwrap_err();
-    assert_eq!(error, "bucket no-such-bucket does not exist");
+    assert_eq!(
+        error,
+        resident_storage::S3Error::NoBucket {
+            bucket: "no-such-bucket".into()
+        }
+    );
+    assert_eq!(error.to_string(), "bucket no-such-bucket does not exist");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
