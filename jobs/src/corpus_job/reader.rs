@@ -1,4 +1,4 @@
-//! Reading a corpus as a stream of records from its files (see [`super::inputs`]). Bad lines
+//! Reading a corpus as a stream of records from its files (see `inputs.rs`). Bad lines
 //! become [`BadRecord`]s, never a crash.
 
 use std::sync::Arc;

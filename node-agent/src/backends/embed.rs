@@ -91,9 +91,9 @@ impl ModelBackend for EmbedActor {
         panic_on_marked_text(self.panic_marker.as_deref(), payload);
         self.on_threads(|actor| {
             let progress = &actor.progress;
-            Ok(actor
+            actor
                 .embedder
-                .embed_payload_reporting(payload, &mut |rows| progress.report(rows as u64))?)
+                .embed_payload_reporting(payload, &mut |rows| progress.report(rows as u64))
         })
     }
 
@@ -140,9 +140,9 @@ impl ModelBackend for EmbedActor {
         });
         self.on_threads(|actor| {
             let progress = &actor.progress;
-            Ok(actor
+            actor
                 .embedder
-                .embed_prepared_reporting(*chunk, &mut |rows| progress.report(rows as u64))?)
+                .embed_prepared_reporting(*chunk, &mut |rows| progress.report(rows as u64))
         })
     }
 
