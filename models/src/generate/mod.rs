@@ -232,7 +232,6 @@ pub struct GenerateModel {
     profile: Option<std::sync::Arc<StepProfile>>,
 }
 
-/// One sequence in flight.
 /// The requests of one [`GenerateModel::generate`] call as they move through it.
 struct Batch {
     /// Each request's answer once finished, in request order.
@@ -243,6 +242,7 @@ struct Batch {
     flight: Vec<InFlight>,
 }
 
+/// One sequence in flight.
 struct InFlight {
     request: usize,
     slot: usize,
