@@ -39,15 +39,36 @@ const BOUNDS: &[(&str, &[(&str, u64)])] = &[
     ),
 ];
 
+/// An actor config over the bounds; the text names the field, its value and the limit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigLimitError {
+    /// The config is larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "actor config is {0} bytes; the limit is {MAX_CONFIG_BYTES} (pass large inputs as files or tasks, not config)"
+    )]
+    TooLarge(usize),
+    /// A numeric field of a built-in kind out of its bounds.
+    #[error(
+        "actor config field `{field}` of kind `{kind}` is {value}; it must be a whole number from 0 to {max}"
+    )]
+    OutOfBounds {
+        /// The field.
+        field: &'static str,
+        /// The kind's name.
+        kind: String,
+        /// The value given, as JSON.
+        value: String,
+        /// The largest value allowed.
+        max: u64,
+    },
+}
+
 /// Checks the config of an actor of kind `kind` (`name` or `name@version`) against the
 /// bounds of the built-in kind of that name; other kinds' configs are theirs to check.
 /// The error names the field, its value and the limit.
-pub fn check_config(kind: &str, config: &[u8]) -> Result<(), String> {
+pub fn check_config(kind: &str, config: &[u8]) -> Result<(), ConfigLimitError> {
     if config.len() > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "actor config is {} bytes; the limit is {MAX_CONFIG_BYTES} (pass large inputs as files or tasks, not config)",
-            config.len()
-        ));
+        return Err(ConfigLimitError::TooLarge(config.len()));
     }
     let (name, _) = crate::split_kind_id(kind);
     let Some((_, bounds)) = BOUNDS.iter().find(|(k, _)| *k == name) else {
@@ -66,9 +87,12 @@ pub fn check_config(kind: &str, config: &[u8]) -> Result<(), String> {
         };
         let within = value.as_u64().is_some_and(|v| v <= *max);
         if !within {
-            return Err(format!(
-                "actor config field `{field}` of kind `{name}` is {value}; it must be a whole number from 0 to {max}"
-            ));
+            return Err(ConfigLimitError::OutOfBounds {
+                field,
+                kind: name.to_owned(),
+                value: value.to_string(),
+                max: *max,
+            });
         }
     }
     Ok(())
@@ -80,19 +104,22 @@ mod tests {
 
     #[test]
     fn absurd_sizes_are_refused_naming_the_field_and_limit() {
-        let refused = check_config("echo", br#"{"repeat": 1000000000000000}"#).unwrap_err();
+        let refused = check_config("echo", br#"{"repeat": 1000000000000000}"#)
+            .unwrap_err()
+            .to_string();
         assert!(
             refused.contains("`repeat`") && refused.contains("65536"),
             "{refused}"
         );
         let refused = check_config("generate@1", br#"{"model": "m", "max_sequences": -1}"#);
-        assert!(refused.unwrap_err().contains("`max_sequences`"));
+        assert!(refused.unwrap_err().to_string().contains("`max_sequences`"));
         let refused = check_config("embed", br#"{"model": "m", "max_batch_size": 1.5}"#);
         assert!(refused.is_err());
         let big = vec![b' '; MAX_CONFIG_BYTES + 1];
         assert!(
             check_config("my-kind@1", &big)
                 .unwrap_err()
+                .to_string()
                 .contains("65536")
         );
     }

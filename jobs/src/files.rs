@@ -1,7 +1,7 @@
 //! File helpers every job shares: content hashes and atomic writes.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -67,12 +67,44 @@ pub struct OutputLock {
     _file: std::fs::File,
 }
 
+/// Why an output directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputLockError {
+    /// Another run (of any process on this host) holds the lock.
+    #[error(
+        "another run is writing {}{holder}; wait for it to finish or stop it (a rerun then resumes), or choose another output",
+        .dir.display()
+    )]
+    Held {
+        /// The output directory.
+        dir: PathBuf,
+        /// ` (pid N on HOST)` as the holder wrote it, or empty.
+        holder: String,
+    },
+    /// The lock file could not be opened.
+    #[error("cannot open {}: {reason}", .path.display())]
+    Open {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        reason: std::io::Error,
+    },
+    /// The filesystem failed the lock call itself.
+    #[error("cannot lock {}: {reason}", .path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        reason: std::io::Error,
+    },
+}
+
 /// The lock file inside a locked directory.
 pub const OUTPUT_LOCK_FILE: &str = ".resident.lock";
 
 impl OutputLock {
     /// Locks `dir` (which must exist), or says who holds it.
-    pub fn acquire(dir: &Path) -> Result<Self, String> {
+    pub fn acquire(dir: &Path) -> Result<Self, OutputLockError> {
         let path = dir.join(OUTPUT_LOCK_FILE);
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -80,7 +112,10 @@ impl OutputLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(|reason| OutputLockError::Open {
+                path: path.clone(),
+                reason,
+            })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -91,13 +126,13 @@ impl OutputLock {
                 } else {
                     format!(" ({holder})")
                 };
-                return Err(format!(
-                    "another run is writing {}{holder}; wait for it to finish or stop it (a rerun then resumes), or choose another output",
-                    dir.display()
-                ));
+                return Err(OutputLockError::Held {
+                    dir: dir.to_owned(),
+                    holder,
+                });
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(format!("cannot lock {}: {e}", path.display()));
+                return Err(OutputLockError::Lock { path, reason: e });
             }
         }
         let host = this_host();
@@ -123,7 +158,7 @@ mod lock_tests {
     fn a_second_run_on_one_output_is_refused_until_the_first_ends() {
         let dir = tempfile::tempdir().unwrap();
         let first = OutputLock::acquire(dir.path()).unwrap();
-        let refused = OutputLock::acquire(dir.path()).unwrap_err();
+        let refused = OutputLock::acquire(dir.path()).unwrap_err().to_string();
         assert!(refused.contains("another run is writing"), "{refused}");
         assert!(
             refused.contains(&format!("pid {}", std::process::id())),

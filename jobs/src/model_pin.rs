@@ -35,7 +35,7 @@ pub async fn pin_model(model: &str, s3: &S3Options) -> Result<PinnedModel, Strin
         revision,
         fingerprint,
     };
-    match ModelSource::parse(model, None)? {
+    match ModelSource::parse(model, None).map_err(|refused| refused.to_string())? {
         ModelSource::Local(path) => {
             let dir = PathBuf::from(&path);
             if dir.is_file() {

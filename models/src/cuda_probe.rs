@@ -4,8 +4,33 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, DriverError};
 use resident_proto::pb;
+
+/// Why a host has no GPUs to offer.
+#[derive(Debug, thiserror::Error)]
+pub enum NoCudaDevices {
+    /// The driver library is not there.
+    #[error("libcuda is not installed")]
+    NoLibcuda,
+    /// The driver could not count its devices.
+    #[error("CUDA driver: {0}")]
+    Driver(DriverError),
+    /// One device could not be opened or read.
+    #[error("device {ordinal}: {reason}")]
+    Device {
+        /// Its ordinal.
+        ordinal: usize,
+        /// The driver's reason.
+        reason: DriverError,
+    },
+    /// The driver counts no device.
+    #[error("the CUDA driver reports no devices")]
+    NoDevices,
+    /// The driver panicked inside cudarc (some broken installs do).
+    #[error("the CUDA driver failed to initialise")]
+    Panicked,
+}
 
 /// GPUs seen through `libcuda`, which is loaded at run time.
 pub struct CudaDevices {
@@ -45,26 +70,26 @@ fn libcuda_present() -> bool {
 
 impl CudaDevices {
     /// Opens every device, or says why there are none.
-    pub fn open() -> Result<Self, String> {
+    pub fn open() -> Result<Self, NoCudaDevices> {
         if !libcuda_present() {
-            return Err("libcuda is not installed".into());
+            return Err(NoCudaDevices::NoLibcuda);
         }
         // cudarc panics instead of returning an error on some broken installs.
-        let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Self, String> {
-            let count = CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
+        let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Self, NoCudaDevices> {
+            let count = CudaContext::device_count().map_err(NoCudaDevices::Driver)?;
             let mut devices = Vec::new();
             for ordinal in 0..count.max(0) as usize {
-                let ctx =
-                    CudaContext::new(ordinal).map_err(|e| format!("device {ordinal}: {e}"))?;
-                let (major, minor) = ctx.compute_capability().map_err(|e| e.to_string())?;
-                let (free, total) = ctx.mem_get_info().map_err(|e| e.to_string())?;
+                let device = |reason| NoCudaDevices::Device { ordinal, reason };
+                let ctx = CudaContext::new(ordinal).map_err(device)?;
+                let (major, minor) = ctx.compute_capability().map_err(device)?;
+                let (free, total) = ctx.mem_get_info().map_err(device)?;
                 let info = pb::GpuInfo {
                     index: ordinal as u32,
                     uuid: ctx
                         .uuid()
                         .map(|u| format_uuid(&u.bytes))
                         .unwrap_or_default(),
-                    name: ctx.name().map_err(|e| e.to_string())?,
+                    name: ctx.name().map_err(device)?,
                     total_vram_bytes: total as u64,
                     free_vram_bytes: free as u64,
                     compute_major: major as u32,
@@ -78,9 +103,9 @@ impl CudaDevices {
         }));
         match opened {
             Ok(Ok(probe)) if !probe.devices.is_empty() => Ok(probe),
-            Ok(Ok(_)) => Err("the CUDA driver reports no devices".into()),
+            Ok(Ok(_)) => Err(NoCudaDevices::NoDevices),
             Ok(Err(reason)) => Err(reason),
-            Err(_) => Err("the CUDA driver failed to initialise".into()),
+            Err(_) => Err(NoCudaDevices::Panicked),
         }
     }
 }

@@ -13,6 +13,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use resident_proto::gpu_gauges::GpuGauges;
 use resident_proto::pb;
 use tokio_util::sync::CancellationToken;
 
@@ -129,31 +130,9 @@ fn encode_actors(registry: &mut Registry, actors: &[ObservedActor]) {
 
 /// Each GPU's memory, free memory and busy fraction, by node, index and name.
 fn encode_gpus(registry: &mut Registry, node_id: &str, gpus: &[pb::GpuInfo]) {
-    let mut family = |name: &str, help: &str| gauges(registry, name, help);
-    let gpu_total = family("resident_agent_gpu_vram_total_bytes", "Each GPU's memory");
-    let gpu_free = family(
-        "resident_agent_gpu_vram_free_bytes",
-        "Each GPU's free memory",
-    );
-    let gpu_busy = family(
-        "resident_agent_gpu_utilization_ratio",
-        "Each GPU's busy fraction (NVML), where it can be read",
-    );
+    let gauges = GpuGauges::register(registry, "resident_agent_gpu");
     for gpu in gpus {
-        let labels: Labels = vec![
-            ("node", node_id.to_owned()),
-            ("gpu", gpu.index.to_string()),
-            ("name", gpu.name.clone()),
-        ];
-        gpu_total
-            .get_or_create(&labels)
-            .set(gpu.total_vram_bytes as f64);
-        gpu_free
-            .get_or_create(&labels)
-            .set(gpu.free_vram_bytes as f64);
-        if let Some(ratio) = gpu.utilization_ratio {
-            gpu_busy.get_or_create(&labels).set(ratio);
-        }
+        gauges.observe(node_id, gpu);
     }
 }
 

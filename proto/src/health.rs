@@ -58,13 +58,55 @@ pub async fn check_health(
     addr: &str,
     service: &str,
     timeout: Duration,
-) -> Result<ServingStatus, String> {
+) -> Result<ServingStatus, HealthCheckError> {
     let url = format!("http://{addr}");
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|e| format!("`{addr}` is not a host:port: {e}"))?;
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone()).map_err(|reason| {
+        HealthCheckError::BadAddress {
+            addr: addr.to_owned(),
+            reason,
+        }
+    })?;
     check_service(&endpoint, service, timeout)
         .await
-        .map_err(|e| format!("{e} ({url})"))
+        .map_err(|failed| HealthCheckError::At {
+            url,
+            failed: Box::new(failed),
+        })
+}
+
+/// Why a health check got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthCheckError {
+    /// The address is not a `host:port`.
+    #[error("`{addr}` is not a host:port: {reason}")]
+    BadAddress {
+        /// The address given.
+        addr: String,
+        /// tonic's reason.
+        reason: tonic::transport::Error,
+    },
+    /// No connection to the health service.
+    #[error("cannot reach the health service: {0}")]
+    Unreachable(tonic::transport::Error),
+    /// The service answered the check with an error.
+    #[error("health check of `{service}`: {}", .status.message())]
+    Refused {
+        /// The service asked about.
+        service: String,
+        /// The error status.
+        status: tonic::Status,
+    },
+    /// No answer in time.
+    #[error("no health answer within {0:?}")]
+    TimedOut(Duration),
+    /// A failure of [`check_service`], with the URL that was asked.
+    #[error("{failed} ({url})")]
+    At {
+        /// The health port's URL.
+        url: String,
+        /// What failed.
+        failed: Box<HealthCheckError>,
+    },
 }
 
 /// Asks the health service behind `endpoint` (with its TLS, if any) how `service` is, on a
@@ -73,22 +115,25 @@ pub async fn check_service(
     endpoint: &tonic::transport::Endpoint,
     service: &str,
     timeout: Duration,
-) -> Result<ServingStatus, String> {
+) -> Result<ServingStatus, HealthCheckError> {
     let check = async {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| format!("cannot reach the health service: {e}"))?;
+            .map_err(HealthCheckError::Unreachable)?;
         HealthClient::new(channel)
             .check(tonic_health::pb::HealthCheckRequest {
                 service: service.to_owned(),
             })
             .await
-            .map_err(|status| format!("health check of `{service}`: {}", status.message()))
+            .map_err(|status| HealthCheckError::Refused {
+                service: service.to_owned(),
+                status,
+            })
     };
     let response = tokio::time::timeout(timeout, check)
         .await
-        .map_err(|_| format!("no health answer within {timeout:?}"))??;
+        .map_err(|_| HealthCheckError::TimedOut(timeout))??;
     Ok(match response.into_inner().status {
         1 => ServingStatus::Serving,
         2 => ServingStatus::NotServing,

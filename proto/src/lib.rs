@@ -4,6 +4,8 @@
 #![warn(missing_docs)]
 
 pub mod connect;
+#[cfg(feature = "metrics")]
+pub mod gpu_gauges;
 pub mod health;
 pub mod host;
 pub mod ids;
@@ -13,7 +15,7 @@ pub mod units;
 
 pub use ids::{ActorId, JobId, NodeId, PoolName, TaskId};
 pub use rng::SeededRng;
-pub use units::{GpuFraction, VramBytes};
+pub use units::{GpuCountError, GpuFraction, VramBytes};
 
 /// Generated protobuf and gRPC code for `resident.v1`. The comments of
 /// `proto/resident.proto` are its docs; what they leave out is left to the field names.

@@ -69,6 +69,23 @@ impl FromStr for VramBytes {
     }
 }
 
+/// Why a `gpus` number was refused.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+pub enum GpuCountError {
+    /// Negative, infinite or not a number.
+    #[error("gpus must be a non-negative number, got {0}")]
+    NotANumber(f64),
+    /// A fraction above one GPU (1.5): above one, GPUs come whole.
+    #[error("gpus above 1 must be a whole number, got {0}; use 0.5, 1, 2, ...")]
+    FractionAboveOne(f64),
+    /// Less than the smallest share, a thousandth.
+    #[error("gpus must be at least 0.001, got {0}")]
+    BelowAThousandth(f64),
+    /// More GPUs than a node has.
+    #[error("gpus must be at most 64, got {0}")]
+    AboveSixtyFour(f64),
+}
+
 /// A share of GPUs in thousandths: 250 = a quarter of one GPU, 2000 = two whole GPUs.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -80,20 +97,18 @@ impl GpuFraction {
     pub const WHOLE: GpuFraction = GpuFraction(1000);
 
     /// Converts a user's `gpus` number; fractions above one must be whole numbers.
-    pub fn from_gpus(gpus: f64) -> Result<Self, String> {
+    pub fn from_gpus(gpus: f64) -> Result<Self, GpuCountError> {
         if !gpus.is_finite() || gpus < 0.0 {
-            return Err(format!("gpus must be a non-negative number, got {gpus}"));
+            return Err(GpuCountError::NotANumber(gpus));
         }
         if gpus > 1.0 && gpus.fract() != 0.0 {
-            return Err(format!(
-                "gpus above 1 must be a whole number, got {gpus}; use 0.5, 1, 2, ..."
-            ));
+            return Err(GpuCountError::FractionAboveOne(gpus));
         }
         if gpus > 0.0 && gpus < 0.001 {
-            return Err(format!("gpus must be at least 0.001, got {gpus}"));
+            return Err(GpuCountError::BelowAThousandth(gpus));
         }
         if gpus > 64.0 {
-            return Err(format!("gpus must be at most 64, got {gpus}"));
+            return Err(GpuCountError::AboveSixtyFour(gpus));
         }
         Ok(GpuFraction((gpus * 1000.0).round() as u32))
     }

@@ -260,7 +260,7 @@ fn corpus_config(
 /// The prompt of `prompt_name=` or `prompt=` (not both), as sentence-transformers takes
 /// them; the model's default without either.
 fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyResult<Prompt> {
-    Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why))
+    Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why.to_string()))
 }
 
 /// Calls `on_progress(done, total)` (prompts completed), when given.
@@ -343,7 +343,7 @@ fn windows_of(
         )),
         None => Ok(None),
         Some(split) => Ok(Some(Windows {
-            split: WindowSplit::parse(split).map_err(|why| bad_input(py, why))?,
+            split: WindowSplit::parse(split).map_err(|why| bad_input(py, why.to_string()))?,
             mean,
         })),
     }

@@ -32,6 +32,20 @@ pub struct BufferBudget {
     freed: Notify,
 }
 
+/// A new job refused: the scheduler already buffers its limit for running jobs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the scheduler buffers {} for running jobs, its limit (--max-buffered-bytes {max}); retry \
+     when running jobs have read their results, or raise the limit",
+    human_bytes(*.buffered)
+)]
+pub struct BufferFull {
+    /// Bytes buffered now.
+    pub buffered: u64,
+    /// `--max-buffered-bytes`.
+    pub max: u64,
+}
+
 impl BufferBudget {
     pub fn new(max_total_bytes: u64, max_job_bytes: u64) -> Arc<Self> {
         Arc::new(Self {
@@ -52,16 +66,13 @@ impl BufferBudget {
     }
 
     /// Whether a new job may start: refused while every buffered byte is taken.
-    pub fn check_new_job(&self) -> Result<(), String> {
+    pub fn check_new_job(&self) -> Result<(), BufferFull> {
         let total = self.total_bytes();
         if total >= self.max_total_bytes {
-            return Err(format!(
-                "the scheduler buffers {} for running jobs, its limit \
-                 (--max-buffered-bytes {}); retry when running jobs have read their results, \
-                 or raise the limit",
-                human_bytes(total),
-                self.max_total_bytes
-            ));
+            return Err(BufferFull {
+                buffered: total,
+                max: self.max_total_bytes,
+            });
         }
         Ok(())
     }
@@ -279,7 +290,7 @@ mod tests {
         let _ok = tokio::time::timeout(Duration::from_secs(1), other.admit(50))
             .await
             .expect("another job is admitted");
-        let refused = budget.check_new_job().unwrap_err();
+        let refused = budget.check_new_job().unwrap_err().to_string();
         assert!(refused.contains("--max-buffered-bytes 150"), "{refused}");
     }
 

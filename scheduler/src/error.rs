@@ -27,6 +27,9 @@ pub enum SchedulerError {
     /// The caller is known but may not do this (role, ownership, another node's id).
     #[error("{0}")]
     PermissionDenied(String),
+    /// The caller's token may not do this (its role, or the job or pool is another's).
+    #[error(transparent)]
+    AccessRefused(#[from] crate::auth::AccessRefusal),
     /// The scheduler is stopping.
     #[error("scheduler is shutting down")]
     ShuttingDown,
@@ -72,7 +75,9 @@ impl From<SchedulerError> for tonic::Status {
                 status
             }
             SchedulerError::Precondition(_) => tonic::Status::failed_precondition(message),
-            SchedulerError::PermissionDenied(_) => tonic::Status::permission_denied(message),
+            SchedulerError::PermissionDenied(_) | SchedulerError::AccessRefused(_) => {
+                tonic::Status::permission_denied(message)
+            }
             SchedulerError::ShuttingDown | SchedulerError::CoreStopped(_) => {
                 tonic::Status::unavailable(message)
             }

@@ -333,14 +333,49 @@ pub enum Prompt {
     Text(String),
 }
 
+/// A prompt choice or `--split` refused; the text says what to give instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EmbedOptionError {
+    /// Both a prompt name and a prompt's text.
+    #[error("give a prompt name (one the model names) or a prompt's text, not both")]
+    PromptNameAndText,
+    /// A window size or overlap that is not a whole number.
+    #[error("--split {split}: the {what} `{value}` is not a whole number of tokens")]
+    SplitNumber {
+        /// The `--split` given.
+        split: String,
+        /// `window size` or `overlap`.
+        what: &'static str,
+        /// The number as given.
+        value: String,
+    },
+    /// A `--split` of neither form.
+    #[error(
+        "--split {0}: use tokens:SIZE:OVERLAP (e.g. tokens:256:32; tokens alone for windows as \
+         long as the model takes) or sentences[:SIZE]"
+    )]
+    SplitForm(String),
+    /// Windows that would overlap by as much as they hold.
+    #[error("--split {split}: the overlap ({overlap}) must be smaller than the window ({size})")]
+    SplitOverlap {
+        /// The `--split` given.
+        split: String,
+        /// Tokens asked to overlap.
+        overlap: u32,
+        /// Tokens per window.
+        size: u32,
+    },
+}
+
 impl Prompt {
     /// The prompt of sentence-transformers' `prompt_name=` or `prompt=` (at most one of
     /// them); the model's default without either.
-    pub fn from_name_or_text(name: Option<String>, text: Option<String>) -> Result<Self, String> {
+    pub fn from_name_or_text(
+        name: Option<String>,
+        text: Option<String>,
+    ) -> Result<Self, EmbedOptionError> {
         match (name, text) {
-            (Some(_), Some(_)) => {
-                Err("give a prompt name (one the model names) or a prompt's text, not both".into())
-            }
+            (Some(_), Some(_)) => Err(EmbedOptionError::PromptNameAndText),
             (Some(name), None) => Ok(Prompt::Named(name)),
             (None, Some(text)) => Ok(Prompt::Text(text)),
             (None, None) => Ok(Prompt::ModelDefault),
@@ -398,15 +433,19 @@ pub enum WindowSplit {
 impl WindowSplit {
     /// Reads `tokens:SIZE[:OVERLAP]`, `tokens` (windows as long as the model takes),
     /// `sentences[:SIZE]`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, EmbedOptionError> {
         let mut parts = text.split(':');
         let kind = parts.next().unwrap_or_default();
         let numbers: Vec<&str> = parts.collect();
-        let number = |i: usize, what: &str| -> Result<u32, String> {
+        let number = |i: usize, what: &'static str| -> Result<u32, EmbedOptionError> {
             numbers.get(i).map_or(Ok(0), |n| {
-                n.trim().parse::<u32>().map_err(|_| {
-                    format!("--split {text}: the {what} `{n}` is not a whole number of tokens")
-                })
+                n.trim()
+                    .parse::<u32>()
+                    .map_err(|_| EmbedOptionError::SplitNumber {
+                        split: text.to_owned(),
+                        what,
+                        value: (*n).to_owned(),
+                    })
             })
         };
         let split = match (kind, numbers.len()) {
@@ -417,21 +456,17 @@ impl WindowSplit {
             ("sentences", 0..=1) => WindowSplit::Sentences {
                 size: number(0, "window size")?,
             },
-            _ => {
-                return Err(format!(
-                    "--split {text}: use tokens:SIZE:OVERLAP (e.g. tokens:256:32; tokens alone \
-                     for windows as long as the model takes) or sentences[:SIZE]"
-                ));
-            }
+            _ => return Err(EmbedOptionError::SplitForm(text.to_owned())),
         };
         if let WindowSplit::Tokens { size, overlap } = split
             && size > 0
             && overlap >= size
         {
-            return Err(format!(
-                "--split {text}: the overlap ({overlap}) must be smaller than the window \
-                 ({size})"
-            ));
+            return Err(EmbedOptionError::SplitOverlap {
+                split: text.to_owned(),
+                overlap,
+                size,
+            });
         }
         Ok(split)
     }
@@ -727,7 +762,7 @@ mod tests {
             Ok(WindowSplit::Sentences { size: 200 })
         );
         for bad in ["words:10", "tokens:64:64", "tokens:x", "sentences:1:2", ""] {
-            let error = WindowSplit::parse(bad).unwrap_err();
+            let error = WindowSplit::parse(bad).unwrap_err().to_string();
             assert!(error.starts_with(&format!("--split {bad}:")), "{error}");
         }
     }

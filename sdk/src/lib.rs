@@ -62,8 +62,9 @@ pub use client::{
 };
 pub use device_choice::{DEFAULT_GPUS_PER_ACTOR, DeviceChoice, choose_device, default_replicas};
 pub use embed::{
-    EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt, RowWindow,
-    WindowSplit, Windows, embed_request, embed_request_options, embed_request_with, one_model,
+    EmbedOptionError, EmbedOptions, EmbedPool, EmbedPoolSpec, EmbedStats, EmbeddedChunk, Prompt,
+    RowWindow, WindowSplit, Windows, embed_request, embed_request_options, embed_request_with,
+    one_model,
 };
 pub use error::SdkError;
 pub use generate::{GeneratePool, GeneratePoolSpec, PROMPTS_PER_TASK};

@@ -99,3 +99,40 @@ impl From<S3Error> for String {
         error.to_string()
     }
 }
+
+/// An `s3://` location without a bucket.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}: an S3 location needs a bucket (s3://bucket/prefix)")]
+pub struct LocationError(pub String);
+
+/// A pool's `model` (and `model_revision`) that names no model Resident can load.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModelSpecError {
+    /// No model at all.
+    #[error(
+        "the pool names no model; set `model` to a directory, an s3://bucket/prefix/ or a \
+         Hugging Face id"
+    )]
+    NoModel,
+    /// An `s3://` model without a bucket.
+    #[error(transparent)]
+    Location(#[from] LocationError),
+    /// `org/name@a` with `model_revision: b`.
+    #[error("model `{spec}` names revision {inline} but model_revision is {given}; give one")]
+    TwoRevisions {
+        /// The model as given.
+        spec: String,
+        /// The revision after its `@`.
+        inline: String,
+        /// `model_revision`.
+        given: String,
+    },
+    /// A revision with characters a hub revision cannot have (or `..`).
+    #[error("model `{spec}`: revision `{revision}` is not valid")]
+    BadRevision {
+        /// The model as given.
+        spec: String,
+        /// The revision.
+        revision: String,
+    },
+}

@@ -17,7 +17,7 @@ mod s3;
 #[cfg(feature = "s3")]
 mod s3_writer;
 
-pub use error::{S3Action, S3Error};
+pub use error::{LocationError, ModelSpecError, S3Action, S3Error};
 pub use location::{Location, ObjectInfo, S3Options, key_under};
 #[cfg(not(feature = "s3"))]
 pub use s3::ObjectWriter;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::error::LocationError;
+
 /// How to reach the store.
 #[derive(Clone, Debug)]
 pub struct S3Options {
@@ -54,15 +56,13 @@ pub enum Location {
 
 impl Location {
     /// Parses `s3://bucket[/prefix]`; anything else is a local path.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, LocationError> {
         let Some(rest) = text.strip_prefix("s3://") else {
             return Ok(Location::Local(PathBuf::from(text)));
         };
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(format!(
-                "{text}: an S3 location needs a bucket (s3://bucket/prefix)"
-            ));
+            return Err(LocationError(text.to_owned()));
         }
         Ok(Location::S3 {
             bucket: bucket.to_owned(),

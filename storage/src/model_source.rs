@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::Location;
+use crate::error::ModelSpecError;
 
 /// Where a model comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,12 +77,10 @@ fn looks_like_hub_id(spec: &str) -> bool {
 impl ModelSource {
     /// Parses a pool's `model` (and `model_revision`, which pins a hub id or an S3 model's
     /// manifest digest). `org/name@rev` is the same as `model_revision: rev`.
-    pub fn parse(spec: &str, revision: Option<&str>) -> Result<Self, String> {
+    pub fn parse(spec: &str, revision: Option<&str>) -> Result<Self, ModelSpecError> {
         let spec = spec.trim();
         if spec.is_empty() {
-            return Err("the pool names no model; set `model` to a directory, an \
-                        s3://bucket/prefix/ or a Hugging Face id"
-                .into());
+            return Err(ModelSpecError::NoModel);
         }
         if spec.starts_with("s3://") {
             return match Location::parse(spec)? {
@@ -101,9 +100,11 @@ impl ModelSource {
         }
         let revision = match (inline, revision.filter(|r| !r.is_empty())) {
             (Some(a), Some(b)) if a != b => {
-                return Err(format!(
-                    "model `{spec}` names revision {a} but model_revision is {b}; give one"
-                ));
+                return Err(ModelSpecError::TwoRevisions {
+                    spec: spec.to_owned(),
+                    inline: a.to_owned(),
+                    given: b.to_owned(),
+                });
             }
             (Some(rev), _) | (None, Some(rev)) => rev.to_owned(),
             (None, None) => "main".to_owned(),
@@ -114,9 +115,10 @@ impl ModelSource {
             && !revision.contains("..")
             && !revision.starts_with('/');
         if revision.is_empty() || !revision_ok {
-            return Err(format!(
-                "model `{spec}`: revision `{revision}` is not valid"
-            ));
+            return Err(ModelSpecError::BadRevision {
+                spec: spec.to_owned(),
+                revision,
+            });
         }
         Ok(ModelSource::Hub {
             repo: id.to_owned(),
@@ -198,13 +200,17 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_is_wrong() {
-        let error = ModelSource::parse("", None).unwrap_err();
+        let error = ModelSource::parse("", None).unwrap_err().to_string();
         assert!(error.contains("names no model"), "{error}");
-        let error = ModelSource::parse("s3:///x", None).unwrap_err();
+        let error = ModelSource::parse("s3:///x", None).unwrap_err().to_string();
         assert!(error.contains("needs a bucket"), "{error}");
-        let error = ModelSource::parse("org/name@abc", Some("def")).unwrap_err();
+        let error = ModelSource::parse("org/name@abc", Some("def"))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("give one"), "{error}");
-        let error = ModelSource::parse("org/name@../../etc", None).unwrap_err();
+        let error = ModelSource::parse("org/name@../../etc", None)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("is not valid"), "{error}");
     }
 }

@@ -259,7 +259,8 @@ impl ChunkWork for EmbedWork {
 
     async fn check_chunk_size(&self, pool: &Pool, size: usize) -> Result<(), JobError> {
         let dimension = probe_dimension(pool).await?;
-        planner::check_chunk_size(size, dimension).map_err(JobError::ChunkSize)
+        planner::check_chunk_size(size, dimension)
+            .map_err(|too_large| JobError::ChunkSize(too_large.to_string()))
     }
 
     async fn prepare_output(

@@ -47,10 +47,23 @@ pub struct DecodedJournal {
     pub torn_tail: bool,
 }
 
+/// A journal line damaged before its last line: not what a crash leaves.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{name} line {line} is damaged (not a crash's torn last line); remove {name} to redo the \
+     chunks it records, then rerun"
+)]
+pub struct JournalDamaged {
+    /// The journal (a file or an object).
+    pub name: String,
+    /// The damaged line, from 1.
+    pub line: usize,
+}
+
 /// Reads journal bytes. Only the last line can be torn by a crash (lines are appended and
 /// synced one at a time); a damaged line before it is refused, since that is not what a
 /// crash leaves and silently dropping it would hide lost work.
-pub fn decode_journal(bytes: &[u8], name: &str) -> Result<DecodedJournal, String> {
+pub fn decode_journal(bytes: &[u8], name: &str) -> Result<DecodedJournal, JournalDamaged> {
     let mut entries = Vec::new();
     let mut valid_bytes = 0;
     let mut lines = bytes
@@ -73,11 +86,10 @@ pub fn decode_journal(bytes: &[u8], name: &str) -> Result<DecodedJournal, String
                 });
             }
             None => {
-                return Err(format!(
-                    "{name} line {} is damaged (not a crash's torn last line); remove {name} \
-                     to redo the chunks it records, then rerun",
-                    number + 1
-                ));
+                return Err(JournalDamaged {
+                    name: name.to_owned(),
+                    line: number + 1,
+                });
             }
         }
     }
@@ -211,7 +223,9 @@ mod tests {
     fn a_damaged_line_before_the_last_is_refused() {
         let mut bytes: Vec<u8> = [encode_entry(&entry(0)), encode_entry(&entry(1))].concat();
         bytes[40] ^= 1;
-        let error = decode_journal(&bytes, "journal/000001.jsonl").unwrap_err();
+        let error = decode_journal(&bytes, "journal/000001.jsonl")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("line 1") && error.contains("remove journal/000001.jsonl"),
             "{error}"

@@ -87,7 +87,7 @@ async fn read_journal(out: &OutputDir, generation: u64) -> Result<Vec<ShardEntry
                 return Ok(Vec::new());
             };
             let decoded = decode_journal(&bytes, &out.location().join(&name).to_string())
-                .map_err(JobError::Output)?;
+                .map_err(|damaged| JobError::Output(damaged.to_string()))?;
             if decoded.torn_tail {
                 tracing::warn!(
                     journal = %name,
@@ -121,7 +121,7 @@ async fn read_journal(out: &OutputDir, generation: u64) -> Result<Vec<ShardEntry
                         out.location().join(JOURNAL_DIR)
                     ),
                 )
-                .map_err(JobError::Output)?;
+                .map_err(|damaged| JobError::Output(damaged.to_string()))?;
                 entries.extend(decoded.entries);
             }
             Ok(entries)
@@ -366,7 +366,11 @@ pub fn finished_chunks_blocking(root: &std::path::Path) -> Result<Vec<ShardEntry
     };
     let journal_path = root.join(local_journal(manifest.journal_generation));
     let journaled = match std::fs::read(&journal_path) {
-        Ok(bytes) => decode_journal(&bytes, &journal_path.display().to_string())?.entries,
+        Ok(bytes) => {
+            decode_journal(&bytes, &journal_path.display().to_string())
+                .map_err(|damaged| damaged.to_string())?
+                .entries
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(format!("{}: {e}", journal_path.display())),
     };

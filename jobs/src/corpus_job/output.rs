@@ -75,7 +75,10 @@ impl OutputDir {
                     JobError::Output(format!("{} is not writable: {e}", root.display()))
                 })?;
                 let _ = std::fs::remove_file(probe);
-                lock = Some(OutputLock::acquire(root).map_err(JobError::Output)?);
+                lock = Some(
+                    OutputLock::acquire(root)
+                        .map_err(|refused| JobError::Output(refused.to_string()))?,
+                );
             }
             Location::S3 { bucket, prefix } => {
                 let client = s3.ok_or_else(|| JobError::Output("no S3 client".into()))?;
@@ -86,7 +89,7 @@ impl OutputDir {
                 lease = Some(
                     S3OutputLease::acquire(client, bucket, prefix)
                         .await
-                        .map_err(JobError::Output)?,
+                        .map_err(|refused| JobError::Output(refused.to_string()))?,
                 );
             }
         }

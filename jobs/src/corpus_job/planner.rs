@@ -54,16 +54,32 @@ pub fn max_chunk_for_dimension(dimension: usize) -> Option<usize> {
     })
 }
 
+/// A chunk size whose results would not fit in one message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a chunk of {chunk_size} documents gives a result of {} MB ({chunk_size} x {dimension} \
+     dimensions x 4 bytes), over the {} MiB one task result may take: use --chunk-size {most} \
+     or less",
+    (.chunk_size * result_bytes_per_doc(*.dimension)) / 1_000_000,
+    resident_proto::MAX_RESULT_BYTES >> 20
+)]
+pub struct ChunkTooLarge {
+    /// Documents per chunk asked for.
+    pub chunk_size: usize,
+    /// The model's dimension.
+    pub dimension: usize,
+    /// The most documents a chunk of this dimension may hold.
+    pub most: usize,
+}
+
 /// Refuses a chunk size whose results would not fit in one message.
-pub fn check_chunk_size(chunk_size: usize, dimension: usize) -> Result<(), String> {
+pub fn check_chunk_size(chunk_size: usize, dimension: usize) -> Result<(), ChunkTooLarge> {
     match max_chunk_for_dimension(dimension) {
-        Some(most) if chunk_size > most => Err(format!(
-            "a chunk of {chunk_size} documents gives a result of {} MB ({chunk_size} x {dimension} \
-             dimensions x 4 bytes), over the {} MiB one task result may take: use --chunk-size \
-             {most} or less",
-            (chunk_size * result_bytes_per_doc(dimension)) / 1_000_000,
-            resident_proto::MAX_RESULT_BYTES >> 20,
-        )),
+        Some(most) if chunk_size > most => Err(ChunkTooLarge {
+            chunk_size,
+            dimension,
+            most,
+        }),
         _ => Ok(()),
     }
 }
@@ -302,7 +318,7 @@ mod tests {
         assert!(most > 15_000, "{most}");
         assert!(plan.reasoning.contains("capped"), "{}", plan.reasoning);
         assert!(check_chunk_size(most, 4096).is_ok());
-        let refusal = check_chunk_size(20_000, 4096).unwrap_err();
+        let refusal = check_chunk_size(20_000, 4096).unwrap_err().to_string();
         assert!(
             refusal.contains(&format!("--chunk-size {most} or less")),
             "{refusal}"

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use resident_storage::S3Error;
 use serde::{Deserialize, Serialize};
 
 use super::{S3Client, key_under};
@@ -103,7 +104,11 @@ impl S3OutputLease {
     }
 
     /// Takes the lease on `s3://bucket/prefix`, or says who holds it.
-    pub async fn acquire(client: &S3Client, bucket: &str, prefix: &str) -> Result<Self, String> {
+    pub async fn acquire(
+        client: &S3Client,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Self, LeaseRefused> {
         let key = key_under(prefix, LEASE_OBJECT);
         let place = format!("s3://{bucket}/{prefix}");
         let host = crate::files::this_host();
@@ -117,7 +122,7 @@ impl S3OutputLease {
             &host,
             pid_alive,
         ) {
-            return Err(refusal(&place, &holder, age));
+            return Err(LeaseRefused::Held { place, holder, age });
         }
         let lease = Lease {
             run: uuid::Uuid::new_v4().to_string(),
@@ -141,7 +146,11 @@ impl S3OutputLease {
                 || "another run".to_owned(),
                 |l| format!("pid {} on {}", l.pid, l.host),
             );
-            return Err(refusal(&place, &holder, Duration::ZERO));
+            return Err(LeaseRefused::Held {
+                place,
+                holder,
+                age: Duration::ZERO,
+            });
         }
         let renewal = tokio::spawn(renew(client.clone(), bucket.to_owned(), key.clone(), lease));
         Ok(Self {
@@ -151,14 +160,28 @@ impl S3OutputLease {
     }
 }
 
-fn refusal(place: &str, holder: &str, age: Duration) -> String {
-    format!(
+/// Why the output lease was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseRefused {
+    /// Another run holds it and renews it.
+    #[error(
         "another run is writing {place} ({holder}, lease renewed {:.0} s ago); wait for it to \
          finish or stop it (a rerun then resumes; a lease not renewed for {} s is taken over), \
          or choose another output",
-        age.as_secs_f64(),
+        .age.as_secs_f64(),
         LEASE_TTL.as_secs()
-    )
+    )]
+    Held {
+        /// The output, `s3://bucket/prefix`.
+        place: String,
+        /// Who holds it (`pid N on HOST`, or `another run`).
+        holder: String,
+        /// How long ago it was renewed.
+        age: Duration,
+    },
+    /// The lease object could not be read or written.
+    #[error(transparent)]
+    Storage(#[from] S3Error),
 }
 
 async fn renew(client: S3Client, bucket: String, key: String, mut lease: Lease) {

@@ -69,7 +69,8 @@ fn output_error(path: &Path, e: impl std::fmt::Display) -> SweepError {
 /// sweep; records this one. The lock is held until the returned value drops.
 fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, SweepError> {
     std::fs::create_dir_all(output).map_err(|e| output_error(output, e))?;
-    let lock = OutputLock::acquire(output).map_err(SweepError::Output)?;
+    let lock =
+        OutputLock::acquire(output).map_err(|refused| SweepError::Output(refused.to_string()))?;
     let path = output.join("sweep.json");
     let declared = serde_json::to_value(config).map_err(|e| SweepError::Output(e.to_string()))?;
     if let Ok(bytes) = std::fs::read(&path) {

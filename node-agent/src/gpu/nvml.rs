@@ -11,14 +11,11 @@ pub struct NvmlReader(Nvml);
 impl NvmlReader {
     /// Opens NVML (`libnvidia-ml.so.1`, as driver installs and the container toolkit ship
     /// it, else `libnvidia-ml.so`), or says why not.
-    pub fn open() -> Result<Self, String> {
+    pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
         let versioned = Nvml::builder()
             .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
             .init();
-        versioned
-            .or_else(|_| Nvml::init())
-            .map(Self)
-            .map_err(|e| format!("NVML: {e}"))
+        versioned.or_else(|_| Nvml::init()).map(Self)
     }
 
     /// Fills each GPU's utilisation and free VRAM where NVML knows the GPU (matched by

@@ -283,7 +283,7 @@ impl ActorThread {
         // older scheduler, or one restored from its store, is checked again before it sizes
         // anything.
         let loaded = match resident_actor::limits::check_config(self.kind.name(), &context.config) {
-            Err(refused) => Ok(Err(BackendError::InvalidConfig(refused))),
+            Err(refused) => Ok(Err(BackendError::InvalidConfig(refused.to_string()))),
             Ok(()) => catch_unwind(AssertUnwindSafe(|| self.kind.load(context))),
         };
         let backend = match loaded {

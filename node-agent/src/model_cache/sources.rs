@@ -12,7 +12,9 @@ impl ModelCache {
     /// The local directory to load `spec` from, fetching it first if it is remote. Blocks
     /// (an actor thread calls it while loading); must not run on an async worker thread.
     pub fn local_dir(&self, spec: &str, revision: Option<&str>) -> Result<String, BackendError> {
-        match ModelSource::parse(spec, revision).map_err(BackendError::InvalidConfig)? {
+        match ModelSource::parse(spec, revision)
+            .map_err(|refused| BackendError::InvalidConfig(refused.to_string()))?
+        {
             ModelSource::Local(path) => Ok(path),
             ModelSource::S3 { bucket, prefix } => {
                 let dir = self.fetch_s3(&bucket, &prefix, revision)?;

@@ -19,7 +19,8 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 pub use roles::{
-    Action, Principal, Role, Scope, authorize, may_annotate, may_cancel, may_manage_pool,
+    AccessRefusal, Action, Principal, Role, Scope, authorize, may_annotate, may_cancel,
+    may_manage_pool,
 };
 pub use token_file::{AuthFile, AuthFileError, TOKEN_PREFIX};
 
@@ -160,7 +161,8 @@ pub fn require(
     call: &str,
     subject: &str,
 ) -> Result<Scope, tonic::Status> {
-    authorize(principal, action).map_err(|reason| {
+    authorize(principal, action).map_err(|refused| {
+        let reason = refused.to_string();
         audit::refused(principal, call, subject, &reason);
         tonic::Status::permission_denied(reason)
     })

@@ -20,11 +20,52 @@ pub struct SchedulerPki {
     pub key_pem: String,
 }
 
+/// Why a certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// An empty subject name.
+    #[error("a subject name must not be empty")]
+    EmptyName,
+    /// A name that is no IP address and no DNS name.
+    #[error("`{0}` is neither an IP address nor a DNS name")]
+    NotAName(String),
+    /// A DNS-like name rcgen refuses.
+    #[error("`{name}` is not a valid DNS name: {reason}")]
+    BadDnsName {
+        /// The name.
+        name: String,
+        /// rcgen's reason.
+        reason: rcgen::Error,
+    },
+    /// A node id that cannot be a certificate's name.
+    #[error(
+        "node id `{0}` cannot name a certificate; with mutual TLS, node ids are DNS-style names (letters, digits, `-`, `.`)"
+    )]
+    NodeName(String),
+    /// No name for the scheduler's certificate.
+    #[error("give at least one name or IP agents and clients dial the scheduler by")]
+    NoNames,
+    /// A validity of zero days.
+    #[error("certificates must be valid for at least one day")]
+    NoDays,
+    /// The CA key given is not a key.
+    #[error("the CA key: {0}")]
+    CaKey(rcgen::Error),
+    /// Generating or signing failed (`what` says which).
+    #[error("{what}: {reason}")]
+    Crypto {
+        /// What was being done.
+        what: &'static str,
+        /// rcgen's reason.
+        reason: rcgen::Error,
+    },
+}
+
 /// A subject alternative name: an IP address or a DNS name (`*.` allowed first).
-pub fn parse_san(name: &str) -> Result<SanType, String> {
+pub fn parse_san(name: &str) -> Result<SanType, PkiError> {
     let name = name.trim();
     if name.is_empty() {
-        return Err("a subject name must not be empty".into());
+        return Err(PkiError::EmptyName);
     }
     if let Ok(ip) = name.parse::<IpAddr>() {
         return Ok(SanType::IpAddress(ip));
@@ -36,11 +77,14 @@ pub fn parse_san(name: &str) -> Result<SanType, String> {
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
     });
     if !dns_like {
-        return Err(format!("`{name}` is neither an IP address nor a DNS name"));
+        return Err(PkiError::NotAName(name.to_owned()));
     }
     name.try_into()
         .map(SanType::DnsName)
-        .map_err(|e| format!("`{name}` is not a valid DNS name: {e}"))
+        .map_err(|reason| PkiError::BadDnsName {
+            name: name.to_owned(),
+            reason,
+        })
 }
 
 /// The CA's parameters; the same every time, so an issuer can be rebuilt from the CA key.
@@ -55,24 +99,22 @@ fn ca_params(days: u32) -> CertificateParams {
 }
 
 /// A node id usable as a certificate name: a DNS name (letters, digits, `-`, `.`).
-pub fn check_node_name(node_id: &str) -> Result<(), String> {
+pub fn check_node_name(node_id: &str) -> Result<(), PkiError> {
     match parse_san(node_id) {
         Ok(SanType::DnsName(_)) if !node_id.contains('*') => Ok(()),
-        _ => Err(format!(
-            "node id `{node_id}` cannot name a certificate; with mutual TLS, node ids are DNS-style names (letters, digits, `-`, `.`)"
-        )),
+        _ => Err(PkiError::NodeName(node_id.to_owned())),
     }
 }
 
 /// A client certificate for the agent `node_id`, signed by the CA of `generate_scheduler_pki`
 /// (its key, PEM). The node id is the certificate's only name, so with mutual TLS the
 /// scheduler accepts this certificate for that node id and no other.
-pub fn issue_agent_cert(ca_key_pem: &str, node_id: &str, days: u32) -> Result<AgentCert, String> {
+pub fn issue_agent_cert(ca_key_pem: &str, node_id: &str, days: u32) -> Result<AgentCert, PkiError> {
     check_node_name(node_id)?;
     if days == 0 {
-        return Err("certificates must be valid for at least one day".into());
+        return Err(PkiError::NoDays);
     }
-    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(|e| format!("the CA key: {e}"))?;
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(PkiError::CaKey)?;
     let issuer = Issuer::new(ca_params(1), &ca_key);
     let mut leaf = CertificateParams::default();
     leaf.subject_alt_names = vec![parse_san(node_id)?];
@@ -81,10 +123,10 @@ pub fn issue_agent_cert(ca_key_pem: &str, node_id: &str, days: u32) -> Result<Ag
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     leaf.use_authority_key_identifier_extension = true;
     validity(&mut leaf, days);
-    let key = KeyPair::generate().map_err(|e| format!("generating the agent key: {e}"))?;
+    let key = KeyPair::generate().map_err(crypto("generating the agent key"))?;
     let cert = leaf
         .signed_by(&key, &issuer)
-        .map_err(|e| format!("signing the agent certificate: {e}"))?;
+        .map_err(crypto("signing the agent certificate"))?;
     Ok(AgentCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -114,6 +156,11 @@ pub fn certificate_names_node(cert_der: &[u8], node_id: &str) -> bool {
     cert.verify_is_valid_for_subject_name(&name).is_ok()
 }
 
+/// Names a failed generation or signing.
+fn crypto(what: &'static str) -> impl Fn(rcgen::Error) -> PkiError {
+    move |reason| PkiError::Crypto { what, reason }
+}
+
 fn validity(params: &mut CertificateParams, days: u32) {
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::hours(1);
@@ -121,24 +168,23 @@ fn validity(params: &mut CertificateParams, days: u32) {
 }
 
 /// A CA valid ten times `days` and a scheduler certificate for `sans`, valid `days`.
-pub fn generate_scheduler_pki(sans: &[String], days: u32) -> Result<SchedulerPki, String> {
+pub fn generate_scheduler_pki(sans: &[String], days: u32) -> Result<SchedulerPki, PkiError> {
     if sans.is_empty() {
-        return Err("give at least one name or IP agents and clients dial the scheduler by".into());
+        return Err(PkiError::NoNames);
     }
     if days == 0 {
-        return Err("certificates must be valid for at least one day".into());
+        return Err(PkiError::NoDays);
     }
     let san_types = sans
         .iter()
         .map(|s| parse_san(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let failed = |what: &str, e: rcgen::Error| format!("{what}: {e}");
 
     let ca = ca_params(days.saturating_mul(10));
-    let ca_key = KeyPair::generate().map_err(|e| failed("generating the CA key", e))?;
+    let ca_key = KeyPair::generate().map_err(crypto("generating the CA key"))?;
     let ca_cert = ca
         .self_signed(&ca_key)
-        .map_err(|e| failed("signing the CA certificate", e))?;
+        .map_err(crypto("signing the CA certificate"))?;
     let issuer = Issuer::new(ca, &ca_key);
 
     let mut leaf = CertificateParams::default();
@@ -152,10 +198,10 @@ pub fn generate_scheduler_pki(sans: &[String], days: u32) -> Result<SchedulerPki
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.use_authority_key_identifier_extension = true;
     validity(&mut leaf, days);
-    let key = KeyPair::generate().map_err(|e| failed("generating the scheduler key", e))?;
+    let key = KeyPair::generate().map_err(crypto("generating the scheduler key"))?;
     let cert = leaf
         .signed_by(&key, &issuer)
-        .map_err(|e| failed("signing the scheduler certificate", e))?;
+        .map_err(crypto("signing the scheduler certificate"))?;
     Ok(SchedulerPki {
         ca_cert_pem: ca_cert.pem(),
         ca_key_pem: ca_key.serialize_pem(),
@@ -176,7 +222,12 @@ mod tests {
             Ok(SanType::DnsName(_))
         ));
         assert!(parse_san("*.example").is_ok());
-        assert!(parse_san("bad name!").unwrap_err().contains("neither"));
+        assert!(
+            parse_san("bad name!")
+                .unwrap_err()
+                .to_string()
+                .contains("neither")
+        );
         assert!(generate_scheduler_pki(&[], 1).is_err());
         let pki = generate_scheduler_pki(&["127.0.0.1".into()], 1).unwrap();
         assert!(pki.cert_pem.contains("BEGIN CERTIFICATE"));

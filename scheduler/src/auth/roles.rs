@@ -116,8 +116,47 @@ pub enum Scope {
     Own,
 }
 
+/// Why an action was refused; its text says what the principal has and what it needs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessRefusal {
+    /// The token's role does not allow the action at all.
+    #[error("{}", role_refusal(.token, *.role, *.action))]
+    Role {
+        /// The token's name.
+        token: String,
+        /// Its role.
+        role: Role,
+        /// What it asked to do.
+        action: Action,
+    },
+    /// A submit token asked to change a job another token submitted.
+    #[error(
+        "token `{token}` has role submit and may {verb} only its own jobs; this job belongs to `{owner}` (an admin token may {verb} it)"
+    )]
+    NotItsJob {
+        /// The token's name.
+        token: String,
+        /// `cancel` or `annotate`.
+        verb: &'static str,
+        /// The token that submitted the job.
+        owner: String,
+    },
+    /// A submit token asked to change a pool another token created.
+    #[error(
+        "token `{token}` has role submit and may scale or delete only the pools it created; pool `{pool}` belongs to `{owner}` (an admin token may change it; jobs may still run on it)"
+    )]
+    NotItsPool {
+        /// The token's name.
+        token: String,
+        /// The pool.
+        pool: String,
+        /// The token that created it.
+        owner: String,
+    },
+}
+
 /// Decides one action; a refusal says what the principal has and what the action needs.
-pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, String> {
+pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, AccessRefusal> {
     use Action as A;
     use Role as R;
     let allowed = match (principal.role, action) {
@@ -130,10 +169,14 @@ pub fn authorize(principal: &Principal, action: Action) -> Result<Scope, String>
         (R::Read, A::Read) => Some(Scope::Any),
         (R::Read, _) => None,
     };
-    allowed.ok_or_else(|| refusal(principal, action))
+    allowed.ok_or_else(|| AccessRefusal::Role {
+        token: principal.name.clone(),
+        role: principal.role,
+        action,
+    })
 }
 
-fn refusal(principal: &Principal, action: Action) -> String {
+fn role_refusal(token: &str, role: Role, action: Action) -> String {
     let needs = match action {
         Action::Read => "role read, submit or admin",
         Action::ManagePools | Action::SubmitJob | Action::CancelJob | Action::AnnotateJob => {
@@ -143,26 +186,24 @@ fn refusal(principal: &Principal, action: Action) -> String {
             "an agent token (`resident token create --role agent`); client tokens cannot join as nodes"
         }
     };
-    let hint = if principal.role == Role::Agent {
+    let hint = if role == Role::Agent {
         "; agent tokens serve only agent sessions, use a client token"
     } else {
         ""
     };
     format!(
-        "token `{}` has role {}; {} needs {needs}{hint}",
-        principal.name,
-        principal.role,
+        "token `{token}` has role {role}; {} needs {needs}{hint}",
         action.describe()
     )
 }
 
 /// Whether `principal` may cancel a job owned by `owner`.
-pub fn may_cancel(principal: &Principal, owner: &str) -> Result<(), String> {
+pub fn may_cancel(principal: &Principal, owner: &str) -> Result<(), AccessRefusal> {
     may_change_job(principal, owner, Action::CancelJob, "cancel")
 }
 
 /// Whether `principal` may set the summary of a job owned by `owner`.
-pub fn may_annotate(principal: &Principal, owner: &str) -> Result<(), String> {
+pub fn may_annotate(principal: &Principal, owner: &str) -> Result<(), AccessRefusal> {
     may_change_job(principal, owner, Action::AnnotateJob, "annotate")
 }
 
@@ -170,28 +211,34 @@ fn may_change_job(
     principal: &Principal,
     owner: &str,
     action: Action,
-    verb: &str,
-) -> Result<(), String> {
+    verb: &'static str,
+) -> Result<(), AccessRefusal> {
     match authorize(principal, action)? {
         Scope::Any => Ok(()),
         Scope::Own if principal.name == owner => Ok(()),
-        Scope::Own => Err(format!(
-            "token `{}` has role submit and may {verb} only its own jobs; this job belongs to `{owner}` (an admin token may {verb} it)",
-            principal.name
-        )),
+        Scope::Own => Err(AccessRefusal::NotItsJob {
+            token: principal.name.clone(),
+            verb,
+            owner: owner.to_owned(),
+        }),
     }
 }
 
 /// Whether `principal` may change (scale, delete, reconfigure) a pool that `owner` created.
 /// A pool saved before pools had owners (`owner` empty) is anyone's who may manage pools.
-pub fn may_manage_pool(principal: &Principal, pool: &str, owner: &str) -> Result<(), String> {
+pub fn may_manage_pool(
+    principal: &Principal,
+    pool: &str,
+    owner: &str,
+) -> Result<(), AccessRefusal> {
     match authorize(principal, Action::ManagePools)? {
         Scope::Any => Ok(()),
         Scope::Own if owner.is_empty() || principal.name == owner => Ok(()),
-        Scope::Own => Err(format!(
-            "token `{}` has role submit and may scale or delete only the pools it created; pool `{pool}` belongs to `{owner}` (an admin token may change it; jobs may still run on it)",
-            principal.name
-        )),
+        Scope::Own => Err(AccessRefusal::NotItsPool {
+            token: principal.name.clone(),
+            pool: pool.to_owned(),
+            owner: owner.to_owned(),
+        }),
     }
 }
 
@@ -238,7 +285,7 @@ mod tests {
             role: Role::Submit,
         };
         assert!(may_cancel(&alice, "alice").is_ok());
-        let refused = may_cancel(&alice, "bob").unwrap_err();
+        let refused = may_cancel(&alice, "bob").unwrap_err().to_string();
         assert!(refused.contains("belongs to `bob`"), "{refused}");
         assert!(may_cancel(&who(Role::Admin), "bob").is_ok());
         assert!(may_cancel(&who(Role::Read), "read-1").is_err());
@@ -255,7 +302,7 @@ mod tests {
             may_manage_pool(&alice, "p", "").is_ok(),
             "a pool from before owners"
         );
-        let refused = may_manage_pool(&alice, "p", "bob").unwrap_err();
+        let refused = may_manage_pool(&alice, "p", "bob").unwrap_err().to_string();
         assert!(refused.contains("pool `p` belongs to `bob`"), "{refused}");
         assert!(may_manage_pool(&who(Role::Admin), "p", "bob").is_ok());
         assert!(may_manage_pool(&who(Role::Open), "p", "bob").is_ok());
@@ -264,12 +311,18 @@ mod tests {
 
     #[test]
     fn refusals_say_what_is_needed() {
-        let refused = authorize(&who(Role::Read), Action::ManagePools).unwrap_err();
+        let refused = authorize(&who(Role::Read), Action::ManagePools)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("has role read"), "{refused}");
         assert!(refused.contains("needs role submit or admin"), "{refused}");
-        let refused = authorize(&who(Role::Admin), Action::AgentSession).unwrap_err();
+        let refused = authorize(&who(Role::Admin), Action::AgentSession)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("--role agent"), "{refused}");
-        let refused = authorize(&who(Role::Agent), Action::Read).unwrap_err();
+        let refused = authorize(&who(Role::Agent), Action::Read)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("use a client token"), "{refused}");
     }
 

@@ -124,7 +124,7 @@ impl Core {
         {
             return Some(format!("actor {id} belongs to pool `{}`", actor.pool));
         }
-        match self.placed.get(id) {
+        match self.placement_of(id) {
             None => Some(format!("this scheduler never started actor {id}")),
             Some((placed_pool, _)) if placed_pool != pool => Some(format!(
                 "actor {id} was started for pool `{placed_pool}`, not `{pool}`"
@@ -163,7 +163,7 @@ impl Core {
             // A restored pool's fresh, never-placed actor gives its place (and its order)
             // to the one that is already loaded.
             let record = self.actors.remove(&old).expect("wanted actor");
-            if self.pending.remove(&(record.order, old.clone())) {
+            if self.unindex_pending(record.order, &old) {
                 self.index_pending(record.order, id.clone());
             }
             let pool = self.pools.get_mut(pool_name).expect("wanted pool");

@@ -44,7 +44,7 @@ impl Core {
         let pool = PoolName::new(header.pool.clone());
         self.pool_record(&pool)?;
         crate::policy::field_limits::check_job_name(&header.job_name)
-            .map_err(SchedulerError::InvalidArgument)?;
+            .map_err(|over| SchedulerError::InvalidArgument(over.to_string()))?;
         if !header.resume_job_id.is_empty() {
             return self.resume_job(header, owner, results);
         }
@@ -164,8 +164,7 @@ impl Core {
         requester: &Principal,
     ) -> Result<bool, SchedulerError> {
         let status = self.job_status(job)?;
-        crate::auth::may_cancel(requester, &status.owner)
-            .map_err(SchedulerError::PermissionDenied)?;
+        crate::auth::may_cancel(requester, &status.owner)?;
         Ok(status.state == pb::JobState::Running as i32)
     }
 
@@ -178,7 +177,7 @@ impl Core {
         summary_json: String,
     ) -> Result<(), SchedulerError> {
         let owner = self.job_status(job)?.owner;
-        crate::auth::may_annotate(requester, &owner).map_err(SchedulerError::PermissionDenied)?;
+        crate::auth::may_annotate(requester, &owner)?;
         if summary_json.len() > MAX_JOB_SUMMARY_BYTES {
             return Err(SchedulerError::InvalidArgument(format!(
                 "a job summary may take {MAX_JOB_SUMMARY_BYTES} bytes, this one has {}; send fewer leaderboard rows",

@@ -4,7 +4,9 @@
 //!
 //! The map, model first:
 //! - `model.rs`: `Core`, the records and the indices kept beside them, with their numbered
-//!   invariants; `records.rs`, `table.rs`, `job_results.rs`, `config.rs`: what it holds.
+//!   invariants; `model/indices.rs`, the only writer of those indices (placing an actor,
+//!   the pending queue, the dispatch index); `records.rs`, `dispatch_index.rs`, `table.rs`,
+//!   `job_results.rs`, `config.rs`: what it holds.
 //! - The controllers, each an `impl Core` over the model: `nodes.rs` (sessions, heartbeats,
 //!   registration), `adopt.rs` (actors a node reports), `pools.rs` (pools and placement),
 //!   `jobs.rs` (a client's job), `tasks.rs` (dispatch, outcomes, retries), `parked.rs`,
@@ -19,6 +21,7 @@ mod acknowledged;
 mod adopt;
 mod config;
 mod demand;
+mod dispatch_index;
 mod finished;
 mod host_deaths;
 mod job_results;

@@ -20,6 +20,14 @@
 //! Also kept, not checked by that assertion: `placed` mirrors the store's placements
 //! (an actor may be handed back only by the node it was started on), and `sessions`
 //! maps each live agent session to its node.
+//!
+//! `hosted`, `pending`, `placed` and `holdings_version` are private to this file: only the
+//! upkeep methods of `model/indices.rs` (`assign`, `release_assignment`, `index_pending`,
+//! `record_placement`, `refresh_dispatchable`, ...) write them, and the controllers read
+//! them through its accessors. Each pool's dispatch index (`dispatch_index.rs`) is written
+//! only by `refresh_dispatchable`.
+
+mod indices;
 
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
@@ -50,13 +58,13 @@ pub(crate) struct Core {
     pub(super) actors: table::Table<ActorId, ActorRecord>,
     /// Where each actor was last started (mirrored in the store): a node may hand back only
     /// an actor started on it, for the pool it was started for.
-    pub(super) placed: table::FastMap<ActorId, (PoolName, NodeId)>,
+    placed: table::FastMap<ActorId, (PoolName, NodeId)>,
     /// The actors holding an assignment on each node (those with `assignment` set), so what
     /// happens to a node touches its actors without a scan of every actor.
-    pub(super) hosted: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>>,
+    hosted: table::FastMap<NodeId, std::collections::BTreeSet<ActorId>>,
     /// The actors waiting for a place (state `Pending`), by creation order then id: the
     /// order placement takes them in, so it reads what it has to place, not every actor.
-    pub(super) pending: std::collections::BTreeSet<(u64, ActorId)>,
+    pending: std::collections::BTreeSet<(u64, ActorId)>,
     /// Placement of many actors goes in slices (a *burst*): the last pending actor the
     /// burst has reached, after which the next slice goes on.
     pub(super) placement_cursor: Option<(u64, ActorId)>,
@@ -67,8 +75,9 @@ pub(crate) struct Core {
     /// next while `holdings_version` stays the one it was built or last updated at (and
     /// dropped when the alive nodes change), so that a slice does not walk every actor.
     pub(super) occupancy: Option<(u64, crate::placement::Occupancy)>,
-    /// Moves whenever an actor takes or leaves a place ([`Core::assign`], [`Core::unhost`]).
-    pub(super) holdings_version: u64,
+    /// Moves whenever an actor takes or leaves a place (`Core::assign`,
+    /// `Core::release_assignment`).
+    holdings_version: u64,
     /// What alive, non-draining nodes offer placement, built when placement first needs it
     /// and dropped whenever a node joins, dies, drains or its capacity moves
     /// ([`Core::node_capacities_changed`]): placing in slices then copies no node's
@@ -261,7 +270,8 @@ impl Core {
                 })
                 .collect();
             assert_eq!(
-                pool.dispatchable, scanned,
+                pool.dispatchable.entries(),
+                &scanned,
                 "invariant 5: pool {name}'s dispatchable actors"
             );
             let held = self.held_by_pool_now(name);

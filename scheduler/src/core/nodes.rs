@@ -60,7 +60,7 @@ impl Core {
         let mut held: BTreeMap<u32, u64> = BTreeMap::new();
         let mut reserved: BTreeMap<u32, u64> = BTreeMap::new();
         // Only this node's actors (the `hosted` index), never a walk of the whole fleet.
-        let here = self.hosted.get(node_id).into_iter().flatten();
+        let here = self.hosted_here(node_id);
         for actor in here.filter_map(|id| self.actors.get(id)) {
             let Some(assignment) = actor.assignment.as_ref() else {
                 continue;
@@ -322,20 +322,22 @@ impl Core {
     /// so a fleet that churns (autoscaled, spot) does not grow the scheduler forever.
     fn forget_dead_nodes(&mut self, now: Instant) {
         let ttl = self.config.dead_node_ttl;
-        let hosted = &self.hosted;
-        let before = self.nodes.len();
-        self.nodes.retain(|id, node| {
-            let expired = !node.alive
-                && !node.remembered
-                && now.saturating_duration_since(node.last_heard.at()) > ttl;
-            !expired || hosted.get(id).is_some_and(|actors| !actors.is_empty())
-        });
-        if self.nodes.len() < before {
-            tracing::info!(
-                forgotten = before - self.nodes.len(),
-                ?ttl,
-                "forgot dead nodes"
-            );
+        let expired: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(id, node)| {
+                !node.alive
+                    && !node.remembered
+                    && now.saturating_duration_since(node.last_heard.at()) > ttl
+                    && self.hosted_here(id).next().is_none()
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            self.nodes.remove(id);
+        }
+        if !expired.is_empty() {
+            tracing::info!(forgotten = expired.len(), ?ttl, "forgot dead nodes");
         }
     }
 
@@ -462,5 +464,5 @@ fn check_registration(register: &pb::RegisterNode) -> Result<(), SchedulerError>
         ));
     }
     crate::policy::field_limits::check_registration(register)
-        .map_err(SchedulerError::InvalidArgument)
+        .map_err(|over| SchedulerError::InvalidArgument(over.to_string()))
 }

@@ -47,7 +47,7 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
         ));
     }
     resident_actor::limits::check_config(&spec.actor_kind, &spec.actor_config)
-        .map_err(SchedulerError::InvalidArgument)?;
+        .map_err(|over| SchedulerError::InvalidArgument(over.to_string()))?;
     if spec.replicas == 0 {
         return bad("replicas must be at least 1".into());
     }
@@ -71,7 +71,8 @@ pub(super) fn validate_pool_spec(spec: &pb::PoolSpec) -> Result<ResourceRequest,
     if resources.gpu_model.len() > MAX_LABEL_BYTES {
         return bad(format!("gpu_model is longer than {MAX_LABEL_BYTES} bytes"));
     }
-    let gpus = GpuFraction::from_gpus(resources.gpus).map_err(SchedulerError::InvalidArgument)?;
+    let gpus = GpuFraction::from_gpus(resources.gpus)
+        .map_err(|refused| SchedulerError::InvalidArgument(refused.to_string()))?;
     if !resources.cpus.is_finite() || resources.cpus < 0.0 {
         return bad(format!(
             "cpus must be a non-negative number, got {}",
@@ -235,7 +236,7 @@ impl Core {
             queue: VecDeque::new(),
             suspects: VecDeque::new(),
             kept_for_suspect: None,
-            dispatchable: BTreeSet::new(),
+            dispatchable: Default::default(),
             idle_since: None,
             saved: true,
             held: Default::default(),
@@ -266,7 +267,6 @@ impl Core {
             assignment: None,
             in_flight: BTreeSet::new(),
             inherited_in_flight: 0,
-            dispatch_free: None,
             quarantine: None,
             crash: None,
             restart_spent_on_host: false,
@@ -296,8 +296,7 @@ impl Core {
         requester: &Principal,
     ) -> Result<pb::PoolStatus, SchedulerError> {
         let record = self.pool_record(pool)?;
-        may_manage_pool(requester, pool.as_str(), &record.spec.owner)
-            .map_err(SchedulerError::PermissionDenied)?;
+        may_manage_pool(requester, pool.as_str(), &record.spec.owner)?;
         if replicas == 0 {
             return Err(SchedulerError::InvalidArgument(
                 "replicas must be at least 1; delete the pool to remove it".into(),
@@ -400,8 +399,7 @@ impl Core {
         requester: &Principal,
     ) -> Result<Option<String>, SchedulerError> {
         let owner = &self.pool_record(pool)?.spec.owner;
-        may_manage_pool(requester, pool.as_str(), owner)
-            .map_err(SchedulerError::PermissionDenied)?;
+        may_manage_pool(requester, pool.as_str(), owner)?;
         if if_unused && let Some(why) = self.pool_in_use(pool) {
             return Ok(Some(why));
         }
@@ -480,7 +478,7 @@ impl Core {
             return;
         }
         let mut occupancy = match self.occupancy.take() {
-            Some((version, kept)) if version == self.holdings_version => kept,
+            Some((version, kept)) if version == self.holdings_version() => kept,
             _ => placement::Occupancy::new(self.alive_node_capacities(), self.holdings()),
         };
         let in_order: Vec<(&ActorId, &ActorDemand)> =
@@ -493,11 +491,11 @@ impl Core {
         );
         // Each start takes its place through `assign`, as the plan did in `occupancy`: if
         // nothing else moved meanwhile, the occupancy is still what the actors hold.
-        let expected = self.holdings_version + plan.assignments.len() as u64;
+        let expected = self.holdings_version() + plan.assignments.len() as u64;
         for (id, assignment) in plan.assignments {
             self.start_actor(&id, assignment);
         }
-        if self.holdings_version == expected {
+        if self.holdings_version() == expected {
             self.occupancy = Some((expected, occupancy));
         }
         for (id, refusal) in plan.refusals {
@@ -518,13 +516,8 @@ impl Core {
     /// The next pending actors of saved pools after the placement cursor, at most a slice,
     /// with what each asks for; and whether that reached the last pending actor.
     fn next_placement_slice(&self) -> (Vec<PendingDemand>, bool) {
-        use std::ops::Bound;
-        let after = match &self.placement_cursor {
-            Some(cursor) => Bound::Excluded(cursor.clone()),
-            None => Bound::Unbounded,
-        };
         let mut slice = Vec::new();
-        for (_, id) in self.pending.range((after, Bound::Unbounded)) {
+        for id in self.pending_after(self.placement_cursor.as_ref()) {
             if slice.len() == MAX_PLACEMENTS_PER_TURN {
                 return (slice, false);
             }
@@ -557,20 +550,6 @@ impl Core {
         })
     }
 
-    /// Puts an actor in the pending index; one that lands behind the cursor of a burst of
-    /// placement going on is placed by a burst from the start once this one is done.
-    pub(super) fn index_pending(&mut self, order: u64, id: ActorId) {
-        let key = (order, id);
-        if self
-            .placement_cursor
-            .as_ref()
-            .is_some_and(|cursor| key <= *cursor)
-        {
-            self.pending_behind_cursor = true;
-        }
-        self.pending.insert(key);
-    }
-
     fn start_actor(&mut self, id: &ActorId, assignment: placement::Assignment) {
         self.change_actor(id, ActorEvent::Placed);
         let actor = self.actors.get_mut(id).expect("exists");
@@ -582,14 +561,9 @@ impl Core {
         actor.restart_spent_on_host = false;
         actor.started_at = Some(Instant::now());
         actor.last_reported = None;
-        let placed = (actor.pool.clone(), assignment.node.clone());
+        let pool = actor.pool.clone();
         self.assign(id, assignment.clone());
-        self.store.write(StoreOp::PutPlacement {
-            actor: id.clone(),
-            pool: placed.0.clone(),
-            node: placed.1.clone(),
-        });
-        self.placed.insert(id.clone(), placed);
+        self.record_placement(id, pool, assignment.node.clone());
         let actor = &self.actors[id];
         let pool = &self.pools[&actor.pool];
         let message = pb::StartActor {
@@ -607,41 +581,6 @@ impl Core {
         self.nodes[&assignment.node].send(pb::scheduler_message::Body::StartActor(message));
     }
 
-    /// Gives a placed actor its node and GPUs (taken again by [`Self::change_actor`] once it
-    /// is no longer placed).
-    pub(super) fn assign(&mut self, id: &ActorId, assignment: placement::Assignment) {
-        let actor = self.actors.get_mut(id).expect("actor exists");
-        if let Some(before) = actor.assignment.take() {
-            self.unhost(id, &before.node);
-        }
-        self.holdings_version += 1;
-        self.hosted
-            .entry(assignment.node.clone())
-            .or_default()
-            .insert(id.clone());
-        self.actors.get_mut(id).expect("actor exists").assignment = Some(assignment);
-        self.start_charging(id);
-    }
-
-    fn unhost(&mut self, id: &ActorId, node: &resident_proto::NodeId) {
-        self.holdings_version += 1;
-        self.stop_charging(id);
-        if let Some(here) = self.hosted.get_mut(node) {
-            here.remove(id);
-            if here.is_empty() {
-                self.hosted.remove(node);
-            }
-        }
-    }
-
-    /// The actors with an assignment on `node`.
-    pub(super) fn hosted_on(&self, node: &resident_proto::NodeId) -> Vec<ActorId> {
-        self.hosted
-            .get(node)
-            .map(|actors| actors.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
     /// Applies one lifecycle event; every actor state change goes through here.
     pub(super) fn change_actor(&mut self, id: &ActorId, event: ActorEvent) {
         let actor = self.actors.get_mut(id).expect("actor exists");
@@ -653,19 +592,18 @@ impl Core {
                 if to == ActorState::Pending {
                     self.index_pending(order, id.clone());
                 } else {
-                    self.pending.remove(&(order, id.clone()));
+                    self.unindex_pending(order, id);
                 }
-                let actor = self.actors.get_mut(id).expect("actor exists");
                 if !to.is_placed()
-                    && let Some(left) = actor.assignment.take()
+                    && let Some(left) = self.release_assignment(id)
                 {
+                    let pool = self.actors[id].pool.as_str();
                     self.metrics
-                        .forget_actor(actor.pool.as_str(), id.as_str(), left.node.as_str());
-                    self.unhost(id, &left.node);
+                        .forget_actor(pool, id.as_str(), left.node.as_str());
                 }
-                if to == ActorState::Dead && self.placed.remove(id).is_some() {
+                if to == ActorState::Dead {
                     // Never started again: no node may hand it back after a restart.
-                    self.store.write(StoreOp::DeletePlacement(id.clone()));
+                    self.forget_placement(id);
                 }
                 self.refresh_dispatchable(id);
             }

@@ -1,12 +1,12 @@
 //! What the scheduler loop remembers about each node, pool, actor, task and job.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use prost::bytes::Bytes;
 use resident_proto::{ActorId, JobId, PoolName, TaskId, pb};
 use tokio::time::Instant;
 
+use super::dispatch_index::DispatchIndex;
 use super::job_results::JobResults;
 use crate::placement::{Assignment, NodeCapacity, ResourceRequest};
 use crate::state::{ActorState, ActorWork, JobCounts, Restarts, TaskLifecycle};
@@ -99,10 +99,9 @@ pub struct PoolRecord {
     pub suspects: VecDeque<TaskId>,
     /// The actor kept for suspects (its `quarantine` is set), if any.
     pub kept_for_suspect: Option<ActorId>,
-    /// The actors that take tasks now (ready, on a node that is not draining, with credit
-    /// left), freest first (then the largest id): dispatch reads the first instead of
+    /// The actors that take tasks now, freest first: dispatch reads the first instead of
     /// scanning the pool. Kept by `Core::refresh_dispatchable`.
-    pub dispatchable: BTreeSet<(Reverse<u32>, Reverse<ActorId>)>,
+    pub dispatchable: DispatchIndex,
     /// Since when nothing has used it (for `idle_ttl_ms`); `None` while in use.
     pub idle_since: Option<Instant>,
     /// Its spec is on disk. A pool just created is not until its write commits, and its
@@ -157,8 +156,6 @@ pub struct ActorRecord {
     /// Tasks an adopted actor still held from before this scheduler knew it (their
     /// outcomes arrive as unawaited ones); they take credit until answered.
     pub inherited_in_flight: u32,
-    /// Its free credit as its pool's `dispatchable` index holds it (`None`: not there).
-    pub dispatch_free: Option<u32>,
     /// Set while it is kept for a suspect task (emptying, then running it alone): it takes
     /// no other task meanwhile.
     pub quarantine: Option<Quarantine>,

@@ -63,6 +63,7 @@ impl<K: Hash + Eq, V> Table<K, V> {
         self.visits.set(self.visits.get() + records);
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.records.len()
     }

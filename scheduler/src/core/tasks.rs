@@ -7,8 +7,6 @@
 //! task is in its actor's in-flight set. Its result is sent to the client once, when it
 //! reaches Done and its record is removed; answers for another dispatch are ignored.
 
-use std::cmp::Reverse;
-
 use resident_proto::{ActorId, NodeId, PoolName, TaskId, pb};
 use tokio::time::Instant;
 
@@ -61,45 +59,6 @@ impl Core {
             }
         }
         Some(task)
-    }
-
-    /// The ready actor of the pool with the most free credit (the largest id among equals).
-    pub(super) fn freest_actor(&self, pool_name: &PoolName) -> Option<ActorId> {
-        let (_, Reverse(id)) = self.pools.get(pool_name)?.dispatchable.first()?;
-        Some(id.clone())
-    }
-
-    /// Puts the actor in its pool's `dispatchable` index, at its free credit, or takes it
-    /// out. Called after every change to what decides it: the actor's state (in
-    /// `change_actor`), its tasks in flight, inherited tasks, and its node draining.
-    pub(super) fn refresh_dispatchable(&mut self, id: &ActorId) {
-        let Some(actor) = self.actors.get(id) else {
-            return;
-        };
-        let takes_tasks = actor.state == ActorState::Ready
-            && actor.quarantine.is_none()
-            && actor.crash.is_none()
-            && !self.on_draining_node(actor.assignment.as_ref());
-        let busy = actor.in_flight.len() + actor.inherited_in_flight as usize;
-        let was = actor.dispatch_free;
-        let Some(pool) = self.pools.get_mut(&actor.pool) else {
-            self.actors.get_mut(id).expect("exists").dispatch_free = None;
-            return;
-        };
-        let free = (pool.in_flight_per_actor as usize).saturating_sub(busy) as u32;
-        let now = (takes_tasks && free > 0).then_some(free);
-        if was == now {
-            return;
-        }
-        if let Some(was) = was {
-            pool.dispatchable
-                .remove(&(Reverse(was), Reverse(id.clone())));
-        }
-        if let Some(now) = now {
-            pool.dispatchable
-                .insert((Reverse(now), Reverse(id.clone())));
-        }
-        self.actors.get_mut(id).expect("exists").dispatch_free = now;
     }
 
     /// Hands queued tasks to ready actors that have credit, the freest actor first (after

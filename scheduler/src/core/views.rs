@@ -230,7 +230,7 @@ impl Core {
         for (actor, placed) in store.load_placements()? {
             let pool = PoolName::new(placed.pool);
             if self.pools.contains_key(&pool) {
-                self.placed.insert(actor, (pool, NodeId::new(placed.node)));
+                self.restore_placement(actor, pool, NodeId::new(placed.node));
             } else {
                 self.store.write(StoreOp::DeletePlacement(actor));
             }

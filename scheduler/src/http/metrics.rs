@@ -10,6 +10,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use resident_proto::gpu_gauges::GpuGauges;
 use resident_proto::pb;
 
 use super::access::{HttpState, authorize, query_overview};
@@ -123,21 +124,7 @@ fn encode_buffered(registry: &mut Registry, bytes: u64, limit: u64) {
 
 fn encode_nodes(registry: &mut Registry, overview: &Overview) {
     let nodes = int_gauges(registry, "resident_nodes", "Nodes by state");
-    let vram_total = int_gauges(
-        registry,
-        "resident_gpu_vram_total_bytes",
-        "Each GPU's memory",
-    );
-    let vram_free = int_gauges(
-        registry,
-        "resident_gpu_vram_free_bytes",
-        "Each GPU's free memory, as its agent last reported",
-    );
-    let utilization = float_gauges(
-        registry,
-        "resident_gpu_utilization_ratio",
-        "Each GPU's busy fraction (NVML), where the agent can read it",
-    );
+    let gpus = GpuGauges::register(registry, "resident_gpu");
     let demand = &overview.demand;
     for (state, count) in [
         ("alive", demand.nodes_alive),
@@ -150,21 +137,7 @@ fn encode_nodes(registry: &mut Registry, overview: &Overview) {
     }
     for node in overview.nodes.iter().filter(|n| n.alive) {
         for gpu in &node.gpus {
-            let index = gpu.index.to_string();
-            let key = labels([
-                ("node", node.node_id.as_str()),
-                ("gpu", index.as_str()),
-                ("name", gpu.name.as_str()),
-            ]);
-            vram_total
-                .get_or_create(&key)
-                .set(gpu.total_vram_bytes as i64);
-            vram_free
-                .get_or_create(&key)
-                .set(gpu.free_vram_bytes as i64);
-            if let Some(ratio) = gpu.utilization_ratio {
-                utilization.get_or_create(&key).set(ratio);
-            }
+            gpus.observe(&node.node_id, gpu);
         }
     }
 }

@@ -22,8 +22,33 @@ pub const MAX_GPU_NAME_BYTES: usize = 256;
 /// A job's name.
 pub const MAX_JOB_NAME_BYTES: usize = 256;
 
+/// A field over its limit; the text names the field and the limit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldLimitError {
+    /// A text field longer than its limit.
+    #[error("{field} is {bytes} bytes long; the limit is {max}")]
+    TooLong {
+        /// Which field (`node_id`, ``label `zone` ``, ...).
+        field: String,
+        /// Its length.
+        bytes: usize,
+        /// Its limit.
+        max: usize,
+    },
+    /// A list with more entries than its limit.
+    #[error("{field} has {count} entries; the limit is {max}")]
+    TooMany {
+        /// Which list.
+        field: &'static str,
+        /// Its entries.
+        count: usize,
+        /// Its limit.
+        max: usize,
+    },
+}
+
 /// Checks what an agent says about its node when it registers.
-pub fn check_registration(register: &pb::RegisterNode) -> Result<(), String> {
+pub fn check_registration(register: &pb::RegisterNode) -> Result<(), FieldLimitError> {
     too_long("node_id", &register.node_id, MAX_NODE_ID_BYTES)?;
     too_long("generation", &register.generation, MAX_GENERATION_BYTES)?;
     too_long("hostname", &register.hostname, MAX_NODE_ID_BYTES)?;
@@ -45,23 +70,24 @@ pub fn check_registration(register: &pb::RegisterNode) -> Result<(), String> {
 }
 
 /// Checks a job's name.
-pub fn check_job_name(name: &str) -> Result<(), String> {
+pub fn check_job_name(name: &str) -> Result<(), FieldLimitError> {
     too_long("the job name", name, MAX_JOB_NAME_BYTES)
 }
 
-fn too_long(what: &str, value: &str, max: usize) -> Result<(), String> {
+fn too_long(field: &str, value: &str, max: usize) -> Result<(), FieldLimitError> {
     if value.len() > max {
-        return Err(format!(
-            "{what} is {} bytes long; the limit is {max}",
-            value.len()
-        ));
+        return Err(FieldLimitError::TooLong {
+            field: field.to_owned(),
+            bytes: value.len(),
+            max,
+        });
     }
     Ok(())
 }
 
-fn too_many(what: &str, count: usize, max: usize) -> Result<(), String> {
+fn too_many(field: &'static str, count: usize, max: usize) -> Result<(), FieldLimitError> {
     if count > max {
-        return Err(format!("{what} has {count} entries; the limit is {max}"));
+        return Err(FieldLimitError::TooMany { field, count, max });
     }
     Ok(())
 }
@@ -84,24 +110,25 @@ mod tests {
         assert_eq!(check_registration(&node()), Ok(()));
         let mut long_id = node();
         long_id.node_id = "n".repeat(254);
-        let error = check_registration(&long_id).unwrap_err();
+        let error = check_registration(&long_id).unwrap_err().to_string();
         assert!(
             error.contains("node_id is 254 bytes") && error.contains("253"),
             "{error}"
         );
         let mut labels = node();
         labels.labels = (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
-        let error = check_registration(&labels).unwrap_err();
+        let error = check_registration(&labels).unwrap_err().to_string();
         assert!(error.contains("labels has 65 entries"), "{error}");
         let mut value = node();
         value.labels.insert("zone".into(), "z".repeat(300));
-        let error = check_registration(&value).unwrap_err();
+        let error = check_registration(&value).unwrap_err().to_string();
         assert!(error.contains("label `zone` is 300 bytes"), "{error}");
         let mut kinds = node();
         kinds.actor_kinds = vec!["k".into(); 257];
         assert!(
             check_registration(&kinds)
                 .unwrap_err()
+                .to_string()
                 .contains("actor_kinds")
         );
         let mut gpus = node();
@@ -109,6 +136,7 @@ mod tests {
         assert!(
             check_registration(&gpus)
                 .unwrap_err()
+                .to_string()
                 .contains("gpus has 65")
         );
     }
@@ -119,6 +147,7 @@ mod tests {
         assert!(
             check_job_name(&"j".repeat(257))
                 .unwrap_err()
+                .to_string()
                 .contains("257 bytes")
         );
     }

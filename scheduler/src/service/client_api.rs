@@ -176,7 +176,8 @@ impl SchedulerService for ClientApiService {
             0 => self.max_outstanding_per_job,
             asked => asked.min(self.max_outstanding_per_job),
         };
-        self.budget.check_new_job().map_err(|refusal| {
+        self.budget.check_new_job().map_err(|full| {
+            let refusal = full.to_string();
             audit::refused(&principal, "submit_job", &subject, &refusal);
             Status::resource_exhausted(refusal)
         })?;

@@ -72,7 +72,7 @@ fn fleet(nodes: usize) -> Fleet {
     for n in 0..nodes {
         h.load_actors(&format!("n{n}"));
     }
-    assert_eq!(h.core.pending.len(), 0, "every actor placed");
+    assert_eq!(h.core.pending_count(), 0, "every actor placed");
     let (job, results) = h.open_job("p");
     h.submit(&job, 0..1);
     let mut running = None;
@@ -94,8 +94,8 @@ fn fleet(nodes: usize) -> Fleet {
 
 /// The node's actors as its heartbeat lists them.
 fn reports(h: &Harness, node: &str) -> Vec<pb::ActorReport> {
-    h.core.hosted[&NodeId::new(node)]
-        .iter()
+    h.core
+        .hosted_here(&NodeId::new(node))
         .map(|id| {
             let actor = &h.core.actors.uncounted()[id];
             pb::ActorReport {
@@ -182,7 +182,7 @@ fn slice_costs(nodes: usize) -> Vec<Visits> {
     });
     spec.replicas = 2 * super::super::pools::MAX_PLACEMENTS_PER_TURN as u32 + 8;
     h.create_pool(spec);
-    let unplaced = h.core.pending.len();
+    let unplaced = h.core.pending_count();
     let mut costs = Vec::new();
     while h.core.more_to_place {
         costs.push(cost(&mut h, |h| {
@@ -191,7 +191,7 @@ fn slice_costs(nodes: usize) -> Vec<Visits> {
         }));
     }
     assert_eq!(
-        h.core.pending.len(),
+        h.core.pending_count(),
         unplaced,
         "the later slices place none"
     );

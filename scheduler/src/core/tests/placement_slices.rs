@@ -27,11 +27,11 @@ fn actors_that_fall_behind_the_cursor_of_a_burst_are_placed_by_the_next_burst() 
     // The first slice ran with the creation; the burst has more to do.
     assert!(h.core.more_to_place);
     assert_eq!(
-        h.core.pending.len(),
+        h.core.pending_count(),
         replicas - MAX_PLACEMENTS_PER_TURN,
         "one slice placed"
     );
-    let on_b = h.core.hosted[&NodeId::new("b")].len();
+    let on_b = h.core.hosted_on(&NodeId::new("b")).len();
     assert!(on_b > 0, "spread over both nodes");
 
     // Node b's agent dies mid-burst: its actors, placed in the first slice, are pending
@@ -43,11 +43,11 @@ fn actors_that_fall_behind_the_cursor_of_a_burst_are_placed_by_the_next_burst() 
     h.core.after_commands();
     place_all(&mut h);
     assert!(
-        h.core.pending.is_empty(),
+        h.core.pending_count() == 0,
         "{} actors still pending after the burst",
-        h.core.pending.len()
+        h.core.pending_count()
     );
-    assert_eq!(h.core.hosted[&NodeId::new("a")].len(), replicas);
+    assert_eq!(h.core.hosted_on(&NodeId::new("a")).len(), replicas);
     assert!(h.core.placement_cursor.is_none(), "the burst is done");
 }
 
@@ -65,15 +65,15 @@ fn a_burst_keeps_what_placed_actors_hold_between_its_slices() {
     let kept = h.core.occupancy.as_ref().map(|(version, _)| *version);
     assert_eq!(
         kept,
-        Some(h.core.holdings_version),
+        Some(h.core.holdings_version()),
         "the first slice left its occupancy for the next"
     );
     assert_eq!(place_all(&mut h), 1);
-    assert!(h.core.pending.is_empty());
+    assert!(h.core.pending_count() == 0);
     // 8 GPUs of 1,000 thousandths (and 80 GiB) each hold 8,000 actors of one thousandth
     // (and 1 MiB).
     assert_eq!(
-        h.core.hosted[&NodeId::new("a")].len(),
+        h.core.hosted_on(&NodeId::new("a")).len(),
         MAX_PLACEMENTS_PER_TURN + 1
     );
 }
