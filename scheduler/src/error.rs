@@ -27,9 +27,6 @@ pub enum SchedulerError {
     /// The caller is known but may not do this (role, ownership, another node's id).
     #[error("{0}")]
     PermissionDenied(String),
-    /// The caller's token may not do this (its role, or the job or pool is another's).
-    #[error(transparent)]
-    AccessRefused(#[from] crate::auth::AccessRefusal),
     /// The scheduler is stopping.
     #[error("scheduler is shutting down")]
     ShuttingDown,
@@ -57,6 +54,14 @@ pub enum SchedulerError {
     Exhausted(String),
 }
 
+/// A token's refusal (its role, or a job or pool that is another's) is a permission denial,
+/// its text the refusal's.
+impl From<crate::auth::AccessRefusal> for SchedulerError {
+    fn from(refused: crate::auth::AccessRefusal) -> Self {
+        SchedulerError::PermissionDenied(refused.to_string())
+    }
+}
+
 impl From<SchedulerError> for tonic::Status {
     fn from(error: SchedulerError) -> Self {
         let message = error.to_string();
@@ -75,9 +80,7 @@ impl From<SchedulerError> for tonic::Status {
                 status
             }
             SchedulerError::Precondition(_) => tonic::Status::failed_precondition(message),
-            SchedulerError::PermissionDenied(_) | SchedulerError::AccessRefused(_) => {
-                tonic::Status::permission_denied(message)
-            }
+            SchedulerError::PermissionDenied(_) => tonic::Status::permission_denied(message),
             SchedulerError::ShuttingDown | SchedulerError::CoreStopped(_) => {
                 tonic::Status::unavailable(message)
             }

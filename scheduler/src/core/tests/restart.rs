@@ -269,7 +269,10 @@ async fn a_resume_that_cannot_be_honoured_says_why() {
         "{unknown}"
     );
     let other = h.resume_job("p", &job, "mallory").unwrap_err();
-    assert!(matches!(other, SchedulerError::AccessRefused(_)), "{other}");
+    assert!(
+        matches!(other, SchedulerError::PermissionDenied(_)),
+        "{other}"
+    );
     h.resume_job("p", &job, Principal::ANONYMOUS).unwrap();
     let requester = Principal {
         name: Principal::ANONYMOUS.into(),
