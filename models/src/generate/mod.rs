@@ -18,6 +18,7 @@ pub mod export;
 mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
+pub mod kv_blocks;
 mod lanes;
 pub mod prompt;
 mod quantised;
