@@ -249,6 +249,122 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
     }
 }
 
+// Attention over the paged KV cache (generate/paged_attention.rs, whose CPU reference this
+// must equal): out[row, head, :] = softmax(q[row, head] . k * scale) v over the row's
+// positions 0..len, read through its block table. meta holds [table start, len] per row,
+// then the tables; position j is cache row table[j / block_size] * block_size + j %
+// block_size. One block per (row, KV head, group of at most PA_GROUP query heads); each of
+// PA_WARPS warps takes every PA_WARPS-th key with an online softmax per query head (a lane
+// holds PER_LANE dimensions: lane, lane + 32, ...), and the warps' partial sums are merged
+// in shared memory. The KV head's keys and values are read once for all its query heads.
+#define PA_WARPS 4
+#define PA_GROUP 8
+template <typename T, int PER_LANE>
+__device__ void paged_attention(T *out, const T *q, const T *keys, const T *values,
+                                const uint32_t *meta, uint32_t heads, uint32_t kv_heads,
+                                uint32_t head_dim, uint32_t block_size, float scale) {
+    __shared__ float acc_s[PA_WARPS][PA_GROUP][32 * PER_LANE];
+    __shared__ float max_s[PA_WARPS][PA_GROUP];
+    __shared__ float sum_s[PA_WARPS][PA_GROUP];
+    const uint32_t row = blockIdx.x, kvh = blockIdx.y;
+    const uint32_t group = heads / kv_heads;
+    const uint32_t first = blockIdx.z * PA_GROUP;
+    const uint32_t count = min(group - first, (uint32_t)PA_GROUP);
+    const uint32_t *table = meta + meta[2 * row];
+    const uint32_t len = meta[2 * row + 1];
+    const uint64_t kv_dim = (uint64_t)kv_heads * head_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    float qr[PA_GROUP][PER_LANE], acc[PA_GROUP][PER_LANE], mx[PA_GROUP], sm[PA_GROUP];
+#pragma unroll
+    for (int g = 0; g < PA_GROUP; g++) {
+        mx[g] = -INFINITY;
+        sm[g] = 0.0f;
+        const uint64_t head = (uint64_t)kvh * group + first + g;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            const uint32_t d = lane + 32 * i;
+            acc[g][i] = 0.0f;
+            qr[g][i] = (g < count && d < head_dim)
+                           ? to_float(q[((uint64_t)row * heads + head) * head_dim + d]) * scale
+                           : 0.0f;
+        }
+    }
+    for (uint32_t j = warp; j < len; j += PA_WARPS) {
+        const uint64_t at =
+            ((uint64_t)table[j / block_size] * block_size + j % block_size) * kv_dim +
+            (uint64_t)kvh * head_dim;
+        float k[PER_LANE], v[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            const uint32_t d = lane + 32 * i;
+            k[i] = d < head_dim ? to_float(keys[at + d]) : 0.0f;
+            v[i] = d < head_dim ? to_float(values[at + d]) : 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < PA_GROUP; g++) {
+            if (g < count) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; i++) s += qr[g][i] * k[i];
+                s = warp_sum(s);
+                const float m = fmaxf(mx[g], s);
+                const float c = __expf(mx[g] - m);
+                const float p = __expf(s - m);
+                sm[g] = sm[g] * c + p;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; i++) acc[g][i] = acc[g][i] * c + p * v[i];
+                mx[g] = m;
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < PA_GROUP; g++) {
+        if (g < count) {
+            if (lane == 0) {
+                max_s[warp][g] = mx[g];
+                sum_s[warp][g] = sm[g];
+            }
+#pragma unroll
+            for (int i = 0; i < PER_LANE; i++) {
+                const uint32_t d = lane + 32 * i;
+                if (d < head_dim) acc_s[warp][g][d] = acc[g][i];
+            }
+        }
+    }
+    __syncthreads();
+    for (uint32_t index = threadIdx.x; index < count * head_dim; index += blockDim.x) {
+        const uint32_t g = index / head_dim, d = index % head_dim;
+        float m = -INFINITY;
+        for (int w = 0; w < PA_WARPS; w++) m = fmaxf(m, max_s[w][g]);
+        float total = 0.0f, value = 0.0f;
+        for (int w = 0; w < PA_WARPS; w++) {
+            if (max_s[w][g] != -INFINITY) {
+                const float c = __expf(max_s[w][g] - m);
+                total += sum_s[w][g] * c;
+                value += acc_s[w][g][d] * c;
+            }
+        }
+        const uint64_t head = (uint64_t)kvh * group + first + g;
+        out[((uint64_t)row * heads + head) * head_dim + d] =
+            from_float<T>(total > 0.0f ? value / total : 0.0f);
+    }
+}
+
+#define PAGED_ATTENTION(T, NAME, PER_LANE)                                                       \
+    extern "C" __global__ void __launch_bounds__(PA_WARPS * 32)                                  \
+        paged_attention_##NAME##_d##PER_LANE(T *out, const T *q, const T *keys, const T *values, \
+                                             const uint32_t *meta, uint32_t heads,               \
+                                             uint32_t kv_heads, uint32_t head_dim,               \
+                                             uint32_t block_size, float scale) {                 \
+        paged_attention<T, PER_LANE>(out, q, keys, values, meta, heads, kv_heads, head_dim,     \
+                                     block_size, scale);                                        \
+    }
+#define PAGED_ATTENTION_SIZES(T, NAME)                                                           \
+    PAGED_ATTENTION(T, NAME, 2)                                                                  \
+    PAGED_ATTENTION(T, NAME, 4)                                                                  \
+    PAGED_ATTENTION(T, NAME, 8)
+
 #define SOFTMAX_WARP(T, NAME, PER_LANE)                                                          \
     extern "C" __global__ void masked_softmax_##NAME##_w##PER_LANE(                                \
         T *scores, const T *bias, const float *keep, uint32_t heads, uint32_t t, int causal,     \
@@ -285,3 +401,7 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
 DTYPE_KERNELS(float, f32)
 DTYPE_KERNELS(__half, f16)
 DTYPE_KERNELS(__nv_bfloat16, bf16)
+
+PAGED_ATTENTION_SIZES(float, f32)
+PAGED_ATTENTION_SIZES(__half, f16)
+PAGED_ATTENTION_SIZES(__nv_bfloat16, bf16)

@@ -15,6 +15,10 @@ pub struct StepLimits {
     /// Rows in one forward step: decode rows plus prefill rows. At least `max_sequences`,
     /// so every decoding sequence moves every step ([`StepLimits::new`]).
     pub max_step_tokens: usize,
+    /// The paged KV cache's blocks ([`super::kv_blocks::BLOCK_SIZE`] positions each), at
+    /// most; `None`: every sequence's whole context. Fewer make sequences wait for blocks,
+    /// and preempt the newest when the running ones need more.
+    pub kv_blocks: Option<usize>,
 }
 
 impl StepLimits {
@@ -24,6 +28,15 @@ impl StepLimits {
         Self {
             max_sequences,
             max_step_tokens: max_step_tokens.max(max_sequences),
+            kv_blocks: None,
+        }
+    }
+
+    /// The same limits with a KV cache of at most `blocks` blocks.
+    pub fn with_kv_blocks(self, blocks: usize) -> Self {
+        Self {
+            kv_blocks: Some(blocks.max(1)),
+            ..self
         }
     }
 }

@@ -2,21 +2,23 @@
 //! checkpoints and architectures the quantised CPU kernels do not take (Qwen2's attention
 //! biases, Qwen3's per-head query and key norms).
 //!
-//! The same ragged batch as the quantised CPU model (`quantised_llama.rs`): a step is a list of rows, each one token of one
-//! sequence at its own position. Every linear layer takes all rows as one matrix (one cuBLAS
-//! call on a GPU); attention batches the decoding sequences together (one row each, their
-//! keys padded to the longest and masked) and runs each prefilling sequence on its own.
+//! The same ragged batch as the quantised CPU model (`quantised_llama.rs`): a step is a list
+//! of rows, each one token of one sequence at its own position. Every linear layer takes all
+//! rows as one matrix (one cuBLAS call on a GPU); attention takes every row in one call over
+//! the paged cache (`paged_attention.rs`: each row its own positions, nothing padded).
 //!
 //! Weights are dense tensors in the model's dtype (bf16 or f16 on a GPU, f32 on the CPU), or
 //! a GGUF file's quantised blocks kept as they are (candle's quantised matmul, activations in
-//! f32). The KV cache ([`DenseKv`]) is one tensor per layer and side, all slots at one
-//! capacity that doubles when a sequence needs more, up to the context.
+//! f32). The KV cache ([`DenseKv`]) is paged: one tensor per layer and side holding blocks of
+//! 16 positions, handed out by `kv_blocks.rs` (block tables, a prefix cache, copy on write).
 
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::decoder::{LlamaConfig, NextToken, RopeStyle, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
+use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
+use super::paged_attention::{PagedAttention, PagedRows, paged_attention};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 
@@ -87,12 +89,12 @@ pub struct DenseLlama {
     pub lm_head: DenseLinear,
 }
 
-/// The KV caches of all slots: per layer, keys and values as `(slots * capacity) x kv_dim`,
-/// slot `s`'s position `p` at row `s * capacity + p`.
+/// The paged KV cache of all slots: per layer, keys and values as `(blocks * BLOCK_SIZE) x
+/// kv_dim`, block `b`'s position `i` at row `b * BLOCK_SIZE + i`; which blocks hold a
+/// sequence's positions is the [`BlockManager`]'s business (tables, sharing, the prefix
+/// cache). The tensors grow with the manager's pool (doubling, up to its limit).
 pub struct DenseKv {
-    slots: usize,
-    capacity: usize,
-    context: usize,
+    blocks: BlockManager,
     kv_dim: usize,
     layers: usize,
     device: Device,
@@ -101,16 +103,34 @@ pub struct DenseKv {
     values: Vec<Tensor>,
 }
 
-/// Capacity a cache starts with when first used.
-const FIRST_CAPACITY: usize = 64;
+/// Why positions could not be reserved.
+#[derive(Debug)]
+pub enum ReserveError {
+    /// Every block is held: a sequence must give its blocks up.
+    OutOfBlocks(OutOfBlocks),
+    /// The tensors could not grow or copy.
+    Device(candle_core::Error),
+}
+
+impl From<candle_core::Error> for ReserveError {
+    fn from(error: candle_core::Error) -> Self {
+        Self::Device(error)
+    }
+}
 
 impl DenseKv {
-    /// Empty caches for `slots` sequences of `model`.
+    /// Empty caches for `slots` sequences of `model`: a pool that may grow to every slot's
+    /// whole context (what the actor checked against its memory at load).
     pub fn new(model: &DenseLlama, slots: usize) -> Self {
+        let per_sequence = model.config.context.div_ceil(BLOCK_SIZE);
+        Self::with_limit(model, slots, slots.max(1) * per_sequence.max(1))
+    }
+
+    /// Empty caches for `slots` sequences whose pool may grow to `limit` blocks: past it,
+    /// sequences wait or are preempted.
+    pub fn with_limit(model: &DenseLlama, slots: usize, limit: usize) -> Self {
         Self {
-            slots: slots.max(1),
-            capacity: 0,
-            context: model.config.context,
+            blocks: BlockManager::new(BLOCK_SIZE, slots.max(1), limit),
             kv_dim: model.config.kv_dim(),
             layers: model.config.layers,
             device: model.device.clone(),
@@ -120,24 +140,86 @@ impl DenseKv {
         }
     }
 
-    /// Grows every slot to hold positions `0..len` (doubling, at most the context).
-    fn reserve(&mut self, len: usize) -> candle_core::Result<()> {
-        if len <= self.capacity {
-            return Ok(());
+    /// The bookkeeping: tables, free blocks, the prefix cache.
+    pub fn blocks(&self) -> &BlockManager {
+        &self.blocks
+    }
+
+    /// Gives `slot` (empty) the cached blocks of the start of `tokens`; returns the
+    /// positions already computed.
+    pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {
+        self.blocks.share_prefix(slot, tokens)
+    }
+
+    /// Enters `slot`'s computed full blocks into the prefix cache.
+    pub fn register(&mut self, slot: usize, tokens: &[u32], computed: usize) {
+        self.blocks.register(slot, tokens, computed);
+    }
+
+    /// Frees `slot`'s blocks.
+    pub fn release(&mut self, slot: usize) {
+        self.blocks.release(slot);
+    }
+
+    /// Makes room for `slot` to write positions `start..end`: blocks taken, the pool's
+    /// tensors grown, shared blocks copied.
+    pub fn reserve(&mut self, slot: usize, start: usize, end: usize) -> Result<(), ReserveError> {
+        let reservation = self
+            .blocks
+            .reserve(slot, start, end)
+            .map_err(ReserveError::OutOfBlocks)?;
+        if let Some(blocks) = reservation.grown_to {
+            self.grow(blocks)?;
         }
-        let capacity = len
-            .next_power_of_two()
-            .max(FIRST_CAPACITY)
-            .min(self.context.max(len));
-        let (slots, old, kv_dim) = (self.slots, self.capacity, self.kv_dim);
+        for copy in reservation.copies {
+            let from = copy.from as usize * BLOCK_SIZE;
+            let to: Vec<u32> = (0..BLOCK_SIZE as u32)
+                .map(|i| copy.to * BLOCK_SIZE as u32 + i)
+                .collect();
+            let at = CacheRows::new(to, self.kv_dim, &self.device)?;
+            for side in self.keys.iter().chain(&self.values) {
+                write_rows(side, &side.narrow(0, from, BLOCK_SIZE)?, &at)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves every sequence's rows of a step (each sequence's rows together).
+    fn reserve_rows(&mut self, rows: &[Row]) -> candle_core::Result<()> {
+        let mut start = 0;
+        while start < rows.len() {
+            let slot = rows[start].slot;
+            let end = (start..rows.len())
+                .find(|&i| rows[i].slot != slot)
+                .unwrap_or(rows.len());
+            let first = rows[start..end].iter().map(|r| r.pos).min().unwrap_or(0);
+            let last = rows[start..end]
+                .iter()
+                .map(|r| r.pos + 1)
+                .max()
+                .unwrap_or(0);
+            match self.reserve(slot, first, last) {
+                Ok(()) => {}
+                // "out of memory" in the text: `ModelError::from` tells it apart.
+                Err(ReserveError::OutOfBlocks(full)) => candle_core::bail!("out of memory: {full}"),
+                Err(ReserveError::Device(error)) => return Err(error),
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Grows every layer's tensors to `blocks` blocks.
+    fn grow(&mut self, blocks: usize) -> candle_core::Result<()> {
+        let rows = blocks * BLOCK_SIZE;
+        let old = self.keys.first().map_or(Ok(0), |k| k.dim(0))?;
         // On the CPU a tensor is a plain allocation, which aborts the agent if the host
         // cannot give it: past the budget it is an out-of-memory error (fewer sequences are
         // tried). A GPU reports its own out-of-memory errors.
         if self.device.is_cpu() {
             let bytes = [
-                slots,
-                capacity,
-                kv_dim,
+                rows,
+                self.kv_dim,
                 self.layers,
                 2,
                 self.dtype.size_in_bytes(),
@@ -149,17 +231,15 @@ impl DenseKv {
                 bytes,
                 crate::memory::cache_budget_bytes(),
             ) {
-                // "out of memory" in the text: `ModelError::from` tells it apart.
                 candle_core::bail!("out of memory: {error}");
             }
         }
         let grow = |side: Option<&Tensor>| -> candle_core::Result<Tensor> {
-            let fresh = Tensor::zeros((slots, capacity - old, kv_dim), self.dtype, &self.device)?;
-            let grown = match side {
-                Some(side) => Tensor::cat(&[&side.reshape((slots, old, kv_dim))?, &fresh], 1)?,
-                None => fresh,
-            };
-            grown.reshape((slots * capacity, kv_dim))
+            let fresh = Tensor::zeros((rows - old, self.kv_dim), self.dtype, &self.device)?;
+            match side {
+                Some(side) => Tensor::cat(&[side, &fresh], 0),
+                None => Ok(fresh),
+            }
         };
         let mut keys = Vec::with_capacity(self.layers);
         let mut values = Vec::with_capacity(self.layers);
@@ -167,13 +247,17 @@ impl DenseKv {
             keys.push(grow(self.keys.get(layer))?);
             values.push(grow(self.values.get(layer))?);
         }
-        (self.keys, self.values, self.capacity) = (keys, values, capacity);
+        (self.keys, self.values) = (keys, values);
         Ok(())
     }
 
     /// The bytes the cache holds now.
     pub fn bytes(&self) -> usize {
-        2 * self.layers * self.slots * self.capacity * self.kv_dim * self.dtype.size_in_bytes()
+        2 * self.layers
+            * self.blocks.pool_blocks()
+            * BLOCK_SIZE
+            * self.kv_dim
+            * self.dtype.size_in_bytes()
     }
 }
 
@@ -181,42 +265,9 @@ impl DenseKv {
 fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<CacheRows> {
     let at: Vec<u32> = rows
         .iter()
-        .map(|r| (r.slot * kv.capacity + r.pos) as u32)
+        .map(|r| kv.blocks.row_of(r.slot, r.pos) as u32)
         .collect();
     CacheRows::new(at, kv.kv_dim, &kv.device)
-}
-
-/// Rows of one step grouped for attention: the decoding sequences together, each
-/// prefilling sequence alone.
-#[derive(Debug)]
-struct AttentionGroups {
-    /// `(row index, slot, position)` of each decode row (a sequence's only row this step).
-    decode: Vec<(usize, usize, usize)>,
-    /// `(first row, rows, slot, first position)` of each sequence with several rows.
-    prefill: Vec<(usize, usize, usize, usize)>,
-}
-
-fn group_rows(rows: &[Row]) -> AttentionGroups {
-    let mut groups = AttentionGroups {
-        decode: Vec::new(),
-        prefill: Vec::new(),
-    };
-    let mut start = 0;
-    while start < rows.len() {
-        let slot = rows[start].slot;
-        let end = (start..rows.len())
-            .find(|&i| rows[i].slot != slot)
-            .unwrap_or(rows.len());
-        if end - start == 1 {
-            groups.decode.push((start, slot, rows[start].pos));
-        } else {
-            groups
-                .prefill
-                .push((start, end - start, slot, rows[start].pos));
-        }
-        start = end;
-    }
-    groups
 }
 
 /// The step's `(cos, sin)` per row and pair of head dimensions, in `dtype`.
@@ -252,25 +303,6 @@ fn rope(style: RopeStyle, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core
     }
 }
 
-/// An additive mask: 0 where `allowed(row, key)`, minus infinity elsewhere.
-fn mask(
-    rows: usize,
-    keys: usize,
-    allowed: impl Fn(usize, usize) -> bool,
-    device: &Device,
-) -> candle_core::Result<Tensor> {
-    let values: Vec<f32> = (0..rows * keys)
-        .map(|i| {
-            if allowed(i / keys, i % keys) {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    Tensor::from_vec(values, (rows, keys), device)
-}
-
 impl DenseLlama {
     /// Runs one step over `rows` (each sequence's rows together, in position order), writing
     /// their keys and values into `kv`; returns the logits of each row that asked for them.
@@ -303,12 +335,12 @@ impl DenseLlama {
                 c.vocab
             );
         }
-        kv.reserve(rows.iter().map(|r| r.pos + 1).max().unwrap_or(1))?;
+        kv.reserve_rows(rows)?;
         let ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
         let ids = Tensor::from_vec(ids, n, &self.device)?;
         let (cos, sin) = rotations(c, rows, &self.device, self.dtype)?;
         let at = cache_rows(rows, kv)?;
-        let plan = plan_attention(rows, c.heads / c.kv_heads, &self.device)?;
+        let layout = PagedRows::new(rows, &kv.blocks, &self.device)?;
         clock.lap(Phase::HostPrepare)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
         clock.lap(Phase::Embed)?;
@@ -325,7 +357,17 @@ impl DenseLlama {
             write_rows(&kv.keys[index], &k.reshape((n, c.kv_dim()))?, &at)?;
             write_rows(&kv.values[index], &v, &at)?;
             clock.lap(Phase::KvWrite)?;
-            let attended = self.attend(&q, kv, index, &plan)?;
+            let attended = paged_attention(
+                &q,
+                &kv.keys[index],
+                &kv.values[index],
+                &PagedAttention {
+                    layout: &layout,
+                    heads: c.heads,
+                    kv_heads: c.kv_heads,
+                    scale: 1.0 / (c.head_dim as f32).sqrt(),
+                },
+            )?;
             clock.lap(Phase::Attention)?;
             x = (x + layer.wo.forward(&attended)?)?;
             clock.lap(Phase::OutProjection)?;
@@ -406,158 +448,6 @@ impl DenseLlama {
         let x = rope(self.config.rope, &x, cos, sin)?;
         x.squeeze(0)?.transpose(0, 1)?.contiguous()
     }
-
-    /// Each row's attention output (`rows x hidden`), from its queries `q` (`rows x heads x
-    /// head_dim`) over its sequence's cache in `layer`.
-    fn attend(
-        &self,
-        q: &Tensor,
-        kv: &DenseKv,
-        layer: usize,
-        plan: &AttentionPlan,
-    ) -> candle_core::Result<Tensor> {
-        let c = &self.config;
-        let (kvh, hd, group) = (c.kv_heads, c.head_dim, c.heads / c.kv_heads);
-        let scale = 1.0 / (hd as f64).sqrt();
-        let keys = kv.keys[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
-        let values = kv.values[layer].reshape((kv.slots, kv.capacity, kvh, hd))?;
-        let mut pieces: Vec<Tensor> = Vec::new();
-        if let Some(decode) = &plan.decode {
-            let gather = |side: &Tensor| -> candle_core::Result<Tensor> {
-                // index_select wants its source contiguous: the whole slots first.
-                side.index_select(&decode.slots, 0)?
-                    .narrow(1, 0, decode.longest)?
-                    .permute((0, 2, 1, 3))?
-                    .contiguous()
-            };
-            let (k, v) = (gather(&keys)?, gather(&values)?);
-            let b = decode.count;
-            let q_rows = q
-                .index_select(&decode.rows, 0)?
-                .reshape((b, kvh, group, hd))?;
-            let out = attention_core(&q_rows, &k, &v, &decode.mask, scale)?;
-            pieces.push(out.reshape((b, c.heads * hd))?);
-        }
-        for seq in &plan.prefill {
-            let pick = |side: &Tensor| -> candle_core::Result<Tensor> {
-                side.narrow(0, seq.slot, 1)?
-                    .narrow(1, 0, seq.len)?
-                    .permute((0, 2, 1, 3))?
-                    .contiguous()
-            };
-            let (k, v) = (pick(&keys)?, pick(&values)?);
-            let m = seq.rows;
-            // rows x heads x hd -> 1 x kv_heads x (group * rows) x hd
-            let q_rows =
-                q.narrow(0, seq.first, m)?
-                    .transpose(0, 1)?
-                    .reshape((1, kvh, group * m, hd))?;
-            let out = attention_core(&q_rows, &k, &v, &seq.mask, scale)?;
-            let out = out
-                .reshape((c.heads, m, hd))?
-                .transpose(0, 1)?
-                .reshape((m, c.heads * hd))?;
-            pieces.push(out);
-        }
-        Tensor::cat(&pieces, 0)?.index_select(&plan.inverse, 0)
-    }
-}
-
-/// The decoding sequences of a step, attended together.
-struct DecodeBatch {
-    count: usize,
-    /// The longest sequence's length: keys are padded to it.
-    longest: usize,
-    /// Their rows in the step, and their slots (`count` each).
-    rows: Tensor,
-    slots: Tensor,
-    /// `count x 1 x 1 x longest`: each sequence sees its own positions only.
-    mask: Tensor,
-}
-
-/// A sequence prefilling several rows this step, attended alone.
-struct PrefillSeq {
-    first: usize,
-    rows: usize,
-    slot: usize,
-    /// Keys it attends to: its cached positions and its rows.
-    len: usize,
-    /// `1 x 1 x (group * rows) x len`: causal within the rows.
-    mask: Tensor,
-}
-
-/// How a step's rows are attended, on the device once for every layer.
-struct AttentionPlan {
-    decode: Option<DecodeBatch>,
-    prefill: Vec<PrefillSeq>,
-    /// Back to row order: the output of row `i` is row `inverse[i]` of the groups joined.
-    inverse: Tensor,
-}
-
-fn plan_attention(
-    rows: &[Row],
-    group: usize,
-    device: &Device,
-) -> candle_core::Result<AttentionPlan> {
-    let groups = group_rows(rows);
-    let ids = |values: Vec<u32>| Tensor::from_vec(values.clone(), values.len(), device);
-    let mut order: Vec<usize> = Vec::with_capacity(rows.len());
-    let decode = match groups.decode.is_empty() {
-        true => None,
-        false => {
-            let count = groups.decode.len();
-            let longest = groups.decode.iter().map(|d| d.2 + 1).max().unwrap_or(1);
-            let positions: Vec<usize> = groups.decode.iter().map(|d| d.2).collect();
-            order.extend(groups.decode.iter().map(|d| d.0));
-            Some(DecodeBatch {
-                count,
-                longest,
-                rows: ids(groups.decode.iter().map(|d| d.0 as u32).collect())?,
-                slots: ids(groups.decode.iter().map(|d| d.1 as u32).collect())?,
-                mask: mask(count, longest, |i, j| j <= positions[i], device)?
-                    .reshape((count, 1, 1, longest))?,
-            })
-        }
-    };
-    let mut prefill = Vec::with_capacity(groups.prefill.len());
-    for &(first, m, slot, start) in &groups.prefill {
-        let len = start + m;
-        order.extend(first..first + m);
-        prefill.push(PrefillSeq {
-            first,
-            rows: m,
-            slot,
-            len,
-            mask: mask(m, len, |i, j| j <= start + i, device)?
-                .unsqueeze(0)?
-                .repeat((group, 1, 1))?
-                .reshape((1, 1, group * m, len))?,
-        });
-    }
-    let mut inverse = vec![0u32; rows.len()];
-    for (at, &row) in order.iter().enumerate() {
-        inverse[row] = at as u32;
-    }
-    Ok(AttentionPlan {
-        decode,
-        prefill,
-        inverse: ids(inverse)?,
-    })
-}
-
-/// `softmax(q k^T * scale + mask) v` for `q`: `b x kv_heads x r x hd`, `k`, `v`: `b x
-/// kv_heads x len x hd`, `mask` broadcast to `b x kv_heads x r x len`; scores in f32.
-fn attention_core(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: &Tensor,
-    scale: f64,
-) -> candle_core::Result<Tensor> {
-    let scores = (q.contiguous()?.matmul(&k.transpose(2, 3)?)? * scale)?.to_dtype(DType::F32)?;
-    let scores = scores.broadcast_add(mask)?;
-    let weights = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
-    weights.matmul(v)
 }
 
 fn with_bias(x: Tensor, bias: &Option<Tensor>) -> candle_core::Result<Tensor> {
@@ -743,53 +633,4 @@ pub fn build(
         layers,
         lm_head,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(slot: usize, pos: usize) -> Row {
-        Row {
-            slot,
-            pos,
-            token: 0,
-            logits: false,
-            greedy: false,
-        }
-    }
-
-    /// A sequence with one row decodes; one with several prefills, wherever it sits.
-    #[test]
-    fn rows_group_into_decoders_and_prefilling_sequences() {
-        let rows = [
-            row(3, 40),
-            row(1, 0),
-            row(1, 1),
-            row(1, 2),
-            row(0, 7),
-            row(2, 5),
-            row(2, 6),
-        ];
-        let groups = group_rows(&rows);
-        assert_eq!(groups.decode, vec![(0, 3, 40), (4, 0, 7)]);
-        assert_eq!(groups.prefill, vec![(1, 3, 1, 0), (5, 2, 2, 5)]);
-    }
-
-    /// Joined as decoders first, then each prefill, the groups go back to row order.
-    #[test]
-    fn the_plan_puts_rows_back_in_order() {
-        let rows = [row(3, 40), row(1, 0), row(1, 1), row(0, 7)];
-        let plan = plan_attention(&rows, 3, &Device::Cpu).unwrap();
-        let decode = plan.decode.as_ref().unwrap();
-        assert_eq!((decode.count, decode.longest), (2, 41));
-        assert_eq!(plan.prefill.len(), 1);
-        assert_eq!(plan.prefill[0].mask.dims(), &[1, 1, 6, 2]);
-        // Joined: [row 0, row 3, row 1, row 2]; row order takes joined 0, 2, 3, 1.
-        assert_eq!(plan.inverse.to_vec1::<u32>().unwrap(), vec![0, 2, 3, 1]);
-        let allowed: Vec<f32> = decode.mask.flatten_all().unwrap().to_vec1().unwrap();
-        assert_eq!(allowed[41 + 7], 0.0, "slot 0 sees position 7");
-        assert_eq!(allowed[41 + 8], f32::NEG_INFINITY, "and not 8");
-        assert_eq!(allowed[40], 0.0, "slot 3 sees position 40");
-    }
 }

@@ -10,6 +10,7 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
 
 use super::dense::Part;
+use super::step_profile::{StepKind, StepProfile};
 use super::tests::{greedy, write_gguf};
 use super::*;
 
@@ -103,6 +104,119 @@ fn a_dense_batch_decodes_each_prompt_as_it_would_alone() {
             .unwrap();
         assert_eq!(together.tokens, alone[0].tokens, "{}", request.id);
     }
+}
+
+/// A fresh f32 model on the CPU that counts the rows it runs.
+fn counting_model() -> (GenerateModel, std::sync::Arc<StepProfile>) {
+    let mut model = GenerateModel::load_on(&gguf_path(), &Device::Cpu, WeightDtype::F32).unwrap();
+    let profile = std::sync::Arc::new(StepProfile::new(false));
+    model.profile_steps(Some(profile.clone()));
+    (model, profile)
+}
+
+fn rows_run(profile: &StepProfile) -> u64 {
+    profile.totals(StepKind::Decode).rows + profile.totals(StepKind::WithPrefill).rows
+}
+
+/// Prompts that start alike (a job's instruction before each record): the second and later
+/// take the first's computed blocks from the prefix cache and compute only the rest, and
+/// answer as they do alone.
+#[test]
+fn prompts_with_a_shared_start_compute_it_once_and_answer_as_alone() {
+    let (model, profile) = counting_model();
+    let instruction = "You are a careful assistant. Read the question, think about what is \
+                       asked, and answer in one short sentence without any preamble. Question:";
+    let requests: Vec<GenerationRequest> = ["What is 12 plus 30?", "Name a colour.", QUESTION]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let text = format!("{instruction} {q}");
+            let tokens = model.prompt_tokens(&text, PromptTemplate::Chat).unwrap();
+            greedy(&format!("r{i}"), tokens, 16)
+        })
+        .collect();
+    let shared = (0..requests[0].prompt.len())
+        .take_while(|&i| {
+            requests
+                .iter()
+                .all(|r| r.prompt[i] == requests[0].prompt[i])
+        })
+        .count();
+    assert!(
+        shared >= 32,
+        "the instruction spans two blocks: {shared} tokens"
+    );
+    // One sequence at a time: each prompt finds the ones before it cached.
+    let together = model
+        .generate(&requests, StepLimits::new(1, 512), &mut || {})
+        .unwrap();
+    let rows_together = rows_run(&profile);
+    let mut rows_alone = 0;
+    for (request, answer) in requests.iter().zip(&together) {
+        let before = rows_run(&profile);
+        let alone = model
+            .generate(
+                std::slice::from_ref(request),
+                StepLimits::new(1, 512),
+                &mut || {},
+            )
+            .unwrap();
+        rows_alone += rows_run(&profile) - before;
+        assert_eq!(answer.tokens, alone[0].tokens, "{}", request.id);
+    }
+    let saved = (shared / kv_blocks::BLOCK_SIZE * kv_blocks::BLOCK_SIZE) as u64 * 2;
+    assert_eq!(
+        rows_together,
+        rows_alone - saved,
+        "the two later prompts skip the shared blocks"
+    );
+    assert_eq!(profile.shared_positions(), saved);
+}
+
+/// A KV pool too small for every sequence at once: sequences wait for blocks, the newest
+/// is preempted when the running ones need more and computed again later, and every answer
+/// is the one a roomy cache gives.
+#[test]
+fn a_small_kv_pool_preempts_and_recomputes_with_the_same_answers() {
+    let (model, profile) = counting_model();
+    let requests: Vec<GenerationRequest> = (0..4)
+        .map(|i| {
+            let text = format!("Count from {} to {} in words.", i * 10, i * 10 + 30);
+            let tokens = model.prompt_tokens(&text, PromptTemplate::Chat).unwrap();
+            let mut request = greedy(&format!("r{i}"), tokens, 48);
+            request.ignore_eos = true;
+            request
+        })
+        .collect();
+    let need = requests[0].prompt.len() + 48;
+    let roomy = model
+        .generate(&requests, StepLimits::new(4, 64), &mut || {})
+        .unwrap();
+    assert_eq!(profile.preemptions(), 0);
+    // Room for two and a half sequences' whole length.
+    let blocks = need.div_ceil(kv_blocks::BLOCK_SIZE) * 5 / 2;
+    let tight = model
+        .generate(
+            &requests,
+            StepLimits::new(4, 64).with_kv_blocks(blocks),
+            &mut || {},
+        )
+        .unwrap();
+    assert!(profile.preemptions() > 0, "{}", profile.table());
+    for (a, b) in roomy.iter().zip(&tight) {
+        assert_eq!(a.tokens, b.tokens, "{}", profile.table());
+        assert_eq!(a.tokens.len(), 48);
+    }
+    // One sequence that cannot fit even alone is out of memory, said in words.
+    let error = model
+        .generate(
+            &requests[..1],
+            StepLimits::new(1, 64).with_kv_blocks(2),
+            &mut || {},
+        )
+        .unwrap_err();
+    assert!(matches!(error, ModelError::OutOfMemory(_)), "{error}");
+    assert!(error.to_string().contains("no free block"), "{error}");
 }
 
 /// Plain greedy rows take their argmax where the logits are (`NextToken::Greedy`); rows

@@ -9,6 +9,7 @@
 
 mod attention;
 pub mod batcher;
+mod cache;
 pub mod chat;
 pub mod checkpoint;
 mod decoder;
@@ -20,6 +21,7 @@ pub mod gguf_vocab;
 pub mod grammar;
 pub mod kv_blocks;
 mod lanes;
+mod paged_attention;
 pub mod prompt;
 mod quantised;
 mod quantised_llama;
@@ -35,13 +37,14 @@ use crate::ModelError;
 use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
+use cache::{Cache, SeqKv};
 use decoder::{LlamaConfig, NextToken, QUANTISED_ARCHITECTURES, Row};
-use dense::{DenseKv, DenseLlama};
+use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
 pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
-use quantised_llama::{QuantisedLlama, StepBuffers};
+use quantised_llama::QuantisedLlama;
 use sampling::{Sampler, SamplingParams, TokenLogprob};
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
 
@@ -166,12 +169,6 @@ enum Engine {
     Dense(DenseLlama),
 }
 
-/// The KV caches of one `generate` call, of the engine's kind.
-enum Cache {
-    Quantised(KvArena, Box<StepBuffers>),
-    Dense(DenseKv),
-}
-
 impl Engine {
     fn config(&self) -> &LlamaConfig {
         match self {
@@ -187,13 +184,18 @@ impl Engine {
         }
     }
 
-    fn cache(&self, slots: usize) -> Cache {
+    /// The caches of `slots` sequences; a dense cache's pool of at most `kv_blocks`
+    /// blocks where given (every slot's whole context otherwise).
+    fn cache(&self, slots: usize, kv_blocks: Option<usize>) -> Cache {
         match self {
             Self::Quantised(model) => Cache::Quantised(
                 KvArena::new(model.config.layers, model.config.kv_dim(), slots),
                 Box::default(),
             ),
-            Self::Dense(model) => Cache::Dense(DenseKv::new(model, slots)),
+            Self::Dense(model) => Cache::Dense(match kv_blocks {
+                Some(limit) => DenseKv::with_limit(model, slots, limit),
+                None => DenseKv::new(model, slots),
+            }),
         }
     }
 
@@ -240,7 +242,11 @@ struct Batch {
     /// Requests not yet given a cache slot, in order.
     waiting: VecDeque<usize>,
     free_slots: Vec<usize>,
+    /// In admission order.
     flight: Vec<InFlight>,
+    /// Sequences preempted for want of KV blocks, with what they generated so far, to
+    /// compute again before any new request starts (the earliest admitted on top).
+    preempted: Vec<InFlight>,
 }
 
 /// One sequence in flight.
@@ -435,7 +441,7 @@ impl GenerateModel {
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
-        let mut kv = self.engine.cache(1);
+        let mut kv = self.engine.cache(1, None);
         let rows: Vec<Row> = prompt
             .iter()
             .enumerate()
@@ -477,23 +483,17 @@ impl GenerateModel {
             waiting: (0..requests.len()).collect(),
             free_slots: (0..limits.max_sequences).rev().collect(),
             flight: Vec::new(),
+            preempted: Vec::new(),
         };
-        let mut kv = self.engine.cache(limits.max_sequences);
+        let mut kv = self.engine.cache(limits.max_sequences, limits.kv_blocks);
         loop {
-            self.admit(requests, &mut batch)?;
+            self.admit(requests, &mut batch, &mut kv)?;
             if batch.flight.is_empty() {
                 break;
             }
-            let progress: Vec<SeqProgress> = batch
-                .flight
-                .iter()
-                .map(|f| SeqProgress {
-                    tokens: f.tokens.len(),
-                    cached: f.cached,
-                })
-                .collect();
+            let spans = reserve_step(&mut batch, &mut kv, limits, self.profile.as_deref())?;
             // Decode-only: every sequence in flight has one token left to run.
-            let kind = match progress.iter().all(|p| p.tokens - p.cached <= 1) {
+            let kind = match batch.flight.iter().all(|f| f.tokens.len() - f.cached <= 1) {
                 true => StepKind::Decode,
                 false => StepKind::WithPrefill,
             };
@@ -501,13 +501,12 @@ impl GenerateModel {
                 Some(profile) => profile.clock(kind, self.engine.device()),
                 None => PhaseClock::off(self.engine.device()),
             };
-            let spans = plan_step(&progress, limits);
             let rows = self.step_rows(&spans, &batch.flight, requests);
             if let Some(profile) = &self.profile {
                 profile.count_step(kind, rows.len());
             }
             let logits = self.engine.forward(&rows, &mut kv, &mut clock)?;
-            self.take_tokens(&spans, logits, requests, &mut batch, on_token)?;
+            self.take_tokens(&spans, logits, requests, (&mut batch, &mut kv), on_token)?;
             clock
                 .lap(Phase::SampleAndStop)
                 .map_err(ModelError::from_candle)?;
@@ -519,9 +518,32 @@ impl GenerateModel {
             .collect())
     }
 
-    /// Moves waiting requests into free cache slots, in order; an empty prompt, or one that
-    /// fills the context, is answered at once without a slot.
-    fn admit(&self, requests: &[GenerationRequest], batch: &mut Batch) -> Result<(), ModelError> {
+    /// Moves preempted sequences, then waiting requests, into free cache slots, in order,
+    /// while the cache has blocks for them; an empty prompt, or one that fills the context,
+    /// is answered at once without a slot. A sequence starts with the cached blocks of its
+    /// prompt's start (the prefix cache), computing only the rest.
+    fn admit(
+        &self,
+        requests: &[GenerationRequest],
+        batch: &mut Batch,
+        kv: &mut Cache,
+    ) -> Result<(), ModelError> {
+        // With nothing in flight, a sequence starts whatever the cache says: alone, it
+        // either fits or is refused as out of memory.
+        let fits = |kv: &Cache, batch: &Batch, len: usize| {
+            !batch.free_slots.is_empty()
+                && (batch.flight.is_empty() || kv.can_admit(len, batch.flight.len()))
+        };
+        while let Some(seq) = batch.preempted.last() {
+            if !fits(kv, batch, seq.tokens.len()) {
+                // No new request overtakes a preempted one.
+                return Ok(());
+            }
+            let mut seq = batch.preempted.pop().expect("checked above");
+            seq.slot = batch.free_slots.pop().expect("checked above");
+            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens);
+            batch.flight.push(seq);
+        }
         while let Some(&next) = batch.waiting.front() {
             let request = &requests[next];
             if request.prompt.is_empty() || request.prompt.len() >= self.context() {
@@ -529,9 +551,10 @@ impl GenerateModel {
                 batch.waiting.pop_front();
                 continue;
             }
-            let Some(slot) = batch.free_slots.pop() else {
+            if !fits(kv, batch, request.prompt.len()) {
                 break;
-            };
+            }
+            let slot = batch.free_slots.pop().expect("checked above");
             batch.waiting.pop_front();
             let constraint = match &request.grammar {
                 Some(grammar) => Some(self.constraint(grammar)?),
@@ -542,7 +565,7 @@ impl GenerateModel {
                 slot,
                 tokens: request.prompt.clone(),
                 prompt_len: request.prompt.len(),
-                cached: 0,
+                cached: self.share_prefix(kv, slot, &request.prompt),
                 sampler: Sampler::new(
                     &request.sampling,
                     &request.id,
@@ -554,6 +577,15 @@ impl GenerateModel {
             });
         }
         Ok(())
+    }
+
+    /// `kv.share_prefix`, counted in the step profile.
+    fn share_prefix(&self, kv: &mut Cache, slot: usize, tokens: &[u32]) -> usize {
+        let shared = kv.share_prefix(slot, tokens);
+        if let Some(profile) = &self.profile {
+            profile.count_shared(shared);
+        }
+        shared
     }
 
     /// The forward's rows for the planned `spans`: each span's tokens at their positions,
@@ -587,7 +619,7 @@ impl GenerateModel {
         spans: &[Span],
         logits: Vec<NextToken>,
         requests: &[GenerationRequest],
-        batch: &mut Batch,
+        (batch, kv): (&mut Batch, &mut Cache),
         on_token: &mut dyn FnMut(),
     ) -> Result<(), ModelError> {
         let mut logits = logits.into_iter();
@@ -595,6 +627,8 @@ impl GenerateModel {
         for span in spans {
             let seq = &mut batch.flight[span.seq];
             seq.cached = span.end;
+            let (slot, tokens) = (seq.slot, &seq.tokens[..]);
+            kv.computed(SeqKv { slot, tokens }, span.end);
             if !span.logits {
                 continue;
             }
@@ -614,7 +648,9 @@ impl GenerateModel {
         }
         finished.sort_unstable_by(|a, b| b.cmp(a));
         for index in finished {
-            batch.free_slots.push(batch.flight.remove(index).slot);
+            let slot = batch.flight.remove(index).slot;
+            kv.release(slot);
+            batch.free_slots.push(slot);
         }
         Ok(())
     }
@@ -746,6 +782,54 @@ impl GenerateModel {
             prompt_tokens: request.prompt.len(),
             finish_reason: FinishReason::Length,
             logprobs: Vec::new(),
+        }
+    }
+}
+
+/// Plans the next step and reserves its KV blocks. While the cache is full, the sequence in
+/// flight admitted last is preempted: its blocks are freed and it waits, with what it
+/// generated, to be computed again (vLLM's recompute preemption). One sequence alone that
+/// does not fit is out of memory.
+fn reserve_step(
+    batch: &mut Batch,
+    kv: &mut Cache,
+    limits: StepLimits,
+    profile: Option<&StepProfile>,
+) -> Result<Vec<Span>, ModelError> {
+    loop {
+        let progress: Vec<SeqProgress> = batch
+            .flight
+            .iter()
+            .map(|f| SeqProgress {
+                tokens: f.tokens.len(),
+                cached: f.cached,
+            })
+            .collect();
+        let spans = plan_step(&progress, limits);
+        let seqs: Vec<SeqKv<'_>> = batch
+            .flight
+            .iter()
+            .map(|f| SeqKv {
+                slot: f.slot,
+                tokens: &f.tokens,
+            })
+            .collect();
+        match kv.reserve(&spans, &seqs) {
+            Ok(()) => return Ok(spans),
+            Err(ReserveError::OutOfBlocks(_)) if batch.flight.len() > 1 => {
+                let mut seq = batch.flight.pop().expect("more than one in flight");
+                kv.release(seq.slot);
+                batch.free_slots.push(seq.slot);
+                seq.cached = 0;
+                batch.preempted.push(seq);
+                if let Some(profile) = profile {
+                    profile.count_preemption();
+                }
+            }
+            Err(ReserveError::OutOfBlocks(full)) => {
+                return Err(ModelError::OutOfMemory(full.to_string()));
+            }
+            Err(ReserveError::Device(error)) => return Err(ModelError::from_candle(error)),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! benches print both). `generate-bench --profile` prints the table.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
@@ -130,6 +131,10 @@ impl StepTotals {
 pub struct StepProfile {
     synchronise: bool,
     totals: Mutex<[StepTotals; 2]>,
+    /// Sequences preempted for want of KV blocks.
+    preemptions: AtomicU64,
+    /// Positions sequences took from the prefix cache instead of computing them.
+    shared_positions: AtomicU64,
 }
 
 impl StepProfile {
@@ -139,7 +144,30 @@ impl StepProfile {
         Self {
             synchronise,
             totals: Mutex::new(Default::default()),
+            preemptions: AtomicU64::new(0),
+            shared_positions: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a sequence preempted for want of KV blocks.
+    pub fn count_preemption(&self) {
+        self.preemptions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `positions` a sequence took from the prefix cache.
+    pub fn count_shared(&self, positions: usize) {
+        self.shared_positions
+            .fetch_add(positions as u64, Ordering::Relaxed);
+    }
+
+    /// Sequences preempted so far.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions.load(Ordering::Relaxed)
+    }
+
+    /// Positions taken from the prefix cache so far.
+    pub fn shared_positions(&self) -> u64 {
+        self.shared_positions.load(Ordering::Relaxed)
     }
 
     /// Counts one step of `kind` with `rows` rows.
@@ -213,6 +241,12 @@ impl StepProfile {
         let (d, _) = per_step(&decode, None);
         let (p, _) = per_step(&prefill, None);
         out.push_str(&format!("| **step** | **{d:.3}** | | **{p:.3}** | |\n"));
+        out.push_str(&format!(
+            "\nKV cache: {} prompt positions taken from the prefix cache, {} sequences \
+             preempted (computed again)\n",
+            self.shared_positions(),
+            self.preemptions()
+        ));
         out
     }
 }

@@ -1,0 +1,74 @@
+//! The KV cache of one [`super::GenerateModel::generate`] call, of its engine's kind, and
+//! what the continuous batcher asks of it: room for a step's rows, prefix sharing, and
+//! giving a sequence's memory back. The quantised CPU engine's cache ([`KvArena`]) has a
+//! slot of the whole context per sequence and never runs out; the dense engine's
+//! ([`DenseKv`]) is paged.
+
+use super::attention::KvArena;
+use super::batcher::Span;
+use super::dense::{DenseKv, ReserveError};
+use super::quantised_llama::StepBuffers;
+
+/// The KV caches of one `generate` call.
+pub(super) enum Cache {
+    /// The quantised CPU engine's: a slot of the whole context per sequence.
+    Quantised(KvArena, Box<StepBuffers>),
+    /// The dense engine's: paged.
+    Dense(DenseKv),
+}
+
+/// A sequence in flight as the cache sees it.
+pub(super) struct SeqKv<'a> {
+    /// Its slot.
+    pub slot: usize,
+    /// Its tokens so far.
+    pub tokens: &'a [u32],
+}
+
+impl Cache {
+    /// Whether a sequence of `len` tokens may start beside `in_flight` others: its blocks
+    /// and one spare block for each sequence already running, so that admitting it does not
+    /// at once preempt another.
+    pub fn can_admit(&self, len: usize, in_flight: usize) -> bool {
+        match self {
+            Self::Quantised(..) => true,
+            Self::Dense(kv) => {
+                let blocks = kv.blocks();
+                blocks.available() >= blocks.blocks_for(len + 1) + in_flight
+            }
+        }
+    }
+
+    /// Gives a fresh sequence in `slot` the computed blocks of its prompt's start; returns
+    /// how many of its positions need no computing.
+    pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {
+        match self {
+            Self::Quantised(..) => 0,
+            Self::Dense(kv) => kv.share_prefix(slot, tokens),
+        }
+    }
+
+    /// Room for every span of a step (`seqs[span.seq]`'s positions `start..end`).
+    pub fn reserve(&mut self, spans: &[Span], seqs: &[SeqKv<'_>]) -> Result<(), ReserveError> {
+        match self {
+            Self::Quantised(..) => Ok(()),
+            Self::Dense(kv) => spans
+                .iter()
+                .try_for_each(|span| kv.reserve(seqs[span.seq].slot, span.start, span.end)),
+        }
+    }
+
+    /// After a step: the sequence's positions `0..computed` are in the cache.
+    pub fn computed(&mut self, seq: SeqKv<'_>, computed: usize) {
+        if let Self::Dense(kv) = self {
+            kv.register(seq.slot, seq.tokens, computed);
+        }
+    }
+
+    /// The sequence in `slot` ended or was preempted.
+    pub fn release(&mut self, slot: usize) {
+        if let Self::Dense(kv) = self {
+            kv.release(slot);
+        }
+    }
+}

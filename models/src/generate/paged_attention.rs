@@ -1,0 +1,536 @@
+//! Attention over the paged KV cache, every row of a step in one call: each row's queries
+//! against its own sequence's positions `0..=pos`, read through the sequence's block table.
+//! No keys padded to the longest sequence, no scores materialised, decode and prefill rows
+//! alike (a prefilling sequence's rows are in the cache before attention, so causality is
+//! each row's length).
+//!
+//! One candle op with two implementations of one function:
+//! - the CPU reference ([`PagedAttention`]'s `cpu_fwd`): a two-pass softmax in f32 per row
+//!   and head, rows in parallel. It is the CPU dense path's attention, and what the CUDA
+//!   kernel is tested against;
+//! - the CUDA kernel (`paged_attention_*` in `embed/fused_kernels.cu`): one thread block per
+//!   row and KV head (and group of at most 8 query heads), four warps splitting the keys with
+//!   an online softmax each, merged in shared memory; the KV head's keys and values are read
+//!   once for all its query heads (grouped-query attention).
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor, WithDType};
+use rayon::prelude::*;
+
+use super::decoder::Row;
+use super::kv_blocks::BlockManager;
+
+/// Where each row of a step reads its keys, made once a step for every layer: per row, the
+/// start of its sequence's block table in `meta` and the positions it attends to; then the
+/// tables, one per sequence of the step.
+pub struct PagedRows {
+    /// `[table start, len]` per row, then the tables (u32, host copy).
+    host: Vec<u32>,
+    /// The same on the GPU (the CPU reads `host`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    device: Option<Tensor>,
+    rows: usize,
+    block_size: usize,
+}
+
+impl PagedRows {
+    /// The layout of `rows` (each sequence's rows together, their positions reserved in
+    /// `blocks`).
+    pub fn new(rows: &[Row], blocks: &BlockManager, device: &Device) -> candle_core::Result<Self> {
+        let mut host = vec![0u32; 2 * rows.len()];
+        let mut start = 0;
+        while start < rows.len() {
+            let slot = rows[start].slot;
+            let end = (start..rows.len())
+                .find(|&i| rows[i].slot != slot)
+                .unwrap_or(rows.len());
+            let table_at = host.len() as u32;
+            let longest = rows[start..end]
+                .iter()
+                .map(|r| r.pos + 1)
+                .max()
+                .unwrap_or(0);
+            let table = blocks.table(slot);
+            if blocks.blocks_for(longest) > table.len() {
+                candle_core::bail!(
+                    "slot {slot} attends to {longest} positions but holds {} blocks",
+                    table.len()
+                );
+            }
+            host.extend_from_slice(table);
+            for (i, row) in rows.iter().enumerate().take(end).skip(start) {
+                host[2 * i] = table_at;
+                host[2 * i + 1] = (row.pos + 1) as u32;
+            }
+            start = end;
+        }
+        let device = upload(&host, device)?;
+        Ok(Self {
+            host,
+            device,
+            rows: rows.len(),
+            block_size: blocks.block_size(),
+        })
+    }
+
+    /// A layout from raw parts, for tests: per row `(table, len)`.
+    #[cfg(test)]
+    pub fn from_tables(
+        rows: &[(Vec<u32>, usize)],
+        block_size: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        let mut host = vec![0u32; 2 * rows.len()];
+        for (i, (table, len)) in rows.iter().enumerate() {
+            host[2 * i] = host.len() as u32;
+            host[2 * i + 1] = *len as u32;
+            host.extend_from_slice(table);
+        }
+        let device = upload(&host, device)?;
+        Ok(Self {
+            host,
+            device,
+            rows: rows.len(),
+            block_size,
+        })
+    }
+
+    /// Row `row`'s block table (the blocks its positions need) and its length.
+    fn table_of(&self, row: usize) -> (&[u32], usize) {
+        let (at, len) = (self.host[2 * row] as usize, self.host[2 * row + 1] as usize);
+        let blocks = len.div_ceil(self.block_size);
+        (&self.host[at..at + blocks], len)
+    }
+}
+
+fn upload(host: &[u32], device: &Device) -> candle_core::Result<Option<Tensor>> {
+    match device.is_cpu() {
+        true => Ok(None),
+        false => Tensor::from_slice(host, host.len(), device).map(Some),
+    }
+}
+
+/// The attention op: queries `rows x heads x head_dim`, key and value caches `cache rows x
+/// kv_heads*head_dim`; gives `rows x heads*head_dim` in the queries' dtype.
+pub struct PagedAttention<'a> {
+    /// The step's rows.
+    pub layout: &'a PagedRows,
+    /// Query heads.
+    pub heads: usize,
+    /// Key and value heads (a divisor of `heads`).
+    pub kv_heads: usize,
+    /// Usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// `softmax(q k^T * scale) v` for every row of `layout`, over its own positions.
+pub fn paged_attention(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    op: &PagedAttention<'_>,
+) -> candle_core::Result<Tensor> {
+    let (rows, heads, head_dim) = q.dims3()?;
+    let (cache_rows, kv_dim) = keys.dims2()?;
+    if rows != op.layout.rows
+        || heads != op.heads
+        || op.kv_heads == 0
+        || heads % op.kv_heads != 0
+        || kv_dim != op.kv_heads * head_dim
+        || values.dims() != [cache_rows, kv_dim]
+        || cache_rows % op.layout.block_size != 0
+    {
+        candle_core::bail!(
+            "paged attention of queries {:?} over caches {:?}/{:?}: {} rows, {}/{} heads, blocks \
+             of {}",
+            q.dims(),
+            keys.dims(),
+            values.dims(),
+            op.layout.rows,
+            op.heads,
+            op.kv_heads,
+            op.layout.block_size
+        );
+    }
+    let blocks = (cache_rows / op.layout.block_size) as u32;
+    if let Some(row) = (0..rows).find(|&r| op.layout.table_of(r).0.iter().any(|&b| b >= blocks)) {
+        candle_core::bail!("row {row}'s block table points past the cache's {blocks} blocks");
+    }
+    let q = q.contiguous()?;
+    if rows == 0 {
+        return Tensor::zeros((0, heads * head_dim), q.dtype(), q.device());
+    }
+    q.apply_op3_no_bwd(&keys.contiguous()?, &values.contiguous()?, op)
+}
+
+impl PagedAttention<'_> {
+    fn cpu<T: WithDType>(&self, q: &[T], keys: &[T], values: &[T], head_dim: usize) -> Vec<T> {
+        let (heads, kv_heads, bs) = (self.heads, self.kv_heads, self.layout.block_size);
+        let (group, kv_dim) = (heads / kv_heads, kv_heads * head_dim);
+        let width = heads * head_dim;
+        let mut out = vec![T::zero(); self.layout.rows * width];
+        out.par_chunks_mut(width)
+            .enumerate()
+            .for_each(|(row, out)| {
+                let (table, len) = self.layout.table_of(row);
+                let cache_row = |j: usize| (table[j / bs] as usize * bs + j % bs) * kv_dim;
+                let mut scores = vec![0f32; len];
+                let mut acc = vec![0f32; head_dim];
+                for head in 0..heads {
+                    let kv = (head / group) * head_dim;
+                    let query = &q[(row * heads + head) * head_dim..][..head_dim];
+                    for (j, score) in scores.iter_mut().enumerate() {
+                        let key = &keys[cache_row(j) + kv..][..head_dim];
+                        let dot: f32 = query
+                            .iter()
+                            .zip(key)
+                            .map(|(a, b)| a.to_f64() as f32 * b.to_f64() as f32)
+                            .sum();
+                        *score = dot * self.scale;
+                    }
+                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let mut total = 0f32;
+                    acc.fill(0.0);
+                    for (j, score) in scores.iter().enumerate() {
+                        let p = (score - max).exp();
+                        total += p;
+                        let value = &values[cache_row(j) + kv..][..head_dim];
+                        for (a, v) in acc.iter_mut().zip(value) {
+                            *a += p * v.to_f64() as f32;
+                        }
+                    }
+                    let out = &mut out[head * head_dim..][..head_dim];
+                    for (o, a) in out.iter_mut().zip(&acc) {
+                        *o = T::from_f64(f64::from(a / total));
+                    }
+                }
+            });
+        out
+    }
+}
+
+impl candle_core::CustomOp3 for PagedAttention<'_> {
+    fn name(&self) -> &'static str {
+        "resident-paged-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        q: &CpuStorage,
+        ql: &Layout,
+        keys: &CpuStorage,
+        kl: &Layout,
+        values: &CpuStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, heads, head_dim) = ql.shape().dims3()?;
+        let shape = Shape::from((rows, heads * head_dim));
+        fn part<'s, T: WithDType>(s: &'s CpuStorage, l: &Layout) -> candle_core::Result<&'s [T]> {
+            let all = s.as_slice::<T>()?;
+            Ok(&all[l.start_offset()..l.start_offset() + l.shape().elem_count()])
+        }
+        let out = match q.dtype() {
+            DType::F32 => CpuStorage::F32(self.cpu::<f32>(
+                part(q, ql)?,
+                part(keys, kl)?,
+                part(values, vl)?,
+                head_dim,
+            )),
+            DType::F16 => CpuStorage::F16(self.cpu::<half::f16>(
+                part(q, ql)?,
+                part(keys, kl)?,
+                part(values, vl)?,
+                head_dim,
+            )),
+            DType::BF16 => CpuStorage::BF16(self.cpu::<half::bf16>(
+                part(q, ql)?,
+                part(keys, kl)?,
+                part(values, vl)?,
+                head_dim,
+            )),
+            other => candle_core::bail!("paged attention takes f32, f16 or bf16, not {other:?}"),
+        };
+        Ok((out, shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        q: &candle_core::CudaStorage,
+        ql: &Layout,
+        keys: &candle_core::CudaStorage,
+        kl: &Layout,
+        values: &candle_core::CudaStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::forward(self, (q, ql), (keys, kl), (values, vl))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::{CudaDType, WrapErr};
+    use candle_core::{CudaStorage, DType, Layout, Result, Shape};
+
+    use super::PagedAttention;
+    use crate::embed::fused_cuda::{dtype_suffix, kernel, view};
+
+    /// Query heads one thread block takes (the kernel's register arrays).
+    const GROUP_PER_BLOCK: usize = 8;
+    /// Threads per block: four warps split the keys.
+    const THREADS: u32 = 128;
+
+    pub(super) fn forward(
+        op: &PagedAttention<'_>,
+        q: (&CudaStorage, &Layout),
+        keys: (&CudaStorage, &Layout),
+        values: (&CudaStorage, &Layout),
+    ) -> Result<(CudaStorage, Shape)> {
+        if keys.0.dtype() != q.0.dtype() || values.0.dtype() != q.0.dtype() {
+            candle_core::bail!("paged attention takes queries and caches of one dtype");
+        }
+        match q.0.dtype() {
+            DType::F32 => launch::<f32>(op, q, keys, values),
+            DType::F16 => launch::<half::f16>(op, q, keys, values),
+            DType::BF16 => launch::<half::bf16>(op, q, keys, values),
+            other => candle_core::bail!("paged attention takes f32, f16 or bf16, not {other:?}"),
+        }
+    }
+
+    fn launch<T: CudaDType + DeviceRepr>(
+        op: &PagedAttention<'_>,
+        q: (&CudaStorage, &Layout),
+        keys: (&CudaStorage, &Layout),
+        values: (&CudaStorage, &Layout),
+    ) -> Result<(CudaStorage, Shape)> {
+        let (rows, heads, head_dim) = q.1.shape().dims3()?;
+        // Each lane holds head_dim / 32 dimensions, rounded up to a size the kernel has.
+        let per_lane = match head_dim.div_ceil(32) {
+            0..=2 => 2,
+            3..=4 => 4,
+            5..=8 => 8,
+            _ => candle_core::bail!("paged attention takes heads of at most 256, not {head_dim}"),
+        };
+        let dev = q.0.device().clone();
+        let Some(meta) = &op.layout.device else {
+            candle_core::bail!("paged attention's row layout is not on the GPU");
+        };
+        let (meta_storage, meta_layout) = meta.storage_and_layout();
+        let candle_core::Storage::Cuda(meta_storage) = &*meta_storage else {
+            candle_core::bail!("paged attention's row layout is not on the GPU");
+        };
+        let meta = view::<u32>(meta_storage, meta_layout)?;
+        let (qv, kv, vv) = (
+            view::<T>(q.0, q.1)?,
+            view::<T>(keys.0, keys.1)?,
+            view::<T>(values.0, values.1)?,
+        );
+        // SAFETY: the kernel writes every element: one block per row, KV head and group of
+        // query heads, each writing its heads' head_dim values.
+        #[allow(unsafe_code)]
+        let out = unsafe { dev.alloc::<T>(rows * heads * head_dim)? };
+        let name = format!("paged_attention_{}_d{per_lane}", dtype_suffix(q.0.dtype())?);
+        let (stream, func) = kernel(&dev, &name)?;
+        let group = heads / op.kv_heads;
+        let config = LaunchConfig {
+            grid_dim: (
+                rows as u32,
+                op.kv_heads as u32,
+                group.div_ceil(GROUP_PER_BLOCK) as u32,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (heads, kv_heads, head_dim) = (heads as u32, op.kv_heads as u32, head_dim as u32);
+        let block_size = op.layout.block_size as u32;
+        let mut builder = stream.launch_builder(&func);
+        builder
+            .arg(&out)
+            .arg(&qv)
+            .arg(&kv)
+            .arg(&vv)
+            .arg(&meta)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&head_dim)
+            .arg(&block_size)
+            .arg(&op.scale);
+        // SAFETY: `paged_attention` checked the shapes and that every table entry of every
+        // row names a block inside the caches; each row reads `len` positions of its table.
+        #[allow(unsafe_code)]
+        unsafe { builder.launch(config) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((rows, (heads * head_dim) as usize)),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine).
+    fn devices() -> Vec<Device> {
+        #[cfg(feature = "cuda")]
+        let gpu = Device::new_cuda(0)
+            .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
+            .ok();
+        #[cfg(not(feature = "cuda"))]
+        let gpu = None;
+        std::iter::once(Device::Cpu).chain(gpu).collect()
+    }
+
+    /// Deterministic values in [-1, 1).
+    fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The plain formula per row, on contiguous keys: what the op must equal.
+    fn expected(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        rows: &[(Vec<u32>, usize)],
+        shape: (usize, usize, usize, usize),
+    ) -> Vec<f32> {
+        let (heads, kv_heads, hd, bs) = shape;
+        let group = heads / kv_heads;
+        let mut out = Vec::new();
+        for (r, (table, len)) in rows.iter().enumerate() {
+            for h in 0..heads {
+                let kvh = h / group;
+                let at =
+                    |j: usize| (table[j / bs] as usize * bs + j % bs) * kv_heads * hd + kvh * hd;
+                let qh = &q[(r * heads + h) * hd..][..hd];
+                let scores: Vec<f64> = (0..*len)
+                    .map(|j| {
+                        let k = &keys[at(j)..][..hd];
+                        qh.iter().zip(k).map(|(a, b)| f64::from(a * b)).sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for d in 0..hd {
+                    let v: f64 = (0..*len)
+                        .map(|j| weights[j] * f64::from(values[at(j) + d]))
+                        .sum();
+                    out.push((v / total) as f32);
+                }
+            }
+        }
+        out
+    }
+
+    /// Rows of several sequences, lengths across block edges, blocks out of order.
+    fn case(heads: usize, kv_heads: usize, hd: usize, seed: u64) {
+        let bs = 16;
+        let pool = 40;
+        let rows: Vec<(Vec<u32>, usize)> = [1usize, 15, 16, 17, 33, 100, 250, 7]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let blocks = len.div_ceil(bs);
+                // Scattered, shared between rows: blocks (i * 7 + b * 13) mod pool.
+                let table = (0..blocks)
+                    .map(|b| ((i * 7 + b * 13) % pool) as u32)
+                    .collect();
+                (table, len)
+            })
+            .collect();
+        let kv_dim = kv_heads * hd;
+        let q = noise(rows.len() * heads * hd, seed);
+        let keys = noise(pool * bs * kv_dim, seed + 1);
+        let values = noise(pool * bs * kv_dim, seed + 2);
+        let want = expected(&q, &keys, &values, &rows, (heads, kv_heads, hd, bs));
+        for device in devices() {
+            let layout = PagedRows::from_tables(&rows, bs, &device).unwrap();
+            let op = PagedAttention {
+                layout: &layout,
+                heads,
+                kv_heads,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::F16, 4e-3), (DType::BF16, 3e-2)]
+            {
+                let t = |data: &[f32], shape: &[usize]| {
+                    Tensor::from_slice(data, shape, &device)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap()
+                };
+                let got = paged_attention(
+                    &t(&q, &[rows.len(), heads, hd]),
+                    &t(&keys, &[pool * bs, kv_dim]),
+                    &t(&values, &[pool * bs, kv_dim]),
+                    &op,
+                )
+                .unwrap();
+                assert_eq!(got.dims(), &[rows.len(), heads * hd]);
+                let got: Vec<f32> = got
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst <= tolerance,
+                    "{device:?} {dtype:?} {heads}/{kv_heads} heads of {hd}: off by {worst}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn each_row_attends_to_its_own_positions_through_its_table() {
+        // SmolLM2-135M (9/3 of 64), Qwen2.5-0.5B (14/2 of 64), Qwen3-0.6B (16/8 of 128).
+        case(9, 3, 64, 1);
+        case(14, 2, 64, 2);
+        case(16, 8, 128, 3);
+    }
+
+    #[test]
+    fn odd_head_sizes_and_groups_over_eight_heads() {
+        // 80-wide heads (lanes hold 3 of 4 slots), a group of 12 (two blocks of heads), MHA.
+        case(4, 2, 80, 4);
+        case(12, 1, 32, 5);
+        case(4, 4, 256, 6);
+    }
+
+    #[test]
+    fn a_table_past_the_cache_is_refused_before_any_read() {
+        let device = Device::Cpu;
+        let layout = PagedRows::from_tables(&[(vec![0, 9], 20)], 16, &device).unwrap();
+        let op = PagedAttention {
+            layout: &layout,
+            heads: 2,
+            kv_heads: 1,
+            scale: 0.125,
+        };
+        let q = Tensor::zeros((1, 2, 8), DType::F32, &device).unwrap();
+        let cache = Tensor::zeros((32, 8), DType::F32, &device).unwrap();
+        let error = paged_attention(&q, &cache, &cache, &op).unwrap_err();
+        assert!(
+            error.to_string().contains("past the cache's 2 blocks"),
+            "{error}"
+        );
+    }
+}
