@@ -364,6 +364,24 @@ impl GenerateModel {
         self.engine.config()
     }
 
+    /// Whether the KV cache is paged (the dense engine): it can then hold fewer positions
+    /// than every sequence's whole context ([`StepLimits::with_kv_blocks`]), sequences
+    /// waiting for blocks. The quantised CPU engine keeps a whole context per slot.
+    pub fn paged_kv(&self) -> bool {
+        matches!(self.engine, Engine::Dense(_))
+    }
+
+    /// Bytes of KV cache a position takes: keys and values of every layer.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let element = match &self.engine {
+            // The CPU kernels' cache is f16.
+            Engine::Quantised(_) => 2,
+            Engine::Dense(model) => model.dtype.size_in_bytes() as u64,
+        };
+        let c = self.config();
+        2 * c.layers as u64 * c.kv_dim() as u64 * element
+    }
+
     /// Records where the steps of every later [`GenerateModel::generate`] call spend their
     /// time into `profile` ([`step_profile`]); `None` stops recording.
     pub fn profile_steps(&mut self, profile: Option<std::sync::Arc<StepProfile>>) {

@@ -15,6 +15,7 @@ use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
+use resident_models::generate::kv_blocks::BLOCK_SIZE;
 use resident_models::generate::prompt::{Prompt, PromptFormat};
 use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::{
@@ -96,35 +97,68 @@ fn check_model_files(roots: &FileRoots, file: &Path) -> Result<(), BackendError>
     Ok(())
 }
 
-/// Refuses a config whose KV cache, full, would not fit the actor's memory (the node's
-/// RAM on the CPU; on a GPU its VRAM share, or nine tenths of what the loaded model left
-/// free when the actor holds the whole GPU, as a job's default actors do):
-/// `max_sequences` slots of the whole context each. An allocation that fails mid-run aborts
-/// the agent; a refusal at load says what to lower.
-fn check_kv_budget(
+/// How a generate actor's KV cache fits its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KvPlan {
+    /// Every sequence's whole context fits.
+    Full,
+    /// A paged cache of this many blocks: fewer positions than every sequence's whole
+    /// context, so sequences wait for blocks and the newest is preempted when they run out.
+    Blocks(usize),
+}
+
+/// Plans the KV cache from the actor's memory (the node's RAM on the CPU; on a GPU its VRAM
+/// share, or nine tenths of what the loaded model left free when the actor holds the whole
+/// GPU, as a job's default actors do). `max_sequences` slots of the whole context each fit,
+/// or a paged cache holds what the budget allows if that is at least one whole context;
+/// otherwise the config is refused, saying what to lower. An allocation that fails mid-run
+/// aborts the agent; a refusal at load does not.
+fn plan_kv(
     model: &GenerateModel,
     max_sequences: u32,
     device: &crate::backends::DeviceAssignment,
     gpu_free_bytes: Option<u64>,
-) -> Result<(), BackendError> {
-    let shape = model.config();
-    let per_token = (shape.layers as u64)
-        .checked_mul(2 * shape.kv_dim() as u64)
-        .and_then(|v| v.checked_mul(2));
-    let full = per_token
-        .and_then(|v| v.checked_mul(model.context() as u64))
-        .and_then(|v| v.checked_mul(u64::from(max_sequences)));
+) -> Result<KvPlan, BackendError> {
     let (budget, what) = kv_budget(device, gpu_free_bytes);
-    let gib = |bytes: u64| format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30));
-    match full {
-        Some(bytes) if bytes <= budget => Ok(()),
-        _ => Err(BackendError::InvalidConfig(format!(
-            "a full KV cache ({max_sequences} sequences x {} tokens x {} layers) needs {}; {what} is {}: lower `max_sequences` or `max_context`",
-            model.context(),
-            shape.layers,
-            full.map_or("more than 16 EiB".to_owned(), gib),
-            gib(budget),
-        ))),
+    let shape = KvShape {
+        per_token: model.kv_bytes_per_token(),
+        context: model.context() as u64,
+        layers: model.config().layers,
+        paged: model.paged_kv(),
+    };
+    shape
+        .plan(max_sequences, budget, what)
+        .map_err(BackendError::InvalidConfig)
+}
+
+/// What [`plan_kv`] needs of the model (pure, for tests).
+struct KvShape {
+    per_token: u64,
+    context: u64,
+    layers: usize,
+    paged: bool,
+}
+
+impl KvShape {
+    fn plan(&self, max_sequences: u32, budget: u64, what: &str) -> Result<KvPlan, String> {
+        let one = self.per_token.checked_mul(self.context);
+        let full = one.and_then(|v| v.checked_mul(u64::from(max_sequences)));
+        let gib = |bytes: u64| format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30));
+        match (full, one) {
+            (Some(bytes), _) if bytes <= budget => Ok(KvPlan::Full),
+            (_, Some(one)) if self.paged && one <= budget => {
+                let block = self.per_token * BLOCK_SIZE as u64;
+                Ok(KvPlan::Blocks((budget / block) as usize))
+            }
+            _ => Err(format!(
+                "a full KV cache ({max_sequences} sequences x {} tokens x {} layers) needs {}; \
+                 {what} is {}: lower `max_sequences` or `max_context`",
+                self.context,
+                self.layers,
+                full.map_or("more than 16 EiB".to_owned(), gib),
+                gib(budget),
+            )),
+        }
     }
 }
 
@@ -183,10 +217,13 @@ impl GenerateActor {
             match outcome {
                 Ok(outputs) => return Ok(outputs),
                 Err(ModelError::OutOfMemory(message)) if self.limits.max_sequences > 1 => {
-                    self.limits = StepLimits::new(
-                        self.limits.max_sequences / 2,
-                        self.limits.max_step_tokens / 2,
-                    );
+                    self.limits = StepLimits {
+                        kv_blocks: self.limits.kv_blocks,
+                        ..StepLimits::new(
+                            self.limits.max_sequences / 2,
+                            self.limits.max_step_tokens / 2,
+                        )
+                    };
                     tracing::warn!(
                         max_sequences = self.limits.max_sequences,
                         max_step_tokens = self.limits.max_step_tokens,
@@ -230,17 +267,27 @@ impl TypedActor for GenerateActor {
             .max_sequences
             .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES);
         let gpu_free = resident_models::device::free_gpu_memory(&device);
-        check_kv_budget(&model, max_sequences, &context.device, gpu_free)?;
+        let mut limits = StepLimits::new(
+            max_sequences as usize,
+            config.max_step_tokens.unwrap_or(DEFAULT_MAX_STEP_TOKENS) as usize,
+        );
+        match plan_kv(&model, max_sequences, &context.device, gpu_free)? {
+            KvPlan::Full => {}
+            KvPlan::Blocks(blocks) => {
+                tracing::info!(
+                    blocks,
+                    positions = blocks * BLOCK_SIZE,
+                    max_sequences,
+                    "the KV cache holds fewer positions than every sequence's whole context: \
+                     sequences wait for blocks"
+                );
+                limits = limits.with_kv_blocks(blocks);
+            }
+        }
         Ok(Self {
             model,
             threads,
-            limits: StepLimits::new(
-                config
-                    .max_sequences
-                    .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES)
-                    as usize,
-                config.max_step_tokens.unwrap_or(DEFAULT_MAX_STEP_TOKENS) as usize,
-            ),
+            limits,
             progress: context.progress.clone(),
             _model_in_use: context.models.hold(&local),
         })
@@ -633,6 +680,34 @@ mod tests {
             assert!(completion.prompt_tokens > 5);
             assert!(!completion.truncated);
         }
+    }
+
+    #[test]
+    fn a_paged_cache_holds_what_the_budget_allows_and_a_slot_cache_must_fit_whole() {
+        // SmolLM2-135M in bf16: 30 layers x 2 x 192 x 2 bytes a position.
+        let shape = |paged| KvShape {
+            per_token: 23_040,
+            context: 8192,
+            layers: 30,
+            paged,
+        };
+        let gib = 1u64 << 30;
+        // 256 whole contexts need 45 GiB: an H200's free memory holds them.
+        assert_eq!(shape(true).plan(256, 120 * gib, "x"), Ok(KvPlan::Full));
+        // A 16 GiB T4: as many blocks as fit, sequences wait for them.
+        let blocks = (15 * gib / (23_040 * BLOCK_SIZE as u64)) as usize;
+        assert_eq!(
+            shape(true).plan(256, 15 * gib, "x"),
+            Ok(KvPlan::Blocks(blocks))
+        );
+        assert!(blocks * BLOCK_SIZE > 8192 * 80, "{blocks}");
+        // The CPU kernels' slots cannot page: refused, saying what to lower.
+        let refused = shape(false)
+            .plan(256, 15 * gib, "the actor's VRAM")
+            .unwrap_err();
+        assert!(refused.contains("lower `max_sequences`"), "{refused}");
+        // Not even one whole context: refused either way.
+        assert!(shape(true).plan(4, 100 << 20, "x").is_err());
     }
 
     #[test]
