@@ -249,6 +249,38 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
     }
 }
 
+// A projection's heads normed (when `norm` is set: Qwen3's query and key RMSNorms) and
+// rotated by their row's position, in one pass (generate/rope_heads.rs, whose CPU reference
+// this must equal): x and out are [rows, heads, head_dim], cos and sin [rows, head_dim / 2]
+// f32. Pairs (2i, 2i + 1) when `interleaved`, else (i, i + head_dim / 2). One block per
+// (row, head), a thread per pair, blockDim.x a multiple of 32.
+template <typename T>
+__device__ void rope_heads(T *out, const T *x, const float *cos, const float *sin, const T *norm,
+                           uint32_t heads, uint32_t head_dim, int interleaved, float eps) {
+    __shared__ float scratch[32];
+    const uint32_t row = blockIdx.x, head = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
+    const uint64_t base = ((uint64_t)row * heads + head) * head_dim;
+    const uint32_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+    float va = 0.0f, vb = 0.0f;
+    if (i < half) {
+        va = to_float(x[base + a]);
+        vb = to_float(x[base + b]);
+    }
+    if (norm != nullptr) {
+        const float squares = block_reduce<false>(va * va + vb * vb, scratch);
+        const float scale = rsqrtf(squares / (float)head_dim + eps);
+        if (i < half) {
+            va *= scale * to_float(norm[a]);
+            vb *= scale * to_float(norm[b]);
+        }
+    }
+    if (i < half) {
+        const float c = cos[(uint64_t)row * half + i], s = sin[(uint64_t)row * half + i];
+        out[base + a] = from_float<T>(va * c - vb * s);
+        out[base + b] = from_float<T>(va * s + vb * c);
+    }
+}
+
 // Attention over the paged KV cache (generate/paged_attention.rs, whose CPU reference this
 // must equal): out[row, head, :] = softmax(q[row, head] . k * scale) v over the row's
 // positions 0..len, read through its block table. meta holds [table start, len] per row,
@@ -386,6 +418,11 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
     }                                                                                            \
     extern "C" __global__ void argmax_rows_##NAME(const T *x, uint32_t *out, uint32_t cols) {    \
         argmax_rows<T>(x, out, cols);                                                            \
+    }                                                                                            \
+    extern "C" __global__ void rope_heads_##NAME(T *out, const T *x, const float *cos,           \
+                                                 const float *sin, const T *norm, uint32_t heads, \
+                                                 uint32_t head_dim, int interleaved, float eps) { \
+        rope_heads<T>(out, x, cos, sin, norm, heads, head_dim, interleaved, eps);                \
     }                                                                                            \
     extern "C" __global__ void masked_softmax_##NAME(T *scores, const T *bias, const float *keep, \
                                                      uint32_t heads, uint32_t t, int causal) {   \

@@ -13,7 +13,7 @@ mod cpu_bert;
 pub(crate) mod cpu_ops;
 mod encoder;
 mod fingerprint;
-mod fused;
+pub(crate) mod fused;
 #[cfg(feature = "cuda")]
 pub(crate) mod fused_cuda;
 mod load;

@@ -15,12 +15,14 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
-use super::decoder::{LlamaConfig, NextToken, RopeStyle, Row};
+use super::decoder::{LlamaConfig, NextToken, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
 use super::paged_attention::{PagedAttention, PagedRows, paged_attention};
+use super::rope_heads::{RopeHeads, rope_heads};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
+use crate::embed::fused::silu_mul;
 
 /// A linear layer's weight (`out x in`).
 pub enum DenseLinear {
@@ -270,12 +272,11 @@ fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<CacheRows> {
     CacheRows::new(at, kv.kv_dim, &kv.device)
 }
 
-/// The step's `(cos, sin)` per row and pair of head dimensions, in `dtype`.
+/// The step's `(cos, sin)` per row and pair of head dimensions, in f32.
 fn rotations(
     config: &LlamaConfig,
     rows: &[Row],
     device: &Device,
-    dtype: DType,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let freqs = config.rope_frequencies();
     let half = freqs.len();
@@ -290,17 +291,9 @@ fn rotations(
             sin.push(s);
         }
     }
-    let cos = Tensor::from_vec(cos, (rows.len(), half), device)?.to_dtype(dtype)?;
-    let sin = Tensor::from_vec(sin, (rows.len(), half), device)?.to_dtype(dtype)?;
+    let cos = Tensor::from_vec(cos, (rows.len(), half), device)?;
+    let sin = Tensor::from_vec(sin, (rows.len(), half), device)?;
     Ok((cos, sin))
-}
-
-/// Rotates `x` (`1 x heads x rows x head_dim`).
-fn rope(style: RopeStyle, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    match style {
-        RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin),
-        RopeStyle::Halves => candle_nn::rotary_emb::rope(x, cos, sin),
-    }
 }
 
 impl DenseLlama {
@@ -338,7 +331,7 @@ impl DenseLlama {
         kv.reserve_rows(rows)?;
         let ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
         let ids = Tensor::from_vec(ids, n, &self.device)?;
-        let (cos, sin) = rotations(c, rows, &self.device, self.dtype)?;
+        let (cos, sin) = rotations(c, rows, &self.device)?;
         let at = cache_rows(rows, kv)?;
         let layout = PagedRows::new(rows, &kv.blocks, &self.device)?;
         clock.lap(Phase::HostPrepare)?;
@@ -373,9 +366,9 @@ impl DenseLlama {
             clock.lap(Phase::OutProjection)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps)?;
             clock.lap(Phase::Norms)?;
-            let gate = layer.w_gate.forward(&h)?.silu()?;
+            let gate = layer.w_gate.forward(&h)?;
             let up = layer.w_up.forward(&h)?;
-            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+            x = (x + layer.w_down.forward(&silu_mul(gate, &up)?)?)?;
             clock.lap(Phase::Mlp)?;
         }
         let wanted: Vec<&Row> = rows.iter().filter(|r| r.logits).collect();
@@ -430,7 +423,7 @@ impl DenseLlama {
     }
 
     /// `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed (Qwen3)
-    /// and rotated.
+    /// and rotated, in one pass (`rope_heads.rs`).
     fn heads_rotated(
         &self,
         x: &Tensor,
@@ -439,14 +432,12 @@ impl DenseLlama {
         cos: &Tensor,
         sin: &Tensor,
     ) -> candle_core::Result<Tensor> {
-        let (n, hd) = (x.dim(0)?, self.config.head_dim);
-        let mut x = x.reshape((n, heads, hd))?;
-        if let Some(norm) = norm {
-            x = candle_nn::ops::rms_norm(&x.contiguous()?, norm, self.config.rms_eps)?;
-        }
-        let x = x.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
-        let x = rope(self.config.rope, &x, cos, sin)?;
-        x.squeeze(0)?.transpose(0, 1)?.contiguous()
+        let op = RopeHeads {
+            heads,
+            style: self.config.rope,
+            norm: norm.as_ref().map(|w| (w, f64::from(self.config.rms_eps))),
+        };
+        rope_heads(x, cos, sin, &op)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod grammar;
 pub mod kv_blocks;
 mod lanes;
 mod paged_attention;
+mod rope_heads;
 pub mod prompt;
 mod quantised;
 mod quantised_llama;
