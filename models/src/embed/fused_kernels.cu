@@ -284,45 +284,56 @@ __device__ void rope_heads(T *out, const T *x, const float *cos, const float *si
 // Attention over the paged KV cache (generate/paged_attention.rs, whose CPU reference this
 // must equal): out[row, head, :] = softmax(q[row, head] . k * scale) v over the row's
 // positions 0..len, read through its block table. meta holds [table start, len] per row,
-// then the tables; position j is cache row table[j / block_size] * block_size + j %
-// block_size. One block per (row, KV head, group of at most PA_GROUP query heads); each of
-// PA_WARPS warps takes every PA_WARPS-th key with an online softmax per query head (a lane
-// holds PER_LANE dimensions: lane, lane + 32, ...), and the warps' partial sums are merged
-// in shared memory. The KV head's keys and values are read once for all its query heads.
+// [first row, rows] per tile, then the tables; position j is cache row
+// table[j / block_size] * block_size + j % block_size. One block per (tile, KV head, slice of
+// at most PA_QUERIES of its query heads): a tile is consecutive rows of one sequence (one
+// row when it decodes, several when it prefills) sized so that rows x heads <= PA_QUERIES;
+// every key a block reads serves all of its queries. Each of PA_WARPS warps takes every
+// PA_WARPS-th key with an online softmax per query (a lane holds PER_LANE dimensions: lane,
+// lane + 32, ...), and the warps' partial sums are merged in shared memory.
 #define PA_WARPS 4
-#define PA_GROUP 8
+#define PA_QUERIES 8
 template <typename T, int PER_LANE>
 __device__ void paged_attention(T *out, const T *q, const T *keys, const T *values,
-                                const uint32_t *meta, uint32_t heads, uint32_t kv_heads,
-                                uint32_t head_dim, uint32_t block_size, float scale) {
-    __shared__ float acc_s[PA_WARPS][PA_GROUP][32 * PER_LANE];
-    __shared__ float max_s[PA_WARPS][PA_GROUP];
-    __shared__ float sum_s[PA_WARPS][PA_GROUP];
-    const uint32_t row = blockIdx.x, kvh = blockIdx.y;
+                                const uint32_t *meta, uint32_t rows, uint32_t heads,
+                                uint32_t kv_heads, uint32_t head_dim, uint32_t block_size,
+                                float scale) {
+    __shared__ float acc_s[PA_WARPS][PA_QUERIES][32 * PER_LANE];
+    __shared__ float max_s[PA_WARPS][PA_QUERIES];
+    __shared__ float sum_s[PA_WARPS][PA_QUERIES];
+    const uint32_t kvh = blockIdx.y;
     const uint32_t group = heads / kv_heads;
-    const uint32_t first = blockIdx.z * PA_GROUP;
-    const uint32_t count = min(group - first, (uint32_t)PA_GROUP);
-    const uint32_t *table = meta + meta[2 * row];
-    const uint32_t len = meta[2 * row + 1];
+    const uint32_t first_head = blockIdx.z * PA_QUERIES;
+    const uint32_t per_row = min(group - first_head, (uint32_t)PA_QUERIES);
+    const uint32_t *tile = meta + 2 * (uint64_t)rows + 2 * (uint64_t)blockIdx.x;
+    const uint32_t first_row = tile[0];
+    const uint32_t queries = min(tile[1] * per_row, (uint32_t)PA_QUERIES);
+    const uint32_t *table = meta + meta[2 * first_row];
     const uint64_t kv_dim = (uint64_t)kv_heads * head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-    float qr[PA_GROUP][PER_LANE], acc[PA_GROUP][PER_LANE], mx[PA_GROUP], sm[PA_GROUP];
+    // Query n is head first_head + n % per_row of row first_row + n / per_row.
+    float qr[PA_QUERIES][PER_LANE], acc[PA_QUERIES][PER_LANE], mx[PA_QUERIES], sm[PA_QUERIES];
+    uint32_t len[PA_QUERIES];
+    uint32_t longest = 0;
 #pragma unroll
-    for (int g = 0; g < PA_GROUP; g++) {
-        mx[g] = -INFINITY;
-        sm[g] = 0.0f;
-        const uint64_t head = (uint64_t)kvh * group + first + g;
+    for (int n = 0; n < PA_QUERIES; n++) {
+        mx[n] = -INFINITY;
+        sm[n] = 0.0f;
+        const uint32_t row = first_row + n / per_row;
+        const uint64_t head = (uint64_t)kvh * group + first_head + n % per_row;
+        len[n] = n < queries ? meta[2 * row + 1] : 0;
+        longest = max(longest, len[n]);
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             const uint32_t d = lane + 32 * i;
-            acc[g][i] = 0.0f;
-            qr[g][i] = (g < count && d < head_dim)
+            acc[n][i] = 0.0f;
+            qr[n][i] = (n < queries && d < head_dim)
                            ? to_float(q[((uint64_t)row * heads + head) * head_dim + d]) * scale
                            : 0.0f;
         }
     }
-    for (uint32_t j = warp; j < len; j += PA_WARPS) {
+    for (uint32_t j = warp; j < longest; j += PA_WARPS) {
         const uint64_t at =
             ((uint64_t)table[j / block_size] * block_size + j % block_size) * kv_dim +
             (uint64_t)kvh * head_dim;
@@ -334,50 +345,51 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
             v[i] = d < head_dim ? to_float(values[at + d]) : 0.0f;
         }
 #pragma unroll
-        for (int g = 0; g < PA_GROUP; g++) {
-            if (g < count) {
+        for (int n = 0; n < PA_QUERIES; n++) {
+            if (j < len[n]) {
                 float s = 0.0f;
 #pragma unroll
-                for (int i = 0; i < PER_LANE; i++) s += qr[g][i] * k[i];
+                for (int i = 0; i < PER_LANE; i++) s += qr[n][i] * k[i];
                 s = warp_sum(s);
-                const float m = fmaxf(mx[g], s);
-                const float c = __expf(mx[g] - m);
+                const float m = fmaxf(mx[n], s);
+                const float c = __expf(mx[n] - m);
                 const float p = __expf(s - m);
-                sm[g] = sm[g] * c + p;
+                sm[n] = sm[n] * c + p;
 #pragma unroll
-                for (int i = 0; i < PER_LANE; i++) acc[g][i] = acc[g][i] * c + p * v[i];
-                mx[g] = m;
+                for (int i = 0; i < PER_LANE; i++) acc[n][i] = acc[n][i] * c + p * v[i];
+                mx[n] = m;
             }
         }
     }
 #pragma unroll
-    for (int g = 0; g < PA_GROUP; g++) {
-        if (g < count) {
+    for (int n = 0; n < PA_QUERIES; n++) {
+        if (n < queries) {
             if (lane == 0) {
-                max_s[warp][g] = mx[g];
-                sum_s[warp][g] = sm[g];
+                max_s[warp][n] = mx[n];
+                sum_s[warp][n] = sm[n];
             }
 #pragma unroll
             for (int i = 0; i < PER_LANE; i++) {
                 const uint32_t d = lane + 32 * i;
-                if (d < head_dim) acc_s[warp][g][d] = acc[g][i];
+                if (d < head_dim) acc_s[warp][n][d] = acc[n][i];
             }
         }
     }
     __syncthreads();
-    for (uint32_t index = threadIdx.x; index < count * head_dim; index += blockDim.x) {
-        const uint32_t g = index / head_dim, d = index % head_dim;
+    for (uint32_t index = threadIdx.x; index < queries * head_dim; index += blockDim.x) {
+        const uint32_t n = index / head_dim, d = index % head_dim;
         float m = -INFINITY;
-        for (int w = 0; w < PA_WARPS; w++) m = fmaxf(m, max_s[w][g]);
+        for (int w = 0; w < PA_WARPS; w++) m = fmaxf(m, max_s[w][n]);
         float total = 0.0f, value = 0.0f;
         for (int w = 0; w < PA_WARPS; w++) {
-            if (max_s[w][g] != -INFINITY) {
-                const float c = __expf(max_s[w][g] - m);
-                total += sum_s[w][g] * c;
-                value += acc_s[w][g][d] * c;
+            if (max_s[w][n] != -INFINITY) {
+                const float c = __expf(max_s[w][n] - m);
+                total += sum_s[w][n] * c;
+                value += acc_s[w][n][d] * c;
             }
         }
-        const uint64_t head = (uint64_t)kvh * group + first + g;
+        const uint32_t row = first_row + n / per_row;
+        const uint64_t head = (uint64_t)kvh * group + first_head + n % per_row;
         out[((uint64_t)row * heads + head) * head_dim + d] =
             from_float<T>(total > 0.0f ? value / total : 0.0f);
     }
@@ -386,11 +398,11 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
 #define PAGED_ATTENTION(T, NAME, PER_LANE)                                                       \
     extern "C" __global__ void __launch_bounds__(PA_WARPS * 32)                                  \
         paged_attention_##NAME##_d##PER_LANE(T *out, const T *q, const T *keys, const T *values, \
-                                             const uint32_t *meta, uint32_t heads,               \
+                                             const uint32_t *meta, uint32_t rows, uint32_t heads, \
                                              uint32_t kv_heads, uint32_t head_dim,               \
                                              uint32_t block_size, float scale) {                 \
-        paged_attention<T, PER_LANE>(out, q, keys, values, meta, heads, kv_heads, head_dim,     \
-                                     block_size, scale);                                        \
+        paged_attention<T, PER_LANE>(out, q, keys, values, meta, rows, heads, kv_heads,         \
+                                     head_dim, block_size, scale);                              \
     }
 #define PAGED_ATTENTION_SIZES(T, NAME)                                                           \
     PAGED_ATTENTION(T, NAME, 2)                                                                  \

@@ -333,7 +333,7 @@ impl DenseLlama {
         let ids = Tensor::from_vec(ids, n, &self.device)?;
         let (cos, sin) = rotations(c, rows, &self.device)?;
         let at = cache_rows(rows, kv)?;
-        let layout = PagedRows::new(rows, &kv.blocks, &self.device)?;
+        let layout = PagedRows::new(rows, &kv.blocks, c.heads / c.kv_heads, &self.device)?;
         clock.lap(Phase::HostPrepare)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
         clock.lap(Phase::Embed)?;

@@ -22,10 +22,10 @@ pub mod grammar;
 pub mod kv_blocks;
 mod lanes;
 mod paged_attention;
-mod rope_heads;
 pub mod prompt;
 mod quantised;
 mod quantised_llama;
+mod rope_heads;
 pub mod sampling;
 pub mod step_profile;
 

@@ -20,31 +20,42 @@ use rayon::prelude::*;
 use super::decoder::Row;
 use super::kv_blocks::BlockManager;
 
+/// (row, head) queries one GPU thread block takes: the kernel's register arrays.
+pub const QUERIES_PER_BLOCK: usize = 8;
+
 /// Where each row of a step reads its keys, made once a step for every layer: per row, the
-/// start of its sequence's block table in `meta` and the positions it attends to; then the
-/// tables, one per sequence of the step.
+/// start of its sequence's block table and the positions it attends to; the tiles the GPU
+/// takes a block each (consecutive rows of one sequence, so that a prefilling sequence's
+/// rows share each key they read); then the tables, one per sequence of the step.
 pub struct PagedRows {
-    /// `[table start, len]` per row, then the tables (u32, host copy).
+    /// `[table start, len]` per row, `[first row, rows]` per tile, then the tables (u32,
+    /// host copy).
     host: Vec<u32>,
     /// The same on the GPU (the CPU reads `host`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     device: Option<Tensor>,
     rows: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tiles: usize,
     block_size: usize,
 }
 
 impl PagedRows {
     /// The layout of `rows` (each sequence's rows together, their positions reserved in
-    /// `blocks`).
-    pub fn new(rows: &[Row], blocks: &BlockManager, device: &Device) -> candle_core::Result<Self> {
-        let mut host = vec![0u32; 2 * rows.len()];
+    /// `blocks`) for a model of `group` query heads per KV head.
+    pub fn new(
+        rows: &[Row],
+        blocks: &BlockManager,
+        group: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        let mut runs = Vec::new();
         let mut start = 0;
         while start < rows.len() {
             let slot = rows[start].slot;
             let end = (start..rows.len())
                 .find(|&i| rows[i].slot != slot)
                 .unwrap_or(rows.len());
-            let table_at = host.len() as u32;
             let longest = rows[start..end]
                 .iter()
                 .map(|r| r.pos + 1)
@@ -57,40 +68,64 @@ impl PagedRows {
                     table.len()
                 );
             }
-            host.extend_from_slice(table);
-            for (i, row) in rows.iter().enumerate().take(end).skip(start) {
-                host[2 * i] = table_at;
-                host[2 * i + 1] = (row.pos + 1) as u32;
-            }
+            runs.push((table, start..end));
             start = end;
         }
-        let device = upload(&host, device)?;
-        Ok(Self {
-            host,
-            device,
-            rows: rows.len(),
-            block_size: blocks.block_size(),
-        })
+        let lens: Vec<u32> = rows.iter().map(|r| (r.pos + 1) as u32).collect();
+        Self::build(&runs, &lens, group, blocks.block_size(), device)
     }
 
-    /// A layout from raw parts, for tests: per row `(table, len)`.
+    /// A layout from raw parts, for tests: per row `(table, len)`; consecutive rows with the
+    /// same table are one sequence's.
     #[cfg(test)]
     pub fn from_tables(
         rows: &[(Vec<u32>, usize)],
+        group: usize,
         block_size: usize,
         device: &Device,
     ) -> candle_core::Result<Self> {
-        let mut host = vec![0u32; 2 * rows.len()];
-        for (i, (table, len)) in rows.iter().enumerate() {
-            host[2 * i] = host.len() as u32;
-            host[2 * i + 1] = *len as u32;
+        let mut runs: Vec<(&[u32], std::ops::Range<usize>)> = Vec::new();
+        for (i, (table, _)) in rows.iter().enumerate() {
+            match runs.last_mut() {
+                Some((last, range)) if *last == &table[..] => range.end = i + 1,
+                _ => runs.push((table, i..i + 1)),
+            }
+        }
+        let lens: Vec<u32> = rows.iter().map(|(_, len)| *len as u32).collect();
+        Self::build(&runs, &lens, group, block_size, device)
+    }
+
+    fn build(
+        runs: &[(&[u32], std::ops::Range<usize>)],
+        lens: &[u32],
+        group: usize,
+        block_size: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        let rows = lens.len();
+        // Rows a tile may take: its queries (rows x the heads of a block) fill the block.
+        let per_tile = (QUERIES_PER_BLOCK / group.clamp(1, QUERIES_PER_BLOCK)).max(1);
+        let mut tiles = Vec::new();
+        for (_, range) in runs {
+            for first in range.clone().step_by(per_tile) {
+                tiles.extend([first as u32, per_tile.min(range.end - first) as u32]);
+            }
+        }
+        let mut host = vec![0u32; 2 * rows];
+        host.extend_from_slice(&tiles);
+        for (table, range) in runs {
+            let at = host.len() as u32;
+            for row in range.clone() {
+                host[2 * row] = at;
+                host[2 * row + 1] = lens[row];
+            }
             host.extend_from_slice(table);
         }
-        let device = upload(&host, device)?;
         Ok(Self {
+            device: upload(&host, device)?,
             host,
-            device,
-            rows: rows.len(),
+            rows,
+            tiles: tiles.len() / 2,
             block_size,
         })
     }
@@ -274,11 +309,9 @@ mod cuda {
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 
-    use super::PagedAttention;
+    use super::{PagedAttention, QUERIES_PER_BLOCK};
     use crate::embed::fused_cuda::{dtype_suffix, kernel, view};
 
-    /// Query heads one thread block takes (the kernel's register arrays).
-    const GROUP_PER_BLOCK: usize = 8;
     /// Threads per block: four warps split the keys.
     const THREADS: u32 = 128;
 
@@ -327,8 +360,8 @@ mod cuda {
             view::<T>(keys.0, keys.1)?,
             view::<T>(values.0, values.1)?,
         );
-        // SAFETY: the kernel writes every element: one block per row, KV head and group of
-        // query heads, each writing its heads' head_dim values.
+        // SAFETY: the kernel writes every element: one block per tile of rows, KV head and
+        // slice of its query heads, each writing its queries' head_dim values.
         #[allow(unsafe_code)]
         let out = unsafe { dev.alloc::<T>(rows * heads * head_dim)? };
         let name = format!("paged_attention_{}_d{per_lane}", dtype_suffix(q.0.dtype())?);
@@ -336,15 +369,16 @@ mod cuda {
         let group = heads / op.kv_heads;
         let config = LaunchConfig {
             grid_dim: (
-                rows as u32,
+                op.layout.tiles as u32,
                 op.kv_heads as u32,
-                group.div_ceil(GROUP_PER_BLOCK) as u32,
+                group.div_ceil(QUERIES_PER_BLOCK) as u32,
             ),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let (heads, kv_heads, head_dim) = (heads as u32, op.kv_heads as u32, head_dim as u32);
         let block_size = op.layout.block_size as u32;
+        let rows = rows as u32;
         let mut builder = stream.launch_builder(&func);
         builder
             .arg(&out)
@@ -352,6 +386,7 @@ mod cuda {
             .arg(&kv)
             .arg(&vv)
             .arg(&meta)
+            .arg(&rows)
             .arg(&heads)
             .arg(&kv_heads)
             .arg(&head_dim)
@@ -363,7 +398,7 @@ mod cuda {
         unsafe { builder.launch(config) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
-            Shape::from((rows, (heads * head_dim) as usize)),
+            Shape::from((rows as usize, (heads * head_dim) as usize)),
         ))
     }
 }
@@ -434,29 +469,32 @@ mod tests {
         out
     }
 
-    /// Rows of several sequences, lengths across block edges, blocks out of order.
+    /// Decoding sequences (a row each), lengths across block edges, blocks out of order,
+    /// and prefilling ones (consecutive rows of one table, which the GPU takes in tiles).
     fn case(heads: usize, kv_heads: usize, hd: usize, seed: u64) {
         let bs = 16;
         let pool = 40;
-        let rows: Vec<(Vec<u32>, usize)> = [1usize, 15, 16, 17, 33, 100, 250, 7]
-            .iter()
-            .enumerate()
-            .map(|(i, &len)| {
-                let blocks = len.div_ceil(bs);
-                // Scattered, shared between rows: blocks (i * 7 + b * 13) mod pool.
-                let table = (0..blocks)
-                    .map(|b| ((i * 7 + b * 13) % pool) as u32)
-                    .collect();
-                (table, len)
-            })
-            .collect();
+        // Scattered, shared between sequences: blocks (i * 7 + b * 13) mod pool.
+        let table = |i: usize, len: usize| -> Vec<u32> {
+            (0..len.div_ceil(bs))
+                .map(|b| ((i * 7 + b * 13) % pool) as u32)
+                .collect()
+        };
+        let mut rows: Vec<(Vec<u32>, usize)> = Vec::new();
+        for (i, &len) in [1usize, 15, 16, 17, 33, 100, 250, 7].iter().enumerate() {
+            rows.push((table(i, len), len));
+        }
+        // A prompt's first 11 rows, then a chunk of a longer one from position 90 on.
+        rows.extend((1..=11).map(|len| (table(20, 11), len)));
+        rows.extend((91..=103).map(|len| (table(21, 103), len)));
+        rows.push((table(22, 5), 5));
         let kv_dim = kv_heads * hd;
         let q = noise(rows.len() * heads * hd, seed);
         let keys = noise(pool * bs * kv_dim, seed + 1);
         let values = noise(pool * bs * kv_dim, seed + 2);
         let want = expected(&q, &keys, &values, &rows, (heads, kv_heads, hd, bs));
         for device in devices() {
-            let layout = PagedRows::from_tables(&rows, bs, &device).unwrap();
+            let layout = PagedRows::from_tables(&rows, heads / kv_heads, bs, &device).unwrap();
             let op = PagedAttention {
                 layout: &layout,
                 heads,
@@ -515,10 +553,41 @@ mod tests {
         case(4, 4, 256, 6);
     }
 
+    /// The GPU's tiles: a decoding row alone, a prefilling sequence's rows in tiles that
+    /// fill a block's queries, never two sequences in one tile.
+    #[test]
+    fn tiles_fill_a_blocks_queries_with_one_sequences_rows() {
+        let tiles = |group: usize| {
+            let mut rows: Vec<(Vec<u32>, usize)> = vec![(vec![3], 9)];
+            rows.extend((1..=5).map(|len| (vec![1], len)));
+            rows.push((vec![2], 4));
+            let layout = PagedRows::from_tables(&rows, group, 16, &Device::Cpu).unwrap();
+            let at = 2 * layout.rows;
+            let tiles: Vec<(u32, u32)> = layout.host[at..at + 2 * layout.tiles]
+                .chunks(2)
+                .map(|t| (t[0], t[1]))
+                .collect();
+            // Every row of a tile reads the same table.
+            for &(first, count) in &tiles {
+                let table = layout.host[2 * first as usize];
+                for row in first..first + count {
+                    assert_eq!(layout.host[2 * row as usize], table);
+                }
+            }
+            tiles
+        };
+        // SmolLM2: 3 heads a KV head, two rows a tile (6 queries of 8).
+        assert_eq!(tiles(3), [(0, 1), (1, 2), (3, 2), (5, 1), (6, 1)]);
+        // One head a KV head: up to 8 rows.
+        assert_eq!(tiles(1), [(0, 1), (1, 5), (6, 1)]);
+        // 9 heads a KV head: the heads split over blocks, a row each.
+        assert_eq!(tiles(9).len(), 7);
+    }
+
     #[test]
     fn a_table_past_the_cache_is_refused_before_any_read() {
         let device = Device::Cpu;
-        let layout = PagedRows::from_tables(&[(vec![0, 9], 20)], 16, &device).unwrap();
+        let layout = PagedRows::from_tables(&[(vec![0, 9], 20)], 2, 16, &device).unwrap();
         let op = PagedAttention {
             layout: &layout,
             heads: 2,

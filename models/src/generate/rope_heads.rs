@@ -282,14 +282,28 @@ mod tests {
         if let Some((w, eps)) = norm {
             x = candle_nn::ops::rms_norm(&x.contiguous().unwrap(), w, eps as f32).unwrap();
         }
-        let x = x.transpose(0, 1).unwrap().unsqueeze(0).unwrap().contiguous().unwrap();
-        let (cos, sin) = (cos.to_dtype(x.dtype()).unwrap(), sin.to_dtype(x.dtype()).unwrap());
+        let x = x
+            .transpose(0, 1)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let (cos, sin) = (
+            cos.to_dtype(x.dtype()).unwrap(),
+            sin.to_dtype(x.dtype()).unwrap(),
+        );
         let x = match style {
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin),
             RopeStyle::Halves => candle_nn::rotary_emb::rope(&x, &cos, &sin),
         }
         .unwrap();
-        x.squeeze(0).unwrap().transpose(0, 1).unwrap().contiguous().unwrap()
+        x.squeeze(0)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
     }
 
     #[test]
@@ -311,10 +325,7 @@ mod tests {
             let weight = Tensor::randn(1f32, 0.2, hd, &device).unwrap();
             for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::F16, 1e-2), (DType::BF16, 8e-2)]
             {
-                let (x, weight) = (
-                    x.to_dtype(dtype).unwrap(),
-                    weight.to_dtype(dtype).unwrap(),
-                );
+                let (x, weight) = (x.to_dtype(dtype).unwrap(), weight.to_dtype(dtype).unwrap());
                 for style in [RopeStyle::Interleaved, RopeStyle::Halves] {
                     for norm in [None, Some((&weight, 1e-6))] {
                         let op = RopeHeads { heads, style, norm };
