@@ -10,7 +10,9 @@
 #     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
 #  3. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
 #     cannot travel; both engines load the same random file, so speed and parity are real);
-#  4. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use;
+#  4. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use,
+#     and our users' reference job (250,010 items x 512 tokens on 16 A6000s) estimated from
+#     this GPU by bf16 peak (benches/reference_job.py);
 #  5. the cluster (benches/gpu-cluster.sh): `resident embed` through a real scheduler and a
 #     CUDA agent process (TLS, tokens) against the bare actor, four actors sharing one GPU at
 #     0.25 each, and the NVML series on /metrics;
@@ -20,7 +22,9 @@
 #     with a token budget far past what fits; it must halve the budget and finish.
 # Every step runs even when one before it fails; failures print as FAILED lines.
 #  0b. agreement: the GPU path in f32 and bf16 against the CPU dense path (issue 42);
-#  0c. kernels: resident-models' tests built with CUDA, when carried (build-cuda.sh --tests).
+#  0c. kernels: resident-models' tests built with CUDA, when carried (build-cuda.sh --tests):
+#     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads)
+#     against its CPU reference.
 # SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
 set -uo pipefail
@@ -122,7 +126,7 @@ if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
-  "$work/models-tests" cuda device_ops step_profile --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile paged_attention rope_heads --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then
@@ -216,6 +220,17 @@ for budget in ${QWEN3_BUDGETS:-16384}; do
 done
 echo
 step "qwen3 GEMM shapes" python3 benches/qwen3_shapes.py
+# Our users' reference job (issue 43): Wikipedia articles cut at 512 tokens, estimated for
+# 16 A6000s from this GPU by bf16 peak (benches/reference_job.py).
+reference_row=$(step "resident qwen3 reference job" env RUST_LOG=warn "$work/embed-bench" \
+  --model "$work/qwen3-0.6b-random" --data "$work/wiki_long.jsonl" --limit "$limit" \
+  --replicas 1 --gpus 1 --dtype bf16 --chunk-size 4096 --max-batch-tokens 65536 \
+  --max-batch-size 4096 --max-seq-length 512 \
+  --label "resident bf16, Qwen3-0.6B random weights, Wikipedia articles cut at 512 tokens")
+echo "$reference_row"
+echo "$reference_row" | python3 benches/reference_job.py \
+  --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" ||
+  echo "FAILED: reference job estimate"
 fi
 echo
 cat "$work/parity.txt"

@@ -34,6 +34,9 @@ struct Args {
     max_batch_tokens: Option<usize>,
     #[arg(long)]
     max_batch_size: Option<usize>,
+    /// Cuts every text to this many tokens (the model's own limit otherwise).
+    #[arg(long)]
+    max_seq_length: Option<usize>,
 
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -94,6 +97,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(size) = args.max_batch_size {
         spec = spec.max_batch_size(size);
+    }
+    if let Some(tokens) = args.max_seq_length {
+        spec = spec.max_seq_length(tokens);
     }
 
     let pool = cluster

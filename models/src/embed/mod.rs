@@ -519,10 +519,9 @@ impl Embedder {
             ),
             false => 0,
         };
-        let tokenize_threads = config.tokenize_threads.unwrap_or(if gpu {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
-        } else {
-            1
+        let tokenize_threads = config.tokenize_threads.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            default_tokenize_threads(gpu, cores, gpus_on_host(gpu))
         });
         let preparer = TextPreparer::new(
             tokenizer,
@@ -1000,9 +999,57 @@ impl Embedder {
     }
 }
 
+/// Threads that tokenise an actor's chunks when its config does not say: one on the CPU,
+/// where the cores run the model; on a GPU the node's cores shared by its GPUs (2 to 32), so
+/// that an actor per GPU tokenises the next chunk faster than its GPU embeds this one, even
+/// on long documents (the preparation thread runs one chunk ahead).
+fn default_tokenize_threads(gpu: bool, cores: usize, gpus: usize) -> usize {
+    match gpu {
+        false => 1,
+        true => (cores / gpus.max(1)).clamp(2, 32),
+    }
+}
+
+/// The GPUs this process sees (1 when it cannot tell).
+fn gpus_on_host(gpu: bool) -> usize {
+    #[cfg(feature = "cuda")]
+    if gpu {
+        use candle_core::cuda_backend::cudarc::driver::CudaContext;
+        return CudaContext::device_count().map_or(1, |n| n.max(1) as usize);
+    }
+    let _ = gpu;
+    1
+}
+
 #[cfg(test)]
 mod tests {
-    use super::mean_of_windows;
+    use super::{default_tokenize_threads, mean_of_windows};
+
+    #[test]
+    fn a_gpu_actor_tokenises_on_its_share_of_the_nodes_cores() {
+        assert_eq!(
+            default_tokenize_threads(false, 64, 8),
+            1,
+            "CPU actors run the model"
+        );
+        assert_eq!(
+            default_tokenize_threads(true, 16, 1),
+            16,
+            "one H200, 16 cores"
+        );
+        assert_eq!(
+            default_tokenize_threads(true, 64, 8),
+            8,
+            "8 A6000s, 64 cores"
+        );
+        assert_eq!(
+            default_tokenize_threads(true, 4, 1),
+            4,
+            "g5.xlarge: one A10G, 4 cores"
+        );
+        assert_eq!(default_tokenize_threads(true, 2, 8), 2, "at least two");
+        assert_eq!(default_tokenize_threads(true, 192, 1), 32, "at most 32");
+    }
 
     #[test]
     fn windows_average_per_text_and_rescale_when_the_model_normalises() {
