@@ -6,19 +6,20 @@
 //!
 //! One candle op with two implementations of one function:
 //! - the CPU reference ([`PagedAttention`]'s `cpu_fwd`): a two-pass softmax in f32 per row
-//!   and head, rows in parallel. It is the CPU dense path's attention, and what the CUDA
-//!   kernel is tested against;
+//!   and head (vectorised dot products), rows in parallel; f16 and bf16 go through f32. It
+//!   is the CPU dense path's attention, and what the CUDA kernel is tested against;
 //! - the CUDA kernel (`paged_attention_*` in `embed/fused_kernels.cu`): one thread block per
 //!   row and KV head (and group of at most 8 query heads), four warps splitting the keys with
 //!   an online softmax each, merged in shared memory; the KV head's keys and values are read
 //!   once for all its query heads (grouped-query attention).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor, WithDType};
+use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::decoder::Row;
 use super::kv_blocks::BlockManager;
+use super::lanes::{self, Width};
 
 /// (row, head) queries one GPU thread block takes: the kernel's register arrays.
 pub const QUERIES_PER_BLOCK: usize = 8;
@@ -195,48 +196,49 @@ pub fn paged_attention(
     if rows == 0 {
         return Tensor::zeros((0, heads * head_dim), q.dtype(), q.device());
     }
+    if q.device().is_cpu() && q.dtype() != DType::F32 {
+        // The CPU reference runs in f32 (the CPU dense path's dtype); others convert.
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+        return paged_attention(&f32(&q)?, &f32(keys)?, &f32(values)?, op)?.to_dtype(q.dtype());
+    }
     q.apply_op3_no_bwd(&keys.contiguous()?, &values.contiguous()?, op)
 }
 
 impl PagedAttention<'_> {
-    fn cpu<T: WithDType>(&self, q: &[T], keys: &[T], values: &[T], head_dim: usize) -> Vec<T> {
+    /// The reference: per row and head, scores in f32 with [`lanes::dot`] (vectorised), a
+    /// two-pass softmax, and the weighted values summed in f32.
+    fn cpu(&self, q: &[f32], keys: &[f32], values: &[f32], head_dim: usize) -> Vec<f32> {
         let (heads, kv_heads, bs) = (self.heads, self.kv_heads, self.layout.block_size);
         let (group, kv_dim) = (heads / kv_heads, kv_heads * head_dim);
         let width = heads * head_dim;
-        let mut out = vec![T::zero(); self.layout.rows * width];
+        let lanes = Width::Eight;
+        let mut out = vec![0f32; self.layout.rows * width];
         out.par_chunks_mut(width)
             .enumerate()
             .for_each(|(row, out)| {
                 let (table, len) = self.layout.table_of(row);
                 let cache_row = |j: usize| (table[j / bs] as usize * bs + j % bs) * kv_dim;
                 let mut scores = vec![0f32; len];
-                let mut acc = vec![0f32; head_dim];
                 for head in 0..heads {
                     let kv = (head / group) * head_dim;
                     let query = &q[(row * heads + head) * head_dim..][..head_dim];
                     for (j, score) in scores.iter_mut().enumerate() {
                         let key = &keys[cache_row(j) + kv..][..head_dim];
-                        let dot: f32 = query
-                            .iter()
-                            .zip(key)
-                            .map(|(a, b)| a.to_f64() as f32 * b.to_f64() as f32)
-                            .sum();
-                        *score = dot * self.scale;
+                        *score = lanes::dot(lanes, query, key) * self.scale;
                     }
                     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let mut total = 0f32;
-                    acc.fill(0.0);
+                    let acc = &mut out[head * head_dim..][..head_dim];
                     for (j, score) in scores.iter().enumerate() {
                         let p = (score - max).exp();
                         total += p;
                         let value = &values[cache_row(j) + kv..][..head_dim];
                         for (a, v) in acc.iter_mut().zip(value) {
-                            *a += p * v.to_f64() as f32;
+                            *a += p * v;
                         }
                     }
-                    let out = &mut out[head * head_dim..][..head_dim];
-                    for (o, a) in out.iter_mut().zip(&acc) {
-                        *o = T::from_f64(f64::from(a / total));
+                    for a in acc.iter_mut() {
+                        *a /= total;
                     }
                 }
             });
@@ -260,31 +262,15 @@ impl candle_core::CustomOp3 for PagedAttention<'_> {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, heads, head_dim) = ql.shape().dims3()?;
         let shape = Shape::from((rows, heads * head_dim));
-        fn part<'s, T: WithDType>(s: &'s CpuStorage, l: &Layout) -> candle_core::Result<&'s [T]> {
-            let all = s.as_slice::<T>()?;
+        fn part<'s>(s: &'s CpuStorage, l: &Layout) -> candle_core::Result<&'s [f32]> {
+            let all = s.as_slice::<f32>()?;
             Ok(&all[l.start_offset()..l.start_offset() + l.shape().elem_count()])
         }
-        let out = match q.dtype() {
-            DType::F32 => CpuStorage::F32(self.cpu::<f32>(
-                part(q, ql)?,
-                part(keys, kl)?,
-                part(values, vl)?,
-                head_dim,
-            )),
-            DType::F16 => CpuStorage::F16(self.cpu::<half::f16>(
-                part(q, ql)?,
-                part(keys, kl)?,
-                part(values, vl)?,
-                head_dim,
-            )),
-            DType::BF16 => CpuStorage::BF16(self.cpu::<half::bf16>(
-                part(q, ql)?,
-                part(keys, kl)?,
-                part(values, vl)?,
-                head_dim,
-            )),
-            other => candle_core::bail!("paged attention takes f32, f16 or bf16, not {other:?}"),
-        };
+        if q.dtype() != DType::F32 {
+            candle_core::bail!("paged attention on the CPU takes f32 (`paged_attention` converts)");
+        }
+        let out =
+            CpuStorage::F32(self.cpu(part(q, ql)?, part(keys, kl)?, part(values, vl)?, head_dim));
         Ok((out, shape))
     }
 
