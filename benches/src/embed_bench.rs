@@ -80,14 +80,8 @@ fn main() -> anyhow::Result<()> {
         .block_on(run(args))
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let texts = read_texts(&args.data, args.limit)?;
-    let cluster = Cluster::local(LocalConfig::default()).await?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let replicas = args
-        .replicas
-        .unwrap_or(if args.gpus > 0.0 { 1 } else { cores });
-    let load_started = Instant::now();
+/// The bench's pool as the flags describe it.
+fn pool_spec(args: &Args, replicas: u32) -> EmbedPoolSpec {
     let mut spec = EmbedPoolSpec::new("bench", &args.model)
         .replicas(replicas)
         .gpus(args.gpus, if args.gpus > 0.0 { args.vram_gib } else { 0.0 })
@@ -101,9 +95,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(tokens) = args.max_seq_length {
         spec = spec.max_seq_length(tokens);
     }
+    spec
+}
 
+async fn run(args: Args) -> anyhow::Result<()> {
+    let texts = read_texts(&args.data, args.limit)?;
+    let cluster = Cluster::local(LocalConfig::default()).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let replicas = args
+        .replicas
+        .unwrap_or(if args.gpus > 0.0 { 1 } else { cores });
+    let load_started = Instant::now();
     let pool = cluster
-        .create_embed_pool(spec, Duration::from_secs(300))
+        .create_embed_pool(pool_spec(&args, replicas), Duration::from_secs(300))
         .await?;
     let load_s = load_started.elapsed().as_secs_f64();
 
