@@ -171,10 +171,10 @@ pub fn paged_attention(
     if rows != op.layout.rows
         || heads != op.heads
         || op.kv_heads == 0
-        || heads % op.kv_heads != 0
+        || !heads.is_multiple_of(op.kv_heads)
         || kv_dim != op.kv_heads * head_dim
         || values.dims() != [cache_rows, kv_dim]
-        || cache_rows % op.layout.block_size != 0
+        || !cache_rows.is_multiple_of(op.layout.block_size)
     {
         candle_core::bail!(
             "paged attention of queries {:?} over caches {:?}/{:?}: {} rows, {}/{} heads, blocks \

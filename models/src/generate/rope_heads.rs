@@ -46,7 +46,7 @@ pub fn rope_heads(
     });
     if op.heads == 0
         || width != op.heads * head_dim
-        || head_dim % 2 != 0
+        || !head_dim.is_multiple_of(2)
         || cos.dims() != [rows, half]
         || sin.dims() != [rows, half]
         || cos.dtype() != DType::F32
