@@ -222,20 +222,24 @@ mod cuda {
     }
 }
 
+/// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine): where
+/// the kernels' tests run.
+#[cfg(test)]
+pub(super) fn test_devices() -> Vec<Device> {
+    #[cfg(feature = "cuda")]
+    let gpu = Device::new_cuda(0)
+        .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
+        .ok();
+    #[cfg(not(feature = "cuda"))]
+    let gpu = None;
+    std::iter::once(Device::Cpu).chain(gpu).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine).
-    fn devices() -> Vec<Device> {
-        #[cfg(feature = "cuda")]
-        let gpu = Device::new_cuda(0)
-            .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
-            .ok();
-        #[cfg(not(feature = "cuda"))]
-        let gpu = None;
-        std::iter::once(Device::Cpu).chain(gpu).collect()
-    }
+    use super::test_devices as devices;
 
     #[test]
     fn rows_land_where_the_index_says_and_nowhere_else() {

@@ -393,16 +393,7 @@ mod cuda {
 mod tests {
     use super::*;
 
-    /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine).
-    fn devices() -> Vec<Device> {
-        #[cfg(feature = "cuda")]
-        let gpu = Device::new_cuda(0)
-            .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
-            .ok();
-        #[cfg(not(feature = "cuda"))]
-        let gpu = None;
-        std::iter::once(Device::Cpu).chain(gpu).collect()
-    }
+    use super::super::device_ops::test_devices as devices;
 
     /// Deterministic values in [-1, 1).
     fn noise(n: usize, seed: u64) -> Vec<f32> {

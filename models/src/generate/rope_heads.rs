@@ -257,15 +257,7 @@ mod tests {
 
     use super::*;
 
-    fn devices() -> Vec<Device> {
-        #[cfg(feature = "cuda")]
-        let gpu = Device::new_cuda(0)
-            .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
-            .ok();
-        #[cfg(not(feature = "cuda"))]
-        let gpu = None;
-        std::iter::once(Device::Cpu).chain(gpu).collect()
-    }
+    use super::super::device_ops::test_devices as devices;
 
     /// candle's own ops, as the dense path ran them before: the layout copies, the norm,
     /// candle's rope.
