@@ -188,25 +188,15 @@ impl DenseKv {
 
     /// Reserves every sequence's rows of a step (each sequence's rows together).
     fn reserve_rows(&mut self, rows: &[Row]) -> candle_core::Result<()> {
-        let mut start = 0;
-        while start < rows.len() {
-            let slot = rows[start].slot;
-            let end = (start..rows.len())
-                .find(|&i| rows[i].slot != slot)
-                .unwrap_or(rows.len());
-            let first = rows[start..end].iter().map(|r| r.pos).min().unwrap_or(0);
-            let last = rows[start..end]
-                .iter()
-                .map(|r| r.pos + 1)
-                .max()
-                .unwrap_or(0);
-            match self.reserve(slot, first, last) {
+        for seq in rows.chunk_by(|a, b| a.slot == b.slot) {
+            let first = seq.iter().map(|r| r.pos).min().unwrap_or(0);
+            let last = seq.iter().map(|r| r.pos + 1).max().unwrap_or(0);
+            match self.reserve(seq[0].slot, first, last) {
                 Ok(()) => {}
                 // "out of memory" in the text: `ModelError::from` tells it apart.
                 Err(ReserveError::OutOfBlocks(full)) => candle_core::bail!("out of memory: {full}"),
                 Err(ReserveError::Device(error)) => return Err(error),
             }
-            start = end;
         }
         Ok(())
     }

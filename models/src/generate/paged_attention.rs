@@ -52,16 +52,9 @@ impl PagedRows {
     ) -> candle_core::Result<Self> {
         let mut runs = Vec::new();
         let mut start = 0;
-        while start < rows.len() {
-            let slot = rows[start].slot;
-            let end = (start..rows.len())
-                .find(|&i| rows[i].slot != slot)
-                .unwrap_or(rows.len());
-            let longest = rows[start..end]
-                .iter()
-                .map(|r| r.pos + 1)
-                .max()
-                .unwrap_or(0);
+        for seq in rows.chunk_by(|a, b| a.slot == b.slot) {
+            let (slot, end) = (seq[0].slot, start + seq.len());
+            let longest = seq.iter().map(|r| r.pos + 1).max().unwrap_or(0);
             let table = blocks.table(slot);
             if blocks.blocks_for(longest) > table.len() {
                 candle_core::bail!(
