@@ -23,7 +23,8 @@
 # Every step runs even when one before it fails; failures print as FAILED lines.
 #  0b. agreement: the GPU path in f32 and bf16 against the CPU dense path (issue 42);
 #  0c. kernels: resident-models' tests built with CUDA, when carried (build-cuda.sh --tests):
-#     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads)
+#     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads,
+#     the sampled draw)
 #     against its CPU reference.
 # SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
@@ -110,6 +111,13 @@ if [[ $sections == *generate* ]]; then
   step "resident generate-bench --profile, decode-bound" env RUST_LOG=warn "$work/generate-bench" \
     --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
     --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 64,256 --profile
+  # Sampled rows (temperature, top-k, top-p) drawn on the device (issue 42 item 5) against
+  # greedy at the same 256 in flight.
+  echo
+  echo "Decode-bound, 256 in flight: greedy against sampled (temperature 0.8, top-k 50, top-p 0.95)"
+  step "resident generate-bench, sampled" env RUST_LOG=warn "$work/generate-bench" \
+    --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
+    --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 256 --decoding plain,sampled
 fi
 if [[ $sections == *agreement* ]]; then
   # Correct, not just fast (issue 42): on the same random weights of SmolLM2's shape, the
@@ -126,7 +134,7 @@ if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
-  "$work/models-tests" cuda device_ops step_profile paged_attention rope_heads --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile paged_attention rope_heads generate::draw:: --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then
@@ -207,7 +215,9 @@ fi
 if [[ $sections == *qwen3* ]]; then
 step "qwen3 random weights" python3 benches/qwen3_random.py \
   --tokenizer "$work/qwen3-tokenizer.json" --out "$work/qwen3-0.6b-random" >&2
-for budget in ${QWEN3_BUDGETS:-16384}; do
+# QWEN3_COMPARE=0 runs the reference job alone (no rows against transformers, no GEMM shapes).
+[[ ${QWEN3_COMPARE:-1} == 0 ]] && QWEN3_BUDGETS=
+for budget in ${QWEN3_BUDGETS-16384}; do
   for data in wiki_vital wiki_long; do
     step "resident qwen3 $data" env RUST_LOG=warn "$work/embed-bench" --model "$work/qwen3-0.6b-random" \
       --data "$work/$data.jsonl" --limit "$limit" --replicas 1 --gpus 1 --dtype bf16 \
@@ -219,7 +229,7 @@ for budget in ${QWEN3_BUDGETS:-16384}; do
   done
 done
 echo
-step "qwen3 GEMM shapes" python3 benches/qwen3_shapes.py
+[[ ${QWEN3_COMPARE:-1} == 0 ]] || step "qwen3 GEMM shapes" python3 benches/qwen3_shapes.py
 # Our users' reference job (issue 43): Wikipedia articles cut at 512 tokens, estimated for
 # 16 A6000s from this GPU by bf16 peak (benches/reference_job.py).
 reference_row=$(step "resident qwen3 reference job" env RUST_LOG=warn "$work/embed-bench" \

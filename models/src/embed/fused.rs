@@ -57,6 +57,45 @@ pub fn silu_mul(gate: Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
     candle_nn::ops::silu(&gate)? * up
 }
 
+/// `silu(gate) * up` for `[rows, 2 * cols]` rows holding gate then up side by side (the
+/// product of stacked gate and up weights), as `[rows, cols]`.
+pub fn silu_mul_halves(gate_up: &Tensor) -> candle_core::Result<Tensor> {
+    let (_, width) = gate_up.dims2()?;
+    if !width.is_multiple_of(2) {
+        candle_core::bail!("silu_mul_halves of rows {width} wide: gate and up are not halves");
+    }
+    #[cfg(feature = "cuda")]
+    if gate_up.device().is_cuda() && gate_up.is_contiguous() {
+        return gate_up.apply_op1_no_bwd(&super::fused_cuda::SiluMulHalves);
+    }
+    let cols = width / 2;
+    candle_nn::ops::silu(&gate_up.narrow(1, 0, cols)?)? * gate_up.narrow(1, cols, cols)?
+}
+
+/// The residual add of a pre-norm layer and the norm after it, in one pass on CUDA:
+/// `(x + y, rms_norm(x + y) * weight)` for `[rows, cols]` rows, the norm taken of the sum
+/// as stored (rounded to the dtype), as the two candle ops compute it everywhere else.
+pub fn add_rms_norm(
+    x: &Tensor,
+    y: &Tensor,
+    weight: &Tensor,
+    eps: f32,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda()
+        && x.rank() == 2
+        && [x, y, weight]
+            .iter()
+            .all(|t| t.is_contiguous() && t.dtype() == x.dtype())
+    {
+        let both = x.apply_op3_no_bwd(y, weight, &super::fused_cuda::AddRmsNorm { eps })?;
+        return Ok((both.get(0)?, both.get(1)?));
+    }
+    let sum = (x + y)?;
+    let normed = candle_nn::ops::rms_norm(&sum, weight, eps)?;
+    Ok((sum, normed))
+}
+
 /// What [`attention_probs`] masks out. Built once per forward and shared by every layer.
 pub struct AttentionMask<'a> {
     /// `[heads, t, t]`, added to the scores (MPNet's relative position bias).
@@ -280,6 +319,44 @@ mod cuda_tests {
                 let got = bias_add(y.copy().unwrap(), &bias, res.as_ref(), gelu).unwrap();
                 let error = relative_error(&got, &want);
                 assert!(error < tolerance(dtype), "{dtype:?} {rows}x{cols}: {error}");
+            }
+        }
+    }
+
+    #[test]
+    fn silu_mul_halves_matches_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            for (rows, cols) in [(1, 1536), (5, 40), (512, 4864)] {
+                let x = random(&[rows, 2 * cols], dtype, &gpu);
+                let want = silu_mul_halves(&reference_input(&x)).unwrap();
+                let got = silu_mul_halves(&x).unwrap();
+                assert_eq!(got.dims(), &[rows, cols]);
+                let error = relative_error(&got, &want);
+                assert!(error < tolerance(dtype), "{dtype:?} {rows}x{cols}: {error}");
+            }
+        }
+    }
+
+    #[test]
+    fn add_rms_norm_matches_candle() {
+        let Some(gpu) = gpu() else { return };
+        for dtype in DTYPES {
+            for (rows, cols) in [(1, 576), (7, 40), (300, 1024), (3000, 896)] {
+                let x = random(&[rows, cols], dtype, &gpu);
+                let y = random(&[rows, cols], dtype, &gpu);
+                let weight = random(&[cols], dtype, &gpu);
+                let cpu = reference_input;
+                let (want_sum, want_normed) =
+                    add_rms_norm(&cpu(&x), &cpu(&y), &cpu(&weight), 1e-6).unwrap();
+                let (sum, normed) = add_rms_norm(&x, &y, &weight, 1e-6).unwrap();
+                for (got, want, what) in [(sum, want_sum, "sum"), (normed, want_normed, "norm")] {
+                    let error = relative_error(&got, &want);
+                    assert!(
+                        error < tolerance(dtype),
+                        "{dtype:?} {rows}x{cols} {what}: {error}"
+                    );
+                }
             }
         }
     }

@@ -251,6 +251,164 @@ impl InplaceOp2 for SiluMul {
     }
 }
 
+/// `silu(gate) * up` of `[rows, 2 * cols]` rows (gate, then up), as `[rows, cols]`.
+pub struct SiluMulHalves;
+
+impl SiluMulHalves {
+    fn launch<T: CudaDType + DeviceRepr>(
+        storage: &CudaStorage,
+        layout: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (rows, width) = layout.shape().dims2()?;
+        let cols = width / 2;
+        let dev = storage.device().clone();
+        let x = view::<T>(storage, layout)?;
+        let n = (rows * cols) as u64;
+        // SAFETY: the kernel writes every one of the n elements.
+        #[allow(unsafe_code)]
+        let out = unsafe { dev.alloc::<T>(rows * cols)? };
+        let name = format!("silu_mul_halves_{}", dtype_suffix(storage.dtype())?);
+        let (stream, func) = kernel(&dev, &name)?;
+        let config = LaunchConfig {
+            grid_dim: (
+                (n.div_ceil(u64::from(THREADS))).clamp(1, 1 << 20) as u32,
+                1,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cols = cols as u32;
+        let mut builder = stream.launch_builder(&func);
+        builder.arg(&out).arg(&x).arg(&n).arg(&cols);
+        // SAFETY: reads the rows x 2 cols input, writes rows x cols.
+        #[allow(unsafe_code)]
+        if n > 0 {
+            unsafe { builder.launch(config) }.w()?;
+        }
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((rows, cols as usize)),
+        ))
+    }
+}
+
+impl candle_core::CustomOp1 for SiluMulHalves {
+    fn name(&self) -> &'static str {
+        "resident-silu-mul-halves"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("resident-silu-mul-halves runs on CUDA only")
+    }
+
+    fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
+        match storage.dtype() {
+            DType::F32 => Self::launch::<f32>(storage, layout),
+            DType::F16 => Self::launch::<half::f16>(storage, layout),
+            DType::BF16 => Self::launch::<half::bf16>(storage, layout),
+            other => candle_core::bail!("silu_mul_halves takes f32, f16 or bf16, not {other:?}"),
+        }
+    }
+}
+
+/// `x + y` and its RMSNorm times `weight`, for `[rows, cols]` rows `x` and `y` and a
+/// `[cols]` weight: one output of `[2, rows, cols]`, the sum then the normed rows.
+pub struct AddRmsNorm {
+    pub eps: f32,
+}
+
+impl AddRmsNorm {
+    fn launch<T: CudaDType + DeviceRepr>(
+        &self,
+        x: (&CudaStorage, &Layout),
+        y: (&CudaStorage, &Layout),
+        weight: (&CudaStorage, &Layout),
+    ) -> Result<(CudaStorage, Shape)> {
+        let (rows, cols) = x.1.shape().dims2()?;
+        if y.1.shape() != x.1.shape() || weight.1.shape().dims() != [cols] {
+            candle_core::bail!(
+                "add_rms_norm of {:?}, {:?} and a weight of {:?}",
+                x.1.shape(),
+                y.1.shape(),
+                weight.1.shape()
+            );
+        }
+        let dev = x.0.device().clone();
+        let (xs, ys, ws) = (
+            view::<T>(x.0, x.1)?,
+            view::<T>(y.0, y.1)?,
+            view::<T>(weight.0, weight.1)?,
+        );
+        // SAFETY: the kernel writes every element of both halves.
+        #[allow(unsafe_code)]
+        let out = unsafe { dev.alloc::<T>(2 * rows * cols)? };
+        let name = format!("add_rms_norm_{}", dtype_suffix(x.0.dtype())?);
+        let (stream, func) = kernel(&dev, &name)?;
+        let config = LaunchConfig {
+            grid_dim: (rows.max(1) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (rows_arg, cols_arg) = (rows as u32, cols as u32);
+        let mut builder = stream.launch_builder(&func);
+        builder
+            .arg(&out)
+            .arg(&xs)
+            .arg(&ys)
+            .arg(&ws)
+            .arg(&rows_arg)
+            .arg(&cols_arg)
+            .arg(&self.eps);
+        // SAFETY: block r reads row r of x and y and the weight, and writes row r of each
+        // half of `out` (2 x rows x cols).
+        #[allow(unsafe_code)]
+        if rows > 0 {
+            unsafe { builder.launch(config) }.w()?;
+        }
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((2, rows, cols)),
+        ))
+    }
+}
+
+impl candle_core::CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "resident-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("resident-add-rms-norm runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        y: &CudaStorage,
+        yl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (x, y, w) = ((x, xl), (y, yl), (w, wl));
+        match x.0.dtype() {
+            DType::F32 => self.launch::<f32>(x, y, w),
+            DType::F16 => self.launch::<half::f16>(x, y, w),
+            DType::BF16 => self.launch::<half::bf16>(x, y, w),
+            other => candle_core::bail!("add_rms_norm takes f32, f16 or bf16, not {other:?}"),
+        }
+    }
+}
+
 /// Softmax over the last axis of `[batch, heads, t, t]` scores, in place, with an optional
 /// `[heads, t, t]` bias (operand 2), keys masked by an f32 `[batch, t]` keep mask (operand 3,
 /// when `keep`), and causal masking (when `causal`).

@@ -46,6 +46,17 @@ template <typename T> __device__ void silu_mul(T *gate, const T *up, size_t n) {
     }
 }
 
+// out[r, c] = silu(x[r, c]) * x[r, cols + c] for rows of 2 * cols (gate, then up: the product
+// of stacked gate and up weights), n = rows * cols outputs.
+template <typename T> __device__ void silu_mul_halves(T *out, const T *x, uint64_t n, uint32_t cols) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t row = i / cols, col = i % cols, in = row * 2 * cols + col;
+        float g = to_float(x[in]);
+        out[i] = from_float<T>(g / (1.0f + __expf(-g)) * to_float(x[in + cols]));
+    }
+}
+
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
     return v;
@@ -64,6 +75,27 @@ template <bool IS_MAX> __device__ float block_reduce(float v, float *scratch) {
     __syncthreads();
     v = lane < warps ? scratch[lane] : (IS_MAX ? -INFINITY : 0.0f);
     return IS_MAX ? warp_max(v) : warp_sum(v);
+}
+
+// out[0] = x + y and out[1] = rmsnorm(out[0]) * weight, for [rows, cols] rows: a pre-norm
+// layer's residual add and the norm after it in one pass (fused.rs). The norm is taken of the
+// sum as stored, rounded to T, as candle's two ops take it. One block per row.
+template <typename T>
+__device__ void add_rms_norm(T *out, const T *x, const T *y, const T *weight, uint32_t rows,
+                             uint32_t cols, float eps) {
+    __shared__ float scratch[32];
+    const uint64_t base = (uint64_t)blockIdx.x * cols;
+    T *sum = out + base, *normed = out + (uint64_t)rows * cols + base;
+    float squares = 0.0f;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        T s = from_float<T>(to_float(x[base + c]) + to_float(y[base + c]));
+        sum[c] = s;
+        float f = to_float(s);
+        squares += f * f;
+    }
+    const float scale = rsqrtf(block_reduce<false>(squares, scratch) / (float)cols + eps);
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x)
+        normed[c] = from_float<T>(to_float(sum[c]) * scale * to_float(weight[c]));
 }
 
 // Attention probabilities, in place: for each row (batch b, head h, query q) of the scores
@@ -190,17 +222,18 @@ extern "C" __global__ void merge_heads(const uint4 *src, uint4 *dst, uint32_t ba
 }
 
 // The generation engine's (generate/device_ops.rs), beside the encoders' for one build.
-// dst[index[r], :] = src[r, :] for `rows` rows of `width` elements: every element its own
+// dst[index[r], :] = src[r, :] for `rows` rows of `width` elements, `src_stride` apart (the
+// value columns of a fused QKV product): every element its own
 // thread (candle's scatter walks the rows one after another in each thread, so a 512-row
 // KV write ran 512 dependent steps).
 template <typename T>
 __device__ void scatter_rows(T *dst, const T *src, const uint32_t *index, uint64_t rows,
-                             uint32_t width) {
+                             uint32_t width, uint64_t src_stride) {
     uint64_t n = rows * width;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t row = i / width, col = i % width;
-        dst[(uint64_t)index[row] * width + col] = src[i];
+        dst[(uint64_t)index[row] * width + col] = src[row * src_stride + col];
     }
 }
 
@@ -249,22 +282,147 @@ __device__ void argmax_rows(const T *x, uint32_t *out, uint32_t cols) {
     }
 }
 
+// A sampled token per row of logits (generate/draw.rs, whose draw_token this must equal but
+// for rounding): params holds temperature, top_k, top_p, min_p and a uniform u per row. The
+// kept set is a prefix of the row in (logit desc, id asc) order, so it is found without a
+// sort: a cut (key, id) keeps the elements above `key` and those at `key` up to `id`, and
+// each cut comes from a bisection over the 32 bits of an order-preserving key of the scaled
+// logit, then over the ids among equals. Every step is a block reduction over the row in a
+// fixed order, so a row's draw is the same on every run. The draw walks the kept set in id
+// order: the first kept id whose prefix weight reaches u times their total. One block per row.
+struct SampleCut {
+    uint32_t key, id;
+};
+__device__ __forceinline__ bool sample_within(SampleCut cut, uint32_t key, uint32_t id) {
+    return key > cut.key || (key == cut.key && id <= cut.id);
+}
+// The order-preserving unsigned key of a float (larger float, larger key).
+__device__ __forceinline__ uint32_t sample_key(float v) {
+    uint32_t b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+struct SampleRow {
+    float temperature, smax, floor;
+    SampleCut k, p;
+};
+// The count (or weight, when `weigh`) of the row's kept elements within `query` and at ids
+// up to `last`; every thread gets it.
+template <typename T>
+__device__ float sample_measure(const T *row, uint32_t cols, const SampleRow &s, SampleCut query,
+                                uint32_t last, bool weigh, float *scratch) {
+    float sum = 0.0f;
+    for (uint32_t c = threadIdx.x; c < cols && c <= last; c += blockDim.x) {
+        float v = to_float(row[c]);
+        if (!isfinite(v)) continue;
+        float scaled = v / s.temperature;
+        uint32_t key = sample_key(scaled);
+        if (scaled >= s.floor && sample_within(s.k, key, c) && sample_within(s.p, key, c) &&
+            sample_within(query, key, c))
+            sum += weigh ? expf(scaled - s.smax) : 1.0f;
+    }
+    return block_reduce<false>(sum, scratch);
+}
+// The shortest prefix (in key desc, id asc order) of the kept elements whose measure reaches
+// `target` (which the whole set reaches).
+template <typename T>
+__device__ SampleCut sample_cut(const T *row, uint32_t cols, const SampleRow &s, float target,
+                                bool weigh, float *scratch) {
+    SampleCut cut = {0u, 0xffffffffu};
+    for (int bit = 31; bit >= 0; --bit) {
+        SampleCut wider = {cut.key | (1u << bit), 0xffffffffu};
+        if (sample_measure(row, cols, s, wider, 0xffffffffu, weigh, scratch) >= target)
+            cut.key = wider.key;
+    }
+    uint32_t lo = 0, hi = cols - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        SampleCut at = {cut.key, mid};
+        if (sample_measure(row, cols, s, at, 0xffffffffu, weigh, scratch) >= target) hi = mid;
+        else lo = mid + 1;
+    }
+    cut.id = lo;
+    return cut;
+}
+template <typename T>
+__device__ void sample_rows(const T *logits, const float *params, uint32_t *out, uint32_t cols) {
+    __shared__ float scratch[32];
+    const T *row = logits + (uint64_t)blockIdx.x * cols;
+    const float *p = params + 5 * (uint64_t)blockIdx.x;
+    const float temperature = p[0], top_p = p[2], min_p = p[3], uniform = p[4];
+    const uint32_t top_k = (uint32_t)p[1];
+    const SampleCut all = {0u, 0xffffffffu};
+    // The largest finite logit, and the first +inf (the host's argmax when nothing is finite).
+    float largest = -INFINITY, first_inf = INFINITY;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = to_float(row[c]);
+        if (isfinite(v)) largest = fmaxf(largest, v);
+        else if (v > 0.0f) first_inf = fminf(first_inf, (float)c);
+    }
+    largest = block_reduce<true>(largest, scratch);
+    if (largest == -INFINITY) {
+        first_inf = -block_reduce<true>(-first_inf, scratch);
+        if (threadIdx.x == 0) out[blockIdx.x] = first_inf == INFINITY ? 0u : (uint32_t)first_inf;
+        return;
+    }
+    SampleRow s;
+    // Divided, not multiplied by a reciprocal, to round as the host does.
+    s.temperature = temperature;
+    s.smax = largest / temperature;
+    s.floor = min_p > 0.0f ? s.smax + logf(min_p) : -INFINITY;
+    s.k = all;
+    s.p = all;
+    if (top_k > 0 && sample_measure(row, cols, s, all, 0xffffffffu, false, scratch) > (float)top_k)
+        s.k = sample_cut(row, cols, s, (float)top_k, false, scratch);
+    if (top_p < 1.0f) {
+        float total = sample_measure(row, cols, s, all, 0xffffffffu, true, scratch);
+        // At least the likeliest token (weight 1), as the host keeps one for any top_p.
+        s.p = sample_cut(row, cols, s, fmaxf(top_p * total, 1e-30f), true, scratch);
+    }
+    float target = uniform * sample_measure(row, cols, s, all, 0xffffffffu, true, scratch);
+    // The first id whose prefix weight reaches the target (the last kept id when rounding
+    // leaves the target past the total).
+    uint32_t lo = 0, hi = cols - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (sample_measure(row, cols, s, all, mid, true, scratch) >= target) hi = mid;
+        else lo = mid + 1;
+    }
+    // The first kept id at or after lo; else the last kept id.
+    float first = INFINITY, last = -1.0f;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = to_float(row[c]);
+        if (!isfinite(v)) continue;
+        float scaled = v / s.temperature;
+        uint32_t key = sample_key(scaled);
+        if (scaled >= s.floor && sample_within(s.k, key, c) && sample_within(s.p, key, c)) {
+            if (c >= lo) first = fminf(first, (float)c);
+            last = fmaxf(last, (float)c);
+        }
+    }
+    first = -block_reduce<true>(-first, scratch);
+    last = block_reduce<true>(last, scratch);
+    if (threadIdx.x == 0) out[blockIdx.x] = (uint32_t)(first != INFINITY ? first : last);
+}
+
 // A projection's heads normed (when `norm` is set: Qwen3's query and key RMSNorms) and
 // rotated by their row's position, in one pass (generate/rope_heads.rs, whose CPU reference
-// this must equal): x and out are [rows, heads, head_dim], cos and sin [rows, head_dim / 2]
+// this must equal): the heads start at column first_column of x's rows (x_stride wide), out
+// is [rows, heads, head_dim], cos and sin [rows, head_dim / 2]
 // f32. Pairs (2i, 2i + 1) when `interleaved`, else (i, i + head_dim / 2). One block per
 // (row, head), a thread per pair, blockDim.x a multiple of 32.
 template <typename T>
 __device__ void rope_heads(T *out, const T *x, const float *cos, const float *sin, const T *norm,
-                           uint32_t heads, uint32_t head_dim, int interleaved, float eps) {
+                           uint32_t heads, uint32_t head_dim, uint32_t x_stride,
+                           uint32_t first_column, int interleaved, float eps) {
     __shared__ float scratch[32];
     const uint32_t row = blockIdx.x, head = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
     const uint64_t base = ((uint64_t)row * heads + head) * head_dim;
+    const uint64_t in = (uint64_t)row * x_stride + first_column + (uint64_t)head * head_dim;
     const uint32_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
     float va = 0.0f, vb = 0.0f;
     if (i < half) {
-        va = to_float(x[base + a]);
-        vb = to_float(x[base + b]);
+        va = to_float(x[in + a]);
+        vb = to_float(x[in + b]);
     }
     if (norm != nullptr) {
         const float squares = block_reduce<false>(va * va + vb * vb, scratch);
@@ -425,16 +583,33 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
         silu_mul<T>(gate, up, n);                                                                \
     }                                                                                            \
     extern "C" __global__ void scatter_rows_##NAME(T *dst, const T *src, const uint32_t *index,  \
-                                                   uint64_t rows, uint32_t width) {              \
-        scatter_rows<T>(dst, src, index, rows, width);                                           \
+                                                   uint64_t rows, uint32_t width,                \
+                                                   uint64_t src_stride) {                        \
+        scatter_rows<T>(dst, src, index, rows, width, src_stride);                               \
     }                                                                                            \
     extern "C" __global__ void argmax_rows_##NAME(const T *x, uint32_t *out, uint32_t cols) {    \
         argmax_rows<T>(x, out, cols);                                                            \
     }                                                                                            \
+    extern "C" __global__ void sample_rows_##NAME(const T *logits, const float *params,           \
+                                                  uint32_t *out, uint32_t cols) {               \
+        sample_rows<T>(logits, params, out, cols);                                               \
+    }                                                                                            \
+    extern "C" __global__ void add_rms_norm_##NAME(T *out, const T *x, const T *y,             \
+                                                   const T *weight, uint32_t rows, uint32_t cols, \
+                                                   float eps) {                                   \
+        add_rms_norm<T>(out, x, y, weight, rows, cols, eps);                                     \
+    }                                                                                            \
+    extern "C" __global__ void silu_mul_halves_##NAME(T *out, const T *x, uint64_t n,             \
+                                                      uint32_t cols) {                           \
+        silu_mul_halves<T>(out, x, n, cols);                                                     \
+    }                                                                                            \
     extern "C" __global__ void rope_heads_##NAME(T *out, const T *x, const float *cos,           \
                                                  const float *sin, const T *norm, uint32_t heads, \
-                                                 uint32_t head_dim, int interleaved, float eps) { \
-        rope_heads<T>(out, x, cos, sin, norm, heads, head_dim, interleaved, eps);                \
+                                                 uint32_t head_dim, uint32_t x_stride,            \
+                                                 uint32_t first_column, int interleaved,          \
+                                                 float eps) {                                     \
+        rope_heads<T>(out, x, cos, sin, norm, heads, head_dim, x_stride, first_column,           \
+                      interleaved, eps);                                                         \
     }                                                                                            \
     extern "C" __global__ void masked_softmax_##NAME(T *scores, const T *bias, const float *keep, \
                                                      uint32_t heads, uint32_t t, int causal) {   \

@@ -290,15 +290,25 @@ impl TextEncoder for Qwen3Encoder {
         let (cos, sin) = self.rope_tables(t, dtype, &device)?;
         // Right padding under a causal mask: no real token sees a pad (module docs).
         let causal = AttentionMask::new(None, None, true);
-        for layer in &self.layers {
-            let normed = layer.input_norm.forward(&h)?;
+        // Each residual add and the norm after it in one op: `normed` is `h` under the next
+        // norm (the final one after the last layer).
+        let eps = self.config.rms_norm_eps as f32;
+        let mut normed = match self.layers.first() {
+            Some(first) => first.input_norm.forward(&h)?,
+            None => self.norm.forward(&h)?,
+        };
+        for (index, layer) in self.layers.iter().enumerate() {
             let attended = self.attention(layer, &normed, (b, t), &cos, &sin, &causal)?;
-            h = (h + attended)?;
-            let normed = layer.post_norm.forward(&h)?;
-            let gated = fused::silu_mul(layer.gate.forward(&normed)?, &layer.up.forward(&normed)?)?;
-            h = (h + layer.down.forward(&gated)?)?;
+            let (sum, post) = fused::add_rms_norm(&h, &attended, layer.post_norm.weight(), eps)?;
+            let gated = fused::silu_mul(layer.gate.forward(&post)?, &layer.up.forward(&post)?)?;
+            let next = self
+                .layers
+                .get(index + 1)
+                .map_or(&self.norm, |l| &l.input_norm);
+            (h, normed) =
+                fused::add_rms_norm(&sum, &layer.down.forward(&gated)?, next.weight(), eps)?;
         }
-        self.norm.forward(&h)?.reshape((b, t, hidden))
+        normed.reshape((b, t, hidden))
     }
 
     fn spec(&self) -> EncoderSpec {

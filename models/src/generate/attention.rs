@@ -12,7 +12,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::decoder::Row;
+use super::decoder::{Pick, Row};
 use super::lanes::{self, LANES, Width};
 use crate::ModelError;
 
@@ -377,7 +377,7 @@ mod tests {
             pos: len - 1,
             token: 0,
             logits: false,
-            greedy: false,
+            pick: Pick::Logits,
         };
         let mut out = Vec::new();
         attend(shape, &[row], &q, &kv, 0, &mut out);

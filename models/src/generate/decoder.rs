@@ -8,6 +8,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
+use super::draw::Draw;
 use crate::ModelError;
 
 /// The shape of the model, from the GGUF metadata.
@@ -169,7 +170,7 @@ impl LlamaConfig {
 }
 
 /// One token of one sequence in a forward step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Row {
     /// The sequence's KV cache slot.
     pub slot: usize,
@@ -178,10 +179,22 @@ pub struct Row {
     pub token: u32,
     /// Whether this row's next-token logits are wanted (a prompt's last row, a decode row).
     pub logits: bool,
-    /// Whether the greedy token is all that is wanted of those logits (plain greedy
-    /// decoding): the dense engine then takes the argmax on its device and brings back the
-    /// id alone ([`NextToken::Greedy`]); the quantised CPU kernels give the logits anyway.
-    pub greedy: bool,
+    /// What is wanted of those logits.
+    pub pick: Pick,
+}
+
+/// What a row that wants logits wants of them. The dense engine chooses the token where the
+/// logits are and brings back its id alone ([`NextToken::Chosen`]) for [`Pick::Greedy`] and
+/// [`Pick::Draw`]; the quantised CPU kernels give the logits anyway, and the host's sampler
+/// chooses the same token from them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pick {
+    /// The logits themselves (penalties, a grammar, suppressed tokens or logprobs need them).
+    Logits,
+    /// The largest logit's token (plain greedy decoding).
+    Greedy,
+    /// A token drawn as [`draw_token`](super::draw::draw_token) draws it.
+    Draw(Draw),
 }
 
 /// What a step gives back for a row that wanted logits.
@@ -189,8 +202,9 @@ pub struct Row {
 pub enum NextToken {
     /// The logits over the vocabulary, for the host's sampler.
     Logits(Vec<f32>),
-    /// The largest logit's token (a row that asked for `greedy`), the lowest among equals.
-    Greedy(u32),
+    /// The token the engine chose as the row's [`Pick`] asked: the largest logit's (the
+    /// lowest among equals), or the draw's.
+    Chosen(u32),
 }
 
 /// Opens the GGUF file at `path` and reads its header (metadata and tensor index).

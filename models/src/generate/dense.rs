@@ -15,14 +15,15 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
-use super::decoder::{LlamaConfig, NextToken, Row};
+use super::decoder::{LlamaConfig, NextToken, Pick, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
+use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
 use super::paged_attention::{PagedAttention, PagedRows, paged_attention};
 use super::rope_heads::{RopeHeads, rope_heads};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
-use crate::embed::fused::silu_mul;
+use crate::embed::fused::{add_rms_norm, silu_mul_halves};
 
 /// A linear layer's weight (`out x in`).
 pub enum DenseLinear {
@@ -41,34 +42,64 @@ impl DenseLinear {
     }
 }
 
+/// Projections of one input whose outputs sit side by side in one product's columns: one
+/// matmul of their stacked weights where all are dense (fewer, larger kernels a step), else
+/// one product each, concatenated.
+pub enum Stacked {
+    /// The weights' rows stacked (`sum of outs x in`).
+    One(Tensor),
+    /// Quantised weights, kept apart.
+    Apart(Vec<DenseLinear>),
+}
+
+impl Stacked {
+    fn new(parts: Vec<DenseLinear>) -> candle_core::Result<Self> {
+        let dense: Vec<&Tensor> = parts
+            .iter()
+            .filter_map(|part| match part {
+                DenseLinear::Dense(w) => Some(w),
+                DenseLinear::Quantised(_) => None,
+            })
+            .collect();
+        match dense.len() == parts.len() {
+            true => Ok(Self::One(Tensor::cat(&dense, 0)?)),
+            false => Ok(Self::Apart(parts)),
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::One(w) => x.matmul(&w.t()?),
+            Self::Apart(parts) => {
+                let outs = parts
+                    .iter()
+                    .map(|part| part.forward(x))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&outs, 1)
+            }
+        }
+    }
+}
+
 /// One decoder layer's weights.
 pub struct DenseLayer {
     /// RMSNorm before attention.
     pub attn_norm: Tensor,
-    /// Query projection.
-    pub wq: DenseLinear,
-    /// Key projection.
-    pub wk: DenseLinear,
-    /// Value projection.
-    pub wv: DenseLinear,
+    /// Query, key and value projections, in that order.
+    pub qkv: Stacked,
     /// Attention output projection.
     pub wo: DenseLinear,
-    /// Qwen2's attention biases.
-    pub q_bias: Option<Tensor>,
-    /// Qwen2's key bias.
-    pub k_bias: Option<Tensor>,
-    /// Qwen2's value bias.
-    pub v_bias: Option<Tensor>,
+    /// Qwen2's attention biases, query, key and value side by side (zeros for one the
+    /// checkpoint lacks).
+    pub qkv_bias: Option<Tensor>,
     /// Qwen3's RMSNorms of each head's query and key (`head_dim` weights).
     pub q_norm: Option<Tensor>,
     /// Qwen3's key RMSNorm.
     pub k_norm: Option<Tensor>,
     /// RMSNorm before the MLP.
     pub ffn_norm: Tensor,
-    /// SwiGLU gate projection.
-    pub w_gate: DenseLinear,
-    /// SwiGLU up projection.
-    pub w_up: DenseLinear,
+    /// SwiGLU gate and up projections, in that order.
+    pub gate_up: Stacked,
     /// MLP down projection.
     pub w_down: DenseLinear,
 }
@@ -286,6 +317,14 @@ fn rotations(
     Ok((cos, sin))
 }
 
+/// What every layer of one step shares: the rows' rotations, cache rows and paged layout.
+struct LayerStep<'a> {
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    at: &'a CacheRows,
+    layout: &'a PagedRows,
+}
+
 impl DenseLlama {
     /// Runs one step over `rows` (each sequence's rows together, in position order), writing
     /// their keys and values into `kv`; returns the logits of each row that asked for them.
@@ -327,49 +366,29 @@ impl DenseLlama {
         clock.lap(Phase::HostPrepare)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
         clock.lap(Phase::Embed)?;
-        for (index, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps)?;
-            clock.lap(Phase::Norms)?;
-            let q = with_bias(layer.wq.forward(&h)?, &layer.q_bias)?;
-            let k = with_bias(layer.wk.forward(&h)?, &layer.k_bias)?;
-            let v = with_bias(layer.wv.forward(&h)?, &layer.v_bias)?;
-            clock.lap(Phase::QkvProjection)?;
-            let q = self.heads_rotated(&q, c.heads, &layer.q_norm, &cos, &sin)?;
-            let k = self.heads_rotated(&k, c.kv_heads, &layer.k_norm, &cos, &sin)?;
-            clock.lap(Phase::HeadsAndRope)?;
-            write_rows(&kv.keys[index], &k.reshape((n, c.kv_dim()))?, &at)?;
-            write_rows(&kv.values[index], &v, &at)?;
-            clock.lap(Phase::KvWrite)?;
-            let attended = paged_attention(
-                &q,
-                &kv.keys[index],
-                &kv.values[index],
-                &PagedAttention {
-                    layout: &layout,
-                    heads: c.heads,
-                    kv_heads: c.kv_heads,
-                    scale: 1.0 / (c.head_dim as f32).sqrt(),
-                },
-            )?;
-            clock.lap(Phase::Attention)?;
-            x = (x + layer.wo.forward(&attended)?)?;
-            clock.lap(Phase::OutProjection)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps)?;
-            clock.lap(Phase::Norms)?;
-            let gate = layer.w_gate.forward(&h)?;
-            let up = layer.w_up.forward(&h)?;
-            x = (x + layer.w_down.forward(&silu_mul(gate, &up)?)?)?;
-            clock.lap(Phase::Mlp)?;
+        let mut h = candle_nn::ops::rms_norm(&x, &self.layers[0].attn_norm, c.rms_eps)?;
+        clock.lap(Phase::Norms)?;
+        let step = LayerStep {
+            cos: &cos,
+            sin: &sin,
+            at: &at,
+            layout: &layout,
+        };
+        for index in 0..self.layers.len() {
+            (x, h) = self.layer(index, &x, &h, kv, &step, clock)?;
         }
         let wanted: Vec<&Row> = rows.iter().filter(|r| r.logits).collect();
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        let picked: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
-        let picked = Tensor::from_vec(picked, wanted.len(), &self.device)?;
-        let x = x.index_select(&picked, 0)?;
-        let x = candle_nn::ops::rms_norm(&x, &self.output_norm, c.rms_eps)?;
-        clock.lap(Phase::Norms)?;
+        // `h` is every row normed by the output norm (the last layer's fused add and norm).
+        let x = match wanted.len() == n {
+            true => h,
+            false => {
+                let picked: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
+                h.index_select(&Tensor::from_vec(picked, wanted.len(), &self.device)?, 0)?
+            }
+        };
         let logits = self.lm_head.forward(&x)?;
         clock.lap(Phase::LmHead)?;
         let out = self.next_tokens(&logits, &wanted)?;
@@ -377,16 +396,71 @@ impl DenseLlama {
         Ok(out)
     }
 
-    /// Each wanted row's result from its logits (`wanted x vocab`): the argmax of greedy
-    /// rows, taken on the device, and the logits (f32, on the host) of the others. Only what
-    /// the host needs crosses to it.
+    /// Layer `index` over the step's residual stream `x`, whose rows `h` are normed by the
+    /// layer's attention norm: the new stream, and its rows normed by the next layer's
+    /// attention norm (the output norm after the last layer). Each residual add and the norm
+    /// after it are one op (`add_rms_norm`).
+    fn layer(
+        &self,
+        index: usize,
+        x: &Tensor,
+        h: &Tensor,
+        kv: &DenseKv,
+        step: &LayerStep,
+        clock: &mut PhaseClock,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let (c, layer) = (&self.config, &self.layers[index]);
+        let n = x.dim(0)?;
+        let qkv = with_bias(layer.qkv.forward(h)?, &layer.qkv_bias)?;
+        clock.lap(Phase::QkvProjection)?;
+        let q_dim = c.heads * c.head_dim;
+        let q = self.heads_rotated(&qkv, (c.heads, 0), &layer.q_norm, step)?;
+        let k = self.heads_rotated(&qkv, (c.kv_heads, q_dim), &layer.k_norm, step)?;
+        clock.lap(Phase::HeadsAndRope)?;
+        write_rows(&kv.keys[index], &k.reshape((n, c.kv_dim()))?, step.at)?;
+        let v = qkv.narrow(1, q_dim + c.kv_dim(), c.kv_dim())?;
+        write_rows(&kv.values[index], &v, step.at)?;
+        clock.lap(Phase::KvWrite)?;
+        let attended = paged_attention(
+            &q,
+            &kv.keys[index],
+            &kv.values[index],
+            &PagedAttention {
+                layout: step.layout,
+                heads: c.heads,
+                kv_heads: c.kv_heads,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            },
+        )?;
+        clock.lap(Phase::Attention)?;
+        let out = layer.wo.forward(&attended)?;
+        clock.lap(Phase::OutProjection)?;
+        let (x, h) = add_rms_norm(x, &out, &layer.ffn_norm, c.rms_eps)?;
+        clock.lap(Phase::Norms)?;
+        let gate_up = layer.gate_up.forward(&h)?;
+        let down = layer.w_down.forward(&silu_mul_halves(&gate_up)?)?;
+        clock.lap(Phase::Mlp)?;
+        let next_norm = match self.layers.get(index + 1) {
+            Some(next) => &next.attn_norm,
+            None => &self.output_norm,
+        };
+        let normed = add_rms_norm(&x, &down, next_norm, c.rms_eps)?;
+        clock.lap(Phase::Norms)?;
+        Ok(normed)
+    }
+
+    /// Each wanted row's result from its logits (`wanted x vocab`), as its [`Pick`] asks:
+    /// greedy rows' argmax and sampled rows' draws taken on the device, the logits (f32, on
+    /// the host) of the others. Only what the host needs crosses to it.
     fn next_tokens(&self, logits: &Tensor, wanted: &[&Row]) -> candle_core::Result<Vec<NextToken>> {
-        let greedy: Vec<u32> = (0..wanted.len() as u32)
-            .filter(|&i| wanted[i as usize].greedy)
-            .collect();
-        let full: Vec<u32> = (0..wanted.len() as u32)
-            .filter(|&i| !wanted[i as usize].greedy)
-            .collect();
+        let of = |pick: fn(&Pick) -> bool| -> Vec<u32> {
+            (0..wanted.len() as u32)
+                .filter(|&i| pick(&wanted[i as usize].pick))
+                .collect()
+        };
+        let greedy = of(|pick| matches!(pick, Pick::Greedy));
+        let drawn = of(|pick| matches!(pick, Pick::Draw(_)));
+        let full = of(|pick| matches!(pick, Pick::Logits));
         let pick = |ids: &[u32]| -> candle_core::Result<Tensor> {
             match ids.len() == wanted.len() {
                 true => Ok(logits.clone()),
@@ -398,6 +472,18 @@ impl DenseLlama {
             false => argmax_rows(&pick(&greedy)?)?,
         }
         .into_iter();
+        let draws: Vec<Draw> = wanted
+            .iter()
+            .filter_map(|row| match row.pick {
+                Pick::Draw(draw) => Some(draw),
+                _ => None,
+            })
+            .collect();
+        let mut drawn_tokens = match drawn.is_empty() {
+            true => Vec::new(),
+            false => sample_rows(&pick(&drawn)?, &draws)?,
+        }
+        .into_iter();
         let mut full_logits = match full.is_empty() {
             true => Vec::new(),
             false => pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
@@ -405,29 +491,31 @@ impl DenseLlama {
         .into_iter();
         Ok(wanted
             .iter()
-            .map(|row| match row.greedy {
-                true => NextToken::Greedy(greedy_tokens.next().expect("one per greedy row")),
-                false => NextToken::Logits(full_logits.next().expect("one per other row")),
+            .map(|row| match row.pick {
+                Pick::Greedy => NextToken::Chosen(greedy_tokens.next().expect("one a greedy row")),
+                Pick::Draw(_) => NextToken::Chosen(drawn_tokens.next().expect("one a drawn row")),
+                Pick::Logits => NextToken::Logits(full_logits.next().expect("one an other row")),
             })
             .collect())
     }
 
-    /// `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed (Qwen3)
-    /// and rotated, in one pass (`rope_heads.rs`).
+    /// `heads` heads of `qkv`'s rows from column `first_column` as `rows x heads x
+    /// head_dim`, each head normed (Qwen3) and rotated, in one pass (`rope_heads.rs`).
     fn heads_rotated(
         &self,
-        x: &Tensor,
-        heads: usize,
+        qkv: &Tensor,
+        (heads, first_column): (usize, usize),
         norm: &Option<Tensor>,
-        cos: &Tensor,
-        sin: &Tensor,
+        step: &LayerStep,
     ) -> candle_core::Result<Tensor> {
         let op = RopeHeads {
             heads,
+            head_dim: self.config.head_dim,
+            first_column,
             style: self.config.rope,
             norm: norm.as_ref().map(|w| (w, f64::from(self.config.rms_eps))),
         };
-        rope_heads(x, cos, sin, &op)
+        rope_heads(qkv, step.cos, step.sin, &op)
     }
 }
 
@@ -548,6 +636,42 @@ pub trait WeightSource {
     fn linear(&mut self, part: Part, layer: usize) -> Result<Option<DenseLinear>, ModelError>;
 }
 
+fn stacked(parts: Vec<DenseLinear>) -> Result<Stacked, ModelError> {
+    Stacked::new(parts).map_err(ModelError::from_candle)
+}
+
+/// The query, key and value biases side by side, as the fused QKV product's columns: `None`
+/// when the checkpoint has none, zeros for one it lacks.
+fn qkv_bias(
+    source: &mut dyn WeightSource,
+    config: &LlamaConfig,
+    layer: usize,
+) -> Result<Option<Tensor>, ModelError> {
+    let parts = [
+        (Part::QBias, config.heads * config.head_dim),
+        (Part::KBias, config.kv_dim()),
+        (Part::VBias, config.kv_dim()),
+    ];
+    let mut found = Vec::new();
+    for (part, width) in parts {
+        found.push((source.dense(part, layer)?, width));
+    }
+    let Some(like) = found.iter().find_map(|(bias, _)| bias.clone()) else {
+        return Ok(None);
+    };
+    let biases = found
+        .into_iter()
+        .map(|(bias, width)| match bias {
+            Some(bias) => Ok(bias),
+            None => Tensor::zeros(width, like.dtype(), like.device()),
+        })
+        .collect::<candle_core::Result<Vec<_>>>()
+        .map_err(ModelError::from_candle)?;
+    Tensor::cat(&biases, 0)
+        .map(Some)
+        .map_err(ModelError::from_candle)
+}
+
 /// Builds the model from `source`.
 pub fn build(
     config: LlamaConfig,
@@ -574,18 +698,17 @@ pub fn build(
         };
         layers.push(DenseLayer {
             attn_norm: need(source, Part::AttnNorm, i)?,
-            wq: linear(source, Part::Q)?,
-            wk: linear(source, Part::K)?,
-            wv: linear(source, Part::V)?,
+            qkv: stacked(vec![
+                linear(source, Part::Q)?,
+                linear(source, Part::K)?,
+                linear(source, Part::V)?,
+            ])?,
             wo: linear(source, Part::O)?,
-            q_bias: source.dense(Part::QBias, i)?,
-            k_bias: source.dense(Part::KBias, i)?,
-            v_bias: source.dense(Part::VBias, i)?,
+            qkv_bias: qkv_bias(source, &config, i)?,
             q_norm: source.dense(Part::QNorm, i)?,
             k_norm: source.dense(Part::KNorm, i)?,
             ffn_norm: need(source, Part::FfnNorm, i)?,
-            w_gate: linear(source, Part::Gate)?,
-            w_up: linear(source, Part::Up)?,
+            gate_up: stacked(vec![linear(source, Part::Gate)?, linear(source, Part::Up)?])?,
             w_down: linear(source, Part::Down)?,
         });
     }

@@ -219,11 +219,28 @@ fn a_small_kv_pool_preempts_and_recomputes_with_the_same_answers() {
     assert!(error.to_string().contains("no free block"), "{error}");
 }
 
-/// Plain greedy rows take their argmax where the logits are (`NextToken::Greedy`); rows
-/// that need the logits (here: logprobs asked for) bring them to the host's sampler. Both
-/// give the same tokens, in one batch where the two kinds mix.
+/// Plain greedy rows take their argmax where the logits are (`Pick::Greedy`); rows that
+/// need the logits (here: logprobs asked for) bring them to the host's sampler. Both give
+/// the same tokens, in one batch where the two kinds mix.
 #[test]
 fn greedy_rows_on_the_device_choose_what_the_host_sampler_chooses() {
+    engine_picks_match_the_host(SamplingParams::default());
+}
+
+/// Sampled rows are drawn where the logits are (`Pick::Draw`, `draw::sample_rows`) from the
+/// uniform number the host's sampler would have used: the same tokens as the host's draws.
+#[test]
+fn sampled_rows_on_the_device_draw_what_the_host_sampler_draws() {
+    engine_picks_match_the_host(SamplingParams {
+        temperature: 0.8,
+        top_p: 0.9,
+        top_k: 40,
+        seed: 5,
+        ..SamplingParams::default()
+    });
+}
+
+fn engine_picks_match_the_host(sampling: SamplingParams) {
     let model = dense_f32();
     let prompts = ["Name three colours.", QUESTION, "What is 12 plus 30?"];
     let plain: Vec<GenerationRequest> = prompts
@@ -231,7 +248,10 @@ fn greedy_rows_on_the_device_choose_what_the_host_sampler_chooses() {
         .enumerate()
         .map(|(i, p)| {
             let tokens = model.prompt_tokens(p, PromptTemplate::Chat).unwrap();
-            greedy(&format!("r{i}"), tokens, 24)
+            GenerationRequest {
+                sampling: sampling.clone(),
+                ..greedy(&format!("r{i}"), tokens, 24)
+            }
         })
         .collect();
     // The middle request wants logprobs: its rows bring back their logits.

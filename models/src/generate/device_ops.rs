@@ -36,7 +36,8 @@ impl CacheRows {
     }
 }
 
-/// `cache[at[i], :] = rows[i, :]`, in place, for `rows` (`n x width`, the cache's dtype).
+/// `cache[at[i], :] = rows[i, :]`, in place, for `rows` (`n x width`, the cache's dtype; on
+/// a GPU they may be columns of wider rows, as the value part of a fused QKV product is).
 pub fn write_rows(cache: &Tensor, rows: &Tensor, at: &CacheRows) -> candle_core::Result<()> {
     // The kernel trusts the index: checked here, on the host, where it was made.
     if at.end > cache.dim(0)? {
@@ -48,7 +49,12 @@ pub fn write_rows(cache: &Tensor, rows: &Tensor, at: &CacheRows) -> candle_core:
     }
     #[cfg(feature = "cuda")]
     if cache.device().is_cuda() {
-        let rows = rows.contiguous()?;
+        // Whole rows one after another, or a column range of them: the kernel takes a row
+        // stride. Anything else is copied first.
+        let rows = match rows.stride()[1] == 1 {
+            true => rows.clone(),
+            false => rows.contiguous()?,
+        };
         return cache.inplace_op3(&rows, &at.index, &cuda::ScatterRows);
     }
     cache.scatter_set(&at.index, &rows.contiguous()?, 0)
@@ -90,6 +96,7 @@ mod cuda {
         ) -> Result<()> {
             let (_, width) = dst.1.shape().dims2()?;
             let (rows, src_width) = src.1.shape().dims2()?;
+            let src_stride = src.1.stride()[0];
             if src_width != width || index.1.shape().dims() != [rows] {
                 candle_core::bail!(
                     "scatter_rows of {:?} by {:?} into {:?}",
@@ -99,7 +106,16 @@ mod cuda {
                 );
             }
             let dev = dst.0.device().clone();
-            let src = view::<T>(src.0, src.1)?;
+            // Rows of `width` elements, `src_stride` apart, from the layout's offset.
+            let start = src.1.start_offset();
+            let span = match rows {
+                0 => 0,
+                _ => (rows - 1) * src_stride + width,
+            };
+            if src.1.stride()[1] != 1 || src_stride < width {
+                candle_core::bail!("scatter_rows wants rows of consecutive elements");
+            }
+            let src = src.0.as_cuda_slice::<T>()?.slice(start..start + span);
             let index_view = view::<u32>(index.0, index.1)?;
             let name = format!("scatter_rows_{}", dtype_suffix(dst.0.dtype())?);
             let (stream, func) = kernel(&dev, &name)?;
@@ -114,15 +130,17 @@ mod cuda {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let (rows, width) = (rows as u64, width as u32);
+            let (rows, width, src_stride) = (rows as u64, width as u32, src_stride as u64);
             let mut builder = stream.launch_builder(&func);
             builder
                 .arg(target)
                 .arg(&src)
                 .arg(&index_view)
                 .arg(&rows)
-                .arg(&width);
-            // SAFETY: reads rows x width of `src` and rows of `index` (both checked), writes
+                .arg(&width)
+                .arg(&src_stride);
+            // SAFETY: reads rows of width from `src` (its slice spans them) and rows of
+            // `index` (both checked), writes
             // rows of `width` at the indices, which `write_rows` checked against `dst`'s rows
             // (the only caller: this module is private).
             #[allow(unsafe_code)]
@@ -253,7 +271,17 @@ mod tests {
                     .to_dtype(dtype)
                     .unwrap();
                 let at = CacheRows::new(vec![4, 0, 2], 4, &device).unwrap();
-                write_rows(&cache, &rows, &at).unwrap();
+                // The rows as columns 2..6 of wider ones (a fused QKV product's values).
+                let wide = Tensor::cat(
+                    &[
+                        &rows.narrow(1, 0, 2).unwrap(),
+                        &rows,
+                        &rows.narrow(1, 1, 3).unwrap(),
+                    ],
+                    1,
+                )
+                .unwrap();
+                write_rows(&cache, &wide.narrow(1, 2, 4).unwrap(), &at).unwrap();
                 let got = cache
                     .to_dtype(DType::F32)
                     .unwrap()

@@ -15,6 +15,7 @@ pub mod checkpoint;
 mod decoder;
 pub mod dense;
 mod device_ops;
+mod draw;
 pub mod export;
 mod gguf_shapes;
 pub mod gguf_vocab;
@@ -39,7 +40,7 @@ use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
 use cache::{Cache, SeqKv};
-use decoder::{LlamaConfig, NextToken, QUANTISED_ARCHITECTURES, Row};
+use decoder::{LlamaConfig, NextToken, Pick, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
@@ -469,13 +470,13 @@ impl GenerateModel {
                 pos,
                 token,
                 logits: pos + 1 == prompt.len(),
-                greedy: false,
+                pick: Pick::Logits,
             })
             .collect();
         let mut clock = PhaseClock::off(self.engine.device());
         match self.engine.forward(&rows, &mut kv, &mut clock)?.pop() {
             Some(NextToken::Logits(logits)) => Ok(logits),
-            Some(NextToken::Greedy(_)) => unreachable!("no row asked for greedy alone"),
+            Some(NextToken::Chosen(_)) => unreachable!("no row asked for a chosen token"),
             None => Err(ModelError::Task("an empty prompt has no next token".into())),
         }
     }
@@ -520,7 +521,7 @@ impl GenerateModel {
                 Some(profile) => profile.clock(kind, self.engine.device()),
                 None => PhaseClock::off(self.engine.device()),
             };
-            let rows = self.step_rows(&spans, &batch.flight, requests);
+            let rows = self.step_rows(&spans, &mut batch.flight, requests);
             if let Some(profile) = &self.profile {
                 profile.count_step(kind, rows.len());
             }
@@ -608,27 +609,29 @@ impl GenerateModel {
     }
 
     /// The forward's rows for the planned `spans`: each span's tokens at their positions,
-    /// logits asked for on a span's last row when it needs them.
+    /// logits asked for on a span's last row when it needs them, with what is wanted of them.
     fn step_rows(
         &self,
         spans: &[Span],
-        flight: &[InFlight],
+        flight: &mut [InFlight],
         requests: &[GenerationRequest],
     ) -> Vec<Row> {
-        spans
-            .iter()
-            .flat_map(|span| {
-                let seq = &flight[span.seq];
-                let greedy = self.argmax_is_enough(seq, &requests[seq.request]);
-                (span.start..span.end).map(move |pos| Row {
-                    slot: seq.slot,
-                    pos,
-                    token: seq.tokens[pos],
-                    logits: span.logits && pos + 1 == span.end,
-                    greedy,
-                })
-            })
-            .collect()
+        let mut rows = Vec::new();
+        for span in spans {
+            let seq = &mut flight[span.seq];
+            let pick = match span.logits {
+                true => self.pick(seq, &requests[seq.request]),
+                false => Pick::Logits,
+            };
+            rows.extend((span.start..span.end).map(|pos| Row {
+                slot: seq.slot,
+                pos,
+                token: seq.tokens[pos],
+                logits: span.logits && pos + 1 == span.end,
+                pick,
+            }));
+        }
+        rows
     }
 
     /// After a forward: advances each span's cache, picks the next token of every sequence
@@ -654,7 +657,7 @@ impl GenerateModel {
             let request = &requests[seq.request];
             let next = match logits.next().expect("one per span with logits") {
                 NextToken::Logits(logits) => self.sample(seq, request, &logits)?,
-                NextToken::Greedy(next) => {
+                NextToken::Chosen(next) => {
                     seq.sampler.took(next);
                     next
                 }
@@ -712,15 +715,22 @@ impl GenerateModel {
         Ok(next)
     }
 
-    /// Whether `seq`'s next token is its logits' argmax and nothing else needs the logits:
-    /// greedy without penalties, no tokens suppressed (`min_tokens` reached, or nothing to
-    /// suppress), no grammar, no logprobs. The engine may then pick it where the logits are.
-    fn argmax_is_enough(&self, seq: &InFlight, request: &GenerationRequest) -> bool {
+    /// What `seq`'s next token wants of its logits: the argmax or a draw where the logits
+    /// are when nothing else needs them (no penalties, no tokens suppressed (`min_tokens`
+    /// reached, or nothing to suppress), no grammar, no logprobs), else the logits.
+    fn pick(&self, seq: &mut InFlight, request: &GenerationRequest) -> Pick {
         let generated = seq.tokens.len() - seq.prompt_len;
-        seq.sampler.is_plain_greedy()
+        let device_may_choose = !seq.sampler.penalises()
             && seq.constraint.is_none()
             && request.logprobs.is_none()
-            && (generated >= request.min_tokens || self.stop_tokens(request).is_empty())
+            && (generated >= request.min_tokens || self.stop_tokens(request).is_empty());
+        if !device_may_choose {
+            return Pick::Logits;
+        }
+        match seq.sampler.device_draw() {
+            None => Pick::Greedy,
+            Some(draw) => Pick::Draw(draw),
+        }
     }
 
     /// The tokens that end `request`'s sequences: the model's end tokens (unless

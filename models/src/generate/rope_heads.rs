@@ -1,7 +1,7 @@
 //! A projection's output split into heads, each head RMS-normed (Qwen3's query and key norms,
-//! when the model has them) and rotated by its row's position, in one pass: `rows x
-//! heads*head_dim` in, `rows x heads x head_dim` out, the same memory order, so nothing is
-//! transposed or copied.
+//! when the model has them) and rotated by its row's position, in one pass: the heads' columns
+//! of `rows x width` rows in (the query's or the key's part of the fused QKV product),
+//! `rows x heads x head_dim` out, so nothing is transposed or copied.
 //!
 //! It replaces, per projection and layer, a transpose and a copy into candle's `(1, heads,
 //! rows, head_dim)` rope layout, the rope kernel, and the copy back (and the norm's own
@@ -19,19 +19,24 @@ use rayon::prelude::*;
 
 use super::decoder::RopeStyle;
 
-/// The op: the projection `rows x heads*head_dim` is the first operand, the step's `cos` and
-/// `sin` (`rows x head_dim/2`, f32) the others.
+/// The op: the projection's rows (`rows x width`) are the first operand, the step's `cos`
+/// and `sin` (`rows x head_dim/2`, f32) the others.
 pub struct RopeHeads<'a> {
     /// Heads in a row.
     pub heads: usize,
+    /// Each head's width.
+    pub head_dim: usize,
+    /// The column of the rows where the first head starts.
+    pub first_column: usize,
     /// Which dimensions rotate together.
     pub style: RopeStyle,
     /// Each head's RMSNorm weight (`head_dim`, the projection's dtype) and epsilon.
     pub norm: Option<(&'a Tensor, f64)>,
 }
 
-/// Rows of `x` (`rows x heads*head_dim`) as `rows x heads x head_dim`, each head normed by
-/// `op.norm` and rotated by its row's `cos`/`sin` (`rows x head_dim/2`, f32).
+/// The heads of `x`'s rows (`rows x width`, `op.heads` heads from column `op.first_column`)
+/// as `rows x heads x head_dim`, each head normed by `op.norm` and rotated by its row's
+/// `cos`/`sin` (`rows x head_dim/2`, f32).
 pub fn rope_heads(
     x: &Tensor,
     cos: &Tensor,
@@ -39,13 +44,14 @@ pub fn rope_heads(
     op: &RopeHeads<'_>,
 ) -> candle_core::Result<Tensor> {
     let (rows, width) = x.dims2()?;
-    let head_dim = width / op.heads.max(1);
+    let head_dim = op.head_dim;
     let half = head_dim / 2;
     let norm_ok = op.norm.is_none_or(|(w, _)| {
         w.dims() == [head_dim] && w.dtype() == x.dtype() && w.device().same_device(x.device())
     });
     if op.heads == 0
-        || width != op.heads * head_dim
+        || head_dim == 0
+        || op.first_column + op.heads * head_dim > width
         || !head_dim.is_multiple_of(2)
         || cos.dims() != [rows, half]
         || sin.dims() != [rows, half]
@@ -54,9 +60,10 @@ pub fn rope_heads(
         || !norm_ok
     {
         candle_core::bail!(
-            "rope over {:?} in {} heads with cos {:?}/{:?} and norm {:?}",
+            "rope over {:?} in {} heads of {head_dim} from column {} with cos {:?}/{:?} and norm {:?}",
             x.dims(),
             op.heads,
+            op.first_column,
             cos.dims(),
             cos.dtype(),
             op.norm.map(|(w, _)| w.dims().to_vec())
@@ -81,14 +88,15 @@ impl RopeHeads<'_> {
         sin: &[f32],
         width: usize,
     ) -> candle_core::Result<Vec<T>> {
-        let head_dim = width / self.heads;
+        let (head_dim, heads_width) = (self.head_dim, self.heads * self.head_dim);
         let half = head_dim / 2;
         let norm = norm_weights(self.norm)?;
-        let mut out = vec![T::zero(); x.len()];
-        out.par_chunks_mut(width)
+        let mut out = vec![T::zero(); x.len() / width * heads_width];
+        out.par_chunks_mut(heads_width)
             .zip(x.par_chunks(width))
             .enumerate()
             .for_each(|(row, (out, x))| {
+                let x = &x[self.first_column..][..heads_width];
                 let (cos, sin) = (&cos[row * half..][..half], &sin[row * half..][..half]);
                 let mut v = vec![0f32; head_dim];
                 for (out, x) in out.chunks_mut(head_dim).zip(x.chunks(head_dim)) {
@@ -135,7 +143,7 @@ impl candle_core::CustomOp3 for RopeHeads<'_> {
             let all = s.as_slice::<T>()?;
             Ok(&all[l.start_offset()..l.start_offset() + l.shape().elem_count()])
         }
-        let (_, width) = xl.shape().dims2()?;
+        let (rows, width) = xl.shape().dims2()?;
         let (cos, sin) = (part::<f32>(cos, cl)?, part::<f32>(sin, sl)?);
         let out = match x.dtype() {
             DType::F32 => CpuStorage::F32(self.cpu(part::<f32>(x, xl)?, cos, sin, width)?),
@@ -145,7 +153,7 @@ impl candle_core::CustomOp3 for RopeHeads<'_> {
             }
             other => candle_core::bail!("rope_heads takes f32, f16 or bf16, not {other:?}"),
         };
-        Ok((out, xl.shape().clone()))
+        Ok((out, Shape::from((rows, self.heads * self.head_dim))))
     }
 
     #[cfg(feature = "cuda")]
@@ -194,7 +202,7 @@ mod cuda {
         sin: (&CudaStorage, &Layout),
     ) -> Result<(CudaStorage, Shape)> {
         let (rows, width) = x.1.shape().dims2()?;
-        let head_dim = width / op.heads;
+        let head_dim = op.head_dim;
         let dev = x.0.device().clone();
         let (xv, cv, sv) = (
             view::<T>(x.0, x.1)?,
@@ -215,7 +223,7 @@ mod cuda {
         // SAFETY: the kernel writes every element: a block per row and head, each thread
         // one rotated pair.
         #[allow(unsafe_code)]
-        let out = unsafe { dev.alloc::<T>(rows * width)? };
+        let out = unsafe { dev.alloc::<T>(rows * op.heads * head_dim)? };
         let name = format!("rope_heads_{}", dtype_suffix(x.0.dtype())?);
         let (stream, func) = kernel(&dev, &name)?;
         let pairs = (head_dim / 2) as u32;
@@ -227,6 +235,7 @@ mod cuda {
         };
         let interleaved = i32::from(op.style == RopeStyle::Interleaved);
         let (heads, head_dim) = (op.heads as u32, head_dim as u32);
+        let (x_stride, first_column) = (width as u32, op.first_column as u32);
         let mut builder = stream.launch_builder(&func);
         builder.arg(&out).arg(&xv).arg(&cv).arg(&sv);
         // A null pointer for no norm: the kernel tests it.
@@ -238,15 +247,18 @@ mod cuda {
         builder
             .arg(&heads)
             .arg(&head_dim)
+            .arg(&x_stride)
+            .arg(&first_column)
             .arg(&interleaved)
             .arg(&eps);
-        // SAFETY: `rope_heads` checked the shapes: x is rows x heads*head_dim, cos and sin
-        // rows x head_dim/2, the norm head_dim; each block reads and writes one head.
+        // SAFETY: `rope_heads` checked the shapes: x is rows x width with the heads within
+        // it, cos and sin rows x head_dim/2, the norm head_dim; each block reads and writes
+        // one head.
         #[allow(unsafe_code)]
         unsafe { builder.launch(config) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
-            Shape::from((rows, width)),
+            Shape::from((rows, op.heads * op.head_dim)),
         ))
     }
 }
@@ -320,9 +332,42 @@ mod tests {
                 let (x, weight) = (x.to_dtype(dtype).unwrap(), weight.to_dtype(dtype).unwrap());
                 for style in [RopeStyle::Interleaved, RopeStyle::Halves] {
                     for norm in [None, Some((&weight, 1e-6))] {
-                        let op = RopeHeads { heads, style, norm };
+                        let op = RopeHeads {
+                            heads,
+                            head_dim: hd,
+                            first_column: 0,
+                            style,
+                            norm,
+                        };
                         let got = rope_heads(&x, &cos, &sin, &op).unwrap();
                         let want = candle_way(&x, heads, norm, &cos, &sin, style);
+                        // The same heads as columns 3.. of wider rows (a fused QKV product).
+                        let wide = Tensor::cat(
+                            &[&x.narrow(1, 0, 3).unwrap(), &x, &x.narrow(1, 0, 5).unwrap()],
+                            1,
+                        )
+                        .unwrap();
+                        let within = RopeHeads {
+                            first_column: 3,
+                            ..op
+                        };
+                        let inner = rope_heads(&wide, &cos, &sin, &within).unwrap();
+                        assert_eq!(
+                            inner
+                                .flatten_all()
+                                .unwrap()
+                                .to_dtype(DType::F32)
+                                .unwrap()
+                                .to_vec1::<f32>()
+                                .unwrap(),
+                            got.flatten_all()
+                                .unwrap()
+                                .to_dtype(DType::F32)
+                                .unwrap()
+                                .to_vec1::<f32>()
+                                .unwrap(),
+                            "{device:?} {dtype:?} {style:?}: columns within wider rows"
+                        );
                         assert_eq!(got.dims(), &[rows, heads, hd]);
                         let worst = (got.to_dtype(DType::F32).unwrap()
                             - want.to_dtype(DType::F32).unwrap())
@@ -352,8 +397,18 @@ mod tests {
         let cs = Tensor::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
         let op = RopeHeads {
             heads: 4,
+            head_dim: 8,
+            first_column: 0,
             style: RopeStyle::Halves,
             norm: None,
+        };
+        assert!(rope_heads(&x, &cs, &cs, &op).is_err());
+        // Heads past the row's end.
+        let op = RopeHeads {
+            heads: 3,
+            head_dim: 6,
+            first_column: 14,
+            ..op
         };
         assert!(rope_heads(&x, &cs, &cs, &op).is_err());
     }

@@ -1,7 +1,8 @@
 //! Choosing the next token, as vLLM documents its sampling parameters: the repetition,
 //! frequency and presence penalties on the model's logits first, then greedy at temperature
 //! 0, else temperature, min-p, top-k and top-p, and a draw from a random stream of the
-//! record's own. Pure: logits and the sequence's tokens in, a token out.
+//! record's own (`draw.rs`, which a GPU runs where the logits are). Pure: logits and the
+//! sequence's tokens in, a token out.
 //!
 //! Each record's stream is seeded by the job's seed and the record's id (and, for the second
 //! and later of `n` completions, the completion's index), never by its place in a batch or
@@ -13,6 +14,8 @@ use std::collections::{HashMap, HashSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
+
+use super::draw::{self, Draw};
 
 /// How a sequence's tokens are chosen.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +86,8 @@ pub struct Sampler {
     prompt: HashSet<u32>,
     /// Each output token's count so far.
     output: HashMap<u32, u32>,
+    /// The uniform number drawn for the next token, until it is taken.
+    pending: Option<f32>,
 }
 
 impl Sampler {
@@ -107,6 +112,7 @@ impl Sampler {
             rng: ChaCha8Rng::from_seed(digest),
             prompt,
             output: HashMap::new(),
+            pending: None,
         }
     }
 
@@ -142,15 +148,15 @@ impl Sampler {
         token
     }
 
-    /// Whether [`Sampler::next`] is the logits' argmax and nothing more: greedy, no
-    /// penalties. (Suppressed tokens and grammar masks are the caller's to check.)
-    pub fn is_plain_greedy(&self) -> bool {
-        self.params.temperature <= 0.0 && !self.params.penalises()
+    /// Whether a penalty changes the logits before the draw (then only the host chooses).
+    pub fn penalises(&self) -> bool {
+        self.params.penalises()
     }
 
-    /// Counts `token`, chosen elsewhere (the device's argmax of a plain greedy row), as
-    /// [`Sampler::next`] counts what it chooses.
+    /// Counts `token`, chosen elsewhere (the device's argmax of a plain greedy row, or its
+    /// draw by [`Sampler::device_draw`]), as [`Sampler::next`] counts what it chooses.
     pub fn took(&mut self, token: u32) {
+        self.pending = None;
         *self.output.entry(token).or_default() += 1;
     }
 
@@ -183,53 +189,31 @@ impl Sampler {
     }
 
     fn choose(&mut self, logits: &[f32]) -> u32 {
+        match self.device_draw() {
+            None => argmax(logits),
+            Some(draw) => {
+                self.pending = None;
+                draw::draw_token(logits, &draw)
+            }
+        }
+    }
+
+    /// What a draw of this sequence's next token needs where the logits are (the engine's
+    /// device, `draw::sample_rows`), or `None` for greedy. The uniform number is taken from
+    /// the stream once and kept until the token is taken, so that the host's draw (an engine
+    /// that gives the logits back) uses the same one.
+    pub fn device_draw(&mut self) -> Option<Draw> {
         if self.params.temperature <= 0.0 {
-            return argmax(logits);
+            return None;
         }
-        let mut candidates: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, logit)| logit.is_finite())
-            .map(|(id, &logit)| (id as u32, logit / self.params.temperature))
-            .collect();
-        if candidates.is_empty() {
-            return argmax(logits);
-        }
-        // Most likely first; ties by id, so the order never depends on the sort.
-        candidates.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let max = candidates[0].1;
-        if self.params.min_p > 0.0 {
-            // p / p_max = exp(l - l_max) >= min_p.
-            let floor = max + self.params.min_p.ln();
-            let keep = candidates.partition_point(|(_, logit)| *logit >= floor);
-            candidates.truncate(keep.max(1));
-        }
-        if self.params.top_k > 0 {
-            candidates.truncate(self.params.top_k);
-        }
-        let mut weights: Vec<f32> = candidates.iter().map(|(_, l)| (l - max).exp()).collect();
-        let total: f32 = weights.iter().sum();
-        if self.params.top_p < 1.0 {
-            let mut kept = 0.0;
-            let mut keep = weights.len();
-            for (i, weight) in weights.iter().enumerate() {
-                kept += weight / total;
-                if kept >= self.params.top_p {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            weights.truncate(keep);
-        }
-        let total: f32 = weights.iter().sum();
-        let mut draw = self.rng.random::<f32>() * total;
-        for (i, weight) in weights.iter().enumerate() {
-            draw -= weight;
-            if draw <= 0.0 {
-                return candidates[i].0;
-            }
-        }
-        candidates[weights.len() - 1].0
+        let uniform = *self.pending.get_or_insert_with(|| self.rng.random::<f32>());
+        Some(Draw {
+            temperature: self.params.temperature,
+            top_k: u32::try_from(self.params.top_k).unwrap_or(u32::MAX),
+            top_p: self.params.top_p,
+            min_p: self.params.min_p,
+            uniform,
+        })
     }
 }
 
