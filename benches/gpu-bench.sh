@@ -223,7 +223,8 @@ for budget in ${QWEN3_BUDGETS-16384}; do
       --data "$work/$data.jsonl" --limit "$limit" --replicas 1 --gpus 1 --dtype bf16 \
       --chunk-size 4096 --max-batch-tokens "$budget" --max-batch-size 4096 \
       --label "resident bf16, Qwen3-0.6B random weights, $data, budget $budget"
-    step "torch qwen3 $data" python3 benches/qwen3_torch.py --model "$work/qwen3-0.6b-random" \
+    # QWEN3_TORCH=0 leaves transformers out (a rerun on the same GPU, its figures known).
+    [[ ${QWEN3_TORCH:-1} == 0 ]] || step "torch qwen3 $data" python3 benches/qwen3_torch.py --model "$work/qwen3-0.6b-random" \
       --data "$work/$data.jsonl" --limit "$limit" --max-batch-tokens "$budget" \
       --label "transformers Qwen3Model bf16 SDPA, $data, budget $budget" 2>/dev/null
   done
