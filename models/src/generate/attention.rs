@@ -12,7 +12,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::decoder::{Pick, Row};
+use super::decoder::Row;
 use super::lanes::{self, LANES, Width};
 use crate::ModelError;
 
@@ -333,6 +333,7 @@ fn softmax(width: Width, weights: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generate::decoder::Pick;
 
     #[test]
     fn a_cache_grown_past_its_budget_is_an_out_of_memory_error() {

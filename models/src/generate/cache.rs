@@ -14,7 +14,7 @@ pub(super) enum Cache {
     /// The quantised CPU engine's: a slot of the whole context per sequence.
     Quantised(KvArena, Box<StepBuffers>),
     /// The dense engine's: paged.
-    Dense(DenseKv),
+    Dense(Box<DenseKv>),
 }
 
 /// A sequence in flight as the cache sees it.

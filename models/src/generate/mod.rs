@@ -194,10 +194,10 @@ impl Engine {
                 KvArena::new(model.config.layers, model.config.kv_dim(), slots),
                 Box::default(),
             ),
-            Self::Dense(model) => Cache::Dense(match kv_blocks {
+            Self::Dense(model) => Cache::Dense(Box::new(match kv_blocks {
                 Some(limit) => DenseKv::with_limit(model, slots, limit),
                 None => DenseKv::new(model, slots),
-            }),
+            })),
         }
     }
 
