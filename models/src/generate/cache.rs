@@ -1,8 +1,12 @@
-//! The KV cache of one [`super::GenerateModel::generate`] call, of its engine's kind, and
+//! The KV cache of a [`super::GenerateModel::generate`] call, of its engine's kind, and
 //! what the continuous batcher asks of it: room for a step's rows, prefix sharing, and
 //! giving a sequence's memory back. The quantised CPU engine's cache ([`KvArena`]) has a
 //! slot of the whole context per sequence and never runs out; the dense engine's
-//! ([`DenseKv`]) is paged.
+//! ([`DenseKv`]) is paged, and is kept from one call to the next ([`KeptCache`]) so that
+//! the blocks one chunk of a job computed (its prompt template, the chat header, any shared
+//! start) serve the next chunk's prompts.
+
+use std::sync::PoisonError;
 
 use super::attention::KvArena;
 use super::batcher::Span;
@@ -15,6 +19,38 @@ pub(super) enum Cache {
     Quantised(KvArena, Box<StepBuffers>),
     /// The dense engine's: paged.
     Dense(Box<DenseKv>),
+}
+
+/// The dense engine's cache between `generate` calls, with the limits it was made for
+/// (slots and block limit): a call with the same limits takes it, with its prefix cache.
+/// A call that fails drops it (its sequences were never released).
+#[derive(Default)]
+pub(super) struct KeptCache {
+    kept: std::sync::Mutex<Option<((usize, Option<usize>), Cache)>>,
+}
+
+impl KeptCache {
+    /// The cache kept for `limits`, if there is one.
+    pub fn take(&self, limits: (usize, Option<usize>)) -> Option<Cache> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        match kept.take() {
+            Some((made_for, cache)) if made_for == limits => Some(cache),
+            _ => None,
+        }
+    }
+
+    /// Keeps `cache`, made for `limits`, every sequence in it released (a paged cache only:
+    /// the quantised engine's has no prefix cache to keep).
+    pub fn keep(&self, limits: (usize, Option<usize>), cache: Cache) {
+        if let Cache::Dense(_) = cache {
+            *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((limits, cache));
+        }
+    }
+
+    /// Drops the kept cache, giving its memory back.
+    pub fn clear(&self) {
+        *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
 }
 
 /// A sequence in flight as the cache sees it.

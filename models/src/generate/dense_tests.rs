@@ -153,6 +153,8 @@ fn prompts_with_a_shared_start_compute_it_once_and_answer_as_alone() {
     let rows_together = rows_run(&profile);
     let mut rows_alone = 0;
     for (request, answer) in requests.iter().zip(&together) {
+        // Alone: nothing cached by the calls before.
+        model.forget_cached_prefixes();
         let before = rows_run(&profile);
         let alone = model
             .generate(
@@ -171,6 +173,56 @@ fn prompts_with_a_shared_start_compute_it_once_and_answer_as_alone() {
         "the two later prompts skip the shared blocks"
     );
     assert_eq!(profile.shared_positions(), saved);
+}
+
+/// The paged cache outlives a `generate` call: a later call's prompts take the blocks an
+/// earlier call computed (the next chunk of a job, with the same instruction), and answer
+/// as with nothing cached; forgetting the cache computes them again.
+#[test]
+fn a_later_call_takes_the_prefix_an_earlier_call_computed() {
+    let (model, profile) = counting_model();
+    let instruction = "You are a careful assistant. Read the question, think about what is \
+                       asked, and answer in one short sentence without any preamble. Question:";
+    let request = |i: usize, question: &str| {
+        let text = format!("{instruction} {question}");
+        greedy(
+            &format!("r{i}"),
+            model.prompt_tokens(&text, PromptTemplate::Chat).unwrap(),
+            12,
+        )
+    };
+    let (first, second) = (request(0, "Name a colour."), request(1, QUESTION));
+    let shared = (0..first.prompt.len())
+        .take_while(|&i| first.prompt[i] == second.prompt[i])
+        .count();
+    let saved = (shared / kv_blocks::BLOCK_SIZE * kv_blocks::BLOCK_SIZE) as u64;
+    assert!(saved >= 32, "{shared} shared tokens");
+    let limits = StepLimits::new(2, 512);
+    let run = |request: &GenerationRequest| {
+        let before = rows_run(&profile);
+        let out = model
+            .generate(std::slice::from_ref(request), limits, &mut || {})
+            .unwrap()
+            .remove(0);
+        (out.tokens, rows_run(&profile) - before)
+    };
+    run(&first);
+    let (cached_tokens, cached_rows) = run(&second);
+    model.forget_cached_prefixes();
+    let (fresh_tokens, fresh_rows) = run(&second);
+    assert_eq!(cached_tokens, fresh_tokens);
+    assert_eq!(cached_rows, fresh_rows - saved, "{}", profile.table());
+    // A call with other limits starts from an empty cache.
+    run(&first);
+    let before = rows_run(&profile);
+    model
+        .generate(
+            std::slice::from_ref(&second),
+            StepLimits::new(1, 512),
+            &mut || {},
+        )
+        .unwrap();
+    assert_eq!(rows_run(&profile) - before, fresh_rows);
 }
 
 /// A KV pool too small for every sequence at once: sequences wait for blocks, the newest

@@ -39,7 +39,7 @@ use crate::ModelError;
 use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
-use cache::{Cache, SeqKv};
+use cache::{Cache, KeptCache, SeqKv};
 use decoder::{LlamaConfig, NextToken, Pick, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
@@ -235,6 +235,8 @@ pub struct GenerateModel {
     /// Where [`GenerateModel::generate`]'s steps spend their time, when asked
     /// ([`GenerateModel::profile_steps`]).
     profile: Option<std::sync::Arc<StepProfile>>,
+    /// The paged cache between `generate` calls, with its computed prefixes.
+    kept: KeptCache,
 }
 
 /// The requests of one [`GenerateModel::generate`] call as they move through it.
@@ -340,6 +342,7 @@ impl GenerateModel {
             format: PromptFormat::new(vocab)?,
             grammar: std::sync::OnceLock::new(),
             profile: None,
+            kept: KeptCache::default(),
         })
     }
 
@@ -382,6 +385,13 @@ impl GenerateModel {
         };
         let c = self.config();
         2 * c.layers as u64 * c.kv_dim() as u64 * element
+    }
+
+    /// Drops the KV cache kept between [`GenerateModel::generate`] calls (the paged
+    /// engine's: blocks computed for earlier prompts, which later ones with the same start
+    /// take instead of computing them), giving its memory back.
+    pub fn forget_cached_prefixes(&self) {
+        self.kept.clear();
     }
 
     /// Records where the steps of every later [`GenerateModel::generate`] call spend their
@@ -505,7 +515,11 @@ impl GenerateModel {
             flight: Vec::new(),
             preempted: Vec::new(),
         };
-        let mut kv = self.engine.cache(limits.max_sequences, limits.kv_blocks);
+        let made_for = (limits.max_sequences, limits.kv_blocks);
+        let mut kv = match self.kept.take(made_for) {
+            Some(kept) => kept,
+            None => self.engine.cache(limits.max_sequences, limits.kv_blocks),
+        };
         loop {
             self.admit(requests, &mut batch, &mut kv)?;
             if batch.flight.is_empty() {
@@ -531,6 +545,8 @@ impl GenerateModel {
                 .lap(Phase::SampleAndStop)
                 .map_err(ModelError::from_candle)?;
         }
+        // Every sequence ended and gave its blocks back; the computed ones stay cached.
+        self.kept.keep(made_for, kv);
         Ok(batch
             .results
             .into_iter()
