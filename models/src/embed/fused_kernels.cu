@@ -407,16 +407,21 @@ __device__ void sample_rows(const T *logits, const float *params, uint32_t *out,
 // A projection's heads normed (when `norm` is set: Qwen3's query and key RMSNorms) and
 // rotated by their row's position, in one pass (generate/rope_heads.rs, whose CPU reference
 // this must equal): the heads start at column first_column of x's rows (x_stride wide), out
-// is [rows, heads, head_dim], cos and sin [rows, head_dim / 2]
+// is [rows, heads, head_dim] (or heads first per sequence of seq_len rows), cos and sin
+// [rows, head_dim / 2]
 // f32. Pairs (2i, 2i + 1) when `interleaved`, else (i, i + head_dim / 2). One block per
 // (row, head), a thread per pair, blockDim.x a multiple of 32.
 template <typename T>
 __device__ void rope_heads(T *out, const T *x, const float *cos, const float *sin, const T *norm,
                            uint32_t heads, uint32_t head_dim, uint32_t x_stride,
-                           uint32_t first_column, int interleaved, float eps) {
+                           uint32_t first_column, uint32_t seq_len, int interleaved, float eps) {
     __shared__ float scratch[32];
     const uint32_t row = blockIdx.x, head = blockIdx.y, half = head_dim / 2, i = threadIdx.x;
-    const uint64_t base = ((uint64_t)row * heads + head) * head_dim;
+    // [rows, heads, head_dim], or [rows / seq_len, heads, seq_len, head_dim] when seq_len > 0.
+    const uint64_t base =
+        seq_len == 0 ? ((uint64_t)row * heads + head) * head_dim
+                     : (((uint64_t)(row / seq_len) * heads + head) * seq_len + row % seq_len) *
+                           (uint64_t)head_dim;
     const uint64_t in = (uint64_t)row * x_stride + first_column + (uint64_t)head * head_dim;
     const uint32_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
     float va = 0.0f, vb = 0.0f;
@@ -606,9 +611,9 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
     extern "C" __global__ void rope_heads_##NAME(T *out, const T *x, const float *cos,           \
                                                  const float *sin, const T *norm, uint32_t heads, \
                                                  uint32_t head_dim, uint32_t x_stride,            \
-                                                 uint32_t first_column, int interleaved,          \
-                                                 float eps) {                                     \
-        rope_heads<T>(out, x, cos, sin, norm, heads, head_dim, x_stride, first_column,           \
+                                                 uint32_t first_column, uint32_t seq_len,         \
+                                                 int interleaved, float eps) {                    \
+        rope_heads<T>(out, x, cos, sin, norm, heads, head_dim, x_stride, first_column, seq_len,  \
                       interleaved, eps);                                                         \
     }                                                                                            \
     extern "C" __global__ void masked_softmax_##NAME(T *scores, const T *bias, const float *keep, \

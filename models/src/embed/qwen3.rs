@@ -4,7 +4,10 @@
 //! then takes each row's last real token. That gives what Qwen3-Embedding's left-padded
 //! reference gives, without a padding mask.
 //!
-//! For throughput: Q, K and V are one matrix multiply, all on 2-D `[tokens, features]` rows; the attention scale is folded into the query norm's weight;
+//! For throughput: Q, K and V are one matrix multiply, all on 2-D `[tokens, features]` rows; the
+//! query and key heads are normed and rotated out of its columns in one op each
+//! (`generate::rope_heads`); each residual add and the norm after it are one op; the attention
+//! scale is folded into the query norm's weight;
 //! grouped-query attention multiplies each K/V head against its group of query heads at once
 //! (no copies of K and V per query head).
 
@@ -15,6 +18,8 @@ use serde::Deserialize;
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
 use super::fused::{self, AttentionMask};
 use crate::ModelError;
+use crate::generate::decoder::RopeStyle;
+use crate::generate::rope_heads::{HeadsOut, RopeHeads, rope_heads};
 
 /// The fields of a Qwen3 `config.json` the encoder uses.
 #[derive(Clone, Debug, Deserialize)]
@@ -233,17 +238,19 @@ impl Qwen3Encoder {
         })
     }
 
+    /// Each row's rotation (`b * t x head_dim / 2`, f32): the rows are `b` sequences of
+    /// positions `0..t`.
     fn rope_tables(
         &self,
-        seq: usize,
-        dtype: DType,
+        (b, t): (usize, usize),
         device: &Device,
     ) -> candle_core::Result<(Tensor, Tensor)> {
-        let positions = Tensor::arange(0u32, seq as u32, device)?.to_dtype(DType::F32)?;
+        let positions = Tensor::arange(0u32, t as u32, device)?.to_dtype(DType::F32)?;
         let freqs = positions
             .unsqueeze(1)?
-            .broadcast_mul(&self.inv_freq.unsqueeze(0)?)?;
-        Ok((freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?))
+            .broadcast_mul(&self.inv_freq.unsqueeze(0)?)?
+            .repeat((b, 1))?;
+        Ok((freqs.cos()?, freqs.sin()?))
     }
 
     /// Self-attention over `x` (`[b * t, h]` rows), returning `[b * t, h]`.
@@ -262,11 +269,27 @@ impl Qwen3Encoder {
             self.config.head_dim(),
         );
         let qkv = layer.qkv.forward(x)?;
-        let q = fused::split_heads(&qkv, (b, t), heads, d, 0)?;
-        let k = fused::split_heads(&qkv, (b, t), kv_heads, d, heads * d)?;
+        // Query and key heads normed and rotated straight out of the product's columns into
+        // `[b, heads, t, d]`, one op each (`rope_heads`); the values only change layout.
+        fn heads_of(
+            norm: &RmsNorm,
+            heads: usize,
+            first_column: usize,
+            (d, t): (usize, usize),
+        ) -> RopeHeads<'_> {
+            RopeHeads {
+                heads,
+                head_dim: d,
+                first_column,
+                style: RopeStyle::Halves,
+                norm: Some((norm.weight(), norm.eps())),
+                out: HeadsOut::PerSequence(t),
+            }
+        }
+        let q = rope_heads(&qkv, cos, sin, &heads_of(&layer.q_norm, heads, 0, (d, t)))?;
+        let k_op = heads_of(&layer.k_norm, kv_heads, heads * d, (d, t));
+        let k = rope_heads(&qkv, cos, sin, &k_op)?;
         let v = fused::split_heads(&qkv, (b, t), kv_heads, d, (heads + kv_heads) * d)?;
-        let q = candle_nn::rotary_emb::rope(&layer.q_norm.forward(&q)?, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&layer.k_norm.forward(&k)?, cos, sin)?;
         // Query heads g*r..(g+1)*r share K/V head g: as `[b, kv, r*t, d]` they multiply it
         // in one batched product.
         let group = heads / kv_heads;
@@ -286,8 +309,7 @@ impl TextEncoder for Qwen3Encoder {
         let (b, t) = ids.dims2()?;
         let hidden = self.config.hidden_size;
         let mut h = self.embed.forward(ids)?.reshape((b * t, hidden))?;
-        let (dtype, device) = (h.dtype(), h.device().clone());
-        let (cos, sin) = self.rope_tables(t, dtype, &device)?;
+        let (cos, sin) = self.rope_tables((b, t), &h.device().clone())?;
         // Right padding under a causal mask: no real token sees a pad (module docs).
         let causal = AttentionMask::new(None, None, true);
         // Each residual add and the norm after it in one op: `normed` is `h` under the next
@@ -417,6 +439,99 @@ mod tests {
         let norm: f32 = batched[1].iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
         assert_ne!(alone[0], long_alone[0]);
+    }
+
+    /// The encoder as plain candle ops: heads split by copies, candle's RMSNorm and rope,
+    /// separate residual adds and norms (the forward before the fused ops).
+    fn plain_forward(encoder: &Qwen3Encoder, ids: &Tensor) -> Tensor {
+        let c = &encoder.config;
+        let (b, t) = ids.dims2().unwrap();
+        let (heads, kv_heads, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim());
+        let positions = Tensor::arange(0u32, t as u32, &Device::Cpu).unwrap();
+        let freqs = positions
+            .to_dtype(DType::F32)
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap()
+            .broadcast_mul(&encoder.inv_freq.unsqueeze(0).unwrap())
+            .unwrap();
+        let (cos, sin) = (freqs.cos().unwrap(), freqs.sin().unwrap());
+        let mask = AttentionMask::new(None, None, true);
+        let mut h = encoder
+            .embed
+            .forward(ids)
+            .unwrap()
+            .reshape((b * t, c.hidden_size))
+            .unwrap();
+        for layer in &encoder.layers {
+            let qkv = layer
+                .qkv
+                .forward(&layer.input_norm.forward(&h).unwrap())
+                .unwrap();
+            let split = |n, at| fused::split_heads(&qkv, (b, t), n, d, at).unwrap();
+            let rope = |x: Tensor, norm: &RmsNorm| {
+                candle_nn::rotary_emb::rope(&norm.forward(&x).unwrap(), &cos, &sin).unwrap()
+            };
+            let q = rope(split(heads, 0), &layer.q_norm);
+            let k = rope(split(kv_heads, heads * d), &layer.k_norm);
+            let v = split(kv_heads, (heads + kv_heads) * d);
+            let group = heads / kv_heads;
+            let q = q.reshape((b, kv_heads, group * t, d)).unwrap();
+            let scores = q
+                .matmul(&k.t().unwrap())
+                .unwrap()
+                .reshape((b, heads, t, t))
+                .unwrap();
+            let weights = fused::attention_probs(scores, &mask).unwrap();
+            let out = weights
+                .reshape((b, kv_heads, group * t, t))
+                .unwrap()
+                .matmul(&v)
+                .unwrap();
+            let merged = fused::merge_heads(&out.reshape((b, heads, t, d)).unwrap()).unwrap();
+            h = (h + layer.o.forward(&merged).unwrap()).unwrap();
+            let normed = layer.post_norm.forward(&h).unwrap();
+            let gate = candle_nn::ops::silu(&layer.gate.forward(&normed).unwrap()).unwrap();
+            let up = layer.up.forward(&normed).unwrap();
+            h = (h + layer.down.forward(&(gate * up).unwrap()).unwrap()).unwrap();
+        }
+        encoder
+            .norm
+            .forward(&h)
+            .unwrap()
+            .reshape((b, t, c.hidden_size))
+            .unwrap()
+    }
+
+    /// The fused ops (`rope_heads` out of the QKV columns, the residual adds fused with the
+    /// norms) compute what the plain candle ops do, with every norm weight random.
+    #[test]
+    fn the_fused_forward_is_the_plain_one() {
+        let (mut encoder, vars) = tiny();
+        for (name, var) in vars.data().lock().unwrap().iter() {
+            if name.contains("norm") {
+                let random = Tensor::randn(1f32, 0.3, var.dims(), &Device::Cpu).unwrap();
+                var.set(&random).unwrap();
+            }
+        }
+        // The varmap's q_norm is read raw at load, so load again from the randomised vars.
+        let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+        encoder = Qwen3Encoder::new(encoder.config.clone(), vb).unwrap();
+        let ids = Tensor::new(&[[5u32, 9, 13, 2, 0], [7, 3, 22, 41, 8]], &Device::Cpu).unwrap();
+        let mask = Tensor::ones((2, 5), DType::U32, &Device::Cpu).unwrap();
+        let fused = encoder.forward(&ids, &mask).unwrap();
+        let plain = plain_forward(&encoder, &ids);
+        let worst = (fused - plain)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(worst < 1e-4, "{worst}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::device_ops::{CacheRows, argmax_rows, write_rows};
 use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
 use super::paged_attention::{PagedAttention, PagedRows, paged_attention};
-use super::rope_heads::{RopeHeads, rope_heads};
+use super::rope_heads::{HeadsOut, RopeHeads, rope_heads};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 use crate::embed::fused::{add_rms_norm, silu_mul_halves};
@@ -514,6 +514,7 @@ impl DenseLlama {
             first_column,
             style: self.config.rope,
             norm: norm.as_ref().map(|w| (w, f64::from(self.config.rms_eps))),
+            out: HeadsOut::Rows,
         };
         rope_heads(qkv, step.cos, step.sin, &op)
     }

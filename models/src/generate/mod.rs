@@ -12,7 +12,7 @@ pub mod batcher;
 mod cache;
 pub mod chat;
 pub mod checkpoint;
-mod decoder;
+pub(crate) mod decoder;
 pub mod dense;
 mod device_ops;
 mod draw;
@@ -26,7 +26,7 @@ mod paged_attention;
 pub mod prompt;
 mod quantised;
 mod quantised_llama;
-mod rope_heads;
+pub(crate) mod rope_heads;
 pub mod sampling;
 pub mod step_profile;
 

@@ -1,7 +1,9 @@
 //! A projection's output split into heads, each head RMS-normed (Qwen3's query and key norms,
 //! when the model has them) and rotated by its row's position, in one pass: the heads' columns
 //! of `rows x width` rows in (the query's or the key's part of the fused QKV product),
-//! `rows x heads x head_dim` out, so nothing is transposed or copied.
+//! `rows x heads x head_dim` out (the decoder's paged attention reads that), or heads first
+//! per sequence, `sequences x heads x t x head_dim` (the encoders' batched attention products
+//! read that), so nothing is transposed or copied.
 //!
 //! It replaces, per projection and layer, a transpose and a copy into candle's `(1, heads,
 //! rows, head_dim)` rope layout, the rope kernel, and the copy back (and the norm's own
@@ -19,6 +21,16 @@ use rayon::prelude::*;
 
 use super::decoder::RopeStyle;
 
+/// How the op lays out its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadsOut {
+    /// `rows x heads x head_dim`.
+    Rows,
+    /// `rows / t x heads x t x head_dim`: the rows are sequences of `t` rows one after
+    /// another, and each sequence's heads come first.
+    PerSequence(usize),
+}
+
 /// The op: the projection's rows (`rows x width`) are the first operand, the step's `cos`
 /// and `sin` (`rows x head_dim/2`, f32) the others.
 pub struct RopeHeads<'a> {
@@ -32,10 +44,12 @@ pub struct RopeHeads<'a> {
     pub style: RopeStyle,
     /// Each head's RMSNorm weight (`head_dim`, the projection's dtype) and epsilon.
     pub norm: Option<(&'a Tensor, f64)>,
+    /// The output's layout.
+    pub out: HeadsOut,
 }
 
 /// The heads of `x`'s rows (`rows x width`, `op.heads` heads from column `op.first_column`)
-/// as `rows x heads x head_dim`, each head normed by `op.norm` and rotated by its row's
+/// as `op.out` lays them out, each head normed by `op.norm` and rotated by its row's
 /// `cos`/`sin` (`rows x head_dim/2`, f32).
 pub fn rope_heads(
     x: &Tensor,
@@ -58,20 +72,26 @@ pub fn rope_heads(
         || cos.dtype() != DType::F32
         || sin.dtype() != DType::F32
         || !norm_ok
+        || matches!(op.out, HeadsOut::PerSequence(t) if t == 0 || !rows.is_multiple_of(t))
     {
         candle_core::bail!(
-            "rope over {:?} in {} heads of {head_dim} from column {} with cos {:?}/{:?} and norm {:?}",
+            "rope over {:?} in {} heads of {head_dim} from column {} to {:?} with cos {:?}/{:?} and norm {:?}",
             x.dims(),
             op.heads,
             op.first_column,
+            op.out,
             cos.dims(),
             cos.dtype(),
             op.norm.map(|(w, _)| w.dims().to_vec())
         );
     }
-    x.contiguous()?
-        .apply_op3_no_bwd(&cos.contiguous()?, &sin.contiguous()?, op)?
-        .reshape((rows, op.heads, head_dim))
+    let out = x
+        .contiguous()?
+        .apply_op3_no_bwd(&cos.contiguous()?, &sin.contiguous()?, op)?;
+    match op.out {
+        HeadsOut::Rows => out.reshape((rows, op.heads, head_dim)),
+        HeadsOut::PerSequence(t) => out.reshape((rows / t, op.heads, t, head_dim)),
+    }
 }
 
 /// The norm weight's values as f32, from whatever device it is on.
@@ -121,8 +141,25 @@ impl RopeHeads<'_> {
                     }
                 }
             });
-        Ok(out)
+        Ok(match self.out {
+            HeadsOut::Rows => out,
+            HeadsOut::PerSequence(t) => heads_first(&out, t, self.heads, head_dim),
+        })
     }
+}
+
+/// `rows x heads x d` values (`rows` sequences of `t` one after another) as `rows / t x
+/// heads x t x d`.
+fn heads_first<T: Copy>(rows: &[T], t: usize, heads: usize, d: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows.len());
+    for sequence in rows.chunks(t * heads * d) {
+        for head in 0..heads {
+            for row in sequence.chunks(heads * d) {
+                out.extend_from_slice(&row[head * d..][..d]);
+            }
+        }
+    }
+    out
 }
 
 impl candle_core::CustomOp3 for RopeHeads<'_> {
@@ -236,6 +273,11 @@ mod cuda {
         let interleaved = i32::from(op.style == RopeStyle::Interleaved);
         let (heads, head_dim) = (op.heads as u32, head_dim as u32);
         let (x_stride, first_column) = (width as u32, op.first_column as u32);
+        // The kernel's sequence length: 0 for rows.
+        let seq_len = match op.out {
+            super::HeadsOut::Rows => 0u32,
+            super::HeadsOut::PerSequence(t) => t as u32,
+        };
         let mut builder = stream.launch_builder(&func);
         builder.arg(&out).arg(&xv).arg(&cv).arg(&sv);
         // A null pointer for no norm: the kernel tests it.
@@ -249,6 +291,7 @@ mod cuda {
             .arg(&head_dim)
             .arg(&x_stride)
             .arg(&first_column)
+            .arg(&seq_len)
             .arg(&interleaved)
             .arg(&eps);
         // SAFETY: `rope_heads` checked the shapes: x is rows x width with the heads within
@@ -338,6 +381,7 @@ mod tests {
                             first_column: 0,
                             style,
                             norm,
+                            out: HeadsOut::Rows,
                         };
                         let got = rope_heads(&x, &cos, &sin, &op).unwrap();
                         let want = candle_way(&x, heads, norm, &cos, &sin, style);
@@ -367,6 +411,30 @@ mod tests {
                                 .to_vec1::<f32>()
                                 .unwrap(),
                             "{device:?} {dtype:?} {style:?}: columns within wider rows"
+                        );
+                        // Heads first per sequence (7 rows as one sequence; the encoders'
+                        // layout): the same values, transposed.
+                        let per_sequence = RopeHeads {
+                            out: HeadsOut::PerSequence(rows),
+                            ..op
+                        };
+                        let first = rope_heads(&x, &cos, &sin, &per_sequence).unwrap();
+                        assert_eq!(first.dims(), &[1, heads, rows, hd]);
+                        let transposed = got.transpose(0, 1).unwrap().unsqueeze(0).unwrap();
+                        let as_f32 = |t: &Tensor| {
+                            t.contiguous()
+                                .unwrap()
+                                .flatten_all()
+                                .unwrap()
+                                .to_dtype(DType::F32)
+                                .unwrap()
+                                .to_vec1::<f32>()
+                                .unwrap()
+                        };
+                        assert_eq!(
+                            as_f32(&first),
+                            as_f32(&transposed),
+                            "{device:?} {dtype:?} {style:?}: heads first"
                         );
                         assert_eq!(got.dims(), &[rows, heads, hd]);
                         let worst = (got.to_dtype(DType::F32).unwrap()
@@ -401,6 +469,7 @@ mod tests {
             first_column: 0,
             style: RopeStyle::Halves,
             norm: None,
+            out: HeadsOut::Rows,
         };
         assert!(rope_heads(&x, &cs, &cs, &op).is_err());
         // Heads past the row's end.
@@ -408,6 +477,16 @@ mod tests {
             heads: 3,
             head_dim: 6,
             first_column: 14,
+            ..op
+        };
+        assert!(rope_heads(&x, &cs, &cs, &op).is_err());
+        // Two rows are not sequences of three.
+        let x = Tensor::zeros((2, 8), DType::F32, &Device::Cpu).unwrap();
+        let cs = Tensor::zeros((2, 4), DType::F32, &Device::Cpu).unwrap();
+        let op = RopeHeads {
+            heads: 1,
+            first_column: 0,
+            out: HeadsOut::PerSequence(3),
             ..op
         };
         assert!(rope_heads(&x, &cs, &cs, &op).is_err());
