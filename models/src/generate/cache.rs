@@ -26,12 +26,15 @@ pub(super) enum Cache {
 /// A call that fails drops it (its sequences were never released).
 #[derive(Default)]
 pub(super) struct KeptCache {
-    kept: std::sync::Mutex<Option<((usize, Option<usize>), Cache)>>,
+    kept: std::sync::Mutex<Option<(CacheLimits, Cache)>>,
 }
+
+/// What a cache is made for: its slots and its block limit.
+pub(super) type CacheLimits = (usize, Option<usize>);
 
 impl KeptCache {
     /// The cache kept for `limits`, if there is one.
-    pub fn take(&self, limits: (usize, Option<usize>)) -> Option<Cache> {
+    pub fn take(&self, limits: CacheLimits) -> Option<Cache> {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         match kept.take() {
             Some((made_for, cache)) if made_for == limits => Some(cache),
@@ -41,7 +44,7 @@ impl KeptCache {
 
     /// Keeps `cache`, made for `limits`, every sequence in it released (a paged cache only:
     /// the quantised engine's has no prefix cache to keep).
-    pub fn keep(&self, limits: (usize, Option<usize>), cache: Cache) {
+    pub fn keep(&self, limits: CacheLimits, cache: Cache) {
         if let Cache::Dense(_) = cache {
             *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((limits, cache));
         }
