@@ -22,6 +22,15 @@ static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_kernels.f
 /// Threads per block for the element-wise kernels.
 pub(crate) const THREADS: u32 = 256;
 
+/// A launch of one block of [`THREADS`] per row (callers skip launches with no rows).
+pub(crate) fn block_per_row(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.max(1) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The kernel `name` and the stream to launch it on. The module is loaded once per GPU (its
 /// primary context, which every candle device on that GPU shares) and kept for the process:
 /// candle's own `get_or_load_custom_func` takes PTX text only, and a fatbin is binary.
@@ -345,11 +354,7 @@ impl AddRmsNorm {
         let out = unsafe { dev.alloc::<T>(2 * rows * cols)? };
         let name = format!("add_rms_norm_{}", dtype_suffix(x.0.dtype())?);
         let (stream, func) = kernel(&dev, &name)?;
-        let config = LaunchConfig {
-            grid_dim: (rows.max(1) as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = block_per_row(rows);
         let (rows_arg, cols_arg) = (rows as u32, cols as u32);
         let mut builder = stream.launch_builder(&func);
         builder

@@ -82,7 +82,9 @@ mod cuda {
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CpuStorage, CudaStorage, DType, InplaceOp3, Layout, Result, Shape};
 
-    use crate::embed::fused_cuda::{THREADS, destination, dtype_suffix, kernel, view};
+    use crate::embed::fused_cuda::{
+        THREADS, block_per_row, destination, dtype_suffix, kernel, view,
+    };
 
     /// `dst[index[r], :] = src[r, :]`, in place: operands 2 and 3 are `src` (`rows x width`)
     /// and a u32 `index` (`rows`).
@@ -203,11 +205,7 @@ mod cuda {
             let out = unsafe { dev.alloc::<u32>(rows)? };
             let name = format!("argmax_rows_{}", dtype_suffix(storage.dtype())?);
             let (stream, func) = kernel(&dev, &name)?;
-            let config = LaunchConfig {
-                grid_dim: (rows.max(1) as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = block_per_row(rows);
             let cols = cols as u32;
             let mut builder = stream.launch_builder(&func);
             builder.arg(&x).arg(&out).arg(&cols);

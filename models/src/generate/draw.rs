@@ -129,12 +129,12 @@ pub fn sample_rows(logits: &Tensor, draws: &[Draw]) -> candle_core::Result<Vec<u
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CpuStorage, CudaStorage, DType, Layout, Result, Shape};
 
     use super::Draw;
-    use crate::embed::fused_cuda::{THREADS, dtype_suffix, kernel, view};
+    use crate::embed::fused_cuda::{block_per_row, dtype_suffix, kernel, view};
 
     /// Floats per row of the kernel's parameters.
     pub const PARAMS: usize = 5;
@@ -176,11 +176,7 @@ mod cuda {
             let out = unsafe { dev.alloc::<u32>(rows)? };
             let name = format!("sample_rows_{}", dtype_suffix(logits.dtype())?);
             let (stream, func) = kernel(&dev, &name)?;
-            let config = LaunchConfig {
-                grid_dim: (rows.max(1) as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = block_per_row(rows);
             let cols = cols as u32;
             let mut builder = stream.launch_builder(&func);
             builder.arg(&x).arg(&p).arg(&out).arg(&cols);
