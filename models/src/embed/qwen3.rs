@@ -360,6 +360,7 @@ mod tests {
     use super::*;
     use crate::embed::encoder::pool;
     use crate::embed::model_files::Pooling;
+    use crate::generate::device_ops::max_abs_diff;
 
     #[test]
     fn absurd_dimensions_are_refused_before_anything_is_sized() {
@@ -521,16 +522,7 @@ mod tests {
         let mask = Tensor::ones((2, 5), DType::U32, &Device::Cpu).unwrap();
         let fused = encoder.forward(&ids, &mask).unwrap();
         let plain = plain_forward(&encoder, &ids);
-        let worst = (fused - plain)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let worst = max_abs_diff(&fused, &plain);
         assert!(worst < 1e-4, "{worst}");
     }
 

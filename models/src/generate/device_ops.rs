@@ -238,6 +238,27 @@ mod cuda {
     }
 }
 
+/// The largest absolute difference between two tensors of one shape, in f32.
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let f32_of = |t: &Tensor| {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+    };
+    (f32_of(a) - f32_of(b))
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine): where
 /// the kernels' tests run.
 #[cfg(test)]

@@ -14,7 +14,7 @@ pub mod chat;
 pub mod checkpoint;
 pub(crate) mod decoder;
 pub mod dense;
-mod device_ops;
+pub(crate) mod device_ops;
 mod draw;
 pub mod export;
 mod gguf_shapes;

@@ -312,7 +312,7 @@ mod tests {
 
     use super::*;
 
-    use super::super::device_ops::test_devices as devices;
+    use super::super::device_ops::{max_abs_diff, test_devices as devices};
 
     /// candle's own ops, as the dense path ran them before: the layout copies, the norm,
     /// candle's rope.
@@ -437,17 +437,7 @@ mod tests {
                             "{device:?} {dtype:?} {style:?}: heads first"
                         );
                         assert_eq!(got.dims(), &[rows, heads, hd]);
-                        let worst = (got.to_dtype(DType::F32).unwrap()
-                            - want.to_dtype(DType::F32).unwrap())
-                        .unwrap()
-                        .abs()
-                        .unwrap()
-                        .flatten_all()
-                        .unwrap()
-                        .max(0)
-                        .unwrap()
-                        .to_scalar::<f32>()
-                        .unwrap();
+                        let worst = max_abs_diff(&got, &want);
                         assert!(
                             worst <= tolerance,
                             "{device:?} {dtype:?} {style:?} norm {}: off by {worst}",
