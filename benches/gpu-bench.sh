@@ -27,7 +27,8 @@
 #     the sampled draw)
 #     against its CPU reference.
 # SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
-# the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first.
+# the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first;
+# QWEN3_TORCH=0 leaves transformers' Qwen3 rows out, QWEN3_COMPARE=0 runs the reference job alone.
 set -uo pipefail
 work=/tmp/resident-gpu
 mkdir -p "$work"
