@@ -42,21 +42,6 @@ pub fn bias_add(
     Ok(x)
 }
 
-/// `silu(gate) * up` (a fresh `gate`, changed in place on CUDA).
-pub fn silu_mul(gate: Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    if gate.device().is_cuda()
-        && gate.is_contiguous()
-        && up.is_contiguous()
-        && gate.dtype() == up.dtype()
-        && gate.shape() == up.shape()
-    {
-        gate.inplace_op2(up, &super::fused_cuda::SiluMul)?;
-        return Ok(gate);
-    }
-    candle_nn::ops::silu(&gate)? * up
-}
-
 /// `silu(gate) * up` for `[rows, 2 * cols]` rows holding gate then up side by side (the
 /// product of stacked gate and up weights), as `[rows, cols]`.
 pub fn silu_mul_halves(gate_up: &Tensor) -> candle_core::Result<Tensor> {
@@ -398,20 +383,6 @@ mod cuda_tests {
                     "{dtype:?} {batch}x{heads}x{t}: {error}"
                 );
             }
-        }
-    }
-
-    #[test]
-    fn silu_mul_matches_candle() {
-        let Some(gpu) = gpu() else { return };
-        for dtype in DTYPES {
-            let gate = random(&[300, 3072], dtype, &gpu);
-            let up = random(&[300, 3072], dtype, &gpu);
-            let cpu = reference_input;
-            let want = silu_mul(cpu(&gate), &cpu(&up)).unwrap();
-            let got = silu_mul(gate.copy().unwrap(), &up).unwrap();
-            let error = relative_error(&got, &want);
-            assert!(error < tolerance(dtype), "{dtype:?}: {error}");
         }
     }
 

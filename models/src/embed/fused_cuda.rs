@@ -22,6 +22,19 @@ static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused_kernels.f
 /// Threads per block for the element-wise kernels.
 pub(crate) const THREADS: u32 = 256;
 
+/// A launch over `n` elements, one thread each, grid-strided past 2^20 blocks.
+pub(crate) fn elementwise(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            n.div_ceil(u64::from(THREADS)).clamp(1, 1 << 20) as u32,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// A launch of one block of [`THREADS`] per row (callers skip launches with no rows).
 pub(crate) fn block_per_row(rows: usize) -> LaunchConfig {
     LaunchConfig {
@@ -200,66 +213,6 @@ impl InplaceOp3 for BiasAdd {
     }
 }
 
-/// `gate = silu(gate) * up`, in place, for tensors of one shape.
-pub struct SiluMul;
-
-impl SiluMul {
-    fn launch<T: CudaDType + DeviceRepr>(
-        gate: (&mut CudaStorage, &Layout),
-        up: (&CudaStorage, &Layout),
-    ) -> Result<()> {
-        if gate.1.shape() != up.1.shape() {
-            candle_core::bail!("silu_mul of {:?} and {:?}", gate.1.shape(), up.1.shape());
-        }
-        let dev = gate.0.device().clone();
-        let n = gate.1.shape().elem_count() as u64;
-        let up = view::<T>(up.0, up.1)?;
-        let name = format!("silu_mul_{}", dtype_suffix(gate.0.dtype())?);
-        let (stream, func) = kernel(&dev, &name)?;
-        let target = destination::<T>(gate.0, gate.1)?;
-        let config = LaunchConfig {
-            grid_dim: (
-                (n.div_ceil(u64::from(THREADS))).clamp(1, 1 << 20) as u32,
-                1,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut builder = stream.launch_builder(&func);
-        builder.arg(target).arg(&up).arg(&n);
-        // SAFETY: reads and writes n elements of two tensors checked to hold n.
-        #[allow(unsafe_code)]
-        unsafe { builder.launch(config) }.w()?;
-        Ok(())
-    }
-}
-
-impl InplaceOp2 for SiluMul {
-    fn name(&self) -> &'static str {
-        "resident-silu-mul"
-    }
-
-    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
-        candle_core::bail!("resident-silu-mul runs on CUDA only")
-    }
-
-    fn cuda_fwd(
-        &self,
-        g: &mut CudaStorage,
-        gl: &Layout,
-        u: &CudaStorage,
-        ul: &Layout,
-    ) -> Result<()> {
-        match g.dtype() {
-            DType::F32 => Self::launch::<f32>((g, gl), (u, ul)),
-            DType::F16 => Self::launch::<half::f16>((g, gl), (u, ul)),
-            DType::BF16 => Self::launch::<half::bf16>((g, gl), (u, ul)),
-            other => candle_core::bail!("silu_mul takes f32, f16 or bf16, not {other:?}"),
-        }
-    }
-}
-
 /// `silu(gate) * up` of `[rows, 2 * cols]` rows (gate, then up), as `[rows, cols]`.
 pub struct SiluMulHalves;
 
@@ -278,15 +231,7 @@ impl SiluMulHalves {
         let out = unsafe { dev.alloc::<T>(rows * cols)? };
         let name = format!("silu_mul_halves_{}", dtype_suffix(storage.dtype())?);
         let (stream, func) = kernel(&dev, &name)?;
-        let config = LaunchConfig {
-            grid_dim: (
-                (n.div_ceil(u64::from(THREADS))).clamp(1, 1 << 20) as u32,
-                1,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = elementwise(n);
         let cols = cols as u32;
         let mut builder = stream.launch_builder(&func);
         builder.arg(&out).arg(&x).arg(&n).arg(&cols);

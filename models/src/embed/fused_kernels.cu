@@ -37,17 +37,8 @@ __device__ void bias_add(T *x, const T *bias, const T *residual, uint32_t rows, 
     }
 }
 
-// gate = silu(gate) * up over n elements, in place (Qwen3's MLP).
-template <typename T> __device__ void silu_mul(T *gate, const T *up, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = to_float(gate[i]);
-        gate[i] = from_float<T>(g / (1.0f + __expf(-g)) * to_float(up[i]));
-    }
-}
-
 // out[r, c] = silu(x[r, c]) * x[r, cols + c] for rows of 2 * cols (gate, then up: the product
-// of stacked gate and up weights), n = rows * cols outputs.
+// of stacked gate and up weights; Qwen3's and the decoder's MLP), n = rows * cols outputs.
 template <typename T> __device__ void silu_mul_halves(T *out, const T *x, uint64_t n, uint32_t cols) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
@@ -583,9 +574,6 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
     extern "C" __global__ void bias_add_##NAME(T *x, const T *bias, const T *residual,           \
                                                uint32_t rows, uint32_t cols, int gelu) {         \
         bias_add<T>(x, bias, residual, rows, cols, gelu);                                        \
-    }                                                                                            \
-    extern "C" __global__ void silu_mul_##NAME(T *gate, const T *up, uint64_t n) {               \
-        silu_mul<T>(gate, up, n);                                                                \
     }                                                                                            \
     extern "C" __global__ void scatter_rows_##NAME(T *dst, const T *src, const uint32_t *index,  \
                                                    uint64_t rows, uint32_t width,                \

@@ -159,8 +159,7 @@ struct Layer {
     k_norm: RmsNorm,
     input_norm: RmsNorm,
     post_norm: RmsNorm,
-    gate: Dense,
-    up: Dense,
+    gate_up: Dense,
     down: Dense,
 }
 
@@ -202,10 +201,8 @@ fn load_layer(config: &Qwen3Config, vb: VarBuilder) -> candle_core::Result<Layer
         k_norm: rms_norm(d, config.rms_norm_eps, attn.pp("k_norm"))?,
         input_norm: rms_norm(h, config.rms_norm_eps, vb.pp("input_layernorm"))?,
         post_norm: rms_norm(h, config.rms_norm_eps, vb.pp("post_attention_layernorm"))?,
-        // Gate and up stay two products: their outputs are contiguous, so SiLU and the
-        // product run on the fast path (narrowed halves of one product would not).
-        gate: Dense::load_fused(&mlp, h, &[("gate_proj", inter)], false)?,
-        up: Dense::load_fused(&mlp, h, &[("up_proj", inter)], false)?,
+        // Gate and up are one product; SiLU and the product read its halves in one op.
+        gate_up: Dense::load_fused(&mlp, h, &[("gate_proj", inter), ("up_proj", inter)], false)?,
         down: Dense::load_fused(&mlp, inter, &[("down_proj", h)], false)?,
     })
 }
@@ -309,7 +306,7 @@ impl TextEncoder for Qwen3Encoder {
         let (b, t) = ids.dims2()?;
         let hidden = self.config.hidden_size;
         let mut h = self.embed.forward(ids)?.reshape((b * t, hidden))?;
-        let (cos, sin) = self.rope_tables((b, t), &h.device().clone())?;
+        let (cos, sin) = self.rope_tables((b, t), h.device())?;
         // Right padding under a causal mask: no real token sees a pad (module docs).
         let causal = AttentionMask::new(None, None, true);
         // Each residual add and the norm after it in one op: `normed` is `h` under the next
@@ -322,7 +319,7 @@ impl TextEncoder for Qwen3Encoder {
         for (index, layer) in self.layers.iter().enumerate() {
             let attended = self.attention(layer, &normed, (b, t), &cos, &sin, &causal)?;
             let (sum, post) = fused::add_rms_norm(&h, &attended, layer.post_norm.weight(), eps)?;
-            let gated = fused::silu_mul(layer.gate.forward(&post)?, &layer.up.forward(&post)?)?;
+            let gated = fused::silu_mul_halves(&layer.gate_up.forward(&post)?)?;
             let next = self
                 .layers
                 .get(index + 1)
@@ -492,8 +489,10 @@ mod tests {
             let merged = fused::merge_heads(&out.reshape((b, heads, t, d)).unwrap()).unwrap();
             h = (h + layer.o.forward(&merged).unwrap()).unwrap();
             let normed = layer.post_norm.forward(&h).unwrap();
-            let gate = candle_nn::ops::silu(&layer.gate.forward(&normed).unwrap()).unwrap();
-            let up = layer.up.forward(&normed).unwrap();
+            let gate_up = layer.gate_up.forward(&normed).unwrap();
+            let inter = c.intermediate_size;
+            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, inter).unwrap()).unwrap();
+            let up = gate_up.narrow(1, inter, inter).unwrap();
             h = (h + layer.down.forward(&(gate * up).unwrap()).unwrap()).unwrap();
         }
         encoder

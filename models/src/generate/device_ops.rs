@@ -78,12 +78,12 @@ pub fn argmax_rows(logits: &Tensor) -> candle_core::Result<Vec<u32>> {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CpuStorage, CudaStorage, DType, InplaceOp3, Layout, Result, Shape};
 
     use crate::embed::fused_cuda::{
-        THREADS, block_per_row, destination, dtype_suffix, kernel, view,
+        block_per_row, destination, dtype_suffix, elementwise, kernel, view,
     };
 
     /// `dst[index[r], :] = src[r, :]`, in place: operands 2 and 3 are `src` (`rows x width`)
@@ -123,15 +123,7 @@ mod cuda {
             let (stream, func) = kernel(&dev, &name)?;
             let target = destination::<T>(dst.0, dst.1)?;
             let n = (rows * width) as u64;
-            let config = LaunchConfig {
-                grid_dim: (
-                    n.div_ceil(u64::from(THREADS)).clamp(1, 1 << 20) as u32,
-                    1,
-                    1,
-                ),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = elementwise(n);
             let (rows, width, src_stride) = (rows as u64, width as u32, src_stride as u64);
             let mut builder = stream.launch_builder(&func);
             builder
@@ -141,10 +133,9 @@ mod cuda {
                 .arg(&rows)
                 .arg(&width)
                 .arg(&src_stride);
-            // SAFETY: reads rows of width from `src` (its slice spans them) and rows of
-            // `index` (both checked), writes
-            // rows of `width` at the indices, which `write_rows` checked against `dst`'s rows
-            // (the only caller: this module is private).
+            // SAFETY: reads rows of `width` from `src` (its slice spans them) and rows of
+            // `index` (both checked), writes rows of `width` at the indices, which
+            // `write_rows` checked against `dst`'s rows (the only caller: this module's op).
             #[allow(unsafe_code)]
             unsafe { builder.launch(config) }.w()?;
             Ok(())

@@ -34,7 +34,7 @@ pub struct Draw {
 pub fn draw_token(logits: &[f32], draw: &Draw) -> u32 {
     let (kept, weights) = kept_tokens(logits, draw);
     if kept.is_empty() {
-        return first_largest(logits);
+        return argmax(logits);
     }
     let mut order: Vec<usize> = (0..kept.len()).collect();
     order.sort_unstable_by_key(|&i| kept[i]);
@@ -91,8 +91,9 @@ pub fn kept_tokens(logits: &[f32], draw: &Draw) -> (Vec<u32>, Vec<f32>) {
     (candidates.into_iter().map(|(id, _)| id).collect(), weights)
 }
 
-/// The index of the first largest logit: the host's argmax, for rows with nothing finite.
-fn first_largest(logits: &[f32]) -> u32 {
+/// The first most likely token (the lowest index among equal maxima): greedy decoding's
+/// pick, and a draw's for rows with nothing finite.
+pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &logit) in logits.iter().enumerate() {
         if logit > logits[best] {

@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
+pub use super::draw::argmax;
 use super::draw::{self, Draw};
 
 /// How a sequence's tokens are chosen.
@@ -215,17 +216,6 @@ impl Sampler {
             uniform,
         })
     }
-}
-
-/// The first most likely token.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &logit) in logits.iter().enumerate() {
-        if logit > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// `token`'s log-probability under `logits` (a log-softmax in f64), and the `top` likeliest
