@@ -27,10 +27,10 @@ pub mod prompt;
 mod quantised;
 mod quantised_llama;
 pub(crate) mod rope_heads;
+pub mod running;
 pub mod sampling;
 pub mod step_profile;
 
-use std::collections::VecDeque;
 use std::path::Path;
 
 use candle_core::{DType, Device};
@@ -47,6 +47,7 @@ use grammar::{Constraint, GrammarEngine, OutputGrammar};
 pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
 use quantised_llama::QuantisedLlama;
+use running::{Batch, GenerationFeed, InFlight, OneGroup};
 use sampling::{Sampler, SamplingParams, TokenLogprob};
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
 
@@ -237,32 +238,6 @@ pub struct GenerateModel {
     profile: Option<std::sync::Arc<StepProfile>>,
     /// The paged cache between `generate` calls, with its computed prefixes.
     kept: KeptCache,
-}
-
-/// The requests of one [`GenerateModel::generate`] call as they move through it.
-struct Batch {
-    /// Each request's answer once finished, in request order.
-    results: Vec<Option<Generation>>,
-    /// Requests not yet given a cache slot, in order.
-    waiting: VecDeque<usize>,
-    free_slots: Vec<usize>,
-    /// In admission order.
-    flight: Vec<InFlight>,
-    /// Sequences preempted for want of KV blocks, with what they generated so far, to
-    /// compute again before any new request starts (the earliest admitted on top).
-    preempted: Vec<InFlight>,
-}
-
-/// One sequence in flight.
-struct InFlight {
-    request: usize,
-    slot: usize,
-    tokens: Vec<u32>,
-    prompt_len: usize,
-    cached: usize,
-    sampler: Sampler,
-    logprobs: Vec<TokenLogprob>,
-    constraint: Option<Constraint>,
 }
 
 impl GenerateModel {
@@ -498,32 +473,47 @@ impl GenerateModel {
 
     /// Completes every request with continuous batching; `on_token` hears of each token
     /// generated. Results come in request order.
-    ///
-    /// Each step admits waiting requests into free cache slots, runs one forward over the
-    /// planned rows (prefill spans and decode tokens), then picks each sequence's next token
-    /// and retires the finished ones.
     pub fn generate(
         &self,
         requests: &[GenerationRequest],
         limits: StepLimits,
         on_token: &mut dyn FnMut(),
     ) -> Result<Vec<Generation>, ModelError> {
-        let mut batch = Batch {
-            results: vec![None; requests.len()],
-            waiting: (0..requests.len()).collect(),
-            free_slots: (0..limits.max_sequences).rev().collect(),
-            flight: Vec::new(),
-            preempted: Vec::new(),
-        };
+        let mut feed = OneGroup::new(requests.to_vec(), on_token);
+        self.generate_fed(limits, &mut feed)?;
+        Ok(feed.answer.expect("the one group finished"))
+    }
+
+    /// Completes the requests `feed` gives, group after group, in one continuous batch
+    /// ([`running`]): the next group is taken as soon as every request taken before has a
+    /// cache slot, and each group's answers go back when its last sequence ends. Returns
+    /// once nothing is in flight and the feed has nothing at hand. On an error, the groups
+    /// not yet answered never will be (the caller runs them again).
+    ///
+    /// Each step admits waiting requests into free cache slots, runs one forward over the
+    /// planned rows (prefill spans and decode tokens), then picks each sequence's next token
+    /// and retires the finished ones.
+    pub fn generate_fed(
+        &self,
+        limits: StepLimits,
+        feed: &mut dyn GenerationFeed,
+    ) -> Result<(), ModelError> {
+        let mut batch = Batch::new(limits.max_sequences);
         let made_for = (limits.max_sequences, limits.kv_blocks);
         let mut kv = match self.kept.take(made_for) {
             Some(kept) => kept,
             None => self.engine.cache(limits.max_sequences, limits.kv_blocks),
         };
         loop {
-            self.admit(requests, &mut batch, &mut kv)?;
+            let took = batch.take_from(feed);
+            self.admit(&mut batch, &mut kv, feed)?;
             if batch.flight.is_empty() {
-                break;
+                // Every request taken was answered without a slot (empty or too long):
+                // ask again while the feed had something.
+                match took {
+                    true => continue,
+                    false => break,
+                }
             }
             let spans = reserve_step(&mut batch, &mut kv, limits, self.profile.as_deref())?;
             // Decode-only: every sequence in flight has one token left to run.
@@ -535,23 +525,19 @@ impl GenerateModel {
                 Some(profile) => profile.clock(kind, self.engine.device()),
                 None => PhaseClock::off(self.engine.device()),
             };
-            let rows = self.step_rows(&spans, &mut batch.flight, requests);
+            let rows = self.step_rows(&spans, &mut batch);
             if let Some(profile) = &self.profile {
                 profile.count_step(kind, rows.len());
             }
             let logits = self.engine.forward(&rows, &mut kv, &mut clock)?;
-            self.take_tokens(&spans, logits, requests, (&mut batch, &mut kv), on_token)?;
+            self.take_tokens(&spans, logits, (&mut batch, &mut kv), feed)?;
             clock
                 .lap(Phase::SampleAndStop)
                 .map_err(ModelError::from_candle)?;
         }
         // Every sequence ended and gave its blocks back; the computed ones stay cached.
         self.kept.keep(made_for, kv);
-        Ok(batch
-            .results
-            .into_iter()
-            .map(|r| r.expect("every request finished"))
-            .collect())
+        Ok(())
     }
 
     /// Moves preempted sequences, then waiting requests, into free cache slots, in order,
@@ -560,9 +546,9 @@ impl GenerateModel {
     /// prompt's start (the prefix cache), computing only the rest.
     fn admit(
         &self,
-        requests: &[GenerationRequest],
         batch: &mut Batch,
         kv: &mut Cache,
+        feed: &mut dyn GenerationFeed,
     ) -> Result<(), ModelError> {
         // With nothing in flight, a sequence starts whatever the cache says: alone, it
         // either fits or is refused as out of memory.
@@ -581,27 +567,26 @@ impl GenerateModel {
             batch.flight.push(seq);
         }
         while let Some(&next) = batch.waiting.front() {
-            let request = &requests[next];
+            let request = batch.requests.get(next);
             if request.prompt.is_empty() || request.prompt.len() >= self.context() {
-                batch.results[next] = Some(self.too_long_or_empty(request));
+                let answer = self.too_long_or_empty(request);
                 batch.waiting.pop_front();
+                batch.answer(next, answer, feed);
                 continue;
             }
             if !fits(kv, batch, request.prompt.len()) {
                 break;
             }
-            let slot = batch.free_slots.pop().expect("checked above");
-            batch.waiting.pop_front();
             let constraint = match &request.grammar {
                 Some(grammar) => Some(self.constraint(grammar)?),
                 None => None,
             };
-            batch.flight.push(InFlight {
+            let seq = InFlight {
                 request: next,
-                slot,
+                slot: batch.free_slots.pop().expect("checked above"),
                 tokens: request.prompt.clone(),
                 prompt_len: request.prompt.len(),
-                cached: self.share_prefix(kv, slot, &request.prompt),
+                cached: 0,
                 sampler: Sampler::new(
                     &request.sampling,
                     &request.id,
@@ -610,7 +595,11 @@ impl GenerateModel {
                 ),
                 logprobs: Vec::new(),
                 constraint,
-            });
+            };
+            batch.waiting.pop_front();
+            batch.flight.push(seq);
+            let seq = batch.flight.last_mut().expect("just pushed");
+            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens);
         }
         Ok(())
     }
@@ -626,17 +615,12 @@ impl GenerateModel {
 
     /// The forward's rows for the planned `spans`: each span's tokens at their positions,
     /// logits asked for on a span's last row when it needs them, with what is wanted of them.
-    fn step_rows(
-        &self,
-        spans: &[Span],
-        flight: &mut [InFlight],
-        requests: &[GenerationRequest],
-    ) -> Vec<Row> {
+    fn step_rows(&self, spans: &[Span], batch: &mut Batch) -> Vec<Row> {
         let mut rows = Vec::new();
         for span in spans {
-            let seq = &mut flight[span.seq];
+            let seq = &mut batch.flight[span.seq];
             let pick = match span.logits {
-                true => self.pick(seq, &requests[seq.request]),
+                true => self.pick(seq, batch.requests.get(seq.request)),
                 false => Pick::Logits,
             };
             rows.extend((span.start..span.end).map(|pos| Row {
@@ -651,14 +635,14 @@ impl GenerateModel {
     }
 
     /// After a forward: advances each span's cache, picks the next token of every sequence
-    /// that got logits (or the engine's greedy pick), and frees the slots of those finished.
+    /// that got logits (or the engine's greedy pick), and frees the slots of those finished,
+    /// handing each finished group's answers to `feed`.
     fn take_tokens(
         &self,
         spans: &[Span],
         logits: Vec<NextToken>,
-        requests: &[GenerationRequest],
         (batch, kv): (&mut Batch, &mut Cache),
-        on_token: &mut dyn FnMut(),
+        feed: &mut dyn GenerationFeed,
     ) -> Result<(), ModelError> {
         let mut logits = logits.into_iter();
         let mut finished = Vec::new();
@@ -670,7 +654,7 @@ impl GenerateModel {
             if !span.logits {
                 continue;
             }
-            let request = &requests[seq.request];
+            let request = batch.requests.get(seq.request);
             let next = match logits.next().expect("one per span with logits") {
                 NextToken::Logits(logits) => self.sample(seq, request, &logits)?,
                 NextToken::Chosen(next) => {
@@ -678,17 +662,17 @@ impl GenerateModel {
                     next
                 }
             };
-            on_token();
+            feed.token(batch.requests.group_of(seq.request));
             if let Some(done) = self.after_token(seq, next, request)? {
-                batch.results[seq.request] = Some(done);
-                finished.push(span.seq);
+                finished.push((span.seq, done));
             }
         }
-        finished.sort_unstable_by(|a, b| b.cmp(a));
-        for index in finished {
-            let slot = batch.flight.remove(index).slot;
-            kv.release(slot);
-            batch.free_slots.push(slot);
+        finished.sort_unstable_by_key(|(index, _)| std::cmp::Reverse(*index));
+        for (index, done) in finished {
+            let seq = batch.flight.remove(index);
+            kv.release(seq.slot);
+            batch.free_slots.push(seq.slot);
+            batch.answer(seq.request, done, feed);
         }
         Ok(())
     }

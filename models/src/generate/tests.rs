@@ -103,6 +103,78 @@ fn a_batch_decodes_each_prompt_as_it_would_alone() {
     assert_eq!(batched[0].tokens.len(), 12);
 }
 
+/// Groups that come while a batch runs, each at hand only after so many tokens.
+struct Staggered {
+    at_hand: std::collections::VecDeque<(usize, Vec<GenerationRequest>)>,
+    tokens: usize,
+    taken: usize,
+    events: Vec<String>,
+    answers: std::collections::BTreeMap<usize, Vec<Generation>>,
+}
+
+impl running::GenerationFeed for Staggered {
+    fn next_group(&mut self) -> Option<Vec<GenerationRequest>> {
+        let (after, _) = self.at_hand.front()?;
+        if *after > self.tokens {
+            return None;
+        }
+        self.events.push(format!("took {}", self.taken));
+        self.taken += 1;
+        self.at_hand.pop_front().map(|(_, group)| group)
+    }
+
+    fn token(&mut self, _group: usize) {
+        self.tokens += 1;
+    }
+
+    fn finished(&mut self, group: usize, generations: Vec<Generation>) {
+        self.events.push(format!("finished {group}"));
+        assert!(self.answers.insert(group, generations).is_none());
+    }
+}
+
+#[test]
+fn groups_that_join_a_running_batch_answer_as_each_prompt_alone() {
+    let request = |i: usize, prompt: &str| greedy(&format!("r{i}"), chat(prompt), 10 + 2 * i);
+    let first = vec![
+        request(0, "Write a haiku about the sea."),
+        request(1, "What is 12 plus 30?"),
+    ];
+    let second = vec![
+        request(2, "Name three colours."),
+        greedy("empty", Vec::new(), 4),
+    ];
+    let third = vec![request(3, "Translate to French: good morning")];
+    let mut feed = Staggered {
+        at_hand: [
+            (0, first.clone()),
+            (3, Vec::new()),
+            (5, second.clone()),
+            (6, third.clone()),
+        ]
+        .into(),
+        tokens: 0,
+        taken: 0,
+        events: Vec::new(),
+        answers: Default::default(),
+    };
+    smollm2()
+        .generate_fed(StepLimits::new(3, 16), &mut feed)
+        .unwrap();
+    // The empty group is answered at once; the later ones join before the first ends.
+    let order = |event: &str| feed.events.iter().position(|e| e == event).unwrap();
+    assert_eq!(feed.answers[&1], Vec::new());
+    assert!(order("took 2") < order("finished 0"), "{:?}", feed.events);
+    assert!(order("took 3") < order("finished 2"), "{:?}", feed.events);
+    assert_eq!(feed.answers.len(), 4);
+    for (group, requests) in [(0, &first), (2, &second), (3, &third)] {
+        for (request, together) in requests.iter().zip(&feed.answers[&group]) {
+            let alone = run(std::slice::from_ref(request), StepLimits::new(1, 512));
+            assert_eq!(together, &alone[0], "{}", request.id);
+        }
+    }
+}
+
 #[test]
 fn a_stop_string_ends_the_text_before_it() {
     let mut request = greedy("s", chat("What is the capital of France?"), 24);
