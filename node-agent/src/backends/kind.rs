@@ -93,6 +93,29 @@ pub struct TaskSize {
     pub tokens: u64,
 }
 
+/// A task handed to a backend that takes tasks while it runs ([`ModelBackend::run_fed`]).
+#[derive(Clone, Debug)]
+pub struct FedTask {
+    /// Names the task in [`TaskFeed::answer`] and [`TaskFeed::progress`].
+    pub number: u64,
+    /// The task's payload (its default method's request).
+    pub payload: prost::bytes::Bytes,
+}
+
+/// Where a backend that takes tasks while it runs gets them and sends their answers. The
+/// host's feed hands over only tasks of the default method that have already arrived.
+pub trait TaskFeed: Send {
+    /// The next task at hand, if any. It never waits.
+    fn next_task(&mut self) -> Option<FedTask>;
+
+    /// Task `number`'s answer, and what it amounted to; once per task.
+    fn answer(&mut self, number: u64, result: Result<Vec<u8>, BackendError>, size: TaskSize);
+
+    /// Task `number` has done `items_done` of its items (progress, as
+    /// [`TaskProgress::report`] for a single task).
+    fn progress(&mut self, number: u64, items_done: u64);
+}
+
 /// A loaded model owned by one actor thread.
 pub trait ModelBackend: Send {
     /// The size of the task just run, where the kind can tell (embedders: rows and tokens).
@@ -129,6 +152,25 @@ pub trait ModelBackend: Send {
         Err(BackendError::Task(
             "this actor kind has no preparation stage".into(),
         ))
+    }
+
+    /// Whether the backend takes further tasks while it runs ([`ModelBackend::run_fed`]):
+    /// a batching engine that keeps its batch full across tasks (`generate`).
+    fn takes_tasks_while_running(&self) -> bool {
+        false
+    }
+
+    /// Runs the tasks `feed` hands over, taking each new one when it has room, answering
+    /// each when it is done, and returns once every task taken is answered and none is at
+    /// hand. An `Err` fails every task taken and not yet answered. By default, one task
+    /// after the other through [`ModelBackend::run_chunk`].
+    fn run_fed(&mut self, feed: &mut dyn TaskFeed) -> Result<(), BackendError> {
+        while let Some(task) = feed.next_task() {
+            let result = self.run_chunk(&task.payload);
+            let size = self.last_task_size().unwrap_or_default();
+            feed.answer(task.number, result, size);
+        }
+        Ok(())
     }
 
     /// VRAM this backend holds, for status.

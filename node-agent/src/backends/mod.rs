@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 pub use crate::error::BackendError;
 pub use kind::{
-    ActorKind, DeviceAssignment, LoadContext, ModelBackend, Prepared, Preparer, TaskSize,
+    ActorKind, DeviceAssignment, FedTask, LoadContext, ModelBackend, Prepared, Preparer, TaskFeed,
+    TaskSize,
 };
 pub use progress::TaskProgress;
 

@@ -32,7 +32,7 @@ impl ProgressInterval {
     }
 }
 
-/// The task an actor is running, as the progress messages name it.
+/// A task an actor is running, as the progress messages name it.
 struct RunningTask {
     task: pb::RunTask,
     last_sent: Option<Instant>,
@@ -43,7 +43,9 @@ struct RunningTask {
 pub struct TaskProgress {
     outbound: Option<ToScheduler>,
     interval: ProgressInterval,
-    running: Arc<Mutex<Option<RunningTask>>>,
+    /// The tasks running, in the order begun: one, or several in a batch that takes tasks
+    /// while it runs ([`super::ModelBackend::run_fed`]).
+    running: Arc<Mutex<Vec<RunningTask>>>,
 }
 
 impl std::fmt::Debug for TaskProgress {
@@ -72,17 +74,29 @@ impl TaskProgress {
 
     /// The running task has done `items_done` of its items. Between two messages at least
     /// the interval passes; reports in between are dropped (the next one carries the count).
+    /// With several tasks running, this names the first begun ([`Self::report_task`] names
+    /// one).
     pub fn report(&self, items_done: u64) {
-        self.report_at(items_done, Instant::now());
+        self.report_at(None, items_done, Instant::now());
     }
 
-    /// [`Self::report`] at `now` (the tests give the clock).
-    fn report_at(&self, items_done: u64, now: Instant) {
+    /// Running task `task_id` has done `items_done` of its items, as [`Self::report`].
+    pub fn report_task(&self, task_id: u64, items_done: u64) {
+        self.report_at(Some(task_id), items_done, Instant::now());
+    }
+
+    /// [`Self::report`] of `task_id` (the first begun: `None`) at `now` (the tests give the
+    /// clock).
+    fn report_at(&self, task_id: Option<u64>, items_done: u64, now: Instant) {
         let (Some(outbound), Some(interval)) = (&self.outbound, self.interval.get()) else {
             return;
         };
         let mut running = self.running.lock().expect("running task");
-        let Some(running) = running.as_mut() else {
+        let running = match task_id {
+            None => running.first_mut(),
+            Some(id) => running.iter_mut().find(|r| r.task.task_id == id),
+        };
+        let Some(running) = running else {
             return;
         };
         if running
@@ -116,15 +130,25 @@ impl TaskProgress {
             payload: Default::default(),
             ..task.clone()
         };
-        *self.running.lock().expect("running task") = Some(RunningTask {
-            task: header,
-            last_sent: Some(now),
-        });
+        self.running
+            .lock()
+            .expect("running task")
+            .push(RunningTask {
+                task: header,
+                last_sent: Some(now),
+            });
     }
 
-    /// The task ended (its outcome goes next on the same uplink, so no report follows it).
+    /// Every running task ended (their outcomes go next on the same uplink, so no report
+    /// follows them).
     pub(crate) fn end(&self) {
-        *self.running.lock().expect("running task") = None;
+        self.running.lock().expect("running task").clear();
+    }
+
+    /// Running task `task_id` ended.
+    pub(crate) fn end_task(&self, task_id: u64) {
+        let mut running = self.running.lock().expect("running task");
+        running.retain(|r| r.task.task_id != task_id);
     }
 }
 
@@ -158,32 +182,61 @@ mod tests {
         let progress = TaskProgress::new(outbound, interval);
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        progress.report_at(1, at(0));
+        progress.report_at(None, 1, at(0));
         assert!(uplink.try_recv().is_err(), "no task runs");
 
         progress.begin_at(&task(7), at(0));
-        progress.report_at(1, at(29));
+        progress.report_at(None, 1, at(29));
         assert!(
             uplink.try_recv().is_err(),
             "the first report waits an interval"
         );
-        progress.report_at(5, at(30));
-        progress.report_at(6, at(59));
+        progress.report_at(None, 5, at(30));
+        progress.report_at(None, 6, at(59));
         let sent = progress_of(uplink.try_recv().expect("one report"));
         assert_eq!((sent.task_id, sent.items_done, sent.dispatch), (7, 5, 1));
         assert!(
             uplink.try_recv().is_err(),
             "the second report came too soon"
         );
-        progress.report_at(8, at(60));
+        progress.report_at(None, 8, at(60));
         assert_eq!(
             progress_of(uplink.try_recv().expect("a report")).items_done,
             8
         );
 
         progress.end();
-        progress.report_at(9, at(200));
+        progress.report_at(None, 9, at(200));
         assert!(uplink.try_recv().is_err(), "the task ended");
+    }
+
+    #[test]
+    fn tasks_running_together_each_report_under_their_own_name_and_interval() {
+        let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
+        let interval = ProgressInterval::default();
+        interval.set(Duration::from_millis(30));
+        let progress = TaskProgress::new(outbound, interval);
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        progress.begin_at(&task(7), at(0));
+        progress.begin_at(&task(8), at(10));
+        progress.report_at(Some(8), 4, at(40));
+        progress.report_at(Some(7), 3, at(40));
+        progress.report_at(Some(7), 5, at(50));
+        let sent: Vec<(u64, u64)> = std::iter::from_fn(|| uplink.try_recv().ok())
+            .map(progress_of)
+            .map(|p| (p.task_id, p.items_done))
+            .collect();
+        assert_eq!(sent, [(8, 4), (7, 3)], "each task its own interval");
+
+        progress.end_task(7);
+        progress.report_at(Some(7), 9, at(200));
+        assert!(uplink.try_recv().is_err(), "task 7 ended");
+        progress.report_at(None, 6, at(200));
+        let sent = progress_of(uplink.try_recv().expect("task 8 still runs"));
+        assert_eq!((sent.task_id, sent.items_done), (8, 6));
+        progress.report_at(Some(99), 1, at(400));
+        assert!(uplink.try_recv().is_err(), "no such task");
     }
 
     #[test]
@@ -192,7 +245,7 @@ mod tests {
         let progress = TaskProgress::new(outbound, ProgressInterval::default());
         let start = Instant::now();
         progress.begin_at(&task(1), start);
-        progress.report_at(3, start + Duration::from_secs(60));
+        progress.report_at(None, 3, start + Duration::from_secs(60));
         assert!(uplink.try_recv().is_err());
         assert!(TaskProgress::disabled().outbound.is_none());
     }

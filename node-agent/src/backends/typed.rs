@@ -37,7 +37,7 @@ use std::marker::PhantomData;
 
 pub use resident_actor::{CodecError, Kind, Reply, kind_id};
 
-use super::{ActorKind, BackendError, LoadContext, ModelBackend, TaskSize};
+use super::{ActorKind, BackendError, LoadContext, ModelBackend, TaskFeed, TaskSize};
 
 /// An actor of a typed kind: loaded once per actor start, then called request by request
 /// on the actor's own thread (it may block; it has the thread to itself).
@@ -55,6 +55,35 @@ pub trait TypedActor: Sized + Send + 'static {
     /// Handles one call. An `Err` is the kind's own error, handed to the caller as a value
     /// and not retried; a panic or a [`BackendError`] from `load` fails the task instead.
     fn handle(&mut self, request: <Self::Kind as Kind>::Request) -> Reply<Self::Kind>;
+
+    /// Whether the actor takes further requests while it runs
+    /// ([`TypedActor::handle_fed`]), as a batching engine does to keep its batch full.
+    const TAKES_REQUESTS_WHILE_RUNNING: bool = false;
+
+    /// Handles the requests `feed` hands over, taking new ones while others run, and
+    /// returns once every one taken is answered and none is at hand. An `Err` fails the
+    /// tasks taken and not yet answered. By default, one after the other through
+    /// [`TypedActor::handle`]; the host calls it only when
+    /// [`TypedActor::TAKES_REQUESTS_WHILE_RUNNING`].
+    fn handle_fed(&mut self, feed: &mut dyn RequestFeed<Self::Kind>) -> Result<(), BackendError> {
+        while let Some((number, request)) = feed.next_request() {
+            let reply = self.handle(request);
+            feed.answer(number, reply);
+        }
+        Ok(())
+    }
+}
+
+/// Requests handed to a [`TypedActor`] while it runs others ([`TypedActor::handle_fed`]).
+pub trait RequestFeed<K: Kind>: Send {
+    /// The next request at hand and the number that names it, if any. It never waits.
+    fn next_request(&mut self) -> Option<(u64, K::Request)>;
+
+    /// Request `number`'s reply; once per request.
+    fn answer(&mut self, number: u64, reply: Reply<K>);
+
+    /// Request `number` has done `items_done` of its items (progress).
+    fn progress(&mut self, number: u64, items_done: u64);
 }
 
 /// The [`ActorKind`] of a [`TypedActor`], named `name@version`.
@@ -105,12 +134,62 @@ impl<A: TypedActor> ModelBackend for TypedBackend<A> {
     }
 
     fn run_chunk(&mut self, payload: &[u8]) -> Result<Vec<u8>, BackendError> {
-        // Undecodable bytes fail the same way anywhere: a permanent error, not retried.
-        let request = resident_actor::decode_request::<A::Kind>(payload)
-            .map_err(|e| BackendError::BadPayload(e.to_string()))?;
+        let request = decode::<A::Kind>(payload)?;
         let reply = self.actor.handle(request);
-        resident_actor::encode_reply::<A::Kind>(&reply)
-            .map_err(|e| BackendError::Task(e.to_string()))
+        encode::<A::Kind>(&reply)
+    }
+
+    fn takes_tasks_while_running(&self) -> bool {
+        A::TAKES_REQUESTS_WHILE_RUNNING
+    }
+
+    fn run_fed(&mut self, feed: &mut dyn TaskFeed) -> Result<(), BackendError> {
+        self.actor.handle_fed(&mut TypedFeed {
+            tasks: feed,
+            kind: PhantomData,
+        })
+    }
+}
+
+/// Undecodable bytes fail the same way anywhere: a permanent error, not retried.
+fn decode<K: Kind>(payload: &[u8]) -> Result<K::Request, BackendError> {
+    resident_actor::decode_request::<K>(payload)
+        .map_err(|e| BackendError::BadPayload(e.to_string()))
+}
+
+fn encode<K: Kind>(reply: &Reply<K>) -> Result<Vec<u8>, BackendError> {
+    resident_actor::encode_reply::<K>(reply).map_err(|e| BackendError::Task(e.to_string()))
+}
+
+/// The host's tasks as a typed actor's requests: payloads decoded, replies encoded.
+struct TypedFeed<'a, K> {
+    tasks: &'a mut dyn TaskFeed,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> RequestFeed<K> for TypedFeed<'_, K> {
+    fn next_request(&mut self) -> Option<(u64, K::Request)> {
+        loop {
+            let task = self.tasks.next_task()?;
+            match decode::<K>(&task.payload) {
+                Ok(request) => return Some((task.number, request)),
+                Err(error) => self
+                    .tasks
+                    .answer(task.number, Err(error), TaskSize::default()),
+            }
+        }
+    }
+
+    fn answer(&mut self, number: u64, reply: Reply<K>) {
+        let size = TaskSize {
+            items: 1,
+            tokens: 0,
+        };
+        self.tasks.answer(number, encode::<K>(&reply), size);
+    }
+
+    fn progress(&mut self, number: u64, items_done: u64) {
+        self.tasks.progress(number, items_done);
     }
 }
 

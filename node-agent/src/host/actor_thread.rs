@@ -7,7 +7,9 @@ use resident_proto::{ActorId, panic_text, pb};
 use tokio::sync::{mpsc, watch};
 
 use super::ToScheduler;
-use crate::backends::{ActorKind, BackendError, LoadContext, ModelBackend, Prepared, Preparer};
+use super::fed_tasks::{FedRun, serve_fed};
+use super::task_work::{Input, Ran, TaskAnswers, TaskError, Work};
+use crate::backends::{ActorKind, BackendError, LoadContext, ModelBackend, Preparer, TaskProgress};
 
 /// What an actor's thread is told, in order.
 pub enum ActorCommand {
@@ -92,64 +94,6 @@ impl ActorHealth {
     }
 }
 
-/// What the model loop receives for one task.
-struct Work {
-    task: pb::RunTask,
-    span: tracing::Span,
-    input: Input,
-}
-
-enum Input {
-    Raw,
-    Prepared(Result<Prepared, TaskError>),
-    Cancelled,
-}
-
-/// A task's error as reported to the scheduler.
-struct TaskError {
-    message: String,
-    permanent: bool,
-    /// The kind's code panicked: the actor stops after reporting it, to be restarted with
-    /// a fresh model.
-    panicked: bool,
-}
-
-impl TaskError {
-    fn transient(message: String) -> Self {
-        Self {
-            message,
-            permanent: false,
-            panicked: false,
-        }
-    }
-
-    fn permanent(message: String) -> Self {
-        Self {
-            message,
-            permanent: true,
-            panicked: false,
-        }
-    }
-
-    fn panic(stage: &str, panic: &(dyn std::any::Any + Send)) -> Self {
-        Self {
-            message: format!("{stage} panicked: {}", panic_text(panic)),
-            permanent: false,
-            panicked: true,
-        }
-    }
-}
-
-impl From<BackendError> for TaskError {
-    fn from(error: BackendError) -> Self {
-        Self {
-            permanent: error.is_permanent(),
-            message: error.to_string(),
-            panicked: false,
-        }
-    }
-}
-
 /// Runs on the preparation thread: takes commands in arrival order, prepares payloads ahead
 /// of the model when the backend has a preparer, and hands work over one at a time.
 fn feed_work(
@@ -205,7 +149,7 @@ pub(super) fn run_actor_thread(
     let Some(mut backend) = actor.load(&context) else {
         return;
     };
-    let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Work>(1);
+    let (work_tx, mut work_rx) = std::sync::mpsc::sync_channel::<Work>(1);
     let preparer = backend.preparer();
     let feeder = std::thread::Builder::new()
         .name(format!("prep-{}", actor.actor_id))
@@ -214,11 +158,24 @@ pub(super) fn run_actor_thread(
         actor.die(format!("cannot start preparation thread: {error}"));
         return;
     }
-    while let Ok(work) = work_rx.recv() {
-        match actor.serve_one(&mut backend, work) {
-            Served::Answered => {}
-            Served::UplinkGone => break,
-            Served::Panicked(message) => {
+    // A task the last fed run did not take (not plain), served before the next one.
+    let mut held = None;
+    loop {
+        let work = match held.take() {
+            Some(work) => work,
+            None => match work_rx.recv() {
+                Ok(work) => work,
+                Err(_) => break,
+            },
+        };
+        let served = match backend.takes_tasks_while_running() && work.is_plain() {
+            true => serve_fed(&actor, &mut backend, work, &mut work_rx, &mut held),
+            false => actor.serve_one(&mut backend, work),
+        };
+        match served {
+            FedRun::Answered => {}
+            FedRun::UplinkGone => break,
+            FedRun::Panicked(message) => {
                 drop(work_rx);
                 drop(backend);
                 tracing::error!(actor_id = %actor.actor_id, %message, "actor panicked; it stops and restarts with a fresh model");
@@ -242,17 +199,7 @@ struct ActorThread {
     incarnation: u64,
     health: watch::Sender<ActorHealth>,
     outbound: ToScheduler,
-    progress: crate::backends::TaskProgress,
-}
-
-/// How serving one task ended.
-enum Served {
-    /// The outcome went to the scheduler.
-    Answered,
-    /// The agent's uplink is gone: the agent is stopping.
-    UplinkGone,
-    /// The kind's code panicked (the outcome went out first): the actor must die.
-    Panicked(String),
+    progress: TaskProgress,
 }
 
 impl ActorThread {
@@ -308,7 +255,7 @@ impl ActorThread {
     }
 
     /// Runs one task on the model and sends its outcome.
-    fn serve_one(&self, backend: &mut Box<dyn ModelBackend>, work: Work) -> Served {
+    fn serve_one(&self, backend: &mut Box<dyn ModelBackend>, work: Work) -> FedRun {
         let Work { task, span, input } = work;
         let _entered = span.enter();
         let begun = Instant::now();
@@ -346,6 +293,27 @@ impl ActorThread {
             Err(error) if error.panicked => Some(error.message.clone()),
             _ => None,
         };
+        let run_micros = begun.elapsed().as_micros() as u64;
+        let ran = Ran {
+            run_micros,
+            busy_micros: run_micros,
+            size: backend.last_task_size().unwrap_or_default(),
+        };
+        match (self.send_outcome(task, result, ran), panicked) {
+            (false, _) => FedRun::UplinkGone,
+            (true, Some(message)) => FedRun::Panicked(message),
+            (true, None) => FedRun::Answered,
+        }
+    }
+}
+
+impl TaskAnswers for ActorThread {
+    fn send_outcome(
+        &self,
+        task: pb::RunTask,
+        result: Result<Vec<u8>, TaskError>,
+        ran: Ran,
+    ) -> bool {
         // A result too large for one message would fail to encode and reset the whole
         // session; it fails this task alone, for good (a retry gives the same size).
         let result = match result {
@@ -355,6 +323,7 @@ impl ActorThread {
             other => other,
         };
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
+        let crashed = result.as_ref().err().is_some_and(|e| e.panicked);
         let outcome = pb::TaskOutcome {
             task_id: task.task_id,
             dispatch: task.dispatch,
@@ -363,26 +332,26 @@ impl ActorThread {
                 Ok(output) => pb::task_outcome::Result::Output(output.into()),
                 Err(error) => pb::task_outcome::Result::Error(error.message),
             }),
-            run_micros: begun.elapsed().as_micros() as u64,
+            run_micros: ran.run_micros,
             permanent,
             key: task.key,
-            crashed: panicked.is_some(),
+            crashed,
             not_run: false,
         };
-        let size = backend.last_task_size().unwrap_or_default();
         self.health.send_modify(|h| {
             h.tasks_done += 1;
-            h.busy_micros += outcome.run_micros;
-            h.items_done += size.items;
-            h.tokens_done += size.tokens;
+            h.busy_micros += ran.busy_micros;
+            h.items_done += ran.size.items;
+            h.tokens_done += ran.size.tokens;
         });
-        let sent = self.outbound.send(pb::AgentMessage {
-            body: Some(pb::agent_message::Body::TaskOutcome(outcome)),
-        });
-        match (sent, panicked) {
-            (Err(_), _) => Served::UplinkGone,
-            (Ok(()), Some(message)) => Served::Panicked(message),
-            (Ok(()), None) => Served::Answered,
-        }
+        self.outbound
+            .send(pb::AgentMessage {
+                body: Some(pb::agent_message::Body::TaskOutcome(outcome)),
+            })
+            .is_ok()
+    }
+
+    fn progress(&self) -> &TaskProgress {
+        &self.progress
     }
 }

@@ -7,6 +7,8 @@
 //! holds ([`ActorHost::inventory`]) so a restarted scheduler can adopt it.
 
 mod actor_thread;
+mod fed_tasks;
+mod task_work;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,366 @@
+//! What a `generate@1` task's prompts come to before and after the engine runs them: each
+//! prompt's parameters, grammar and fitted tokens, or why it is refused; then the engine's
+//! generations as the task's completions. A leaf: the actor (`mod.rs`) and its running
+//! batch (`batch.rs`) build on it.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use resident_actor::generate::{
+    Choice, Completion, FinishReason, GenerateParams, GenerateRequest, GenerateResponse,
+    PromptParts, ResponseFormat, Template, TokenLogprob, TopLogprob,
+};
+use resident_models::generate::chat::Message;
+use resident_models::generate::grammar::OutputGrammar;
+use resident_models::generate::prompt::{Prompt, PromptFormat};
+use resident_models::generate::sampling::SamplingParams;
+use resident_models::generate::{self as engine, GenerateModel, Generation, GenerationRequest};
+
+/// A task's prompts as the engine takes them: each prompt's requests (one per choice), or
+/// why the prompt is refused.
+pub(super) struct TaskPlan {
+    /// Each prompt's id and what it came to.
+    prompts: Vec<(String, PromptPlan)>,
+    /// Every prompt's requests, in order.
+    pub requests: Vec<GenerationRequest>,
+}
+
+/// A prompt's requests (a range of [`TaskPlan::requests`]) with whether its text was cut,
+/// or why it is refused.
+type PromptPlan = Result<(Range<usize>, bool), String>;
+
+impl TaskPlan {
+    /// Plans every prompt of `request`. A prompt the model cannot take for a reason every
+    /// prompt shares (the job's template, system message or schema) fails the whole task.
+    pub fn new(model: &GenerateModel, request: &GenerateRequest) -> Result<Self, String> {
+        let template = match request.params.template {
+            Template::Chat => engine::PromptTemplate::Chat,
+            Template::None => engine::PromptTemplate::None,
+        };
+        let mut prompts = Vec::with_capacity(request.prompts.len());
+        let mut requests = Vec::new();
+        let mut grammars = CheckedGrammars::default();
+        for prompt in &request.prompts {
+            let planned = match plan(model, prompt, &request.params, template, &mut grammars)? {
+                Planned::Runs {
+                    params,
+                    tokens,
+                    truncated,
+                    grammar,
+                } => {
+                    let first = requests.len();
+                    requests.extend((0..params.n).map(|choice| {
+                        generation_request(&prompt.id, choice, &tokens, &params, &grammar)
+                    }));
+                    Ok((first..requests.len(), truncated))
+                }
+                Planned::Refused(error) => Err(error),
+            };
+            prompts.push((prompt.id.clone(), planned));
+        }
+        Ok(Self { prompts, requests })
+    }
+
+    /// The task's completions from the engine's `outputs` for [`TaskPlan::requests`].
+    pub fn response(self, format: &PromptFormat, outputs: &[Generation]) -> GenerateResponse {
+        let completions = self
+            .prompts
+            .into_iter()
+            .map(|(id, planned)| match planned {
+                Ok((range, truncated)) => {
+                    let asked = self.requests[range.start].logprobs.is_some();
+                    completion(format, &id, &outputs[range], asked, truncated)
+                }
+                Err(error) => Completion {
+                    id,
+                    text: String::new(),
+                    prompt_tokens: 0,
+                    generated_tokens: 0,
+                    finish_reason: FinishReason::Stop,
+                    truncated: false,
+                    logprobs: None,
+                    more: Vec::new(),
+                    error: Some(error),
+                },
+            })
+            .collect();
+        GenerateResponse { completions }
+    }
+}
+
+/// The engine's request for choice `choice` of a prompt fitted to `tokens`.
+fn generation_request(
+    id: &str,
+    choice: u32,
+    tokens: &[u32],
+    params: &GenerateParams,
+    grammar: &Option<Arc<OutputGrammar>>,
+) -> GenerationRequest {
+    GenerationRequest {
+        id: id.to_owned(),
+        choice,
+        prompt: tokens.to_vec(),
+        max_new_tokens: params.max_new_tokens.max(1) as usize,
+        sampling: SamplingParams {
+            temperature: params.temperature,
+            top_p: params.top_p,
+            top_k: params.top_k as usize,
+            min_p: params.min_p,
+            repetition_penalty: params.repetition_penalty,
+            presence_penalty: params.presence_penalty,
+            frequency_penalty: params.frequency_penalty,
+            seed: params.seed,
+        },
+        stop: params.stop.clone(),
+        stop_token_ids: params.stop_token_ids.clone(),
+        min_tokens: params.min_tokens as usize,
+        ignore_eos: params.ignore_eos,
+        logprobs: params.logprobs.then_some(params.top_logprobs as usize),
+        grammar: grammar.clone(),
+    }
+}
+
+/// A prompt's completion from the generations of its choices (the first is the answer,
+/// the rest `more`).
+fn completion(
+    format: &PromptFormat,
+    id: &str,
+    outputs: &[Generation],
+    asked_logprobs: bool,
+    truncated: bool,
+) -> Completion {
+    let prompt_tokens = outputs[0].prompt_tokens as u32;
+    let mut choices = outputs
+        .iter()
+        .map(|output| choice(format, output, asked_logprobs));
+    let first = choices.next().expect("n is at least 1");
+    Completion {
+        id: id.to_owned(),
+        text: first.text,
+        prompt_tokens,
+        generated_tokens: first.generated_tokens,
+        finish_reason: first.finish_reason,
+        truncated,
+        logprobs: first.logprobs,
+        more: choices.collect(),
+        error: None,
+    }
+}
+
+/// A record's conversation as the model's chat template takes it (empty for a text record).
+pub fn chat_messages(prompt: &PromptParts) -> Vec<Message> {
+    prompt
+        .messages
+        .iter()
+        .map(|m| Message::new(&m.role, &m.content))
+        .collect()
+}
+
+/// What the model renders for `prompt` under `params`: its conversation (`messages`, from
+/// [`chat_messages`]) when it has one, else its text between the template's parts with the
+/// job's system message. `--dry-run` renders the same.
+pub fn model_prompt<'a>(
+    prompt: &'a PromptParts,
+    params: &'a GenerateParams,
+    messages: &'a [Message],
+) -> Prompt<'a> {
+    match messages.is_empty() {
+        true => Prompt::Parts {
+            system: params.system.as_deref(),
+            before: &prompt.before,
+            text: &prompt.text,
+            after: &prompt.after,
+        },
+        false => Prompt::Messages(messages),
+    }
+}
+
+/// What a prompt comes to before the model runs.
+enum Planned {
+    Runs {
+        /// Boxed: the parameters are most of the variant's size.
+        params: Box<GenerateParams>,
+        tokens: Vec<u32>,
+        truncated: bool,
+        grammar: Option<Arc<OutputGrammar>>,
+    },
+    /// The record's own request is invalid: it is answered with this, without the model.
+    Refused(String),
+}
+
+/// The prompt's parameters and tokens. A record whose own request is wrong (its
+/// parameters, its messages) is refused alone; a text prompt the model cannot take
+/// (the job's template or system message) fails the task, since every record would.
+fn plan(
+    model: &GenerateModel,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    template: engine::PromptTemplate,
+    grammars: &mut CheckedGrammars,
+) -> Result<Planned, String> {
+    if let Some(error) = &prompt.error {
+        return Ok(Planned::Refused(error.clone()));
+    }
+    let params = match &prompt.params {
+        Some(over) => params.with(over),
+        None => params.clone(),
+    };
+    if let Some(problem) = params.problem() {
+        return match prompt.params {
+            Some(_) => Ok(Planned::Refused(problem.to_string())),
+            None => Err(problem.to_string()),
+        };
+    }
+    let messages = chat_messages(prompt);
+    let parts = model_prompt(prompt, &params, &messages);
+    // A record's own schema that cannot compile is refused alone; the job's fails
+    // the task (every record would fail on it).
+    let grammar = match grammars.checked(params.response_format.as_ref(), |format| {
+        grammar_of(model, format)
+    }) {
+        Ok(grammar) => grammar,
+        Err(error) => {
+            let own = prompt
+                .params
+                .as_ref()
+                .and_then(|p| p.response_format.as_ref());
+            return match own {
+                Some(_) => Ok(Planned::Refused(error)),
+                None => Err(error),
+            };
+        }
+    };
+    let reserve = params.max_new_tokens.max(1) as usize;
+    match model.fit(&parts, template, reserve) {
+        Ok((tokens, truncated)) => Ok(Planned::Runs {
+            params: Box::new(params),
+            tokens,
+            truncated,
+            grammar,
+        }),
+        Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// The grammar `format` asks for, compiled once to check it (each sequence compiles
+/// its own state from it).
+fn grammar_of(model: &GenerateModel, format: Option<&ResponseFormat>) -> GrammarCheck {
+    let grammar = match format {
+        None | Some(ResponseFormat::Text) => return Ok(None),
+        Some(ResponseFormat::JsonObject) => OutputGrammar::JsonObject,
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            OutputGrammar::JsonSchema(json_schema.schema.clone())
+        }
+    };
+    model.constraint(&grammar).map_err(|e| e.to_string())?;
+    Ok(Some(Arc::new(grammar)))
+}
+
+/// The response formats a request's prompts asked for, each compiled once to check it: a
+/// job's schema is compiled once per task, not once per prompt, and a record's own once
+/// per distinct format.
+#[derive(Default)]
+pub(super) struct CheckedGrammars {
+    checked: Vec<(ResponseFormat, GrammarCheck)>,
+}
+
+/// A response format's grammar (none for free text), or why it does not compile.
+type GrammarCheck = Result<Option<Arc<OutputGrammar>>, String>;
+
+impl CheckedGrammars {
+    /// `format`'s grammar (or why it cannot compile), from `check` the first time only.
+    pub(super) fn checked(
+        &mut self,
+        format: Option<&ResponseFormat>,
+        check: impl FnOnce(Option<&ResponseFormat>) -> GrammarCheck,
+    ) -> GrammarCheck {
+        let Some(format) = format else {
+            return check(None);
+        };
+        if let Some((_, result)) = self.checked.iter().find(|(seen, _)| seen == format) {
+            return result.clone();
+        }
+        let result = check(Some(format));
+        self.checked.push((format.clone(), result.clone()));
+        result
+    }
+}
+
+/// One generation as a completion's choice, its log-probabilities (when `asked`) as text.
+fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
+    let logprobs = asked.then(|| {
+        output
+            .logprobs
+            .iter()
+            .map(|step| {
+                let (token, bytes) = format.token_piece(step.token);
+                TokenLogprob {
+                    token,
+                    logprob: step.logprob,
+                    bytes,
+                    top_logprobs: step
+                        .top
+                        .iter()
+                        .map(|&(id, logprob)| {
+                            let (token, bytes) = format.token_piece(id);
+                            TopLogprob {
+                                token,
+                                logprob,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    });
+    Choice {
+        text: output.text.clone(),
+        generated_tokens: output.tokens.len() as u32,
+        finish_reason: match output.finish_reason {
+            engine::FinishReason::Stop => FinishReason::Stop,
+            engine::FinishReason::Length => FinishReason::Length,
+        },
+        logprobs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request's prompts share their formats' checks: one per distinct format, whether it
+    /// compiled or not; no format is checked as `None` each time (nothing to compile).
+    #[test]
+    fn each_distinct_response_format_is_checked_once_a_request() {
+        let schema = |n: u32| ResponseFormat::JsonSchema {
+            json_schema: resident_actor::generate::JsonSchemaFormat {
+                name: String::new(),
+                schema: serde_json::json!({"type": "object", "maxProperties": n}),
+                strict: None,
+            },
+        };
+        let mut grammars = CheckedGrammars::default();
+        let mut checks = Vec::new();
+        let formats = [
+            Some(schema(1)),
+            None,
+            Some(schema(1)),
+            Some(schema(2)),
+            Some(schema(2)),
+        ];
+        for format in &formats {
+            let result = grammars.checked(format.as_ref(), |format| {
+                checks.push(format.cloned());
+                match format {
+                    Some(f) if *f == schema(2) => Err("does not compile".into()),
+                    Some(_) => Ok(Some(Arc::new(OutputGrammar::JsonObject))),
+                    None => Ok(None),
+                }
+            });
+            assert_eq!(result.is_err(), *format == Some(schema(2)));
+        }
+        assert_eq!(checks, [Some(schema(1)), None, Some(schema(2))]);
+    }
+}
