@@ -10,6 +10,7 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
 
 use super::dense::Part;
+use super::sampling::SamplingParams;
 use super::step_profile::{StepKind, StepProfile};
 use super::tests::{greedy, write_gguf};
 use super::*;

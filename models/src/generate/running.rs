@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::grammar::Constraint;
+use super::request::{Generation, GenerationRequest};
 use super::sampling::{Sampler, TokenLogprob};
-use super::{Generation, GenerationRequest};
 
 /// Where a running batch takes its requests from and gives its answers to. Groups are
 /// numbered from 0 in the order [`GenerationFeed::next_group`] gave them.
@@ -223,7 +223,7 @@ impl TakenRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::FinishReason;
+    use crate::generate::request::FinishReason;
 
     fn request(id: &str) -> GenerationRequest {
         GenerationRequest {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use super::sampling::SamplingParams;
 use super::*;
 
 fn smollm2() -> &'static GenerateModel {

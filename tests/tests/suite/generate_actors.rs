@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use resident_actor::generate::{
     FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
@@ -119,4 +121,49 @@ async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order()
     }
     assert_eq!(answered.len(), 2, "two tasks, one count each: {answered:?}");
     assert_eq!(answered.last(), Some(&total));
+}
+
+/// An actor's tasks share one continuous batch: a short task sent while a long one runs
+/// on the same actor (its credit of 2 lets it wait there) joins the running batch and is
+/// answered first, instead of waiting for the long one's last token. Both answers are
+/// what each task gives alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_joins_the_batch_running_on_its_actor_and_is_answered_when_it_ends() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
+    let config = GenerateConfig {
+        model: smollm2_gguf(),
+        max_sequences: Some(4),
+        ..GenerateConfig::default()
+    };
+    let spec = PoolSpec::typed::<Generate>("gen-join", &config)
+        .unwrap()
+        .max_in_flight_per_actor(2);
+    let pool = cluster.create_pool(spec).await.unwrap();
+    pool.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let request = |id: &str, text: &str, tokens: u32| GenerateRequest {
+        prompts: vec![PromptParts::new(id, "", text, "")],
+        params: GenerateParams {
+            max_new_tokens: tokens,
+            ignore_eos: true,
+            ..GenerateParams::default()
+        },
+    };
+    let long = request("long", "Tell me a long story about a fox.", 96);
+    let short = request("short", "Name a colour.", 2);
+    let typed = pool.typed::<Generate>();
+    let requests = futures::stream::iter([long.clone(), short.clone()]);
+    let stream = typed.submit("join", requests, 0).await.unwrap();
+    let replies: Vec<_> = stream.map(|reply| reply.unwrap()).collect().await;
+    let order: Vec<u64> = replies.iter().map(|r| r.seq).collect();
+    assert_eq!(order, [1, 0], "the short task waited for the long one");
+    let short_answer = replies[0].reply.clone().unwrap();
+    let long_answer = replies[1].reply.clone().unwrap();
+    assert_eq!(replies[0].actor_id, replies[1].actor_id, "one actor");
+    assert_eq!(long_answer.completions[0].generated_tokens, 96);
+    assert_eq!(short_answer.completions[0].generated_tokens, 2);
+    // Greedy: each text is what the task gives alone.
+    assert_eq!(typed.call(&short).await.unwrap().unwrap(), short_answer);
+    assert_eq!(typed.call(&long).await.unwrap().unwrap(), long_answer);
 }
