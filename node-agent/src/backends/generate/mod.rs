@@ -1,7 +1,7 @@
 //! `generate@1`: the typed actor kind around [`resident_models::generate::GenerateModel`].
 //! The model loads once per actor and stays resident with its KV arena; its tasks run in
-//! one continuous batch ([`batch`]: the next task joins while the last one runs), each
-//! reporting progress in generated tokens. [`prompts`] plans each task's prompts and turns
+//! one continuous batch (`batch.rs`: the next task joins while the last one runs), each
+//! reporting progress in generated tokens. `prompts.rs` plans each task's prompts and turns
 //! the generations into its completions. The contract (config, request, response) is
 //! [`resident_actor::generate`].
 
@@ -259,7 +259,7 @@ impl TypedActor for GenerateActor {
 
     const TAKES_REQUESTS_WHILE_RUNNING: bool = true;
 
-    /// Every task at hand in one continuous batch ([`batch`]).
+    /// Every task at hand in one continuous batch (`batch.rs`).
     fn handle_fed(&mut self, feed: &mut dyn RequestFeed<Generate>) -> Result<(), BackendError> {
         let Self {
             model,
