@@ -135,7 +135,7 @@ if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
-  "$work/models-tests" cuda device_ops step_profile paged_attention rope_heads generate::draw:: --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile paged_attention flash_attention rope_heads generate::draw:: --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then

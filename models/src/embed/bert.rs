@@ -1,6 +1,7 @@
 //! A BERT-family encoder written for inference throughput: one fused QKV projection, the
 //! attention scale folded into the query weights, 2-D matrix multiplies over all tokens of a
-//! batch, no attention mask when a batch has no padding. It runs on GPUs and for f16/bf16; on
+//! batch, no attention mask when a batch has no padding; on a GPU in f16 or bf16, attention
+//! is one tensor-core kernel (`flash_attention`). It runs on GPUs and for f16/bf16; on
 //! CPU in f32 its weights move into [`super::cpu_bert::CpuBert`]. Models with other
 //! activations or position embeddings use candle's `BertModel`.
 //!
@@ -13,6 +14,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use super::flash_attention::{FlashAttention, flash_attention, flash_attention_fits};
 use super::fused::{self, AttentionMask};
 use super::relative_position::RelativeBias;
 
@@ -319,8 +321,24 @@ impl FastBert {
         let q = fused::split_heads(&qkv, shape, heads, d, 0)?;
         let k = fused::split_heads(&qkv, shape, heads, d, h)?;
         let v = fused::split_heads(&qkv, shape, heads, d, 2 * h)?;
-        let probs = fused::attention_probs(q.matmul(&k.t()?)?, mask)?;
-        let context = fused::merge_heads(&probs.matmul(&v)?)?;
+        let context = match flash_attention_fits(x.device(), x.dtype(), d) {
+            // One tensor-core kernel, no scores in memory; the scale is in the query weights.
+            true => flash_attention(
+                &q,
+                &k,
+                &v,
+                &FlashAttention {
+                    causal: false,
+                    scale: 1.0,
+                    keep: mask.keep,
+                    bias: mask.bias,
+                },
+            )?,
+            false => {
+                let probs = fused::attention_probs(q.matmul(&k.t()?)?, mask)?;
+                fused::merge_heads(&probs.matmul(&v)?)?
+            }
+        };
         let attended = layer
             .attention_norm
             .forward(&layer.attention_out.forward_then(&context, Some(x), false)?)?;

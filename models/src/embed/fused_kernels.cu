@@ -622,3 +622,6 @@ DTYPE_KERNELS(__nv_bfloat16, bf16)
 PAGED_ATTENTION_SIZES(float, f32)
 PAGED_ATTENTION_SIZES(__half, f16)
 PAGED_ATTENTION_SIZES(__nv_bfloat16, bf16)
+
+// The encoders' attention on tensor cores (f16 and bf16).
+#include "flash_attention.cuh"

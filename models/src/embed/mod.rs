@@ -13,6 +13,7 @@ mod cpu_bert;
 pub(crate) mod cpu_ops;
 mod encoder;
 mod fingerprint;
+pub(crate) mod flash_attention;
 pub(crate) mod fused;
 #[cfg(feature = "cuda")]
 pub(crate) mod fused_cuda;

@@ -9,13 +9,16 @@
 //! (`generate::rope_heads`); each residual add and the norm after it are one op; the attention
 //! scale is folded into the query norm's weight;
 //! grouped-query attention multiplies each K/V head against its group of query heads at once
-//! (no copies of K and V per query head).
+//! (no copies of K and V per query head). On a GPU in f16 or bf16, attention is one
+//! tensor-core kernel instead (`flash_attention`): no scores in memory, the heads merged as it
+//! writes them.
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{RmsNorm, VarBuilder, rms_norm};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
+use super::flash_attention::{FlashAttention, flash_attention, flash_attention_fits};
 use super::fused::{self, AttentionMask};
 use crate::ModelError;
 use crate::generate::decoder::RopeStyle;
@@ -171,6 +174,9 @@ pub struct Qwen3Encoder {
     layers: Vec<Layer>,
     norm: RmsNorm,
     inv_freq: Tensor,
+    /// Whether attention may run as one fused kernel where it fits (a GPU, f16 or bf16);
+    /// tests turn it off to compare with the materialised path.
+    flash: bool,
 }
 
 fn load_layer(config: &Qwen3Config, vb: VarBuilder) -> candle_core::Result<Layer> {
@@ -232,6 +238,7 @@ impl Qwen3Encoder {
             layers,
             norm,
             inv_freq,
+            flash: true,
         })
     }
 
@@ -287,6 +294,17 @@ impl Qwen3Encoder {
         let k_op = heads_of(&layer.k_norm, kv_heads, heads * d, (d, t));
         let k = rope_heads(&qkv, cos, sin, &k_op)?;
         let v = fused::split_heads(&qkv, (b, t), kv_heads, d, (heads + kv_heads) * d)?;
+        if self.flash && flash_attention_fits(x.device(), x.dtype(), d) {
+            // Scores never materialised; the output comes with its heads merged. The scale is
+            // in the query norm's weight.
+            let op = FlashAttention {
+                causal: true,
+                scale: 1.0,
+                keep: None,
+                bias: None,
+            };
+            return layer.o.forward(&flash_attention(&q, &k, &v, &op)?);
+        }
         // Query heads g*r..(g+1)*r share K/V head g: as `[b, kv, r*t, d]` they multiply it
         // in one batched product.
         let group = heads / kv_heads;
@@ -523,6 +541,53 @@ mod tests {
         let plain = plain_forward(&encoder, &ids);
         let worst = max_abs_diff(&fused, &plain);
         assert!(worst < 1e-4, "{worst}");
+    }
+
+    /// On a GPU in bf16 (where the kernel fits), the flash attention forward gives the
+    /// materialised one's hidden states: two layers, heads of 32 in groups of two, sequences
+    /// across the kernel's 64-row tiles, one right-padded.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn flash_attention_forward_is_the_materialised_one() {
+        let Ok(gpu) = Device::new_cuda(0) else {
+            eprintln!("no GPU here: skipped");
+            return;
+        };
+        let config: Qwen3Config = serde_json::from_str(
+            r#"{"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 32, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0}"#,
+        )
+        .unwrap();
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::BF16, &gpu);
+        let mut flash = Qwen3Encoder::new(config.clone(), vb.clone()).unwrap();
+        let mut materialised = Qwen3Encoder::new(config, vb).unwrap();
+        materialised.flash = false;
+        assert!(super::flash_attention_fits(&gpu, DType::BF16, 32));
+        let t = 150;
+        let ids: Vec<u32> = (0..2 * t as u32).map(|i| (i * 37 + 11) % 512).collect();
+        let ids = Tensor::from_vec(ids, (2, t), &gpu).unwrap();
+        let mask = Tensor::ones((2, t), DType::U32, &gpu).unwrap();
+        let rows = |encoder: &mut Qwen3Encoder| -> Vec<Vec<f32>> {
+            let hidden = encoder.forward(&ids, &mask).unwrap();
+            hidden
+                .to_dtype(DType::F32)
+                .unwrap()
+                .reshape((2 * t, 128))
+                .unwrap()
+                .to_vec2()
+                .unwrap()
+        };
+        let (a, b) = (rows(&mut flash), rows(&mut materialised));
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+            let norms = x.iter().map(|p| p * p).sum::<f32>().sqrt()
+                * y.iter().map(|q| q * q).sum::<f32>().sqrt();
+            let cosine = dot / norms;
+            assert!(cosine > 0.999, "row {i}: cosine {cosine}");
+        }
     }
 
     #[test]

@@ -253,7 +253,7 @@ pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine): where
 /// the kernels' tests run.
 #[cfg(test)]
-pub(super) fn test_devices() -> Vec<Device> {
+pub(crate) fn test_devices() -> Vec<Device> {
     #[cfg(feature = "cuda")]
     let gpu = Device::new_cuda(0)
         .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))

@@ -21,7 +21,7 @@ mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
 pub mod kv_blocks;
-mod lanes;
+pub(crate) mod lanes;
 mod paged_attention;
 pub mod prompt;
 mod quantised;

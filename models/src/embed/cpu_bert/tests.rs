@@ -23,9 +23,15 @@ fn load(config: BertConfig, tensors: HashMap<String, Tensor>, dtype: DType) -> F
 }
 
 fn tiny_weights(mpnet: bool) -> (BertConfig, HashMap<String, Tensor>) {
+    tiny_weights_of_heads(mpnet, 4)
+}
+
+/// The same with `heads` attention heads (one head of 32 is a width the GPU's flash
+/// attention takes).
+fn tiny_weights_of_heads(mpnet: bool, heads: usize) -> (BertConfig, HashMap<String, Tensor>) {
     let mut config = serde_json::json!({
         "vocab_size": 50, "hidden_size": HIDDEN, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "intermediate_size": WIDE,
+        "num_attention_heads": heads, "intermediate_size": WIDE,
         "max_position_embeddings": POSITIONS, "layer_norm_eps": 1e-12
     });
     if mpnet {
@@ -45,7 +51,10 @@ fn tiny_weights(mpnet: bool) -> (BertConfig, HashMap<String, Tensor>) {
         &[POSITIONS, HIDDEN],
     );
     if mpnet {
-        put("encoder.relative_attention_bias.weight".into(), &[32, 4]);
+        put(
+            "encoder.relative_attention_bias.weight".into(),
+            &[32, heads],
+        );
     } else {
         put(
             "embeddings.token_type_embeddings.weight".into(),
@@ -195,6 +204,48 @@ fn f16_padded_batches_are_finite_and_match_f32() {
             );
             let off = max_difference(ours, theirs);
             assert!(off < 2e-2, "mpnet={mpnet}: f16 off by {off}");
+        }
+    }
+}
+
+/// On a GPU in f16, where attention is the flash kernel (padding mask, MPNet's relative
+/// bias): vectors match the CPU's f32 forward as closely as f16 allows.
+#[cfg(feature = "cuda")]
+#[test]
+fn flash_attention_on_a_gpu_matches_the_cpu_forward() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no GPU here: skipped");
+        return;
+    };
+    assert!(crate::embed::flash_attention::flash_attention_fits(
+        &gpu,
+        DType::F16,
+        HIDDEN
+    ));
+    for mpnet in [false, true] {
+        let (config, tensors) = tiny_weights_of_heads(mpnet, 1);
+        let mut wide = load(config.clone(), tensors.clone(), DType::F32);
+        let vb = VarBuilder::from_tensors(tensors, DType::F16, &gpu);
+        let mut half = FastBert::load(config, vb).unwrap();
+        let (ids, mask) = batch(&[140, 9, 70]);
+        let expected = {
+            let hidden = wide.forward(&ids, &mask).unwrap();
+            pool(&hidden, &mask, Pooling::Mean, PaddingSide::Right, true)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+        };
+        let (ids, mask) = (ids.to_device(&gpu).unwrap(), mask.to_device(&gpu).unwrap());
+        let hidden = half.forward(&ids, &mask).unwrap();
+        let got = pool(&hidden, &mask, Pooling::Mean, PaddingSide::Right, true)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for (ours, theirs) in got.iter().zip(&expected) {
+            let off = max_difference(ours, theirs);
+            assert!(off < 2e-2, "mpnet={mpnet}: GPU f16 off by {off}");
         }
     }
 }
