@@ -14,6 +14,9 @@
 //!   when; the encoders fall back to their materialised attention otherwise (f32, other head
 //!   widths, the CPU).
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -46,9 +49,38 @@ struct Prepared {
 /// Head widths the kernel is built for.
 const HEAD_WIDTHS: [usize; 3] = [32, 64, 128];
 
-/// Whether the tensor-core kernel takes `dtype` heads of `head_dim` on `device`: a CUDA GPU
-/// with f16 (compute capability 7.5 and up) or bf16 (8.0 and up), and heads of 32, 64 or 128.
+/// Whether the encoders should run attention as the kernel for `dtype` heads of `head_dim`
+/// on `device`: a kernel exists for them ([`kernel_exists`]) and, the first time each GPU,
+/// dtype and width are asked, it gave the CPU reference's answer on a small random case.
+/// Where it did not, the error is logged and the encoders keep their materialised
+/// attention: a kernel that is wrong on some GPU costs speed there, never wrong vectors.
 pub fn flash_attention_fits(device: &Device, dtype: DType, head_dim: usize) -> bool {
+    static CHECKED: Mutex<BTreeMap<(usize, &str, usize), bool>> = Mutex::new(BTreeMap::new());
+    if !kernel_exists(device, dtype, head_dim) {
+        return false;
+    }
+    let key = (device_ordinal(device), dtype.as_str(), head_dim);
+    let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
+    *checked
+        .entry(key)
+        .or_insert_with(|| match self_check(device, dtype, head_dim) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(
+                    %error,
+                    ?dtype,
+                    head_dim,
+                    "the flash attention kernel failed its check on this GPU; attention runs \
+                     materialised (slower, same vectors)"
+                );
+                false
+            }
+        })
+}
+
+/// Whether a kernel exists for `dtype` heads of `head_dim` on `device`: a CUDA GPU with f16
+/// (compute capability 7.5 and up) or bf16 (8.0 and up), and heads of 32, 64 or 128.
+pub fn kernel_exists(device: &Device, dtype: DType, head_dim: usize) -> bool {
     if !cfg!(feature = "cuda") || !device.is_cuda() || !HEAD_WIDTHS.contains(&head_dim) {
         return false;
     }
@@ -58,6 +90,47 @@ pub fn flash_attention_fits(device: &Device, dtype: DType, head_dim: usize) -> b
         _ => return false,
     };
     crate::device::compute_capability(device).is_some_and(|cc| cc >= least)
+}
+
+fn device_ordinal(device: &Device) -> usize {
+    match device.location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
+        _ => usize::MAX,
+    }
+}
+
+/// The kernel against the CPU reference on one small case (two sequences of 80 tokens
+/// across two tiles, grouped heads, causal, a padded key): an error says by how much.
+fn self_check(device: &Device, dtype: DType, head_dim: usize) -> candle_core::Result<()> {
+    let (seqs, heads, kv_heads, t) = (2, 4, 2, 80);
+    let random = |heads: usize| {
+        Tensor::randn(0f32, 1.0, (seqs, heads, t, head_dim), &Device::Cpu)?.to_dtype(dtype)
+    };
+    let (q, k, v) = (random(heads)?, random(kv_heads)?, random(kv_heads)?);
+    let keep: Vec<f32> = (0..seqs * t).map(|i| f32::from(u8::from(i != 7))).collect();
+    let keep = Tensor::from_vec(keep, (seqs, t), &Device::Cpu)?;
+    let op = |keep| FlashAttention {
+        causal: true,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        keep,
+        bias: None,
+    };
+    let reference = flash_attention(&q, &k, &v, &op(Some(&keep)))?.to_dtype(DType::F32)?;
+    let on = |x: &Tensor| x.to_device(device);
+    let keep_on_device = on(&keep)?;
+    let got = flash_attention(&on(&q)?, &on(&k)?, &on(&v)?, &op(Some(&keep_on_device)))?
+        .to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?;
+    let worst = (got - reference)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()?;
+    // Outputs are averages of values of about 1: bf16 rounds at 2^-8 of them.
+    if worst.is_nan() || worst > 0.05 {
+        candle_core::bail!("off the CPU reference by {worst}");
+    }
+    Ok(())
 }
 
 /// `softmax(q k^T * scale + bias) v` (causal when `op.causal`, padding keys left out),
@@ -94,7 +167,7 @@ pub fn flash_attention(
             op.bias.map(Tensor::dims)
         );
     }
-    if q.device().is_cuda() && !flash_attention_fits(q.device(), q.dtype(), head_dim) {
+    if q.device().is_cuda() && !kernel_exists(q.device(), q.dtype(), head_dim) {
         candle_core::bail!(
             "flash attention on this GPU takes f16 (compute 7.5+) or bf16 (8.0+) heads of \
              {HEAD_WIDTHS:?}, not {:?} heads of {head_dim}; use the materialised attention",
@@ -482,7 +555,7 @@ mod tests {
         for device in devices() {
             for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::F16, 4e-3), (DType::BF16, 3e-2)]
             {
-                if device.is_cuda() && !flash_attention_fits(&device, dtype, d) {
+                if device.is_cuda() && !kernel_exists(&device, dtype, d) {
                     continue;
                 }
                 let tensor = |data: &[f32], shape: &[usize]| {
@@ -594,5 +667,25 @@ mod tests {
             assert!(!flash_attention_fits(&device, DType::F32, 128));
             assert!(!flash_attention_fits(&device, DType::F16, 80));
         }
+    }
+
+    /// On a GPU, the first-use check passes for every kernel this GPU has (it runs the same
+    /// comparison the encoders rely on).
+    #[test]
+    fn the_first_use_check_passes_for_each_kernel() {
+        for device in devices().into_iter().filter(Device::is_cuda) {
+            for dtype in [DType::F16, DType::BF16] {
+                for width in HEAD_WIDTHS {
+                    if kernel_exists(&device, dtype, width) {
+                        self_check(&device, dtype, width).unwrap();
+                        assert!(flash_attention_fits(&device, dtype, width));
+                    }
+                }
+            }
+        }
+        assert!(
+            self_check(&Device::Cpu, DType::F32, 64).is_ok(),
+            "the CPU against itself"
+        );
     }
 }
