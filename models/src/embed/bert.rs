@@ -14,7 +14,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
-use super::flash_attention::{FlashAttention, flash_attention, flash_attention_fits};
+use super::flash_attention::{FlashAttention, Heads, flash_attention, flash_attention_fits};
 use super::fused::{self, AttentionMask};
 use super::relative_position::RelativeBias;
 
@@ -318,23 +318,29 @@ impl FastBert {
         let heads = self.config.num_attention_heads;
         let d = h / heads;
         let qkv = layer.qkv.forward(x)?;
-        let q = fused::split_heads(&qkv, shape, heads, d, 0)?;
-        let k = fused::split_heads(&qkv, shape, heads, d, h)?;
-        let v = fused::split_heads(&qkv, shape, heads, d, 2 * h)?;
         let context = match flash_attention_fits(x.device(), x.dtype(), d) {
-            // One tensor-core kernel, no scores in memory; the scale is in the query weights.
-            true => flash_attention(
-                &q,
-                &k,
-                &v,
-                &FlashAttention {
+            // One tensor-core kernel reading the heads straight out of the product's columns:
+            // no split copies, no scores in memory. The scale is in the query weights.
+            true => {
+                let columns = |first_column| Heads::Columns {
+                    rows: &qkv,
+                    first_column,
+                    count: heads,
+                };
+                let op = FlashAttention {
+                    seq_len: shape.1,
+                    head_dim: d,
                     causal: false,
                     scale: 1.0,
                     keep: mask.keep,
                     bias: mask.bias,
-                },
-            )?,
+                };
+                flash_attention(columns(0), columns(h), columns(2 * h), &op)?
+            }
             false => {
+                let q = fused::split_heads(&qkv, shape, heads, d, 0)?;
+                let k = fused::split_heads(&qkv, shape, heads, d, h)?;
+                let v = fused::split_heads(&qkv, shape, heads, d, 2 * h)?;
                 let probs = fused::attention_probs(q.matmul(&k.t()?)?, mask)?;
                 fused::merge_heads(&probs.matmul(&v)?)?
             }

@@ -5,9 +5,12 @@
 // out[s * t + i, h * D + d] = sum_j softmax_j(q[s, h, i] . k[s, h / group, j] * scale +
 // bias[h, i, j]) v[s, h / group, j, d] over keys j < t, leaving out keys after the query (when
 // causal) and keys where keep[s, j] == 0 (when keep is set: padding); bias (MPNet's relative
-// position bias) is optional too. q is [seqs, heads, t, D], k and v [seqs, kv_heads, t, D], all
-// contiguous; the output has its heads merged, ready for the output projection (no merge
-// copy). A query that sees no key gets zeros.
+// position bias) is optional too. Element (s, h, i, d) of q, k and v is at
+// s * seq_stride + h * head_stride + i * row_stride + d of its pointer, so that heads are read
+// where they are: stacked [seqs, heads, t, D], or side by side in the rows of a fused QKV
+// product (no split copies). K and V rows are read in 16-byte units: their pointers and
+// strides are multiples of 8 elements (the host checks). The output has its heads merged,
+// ready for the output projection (no merge copy). A query that sees no key gets zeros.
 //
 // FlashAttention-2's scheme with mma.sync (m16n8k16, f32 accumulators): one block of FA_WARPS
 // warps per (FA_QUERIES queries, head, sequence). Each warp keeps its 16 queries' Q fragments,
@@ -77,28 +80,34 @@ template <> struct TensorCore<__half> {
     }
 };
 
-// Two elements of row `row` from column `col` (even) of a [t, D] matrix at `base`; zeros past
-// the last row.
-template <typename T, int D>
-__device__ __forceinline__ uint32_t fa_pair(const T *base, uint32_t row, uint32_t col,
-                                            uint32_t t) {
-    return row < t ? *reinterpret_cast<const uint32_t *>(base + (uint64_t)row * D + col) : 0u;
+// Two elements of row `row` from column `col` (even) of rows `stride` apart at `base`; zeros
+// past the last row.
+template <typename T>
+__device__ __forceinline__ uint32_t fa_pair(const T *base, uint64_t stride, uint32_t row,
+                                            uint32_t col, uint32_t t) {
+    return row < t ? *reinterpret_cast<const uint32_t *>(base + row * stride + col) : 0u;
 }
 
+// Where one input's heads are: element (s, h, i, d) at s * seq + h * head + i * row + d.
+struct FaStrides {
+    uint64_t seq, head, row;
+};
+
 template <typename T, int D>
-__device__ void flash_attention(T *out, const T *q, const T *k, const T *v, const float *keep,
-                                const T *bias, uint32_t t, uint32_t heads, uint32_t kv_heads,
-                                int causal, float scale) {
+__device__ void flash_attention(T *out, const T *q, FaStrides q_at, const T *k, FaStrides k_at,
+                                const T *v, FaStrides v_at, const float *keep, const T *bias,
+                                uint32_t t, uint32_t heads, uint32_t kv_heads, int causal,
+                                float scale) {
     static_assert(D % 16 == 0, "heads are whole k-steps of 16");
-    __shared__ __align__(16) T ks[FA_KEYS][D + FA_PAD];
-    __shared__ __align__(16) T vs[D][FA_KEYS + FA_PAD];
+    __shared__ __align__(16) T k_tile[FA_KEYS][D + FA_PAD];
+    __shared__ __align__(16) T v_tile[D][FA_KEYS + FA_PAD];
     const uint32_t tile = blockIdx.x, head = blockIdx.y, seq = blockIdx.z;
     const uint32_t kv_head = head / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, c = lane & 3;
-    const T *qh = q + ((uint64_t)seq * heads + head) * t * D;
-    const T *kh = k + ((uint64_t)seq * kv_heads + kv_head) * t * D;
-    const T *vh = v + ((uint64_t)seq * kv_heads + kv_head) * t * D;
+    const T *qh = q + seq * q_at.seq + head * q_at.head;
+    const T *kh = k + seq * k_at.seq + kv_head * k_at.head;
+    const T *vh = v + seq * v_at.seq + kv_head * v_at.head;
     // This lane's two query rows.
     const uint32_t r0 = tile * FA_QUERIES + warp * 16 + g, r1 = r0 + 8;
 
@@ -106,10 +115,10 @@ __device__ void flash_attention(T *out, const T *q, const T *k, const T *v, cons
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const uint32_t col = kk * 16 + 2 * c;
-        qf[kk][0] = fa_pair<T, D>(qh, r0, col, t);
-        qf[kk][1] = fa_pair<T, D>(qh, r1, col, t);
-        qf[kk][2] = fa_pair<T, D>(qh, r0, col + 8, t);
-        qf[kk][3] = fa_pair<T, D>(qh, r1, col + 8, t);
+        qf[kk][0] = fa_pair(qh, q_at.row, r0, col, t);
+        qf[kk][1] = fa_pair(qh, q_at.row, r1, col, t);
+        qf[kk][2] = fa_pair(qh, q_at.row, r0, col + 8, t);
+        qf[kk][3] = fa_pair(qh, q_at.row, r1, col + 8, t);
     }
     float o[D / 8][4];
 #pragma unroll
@@ -132,13 +141,13 @@ __device__ void flash_attention(T *out, const T *q, const T *k, const T *v, cons
             const uint32_t j = kt * FA_KEYS + key;
             uint4 kc = make_uint4(0, 0, 0, 0), vc = kc;
             if (j < t) {
-                kc = *reinterpret_cast<const uint4 *>(kh + (uint64_t)j * D + col);
-                vc = *reinterpret_cast<const uint4 *>(vh + (uint64_t)j * D + col);
+                kc = *reinterpret_cast<const uint4 *>(kh + j * k_at.row + col);
+                vc = *reinterpret_cast<const uint4 *>(vh + j * v_at.row + col);
             }
-            *reinterpret_cast<uint4 *>(&ks[key][col]) = kc;
+            *reinterpret_cast<uint4 *>(&k_tile[key][col]) = kc;
             const T *vv = reinterpret_cast<const T *>(&vc);
 #pragma unroll
-            for (int i = 0; i < 8; i++) vs[col + i][key] = vv[i];
+            for (int i = 0; i < 8; i++) v_tile[col + i][key] = vv[i];
         }
         __syncthreads();
         if (r0 - g >= t) continue; // this warp's rows are all past the end
@@ -149,7 +158,7 @@ __device__ void flash_attention(T *out, const T *q, const T *k, const T *v, cons
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                const T *key_row = &ks[n * 8 + g][kk * 16 + 2 * c];
+                const T *key_row = &k_tile[n * 8 + g][kk * 16 + 2 * c];
                 TensorCore<T>::mma(s[n], qf[kk], *reinterpret_cast<const uint32_t *>(key_row),
                                    *reinterpret_cast<const uint32_t *>(key_row + 8));
             }
@@ -207,7 +216,7 @@ __device__ void flash_attention(T *out, const T *q, const T *k, const T *v, cons
         for (int n = 0; n < D / 8; n++) {
 #pragma unroll
             for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-                const T *value_col = &vs[n * 8 + g][kk * 16 + 2 * c];
+                const T *value_col = &v_tile[n * 8 + g][kk * 16 + 2 * c];
                 TensorCore<T>::mma(o[n], pf[kk], *reinterpret_cast<const uint32_t *>(value_col),
                                    *reinterpret_cast<const uint32_t *>(value_col + 8));
             }
@@ -235,11 +244,14 @@ __device__ void flash_attention(T *out, const T *q, const T *k, const T *v, cons
 
 #define FLASH_ATTENTION(T, NAME, D)                                                              \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * 32)                                  \
-        flash_attention_##NAME##_d##D(T *out, const T *q, const T *k, const T *v,               \
-                                      const float *keep, const T *bias, uint32_t t,             \
-                                      uint32_t heads, uint32_t kv_heads, int causal,             \
-                                      float scale) {                                             \
-        flash_attention<T, D>(out, q, k, v, keep, bias, t, heads, kv_heads, causal, scale);     \
+        flash_attention_##NAME##_d##D(                                                           \
+            T *out, const T *q, uint64_t q_seq, uint64_t q_head, uint64_t q_row, const T *k,       \
+            uint64_t k_seq, uint64_t k_head, uint64_t k_row, const T *v, uint64_t v_seq,           \
+            uint64_t v_head, uint64_t v_row, const float *keep, const T *bias, uint32_t t,         \
+            uint32_t heads, uint32_t kv_heads, int causal, float scale) {                        \
+        flash_attention<T, D>(out, q, FaStrides{q_seq, q_head, q_row}, k,                       \
+                              FaStrides{k_seq, k_head, k_row}, v, FaStrides{v_seq, v_head, v_row}, \
+                              keep, bias, t, heads, kv_heads, causal, scale);                    \
     }
 #define FLASH_ATTENTION_SIZES(T, NAME)                                                           \
     FLASH_ATTENTION(T, NAME, 32)                                                                 \

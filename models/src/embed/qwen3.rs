@@ -18,7 +18,7 @@ use candle_nn::{RmsNorm, VarBuilder, rms_norm};
 use serde::Deserialize;
 
 use super::encoder::{EncoderSpec, PaddingSide, TextEncoder};
-use super::flash_attention::{FlashAttention, flash_attention, flash_attention_fits};
+use super::flash_attention::{FlashAttention, Heads, flash_attention, flash_attention_fits};
 use super::fused::{self, AttentionMask};
 use crate::ModelError;
 use crate::generate::decoder::RopeStyle;
@@ -293,18 +293,27 @@ impl Qwen3Encoder {
         let q = rope_heads(&qkv, cos, sin, &heads_of(&layer.q_norm, heads, 0, (d, t)))?;
         let k_op = heads_of(&layer.k_norm, kv_heads, heads * d, (d, t));
         let k = rope_heads(&qkv, cos, sin, &k_op)?;
-        let v = fused::split_heads(&qkv, (b, t), kv_heads, d, (heads + kv_heads) * d)?;
         if self.flash && flash_attention_fits(x.device(), x.dtype(), d) {
-            // Scores never materialised; the output comes with its heads merged. The scale is
-            // in the query norm's weight.
+            // Scores never materialised, the values read straight out of the product's
+            // columns, the output with its heads merged. The scale is in the query norm's
+            // weight.
             let op = FlashAttention {
+                seq_len: t,
+                head_dim: d,
                 causal: true,
                 scale: 1.0,
                 keep: None,
                 bias: None,
             };
-            return layer.o.forward(&flash_attention(&q, &k, &v, &op)?);
+            let v = Heads::Columns {
+                rows: &qkv,
+                first_column: (heads + kv_heads) * d,
+                count: kv_heads,
+            };
+            let out = flash_attention(Heads::Stacked(&q), Heads::Stacked(&k), v, &op)?;
+            return layer.o.forward(&out);
         }
+        let v = fused::split_heads(&qkv, (b, t), kv_heads, d, (heads + kv_heads) * d)?;
         // Query heads g*r..(g+1)*r share K/V head g: as `[b, kv, r*t, d]` they multiply it
         // in one batched product.
         let group = heads / kv_heads;
