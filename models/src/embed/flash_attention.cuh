@@ -31,6 +31,19 @@
 // Shared-memory rows padded by 16 bytes: the lanes of a fragment load hit 32 distinct banks.
 #define FA_PAD 8
 
+// c += a b in one m16n8k16 product of TYPE ("bf16" or "f16") operands (sm_80 and later).
+#define FA_MMA_K16(TYPE, c, a, b0, b1)                                                           \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 "                  \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"             \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+// c += a b in one m16n8k8 product of f16 operands, a = (a_lo, a_hi) (sm_75 and later).
+#define FA_MMA_K8_F16(c, a_lo, a_hi, b)                                                          \
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "                             \
+                 "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"                         \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
+                 : "r"(a_lo), "r"(a_hi), "r"(b))
+
 template <typename T> struct TensorCore;
 
 template <> struct TensorCore<__nv_bfloat16> {
@@ -42,10 +55,7 @@ template <> struct TensorCore<__nv_bfloat16> {
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
 #if __CUDA_ARCH__ >= 800
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        FA_MMA_K16("bf16", c, a, b0, b1);
 #else
         __trap();
 #endif
@@ -61,19 +71,10 @@ template <> struct TensorCore<__half> {
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
 #if __CUDA_ARCH__ >= 800
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        FA_MMA_K16("f16", c, a, b0, b1);
 #elif __CUDA_ARCH__ >= 750
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(b0));
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[2]), "r"(a[3]), "r"(b1));
+        FA_MMA_K8_F16(c, a[0], a[1], b0);
+        FA_MMA_K8_F16(c, a[2], a[3], b1);
 #else
         __trap();
 #endif

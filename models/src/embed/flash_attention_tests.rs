@@ -3,20 +3,7 @@
 
 use super::*;
 
-use crate::generate::device_ops::test_devices as devices;
-
-/// Deterministic values in [-1, 1).
-fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::generate::device_ops::{max_abs_diff_to, test_devices as devices, test_noise as noise};
 
 /// Extras of a case: a padding mask (sequence `s` keeps its first `t - 5 s` keys) and a
 /// random bias.
@@ -29,6 +16,14 @@ struct Extras {
 const PLAIN: Extras = Extras {
     padded: false,
     biased: false,
+};
+const PADDED: Extras = Extras {
+    padded: true,
+    biased: false,
+};
+const PADDED_AND_BIASED: Extras = Extras {
+    padded: true,
+    biased: true,
 };
 
 /// The formula in f64, heads merged: what the op must equal. `keep` `[seqs, t]`, `bias`
@@ -159,18 +154,7 @@ fn case(shape: Dims, causal: bool, extras: Extras, seed: u64) {
                 };
                 let got = flash_attention(q, k, v, &op).unwrap();
                 assert_eq!(got.dims(), &[seqs * t, heads * d]);
-                let got: Vec<f32> = got
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
+                let worst = max_abs_diff_to(&got, &want);
                 assert!(
                     worst <= tolerance,
                     "{device:?} {dtype:?} {seqs} seqs of {t}, {heads}/{kv_heads} heads of \
@@ -240,21 +224,13 @@ fn causal_attention_equals_the_formula_across_tile_edges() {
 /// the padding; MPNet's bias added to the scores; a sequence of padding only gives zeros.
 #[test]
 fn full_attention_with_padding_and_bias_equals_the_formula() {
-    let padded = Extras {
-        padded: true,
-        biased: false,
-    };
-    let both = Extras {
-        padded: true,
-        biased: true,
-    };
     case(shape(2, 12, 12, 77, 32), false, PLAIN, 6);
-    case(shape(3, 12, 12, 70, 32), false, padded, 7);
-    case(shape(2, 12, 12, 128, 64), false, both, 8);
-    case(shape(2, 4, 2, 33, 128), false, both, 9);
+    case(shape(3, 12, 12, 70, 32), false, PADDED, 7);
+    case(shape(2, 12, 12, 128, 64), false, PADDED_AND_BIASED, 8);
+    case(shape(2, 4, 2, 33, 128), false, PADDED_AND_BIASED, 9);
     // t = 10: the third sequence keeps no key.
-    case(shape(3, 2, 2, 10, 64), false, padded, 10);
-    case(shape(2, 4, 2, 66, 64), true, both, 11);
+    case(shape(3, 2, 2, 10, 64), false, PADDED, 10);
+    case(shape(2, 4, 2, 66, 64), true, PADDED_AND_BIASED, 11);
 }
 
 #[test]

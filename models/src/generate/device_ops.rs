@@ -250,6 +250,27 @@ pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
 }
 
+/// Deterministic values in [-1, 1) for the kernels' tests.
+#[cfg(test)]
+pub(crate) fn test_noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// The largest absolute difference between a tensor's values and `want` (f32, in order).
+#[cfg(test)]
+pub(crate) fn max_abs_diff_to(got: &Tensor, want: &[f32]) -> f32 {
+    let want = Tensor::from_slice(want, got.dims(), &Device::Cpu).unwrap();
+    max_abs_diff(got, &want)
+}
+
 /// The CPU, and the first GPU where there is one (a `cuda` build on a GPU machine): where
 /// the kernels' tests run.
 #[cfg(test)]

@@ -386,20 +386,7 @@ mod cuda {
 mod tests {
     use super::*;
 
-    use super::super::device_ops::test_devices as devices;
-
-    /// Deterministic values in [-1, 1).
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use super::super::device_ops::{max_abs_diff_to, test_devices as devices, test_noise as noise};
 
     /// The plain formula per row, on contiguous keys: what the op must equal.
     fn expected(
@@ -487,18 +474,7 @@ mod tests {
                 )
                 .unwrap();
                 assert_eq!(got.dims(), &[rows.len(), heads * hd]);
-                let got: Vec<f32> = got
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
+                let worst = max_abs_diff_to(&got, &want);
                 assert!(
                     worst <= tolerance,
                     "{device:?} {dtype:?} {heads}/{kv_heads} heads of {hd}: off by {worst}"
