@@ -553,8 +553,8 @@ mod tests {
     }
 
     /// On a GPU in bf16 (where the kernel fits), the flash attention forward gives the
-    /// materialised one's hidden states: two layers, heads of 32 in groups of two, sequences
-    /// across the kernel's 64-row tiles, one right-padded.
+    /// materialised one's hidden states: two layers, heads of 32 in groups of two, two
+    /// sequences of 150 tokens (across the kernel's 64-row tiles).
     #[cfg(feature = "cuda")]
     #[test]
     fn flash_attention_forward_is_the_materialised_one() {
