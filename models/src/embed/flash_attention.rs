@@ -308,61 +308,11 @@ pub fn flash_attention(
     v: Heads<'_>,
     op: &FlashAttention<'_>,
 ) -> candle_core::Result<Tensor> {
-    let (t, head_dim) = (op.seq_len, op.head_dim);
-    let (heads, kv_heads) = (q.count()?, k.count()?);
+    let (dims, at) = checked(q, k, v, op)?;
     let (dtype, device) = (q.tensor().dtype(), q.tensor().device());
-    let seqs = q.seqs(t)?;
-    let dims = Dims {
-        seqs,
-        heads,
-        kv_heads,
-        t,
-        head_dim,
-    };
-    let at = [
-        q.at(&dims, heads),
-        k.at(&dims, kv_heads),
-        v.at(&dims, kv_heads),
-    ];
-    let refuse = || {
-        candle_core::bail!(
-            "flash attention takes queries and keys and values of one dtype, {t} tokens a \
-             sequence, heads of {head_dim}, heads a multiple of kv_heads, a mask [seqs, t] and a \
-             bias [heads, t, t]; got queries {}, keys {}, values {}, mask {:?}, bias {:?}",
-            q.describe(),
-            k.describe(),
-            v.describe(),
-            op.keep.map(Tensor::dims),
-            op.bias.map(Tensor::dims)
-        )
-    };
-    if head_dim == 0
-        || kv_heads == 0
-        || !heads.is_multiple_of(kv_heads)
-        || v.count()? != kv_heads
-        || [k.tensor(), v.tensor()].iter().any(|x| x.dtype() != dtype)
-        || op.keep.is_some_and(|keep| keep.dims() != [seqs, t])
-        || op.bias.is_some_and(|bias| bias.dims() != [heads, t, t])
-    {
-        return refuse();
-    }
-    let [Some(q_at), Some(k_at), Some(v_at)] = at else {
-        return refuse();
-    };
-    if device.is_cuda() && !kernel_exists(device, dtype, head_dim) {
-        candle_core::bail!(
-            "flash attention on this GPU takes f16 (compute 7.5+) or bf16 (8.0+) heads of \
-             {HEAD_WIDTHS:?}, not {dtype:?} heads of {head_dim}; use the materialised attention"
-        );
-    }
-    if device.is_cuda() && seqs.max(heads) > MAX_GRID {
-        candle_core::bail!(
-            "flash attention on a GPU takes at most {MAX_GRID} sequences and heads a call, not \
-             {seqs} and {heads}: split the batch"
-        );
-    }
-    if seqs * t == 0 {
-        return Tensor::zeros((seqs * t, heads * head_dim), dtype, device);
+    if dims.seqs * dims.t == 0 {
+        let heads_width = dims.heads * dims.head_dim;
+        return Tensor::zeros((dims.seqs * dims.t, heads_width), dtype, device);
     }
     if device.is_cpu() && dtype != DType::F32 {
         // The reference runs in f32: the heads stacked and converted.
@@ -374,7 +324,7 @@ pub fn flash_attention(
     // The kernel reads 16-byte units of keys and values and pairs of queries: an input
     // whose heads are not so aligned is stacked in a tensor of its own first.
     let mut tensors = [q, k, v].map(|x| x.tensor().clone());
-    let mut at = [q_at, k_at, v_at];
+    let mut at = at;
     for (n, (input, units)) in [(q, 2), (k, 8), (v, 8)].into_iter().enumerate() {
         if !at[n].aligned(&tensors[n], units) {
             tensors[n] = input.stacked(&dims)?;
@@ -401,6 +351,64 @@ pub fn flash_attention(
     };
     let [q, k, v] = tensors;
     q.apply_op3_no_bwd(&k, &v, &prepared)
+}
+
+/// The op's dimensions and where each input's heads are, or an error that says what does
+/// not fit (shapes, dtypes, a GPU without the kernel, a grid too large).
+fn checked(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    op: &FlashAttention<'_>,
+) -> candle_core::Result<(Dims, [HeadsAt; 3])> {
+    let (t, head_dim) = (op.seq_len, op.head_dim);
+    let (heads, kv_heads) = (q.count()?, k.count()?);
+    let (dtype, device) = (q.tensor().dtype(), q.tensor().device());
+    let seqs = q.seqs(t)?;
+    let dims = Dims {
+        seqs,
+        heads,
+        kv_heads,
+        t,
+        head_dim,
+    };
+    let at = [
+        q.at(&dims, heads),
+        k.at(&dims, kv_heads),
+        v.at(&dims, kv_heads),
+    ];
+    let fits = head_dim > 0
+        && kv_heads > 0
+        && heads.is_multiple_of(kv_heads)
+        && v.count()? == kv_heads
+        && [k.tensor(), v.tensor()].iter().all(|x| x.dtype() == dtype)
+        && op.keep.is_none_or(|keep| keep.dims() == [seqs, t])
+        && op.bias.is_none_or(|bias| bias.dims() == [heads, t, t]);
+    let ([Some(q_at), Some(k_at), Some(v_at)], true) = (at, fits) else {
+        candle_core::bail!(
+            "flash attention takes queries and keys and values of one dtype, {t} tokens a \
+             sequence, heads of {head_dim}, heads a multiple of kv_heads, a mask [seqs, t] and a \
+             bias [heads, t, t]; got queries {}, keys {}, values {}, mask {:?}, bias {:?}",
+            q.describe(),
+            k.describe(),
+            v.describe(),
+            op.keep.map(Tensor::dims),
+            op.bias.map(Tensor::dims)
+        )
+    };
+    if device.is_cuda() && !kernel_exists(device, dtype, head_dim) {
+        candle_core::bail!(
+            "flash attention on this GPU takes f16 (compute 7.5+) or bf16 (8.0+) heads of \
+             {HEAD_WIDTHS:?}, not {dtype:?} heads of {head_dim}; use the materialised attention"
+        );
+    }
+    if device.is_cuda() && seqs.max(heads) > MAX_GRID {
+        candle_core::bail!(
+            "flash attention on a GPU takes at most {MAX_GRID} sequences and heads a call, not \
+             {seqs} and {heads}: split the batch"
+        );
+    }
+    Ok((dims, [q_at, k_at, v_at]))
 }
 
 /// The values of a CPU tensor, f32.

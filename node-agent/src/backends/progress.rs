@@ -166,6 +166,17 @@ mod tests {
         }
     }
 
+    /// Progress reported at most every 30 ms, and the messages it sends.
+    fn every_30_ms() -> (
+        TaskProgress,
+        tokio::sync::mpsc::UnboundedReceiver<pb::AgentMessage>,
+    ) {
+        let (outbound, uplink) = tokio::sync::mpsc::unbounded_channel();
+        let interval = ProgressInterval::default();
+        interval.set(Duration::from_millis(30));
+        (TaskProgress::new(outbound, interval), uplink)
+    }
+
     fn progress_of(message: pb::AgentMessage) -> pb::TaskProgress {
         match message.body {
             Some(pb::agent_message::Body::TaskProgress(progress)) => progress,
@@ -176,10 +187,7 @@ mod tests {
     #[test]
     fn reports_at_most_once_per_interval_and_only_while_a_task_runs() {
         // The clock is given, so the test holds on a host of any speed.
-        let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
-        let interval = ProgressInterval::default();
-        interval.set(Duration::from_millis(30));
-        let progress = TaskProgress::new(outbound, interval);
+        let (progress, mut uplink) = every_30_ms();
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         progress.report_at(None, 1, at(0));
@@ -212,10 +220,7 @@ mod tests {
 
     #[test]
     fn tasks_running_together_each_report_under_their_own_name_and_interval() {
-        let (outbound, mut uplink) = tokio::sync::mpsc::unbounded_channel();
-        let interval = ProgressInterval::default();
-        interval.set(Duration::from_millis(30));
-        let progress = TaskProgress::new(outbound, interval);
+        let (progress, mut uplink) = every_30_ms();
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         progress.begin_at(&task(7), at(0));

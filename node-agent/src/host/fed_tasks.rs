@@ -174,12 +174,10 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use resident_models::roots::FileRoots;
     use tokio::sync::mpsc;
 
     use crate::backends::{ActorKind, ActorKindRegistry, LoadContext, TaskSize};
     use crate::host::ActorHost;
-    use crate::model_cache::{ModelCache, ModelCacheConfig};
 
     use super::*;
 
@@ -277,20 +275,9 @@ mod tests {
     #[tokio::test]
     async fn a_running_backend_takes_the_plain_tasks_at_hand_and_answers_each_as_it_ends() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let dir = tempfile::tempdir().unwrap();
         let mut registry = ActorKindRegistry::default();
         registry.register(Arc::new(GatheringKind));
-        let models = ModelCacheConfig {
-            dir: dir.path().to_owned(),
-            ..Default::default()
-        };
-        let mut host = ActorHost::new(
-            registry,
-            tx,
-            true,
-            FileRoots::default(),
-            Arc::new(ModelCache::new(models)),
-        );
+        let (mut host, _models) = crate::host::host_for_tests(registry, tx);
         host.start(pb::StartActor {
             actor_id: "a1".into(),
             incarnation: 1,

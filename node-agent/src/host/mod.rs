@@ -347,6 +347,29 @@ impl ActorHost {
     }
 }
 
+/// A host for tests: `registry`'s kinds, simulated GPUs, no file roots, a model cache in a
+/// temporary directory (returned with it, to live as long as the host), messages to
+/// `outbound`.
+#[cfg(test)]
+fn host_for_tests(
+    registry: ActorKindRegistry,
+    outbound: ToScheduler,
+) -> (ActorHost, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let models = crate::model_cache::ModelCacheConfig {
+        dir: dir.path().to_owned(),
+        ..Default::default()
+    };
+    let host = ActorHost::new(
+        registry,
+        outbound,
+        true,
+        FileRoots::default(),
+        Arc::new(ModelCache::new(models)),
+    );
+    (host, dir)
+}
+
 #[cfg(test)]
 mod cancel_tests {
     use std::time::Duration;
@@ -385,18 +408,8 @@ mod cancel_tests {
     #[tokio::test]
     async fn cancel_marks_go_with_their_tasks_and_none_are_kept_for_answered_ones() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let dir = tempfile::tempdir().unwrap();
-        let models = crate::model_cache::ModelCacheConfig {
-            dir: dir.path().to_owned(),
-            ..Default::default()
-        };
-        let mut host = ActorHost::new(
-            ActorKindRegistry::with_builtin_kinds(),
-            tx,
-            true,
-            FileRoots::default(),
-            Arc::new(ModelCache::new(models)),
-        );
+        let (mut host, _models) =
+            super::host_for_tests(ActorKindRegistry::with_builtin_kinds(), tx);
         host.start(pb::StartActor {
             actor_id: "a1".into(),
             incarnation: 1,

@@ -8,24 +8,41 @@ use futures::StreamExt;
 use resident_actor::generate::{
     FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
-use resident_sdk::PoolSpec;
+use resident_sdk::{Pool, PoolSpec};
 use resident_tests::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rust_client_completes_prompts_on_a_resident_generate_actor() {
+/// A `generate@1` pool of SmolLM2 (four sequences in flight), ready, on a scheduler and
+/// an agent (real processes) that live as long as it.
+struct RunningPool {
+    pool: Pool,
+    _processes: (Proc, Proc),
+    _state: tempfile::TempDir,
+}
+
+/// [`RunningPool`] named `name`, its spec adjusted by `adjust`.
+async fn smollm2_pool(name: &str, adjust: impl FnOnce(PoolSpec) -> PoolSpec) -> RunningPool {
     init_logging();
     let state = tempfile::tempdir().unwrap();
-    let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
+    let (scheduler, agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
     let config = GenerateConfig {
         model: smollm2_gguf(),
         max_sequences: Some(4),
         ..GenerateConfig::default()
     };
-    let pool = cluster
-        .create_pool(PoolSpec::typed::<Generate>("gen", &config).unwrap())
-        .await
-        .unwrap();
+    let spec = adjust(PoolSpec::typed::<Generate>(name, &config).unwrap());
+    let pool = cluster.create_pool(spec).await.unwrap();
     pool.wait_ready(Duration::from_secs(60)).await.unwrap();
+    RunningPool {
+        pool,
+        _processes: (scheduler, agent),
+        _state: state,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_client_completes_prompts_on_a_resident_generate_actor() {
+    let running = smollm2_pool("gen", |spec| spec).await;
+    let pool = &running.pool;
     let request = GenerateRequest {
         prompts: vec![
             PromptParts::new(
@@ -129,19 +146,8 @@ async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order()
 /// what each task gives alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_joins_the_batch_running_on_its_actor_and_is_answered_when_it_ends() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
-    let config = GenerateConfig {
-        model: smollm2_gguf(),
-        max_sequences: Some(4),
-        ..GenerateConfig::default()
-    };
-    let spec = PoolSpec::typed::<Generate>("gen-join", &config)
-        .unwrap()
-        .max_in_flight_per_actor(2);
-    let pool = cluster.create_pool(spec).await.unwrap();
-    pool.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let running = smollm2_pool("gen-join", |spec| spec.max_in_flight_per_actor(2)).await;
+    let pool = &running.pool;
     let request = |id: &str, text: &str, tokens: u32| GenerateRequest {
         prompts: vec![PromptParts::new(id, "", text, "")],
         params: GenerateParams {
