@@ -10,7 +10,8 @@
 #     sentence-transformers fp16 on the same GPU, plus the f16 vectors' cosine parity;
 #  3. the same for an all-mpnet-base-v2-shaped model with random weights (the real 438 MB
 #     cannot travel; both engines load the same random file, so speed and parity are real);
-#  4. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use,
+#  4. a Qwen3-0.6B-sized encoder with random weights (bf16): tokens/s and model-FLOPs use
+#     (flash attention, and once with the scores materialised, for the kernel's gain),
 #     and our users' reference job (250,010 items x 512 tokens on 16 A6000s) estimated from
 #     this GPU by bf16 peak (benches/reference_job.py);
 #  5. the cluster (benches/gpu-cluster.sh): `resident embed` through a real scheduler and a
@@ -230,6 +231,13 @@ for budget in ${QWEN3_BUDGETS-16384}; do
       --label "transformers Qwen3Model bf16 SDPA, $data, budget $budget" 2>/dev/null
   done
 done
+# The same on long documents with the materialised attention (scores in memory), for the
+# flash kernel's gain in this run.
+[[ ${QWEN3_COMPARE:-1} == 0 ]] || step "resident qwen3 materialised" env RUST_LOG=warn \
+  "$work/embed-bench" --model "$work/qwen3-0.6b-random" --data "$work/wiki_long.jsonl" \
+  --limit "$limit" --replicas 1 --gpus 1 --dtype bf16 --chunk-size 4096 --max-batch-tokens 16384 \
+  --max-batch-size 4096 --attention materialised \
+  --label "resident bf16, Qwen3-0.6B random weights, wiki_long, budget 16384, materialised attention"
 echo
 [[ ${QWEN3_COMPARE:-1} == 0 ]] || step "qwen3 GEMM shapes" python3 benches/qwen3_shapes.py
 # Our users' reference job (issue 43): Wikipedia articles cut at 512 tokens, estimated for

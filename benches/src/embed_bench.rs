@@ -40,6 +40,10 @@ struct Args {
 
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Attention on a GPU in f16/bf16: the tensor-core flash kernel where it fits, or the
+    /// materialised scores (to compare the two in one run).
+    #[arg(long, default_value = "flash", value_parser = ["flash", "materialised"])]
+    attention: String,
     /// GPUs per actor (needs a `cuda` build on a GPU machine).
     #[arg(long, default_value_t = 0.0)]
     gpus: f64,
@@ -74,6 +78,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     resident_models::device::set_compute_threads(args.threads);
+    resident_models::embed::allow_flash_attention(args.attention == "flash");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

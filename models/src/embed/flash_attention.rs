@@ -17,6 +17,7 @@
 //!   widths, the CPU).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use candle_core::backend::BackendStorage;
@@ -203,14 +204,25 @@ const HEAD_WIDTHS: [usize; 3] = [32, 64, 128];
 /// The kernel's grid takes heads and sequences in its second and third dimensions.
 const MAX_GRID: usize = 65_535;
 
+/// Whether the encoders may use the kernel at all: on unless a benchmark that compares it
+/// with the materialised path in one run turns it off ([`allow_flash_attention`]).
+static ALLOWED: AtomicBool = AtomicBool::new(true);
+
+/// Lets the encoders of this process use the flash attention kernel where it fits (`true`,
+/// the default) or keeps every encoder on the materialised attention (`false`): a switch for
+/// benchmarks (`embed-bench --attention materialised`), so that both run on one GPU in one run.
+pub fn allow_flash_attention(allowed: bool) {
+    ALLOWED.store(allowed, Ordering::Relaxed);
+}
+
 /// Whether the encoders should run attention as the kernel for `dtype` heads of `head_dim`
-/// on `device`: a kernel exists for them ([`kernel_exists`]) and, the first time each GPU,
+/// on `device`: it is allowed, a kernel exists for them ([`kernel_exists`]) and, the first time each GPU,
 /// dtype and width are asked, it gave the CPU reference's answer on a small random case.
 /// Where it did not, the error is logged and the encoders keep their materialised
 /// attention: a kernel that is wrong on some GPU costs speed there, never wrong vectors.
 pub fn flash_attention_fits(device: &Device, dtype: DType, head_dim: usize) -> bool {
     static CHECKED: Mutex<BTreeMap<(usize, &str, usize), bool>> = Mutex::new(BTreeMap::new());
-    if !kernel_exists(device, dtype, head_dim) {
+    if !ALLOWED.load(Ordering::Relaxed) || !kernel_exists(device, dtype, head_dim) {
         return false;
     }
     let key = (device_ordinal(device), dtype.as_str(), head_dim);

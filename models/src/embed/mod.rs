@@ -36,6 +36,7 @@ use crate::ModelError;
 use crate::roots::{FileRoots, MAX_TOKENIZER_BYTES};
 use crate::trials::TrialRunner;
 use encoder::{EncoderSpec, PaddingSide, TextEncoder, pool};
+pub use flash_attention::allow_flash_attention;
 use load::load_encoder;
 use model_files::{Architecture, ModelLayout, Pooling, read_layout, resolve_model_dir};
 use windows::{CharBytes, CharRange, TextTokens, WindowSplit};
