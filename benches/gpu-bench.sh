@@ -27,7 +27,7 @@
 #     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads,
 #     the sampled draw)
 #     against its CPU reference.
-# SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models; QWEN3_BUDGETS="16384 65536" runs
+# SECTIONS="generate agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, EMBED_MODELS="minilm mpnet" models, EMBED_MATERIALISED=0 drops the materialised-attention rows; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first;
 # QWEN3_TORCH=0 leaves transformers' Qwen3 rows out, QWEN3_COMPARE=0 runs the reference job alone.
 set -uo pipefail
@@ -72,6 +72,12 @@ compare() { # model dir, dim, label, data
   step "resident $label" env RUST_LOG=warn "$work/embed-bench" --model "$model" --data "$data" \
     --limit "$limit" --replicas 1 --gpus 1 --dtype f16 --chunk-size 2048 \
     --label "resident f16, $label" --vectors-out "$work/$tag.resident.f32"
+  # The same with the attention scores materialised (EMBED_MATERIALISED=0 leaves it out):
+  # the flash kernel's gain, or loss on short documents, in this run.
+  [[ ${EMBED_MATERIALISED:-1} == 0 ]] || step "resident $label, materialised" env RUST_LOG=warn \
+    "$work/embed-bench" --model "$model" --data "$data" --limit "$limit" --replicas 1 --gpus 1 \
+    --dtype f16 --chunk-size 2048 --attention materialised \
+    --label "resident f16, $label, materialised attention"
   for batch in 32 256; do
     step "sentence-transformers $label batch $batch" python3 benches/embed_st.py \
       --model "$model" --data "$data" --limit "$limit" --device cuda --fp16 \
