@@ -61,8 +61,9 @@ pub struct FlashAttention<'a> {
     pub bias: Option<&'a Tensor>,
 }
 
-/// The op as launched: where each input's heads are, the mask and bias contiguous, f32 for
-/// the mask, the queries' dtype for the bias (f32 on the CPU).
+/// The op as launched: where each input's heads are, the mask and bias contiguous (read
+/// element by element, so any start will do), f32 for the mask, the queries' dtype for the
+/// bias (f32 on the CPU).
 struct Prepared {
     dims: Dims,
     at: [HeadsAt; 3],
@@ -343,10 +344,6 @@ pub fn flash_attention(
             at[n] = HeadsAt::stacked(&dims, input.count()?);
         }
     }
-    let whole = |x: Tensor| match x.layout().start_offset().is_multiple_of(8) {
-        true => Ok(x),
-        false => x.copy(),
-    };
     let prepared = Prepared {
         dims,
         at,
@@ -354,11 +351,11 @@ pub fn flash_attention(
         scale: op.scale,
         keep: op
             .keep
-            .map(|keep| whole(keep.to_dtype(DType::F32)?.contiguous()?))
+            .map(|keep| keep.to_dtype(DType::F32)?.contiguous())
             .transpose()?,
         bias: op
             .bias
-            .map(|bias| whole(bias.to_dtype(dtype)?.contiguous()?))
+            .map(|bias| bias.to_dtype(dtype)?.contiguous())
             .transpose()?,
     };
     let [q, k, v] = tensors;
