@@ -10,6 +10,7 @@ use std::sync::PoisonError;
 
 use super::attention::KvArena;
 use super::batcher::Span;
+use super::decode_graph::DecodeGraphs;
 use super::dense::{DenseKv, ReserveError};
 use super::quantised_llama::StepBuffers;
 
@@ -17,8 +18,8 @@ use super::quantised_llama::StepBuffers;
 pub(super) enum Cache {
     /// The quantised CPU engine's: a slot of the whole context per sequence.
     Quantised(KvArena, Box<StepBuffers>),
-    /// The dense engine's: paged.
-    Dense(Box<DenseKv>),
+    /// The dense engine's: paged, and its decode steps' CUDA graphs (which read its tensors).
+    Dense(Box<DenseKv>, DecodeGraphs),
 }
 
 /// The dense engine's cache between `generate` calls, with the limits it was made for
@@ -45,7 +46,7 @@ impl KeptCache {
     /// Keeps `cache`, made for `limits`, every sequence in it released (a paged cache only:
     /// the quantised engine's has no prefix cache to keep).
     pub fn keep(&self, limits: CacheLimits, cache: Cache) {
-        if let Cache::Dense(_) = cache {
+        if let Cache::Dense(..) = cache {
             *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((limits, cache));
         }
     }
@@ -71,7 +72,7 @@ impl Cache {
     pub fn can_admit(&self, len: usize, in_flight: usize) -> bool {
         match self {
             Self::Quantised(..) => true,
-            Self::Dense(kv) => {
+            Self::Dense(kv, _) => {
                 let blocks = kv.blocks();
                 blocks.available() >= blocks.blocks_for(len + 1) + in_flight
             }
@@ -83,7 +84,7 @@ impl Cache {
     pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {
         match self {
             Self::Quantised(..) => 0,
-            Self::Dense(kv) => kv.share_prefix(slot, tokens),
+            Self::Dense(kv, _) => kv.share_prefix(slot, tokens),
         }
     }
 
@@ -91,7 +92,7 @@ impl Cache {
     pub fn reserve(&mut self, spans: &[Span], seqs: &[SeqKv<'_>]) -> Result<(), ReserveError> {
         match self {
             Self::Quantised(..) => Ok(()),
-            Self::Dense(kv) => spans
+            Self::Dense(kv, _) => spans
                 .iter()
                 .try_for_each(|span| kv.reserve(seqs[span.seq].slot, span.start, span.end)),
         }
@@ -99,14 +100,14 @@ impl Cache {
 
     /// After a step: the sequence's positions `0..computed` are in the cache.
     pub fn computed(&mut self, seq: SeqKv<'_>, computed: usize) {
-        if let Self::Dense(kv) = self {
+        if let Self::Dense(kv, _) = self {
             kv.register(seq.slot, seq.tokens, computed);
         }
     }
 
     /// The sequence in `slot` ended or was preempted.
     pub fn release(&mut self, slot: usize) {
-        if let Self::Dense(kv) = self {
+        if let Self::Dense(kv, _) = self {
             kv.release(slot);
         }
     }

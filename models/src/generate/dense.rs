@@ -19,7 +19,7 @@ use super::decoder::{LlamaConfig, NextToken, Pick, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
 use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
-use super::paged_attention::{PagedAttention, PagedRows, paged_attention};
+use super::paged_attention::{Padding, PagedAttention, PagedRows, paged_attention};
 use super::rope_heads::{HeadsOut, RopeHeads, rope_heads};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
@@ -125,9 +125,14 @@ pub struct DenseLlama {
 /// The paged KV cache of all slots: per layer, keys and values as `(blocks * BLOCK_SIZE) x
 /// kv_dim`, block `b`'s position `i` at row `b * BLOCK_SIZE + i`; which blocks hold a
 /// sequence's positions is the [`BlockManager`]'s business (tables, sharing, the prefix
-/// cache). The tensors grow with the manager's pool (doubling, up to its limit).
+/// cache). The tensors grow with the manager's pool (doubling, up to its limit), and hold one
+/// block more, past the pool: the scratch block, which no sequence holds, for the rows a
+/// step is padded with (a CUDA graph's fixed batch, `decode_graph.rs`).
 pub struct DenseKv {
     blocks: BlockManager,
+    /// How many times the tensors were made anew (each growth): what a CUDA graph captured
+    /// against another epoch's tensors must not replay.
+    epoch: u64,
     kv_dim: usize,
     layers: usize,
     device: Device,
@@ -168,9 +173,26 @@ impl DenseKv {
             layers: model.config.layers,
             device: model.device.clone(),
             dtype: model.dtype,
+            epoch: 0,
             keys: Vec::new(),
             values: Vec::new(),
         }
+    }
+
+    /// Counts the tensors' growths: the tensors of one epoch stay where they are.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The blocks the tensors hold: the pool's and the scratch block (none before the first
+    /// reservation).
+    pub fn cache_blocks(&self) -> usize {
+        self.keys.first().map_or(0, |k| k.dims()[0] / BLOCK_SIZE)
+    }
+
+    /// The scratch block (the last): padding rows write and read it, no sequence holds it.
+    pub fn scratch_block(&self) -> u32 {
+        self.cache_blocks().saturating_sub(1) as u32
     }
 
     /// The bookkeeping: tables, free blocks, the prefix cache.
@@ -218,7 +240,7 @@ impl DenseKv {
     }
 
     /// Reserves every sequence's rows of a step (each sequence's rows together).
-    fn reserve_rows(&mut self, rows: &[Row]) -> candle_core::Result<()> {
+    pub(super) fn reserve_rows(&mut self, rows: &[Row]) -> candle_core::Result<()> {
         for seq in rows.chunk_by(|a, b| a.slot == b.slot) {
             let first = seq.iter().map(|r| r.pos).min().unwrap_or(0);
             let last = seq.iter().map(|r| r.pos + 1).max().unwrap_or(0);
@@ -232,9 +254,9 @@ impl DenseKv {
         Ok(())
     }
 
-    /// Grows every layer's tensors to `blocks` blocks.
+    /// Grows every layer's tensors to `blocks` blocks and the scratch block.
     fn grow(&mut self, blocks: usize) -> candle_core::Result<()> {
-        let rows = blocks * BLOCK_SIZE;
+        let rows = (blocks + 1) * BLOCK_SIZE;
         let old = self.keys.first().map_or(Ok(0), |k| k.dim(0))?;
         // On the CPU a tensor is a plain allocation, which aborts the agent if the host
         // cannot give it: past the budget it is an out-of-memory error (fewer sequences are
@@ -271,50 +293,77 @@ impl DenseKv {
             values.push(grow(self.values.get(layer))?);
         }
         (self.keys, self.values) = (keys, values);
+        self.epoch += 1;
         Ok(())
     }
 
     /// The bytes the cache holds now.
     pub fn bytes(&self) -> usize {
         2 * self.layers
-            * self.blocks.pool_blocks()
+            * self.cache_blocks()
             * BLOCK_SIZE
             * self.kv_dim
             * self.dtype.size_in_bytes()
     }
 }
 
-/// Where each row's key and value go in a layer's cache.
-fn cache_rows(rows: &[Row], kv: &DenseKv) -> candle_core::Result<CacheRows> {
-    let at: Vec<u32> = rows
-        .iter()
-        .map(|r| kv.blocks.row_of(r.slot, r.pos) as u32)
-        .collect();
-    CacheRows::new(at, kv.kv_dim, &kv.device)
+/// A step's inputs as the host makes them: each row's token, its rotation (`cos`, `sin`:
+/// `rows x head_dim/2`, f32), the cache row its key and value go to, and the paged layout
+/// attention reads. Padding rows (a CUDA graph's fixed batch) come last: token 0 at position
+/// 0, written to and attending to the cache's scratch block.
+pub struct HostInputs {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Cosines of each row's rotation angles.
+    pub cos: Vec<f32>,
+    /// Sines of the same.
+    pub sin: Vec<f32>,
+    /// Each row's cache row.
+    pub at: Vec<u32>,
+    /// Where each row reads its keys (host words, no device copy).
+    pub layout: PagedRows,
 }
 
-/// The step's `(cos, sin)` per row and pair of head dimensions, in f32.
-fn rotations(
-    config: &LlamaConfig,
-    rows: &[Row],
-    device: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let freqs = config.rope_frequencies();
-    let half = freqs.len();
-    let (mut cos, mut sin) = (
-        Vec::with_capacity(rows.len() * half),
-        Vec::with_capacity(rows.len() * half),
-    );
-    for row in rows {
-        for f in &freqs {
-            let (s, c) = (row.pos as f32 * f).sin_cos();
-            cos.push(c);
-            sin.push(s);
-        }
+/// A step's inputs on the model's device.
+pub struct StepInputs {
+    /// Token ids (u32, one a row).
+    pub ids: Tensor,
+    /// `rows x head_dim/2` (f32).
+    pub cos: Tensor,
+    /// `rows x head_dim/2` (f32).
+    pub sin: Tensor,
+    /// Where each row's key and value go.
+    pub at: CacheRows,
+    /// Where each row reads its keys.
+    pub layout: PagedRows,
+}
+
+impl HostInputs {
+    /// The rows of the step.
+    pub fn rows(&self) -> usize {
+        self.ids.len()
     }
-    let cos = Tensor::from_vec(cos, (rows.len(), half), device)?;
-    let sin = Tensor::from_vec(sin, (rows.len(), half), device)?;
-    Ok((cos, sin))
+
+    /// Fresh tensors of these inputs on `device` (a model of `kv_dim`-wide cache rows).
+    pub fn upload(&self, device: &Device, kv_dim: usize) -> candle_core::Result<StepInputs> {
+        let n = self.rows();
+        let half = self.cos.len() / n.max(1);
+        let layout = match device.is_cpu() {
+            true => self.layout.clone(),
+            false => {
+                let words = self.layout.words();
+                let words = Tensor::from_slice(words, words.len(), device)?;
+                self.layout.clone().with_device_words(words)
+            }
+        };
+        Ok(StepInputs {
+            ids: Tensor::from_slice(&self.ids, n, device)?,
+            cos: Tensor::from_slice(&self.cos, (n, half), device)?,
+            sin: Tensor::from_slice(&self.sin, (n, half), device)?,
+            at: CacheRows::new(self.at.clone(), kv_dim, device)?,
+            layout,
+        })
+    }
 }
 
 /// What every layer of one step shares: the rows' rotations, cache rows and paged layout.
@@ -348,44 +397,22 @@ impl DenseLlama {
         kv: &mut DenseKv,
         clock: &mut PhaseClock,
     ) -> candle_core::Result<Vec<NextToken>> {
-        let c = &self.config;
-        let n = rows.len();
-        if let Some(row) = rows.iter().find(|r| r.token as usize >= c.vocab) {
-            candle_core::bail!(
-                "token {} is outside the vocabulary of {}",
-                row.token,
-                c.vocab
-            );
-        }
+        self.check_tokens(rows)?;
         kv.reserve_rows(rows)?;
-        let ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
-        let ids = Tensor::from_vec(ids, n, &self.device)?;
-        let (cos, sin) = rotations(c, rows, &self.device)?;
-        let at = cache_rows(rows, kv)?;
-        let layout = PagedRows::new(rows, &kv.blocks, c.heads / c.kv_heads, &self.device)?;
+        let inputs = self.host_inputs(rows, 0, kv)?;
+        let inputs = inputs.upload(&self.device, kv.kv_dim)?;
         clock.lap(Phase::HostPrepare)?;
-        let mut x = self.embedding.index_select(&ids, 0)?;
-        clock.lap(Phase::Embed)?;
-        let mut h = candle_nn::ops::rms_norm(&x, &self.layers[0].attn_norm, c.rms_eps)?;
-        clock.lap(Phase::Norms)?;
-        let step = LayerStep {
-            cos: &cos,
-            sin: &sin,
-            at: &at,
-            layout: &layout,
-        };
-        for index in 0..self.layers.len() {
-            (x, h) = self.layer(index, &x, &h, kv, &step, clock)?;
-        }
+        let h = self.hidden_states(&inputs, kv, clock)?;
         let wanted: Vec<&Row> = rows.iter().filter(|r| r.logits).collect();
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        // `h` is every row normed by the output norm (the last layer's fused add and norm).
-        let x = match wanted.len() == n {
+        let x = match wanted.len() == rows.len() {
             true => h,
             false => {
-                let picked: Vec<u32> = (0..n as u32).filter(|&i| rows[i as usize].logits).collect();
+                let picked: Vec<u32> = (0..rows.len() as u32)
+                    .filter(|&i| rows[i as usize].logits)
+                    .collect();
                 h.index_select(&Tensor::from_vec(picked, wanted.len(), &self.device)?, 0)?
             }
         };
@@ -394,6 +421,96 @@ impl DenseLlama {
         let out = self.next_tokens(&logits, &wanted)?;
         clock.lap(Phase::LogitsToHost)?;
         Ok(out)
+    }
+
+    /// Refuses a row whose token is outside the vocabulary (the embedding lookup trusts it).
+    pub fn check_tokens(&self, rows: &[Row]) -> candle_core::Result<()> {
+        match rows.iter().find(|r| r.token as usize >= self.config.vocab) {
+            Some(row) => candle_core::bail!(
+                "token {} is outside the vocabulary of {}",
+                row.token,
+                self.config.vocab
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// The inputs of `rows` (reserved in `kv`) and `padding` rows after them.
+    pub fn host_inputs(
+        &self,
+        rows: &[Row],
+        padding: usize,
+        kv: &DenseKv,
+    ) -> candle_core::Result<HostInputs> {
+        let c = &self.config;
+        let freqs = c.rope_frequencies();
+        let n = rows.len() + padding;
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(n * freqs.len()),
+            Vec::with_capacity(n * freqs.len()),
+        );
+        let positions = rows
+            .iter()
+            .map(|r| r.pos)
+            .chain(std::iter::repeat_n(0, padding));
+        for pos in positions {
+            for f in &freqs {
+                let (s, c) = (pos as f32 * f).sin_cos();
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        let scratch = kv.scratch_block();
+        let pad = Padding {
+            rows: padding,
+            block: scratch,
+        };
+        let mut at: Vec<u32> = rows
+            .iter()
+            .map(|r| kv.blocks.row_of(r.slot, r.pos) as u32)
+            .collect();
+        at.resize(n, scratch * BLOCK_SIZE as u32);
+        let mut ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
+        ids.resize(n, 0);
+        let group = c.heads / c.kv_heads;
+        Ok(HostInputs {
+            ids,
+            cos,
+            sin,
+            at,
+            layout: PagedRows::padded(rows, &kv.blocks, group, pad, None)?,
+        })
+    }
+
+    /// Every row of `inputs` through the layers, keys and values written into `kv`: the last
+    /// layer's output normed by the output norm (`rows x hidden`), what the LM head takes.
+    pub fn hidden_states(
+        &self,
+        inputs: &StepInputs,
+        kv: &DenseKv,
+        clock: &mut PhaseClock,
+    ) -> candle_core::Result<Tensor> {
+        let mut x = self.embedding.index_select(&inputs.ids, 0)?;
+        clock.lap(Phase::Embed)?;
+        let c = &self.config;
+        let mut h = candle_nn::ops::rms_norm(&x, &self.layers[0].attn_norm, c.rms_eps)?;
+        clock.lap(Phase::Norms)?;
+        let step = LayerStep {
+            cos: &inputs.cos,
+            sin: &inputs.sin,
+            at: &inputs.at,
+            layout: &inputs.layout,
+        };
+        for index in 0..self.layers.len() {
+            (x, h) = self.layer(index, &x, &h, kv, &step, clock)?;
+        }
+        // `h` is every row normed by the output norm (the last layer's fused add and norm).
+        Ok(h)
+    }
+
+    /// The logits of `h`'s rows (`rows x vocab`, the model's dtype).
+    pub fn lm_head(&self, h: &Tensor) -> candle_core::Result<Tensor> {
+        self.lm_head.forward(h)
     }
 
     /// Layer `index` over the step's residual stream `x`, whose rows `h` are normed by the
@@ -452,7 +569,11 @@ impl DenseLlama {
     /// Each wanted row's result from its logits (`wanted x vocab`), as its [`Pick`] asks:
     /// greedy rows' argmax and sampled rows' draws taken on the device, the logits (f32, on
     /// the host) of the others. Only what the host needs crosses to it.
-    fn next_tokens(&self, logits: &Tensor, wanted: &[&Row]) -> candle_core::Result<Vec<NextToken>> {
+    pub fn next_tokens(
+        &self,
+        logits: &Tensor,
+        wanted: &[&Row],
+    ) -> candle_core::Result<Vec<NextToken>> {
         let of = |pick: fn(&Pick) -> bool| -> Vec<u32> {
             (0..wanted.len() as u32)
                 .filter(|&i| pick(&wanted[i as usize].pick))

@@ -34,6 +34,12 @@ impl CacheRows {
         };
         Ok(Self { index, end })
     }
+
+    /// The index as the device's row write takes it (on a GPU: u32, one a row), for a CUDA
+    /// graph's replays to overwrite.
+    pub fn index(&self) -> &Tensor {
+        &self.index
+    }
 }
 
 /// `cache[at[i], :] = rows[i, :]`, in place, for `rows` (`n x width`, the cache's dtype; on

@@ -12,6 +12,9 @@ pub mod batcher;
 mod cache;
 pub mod chat;
 pub mod checkpoint;
+pub mod decode_graph;
+#[cfg(feature = "cuda")]
+mod decode_graph_cuda;
 pub(crate) mod decoder;
 pub mod dense;
 pub(crate) mod device_ops;
@@ -41,6 +44,7 @@ use crate::device::compute_capability;
 use attention::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
 use cache::{Cache, KeptCache, SeqKv};
+use decode_graph::DecodeGraphs;
 use decoder::{LlamaConfig, NextToken, Pick, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
@@ -139,10 +143,13 @@ impl Engine {
                 KvArena::new(model.config.layers, model.config.kv_dim(), slots),
                 Box::default(),
             ),
-            Self::Dense(model) => Cache::Dense(Box::new(match kv_blocks {
-                Some(limit) => DenseKv::with_limit(model, slots, limit),
-                None => DenseKv::new(model, slots),
-            })),
+            Self::Dense(model) => Cache::Dense(
+                Box::new(match kv_blocks {
+                    Some(limit) => DenseKv::with_limit(model, slots, limit),
+                    None => DenseKv::new(model, slots),
+                }),
+                DecodeGraphs::new(&model.device),
+            ),
         }
     }
 
@@ -165,7 +172,9 @@ impl Engine {
                 clock.lap(Phase::Forward).map_err(ModelError::from_candle)?;
                 Ok(logits.into_iter().map(NextToken::Logits).collect())
             }
-            (Self::Dense(model), Cache::Dense(kv)) => model.forward(rows, kv, clock),
+            (Self::Dense(model), Cache::Dense(kv, graphs)) => {
+                graphs.forward(model, rows, kv, clock)
+            }
             _ => unreachable!("a cache comes from its own engine"),
         }
     }

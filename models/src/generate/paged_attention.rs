@@ -28,6 +28,7 @@ pub const QUERIES_PER_BLOCK: usize = 8;
 /// start of its sequence's block table and the positions it attends to; the tiles the GPU
 /// takes a block each (consecutive rows of one sequence, so that a prefilling sequence's
 /// rows share each key they read); then the tables, one per sequence of the step.
+#[derive(Clone)]
 pub struct PagedRows {
     /// `[table start, len]` per row, `[first row, rows]` per tile, then the tables (u32,
     /// host copy).
@@ -36,9 +37,23 @@ pub struct PagedRows {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     device: Option<Tensor>,
     rows: usize,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     tiles: usize,
     block_size: usize,
+}
+
+/// Rows a step is padded with to a fixed size (a CUDA graph's batch size): each a sequence
+/// of its own that attends to one position of `block`, a block no sequence holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Padding {
+    /// How many rows.
+    pub rows: usize,
+    /// The block they read (the cache's scratch block).
+    pub block: u32,
+}
+
+impl Padding {
+    /// No padding.
+    pub const NONE: Padding = Padding { rows: 0, block: 0 };
 }
 
 impl PagedRows {
@@ -49,6 +64,18 @@ impl PagedRows {
         blocks: &BlockManager,
         group: usize,
         device: &Device,
+    ) -> candle_core::Result<Self> {
+        Self::padded(rows, blocks, group, Padding::NONE, Some(device))
+    }
+
+    /// [`Self::new`] with `padding` rows after `rows`; on the host alone where `device` is
+    /// `None` (its words then go where the caller puts them: [`Self::with_device_words`]).
+    pub fn padded(
+        rows: &[Row],
+        blocks: &BlockManager,
+        group: usize,
+        padding: Padding,
+        device: Option<&Device>,
     ) -> candle_core::Result<Self> {
         let mut runs = Vec::new();
         let mut start = 0;
@@ -65,8 +92,50 @@ impl PagedRows {
             runs.push((table, start..end));
             start = end;
         }
-        let lens: Vec<u32> = rows.iter().map(|r| (r.pos + 1) as u32).collect();
+        let scratch = [padding.block];
+        for row in start..start + padding.rows {
+            runs.push((&scratch[..], row..row + 1));
+        }
+        let mut lens: Vec<u32> = rows.iter().map(|r| (r.pos + 1) as u32).collect();
+        lens.resize(rows.len() + padding.rows, 1);
         Self::build(&runs, &lens, group, blocks.block_size(), device)
+    }
+
+    /// The layout's words (`[table start, len]` per row, the tiles, the tables), as the
+    /// kernel reads them.
+    pub fn words(&self) -> &[u32] {
+        &self.host
+    }
+
+    /// This layout, its kernel reading the words from `words` (u32, on the GPU, holding
+    /// [`Self::words`] at its start): a buffer a CUDA graph reads step after step.
+    pub fn with_device_words(mut self, words: Tensor) -> Self {
+        self.device = Some(words);
+        self
+    }
+
+    /// The rows, padding included.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The GPU's thread-block tiles (what the kernel's grid is sized by).
+    pub fn tiles(&self) -> usize {
+        self.tiles
+    }
+
+    /// Fails unless every table entry of every row names one of a cache's `blocks` blocks:
+    /// the kernel trusts the tables.
+    pub fn check_tables(&self, blocks: usize) -> candle_core::Result<()> {
+        let blocks = blocks as u32;
+        match (0..self.rows).find(|&r| self.table_of(r).0.iter().any(|&b| b >= blocks)) {
+            Some(row) => {
+                candle_core::bail!(
+                    "row {row}'s block table points past the cache's {blocks} blocks"
+                )
+            }
+            None => Ok(()),
+        }
     }
 
     /// A layout from raw parts, for tests: per row `(table, len)`; consecutive rows with the
@@ -86,7 +155,7 @@ impl PagedRows {
             }
         }
         let lens: Vec<u32> = rows.iter().map(|(_, len)| *len as u32).collect();
-        Self::build(&runs, &lens, group, block_size, device)
+        Self::build(&runs, &lens, group, block_size, Some(device))
     }
 
     fn build(
@@ -94,7 +163,7 @@ impl PagedRows {
         lens: &[u32],
         group: usize,
         block_size: usize,
-        device: &Device,
+        device: Option<&Device>,
     ) -> candle_core::Result<Self> {
         let rows = lens.len();
         // Rows a tile may take: its queries (rows x the heads of a block) fill the block.
@@ -132,10 +201,10 @@ impl PagedRows {
     }
 }
 
-fn upload(host: &[u32], device: &Device) -> candle_core::Result<Option<Tensor>> {
-    match device.is_cpu() {
-        true => Ok(None),
-        false => Tensor::from_slice(host, host.len(), device).map(Some),
+fn upload(host: &[u32], device: Option<&Device>) -> candle_core::Result<Option<Tensor>> {
+    match device {
+        Some(device) if !device.is_cpu() => Tensor::from_slice(host, host.len(), device).map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -181,10 +250,7 @@ pub fn paged_attention(
             op.layout.block_size
         );
     }
-    let blocks = (cache_rows / op.layout.block_size) as u32;
-    if let Some(row) = (0..rows).find(|&r| op.layout.table_of(r).0.iter().any(|&b| b >= blocks)) {
-        candle_core::bail!("row {row}'s block table points past the cache's {blocks} blocks");
-    }
+    op.layout.check_tables(cache_rows / op.layout.block_size)?;
     let q = q.contiguous()?;
     if rows == 0 {
         return Tensor::zeros((0, heads * head_dim), q.dtype(), q.device());
