@@ -130,14 +130,11 @@ fn answer(
     logits: &Tensor,
     clock: &mut PhaseClock,
 ) -> Result<Vec<NextToken>, GraphError> {
-    let step = |logits: &Tensor| -> candle_core::Result<Vec<NextToken>> {
-        let logits = logits.narrow(0, 0, rows.len())?;
-        let wanted: Vec<&Row> = rows.iter().collect();
-        let out = model.next_tokens(&logits, &wanted)?;
-        clock.lap(Phase::LogitsToHost)?;
-        Ok(out)
-    };
-    step(logits).map_err(GraphError::Step)
+    let logits = logits.narrow(0, 0, rows.len()).map_err(GraphError::Step)?;
+    let wanted: Vec<&Row> = rows.iter().collect();
+    let out = model.next_tokens(&logits, &wanted).map_err(GraphError::Step)?;
+    clock.lap(Phase::LogitsToHost).map_err(GraphError::Step)?;
+    Ok(out)
 }
 
 /// The checks the eager step's kernels get, for inputs a graph will read: every cache row
