@@ -120,12 +120,14 @@ if [[ $sections == *generate* ]]; then
     --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
     --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 64,256 --profile
   # Sampled rows (temperature, top-k, top-p) drawn on the device (issue 42 item 5) against
-  # greedy at the same 256 in flight.
+  # greedy at the same 256 in flight, each with decode steps replayed as CUDA graphs (item 6,
+  # the default) and run eagerly: the graphs' gain in one run.
   echo
-  echo "Decode-bound, 256 in flight: greedy against sampled (temperature 0.8, top-k 50, top-p 0.95)"
+  echo "Decode-bound, 256 in flight: greedy against sampled (temperature 0.8, top-k 50, top-p 0.95), CUDA graphs on and off"
   step "resident generate-bench, sampled" env RUST_LOG=warn "$work/generate-bench" \
     --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
-    --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 256 --decoding plain,sampled
+    --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 256 --decoding plain,sampled \
+    --cuda-graphs on,off
 fi
 if [[ $sections == *agreement* ]]; then
   # Correct, not just fast (issue 42): on the same random weights of SmolLM2's shape, the
@@ -142,7 +144,7 @@ if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
-  "$work/models-tests" cuda device_ops step_profile paged_attention flash_attention rope_heads generate::draw:: --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile paged_attention flash_attention rope_heads generate::draw:: decode_graph --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then

@@ -13,6 +13,7 @@ use candle_core::Device;
 use clap::Parser;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
+use resident_models::generate::decode_graph::allow_decode_graphs;
 use resident_models::generate::export::export_hf_checkpoint;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::step_profile::StepProfile;
@@ -88,6 +89,19 @@ struct Args {
     /// the GPU f32 against the CPU f32 (max abs difference).
     #[arg(long)]
     agreement: Option<usize>,
+    /// CUDA graphs for decode steps (a `cuda` build on a GPU): `on`, `off`, or both
+    /// (`on,off`), each timed at every batch size; the profiles (`--profile`) run with the
+    /// first. Every timed run starts from an empty KV cache (no prefix an earlier row
+    /// computed, no graph an earlier row captured).
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    cuda_graphs: Vec<Switch>,
+}
+
+/// `--cuda-graphs`' values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 /// The schema of `--decoding schema`: long enough that completions run to their limit.
@@ -228,17 +242,29 @@ fn print_throughput(
 ) -> anyhow::Result<()> {
     println!();
     println!(
-        "| decoding | sequences in flight | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s |"
+        "| decoding | CUDA graphs | sequences in flight | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s | graphs captured / decode steps replayed |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for &batch in &args.batches {
-        for mode in &args.decoding {
-            let (generated, wall) = timed_run(model, requests, mode, batch, args.step_tokens)?;
-            println!(
-                "| {mode} | {batch} | {generated} | {wall:.1} | {:.1} | {:.1} |",
-                generated as f64 / wall,
-                (generated + prompt_tokens) as f64 / wall
-            );
+        for &graphs in &args.cuda_graphs {
+            for mode in &args.decoding {
+                let run = Run {
+                    mode,
+                    batch,
+                    step_tokens: args.step_tokens,
+                    graphs,
+                };
+                let (generated, wall) = timed_run(model, requests, &run)?;
+                let counts = match model.decode_graph_counts() {
+                    Some(c) if c.captures > 0 => format!("{} / {}", c.captures, c.replays),
+                    _ => "-".to_owned(),
+                };
+                println!(
+                    "| {mode} | {graphs:?} | {batch} | {generated} | {wall:.1} | {:.1} | {:.1} | {counts} |",
+                    generated as f64 / wall,
+                    (generated + prompt_tokens) as f64 / wall
+                );
+            }
         }
     }
     Ok(())
@@ -254,10 +280,17 @@ fn print_profiles(
         for mode in &args.decoding {
             let profile = Arc::new(StepProfile::new(true));
             model.profile_steps(Some(profile.clone()));
-            let (generated, wall) = timed_run(model, requests, mode, batch, args.step_tokens)?;
+            let graphs = args.cuda_graphs.first().copied().unwrap_or(Switch::On);
+            let run = Run {
+                mode,
+                batch,
+                step_tokens: args.step_tokens,
+                graphs,
+            };
+            let (generated, wall) = timed_run(model, requests, &run)?;
             println!();
             println!(
-                "Step profile: {mode}, {batch} sequences in flight, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
+                "Step profile: {mode}, {batch} sequences in flight, CUDA graphs {graphs:?}, {}; profiled run {wall:.1} s, {:.1} generated tokens/s (synchronised at every phase)",
                 model.engine_name(),
                 generated as f64 / wall
             );
@@ -269,20 +302,33 @@ fn print_profiles(
     Ok(())
 }
 
-/// Runs `requests` decoded as `mode` with `batch` sequences in flight: the tokens generated
-/// and the wall seconds.
+/// Runs `requests` as `run` says, from an empty KV cache: the tokens generated and the wall
+/// seconds.
 fn timed_run(
     model: &GenerateModel,
     requests: &[GenerationRequest],
-    mode: &str,
-    batch: usize,
-    step_tokens: usize,
+    run: &Run,
 ) -> anyhow::Result<(usize, f64)> {
-    let requests = with_decoding(requests, mode)?;
+    let requests = with_decoding(requests, run.mode)?;
+    allow_decode_graphs(run.graphs == Switch::On);
+    model.forget_cached_prefixes();
     let began = Instant::now();
-    let out = model.generate(&requests, StepLimits::new(batch, step_tokens), &mut || {})?;
+    let limits = StepLimits::new(run.batch, run.step_tokens);
+    let out = model.generate(&requests, limits, &mut || {})?;
     let wall = began.elapsed().as_secs_f64();
     Ok((out.iter().map(|g| g.tokens.len()).sum(), wall))
+}
+
+/// One timed run's settings.
+struct Run<'a> {
+    /// The decoding mode (`--decoding`).
+    mode: &'a str,
+    /// Sequences in flight.
+    batch: usize,
+    /// Rows a step.
+    step_tokens: usize,
+    /// CUDA graphs for decode steps.
+    graphs: Switch,
 }
 
 /// Greedy tokens and first-step logits of `requests` on one engine.

@@ -10,7 +10,7 @@ use std::sync::PoisonError;
 
 use super::attention::KvArena;
 use super::batcher::Span;
-use super::decode_graph::DecodeGraphs;
+use super::decode_graph::{DecodeGraphs, GraphCounts};
 use super::dense::{DenseKv, ReserveError};
 use super::quantised_llama::StepBuffers;
 
@@ -48,6 +48,14 @@ impl KeptCache {
     pub fn keep(&self, limits: CacheLimits, cache: Cache) {
         if let Cache::Dense(..) = cache {
             *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((limits, cache));
+        }
+    }
+
+    /// The kept cache's decode graph counts (a dense cache only).
+    pub fn graph_counts(&self) -> Option<GraphCounts> {
+        match &*self.kept.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some((_, Cache::Dense(_, graphs))) => Some(graphs.counts()),
+            _ => None,
         }
     }
 

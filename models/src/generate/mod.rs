@@ -322,6 +322,12 @@ impl GenerateModel {
         self.kept.clear();
     }
 
+    /// How many CUDA graphs the kept cache captured and how many decode steps it replayed
+    /// from them ([`decode_graph`]), over its life: `None` where no paged cache is kept.
+    pub fn decode_graph_counts(&self) -> Option<decode_graph::GraphCounts> {
+        self.kept.graph_counts()
+    }
+
     /// Records where the steps of every later [`GenerateModel::generate`] call spend their
     /// time into `profile` ([`step_profile`]); `None` stops recording.
     pub fn profile_steps(&mut self, profile: Option<std::sync::Arc<StepProfile>>) {
