@@ -41,11 +41,15 @@ pub enum GraphError {
     Step(candle_core::Error),
 }
 
-/// The captured graphs of one cache, by batch size, and the cache epoch they belong to.
+/// The captured graphs of one cache, by batch size, the cache epoch they belong to, and the
+/// logits buffer they all write (`rows x vocab`, rows the largest size captured): one
+/// buffer, not one a size, since a model's logits are its largest activations (Qwen3's 152k
+/// vocabulary at 512 rows: 155 MB in bf16).
 #[derive(Default)]
 pub struct Graphs {
     by_size: HashMap<usize, Captured>,
     epoch: u64,
+    logits: Option<Tensor>,
 }
 
 /// One batch size's graph and the static tensors it reads and writes.
@@ -56,8 +60,6 @@ struct Captured {
     /// The paged layout's words (u32, `capacity` long): `inputs.layout` reads them.
     words: Tensor,
     capacity: usize,
-    /// `size x vocab`, written by each replay.
-    logits: Tensor,
     /// Whether a replay was checked against the eager step.
     checked: bool,
 }
@@ -93,6 +95,17 @@ impl Graphs {
             self.by_size.clear();
             self.epoch = kv.epoch();
         }
+        let logits = match &self.logits {
+            Some(logits) if logits.dim(0).map_err(GraphError::Step)? >= size => logits.clone(),
+            _ => {
+                // A larger buffer: every graph writes the old one.
+                self.by_size.clear();
+                let shape = (size, model.config.vocab);
+                let logits = Tensor::zeros(shape, model.dtype, &model.device)
+                    .map_err(GraphError::Capture)?;
+                self.logits.insert(logits).clone()
+            }
+        };
         let host = model
             .host_inputs(rows, size - rows.len(), kv)
             .map_err(GraphError::Step)?;
@@ -100,11 +113,11 @@ impl Graphs {
         let fits = |graph: &Captured| host.layout.words().len() <= graph.capacity;
         if !self.by_size.get(&size).is_some_and(fits) {
             self.by_size.remove(&size);
-            let (captured, logits) =
-                Captured::new(model, kv, &host).map_err(GraphError::Capture)?;
+            let (captured, eager) =
+                Captured::new(model, kv, &host, &logits).map_err(GraphError::Capture)?;
             self.by_size.insert(size, captured);
             clock.lap(Phase::Forward).map_err(GraphError::Step)?;
-            return answer(model, rows, &logits, clock).map(Stepped::Captured);
+            return answer(model, rows, &eager, clock).map(Stepped::Captured);
         }
         let graph = self.by_size.get_mut(&size).expect("captured above");
         graph.replay(&host).map_err(GraphError::Capture)?;
@@ -112,14 +125,14 @@ impl Graphs {
         if !graph.checked {
             graph.checked = true;
             let (eager, diff) = graph
-                .against_eager(model, kv, rows.len())
+                .against_eager(model, kv, &logits, rows.len())
                 .map_err(GraphError::Capture)?;
             if let Some(why) = diff {
                 let out = answer(model, rows, &eager, clock)?;
                 return Ok(Stepped::Disagreed(out, why));
             }
         }
-        answer(model, rows, &graph.logits, clock).map(Stepped::Replayed)
+        answer(model, rows, &logits, clock).map(Stepped::Replayed)
     }
 }
 
@@ -132,7 +145,9 @@ fn answer(
 ) -> Result<Vec<NextToken>, GraphError> {
     let logits = logits.narrow(0, 0, rows.len()).map_err(GraphError::Step)?;
     let wanted: Vec<&Row> = rows.iter().collect();
-    let out = model.next_tokens(&logits, &wanted).map_err(GraphError::Step)?;
+    let out = model
+        .next_tokens(&logits, &wanted)
+        .map_err(GraphError::Step)?;
     clock.lap(Phase::LogitsToHost).map_err(GraphError::Step)?;
     Ok(out)
 }
@@ -153,11 +168,13 @@ fn check_host_inputs(host: &HostInputs, kv: &DenseKv) -> candle_core::Result<()>
 
 impl Captured {
     /// Runs the step of `host` eagerly on fresh static tensors (its logits are the step's
-    /// answer), then captures the same forward.
+    /// answer), then captures the same forward, writing its logits to the start of
+    /// `logits`.
     fn new(
         model: &DenseLlama,
         kv: &DenseKv,
         host: &HostInputs,
+        logits: &Tensor,
     ) -> candle_core::Result<(Self, Tensor)> {
         let device = &model.device;
         let words = host.layout.words();
@@ -168,14 +185,12 @@ impl Captured {
         let mut inputs = host.upload(device, model.config.kv_dim())?;
         inputs.layout = inputs.layout.with_device_words(words_buffer.clone());
         let eager = logits_of(model, &inputs, kv)?;
-        let logits = eager.zeros_like()?;
-        let graph = capture(model, &inputs, kv, &logits)?;
+        let graph = capture(model, &inputs, kv, logits)?;
         let captured = Self {
             graph,
             inputs,
             words: words_buffer,
             capacity,
-            logits,
             checked: false,
         };
         Ok((captured, eager))
@@ -192,14 +207,15 @@ impl Captured {
     }
 
     /// The eager forward on the inputs the last replay read, and, where its first `rows`
-    /// rows of logits disagree with the replay's, how far.
+    /// rows of logits disagree with the replay's (in `logits`), how far.
     fn against_eager(
         &self,
         model: &DenseLlama,
         kv: &DenseKv,
+        logits: &Tensor,
         rows: usize,
     ) -> candle_core::Result<(Tensor, Option<String>)> {
-        let replayed = self.logits.narrow(0, 0, rows)?.to_dtype(DType::F32)?;
+        let replayed = logits.narrow(0, 0, rows)?.to_dtype(DType::F32)?;
         let eager = logits_of(model, &self.inputs, kv)?;
         let wanted = eager.narrow(0, 0, rows)?.to_dtype(DType::F32)?;
         let diff = (&replayed - &wanted)?
