@@ -19,6 +19,10 @@ use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::step_profile::StepProfile;
 use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate, WeightDtype};
 
+mod random_checkpoint;
+
+use random_checkpoint::DecoderShape;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -65,6 +69,17 @@ struct Args {
     export_hf: Option<PathBuf>,
     #[arg(long)]
     export_weights: bool,
+    /// Instead of timing: write a Hugging Face checkpoint of this decoder shape with random
+    /// weights (bf16, made on `--gpu` where given) into `--out`, with the tokenizer file
+    /// `--tokenizer` (Qwen's): issue 42's 0.5B-class rows in `benches/gpu-bench.sh`.
+    #[arg(long, value_enum, requires_all = ["tokenizer", "out"])]
+    random_checkpoint: Option<DecoderShape>,
+    /// The `tokenizer.json` of `--random-checkpoint`.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Where `--random-checkpoint` writes.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Run on this CUDA device (a `cuda` build); the CPU when absent.
     #[arg(long)]
     gpu: Option<u32>,
@@ -160,6 +175,18 @@ fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let device = select_device(args.gpu)?;
+    if let (Some(shape), Some(tokenizer), Some(out)) =
+        (args.random_checkpoint, &args.tokenizer, &args.out)
+    {
+        let parameters = random_checkpoint::write(shape, tokenizer, out, &device)?;
+        println!(
+            "wrote {shape:?} with {:.1}M random parameters to {} in {:.1} s",
+            parameters as f64 / 1e6,
+            out.display(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let mut model = GenerateModel::load_on(
         &args.model,
         &device,
