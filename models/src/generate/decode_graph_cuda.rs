@@ -185,6 +185,9 @@ impl Captured {
         let mut inputs = host.upload(device, model.config.kv_dim())?;
         inputs.layout = inputs.layout.with_device_words(words_buffer.clone());
         let eager = logits_of(model, &inputs, kv)?;
+        // The copy the capture ends with, run once first: every kernel the capture records
+        // is loaded before it begins.
+        logits.slice_set(&eager, 0, 0)?;
         let graph = capture(model, &inputs, kv, logits)?;
         let captured = Self {
             graph,
@@ -223,8 +226,10 @@ impl Captured {
             .max_all()?
             .to_scalar::<f32>()?;
         let scale = wanted.abs()?.max_all()?.to_scalar::<f32>()?;
-        // The same kernels on the same inputs: anything past rounding is a stale input.
-        let why = (diff > 1e-2 * (1.0 + scale) || !diff.is_finite())
+        // The same kernels on the same inputs, but cuBLAS may pick another algorithm under
+        // capture: rounding through every layer stays within a few percent of the scale,
+        // where a stale input (a position, a table, a token) moves the logits by the scale.
+        let why = (diff > 5e-2 * (1.0 + scale) || !diff.is_finite())
             .then(|| format!("logits differ by up to {diff} on a scale of {scale}"));
         Ok((eager, why))
     }
