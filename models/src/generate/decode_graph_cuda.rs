@@ -110,6 +110,7 @@ impl Graphs {
             .host_inputs(rows, size - rows.len(), kv)
             .map_err(GraphError::Step)?;
         check_host_inputs(&host, kv).map_err(GraphError::Step)?;
+        clock.lap(Phase::HostPrepare).map_err(GraphError::Step)?;
         let fits = |graph: &Captured| host.layout.words().len() <= graph.capacity;
         if !self.by_size.get(&size).is_some_and(fits) {
             self.by_size.remove(&size);

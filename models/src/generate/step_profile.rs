@@ -41,7 +41,7 @@ pub enum Phase {
     /// The logits converted to f32 and copied to the host.
     LogitsToHost,
     /// The whole forward pass of an engine without a per-family breakdown (the quantised CPU
-    /// kernels).
+    /// kernels; a decode step replayed from a CUDA graph, inputs' upload included).
     Forward,
     /// Penalties, masks, sampling, logprobs, stop checks and the sequences' bookkeeping, on
     /// the host.
@@ -80,7 +80,7 @@ impl Phase {
             Phase::Mlp => "MLP (gate, up, SiLU, down) + residual",
             Phase::LmHead => "LM head",
             Phase::LogitsToHost => "logits to the host (f32)",
-            Phase::Forward => "forward (no breakdown)",
+            Phase::Forward => "forward (no breakdown: CPU kernels, CUDA graph)",
             Phase::SampleAndStop => "sampling, stops, bookkeeping (host)",
         }
     }
