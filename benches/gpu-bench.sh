@@ -29,6 +29,7 @@
 #     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads,
 #     the sampled draw, decode graphs against eager steps)
 #     against its CPU reference.
+# GENERATE_BATCHES and GENERATE_STEP_TOKENS (default 512,4096) set the generate rows;
 # SECTIONS="generate large-decoder agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, LARGE_DECODERS="qwen2.5-0.5b qwen3-0.6b" the 0.5B-class shapes, EMBED_MODELS="minilm mpnet" models, EMBED_MATERIALISED=0 drops the materialised-attention rows; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first;
 # QWEN3_TORCH=0 leaves transformers' Qwen3 rows out, QWEN3_COMPARE=0 runs the reference job alone.
@@ -98,10 +99,13 @@ if [[ $sections == *generate* ]]; then
   step "smollm2 random weights" python3 benches/generate_hf.py random --config .gpu-carry/smollm2-hf \
     --out "$work/smollm2-random" >&2
   echo
+  # Rows a step: 512 (the actor's default) and 4096 (fewer, larger prefill steps: the
+  # GPU's tensor cores idle at 512 rows of a 135M model; which default a GPU gets waits on
+  # this row).
   echo "SmolLM2-135M shape, random weights, bf16, 256 prompts, up to 128 new tokens"
   step "resident generate-bench" env RUST_LOG=warn "$work/generate-bench" --model "$work/smollm2-random" \
     --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 --prompts 256 --max-new-tokens 128 \
-    --batches ${GENERATE_BATCHES:-1,16,64,128}
+    --batches ${GENERATE_BATCHES:-1,16,64,128} --step-tokens ${GENERATE_STEP_TOKENS:-512,4096}
   echo
   echo "| engine | prompts | prompt tokens | generated tokens | wall s | generated tokens/s |"
   echo "|---|---:|---:|---:|---:|---:|"

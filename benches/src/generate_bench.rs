@@ -50,9 +50,10 @@ struct Args {
     /// Sequences in flight, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     batches: Vec<usize>,
-    /// Rows in one forward step (decode plus prefill).
-    #[arg(long, default_value_t = 512)]
-    step_tokens: usize,
+    /// Rows in one forward step (decode plus prefill): each timed at every batch size (the
+    /// first for the profiles, `--dump` and `--agreement`).
+    #[arg(long, value_delimiter = ',', default_value = "512")]
+    step_tokens: Vec<usize>,
     /// Instead of timing: write each prompt's tokens, its greedy tokens (`--max-new-tokens`,
     /// batched as `--batches`' first) and its first step's logits to this JSONL file, for
     /// `benches/generate_agreement.py` to compare with llama.cpp.
@@ -269,30 +270,36 @@ fn print_throughput(
 ) -> anyhow::Result<()> {
     println!();
     println!(
-        "| decoding | CUDA graphs | sequences in flight | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s | graphs captured / decode steps replayed |"
+        "| decoding | CUDA graphs | sequences in flight | rows a step | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s | graphs captured / decode steps replayed |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
-    for &batch in &args.batches {
-        for &graphs in &args.cuda_graphs {
-            for mode in &args.decoding {
-                let run = Run {
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let runs = args.batches.iter().flat_map(|&batch| {
+        args.step_tokens.iter().flat_map(move |&step_tokens| {
+            args.cuda_graphs.iter().flat_map(move |&graphs| {
+                args.decoding.iter().map(move |mode| Run {
                     mode,
                     batch,
-                    step_tokens: args.step_tokens,
+                    step_tokens,
                     graphs,
-                };
-                let (generated, wall) = timed_run(model, requests, &run)?;
-                let counts = match model.decode_graph_counts() {
-                    Some(c) if c.captures > 0 => format!("{} / {}", c.captures, c.replays),
-                    _ => "-".to_owned(),
-                };
-                println!(
-                    "| {mode} | {graphs:?} | {batch} | {generated} | {wall:.1} | {:.1} | {:.1} | {counts} |",
-                    generated as f64 / wall,
-                    (generated + prompt_tokens) as f64 / wall
-                );
-            }
-        }
+                })
+            })
+        })
+    });
+    for run in runs {
+        let (generated, wall) = timed_run(model, requests, &run)?;
+        let counts = match model.decode_graph_counts() {
+            Some(c) if c.captures > 0 => format!("{} / {}", c.captures, c.replays),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "| {} | {:?} | {} | {} | {generated} | {wall:.1} | {:.1} | {:.1} | {counts} |",
+            run.mode,
+            run.graphs,
+            run.batch,
+            run.step_tokens,
+            generated as f64 / wall,
+            (generated + prompt_tokens) as f64 / wall
+        );
     }
     Ok(())
 }
@@ -311,7 +318,7 @@ fn print_profiles(
             let run = Run {
                 mode,
                 batch,
-                step_tokens: args.step_tokens,
+                step_tokens: args.step_tokens[0],
                 graphs,
             };
             let (generated, wall) = timed_run(model, requests, &run)?;
@@ -376,7 +383,7 @@ fn reference(
     let batch = args.batches.iter().copied().max().unwrap_or(1);
     let out = model.generate(
         requests,
-        StepLimits::new(batch, args.step_tokens),
+        StepLimits::new(batch, args.step_tokens[0]),
         &mut || {},
     )?;
     let logits = requests
@@ -461,7 +468,7 @@ fn write_dump(
     let batch = args.batches.first().copied().unwrap_or(1);
     let out = model.generate(
         requests,
-        StepLimits::new(batch, args.step_tokens),
+        StepLimits::new(batch, args.step_tokens[0]),
         &mut || {},
     )?;
     let mut file = std::io::BufWriter::new(std::fs::File::create(dump)?);
