@@ -149,7 +149,7 @@ if [[ $sections == *large-decoder* ]]; then
       step "resident generate-bench, $shape, articles of $chars characters" env RUST_LOG=warn \
         "$work/generate-bench" --model "$work/$shape-random" --data "$work/wiki_long.jsonl" \
         --gpu 0 --dtype bf16 --prompts 256 --article-chars "$chars" --max-new-tokens 128 \
-        --ignore-eos --batches 256
+        --ignore-eos --batches 256 --step-tokens "$( ((chars > 200)) && echo 512,4096 || echo 512)"
     done
     rm -rf "$work/$shape-random"
   done
