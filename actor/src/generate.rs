@@ -63,6 +63,10 @@ pub struct GenerateConfig {
     /// absent (a job runs one generation actor per CPU node).
     #[serde(default)]
     pub threads: Option<u32>,
+    /// Run every decode step eagerly on a GPU instead of replaying CUDA graphs (vLLM's
+    /// `enforce_eager`): slower, for a driver that misbehaves under graphs.
+    #[serde(default)]
+    pub enforce_eager: bool,
 }
 
 /// One record's prompt: `before + text + after`, or a conversation (`messages`). Only

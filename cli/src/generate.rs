@@ -156,6 +156,10 @@ pub struct GenerateArgs {
         value_parser = ["auto", "quantised", "f32", "f16", "bf16"]
     )]
     dtype: Option<String>,
+    /// On a GPU, run every decode step eagerly instead of replaying CUDA graphs (vLLM's
+    /// --enforce-eager): slower; for a driver that misbehaves under graphs.
+    #[arg(long, env = "RESIDENT_ENFORCE_EAGER")]
+    enforce_eager: bool,
 }
 
 impl GenerateArgs {
@@ -220,6 +224,7 @@ impl GenerateArgs {
         generation.max_step_tokens = self.max_step_tokens;
         generation.max_context = self.max_context;
         generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
+        generation.enforce_eager = self.enforce_eager;
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }

@@ -49,6 +49,7 @@ impl GenerateJobConfig {
                 max_step_tokens: None,
                 max_context: None,
                 dtype: None,
+                enforce_eager: false,
                 output: GenerationOutput::Lines,
                 model,
             },
@@ -88,6 +89,8 @@ pub struct GenerateWork {
     pub max_context: Option<u32>,
     /// The weights' precision on the actors (`GenerateConfig::dtype`); `None` = auto.
     pub dtype: Option<String>,
+    /// Decode steps without CUDA graphs (`GenerateConfig::enforce_eager`).
+    pub enforce_eager: bool,
     /// How each answer is written.
     pub output: GenerationOutput,
     /// The model as the job names it: the `model` of OpenAI Batch responses.
@@ -290,6 +293,7 @@ impl ChunkWork for GenerateWork {
             max_context: self.max_context,
             dtype: self.dtype.clone(),
             threads: None,
+            enforce_eager: self.enforce_eager,
         };
         let mut spec =
             PoolSpec::typed::<Generate>(super::work::pool_name::<Self>(config), &actor_config)?

@@ -137,7 +137,7 @@ impl Engine {
 
     /// The caches of `slots` sequences; a dense cache's pool of at most `kv_blocks`
     /// blocks where given (every slot's whole context otherwise).
-    fn cache(&self, slots: usize, kv_blocks: Option<usize>) -> Cache {
+    fn cache(&self, slots: usize, kv_blocks: Option<usize>, graphs: bool) -> Cache {
         match self {
             Self::Quantised(model) => Cache::Quantised(
                 KvArena::new(model.config.layers, model.config.kv_dim(), slots),
@@ -148,7 +148,10 @@ impl Engine {
                     Some(limit) => DenseKv::with_limit(model, slots, limit),
                     None => DenseKv::new(model, slots),
                 }),
-                DecodeGraphs::new(&model.device),
+                match graphs {
+                    true => DecodeGraphs::new(&model.device),
+                    false => DecodeGraphs::off(),
+                },
             ),
         }
     }
@@ -189,6 +192,8 @@ pub struct GenerateModel {
     /// Where [`GenerateModel::generate`]'s steps spend their time, when asked
     /// ([`GenerateModel::profile_steps`]).
     profile: Option<std::sync::Arc<StepProfile>>,
+    /// Whether decode steps may replay CUDA graphs ([`decode_graph`]; on a GPU only).
+    decode_graphs: bool,
     /// The paged cache between `generate` calls, with its computed prefixes.
     kept: KeptCache,
 }
@@ -270,6 +275,7 @@ impl GenerateModel {
             format: PromptFormat::new(vocab)?,
             grammar: std::sync::OnceLock::new(),
             profile: None,
+            decode_graphs: true,
             kept: KeptCache::default(),
         })
     }
@@ -332,6 +338,16 @@ impl GenerateModel {
     /// time into `profile` ([`step_profile`]); `None` stops recording.
     pub fn profile_steps(&mut self, profile: Option<std::sync::Arc<StepProfile>>) {
         self.profile = profile;
+    }
+
+    /// Whether decode steps on a GPU replay CUDA graphs ([`decode_graph`]; the default) or
+    /// always run eagerly (vLLM's `enforce_eager`: slower, for a driver that misbehaves
+    /// under graphs). Drops the kept cache, whose graphs were made under the old setting.
+    pub fn use_decode_graphs(&mut self, on: bool) {
+        if self.decode_graphs != on {
+            self.decode_graphs = on;
+            self.kept.clear();
+        }
     }
 
     /// Which forward pass runs, in words: the quantised CPU kernels, or the dense path's
@@ -405,7 +421,7 @@ impl GenerateModel {
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
-        let mut kv = self.engine.cache(1, None);
+        let mut kv = self.engine.cache(1, None, false);
         let rows: Vec<Row> = prompt
             .iter()
             .enumerate()
@@ -461,7 +477,9 @@ impl GenerateModel {
         let made_for = (limits.max_sequences, limits.kv_blocks);
         let mut kv = match self.kept.take(made_for) {
             Some(kept) => kept,
-            None => self.engine.cache(limits.max_sequences, limits.kv_blocks),
+            None => self
+                .engine
+                .cache(limits.max_sequences, limits.kv_blocks, self.decode_graphs),
         };
         loop {
             let took = batch.take_from(feed);

@@ -217,6 +217,7 @@ impl TypedActor for GenerateActor {
         let file = model_file(&checked)?;
         check_model_files(&context.roots, &file)?;
         let mut model = GenerateModel::load_on(&file, &device, dtype)?;
+        model.use_decode_graphs(!config.enforce_eager);
         tracing::info!(engine = %model.engine_name(), "generation model loaded");
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
