@@ -566,7 +566,7 @@ impl DenseLlama {
         Ok(normed)
     }
 
-    /// Each wanted row's result from its logits (`wanted x vocab`), as its [`Pick`] asks:
+    /// Each wanted row's result from its logits (`wanted x vocab`), as its `Pick` asks:
     /// greedy rows' argmax and sampled rows' draws taken on the device, the logits (f32, on
     /// the host) of the others. Only what the host needs crosses to it.
     pub fn next_tokens(
