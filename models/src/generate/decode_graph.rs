@@ -104,7 +104,8 @@ impl DecodeGraphs {
         }
     }
 
-    /// Graphs off for this cache (tests compare both paths).
+    /// Graphs off for this cache (`GenerateModel::use_decode_graphs(false)`, and tests that
+    /// compare both paths).
     pub fn off() -> Self {
         Self::new(&Device::Cpu)
     }
