@@ -13,7 +13,6 @@ use candle_core::Device;
 use clap::Parser;
 use resident_models::device::select_device;
 use resident_models::generate::batcher::StepLimits;
-use resident_models::generate::decode_graph::allow_decode_graphs;
 use resident_models::generate::export::export_hf_checkpoint;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::step_profile::StepProfile;
@@ -229,7 +228,7 @@ fn main() -> anyhow::Result<()> {
             began.elapsed().as_secs_f64()
         );
     }
-    print_throughput(&model, &requests, &args, prompt_tokens)?;
+    print_throughput(&mut model, &requests, &args, prompt_tokens)?;
     if args.profile {
         print_profiles(&mut model, &requests, &args)?;
     }
@@ -263,7 +262,7 @@ fn summary_requests(model: &GenerateModel, args: &Args) -> anyhow::Result<Vec<Ge
 
 /// The throughput table: one row per decoding mode and batch size.
 fn print_throughput(
-    model: &GenerateModel,
+    model: &mut GenerateModel,
     requests: &[GenerationRequest],
     args: &Args,
     prompt_tokens: usize,
@@ -339,12 +338,12 @@ fn print_profiles(
 /// Runs `requests` as `run` says, from an empty KV cache: the tokens generated and the wall
 /// seconds.
 fn timed_run(
-    model: &GenerateModel,
+    model: &mut GenerateModel,
     requests: &[GenerationRequest],
     run: &Run,
 ) -> anyhow::Result<(usize, f64)> {
     let requests = with_decoding(requests, run.mode)?;
-    allow_decode_graphs(run.graphs == Switch::On);
+    model.use_decode_graphs(run.graphs == Switch::On);
     model.forget_cached_prefixes();
     let began = Instant::now();
     let limits = StepLimits::new(run.batch, run.step_tokens);

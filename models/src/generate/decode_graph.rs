@@ -26,10 +26,8 @@
 //!   eagerly, as in the eager step.
 //!
 //! Steps that prefill (their shapes vary), steps past the largest bucket and the CPU run
-//! the eager forward (`DenseLlama::forward`). [`allow_decode_graphs`] turns graphs off for
-//! the process (benchmarks compare both).
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! the eager forward (`DenseLlama::forward`). `GenerateModel::use_decode_graphs(false)`
+//! turns graphs off for a model (`--enforce-eager`; benchmarks compare both).
 
 use candle_core::Device;
 
@@ -66,14 +64,6 @@ pub fn is_decode_step(rows: &[Row]) -> bool {
     slots.windows(2).all(|pair| pair[0] != pair[1])
 }
 
-static ALLOWED: AtomicBool = AtomicBool::new(true);
-
-/// Whether caches made from now on may run decode steps as CUDA graphs (the default: yes).
-/// For benchmarks that compare graphs with eager steps in one process.
-pub fn allow_decode_graphs(allowed: bool) {
-    ALLOWED.store(allowed, Ordering::Relaxed);
-}
-
 /// Graphs captured and steps replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphCounts {
@@ -86,7 +76,7 @@ pub struct GraphCounts {
 
 /// The decode graphs of one KV cache.
 pub struct DecodeGraphs {
-    /// Whether steps may run as graphs: a CUDA device, allowed, and no failure so far.
+    /// Whether steps may run as graphs: a CUDA device, and no failure so far.
     on: bool,
     counts: GraphCounts,
     #[cfg(feature = "cuda")]
@@ -97,7 +87,7 @@ impl DecodeGraphs {
     /// Graphs for a cache on `device` (none on the CPU).
     pub fn new(device: &Device) -> Self {
         Self {
-            on: device.is_cuda() && ALLOWED.load(Ordering::Relaxed),
+            on: device.is_cuda(),
             counts: GraphCounts::default(),
             #[cfg(feature = "cuda")]
             graphs: cuda::Graphs::default(),

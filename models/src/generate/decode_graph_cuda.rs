@@ -115,7 +115,7 @@ impl Graphs {
         if !self.by_size.get(&size).is_some_and(fits) {
             self.by_size.remove(&size);
             let (captured, eager) =
-                Captured::new(model, kv, &host, &logits).map_err(GraphError::Capture)?;
+                Captured::new(model, kv, host, &logits).map_err(GraphError::Capture)?;
             self.by_size.insert(size, captured);
             clock.lap(Phase::Forward).map_err(GraphError::Step)?;
             return answer(model, rows, &eager, clock).map(Stepped::Captured);
@@ -174,7 +174,7 @@ impl Captured {
     fn new(
         model: &DenseLlama,
         kv: &DenseKv,
-        host: &HostInputs,
+        host: HostInputs,
         logits: &Tensor,
     ) -> candle_core::Result<(Self, Tensor)> {
         let device = &model.device;

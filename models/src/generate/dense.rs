@@ -345,22 +345,22 @@ impl HostInputs {
     }
 
     /// Fresh tensors of these inputs on `device` (a model of `kv_dim`-wide cache rows).
-    pub fn upload(&self, device: &Device, kv_dim: usize) -> candle_core::Result<StepInputs> {
+    pub fn upload(self, device: &Device, kv_dim: usize) -> candle_core::Result<StepInputs> {
         let n = self.rows();
         let half = self.cos.len() / n.max(1);
         let layout = match device.is_cpu() {
-            true => self.layout.clone(),
+            true => self.layout,
             false => {
                 let words = self.layout.words();
                 let words = Tensor::from_slice(words, words.len(), device)?;
-                self.layout.clone().with_device_words(words)
+                self.layout.with_device_words(words)
             }
         };
         Ok(StepInputs {
             ids: Tensor::from_slice(&self.ids, n, device)?,
             cos: Tensor::from_slice(&self.cos, (n, half), device)?,
             sin: Tensor::from_slice(&self.sin, (n, half), device)?,
-            at: CacheRows::new(self.at.clone(), kv_dim, device)?,
+            at: CacheRows::new(self.at, kv_dim, device)?,
             layout,
         })
     }

@@ -28,7 +28,6 @@ pub const QUERIES_PER_BLOCK: usize = 8;
 /// start of its sequence's block table and the positions it attends to; the tiles the GPU
 /// takes a block each (consecutive rows of one sequence, so that a prefilling sequence's
 /// rows share each key they read); then the tables, one per sequence of the step.
-#[derive(Clone)]
 pub struct PagedRows {
     /// `[table start, len]` per row, `[first row, rows]` per tile, then the tables (u32,
     /// host copy).
