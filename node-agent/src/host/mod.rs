@@ -197,6 +197,21 @@ impl ActorHost {
         }
     }
 
+    /// The scheduler's stop of `incarnation` of an actor (0: whichever runs). A later
+    /// incarnation running here is kept: the stop was meant for one before it (a report of
+    /// the old one reached the scheduler after it had started the new one), and obeying it
+    /// would kill a healthy actor and spend one of its restarts.
+    pub fn stop_asked(&mut self, actor_id: &ActorId, incarnation: u64) {
+        if let Some(slot) = self.actors.get(actor_id)
+            && incarnation != 0
+            && slot.incarnation > incarnation
+        {
+            tracing::debug!(actor_id = %actor_id, running = slot.incarnation, asked = incarnation, "kept a later incarnation than the stop names");
+            return;
+        }
+        self.stop(actor_id);
+    }
+
     /// Asks the actor to stop after what it is doing; the thread drops the model and exits.
     pub fn stop(&mut self, actor_id: &ActorId) {
         if let Some(slot) = self.actors.remove(actor_id) {
@@ -436,5 +451,48 @@ mod cancel_tests {
         forward_outcomes(&mut host, &mut rx, 1).await;
         host.cancel(cancel(3));
         assert_eq!(host.cancel_marks(), 0, "no mark outlives its task");
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    fn start(incarnation: u64) -> pb::StartActor {
+        pb::StartActor {
+            actor_id: "a1".into(),
+            incarnation,
+            pool: "p".into(),
+            kind: "echo".into(),
+            max_in_flight: 1,
+            ..Default::default()
+        }
+    }
+
+    /// A stop of incarnation 1 that reaches the agent after incarnation 2 started (the
+    /// scheduler heard a late report of 1 and stopped what it named) leaves 2 running; a stop
+    /// of 2, or of no incarnation in particular, stops it.
+    #[tokio::test]
+    async fn a_stop_of_an_earlier_incarnation_keeps_the_later_one() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (mut host, _models) =
+            super::host_for_tests(ActorKindRegistry::with_builtin_kinds(), tx);
+        let a1 = ActorId::new("a1");
+        host.start(start(1));
+        host.start(start(2));
+        host.stop_asked(&a1, 1);
+        assert_eq!(host.actors.get(&a1).map(|slot| slot.incarnation), Some(2));
+        host.stop_asked(&a1, 2);
+        assert!(!host.actors.contains_key(&a1));
+
+        host.start(start(3));
+        host.stop_asked(&a1, 0);
+        assert!(!host.actors.contains_key(&a1), "0 stops whichever runs");
+        host.start(start(4));
+        host.stop_asked(&a1, 5);
+        assert!(
+            !host.actors.contains_key(&a1),
+            "a stop of a later incarnation than the one here stops it too"
+        );
     }
 }

@@ -594,7 +594,9 @@ fn obey(host: &mut ActorHost, message: pb::SchedulerMessage, draining: bool) {
             host.refuse_start(&start, "the node is draining")
         }
         Some(Body::StartActor(start)) => host.start(start),
-        Some(Body::StopActor(stop)) => host.stop(&ActorId::new(stop.actor_id)),
+        Some(Body::StopActor(stop)) => {
+            host.stop_asked(&ActorId::new(stop.actor_id), stop.incarnation)
+        }
         Some(Body::CancelTask(cancel)) => host.cancel(cancel),
         Some(Body::Registered(_)) | None => {}
     }

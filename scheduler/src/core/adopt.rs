@@ -78,7 +78,7 @@ impl Core {
             let id = ActorId::new(start.actor_id.clone());
             let pool = PoolName::new(start.pool.clone());
             if let Some(why) = self.not_placed_here(node_id, &id, &pool) {
-                self.refuse_adoption(node_id, &id, &pool, &why);
+                self.refuse_adoption(node_id, &id, start.incarnation, &pool, &why);
                 continue;
             }
             reported.push(ReportedActor {
@@ -104,9 +104,14 @@ impl Core {
                 }
                 Verdict::Stop { id, why } => {
                     tracing::info!(actor_id = %id, node_id = %node_id, reason = %why, "stopping a reported actor nobody wants");
+                    let incarnation = hosted
+                        .get(&id)
+                        .and_then(|actor| actor.start.as_ref())
+                        .map_or(0, |start| start.incarnation);
                     if let Some(node) = self.nodes.get(node_id) {
                         node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                             actor_id: id.to_string(),
+                            incarnation,
                         }));
                     }
                 }
@@ -138,13 +143,21 @@ impl Core {
 
     /// Stops an actor a node may not hand back, and audits the refusal under the node's
     /// credential.
-    fn refuse_adoption(&mut self, node_id: &NodeId, id: &ActorId, pool: &PoolName, why: &str) {
+    fn refuse_adoption(
+        &mut self,
+        node_id: &NodeId,
+        id: &ActorId,
+        incarnation: u64,
+        pool: &PoolName,
+        why: &str,
+    ) {
         let principal = self.node_principal(node_id);
         let subject = format!("actor {id} of pool {pool} on node {node_id}");
         crate::auth::audit::refused(&principal, "adopt_actor", &subject, why);
         if let Some(node) = self.nodes.get(node_id) {
             node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                 actor_id: id.to_string(),
+                incarnation,
             }));
         }
     }

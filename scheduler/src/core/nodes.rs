@@ -377,8 +377,10 @@ impl Core {
             if reported != pb::ActorState::Dead {
                 // An actor this scheduler no longer wants there (stale incarnation): stop it.
                 if let Some(node) = self.nodes.get(node_id) {
+                    // Only the incarnation reported: a later one may have started there since.
                     node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                         actor_id: report.actor_id,
+                        incarnation: report.incarnation,
                     }));
                 }
             }

@@ -731,6 +731,7 @@ impl Core {
         {
             node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                 actor_id: id.to_string(),
+                incarnation: actor.incarnation,
             }));
         }
         self.change_actor(id, ActorEvent::Drained);

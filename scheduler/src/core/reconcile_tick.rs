@@ -108,12 +108,14 @@ impl Core {
             }
         }
         for (id, why) in stuck {
-            let node = self.actors[&id].assignment.as_ref().map(|a| a.node.clone());
+            let actor = &self.actors[&id];
+            let node = actor.assignment.as_ref().map(|a| a.node.clone());
             tracing::warn!(actor_id = %id, reason = %why, "starting a stuck actor again");
             if let Some(node) = node.as_ref().and_then(|n| self.nodes.get(n)) {
                 node.send(resident_proto::pb::scheduler_message::Body::StopActor(
                     resident_proto::pb::StopActor {
                         actor_id: id.to_string(),
+                        incarnation: actor.incarnation,
                     },
                 ));
             }

@@ -96,13 +96,15 @@ impl Core {
             }
             self.finish_drain(actor_id);
         } else {
-            if let Some(node) = self.actors[actor_id]
+            let actor = &self.actors[actor_id];
+            if let Some(node) = actor
                 .assignment
                 .as_ref()
                 .and_then(|a| self.nodes.get(&a.node))
             {
                 node.send(pb::scheduler_message::Body::StopActor(pb::StopActor {
                     actor_id: actor_id.to_string(),
+                    incarnation: actor.incarnation,
                 }));
             }
             self.lose_actor(actor_id, ActorEvent::TaskTimedOut, &why);

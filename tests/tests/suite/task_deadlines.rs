@@ -17,7 +17,7 @@ fn hanging_pool(name: &str) -> PoolSpec {
         .config_json(&serde_json::json!({"hang_prefix": "HANG"}))
         .task_timeout(Duration::from_millis(1000))
         .max_task_attempts(2)
-        // A timeout spends no restart: with none to spend, the actor still comes back.
+        // 0 asks for the scheduler's default; a timeout spends none of them (checked below).
         .max_restarts(0)
 }
 
@@ -59,7 +59,7 @@ async fn a_hung_task_is_retried_then_failed_and_its_gpu_freed() {
     let status = pool.wait_ready(Duration::from_secs(20)).await.unwrap();
     let actor = &status.actors[0];
     assert_eq!(actor.state, ActorState::Ready);
-    assert_eq!(actor.restarts, 0, "a timeout spends no restart");
+    assert_eq!(actor.restarts, 0, "a timeout spends no restart: {actor:?}");
     assert!(actor.model_loads >= 3, "{actor:?}");
     assert!(agent.is_running());
 

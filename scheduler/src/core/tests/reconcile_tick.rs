@@ -58,9 +58,10 @@ async fn a_load_that_hangs_is_timed_out_and_started_again() {
         h.beat("n1", &loading);
     }
     let after = sent(h.agent("n1"));
-    let stopped = after.iter().any(
-        |m| matches!(m, pb::scheduler_message::Body::StopActor(s) if s.actor_id == first.actor_id),
-    );
+    let stopped = after.iter().any(|m| {
+        matches!(m, pb::scheduler_message::Body::StopActor(s)
+            if s.actor_id == first.actor_id && s.incarnation == first.incarnation)
+    });
     assert!(stopped, "{after:?}");
     let again = starts(&after);
     assert_eq!(again.len(), 1, "{after:?}");
@@ -92,4 +93,56 @@ async fn an_actor_its_node_stopped_listing_is_started_again() {
     let again = starts(&sent(h.agent("n1")));
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].incarnation, first.incarnation + 1);
+}
+
+/// A report of the incarnation the scheduler stopped that arrives after it started the next
+/// one (a heartbeat already on the wire) gets a stop naming the old incarnation, so the agent
+/// keeps the new one: a stop by id alone killed it and spent one of its restarts.
+#[tokio::test(start_paused = true)]
+async fn a_late_report_of_a_stopped_incarnation_stops_only_that_incarnation() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("n1", vec![]);
+    let mut spec = cpu_pool("p", 1, 1);
+    spec.load_timeout_ms = 1_000;
+    h.create_pool(spec);
+    let first = starts(&sent(h.agent("n1"))).remove(0);
+    let loading = vec![(
+        first.actor_id.clone(),
+        first.incarnation,
+        pb::ActorState::Starting,
+    )];
+    for _ in 0..13 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        h.beat("n1", &loading);
+    }
+    let second = starts(&sent(h.agent("n1"))).remove(0);
+    assert_eq!(second.incarnation, first.incarnation + 1);
+    let id = resident_proto::ActorId::new(first.actor_id.clone());
+    let restarts = h.core.actors[&id].restarts.used;
+    // The first incarnation finally loaded, and said so before the agent stopped it.
+    h.beat(
+        "n1",
+        &[(
+            first.actor_id.clone(),
+            first.incarnation,
+            pb::ActorState::Ready,
+        )],
+    );
+    let after = sent(h.agent("n1"));
+    let stops: Vec<(String, u64)> = after
+        .iter()
+        .filter_map(|m| match m {
+            pb::scheduler_message::Body::StopActor(s) => Some((s.actor_id.clone(), s.incarnation)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, [(first.actor_id.clone(), first.incarnation)]);
+    assert!(starts(&after).is_empty(), "{after:?}");
+    let actor = &h.core.actors[&id];
+    assert_eq!(actor.incarnation, second.incarnation);
+    assert_eq!(actor.state, crate::state::ActorState::Starting);
+    assert_eq!(
+        actor.restarts.used, restarts,
+        "the stop of the old one spent nothing"
+    );
 }
