@@ -19,21 +19,32 @@ pub struct S3Client {
     pub(crate) part_bytes: usize,
 }
 
+/// The SDK's HTTPS client (hyper, connection pool, the platform's root certificates) on
+/// rustls with ring: the SDK's default would bring a second crypto library (aws-lc).
+fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
 pub(crate) fn describe(error: impl std::error::Error) -> String {
     DisplayErrorContext(error).to_string()
 }
 
 impl S3Client {
     /// Credentials and region from the standard AWS chain (environment, profile, web
-    /// identity, instance metadata); region `us-east-1` when none is configured.
+    /// identity, instance metadata); region `us-east-1` when none is configured. Every
+    /// request, the credential and region lookups' included, goes through rustls on ring.
     pub async fn connect(options: &S3Options) -> Self {
-        let region = aws_config::meta::region::RegionProviderChain::default_provider()
-            .or_else(aws_sdk_s3::config::Region::new("us-east-1"));
         let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(region)
+            .http_client(https_client())
             .load()
             .await;
         let mut builder = aws_sdk_s3::config::Builder::from(&shared);
+        if shared.region().is_none() {
+            builder = builder.region(aws_sdk_s3::config::Region::new("us-east-1"));
+        }
         if let Some(endpoint) = &options.endpoint {
             builder = builder.endpoint_url(endpoint).force_path_style(true);
         }
@@ -218,5 +229,65 @@ impl S3Client {
         }
         self.put(bucket, key, b"ok".to_vec()).await?;
         self.delete(bucket, key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// The SDK's HTTPS goes through rustls on ring (the provider is chosen, not assumed
+    /// installed: a missing one panics in rustls) and checks the server's certificate: an
+    /// endpoint whose certificate no root vouches for is refused, in words.
+    #[tokio::test]
+    async fn https_runs_on_ring_and_refuses_a_certificate_no_root_vouches_for() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = handshakes.clone();
+        let server = tokio::spawn(async move {
+            // The SDK may try again: every connection gets the same certificate.
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = acceptor.accept(stream).await;
+            }
+        });
+        let options = S3Options {
+            endpoint: Some(format!("https://localhost:{port}")),
+            static_credentials: Some(("key".into(), "secret".into())),
+            ..Default::default()
+        };
+        let client = S3Client::connect(&options).await;
+        let error = client.list("bucket", "prefix/").await.unwrap_err();
+        let words = error.to_string();
+        assert!(
+            words.to_lowercase().contains("certificate"),
+            "the refusal names the certificate: {words}"
+        );
+        server.abort();
+        assert!(
+            handshakes.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "a TLS handshake reached the server"
+        );
     }
 }
