@@ -32,8 +32,10 @@ impl Harness {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_load_that_hangs_is_timed_out_and_started_again() {
+/// Node `n1` with pool `p` (one actor, a load timeout of 1 s) started there: the harness,
+/// the start, and the heartbeat line that says it is still loading.
+fn one_actor_loading_with_a_timeout_of_1s()
+-> (Harness, pb::StartActor, Vec<(String, u64, pb::ActorState)>) {
     let mut h = Harness::new(CoreConfig::for_test());
     h.add_node("n1", vec![]);
     let mut spec = cpu_pool("p", 1, 1);
@@ -45,6 +47,12 @@ async fn a_load_that_hangs_is_timed_out_and_started_again() {
         first.incarnation,
         pb::ActorState::Starting,
     )];
+    (h, first, loading)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_hangs_is_timed_out_and_started_again() {
+    let (mut h, first, loading) = one_actor_loading_with_a_timeout_of_1s();
     for _ in 0..9 {
         tokio::time::advance(Duration::from_millis(100)).await;
         h.beat("n1", &loading);
@@ -100,17 +108,7 @@ async fn an_actor_its_node_stopped_listing_is_started_again() {
 /// keeps the new one: a stop by id alone killed it and spent one of its restarts.
 #[tokio::test(start_paused = true)]
 async fn a_late_report_of_a_stopped_incarnation_stops_only_that_incarnation() {
-    let mut h = Harness::new(CoreConfig::for_test());
-    h.add_node("n1", vec![]);
-    let mut spec = cpu_pool("p", 1, 1);
-    spec.load_timeout_ms = 1_000;
-    h.create_pool(spec);
-    let first = starts(&sent(h.agent("n1"))).remove(0);
-    let loading = vec![(
-        first.actor_id.clone(),
-        first.incarnation,
-        pb::ActorState::Starting,
-    )];
+    let (mut h, first, loading) = one_actor_loading_with_a_timeout_of_1s();
     for _ in 0..13 {
         tokio::time::advance(Duration::from_millis(100)).await;
         h.beat("n1", &loading);
