@@ -28,6 +28,23 @@ fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
         .build_https()
 }
 
+/// The SDK's shared configuration over [`https_client`]: credentials and region from the
+/// standard chains (the loader hands the region chain's IMDS lookup the same client), and
+/// `us-east-1` where no region is configured anywhere, for the credential providers (STS,
+/// for a web identity) as for S3. The fallback costs a second load only when it is needed.
+async fn shared_config() -> aws_config::SdkConfig {
+    let loader =
+        || aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https_client());
+    let shared = loader().load().await;
+    if shared.region().is_some() {
+        return shared;
+    }
+    loader()
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .load()
+        .await
+}
+
 pub(crate) fn describe(error: impl std::error::Error) -> String {
     DisplayErrorContext(error).to_string()
 }
@@ -37,14 +54,8 @@ impl S3Client {
     /// identity, instance metadata); region `us-east-1` when none is configured. Every
     /// request, the credential and region lookups' included, goes through rustls on ring.
     pub async fn connect(options: &S3Options) -> Self {
-        let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .http_client(https_client())
-            .load()
-            .await;
+        let shared = shared_config().await;
         let mut builder = aws_sdk_s3::config::Builder::from(&shared);
-        if shared.region().is_none() {
-            builder = builder.region(aws_sdk_s3::config::Region::new("us-east-1"));
-        }
         if let Some(endpoint) = &options.endpoint {
             builder = builder.endpoint_url(endpoint).force_path_style(true);
         }
