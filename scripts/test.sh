@@ -35,6 +35,8 @@ scripts/fetch-model.sh smollm2-135m-instruct
 installs=target/tool-installs
 mkdir -p "$installs"
 install_jobs=()
+# A failed build ends the script: no install goes on compiling behind it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 for tool in install-s3-server install-deploy-tools install-browser; do
   "scripts/$tool.sh" >"$installs/$tool.log" 2>&1 &
   install_jobs+=("$!:$tool")
