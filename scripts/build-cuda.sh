@@ -13,8 +13,9 @@
 #                                   every crate, test, bench and example target type-checked
 #                                   with `--features cuda` and every kernel compiled by nvcc
 #                                   (but candle's unused static MoE library),
-#                                   in the dev profile and target/ that `cargo doc` fills, so
-#                                   only candle, cudarc and our crates are checked again;
+#                                   in the release profile and target/ that the test build
+#                                   and `cargo doc --release` fill, so only candle, cudarc and
+#                                   our crates are checked again;
 #                                   nothing linked, nothing run
 #
 # Compute capabilities: our kernels (models/build.rs) and candle's (patched, vendor/README.md)
@@ -72,9 +73,11 @@ if [[ $mode == --check ]]; then
   # MoE/GGUF library is left out (RESIDENT_CANDLE_MOE=skip, vendor/README.md): Resident never
   # calls it, a check links nothing, and its 15 modules took about 700 s of one-threaded nvcc,
   # most of this step on CI's two cores (stop 59 ran out of time in it). No RUSTFLAGS (nothing
-  # is linked), so that the dependency checks `cargo doc` left in target/ are reused.
+  # is linked), so that the dependency checks `cargo doc --release` left in target/ are
+  # reused, and the release profile for the same reason (and for the build scripts and proc
+  # macros of the test build).
   RESIDENT_CUDA_ARCHS="${RESIDENT_CUDA_ARCHS:-$CUDA_COMPUTE_CAP}" RESIDENT_CANDLE_MOE=skip \
-    cargo check --locked --workspace --features cuda --all-targets
+    cargo check --release --locked --workspace --features cuda --all-targets
   echo "cuda check: every target checked with --features cuda in $((SECONDS - started)) s"
   exit 0
 fi
