@@ -16,6 +16,9 @@ Issue 45's decoding modes (`generate-bench --decoding plain,penalties,schema`), 
 at a time, each run to its token limit:
   python benches/generate_llama_cpp.py /tmp/p64.jsonl MODEL.gguf --ignore-eos \
       --modes completion,completion:penalties,completion:schema
+
+A host that lists AMX without granting it (scripts/make-llama-cpp-fixture.py says how to
+build llama-cpp-python without AMX there) crashes in the first decode.
 """
 
 import argparse

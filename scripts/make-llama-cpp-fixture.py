@@ -22,6 +22,11 @@ llama.cpp with CMake, several minutes on 2 cores):
     python3 -m venv target/llama-venv
     target/llama-venv/bin/pip install llama-cpp-python==0.3.36 numpy
     target/llama-venv/bin/python scripts/make-llama-cpp-fixture.py
+On a host whose CPU lists AMX (amx_tile) but whose kernel does not grant it to processes (a
+virtual machine, say), llama.cpp's native build dies in its first decode (a general
+protection fault on `ldtilecfg` in libggml-cpu.so); build it without AMX there:
+    flags='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
+    CMAKE_ARGS="-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags'" target/llama-venv/bin/pip install --no-cache-dir llama-cpp-python==0.3.36 numpy
 """
 import ctypes
 import hashlib
