@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use super::decoder::Row;
 use super::lanes::{self, LANES, Width};
 use crate::ModelError;
+use crate::embed::cpu_ops;
 
 /// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
 /// memory when a new sequence takes it.
@@ -313,9 +314,7 @@ fn softmax(width: Width, weights: &mut [f32]) {
         }
     }
     let max = lane_max.into_iter().fold(f32::NEG_INFINITY, f32::max);
-    for score in weights.iter_mut() {
-        *score = (*score - max).exp();
-    }
+    cpu_ops::exp_shifted(weights, max);
     // Each register of weights summed as one, the registers' sums in f64.
     let total = lanes::sum_by_register(width, weights);
     let inverse = (1.0 / total) as f32;

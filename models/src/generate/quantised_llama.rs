@@ -315,11 +315,7 @@ fn swiglu(gate: &mut [f32], up: &[f32], width: usize) {
     gate.par_chunks_mut(width)
         .zip(up.par_chunks(width))
         .with_min_len(8)
-        .for_each(|(gate, up)| {
-            for (g, u) in gate.iter_mut().zip(up) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
-        });
+        .for_each(|(gate, up)| cpu_ops::silu_times(gate, up));
 }
 
 /// Rotates each head's adjacent pairs of dimensions by the row's `(sin, cos)` per pair

@@ -5,6 +5,8 @@
 
 use half::f16;
 
+use crate::generate::lanes::LANES;
+
 pub(super) const BLOCK: usize = 32;
 /// Activation rows one kernel call multiplies by a weight row: independent sums, so each
 /// fused multiply-add need not wait for the one before it (a single row's sum waits four
@@ -20,13 +22,14 @@ pub struct ActivationBlock {
 }
 
 /// Block `j` of [`TILE`] activation rows side by side: the rows' values one after another
-/// (one 512-bit register holds two rows), then their scales, then their scaled sums (one
-/// 128-bit register each).
+/// (one 512-bit register holds two rows), then each row's scale repeated over the 8 lanes
+/// its sums run in (so a kernel reads a row's, or two rows', scales as one register, with
+/// no shuffle), then their scaled sums (one 128-bit register).
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub struct TileBlock {
     pub(super) qs: [[i8; BLOCK]; TILE],
-    pub(super) d: [f32; TILE],
+    pub(super) d_lanes: [[f32; LANES]; TILE],
     pub(super) s: [f32; TILE],
 }
 
@@ -34,14 +37,14 @@ impl TileBlock {
     pub(super) fn new(rows: [ActivationBlock; TILE]) -> Self {
         Self {
             qs: rows.map(|row| row.qs),
-            d: rows.map(|row| row.d),
+            d_lanes: rows.map(|row| [row.d; LANES]),
             s: rows.map(|row| row.s),
         }
     }
 
     pub(super) fn row(&self, t: usize) -> ActivationBlock {
         ActivationBlock {
-            d: self.d[t],
+            d: self.d_lanes[t][0],
             s: self.s[t],
             qs: self.qs[t],
         }

@@ -56,6 +56,12 @@ pub trait WeightBlock: Copy + Send + Sync {
     fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
         tile_dot(weights, tiles)
     }
+
+    /// [`WeightBlock::tile_dot`] of two weight rows with the same tile (the same bits as
+    /// two calls).
+    fn tile_dot_two(weights: [&[Self]; 2], tiles: &[TileBlock]) -> [[f32; TILE]; 2] {
+        weights.map(|row| Self::tile_dot(row, tiles))
+    }
 }
 
 impl WeightBlock for Q4_1 {
@@ -111,6 +117,17 @@ impl WeightBlock for Q4_1 {
             Kernels::Portable => {}
         }
         tile_dot(weights, tiles)
+    }
+
+    fn tile_dot_two(weights: [&[Self]; 2], tiles: &[TileBlock]) -> [[f32; TILE]; 2] {
+        // SAFETY: the CPU has the kernel's target features (checked at run time). AVX2 has
+        // half the registers: two rows' sums and their operands do not fit (measured slower).
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        if kernels() == Kernels::Avx512 {
+            return unsafe { x86::avx512::q4_1_tile_dot_two(weights, tiles) };
+        }
+        weights.map(|row| Self::tile_dot(row, tiles))
     }
 }
 
@@ -280,9 +297,23 @@ impl QuantisedRows {
         for (k, out_tile) in tile_rows.enumerate() {
             let first = (rows.start / TILE + k) * per_row;
             let tile = &self.tiles[first..first + per_row];
-            for (r, weight_row) in weights.chunks_exact(per_row).enumerate() {
-                for (t, value) in B::tile_dot(weight_row, tile).into_iter().enumerate() {
-                    out_tile[t * width + r] = value;
+            // Weight rows two at a time, the last alone where their number is odd.
+            let mut pairs = weights.chunks_exact(2 * per_row);
+            for (i, two_rows) in (&mut pairs).enumerate() {
+                let (first, second) = two_rows.split_at(per_row);
+                for (r, sums) in B::tile_dot_two([first, second], tile)
+                    .into_iter()
+                    .enumerate()
+                {
+                    for (t, value) in sums.into_iter().enumerate() {
+                        out_tile[t * width + 2 * i + r] = value;
+                    }
+                }
+            }
+            if !pairs.remainder().is_empty() {
+                let sums = B::tile_dot(pairs.remainder(), tile);
+                for (t, value) in sums.into_iter().enumerate() {
+                    out_tile[t * width + width - 1] = value;
                 }
             }
         }
@@ -479,6 +510,11 @@ mod tests {
         for row in 0..rows {
             let blocks = row * per_row..(row + 1) * per_row;
             let (w4, w8) = (&q4_1.blocks[blocks.clone()], &q8_0.blocks[blocks]);
+            // This row and the one after it (the first again for the last row).
+            let next = (row + 1) % rows * per_row;
+            let two = [w4, &q4_1.blocks[next..next + per_row]];
+            let two_sums = two.map(|w| rows_of.map(|a| row_dot(w, a)));
+            assert_eq!(Q4_1::tile_dot_two(two, &tile), two_sums);
             let row_4 = row_dot(w4, activations);
             let row_8 = row_dot(w8, activations);
             let tile_4 = rows_of.map(|a| row_dot(w4, a));
@@ -498,6 +534,7 @@ mod tests {
                     assert_eq!(x86::avx512::q4_1_row_dot(w4, activations), row_4);
                     assert_eq!(x86::avx512::q8_0_row_dot(w8, activations), row_8);
                     assert_eq!(x86::avx512::q4_1_tile_dot(w4, &tile), tile_4);
+                    assert_eq!(x86::avx512::q4_1_tile_dot_two(two, &tile), two_sums);
                     assert_eq!(x86::avx512::q8_0_tile_dot(w8, &tile), tile_8);
                 }
             }

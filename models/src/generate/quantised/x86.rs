@@ -38,7 +38,7 @@ macro_rules! row_kernels {
             unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
         }
 
-        /// A tile's four f32 (scales or scaled sums) in a 128-bit register.
+        /// A tile's four scaled sums in a 128-bit register.
         #[target_feature(enable = $features)]
         fn load4(values: &[f32; TILE]) -> __m128 {
             // SAFETY: 16 bytes are read from an array of 4 f32.
@@ -78,15 +78,6 @@ macro_rules! row_kernels {
             }
             finish(sums, 0.0)
         }
-
-        /// The sums of a tile's rows: each row's lanes reduced, plus its offset.
-        #[target_feature(enable = $features)]
-        fn finish_tile(lanes: [[f32; LANES]; TILE], offsets: __m128) -> [f32; TILE] {
-            let mut tile_offsets = [0.0f32; TILE];
-            // SAFETY: `tile_offsets` holds 4 f32.
-            unsafe { _mm_storeu_ps(tile_offsets.as_mut_ptr(), offsets) };
-            std::array::from_fn(|t| lanes::hsum(lanes[t]) + tile_offsets[t])
-        }
     };
 }
 
@@ -105,20 +96,44 @@ pub mod avx2 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned, signed), _mm256_set1_epi16(1))
     }
 
-    /// Lane `t` of a 128-bit register in every lane of a 256-bit one.
+    /// A tile row's scale in each of its 8 lanes.
     #[target_feature(enable = "avx2,fma")]
-    fn spread(values: __m128, t: usize) -> __m256 {
-        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(values), _mm256_set1_epi32(t as i32))
+    fn load8(values: &[f32; LANES]) -> __m256 {
+        // SAFETY: 32 bytes are read from an array of 8 f32.
+        unsafe { _mm256_loadu_ps(values.as_ptr()) }
     }
 
+    /// The sums of a tile's rows from their registers, plus the rows' offsets: each row's
+    /// 8 lanes reduced in [`lanes::hsum`]'s order, the four rows side by side. Each row's
+    /// lane `i` plus lane `i + 4` first; interleaved by pairs of rows, those give each
+    /// row's `q0 + q2` and `q1 + q3` in one addition, and their sums one more.
     #[target_feature(enable = "avx2,fma")]
-    fn store_tile(sums: [__m256; TILE]) -> [[f32; LANES]; TILE] {
-        let mut lanes = [[0.0f32; LANES]; TILE];
-        for (out, sum) in lanes.iter_mut().zip(sums) {
-            // SAFETY: `out` holds 8 f32.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+    fn finish_rows(sums: [__m256; TILE], offsets: __m128) -> [f32; TILE] {
+        let [q0, q1, q2, q3] = sums
+            .map(|row| _mm_add_ps(_mm256_castps256_ps128(row), _mm256_extractf128_ps::<1>(row)));
+        // [r0: q0 + q2, r1: q0 + q2, r0: q1 + q3, r1: q1 + q3], and the same for rows 2, 3.
+        let first = _mm_add_ps(_mm_unpacklo_ps(q0, q1), _mm_unpackhi_ps(q0, q1));
+        let second = _mm_add_ps(_mm_unpacklo_ps(q2, q3), _mm_unpackhi_ps(q2, q3));
+        let totals = _mm_add_ps(_mm_movelh_ps(first, second), _mm_movehl_ps(second, first));
+        let mut out = [0.0f32; TILE];
+        // SAFETY: `out` holds 4 f32.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_add_ps(totals, offsets)) };
+        out
+    }
+
+    /// One Q4_1 block of a weight row against a tile block: its products added to the
+    /// row's sums and offsets.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn q4_1_block(w: &Q4_1, a: &TileBlock, sums: &mut [__m256; TILE], offsets: &mut __m128) {
+        let values = nibbles(w);
+        let weight_scale = _mm256_set1_ps(w.d);
+        for (t, sum) in sums.iter_mut().enumerate() {
+            let products = _mm256_cvtepi32_ps(products(values, load(&a.qs[t])));
+            let scale = _mm256_mul_ps(weight_scale, load8(&a.d_lanes[t]));
+            *sum = _mm256_fmadd_ps(scale, products, *sum);
         }
-        lanes
+        *offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), *offsets);
     }
 
     /// [`q4_1_row_dot`] of one weight row with a tile's rows: each block's nibbles
@@ -131,15 +146,9 @@ pub mod avx2 {
         let mut sums = [_mm256_setzero_ps(); TILE];
         let mut offsets = _mm_setzero_ps();
         for (w, a) in weights.iter().zip(tiles) {
-            let values = nibbles(w);
-            let scales = _mm_mul_ps(_mm_set1_ps(w.d), load4(&a.d));
-            for (t, sum) in sums.iter_mut().enumerate() {
-                let products = _mm256_cvtepi32_ps(products(values, load(&a.qs[t])));
-                *sum = _mm256_fmadd_ps(spread(scales, t), products, *sum);
-            }
-            offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), offsets);
+            q4_1_block(w, a, &mut sums, &mut offsets);
         }
-        finish_tile(store_tile(sums), offsets)
+        finish_rows(sums, offsets)
     }
 
     /// [`q8_0_row_dot`] of one weight row with a tile's rows.
@@ -151,13 +160,14 @@ pub mod avx2 {
         let mut sums = [_mm256_setzero_ps(); TILE];
         for (w, a) in weights.iter().zip(tiles) {
             let values = load(&w.qs);
-            let scales = _mm_mul_ps(_mm_set1_ps(w.d), load4(&a.d));
+            let weight_scale = _mm256_set1_ps(w.d);
             for (t, sum) in sums.iter_mut().enumerate() {
                 let products = _mm256_cvtepi32_ps(signed_products(values, load(&a.qs[t])));
-                *sum = _mm256_fmadd_ps(spread(scales, t), products, *sum);
+                let scale = _mm256_mul_ps(weight_scale, load8(&a.d_lanes[t]));
+                *sum = _mm256_fmadd_ps(scale, products, *sum);
             }
         }
-        finish_tile(store_tile(sums), _mm_setzero_ps())
+        finish_rows(sums, _mm_setzero_ps())
     }
 
     /// [`super::super::quantise`]: the same maximum, products and rounding (the CPU's
@@ -226,28 +236,66 @@ pub mod avx512 {
         unsafe { _mm512_loadu_si512(a.qs[2 * p..2 * p + 2].as_ptr().cast()) }
     }
 
-    /// The indices that spread lanes `2p` and `2p + 1` of a 128-bit register over the
-    /// two halves of a 512-bit one.
+    /// The scales of rows `2p` and `2p + 1` of a tile block, each in its half's 8 lanes.
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn pair_spreads() -> [__m512i; TILE / 2] {
-        std::array::from_fn(|p| {
-            let (first, second) = (2 * p as i32, 2 * p as i32 + 1);
-            _mm512_setr_epi32(
-                first, first, first, first, first, first, first, first, second, second, second,
-                second, second, second, second, second,
-            )
-        })
+    fn load_pair_scales(a: &TileBlock, p: usize) -> __m512 {
+        // SAFETY: 64 bytes are read from the lanes of rows 2p and 2p + 1 (`p < TILE / 2`),
+        // which lie one after the other.
+        unsafe { _mm512_loadu_ps(a.d_lanes[2 * p..2 * p + 2].as_ptr().cast()) }
     }
 
-    /// Each pair register's two halves as the lanes of its two rows.
+    /// The sums of a tile's rows from its two pair registers, plus the rows' offsets: each
+    /// row's 8 lanes reduced in [`lanes::hsum`]'s order, the four rows side by side. Lane
+    /// `i` and lane `i + 4` of every row first, gathered from both registers into one;
+    /// then within each row's four: `q0 + q2` and `q1 + q3`, then their sum.
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn store_pairs(pairs: [__m512; TILE / 2]) -> [[f32; LANES]; TILE] {
-        let mut lanes = [[0.0f32; LANES]; TILE];
-        for (p, pair) in pairs.into_iter().enumerate() {
-            // SAFETY: rows 2p and 2p + 1 of `lanes` are 16 f32 one after the other.
-            unsafe { _mm512_storeu_ps(lanes[2 * p..2 * p + 2].as_mut_ptr().cast(), pair) };
+    fn finish_pairs(pairs: [__m512; TILE / 2], offsets: __m128) -> [f32; TILE] {
+        let first_halves =
+            _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        let second_halves =
+            _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        let [low, high] = pairs;
+        let quarters = _mm512_add_ps(
+            _mm512_permutex2var_ps(low, first_halves, high),
+            _mm512_permutex2var_ps(low, second_halves, high),
+        );
+        // Within each 128-bit lane (one row's four): adding [q2, q3, q0, q1] puts q0 + q2
+        // and q1 + q3 first; adding those swapped puts their sum first.
+        let halves = _mm512_add_ps(quarters, _mm512_permute_ps::<0b01_00_11_10>(quarters));
+        let totals = _mm512_add_ps(halves, _mm512_permute_ps::<0b10_11_00_01>(halves));
+        let rows = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            totals,
+        );
+        let mut out = [0.0f32; TILE];
+        // SAFETY: `out` holds 4 f32.
+        unsafe {
+            _mm_storeu_ps(
+                out.as_mut_ptr(),
+                _mm_add_ps(_mm512_castps512_ps128(rows), offsets),
+            )
+        };
+        out
+    }
+
+    /// One Q4_1 block of a weight row against a tile block: its products added to the
+    /// row's pair registers and offsets.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
+    #[inline]
+    fn q4_1_block(w: &Q4_1, a: &TileBlock, pairs: &mut [__m512; TILE / 2], offsets: &mut __m128) {
+        // The 16 packed bytes in each 128-bit quarter; the high nibbles shifted down in the
+        // second and fourth: [low, high] in each half.
+        // SAFETY: 16 bytes are read from an array of 16.
+        let packed = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) });
+        let shifted = _mm512_mask_srli_epi32::<4>(packed, 0xf0f0, packed);
+        let values = _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+        let weight_scale = _mm512_set1_ps(w.d);
+        for (p, pair) in pairs.iter_mut().enumerate() {
+            let products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), values, load_pair(a, p));
+            let scale = _mm512_mul_ps(weight_scale, load_pair_scales(a, p));
+            *pair = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(products), *pair);
         }
-        lanes
+        *offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), *offsets);
     }
 
     /// [`q4_1_row_dot`] of one weight row with a tile's rows, two rows a register.
@@ -256,26 +304,34 @@ pub mod avx512 {
     /// The CPU must have the module's target features.
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub unsafe fn q4_1_tile_dot(weights: &[Q4_1], tiles: &[TileBlock]) -> [f32; TILE] {
-        let spreads = pair_spreads();
-        let low_mask = _mm512_set1_epi8(0x0f);
         let mut pairs = [_mm512_setzero_ps(); TILE / 2];
         let mut offsets = _mm_setzero_ps();
         for (w, a) in weights.iter().zip(tiles) {
-            // The 16 packed bytes in each 128-bit quarter; the high nibbles shifted down in
-            // the second and fourth: [low, high] in each half.
-            // SAFETY: 16 bytes are read from an array of 16.
-            let packed = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(w.qs.as_ptr().cast()) });
-            let shifted = _mm512_mask_srli_epi32::<4>(packed, 0xf0f0, packed);
-            let values = _mm512_and_si512(shifted, low_mask);
-            let scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_set1_ps(w.d), load4(&a.d)));
-            for (p, pair) in pairs.iter_mut().enumerate() {
-                let products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), values, load_pair(a, p));
-                let scale = _mm512_permutexvar_ps(spreads[p], scales);
-                *pair = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(products), *pair);
-            }
-            offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), offsets);
+            q4_1_block(w, a, &mut pairs, &mut offsets);
         }
-        finish_tile(store_pairs(pairs), offsets)
+        finish_pairs(pairs, offsets)
+    }
+
+    /// [`q4_1_tile_dot`] of two weight rows with the same tile, in one pass over it: twice
+    /// the independent sums in flight, each tile block loaded once for both.
+    ///
+    /// # Safety
+    /// The CPU must have the module's target features.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub unsafe fn q4_1_tile_dot_two(
+        weights: [&[Q4_1]; 2],
+        tiles: &[TileBlock],
+    ) -> [[f32; TILE]; 2] {
+        let mut pairs = [[_mm512_setzero_ps(); TILE / 2]; 2];
+        let mut offsets = [_mm_setzero_ps(); 2];
+        for ((w0, w1), a) in weights[0].iter().zip(weights[1]).zip(tiles) {
+            q4_1_block(w0, a, &mut pairs[0], &mut offsets[0]);
+            q4_1_block(w1, a, &mut pairs[1], &mut offsets[1]);
+        }
+        [
+            finish_pairs(pairs[0], offsets[0]),
+            finish_pairs(pairs[1], offsets[1]),
+        ]
     }
 
     /// [`q8_0_row_dot`] of one weight row with a tile's rows, two rows a register: `|w|`
@@ -285,22 +341,21 @@ pub mod avx512 {
     /// The CPU must have the module's target features.
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub unsafe fn q8_0_tile_dot(weights: &[Q8_0], tiles: &[TileBlock]) -> [f32; TILE] {
-        let spreads = pair_spreads();
         let zero = _mm512_setzero_si512();
         let mut pairs = [_mm512_setzero_ps(); TILE / 2];
         for (w, a) in weights.iter().zip(tiles) {
             let values = _mm512_broadcast_i64x4(load(&w.qs));
             let magnitudes = _mm512_abs_epi8(values);
             let negative = _mm512_movepi8_mask(values);
-            let scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_set1_ps(w.d), load4(&a.d)));
+            let weight_scale = _mm512_set1_ps(w.d);
             for (p, pair) in pairs.iter_mut().enumerate() {
                 let activations = load_pair(a, p);
                 let signed = _mm512_mask_sub_epi8(activations, negative, zero, activations);
                 let products = _mm512_dpbusd_epi32(zero, magnitudes, signed);
-                let scale = _mm512_permutexvar_ps(spreads[p], scales);
+                let scale = _mm512_mul_ps(weight_scale, load_pair_scales(a, p));
                 *pair = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(products), *pair);
             }
         }
-        finish_tile(store_pairs(pairs), _mm_setzero_ps())
+        finish_pairs(pairs, _mm_setzero_ps())
     }
 }
