@@ -121,21 +121,6 @@ pub mod avx2 {
         out
     }
 
-    /// One Q4_1 block of a weight row against a tile block: its products added to the
-    /// row's sums and offsets.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn q4_1_block(w: &Q4_1, a: &TileBlock, sums: &mut [__m256; TILE], offsets: &mut __m128) {
-        let values = nibbles(w);
-        let weight_scale = _mm256_set1_ps(w.d);
-        for (t, sum) in sums.iter_mut().enumerate() {
-            let products = _mm256_cvtepi32_ps(products(values, load(&a.qs[t])));
-            let scale = _mm256_mul_ps(weight_scale, load8(&a.d_lanes[t]));
-            *sum = _mm256_fmadd_ps(scale, products, *sum);
-        }
-        *offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), *offsets);
-    }
-
     /// [`q4_1_row_dot`] of one weight row with a tile's rows: each block's nibbles
     /// unpacked, and its scales with the tile's taken, once for all of them.
     ///
@@ -146,7 +131,14 @@ pub mod avx2 {
         let mut sums = [_mm256_setzero_ps(); TILE];
         let mut offsets = _mm_setzero_ps();
         for (w, a) in weights.iter().zip(tiles) {
-            q4_1_block(w, a, &mut sums, &mut offsets);
+            let values = nibbles(w);
+            let weight_scale = _mm256_set1_ps(w.d);
+            for (t, sum) in sums.iter_mut().enumerate() {
+                let products = _mm256_cvtepi32_ps(products(values, load(&a.qs[t])));
+                let scale = _mm256_mul_ps(weight_scale, load8(&a.d_lanes[t]));
+                *sum = _mm256_fmadd_ps(scale, products, *sum);
+            }
+            offsets = _mm_fmadd_ps(_mm_set1_ps(w.m), load4(&a.s), offsets);
         }
         finish_rows(sums, offsets)
     }
