@@ -43,13 +43,24 @@ pub(crate) fn check_cache_size(
     }
 }
 
-/// Grows `vec` to `len` elements of `value`, reserving first: an error, not an abort, when
-/// the host cannot give the memory.
-pub(crate) fn try_grow<T: Clone>(vec: &mut Vec<T>, len: usize, value: T) -> Result<(), ModelError> {
+/// Grows `vec` to `len` elements of `value`, with room for `room` where the host gives
+/// it (so that growing again up to `room` moves nothing), for `len` where it gives only
+/// that; reserving first: an error, not an abort, when the host cannot give the memory.
+pub(crate) fn try_grow<T: Clone>(
+    vec: &mut Vec<T>,
+    len: usize,
+    room: usize,
+    value: T,
+) -> Result<(), ModelError> {
+    if len > vec.capacity() {
+        let roomy = room.max(len) - vec.len();
+        vec.try_reserve_exact(roomy)
+            .or_else(|_| vec.try_reserve_exact(len - vec.len()))
+            .map_err(|e| {
+                ModelError::OutOfMemory(format!("cannot reserve {len} cache entries: {e}"))
+            })?;
+    }
     if len > vec.len() {
-        vec.try_reserve_exact(len - vec.len()).map_err(|e| {
-            ModelError::OutOfMemory(format!("cannot reserve {len} cache entries: {e}"))
-        })?;
         vec.resize(len, value);
     }
     Ok(())
@@ -82,13 +93,27 @@ mod tests {
     }
 
     #[test]
+    fn growth_within_its_room_moves_nothing() {
+        let mut values = vec![7u32; 3];
+        try_grow(&mut values, 5, 100, 1).unwrap();
+        assert_eq!(values, [7, 7, 7, 1, 1]);
+        assert!(values.capacity() >= 100);
+        let at = values.as_ptr();
+        try_grow(&mut values, 100, 100, 2).unwrap();
+        assert_eq!((values.len(), values.as_ptr()), (100, at));
+        // Shorter than held: nothing changes.
+        try_grow(&mut values, 10, 10, 3).unwrap();
+        assert_eq!(values.len(), 100);
+    }
+
+    #[test]
     fn growth_the_host_cannot_give_is_an_error() {
         let mut small = vec![0u8; 4];
-        try_grow(&mut small, 16, 1).unwrap();
+        try_grow(&mut small, 16, 16, 1).unwrap();
         assert_eq!(small.len(), 16);
         let mut huge: Vec<u64> = Vec::new();
         assert!(matches!(
-            try_grow(&mut huge, usize::MAX / 2, 0),
+            try_grow(&mut huge, usize::MAX / 2, 0, 0),
             Err(ModelError::OutOfMemory(_))
         ));
     }

@@ -12,6 +12,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
+use super::cache_lanes::{self, CachedHead};
 use super::decoder::Row;
 use super::lanes::{self, LANES, Width};
 use crate::ModelError;
@@ -35,6 +36,9 @@ struct SlotCache {
     v: Vec<Vec<f16>>,
 }
 
+/// A slot's cache grows in whole multiples of this many positions.
+const GROWTH_POSITIONS: usize = 64;
+
 impl KvArena {
     /// Caches for `slots` sequences within half the host's RAM.
     pub fn new(layers: usize, kv_dim: usize, slots: usize) -> Self {
@@ -53,22 +57,30 @@ impl KvArena {
 
     /// Makes room in `slot` for positions `0..len`; an [`ModelError::OutOfMemory`] past the
     /// budget or what the host can give.
+    ///
+    /// The buffers' capacity grows by half again at least (in whole [`GROWTH_POSITIONS`]),
+    /// so a sequence that gains a position a step moves its cache a few times in its life,
+    /// not at every step. The budget counts the positions held: capacity beyond them is
+    /// never written, so the host gives it no memory.
     pub fn reserve(&mut self, slot: usize, len: usize) -> Result<(), ModelError> {
-        let (layers, width) = (self.layers, len.saturating_mul(self.kv_dim));
+        let (layers, kv_dim) = (self.layers, self.kv_dim.max(1));
         let cache = &mut self.slots[slot];
-        let held = cache.k.first().map_or(0, Vec::len);
-        if width <= held {
+        let held = cache.k.first().map_or(0, Vec::len) / kv_dim;
+        if len <= held {
             return Ok(());
         }
         // Keys and values, every layer, f16.
-        let added = ((width - held) as u64)
-            .checked_mul(2 * layers as u64 * 2)
+        let added = ((len - held) as u64)
+            .checked_mul(kv_dim as u64 * 2 * layers as u64 * 2)
             .and_then(|added| added.checked_add(self.bytes));
         crate::memory::check_cache_size("KV cache", added, self.budget)?;
+        let room = cache.k.first().map_or(0, Vec::capacity) / kv_dim;
+        let room = len.max(room + room / 2).next_multiple_of(GROWTH_POSITIONS);
+        let (width, room_width) = (len.saturating_mul(kv_dim), room.saturating_mul(kv_dim));
         for side in [&mut cache.k, &mut cache.v] {
             side.resize_with(layers, Vec::new);
             for layer in side.iter_mut() {
-                crate::memory::try_grow(layer, width, f16::ZERO)?;
+                crate::memory::try_grow(layer, width, room_width, f16::ZERO)?;
             }
         }
         self.bytes = added.expect("checked");
@@ -139,8 +151,9 @@ pub fn attend(
 }
 
 /// The outputs of the query heads of `kv_head` for the rows `indices` (all of one slot),
-/// row by row: the cache's keys widened once as `[pos][dim]`, its values as `[dim][pos]`,
-/// so that both products read memory in order.
+/// row by row. A few rows read the f16 cache as it is ([`cache_lanes`]); more share one
+/// widening of it to f32, keys as `[pos][dim]` and values as `[dim][pos]`, so that both
+/// products read memory in order. Both give the same bits.
 fn attend_task(
     shape: Heads,
     rows: &[Row],
@@ -153,65 +166,131 @@ fn attend_task(
     let d = shape.head_dim;
     let group = shape.heads / shape.kv_heads;
     let cache = &kv.slots[rows[indices[0]].slot];
-    let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
+    let width = Width::configured();
+    let hidden = shape.heads * d;
+    let q_group = |i: usize| &q[i * hidden + kv_head * group * d..][..group * d];
+    let mut out = vec![0.0f32; indices.len() * group * d];
+    let out_rows = indices.iter().zip(out.chunks_exact_mut(group * d));
     SCRATCH.with_borrow_mut(|scratch| {
-        let Scratch {
-            keys,
-            values,
-            value_rows,
-            queries,
-            weights,
-        } = scratch;
-        keys.resize(len * d, 0.0);
-        values.resize(d * len, 0.0);
-        value_rows.resize(TRANSPOSED_POSITIONS * d, 0.0);
-        // The values transposed a few positions at a time, so that each store fills part
-        // of a cache line rather than touching one line per value.
-        for first in (0..len).step_by(TRANSPOSED_POSITIONS) {
-            let count = TRANSPOSED_POSITIONS.min(len - first);
-            for (r, value_row) in value_rows.chunks_exact_mut(d).take(count).enumerate() {
-                let p = first + r;
-                let at = p * kv.kv_dim + kv_head * d;
-                cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
-                cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
+        if indices.len() <= CACHED_ROWS && cache_lanes::applies(width, d) {
+            let head = |data| CachedHead {
+                data,
+                stride: kv.kv_dim,
+                offset: kv_head * d,
+                head_dim: d,
+            };
+            let source = Cached {
+                keys: head(&cache.k[layer]),
+                values: head(&cache.v[layer]),
+            };
+            for (&i, out_row) in out_rows {
+                attend_group(
+                    width,
+                    q_group(i),
+                    &source,
+                    rows[i].pos + 1,
+                    scratch,
+                    out_row,
+                );
             }
-            for dim in 0..d {
-                let column = &mut values[dim * len + first..dim * len + first + count];
-                for (r, value) in column.iter_mut().enumerate() {
-                    *value = value_rows[r * d + dim];
-                }
+            return;
+        }
+        let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
+        let (keys, values) = widen(cache, (layer, kv_head * d, kv.kv_dim), d, len, scratch);
+        let source = Widened {
+            keys: &keys,
+            values: &values,
+            stride: len,
+            head_dim: d,
+        };
+        for (&i, out_row) in out_rows {
+            attend_group(
+                width,
+                q_group(i),
+                &source,
+                rows[i].pos + 1,
+                scratch,
+                out_row,
+            );
+        }
+        (scratch.keys, scratch.values) = (keys, values);
+    });
+    out
+}
+
+/// The positions `0..len` of one KV head (at `offset` of each position's `stride` values
+/// in `layer`) widened to f32: keys as `[pos][dim]`, values as `[dim][pos]`, in the
+/// memory of `scratch`'s buffers (taken from it; the caller gives them back).
+fn widen(
+    cache: &SlotCache,
+    (layer, offset, stride): (usize, usize, usize),
+    d: usize,
+    len: usize,
+    scratch: &mut Scratch,
+) -> (Vec<f32>, Vec<f32>) {
+    let (mut keys, mut values) = (
+        std::mem::take(&mut scratch.keys),
+        std::mem::take(&mut scratch.values),
+    );
+    keys.resize(len * d, 0.0);
+    values.resize(d * len, 0.0);
+    let value_rows = &mut scratch.value_rows;
+    value_rows.resize(TRANSPOSED_POSITIONS * d, 0.0);
+    // The values transposed a few positions at a time, so that each store fills part of a
+    // cache line rather than touching one line per value.
+    for first in (0..len).step_by(TRANSPOSED_POSITIONS) {
+        let count = TRANSPOSED_POSITIONS.min(len - first);
+        for (r, value_row) in value_rows.chunks_exact_mut(d).take(count).enumerate() {
+            let p = first + r;
+            let at = p * stride + offset;
+            cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
+            cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
+        }
+        for dim in 0..d {
+            let column = &mut values[dim * len + first..dim * len + first + count];
+            for (r, value) in column.iter_mut().enumerate() {
+                *value = value_rows[r * d + dim];
             }
         }
-        let hidden = shape.heads * d;
-        let mut out = vec![0.0f32; indices.len() * group * d];
-        for (&i, out_row) in indices.iter().zip(out.chunks_exact_mut(group * d)) {
-            let seen = rows[i].pos + 1;
-            let q_row =
-                &q[i * hidden + kv_head * group * d..i * hidden + (kv_head + 1) * group * d];
-            // The group's heads three at a time: they share every key and value read.
-            let mut done = 0;
-            while done < group {
-                let run = HEADS_AT_ONCE.min(group - done);
-                let q_heads = &q_row[done * d..(done + run) * d];
-                let out_heads = &mut out_row[done * d..(done + run) * d];
-                let keys = &keys[..seen * d];
-                let buffers = (&mut queries[..], &mut weights[..]);
-                match run {
-                    3 => attend_heads::<3>(q_heads, keys, values, len, buffers, out_heads),
-                    2 => attend_heads::<2>(q_heads, keys, values, len, buffers, out_heads),
-                    _ => attend_heads::<1>(q_heads, keys, values, len, buffers, out_heads),
-                }
-                done += run;
-            }
+    }
+    (keys, values)
+}
+
+/// One row's query heads of one KV head (`q`, `group x head_dim`) over its `seen`
+/// positions of `source`, three heads at a time (they share every key and value read),
+/// into `out` (the same shape).
+fn attend_group<S: KeyValues>(
+    width: Width,
+    q: &[f32],
+    source: &S,
+    seen: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    let d = source.head_dim();
+    let group = q.len() / d;
+    let mut done = 0;
+    while done < group {
+        let run = HEADS_AT_ONCE.min(group - done);
+        let q_heads = &q[done * d..(done + run) * d];
+        let out_heads = &mut out[done * d..(done + run) * d];
+        let buffers = (&mut scratch.queries[..], &mut scratch.weights[..]);
+        match run {
+            3 => attend_heads::<3, S>(width, q_heads, source, seen, buffers, out_heads),
+            2 => attend_heads::<2, S>(width, q_heads, source, seen, buffers, out_heads),
+            _ => attend_heads::<1, S>(width, q_heads, source, seen, buffers, out_heads),
         }
-        out
-    })
+        done += run;
+    }
 }
 
 /// Query heads of one KV head attended together (at most 3: [`lanes::dot_block`]).
 const HEADS_AT_ONCE: usize = 3;
 /// Positions whose values are transposed together.
 const TRANSPOSED_POSITIONS: usize = 8;
+/// A task of at most this many rows reads the f16 cache as it is; more rows share one
+/// widened copy.
+const CACHED_ROWS: usize = 4;
 
 /// A worker thread's buffers for the widened keys and values, the queries in f16 and the
 /// softmax weights, kept between tasks: a fresh allocation of that size per task cost the
@@ -229,14 +308,112 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-/// `M` heads' (`q`, `M x head_dim`) attention over `keys` (`[pos][dim]`, the positions
-/// seen) and `values` (`[dim][pos]`, `stride` positions a dimension) into `out`
-/// (`M x head_dim`).
-fn attend_heads<const M: usize>(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+/// One KV head's keys and values, as attention's two products read them.
+trait KeyValues {
+    fn head_dim(&self) -> usize;
+    /// The dots of `M` queries with the keys at positions `first..first + 4`.
+    fn scores<const M: usize>(
+        &self,
+        width: Width,
+        queries: [&[f32]; M],
+        first: usize,
+    ) -> [[f32; 4]; M];
+    /// The dot of `query` with the key at `p`.
+    fn score(&self, width: Width, query: &[f32], p: usize) -> f32;
+    /// `out[m * head_dim + i]`: the dot of `weights[m]` with dimension `i` of the values
+    /// at positions `0..weights[m].len()`.
+    fn weigh<const M: usize>(&self, width: Width, weights: [&[f32]; M], out: &mut [f32]);
+}
+
+/// Keys and values widened to f32 ([`widen`]): keys `[pos][dim]`, values `[dim][pos]`
+/// with `stride` positions a dimension.
+struct Widened<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
     stride: usize,
+    head_dim: usize,
+}
+
+impl KeyValues for Widened<'_> {
+    fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn scores<const M: usize>(
+        &self,
+        width: Width,
+        queries: [&[f32]; M],
+        first: usize,
+    ) -> [[f32; 4]; M] {
+        let d = self.head_dim;
+        let keys = std::array::from_fn(|k| &self.keys[(first + k) * d..(first + k + 1) * d]);
+        lanes::dot_block(width, queries, keys)
+    }
+
+    fn score(&self, width: Width, query: &[f32], p: usize) -> f32 {
+        let d = self.head_dim;
+        lanes::dot(width, query, &self.keys[p * d..(p + 1) * d])
+    }
+
+    fn weigh<const M: usize>(&self, width: Width, weights: [&[f32]; M], out: &mut [f32]) {
+        let (d, seen) = (self.head_dim, weights[0].len());
+        let dims = |dim: usize| &self.values[dim * self.stride..dim * self.stride + seen];
+        for first in (0..d / 4 * 4).step_by(4) {
+            let rows: [&[f32]; 4] = std::array::from_fn(|k| dims(first + k));
+            for (m, sums) in lanes::dot_block(width, weights, rows)
+                .into_iter()
+                .enumerate()
+            {
+                out[m * d + first..m * d + first + 4].copy_from_slice(&sums);
+            }
+        }
+        for dim in d / 4 * 4..d {
+            for (m, weights) in weights.iter().enumerate() {
+                out[m * d + dim] = lanes::dot(width, weights, dims(dim));
+            }
+        }
+    }
+}
+
+/// Keys and values read from the f16 cache as they are ([`cache_lanes`]; 8 lanes only).
+struct Cached<'a> {
+    keys: CachedHead<'a>,
+    values: CachedHead<'a>,
+}
+
+impl KeyValues for Cached<'_> {
+    fn head_dim(&self) -> usize {
+        self.keys.head_dim
+    }
+
+    fn scores<const M: usize>(
+        &self,
+        _: Width,
+        queries: [&[f32]; M],
+        first: usize,
+    ) -> [[f32; 4]; M] {
+        cache_lanes::dot_block(queries, self.keys, first)
+    }
+
+    fn score(&self, width: Width, query: &[f32], p: usize) -> f32 {
+        let mut key = [0.0f32; 256];
+        let key = &mut key[..self.keys.head_dim];
+        self.keys.at(p).convert_to_f32_slice(key);
+        lanes::dot(width, query, key)
+    }
+
+    fn weigh<const M: usize>(&self, _: Width, weights: [&[f32]; M], out: &mut [f32]) {
+        cache_lanes::weighted_values(weights, self.values, out);
+    }
+}
+
+/// `M` heads' (`q`, `M x head_dim`) attention over the positions `0..seen` of `source`
+/// into `out` (`M x head_dim`).
+fn attend_heads<const M: usize, S: KeyValues>(
+    width: Width,
+    q: &[f32],
+    source: &S,
+    seen: usize,
     (queries, weights): (&mut [Vec<f32>], &mut [Vec<f32>]),
     out: &mut [f32],
 ) {
@@ -254,47 +431,27 @@ fn attend_heads<const M: usize>(
         }
     }
     let queries: [&[f32]; M] = std::array::from_fn(|m| queries[m].as_slice());
-    let width = Width::configured();
     let weights = &mut weights[..M];
     for scores in weights.iter_mut() {
         scores.clear();
     }
     // Four keys at a time for all heads: independent sums, each in its own order.
-    let mut quads = keys.chunks_exact(4 * d);
-    for quad in &mut quads {
-        let keys: [&[f32]; 4] = std::array::from_fn(|k| &quad[k * d..(k + 1) * d]);
-        for (scores, dots) in weights
-            .iter_mut()
-            .zip(lanes::dot_block(width, queries, keys))
-        {
+    for first in (0..seen / 4 * 4).step_by(4) {
+        let dots = source.scores(width, queries, first);
+        for (scores, dots) in weights.iter_mut().zip(dots) {
             scores.extend(dots.map(|dot| dot * scale));
         }
     }
-    for key in quads.remainder().chunks_exact(d) {
+    for p in seen / 4 * 4..seen {
         for (scores, query) in weights.iter_mut().zip(queries) {
-            scores.push(lanes::dot(width, query, key) * scale);
+            scores.push(source.score(width, query, p) * scale);
         }
     }
     for scores in weights.iter_mut() {
         softmax(width, scores);
     }
-    let seen = keys.len() / d;
     let weights: [&[f32]; M] = std::array::from_fn(|m| weights[m].as_slice());
-    let dims = |dim: usize| &values[dim * stride..dim * stride + seen];
-    for first in (0..d / 4 * 4).step_by(4) {
-        let rows: [&[f32]; 4] = std::array::from_fn(|k| dims(first + k));
-        for (m, sums) in lanes::dot_block(width, weights, rows)
-            .into_iter()
-            .enumerate()
-        {
-            out[m * d + first..m * d + first + 4].copy_from_slice(&sums);
-        }
-    }
-    for dim in d / 4 * 4..d {
-        for (m, weights) in weights.iter().enumerate() {
-            out[m * d + dim] = lanes::dot(width, weights, dims(dim));
-        }
-    }
+    source.weigh(width, weights, out);
 }
 
 /// The softmax of scaled scores in place, each weight rounded through f16. Loops, not
@@ -408,6 +565,54 @@ mod tests {
                     (ours - expected).abs() < 2e-3,
                     "head {head} dim {j}: {ours} vs {expected}"
                 );
+            }
+        }
+    }
+
+    /// A row attended alone reads the f16 cache as it is; rows attended together widen it
+    /// once. Every row's output is the same bits either way, for every head grouping.
+    #[test]
+    fn a_row_alone_and_rows_together_attend_to_the_same_bits() {
+        for (heads, kv_heads) in [(9, 3), (4, 2), (4, 4), (8, 1)] {
+            let shape = Heads {
+                heads,
+                kv_heads,
+                head_dim: 64,
+            };
+            let (kv_dim, hidden) = (kv_heads * 64, heads * 64);
+            let len = 70;
+            let mut kv = KvArena::new(2, kv_dim, 1);
+            kv.reserve(0, len).unwrap();
+            let value_at = |p: usize, j: usize, salt: f32| ((p * 31 + j) as f32 * salt).sin();
+            for p in 0..len {
+                let key: Vec<f32> = (0..kv_dim).map(|j| value_at(p, j, 0.7) * 3.0).collect();
+                let value: Vec<f32> = (0..kv_dim).map(|j| value_at(p, j, 0.3)).collect();
+                kv.store(0, 1, p, &key, &value);
+            }
+            let rows: Vec<Row> = (0..len)
+                .map(|pos| Row {
+                    slot: 0,
+                    pos,
+                    token: 0,
+                    logits: false,
+                    pick: Pick::Logits,
+                })
+                .collect();
+            let q: Vec<f32> = (0..len * hidden)
+                .map(|j| (j as f32 * 0.013).cos() * 2.0)
+                .collect();
+            let mut together = Vec::new();
+            attend(shape, &rows, &q, &kv, 1, &mut together);
+            for (i, row) in rows.iter().enumerate() {
+                let mut alone = Vec::new();
+                let q_row = &q[i * hidden..(i + 1) * hidden];
+                attend(shape, std::slice::from_ref(row), q_row, &kv, 1, &mut alone);
+                let together = &together[i * hidden..(i + 1) * hidden];
+                let same = alone
+                    .iter()
+                    .zip(together)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{heads}/{kv_heads} heads, row {i}");
             }
         }
     }

@@ -157,7 +157,7 @@ pub fn dot_block<const M: usize>(width: Width, a: [&[f32]; M], b: [&[f32]; 4]) -
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod avx2 {
+pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::LANES;

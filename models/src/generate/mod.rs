@@ -10,6 +10,7 @@
 mod attention;
 pub mod batcher;
 mod cache;
+mod cache_lanes;
 pub mod chat;
 pub mod checkpoint;
 pub mod decode_graph;

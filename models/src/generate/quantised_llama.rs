@@ -23,7 +23,7 @@ use candle_core::{Device, Module, Tensor};
 
 use super::attention::{self, Heads, KvArena};
 use super::decoder::{LlamaConfig, QUANTISED_ARCHITECTURES, Row, read_gguf};
-use super::quantised::{Q4_1, Q8_0, QuantisedMatrix};
+use super::quantised::{MatmulScratch, Q4_1, Q8_0, QuantisedMatrix};
 
 use crate::ModelError;
 use crate::embed::cpu_ops;
@@ -65,6 +65,7 @@ pub struct StepBuffers {
     up: Vec<f32>,
     down: Vec<f32>,
     logits: Vec<f32>,
+    matmul: MatmulScratch,
 }
 
 fn tensor(content: &Content, file: &mut std::fs::File, name: &str) -> Result<QTensor, ModelError> {
@@ -217,6 +218,7 @@ impl QuantisedLlama {
             up,
             down,
             logits,
+            matmul,
         } = buffers;
         x.clear();
         for row in rows {
@@ -236,9 +238,9 @@ impl QuantisedLlama {
         };
         for (index, layer) in self.layers.iter().enumerate() {
             rms_norm_into(x, &layer.attn_norm, c.rms_eps, h);
-            matmul_into(&layer.wq, h, n, c.hidden, q)?;
-            matmul_into(&layer.wk, h, n, c.hidden, k)?;
-            matmul_into(&layer.wv, h, n, c.hidden, v)?;
+            matmul_into(&layer.wq, h, n, c.hidden, (q, matmul))?;
+            matmul_into(&layer.wk, h, n, c.hidden, (k, matmul))?;
+            matmul_into(&layer.wv, h, n, c.hidden, (v, matmul))?;
             for (i, row) in rows.iter().enumerate() {
                 let rotation = &rotations[i * half..(i + 1) * half];
                 let q_row = &mut q[i * c.hidden..(i + 1) * c.hidden];
@@ -249,16 +251,16 @@ impl QuantisedLlama {
                 kv.store(row.slot, index, row.pos, k_row, v_row);
             }
             attention::attend(heads, rows, q, kv, index, attended);
-            matmul_into(&layer.wo, attended, n, c.hidden, o)?;
+            matmul_into(&layer.wo, attended, n, c.hidden, (o, matmul))?;
             cpu_ops::add_assign(x, o);
             rms_norm_into(x, &layer.ffn_norm, c.rms_eps, h);
-            matmul_into(&layer.w_gate, h, n, c.hidden, gate)?;
-            matmul_into(&layer.w_up, h, n, c.hidden, up)?;
+            matmul_into(&layer.w_gate, h, n, c.hidden, (gate, matmul))?;
+            matmul_into(&layer.w_up, h, n, c.hidden, (up, matmul))?;
             swiglu(gate, up, c.ffn);
-            matmul_into(&layer.w_down, gate, n, c.ffn, down)?;
+            matmul_into(&layer.w_down, gate, n, c.ffn, (down, matmul))?;
             cpu_ops::add_assign(x, down);
         }
-        self.logits_of(rows, x, logits)
+        self.logits_of(rows, x, (logits, matmul))
     }
 
     /// Checks each row's token against the vocabulary and makes each slot's room in `kv`
@@ -290,7 +292,7 @@ impl QuantisedLlama {
         &self,
         rows: &[Row],
         x: &[f32],
-        logits: &mut Vec<f32>,
+        buffers: (&mut Vec<f32>, &mut MatmulScratch),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.config;
         let wanted: Vec<f32> = rows
@@ -304,7 +306,8 @@ impl QuantisedLlama {
             return Ok(Vec::new());
         }
         let normed = rms_norm(&wanted, &self.output_norm, c.rms_eps);
-        matmul_into(&self.lm_head, &normed, m, c.hidden, logits)?;
+        let logits = buffers.0;
+        matmul_into(&self.lm_head, &normed, m, c.hidden, (logits, buffers.1))?;
         Ok(logits.chunks(c.vocab).map(<[f32]>::to_vec).collect())
     }
 }
@@ -374,15 +377,15 @@ fn matmul_into(
     x: &[f32],
     n: usize,
     k: usize,
-    out: &mut Vec<f32>,
+    (out, scratch): (&mut Vec<f32>, &mut MatmulScratch),
 ) -> Result<(), ModelError> {
     match weight {
         Linear::Candle(weight) => {
             let input = Tensor::from_slice(x, (n, k), &Device::Cpu)?;
             *out = weight.forward(&input)?.flatten_all()?.to_vec1::<f32>()?;
         }
-        Linear::Q4_1(weight) => weight.forward_into(x, n, out),
-        Linear::Q8_0(weight) => weight.forward_into(x, n, out),
+        Linear::Q4_1(weight) => weight.forward_into(x, n, out, scratch),
+        Linear::Q8_0(weight) => weight.forward_into(x, n, out, scratch),
     }
     Ok(())
 }

@@ -204,30 +204,46 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     #[cfg(test)]
     pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         let mut result = Vec::new();
-        self.forward_into(x, n, &mut result);
+        self.forward_into(x, n, &mut result, &mut MatmulScratch::default());
         result
     }
 
-    /// `x` (`n x cols`, row-major) times the matrix's transpose (`n x rows`) into `result`,
-    /// whose memory is reused.
-    pub fn forward_into(&self, x: &[f32], n: usize, result: &mut Vec<f32>) {
+    /// `x` (`n x cols`, row-major) times the matrix's transpose (`n x rows`) into `result`;
+    /// the memory of both `result` and `scratch` is reused.
+    pub fn forward_into(
+        &self,
+        x: &[f32],
+        n: usize,
+        result: &mut Vec<f32>,
+        scratch: &mut MatmulScratch,
+    ) {
         let per_row = self.cols / BLOCK;
-        let activations = QuantisedRows::new(x, n, self.cols);
+        let MatmulScratch {
+            tiles,
+            rest,
+            products,
+        } = scratch;
+        let activations = QuantisedRows::new(x, n, self.cols, tiles, rest);
         let weight_tasks = self.rows.div_ceil(WEIGHT_ROWS_PER_TASK);
-        let tasks: Vec<(usize, usize)> = (0..n.div_ceil(ACTIVATION_ROWS_PER_TASK))
-            .flat_map(|a| (0..weight_tasks).map(move |w| (a, w)))
-            .collect();
-        // Each task's products, activation row by weight row.
-        let products: Vec<Vec<f32>> = tasks
-            .par_iter()
-            .map(|&(a, w)| {
+        let tasks = n.div_ceil(ACTIVATION_ROWS_PER_TASK) * weight_tasks;
+        // Each task's products, activation row by weight row, a whole task's room apart
+        // (the last tasks of each kind fill less of theirs).
+        let stride = n.min(ACTIVATION_ROWS_PER_TASK) * WEIGHT_ROWS_PER_TASK;
+        if products.len() < tasks * stride {
+            products.resize(tasks * stride, 0.0);
+        }
+        products[..tasks * stride]
+            .par_chunks_mut(stride)
+            .enumerate()
+            .for_each(|(task, out)| {
+                let (a, w) = (task / weight_tasks, task % weight_tasks);
                 let tokens =
                     a * ACTIVATION_ROWS_PER_TASK..n.min((a + 1) * ACTIVATION_ROWS_PER_TASK);
                 let rows = w * WEIGHT_ROWS_PER_TASK..self.rows.min((w + 1) * WEIGHT_ROWS_PER_TASK);
                 let weights = &self.blocks[rows.start * per_row..rows.end * per_row];
-                activations.product(weights, tokens)
-            })
-            .collect();
+                activations.product(weights, tokens, out);
+            });
+        let products = &products[..tasks * stride];
         // Every value is overwritten: the buffer is resized, not cleared.
         result.resize(n * self.rows, 0.0);
         result
@@ -239,7 +255,7 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                     token / ACTIVATION_ROWS_PER_TASK,
                     token % ACTIVATION_ROWS_PER_TASK,
                 );
-                let task_products = &products[a * weight_tasks..(a + 1) * weight_tasks];
+                let task_products = products[a * weight_tasks * stride..].chunks(stride);
                 for (out, values) in out.chunks_mut(WEIGHT_ROWS_PER_TASK).zip(task_products) {
                     let width = out.len();
                     out.copy_from_slice(&values[i * width..(i + 1) * width]);
@@ -248,35 +264,61 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     }
 }
 
-/// A matmul's activation rows, quantised: the whole tiles of [`TILE`] rows interleaved
-/// block by block, then the rows after the last whole tile one by one.
-struct QuantisedRows {
-    per_row: usize,
+/// A matmul's buffers, kept by the caller between matmuls: fresh ones each time cost the
+/// kernel a page clearing for every few hundred kilobytes of them (the allocator gives
+/// freed pages back to the host within milliseconds).
+#[derive(Default)]
+pub struct MatmulScratch {
     tiles: Vec<TileBlock>,
     rest: Vec<ActivationBlock>,
+    products: Vec<f32>,
 }
 
-impl QuantisedRows {
-    /// `x` (`n x cols`, row-major), quantised in parallel.
-    fn new(x: &[f32], n: usize, cols: usize) -> Self {
+/// A matmul's activation rows, quantised: the whole tiles of [`TILE`] rows interleaved
+/// block by block, then the rows after the last whole tile one by one.
+struct QuantisedRows<'a> {
+    per_row: usize,
+    tiles: &'a [TileBlock],
+    rest: &'a [ActivationBlock],
+}
+
+impl<'a> QuantisedRows<'a> {
+    /// `x` (`n x cols`, row-major), quantised in parallel into the memory of `tiles` and
+    /// `rest`.
+    fn new(
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        tiles: &'a mut Vec<TileBlock>,
+        rest: &'a mut Vec<ActivationBlock>,
+    ) -> Self {
         let per_row = cols / BLOCK;
         let tiled = n / TILE * TILE;
-        let tiles = x[..tiled * cols]
-            .par_chunks(QUANTISED_ROWS_PER_TASK * cols)
-            .flat_map_iter(|rows| {
-                rows.chunks_exact(TILE * cols).flat_map(move |tile| {
-                    (0..per_row).map(move |j| {
-                        TileBlock::new(std::array::from_fn(|t| {
+        let count = tiled / TILE * per_row;
+        if tiles.len() < count {
+            let zero = ActivationBlock {
+                d: 0.0,
+                s: 0.0,
+                qs: [0; BLOCK],
+            };
+            tiles.resize(count, TileBlock::new([zero; TILE]));
+        }
+        let tiles = &mut tiles[..count];
+        tiles
+            .par_chunks_mut(QUANTISED_ROWS_PER_TASK / TILE * per_row)
+            .zip(x[..tiled * cols].par_chunks(QUANTISED_ROWS_PER_TASK * cols))
+            .for_each(|(blocks, rows)| {
+                let tiles = blocks.chunks_exact_mut(per_row);
+                for (blocks, tile) in tiles.zip(rows.chunks_exact(TILE * cols)) {
+                    for (j, block) in blocks.iter_mut().enumerate() {
+                        *block = TileBlock::new(std::array::from_fn(|t| {
                             quantise(&tile[t * cols + j * BLOCK..t * cols + (j + 1) * BLOCK])
-                        }))
-                    })
-                })
-            })
-            .collect();
-        let rest = x[tiled * cols..n * cols]
-            .chunks_exact(BLOCK)
-            .map(quantise)
-            .collect();
+                        }));
+                    }
+                }
+            });
+        rest.clear();
+        rest.extend(x[tiled * cols..n * cols].chunks_exact(BLOCK).map(quantise));
         Self {
             per_row,
             tiles,
@@ -285,12 +327,12 @@ impl QuantisedRows {
     }
 
     /// The products of some weight rows (`per_row` blocks each) with the activation rows
-    /// `rows` (starting at a tile), activation row by weight row: the whole tiles through
-    /// [`WeightBlock::tile_dot`], the rows after them one by one.
-    fn product<B: WeightBlock>(&self, weights: &[B], rows: Range<usize>) -> Vec<f32> {
+    /// `rows` (starting at a tile), activation row by weight row, into the start of `out`:
+    /// the whole tiles through [`WeightBlock::tile_dot`], the rows after them one by one.
+    fn product<B: WeightBlock>(&self, weights: &[B], rows: Range<usize>, out: &mut [f32]) {
         let per_row = self.per_row;
         let width = weights.len() / per_row;
-        let mut out = vec![0.0f32; rows.len() * width];
+        let out = &mut out[..rows.len() * width];
         let tiled = self.tiles.len() / per_row * TILE;
         let tiled_end = rows.end.min(tiled).max(rows.start);
         let tile_rows = out[..(tiled_end - rows.start) * width].chunks_exact_mut(TILE * width);
@@ -325,7 +367,6 @@ impl QuantisedRows {
                 *value = B::row_dot(weight_row, activations);
             }
         }
-        out
     }
 }
 
