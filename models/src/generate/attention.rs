@@ -169,8 +169,12 @@ fn attend_task(
     let width = Width::configured();
     let hidden = shape.heads * d;
     let q_group = |i: usize| &q[i * hidden + kv_head * group * d..][..group * d];
+    // Each row's queries of the group, and the positions it sees.
+    let queries: Vec<(&[f32], usize)> = indices
+        .iter()
+        .map(|&i| (q_group(i), rows[i].pos + 1))
+        .collect();
     let mut out = vec![0.0f32; indices.len() * group * d];
-    let out_rows = indices.iter().zip(out.chunks_exact_mut(group * d));
     SCRATCH.with_borrow_mut(|scratch| {
         if indices.len() <= CACHED_ROWS && cache_lanes::applies(width, d) {
             let head = |data| CachedHead {
@@ -183,16 +187,7 @@ fn attend_task(
                 keys: head(&cache.k[layer]),
                 values: head(&cache.v[layer]),
             };
-            for (&i, out_row) in out_rows {
-                attend_group(
-                    width,
-                    q_group(i),
-                    &source,
-                    rows[i].pos + 1,
-                    scratch,
-                    out_row,
-                );
-            }
+            attend_rows(width, &source, &queries, scratch, &mut out);
             return;
         }
         let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
@@ -203,16 +198,7 @@ fn attend_task(
             stride: len,
             head_dim: d,
         };
-        for (&i, out_row) in out_rows {
-            attend_group(
-                width,
-                q_group(i),
-                &source,
-                rows[i].pos + 1,
-                scratch,
-                out_row,
-            );
-        }
+        attend_rows(width, &source, &queries, scratch, &mut out);
         (scratch.keys, scratch.values) = (keys, values);
     });
     out
@@ -254,6 +240,21 @@ fn widen(
         }
     }
     (keys, values)
+}
+
+/// Each row's group of query heads (`queries`: the heads, and the positions the row sees)
+/// over `source`, into its part of `out`.
+fn attend_rows<S: KeyValues>(
+    width: Width,
+    source: &S,
+    queries: &[(&[f32], usize)],
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    let per_row = out.len() / queries.len().max(1);
+    for (&(q, seen), out_row) in queries.iter().zip(out.chunks_exact_mut(per_row)) {
+        attend_group(width, q, source, seen, scratch, out_row);
+    }
 }
 
 /// One row's query heads of one KV head (`q`, `group x head_dim`) over its `seen`
