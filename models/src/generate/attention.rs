@@ -397,7 +397,7 @@ impl KeyValues for Cached<'_> {
     }
 
     fn score(&self, width: Width, query: &[f32], p: usize) -> f32 {
-        let mut key = [0.0f32; 256];
+        let mut key = [0.0f32; cache_lanes::MAX_HEAD_DIM];
         let key = &mut key[..self.keys.head_dim];
         self.keys.at(p).convert_to_f32_slice(key);
         lanes::dot(width, query, key)

@@ -37,7 +37,7 @@ pub fn applies(width: Width, head_dim: usize) -> bool {
 }
 
 /// The longest head these kernels take (their accumulators live on the stack).
-const MAX_HEAD_DIM: usize = 256;
+pub const MAX_HEAD_DIM: usize = 256;
 
 /// The scores of `M` queries with the keys at positions `first..first + 4`: each
 /// [`lanes::dot`] of a query with a key, bit for bit.
