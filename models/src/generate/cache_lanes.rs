@@ -48,6 +48,8 @@ pub fn dot_block<const M: usize>(
 ) -> [[f32; 4]; M] {
     let rows: [&[f16]; 4] = std::array::from_fn(|k| keys.at(first + k));
     #[cfg(target_arch = "x86_64")]
+    prefetch(keys, first + PREFETCH_AHEAD, 4);
+    #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time); every row is
         // `head_dim` long, a whole number of registers ([`applies`]).
@@ -65,6 +67,28 @@ pub fn dot_block<const M: usize>(
     lanes::dot_block(Width::Eight, queries, widened)
 }
 
+/// How many positions ahead of those it reads a kernel asks for: enough to cover the
+/// memory's latency at a few nanoseconds a position.
+const PREFETCH_AHEAD: usize = 16;
+
+/// Asks the CPU to bring positions `first..first + count` of `head` into its caches. A
+/// prefetch reads nothing and cannot fault, so positions past the cache cost nothing.
+#[cfg(target_arch = "x86_64")]
+fn prefetch(head: CachedHead<'_>, first: usize, count: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let bytes = head.head_dim * size_of::<f16>();
+    for p in first..first + count {
+        let row = head.data.as_ptr().wrapping_add(at(head, p)).cast::<i8>();
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: every x86-64 CPU has SSE; a prefetch of any address is sound.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(line))
+            };
+        }
+    }
+}
+
 /// `out[m * head_dim + i] = Σ_p weights[m][p] · values[p][i]` over the positions
 /// `0..weights[m].len()`, position `p` into lane `p % 8` with fused multiply-adds and the
 /// lanes reduced as [`lanes::hsum`]: [`lanes::dot`] of the weights with a column of the
@@ -74,6 +98,13 @@ pub fn weighted_values<const M: usize>(
     values: CachedHead<'_>,
     out: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() && values.head_dim.is_multiple_of(avx512::DIMS) {
+        // SAFETY: the CPU has AVX-512F, AVX2, FMA and F16C (checked at run time); the
+        // head is a whole number of its registers.
+        #[allow(unsafe_code)]
+        return unsafe { avx512::weighted_values(weights, values, out) };
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: as in `dot_block`.
@@ -110,7 +141,7 @@ mod avx2 {
 
     use half::f16;
 
-    use super::{CachedHead, LANES};
+    use super::{CachedHead, LANES, ahead, at, checked};
     use crate::generate::lanes::avx2::hsum4;
 
     pub fn available() -> bool {
@@ -162,49 +193,159 @@ mod avx2 {
         totals
     }
 
-    /// [`super::weighted_values`]: for each query head and each 8 dimensions, one
-    /// register per lane (position `p` into register `p % 8`), reduced across registers
-    /// in [`crate::generate::lanes::hsum`]'s order.
+    /// [`super::weighted_values`]: for each 8 dimensions, one register per head and lane
+    /// (position `p` into lane register `p % 8`), each value widened once for all the
+    /// heads, reduced across registers in [`crate::generate::lanes::hsum`]'s order. The
+    /// lanes go in two passes of four (positions `p % 8 < 4`, then the rest), so that three
+    /// heads' registers fit in the sixteen there are.
     ///
     /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `values.head_dim` must be a multiple of 8,
-    /// `out` `M * head_dim` long, and every position of the weights in `values`.
+    /// The CPU must have AVX2, FMA and F16C; `values.head_dim` must be a multiple of 8.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn weighted_values<const M: usize>(
         weights: [&[f32]; M],
         values: CachedHead<'_>,
         out: &mut [f32],
     ) {
-        let d = values.head_dim;
-        let seen = weights[0].len();
-        assert!(out.len() >= M * d && (seen == 0 || values.at(seen - 1).len() == d));
-        for (m, weights) in weights.iter().enumerate() {
-            let weights = &weights[..seen];
-            for first in (0..d).step_by(LANES) {
-                let mut acc = [_mm256_setzero_ps(); LANES];
-                // Eight positions at a time, one into each lane's register (constant
-                // indices, so the registers stay registers), then the last few.
-                for start in (0..seen).step_by(LANES) {
-                    for (lane, acc) in acc.iter_mut().enumerate() {
-                        let p = start + lane;
-                        if p < seen {
-                            // SAFETY: position `p < seen` is in `values` (asserted), and
-                            // its dimensions `first..first + 8` within its `d`.
-                            unsafe {
-                                let value = widen(values.at(p).as_ptr().add(first));
-                                *acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[p]), value, *acc);
-                            }
-                        }
+        let (d, seen) = (values.head_dim, weights[0].len());
+        let weights = checked(weights, values, out);
+        let whole = seen / LANES * LANES;
+        for first in (0..d).step_by(LANES) {
+            let mut lanes = [[_mm256_setzero_ps(); LANES]; M];
+            for half in [0, LANES / 2] {
+                let mut acc = [[_mm256_setzero_ps(); LANES / 2]; M];
+                let mut add = |p: usize, l: usize| {
+                    // SAFETY: `p < seen`, checked by `checked`; dimensions `first..first + 8`
+                    // are within the position's `d`.
+                    let value = unsafe { widen(values.data.as_ptr().add(at(values, p) + first)) };
+                    _mm_prefetch::<_MM_HINT_T0>(ahead(values, p, first));
+                    for (acc, weights) in acc.iter_mut().zip(weights) {
+                        // SAFETY: every weight row is `seen` long (`checked`).
+                        let weight = unsafe { *weights.get_unchecked(p) };
+                        acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(weight), value, acc[l]);
+                    }
+                };
+                for start in (0..whole).step_by(LANES) {
+                    for l in 0..LANES / 2 {
+                        add(start + half + l, l);
                     }
                 }
+                for l in 0..LANES / 2 {
+                    if whole + half + l < seen {
+                        add(whole + half + l, l);
+                    }
+                }
+                for (lanes, acc) in lanes.iter_mut().zip(acc) {
+                    lanes[half..half + LANES / 2].copy_from_slice(&acc);
+                }
+            }
+            for (m, lanes) in lanes.iter().enumerate() {
                 let quarters: [__m256; 4] =
-                    std::array::from_fn(|i| _mm256_add_ps(acc[i], acc[i + 4]));
+                    std::array::from_fn(|i| _mm256_add_ps(lanes[i], lanes[i + 4]));
                 let total = _mm256_add_ps(
                     _mm256_add_ps(quarters[0], quarters[2]),
                     _mm256_add_ps(quarters[1], quarters[3]),
                 );
-                // SAFETY: `m * d + first + 8 <= M * d <= out.len()`.
+                // SAFETY: `m * d + first + 8 <= M * d <= out.len()` (`checked`).
                 unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(m * d + first), total) };
+            }
+        }
+    }
+}
+
+/// Where position `p`'s values start in `head.data`.
+#[cfg(target_arch = "x86_64")]
+fn at(head: CachedHead<'_>, p: usize) -> usize {
+    p * head.stride + head.offset
+}
+
+/// The address of dimension `first` of the position [`PREFETCH_AHEAD`] after `p`, for a
+/// prefetch (which reads nothing and cannot fault, so it may lie past the cache).
+#[cfg(target_arch = "x86_64")]
+fn ahead(head: CachedHead<'_>, p: usize, first: usize) -> *const i8 {
+    let at = at(head, p + PREFETCH_AHEAD) + first;
+    head.data.as_ptr().wrapping_add(at).cast()
+}
+
+/// The weights cut to the first row's length, once every bound the SIMD kernels of
+/// [`weighted_values`] rely on is checked: each weight row as long as the first, every
+/// position of the weights in `values`, and `out` room for each head's `head_dim`.
+#[cfg(target_arch = "x86_64")]
+fn checked<'w, const M: usize>(
+    weights: [&'w [f32]; M],
+    values: CachedHead<'_>,
+    out: &[f32],
+) -> [&'w [f32]; M] {
+    let seen = weights[0].len();
+    assert!(weights.iter().all(|row| row.len() == seen));
+    assert!(out.len() >= M * values.head_dim);
+    assert!(seen == 0 || at(values, seen - 1) + values.head_dim <= values.data.len());
+    weights
+}
+
+/// AVX-512: [`super::weighted_values`] sixteen dimensions a register, all eight lanes of
+/// three heads in registers at once (24 of the 32): each value widened once, and the
+/// dimensions' sums in the same order as the AVX2 kernel's, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{CachedHead, LANES, ahead, at, checked};
+
+    /// Dimensions in one register.
+    pub const DIMS: usize = 16;
+
+    pub fn available() -> bool {
+        super::avx2::available() && is_x86_feature_detected!("avx512f")
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512F, AVX2, FMA and F16C; `values.head_dim` must be a
+    /// multiple of [`DIMS`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub unsafe fn weighted_values<const M: usize>(
+        weights: [&[f32]; M],
+        values: CachedHead<'_>,
+        out: &mut [f32],
+    ) {
+        let (d, seen) = (values.head_dim, weights[0].len());
+        let weights = checked(weights, values, out);
+        let whole = seen / LANES * LANES;
+        for first in (0..d).step_by(DIMS) {
+            let mut acc = [[_mm512_setzero_ps(); LANES]; M];
+            let mut add = |p: usize, l: usize| {
+                // SAFETY: as in the AVX2 kernel, for 16 dimensions within the position's `d`.
+                _mm_prefetch::<_MM_HINT_T0>(ahead(values, p, first));
+                let value = unsafe {
+                    let from = values.data.as_ptr().add(at(values, p) + first);
+                    _mm512_cvtph_ps(_mm256_loadu_si256(from.cast()))
+                };
+                for (acc, weights) in acc.iter_mut().zip(weights) {
+                    // SAFETY: every weight row is `seen` long (`checked`).
+                    let weight = unsafe { *weights.get_unchecked(p) };
+                    acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(weight), value, acc[l]);
+                }
+            };
+            for start in (0..whole).step_by(LANES) {
+                for l in 0..LANES {
+                    add(start + l, l);
+                }
+            }
+            for l in 0..LANES {
+                if whole + l < seen {
+                    add(whole + l, l);
+                }
+            }
+            for (m, lanes) in acc.iter().enumerate() {
+                let quarters: [__m512; 4] =
+                    std::array::from_fn(|i| _mm512_add_ps(lanes[i], lanes[i + 4]));
+                let total = _mm512_add_ps(
+                    _mm512_add_ps(quarters[0], quarters[2]),
+                    _mm512_add_ps(quarters[1], quarters[3]),
+                );
+                // SAFETY: `m * d + first + 16 <= M * d <= out.len()` (`checked`).
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(m * d + first), total) };
             }
         }
     }
@@ -274,22 +415,41 @@ mod tests {
                 })
                 .collect();
             let weights: [&[f32]; M] = std::array::from_fn(|m| weights[m].as_slice());
-            let mut simd = vec![0.0f32; M * d];
-            weighted_values(weights, values, &mut simd);
+            // The dispatched kernel, the portable loop, and each SIMD kernel the CPU has.
+            let mut results = vec![("dispatched", vec![0.0f32; M * d])];
+            weighted_values(weights, values, &mut results[0].1);
             let mut portable = vec![0.0f32; M * d];
             weighted_values_portable(weights, values, &mut portable);
+            results.push(("portable", portable));
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            {
+                if avx2::available() {
+                    let mut simd = vec![0.0f32; M * d];
+                    // SAFETY: the CPU has the kernel's features; `d` is a multiple of 8.
+                    unsafe { avx2::weighted_values(weights, values, &mut simd) };
+                    results.push(("avx2", simd));
+                }
+                if avx512::available() && d.is_multiple_of(avx512::DIMS) {
+                    let mut simd = vec![0.0f32; M * d];
+                    // SAFETY: the CPU has the kernel's features; `d` is a multiple of 16.
+                    unsafe { avx512::weighted_values(weights, values, &mut simd) };
+                    results.push(("avx512", simd));
+                }
+            }
             for (m, weights) in weights.iter().enumerate() {
                 for i in 0..d {
                     let column: Vec<f32> = (0..seen).map(|p| widened(values, p)[i]).collect();
                     let alone = lanes::dot(Width::Eight, weights, &column);
-                    let at = m * d + i;
-                    assert_eq!(simd[at].to_bits(), alone.to_bits(), "d {d} seen {seen}");
-                    assert_eq!(portable[at].to_bits(), alone.to_bits(), "d {d} seen {seen}");
+                    for (kernel, result) in &results {
+                        let got = result[m * d + i];
+                        assert_eq!(got.to_bits(), alone.to_bits(), "{kernel} d {d} seen {seen}");
+                    }
                 }
             }
         }
-        for seen in [1, 7, 8, 9, 17, 64, 301] {
-            for d in [8, 64] {
+        for seen in [0, 1, 3, 7, 8, 9, 12, 17, 64, 301] {
+            for d in [8, 16, 48, 64, 128] {
                 check::<1>(d, seen);
                 check::<2>(d, seen);
                 check::<3>(d, seen);
