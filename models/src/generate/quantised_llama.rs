@@ -194,7 +194,21 @@ impl QuantisedLlama {
     /// logits of each row that asked for them, in row order. Rows of one sequence must come
     /// in position order, and every earlier position of a row's sequence must be in its
     /// slot already or among the rows before it.
+    ///
+    /// The step runs on a thread of rayon's pool: its few hundred parallel loops then split
+    /// work between the pool's threads, where from any other thread each one was handed to
+    /// the pool and waited for, two thread switches a loop.
     pub fn forward(
+        &self,
+        rows: &[Row],
+        kv: &mut KvArena,
+        buffers: &mut StepBuffers,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        rayon::scope(|_| self.forward_in_pool(rows, kv, buffers))
+    }
+
+    /// [`QuantisedLlama::forward`], on whichever thread calls it.
+    fn forward_in_pool(
         &self,
         rows: &[Row],
         kv: &mut KvArena,
