@@ -315,8 +315,8 @@ mod avx512 {
         for first in (0..d).step_by(DIMS) {
             let mut acc = [[_mm512_setzero_ps(); LANES]; M];
             let mut add = |p: usize, l: usize| {
-                // SAFETY: as in the AVX2 kernel, for 16 dimensions within the position's `d`.
                 _mm_prefetch::<_MM_HINT_T0>(ahead(values, p, first));
+                // SAFETY: as in the AVX2 kernel, for 16 dimensions within the position's `d`.
                 let value = unsafe {
                     let from = values.data.as_ptr().add(at(values, p) + first);
                     _mm512_cvtph_ps(_mm256_loadu_si256(from.cast()))
