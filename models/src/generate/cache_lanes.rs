@@ -141,7 +141,7 @@ mod avx2 {
 
     use half::f16;
 
-    use super::{CachedHead, LANES, ahead, at, checked};
+    use super::{CachedHead, LANES, ahead, at, checked, reduce_lanes};
     use crate::generate::lanes::avx2::hsum4;
 
     pub fn available() -> bool {
@@ -240,12 +240,7 @@ mod avx2 {
                 }
             }
             for (m, lanes) in lanes.iter().enumerate() {
-                let quarters: [__m256; 4] =
-                    std::array::from_fn(|i| _mm256_add_ps(lanes[i], lanes[i + 4]));
-                let total = _mm256_add_ps(
-                    _mm256_add_ps(quarters[0], quarters[2]),
-                    _mm256_add_ps(quarters[1], quarters[3]),
-                );
+                let total = reduce_lanes(*lanes, |a, b| _mm256_add_ps(a, b));
                 // SAFETY: `m * d + first + 8 <= M * d <= out.len()` (`checked`).
                 unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(m * d + first), total) };
             }
@@ -257,6 +252,16 @@ mod avx2 {
 #[cfg(target_arch = "x86_64")]
 fn at(head: CachedHead<'_>, p: usize) -> usize {
     p * head.stride + head.offset
+}
+
+/// Eight lane registers (position `p` in register `p % 8`) reduced in [`lanes::hsum`]'s
+/// order, with their type's addition: the one reduction both SIMD kernels of
+/// [`weighted_values`] end with.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn reduce_lanes<T: Copy>(lanes: [T; LANES], add: impl Fn(T, T) -> T) -> T {
+    let quarters: [T; 4] = std::array::from_fn(|i| add(lanes[i], lanes[i + 4]));
+    add(add(quarters[0], quarters[2]), add(quarters[1], quarters[3]))
 }
 
 /// The address of dimension `first` of the position [`PREFETCH_AHEAD`] after `p`, for a
@@ -291,7 +296,7 @@ fn checked<'w, const M: usize>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{CachedHead, LANES, ahead, at, checked};
+    use super::{CachedHead, LANES, ahead, at, checked, reduce_lanes};
 
     /// Dimensions in one register.
     pub const DIMS: usize = 16;
@@ -338,12 +343,7 @@ mod avx512 {
                 }
             }
             for (m, lanes) in acc.iter().enumerate() {
-                let quarters: [__m512; 4] =
-                    std::array::from_fn(|i| _mm512_add_ps(lanes[i], lanes[i + 4]));
-                let total = _mm512_add_ps(
-                    _mm512_add_ps(quarters[0], quarters[2]),
-                    _mm512_add_ps(quarters[1], quarters[3]),
-                );
+                let total = reduce_lanes(*lanes, |a, b| _mm512_add_ps(a, b));
                 // SAFETY: `m * d + first + 16 <= M * d <= out.len()` (`checked`).
                 unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(m * d + first), total) };
             }
