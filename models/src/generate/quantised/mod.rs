@@ -1,188 +1,181 @@
-//! Quantised weights kept as the GGUF file stores them (Q4_1, Q8_0), multiplied the way
-//! llama.cpp does: each activation row is quantised to 8 bits per block of 32 (a scale,
-//! and for Q4_1 the scaled sum too), each block's integer products are exact, and the
-//! blocks' scaled products are summed in 8 lanes of 4 values each with fused
-//! multiply-adds (`lanes.rs`). candle reads Q4_1 only with a scalar loop (8 tokens/s for
-//! SmolLM2-135M on 2 cores), and its Q8_0 kernel rounds activations differently;
-//! requantising to Q8_0 ran fast but moved the logits far enough from llama.cpp's to fork
-//! greedy decoding (BENCHMARKS.md).
+//! Quantised weights from GGUF files (Q4_1, Q8_0), multiplied the way llama.cpp's Q4_1 x
+//! Q8_1 and Q8_0 x Q8_0 dot products do: each activation row is quantised to 8 bits per
+//! block of 32 (a scale, and the scaled sum for Q4_1's minimum), and each block's integer
+//! products are exact. Each block's integer sum is then scaled into its row's sum with one
+//! fused multiply-add (`d_w * d_a`, one f32 product), block after block, and the minimums'
+//! products (`m_w * s_a`) are summed beside it and added at the end: llama.cpp's reference
+//! loop's order. candle reads Q4_1 only with a scalar loop (8 tokens/s for SmolLM2-135M on
+//! 2 cores), and its Q8_0 kernel rounds activations differently; requantising to Q8_0 ran
+//! fast but moved the logits far enough from llama.cpp's to fork greedy decoding
+//! (BENCHMARKS.md).
 //!
-//! A matmul quantises its activation rows once, [`TILE`] rows at a time interleaved block
-//! by block ([`TileBlock`]), so that one weight block meets all of a tile's rows in a few
-//! registers. The SIMD kernels (`x86.rs`: AVX2, and AVX-512 with VNNI) are picked at run
-//! time; every kernel gives the portable loop's sums bit for bit.
+//! The weights are laid out at load in panels of [`PANEL`] rows (`blocks.rs`), so that a
+//! 512-bit register's 16 lanes are 16 rows and each lane ends a block with its row's
+//! integer sum: the kernels' float work is one multiply-add per row and block. A matmul
+//! quantises its activation rows once; a kernel call takes one panel and up to [`TILE`]
+//! activation rows. The SIMD kernels (`x86.rs`: AVX2, and AVX-512 with VNNI) are picked at
+//! run time; every kernel gives the portable loop's sums bit for bit, and a row's sums do
+//! not depend on the rows it is batched with.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::lanes::{self, LANES};
 use crate::ModelError;
-pub use blocks::{ActivationBlock, Q4_1, Q8_0, TILE, TileBlock};
-use blocks::{BLOCK, activation_block, half};
+pub use blocks::{ActivationBlock, PANEL, Q4_1, Q8_0, TILE};
+use blocks::{BLOCK, activation_block};
 
 mod blocks;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86;
 
-/// Weight rows, and activation rows, of one parallel task: its weights stay in L1 while
-/// its activation rows pass them, and a step of any shape makes enough tasks for every
-/// core. Activation rows come in whole tiles.
-const WEIGHT_ROWS_PER_TASK: usize = 32;
+/// Weight rows, and activation rows, of one parallel task: its weights stay in L1 or L2
+/// while its activation rows pass them, and a step of any shape makes enough tasks for
+/// every core.
+const WEIGHT_ROWS_PER_TASK: usize = 2 * PANEL;
 const ACTIVATION_ROWS_PER_TASK: usize = 32 * TILE;
 /// Activation rows quantised by one parallel task.
 const QUANTISED_ROWS_PER_TASK: usize = 8 * TILE;
 
-/// A block of weights of one GGUF type.
+/// One block of [`PANEL`] weight rows of one GGUF type.
 pub trait WeightBlock: Copy + Send + Sync {
     /// The type's name, for errors.
     const NAME: &'static str;
-    /// Bytes of one block in the file.
+    /// Bytes of one row's block in the file.
     const BYTES: usize;
-    fn read(bytes: &[u8]) -> Self;
-    /// Adds the block's product with `a` to the lanes (and to `offsets`, for types with a
-    /// minimum).
-    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], offsets: &mut f32);
+    /// Whether the type has a minimum per block (`value = d * q + m`).
+    const HAS_MINIMUM: bool;
 
-    /// `Σ` over a row's blocks: the SIMD kernel where the CPU has one, else the portable
-    /// loop (the same sums in the same order).
-    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
-        row_dot(weights, activations)
-    }
+    /// A panel block from one file block of each row; rows past the matrix are `None`.
+    fn from_file(rows: [Option<&[u8]>; PANEL]) -> Self;
+    /// Row `r`'s exact integer sum of products with `a`.
+    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32;
+    /// Each row's scale `d`.
+    fn scales(&self) -> &[f32; PANEL];
+    /// Each row's minimum `m` (zeros for types without one).
+    fn minimums(&self) -> [f32; PANEL];
 
-    /// [`WeightBlock::row_dot`] of one weight row with a tile's [`TILE`] activation rows,
-    /// each sum taken in the same order as alone (so the same bits).
-    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
-        tile_dot(weights, tiles)
-    }
-
-    /// [`WeightBlock::tile_dot`] of two weight rows with the same tile (the same bits as
-    /// two calls).
-    fn tile_dot_two(weights: [&[Self]; 2], tiles: &[TileBlock]) -> [[f32; TILE]; 2] {
-        weights.map(|row| Self::tile_dot(row, tiles))
-    }
+    /// The products of a panel (`per_row` blocks) with `T` activation rows: the SIMD kernel
+    /// where the CPU has one, else [`panel_dot`] (the same sums in the same order).
+    fn panel_dot<const T: usize>(
+        panel: &[Self],
+        rows: [&[ActivationBlock]; T],
+    ) -> [[f32; PANEL]; T];
 }
 
 impl WeightBlock for Q4_1 {
     const NAME: &'static str = "Q4_1";
-    const BYTES: usize = 20;
+    const BYTES: usize = Q4_1::FILE_BYTES;
+    const HAS_MINIMUM: bool = true;
 
-    fn read(bytes: &[u8]) -> Self {
-        Self {
-            d: half(&bytes[0..2]),
-            m: half(&bytes[2..4]),
-            qs: bytes[4..20].try_into().expect("16 bytes"),
-        }
+    fn from_file(rows: [Option<&[u8]>; PANEL]) -> Self {
+        Q4_1::from_file(rows)
     }
 
-    #[inline(always)]
-    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], offsets: &mut f32) {
-        let scale = self.d * a.d;
-        for (lane, sum) in lanes.iter_mut().enumerate() {
-            let mut products = 0i32;
-            for t in 0..4 {
-                let j = 4 * lane + t;
-                let q = if j < 16 {
-                    self.qs[j] & 0x0f
-                } else {
-                    self.qs[j - 16] >> 4
-                };
-                products += i32::from(q) * i32::from(a.qs[j]);
-            }
-            *sum = scale.mul_add(products as f32, *sum);
-        }
-        *offsets = self.m.mul_add(a.s, *offsets);
+    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32 {
+        (0..BLOCK)
+            .map(|j| self.value(r, j) * i32::from(a.qs[j]))
+            .sum()
     }
 
-    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+    fn scales(&self) -> &[f32; PANEL] {
+        &self.d
+    }
+
+    fn minimums(&self) -> [f32; PANEL] {
+        self.m
+    }
+
+    fn panel_dot<const T: usize>(
+        panel: &[Self],
+        rows: [&[ActivationBlock]; T],
+    ) -> [[f32; PANEL]; T] {
         // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Avx512 => return unsafe { x86::avx512::q4_1_row_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { x86::avx2::q4_1_row_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q4_1_panel_dot(panel, rows) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q4_1_panel_dot(panel, rows) },
             Kernels::Portable => {}
         }
-        row_dot(weights, activations)
-    }
-
-    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
-        // SAFETY: the CPU has the kernels' target features (checked at run time).
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        match kernels() {
-            Kernels::Avx512 => return unsafe { x86::avx512::q4_1_tile_dot(weights, tiles) },
-            Kernels::Avx2 => return unsafe { x86::avx2::q4_1_tile_dot(weights, tiles) },
-            Kernels::Portable => {}
-        }
-        tile_dot(weights, tiles)
-    }
-
-    fn tile_dot_two(weights: [&[Self]; 2], tiles: &[TileBlock]) -> [[f32; TILE]; 2] {
-        // SAFETY: the CPU has the kernel's target features (checked at run time). AVX2 has
-        // half the registers: two rows' sums and their operands do not fit (measured slower).
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        if kernels() == Kernels::Avx512 {
-            return unsafe { x86::avx512::q4_1_tile_dot_two(weights, tiles) };
-        }
-        weights.map(|row| Self::tile_dot(row, tiles))
+        panel_dot(panel, rows)
     }
 }
 
 impl WeightBlock for Q8_0 {
     const NAME: &'static str = "Q8_0";
-    const BYTES: usize = 34;
+    const BYTES: usize = Q8_0::FILE_BYTES;
+    const HAS_MINIMUM: bool = false;
 
-    fn read(bytes: &[u8]) -> Self {
-        Self {
-            d: half(&bytes[0..2]),
-            qs: std::array::from_fn(|i| bytes[2 + i] as i8),
-        }
+    fn from_file(rows: [Option<&[u8]>; PANEL]) -> Self {
+        Q8_0::from_file(rows)
     }
 
-    #[inline(always)]
-    fn accumulate(&self, a: &ActivationBlock, lanes: &mut [f32; LANES], _: &mut f32) {
-        let scale = self.d * a.d;
-        for (lane, sum) in lanes.iter_mut().enumerate() {
-            let products: i32 = (4 * lane..4 * lane + 4)
-                .map(|j| i32::from(self.qs[j]) * i32::from(a.qs[j]))
-                .sum();
-            *sum = scale.mul_add(products as f32, *sum);
-        }
+    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32 {
+        (0..BLOCK)
+            .map(|j| self.value(r, j) * i32::from(a.qs[j]))
+            .sum()
     }
 
-    fn row_dot(weights: &[Self], activations: &[ActivationBlock]) -> f32 {
+    fn scales(&self) -> &[f32; PANEL] {
+        &self.d
+    }
+
+    fn minimums(&self) -> [f32; PANEL] {
+        [0.0; PANEL]
+    }
+
+    fn panel_dot<const T: usize>(
+        panel: &[Self],
+        rows: [&[ActivationBlock]; T],
+    ) -> [[f32; PANEL]; T] {
         // SAFETY: the CPU has the kernels' target features (checked at run time).
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         match kernels() {
-            Kernels::Avx512 => return unsafe { x86::avx512::q8_0_row_dot(weights, activations) },
-            Kernels::Avx2 => return unsafe { x86::avx2::q8_0_row_dot(weights, activations) },
+            Kernels::Avx512 => return unsafe { x86::avx512::q8_0_panel_dot(panel, rows) },
+            Kernels::Avx2 => return unsafe { x86::avx2::q8_0_panel_dot(panel, rows) },
             Kernels::Portable => {}
         }
-        row_dot(weights, activations)
-    }
-
-    fn tile_dot(weights: &[Self], tiles: &[TileBlock]) -> [f32; TILE] {
-        // SAFETY: the CPU has the kernels' target features (checked at run time).
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        match kernels() {
-            Kernels::Avx512 => return unsafe { x86::avx512::q8_0_tile_dot(weights, tiles) },
-            Kernels::Avx2 => return unsafe { x86::avx2::q8_0_tile_dot(weights, tiles) },
-            Kernels::Portable => {}
-        }
-        tile_dot(weights, tiles)
+        panel_dot(panel, rows)
     }
 }
 
-/// A `rows x cols` matrix of quantised blocks (rows are output features).
+/// The portable kernel, for CPUs without AVX2 and FMA, and the reference of the tests:
+/// for each activation row and weight row, block after block, the integer sum scaled by
+/// `d_w * d_a` into the sum with a fused multiply-add, and `m_w * s_a` into the offsets;
+/// the two added at the end (types without a minimum return the sums).
+fn panel_dot<B: WeightBlock, const T: usize>(
+    panel: &[B],
+    rows: [&[ActivationBlock]; T],
+) -> [[f32; PANEL]; T] {
+    rows.map(|row| {
+        let mut sums = [0.0f32; PANEL];
+        let mut offsets = [0.0f32; PANEL];
+        for (w, a) in panel.iter().zip(row) {
+            let minimums = w.minimums();
+            for r in 0..PANEL {
+                let scale = w.scales()[r] * a.d;
+                sums[r] = scale.mul_add(w.integer_sum(r, a) as f32, sums[r]);
+                offsets[r] = minimums[r].mul_add(a.s, offsets[r]);
+            }
+        }
+        if B::HAS_MINIMUM {
+            std::array::from_fn(|r| sums[r] + offsets[r])
+        } else {
+            sums
+        }
+    })
+}
+
+/// A `rows x cols` matrix of quantised blocks (rows are output features), in panels of
+/// [`PANEL`] rows (the last one padded with zero rows).
 pub struct QuantisedMatrix<B> {
     rows: usize,
     cols: usize,
-    blocks: Vec<B>,
+    /// Panel `p`'s blocks are `panels[p * per_row..(p + 1) * per_row]`.
+    panels: Vec<B>,
 }
 
 impl<B: WeightBlock> QuantisedMatrix<B> {
@@ -196,8 +189,20 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                 bytes.len()
             )));
         }
-        let blocks = bytes.chunks_exact(B::BYTES).map(B::read).collect();
-        Ok(Self { rows, cols, blocks })
+        let per_row = cols / BLOCK;
+        let file_row = per_row * B::BYTES;
+        let panels = (0..rows.div_ceil(PANEL) * per_row)
+            .into_par_iter()
+            .map(|i| {
+                let (p, j) = (i / per_row, i % per_row);
+                B::from_file(std::array::from_fn(|r| {
+                    let row = p * PANEL + r;
+                    let start = row * file_row + j * B::BYTES;
+                    (row < rows).then(|| &bytes[start..start + B::BYTES])
+                }))
+            })
+            .collect();
+        Ok(Self { rows, cols, panels })
     }
 
     /// `x` (`n x cols`, row-major) times the matrix's transpose: `n x rows`.
@@ -219,11 +224,10 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
     ) {
         let per_row = self.cols / BLOCK;
         let MatmulScratch {
-            tiles,
-            rest,
+            activations,
             products,
         } = scratch;
-        let activations = QuantisedRows::new(x, n, self.cols, tiles, rest);
+        let activations = QuantisedRows::new(x, n, self.cols, activations);
         let weight_tasks = self.rows.div_ceil(WEIGHT_ROWS_PER_TASK);
         let tasks = n.div_ceil(ACTIVATION_ROWS_PER_TASK) * weight_tasks;
         // Each task's products, activation row by weight row, a whole task's room apart
@@ -232,6 +236,7 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
         if products.len() < tasks * stride {
             products.resize(tasks * stride, 0.0);
         }
+        let panels_per_task = WEIGHT_ROWS_PER_TASK / PANEL * per_row;
         products[..tasks * stride]
             .par_chunks_mut(stride)
             .enumerate()
@@ -239,9 +244,10 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
                 let (a, w) = (task / weight_tasks, task % weight_tasks);
                 let tokens =
                     a * ACTIVATION_ROWS_PER_TASK..n.min((a + 1) * ACTIVATION_ROWS_PER_TASK);
-                let rows = w * WEIGHT_ROWS_PER_TASK..self.rows.min((w + 1) * WEIGHT_ROWS_PER_TASK);
-                let weights = &self.blocks[rows.start * per_row..rows.end * per_row];
-                activations.product(weights, tokens, out);
+                let width = WEIGHT_ROWS_PER_TASK.min(self.rows - w * WEIGHT_ROWS_PER_TASK);
+                let first = w * panels_per_task;
+                let panels = &self.panels[first..self.panels.len().min(first + panels_per_task)];
+                activations.product(panels, width, tokens, out);
             });
         let products = &products[..tasks * stride];
         // Every value is overwritten: the buffer is resized, not cleared.
@@ -269,103 +275,81 @@ impl<B: WeightBlock> QuantisedMatrix<B> {
 /// freed pages back to the host within milliseconds).
 #[derive(Default)]
 pub struct MatmulScratch {
-    tiles: Vec<TileBlock>,
-    rest: Vec<ActivationBlock>,
+    activations: Vec<ActivationBlock>,
     products: Vec<f32>,
 }
 
-/// A matmul's activation rows, quantised: the whole tiles of [`TILE`] rows interleaved
-/// block by block, then the rows after the last whole tile one by one.
+/// A matmul's activation rows, quantised, row after row.
 struct QuantisedRows<'a> {
     per_row: usize,
-    tiles: &'a [TileBlock],
-    rest: &'a [ActivationBlock],
+    blocks: &'a [ActivationBlock],
 }
 
 impl<'a> QuantisedRows<'a> {
-    /// `x` (`n x cols`, row-major), quantised in parallel into the memory of `tiles` and
-    /// `rest`.
-    fn new(
-        x: &[f32],
-        n: usize,
-        cols: usize,
-        tiles: &'a mut Vec<TileBlock>,
-        rest: &'a mut Vec<ActivationBlock>,
-    ) -> Self {
+    /// `x` (`n x cols`, row-major), quantised in parallel into the memory of `blocks`.
+    fn new(x: &[f32], n: usize, cols: usize, blocks: &'a mut Vec<ActivationBlock>) -> Self {
         let per_row = cols / BLOCK;
-        let tiled = n / TILE * TILE;
-        let count = tiled / TILE * per_row;
-        if tiles.len() < count {
-            let zero = ActivationBlock {
-                d: 0.0,
-                s: 0.0,
-                qs: [0; BLOCK],
-            };
-            tiles.resize(count, TileBlock::new([zero; TILE]));
+        let count = n * per_row;
+        if blocks.len() < count {
+            blocks.resize(count, activation_block(0.0, 0, [0; BLOCK]));
         }
-        let tiles = &mut tiles[..count];
-        tiles
-            .par_chunks_mut(QUANTISED_ROWS_PER_TASK / TILE * per_row)
-            .zip(x[..tiled * cols].par_chunks(QUANTISED_ROWS_PER_TASK * cols))
-            .for_each(|(blocks, rows)| {
-                let tiles = blocks.chunks_exact_mut(per_row);
-                for (blocks, tile) in tiles.zip(rows.chunks_exact(TILE * cols)) {
-                    for (j, block) in blocks.iter_mut().enumerate() {
-                        *block = TileBlock::new(std::array::from_fn(|t| {
-                            quantise(&tile[t * cols + j * BLOCK..t * cols + (j + 1) * BLOCK])
-                        }));
-                    }
+        let blocks = &mut blocks[..count];
+        blocks
+            .par_chunks_mut(QUANTISED_ROWS_PER_TASK * per_row)
+            .zip(x[..n * cols].par_chunks(QUANTISED_ROWS_PER_TASK * cols))
+            .for_each(|(blocks, values)| {
+                for (block, values) in blocks.iter_mut().zip(values.chunks_exact(BLOCK)) {
+                    *block = quantise(values);
                 }
             });
-        rest.clear();
-        rest.extend(x[tiled * cols..n * cols].chunks_exact(BLOCK).map(quantise));
-        Self {
-            per_row,
-            tiles,
-            rest,
+        Self { per_row, blocks }
+    }
+
+    fn row(&self, i: usize) -> &[ActivationBlock] {
+        &self.blocks[i * self.per_row..(i + 1) * self.per_row]
+    }
+
+    /// The products of some panels (`width` weight rows) with the activation rows `rows`,
+    /// activation row by weight row, into the start of `out`: each panel against the rows
+    /// [`TILE`] at a time, then the rows after the last whole tile together.
+    fn product<B: WeightBlock>(
+        &self,
+        panels: &[B],
+        width: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        for (p, panel) in panels.chunks_exact(self.per_row).enumerate() {
+            let (first_weight, valid) = (p * PANEL, PANEL.min(width - p * PANEL));
+            let mut put = |row: usize, sums: &[f32; PANEL]| {
+                let at = (row - rows.start) * width + first_weight;
+                out[at..at + valid].copy_from_slice(&sums[..valid]);
+            };
+            let mut row = rows.start;
+            while row < rows.end {
+                let count = TILE.min(rows.end - row);
+                match count {
+                    4 => self.group::<B, 4>(panel, row, &mut put),
+                    3 => self.group::<B, 3>(panel, row, &mut put),
+                    2 => self.group::<B, 2>(panel, row, &mut put),
+                    _ => self.group::<B, 1>(panel, row, &mut put),
+                }
+                row += count;
+            }
         }
     }
 
-    /// The products of some weight rows (`per_row` blocks each) with the activation rows
-    /// `rows` (starting at a tile), activation row by weight row, into the start of `out`:
-    /// the whole tiles through [`WeightBlock::tile_dot`], the rows after them one by one.
-    fn product<B: WeightBlock>(&self, weights: &[B], rows: Range<usize>, out: &mut [f32]) {
-        let per_row = self.per_row;
-        let width = weights.len() / per_row;
-        let out = &mut out[..rows.len() * width];
-        let tiled = self.tiles.len() / per_row * TILE;
-        let tiled_end = rows.end.min(tiled).max(rows.start);
-        let tile_rows = out[..(tiled_end - rows.start) * width].chunks_exact_mut(TILE * width);
-        for (k, out_tile) in tile_rows.enumerate() {
-            let first = (rows.start / TILE + k) * per_row;
-            let tile = &self.tiles[first..first + per_row];
-            // Weight rows two at a time, the last alone where their number is odd.
-            let mut pairs = weights.chunks_exact(2 * per_row);
-            for (i, two_rows) in (&mut pairs).enumerate() {
-                let (first, second) = two_rows.split_at(per_row);
-                for (r, sums) in B::tile_dot_two([first, second], tile)
-                    .into_iter()
-                    .enumerate()
-                {
-                    for (t, value) in sums.into_iter().enumerate() {
-                        out_tile[t * width + 2 * i + r] = value;
-                    }
-                }
-            }
-            if !pairs.remainder().is_empty() {
-                let sums = B::tile_dot(pairs.remainder(), tile);
-                for (t, value) in sums.into_iter().enumerate() {
-                    out_tile[t * width + width - 1] = value;
-                }
-            }
-        }
-        for row in tiled_end..rows.end {
-            let first = (row - tiled) * per_row;
-            let activations = &self.rest[first..first + per_row];
-            let out_row = &mut out[(row - rows.start) * width..(row - rows.start + 1) * width];
-            for (value, weight_row) in out_row.iter_mut().zip(weights.chunks_exact(per_row)) {
-                *value = B::row_dot(weight_row, activations);
-            }
+    /// One panel's products with activation rows `first..first + T`, each row's handed
+    /// to `put`.
+    fn group<B: WeightBlock, const T: usize>(
+        &self,
+        panel: &[B],
+        first: usize,
+        put: &mut impl FnMut(usize, &[f32; PANEL]),
+    ) {
+        let sums = B::panel_dot::<T>(panel, std::array::from_fn(|t| self.row(first + t)));
+        for (t, sums) in sums.iter().enumerate() {
+            put(first + t, sums);
         }
     }
 }
@@ -399,28 +383,6 @@ fn quantise_portable(values: &[f32]) -> ActivationBlock {
     activation_block(d, sum, qs)
 }
 
-/// The portable kernel, for CPUs without AVX2 and FMA (and the reference in tests).
-fn row_dot<B: WeightBlock>(weights: &[B], activations: &[ActivationBlock]) -> f32 {
-    let mut sums = [0.0f32; LANES];
-    let mut offsets = 0.0f32;
-    for (w, a) in weights.iter().zip(activations) {
-        w.accumulate(a, &mut sums, &mut offsets);
-    }
-    lanes::hsum(sums) + offsets
-}
-
-/// The portable kernel of a tile: each of its rows through [`row_dot`]'s loop.
-fn tile_dot<B: WeightBlock>(weights: &[B], tiles: &[TileBlock]) -> [f32; TILE] {
-    std::array::from_fn(|t| {
-        let mut sums = [0.0f32; LANES];
-        let mut offsets = 0.0f32;
-        for (w, tile) in weights.iter().zip(tiles) {
-            w.accumulate(&tile.row(t), &mut sums, &mut offsets);
-        }
-        lanes::hsum(sums) + offsets
-    })
-}
-
 /// The SIMD kernels this CPU runs, found once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernels {
@@ -448,23 +410,38 @@ fn kernels() -> Kernels {
     })
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generate::quantised::blocks::half;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Module, Tensor};
+
+    fn weights(rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
+            .collect()
+    }
+
+    fn inputs(n: usize, cols: usize) -> Vec<f32> {
+        (0..n * cols)
+            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
+            .collect()
+    }
+
+    fn file_bytes(weights: &[f32], rows: usize, cols: usize, dtype: GgmlDType) -> Vec<u8> {
+        let w = Tensor::from_slice(weights, (rows, cols), &Device::Cpu).unwrap();
+        QTensor::quantize(&w, dtype).unwrap().data().unwrap().to_vec()
+    }
 
     /// The kernel against candle's own matmul of the type (the same arithmetic in another
     /// order, activations rounded a little differently) and the dequantised weights in f32.
     fn matches_candle_and_the_f32_product<B: WeightBlock>(dtype: GgmlDType) {
-        // More weight rows than a task takes, and activation rows for a tile and a rest.
-        let (rows, cols, n) = (70, 96, TILE + 3);
-        let weights: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
-            .collect();
-        let x: Vec<f32> = (0..n * cols)
-            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
-            .collect();
+        // Two tasks of weight rows, the last panel part empty, and a tile and a rest.
+        let (rows, cols, n) = (WEIGHT_ROWS_PER_TASK + 6, 96, TILE + 3);
+        let weights = weights(rows, cols);
+        let x = inputs(n, cols);
         let device = Device::Cpu;
         let w = Tensor::from_slice(&weights, (rows, cols), &device).unwrap();
         let quantised = QTensor::quantize(&w, dtype).unwrap();
@@ -506,119 +483,166 @@ mod tests {
         matches_candle_and_the_f32_product::<Q8_0>(GgmlDType::Q8_0);
     }
 
-    /// Every kernel set this CPU has (portable; AVX2; AVX-512 with VNNI), one row or a tile
-    /// at a time, gives the portable loop's sums bit for bit; so does the AVX2 quantiser.
+    /// llama.cpp's reference loop over one row's file blocks: each block's integer sum
+    /// scaled into the sum, the minimum's product into the offsets, added at the end.
+    fn reference_row(file_row: &[u8], a: &[ActivationBlock], q4_1: bool) -> f32 {
+        let (bytes, mut sum, mut offsets) = (if q4_1 { 20 } else { 34 }, 0.0f32, 0.0f32);
+        for (block, a) in file_row.chunks_exact(bytes).zip(a) {
+            let d = half(&block[0..2]);
+            let integer: i32 = (0..BLOCK)
+                .map(|j| {
+                    let q = if !q4_1 {
+                        i32::from(block[2 + j] as i8)
+                    } else if j < 16 {
+                        i32::from(block[4 + j] & 0x0f)
+                    } else {
+                        i32::from(block[4 + j - 16] >> 4)
+                    };
+                    q * i32::from(a.qs[j])
+                })
+                .sum();
+            sum = (d * a.d).mul_add(integer as f32, sum);
+            if q4_1 {
+                offsets = half(&block[2..4]).mul_add(a.s, offsets);
+            }
+        }
+        if q4_1 { sum + offsets } else { sum }
+    }
+
+    /// Every row of a matmul, tiled or left over, in tasks of any shape, is llama.cpp's
+    /// reference loop over the file's bytes bit for bit: how rows are batched, and which
+    /// kernel this CPU runs, never change a logit.
+    #[test]
+    fn a_matmul_row_is_the_reference_loop_whatever_the_batch() {
+        let (rows, cols) = (WEIGHT_ROWS_PER_TASK + 5, 64);
+        let n = ACTIVATION_ROWS_PER_TASK + TILE + 2;
+        let weights = weights(rows, cols);
+        let x = inputs(n, cols);
+        for (dtype, q4_1) in [(GgmlDType::Q4_1, true), (GgmlDType::Q8_0, false)] {
+            let mut bytes = file_bytes(&weights, rows, cols, dtype);
+            if !q4_1 {
+                // The type's extreme value, which the quantiser never writes.
+                bytes[2] = 0x80;
+            }
+            let all = if q4_1 {
+                QuantisedMatrix::<Q4_1>::from_gguf_bytes(&bytes, rows, cols)
+                    .unwrap()
+                    .forward(&x, n)
+            } else {
+                QuantisedMatrix::<Q8_0>::from_gguf_bytes(&bytes, rows, cols)
+                    .unwrap()
+                    .forward(&x, n)
+            };
+            let file_row = bytes.len() / rows;
+            for (i, row) in x.chunks_exact(cols).enumerate() {
+                let activations: Vec<ActivationBlock> =
+                    row.chunks_exact(BLOCK).map(quantise_portable).collect();
+                for r in 0..rows {
+                    let file = &bytes[r * file_row..(r + 1) * file_row];
+                    let expected = reference_row(file, &activations, q4_1);
+                    assert_eq!(all[i * rows + r], expected, "{dtype:?} {i}, {r}");
+                }
+            }
+        }
+    }
+
+    /// Every kernel set this CPU has (portable; AVX2; AVX-512 with VNNI), for one to
+    /// [`TILE`] activation rows, gives the portable loop's sums bit for bit; so does the
+    /// AVX2 quantiser.
     #[test]
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     fn the_simd_kernels_equal_the_portable_loop() {
-        let (rows, cols) = (9, 128);
-        let weights: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
-            .collect();
-        let mut x: Vec<f32> = (0..TILE * cols)
-            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
-            .collect();
+        let (rows, cols) = (PANEL + 3, 128);
+        let mut x = inputs(TILE, cols);
         x[..BLOCK].fill(0.0);
         let all: Vec<ActivationBlock> = x.chunks_exact(BLOCK).map(quantise_portable).collect();
         if x86::avx2::available() {
             for (block, values) in all.iter().zip(x.chunks_exact(BLOCK)) {
                 // SAFETY: the CPU has AVX2 and FMA.
-                let simd = unsafe { x86::avx2::quantise(values) };
-                assert_eq!((simd.d, simd.s, simd.qs), (block.d, block.s, block.qs));
+                assert_eq!(unsafe { x86::avx2::quantise(values) }, *block);
             }
         }
         let per_row = cols / BLOCK;
         let rows_of: [&[ActivationBlock]; TILE] =
             std::array::from_fn(|t| &all[t * per_row..(t + 1) * per_row]);
-        let tile: Vec<TileBlock> = (0..per_row)
-            .map(|j| TileBlock::new(rows_of.map(|row| row[j])))
-            .collect();
-        let activations = rows_of[0];
-        let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
-        let bytes = |dtype| {
-            QTensor::quantize(&w, dtype)
-                .unwrap()
-                .data()
-                .unwrap()
-                .to_vec()
-        };
-        let q4_1 =
-            QuantisedMatrix::<Q4_1>::from_gguf_bytes(&bytes(GgmlDType::Q4_1), rows, cols).unwrap();
-        let q8_0 =
-            QuantisedMatrix::<Q8_0>::from_gguf_bytes(&bytes(GgmlDType::Q8_0), rows, cols).unwrap();
+        let weights = weights(rows, cols);
+        let mut q8 = file_bytes(&weights, rows, cols, GgmlDType::Q8_0);
+        q8[2] = 0x80;
+        let q4_1 = QuantisedMatrix::<Q4_1>::from_gguf_bytes(
+            &file_bytes(&weights, rows, cols, GgmlDType::Q4_1),
+            rows,
+            cols,
+        )
+        .unwrap();
+        let q8_0 = QuantisedMatrix::<Q8_0>::from_gguf_bytes(&q8, rows, cols).unwrap();
         let mut checked = 0;
-        for row in 0..rows {
-            let blocks = row * per_row..(row + 1) * per_row;
-            let (w4, w8) = (&q4_1.blocks[blocks.clone()], &q8_0.blocks[blocks]);
-            // This row and the one after it (the first again for the last row).
-            let next = (row + 1) % rows * per_row;
-            let two = [w4, &q4_1.blocks[next..next + per_row]];
-            let two_sums = two.map(|w| rows_of.map(|a| row_dot(w, a)));
-            assert_eq!(Q4_1::tile_dot_two(two, &tile), two_sums);
-            let row_4 = row_dot(w4, activations);
-            let row_8 = row_dot(w8, activations);
-            let tile_4 = rows_of.map(|a| row_dot(w4, a));
-            let tile_8 = rows_of.map(|a| row_dot(w8, a));
-            assert_eq!(tile_dot(w4, &tile), tile_4);
-            assert_eq!(tile_dot(w8, &tile), tile_8);
-            // SAFETY: each kernel set runs only where the CPU has its features.
-            unsafe {
-                if x86::avx2::available() {
-                    assert_eq!(x86::avx2::q4_1_row_dot(w4, activations), row_4);
-                    assert_eq!(x86::avx2::q8_0_row_dot(w8, activations), row_8);
-                    assert_eq!(x86::avx2::q4_1_tile_dot(w4, &tile), tile_4);
-                    assert_eq!(x86::avx2::q8_0_tile_dot(w8, &tile), tile_8);
-                    checked += 1;
-                }
-                if x86::avx512::available() && x86::avx2::available() {
-                    assert_eq!(x86::avx512::q4_1_row_dot(w4, activations), row_4);
-                    assert_eq!(x86::avx512::q8_0_row_dot(w8, activations), row_8);
-                    assert_eq!(x86::avx512::q4_1_tile_dot(w4, &tile), tile_4);
-                    assert_eq!(x86::avx512::q4_1_tile_dot_two(two, &tile), two_sums);
-                    assert_eq!(x86::avx512::q8_0_tile_dot(w8, &tile), tile_8);
+        for p in 0..rows.div_ceil(PANEL) {
+            let blocks = p * per_row..(p + 1) * per_row;
+            let (w4, w8) = (&q4_1.panels[blocks.clone()], &q8_0.panels[blocks]);
+            checked += check_kernels(w4, w8, rows_of);
+            checked += check_kernels(w4, w8, [rows_of[1], rows_of[0], rows_of[3]]);
+            checked += check_kernels(w4, w8, [rows_of[2], rows_of[1]]);
+            checked += check_kernels(w4, w8, [rows_of[3]]);
+        }
+        eprintln!("kernels here: {:?}; {checked} kernel calls checked", kernels());
+    }
+
+    /// Each SIMD kernel this CPU has against the portable loop; how many were checked.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    fn check_kernels<const T: usize>(
+        w4: &[Q4_1],
+        w8: &[Q8_0],
+        rows: [&[ActivationBlock]; T],
+    ) -> usize {
+        let (portable_4, portable_8) = (panel_dot(w4, rows), panel_dot(w8, rows));
+        let mut checked = 0;
+        // SAFETY: each kernel set runs only where the CPU has its features.
+        unsafe {
+            if x86::avx2::available() {
+                assert_eq!(x86::avx2::q4_1_panel_dot(w4, rows), portable_4, "AVX2 Q4_1");
+                assert_eq!(x86::avx2::q8_0_panel_dot(w8, rows), portable_8, "AVX2 Q8_0");
+                checked += 2;
+                if x86::avx512::available() {
+                    assert_eq!(x86::avx512::q4_1_panel_dot(w4, rows), portable_4, "Q4_1");
+                    assert_eq!(x86::avx512::q8_0_panel_dot(w8, rows), portable_8, "Q8_0");
+                    checked += 2;
                 }
             }
         }
-        eprintln!(
-            "kernels here: {:?}; AVX2 checked on {checked} rows",
-            kernels()
-        );
+        checked
     }
 
-    /// A matmul's rows, tiled or left over, in tasks of any shape, are each row's
-    /// [`row_dot`] bit for bit: how rows are batched never changes a logit.
+    /// The panel layout keeps every row's values: each is the file's, as candle
+    /// dequantises it.
     #[test]
-    fn a_matmul_row_is_its_row_dot_whatever_the_batch() {
-        let (rows, cols) = (WEIGHT_ROWS_PER_TASK + 5, 64);
-        let n = ACTIVATION_ROWS_PER_TASK + TILE + 2;
-        let weights: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3)
-            .collect();
-        let x: Vec<f32> = (0..n * cols)
-            .map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0) * 2.0)
-            .collect();
+    fn a_panel_holds_each_rows_values() {
+        let (rows, cols) = (PANEL + 3, 64);
+        let weights = weights(rows, cols);
+        let bytes = file_bytes(&weights, rows, cols, GgmlDType::Q4_1);
         let w = Tensor::from_slice(&weights, (rows, cols), &Device::Cpu).unwrap();
-        let bytes = QTensor::quantize(&w, GgmlDType::Q4_1)
+        let candle = QTensor::quantize(&w, GgmlDType::Q4_1)
             .unwrap()
-            .data()
+            .dequantize(&Device::Cpu)
             .unwrap()
-            .to_vec();
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         let matrix = QuantisedMatrix::<Q4_1>::from_gguf_bytes(&bytes, rows, cols).unwrap();
-        let all = matrix.forward(&x, n);
-        let one = matrix.forward(&x[..cols], 1);
-        assert_eq!(&all[..rows], &one[..]);
         let per_row = cols / BLOCK;
-        for (i, row) in x.chunks_exact(cols).enumerate() {
-            let activations: Vec<ActivationBlock> =
-                row.chunks_exact(BLOCK).map(quantise_portable).collect();
-            for r in 0..rows {
-                let weight_row = &matrix.blocks[r * per_row..(r + 1) * per_row];
-                assert_eq!(
-                    all[i * rows + r],
-                    row_dot(weight_row, &activations),
-                    "{i}, {r}"
-                );
+        for p in 0..rows.div_ceil(PANEL) {
+            for j in 0..per_row {
+                let block = &matrix.panels[p * per_row + j];
+                for r in 0..PANEL {
+                    let row = p * PANEL + r;
+                    for k in 0..BLOCK {
+                        let value = block.value(r, k) as f32 * block.d[r] + block.m[r];
+                        let expected = candle.get(row * cols + j * BLOCK + k).copied();
+                        assert_eq!(value, expected.unwrap_or(0.0), "{row}, {j}, {k}");
+                    }
+                }
             }
         }
     }
