@@ -4,8 +4,9 @@
 //! order as the reference keeps our logits within a rounding of its, which is what lets
 //! greedy decoding agree with it token for token (BENCHMARKS.md, issue 31).
 //!
-//! `W` is 8: llama.cpp's quantised dot products have only AVX2 kernels, and its f16
-//! matmuls and softmax use 8 lanes when built for an AVX2 host. A build for a host with
+//! `W` is 8: llama.cpp's f16 matmuls and softmax use 8 lanes when built for an AVX2 host.
+//! (The quantised matmuls, `quantised/`, sum each block exactly in integers and the blocks
+//! one after another, as llama.cpp's reference loop does: no lanes.) A build for a host with
 //! AVX-512 sums attention in 16 lanes; `RESIDENT_SUM_LANES=16` ([`Width::configured`])
 //! follows it, to compare with that build. The default stays 8 on every CPU, so that a
 //! job's text does not depend on which agent's CPU ran it.
