@@ -410,7 +410,6 @@ fn kernels() -> Kernels {
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,7 +431,11 @@ mod tests {
 
     fn file_bytes(weights: &[f32], rows: usize, cols: usize, dtype: GgmlDType) -> Vec<u8> {
         let w = Tensor::from_slice(weights, (rows, cols), &Device::Cpu).unwrap();
-        QTensor::quantize(&w, dtype).unwrap().data().unwrap().to_vec()
+        QTensor::quantize(&w, dtype)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec()
     }
 
     /// The kernel against candle's own matmul of the type (the same arithmetic in another
@@ -585,7 +588,10 @@ mod tests {
             checked += check_kernels(w4, w8, [rows_of[2], rows_of[1]]);
             checked += check_kernels(w4, w8, [rows_of[3]]);
         }
-        eprintln!("kernels here: {:?}; {checked} kernel calls checked", kernels());
+        eprintln!(
+            "kernels here: {:?}; {checked} kernel calls checked",
+            kernels()
+        );
     }
 
     /// Each SIMD kernel this CPU has against the portable loop; how many were checked.

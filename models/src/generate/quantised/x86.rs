@@ -168,7 +168,6 @@ pub mod avx2 {
     }
 }
 
-
 /// AVX-512 with VNNI: a panel's 16 rows in one 512-bit register, and `vpdpbusd` adds each
 /// lane's 4 byte products in one instruction. Each activation row has two integer sums
 /// (even and odd chunks), so that its `vpdpbusd`s wait on each other half as long.
@@ -266,8 +265,7 @@ pub mod avx512 {
                     integers[c % 2] = _mm512_dpbusd_epi32(integers[c % 2], *values, chunk);
                 }
                 let offset = _mm512_set1_epi32(128 * a.sum);
-                let integer =
-                    _mm512_sub_epi32(_mm512_add_epi32(integers[0], integers[1]), offset);
+                let integer = _mm512_sub_epi32(_mm512_add_epi32(integers[0], integers[1]), offset);
                 let scale = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
                 sums[t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(integer), sums[t]);
             }
