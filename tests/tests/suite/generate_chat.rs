@@ -126,7 +126,7 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
         &input,
         &[
             json!({"id": "a", "text": "Write the word 'data' eight times."}),
-            json!({"id": "b", "text": "Answer in one word: what colour is the sky?"}),
+            json!({"id": "b", "text": "Answer with one word only: what colour is the sky?"}),
         ],
     );
     let run = |name: &str, flags: &[&str]| {
@@ -165,6 +165,8 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
         }
     }
     let sky = &greedy[1];
+    // `--min-tokens` below needs an answer that stops by itself within 16 tokens: the
+    // question is worded for it (greedy, this model: "The sky is a shade of blue.").
     assert_eq!(sky["finish_reason"], "stop", "{sky}");
     let at_least = sky["generated_tokens"].as_u64().unwrap() + 4;
     let longer = run("min-tokens", &["--min-tokens", &at_least.to_string()]);
