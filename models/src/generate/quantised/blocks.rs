@@ -88,7 +88,7 @@ impl Q4_1 {
     }
 
     /// Row `r`'s value `j` of the block, `0..16`.
-    pub(super) fn value(&self, r: usize, j: usize) -> i32 {
+    pub(super) fn stored_value(&self, r: usize, j: usize) -> i32 {
         let byte = self.qs[j % 16 / 4][4 * r + j % 4];
         i32::from(if j < 16 { byte & 0x0f } else { byte >> 4 })
     }
@@ -116,7 +116,7 @@ impl Q8_0 {
     }
 
     /// Row `r`'s value `j` of the block.
-    pub(super) fn value(&self, r: usize, j: usize) -> i32 {
+    pub(super) fn stored_value(&self, r: usize, j: usize) -> i32 {
         i32::from(self.qs[j / 4][4 * r + j % 4])
     }
 }

@@ -49,8 +49,14 @@ pub trait WeightBlock: Copy + Send + Sync {
 
     /// A panel block from one file block of each row; rows past the matrix are `None`.
     fn from_file(rows: [Option<&[u8]>; PANEL]) -> Self;
+    /// Row `r`'s value `j` of the block, as stored (before scaling).
+    fn value(&self, r: usize, j: usize) -> i32;
     /// Row `r`'s exact integer sum of products with `a`.
-    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32;
+    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32 {
+        (0..BLOCK)
+            .map(|j| self.value(r, j) * i32::from(a.qs[j]))
+            .sum()
+    }
     /// Each row's scale `d`.
     fn scales(&self) -> &[f32; PANEL];
     /// Each row's minimum `m` (zeros for types without one).
@@ -73,10 +79,8 @@ impl WeightBlock for Q4_1 {
         Q4_1::from_file(rows)
     }
 
-    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32 {
-        (0..BLOCK)
-            .map(|j| self.value(r, j) * i32::from(a.qs[j]))
-            .sum()
+    fn value(&self, r: usize, j: usize) -> i32 {
+        self.stored_value(r, j)
     }
 
     fn scales(&self) -> &[f32; PANEL] {
@@ -112,10 +116,8 @@ impl WeightBlock for Q8_0 {
         Q8_0::from_file(rows)
     }
 
-    fn integer_sum(&self, r: usize, a: &ActivationBlock) -> i32 {
-        (0..BLOCK)
-            .map(|j| self.value(r, j) * i32::from(a.qs[j]))
-            .sum()
+    fn value(&self, r: usize, j: usize) -> i32 {
+        self.stored_value(r, j)
     }
 
     fn scales(&self) -> &[f32; PANEL] {
