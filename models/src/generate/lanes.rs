@@ -67,15 +67,25 @@ pub fn hsum16(lanes: [f32; 16]) -> f32 {
 /// The sum of `values` (f64), a register of `width` lanes at a time: each register's lanes
 /// reduced in f32 as the register's width reduces them (missing lanes 0), the registers'
 /// totals added in f64 (ggml's softmax sum).
+/// Whole registers are reduced where they lie; only the last, partial one is copied (a copy
+/// of a length not known at compile time is a `memmove` call).
+#[inline(always)]
 pub fn sum_by_register(width: Width, values: &[f32]) -> f64 {
+    let reduce = |lanes: [f32; 16]| match width {
+        Width::Eight => hsum(std::array::from_fn(|i| lanes[i])),
+        Width::Sixteen => hsum16(lanes),
+    };
     let mut total = 0.0f64;
-    for block in values.chunks(width.lanes()) {
+    let mut blocks = values.chunks_exact(width.lanes());
+    for block in &mut blocks {
+        let lanes = std::array::from_fn(|i| block.get(i).copied().unwrap_or(0.0));
+        total += f64::from(reduce(lanes));
+    }
+    let rest = blocks.remainder();
+    if !rest.is_empty() {
         let mut lanes = [0.0f32; 16];
-        lanes[..block.len()].copy_from_slice(block);
-        total += f64::from(match width {
-            Width::Eight => hsum(std::array::from_fn(|i| lanes[i])),
-            Width::Sixteen => hsum16(lanes),
-        });
+        lanes[..rest.len()].copy_from_slice(rest);
+        total += f64::from(reduce(lanes));
     }
     total
 }

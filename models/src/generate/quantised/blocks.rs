@@ -123,10 +123,22 @@ impl Q8_0 {
 
 /// The block with its scale `d` and `d * sum`, rounded through f16 as llama.cpp stores them.
 pub(super) fn activation_block(d: f32, sum: i32, qs: [i8; BLOCK]) -> ActivationBlock {
-    ActivationBlock {
-        d: f16::from_f32(d).to_f32(),
-        s: f16::from_f32(d * sum as f32).to_f32(),
-        sum,
+    let mut block = ActivationBlock {
+        d: 0.0,
+        s: 0.0,
+        sum: 0,
         qs,
+    };
+    block.set_scales(d, sum);
+    block
+}
+
+impl ActivationBlock {
+    /// The scale `d`, and the exact sum of the values `sum`, as stored.
+    #[inline(always)]
+    pub(super) fn set_scales(&mut self, d: f32, sum: i32) {
+        self.d = f16::from_f32(d).to_f32();
+        self.s = f16::from_f32(d * sum as f32).to_f32();
+        self.sum = sum;
     }
 }

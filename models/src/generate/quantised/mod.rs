@@ -341,11 +341,7 @@ impl<'a> QuantisedRows<'a> {
         blocks
             .par_chunks_mut(QUANTISED_ROWS_PER_TASK * per_row)
             .zip(x[..n * cols].par_chunks(QUANTISED_ROWS_PER_TASK * cols))
-            .for_each(|(blocks, values)| {
-                for (block, values) in blocks.iter_mut().zip(values.chunks_exact(BLOCK)) {
-                    *block = quantise(values);
-                }
-            });
+            .for_each(|(blocks, values)| quantise_blocks(values, blocks));
         Self { per_row, blocks }
     }
 
@@ -392,9 +388,23 @@ impl<'a> QuantisedRows<'a> {
     }
 }
 
+/// [`quantise`] over consecutive blocks of `values`, one block of `blocks` each.
+fn quantise_blocks(values: &[f32], blocks: &mut [ActivationBlock]) {
+    #[cfg(target_arch = "x86_64")]
+    if kernels() != Kernels::Portable {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        #[allow(unsafe_code)]
+        return unsafe { x86::avx2::quantise_blocks(values, blocks) };
+    }
+    for (block, values) in blocks.iter_mut().zip(values.chunks_exact(BLOCK)) {
+        *block = quantise_portable(values);
+    }
+}
+
 /// One block of activations in 8 bits, as llama.cpp's x86 build quantises them: the scale
 /// is `max |x| / 127`, each value is multiplied by `127 / max |x|` and rounded half to
 /// even.
+#[cfg(test)]
 fn quantise(values: &[f32]) -> ActivationBlock {
     #[cfg(target_arch = "x86_64")]
     if kernels() != Kernels::Portable {
