@@ -369,20 +369,48 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-/// [`rms_norm`] into `out`, whose memory is reused; rows in parallel.
+/// [`rms_norm`] into `out`, whose memory is reused; rows in parallel, [`NORM_ROWS`] at a
+/// time.
 fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
+    let width = weight.len();
     out.resize(x.len(), 0.0);
-    out.par_chunks_mut(weight.len())
-        .zip(x.par_chunks(weight.len()))
-        .with_min_len(32)
-        .for_each(|(normed, row)| {
-            let sum: f64 = row.iter().map(|v| f64::from(v * v)).sum();
-            let mean = (sum / row.len() as f64) as f32;
-            let scale = 1.0 / (mean + eps).sqrt();
-            for ((o, v), w) in normed.iter_mut().zip(row).zip(weight) {
-                *o = v * scale * w;
+    out.par_chunks_mut(NORM_ROWS * width)
+        .zip(x.par_chunks(NORM_ROWS * width))
+        .with_min_len(32 / NORM_ROWS)
+        .for_each(|(normed, rows)| {
+            let sums = mean_squares(rows, width);
+            for ((normed, row), sum) in normed.chunks_mut(width).zip(rows.chunks(width)).zip(sums) {
+                let mean = (sum / width as f64) as f32;
+                let scale = 1.0 / (mean + eps).sqrt();
+                for ((o, v), w) in normed.iter_mut().zip(row).zip(weight) {
+                    *o = v * scale * w;
+                }
             }
         });
+}
+
+/// Rows whose sums of squares run side by side.
+const NORM_ROWS: usize = 8;
+
+/// Each row's `Σ v²` (`v²` in f32, summed in f64 element after element, as ggml sums it),
+/// for up to [`NORM_ROWS`] rows of `width`: the rows' sums interleaved, so that each add
+/// waits for its own row's previous one only (one row alone is a chain of dependent adds).
+fn mean_squares(rows: &[f32], width: usize) -> [f64; NORM_ROWS] {
+    let mut sums = [0.0f64; NORM_ROWS];
+    let count = rows.len() / width;
+    if count == NORM_ROWS {
+        for i in 0..width {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                let v = rows[r * width + i];
+                *sum += f64::from(v * v);
+            }
+        }
+    } else {
+        for (sum, row) in sums.iter_mut().zip(rows.chunks(width)) {
+            *sum = row.iter().map(|v| f64::from(v * v)).sum();
+        }
+    }
+    sums
 }
 
 /// `x` (`n x k`) times the weight's transpose, into `out` (whose memory is reused).
