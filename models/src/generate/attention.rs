@@ -9,11 +9,11 @@
 //! AVX-512 does; `lanes.rs`).
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::cache_lanes::{self, CachedHead};
 use super::decoder::Row;
+use super::f16_slices;
 use super::lanes::{self, LANES, Width};
 use crate::ModelError;
 use crate::embed::cpu_ops;
@@ -91,8 +91,8 @@ impl KvArena {
     pub fn store(&mut self, slot: usize, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
         let at = pos * self.kv_dim..(pos + 1) * self.kv_dim;
         let cache = &mut self.slots[slot];
-        cache.k[layer][at.clone()].convert_from_f32_slice(key);
-        cache.v[layer][at].convert_from_f32_slice(value);
+        f16_slices::narrow(key, &mut cache.k[layer][at.clone()]);
+        f16_slices::narrow(value, &mut cache.v[layer][at]);
     }
 }
 
@@ -229,8 +229,8 @@ fn widen(
         for (r, value_row) in value_rows.chunks_exact_mut(d).take(count).enumerate() {
             let p = first + r;
             let at = p * stride + offset;
-            cache.k[layer][at..at + d].convert_to_f32_slice(&mut keys[p * d..(p + 1) * d]);
-            cache.v[layer][at..at + d].convert_to_f32_slice(value_row);
+            f16_slices::widen(&cache.k[layer][at..at + d], &mut keys[p * d..(p + 1) * d]);
+            f16_slices::widen(&cache.v[layer][at..at + d], value_row);
         }
         for dim in 0..d {
             let column = &mut values[dim * len + first..dim * len + first + count];
@@ -399,7 +399,7 @@ impl KeyValues for Cached<'_> {
     fn score(&self, width: Width, query: &[f32], p: usize) -> f32 {
         let mut key = [0.0f32; cache_lanes::MAX_HEAD_DIM];
         let key = &mut key[..self.keys.head_dim];
-        self.keys.at(p).convert_to_f32_slice(key);
+        f16_slices::widen(self.keys.at(p), key);
         lanes::dot(width, query, key)
     }
 
@@ -421,15 +421,10 @@ fn attend_heads<const M: usize, S: KeyValues>(
     let d = q.len() / M;
     let scale = 1.0 / (d as f32).sqrt();
     // Each query rounded to f16, as llama.cpp's matmul with an f16 cache rounds it.
-    let mut halves = [f16::ZERO; 256];
     for (rounded, head) in queries.iter_mut().zip(q.chunks_exact(d)) {
         rounded.clear();
         rounded.extend_from_slice(head);
-        for chunk in rounded.chunks_mut(256) {
-            let halves = &mut halves[..chunk.len()];
-            halves.convert_from_f32_slice(chunk);
-            halves.convert_to_f32_slice(chunk);
-        }
+        f16_slices::round_through_f16(rounded);
     }
     let queries: [&[f32]; M] = std::array::from_fn(|m| queries[m].as_slice());
     let weights = &mut weights[..M];
@@ -482,15 +477,10 @@ fn softmax(width: Width, weights: &mut [f32]) {
     // Each register of weights summed as one, the registers' sums in f64.
     let total = lanes::sum_by_register(width, weights);
     let inverse = (1.0 / total) as f32;
-    let mut halves = [f16::ZERO; 256];
-    for chunk in weights.chunks_mut(256) {
-        for weight in chunk.iter_mut() {
-            *weight *= inverse;
-        }
-        let halves = &mut halves[..chunk.len()];
-        halves.convert_from_f32_slice(chunk);
-        halves.convert_to_f32_slice(chunk);
+    for weight in weights.iter_mut() {
+        *weight *= inverse;
     }
+    f16_slices::round_through_f16(weights);
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod dense;
 pub(crate) mod device_ops;
 mod draw;
 pub mod export;
+mod f16_slices;
 mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
