@@ -67,6 +67,7 @@ pub fn hsum16(lanes: [f32; 16]) -> f32 {
 /// The sum of `values` (f64), a register of `width` lanes at a time: each register's lanes
 /// reduced in f32 as the register's width reduces them (missing lanes 0), the registers'
 /// totals added in f64 (ggml's softmax sum).
+///
 /// Whole registers are reduced where they lie; only the last, partial one is copied (a copy
 /// of a length not known at compile time is a `memmove` call).
 #[inline(always)]

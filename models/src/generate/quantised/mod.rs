@@ -388,7 +388,8 @@ impl<'a> QuantisedRows<'a> {
     }
 }
 
-/// [`quantise`] over consecutive blocks of `values`, one block of `blocks` each.
+/// Consecutive blocks of `values` quantised into `blocks`, each as `quantise_portable`
+/// does it.
 fn quantise_blocks(values: &[f32], blocks: &mut [ActivationBlock]) {
     #[cfg(target_arch = "x86_64")]
     if kernels() != Kernels::Portable {

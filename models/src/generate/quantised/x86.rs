@@ -153,7 +153,7 @@ pub mod avx2 {
         block
     }
 
-    /// [`super::super::quantise`]: the same maximum, products and rounding (the CPU's
+    /// `quantise_portable` in intrinsics: the same maximum, products and rounding (the CPU's
     /// default, to nearest even), 8 values a register; written into `block` where it is
     /// (a block returned through memory and copied stalled the copy on the narrower
     /// stores that built it: 3% of a generation step).
