@@ -378,7 +378,7 @@ fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
         .zip(x.par_chunks(NORM_ROWS * width))
         .with_min_len(32 / NORM_ROWS)
         .for_each(|(normed, rows)| {
-            let sums = mean_squares(rows, width);
+            let sums = sums_of_squares(rows, width);
             for ((normed, row), sum) in normed.chunks_mut(width).zip(rows.chunks(width)).zip(sums) {
                 let mean = (sum / width as f64) as f32;
                 let scale = 1.0 / (mean + eps).sqrt();
@@ -395,7 +395,7 @@ const NORM_ROWS: usize = 8;
 /// Each row's `Σ v²` (`v²` in f32, summed in f64 element after element, as ggml sums it),
 /// for up to [`NORM_ROWS`] rows of `width`: the rows' sums interleaved, so that each add
 /// waits for its own row's previous one only (one row alone is a chain of dependent adds).
-fn mean_squares(rows: &[f32], width: usize) -> [f64; NORM_ROWS] {
+fn sums_of_squares(rows: &[f32], width: usize) -> [f64; NORM_ROWS] {
     let mut sums = [0.0f64; NORM_ROWS];
     let count = rows.len() / width;
     if count == NORM_ROWS {
