@@ -5,7 +5,8 @@ use std::path::PathBuf;
 mod fatbins;
 
 const CUTILE_FEATURE: &str = "CARGO_FEATURE_CUTILE";
-/// `skip`: build no static MoE library (a type check links nothing).
+/// `skip`: build no static MoE library (a type check links nothing); `stub`: link
+/// `src/moe_stub.c` in its place (a build for scripts/cuda-emu, which never calls it).
 const SKIP_MOE_VAR: &str = "RESIDENT_CANDLE_MOE";
 
 fn main() -> Result<()> {
@@ -27,8 +28,15 @@ fn main() -> Result<()> {
     // 700 s of one-threaded nvcc on a CI core) is only linked, never type-checked against:
     // `scripts/build-cuda.sh --check` sets RESIDENT_CANDLE_MOE=skip, as it links nothing.
     println!("cargo::rerun-if-env-changed={SKIP_MOE_VAR}");
-    if env::var(SKIP_MOE_VAR).is_ok_and(|value| value == "skip") {
-        return Ok(());
+    // `stub` links functions of the same names that abort, for a build whose binaries run on
+    // scripts/cuda-emu (kernels on the CPU), which links but must not wait for nvcc.
+    match env::var(SKIP_MOE_VAR).as_deref() {
+        Ok("skip") => return Ok(()),
+        Ok("stub") => {
+            build_stub(&out_dir);
+            return Ok(());
+        }
+        _ => {}
     }
 
     let mut moe_sources = vec![
@@ -87,4 +95,28 @@ fn main() -> Result<()> {
         println!("cargo:rustc-link-lib=stdc++");
     }
     Ok(())
+}
+
+/// `src/moe_stub.c` as `OUT_DIR/libmoe.a`, with the system C compiler.
+fn build_stub(out_dir: &std::path::Path) {
+    use std::process::Command;
+    let object = out_dir.join("moe_stub.o");
+    let library = out_dir.join("libmoe.a");
+    let _ = std::fs::remove_file(&library);
+    let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let compiled = Command::new(&compiler)
+        .args(["-c", "-fPIC", "-O1", "src/moe_stub.c", "-o"])
+        .arg(&object)
+        .status()
+        .expect("cannot run the C compiler for src/moe_stub.c");
+    assert!(compiled.success(), "{compiler} failed on src/moe_stub.c");
+    let archived = Command::new("ar")
+        .arg("crs")
+        .arg(&library)
+        .arg(&object)
+        .status()
+        .expect("cannot run ar for the MoE stub");
+    assert!(archived.success(), "ar failed on the MoE stub");
+    println!("cargo:rustc-link-search={}", out_dir.display());
+    println!("cargo:rustc-link-lib=static=moe");
 }

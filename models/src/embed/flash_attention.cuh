@@ -31,6 +31,16 @@
 // Shared-memory rows padded by 16 bytes: the lanes of a fragment load hit 32 distinct banks.
 #define FA_PAD 8
 
+#ifdef RESIDENT_CUDA_EMU
+// scripts/cuda-emu (kernels run on the CPU, for tests before a GPU is at hand): the warp's
+// product from the PTX ISA's fragment layouts, written apart from these comments.
+#define FA_MMA_K16(TYPE, c, a, b0, b1) emu::mma_m16n8k16(c, a, b0, b1, TYPE[0] == 'b')
+#define FA_MMA_K8_F16(c, a_lo, a_hi, b)                                                          \
+    do {                                                                                         \
+        const uint32_t fa_a[2] = {a_lo, a_hi};                                                   \
+        emu::mma_m16n8k8(c, fa_a, b);                                                            \
+    } while (0)
+#else
 // c += a b in one m16n8k16 product of TYPE ("bf16" or "f16") operands (sm_80 and later).
 #define FA_MMA_K16(TYPE, c, a, b0, b1)                                                           \
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 "                  \
@@ -43,6 +53,8 @@
                  "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"                         \
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
                  : "r"(a_lo), "r"(a_hi), "r"(b))
+
+#endif
 
 template <typename T> struct TensorCore;
 

@@ -1,0 +1,263 @@
+// The fake cuBLAS and cuBLASLt of cuda-emu (libcublas.so.13, libcublasLt.so.13): the GEMMs
+// candle calls, column-major as cuBLAS defines them, products summed in f32 (as tensor cores
+// sum) or f64, issued on the handle's stream through the fake driver (so a captured graph
+// replays them). Entry points not defined here are stubs that fail by name (build.sh).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "device.h"
+
+extern "C" void cuda_emu_issue(CUstream stream, std::function<void()> *operation);
+
+namespace {
+
+struct Handle {
+    CUstream stream = nullptr;
+    cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+};
+
+/// One element of `type` at `base[index]`, widened.
+double load(cudaDataType type, const void *base, size_t index) {
+    switch (type) {
+        case CUDA_R_32F: return static_cast<const float *>(base)[index];
+        case CUDA_R_64F: return static_cast<const double *>(base)[index];
+        case CUDA_R_16F: return __half2float(static_cast<const __half *>(base)[index]);
+        case CUDA_R_16BF:
+            return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[index]);
+        default: emu::trap("cuBLAS: an operand type cuda-emu does not emulate");
+    }
+}
+
+void store(cudaDataType type, void *base, size_t index, double value) {
+    switch (type) {
+        case CUDA_R_32F: static_cast<float *>(base)[index] = static_cast<float>(value); break;
+        case CUDA_R_64F: static_cast<double *>(base)[index] = value; break;
+        case CUDA_R_16F:
+            static_cast<__half *>(base)[index] = __float2half(static_cast<float>(value));
+            break;
+        case CUDA_R_16BF:
+            static_cast<__nv_bfloat16 *>(base)[index] =
+                __float2bfloat16(static_cast<float>(value));
+            break;
+        default: emu::trap("cuBLAS: a result type cuda-emu does not emulate");
+    }
+}
+
+/// alpha and beta are of the compute type: f16 for CUBLAS_COMPUTE_16F, f64 for 64F, else f32.
+double scalar(cublasComputeType_t compute, const void *value) {
+    switch (compute) {
+        case CUBLAS_COMPUTE_16F:
+        case CUBLAS_COMPUTE_16F_PEDANTIC: return __half2float(*static_cast<const __half *>(value));
+        case CUBLAS_COMPUTE_64F:
+        case CUBLAS_COMPUTE_64F_PEDANTIC: return *static_cast<const double *>(value);
+        default: return *static_cast<const float *>(value);
+    }
+}
+
+struct Gemm {
+    cublasOperation_t transa, transb;
+    int m, n, k;
+    double alpha, beta;
+    const void *a;
+    cudaDataType a_type;
+    int lda;
+    long long stride_a;
+    const void *b;
+    cudaDataType b_type;
+    int ldb;
+    long long stride_b;
+    void *c;
+    cudaDataType c_type;
+    int ldc;
+    long long stride_c;
+    int batches;
+    bool wide;  // sum in f64 (a 64F compute type)
+};
+
+/// Columns [first, last) of every batch's C = alpha op(A) op(B) + beta C.
+void gemm_columns(const Gemm &g, int first, int last) {
+    std::vector<double> a_rows(static_cast<size_t>(g.m) * g.k), b_column(g.k);
+    for (int batch = 0; batch < g.batches; batch++) {
+        const size_t a0 = static_cast<size_t>(batch) * g.stride_a;
+        const size_t b0 = static_cast<size_t>(batch) * g.stride_b;
+        const size_t c0 = static_cast<size_t>(batch) * g.stride_c;
+        for (int i = 0; i < g.m; i++)
+            for (int l = 0; l < g.k; l++) {
+                size_t at = g.transa == CUBLAS_OP_N ? i + static_cast<size_t>(l) * g.lda
+                                                    : l + static_cast<size_t>(i) * g.lda;
+                a_rows[static_cast<size_t>(i) * g.k + l] = load(g.a_type, g.a, a0 + at);
+            }
+        for (int j = first; j < last; j++) {
+            for (int l = 0; l < g.k; l++) {
+                size_t at = g.transb == CUBLAS_OP_N ? l + static_cast<size_t>(j) * g.ldb
+                                                    : j + static_cast<size_t>(l) * g.ldb;
+                b_column[l] = load(g.b_type, g.b, b0 + at);
+            }
+            for (int i = 0; i < g.m; i++) {
+                const double *row = &a_rows[static_cast<size_t>(i) * g.k];
+                double sum;
+                if (g.wide) {
+                    sum = 0.0;
+                    for (int l = 0; l < g.k; l++) sum += row[l] * b_column[l];
+                } else {
+                    float narrow = 0.0f;
+                    for (int l = 0; l < g.k; l++)
+                        narrow += static_cast<float>(row[l] * b_column[l]);
+                    sum = narrow;
+                }
+                size_t at = c0 + i + static_cast<size_t>(j) * g.ldc;
+                double value = g.alpha * sum;
+                if (g.beta != 0.0) value += g.beta * load(g.c_type, g.c, at);
+                store(g.c_type, g.c, at, value);
+            }
+        }
+    }
+}
+
+/// Runs the GEMM over the host's cores, columns split between threads.
+void gemm(const Gemm &g) {
+    unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    int per = (g.n + static_cast<int>(threads) - 1) / static_cast<int>(threads);
+    if (static_cast<long long>(g.m) * g.n * g.k * g.batches < (1 << 20) || per == 0) {
+        gemm_columns(g, 0, g.n);
+        return;
+    }
+    std::vector<std::thread> workers;
+    for (int first = 0; first < g.n; first += per)
+        workers.emplace_back([&g, first, per] { gemm_columns(g, first, std::min(g.n, first + per)); });
+    for (auto &worker : workers) worker.join();
+}
+
+cublasStatus_t issue(cublasHandle_t handle, Gemm g) {
+    if (g.m < 0 || g.n < 0 || g.k < 0 || g.batches < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    auto *h = reinterpret_cast<Handle *>(handle);
+    std::function<void()> operation = [g] { gemm(g); };
+    cuda_emu_issue(h->stream, &operation);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = reinterpret_cast<cublasHandle_t>(new Handle());
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    delete reinterpret_cast<Handle *>(handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+    reinterpret_cast<Handle *>(handle)->stream = reinterpret_cast<CUstream>(stream);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t *stream) {
+    *stream = reinterpret_cast<cudaStream_t>(reinterpret_cast<Handle *>(handle)->stream);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasGetPointerMode(cublasHandle_t handle, cublasPointerMode_t *mode) {
+    *mode = reinterpret_cast<Handle *>(handle)->pointer_mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode) {
+    if (mode != CUBLAS_POINTER_MODE_HOST) {
+        fprintf(stderr, "cuda-emu: cuBLAS's device pointer mode is not emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    reinterpret_cast<Handle *>(handle)->pointer_mode = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+    int k, const void *alpha, const void *a, cudaDataType a_type, int lda, long long stride_a,
+    const void *b, cudaDataType b_type, int ldb, long long stride_b, const void *beta, void *c,
+    cudaDataType c_type, int ldc, long long stride_c, int batches, cublasComputeType_t compute,
+    cublasGemmAlgo_t) {
+    bool wide = compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC;
+    return issue(handle, Gemm{transa, transb, m, n, k, scalar(compute, alpha),
+                              scalar(compute, beta), a, a_type, lda, stride_a, b, b_type, ldb,
+                              stride_b, c, c_type, ldc, stride_c, batches, wide});
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *a, cudaDataType a_type, int lda, const void *b,
+                            cudaDataType b_type, int ldb, const void *beta, void *c,
+                            cudaDataType c_type, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+    return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, a, a_type, lda,
+                                      0, b, b_type, ldb, 0, beta, c, c_type, ldc, 0, 1, compute,
+                                      algo);
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                           const float *a, int lda, const float *b, int ldb, const float *beta,
+                           float *c, int ldc) {
+    return cublasGemmEx(handle, transa, transb, m, n, k, alpha, a, CUDA_R_32F, lda, b,
+                        CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *a, int lda,
+                                         long long stride_a, const float *b, int ldb,
+                                         long long stride_b, const float *beta, float *c,
+                                         int ldc, long long stride_c, int batches) {
+    return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, a, CUDA_R_32F,
+                                      lda, stride_a, b, CUDA_R_32F, ldb, stride_b, beta, c,
+                                      CUDA_R_32F, ldc, stride_c, batches, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const double *alpha,
+                           const double *a, int lda, const double *b, int ldb,
+                           const double *beta, double *c, int ldc) {
+    return cublasGemmEx(handle, transa, transb, m, n, k, alpha, a, CUDA_R_64F, lda, b,
+                        CUDA_R_64F, ldb, beta, c, CUDA_R_64F, ldc, CUBLAS_COMPUTE_64F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const double *alpha, const double *a, int lda,
+                                         long long stride_a, const double *b, int ldb,
+                                         long long stride_b, const double *beta, double *c,
+                                         int ldc, long long stride_c, int batches) {
+    return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, a, CUDA_R_64F,
+                                      lda, stride_a, b, CUDA_R_64F, ldb, stride_b, beta, c,
+                                      CUDA_R_64F, ldc, stride_c, batches, CUBLAS_COMPUTE_64F,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+    static int the_handle;
+    *handle = reinterpret_cast<cublasLtHandle_t>(&the_handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+
+}  // extern "C"
