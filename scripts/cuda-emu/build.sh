@@ -18,7 +18,7 @@ out=target/cuda-emu
 lib=$out/lib
 work=$out/work
 mkdir -p "$lib/kernels" "$work"
-cxx=(g++ -std=c++17 -O2 -g -fPIC -I"$include" -I"$include/cccl" -I"$here")
+cxx=(g++ -std=c++17 -O2 -g -fPIC -fno-strict-aliasing -I"$include" -I"$include/cccl" -I"$here")
 
 # The entry points cudarc names for a library, as stubs that print their name and fail with
 # `$3` (a status the caller can read), less those `$2` (an object file) defines.

@@ -159,6 +159,11 @@ void release(void *memory) {
     free(memory);
 }
 
+bool tracing() {
+    static const bool trace = getenv("CUDA_EMU_TRACE") != nullptr;
+    return trace;
+}
+
 template <typename T> T *pointer(CUdeviceptr address) { return reinterpret_cast<T *>(address); }
 
 }  // namespace
@@ -352,7 +357,29 @@ CUresult cuMemcpyDtoD(CUdeviceptr to, CUdeviceptr from, size_t bytes) {
     return CUDA_SUCCESS;
 }
 
+/// Captured, the copy reads the host memory at each replay (as a graph's memcpy node does):
+/// the caller must keep it alive and unchanged. With CUDA_EMU_TRACE set, a replay whose
+/// source no longer holds what it held at capture says so.
 CUresult cuMemcpyHtoDAsync(CUdeviceptr to, const void *from, size_t bytes, CUstream stream) {
+    bool capturing;
+    {
+        std::lock_guard<std::mutex> lock(device().mutex);
+        capturing = stream_of(stream).capture != nullptr;
+    }
+    if (capturing && tracing()) {
+        auto *source = static_cast<const unsigned char *>(from);
+        auto held = std::make_shared<std::vector<unsigned char>>(source, source + bytes);
+        fprintf(stderr, "cuda-emu: captured a copy of %zu host bytes at %p\n", bytes, from);
+        issue(stream, [=] {
+            if (memcmp(held->data(), from, bytes) != 0)
+                fprintf(stderr,
+                        "cuda-emu: a replayed copy of %zu host bytes at %p reads other bytes "
+                        "than at its capture (freed or overwritten)\n",
+                        bytes, from);
+            memcpy(pointer<void>(to), from, bytes);
+        });
+        return CUDA_SUCCESS;
+    }
     issue(stream, [=] { memcpy(pointer<void>(to), from, bytes); });
     return CUDA_SUCCESS;
 }

@@ -78,6 +78,8 @@ pub struct GraphCounts {
 pub struct DecodeGraphs {
     /// Whether steps may run as graphs: a CUDA device, and no failure so far.
     on: bool,
+    /// Why graphs were given up, if they were (as logged).
+    given_up: Option<String>,
     counts: GraphCounts,
     #[cfg(feature = "cuda")]
     graphs: cuda::Graphs,
@@ -88,6 +90,7 @@ impl DecodeGraphs {
     pub fn new(device: &Device) -> Self {
         Self {
             on: device.is_cuda(),
+            given_up: None,
             counts: GraphCounts::default(),
             #[cfg(feature = "cuda")]
             graphs: cuda::Graphs::default(),
@@ -103,6 +106,11 @@ impl DecodeGraphs {
     /// Whether steps may still run as graphs.
     pub fn on(&self) -> bool {
         self.on
+    }
+
+    /// Why graphs were given up for this cache, if they were.
+    pub fn given_up(&self) -> Option<&str> {
+        self.given_up.as_deref()
     }
 
     /// Graphs captured and steps replayed, over the cache's life.
@@ -156,19 +164,20 @@ impl DecodeGraphs {
                 Ok(out)
             }
             Ok(cuda::Stepped::Disagreed(out, why)) => {
-                tracing::error!(
-                    "a CUDA graph of {size} decode rows disagreed with the eager step ({why}): \
-                     this cache runs eager steps from now on (slower, the same tokens)"
+                let why = format!(
+                    "a CUDA graph of {size} decode rows disagreed with the eager step ({why})"
                 );
-                self.give_up();
+                tracing::error!(
+                    "{why}: this cache runs eager steps from now on (slower, the same tokens)"
+                );
+                self.give_up(why);
                 Ok(out)
             }
             Err(cuda::GraphError::Capture(error)) => {
-                tracing::warn!(
-                    "a CUDA graph of {size} decode rows could not be captured ({error}): this \
-                     cache runs eager steps from now on"
-                );
-                self.give_up();
+                let why =
+                    format!("a CUDA graph of {size} decode rows could not be captured ({error})");
+                tracing::warn!("{why}: this cache runs eager steps from now on");
+                self.give_up(why);
                 model.forward(rows, kv, clock)
             }
             Err(cuda::GraphError::Step(error)) => Err(ModelError::from_candle(error)),
@@ -176,8 +185,9 @@ impl DecodeGraphs {
     }
 
     #[cfg(feature = "cuda")]
-    fn give_up(&mut self) {
+    fn give_up(&mut self, why: String) {
         self.on = false;
+        self.given_up = Some(why);
         self.graphs = cuda::Graphs::default();
     }
 }

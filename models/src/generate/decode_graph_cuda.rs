@@ -185,6 +185,13 @@ impl Captured {
         overwrite(&words_buffer, words)?;
         let mut inputs = host.upload(device, model.config.kv_dim())?;
         inputs.layout = inputs.layout.with_device_words(words_buffer.clone());
+        // Some of candle's ops upload small arrays from host memory they free on return (an
+        // index_select uploads its ids' shape): captured, such a copy would read freed memory
+        // at every replay (cuda-emu's trace caught the embedding's). With candle's upload
+        // cache on, the eager run stores each array on the device once and the capture copies
+        // from there. Only around these two runs: a cached upload is shared by every equal
+        // one, and the static inputs above are overwritten in place.
+        let _cached_uploads = device.as_cuda_device()?.enable_cuda_graph_htod_cache();
         let eager = logits_of(model, &inputs, kv)?;
         // The copy the capture ends with, run once first: every kernel the capture records
         // is loaded before it begins.

@@ -248,7 +248,11 @@ fn decode_graphs_answer_as_the_eager_steps_do() {
             let mut graphs = DecodeGraphs::new(&device);
             assert!(graphs.on());
             let graphed = decode_run(&model, &mut graphs);
-            assert!(graphs.on(), "{dtype:?}: graphs were given up (see the log)");
+            assert!(
+                graphs.on(),
+                "{dtype:?}: graphs were given up: {}",
+                graphs.given_up().unwrap_or_default()
+            );
             let counts = graphs.counts();
             assert_eq!(
                 counts.captures + counts.replays,
