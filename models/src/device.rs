@@ -38,6 +38,25 @@ pub fn compute_capability(device: &Device) -> Option<(u32, u32)> {
     None
 }
 
+/// Whether candle's kernels have bf16 on `device`: the CPU, and GPUs of compute capability
+/// 8.0 on (its CUDA kernels compile bf16 only there).
+pub fn has_bf16_kernels(device: &Device) -> bool {
+    compute_capability(device).is_none_or(|(major, _)| major >= 8)
+}
+
+/// Refuses a dtype `device` cannot run, with what to use instead: bf16 on a GPU older than
+/// compute capability 8.0 would otherwise fail at its first op with "named symbol not found".
+pub fn check_dtype(device: &Device, dtype: candle_core::DType) -> Result<(), ModelError> {
+    if dtype == candle_core::DType::BF16 && !has_bf16_kernels(device) {
+        let (major, minor) = compute_capability(device).unwrap_or_default();
+        return Err(ModelError::InvalidConfig(format!(
+            "bf16 needs a GPU of compute capability 8.0 or later, and this one is {major}.{minor} \
+             (a T4 or V100): use dtype f16, or leave dtype to auto, which picks f16 there"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_device(index: u32) -> Result<Device, ModelError> {
     Device::new_cuda(index as usize)

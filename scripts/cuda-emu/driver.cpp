@@ -52,7 +52,7 @@ struct Device {
     std::vector<void *> libraries;
     std::map<uintptr_t, size_t> allocations;  // address -> bytes
     size_t allocated = 0;
-    std::map<CUstream, Stream> special_streams;  // NULL, legacy, per-thread
+    std::map<CUstream, Stream> special_streams;  // the NULL (legacy) stream
     bool loaded = false;
 };
 
@@ -118,10 +118,13 @@ void load_kernels(Device &d) {
     closedir(listing);
 }
 
-/// The stream behind a handle: the special handles share one each.
+/// The stream behind a handle: the NULL and legacy handles share one, and
+/// CU_STREAM_PER_THREAD is each thread's own (so one thread's capture records only its
+/// own work, as on a GPU).
 Stream &stream_of(CUstream handle) {
-    uintptr_t value = reinterpret_cast<uintptr_t>(handle);
-    if (value <= 2) return device().special_streams[handle];
+    static thread_local Stream per_thread;
+    if (handle == CU_STREAM_PER_THREAD) return per_thread;
+    if (handle == nullptr || handle == CU_STREAM_LEGACY) return device().special_streams[nullptr];
     return *reinterpret_cast<Stream *>(handle);
 }
 

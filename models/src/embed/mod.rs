@@ -442,15 +442,19 @@ pub struct Embedder {
 }
 
 fn parse_dtype(name: Option<&str>, device: &Device) -> Result<DType, ModelError> {
-    match name {
-        None if device.is_cuda() => Ok(DType::F16),
-        None | Some("f32") => Ok(DType::F32),
-        Some("f16") => Ok(DType::F16),
-        Some("bf16") => Ok(DType::BF16),
-        Some(other) => Err(ModelError::InvalidConfig(format!(
-            "dtype `{other}` is not one of f32, f16, bf16"
-        ))),
-    }
+    let dtype = match name {
+        None if device.is_cuda() => DType::F16,
+        None | Some("f32") => DType::F32,
+        Some("f16") => DType::F16,
+        Some("bf16") => DType::BF16,
+        Some(other) => {
+            return Err(ModelError::InvalidConfig(format!(
+                "dtype `{other}` is not one of f32, f16, bf16"
+            )));
+        }
+    };
+    crate::device::check_dtype(device, dtype)?;
+    Ok(dtype)
 }
 
 /// The model's `tokenizer.json`, truncating at `max_seq_length` tokens, unpadded.

@@ -570,11 +570,13 @@ mod tests {
         )
         .unwrap();
         let vars = VarMap::new();
-        let vb = VarBuilder::from_varmap(&vars, DType::BF16, &gpu);
+        // bf16 from compute capability 8.0, f16 before (a T4's tensor-core path).
+        let dtype = crate::generate::gpu_dtype(crate::device::compute_capability(&gpu));
+        let vb = VarBuilder::from_varmap(&vars, dtype, &gpu);
         let mut flash = Qwen3Encoder::new(config.clone(), vb.clone()).unwrap();
         let mut materialised = Qwen3Encoder::new(config, vb).unwrap();
         materialised.flash = false;
-        assert!(super::flash_attention_fits(&gpu, DType::BF16, 32));
+        assert!(super::flash_attention_fits(&gpu, dtype, 32));
         let t = 150;
         let ids: Vec<u32> = (0..2 * t as u32).map(|i| (i * 37 + 11) % 512).collect();
         let ids = Tensor::from_vec(ids, (2, t), &gpu).unwrap();

@@ -231,6 +231,7 @@ impl GenerateModel {
             // `auto` for a file our kernels do not take means f32.
             let dense_dtype = dtype.dense(device);
             let activations = dense_dtype.unwrap_or(DType::F32);
+            crate::device::check_dtype(device, activations)?;
             let mut weights = checkpoint::GgufWeights {
                 content: &content,
                 file: &mut file,
@@ -259,6 +260,7 @@ impl GenerateModel {
                 dir.display()
             ))
         })?;
+        crate::device::check_dtype(device, dtype)?;
         let config = checkpoint::hf_config(dir)?;
         let vocab = checkpoint::hf_vocab(dir)?;
         let tensors = checkpoint::open_safetensors(dir)?;

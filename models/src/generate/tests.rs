@@ -590,3 +590,24 @@ fn auto_runs_bf16_from_ampere_and_f16_on_older_gpus() {
     );
     assert_eq!(WeightDtype::Auto.dense(&Device::Cpu), Some(DType::F32));
 }
+
+/// bf16 asked for on a GPU without candle's bf16 kernels (a T4: cuda-emu with
+/// CUDA_EMU_ARCH=75, or the real one) is refused with what to use; the CPU and newer GPUs
+/// take it.
+#[test]
+fn bf16_on_a_gpu_before_ampere_is_refused_with_the_dtype_to_use() {
+    for device in crate::generate::device_ops::test_devices() {
+        let checked = crate::device::check_dtype(&device, DType::BF16);
+        match crate::device::compute_capability(&device) {
+            Some((major, minor)) if major < 8 => {
+                let error = checked.unwrap_err().to_string();
+                assert!(error.contains(&format!("is {major}.{minor}")), "{error}");
+                assert!(error.contains("use dtype f16"), "{error}");
+            }
+            _ => checked.unwrap(),
+        }
+        for dtype in [DType::F32, DType::F16] {
+            crate::device::check_dtype(&device, dtype).unwrap();
+        }
+    }
+}
