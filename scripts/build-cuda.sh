@@ -9,6 +9,8 @@
 #                                   copies in target/cuda/dist/ (small enough to carry to a GPU)
 #   scripts/build-cuda.sh --tests   also resident-models' unit tests built with CUDA, as
 #                                   target/cuda/dist/models-tests (their kernel checks need a GPU)
+#   scripts/build-cuda.sh --toolkit only installs the toolkit and the link stubs (for
+#                                   scripts/cuda-emu, which needs the CUDA headers)
 #   scripts/build-cuda.sh --check   what CI runs (through scripts/test.sh, after `cargo doc`):
 #                                   every crate, test, bench and example target type-checked
 #                                   with `--features cuda` and every kernel compiled by nvcc
@@ -30,9 +32,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
-  "" | --tests | --check) ;;
+  "" | --tests | --check | --toolkit) ;;
   *)
-    echo "unknown option '$mode'; use --tests or --check (or nothing)" >&2
+    echo "unknown option '$mode'; use --tests, --check or --toolkit (or nothing)" >&2
     exit 2
     ;;
 esac
@@ -59,6 +61,7 @@ if [[ ! -f "$links/libcuda.so" ]]; then
   grep -oh 'load::<_F>("cu[A-Za-z0-9_]*")' "$sys" | sed 's/.*("\(.*\)")/void \1(void) {}/' | sort -u > "$links/stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$links/libcuda.so" "$links/stub.c"
 fi
+[[ $mode == --toolkit ]] && exit 0
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export PATH="$cuda_home/bin:$PATH"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
@@ -85,7 +88,10 @@ fi
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$links -L native=$cuda_home/lib"
 cargo build --release --locked --target-dir target/cuda \
   -p resident-cli --bin resident -p resident-bench --bin embed-bench --bin generate-bench --features cuda
+# RESIDENT_CANDLE_MOE=stub (scripts/cuda-emu.sh) links a stub for candle's MoE/GGUF library:
+# such binaries go to emu-dist/, never to dist/, which pack-gpu-carry.sh takes to a GPU.
 dist=target/cuda/dist
+[[ ${RESIDENT_CANDLE_MOE:-} == stub ]] && dist=target/cuda/emu-dist
 mkdir -p "$dist"
 for bin in resident embed-bench generate-bench; do
   strip -o "$dist/$bin" "target/cuda/release/$bin"

@@ -49,7 +49,7 @@ g++ -shared -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" \
   "$work/driver.o" "$work/runtime.o" "$work/driver-stubs.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$lib/libcuda.so"
 
-"${cxx[@]}" -c "$here/blas.cpp" -o "$work/blas.o"
+"${cxx[@]}" -O3 -march=native -c "$here/blas.cpp" -o "$work/blas.o"
 for name in cublas cublaslt; do
   stubs "$name" "$work/blas.o" 15 "$work/$name-stubs.c"  # CUBLAS_STATUS_NOT_SUPPORTED
   gcc -O1 -fPIC -c "$work/$name-stubs.c" -o "$work/$name-stubs.o"

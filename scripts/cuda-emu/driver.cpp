@@ -10,6 +10,9 @@
 #include <cuda.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -46,11 +49,17 @@ struct Event {
 
 struct Module {};
 
+struct Allocation {
+    size_t bytes;
+    void *mapping;  // CUDA_EMU_GUARD's own mapping, else null (from aligned_alloc)
+    size_t span;
+};
+
 struct Device {
     std::mutex mutex;  // guards everything below and the special streams
     std::map<std::string, const Kernel *> kernels;
     std::vector<void *> libraries;
-    std::map<uintptr_t, size_t> allocations;  // address -> bytes
+    std::map<uintptr_t, Allocation> allocations;
     size_t allocated = 0;
     std::map<CUstream, Stream> special_streams;  // the NULL (legacy) stream
     bool loaded = false;
@@ -141,13 +150,37 @@ void issue(CUstream handle, Operation operation) {
         operation();
 }
 
+bool guarded() {
+    static const bool on = getenv("CUDA_EMU_GUARD") != nullptr;
+    return on;
+}
+
+constexpr size_t PAGE = 4096;
+
+/// Device memory: `bytes` rounded up to 256 (the alignment cudaMalloc gives). With
+/// CUDA_EMU_GUARD set, each allocation is mapped apart and ends where an inaccessible page
+/// begins, so a kernel that reads or writes past it (by more than the rounding) faults at
+/// once, and the fault handler names the kernel, block and thread.
 void *allocate(size_t bytes) {
     Device &d = device();
     std::lock_guard<std::mutex> lock(d.mutex);
     if (d.allocated + bytes > memory_bytes()) return nullptr;
-    void *memory = aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-    if (memory == nullptr) return nullptr;
-    d.allocations[reinterpret_cast<uintptr_t>(memory)] = bytes;
+    size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    Allocation allocation{bytes, nullptr, 0};
+    void *memory;
+    if (guarded()) {
+        allocation.span = (rounded + PAGE - 1) / PAGE * PAGE + PAGE;
+        allocation.mapping = mmap(nullptr, allocation.span, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (allocation.mapping == MAP_FAILED) return nullptr;
+        auto *base = static_cast<unsigned char *>(allocation.mapping);
+        mprotect(base + allocation.span - PAGE, PAGE, PROT_NONE);
+        memory = base + (allocation.span - PAGE - rounded);
+    } else {
+        memory = aligned_alloc(256, rounded);
+        if (memory == nullptr) return nullptr;
+    }
+    d.allocations[reinterpret_cast<uintptr_t>(memory)] = allocation;
     d.allocated += bytes;
     return memory;
 }
@@ -157,9 +190,38 @@ void release(void *memory) {
     std::lock_guard<std::mutex> lock(d.mutex);
     auto found = d.allocations.find(reinterpret_cast<uintptr_t>(memory));
     if (found == d.allocations.end()) return;
-    d.allocated -= found->second;
+    Allocation allocation = found->second;
+    d.allocated -= allocation.bytes;
     d.allocations.erase(found);
-    free(memory);
+    if (allocation.mapping != nullptr)
+        munmap(allocation.mapping, allocation.span);
+    else
+        free(memory);
+}
+
+struct sigaction previous_fault_action;
+
+/// A fault inside a kernel (CUDA_EMU_GUARD's pages, or a fiber's stack guard): says where,
+/// then lets the previous handler (Rust's) take the fault.
+void on_fault(int signal, siginfo_t *info, void *) {
+    char where[256];
+    if (emu::describe_running(where, sizeof(where))) {
+        char line[512];
+        int n = snprintf(line, sizeof(line),
+                         "cuda-emu: memory fault at %p in %s: past the end of a device "
+                         "allocation (CUDA_EMU_GUARD), or a thread's stack overflowed\n",
+                         info->si_addr, where);
+        if (n > 0) write(2, line, std::min<size_t>(static_cast<size_t>(n), sizeof(line)));
+    }
+    sigaction(signal, &previous_fault_action, nullptr);
+}
+
+void install_fault_handler() {
+    struct sigaction action{};
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, &previous_fault_action);
 }
 
 bool tracing() {
@@ -183,6 +245,11 @@ CUresult cuInit(unsigned) {
     Device &d = device();
     std::lock_guard<std::mutex> lock(d.mutex);
     load_kernels(d);
+    static bool handled = false;
+    if (!handled) {
+        handled = true;
+        install_fault_handler();
+    }
     return CUDA_SUCCESS;
 }
 

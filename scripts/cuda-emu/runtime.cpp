@@ -377,6 +377,18 @@ void trap(const char *why) {
     abort();
 }
 
+bool describe_running(char *out, size_t size) {
+    const Block *block = current_block;
+    const Thread *thread = current_thread;
+    const Worker *w = this_worker;
+    if (block == nullptr || thread == nullptr || w == nullptr || w->kernel == nullptr)
+        return false;
+    snprintf(out, size, "kernel %s, block (%u, %u, %u), thread (%u, %u, %u)", w->kernel->name,
+             block->index.x, block->index.y, block->index.z, thread->index.x, thread->index.y,
+             thread->index.z);
+    return true;
+}
+
 void run(const Launch &launch) {
     unsigned threads = launch.block.x * launch.block.y * launch.block.z;
     if (threads == 0 || threads > MAX_THREADS) trap("a launch of 0 or more than 1024 threads");

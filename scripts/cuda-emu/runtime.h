@@ -18,4 +18,8 @@ struct Launch {
 /// Runs every block of `launch` and returns when all have finished.
 void run(const Launch &launch);
 
+/// "kernel NAME, block (x, y, z), thread (x, y, z)" into `out` when this OS thread is running
+/// a kernel; false otherwise. Async-signal-safe (for the fault handler).
+bool describe_running(char *out, size_t size);
+
 }  // namespace emu

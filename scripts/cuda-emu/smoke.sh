@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The binaries' GPU paths on cuda-emu's emulated GPU, on small inputs (scripts/cuda-emu.sh
+# smoke builds them first): what benches/gpu-bench.sh will run on a real GPU, so that a
+# mistake there shows here first. Prints `ok:` or `FAILED (status):` a step, and exits 1 if
+# any failed. Speeds printed here are the emulator's, not a GPU's.
+# Needs scripts/fetch-model.sh (MiniLM), scripts/fetch-model.sh smollm2-135m-instruct and
+# scripts/fetch-data.sh.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bins=$PWD/target/cuda/emu-dist
+work=${WORK:-/tmp/cuda-emu-smoke}
+rm -rf "$work" && mkdir -p "$work"
+export LD_LIBRARY_PATH="$PWD/target/cuda-emu/lib:${LD_LIBRARY_PATH:-}"
+export RUST_LOG=${RUST_LOG:-warn}
+failed=0
+
+step() { # label, command...
+  local label=$1
+  shift
+  echo "== $label" >&2
+  if "$@"; then
+    echo "ok: $label" >&2
+  else
+    echo "FAILED ($?): $label" >&2
+    failed=1
+  fi
+}
+
+said() { # label, file, pattern: the file holds the pattern
+  step "$1" grep -q -- "$3" "$2"
+}
+
+gguf=models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+minilm=models/all-MiniLM-L6-v2
+# Eight short documents: the emulator runs a 135M model at a few GFLOP/s.
+python3 - "$work/docs.jsonl" <<'PY'
+import json, sys
+texts = [line for line in open("data/wiki_vital.jsonl", encoding="utf-8")][:8]
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    for n, line in enumerate(texts):
+        record = json.loads(line)
+        out.write(json.dumps({"id": f"doc-{n}", "text": record["text"][:300]}) + "\n")
+PY
+
+# Generation: the dense GPU path from the GGUF in bf16, graphs on and off, greedy and
+# sampled on the device, with the step profile.
+step "generate-bench on the GPU (bf16, graphs on and off, plain and sampled, profiled)" \
+  "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
+  --prompts 4 --article-chars 200 --max-new-tokens 6 --batches 4 --cuda-graphs on,off \
+  --decoding plain,sampled --profile
+# The agreement check (issue 42) reads a safetensors checkpoint: the GGUF exported.
+step "export SmolLM2 as a safetensors checkpoint" "$bins/generate-bench" --model "$gguf" \
+  --export-hf "$work/smollm2-hf" --export-weights
+step "generate-bench --agreement (GPU f32 and bf16 against the CPU dense path)" \
+  "$bins/generate-bench" --model "$work/smollm2-hf" --data "$work/docs.jsonl" --gpu 0 \
+  --agreement 2 --article-chars 200 --max-new-tokens 8
+# The job with no device flag: the GPU by default (issue 43), said in the summary.
+step "resident generate, no device flag" "$bins/resident" generate --input "$work/docs.jsonl" \
+  --model "$gguf" --output "$work/generated" --max-new-tokens 6 --prompt 'Summarise: {text}' \
+  2> "$work/generate.log"
+said "resident generate chose the GPU" "$work/generate.log" "GPU"
+step "generations written" test -s "$work/generated/generations.jsonl"
+
+# Embedding: MiniLM in f16 on the GPU, flash and materialised attention; the job with no flag.
+for attention in flash materialised; do
+  step "embed-bench on the GPU (f16, $attention attention)" "$bins/embed-bench" \
+    --model "$minilm" --data "$work/docs.jsonl" --limit 8 --replicas 1 --gpus 1 --dtype f16 \
+    --chunk-size 8 --attention "$attention" --label "cuda-emu, $attention"
+done
+step "resident embed, no device flag" "$bins/resident" embed --input "$work/docs.jsonl" \
+  --model "$minilm" --output "$work/embedded" 2> "$work/embed.log"
+said "resident embed chose the GPU" "$work/embed.log" "GPU"
+step "embeddings written" test -s "$work/embedded/embeddings.npy"
+
+# A T4 (compute capability 7.5): auto is f16, bf16 is refused with what to use.
+export CUDA_EMU_ARCH=75
+step "generate-bench on an emulated T4 (auto: f16)" "$bins/generate-bench" --model "$gguf" \
+  --data "$work/docs.jsonl" --gpu 0 --prompts 2 --article-chars 200 --max-new-tokens 4 \
+  --batches 2
+step "embed-bench on an emulated T4 (f16)" "$bins/embed-bench" --model "$minilm" \
+  --data "$work/docs.jsonl" --limit 8 --replicas 1 --gpus 1 --dtype f16 --chunk-size 8 \
+  --label "cuda-emu T4"
+step "bf16 on an emulated T4 is refused" bash -c \
+  "! '$bins/generate-bench' --model '$gguf' --data '$work/docs.jsonl' --gpu 0 --dtype bf16 \
+     --prompts 1 --max-new-tokens 2 --batches 1 > '$work/t4-bf16.log' 2>&1"
+said "the refusal names f16" "$work/t4-bf16.log" "use dtype f16"
+unset CUDA_EMU_ARCH
+
+if ((failed)); then
+  echo "cuda-emu smoke: some steps FAILED (above)" >&2
+  exit 1
+fi
+echo "cuda-emu smoke: every step passed" >&2
