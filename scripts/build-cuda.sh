@@ -23,8 +23,9 @@
 # Compute capabilities: our kernels (models/build.rs) and candle's (patched, vendor/README.md)
 # are built as SASS for 7.5, 8.0, 8.6, 8.9 and 9.0 plus PTX for newer GPUs, so one binary runs
 # on a T4, an A10G, an A6000 or an H100 without the driver's JIT compile (RESIDENT_CUDA_ARCHS
-# narrows the list; CUDA_COMPUTE_CAP, default 90, only picks the capability of candle's
-# static MoE library, which Resident does not call).
+# narrows the list; CUDA_COMPUTE_CAP, default 90, picks the one capability of candle's static
+# MoE/GGUF library, whose quantised matmuls run only for a GGUF kept quantised on a GPU,
+# `--dtype quantised`: cuda-emu found them called there).
 # At run time the binaries need libcuda (the driver) and CUDA 13 libcudart, libcublas(Lt),
 # libcurand: from a CUDA install, or from PyTorch's wheels
 # (LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib).
@@ -73,8 +74,8 @@ if [[ $mode == --check ]]; then
   # last two stops: out of disk, then out of time). The kernels are still compiled (the build
   # scripts run nvcc), ours and candle's for one capability: the others differ only in nvcc's
   # code generation, which scripts/build-cuda.sh without --check exercises. candle's static
-  # MoE/GGUF library is left out (RESIDENT_CANDLE_MOE=skip, vendor/README.md): Resident never
-  # calls it, a check links nothing, and its 15 modules took about 700 s of one-threaded nvcc,
+  # MoE/GGUF library is left out (RESIDENT_CANDLE_MOE=skip, vendor/README.md): a check
+  # links nothing, and its 15 modules took about 700 s of one-threaded nvcc,
   # most of this step on CI's two cores (stop 59 ran out of time in it). No RUSTFLAGS (nothing
   # is linked), so that the dependency checks `cargo doc --release` left in target/ are
   # reused, and the release profile for the same reason (and for the build scripts and proc

@@ -108,7 +108,7 @@ export CXX_FLAGS="${cxx[*]}"
 jobs=()
 for arch in 90 75; do
   jobs+=("models/src/embed/fused_kernels.cu resident $arch")
-  for name in affine binary cast fill indexing reduce sort ternary unary; do
+  for name in affine binary cast fill indexing quantized reduce sort ternary unary; do
     jobs+=("vendor/candle-kernels/src/$name.cu candle-$name $arch")
   done
 done

@@ -192,6 +192,29 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
+/// The four signed bytes' products of a and b, summed, plus c.
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++)
+        c += static_cast<int8_t>(a >> (8 * i)) * static_cast<int8_t>(b >> (8 * i));
+    return c;
+}
+inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+    for (int i = 0; i < 4; i++) c += ((a >> (8 * i)) & 0xff) * ((b >> (8 * i)) & 0xff);
+    return c;
+}
+/// a - b in each of four signed bytes, saturated.
+inline unsigned __vsubss4(unsigned a, unsigned b) {
+    unsigned out = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = static_cast<int8_t>(a >> (8 * i)) - static_cast<int8_t>(b >> (8 * i));
+        d = d < -128 ? -128 : (d > 127 ? 127 : d);
+        out |= (static_cast<unsigned>(d) & 0xff) << (8 * i);
+    }
+    return out;
+}
+inline int __vsubss4(int a, int b) {
+    return static_cast<int>(__vsubss4(static_cast<unsigned>(a), static_cast<unsigned>(b)));
+}
 template <typename T> inline T __ldg(const T *p) { return *p; }
 inline long long clock64() { return static_cast<long long>(__builtin_ia32_rdtsc()); }
 

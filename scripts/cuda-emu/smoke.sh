@@ -3,8 +3,8 @@
 # smoke builds them first): what benches/gpu-bench.sh will run on a real GPU, so that a
 # mistake there shows here first. Prints `ok:` or `FAILED (status):` a step, and exits 1 if
 # any failed. Speeds printed here are the emulator's, not a GPU's.
-# Needs scripts/fetch-model.sh (MiniLM), scripts/fetch-model.sh smollm2-135m-instruct and
-# scripts/fetch-data.sh.
+# Needs scripts/fetch-model.sh (MiniLM), scripts/fetch-model.sh smollm2-135m-instruct,
+# scripts/fetch-qwen3-tokenizer.sh and scripts/fetch-data.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bins=$PWD/target/cuda/emu-dist
@@ -48,6 +48,8 @@ step "generate-bench on the GPU (bf16, graphs on and off, plain and sampled, pro
   "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
   --prompts 4 --article-chars 200 --max-new-tokens 6 --batches 4 --cuda-graphs on,off \
   --decoding plain,sampled --profile
+# (`--dtype quantised` on the GPU is left out: candle's quantised matmuls live in its static
+# MoE/GGUF library, which the emulator cannot run; README.md.)
 # The agreement check (issue 42) reads a safetensors checkpoint: the GGUF exported.
 step "export SmolLM2 as a safetensors checkpoint" "$bins/generate-bench" --model "$gguf" \
   --export-hf "$work/smollm2-hf" --export-weights
@@ -55,11 +57,22 @@ step "generate-bench --agreement (GPU f32 and bf16 against the CPU dense path)" 
   "$bins/generate-bench" --model "$work/smollm2-hf" --data "$work/docs.jsonl" --gpu 0 \
   --agreement 2 --article-chars 200 --max-new-tokens 8
 # The job with no device flag: the GPU by default (issue 43), said in the summary.
-step "resident generate, no device flag" "$bins/resident" generate --input "$work/docs.jsonl" \
-  --model "$gguf" --output "$work/generated" --max-new-tokens 6 --prompt 'Summarise: {text}' \
-  2> "$work/generate.log"
+step "resident generate, no device flag" bash -c "'$bins/resident' generate --input \
+  '$work/docs.jsonl' --model '$gguf' --output '$work/generated' --max-new-tokens 6 \
+  --prompt 'Summarise: {text}' 2> '$work/generate.log'"
 said "resident generate chose the GPU" "$work/generate.log" "GPU"
 step "generations written" test -s "$work/generated/generations.jsonl"
+
+# Issue 42's 0.5B-class shapes (gpu-bench.sh's large-decoder): random weights made on the
+# GPU, then one short prompt through each (bias in Qwen2.5's projections, Qwen3's q/k norms).
+for shape in qwen2.5-0.5b qwen3-0.6b; do
+  step "$shape random weights on the GPU" "$bins/generate-bench" --random-checkpoint "$shape" \
+    --tokenizer models/qwen3-tokenizer/tokenizer.json --out "$work/$shape" --gpu 0
+  step "generate-bench, $shape (bf16)" "$bins/generate-bench" --model "$work/$shape" \
+    --data "$work/docs.jsonl" --gpu 0 --dtype bf16 --prompts 1 --article-chars 60 \
+    --max-new-tokens 2 --ignore-eos --batches 1
+  rm -rf "${work:?}/$shape"
+done
 
 # Embedding: MiniLM in f16 on the GPU, flash and materialised attention; the job with no flag.
 for attention in flash materialised; do
@@ -67,8 +80,8 @@ for attention in flash materialised; do
     --model "$minilm" --data "$work/docs.jsonl" --limit 8 --replicas 1 --gpus 1 --dtype f16 \
     --chunk-size 8 --attention "$attention" --label "cuda-emu, $attention"
 done
-step "resident embed, no device flag" "$bins/resident" embed --input "$work/docs.jsonl" \
-  --model "$minilm" --output "$work/embedded" 2> "$work/embed.log"
+step "resident embed, no device flag" bash -c "'$bins/resident' embed --input \
+  '$work/docs.jsonl' --model '$minilm' --output '$work/embedded' 2> '$work/embed.log'"
 said "resident embed chose the GPU" "$work/embed.log" "GPU"
 step "embeddings written" test -s "$work/embedded/embeddings.npy"
 

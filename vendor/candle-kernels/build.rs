@@ -6,7 +6,7 @@ mod fatbins;
 
 const CUTILE_FEATURE: &str = "CARGO_FEATURE_CUTILE";
 /// `skip`: build no static MoE library (a type check links nothing); `stub`: link
-/// `src/moe_stub.c` in its place (a build for scripts/cuda-emu, which never calls it).
+/// `src/moe_stub.c` in its place (a build for scripts/cuda-emu, which cannot run it).
 const SKIP_MOE_VAR: &str = "RESIDENT_CANDLE_MOE";
 
 fn main() -> Result<()> {

@@ -1,6 +1,7 @@
 // Resident's patch (vendor/README.md): with RESIDENT_CANDLE_MOE=stub, build.rs links this in
 // place of the static MoE/GGUF library, so that a build for scripts/cuda-emu (kernels run on
-// the CPU) links without 700 s of nvcc. Resident calls none of these; each one fails loudly.
+// the CPU) links without 700 s of nvcc. Only a GGUF kept quantised on a GPU (`--dtype
+// quantised`) reaches them; each one fails loudly, with its name.
 #include <stdio.h>
 #include <stdlib.h>
 
