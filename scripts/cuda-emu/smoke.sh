@@ -46,7 +46,7 @@ PY
 # sampled on the device, with the step profile.
 step "generate-bench on the GPU (bf16, graphs on and off, plain and sampled, profiled)" \
   "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
-  --prompts 4 --article-chars 200 --max-new-tokens 6 --batches 4 --cuda-graphs on,off \
+  --prompts 2 --article-chars 200 --max-new-tokens 6 --batches 2 --cuda-graphs on,off \
   --decoding plain,sampled --profile
 # (`--dtype quantised` on the GPU is left out: candle's quantised matmuls live in its static
 # MoE/GGUF library, which the emulator cannot run; README.md.)
