@@ -50,11 +50,10 @@ g++ -shared -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" \
 ln -sf libcuda.so.1 "$lib/libcuda.so"
 
 "${cxx[@]}" -O3 -march=native -c "$here/blas.cpp" -o "$work/blas.o"
+# One library under both names: cuBLAS's stubs and cuBLASLt's, less what blas.o defines.
 for name in cublas cublaslt; do
   stubs "$name" "$work/blas.o" 15 "$work/$name-stubs.c"  # CUBLAS_STATUS_NOT_SUPPORTED
-  gcc -O1 -fPIC -c "$work/$name-stubs.c" -o "$work/$name-stubs.o"
 done
-# One library under both names: each stub file leaves out what blas.o defines.
 cat "$work/cublas-stubs.c" > "$work/blas-stubs.c"
 grep '^int cublasLt' "$work/cublaslt-stubs.c" >> "$work/blas-stubs.c" || true
 gcc -O1 -fPIC -c "$work/blas-stubs.c" -o "$work/blas-stubs.o"

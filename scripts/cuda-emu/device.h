@@ -154,13 +154,11 @@ template <typename T> inline T __shfl_up_sync(unsigned, T value, unsigned delta,
     });
 }
 inline unsigned __ballot_sync(unsigned, int predicate) {
-    unsigned lane = emu::current_thread->lane;
     unsigned bits = 0;
     for (int from = 0; from < 32; from++) {
         int p = emu::exchange(predicate, [=](int) { return from; });
         if (p) bits |= 1u << from;
     }
-    (void)lane;
     return bits;
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }

@@ -56,12 +56,12 @@ struct Allocation {
 };
 
 struct Device {
-    std::mutex mutex;  // guards everything below and the special streams
+    std::mutex mutex;  // guards everything below and every stream's capture state
     std::map<std::string, const Kernel *> kernels;
     std::vector<void *> libraries;
     std::map<uintptr_t, Allocation> allocations;
     size_t allocated = 0;
-    std::map<CUstream, Stream> special_streams;  // the NULL (legacy) stream
+    Stream legacy_stream;  // the NULL and CU_STREAM_LEGACY handles
     bool loaded = false;
 };
 
@@ -133,7 +133,7 @@ void load_kernels(Device &d) {
 Stream &stream_of(CUstream handle) {
     static thread_local Stream per_thread;
     if (handle == CU_STREAM_PER_THREAD) return per_thread;
-    if (handle == nullptr || handle == CU_STREAM_LEGACY) return device().special_streams[nullptr];
+    if (handle == nullptr || handle == CU_STREAM_LEGACY) return device().legacy_stream;
     return *reinterpret_cast<Stream *>(handle);
 }
 
