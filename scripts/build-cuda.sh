@@ -11,10 +11,18 @@
 #                                   target/cuda/dist/models-tests (their kernel checks need a GPU)
 #   scripts/build-cuda.sh --toolkit only installs the toolkit and the link stubs (for
 #                                   scripts/cuda-emu, which needs the CUDA headers)
+#   scripts/build-cuda.sh --emu-tests
+#                                   resident-models' unit tests built with `cuda` for
+#                                   scripts/cuda-emu (candle's MoE library stubbed), in the
+#                                   release profile and target/ of the test command, so that
+#                                   only candle, cudarc and resident-models compile again
+#                                   (the link stubs come from LIBRARY_PATH: RUSTFLAGS would
+#                                   rebuild every crate); prints the test binary's path
 #   scripts/build-cuda.sh --check   what CI runs (through scripts/test.sh, after `cargo doc`):
 #                                   every crate, test, bench and example target type-checked
 #                                   with `--features cuda` and every kernel compiled by nvcc
-#                                   (but candle's unused static MoE library),
+#                                   (but candle's static MoE library, stubbed as for --emu-tests,
+#                                   which then reuses the kernels),
 #                                   in the release profile and target/ that the test build
 #                                   and `cargo doc --release` fill, so only candle, cudarc and
 #                                   our crates are checked again;
@@ -22,10 +30,10 @@
 #
 # Compute capabilities: our kernels (models/build.rs) and candle's (patched, vendor/README.md)
 # are built as SASS for 7.5, 8.0, 8.6, 8.9 and 9.0 plus PTX for newer GPUs, so one binary runs
-# on a T4, an A10G, an A6000 or an H100 without the driver's JIT compile (RESIDENT_CUDA_ARCHS
-# narrows the list; CUDA_COMPUTE_CAP, default 90, picks the one capability of candle's static
-# MoE/GGUF library, whose quantised matmuls run only for a GGUF kept quantised on a GPU,
-# `--dtype quantised`: cuda-emu found them called there).
+# on a T4, an A10G, an A6000 or an H100 without the driver's JIT compile; candle's static
+# MoE/GGUF library too (its quantised matmuls run for a GGUF kept quantised on a GPU,
+# `--dtype quantised`). RESIDENT_CUDA_ARCHS narrows the list (90 for an H100 or H200 alone);
+# --check and --emu-tests take 90 alone unless it says otherwise.
 # At run time the binaries need libcuda (the driver) and CUDA 13 libcudart, libcublas(Lt),
 # libcurand: from a CUDA install, or from PyTorch's wheels
 # (LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib).
@@ -33,9 +41,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
-  "" | --tests | --check | --toolkit) ;;
+  "" | --tests | --check | --toolkit | --emu-tests) ;;
   *)
-    echo "unknown option '$mode'; use --tests, --check or --toolkit (or nothing)" >&2
+    echo "unknown option '$mode'; use --tests, --check, --toolkit or --emu-tests (or nothing)" >&2
     exit 2
     ;;
 esac
@@ -65,7 +73,6 @@ fi
 [[ $mode == --toolkit ]] && exit 0
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export PATH="$cuda_home/bin:$PATH"
-export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 
 if [[ $mode == --check ]]; then
   started=$SECONDS
@@ -74,15 +81,33 @@ if [[ $mode == --check ]]; then
   # last two stops: out of disk, then out of time). The kernels are still compiled (the build
   # scripts run nvcc), ours and candle's for one capability: the others differ only in nvcc's
   # code generation, which scripts/build-cuda.sh without --check exercises. candle's static
-  # MoE/GGUF library is left out (RESIDENT_CANDLE_MOE=skip, vendor/README.md): a check
+  # MoE/GGUF library is stubbed (RESIDENT_CANDLE_MOE=stub, vendor/README.md): a check
   # links nothing, and its 15 modules took about 700 s of one-threaded nvcc,
-  # most of this step on CI's two cores (stop 59 ran out of time in it). No RUSTFLAGS (nothing
-  # is linked), so that the dependency checks `cargo doc --release` left in target/ are
-  # reused, and the release profile for the same reason (and for the build scripts and proc
-  # macros of the test build).
-  RESIDENT_CUDA_ARCHS="${RESIDENT_CUDA_ARCHS:-$CUDA_COMPUTE_CAP}" RESIDENT_CANDLE_MOE=skip \
+  # most of this step on CI's two cores (stop 59 ran out of time in it); --emu-tests, which
+  # CI runs next, sets the same, so candle's build script runs once for both. No RUSTFLAGS
+  # (nothing is linked), so that the dependency checks `cargo doc --release` left in target/
+  # are reused, and the release profile for the same reason (and for the build scripts and
+  # proc macros of the test build).
+  RESIDENT_CUDA_ARCHS="${RESIDENT_CUDA_ARCHS:-90}" RESIDENT_CANDLE_MOE=stub \
     cargo check --release --locked --workspace --features cuda --all-targets
   echo "cuda check: every target checked with --features cuda in $((SECONDS - started)) s"
+  exit 0
+fi
+
+models_tests_executable() { # cargo's JSON messages on stdin: the path of resident-models' test binary
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "resident_models":
+        print(m["executable"])'
+}
+
+if [[ $mode == --emu-tests ]]; then
+  # The same kernel archs and MoE stub as --check, whose build script runs this reuses.
+  RESIDENT_CUDA_ARCHS="${RESIDENT_CUDA_ARCHS:-90}" RESIDENT_CANDLE_MOE=stub \
+    LIBRARY_PATH="$links:$cuda_home/lib${LIBRARY_PATH:+:$LIBRARY_PATH}" \
+    cargo test --release --locked -p resident-models --features cuda --lib --no-run \
+    --message-format=json-render-diagnostics | models_tests_executable
   exit 0
 fi
 
@@ -99,12 +124,7 @@ for bin in resident embed-bench generate-bench; do
 done
 if [[ $mode == --tests ]]; then
   tests=$(cargo test --release --locked --target-dir target/cuda -p resident-models --features cuda \
-    --lib --no-run --message-format=json |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "resident_models":
-        print(m["executable"])')
+    --lib --no-run --message-format=json-render-diagnostics | models_tests_executable)
   strip -o "$dist/models-tests" "$tests"
 fi
 ls -la "$dist"

@@ -76,14 +76,18 @@ timed "python package and its tests" scripts/test-python.sh
 # dependency's check with it: 246 s against 128 s on a Xeon's two cores), and the cuda
 # check below reuses these dependency checks in turn.
 RUSTDOCFLAGS="-D warnings" timed "cargo doc" cargo doc --release --no-deps --locked --workspace
-# The GPU build: every binary built and every crate and test target checked with `--features cuda` (toolkit from
-# pinned PyPI wheels, as scripts/build-cuda.sh always does); the GPU tests need a GPU to run,
-# so here they are only built. RESIDENT_SKIP_CUDA_CHECK=1 skips it on a developer's machine;
-# CI never sets it.
+# The GPU build: every crate and test target checked with `--features cuda` (toolkit from
+# pinned PyPI wheels, as scripts/build-cuda.sh always does), then resident-models' tests
+# built with it and run on cuda-emu. RESIDENT_SKIP_CUDA_CHECK=1 skips both on a developer's
+# machine; CI never sets it.
 if [[ ${RESIDENT_SKIP_CUDA_CHECK:-} == 1 && ${CI:-} != true ]]; then
   echo "skipping the cuda compile check (RESIDENT_SKIP_CUDA_CHECK=1)"
 else
   df -h . | tail -1 | awk '{print "disk free before the cuda check: " $4}'
   timed "cuda check" scripts/build-cuda.sh --check
+  # The GPU code runs, on cuda-emu's emulated GPU (scripts/cuda-emu/README.md): the kernels'
+  # and the GPU paths' tests of resident-models as an H100 and as a T4, each failing where
+  # its GPU side did not run. The test binary links in the target/ the check just filled.
+  timed "GPU tests on cuda-emu" scripts/cuda-emu.sh test
 fi
 printf '%s\n' "test.sh passed in $SECONDS s:" "${steps[@]/#/  }"

@@ -119,3 +119,25 @@ fn set_env_before_threads(name: &str, value: &std::ffi::OsStr) {
         std::env::set_var(name, value)
     };
 }
+
+/// The GPU whose side of a test runs: the first CUDA device of a `cuda` build, or `None`
+/// (the test says so and checks only the CPU). With `RESIDENT_TEST_GPU=required`, which
+/// `scripts/cuda-emu.sh test` sets (CI runs these tests on the emulated GPU), a missing GPU
+/// fails the test instead of skipping it, so that run cannot pass without its GPU side.
+#[cfg(test)]
+pub(crate) fn test_gpu() -> Option<Device> {
+    #[cfg(feature = "cuda")]
+    let opened = Device::new_cuda(0).map_err(|e| e.to_string());
+    #[cfg(not(feature = "cuda"))]
+    let opened: Result<Device, String> = Err("a build without the `cuda` feature".into());
+    match opened {
+        Ok(gpu) => Some(gpu),
+        Err(why) if std::env::var("RESIDENT_TEST_GPU").as_deref() == Ok("required") => {
+            panic!("RESIDENT_TEST_GPU=required, but no GPU opens: {why}")
+        }
+        Err(why) => {
+            eprintln!("no GPU here ({why}): the GPU side of this test is skipped");
+            None
+        }
+    }
+}

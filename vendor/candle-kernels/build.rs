@@ -5,9 +5,9 @@ use std::path::PathBuf;
 mod fatbins;
 
 const CUTILE_FEATURE: &str = "CARGO_FEATURE_CUTILE";
-/// `skip`: build no static MoE library (a type check links nothing); `stub`: link
-/// `src/moe_stub.c` in its place (a build for scripts/cuda-emu, which cannot run it).
-const SKIP_MOE_VAR: &str = "RESIDENT_CANDLE_MOE";
+/// `stub`: link `src/moe_stub.c` in place of the static MoE library (a type check, which
+/// links nothing, and a build for scripts/cuda-emu, which cannot run the library).
+const MOE_VAR: &str = "RESIDENT_CANDLE_MOE";
 
 fn main() -> Result<()> {
     println!("cargo::rerun-if-changed=build.rs");
@@ -25,18 +25,15 @@ fn main() -> Result<()> {
     fatbins::build(&out_dir);
 
     // Resident's patch: the static MoE/GGUF library (15 heavily templated modules, about
-    // 700 s of one-threaded nvcc on a CI core) is only linked, never type-checked against:
-    // `scripts/build-cuda.sh --check` sets RESIDENT_CANDLE_MOE=skip, as it links nothing.
-    println!("cargo::rerun-if-env-changed={SKIP_MOE_VAR}");
-    // `stub` links functions of the same names that abort, for a build whose binaries run on
-    // scripts/cuda-emu (kernels on the CPU), which links but must not wait for nvcc.
-    match env::var(SKIP_MOE_VAR).as_deref() {
-        Ok("skip") => return Ok(()),
-        Ok("stub") => {
-            build_stub(&out_dir);
-            return Ok(());
-        }
-        _ => {}
+    // 700 s of one-threaded nvcc on a CI core) is only linked, never type-checked against.
+    // `stub` links functions of the same names that abort instead: `scripts/build-cuda.sh
+    // --check` (CI's type check, which links nothing) and builds whose binaries run on
+    // scripts/cuda-emu (kernels on the CPU, which cannot run the library) set it. The two
+    // share this script's run, and so its kernels, in one target directory.
+    println!("cargo::rerun-if-env-changed={MOE_VAR}");
+    if env::var(MOE_VAR).as_deref() == Ok("stub") {
+        build_stub(&out_dir);
+        return Ok(());
     }
 
     let mut moe_sources = vec![
@@ -60,7 +57,14 @@ fn main() -> Result<()> {
         moe_sources.push("src/moe/moe_align.cu");
     }
 
+    // Resident's patch: the library is built for the compute capabilities of every other
+    // module (RESIDENT_CUDA_ARCHS, fatbins.rs), SASS for each and PTX of the newest, instead
+    // of the one that CUDA_COMPUTE_CAP or nvidia-smi names (a Docker build has neither, and
+    // failed here): a GGUF kept quantised on the GPU then runs on every GPU of a mixed fleet.
+    let archs = fatbins::archs();
     let mut moe_builder = KernelBuilder::default()
+        .compute_cap(archs[0] as usize)
+        .args(fatbins::library_gencode_args(&archs))
         .source_files(moe_sources)
         .arg("--expt-relaxed-constexpr")
         .arg("-std=c++17")
@@ -68,10 +72,9 @@ fn main() -> Result<()> {
 
     // Disable bf16 WMMA kernels on GPUs older than sm_80 (Ampere).
     // bf16 WMMA fragments require compute capability >= 8.0.
-    let compute_cap = cudaforge::detect_compute_cap()
-        .map(|arch| arch.base())
-        .unwrap_or(80);
-    if compute_cap < 80 {
+    // Resident's patch: one compile serves every arch, so a list that reaches below 8.0
+    // leaves the bf16 MoE WMMA kernels out of all of them (Resident runs no MoE model).
+    if archs[0] < 80 {
         moe_builder = moe_builder.arg("-DNO_BF16_KERNEL");
     }
 

@@ -16,8 +16,7 @@ pub fn build(out_dir: &Path) {
     for var in ["RESIDENT_CUDA_ARCHS", "CUDA_HOME", "CUDA_PATH", "NVCC", "NVCC_CCBIN"] {
         println!("cargo::rerun-if-env-changed={var}");
     }
-    let archs = env::var("RESIDENT_CUDA_ARCHS").unwrap_or_else(|_| DEFAULT_ARCHS.to_owned());
-    let archs = parse_archs(&archs);
+    let archs = archs();
     let mut modules: Vec<PathBuf> = std::fs::read_dir("src")
         .expect("candle-kernels/src")
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -70,6 +69,25 @@ fn compile(nvcc: &Path, archs: &[u32], module: &Path, out_dir: &Path) {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+}
+
+/// The compute capabilities to build for, oldest first: `RESIDENT_CUDA_ARCHS`, or the default
+/// list.
+pub fn archs() -> Vec<u32> {
+    let archs = env::var("RESIDENT_CUDA_ARCHS").unwrap_or_else(|_| DEFAULT_ARCHS.to_owned());
+    parse_archs(&archs)
+}
+
+/// The static MoE/GGUF library's `-gencode`s beside the one cudaforge's builder adds for its
+/// compute capability, which build.rs sets to the oldest of `archs`: SASS for the others, and
+/// PTX of the newest.
+pub fn library_gencode_args(archs: &[u32]) -> Vec<String> {
+    let newest = archs.last().expect("at least one arch");
+    let sass = archs[1..]
+        .iter()
+        .map(|arch| format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+    sass.chain([format!("-gencode=arch=compute_{newest},code=compute_{newest}")])
+        .collect()
 }
 
 fn parse_archs(list: &str) -> Vec<u32> {

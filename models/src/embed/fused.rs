@@ -218,22 +218,14 @@ fn head_units_fit(x: &Tensor, widths: &[usize]) -> bool {
 
 /// The CUDA kernels against the plain candle path on the CPU, on random inputs of every
 /// dtype and of shapes with and without padding. Runs where a GPU is (`cargo test
-/// --features cuda` on the device machine, `scripts/build-cuda.sh --tests`); elsewhere each
-/// test says so and passes.
+/// --features cuda` on the device machine, `scripts/build-cuda.sh --tests`, or cuda-emu's
+/// emulated GPU, `scripts/cuda-emu.sh test`); elsewhere each test says so and passes.
 #[cfg(all(test, feature = "cuda"))]
 mod cuda_tests {
     use super::*;
     use candle_core::{DType, Device};
 
-    fn gpu() -> Option<Device> {
-        match Device::new_cuda(0) {
-            Ok(device) => Some(device),
-            Err(e) => {
-                eprintln!("no CUDA device ({e}); skipping");
-                None
-            }
-        }
-    }
+    use crate::device::test_gpu as gpu;
 
     /// ‖a − b‖ / ‖b‖ in f64, both brought to the CPU.
     fn relative_error(a: &Tensor, b: &Tensor) -> f64 {

@@ -281,13 +281,9 @@ pub(crate) fn max_abs_diff_to(got: &Tensor, want: &[f32]) -> f32 {
 /// the kernels' tests run.
 #[cfg(test)]
 pub(crate) fn test_devices() -> Vec<Device> {
-    #[cfg(feature = "cuda")]
-    let gpu = Device::new_cuda(0)
-        .inspect_err(|_| eprintln!("no GPU here: the CUDA side of these tests is skipped"))
-        .ok();
-    #[cfg(not(feature = "cuda"))]
-    let gpu = None;
-    std::iter::once(Device::Cpu).chain(gpu).collect()
+    std::iter::once(Device::Cpu)
+        .chain(crate::device::test_gpu())
+        .collect()
 }
 
 #[cfg(test)]

@@ -213,8 +213,7 @@ fn f16_padded_batches_are_finite_and_match_f32() {
 #[cfg(feature = "cuda")]
 #[test]
 fn flash_attention_on_a_gpu_matches_the_cpu_forward() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no GPU here: skipped");
+    let Some(gpu) = crate::device::test_gpu() else {
         return;
     };
     assert!(crate::embed::flash_attention::flash_attention_fits(
