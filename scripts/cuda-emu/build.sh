@@ -41,12 +41,13 @@ stubs() {
 # The runtime (fibers, barriers, mma) is compiled into the driver; the other libraries call
 # the driver to issue their work on a stream.
 "${cxx[@]}" -c "$here/runtime.cpp" -o "$work/runtime.o"
+"${cxx[@]}" -c "$here/stats.cpp" -o "$work/stats.o"
 "${cxx[@]}" -c "$here/driver.cpp" -o "$work/driver.o"
 stubs driver "$work/driver.o" 801 "$work/driver-stubs.c"
-# runtime.o defines nothing cudarc names, so the stubs are those of driver.o.
+# runtime.o and stats.o define nothing cudarc names, so the stubs are those of driver.o.
 gcc -O1 -fPIC -c "$work/driver-stubs.c" -o "$work/driver-stubs.o"
 g++ -shared -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" \
-  "$work/driver.o" "$work/runtime.o" "$work/driver-stubs.o" -lpthread -ldl
+  "$work/driver.o" "$work/runtime.o" "$work/stats.o" "$work/driver-stubs.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$lib/libcuda.so"
 
 "${cxx[@]}" -O3 -march=native -c "$here/blas.cpp" -o "$work/blas.o"

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,16 +27,18 @@
 #include <vector>
 
 #include "runtime.h"
+#include "stats.h"
 
 namespace {
 
 using emu::Kernel;
+using emu::stats::Operation;
 
 /// One captured or issued operation, run now or at each replay.
-using Operation = std::function<void()>;
+using Work = std::function<void()>;
 
 struct Graph {
-    std::vector<Operation> operations;
+    std::vector<Work> operations;
     std::vector<void *> allocations;  // made while capturing: the graph owns them
 };
 
@@ -62,6 +65,7 @@ struct Device {
     std::map<uintptr_t, Allocation> allocations;
     size_t allocated = 0;
     Stream legacy_stream;  // the NULL and CU_STREAM_LEGACY handles
+    std::map<uintptr_t, size_t> pinned;  // cuMemHostAlloc's host memory: start, bytes
     bool loaded = false;
 };
 
@@ -137,17 +141,19 @@ Stream &stream_of(CUstream handle) {
     return *reinterpret_cast<Stream *>(handle);
 }
 
-/// Runs `operation` now, or records it where `handle` is capturing.
-void issue(CUstream handle, Operation operation) {
+/// Runs `work` now, or records it where `handle` is capturing; counted as `kind` of `bytes`
+/// (CUDA_EMU_STATS).
+void issue(CUstream handle, Operation kind, size_t bytes, Work work) {
     Graph *capture;
     {
         std::lock_guard<std::mutex> lock(device().mutex);
         capture = stream_of(handle).capture;
     }
+    emu::stats::issued(kind, capture != nullptr, bytes);
     if (capture != nullptr)
-        capture->operations.push_back(std::move(operation));
+        capture->operations.push_back(std::move(work));
     else
-        operation();
+        work();
 }
 
 bool guarded() {
@@ -238,7 +244,7 @@ extern "C" {
 /// For the fake cuBLAS: run `operation` on `stream` (now, or at each replay of a graph being
 /// captured there).
 void cuda_emu_issue(CUstream stream, std::function<void()> *operation) {
-    issue(stream, std::move(*operation));
+    issue(stream, Operation::Library, 0, std::move(*operation));
 }
 
 CUresult cuInit(unsigned) {
@@ -351,7 +357,10 @@ CUresult cuCtxGetDevice(CUdevice *device) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize() {
+    emu::stats::waited();
+    return CUDA_SUCCESS;
+}
 CUresult cuCtxSetLimit(CUlimit, size_t) { return CUDA_SUCCESS; }
 CUresult cuCtxGetLimit(size_t *value, CUlimit) {
     *value = 0;
@@ -377,6 +386,7 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
 }
 
 CUresult cuMemAlloc(CUdeviceptr *address, size_t bytes) {
+    emu::stats::allocated(false, bytes);
     void *memory = allocate(bytes);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
@@ -384,6 +394,7 @@ CUresult cuMemAlloc(CUdeviceptr *address, size_t bytes) {
 }
 
 CUresult cuMemFree(CUdeviceptr address) {
+    emu::stats::freed();
     release(pointer<void>(address));
     return CUDA_SUCCESS;
 }
@@ -392,6 +403,7 @@ CUresult cuMemFree(CUdeviceptr address) {
 /// stays at one address from replay to replay), and its free inside the capture is left to
 /// the graph's destruction.
 CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
+    emu::stats::allocated(true, bytes);
     void *memory = allocate(bytes);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
@@ -401,6 +413,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
+    emu::stats::freed();
     {
         std::lock_guard<std::mutex> lock(device().mutex);
         if (Graph *capture = stream_of(stream).capture) {
@@ -413,16 +426,22 @@ CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr to, const void *from, size_t bytes) {
+    emu::stats::issued(Operation::CopyToDevice, false, bytes);
+    emu::stats::waited();
     memcpy(pointer<void>(to), from, bytes);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoH(void *to, CUdeviceptr from, size_t bytes) {
+    emu::stats::issued(Operation::CopyToHost, false, bytes);
+    emu::stats::waited();
     memcpy(to, pointer<void>(from), bytes);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoD(CUdeviceptr to, CUdeviceptr from, size_t bytes) {
+    emu::stats::issued(Operation::CopyOnDevice, false, bytes);
+    emu::stats::waited();
     memmove(pointer<void>(to), pointer<void>(from), bytes);
     return CUDA_SUCCESS;
 }
@@ -440,7 +459,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr to, const void *from, size_t bytes, CUstr
         auto *source = static_cast<const unsigned char *>(from);
         auto held = std::make_shared<std::vector<unsigned char>>(source, source + bytes);
         fprintf(stderr, "cuda-emu: captured a copy of %zu host bytes at %p\n", bytes, from);
-        issue(stream, [=] {
+        issue(stream, Operation::CopyToDevice, bytes, [=] {
             if (memcmp(held->data(), from, bytes) != 0)
                 fprintf(stderr,
                         "cuda-emu: a replayed copy of %zu host bytes at %p reads other bytes "
@@ -450,41 +469,62 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr to, const void *from, size_t bytes, CUstr
         });
         return CUDA_SUCCESS;
     }
-    issue(stream, [=] { memcpy(pointer<void>(to), from, bytes); });
+    issue(stream, Operation::CopyToDevice, bytes, [=] { memcpy(pointer<void>(to), from, bytes); });
     return CUDA_SUCCESS;
 }
 
+/// To pageable host memory (not cuMemHostAlloc's), the copy is synchronous on a GPU: the
+/// host waits for the stream, and CUDA_EMU_STATS counts a wait.
 CUresult cuMemcpyDtoHAsync(void *to, CUdeviceptr from, size_t bytes, CUstream stream) {
-    issue(stream, [=] { memcpy(to, pointer<void>(from), bytes); });
+    if (emu::stats::on()) {
+        Device &d = device();
+        std::lock_guard<std::mutex> lock(d.mutex);
+        auto address = reinterpret_cast<uintptr_t>(to);
+        auto after = d.pinned.upper_bound(address);
+        bool pinned = after != d.pinned.begin() &&
+                      address + bytes <= std::prev(after)->first + std::prev(after)->second;
+        if (!pinned) emu::stats::waited();
+    }
+    issue(stream, Operation::CopyToHost, bytes, [=] { memcpy(to, pointer<void>(from), bytes); });
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr to, CUdeviceptr from, size_t bytes, CUstream stream) {
-    issue(stream, [=] { memmove(pointer<void>(to), pointer<void>(from), bytes); });
+    issue(stream, Operation::CopyOnDevice, bytes,
+          [=] { memmove(pointer<void>(to), pointer<void>(from), bytes); });
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD8(CUdeviceptr to, unsigned char value, size_t count) {
+    emu::stats::issued(Operation::Memset, false, count);
     memset(pointer<void>(to), value, count);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr to, unsigned char value, size_t count, CUstream stream) {
-    issue(stream, [=] { memset(pointer<void>(to), value, count); });
+    issue(stream, Operation::Memset, count, [=] { memset(pointer<void>(to), value, count); });
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD32Async(CUdeviceptr to, unsigned value, size_t count, CUstream stream) {
-    issue(stream, [=] { std::fill_n(pointer<unsigned>(to), count, value); });
+    issue(stream, Operation::Memset, 4 * count,
+          [=] { std::fill_n(pointer<unsigned>(to), count, value); });
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemHostAlloc(void **memory, size_t bytes, unsigned) {
     *memory = aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-    return *memory != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (*memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::lock_guard<std::mutex> lock(device().mutex);
+    device().pinned[reinterpret_cast<uintptr_t>(*memory)] = bytes;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemFreeHost(void *memory) {
+    {
+        std::lock_guard<std::mutex> lock(device().mutex);
+        device().pinned.erase(reinterpret_cast<uintptr_t>(memory));
+    }
     free(memory);
     return CUDA_SUCCESS;
 }
@@ -503,7 +543,10 @@ CUresult cuStreamDestroy(CUstream stream) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream) {
+    emu::stats::waited();
+    return CUDA_SUCCESS;
+}
 CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
 CUresult cuStreamQuery(CUstream) { return CUDA_SUCCESS; }
 
@@ -541,8 +584,9 @@ CUresult cuGraphUpload(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     auto *graph = reinterpret_cast<Graph *>(exec);
-    issue(stream, [graph] {
-        for (const Operation &operation : graph->operations) operation();
+    issue(stream, Operation::GraphLaunch, 0, [graph] {
+        emu::stats::replayed(graph->operations.size());
+        for (const Work &work : graph->operations) work();
     });
     return CUDA_SUCCESS;
 }
@@ -568,7 +612,7 @@ CUresult cuEventDestroy(CUevent event) {
 
 CUresult cuEventRecord(CUevent event, CUstream stream) {
     auto *e = reinterpret_cast<Event *>(event);
-    issue(stream, [e] { e->at = std::chrono::steady_clock::now(); });
+    issue(stream, Operation::EventRecord, 0, [e] { e->at = std::chrono::steady_clock::now(); });
     return CUDA_SUCCESS;
 }
 
@@ -576,7 +620,10 @@ CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned) {
     return cuEventRecord(event, stream);
 }
 
-CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent) {
+    emu::stats::waited();
+    return CUDA_SUCCESS;
+}
 CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }
 
 CUresult cuEventElapsedTime(float *milliseconds, CUevent start, CUevent end) {
@@ -644,7 +691,8 @@ CUresult cuLaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned 
         storage->emplace_back(bytes, bytes + kernel->argument_sizes[i]);
     }
     dim3 grid(gx, gy, gz), block(bx, by, bz);
-    issue(stream, [=] {
+    issue(stream, Operation::Kernel, 0, [=] {
+        emu::stats::kernel_ran(kernel->name);
         std::vector<void *> arguments;
         for (auto &bytes : *storage) arguments.push_back(bytes.data());
         emu::run(emu::Launch{kernel, grid, block, shared_bytes, arguments.data()});
@@ -653,7 +701,7 @@ CUresult cuLaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned 
 }
 
 CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void *data) {
-    issue(stream, [=] { function(data); });
+    issue(stream, Operation::HostFunction, 0, [=] { function(data); });
     return CUDA_SUCCESS;
 }
 
