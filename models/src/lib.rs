@@ -13,6 +13,8 @@ mod bounds;
 pub mod cuda_probe;
 pub mod device;
 pub mod embed;
+#[cfg(all(test, feature = "cuda"))]
+mod emu_counts;
 mod error;
 pub mod generate;
 pub mod memory;

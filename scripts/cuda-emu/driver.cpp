@@ -386,7 +386,7 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
 }
 
 CUresult cuMemAlloc(CUdeviceptr *address, size_t bytes) {
-    emu::stats::allocated(false, bytes);
+    emu::stats::allocated(bytes);
     void *memory = allocate(bytes);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
@@ -403,7 +403,7 @@ CUresult cuMemFree(CUdeviceptr address) {
 /// stays at one address from replay to replay), and its free inside the capture is left to
 /// the graph's destruction.
 CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
-    emu::stats::allocated(true, bytes);
+    emu::stats::allocated(bytes);
     void *memory = allocate(bytes);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
@@ -476,7 +476,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr to, const void *from, size_t bytes, CUstr
 /// To pageable host memory (not cuMemHostAlloc's), the copy is synchronous on a GPU: the
 /// host waits for the stream, and CUDA_EMU_STATS counts a wait.
 CUresult cuMemcpyDtoHAsync(void *to, CUdeviceptr from, size_t bytes, CUstream stream) {
-    if (emu::stats::on()) {
+    {
         Device &d = device();
         std::lock_guard<std::mutex> lock(d.mutex);
         auto address = reinterpret_cast<uintptr_t>(to);

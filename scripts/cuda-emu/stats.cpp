@@ -1,7 +1,7 @@
-// CUDA_EMU_STATS (stats.h): the counters, and the JSON written at exit.
+// The counts of stats.h: each thread's own, and the process's (with every kernel run, by
+// name), written as JSON at exit when CUDA_EMU_STATS names a file.
 #include "stats.h"
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -11,22 +11,11 @@
 namespace emu::stats {
 namespace {
 
-constexpr size_t OPERATIONS = static_cast<size_t>(Operation::Count);
-constexpr const char *NAMES[OPERATIONS] = {
-    "kernel",        "library",  "copy_to_device", "copy_to_host", "copy_on_device",
-    "memset",        "host_function", "event_record",   "graph_launch"};
+using Field = unsigned long long CudaEmuCounts::*;
 
-struct Counters {
-    std::atomic<unsigned long long> issued[OPERATIONS]{};
-    std::atomic<unsigned long long> captured[OPERATIONS]{};
-    std::atomic<unsigned long long> bytes[OPERATIONS]{};
-    std::atomic<unsigned long long> replayed{0};
-    std::atomic<unsigned long long> allocations{0};
-    std::atomic<unsigned long long> stream_ordered_allocations{0};
-    std::atomic<unsigned long long> allocated_bytes{0};
-    std::atomic<unsigned long long> frees{0};
-    std::atomic<unsigned long long> waits{0};
-    std::mutex mutex;  // guards kernels
+struct Process {
+    std::mutex mutex;  // guards everything below
+    CudaEmuCounts counts{};
     std::map<std::string, unsigned long long> kernels;
 };
 
@@ -37,40 +26,47 @@ const char *path() {
 
 void write_at_exit();
 
-Counters &counters() {
+Process &process() {
     // Never destroyed: kernels may still run while static destructors do.
-    static Counters *c = [] {
-        atexit(write_at_exit);
-        return new Counters();
+    static Process *p = [] {
+        if (path() != nullptr) atexit(write_at_exit);
+        return new Process();
     }();
-    return *c;
+    return *p;
+}
+
+thread_local CudaEmuCounts thread_counts{};
+
+void add(Field field, unsigned long long amount = 1) {
+    thread_counts.*field += amount;
+    Process &p = process();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.counts.*field += amount;
 }
 
 void write_at_exit() {
-    Counters &c = counters();
+    Process &p = process();
     FILE *out = fopen(path(), "w");
     if (out == nullptr) {
         fprintf(stderr, "cuda-emu: cannot write CUDA_EMU_STATS=%s\n", path());
         return;
     }
-    fprintf(out, "{\n  \"issued\": {");
-    for (size_t i = 0; i < OPERATIONS; i++)
-        fprintf(out, "%s\"%s\": %llu", i ? ", " : "", NAMES[i], c.issued[i].load());
-    fprintf(out, "},\n  \"captured\": {");
-    for (size_t i = 0; i < OPERATIONS; i++)
-        fprintf(out, "%s\"%s\": %llu", i ? ", " : "", NAMES[i], c.captured[i].load());
-    fprintf(out, "},\n  \"bytes\": {");
-    for (size_t i = 0; i < OPERATIONS; i++)
-        fprintf(out, "%s\"%s\": %llu", i ? ", " : "", NAMES[i], c.bytes[i].load());
-    fprintf(out,
-            "},\n  \"replayed\": %llu,\n  \"allocations\": %llu,\n"
-            "  \"stream_ordered_allocations\": %llu,\n  \"allocated_bytes\": %llu,\n"
-            "  \"frees\": %llu,\n  \"waits\": %llu,\n  \"kernels_ran\": {",
-            c.replayed.load(), c.allocations.load(), c.stream_ordered_allocations.load(),
-            c.allocated_bytes.load(), c.frees.load(), c.waits.load());
-    std::lock_guard<std::mutex> lock(c.mutex);
+    std::lock_guard<std::mutex> lock(p.mutex);
+    const CudaEmuCounts &c = p.counts;
+    const std::pair<const char *, unsigned long long> fields[] = {
+        {"kernel_launches", c.kernel_launches},   {"library_calls", c.library_calls},
+        {"graph_launches", c.graph_launches},     {"captured", c.captured},
+        {"replayed", c.replayed},                 {"copies_to_device", c.copies_to_device},
+        {"bytes_to_device", c.bytes_to_device},   {"copies_to_host", c.copies_to_host},
+        {"bytes_to_host", c.bytes_to_host},       {"copies_on_device", c.copies_on_device},
+        {"memsets", c.memsets},                   {"waits", c.waits},
+        {"allocations", c.allocations},           {"allocated_bytes", c.allocated_bytes},
+        {"frees", c.frees}};
+    fprintf(out, "{\n");
+    for (const auto &[name, value] : fields) fprintf(out, "  \"%s\": %llu,\n", name, value);
+    fprintf(out, "  \"kernels_ran\": {");
     bool first = true;
-    for (const auto &[name, count] : c.kernels) {
+    for (const auto &[name, count] : p.kernels) {
         fprintf(out, "%s\n    \"%s\": %llu", first ? "" : ",", name.c_str(), count);
         first = false;
     }
@@ -80,38 +76,45 @@ void write_at_exit() {
 
 }  // namespace
 
-bool on() { return path() != nullptr; }
+bool writing() { return path() != nullptr; }
 
 void issued(Operation operation, bool captured, size_t bytes) {
-    if (!on()) return;
-    auto i = static_cast<size_t>(operation);
-    (captured ? counters().captured : counters().issued)[i]++;
-    counters().bytes[i] += bytes;
+    if (captured) return add(&CudaEmuCounts::captured);
+    switch (operation) {
+        case Operation::Kernel: return add(&CudaEmuCounts::kernel_launches);
+        case Operation::Library: return add(&CudaEmuCounts::library_calls);
+        case Operation::GraphLaunch: return add(&CudaEmuCounts::graph_launches);
+        case Operation::CopyToDevice:
+            add(&CudaEmuCounts::copies_to_device);
+            return add(&CudaEmuCounts::bytes_to_device, bytes);
+        case Operation::CopyToHost:
+            add(&CudaEmuCounts::copies_to_host);
+            return add(&CudaEmuCounts::bytes_to_host, bytes);
+        case Operation::CopyOnDevice: return add(&CudaEmuCounts::copies_on_device);
+        case Operation::Memset: return add(&CudaEmuCounts::memsets);
+        case Operation::HostFunction:
+        case Operation::EventRecord: return;
+    }
 }
 
-void replayed(size_t operations) {
-    if (on()) counters().replayed += operations;
-}
+void replayed(size_t operations) { add(&CudaEmuCounts::replayed, operations); }
 
 void kernel_ran(const char *name) {
-    if (!on()) return;
-    Counters &c = counters();
-    std::lock_guard<std::mutex> lock(c.mutex);
-    c.kernels[name]++;
+    if (!writing()) return;
+    Process &p = process();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.kernels[name]++;
 }
 
-void allocated(bool stream_ordered, size_t bytes) {
-    if (!on()) return;
-    (stream_ordered ? counters().stream_ordered_allocations : counters().allocations)++;
-    counters().allocated_bytes += bytes;
+void allocated(size_t bytes) {
+    add(&CudaEmuCounts::allocations);
+    add(&CudaEmuCounts::allocated_bytes, bytes);
 }
 
-void freed() {
-    if (on()) counters().frees++;
-}
+void freed() { add(&CudaEmuCounts::frees); }
 
-void waited() {
-    if (on()) counters().waits++;
-}
+void waited() { add(&CudaEmuCounts::waits); }
 
 }  // namespace emu::stats
+
+extern "C" void cuda_emu_counts(CudaEmuCounts *out) { *out = emu::stats::thread_counts; }

@@ -46,28 +46,25 @@ steps = long - short
 def per_step(graphs):
     a = json.load(open(f"{work}/{graphs}-{short}.json"))
     b = json.load(open(f"{work}/{graphs}-{long}.json"))
-    flat = lambda s: {**{f"issued {k}": v for k, v in s["issued"].items()},
-                      **{f"bytes {k}": v for k, v in s["bytes"].items()},
-                      **{k: v for k, v in s.items() if isinstance(v, int)},
+    flat = lambda s: {**{k: v for k, v in s.items() if isinstance(v, int)},
                       **{f"ran {k}": v for k, v in s["kernels_ran"].items()}}
     fa, fb = flat(a), flat(b)
     return {k: (fb.get(k, 0) - fa.get(k, 0)) / steps for k in set(fa) | set(fb)}
 
 on, off = per_step("on"), per_step("off")
 rows = [
-    ("kernels launched by the host", "issued kernel"),
-    ("cuBLAS calls by the host", "issued library"),
-    ("graph launches", "issued graph_launch"),
+    ("kernels launched by the host", "kernel_launches"),
+    ("cuBLAS calls by the host", "library_calls"),
+    ("graph launches", "graph_launches"),
     ("operations replayed from graphs", "replayed"),
-    ("copies to the device", "issued copy_to_device"),
-    ("bytes to the device", "bytes copy_to_device"),
-    ("copies to the host", "issued copy_to_host"),
-    ("bytes to the host", "bytes copy_to_host"),
-    ("copies on the device", "issued copy_on_device"),
-    ("memsets", "issued memset"),
+    ("copies to the device", "copies_to_device"),
+    ("bytes to the device", "bytes_to_device"),
+    ("copies to the host", "copies_to_host"),
+    ("bytes to the host", "bytes_to_host"),
+    ("copies on the device", "copies_on_device"),
+    ("memsets", "memsets"),
     ("host waits for the device", "waits"),
-    ("allocations (stream-ordered)", "stream_ordered_allocations"),
-    ("allocations (synchronous)", "allocations"),
+    ("allocations", "allocations"),
     ("bytes allocated", "allocated_bytes"),
     ("frees", "frees"),
 ]

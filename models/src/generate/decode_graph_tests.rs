@@ -275,3 +275,79 @@ fn decode_graphs_answer_as_the_eager_steps_do() {
         }
     }
 }
+
+/// Under cuda-emu (CI's GPU tests), what a replayed decode step of greedy rows asks of the
+/// GPU, counted by its fake driver for this test's thread (issue 42: no allocation inside a
+/// step, only token ids back): one graph launch that holds the whole forward, the pick's
+/// own launches and its token ids back (4 bytes a row, the step's one wait), the step's
+/// inputs copied in, and neither a cuBLAS call outside the graph nor an allocation but the
+/// pick's few bytes. On a real GPU nothing counts the driver's calls, and the test says so.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_replayed_decode_step_is_one_graph_launch_and_the_token_ids_back() {
+    use crate::emu_counts::EmuCounts;
+    let Some(device) = crate::device::test_gpu() else {
+        return;
+    };
+    if EmuCounts::of_this_thread().is_none() {
+        eprintln!("not on cuda-emu: no driver counts its calls here; skipped");
+        return;
+    }
+    let model = tiny_model(&device, DType::F32);
+    let mut graphs = DecodeGraphs::new(&device);
+    let mut off = PhaseClock::off(&device);
+    let mut kv = DenseKv::with_limit(&model, 8, 64);
+    // Six steps stay inside the prompts' last blocks: no block is added, the cache never
+    // grows, and the one graph is never captured again.
+    let mut lens = vec![(0, 3), (1, 17), (2, 33)];
+    for &(slot, len) in &lens {
+        graphs
+            .forward(&model, &prompt_rows(slot, len), &mut kv, &mut off)
+            .unwrap();
+    }
+    let mut step = |lens: &mut Vec<(usize, usize)>| {
+        let rows: Vec<Row> = lens
+            .iter()
+            .map(|&(slot, pos)| Row {
+                pick: Pick::Greedy,
+                ..row(slot, pos, true)
+            })
+            .collect();
+        let out = graphs.forward(&model, &rows, &mut kv, &mut off).unwrap();
+        assert!(out.iter().all(|next| matches!(next, NextToken::Chosen(_))));
+        lens.iter_mut().for_each(|(_, pos)| *pos += 1);
+    };
+    // The capture, then the first replay, which is checked against the eager step.
+    step(&mut lens);
+    step(&mut lens);
+    let before = EmuCounts::of_this_thread().unwrap();
+    const STEPS: u64 = 4;
+    for _ in 0..STEPS {
+        step(&mut lens);
+    }
+    let per = EmuCounts::of_this_thread().unwrap().since(before);
+    let counts = graphs.counts();
+    assert_eq!((counts.captures, counts.replays), (1, STEPS + 1));
+    assert_eq!(per.graph_launches, STEPS, "{per:?}");
+    assert!(
+        per.replayed >= STEPS * 20,
+        "the forward is in the graph: {per:?}"
+    );
+    assert_eq!((per.captured, per.library_calls), (0, 0), "{per:?}");
+    assert_eq!(per.copies_to_host, STEPS, "{per:?}");
+    assert_eq!(
+        per.bytes_to_host,
+        STEPS * 3 * 4,
+        "three rows' token ids: {per:?}"
+    );
+    assert_eq!(per.waits, STEPS, "one wait a step, for the ids: {per:?}");
+    assert!(per.kernel_launches <= 2 * STEPS, "the pick's: {per:?}");
+    assert!(
+        per.copies_to_device <= 5 * STEPS,
+        "the step's inputs: {per:?}"
+    );
+    assert!(
+        per.allocations <= STEPS && per.allocated_bytes <= 256 * STEPS,
+        "the pick's ids alone: {per:?}"
+    );
+}
