@@ -9,16 +9,19 @@
 # Needs `scripts/cuda-emu.sh build` (the binaries in target/cuda/emu-dist/), the SmolLM2
 # GGUF (scripts/fetch-model.sh smollm2-135m-instruct) and data/wiki_vital.jsonl.
 #
-#   scripts/cuda-emu/step-profile.sh [generate-bench option...]   e.g. --dtype f16
+#   scripts/cuda-emu/step-profile.sh [generate-bench option...]   e.g. --decoding sampled
 #
-# SEQUENCES (4) in flight, SHORT (4) and LONG (8) new tokens. Counts, not speeds: the
-# emulator's times mean nothing.
+# SEQUENCES (4) in flight, SHORT (4) and LONG (8) new tokens, DTYPE (bf16; f16 for an
+# emulated T4, CUDA_EMU_ARCH=75). Counts, not speeds: the emulator's times mean nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bins=$PWD/target/cuda/emu-dist
 work=${WORK:-/tmp/cuda-emu-step-profile}
-sequences=${SEQUENCES:-4} short=${SHORT:-4} long=${LONG:-8}
+sequences=${SEQUENCES:-4} short=${SHORT:-4} long=${LONG:-8} dtype=${DTYPE:-bf16}
 ((long > short)) || { echo "LONG ($long) must exceed SHORT ($short)" >&2; exit 2; }
+# The first decode step captures the graph and the second replays it and checks it against
+# an eager step: both must come before the steps counted.
+((short >= 3)) || { echo "SHORT ($short) must be 3 or more: the capture and the checked first replay come before the steps counted" >&2; exit 2; }
 rm -rf "$work" && mkdir -p "$work"
 export LD_LIBRARY_PATH="$PWD/target/cuda-emu/lib:${LD_LIBRARY_PATH:-}" RUST_LOG=${RUST_LOG:-warn}
 python3 - "$work/docs.jsonl" <<'PY'
@@ -33,14 +36,14 @@ for graphs in on off; do
     echo "== graphs $graphs, $tokens new tokens" >&2
     CUDA_EMU_STATS="$work/$graphs-$tokens.json" "$bins/generate-bench" \
       --model models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
-      --data "$work/docs.jsonl" --gpu 0 --dtype bf16 --prompts "$sequences" \
+      --data "$work/docs.jsonl" --gpu 0 --dtype "$dtype" --prompts "$sequences" \
       --batches "$sequences" --article-chars 200 --ignore-eos --max-new-tokens "$tokens" \
       --cuda-graphs "$graphs" "$@" > "$work/$graphs-$tokens.log"
   done
 done
-python3 - "$work" "$short" "$long" "$sequences" <<'PY'
+python3 - "$work" "$short" "$long" "$sequences" "$dtype" <<'PY'
 import json, sys
-work, short, long, sequences = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+work, short, long, sequences, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 steps = long - short
 
 def per_step(graphs):
@@ -68,7 +71,7 @@ rows = [
     ("bytes allocated", "allocated_bytes"),
     ("frees", "frees"),
 ]
-print(f"\nOne decode step of SmolLM2-135M, {sequences} sequences, bf16 (cuda-emu counts: "
+print(f"\nOne decode step of SmolLM2-135M, {sequences} sequences, {dtype} (cuda-emu counts: "
       f"runs of {short} and {long} new tokens, difference / {steps})\n")
 print("| per decode step | CUDA graphs on | CUDA graphs off |\n|---|---:|---:|")
 for label, key in rows:
