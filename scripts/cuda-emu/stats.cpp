@@ -39,6 +39,7 @@ thread_local CudaEmuCounts thread_counts{};
 
 void add(Field field, unsigned long long amount = 1) {
     thread_counts.*field += amount;
+    if (path() == nullptr) return;  // the process's counts only feed the file
     Process &p = process();
     std::lock_guard<std::mutex> lock(p.mutex);
     p.counts.*field += amount;
