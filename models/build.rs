@@ -17,12 +17,15 @@ use std::process::Command;
 const KERNELS: &str = "src/embed/fused_kernels.cu";
 /// Included by `KERNELS`.
 const FLASH_ATTENTION: &str = "src/embed/flash_attention.cuh";
+/// Included by `KERNELS`.
+const PAGED_ATTENTION_MMA: &str = "src/embed/paged_attention_mma.cuh";
 const DEFAULT_ARCHS: &str = "75,80,86,89,90";
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed={KERNELS}");
     println!("cargo::rerun-if-changed={FLASH_ATTENTION}");
+    println!("cargo::rerun-if-changed={PAGED_ATTENTION_MMA}");
     for var in [
         "RESIDENT_CUDA_ARCHS",
         "CUDA_HOME",

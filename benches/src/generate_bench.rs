@@ -16,7 +16,9 @@ use resident_models::generate::batcher::StepLimits;
 use resident_models::generate::export::export_hf_checkpoint;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::step_profile::StepProfile;
-use resident_models::generate::{GenerateModel, GenerationRequest, PromptTemplate, WeightDtype};
+use resident_models::generate::{
+    AttentionKernel, GenerateModel, GenerationRequest, PromptTemplate, WeightDtype,
+};
 
 mod random_checkpoint;
 
@@ -110,6 +112,20 @@ struct Args {
     /// computed, no graph an earlier row captured).
     #[arg(long, value_delimiter = ',', default_value = "on")]
     cuda_graphs: Vec<Switch>,
+    /// The GPU attention kernel (the dense engine on a GPU): `auto` (tensor cores where
+    /// they take the model's dtype and head size), `tensor-cores`, `scalar`, or several
+    /// (`tensor-cores,scalar`), each timed at every batch size; the profiles run with the
+    /// first.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    attention: Vec<AttentionChoice>,
+}
+
+/// `--attention`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AttentionChoice {
+    Auto,
+    TensorCores,
+    Scalar,
 }
 
 /// `--cuda-graphs`' values.
@@ -269,17 +285,20 @@ fn print_throughput(
 ) -> anyhow::Result<()> {
     println!();
     println!(
-        "| decoding | CUDA graphs | sequences in flight | rows a step | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s | graphs captured / decode steps replayed |"
+        "| decoding | CUDA graphs | attention | sequences in flight | rows a step | generated tokens | wall s | generated tokens/s | prompt + generated tokens/s | graphs captured / decode steps replayed |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
     let runs = args.batches.iter().flat_map(|&batch| {
         args.step_tokens.iter().flat_map(move |&step_tokens| {
             args.cuda_graphs.iter().flat_map(move |&graphs| {
-                args.decoding.iter().map(move |mode| Run {
-                    mode,
-                    batch,
-                    step_tokens,
-                    graphs,
+                args.attention.iter().flat_map(move |&attention| {
+                    args.decoding.iter().map(move |mode| Run {
+                        mode,
+                        batch,
+                        step_tokens,
+                        graphs,
+                        attention,
+                    })
                 })
             })
         })
@@ -291,9 +310,10 @@ fn print_throughput(
             _ => "-".to_owned(),
         };
         println!(
-            "| {} | {:?} | {} | {} | {generated} | {wall:.1} | {:.1} | {:.1} | {counts} |",
+            "| {} | {:?} | {} | {} | {} | {generated} | {wall:.1} | {:.1} | {:.1} | {counts} |",
             run.mode,
             run.graphs,
+            attention_name(model),
             run.batch,
             run.step_tokens,
             generated as f64 / wall,
@@ -319,6 +339,7 @@ fn print_profiles(
                 batch,
                 step_tokens: args.step_tokens[0],
                 graphs,
+                attention: args.attention[0],
             };
             let (generated, wall) = timed_run(model, requests, &run)?;
             println!();
@@ -344,6 +365,7 @@ fn timed_run(
 ) -> anyhow::Result<(usize, f64)> {
     let requests = with_decoding(requests, run.mode)?;
     model.use_decode_graphs(run.graphs == Switch::On);
+    use_attention(model, run.attention)?;
     model.forget_cached_prefixes();
     let began = Instant::now();
     let limits = StepLimits::new(run.batch, run.step_tokens);
@@ -362,6 +384,30 @@ struct Run<'a> {
     step_tokens: usize,
     /// CUDA graphs for decode steps.
     graphs: Switch,
+    /// The GPU attention kernel.
+    attention: AttentionChoice,
+}
+
+/// Sets the model's attention kernel as `choice` says (`auto`: the one it loaded with).
+fn use_attention(model: &mut GenerateModel, choice: AttentionChoice) -> anyhow::Result<()> {
+    let kernel = match choice {
+        AttentionChoice::Auto => model.default_attention_kernel(),
+        AttentionChoice::TensorCores => Some(AttentionKernel::TensorCores),
+        AttentionChoice::Scalar => Some(AttentionKernel::Scalar),
+    };
+    if let Some(kernel) = kernel {
+        model.use_attention_kernel(kernel)?;
+    }
+    Ok(())
+}
+
+/// The attention column: the kernel a GPU run used, `-` where none runs.
+fn attention_name(model: &GenerateModel) -> &'static str {
+    match model.attention_kernel() {
+        Some(AttentionKernel::TensorCores) => "tensor cores",
+        Some(AttentionKernel::Scalar) => "scalar",
+        None => "-",
+    }
 }
 
 /// Greedy tokens and first-step logits of `requests` on one engine.

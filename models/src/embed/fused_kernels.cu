@@ -3,7 +3,8 @@
 // ran 6-13x under memory bandwidth and took most of MPNet's GPU time (BENCHMARKS.md).
 // These know their shapes: one pass per job, contiguous rows, no stride arithmetic.
 //
-// Built to PTX by models/build.rs (feature `cuda`), for CUDA_COMPUTE_CAP like candle's own.
+// Built by models/build.rs (feature `cuda`) into one fatbin: SASS for every capability of
+// RESIDENT_CUDA_ARCHS and PTX of the newest.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -625,3 +626,6 @@ PAGED_ATTENTION_SIZES(__nv_bfloat16, bf16)
 
 // The encoders' attention on tensor cores (f16 and bf16).
 #include "flash_attention.cuh"
+
+// The generation engine's attention over the paged KV cache on tensor cores (f16 and bf16).
+#include "paged_attention_mma.cuh"

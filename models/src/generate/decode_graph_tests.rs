@@ -58,7 +58,8 @@ fn tiny_model(device: &Device, dtype: DType) -> DenseLlama {
         hidden: 64,
         heads: 4,
         kv_heads: 2,
-        head_dim: 16,
+        // 32: the smallest head the tensor-core attention takes (the half-precision runs).
+        head_dim: 32,
         ffn: 128,
         vocab: 96,
         context: 512,
@@ -247,6 +248,12 @@ fn decode_graphs_answer_as_the_eager_steps_do() {
         let half = crate::generate::gpu_dtype(crate::device::compute_capability(&device));
         for (dtype, tolerance) in [(DType::F32, 1e-3), (half, 3e-2)] {
             let model = tiny_model(&device, dtype);
+            // Half precision runs (and is captured with) the tensor-core attention.
+            let tensor_cores = dtype != DType::F32;
+            assert_eq!(
+                model.attention == crate::generate::AttentionKernel::TensorCores,
+                tensor_cores
+            );
             let mut graphs = DecodeGraphs::new(&device);
             assert!(graphs.on());
             let graphed = decode_run(&model, &mut graphs);

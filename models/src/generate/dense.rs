@@ -19,7 +19,9 @@ use super::decoder::{LlamaConfig, NextToken, Pick, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
 use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
-use super::paged_attention::{Padding, PagedAttention, PagedRows, paged_attention};
+use super::paged_attention::{
+    AttentionKernel, Padding, PagedAttention, PagedRows, Tiling, paged_attention,
+};
 use super::rope_heads::{HeadsOut, RopeHeads, rope_heads};
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
@@ -120,6 +122,8 @@ pub struct DenseLlama {
     pub output_norm: Tensor,
     /// The logits projection (`vocab x hidden`; the embedding where tied).
     pub lm_head: DenseLinear,
+    /// The GPU kernel of its attention ([`AttentionKernel::best`] unless set otherwise).
+    pub attention: AttentionKernel,
 }
 
 /// The paged KV cache of all slots: per layer, keys and values as `(blocks * BLOCK_SIZE) x
@@ -472,13 +476,16 @@ impl DenseLlama {
         at.resize(n, scratch * BLOCK_SIZE as u32);
         let mut ids: Vec<u32> = rows.iter().map(|r| r.token).collect();
         ids.resize(n, 0);
-        let group = c.heads / c.kv_heads;
+        let tiling = Tiling {
+            group: c.heads / c.kv_heads,
+            kernel: self.attention,
+        };
         Ok(HostInputs {
             ids,
             cos,
             sin,
             at,
-            layout: PagedRows::padded(rows, &kv.blocks, group, pad, None)?,
+            layout: PagedRows::padded(rows, &kv.blocks, tiling, pad, None)?,
         })
     }
 
@@ -852,6 +859,7 @@ pub fn build(
     };
     Ok(DenseLlama {
         output_norm: need(source, Part::OutputNorm, 0)?,
+        attention: AttentionKernel::best(&device, dtype, config.head_dim),
         config,
         device,
         dtype,

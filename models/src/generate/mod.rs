@@ -51,6 +51,7 @@ use decoder::{LlamaConfig, NextToken, Pick, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
+pub use paged_attention::AttentionKernel;
 pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
 use quantised_llama::QuantisedLlama;
@@ -355,7 +356,8 @@ impl GenerateModel {
     }
 
     /// Which forward pass runs, in words: the quantised CPU kernels, or the dense path's
-    /// weights and device (`bf16 weights on cuda`).
+    /// weights and device, and on a GPU its attention kernel (`bf16 weights on cuda,
+    /// attention on tensor cores`).
     pub fn engine_name(&self) -> String {
         match &self.engine {
             Engine::Quantised(_) => "quantised weights on the CPU kernels".into(),
@@ -371,9 +373,62 @@ impl GenerateModel {
                 } else {
                     format!("{:?}", model.dtype).to_ascii_lowercase()
                 };
-                format!("{weights} weights on {device}")
+                match (model.device.is_cuda(), model.attention) {
+                    (true, AttentionKernel::TensorCores) => {
+                        format!("{weights} weights on {device}, attention on tensor cores")
+                    }
+                    (true, AttentionKernel::Scalar) => {
+                        format!("{weights} weights on {device}, scalar attention")
+                    }
+                    (false, _) => format!("{weights} weights on {device}"),
+                }
             }
         }
+    }
+
+    /// The GPU attention kernel a step runs: `None` on the CPU (which runs the reference).
+    pub fn attention_kernel(&self) -> Option<AttentionKernel> {
+        match &self.engine {
+            Engine::Dense(model) if model.device.is_cuda() => Some(model.attention),
+            _ => None,
+        }
+    }
+
+    /// The kernel [`Self::use_attention_kernel`] would go back to: [`AttentionKernel::best`]
+    /// for the model's device, dtype and head size (`None` for the quantised CPU engine).
+    pub fn default_attention_kernel(&self) -> Option<AttentionKernel> {
+        match &self.engine {
+            Engine::Dense(m) => Some(AttentionKernel::best(&m.device, m.dtype, m.config.head_dim)),
+            Engine::Quantised(_) => None,
+        }
+    }
+
+    /// Which GPU kernel the dense engine's attention runs ([`AttentionKernel::best`] by
+    /// default): the scalar one compares the two, or serves where the tensor-core one
+    /// misbehaves. Refused where the kernel does not take the model's dtype and head size,
+    /// or for the quantised CPU engine, which has no such kernel. Drops the kept cache (its
+    /// CUDA graphs launch the old kernel).
+    pub fn use_attention_kernel(&mut self, kernel: AttentionKernel) -> Result<(), ModelError> {
+        let Engine::Dense(model) = &mut self.engine else {
+            return Err(ModelError::InvalidConfig(
+                "the quantised CPU engine has no GPU attention kernel to choose; load the model \
+                 with a dense dtype on a GPU"
+                    .into(),
+            ));
+        };
+        if !kernel.takes(model.dtype, model.config.head_dim) {
+            return Err(ModelError::InvalidConfig(format!(
+                "the {kernel:?} attention kernel does not take {:?} heads of {}; use {:?}",
+                model.dtype,
+                model.config.head_dim,
+                AttentionKernel::Scalar
+            )));
+        }
+        if model.attention != kernel {
+            model.attention = kernel;
+            self.kept.clear();
+        }
+        Ok(())
     }
 
     /// The context length in tokens: the model's, or less after [`Self::limit_context`].

@@ -4,14 +4,19 @@
 //! alike (a prefilling sequence's rows are in the cache before attention, so causality is
 //! each row's length).
 //!
-//! One candle op with two implementations of one function:
+//! One candle op, one function, three implementations:
 //! - the CPU reference ([`PagedAttention`]'s `cpu_fwd`): a two-pass softmax in f32 per row
 //!   and head (vectorised dot products), rows in parallel; f16 and bf16 go through f32. It
-//!   is the CPU dense path's attention, and what the CUDA kernel is tested against;
-//! - the CUDA kernel (`paged_attention_*` in `embed/fused_kernels.cu`): one thread block per
-//!   row and KV head (and group of at most 8 query heads), four warps splitting the keys with
-//!   an online softmax each, merged in shared memory; the KV head's keys and values are read
-//!   once for all its query heads (grouped-query attention).
+//!   is the CPU dense path's attention, and what the CUDA kernels are tested against;
+//! - two CUDA kernels ([`AttentionKernel`]), each one thread block per tile of rows and KV
+//!   head (and slice of its query heads), four warps splitting the keys, merged in shared
+//!   memory; the KV head's keys and values are read once for all the tile's queries
+//!   (grouped-query attention, and a prefilling sequence's rows together):
+//!   - tensor cores (`paged_attention_mma_*`, `embed/paged_attention_mma.cuh`; f16 and
+//!     bf16, heads of 32, 64 or 128; the default where it applies): 16 queries a tile meet
+//!     16 keys at a time in `mma.sync` products, scores kept in registers;
+//!   - scalar (`paged_attention_*` in `embed/fused_kernels.cu`; any dtype, heads up to
+//!     256): 8 queries a tile, each key's dot products reduced across a warp.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
@@ -21,8 +26,69 @@ use super::decoder::Row;
 use super::kv_blocks::BlockManager;
 use super::lanes::{self, Width};
 
-/// (row, head) queries one GPU thread block takes: the kernel's register arrays.
-pub const QUERIES_PER_BLOCK: usize = 8;
+/// Which CUDA kernel takes a step's attention (the CPU runs its reference either way). Both
+/// compute the same function; the tiles of a step's [`PagedRows`] are made for one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// Scalar arithmetic, each key's dot products reduced across a warp: any dtype, heads of
+    /// up to 256.
+    Scalar,
+    /// Tensor cores (`mma.sync`): f16 and bf16, heads of 32, 64 or 128.
+    TensorCores,
+}
+
+impl AttentionKernel {
+    /// The (row, head) queries one thread block takes: the rows of a tile times the query
+    /// heads of a KV head, at most this.
+    pub fn queries(self) -> usize {
+        match self {
+            Self::Scalar => 8,
+            Self::TensorCores => 16,
+        }
+    }
+
+    /// Whether this kernel takes queries of `dtype` in heads of `head_dim`.
+    pub fn takes(self, dtype: DType, head_dim: usize) -> bool {
+        match self {
+            Self::Scalar => {
+                matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && head_dim <= 256
+            }
+            Self::TensorCores => {
+                matches!(dtype, DType::F16 | DType::BF16) && matches!(head_dim, 32 | 64 | 128)
+            }
+        }
+    }
+
+    /// Whether this kernel runs `dtype` on `device`: bf16 tensor cores need compute
+    /// capability 8.0 (a T4 has f16 ones only).
+    pub fn runs_on(self, device: &Device, dtype: DType) -> bool {
+        self == Self::Scalar || dtype != DType::BF16 || crate::device::has_bf16_kernels(device)
+    }
+
+    /// The kernel a model of `dtype` with heads of `head_dim` runs on `device`: tensor cores
+    /// wherever they take it (a model in f32, or of another head size, gets the scalar one).
+    /// On the CPU it only shapes the tiles, which the reference ignores.
+    pub fn best(device: &Device, dtype: DType, head_dim: usize) -> Self {
+        if device.is_cuda()
+            && Self::TensorCores.takes(dtype, head_dim)
+            && Self::TensorCores.runs_on(device, dtype)
+        {
+            Self::TensorCores
+        } else {
+            Self::Scalar
+        }
+    }
+}
+
+/// How a step's rows become the GPU's tiles: the model's query heads per KV head, and the
+/// kernel the tiles are for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// Query heads per KV head.
+    pub group: usize,
+    /// The kernel that will read the layout.
+    pub kernel: AttentionKernel,
+}
 
 /// Where each row of a step reads its keys, made once a step for every layer: per row, the
 /// start of its sequence's block table and the positions it attends to; the tiles the GPU
@@ -38,6 +104,7 @@ pub struct PagedRows {
     rows: usize,
     tiles: usize,
     block_size: usize,
+    kernel: AttentionKernel,
 }
 
 /// Rows a step is padded with to a fixed size (a CUDA graph's batch size): each a sequence
@@ -57,14 +124,14 @@ impl Padding {
 
 impl PagedRows {
     /// The layout of `rows` (each sequence's rows together, their positions reserved in
-    /// `blocks`) for a model of `group` query heads per KV head.
+    /// `blocks`), tiled as `tiling` says.
     pub fn new(
         rows: &[Row],
         blocks: &BlockManager,
-        group: usize,
+        tiling: Tiling,
         device: &Device,
     ) -> candle_core::Result<Self> {
-        Self::padded(rows, blocks, group, Padding::NONE, Some(device))
+        Self::padded(rows, blocks, tiling, Padding::NONE, Some(device))
     }
 
     /// [`Self::new`] with `padding` rows after `rows`; on the host alone where `device` is
@@ -72,7 +139,7 @@ impl PagedRows {
     pub fn padded(
         rows: &[Row],
         blocks: &BlockManager,
-        group: usize,
+        tiling: Tiling,
         padding: Padding,
         device: Option<&Device>,
     ) -> candle_core::Result<Self> {
@@ -97,7 +164,7 @@ impl PagedRows {
         }
         let mut lens: Vec<u32> = rows.iter().map(|r| (r.pos + 1) as u32).collect();
         lens.resize(rows.len() + padding.rows, 1);
-        Self::build(&runs, &lens, group, blocks.block_size(), device)
+        Self::build(&runs, &lens, tiling, blocks.block_size(), device)
     }
 
     /// The layout's words (`[table start, len]` per row, the tiles, the tables), as the
@@ -123,6 +190,11 @@ impl PagedRows {
         self.tiles
     }
 
+    /// The kernel the tiles were made for.
+    pub fn kernel(&self) -> AttentionKernel {
+        self.kernel
+    }
+
     /// Fails unless every table entry of every row names one of a cache's `blocks` blocks:
     /// the kernel trusts the tables.
     pub fn check_tables(&self, blocks: usize) -> candle_core::Result<()> {
@@ -142,7 +214,7 @@ impl PagedRows {
     #[cfg(test)]
     pub fn from_tables(
         rows: &[(Vec<u32>, usize)],
-        group: usize,
+        tiling: Tiling,
         block_size: usize,
         device: &Device,
     ) -> candle_core::Result<Self> {
@@ -154,19 +226,20 @@ impl PagedRows {
             }
         }
         let lens: Vec<u32> = rows.iter().map(|(_, len)| *len as u32).collect();
-        Self::build(&runs, &lens, group, block_size, Some(device))
+        Self::build(&runs, &lens, tiling, block_size, Some(device))
     }
 
     fn build(
         runs: &[(&[u32], std::ops::Range<usize>)],
         lens: &[u32],
-        group: usize,
+        tiling: Tiling,
         block_size: usize,
         device: Option<&Device>,
     ) -> candle_core::Result<Self> {
         let rows = lens.len();
         // Rows a tile may take: its queries (rows x the heads of a block) fill the block.
-        let per_tile = (QUERIES_PER_BLOCK / group.clamp(1, QUERIES_PER_BLOCK)).max(1);
+        let queries = tiling.kernel.queries();
+        let per_tile = (queries / tiling.group.clamp(1, queries)).max(1);
         let mut tiles = Vec::new();
         for (_, range) in runs {
             for first in range.clone().step_by(per_tile) {
@@ -189,6 +262,7 @@ impl PagedRows {
             rows,
             tiles: tiles.len() / 2,
             block_size,
+            kernel: tiling.kernel,
         })
     }
 
@@ -250,6 +324,12 @@ pub fn paged_attention(
         );
     }
     op.layout.check_tables(cache_rows / op.layout.block_size)?;
+    if !op.layout.kernel.runs_on(q.device(), q.dtype()) {
+        candle_core::bail!(
+            "bf16 attention on tensor cores needs a GPU of compute capability 8.0 or later; use \
+             f16 (or the scalar kernel)"
+        );
+    }
     let q = q.contiguous()?;
     if rows == 0 {
         return Tensor::zeros((0, heads * head_dim), q.dtype(), q.device());
@@ -353,10 +433,10 @@ mod cuda {
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 
-    use super::{PagedAttention, QUERIES_PER_BLOCK};
+    use super::{AttentionKernel, PagedAttention};
     use crate::embed::fused_cuda::{dtype_suffix, kernel, view};
 
-    /// Threads per block: four warps split the keys.
+    /// Threads per block (both kernels): four warps split the keys.
     const THREADS: u32 = 128;
 
     pub(super) fn forward(
@@ -383,12 +463,22 @@ mod cuda {
         values: (&CudaStorage, &Layout),
     ) -> Result<(CudaStorage, Shape)> {
         let (rows, heads, head_dim) = q.1.shape().dims3()?;
-        // Each lane holds head_dim / 32 dimensions, rounded up to a size the kernel has.
-        let per_lane = match head_dim.div_ceil(32) {
-            0..=2 => 2,
-            3..=4 => 4,
-            5..=8 => 8,
-            _ => candle_core::bail!("paged attention takes heads of at most 256, not {head_dim}"),
+        let (dtype, which) = (q.0.dtype(), op.layout.kernel);
+        if !which.takes(dtype, head_dim) {
+            candle_core::bail!(
+                "the {which:?} paged attention kernel does not take {dtype:?} heads of \
+                 {head_dim} (AttentionKernel::best picks one that does)"
+            );
+        }
+        let suffix = dtype_suffix(dtype)?;
+        let name = match which {
+            AttentionKernel::TensorCores => format!("paged_attention_mma_{suffix}_d{head_dim}"),
+            // Each lane holds head_dim / 32 dimensions, rounded up to a size the kernel has.
+            AttentionKernel::Scalar => match head_dim.div_ceil(32) {
+                0..=2 => format!("paged_attention_{suffix}_d2"),
+                3..=4 => format!("paged_attention_{suffix}_d4"),
+                _ => format!("paged_attention_{suffix}_d8"),
+            },
         };
         let dev = q.0.device().clone();
         let Some(meta) = &op.layout.device else {
@@ -408,14 +498,13 @@ mod cuda {
         // slice of its query heads, each writing its queries' head_dim values.
         #[allow(unsafe_code)]
         let out = unsafe { dev.alloc::<T>(rows * heads * head_dim)? };
-        let name = format!("paged_attention_{}_d{per_lane}", dtype_suffix(q.0.dtype())?);
         let (stream, func) = kernel(&dev, &name)?;
         let group = heads / op.kv_heads;
         let config = LaunchConfig {
             grid_dim: (
                 op.layout.tiles as u32,
                 op.kv_heads as u32,
-                group.div_ceil(QUERIES_PER_BLOCK) as u32,
+                group.div_ceil(which.queries()) as u32,
             ),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
@@ -432,12 +521,15 @@ mod cuda {
             .arg(&meta)
             .arg(&rows)
             .arg(&heads)
-            .arg(&kv_heads)
-            .arg(&head_dim)
-            .arg(&block_size)
-            .arg(&op.scale);
+            .arg(&kv_heads);
+        // The tensor-core kernels have their head size in their name.
+        if which == AttentionKernel::Scalar {
+            builder.arg(&head_dim);
+        }
+        builder.arg(&block_size).arg(&op.scale);
         // SAFETY: `paged_attention` checked the shapes and that every table entry of every
         // row names a block inside the caches; each row reads `len` positions of its table.
+        // The arguments are the named kernel's, in its order.
         #[allow(unsafe_code)]
         unsafe { builder.launch(config) }.w()?;
         Ok((
@@ -515,8 +607,16 @@ mod tests {
         let keys = noise(pool * bs * kv_dim, seed + 1);
         let values = noise(pool * bs * kv_dim, seed + 2);
         let want = expected(&q, &keys, &values, &rows, (heads, kv_heads, hd, bs));
-        for device in devices() {
-            let layout = PagedRows::from_tables(&rows, heads / kv_heads, bs, &device).unwrap();
+        let kernels = [AttentionKernel::Scalar, AttentionKernel::TensorCores];
+        for (device, kernel) in devices()
+            .into_iter()
+            .flat_map(|d| kernels.map(|k| (d.clone(), k)))
+        {
+            let tiling = Tiling {
+                group: heads / kv_heads,
+                kernel,
+            };
+            let layout = PagedRows::from_tables(&rows, tiling, bs, &device).unwrap();
             let op = PagedAttention {
                 layout: &layout,
                 heads,
@@ -525,6 +625,11 @@ mod tests {
             };
             for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::F16, 4e-3), (DType::BF16, 3e-2)]
             {
+                // The CPU's reference takes every layout; a GPU kernel its own dtypes and sizes.
+                if !device.is_cpu() && !(kernel.takes(dtype, hd) && kernel.runs_on(&device, dtype))
+                {
+                    continue;
+                }
                 let t = |data: &[f32], shape: &[usize]| {
                     Tensor::from_slice(data, shape, &device)
                         .unwrap()
@@ -542,7 +647,8 @@ mod tests {
                 let worst = max_abs_diff_to(&got, &want);
                 assert!(
                     worst <= tolerance,
-                    "{device:?} {dtype:?} {heads}/{kv_heads} heads of {hd}: off by {worst}"
+                    "{device:?} {kernel:?} {dtype:?} {heads}/{kv_heads} heads of {hd}: off by \
+                     {worst}"
                 );
             }
         }
@@ -557,22 +663,47 @@ mod tests {
     }
 
     #[test]
-    fn odd_head_sizes_and_groups_over_eight_heads() {
-        // 80-wide heads (lanes hold 3 of 4 slots), a group of 12 (two blocks of heads), MHA.
+    fn odd_head_sizes_and_groups_over_a_blocks_queries() {
+        // 80-wide heads (lanes hold 3 of 4 slots), a group of 12 (two blocks of the scalar
+        // kernel's heads), MHA, a group of 20 (two of the tensor cores' 16).
         case(4, 2, 80, 4);
         case(12, 1, 32, 5);
         case(4, 4, 256, 6);
+        case(20, 1, 64, 7);
+    }
+
+    /// Which kernel a model gets: tensor cores on a GPU wherever they take its dtype and
+    /// head size.
+    #[test]
+    fn tensor_cores_take_half_precision_heads_of_32_64_and_128() {
+        let tensor = AttentionKernel::TensorCores;
+        for (dtype, head_dim, takes) in [
+            (DType::BF16, 64, true),
+            (DType::F16, 128, true),
+            (DType::F16, 32, true),
+            (DType::F32, 64, false),
+            (DType::BF16, 80, false),
+            (DType::BF16, 256, false),
+        ] {
+            assert_eq!(tensor.takes(dtype, head_dim), takes, "{dtype:?} {head_dim}");
+            assert!(AttentionKernel::Scalar.takes(dtype, head_dim));
+        }
+        assert!(!AttentionKernel::Scalar.takes(DType::F32, 512));
+        // The CPU runs its reference whatever the tiles.
+        let cpu = AttentionKernel::best(&Device::Cpu, DType::BF16, 64);
+        assert_eq!(cpu, AttentionKernel::Scalar);
     }
 
     /// The GPU's tiles: a decoding row alone, a prefilling sequence's rows in tiles that
     /// fill a block's queries, never two sequences in one tile.
     #[test]
     fn tiles_fill_a_blocks_queries_with_one_sequences_rows() {
-        let tiles = |group: usize| {
+        let tiles_for = |group: usize, kernel: AttentionKernel| {
             let mut rows: Vec<(Vec<u32>, usize)> = vec![(vec![3], 9)];
             rows.extend((1..=5).map(|len| (vec![1], len)));
             rows.push((vec![2], 4));
-            let layout = PagedRows::from_tables(&rows, group, 16, &Device::Cpu).unwrap();
+            let tiling = Tiling { group, kernel };
+            let layout = PagedRows::from_tables(&rows, tiling, 16, &Device::Cpu).unwrap();
             let at = 2 * layout.rows;
             let tiles: Vec<(u32, u32)> = layout.host[at..at + 2 * layout.tiles]
                 .chunks(2)
@@ -587,18 +718,64 @@ mod tests {
             }
             tiles
         };
+        let tiles = |group: usize| tiles_for(group, AttentionKernel::Scalar);
         // SmolLM2: 3 heads a KV head, two rows a tile (6 queries of 8).
         assert_eq!(tiles(3), [(0, 1), (1, 2), (3, 2), (5, 1), (6, 1)]);
         // One head a KV head: up to 8 rows.
         assert_eq!(tiles(1), [(0, 1), (1, 5), (6, 1)]);
         // 9 heads a KV head: the heads split over blocks, a row each.
         assert_eq!(tiles(9).len(), 7);
+        // Tensor cores: 16 queries a block, so SmolLM2's prefilling rows go five to a tile,
+        // Qwen3-0.6B's (2 heads a KV head) eight.
+        let tensor = |group: usize| tiles_for(group, AttentionKernel::TensorCores);
+        assert_eq!(tensor(3), [(0, 1), (1, 5), (6, 1)]);
+        assert_eq!(tensor(2), [(0, 1), (1, 5), (6, 1)]);
+        assert_eq!(tensor(1), [(0, 1), (1, 5), (6, 1)]);
+        assert_eq!(tensor(20).len(), 7);
+    }
+
+    /// On a GPU before compute capability 8.0 (an emulated T4 in CI), bf16 on tensor cores
+    /// is refused with what to use, never launched (its kernel would trap).
+    #[test]
+    fn bf16_tensor_cores_before_ampere_are_refused_with_what_to_use() {
+        for device in devices() {
+            if device.is_cpu() || crate::device::has_bf16_kernels(&device) {
+                continue;
+            }
+            let tiling = Tiling {
+                group: 1,
+                kernel: AttentionKernel::TensorCores,
+            };
+            let layout = PagedRows::from_tables(&[(vec![0], 3)], tiling, 16, &device).unwrap();
+            let op = PagedAttention {
+                layout: &layout,
+                heads: 1,
+                kv_heads: 1,
+                scale: 0.125,
+            };
+            let q = Tensor::zeros((1, 1, 64), DType::BF16, &device).unwrap();
+            let cache = Tensor::zeros((16, 64), DType::BF16, &device).unwrap();
+            let error = paged_attention(&q, &cache, &cache, &op).unwrap_err();
+            assert!(error.to_string().contains("use f16"), "{error}");
+            assert_eq!(
+                AttentionKernel::best(&device, DType::BF16, 64),
+                AttentionKernel::Scalar
+            );
+            assert_eq!(
+                AttentionKernel::best(&device, DType::F16, 64),
+                AttentionKernel::TensorCores
+            );
+        }
     }
 
     #[test]
     fn a_table_past_the_cache_is_refused_before_any_read() {
         let device = Device::Cpu;
-        let layout = PagedRows::from_tables(&[(vec![0, 9], 20)], 2, 16, &device).unwrap();
+        let tiling = Tiling {
+            group: 2,
+            kernel: AttentionKernel::Scalar,
+        };
+        let layout = PagedRows::from_tables(&[(vec![0, 9], 20)], tiling, 16, &device).unwrap();
         let op = PagedAttention {
             layout: &layout,
             heads: 2,
