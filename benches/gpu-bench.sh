@@ -19,6 +19,7 @@
 #     0.25 each, and the NVML series on /metrics;
 #  0. generation (issue 31): generate-bench against transformers' generate, bf16, batch 64,
 #     on SmolLM2-135M's shape with random weights; decode-bound rows with CUDA graphs on and off;
+#     the news job with the paged attention on tensor cores and on the scalar kernel;
 #  0a. large-decoder: issue 42's 0.5B-class rows (Qwen2.5-0.5B's and Qwen3-0.6B's shapes,
 #     random weights made by generate-bench --random-checkpoint), 256 in flight;
 #  6. OOM backoff: another process holds all but OOM_FREE_GIB of the GPU, and Resident runs
@@ -134,6 +135,14 @@ if [[ $sections == *generate* ]]; then
     --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
     --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 256 --decoding plain,sampled \
     --cuda-graphs on,off
+  # The paged attention's two kernels on the news job (prefill-heavy, ~600 keys a decode
+  # row): tensor cores (the default for bf16) against the scalar one, in one run.
+  echo
+  echo "News job, 256 in flight, 4096 rows a step: attention on tensor cores against the scalar kernel"
+  step "resident generate-bench, attention kernels" env RUST_LOG=warn "$work/generate-bench" \
+    --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
+    --prompts 256 --max-new-tokens 128 --batches 256 --step-tokens 4096 \
+    --attention tensor-cores,scalar
 fi
 if [[ $sections == *large-decoder* ]]; then
   # Issue 42's 0.5B-class goal: at least 15,000 generated tokens/s at 256 in flight (vLLM

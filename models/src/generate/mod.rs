@@ -418,10 +418,9 @@ impl GenerateModel {
         };
         if !kernel.takes(model.dtype, model.config.head_dim) {
             return Err(ModelError::InvalidConfig(format!(
-                "the {kernel:?} attention kernel does not take {:?} heads of {}; use {:?}",
-                model.dtype,
-                model.config.head_dim,
-                AttentionKernel::Scalar
+                "the tensor-core attention kernel takes f16 or bf16 heads of 32, 64 or 128, and \
+                 this model has {:?} heads of {}: use the scalar kernel",
+                model.dtype, model.config.head_dim
             )));
         }
         if model.attention != kernel {
