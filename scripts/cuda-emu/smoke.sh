@@ -48,6 +48,10 @@ step "generate-bench on the GPU (bf16, graphs on and off, plain and sampled, pro
   "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
   --prompts 2 --article-chars 200 --max-new-tokens 6 --batches 2 --cuda-graphs on,off \
   --decoding plain,sampled --profile
+# gpu-bench's comparison of the paged attention's kernels (auto above is tensor cores).
+step "generate-bench on the GPU, attention on tensor cores and on the scalar kernel" \
+  "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
+  --prompts 2 --article-chars 200 --max-new-tokens 4 --batches 2 --attention tensor-cores,scalar
 # (`--dtype quantised` on the GPU is left out: candle's quantised matmuls live in its static
 # MoE/GGUF library, which the emulator cannot run; README.md.)
 # The agreement check (issue 42) reads a safetensors checkpoint: the GGUF exported.
