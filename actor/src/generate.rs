@@ -67,6 +67,11 @@ pub struct GenerateConfig {
     /// `enforce_eager`): slower, for a driver that misbehaves under graphs.
     #[serde(default)]
     pub enforce_eager: bool,
+    /// The paged attention's kernel on a GPU: `auto` (absent: tensor cores for f16 and bf16
+    /// heads of 32, 64 or 128, else the scalar kernel), `tensor-cores` or `scalar` (for a
+    /// GPU or driver where the tensor-core kernel misbehaves). CPU actors ignore it.
+    #[serde(default)]
+    pub attention: Option<String>,
 }
 
 /// One record's prompt: `before + text + after`, or a conversation (`messages`). Only

@@ -160,6 +160,15 @@ pub struct GenerateArgs {
     /// --enforce-eager): slower; for a driver that misbehaves under graphs.
     #[arg(long, env = "RESIDENT_ENFORCE_EAGER")]
     enforce_eager: bool,
+    /// On a GPU, the paged attention's kernel: auto (tensor cores for f16 and bf16 heads of
+    /// 32, 64 or 128, else scalar), tensor-cores, or scalar (for a GPU or driver where the
+    /// tensor-core kernel misbehaves). CPU actors ignore it.
+    #[arg(
+        long,
+        env = "RESIDENT_ATTENTION_KERNEL",
+        value_parser = ["auto", "tensor-cores", "scalar"]
+    )]
+    attention_kernel: Option<String>,
 }
 
 impl GenerateArgs {
@@ -225,6 +234,10 @@ impl GenerateArgs {
         generation.max_context = self.max_context;
         generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
         generation.enforce_eager = self.enforce_eager;
+        generation.attention = self
+            .attention_kernel
+            .clone()
+            .filter(|kernel| kernel != "auto");
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }

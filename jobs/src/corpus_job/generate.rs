@@ -50,6 +50,7 @@ impl GenerateJobConfig {
                 max_context: None,
                 dtype: None,
                 enforce_eager: false,
+                attention: None,
                 output: GenerationOutput::Lines,
                 model,
             },
@@ -91,6 +92,8 @@ pub struct GenerateWork {
     pub dtype: Option<String>,
     /// Decode steps without CUDA graphs (`GenerateConfig::enforce_eager`).
     pub enforce_eager: bool,
+    /// The paged attention's GPU kernel (`GenerateConfig::attention`); `None` = auto.
+    pub attention: Option<String>,
     /// How each answer is written.
     pub output: GenerationOutput,
     /// The model as the job names it: the `model` of OpenAI Batch responses.
@@ -294,6 +297,7 @@ impl ChunkWork for GenerateWork {
             dtype: self.dtype.clone(),
             threads: None,
             enforce_eager: self.enforce_eager,
+            attention: self.attention.clone(),
         };
         let mut spec =
             PoolSpec::typed::<Generate>(super::work::pool_name::<Self>(config), &actor_config)?
