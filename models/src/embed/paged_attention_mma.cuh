@@ -44,23 +44,25 @@ constexpr size_t paged_shared_bytes =
                                                        : PM_WARPS * sizeof(PagedPartial<D>);
 
 // Stages positions first .. first + PM_KEYS of the table's sequence into `chunk` (zeros at
-// and past `longest`).
+// and past `longest`). Two lanes a position (PM_KEYS is half a warp), so each lane looks its
+// cache row up once; a load instruction reads 32 contiguous bytes of each of 16 rows.
 template <typename T, int D>
 __device__ __forceinline__ void paged_stage(PagedChunk<T, D> &chunk, const T *keys,
                                             const T *values, const uint32_t *table,
                                             uint32_t block_size, uint64_t kv_dim, uint32_t kvh,
                                             uint32_t first, uint32_t longest, int lane) {
+    const uint32_t key = lane % PM_KEYS, j = first + key;
+    const bool real = j < longest;
+    const uint64_t at =
+        real ? ((uint64_t)table[j / block_size] * block_size + j % block_size) * kv_dim +
+                   (uint64_t)kvh * D
+             : 0;
 #pragma unroll
-    for (int unit = lane; unit < PM_KEYS * D / 8; unit += 32) {
-        const uint32_t key = unit % PM_KEYS, col = (unit / PM_KEYS) * 8;
-        const uint32_t j = first + key;
+    for (int col = (lane / PM_KEYS) * 8; col < D; col += 16) {
         uint4 kc = make_uint4(0, 0, 0, 0), vc = kc;
-        if (j < longest) {
-            const uint64_t at =
-                ((uint64_t)table[j / block_size] * block_size + j % block_size) * kv_dim +
-                (uint64_t)kvh * D + col;
-            kc = *reinterpret_cast<const uint4 *>(keys + at);
-            vc = *reinterpret_cast<const uint4 *>(values + at);
+        if (real) {
+            kc = *reinterpret_cast<const uint4 *>(keys + at + col);
+            vc = *reinterpret_cast<const uint4 *>(values + at + col);
         }
         *reinterpret_cast<uint4 *>(&chunk.keys[key][col]) = kc;
         const T *vv = reinterpret_cast<const T *>(&vc);
@@ -74,7 +76,7 @@ __device__ void paged_attention_mma(T *out, const T *q, const T *keys, const T *
                                     const uint32_t *meta, uint32_t rows, uint32_t heads,
                                     uint32_t kv_heads, uint32_t block_size, float scale) {
     static_assert(D % 16 == 0, "heads are whole k-steps of 16");
-    static_assert(PM_KEYS == 16, "a chunk is one k-step of P V");
+    static_assert(PM_KEYS == 16, "a chunk is one k-step of P V, two lanes a position");
     __shared__ __align__(16) unsigned char shared[paged_shared_bytes<T, D>];
     PagedChunk<T, D> *chunks = reinterpret_cast<PagedChunk<T, D> *>(shared);
     const PagedPartial<D> *partials = reinterpret_cast<const PagedPartial<D> *>(shared);
