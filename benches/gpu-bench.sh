@@ -37,6 +37,7 @@
 set -uo pipefail
 work=/tmp/resident-gpu
 mkdir -p "$work"
+# The binaries, and resident-models' CUDA tests when they were built (section `kernels`).
 xz -dc .gpu-carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-bench" "$work/resident" "$work/generate-bench"
 # The carried MiniLM's weights travel xz'd; unpacked beside its config, in the carry folder
 # (ignored by git), so every path below stays as it was.
@@ -173,11 +174,11 @@ if [[ $sections == *agreement* ]]; then
     --data "$work/wiki_long.jsonl" --gpu 0 --prompts "${AGREEMENT_PROMPTS:-64}" --batches 64 \
     --agreement "${AGREEMENT_PROMPTS:-64}"
 fi
-if [[ $sections == *kernels* && -f .gpu-carry/models-tests.xz ]]; then
+if [[ $sections == *kernels* && -f $work/models-tests ]]; then
   # resident-models' unit tests built with CUDA (scripts/build-cuda.sh --tests): every
   # kernel against its CPU reference, on this GPU.
   echo
-  xz -dc .gpu-carry/models-tests.xz > "$work/models-tests" && chmod +x "$work/models-tests"
+  chmod +x "$work/models-tests"
   "$work/models-tests" cuda device_ops step_profile paged_attention flash_attention rope_heads generate::draw:: decode_graph --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi

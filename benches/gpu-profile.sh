@@ -10,17 +10,17 @@ work=/tmp/resident-gpu
 carry=${CARRY:-.gpu-carry}
 out=${OUT:-$work}
 mkdir -p "$work" "$out"
-xz -dc $carry/bins.tar.xz | tar -C "$work" -xf - embed-bench && chmod +x "$work/embed-bench"
+xz -dc $carry/bins.tar.xz | tar -C "$work" -xf - && chmod +x "$work/embed-bench"
 xz -dc $carry/wiki_vital.jsonl.xz > "$work/wiki_vital.jsonl"
 xz -dc $carry/qwen3-tokenizer.json.xz > "$work/qwen3-tokenizer.json"
 python3 scripts/make-long-docs.py "$work/wiki_vital.jsonl" "$work/wiki_long.jsonl"
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 export LD_LIBRARY_PATH="$site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
 limit=${LIMIT:-128}
-if [[ -f $carry/models-tests.xz && ${RUN_TESTS:-1} == 1 ]]; then
+if [[ -f $work/models-tests && ${RUN_TESTS:-1} == 1 ]]; then
   # resident-models' unit tests built with CUDA (scripts/build-cuda.sh --tests): the fused
   # kernels against plain candle on the CPU.
-  xz -dc "$carry/models-tests.xz" > "$work/models-tests" && chmod +x "$work/models-tests"
+  chmod +x "$work/models-tests"
   "$work/models-tests" --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' || echo "FAILED: models tests"
 fi
 
