@@ -190,11 +190,6 @@ impl PagedRows {
         self.tiles
     }
 
-    /// The kernel the tiles were made for.
-    pub fn kernel(&self) -> AttentionKernel {
-        self.kernel
-    }
-
     /// Fails unless every table entry of every row names one of a cache's `blocks` blocks:
     /// the kernel trusts the tables.
     pub fn check_tables(&self, blocks: usize) -> candle_core::Result<()> {
@@ -456,14 +451,8 @@ mod cuda {
         }
     }
 
-    fn launch<T: CudaDType + DeviceRepr>(
-        op: &PagedAttention<'_>,
-        q: (&CudaStorage, &Layout),
-        keys: (&CudaStorage, &Layout),
-        values: (&CudaStorage, &Layout),
-    ) -> Result<(CudaStorage, Shape)> {
-        let (rows, heads, head_dim) = q.1.shape().dims3()?;
-        let (dtype, which) = (q.0.dtype(), op.layout.kernel);
+    /// The kernel's name in the module: `which` for `dtype` heads of `head_dim`.
+    fn kernel_name(which: AttentionKernel, dtype: DType, head_dim: usize) -> Result<String> {
         if !which.takes(dtype, head_dim) {
             candle_core::bail!(
                 "the {which:?} paged attention kernel does not take {dtype:?} heads of \
@@ -471,7 +460,7 @@ mod cuda {
             );
         }
         let suffix = dtype_suffix(dtype)?;
-        let name = match which {
+        Ok(match which {
             AttentionKernel::TensorCores => format!("paged_attention_mma_{suffix}_d{head_dim}"),
             // Each lane holds head_dim / 32 dimensions, rounded up to a size the kernel has.
             AttentionKernel::Scalar => match head_dim.div_ceil(32) {
@@ -479,7 +468,18 @@ mod cuda {
                 3..=4 => format!("paged_attention_{suffix}_d4"),
                 _ => format!("paged_attention_{suffix}_d8"),
             },
-        };
+        })
+    }
+
+    fn launch<T: CudaDType + DeviceRepr>(
+        op: &PagedAttention<'_>,
+        q: (&CudaStorage, &Layout),
+        keys: (&CudaStorage, &Layout),
+        values: (&CudaStorage, &Layout),
+    ) -> Result<(CudaStorage, Shape)> {
+        let (rows, heads, head_dim) = q.1.shape().dims3()?;
+        let which = op.layout.kernel;
+        let name = kernel_name(which, q.0.dtype(), head_dim)?;
         let dev = q.0.device().clone();
         let Some(meta) = &op.layout.device else {
             candle_core::bail!("paged attention's row layout is not on the GPU");
