@@ -27,7 +27,7 @@ use super::kv_blocks::BlockManager;
 use super::lanes::{self, Width};
 
 /// Which CUDA kernel takes a step's attention (the CPU runs its reference either way). Both
-/// compute the same function; the tiles of a step's [`PagedRows`] are made for one of them.
+/// compute the same function; the tiles of a step's row layout are made for one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Scalar arithmetic, each key's dot products reduced across a warp: any dtype, heads of
