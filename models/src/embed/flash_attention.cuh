@@ -101,6 +101,54 @@ __device__ __forceinline__ uint32_t fa_pair(const T *base, uint64_t stride, uint
     return row < t ? *reinterpret_cast<const uint32_t *>(base + row * stride + col) : 0u;
 }
 
+// One online-softmax step of a lane's two rows (g and g + 8) over N score tiles (log2 units,
+// left-out entries -inf): the running maxima m0, m1 become the tiles' (across the row's four
+// lanes), the sums l0, l1 and the DN output tiles o are rescaled to them, the probabilities
+// are added to the sums and returned as the A fragments of P V: keys 16 kk .. 16 kk + 15 are
+// score tiles 2 kk (a0, a1) and 2 kk + 1 (a2, a3). Shared by the encoders' flash kernel and
+// the decoder's paged one (paged_attention_mma.cuh).
+template <typename T, int N, int DN>
+__device__ __forceinline__ void fa_softmax_step(const float (&s)[N][4], float &m0, float &m1,
+                                                float &l0, float &l1, float (&o)[DN][4],
+                                                uint32_t (&pf)[N / 2][4]) {
+    float max0 = m0, max1 = m1;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        max0 = fmaxf(max0, fmaxf(s[n][0], s[n][1]));
+        max1 = fmaxf(max1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int mask = 1; mask <= 2; mask <<= 1) {
+        max0 = fmaxf(max0, __shfl_xor_sync(0xffffffff, max0, mask));
+        max1 = fmaxf(max1, __shfl_xor_sync(0xffffffff, max1, mask));
+    }
+    // A row that has seen no key yet stays at -inf; exponents against 0 then give zeros
+    // instead of NaN.
+    const float base0 = max0 == -INFINITY ? 0.0f : max0;
+    const float base1 = max1 == -INFINITY ? 0.0f : max1;
+    const float kept0 = exp2f(m0 - base0), kept1 = exp2f(m1 - base1);
+    m0 = max0;
+    m1 = max1;
+    l0 *= kept0;
+    l1 *= kept1;
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+        o[n][0] *= kept0;
+        o[n][1] *= kept0;
+        o[n][2] *= kept1;
+        o[n][3] *= kept1;
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float p0 = exp2f(s[n][0] - base0), p1 = exp2f(s[n][1] - base0);
+        const float p2 = exp2f(s[n][2] - base1), p3 = exp2f(s[n][3] - base1);
+        l0 += p0 + p1;
+        l1 += p2 + p3;
+        pf[n / 2][(n % 2) * 2] = TensorCore<T>::pack(p0, p1);
+        pf[n / 2][(n % 2) * 2 + 1] = TensorCore<T>::pack(p2, p3);
+    }
+}
+
 // Where one input's heads are: element (s, h, i, d) at s * seq + h * head + i * row + d.
 struct FaStrides {
     uint64_t seq, head, row;
@@ -176,7 +224,6 @@ __device__ void flash_attention(T *out, const T *q, FaStrides q_at, const T *k, 
                                    *reinterpret_cast<const uint32_t *>(key_row + 8));
             }
         }
-        float max0 = m0, max1 = m1;
 #pragma unroll
         for (int n = 0; n < FA_KEYS / 8; n++) {
 #pragma unroll
@@ -189,42 +236,9 @@ __device__ void flash_attention(T *out, const T *q, FaStrides q_at, const T *k, 
                 if (seen && bias_head) x += to_float(bias_head[(uint64_t)row * t + j]);
                 s[n][e] = seen ? x * log2e : -INFINITY;
             }
-            max0 = fmaxf(max0, fmaxf(s[n][0], s[n][1]));
-            max1 = fmaxf(max1, fmaxf(s[n][2], s[n][3]));
         }
-#pragma unroll
-        for (int mask = 1; mask <= 2; mask <<= 1) {
-            max0 = fmaxf(max0, __shfl_xor_sync(0xffffffff, max0, mask));
-            max1 = fmaxf(max1, __shfl_xor_sync(0xffffffff, max1, mask));
-        }
-        // A row that has seen no key yet stays at -inf; exponents against 0 then give zeros
-        // instead of NaN.
-        const float base0 = max0 == -INFINITY ? 0.0f : max0;
-        const float base1 = max1 == -INFINITY ? 0.0f : max1;
-        const float kept0 = exp2f(m0 - base0), kept1 = exp2f(m1 - base1);
-        m0 = max0;
-        m1 = max1;
-        l0 *= kept0;
-        l1 *= kept1;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[n][0] *= kept0;
-            o[n][1] *= kept0;
-            o[n][2] *= kept1;
-            o[n][3] *= kept1;
-        }
-        // P as A fragments: keys 16 kk .. 16 kk + 15 are score tiles 2 kk (a0, a1) and
-        // 2 kk + 1 (a2, a3).
         uint32_t pf[FA_KEYS / 16][4];
-#pragma unroll
-        for (int n = 0; n < FA_KEYS / 8; n++) {
-            const float p0 = exp2f(s[n][0] - base0), p1 = exp2f(s[n][1] - base0);
-            const float p2 = exp2f(s[n][2] - base1), p3 = exp2f(s[n][3] - base1);
-            l0 += p0 + p1;
-            l1 += p2 + p3;
-            pf[n / 2][(n % 2) * 2] = TensorCore<T>::pack(p0, p1);
-            pf[n / 2][(n % 2) * 2 + 1] = TensorCore<T>::pack(p2, p3);
-        }
+        fa_softmax_step<T>(s, m0, m1, l0, l1, o, pf);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
 #pragma unroll

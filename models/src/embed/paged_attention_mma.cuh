@@ -137,7 +137,6 @@ __device__ void paged_attention_mma(T *out, const T *q, const T *keys, const T *
                                    *reinterpret_cast<const uint32_t *>(key_row + 8));
             }
         }
-        float max0 = m0, max1 = m1;
 #pragma unroll
         for (int n = 0; n < 2; n++) {
 #pragma unroll
@@ -145,44 +144,14 @@ __device__ void paged_attention_mma(T *out, const T *q, const T *keys, const T *
                 const uint32_t j = first + n * 8 + 2 * c + (e & 1);
                 s[n][e] = j < (e < 2 ? len0 : len1) ? s[n][e] * scale_log2 : -INFINITY;
             }
-            max0 = fmaxf(max0, fmaxf(s[n][0], s[n][1]));
-            max1 = fmaxf(max1, fmaxf(s[n][2], s[n][3]));
-        }
-#pragma unroll
-        for (int mask = 1; mask <= 2; mask <<= 1) {
-            max0 = fmaxf(max0, __shfl_xor_sync(0xffffffff, max0, mask));
-            max1 = fmaxf(max1, __shfl_xor_sync(0xffffffff, max1, mask));
-        }
-        // A query that has seen no position yet stays at -inf (zeros, not NaN, below).
-        const float base0 = max0 == -INFINITY ? 0.0f : max0;
-        const float base1 = max1 == -INFINITY ? 0.0f : max1;
-        const float kept0 = exp2f(m0 - base0), kept1 = exp2f(m1 - base1);
-        m0 = max0;
-        m1 = max1;
-        l0 *= kept0;
-        l1 *= kept1;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[n][0] *= kept0;
-            o[n][1] *= kept0;
-            o[n][2] *= kept1;
-            o[n][3] *= kept1;
         }
         // P as one A fragment: score tile 0 (a0, a1) then score tile 1 (a2, a3).
-        uint32_t pf[4];
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const float p0 = exp2f(s[n][0] - base0), p1 = exp2f(s[n][1] - base0);
-            const float p2 = exp2f(s[n][2] - base1), p3 = exp2f(s[n][3] - base1);
-            l0 += p0 + p1;
-            l1 += p2 + p3;
-            pf[2 * n] = TensorCore<T>::pack(p0, p1);
-            pf[2 * n + 1] = TensorCore<T>::pack(p2, p3);
-        }
+        uint32_t pf[1][4];
+        fa_softmax_step<T>(s, m0, m1, l0, l1, o, pf);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             const T *value_col = &chunk.values[n * 8 + g][2 * c];
-            TensorCore<T>::mma(o[n], pf, *reinterpret_cast<const uint32_t *>(value_col),
+            TensorCore<T>::mma(o[n], pf[0], *reinterpret_cast<const uint32_t *>(value_col),
                                *reinterpret_cast<const uint32_t *>(value_col + 8));
         }
     }
