@@ -388,17 +388,15 @@ struct Run<'a> {
     attention: AttentionChoice,
 }
 
-/// Sets the model's attention kernel as `choice` says (`auto`: the one it loaded with).
+/// Sets the model's attention kernel as `choice` says (`auto`: the model's default; on the
+/// CPU, nothing).
 fn use_attention(model: &mut GenerateModel, choice: AttentionChoice) -> anyhow::Result<()> {
     let kernel = match choice {
-        AttentionChoice::Auto => model.default_attention_kernel(),
+        AttentionChoice::Auto => None,
         AttentionChoice::TensorCores => Some(AttentionKernel::TensorCores),
         AttentionChoice::Scalar => Some(AttentionKernel::Scalar),
     };
-    if let Some(kernel) = kernel {
-        model.use_attention_kernel(kernel)?;
-    }
-    Ok(())
+    Ok(model.use_attention_kernel(kernel)?)
 }
 
 /// The attention column: the kernel a GPU run used, `-` where none runs.

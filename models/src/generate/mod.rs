@@ -394,33 +394,30 @@ impl GenerateModel {
         }
     }
 
-    /// The kernel [`Self::use_attention_kernel`] would go back to: [`AttentionKernel::best`]
-    /// for the model's device, dtype and head size (`None` for the quantised CPU engine).
-    pub fn default_attention_kernel(&self) -> Option<AttentionKernel> {
-        match &self.engine {
-            Engine::Dense(m) => Some(AttentionKernel::best(&m.device, m.dtype, m.config.head_dim)),
-            Engine::Quantised(_) => None,
-        }
-    }
-
-    /// Which GPU kernel the dense engine's attention runs ([`AttentionKernel::best`] by
-    /// default): the scalar one compares the two, or serves where the tensor-core one
-    /// misbehaves. Refused where the kernel does not take the model's dtype and head size,
-    /// or for the quantised CPU engine, which has no such kernel. Drops the kept cache (its
-    /// CUDA graphs launch the old kernel).
-    pub fn use_attention_kernel(&mut self, kernel: AttentionKernel) -> Result<(), ModelError> {
+    /// Which GPU kernel the dense engine's attention runs: `kernel`, or where `None`
+    /// [`AttentionKernel::best`] for the model's device, dtype and head size (the default).
+    /// The scalar kernel compares the two, or serves where the tensor-core one misbehaves.
+    /// Refused on a GPU where the kernel does not take the model's dtype and head size; on
+    /// the CPU, which runs its reference attention, accepted and changes nothing. Drops the
+    /// kept cache when the kernel changes (its CUDA graphs launch the old one).
+    pub fn use_attention_kernel(
+        &mut self,
+        kernel: Option<AttentionKernel>,
+    ) -> Result<(), ModelError> {
         let Engine::Dense(model) = &mut self.engine else {
-            return Err(ModelError::InvalidConfig(
-                "the quantised CPU engine has no GPU attention kernel to choose; load the model \
-                 with a dense dtype on a GPU"
-                    .into(),
-            ));
+            return Ok(());
         };
-        if !kernel.takes(model.dtype, model.config.head_dim) {
+        if !model.device.is_cuda() {
+            return Ok(());
+        }
+        let (dtype, head_dim) = (model.dtype, model.config.head_dim);
+        let kernel =
+            kernel.unwrap_or_else(|| AttentionKernel::best(&model.device, dtype, head_dim));
+        if !kernel.takes(dtype, head_dim) || !kernel.runs_on(&model.device, dtype) {
             return Err(ModelError::InvalidConfig(format!(
-                "the tensor-core attention kernel takes f16 or bf16 heads of 32, 64 or 128, and \
-                 this model has {:?} heads of {}: use the scalar kernel",
-                model.dtype, model.config.head_dim
+                "the tensor-core attention kernel takes f16 heads of 32, 64 or 128, and bf16 \
+                 ones from compute capability 8.0, and this model has {dtype:?} heads of \
+                 {head_dim}: use the scalar kernel"
             )));
         }
         if model.attention != kernel {

@@ -65,6 +65,19 @@ impl AttentionKernel {
         self == Self::Scalar || dtype != DType::BF16 || crate::device::has_bf16_kernels(device)
     }
 
+    /// The kernel `name` names (`tensor-cores` or `scalar`; `auto` or none: `None`, the
+    /// model's [`AttentionKernel::best`]), as a config or a command line spells it.
+    pub fn parse(name: Option<&str>) -> Result<Option<Self>, crate::ModelError> {
+        match name {
+            None | Some("auto") => Ok(None),
+            Some("tensor-cores") => Ok(Some(Self::TensorCores)),
+            Some("scalar") => Ok(Some(Self::Scalar)),
+            Some(other) => Err(crate::ModelError::InvalidConfig(format!(
+                "`attention` is `{other}`: use auto, tensor-cores or scalar"
+            ))),
+        }
+    }
+
     /// The kernel a model of `dtype` with heads of `head_dim` runs on `device`: tensor cores
     /// wherever they take it (a model in f32, or of another head size, gets the scalar one).
     /// On the CPU it only shapes the tiles, which the reference ignores.

@@ -177,28 +177,6 @@ fn kv_budget(
     }
 }
 
-/// The paged attention's kernel as the config's `attention` names it, on a GPU (a CPU actor
-/// runs the reference whatever it says); `auto` or absent keeps the model's default.
-fn use_attention_kernel(
-    model: &mut GenerateModel,
-    attention: Option<&str>,
-) -> Result<(), BackendError> {
-    let kernel = match attention {
-        None | Some("auto") => return Ok(()),
-        Some("tensor-cores") => engine::AttentionKernel::TensorCores,
-        Some("scalar") => engine::AttentionKernel::Scalar,
-        Some(other) => {
-            return Err(BackendError::InvalidConfig(format!(
-                "`attention` is `{other}`: use auto, tensor-cores or scalar"
-            )));
-        }
-    };
-    match model.attention_kernel() {
-        Some(_) => model.use_attention_kernel(kernel),
-        None => Ok(()),
-    }
-}
-
 /// A thread pool of `threads` (every core when `None`) for the actor's forward steps.
 fn compute_threads(threads: Option<u32>) -> Result<rayon::ThreadPool, BackendError> {
     let count = match threads {
@@ -240,7 +218,7 @@ impl TypedActor for GenerateActor {
         check_model_files(&context.roots, &file)?;
         let mut model = GenerateModel::load_on(&file, &device, dtype)?;
         model.use_decode_graphs(!config.enforce_eager);
-        use_attention_kernel(&mut model, config.attention.as_deref())?;
+        model.use_attention_kernel(engine::AttentionKernel::parse(config.attention.as_deref())?)?;
         tracing::info!(engine = %model.engine_name(), "generation model loaded");
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
