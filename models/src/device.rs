@@ -15,10 +15,14 @@ pub fn select_device(gpu: Option<u32>) -> Result<Device, ModelError> {
 }
 
 /// The free memory of a CUDA `device`, in bytes (`None` on the CPU, or when the driver will
-/// not say).
+/// not say), counting what its memory pool holds unused as free: the pool is trimmed first
+/// (`cuda_memory.rs`: it keeps freed memory for the next step's allocations).
 pub fn free_gpu_memory(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(cuda) = device {
+        if let Err(e) = crate::cuda_memory::trim_pool(cuda) {
+            tracing::warn!(error = %e, "cannot trim the GPU's memory pool: free memory may read low");
+        }
         let (free, _total) = cuda.cuda_stream().context().mem_get_info().ok()?;
         return Some(free as u64);
     }
@@ -57,10 +61,16 @@ pub fn check_dtype(device: &Device, dtype: candle_core::DType) -> Result<(), Mod
     Ok(())
 }
 
+/// Opens GPU `index` with the allocation settings of `cuda_memory.rs`.
 #[cfg(feature = "cuda")]
 fn cuda_device(index: u32) -> Result<Device, ModelError> {
-    Device::new_cuda(index as usize)
-        .map_err(|e| ModelError::Load(format!("cannot open cuda:{index}: {e}")))
+    let device = Device::new_cuda(index as usize)
+        .map_err(|e| ModelError::Load(format!("cannot open cuda:{index}: {e}")))?;
+    let cuda = device.as_cuda_device().map_err(ModelError::from)?;
+    crate::cuda_memory::prepare(cuda).map_err(|e| {
+        ModelError::Load(format!("cannot set up cuda:{index}'s memory pool: {e}"))
+    })?;
+    Ok(device)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -127,7 +137,7 @@ fn set_env_before_threads(name: &str, value: &std::ffi::OsStr) {
 #[cfg(test)]
 pub(crate) fn test_gpu() -> Option<Device> {
     #[cfg(feature = "cuda")]
-    let opened = Device::new_cuda(0).map_err(|e| e.to_string());
+    let opened = cuda_device(0).map_err(|e| e.to_string());
     #[cfg(not(feature = "cuda"))]
     let opened: Result<Device, String> = Err("a build without the `cuda` feature".into());
     match opened {

@@ -45,6 +45,9 @@ emu_counts!(
     allocations,
     allocated_bytes,
     frees,
+    /// Stream-ordered allocations the default pool could not serve from what it held.
+    pool_growths,
+    events_created,
 );
 
 #[allow(unsafe_code)]

@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 mod bounds;
+#[cfg(feature = "cuda")]
+mod cuda_memory;
 pub mod cuda_probe;
 pub mod device;
 pub mod embed;

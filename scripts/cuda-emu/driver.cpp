@@ -56,6 +56,20 @@ struct Allocation {
     size_t bytes;
     void *mapping;  // CUDA_EMU_GUARD's own mapping, else null (from aligned_alloc)
     size_t span;
+    bool pooled;  // from the default pool (cuMemAllocAsync outside a capture)
+};
+
+/// The device's default memory pool, which cuMemAllocAsync outside a capture draws on: the
+/// memory it holds from the OS (`reserved`), how much of that is allocated (`used`), and its
+/// release threshold. Freed memory serves any later allocation (a real pool also splits
+/// and coalesces; fragmentation is not modelled). A synchronisation (stream, event or
+/// context) gives the OS back what the pool holds unused beyond the threshold: CUDA's
+/// default is 0, all of it, so the next allocations map memory from the OS again, which on
+/// a GPU costs about what cuMemAlloc does. `pool_growths` counts those allocations.
+struct MemoryPool {
+    size_t reserved = 0;
+    size_t used = 0;
+    cuuint64_t release_threshold = 0;
 };
 
 struct Device {
@@ -63,7 +77,8 @@ struct Device {
     std::map<std::string, const Kernel *> kernels;
     std::vector<void *> libraries;
     std::map<uintptr_t, Allocation> allocations;
-    size_t allocated = 0;
+    size_t allocated = 0;  // every live allocation's bytes, pooled or not
+    MemoryPool pool;
     Stream legacy_stream;  // the NULL and CU_STREAM_LEGACY handles
     std::map<uintptr_t, size_t> pinned;  // cuMemHostAlloc's host memory: start, bytes
     bool loaded = false;
@@ -163,16 +178,21 @@ bool guarded() {
 
 constexpr size_t PAGE = 4096;
 
-/// Device memory: `bytes` rounded up to 256 (the alignment cudaMalloc gives). With
-/// CUDA_EMU_GUARD set, each allocation is mapped apart and ends where an inaccessible page
-/// begins, so a kernel that reads or writes past it (by more than the rounding) faults at
-/// once, and the fault handler names the kernel, block and thread.
-void *allocate(size_t bytes) {
+/// Device memory: `bytes` rounded up to 256 (the alignment cudaMalloc gives), from the
+/// default pool when `pooled`. With CUDA_EMU_GUARD set, each allocation is mapped apart and
+/// ends where an inaccessible page begins, so a kernel that reads or writes past it (by more
+/// than the rounding) faults at once, and the fault handler names the kernel, block and
+/// thread. Null when the device's memory (live allocations and the pool's unused memory)
+/// cannot take it.
+void *allocate(size_t bytes, bool pooled) {
     Device &d = device();
     std::lock_guard<std::mutex> lock(d.mutex);
-    if (d.allocated + bytes > memory_bytes()) return nullptr;
+    MemoryPool &pool = d.pool;
+    size_t used_after = pool.used + (pooled ? bytes : 0);
+    size_t reserved_after = std::max(pool.reserved, used_after);
+    if (d.allocated + bytes + (reserved_after - used_after) > memory_bytes()) return nullptr;
     size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-    Allocation allocation{bytes, nullptr, 0};
+    Allocation allocation{bytes, nullptr, 0, pooled};
     void *memory;
     if (guarded()) {
         allocation.span = (rounded + PAGE - 1) / PAGE * PAGE + PAGE;
@@ -188,7 +208,20 @@ void *allocate(size_t bytes) {
     }
     d.allocations[reinterpret_cast<uintptr_t>(memory)] = allocation;
     d.allocated += bytes;
+    if (reserved_after > pool.reserved) emu::stats::pool_grew();
+    pool.used = used_after;
+    pool.reserved = reserved_after;
     return memory;
+}
+
+/// What a synchronisation does to the default pool: gives back what it holds unused beyond
+/// its release threshold.
+void settle_pool() {
+    Device &d = device();
+    std::lock_guard<std::mutex> lock(d.mutex);
+    MemoryPool &pool = d.pool;
+    if (pool.reserved > pool.release_threshold)
+        pool.reserved = std::max<size_t>(pool.used, pool.release_threshold);
 }
 
 void release(void *memory) {
@@ -198,6 +231,7 @@ void release(void *memory) {
     if (found == d.allocations.end()) return;
     Allocation allocation = found->second;
     d.allocated -= allocation.bytes;
+    if (allocation.pooled) d.pool.used -= allocation.bytes;
     d.allocations.erase(found);
     if (allocation.mapping != nullptr)
         munmap(allocation.mapping, allocation.span);
@@ -359,6 +393,7 @@ CUresult cuCtxGetDevice(CUdevice *device) {
 
 CUresult cuCtxSynchronize() {
     emu::stats::waited();
+    settle_pool();
     return CUDA_SUCCESS;
 }
 CUresult cuCtxSetLimit(CUlimit, size_t) { return CUDA_SUCCESS; }
@@ -381,13 +416,13 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
     Device &d = device();
     std::lock_guard<std::mutex> lock(d.mutex);
     *total = memory_bytes();
-    *free_bytes = memory_bytes() - d.allocated;
+    *free_bytes = memory_bytes() - d.allocated - (d.pool.reserved - d.pool.used);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemAlloc(CUdeviceptr *address, size_t bytes) {
     emu::stats::allocated(bytes);
-    void *memory = allocate(bytes);
+    void *memory = allocate(bytes, false);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
     return CUDA_SUCCESS;
@@ -399,12 +434,17 @@ CUresult cuMemFree(CUdeviceptr address) {
     return CUDA_SUCCESS;
 }
 
-/// While capturing, an allocation is made once and belongs to the graph (a graph's memory
-/// stays at one address from replay to replay), and its free inside the capture is left to
-/// the graph's destruction.
+/// From the default pool; while capturing, an allocation is made once and belongs to the
+/// graph (a graph's memory stays at one address from replay to replay, outside the pool), and
+/// its free inside the capture is left to the graph's destruction.
 CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
     emu::stats::allocated(bytes);
-    void *memory = allocate(bytes);
+    bool capturing;
+    {
+        std::lock_guard<std::mutex> lock(device().mutex);
+        capturing = stream_of(stream).capture != nullptr;
+    }
+    void *memory = allocate(bytes, !capturing);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
     std::lock_guard<std::mutex> lock(device().mutex);
@@ -422,6 +462,55 @@ CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
         }
     }
     release(pointer<void>(address));
+    return CUDA_SUCCESS;
+}
+
+/// The one device's default pool (the handle is the pool's address); no other pool exists,
+/// so it is also the device's current one.
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice) {
+    *pool = reinterpret_cast<CUmemoryPool>(&device().pool);
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    return cuDeviceGetDefaultMemPool(pool, dev);
+}
+
+/// The release threshold is kept; the reuse policies are accepted and mean nothing here (one
+/// stream's frees serve its next allocations at once).
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void *value) {
+    if (pool != reinterpret_cast<CUmemoryPool>(&device().pool)) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(device().mutex);
+    switch (attribute) {
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+            device().pool.release_threshold = *static_cast<cuuint64_t *>(value);
+            return CUDA_SUCCESS;
+        case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: return CUDA_SUCCESS;
+        default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void *value) {
+    if (pool != reinterpret_cast<CUmemoryPool>(&device().pool)) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(device().mutex);
+    const MemoryPool &p = device().pool;
+    auto *out = static_cast<cuuint64_t *>(value);
+    switch (attribute) {
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *out = p.release_threshold; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *out = p.reserved; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *out = p.used; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/// Gives the OS back what the pool holds unused, down to `keep` bytes.
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    if (pool != reinterpret_cast<CUmemoryPool>(&device().pool)) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(device().mutex);
+    MemoryPool &p = device().pool;
+    if (p.reserved > keep) p.reserved = std::max(p.used, keep);
     return CUDA_SUCCESS;
 }
 
@@ -545,6 +634,7 @@ CUresult cuStreamDestroy(CUstream stream) {
 
 CUresult cuStreamSynchronize(CUstream) {
     emu::stats::waited();
+    settle_pool();
     return CUDA_SUCCESS;
 }
 CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
@@ -601,6 +691,7 @@ CUresult cuGraphDestroy(CUgraph graph) {
 }
 
 CUresult cuEventCreate(CUevent *event, unsigned) {
+    emu::stats::event_created();
     *event = reinterpret_cast<CUevent>(new Event{std::chrono::steady_clock::now()});
     return CUDA_SUCCESS;
 }
@@ -622,6 +713,7 @@ CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned) {
 
 CUresult cuEventSynchronize(CUevent) {
     emu::stats::waited();
+    settle_pool();
     return CUDA_SUCCESS;
 }
 CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }

@@ -62,7 +62,8 @@ void write_at_exit() {
         {"bytes_to_host", c.bytes_to_host},       {"copies_on_device", c.copies_on_device},
         {"memsets", c.memsets},                   {"waits", c.waits},
         {"allocations", c.allocations},           {"allocated_bytes", c.allocated_bytes},
-        {"frees", c.frees}};
+        {"frees", c.frees},                       {"pool_growths", c.pool_growths},
+        {"events_created", c.events_created}};
     fprintf(out, "{\n");
     for (const auto &[name, value] : fields) fprintf(out, "  \"%s\": %llu,\n", name, value);
     fprintf(out, "  \"kernels_ran\": {");
@@ -113,6 +114,10 @@ void allocated(size_t bytes) {
 }
 
 void freed() { add(&CudaEmuCounts::frees); }
+
+void pool_grew() { add(&CudaEmuCounts::pool_growths); }
+
+void event_created() { add(&CudaEmuCounts::events_created); }
 
 void waited() { add(&CudaEmuCounts::waits); }
 

@@ -30,6 +30,9 @@ struct CudaEmuCounts {
     unsigned long long allocations;  // device memory, synchronous or stream-ordered
     unsigned long long allocated_bytes;
     unsigned long long frees;
+    unsigned long long pool_growths;    // stream-ordered allocations the default pool could
+                                        // not serve from what it held: memory from the OS
+    unsigned long long events_created;
 };
 
 /// The calling thread's counts since it started.
@@ -57,6 +60,9 @@ void replayed(size_t operations);
 void kernel_ran(const char *name);
 void allocated(size_t bytes);
 void freed();
+/// A stream-ordered allocation took memory from the OS (driver.cpp's MemoryPool).
+void pool_grew();
+void event_created();
 /// The host waited for the device.
 void waited();
 

@@ -70,6 +70,8 @@ rows = [
     ("allocations", "allocations"),
     ("bytes allocated", "allocated_bytes"),
     ("frees", "frees"),
+    ("allocations that took memory from the OS (pool growths)", "pool_growths"),
+    ("CUDA events created", "events_created"),
 ]
 print(f"\nOne decode step of SmolLM2-135M, {sequences} sequences, {dtype} (cuda-emu counts: "
       f"runs of {short} and {long} new tokens, difference / {steps})\n")
