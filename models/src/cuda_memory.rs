@@ -21,8 +21,8 @@
 //! cuda-emu models the pool (`scripts/cuda-emu/driver.cpp`) and counts the events, so the test
 //! below holds both settings in CI.
 
-use candle_core::cuda_backend::cudarc::driver::{result, sys, DriverError};
 use candle_core::CudaDevice;
+use candle_core::cuda_backend::cudarc::driver::{DriverError, result, sys};
 
 /// Applies both settings to a device just opened.
 pub(crate) fn prepare(cuda: &CudaDevice) -> Result<(), DriverError> {
@@ -146,7 +146,13 @@ mod tests {
         let after = mib(crate::device::free_gpu_memory(&device).unwrap());
         // Other tests allocate beside this one: the 1 GiB tensor's share is checked with
         // 256 MiB to spare.
-        assert!(while_held + 768 < at_start, "{while_held} MiB free, at start {at_start}");
-        assert!(after > while_held + 768, "{after} MiB free after, {while_held} while held");
+        assert!(
+            while_held + 768 < at_start,
+            "{while_held} MiB free, at start {at_start}"
+        );
+        assert!(
+            after > while_held + 768,
+            "{after} MiB free after, {while_held} while held"
+        );
     }
 }

@@ -67,9 +67,8 @@ fn cuda_device(index: u32) -> Result<Device, ModelError> {
     let device = Device::new_cuda(index as usize)
         .map_err(|e| ModelError::Load(format!("cannot open cuda:{index}: {e}")))?;
     let cuda = device.as_cuda_device().map_err(ModelError::from)?;
-    crate::cuda_memory::prepare(cuda).map_err(|e| {
-        ModelError::Load(format!("cannot set up cuda:{index}'s memory pool: {e}"))
-    })?;
+    crate::cuda_memory::prepare(cuda)
+        .map_err(|e| ModelError::Load(format!("cannot set up cuda:{index}'s memory pool: {e}")))?;
     Ok(device)
 }
 
