@@ -20,6 +20,15 @@ rm -rf "$out" && mkdir -p "$out/minilm-f16/1_Pooling" "$out/mpnet-config/1_Pooli
 # since threads would split the stream and lose the sharing.
 bins=(resident embed-bench generate-bench)
 [[ -f target/cuda/dist/models-tests ]] && bins+=(models-tests)
+# A binary that links candle's MoE stub (RESIDENT_CANDLE_MOE=stub, for cuda-emu) would abort
+# at its first quantised matmul on the GPU: refused here, before GPU minutes find it.
+for bin in "${bins[@]}"; do
+  if grep -q 'is not in this build (RESIDENT_CANDLE_MOE=stub)' "target/cuda/dist/$bin"; then
+    echo "target/cuda/dist/$bin links candle's MoE stub: rebuild without RESIDENT_CANDLE_MOE" \
+      "(RESIDENT_CUDA_ARCHS=90 scripts/build-cuda.sh --tests)" >&2
+    exit 1
+  fi
+done
 tar -C target/cuda/dist -cf - "${bins[@]}" |
   xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar.xz"
 xz -T0 -6 -c data/wiki_vital.jsonl > "$out/wiki_vital.jsonl.xz"

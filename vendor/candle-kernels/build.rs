@@ -8,6 +8,10 @@ const CUTILE_FEATURE: &str = "CARGO_FEATURE_CUTILE";
 /// `stub`: link `src/moe_stub.c` in place of the static MoE library (a type check, which
 /// links nothing, and a build for scripts/cuda-emu, which cannot run the library).
 const MOE_VAR: &str = "RESIDENT_CANDLE_MOE";
+/// The static MoE/GGUF library's name (`lib<name>.a` in OUT_DIR), and its stub's: never the
+/// same file (see `main`).
+const MOE_LIBRARY: &str = "candle_moe";
+const MOE_STUB_LIBRARY: &str = "candle_moe_stub";
 
 fn main() -> Result<()> {
     println!("cargo::rerun-if-changed=build.rs");
@@ -90,9 +94,13 @@ fn main() -> Result<()> {
         moe_builder = moe_builder.arg("-Xcompiler").arg("-fPIC");
     }
 
-    moe_builder.build_lib(out_dir.join("libmoe.a"))?;
+    // Resident's patch: the library and the stub (below) have names of their own. cudaforge
+    // skips a build whose objects are current when the library's file exists; upstream's
+    // `libmoe.a`, which the stub once overwrote in the same OUT_DIR, made a real build after
+    // a stub build link the stub (a GPU binary whose quantised matmuls aborted).
+    moe_builder.build_lib(out_dir.join(format!("lib{MOE_LIBRARY}.a")))?;
     println!("cargo:rustc-link-search={}", out_dir.display());
-    println!("cargo:rustc-link-lib=moe");
+    println!("cargo:rustc-link-lib={MOE_LIBRARY}");
     println!("cargo:rustc-link-lib=dylib=cudart");
     if !is_target_msvc {
         println!("cargo:rustc-link-lib=stdc++");
@@ -100,11 +108,11 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// `src/moe_stub.c` as `OUT_DIR/libmoe.a`, with the system C compiler.
+/// `src/moe_stub.c` as `OUT_DIR/lib{MOE_STUB_LIBRARY}.a`, with the system C compiler.
 fn build_stub(out_dir: &std::path::Path) {
     use std::process::Command;
     let object = out_dir.join("moe_stub.o");
-    let library = out_dir.join("libmoe.a");
+    let library = out_dir.join(format!("lib{MOE_STUB_LIBRARY}.a"));
     let _ = std::fs::remove_file(&library);
     let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let compiled = Command::new(&compiler)
@@ -121,5 +129,5 @@ fn build_stub(out_dir: &std::path::Path) {
         .expect("cannot run ar for the MoE stub");
     assert!(archived.success(), "ar failed on the MoE stub");
     println!("cargo:rustc-link-search={}", out_dir.display());
-    println!("cargo:rustc-link-lib=static=moe");
+    println!("cargo:rustc-link-lib=static={MOE_STUB_LIBRARY}");
 }
