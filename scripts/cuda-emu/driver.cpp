@@ -439,16 +439,18 @@ CUresult cuMemFree(CUdeviceptr address) {
 /// its free inside the capture is left to the graph's destruction.
 CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
     emu::stats::allocated(bytes);
-    bool capturing;
+    Graph *capture;  // only this thread ends its stream's capture, so it stays valid below
     {
         std::lock_guard<std::mutex> lock(device().mutex);
-        capturing = stream_of(stream).capture != nullptr;
+        capture = stream_of(stream).capture;
     }
-    void *memory = allocate(bytes, !capturing);
+    void *memory = allocate(bytes, capture == nullptr);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     *address = reinterpret_cast<CUdeviceptr>(memory);
-    std::lock_guard<std::mutex> lock(device().mutex);
-    if (Graph *capture = stream_of(stream).capture) capture->allocations.push_back(memory);
+    if (capture != nullptr) {
+        std::lock_guard<std::mutex> lock(device().mutex);
+        capture->allocations.push_back(memory);
+    }
     return CUDA_SUCCESS;
 }
 
