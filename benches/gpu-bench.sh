@@ -208,7 +208,9 @@ if [[ $sections == *defaults* ]]; then
   # Issue 43: `resident embed` and `resident generate` with no device flag use the GPU (one
   # actor per GPU) and say so in their summary line; `--gpus-per-actor 0` keeps the CPU.
   # The generate row is the engine end to end (issue 42), on SmolLM2's shape with random
-  # weights (made by the generate section, or here), `--dtype auto` (bf16 from 8.0).
+  # weights (made by the generate section, or here), `--dtype auto` (bf16 from 8.0), at a
+  # GPU actor's defaults (256 sequences in flight, 4,096 rows a step): the generate
+  # section's news row at 256 and 4096 is the engine alone on the same work.
   [[ -d $work/smollm2-random ]] || step "smollm2 random weights" python3 benches/generate_hf.py \
     random --config .gpu-carry/smollm2-hf --out "$work/smollm2-random" >&2
   head -n 256 "$work/wiki_long.jsonl" > "$work/news256.jsonl"

@@ -135,12 +135,12 @@ pub struct GenerateArgs {
     /// `response_format` (OpenAI Batch) replaces it.
     #[arg(long, env = "RESIDENT_JSON_SCHEMA", value_name = "FILE")]
     json_schema: Option<std::path::PathBuf>,
-    /// Sequences each actor decodes at once (continuous batching); the kind's default
-    /// when absent.
+    /// Sequences each actor decodes at once (continuous batching); when absent, 256 on a
+    /// GPU and 32 on the CPU. Chunks hold at least twice this on GPUs, four times on CPUs.
     #[arg(long, env = "RESIDENT_MAX_SEQUENCES")]
     max_sequences: Option<u32>,
-    /// Tokens in one forward step, prompts and decodes together; the kind's default when
-    /// absent.
+    /// Tokens in one forward step, prompts and decodes together; when absent, 4096 on a
+    /// GPU and 512 on the CPU.
     #[arg(long, env = "RESIDENT_MAX_STEP_TOKENS")]
     max_step_tokens: Option<u32>,
     /// Cap each sequence's context (prompt and completion) at this many tokens, below the

@@ -16,9 +16,6 @@ use crate::error::SdkError;
 use crate::pool::Pool;
 use crate::pool_spec::PoolSpec;
 
-/// Prompts in one generation task: enough to keep an actor's continuous batch full.
-pub const PROMPTS_PER_TASK: usize = 128;
-
 /// How to make a generation pool: its name, the actors' config (model, KV slots, dtype)
 /// and where they run.
 #[derive(Clone, Debug)]
@@ -71,6 +68,9 @@ impl GeneratePoolSpec {
 pub struct GeneratePool {
     /// The pool underneath.
     pub pool: Pool,
+    /// Prompts in one task: enough to keep an actor's continuous batch full
+    /// ([`GenerateConfig::records_per_task_on`]).
+    prompts_per_task: usize,
 }
 
 impl Cluster {
@@ -92,6 +92,7 @@ impl Cluster {
             Some(replicas) => replicas,
             None => self.default_replicas(&anywhere, gpus, |_| 1).await?,
         };
+        let prompts_per_task = spec.config.records_per_task_on(gpus > 0.0);
         let mut pool_spec =
             PoolSpec::typed::<Generate>(spec.name, &spec.config)?.replicas(replicas);
         if let Some(idle_ttl) = spec.idle_ttl {
@@ -101,13 +102,23 @@ impl Cluster {
             pool_spec = pool_spec.gpus(gpus).vram_gib(spec.vram_gib);
         }
         let pool = self.create_or_resize_pool(pool_spec, load_timeout).await?;
-        Ok(GeneratePool { pool })
+        Ok(GeneratePool {
+            pool,
+            prompts_per_task,
+        })
     }
 }
 
 impl GeneratePool {
+    /// Prompts [`GeneratePool::generate`] puts in one task: twice the sequences an actor
+    /// decodes at once on GPUs (256 unless its config says), four times on CPUs (32), so
+    /// that the task waiting at an actor joins its batch before the batch empties.
+    pub fn prompts_per_task(&self) -> usize {
+        self.prompts_per_task
+    }
+
     /// Completes `prompts` with `params` (each prompt's own parameters override them),
-    /// [`PROMPTS_PER_TASK`] to a task, and returns the completions in input order (with
+    /// [`GeneratePool::prompts_per_task`] to a task, and returns the completions in input order (with
     /// `n > 1`, each prompt's in a row). Prompt ids are their positions. `on_answered` is
     /// called with the prompts answered so far as each task's reply comes.
     pub async fn generate(
@@ -116,15 +127,16 @@ impl GeneratePool {
         params: &GenerateParams,
         mut on_answered: impl FnMut(usize) + Send,
     ) -> Result<Vec<Completion>, SdkError> {
+        let per_task = self.prompts_per_task.max(1);
         let requests: Vec<GenerateRequest> = prompts
-            .chunks(PROMPTS_PER_TASK)
+            .chunks(per_task)
             .enumerate()
             .map(|(task, chunk)| GenerateRequest {
                 prompts: chunk
                     .iter()
                     .enumerate()
                     .map(|(i, prompt)| PromptParts {
-                        id: (task * PROMPTS_PER_TASK + i).to_string(),
+                        id: (task * per_task + i).to_string(),
                         ..prompt.clone()
                     })
                     .collect(),

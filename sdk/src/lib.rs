@@ -67,7 +67,7 @@ pub use embed::{
     one_model,
 };
 pub use error::SdkError;
-pub use generate::{GeneratePool, GeneratePoolSpec, PROMPTS_PER_TASK};
+pub use generate::{GeneratePool, GeneratePoolSpec};
 pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
 pub use job_stream::{JobStream, TaskOutput, TaskPayload};
 #[cfg(feature = "local")]

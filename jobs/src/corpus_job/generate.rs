@@ -265,14 +265,14 @@ impl ChunkWork for GenerateWork {
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
 
-    /// Four times the sequences an actor decodes at once: a chunk is one task, and its
-    /// batch runs full until its last sequences, so a chunk of 16 records kept a batch of
-    /// 32 half empty (`resident generate` of 200 prompts took 793 s where the engine alone
-    /// takes 463).
-    fn min_chunk_records(&self) -> usize {
-        4 * self
-            .max_sequences
-            .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES) as usize
+    /// As many records as keep an actor's continuous batch full
+    /// ([`GenerateConfig::records_per_task_on`]).
+    fn min_chunk_records(&self, on_gpus: bool) -> usize {
+        let config = GenerateConfig {
+            max_sequences: self.max_sequences,
+            ..GenerateConfig::default()
+        };
+        config.records_per_task_on(on_gpus)
     }
 
     /// One: an actor's forward steps already use every core, and one actor's batch of all
@@ -474,6 +474,19 @@ fn encode(request: &GenerateRequest) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Chunks keep an actor's batch full at its device's default batch (256 sequences on a
+    /// GPU, 32 on the CPU), or at `--max-sequences` when given.
+    #[test]
+    fn chunks_hold_two_gpu_batches_or_four_cpu_batches() {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let mut job = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
+        assert_eq!(job.generation.min_chunk_records(true), 512);
+        assert_eq!(job.generation.min_chunk_records(false), 128);
+        job.generation.max_sequences = Some(64);
+        assert_eq!(job.generation.min_chunk_records(true), 128);
+        assert_eq!(job.generation.min_chunk_records(false), 256);
+    }
 
     /// A job's settings read as before the new parameters existed while they are at their
     /// defaults, and differ once one is set.

@@ -190,7 +190,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                     let schedule = ChunkSchedule::probing(
                         total_docs,
                         prepared.actors,
-                        self.work.min_chunk_records(),
+                        self.work.min_chunk_records(self.config.gpus() > 0.0),
                     );
                     let reasoning = format!(
                         "probing: {} chunks of {} records first, whose timings size the rest",

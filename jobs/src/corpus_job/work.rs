@@ -68,8 +68,9 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         model_fingerprint.to_owned()
     }
 
-    /// The fewest records a planned chunk holds (the planner's own floor when smaller).
-    fn min_chunk_records(&self) -> usize {
+    /// The fewest records a planned chunk holds (the planner's own floor when smaller), for
+    /// actors on GPUs when `on_gpus`.
+    fn min_chunk_records(&self, _on_gpus: bool) -> usize {
         0
     }
 

@@ -689,7 +689,8 @@ class Cluster:
         ``finish_reason``), with ``logprobs`` a ``logprobs`` list per completion (OpenAI's
         ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
         whose own parameters were refused. A progress bar counts the prompts completed
-        (``progress=False`` turns it off).
+        (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
+        decodes at once (``None``: 256 on a GPU, 32 on the CPU).
         """
         items = []
         for prompt in prompts:

@@ -89,11 +89,11 @@ async fn a_rust_client_completes_prompts_on_a_resident_generate_actor() {
 
 /// The SDK's generation pool (what Python's `Cluster.generate` calls): device and actor
 /// count chosen from the cluster (one agent with one simulated GPU: one actor holding that
-/// GPU; the model itself runs on the CPU), prompts cut into tasks of
-/// `PROMPTS_PER_TASK`, completions back in input order with the prompts answered counted.
+/// GPU; the model itself runs on the CPU), prompts cut into tasks of twice the actor's
+/// sequences on a GPU, completions back in input order with the prompts answered counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order() {
-    use resident_sdk::{GeneratePoolSpec, PROMPTS_PER_TASK};
+    use resident_sdk::GeneratePoolSpec;
     init_logging();
     let state = tempfile::tempdir().unwrap();
     let (_scheduler, _agent, cluster, _url) = scheduler_with_one_agent(state.path(), &[]).await;
@@ -117,7 +117,8 @@ async fn a_generate_pool_answers_more_prompts_than_a_task_holds_in_input_order()
     );
     assert_eq!(status.spec.idle_ttl_wanted(), None);
     let questions = ["What is 2 + 2?", "Name a colour.", "Say hello."];
-    let total = PROMPTS_PER_TASK + 3;
+    assert_eq!(pool.prompts_per_task(), 64, "twice 32 sequences, on a GPU");
+    let total = pool.prompts_per_task() + 3;
     let prompts: Vec<PromptParts> = (0..total)
         .map(|i| PromptParts::new("", "", questions[i % questions.len()], ""))
         .collect();

@@ -25,9 +25,6 @@ pub use prompts::{chat_messages, model_prompt};
 use super::typed::{Reply, RequestFeed, TypedActor};
 use super::{BackendError, LoadContext, TaskProgress};
 
-/// Rows in one forward step when the pool does not say.
-const DEFAULT_MAX_STEP_TOKENS: u32 = 512;
-
 /// The `generate` kind's actor: a GGUF or safetensors decoder loaded once, completing
 /// batches of prompts with continuous batching.
 pub struct GenerateActor {
@@ -223,14 +220,19 @@ impl TypedActor for GenerateActor {
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
         }
-        let max_sequences = config
-            .max_sequences
-            .unwrap_or(resident_actor::generate::DEFAULT_MAX_SEQUENCES);
-        let gpu_free = resident_models::device::free_gpu_memory(&device);
-        let mut limits = StepLimits::new(
-            max_sequences as usize,
-            config.max_step_tokens.unwrap_or(DEFAULT_MAX_STEP_TOKENS) as usize,
+        // A GPU's step costs about the same at 32 rows as at 256: its defaults are larger.
+        let on_gpu = !device.is_cpu();
+        let max_sequences = config.max_sequences_on(on_gpu);
+        let max_step_tokens = config.max_step_tokens_on(on_gpu);
+        tracing::info!(
+            max_sequences,
+            max_step_tokens,
+            device = if on_gpu { "GPU" } else { "CPU" },
+            set = config.max_sequences.is_some() || config.max_step_tokens.is_some(),
+            "step limits (the device's defaults where the config does not say)"
         );
+        let gpu_free = resident_models::device::free_gpu_memory(&device);
+        let mut limits = StepLimits::new(max_sequences as usize, max_step_tokens as usize);
         match plan_kv(&model, max_sequences, &context.device, gpu_free)? {
             KvPlan::Full => {}
             KvPlan::Blocks(blocks) => {
