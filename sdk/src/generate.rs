@@ -118,9 +118,9 @@ impl GeneratePool {
     }
 
     /// Completes `prompts` with `params` (each prompt's own parameters override them),
-    /// [`GeneratePool::prompts_per_task`] to a task, and returns the completions in input order (with
-    /// `n > 1`, each prompt's in a row). Prompt ids are their positions. `on_answered` is
-    /// called with the prompts answered so far as each task's reply comes.
+    /// [`GeneratePool::prompts_per_task`] to a task, and returns the completions in input
+    /// order (with `n > 1`, each prompt's in a row). Prompt ids are their positions.
+    /// `on_answered` is called with the prompts answered so far as each task's reply comes.
     pub async fn generate(
         &self,
         prompts: &[PromptParts],
