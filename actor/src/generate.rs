@@ -35,8 +35,9 @@ impl Kind for Generate {
 pub const DEFAULT_MAX_SEQUENCES: u32 = 32;
 
 /// Sequences a GPU actor decodes at once when its config does not say: a GPU's decode step
-/// costs about the same at 32 rows as at 256 (it reads the weights and launches its kernels
-/// once either way), so 32 would leave most of its throughput unused. vLLM's default
+/// costs far less than in proportion to its rows (it reads the weights and launches its
+/// kernels once either way; an H100 took 13.3 ms a step at 64 rows and 24.9 at 256 before
+/// CUDA graphs, BENCHMARKS.md), so 32 would leave most of its throughput unused. vLLM's default
 /// (`max_num_seqs`) too; the paged KV cache makes sequences wait for blocks where 256 whole
 /// contexts do not fit.
 pub const DEFAULT_GPU_MAX_SEQUENCES: u32 = 256;

@@ -220,7 +220,7 @@ impl TypedActor for GenerateActor {
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
         }
-        // A GPU's step costs about the same at 32 rows as at 256: its defaults are larger.
+        // A GPU's step costs far less than in proportion to its rows: its defaults are larger.
         let on_gpu = !device.is_cpu();
         let max_sequences = config.max_sequences_on(on_gpu);
         let max_step_tokens = config.max_step_tokens_on(on_gpu);
