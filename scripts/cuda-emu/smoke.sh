@@ -60,11 +60,15 @@ step "export SmolLM2 as a safetensors checkpoint" "$bins/generate-bench" --model
 step "generate-bench --agreement (GPU f32 and bf16 against the CPU dense path)" \
   "$bins/generate-bench" --model "$work/smollm2-hf" --data "$work/docs.jsonl" --gpu 0 \
   --agreement 2 --article-chars 200 --max-new-tokens 8
-# The job with no device flag: the GPU by default (issue 43), said in the summary.
-step "resident generate, no device flag" bash -c "'$bins/resident' generate --input \
-  '$work/docs.jsonl' --model '$gguf' --output '$work/generated' --max-new-tokens 6 \
-  --prompt 'Summarise: {text}' 2> '$work/generate.log'"
+# The job with no device flag: the GPU by default (issue 43), said in the summary, and the
+# GPU actor's own step limits (256 sequences, 4,096 rows a step), logged at info.
+step "resident generate, no device flag" bash -c "RUST_LOG=warn,resident_node_agent::backends::generate=info \
+  '$bins/resident' generate --input '$work/docs.jsonl' --model '$gguf' \
+  --output '$work/generated' --max-new-tokens 6 --prompt 'Summarise: {text}' \
+  2> '$work/generate.log'"
 said "resident generate chose the GPU" "$work/generate.log" "GPU"
+said "the GPU actor took the GPU's step limits" "$work/generate.log" \
+  'max_sequences=256 max_step_tokens=4096 device="GPU"'
 step "generations written" test -s "$work/generated/generations.jsonl"
 
 # Issue 42's 0.5B-class shapes (gpu-bench.sh's large-decoder): random weights made on the
