@@ -234,13 +234,18 @@ try:
 except Exception as e:
     print(f"| {label} | {summary} | FAILED: {e} | | |")
 PY
-    grep -m3 -i "weights on\|error" "$out.err" | cut -c1-300
+    grep -m4 -i "weights on\|step limits\|error" "$out.err" | cut -c1-300
   }
-  run_default "resident embed, MiniLM f16, 10k Wikipedia leads" embed "$work/defaults-embed-gpu" \
-    --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16
-  run_default "resident embed --gpus-per-actor 0" embed "$work/defaults-embed-cpu" \
-    --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16 --gpus-per-actor 0
-  DEFAULTS_LOG=info run_default "resident generate, SmolLM2 shape, 256 news prompts, 128 new tokens" \
+  # DEFAULTS_JOBS picks the rows (default "embed cpu generate"; gpu-session.sh's first call
+  # runs "generate" alone, issue 42's end-to-end row).
+  jobs=${DEFAULTS_JOBS:-embed cpu generate}
+  [[ $jobs != *embed* ]] ||
+    run_default "resident embed, MiniLM f16, 10k Wikipedia leads" embed "$work/defaults-embed-gpu" \
+      --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16
+  [[ $jobs != *cpu* ]] ||
+    run_default "resident embed --gpus-per-actor 0" embed "$work/defaults-embed-cpu" \
+      --input "$work/wiki_vital.jsonl" --model .gpu-carry/minilm-f16 --gpus-per-actor 0
+  [[ $jobs != *generate* ]] || DEFAULTS_LOG=info run_default "resident generate, SmolLM2 shape, 256 news prompts, 128 new tokens" \
     generate "$work/defaults-generate" --input "$work/news256.jsonl" --model "$work/smollm2-random" \
     --prompt $'Summarise this article in three sentences:\n\n{text}' --max-new-tokens 128
 fi

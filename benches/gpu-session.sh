@@ -6,9 +6,13 @@
 # Build the carry first, here: RESIDENT_CUDA_ARCHS=90 scripts/build-cuda.sh --tests &&
 # scripts/pack-gpu-carry.sh.
 #
-#   bash benches/gpu-session.sh first    kernels against their CPU references (110 s), then
-#                                        generation and its agreement check (300 s), then
-#                                        Qwen3 embedding (150 s): issues 42 and 43's headlines
+#   bash benches/gpu-session.sh first    kernels against their CPU references (105 s), then
+#                                        generation and its agreement check (285 s), then
+#                                        `resident generate` end to end at a GPU actor's
+#                                        defaults (60 s), then Qwen3 embedding (120 s):
+#                                        issues 42 and 43's headlines. A lent machine's
+#                                        start and this call use most of the 15 minutes,
+#                                        so the second call may not run, or only in part.
 #   bash benches/gpu-session.sh second   the 0.5B-class decoders (200 s), the defaults and
 #                                        the first load (150 s), the embedding rows (200 s)
 #
@@ -33,9 +37,10 @@ section() { # seconds, sections: gpu-bench.sh's sections under a time limit, log
 
 case ${1:-first} in
   first)
-    section 110 kernels
-    section 300 generate agreement
-    section 150 qwen3
+    section 105 kernels
+    section 285 generate agreement
+    DEFAULTS_JOBS=generate section 60 defaults
+    section 120 qwen3
     ;;
   second)
     section 200 large-decoder
