@@ -69,6 +69,10 @@ impl WeightSource for GgufWeights<'_> {
             .map(|m| Some(DenseLinear::Quantised(m)))
             .map_err(|e| ModelError::Load(format!("GGUF tensor `{name}`: {e}")))
     }
+
+    fn keeps_quantised(&self) -> bool {
+        self.keep_quantised
+    }
 }
 
 /// The RoPE frequency factors a GGUF file carries (`rope_freqs.weight`, Llama 3.1), if any.

@@ -44,6 +44,21 @@ impl DenseLinear {
     }
 }
 
+impl DenseLinear {
+    /// The bytes its weight holds on the device.
+    fn bytes(&self) -> u64 {
+        match self {
+            Self::Dense(w) => tensor_bytes(w),
+            Self::Quantised(QMatMul::QTensor(q)) => q.storage_size_in_bytes() as u64,
+            Self::Quantised(QMatMul::Tensor(w) | QMatMul::TensorF16(w)) => tensor_bytes(w),
+        }
+    }
+}
+
+fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.elem_count() * t.dtype().size_in_bytes()) as u64
+}
+
 /// Projections of one input whose outputs sit side by side in one product's columns: one
 /// matmul of their stacked weights where all are dense (fewer, larger kernels a step), else
 /// one product each, concatenated.
@@ -79,6 +94,15 @@ impl Stacked {
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::cat(&outs, 1)
             }
+        }
+    }
+}
+
+impl Stacked {
+    fn bytes(&self) -> u64 {
+        match self {
+            Self::One(w) => tensor_bytes(w),
+            Self::Apart(parts) => parts.iter().map(DenseLinear::bytes).sum(),
         }
     }
 }
@@ -124,6 +148,30 @@ pub struct DenseLlama {
     pub lm_head: DenseLinear,
     /// The GPU kernel of its attention ([`AttentionKernel::best`] unless set otherwise).
     pub attention: AttentionKernel,
+}
+
+impl DenseLayer {
+    fn bytes(&self) -> u64 {
+        let optional = [&self.qkv_bias, &self.q_norm, &self.k_norm];
+        let small: u64 = [&self.attn_norm, &self.ffn_norm]
+            .into_iter()
+            .chain(optional.into_iter().flatten())
+            .map(tensor_bytes)
+            .sum();
+        small + self.qkv.bytes() + self.wo.bytes() + self.gate_up.bytes() + self.w_down.bytes()
+    }
+}
+
+impl DenseLlama {
+    /// The bytes its weights hold on its device (a tied LM head counted once).
+    pub fn weight_bytes(&self) -> u64 {
+        let lm_head = match &self.lm_head {
+            DenseLinear::Dense(w) if w.id() == self.embedding.id() => 0,
+            other => other.bytes(),
+        };
+        let layers: u64 = self.layers.iter().map(DenseLayer::bytes).sum();
+        tensor_bytes(&self.embedding) + tensor_bytes(&self.output_norm) + layers + lm_head
+    }
 }
 
 /// The paged KV cache of all slots: per layer, keys and values as `(blocks * BLOCK_SIZE) x
@@ -763,6 +811,11 @@ pub trait WeightSource {
     fn dense(&mut self, part: Part, layer: usize) -> Result<Option<Tensor>, ModelError>;
     /// A matrix for a linear layer.
     fn linear(&mut self, part: Part, layer: usize) -> Result<Option<DenseLinear>, ModelError>;
+    /// Whether [`WeightSource::linear`] gives the file's quantised blocks (not the dense
+    /// tensor [`WeightSource::dense`] gives).
+    fn keeps_quantised(&self) -> bool {
+        false
+    }
 }
 
 fn stacked(parts: Vec<DenseLinear>) -> Result<Stacked, ModelError> {
@@ -849,13 +902,15 @@ pub fn build(
             config.vocab, config.hidden
         )));
     }
+    // Tied embeddings: the embedding itself (loading it again held it twice on the device:
+    // 272 MB of Qwen2.5-0.5B's bf16), or the file's quantised blocks where the products
+    // keep them (the lookup takes the dense copy either way).
     let lm_head = match source.linear(Part::Output, 0)? {
         Some(output) => output,
-        // Tied embeddings.
-        None => match source.linear(Part::Embedding, 0)? {
-            Some(tied) => tied,
-            None => DenseLinear::Dense(embedding.clone()),
-        },
+        None if source.keeps_quantised() => source
+            .linear(Part::Embedding, 0)?
+            .unwrap_or_else(|| DenseLinear::Dense(embedding.clone())),
+        None => DenseLinear::Dense(embedding.clone()),
     };
     Ok(DenseLlama {
         output_norm: need(source, Part::OutputNorm, 0)?,

@@ -429,3 +429,32 @@ fn quantised_blocks_run_on_the_dense_path() {
         .unwrap();
     assert!(out[0].text.contains("Paris"), "{:?}", out[0].text);
 }
+
+/// What the weights hold on the device, which a GPU actor's memory plan subtracts from its
+/// share: SmolLM2-135M's 134.5 million parameters at 4 bytes in f32 (the tied LM head
+/// counted once), and the Q4_1 blocks kept quantised on the dense path in far less.
+#[test]
+fn the_weights_bytes_are_the_parameters_at_their_dtype() {
+    let dense = dense_f32();
+    let c = dense.config();
+    let (hidden, kv_dim) = (c.hidden as u64, c.kv_dim() as u64);
+    let q_dim = (c.heads * c.head_dim) as u64;
+    let per_layer = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * c.ffn as u64;
+    let params = c.layers as u64 * (per_layer + 2 * hidden) + c.vocab as u64 * hidden + hidden;
+    assert_eq!(params, 134_515_008, "SmolLM2-135M's parameters, tied");
+    assert_eq!(dense.weight_bytes(), 4 * params);
+    let mut file = std::fs::File::open(gguf_path()).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let mut weights = checkpoint::GgufWeights {
+        content: &content,
+        file: &mut file,
+        device: &Device::Cpu,
+        dtype: DType::F32,
+        keep_quantised: true,
+    };
+    let config = LlamaConfig::from_metadata(&content.metadata).unwrap();
+    let quantised = dense::build(config, &mut weights, Device::Cpu, DType::F32).unwrap();
+    let bytes = quantised.weight_bytes();
+    assert!(bytes < dense.weight_bytes() / 2, "{bytes}");
+    assert_eq!(GenerateModel::load(&gguf_path()).unwrap().weight_bytes(), 0);
+}

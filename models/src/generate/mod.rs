@@ -315,6 +315,16 @@ impl GenerateModel {
         matches!(self.engine, Engine::Dense(_))
     }
 
+    /// The bytes the dense engine's weights hold on its device (a GPU actor's memory
+    /// plan subtracts them from its share); 0 for the quantised CPU engine, whose budget is
+    /// the node's RAM.
+    pub fn weight_bytes(&self) -> u64 {
+        match &self.engine {
+            Engine::Quantised(_) => 0,
+            Engine::Dense(model) => model.weight_bytes(),
+        }
+    }
+
     /// Bytes of KV cache a position takes: keys and values of every layer.
     pub fn kv_bytes_per_token(&self) -> u64 {
         let element = match &self.engine {

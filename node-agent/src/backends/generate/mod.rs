@@ -101,9 +101,9 @@ enum KvPlan {
     Blocks(usize),
 }
 
-/// Plans the KV cache from the actor's memory (the node's RAM on the CPU; on a GPU its VRAM
-/// share, or nine tenths of what the loaded model left free when the actor holds the whole
-/// GPU, as a job's default actors do). `max_sequences` slots of the whole context each fit,
+/// Plans the KV cache from the actor's memory (the node's RAM on the CPU; on a GPU nine
+/// tenths of its VRAM share less its weights, or of what the loaded model left free when the
+/// actor holds the whole GPU, as a job's default actors do). `max_sequences` slots of the whole context each fit,
 /// or a paged cache holds what the budget allows if that is at least one whole context;
 /// otherwise the config is refused, saying what to lower. An allocation that fails mid-run
 /// aborts the agent; a refusal at load does not.
@@ -113,7 +113,7 @@ fn plan_kv(
     device: &crate::backends::DeviceAssignment,
     gpu_free_bytes: Option<u64>,
 ) -> Result<KvPlan, BackendError> {
-    let (budget, what) = kv_budget(device, gpu_free_bytes);
+    let (budget, what) = kv_budget(device, gpu_free_bytes, model.weight_bytes());
     let shape = KvShape {
         per_token: model.kv_bytes_per_token(),
         context: model.context() as u64,
@@ -156,17 +156,23 @@ impl KvShape {
     }
 }
 
-/// The memory a generate actor's KV cache may fill, and how to name it in a refusal.
+/// The memory a generate actor's KV cache may fill, and how to name it in a refusal: on a
+/// GPU a tenth is left to the steps' activations and CUDA graphs, and a share of the GPU
+/// holds the weights (`weight_bytes`) too.
 fn kv_budget(
     device: &crate::backends::DeviceAssignment,
     gpu_free_bytes: Option<u64>,
+    weight_bytes: u64,
 ) -> (u64, &'static str) {
     match (device.real_gpu(), gpu_free_bytes) {
         (Some(_), Some(free)) if device.gpu_fraction >= 1.0 => (
             free / 10 * 9,
             "nine tenths of its GPU's free memory (the actor holds the whole GPU)",
         ),
-        (Some(_), _) if device.vram_bytes > 0 => (device.vram_bytes, "the actor's VRAM"),
+        (Some(_), _) if device.vram_bytes > 0 => (
+            device.vram_bytes.saturating_sub(weight_bytes) / 10 * 9,
+            "nine tenths of the actor's VRAM (`vram_gib`) less its weights",
+        ),
         _ => (
             resident_proto::host::total_ram_bytes().unwrap_or(u64::MAX),
             "this node's RAM",
@@ -376,12 +382,19 @@ mod tests {
             simulated,
         };
         assert_eq!(
-            kv_budget(&gpu(1.0, false), Some(70 << 30)).0,
+            kv_budget(&gpu(1.0, false), Some(70 << 30), 512 << 20).0,
             (70u64 << 30) / 10 * 9
         );
-        assert_eq!(kv_budget(&gpu(0.25, false), Some(70 << 30)).0, 2 << 30);
-        assert_eq!(kv_budget(&gpu(1.0, false), None).0, 2 << 30);
-        let (_, what) = kv_budget(&gpu(1.0, true), Some(70 << 30));
+        // A share holds the weights too, and leaves a tenth to the steps.
+        let weights = 512 << 20;
+        let share = ((2u64 << 30) - weights) / 10 * 9;
+        assert_eq!(
+            kv_budget(&gpu(0.25, false), Some(70 << 30), weights).0,
+            share
+        );
+        assert_eq!(kv_budget(&gpu(1.0, false), None, weights).0, share);
+        assert_eq!(kv_budget(&gpu(0.25, false), None, 3 << 30).0, 0);
+        let (_, what) = kv_budget(&gpu(1.0, true), Some(70 << 30), weights);
         assert_eq!(what, "this node's RAM", "simulated GPUs run on the CPU");
     }
 
