@@ -42,9 +42,7 @@ impl DenseLinear {
             Self::Quantised(w) => w.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype()),
         }
     }
-}
 
-impl DenseLinear {
     /// The bytes its weight holds on the device.
     fn bytes(&self) -> u64 {
         match self {
@@ -96,9 +94,7 @@ impl Stacked {
             }
         }
     }
-}
 
-impl Stacked {
     fn bytes(&self) -> u64 {
         match self {
             Self::One(w) => tensor_bytes(w),

@@ -103,10 +103,10 @@ enum KvPlan {
 
 /// Plans the KV cache from the actor's memory (the node's RAM on the CPU; on a GPU nine
 /// tenths of its VRAM share less its weights, or of what the loaded model left free when the
-/// actor holds the whole GPU, as a job's default actors do). `max_sequences` slots of the whole context each fit,
-/// or a paged cache holds what the budget allows if that is at least one whole context;
-/// otherwise the config is refused, saying what to lower. An allocation that fails mid-run
-/// aborts the agent; a refusal at load does not.
+/// actor holds the whole GPU, as a job's default actors do). `max_sequences` slots of the
+/// whole context each fit, or a paged cache holds what the budget allows if that is at
+/// least one whole context; otherwise the config is refused, saying what to lower. An
+/// allocation that fails mid-run aborts the agent; a refusal at load does not.
 fn plan_kv(
     model: &GenerateModel,
     max_sequences: u32,
