@@ -401,10 +401,9 @@ fn a_qwen2_gguf_loads_on_the_dense_path_with_its_biases() {
     assert!(diff < 2e-3, "{diff}");
 }
 
-/// The GPU's quantised option: candle's quantised matmul over the file's blocks, on the
-/// dense path's attention and cache.
-#[test]
-fn quantised_blocks_run_on_the_dense_path() {
+/// SmolLM2's GGUF on the dense path with its Q4_1 blocks kept as they are (the GPU's
+/// `--dtype quantised`), on the CPU.
+fn dense_keeping_quantised_blocks() -> GenerateModel {
     let mut file = std::fs::File::open(gguf_path()).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
     let config = LlamaConfig::from_metadata(&content.metadata).unwrap();
@@ -417,7 +416,14 @@ fn quantised_blocks_run_on_the_dense_path() {
         keep_quantised: true,
     };
     let model = dense::build(config, &mut weights, Device::Cpu, DType::F32).unwrap();
-    let model = GenerateModel::with_vocab(Engine::Dense(model), vocab).unwrap();
+    GenerateModel::with_vocab(Engine::Dense(model), vocab).unwrap()
+}
+
+/// The GPU's quantised option: candle's quantised matmul over the file's blocks, on the
+/// dense path's attention and cache.
+#[test]
+fn quantised_blocks_run_on_the_dense_path() {
+    let model = dense_keeping_quantised_blocks();
     assert_eq!(model.engine_name(), "quantised weights on cpu");
     let prompt = model.prompt_tokens(QUESTION, PromptTemplate::Chat).unwrap();
     let out = model
@@ -443,18 +449,7 @@ fn the_weights_bytes_are_the_parameters_at_their_dtype() {
     let params = c.layers as u64 * (per_layer + 2 * hidden) + c.vocab as u64 * hidden + hidden;
     assert_eq!(params, 134_515_008, "SmolLM2-135M's parameters, tied");
     assert_eq!(dense.weight_bytes(), 4 * params);
-    let mut file = std::fs::File::open(gguf_path()).unwrap();
-    let content = gguf_file::Content::read(&mut file).unwrap();
-    let mut weights = checkpoint::GgufWeights {
-        content: &content,
-        file: &mut file,
-        device: &Device::Cpu,
-        dtype: DType::F32,
-        keep_quantised: true,
-    };
-    let config = LlamaConfig::from_metadata(&content.metadata).unwrap();
-    let quantised = dense::build(config, &mut weights, Device::Cpu, DType::F32).unwrap();
-    let bytes = quantised.weight_bytes();
+    let bytes = dense_keeping_quantised_blocks().weight_bytes();
     assert!(bytes < dense.weight_bytes() / 2, "{bytes}");
     assert_eq!(GenerateModel::load(&gguf_path()).unwrap().weight_bytes(), 0);
 }
