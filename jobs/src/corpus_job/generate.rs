@@ -185,6 +185,22 @@ fn seed_id(id: &serde_json::Value) -> String {
 }
 
 impl GenerateWork {
+    /// The config of the actors that run this work: `model` at `model_revision`, the
+    /// work's engine settings.
+    fn actor_config(&self, model: String, model_revision: Option<String>) -> GenerateConfig {
+        GenerateConfig {
+            model,
+            model_revision,
+            max_sequences: self.max_sequences,
+            max_step_tokens: self.max_step_tokens,
+            max_context: self.max_context,
+            dtype: self.dtype.clone(),
+            threads: None,
+            enforce_eager: self.enforce_eager,
+            attention: self.attention.clone(),
+        }
+    }
+
     /// The prompt an actor completes for `record`: its conversation, or `--prompt` around
     /// its text.
     pub fn prompt_of(&self, record: Record) -> PromptParts {
@@ -268,11 +284,8 @@ impl ChunkWork for GenerateWork {
     /// As many records as keep an actor's continuous batch full
     /// ([`GenerateConfig::records_per_task_on`]).
     fn min_chunk_records(&self, on_gpus: bool) -> usize {
-        let config = GenerateConfig {
-            max_sequences: self.max_sequences,
-            ..GenerateConfig::default()
-        };
-        config.records_per_task_on(on_gpus)
+        self.actor_config(String::new(), None)
+            .records_per_task_on(on_gpus)
     }
 
     /// One: an actor's forward steps already use every core, and one actor's batch of all
@@ -288,17 +301,7 @@ impl ChunkWork for GenerateWork {
         model: &PinnedModel,
         replicas: u32,
     ) -> Result<Pool, JobError> {
-        let actor_config = GenerateConfig {
-            model: config.model.clone(),
-            model_revision: model.revision.clone(),
-            max_sequences: self.max_sequences,
-            max_step_tokens: self.max_step_tokens,
-            max_context: self.max_context,
-            dtype: self.dtype.clone(),
-            threads: None,
-            enforce_eager: self.enforce_eager,
-            attention: self.attention.clone(),
-        };
+        let actor_config = self.actor_config(config.model.clone(), model.revision.clone());
         let mut spec =
             PoolSpec::typed::<Generate>(super::work::pool_name::<Self>(config), &actor_config)?
                 .replicas(replicas)
