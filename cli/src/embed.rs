@@ -171,11 +171,12 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         None => String::new(),
     };
     eprintln!(
-        "embedded {} documents ({} new){windows} into {} in {:.1} s: {:.1} docs/s, {} bad records, {} model loads; report: {}",
+        "embedded {} documents ({} new){windows} into {} in {:.1} s (actors ready after {:.1} s): {:.1} docs/s, {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
         config.corpus.output,
         report.wall_seconds,
+        report.ready_seconds,
         report.docs_per_second,
         report.bad_record_count,
         report.model_loads,

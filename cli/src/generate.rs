@@ -283,12 +283,14 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&report)?);
     let figures = &report.figures;
     eprintln!(
-        "generated for {} records ({} new) into {} in {:.1} s: {} prompt and {} generated tokens \
-         ({:.1} tokens/s out), {} prompts cut to fit, {} bad records, {} model loads; report: {}",
+        "generated for {} records ({} new) into {} in {:.1} s (actors ready after {:.1} s): {} \
+         prompt and {} generated tokens ({:.1} tokens/s out), {} prompts cut to fit, {} bad \
+         records, {} model loads; report: {}",
         report.items,
         report.computed_items,
         config.corpus.output,
         report.wall_seconds,
+        report.ready_seconds,
         figures.tally.prompt_tokens,
         figures.tally.generated_tokens,
         figures.generated_tokens_per_second,

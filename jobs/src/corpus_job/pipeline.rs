@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use resident_sdk::{Cluster, Pool, SubmitOptions};
@@ -82,6 +82,9 @@ struct Prepared {
     scan: Scan,
     pool: Pool,
     actors: usize,
+    /// From the job's start until its pool was ready (the input scanned, the model pinned,
+    /// the actors loaded).
+    ready: Duration,
 }
 
 /// What dispatching left for the end of the job.
@@ -144,6 +147,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             scan,
             pool,
             actors,
+            ready: self.started.elapsed(),
         };
         Ok((prepared, manifest))
     }
@@ -413,6 +417,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             },
             figures,
             wall,
+            ready: prepared.ready,
             reused_chunks: dispatched.reused_chunks,
             plan_reasoning: dispatched.plan_reasoning,
             pool: prepared.pool.name(),

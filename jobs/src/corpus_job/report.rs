@@ -56,6 +56,7 @@ impl ReportBuilder {
             bad_record_count: inputs.bad_records_total,
             bad_records: inputs.bad_records,
             wall_seconds: wall_s,
+            ready_seconds: inputs.ready.as_secs_f64(),
             docs_per_second: if wall_s > 0.0 {
                 computed as f64 / wall_s
             } else {
@@ -188,6 +189,7 @@ pub(super) struct ReportInputs<'a, F> {
     pub output: OutputSummary,
     pub figures: F,
     pub wall: Duration,
+    pub ready: Duration,
     pub reused_chunks: u64,
     pub plan_reasoning: String,
     pub pool: &'a str,
@@ -234,6 +236,11 @@ pub struct JobReport<F> {
     pub bad_records: Vec<BadRecord>,
     /// Seconds from start to end.
     pub wall_seconds: f64,
+    /// Seconds from the start until the pool was ready (input scanned, model pinned, actors
+    /// loaded): the rest of `wall_seconds` went to the chunks and the output. 0 in reports
+    /// written before this field.
+    #[serde(default)]
+    pub ready_seconds: f64,
     /// Documents embedded by this run (not counting reused shards) per wall second.
     pub docs_per_second: f64,
     /// Records this run computed (not counting reused shards).

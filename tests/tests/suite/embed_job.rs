@@ -57,6 +57,13 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
     assert!(
         report.docs_per_second > 0.0 && report.cpu_hours > 0.0 && report.estimated_cost_usd > 0.0
     );
+    // The two model loads happened before the pool was ready, the chunks after it.
+    assert!(
+        report.ready_seconds > 0.0 && report.ready_seconds < report.wall_seconds,
+        "ready after {} s of {} s",
+        report.ready_seconds,
+        report.wall_seconds
+    );
     assert_eq!(report.per_node[0].docs, 300);
     let on_disk: Value = read_json(&out.join("report.json"));
     let fields = [
@@ -66,6 +73,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         "truncated",
         "bad_records",
         "wall_seconds",
+        "ready_seconds",
         "docs_per_second",
         "per_node",
         "per_gpu",

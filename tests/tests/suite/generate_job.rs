@@ -94,6 +94,14 @@ async fn every_record_in_order_with_its_report_and_seeded_sampling_is_the_same_i
     assert_eq!(report["prompt_tokens"], prompt_tokens);
     assert_eq!(report["generated_tokens"], generated);
     assert!(report["generated_tokens_per_second"].as_f64().unwrap() > 0.0);
+    let (ready, wall) = (
+        report["ready_seconds"].as_f64(),
+        report["wall_seconds"].as_f64(),
+    );
+    assert!(
+        matches!((ready, wall), (Some(r), Some(w)) if r > 0.0 && r < w),
+        "actors ready after {ready:?} s of {wall:?} s"
+    );
     assert!(report["prompt_tokens_per_second"].as_f64().unwrap() > 0.0);
     assert!(report["cpu_hours"].as_f64().unwrap() > 0.0);
     assert!(report["estimated_cost_usd"].as_f64().unwrap() > 0.0);
