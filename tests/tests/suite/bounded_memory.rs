@@ -34,6 +34,8 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
     // Its own connection backs up with the results it does not read (HTTP/2 flow
     // control): the job's state is read over another.
     let observer = Cluster::connect(&url).await.unwrap();
+    // Filled: the results its connection could not take wait in the job's buffer (past
+    // half its cap; waited for, since a loaded host fills it at its own pace).
     let mut peak = 0;
     wait_until(
         "the greedy job's buffer to fill",
@@ -41,10 +43,11 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         || {
             let rss = process_rss_bytes(scheduler.pid()).unwrap();
             peak = peak.max(rss);
+            let filled = buffered_bytes(http) > job_cap / 2;
             let job = observer.job_status(&greedy.job_id);
             async move {
                 let job = job.await.unwrap();
-                (job.succeeded >= 20).then_some(())
+                (filled && job.succeeded >= 20).then_some(())
             }
         },
     )
@@ -78,7 +81,8 @@ async fn a_client_that_never_reads_holds_only_its_jobs_buffer_and_others_go_on()
         "the scheduler took {} tasks of 1 MiB past a 32 MiB buffer",
         job.submitted
     );
-    // `/metrics` shows what is held: the job's buffer, give or take one payload.
+    // `/metrics` shows what is held: the job's buffer, give or take one payload; it stayed
+    // full, and grew no further than its cap.
     let held = buffered_bytes(http);
     assert!(
         held > job_cap / 2 && held <= job_cap + MIB,
@@ -160,9 +164,14 @@ async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_me
         },
     )
     .await;
-    // Its tasks stop: what ran is the buffer plus the tasks that were running then.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stopped = observer.job_status(&greedy.job_id).await.unwrap();
+    // Its tasks stop: what ran is the buffer, the client's read-ahead and window, and the
+    // tasks that were running then. Waited for until the job settles, not for a guessed
+    // time: the client's side drains into its read-ahead at a loaded host's pace, and each
+    // result it takes lets one more task run.
+    let stopped = settled(&observer, &greedy.job_id, || {
+        buffered_bytes(http) >= job_cap
+    })
+    .await;
     // Another job on the same pool runs to the end meanwhile, on the credit it left.
     let other_pool = Cluster::connect(&url)
         .await
@@ -227,6 +236,35 @@ async fn large_results_of_small_inputs_stop_the_jobs_tasks_not_the_schedulers_me
         received += 1;
     }
     assert_eq!(received, 1000);
+}
+
+/// The job's status once it has settled: `full()`, no task running and its succeeded count
+/// unchanged for a second (30 s at most).
+async fn settled(
+    observer: &Cluster,
+    job_id: &resident_sdk::JobId,
+    full: impl Fn() -> bool,
+) -> resident_sdk::JobStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut quiet_since: Option<(u64, std::time::Instant)> = None;
+    loop {
+        let full = full();
+        let job = observer.job_status(job_id).await.unwrap();
+        let still = full && job.running == 0;
+        match quiet_since {
+            Some((count, at)) if still && count == job.succeeded => {
+                if at.elapsed() >= Duration::from_secs(1) {
+                    return job;
+                }
+            }
+            _ => quiet_since = still.then(|| (job.succeeded, std::time::Instant::now())),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the full job never settled: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Two echo actors (credit 2 each) that answer each input repeated 65,536 times.
