@@ -216,8 +216,8 @@ if [[ $sections == *defaults* ]]; then
   # The engine's news work exactly: the first 256 articles cut to 2,600 characters (as
   # generate-bench's --article-chars), in the same words of prompt, so both count the same
   # prompt tokens.
-  python3 -c 'import json, sys
-for line in list(open(sys.argv[1]))[:256]:
+  python3 -c 'import itertools, json, sys
+for line in itertools.islice(open(sys.argv[1]), 256):
     r = json.loads(line)
     print(json.dumps({"id": r.get("id"), "text": r["text"][:2600]}))' "$work/wiki_long.jsonl" > "$work/news256.jsonl"
   echo
