@@ -3,7 +3,7 @@
 
 use super::*;
 
-use crate::generate::device_ops::{max_abs_diff_to, test_devices as devices, test_noise as noise};
+use crate::generate::device_ops::{max_abs_diff_to, noise, test_devices as devices};
 
 /// Extras of a case: a padding mask (sequence `s` keeps its first `t - 5 s` keys) and a
 /// random bias.

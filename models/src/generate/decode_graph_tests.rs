@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::super::decoder::{LlamaConfig, NextToken, Pick, RopeStyle, Row};
 use super::super::dense::{DenseKv, DenseLinear, DenseLlama, Part, WeightSource, build};
-use super::super::device_ops::{test_devices, test_noise};
+use super::super::device_ops::{noise, test_devices};
 use super::super::kv_blocks::BLOCK_SIZE;
 use super::super::step_profile::PhaseClock;
 use super::*;
@@ -105,7 +105,7 @@ impl WeightSource for RandomWeights {
             return Ok(None);
         };
         let seed = 31 * layer as u64 + part as u64;
-        let noise = test_noise(rows * cols, seed);
+        let noise = noise(rows * cols, seed);
         let values: Vec<f32> = match rows {
             // A norm's weights near 1.
             1 => noise.iter().map(|v| 1.0 + 0.1 * v).collect(),

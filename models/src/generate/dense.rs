@@ -15,6 +15,7 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
+use super::attention_check::{self, HeadShape};
 use super::decoder::{LlamaConfig, NextToken, Pick, Row};
 use super::device_ops::{CacheRows, argmax_rows, write_rows};
 use super::draw::{Draw, sample_rows};
@@ -910,7 +911,7 @@ pub fn build(
     };
     Ok(DenseLlama {
         output_norm: need(source, Part::OutputNorm, 0)?,
-        attention: AttentionKernel::best(&device, dtype, config.head_dim),
+        attention: attention_check::checked_kernel(&device, dtype, HeadShape::of(&config), None)?,
         config,
         device,
         dtype,

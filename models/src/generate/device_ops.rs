@@ -256,9 +256,9 @@ pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
 }
 
-/// Deterministic values in [-1, 1) for the kernels' tests.
-#[cfg(test)]
-pub(crate) fn test_noise(n: usize, seed: u64) -> Vec<f32> {
+/// Deterministic values in [-1, 1): the kernels' tests' inputs, and the paged attention's
+/// first-use check's (`attention_check`).
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<f32> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     (0..n)
         .map(|_| {

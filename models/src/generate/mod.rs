@@ -8,6 +8,7 @@
 //! and the next prompt takes its slot.
 
 mod attention;
+mod attention_check;
 pub mod batcher;
 mod cache;
 mod cache_lanes;
@@ -421,15 +422,15 @@ impl GenerateModel {
             return Ok(());
         }
         let (dtype, head_dim) = (model.dtype, model.config.head_dim);
-        let kernel =
-            kernel.unwrap_or_else(|| AttentionKernel::best(&model.device, dtype, head_dim));
-        if !kernel.takes(dtype, head_dim) || !kernel.runs_on(&model.device, dtype) {
+        if kernel.is_some_and(|k| !k.takes(dtype, head_dim) || !k.runs_on(&model.device, dtype)) {
             return Err(ModelError::InvalidConfig(format!(
                 "the tensor-core attention kernel takes f16 heads of 32, 64 or 128, and bf16 \
                  ones from compute capability 8.0, and this model has {dtype:?} heads of \
                  {head_dim}: use the scalar kernel"
             )));
         }
+        let shape = attention_check::HeadShape::of(&model.config);
+        let kernel = attention_check::checked_kernel(&model.device, dtype, shape, kernel)?;
         if model.attention != kernel {
             model.attention = kernel;
             self.kept.clear();

@@ -65,6 +65,14 @@ impl AttentionKernel {
         self == Self::Scalar || dtype != DType::BF16 || crate::device::has_bf16_kernels(device)
     }
 
+    /// The kernel's name as a config or a command line spells it ([`Self::parse`]'s).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scalar => "scalar",
+            Self::TensorCores => "tensor-cores",
+        }
+    }
+
     /// The kernel `name` names (`tensor-cores` or `scalar`; `auto` or none: `None`, the
     /// model's [`AttentionKernel::best`]), as a config or a command line spells it.
     pub fn parse(name: Option<&str>) -> Result<Option<Self>, crate::ModelError> {
@@ -217,10 +225,9 @@ impl PagedRows {
         }
     }
 
-    /// A layout from raw parts, for tests: per row `(table, len)`; consecutive rows with the
-    /// same table are one sequence's.
-    #[cfg(test)]
-    pub fn from_tables(
+    /// A layout from raw parts, for the tests and the first-use check: per row `(table,
+    /// len)`; consecutive rows with the same table are one sequence's.
+    pub(crate) fn from_tables(
         rows: &[(Vec<u32>, usize)],
         tiling: Tiling,
         block_size: usize,
@@ -556,7 +563,7 @@ mod cuda {
 mod tests {
     use super::*;
 
-    use super::super::device_ops::{max_abs_diff_to, test_devices as devices, test_noise as noise};
+    use super::super::device_ops::{max_abs_diff_to, noise, test_devices as devices};
 
     /// The plain formula per row, on contiguous keys: what the op must equal.
     fn expected(
