@@ -27,9 +27,9 @@
 # Every step runs even when one before it fails; failures print as FAILED lines.
 #  0b. agreement: the GPU path in f32 and bf16 against the CPU dense path (issue 42);
 #  0c. kernels: resident-models' tests built with CUDA, when carried (build-cuda.sh --tests):
-#     every kernel (encoders' fused ops, KV scatter, argmax, paged attention, rope_heads,
-#     the sampled draw, decode graphs against eager steps)
-#     against its CPU reference.
+#     every kernel (encoders' fused ops, KV scatter, argmax, paged attention and its first-use
+#     check, rope_heads, the sampled draw, decode graphs against eager steps) against its CPU
+#     reference.
 # GENERATE_BATCHES and GENERATE_STEP_TOKENS (default 512,4096) set the generate rows;
 # SECTIONS="generate large-decoder agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, LARGE_DECODERS="qwen2.5-0.5b qwen3-0.6b" the 0.5B-class shapes, EMBED_MODELS="minilm mpnet" models, EMBED_MATERIALISED=0 drops the materialised-attention rows; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first;
@@ -179,7 +179,7 @@ if [[ $sections == *kernels* && -f $work/models-tests ]]; then
   # kernel against its CPU reference, on this GPU.
   echo
   chmod +x "$work/models-tests"
-  "$work/models-tests" cuda device_ops step_profile paged_attention flash_attention rope_heads generate::draw:: decode_graph --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
+  "$work/models-tests" cuda device_ops step_profile paged_attention attention_check flash_attention rope_heads generate::draw:: decode_graph --test-threads 1 2>&1 | grep -E -A3 '^test |test result|panicked' ||
     echo "FAILED: models tests"
 fi
 if [[ $sections == *load* ]]; then
