@@ -24,6 +24,7 @@ use super::paged_attention::{
     AttentionKernel, Padding, PagedAttention, PagedRows, Tiling, paged_attention,
 };
 use super::rope_heads::{HeadsOut, RopeHeads, rope_heads};
+use super::rope_table::RopeTable;
 use super::step_profile::{Phase, PhaseClock};
 use crate::ModelError;
 use crate::embed::fused::{add_rms_norm, silu_mul_halves};
@@ -145,6 +146,8 @@ pub struct DenseLlama {
     pub lm_head: DenseLinear,
     /// The GPU kernel of its attention ([`AttentionKernel::best`] unless set otherwise).
     pub attention: AttentionKernel,
+    /// Each position's rotation, computed once.
+    pub(crate) rope: RopeTable,
 }
 
 impl DenseLayer {
@@ -492,23 +495,14 @@ impl DenseLlama {
         kv: &DenseKv,
     ) -> candle_core::Result<HostInputs> {
         let c = &self.config;
-        let freqs = c.rope_frequencies();
         let n = rows.len() + padding;
-        let (mut cos, mut sin) = (
-            Vec::with_capacity(n * freqs.len()),
-            Vec::with_capacity(n * freqs.len()),
-        );
+        let half = c.head_dim / 2;
+        let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
         let positions = rows
             .iter()
             .map(|r| r.pos)
             .chain(std::iter::repeat_n(0, padding));
-        for pos in positions {
-            for f in &freqs {
-                let (s, c) = (pos as f32 * f).sin_cos();
-                cos.push(c);
-                sin.push(s);
-            }
-        }
+        self.rope.extend(positions, &mut cos, &mut sin);
         let scratch = kv.scratch_block();
         let pad = Padding {
             rows: padding,
@@ -910,6 +904,7 @@ pub fn build(
         None => DenseLinear::Dense(embedding.clone()),
     };
     Ok(DenseLlama {
+        rope: RopeTable::new(config.rope_frequencies()),
         output_norm: need(source, Part::OutputNorm, 0)?,
         attention: attention_check::checked_kernel(&device, dtype, HeadShape::of(&config), None)?,
         config,

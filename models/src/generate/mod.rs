@@ -34,6 +34,7 @@ mod quantised;
 mod quantised_llama;
 mod request;
 pub(crate) mod rope_heads;
+mod rope_table;
 pub mod running;
 pub mod sampling;
 pub mod step_profile;
