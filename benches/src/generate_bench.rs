@@ -48,6 +48,10 @@ struct Args {
     /// so decoding modes compare at equal work (a grammar still ends its document).
     #[arg(long)]
     ignore_eos: bool,
+    /// Stop strings every prompt carries (repeat the flag for more): what looking for them
+    /// costs the host each step (the profile's "sampling, stops, bookkeeping").
+    #[arg(long)]
+    stop: Vec<String>,
     /// Sequences in flight, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     batches: Vec<usize>,
@@ -270,6 +274,7 @@ fn summary_requests(model: &GenerateModel, args: &Args) -> anyhow::Result<Vec<Ge
             prompt: model.prompt_tokens(&prompt, PromptTemplate::Chat)?,
             max_new_tokens: args.max_new_tokens,
             ignore_eos: args.ignore_eos,
+            stop: args.stop.clone(),
             ..GenerationRequest::default()
         });
     }

@@ -38,6 +38,7 @@ mod rope_table;
 pub mod running;
 pub mod sampling;
 pub mod step_profile;
+mod stop_window;
 
 use std::path::Path;
 
@@ -811,7 +812,17 @@ impl GenerateModel {
         }
         seq.tokens.push(next);
         let generated = seq.tokens.len() - seq.prompt_len;
-        if !request.stop.is_empty() && generated >= request.min_tokens {
+        // The whole completion is decoded only where a stop string shows in the text of its
+        // last tokens (`stop_window`): decoding it every step was quadratic in its length.
+        if !request.stop.is_empty()
+            && generated >= request.min_tokens
+            && stop_window::stop_may_end_here(
+                &seq.tokens[seq.prompt_len..],
+                &request.stop,
+                &self.format.token_text(next)?,
+                |t| self.decode(t),
+            )?
+        {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;
             // A stop string counts from the `min_tokens`-th token's text on.
             let floor = match request.min_tokens {

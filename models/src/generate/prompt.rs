@@ -3,7 +3,9 @@
 //! prompt as instruction parts or a conversation ([`Prompt`]), and the cut that makes a
 //! prompt fit the context: the middle of the record's own text goes, never the instruction.
 
+use std::borrow::Cow;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use super::chat::{ChatTemplate, Message};
 use super::gguf_vocab::Vocab;
@@ -72,6 +74,9 @@ pub struct PromptFormat {
     /// The model's tokens.
     pub vocab: Vocab,
     chat: Option<ChatTemplate>,
+    /// Each token's text as [`PromptFormat::decode`] gives it alone, once asked
+    /// ([`PromptFormat::token_text`]).
+    token_texts: Vec<OnceLock<String>>,
 }
 
 impl PromptFormat {
@@ -86,7 +91,12 @@ impl PromptFormat {
             )?),
             None => None,
         };
-        Ok(Self { vocab, chat })
+        let tokens = vocab.tokenizer.get_vocab_size(true);
+        Ok(Self {
+            vocab,
+            chat,
+            token_texts: std::iter::repeat_with(OnceLock::new).take(tokens).collect(),
+        })
     }
 
     /// The format of a GGUF file (its metadata only) or a safetensors directory (its
@@ -229,6 +239,19 @@ impl PromptFormat {
             .tokenizer
             .decode(tokens, true)
             .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+    }
+
+    /// `token`'s text as [`PromptFormat::decode`] gives it alone, decoded once a process: a
+    /// step asks for every row's newest token (the stop strings' check, `stop_window`).
+    pub fn token_text(&self, token: u32) -> Result<Cow<'_, str>, ModelError> {
+        let Some(cell) = self.token_texts.get(token as usize) else {
+            return self.decode(&[token]).map(Cow::Owned);
+        };
+        if let Some(text) = cell.get() {
+            return Ok(Cow::Borrowed(text));
+        }
+        let text = self.decode(&[token])?;
+        Ok(Cow::Borrowed(cell.get_or_init(|| text)))
     }
 
     /// One token as text (special tokens included) and as the bytes it stands for (a

@@ -195,6 +195,44 @@ fn a_stop_string_ends_the_text_before_it() {
     assert!(stopped[0].tokens.len() < full[0].tokens.len());
 }
 
+/// The stop check's window (`stop_window`) on SmolLM2's real vocabulary: across a text of
+/// words, punctuation, line breaks, accented letters and an emoji (byte-level tokens that
+/// split characters), every stop string that first shows with a token is seen in the window.
+#[test]
+fn the_stop_window_sees_every_stop_string_a_real_vocabulary_makes() {
+    let model = smollm2();
+    let text = "Zoë's café opened in 1998.\n\nIt serves crème brûlée 🍮 and the \
+                best coffee in the city. The end.\n- Ça va? «Très bien» — merci!";
+    let tokens = model.prompt_tokens(text, PromptTemplate::None).unwrap();
+    let stops: Vec<String> = [
+        "\n\n", "é", "🍮", " the", "The end.", "—", "«Très", "ffee in",
+    ]
+    .map(String::from)
+    .into();
+    let decode = |t: &[u32]| model.decode(t);
+    let mut appeared = 0;
+    for n in 1..=tokens.len() {
+        let (now, before) = (
+            decode(&tokens[..n]).unwrap(),
+            decode(&tokens[..n - 1]).unwrap(),
+        );
+        for stop in &stops {
+            if now.contains(stop.as_str()) && !before.contains(stop.as_str()) {
+                appeared += 1;
+                let newest = model.format().token_text(tokens[n - 1]).unwrap();
+                let seen = stop_window::stop_may_end_here(
+                    &tokens[..n],
+                    std::slice::from_ref(stop),
+                    &newest,
+                    decode,
+                );
+                assert!(seen.unwrap(), "{stop:?} after {n} tokens: {now:?}");
+            }
+        }
+    }
+    assert_eq!(appeared, stops.len(), "each stop string first shows once");
+}
+
 #[test]
 fn seeded_sampling_repeats_per_record_whatever_the_batch() {
     let sampled = |id: &str, prompt: &str| GenerationRequest {
