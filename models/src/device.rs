@@ -42,6 +42,15 @@ pub fn compute_capability(device: &Device) -> Option<(u32, u32)> {
     None
 }
 
+/// The CUDA ordinal of `device` (`usize::MAX` for any other device): a key for what is
+/// checked once per GPU (the attention kernels' first-use checks).
+pub(crate) fn gpu_ordinal(device: &Device) -> usize {
+    match device.location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
+        _ => usize::MAX,
+    }
+}
+
 /// Whether candle's kernels have bf16 on `device`: the CPU, and GPUs of compute capability
 /// 8.0 on (its CUDA kernels compile bf16 only there).
 pub fn has_bf16_kernels(device: &Device) -> bool {

@@ -226,7 +226,7 @@ pub fn flash_attention_fits(device: &Device, dtype: DType, head_dim: usize) -> b
     if !ALLOWED.load(Ordering::Relaxed) || !kernel_exists(device, dtype, head_dim) {
         return false;
     }
-    let key = (device_ordinal(device), dtype.as_str(), head_dim);
+    let key = (crate::device::gpu_ordinal(device), dtype.as_str(), head_dim);
     let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
     *checked
         .entry(key)
@@ -257,13 +257,6 @@ pub fn kernel_exists(device: &Device, dtype: DType, head_dim: usize) -> bool {
         _ => return false,
     };
     crate::device::compute_capability(device).is_some_and(|cc| cc >= least)
-}
-
-fn device_ordinal(device: &Device) -> usize {
-    match device.location() {
-        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
-        _ => usize::MAX,
-    }
 }
 
 /// The kernel against the CPU reference on one small case (two sequences of 80 tokens

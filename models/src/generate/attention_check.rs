@@ -114,11 +114,12 @@ fn checked(
 ) -> Result<(), String> {
     type Key = (usize, &'static str, HeadShape, &'static str);
     static CHECKED: Mutex<BTreeMap<Key, Result<(), String>>> = Mutex::new(BTreeMap::new());
-    let ordinal = match device.location() {
-        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
-        _ => usize::MAX,
-    };
-    let key = (ordinal, dtype.as_str(), shape, kernel.name());
+    let key = (
+        crate::device::gpu_ordinal(device),
+        dtype.as_str(),
+        shape,
+        kernel.name(),
+    );
     let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
     checked
         .entry(key)
