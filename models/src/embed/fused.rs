@@ -342,10 +342,13 @@ mod cuda_tests {
     fn attention_probs_match_candle() {
         let Some(gpu) = gpu() else { return };
         for dtype in DTYPES {
+            // One shape for each kernel: a warp a row holding 1, 16 and 4 keys a lane (the
+            // last causal), and a block a row past 1,024 keys (its second pass over a row).
+            // Small in rows: on cuda-emu each element is a host thread's work.
             for (batch, heads, t, with_bias, padded, causal) in [
                 (2, 3, 5, true, true, false),
-                (3, 12, 384, true, true, false),
-                (2, 4, 1500, false, true, false),
+                (2, 3, 384, true, true, false),
+                (2, 1, 1100, false, true, false),
                 (2, 16, 77, false, false, true),
             ] {
                 let scores = random(&[batch, heads, t, t], dtype, &gpu);
