@@ -14,10 +14,15 @@
 #   scripts/build-cuda.sh --emu-tests
 #                                   resident-models' unit tests built with `cuda` for
 #                                   scripts/cuda-emu (candle's MoE library stubbed), in the
-#                                   release profile and target/ of the test command, so that
-#                                   only candle, cudarc and resident-models compile again
-#                                   (the link stubs come from LIBRARY_PATH: RUSTFLAGS would
-#                                   rebuild every crate); prints the test binary's path
+#                                   release profile and target/ of the test command (the link
+#                                   stubs come from LIBRARY_PATH: RUSTFLAGS would rebuild every
+#                                   crate); prints the test binary's path. About 60 crates
+#                                   compile again (about 4 minutes on two cores): candle,
+#                                   cudarc and resident-models, and dependencies such as tokio,
+#                                   tonic and tokenizers, since cargo unifies features over the
+#                                   packages a build selects and resident-models alone asks for
+#                                   fewer of theirs than the workspace (`cargo tree -e
+#                                   features` shows which)
 #   scripts/build-cuda.sh --check   what CI runs (through scripts/test.sh, after `cargo doc`):
 #                                   every crate, test, bench and example target type-checked
 #                                   with `--features cuda` and every kernel compiled by nvcc

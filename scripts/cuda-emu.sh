@@ -43,7 +43,7 @@ case "$command" in
   test)
     bash scripts/cuda-emu/build.sh
     # Built in the test command's target/ (build-cuda.sh --emu-tests), not target/cuda, so
-    # that in CI only candle, cudarc and resident-models compile again.
+    # that in CI the workspace's build scripts and most dependencies are reused.
     tests=$(scripts/build-cuda.sh --emu-tests)
     status=0
     for arch in 90 75; do
