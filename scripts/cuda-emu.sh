@@ -7,17 +7,18 @@
 # speed, and its rounding, are the GPU's alone.
 #
 #   scripts/cuda-emu.sh test [FILTER...]  resident-models' unit tests built with `cuda`, run on
-#                                         an emulated H100 (sm_90) and an emulated T4 (sm_75),
-#                                         where a test without its GPU fails
-#                                         (RESIDENT_TEST_GPU=required); the last step of the
-#                                         test command, so CI runs it
+#                                         two emulated H100s (sm_90) and two emulated T4s
+#                                         (sm_75), where a test without its GPUs fails
+#                                         (RESIDENT_TEST_GPU=required, RESIDENT_TEST_GPUS=2);
+#                                         the last step of the test command, so CI runs it
 #   scripts/cuda-emu.sh build             resident, embed-bench, generate-bench and the tests
 #                                         with `cuda`, into target/cuda/emu-dist/
 #   scripts/cuda-emu.sh smoke             build, then the binaries' GPU paths on small inputs
 #                                         (needs the models and data: scripts/fetch-*.sh)
 #   scripts/cuda-emu.sh run CMD [ARG...]  CMD with the emulated GPU
 #
-# CUDA_EMU_ARCH (90 or 75), CUDA_EMU_GUARD=1 (a kernel writing or reading past a device
+# CUDA_EMU_ARCH (90 or 75), CUDA_EMU_DEVICES (how many GPUs; 1 unless set, 2 for `test`),
+# CUDA_EMU_GUARD=1 (a kernel writing or reading past a device
 # allocation faults, named), CUDA_EMU_MEMORY_GIB, CUDA_EMU_THREADS, CUDA_EMU_ORDER=reverse
 # (threads resumed in the other order: a race shows as a different answer),
 # CUDA_EMU_TRACE=1 (every launch, and captured host copies) and CUDA_EMU_STATS=FILE (counts
@@ -48,7 +49,9 @@ case "$command" in
     status=0
     for arch in 90 75; do
       echo "== resident-models' tests on an emulated sm_$arch" >&2
-      RESIDENT_TEST_GPU=required CUDA_EMU_ARCH=$arch emulated "$tests" "$@" || status=1
+      # Two GPUs, as a multi-GPU host has: the tests of GPUs side by side need them.
+      RESIDENT_TEST_GPU=required RESIDENT_TEST_GPUS=2 CUDA_EMU_DEVICES=2 CUDA_EMU_ARCH=$arch \
+        emulated "$tests" "$@" || status=1
     done
     exit $status
     ;;

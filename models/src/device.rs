@@ -159,3 +159,32 @@ pub(crate) fn test_gpu() -> Option<Device> {
         }
     }
 }
+
+/// Every GPU of a `cuda` build's host, for tests of several GPUs in one process (an 8-GPU
+/// server runs an actor on each, in one agent). Fewer than `wanted` opens the test's GPU
+/// side to skip, unless `RESIDENT_TEST_GPUS` asks for at least `wanted` (`scripts/cuda-emu.sh
+/// test` sets it and emulates that many), where it fails instead.
+#[cfg(all(test, feature = "cuda"))]
+pub(crate) fn test_gpus(wanted: usize) -> Vec<Device> {
+    use candle_core::cuda_backend::cudarc::driver::CudaContext;
+    let count = CudaContext::device_count().map_or(0, |n| n.max(0) as u32);
+    let gpus: Vec<Device> = (0..count)
+        .map(|index| cuda_device(index).expect("a GPU the driver counts opens"))
+        .collect();
+    let required = std::env::var("RESIDENT_TEST_GPUS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    if gpus.len() < wanted {
+        assert!(
+            required < wanted,
+            "RESIDENT_TEST_GPUS={required}, but {} GPUs open",
+            gpus.len()
+        );
+        eprintln!(
+            "{} GPUs here, {wanted} wanted: the GPU side of this test is skipped",
+            gpus.len()
+        );
+    }
+    gpus
+}

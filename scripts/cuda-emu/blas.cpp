@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -14,11 +15,20 @@
 
 #include "device.h"
 
-extern "C" void cuda_emu_issue(CUstream stream, std::function<void()> *operation);
+extern "C" {
+int cuda_emu_issue(CUstream stream, std::function<void()> *operation);
+int cuda_emu_current_device();
+int cuda_emu_stream_device(CUstream stream);
+int cuda_emu_device_of(const void *address);
+}
 
 namespace {
 
+/// A handle belongs to the device current at its creation (cuBLAS: "the device associated
+/// with a cuBLAS handle is assumed to remain unchanged" until it is destroyed), and so must
+/// its stream, the device current at each call, and the memory each call reads and writes.
 struct Handle {
+    int device = -1;
     CUstream stream = nullptr;
     cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
 };
@@ -154,11 +164,33 @@ void gemm(const Gemm &g) {
     for (auto &worker : workers) worker.join();
 }
 
+/// A GEMM on another device than its handle's, or on another device's memory (a GPU
+/// without peer access faults): said, and refused.
+bool across_devices(const Handle &h, const Gemm &g) {
+    int current = cuda_emu_current_device();
+    if (current != h.device) {
+        fprintf(stderr, "cuda-emu: a GEMM on a cuBLAS handle of device %d with %s current\n",
+                h.device, current < 0 ? "no context" : "another device's context");
+        return true;
+    }
+    const void *operands[] = {g.a, g.b, g.c};
+    for (int i = 0; i < 3; i++) {
+        int owner = cuda_emu_device_of(operands[i]);
+        if (owner >= 0 && owner != h.device) {
+            fprintf(stderr, "cuda-emu: a GEMM on device %d reads or writes device %d's memory "
+                            "(its %c operand)\n", h.device, owner, "ABC"[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
 cublasStatus_t issue(cublasHandle_t handle, Gemm g) {
     if (g.m < 0 || g.n < 0 || g.k < 0 || g.batches < 0) return CUBLAS_STATUS_INVALID_VALUE;
     auto *h = reinterpret_cast<Handle *>(handle);
+    if (across_devices(*h, g)) return CUBLAS_STATUS_EXECUTION_FAILED;
     std::function<void()> operation = [g] { gemm(g); };
-    cuda_emu_issue(h->stream, &operation);
+    if (cuda_emu_issue(h->stream, &operation) != 0) return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -167,7 +199,10 @@ cublasStatus_t issue(cublasHandle_t handle, Gemm g) {
 extern "C" {
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle) {
-    *handle = reinterpret_cast<cublasHandle_t>(new Handle());
+    auto *made = new Handle();
+    // Without a current context, cuBLAS's runtime takes device 0's primary context.
+    made->device = std::max(0, cuda_emu_current_device());
+    *handle = reinterpret_cast<cublasHandle_t>(made);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -177,7 +212,14 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
 }
 
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
-    reinterpret_cast<Handle *>(handle)->stream = reinterpret_cast<CUstream>(stream);
+    auto *h = reinterpret_cast<Handle *>(handle);
+    int device = cuda_emu_stream_device(reinterpret_cast<CUstream>(stream));
+    if (device != h->device) {
+        fprintf(stderr, "cuda-emu: cublasSetStream: a stream of device %d on a handle of device "
+                        "%d\n", device, h->device);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    h->stream = reinterpret_cast<CUstream>(stream);
     return CUBLAS_STATUS_SUCCESS;
 }
 

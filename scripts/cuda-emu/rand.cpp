@@ -7,7 +7,7 @@
 #include <functional>
 #include <random>
 
-extern "C" void cuda_emu_issue(CUstream stream, std::function<void()> *operation);
+extern "C" int cuda_emu_issue(CUstream stream, std::function<void()> *operation);
 
 namespace {
 
@@ -21,7 +21,7 @@ Generator &of(curandGenerator_t generator) { return *reinterpret_cast<Generator 
 template <typename Fill> curandStatus_t issue(curandGenerator_t generator, Fill fill) {
     Generator *g = &of(generator);
     std::function<void()> operation = [g, fill] { fill(g->engine); };
-    cuda_emu_issue(g->stream, &operation);
+    if (cuda_emu_issue(g->stream, &operation) != 0) return CURAND_STATUS_LAUNCH_FAILURE;
     return CURAND_STATUS_SUCCESS;
 }
 

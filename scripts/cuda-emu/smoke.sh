@@ -93,6 +93,26 @@ step "resident embed, no device flag" bash -c "'$bins/resident' embed --input \
 said "resident embed chose the GPU" "$work/embed.log" "GPU"
 step "embeddings written" test -s "$work/embedded/embeddings.npy"
 
+# Two GPUs, an 8-GPU server's path at its smallest (one agent, an actor on each GPU): with no
+# flag, one actor per GPU, both given chunks, and what one GPU writes, vector for vector and
+# token for token (the emulator sums each row alike whatever its batch).
+export CUDA_EMU_DEVICES=2
+step "resident embed on two GPUs" bash -c "'$bins/resident' embed --input '$work/docs.jsonl' \
+  --model '$minilm' --output '$work/embedded-2' --chunk-size 2 2> '$work/embed-2.log'"
+said "resident embed put an actor on each GPU" "$work/embed-2.log" "one actor per GPU (2 GPUs on 1 node)"
+step "both GPUs embedded" python3 scripts/cuda-emu/both-gpus.py "$work/embedded-2/report.json"
+step "two GPUs' vectors are one GPU's" cmp "$work/embedded/embeddings.npy" \
+  "$work/embedded-2/embeddings.npy"
+step "resident generate on two GPUs" bash -c "'$bins/resident' generate --input \
+  '$work/docs.jsonl' --model '$gguf' --output '$work/generated-2' --max-new-tokens 6 \
+  --prompt 'Summarise: {text}' --chunk-size 4 2> '$work/generate-2.log'"
+said "resident generate put an actor on each GPU" "$work/generate-2.log" \
+  "one actor per GPU (2 GPUs on 1 node)"
+step "both GPUs generated" python3 scripts/cuda-emu/both-gpus.py "$work/generated-2/report.json"
+step "two GPUs' generations are one GPU's" python3 scripts/cuda-emu/both-gpus.py \
+  --same "$work/generated/generations.jsonl" "$work/generated-2/generations.jsonl"
+unset CUDA_EMU_DEVICES
+
 # A T4 (compute capability 7.5): auto is f16, bf16 is refused with what to use.
 export CUDA_EMU_ARCH=75
 step "generate-bench on an emulated T4 (auto: f16)" "$bins/generate-bench" --model "$gguf" \

@@ -53,6 +53,11 @@ fn only_steps_of_one_row_a_sequence_each_wanting_logits_are_graphed() {
 
 /// A model of SmolLM2's layout at a tiny size, random weights (tied output).
 fn tiny_model(device: &Device, dtype: DType) -> DenseLlama {
+    tiny_model_seeded(device, dtype, 0)
+}
+
+/// [`tiny_model`] with other random weights for each `seed`.
+fn tiny_model_seeded(device: &Device, dtype: DType, seed: u64) -> DenseLlama {
     let config = LlamaConfig {
         layers: 2,
         hidden: 64,
@@ -72,6 +77,7 @@ fn tiny_model(device: &Device, dtype: DType) -> DenseLlama {
         config: config.clone(),
         device: device.clone(),
         dtype,
+        seed,
     };
     build(config, &mut source, device.clone(), dtype).unwrap()
 }
@@ -80,6 +86,7 @@ struct RandomWeights {
     config: LlamaConfig,
     device: Device,
     dtype: DType,
+    seed: u64,
 }
 
 impl RandomWeights {
@@ -104,7 +111,7 @@ impl WeightSource for RandomWeights {
         let Some((rows, cols)) = self.shape(part) else {
             return Ok(None);
         };
-        let seed = 31 * layer as u64 + part as u64;
+        let seed = 1_000 * self.seed + 31 * layer as u64 + part as u64;
         let noise = noise(rows * cols, seed);
         let values: Vec<f32> = match rows {
             // A norm's weights near 1.
@@ -357,4 +364,53 @@ fn a_replayed_decode_step_is_one_graph_launch_and_the_token_ids_back() {
         per.allocations <= STEPS && per.allocated_bytes <= 256 * STEPS,
         "the pick's ids alone: {per:?}"
     );
+}
+
+/// Every GPU of a host at once, as an 8-GPU server runs them (an actor on each, in one agent
+/// process): each GPU, in its own thread, captures and replays the decode graphs of its own
+/// model (other random weights on each) and gives the logits that model gives on GPU 0
+/// alone. A GPU that read another's weights, cache or graphs, or a kernel module, graph or
+/// first-use check kept for one GPU and used on another, fails it; under cuda-emu
+/// (`CUDA_EMU_DEVICES=2` in CI) so does any launch or GEMM that touches another device's
+/// memory. Needs two GPUs; skipped on one.
+#[cfg(feature = "cuda")]
+#[test]
+fn every_gpu_of_a_host_runs_its_own_model_at_once_with_the_answers_of_one() {
+    let gpus = crate::device::test_gpus(2);
+    if gpus.len() < 2 {
+        return;
+    }
+    let half = crate::generate::gpu_dtype(crate::device::compute_capability(&gpus[0]));
+    let run_on = |gpu: &Device, seed: u64| {
+        let model = tiny_model_seeded(gpu, half, seed);
+        let mut graphs = DecodeGraphs::new(gpu);
+        let run = decode_run(&model, &mut graphs);
+        assert!(
+            graphs.on() && graphs.counts().replays >= 20,
+            "{gpu:?}: graphs given up ({}) or not replayed ({:?})",
+            graphs.given_up().unwrap_or_default(),
+            graphs.counts()
+        );
+        run
+    };
+    let together: Vec<Vec<Vec<Vec<f32>>>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0u64..)
+            .zip(&gpus)
+            .map(|(seed, gpu)| scope.spawn(move || run_on(gpu, seed)))
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap()).collect()
+    });
+    for (seed, run) in (0u64..).zip(&together) {
+        let alone = run_on(&gpus[0], seed);
+        for (step, (got, want)) in run.iter().zip(&alone).enumerate() {
+            let scale = want.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = max_diff(got, want);
+            assert!(
+                diff <= 3e-2 * (1.0 + scale),
+                "GPU {seed}'s model, step {step}: {diff} from GPU 0's on a scale of {scale}"
+            );
+        }
+    }
+    // Each GPU ran its own weights: no two runs alike.
+    assert!(max_diff(&together[0][0], &together[1][0]) > 1e-3);
 }
