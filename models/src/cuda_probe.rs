@@ -1,7 +1,7 @@
 //! GPUs through the CUDA driver API, loaded at run time: one binary runs with or without a
 //! driver, and a host without one has no GPUs rather than a crash.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::catch_unwind;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DriverError};
@@ -16,14 +16,9 @@ pub enum NoCudaDevices {
     /// The driver could not count its devices.
     #[error("CUDA driver: {0}")]
     Driver(DriverError),
-    /// One device could not be opened or read.
-    #[error("device {ordinal}: {reason}")]
-    Device {
-        /// Its ordinal.
-        ordinal: usize,
-        /// The driver's reason.
-        reason: DriverError,
-    },
+    /// The driver counts devices, and not one of them could be opened or read.
+    #[error("no device opens: {}", unavailable_list(.0))]
+    NoneOpens(Vec<Unavailable>),
     /// The driver counts no device.
     #[error("the CUDA driver reports no devices")]
     NoDevices,
@@ -32,9 +27,27 @@ pub enum NoCudaDevices {
     Panicked,
 }
 
+/// A device the driver counts that could not be opened or read, and why.
+#[derive(Clone, Debug)]
+pub struct Unavailable {
+    /// Its CUDA ordinal.
+    pub ordinal: usize,
+    /// The driver's reason.
+    pub reason: String,
+}
+
+fn unavailable_list(devices: &[Unavailable]) -> String {
+    let each: Vec<String> = devices
+        .iter()
+        .map(|d| format!("device {}: {}", d.ordinal, d.reason))
+        .collect();
+    each.join("; ")
+}
+
 /// GPUs seen through `libcuda`, which is loaded at run time.
 pub struct CudaDevices {
     devices: Vec<(Arc<CudaContext>, pb::GpuInfo)>,
+    unavailable: Vec<Unavailable>,
 }
 
 fn format_uuid(bytes: &[std::os::raw::c_char]) -> String {
@@ -69,45 +82,73 @@ fn libcuda_present() -> bool {
 }
 
 impl CudaDevices {
-    /// Opens every device, or says why there are none.
+    /// Opens every device that opens, or says why there are none. A device that cannot be
+    /// opened (another process holds it in exclusive mode, or it fell off the bus) is left
+    /// out with a warning and listed in [`CudaDevices::unavailable`]: the host's other GPUs
+    /// are still offered, under their own CUDA ordinals.
     pub fn open() -> Result<Self, NoCudaDevices> {
         if !libcuda_present() {
             return Err(NoCudaDevices::NoLibcuda);
         }
         // cudarc panics instead of returning an error on some broken installs.
-        let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Self, NoCudaDevices> {
-            let count = CudaContext::device_count().map_err(NoCudaDevices::Driver)?;
-            let mut devices = Vec::new();
-            for ordinal in 0..count.max(0) as usize {
-                let device = |reason| NoCudaDevices::Device { ordinal, reason };
-                let ctx = CudaContext::new(ordinal).map_err(device)?;
-                let (major, minor) = ctx.compute_capability().map_err(device)?;
-                let (free, total) = ctx.mem_get_info().map_err(device)?;
-                let info = pb::GpuInfo {
-                    index: ordinal as u32,
-                    uuid: ctx
-                        .uuid()
-                        .map(|u| format_uuid(&u.bytes))
-                        .unwrap_or_default(),
-                    name: ctx.name().map_err(device)?,
-                    total_vram_bytes: total as u64,
-                    free_vram_bytes: free as u64,
-                    compute_major: major as u32,
-                    compute_minor: minor as u32,
-                    simulated: false,
-                    utilization_ratio: None,
-                };
-                devices.push((ctx, info));
+        let count = catch_unwind(CudaContext::device_count)
+            .map_err(|_| NoCudaDevices::Panicked)?
+            .map_err(NoCudaDevices::Driver)?;
+        let mut probe = Self {
+            devices: Vec::new(),
+            unavailable: Vec::new(),
+        };
+        for ordinal in 0..count.max(0) as usize {
+            let opened = catch_unwind(|| open_device(ordinal))
+                .unwrap_or_else(|_| Err("the CUDA driver panicked while opening it".to_owned()));
+            match opened {
+                Ok(device) => probe.devices.push(device),
+                Err(reason) => {
+                    tracing::warn!(
+                        gpu = ordinal,
+                        %reason,
+                        "a GPU cannot be opened: it is left out, and the host's other GPUs \
+                         are offered (check nvidia-smi for its state and for processes that \
+                         hold it)"
+                    );
+                    probe.unavailable.push(Unavailable { ordinal, reason });
+                }
             }
-            Ok(Self { devices })
-        }));
-        match opened {
-            Ok(Ok(probe)) if !probe.devices.is_empty() => Ok(probe),
-            Ok(Ok(_)) => Err(NoCudaDevices::NoDevices),
-            Ok(Err(reason)) => Err(reason),
-            Err(_) => Err(NoCudaDevices::Panicked),
+        }
+        match (probe.devices.is_empty(), probe.unavailable.is_empty()) {
+            (false, _) => Ok(probe),
+            (true, true) => Err(NoCudaDevices::NoDevices),
+            (true, false) => Err(NoCudaDevices::NoneOpens(probe.unavailable)),
         }
     }
+
+    /// The devices the driver counts that could not be opened, and why.
+    pub fn unavailable(&self) -> &[Unavailable] {
+        &self.unavailable
+    }
+}
+
+/// Device `ordinal`'s context and what the agent offers of it.
+fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, pb::GpuInfo), String> {
+    let reason = |e: DriverError| e.to_string();
+    let ctx = CudaContext::new(ordinal).map_err(reason)?;
+    let (major, minor) = ctx.compute_capability().map_err(reason)?;
+    let (free, total) = ctx.mem_get_info().map_err(reason)?;
+    let info = pb::GpuInfo {
+        index: ordinal as u32,
+        uuid: ctx
+            .uuid()
+            .map(|u| format_uuid(&u.bytes))
+            .unwrap_or_default(),
+        name: ctx.name().map_err(reason)?,
+        total_vram_bytes: total as u64,
+        free_vram_bytes: free as u64,
+        compute_major: major as u32,
+        compute_minor: minor as u32,
+        simulated: false,
+        utilization_ratio: None,
+    };
+    Ok((ctx, info))
 }
 
 impl CudaDevices {
@@ -123,5 +164,79 @@ impl CudaDevices {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use std::ffi::{c_char, c_int, c_void};
+
+    use candle_core::{DType, Tensor};
+
+    use super::*;
+
+    #[allow(unsafe_code)]
+    unsafe extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+
+    /// Makes GPU `ordinal` refuse its context to this thread, as a GPU held by another process
+    /// in exclusive mode does, where the process runs on cuda-emu; false elsewhere.
+    #[allow(unsafe_code)]
+    fn make_unavailable_on_this_thread(ordinal: usize) -> bool {
+        // SAFETY: dlsym with RTLD_DEFAULT (a null handle on glibc) only looks a name up in
+        // the loaded libraries; the symbol, where cuda-emu's libcuda defines it, is
+        // `void cuda_emu_make_unavailable_on_this_thread(int)`, which changes only what this
+        // thread may open.
+        unsafe {
+            let symbol = dlsym(
+                std::ptr::null_mut(),
+                c"cuda_emu_make_unavailable_on_this_thread".as_ptr(),
+            );
+            if symbol.is_null() {
+                return false;
+            }
+            let make: unsafe extern "C" fn(c_int) = std::mem::transmute(symbol);
+            make(ordinal as c_int);
+        }
+        true
+    }
+
+    /// A host whose first GPU will not open (held in exclusive mode, or fallen off the bus)
+    /// still offers the others, under their own ordinals, so that an actor placed on GPU 1
+    /// opens GPU 1; when none opens, the error names each and why.
+    #[test]
+    fn a_gpu_that_does_not_open_is_left_out_and_the_others_keep_their_ordinals() {
+        let gpus = crate::device::test_gpus(2);
+        if gpus.len() < 2 {
+            return;
+        }
+        if !make_unavailable_on_this_thread(0) {
+            eprintln!("not on cuda-emu: no GPU can be made to refuse here; skipped");
+            return;
+        }
+        let devices = CudaDevices::open().expect("the other GPUs open");
+        let offered: Vec<u32> = devices.gpus().iter().map(|g| g.index).collect();
+        assert_eq!(offered, (1..gpus.len() as u32).collect::<Vec<_>>());
+        let left_out: Vec<usize> = devices.unavailable().iter().map(|d| d.ordinal).collect();
+        assert_eq!(left_out, [0]);
+        let gpu = crate::device::select_device(Some(offered[0])).unwrap();
+        let sum = Tensor::ones(8, DType::F32, &gpu)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        assert_eq!(sum.to_scalar::<f32>().unwrap(), 8.0);
+
+        (1..gpus.len()).for_each(|ordinal| assert!(make_unavailable_on_this_thread(ordinal)));
+        let Err(error) = CudaDevices::open() else {
+            panic!("no GPU opens, and CudaDevices::open succeeded");
+        };
+        let message = error.to_string();
+        for ordinal in 0..gpus.len() {
+            assert!(
+                message.contains(&format!("device {ordinal}: ")),
+                "{message}"
+            );
+        }
     }
 }

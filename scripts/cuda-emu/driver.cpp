@@ -9,7 +9,8 @@
 // CUDA_EMU_ARCH (default 90; 75 makes them T4s for the dtype choice and the f16 tensor-core
 // path) and CUDA_EMU_MEMORY_GIB of memory (default 16), each with its primary context, its
 // default memory pool and its own share of one address space; launches and GEMMs across
-// devices are refused as a GPU refuses them.
+// devices are refused as a GPU refuses them. CUDA_EMU_UNAVAILABLE_DEVICES lists devices
+// that refuse their context (CUDA_ERROR_DEVICE_UNAVAILABLE).
 #include <cuda.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -17,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -141,6 +143,33 @@ Emulator &emulator() {
 
 /// The context current on this thread (cuCtxSetCurrent), or null.
 thread_local Context *current_context = nullptr;
+
+/// The devices this thread cannot open (`cuda_emu_make_unavailable_on_this_thread`: a test's
+/// own, whatever other tests open beside it).
+thread_local std::vector<int> unavailable_here;
+
+/// Whether device `ordinal` refuses its context, as a GPU that another process holds in
+/// exclusive mode, or one that fell off the bus, does: listed in
+/// CUDA_EMU_UNAVAILABLE_DEVICES (ordinals, comma-separated), or made so on this thread.
+bool unavailable(int ordinal) {
+    static const std::vector<int> listed = [] {
+        std::vector<int> ordinals;
+        if (const char *set = getenv("CUDA_EMU_UNAVAILABLE_DEVICES")) {
+            for (const char *at = set; *at != '\0';) {
+                char *end;
+                long value = strtol(at, &end, 10);
+                if (end == at) break;
+                ordinals.push_back(static_cast<int>(value));
+                at = *end == ',' ? end + 1 : end;
+            }
+        }
+        return ordinals;
+    }();
+    auto has = [ordinal](const std::vector<int> &list) {
+        return std::find(list.begin(), list.end(), ordinal) != list.end();
+    };
+    return has(listed) || has(unavailable_here);
+}
 
 /// The device whose context is current on this thread, or null (and a line saying which
 /// call needed one: on a GPU it fails with CUDA_ERROR_INVALID_CONTEXT).
@@ -382,10 +411,12 @@ CUresult check_devices(const Function &launched, CUstream handle, void **paramet
         return CUDA_ERROR_INVALID_HANDLE;
     }
     if (current_context == nullptr || current_context->device != stream->device) {
+        const char *current =
+            current_context == nullptr ? "no context" : "another device's context";
         fprintf(stderr,
                 "cuda-emu: %s launched on a stream of device %d with %s current "
                 "(CUDA_ERROR_INVALID_CONTEXT)\n",
-                name, stream->device, current_context == nullptr ? "no context" : "another device's context");
+                name, stream->device, current);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     for (size_t i = 0; i < launched.kernel->argument_count; i++) {
@@ -412,6 +443,11 @@ extern "C" {
 /// captured there).
 int cuda_emu_issue(CUstream stream, std::function<void()> *operation) {
     return issue(stream, Operation::Library, 0, std::move(*operation));
+}
+
+/// For a test: device `ordinal` refuses its context to this thread from now on.
+void cuda_emu_make_unavailable_on_this_thread(int ordinal) {
+    unavailable_here.push_back(ordinal);
 }
 
 /// For the fake cuBLAS: the device whose context is current on this thread, or -1.
@@ -514,6 +550,7 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    if (unavailable(device)) return CUDA_ERROR_DEVICE_UNAVAILABLE;
     *context = reinterpret_cast<CUcontext>(
         &emulator().devices[static_cast<size_t>(device)].context);
     return CUDA_SUCCESS;
@@ -1005,8 +1042,21 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/// The names of the errors this driver returns, as CUDA spells them; others by number.
 CUresult cuGetErrorName(CUresult error, const char **name) {
-    static std::map<int, std::string> names;
+    static std::map<int, std::string> names = {
+        {CUDA_SUCCESS, "CUDA_SUCCESS"},
+        {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
+        {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
+        {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE"},
+        {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
+        {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
+        {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE"},
+        {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE"},
+        {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
+        {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+        {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
+    };
     static std::mutex guard;
     std::lock_guard<std::mutex> lock(guard);
     auto &text = names[error];

@@ -99,18 +99,39 @@ step "embeddings written" test -s "$work/embedded/embeddings.npy"
 export CUDA_EMU_DEVICES=2
 step "resident embed on two GPUs" bash -c "'$bins/resident' embed --input '$work/docs.jsonl' \
   --model '$minilm' --output '$work/embedded-2' --chunk-size 2 2> '$work/embed-2.log'"
-said "resident embed put an actor on each GPU" "$work/embed-2.log" "one actor per GPU (2 GPUs on 1 node)"
-step "both GPUs embedded" python3 scripts/cuda-emu/both-gpus.py "$work/embedded-2/report.json"
+said "resident embed put an actor on each GPU" "$work/embed-2.log" \
+  "one actor per GPU (2 GPUs on 1 node)"
+step "both GPUs embedded" python3 scripts/cuda-emu/gpu-checks.py used \
+  "$work/embedded-2/report.json" 0,1
 step "two GPUs' vectors are one GPU's" cmp "$work/embedded/embeddings.npy" \
   "$work/embedded-2/embeddings.npy"
+step "resident embed on two GPUs, half a GPU an actor" bash -c "'$bins/resident' embed \
+  --input '$work/docs.jsonl' --model '$minilm' --output '$work/embedded-halves' \
+  --gpus-per-actor 0.5 --chunk-size 2 2> '$work/embed-halves.log'"
+said "four actors at half a GPU" "$work/embed-halves.log" "4 model loads"
+step "both GPUs embedded, at half a GPU an actor" python3 scripts/cuda-emu/gpu-checks.py used \
+  "$work/embedded-halves/report.json" 0,1
+step "half GPUs' vectors are one GPU's" cmp "$work/embedded/embeddings.npy" \
+  "$work/embedded-halves/embeddings.npy"
 step "resident generate on two GPUs" bash -c "'$bins/resident' generate --input \
   '$work/docs.jsonl' --model '$gguf' --output '$work/generated-2' --max-new-tokens 6 \
   --prompt 'Summarise: {text}' --chunk-size 4 2> '$work/generate-2.log'"
 said "resident generate put an actor on each GPU" "$work/generate-2.log" \
   "one actor per GPU (2 GPUs on 1 node)"
-step "both GPUs generated" python3 scripts/cuda-emu/both-gpus.py "$work/generated-2/report.json"
-step "two GPUs' generations are one GPU's" python3 scripts/cuda-emu/both-gpus.py \
-  --same "$work/generated/generations.jsonl" "$work/generated-2/generations.jsonl"
+step "both GPUs generated" python3 scripts/cuda-emu/gpu-checks.py used \
+  "$work/generated-2/report.json" 0,1
+step "two GPUs' generations are one GPU's" python3 scripts/cuda-emu/gpu-checks.py same \
+  "$work/generated/generations.jsonl" "$work/generated-2/generations.jsonl"
+# GPU 0 refuses its context (another process holds it in exclusive mode, or it fell off the
+# bus): the job runs on GPU 1 and says why GPU 0 was left out.
+step "resident embed with GPU 0 unavailable" bash -c "CUDA_EMU_UNAVAILABLE_DEVICES=0 \
+  '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
+  --output '$work/embedded-gpu1' 2> '$work/embed-gpu1.log'"
+said "the job says GPU 0 was left out" "$work/embed-gpu1.log" "a GPU cannot be opened"
+step "GPU 1 alone embedded" python3 scripts/cuda-emu/gpu-checks.py used \
+  "$work/embedded-gpu1/report.json" 1
+step "GPU 1's vectors are GPU 0's" cmp "$work/embedded/embeddings.npy" \
+  "$work/embedded-gpu1/embeddings.npy"
 unset CUDA_EMU_DEVICES
 
 # A T4 (compute capability 7.5): auto is f16, bf16 is refused with what to use.

@@ -50,9 +50,11 @@ pub fn discover() -> Box<dyn GpuProbe> {
             let nvml = nvml::NvmlReader::open()
                 .inspect_err(|reason| tracing::info!(%reason, "no GPU utilisation readings"))
                 .ok();
+            let unavailable = devices.unavailable().len();
             let probe = CudaDriverProbe { devices, nvml };
             tracing::info!(
                 gpus = probe.gpus().len(),
+                unavailable,
                 nvml = probe.nvml.is_some(),
                 "found GPUs through the CUDA driver"
             );
