@@ -25,6 +25,29 @@ pub struct StatusArgs {
     watch: Option<std::time::Duration>,
 }
 
+/// A line for each GPU a node has that its agent could not open, under the nodes' table.
+fn unavailable_gpu_lines(nodes: &[NodeInfo]) -> Vec<String> {
+    nodes
+        .iter()
+        .flat_map(|n| {
+            n.unavailable_gpus.iter().map(move |gpu| {
+                format!(
+                    "{}: GPU {} cannot be opened, so no actor is placed there: {} (check \
+                     nvidia-smi on {} for its state and for processes that hold it)",
+                    n.node_id.as_str(),
+                    gpu.index,
+                    gpu.reason,
+                    if n.hostname.is_empty() {
+                        n.node_id.as_str()
+                    } else {
+                        n.hostname.as_str()
+                    }
+                )
+            })
+        })
+        .collect()
+}
+
 fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
     println!(
         "{:<16} {:<6} {:<28} {:>5}  GPUS (free/total GiB)",
@@ -61,6 +84,9 @@ fn print_table(nodes: &[NodeInfo], actors: &[ActorInfo]) {
             n.cpu_cores,
             gpus
         );
+    }
+    for line in unavailable_gpu_lines(nodes) {
+        println!("{line}");
     }
     println!();
     println!(
@@ -133,5 +159,43 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             _ = tokio::time::sleep(interval) => {}
             _ = cancel.cancelled() => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, unavailable: Vec<resident_sdk::UnavailableGpu>) -> NodeInfo {
+        NodeInfo {
+            node_id: id.into(),
+            generation: String::new(),
+            hostname: format!("{id}.example"),
+            alive: true,
+            labels: Default::default(),
+            gpus: Vec::new(),
+            cpu_cores: 8,
+            ram_bytes: 0,
+            last_heartbeat_ms_ago: 0,
+            credential: String::new(),
+            draining: false,
+            unavailable_gpus: unavailable,
+        }
+    }
+
+    #[test]
+    fn each_unavailable_gpu_gets_a_line_with_its_reason_and_where_to_look() {
+        let held = resident_sdk::UnavailableGpu {
+            index: 3,
+            reason: "busy or unavailable (CUDA_ERROR_DEVICE_UNAVAILABLE)".into(),
+        };
+        let lines = unavailable_gpu_lines(&[node("a", vec![]), node("b", vec![held])]);
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("b: GPU 3 cannot be opened") && lines[0].contains("b.example"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("CUDA_ERROR_DEVICE_UNAVAILABLE"));
     }
 }

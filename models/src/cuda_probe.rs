@@ -128,9 +128,21 @@ impl CudaDevices {
     }
 }
 
+/// The driver's words for `error` and its name ("CUDA-capable device(s) is/are busy or
+/// unavailable (CUDA_ERROR_DEVICE_UNAVAILABLE)").
+fn driver_reason(error: DriverError) -> String {
+    match (error.error_string(), error.error_name()) {
+        (Ok(text), Ok(name)) if text != name => {
+            format!("{} ({})", text.to_string_lossy(), name.to_string_lossy())
+        }
+        (_, Ok(name)) => name.to_string_lossy().into_owned(),
+        _ => error.to_string(),
+    }
+}
+
 /// Device `ordinal`'s context and what the agent offers of it.
 fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, pb::GpuInfo), String> {
-    let reason = |e: DriverError| e.to_string();
+    let reason = driver_reason;
     let ctx = CudaContext::new(ordinal).map_err(reason)?;
     let (major, minor) = ctx.compute_capability().map_err(reason)?;
     let (free, total) = ctx.mem_get_info().map_err(reason)?;

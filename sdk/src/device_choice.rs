@@ -157,6 +157,7 @@ mod tests {
 
     fn node(id: &str, gpus: usize, labels: &[(&str, &str)]) -> NodeInfo {
         NodeInfo {
+            unavailable_gpus: Vec::new(),
             node_id: NodeId::from(id),
             generation: "g".into(),
             hostname: id.into(),

@@ -27,6 +27,16 @@ pub struct GpuInfo {
     pub simulated: bool,
 }
 
+/// A GPU a node has that its agent could not open (held by another process in exclusive
+/// mode, fallen off the bus): no actor is placed on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnavailableGpu {
+    /// Its CUDA ordinal on the node.
+    pub index: u32,
+    /// The driver's reason.
+    pub reason: String,
+}
+
 /// One node agent, alive or dead.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
@@ -53,6 +63,8 @@ pub struct NodeInfo {
     /// The agent is shutting down: it takes no new tasks or actors and leaves once the
     /// tasks in hand are answered.
     pub draining: bool,
+    /// GPUs the node has that its agent could not open (not in `gpus`).
+    pub unavailable_gpus: Vec<UnavailableGpu>,
 }
 
 /// Where an actor is in its life (see the scheduler's actor state machine).
@@ -284,6 +296,14 @@ impl From<pb::NodeInfo> for NodeInfo {
             last_heartbeat_ms_ago: node.last_heartbeat_ms_ago,
             credential: node.credential,
             draining: node.draining,
+            unavailable_gpus: node
+                .unavailable_gpus
+                .into_iter()
+                .map(|gpu| UnavailableGpu {
+                    index: gpu.index,
+                    reason: gpu.reason,
+                })
+                .collect(),
         }
     }
 }

@@ -36,6 +36,10 @@ pub fn status_json(nodes: &[NodeInfo], actors: &[ActorInfo]) -> serde_json::Valu
                     "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
                     "simulated": g.simulated,
                 })).collect::<Vec<_>>(),
+                "unavailable_gpus": n.unavailable_gpus.iter().map(|g| json!({
+                    "index": g.index,
+                    "reason": g.reason,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

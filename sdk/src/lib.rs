@@ -68,7 +68,9 @@ pub use embed::{
 };
 pub use error::SdkError;
 pub use generate::{GeneratePool, GeneratePoolSpec};
-pub use info::{ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus};
+pub use info::{
+    ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus, UnavailableGpu,
+};
 pub use job_stream::{JobStream, TaskOutput, TaskPayload};
 #[cfg(feature = "local")]
 pub use local::LocalConfig;

@@ -193,6 +193,7 @@ fn register_message(node_id: &str, spec: &FleetSpec) -> pb::RegisterNode {
         cpu_cores: 32,
         ram_bytes: 256 << 30,
         actor_kinds: vec!["echo".into()],
+        unavailable_gpus: Vec::new(),
         inventory: Vec::new(),
     }
 }

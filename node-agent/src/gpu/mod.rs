@@ -30,6 +30,17 @@ impl GpuProbe for CudaDriverProbe {
     fn simulated(&self) -> bool {
         false
     }
+
+    fn unavailable(&self) -> Vec<pb::UnavailableGpu> {
+        self.devices
+            .unavailable()
+            .iter()
+            .map(|gpu| pb::UnavailableGpu {
+                index: gpu.ordinal as u32,
+                reason: gpu.reason.clone(),
+            })
+            .collect()
+    }
 }
 
 /// The real GPUs of this host, or none (with one log line saying why). A build without the

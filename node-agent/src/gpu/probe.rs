@@ -9,6 +9,10 @@ pub trait GpuProbe: Send + Sync {
     fn gpus(&self) -> Vec<pb::GpuInfo>;
     /// True when the GPUs are simulated: the work itself runs on CPU.
     fn simulated(&self) -> bool;
+    /// GPUs the host has that could not be opened, and why (never in [`GpuProbe::gpus`]).
+    fn unavailable(&self) -> Vec<pb::UnavailableGpu> {
+        Vec::new()
+    }
 }
 
 /// No GPUs: a CPU-only node.

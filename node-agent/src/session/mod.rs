@@ -377,6 +377,7 @@ impl Session {
             ram_bytes: resident_proto::host::total_ram_bytes().unwrap_or(0),
             actor_kinds: self.registry.names(),
             inventory: self.host.inventory(),
+            unavailable_gpus: self.probe.unavailable(),
         };
         let reported = register.inventory.len();
         let _ = outbound.send(pb::AgentMessage {

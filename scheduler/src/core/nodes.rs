@@ -153,6 +153,7 @@ impl Core {
             labels: register.labels.into_iter().collect(),
             capacity: NodeCapacity::default(),
             gpus: register.gpus,
+            unavailable_gpus: register.unavailable_gpus,
             cpu_cores: register.cpu_cores,
             ram_bytes: register.ram_bytes,
             actor_kinds: register.actor_kinds.into_iter().collect(),
@@ -174,6 +175,7 @@ impl Core {
             node_id = %node_id,
             generation = %record.generation,
             gpus = record.gpus.len(),
+            unavailable_gpus = record.unavailable_gpus.len(),
             "node registered"
         );
         self.nodes.insert(node_id.clone(), record);

@@ -54,6 +54,8 @@ pub struct NodeRecord {
     pub capacity: NodeCapacity,
     /// As registered; `free_vram_bytes` is updated by heartbeats.
     pub gpus: Vec<pb::GpuInfo>,
+    /// GPUs the agent could not open, as registered: shown, never placed on.
+    pub unavailable_gpus: Vec<pb::UnavailableGpu>,
     pub cpu_cores: u32,
     pub ram_bytes: u64,
     pub actor_kinds: BTreeSet<String>,

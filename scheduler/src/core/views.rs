@@ -82,6 +82,7 @@ impl Core {
                     .as_millis() as u64,
                 credential: node.credential.clone(),
                 draining: node.draining,
+                unavailable_gpus: node.unavailable_gpus.clone(),
             })
             .collect()
     }

@@ -135,10 +135,19 @@ fn encode_nodes(registry: &mut Registry, overview: &Overview) {
             .get_or_create(&labels([("state", state)]))
             .set(count as i64);
     }
+    let unavailable = int_gauges(
+        registry,
+        "resident_gpus_unavailable",
+        "GPUs an alive node has that its agent could not open (held by another process in \
+         exclusive mode, fallen off the bus): no actor is placed on them",
+    );
     for node in overview.nodes.iter().filter(|n| n.alive) {
         for gpu in &node.gpus {
             gpus.observe(&node.node_id, gpu);
         }
+        unavailable
+            .get_or_create(&labels([("node", node.node_id.as_str())]))
+            .set(node.unavailable_gpus.len() as i64);
     }
 }
 
@@ -266,6 +275,10 @@ mod tests {
                     utilization_ratio: Some(0.75),
                     ..Default::default()
                 }],
+                unavailable_gpus: vec![pb::UnavailableGpu {
+                    index: 1,
+                    reason: "CUDA_ERROR_DEVICE_UNAVAILABLE".into(),
+                }],
                 ..Default::default()
             }],
             jobs: vec![pb::JobStatus {
@@ -303,6 +316,7 @@ mod tests {
             "resident_nodes{state=\"alive\"} 1",
             "resident_gpu_vram_total_bytes{node=\"n1\",gpu=\"0\",name=\"NVIDIA A10G\"} 25769803776",
             "resident_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",name=\"NVIDIA A10G\"} 0.75",
+            "resident_gpus_unavailable{node=\"n1\"} 1",
             "resident_jobs{state=\"running\"} 1",
             "resident_job_tasks{job=\"j1\",pool=\"embed-x\",state=\"expected\"} 10",
             "resident_tasks_total{pool=\"embed-x\",outcome=\"succeeded\"} 1",

@@ -19,6 +19,8 @@ pub const MAX_KIND_BYTES: usize = 128;
 /// GPUs on one node, and each GPU's name and uuid.
 pub const MAX_GPUS: usize = 64;
 pub const MAX_GPU_NAME_BYTES: usize = 256;
+/// Why a GPU could not be opened (the driver's words).
+pub const MAX_GPU_REASON_BYTES: usize = 512;
 /// A job's name.
 pub const MAX_JOB_NAME_BYTES: usize = 256;
 
@@ -65,6 +67,18 @@ pub fn check_registration(register: &pb::RegisterNode) -> Result<(), FieldLimitE
     for gpu in &register.gpus {
         too_long("a GPU name", &gpu.name, MAX_GPU_NAME_BYTES)?;
         too_long("a GPU uuid", &gpu.uuid, MAX_GPU_NAME_BYTES)?;
+    }
+    too_many(
+        "unavailable_gpus",
+        register.unavailable_gpus.len(),
+        MAX_GPUS,
+    )?;
+    for gpu in &register.unavailable_gpus {
+        too_long(
+            "why a GPU is unavailable",
+            &gpu.reason,
+            MAX_GPU_REASON_BYTES,
+        )?;
     }
     Ok(())
 }

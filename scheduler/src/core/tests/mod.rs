@@ -1151,6 +1151,7 @@ mod reconcile_tick;
 mod restart;
 mod store_failures;
 mod task_progress;
+mod unavailable_gpus;
 
 /// Issue 48: a pool belongs to the principal that created it. Another submit principal may
 /// run jobs on it and create it again with the same spec, but not scale or delete it; an
