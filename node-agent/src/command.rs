@@ -28,7 +28,7 @@ use resident_storage::model_source::hf_hub_cache_dir;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::ActorKindRegistry;
-use crate::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
+use crate::gpu::{self, GpuProbe, SimulatedGpus};
 use crate::model_cache::default_model_cache_dir;
 use crate::{AgentConfig, parse_labels, run_agent};
 
@@ -69,7 +69,9 @@ pub struct AgentArgs {
     /// container writes them). Empty values are dropped.
     #[arg(long, env = "RESIDENT_LABELS_FILE")]
     labels_file: Option<PathBuf>,
-    /// Report simulated GPUs instead of real ones: `A6000:48GiB x8,T4:16GiB x4`.
+    /// Report simulated GPUs instead of real ones: `A6000:48GiB x8,T4:16GiB x4`; a leading
+    /// `!` (`!T4:16GiB`) makes a GPU the host has and cannot open, as one another process
+    /// holds.
     #[arg(long, env = "RESIDENT_SIMULATE_GPUS")]
     simulate_gpus: Option<String>,
     /// How long actors keep their models loaded while no scheduler is reachable (a
@@ -177,7 +179,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let probe: Arc<dyn GpuProbe> = match &args.simulate_gpus {
-        Some(spec) => Arc::new(SimulatedGpus::new(parse_simulated_gpus(spec)?)),
+        Some(spec) => Arc::new(SimulatedGpus::parse(spec)?),
         None => Arc::from(gpu::discover()),
     };
     let mut config = AgentConfig::new(args.scheduler, args.node_id);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use resident_node_agent::backends::ActorKindRegistry;
-use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::gpu::{self, GpuProbe, SimulatedGpus};
 use resident_node_agent::model_cache::ModelCacheConfig;
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
@@ -110,9 +110,7 @@ impl Cluster {
     pub async fn local(config: LocalConfig) -> Result<Cluster, SdkError> {
         let start = |e: String| SdkError::LocalStart(e);
         let probe: Arc<dyn GpuProbe> = match &config.simulate_gpus {
-            Some(spec) => Arc::new(SimulatedGpus::new(
-                parse_simulated_gpus(spec).map_err(|e| start(e.to_string()))?,
-            )),
+            Some(spec) => Arc::new(SimulatedGpus::parse(spec).map_err(|e| start(e.to_string()))?),
             None => Arc::from(gpu::discover()),
         };
         let labels = parse_labels(&config.labels).map_err(|e| start(e.to_string()))?;

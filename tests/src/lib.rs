@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use resident_node_agent::backends::ActorKindRegistry;
-use resident_node_agent::gpu::{GpuProbe, NoGpus, SimulatedGpus, parse_simulated_gpus};
+use resident_node_agent::gpu::{GpuProbe, NoGpus, SimulatedGpus};
 use resident_node_agent::{AgentConfig, parse_labels, run_agent};
 use resident_scheduler::core::CoreConfig;
 use resident_scheduler::server::{ServerSecurity, start_scheduler};
@@ -115,9 +115,7 @@ impl InProcessCluster {
     /// Starts one more agent.
     pub fn add_agent(&mut self, spec: AgentSpec) {
         let probe: Arc<dyn GpuProbe> = match &spec.gpus {
-            Some(gpus) => Arc::new(SimulatedGpus::new(
-                parse_simulated_gpus(gpus).expect("gpu spec"),
-            )),
+            Some(gpus) => Arc::new(SimulatedGpus::parse(gpus).expect("gpu spec")),
             None => Arc::new(NoGpus),
         };
         let mut config = AgentConfig::for_test(self.url.clone(), spec.node_id.clone());

@@ -9,7 +9,7 @@ use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
 
 pub use probe::{GpuProbe, NoGpus};
-pub use simulated::{SimulatedGpus, parse_simulated_gpus};
+pub use simulated::SimulatedGpus;
 
 /// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from
 /// NVML where it loads.

@@ -148,8 +148,16 @@ pub(super) struct NodeView {
     pub ram_bytes: u64,
     pub last_heartbeat_ms_ago: u64,
     pub gpus: Vec<GpuView>,
+    /// GPUs the node has that its agent could not open: shown, never placed on.
+    pub unavailable_gpus: Vec<UnavailableGpuView>,
     /// Actors placed here, by GPU (CPU actors have no GPU).
     pub actors: Vec<PlacedActorView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct UnavailableGpuView {
+    pub index: u32,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -293,6 +301,14 @@ impl NodeView {
                     free_vram_bytes: g.free_vram_bytes,
                     utilization_ratio: g.utilization_ratio,
                     simulated: g.simulated,
+                })
+                .collect(),
+            unavailable_gpus: node
+                .unavailable_gpus
+                .iter()
+                .map(|g| UnavailableGpuView {
+                    index: g.index,
+                    reason: g.reason.clone(),
                 })
                 .collect(),
             actors: actors

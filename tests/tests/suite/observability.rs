@@ -15,7 +15,7 @@ use resident_tests::{Proc, free_port, https_get, init_logging, wait_until};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// A secure scheduler with its HTTP port, and two agents (`node-a`: two T4s, `node-b`: one
-/// A10G), with an admin client connected.
+/// A10G, and a second it cannot open), with an admin client connected.
 struct ObservedCluster {
     setup: SecureSetup,
     http: String,
@@ -41,7 +41,7 @@ impl ObservedCluster {
                 "T4:16GiB x2",
                 vec!["--http-listen".into(), agent_http.to_string().into()],
             ),
-            ("node-b", "A10G:24GiB", vec![]),
+            ("node-b", "A10G:24GiB, !A10G:24GiB", vec![]),
         ] {
             procs.push(setup.spawn_agent(
                 &url,
@@ -198,6 +198,15 @@ async fn metrics_count_what_the_client_got_and_match_status() {
         assert!(after.contains_key(&free), "{free} in {after:?}");
     }
     assert_eq!(series(&after, "resident_nodes{state=\"alive\"}"), 2.0);
+    // node-b's second GPU would not open: counted apart, with no VRAM series.
+    assert_eq!(
+        series(&after, "resident_gpus_unavailable{node=\"node-b\"}"),
+        1.0
+    );
+    assert_eq!(
+        series(&after, "resident_gpus_unavailable{node=\"node-a\"}"),
+        0.0
+    );
     assert_eq!(
         series(&after, "resident_actors{pool=\"work\",state=\"ready\"}"),
         3.0
@@ -390,6 +399,7 @@ async fn the_dashboard_shows_both_nodes_and_a_job_progressing_in_a_browser() {
         "data-node=\"node-b\"",
         "GPU 1: T4 (simulated)",
         "GPU 0: A10G (simulated)",
+        "GPU 1: unavailable (simulated: A10G marked",
         "data-pool=\"slow\"",
         "2 nodes alive",
     ] {

@@ -137,15 +137,19 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
     }
 
     // The same node id comes back as a new generation; nothing it hosted is resurrected and
-    // no actor moves back to it.
+    // no actor moves back to it. Its fourth GPU is now held by another process (`!`): three
+    // are offered, and the fourth is listed as unavailable, with why.
     let old_generation = node2["generation"].as_str().unwrap().to_owned();
-    agents[1] = spawn_agent(&url, "node-2", "T4:16GiB x4", "pool=eks-t4");
+    agents[1] = spawn_agent(&url, "node-2", "T4:16GiB x3, !T4:16GiB", "pool=eks-t4");
     let node = wait_until("node-2 back", Duration::from_secs(10), || async {
         let nodes = cluster.list_nodes().await.unwrap();
         nodes.into_iter().find(|n| n.node_id == "node-2" && n.alive)
     })
     .await;
     assert_ne!(node.generation, old_generation);
+    assert_eq!(node.gpus.len(), 3);
+    let unavailable: Vec<u32> = node.unavailable_gpus.iter().map(|g| g.index).collect();
+    assert_eq!(unavailable, [3]);
     let after = cluster.list_actors().await.unwrap();
     assert!(
         after.iter().all(|a| !a.is_on("node-2")),
@@ -160,6 +164,10 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
         table.contains("node-2") && table.contains("alive") && table.contains("ready"),
+        "{table}"
+    );
+    assert!(
+        table.contains("node-2: GPU 3 cannot be opened, so no actor is placed there"),
         "{table}"
     );
 }

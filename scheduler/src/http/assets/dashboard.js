@@ -87,11 +87,14 @@ function nodeCard(node) {
       el("div", {}, here.map((a) => el("span", { class: `chip state-${a.state}`, title: a.actor_id },
         `${a.pool} ${a.gpu_fraction < 1 ? a.gpu_fraction.toFixed(2) : ""}`))));
   });
+  const unavailable = node.unavailable_gpus.map((gpu) =>
+    el("div", { class: "gpu state-failed", title: gpu.reason }, `GPU ${gpu.index}: unavailable (${gpu.reason})`));
   const cpuActors = node.actors.filter((a) => a.gpu_indices.length === 0);
   return el("div", { class: "card node", "data-node": node.node_id },
     el("h3", {}, node.node_id, " ", el("span", { class: `state-${node.state}` }, node.state)),
     el("div", { class: "muted" }, `${node.hostname} · ${node.cpu_cores} cores · ${bytes(node.ram_bytes)} RAM · heard ${duration(node.last_heartbeat_ms_ago / 1000)} ago`),
-    gpus.length ? gpus : el("div", { class: "muted" }, "no GPUs"),
+    gpus.length || unavailable.length ? gpus : el("div", { class: "muted" }, "no GPUs"),
+    unavailable,
     cpuActors.length ? el("div", {}, "CPU: ", cpuActors.map((a) => el("span", { class: `chip state-${a.state}`, title: a.actor_id }, a.pool))) : null);
 }
 
