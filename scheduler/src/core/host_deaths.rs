@@ -17,8 +17,13 @@
 //!   charged is given back, so many poison inputs never wear a pool out.
 //! - HD-5: a node taken for dead that comes back as itself with its actors loaded and the
 //!   tasks in hand (a network cut) gets the restarts and the crashes back (`core/adopt.rs`).
+//! - HD-6: a GPU whose CUDA context failed under its actors (`GpuFailed`: an Xid fault, an
+//!   uncorrectable ECC error, a kernel's bad access) is a sudden death of that part of the
+//!   host: the GPU leaves placement (listed as unavailable), and the actors placed on it are
+//!   lost under HD-1 to HD-4, so a config or an input that breaks every GPU it runs on is
+//!   stopped by the same bounds as one that kills its hosts.
 
-use resident_proto::{NodeId, TaskId};
+use resident_proto::{ActorId, NodeId, TaskId, pb};
 
 use super::Core;
 use super::records::Quarantine;
@@ -57,6 +62,46 @@ impl Core {
     /// and their tasks follows the rules above.
     pub(super) fn lose_node_actors(&mut self, node_id: &NodeId, why: &str, loss: NodeLoss) {
         let hosted = self.hosted_on(node_id);
+        self.lose_hosted_actors(&hosted, why, loss);
+    }
+
+    /// HD-6: the agent says GPU `failed.index` of `node_id` failed and stays failed. It is
+    /// offered no more (listed as unavailable, with the agent's reason) and the actors placed
+    /// on it are lost as a sudden death loses a node's. A GPU the node does not offer (one
+    /// already failed) changes nothing.
+    pub(super) fn gpu_failed(&mut self, node_id: &NodeId, mut failed: pb::UnavailableGpu) {
+        let Some(node) = self.nodes.get_mut(node_id) else {
+            return;
+        };
+        let Some(at) = node.gpus.iter().position(|g| g.index == failed.index) else {
+            tracing::debug!(node_id = %node_id, gpu = failed.index, "a failure of a GPU the node does not offer is ignored");
+            return;
+        };
+        shorten(&mut failed.reason, crate::policy::field_limits::MAX_GPU_REASON_BYTES);
+        node.gpus.remove(at);
+        node.free_vram_at_refresh.remove(&failed.index);
+        node.capacity.gpus.retain(|gpu| gpu.index != failed.index);
+        let why = format!("GPU {} of node {node_id} failed ({})", failed.index, failed.reason);
+        tracing::warn!(node_id = %node_id, gpu = failed.index, reason = %failed.reason, "GPU failed: nothing more is placed on it");
+        self.metrics.events.record("node", node_id.as_str(), why.clone());
+        node.unavailable_gpus.push(failed.clone());
+        self.node_capacities_changed();
+        let on_gpu: Vec<ActorId> = self
+            .hosted_here(node_id)
+            .filter(|id| {
+                self.actors[*id]
+                    .assignment
+                    .as_ref()
+                    .is_some_and(|placed| placed.gpus.contains(&failed.index))
+            })
+            .cloned()
+            .collect();
+        self.lose_hosted_actors(&on_gpu, &why, NodeLoss::Sudden);
+        self.replan_needed = true;
+    }
+
+    /// Loses `hosted`, actors of one host that went away under them, under HD-1 to HD-4.
+    fn lose_hosted_actors(&mut self, hosted: &[ActorId], why: &str, loss: NodeLoss) {
         let suspect = hosted
             .iter()
             .find_map(|id| match self.actors[id].quarantine {
@@ -71,7 +116,7 @@ impl Core {
             (NodeLoss::Sudden, None) => (ActorEvent::HostDied, TaskBlame::AllRunning),
         };
         let mut first_crashes = Vec::new();
-        for actor in &hosted {
+        for actor in hosted {
             first_crashes.extend(self.lose_actor_blaming(actor, event, why, blame));
         }
         if event != ActorEvent::HostDied {
@@ -90,5 +135,13 @@ impl Core {
                 task.first_crash_victims = charged.clone();
             }
         }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes, on a character boundary.
+fn shorten(text: &mut String, max: usize) {
+    if text.len() > max {
+        let end = (0..=max).rev().find(|at| text.is_char_boundary(*at)).unwrap_or(0);
+        text.truncate(end);
     }
 }

@@ -240,6 +240,10 @@ impl Core {
                 }
             }
             Body::Leave(leave) => self.node_left(&node_id, leave.abandoned_tasks),
+            Body::GpuFailed(pb::GpuFailed { gpu: Some(gpu) }) => self.gpu_failed(&node_id, gpu),
+            Body::GpuFailed(pb::GpuFailed { gpu: None }) => {
+                tracing::warn!(node_id = %node_id, "ignoring a GPU failure that names no GPU");
+            }
             Body::Register(_) => {
                 tracing::warn!(node_id = %node_id, "ignoring a second registration on one session");
             }

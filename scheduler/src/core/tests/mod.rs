@@ -1141,6 +1141,7 @@ mod annotate;
 mod drain;
 mod durable_acks;
 mod fleet_cost;
+mod gpu_failures;
 mod host_deaths;
 mod idle_pools;
 mod outcome_origin;

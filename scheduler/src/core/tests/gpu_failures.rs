@@ -1,0 +1,151 @@
+//! A GPU that fails while the agent runs (`GpuFailed`, HD-6 of `core/host_deaths.rs`): it
+//! leaves placement, listed as unavailable with the agent's reason; the actors placed on it
+//! are lost as a sudden host death loses a node's (their running tasks count a crash, each
+//! spends a restart), the node's other GPUs and their actors go on, and the job ends with
+//! every task answered once.
+
+use resident_proto::{ActorId, TaskId};
+
+use super::*;
+use crate::state::ActorState;
+
+fn whole_gpu_pool(name: &str, replicas: u32) -> pb::PoolSpec {
+    let mut spec = cpu_pool(name, replicas, 1);
+    spec.resources = Some(pb::ResourceRequest {
+        gpus: 1.0,
+        vram_bytes: 8 << 30,
+        ..Default::default()
+    });
+    spec
+}
+
+fn gpu_failed(index: u32, reason: &str) -> pb::agent_message::Body {
+    pb::agent_message::Body::GpuFailed(pb::GpuFailed {
+        gpu: Some(pb::UnavailableGpu {
+            index,
+            reason: reason.into(),
+        }),
+    })
+}
+
+/// The GPUs each actor start sent to `node` names.
+fn started_on(h: &mut Harness, node: &str) -> Vec<Vec<u32>> {
+    sent(h.agent(node))
+        .into_iter()
+        .filter_map(|message| match message {
+            pb::scheduler_message::Body::StartActor(start) => Some(start.gpu_indices),
+            _ => None,
+        })
+        .collect()
+}
+
+const XID: &str = "its CUDA context failed and stays failed (CUDA_ERROR_ILLEGAL_ADDRESS)";
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_gpu_leaves_placement_and_its_actors_tasks_finish_on_the_others() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    h.create_pool(whole_gpu_pool("p", 2));
+    let mut placed: Vec<(pb::StartActor, u32)> = sent(h.agent("g1"))
+        .into_iter()
+        .filter_map(|message| match message {
+            pb::scheduler_message::Body::StartActor(start) => {
+                let gpu = start.gpu_indices[0];
+                Some((start, gpu))
+            }
+            _ => None,
+        })
+        .collect();
+    placed.sort_by_key(|(_, gpu)| *gpu);
+    assert_eq!(placed.iter().map(|(_, gpu)| *gpu).collect::<Vec<_>>(), [0, 1]);
+    for (start, _) in &placed {
+        let report = pb::ActorReport {
+            actor_id: start.actor_id.clone(),
+            incarnation: start.incarnation,
+            state: pb::ActorState::Ready as i32,
+            model_loads: 1,
+            ..Default::default()
+        };
+        h.send("g1", pb::agent_message::Body::ActorReport(report));
+    }
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..4);
+    let running = run_tasks(&sent(h.agent("g1")));
+    assert_eq!(running.len(), 2, "one task on each actor");
+    let on_gpu1 = &placed[1].0.actor_id;
+    let (broken, healthy): (Vec<_>, Vec<_>) =
+        running.into_iter().partition(|t| &t.actor_id == on_gpu1);
+
+    h.send("g1", gpu_failed(1, XID));
+    let node = h.core.node_infos().pop().expect("the node");
+    assert_eq!(node.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [0]);
+    assert_eq!(node.unavailable_gpus.len(), 1);
+    assert_eq!(node.unavailable_gpus[0].index, 1);
+    assert!(node.unavailable_gpus[0].reason.contains("ILLEGAL_ADDRESS"));
+    let lost = &h.core.actors[&ActorId::new(on_gpu1.clone())];
+    assert_ne!(lost.state, ActorState::Ready, "the actor on the failed GPU is lost");
+    assert_eq!(lost.restarts.used, 1, "and spends a restart (HD-2)");
+    assert!(lost.error.contains("GPU 1 of node g1 failed"), "{}", lost.error);
+    let kept = &h.core.actors[&ActorId::new(placed[0].0.actor_id.clone())];
+    assert_eq!(kept.state, ActorState::Ready, "the other GPU's actor goes on");
+    assert_eq!(kept.restarts.used, 0);
+    let task = &h.core.tasks[&TaskId(broken[0].task_id)];
+    assert_eq!(task.crashes, 1, "its running task counts a crash (HD-1)");
+
+    // Nothing goes back to GPU 1, and a repeated or unknown failure changes nothing.
+    h.tick();
+    h.send("g1", gpu_failed(1, XID));
+    h.send("g1", gpu_failed(7, XID));
+    assert!(started_on(&mut h, "g1").iter().all(|gpus| !gpus.contains(&1)));
+    assert_eq!(h.core.node_infos()[0].unavailable_gpus.len(), 1);
+
+    // The failed actor's late answer is dropped; everything else is answered once, on GPU 0.
+    h.outcome("g1", &broken[0], Err("CUDA_ERROR_ILLEGAL_ADDRESS"));
+    h.outcome("g1", &healthy[0], Ok("fine"));
+    for _ in 0..3 {
+        h.tick();
+        let next = run_tasks(&sent(h.agent("g1")));
+        assert_eq!(next.len(), 1, "one task at a time on the one actor left");
+        assert_eq!(next[0].actor_id, placed[0].0.actor_id);
+        h.outcome("g1", &next[0], Ok("fine"));
+    }
+    let answered = results(&mut rx);
+    let mut seqs: Vec<u64> = answered.iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, [0, 1, 2, 3], "every task answered, once");
+    assert!(
+        answered
+            .iter()
+            .all(|r| matches!(r.result, Some(pb::task_result::Result::Output(_)))),
+        "{answered:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn actors_sharing_a_failed_gpu_are_all_placed_again_on_the_gpu_left() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    let mut spec = gpu_pool("p", 8);
+    spec.replicas = 2;
+    h.create_pool(spec);
+    let first = started_on(&mut h, "g1");
+    assert_eq!(first.len(), 2);
+    let shared = first[0][0];
+    assert!(first.iter().all(|gpus| gpus == &[shared]), "packed: {first:?}");
+    h.load_actors("g1");
+    h.send("g1", gpu_failed(shared, XID));
+    h.tick();
+    let other = 1 - shared;
+    assert_eq!(started_on(&mut h, "g1"), [vec![other], vec![other]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_reason_past_the_limit_is_cut_on_a_character_boundary() {
+    use crate::policy::field_limits::MAX_GPU_REASON_BYTES;
+    let mut h = Harness::new(CoreConfig::for_test());
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    h.send("g1", gpu_failed(0, &"é".repeat(MAX_GPU_REASON_BYTES)));
+    let reason = h.core.node_infos()[0].unavailable_gpus[0].reason.clone();
+    assert!(reason.len() <= MAX_GPU_REASON_BYTES);
+    assert!(reason.len() >= MAX_GPU_REASON_BYTES - 1);
+}
