@@ -32,7 +32,7 @@ fn unavailable_gpu_lines(nodes: &[NodeInfo]) -> Vec<String> {
         .flat_map(|n| {
             n.unavailable_gpus.iter().map(move |gpu| {
                 format!(
-                    "{}: GPU {} cannot be opened, so no actor is placed there: {} (check \
+                    "{}: GPU {} is unavailable, so no actor is placed there: {} (check \
                      nvidia-smi on {} for its state and for processes that hold it)",
                     n.node_id.as_str(),
                     gpu.index,
@@ -192,7 +192,7 @@ mod tests {
         let lines = unavailable_gpu_lines(&[node("a", vec![]), node("b", vec![held])]);
         assert_eq!(lines.len(), 1);
         assert!(
-            lines[0].starts_with("b: GPU 3 cannot be opened") && lines[0].contains("b.example"),
+            lines[0].starts_with("b: GPU 3 is unavailable") && lines[0].contains("b.example"),
             "{}",
             lines[0]
         );

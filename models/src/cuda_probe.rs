@@ -122,6 +122,21 @@ impl CudaDevices {
         }
     }
 
+    /// The driver's error where device `ordinal`'s context has failed for good, else `None`
+    /// (also for a device not opened). A sticky error (CUDA_ERROR_ILLEGAL_ADDRESS after an
+    /// Xid fault or a kernel's bad access, an uncorrectable ECC error) fails every later call
+    /// on the context, so it is the one that fails two synchronisations in a row; an error
+    /// of one asynchronous launch is returned once and cleared. Waits for the device's
+    /// queued work.
+    pub fn context_failure(&self, ordinal: usize) -> Option<String> {
+        let (ctx, _) = self
+            .devices
+            .iter()
+            .find(|(_, info)| info.index as usize == ordinal)?;
+        ctx.synchronize().err()?;
+        ctx.synchronize().err().map(driver_reason)
+    }
+
     /// The devices the driver counts that could not be opened, and why.
     pub fn unavailable(&self) -> &[Unavailable] {
         &self.unavailable
@@ -142,17 +157,16 @@ fn driver_reason(error: DriverError) -> String {
 
 /// Device `ordinal`'s context and what the agent offers of it.
 fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, pb::GpuInfo), String> {
-    let reason = driver_reason;
-    let ctx = CudaContext::new(ordinal).map_err(reason)?;
-    let (major, minor) = ctx.compute_capability().map_err(reason)?;
-    let (free, total) = ctx.mem_get_info().map_err(reason)?;
+    let ctx = CudaContext::new(ordinal).map_err(driver_reason)?;
+    let (major, minor) = ctx.compute_capability().map_err(driver_reason)?;
+    let (free, total) = ctx.mem_get_info().map_err(driver_reason)?;
     let info = pb::GpuInfo {
         index: ordinal as u32,
         uuid: ctx
             .uuid()
             .map(|u| format_uuid(&u.bytes))
             .unwrap_or_default(),
-        name: ctx.name().map_err(reason)?,
+        name: ctx.name().map_err(driver_reason)?,
         total_vram_bytes: total as u64,
         free_vram_bytes: free as u64,
         compute_major: major as u32,
@@ -192,26 +206,66 @@ mod tests {
         fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     }
 
-    /// Makes GPU `ordinal` refuse its context to this thread, as a GPU held by another process
-    /// in exclusive mode does, where the process runs on cuda-emu; false elsewhere.
+    /// Calls cuda-emu's `void NAME(int ordinal)`, a switch that changes what this thread
+    /// sees of GPU `ordinal`, where the process runs on cuda-emu; false elsewhere.
     #[allow(unsafe_code)]
-    fn make_unavailable_on_this_thread(ordinal: usize) -> bool {
+    fn emulator_switch(name: &std::ffi::CStr, ordinal: usize) -> bool {
         // SAFETY: dlsym with RTLD_DEFAULT (a null handle on glibc) only looks a name up in
-        // the loaded libraries; the symbol, where cuda-emu's libcuda defines it, is
-        // `void cuda_emu_make_unavailable_on_this_thread(int)`, which changes only what this
-        // thread may open.
+        // the loaded libraries; the switches cuda-emu's libcuda defines under these names
+        // are `void (int)`, and change only what this thread sees of one device.
         unsafe {
-            let symbol = dlsym(
-                std::ptr::null_mut(),
-                c"cuda_emu_make_unavailable_on_this_thread".as_ptr(),
-            );
+            let symbol = dlsym(std::ptr::null_mut(), name.as_ptr());
             if symbol.is_null() {
                 return false;
             }
-            let make: unsafe extern "C" fn(c_int) = std::mem::transmute(symbol);
-            make(ordinal as c_int);
+            let switch: unsafe extern "C" fn(c_int) = std::mem::transmute(symbol);
+            switch(ordinal as c_int);
         }
         true
+    }
+
+    /// Makes GPU `ordinal` refuse its context to this thread, as a GPU held by another process
+    /// in exclusive mode does (on cuda-emu; false elsewhere).
+    fn make_unavailable_on_this_thread(ordinal: usize) -> bool {
+        emulator_switch(c"cuda_emu_make_unavailable_on_this_thread", ordinal)
+    }
+
+    /// Makes GPU `ordinal`'s context fail for good as this thread sees it, as after an Xid
+    /// fault (on cuda-emu; false elsewhere).
+    fn fail_on_this_thread(ordinal: usize) -> bool {
+        emulator_switch(c"cuda_emu_fail_device_on_this_thread", ordinal)
+    }
+
+    /// A GPU whose context failed for good (a sticky error) is found, with the driver's
+    /// error, and its neighbour is not: the agent takes out of service only the GPU that
+    /// failed. Work on the failed GPU fails; on the other it goes on.
+    #[test]
+    fn a_gpu_whose_context_fails_for_good_is_found_and_its_neighbour_is_not() {
+        let gpus = crate::device::test_gpus(2);
+        if gpus.len() < 2 {
+            return;
+        }
+        let devices = CudaDevices::open().expect("the GPUs open");
+        assert!(devices.context_failure(0).is_none());
+        assert!(devices.context_failure(1).is_none());
+        if !fail_on_this_thread(1) {
+            eprintln!("not on cuda-emu: no GPU can be made to fail here; skipped");
+            return;
+        }
+        let failure = devices.context_failure(1).expect("GPU 1 failed");
+        assert!(failure.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{failure}");
+        assert!(devices.context_failure(0).is_none(), "GPU 0 is healthy");
+        assert!(
+            devices.context_failure(7).is_none(),
+            "no such GPU: nothing to say"
+        );
+        let sum = |device: &candle_core::Device| {
+            Tensor::ones(8, DType::F32, device)?
+                .sum_all()?
+                .to_scalar::<f32>()
+        };
+        assert_eq!(sum(&gpus[0]).unwrap(), 8.0);
+        assert!(sum(&gpus[1]).is_err(), "work on the failed GPU fails");
     }
 
     /// A host whose first GPU will not open (held in exclusive mode, or fallen off the bus)

@@ -14,6 +14,9 @@ pub enum AgentError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A fault-injection variable (`RESIDENT_FAULT_*`) does not parse.
+    #[error("invalid fault injection: {0}")]
+    FaultInjection(String),
     /// A `--label` is not `key=value`.
     #[error("invalid label `{0}`: expected key=value")]
     Label(String),

@@ -10,7 +10,9 @@
 // path) and CUDA_EMU_MEMORY_GIB of memory (default 16), each with its primary context, its
 // default memory pool and its own share of one address space; launches and GEMMs across
 // devices are refused as a GPU refuses them. CUDA_EMU_UNAVAILABLE_DEVICES lists devices
-// that refuse their context (CUDA_ERROR_DEVICE_UNAVAILABLE).
+// that refuse their context (CUDA_ERROR_DEVICE_UNAVAILABLE). CUDA_EMU_FAULT_AFTER_LAUNCHES=D:N
+// makes device D fail at its Nth launch as a GPU does after an Xid fault: its context's calls
+// fail from then on with a sticky CUDA_ERROR_ILLEGAL_ADDRESS.
 #include <cuda.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -99,6 +101,8 @@ struct MemoryPool {
 /// One emulated GPU: its primary context, its default memory pool and its legacy stream.
 struct Device {
     Context context;
+    CUresult fault = CUDA_SUCCESS;  // sticky: every later call on its context returns it
+    unsigned long long launches = 0;  // kernels and graphs launched on it
     size_t allocated = 0;  // every live allocation's bytes, pooled or not
     MemoryPool pool;
     Stream legacy_stream;  // the NULL and CU_STREAM_LEGACY handles, this device current
@@ -171,6 +175,58 @@ bool unavailable(int ordinal) {
     return has(listed) || has(unavailable_here);
 }
 
+/// The devices whose context has failed, as far as this thread sees
+/// (`cuda_emu_fail_device_on_this_thread`: a test's own, whatever other tests run beside it).
+thread_local std::vector<int> failed_here;
+
+/// CUDA_EMU_FAULT_AFTER_LAUNCHES=ORDINAL:N: device ORDINAL's context fails at its Nth launch.
+struct PlannedFault {
+    int device = -1;
+    unsigned long long launch = 0;
+};
+
+const PlannedFault &planned_fault() {
+    static const PlannedFault planned = [] {
+        PlannedFault made;
+        const char *set = getenv("CUDA_EMU_FAULT_AFTER_LAUNCHES");
+        if (set == nullptr) return made;
+        char *end;
+        long device = strtol(set, &end, 10);
+        if (end == set || *end != ':') {
+            fprintf(stderr, "cuda-emu: CUDA_EMU_FAULT_AFTER_LAUNCHES=%s is not ORDINAL:N\n", set);
+            return made;
+        }
+        made.device = static_cast<int>(device);
+        made.launch = strtoull(end + 1, nullptr, 10);
+        return made;
+    }();
+    return planned;
+}
+
+/// The sticky error of device `ordinal`'s context as this thread sees it, or CUDA_SUCCESS.
+/// The caller holds the emulator's mutex.
+CUresult fault_of(Emulator &e, int ordinal) {
+    if (std::find(failed_here.begin(), failed_here.end(), ordinal) != failed_here.end())
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    return e.devices[static_cast<size_t>(ordinal)].fault;
+}
+
+/// Counts a launch on device `ordinal`; the planned one fails its context. Its error, or
+/// CUDA_SUCCESS. The caller holds the emulator's mutex.
+CUresult launched_on(Emulator &e, int ordinal) {
+    if (CUresult fault = fault_of(e, ordinal); fault != CUDA_SUCCESS) return fault;
+    Device &d = e.devices[static_cast<size_t>(ordinal)];
+    d.launches++;
+    const PlannedFault &planned = planned_fault();
+    if (planned.device != ordinal || d.launches != planned.launch) return CUDA_SUCCESS;
+    fprintf(stderr,
+            "cuda-emu: device %d faults at its launch %llu (CUDA_EMU_FAULT_AFTER_LAUNCHES): its "
+            "context fails from now on with CUDA_ERROR_ILLEGAL_ADDRESS, as after an Xid fault\n",
+            ordinal, d.launches);
+    d.fault = CUDA_ERROR_ILLEGAL_ADDRESS;
+    return d.fault;
+}
+
 /// The device whose context is current on this thread, or null (and a line saying which
 /// call needed one: on a GPU it fails with CUDA_ERROR_INVALID_CONTEXT).
 Device *current_device(const char *call) {
@@ -181,6 +237,13 @@ Device *current_device(const char *call) {
         return nullptr;
     }
     return &emulator().devices[static_cast<size_t>(current_context->device)];
+}
+
+/// The sticky error of the current context, or CUDA_SUCCESS (also with none current).
+CUresult current_fault() {
+    if (current_context == nullptr) return CUDA_SUCCESS;
+    std::lock_guard<std::mutex> lock(emulator().mutex);
+    return fault_of(emulator(), current_context->device);
 }
 
 int arch() {
@@ -275,6 +338,10 @@ CUresult issue(CUstream handle, Operation kind, size_t bytes, Work work) {
         std::lock_guard<std::mutex> lock(emulator().mutex);
         Stream *stream = stream_of(handle);
         if (stream == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+        bool launch = kind == Operation::Kernel || kind == Operation::GraphLaunch;
+        CUresult fault = launch ? launched_on(emulator(), stream->device)
+                                : fault_of(emulator(), stream->device);
+        if (fault != CUDA_SUCCESS) return fault;
         capture = stream->capture;
     }
     emu::stats::issued(kind, capture != nullptr, bytes);
@@ -445,6 +512,9 @@ int cuda_emu_issue(CUstream stream, std::function<void()> *operation) {
     return issue(stream, Operation::Library, 0, std::move(*operation));
 }
 
+/// For a test: device `ordinal`'s context has failed for good, as this thread sees it.
+void cuda_emu_fail_device_on_this_thread(int ordinal) { failed_here.push_back(ordinal); }
+
 /// For a test: device `ordinal` refuses its context to this thread from now on.
 void cuda_emu_make_unavailable_on_this_thread(int ordinal) {
     unavailable_here.push_back(ordinal);
@@ -585,6 +655,7 @@ CUresult cuCtxGetDevice(CUdevice *device) {
 CUresult cuCtxSynchronize() {
     Device *d = current_device("cuCtxSynchronize");
     if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     emu::stats::waited();
     settle_pool(d->context.device);
     return CUDA_SUCCESS;
@@ -608,6 +679,7 @@ CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
     Device *d = current_device("cuMemGetInfo");
     if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     std::lock_guard<std::mutex> lock(emulator().mutex);
     *total = memory_bytes();
     *free_bytes = memory_bytes() - d->allocated - (d->pool.reserved - d->pool.used);
@@ -617,6 +689,7 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
 CUresult cuMemAlloc(CUdeviceptr *address, size_t bytes) {
     Device *d = current_device("cuMemAlloc");
     if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     emu::stats::allocated(bytes);
     void *memory = allocate(d->context.device, bytes, false);
     if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -641,6 +714,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *address, size_t bytes, CUstream stream) {
         std::lock_guard<std::mutex> lock(emulator().mutex);
         Stream *s = stream_of(stream);
         if (s == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+        if (CUresult fault = fault_of(emulator(), s->device); fault != CUDA_SUCCESS) return fault;
         capture = s->capture;
         ordinal = s->device;
     }
@@ -723,6 +797,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr to, const void *from, size_t bytes) {
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     emu::stats::issued(Operation::CopyToDevice, false, bytes);
     emu::stats::waited();
     memcpy(pointer<void>(to), from, bytes);
@@ -730,6 +805,7 @@ CUresult cuMemcpyHtoD(CUdeviceptr to, const void *from, size_t bytes) {
 }
 
 CUresult cuMemcpyDtoH(void *to, CUdeviceptr from, size_t bytes) {
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     emu::stats::issued(Operation::CopyToHost, false, bytes);
     emu::stats::waited();
     memcpy(to, pointer<void>(from), bytes);
@@ -737,6 +813,7 @@ CUresult cuMemcpyDtoH(void *to, CUdeviceptr from, size_t bytes) {
 }
 
 CUresult cuMemcpyDtoD(CUdeviceptr to, CUdeviceptr from, size_t bytes) {
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     emu::stats::issued(Operation::CopyOnDevice, false, bytes);
     emu::stats::waited();
     memmove(pointer<void>(to), pointer<void>(from), bytes);
@@ -847,6 +924,10 @@ CUresult cuStreamDestroy(CUstream stream) {
 CUresult cuStreamSynchronize(CUstream stream) {
     int ordinal = cuda_emu_stream_device(stream);
     if (ordinal < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    {
+        std::lock_guard<std::mutex> lock(emulator().mutex);
+        if (CUresult fault = fault_of(emulator(), ordinal); fault != CUDA_SUCCESS) return fault;
+    }
     emu::stats::waited();
     settle_pool(ordinal);
     return CUDA_SUCCESS;
@@ -941,6 +1022,11 @@ CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned) {
 }
 
 CUresult cuEventSynchronize(CUevent event) {
+    {
+        std::lock_guard<std::mutex> lock(emulator().mutex);
+        CUresult fault = fault_of(emulator(), reinterpret_cast<Event *>(event)->device);
+        if (fault != CUDA_SUCCESS) return fault;
+    }
     emu::stats::waited();
     settle_pool(reinterpret_cast<Event *>(event)->device);
     return CUDA_SUCCESS;
@@ -957,6 +1043,7 @@ CUresult cuEventElapsedTime(float *milliseconds, CUevent start, CUevent end) {
 CUresult cuModuleLoadData(CUmodule *module, const void *) {
     Device *d = current_device("cuModuleLoadData");
     if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (CUresult fault = current_fault(); fault != CUDA_SUCCESS) return fault;
     auto *made = new Module();
     made->device = d->context.device;
     *module = reinterpret_cast<CUmodule>(made);

@@ -1,6 +1,7 @@
 //! GPU discovery. [`discover`] uses the CUDA driver API loaded at run time, so one binary runs
 //! with or without a driver; [`SimulatedGpus`] reports capacity only, for tests and simulations.
 
+mod health;
 mod nvml;
 mod probe;
 mod simulated;
@@ -8,6 +9,7 @@ mod simulated;
 use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
 
+pub use health::{FAIL_SIMULATED_GPU_ENV, GpuHealth};
 pub use probe::{GpuProbe, NoGpus};
 pub use simulated::SimulatedGpus;
 
@@ -40,6 +42,10 @@ impl GpuProbe for CudaDriverProbe {
                 reason: gpu.reason.clone(),
             })
             .collect()
+    }
+
+    fn context_failure(&self, gpu: u32) -> Option<String> {
+        self.devices.context_failure(gpu as usize)
     }
 }
 

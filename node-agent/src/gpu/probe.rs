@@ -13,6 +13,12 @@ pub trait GpuProbe: Send + Sync {
     fn unavailable(&self) -> Vec<pb::UnavailableGpu> {
         Vec::new()
     }
+    /// The driver's error where GPU `gpu`'s context has failed for good (see
+    /// `gpu/health.rs`), else `None`. Blocks until the GPU's queued work is done.
+    fn context_failure(&self, gpu: u32) -> Option<String> {
+        let _ = gpu;
+        None
+    }
 }
 
 /// No GPUs: a CPU-only node.

@@ -1,6 +1,6 @@
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use resident_proto::{ActorId, panic_text, pb};
@@ -10,6 +10,14 @@ use super::ToScheduler;
 use super::fed_tasks::{FedRun, serve_fed};
 use super::task_work::{Input, Ran, TaskAnswers, TaskError, Work};
 use crate::backends::{ActorKind, BackendError, LoadContext, ModelBackend, Preparer, TaskProgress};
+use crate::gpu::GpuHealth;
+
+/// The GPUs an actor runs on, and where to ask whether one failed under it.
+pub(super) struct ActorGpus {
+    /// As placed (empty for a CPU actor).
+    pub indices: Vec<u32>,
+    pub health: Arc<GpuHealth>,
+}
 
 /// What an actor's thread is told, in order.
 pub enum ActorCommand {
@@ -128,7 +136,8 @@ fn feed_work(
 }
 
 /// The body of one actor's thread: load once, then serve commands until stopped; the actor
-/// dies (reported) when its load fails, its code panics or it is stopped.
+/// dies (reported) when its load fails, its code panics, its GPU fails or it is stopped.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_actor_thread(
     kind: Arc<dyn ActorKind>,
     context: LoadContext,
@@ -137,6 +146,7 @@ pub(super) fn run_actor_thread(
     health: watch::Sender<ActorHealth>,
     outbound: ToScheduler,
     cancelled: Arc<Mutex<HashSet<u64>>>,
+    gpus: ActorGpus,
 ) {
     let actor = ActorThread {
         actor_id: context.actor_id.clone(),
@@ -145,6 +155,8 @@ pub(super) fn run_actor_thread(
         incarnation,
         health,
         outbound,
+        gpus,
+        gpu_failure: OnceLock::new(),
     };
     let Some(mut backend) = actor.load(&context) else {
         return;
@@ -172,6 +184,13 @@ pub(super) fn run_actor_thread(
             true => serve_fed(&actor, &mut backend, work, &mut work_rx, &mut held),
             false => actor.serve_one(&mut backend, work),
         };
+        if let Some(failure) = actor.gpu_failure.get() {
+            drop(work_rx);
+            drop(backend);
+            tracing::error!(actor_id = %actor.actor_id, %failure, "actor's GPU failed; it stops, to be placed on another GPU");
+            actor.die(failure.clone());
+            return;
+        }
         match served {
             FedRun::Answered => {}
             FedRun::UplinkGone => break,
@@ -200,9 +219,27 @@ struct ActorThread {
     health: watch::Sender<ActorHealth>,
     outbound: ToScheduler,
     progress: TaskProgress,
+    gpus: ActorGpus,
+    /// Set when one of its GPUs failed under it: it answers what it holds, then dies.
+    gpu_failure: OnceLock<String>,
 }
 
 impl ActorThread {
+    /// After a failure of its load or a task: whether one of its GPUs failed under it (the
+    /// scheduler is told before the failure is reported), kept in `gpu_failure`.
+    fn check_gpus(&self) -> Option<&String> {
+        if self.gpus.indices.is_empty() {
+            return None;
+        }
+        if self.gpu_failure.get().is_none() {
+            let (gpu, reason) = self.gpus.health.check_after_failure(&self.gpus.indices)?;
+            let _ = self
+                .gpu_failure
+                .set(format!("GPU {gpu} failed under the actor: {reason}"));
+        }
+        self.gpu_failure.get()
+    }
+
     /// Sends the actor's state to the scheduler.
     fn publish(&self) {
         let report = self
@@ -233,14 +270,18 @@ impl ActorThread {
             Err(refused) => Ok(Err(BackendError::InvalidConfig(refused.to_string()))),
             Ok(()) => catch_unwind(AssertUnwindSafe(|| self.kind.load(context))),
         };
-        let backend = match loaded {
-            Ok(Ok(backend)) => backend,
-            Ok(Err(error)) => {
-                self.die(error.to_string());
-                return None;
-            }
-            Err(panic) => {
-                self.die(format!("load panicked: {}", panic_text(panic.as_ref())));
+        let failed = match loaded {
+            Ok(Ok(backend)) => Ok(backend),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(panic) => Err(format!("load panicked: {}", panic_text(panic.as_ref()))),
+        };
+        let backend = match failed {
+            Ok(backend) => backend,
+            Err(error) => {
+                match self.check_gpus() {
+                    Some(failure) => self.die(format!("{failure} (the load: {error})")),
+                    None => self.die(error),
+                }
                 return None;
             }
         };
@@ -316,12 +357,21 @@ impl TaskAnswers for ActorThread {
     ) -> bool {
         // A result too large for one message would fail to encode and reset the whole
         // session; it fails this task alone, for good (a retry gives the same size).
-        let result = match result {
-            Ok(output) if output.len() > resident_proto::MAX_RESULT_BYTES => Err(
+        let result = match (
+            result,
+            self.gpus.health.injected_task_failure(&self.gpus.indices),
+        ) {
+            (_, Some(injected)) => Err(TaskError::transient(injected)),
+            (Ok(output), None) if output.len() > resident_proto::MAX_RESULT_BYTES => Err(
                 TaskError::permanent(resident_proto::oversized_result_error(output.len())),
             ),
-            other => other,
+            (other, None) => other,
         };
+        // A GPU that failed under the task is reported ahead of its outcome, so that the
+        // scheduler blames the GPU and places the actor elsewhere (HD-6).
+        if result.as_ref().is_err_and(|error| !error.permanent) {
+            self.check_gpus();
+        }
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let crashed = result.as_ref().err().is_some_and(|e| e.panicked);
         let outcome = pb::TaskOutcome {

@@ -21,8 +21,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::backends::progress::ProgressInterval;
 use crate::backends::{ActorKindRegistry, DeviceAssignment, LoadContext, TaskProgress};
-use actor_thread::run_actor_thread;
+use crate::gpu::GpuHealth;
 pub use actor_thread::{ActorCommand, ActorHealth, ActorPhase};
+use actor_thread::{ActorGpus, run_actor_thread};
 
 pub use crate::uplink::ToScheduler;
 
@@ -44,7 +45,8 @@ struct ActorSlot {
 pub struct ActorHost {
     registry: ActorKindRegistry,
     outbound: ToScheduler,
-    simulated_gpus: bool,
+    /// The node's GPUs that failed while it ran (and whether its GPUs are simulated).
+    gpu_health: Arc<GpuHealth>,
     roots: FileRoots,
     models: Arc<ModelCache>,
     actors: HashMap<ActorId, ActorSlot>,
@@ -76,14 +78,14 @@ impl ActorHost {
     pub fn new(
         registry: ActorKindRegistry,
         outbound: ToScheduler,
-        simulated_gpus: bool,
+        gpu_health: Arc<GpuHealth>,
         roots: FileRoots,
         models: Arc<ModelCache>,
     ) -> Self {
         Self {
             registry,
             outbound,
-            simulated_gpus,
+            gpu_health,
             roots,
             models,
             actors: HashMap::new(),
@@ -109,8 +111,17 @@ impl ActorHost {
         });
     }
 
-    /// Starts an actor thread; it loads the model and reports READY or DEAD.
+    /// Starts an actor thread; it loads the model and reports READY or DEAD. An actor
+    /// placed on a GPU that failed here (the scheduler had not heard yet) is refused.
     pub fn start(&mut self, start: pb::StartActor) {
+        let failed_gpu = start
+            .gpu_indices
+            .iter()
+            .find_map(|&gpu| Some((gpu, self.gpu_health.failure(gpu)?)));
+        if let Some((gpu, reason)) = failed_gpu {
+            self.refuse_start(&start, &format!("GPU {gpu} of this node failed: {reason}"));
+            return;
+        }
         let actor_id = ActorId::new(start.actor_id.clone());
         if let Some(existing) = self.actors.get(&actor_id) {
             if existing.incarnation == start.incarnation {
@@ -144,6 +155,10 @@ impl ActorHost {
         let thread_cancelled = cancelled.clone();
         let outbound = self.outbound.clone();
         let incarnation = start.incarnation;
+        let gpus = ActorGpus {
+            indices: start.gpu_indices.clone(),
+            health: self.gpu_health.clone(),
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("actor-{actor_id}"))
             .spawn(move || {
@@ -155,6 +170,7 @@ impl ActorHost {
                     health_tx,
                     outbound,
                     thread_cancelled,
+                    gpus,
                 )
             });
         if let Err(error) = spawned {
@@ -189,7 +205,7 @@ impl ActorHost {
                 gpu_indices: start.gpu_indices.clone(),
                 gpu_fraction: start.gpu_fraction,
                 vram_bytes: start.vram_bytes,
-                simulated: self.simulated_gpus,
+                simulated: self.gpu_health.simulated(),
             },
             roots: self.roots.clone(),
             models: self.models.clone(),
@@ -370,20 +386,38 @@ fn host_for_tests(
     registry: ActorKindRegistry,
     outbound: ToScheduler,
 ) -> (ActorHost, tempfile::TempDir) {
+    host_failing_gpu_for_tests(registry, outbound, None)
+}
+
+/// [`host_for_tests`], its two simulated GPUs failing as `failing` says
+/// (`gpu::FAIL_SIMULATED_GPU_ENV`).
+#[cfg(test)]
+fn host_failing_gpu_for_tests(
+    registry: ActorKindRegistry,
+    outbound: ToScheduler,
+    failing: Option<&str>,
+) -> (ActorHost, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let models = crate::model_cache::ModelCacheConfig {
         dir: dir.path().to_owned(),
         ..Default::default()
     };
+    let simulated = crate::gpu::SimulatedGpus::parse("T4:16GiB x2").expect("a GPU spec");
+    let gpu_health =
+        GpuHealth::with_injected_failure(Arc::new(simulated), outbound.clone(), failing)
+            .expect("a failure spec");
     let host = ActorHost::new(
         registry,
         outbound,
-        true,
+        Arc::new(gpu_health),
         FileRoots::default(),
         Arc::new(ModelCache::new(models)),
     );
     (host, dir)
 }
+
+#[cfg(test)]
+mod gpu_failure_tests;
 
 #[cfg(test)]
 mod cancel_tests {

@@ -33,7 +33,7 @@ use link::{Link, LinkEvent};
 
 use crate::backends::ActorKindRegistry;
 use crate::error::AgentError;
-use crate::gpu::GpuProbe;
+use crate::gpu::{GpuHealth, GpuProbe};
 use crate::host::ActorHost;
 use crate::model_cache::{ModelCache, ModelCacheConfig};
 
@@ -147,6 +147,9 @@ struct Session {
     generation: String,
     registry: ActorKindRegistry,
     probe: Arc<dyn GpuProbe>,
+    /// The GPUs that failed while the agent ran: left out of heartbeats, listed as
+    /// unavailable in registrations.
+    gpu_health: Arc<GpuHealth>,
     cancel: CancellationToken,
     backoff: ReconnectBackoff,
     /// The actors, loaded across sessions.
@@ -193,10 +196,13 @@ impl Session {
             ServingStatus::NotServing,
         );
         let (uplink_tx, uplink) = mpsc::unbounded_channel();
+        let gpu_health = Arc::new(
+            GpuHealth::new(probe.clone(), uplink_tx.clone()).map_err(AgentError::FaultInjection)?,
+        );
         let host = ActorHost::new(
             registry.clone(),
             uplink_tx,
-            probe.simulated(),
+            gpu_health.clone(),
             config.roots.clone(),
             Arc::new(ModelCache::new(config.models.clone())),
         );
@@ -206,6 +212,7 @@ impl Session {
             generation,
             registry,
             probe,
+            gpu_health,
             cancel,
             backoff,
             host,
@@ -312,7 +319,7 @@ impl Session {
     /// Sends a heartbeat (the GPUs read now, the actors' reports) after what the actors
     /// said before it, and shows it to the observer.
     async fn send_heartbeat(&mut self, outbound: &mpsc::UnboundedSender<pb::AgentMessage>) {
-        let gpus = read_gpus(&self.probe).await;
+        let gpus = self.gpu_health.in_service(read_gpus(&self.probe).await);
         let message = heartbeat_message(&self.host, self.probe.as_ref(), gpus);
         // The heartbeat's reports are read now, while what the actors said before may still
         // wait in the uplink: an actor that died of a panic sent its task's outcome first.
@@ -372,12 +379,12 @@ impl Session {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             labels: self.config.labels.clone().into_iter().collect(),
-            gpus: read_gpus(&self.probe).await,
+            gpus: self.gpu_health.in_service(read_gpus(&self.probe).await),
             cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             ram_bytes: resident_proto::host::total_ram_bytes().unwrap_or(0),
             actor_kinds: self.registry.names(),
             inventory: self.host.inventory(),
-            unavailable_gpus: self.probe.unavailable(),
+            unavailable_gpus: [self.probe.unavailable(), self.gpu_health.failed()].concat(),
         };
         let reported = register.inventory.len();
         let _ = outbound.send(pb::AgentMessage {

@@ -77,13 +77,21 @@ impl Core {
             tracing::debug!(node_id = %node_id, gpu = failed.index, "a failure of a GPU the node does not offer is ignored");
             return;
         };
-        shorten(&mut failed.reason, crate::policy::field_limits::MAX_GPU_REASON_BYTES);
+        shorten(
+            &mut failed.reason,
+            crate::policy::field_limits::MAX_GPU_REASON_BYTES,
+        );
         node.gpus.remove(at);
         node.free_vram_at_refresh.remove(&failed.index);
         node.capacity.gpus.retain(|gpu| gpu.index != failed.index);
-        let why = format!("GPU {} of node {node_id} failed ({})", failed.index, failed.reason);
+        let why = format!(
+            "GPU {} of node {node_id} failed ({})",
+            failed.index, failed.reason
+        );
         tracing::warn!(node_id = %node_id, gpu = failed.index, reason = %failed.reason, "GPU failed: nothing more is placed on it");
-        self.metrics.events.record("node", node_id.as_str(), why.clone());
+        self.metrics
+            .events
+            .record("node", node_id.as_str(), why.clone());
         node.unavailable_gpus.push(failed.clone());
         self.node_capacities_changed();
         let on_gpu: Vec<ActorId> = self
@@ -141,7 +149,10 @@ impl Core {
 /// Cuts `text` to at most `max` bytes, on a character boundary.
 fn shorten(text: &mut String, max: usize) {
     if text.len() > max {
-        let end = (0..=max).rev().find(|at| text.is_char_boundary(*at)).unwrap_or(0);
+        let end = (0..=max)
+            .rev()
+            .find(|at| text.is_char_boundary(*at))
+            .unwrap_or(0);
         text.truncate(end);
     }
 }

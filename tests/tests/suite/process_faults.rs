@@ -167,7 +167,7 @@ async fn kill_9_of_an_agent_mid_job_loses_nothing_and_its_actors_move() {
         "{table}"
     );
     assert!(
-        table.contains("node-2: GPU 3 cannot be opened, so no actor is placed there"),
+        table.contains("node-2: GPU 3 is unavailable, so no actor is placed there"),
         "{table}"
     );
 }

@@ -57,7 +57,10 @@ async fn a_failed_gpu_leaves_placement_and_its_actors_tasks_finish_on_the_others
         })
         .collect();
     placed.sort_by_key(|(_, gpu)| *gpu);
-    assert_eq!(placed.iter().map(|(_, gpu)| *gpu).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(
+        placed.iter().map(|(_, gpu)| *gpu).collect::<Vec<_>>(),
+        [0, 1]
+    );
     for (start, _) in &placed {
         let report = pb::ActorReport {
             actor_id: start.actor_id.clone(),
@@ -83,11 +86,23 @@ async fn a_failed_gpu_leaves_placement_and_its_actors_tasks_finish_on_the_others
     assert_eq!(node.unavailable_gpus[0].index, 1);
     assert!(node.unavailable_gpus[0].reason.contains("ILLEGAL_ADDRESS"));
     let lost = &h.core.actors[&ActorId::new(on_gpu1.clone())];
-    assert_ne!(lost.state, ActorState::Ready, "the actor on the failed GPU is lost");
+    assert_ne!(
+        lost.state,
+        ActorState::Ready,
+        "the actor on the failed GPU is lost"
+    );
     assert_eq!(lost.restarts.used, 1, "and spends a restart (HD-2)");
-    assert!(lost.error.contains("GPU 1 of node g1 failed"), "{}", lost.error);
+    assert!(
+        lost.error.contains("GPU 1 of node g1 failed"),
+        "{}",
+        lost.error
+    );
     let kept = &h.core.actors[&ActorId::new(placed[0].0.actor_id.clone())];
-    assert_eq!(kept.state, ActorState::Ready, "the other GPU's actor goes on");
+    assert_eq!(
+        kept.state,
+        ActorState::Ready,
+        "the other GPU's actor goes on"
+    );
     assert_eq!(kept.restarts.used, 0);
     let task = &h.core.tasks[&TaskId(broken[0].task_id)];
     assert_eq!(task.crashes, 1, "its running task counts a crash (HD-1)");
@@ -96,7 +111,11 @@ async fn a_failed_gpu_leaves_placement_and_its_actors_tasks_finish_on_the_others
     h.tick();
     h.send("g1", gpu_failed(1, XID));
     h.send("g1", gpu_failed(7, XID));
-    assert!(started_on(&mut h, "g1").iter().all(|gpus| !gpus.contains(&1)));
+    assert!(
+        started_on(&mut h, "g1")
+            .iter()
+            .all(|gpus| !gpus.contains(&1))
+    );
     assert_eq!(h.core.node_infos()[0].unavailable_gpus.len(), 1);
 
     // The failed actor's late answer is dropped; everything else is answered once, on GPU 0.
@@ -131,7 +150,10 @@ async fn actors_sharing_a_failed_gpu_are_all_placed_again_on_the_gpu_left() {
     let first = started_on(&mut h, "g1");
     assert_eq!(first.len(), 2);
     let shared = first[0][0];
-    assert!(first.iter().all(|gpus| gpus == &[shared]), "packed: {first:?}");
+    assert!(
+        first.iter().all(|gpus| gpus == &[shared]),
+        "packed: {first:?}"
+    );
     h.load_actors("g1");
     h.send("g1", gpu_failed(shared, XID));
     h.tick();

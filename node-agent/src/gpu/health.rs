@@ -1,0 +1,307 @@
+//! GPUs that fail while the agent runs. An Xid fault, an uncorrectable ECC error or a
+//! kernel's bad memory access leaves a GPU's CUDA context failed for good ("sticky": every
+//! later call on it returns the same error, until the process ends). Left alone, the agent
+//! would keep offering that GPU: each actor started there would fail its load, each task
+//! sent there would spend an attempt, and a job could fail on one bad GPU of a healthy
+//! host. So when an actor on GPUs fails (its load, or a task), its thread asks
+//! [`GpuHealth::check_after_failure`]: each of its GPUs whose context fails twice in a row
+//! is taken out of service in this process, once, and the scheduler is told
+//! (`GpuFailed`, before the failed outcome). From then on the GPU is listed as unavailable
+//! in registrations, left out of heartbeats, and an actor started on it is refused.
+//!
+//! For tests without a GPU, [`FAIL_SIMULATED_GPU_ENV`] makes a simulated GPU fail after a
+//! number of tasks, as a real one does under cuda-emu's `CUDA_EMU_FAULT_AFTER_LAUNCHES`.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use resident_proto::pb;
+
+use super::GpuProbe;
+use crate::uplink::ToScheduler;
+
+/// Fault injection, for testing how a job survives a GPU that fails under it: with
+/// `--simulate-gpus` and this variable set to `GPU:TASKS` (`1:3`), simulated GPU `GPU`
+/// fails during the `TASKS`th task its actors run (that task fails as a GPU's would), and
+/// its context stays failed.
+pub const FAIL_SIMULATED_GPU_ENV: &str = "RESIDENT_FAULT_FAIL_SIMULATED_GPU";
+
+/// What a GPU taken out of service is listed with, after the driver's error.
+const WHAT_TO_DO: &str = "its CUDA context failed while the agent ran and stays failed (an Xid \
+     fault, an uncorrectable ECC error, or a kernel's bad memory access): nothing more runs \
+     on it in this agent process. Check `nvidia-smi -q -d ECC` and the kernel log (`dmesg | \
+     grep -i xid`), then restart the agent to use it again";
+
+/// A simulated GPU set to fail ([`FAIL_SIMULATED_GPU_ENV`]).
+#[derive(Debug)]
+struct InjectedFailure {
+    gpu: u32,
+    after_tasks: u64,
+    tasks: AtomicU64,
+}
+
+impl InjectedFailure {
+    fn parse(spec: &str) -> Result<Self, String> {
+        let parsed = spec
+            .split_once(':')
+            .and_then(|(gpu, tasks)| Some((gpu.trim().parse().ok()?, tasks.trim().parse().ok()?)));
+        match parsed {
+            Some((gpu, after_tasks)) if after_tasks > 0 => Ok(Self {
+                gpu,
+                after_tasks,
+                tasks: AtomicU64::new(0),
+            }),
+            _ => Err(format!(
+                "{FAIL_SIMULATED_GPU_ENV}={spec:?} is not GPU:TASKS (`1:3`: simulated GPU 1 \
+                 fails during its actors' third task)"
+            )),
+        }
+    }
+
+    fn tripped(&self, gpu: u32) -> bool {
+        gpu == self.gpu && self.tasks.load(Ordering::Relaxed) >= self.after_tasks
+    }
+}
+
+/// The GPUs of this agent that failed while it ran, and how to find out (module docs).
+pub struct GpuHealth {
+    probe: std::sync::Arc<dyn GpuProbe>,
+    injected: Option<InjectedFailure>,
+    failed: Mutex<BTreeMap<u32, String>>,
+    outbound: ToScheduler,
+}
+
+impl GpuHealth {
+    /// Checks `probe`'s GPUs, telling the scheduler on `outbound`. With simulated GPUs,
+    /// [`FAIL_SIMULATED_GPU_ENV`] is read here; a malformed value is an error.
+    pub fn new(probe: std::sync::Arc<dyn GpuProbe>, outbound: ToScheduler) -> Result<Self, String> {
+        let injected = std::env::var(FAIL_SIMULATED_GPU_ENV).ok();
+        Self::with_injected_failure(probe, outbound, injected.as_deref())
+    }
+
+    /// [`GpuHealth::new`] with `injected` as the value of [`FAIL_SIMULATED_GPU_ENV`].
+    pub(crate) fn with_injected_failure(
+        probe: std::sync::Arc<dyn GpuProbe>,
+        outbound: ToScheduler,
+        injected: Option<&str>,
+    ) -> Result<Self, String> {
+        let injected = match injected {
+            Some(spec) if probe.simulated() => Some(InjectedFailure::parse(spec)?),
+            Some(_) => {
+                tracing::warn!(
+                    "{FAIL_SIMULATED_GPU_ENV} is set without --simulate-gpus: ignored (on real \
+                     GPUs, cuda-emu's CUDA_EMU_FAULT_AFTER_LAUNCHES injects a GPU failure)"
+                );
+                None
+            }
+            None => None,
+        };
+        Ok(Self {
+            probe,
+            injected,
+            failed: Mutex::new(BTreeMap::new()),
+            outbound,
+        })
+    }
+
+    /// True when the GPUs are simulated: the work itself runs on CPU.
+    pub fn simulated(&self) -> bool {
+        self.probe.simulated()
+    }
+
+    /// Why GPU `gpu` was taken out of service, if it was.
+    pub fn failure(&self, gpu: u32) -> Option<String> {
+        self.failed.lock().expect("failed GPUs").get(&gpu).cloned()
+    }
+
+    /// The GPUs taken out of service, as registrations list them.
+    pub fn failed(&self) -> Vec<pb::UnavailableGpu> {
+        let failed = self.failed.lock().expect("failed GPUs");
+        failed
+            .iter()
+            .map(|(index, reason)| pb::UnavailableGpu {
+                index: *index,
+                reason: reason.clone(),
+            })
+            .collect()
+    }
+
+    /// `gpus` less those taken out of service.
+    pub fn in_service(&self, mut gpus: Vec<pb::GpuInfo>) -> Vec<pb::GpuInfo> {
+        let failed = self.failed.lock().expect("failed GPUs");
+        gpus.retain(|gpu| !failed.contains_key(&gpu.index));
+        gpus
+    }
+
+    /// A task of an actor on `gpus` ends: where an injected failure trips now, or has
+    /// tripped, the error the task fails with (its GPU's context is gone).
+    pub fn injected_task_failure(&self, gpus: &[u32]) -> Option<String> {
+        let injected = self.injected.as_ref()?;
+        if !gpus.contains(&injected.gpu) {
+            return None;
+        }
+        injected.tasks.fetch_add(1, Ordering::Relaxed);
+        injected.tripped(injected.gpu).then(|| {
+            format!(
+                "simulated GPU {} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS",
+                injected.gpu
+            )
+        })
+    }
+
+    /// An actor on `gpus` failed (its load or a task): the first of them that is out of
+    /// service, found now or before, with why. A GPU found failed now is taken out of
+    /// service and the scheduler told, before the caller reports the failure.
+    pub fn check_after_failure(&self, gpus: &[u32]) -> Option<(u32, String)> {
+        for &gpu in gpus {
+            if let Some(reason) = self.failure(gpu) {
+                return Some((gpu, reason));
+            }
+            let Some(error) = self.context_failure(gpu) else {
+                continue;
+            };
+            let reason = format!("{error}: {WHAT_TO_DO}");
+            let mut failed = self.failed.lock().expect("failed GPUs");
+            if failed.contains_key(&gpu) {
+                return Some((gpu, reason));
+            }
+            failed.insert(gpu, reason.clone());
+            tracing::error!(gpu, %error, "GPU failed: taken out of service; the scheduler places its actors elsewhere");
+            let _ = self.outbound.send(pb::AgentMessage {
+                body: Some(pb::agent_message::Body::GpuFailed(pb::GpuFailed {
+                    gpu: Some(pb::UnavailableGpu {
+                        index: gpu,
+                        reason: reason.clone(),
+                    }),
+                })),
+            });
+            return Some((gpu, reason));
+        }
+        None
+    }
+
+    /// The driver's error where GPU `gpu`'s context has failed for good, else `None`.
+    fn context_failure(&self, gpu: u32) -> Option<String> {
+        match &self.injected {
+            Some(injected) if injected.tripped(gpu) => Some(format!(
+                "simulated GPU {gpu} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS"
+            )),
+            _ => self.probe.context_failure(gpu),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// GPUs whose contexts fail as `failing` says.
+    struct Probe {
+        failing: Vec<u32>,
+    }
+
+    impl GpuProbe for Probe {
+        fn gpus(&self) -> Vec<pb::GpuInfo> {
+            (0..4)
+                .map(|index| pb::GpuInfo {
+                    index,
+                    ..Default::default()
+                })
+                .collect()
+        }
+
+        fn simulated(&self) -> bool {
+            false
+        }
+
+        fn context_failure(&self, gpu: u32) -> Option<String> {
+            self.failing.contains(&gpu).then(|| {
+                "an illegal memory access was encountered (CUDA_ERROR_ILLEGAL_ADDRESS)".into()
+            })
+        }
+    }
+
+    fn health(failing: Vec<u32>) -> (GpuHealth, mpsc::UnboundedReceiver<pb::AgentMessage>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let probe = Arc::new(Probe { failing });
+        (GpuHealth::new(probe, tx).unwrap(), rx)
+    }
+
+    /// A failed context takes its GPU out of service once: the scheduler hears of it once,
+    /// with the driver's error and what to do, and the GPU leaves the heartbeats' list.
+    #[test]
+    fn a_failed_gpu_is_taken_out_of_service_once_and_the_scheduler_told() {
+        let (health, mut rx) = health(vec![2]);
+        assert_eq!(
+            health.check_after_failure(&[0, 1]),
+            None,
+            "healthy GPUs stay"
+        );
+        assert!(rx.try_recv().is_err());
+        let (gpu, reason) = health.check_after_failure(&[1, 2]).expect("GPU 2 failed");
+        assert_eq!(gpu, 2);
+        assert!(
+            reason.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && reason.contains("restart the agent")
+        );
+        assert!(
+            reason.len() <= 512,
+            "within the scheduler's limit: {}",
+            reason.len()
+        );
+        let Some(pb::agent_message::Body::GpuFailed(told)) = rx.try_recv().unwrap().body else {
+            panic!("the scheduler is told first");
+        };
+        assert_eq!(told.gpu.unwrap().index, 2);
+        assert_eq!(
+            health.check_after_failure(&[2]).map(|(gpu, _)| gpu),
+            Some(2)
+        );
+        assert!(rx.try_recv().is_err(), "told once");
+        let offered: Vec<u32> = health
+            .in_service(Probe { failing: vec![] }.gpus())
+            .iter()
+            .map(|g| g.index)
+            .collect();
+        assert_eq!(offered, [0, 1, 3]);
+        assert_eq!(health.failed().len(), 1);
+        assert!(health.failure(2).is_some() && health.failure(1).is_none());
+    }
+
+    #[test]
+    fn an_injected_failure_trips_on_its_task_and_stays() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let simulated = crate::gpu::SimulatedGpus::parse("T4:16GiB x2").unwrap();
+        let health =
+            GpuHealth::with_injected_failure(Arc::new(simulated), tx, Some("1:3")).unwrap();
+        assert_eq!(
+            health.injected_task_failure(&[0]),
+            None,
+            "another GPU's tasks count not"
+        );
+        assert_eq!(health.injected_task_failure(&[1]), None);
+        assert_eq!(health.injected_task_failure(&[1]), None);
+        assert!(
+            health
+                .injected_task_failure(&[1])
+                .unwrap()
+                .contains("simulated GPU 1 failed")
+        );
+        assert!(
+            health.injected_task_failure(&[1]).is_some(),
+            "and stays failed"
+        );
+        assert_eq!(
+            health.check_after_failure(&[0, 1]).map(|(gpu, _)| gpu),
+            Some(1)
+        );
+        for wrong in ["1", "x:3", "1:0", "1:-2"] {
+            let error = InjectedFailure::parse(wrong).unwrap_err();
+            assert!(error.contains("GPU:TASKS"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! A GPU that fails under a job (its CUDA context gone, as after an Xid fault), with real
+//! scheduler and agent processes: the agent simulates two GPUs and makes GPU 1 fail during
+//! its actors' 20th task (`RESIDENT_FAULT_FAIL_SIMULATED_GPU`, the stand-in for a GPU's
+//! sticky error; cuda-emu's smoke run does the same through the CUDA path). Every task is
+//! answered once, on GPU 0; GPU 1 is listed as unavailable with why, and nothing is placed
+//! there again, also by a scheduler restarted since (the agent's registration lists it).
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use resident_sdk::{ActorState, Bytes, Cluster, NodeInfo, PoolSpec};
+use resident_tests::{
+    Proc, agent_command, free_port, init_logging, resident_bin, spawn_scheduler, wait_until,
+};
+
+/// Node `node-1`, two simulated T4s, GPU 1 failing during its actors' 20th task.
+fn spawn_agent_whose_gpu_1_fails(url: &str) -> Proc {
+    let child = agent_command(url, "node-1", "T4:16GiB x2", "", &[])
+        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", "1:20")
+        .env("RESIDENT_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn agent");
+    Proc::new("node-1", child)
+}
+
+async fn node_1(cluster: &Cluster) -> Option<NodeInfo> {
+    let nodes = cluster.list_nodes().await.ok()?;
+    nodes.into_iter().find(|n| n.node_id == "node-1")
+}
+
+/// GPU 1 alone is out of service, with the agent's reason.
+fn assert_gpu_1_out_of_service(node: &NodeInfo) {
+    let offered: Vec<u32> = node.gpus.iter().map(|g| g.index).collect();
+    assert_eq!(offered, [0], "{node:?}");
+    assert_eq!(node.unavailable_gpus.len(), 1, "{node:?}");
+    let failed = &node.unavailable_gpus[0];
+    assert_eq!(failed.index, 1);
+    assert!(
+        failed.reason.contains("simulated GPU 1 failed")
+            && failed.reason.contains("restart the agent"),
+        "{}",
+        failed.reason
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (scheduler, url) = spawn_scheduler(port, state.path());
+    let _agent = spawn_agent_whose_gpu_1_fails(&url);
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pool = cluster
+        .create_pool(
+            PoolSpec::new("work", "echo")
+                .replicas(2)
+                .gpus(1.0)
+                .vram_gib(4.0)
+                .config_json(&serde_json::json!({"delay_ms": 5})),
+        )
+        .await
+        .unwrap();
+    pool.wait_ready(Duration::from_secs(10)).await.unwrap();
+
+    let total = 300u32;
+    let inputs = futures::stream::iter((0..total).map(|i| Bytes::from(format!("doc-{i}"))));
+    let mut job = pool.submit("gpu-fault", inputs).await.unwrap();
+    let mut seen = BTreeSet::new();
+    while let Some(result) = job.next().await {
+        let result = result.unwrap();
+        assert_eq!(
+            result.output.as_deref(),
+            Ok(format!("doc-{}", result.seq).as_bytes()),
+            "seq {}",
+            result.seq
+        );
+        assert!(seen.insert(result.seq), "seq {} answered twice", result.seq);
+    }
+    assert_eq!(
+        seen,
+        (0..u64::from(total)).collect(),
+        "every task answered once"
+    );
+    let status = cluster.job_status(&job.job_id).await.unwrap();
+    assert_eq!((status.succeeded, status.failed), (u64::from(total), 0));
+
+    assert_gpu_1_out_of_service(&node_1(&cluster).await.expect("node-1"));
+    let actors = cluster.list_actors().await.unwrap();
+    let ready: Vec<_> = actors
+        .iter()
+        .filter(|a| a.state == ActorState::Ready)
+        .collect();
+    assert_eq!(
+        ready.len(),
+        1,
+        "one whole-GPU actor on the GPU left: {actors:?}"
+    );
+    assert!(
+        actors.iter().all(|a| !a.gpu_indices.contains(&1)),
+        "{actors:?}"
+    );
+    let table = Command::new(resident_bin())
+        .args(["status", "--cluster", &url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains(
+            "node-1: GPU 1 is unavailable, so no actor is placed there: simulated GPU 1 failed"
+        ),
+        "{table}"
+    );
+
+    // A restarted scheduler hears of GPU 1 from the agent's registration.
+    drop(scheduler);
+    let (_scheduler, again) = spawn_scheduler(port, state.path());
+    assert_eq!(again, url);
+    let cluster = Cluster::connect(&url).await.unwrap();
+    let node = wait_until("node-1 back", Duration::from_secs(20), || async {
+        node_1(&cluster).await.filter(|node| node.alive)
+    })
+    .await;
+    assert_gpu_1_out_of_service(&node);
+}
