@@ -127,6 +127,15 @@ impl Core {
         for actor in hosted {
             first_crashes.extend(self.lose_actor_blaming(actor, event, why, blame));
         }
+        // What the lost actors held is queued again: an idle actor elsewhere takes it now,
+        // not at the next answer or submission (with every other actor idle, none comes).
+        let pools: std::collections::BTreeSet<_> = hosted
+            .iter()
+            .map(|id| self.actors[id].pool.clone())
+            .collect();
+        for pool in &pools {
+            self.dispatch_pool(pool);
+        }
         if event != ActorEvent::HostDied {
             return;
         }

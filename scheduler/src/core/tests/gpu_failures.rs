@@ -171,3 +171,47 @@ async fn a_failure_reason_past_the_limit_is_cut_on_a_character_boundary() {
     assert!(reason.len() <= MAX_GPU_REASON_BYTES);
     assert!(reason.len() >= MAX_GPU_REASON_BYTES - 1);
 }
+
+/// The tasks a lost host held go to an idle actor elsewhere at once, not at the next event:
+/// with every other actor idle, nothing else would send them.
+#[tokio::test(start_paused = true)]
+async fn a_lost_hosts_tasks_go_at_once_to_an_idle_actor() {
+    for gpu_fails in [true, false] {
+        let mut h = Harness::new(CoreConfig::for_test());
+        h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+        h.create_pool(whole_gpu_pool("p", 2));
+        h.load_actors("g1");
+        let (job, mut rx) = h.open_job("p");
+        h.submit(&job, 0..2);
+        let running = run_tasks(&sent(h.agent("g1")));
+        assert_eq!(running.len(), 2);
+        let gpu_of = |h: &Harness, task: &pb::RunTask| {
+            h.core.actors[&ActorId::new(task.actor_id.clone())]
+                .assignment
+                .as_ref()
+                .unwrap()
+                .gpus[0]
+        };
+        let (on1, on0): (Vec<_>, Vec<_>) = running.into_iter().partition(|t| gpu_of(&h, t) == 1);
+        h.outcome("g1", &on0[0], Ok("fine"));
+        assert_eq!(results(&mut rx).len(), 1);
+        if gpu_fails {
+            h.send("g1", gpu_failed(1, XID));
+        } else {
+            // The same through a lost dispatch: the agent answers that the actor is gone.
+            let outcome = pb::TaskOutcome {
+                task_id: on1[0].task_id,
+                dispatch: on1[0].dispatch,
+                actor_id: on1[0].actor_id.clone(),
+                result: Some(pb::task_outcome::Result::Error("gone".into())),
+                not_run: true,
+                ..Default::default()
+            };
+            h.send("g1", pb::agent_message::Body::TaskOutcome(outcome));
+        }
+        let again = run_tasks(&sent(h.agent("g1")));
+        assert_eq!(again.len(), 1, "gpu fails: {gpu_fails}");
+        assert_eq!(again[0].key, on1[0].key);
+        assert_eq!(again[0].actor_id, on0[0].actor_id);
+    }
+}

@@ -259,3 +259,27 @@ async fn a_task_that_never_reached_its_actor_spends_no_attempt() {
     assert_eq!(results(&mut rx).len(), 1);
     assert_eq!(h.job(&job).succeeded, 1);
 }
+
+/// A node that dies with a task while the pool's other actor idles: the task goes to that
+/// actor at once (it waited for the next answer or submission before, and none came).
+#[tokio::test(start_paused = true)]
+async fn a_dead_nodes_task_goes_at_once_to_an_idle_actor_elsewhere() {
+    let mut h = Harness::new(CoreConfig::for_test());
+    for node in ["n1", "n2"] {
+        h.add_node(node, vec![]);
+    }
+    h.create_pool(cpu_pool("p", 2, 1));
+    for node in ["n1", "n2"] {
+        h.load_actors(node);
+    }
+    let (job, mut rx) = h.open_job("p");
+    h.submit(&job, 0..2);
+    let on_n1 = run_tasks(&sent(h.agent("n1"))).remove(0);
+    let on_n2 = run_tasks(&sent(h.agent("n2"))).remove(0);
+    h.outcome("n2", &on_n2, Ok("fine"));
+    assert_eq!(results(&mut rx).len(), 1);
+    h.host_dies("n1");
+    let again = run_tasks(&sent(h.agent("n2")));
+    assert_eq!(again.len(), 1, "sent to n2's idle actor at once");
+    assert_eq!(again[0].key, on_n1.key);
+}
