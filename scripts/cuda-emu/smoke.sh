@@ -132,6 +132,18 @@ step "GPU 1 alone embedded" python3 scripts/cuda-emu/gpu-checks.py used \
   "$work/embedded-gpu1/report.json" 1
 step "GPU 1's vectors are GPU 0's" cmp "$work/embedded/embeddings.npy" \
   "$work/embedded-gpu1/embeddings.npy"
+# GPU 1's context fails for good partway through the job (as after an Xid fault: cuda-emu
+# fails every later call on it): the agent takes GPU 1 out of service, its chunks go to GPU 0,
+# and the job ends with the vectors of one GPU, none lost.
+for launch in 50 150 300; do
+  step "resident embed, GPU 1 failing at its launch $launch" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:$launch \
+    timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
+    --output '$work/embedded-fault-$launch' --chunk-size 1 2> '$work/embed-fault-$launch.log'"
+  said "the agent took GPU 1 out of service ($launch)" "$work/embed-fault-$launch.log" \
+    "GPU failed: taken out of service"
+  step "GPU 1's failure at $launch lost no vector" cmp "$work/embedded/embeddings.npy" \
+    "$work/embedded-fault-$launch/embeddings.npy"
+done
 unset CUDA_EMU_DEVICES
 
 # A T4 (compute capability 7.5): auto is f16, bf16 is refused with what to use.

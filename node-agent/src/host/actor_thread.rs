@@ -367,10 +367,12 @@ impl TaskAnswers for ActorThread {
             ),
             (other, None) => other,
         };
-        // A GPU that failed under the task is reported ahead of its outcome, so that the
-        // scheduler blames the GPU and places the actor elsewhere (HD-6).
-        if result.as_ref().is_err_and(|error| !error.permanent) {
-            self.check_gpus();
+        // A GPU that failed under the task is reported instead of its outcome: the scheduler
+        // blames the GPU, takes back every task of the actors there and places them
+        // elsewhere (HD-6), so the outcome would only be refused as stale. (A scheduler
+        // that does not know `GpuFailed` takes them back at the actor's death, next.)
+        if result.as_ref().is_err_and(|error| !error.permanent) && self.check_gpus().is_some() {
+            return true;
         }
         let permanent = result.as_ref().err().is_some_and(|e| e.permanent);
         let crashed = result.as_ref().err().is_some_and(|e| e.panicked);
