@@ -75,14 +75,17 @@ impl Pool {
         Ok(status.into_inner().into())
     }
 
-    /// Waits until every replica is ready. Fails early when every actor is dead, and on
-    /// timeout says why actors are not ready (placement refusal or load errors).
+    /// Waits until every replica is ready, or every one that can be: an actor that lost its
+    /// place to a failure while it loaded (its GPU or its node failed) and has nowhere to go
+    /// now does not hold the pool up once another is ready, as such a loss does not stop a
+    /// running job. Fails early when every actor is dead, and on timeout says why actors
+    /// are not ready (placement refusal or load errors).
     pub async fn wait_ready(&self, timeout: Duration) -> Result<PoolStatus, SdkError> {
         let deadline = Instant::now() + timeout;
         loop {
             let status = self.status().await?;
             let replicas = status.replicas();
-            if status.ready_actors >= replicas {
+            if status.ready_actors >= replicas || ready_but_for_lost_places(&status) {
                 return Ok(status);
             }
             let errors: Vec<&str> = status
@@ -272,5 +275,81 @@ impl CallSession {
             Some(Err(error)) => Err(error),
             None => Err(SdkError::Unavailable("call session closed".into())),
         }
+    }
+}
+
+/// Whether the pool is as ready as it can be now: some actor is ready, and every other one
+/// failed after it was placed (it spent a restart) and cannot be placed again for now
+/// (placement says why). A pool that never had room for its replicas keeps waiting.
+fn ready_but_for_lost_places(status: &PoolStatus) -> bool {
+    status.ready_actors > 0
+        && status.unplaced_reason.is_some()
+        && status.actors.iter().all(|actor| match actor.state {
+            ActorState::Ready => true,
+            ActorState::Pending => actor.restarts > 0,
+            _ => false,
+        })
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::*;
+    use crate::PoolSpec;
+
+    fn actor(state: ActorState, restarts: u32) -> crate::info::ActorInfo {
+        crate::info::ActorInfo {
+            actor_id: resident_proto::ActorId::new("a"),
+            pool: resident_proto::PoolName::new("p"),
+            node_id: None,
+            gpu_indices: Vec::new(),
+            gpu_fraction: 1.0,
+            state,
+            model_loads: 0,
+            restarts,
+            vram_bytes: 0,
+            in_flight: 0,
+            tasks_done: 0,
+            error: None,
+        }
+    }
+
+    fn pool(actors: Vec<crate::info::ActorInfo>, unplaced: bool) -> PoolStatus {
+        PoolStatus {
+            spec: PoolSpec::new("p", "echo").replicas(actors.len() as u32),
+            ready_actors: actors
+                .iter()
+                .filter(|a| a.state == ActorState::Ready)
+                .count() as u32,
+            actors,
+            unplaced_reason: unplaced.then(|| "no GPU with room".to_owned()),
+        }
+    }
+
+    /// An actor that lost its GPU while it loaded, with nowhere to go, does not hold up a
+    /// pool with a ready actor; one that never had a place, one still loading, or a pool
+    /// with no ready actor do.
+    #[test]
+    fn only_actors_that_lost_their_place_to_a_failure_are_not_waited_for() {
+        use ActorState::{Pending, Ready, Starting};
+        assert!(ready_but_for_lost_places(&pool(
+            vec![actor(Ready, 0), actor(Pending, 1)],
+            true
+        )));
+        assert!(!ready_but_for_lost_places(&pool(
+            vec![actor(Ready, 0), actor(Pending, 0)],
+            true
+        )));
+        assert!(!ready_but_for_lost_places(&pool(
+            vec![actor(Ready, 0), actor(Pending, 1)],
+            false
+        )));
+        assert!(!ready_but_for_lost_places(&pool(
+            vec![actor(Ready, 0), actor(Starting, 1)],
+            true
+        )));
+        assert!(!ready_but_for_lost_places(&pool(
+            vec![actor(Pending, 1), actor(Pending, 1)],
+            true
+        )));
     }
 }

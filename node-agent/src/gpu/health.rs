@@ -23,8 +23,8 @@ use crate::uplink::ToScheduler;
 
 /// Fault injection, for testing how a job survives a GPU that fails under it: with
 /// `--simulate-gpus` and this variable set to `GPU:TASKS` (`1:3`), simulated GPU `GPU`
-/// fails during the `TASKS`th task its actors run (that task fails as a GPU's would), and
-/// its context stays failed.
+/// fails during the `TASKS`th task its actors run (that task fails as a GPU's would), or
+/// during the first load there with `TASKS` 0, and its context stays failed.
 pub const FAIL_SIMULATED_GPU_ENV: &str = "RESIDENT_FAULT_FAIL_SIMULATED_GPU";
 
 /// What a GPU taken out of service is listed with, after the driver's error.
@@ -47,14 +47,14 @@ impl InjectedFailure {
             .split_once(':')
             .and_then(|(gpu, tasks)| Some((gpu.trim().parse().ok()?, tasks.trim().parse().ok()?)));
         match parsed {
-            Some((gpu, after_tasks)) if after_tasks > 0 => Ok(Self {
+            Some((gpu, after_tasks)) => Ok(Self {
                 gpu,
                 after_tasks,
                 tasks: AtomicU64::new(0),
             }),
             _ => Err(format!(
                 "{FAIL_SIMULATED_GPU_ENV}={spec:?} is not GPU:TASKS (`1:3`: simulated GPU 1 \
-                 fails during its actors' third task)"
+                 fails during its actors' third task; `1:0`: during its first load)"
             )),
         }
     }
@@ -145,6 +145,19 @@ impl GpuHealth {
         injected.tripped(injected.gpu).then(|| {
             format!(
                 "simulated GPU {} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS",
+                injected.gpu
+            )
+        })
+    }
+
+    /// An actor on `gpus` loads: where an injected failure fails its GPU during loads
+    /// (`GPU:0`), the error the load fails with.
+    pub fn injected_load_failure(&self, gpus: &[u32]) -> Option<String> {
+        let injected = self.injected.as_ref()?;
+        (injected.after_tasks == 0 && gpus.contains(&injected.gpu)).then(|| {
+            format!(
+                "simulated GPU {} failed while loading ({FAIL_SIMULATED_GPU_ENV}): \
+                 CUDA_ERROR_ILLEGAL_ADDRESS",
                 injected.gpu
             )
         })
@@ -299,7 +312,8 @@ mod tests {
             health.check_after_failure(&[0, 1]).map(|(gpu, _)| gpu),
             Some(1)
         );
-        for wrong in ["1", "x:3", "1:0", "1:-2"] {
+        assert_eq!(health.injected_load_failure(&[1]), None, "tasks, not loads");
+        for wrong in ["1", "x:3", "1:-2", "1:"] {
             let error = InjectedFailure::parse(wrong).unwrap_err();
             assert!(error.contains("GPU:TASKS"), "{error}");
         }

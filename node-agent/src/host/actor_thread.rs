@@ -266,9 +266,12 @@ impl ActorThread {
         // The scheduler checked the config's bounds at pool creation; a config from an
         // older scheduler, or one restored from its store, is checked again before it sizes
         // anything.
-        let loaded = match resident_actor::limits::check_config(self.kind.name(), &context.config) {
-            Err(refused) => Ok(Err(BackendError::InvalidConfig(refused.to_string()))),
-            Ok(()) => catch_unwind(AssertUnwindSafe(|| self.kind.load(context))),
+        let config = resident_actor::limits::check_config(self.kind.name(), &context.config);
+        let injected = self.gpus.health.injected_load_failure(&self.gpus.indices);
+        let loaded = match (config, injected) {
+            (Err(refused), _) => Ok(Err(BackendError::InvalidConfig(refused.to_string()))),
+            (Ok(()), Some(injected)) => Ok(Err(BackendError::Load(injected))),
+            (Ok(()), None) => catch_unwind(AssertUnwindSafe(|| self.kind.load(context))),
         };
         let failed = match loaded {
             Ok(Ok(backend)) => Ok(backend),

@@ -15,10 +15,11 @@ use resident_tests::{
     Proc, agent_command, free_port, init_logging, resident_bin, spawn_scheduler, wait_until,
 };
 
-/// Node `node-1`, two simulated T4s, GPU 1 failing during its actors' 20th task.
-fn spawn_agent_whose_gpu_1_fails(url: &str) -> Proc {
+/// Node `node-1`, two simulated T4s, GPU 1 failing during its actors' `task`th task (0:
+/// during its first load).
+fn spawn_agent_whose_gpu_1_fails(url: &str, task: u32) -> Proc {
     let child = agent_command(url, "node-1", "T4:16GiB x2", "", &[])
-        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", "1:20")
+        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", format!("1:{task}"))
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -46,14 +47,8 @@ fn assert_gpu_1_out_of_service(node: &NodeInfo) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
-    init_logging();
-    let state = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let (scheduler, url) = spawn_scheduler(port, state.path());
-    let _agent = spawn_agent_whose_gpu_1_fails(&url);
-    let cluster = Cluster::connect(&url).await.unwrap();
+/// A pool of two whole-GPU echo actors runs 300 tasks: each answered once, none failed.
+async fn run_300_tasks_on_two_whole_gpu_actors(cluster: &Cluster) {
     cluster
         .wait_for_nodes(1, Duration::from_secs(10))
         .await
@@ -91,6 +86,40 @@ async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
     );
     let status = cluster.job_status(&job.job_id).await.unwrap();
     assert_eq!((status.succeeded, status.failed), (u64::from(total), 0));
+}
+
+/// GPU 1 fails while its actor loads: the pool is ready with the actor on GPU 0 (the other
+/// has nowhere to go), rather than waiting out its load timeout, and the job runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_fails_while_its_actor_loads_leaves_the_pool_ready_on_the_other() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let _agent = spawn_agent_whose_gpu_1_fails(&url, 0);
+    let cluster = Cluster::connect(&url).await.unwrap();
+    run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
+    assert_gpu_1_out_of_service(&node_1(&cluster).await.expect("node-1"));
+    let actors = cluster.list_actors().await.unwrap();
+    let waiting: Vec<_> = actors
+        .iter()
+        .filter(|a| a.state != ActorState::Ready)
+        .collect();
+    assert_eq!(waiting.len(), 1, "{actors:?}");
+    assert_eq!(
+        waiting[0].restarts, 1,
+        "its load on the failed GPU spent a restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (scheduler, url) = spawn_scheduler(port, state.path());
+    let _agent = spawn_agent_whose_gpu_1_fails(&url, 20);
+    let cluster = Cluster::connect(&url).await.unwrap();
+    run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
 
     assert_gpu_1_out_of_service(&node_1(&cluster).await.expect("node-1"));
     let actors = cluster.list_actors().await.unwrap();
