@@ -111,15 +111,23 @@ impl ActorHost {
         });
     }
 
-    /// Starts an actor thread; it loads the model and reports READY or DEAD. An actor
-    /// placed on a GPU that failed here (the scheduler had not heard yet) is refused.
-    pub fn start(&mut self, start: pb::StartActor) {
-        let failed_gpu = start
+    /// Refuses `start` when it names a GPU that failed here; whether it did.
+    fn refused_on_failed_gpu(&self, start: &pb::StartActor) -> bool {
+        let failed = start
             .gpu_indices
             .iter()
             .find_map(|&gpu| Some((gpu, self.gpu_health.failure(gpu)?)));
-        if let Some((gpu, reason)) = failed_gpu {
-            self.refuse_start(&start, &format!("GPU {gpu} of this node failed: {reason}"));
+        let Some((gpu, reason)) = failed else {
+            return false;
+        };
+        self.refuse_start(start, &format!("GPU {gpu} of this node failed: {reason}"));
+        true
+    }
+
+    /// Starts an actor thread; it loads the model and reports READY or DEAD. An actor
+    /// placed on a GPU that failed here (the scheduler had not heard yet) is refused.
+    pub fn start(&mut self, start: pb::StartActor) {
+        if self.refused_on_failed_gpu(&start) {
             return;
         }
         let actor_id = ActorId::new(start.actor_id.clone());
