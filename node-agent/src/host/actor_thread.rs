@@ -220,7 +220,8 @@ struct ActorThread {
     outbound: ToScheduler,
     progress: TaskProgress,
     gpus: ActorGpus,
-    /// Set when one of its GPUs failed under it: it answers what it holds, then dies.
+    /// Set when one of its GPUs failed under it: it sends no more outcomes (the scheduler
+    /// took its tasks back on `GpuFailed`) and dies after the run in hand.
     gpu_failure: OnceLock<String>,
 }
 
