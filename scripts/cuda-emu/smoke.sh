@@ -144,6 +144,15 @@ for launch in 50 150 300; do
   step "GPU 1's failure at $launch lost no vector" cmp "$work/embedded/embeddings.npy" \
     "$work/embedded-fault-$launch/embeddings.npy"
 done
+# The same mid-run for generation's continuous batch (its run ends with the model's error).
+step "resident generate, GPU 1 failing at its launch 1500" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:1500 \
+  timeout 600 '$bins/resident' generate --input '$work/docs.jsonl' --model '$gguf' \
+  --output '$work/generated-fault' --max-new-tokens 6 --prompt 'Summarise: {text}' \
+  --chunk-size 1 2> '$work/generate-fault.log'"
+said "the agent took GPU 1 out of service (generate)" "$work/generate-fault.log" \
+  "GPU failed: taken out of service"
+step "GPU 1's failure lost no generation" python3 scripts/cuda-emu/gpu-checks.py same \
+  "$work/generated/generations.jsonl" "$work/generated-fault/generations.jsonl"
 unset CUDA_EMU_DEVICES
 
 # A T4 (compute capability 7.5): auto is f16, bf16 is refused with what to use.

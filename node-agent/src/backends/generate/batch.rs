@@ -22,13 +22,14 @@ use crate::backends::TaskProgress;
 use crate::backends::typed::{Reply, RequestFeed};
 
 /// Runs the tasks `tasks` hands over until none is running and none is at hand, halving
-/// `limits` when the device runs out of memory. A task the model fails is answered with
-/// the error.
+/// `limits` when the device runs out of memory. Another error of the model ends the run
+/// with it: the host fails the tasks left unanswered (retried elsewhere, unless the error
+/// is permanent), and checks the actor's GPU first (a failed GPU is taken out of service).
 pub(super) fn run_tasks(
     model: &mut GenerateModel,
     limits: &mut StepLimits,
     tasks: &mut dyn RequestFeed<Generate>,
-) {
+) -> Result<(), ModelError> {
     let model: &GenerateModel = model;
     let mut feed = TaskGroups {
         model,
@@ -40,7 +41,7 @@ pub(super) fn run_tasks(
     loop {
         let outcome = model.generate_fed(*limits, &mut feed);
         match outcome {
-            Ok(()) => return,
+            Ok(()) => return Ok(()),
             Err(ModelError::OutOfMemory(message)) if limits.max_sequences > 1 => {
                 *limits = StepLimits {
                     kv_blocks: limits.kv_blocks,
@@ -56,10 +57,7 @@ pub(super) fn run_tasks(
                 );
                 feed.run_again();
             }
-            Err(error) => {
-                feed.fail_all(&error.to_string());
-                return;
-            }
+            Err(error) => return Err(error),
         }
     }
 }
@@ -92,16 +90,6 @@ impl TaskGroups<'_> {
             self.again.push_front(task);
         }
         self.groups_given = 0;
-    }
-
-    /// Answers every task taken and not yet answered with `error`.
-    fn fail_all(&mut self, error: &str) {
-        let mut unanswered: Vec<(usize, Running)> = self.by_group.drain().collect();
-        unanswered.sort_unstable_by_key(|(group, _)| *group);
-        let tasks = unanswered.into_iter().map(|(_, task)| task);
-        for task in tasks.chain(self.again.drain(..)) {
-            self.tasks.answer(task.number, Err(error.to_owned()));
-        }
     }
 }
 

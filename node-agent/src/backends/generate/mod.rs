@@ -281,7 +281,6 @@ impl TypedActor for GenerateActor {
             Some(threads) => threads.install(|| batch::run_tasks(model, limits, feed)),
             None => batch::run_tasks(model, limits, feed),
         }
-        Ok(())
     }
 }
 
