@@ -127,6 +127,21 @@ impl Core {
         for actor in hosted {
             first_crashes.extend(self.lose_actor_blaming(actor, event, why, blame));
         }
+        if event == ActorEvent::HostDied {
+            // HD-4: the whole host's restarts ride on each of its tasks' first crash.
+            let charged: Vec<_> = hosted
+                .iter()
+                .filter(|id| self.actors[*id].restart_spent_on_host)
+                .cloned()
+                .collect();
+            for task in first_crashes {
+                if let Some(task) = self.tasks.get_mut(&task)
+                    && task.crashes == 1
+                {
+                    task.first_crash_victims = charged.clone();
+                }
+            }
+        }
         // What the lost actors held is queued again: an idle actor elsewhere takes it now,
         // not at the next answer or submission (with every other actor idle, none comes).
         let pools: std::collections::BTreeSet<_> = hosted
@@ -135,22 +150,6 @@ impl Core {
             .collect();
         for pool in &pools {
             self.dispatch_pool(pool);
-        }
-        if event != ActorEvent::HostDied {
-            return;
-        }
-        // HD-4: the whole host's restarts ride on each of its tasks' first crash.
-        let charged: Vec<_> = hosted
-            .iter()
-            .filter(|id| self.actors[*id].restart_spent_on_host)
-            .cloned()
-            .collect();
-        for task in first_crashes {
-            if let Some(task) = self.tasks.get_mut(&task)
-                && task.crashes == 1
-            {
-                task.first_crash_victims = charged.clone();
-            }
         }
     }
 }
