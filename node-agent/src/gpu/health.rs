@@ -59,8 +59,17 @@ impl InjectedFailure {
         }
     }
 
+    /// Whether GPU `gpu` is the one set to fail, and has failed.
     fn tripped(&self, gpu: u32) -> bool {
         gpu == self.gpu && self.tasks.load(Ordering::Relaxed) >= self.after_tasks
+    }
+
+    /// The error its GPU's work fails with.
+    fn error(&self) -> String {
+        format!(
+            "simulated GPU {} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS",
+            self.gpu
+        )
     }
 }
 
@@ -142,25 +151,14 @@ impl GpuHealth {
             return None;
         }
         injected.tasks.fetch_add(1, Ordering::Relaxed);
-        injected.tripped(injected.gpu).then(|| {
-            format!(
-                "simulated GPU {} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS",
-                injected.gpu
-            )
-        })
+        injected.tripped(injected.gpu).then(|| injected.error())
     }
 
     /// An actor on `gpus` loads: where an injected failure fails its GPU during loads
     /// (`GPU:0`), the error the load fails with.
     pub fn injected_load_failure(&self, gpus: &[u32]) -> Option<String> {
         let injected = self.injected.as_ref()?;
-        (injected.after_tasks == 0 && gpus.contains(&injected.gpu)).then(|| {
-            format!(
-                "simulated GPU {} failed while loading ({FAIL_SIMULATED_GPU_ENV}): \
-                 CUDA_ERROR_ILLEGAL_ADDRESS",
-                injected.gpu
-            )
-        })
+        (injected.after_tasks == 0 && gpus.contains(&injected.gpu)).then(|| injected.error())
     }
 
     /// An actor on `gpus` failed (its load or a task): the first of them that is out of
@@ -176,8 +174,9 @@ impl GpuHealth {
             };
             let reason = format!("{error}: {WHAT_TO_DO}");
             let mut failed = self.failed.lock().expect("failed GPUs");
-            if failed.contains_key(&gpu) {
-                return Some((gpu, reason));
+            if let Some(first) = failed.get(&gpu) {
+                // Another actor's check took it out of service meanwhile.
+                return Some((gpu, first.clone()));
             }
             failed.insert(gpu, reason.clone());
             tracing::error!(gpu, %error, "GPU failed: taken out of service; the scheduler places its actors elsewhere");
@@ -197,9 +196,7 @@ impl GpuHealth {
     /// The driver's error where GPU `gpu`'s context has failed for good, else `None`.
     fn context_failure(&self, gpu: u32) -> Option<String> {
         match &self.injected {
-            Some(injected) if injected.tripped(gpu) => Some(format!(
-                "simulated GPU {gpu} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS"
-            )),
+            Some(injected) if injected.tripped(gpu) => Some(injected.error()),
             _ => self.probe.context_failure(gpu),
         }
     }
