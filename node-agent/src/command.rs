@@ -28,7 +28,7 @@ use resident_storage::model_source::hf_hub_cache_dir;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::ActorKindRegistry;
-use crate::gpu::{self, GpuProbe, SimulatedGpus};
+use crate::gpu::{self, GpuProbe, RestartAfterGpuFailure, SimulatedGpus};
 use crate::model_cache::default_model_cache_dir;
 use crate::{AgentConfig, parse_labels, run_agent};
 
@@ -85,6 +85,18 @@ pub struct AgentArgs {
     /// terminationGracePeriodSeconds, systemd's TimeoutStopSec, a spot's 2 minutes).
     #[arg(long, env = "RESIDENT_DRAIN_TIMEOUT", default_value = "90s", value_parser = humantime::parse_duration)]
     drain_timeout: std::time::Duration,
+    /// When GPUs fail while the agent runs (an Xid fault, an ECC error: their CUDA contexts
+    /// stay failed until the process ends), drain and exit with an error so the service
+    /// manager (Kubernetes, systemd's Restart=always) starts the agent again with fresh
+    /// contexts: `all` once every GPU it offered has failed, `any` at the first (the
+    /// healthy GPUs' actors reload), `never` to run on with what is left.
+    #[arg(
+        long,
+        env = "RESIDENT_RESTART_AFTER_GPU_FAILURE",
+        value_enum,
+        default_value = "all"
+    )]
+    restart_after_gpu_failure: RestartAfterGpuFailure,
     /// Serve `grpc.health.v1` in plaintext on this address: `""` is SERVING while the
     /// process runs, `resident.v1.NodeAgentService` while it is registered with a scheduler.
     #[arg(long, env = "RESIDENT_HEALTH_LISTEN")]
@@ -194,6 +206,7 @@ pub async fn run(
     config.keepalive = args.scheduler_keepalive;
     config.actor_grace = args.actor_grace;
     config.drain_timeout = args.drain_timeout;
+    config.restart_after_gpu_failure = args.restart_after_gpu_failure;
     config.credentials = client_credentials(args.ca.as_deref(), args.token.clone())?
         .allow_token_over_plaintext(args.insecure);
     if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {

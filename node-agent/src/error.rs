@@ -32,6 +32,10 @@ pub enum AgentError {
     /// The scheduler ended the session.
     #[error("scheduler closed the session")]
     SessionClosed,
+    /// GPUs failed as `--restart-after-gpu-failure` says: the agent drained and stopped, to
+    /// be started again (why, and what to check).
+    #[error("{0}")]
+    RestartForFailedGpus(String),
     /// The registration went unanswered for this long.
     #[error("the scheduler did not answer the registration within {0:?}")]
     RegisterTimeout(std::time::Duration),

@@ -9,16 +9,21 @@
 //! (`GpuFailed`, before the failed outcome). From then on the GPU is listed as unavailable
 //! in registrations, left out of heartbeats, and an actor started on it is refused.
 //!
+//! A failed GPU comes back only with a new agent process: [`RestartAfterGpuFailure`] says
+//! when the agent drains and exits for its service manager to start it again.
+//!
 //! For tests without a GPU, [`FAIL_SIMULATED_GPU_ENV`] makes a simulated GPU fail after a
 //! number of tasks, as a real one does under cuda-emu's `CUDA_EMU_FAULT_AFTER_LAUNCHES`.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use resident_proto::pb;
+use tokio_util::sync::CancellationToken;
 
 use super::GpuProbe;
+use super::restart::RestartAfterGpuFailure;
 use crate::uplink::ToScheduler;
 
 /// Fault injection, for testing how a job survives a GPU that fails under it: with
@@ -79,6 +84,14 @@ pub struct GpuHealth {
     injected: Option<InjectedFailure>,
     failed: Mutex<BTreeMap<u32, String>>,
     outbound: ToScheduler,
+    /// The GPUs offered at start: those the restart policy counts.
+    offered: BTreeSet<u32>,
+    restart: RestartAfterGpuFailure,
+    /// Cancelled when the restart policy says the agent restarts: the session drains and
+    /// ends.
+    stop: CancellationToken,
+    /// Why the agent restarts, once it does.
+    restart_reason: OnceLock<String>,
 }
 
 impl GpuHealth {
@@ -106,12 +119,30 @@ impl GpuHealth {
             }
             None => None,
         };
+        let offered = probe.gpus().iter().map(|gpu| gpu.index).collect();
         Ok(Self {
             probe,
             injected,
             failed: Mutex::new(BTreeMap::new()),
             outbound,
+            offered,
+            restart: RestartAfterGpuFailure::Never,
+            stop: CancellationToken::new(),
+            restart_reason: OnceLock::new(),
         })
+    }
+
+    /// Restarts the agent as `policy` says: cancels `stop` once it is due.
+    pub fn restart_when(mut self, policy: RestartAfterGpuFailure, stop: CancellationToken) -> Self {
+        self.restart = policy;
+        self.stop = stop;
+        self
+    }
+
+    /// Why the agent drains and exits to be started again, once its GPUs' failures made the
+    /// restart policy say so.
+    pub fn restart_reason(&self) -> Option<&str> {
+        self.restart_reason.get().map(String::as_str)
     }
 
     /// True when the GPUs are simulated: the work itself runs on CPU.
@@ -188,9 +219,41 @@ impl GpuHealth {
                     }),
                 })),
             });
+            self.restart_if_due(&failed, gpu, &error);
             return Some((gpu, reason));
         }
         None
+    }
+
+    /// GPU `gpu` failed with `error`, leaving `failed` out of service: where the restart
+    /// policy says so, the agent drains and exits (once).
+    fn restart_if_due(&self, failed: &BTreeMap<u32, String>, gpu: u32, error: &str) {
+        if !self.restart.restart_due(&self.offered, failed) {
+            return;
+        }
+        let which = match self.restart {
+            RestartAfterGpuFailure::All if self.offered.len() > 1 => "every GPU it offered",
+            RestartAfterGpuFailure::All => "its GPU",
+            _ => "a GPU",
+        };
+        let gpus: Vec<String> = failed.keys().map(u32::to_string).collect();
+        let gpus = match gpus.len() {
+            1 => format!("GPU {}", gpus[0]),
+            _ => format!("GPUs {}", gpus.join(", ")),
+        };
+        let reason = format!(
+            "this agent restarts: {which} failed while it ran ({gpus}; the last, GPU {gpu}: \
+             {error}), and a failed CUDA context comes back only in a new process. It drained \
+             and exited for its service manager (Kubernetes, systemd's Restart=always) to start \
+             it again; if a GPU still fails, check `nvidia-smi -q -d ECC` and `dmesg | grep -i \
+             xid` (--restart-after-gpu-failure {}; `never` keeps the agent running without \
+             them)",
+            self.restart.as_flag()
+        );
+        if self.restart_reason.set(reason.clone()).is_ok() {
+            tracing::error!(%reason, "draining, then exiting to be restarted");
+            self.stop.cancel();
+        }
     }
 
     /// The driver's error where GPU `gpu`'s context has failed for good, else `None`.
@@ -280,6 +343,49 @@ mod tests {
         assert_eq!(offered, [0, 1, 3]);
         assert_eq!(health.failed().len(), 1);
         assert!(health.failure(2).is_some() && health.failure(1).is_none());
+    }
+
+    /// The agent restarts once its restart policy is due, and not before: `all` after the
+    /// last of its four GPUs, `any` at the first; with why and what to check.
+    #[test]
+    fn the_restart_policy_stops_the_agent_once_it_is_due() {
+        let stopped = |policy| {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let stop = CancellationToken::new();
+            let probe = Arc::new(Probe {
+                failing: vec![0, 1, 2, 3],
+            });
+            let health = GpuHealth::new(probe, tx)
+                .unwrap()
+                .restart_when(policy, stop.clone());
+            let mut failures = 0;
+            while !stop.is_cancelled() && failures < 4 {
+                assert!(health.restart_reason().is_none());
+                health.check_after_failure(&[failures]);
+                failures += 1;
+            }
+            (failures, health.restart_reason().map(str::to_owned))
+        };
+        let (failures, reason) = stopped(RestartAfterGpuFailure::All);
+        assert_eq!(failures, 4);
+        let reason = reason.expect("stopped after the last GPU");
+        for part in [
+            "every GPU it offered failed",
+            "GPUs 0, 1, 2, 3",
+            "CUDA_ERROR_ILLEGAL_ADDRESS",
+            "--restart-after-gpu-failure all",
+        ] {
+            assert!(reason.contains(part), "{part}: {reason}");
+        }
+        let (failures, reason) = stopped(RestartAfterGpuFailure::Any);
+        assert_eq!(failures, 1);
+        assert!(
+            reason
+                .unwrap()
+                .contains("a GPU failed while it ran (GPU 0;")
+        );
+        let (failures, reason) = stopped(RestartAfterGpuFailure::Never);
+        assert_eq!((failures, reason), (4, None));
     }
 
     #[test]

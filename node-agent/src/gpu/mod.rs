@@ -4,6 +4,7 @@
 mod health;
 mod nvml;
 mod probe;
+mod restart;
 mod simulated;
 
 use resident_models::cuda_probe::CudaDevices;
@@ -11,6 +12,7 @@ use resident_proto::pb;
 
 pub use health::{FAIL_SIMULATED_GPU_ENV, GpuHealth};
 pub use probe::{GpuProbe, NoGpus};
+pub use restart::RestartAfterGpuFailure;
 pub use simulated::SimulatedGpus;
 
 /// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from

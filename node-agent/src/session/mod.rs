@@ -33,7 +33,7 @@ use link::{Link, LinkEvent};
 
 use crate::backends::ActorKindRegistry;
 use crate::error::AgentError;
-use crate::gpu::{GpuHealth, GpuProbe};
+use crate::gpu::{GpuHealth, GpuProbe, RestartAfterGpuFailure};
 use crate::host::ActorHost;
 use crate::model_cache::{ModelCache, ModelCacheConfig};
 
@@ -74,6 +74,9 @@ pub struct AgentConfig {
     /// Where each heartbeat's figures go for the agent's own `/metrics` (`--http-listen`);
     /// `None`: nobody reads them, so they are not copied.
     pub observer: Option<crate::observe::AgentObserver>,
+    /// When the agent drains and exits (an error) after its GPUs fail, for its service
+    /// manager to start it again with fresh CUDA contexts; never by default.
+    pub restart_after_gpu_failure: RestartAfterGpuFailure,
 }
 
 /// Actors stay loaded this long without a scheduler (a restart, a network cut).
@@ -103,6 +106,7 @@ impl AgentConfig {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             health: HealthReporter::new(),
             observer: None,
+            restart_after_gpu_failure: RestartAfterGpuFailure::Never,
         }
     }
 
@@ -128,14 +132,22 @@ pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, AgentError> 
         .collect()
 }
 
-/// Runs the agent until `cancel` fires, reconnecting whenever the session breaks.
+/// Runs the agent until `cancel` fires, reconnecting whenever the session breaks; or until
+/// its GPUs fail as `config.restart_after_gpu_failure` says, when it drains and returns
+/// [`AgentError::RestartForFailedGpus`].
 pub async fn run_agent(
     config: AgentConfig,
     registry: ActorKindRegistry,
     probe: Arc<dyn GpuProbe>,
     cancel: CancellationToken,
 ) -> Result<(), AgentError> {
-    Session::new(config, registry, probe, cancel)?.run().await
+    let session = Session::new(config, registry, probe, cancel)?;
+    let gpu_health = session.gpu_health.clone();
+    session.run().await?;
+    match gpu_health.restart_reason() {
+        Some(reason) => Err(AgentError::RestartForFailedGpus(reason.to_owned())),
+        None => Ok(()),
+    }
 }
 
 /// The agent's side of its link to the scheduler: what outlives one session (the actors,
@@ -196,8 +208,12 @@ impl Session {
             ServingStatus::NotServing,
         );
         let (uplink_tx, uplink) = mpsc::unbounded_channel();
+        // Cancelled by a shutdown signal, or by the GPUs' restart policy.
+        let cancel = cancel.child_token();
         let gpu_health = Arc::new(
-            GpuHealth::new(probe.clone(), uplink_tx.clone()).map_err(AgentError::FaultInjection)?,
+            GpuHealth::new(probe.clone(), uplink_tx.clone())
+                .map_err(AgentError::FaultInjection)?
+                .restart_when(config.restart_after_gpu_failure, cancel.clone()),
         );
         let host = ActorHost::new(
             registry.clone(),
@@ -294,6 +310,8 @@ impl Session {
                 Some(message) = self.uplink.recv() => forward(&mut self.host, &outbound, message),
                 _ = heartbeat.tick() => self.send_heartbeat(&outbound).await,
                 _ = cancel.cancelled(), if drain.is_none() => {
+                    // What the actors said first (a GPU's failure that ends the agent).
+                    forward_queued(&mut self.host, &outbound, &mut self.uplink);
                     if self.start_drain(&outbound) == 0 {
                         return leave(outbound, inbound, 0, &node_id).await;
                     }
@@ -344,16 +362,21 @@ impl Session {
     fn start_drain(&mut self, outbound: &mpsc::UnboundedSender<pb::AgentMessage>) -> usize {
         let in_hand = self.host.tasks_in_hand();
         let drain_timeout = self.config.drain_timeout;
+        let reason = match self.gpu_health.restart_reason() {
+            Some(_) => "the agent restarts after its GPUs failed",
+            None => "the agent is shutting down (SIGTERM or Ctrl-C)",
+        };
         tracing::info!(
             node_id = %self.config.node_id,
             tasks_in_hand = in_hand,
             drain_timeout = ?drain_timeout,
+            reason,
             "shutting down: draining (no new tasks; finishing those in hand)"
         );
         let _ = outbound.send(pb::AgentMessage {
             body: Some(pb::agent_message::Body::Drain(pb::Drain {
                 deadline_ms: drain_timeout.as_millis() as u64,
-                reason: "the agent is shutting down (SIGTERM or Ctrl-C)".into(),
+                reason: reason.into(),
             })),
         });
         if in_hand > 0 {

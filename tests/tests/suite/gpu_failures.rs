@@ -4,6 +4,8 @@
 //! sticky error; cuda-emu's smoke run does the same through the CUDA path). Every task is
 //! answered once, on GPU 0; GPU 1 is listed as unavailable with why, and nothing is placed
 //! there again, also by a scheduler restarted since (the agent's registration lists it).
+//! An agent whose every GPU failed drains and exits, and started again (as its service
+//! manager would) offers the GPU afresh.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -86,6 +88,73 @@ async fn run_300_tasks_on_two_whole_gpu_actors(cluster: &Cluster) {
     );
     let status = cluster.job_status(&job.job_id).await.unwrap();
     assert_eq!((status.succeeded, status.failed), (u64::from(total), 0));
+}
+
+/// An agent whose only GPU fails mid-job (`--restart-after-gpu-failure all`, the default)
+/// drains and exits with why; the job finishes on the other node, every task answered
+/// once; started again, as its service manager would, it offers the GPU afresh and the
+/// pool's second actor is placed there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_every_gpu_failed_exits_and_comes_back_with_its_gpu() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let spawn = |node: &str, fault: Option<&str>, log: Stdio| {
+        let mut command = agent_command(&url, node, "T4:16GiB", "", &[]);
+        if let Some(fault) = fault {
+            command.env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", fault);
+        }
+        let child = command
+            .env("RESIDENT_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        Proc::new(node, child)
+    };
+    let log = state.path().join("node-1.log");
+    let mut failing = spawn(
+        "node-1",
+        Some("0:20"),
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let _healthy = spawn("node-2", None, Stdio::inherit());
+    let cluster = Cluster::connect(&url).await.unwrap();
+    cluster
+        .wait_for_nodes(2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
+
+    let exit = failing
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .expect("node-1 exits by itself");
+    assert!(!exit.success(), "{exit:?}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("this agent restarts: its GPU failed while it ran (GPU 0;")
+            && said.contains("simulated GPU 0 failed")
+            && said.contains("--restart-after-gpu-failure all"),
+        "{said}"
+    );
+    let _again = spawn("node-1", None, Stdio::inherit());
+    let on_node_1 = wait_until(
+        "an actor on node-1 again",
+        Duration::from_secs(30),
+        || async {
+            let actors = cluster.list_actors().await.ok()?;
+            actors.into_iter().find(|a| {
+                a.node_id.as_ref().is_some_and(|n| n.as_str() == "node-1")
+                    && a.state == ActorState::Ready
+            })
+        },
+    )
+    .await;
+    assert_eq!(on_node_1.gpu_indices, [0]);
+    let node = node_1(&cluster).await.expect("node-1");
+    assert!(node.alive && node.unavailable_gpus.is_empty(), "{node:?}");
+    assert_eq!(node.gpus.len(), 1, "{node:?}");
 }
 
 /// GPU 1 fails while its actor loads: the pool is ready with the actor on GPU 0 (the other
