@@ -6,7 +6,9 @@
 //! host. So when an actor on GPUs fails (its load, or a task), its thread asks
 //! [`GpuHealth::check_after_failure`]: each of its GPUs whose context fails twice in a row
 //! is taken out of service in this process, once, and the scheduler is told
-//! (`GpuFailed`, before the failed outcome). From then on the GPU is listed as unavailable
+//! (`GpuFailed`, before the failed outcome). A fault the driver reports through NVML (a
+//! critical Xid, an uncorrectable ECC error: `xid.rs`) takes the GPU out of service the same
+//! way, at once, failed context or not ([`GpuHealth::hardware_fault`]). From then on the GPU is listed as unavailable
 //! in registrations, left out of heartbeats, and an actor started on it is refused.
 //!
 //! A failed GPU comes back only with a new agent process: [`RestartAfterGpuFailure`] says
@@ -32,6 +34,12 @@ use crate::uplink::ToScheduler;
 /// during the first load there with `TASKS` 0, and its context stays failed.
 pub const FAIL_SIMULATED_GPU_ENV: &str = "RESIDENT_FAULT_FAIL_SIMULATED_GPU";
 
+/// What a GPU the driver reported a fault of is listed with, after the fault.
+const HARDWARE_WHAT_TO_DO: &str = "the driver reported it while the agent ran, so nothing \
+     more runs on this GPU in this agent process (its results could be wrong). Check \
+     `nvidia-smi -q -d ECC` and the kernel log (`dmesg | grep -i xid`), then restart the \
+     agent to use it again";
+
 /// What a GPU taken out of service is listed with, after the driver's error.
 const WHAT_TO_DO: &str = "its CUDA context failed while the agent ran and stays failed (an Xid \
      fault, an uncorrectable ECC error, or a kernel's bad memory access): nothing more runs \
@@ -43,30 +51,42 @@ const WHAT_TO_DO: &str = "its CUDA context failed while the agent ran and stays 
 struct InjectedFailure {
     gpu: u32,
     after_tasks: u64,
+    /// `GPU:TASKS:XID`: the driver reports Xid `XID` during that task, which itself
+    /// succeeds (the context does not fail), as after an uncorrectable ECC error.
+    xid: Option<u64>,
     tasks: AtomicU64,
 }
 
 impl InjectedFailure {
     fn parse(spec: &str) -> Result<Self, String> {
-        let parsed = spec
-            .split_once(':')
-            .and_then(|(gpu, tasks)| Some((gpu.trim().parse().ok()?, tasks.trim().parse().ok()?)));
+        let parts: Vec<&str> = spec.split(':').map(str::trim).collect();
+        let parsed = match parts[..] {
+            [gpu, tasks] => Some((gpu.parse().ok(), tasks.parse().ok(), None)),
+            [gpu, tasks, xid] => Some((gpu.parse().ok(), tasks.parse().ok(), xid.parse().ok())),
+            _ => None,
+        };
         match parsed {
-            Some((gpu, after_tasks)) => Ok(Self {
-                gpu,
-                after_tasks,
-                tasks: AtomicU64::new(0),
-            }),
+            Some((Some(gpu), Some(after_tasks), xid)) if parts.len() == 2 || xid.is_some() => {
+                Ok(Self {
+                    gpu,
+                    after_tasks,
+                    xid,
+                    tasks: AtomicU64::new(0),
+                })
+            }
             _ => Err(format!(
-                "{FAIL_SIMULATED_GPU_ENV}={spec:?} is not GPU:TASKS (`1:3`: simulated GPU 1 \
-                 fails during its actors' third task; `1:0`: during its first load)"
+                "{FAIL_SIMULATED_GPU_ENV}={spec:?} is not GPU:TASKS or GPU:TASKS:XID (`1:3`: \
+                 simulated GPU 1 fails during its actors' third task; `1:0`: during its first \
+                 load; `1:3:48`: the driver reports Xid 48 during that task)"
             )),
         }
     }
 
-    /// Whether GPU `gpu` is the one set to fail, and has failed.
+    /// Whether GPU `gpu` is the one set to fail, and its context has failed.
     fn tripped(&self, gpu: u32) -> bool {
-        gpu == self.gpu && self.tasks.load(Ordering::Relaxed) >= self.after_tasks
+        self.xid.is_none()
+            && gpu == self.gpu
+            && self.tasks.load(Ordering::Relaxed) >= self.after_tasks
     }
 
     /// The error its GPU's work fails with.
@@ -181,7 +201,15 @@ impl GpuHealth {
         if !gpus.contains(&injected.gpu) {
             return None;
         }
-        injected.tasks.fetch_add(1, Ordering::Relaxed);
+        let task = injected.tasks.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(xid) = injected.xid {
+            if task == injected.after_tasks
+                && let Some(fault) = super::xid::xid_fault(xid)
+            {
+                self.hardware_fault(injected.gpu, format!("simulated: {fault}"));
+            }
+            return None;
+        }
         injected.tripped(injected.gpu).then(|| injected.error())
     }
 
@@ -189,7 +217,8 @@ impl GpuHealth {
     /// (`GPU:0`), the error the load fails with.
     pub fn injected_load_failure(&self, gpus: &[u32]) -> Option<String> {
         let injected = self.injected.as_ref()?;
-        (injected.after_tasks == 0 && gpus.contains(&injected.gpu)).then(|| injected.error())
+        (injected.xid.is_none() && injected.after_tasks == 0 && gpus.contains(&injected.gpu))
+            .then(|| injected.error())
     }
 
     /// An actor on `gpus` failed (its load or a task): the first of them that is out of
@@ -203,26 +232,42 @@ impl GpuHealth {
             let Some(error) = self.context_failure(gpu) else {
                 continue;
             };
-            let reason = format!("{error}: {WHAT_TO_DO}");
-            let mut failed = self.failed.lock().expect("failed GPUs");
-            if let Some(first) = failed.get(&gpu) {
-                // Another actor's check took it out of service meanwhile.
-                return Some((gpu, first.clone()));
-            }
-            failed.insert(gpu, reason.clone());
-            tracing::error!(gpu, %error, "GPU failed: taken out of service; the scheduler places its actors elsewhere");
-            let _ = self.outbound.send(pb::AgentMessage {
-                body: Some(pb::agent_message::Body::GpuFailed(pb::GpuFailed {
-                    gpu: Some(pb::UnavailableGpu {
-                        index: gpu,
-                        reason: reason.clone(),
-                    }),
-                })),
-            });
-            self.restart_if_due(&failed, gpu, &error);
-            return Some((gpu, reason));
+            return Some((gpu, self.take_out_of_service(gpu, &error, WHAT_TO_DO)));
         }
         None
+    }
+
+    /// The driver reported `fault` of GPU `gpu` (`xid.rs`): it is taken out of service now,
+    /// whether or not its context failed, unless it is out already or was never offered.
+    pub fn hardware_fault(&self, gpu: u32, fault: String) {
+        if !self.offered.contains(&gpu) {
+            tracing::debug!(gpu, %fault, "a fault of a GPU this agent does not offer");
+            return;
+        }
+        self.take_out_of_service(gpu, &fault, HARDWARE_WHAT_TO_DO);
+    }
+
+    /// Takes GPU `gpu` out of service for `error` (once: the scheduler is told, and the
+    /// restart policy asked) and returns why it is out: this reason, or the first one.
+    fn take_out_of_service(&self, gpu: u32, error: &str, what_to_do: &str) -> String {
+        let reason = format!("{error}: {what_to_do}");
+        let mut failed = self.failed.lock().expect("failed GPUs");
+        if let Some(first) = failed.get(&gpu) {
+            // Another check took it out of service meanwhile.
+            return first.clone();
+        }
+        failed.insert(gpu, reason.clone());
+        tracing::error!(gpu, %error, "GPU failed: taken out of service; the scheduler places its actors elsewhere");
+        let _ = self.outbound.send(pb::AgentMessage {
+            body: Some(pb::agent_message::Body::GpuFailed(pb::GpuFailed {
+                gpu: Some(pb::UnavailableGpu {
+                    index: gpu,
+                    reason: reason.clone(),
+                }),
+            })),
+        });
+        self.restart_if_due(&failed, gpu, error);
+        reason
     }
 
     /// GPU `gpu` failed with `error`, leaving `failed` out of service: where the restart
@@ -386,6 +431,67 @@ mod tests {
         );
         let (failures, reason) = stopped(RestartAfterGpuFailure::Never);
         assert_eq!((failures, reason), (4, None));
+    }
+
+    /// A fault the driver reports takes its GPU out of service at once, with the fault and
+    /// what to do, though its context works; once, and only for a GPU the agent offers.
+    #[test]
+    fn a_reported_hardware_fault_takes_an_offered_gpu_out_once() {
+        let (health, mut rx) = health(vec![]);
+        health.hardware_fault(7, "NVML reported Xid 79".into());
+        assert!(rx.try_recv().is_err(), "GPU 7 is not offered");
+        let fault = crate::gpu::xid_fault(48).unwrap();
+        health.hardware_fault(2, fault.clone());
+        let Some(pb::agent_message::Body::GpuFailed(told)) = rx.try_recv().unwrap().body else {
+            panic!("the scheduler is told");
+        };
+        let told = told.gpu.unwrap();
+        assert_eq!(told.index, 2);
+        assert!(
+            told.reason.starts_with(&fault) && told.reason.contains("could be wrong"),
+            "{}",
+            told.reason
+        );
+        assert!(told.reason.len() <= 512, "{}", told.reason.len());
+        health.hardware_fault(2, fault);
+        assert!(rx.try_recv().is_err(), "told once");
+        assert_eq!(
+            health.check_after_failure(&[2]).map(|(gpu, _)| gpu),
+            Some(2),
+            "an actor's failure there is the GPU's"
+        );
+    }
+
+    /// `GPU:TASKS:XID`: the driver reports the Xid during that task, which succeeds; an
+    /// application's Xid reports nothing.
+    #[test]
+    fn an_injected_xid_reports_a_fault_and_fails_no_task() {
+        let simulated = || Arc::new(crate::gpu::SimulatedGpus::parse("T4:16GiB x2").unwrap());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let health = GpuHealth::with_injected_failure(simulated(), tx, Some("1:2:79")).unwrap();
+        assert_eq!(health.injected_load_failure(&[1]), None);
+        assert_eq!(health.injected_task_failure(&[1]), None);
+        assert!(rx.try_recv().is_err());
+        assert_eq!(
+            health.injected_task_failure(&[1]),
+            None,
+            "the task succeeds"
+        );
+        let Some(pb::agent_message::Body::GpuFailed(told)) = rx.try_recv().unwrap().body else {
+            panic!("the fault is reported");
+        };
+        assert!(told.gpu.unwrap().reason.contains("Xid 79"));
+        assert_eq!(health.check_after_failure(&[0]), None, "GPU 0 is well");
+
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let health = GpuHealth::with_injected_failure(simulated(), tx, Some("1:1:13")).unwrap();
+        assert_eq!(health.injected_task_failure(&[1]), None);
+        assert!(rx.try_recv().is_err(), "Xid 13 is the application's");
+        assert!(health.failure(1).is_none());
+        for wrong in ["1:2:", "1:2:x", "1:2:3:4"] {
+            let error = InjectedFailure::parse(wrong).unwrap_err();
+            assert!(error.contains("GPU:TASKS:XID"), "{error}");
+        }
     }
 
     #[test]

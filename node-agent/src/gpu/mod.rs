@@ -6,6 +6,7 @@ mod nvml;
 mod probe;
 mod restart;
 mod simulated;
+mod xid;
 
 use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
@@ -14,6 +15,7 @@ pub use health::{FAIL_SIMULATED_GPU_ENV, GpuHealth};
 pub use probe::{GpuProbe, NoGpus};
 pub use restart::RestartAfterGpuFailure;
 pub use simulated::SimulatedGpus;
+pub use xid::{APPLICATION_XIDS, FaultSink, xid_fault};
 
 /// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from
 /// NVML where it loads.
@@ -48,6 +50,20 @@ impl GpuProbe for CudaDriverProbe {
 
     fn context_failure(&self, gpu: u32) -> Option<String> {
         self.devices.context_failure(gpu as usize)
+    }
+
+    fn watch_faults(&self, sink: FaultSink) {
+        if self.nvml.is_none() {
+            return;
+        }
+        let gpus = self
+            .devices
+            .gpus()
+            .into_iter()
+            .filter(|gpu| !gpu.uuid.is_empty())
+            .map(|gpu| (gpu.uuid, gpu.index))
+            .collect();
+        xid::watch_nvml(gpus, sink);
     }
 }
 

@@ -19,6 +19,11 @@ pub trait GpuProbe: Send + Sync {
         let _ = gpu;
         None
     }
+    /// Reports each fault the driver raises on a GPU (`gpu/xid.rs`) to `sink` from now on,
+    /// where the probe can hear of them; by default it cannot.
+    fn watch_faults(&self, sink: super::FaultSink) {
+        let _ = sink;
+    }
 }
 
 /// No GPUs: a CPU-only node.

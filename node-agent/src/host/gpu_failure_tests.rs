@@ -1,6 +1,7 @@
 //! An actor whose GPU fails under a task: the scheduler hears of the GPU (which takes the
 //! task back), then of the actor's death; the GPU is out of service from then on (a start
-//! there is refused), and an actor on the node's other GPU goes on.
+//! there is refused), and an actor on the node's other GPU goes on. A fault the driver
+//! reports (an Xid) stops the actors on its GPU, though their work succeeds.
 
 use std::time::Duration;
 
@@ -106,6 +107,47 @@ async fn a_gpu_that_fails_under_a_task_is_reported_first_and_taken_out_of_servic
         report.error
     );
     host.run(run(3, "on0"));
+    assert_eq!(next(&mut rx).await.0, "output on0");
+    assert!(host.gpu_health.failure(1).is_some() && host.gpu_health.failure(0).is_none());
+}
+
+#[tokio::test]
+async fn a_reported_xid_stops_the_actors_on_its_gpu_and_spares_the_other() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (mut host, _models) = super::host_failing_gpu_for_tests(
+        ActorKindRegistry::with_builtin_kinds(),
+        tx,
+        Some("1:2:48"),
+    );
+    host.start(start("on1", 1));
+    assert_eq!(next(&mut rx).await.0, "ready on1");
+    host.start(start("on0", 0));
+    assert_eq!(next(&mut rx).await.0, "ready on0");
+    host.run(run(1, "on1"));
+    assert_eq!(next(&mut rx).await.0, "output on1");
+    host.run(run(2, "on1"));
+    let (told, failed) = next(&mut rx).await;
+    assert_eq!(told, "gpu failed gpu1", "reported during the task");
+    assert_eq!(
+        next(&mut rx).await.0,
+        "output on1",
+        "the task itself succeeds"
+    );
+    // On its way to the scheduler (which counts on1 lost), the report stops on1 here.
+    host.forwarded(&failed);
+    assert!(
+        host.reports().iter().all(|r| r.actor_id != "on1"),
+        "{:?}",
+        host.reports()
+    );
+    host.run(run(3, "on1"));
+    let (refused, message) = next(&mut rx).await;
+    assert_eq!(refused, "error on1");
+    let Some(pb::agent_message::Body::TaskOutcome(outcome)) = message.body else {
+        unreachable!()
+    };
+    assert!(outcome.not_run, "{outcome:?}");
+    host.run(run(4, "on0"));
     assert_eq!(next(&mut rx).await.0, "output on0");
     assert!(host.gpu_health.failure(1).is_some() && host.gpu_health.failure(0).is_none());
 }

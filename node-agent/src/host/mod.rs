@@ -243,6 +243,26 @@ impl ActorHost {
         }
     }
 
+    /// Stops the actors on GPU `gpu`, taken out of service (the scheduler counts them lost,
+    /// and took their tasks back): their queued tasks are skipped, their threads end.
+    fn stop_actors_on_gpu(&mut self, gpu: u32) {
+        let on_gpu: Vec<ActorId> = self
+            .actors
+            .iter()
+            .filter(|(_, slot)| slot.gpu_indices.contains(&gpu))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in on_gpu {
+            let slot = &self.actors[&id];
+            slot.cancelled
+                .lock()
+                .expect("cancel set")
+                .extend(slot.in_hand.keys().copied());
+            tracing::warn!(actor_id = %id, gpu, "stopping an actor on a GPU taken out of service");
+            self.stop(&id);
+        }
+    }
+
     /// Stops every actor.
     pub fn stop_all(&mut self) {
         let ids: Vec<ActorId> = self.actors.keys().cloned().collect();
@@ -305,8 +325,13 @@ impl ActorHost {
     }
 
     /// A message from the uplink is on its way to the scheduler: an outcome's task is no
-    /// longer in hand.
+    /// longer in hand; a GPU taken out of service loses its actors.
     pub fn forwarded(&mut self, message: &pb::AgentMessage) {
+        if let Some(pb::agent_message::Body::GpuFailed(pb::GpuFailed { gpu: Some(gpu) })) =
+            &message.body
+        {
+            self.stop_actors_on_gpu(gpu.index);
+        }
         if let Some(pb::agent_message::Body::TaskOutcome(outcome)) = &message.body
             && let Some(slot) = self.actors.get_mut(&ActorId::new(outcome.actor_id.clone()))
         {

@@ -17,11 +17,12 @@ use resident_tests::{
     Proc, agent_command, free_port, init_logging, resident_bin, spawn_scheduler, wait_until,
 };
 
-/// Node `node-1`, two simulated T4s, GPU 1 failing during its actors' `task`th task (0:
-/// during its first load).
-fn spawn_agent_whose_gpu_1_fails(url: &str, task: u32) -> Proc {
+/// Node `node-1`, two simulated T4s, GPU 1 failing as `fault` says
+/// (`RESIDENT_FAULT_FAIL_SIMULATED_GPU`): `20`, during its actors' 20th task; `0`, during
+/// its first load; `20:48`, the driver reports Xid 48 during the 20th task.
+fn spawn_agent_whose_gpu_1_fails(url: &str, fault: &str) -> Proc {
     let child = agent_command(url, "node-1", "T4:16GiB x2", "", &[])
-        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", format!("1:{task}"))
+        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", format!("1:{fault}"))
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -34,16 +35,20 @@ async fn node_1(cluster: &Cluster) -> Option<NodeInfo> {
     nodes.into_iter().find(|n| n.node_id == "node-1")
 }
 
-/// GPU 1 alone is out of service, with the agent's reason.
+/// GPU 1 alone is out of service, with the agent's reason (its context failed).
 fn assert_gpu_1_out_of_service(node: &NodeInfo) {
+    assert_gpu_1_out_of_service_for(node, "simulated GPU 1 failed");
+}
+
+/// GPU 1 alone is out of service, with the agent's reason, which says `why`.
+fn assert_gpu_1_out_of_service_for(node: &NodeInfo, why: &str) {
     let offered: Vec<u32> = node.gpus.iter().map(|g| g.index).collect();
     assert_eq!(offered, [0], "{node:?}");
     assert_eq!(node.unavailable_gpus.len(), 1, "{node:?}");
     let failed = &node.unavailable_gpus[0];
     assert_eq!(failed.index, 1);
     assert!(
-        failed.reason.contains("simulated GPU 1 failed")
-            && failed.reason.contains("restart the agent"),
+        failed.reason.contains(why) && failed.reason.contains("restart the agent"),
         "{}",
         failed.reason
     );
@@ -88,6 +93,33 @@ async fn run_300_tasks_on_two_whole_gpu_actors(cluster: &Cluster) {
     );
     let status = cluster.job_status(&job.job_id).await.unwrap();
     assert_eq!((status.succeeded, status.failed), (u64::from(total), 0));
+}
+
+/// The driver reports an uncorrectable ECC error (Xid 48) on GPU 1 mid-job, while its work
+/// still succeeds: the GPU is taken out of service at once, the actor there is stopped
+/// (nothing more runs on a GPU whose results could be wrong), and every task is answered
+/// once, on GPU 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_the_driver_reports_a_fault_of_is_left_though_its_work_succeeds() {
+    init_logging();
+    let state = tempfile::tempdir().unwrap();
+    let (_scheduler, url) = spawn_scheduler(0, state.path());
+    let _agent = spawn_agent_whose_gpu_1_fails(&url, "20:48");
+    let cluster = Cluster::connect(&url).await.unwrap();
+    run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
+    let node = node_1(&cluster).await.expect("node-1");
+    assert_gpu_1_out_of_service_for(&node, "Xid 48 (a double-bit ECC error)");
+    let actors = cluster.list_actors().await.unwrap();
+    let ready: Vec<_> = actors
+        .iter()
+        .filter(|a| a.state == ActorState::Ready)
+        .collect();
+    assert_eq!(ready.len(), 1, "{actors:?}");
+    assert_eq!(ready[0].gpu_indices, [0], "{actors:?}");
+    assert_eq!(
+        ready[0].restarts, 0,
+        "the actor on the healthy GPU is untouched"
+    );
 }
 
 /// An agent whose only GPU fails mid-job (`--restart-after-gpu-failure all`, the default)
@@ -164,7 +196,7 @@ async fn a_gpu_that_fails_while_its_actor_loads_leaves_the_pool_ready_on_the_oth
     init_logging();
     let state = tempfile::tempdir().unwrap();
     let (_scheduler, url) = spawn_scheduler(0, state.path());
-    let _agent = spawn_agent_whose_gpu_1_fails(&url, 0);
+    let _agent = spawn_agent_whose_gpu_1_fails(&url, "0");
     let cluster = Cluster::connect(&url).await.unwrap();
     run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
     assert_gpu_1_out_of_service(&node_1(&cluster).await.expect("node-1"));
@@ -186,7 +218,7 @@ async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
     let state = tempfile::tempdir().unwrap();
     let port = free_port();
     let (scheduler, url) = spawn_scheduler(port, state.path());
-    let _agent = spawn_agent_whose_gpu_1_fails(&url, 20);
+    let _agent = spawn_agent_whose_gpu_1_fails(&url, "20");
     let cluster = Cluster::connect(&url).await.unwrap();
     run_300_tasks_on_two_whole_gpu_actors(&cluster).await;
 
