@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds cuda-emu into target/cuda-emu/lib: a fake CUDA driver, cuBLAS(Lt), cuRAND and NVRTC
+# Builds cuda-emu into target/cuda-emu/lib: a fake CUDA driver, cuBLAS(Lt), cuRAND, NVRTC and NVML
 # that run our kernels (models/src/embed/fused_kernels.cu) and candle's element-wise,
 # reduction, indexing and sort kernels on the CPU, compiled by g++ against device.h. With
 # LD_LIBRARY_PATH=target/cuda-emu/lib, a `cuda` build of Resident runs its GPU code paths on a
@@ -71,6 +71,9 @@ gcc -O1 -fPIC -c "$work/curand-stubs.c" -o "$work/curand-stubs.o"
 echo "libcurand.so.10 { global: *; };" > "$work/libcurand.map"
 g++ -shared -Wl,-soname,libcurand.so.10 -Wl,--version-script="$work/libcurand.map" -o "$lib/libcurand.so.10" "$work/rand.o" \
   "$work/curand-stubs.o" -L"$lib" -l:libcuda.so.1 -lpthread
+# NVML, for the agent's GPU fault watcher: it reads the driver's planned Xids.
+"${cxx[@]}" -shared -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$here/nvml.cpp" \
+  -L"$lib" -l:libcuda.so.1 -lpthread
 printf '' > "$work/empty.c"
 gcc -O1 -fPIC -c "$work/empty.c" -o "$work/empty.o"
 stubs nvrtc "$work/empty.o" 7 "$work/nvrtc-stubs.c"  # NVRTC_ERROR_BUILTIN_OPERATION_FAILURE

@@ -203,6 +203,38 @@ const PlannedFault &planned_fault() {
     return planned;
 }
 
+/// CUDA_EMU_XID_AT_LAUNCH=ORDINAL:XID:N: at device ORDINAL's Nth launch the driver reports
+/// Xid XID (an uncorrectable ECC error, say) and the work goes on: the context does not fail.
+/// The emulated NVML (nvml.cpp) delivers it as an event (`cuda_emu_next_xid`).
+struct PlannedXid {
+    int device = -1;
+    unsigned long long xid = 0;
+    unsigned long long launch = 0;
+};
+
+const PlannedXid &planned_xid() {
+    static const PlannedXid planned = [] {
+        PlannedXid made;
+        const char *set = getenv("CUDA_EMU_XID_AT_LAUNCH");
+        if (set == nullptr) return made;
+        int device;
+        unsigned long long xid, launch;
+        if (sscanf(set, "%d:%llu:%llu", &device, &xid, &launch) != 3) {
+            fprintf(stderr, "cuda-emu: CUDA_EMU_XID_AT_LAUNCH=%s is not ORDINAL:XID:N\n", set);
+            return made;
+        }
+        made = {device, xid, launch};
+        return made;
+    }();
+    return planned;
+}
+
+/// The Xids reported and not yet delivered: device, Xid. Guarded by the emulator's mutex.
+std::vector<std::pair<int, unsigned long long>> &reported_xids() {
+    static std::vector<std::pair<int, unsigned long long>> reported;
+    return reported;
+}
+
 /// The sticky error of device `ordinal`'s context as this thread sees it, or CUDA_SUCCESS.
 /// The caller holds the emulator's mutex.
 CUresult fault_of(Emulator &e, int ordinal) {
@@ -217,6 +249,14 @@ CUresult launched_on(Emulator &e, int ordinal) {
     if (CUresult fault = fault_of(e, ordinal); fault != CUDA_SUCCESS) return fault;
     Device &d = e.devices[static_cast<size_t>(ordinal)];
     d.launches++;
+    const PlannedXid &xid = planned_xid();
+    if (xid.device == ordinal && d.launches == xid.launch) {
+        fprintf(stderr,
+                "cuda-emu: device %d reports Xid %llu at its launch %llu "
+                "(CUDA_EMU_XID_AT_LAUNCH); its context goes on\n",
+                ordinal, xid.xid, d.launches);
+        reported_xids().emplace_back(ordinal, xid.xid);
+    }
     const PlannedFault &planned = planned_fault();
     if (planned.device != ordinal || d.launches != planned.launch) return CUDA_SUCCESS;
     fprintf(stderr,
@@ -511,6 +551,21 @@ extern "C" {
 int cuda_emu_issue(CUstream stream, std::function<void()> *operation) {
     return issue(stream, Operation::Library, 0, std::move(*operation));
 }
+
+/// For the emulated NVML: the oldest Xid reported and not yet delivered, taken (1), or none
+/// (0).
+int cuda_emu_next_xid(int *ordinal, unsigned long long *xid) {
+    std::lock_guard<std::mutex> lock(emulator().mutex);
+    auto &reported = reported_xids();
+    if (reported.empty()) return 0;
+    *ordinal = reported.front().first;
+    *xid = reported.front().second;
+    reported.erase(reported.begin());
+    return 1;
+}
+
+/// For the emulated NVML: how many devices there are.
+int cuda_emu_device_count() { return device_count(); }
 
 /// For a test: device `ordinal`'s context has failed for good, as this thread sees it.
 void cuda_emu_fail_device_on_this_thread(int ordinal) { failed_here.push_back(ordinal); }

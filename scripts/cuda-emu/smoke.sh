@@ -144,6 +144,16 @@ for launch in 50 150 300; do
   step "GPU 1's failure at $launch lost no vector" cmp "$work/embedded/embeddings.npy" \
     "$work/embedded-fault-$launch/embeddings.npy"
 done
+# GPU 1's driver reports an uncorrectable ECC error (Xid 48) mid-job while its work still
+# succeeds: the agent's NVML watcher (cuda-emu's libnvidia-ml) takes GPU 1 out of service at
+# once, its actor stops, and the job ends with the vectors of one GPU.
+step "resident embed, GPU 1 reporting Xid 48 at its launch 150" bash -c "CUDA_EMU_XID_AT_LAUNCH=1:48:150 \
+  timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
+  --output '$work/embedded-xid' --chunk-size 1 2> '$work/embed-xid.log'"
+said "the agent took GPU 1 out of service (Xid 48)" "$work/embed-xid.log" \
+  "NVML reported Xid 48 (a double-bit ECC error)"
+step "GPU 1's Xid lost no vector" cmp "$work/embedded/embeddings.npy" \
+  "$work/embedded-xid/embeddings.npy"
 # The same mid-run for generation's continuous batch (its run ends with the model's error).
 step "resident generate, GPU 1 failing at its launch 1500" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:1500 \
   timeout 600 '$bins/resident' generate --input '$work/docs.jsonl' --model '$gguf' \

@@ -103,17 +103,9 @@ impl ReportBuilder {
                 .cloned()
                 .unwrap_or_default();
             *per_node.entry(node.clone()).or_default() += docs;
-            let gpu = pool_actors
-                .iter()
-                .find(|a| a.actor_id.as_str() == actor_id)
-                .and_then(|a| a.gpu_indices.first().copied());
-            let name = gpu
-                .and_then(|g| {
-                    nodes
-                        .get(node.as_str())
-                        .and_then(|n| n.gpus.iter().find(|x| x.index == g))
-                })
-                .map_or_else(|| "cpu".to_owned(), |g| g.name.clone());
+            let actor = pool_actors.iter().find(|a| a.actor_id.as_str() == actor_id);
+            let gpu = actor.and_then(|a| a.gpu_indices.first().copied());
+            let name = device_name(actor, gpu, nodes.get(node.as_str()).copied());
             per_gpu.entry((node, gpu)).or_insert((name, 0)).1 += docs;
         }
         let per_node = per_node
@@ -208,6 +200,23 @@ pub struct ChunkSummary {
     pub plan: String,
 }
 
+/// What an actor computed on, as it stands at the end of the job: its GPU's name, `cpu`, or
+/// why it is not known (the actor lost its place: its GPU failed, or its node left).
+fn device_name(actor: Option<&&ActorInfo>, gpu: Option<u32>, node: Option<&NodeInfo>) -> String {
+    match (actor, gpu) {
+        (Some(_), Some(gpu)) => node
+            .and_then(|n| n.gpus.iter().find(|g| g.index == gpu))
+            .map_or_else(
+                || format!("GPU {gpu}, out of service now"),
+                |g| g.name.clone(),
+            ),
+        (Some(actor), None) if actor.node_id.is_some() => "cpu".to_owned(),
+        _ => "unknown: its actor lost its place before the job ended (a GPU failed or a node \
+              left)"
+            .to_owned(),
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeThroughput {
     pub node_id: String,
@@ -290,4 +299,66 @@ pub struct OutputSummary {
     pub merge_skipped: Option<String>,
     /// What keeping `manifest.json` and its journal cost this run.
     pub manifest_writes: super::manifest_store::ManifestWrites,
+}
+
+#[cfg(test)]
+mod tests {
+    use resident_sdk::{ActorState, GpuInfo};
+
+    use super::*;
+
+    fn actor(node: Option<&str>, gpus: Vec<u32>) -> ActorInfo {
+        ActorInfo {
+            actor_id: "a".into(),
+            pool: "p".into(),
+            node_id: node.map(Into::into),
+            gpu_indices: gpus,
+            gpu_fraction: 1.0,
+            state: ActorState::Ready,
+            model_loads: 1,
+            restarts: 0,
+            vram_bytes: 0,
+            in_flight: 0,
+            tasks_done: 0,
+            error: None,
+        }
+    }
+
+    /// GPU work is never reported as the CPU's: an actor whose GPU failed, or that lost its
+    /// place, says so.
+    #[test]
+    fn each_actors_device_is_named_as_it_stands() {
+        let node = NodeInfo {
+            node_id: "n1".into(),
+            generation: String::new(),
+            hostname: String::new(),
+            alive: true,
+            labels: Default::default(),
+            gpus: vec![GpuInfo {
+                index: 0,
+                uuid: String::new(),
+                name: "T4".into(),
+                total_vram_bytes: 16 << 30,
+                free_vram_bytes: 16 << 30,
+                compute_capability: (7, 5),
+                simulated: true,
+            }],
+            cpu_cores: 4,
+            ram_bytes: 0,
+            last_heartbeat_ms_ago: 0,
+            credential: String::new(),
+            draining: false,
+            unavailable_gpus: vec![],
+        };
+        let on = |gpus: Vec<u32>| actor(Some("n1"), gpus);
+        assert_eq!(device_name(Some(&&on(vec![0])), Some(0), Some(&node)), "T4");
+        assert_eq!(device_name(Some(&&on(vec![])), None, Some(&node)), "cpu");
+        assert_eq!(
+            device_name(Some(&&on(vec![1])), Some(1), Some(&node)),
+            "GPU 1, out of service now"
+        );
+        let lost = actor(None, vec![]);
+        assert!(device_name(Some(&&lost), None, None).starts_with("unknown"));
+        assert!(device_name(None, None, Some(&node)).starts_with("unknown"));
+    }
 }

@@ -15,7 +15,7 @@ pub use health::{FAIL_SIMULATED_GPU_ENV, GpuHealth};
 pub use probe::{GpuProbe, NoGpus};
 pub use restart::RestartAfterGpuFailure;
 pub use simulated::SimulatedGpus;
-pub use xid::{APPLICATION_XIDS, FaultSink, xid_fault};
+pub use xid::{APPLICATION_XIDS, xid_fault};
 
 /// The GPUs the CUDA driver sees (the driver is loaded at run time), with utilisation from
 /// NVML where it loads.
@@ -52,7 +52,7 @@ impl GpuProbe for CudaDriverProbe {
         self.devices.context_failure(gpu as usize)
     }
 
-    fn watch_faults(&self, sink: FaultSink) {
+    fn watch_faults(&self, health: std::sync::Weak<GpuHealth>) {
         if self.nvml.is_none() {
             return;
         }
@@ -63,7 +63,7 @@ impl GpuProbe for CudaDriverProbe {
             .filter(|gpu| !gpu.uuid.is_empty())
             .map(|gpu| (gpu.uuid, gpu.index))
             .collect();
-        xid::watch_nvml(gpus, sink);
+        xid::watch_nvml(gpus, health);
     }
 }
 

@@ -19,10 +19,11 @@ pub trait GpuProbe: Send + Sync {
         let _ = gpu;
         None
     }
-    /// Reports each fault the driver raises on a GPU (`gpu/xid.rs`) to `sink` from now on,
-    /// where the probe can hear of them; by default it cannot.
-    fn watch_faults(&self, sink: super::FaultSink) {
-        let _ = sink;
+    /// From now on, takes each GPU the driver reports a fault of (`gpu/xid.rs`) out of
+    /// service in `health`, while it lives, where the probe can hear of faults; by default
+    /// it cannot.
+    fn watch_faults(&self, health: std::sync::Weak<super::GpuHealth>) {
+        let _ = health;
     }
 }
 

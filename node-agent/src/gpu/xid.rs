@@ -7,7 +7,7 @@
 //! GPU unhealthy. The Xids an application causes (a bad kernel's page fault, a preempted
 //! context) are not the GPU's fault: those stay with the task that caused them.
 
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use nvml_wrapper::Nvml;
@@ -15,8 +15,7 @@ use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 
-/// Where a watcher reports a faulted GPU: its index (CUDA ordinal) and what happened.
-pub type FaultSink = Arc<dyn Fn(u32, String) + Send + Sync>;
+use super::GpuHealth;
 
 /// Xids an application causes, which say nothing about the GPU's health: 13 (a graphics
 /// engine exception), 31 (a GPU memory page fault), 43 (the GPU stopped a context), 45
@@ -24,8 +23,7 @@ pub type FaultSink = Arc<dyn Fn(u32, String) + Send + Sync>;
 /// NVIDIA's device plugin skips the same ones.
 pub const APPLICATION_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
-/// How long one wait for an event lasts; between waits nothing else happens, so this only
-/// bounds how late a watcher notices its set is gone.
+/// How long one wait for an event lasts: how late a watcher notices its agent is gone.
 const WAIT: Duration = Duration::from_secs(5);
 
 /// The fault a critical Xid is, or `None` for one an application causes.
@@ -48,14 +46,14 @@ pub fn xid_fault(xid: u64) -> Option<String> {
 }
 
 /// Watches `gpus` (UUID and CUDA ordinal) for critical Xid and double-bit ECC events on a
-/// thread of its own, reporting each fault of a known GPU to `sink`, for as long as the
-/// process lives. A GPU whose events NVML cannot deliver (some consumer GPUs) is logged and
+/// thread of its own, taking each GPU a fault is reported for out of service in `health`,
+/// for as long as the agent lives. A GPU whose events NVML cannot deliver (some consumer GPUs) is logged and
 /// left unwatched; without NVML the thread ends at once, saying so.
-pub fn watch_nvml(gpus: Vec<(String, u32)>, sink: FaultSink) {
+pub fn watch_nvml(gpus: Vec<(String, u32)>, health: Weak<GpuHealth>) {
     let spawned = std::thread::Builder::new()
         .name("gpu-faults".into())
         .spawn(move || {
-            if let Err(error) = watch_until_error(&gpus, &sink) {
+            if let Err(error) = watch_until_error(&gpus, &health) {
                 tracing::warn!(%error, "GPU fault events stopped; faults are found when work fails");
             }
         });
@@ -64,7 +62,7 @@ pub fn watch_nvml(gpus: Vec<(String, u32)>, sink: FaultSink) {
     }
 }
 
-fn watch_until_error(gpus: &[(String, u32)], sink: &FaultSink) -> Result<(), NvmlError> {
+fn watch_until_error(gpus: &[(String, u32)], health: &Weak<GpuHealth>) -> Result<(), NvmlError> {
     let nvml = Nvml::builder()
         .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
         .init()
@@ -93,7 +91,8 @@ fn watch_until_error(gpus: &[(String, u32)], sink: &FaultSink) -> Result<(), Nvm
     loop {
         let event = match set.wait(wait_ms) {
             Ok(event) => event,
-            Err(NvmlError::Timeout) => continue,
+            Err(NvmlError::Timeout) if health.strong_count() > 0 => continue,
+            Err(NvmlError::Timeout) => return Ok(()),
             Err(error) => return Err(error),
         };
         let Ok(uuid) = event.device.uuid() else {
@@ -110,7 +109,10 @@ fn watch_until_error(gpus: &[(String, u32)], sink: &FaultSink) -> Result<(), Nvm
             _ => Some("NVML reported a critical Xid error".to_owned()),
         };
         match fault {
-            Some(fault) => sink(*index, fault),
+            Some(fault) => match health.upgrade() {
+                Some(health) => health.hardware_fault(*index, fault),
+                None => return Ok(()),
+            },
             None => {
                 tracing::debug!(gpu = index, event = ?event.event_data, "an application's Xid: not the GPU's fault")
             }

@@ -215,12 +215,7 @@ impl Session {
                 .map_err(AgentError::FaultInjection)?
                 .restart_when(config.restart_after_gpu_failure, cancel.clone()),
         );
-        let watching = Arc::downgrade(&gpu_health);
-        probe.watch_faults(Arc::new(move |gpu, fault| {
-            if let Some(health) = watching.upgrade() {
-                health.hardware_fault(gpu, fault);
-            }
-        }));
+        probe.watch_faults(Arc::downgrade(&gpu_health));
         let host = ActorHost::new(
             registry.clone(),
             uplink_tx,
