@@ -60,11 +60,18 @@ fn actor_of(message: &pb::AgentMessage) -> String {
     }
 }
 
-#[tokio::test]
-async fn a_gpu_that_fails_under_a_task_is_reported_first_and_taken_out_of_service() {
+/// A host whose GPU 1 fails as `fault` says (`RESIDENT_FAULT_FAIL_SIMULATED_GPU`), with an
+/// actor ready on each GPU, GPU 1's having answered its first task and been sent its second.
+async fn second_task_on_gpu_1(
+    fault: &str,
+) -> (
+    ActorHost,
+    tempfile::TempDir,
+    mpsc::UnboundedReceiver<pb::AgentMessage>,
+) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let (mut host, _models) =
-        super::host_failing_gpu_for_tests(ActorKindRegistry::with_builtin_kinds(), tx, Some("1:2"));
+    let (mut host, models) =
+        super::host_failing_gpu_for_tests(ActorKindRegistry::with_builtin_kinds(), tx, Some(fault));
     host.start(start("on1", 1));
     assert_eq!(next(&mut rx).await.0, "ready on1");
     host.start(start("on0", 0));
@@ -72,6 +79,12 @@ async fn a_gpu_that_fails_under_a_task_is_reported_first_and_taken_out_of_servic
     host.run(run(1, "on1"));
     assert_eq!(next(&mut rx).await.0, "output on1");
     host.run(run(2, "on1"));
+    (host, models, rx)
+}
+
+#[tokio::test]
+async fn a_gpu_that_fails_under_a_task_is_reported_first_and_taken_out_of_service() {
+    let (mut host, _models, mut rx) = second_task_on_gpu_1("1:2").await;
     let (told, message) = next(&mut rx).await;
     assert_eq!(
         told, "gpu failed gpu1",
@@ -113,19 +126,7 @@ async fn a_gpu_that_fails_under_a_task_is_reported_first_and_taken_out_of_servic
 
 #[tokio::test]
 async fn a_reported_xid_stops_the_actors_on_its_gpu_and_spares_the_other() {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (mut host, _models) = super::host_failing_gpu_for_tests(
-        ActorKindRegistry::with_builtin_kinds(),
-        tx,
-        Some("1:2:48"),
-    );
-    host.start(start("on1", 1));
-    assert_eq!(next(&mut rx).await.0, "ready on1");
-    host.start(start("on0", 0));
-    assert_eq!(next(&mut rx).await.0, "ready on0");
-    host.run(run(1, "on1"));
-    assert_eq!(next(&mut rx).await.0, "output on1");
-    host.run(run(2, "on1"));
+    let (mut host, _models, mut rx) = second_task_on_gpu_1("1:2:48").await;
     let (told, failed) = next(&mut rx).await;
     assert_eq!(told, "gpu failed gpu1", "reported during the task");
     assert_eq!(
