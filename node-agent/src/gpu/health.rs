@@ -8,8 +8,9 @@
 //! is taken out of service in this process, once, and the scheduler is told
 //! (`GpuFailed`, before the failed outcome). A fault the driver reports through NVML (a
 //! critical Xid, an uncorrectable ECC error: `xid.rs`) takes the GPU out of service the same
-//! way, at once, failed context or not ([`GpuHealth::hardware_fault`]). From then on the GPU is listed as unavailable
-//! in registrations, left out of heartbeats, and an actor started on it is refused.
+//! way, at once, failed context or not ([`GpuHealth::hardware_fault`]). From then on the GPU
+//! is listed as unavailable in registrations, left out of heartbeats, and an actor started
+//! on it is refused.
 //!
 //! A failed GPU comes back only with a new agent process: [`RestartAfterGpuFailure`] says
 //! when the agent drains and exits for its service manager to start it again.
@@ -24,7 +25,7 @@ use std::sync::{Mutex, OnceLock};
 use resident_proto::pb;
 use tokio_util::sync::CancellationToken;
 
-use super::GpuProbe;
+use super::probe::{GpuFaultSink, GpuProbe};
 use super::restart::RestartAfterGpuFailure;
 use crate::uplink::ToScheduler;
 
@@ -95,6 +96,12 @@ impl InjectedFailure {
             "simulated GPU {} failed ({FAIL_SIMULATED_GPU_ENV}): CUDA_ERROR_ILLEGAL_ADDRESS",
             self.gpu
         )
+    }
+}
+
+impl GpuFaultSink for GpuHealth {
+    fn hardware_fault(&self, gpu: u32, fault: String) {
+        GpuHealth::hardware_fault(self, gpu, fault);
     }
 }
 

@@ -12,7 +12,7 @@ use resident_models::cuda_probe::CudaDevices;
 use resident_proto::pb;
 
 pub use health::{FAIL_SIMULATED_GPU_ENV, GpuHealth};
-pub use probe::{GpuProbe, NoGpus};
+pub use probe::{GpuFaultSink, GpuProbe, NoGpus};
 pub use restart::RestartAfterGpuFailure;
 pub use simulated::SimulatedGpus;
 pub use xid::{APPLICATION_XIDS, xid_fault};
@@ -52,7 +52,7 @@ impl GpuProbe for CudaDriverProbe {
         self.devices.context_failure(gpu as usize)
     }
 
-    fn watch_faults(&self, health: std::sync::Weak<GpuHealth>) {
+    fn watch_faults(&self, sink: std::sync::Weak<dyn GpuFaultSink>) {
         if self.nvml.is_none() {
             return;
         }
@@ -63,7 +63,7 @@ impl GpuProbe for CudaDriverProbe {
             .filter(|gpu| !gpu.uuid.is_empty())
             .map(|gpu| (gpu.uuid, gpu.index))
             .collect();
-        xid::watch_nvml(gpus, health);
+        xid::watch_nvml(gpus, sink);
     }
 }
 

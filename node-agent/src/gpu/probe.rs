@@ -19,12 +19,18 @@ pub trait GpuProbe: Send + Sync {
         let _ = gpu;
         None
     }
-    /// From now on, takes each GPU the driver reports a fault of (`gpu/xid.rs`) out of
-    /// service in `health`, while it lives, where the probe can hear of faults; by default
-    /// it cannot.
-    fn watch_faults(&self, health: std::sync::Weak<super::GpuHealth>) {
-        let _ = health;
+    /// From now on, tells `sink` of each GPU the driver reports a fault of (`gpu/xid.rs`),
+    /// while it lives, where the probe can hear of faults; by default it cannot.
+    fn watch_faults(&self, sink: std::sync::Weak<dyn GpuFaultSink>) {
+        let _ = sink;
     }
+}
+
+/// What takes a GPU the driver reported a fault of out of service (the agent's record of
+/// its failed GPUs), as fault watchers see it.
+pub trait GpuFaultSink: Send + Sync {
+    /// The driver reported `fault` of GPU `gpu`.
+    fn hardware_fault(&self, gpu: u32, fault: String);
 }
 
 /// No GPUs: a CPU-only node.

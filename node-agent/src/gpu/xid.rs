@@ -3,7 +3,7 @@
 //! an uncorrectable ECC error may leave the GPU running and its results wrong, which no
 //! task's error would ever show. So the agent watches for them on a thread of its own
 //! ([`watch_nvml`]) and takes a faulted GPU out of service at once
-//! ([`super::GpuHealth::hardware_fault`]), as NVIDIA's Kubernetes device plugin marks such a
+//! (`GpuHealth::hardware_fault`), as NVIDIA's Kubernetes device plugin marks such a
 //! GPU unhealthy. The Xids an application causes (a bad kernel's page fault, a preempted
 //! context) are not the GPU's fault: those stay with the task that caused them.
 
@@ -15,7 +15,7 @@ use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 
-use super::GpuHealth;
+use super::probe::GpuFaultSink;
 
 /// Xids an application causes, which say nothing about the GPU's health: 13 (a graphics
 /// engine exception), 31 (a GPU memory page fault), 43 (the GPU stopped a context), 45
@@ -46,14 +46,14 @@ pub fn xid_fault(xid: u64) -> Option<String> {
 }
 
 /// Watches `gpus` (UUID and CUDA ordinal) for critical Xid and double-bit ECC events on a
-/// thread of its own, taking each GPU a fault is reported for out of service in `health`,
-/// for as long as the agent lives. A GPU whose events NVML cannot deliver (some consumer GPUs) is logged and
+/// thread of its own, telling `sink` of each GPU a fault is reported for, for as long as
+/// the sink lives. A GPU whose events NVML cannot deliver (some consumer GPUs) is logged and
 /// left unwatched; without NVML the thread ends at once, saying so.
-pub fn watch_nvml(gpus: Vec<(String, u32)>, health: Weak<GpuHealth>) {
+pub fn watch_nvml(gpus: Vec<(String, u32)>, sink: Weak<dyn GpuFaultSink>) {
     let spawned = std::thread::Builder::new()
         .name("gpu-faults".into())
         .spawn(move || {
-            if let Err(error) = watch_until_error(&gpus, &health) {
+            if let Err(error) = watch_until_error(&gpus, &sink) {
                 tracing::warn!(%error, "GPU fault events stopped; faults are found when work fails");
             }
         });
@@ -62,7 +62,10 @@ pub fn watch_nvml(gpus: Vec<(String, u32)>, health: Weak<GpuHealth>) {
     }
 }
 
-fn watch_until_error(gpus: &[(String, u32)], health: &Weak<GpuHealth>) -> Result<(), NvmlError> {
+fn watch_until_error(
+    gpus: &[(String, u32)],
+    sink: &Weak<dyn GpuFaultSink>,
+) -> Result<(), NvmlError> {
     let nvml = Nvml::builder()
         .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
         .init()
@@ -91,7 +94,7 @@ fn watch_until_error(gpus: &[(String, u32)], health: &Weak<GpuHealth>) -> Result
     loop {
         let event = match set.wait(wait_ms) {
             Ok(event) => event,
-            Err(NvmlError::Timeout) if health.strong_count() > 0 => continue,
+            Err(NvmlError::Timeout) if sink.strong_count() > 0 => continue,
             Err(NvmlError::Timeout) => return Ok(()),
             Err(error) => return Err(error),
         };
@@ -109,8 +112,8 @@ fn watch_until_error(gpus: &[(String, u32)], health: &Weak<GpuHealth>) -> Result
             _ => Some("NVML reported a critical Xid error".to_owned()),
         };
         match fault {
-            Some(fault) => match health.upgrade() {
-                Some(health) => health.hardware_fault(*index, fault),
+            Some(fault) => match sink.upgrade() {
+                Some(sink) => sink.hardware_fault(*index, fault),
                 None => return Ok(()),
             },
             None => {

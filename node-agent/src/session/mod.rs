@@ -215,7 +215,9 @@ impl Session {
                 .map_err(AgentError::FaultInjection)?
                 .restart_when(config.restart_after_gpu_failure, cancel.clone()),
         );
-        probe.watch_faults(Arc::downgrade(&gpu_health));
+        let health = Arc::downgrade(&gpu_health);
+        let sink: std::sync::Weak<dyn crate::gpu::GpuFaultSink> = health;
+        probe.watch_faults(sink);
         let host = ActorHost::new(
             registry.clone(),
             uplink_tx,
