@@ -90,14 +90,8 @@ void collect(Pending &p) {
 extern "C" {
 
 nvmlReturn_t nvmlInit_v2() { return NVML_SUCCESS; }
-nvmlReturn_t nvmlInitWithFlags(unsigned int) { return NVML_SUCCESS; }
 nvmlReturn_t nvmlShutdown() { return NVML_SUCCESS; }
 const char *nvmlErrorString(nvmlReturn_t) { return "cuda-emu NVML error"; }
-
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
-    *count = static_cast<unsigned int>(cuda_emu_device_count());
-    return NVML_SUCCESS;
-}
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, EmuDevice **device) {
     for (int i = 0; i < cuda_emu_device_count(); i++) {

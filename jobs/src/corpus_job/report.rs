@@ -103,7 +103,10 @@ impl ReportBuilder {
                 .cloned()
                 .unwrap_or_default();
             *per_node.entry(node.clone()).or_default() += docs;
-            let actor = pool_actors.iter().find(|a| a.actor_id.as_str() == actor_id);
+            let actor = pool_actors
+                .iter()
+                .find(|a| a.actor_id.as_str() == actor_id)
+                .copied();
             let gpu = actor.and_then(|a| a.gpu_indices.first().copied());
             let name = device_name(actor, gpu, nodes.get(node.as_str()).copied());
             per_gpu.entry((node, gpu)).or_insert((name, 0)).1 += docs;
@@ -202,7 +205,7 @@ pub struct ChunkSummary {
 
 /// What an actor computed on, as it stands at the end of the job: its GPU's name, `cpu`, or
 /// why it is not known (the actor lost its place: its GPU failed, or its node left).
-fn device_name(actor: Option<&&ActorInfo>, gpu: Option<u32>, node: Option<&NodeInfo>) -> String {
+fn device_name(actor: Option<&ActorInfo>, gpu: Option<u32>, node: Option<&NodeInfo>) -> String {
     match (actor, gpu) {
         (Some(_), Some(gpu)) => node
             .and_then(|n| n.gpus.iter().find(|g| g.index == gpu))
@@ -351,14 +354,14 @@ mod tests {
             unavailable_gpus: vec![],
         };
         let on = |gpus: Vec<u32>| actor(Some("n1"), gpus);
-        assert_eq!(device_name(Some(&&on(vec![0])), Some(0), Some(&node)), "T4");
-        assert_eq!(device_name(Some(&&on(vec![])), None, Some(&node)), "cpu");
+        assert_eq!(device_name(Some(&on(vec![0])), Some(0), Some(&node)), "T4");
+        assert_eq!(device_name(Some(&on(vec![])), None, Some(&node)), "cpu");
         assert_eq!(
-            device_name(Some(&&on(vec![1])), Some(1), Some(&node)),
+            device_name(Some(&on(vec![1])), Some(1), Some(&node)),
             "GPU 1, out of service now"
         );
         let lost = actor(None, vec![]);
-        assert!(device_name(Some(&&lost), None, None).starts_with("unknown"));
+        assert!(device_name(Some(&lost), None, None).starts_with("unknown"));
         assert!(device_name(None, None, Some(&node)).starts_with("unknown"));
     }
 }

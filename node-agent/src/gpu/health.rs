@@ -8,7 +8,7 @@
 //! is taken out of service in this process, once, and the scheduler is told
 //! (`GpuFailed`, before the failed outcome). A fault the driver reports through NVML (a
 //! critical Xid, an uncorrectable ECC error: `xid.rs`) takes the GPU out of service the same
-//! way, at once, failed context or not ([`GpuHealth::hardware_fault`]). From then on the GPU
+//! way, at once, failed context or not (`GpuFaultSink::hardware_fault`). From then on the GPU
 //! is listed as unavailable in registrations, left out of heartbeats, and an actor started
 //! on it is refused.
 //!
@@ -100,8 +100,14 @@ impl InjectedFailure {
 }
 
 impl GpuFaultSink for GpuHealth {
+    /// The driver reported `fault` of GPU `gpu` (`xid.rs`): it is taken out of service now,
+    /// whether or not its context failed, unless it is out already or was never offered.
     fn hardware_fault(&self, gpu: u32, fault: String) {
-        GpuHealth::hardware_fault(self, gpu, fault);
+        if !self.offered.contains(&gpu) {
+            tracing::debug!(gpu, %fault, "a fault of a GPU this agent does not offer");
+            return;
+        }
+        self.take_out_of_service(gpu, &fault, HARDWARE_WHAT_TO_DO);
     }
 }
 
@@ -242,16 +248,6 @@ impl GpuHealth {
             return Some((gpu, self.take_out_of_service(gpu, &error, WHAT_TO_DO)));
         }
         None
-    }
-
-    /// The driver reported `fault` of GPU `gpu` (`xid.rs`): it is taken out of service now,
-    /// whether or not its context failed, unless it is out already or was never offered.
-    pub fn hardware_fault(&self, gpu: u32, fault: String) {
-        if !self.offered.contains(&gpu) {
-            tracing::debug!(gpu, %fault, "a fault of a GPU this agent does not offer");
-            return;
-        }
-        self.take_out_of_service(gpu, &fault, HARDWARE_WHAT_TO_DO);
     }
 
     /// Takes GPU `gpu` out of service for `error` (once: the scheduler is told, and the

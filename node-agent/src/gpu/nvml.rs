@@ -5,17 +5,22 @@
 use nvml_wrapper::Nvml;
 use resident_proto::pb;
 
+/// Opens NVML: `libnvidia-ml.so.1`, as driver installs and the container toolkit ship it,
+/// else `libnvidia-ml.so`.
+pub fn open_nvml() -> Result<Nvml, nvml_wrapper::error::NvmlError> {
+    let versioned = Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init();
+    versioned.or_else(|_| Nvml::init())
+}
+
 /// An open NVML handle.
 pub struct NvmlReader(Nvml);
 
 impl NvmlReader {
-    /// Opens NVML (`libnvidia-ml.so.1`, as driver installs and the container toolkit ship
-    /// it, else `libnvidia-ml.so`), or says why not.
+    /// Opens NVML ([`open_nvml`]), or says why not.
     pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
-        let versioned = Nvml::builder()
-            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-            .init();
-        versioned.or_else(|_| Nvml::init()).map(Self)
+        open_nvml().map(Self)
     }
 
     /// Fills each GPU's utilisation and free VRAM where NVML knows the GPU (matched by

@@ -3,14 +3,13 @@
 //! an uncorrectable ECC error may leave the GPU running and its results wrong, which no
 //! task's error would ever show. So the agent watches for them on a thread of its own
 //! ([`watch_nvml`]) and takes a faulted GPU out of service at once
-//! (`GpuHealth::hardware_fault`), as NVIDIA's Kubernetes device plugin marks such a
-//! GPU unhealthy. The Xids an application causes (a bad kernel's page fault, a preempted
+//! (`GpuFaultSink::hardware_fault`, implemented by `GpuHealth`), as NVIDIA's Kubernetes
+//! device plugin marks such a GPU unhealthy. The Xids an application causes (a bad kernel's page fault, a preempted
 //! context) are not the GPU's fault: those stay with the task that caused them.
 
 use std::sync::Weak;
 use std::time::Duration;
 
-use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
@@ -66,10 +65,7 @@ fn watch_until_error(
     gpus: &[(String, u32)],
     sink: &Weak<dyn GpuFaultSink>,
 ) -> Result<(), NvmlError> {
-    let nvml = Nvml::builder()
-        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-        .init()
-        .or_else(|_| Nvml::init())?;
+    let nvml = super::nvml::open_nvml()?;
     let mut set = nvml.create_event_set()?;
     let mut watched = Vec::new();
     for (uuid, index) in gpus {

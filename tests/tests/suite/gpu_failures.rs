@@ -21,13 +21,24 @@ use resident_tests::{
 /// (`RESIDENT_FAULT_FAIL_SIMULATED_GPU`): `20`, during its actors' 20th task; `0`, during
 /// its first load; `20:48`, the driver reports Xid 48 during the 20th task.
 fn spawn_agent_whose_gpu_1_fails(url: &str, fault: &str) -> Proc {
-    let child = agent_command(url, "node-1", "T4:16GiB x2", "", &[])
-        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", format!("1:{fault}"))
+    let fault = format!("1:{fault}");
+    spawn_agent(url, "node-1", "T4:16GiB x2", Some(&fault), Stdio::inherit())
+}
+
+/// Agent `node` with simulated `gpus`, failing as `fault` says
+/// (`RESIDENT_FAULT_FAIL_SIMULATED_GPU`), its log (warnings) to `log`.
+fn spawn_agent(url: &str, node: &str, gpus: &str, fault: Option<&str>, log: Stdio) -> Proc {
+    let mut command = agent_command(url, node, gpus, "", &[]);
+    if let Some(fault) = fault {
+        command.env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", fault);
+    }
+    let child = command
         .env("RESIDENT_LOG", "warn")
         .stdout(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("spawn agent");
-    Proc::new("node-1", child)
+    Proc::new(node, child)
 }
 
 async fn node_1(cluster: &Cluster) -> Option<NodeInfo> {
@@ -132,17 +143,7 @@ async fn an_agent_whose_every_gpu_failed_exits_and_comes_back_with_its_gpu() {
     let state = tempfile::tempdir().unwrap();
     let (_scheduler, url) = spawn_scheduler(0, state.path());
     let spawn = |node: &str, fault: Option<&str>, log: Stdio| {
-        let mut command = agent_command(&url, node, "T4:16GiB", "", &[]);
-        if let Some(fault) = fault {
-            command.env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", fault);
-        }
-        let child = command
-            .env("RESIDENT_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn agent");
-        Proc::new(node, child)
+        spawn_agent(&url, node, "T4:16GiB", fault, log)
     };
     let log = state.path().join("node-1.log");
     let mut failing = spawn(
