@@ -8,7 +8,8 @@
 #     vectors against sentence-transformers fp16 (when gpu-bench's embed section made them);
 #  3. the same job on four actors sharing GPU 0 at 0.25 each: where the scheduler put them
 #     (`resident status --json`) and the job's docs/s;
-#  4. `/metrics` over HTTPS: the NVML series (VRAM total and free, utilisation) for each GPU.
+#  4. `/metrics` over HTTPS: the NVML series (VRAM total and free, utilisation) for each GPU;
+#  5. the agent's NVML fault watcher (critical Xid and ECC events): started, and on which GPUs.
 # The first job's pool is removed when it ends (it holds whole GPUs); the second is kept to be
 # read. Usage (from gpu-bench.sh): benches/gpu-cluster.sh WORK_DIR RESIDENT_BIN EMBED_BENCH_BIN
 # Prints markdown tables; a failed step prints a FAILED line and the rest still runs.
@@ -61,6 +62,10 @@ if [[ $gpus -eq 0 ]]; then
 fi
 echo "agent registered with $gpus GPU(s):"
 grep -m3 -i 'gpu\|cuda' "$dir/agent.log" | cut -c1-240
+# The NVML fault watcher (node-agent/src/gpu/xid.rs) on a real driver: which GPUs it watches,
+# or why it could not (an NVML without event support, a container without the device nodes).
+grep -m1 'watching GPUs for critical Xid' "$dir/agent.log" | cut -c1-240 ||
+  { failed "the agent's NVML fault watcher did not start"; grep -m3 -i 'nvml\|xid' "$dir/agent.log" | cut -c1-240; }
 
 report_field() { python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"r": r}))' "$@"; }
 

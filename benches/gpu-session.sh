@@ -15,6 +15,9 @@
 #                                        so the second call may not run, or only in part.
 #   bash benches/gpu-session.sh second   the 0.5B-class decoders (200 s), the defaults and
 #                                        the first load (150 s), the embedding rows (200 s)
+#   bash benches/gpu-session.sh third    the product through real processes (TLS scheduler,
+#                                        CUDA agent, its NVML fault watcher; 240 s), then the
+#                                        out-of-memory rows (150 s)
 #
 # GENERATE_BATCHES (64,256), AGREEMENT_PROMPTS (16) and QWEN3_TORCH (0: transformers' Qwen3
 # rows left out, their figure known) default smaller than gpu-bench.sh's, to fit one call.
@@ -47,8 +50,12 @@ case ${1:-first} in
     section 150 defaults load
     EMBED_MATERIALISED=0 section 200 embed
     ;;
+  third)
+    section 240 cluster
+    section 150 oom
+    ;;
   *)
-    echo "unknown plan '$1'; use first or second" >&2
+    echo "unknown plan '$1'; use first, second or third" >&2
     exit 2
     ;;
 esac
