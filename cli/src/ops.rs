@@ -83,19 +83,24 @@ pub(crate) fn print_jobs(jobs: &[JobStatus]) {
     }
 }
 
+/// GPU-HOURS and CORE-HOURS: what each pool's actors have held since the scheduler made it.
 fn print_pools(pools: &[PoolStatus]) {
     println!(
-        "{:<24} {:<10} {:<12} {:>7} {:>6}  NOTE",
-        "POOL", "KIND", "OWNER", "READY", "LOADS"
+        "{:<24} {:<10} {:<12} {:>7} {:>6} {:>9} {:>10}  NOTE",
+        "POOL", "KIND", "OWNER", "READY", "LOADS", "GPU-HOURS", "CORE-HOURS"
     );
     for pool in pools {
+        let gpu_seconds: f64 = pool.usage.iter().map(|u| u.gpu_seconds).sum();
+        let core_seconds: f64 = pool.usage.iter().map(|u| u.cpu_core_seconds).sum();
         println!(
-            "{:<24} {:<10} {:<12} {:>7} {:>6}  {}",
+            "{:<24} {:<10} {:<12} {:>7} {:>6} {:>9.3} {:>10.3}  {}",
             pool.spec.name(),
             pool.spec.kind(),
             pool.spec.owner(),
             format!("{}/{}", pool.ready_actors, pool.replicas()),
             pool.actors.iter().map(|a| a.model_loads).sum::<u64>(),
+            gpu_seconds / 3600.0,
+            core_seconds / 3600.0,
             pool.unplaced_reason.as_deref().unwrap_or("")
         );
     }

@@ -145,6 +145,34 @@ pub struct PoolStatus {
     pub actors: Vec<ActorInfo>,
     /// Why some actors are not placed yet, when they are not.
     pub unplaced_reason: Option<String>,
+    /// What its actors have held since the scheduler created (or restored) the pool, by
+    /// price class; each actor counts while it holds its place, lost ones until they were
+    /// lost. Empty from a scheduler that does not count it.
+    pub usage: Vec<HeldUsage>,
+}
+
+/// GPU-seconds and CPU core-seconds a pool's actors of one price class held.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeldUsage {
+    /// The GPU's model name as its agent reports it; empty for CPU actors.
+    pub gpu_name: String,
+    /// The node's `pool` label (what a job's `--price LABEL=USD` prices); empty when none.
+    pub node_pool_label: String,
+    /// Each actor's GPU fraction times its GPUs, times the seconds it held them.
+    pub gpu_seconds: f64,
+    /// CPU cores times the seconds they were held.
+    pub cpu_core_seconds: f64,
+}
+
+impl From<pb::HeldUsage> for HeldUsage {
+    fn from(usage: pb::HeldUsage) -> Self {
+        Self {
+            gpu_name: usage.gpu_name,
+            node_pool_label: usage.node_pool_label,
+            gpu_seconds: usage.gpu_seconds,
+            cpu_core_seconds: usage.cpu_core_seconds,
+        }
+    }
 }
 
 impl PoolStatus {
@@ -347,6 +375,7 @@ impl From<pb::PoolStatus> for PoolStatus {
             ready_actors: status.ready_actors,
             actors: status.actors.into_iter().map(ActorInfo::from).collect(),
             unplaced_reason: non_empty(status.unplaced_reason),
+            usage: status.usage.into_iter().map(HeldUsage::from).collect(),
         }
     }
 }

@@ -114,5 +114,11 @@ pub fn pool_json(pool: &PoolStatus) -> serde_json::Value {
             "tasks_done": a.tasks_done,
         })).collect::<Vec<_>>(),
         "unplaced_reason": pool.unplaced_reason,
+        "usage": pool.usage.iter().map(|u| json!({
+            "gpu_name": u.gpu_name,
+            "node_pool_label": u.node_pool_label,
+            "gpu_seconds": u.gpu_seconds,
+            "cpu_core_seconds": u.cpu_core_seconds,
+        })).collect::<Vec<_>>(),
     })
 }

@@ -69,7 +69,8 @@ pub use embed::{
 pub use error::SdkError;
 pub use generate::{GeneratePool, GeneratePoolSpec};
 pub use info::{
-    ActorInfo, ActorState, GpuInfo, JobState, JobStatus, NodeInfo, PoolStatus, UnavailableGpu,
+    ActorInfo, ActorState, GpuInfo, HeldUsage, JobState, JobStatus, NodeInfo, PoolStatus,
+    UnavailableGpu,
 };
 pub use job_stream::{JobStream, TaskOutput, TaskPayload};
 #[cfg(feature = "local")]

@@ -322,6 +322,7 @@ mod wait_tests {
                 .count() as u32,
             actors,
             unplaced_reason: unplaced.then(|| "no GPU with room".to_owned()),
+            usage: Vec::new(),
         }
     }
 

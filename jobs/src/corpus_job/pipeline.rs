@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use resident_sdk::{Cluster, Pool, SubmitOptions};
+use resident_sdk::{Cluster, HeldUsage, Pool, SdkError, SubmitOptions};
 
 use super::manifest::{Manifest, ShardEntry};
 use super::manifest_store::ManifestStore;
@@ -85,6 +85,9 @@ struct Prepared {
     /// From the job's start until its pool was ready (the input scanned, the model pinned,
     /// the actors loaded).
     ready: Duration,
+    /// What the pool had held before this run (a pool kept from an earlier one): the
+    /// report bills what it holds beyond that.
+    held_before: Vec<HeldUsage>,
 }
 
 /// What dispatching left for the end of the job.
@@ -137,6 +140,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                     .await?
             }
         };
+        let held_before = held_so_far(self.cluster, &pool_name::<W>(config)).await?;
         let pool = self
             .work
             .create_pool(self.cluster, config, &model, replicas)
@@ -148,6 +152,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             pool,
             actors,
             ready: self.started.elapsed(),
+            held_before,
         };
         Ok((prepared, manifest))
     }
@@ -403,6 +408,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         );
         let actors_info = self.cluster.list_actors().await?;
         let nodes_info = self.cluster.list_nodes().await?;
+        let held_after = prepared.pool.status().await?.usage;
         let wall = self.started.elapsed();
         let figures = self.work.figures(dispatched.tally, &manifest, wall);
         let report = dispatched.builder.finish(report::ReportInputs {
@@ -423,6 +429,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             pool: prepared.pool.name(),
             actors: &actors_info,
             nodes: &nodes_info,
+            held: report::held_between(&prepared.held_before, &held_after),
             input_fingerprint: scan.input_fingerprint,
             model_fingerprint: scan.model_fingerprint,
         });
@@ -430,6 +437,16 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             serde_json::to_vec_pretty(&report).map_err(|e| JobError::Output(e.to_string()))?;
         self.out.write("report.json", json).await?;
         Ok(report)
+    }
+}
+
+/// What the job's pool has held so far when one of that name is there (kept from an earlier
+/// run); nothing when there is none yet.
+async fn held_so_far(cluster: &Cluster, pool: &str) -> Result<Vec<HeldUsage>, JobError> {
+    match cluster.pool(pool).status().await {
+        Ok(status) => Ok(status.usage),
+        Err(SdkError::NotFound(_)) => Ok(Vec::new()),
+        Err(error) => Err(error.into()),
     }
 }
 

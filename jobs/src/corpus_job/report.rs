@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use resident_sdk::{ActorInfo, NodeInfo};
+use resident_sdk::{ActorInfo, HeldUsage, NodeInfo};
 use serde::{Deserialize, Serialize};
 
 use super::config::CorpusJobConfig;
@@ -50,7 +50,7 @@ impl ReportBuilder {
             .collect();
 
         let (per_node, per_gpu) = self.throughput(&nodes, &pool_actors, wall_s);
-        let usage = Usage::of(&pool_actors, &nodes, &inputs.config.prices, wall_s / 3600.0);
+        let usage = Usage::priced(&inputs.held, &inputs.config.prices);
         JobReport {
             items,
             bad_record_count: inputs.bad_records_total,
@@ -133,7 +133,8 @@ impl ReportBuilder {
     }
 }
 
-/// What the pool's actors held for the job's wall time, and its price.
+/// What the pool's actors held while the job ran, and its price.
+#[derive(Debug, PartialEq)]
 struct Usage {
     gpu_hours: f64,
     cpu_hours: f64,
@@ -141,39 +142,52 @@ struct Usage {
 }
 
 impl Usage {
-    /// Each GPU actor holds its share of its GPUs, priced by the node's `pool` label and
-    /// the GPU's name; each CPU actor holds one core.
-    fn of(
-        pool_actors: &[&ActorInfo],
-        nodes: &BTreeMap<&str, &NodeInfo>,
-        prices: &PriceTable,
-        hours: f64,
-    ) -> Self {
+    /// `held` (GPU- and core-seconds by price class) at `prices`: a GPU class by its node's
+    /// `pool` label or the GPU's name, CPU cores at the core price.
+    fn priced(held: &[HeldUsage], prices: &PriceTable) -> Self {
         let mut usage = Usage {
             gpu_hours: 0.0,
             cpu_hours: 0.0,
             cost_usd: 0.0,
         };
-        for actor in pool_actors {
-            let node = actor.node_id.as_ref().and_then(|n| nodes.get(n.as_str()));
-            match actor.gpu_indices.first() {
-                Some(index) => {
-                    let share = actor.gpu_fraction.max(0.0) * actor.gpu_indices.len() as f64;
-                    let name = node
-                        .and_then(|n| n.gpus.iter().find(|g| g.index == *index))
-                        .map_or("", |g| g.name.as_str());
-                    let price = prices.gpu_hour(node.and_then(|n| n.labels.get("pool")), name);
-                    usage.gpu_hours += share * hours;
-                    usage.cost_usd += share * hours * price;
-                }
-                None => {
-                    usage.cpu_hours += hours;
-                    usage.cost_usd += hours * prices.per_cpu_core;
-                }
-            }
+        for class in held {
+            let label = Some(&class.node_pool_label).filter(|l| !l.is_empty());
+            let gpu_hours = class.gpu_seconds / 3600.0;
+            let cpu_hours = class.cpu_core_seconds / 3600.0;
+            usage.gpu_hours += gpu_hours;
+            usage.cpu_hours += cpu_hours;
+            usage.cost_usd += gpu_hours * prices.gpu_hour(label, &class.gpu_name)
+                + cpu_hours * prices.per_cpu_core;
         }
         usage
     }
+}
+
+/// What a pool's actors held between two readings of its usage: `after` less `before`,
+/// class by class. A class that went down (the scheduler restarted, or the pool was made
+/// anew, between the readings) counts from zero: what `after` says.
+pub(super) fn held_between(before: &[HeldUsage], after: &[HeldUsage]) -> Vec<HeldUsage> {
+    after
+        .iter()
+        .map(|now| {
+            let earlier = before
+                .iter()
+                .find(|b| b.gpu_name == now.gpu_name && b.node_pool_label == now.node_pool_label);
+            match earlier {
+                Some(b)
+                    if b.gpu_seconds <= now.gpu_seconds
+                        && b.cpu_core_seconds <= now.cpu_core_seconds =>
+                {
+                    HeldUsage {
+                        gpu_seconds: now.gpu_seconds - b.gpu_seconds,
+                        cpu_core_seconds: now.cpu_core_seconds - b.cpu_core_seconds,
+                        ..now.clone()
+                    }
+                }
+                _ => now.clone(),
+            }
+        })
+        .collect()
 }
 
 pub(super) struct ReportInputs<'a, F> {
@@ -190,6 +204,8 @@ pub(super) struct ReportInputs<'a, F> {
     pub pool: &'a str,
     pub actors: &'a [ActorInfo],
     pub nodes: &'a [NodeInfo],
+    /// What the pool's actors held while the job ran ([`held_between`]).
+    pub held: Vec<HeldUsage>,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
 }
@@ -267,9 +283,13 @@ pub struct JobReport<F> {
     pub actors: u64,
     /// Model loads by them: one per actor when weights stay resident.
     pub model_loads: u64,
-    /// GPU-hours the pool held for the job's wall time.
+    /// GPU-hours the pool's actors held while the job ran (each actor's GPU fraction times
+    /// its GPUs): each actor while it held its place, so one lost mid-job (its GPU failed,
+    /// its node left) counts until then and its replacement from its placement. A pool kept
+    /// from an earlier run counts from this run's start; a pool two jobs share is billed to
+    /// each in full.
     pub gpu_hours: f64,
-    /// CPU core-hours it held.
+    /// CPU core-hours its CPU actors held, counted the same way.
     pub cpu_hours: f64,
     /// What those hours cost at `prices`.
     pub estimated_cost_usd: f64,
@@ -363,5 +383,59 @@ mod tests {
         let lost = actor(None, vec![]);
         assert!(device_name(Some(&lost), None, None).starts_with("unknown"));
         assert!(device_name(None, None, Some(&node)).starts_with("unknown"));
+    }
+
+    fn held(gpu: &str, label: &str, gpu_seconds: f64, cpu_core_seconds: f64) -> HeldUsage {
+        HeldUsage {
+            gpu_name: gpu.into(),
+            node_pool_label: label.into(),
+            gpu_seconds,
+            cpu_core_seconds,
+        }
+    }
+
+    /// A kept pool counts from this run's start; one made anew (or a restarted scheduler's)
+    /// from zero.
+    #[test]
+    fn a_run_is_billed_what_the_pool_held_since_it_began() {
+        let before = [
+            held("NVIDIA A10G", "", 7200.0, 0.0),
+            held("", "", 0.0, 100.0),
+        ];
+        let after = [
+            held("NVIDIA A10G", "", 9000.0, 0.0),
+            held("", "", 0.0, 40.0),
+            held("Tesla T4", "spot", 360.0, 0.0),
+        ];
+        assert_eq!(
+            held_between(&before, &after),
+            [
+                held("NVIDIA A10G", "", 1800.0, 0.0),
+                held("", "", 0.0, 40.0),
+                held("Tesla T4", "spot", 360.0, 0.0),
+            ]
+        );
+        assert_eq!(held_between(&[], &after), after);
+    }
+
+    /// Each class at its price: the node's `pool` label first, then the GPU's model, CPU
+    /// cores at the core price.
+    #[test]
+    fn each_class_is_priced_by_its_label_or_its_gpu() {
+        let mut prices = PriceTable::default();
+        prices.per_pool_label.insert("spot".into(), 0.2);
+        let a10g = prices.gpu_hour(None, "NVIDIA A10G");
+        let usage = Usage::priced(
+            &[
+                held("NVIDIA A10G", "", 1800.0, 0.0),
+                held("Tesla T4", "spot", 3600.0, 0.0),
+                held("", "", 0.0, 7200.0),
+            ],
+            &prices,
+        );
+        assert!((usage.gpu_hours - 1.5).abs() < 1e-12, "{usage:?}");
+        assert!((usage.cpu_hours - 2.0).abs() < 1e-12, "{usage:?}");
+        let cost = 0.5 * a10g + 0.2 + 2.0 * prices.per_cpu_core;
+        assert!((usage.cost_usd - cost).abs() < 1e-12, "{usage:?} vs {cost}");
     }
 }

@@ -2,64 +2,166 @@
 //! cores) its pool's placed actors hold, at the price table's rate for the GPU model or the
 //! node's `pool` label. Two jobs on one pool are each charged the pool's whole holding: a
 //! pool's actors are resident for whichever job uses them.
+//!
+//! Each pool also keeps what its actors have held over time, by price class
+//! ([`PoolUsage`]), accrued at every change of what they hold rather than on the tick: an
+//! actor counts exactly from taking its place until leaving it (its GPU failed, its node
+//! left). `PoolStatus.usage` reads it; a corpus job bills the difference over its run at its
+//! own prices.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use resident_proto::prices::PriceTable;
-use resident_proto::{ActorId, PoolName};
+use resident_proto::{ActorId, PoolName, pb};
 use tokio::time::Instant;
 
 use super::Core;
-use super::records::{ActorRecord, HeldRate, NodeRecord};
+use super::records::{ActorRecord, GpusAndCores, Holding, NodeRecord, PoolUsage, PriceClass};
 
-/// GPUs held (the fraction times the GPU count) and USD per hour, for one placed actor.
-fn actor_rate(actor: &ActorRecord, node: Option<&NodeRecord>, prices: &PriceTable) -> (f64, f64) {
+/// What one placed actor holds, its price class and its price an hour (nothing when it is
+/// not placed).
+fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>, prices: &PriceTable) -> Holding {
     let Some(assignment) = actor
         .assignment
         .as_ref()
         .filter(|_| actor.state.is_placed())
     else {
-        return (0.0, 0.0);
+        return Holding::default();
     };
+    let pool_label = node.and_then(|n| n.labels.get("pool"));
     if assignment.gpus.is_empty() {
         let cores = actor.request.cpu_millicores.max(1000) as f64 / 1000.0;
-        return (0.0, cores * prices.per_cpu_core);
+        return Holding {
+            class: PriceClass {
+                gpu_name: String::new(),
+                pool_label: pool_label.cloned().unwrap_or_default(),
+            },
+            held: GpusAndCores {
+                gpus: 0.0,
+                cpu_cores: cores,
+            },
+            usd_per_hour: cores * prices.per_cpu_core,
+        };
     }
-    let held = assignment.share_per_gpu.as_gpus() * assignment.gpus.len() as f64;
+    let gpus = assignment.share_per_gpu.as_gpus() * assignment.gpus.len() as f64;
     let name = node
         .and_then(|n| n.gpus.iter().find(|g| g.index == assignment.gpus[0]))
         .map_or("", |g| g.name.as_str());
-    let price = prices.gpu_hour(node.and_then(|n| n.labels.get("pool")), name);
-    (held, held * price)
+    Holding {
+        class: PriceClass {
+            gpu_name: name.to_owned(),
+            pool_label: pool_label.cloned().unwrap_or_default(),
+        },
+        held: GpusAndCores {
+            gpus,
+            cpu_cores: 0.0,
+        },
+        usd_per_hour: gpus * prices.gpu_hour(pool_label, name),
+    }
+}
+
+impl PoolUsage {
+    /// Nothing held, nothing used, from `now`.
+    pub fn since(now: Instant) -> Self {
+        Self {
+            held: BTreeMap::new(),
+            seconds: BTreeMap::new(),
+            accrued_at: now,
+        }
+    }
+
+    /// Adds what is held now, for the time since the last accrual, to the seconds.
+    fn accrue(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.accrued_at).as_secs_f64();
+        self.accrued_at = self.accrued_at.max(now);
+        if elapsed == 0.0 {
+            return;
+        }
+        for (class, held) in &self.held {
+            let seconds = self.seconds.entry(class.clone()).or_default();
+            seconds.gpus += held.gpus * elapsed;
+            seconds.cpu_cores += held.cpu_cores * elapsed;
+        }
+    }
+
+    /// An actor took its place holding `holding`, at `now`.
+    pub fn add(&mut self, holding: &Holding, now: Instant) {
+        if holding.held == GpusAndCores::default() {
+            return;
+        }
+        self.accrue(now);
+        let held = self.held.entry(holding.class.clone()).or_default();
+        held.gpus += holding.held.gpus;
+        held.cpu_cores += holding.held.cpu_cores;
+    }
+
+    /// An actor holding `holding` left its place at `now`. A class the pool does not hold
+    /// (the actor of a deleted pool of the same name) changes nothing.
+    pub fn remove(&mut self, holding: &Holding, now: Instant) {
+        self.accrue(now);
+        let Some(held) = self.held.get_mut(&holding.class) else {
+            return;
+        };
+        held.gpus = (held.gpus - holding.held.gpus).max(0.0);
+        held.cpu_cores = (held.cpu_cores - holding.held.cpu_cores).max(0.0);
+        if held.gpus < 1e-9 && held.cpu_cores < 1e-9 {
+            self.held.remove(&holding.class);
+        }
+    }
+
+    /// GPU- and core-seconds by class up to `now` (what is held counted to `now`), without
+    /// accruing.
+    pub fn until(&self, now: Instant) -> Vec<pb::HeldUsage> {
+        let elapsed = now.saturating_duration_since(self.accrued_at).as_secs_f64();
+        let mut seconds = self.seconds.clone();
+        for (class, held) in &self.held {
+            let used = seconds.entry(class.clone()).or_default();
+            used.gpus += held.gpus * elapsed;
+            used.cpu_cores += held.cpu_cores * elapsed;
+        }
+        seconds
+            .into_iter()
+            .map(|(class, used)| pb::HeldUsage {
+                gpu_name: class.gpu_name,
+                node_pool_label: class.pool_label,
+                gpu_seconds: used.gpus,
+                cpu_core_seconds: used.cpu_cores,
+            })
+            .collect()
+    }
 }
 
 impl Core {
-    /// Actor `id` took its place: what it holds there is added to its pool's rate.
+    /// Actor `id` took its place: what it holds there is added to its pool's rate and
+    /// usage.
     pub(super) fn start_charging(&mut self, id: &ActorId) {
         let actor = &self.actors[id];
         let node = actor
             .assignment
             .as_ref()
             .and_then(|a| self.nodes.get(&a.node));
-        let (gpus, usd_per_hour) = actor_rate(actor, node, &self.prices);
-        let rate = HeldRate { gpus, usd_per_hour };
+        let holding = actor_holding(actor, node, &self.prices);
         let pool = actor.pool.clone();
-        self.actors.get_mut(id).expect("actor exists").rate = rate;
         if let Some(record) = self.pools.get_mut(&pool) {
-            record.held.gpus += rate.gpus;
-            record.held.usd_per_hour += rate.usd_per_hour;
+            record.held.gpus += holding.held.gpus;
+            record.held.usd_per_hour += holding.usd_per_hour;
+            record.usage.add(&holding, Instant::now());
         }
+        self.actors.get_mut(id).expect("actor exists").holding = holding;
     }
 
-    /// Actor `id` left its place: its pool's rate no longer counts it.
+    /// Actor `id` left its place: its pool's rate no longer counts it, and its usage
+    /// counts it until now.
     pub(super) fn stop_charging(&mut self, id: &ActorId) {
         let Some(actor) = self.actors.get_mut(id) else {
             return;
         };
-        let rate = std::mem::take(&mut actor.rate);
+        let holding = std::mem::take(&mut actor.holding);
         if let Some(record) = self.pools.get_mut(&actor.pool) {
-            record.held.gpus = (record.held.gpus - rate.gpus).max(0.0);
-            record.held.usd_per_hour = (record.held.usd_per_hour - rate.usd_per_hour).max(0.0);
+            record.held.gpus = (record.held.gpus - holding.held.gpus).max(0.0);
+            record.held.usd_per_hour = (record.held.usd_per_hour - holding.usd_per_hour).max(0.0);
+            record.usage.remove(&holding, Instant::now());
         }
     }
 
@@ -83,21 +185,116 @@ impl Core {
         }
     }
 
-    /// What the pool's placed actors hold, added up afresh (the test-only check of
-    /// [`PoolRecord::held`](super::records::PoolRecord::held)).
+    /// What the pool's placed actors hold, added up afresh: the test-only check of
+    /// [`PoolRecord::held`](super::records::PoolRecord::held) and of what its
+    /// [`PoolUsage`] holds.
     #[cfg(test)]
-    pub(super) fn held_by_pool_now(&self, pool: &PoolName) -> HeldRate {
-        let mut held = HeldRate::default();
+    pub(super) fn held_by_pool_now(
+        &self,
+        pool: &PoolName,
+    ) -> (super::records::HeldRate, BTreeMap<PriceClass, GpusAndCores>) {
+        let mut held = super::records::HeldRate::default();
+        let mut by_class: BTreeMap<PriceClass, GpusAndCores> = BTreeMap::new();
         for id in &self.pools[pool].actors {
             let actor = &self.actors.uncounted()[id];
             let node = actor
                 .assignment
                 .as_ref()
                 .and_then(|a| self.nodes.uncounted().get(&a.node));
-            let (gpus, usd_per_hour) = actor_rate(actor, node, &self.prices);
-            held.gpus += gpus;
-            held.usd_per_hour += usd_per_hour;
+            let holding = actor_holding(actor, node, &self.prices);
+            held.gpus += holding.held.gpus;
+            held.usd_per_hour += holding.usd_per_hour;
+            if holding.held != GpusAndCores::default() {
+                let class = by_class.entry(holding.class).or_default();
+                class.gpus += holding.held.gpus;
+                class.cpu_cores += holding.held.cpu_cores;
+            }
         }
-        held
+        (held, by_class)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu_holding(name: &str, label: &str, gpus: f64) -> Holding {
+        Holding {
+            class: PriceClass {
+                gpu_name: name.to_owned(),
+                pool_label: label.to_owned(),
+            },
+            held: GpusAndCores {
+                gpus,
+                cpu_cores: 0.0,
+            },
+            usd_per_hour: 0.0,
+        }
+    }
+
+    fn seconds(usage: &[pb::HeldUsage], name: &str) -> (f64, f64) {
+        usage
+            .iter()
+            .find(|u| u.gpu_name == name)
+            .map_or((0.0, 0.0), |u| (u.gpu_seconds, u.cpu_core_seconds))
+    }
+
+    #[test]
+    fn each_actor_counts_from_taking_its_place_until_leaving_it() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut usage = PoolUsage::since(start);
+        let whole = gpu_holding("NVIDIA A10G", "", 1.0);
+        let quarter = gpu_holding("NVIDIA A10G", "", 0.25);
+        let t4 = gpu_holding("Tesla T4", "spot", 1.0);
+        usage.add(&whole, at(10));
+        usage.add(&quarter, at(20));
+        usage.add(&t4, at(20));
+        // The whole-GPU actor's GPU fails at 40 s; the T4 actor's node leaves at 50 s.
+        usage.remove(&whole, at(40));
+        usage.remove(&t4, at(50));
+        let now = usage.until(at(100));
+        // A10G: 1 GPU for 30 s, and a quarter for 80 s.
+        assert!(
+            (seconds(&now, "NVIDIA A10G").0 - 50.0).abs() < 1e-9,
+            "{now:?}"
+        );
+        assert!((seconds(&now, "Tesla T4").0 - 30.0).abs() < 1e-9, "{now:?}");
+        let t4_row = now.iter().find(|u| u.gpu_name == "Tesla T4").unwrap();
+        assert_eq!(t4_row.node_pool_label, "spot");
+        // Reading accrues nothing: a later read counts on from the same point.
+        let later = usage.until(at(200));
+        assert!(
+            (seconds(&later, "NVIDIA A10G").0 - 75.0).abs() < 1e-9,
+            "{later:?}"
+        );
+        assert!(
+            (seconds(&later, "Tesla T4").0 - 30.0).abs() < 1e-9,
+            "{later:?}"
+        );
+    }
+
+    #[test]
+    fn cpu_actors_count_core_seconds_and_strangers_change_nothing() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut usage = PoolUsage::since(start);
+        let cpu = Holding {
+            held: GpusAndCores {
+                gpus: 0.0,
+                cpu_cores: 2.0,
+            },
+            ..Holding::default()
+        };
+        usage.add(&cpu, at(0));
+        // An actor of a deleted pool of the same name, of a class this pool never held.
+        usage.remove(&gpu_holding("NVIDIA L4", "", 1.0), at(5));
+        // Nothing held is nothing added.
+        usage.add(&Holding::default(), at(5));
+        usage.remove(&cpu, at(10));
+        let now = usage.until(at(60));
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(seconds(&now, ""), (0.0, 20.0));
+        assert!(usage.held.is_empty(), "{:?}", usage.held);
     }
 }

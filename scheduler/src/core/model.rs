@@ -15,7 +15,8 @@
 //! 5. Each pool's `dispatchable` is exactly its `Ready` actors that are not quarantined,
 //!    crashed or on a draining node and have free credit, by (free credit, id), largest
 //!    first.
-//! 6. Each pool's `held` (GPUs and their price) is what its actors' assignments hold.
+//! 6. Each pool's `held` (GPUs and their price) and its usage's `held` (by price class) are
+//!    what its actors' assignments hold.
 //!
 //! Also kept, not checked by that assertion: `placed` mirrors the store's placements
 //! (an actor may be handed back only by the node it was started on), and `sessions`
@@ -274,12 +275,20 @@ impl Core {
                 &scanned,
                 "invariant 5: pool {name}'s dispatchable actors"
             );
-            let held = self.held_by_pool_now(name);
+            let (held, by_class) = self.held_by_pool_now(name);
             assert!(
                 (pool.held.gpus - held.gpus).abs() < 1e-6
                     && (pool.held.usd_per_hour - held.usd_per_hour).abs() < 1e-6,
                 "invariant 6: pool {name} holds {:?}, counted {held:?}",
                 pool.held
+            );
+            let kept = &pool.usage.held;
+            assert!(
+                kept.len() == by_class.len()
+                    && kept.iter().zip(&by_class).all(|((a, x), (b, y))| a == b
+                        && (x.gpus - y.gpus).abs() < 1e-6
+                        && (x.cpu_cores - y.cpu_cores).abs() < 1e-6),
+                "invariant 6: pool {name}'s usage holds {kept:?}, counted {by_class:?}"
             );
         }
     }

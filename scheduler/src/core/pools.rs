@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::host_deaths::TaskBlame;
-use super::records::{ActorRecord, Crash, PoolRecord};
+use super::records::{ActorRecord, Crash, Holding, PoolRecord, PoolUsage};
 use crate::auth::{Principal, may_manage_pool};
 use crate::error::SchedulerError;
 use crate::placement::{self, ActorDemand, ComputeCapability, PlacementStrategy, ResourceRequest};
@@ -240,6 +240,7 @@ impl Core {
             idle_since: None,
             saved: true,
             held: Default::default(),
+            usage: PoolUsage::since(Instant::now()),
             spec,
         };
         let replicas = record.spec.replicas;
@@ -281,7 +282,7 @@ impl Core {
             error: String::new(),
             unplaced_reason: String::new(),
             reported_work: Default::default(),
-            rate: Default::default(),
+            holding: Holding::default(),
         };
         self.index_pending(self.next_actor_order, id.clone());
         self.next_actor_order += 1;
@@ -437,7 +438,7 @@ impl Core {
         // created before they stop.
         for id in &record_actors {
             if let Some(actor) = self.actors.get_mut(id) {
-                actor.rate = Default::default();
+                actor.holding = Holding::default();
             }
         }
         self.actors

@@ -112,6 +112,9 @@ pub struct PoolRecord {
     /// What its placed actors hold together, kept as they take and leave their places
     /// (`core/accounting.rs`): charging a running job reads this, not every actor.
     pub held: HeldRate,
+    /// What its placed actors have held since this scheduler made the record, by price
+    /// class: what a corpus job's `report.json` bills (`core/accounting.rs`).
+    pub usage: PoolUsage,
 }
 
 /// GPUs held (each actor's fraction times its GPU count) and what they cost an hour.
@@ -119,6 +122,42 @@ pub struct PoolRecord {
 pub struct HeldRate {
     pub gpus: f64,
     pub usd_per_hour: f64,
+}
+
+/// What a placed actor is priced by: its GPU's model name (empty on the CPU) and its
+/// node's `pool` label (empty when it has none).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PriceClass {
+    pub gpu_name: String,
+    pub pool_label: String,
+}
+
+/// GPUs (each actor's fraction times its GPU count) and CPU cores: held now, or, summed over
+/// time, GPU- and core-seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpusAndCores {
+    pub gpus: f64,
+    pub cpu_cores: f64,
+}
+
+/// What one placed actor holds, and its price class.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Holding {
+    pub class: PriceClass,
+    pub held: GpusAndCores,
+    /// At the scheduler's price table.
+    pub usd_per_hour: f64,
+}
+
+/// What a pool's placed actors hold now and have held since the record was made, by price
+/// class; accrued whenever what they hold changes, so each actor counts exactly while it
+/// holds its place (`core/accounting.rs`).
+#[derive(Clone, Debug)]
+pub struct PoolUsage {
+    pub held: BTreeMap<PriceClass, GpusAndCores>,
+    /// GPU- and core-seconds up to `accrued_at`.
+    pub seconds: BTreeMap<PriceClass, GpusAndCores>,
+    pub accrued_at: Instant,
 }
 
 /// Where an actor kept for a suspect task stands.
@@ -142,9 +181,9 @@ pub enum Crash {
 
 pub struct ActorRecord {
     pub pool: PoolName,
-    /// What it adds to its pool's [`PoolRecord::held`] while it holds a place (zero when it
-    /// holds none, or its pool was deleted).
-    pub rate: HeldRate,
+    /// What it adds to its pool's [`PoolRecord::held`] and [`PoolRecord::usage`] while it
+    /// holds a place (nothing when it holds none, or its pool was deleted).
+    pub holding: Holding,
     /// What the actor holds where it is placed. Kept with the actor, so a draining actor
     /// of a deleted pool still counts against its node's capacity until it stops.
     pub request: ResourceRequest,

@@ -155,6 +155,7 @@ impl Core {
             ready_actors: ready,
             actors,
             unplaced_reason,
+            usage: record.usage.until(Instant::now()),
         })
     }
 

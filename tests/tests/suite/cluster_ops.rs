@@ -110,6 +110,14 @@ async fn jobs_and_pools_are_listed_cancelled_and_deleted_from_the_cli() {
     assert_eq!(names, ["fast", "slow"], "{pools}");
     assert_eq!(pools["pools"][0]["ready_actors"], 1);
     assert_eq!(pools["pools"][0]["model_loads"], 1);
+    // What its CPU actor has held so far, counted by the scheduler.
+    let usage = &pools["pools"][0]["usage"];
+    assert_eq!(usage[0]["gpu_name"], "", "{pools}");
+    assert!(
+        usage[0]["cpu_core_seconds"].as_f64().unwrap() > 0.0,
+        "{pools}"
+    );
+    assert_eq!(usage[0]["gpu_seconds"].as_f64(), Some(0.0), "{pools}");
     let jobs = cli(&setup, &url, setup.token("viewer"), &["jobs"]).unwrap();
     let jobs = jobs["jobs"].as_array().unwrap().clone();
     assert_eq!(jobs.len(), 2, "{jobs:?}");

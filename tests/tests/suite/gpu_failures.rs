@@ -261,3 +261,40 @@ async fn a_gpu_that_fails_mid_job_loses_no_task_and_takes_no_actor_again() {
     .await;
     assert_gpu_1_out_of_service(&node);
 }
+
+/// `resident embed` on two simulated GPUs, GPU 1 failing during its actor's first task: every
+/// document is embedded once on GPU 0, and the report bills the lost actor as the GPU time
+/// it held until its GPU failed, never as a CPU's (what it did when the bill came from the
+/// actors standing at the end: the lost one, placed nowhere, was counted as a CPU actor
+/// for the whole run).
+#[test]
+fn a_job_s_report_bills_the_actor_a_failed_gpu_lost_as_gpu_time_until_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = resident_tests::sample(dir.path(), 80);
+    let out = dir.path().join("out");
+    let extra = ["--simulate-gpus", "T4:16GiB x2", "--chunk-size", "4"];
+    let output = resident_tests::embed_command(&input, &out, &extra)
+        .env("RESIDENT_FAULT_FAIL_SIMULATED_GPU", "1:1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "resident embed failed:\n{stderr}");
+    assert_eq!(
+        resident_tests::ids_in_file(&out.join("ids.jsonl")),
+        resident_tests::ids_in_file(&input)
+    );
+    let report = resident_tests::read_json(&out.join("report.json"));
+    let per_gpu = report["per_gpu"].as_array().unwrap();
+    assert!(
+        per_gpu.iter().all(|g| g["gpu_index"] == 0),
+        "every document on GPU 0: {report}"
+    );
+    assert_eq!(report["actors"], 2, "{report}");
+    assert_eq!(report["cpu_hours"].as_f64(), Some(0.0), "{report}");
+    let gpu_seconds = report["gpu_hours"].as_f64().unwrap() * 3600.0;
+    let wall = report["wall_seconds"].as_f64().unwrap();
+    assert!(
+        gpu_seconds > 0.0 && gpu_seconds < 2.0 * wall,
+        "{gpu_seconds} GPU-seconds in {wall} s: {report}"
+    );
+}

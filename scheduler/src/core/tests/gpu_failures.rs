@@ -215,3 +215,46 @@ async fn a_lost_hosts_tasks_go_at_once_to_an_idle_actor() {
         assert_eq!(again[0].actor_id, on0[0].actor_id);
     }
 }
+
+/// What a pool's actors held, in GPU-seconds, as `PoolStatus.usage` says.
+fn gpu_seconds_used(h: &Harness, pool: &str) -> f64 {
+    let status = h.core.pool_status(&PoolName::from(pool)).expect("pool");
+    status.usage.iter().map(|u| u.gpu_seconds).sum()
+}
+
+/// What `report.json` bills: an actor whose GPU failed counts until then, its replacement
+/// from its placement on, whatever stands at the end of the job.
+#[tokio::test(start_paused = true)]
+async fn a_pool_s_usage_counts_a_lost_actor_until_it_was_lost_and_its_replacement_from_then() {
+    // Nodes stay alive through the test's silent minutes.
+    let mut config = CoreConfig::for_test();
+    config.node_dead_after = Duration::from_secs(3600);
+    let mut h = Harness::new(config);
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    h.create_pool(whole_gpu_pool("p", 2));
+    h.load_actors("g1");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!((gpu_seconds_used(&h, "p") - 20.0).abs() < 1e-6);
+
+    // GPU 1 fails at 10 s: its actor stops counting; nowhere is free for it.
+    h.send("g1", gpu_failed(1, XID));
+    tokio::time::advance(Duration::from_secs(20)).await;
+    h.tick();
+    assert!((gpu_seconds_used(&h, "p") - 40.0).abs() < 1e-6);
+
+    // A node joins at 30 s and the lost actor takes its place there.
+    h.add_node("g2", vec![gpu(0, 24)]);
+    h.tick();
+    assert_eq!(started_on(&mut h, "g2"), [vec![0]]);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let status = h.core.pool_status(&PoolName::from("p")).expect("pool");
+    assert_eq!(status.usage.len(), 1, "{:?}", status.usage);
+    assert_eq!(status.usage[0].gpu_name, "A10G");
+    assert_eq!(status.usage[0].node_pool_label, "");
+    assert!(
+        (status.usage[0].gpu_seconds - 50.0).abs() < 1e-6,
+        "{:?}",
+        status.usage
+    );
+    assert_eq!(status.usage[0].cpu_core_seconds, 0.0);
+}
