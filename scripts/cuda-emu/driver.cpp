@@ -12,7 +12,9 @@
 // devices are refused as a GPU refuses them. CUDA_EMU_UNAVAILABLE_DEVICES lists devices
 // that refuse their context (CUDA_ERROR_DEVICE_UNAVAILABLE). CUDA_EMU_FAULT_AFTER_LAUNCHES=D:N
 // makes device D fail at its Nth launch as a GPU does after an Xid fault: its context's calls
-// fail from then on with a sticky CUDA_ERROR_ILLEGAL_ADDRESS.
+// fail from then on with a sticky CUDA_ERROR_ILLEGAL_ADDRESS. CUDA_EMU_GPU_LOST_AT_LAUNCH=D:N
+// makes device D fall off the bus at its Nth launch: its context fails with a sticky
+// CUDA_ERROR_LAUNCH_FAILED and the emulated NVML answers GPU_IS_LOST for it.
 #include <cuda.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -102,6 +104,7 @@ struct MemoryPool {
 struct Device {
     Context context;
     CUresult fault = CUDA_SUCCESS;  // sticky: every later call on its context returns it
+    bool lost = false;  // fallen off the bus (CUDA_EMU_GPU_LOST_AT_LAUNCH): NVML says so
     unsigned long long launches = 0;  // kernels and graphs launched on it
     size_t allocated = 0;  // every live allocation's bytes, pooled or not
     MemoryPool pool;
@@ -229,6 +232,25 @@ const PlannedXid &planned_xid() {
     return planned;
 }
 
+/// CUDA_EMU_GPU_LOST_AT_LAUNCH=ORDINAL:N: device ORDINAL falls off the bus at its Nth launch.
+const PlannedFault &planned_loss() {
+    static const PlannedFault planned = [] {
+        PlannedFault made;
+        const char *set = getenv("CUDA_EMU_GPU_LOST_AT_LAUNCH");
+        if (set == nullptr) return made;
+        int device;
+        unsigned long long launch;
+        if (sscanf(set, "%d:%llu", &device, &launch) != 2) {
+            fprintf(stderr, "cuda-emu: CUDA_EMU_GPU_LOST_AT_LAUNCH=%s is not ORDINAL:N\n", set);
+            return made;
+        }
+        made.device = device;
+        made.launch = launch;
+        return made;
+    }();
+    return planned;
+}
+
 /// The Xids reported and not yet delivered: device, Xid. Guarded by the emulator's mutex.
 std::vector<std::pair<int, unsigned long long>> &reported_xids() {
     static std::vector<std::pair<int, unsigned long long>> reported;
@@ -256,6 +278,17 @@ CUresult launched_on(Emulator &e, int ordinal) {
                 "(CUDA_EMU_XID_AT_LAUNCH); its context goes on\n",
                 ordinal, xid.xid, d.launches);
         reported_xids().emplace_back(ordinal, xid.xid);
+    }
+    const PlannedFault &loss = planned_loss();
+    if (loss.device == ordinal && d.launches == loss.launch) {
+        fprintf(stderr,
+                "cuda-emu: device %d falls off the bus at its launch %llu "
+                "(CUDA_EMU_GPU_LOST_AT_LAUNCH): its context fails with CUDA_ERROR_LAUNCH_FAILED "
+                "and NVML answers GPU_IS_LOST for it\n",
+                ordinal, d.launches);
+        d.lost = true;
+        d.fault = CUDA_ERROR_LAUNCH_FAILED;
+        return d.fault;
     }
     const PlannedFault &planned = planned_fault();
     if (planned.device != ordinal || d.launches != planned.launch) return CUDA_SUCCESS;
@@ -566,6 +599,13 @@ int cuda_emu_next_xid(int *ordinal, unsigned long long *xid) {
 
 /// For the emulated NVML: how many devices there are.
 int cuda_emu_device_count() { return device_count(); }
+
+/// For the emulated NVML: whether device `ordinal` fell off the bus.
+int cuda_emu_device_lost(int ordinal) {
+    if (ordinal < 0 || ordinal >= device_count()) return 0;
+    std::lock_guard<std::mutex> lock(emulator().mutex);
+    return emulator().devices[static_cast<size_t>(ordinal)].lost ? 1 : 0;
+}
 
 /// For a test: device `ordinal`'s context has failed for good, as this thread sees it.
 void cuda_emu_fail_device_on_this_thread(int ordinal) { failed_here.push_back(ordinal); }

@@ -2,7 +2,9 @@
 // (node-agent/src/gpu/xid.rs), over the emulated driver's devices. A device's handle is
 // found by the UUID the emulated driver gives it; it delivers critical Xid and double-bit
 // ECC events; and an Xid that CUDA_EMU_XID_AT_LAUNCH plans (driver.cpp) reaches every event
-// set that registered its device, as the real driver's does. Calls not written here are
+// set that registered its device, as the real driver's does. A device that fell off the bus
+// (CUDA_EMU_GPU_LOST_AT_LAUNCH) answers NVML_ERROR_GPU_IS_LOST, and so does the wait of every
+// set that watches it, as the real library's do. Calls not written here are
 // missing symbols, which the agent's NVML binding reads as "not supported" (no utilisation
 // readings). NVML's own types are declared here: the CUDA toolkit ships no nvml.h.
 
@@ -16,6 +18,7 @@
 
 extern "C" int cuda_emu_next_xid(int *ordinal, unsigned long long *xid);
 extern "C" int cuda_emu_device_count();
+extern "C" int cuda_emu_device_lost(int ordinal);
 
 namespace {
 
@@ -25,6 +28,7 @@ constexpr nvmlReturn_t NVML_ERROR_INVALID_ARGUMENT = 2;
 constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
 constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
 constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
+constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
 constexpr unsigned long long DOUBLE_BIT_ECC_ERROR = 0x2;
 constexpr unsigned long long CRITICAL_XID_ERROR = 0x8;
 
@@ -98,6 +102,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, EmuDevice **device) {
         char mine[41];
         uuid_of(i, mine);
         if (strcmp(uuid, mine) == 0) {
+            if (cuda_emu_device_lost(i)) return NVML_ERROR_GPU_IS_LOST;
             *device = &devices()[i];
             return NVML_SUCCESS;
         }
@@ -108,6 +113,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, EmuDevice **device) {
 nvmlReturn_t nvmlDeviceGetUUID(EmuDevice *device, char *uuid, unsigned int length) {
     if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (length < 41) return NVML_ERROR_INSUFFICIENT_SIZE;
+    if (cuda_emu_device_lost(device->ordinal)) return NVML_ERROR_GPU_IS_LOST;
     uuid_of(device->ordinal, uuid);
     return NVML_SUCCESS;
 }
@@ -140,6 +146,9 @@ nvmlReturn_t nvmlEventSetWait_v2(EmuEventSet *set, nvmlEventData_t *data, unsign
     for (;;) {
         {
             std::lock_guard<std::mutex> lock(p.mutex);
+            for (int watched : set->devices) {
+                if (cuda_emu_device_lost(watched)) return NVML_ERROR_GPU_IS_LOST;
+            }
             collect(p);
             for (auto it = p.events.begin(); it != p.events.end(); ++it) {
                 if (it->first != set) continue;

@@ -154,6 +154,18 @@ said "the agent took GPU 1 out of service (Xid 48)" "$work/embed-xid.log" \
   "NVML reported Xid 48 (a double-bit ECC error)"
 step "GPU 1's Xid lost no vector" cmp "$work/embedded/embeddings.npy" \
   "$work/embedded-xid/embeddings.npy"
+# GPU 1 falls off the bus mid-job: its context fails and NVML answers GPU_IS_LOST for it.
+# The agent takes it out of service, its chunks go to GPU 0, and the NVML watcher, whose
+# wait failed, goes on watching GPU 0 alone.
+step "resident embed, GPU 1 falling off the bus at its launch 150" bash -c "CUDA_EMU_GPU_LOST_AT_LAUNCH=1:150 \
+  RESIDENT_LOG=info timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
+  --output '$work/embedded-lost' --chunk-size 1 2> '$work/embed-lost.log'"
+said "the agent took GPU 1 out of service (lost)" "$work/embed-lost.log" \
+  "GPU failed: taken out of service"
+said "the NVML watcher goes on with GPU 0" "$work/embed-lost.log" \
+  "watching GPUs for critical Xid and ECC errors gpus=\[0\]"
+step "GPU 1's loss lost no vector" cmp "$work/embedded/embeddings.npy" \
+  "$work/embedded-lost/embeddings.npy"
 # The same mid-run for generation's continuous batch (its run ends with the model's error).
 step "resident generate, GPU 1 failing at its launch 1500" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:1500 \
   timeout 600 '$bins/resident' generate --input '$work/docs.jsonl' --model '$gguf' \

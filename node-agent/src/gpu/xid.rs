@@ -4,12 +4,16 @@
 //! task's error would ever show. So the agent watches for them on a thread of its own
 //! ([`watch_nvml`]) and takes a faulted GPU out of service at once
 //! (`GpuFaultSink::hardware_fault`, implemented by `GpuHealth`), as NVIDIA's Kubernetes
-//! device plugin marks such a GPU unhealthy. The Xids an application causes (a bad kernel's page fault, a preempted
-//! context) are not the GPU's fault: those stay with the task that caused them.
+//! device plugin marks such a GPU unhealthy. The Xids an application causes (a bad kernel's
+//! page fault, a preempted context) are not the GPU's fault: those stay with the task that
+//! caused them. A GPU NVML loses (fallen off the bus: its wait fails with `GPU_IS_LOST`) is
+//! found among the watched ones, taken out of service, and left out of a new event set, so
+//! the other GPUs are still watched.
 
 use std::sync::Weak;
 use std::time::Duration;
 
+use nvml_wrapper::EventSet;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
@@ -61,15 +65,68 @@ pub fn watch_nvml(gpus: Vec<(String, u32)>, sink: Weak<dyn GpuFaultSink>) {
     }
 }
 
+/// What a GPU NVML lost is taken out of service with.
+const LOST: &str = "NVML lost the GPU: it has fallen off the bus or is otherwise inaccessible \
+     (NVML_ERROR_GPU_IS_LOST)";
+
 fn watch_until_error(
     gpus: &[(String, u32)],
     sink: &Weak<dyn GpuFaultSink>,
 ) -> Result<(), NvmlError> {
     let nvml = super::nvml::open_nvml()?;
+    // GPUs NVML lost: taken out of service and left out of the next event set, so the
+    // others are still watched.
+    let mut lost: Vec<u32> = Vec::new();
+    loop {
+        let Some(set) = register(&nvml, gpus, &mut lost, sink)? else {
+            return Ok(());
+        };
+        let watching: Vec<&(String, u32)> =
+            gpus.iter().filter(|(_, i)| !lost.contains(i)).collect();
+        match wait_for_faults(set, gpus, sink) {
+            Err(NvmlError::GpuLost) => {
+                let newly = lost_gpus(&nvml, &watching);
+                if newly.is_empty() {
+                    // NVML lost a GPU it cannot name: the watch cannot go on.
+                    return Err(NvmlError::GpuLost);
+                }
+                for index in newly {
+                    report(sink, index, LOST.to_owned());
+                    lost.push(index);
+                }
+            }
+            ended => return ended,
+        }
+    }
+}
+
+/// An event set over the fault events of `gpus` not `lost`, or `None` when none of them
+/// delivers any. A GPU NVML cannot open is left out: a lost one is reported as a fault and
+/// added to `lost`, any other logged.
+fn register<'n>(
+    nvml: &'n nvml_wrapper::Nvml,
+    gpus: &[(String, u32)],
+    lost: &mut Vec<u32>,
+    sink: &Weak<dyn GpuFaultSink>,
+) -> Result<Option<EventSet<'n>>, NvmlError> {
     let mut set = nvml.create_event_set()?;
     let mut watched = Vec::new();
     for (uuid, index) in gpus {
-        let device = nvml.device_by_uuid(uuid.as_str())?;
+        if lost.contains(index) {
+            continue;
+        }
+        let device = match nvml.device_by_uuid(uuid.as_str()) {
+            Ok(device) => device,
+            Err(NvmlError::GpuLost) => {
+                report(sink, *index, LOST.to_owned());
+                lost.push(*index);
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(gpu = index, %error, "NVML cannot open this GPU: its faults are found when work fails");
+                continue;
+            }
+        };
         // Registering an event the GPU cannot deliver would free the whole set.
         let events = device.supported_event_types()?
             & (EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR);
@@ -83,9 +140,19 @@ fn watch_until_error(
         watched.push(*index);
     }
     if watched.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     tracing::info!(gpus = ?watched, "watching GPUs for critical Xid and ECC errors");
+    Ok(Some(set))
+}
+
+/// Waits on `set`, telling `sink` of each fault, until the sink is gone (`Ok`) or NVML
+/// fails (`GpuLost` when a GPU fell off the bus).
+fn wait_for_faults(
+    set: EventSet<'_>,
+    gpus: &[(String, u32)],
+    sink: &Weak<dyn GpuFaultSink>,
+) -> Result<(), NvmlError> {
     let wait_ms = WAIT.as_millis() as u32;
     loop {
         let event = match set.wait(wait_ms) {
@@ -108,14 +175,32 @@ fn watch_until_error(
             _ => Some("NVML reported a critical Xid error".to_owned()),
         };
         match fault {
-            Some(fault) => match sink.upgrade() {
-                Some(sink) => sink.hardware_fault(*index, fault),
-                None => return Ok(()),
-            },
+            Some(fault) if sink.strong_count() > 0 => report(sink, *index, fault),
+            Some(_) => return Ok(()),
             None => {
                 tracing::debug!(gpu = index, event = ?event.event_data, "an application's Xid: not the GPU's fault")
             }
         }
+    }
+}
+
+/// Those of `gpus` NVML says it lost (their handle or UUID cannot be read any more).
+fn lost_gpus(nvml: &nvml_wrapper::Nvml, gpus: &[&(String, u32)]) -> Vec<u32> {
+    gpus.iter()
+        .filter(|(uuid, _)| {
+            matches!(
+                nvml.device_by_uuid(uuid.as_str()).and_then(|d| d.uuid()),
+                Err(NvmlError::GpuLost)
+            )
+        })
+        .map(|(_, index)| *index)
+        .collect()
+}
+
+/// Tells `sink`, if it still lives, of `fault` on GPU `index`.
+fn report(sink: &Weak<dyn GpuFaultSink>, index: u32, fault: String) {
+    if let Some(sink) = sink.upgrade() {
+        sink.hardware_fault(index, fault);
     }
 }
 
