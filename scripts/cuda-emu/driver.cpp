@@ -182,27 +182,37 @@ bool unavailable(int ordinal) {
 /// (`cuda_emu_fail_device_on_this_thread`: a test's own, whatever other tests run beside it).
 thread_local std::vector<int> failed_here;
 
-/// CUDA_EMU_FAULT_AFTER_LAUNCHES=ORDINAL:N: device ORDINAL's context fails at its Nth launch.
+/// A device and one of its launches, planned by a variable ORDINAL:N.
 struct PlannedFault {
     int device = -1;
     unsigned long long launch = 0;
 };
 
-const PlannedFault &planned_fault() {
-    static const PlannedFault planned = [] {
-        PlannedFault made;
-        const char *set = getenv("CUDA_EMU_FAULT_AFTER_LAUNCHES");
-        if (set == nullptr) return made;
-        char *end;
-        long device = strtol(set, &end, 10);
-        if (end == set || *end != ':') {
-            fprintf(stderr, "cuda-emu: CUDA_EMU_FAULT_AFTER_LAUNCHES=%s is not ORDINAL:N\n", set);
-            return made;
-        }
-        made.device = static_cast<int>(device);
-        made.launch = strtoull(end + 1, nullptr, 10);
+/// The plan `variable` (ORDINAL:N) sets, or none (device -1) when it is unset or malformed.
+PlannedFault planned_by(const char *variable) {
+    PlannedFault made;
+    const char *set = getenv(variable);
+    if (set == nullptr) return made;
+    int device;
+    unsigned long long launch;
+    if (sscanf(set, "%d:%llu", &device, &launch) != 2) {
+        fprintf(stderr, "cuda-emu: %s=%s is not ORDINAL:N\n", variable, set);
         return made;
-    }();
+    }
+    made.device = device;
+    made.launch = launch;
+    return made;
+}
+
+/// CUDA_EMU_FAULT_AFTER_LAUNCHES=ORDINAL:N: device ORDINAL's context fails at its Nth launch.
+const PlannedFault &planned_fault() {
+    static const PlannedFault planned = planned_by("CUDA_EMU_FAULT_AFTER_LAUNCHES");
+    return planned;
+}
+
+/// CUDA_EMU_GPU_LOST_AT_LAUNCH=ORDINAL:N: device ORDINAL falls off the bus at its Nth launch.
+const PlannedFault &planned_loss() {
+    static const PlannedFault planned = planned_by("CUDA_EMU_GPU_LOST_AT_LAUNCH");
     return planned;
 }
 
@@ -227,25 +237,6 @@ const PlannedXid &planned_xid() {
             return made;
         }
         made = {device, xid, launch};
-        return made;
-    }();
-    return planned;
-}
-
-/// CUDA_EMU_GPU_LOST_AT_LAUNCH=ORDINAL:N: device ORDINAL falls off the bus at its Nth launch.
-const PlannedFault &planned_loss() {
-    static const PlannedFault planned = [] {
-        PlannedFault made;
-        const char *set = getenv("CUDA_EMU_GPU_LOST_AT_LAUNCH");
-        if (set == nullptr) return made;
-        int device;
-        unsigned long long launch;
-        if (sscanf(set, "%d:%llu", &device, &launch) != 2) {
-            fprintf(stderr, "cuda-emu: CUDA_EMU_GPU_LOST_AT_LAUNCH=%s is not ORDINAL:N\n", set);
-            return made;
-        }
-        made.device = device;
-        made.launch = launch;
         return made;
     }();
     return planned;
