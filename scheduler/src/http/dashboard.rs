@@ -189,6 +189,9 @@ pub(super) struct PoolView {
     pub queued_tasks: u64,
     pub running_tasks: u64,
     pub unplaced_reason: String,
+    /// GPU-hours and CPU core-hours its actors have held since this scheduler made it.
+    pub gpu_hours: f64,
+    pub cpu_core_hours: f64,
     pub actors: Vec<ActorView>,
 }
 
@@ -338,6 +341,8 @@ impl PoolView {
             queued_tasks: demand.map_or(0, |d| d.queued_tasks),
             running_tasks: demand.map_or(0, |d| d.running_tasks),
             unplaced_reason: pool.unplaced_reason.clone(),
+            gpu_hours: pool.usage.iter().map(|u| u.gpu_seconds).sum::<f64>() / 3600.0,
+            cpu_core_hours: pool.usage.iter().map(|u| u.cpu_core_seconds).sum::<f64>() / 3600.0,
             actors: pool
                 .actors
                 .iter()

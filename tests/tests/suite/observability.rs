@@ -405,6 +405,16 @@ async fn the_dashboard_shows_both_nodes_and_a_job_progressing_in_a_browser() {
     ] {
         assert!(first.contains(expected), "{expected} missing from\n{first}");
     }
+    // The GPU-hours the pool's two whole-GPU actors have held so far.
+    let pool_row = first
+        .split("data-pool=\"slow\"")
+        .nth(1)
+        .and_then(|row| row.split("</tr>").next())
+        .unwrap_or_default();
+    assert!(
+        pool_row.contains(" GPU-h</td>"),
+        "the pool's GPU-hours missing from\n{pool_row}"
+    );
     let before = progress_shown(&first, &job_id);
     for i in 100..400 {
         feed.send(doc(i)).unwrap();

@@ -98,6 +98,13 @@ function nodeCard(node) {
     cpuActors.length ? el("div", {}, "CPU: ", cpuActors.map((a) => el("span", { class: `chip state-${a.state}`, title: a.actor_id }, a.pool))) : null);
 }
 
+// What a pool's actors have held since the scheduler made it: GPU-hours, else core-hours.
+function held(pool) {
+  if (pool.gpu_hours > 0) return `${pool.gpu_hours.toFixed(4)} GPU-h`;
+  if (pool.cpu_core_hours > 0) return `${pool.cpu_core_hours.toFixed(4)} core-h`;
+  return "–";
+}
+
 function poolRow(pool) {
   return el("tr", { "data-pool": pool.name },
     el("td", {}, pool.name, pool.unplaced_reason ? el("div", { class: "state-failed" }, pool.unplaced_reason) : null),
@@ -105,6 +112,7 @@ function poolRow(pool) {
     el("td", { class: "num" }, `${pool.ready_actors}/${pool.replicas}`),
     el("td", { class: "num" }, pool.queued_tasks),
     el("td", { class: "num" }, pool.running_tasks),
+    el("td", { class: "num held" }, held(pool)),
     el("td", {}, pool.actors.map((a) => el("span", { class: `chip state-${a.state}`, title: a.error || a.actor_id },
       `${a.state} @ ${a.node_id || "–"}${a.gpu_indices.length ? ":" + a.gpu_indices.join(",") : ""}, ${a.model_loads} loads, ${a.tasks_done} tasks`))));
 }
