@@ -132,40 +132,40 @@ step "GPU 1 alone embedded" python3 scripts/cuda-emu/gpu-checks.py used \
   "$work/embedded-gpu1/report.json" 1
 step "GPU 1's vectors are GPU 0's" cmp "$work/embedded/embeddings.npy" \
   "$work/embedded-gpu1/embeddings.npy"
+# resident embed on the two GPUs, one chunk a document, with a fault planned by `settings`
+# (environment assignments): it must end with the vectors of one GPU, none lost. Its output
+# goes to $work/embedded-NAME, its log to $work/embed-NAME.log.
+embed_through_fault() { # label, name, settings
+  local label=$1 name=$2 settings=$3
+  step "resident embed, $label" bash -c "$settings timeout 300 '$bins/resident' embed \
+    --input '$work/docs.jsonl' --model '$minilm' --output '$work/embedded-$name' \
+    --chunk-size 1 2> '$work/embed-$name.log'"
+  step "$label: no vector lost" cmp "$work/embedded/embeddings.npy" \
+    "$work/embedded-$name/embeddings.npy"
+}
 # GPU 1's context fails for good partway through the job (as after an Xid fault: cuda-emu
-# fails every later call on it): the agent takes GPU 1 out of service, its chunks go to GPU 0,
-# and the job ends with the vectors of one GPU, none lost.
+# fails every later call on it): the agent takes GPU 1 out of service, its chunks go to GPU 0.
 for launch in 50 150 300; do
-  step "resident embed, GPU 1 failing at its launch $launch" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:$launch \
-    timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
-    --output '$work/embedded-fault-$launch' --chunk-size 1 2> '$work/embed-fault-$launch.log'"
+  embed_through_fault "GPU 1 failing at its launch $launch" "fault-$launch" \
+    "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:$launch"
   said "the agent took GPU 1 out of service ($launch)" "$work/embed-fault-$launch.log" \
     "GPU failed: taken out of service"
-  step "GPU 1's failure at $launch lost no vector" cmp "$work/embedded/embeddings.npy" \
-    "$work/embedded-fault-$launch/embeddings.npy"
 done
 # GPU 1's driver reports an uncorrectable ECC error (Xid 48) mid-job while its work still
 # succeeds: the agent's NVML watcher (cuda-emu's libnvidia-ml) takes GPU 1 out of service at
-# once, its actor stops, and the job ends with the vectors of one GPU.
-step "resident embed, GPU 1 reporting Xid 48 at its launch 150" bash -c "CUDA_EMU_XID_AT_LAUNCH=1:48:150 \
-  timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
-  --output '$work/embedded-xid' --chunk-size 1 2> '$work/embed-xid.log'"
+# once and its actor stops.
+embed_through_fault "GPU 1 reporting Xid 48 at its launch 150" xid "CUDA_EMU_XID_AT_LAUNCH=1:48:150"
 said "the agent took GPU 1 out of service (Xid 48)" "$work/embed-xid.log" \
   "NVML reported Xid 48 (a double-bit ECC error)"
-step "GPU 1's Xid lost no vector" cmp "$work/embedded/embeddings.npy" \
-  "$work/embedded-xid/embeddings.npy"
 # GPU 1 falls off the bus mid-job: its context fails and NVML answers GPU_IS_LOST for it.
-# The agent takes it out of service, its chunks go to GPU 0, and the NVML watcher, whose
-# wait failed, goes on watching GPU 0 alone.
-step "resident embed, GPU 1 falling off the bus at its launch 150" bash -c "CUDA_EMU_GPU_LOST_AT_LAUNCH=1:150 \
-  RESIDENT_LOG=info timeout 300 '$bins/resident' embed --input '$work/docs.jsonl' --model '$minilm' \
-  --output '$work/embedded-lost' --chunk-size 1 2> '$work/embed-lost.log'"
+# The agent takes it out of service, and the NVML watcher, whose wait failed, goes on
+# watching GPU 0 alone.
+embed_through_fault "GPU 1 falling off the bus at its launch 150" lost \
+  "CUDA_EMU_GPU_LOST_AT_LAUNCH=1:150 RESIDENT_LOG=info"
 said "the agent took GPU 1 out of service (lost)" "$work/embed-lost.log" \
   "GPU failed: taken out of service"
 said "the NVML watcher goes on with GPU 0" "$work/embed-lost.log" \
   "watching GPUs for critical Xid and ECC errors gpus=\[0\]"
-step "GPU 1's loss lost no vector" cmp "$work/embedded/embeddings.npy" \
-  "$work/embedded-lost/embeddings.npy"
 # The same mid-run for generation's continuous batch (its run ends with the model's error).
 step "resident generate, GPU 1 failing at its launch 1500" bash -c "CUDA_EMU_FAULT_AFTER_LAUNCHES=1:1500 \
   timeout 600 '$bins/resident' generate --input '$work/docs.jsonl' --model '$gguf' \

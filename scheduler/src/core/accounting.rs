@@ -1,13 +1,11 @@
-//! What running jobs cost: every tick, each running job is charged for the GPUs (or CPU
-//! cores) its pool's placed actors hold, at the price table's rate for the GPU model or the
-//! node's `pool` label. Two jobs on one pool are each charged the pool's whole holding: a
-//! pool's actors are resident for whichever job uses them.
-//!
-//! Each pool also keeps what its actors have held over time, by price class
-//! ([`PoolUsage`]), accrued at every change of what they hold rather than on the tick: an
-//! actor counts exactly from taking its place until leaving it (its GPU failed, its node
-//! left). `PoolStatus.usage` reads it; a corpus job bills the difference over its run at its
-//! own prices.
+//! What pools hold and running jobs cost. Each pool keeps what its placed actors hold now
+//! and have held since, by price class (GPU model, node `pool` label: [`PoolUsage`]),
+//! accrued at every change of what they hold rather than on the tick: an actor counts
+//! exactly from taking its place until leaving it (its GPU failed, its node left).
+//! `PoolStatus.usage` reads it; a corpus job bills the difference over its run at its own
+//! prices. Every tick, each running job is charged for what its pool holds now, at the
+//! scheduler's price table. Two jobs on one pool are each charged the pool's whole holding:
+//! a pool's actors are resident for whichever job uses them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,9 +17,8 @@ use tokio::time::Instant;
 use super::Core;
 use super::records::{ActorRecord, GpusAndCores, Holding, NodeRecord, PoolUsage, PriceClass};
 
-/// What one placed actor holds, its price class and its price an hour (nothing when it is
-/// not placed).
-fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>, prices: &PriceTable) -> Holding {
+/// What one placed actor holds and its price class (nothing when it is not placed).
+fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>) -> Holding {
     let Some(assignment) = actor
         .assignment
         .as_ref()
@@ -29,35 +26,34 @@ fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>, prices: &PriceT
     else {
         return Holding::default();
     };
-    let pool_label = node.and_then(|n| n.labels.get("pool"));
+    let pool_label = node
+        .and_then(|n| n.labels.get("pool"))
+        .cloned()
+        .unwrap_or_default();
     if assignment.gpus.is_empty() {
-        let cores = actor.request.cpu_millicores.max(1000) as f64 / 1000.0;
         return Holding {
             class: PriceClass {
                 gpu_name: String::new(),
-                pool_label: pool_label.cloned().unwrap_or_default(),
+                pool_label,
             },
             held: GpusAndCores {
                 gpus: 0.0,
-                cpu_cores: cores,
+                cpu_cores: actor.request.cpu_millicores.max(1000) as f64 / 1000.0,
             },
-            usd_per_hour: cores * prices.per_cpu_core,
         };
     }
-    let gpus = assignment.share_per_gpu.as_gpus() * assignment.gpus.len() as f64;
-    let name = node
+    let gpu_name = node
         .and_then(|n| n.gpus.iter().find(|g| g.index == assignment.gpus[0]))
         .map_or("", |g| g.name.as_str());
     Holding {
         class: PriceClass {
-            gpu_name: name.to_owned(),
-            pool_label: pool_label.cloned().unwrap_or_default(),
+            gpu_name: gpu_name.to_owned(),
+            pool_label,
         },
         held: GpusAndCores {
-            gpus,
+            gpus: assignment.share_per_gpu.as_gpus() * assignment.gpus.len() as f64,
             cpu_cores: 0.0,
         },
-        usd_per_hour: gpus * prices.gpu_hour(pool_label, name),
     }
 }
 
@@ -110,6 +106,19 @@ impl PoolUsage {
         }
     }
 
+    /// GPUs held now, and what all it holds costs an hour at `prices` (a GPU class by its
+    /// node's `pool` label or its GPU's model, cores at the core price).
+    fn rate(&self, prices: &PriceTable) -> (f64, f64) {
+        let (mut gpus, mut usd_per_hour) = (0.0, 0.0);
+        for (class, held) in &self.held {
+            let label = Some(&class.pool_label).filter(|l| !l.is_empty());
+            gpus += held.gpus;
+            usd_per_hour += held.gpus * prices.gpu_hour(label, &class.gpu_name)
+                + held.cpu_cores * prices.per_cpu_core;
+        }
+        (gpus, usd_per_hour)
+    }
+
     /// GPU- and core-seconds by class up to `now` (what is held counted to `now`), without
     /// accruing.
     pub fn until(&self, now: Instant) -> Vec<pb::HeldUsage> {
@@ -133,34 +142,28 @@ impl PoolUsage {
 }
 
 impl Core {
-    /// Actor `id` took its place: what it holds there is added to its pool's rate and
-    /// usage.
+    /// Actor `id` took its place: what it holds there is added to its pool's usage.
     pub(super) fn start_charging(&mut self, id: &ActorId) {
         let actor = &self.actors[id];
         let node = actor
             .assignment
             .as_ref()
             .and_then(|a| self.nodes.get(&a.node));
-        let holding = actor_holding(actor, node, &self.prices);
+        let holding = actor_holding(actor, node);
         let pool = actor.pool.clone();
         if let Some(record) = self.pools.get_mut(&pool) {
-            record.held.gpus += holding.held.gpus;
-            record.held.usd_per_hour += holding.usd_per_hour;
             record.usage.add(&holding, Instant::now());
         }
         self.actors.get_mut(id).expect("actor exists").holding = holding;
     }
 
-    /// Actor `id` left its place: its pool's rate no longer counts it, and its usage
-    /// counts it until now.
+    /// Actor `id` left its place: its pool's usage counts it until now, and no longer.
     pub(super) fn stop_charging(&mut self, id: &ActorId) {
         let Some(actor) = self.actors.get_mut(id) else {
             return;
         };
         let holding = std::mem::take(&mut actor.holding);
         if let Some(record) = self.pools.get_mut(&actor.pool) {
-            record.held.gpus = (record.held.gpus - holding.held.gpus).max(0.0);
-            record.held.usd_per_hour = (record.held.usd_per_hour - holding.usd_per_hour).max(0.0);
             record.usage.remove(&holding, Instant::now());
         }
     }
@@ -180,20 +183,16 @@ impl Core {
             let Some(record) = self.pools.get(&pool) else {
                 continue;
             };
-            job.status.gpu_seconds += record.held.gpus * seconds;
-            job.status.cost_usd += record.held.usd_per_hour * seconds / 3600.0;
+            let (gpus, usd_per_hour) = record.usage.rate(&self.prices);
+            job.status.gpu_seconds += gpus * seconds;
+            job.status.cost_usd += usd_per_hour * seconds / 3600.0;
         }
     }
 
-    /// What the pool's placed actors hold, added up afresh: the test-only check of
-    /// [`PoolRecord::held`](super::records::PoolRecord::held) and of what its
-    /// [`PoolUsage`] holds.
+    /// What the pool's placed actors hold by price class, added up afresh: the test-only
+    /// check of what its [`PoolUsage`] holds.
     #[cfg(test)]
-    pub(super) fn held_by_pool_now(
-        &self,
-        pool: &PoolName,
-    ) -> (super::records::HeldRate, BTreeMap<PriceClass, GpusAndCores>) {
-        let mut held = super::records::HeldRate::default();
+    pub(super) fn held_by_pool_now(&self, pool: &PoolName) -> BTreeMap<PriceClass, GpusAndCores> {
         let mut by_class: BTreeMap<PriceClass, GpusAndCores> = BTreeMap::new();
         for id in &self.pools[pool].actors {
             let actor = &self.actors.uncounted()[id];
@@ -201,16 +200,14 @@ impl Core {
                 .assignment
                 .as_ref()
                 .and_then(|a| self.nodes.uncounted().get(&a.node));
-            let holding = actor_holding(actor, node, &self.prices);
-            held.gpus += holding.held.gpus;
-            held.usd_per_hour += holding.usd_per_hour;
+            let holding = actor_holding(actor, node);
             if holding.held != GpusAndCores::default() {
                 let class = by_class.entry(holding.class).or_default();
                 class.gpus += holding.held.gpus;
                 class.cpu_cores += holding.held.cpu_cores;
             }
         }
-        (held, by_class)
+        by_class
     }
 }
 
@@ -228,7 +225,6 @@ mod tests {
                 gpus,
                 cpu_cores: 0.0,
             },
-            usd_per_hour: 0.0,
         }
     }
 
@@ -296,5 +292,34 @@ mod tests {
         assert_eq!(now.len(), 1, "{now:?}");
         assert_eq!(seconds(&now, ""), (0.0, 20.0));
         assert!(usage.held.is_empty(), "{:?}", usage.held);
+    }
+
+    /// A running job's charge an hour: each class of what the pool holds now at its price
+    /// (the node's `pool` label first, then the GPU's model), cores at the core price.
+    #[test]
+    fn what_a_pool_holds_now_is_priced_by_label_gpu_model_and_core() {
+        let mut prices = PriceTable::default();
+        prices.per_pool_label.insert("spot".into(), 0.2);
+        let now = Instant::now();
+        let mut usage = PoolUsage::since(now);
+        usage.add(&gpu_holding("NVIDIA A10G", "", 1.5), now);
+        usage.add(&gpu_holding("Tesla T4", "spot", 1.0), now);
+        let cpu = Holding {
+            held: GpusAndCores {
+                gpus: 0.0,
+                cpu_cores: 4.0,
+            },
+            ..Holding::default()
+        };
+        usage.add(&cpu, now);
+        let (gpus, usd_per_hour) = usage.rate(&prices);
+        assert_eq!(gpus, 2.5);
+        let expected = 1.5 * prices.gpu_hour(None, "NVIDIA A10G") + 0.2 + 4.0 * prices.per_cpu_core;
+        assert!(
+            (usd_per_hour - expected).abs() < 1e-12,
+            "{usd_per_hour} vs {expected}"
+        );
+        usage.remove(&cpu, now);
+        assert_eq!(usage.rate(&prices).0, 2.5);
     }
 }

@@ -239,7 +239,6 @@ impl Core {
             dispatchable: Default::default(),
             idle_since: None,
             saved: true,
-            held: Default::default(),
             usage: PoolUsage::since(Instant::now()),
             spec,
         };

@@ -109,19 +109,11 @@ pub struct PoolRecord {
     /// Its spec is on disk. A pool just created is not until its write commits, and its
     /// actors are placed only then: a create that fails to save started nothing.
     pub saved: bool,
-    /// What its placed actors hold together, kept as they take and leave their places
-    /// (`core/accounting.rs`): charging a running job reads this, not every actor.
-    pub held: HeldRate,
-    /// What its placed actors have held since this scheduler made the record, by price
-    /// class: what a corpus job's `report.json` bills (`core/accounting.rs`).
+    /// What its placed actors hold now and have held since this scheduler made the record,
+    /// by price class, kept as they take and leave their places (`core/accounting.rs`):
+    /// charging a running job reads this, not every actor, and a corpus job's
+    /// `report.json` bills from it.
     pub usage: PoolUsage,
-}
-
-/// GPUs held (each actor's fraction times its GPU count) and what they cost an hour.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct HeldRate {
-    pub gpus: f64,
-    pub usd_per_hour: f64,
 }
 
 /// What a placed actor is priced by: its GPU's model name (empty on the CPU) and its
@@ -145,8 +137,6 @@ pub struct GpusAndCores {
 pub struct Holding {
     pub class: PriceClass,
     pub held: GpusAndCores,
-    /// At the scheduler's price table.
-    pub usd_per_hour: f64,
 }
 
 /// What a pool's placed actors hold now and have held since the record was made, by price
@@ -181,8 +171,7 @@ pub enum Crash {
 
 pub struct ActorRecord {
     pub pool: PoolName,
-    /// What it adds to its pool's [`PoolRecord::held`] and [`PoolRecord::usage`] while it
-    /// holds a place (nothing when it holds none, or its pool was deleted).
+    /// What it adds to its pool's [`PoolRecord::usage`] while it holds a place (nothing when it holds none, or its pool was deleted).
     pub holding: Holding,
     /// What the actor holds where it is placed. Kept with the actor, so a draining actor
     /// of a deleted pool still counts against its node's capacity until it stops.
