@@ -83,7 +83,8 @@ pub(crate) fn print_jobs(jobs: &[JobStatus]) {
     }
 }
 
-/// GPU-HOURS and CORE-HOURS: what each pool's actors have held since the scheduler made it.
+/// GPU-HOURS and CORE-HOURS: what each pool's actors have held since it was made, through
+/// scheduler restarts.
 fn print_pools(pools: &[PoolStatus]) {
     println!(
         "{:<24} {:<10} {:<12} {:>7} {:>6} {:>9} {:>10}  NOTE",

@@ -145,10 +145,15 @@ pub struct PoolStatus {
     pub actors: Vec<ActorInfo>,
     /// Why some actors are not placed yet, when they are not.
     pub unplaced_reason: Option<String>,
-    /// What its actors have held since the scheduler created (or restored) the pool, by
-    /// price class; each actor counts while it holds its place, lost ones until they were
-    /// lost. Empty from a scheduler that does not count it.
+    /// What its actors have held since the pool was created, by price class; each actor
+    /// counts while it holds its place, lost ones until they were lost. It outlives a
+    /// scheduler restart, less the time the scheduler was down (and, after a kill -9, its
+    /// last few unsaved seconds). Empty from a scheduler that does not count it.
     pub usage: Vec<HeldUsage>,
+    /// When `usage` began to be counted (the pool's creation), Unix milliseconds: two
+    /// readings with the same value differ by what was held between them. 0 from a
+    /// scheduler that does not say.
+    pub usage_since_unix_ms: u64,
 }
 
 /// GPU-seconds and CPU core-seconds a pool's actors of one price class held.
@@ -376,6 +381,7 @@ impl From<pb::PoolStatus> for PoolStatus {
             actors: status.actors.into_iter().map(ActorInfo::from).collect(),
             unplaced_reason: non_empty(status.unplaced_reason),
             usage: status.usage.into_iter().map(HeldUsage::from).collect(),
+            usage_since_unix_ms: status.usage_since_unix_ms,
         }
     }
 }

@@ -120,5 +120,6 @@ pub fn pool_json(pool: &PoolStatus) -> serde_json::Value {
             "gpu_seconds": u.gpu_seconds,
             "cpu_core_seconds": u.cpu_core_seconds,
         })).collect::<Vec<_>>(),
+        "usage_since_unix_ms": pool.usage_since_unix_ms,
     })
 }

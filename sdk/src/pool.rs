@@ -323,6 +323,7 @@ mod wait_tests {
             actors,
             unplaced_reason: unplaced.then(|| "no GPU with room".to_owned()),
             usage: Vec::new(),
+            usage_since_unix_ms: 0,
         }
     }
 

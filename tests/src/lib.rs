@@ -622,6 +622,28 @@ pub fn status_json(url: &str) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("status --json is JSON")
 }
 
+/// The GPU-seconds every pool of the cluster at `url` has held, by `resident pools --json`.
+pub fn pools_gpu_seconds(url: &str) -> f64 {
+    let output = Command::new(resident_bin())
+        .args(["pools", "--cluster", url, "--json"])
+        .output()
+        .expect("run resident pools");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pools: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("pools --json is JSON");
+    let pools = pools["pools"].as_array().expect("pools");
+    let classes = pools
+        .iter()
+        .flat_map(|p| p["usage"].as_array().expect("usage"));
+    classes
+        .map(|c| c["gpu_seconds"].as_f64().expect("gpu_seconds"))
+        .sum()
+}
+
 /// Each actor in `resident status --json` of the cluster at `url`: its id and its model
 /// loads, by id.
 pub fn actor_model_loads(url: &str) -> Vec<(String, u64)> {

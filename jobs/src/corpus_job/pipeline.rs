@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use resident_sdk::{Cluster, HeldUsage, Pool, SdkError, SubmitOptions};
+use resident_sdk::{Cluster, Pool, SdkError, SubmitOptions};
 
 use super::manifest::{Manifest, ShardEntry};
 use super::manifest_store::ManifestStore;
@@ -87,7 +87,7 @@ struct Prepared {
     ready: Duration,
     /// What the pool had held before this run (a pool kept from an earlier one): the
     /// report bills what it holds beyond that.
-    held_before: Vec<HeldUsage>,
+    held_before: report::UsageReading,
 }
 
 /// What dispatching left for the end of the job.
@@ -408,7 +408,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         );
         let actors_info = self.cluster.list_actors().await?;
         let nodes_info = self.cluster.list_nodes().await?;
-        let held_after = prepared.pool.status().await?.usage;
+        let held_after = report::UsageReading::of(&prepared.pool.status().await?);
         let wall = self.started.elapsed();
         let figures = self.work.figures(dispatched.tally, &manifest, wall);
         let report = dispatched.builder.finish(report::ReportInputs {
@@ -442,10 +442,10 @@ impl<'a, W: ChunkWork> Job<'a, W> {
 
 /// What the job's pool has held so far when one of that name is there (kept from an earlier
 /// run); nothing when there is none yet.
-async fn held_so_far(cluster: &Cluster, pool: &str) -> Result<Vec<HeldUsage>, JobError> {
+async fn held_so_far(cluster: &Cluster, pool: &str) -> Result<report::UsageReading, JobError> {
     match cluster.pool(pool).status().await {
-        Ok(status) => Ok(status.usage),
-        Err(SdkError::NotFound(_)) => Ok(Vec::new()),
+        Ok(status) => Ok(report::UsageReading::of(&status)),
+        Err(SdkError::NotFound(_)) => Ok(Default::default()),
         Err(error) => Err(error.into()),
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use resident_sdk::{ActorInfo, HeldUsage, NodeInfo};
+use resident_sdk::{ActorInfo, HeldUsage, NodeInfo, PoolStatus};
 use serde::{Deserialize, Serialize};
 
 use super::config::CorpusJobConfig;
@@ -163,24 +163,50 @@ impl Usage {
     }
 }
 
+/// One reading of a pool's usage: what its actors have held, and since when it was counted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct UsageReading {
+    /// When the counting began (the pool's creation), Unix ms; 0 when there was no pool yet
+    /// or the scheduler does not say.
+    pub since_unix_ms: u64,
+    pub held: Vec<HeldUsage>,
+}
+
+impl UsageReading {
+    pub fn of(status: &PoolStatus) -> Self {
+        Self {
+            since_unix_ms: status.usage_since_unix_ms,
+            held: status.usage.clone(),
+        }
+    }
+}
+
 /// What a pool's actors held between two readings of its usage: `after` less `before`,
-/// class by class. A class that went down (the scheduler restarted, or the pool was made
-/// anew, between the readings) counts from zero: what `after` says.
-pub(super) fn held_between(before: &[HeldUsage], after: &[HeldUsage]) -> Vec<HeldUsage> {
+/// class by class. Counted from the same start, a class that went down lost its last
+/// unsaved seconds to a scheduler's kill -9 and held nothing more since: none. Counted from
+/// another start (the pool was made anew between the readings), or from a scheduler that
+/// does not say and started from zero on a restart, a class that went down counts from
+/// zero: what `after` says.
+pub(super) fn held_between(before: &UsageReading, after: &UsageReading) -> Vec<HeldUsage> {
+    let same_count = after.since_unix_ms != 0 && before.since_unix_ms == after.since_unix_ms;
+    let less = |now: f64, earlier: f64| (now - earlier).max(0.0);
     after
+        .held
         .iter()
         .map(|now| {
             let earlier = before
+                .held
                 .iter()
                 .find(|b| b.gpu_name == now.gpu_name && b.node_pool_label == now.node_pool_label);
             match earlier {
                 Some(b)
-                    if b.gpu_seconds <= now.gpu_seconds
-                        && b.cpu_core_seconds <= now.cpu_core_seconds =>
+                    if same_count
+                        || (b.gpu_seconds <= now.gpu_seconds
+                            && b.cpu_core_seconds <= now.cpu_core_seconds) =>
                 {
                     HeldUsage {
-                        gpu_seconds: now.gpu_seconds - b.gpu_seconds,
-                        cpu_core_seconds: now.cpu_core_seconds - b.cpu_core_seconds,
+                        gpu_seconds: less(now.gpu_seconds, b.gpu_seconds),
+                        cpu_core_seconds: less(now.cpu_core_seconds, b.cpu_core_seconds),
                         ..now.clone()
                     }
                 }
@@ -394,8 +420,15 @@ mod tests {
         }
     }
 
-    /// A kept pool counts from this run's start; one made anew (or a restarted scheduler's)
-    /// from zero.
+    fn reading(since_unix_ms: u64, held: &[HeldUsage]) -> UsageReading {
+        UsageReading {
+            since_unix_ms,
+            held: held.to_vec(),
+        }
+    }
+
+    /// A kept pool counts from this run's start; one made anew (or an older scheduler's
+    /// after a restart) from zero.
     #[test]
     fn a_run_is_billed_what_the_pool_held_since_it_began() {
         let before = [
@@ -407,15 +440,44 @@ mod tests {
             held("", "", 0.0, 40.0),
             held("Tesla T4", "spot", 360.0, 0.0),
         ];
+        let billed = [
+            held("NVIDIA A10G", "", 1800.0, 0.0),
+            held("", "", 0.0, 40.0),
+            held("Tesla T4", "spot", 360.0, 0.0),
+        ];
+        // Made anew between the readings; a scheduler that does not say when it began.
         assert_eq!(
-            held_between(&before, &after),
-            [
-                held("NVIDIA A10G", "", 1800.0, 0.0),
-                held("", "", 0.0, 40.0),
-                held("Tesla T4", "spot", 360.0, 0.0),
-            ]
+            held_between(&reading(5, &before), &reading(6, &after)),
+            billed
         );
-        assert_eq!(held_between(&[], &after), after);
+        assert_eq!(
+            held_between(&reading(0, &before), &reading(0, &after)),
+            billed
+        );
+        // No pool before the run.
+        assert_eq!(
+            held_between(&UsageReading::default(), &reading(6, &after)),
+            after
+        );
+    }
+
+    /// Counted from the same start, a class that went down (a scheduler's kill -9 lost its
+    /// last unsaved seconds, and the pool held no more of it since) bills nothing, not
+    /// the pool's whole history.
+    #[test]
+    fn a_class_that_lost_unsaved_seconds_to_a_restart_bills_none() {
+        let before = [
+            held("NVIDIA A10G", "", 7200.0, 0.0),
+            held("", "", 0.0, 100.0),
+        ];
+        let after = [
+            held("NVIDIA A10G", "", 7195.0, 0.0),
+            held("", "", 0.0, 130.0),
+        ];
+        assert_eq!(
+            held_between(&reading(5, &before), &reading(5, &after)),
+            [held("NVIDIA A10G", "", 0.0, 0.0), held("", "", 0.0, 30.0)]
+        );
     }
 
     /// Each class at its price: the node's `pool` label first, then the GPU's model, CPU

@@ -6,6 +6,11 @@
 //! prices. Every tick, each running job is charged for what its pool holds now, at the
 //! scheduler's price table. Two jobs on one pool are each charged the pool's whole holding:
 //! a pool's actors are resident for whichever job uses them.
+//!
+//! A pool's usage is written to the store every [`USAGE_SAVE_PERIOD`] while it changes
+//! (what is held accrues) and at a clean stop, and a restarted scheduler takes it back: a
+//! kill -9 forgets at most that period of holding, and the time the scheduler was down
+//! (its agents' actors kept their GPUs meanwhile) is not counted.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,6 +21,11 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::records::{ActorRecord, GpusAndCores, Holding, NodeRecord, PoolUsage, PriceClass};
+use crate::store::{StoreOp, StoredClassUsage, StoredUsage};
+
+/// How often a pool's usage is written while its actors hold something: what a scheduler
+/// killed without warning forgets. One small record per such pool each period.
+pub(super) const USAGE_SAVE_PERIOD: Duration = Duration::from_secs(5);
 
 /// What one placed actor holds and its price class (nothing when it is not placed).
 fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>) -> Holding {
@@ -58,12 +68,63 @@ fn actor_holding(actor: &ActorRecord, node: Option<&NodeRecord>) -> Holding {
 }
 
 impl PoolUsage {
-    /// Nothing held, nothing used, from `now`.
+    /// Nothing held, nothing used, from `now` (a new pool: unsaved, so its start is written).
     pub fn since(now: Instant) -> Self {
         Self {
             held: BTreeMap::new(),
             seconds: BTreeMap::new(),
             accrued_at: now,
+            since_unix_ms: resident_proto::unix_ms_now(),
+            unsaved: true,
+        }
+    }
+
+    /// What an earlier scheduler process saved, taken back at `now`: nothing is held until
+    /// the pool's actors are adopted or placed again.
+    pub fn restored(saved: StoredUsage, now: Instant) -> Self {
+        let seconds = saved
+            .classes
+            .into_iter()
+            .map(|class| {
+                let key = PriceClass {
+                    gpu_name: class.gpu_name,
+                    pool_label: class.pool_label,
+                };
+                let used = GpusAndCores {
+                    gpus: class.gpu_seconds,
+                    cpu_cores: class.cpu_core_seconds,
+                };
+                (key, used)
+            })
+            .collect();
+        Self {
+            held: BTreeMap::new(),
+            seconds,
+            accrued_at: now,
+            since_unix_ms: saved.since_unix_ms,
+            unsaved: false,
+        }
+    }
+
+    /// Whether a save at the next period would write anything new: it changed, or what it
+    /// holds has accrued since.
+    pub fn needs_saving(&self) -> bool {
+        self.unsaved || !self.held.is_empty()
+    }
+
+    /// What to write to the store, accrued up to `now`; it is then saved.
+    pub fn take_for_saving(&mut self, now: Instant) -> StoredUsage {
+        self.accrue(now);
+        self.unsaved = false;
+        let classes = self.seconds.iter().map(|(class, used)| StoredClassUsage {
+            gpu_name: class.gpu_name.clone(),
+            pool_label: class.pool_label.clone(),
+            gpu_seconds: used.gpus,
+            cpu_core_seconds: used.cpu_cores,
+        });
+        StoredUsage {
+            since_unix_ms: self.since_unix_ms,
+            classes: classes.collect(),
         }
     }
 
@@ -87,6 +148,7 @@ impl PoolUsage {
             return;
         }
         self.accrue(now);
+        self.unsaved = true;
         let held = self.held.entry(holding.class.clone()).or_default();
         held.gpus += holding.held.gpus;
         held.cpu_cores += holding.held.cpu_cores;
@@ -99,6 +161,7 @@ impl PoolUsage {
         let Some(held) = self.held.get_mut(&holding.class) else {
             return;
         };
+        self.unsaved = true;
         held.gpus = (held.gpus - holding.held.gpus).max(0.0);
         held.cpu_cores = (held.cpu_cores - holding.held.cpu_cores).max(0.0);
         if held.gpus < 1e-9 && held.cpu_cores < 1e-9 {
@@ -165,6 +228,27 @@ impl Core {
         let holding = std::mem::take(&mut actor.holding);
         if let Some(record) = self.pools.get_mut(&actor.pool) {
             record.usage.remove(&holding, Instant::now());
+        }
+    }
+
+    /// Saves the pools' usage once per [`USAGE_SAVE_PERIOD`] (on the tick).
+    pub(super) fn save_pool_usage_when_due(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_usage_save) >= USAGE_SAVE_PERIOD {
+            self.save_pool_usage(now);
+        }
+    }
+
+    /// Writes the usage of every pool that changed since it was last written (what its
+    /// actors hold accrues, so a pool holding anything always has), accrued up to `now`.
+    pub(super) fn save_pool_usage(&mut self, now: Instant) {
+        self.last_usage_save = now;
+        for (name, record) in self.pools.iter_mut() {
+            if record.saved && record.usage.needs_saving() {
+                self.store.write(StoreOp::PutPoolUsage {
+                    pool: name.clone(),
+                    usage: record.usage.take_for_saving(now),
+                });
+            }
         }
     }
 

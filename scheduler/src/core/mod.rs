@@ -432,7 +432,9 @@ async fn run_scheduler_loop(
         // nothing.
         tokio::task::yield_now().await;
     }
-    // Write-behind ops (task outcomes, job counters) still queued go to disk first.
+    // Write-behind ops (task outcomes, job counters, what the pools held up to now) still
+    // queued go to disk first.
+    core.save_pool_usage(Instant::now());
     if let Err(error) = core.store.flush(SHUTDOWN_FLUSH_ATTEMPTS).await {
         tracing::error!(%error, "the state store's last writes failed");
     }
@@ -583,6 +585,7 @@ impl Core {
         self.expire_idle_pools(now);
         self.settling(now);
         self.flush_job_counters(now);
+        self.save_pool_usage_when_due(now);
         self.detect_dead_nodes(now);
         self.reconcile_actors(now);
         self.enforce_task_deadlines(now);

@@ -104,6 +104,8 @@ pub(crate) struct Core {
     pub(super) last_job_flush: Instant,
     /// When running jobs were last charged for the GPUs their pools hold.
     pub(super) last_job_charge: Instant,
+    /// When the pools' usage was last written to the store.
+    pub(super) last_usage_save: Instant,
     /// When placed actors were last compared with what their nodes report.
     pub(super) last_reconcile: Instant,
     /// When running tasks were last checked against their deadlines.
@@ -193,6 +195,7 @@ impl Core {
             settle: None,
             last_job_flush: Instant::now(),
             last_job_charge: Instant::now(),
+            last_usage_save: Instant::now(),
             last_reconcile: Instant::now(),
             last_deadline_check: Instant::now(),
             held_outcomes,

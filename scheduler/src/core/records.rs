@@ -109,10 +109,10 @@ pub struct PoolRecord {
     /// Its spec is on disk. A pool just created is not until its write commits, and its
     /// actors are placed only then: a create that fails to save started nothing.
     pub saved: bool,
-    /// What its placed actors hold now and have held since this scheduler made the record,
-    /// by price class, kept as they take and leave their places (`core/accounting.rs`):
-    /// charging a running job reads this, not every actor, and a corpus job's
-    /// `report.json` bills from it.
+    /// What its placed actors hold now and have held since the pool was created (through
+    /// restarts), by price class, kept as they take and leave their places
+    /// (`core/accounting.rs`): charging a running job reads this, not every actor, and a
+    /// corpus job's `report.json` bills from it.
     pub usage: PoolUsage,
 }
 
@@ -139,15 +139,20 @@ pub struct Holding {
     pub held: GpusAndCores,
 }
 
-/// What a pool's placed actors hold now and have held since the record was made, by price
+/// What a pool's placed actors hold now and have held since the pool was created, by price
 /// class; accrued whenever what they hold changes, so each actor counts exactly while it
-/// holds its place (`core/accounting.rs`).
+/// holds its place (`core/accounting.rs`). Saved every few seconds while it changes, and
+/// restored by a restarted scheduler.
 #[derive(Clone, Debug)]
 pub struct PoolUsage {
     pub held: BTreeMap<PriceClass, GpusAndCores>,
     /// GPU- and core-seconds up to `accrued_at`.
     pub seconds: BTreeMap<PriceClass, GpusAndCores>,
     pub accrued_at: Instant,
+    /// When the counting began (the pool's creation, before any restart), Unix ms.
+    pub since_unix_ms: u64,
+    /// It changed since it was last written to the store.
+    pub unsaved: bool,
 }
 
 /// Where an actor kept for a suspect task stands.

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use super::Core;
 use super::finished::FinishedSeqs;
 use super::pools::{no_pool, validate_pool_spec};
-use super::records::JobRecord;
+use super::records::{JobRecord, PoolUsage};
 use crate::error::SchedulerError;
 use crate::state::{ActorState, JobCounts, TaskEnd};
 use crate::store::{DurableStore, StoreOp};
@@ -156,6 +156,7 @@ impl Core {
             actors,
             unplaced_reason,
             usage: record.usage.until(Instant::now()),
+            usage_since_unix_ms: record.usage.since_unix_ms,
         })
     }
 
@@ -228,6 +229,13 @@ impl Core {
         finished_history.sort();
         for (_, job) in finished_history {
             self.remember_finished_job(job);
+        }
+        // A deleted pool's usage went with it; one of a pool skipped above stays for a
+        // scheduler that can read its spec.
+        for (pool, saved) in store.load_pool_usage()? {
+            if let Some(record) = self.pools.get_mut(&pool) {
+                record.usage = PoolUsage::restored(saved, Instant::now());
+            }
         }
         for (actor, placed) in store.load_placements()? {
             let pool = PoolName::new(placed.pool);

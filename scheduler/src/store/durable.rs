@@ -72,6 +72,36 @@ pub enum StoreOp {
     },
     /// The actor is gone: no node may hand it back.
     DeletePlacement(ActorId),
+    /// What `pool`'s actors have held so far (written every few seconds while they hold
+    /// something, and at a clean stop). Removed with the pool by [`StoreOp::DeletePool`].
+    PutPoolUsage {
+        /// The pool.
+        pool: PoolName,
+        /// Its usage as of the write.
+        usage: StoredUsage,
+    },
+}
+
+/// What a pool's actors have held since it was created, as last written.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredUsage {
+    /// When the counting began (the pool's creation), in Unix milliseconds.
+    pub since_unix_ms: u64,
+    /// GPU- and core-seconds by price class.
+    pub classes: Vec<StoredClassUsage>,
+}
+
+/// GPU- and core-seconds one price class (GPU model, node `pool` label) held.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredClassUsage {
+    /// The GPU's model name; empty for CPU actors.
+    pub gpu_name: String,
+    /// The node's `pool` label; empty when none.
+    pub pool_label: String,
+    /// GPU fractions times seconds.
+    pub gpu_seconds: f64,
+    /// CPU cores times seconds.
+    pub cpu_core_seconds: f64,
 }
 
 /// Where the scheduler last started an actor.
@@ -96,6 +126,8 @@ pub trait DurableStore: Send + Sync + 'static {
     fn load_nodes(&self) -> Result<Vec<NodeId>, StoreError>;
     /// Actors started and not gone, with their pool and node.
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError>;
+    /// What each saved pool's actors had held when last written.
+    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError>;
     /// Applies a batch atomically.
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
     /// Makes the store usable again after a failed [`DurableStore::apply`], before the

@@ -2,10 +2,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prost::Message;
-use resident_proto::{ActorId, JobId, NodeId, pb};
+use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 
 use super::{
-    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, encode_job, encode_pool,
+    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, StoredUsage, encode_job,
+    encode_pool,
 };
 
 /// Keeps state for the life of the process (local mode without `--state-dir`).
@@ -21,6 +22,7 @@ struct Tables {
     outcomes: BTreeMap<(String, u64), StoredOutcome>,
     nodes: std::collections::BTreeSet<String>,
     placements: BTreeMap<String, StoredPlacement>,
+    pool_usage: BTreeMap<String, StoredUsage>,
 }
 
 impl DurableStore for MemoryStore {
@@ -70,6 +72,15 @@ impl DurableStore for MemoryStore {
             .collect())
     }
 
+    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError> {
+        let tables = self.inner.lock().expect("store lock");
+        Ok(tables
+            .pool_usage
+            .iter()
+            .map(|(pool, usage)| (PoolName::new(pool.clone()), usage.clone()))
+            .collect())
+    }
+
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
         let mut tables = self.inner.lock().expect("store lock");
         for op in batch {
@@ -79,6 +90,7 @@ impl DurableStore for MemoryStore {
                 }
                 StoreOp::DeletePool(name) => {
                     tables.pools.remove(name.as_str());
+                    tables.pool_usage.remove(name.as_str());
                 }
                 StoreOp::PutJob(job) => {
                     tables.jobs.insert(job.job_id.clone(), encode_job(job));
@@ -115,6 +127,9 @@ impl DurableStore for MemoryStore {
                 }
                 StoreOp::DeletePlacement(actor) => {
                     tables.placements.remove(actor.as_str());
+                }
+                StoreOp::PutPoolUsage { pool, usage } => {
+                    tables.pool_usage.insert(pool.to_string(), usage.clone());
                 }
             }
         }

@@ -11,7 +11,10 @@ mod redb_store;
 pub(crate) mod testing;
 mod writer;
 
-pub use durable::{DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement};
+pub use durable::{
+    DurableStore, StoreError, StoreOp, StoredClassUsage, StoredOutcome, StoredPlacement,
+    StoredUsage,
+};
 pub(crate) use durable::{encode_job, encode_pool};
 pub use memory::MemoryStore;
 pub use redb_store::RedbStore;
@@ -107,6 +110,34 @@ mod tests {
             store.load_placements().unwrap(),
             vec![(ActorId::from("a1"), placed)]
         );
+        let usage = |gpu_seconds: f64| StoredUsage {
+            since_unix_ms: 1_700_000_000_000,
+            classes: vec![StoredClassUsage {
+                gpu_name: "NVIDIA A10G".into(),
+                pool_label: "spot".into(),
+                gpu_seconds,
+                cpu_core_seconds: 0.5,
+            }],
+        };
+        let put_usage = |pool: &str, gpu_seconds: f64| StoreOp::PutPoolUsage {
+            pool: PoolName::from(pool),
+            usage: usage(gpu_seconds),
+        };
+        store
+            .apply(&[
+                put_usage("emb", 1.0),
+                put_usage("emb", 2.5),
+                put_usage("gone", 9.0),
+            ])
+            .unwrap();
+        store
+            .apply(&[StoreOp::DeletePool(PoolName::from("gone"))])
+            .unwrap();
+        assert_eq!(
+            store.load_pool_usage().unwrap(),
+            vec![(PoolName::from("emb"), usage(2.5))],
+            "the last write counts; a deleted pool's usage goes with it"
+        );
     }
 
     #[test]
@@ -132,5 +163,9 @@ mod tests {
         assert_eq!(reopened.outcomes(&JobId::from("j1")).unwrap().len(), 1);
         assert_eq!(reopened.load_nodes().unwrap(), vec![NodeId::from("n1")]);
         assert_eq!(reopened.load_placements().unwrap().len(), 1);
+        assert_eq!(
+            reopened.load_pool_usage().unwrap()[0].1.classes[0].gpu_seconds,
+            2.5
+        );
     }
 }

@@ -4,10 +4,11 @@ use std::sync::{RwLock, RwLockReadGuard};
 
 use prost::Message;
 use redb::{Database, ReadableTable, TableDefinition};
-use resident_proto::{ActorId, JobId, NodeId, pb};
+use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
 
 use super::{
-    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, encode_job, encode_pool,
+    DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, StoredUsage, encode_job,
+    encode_pool,
 };
 
 const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
@@ -17,6 +18,8 @@ const OUTCOMES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("task
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// Actor id to where it was started (`StoredPlacement`, JSON).
 const PLACEMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("placements");
+/// Pool name to what its actors have held (`StoredUsage`, JSON).
+const POOL_USAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("pool_usage");
 
 /// An embedded redb database at `<state-dir>/scheduler.redb`.
 ///
@@ -125,6 +128,18 @@ impl DurableStore for RedbStore {
         Ok(out)
     }
 
+    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError> {
+        let txn = self.database()?.begin_read().map_err(backend)?;
+        let table = txn.open_table(POOL_USAGE).map_err(backend)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, value) = entry.map_err(backend)?;
+            let usage = serde_json::from_slice(value.value())?;
+            out.push((PoolName::new(key.value().to_owned()), usage));
+        }
+        Ok(out)
+    }
+
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
         let applied = self.apply_once(batch);
         if applied.is_err() {
@@ -166,6 +181,7 @@ fn open_database(path: &Path) -> Result<Database, StoreError> {
     txn.open_table(OUTCOMES).map_err(backend)?;
     txn.open_table(NODES).map_err(backend)?;
     txn.open_table(PLACEMENTS).map_err(backend)?;
+    txn.open_table(POOL_USAGE).map_err(backend)?;
     txn.commit().map_err(backend)?;
     Ok(db)
 }
@@ -179,6 +195,7 @@ impl RedbStore {
             let mut outcomes = txn.open_table(OUTCOMES).map_err(backend)?;
             let mut nodes = txn.open_table(NODES).map_err(backend)?;
             let mut placements = txn.open_table(PLACEMENTS).map_err(backend)?;
+            let mut pool_usage = txn.open_table(POOL_USAGE).map_err(backend)?;
             for op in batch {
                 match op {
                     StoreOp::PutPool(spec) => {
@@ -188,6 +205,7 @@ impl RedbStore {
                     }
                     StoreOp::DeletePool(name) => {
                         pools.remove(name.as_str()).map_err(backend)?;
+                        pool_usage.remove(name.as_str()).map_err(backend)?;
                     }
                     StoreOp::PutJob(job) => {
                         jobs.insert(job.job_id.as_str(), encode_job(job).as_slice())
@@ -224,6 +242,12 @@ impl RedbStore {
                     }
                     StoreOp::DeletePlacement(actor) => {
                         placements.remove(actor.as_str()).map_err(backend)?;
+                    }
+                    StoreOp::PutPoolUsage { pool, usage } => {
+                        let value = serde_json::to_vec(usage)?;
+                        pool_usage
+                            .insert(pool.as_str(), value.as_slice())
+                            .map_err(backend)?;
                     }
                 }
             }

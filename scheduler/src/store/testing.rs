@@ -36,6 +36,11 @@ impl DurableStore for FlakyStore {
     ) -> Result<Vec<(resident_proto::ActorId, super::StoredPlacement)>, StoreError> {
         self.inner.load_placements()
     }
+    fn load_pool_usage(
+        &self,
+    ) -> Result<Vec<(resident_proto::PoolName, super::StoredUsage)>, StoreError> {
+        self.inner.load_pool_usage()
+    }
     fn recover(&self) -> Result<(), StoreError> {
         self.recoveries.fetch_add(1, Ordering::SeqCst);
         Ok(())

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use resident_tests::{
     Proc, actor_model_loads, assert_embed_succeeds_exactly, finished_chunks, free_port,
-    ids_in_jsonl, init_logging, read_json, sample, signal_pid, spawn_scheduler,
+    ids_in_jsonl, init_logging, pools_gpu_seconds, read_json, sample, signal_pid, spawn_scheduler,
     spawn_two_t4_agents, two_actor_embed, wait_until,
 };
 use serde_json::Value;
@@ -84,7 +84,11 @@ async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_documen
     // Frozen while the scheduler dies, the client records no chunk: the count read is the
     // count at the kill, whatever the host's speed. The scheduler comes back on its port and
     // state directory as soon as the old one is gone.
+    // What the two T4 actors have held so far is saved within the scheduler's save period
+    // (5 s): read it, let one period pass, and it outlives the kill.
     signal_pid(child.id(), "STOP");
+    let held_before_kill = pools_gpu_seconds(&cluster.url);
+    std::thread::sleep(Duration::from_secs(6));
     cluster.scheduler.kill9();
     let killed_at = Instant::now();
     let done_at_kill = finished_chunks(&cluster.out()).len();
@@ -94,6 +98,12 @@ async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_documen
         "killed mid-job ({done_at_kill} of 100 chunks)"
     );
     cluster.restart_scheduler();
+    let held_after_restart = pools_gpu_seconds(&cluster.url);
+    assert!(
+        held_before_kill > 0.0 && held_after_restart >= held_before_kill,
+        "the pool's GPU-seconds went from {held_before_kill} before the kill to \
+         {held_after_restart} after the restart"
+    );
 
     assert_embed_succeeds_exactly(child, &cluster.input, &cluster.out()).await;
     eprintln!("embed finished {:?} after the kill", killed_at.elapsed());
@@ -103,6 +113,12 @@ async fn kill_9_of_the_scheduler_mid_embed_reloads_no_model_and_loses_no_documen
         actor_model_loads(&cluster.url),
         before,
         "the same actors, each with its one model load"
+    );
+    // The job is billed what its actors held before the kill too.
+    let billed = report["gpu_hours"].as_f64().unwrap() * 3600.0;
+    assert!(
+        billed >= held_before_kill,
+        "{billed} GPU-s billed: {report}"
     );
 }
 

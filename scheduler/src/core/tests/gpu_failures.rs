@@ -258,3 +258,70 @@ async fn a_pool_s_usage_counts_a_lost_actor_until_it_was_lost_and_its_replacemen
     );
     assert_eq!(status.usage[0].cpu_core_seconds, 0.0);
 }
+
+/// A restarted scheduler takes back what its pools had held: a kill -9 forgets at most the
+/// save period, a clean stop nothing, and the time it was down is not counted. The usage
+/// keeps the start it was counted from, so a job reading it before and after the restart
+/// can take the difference.
+#[tokio::test(start_paused = true)]
+async fn a_pool_s_usage_outlives_a_restart_short_of_the_unsaved_seconds() {
+    let mut config = CoreConfig::for_test();
+    config.node_dead_after = Duration::from_secs(3600);
+    let store = Arc::new(MemoryStore::default());
+    let mut h = Harness::with_store(config.clone(), store.clone());
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    h.create_pool(whole_gpu_pool("p", 2));
+    h.load_actors("g1");
+    let since = h
+        .core
+        .pool_status(&PoolName::from("p"))
+        .unwrap()
+        .usage_since_unix_ms;
+    assert!(since > 0);
+    // Saved at 12 s (the tick's period is due); 3 s more are held but not saved when the
+    // process dies.
+    tokio::time::advance(Duration::from_secs(12)).await;
+    h.tick();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    h.tick();
+    assert!((gpu_seconds_used(&h, "p") - 30.0).abs() < 1e-6);
+    h.core.store.flush(1).await.unwrap();
+
+    let restarted = |store: &Arc<MemoryStore>| {
+        let mut h = Harness::with_store(config.clone(), store.clone());
+        h.core.restore(store.as_ref()).unwrap();
+        h
+    };
+    let mut h = restarted(&store);
+    let status = h.core.pool_status(&PoolName::from("p")).unwrap();
+    assert_eq!(
+        status.usage_since_unix_ms, since,
+        "counted from the pool's creation"
+    );
+    assert_eq!(status.usage.len(), 1, "{:?}", status.usage);
+    assert_eq!(status.usage[0].gpu_name, "A10G");
+    assert!(
+        (status.usage[0].gpu_seconds - 24.0).abs() < 1e-6,
+        "{:?}",
+        status.usage
+    );
+
+    // Down for a minute: not counted. The node comes back and its actors are placed again;
+    // they count from then. A clean stop saves everything up to it.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    h.add_node("g1", vec![gpu(0, 24), gpu(1, 24)]);
+    h.tick();
+    h.load_actors("g1");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!((gpu_seconds_used(&h, "p") - 28.0).abs() < 1e-6);
+    h.core.save_pool_usage(Instant::now());
+    h.core.store.flush(1).await.unwrap();
+    let h = restarted(&store);
+    assert!((gpu_seconds_used(&h, "p") - 28.0).abs() < 1e-6);
+
+    // A deleted pool's usage goes with it: one made anew under its name counts from zero.
+    let mut h = h;
+    h.delete_pool("p", false).unwrap();
+    h.core.store.flush(1).await.unwrap();
+    assert!(store.load_pool_usage().unwrap().is_empty());
+}

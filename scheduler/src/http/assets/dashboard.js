@@ -98,7 +98,7 @@ function nodeCard(node) {
     cpuActors.length ? el("div", {}, "CPU: ", cpuActors.map((a) => el("span", { class: `chip state-${a.state}`, title: a.actor_id }, a.pool))) : null);
 }
 
-// What a pool's actors have held since the scheduler made it: GPU-hours, else core-hours.
+// What a pool's actors have held since it was made: GPU-hours, else core-hours.
 function held(pool) {
   if (pool.gpu_hours > 0) return `${pool.gpu_hours.toFixed(4)} GPU-h`;
   if (pool.cpu_core_hours > 0) return `${pool.cpu_core_hours.toFixed(4)} core-h`;
