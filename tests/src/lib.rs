@@ -610,31 +610,26 @@ pub fn two_actor_embed(
 
 /// `resident status --json` of the cluster at `url`.
 pub fn status_json(url: &str) -> serde_json::Value {
+    resident_json(&["status", "--cluster", url, "--json"])
+}
+
+/// What `resident ARGS` prints as JSON (it must succeed).
+pub fn resident_json(args: &[&str]) -> serde_json::Value {
     let output = Command::new(resident_bin())
-        .args(["status", "--cluster", url, "--json"])
+        .args(args)
         .output()
-        .expect("run resident status");
+        .expect("run resident");
     assert!(
         output.status.success(),
-        "{}",
+        "resident {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).expect("status --json is JSON")
+    serde_json::from_slice(&output.stdout).expect("--json is JSON")
 }
 
 /// The GPU-seconds every pool of the cluster at `url` has held, by `resident pools --json`.
 pub fn pools_gpu_seconds(url: &str) -> f64 {
-    let output = Command::new(resident_bin())
-        .args(["pools", "--cluster", url, "--json"])
-        .output()
-        .expect("run resident pools");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let pools: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("pools --json is JSON");
+    let pools = resident_json(&["pools", "--cluster", url, "--json"]);
     let pools = pools["pools"].as_array().expect("pools");
     let classes = pools
         .iter()

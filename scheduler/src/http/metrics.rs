@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -42,6 +43,7 @@ pub(super) async fn metrics(State(state): State<HttpState>, headers: HeaderMap) 
 type Labels = Vec<(String, String)>;
 type IntGauges = Family<Labels, Gauge>;
 type FloatGauges = Family<Labels, Gauge<f64, AtomicU64>>;
+type FloatCounters = Family<Labels, Counter<f64, AtomicU64>>;
 
 fn labels<const N: usize>(pairs: [(&str, &str); N]) -> Labels {
     pairs
@@ -198,6 +200,48 @@ fn encode_pools(registry: &mut Registry, overview: &Overview) {
         unplaced_gpus.get_or_create(&key).set(pool.unplaced_gpus);
     }
     demand_gpus.set(overview.demand.demand_gpus);
+    encode_pool_usage(registry, &overview.pools);
+}
+
+/// What each pool's actors have held since it was made, as counters: `rate()` is the GPUs
+/// (or cores) a pool holds, `increase()` times a price its cost over a window.
+fn encode_pool_usage(registry: &mut Registry, pools: &[pb::PoolStatus]) {
+    let gpu_seconds = FloatCounters::default();
+    registry.register(
+        "resident_pool_gpu_seconds",
+        "GPU-seconds a pool's actors have held since the pool was made (each actor's GPU \
+         fraction times its GPUs), by GPU model and node `pool` label; kept through \
+         scheduler restarts",
+        gpu_seconds.clone(),
+    );
+    let core_seconds = FloatCounters::default();
+    registry.register(
+        "resident_pool_cpu_core_seconds",
+        "CPU core-seconds a pool's CPU actors have held since the pool was made, by node \
+         `pool` label",
+        core_seconds.clone(),
+    );
+    for pool in pools {
+        let name = pool.spec.as_ref().map_or("", |s| s.name.as_str());
+        for class in &pool.usage {
+            let label = class.node_pool_label.as_str();
+            if class.gpu_seconds > 0.0 {
+                let key = [
+                    ("pool", name),
+                    ("gpu", class.gpu_name.as_str()),
+                    ("node_pool", label),
+                ];
+                gpu_seconds
+                    .get_or_create(&labels(key))
+                    .inc_by(class.gpu_seconds);
+            }
+            if class.cpu_core_seconds > 0.0 {
+                core_seconds
+                    .get_or_create(&labels([("pool", name), ("node_pool", label)]))
+                    .inc_by(class.cpu_core_seconds);
+            }
+        }
+    }
 }
 
 fn encode_jobs(registry: &mut Registry, overview: &Overview) {
@@ -288,6 +332,25 @@ mod tests {
                 expected_tasks: 10,
                 ..Default::default()
             }],
+            pools: vec![pb::PoolStatus {
+                spec: Some(pb::PoolSpec {
+                    name: "embed-x".into(),
+                    ..Default::default()
+                }),
+                usage: vec![
+                    pb::HeldUsage {
+                        gpu_name: "NVIDIA A10G".into(),
+                        node_pool_label: "eks-a10g".into(),
+                        gpu_seconds: 7200.5,
+                        cpu_core_seconds: 0.0,
+                    },
+                    pb::HeldUsage {
+                        cpu_core_seconds: 30.0,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
             jobs_by_state: [(pb::JobState::Running, 1)].into(),
             demand: Demand {
                 queued_tasks: 7,
@@ -302,7 +365,6 @@ mod tests {
                 }],
                 ..Demand::default()
             },
-            ..Overview::default()
         };
         let counters = SchedulerMetrics::default();
         counters.task_ended("embed-x", TaskOutcomeKind::Succeeded);
@@ -321,10 +383,16 @@ mod tests {
             "resident_job_tasks{job=\"j1\",pool=\"embed-x\",state=\"expected\"} 10",
             "resident_tasks_total{pool=\"embed-x\",outcome=\"succeeded\"} 1",
             "resident_scheduler_buffered_bytes 4096",
+            "resident_pool_gpu_seconds_total{pool=\"embed-x\",gpu=\"NVIDIA A10G\",node_pool=\"eks-a10g\"} 7200.5",
+            "resident_pool_cpu_core_seconds_total{pool=\"embed-x\",node_pool=\"\"} 30.0",
             "resident_scheduler_buffered_bytes_limit 1073741824",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }
+        assert!(
+            !text.contains("resident_pool_gpu_seconds_total{pool=\"embed-x\",gpu=\"\""),
+            "a CPU class has no GPU series: {text}"
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

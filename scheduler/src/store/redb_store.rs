@@ -82,6 +82,26 @@ impl RedbStore {
     }
 }
 
+impl RedbStore {
+    /// Every row of a table whose values are JSON, by key.
+    fn load_json<T: serde::de::DeserializeOwned>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+    ) -> Result<Vec<(String, T)>, StoreError> {
+        let txn = self.database()?.begin_read().map_err(backend)?;
+        let table = txn.open_table(table).map_err(backend)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, value) = entry.map_err(backend)?;
+            out.push((
+                key.value().to_owned(),
+                serde_json::from_slice(value.value())?,
+            ));
+        }
+        Ok(out)
+    }
+}
+
 impl DurableStore for RedbStore {
     fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
         self.load_all(POOLS)
@@ -117,27 +137,17 @@ impl DurableStore for RedbStore {
     }
 
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError> {
-        let txn = self.database()?.begin_read().map_err(backend)?;
-        let table = txn.open_table(PLACEMENTS).map_err(backend)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(backend)? {
-            let (key, value) = entry.map_err(backend)?;
-            let placed = serde_json::from_slice(value.value())?;
-            out.push((ActorId::new(key.value().to_owned()), placed));
-        }
-        Ok(out)
+        let rows = self.load_json(PLACEMENTS)?.into_iter();
+        Ok(rows
+            .map(|(id, placed)| (ActorId::new(id), placed))
+            .collect())
     }
 
     fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError> {
-        let txn = self.database()?.begin_read().map_err(backend)?;
-        let table = txn.open_table(POOL_USAGE).map_err(backend)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(backend)? {
-            let (key, value) = entry.map_err(backend)?;
-            let usage = serde_json::from_slice(value.value())?;
-            out.push((PoolName::new(key.value().to_owned()), usage));
-        }
-        Ok(out)
+        let rows = self.load_json(POOL_USAGE)?.into_iter();
+        Ok(rows
+            .map(|(pool, usage)| (PoolName::new(pool), usage))
+            .collect())
     }
 
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {

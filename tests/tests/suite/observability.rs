@@ -216,6 +216,10 @@ async fn metrics_count_what_the_client_got_and_match_status() {
         series(&after, "resident_pool_queue_depth{pool=\"work\"}"),
         0.0
     );
+    // What the pool's GPU actors have held, as a counter by GPU model and node label.
+    let held: Vec<_> = matching(&after, "resident_pool_gpu_seconds_total{pool=\"work\"").collect();
+    assert!(!held.is_empty(), "{after:?}");
+    assert!(held.iter().all(|(_, seconds)| **seconds > 0.0), "{held:?}");
     assert!(series(&after, "resident_scheduler_loop_lag_seconds_count") > 0.0);
     assert!(series(&after, "resident_store_write_seconds_count") > 0.0);
     // Model loads match what `status` says.
