@@ -231,9 +231,12 @@ impl Core {
         }
     }
 
-    /// Saves the pools' usage once per [`USAGE_SAVE_PERIOD`] (on the tick).
+    /// Saves the pools' usage once per [`USAGE_SAVE_PERIOD`] (on the tick). Not while the
+    /// store fails or lags: each save holds the whole count, so the first one after it
+    /// heals writes what the skipped ones would have, without piling up in its queue.
     pub(super) fn save_pool_usage_when_due(&mut self, now: Instant) {
-        if now.saturating_duration_since(self.last_usage_save) >= USAGE_SAVE_PERIOD {
+        let due = now.saturating_duration_since(self.last_usage_save) >= USAGE_SAVE_PERIOD;
+        if due && self.store.refusal().is_none() {
             self.save_pool_usage(now);
         }
     }

@@ -141,3 +141,52 @@ async fn a_cancel_or_open_that_fails_to_save_changes_no_job() {
         (job.as_str(), running)
     );
 }
+
+/// While the store fails, the pools' usage is not queued again each save period (every save
+/// holds the whole count); the first save after the store heals writes all of it.
+#[tokio::test(start_paused = true)]
+async fn pool_usage_waits_out_a_failing_store_and_is_saved_whole_once_it_heals() {
+    let mut config = CoreConfig::for_test();
+    config.node_dead_after = Duration::from_secs(3600);
+    let store = Arc::new(FlakyStore::default());
+    let mut h = Harness::with_durable(config, store.clone());
+    h.add_node("n1", vec![]);
+    h.create_pool(cpu_pool("p", 1, 1));
+    h.core.store.flush(1).await.unwrap();
+    h.core.run_follow_ups();
+    h.load_actors("n1");
+
+    // The first save fails and the store turns failing; the next six are not queued.
+    store.set_failing(true);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    h.tick();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.core.store.refusal().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store never failed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kept = h.core.store.unwritten();
+    for _ in 0..6 {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        h.tick();
+    }
+    assert_eq!(
+        h.core.store.unwritten(),
+        kept,
+        "no usage piled up while failing"
+    );
+
+    heal(&mut h, &store);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    h.tick();
+    h.core.store.flush(1).await.unwrap();
+    let counted = h.core.pool_status(&PoolName::from("p")).unwrap().usage;
+    let saved = store.load_pool_usage().unwrap();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    let saved_seconds = saved[0].1.classes[0].cpu_core_seconds;
+    assert!(saved_seconds >= 40.0, "{saved:?}");
+    assert_eq!(saved_seconds, counted[0].cpu_core_seconds, "{counted:?}");
+}
