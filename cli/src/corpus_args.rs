@@ -90,10 +90,8 @@ pub struct CorpusArgs {
     /// The JSON field holding each record's text (JSONL and Parquet).
     #[arg(long, env = "RESIDENT_TEXT_FIELD", default_value = "text")]
     text_field: String,
-    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable; in the
-    /// variable, comma-separated).
-    #[arg(long, env = "RESIDENT_PRICE", value_delimiter = ',')]
-    price: Vec<String>,
+    #[command(flatten)]
+    price: crate::pool_args::PriceArgs,
     /// A chunk running longer than this (`10m`, `90s`) is taken back and retried, and the
     /// actor running it stopped and started again: a hung GPU call cannot hold its GPU and
     /// the job forever. Default: no deadline.
@@ -172,12 +170,7 @@ impl CorpusArgs {
             text_field: self.text_field.clone(),
             ..ReaderOptions::default()
         };
-        for (label, price) in parse_pairs(&self.price, "--price")? {
-            let price: f64 = price
-                .parse()
-                .with_context(|| format!("--price {label}={price}: not a number"))?;
-            config.prices.per_pool_label.insert(label, price);
-        }
+        config.prices = self.price.prices()?;
         Ok(config)
     }
 

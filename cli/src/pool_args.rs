@@ -1,8 +1,11 @@
-//! What becomes of the pool a job (`resident embed`, `resident sweep`) creates.
+//! What becomes of the pool a job (`resident embed`, `resident sweep`) creates, and what its
+//! GPU- and core-hours are priced at.
 
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+use resident_jobs::corpus_job::PriceTable;
 use resident_jobs::pools::PoolRetention;
 
 #[derive(Args, Clone, Debug)]
@@ -24,5 +27,28 @@ impl PoolRetentionArgs {
             keep: self.keep_pool,
             idle_ttl: self.idle_ttl,
         }
+    }
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct PriceArgs {
+    /// Price of a GPU-hour on nodes labelled `pool=LABEL`: `LABEL=USD` (repeatable; in the
+    /// variable, comma-separated). Other GPUs are priced at their model's public on-demand
+    /// price.
+    #[arg(long, env = "RESIDENT_PRICE", value_delimiter = ',')]
+    pub price: Vec<String>,
+}
+
+impl PriceArgs {
+    /// The default price table with the `--price` overrides.
+    pub fn prices(&self) -> anyhow::Result<PriceTable> {
+        let mut prices = PriceTable::default();
+        for (label, price) in crate::corpus_args::parse_pairs(&self.price, "--price")? {
+            let price: f64 = price
+                .parse()
+                .with_context(|| format!("--price {label}={price}: not a number"))?;
+            prices.per_pool_label.insert(label, price);
+        }
+        Ok(prices)
     }
 }

@@ -21,6 +21,8 @@ pub struct SweepArgs {
     reconnect: crate::credentials::ReconnectArgs,
     #[command(flatten)]
     pool: crate::pool_args::PoolRetentionArgs,
+    #[command(flatten)]
+    price: crate::pool_args::PriceArgs,
     /// Overrides the config's `output`.
     #[arg(long, env = "RESIDENT_OUTPUT")]
     output: Option<String>,
@@ -73,6 +75,7 @@ fn sweep_config(args: &SweepArgs) -> anyhow::Result<SweepConfig> {
     if let Some(endpoint) = &args.s3_endpoint {
         config.s3_endpoint = Some(endpoint.clone());
     }
+    config.prices = args.price.prices()?;
     config.keep_pool |= args.pool.keep_pool;
     if args.pool.idle_ttl.is_some() {
         config.idle_ttl = args.pool.idle_ttl;
@@ -170,7 +173,7 @@ fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result
         _ => println!("no trial finished"),
     }
     eprintln!(
-        "{} trials ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads; results: {}",
+        "{} trials ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads, {:.3} GPU-hours and {:.3} CPU core-hours (~${:.2}); results: {}",
         summary.trials,
         summary.stopped_early,
         summary.failed,
@@ -178,6 +181,9 @@ fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result
         summary.wall_s,
         summary.actors,
         summary.model_loads,
+        summary.gpu_hours,
+        summary.cpu_hours,
+        summary.estimated_cost_usd,
         output.join("results.jsonl").display()
     );
     if summary.failed > 0 {

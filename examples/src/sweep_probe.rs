@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         selector: BTreeMap::new(),
         keep_pool: false,
         idle_ttl: None,
+        prices: Default::default(),
     };
     let cluster = Cluster::local(LocalConfig::default()).await?;
     let summary = run_sweep(&cluster, &config, &mut |_| {}).await?;

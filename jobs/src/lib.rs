@@ -18,3 +18,4 @@ pub mod pools;
 pub mod records;
 pub mod storage;
 pub mod sweep;
+pub mod usage;

@@ -1,13 +1,13 @@
 //! What compute costs: USD per GPU-hour by node pool label or GPU model, per CPU core-hour.
-//! The scheduler charges running jobs with it (the dashboard's cost so far) and
-//! `resident embed` prices its report with it.
+//! The scheduler charges running jobs with it (the dashboard's cost so far), `resident embed`
+//! and `resident generate` price their report with it and `resident sweep` its summary.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 /// Price per hour of one GPU by pool label value, with public on-demand defaults by GPU model.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PriceTable {
     /// `pool` label value -> USD per GPU-hour (overrides the model defaults).
     pub per_pool_label: BTreeMap<String, f64>,

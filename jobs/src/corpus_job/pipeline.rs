@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use resident_sdk::{Cluster, Pool, SdkError, SubmitOptions};
+use resident_sdk::{Cluster, Pool, SubmitOptions};
 
 use super::manifest::{Manifest, ShardEntry};
 use super::manifest_store::ManifestStore;
@@ -22,6 +22,7 @@ use super::work::pool_name;
 use super::{CorpusJobConfig, InputSet, JobError, Progress, planner};
 use crate::model_pin::pin_model;
 use crate::storage::S3Client;
+use crate::usage::{UsageReading, held_between, read_pool_usage};
 
 /// One run of a job, once its output is claimed.
 struct Job<'a, W> {
@@ -87,7 +88,7 @@ struct Prepared {
     ready: Duration,
     /// What the pool had held before this run (a pool kept from an earlier one): the
     /// report bills what it holds beyond that.
-    held_before: report::UsageReading,
+    held_before: UsageReading,
 }
 
 /// What dispatching left for the end of the job.
@@ -140,7 +141,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                     .await?
             }
         };
-        let held_before = held_so_far(self.cluster, &pool_name::<W>(config)).await?;
+        let held_before = read_pool_usage(self.cluster, &pool_name::<W>(config)).await?;
         let pool = self
             .work
             .create_pool(self.cluster, config, &model, replicas)
@@ -408,7 +409,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         );
         let actors_info = self.cluster.list_actors().await?;
         let nodes_info = self.cluster.list_nodes().await?;
-        let held_after = report::UsageReading::of(&prepared.pool.status().await?);
+        let held_after = UsageReading::of(&prepared.pool.status().await?);
         let wall = self.started.elapsed();
         let figures = self.work.figures(dispatched.tally, &manifest, wall);
         let report = dispatched.builder.finish(report::ReportInputs {
@@ -429,7 +430,7 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             pool: prepared.pool.name(),
             actors: &actors_info,
             nodes: &nodes_info,
-            held: report::held_between(&prepared.held_before, &held_after),
+            held: held_between(&prepared.held_before, &held_after),
             input_fingerprint: scan.input_fingerprint,
             model_fingerprint: scan.model_fingerprint,
         });
@@ -437,16 +438,6 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             serde_json::to_vec_pretty(&report).map_err(|e| JobError::Output(e.to_string()))?;
         self.out.write("report.json", json).await?;
         Ok(report)
-    }
-}
-
-/// What the job's pool has held so far when one of that name is there (kept from an earlier
-/// run); nothing when there is none yet.
-async fn held_so_far(cluster: &Cluster, pool: &str) -> Result<report::UsageReading, JobError> {
-    match cluster.pool(pool).status().await {
-        Ok(status) => Ok(report::UsageReading::of(&status)),
-        Err(SdkError::NotFound(_)) => Ok(Default::default()),
-        Err(error) => Err(error.into()),
     }
 }
 

@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use resident_sdk::{ActorInfo, HeldUsage, NodeInfo, PoolStatus};
+use resident_sdk::{ActorInfo, HeldUsage, NodeInfo};
 use serde::{Deserialize, Serialize};
 
 use super::config::CorpusJobConfig;
 use super::manifest::Manifest;
 use super::reader::BadRecord;
 use super::work::Piece;
+use crate::usage::PricedUsage;
 
 pub use resident_proto::prices::PriceTable;
 
@@ -50,7 +51,7 @@ impl ReportBuilder {
             .collect();
 
         let (per_node, per_gpu) = self.throughput(&nodes, &pool_actors, wall_s);
-        let usage = Usage::priced(&inputs.held, &inputs.config.prices);
+        let usage = PricedUsage::of(&inputs.held, &inputs.config.prices);
         JobReport {
             items,
             bad_record_count: inputs.bad_records_total,
@@ -133,89 +134,6 @@ impl ReportBuilder {
     }
 }
 
-/// What the pool's actors held while the job ran, and its price.
-#[derive(Debug, PartialEq)]
-struct Usage {
-    gpu_hours: f64,
-    cpu_hours: f64,
-    cost_usd: f64,
-}
-
-impl Usage {
-    /// `held` (GPU- and core-seconds by price class) at `prices`: a GPU class by its node's
-    /// `pool` label or the GPU's name, CPU cores at the core price.
-    fn priced(held: &[HeldUsage], prices: &PriceTable) -> Self {
-        let mut usage = Usage {
-            gpu_hours: 0.0,
-            cpu_hours: 0.0,
-            cost_usd: 0.0,
-        };
-        for class in held {
-            let label = Some(&class.node_pool_label).filter(|l| !l.is_empty());
-            let gpu_hours = class.gpu_seconds / 3600.0;
-            let cpu_hours = class.cpu_core_seconds / 3600.0;
-            usage.gpu_hours += gpu_hours;
-            usage.cpu_hours += cpu_hours;
-            usage.cost_usd += gpu_hours * prices.gpu_hour(label, &class.gpu_name)
-                + cpu_hours * prices.per_cpu_core;
-        }
-        usage
-    }
-}
-
-/// One reading of a pool's usage: what its actors have held, and since when it was counted.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct UsageReading {
-    /// When the counting began (the pool's creation), Unix ms; 0 when there was no pool yet
-    /// or the scheduler does not say.
-    pub since_unix_ms: u64,
-    pub held: Vec<HeldUsage>,
-}
-
-impl UsageReading {
-    pub fn of(status: &PoolStatus) -> Self {
-        Self {
-            since_unix_ms: status.usage_since_unix_ms,
-            held: status.usage.clone(),
-        }
-    }
-}
-
-/// What a pool's actors held between two readings of its usage: `after` less `before`,
-/// class by class. Counted from the same start, a class that went down lost its last
-/// unsaved seconds to a scheduler's kill -9 and held nothing more since: none. Counted from
-/// another start (the pool was made anew between the readings), or from a scheduler that
-/// does not say and started from zero on a restart, a class that went down counts from
-/// zero: what `after` says.
-pub(super) fn held_between(before: &UsageReading, after: &UsageReading) -> Vec<HeldUsage> {
-    let same_count = after.since_unix_ms != 0 && before.since_unix_ms == after.since_unix_ms;
-    let less = |now: f64, earlier: f64| (now - earlier).max(0.0);
-    after
-        .held
-        .iter()
-        .map(|now| {
-            let earlier = before
-                .held
-                .iter()
-                .find(|b| b.gpu_name == now.gpu_name && b.node_pool_label == now.node_pool_label);
-            match earlier {
-                Some(b)
-                    if same_count
-                        || (b.gpu_seconds <= now.gpu_seconds
-                            && b.cpu_core_seconds <= now.cpu_core_seconds) =>
-                {
-                    HeldUsage {
-                        gpu_seconds: less(now.gpu_seconds, b.gpu_seconds),
-                        cpu_core_seconds: less(now.cpu_core_seconds, b.cpu_core_seconds),
-                        ..now.clone()
-                    }
-                }
-                _ => now.clone(),
-            }
-        })
-        .collect()
-}
-
 pub(super) struct ReportInputs<'a, F> {
     pub config: &'a CorpusJobConfig,
     pub manifest: &'a Manifest,
@@ -230,7 +148,7 @@ pub(super) struct ReportInputs<'a, F> {
     pub pool: &'a str,
     pub actors: &'a [ActorInfo],
     pub nodes: &'a [NodeInfo],
-    /// What the pool's actors held while the job ran ([`held_between`]).
+    /// What the pool's actors held while the job ran ([`crate::usage::held_between`]).
     pub held: Vec<HeldUsage>,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
@@ -409,95 +327,5 @@ mod tests {
         let lost = actor(None, vec![]);
         assert!(device_name(Some(&lost), None, None).starts_with("unknown"));
         assert!(device_name(None, None, Some(&node)).starts_with("unknown"));
-    }
-
-    fn held(gpu: &str, label: &str, gpu_seconds: f64, cpu_core_seconds: f64) -> HeldUsage {
-        HeldUsage {
-            gpu_name: gpu.into(),
-            node_pool_label: label.into(),
-            gpu_seconds,
-            cpu_core_seconds,
-        }
-    }
-
-    fn reading(since_unix_ms: u64, held: &[HeldUsage]) -> UsageReading {
-        UsageReading {
-            since_unix_ms,
-            held: held.to_vec(),
-        }
-    }
-
-    /// A kept pool counts from this run's start; one made anew (or an older scheduler's
-    /// after a restart) from zero.
-    #[test]
-    fn a_run_is_billed_what_the_pool_held_since_it_began() {
-        let before = [
-            held("NVIDIA A10G", "", 7200.0, 0.0),
-            held("", "", 0.0, 100.0),
-        ];
-        let after = [
-            held("NVIDIA A10G", "", 9000.0, 0.0),
-            held("", "", 0.0, 40.0),
-            held("Tesla T4", "spot", 360.0, 0.0),
-        ];
-        let billed = [
-            held("NVIDIA A10G", "", 1800.0, 0.0),
-            held("", "", 0.0, 40.0),
-            held("Tesla T4", "spot", 360.0, 0.0),
-        ];
-        // Made anew between the readings; a scheduler that does not say when it began.
-        assert_eq!(
-            held_between(&reading(5, &before), &reading(6, &after)),
-            billed
-        );
-        assert_eq!(
-            held_between(&reading(0, &before), &reading(0, &after)),
-            billed
-        );
-        // No pool before the run.
-        assert_eq!(
-            held_between(&UsageReading::default(), &reading(6, &after)),
-            after
-        );
-    }
-
-    /// Counted from the same start, a class that went down (a scheduler's kill -9 lost its
-    /// last unsaved seconds, and the pool held no more of it since) bills nothing, not
-    /// the pool's whole history.
-    #[test]
-    fn a_class_that_lost_unsaved_seconds_to_a_restart_bills_none() {
-        let before = [
-            held("NVIDIA A10G", "", 7200.0, 0.0),
-            held("", "", 0.0, 100.0),
-        ];
-        let after = [
-            held("NVIDIA A10G", "", 7195.0, 0.0),
-            held("", "", 0.0, 130.0),
-        ];
-        assert_eq!(
-            held_between(&reading(5, &before), &reading(5, &after)),
-            [held("NVIDIA A10G", "", 0.0, 0.0), held("", "", 0.0, 30.0)]
-        );
-    }
-
-    /// Each class at its price: the node's `pool` label first, then the GPU's model, CPU
-    /// cores at the core price.
-    #[test]
-    fn each_class_is_priced_by_its_label_or_its_gpu() {
-        let mut prices = PriceTable::default();
-        prices.per_pool_label.insert("spot".into(), 0.2);
-        let a10g = prices.gpu_hour(None, "NVIDIA A10G");
-        let usage = Usage::priced(
-            &[
-                held("NVIDIA A10G", "", 1800.0, 0.0),
-                held("Tesla T4", "spot", 3600.0, 0.0),
-                held("", "", 0.0, 7200.0),
-            ],
-            &prices,
-        );
-        assert!((usage.gpu_hours - 1.5).abs() < 1e-12, "{usage:?}");
-        assert!((usage.cpu_hours - 2.0).abs() < 1e-12, "{usage:?}");
-        let cost = 0.5 * a10g + 0.2 + 2.0 * prices.per_cpu_core;
-        assert!((usage.cost_usd - cost).abs() < 1e-12, "{usage:?} vs {cost}");
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use resident_proto::prices::PriceTable;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -81,6 +82,16 @@ pub struct SweepConfig {
     /// Delete the pool after this long unused (`--idle-ttl`): `30m`, `2h`.
     #[serde(default, with = "humantime_serde_opt")]
     pub idle_ttl: Option<std::time::Duration>,
+    /// What `summary.json` prices the pool's GPU- and core-hours at (`--price`): not part
+    /// of the declaration.
+    #[serde(skip)]
+    pub prices: PriceTable,
+}
+
+impl SweepConfig {
+    /// Keys of the declaration that say how this run goes, not what the sweep is: a rerun
+    /// that changes them resumes the same sweep.
+    pub const RUN_OPTIONS: [&str; 2] = ["keep_pool", "idle_ttl"];
 }
 
 /// `Option<Duration>` as a humantime string (`"30m"`) in TOML.

@@ -82,6 +82,16 @@ pub struct SweepSummary {
     pub examples: usize,
     /// Records of the data file that were not.
     pub skipped_records: Vec<SkippedRecord>,
+    /// GPU-hours the sweep's actors held while it ran (each actor's GPU fraction times its
+    /// GPUs), as the scheduler counted them: model loads, embedding and trials.
+    #[serde(default)]
+    pub gpu_hours: f64,
+    /// CPU core-hours its CPU actors held.
+    #[serde(default)]
+    pub cpu_hours: f64,
+    /// Both at the prices of `--price` and the public on-demand price of each GPU model.
+    #[serde(default)]
+    pub estimated_cost_usd: f64,
 }
 
 /// The earlier run's finished trials (lines that do not parse, e.g. one cut by a kill, are

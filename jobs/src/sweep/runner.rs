@@ -27,6 +27,7 @@ use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
 use crate::storage::{Location, S3Client, S3Options, key_under};
+use crate::usage::{PricedUsage, UsageReading, held_between, read_pool_usage};
 
 /// The `embed` actors' method that trains a trial segment.
 pub use resident_proto::EMBED_TRIAL_METHOD as TRIAL_METHOD;
@@ -75,7 +76,7 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, Sweep
     let declared = serde_json::to_value(config).map_err(|e| SweepError::Output(e.to_string()))?;
     if let Ok(bytes) = std::fs::read(&path) {
         let earlier: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        if earlier != declared {
+        if the_sweep(earlier) != the_sweep(declared.clone()) {
             return Err(SweepError::Mismatch(format!(
                 "{} holds a different sweep (see its sweep.json); use another output or remove it",
                 output.display()
@@ -86,6 +87,17 @@ fn claim_output(config: &SweepConfig, output: &Path) -> Result<OutputLock, Sweep
         serde_json::to_vec_pretty(&declared).map_err(|e| SweepError::Output(e.to_string()))?;
     write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;
     Ok(lock)
+}
+
+/// A declaration without the keys that only say how a run goes
+/// ([`SweepConfig::RUN_OPTIONS`]): what two runs must agree on to be one sweep.
+fn the_sweep(mut declaration: serde_json::Value) -> serde_json::Value {
+    if let Some(keys) = declaration.as_object_mut() {
+        for option in SweepConfig::RUN_OPTIONS {
+            keys.remove(option);
+        }
+    }
+    declaration
 }
 
 /// The embedded data's cache file and key, as actors find it.
@@ -239,6 +251,9 @@ struct Prepared {
     cache_hit: bool,
     model_load_s: f64,
     embed_s: f64,
+    /// What a pool of the sweep's name had held before this run (one kept from an earlier
+    /// run): `summary.json` bills what it holds beyond that.
+    held_before: UsageReading,
 }
 
 /// Checks the config, claims the output, pins the model, reads the data, readies the pool
@@ -279,6 +294,7 @@ async fn prepare(
         max_batch_tokens: None,
     }
     .spec();
+    let held_before = read_pool_usage(cluster, &sweep_pool_name(config)).await?;
     let load_started = Instant::now();
     let pool = cluster
         .create_embed_pool(spec, Duration::from_secs(600))
@@ -313,6 +329,7 @@ async fn prepare(
         cache_hit,
         model_load_s,
         embed_s,
+        held_before,
     })
 }
 
@@ -551,6 +568,9 @@ async fn summarise(
         .into_iter()
         .filter(|a| a.pool.as_str() == pool_name)
         .collect();
+    let held_after = UsageReading::of(&prepared.pool.pool.status().await?);
+    let held = held_between(&prepared.held_before, &held_after);
+    let usage = PricedUsage::of(&held, &config.prices);
     results.sort_by_key(|r| r.trial_id);
     let best_result = best(&results, config.mode);
     let summary = SweepSummary {
@@ -573,6 +593,9 @@ async fn summarise(
         embedding_cache_hit: prepared.cache_hit,
         examples: prepared.data.texts.len(),
         skipped_records: prepared.data.skipped,
+        gpu_hours: usage.gpu_hours,
+        cpu_hours: usage.cpu_hours,
+        estimated_cost_usd: usage.cost_usd,
     };
     let path = prepared.output.join("summary.json");
     let bytes =
@@ -586,4 +609,36 @@ pub fn load_results(output: &Path) -> Vec<TrialResult> {
     let mut results = read_results(&output.join("results.jsonl"));
     results.sort_by_key(|r| r.trial_id);
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(trials: u32) -> SweepConfig {
+        SweepConfig::from_toml(&format!(
+            "name = \"t\"\nmodel = \"m\"\ntrial = \"classifier\"\ndata = \"d.jsonl\"\nmetric = \"accuracy\"\nmode = \"max\"\noutput = \"o\"\ntrials = {trials}\n[space]\nlr = {{ choice = [0.1] }}\n"
+        ))
+        .unwrap()
+    }
+
+    /// A rerun that only keeps its pool, gives it an idle TTL or prices it otherwise is the
+    /// same sweep (it resumes); one that declares other trials is refused.
+    #[test]
+    fn a_rerun_with_other_run_options_claims_the_same_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(claim_output(&config(4), dir.path()).unwrap());
+        let mut rerun = config(4);
+        rerun.keep_pool = true;
+        rerun.idle_ttl = Some(Duration::from_secs(1800));
+        rerun.prices.per_pool_label.insert("spot".into(), 0.2);
+        drop(claim_output(&rerun, dir.path()).unwrap());
+        match claim_output(&config(8), dir.path()) {
+            Err(SweepError::Mismatch(message)) => {
+                assert!(message.contains("holds a different sweep"), "{message}")
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("a different sweep claimed the output"),
+        }
+    }
 }

@@ -112,6 +112,17 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "one model load per actor"
     );
     assert!(!summary.embedding_cache_hit && summary.examples == 300);
+    // What the two CPU actors held while the sweep ran, as the scheduler counted it: at most
+    // two cores each for the whole wall time, priced.
+    let most = 2.0 * 2.0 * summary.wall_s / 3600.0;
+    assert!(
+        summary.cpu_hours > 0.0 && summary.cpu_hours <= most,
+        "{} core-hours in {} s",
+        summary.cpu_hours,
+        summary.wall_s
+    );
+    assert_eq!(summary.gpu_hours, 0.0);
+    assert!(summary.estimated_cost_usd > 0.0);
     let summary_json: Value = read_json(&output.join("summary.json"));
     let summary_fields = [
         "best_trial",
@@ -120,6 +131,9 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
         "model_loads",
         "trials",
         "wall_s",
+        "gpu_hours",
+        "cpu_hours",
+        "estimated_cost_usd",
     ];
     assert_has_fields(&summary_json, &summary_fields, "summary.json");
     let results_text = std::fs::read_to_string(output.join("results.jsonl")).unwrap();
