@@ -102,20 +102,6 @@ pub struct CorpusArgs {
     simulate_gpus: Option<String>,
 }
 
-pub fn parse_pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
-    items
-        .iter()
-        .flat_map(|i| i.split(','))
-        .filter(|p| !p.trim().is_empty())
-        .map(|pair| {
-            let (k, v) = pair
-                .split_once('=')
-                .with_context(|| format!("{what} `{pair}` is not KEY=VALUE"))?;
-            Ok((k.trim().to_owned(), v.trim().to_owned()))
-        })
-        .collect()
-}
-
 impl CorpusArgs {
     /// The job's config from the flags.
     pub fn corpus_config(&self) -> anyhow::Result<CorpusJobConfig> {
@@ -131,7 +117,7 @@ impl CorpusArgs {
         )?;
         config.gpus_per_actor = self.gpus_per_actor;
         config.vram_gib_per_actor = self.vram_gib;
-        config.selector = parse_pairs(&self.selector, "--selector")?
+        config.selector = crate::pool_args::parse_pairs(&self.selector, "--selector")?
             .into_iter()
             .collect();
         config.chunk_size = match self.chunk_size.as_str() {

@@ -43,7 +43,7 @@ impl PriceArgs {
     /// The default price table with the `--price` overrides.
     pub fn prices(&self) -> anyhow::Result<PriceTable> {
         let mut prices = PriceTable::default();
-        for (label, price) in crate::corpus_args::parse_pairs(&self.price, "--price")? {
+        for (label, price) in parse_pairs(&self.price, "--price")? {
             let price: f64 = price
                 .parse()
                 .with_context(|| format!("--price {label}={price}: not a number"))?;
@@ -51,4 +51,19 @@ impl PriceArgs {
         }
         Ok(prices)
     }
+}
+
+/// `KEY=VALUE` pairs from repeated or comma-separated flag values (`--selector`, `--price`).
+pub fn parse_pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .flat_map(|i| i.split(','))
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("{what} `{pair}` is not KEY=VALUE"))?;
+            Ok((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
 }

@@ -31,11 +31,7 @@ impl PricedUsage {
     /// `held` (GPU- and core-seconds by price class) at `prices`: a GPU class by its node's
     /// `pool` label or the GPU's name, CPU cores at the core price.
     pub fn of(held: &[HeldUsage], prices: &PriceTable) -> Self {
-        let mut usage = PricedUsage {
-            gpu_hours: 0.0,
-            cpu_hours: 0.0,
-            cost_usd: 0.0,
-        };
+        let mut usage = PricedUsage::default();
         for class in held {
             let label = Some(&class.node_pool_label).filter(|l| !l.is_empty());
             let gpu_hours = class.gpu_seconds / 3600.0;
