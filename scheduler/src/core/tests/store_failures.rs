@@ -15,15 +15,21 @@ fn setup() -> (Harness, Arc<FlakyStore>) {
 /// Lets the disk recover and waits until the writer has written everything it kept.
 fn heal(h: &mut Harness, store: &FlakyStore) {
     store.set_failing(false);
+    wait_for_store(h, false);
+    h.core.run_follow_ups();
+}
+
+/// Waits (10 s at most) until the store refuses changes (`failing`) or takes them again.
+fn wait_for_store(h: &Harness, failing: bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while h.core.store.refusal().is_some() {
+    while h.core.store.refusal().is_some() != failing {
         assert!(
             std::time::Instant::now() < deadline,
-            "the store never healed"
+            "the store never turned {}",
+            if failing { "failing" } else { "healthy" }
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    h.core.run_follow_ups();
 }
 
 fn create(h: &mut Harness, spec: pb::PoolSpec) -> Result<pb::PoolStatus, SchedulerError> {
@@ -160,14 +166,7 @@ async fn pool_usage_waits_out_a_failing_store_and_is_saved_whole_once_it_heals()
     store.set_failing(true);
     tokio::time::advance(Duration::from_secs(5)).await;
     h.tick();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while h.core.store.refusal().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the store never failed"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_store(&h, true);
     let kept = h.core.store.unwritten();
     for _ in 0..6 {
         tokio::time::advance(Duration::from_secs(5)).await;
