@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::records::{ActorRecord, GpusAndCores, Holding, NodeRecord, PoolUsage, PriceClass};
-use crate::store::{StoreOp, StoredClassUsage, StoredUsage};
+use crate::store::{StoreOp, StoredUsage};
 
 /// How often a pool's usage is written while its actors hold something: what a scheduler
 /// killed without warning forgets. One small record per such pool each period.
@@ -88,7 +88,7 @@ impl PoolUsage {
             .map(|class| {
                 let key = PriceClass {
                     gpu_name: class.gpu_name,
-                    pool_label: class.pool_label,
+                    pool_label: class.node_pool_label,
                 };
                 let used = GpusAndCores {
                     gpus: class.gpu_seconds,
@@ -112,19 +112,13 @@ impl PoolUsage {
         self.unsaved || !self.held.is_empty()
     }
 
-    /// What to write to the store, accrued up to `now`; it is then saved.
-    pub fn take_for_saving(&mut self, now: Instant) -> StoredUsage {
-        self.accrue(now);
+    /// What to write to the store for `pool`, counted up to `now`; it is then saved.
+    pub fn take_for_saving(&mut self, pool: &PoolName, now: Instant) -> StoredUsage {
         self.unsaved = false;
-        let classes = self.seconds.iter().map(|(class, used)| StoredClassUsage {
-            gpu_name: class.gpu_name.clone(),
-            pool_label: class.pool_label.clone(),
-            gpu_seconds: used.gpus,
-            cpu_core_seconds: used.cpu_cores,
-        });
         StoredUsage {
+            pool: pool.to_string(),
             since_unix_ms: self.since_unix_ms,
-            classes: classes.collect(),
+            classes: self.until(now),
         }
     }
 
@@ -247,10 +241,8 @@ impl Core {
         self.last_usage_save = now;
         for (name, record) in self.pools.iter_mut() {
             if record.saved && record.usage.needs_saving() {
-                self.store.write(StoreOp::PutPoolUsage {
-                    pool: name.clone(),
-                    usage: record.usage.take_for_saving(now),
-                });
+                let usage = record.usage.take_for_saving(name, now);
+                self.store.write(StoreOp::PutPoolUsage(usage));
             }
         }
     }

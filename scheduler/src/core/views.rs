@@ -232,8 +232,8 @@ impl Core {
         }
         // A deleted pool's usage went with it; one of a pool skipped above stays for a
         // scheduler that can read its spec.
-        for (pool, saved) in store.load_pool_usage()? {
-            if let Some(record) = self.pools.get_mut(&pool) {
+        for saved in store.load_pool_usage()? {
+            if let Some(record) = self.pools.get_mut(&PoolName::new(saved.pool.clone())) {
                 record.usage = PoolUsage::restored(saved, Instant::now());
             }
         }

@@ -72,36 +72,24 @@ pub enum StoreOp {
     },
     /// The actor is gone: no node may hand it back.
     DeletePlacement(ActorId),
-    /// What `pool`'s actors have held so far (written every few seconds while they hold
+    /// What a pool's actors have held so far (written every few seconds while they hold
     /// something, and at a clean stop). Removed with the pool by [`StoreOp::DeletePool`].
-    PutPoolUsage {
-        /// The pool.
-        pool: PoolName,
-        /// Its usage as of the write.
-        usage: StoredUsage,
-    },
+    PutPoolUsage(StoredUsage),
 }
 
-/// What a pool's actors have held since it was created, as last written.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What a pool's actors have held since it was created, as last written: protobuf, as the
+/// pool's spec is, with `PoolStatus.usage`'s own message for each price class.
+#[derive(Clone, PartialEq, prost::Message)]
 pub struct StoredUsage {
+    /// The pool.
+    #[prost(string, tag = "1")]
+    pub pool: String,
     /// When the counting began (the pool's creation), in Unix milliseconds.
+    #[prost(uint64, tag = "2")]
     pub since_unix_ms: u64,
     /// GPU- and core-seconds by price class.
-    pub classes: Vec<StoredClassUsage>,
-}
-
-/// GPU- and core-seconds one price class (GPU model, node `pool` label) held.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StoredClassUsage {
-    /// The GPU's model name; empty for CPU actors.
-    pub gpu_name: String,
-    /// The node's `pool` label; empty when none.
-    pub pool_label: String,
-    /// GPU fractions times seconds.
-    pub gpu_seconds: f64,
-    /// CPU cores times seconds.
-    pub cpu_core_seconds: f64,
+    #[prost(message, repeated, tag = "3")]
+    pub classes: Vec<pb::HeldUsage>,
 }
 
 /// Where the scheduler last started an actor.
@@ -127,7 +115,7 @@ pub trait DurableStore: Send + Sync + 'static {
     /// Actors started and not gone, with their pool and node.
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError>;
     /// What each saved pool's actors had held when last written.
-    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError>;
+    fn load_pool_usage(&self) -> Result<Vec<StoredUsage>, StoreError>;
     /// Applies a batch atomically.
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError>;
     /// Makes the store usable again after a failed [`DurableStore::apply`], before the

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prost::Message;
-use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
+use resident_proto::{ActorId, JobId, NodeId, pb};
 
 use super::{
     DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, StoredUsage, encode_job,
@@ -72,13 +72,9 @@ impl DurableStore for MemoryStore {
             .collect())
     }
 
-    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError> {
+    fn load_pool_usage(&self) -> Result<Vec<StoredUsage>, StoreError> {
         let tables = self.inner.lock().expect("store lock");
-        Ok(tables
-            .pool_usage
-            .iter()
-            .map(|(pool, usage)| (PoolName::new(pool.clone()), usage.clone()))
-            .collect())
+        Ok(tables.pool_usage.values().cloned().collect())
     }
 
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
@@ -128,8 +124,8 @@ impl DurableStore for MemoryStore {
                 StoreOp::DeletePlacement(actor) => {
                     tables.placements.remove(actor.as_str());
                 }
-                StoreOp::PutPoolUsage { pool, usage } => {
-                    tables.pool_usage.insert(pool.to_string(), usage.clone());
+                StoreOp::PutPoolUsage(usage) => {
+                    tables.pool_usage.insert(usage.pool.clone(), usage.clone());
                 }
             }
         }

@@ -11,10 +11,7 @@ mod redb_store;
 pub(crate) mod testing;
 mod writer;
 
-pub use durable::{
-    DurableStore, StoreError, StoreOp, StoredClassUsage, StoredOutcome, StoredPlacement,
-    StoredUsage,
-};
+pub use durable::{DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, StoredUsage};
 pub(crate) use durable::{encode_job, encode_pool};
 pub use memory::MemoryStore;
 pub use redb_store::RedbStore;
@@ -110,19 +107,18 @@ mod tests {
             store.load_placements().unwrap(),
             vec![(ActorId::from("a1"), placed)]
         );
-        let usage = |gpu_seconds: f64| StoredUsage {
+        let usage = |pool: &str, gpu_seconds: f64| StoredUsage {
+            pool: pool.into(),
             since_unix_ms: 1_700_000_000_000,
-            classes: vec![StoredClassUsage {
+            classes: vec![pb::HeldUsage {
                 gpu_name: "NVIDIA A10G".into(),
-                pool_label: "spot".into(),
+                node_pool_label: "spot".into(),
                 gpu_seconds,
                 cpu_core_seconds: 0.5,
             }],
         };
-        let put_usage = |pool: &str, gpu_seconds: f64| StoreOp::PutPoolUsage {
-            pool: PoolName::from(pool),
-            usage: usage(gpu_seconds),
-        };
+        let put_usage =
+            |pool: &str, gpu_seconds: f64| StoreOp::PutPoolUsage(usage(pool, gpu_seconds));
         store
             .apply(&[
                 put_usage("emb", 1.0),
@@ -135,7 +131,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             store.load_pool_usage().unwrap(),
-            vec![(PoolName::from("emb"), usage(2.5))],
+            vec![usage("emb", 2.5)],
             "the last write counts; a deleted pool's usage goes with it"
         );
     }
@@ -164,7 +160,7 @@ mod tests {
         assert_eq!(reopened.load_nodes().unwrap(), vec![NodeId::from("n1")]);
         assert_eq!(reopened.load_placements().unwrap().len(), 1);
         assert_eq!(
-            reopened.load_pool_usage().unwrap()[0].1.classes[0].gpu_seconds,
+            reopened.load_pool_usage().unwrap()[0].classes[0].gpu_seconds,
             2.5
         );
     }

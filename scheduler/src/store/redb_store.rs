@@ -4,7 +4,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 
 use prost::Message;
 use redb::{Database, ReadableTable, TableDefinition};
-use resident_proto::{ActorId, JobId, NodeId, PoolName, pb};
+use resident_proto::{ActorId, JobId, NodeId, pb};
 
 use super::{
     DurableStore, StoreError, StoreOp, StoredOutcome, StoredPlacement, StoredUsage, encode_job,
@@ -18,7 +18,7 @@ const OUTCOMES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("task
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// Actor id to where it was started (`StoredPlacement`, JSON).
 const PLACEMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("placements");
-/// Pool name to what its actors have held (`StoredUsage`, JSON).
+/// Pool name to what its actors have held (`StoredUsage`, protobuf).
 const POOL_USAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("pool_usage");
 
 /// An embedded redb database at `<state-dir>/scheduler.redb`.
@@ -82,26 +82,6 @@ impl RedbStore {
     }
 }
 
-impl RedbStore {
-    /// Every row of a table whose values are JSON, by key.
-    fn load_json<T: serde::de::DeserializeOwned>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-    ) -> Result<Vec<(String, T)>, StoreError> {
-        let txn = self.database()?.begin_read().map_err(backend)?;
-        let table = txn.open_table(table).map_err(backend)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(backend)? {
-            let (key, value) = entry.map_err(backend)?;
-            out.push((
-                key.value().to_owned(),
-                serde_json::from_slice(value.value())?,
-            ));
-        }
-        Ok(out)
-    }
-}
-
 impl DurableStore for RedbStore {
     fn load_pools(&self) -> Result<Vec<pb::PoolSpec>, StoreError> {
         self.load_all(POOLS)
@@ -137,17 +117,19 @@ impl DurableStore for RedbStore {
     }
 
     fn load_placements(&self) -> Result<Vec<(ActorId, StoredPlacement)>, StoreError> {
-        let rows = self.load_json(PLACEMENTS)?.into_iter();
-        Ok(rows
-            .map(|(id, placed)| (ActorId::new(id), placed))
-            .collect())
+        let txn = self.database()?.begin_read().map_err(backend)?;
+        let table = txn.open_table(PLACEMENTS).map_err(backend)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, value) = entry.map_err(backend)?;
+            let placed = serde_json::from_slice(value.value())?;
+            out.push((ActorId::new(key.value().to_owned()), placed));
+        }
+        Ok(out)
     }
 
-    fn load_pool_usage(&self) -> Result<Vec<(PoolName, StoredUsage)>, StoreError> {
-        let rows = self.load_json(POOL_USAGE)?.into_iter();
-        Ok(rows
-            .map(|(pool, usage)| (PoolName::new(pool), usage))
-            .collect())
+    fn load_pool_usage(&self) -> Result<Vec<StoredUsage>, StoreError> {
+        self.load_all(POOL_USAGE)
     }
 
     fn apply(&self, batch: &[StoreOp]) -> Result<(), StoreError> {
@@ -253,10 +235,9 @@ impl RedbStore {
                     StoreOp::DeletePlacement(actor) => {
                         placements.remove(actor.as_str()).map_err(backend)?;
                     }
-                    StoreOp::PutPoolUsage { pool, usage } => {
-                        let value = serde_json::to_vec(usage)?;
+                    StoreOp::PutPoolUsage(usage) => {
                         pool_usage
-                            .insert(pool.as_str(), value.as_slice())
+                            .insert(usage.pool.as_str(), usage.encode_to_vec().as_slice())
                             .map_err(backend)?;
                     }
                 }

@@ -36,9 +36,7 @@ impl DurableStore for FlakyStore {
     ) -> Result<Vec<(resident_proto::ActorId, super::StoredPlacement)>, StoreError> {
         self.inner.load_placements()
     }
-    fn load_pool_usage(
-        &self,
-    ) -> Result<Vec<(resident_proto::PoolName, super::StoredUsage)>, StoreError> {
+    fn load_pool_usage(&self) -> Result<Vec<super::StoredUsage>, StoreError> {
         self.inner.load_pool_usage()
     }
     fn recover(&self) -> Result<(), StoreError> {

@@ -185,7 +185,7 @@ async fn pool_usage_waits_out_a_failing_store_and_is_saved_whole_once_it_heals()
     let counted = h.core.pool_status(&PoolName::from("p")).unwrap().usage;
     let saved = store.load_pool_usage().unwrap();
     assert_eq!(saved.len(), 1, "{saved:?}");
-    let saved_seconds = saved[0].1.classes[0].cpu_core_seconds;
+    let saved_seconds = saved[0].classes[0].cpu_core_seconds;
     assert!(saved_seconds >= 40.0, "{saved:?}");
     assert_eq!(saved_seconds, counted[0].cpu_core_seconds, "{counted:?}");
 }
