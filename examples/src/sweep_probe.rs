@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
         output: "out/sweep-probe".into(),
         search: SearchConfig {
             algorithm: SearchAlgorithm::Random,
+            startup_trials: None,
         },
         scheduler: SchedulerConfig {
             kind: TrialScheduler::Asha,

@@ -30,7 +30,7 @@ pub struct SweepConfig {
     pub metric: String,
     /// Whether a larger or a smaller metric is better.
     pub mode: Mode,
-    /// Trials to draw (random search; grid search runs every combination).
+    /// Trials to draw (random and TPE search; grid search runs every combination).
     #[serde(default = "one")]
     pub trials: u32,
     /// Seeds the search, the data split, initialisation and batch order: a rerun replays
@@ -168,15 +168,40 @@ pub enum SearchAlgorithm {
     /// Independent draws, seeded.
     #[default]
     Random,
+    /// Tree-structured Parzen Estimator: after `startup_trials` random draws, each trial is
+    /// drawn where the best quarter of the trials before it lie and the rest do not.
+    Tpe,
+}
+
+impl SearchAlgorithm {
+    /// Its name in the TOML file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Grid => "grid",
+            Self::Random => "random",
+            Self::Tpe => "tpe",
+        }
+    }
 }
 
 /// `[search]`: how trials are drawn.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchConfig {
-    /// Grid or random (the default).
+    /// Grid, random (the default) or TPE.
     #[serde(default)]
     pub algorithm: SearchAlgorithm,
+    /// TPE: how many trials are random draws before the model takes over (default: a
+    /// third of `trials`, at least 2 and at most 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_trials: Option<u32>,
+}
+
+impl SearchConfig {
+    /// TPE's random trials before its model takes over, for a sweep of `trials`.
+    pub fn tpe_startup_trials(&self, trials: u32) -> u32 {
+        self.startup_trials.unwrap_or((trials / 3).clamp(2, 10))
+    }
 }
 
 /// How trials run to their end.
@@ -286,6 +311,7 @@ impl SweepConfig {
         if self.trials == 0 {
             return Err(invalid("trials must be at least 1".into()));
         }
+        self.check_search()?;
         if let Some(cache) = &self.cache
             && !matches!(
                 resident_storage::Location::parse(cache),
@@ -313,6 +339,20 @@ impl SweepConfig {
 }
 
 impl SweepConfig {
+    /// `startup_trials` belongs to TPE and needs at least one random trial.
+    fn check_search(&self) -> Result<(), SweepConfigError> {
+        match self.search.startup_trials {
+            Some(_) if self.search.algorithm != SearchAlgorithm::Tpe => Err(invalid(format!(
+                "search.startup_trials is TPE's; search.algorithm is \"{}\" (set algorithm = \"tpe\" or drop startup_trials)",
+                self.search.algorithm.name()
+            ))),
+            Some(0) => Err(invalid(
+                "search.startup_trials must be at least 1: TPE needs trials to learn from".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The metric must be one the trial kind reports.
     fn check_metric(&self) -> Result<(), SweepConfigError> {
         let metrics: &[&str] = match self.trial {
@@ -404,8 +444,9 @@ fn check_param(
         ParamSpec::Choice(values) | ParamSpec::Grid(values) if values.is_empty() => {
             Err(invalid(format!("space.{name}: no values to choose from")))
         }
-        ParamSpec::Grid(_) if algorithm == SearchAlgorithm::Random => Err(invalid(format!(
-            "space.{name}: `grid` needs search.algorithm = \"grid\"; use `choice` for random search"
+        ParamSpec::Grid(_) if algorithm != SearchAlgorithm::Grid => Err(invalid(format!(
+            "space.{name}: `grid` needs search.algorithm = \"grid\"; use `choice` for {} search",
+            algorithm.name()
         ))),
         ParamSpec::Uniform([low, high]) | ParamSpec::LogUniform([low, high])
             if algorithm == SearchAlgorithm::Grid =>
@@ -533,5 +574,48 @@ hidden = { choice = [0, 64, 256] }
             error_of(("reduction_factor = 2", "reduction_factor = 1"))
                 .contains("reduction_factor must be at least 2")
         );
+        assert!(
+            error_of((
+                "algorithm = \"random\"",
+                "algorithm = \"random\"\nstartup_trials = 4"
+            ))
+            .contains("search.startup_trials is TPE's; search.algorithm is \"random\"")
+        );
+        assert!(
+            error_of((
+                "algorithm = \"random\"",
+                "algorithm = \"tpe\"\nstartup_trials = 0"
+            ))
+            .contains("startup_trials must be at least 1")
+        );
+        let grid_under_tpe = EXAMPLE
+            .replace("algorithm = \"random\"", "algorithm = \"tpe\"")
+            .replace("hidden = { choice", "hidden = { grid");
+        assert!(
+            SweepConfig::from_toml(&grid_under_tpe)
+                .unwrap_err()
+                .to_string()
+                .contains("`grid` needs search.algorithm = \"grid\"; use `choice` for tpe search")
+        );
+    }
+
+    #[test]
+    fn tpe_takes_a_third_of_the_trials_at_random_unless_told() {
+        let tpe = EXAMPLE.replace("algorithm = \"random\"", "algorithm = \"tpe\"");
+        let config = SweepConfig::from_toml(&tpe).unwrap();
+        assert_eq!(config.search.algorithm, SearchAlgorithm::Tpe);
+        assert_eq!(config.search.tpe_startup_trials(config.trials), 5);
+        assert_eq!(config.search.tpe_startup_trials(100), 10);
+        assert_eq!(config.search.tpe_startup_trials(4), 2);
+        let told = tpe.replace(
+            "algorithm = \"tpe\"",
+            "algorithm = \"tpe\"\nstartup_trials = 3",
+        );
+        let config = SweepConfig::from_toml(&told).unwrap();
+        assert_eq!(config.search.tpe_startup_trials(config.trials), 3);
+        // A declaration without startup_trials serializes as before (older sweep.json files
+        // still resume).
+        let random = serde_json::to_value(SweepConfig::from_toml(EXAMPLE).unwrap()).unwrap();
+        assert_eq!(random["search"], serde_json::json!({"algorithm": "random"}));
     }
 }

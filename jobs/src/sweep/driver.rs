@@ -11,8 +11,68 @@
 use std::collections::BTreeMap;
 
 use super::asha::{Decision, TrialSchedulerState};
-use super::config::{Mode, SchedulerConfig};
-use super::search::Params;
+use super::config::{Mode, ParamSpec, SchedulerConfig, SearchAlgorithm, SweepConfig};
+use super::search::{Params, generate_trials};
+use super::tpe;
+
+/// How the trials' hyperparameters are chosen: all before the sweep starts (grid, random),
+/// or each as it starts, from what the trials before it came to (TPE).
+pub enum TrialPlan {
+    /// Every trial's hyperparameters, by id.
+    Fixed(Vec<Params>),
+    /// TPE's draws.
+    Tpe(TpePlan),
+}
+
+/// TPE over a sweep's trials. Trial `i` learns from trials `0..i - lag` alone, each as it
+/// stood at its first rung (ASHA) or its end (FIFO), and waits until they got there: so
+/// what it draws depends on the seed and the metrics, never on which actor finished first,
+/// and a rerun replays it. `lag` is the segments the sweep runs at once.
+pub struct TpePlan {
+    /// The hyperparameters and their ranges.
+    pub space: BTreeMap<String, ParamSpec>,
+    /// Which way the metric is better.
+    pub mode: Mode,
+    /// The sweep's seed.
+    pub seed: u64,
+    /// Random search's draws under the same seed: the startup trials take theirs, and so
+    /// does a trial with nothing to learn from yet.
+    pub random: Vec<Params>,
+    /// Random trials before the model takes over.
+    pub startup: usize,
+    /// How many trials before it a trial does not wait for.
+    pub lag: usize,
+}
+
+impl TrialPlan {
+    /// The plan a sweep declares.
+    pub fn of(config: &SweepConfig) -> Self {
+        let trials = generate_trials(
+            &config.space,
+            config.search.algorithm,
+            config.trials,
+            config.seed,
+        );
+        match config.search.algorithm {
+            SearchAlgorithm::Grid | SearchAlgorithm::Random => Self::Fixed(trials),
+            SearchAlgorithm::Tpe => Self::Tpe(TpePlan {
+                space: config.space.clone(),
+                mode: config.mode,
+                seed: config.seed,
+                random: trials,
+                startup: config.search.tpe_startup_trials(config.trials) as usize,
+                lag: (config.replicas * config.trials_per_actor) as usize,
+            }),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Fixed(trials) => trials.len(),
+            Self::Tpe(plan) => plan.random.len(),
+        }
+    }
+}
 
 /// Epochs `(start_epoch, end_epoch]` of one trial.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +108,7 @@ pub enum Phase {
 /// One trial as the driver tracks it.
 #[derive(Clone, Debug)]
 pub struct TrialProgress {
-    /// Its hyperparameters.
+    /// Its hyperparameters (empty until it starts, where TPE draws them then).
     pub params: Params,
     /// Metric after each epoch so far.
     pub metrics: Vec<f64>,
@@ -69,6 +129,9 @@ impl TrialProgress {
 /// their results.
 pub struct SweepDriver {
     trials: Vec<TrialProgress>,
+    /// TPE's plan; `None` when every trial's hyperparameters were known from the start.
+    tpe: Option<TpePlan>,
+    max_epochs: u32,
     rungs: Vec<u32>,
     scheduler: TrialSchedulerState,
     /// Per rung: the next trial (by id) whose result the scheduler has not seen.
@@ -78,34 +141,28 @@ pub struct SweepDriver {
 }
 
 impl SweepDriver {
-    /// A driver of `trials`, none started.
-    pub fn new(
-        trials: Vec<Params>,
-        config: &SchedulerConfig,
-        mode: Mode,
-        max_running: usize,
-    ) -> Self {
+    /// A driver of the planned trials, none started.
+    pub fn new(plan: TrialPlan, config: &SchedulerConfig, mode: Mode, max_running: usize) -> Self {
         let scheduler = TrialSchedulerState::new(config.clone(), mode);
         let rungs = scheduler.rung_epochs();
-        let trials = trials
+        let count = plan.len();
+        let (fixed, tpe) = match plan {
+            TrialPlan::Fixed(trials) => (trials, None),
+            TrialPlan::Tpe(plan) => (vec![Params::new(); count], Some(plan)),
+        };
+        let trials = fixed
             .into_iter()
-            .map(|params| {
-                let cap = params
-                    .get("epochs")
-                    .and_then(serde_json::Value::as_u64)
-                    .map_or(config.max_epochs, |e| {
-                        (e as u32).clamp(1, config.max_epochs)
-                    });
-                TrialProgress {
-                    params,
-                    metrics: Vec::new(),
-                    phase: Phase::NotStarted,
-                    epoch_cap: cap,
-                }
+            .map(|params| TrialProgress {
+                epoch_cap: epoch_cap(&params, config.max_epochs),
+                params,
+                metrics: Vec::new(),
+                phase: Phase::NotStarted,
             })
             .collect();
         Self {
             trials,
+            tpe,
+            max_epochs: config.max_epochs,
             next_to_feed: rungs.iter().map(|r| (*r, 0)).collect(),
             rungs,
             scheduler,
@@ -119,9 +176,28 @@ impl SweepDriver {
         &self.trials
     }
 
+    /// Whether an earlier run's result of `trial` with `params` belongs to this sweep: its
+    /// hyperparameters are the ones planned (TPE's model-drawn trials cannot be checked
+    /// before they start; the declaration check vouches for them).
+    pub fn accepts_result(&self, trial: usize, params: &Params) -> bool {
+        match (&self.tpe, self.trials.get(trial)) {
+            (_, None) => false,
+            (None, Some(progress)) => &progress.params == params,
+            (Some(plan), Some(_)) => trial >= plan.startup || &plan.random[trial] == params,
+        }
+    }
+
     /// Marks a trial finished in an earlier run (from `results.jsonl`).
-    pub fn restore(&mut self, trial: usize, metrics: Vec<f64>, stopped_early: bool) {
+    pub fn restore(
+        &mut self,
+        trial: usize,
+        params: Params,
+        metrics: Vec<f64>,
+        stopped_early: bool,
+    ) {
         let progress = &mut self.trials[trial];
+        progress.epoch_cap = epoch_cap(&params, self.max_epochs);
+        progress.params = params;
         progress.metrics = metrics;
         progress.phase = Phase::Done { stopped_early };
         self.decide();
@@ -147,6 +223,9 @@ impl SweepDriver {
                         .position(|t| t.phase == Phase::NotStarted)
                 });
             let Some(trial) = next else { break };
+            if self.trials[trial].phase == Phase::NotStarted && !self.draw_params(trial) {
+                break; // TPE waits for the trials it learns from
+            }
             let progress = &mut self.trials[trial];
             let start = progress.metrics.len() as u32;
             let end = self
@@ -201,6 +280,48 @@ impl SweepDriver {
         ended
     }
 
+    /// Gives a trial about to start its hyperparameters where TPE draws them; false while
+    /// the trials it learns from are still short of their first rung.
+    fn draw_params(&mut self, trial: usize) -> bool {
+        let Some(plan) = &self.tpe else { return true };
+        let learn_from = trial.saturating_sub(plan.lag);
+        let params = if trial < plan.startup || learn_from == 0 {
+            plan.random[trial].clone()
+        } else {
+            let mut seen = Vec::with_capacity(learn_from);
+            for earlier in &self.trials[..learn_from] {
+                match self.observation(earlier) {
+                    None => return false,
+                    Some(Some(metric)) => seen.push((&earlier.params, metric)),
+                    Some(None) => {} // failed: nothing to learn
+                }
+            }
+            if seen.is_empty() {
+                plan.random[trial].clone()
+            } else {
+                tpe::suggest(&plan.space, &seen, plan.mode, plan.seed, trial)
+            }
+        };
+        let progress = &mut self.trials[trial];
+        progress.epoch_cap = epoch_cap(&params, self.max_epochs);
+        progress.params = params;
+        true
+    }
+
+    /// What TPE learns from a trial: its metric at its first rung (or its last epoch,
+    /// where it has no rung), `Some(None)` if it failed first, `None` until it gets there.
+    fn observation(&self, progress: &TrialProgress) -> Option<Option<f64>> {
+        let epoch = self
+            .rungs
+            .first()
+            .map_or(progress.epoch_cap, |rung| (*rung).min(progress.epoch_cap));
+        match progress.metrics.get(epoch as usize - 1) {
+            Some(metric) => Some(Some(*metric)),
+            None if progress.ended() => Some(None),
+            None => None,
+        }
+    }
+
     /// Feeds rung results to the scheduler in trial-id order, as far as they are known;
     /// returns the trials it stopped.
     fn decide(&mut self) -> Vec<usize> {
@@ -238,10 +359,19 @@ impl SweepDriver {
     }
 }
 
+/// Epochs a trial with `params` may train: `max_epochs`, or fewer where its `epochs` says.
+fn epoch_cap(params: &Params, max_epochs: u32) -> u32 {
+    params
+        .get("epochs")
+        .and_then(serde_json::Value::as_u64)
+        .map_or(max_epochs, |e| (e as u32).clamp(1, max_epochs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sweep::config::TrialScheduler;
+    use crate::sweep::search::generate_trials;
     use resident_proto::SeededRng;
     use serde_json::json;
 
@@ -268,7 +398,7 @@ mod tests {
 
     /// Runs a whole sweep, finishing running segments in an order drawn from `seed`.
     fn simulate(config: &SchedulerConfig, slots: usize, seed: u64) -> Vec<(usize, bool)> {
-        let mut driver = SweepDriver::new(params(16), config, Mode::Max, slots);
+        let mut driver = SweepDriver::new(TrialPlan::Fixed(params(16)), config, Mode::Max, slots);
         let mut rng = SeededRng::new(seed);
         let mut running: Vec<Segment> = Vec::new();
         let mut ended = Vec::new();
@@ -319,7 +449,7 @@ mod tests {
             kind: TrialScheduler::Fifo,
             ..asha()
         };
-        let mut driver = SweepDriver::new(params(3), &fifo, Mode::Max, 2);
+        let mut driver = SweepDriver::new(TrialPlan::Fixed(params(3)), &fifo, Mode::Max, 2);
         let first = driver.next_segments();
         assert_eq!(
             first,
@@ -346,8 +476,13 @@ mod tests {
     fn an_epochs_param_caps_a_trial_and_restored_trials_count() {
         let mut with_cap = params(2);
         with_cap[1].insert("epochs".into(), json!(3));
-        let mut driver = SweepDriver::new(with_cap, &asha(), Mode::Max, 2);
-        driver.restore(0, (1..=8).map(|e| metric(9, e)).collect(), false);
+        let mut driver = SweepDriver::new(TrialPlan::Fixed(with_cap), &asha(), Mode::Max, 2);
+        driver.restore(
+            0,
+            params(1).remove(0),
+            (1..=8).map(|e| metric(9, e)).collect(),
+            false,
+        );
         let segments = driver.next_segments();
         assert_eq!(
             segments,
@@ -366,5 +501,163 @@ mod tests {
             }
         );
         assert!(driver.finished());
+    }
+
+    fn tpe_plan(trials: u32, startup: usize, lag: usize) -> TrialPlan {
+        let space = BTreeMap::from([
+            ("lr".to_owned(), ParamSpec::LogUniform([1e-4, 1e-1])),
+            (
+                "hidden".to_owned(),
+                ParamSpec::Choice(vec![json!(0), json!(64), json!(256)]),
+            ),
+        ]);
+        TrialPlan::Tpe(TpePlan {
+            random: generate_trials(&space, SearchAlgorithm::Random, trials, 5),
+            space,
+            mode: Mode::Max,
+            seed: 5,
+            startup,
+            lag,
+        })
+    }
+
+    /// A trial's metric after `epoch`, from its hyperparameters: best at lr 1e-2, hidden 64.
+    fn metric_of(params: &Params, epoch: u32) -> f64 {
+        let lr = params["lr"].as_f64().unwrap();
+        let hidden = if params["hidden"] == json!(64) {
+            0.0
+        } else {
+            0.3
+        };
+        let quality = 1.0 - (lr.log10() + 2.0).powi(2) / 4.0 - hidden;
+        quality * (1.0 - 0.5f64.powi(epoch as i32))
+    }
+
+    /// A TPE sweep of 24 trials on 4 slots, segments finishing in an order drawn from
+    /// `seed`: every trial's hyperparameters and epochs.
+    fn simulate_tpe(config: &SchedulerConfig, seed: u64) -> Vec<(Params, usize)> {
+        let mut driver = SweepDriver::new(tpe_plan(24, 6, 4), config, Mode::Max, 4);
+        let mut rng = SeededRng::new(seed);
+        let mut running: Vec<Segment> = Vec::new();
+        while !driver.finished() {
+            running.extend(driver.next_segments());
+            assert!(!running.is_empty(), "stalled");
+            let done = running.remove(rng.below(running.len() as u64) as usize);
+            let params = driver.trials()[done.trial].params.clone();
+            let metrics: Vec<f64> = (done.start_epoch + 1..=done.end_epoch)
+                .map(|e| metric_of(&params, e))
+                .collect();
+            driver.on_segment_done(done.trial, &metrics);
+        }
+        driver
+            .trials()
+            .iter()
+            .map(|t| (t.params.clone(), t.metrics.len()))
+            .collect()
+    }
+
+    #[test]
+    fn tpe_draws_the_same_trials_whatever_order_segments_finish_in() {
+        for config in [
+            asha(),
+            SchedulerConfig {
+                kind: TrialScheduler::Fifo,
+                ..asha()
+            },
+        ] {
+            let first = simulate_tpe(&config, 1);
+            for seed in 2..12 {
+                assert_eq!(simulate_tpe(&config, seed), first, "seed {seed}");
+            }
+            let TrialPlan::Tpe(plan) = tpe_plan(24, 6, 4) else {
+                unreachable!()
+            };
+            assert_eq!(
+                first[..6]
+                    .iter()
+                    .map(|(p, _)| p.clone())
+                    .collect::<Vec<_>>(),
+                plan.random[..6],
+                "the startup trials are random search's"
+            );
+            let late_64 = first[12..]
+                .iter()
+                .filter(|(p, _)| p["hidden"] == json!(64))
+                .count();
+            assert!(
+                late_64 >= 8,
+                "the model finds hidden 64: {late_64} of the last 12"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tpe_trial_waits_for_the_trials_it_learns_from() {
+        let fifo = SchedulerConfig {
+            kind: TrialScheduler::Fifo,
+            ..asha()
+        };
+        // Startup 2, lag 2, two slots: trial 2 has nothing to learn from (random); trial 3
+        // learns from trial 0 and waits for it.
+        let mut driver = SweepDriver::new(tpe_plan(6, 2, 2), &fifo, Mode::Max, 2);
+        let trials = |segments: Vec<Segment>| segments.iter().map(|s| s.trial).collect::<Vec<_>>();
+        assert_eq!(trials(driver.next_segments()), vec![0, 1]);
+        let done = |driver: &mut SweepDriver, trial: usize| {
+            let params = driver.trials()[trial].params.clone();
+            let metrics: Vec<f64> = (1..=8).map(|e| metric_of(&params, e)).collect();
+            driver.on_segment_done(trial, &metrics)
+        };
+        done(&mut driver, 1);
+        assert_eq!(trials(driver.next_segments()), vec![2]);
+        done(&mut driver, 2);
+        assert!(
+            driver.next_segments().is_empty(),
+            "trial 3 waits for trial 0"
+        );
+        assert!(driver.trials()[3].params.is_empty(), "nothing drawn yet");
+        done(&mut driver, 0);
+        assert_eq!(trials(driver.next_segments()), vec![3, 4]);
+        // A failed trial is nothing to learn from, and does not block.
+        assert_eq!(driver.on_segment_failed(3, "lost".into()), vec![3]);
+        done(&mut driver, 4);
+        assert_eq!(trials(driver.next_segments()), vec![5]);
+        assert_eq!(done(&mut driver, 5), vec![5]);
+        assert!(driver.finished());
+    }
+
+    #[test]
+    fn a_resumed_tpe_sweep_keeps_what_earlier_trials_drew() {
+        let fifo = SchedulerConfig {
+            kind: TrialScheduler::Fifo,
+            ..asha()
+        };
+        let TrialPlan::Tpe(plan) = tpe_plan(6, 2, 1) else {
+            unreachable!()
+        };
+        let mut driver = SweepDriver::new(tpe_plan(6, 2, 1), &fifo, Mode::Max, 1);
+        let drawn_by_model = Params::from([
+            ("lr".to_owned(), json!(0.01)),
+            ("hidden".to_owned(), json!(64)),
+        ]);
+        assert!(driver.accepts_result(0, &plan.random[0]));
+        assert!(
+            !driver.accepts_result(0, &drawn_by_model),
+            "a startup trial is random search's"
+        );
+        assert!(
+            driver.accepts_result(4, &drawn_by_model),
+            "a model-drawn trial is taken as it is"
+        );
+        assert!(!driver.accepts_result(6, &plan.random[0]), "no such trial");
+        for trial in 0..2 {
+            let params = plan.random[trial].clone();
+            let metrics = (1..=8).map(|e| metric_of(&params, e)).collect();
+            driver.restore(trial, params, metrics, false);
+        }
+        driver.restore(3, drawn_by_model.clone(), vec![0.5; 8], false);
+        assert_eq!(driver.trials()[3].params, drawn_by_model);
+        let next = driver.next_segments();
+        assert_eq!(next[0].trial, 2, "the first unfinished trial runs");
+        assert!(!driver.trials()[2].params.is_empty());
     }
 }

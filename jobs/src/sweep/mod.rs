@@ -10,6 +10,7 @@ mod error;
 pub mod results;
 pub mod runner;
 pub mod search;
+pub mod tpe;
 
 pub use asha::{Decision, TrialSchedulerState};
 pub use config::{Mode, SweepConfig, SweepConfigError};

@@ -20,9 +20,8 @@ use resident_sdk::{Cluster, EmbedPool, JobStream, Pool, SdkError, SubmitOptions,
 use super::SweepError;
 use super::config::SweepConfig;
 use super::data::{SweepData, embed_into_cache, read_sweep_data};
-use super::driver::{Phase, Segment, SweepDriver};
+use super::driver::{Phase, Segment, SweepDriver, TrialPlan};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
-use super::search::{Params, generate_trials};
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
@@ -349,36 +348,31 @@ async fn run_trials(
     prepared: &Prepared,
     on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
 ) -> Result<TrialsRun, SweepError> {
-    let trials = generate_trials(
-        &config.space,
-        config.search.algorithm,
-        config.trials,
-        config.seed,
-    );
     let pool = &prepared.pool.pool;
     let actors = pool.status().await?.actors.len().max(1);
     let per_actor = config.trials_per_actor as usize;
     let mut driver = SweepDriver::new(
-        trials.clone(),
+        TrialPlan::of(config),
         &config.scheduler,
         config.mode,
         actors * per_actor,
     );
+    let total = driver.trials().len();
     let results_path = prepared.output.join("results.jsonl");
-    let mut results = resume(&results_path, &trials, &mut driver)?;
+    let mut results = resume(&results_path, &mut driver)?;
     let resumed_trials = results.len();
     on_event(SweepEvent::TrialsPlanned {
-        total: trials.len(),
+        total,
         resumed: &results,
     });
 
     let (mut segments, mut outputs) = Segments::open(pool, config, actors * per_actor).await?;
     let dataset = publish_dataset(config, &prepared.cache, &prepared.data.key).await?;
     if !results.is_empty() {
-        report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
+        report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
     }
     while !driver.finished() {
-        segments.send_next(&mut driver, &trials, config, &dataset)?;
+        segments.send_next(&mut driver, config, &dataset)?;
         let Some(output) = outputs.next().await else {
             return Err(SweepError::Cluster(
                 "the scheduler ended the sweep's job early".into(),
@@ -400,7 +394,7 @@ async fn run_trials(
             results.push(result);
         }
         if any_ended {
-            report_to_dashboard(cluster, &outputs.job_id, &results, trials.len(), config).await;
+            report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
         }
     }
     Ok(TrialsRun {
@@ -450,14 +444,13 @@ impl Segments {
     fn send_next(
         &mut self,
         driver: &mut SweepDriver,
-        trials: &[Params],
         config: &SweepConfig,
         dataset: &DatasetRef,
     ) -> Result<(), SweepError> {
         for segment in driver.next_segments() {
             let run = self.runs.entry(segment.trial).or_default();
             run.started.get_or_insert_with(Instant::now);
-            let params = &trials[segment.trial];
+            let params = &driver.trials()[segment.trial].params;
             let checkpoint = run.checkpoint.clone();
             let payload = trial_payload(config, dataset, params, &segment, checkpoint);
             self.in_flight.insert(self.next_seq, segment);
@@ -500,14 +493,10 @@ impl Segments {
 
 /// Trials finished by an earlier run count as they are (the driver is told their metrics);
 /// anything else runs again. `results.jsonl` is rewritten with those alone.
-fn resume(
-    results_path: &Path,
-    trials: &[Params],
-    driver: &mut SweepDriver,
-) -> Result<Vec<TrialResult>, SweepError> {
+fn resume(results_path: &Path, driver: &mut SweepDriver) -> Result<Vec<TrialResult>, SweepError> {
     let mut results: Vec<TrialResult> = read_results(results_path)
         .into_iter()
-        .filter(|r| trials.get(r.trial_id) == Some(&r.params) && r.error.is_none())
+        .filter(|r| driver.accepts_result(r.trial_id, &r.params) && r.error.is_none())
         .collect();
     results.sort_by_key(|r| r.trial_id);
     results.dedup_by_key(|r| r.trial_id);
@@ -515,6 +504,7 @@ fn resume(
     for result in &results {
         driver.restore(
             result.trial_id,
+            result.params.clone(),
             result.metrics.clone(),
             result.stopped_early,
         );

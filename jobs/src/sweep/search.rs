@@ -1,4 +1,5 @@
-//! Turning a space into trial configurations: grid (every combination) or random (seeded).
+//! Turning a space into trial configurations: grid (every combination) or random (seeded);
+//! TPE's model-based draws are in `tpe`.
 
 use std::collections::BTreeMap;
 
@@ -25,7 +26,8 @@ fn sample(spec: &ParamSpec, rng: &mut SeededRng) -> Value {
 }
 
 /// The trials to run. Grid search yields every combination of the listed values (in key
-/// order, last key fastest) and ignores `trials`; random search draws `trials` samples.
+/// order, last key fastest) and ignores `trials`; random search draws `trials` samples, and
+/// so does TPE, whose driver uses the first of them as its startup trials.
 pub fn generate_trials(
     space: &BTreeMap<String, ParamSpec>,
     algorithm: SearchAlgorithm,
@@ -33,7 +35,7 @@ pub fn generate_trials(
     seed: u64,
 ) -> Vec<Params> {
     match algorithm {
-        SearchAlgorithm::Random => {
+        SearchAlgorithm::Random | SearchAlgorithm::Tpe => {
             let mut rng = SeededRng::new(seed);
             (0..trials)
                 .map(|_| {
