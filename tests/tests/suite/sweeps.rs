@@ -1,12 +1,15 @@
 //! `resident sweep` with the real model on real Wikipedia articles: trials train on the
-//! resident embed actors (one model load per actor), ASHA is deterministic, a dead agent's
+//! resident embed actors (one model load per actor), ASHA and TPE are deterministic, a dead agent's
 //! trials rerun elsewhere, and a bad declaration is a clear error.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use resident_jobs::sweep::{SweepConfig, SweepSummary, TrialResult, load_results, run_sweep};
+use resident_jobs::sweep::config::SearchAlgorithm;
+use resident_jobs::sweep::{
+    SweepConfig, SweepSummary, TrialResult, generate_trials, load_results, run_sweep,
+};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::{
     actor_model_loads, assert_has_fields, free_port, init_logging, minilm_dir, read_json,
@@ -156,32 +159,59 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asha_stops_weak_trials_early_and_decides_the_same_under_a_seed() {
+async fn asha_and_tpe_stop_weak_trials_early_and_decide_the_same_under_a_seed() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let data = wiki_data(dir.path());
     let cluster = Cluster::local(LocalConfig::default()).await.unwrap();
-    let mut runs = Vec::new();
+    let (mut runs, mut space) = (Vec::new(), None);
     for name in ["first", "second"] {
         let toml = declaration(
             &data,
             &dir.path().join(name),
             "trial = \"classifier\"\nmetric = \"macro_f1\"\ntrials = 10\nseed = 11",
-            "[scheduler]\nkind = \"asha\"\nmax_epochs = 8\ngrace_epochs = 1\nreduction_factor = 2\n\
+            "[search]\nalgorithm = \"tpe\"\nstartup_trials = 4\n\
+             [scheduler]\nkind = \"asha\"\nmax_epochs = 8\ngrace_epochs = 1\nreduction_factor = 2\n\
              [space]\nlr = { loguniform = [1e-5, 1e-1] }\nhidden = { choice = [0, 32] }\ndropout = { uniform = [0.0, 0.3] }\n",
         );
+        space = Some(SweepConfig::from_toml(&toml).unwrap().space);
         runs.push(sweep(&cluster, &toml).await);
     }
-    let outcome = |results: &[TrialResult]| -> Vec<(usize, u32, bool, Option<f64>)> {
-        results
+    // TPE draws trials from the trials before them, as they stood at the first rung:
+    // what the two runs draw and decide must not depend on which actor finished first.
+    let outcome = |results: &[TrialResult]| {
+        let mut outcome: Vec<_> = results
             .iter()
-            .map(|r| (r.trial_id, r.epochs, r.stopped_early, r.metric))
-            .collect()
+            .map(|r| {
+                (
+                    r.trial_id,
+                    r.params.clone(),
+                    r.epochs,
+                    r.stopped_early,
+                    r.metric,
+                )
+            })
+            .collect();
+        outcome.sort_by_key(|o| o.0);
+        outcome
     };
     assert_eq!(
         outcome(&runs[0].1),
         outcome(&runs[1].1),
         "same seed, same sweep"
+    );
+    let random = generate_trials(&space.unwrap(), SearchAlgorithm::Random, 10, 11);
+    let by_id = outcome(&runs[0].1);
+    assert!(
+        by_id[..4].iter().zip(&random).all(|(o, p)| &o.1 == p),
+        "startup trials are random's"
+    );
+    // Trial 4 has nothing to learn from yet (two actors x two segments in flight: trial i
+    // learns from trials 0..i-4); from trial 5 on the model draws.
+    assert_eq!(by_id[4].1, random[4]);
+    assert!(
+        by_id[5..].iter().zip(&random[5..]).all(|(o, p)| &o.1 != p),
+        "the model draws the rest"
     );
     let (summary, results) = &runs[0];
     assert_eq!(results.len(), 10);
@@ -244,20 +274,25 @@ fn sweep_command(config: &Path, cluster: Option<&str>) -> Command {
 
 /// A 12-trial FIFO sweep whose small batches make each trial take long enough to be
 /// caught mid-way; returns its config file and output directory.
-fn slow_sweep(dir: &Path, seed: u64) -> (PathBuf, PathBuf) {
+fn slow_sweep(dir: &Path, seed: u64, search: &str) -> (PathBuf, PathBuf) {
     let data = wiki_data(dir);
     let output = dir.join("out");
     let toml = declaration(
         &data,
         &output,
         &format!("trial = \"classifier\"\nmetric = \"accuracy\"\ntrials = 12\nseed = {seed}"),
-        "[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
-         [space]\nlr = { loguniform = [1e-3, 3e-2] }\nhidden = { choice = [128] }\nbatch_size = { choice = [4] }\n",
+        &format!(
+            "[search]\n{search}\n[scheduler]\nkind = \"fifo\"\nmax_epochs = 25\n\
+             [space]\nlr = {{ loguniform = [1e-3, 3e-2] }}\nhidden = {{ choice = [128] }}\nbatch_size = {{ choice = [4] }}\n"
+        ),
     );
     let config = dir.join("sweep.toml");
     std::fs::write(&config, toml).unwrap();
     (config, output)
 }
+
+/// TPE, its model drawing every trial after the fourth from the trials before it.
+const TPE_AFTER_4: &str = "algorithm = \"tpe\"\nstartup_trials = 4";
 
 /// Waits until `results.jsonl` in `output` has `count` lines.
 async fn wait_for_results(output: &Path, count: usize) {
@@ -273,7 +308,7 @@ async fn wait_for_results(output: &Path, count: usize) {
 async fn an_agent_killed_mid_sweep_costs_time_not_trials() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let (config, output) = slow_sweep(dir.path(), 3);
+    let (config, output) = slow_sweep(dir.path(), 3, "algorithm = \"random\"");
     let (_scheduler, url) = spawn_scheduler(0, &dir.path().join("state"));
     let [_a, mut b] = spawn_two_t4_agents(&url).await;
     let child = sweep_command(&config, Some(&url)).spawn().unwrap();
@@ -345,7 +380,7 @@ async fn a_bad_space_is_a_clear_error_before_anything_runs() {
 async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let (config, output) = slow_sweep(dir.path(), 5);
+    let (config, output) = slow_sweep(dir.path(), 5, "algorithm = \"random\"");
     let state = dir.path().join("state");
     let port = free_port();
     let (mut scheduler, url) = spawn_scheduler(port, &state);
@@ -395,7 +430,7 @@ async fn kill_9_of_the_scheduler_mid_sweep_reloads_no_model_and_loses_no_trial()
 async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let (config, output) = slow_sweep(dir.path(), 5);
+    let (config, output) = slow_sweep(dir.path(), 5, TPE_AFTER_4);
     let mut child = sweep_command(&config, None).spawn().unwrap();
     wait_for_results(&output, 2).await;
     let results = output.join("results.jsonl");
