@@ -34,8 +34,8 @@ done
 python3 - "$out" "$seeds" <<'PY'
 import json, statistics, sys
 out, seeds = sys.argv[1], sys.argv[2].split()
-print("| search | seed | trials | best metric | mean of best 5 | trained to the end | wall s |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| search | seed | trials | best metric | mean of best 5 | median trial | trained to the end | wall s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 means = {}
 for algorithm in ("random", "tpe"):
     for seed in seeds:
@@ -44,9 +44,10 @@ for algorithm in ("random", "tpe"):
         results = [json.loads(l) for l in open(f"{d}/results.jsonl")]
         metrics = sorted((r["metric"] for r in results if r.get("metric") is not None), reverse=True)
         full = sum(1 for r in results if not r["stopped_early"] and r.get("error") is None)
-        top5 = statistics.mean(metrics[:5])
-        means.setdefault(algorithm, []).append((summary["best_metric"], top5))
-        print(f"| {algorithm} | {seed} | {len(results)} | {summary['best_metric']:.4f} | {top5:.4f} | {full} | {summary['wall_s']:.1f} |")
+        top5, median = statistics.mean(metrics[:5]), statistics.median(metrics)
+        means.setdefault(algorithm, []).append((summary["best_metric"], top5, median))
+        print(f"| {algorithm} | {seed} | {len(results)} | {summary['best_metric']:.4f} | {top5:.4f} | {median:.4f} | {full} | {summary['wall_s']:.1f} |")
 for algorithm, rows in means.items():
-    print(f"| {algorithm}, mean over seeds | | | {statistics.mean(r[0] for r in rows):.4f} | {statistics.mean(r[1] for r in rows):.4f} | | |")
+    mean = [statistics.mean(r[i] for r in rows) for i in range(3)]
+    print(f"| {algorithm}, mean over seeds | | | {mean[0]:.4f} | {mean[1]:.4f} | {mean[2]:.4f} | | |")
 PY

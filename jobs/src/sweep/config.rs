@@ -517,16 +517,19 @@ hidden = { choice = [0, 64, 256] }
     }
 
     #[test]
-    fn the_example_sweeps_parse() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sweeps");
+    fn the_example_and_benchmark_sweeps_parse() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            SweepConfig::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            seen += 1;
+        for dir in ["examples/sweeps", "benches/sweeps"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                SweepConfig::from_toml(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                seen += 1;
+            }
         }
-        assert!(seen >= 2);
+        assert!(seen >= 3);
     }
 
     fn error_of(edit: (&str, &str)) -> String {
