@@ -524,8 +524,7 @@ hidden = { choice = [0, 64, 256] }
             for entry in std::fs::read_dir(root.join(dir)).unwrap() {
                 let path = entry.unwrap().path();
                 let text = std::fs::read_to_string(&path).unwrap();
-                SweepConfig::from_toml(&text)
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                SweepConfig::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 seen += 1;
             }
         }
