@@ -14,8 +14,8 @@
 //! densities over the whole space are fitted, `l` on the good trials and `g` on the others:
 //! a Parzen window of one kernel per trial, plus a prior as wide as the space. A kernel is a
 //! product over the hyperparameters: a truncated normal on a continuous one (log-uniform
-//! ranges in log space, integers as continuous and rounded), on a choice its trial's value
-//! twice as likely as all the others together. Candidates are drawn from `l`, and the one
+//! ranges in log space, integers as continuous and rounded), on a choice half its weight on
+//! its trial's value and half spread over every value. Candidates are drawn from `l`, and the one
 //! with the largest `l(x) / g(x)` is proposed: the paper's expected-improvement criterion.
 //! Modelling the hyperparameters jointly, not one by one, matters: a choice whose early
 //! trials were bad for another reason (a learning rate far off) is not written off.
@@ -61,18 +61,7 @@ pub fn suggest(
                 .zip(&axes)
                 .map(|((name, _), axis)| params.get(name).and_then(|v| axis.coordinate(v)))
                 .collect::<Option<Vec<f64>>>()?;
-            let score = match mode {
-                Mode::Max => *metric,
-                Mode::Min => -*metric,
-            };
-            Some((
-                point,
-                if score.is_nan() {
-                    f64::NEG_INFINITY
-                } else {
-                    score
-                },
-            ))
+            Some((point, score(*metric, mode)))
         })
         .collect();
     let (good, bad) = split(points);
@@ -94,6 +83,15 @@ pub fn suggest(
         .zip(best)
         .map(|((name, axis), x)| (name.clone(), axis.value(x)))
         .collect()
+}
+
+/// A metric oriented so that larger is better; NaN the worst.
+fn score(metric: f64, mode: Mode) -> f64 {
+    match mode {
+        _ if metric.is_nan() => f64::NEG_INFINITY,
+        Mode::Max => metric,
+        Mode::Min => -metric,
+    }
 }
 
 /// The good points (the best quarter, at least one) and the others. Ties keep trial order,
