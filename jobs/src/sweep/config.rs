@@ -90,8 +90,9 @@ pub struct SweepConfig {
 
 impl SweepConfig {
     /// Keys of the declaration that say how this run goes, not what the sweep is: a rerun
-    /// that changes them resumes the same sweep.
-    pub const RUN_OPTIONS: [&str; 2] = ["keep_pool", "idle_ttl"];
+    /// that changes them resumes the same sweep. The embedded data's cache is found by its
+    /// content (model, data and fields, checked by SHA-256), so where it lives is one of them.
+    pub const RUN_OPTIONS: [&str; 4] = ["keep_pool", "idle_ttl", "cache", "s3_endpoint"];
 }
 
 /// `Option<Duration>` as a humantime string (`"30m"`) in TOML.

@@ -622,6 +622,8 @@ mod tests {
         rerun.keep_pool = true;
         rerun.idle_ttl = Some(Duration::from_secs(1800));
         rerun.prices.per_pool_label.insert("spot".into(), 0.2);
+        rerun.cache = Some("s3://bucket/sweeps/".into());
+        rerun.s3_endpoint = Some("http://127.0.0.1:9000".into());
         drop(claim_output(&rerun, dir.path()).unwrap());
         match claim_output(&config(8), dir.path()) {
             Err(SweepError::Mismatch(message)) => {
