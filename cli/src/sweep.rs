@@ -173,8 +173,9 @@ fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result
         _ => println!("no trial finished"),
     }
     eprintln!(
-        "{} trials ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads, {:.3} GPU-hours and {:.3} CPU core-hours (~${:.2}); results: {}",
+        "{} trials by {} search ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads, {:.3} GPU-hours and {:.3} CPU core-hours (~${:.2}); results: {}",
         summary.trials,
+        config.search.algorithm.name(),
         summary.stopped_early,
         summary.failed,
         summary.resumed_trials,

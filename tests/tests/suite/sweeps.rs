@@ -446,6 +446,14 @@ async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
         "{}",
         String::from_utf8_lossy(&rerun.stderr)
     );
+    let said = String::from_utf8_lossy(&rerun.stderr);
+    assert!(
+        said.contains(&format!(
+            "12 trials by tpe search (0 stopped early, 0 failed, {} from an earlier run)",
+            finished.len()
+        )),
+        "{said}"
+    );
     let summary: Value = read_json(&output.join("summary.json"));
     assert_eq!(
         summary["resumed_trials"],
