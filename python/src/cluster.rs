@@ -561,6 +561,28 @@ impl NativeCluster {
         })
     }
 
+    /// Runs `resident sweep` on a declaration (`format`: `toml` text, or `json` of the
+    /// same keys) with the CLI's run options as JSON (`output`, `keep_pool`, `price`);
+    /// returns summary.json.
+    #[pyo3(signature = (declaration, format, options_json, on_progress=None))]
+    fn sweep(
+        &self,
+        py: Python<'_>,
+        declaration: String,
+        format: &str,
+        options_json: String,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<String> {
+        crate::sweep::run(
+            py,
+            self.cluster.clone(),
+            &declaration,
+            format,
+            &options_json,
+            on_progress,
+        )
+    }
+
     /// Runs `resident generate` over a corpus; returns report.json.
     #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
         gpus_per_actor=None, vram_gib=2.0, chunk_size=None, on_bad_record="skip",

@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 use resident_jobs::corpus_job::JobError;
+use resident_jobs::sweep::SweepError;
 use resident_sdk::SdkError;
 
 /// The exception `class` of `resident.errors`, raised with `message` and `kind`.
@@ -48,6 +49,21 @@ fn sdk_class(error: &SdkError) -> (&'static str, &'static str) {
 /// An SDK error as its exception.
 pub fn sdk_error(py: Python<'_>, error: SdkError) -> PyErr {
     let (class, kind) = sdk_class(&error);
+    raise(py, class, error.to_string(), kind)
+}
+
+/// A sweep's error as its exception: a refused declaration, data or output (another sweep
+/// there) is `BadInput`; the cluster's errors are as for any call.
+pub fn sweep_error(py: Python<'_>, error: SweepError) -> PyErr {
+    let (class, kind) = match &error {
+        SweepError::Sdk(inner) => sdk_class(inner),
+        SweepError::Config(_) => ("BadInput", "Config"),
+        SweepError::Data(_) => ("BadInput", "Data"),
+        SweepError::Mismatch(_) => ("BadInput", "Mismatch"),
+        SweepError::Output(_) => ("ResidentError", "Output"),
+        SweepError::Model(_) => ("ResidentError", "Model"),
+        SweepError::Cluster(_) => ("ResidentError", "Cluster"),
+    };
     raise(py, class, error.to_string(), kind)
 }
 

@@ -16,6 +16,7 @@ mod cluster;
 mod embed_stream;
 mod errors;
 mod pool;
+mod sweep;
 mod wait;
 
 /// The module `resident._resident`.

@@ -593,6 +593,45 @@ class Cluster:
             bar.close()
         return json.loads(report)
 
+    def sweep(
+        self,
+        config: Union[str, os.PathLike, Mapping[str, Any]],
+        *,
+        output: Optional[str] = None,
+        keep_pool: bool = False,
+        price: Optional[Mapping[str, float]] = None,
+        progress: bool = True,
+    ) -> dict:
+        """Runs ``resident sweep``: trials of a search space on resident embed actors.
+
+        ``config`` is a sweep's TOML file (a path), or a dict of the same keys with
+        ``search``, ``scheduler`` and ``space`` as nested dicts (``{"lr": {"loguniform":
+        [1e-4, 1e-1]}}``). ``search={"algorithm": "tpe"}`` draws trials by TPE after a few
+        random ones; ``scheduler={"kind": "asha", ...}`` stops weak trials early. ``output``
+        (the declaration's otherwise), ``keep_pool`` and ``price`` (USD per GPU-hour by
+        ``pool`` label) are ``--output``, ``--keep-pool`` and ``--price``. Run it again
+        after a crash: finished trials are kept. Returns ``summary.json`` as a dict; each
+        trial is a line of ``results.jsonl`` in the output.
+        """
+        if isinstance(config, Mapping):
+            declaration, form = json.dumps(dict(config)), "json"
+        else:
+            with open(os.fspath(config), encoding="utf-8") as file:
+                declaration, form = file.read(), "toml"
+        options = {
+            "output": output,
+            "keep_pool": keep_pool,
+            "price": {k: float(v) for k, v in price.items()} if price is not None else None,
+        }
+        bar = Bar(None, "trials", progress, "sweep")
+        try:
+            summary = self._native.sweep(
+                declaration, form, json.dumps(options), lambda done, total: bar.set(done, total)
+            )
+        finally:
+            bar.close()
+        return json.loads(summary)
+
     def generate_job(
         self,
         input: str,

@@ -2,6 +2,7 @@
 # resident/__init__.py --include-docstrings`, from python/pysrc); tests/test_stubs.py checks
 # they name every public function, class and method.
 import numpy as np
+import os
 import types
 from . import _resident
 from .errors import BadInput as BadInput, PermissionDenied as PermissionDenied, ResidentError as ResidentError, SchedulerGone as SchedulerGone, Unauthenticated as Unauthenticated, Unplaceable as Unplaceable
@@ -134,6 +135,13 @@ class Cluster:
         ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
         :func:`read_embeddings`.
+        '''
+    def sweep(self, config: str | os.PathLike | Mapping[str, Any], *, output: str | None = None, keep_pool: bool = False, price: Mapping[str, float] | None = None, progress: bool = True) -> dict:
+        '''Runs ``resident sweep``: trials of a search space on resident embed actors.
+
+        ``config`` is a sweep's TOML file (a path), or a dict of the same keys with
+        ``search``, ``scheduler`` and ``space`` as nested dicts. Returns ``summary.json``
+        as a dict; each trial is a line of ``results.jsonl`` in the output.
         '''
     def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.

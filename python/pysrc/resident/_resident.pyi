@@ -38,6 +38,13 @@ class NativeCluster:
         on_progress: Optional[Callable[[int, int, int], None]] = None,
         embedding_json: str = "{}",
     ) -> str: ...
+    def sweep(
+        self,
+        declaration: str,
+        format: str,
+        options_json: str,
+        on_progress: Optional[Callable[[int, int], None]] = None,
+    ) -> str: ...
     def generate_job(
         self,
         input: str,

@@ -1,0 +1,92 @@
+"""Cluster.sweep: `resident sweep` from Python, a dict declaration giving the CLI's results
+on a TOML file of the same keys; resumed; a bad declaration refused with what to do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+import resident
+from conftest import MINILM, RESIDENT_BIN, WIKI
+
+
+def _labelled_records(path, count: int) -> None:
+    with open(WIKI) as source, open(path, "w") as out:
+        for line, _ in zip(source, range(count)):
+            record = json.loads(line)
+            out.write(json.dumps({"id": record["id"], "text": record["text"], "topic": record["topic"]}) + "\n")
+
+
+def _declaration(data, output) -> dict:
+    return {
+        "name": "py-probe",
+        "model": str(MINILM),
+        "replicas": 2,
+        "trial": "classifier",
+        "data": str(data),
+        "metric": "accuracy",
+        "mode": "max",
+        "trials": 8,
+        "seed": 3,
+        "output": str(output),
+        "search": {"algorithm": "tpe", "startup_trials": 3},
+        "scheduler": {"kind": "asha", "max_epochs": 6, "grace_epochs": 1, "reduction_factor": 2},
+        "space": {"lr": {"loguniform": [1e-4, 1e-1]}, "hidden": {"choice": [0, 32]}},
+    }
+
+
+def _toml(declaration: dict) -> str:
+    lines, tables = [], []
+    for key, value in declaration.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {json.dumps(value)}")
+    for name, table in tables:
+        lines.append(f"[{name}]")
+        for key, value in table.items():
+            if isinstance(value, dict):
+                inner = ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items())
+                lines.append(f"{key} = {{ {inner} }}")
+            else:
+                lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _results(output) -> list[tuple]:
+    rows = [json.loads(line) for line in open(output / "results.jsonl")]
+    return sorted((r["trial_id"], json.dumps(r["params"], sort_keys=True), r["epochs"], r["metric"]) for r in rows)
+
+
+def test_a_dict_sweep_gives_the_cli_s_trials_and_resumes(local_cluster, tmp_path):
+    data = tmp_path / "wiki300.jsonl"
+    _labelled_records(data, 300)
+    declaration = _declaration(data, tmp_path / "py")
+    summary = local_cluster.sweep(declaration, progress=False)
+    assert summary["trials"] == 8 and summary["model_loads"] == 2
+    assert summary["best_params"]["hidden"] in (0, 32)
+
+    # The same keys as a TOML file, through the CLI in its own process.
+    cli = dict(declaration, output=str(tmp_path / "cli"))
+    (tmp_path / "sweep.toml").write_text(_toml(cli))
+    subprocess.run([str(RESIDENT_BIN), "sweep", "--config", str(tmp_path / "sweep.toml")],
+                   check=True, capture_output=True)
+    assert _results(tmp_path / "py") == _results(tmp_path / "cli")
+
+    # A path works as the CLI's file does, and a rerun keeps every finished trial.
+    again = local_cluster.sweep(tmp_path / "sweep.toml", output=str(tmp_path / "py"), progress=False)
+    assert again["resumed_trials"] == 8 and again["best_trial"] == summary["best_trial"]
+
+
+def test_a_bad_declaration_is_refused_before_anything_runs(local_cluster, tmp_path):
+    declaration = _declaration(tmp_path / "missing.jsonl", tmp_path / "out")
+    declaration["search"] = {"algorithm": "random", "startup_trials": 4}
+    with pytest.raises(resident.BadInput, match="startup_trials is TPE's"):
+        local_cluster.sweep(declaration, progress=False)
+    declaration["search"] = {"algorithm": "tpe"}
+    declaration["spce"] = {}
+    with pytest.raises(resident.BadInput, match="unknown field `spce`"):
+        local_cluster.sweep(declaration, progress=False)
+    assert not (tmp_path / "out").exists()
