@@ -14,7 +14,7 @@ use crate::wait::wait_ticking;
 /// What `resident sweep`'s flags set beside the declaration.
 #[derive(Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunOptions {
+struct RunOptions {
     output: Option<String>,
     #[serde(default)]
     keep_pool: bool,
