@@ -58,7 +58,7 @@ pub use paged_attention::AttentionKernel;
 pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
 use quantised_llama::QuantisedLlama;
-pub use request::{FinishReason, Generation, GenerationRequest};
+pub use request::{FinishReason, Generation, GenerationRequest, PromptScoring};
 use running::{Batch, GenerationFeed, InFlight, OneGroup};
 use sampling::Sampler;
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
@@ -486,6 +486,18 @@ impl GenerateModel {
         self.format.fit(prompt, template, self.context(), reserve)
     }
 
+    /// The raw prompt `before + text + after` whose text is scored, leaving `reserve` tokens
+    /// of the context (at least one) for what is generated after it
+    /// ([`PromptFormat::scored_prompt`]).
+    pub fn scored_prompt(
+        &self,
+        parts: (&str, &str, &str),
+        reserve: usize,
+    ) -> Result<prompt::ScoredPrompt, ModelError> {
+        let limit = self.context().saturating_sub(reserve.max(1)).max(1);
+        self.format.scored_prompt(parts, limit)
+    }
+
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
@@ -608,7 +620,9 @@ impl GenerateModel {
             }
             let mut seq = batch.preempted.pop().expect("checked above");
             seq.slot = batch.free_slots.pop().expect("checked above");
-            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens);
+            let scoring = batch.requests.get(seq.request).score;
+            let shareable = PromptScoring::shareable(scoring, seq.scored.len(), seq.tokens.len());
+            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
             batch.flight.push(seq);
         }
         while let Some(&next) = batch.waiting.front() {
@@ -640,11 +654,14 @@ impl GenerateModel {
                 ),
                 logprobs: Vec::new(),
                 constraint,
+                scored: Vec::new(),
+                scored_greedy: true,
             };
+            let shareable = PromptScoring::shareable(request.score, 0, seq.tokens.len());
             batch.waiting.pop_front();
             batch.flight.push(seq);
             let seq = batch.flight.last_mut().expect("just pushed");
-            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens);
+            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
         }
         Ok(())
     }
@@ -659,21 +676,27 @@ impl GenerateModel {
     }
 
     /// The forward's rows for the planned `spans`: each span's tokens at their positions,
-    /// logits asked for on a span's last row when it needs them, with what is wanted of them.
+    /// logits asked for on a span's last row when it needs them, with what is wanted of them,
+    /// and on each row before a prompt token the request scores.
     fn step_rows(&self, spans: &[Span], batch: &mut Batch) -> Vec<Row> {
         let mut rows = Vec::new();
         for span in spans {
             let seq = &mut batch.flight[span.seq];
+            let request = batch.requests.get(seq.request);
             let pick = match span.logits {
-                true => self.pick(seq, batch.requests.get(seq.request)),
+                true => self.pick(seq, request),
                 false => Pick::Logits,
             };
-            rows.extend((span.start..span.end).map(|pos| Row {
-                slot: seq.slot,
-                pos,
-                token: seq.tokens[pos],
-                logits: span.logits && pos + 1 == span.end,
-                pick,
+            let (scoring, done) = (request.score, seq.scored.len());
+            rows.extend((span.start..span.end).map(|pos| {
+                let last = span.logits && pos + 1 == span.end;
+                Row {
+                    slot: seq.slot,
+                    pos,
+                    token: seq.tokens[pos],
+                    logits: last || PromptScoring::wants_row(scoring, done, pos),
+                    pick: if last { pick } else { Pick::Logits },
+                }
             }));
         }
         rows
@@ -696,10 +719,17 @@ impl GenerateModel {
             seq.cached = span.end;
             let (slot, tokens) = (seq.slot, &seq.tokens[..]);
             kv.computed(SeqKv { slot, tokens }, span.end);
+            let request = batch.requests.get(seq.request);
+            score_prompt(seq, request.score, span, &mut logits);
             if !span.logits {
                 continue;
             }
-            let request = batch.requests.get(seq.request);
+            if request.max_new_tokens == 0 {
+                // Scoring alone: the prompt is computed, nothing is generated.
+                logits.next().expect("one per span with logits");
+                finished.push((span.seq, finish(seq, FinishReason::Length, String::new())));
+                continue;
+            }
             let next = match logits.next().expect("one per span with logits") {
                 NextToken::Logits(logits) => self.sample(seq, request, &logits)?,
                 NextToken::Chosen(next) => {
@@ -798,13 +828,6 @@ impl GenerateModel {
         next: u32,
         request: &GenerationRequest,
     ) -> Result<Option<Generation>, ModelError> {
-        let finish = |seq: &mut InFlight, reason, text: String| Generation {
-            text,
-            tokens: seq.tokens[seq.prompt_len..].to_vec(),
-            prompt_tokens: seq.prompt_len,
-            finish_reason: reason,
-            logprobs: std::mem::take(&mut seq.logprobs),
-        };
         let ends = !request.ignore_eos && self.format.vocab.end_tokens.contains(&next);
         if ends || request.stop_token_ids.contains(&next) {
             let text = self.decode(&seq.tokens[seq.prompt_len..])?;
@@ -866,7 +889,48 @@ impl GenerateModel {
             prompt_tokens: request.prompt.len(),
             finish_reason: FinishReason::Length,
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            prompt_greedy: true,
         }
+    }
+}
+
+/// `seq`'s answer, ending for `reason` with `text`.
+fn finish(seq: &mut InFlight, reason: FinishReason, text: String) -> Generation {
+    Generation {
+        text,
+        tokens: seq.tokens[seq.prompt_len..].to_vec(),
+        prompt_tokens: seq.prompt_len,
+        finish_reason: reason,
+        logprobs: std::mem::take(&mut seq.logprobs),
+        prompt_logprobs: std::mem::take(&mut seq.scored),
+        prompt_greedy: seq.scored_greedy,
+    }
+}
+
+/// Takes the logits of `span`'s rows that score a prompt token ([`Self::step_rows`] asked
+/// for them, in position order): each scored token's log-probability, and whether it was
+/// the likeliest there.
+fn score_prompt(
+    seq: &mut InFlight,
+    scoring: Option<PromptScoring>,
+    span: &Span,
+    logits: &mut impl Iterator<Item = NextToken>,
+) {
+    let Some(top) = scoring.map(|s| s.top) else {
+        return;
+    };
+    let done = seq.scored.len();
+    for pos in span.start..span.end {
+        if !PromptScoring::wants_row(scoring, done, pos) {
+            continue;
+        }
+        let NextToken::Logits(row) = logits.next().expect("one per scoring row") else {
+            unreachable!("a scoring row asks for its logits");
+        };
+        let token = seq.tokens[pos + 1];
+        seq.scored_greedy &= draw::argmax(&row) == token;
+        seq.scored.push(sampling::token_logprob(&row, token, top));
     }
 }
 
@@ -920,5 +984,7 @@ fn reserve_step(
 
 #[cfg(test)]
 mod dense_tests;
+#[cfg(test)]
+mod score_tests;
 #[cfg(test)]
 mod tests;

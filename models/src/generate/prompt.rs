@@ -233,6 +233,53 @@ impl PromptFormat {
         Ok((fitted, true))
     }
 
+    /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +
+    /// after` as the raw model reads it (BOS first where the model asks for one), each part
+    /// tokenised on its own so that the scored tokens are exactly the text's
+    /// (lm-evaluation-harness encodes its context and continuation apart too). At most
+    /// `limit` tokens: where they would not fit, the text keeps its head (a score of the
+    /// document's start, not of a document with its middle cut) and `after` goes. An
+    /// instruction that alone fills `limit` is refused.
+    pub fn scored_prompt(
+        &self,
+        (before, text, after): (&str, &str, &str),
+        limit: usize,
+    ) -> Result<ScoredPrompt, ModelError> {
+        let encode = |part: &str| -> Result<Vec<u32>, ModelError> {
+            Ok(self
+                .vocab
+                .tokenizer
+                .encode(part, false)
+                .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
+                .get_ids()
+                .to_vec())
+        };
+        let mut tokens = self.tokens(before, PromptTemplate::None)?;
+        if tokens.len() >= limit {
+            return Err(ModelError::Task(format!(
+                "the prompt's text before the record's is {} tokens, which leaves no room \
+                 in the model's {limit}-token window for the text to score; shorten the \
+                 prompt",
+                tokens.len()
+            )));
+        }
+        let start = tokens.len();
+        let text_tokens = encode(text)?;
+        let after_tokens = encode(after)?;
+        let room = limit - start;
+        let truncated = text_tokens.len() + after_tokens.len() > room;
+        tokens.extend(text_tokens.iter().take(room));
+        let end = tokens.len();
+        if !truncated {
+            tokens.extend(after_tokens);
+        }
+        Ok(ScoredPrompt {
+            tokens,
+            text: start..end,
+            truncated,
+        })
+    }
+
     /// The text of `tokens`, special tokens left out.
     pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
         self.vocab
@@ -311,4 +358,15 @@ mod tests {
         assert_eq!(byte_level_bytes("Ã©"), Some("é".as_bytes().to_vec()));
         assert_eq!(byte_level_bytes("中"), None);
     }
+}
+
+/// A prompt whose record text is scored ([`PromptFormat::scored_prompt`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScoredPrompt {
+    /// The prompt's tokens.
+    pub tokens: Vec<u32>,
+    /// The positions of the record text's tokens among them.
+    pub text: std::ops::Range<usize>,
+    /// The text lost its tail to fit the context.
+    pub truncated: bool,
 }

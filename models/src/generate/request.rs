@@ -44,6 +44,42 @@ pub struct GenerationRequest {
     /// What the completion must be (a JSON schema): each step draws only from the tokens
     /// that keep it valid, and it ends when the document is complete.
     pub grammar: Option<std::sync::Arc<OutputGrammar>>,
+    /// Which of the prompt's own tokens to score (`None`: none are).
+    pub score: Option<PromptScoring>,
+}
+
+/// The prompt tokens a request scores: each one's log-probability given the tokens before
+/// it, read from the logits of the position before it while the prompt is prefilled (vLLM's
+/// `prompt_logprobs`, lm-evaluation-harness's `loglikelihood`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptScoring {
+    /// The first prompt position scored (at least 1: the first token has nothing before it).
+    pub from: usize,
+    /// One past the last (at most the prompt's length).
+    pub to: usize,
+    /// With each scored token, the log-probabilities of this many likeliest tokens there.
+    pub top: usize,
+}
+
+impl PromptScoring {
+    /// Whether the row at `pos` gives a score, for a sequence that has scored `done` tokens:
+    /// its next token is the next one to score. Rows run in order, so a sequence computed
+    /// again after preemption scores no token twice.
+    pub fn wants_row(scoring: Option<Self>, done: usize, pos: usize) -> bool {
+        scoring.is_some_and(|s| {
+            let target = pos + 1;
+            target >= s.from.max(1) + done && target < s.to
+        })
+    }
+
+    /// How many of a prompt's first tokens a sequence may take from the prefix cache when it
+    /// has scored `done`: the row before the next token to score must be computed.
+    pub fn shareable(scoring: Option<Self>, done: usize, prompt: usize) -> usize {
+        match scoring {
+            Some(s) if s.from.max(1) + done < s.to => s.from.max(1) + done,
+            _ => prompt,
+        }
+    }
 }
 
 /// One completed prompt.
@@ -60,4 +96,9 @@ pub struct Generation {
     /// One per generated token (the ending end token or stop token id included) when the
     /// request asked for log-probabilities; else empty.
     pub logprobs: Vec<TokenLogprob>,
+    /// One per scored prompt token ([`GenerationRequest::score`]), in order; else empty.
+    pub prompt_logprobs: Vec<TokenLogprob>,
+    /// Every scored prompt token was the likeliest at its position (greedy decoding would
+    /// have written them); true when none was scored.
+    pub prompt_greedy: bool,
 }

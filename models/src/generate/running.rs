@@ -125,6 +125,10 @@ pub(super) struct InFlight {
     pub sampler: Sampler,
     pub logprobs: Vec<TokenLogprob>,
     pub constraint: Option<Constraint>,
+    /// The prompt tokens scored so far ([`GenerationRequest::score`]).
+    pub scored: Vec<TokenLogprob>,
+    /// Every token scored so far was the likeliest at its position.
+    pub scored_greedy: bool,
 }
 
 /// The requests a batch has taken and not yet answered, numbered in the order taken, and
@@ -241,6 +245,8 @@ mod tests {
             prompt_tokens: 2,
             finish_reason: FinishReason::Length,
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            prompt_greedy: true,
         }
     }
 

@@ -1,0 +1,163 @@
+//! Scoring prompt tokens ([`PromptScoring`]) against the real SmolLM2-135M-Instruct GGUF, on
+//! the quantised CPU kernels and the dense f32 path: a scored token's log-probability is
+//! the one generating it gave, whatever the batch, the prefix cache or preemption do.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use candle_core::Device;
+
+use super::tests::greedy;
+use super::*;
+
+fn gguf_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn quantised() -> &'static GenerateModel {
+    static MODEL: OnceLock<GenerateModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        GenerateModel::load(&gguf_path())
+            .unwrap_or_else(|e| panic!("{e}: run scripts/fetch-model.sh smollm2-135m-instruct"))
+    })
+}
+
+fn dense_f32() -> GenerateModel {
+    GenerateModel::load_on(&gguf_path(), &Device::Cpu, WeightDtype::F32)
+        .unwrap_or_else(|e| panic!("{e}: run scripts/fetch-model.sh smollm2-135m-instruct"))
+}
+
+/// A request that scores `prompt`'s positions `from..` and generates nothing.
+fn score_only(id: &str, prompt: Vec<u32>, from: usize, top: usize) -> GenerationRequest {
+    let to = prompt.len();
+    GenerationRequest {
+        score: Some(PromptScoring { from, to, top }),
+        ..greedy(id, prompt, 0)
+    }
+}
+
+/// Generates greedily with logprobs, then scores the prompt followed by what was generated:
+/// each generated token comes back scored with the logprob (and top tokens) it was
+/// generated with, and as the likeliest at its place.
+fn scores_repeat_what_generation_said(model: &GenerateModel, tolerance: f32) {
+    let prompt = model
+        .prompt_tokens("Name three fruits and say why.", PromptTemplate::Chat)
+        .unwrap();
+    let limits = StepLimits::new(2, 64);
+    let generated = model
+        .generate(
+            &[GenerationRequest {
+                logprobs: Some(2),
+                ignore_eos: true,
+                ..greedy("g", prompt.clone(), 12)
+            }],
+            limits,
+            &mut || {},
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(generated.tokens.len(), 12);
+    let whole: Vec<u32> = prompt.iter().chain(&generated.tokens).copied().collect();
+    let scored = model
+        .generate(&[score_only("s", whole, prompt.len(), 2)], limits, &mut || {})
+        .unwrap()
+        .remove(0);
+    assert!(scored.tokens.is_empty(), "scoring alone generates nothing");
+    assert_eq!(scored.prompt_tokens, prompt.len() + 12);
+    assert_eq!(scored.prompt_logprobs.len(), 12);
+    assert!(scored.prompt_greedy, "greedy generation wrote them");
+    for (score, step) in scored.prompt_logprobs.iter().zip(&generated.logprobs) {
+        assert_eq!(score.token, step.token);
+        assert!(
+            (score.logprob - step.logprob).abs() < tolerance,
+            "{score:?} vs {step:?}"
+        );
+        assert_eq!(score.top[0].0, step.top[0].0);
+    }
+}
+
+#[test]
+fn a_scored_completion_has_the_logprobs_it_was_generated_with() {
+    // Prefill rows against decode rows: the quantised kernels quantise a step's
+    // activations per row, so the two agree closely but not to the bit.
+    scores_repeat_what_generation_said(quantised(), 2e-2);
+}
+
+#[test]
+fn a_scored_completion_has_the_logprobs_it_was_generated_with_on_the_dense_path() {
+    scores_repeat_what_generation_said(&dense_f32(), 1e-3);
+}
+
+/// Prompts that share their start, scored whole: a later prompt may not take the earlier
+/// ones' blocks from the prefix cache (their rows' logits are what it scores), so every
+/// token is scored in every call; a KV pool too small for all at once preempts and
+/// recomputes, and scores nothing twice. All give the same scores.
+#[test]
+fn scores_survive_the_prefix_cache_and_preemption() {
+    let model = dense_f32();
+    let instruction = "Read the following passage from an encyclopedia with care, then \
+                       judge whether it is fluent English and well formed. Passage:";
+    let requests: Vec<GenerationRequest> = (0..4)
+        .map(|i| {
+            let text = format!("{instruction} The river {i} runs {} miles to the sea.", i * 7);
+            let tokens = model.prompt_tokens(&text, PromptTemplate::None).unwrap();
+            score_only(&format!("r{i}"), tokens, 1, 0)
+        })
+        .collect();
+    let logprobs = |out: &[Generation]| -> Vec<Vec<f32>> {
+        out.iter()
+            .map(|g| g.prompt_logprobs.iter().map(|t| t.logprob).collect())
+            .collect()
+    };
+    let run = |limits: StepLimits| model.generate(&requests, limits, &mut || {}).unwrap();
+    let first = run(StepLimits::new(4, 64));
+    for (request, out) in requests.iter().zip(&first) {
+        assert_eq!(out.prompt_logprobs.len(), request.prompt.len() - 1);
+        let tokens: Vec<u32> = out.prompt_logprobs.iter().map(|t| t.token).collect();
+        assert_eq!(tokens, request.prompt[1..]);
+    }
+    // Again, with the prefix cache holding the instruction's blocks.
+    let again = run(StepLimits::new(4, 64));
+    assert_eq!(logprobs(&again), logprobs(&first));
+    let need = requests[0].prompt.len();
+    let blocks = need.div_ceil(kv_blocks::BLOCK_SIZE) * 3 / 2;
+    let tight = run(StepLimits::new(4, 16).with_kv_blocks(blocks));
+    assert_eq!(logprobs(&tight), logprobs(&first));
+    // One at a time, chunked prefill of 8 rows a step.
+    let chunked = run(StepLimits::new(1, 8));
+    let close = logprobs(&chunked)
+        .iter()
+        .flatten()
+        .zip(logprobs(&first).iter().flatten())
+        .all(|(a, b)| (a - b).abs() < 1e-4);
+    assert!(close, "chunked prefill scores as one pass does");
+}
+
+/// A scored prompt's text is tokenised on its own after the instruction's tokens, so its
+/// positions hold exactly its tokens; too long, it keeps its head and loses what follows;
+/// an instruction that fills the window is refused in words.
+#[test]
+fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
+    let model = quantised();
+    let parts = ("Question: what is a river? Answer:", " A river is water that flows.", "\n");
+    let prompt = model.scored_prompt(parts, 1).unwrap();
+    assert!(!prompt.truncated);
+    assert_eq!(
+        model.decode(&prompt.tokens[prompt.text.clone()]).unwrap(),
+        parts.1
+    );
+    let text_tokens = prompt.text.len();
+    let head = model.format.scored_prompt(parts, prompt.text.start + 3).unwrap();
+    assert!(head.truncated);
+    assert_eq!(head.tokens.len(), prompt.text.start + 3);
+    assert_eq!(head.text, prompt.text.start..prompt.text.start + 3);
+    assert_eq!(head.tokens[..], prompt.tokens[..prompt.text.start + 3]);
+    assert!(text_tokens > 3);
+    let error = model
+        .format
+        .scored_prompt(parts, prompt.text.start)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("shorten the prompt"), "{error}");
+}
