@@ -313,6 +313,16 @@ pub struct GenerateParams {
     /// completion that ends with `stop` parses.
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
+    /// Score each record's text: the log-probability of each of its tokens given everything
+    /// before it in the prompt ([`Completion::score`]): a perplexity for corpus filtering,
+    /// lm-evaluation-harness's `loglikelihood` for evaluation. The raw prompt only
+    /// (`template` none); with `max_new_tokens` 0 nothing is generated.
+    #[serde(default)]
+    pub score: bool,
+    /// With `score`, each scored token's log-probability, with this many likeliest tokens'
+    /// at its position (vLLM's `prompt_logprobs`; 0 lists the token's own alone, 0-20).
+    #[serde(default)]
+    pub prompt_logprobs: Option<u32>,
 }
 
 /// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
@@ -404,6 +414,8 @@ impl Default for GenerateParams {
             top_logprobs: 0,
             ignore_eos: false,
             response_format: None,
+            score: false,
+            prompt_logprobs: None,
         }
     }
 }
@@ -453,11 +465,11 @@ impl GenerateParams {
     /// range; `None` when nothing is.
     pub fn problem(&self) -> Option<ParamProblem> {
         let finite = |v: f32| v.is_finite();
-        let checks: [(bool, &'static str, String); 10] = [
+        let checks: [(bool, &'static str, String); 14] = [
             (
-                self.max_new_tokens >= 1,
+                self.max_new_tokens >= 1 || self.score,
                 "max_tokens",
-                "must be at least 1".into(),
+                "must be at least 1 (0 only when scoring the text)".into(),
             ),
             (
                 finite(self.temperature) && self.temperature >= 0.0,
@@ -503,6 +515,26 @@ impl GenerateParams {
                 self.stop.iter().all(|stop| !stop.is_empty()),
                 "stop",
                 "must not hold an empty string".into(),
+            ),
+            (
+                !self.score || self.template == Template::None,
+                "score",
+                "scores the raw text: it needs template none (--template none)".into(),
+            ),
+            (
+                !self.score || self.response_format.is_none(),
+                "score",
+                "does not take a response format (a JSON schema)".into(),
+            ),
+            (
+                self.prompt_logprobs.is_none() || self.score,
+                "prompt_logprobs",
+                "lists the scored tokens: it needs score (--score)".into(),
+            ),
+            (
+                self.prompt_logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS),
+                "prompt_logprobs",
+                format!("must be at most {MAX_TOP_LOGPROBS}"),
             ),
         ];
         checks
@@ -579,6 +611,31 @@ pub struct Completion {
     /// Why the prompt did not run (its request was invalid); the text is then empty.
     #[serde(default)]
     pub error: Option<String>,
+    /// The record text's score, when [`GenerateParams::score`] asked for it.
+    #[serde(default)]
+    pub score: Option<TextScore>,
+}
+
+/// How likely the model finds a record's text after the prompt before it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TextScore {
+    /// The text's tokens scored (its first token is not, where nothing comes before it).
+    pub tokens: u32,
+    /// The sum of their log-probabilities (natural log).
+    pub logprob: f64,
+    /// Each was the likeliest token at its position: greedy decoding writes this text
+    /// (lm-evaluation-harness's `is_greedy`).
+    pub greedy: bool,
+    /// Each scored token's log-probability, when `prompt_logprobs` asked for them.
+    #[serde(default)]
+    pub token_logprobs: Option<Vec<TokenLogprob>>,
+}
+
+impl TextScore {
+    /// `exp(-logprob / tokens)`; `None` when no token was scored.
+    pub fn perplexity(&self) -> Option<f64> {
+        (self.tokens > 0).then(|| (-self.logprob / f64::from(self.tokens)).exp())
+    }
 }
 
 impl Completion {
@@ -719,5 +776,49 @@ mod tests {
         assert_eq!(json["response_format"]["json_schema"]["schema"], schema);
         let back: GenerateParams = serde_json::from_value(json).unwrap();
         assert_eq!(back, request.params);
+    }
+
+    /// A score reads the raw text: it needs template none, may generate nothing, takes no
+    /// response format; `prompt_logprobs` needs it and is capped as `top_logprobs` is.
+    #[test]
+    fn scoring_parameters_are_checked_with_what_to_do() {
+        let scoring = GenerateParams {
+            template: Template::None,
+            max_new_tokens: 0,
+            score: true,
+            prompt_logprobs: Some(20),
+            ..GenerateParams::default()
+        };
+        assert_eq!(scoring.problem(), None);
+        let problem = |params: GenerateParams| params.problem().map(|p| p.to_string());
+        assert_eq!(
+            problem(GenerateParams {
+                score: false,
+                prompt_logprobs: None,
+                ..scoring.clone()
+            }),
+            Some("`max_tokens` must be at least 1 (0 only when scoring the text)".into())
+        );
+        let chat = problem(GenerateParams {
+            template: Template::Chat,
+            ..scoring.clone()
+        });
+        assert!(chat.unwrap().contains("--template none"));
+        let listed = problem(GenerateParams {
+            score: false,
+            max_new_tokens: 1,
+            ..scoring.clone()
+        });
+        assert!(listed.unwrap().contains("needs score (--score)"));
+        let many = problem(GenerateParams {
+            prompt_logprobs: Some(21),
+            ..scoring.clone()
+        });
+        assert_eq!(many, Some("`prompt_logprobs` must be at most 20".into()));
+        let schema = problem(GenerateParams {
+            response_format: Some(ResponseFormat::JsonObject),
+            ..scoring
+        });
+        assert!(schema.unwrap().contains("response format"));
     }
 }

@@ -127,6 +127,18 @@ pub struct GenerateArgs {
     /// (0-20).
     #[arg(long, env = "RESIDENT_TOP_LOGPROBS", default_value_t = 0)]
     top_logprobs: u32,
+    /// Score each record's text under the model: the log-probability of each of its tokens
+    /// given the prompt before it, written as `score` ({"tokens", "logprob", "perplexity",
+    /// "greedy"}) per record and as the corpus's perplexity in the report. For perplexity
+    /// filtering (with the default prompt, `{text}`) and evaluation (the prompt's text
+    /// before `{text}` is the context). Needs --template none; with --max-new-tokens 0
+    /// nothing is generated. A text too long for the context is scored on its head.
+    #[arg(long, env = "RESIDENT_SCORE")]
+    score: bool,
+    /// With --score, each scored token's log-probability, with those of this many likeliest
+    /// tokens at its position (0-20; vLLM's prompt_logprobs), as `prompt_logprobs`.
+    #[arg(long, env = "RESIDENT_PROMPT_LOGPROBS", value_name = "K")]
+    prompt_logprobs: Option<u32>,
     /// Do not end a completion at the model's end token: run to --max-new-tokens.
     #[arg(long, env = "RESIDENT_IGNORE_EOS")]
     ignore_eos: bool,
@@ -182,6 +194,13 @@ impl GenerateArgs {
             self.system.is_none() || self.template == TemplateArg::Chat,
             "--system needs the model's chat template (--template chat)",
         )?;
+        crate::exit::require(
+            !self.score
+                || (self.input_format == InputFormatArg::Records
+                    && self.output_format == OutputFormatArg::Generations),
+            "--score scores text records into generations.jsonl: it takes neither \
+             --input-format openai-batch nor --output-format openai-batch",
+        )?;
         for (flag, value) in [
             ("--max-sequences", self.max_sequences),
             ("--max-step-tokens", self.max_step_tokens),
@@ -215,6 +234,8 @@ impl GenerateArgs {
             top_logprobs: self.top_logprobs,
             ignore_eos: self.ignore_eos,
             response_format: self.response_format()?,
+            score: self.score,
+            prompt_logprobs: self.prompt_logprobs,
         };
         if let Some(problem) = generation.params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is
@@ -299,5 +320,11 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
         report.model_loads,
         config.corpus.output.join("report.json")
     );
+    if let Some(perplexity) = figures.scored_perplexity {
+        eprintln!(
+            "scored {} texts, {} tokens: perplexity {perplexity:.3} over them all",
+            figures.tally.scored_texts, figures.tally.scored_tokens
+        );
+    }
     Ok(())
 }

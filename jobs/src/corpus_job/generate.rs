@@ -117,6 +117,23 @@ pub struct GenerationTally {
     /// OpenAI Batch line, a conversation the chat template refuses).
     #[serde(default)]
     pub failed_requests: u64,
+    /// Record texts scored (`--score`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scored_texts: u64,
+    /// Their tokens scored.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scored_tokens: u64,
+    /// The sum of those tokens' log-probabilities (natural log).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub scored_logprob: f64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// One line of `generations.jsonl`.
@@ -133,7 +150,21 @@ struct GenerationLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<&'a [TokenLogprob]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<ScoreLine>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_logprobs: Option<&'a [TokenLogprob]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+}
+
+/// A record text's score as `generations.jsonl` spells it.
+#[derive(Serialize)]
+struct ScoreLine {
+    tokens: u32,
+    logprob: f64,
+    /// `exp(-logprob / tokens)`; null when no token was scored.
+    perplexity: Option<f64>,
+    greedy: bool,
 }
 
 #[derive(Serialize)]
@@ -171,6 +202,16 @@ impl<'a> GenerationLine<'a> {
             finish_reason: completion.finish_reason.as_str(),
             choices,
             logprobs: completion.logprobs.as_deref(),
+            score: completion.score.as_ref().map(|score| ScoreLine {
+                tokens: score.tokens,
+                logprob: score.logprob,
+                perplexity: score.perplexity(),
+                greedy: score.greedy,
+            }),
+            prompt_logprobs: completion
+                .score
+                .as_ref()
+                .and_then(|score| score.token_logprobs.as_deref()),
             error: completion.error.as_deref(),
         }
     }
@@ -368,6 +409,11 @@ impl ChunkWork for GenerateWork {
             tally.prompt_tokens += u64::from(completion.prompt_tokens);
             tally.generated_tokens += completion.all_generated_tokens();
             tally.truncated_prompts += u64::from(completion.truncated);
+            if let Some(score) = &completion.score {
+                tally.scored_texts += 1;
+                tally.scored_tokens += u64::from(score.tokens);
+                tally.scored_logprob += score.logprob;
+            }
             for choice in completion.choices() {
                 match choice.finish_reason {
                     FinishReason::Stop => tally.finished_by_stop += 1,
@@ -491,6 +537,52 @@ mod tests {
         assert_eq!(job.generation.min_chunk_records(false), 256);
     }
 
+    /// A scored record's line carries its score with the perplexity, the listed tokens
+    /// when asked; the run's figures give the perplexity of all scored tokens together.
+    #[test]
+    fn a_score_is_written_with_its_perplexity_and_summed_into_the_report() {
+        let completion = |logprob: f64, tokens: u32| Completion {
+            id: "r".into(),
+            text: String::new(),
+            prompt_tokens: tokens + 1,
+            generated_tokens: 0,
+            finish_reason: FinishReason::Length,
+            truncated: false,
+            logprobs: None,
+            more: Vec::new(),
+            error: None,
+            score: Some(resident_actor::generate::TextScore {
+                tokens,
+                logprob,
+                greedy: false,
+                token_logprobs: None,
+            }),
+        };
+        let id = serde_json::json!("r");
+        let first = completion(-8.0, 4);
+        let line = serde_json::to_value(GenerationLine::new(&id, &first)).unwrap();
+        assert_eq!(line["score"]["tokens"], 4);
+        assert_eq!(line["score"]["perplexity"], 2f64.exp());
+        assert!(line.get("prompt_logprobs").is_none(), "{line}");
+        let piece = |data| Piece {
+            rows: 1,
+            actor_id: resident_sdk::ActorId::new("a"),
+            node_id: resident_sdk::NodeId::new("n"),
+            micros: 0,
+            model_fingerprint: String::new(),
+            data,
+        };
+        let mut tally = GenerationTally::default();
+        GenerateWork::tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]));
+        let figures = tally.figures(Duration::from_secs(1));
+        assert_eq!((figures.tally.scored_texts, figures.tally.scored_tokens), (2, 6));
+        let perplexity = figures.scored_perplexity.unwrap();
+        assert!((perplexity - (10f64 / 6.0).exp()).abs() < 1e-12);
+        let unscored = GenerationTally::default().figures(Duration::from_secs(1));
+        let json = serde_json::to_value(unscored).unwrap();
+        assert!(json.get("scored_perplexity").is_none() && json.get("scored_tokens").is_none());
+    }
+
     /// A job's settings read as before the new parameters existed while they are at their
     /// defaults, and differ once one is set.
     #[test]
@@ -522,6 +614,10 @@ pub struct GenerateFigures {
     pub prompt_tokens_per_second: f64,
     /// Generated tokens per wall second of this run.
     pub generated_tokens_per_second: f64,
+    /// `exp(-scored_logprob / scored_tokens)`: the perplexity of every text this run scored
+    /// as one corpus (absent when it scored none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_perplexity: Option<f64>,
 }
 
 impl GenerationTally {
@@ -531,6 +627,8 @@ impl GenerationTally {
         GenerateFigures {
             prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
+            scored_perplexity: (self.scored_tokens > 0)
+                .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
             tally: self,
         }
     }

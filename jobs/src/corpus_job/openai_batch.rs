@@ -113,6 +113,7 @@ mod tests {
                 logprobs: None,
             }],
             error: None,
+            score: None,
         }
     }
 

@@ -8,13 +8,15 @@ use std::sync::Arc;
 
 use resident_actor::generate::{
     Choice, Completion, FinishReason, GenerateParams, GenerateRequest, GenerateResponse,
-    PromptParts, ResponseFormat, Template, TokenLogprob, TopLogprob,
+    PromptParts, ResponseFormat, Template, TextScore, TokenLogprob, TopLogprob,
 };
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::prompt::{Prompt, PromptFormat};
 use resident_models::generate::sampling::SamplingParams;
-use resident_models::generate::{self as engine, GenerateModel, Generation, GenerationRequest};
+use resident_models::generate::{
+    self as engine, GenerateModel, Generation, GenerationRequest, PromptScoring,
+};
 
 /// A task's prompts as the engine takes them: each prompt's requests (one per choice), or
 /// why the prompt is refused.
@@ -23,6 +25,8 @@ pub(super) struct TaskPlan {
     prompts: Vec<(String, PromptPlan)>,
     /// Every prompt's requests, in order.
     pub requests: Vec<GenerationRequest>,
+    /// Scores come with each scored token's log-probability (`prompt_logprobs`).
+    list_scored_tokens: bool,
 }
 
 /// A prompt's requests (a range of [`TaskPlan::requests`]) with whether its text was cut,
@@ -47,10 +51,13 @@ impl TaskPlan {
                     tokens,
                     truncated,
                     grammar,
+                    scoring,
                 } => {
                     let first = requests.len();
-                    requests.extend((0..params.n).map(|choice| {
-                        generation_request(&prompt.id, choice, &tokens, &params, &grammar)
+                    requests.extend((0..params.n).map(|choice| GenerationRequest {
+                        // The first choice alone scores the prompt all choices share.
+                        score: scoring.filter(|_| choice == 0),
+                        ..generation_request(&prompt.id, choice, &tokens, &params, &grammar)
                     }));
                     Ok((first..requests.len(), truncated))
                 }
@@ -58,7 +65,11 @@ impl TaskPlan {
             };
             prompts.push((prompt.id.clone(), planned));
         }
-        Ok(Self { prompts, requests })
+        Ok(Self {
+            prompts,
+            requests,
+            list_scored_tokens: request.params.prompt_logprobs.is_some(),
+        })
     }
 
     /// The task's completions from the engine's `outputs` for [`TaskPlan::requests`].
@@ -68,7 +79,12 @@ impl TaskPlan {
             .into_iter()
             .map(|(id, planned)| match planned {
                 Ok((range, truncated)) => {
-                    let asked = self.requests[range.start].logprobs.is_some();
+                    let first = &self.requests[range.start];
+                    let asked = Asked {
+                        logprobs: first.logprobs.is_some(),
+                        score: first.score.is_some(),
+                        scored_tokens: self.list_scored_tokens,
+                    };
                     completion(format, &id, &outputs[range], asked, truncated)
                 }
                 Err(error) => Completion {
@@ -81,6 +97,7 @@ impl TaskPlan {
                     logprobs: None,
                     more: Vec::new(),
                     error: Some(error),
+                    score: None,
                 },
             })
             .collect();
@@ -100,7 +117,10 @@ fn generation_request(
         id: id.to_owned(),
         choice,
         prompt: tokens.to_vec(),
-        max_new_tokens: params.max_new_tokens.max(1) as usize,
+        max_new_tokens: match params.score {
+            true => params.max_new_tokens as usize,
+            false => params.max_new_tokens.max(1) as usize,
+        },
         sampling: SamplingParams {
             temperature: params.temperature,
             top_p: params.top_p,
@@ -117,7 +137,19 @@ fn generation_request(
         ignore_eos: params.ignore_eos,
         logprobs: params.logprobs.then_some(params.top_logprobs as usize),
         grammar: grammar.clone(),
+        score: None,
     }
+}
+
+/// What a prompt's completion reports beyond its text.
+#[derive(Clone, Copy)]
+struct Asked {
+    /// Each generated token's log-probability.
+    logprobs: bool,
+    /// The record text's score.
+    score: bool,
+    /// With the score, each scored token's log-probability.
+    scored_tokens: bool,
 }
 
 /// A prompt's completion from the generations of its choices (the first is the answer,
@@ -126,13 +158,24 @@ fn completion(
     format: &PromptFormat,
     id: &str,
     outputs: &[Generation],
-    asked_logprobs: bool,
+    asked: Asked,
     truncated: bool,
 ) -> Completion {
     let prompt_tokens = outputs[0].prompt_tokens as u32;
+    let score = asked.score.then(|| {
+        let scored = &outputs[0].prompt_logprobs;
+        TextScore {
+            tokens: scored.len() as u32,
+            logprob: scored.iter().map(|t| f64::from(t.logprob)).sum(),
+            greedy: outputs[0].prompt_greedy,
+            token_logprobs: asked
+                .scored_tokens
+                .then(|| token_logprobs(format, scored)),
+        }
+    });
     let mut choices = outputs
         .iter()
-        .map(|output| choice(format, output, asked_logprobs));
+        .map(|output| choice(format, output, asked.logprobs));
     let first = choices.next().expect("n is at least 1");
     Completion {
         id: id.to_owned(),
@@ -144,6 +187,7 @@ fn completion(
         logprobs: first.logprobs,
         more: choices.collect(),
         error: None,
+        score,
     }
 }
 
@@ -183,6 +227,8 @@ enum Planned {
         tokens: Vec<u32>,
         truncated: bool,
         grammar: Option<Arc<OutputGrammar>>,
+        /// The record text's tokens to score, when the job scores.
+        scoring: Option<PromptScoring>,
     },
     /// The record's own request is invalid: it is answered with this, without the model.
     Refused(String),
@@ -212,6 +258,9 @@ fn plan(
         };
     }
     let messages = chat_messages(prompt);
+    if params.score {
+        return scored(model, prompt, params, messages.is_empty());
+    }
     let parts = model_prompt(prompt, &params, &messages);
     // A record's own schema that cannot compile is refused alone; the job's fails
     // the task (every record would fail on it).
@@ -237,9 +286,46 @@ fn plan(
             tokens,
             truncated,
             grammar,
+            scoring: None,
         }),
         Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
         Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A prompt whose record text is scored: the raw prompt with the text's tokens marked. A
+/// system message fails the task (the job's, every record would); a conversation, or an
+/// instruction too long for the context, is refused alone.
+fn scored(
+    model: &GenerateModel,
+    prompt: &PromptParts,
+    params: GenerateParams,
+    is_text: bool,
+) -> Result<Planned, String> {
+    if params.system.is_some() {
+        return Err("a system message needs the chat template; a score reads the raw \
+                    text (drop --system)"
+            .into());
+    }
+    if !is_text {
+        return Ok(Planned::Refused(
+            "a conversation cannot be scored: --score scores a record's text field".into(),
+        ));
+    }
+    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
+    match model.scored_prompt(parts, params.max_new_tokens as usize) {
+        Ok(scored) => Ok(Planned::Runs {
+            scoring: Some(PromptScoring {
+                from: scored.text.start,
+                to: scored.text.end,
+                top: params.prompt_logprobs.unwrap_or(0) as usize,
+            }),
+            params: Box::new(params),
+            tokens: scored.tokens,
+            truncated: scored.truncated,
+            grammar: None,
+        }),
+        Err(error) => Ok(Planned::Refused(error.to_string())),
     }
 }
 
@@ -289,32 +375,6 @@ impl CheckedGrammars {
 
 /// One generation as a completion's choice, its log-probabilities (when `asked`) as text.
 fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
-    let logprobs = asked.then(|| {
-        output
-            .logprobs
-            .iter()
-            .map(|step| {
-                let (token, bytes) = format.token_piece(step.token);
-                TokenLogprob {
-                    token,
-                    logprob: step.logprob,
-                    bytes,
-                    top_logprobs: step
-                        .top
-                        .iter()
-                        .map(|&(id, logprob)| {
-                            let (token, bytes) = format.token_piece(id);
-                            TopLogprob {
-                                token,
-                                logprob,
-                                bytes,
-                            }
-                        })
-                        .collect(),
-                }
-            })
-            .collect()
-    });
     Choice {
         text: output.text.clone(),
         generated_tokens: output.tokens.len() as u32,
@@ -322,8 +382,39 @@ fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
             engine::FinishReason::Stop => FinishReason::Stop,
             engine::FinishReason::Length => FinishReason::Length,
         },
-        logprobs,
+        logprobs: asked.then(|| token_logprobs(format, &output.logprobs)),
     }
+}
+
+/// The engine's log-probabilities of tokens, with each token (and its likeliest rivals) as
+/// text and bytes.
+fn token_logprobs(
+    format: &PromptFormat,
+    steps: &[engine::sampling::TokenLogprob],
+) -> Vec<TokenLogprob> {
+    steps
+        .iter()
+        .map(|step| {
+            let (token, bytes) = format.token_piece(step.token);
+            TokenLogprob {
+                token,
+                logprob: step.logprob,
+                bytes,
+                top_logprobs: step
+                    .top
+                    .iter()
+                    .map(|&(id, logprob)| {
+                        let (token, bytes) = format.token_piece(id);
+                        TopLogprob {
+                            token,
+                            logprob,
+                            bytes,
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
