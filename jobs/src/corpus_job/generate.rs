@@ -575,7 +575,10 @@ mod tests {
         let mut tally = GenerationTally::default();
         GenerateWork::tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]));
         let figures = tally.figures(Duration::from_secs(1));
-        assert_eq!((figures.tally.scored_texts, figures.tally.scored_tokens), (2, 6));
+        assert_eq!(
+            (figures.tally.scored_texts, figures.tally.scored_tokens),
+            (2, 6)
+        );
         let perplexity = figures.scored_perplexity.unwrap();
         assert!((perplexity - (10f64 / 6.0).exp()).abs() < 1e-12);
         let unscored = GenerationTally::default().figures(Duration::from_secs(1));

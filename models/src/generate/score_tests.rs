@@ -60,7 +60,11 @@ fn scores_repeat_what_generation_said(model: &GenerateModel, tolerance: f32) {
     assert_eq!(generated.tokens.len(), 12);
     let whole: Vec<u32> = prompt.iter().chain(&generated.tokens).copied().collect();
     let scored = model
-        .generate(&[score_only("s", whole, prompt.len(), 2)], limits, &mut || {})
+        .generate(
+            &[score_only("s", whole, prompt.len(), 2)],
+            limits,
+            &mut || {},
+        )
         .unwrap()
         .remove(0);
     assert!(scored.tokens.is_empty(), "scoring alone generates nothing");
@@ -100,7 +104,10 @@ fn scores_survive_the_prefix_cache_and_preemption() {
                        judge whether it is fluent English and well formed. Passage:";
     let requests: Vec<GenerationRequest> = (0..4)
         .map(|i| {
-            let text = format!("{instruction} The river {i} runs {} miles to the sea.", i * 7);
+            let text = format!(
+                "{instruction} The river {i} runs {} miles to the sea.",
+                i * 7
+            );
             let tokens = model.prompt_tokens(&text, PromptTemplate::None).unwrap();
             score_only(&format!("r{i}"), tokens, 1, 0)
         })
@@ -140,7 +147,11 @@ fn scores_survive_the_prefix_cache_and_preemption() {
 #[test]
 fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
     let model = quantised();
-    let parts = ("Question: what is a river? Answer:", " A river is water that flows.", "\n");
+    let parts = (
+        "Question: what is a river? Answer:",
+        " A river is water that flows.",
+        "\n",
+    );
     let prompt = model.scored_prompt(parts, 1).unwrap();
     assert!(!prompt.truncated);
     assert_eq!(
@@ -148,7 +159,10 @@ fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
         parts.1
     );
     let text_tokens = prompt.text.len();
-    let head = model.format.scored_prompt(parts, prompt.text.start + 3).unwrap();
+    let head = model
+        .format
+        .scored_prompt(parts, prompt.text.start + 3)
+        .unwrap();
     assert!(head.truncated);
     assert_eq!(head.tokens.len(), prompt.text.start + 3);
     assert_eq!(head.text, prompt.text.start..prompt.text.start + 3);

@@ -29,6 +29,7 @@ mod generate_actors;
 mod generate_chat;
 mod generate_job;
 mod generate_llama_cpp;
+mod generate_score;
 mod gpu_failures;
 mod hostile_configs;
 mod http_port;

@@ -168,9 +168,7 @@ fn completion(
             tokens: scored.len() as u32,
             logprob: scored.iter().map(|t| f64::from(t.logprob)).sum(),
             greedy: outputs[0].prompt_greedy,
-            token_logprobs: asked
-                .scored_tokens
-                .then(|| token_logprobs(format, scored)),
+            token_logprobs: asked.scored_tokens.then(|| token_logprobs(format, scored)),
         }
     });
     let mut choices = outputs
@@ -303,9 +301,11 @@ fn scored(
     is_text: bool,
 ) -> Result<Planned, String> {
     if params.system.is_some() {
-        return Err("a system message needs the chat template; a score reads the raw \
+        return Err(
+            "a system message needs the chat template; a score reads the raw \
                     text (drop --system)"
-            .into());
+                .into(),
+        );
     }
     if !is_text {
         return Ok(Planned::Refused(
