@@ -279,9 +279,14 @@ fn call_prompts(json: &str) -> Result<Vec<PromptParts>, String> {
                 serde_json::Value::Object(mut object) => {
                     let text = object.remove("prompt");
                     let messages = object.remove("messages");
+                    let context = match object.remove("context") {
+                        None => String::new(),
+                        Some(serde_json::Value::String(context)) => context,
+                        Some(_) => return Err(at("`context` must be a text".into())),
+                    };
                     let mut prompt = match (text, messages) {
                         (Some(serde_json::Value::String(text)), None) => {
-                            PromptParts::new("", "", &text, "")
+                            PromptParts::new("", &context, &text, "")
                         }
                         (None, Some(messages)) => {
                             PromptParts::chat("", parse_messages(&messages).map_err(at)?)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
@@ -193,13 +194,13 @@ def _generate_params(
             continue
         if name == "stop_token_ids":
             params[name] = [int(token) for token in value]
-        elif name in ("logprobs", "ignore_eos"):
+        elif name in ("logprobs", "ignore_eos", "score"):
             params[name] = bool(value)
         elif name == "system":
             params[name] = str(value)
         elif name == "response_format":
             params[name] = dict(value)
-        elif name in ("min_tokens", "n", "top_logprobs"):
+        elif name in ("min_tokens", "n", "top_logprobs", "prompt_logprobs"):
             params[name] = int(value)
         else:
             params[name] = float(value)
@@ -219,6 +220,8 @@ _SAMPLING = (
     "top_logprobs",
     "ignore_eos",
     "response_format",
+    "score",
+    "prompt_logprobs",
 )
 
 
@@ -257,6 +260,17 @@ def _completion_dict(c: dict) -> dict:
             }
             for m in c["more"]
         ]
+    score = c.get("score")
+    if score is not None:
+        tokens = score["tokens"]
+        out["score"] = {
+            "tokens": tokens,
+            "logprob": score["logprob"],
+            "perplexity": math.exp(-score["logprob"] / tokens) if tokens else None,
+            "greedy": score["greedy"],
+        }
+        if score.get("token_logprobs") is not None:
+            out["prompt_logprobs"] = score["token_logprobs"]
     if c.get("error") is not None:
         out["error"] = c["error"]
     return out
@@ -722,12 +736,20 @@ class Cluster:
         (OpenAI's: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
         makes every completion parse as JSON valid under the schema).
 
+        ``score=True`` (with ``template="none"``) scores each prompt's text under the model,
+        as ``resident generate --score`` does: a dict prompt's ``context`` goes before it,
+        unscored (``{"prompt": " Paris.", "context": "The capital of France is"}``:
+        lm-evaluation-harness's ``loglikelihood``); ``max_new_tokens=0`` generates nothing;
+        ``prompt_logprobs=K`` lists each scored token with the K likeliest at its place.
+
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
         ``truncated``; with ``n`` above 1 also ``choices`` (each with ``text``, ``tokens``,
         ``finish_reason``), with ``logprobs`` a ``logprobs`` list per completion (OpenAI's
         ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
-        whose own parameters were refused. A progress bar counts the prompts completed
+        whose own parameters were refused; with ``score`` a ``score`` dict (``tokens``,
+        ``logprob``, ``perplexity``, ``greedy``) and with ``prompt_logprobs`` a
+        ``prompt_logprobs`` list. A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU).
         """

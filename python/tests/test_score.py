@@ -1,0 +1,71 @@
+"""Scoring text from Python (`cluster.generate(..., score=True)`), as `resident generate
+--score` does, with the real SmolLM2 GGUF: a text's score is the CLI's for the same text;
+a context before the text is left unscored, so multiple-choice answers compare as
+lm-evaluation-harness compares them; wrong arguments are refused in words."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import resident
+from conftest import SMOLLM2, resident as run_resident, wiki_texts, write_corpus
+
+
+def test_a_score_is_the_clis_and_real_text_beats_its_words_reversed(local_cluster, tmp_path):
+    texts = [r["text"] for r in wiki_texts(4)]
+    reversed_texts = [" ".join(reversed(t.split(" "))) for t in texts]
+    outs = local_cluster.generate(
+        texts + reversed_texts, model=str(SMOLLM2), template="none", max_new_tokens=0,
+        score=True, prompt_logprobs=1, progress=False,
+    )
+    for real, backwards in zip(outs[:4], outs[4:]):
+        assert real["tokens"] == 0 and real["text"] == ""
+        assert real["score"]["perplexity"] < backwards["score"]["perplexity"], (real, backwards)
+        listed = real["prompt_logprobs"]
+        assert len(listed) == real["score"]["tokens"] == real["prompt_tokens"] - 1
+        assert all(len(t["top_logprobs"]) == 1 for t in listed)
+        assert abs(sum(t["logprob"] for t in listed) - real["score"]["logprob"]) < 1e-3
+
+    # The CLI, in its own process, scores the same texts alike.
+    corpus = write_corpus(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)])
+    run_resident(
+        "generate", "--input", str(corpus), "--model", str(SMOLLM2), "--output",
+        str(tmp_path / "out"), "--score", "--max-new-tokens", "0", "--template", "none",
+    )
+    lines = [json.loads(l) for l in open(tmp_path / "out" / "generations.jsonl")]
+    for line, out in zip(lines, outs):
+        assert line["score"]["tokens"] == out["score"]["tokens"]
+        assert abs(line["score"]["logprob"] - out["score"]["logprob"]) < 1e-3 * abs(
+            out["score"]["logprob"]
+        )
+
+
+def test_a_context_is_left_unscored_and_the_right_answer_scores_highest(local_cluster):
+    context = "Question: What is the capital of France?\nAnswer: The capital of France is"
+    choices = [" Paris.", " a banana.", " Tuesday."]
+    outs = local_cluster.generate(
+        [{"prompt": choice, "context": context} for choice in choices], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, prompt_logprobs=0, progress=False,
+    )
+    for choice, out in zip(choices, outs):
+        listed = "".join(t["token"] for t in out["prompt_logprobs"])
+        assert listed == choice, (listed, choice)
+    best = max(range(len(choices)), key=lambda i: outs[i]["score"]["logprob"])
+    assert choices[best] == " Paris.", [o["score"] for o in outs]
+    assert outs[0]["score"]["greedy"] is True, outs[0]["score"]
+
+
+def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
+    with pytest.raises(resident.BadInput, match="template none"):
+        local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)
+    with pytest.raises(resident.BadInput, match="needs score"):
+        local_cluster.generate(
+            ["a text"], model=str(SMOLLM2), template="none", prompt_logprobs=2, progress=False
+        )
+    with pytest.raises(resident.BadInput, match="context"):
+        local_cluster.generate(
+            [{"prompt": "a", "context": 3}], model=str(SMOLLM2), template="none", score=True,
+            progress=False,
+        )
