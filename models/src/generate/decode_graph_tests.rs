@@ -8,6 +8,7 @@ use super::super::decoder::{LlamaConfig, NextToken, Pick, RopeStyle, Row};
 use super::super::dense::{DenseKv, DenseLinear, DenseLlama, Part, WeightSource, build};
 use super::super::device_ops::{noise, test_devices};
 use super::super::kv_blocks::BLOCK_SIZE;
+use super::super::sampling;
 use super::super::step_profile::PhaseClock;
 use super::*;
 use crate::ModelError;
@@ -142,6 +143,7 @@ fn logits(out: Vec<NextToken>) -> Vec<Vec<f32>> {
         .map(|next| match next {
             NextToken::Logits(logits) => logits,
             NextToken::Chosen(token) => panic!("chose {token}, logits were asked for"),
+            NextToken::Scored { .. } => panic!("scored, logits were asked for"),
         })
         .collect()
 }
@@ -158,6 +160,71 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 /// Prefills `slot` with a prompt of `len` tokens: its last row wants logits.
 fn prompt_rows(slot: usize, len: usize) -> Vec<Row> {
     (0..len).map(|pos| row(slot, pos, pos + 1 == len)).collect()
+}
+
+/// A prefill whose rows score the prompt's next tokens (`Pick::Score`, as a scored prompt
+/// asks) gives, on every device, the log-probabilities and greedy flags the same rows'
+/// logits give on the host, in f32 and in the half precisions a GPU runs.
+#[test]
+fn scored_prefill_rows_give_what_their_logits_give_on_the_host() {
+    for device in test_devices() {
+        let dtypes = [DType::F32, DType::BF16];
+        let runs = |dtype: &DType| {
+            *dtype == DType::F32 || (device.is_cuda() && crate::device::has_bf16_kernels(&device))
+        };
+        for dtype in dtypes.into_iter().filter(runs) {
+            let model = tiny_model(&device, dtype);
+            let mut off = PhaseClock::off(&device);
+            let rows = |pick: fn(&Row, u32) -> Pick| -> Vec<Row> {
+                let plain = prompt_rows(0, 40);
+                (0..plain.len())
+                    .map(|pos| {
+                        let next = plain.get(pos + 1).map_or(0, |r| r.token);
+                        Row {
+                            logits: true,
+                            pick: pick(&plain[pos], next),
+                            ..plain[pos]
+                        }
+                    })
+                    .collect()
+            };
+            let mut kv = DenseKv::new(&model, 1);
+            let logits = model
+                .forward(&rows(|_, _| Pick::Logits), &mut kv, &mut off)
+                .unwrap();
+            let mut kv = DenseKv::new(&model, 1);
+            let scored = model
+                .forward(&rows(|_, next| Pick::Score(next)), &mut kv, &mut off)
+                .unwrap();
+            let targets: Vec<u32> = rows(|_, next| Pick::Score(next))
+                .iter()
+                .map(|r| match r.pick {
+                    Pick::Score(next) => next,
+                    _ => unreachable!(),
+                })
+                .collect();
+            let mut greedy_rows = 0;
+            for ((logits, scored), target) in logits.iter().zip(&scored).zip(targets) {
+                let (NextToken::Logits(row), NextToken::Scored { logprob, greedy }) =
+                    (logits, scored)
+                else {
+                    panic!("{device:?}: {scored:?}");
+                };
+                let host = sampling::token_logprob(row, target, 0).logprob;
+                assert!(
+                    (logprob - host).abs() < 1e-3,
+                    "{device:?} {dtype:?}: {logprob} vs {host}"
+                );
+                assert_eq!(
+                    *greedy,
+                    sampling::argmax(row) == target,
+                    "{device:?} {dtype:?}"
+                );
+                greedy_rows += usize::from(*greedy);
+            }
+            assert!(greedy_rows < scored.len(), "not every row is its argmax");
+        }
+    }
 }
 
 #[test]

@@ -195,6 +195,9 @@ pub enum Pick {
     Greedy,
     /// A token drawn as [`draw_token`](super::draw::draw_token) draws it.
     Draw(Draw),
+    /// The log-probability of this token (a scored prompt's next) and whether it is the
+    /// likeliest ([`NextToken::Scored`]); the quantised CPU kernels give the logits.
+    Score(u32),
 }
 
 /// What a step gives back for a row that wanted logits.
@@ -205,6 +208,8 @@ pub enum NextToken {
     /// The token the engine chose as the row's [`Pick`] asked: the largest logit's (the
     /// lowest among equals), or the draw's.
     Chosen(u32),
+    /// [`Pick::Score`]'s token's log-probability, and whether it was the likeliest.
+    Scored { logprob: f32, greedy: bool },
 }
 
 /// Opens the GGUF file at `path` and reads its header (metadata and tensor index).

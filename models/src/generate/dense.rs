@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::attention_check::{self, HeadShape};
 use super::decoder::{LlamaConfig, NextToken, Pick, Row};
-use super::device_ops::{CacheRows, argmax_rows, write_rows};
+use super::device_ops::{CacheRows, argmax_rows, scored_rows, write_rows};
 use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
 use super::paged_attention::{
@@ -628,6 +628,7 @@ impl DenseLlama {
         let greedy = of(|pick| matches!(pick, Pick::Greedy));
         let drawn = of(|pick| matches!(pick, Pick::Draw(_)));
         let full = of(|pick| matches!(pick, Pick::Logits));
+        let scored = of(|pick| matches!(pick, Pick::Score(_)));
         let pick = |ids: &[u32]| -> candle_core::Result<Tensor> {
             match ids.len() == wanted.len() {
                 true => Ok(logits.clone()),
@@ -651,6 +652,18 @@ impl DenseLlama {
             false => sample_rows(&pick(&drawn)?, &draws)?,
         }
         .into_iter();
+        let targets: Vec<u32> = wanted
+            .iter()
+            .filter_map(|row| match row.pick {
+                Pick::Score(target) => Some(target),
+                _ => None,
+            })
+            .collect();
+        let mut scores = match scored.is_empty() {
+            true => Vec::new(),
+            false => scored_rows(&pick(&scored)?, &targets)?,
+        }
+        .into_iter();
         let mut full_logits = match full.is_empty() {
             true => Vec::new(),
             false => pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
@@ -662,6 +675,10 @@ impl DenseLlama {
                 Pick::Greedy => NextToken::Chosen(greedy_tokens.next().expect("one a greedy row")),
                 Pick::Draw(_) => NextToken::Chosen(drawn_tokens.next().expect("one a drawn row")),
                 Pick::Logits => NextToken::Logits(full_logits.next().expect("one an other row")),
+                Pick::Score(_) => {
+                    let (logprob, greedy) = scores.next().expect("one a scored row");
+                    NextToken::Scored { logprob, greedy }
+                }
             })
             .collect())
     }

@@ -516,7 +516,9 @@ impl GenerateModel {
         let mut clock = PhaseClock::off(self.engine.device());
         match self.engine.forward(&rows, &mut kv, &mut clock)?.pop() {
             Some(NextToken::Logits(logits)) => Ok(logits),
-            Some(NextToken::Chosen(_)) => unreachable!("no row asked for a chosen token"),
+            Some(NextToken::Chosen(_) | NextToken::Scored { .. }) => {
+                unreachable!("the row asked for its logits")
+            }
             None => Err(ModelError::Task("an empty prompt has no next token".into())),
         }
     }
@@ -690,12 +692,20 @@ impl GenerateModel {
             let (scoring, done) = (request.score, seq.scored.len());
             rows.extend((span.start..span.end).map(|pos| {
                 let last = span.logits && pos + 1 == span.end;
+                let scores = PromptScoring::wants_row(scoring, done, pos);
                 Row {
                     slot: seq.slot,
                     pos,
                     token: seq.tokens[pos],
-                    logits: last || PromptScoring::wants_row(scoring, done, pos),
-                    pick: if last { pick } else { Pick::Logits },
+                    logits: last || scores,
+                    pick: match (last, scoring) {
+                        (true, _) => pick,
+                        // Without top tokens to list, the engine scores where the logits are.
+                        (false, Some(s)) if scores && s.top == 0 => {
+                            Pick::Score(seq.tokens[pos + 1])
+                        }
+                        (false, _) => Pick::Logits,
+                    },
                 }
             }));
         }
@@ -736,6 +746,7 @@ impl GenerateModel {
                     seq.sampler.took(next);
                     next
                 }
+                NextToken::Scored { .. } => unreachable!("a span's last row picks its next token"),
             };
             feed.token(batch.requests.group_of(seq.request));
             if let Some(done) = self.after_token(seq, next, request)? {
@@ -925,12 +936,22 @@ fn score_prompt(
         if !PromptScoring::wants_row(scoring, done, pos) {
             continue;
         }
-        let NextToken::Logits(row) = logits.next().expect("one per scoring row") else {
-            unreachable!("a scoring row asks for its logits");
-        };
         let token = seq.tokens[pos + 1];
-        seq.scored_greedy &= draw::argmax(&row) == token;
-        seq.scored.push(sampling::token_logprob(&row, token, top));
+        match logits.next().expect("one per scoring row") {
+            NextToken::Logits(row) => {
+                seq.scored_greedy &= draw::argmax(&row) == token;
+                seq.scored.push(sampling::token_logprob(&row, token, top));
+            }
+            NextToken::Scored { logprob, greedy } => {
+                seq.scored_greedy &= greedy;
+                seq.scored.push(sampling::TokenLogprob {
+                    token,
+                    logprob,
+                    top: Vec::new(),
+                });
+            }
+            NextToken::Chosen(_) => unreachable!("a scoring row asks for its score or logits"),
+        }
     }
 }
 

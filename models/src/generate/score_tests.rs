@@ -59,25 +59,29 @@ fn scores_repeat_what_generation_said(model: &GenerateModel, tolerance: f32) {
         .remove(0);
     assert_eq!(generated.tokens.len(), 12);
     let whole: Vec<u32> = prompt.iter().chain(&generated.tokens).copied().collect();
-    let scored = model
-        .generate(
-            &[score_only("s", whole, prompt.len(), 2)],
-            limits,
-            &mut || {},
-        )
-        .unwrap()
-        .remove(0);
-    assert!(scored.tokens.is_empty(), "scoring alone generates nothing");
-    assert_eq!(scored.prompt_tokens, prompt.len() + 12);
-    assert_eq!(scored.prompt_logprobs.len(), 12);
-    assert!(scored.prompt_greedy, "greedy generation wrote them");
-    for (score, step) in scored.prompt_logprobs.iter().zip(&generated.logprobs) {
-        assert_eq!(score.token, step.token);
-        assert!(
-            (score.logprob - step.logprob).abs() < tolerance,
-            "{score:?} vs {step:?}"
-        );
-        assert_eq!(score.top[0].0, step.top[0].0);
+    // With top tokens the logits come to the host; without, the dense engine scores
+    // where the logits are (`Pick::Score`).
+    for top in [2, 0] {
+        let request = score_only("s", whole.clone(), prompt.len(), top);
+        let scored = model
+            .generate(&[request], limits, &mut || {})
+            .unwrap()
+            .remove(0);
+        assert!(scored.tokens.is_empty(), "scoring alone generates nothing");
+        assert_eq!(scored.prompt_tokens, prompt.len() + 12);
+        assert_eq!(scored.prompt_logprobs.len(), 12);
+        assert!(scored.prompt_greedy, "greedy generation wrote them");
+        for (score, step) in scored.prompt_logprobs.iter().zip(&generated.logprobs) {
+            assert_eq!(score.token, step.token);
+            assert!(
+                (score.logprob - step.logprob).abs() < tolerance,
+                "top {top}: {score:?} vs {step:?}"
+            );
+            assert_eq!(score.top.len(), top);
+            if top > 0 {
+                assert_eq!(score.top[0].0, step.top[0].0);
+            }
+        }
     }
 }
 
