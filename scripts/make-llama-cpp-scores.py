@@ -88,9 +88,14 @@ def main():
         "context_prompt": "{description}. {text}",
         **cases,
     }
+    # One line per text: the file stays readable in a diff without a line per number.
     with open(OUT, "w") as f:
-        json.dump(fixture, f, indent=1)
-        f.write("\n")
+        head = {k: v for k, v in fixture.items() if k not in cases}
+        f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()))
+        for case in cases:
+            rows = ",\n".join("  " + json.dumps(row) for row in fixture[case])
+            f.write(f',\n {json.dumps(case)}: [\n{rows}\n ]')
+        f.write("\n}\n")
 
 
 if __name__ == "__main__":
