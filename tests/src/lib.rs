@@ -486,6 +486,19 @@ pub fn mpnet_dir() -> String {
     )
 }
 
+/// A llama.cpp fixture under `tests/fixtures/` (`file`), checked to come from the very GGUF
+/// file the tests run ([`smollm2_gguf`]); `script` is what writes it again.
+pub fn llama_cpp_fixture(file: &str, script: &str) -> serde_json::Value {
+    let fixture = read_json(&repo_root().join("tests/fixtures").join(file));
+    let model = std::fs::File::open(smollm2_gguf()).unwrap();
+    let (_, sha256) = resident_storage::model_manifest::sha256_of(model).unwrap();
+    assert_eq!(
+        fixture["model_sha256"], sha256,
+        "the fixture was made from another GGUF: run {script}"
+    );
+    fixture
+}
+
 /// SmolLM2-135M-Instruct, GGUF Q4_1: the generation tests' model.
 pub fn smollm2_gguf() -> String {
     let file = repo_root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");

@@ -15,7 +15,7 @@ use super::step_profile::{StepKind, StepProfile};
 use super::tests::{greedy, write_gguf};
 use super::*;
 
-fn gguf_path() -> PathBuf {
+pub(super) fn gguf_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
 }

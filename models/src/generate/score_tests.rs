@@ -2,18 +2,13 @@
 //! the quantised CPU kernels and the dense f32 path: a scored token's log-probability is
 //! the one generating it gave, whatever the batch, the prefix cache or preemption do.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use candle_core::Device;
 
+use super::dense_tests::gguf_path;
 use super::tests::greedy;
 use super::*;
-
-fn gguf_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
 
 fn quantised() -> &'static GenerateModel {
     static MODEL: OnceLock<GenerateModel> = OnceLock::new();

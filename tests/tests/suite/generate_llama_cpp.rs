@@ -17,21 +17,16 @@
 use std::path::Path;
 
 use resident_tests::{
-    generate_command, init_logging, read_json, read_jsonl, repo_root, run_to_success, smollm2_gguf,
-    write_jsonl,
+    generate_command, init_logging, llama_cpp_fixture, read_jsonl, run_to_success, write_jsonl,
 };
 use serde_json::{Value, json};
 
 /// The fixture, checked to come from the very GGUF file the tests run.
 fn fixture() -> Value {
-    let fixture = read_json(&repo_root().join("tests/fixtures/smollm2_llama_cpp.json"));
-    let model = std::fs::File::open(smollm2_gguf()).unwrap();
-    let (_, sha256) = resident_storage::model_manifest::sha256_of(model).unwrap();
-    assert_eq!(
-        fixture["model_sha256"], sha256,
-        "the fixture was made from another GGUF: run scripts/make-llama-cpp-fixture.py"
-    );
-    fixture
+    llama_cpp_fixture(
+        "smollm2_llama_cpp.json",
+        "scripts/make-llama-cpp-fixture.py",
+    )
 }
 
 /// `resident generate` over `records` with `flags`; its lines, in input order.

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use resident_tests::{
-    generate_command, init_logging, read_json, read_jsonl, repo_root, run_to_success, smollm2_gguf,
+    generate_command, init_logging, llama_cpp_fixture, read_json, read_jsonl, run_to_success,
     wiki_sample_lines, write_jsonl,
 };
 use serde_json::{Value, json};
@@ -19,14 +19,10 @@ const SCORE: &[&str] = &["--score", "--max-new-tokens", "0", "--template", "none
 
 /// llama.cpp's scores, checked to come from the very GGUF file the tests run.
 fn fixture() -> Value {
-    let fixture = read_json(&repo_root().join("tests/fixtures/smollm2_llama_cpp_scores.json"));
-    let model = std::fs::File::open(smollm2_gguf()).unwrap();
-    let (_, sha256) = resident_storage::model_manifest::sha256_of(model).unwrap();
-    assert_eq!(
-        fixture["model_sha256"], sha256,
-        "the fixture was made from another GGUF: run scripts/make-llama-cpp-scores.py"
-    );
-    fixture
+    llama_cpp_fixture(
+        "smollm2_llama_cpp_scores.json",
+        "scripts/make-llama-cpp-scores.py",
+    )
 }
 
 /// The first `count` articles of the 300-article fixture as records.
