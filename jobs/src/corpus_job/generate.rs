@@ -118,22 +118,19 @@ pub struct GenerationTally {
     #[serde(default)]
     pub failed_requests: u64,
     /// Record texts scored (`--score`).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub scored_texts: u64,
     /// Their tokens scored.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub scored_tokens: u64,
     /// The sum of those tokens' log-probabilities (natural log).
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub scored_logprob: f64,
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn is_zero_f64(x: &f64) -> bool {
-    *x == 0.0
+/// Whether a report figure is at its default (left out of a report that never scored).
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// One line of `generations.jsonl`.

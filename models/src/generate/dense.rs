@@ -635,11 +635,6 @@ impl DenseLlama {
                 false => logits.index_select(&Tensor::new(ids, &self.device)?, 0),
             }
         };
-        let mut greedy_tokens = match greedy.is_empty() {
-            true => Vec::new(),
-            false => argmax_rows(&pick(&greedy)?)?,
-        }
-        .into_iter();
         let draws: Vec<Draw> = wanted
             .iter()
             .filter_map(|row| match row.pick {
@@ -647,11 +642,6 @@ impl DenseLlama {
                 _ => None,
             })
             .collect();
-        let mut drawn_tokens = match drawn.is_empty() {
-            true => Vec::new(),
-            false => sample_rows(&pick(&drawn)?, &draws)?,
-        }
-        .into_iter();
         let targets: Vec<u32> = wanted
             .iter()
             .filter_map(|row| match row.pick {
@@ -659,16 +649,12 @@ impl DenseLlama {
                 _ => None,
             })
             .collect();
-        let mut scores = match scored.is_empty() {
-            true => Vec::new(),
-            false => scored_rows(&pick(&scored)?, &targets)?,
-        }
-        .into_iter();
-        let mut full_logits = match full.is_empty() {
-            true => Vec::new(),
-            false => pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
-        }
-        .into_iter();
+        let mut greedy_tokens = of_rows(&greedy, || argmax_rows(&pick(&greedy)?))?;
+        let mut drawn_tokens = of_rows(&drawn, || sample_rows(&pick(&drawn)?, &draws))?;
+        let mut scores = of_rows(&scored, || scored_rows(&pick(&scored)?, &targets))?;
+        let mut full_logits = of_rows(&full, || {
+            pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()
+        })?;
         Ok(wanted
             .iter()
             .map(|row| match row.pick {
@@ -702,6 +688,19 @@ impl DenseLlama {
         };
         rope_heads(qkv, step.cos, step.sin, &op)
     }
+}
+
+/// `rows()`'s answers for the step's rows `ids` of one kind, one each in order; nothing
+/// run when the step has none of that kind.
+fn of_rows<T>(
+    ids: &[u32],
+    rows: impl FnOnce() -> candle_core::Result<Vec<T>>,
+) -> candle_core::Result<std::vec::IntoIter<T>> {
+    Ok(match ids.is_empty() {
+        true => Vec::new(),
+        false => rows()?,
+    }
+    .into_iter())
 }
 
 fn with_bias(x: Tensor, bias: &Option<Tensor>) -> candle_core::Result<Tensor> {
