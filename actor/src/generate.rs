@@ -323,6 +323,18 @@ pub struct GenerateParams {
     /// at its position (vLLM's `prompt_logprobs`; 0 lists the token's own alone, 0-20).
     #[serde(default)]
     pub prompt_logprobs: Option<u32>,
+    /// With `score`, a text longer than the model's window goes on in more windows, each
+    /// scoring this many tokens after the last one's with the window's other tokens before
+    /// them as context. `None`: all the window's tokens but one (each token computed once, as
+    /// lm-evaluation-harness's `loglikelihood_rolling`); shorter gives each token more
+    /// context at more compute (Hugging Face's strided perplexity).
+    #[serde(default)]
+    pub score_stride: Option<u32>,
+    /// With `score`, at most this many windows a text (`None`: as many as it takes); the
+    /// rest of a longer text goes unscored and the text counts as truncated. 1 scores the
+    /// head alone.
+    #[serde(default)]
+    pub max_score_windows: Option<u32>,
 }
 
 /// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
@@ -416,6 +428,8 @@ impl Default for GenerateParams {
             response_format: None,
             score: false,
             prompt_logprobs: None,
+            score_stride: None,
+            max_score_windows: None,
         }
     }
 }
@@ -464,8 +478,17 @@ impl GenerateParams {
     /// What is wrong with these parameters: the first parameter out of its range, and the
     /// range; `None` when nothing is.
     pub fn problem(&self) -> Option<ParamProblem> {
+        self.decoding_checks()
+            .into_iter()
+            .chain(self.scoring_checks())
+            .find(|(ok, _, _)| !ok)
+            .map(|(_, param, rule)| ParamProblem { param, rule })
+    }
+
+    /// Each decoding parameter's range check.
+    fn decoding_checks(&self) -> [RangeCheck; 10] {
         let finite = |v: f32| v.is_finite();
-        let checks: [(bool, &'static str, String); 14] = [
+        [
             (
                 self.max_new_tokens >= 1 || self.score,
                 "max_tokens",
@@ -516,6 +539,12 @@ impl GenerateParams {
                 "stop",
                 "must not hold an empty string".into(),
             ),
+        ]
+    }
+
+    /// Each scoring parameter's check (none applies without `score`).
+    fn scoring_checks(&self) -> [RangeCheck; 8] {
+        [
             (
                 !self.score || self.template == Template::None,
                 "score",
@@ -536,13 +565,32 @@ impl GenerateParams {
                 "prompt_logprobs",
                 format!("must be at most {MAX_TOP_LOGPROBS}"),
             ),
-        ];
-        checks
-            .into_iter()
-            .find(|(ok, _, _)| !ok)
-            .map(|(_, param, rule)| ParamProblem { param, rule })
+            (
+                self.score_stride.is_none() || self.score,
+                "score_stride",
+                "sets how scoring windows move: it needs score (--score)".into(),
+            ),
+            (
+                self.score_stride != Some(0),
+                "score_stride",
+                "must be at least 1 token (leave it unset for the widest)".into(),
+            ),
+            (
+                self.max_score_windows.is_none() || self.score,
+                "max_score_windows",
+                "caps the scoring windows: it needs score (--score)".into(),
+            ),
+            (
+                self.max_score_windows != Some(0),
+                "max_score_windows",
+                "must be at least 1 (1 scores each text's head alone)".into(),
+            ),
+        ]
     }
 }
+
+/// A parameter's check: whether it holds, the parameter, and what it must be.
+type RangeCheck = (bool, &'static str, String);
 
 /// A decoding parameter out of its range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -817,8 +865,53 @@ mod tests {
         assert_eq!(many, Some("`prompt_logprobs` must be at most 20".into()));
         let schema = problem(GenerateParams {
             response_format: Some(ResponseFormat::JsonObject),
-            ..scoring
+            ..scoring.clone()
         });
         assert!(schema.unwrap().contains("response format"));
+        let windows = GenerateParams {
+            score_stride: Some(1),
+            max_score_windows: Some(1),
+            ..scoring.clone()
+        };
+        assert_eq!(windows.problem(), None);
+        for (params, wanted) in [
+            (
+                GenerateParams {
+                    score_stride: Some(0),
+                    ..windows.clone()
+                },
+                "`score_stride` must be at least 1 token",
+            ),
+            (
+                GenerateParams {
+                    max_score_windows: Some(0),
+                    ..windows.clone()
+                },
+                "`max_score_windows` must be at least 1 (1 scores each text's head alone)",
+            ),
+            (
+                GenerateParams {
+                    score: false,
+                    prompt_logprobs: None,
+                    max_new_tokens: 1,
+                    max_score_windows: None,
+                    ..windows.clone()
+                },
+                "`score_stride` sets how scoring windows move: it needs score (--score)",
+            ),
+            (
+                GenerateParams {
+                    score: false,
+                    prompt_logprobs: None,
+                    max_new_tokens: 1,
+                    score_stride: None,
+                    ..windows
+                },
+                "`max_score_windows` caps the scoring windows: it needs score (--score)",
+            ),
+        ] {
+            let problem = problem(params).unwrap();
+            assert!(problem.starts_with(wanted), "{problem}");
+        }
     }
 }

@@ -132,13 +132,25 @@ pub struct GenerateArgs {
     /// "greedy"}) per record and as the corpus's perplexity in the report. For perplexity
     /// filtering (with the default prompt, `{text}`) and evaluation (the prompt's text
     /// before `{text}` is the context). Needs --template none; with --max-new-tokens 0
-    /// nothing is generated. A text too long for the context is scored on its head.
+    /// nothing is generated. A text longer than the model's window is scored whole, in
+    /// windows (--score-stride, --max-score-windows).
     #[arg(long, env = "RESIDENT_SCORE")]
     score: bool,
     /// With --score, each scored token's log-probability, with those of this many likeliest
     /// tokens at its position (0-20; vLLM's prompt_logprobs), as `prompt_logprobs`.
     #[arg(long, env = "RESIDENT_PROMPT_LOGPROBS", value_name = "K")]
     prompt_logprobs: Option<u32>,
+    /// With --score, a text longer than the model's window goes on in more windows, each
+    /// scoring this many tokens after the last one's, with the window's other tokens before
+    /// them as context. Default: all of a window's tokens but one (each token computed once,
+    /// as lm-evaluation-harness's loglikelihood_rolling); shorter gives each token more
+    /// context at more compute (Hugging Face's strided perplexity).
+    #[arg(long, env = "RESIDENT_SCORE_STRIDE", value_name = "TOKENS")]
+    score_stride: Option<u32>,
+    /// With --score, at most this many windows a text: the rest of a longer text goes
+    /// unscored and counts in truncated_prompts. 1 scores each text's head alone.
+    #[arg(long, env = "RESIDENT_MAX_SCORE_WINDOWS", value_name = "N")]
+    max_score_windows: Option<u32>,
     /// Do not end a completion at the model's end token: run to --max-new-tokens.
     #[arg(long, env = "RESIDENT_IGNORE_EOS")]
     ignore_eos: bool,
@@ -211,7 +223,32 @@ impl GenerateArgs {
         let corpus = self.corpus.corpus_config()?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
         let generation = &mut config.generation;
-        generation.params = GenerateParams {
+        generation.params = self.params()?;
+        generation.output = match self.output_format {
+            OutputFormatArg::Generations => GenerationOutput::Lines,
+            OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
+        };
+        generation.max_sequences = self.max_sequences;
+        generation.max_step_tokens = self.max_step_tokens;
+        generation.max_context = self.max_context;
+        generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
+        generation.enforce_eager = self.enforce_eager;
+        generation.attention = self
+            .attention_kernel
+            .clone()
+            .filter(|kernel| kernel != "auto");
+        if self.input_format == InputFormatArg::OpenaiBatch {
+            config.read_openai_batch();
+        }
+        Ok(config)
+    }
+}
+
+impl GenerateArgs {
+    /// The decoding and scoring parameters the flags give, checked: a parameter out of its
+    /// range is refused under its flag's name.
+    fn params(&self) -> anyhow::Result<GenerateParams> {
+        let params = GenerateParams {
             template: match self.template {
                 TemplateArg::Chat => Template::Chat,
                 TemplateArg::None => Template::None,
@@ -236,8 +273,10 @@ impl GenerateArgs {
             response_format: self.response_format()?,
             score: self.score,
             prompt_logprobs: self.prompt_logprobs,
+            score_stride: self.score_stride,
+            max_score_windows: self.max_score_windows,
         };
-        if let Some(problem) = generation.params.problem() {
+        if let Some(problem) = params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is
             // --max-new-tokens here.
             let flag = match problem.param {
@@ -246,27 +285,9 @@ impl GenerateArgs {
             };
             return Err(crate::exit::BadInput(format!("--{flag} {}", problem.rule)).into());
         }
-        generation.output = match self.output_format {
-            OutputFormatArg::Generations => GenerationOutput::Lines,
-            OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
-        };
-        generation.max_sequences = self.max_sequences;
-        generation.max_step_tokens = self.max_step_tokens;
-        generation.max_context = self.max_context;
-        generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
-        generation.enforce_eager = self.enforce_eager;
-        generation.attention = self
-            .attention_kernel
-            .clone()
-            .filter(|kernel| kernel != "auto");
-        if self.input_format == InputFormatArg::OpenaiBatch {
-            config.read_openai_batch();
-        }
-        Ok(config)
+        Ok(params)
     }
-}
 
-impl GenerateArgs {
     /// `--json-schema FILE` as the response format.
     fn response_format(&self) -> anyhow::Result<Option<ResponseFormat>> {
         let Some(path) = &self.json_schema else {

@@ -69,3 +69,14 @@ def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
             [{"prompt": "a", "context": 3}], model=str(SMOLLM2), template="none", score=True,
             progress=False,
         )
+    # The window arguments reach the job's parameters and are checked there.
+    with pytest.raises(resident.BadInput, match="score_stride` must be at least 1"):
+        local_cluster.generate(
+            ["a text"], model=str(SMOLLM2), template="none", score=True, score_stride=0,
+            progress=False,
+        )
+    with pytest.raises(resident.BadInput, match="max_score_windows` caps the scoring windows"):
+        local_cluster.generate(
+            ["a text"], model=str(SMOLLM2), template="none", max_score_windows=1,
+            progress=False,
+        )

@@ -107,7 +107,8 @@ pub struct GenerationTally {
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
-    /// Prompts whose record text was cut from its middle to fit the context.
+    /// Prompts whose record text was cut from its middle to fit the context (scored:
+    /// whose text was not scored to its end, `--max-score-windows`).
     pub truncated_prompts: u64,
     /// Completions that ended at the model's end token or a stop string.
     pub finished_by_stop: u64,
@@ -508,6 +509,11 @@ fn params_settings(params: &GenerateParams) -> serde_json::Value {
             FIRST_RELEASE.contains(&key.as_str()) || defaults.get(key) != Some(value)
         });
     }
+    // A scoring job started before long texts were scored in windows scored their heads
+    // alone: it does not resume into whole-text scores.
+    if params.score {
+        settings["score_windows"] = true.into();
+    }
     settings
 }
 
@@ -601,6 +607,14 @@ mod tests {
             params_settings(&penalised)["repetition_penalty"],
             1.2f32 as f64
         );
+        // A scoring job's settings say its texts are scored whole, in windows: one started
+        // when they were scored on their heads alone does not resume into it.
+        let scoring = GenerateParams {
+            score: true,
+            ..GenerateParams::default()
+        };
+        assert_eq!(params_settings(&scoring)["score_windows"], true);
+        assert!(plain.get("score_windows").is_none());
     }
 }
 

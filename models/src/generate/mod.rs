@@ -37,6 +37,7 @@ pub(crate) mod rope_heads;
 mod rope_table;
 pub mod running;
 pub mod sampling;
+pub mod score_windows;
 pub mod step_profile;
 mod stop_window;
 
@@ -486,16 +487,17 @@ impl GenerateModel {
         self.format.fit(prompt, template, self.context(), reserve)
     }
 
-    /// The raw prompt `before + text + after` whose text is scored, leaving `reserve` tokens
-    /// of the context (at least one) for what is generated after it
-    /// ([`PromptFormat::scored_prompt`]).
-    pub fn scored_prompt(
+    /// The raw prompt `before + text + after` whose text is scored, in windows that leave
+    /// `reserve` tokens of the context (at least one) for what is generated after the text
+    /// ([`PromptFormat::scored_text`]).
+    pub fn scored_text(
         &self,
         parts: (&str, &str, &str),
         reserve: usize,
-    ) -> Result<prompt::ScoredPrompt, ModelError> {
+        windows: score_windows::WindowSettings,
+    ) -> Result<prompt::ScoredText, ModelError> {
         let limit = self.context().saturating_sub(reserve.max(1)).max(1);
-        self.format.scored_prompt(parts, limit)
+        self.format.scored_text(parts, limit, windows)
     }
 
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks

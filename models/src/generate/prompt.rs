@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use super::chat::{ChatTemplate, Message};
 use super::gguf_vocab::Vocab;
+use super::score_windows::{self, WindowSettings};
 use super::{checkpoint, decoder};
 use crate::ModelError;
 
@@ -236,15 +237,16 @@ impl PromptFormat {
     /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +
     /// after` as the raw model reads it (BOS first where the model asks for one), each part
     /// tokenised on its own so that the scored tokens are exactly the text's
-    /// (lm-evaluation-harness encodes its context and continuation apart too). At most
-    /// `limit` tokens: where they would not fit, the text keeps its head (a score of the
-    /// document's start, not of a document with its middle cut) and `after` goes. An
-    /// instruction that alone fills `limit` is refused.
-    pub fn scored_prompt(
+    /// (lm-evaluation-harness encodes its context and continuation apart too). Each window
+    /// is at most `limit` tokens: a text too long for one goes on in more
+    /// ([`score_windows`]), each after BOS alone, and `after` follows the last where it
+    /// fits. An instruction that alone fills `limit` is refused.
+    pub fn scored_text(
         &self,
         (before, text, after): (&str, &str, &str),
         limit: usize,
-    ) -> Result<ScoredPrompt, ModelError> {
+        settings: WindowSettings,
+    ) -> Result<ScoredText, ModelError> {
         let encode = |part: &str| -> Result<Vec<u32>, ModelError> {
             Ok(self
                 .vocab
@@ -254,29 +256,48 @@ impl PromptFormat {
                 .get_ids()
                 .to_vec())
         };
-        let mut tokens = self.tokens(before, PromptTemplate::None)?;
-        if tokens.len() >= limit {
+        let head = self.tokens(before, PromptTemplate::None)?;
+        if head.len() >= limit {
             return Err(ModelError::Task(format!(
                 "the prompt's text before the record's is {} tokens, which leaves no room \
                  in the model's {limit}-token window for the text to score; shorten the \
                  prompt",
-                tokens.len()
+                head.len()
             )));
         }
-        let start = tokens.len();
+        let lead = self.tokens("", PromptTemplate::None)?;
         let text_tokens = encode(text)?;
         let after_tokens = encode(after)?;
-        let room = limit - start;
-        let truncated = text_tokens.len() + after_tokens.len() > room;
-        tokens.extend(text_tokens.iter().take(room));
-        let end = tokens.len();
-        if !truncated {
-            tokens.extend(after_tokens);
-        }
-        Ok(ScoredPrompt {
-            tokens,
-            text: start..end,
-            truncated,
+        let plan = score_windows::plan_windows(
+            text_tokens.len(),
+            after_tokens.len(),
+            limit - head.len(),
+            limit.saturating_sub(lead.len()),
+            settings,
+        )
+        .map_err(ModelError::Task)?;
+        let last = plan.windows.len() - 1;
+        let windows = plan
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, window)| {
+                let mut tokens = match i {
+                    0 => head.clone(),
+                    _ => lead.clone(),
+                };
+                let start = tokens.len() + window.scored.start - window.text.start;
+                tokens.extend_from_slice(&text_tokens[window.text.clone()]);
+                let scored = start..tokens.len();
+                if i == last && plan.after {
+                    tokens.extend_from_slice(&after_tokens);
+                }
+                ScoredWindow { tokens, scored }
+            })
+            .collect();
+        Ok(ScoredText {
+            windows,
+            truncated: plan.truncated,
         })
     }
 
@@ -360,13 +381,21 @@ mod tests {
     }
 }
 
-/// A prompt whose record text is scored ([`PromptFormat::scored_prompt`]).
+/// A record text to score, in one window or more ([`PromptFormat::scored_text`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScoredPrompt {
-    /// The prompt's tokens.
-    pub tokens: Vec<u32>,
-    /// The positions of the record text's tokens among them.
-    pub text: std::ops::Range<usize>,
-    /// The text lost its tail to fit the context.
+pub struct ScoredText {
+    /// At least one; each text token is scored in one of them, in order.
+    pub windows: Vec<ScoredWindow>,
+    /// Some of the text went unscored (`max_windows`), or what follows it was dropped.
     pub truncated: bool,
+}
+
+/// One window of a scored text: a prompt and the positions in it that it scores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScoredWindow {
+    /// The window's tokens: the prompt before the text (the first window) or BOS (a later
+    /// one), the text's tokens it holds, and what follows the text (the last window).
+    pub tokens: Vec<u32>,
+    /// The positions of the text tokens it scores.
+    pub scored: std::ops::Range<usize>,
 }

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use candle_core::Device;
 
 use super::dense_tests::gguf_path;
+use super::score_windows::WindowSettings;
 use super::tests::greedy;
 use super::*;
 
@@ -141,8 +142,8 @@ fn scores_survive_the_prefix_cache_and_preemption() {
 }
 
 /// A scored prompt's text is tokenised on its own after the instruction's tokens, so its
-/// positions hold exactly its tokens; too long, it keeps its head and loses what follows;
-/// an instruction that fills the window is refused in words.
+/// positions hold exactly its tokens; limited to one window, it keeps its head and loses what
+/// follows; an instruction that fills the window is refused in words.
 #[test]
 fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
     let model = quantised();
@@ -151,26 +152,94 @@ fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
         " A river is water that flows.",
         "\n",
     );
-    let prompt = model.scored_prompt(parts, 1).unwrap();
-    assert!(!prompt.truncated);
+    let whole = model.scored_text(parts, 1, ROLLING).unwrap();
+    assert!(!whole.truncated);
+    let [prompt] = &whole.windows[..] else {
+        panic!("one window: {whole:?}")
+    };
     assert_eq!(
-        model.decode(&prompt.tokens[prompt.text.clone()]).unwrap(),
+        model.decode(&prompt.tokens[prompt.scored.clone()]).unwrap(),
         parts.1
     );
-    let text_tokens = prompt.text.len();
+    let start = prompt.scored.start;
+    let head_only = WindowSettings {
+        stride: None,
+        max_windows: Some(1),
+    };
     let head = model
         .format
-        .scored_prompt(parts, prompt.text.start + 3)
+        .scored_text(parts, start + 3, head_only)
         .unwrap();
     assert!(head.truncated);
-    assert_eq!(head.tokens.len(), prompt.text.start + 3);
-    assert_eq!(head.text, prompt.text.start..prompt.text.start + 3);
-    assert_eq!(head.tokens[..], prompt.tokens[..prompt.text.start + 3]);
-    assert!(text_tokens > 3);
+    assert_eq!(head.windows.len(), 1);
+    assert_eq!(head.windows[0].scored, start..start + 3);
+    assert_eq!(head.windows[0].tokens[..], prompt.tokens[..start + 3]);
+    assert!(prompt.scored.len() > 3);
     let error = model
         .format
-        .scored_prompt(parts, prompt.text.start)
+        .scored_text(parts, start, ROLLING)
         .unwrap_err()
         .to_string();
     assert!(error.contains("shorten the prompt"), "{error}");
 }
+
+/// A text longer than the window goes on in windows: together they score each of its tokens
+/// once, in order; a later window is the text's tokens just before its scored ones (after
+/// BOS, where the model asks for one), and what follows the text ends the last.
+#[test]
+fn a_long_text_is_scored_in_windows_that_cover_each_token_once() {
+    let model = quantised();
+    let text = " The river runs from the hills to the sea, past farms and mills and towns, \
+                and its water is used for drinking, for fields and for power.";
+    let parts = ("Passage:", text, "\nSummary:");
+    let whole = model.scored_text(parts, 1, ROLLING).unwrap();
+    let [one] = &whole.windows[..] else {
+        panic!("one window: {whole:?}")
+    };
+    let text_tokens = &one.tokens[one.scored.clone()];
+    let after = &one.tokens[one.scored.end..];
+    let limit = one.scored.start + 8;
+    let lead = model.format.tokens("", PromptTemplate::None).unwrap();
+    for stride in [None, Some(3)] {
+        let settings = WindowSettings {
+            stride,
+            max_windows: None,
+        };
+        let rolled = model.format.scored_text(parts, limit, settings).unwrap();
+        assert!(!rolled.truncated);
+        assert!(rolled.windows.len() > 2, "{rolled:?}");
+        let scored: Vec<u32> = rolled
+            .windows
+            .iter()
+            .flat_map(|w| w.tokens[w.scored.clone()].iter().copied())
+            .collect();
+        assert_eq!(scored, text_tokens, "every text token once, in order");
+        assert_eq!(rolled.windows[0].tokens[..], one.tokens[..limit]);
+        let mut done = rolled.windows[0].scored.len();
+        for window in &rolled.windows[1..] {
+            assert!(window.tokens.len() <= limit);
+            assert!(window.tokens.starts_with(&lead));
+            let held = &window.tokens[lead.len()..window.scored.end];
+            assert!(
+                held.len() > window.scored.len(),
+                "context before the scored tokens"
+            );
+            done += window.scored.len();
+            assert_eq!(held, &text_tokens[done - held.len()..done]);
+        }
+        let last = rolled.windows.last().unwrap();
+        assert!(
+            last.tokens.ends_with(after),
+            "what follows ends the last window"
+        );
+        if let Some(stride) = stride {
+            assert!(rolled.windows[1..].iter().all(|w| w.scored.len() <= stride));
+        }
+    }
+}
+
+/// Windows wide enough for the whole text: one scoring each token.
+const ROLLING: WindowSettings = WindowSettings {
+    stride: None,
+    max_windows: None,
+};

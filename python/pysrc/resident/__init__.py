@@ -200,7 +200,14 @@ def _generate_params(
             params[name] = str(value)
         elif name == "response_format":
             params[name] = dict(value)
-        elif name in ("min_tokens", "n", "top_logprobs", "prompt_logprobs"):
+        elif name in (
+            "min_tokens",
+            "n",
+            "top_logprobs",
+            "prompt_logprobs",
+            "score_stride",
+            "max_score_windows",
+        ):
             params[name] = int(value)
         else:
             params[name] = float(value)
@@ -222,6 +229,8 @@ _SAMPLING = (
     "response_format",
     "score",
     "prompt_logprobs",
+    "score_stride",
+    "max_score_windows",
 )
 
 
@@ -682,7 +691,9 @@ class Cluster:
         output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
-        ``response_format`` (OpenAI's JSON schema constraint).
+        ``response_format`` (OpenAI's JSON schema constraint); ``score``,
+        ``prompt_logprobs``, ``score_stride`` and ``max_score_windows`` score each text as
+        ``resident generate --score`` does.
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
@@ -740,7 +751,10 @@ class Cluster:
         as ``resident generate --score`` does: a dict prompt's ``context`` goes before it,
         unscored (``{"prompt": " Paris.", "context": "The capital of France is"}``:
         lm-evaluation-harness's ``loglikelihood``); ``max_new_tokens=0`` generates nothing;
-        ``prompt_logprobs=K`` lists each scored token with the K likeliest at its place.
+        ``prompt_logprobs=K`` lists each scored token with the K likeliest at its place. A
+        text longer than the model's window is scored whole in windows (each after the last,
+        one token of context; ``score_stride=N`` scores N tokens a window with the rest as
+        context); ``max_score_windows=1`` scores each text's head alone.
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and

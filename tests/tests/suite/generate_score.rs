@@ -4,7 +4,7 @@
 //! (`tests/fixtures/smollm2_llama_cpp_scores.json`, written by
 //! `scripts/make-llama-cpp-scores.py`): the same tokens scored, alone and after a context,
 //! with log-probabilities within llama.cpp's own spread. Real text scores below its words
-//! shuffled; a text too long keeps its head; scoring and generating go together; wrong
+//! shuffled; a text too long goes on in windows; scoring and generating go together; wrong
 //! flags are refused with what to do.
 
 use std::path::Path;
@@ -176,10 +176,10 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
 
 /// Every Wikipedia lead scores a lower perplexity than the same words shuffled (a model
 /// that reads the wrong logits, or scores the wrong tokens, does not tell them apart this
-/// way). Under `--max-context 48` a long text keeps its head: its first 46 tokens are
-/// scored as in the full run. `--max-new-tokens` above 0 generates after scoring.
+/// way). Under `--max-context 48` a long text is scored in windows ([`check_windows`]).
+/// `--max-new-tokens` above 0 generates after scoring.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_text_scores_below_its_words_shuffled_and_a_long_text_keeps_its_head() {
+async fn real_text_scores_below_its_words_shuffled_and_a_long_text_goes_on_in_windows() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let mut records = Vec::new();
@@ -213,23 +213,11 @@ async fn real_text_scores_below_its_words_shuffled_and_a_long_text_keeps_its_hea
         );
     }
 
-    let mut flags = listed.clone();
-    flags.extend(["--max-context", "48"]);
-    let (cut, report) = generate(dir.path(), "cut", &records[..2], "{text}", &flags);
-    assert_eq!(report["truncated_prompts"], 2);
-    for (cut, whole) in cut.iter().zip(&lines) {
-        // 47 tokens fit beside the one the context keeps free; the first is not scored.
-        assert_eq!(cut["score"]["tokens"], 46, "{cut}");
-        let head = cut["prompt_logprobs"].as_array().unwrap();
-        let whole = whole["prompt_logprobs"].as_array().unwrap();
-        for (a, b) in head.iter().zip(whole) {
-            assert_eq!(a["bytes"], b["bytes"]);
-            assert!(
-                (float(&a["logprob"]) - float(&b["logprob"])).abs() < 2e-2,
-                "{a} {b}"
-            );
-        }
-    }
+    // The two longest real leads, for windows.
+    let mut longest: Vec<usize> = (0..lines.len()).step_by(2).collect();
+    longest.sort_by_key(|&i| std::cmp::Reverse(lines[i]["score"]["tokens"].as_u64()));
+    let pick = |of: &[Value]| vec![of[longest[0]].clone(), of[longest[1]].clone()];
+    check_windows(dir.path(), &pick(&records), &pick(&lines), &listed);
 
     let generating = [
         "--score",
@@ -247,6 +235,73 @@ async fn real_text_scores_below_its_words_shuffled_and_a_long_text_keeps_its_hea
             line.get("prompt_logprobs").is_none(),
             "listed only when asked"
         );
+    }
+}
+
+/// Under `--max-context 48`, texts scored whole in the full context (`whole`): scored in
+/// rolling windows, every token is scored once, in order, the first 46 as in the full run;
+/// a shorter `--score-stride` gives each token more context, so its scores come closer to
+/// the full run's; `--max-score-windows 1` keeps the head alone (counted as truncated); a
+/// stride the window cannot hold refuses each long record, saying the range that fits.
+fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]) {
+    let run = |name: &str, more: &[&str]| {
+        let mut flags = listed.to_vec();
+        flags.extend(["--max-context", "48"]);
+        flags.extend(more);
+        generate(dir, name, records, "{text}", &flags)
+    };
+    // 47 tokens fit beside the one the context keeps free; the first is not scored.
+    let (head, report) = run("head", &["--max-score-windows", "1"]);
+    assert_eq!(report["truncated_prompts"], 2);
+    for line in &head {
+        assert_eq!(line["score"]["tokens"], 46, "{line}");
+    }
+    // Each scored token's distance from the full run's log-probability, in order.
+    let distances = |lines: &[Value]| -> Vec<Vec<f64>> {
+        lines
+            .iter()
+            .zip(whole)
+            .map(|(line, whole)| {
+                let ours = line["prompt_logprobs"].as_array().unwrap();
+                let full = whole["prompt_logprobs"].as_array().unwrap();
+                assert_eq!(line["score"]["tokens"], whole["score"]["tokens"], "{line}");
+                assert_eq!(ours.len(), full.len());
+                ours.iter()
+                    .zip(full)
+                    .map(|(a, b)| {
+                        assert_eq!(a["bytes"], b["bytes"], "the same tokens, in order");
+                        (float(&a["logprob"]) - float(&b["logprob"])).abs()
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let (rolled, report) = run("rolled", &[]);
+    assert_eq!(report["truncated_prompts"], 0);
+    let (strided, strided_report) = run("strided", &["--score-stride", "8"]);
+    assert!(float(&strided_report["prompt_tokens"]) > float(&report["prompt_tokens"]));
+    let (rolled, strided) = (distances(&rolled), distances(&strided));
+    let mean = |d: &[f64]| d.iter().sum::<f64>() / d.len() as f64;
+    for (rolled, strided) in rolled.iter().zip(&strided) {
+        assert!(
+            rolled.len() > 2 * 46,
+            "past two windows: {} tokens",
+            rolled.len()
+        );
+        for distances in [rolled, strided] {
+            assert!(distances[..46].iter().all(|&d| d < 2e-2), "{distances:?}");
+        }
+        assert!(
+            mean(&strided[46..]) < mean(&rolled[46..]),
+            "more context, closer to the full run: {} against {}",
+            mean(&strided[46..]),
+            mean(&rolled[46..])
+        );
+    }
+    let (refused, _) = run("wide", &["--score-stride", "47"]);
+    for line in &refused {
+        let error = line["error"].as_str().unwrap_or_default();
+        assert!(error.contains("the stride must be 1 to 46"), "{line}");
     }
 }
 
@@ -270,6 +325,14 @@ async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
         (
             &["--template", "none", "--score", "--prompt-logprobs", "21"],
             "at most 20",
+        ),
+        (
+            &["--template", "none", "--score", "--score-stride", "0"],
+            "--score-stride must be at least 1 token",
+        ),
+        (
+            &["--template", "none", "--max-score-windows", "1"],
+            "--max-score-windows caps the scoring windows: it needs score (--score)",
         ),
         (
             &[

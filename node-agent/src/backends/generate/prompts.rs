@@ -14,6 +14,7 @@ use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::prompt::{Prompt, PromptFormat};
 use resident_models::generate::sampling::SamplingParams;
+use resident_models::generate::score_windows::WindowSettings;
 use resident_models::generate::{
     self as engine, GenerateModel, Generation, GenerationRequest, PromptScoring,
 };
@@ -29,9 +30,18 @@ pub(super) struct TaskPlan {
     list_scored_tokens: bool,
 }
 
-/// A prompt's requests (a range of [`TaskPlan::requests`]) with whether its text was cut,
-/// or why it is refused.
-type PromptPlan = Result<(Range<usize>, bool), String>;
+/// A prompt's requests, or why it is refused.
+type PromptPlan = Result<PromptRequests, String>;
+
+/// A prompt's requests among [`TaskPlan::requests`]: the windows of a long scored text
+/// before its last, then one per choice (the first of which scores the last window).
+struct PromptRequests {
+    requests: Range<usize>,
+    /// How many of them are earlier windows, which score and generate nothing.
+    windows_before: usize,
+    /// Its text was cut, or (scored) not scored to its end.
+    truncated: bool,
+}
 
 impl TaskPlan {
     /// Plans every prompt of `request`. A prompt the model cannot take for a reason every
@@ -52,14 +62,26 @@ impl TaskPlan {
                     truncated,
                     grammar,
                     scoring,
+                    windows_before,
                 } => {
                     let first = requests.len();
+                    requests.extend(windows_before.iter().map(|(window, scoring)| {
+                        GenerationRequest {
+                            max_new_tokens: 0,
+                            score: Some(*scoring),
+                            ..generation_request(&prompt.id, 0, window, &params, &None)
+                        }
+                    }));
                     requests.extend((0..params.n).map(|choice| GenerationRequest {
                         // The first choice alone scores the prompt all choices share.
                         score: scoring.filter(|_| choice == 0),
                         ..generation_request(&prompt.id, choice, &tokens, &params, &grammar)
                     }));
-                    Ok((first..requests.len(), truncated))
+                    Ok(PromptRequests {
+                        requests: first..requests.len(),
+                        windows_before: windows_before.len(),
+                        truncated,
+                    })
                 }
                 Planned::Refused(error) => Err(error),
             };
@@ -78,14 +100,16 @@ impl TaskPlan {
             .prompts
             .into_iter()
             .map(|(id, planned)| match planned {
-                Ok((range, truncated)) => {
-                    let first = &self.requests[range.start];
+                Ok(planned) => {
+                    let windows = planned.windows_before;
+                    let first = &self.requests[planned.requests.start + windows];
                     let asked = Asked {
                         logprobs: first.logprobs.is_some(),
                         score: first.score.is_some(),
                         scored_tokens: self.list_scored_tokens,
                     };
-                    completion(format, &id, &outputs[range], asked, truncated)
+                    let (before, choices) = outputs[planned.requests].split_at(windows);
+                    completion(format, &id, (before, choices), asked, planned.truncated)
                 }
                 Err(error) => Completion {
                     id,
@@ -152,23 +176,27 @@ struct Asked {
     scored_tokens: bool,
 }
 
-/// A prompt's completion from the generations of its choices (the first is the answer,
-/// the rest `more`).
+/// A prompt's completion from the generations of its text's earlier windows (a long scored
+/// text's) and of its choices (the first is the answer, the rest `more`): the prompt's
+/// tokens and its score count every window's.
 fn completion(
     format: &PromptFormat,
     id: &str,
-    outputs: &[Generation],
+    (windows_before, outputs): (&[Generation], &[Generation]),
     asked: Asked,
     truncated: bool,
 ) -> Completion {
-    let prompt_tokens = outputs[0].prompt_tokens as u32;
+    let windows = || windows_before.iter().chain(&outputs[..1]);
+    let prompt_tokens = windows().map(|w| w.prompt_tokens as u32).sum();
     let score = asked.score.then(|| {
-        let scored = &outputs[0].prompt_logprobs;
+        let scored = || windows().flat_map(|w| &w.prompt_logprobs);
         TextScore {
-            tokens: scored.len() as u32,
-            logprob: scored.iter().map(|t| f64::from(t.logprob)).sum(),
-            greedy: outputs[0].prompt_greedy,
-            token_logprobs: asked.scored_tokens.then(|| token_logprobs(format, scored)),
+            tokens: scored().count() as u32,
+            logprob: scored().map(|t| f64::from(t.logprob)).sum(),
+            greedy: windows().all(|w| w.prompt_greedy),
+            token_logprobs: asked
+                .scored_tokens
+                .then(|| token_logprobs(format, scored())),
         }
     });
     let mut choices = outputs
@@ -225,8 +253,11 @@ enum Planned {
         tokens: Vec<u32>,
         truncated: bool,
         grammar: Option<Arc<OutputGrammar>>,
-        /// The record text's tokens to score, when the job scores.
+        /// The record text's tokens to score, when the job scores (the last window's).
         scoring: Option<PromptScoring>,
+        /// A long scored text's windows before the last: each one's tokens and what it
+        /// scores.
+        windows_before: Vec<(Vec<u32>, PromptScoring)>,
     },
     /// The record's own request is invalid: it is answered with this, without the model.
     Refused(String),
@@ -285,15 +316,17 @@ fn plan(
             truncated,
             grammar,
             scoring: None,
+            windows_before: Vec::new(),
         }),
         Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
         Err(error) => Err(error.to_string()),
     }
 }
 
-/// A prompt whose record text is scored: the raw prompt with the text's tokens marked. A
-/// system message fails the task (the job's, every record would); a conversation, or an
-/// instruction too long for the context, is refused alone.
+/// A prompt whose record text is scored: the raw prompt with the text's tokens marked, in as
+/// many windows as the text takes (the last one generates). A system message fails the task
+/// (the job's, every record would); a conversation, an instruction too long for the context,
+/// or a text too long for its windows' stride, is refused alone.
 fn scored(
     model: &GenerateModel,
     prompt: &PromptParts,
@@ -313,20 +346,36 @@ fn scored(
         ));
     }
     let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
-    match model.scored_prompt(parts, params.max_new_tokens as usize) {
-        Ok(scored) => Ok(Planned::Runs {
-            scoring: Some(PromptScoring {
-                from: scored.text.start,
-                to: scored.text.end,
-                top: params.prompt_logprobs.unwrap_or(0) as usize,
-            }),
-            params: Box::new(params),
-            tokens: scored.tokens,
-            truncated: scored.truncated,
-            grammar: None,
-        }),
-        Err(error) => Ok(Planned::Refused(error.to_string())),
-    }
+    let settings = WindowSettings {
+        stride: params.score_stride.map(|s| s as usize),
+        max_windows: params.max_score_windows.map(|w| w as usize),
+    };
+    let scored = match model.scored_text(parts, params.max_new_tokens as usize, settings) {
+        Ok(scored) => scored,
+        Err(error) => return Ok(Planned::Refused(error.to_string())),
+    };
+    let top = params.prompt_logprobs.unwrap_or(0) as usize;
+    let mut windows: Vec<_> = scored
+        .windows
+        .into_iter()
+        .map(|window| {
+            let scoring = PromptScoring {
+                from: window.scored.start,
+                to: window.scored.end,
+                top,
+            };
+            (window.tokens, scoring)
+        })
+        .collect();
+    let (tokens, scoring) = windows.pop().expect("a scored text has a window");
+    Ok(Planned::Runs {
+        params: Box::new(params),
+        tokens,
+        truncated: scored.truncated,
+        grammar: None,
+        scoring: Some(scoring),
+        windows_before: windows,
+    })
 }
 
 /// The grammar `format` asks for, compiled once to check it (each sequence compiles
@@ -388,12 +437,12 @@ fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
 
 /// The engine's log-probabilities of tokens, with each token (and its likeliest rivals) as
 /// text and bytes.
-fn token_logprobs(
+fn token_logprobs<'a>(
     format: &PromptFormat,
-    steps: &[engine::sampling::TokenLogprob],
+    steps: impl IntoIterator<Item = &'a engine::sampling::TokenLogprob>,
 ) -> Vec<TokenLogprob> {
     steps
-        .iter()
+        .into_iter()
         .map(|step| {
             let (token, bytes) = format.token_piece(step.token);
             TokenLogprob {
