@@ -1,15 +1,19 @@
 """Cluster.sweep: `resident sweep` from Python, a dict declaration giving the CLI's results
-on a TOML file of the same keys; resumed; a bad declaration refused with what to do."""
+on a TOML file of the same keys; resumed; stopped by Ctrl-C without losing a finished trial;
+a bad declaration refused with what to do."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
 import resident
-from conftest import MINILM, RESIDENT_BIN, WIKI
+from conftest import MINILM, REPO, RESIDENT_BIN, WIKI
 
 
 def _labelled_records(path, count: int) -> None:
@@ -90,3 +94,55 @@ def test_a_bad_declaration_is_refused_before_anything_runs(local_cluster, tmp_pa
     with pytest.raises(resident.BadInput, match="unknown field `spce`"):
         local_cluster.sweep(declaration, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+# The interrupted sweep's trials.
+TRIALS = 32
+
+# A sweep in a Python process of its own, on its own local cluster.
+SWEEP_CHILD = """
+import json, sys
+import resident
+cluster = resident.local()
+cluster.sweep(json.loads(sys.argv[1]), progress=False)
+print("finished", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_sweep_and_a_rerun_keeps_every_finished_trial(local_cluster, tmp_path):
+    data = tmp_path / "wiki1000.jsonl"
+    _labelled_records(data, 1000)
+    # Enough trials that the sweep is mid-way when the second one is written.
+    declaration = dict(_declaration(data, tmp_path / "out"), trials=TRIALS)
+    results = tmp_path / "out" / "results.jsonl"
+    child = subprocess.Popen(
+        [sys.executable, "-c", SWEEP_CHILD, json.dumps(declaration)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 180
+    while not (results.exists() and results.read_text().count("\n") >= 2):
+        assert child.poll() is None, child.communicate()
+        assert time.time() < deadline, "no two trials finished in 180 s"
+        time.sleep(0.01)
+    interrupted = time.time()
+    child.send_signal(signal.SIGINT)
+    try:
+        stdout, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("the interrupted sweep was still running 30 s after SIGINT")
+    took_s = time.time() - interrupted
+    assert took_s < 2.0, f"control came back {took_s:.2f} s after SIGINT"
+    assert "KeyboardInterrupt" in stderr and "finished" not in stdout, (stdout, stderr[-2000:])
+    # Every line written is a whole trial (no torn line), and the sweep had trials left.
+    kept = [json.loads(line) for line in results.read_text().splitlines()]
+    assert 2 <= len(kept) < TRIALS, kept
+
+    # The rerun keeps every finished trial as it was and runs the rest, none twice.
+    summary = local_cluster.sweep(declaration, progress=False)
+    assert summary["trials"] == TRIALS and summary["resumed_trials"] >= len(kept), summary
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len({row["trial_id"] for row in rows}) == len(rows) == TRIALS, rows
+    for row in kept:
+        assert row in rows, row
