@@ -132,6 +132,20 @@ def secure_cluster():
     cluster.close()
 
 
+def interrupt(child: subprocess.Popen) -> tuple[float, str, str]:
+    """Sends `child` SIGINT (Ctrl-C) and waits for it to end: the seconds it took, its
+    stdout and stderr. Fails the test when it is still running 30 s later."""
+    interrupted = time.time()
+    child.send_signal(signal.SIGINT)
+    try:
+        stdout, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("the interrupted Python process was still alive 30 s after SIGINT")
+    return time.time() - interrupted, stdout, stderr
+
+
 def run_python(code: str, **kwargs) -> subprocess.Popen:
     """Starts `python -c code` (this interpreter) with the repository as its directory."""
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, **kwargs)

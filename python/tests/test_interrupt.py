@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MINILM, REPO, wiki_texts, write_corpus
+from conftest import MINILM, REPO, interrupt, wiki_texts, write_corpus
 
 # Control comes back within this long of the SIGINT.
 RETURNS_WITHIN_S = 2.0
@@ -51,18 +51,6 @@ def _wait_for(child: subprocess.Popen, ready, what: str) -> None:
         time.sleep(0.005)
 
 
-def _interrupt(child: subprocess.Popen, out: Path) -> tuple[float, str, str]:
-    interrupted = time.time()
-    child.send_signal(__import__("signal").SIGINT)
-    try:
-        stdout, stderr = child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        pytest.fail("the interrupted Python process was still alive 30 s after SIGINT")
-    return time.time() - interrupted, stdout, stderr
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     return write_corpus(tmp_path_factory.mktemp("interrupt") / "corpus.jsonl", wiki_texts(256))
@@ -91,7 +79,7 @@ def test_ctrl_c_returns_control_within_2_s(phase, corpus, tmp_path):
             lambda: (out / "embeddings.npy.partial").exists() or (out / "embeddings.npy").exists(),
             "the merge",
         )
-    took_s, stdout, stderr = _interrupt(child, out)
+    took_s, stdout, stderr = interrupt(child)
     assert took_s < RETURNS_WITHIN_S, f"{phase}: control came back {took_s:.2f} s after SIGINT"
     merged = out / "embeddings.npy"
     if phase == "merge":

@@ -5,7 +5,6 @@ a bad declaration refused with what to do."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import time
 import pytest
 
 import resident
-from conftest import MINILM, REPO, RESIDENT_BIN, WIKI
+from conftest import MINILM, REPO, RESIDENT_BIN, WIKI, interrupt
 
 
 def _labelled_records(path, count: int) -> None:
@@ -124,15 +123,7 @@ def test_ctrl_c_stops_a_sweep_and_a_rerun_keeps_every_finished_trial(local_clust
         assert child.poll() is None, child.communicate()
         assert time.time() < deadline, "no two trials finished in 180 s"
         time.sleep(0.01)
-    interrupted = time.time()
-    child.send_signal(signal.SIGINT)
-    try:
-        stdout, stderr = child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        pytest.fail("the interrupted sweep was still running 30 s after SIGINT")
-    took_s = time.time() - interrupted
+    took_s, stdout, stderr = interrupt(child)
     assert took_s < 2.0, f"control came back {took_s:.2f} s after SIGINT"
     assert "KeyboardInterrupt" in stderr and "finished" not in stdout, (stdout, stderr[-2000:])
     # Every line written is a whole trial (no torn line), and the sweep had trials left.
