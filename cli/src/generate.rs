@@ -67,8 +67,8 @@ pub struct GenerateArgs {
     )]
     output_format: OutputFormatArg,
     /// Print the first N records' prompts as the model will read them, with their token
-    /// counts, and exit without running anything (the model's tokenizer is read from a
-    /// local --model path).
+    /// counts (with --score, the text's tokens scored and the windows they take), and exit
+    /// without running anything (the model's tokenizer is read from a local --model path).
     #[arg(long, env = "RESIDENT_DRY_RUN", value_name = "N")]
     dry_run: Option<usize>,
     /// How the prompt reaches the model.

@@ -1,6 +1,6 @@
 //! `resident generate --dry-run N`: the first N records' prompts as the model will read
 //! them (the chat template rendered, the system message in place), each with its token
-//! count, and nothing run. The model's vocabulary and template are read from the model's
+//! count (and with `--score`, what is scored in how many windows), and nothing run. The model's vocabulary and template are read from the model's
 //! files alone (a GGUF file's metadata, a safetensors directory's tokenizer files), not its
 //! weights.
 
@@ -12,27 +12,45 @@ use resident_jobs::corpus_job::GenerateJobConfig;
 use resident_jobs::corpus_job::preview_prompts;
 use resident_models::generate::PromptTemplate;
 use resident_models::generate::prompt::PromptFormat;
+use resident_models::generate::score_windows::WindowSettings;
 use resident_node_agent::backends::generate::{chat_messages, model_prompt};
 
 use crate::exit::BadInput;
 
 pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::Result<()> {
     let model = local_model(&config.corpus.model)?;
-    let format = tokio::task::spawn_blocking(move || PromptFormat::load(&model))
-        .await?
-        .map_err(|e| BadInput(format!("--dry-run: {e}")))?;
+    let (format, context) = tokio::task::spawn_blocking(move || {
+        Ok::<_, resident_models::ModelError>((
+            PromptFormat::load(&model)?,
+            PromptFormat::model_context(&model)?,
+        ))
+    })
+    .await?
+    .map_err(|e| BadInput(format!("--dry-run: {e}")))?;
     let (prompts, bad) = preview_prompts(config, count).await?;
     let params = &config.generation.params;
     let template = match params.template {
         Template::Chat => PromptTemplate::Chat,
         Template::None => PromptTemplate::None,
     };
+    // The window an actor gives a prompt: the model's context, capped by --max-context,
+    // less what is generated after it (as `GenerateModel::scored_text` counts it).
+    let context = config
+        .generation
+        .max_context
+        .map_or(context, |cap| context.min(cap as usize));
+    let window = context
+        .saturating_sub(params.max_new_tokens.max(1) as usize)
+        .max(1);
     for (index, prompt) in prompts.iter().enumerate() {
         println!("=== record {} (id {})", index + 1, prompt.id);
         match rendered(&format, prompt, params, template) {
             Ok((text, tokens)) => {
                 println!("{text}");
                 println!("=== {tokens} prompt tokens");
+                if params.score {
+                    println!("=== {}", scored_windows(&format, prompt, params, window));
+                }
             }
             Err(error) => println!("=== refused: {error}"),
         }
@@ -75,6 +93,45 @@ fn rendered(
         .map_err(|e| e.to_string())?;
     let tokens = format.tokens(&text, template).map_err(|e| e.to_string())?;
     Ok((text, tokens.len()))
+}
+
+/// What `--score` scores of a text record: its tokens scored and the windows they take, or
+/// why it cannot be scored.
+fn scored_windows(
+    format: &PromptFormat,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    window: usize,
+) -> String {
+    if !prompt.messages.is_empty() {
+        return "refused: a conversation cannot be scored: --score scores a record's text \
+                field"
+            .into();
+    }
+    let settings = WindowSettings {
+        stride: params.score_stride.map(|s| s as usize),
+        max_windows: params.max_score_windows.map(|w| w as usize),
+    };
+    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
+    match format.scored_text(parts, window, settings) {
+        Ok(scored) => {
+            let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
+            let first = &scored.windows[0];
+            // A text with nothing before it has its first token unscored.
+            let tokens = tokens - usize::from(first.scored.start == 0 && !first.scored.is_empty());
+            format!(
+                "scored: {tokens} of the text's tokens, in {} window(s) of at most {window} \
+                 tokens{}",
+                scored.windows.len(),
+                match scored.truncated {
+                    true =>
+                        "; cut: the text is not scored to its end (--max-score-windows), or what follows it did not fit",
+                    false => "",
+                }
+            )
+        }
+        Err(error) => format!("refused: {error}"),
+    }
 }
 
 /// The model file or directory to read the tokenizer from: `--model` as a local path (a

@@ -110,6 +110,17 @@ impl PromptFormat {
         Self::new(Vocab::from_metadata(&content.metadata)?)
     }
 
+    /// The context (tokens) of the model at `path`, from the same metadata
+    /// [`PromptFormat::load`] reads: its window, for showing a prompt's fit without the
+    /// weights.
+    pub fn model_context(path: &Path) -> Result<usize, ModelError> {
+        if checkpoint::is_safetensors_dir(path) {
+            return Ok(checkpoint::hf_config(path)?.context);
+        }
+        let (_, content) = decoder::read_gguf(path)?;
+        Ok(decoder::LlamaConfig::from_metadata(&content.metadata)?.context)
+    }
+
     /// The prompt's text as the model reads it (before tokenisation; BOS, where `None`
     /// adds one, is a token, not text), with `cut` in place of the cuttable text.
     pub fn render(

@@ -305,6 +305,43 @@ fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]
     }
 }
 
+/// `--dry-run` with `--score` says, for each record, how many of its text's tokens are
+/// scored and in how many windows: what the run then scores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_says_what_a_score_covers() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let records = articles(2);
+    let input = dir.path().join("in.jsonl");
+    write_jsonl(&input, &records);
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--max-context", "48"]);
+    let (lines, _) = generate(dir.path(), "run", &records, "{text}", &flags);
+    flags.extend(["--dry-run", "2"]);
+    let output = generate_command(&input, &dir.path().join("dry"), "{text}", &flags)
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("=== scored: "))
+        .collect();
+    assert_eq!(said.len(), 2, "{stdout}");
+    for (said, line) in said.iter().zip(&lines) {
+        let tokens = &line["score"]["tokens"];
+        let windows = tokens.as_u64().unwrap().div_ceil(46);
+        assert!(
+            said.starts_with(&format!(
+                "=== scored: {tokens} of the text's tokens, in {windows} window(s) of at most \
+                 47 tokens"
+            )),
+            "{said} against {line}"
+        );
+    }
+}
+
 /// What a score cannot take is refused before anything runs, saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
