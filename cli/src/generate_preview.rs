@@ -1,8 +1,8 @@
 //! `resident generate --dry-run N`: the first N records' prompts as the model will read
 //! them (the chat template rendered, the system message in place), each with its token
-//! count (and with `--score`, what is scored in how many windows), and nothing run. The model's vocabulary and template are read from the model's
-//! files alone (a GGUF file's metadata, a safetensors directory's tokenizer files), not its
-//! weights.
+//! count (and with `--score`, what is scored in how many windows), and nothing run. The
+//! model's vocabulary, template and context are read from the model's files alone (a GGUF
+//! file's metadata, a safetensors directory's tokenizer and config files), not its weights.
 
 use std::path::{Path, PathBuf};
 
@@ -95,6 +95,10 @@ fn rendered(
     Ok((text, tokens.len()))
 }
 
+/// Said of a scored text that is cut.
+const CUT: &str = "; cut: the text is not scored to its end (--max-score-windows), or what \
+                   follows it did not fit";
+
 /// What `--score` scores of a text record: its tokens scored and the windows they take, or
 /// why it cannot be scored.
 fn scored_windows(
@@ -124,8 +128,7 @@ fn scored_windows(
                  tokens{}",
                 scored.windows.len(),
                 match scored.truncated {
-                    true =>
-                        "; cut: the text is not scored to its end (--max-score-windows), or what follows it did not fit",
+                    true => CUT,
                     false => "",
                 }
             )
