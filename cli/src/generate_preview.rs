@@ -12,8 +12,9 @@ use resident_jobs::corpus_job::GenerateJobConfig;
 use resident_jobs::corpus_job::preview_prompts;
 use resident_models::generate::PromptTemplate;
 use resident_models::generate::prompt::PromptFormat;
-use resident_models::generate::score_windows::WindowSettings;
-use resident_node_agent::backends::generate::{chat_messages, model_prompt};
+use resident_node_agent::backends::generate::{
+    chat_messages, model_prompt, score_window, scored_text,
+};
 
 use crate::exit::BadInput;
 
@@ -33,15 +34,11 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
         Template::Chat => PromptTemplate::Chat,
         Template::None => PromptTemplate::None,
     };
-    // The window an actor gives a prompt: the model's context, capped by --max-context,
-    // less what is generated after it (as `GenerateModel::scored_text` counts it).
+    // The context an actor runs the model with: its own, capped by --max-context.
     let context = config
         .generation
         .max_context
         .map_or(context, |cap| context.min(cap as usize));
-    let window = context
-        .saturating_sub(params.max_new_tokens.max(1) as usize)
-        .max(1);
     for (index, prompt) in prompts.iter().enumerate() {
         println!("=== record {} (id {})", index + 1, prompt.id);
         match rendered(&format, prompt, params, template) {
@@ -49,7 +46,7 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
                 println!("{text}");
                 println!("=== {tokens} prompt tokens");
                 if params.score {
-                    println!("=== {}", scored_windows(&format, prompt, params, window));
+                    println!("=== {}", scored_windows(&format, prompt, params, context));
                 }
             }
             Err(error) => println!("=== refused: {error}"),
@@ -105,36 +102,25 @@ fn scored_windows(
     format: &PromptFormat,
     prompt: &PromptParts,
     params: &GenerateParams,
-    window: usize,
+    context: usize,
 ) -> String {
-    if !prompt.messages.is_empty() {
-        return "refused: a conversation cannot be scored: --score scores a record's text \
-                field"
-            .into();
-    }
-    let settings = WindowSettings {
-        stride: params.score_stride.map(|s| s as usize),
-        max_windows: params.max_score_windows.map(|w| w as usize),
+    let scored = match scored_text(format, context, prompt, params) {
+        Ok(scored) => scored,
+        Err(error) => return format!("refused: {error}"),
     };
-    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
-    match format.scored_text(parts, window, settings) {
-        Ok(scored) => {
-            let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
-            let first = &scored.windows[0];
-            // A text with nothing before it has its first token unscored.
-            let tokens = tokens - usize::from(first.scored.start == 0 && !first.scored.is_empty());
-            format!(
-                "scored: {tokens} of the text's tokens, in {} window(s) of at most {window} \
-                 tokens{}",
-                scored.windows.len(),
-                match scored.truncated {
-                    true => CUT,
-                    false => "",
-                }
-            )
+    let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
+    let first = &scored.windows[0];
+    // A text with nothing before it has its first token unscored.
+    let tokens = tokens - usize::from(first.scored.start == 0 && !first.scored.is_empty());
+    format!(
+        "scored: {tokens} of the text's tokens, in {} window(s) of at most {} tokens{}",
+        scored.windows.len(),
+        score_window(context, params),
+        match scored.truncated {
+            true => CUT,
+            false => "",
         }
-        Err(error) => format!("refused: {error}"),
-    }
+    )
 }
 
 /// The model file or directory to read the tokenizer from: `--model` as a local path (a

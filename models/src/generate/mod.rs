@@ -487,19 +487,6 @@ impl GenerateModel {
         self.format.fit(prompt, template, self.context(), reserve)
     }
 
-    /// The raw prompt `before + text + after` whose text is scored, in windows that leave
-    /// `reserve` tokens of the context (at least one) for what is generated after the text
-    /// ([`PromptFormat::scored_text`]).
-    pub fn scored_text(
-        &self,
-        parts: (&str, &str, &str),
-        reserve: usize,
-        windows: score_windows::WindowSettings,
-    ) -> Result<prompt::ScoredText, ModelError> {
-        let limit = self.context().saturating_sub(reserve.max(1)).max(1);
-        self.format.scored_text(parts, limit, windows)
-    }
-
     /// The logits of the token after `prompt` (one prefill, on a fresh cache): for checks
     /// against other implementations.
     pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {

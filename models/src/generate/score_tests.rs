@@ -152,7 +152,7 @@ fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
         " A river is water that flows.",
         "\n",
     );
-    let whole = model.scored_text(parts, 1, ROLLING).unwrap();
+    let whole = model.format.scored_text(parts, WINDOW, ROLLING).unwrap();
     assert!(!whole.truncated);
     let [prompt] = &whole.windows[..] else {
         panic!("one window: {whole:?}")
@@ -192,7 +192,7 @@ fn a_long_text_is_scored_in_windows_that_cover_each_token_once() {
     let text = " The river runs from the hills to the sea, past farms and mills and towns, \
                 and its water is used for drinking, for fields and for power.";
     let parts = ("Passage:", text, "\nSummary:");
-    let whole = model.scored_text(parts, 1, ROLLING).unwrap();
+    let whole = model.format.scored_text(parts, WINDOW, ROLLING).unwrap();
     let [one] = &whole.windows[..] else {
         panic!("one window: {whole:?}")
     };
@@ -238,8 +238,11 @@ fn a_long_text_is_scored_in_windows_that_cover_each_token_once() {
     }
 }
 
-/// Windows wide enough for the whole text: one scoring each token.
+/// The default windows: as many as a text takes, each scoring all its tokens but one.
 const ROLLING: WindowSettings = WindowSettings {
     stride: None,
     max_windows: None,
 };
+
+/// A window wide enough for the test texts.
+const WINDOW: usize = 1024;

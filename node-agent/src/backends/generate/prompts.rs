@@ -12,7 +12,7 @@ use resident_actor::generate::{
 };
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
-use resident_models::generate::prompt::{Prompt, PromptFormat};
+use resident_models::generate::prompt::{Prompt, PromptFormat, ScoredText};
 use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::score_windows::WindowSettings;
 use resident_models::generate::{
@@ -288,7 +288,7 @@ fn plan(
     }
     let messages = chat_messages(prompt);
     if params.score {
-        return scored(model, prompt, params, messages.is_empty());
+        return scored(model, prompt, params);
     }
     let parts = model_prompt(prompt, &params, &messages);
     // A record's own schema that cannot compile is refused alone; the job's fails
@@ -331,7 +331,6 @@ fn scored(
     model: &GenerateModel,
     prompt: &PromptParts,
     params: GenerateParams,
-    is_text: bool,
 ) -> Result<Planned, String> {
     if params.system.is_some() {
         return Err(
@@ -340,19 +339,9 @@ fn scored(
                 .into(),
         );
     }
-    if !is_text {
-        return Ok(Planned::Refused(
-            "a conversation cannot be scored: --score scores a record's text field".into(),
-        ));
-    }
-    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
-    let settings = WindowSettings {
-        stride: params.score_stride.map(|s| s as usize),
-        max_windows: params.max_score_windows.map(|w| w as usize),
-    };
-    let scored = match model.scored_text(parts, params.max_new_tokens as usize, settings) {
+    let scored = match scored_text(model.format(), model.context(), prompt, &params) {
         Ok(scored) => scored,
-        Err(error) => return Ok(Planned::Refused(error.to_string())),
+        Err(error) => return Ok(Planned::Refused(error)),
     };
     let top = params.prompt_logprobs.unwrap_or(0) as usize;
     let mut windows: Vec<_> = scored
@@ -376,6 +365,35 @@ fn scored(
         scoring: Some(scoring),
         windows_before: windows,
     })
+}
+
+/// A text record's windows to score under `params` with a model of `context` tokens, or why
+/// the record cannot be scored: what an actor runs, and what `--dry-run` shows.
+pub fn scored_text(
+    format: &PromptFormat,
+    context: usize,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+) -> Result<ScoredText, String> {
+    if !prompt.messages.is_empty() {
+        return Err("a conversation cannot be scored: --score scores a record's text field".into());
+    }
+    let settings = WindowSettings {
+        stride: params.score_stride.map(|s| s as usize),
+        max_windows: params.max_score_windows.map(|w| w as usize),
+    };
+    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
+    format
+        .scored_text(parts, score_window(context, params), settings)
+        .map_err(|e| e.to_string())
+}
+
+/// The tokens a scoring window may hold in a model of `context` tokens: the context less
+/// what is generated after the text (at least one token, the next one's row).
+pub fn score_window(context: usize, params: &GenerateParams) -> usize {
+    context
+        .saturating_sub(params.max_new_tokens.max(1) as usize)
+        .max(1)
 }
 
 /// The grammar `format` asks for, compiled once to check it (each sequence compiles
