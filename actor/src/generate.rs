@@ -548,7 +548,9 @@ impl GenerateParams {
             (
                 !self.score || self.template == Template::None,
                 "score",
-                "scores the raw text: it needs template none (--template none)".into(),
+                "scores the raw text: it needs template none (--template none); a \
+                 conversation's reply is read through the chat template all the same"
+                    .into(),
             ),
             (
                 !self.score || self.response_format.is_none(),

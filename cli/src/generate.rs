@@ -131,9 +131,12 @@ pub struct GenerateArgs {
     /// given the prompt before it, written as `score` ({"tokens", "logprob", "perplexity",
     /// "greedy"}) per record and as the corpus's perplexity in the report. For perplexity
     /// filtering (with the default prompt, `{text}`) and evaluation (the prompt's text
-    /// before `{text}` is the context). Needs --template none; with --max-new-tokens 0
-    /// nothing is generated. A text longer than the model's window is scored whole, in
-    /// windows (--score-stride, --max-score-windows).
+    /// before `{text}` is the context). A conversation record (`messages`) is scored on
+    /// its last message, the assistant's reply, given the turns before it through the
+    /// model's chat template (DPO reference log-probabilities, reply filtering). Needs
+    /// --template none (how text records are read); with --max-new-tokens 0 nothing is
+    /// generated. A text longer than the model's window is scored whole, in windows
+    /// (--score-stride, --max-score-windows).
     #[arg(long, env = "RESIDENT_SCORE")]
     score: bool,
     /// With --score, each scored token's log-probability, with those of this many likeliest

@@ -85,9 +85,15 @@ fn rendered(
     }
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
-    let text = format
-        .render(&parts, template, None)
-        .map_err(|e| e.to_string())?;
+    let template = parts.template(template);
+    let text = match params.score && !messages.is_empty() {
+        // What a scored conversation reads: the turns before the reply, then the reply closed.
+        true => format
+            .reply_parts(&messages)
+            .map(|(asked, reply)| asked + &reply),
+        false => format.render(&parts, template, None),
+    }
+    .map_err(|e| e.to_string())?;
     let tokens = format.tokens(&text, template).map_err(|e| e.to_string())?;
     Ok((text, tokens.len()))
 }
@@ -96,8 +102,8 @@ fn rendered(
 const CUT: &str = "; cut: the text is not scored to its end (--max-score-windows), or what \
                    follows it did not fit";
 
-/// What `--score` scores of a text record: its tokens scored and the windows they take, or
-/// why it cannot be scored.
+/// What `--score` scores of a record (a text, or a conversation's reply): its tokens scored
+/// and the windows they take, or why it cannot be scored.
 fn scored_windows(
     format: &PromptFormat,
     prompt: &PromptParts,
@@ -112,8 +118,12 @@ fn scored_windows(
     let first = &scored.windows[0];
     // A text with nothing before it has its first token unscored.
     let tokens = tokens - usize::from(first.scored.start == 0 && !first.scored.is_empty());
+    let what = match prompt.messages.is_empty() {
+        true => "the text's",
+        false => "the reply's",
+    };
     format!(
-        "scored: {tokens} of the text's tokens, in {} window(s) of at most {} tokens{}",
+        "scored: {tokens} of {what} tokens, in {} window(s) of at most {} tokens{}",
         scored.windows.len(),
         score_window(context, params),
         match scored.truncated {

@@ -46,8 +46,75 @@ impl ChatTemplate {
     /// it). A system message the template leaves out, or one it refuses, is an error that
     /// says so.
     pub fn render(&self, messages: &[Message]) -> Result<String, ModelError> {
-        let template = self.env.get_template("chat").expect("added in new");
         let prefill = messages.last().filter(|m| m.role == "assistant");
+        let rendered = self.render_with(messages, prefill.is_none())?;
+        match prefill {
+            None => Ok(rendered),
+            Some(last) => {
+                // As transformers does: cut after the final message's content.
+                let content = last.content.trim();
+                match rendered.rfind(content) {
+                    Some(at) if !content.is_empty() => {
+                        Ok(rendered[..at + content.len()].to_owned())
+                    }
+                    _ => Err(ModelError::Task(
+                        "the model's chat template did not keep the final assistant message's \
+                         text, so it cannot be continued; end the conversation with a user \
+                         message"
+                            .into(),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// A conversation that ends with the assistant's reply, split where the reply starts:
+    /// the conversation before it with the generation prompt (what the model reads before
+    /// it writes the reply), and the reply as the template writes it, its end-of-turn
+    /// marker included and the separator after that left out. What `--score` scores of a
+    /// conversation (TRL's DPO reference log-probabilities split a conversation so).
+    pub fn render_reply(&self, messages: &[Message]) -> Result<(String, String), ModelError> {
+        let refused = |why: String| {
+            ModelError::Task(format!(
+                "a conversation is scored on its last message, the assistant's reply to the \
+                 turns before it; {why} (end it with the reply to score, a \
+                 {{\"role\": \"assistant\"}} message after a user turn)"
+            ))
+        };
+        let (last, before) = messages
+            .split_last()
+            .ok_or_else(|| refused("this one has no message".into()))?;
+        if last.role != "assistant" {
+            return Err(refused(format!(
+                "this one ends with a {} message",
+                last.role
+            )));
+        }
+        if before.last().is_none_or(|m| m.role != "user") {
+            return Err(refused("its reply follows no user turn".into()));
+        }
+        let asked = self.render_with(before, true)?;
+        let whole = self.render_with(messages, false)?;
+        match whole.strip_prefix(asked.as_str()) {
+            Some(reply) if reply.contains(last.content.trim()) => {
+                Ok((asked, reply.trim_end().to_owned()))
+            }
+            _ => Err(ModelError::Task(
+                "the model's chat template writes the conversation before the reply \
+                 differently once the reply follows (as templates that drop earlier turns' \
+                 reasoning do), so the reply cannot be scored apart from it"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The conversation as the template renders it, with or without the generation prompt.
+    fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let template = self.env.get_template("chat").expect("added in new");
         let listed: Vec<_> = messages
             .iter()
             .map(|m| context! { role => &m.role, content => &m.content })
@@ -56,7 +123,7 @@ impl ChatTemplate {
         let rendered = template
             .render(context! {
                 messages => listed,
-                add_generation_prompt => prefill.is_none(),
+                add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos,
                 eos_token => &self.eos,
             })
@@ -77,24 +144,7 @@ impl ChatTemplate {
                     .into(),
             ));
         }
-        match prefill {
-            None => Ok(rendered),
-            Some(last) => {
-                // As transformers does: cut after the final message's content.
-                let content = last.content.trim();
-                match rendered.rfind(content) {
-                    Some(at) if !content.is_empty() => {
-                        Ok(rendered[..at + content.len()].to_owned())
-                    }
-                    _ => Err(ModelError::Task(
-                        "the model's chat template did not keep the final assistant message's \
-                         text, so it cannot be continued; end the conversation with a user \
-                         message"
-                            .into(),
-                    )),
-                }
-            }
-        }
+        Ok(rendered)
     }
 }
 
@@ -156,6 +206,34 @@ mod tests {
             "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
              <|im_start|>assistant\n{\"a\":"
         );
+    }
+
+    #[test]
+    fn a_reply_is_split_from_the_conversation_before_it_with_its_end_of_turn() {
+        let template = ChatTemplate::new(CHATML, "<|im_start|>", "<|im_end|>").unwrap();
+        let conversation = [
+            Message::new("user", "Capital of France?"),
+            Message::new("assistant", "Paris."),
+        ];
+        let (asked, reply) = template.render_reply(&conversation).unwrap();
+        assert_eq!(asked, template.render(&conversation[..1]).unwrap());
+        assert!(asked.ends_with("<|im_start|>assistant\n"), "{asked}");
+        assert_eq!(reply, "Paris.<|im_end|>");
+        let refusal =
+            |messages: &[Message]| template.render_reply(messages).unwrap_err().to_string();
+        let open = refusal(&conversation[..1]);
+        assert!(open.contains("ends with a user message"), "{open}");
+        assert!(refusal(&[]).contains("has no message"));
+        let alone = refusal(&conversation[1..]);
+        assert!(alone.contains("follows no user turn"), "{alone}");
+        // A template that writes earlier turns otherwise once a reply follows them.
+        let shifting = "{% for m in messages %}{{ m['content'] }}{% if not loop.last %}|{% endif %}{% endfor %}{% if add_generation_prompt %}>{% endif %}";
+        let template = ChatTemplate::new(shifting, "", "").unwrap();
+        let error = template
+            .render_reply(&conversation)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("cannot be scored apart"), "{error}");
     }
 
     #[test]

@@ -56,6 +56,15 @@ impl<'a> Prompt<'a> {
         }
     }
 
+    /// The template this prompt is read with when `asked` is the job's: a conversation has
+    /// no raw form, so it is always the chat template's; text parts take the one asked.
+    pub fn template(&self, asked: PromptTemplate) -> PromptTemplate {
+        match self {
+            Self::Parts { .. } => asked,
+            Self::Messages(_) => PromptTemplate::Chat,
+        }
+    }
+
     /// The text that may be cut.
     fn cuttable(&self) -> &'a str {
         match *self {
@@ -122,7 +131,9 @@ impl PromptFormat {
     }
 
     /// The prompt's text as the model reads it (before tokenisation; BOS, where `None`
-    /// adds one, is a token, not text), with `cut` in place of the cuttable text.
+    /// adds one, is a token, not text), with `cut` in place of the cuttable text. A
+    /// conversation is rendered by the chat template whatever `template` says
+    /// ([`Prompt::template`]).
     pub fn render(
         &self,
         prompt: &Prompt,
@@ -131,7 +142,7 @@ impl PromptFormat {
     ) -> Result<String, ModelError> {
         let cuttable = prompt.cuttable();
         let text = cut.unwrap_or(cuttable);
-        match (template, prompt) {
+        match (prompt.template(template), prompt) {
             (
                 PromptTemplate::None,
                 Prompt::Parts {
@@ -141,20 +152,11 @@ impl PromptFormat {
                     ..
                 },
             ) => Ok(format!("{before}{text}{after}")),
-            (PromptTemplate::None, Prompt::Parts { .. }) => Err(ModelError::InvalidConfig(
+            (PromptTemplate::None, _) => Err(ModelError::InvalidConfig(
                 "a system message needs the model's chat template; use --template chat".into(),
             )),
-            (PromptTemplate::None, Prompt::Messages(_)) => Err(ModelError::InvalidConfig(
-                "chat messages need the model's chat template; use --template chat".into(),
-            )),
             (PromptTemplate::Chat, _) => {
-                let chat = self.chat.as_ref().ok_or_else(|| {
-                    ModelError::InvalidConfig(
-                        "the model has no chat template; use --template none (and a text \
-                         prompt, without --system or messages)"
-                            .into(),
-                    )
-                })?;
+                let chat = self.chat()?;
                 let messages = match *prompt {
                     Prompt::Parts {
                         system,
@@ -212,18 +214,13 @@ impl PromptFormat {
         context: usize,
         reserve: usize,
     ) -> Result<(Vec<u32>, bool), ModelError> {
+        let template = prompt.template(template);
         let limit = context.saturating_sub(reserve).max(1);
         let whole = self.tokens(&self.render(prompt, template, None)?, template)?;
         if whole.len() <= limit {
             return Ok((whole, false));
         }
-        let text_tokens = self
-            .vocab
-            .tokenizer
-            .encode(prompt.cuttable(), false)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
-            .get_ids()
-            .to_vec();
+        let text_tokens = self.encode(prompt.cuttable())?;
         let mut over = whole.len() - limit;
         let mut fitted = whole;
         // Token boundaries move a little when the cut text is tokenised again.
@@ -258,27 +255,53 @@ impl PromptFormat {
         limit: usize,
         settings: WindowSettings,
     ) -> Result<ScoredText, ModelError> {
-        let encode = |part: &str| -> Result<Vec<u32>, ModelError> {
-            Ok(self
-                .vocab
-                .tokenizer
-                .encode(part, false)
-                .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
-                .get_ids()
-                .to_vec())
-        };
         let head = self.tokens(before, PromptTemplate::None)?;
+        let text = (self.encode(text)?, self.encode(after)?);
+        let named = ["the prompt's text before the record's", "the prompt"];
+        self.windows(head, text, limit, settings, named)
+    }
+
+    /// A conversation whose last message, the assistant's reply, is scored given the turns
+    /// before it ([`ChatTemplate::render_reply`]: the reply with its end-of-turn marker),
+    /// the two tokenised apart, in windows as [`PromptFormat::scored_text`]'s.
+    pub fn scored_reply(
+        &self,
+        messages: &[Message],
+        limit: usize,
+        settings: WindowSettings,
+    ) -> Result<ScoredText, ModelError> {
+        let (asked, reply) = self.reply_parts(messages)?;
+        let head = self.tokens(&asked, PromptTemplate::Chat)?;
+        let text = (self.encode(&reply)?, Vec::new());
+        let named = ["the conversation before the reply", "the conversation"];
+        self.windows(head, text, limit, settings, named)
+    }
+
+    /// A conversation as [`PromptFormat::scored_reply`] reads it: the text before the reply
+    /// and the reply's own.
+    pub fn reply_parts(&self, messages: &[Message]) -> Result<(String, String), ModelError> {
+        self.chat()?.render_reply(messages)
+    }
+
+    /// `head`, then the text's tokens in as many `limit`-token windows as they take, then
+    /// what follows them (`after`) where it fits; `named` says what `head` is, and what to
+    /// shorten, in the refusal when it alone fills a window.
+    fn windows(
+        &self,
+        head: Vec<u32>,
+        (text_tokens, after_tokens): (Vec<u32>, Vec<u32>),
+        limit: usize,
+        settings: WindowSettings,
+        [what, shorten]: [&str; 2],
+    ) -> Result<ScoredText, ModelError> {
         if head.len() >= limit {
             return Err(ModelError::Task(format!(
-                "the prompt's text before the record's is {} tokens, which leaves no room \
-                 in the model's {limit}-token window for the text to score; shorten the \
-                 prompt",
+                "{what} is {} tokens, which leaves no room in the model's {limit}-token \
+                 window for the text to score; shorten {shorten}",
                 head.len()
             )));
         }
         let lead = self.tokens("", PromptTemplate::None)?;
-        let text_tokens = encode(text)?;
-        let after_tokens = encode(after)?;
         let plan = score_windows::plan_windows(
             text_tokens.len(),
             after_tokens.len(),
@@ -309,6 +332,28 @@ impl PromptFormat {
         Ok(ScoredText {
             windows,
             truncated: plan.truncated,
+        })
+    }
+
+    /// `part`'s tokens alone: no BOS, special tokens' texts read as those tokens.
+    fn encode(&self, part: &str) -> Result<Vec<u32>, ModelError> {
+        Ok(self
+            .vocab
+            .tokenizer
+            .encode(part, false)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// The model's chat template, or what to do without one.
+    fn chat(&self) -> Result<&ChatTemplate, ModelError> {
+        self.chat.as_ref().ok_or_else(|| {
+            ModelError::InvalidConfig(
+                "the model has no chat template; use --template none (and a text prompt, \
+                 without --system or messages)"
+                    .into(),
+            )
         })
     }
 

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use candle_core::Device;
 
+use super::chat::Message;
 use super::dense_tests::gguf_path;
 use super::score_windows::WindowSettings;
 use super::tests::greedy;
@@ -236,6 +237,64 @@ fn a_long_text_is_scored_in_windows_that_cover_each_token_once() {
             assert!(rolled.windows[1..].iter().all(|w| w.scored.len() <= stride));
         }
     }
+}
+
+/// A conversation's reply is scored after the turns before it, as the chat template writes
+/// them with the generation prompt: exactly the tokens generation would continue from, then
+/// the reply's own tokens through its end-of-turn marker. A true reply scores above a false
+/// one (DPO's chosen and rejected); a conversation that ends with the user is refused.
+#[test]
+fn a_conversation_s_reply_is_scored_after_the_turns_before_it() {
+    let model = quantised();
+    let question = Message::new("user", "What is the capital of France?");
+    let conversation = |reply: &str| [question.clone(), Message::new("assistant", reply)];
+    let chosen = conversation("The capital of France is Paris.");
+    let scored = model.format.scored_reply(&chosen, WINDOW, ROLLING).unwrap();
+    let [window] = &scored.windows[..] else {
+        panic!("one window: {scored:?}")
+    };
+    let asked = model
+        .format
+        .fit(
+            &Prompt::Messages(&chosen[..1]),
+            PromptTemplate::None,
+            WINDOW,
+            1,
+        )
+        .unwrap()
+        .0;
+    assert_eq!(window.tokens[..window.scored.start], asked[..]);
+    assert_eq!(window.scored.end, window.tokens.len());
+    let reply = &window.tokens[window.scored.clone()];
+    assert_eq!(
+        model.decode(reply).unwrap(),
+        "The capital of France is Paris."
+    );
+    let end_of_turn = model.format.token_id("<|im_end|>").unwrap();
+    assert_eq!(reply.last(), Some(&end_of_turn));
+    let logprob = |messages: &[Message]| -> f32 {
+        let scored = model
+            .format
+            .scored_reply(messages, WINDOW, ROLLING)
+            .unwrap();
+        let window = &scored.windows[0];
+        let request = score_only("c", window.tokens.clone(), window.scored.start, 0);
+        let out = model
+            .generate(&[request], StepLimits::new(1, 256), &mut || {})
+            .unwrap()
+            .remove(0);
+        assert_eq!(out.prompt_logprobs.len(), window.scored.len());
+        out.prompt_logprobs.iter().map(|t| t.logprob).sum()
+    };
+    let rejected = conversation("The capital of France is Berlin.");
+    let (good, bad) = (logprob(&chosen), logprob(&rejected));
+    assert!(good > bad + 1.0, "chosen {good} against rejected {bad}");
+    let error = model
+        .format
+        .scored_reply(&chosen[..1], WINDOW, ROLLING)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("ends with a user message"), "{error}");
 }
 
 /// The default windows: as many as a text takes, each scoring all its tokens but one.

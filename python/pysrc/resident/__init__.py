@@ -809,6 +809,12 @@ class Cluster:
         ``messages`` and parameters of its own by OpenAI's names. The model's chat template
         renders it; a system message the template cannot take is refused in words.
         Parameters and the dicts returned are those of :meth:`generate`.
+
+        ``score=True`` scores each conversation's last message, the assistant's reply, given
+        the turns before it (``score["logprob"]`` is DPO's reference log-probability of a
+        chosen or rejected reply; the reply's end-of-turn marker is scored with it);
+        ``max_new_tokens=0`` generates nothing. A conversation that does not end with a
+        reply after a user turn gets an ``error``.
         """
         items = []
         for conversation in conversations:
@@ -828,8 +834,11 @@ class Cluster:
                 "({'role': 'system', 'content': ...}), not system=",
                 "BadInput",
             )
+        # A conversation is always read through the chat template; a score asks for
+        # template "none", which only a text prompt would be read with.
+        template = "none" if sampling.get("score") else "chat"
         return self._complete(
-            items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, "chat",
+            items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
             replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
         )
 

@@ -188,6 +188,12 @@ class Cluster:
         ``messages`` and parameters of its own by OpenAI\'s names. The model\'s chat template
         renders it; a system message the template cannot take is refused in words.
         Parameters and the dicts returned are those of :meth:`generate`.
+
+        ``score=True`` scores each conversation\'s last message, the assistant\'s reply, given
+        the turns before it (``score["logprob"]`` is DPO\'s reference log-probability of a
+        chosen or rejected reply; the reply\'s end-of-turn marker is scored with it);
+        ``max_new_tokens=0`` generates nothing. A conversation that does not end with a
+        reply after a user turn gets an ``error``.
         '''
     def nodes(self) -> list[types.SimpleNamespace]:
         """The nodes, with the fields ``resident status --json`` shows."""

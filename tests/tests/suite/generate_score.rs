@@ -4,8 +4,8 @@
 //! (`tests/fixtures/smollm2_llama_cpp_scores.json`, written by
 //! `scripts/make-llama-cpp-scores.py`): the same tokens scored, alone and after a context,
 //! with log-probabilities within llama.cpp's own spread. Real text scores below its words
-//! shuffled; a text too long goes on in windows; scoring and generating go together; wrong
-//! flags are refused with what to do.
+//! shuffled; a text too long goes on in windows; a conversation is scored on its reply;
+//! scoring and generating go together; wrong flags are refused with what to do.
 
 use std::path::Path;
 
@@ -339,6 +339,95 @@ async fn a_dry_run_says_what_a_score_covers() {
             )),
             "{said} against {line}"
         );
+    }
+}
+
+/// A conversation record is scored on its last message, the assistant's reply, given the
+/// turns before it through the model's chat template (DPO's reference log-probabilities):
+/// the reply's tokens through its end-of-turn marker, with the log-probability of the same
+/// tokens fed raw after the same text by hand (the raw path is llama.cpp's, above). A true
+/// reply scores above a false one; a conversation without a reply is refused alone, in
+/// words; `--dry-run` shows what is read and how much of it is scored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_scored_on_its_reply() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let question = "What is the capital of France?";
+    let conversation = |reply: &str| {
+        json!({"messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": reply},
+        ]})
+    };
+    let paris = "The capital of France is Paris.";
+    let mut records = vec![
+        conversation(paris),
+        conversation("The capital of France is Berlin."),
+        json!({"messages": [{"role": "user", "content": question}]}),
+    ];
+    for (id, record) in records.iter_mut().enumerate() {
+        record["id"] = json!(id);
+    }
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--prompt-logprobs", "1"]);
+    let (lines, report) = generate(dir.path(), "chat", &records, "{text}", &flags);
+    let [chosen, rejected, open] = &lines[..] else {
+        panic!("three lines: {lines:?}")
+    };
+    let listed: Vec<&str> = chosen["prompt_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.concat(), format!("{paris}<|im_end|>"), "{chosen}");
+    let logprob = |line: &Value| float(&line["score"]["logprob"]);
+    assert!(
+        logprob(chosen) > logprob(rejected) + 1.0,
+        "{chosen} against {rejected}"
+    );
+    let error = open["error"].as_str().unwrap_or_default();
+    assert!(error.contains("ends with a user message"), "{open}");
+    assert_eq!(report["scored_texts"], 2, "{report}");
+
+    // The same tokens fed raw (`--template none`), after the template's text by hand.
+    let asked = format!(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let raw = [json!({"id": 0, "asked": asked, "text": format!("{paris}<|im_end|>")})];
+    let (raw, _) = generate(dir.path(), "raw", &raw, "{asked}{text}", &flags);
+    assert_eq!(
+        raw[0]["prompt_tokens"], chosen["prompt_tokens"],
+        "{}",
+        raw[0]
+    );
+    assert_eq!(raw[0]["score"]["tokens"], chosen["score"]["tokens"]);
+    assert!(
+        (logprob(&raw[0]) - logprob(chosen)).abs() < 1e-3,
+        "{}",
+        raw[0]
+    );
+
+    let input = dir.path().join("chat.jsonl");
+    let mut dry = SCORE.to_vec();
+    dry.extend(["--dry-run", "3"]);
+    let output = generate_command(&input, &dir.path().join("dry"), "{text}", &dry)
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    let tokens = &chosen["score"]["tokens"];
+    for said in [
+        format!(
+            "{asked}{paris}<|im_end|>\n=== {} prompt tokens",
+            chosen["prompt_tokens"]
+        ),
+        format!("=== scored: {tokens} of the reply's tokens, in 1 window(s)"),
+        "=== refused: a conversation is scored on its last message".into(),
+    ] {
+        assert!(shown.contains(&said), "{said} in {shown}");
     }
 }
 

@@ -323,10 +323,11 @@ fn plan(
     }
 }
 
-/// A prompt whose record text is scored: the raw prompt with the text's tokens marked, in as
-/// many windows as the text takes (the last one generates). A system message fails the task
-/// (the job's, every record would); a conversation, an instruction too long for the context,
-/// or a text too long for its windows' stride, is refused alone.
+/// A prompt whose record text (or conversation's reply) is scored: the prompt with the
+/// scored tokens marked, in as many windows as they take (the last one generates). A system
+/// message fails the task (the job's, every record would); a conversation that ends with no
+/// reply, an instruction too long for the context, or a text too long for its windows'
+/// stride, is refused alone.
 fn scored(
     model: &GenerateModel,
     prompt: &PromptParts,
@@ -367,25 +368,29 @@ fn scored(
     })
 }
 
-/// A text record's windows to score under `params` with a model of `context` tokens, or why
-/// the record cannot be scored: what an actor runs, and what `--dry-run` shows.
+/// A record's windows to score under `params` with a model of `context` tokens, or why the
+/// record cannot be scored: what an actor runs, and what `--dry-run` shows. A text record's
+/// text is scored raw; a conversation's last message, the assistant's reply, given the
+/// turns before it through the model's chat template.
 pub fn scored_text(
     format: &PromptFormat,
     context: usize,
     prompt: &PromptParts,
     params: &GenerateParams,
 ) -> Result<ScoredText, String> {
-    if !prompt.messages.is_empty() {
-        return Err("a conversation cannot be scored: --score scores a record's text field".into());
-    }
     let settings = WindowSettings {
         stride: params.score_stride.map(|s| s as usize),
         max_windows: params.max_score_windows.map(|w| w as usize),
     };
-    let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
-    format
-        .scored_text(parts, score_window(context, params), settings)
-        .map_err(|e| e.to_string())
+    let window = score_window(context, params);
+    let scored = match prompt.messages.is_empty() {
+        true => {
+            let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
+            format.scored_text(parts, window, settings)
+        }
+        false => format.scored_reply(&chat_messages(prompt), window, settings),
+    };
+    scored.map_err(|e| e.to_string())
 }
 
 /// The tokens a scoring window may hold in a model of `context` tokens: the context less
