@@ -1,7 +1,8 @@
 """Scoring text from Python (`cluster.generate(..., score=True)`), as `resident generate
 --score` does, with the real SmolLM2 GGUF: a text's score is the CLI's for the same text;
 a context before the text is left unscored, so multiple-choice answers compare as
-lm-evaluation-harness compares them; wrong arguments are refused in words."""
+lm-evaluation-harness compares them; a conversation's reply is scored as DPO reads it;
+wrong arguments are refused in words."""
 
 from __future__ import annotations
 
@@ -55,6 +56,21 @@ def test_a_context_is_left_unscored_and_the_right_answer_scores_highest(local_cl
     best = max(range(len(choices)), key=lambda i: outs[i]["score"]["logprob"])
     assert choices[best] == " Paris.", [o["score"] for o in outs]
     assert outs[0]["score"]["greedy"] is True, outs[0]["score"]
+
+
+def test_a_chat_score_ranks_replies_as_dpo_reads_them(local_cluster):
+    question = {"role": "user", "content": "What is the capital of France?"}
+    replies = ["The capital of France is Paris.", "The capital of France is Berlin."]
+    outs = local_cluster.chat(
+        [[question, {"role": "assistant", "content": r}] for r in replies] + [[question]],
+        model=str(SMOLLM2), max_new_tokens=0, score=True, prompt_logprobs=0, progress=False,
+    )
+    chosen, rejected, open_ended = outs
+    for reply, out in zip(replies, outs):
+        listed = "".join(t["token"] for t in out["prompt_logprobs"])
+        assert listed == reply + "<|im_end|>", (listed, reply)
+    assert chosen["score"]["logprob"] > rejected["score"]["logprob"] + 1.0, (chosen, rejected)
+    assert "ends with a user message" in open_ended["error"], open_ended
 
 
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
