@@ -31,7 +31,7 @@
 #     check, rope_heads, the sampled draw, decode graphs against eager steps) against its CPU
 #     reference.
 # GENERATE_BATCHES and GENERATE_STEP_TOKENS (default 512,4096) set the generate rows;
-# SECTIONS="generate large-decoder agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, LARGE_DECODERS="qwen2.5-0.5b qwen3-0.6b" the 0.5B-class shapes, EMBED_MODELS="minilm mpnet" models, EMBED_MATERIALISED=0 drops the materialised-attention rows; QWEN3_BUDGETS="16384 65536" runs
+# SECTIONS="generate logprobs large-decoder agreement kernels load defaults embed qwen3 cluster oom" (the default) picks sections, LARGE_DECODERS="qwen2.5-0.5b qwen3-0.6b" the 0.5B-class shapes, EMBED_MODELS="minilm mpnet" models, EMBED_MATERIALISED=0 drops the materialised-attention rows; QWEN3_BUDGETS="16384 65536" runs
 # the Qwen3 rows at several token budgets (default 16384), with the GEMM ceiling first;
 # QWEN3_TORCH=0 leaves transformers' Qwen3 rows out, QWEN3_COMPARE=0 runs the reference job alone.
 set -uo pipefail
@@ -93,7 +93,7 @@ compare() { # model dir, dim, label, data
     --min-cosine 0.99 >> "$work/parity.txt"
 }
 
-sections=${SECTIONS:-generate large-decoder agreement kernels load defaults embed qwen3 cluster oom}
+sections=${SECTIONS:-generate logprobs large-decoder agreement kernels load defaults embed qwen3 cluster oom}
 if [[ $sections == *generate* ]]; then
   # SmolLM2-135M's shape with random weights (the real GGUF cannot travel): the exported
   # config and tokenizer (generate-bench --export-hf), weights made by transformers, loaded
@@ -144,6 +144,16 @@ if [[ $sections == *generate* ]]; then
     --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
     --prompts 256 --max-new-tokens 128 --batches 256 --step-tokens 4096 \
     --attention tensor-cores,scalar
+fi
+if [[ $sections == *logprobs* ]]; then
+  # Greedy rows that list their logprobs (top 5) take them where the logits are
+  # (listed_rows): against plain greedy in the same run, what `--logprobs` costs.
+  echo
+  echo "Decode-bound, 256 in flight: greedy against greedy listing each token's logprobs with the 5 likeliest"
+  step "resident generate-bench, logprobs" env RUST_LOG=warn "$work/generate-bench" \
+    --model "$work/smollm2-random" --data "$work/wiki_long.jsonl" --gpu 0 --dtype bf16 \
+    --prompts 256 --article-chars 200 --max-new-tokens 128 --batches 256 \
+    --decoding plain,logprobs
 fi
 if [[ $sections == *large-decoder* ]]; then
   # Issue 42's 0.5B-class goal: at least 15,000 generated tokens/s at 256 in flight (vLLM

@@ -17,7 +17,8 @@
 #                                        the first load (150 s), the embedding rows (200 s)
 #   bash benches/gpu-session.sh third    the product through real processes (TLS scheduler,
 #                                        CUDA agent, its NVML fault watcher; 240 s), then the
-#                                        out-of-memory rows (150 s)
+#                                        out-of-memory rows (150 s), then what listing
+#                                        logprobs on the device costs (90 s)
 #
 # GENERATE_BATCHES (64,256), AGREEMENT_PROMPTS (16) and QWEN3_TORCH (0: transformers' Qwen3
 # rows left out, their figure known) default smaller than gpu-bench.sh's, to fit one call.
@@ -53,6 +54,7 @@ case ${1:-first} in
   third)
     section 240 cluster
     section 150 oom
+    section 90 logprobs
     ;;
   *)
     echo "unknown plan '$1'; use first, second or third" >&2

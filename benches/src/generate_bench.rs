@@ -95,7 +95,9 @@ struct Args {
     /// Decoding modes, each timed at every batch size: `plain` (greedy), `sampled`
     /// (temperature 0.8, top-k 50, top-p 0.95, seed 1: drawn on the device by a GPU),
     /// `penalties` (greedy under repetition 1.1, presence 0.5 and frequency 0.5 penalties),
-    /// `schema` (greedy under a JSON schema of a summary with keywords, through llguidance).
+    /// `schema` (greedy under a JSON schema of a summary with keywords, through llguidance),
+    /// `logprobs` (greedy, each token's log-probability with the 5 likeliest: listed on the
+    /// device by a GPU).
     #[arg(long, value_delimiter = ',', default_value = "plain")]
     decoding: Vec<String>,
     /// After the timed runs, run each batch size once more with the step profile on and print
@@ -177,9 +179,10 @@ fn with_decoding(
                     request.sampling.frequency_penalty = 0.5;
                 }
                 "schema" => request.grammar = Some(grammar.clone()),
-                other => {
-                    anyhow::bail!("--decoding {other}: use plain, sampled, penalties or schema")
-                }
+                "logprobs" => request.logprobs = Some(5),
+                other => anyhow::bail!(
+                    "--decoding {other}: use plain, sampled, penalties, schema or logprobs"
+                ),
             }
             Ok(request)
         })

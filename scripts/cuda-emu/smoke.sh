@@ -43,11 +43,11 @@ with open(sys.argv[1], "w", encoding="utf-8") as out:
 PY
 
 # Generation: the dense GPU path from the GGUF in bf16, graphs on and off, greedy and
-# sampled on the device, with the step profile.
+# sampled on the device, greedy listing logprobs there, with the step profile.
 step "generate-bench on the GPU (bf16, graphs on and off, plain and sampled, profiled)" \
   "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \
   --prompts 2 --article-chars 200 --max-new-tokens 6 --batches 2 --cuda-graphs on,off \
-  --decoding plain,sampled --profile
+  --decoding plain,sampled,logprobs --profile
 # gpu-bench's comparison of the paged attention's kernels (auto above is tensor cores).
 step "generate-bench on the GPU, attention on tensor cores and on the scalar kernel" \
   "$bins/generate-bench" --model "$gguf" --data "$work/docs.jsonl" --gpu 0 --dtype bf16 \

@@ -335,6 +335,74 @@ __device__ SampleCut sample_cut(const T *row, uint32_t cols, const SampleRow &s,
     cut.id = lo;
     return cut;
 }
+// Each row's listing (generate/device_ops.rs::listed_rows, whose CPU reference is the host's
+// sampling::token_logprob and argmax): out, 2 + 2 * top floats a row, holds the
+// log-probability of the row's token (tokens[row]), the row's argmax, then its `top`
+// likeliest tokens' ids (exact in f32 below 2^24) and their log-probabilities, likeliest
+// first, the lower id first among equals, NaN never listed. One block per row, blockDim.x a
+// multiple of 32; max(top, 1) passes over the row after the log-sum-exp, each finding the
+// likeliest token behind the one before.
+template <typename T>
+__device__ void listed_rows(const T *logits, const uint32_t *tokens, float *out, uint32_t cols,
+                            uint32_t top) {
+    __shared__ float scratch[32];
+    __shared__ float best_value[32];
+    __shared__ uint32_t best_index[32];
+    const T *row = logits + (uint64_t)blockIdx.x * cols;
+    float *o = out + (uint64_t)blockIdx.x * (2 + 2 * top);
+    float largest = -INFINITY;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x)
+        largest = fmaxf(largest, to_float(row[c]));
+    largest = block_reduce<true>(largest, scratch);
+    float total = 0.0f;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = to_float(row[c]);
+        if (!(v != v)) total += expf(v - largest);
+    }
+    const float log_total = logf(block_reduce<false>(total, scratch));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    // The last token listed: the next pass takes the likeliest behind it.
+    float after_value = INFINITY;
+    uint32_t after_index = 0xffffffffu;
+    const uint32_t passes = top > 0 ? top : 1;
+    for (uint32_t k = 0; k < passes; ++k) {
+        float value = -INFINITY;
+        uint32_t index = 0xffffffffu;
+        for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            float v = to_float(row[c]);
+            bool behind = k == 0 || v < after_value || (v == after_value && c > after_index);
+            if (v != v || !behind) continue;
+            if (index == 0xffffffffu || v > value) {
+                value = v;
+                index = c;
+            }
+        }
+        warp_argmax(value, index);
+        __syncthreads();
+        if (lane == 0) {
+            best_value[warp] = value;
+            best_index[warp] = index;
+        }
+        __syncthreads();
+        value = lane < warps ? best_value[lane] : -INFINITY;
+        index = lane < warps ? best_index[lane] : 0xffffffffu;
+        warp_argmax(value, index);
+        if (threadIdx.x == 0) {
+            if (k == 0) o[1] = (float)(index == 0xffffffffu ? 0u : index);
+            if (top > 0) {
+                o[2 + k] = (float)index;
+                o[2 + top + k] = (value - largest) - log_total;
+            }
+        }
+        after_value = value;
+        after_index = index;
+    }
+    if (threadIdx.x == 0) {
+        uint32_t token = tokens[blockIdx.x];
+        o[0] = token < cols ? (to_float(row[token]) - largest) - log_total : -INFINITY;
+    }
+}
+
 template <typename T>
 __device__ void sample_rows(const T *logits, const float *params, uint32_t *out, uint32_t cols) {
     __shared__ float scratch[32];
@@ -587,6 +655,10 @@ __device__ void paged_attention(T *out, const T *q, const T *keys, const T *valu
     extern "C" __global__ void sample_rows_##NAME(const T *logits, const float *params,           \
                                                   uint32_t *out, uint32_t cols) {               \
         sample_rows<T>(logits, params, out, cols);                                               \
+    }                                                                                            \
+    extern "C" __global__ void listed_rows_##NAME(const T *logits, const uint32_t *tokens,        \
+                                                  float *out, uint32_t cols, uint32_t top) {    \
+        listed_rows<T>(logits, tokens, out, cols, top);                                          \
     }                                                                                            \
     extern "C" __global__ void add_rms_norm_##NAME(T *out, const T *x, const T *y,             \
                                                    const T *weight, uint32_t rows, uint32_t cols, \

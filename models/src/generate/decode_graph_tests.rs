@@ -143,7 +143,7 @@ fn logits(out: Vec<NextToken>) -> Vec<Vec<f32>> {
         .map(|next| match next {
             NextToken::Logits(logits) => logits,
             NextToken::Chosen(token) => panic!("chose {token}, logits were asked for"),
-            NextToken::Scored { .. } => panic!("scored, logits were asked for"),
+            NextToken::Listed { .. } => panic!("listed, logits were asked for"),
         })
         .collect()
 }
@@ -163,10 +163,12 @@ fn prompt_rows(slot: usize, len: usize) -> Vec<Row> {
 }
 
 /// A prefill whose rows score the prompt's next tokens (`Pick::Score`, as a scored prompt
-/// asks) gives, on every device, the log-probabilities and greedy flags the same rows'
-/// logits give on the host, in f32 and in the half precisions a GPU runs.
+/// asks, with its top tokens), or choose and list theirs (`Pick::Listed`), gives, on every
+/// device, the tokens, log-probabilities, top tokens and greedy flags the same rows' logits
+/// give on the host, in f32 and in the half precisions a GPU runs.
 #[test]
 fn scored_prefill_rows_give_what_their_logits_give_on_the_host() {
+    const TOP: usize = 3;
     for device in test_devices() {
         let dtypes = [DType::F32, DType::BF16];
         let runs = |dtype: &DType| {
@@ -193,27 +195,48 @@ fn scored_prefill_rows_give_what_their_logits_give_on_the_host() {
                 .forward(&rows(|_, _| Pick::Logits), &mut kv, &mut off)
                 .unwrap();
             let mut kv = DenseKv::new(&model, 1);
-            let scored = model
-                .forward(&rows(|_, next| Pick::Score(next)), &mut kv, &mut off)
-                .unwrap();
-            let targets: Vec<u32> = rows(|_, next| Pick::Score(next))
+            // Every other row is a greedy row that lists its logprobs, as a decode row of
+            // a request with `logprobs` asks.
+            let score = |row: &Row, target| match row.pos % 2 {
+                0 => Pick::Score { target, top: TOP },
+                _ => Pick::Listed {
+                    draw: None,
+                    top: TOP,
+                },
+            };
+            let scored = model.forward(&rows(score), &mut kv, &mut off).unwrap();
+            let targets: Vec<Option<u32>> = rows(score)
                 .iter()
                 .map(|r| match r.pick {
-                    Pick::Score(next) => next,
-                    _ => unreachable!(),
+                    Pick::Score { target, .. } => Some(target),
+                    _ => None,
                 })
                 .collect();
             let mut greedy_rows = 0;
             for ((logits, scored), target) in logits.iter().zip(&scored).zip(targets) {
-                let (NextToken::Logits(row), NextToken::Scored { logprob, greedy }) =
+                let (NextToken::Logits(row), NextToken::Listed { logprob, greedy }) =
                     (logits, scored)
                 else {
                     panic!("{device:?}: {scored:?}");
                 };
-                let host = sampling::token_logprob(row, target, 0).logprob;
+                // A listed row's token is its argmax, as the host would choose it.
+                let target = target.unwrap_or_else(|| sampling::argmax(row));
+                assert_eq!(logprob.token, target, "{device:?} {dtype:?}");
+                let host = sampling::token_logprob(row, target, TOP);
+                let close = |a: f32, b: f32| (a - b).abs() < 1e-3;
                 assert!(
-                    (logprob - host).abs() < 1e-3,
-                    "{device:?} {dtype:?}: {logprob} vs {host}"
+                    close(logprob.logprob, host.logprob),
+                    "{device:?} {dtype:?}: {logprob:?} vs {host:?}"
+                );
+                // The top tokens' order may differ where two logits are within rounding.
+                let top_close = logprob
+                    .top
+                    .iter()
+                    .zip(&host.top)
+                    .all(|(a, b)| close(a.1, b.1));
+                assert!(
+                    top_close && logprob.top.len() == TOP,
+                    "{logprob:?} vs {host:?}"
                 );
                 assert_eq!(
                     *greedy,

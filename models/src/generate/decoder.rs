@@ -9,6 +9,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 
 use super::draw::Draw;
+use super::sampling::TokenLogprob;
 use crate::ModelError;
 
 /// The shape of the model, from the GGUF metadata.
@@ -185,19 +186,33 @@ pub struct Row {
 
 /// What a row that wants logits wants of them. The dense engine chooses the token where the
 /// logits are and brings back its id alone ([`NextToken::Chosen`]) for [`Pick::Greedy`] and
-/// [`Pick::Draw`]; the quantised CPU kernels give the logits anyway, and the host's sampler
-/// chooses the same token from them.
+/// [`Pick::Draw`], and a few numbers for [`Pick::Score`] and [`Pick::Listed`]; the
+/// quantised CPU kernels give the logits anyway, and the host's sampler chooses the same
+/// token from them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pick {
-    /// The logits themselves (penalties, a grammar, suppressed tokens or logprobs need them).
+    /// The logits themselves (penalties, a grammar or suppressed tokens need them).
     Logits,
     /// The largest logit's token (plain greedy decoding).
     Greedy,
     /// A token drawn as [`draw_token`](super::draw::draw_token) draws it.
     Draw(Draw),
-    /// The log-probability of this token (a scored prompt's next) and whether it is the
-    /// likeliest ([`NextToken::Scored`]); the quantised CPU kernels give the logits.
-    Score(u32),
+    /// The log-probability of `target` (a scored prompt's next token) with the `top`
+    /// likeliest tokens', and whether it is the likeliest ([`NextToken::Listed`]).
+    Score {
+        /// The token scored.
+        target: u32,
+        /// How many likeliest tokens to list with it.
+        top: usize,
+    },
+    /// The argmax (`draw` `None`) or the draw's token, with its log-probability and the
+    /// `top` likeliest tokens' (a request that asks for logprobs; [`NextToken::Listed`]).
+    Listed {
+        /// The draw, for a sampled row.
+        draw: Option<Draw>,
+        /// How many likeliest tokens to list with it.
+        top: usize,
+    },
 }
 
 /// What a step gives back for a row that wanted logits.
@@ -208,8 +223,14 @@ pub enum NextToken {
     /// The token the engine chose as the row's [`Pick`] asked: the largest logit's (the
     /// lowest among equals), or the draw's.
     Chosen(u32),
-    /// [`Pick::Score`]'s token's log-probability, and whether it was the likeliest.
-    Scored { logprob: f32, greedy: bool },
+    /// [`Pick::Score`]'s target or [`Pick::Listed`]'s chosen token, with its log-probability
+    /// and the likeliest tokens', and whether it was the likeliest.
+    Listed {
+        /// The token, its log-probability and the top tokens asked for.
+        logprob: TokenLogprob,
+        /// Whether the token was the row's likeliest.
+        greedy: bool,
+    },
 }
 
 /// Opens the GGUF file at `path` and reads its header (metadata and tensor index).

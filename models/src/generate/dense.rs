@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::attention_check::{self, HeadShape};
 use super::decoder::{LlamaConfig, NextToken, Pick, Row};
-use super::device_ops::{CacheRows, argmax_rows, scored_rows, write_rows};
+use super::device_ops::{CacheRows, argmax_rows, listed_rows, write_rows};
 use super::draw::{Draw, sample_rows};
 use super::kv_blocks::{BLOCK_SIZE, BlockManager, OutOfBlocks};
 use super::paged_attention::{
@@ -613,8 +613,9 @@ impl DenseLlama {
     }
 
     /// Each wanted row's result from its logits (`wanted x vocab`), as its `Pick` asks:
-    /// greedy rows' argmax and sampled rows' draws taken on the device, the logits (f32, on
-    /// the host) of the others. Only what the host needs crosses to it.
+    /// greedy rows' argmax and sampled rows' draws taken on the device, scored and listed
+    /// rows' log-probabilities and top tokens too ([`listed_rows`]), the logits (f32, on the
+    /// host) of the others. Only what the host needs crosses to it.
     pub fn next_tokens(
         &self,
         logits: &Tensor,
@@ -625,45 +626,67 @@ impl DenseLlama {
                 .filter(|&i| pick(&wanted[i as usize].pick))
                 .collect()
         };
-        let greedy = of(|pick| matches!(pick, Pick::Greedy));
-        let drawn = of(|pick| matches!(pick, Pick::Draw(_)));
+        let chose = |pick: &Pick| match pick {
+            Pick::Greedy | Pick::Listed { draw: None, .. } => Some(None),
+            Pick::Draw(draw)
+            | Pick::Listed {
+                draw: Some(draw), ..
+            } => Some(Some(*draw)),
+            Pick::Logits | Pick::Score { .. } => None,
+        };
+        let greedy = of(|pick| matches!(pick, Pick::Greedy | Pick::Listed { draw: None, .. }));
+        let drawn = of(|pick| matches!(pick, Pick::Draw(_) | Pick::Listed { draw: Some(_), .. }));
         let full = of(|pick| matches!(pick, Pick::Logits));
-        let scored = of(|pick| matches!(pick, Pick::Score(_)));
+        let listed = of(|pick| matches!(pick, Pick::Score { .. } | Pick::Listed { .. }));
         let pick = |ids: &[u32]| -> candle_core::Result<Tensor> {
             match ids.len() == wanted.len() {
                 true => Ok(logits.clone()),
                 false => logits.index_select(&Tensor::new(ids, &self.device)?, 0),
             }
         };
-        let draws: Vec<Draw> = wanted
+        let draws: Vec<Draw> = wanted.iter().filter_map(|row| chose(&row.pick)?).collect();
+        let greedy_tokens = of_rows(&greedy, || argmax_rows(&pick(&greedy)?))?;
+        let drawn_tokens = of_rows(&drawn, || sample_rows(&pick(&drawn)?, &draws))?;
+        // Each row's token: the one chosen, the one scored, or none (logits).
+        let (mut greedy_tokens, mut drawn_tokens) = (greedy_tokens, drawn_tokens);
+        let tokens: Vec<Option<u32>> = wanted
             .iter()
-            .filter_map(|row| match row.pick {
-                Pick::Draw(draw) => Some(draw),
-                _ => None,
+            .map(|row| match (row.pick, chose(&row.pick)) {
+                (Pick::Score { target, .. }, _) => Some(target),
+                (_, Some(None)) => greedy_tokens.next(),
+                (_, Some(Some(_))) => drawn_tokens.next(),
+                (_, None) => None,
             })
             .collect();
-        let targets: Vec<u32> = wanted
+        let top_of = |pick: &Pick| match *pick {
+            Pick::Score { top, .. } | Pick::Listed { top, .. } => top,
+            _ => 0,
+        };
+        let listed_tokens: Vec<u32> = listed.iter().filter_map(|&i| tokens[i as usize]).collect();
+        let most = wanted
             .iter()
-            .filter_map(|row| match row.pick {
-                Pick::Score(target) => Some(target),
-                _ => None,
-            })
-            .collect();
-        let mut greedy_tokens = of_rows(&greedy, || argmax_rows(&pick(&greedy)?))?;
-        let mut drawn_tokens = of_rows(&drawn, || sample_rows(&pick(&drawn)?, &draws))?;
-        let mut scores = of_rows(&scored, || scored_rows(&pick(&scored)?, &targets))?;
+            .map(|row| top_of(&row.pick))
+            .max()
+            .unwrap_or(0);
+        let mut listings = of_rows(&listed, || {
+            listed_rows(&pick(&listed)?, &listed_tokens, most)
+        })?;
         let mut full_logits = of_rows(&full, || {
             pick(&full)?.to_dtype(DType::F32)?.to_vec2::<f32>()
         })?;
         Ok(wanted
             .iter()
-            .map(|row| match row.pick {
-                Pick::Greedy => NextToken::Chosen(greedy_tokens.next().expect("one a greedy row")),
-                Pick::Draw(_) => NextToken::Chosen(drawn_tokens.next().expect("one a drawn row")),
+            .zip(tokens)
+            .map(|(row, token)| match row.pick {
+                Pick::Greedy | Pick::Draw(_) => NextToken::Chosen(token.expect("chosen")),
                 Pick::Logits => NextToken::Logits(full_logits.next().expect("one an other row")),
-                Pick::Score(_) => {
-                    let (logprob, greedy) = scores.next().expect("one a scored row");
-                    NextToken::Scored { logprob, greedy }
+                Pick::Score { top, .. } | Pick::Listed { top, .. } => {
+                    let mut listing = listings.next().expect("one a listed row");
+                    listing.logprob.top.truncate(top);
+                    NextToken::Listed {
+                        greedy: listing.best == listing.logprob.token,
+                        logprob: listing.logprob,
+                    }
                 }
             })
             .collect())

@@ -273,8 +273,9 @@ fn a_small_kv_pool_preempts_and_recomputes_with_the_same_answers() {
 }
 
 /// Plain greedy rows take their argmax where the logits are (`Pick::Greedy`); rows that
-/// need the logits (here: logprobs asked for) bring them to the host's sampler. Both give
-/// the same tokens, in one batch where the two kinds mix.
+/// ask for logprobs take it there too and list their logprobs there (`Pick::Listed`). Both
+/// give the same tokens, in one batch where the two kinds mix, and the listed logprobs are
+/// the host's from the same logits.
 #[test]
 fn greedy_rows_on_the_device_choose_what_the_host_sampler_chooses() {
     engine_picks_match_the_host(SamplingParams::default());
@@ -307,9 +308,9 @@ fn engine_picks_match_the_host(sampling: SamplingParams) {
             }
         })
         .collect();
-    // The middle request wants logprobs: its rows bring back their logits.
+    // The middle request wants logprobs: its rows list them where the logits are.
     let mut mixed = plain.clone();
-    mixed[1].logprobs = Some(0);
+    mixed[1].logprobs = Some(3);
     let a = model
         .generate(&plain, StepLimits::new(3, 64), &mut || {})
         .unwrap();
@@ -327,6 +328,20 @@ fn engine_picks_match_the_host(sampling: SamplingParams) {
         logprobs == tokens || logprobs == tokens + 1,
         "{logprobs} for {tokens}"
     );
+    // The first steps' listings against the host's, from each step's logits alone.
+    let mut context = mixed[1].prompt.clone();
+    for (step, &token) in b[1].logprobs.iter().zip(&b[1].tokens).take(4) {
+        let logits = model.next_token_logits(&context).unwrap();
+        let host = sampling::token_logprob(&logits, token, 3);
+        assert_eq!(step.token, token);
+        assert!(
+            (step.logprob - host.logprob).abs() < 1e-3,
+            "{step:?} {host:?}"
+        );
+        let ids = |l: &sampling::TokenLogprob| l.top.iter().map(|t| t.0).collect::<Vec<_>>();
+        assert_eq!(ids(step), ids(&host));
+        context.push(token);
+    }
 }
 
 #[test]

@@ -7,9 +7,12 @@
 //! - [`argmax_rows`]: the greedy token of each row, taken on the device, so that greedy rows
 //!   bring back one id instead of the vocabulary's logits (37 MB a step at 191 rows: 10 ms of
 //!   copy and 12 ms of host argmax, the same profile).
-//! - [`scored_rows`]: a scored prompt token's log-probability and whether it was the
-//!   likeliest, from its row's logits where they are (candle's own ops), so a prefill of
-//!   scored prompts brings back two numbers a row instead of the vocabulary's logits.
+//! - [`listed_rows`]: a row's token's log-probability (a scored prompt token's, or the token
+//!   a greedy or sampled row chose), the row's argmax, and its K likeliest tokens with
+//!   theirs, taken where the logits are (the `listed_rows` kernel on a GPU), so a prefill of
+//!   scored prompts, or a decode step that lists logprobs (`--logprobs`,
+//!   `--prompt-logprobs K`), brings back 2 + 2K numbers a row instead of the vocabulary's
+//!   logits (196 KB a row at SmolLM2's vocabulary) and a host log-softmax.
 
 use candle_core::{DType, Device, Tensor};
 
@@ -84,29 +87,62 @@ pub fn argmax_rows(logits: &Tensor) -> candle_core::Result<Vec<u32>> {
         .collect())
 }
 
-/// Each row's log-probability of its target token (`rows x vocab` logits, one target a
-/// row), in f32 as the host's [`sampling::token_logprob`] takes it in f64, and whether the
-/// target is the row's likeliest token ([`argmax_rows`]).
-pub fn scored_rows(logits: &Tensor, targets: &[u32]) -> candle_core::Result<Vec<(f32, bool)>> {
-    let logits = logits.to_dtype(DType::F32)?.contiguous()?;
-    let max = logits.max_keepdim(1)?;
-    let log_total = logits
-        .broadcast_sub(&max)?
-        .exp()?
-        .sum_keepdim(1)?
-        .log()?
-        .add(&max)?;
-    let ids = Tensor::new(targets, logits.device())?.unsqueeze(1)?;
-    let logprobs = logits
-        .gather(&ids, 1)?
-        .sub(&log_total)?
-        .squeeze(1)?
-        .to_vec1::<f32>()?;
-    let best = argmax_rows(&logits)?;
-    Ok(logprobs
-        .into_iter()
-        .zip(best.into_iter().zip(targets))
-        .map(|(logprob, (best, &target))| (logprob, best == target))
+/// One row's listing ([`listed_rows`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListedRow {
+    /// The row's token with its log-probability and the likeliest tokens' (as many as asked).
+    pub logprob: sampling::TokenLogprob,
+    /// The row's likeliest token ([`argmax_rows`]'s).
+    pub best: u32,
+}
+
+/// Each row's listing (`rows x vocab` logits, one token a row): the token's log-probability,
+/// the row's argmax, and the `top` likeliest tokens with theirs, as the host's
+/// [`sampling::token_logprob`] (its definition) gives them; on a GPU by the `listed_rows`
+/// kernel, in f32 (the host sums in f64), so that 2 + 2 `top` numbers a row cross to the
+/// host.
+pub fn listed_rows(
+    logits: &Tensor,
+    tokens: &[u32],
+    top: usize,
+) -> candle_core::Result<Vec<ListedRow>> {
+    let (rows, _) = logits.dims2()?;
+    if rows != tokens.len() {
+        candle_core::bail!(
+            "listed_rows: {rows} rows of logits, {} tokens",
+            tokens.len()
+        );
+    }
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda() && logits.is_contiguous() {
+        let ids = Tensor::new(tokens, logits.device())?;
+        let out = logits
+            .apply_op2_no_bwd(&ids, &cuda::ListedRows { top })?
+            .to_vec2::<f32>()?;
+        return Ok(out
+            .iter()
+            .zip(tokens)
+            .map(|(row, &token)| ListedRow {
+                logprob: sampling::TokenLogprob {
+                    token,
+                    logprob: row[0],
+                    top: (0..top)
+                        .map(|k| (row[2 + k] as u32, row[2 + top + k]))
+                        .collect(),
+                },
+                best: row[1] as u32,
+            })
+            .collect());
+    }
+    Ok(logits
+        .to_dtype(DType::F32)?
+        .to_vec2::<f32>()?
+        .iter()
+        .zip(tokens)
+        .map(|(row, &token)| ListedRow {
+            logprob: sampling::token_logprob(row, token, top),
+            best: sampling::argmax(row),
+        })
         .collect())
 }
 
@@ -262,6 +298,81 @@ mod cuda {
             }
         }
     }
+
+    /// Each row's listing: logits `rows x vocab` and u32 tokens `rows` in, f32
+    /// `rows x (2 + 2 top)` out (the kernel's layout: the token's log-probability, the argmax,
+    /// `top` ids, their `top` log-probabilities).
+    pub struct ListedRows {
+        pub top: usize,
+    }
+
+    impl ListedRows {
+        fn launch<T: CudaDType + DeviceRepr>(
+            &self,
+            (logits, logits_layout): (&CudaStorage, &Layout),
+            (tokens, tokens_layout): (&CudaStorage, &Layout),
+        ) -> Result<(CudaStorage, Shape)> {
+            let (rows, cols) = logits_layout.shape().dims2()?;
+            if tokens_layout.shape().dims() != [rows] || tokens.dtype() != DType::U32 {
+                candle_core::bail!("listed_rows wants {rows} u32 tokens");
+            }
+            let dev = logits.device().clone();
+            let x = view::<T>(logits, logits_layout)?;
+            let ids = view::<u32>(tokens, tokens_layout)?;
+            let width = 2 + 2 * self.top;
+            // SAFETY: the kernel writes every float of every row (the top columns of each
+            // of its passes, and the two before them).
+            #[allow(unsafe_code)]
+            let out = unsafe { dev.alloc::<f32>(rows * width)? };
+            let name = format!("listed_rows_{}", dtype_suffix(logits.dtype())?);
+            let (stream, func) = kernel(&dev, &name)?;
+            let config = block_per_row(rows);
+            let (cols, top) = (cols as u32, self.top as u32);
+            let mut builder = stream.launch_builder(&func);
+            builder.arg(&x).arg(&ids).arg(&out).arg(&cols).arg(&top);
+            // SAFETY: block r reads row r of `x` and tokens[r] and writes row r of `out`.
+            #[allow(unsafe_code)]
+            if rows > 0 {
+                unsafe { builder.launch(config) }.w()?;
+            }
+            let out = CudaStorage::wrap_cuda_slice(out, dev);
+            Ok((out, Shape::from((rows, width))))
+        }
+    }
+
+    impl candle_core::CustomOp2 for ListedRows {
+        fn name(&self) -> &'static str {
+            "resident-listed-rows"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!(
+                "resident-listed-rows runs on CUDA only (token_logprob is the CPU's)"
+            )
+        }
+
+        fn cuda_fwd(
+            &self,
+            logits: &CudaStorage,
+            logits_layout: &Layout,
+            tokens: &CudaStorage,
+            tokens_layout: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            let (x, t) = ((logits, logits_layout), (tokens, tokens_layout));
+            match logits.dtype() {
+                DType::F32 => self.launch::<f32>(x, t),
+                DType::F16 => self.launch::<half::f16>(x, t),
+                DType::BF16 => self.launch::<half::bf16>(x, t),
+                other => candle_core::bail!("listed_rows takes f32, f16 or bf16, not {other:?}"),
+            }
+        }
+    }
 }
 
 /// The largest absolute difference between two tensors of one shape, in f32.
@@ -369,8 +480,10 @@ mod tests {
         }
     }
 
+    /// Rows with many equal logits (997 distinct values over 3,000 tokens), so the top
+    /// tokens' order among equals (the lower id first) is tested too.
     #[test]
-    fn scored_rows_give_the_hosts_log_probability_and_greedy_flag() {
+    fn listed_rows_give_the_hosts_log_probabilities_top_tokens_and_argmax() {
         let vocab = 3000;
         let rows: Vec<Vec<f32>> = (0..5)
             .map(|r| {
@@ -379,7 +492,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        let targets: Vec<u32> = rows
+        let tokens: Vec<u32> = rows
             .iter()
             .enumerate()
             .map(|(r, row)| match r % 2 {
@@ -389,14 +502,21 @@ mod tests {
             .collect();
         for device in devices() {
             let logits = Tensor::from_vec(rows.concat(), (rows.len(), vocab), &device).unwrap();
-            let scored = scored_rows(&logits, &targets).unwrap();
-            for ((row, &target), (logprob, greedy)) in rows.iter().zip(&targets).zip(scored) {
-                let host = sampling::token_logprob(row, target, 0).logprob;
-                assert!(
-                    (logprob - host).abs() < 1e-4,
-                    "{device:?}: {logprob} vs {host}"
-                );
-                assert_eq!(greedy, sampling::argmax(row) == target, "{device:?}");
+            for top in [0, 1, 5, 20] {
+                let listed = listed_rows(&logits, &tokens, top).unwrap();
+                for ((row, &token), got) in rows.iter().zip(&tokens).zip(listed) {
+                    let host = sampling::token_logprob(row, token, top);
+                    let close = |a: f32, b: f32| (a - b).abs() < 1e-4;
+                    assert_eq!(got.best, sampling::argmax(row), "{device:?}");
+                    assert_eq!(got.logprob.token, token);
+                    assert!(close(got.logprob.logprob, host.logprob), "{device:?} {top}");
+                    let ids = |l: &sampling::TokenLogprob| -> Vec<u32> {
+                        l.top.iter().map(|t| t.0).collect()
+                    };
+                    assert_eq!(ids(&got.logprob), ids(&host), "{device:?} top {top}");
+                    let values = got.logprob.top.iter().zip(&host.top);
+                    assert!(values.into_iter().all(|(a, b)| close(a.1, b.1)));
+                }
             }
         }
     }

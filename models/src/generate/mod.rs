@@ -505,7 +505,7 @@ impl GenerateModel {
         let mut clock = PhaseClock::off(self.engine.device());
         match self.engine.forward(&rows, &mut kv, &mut clock)?.pop() {
             Some(NextToken::Logits(logits)) => Ok(logits),
-            Some(NextToken::Chosen(_) | NextToken::Scored { .. }) => {
+            Some(NextToken::Chosen(_) | NextToken::Listed { .. }) => {
                 unreachable!("the row asked for its logits")
             }
             None => Err(ModelError::Task("an empty prompt has no next token".into())),
@@ -689,10 +689,11 @@ impl GenerateModel {
                     logits: last || scores,
                     pick: match (last, scoring) {
                         (true, _) => pick,
-                        // Without top tokens to list, the engine scores where the logits are.
-                        (false, Some(s)) if scores && s.top == 0 => {
-                            Pick::Score(seq.tokens[pos + 1])
-                        }
+                        // The engine scores (and lists top tokens) where the logits are.
+                        (false, Some(s)) if scores => Pick::Score {
+                            target: seq.tokens[pos + 1],
+                            top: s.top,
+                        },
                         (false, _) => Pick::Logits,
                     },
                 }
@@ -735,7 +736,13 @@ impl GenerateModel {
                     seq.sampler.took(next);
                     next
                 }
-                NextToken::Scored { .. } => unreachable!("a span's last row picks its next token"),
+                // A request that lists logprobs, its token chosen where the logits are.
+                NextToken::Listed { logprob, .. } => {
+                    let next = logprob.token;
+                    seq.sampler.took(next);
+                    seq.logprobs.push(logprob);
+                    next
+                }
             };
             feed.token(batch.requests.group_of(seq.request));
             if let Some(done) = self.after_token(seq, next, request)? {
@@ -792,19 +799,20 @@ impl GenerateModel {
 
     /// What `seq`'s next token wants of its logits: the argmax or a draw where the logits
     /// are when nothing else needs them (no penalties, no tokens suppressed (`min_tokens`
-    /// reached, or nothing to suppress), no grammar, no logprobs), else the logits.
+    /// reached, or nothing to suppress), no grammar), with its logprobs listed there too
+    /// when the request asks for them; else the logits.
     fn pick(&self, seq: &mut InFlight, request: &GenerationRequest) -> Pick {
         let generated = seq.tokens.len() - seq.prompt_len;
         let device_may_choose = !seq.sampler.penalises()
             && seq.constraint.is_none()
-            && request.logprobs.is_none()
             && (generated >= request.min_tokens || self.stop_tokens(request).is_empty());
         if !device_may_choose {
             return Pick::Logits;
         }
-        match seq.sampler.device_draw() {
-            None => Pick::Greedy,
-            Some(draw) => Pick::Draw(draw),
+        match (seq.sampler.device_draw(), request.logprobs) {
+            (None, None) => Pick::Greedy,
+            (Some(draw), None) => Pick::Draw(draw),
+            (draw, Some(top)) => Pick::Listed { draw, top },
         }
     }
 
@@ -931,13 +939,10 @@ fn score_prompt(
                 seq.scored_greedy &= draw::argmax(&row) == token;
                 seq.scored.push(sampling::token_logprob(&row, token, top));
             }
-            NextToken::Scored { logprob, greedy } => {
+            NextToken::Listed { logprob, greedy } => {
+                debug_assert_eq!(logprob.token, token);
                 seq.scored_greedy &= greedy;
-                seq.scored.push(sampling::TokenLogprob {
-                    token,
-                    logprob,
-                    top: Vec::new(),
-                });
+                seq.scored.push(logprob);
             }
             NextToken::Chosen(_) => unreachable!("a scoring row asks for its score or logits"),
         }
