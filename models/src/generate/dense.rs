@@ -614,7 +614,7 @@ impl DenseLlama {
 
     /// Each wanted row's result from its logits (`wanted x vocab`), as its `Pick` asks:
     /// greedy rows' argmax and sampled rows' draws taken on the device, scored and listed
-    /// rows' log-probabilities and top tokens too ([`listed_rows`]), the logits (f32, on the
+    /// rows' log-probabilities and top tokens too (`device_ops::listed_rows`), the logits (f32, on the
     /// host) of the others. Only what the host needs crosses to it.
     pub fn next_tokens(
         &self,
@@ -626,16 +626,8 @@ impl DenseLlama {
                 .filter(|&i| pick(&wanted[i as usize].pick))
                 .collect()
         };
-        let chose = |pick: &Pick| match pick {
-            Pick::Greedy | Pick::Listed { draw: None, .. } => Some(None),
-            Pick::Draw(draw)
-            | Pick::Listed {
-                draw: Some(draw), ..
-            } => Some(Some(*draw)),
-            Pick::Logits | Pick::Score { .. } => None,
-        };
-        let greedy = of(|pick| matches!(pick, Pick::Greedy | Pick::Listed { draw: None, .. }));
-        let drawn = of(|pick| matches!(pick, Pick::Draw(_) | Pick::Listed { draw: Some(_), .. }));
+        let greedy = of(|pick| chosen_by(pick) == Some(None));
+        let drawn = of(|pick| matches!(chosen_by(pick), Some(Some(_))));
         let full = of(|pick| matches!(pick, Pick::Logits));
         let listed = of(|pick| matches!(pick, Pick::Score { .. } | Pick::Listed { .. }));
         let pick = |ids: &[u32]| -> candle_core::Result<Tensor> {
@@ -644,14 +636,16 @@ impl DenseLlama {
                 false => logits.index_select(&Tensor::new(ids, &self.device)?, 0),
             }
         };
-        let draws: Vec<Draw> = wanted.iter().filter_map(|row| chose(&row.pick)?).collect();
-        let greedy_tokens = of_rows(&greedy, || argmax_rows(&pick(&greedy)?))?;
-        let drawn_tokens = of_rows(&drawn, || sample_rows(&pick(&drawn)?, &draws))?;
+        let draws: Vec<Draw> = wanted
+            .iter()
+            .filter_map(|row| chosen_by(&row.pick)?)
+            .collect();
+        let mut greedy_tokens = of_rows(&greedy, || argmax_rows(&pick(&greedy)?))?;
+        let mut drawn_tokens = of_rows(&drawn, || sample_rows(&pick(&drawn)?, &draws))?;
         // Each row's token: the one chosen, the one scored, or none (logits).
-        let (mut greedy_tokens, mut drawn_tokens) = (greedy_tokens, drawn_tokens);
         let tokens: Vec<Option<u32>> = wanted
             .iter()
-            .map(|row| match (row.pick, chose(&row.pick)) {
+            .map(|row| match (row.pick, chosen_by(&row.pick)) {
                 (Pick::Score { target, .. }, _) => Some(target),
                 (_, Some(None)) => greedy_tokens.next(),
                 (_, Some(Some(_))) => drawn_tokens.next(),
@@ -710,6 +704,19 @@ impl DenseLlama {
             out: HeadsOut::Rows,
         };
         rope_heads(qkv, step.cos, step.sin, &op)
+    }
+}
+
+/// How a row's token is chosen where the logits are: `Some(None)` the argmax, `Some(draw)`
+/// a draw, `None` not there (its logits go to the host, or it scores a known token).
+fn chosen_by(pick: &Pick) -> Option<Option<Draw>> {
+    match *pick {
+        Pick::Greedy | Pick::Listed { draw: None, .. } => Some(None),
+        Pick::Draw(draw)
+        | Pick::Listed {
+            draw: Some(draw), ..
+        } => Some(Some(draw)),
+        Pick::Logits | Pick::Score { .. } => None,
     }
 }
 

@@ -187,19 +187,13 @@ impl PromptFormat {
     /// The tokens of a rendered prompt: BOS first for a raw prompt when the model's
     /// metadata asks for it (a chat template writes its own).
     pub fn tokens(&self, rendered: &str, template: PromptTemplate) -> Result<Vec<u32>, ModelError> {
-        let encoding = self
-            .vocab
-            .tokenizer
-            .encode(rendered, false)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))?;
-        let mut tokens = Vec::with_capacity(encoding.len() + 1);
-        if let (PromptTemplate::None, true, Some(bos)) =
-            (template, self.vocab.add_bos, self.vocab.bos)
-        {
-            tokens.push(bos);
-        }
-        tokens.extend_from_slice(encoding.get_ids());
-        Ok(tokens)
+        let encoded = self.encode(rendered)?;
+        Ok(match (template, self.vocab.add_bos, self.vocab.bos) {
+            (PromptTemplate::None, true, Some(bos)) => {
+                std::iter::once(bos).chain(encoded).collect()
+            }
+            _ => encoded,
+        })
     }
 
     /// The prompt's tokens, leaving at least `reserve` tokens of a `context`-token window
