@@ -115,6 +115,7 @@ pub fn listed_rows(
     }
     #[cfg(feature = "cuda")]
     if logits.device().is_cuda() && logits.is_contiguous() {
+        let vocab = logits.dim(1)?;
         let ids = Tensor::new(tokens, logits.device())?;
         let out = logits
             .apply_op2_no_bwd(&ids, &cuda::ListedRows { top })?
@@ -126,8 +127,11 @@ pub fn listed_rows(
                 logprob: sampling::TokenLogprob {
                     token,
                     logprob: row[0],
+                    // A pass that found nothing (a row of NaNs: the kernel never lists a
+                    // NaN) lists no token.
                     top: (0..top)
                         .map(|k| (row[2 + k] as u32, row[2 + top + k]))
+                        .filter(|&(id, _)| (id as usize) < vocab)
                         .collect(),
                 },
                 best: row[1] as u32,
