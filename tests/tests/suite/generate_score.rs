@@ -318,12 +318,8 @@ async fn a_dry_run_says_what_a_score_covers() {
     flags.extend(["--max-context", "48"]);
     let (lines, _) = generate(dir.path(), "run", &records, "{text}", &flags);
     flags.extend(["--dry-run", "2"]);
-    let output = generate_command(&input, &dir.path().join("dry"), "{text}", &flags)
-        .stdout(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dry = generate_command(&input, &dir.path().join("dry"), "{text}", &flags);
+    let (stdout, _) = run_to_success(dry);
     let said: Vec<&str> = stdout
         .lines()
         .filter(|line| line.starts_with("=== scored: "))
@@ -412,12 +408,12 @@ async fn a_conversation_is_scored_on_its_reply() {
     let input = dir.path().join("chat.jsonl");
     let mut dry = SCORE.to_vec();
     dry.extend(["--dry-run", "3"]);
-    let output = generate_command(&input, &dir.path().join("dry"), "{text}", &dry)
-        .stdout(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let shown = String::from_utf8_lossy(&output.stdout);
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("dry"),
+        "{text}",
+        &dry,
+    ));
     let tokens = &chosen["score"]["tokens"];
     for said in [
         format!(
