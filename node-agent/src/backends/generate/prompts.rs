@@ -286,10 +286,10 @@ fn plan(
             None => Err(problem.to_string()),
         };
     }
-    let messages = chat_messages(prompt);
     if params.score {
         return scored(model, prompt, params);
     }
+    let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
     // A record's own schema that cannot compile is refused alone; the job's fails
     // the task (every record would fail on it).
