@@ -154,6 +154,17 @@ pub struct PromptParts {
     /// answered with this error, without the model.
     #[serde(default)]
     pub error: Option<String>,
+    /// Continuations to score after the prompt, each on its own (a multiple-choice
+    /// question's answers, a preference pair's chosen and rejected replies): with
+    /// [`GenerateParams::score`], each is scored given the whole prompt (`before + text +
+    /// after`, or the conversation, where each is the assistant's reply) and nothing is
+    /// generated; [`Completion::choice_scores`] holds their scores in this order.
+    #[serde(default)]
+    pub choices: Vec<String>,
+    /// The right one of [`PromptParts::choices`], when the record names it (its index):
+    /// answered back in [`ChoiceScores::answer`] to mark the choice the model prefers.
+    #[serde(default)]
+    pub answer: Option<u32>,
 }
 
 impl PromptParts {
@@ -437,6 +448,9 @@ impl Default for GenerateParams {
 /// The most completions one prompt may ask for.
 pub const MAX_N: u32 = 16;
 
+/// The most [`PromptParts::choices`] one prompt may have scored.
+pub const MAX_CHOICES: u32 = 64;
+
 /// The most `top_logprobs` a prompt may ask for (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
@@ -661,9 +675,58 @@ pub struct Completion {
     /// Why the prompt did not run (its request was invalid); the text is then empty.
     #[serde(default)]
     pub error: Option<String>,
-    /// The record text's score, when [`GenerateParams::score`] asked for it.
+    /// The record text's score, when [`GenerateParams::score`] asked for it (not for a
+    /// prompt with [`PromptParts::choices`]: its choices are scored instead).
     #[serde(default)]
     pub score: Option<TextScore>,
+    /// The prompt's [`PromptParts::choices`], each scored after it.
+    #[serde(default)]
+    pub choice_scores: Option<ChoiceScores>,
+}
+
+/// A prompt's choices scored after it, and which the model prefers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceScores {
+    /// Each choice's score, in the prompt's order.
+    pub scores: Vec<TextScore>,
+    /// Each choice's length in characters, as given.
+    pub chars: Vec<u32>,
+    /// The right choice's index, when the record names one.
+    pub answer: Option<u32>,
+}
+
+impl ChoiceScores {
+    /// The choice the model finds likeliest: the highest log-probability, the first among
+    /// equals (lm-evaluation-harness's `acc`).
+    pub fn best(&self) -> usize {
+        first_highest(self.scores.iter().map(|s| s.logprob))
+    }
+
+    /// The likeliest by log-probability per character, which does not favour short choices
+    /// (lm-evaluation-harness's `acc_norm`).
+    pub fn best_normalized(&self) -> usize {
+        let per_char =
+            |(score, chars): (&TextScore, &u32)| score.logprob / f64::from(*chars).max(1.0);
+        first_highest(self.scores.iter().zip(&self.chars).map(per_char))
+    }
+
+    /// Whether [`ChoiceScores::best`] and [`ChoiceScores::best_normalized`] are the right
+    /// answer; `None` without one.
+    pub fn correct(&self) -> Option<(bool, bool)> {
+        let answer = self.answer? as usize;
+        Some((self.best() == answer, self.best_normalized() == answer))
+    }
+}
+
+/// The index of the first highest of `values` (NaN never wins; 0 when all are NaN).
+fn first_highest(values: impl Iterator<Item = f64>) -> usize {
+    let mut best: Option<(usize, f64)> = None;
+    for (index, value) in values.enumerate() {
+        if best.is_none_or(|(_, top)| value > top) && !value.is_nan() {
+            best = Some((index, value));
+        }
+    }
+    best.map_or(0, |(index, _)| index)
 }
 
 /// How likely the model finds a record's text after the prompt before it.
@@ -810,6 +873,7 @@ mod tests {
                     response_format: Some(ResponseFormat::JsonObject),
                     ..ParamsOverride::default()
                 }),
+                choices: vec!["Hello.".into(), "Go away.".into()],
                 ..PromptParts::chat("r", vec![ChatMessage::new("user", "hi")])
             }],
             params: GenerateParams {
@@ -915,5 +979,43 @@ mod tests {
             let problem = problem(params).unwrap();
             assert!(problem.starts_with(wanted), "{problem}");
         }
+    }
+
+    /// The likeliest choice is the highest log-probability, the first among equals; per
+    /// character, a long choice is not beaten by a short one for its length alone; NaN
+    /// never wins; `correct` needs an answer.
+    #[test]
+    fn the_likeliest_choice_is_picked_plain_and_per_character() {
+        let score = |logprob: f64| TextScore {
+            tokens: 1,
+            logprob,
+            greedy: false,
+            token_logprobs: None,
+        };
+        let scored = ChoiceScores {
+            // -4 over 2 characters (-2 each) against -6 over 12 (-0.5 each).
+            scores: vec![score(-4.0), score(-6.0), score(-4.0), score(f64::NAN)],
+            chars: vec![2, 12, 2, 1],
+            answer: Some(1),
+        };
+        assert_eq!(scored.best(), 0, "the first of two equals");
+        assert_eq!(scored.best_normalized(), 1);
+        assert_eq!(scored.correct(), Some((false, true)));
+        let unanswered = ChoiceScores {
+            answer: None,
+            ..scored.clone()
+        };
+        assert_eq!(unanswered.correct(), None);
+        let nan_first = ChoiceScores {
+            scores: vec![score(f64::NAN), score(-9.0)],
+            chars: vec![1, 0],
+            answer: Some(1),
+        };
+        assert_eq!(nan_first.best(), 1, "NaN never wins");
+        assert_eq!(
+            nan_first.best_normalized(),
+            1,
+            "no division by zero characters"
+        );
     }
 }

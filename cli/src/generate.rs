@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
+    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -133,12 +133,26 @@ pub struct GenerateArgs {
     /// filtering (with the default prompt, `{text}`) and evaluation (the prompt's text
     /// before `{text}` is the context). A conversation record (`messages`) is scored on
     /// its last message, the assistant's reply, given the turns before it through the
-    /// model's chat template (DPO reference log-probabilities, reply filtering). Needs
-    /// --template none (how text records are read); with --max-new-tokens 0 nothing is
-    /// generated. A text longer than the model's window is scored whole, in windows
-    /// (--score-stride, --max-score-windows).
+    /// model's chat template (DPO reference log-probabilities, reply filtering). A record
+    /// with choices (--choices-field) has each scored after its prompt instead, nothing
+    /// generated, as `choice_scores` with the likeliest (`best`, `best_normalized`) and,
+    /// when it names its answer (--answer-field), `correct`, and the run's accuracy in the
+    /// report (multiple-choice evaluation, as lm-evaluation-harness's); so has a preference
+    /// pair (`prompt`, `chosen`, `rejected`: TRL's format, text or conversations), its
+    /// chosen reply first and the answer. Needs --template none (how text records are
+    /// read); with --max-new-tokens 0 nothing is generated. A text longer than the model's
+    /// window is scored whole, in windows (--score-stride, --max-score-windows).
     #[arg(long, env = "RESIDENT_SCORE")]
     score: bool,
+    /// With --score, the field of a record's choices: a list of texts, or an object with
+    /// `text` and `label` lists (ARC's). Each is scored as a continuation of the prompt,
+    /// the prompt's trailing whitespace moved to its front.
+    #[arg(long, env = "RESIDENT_CHOICES_FIELD", default_value = "choices")]
+    choices_field: String,
+    /// With --score, the field of a record's right choice: its index from 0, its label or
+    /// its text.
+    #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
+    answer_field: String,
     /// With --score, each scored token's log-probability, with those of this many likeliest
     /// tokens at its position (0-20; vLLM's prompt_logprobs), as `prompt_logprobs`.
     #[arg(long, env = "RESIDENT_PROMPT_LOGPROBS", value_name = "K")]
@@ -242,6 +256,12 @@ impl GenerateArgs {
             .filter(|kernel| kernel != "auto");
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
+        }
+        if self.score {
+            config.corpus.reader.choices = Some(ChoiceFields {
+                choices: self.choices_field.clone(),
+                answer: self.answer_field.clone(),
+            });
         }
         Ok(config)
     }
@@ -348,6 +368,13 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
         eprintln!(
             "scored {} texts, {} tokens: perplexity {perplexity:.3} over them all",
             figures.tally.scored_texts, figures.tally.scored_tokens
+        );
+    }
+    if let (Some(accuracy), Some(normalized)) = (figures.accuracy, figures.accuracy_normalized) {
+        eprintln!(
+            "choices: {} records scored, {} with an answer: accuracy {accuracy:.4}, {normalized:.4} \
+             per character",
+            figures.tally.choice_records, figures.tally.answered_records
         );
     }
     Ok(())

@@ -13,7 +13,7 @@ use resident_jobs::corpus_job::preview_prompts;
 use resident_models::generate::PromptTemplate;
 use resident_models::generate::prompt::PromptFormat;
 use resident_node_agent::backends::generate::{
-    chat_messages, model_prompt, score_window, scored_text,
+    chat_messages, model_prompt, score_window, scored_choices, scored_text,
 };
 
 use crate::exit::BadInput;
@@ -45,8 +45,12 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
             Ok((text, tokens)) => {
                 println!("{text}");
                 println!("=== {tokens} prompt tokens");
-                if params.score {
-                    println!("=== {}", scored_windows(&format, prompt, params, context));
+                match (params.score, prompt.choices.is_empty()) {
+                    (true, true) => {
+                        println!("=== {}", scored_windows(&format, prompt, params, context))
+                    }
+                    (true, false) => print_choices(&format, prompt, params, context),
+                    (false, _) => {}
                 }
             }
             Err(error) => println!("=== refused: {error}"),
@@ -86,7 +90,7 @@ fn rendered(
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
     let template = parts.template(template);
-    let text = match params.score && !messages.is_empty() {
+    let text = match params.score && !messages.is_empty() && prompt.choices.is_empty() {
         // What a scored conversation reads: the turns before the reply, then the reply closed.
         true => format
             .reply_parts(&messages)
@@ -131,6 +135,36 @@ fn scored_windows(
             false => "",
         }
     )
+}
+
+/// What `--score` scores of a record with choices: each choice, marked when it is the
+/// answer, with its tokens scored and windows; or why they cannot be scored.
+fn print_choices(
+    format: &PromptFormat,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    context: usize,
+) {
+    let scored = match scored_choices(format, context, prompt, params) {
+        Ok(scored) => scored,
+        Err(error) => return println!("=== refused: {error}"),
+    };
+    for (index, (choice, scored)) in prompt.choices.iter().zip(&scored).enumerate() {
+        let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
+        let answer = match prompt.answer == Some(index as u32) {
+            true => " (the answer)",
+            false => "",
+        };
+        println!(
+            "=== choice {index}{answer}: {choice:?}: {tokens} tokens scored, in {} window(s){}",
+            scored.windows.len(),
+            match scored.truncated {
+                true =>
+                    "; cut: the prompt lost its start to fit the window, or the choice is not scored to its end",
+                false => "",
+            }
+        );
+    }
 }
 
 /// The model file or directory to read the tokenizer from: `--model` as a local path (a

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use resident_actor::generate::{
-    Completion, FinishReason, Generate, GenerateConfig, GenerateParams, GenerateRequest,
-    PromptParts, TokenLogprob,
+    ChoiceScores, Completion, FinishReason, Generate, GenerateConfig, GenerateParams,
+    GenerateRequest, PromptParts, TextScore, TokenLogprob,
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use serde::{Deserialize, Serialize};
@@ -127,6 +127,19 @@ pub struct GenerationTally {
     /// The sum of those tokens' log-probabilities (natural log).
     #[serde(default, skip_serializing_if = "is_default")]
     pub scored_logprob: f64,
+    /// Records whose choices were scored (a multiple-choice record, a preference pair).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub choice_records: u64,
+    /// Of those, the records that named their right answer (a preference pair's is its
+    /// `chosen`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub answered_records: u64,
+    /// Of those, the records whose likeliest choice was the right one.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub correct_records: u64,
+    /// Of those, the records whose likeliest choice per character was the right one.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub correct_normalized_records: u64,
 }
 
 /// Whether a report figure is at its default (left out of a report that never scored).
@@ -151,8 +164,54 @@ struct GenerationLine<'a> {
     score: Option<ScoreLine>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_logprobs: Option<&'a [TokenLogprob]>,
+    /// A record with choices: each one's score, in order, and the one the model prefers.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    choices_scored: Option<ChoicesLine<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+}
+
+/// A record's scored choices as `generations.jsonl` spells them.
+#[derive(Serialize)]
+struct ChoicesLine<'a> {
+    choice_scores: Vec<ChoiceScoreLine<'a>>,
+    /// The likeliest choice (lm-evaluation-harness's `acc` picks it).
+    best: usize,
+    /// The likeliest per character (`acc_norm`'s pick).
+    best_normalized: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct_normalized: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct ChoiceScoreLine<'a> {
+    #[serde(flatten)]
+    score: ScoreLine,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_logprobs: Option<&'a [TokenLogprob]>,
+}
+
+impl<'a> ChoicesLine<'a> {
+    fn new(scored: &'a ChoiceScores) -> Self {
+        let correct = scored.correct();
+        Self {
+            choice_scores: (scored.scores.iter())
+                .map(|score| ChoiceScoreLine {
+                    score: ScoreLine::new(score),
+                    prompt_logprobs: score.token_logprobs.as_deref(),
+                })
+                .collect(),
+            best: scored.best(),
+            best_normalized: scored.best_normalized(),
+            answer: scored.answer,
+            correct: correct.map(|(plain, _)| plain),
+            correct_normalized: correct.map(|(_, normalized)| normalized),
+        }
+    }
 }
 
 /// A record text's score as `generations.jsonl` spells it.
@@ -163,6 +222,17 @@ struct ScoreLine {
     /// `exp(-logprob / tokens)`; null when no token was scored.
     perplexity: Option<f64>,
     greedy: bool,
+}
+
+impl ScoreLine {
+    fn new(score: &TextScore) -> Self {
+        Self {
+            tokens: score.tokens,
+            logprob: score.logprob,
+            perplexity: score.perplexity(),
+            greedy: score.greedy,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -200,16 +270,12 @@ impl<'a> GenerationLine<'a> {
             finish_reason: completion.finish_reason.as_str(),
             choices,
             logprobs: completion.logprobs.as_deref(),
-            score: completion.score.as_ref().map(|score| ScoreLine {
-                tokens: score.tokens,
-                logprob: score.logprob,
-                perplexity: score.perplexity(),
-                greedy: score.greedy,
-            }),
+            score: completion.score.as_ref().map(ScoreLine::new),
             prompt_logprobs: completion
                 .score
                 .as_ref()
                 .and_then(|score| score.token_logprobs.as_deref()),
+            choices_scored: completion.choice_scores.as_ref().map(ChoicesLine::new),
             error: completion.error.as_deref(),
         }
     }
@@ -243,7 +309,7 @@ impl GenerateWork {
     /// The prompt an actor completes for `record`: its conversation, or `--prompt` around
     /// its text.
     pub fn prompt_of(&self, record: Record) -> PromptParts {
-        match record.chat {
+        let prompt = match record.chat {
             Some(chat) => PromptParts {
                 messages: chat.messages,
                 params: chat.params,
@@ -254,6 +320,14 @@ impl GenerateWork {
                 let (before, after) = self.prompt.around(&record.fields);
                 PromptParts::new(&seed_id(&record.id), &before, &record.text, &after)
             }
+        };
+        match record.choices {
+            Some(choices) => PromptParts {
+                choices: choices.choices,
+                answer: choices.answer,
+                ..prompt
+            },
+            None => prompt,
         }
     }
 }
@@ -412,6 +486,14 @@ impl ChunkWork for GenerateWork {
                 tally.scored_tokens += u64::from(score.tokens);
                 tally.scored_logprob += score.logprob;
             }
+            if let Some(scored) = &completion.choice_scores {
+                tally.choice_records += 1;
+                if let Some((plain, normalized)) = scored.correct() {
+                    tally.answered_records += 1;
+                    tally.correct_records += u64::from(plain);
+                    tally.correct_normalized_records += u64::from(normalized);
+                }
+            }
             for choice in completion.choices() {
                 match choice.finish_reason {
                     FinishReason::Stop => tally.finished_by_stop += 1,
@@ -560,6 +642,7 @@ mod tests {
                 greedy: false,
                 token_logprobs: None,
             }),
+            choice_scores: None,
         };
         let id = serde_json::json!("r");
         let first = completion(-8.0, 4);
@@ -587,6 +670,82 @@ mod tests {
         let unscored = GenerationTally::default().figures(Duration::from_secs(1));
         let json = serde_json::to_value(unscored).unwrap();
         assert!(json.get("scored_perplexity").is_none() && json.get("scored_tokens").is_none());
+        assert!(json.get("accuracy").is_none() && json.get("choice_records").is_none());
+    }
+
+    /// A record with choices writes each one's score, the likeliest plain and per
+    /// character, and (with an answer) whether each is right; the run's accuracy counts
+    /// only the records that named an answer.
+    #[test]
+    fn scored_choices_are_written_and_counted_into_the_accuracy() {
+        let score = |logprob: f64, tokens: u32| TextScore {
+            tokens,
+            logprob,
+            greedy: tokens == 1,
+            token_logprobs: None,
+        };
+        let completion = |answer: Option<u32>| Completion {
+            id: "q".into(),
+            text: String::new(),
+            prompt_tokens: 30,
+            generated_tokens: 0,
+            finish_reason: FinishReason::Length,
+            truncated: false,
+            logprobs: None,
+            more: Vec::new(),
+            error: None,
+            score: None,
+            // " Paris" (-1 over 6 characters) against " the city of Lyon" (-2.5 over 17).
+            choice_scores: Some(ChoiceScores {
+                scores: vec![score(-1.0, 1), score(-2.5, 4)],
+                chars: vec![6, 17],
+                answer,
+            }),
+        };
+        let id = serde_json::json!("q");
+        let right = completion(Some(0));
+        let line = serde_json::to_value(GenerationLine::new(&id, &right)).unwrap();
+        assert_eq!(line["choice_scores"][0]["logprob"], -1.0);
+        assert_eq!(line["choice_scores"][1]["tokens"], 4);
+        assert_eq!(line["choice_scores"][1]["perplexity"], 0.625f64.exp());
+        assert_eq!(
+            (line["best"].clone(), line["best_normalized"].clone()),
+            (0.into(), 1.into())
+        );
+        assert_eq!(
+            (line["correct"].clone(), line["correct_normalized"].clone()),
+            (true.into(), false.into())
+        );
+        assert!(
+            line.get("score").is_none() && line.get("choices").is_none(),
+            "{line}"
+        );
+        let unanswered = completion(None);
+        let line = serde_json::to_value(GenerationLine::new(&id, &unanswered)).unwrap();
+        assert!(
+            line.get("correct").is_none() && line.get("answer").is_none(),
+            "{line}"
+        );
+        assert_eq!(line["best"], 0);
+        let mut tally = GenerationTally::default();
+        let piece = Piece {
+            rows: 3,
+            actor_id: resident_sdk::ActorId::new("a"),
+            node_id: resident_sdk::NodeId::new("n"),
+            micros: 0,
+            model_fingerprint: String::new(),
+            data: vec![right, completion(Some(1)), unanswered],
+        };
+        GenerateWork::tally(&mut tally, &piece);
+        let figures = tally.figures(Duration::from_secs(1));
+        assert_eq!(
+            (figures.tally.choice_records, figures.tally.answered_records),
+            (3, 2)
+        );
+        assert_eq!(figures.accuracy, Some(0.5));
+        assert_eq!(figures.accuracy_normalized, Some(0.5));
+        let json = serde_json::to_value(&figures).unwrap();
+        assert_eq!(json["correct_records"], 1);
     }
 
     /// A job's settings read as before the new parameters existed while they are at their
@@ -632,9 +791,21 @@ pub struct GenerateFigures {
     /// as one corpus (absent when it scored none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scored_perplexity: Option<f64>,
+    /// `correct_records / answered_records`: how often the likeliest choice was the right
+    /// one (absent when no record named its answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// The same by log-probability per character.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_normalized: Option<f64>,
 }
 
 impl GenerationTally {
+    /// `records` as a share of the records that named their answer; `None` when none did.
+    fn share_of_answered(&self, records: u64) -> Option<f64> {
+        (self.answered_records > 0).then(|| records as f64 / self.answered_records as f64)
+    }
+
     /// The report's figures of a generate job that ran `wall`.
     pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
         let seconds = wall.as_secs_f64().max(1e-9);
@@ -643,6 +814,8 @@ impl GenerationTally {
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
             scored_perplexity: (self.scored_tokens > 0)
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
+            accuracy: self.share_of_answered(self.correct_records),
+            accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
             tally: self,
         }
     }

@@ -16,6 +16,7 @@
 //!    `ids.jsonl`, or `generations.jsonl`. Write `index.json` and `report.json`.
 
 pub mod chat_input;
+pub mod choice_input;
 mod config;
 mod duplicates;
 mod embed;
@@ -55,6 +56,7 @@ mod work;
 use resident_sdk::Cluster;
 
 pub use chat_input::PromptInput;
+pub use choice_input::ChoiceFields;
 pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};

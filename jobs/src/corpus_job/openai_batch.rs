@@ -114,6 +114,7 @@ mod tests {
             }],
             error: None,
             score: None,
+            choice_scores: None,
         }
     }
 

@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use super::JobError;
 use super::chat_input::{ChatRecord, PromptInput, parse_batch_line, parse_messages};
+use super::choice_input::{
+    ChoiceFields, ChoiceRecord, PreferencePrompt, parse_choices, parse_preference,
+};
 use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
 use crate::records::{is_blank, json_object, line_text};
@@ -27,6 +30,9 @@ pub struct ReaderOptions {
     pub keep_fields: Vec<String>,
     /// Whether records may be conversations (generate jobs) or OpenAI Batch lines.
     pub prompts: PromptInput,
+    /// Where a scoring job reads a record's choices (`None`: records have none): a
+    /// multiple-choice record's, or a preference pair's (`prompt`, `chosen`, `rejected`).
+    pub choices: Option<ChoiceFields>,
 }
 
 impl Default for ReaderOptions {
@@ -37,6 +43,7 @@ impl Default for ReaderOptions {
             extra_fields: Vec::new(),
             keep_fields: Vec::new(),
             prompts: PromptInput::Text,
+            choices: None,
         }
     }
 }
@@ -55,6 +62,8 @@ pub struct Record {
     /// A conversation in place of the text (`text` is then empty): a `messages` record
     /// or an OpenAI Batch line.
     pub chat: Option<Box<ChatRecord>>,
+    /// Choices to score after the text or conversation ([`ReaderOptions::choices`]).
+    pub choices: Option<Box<ChoiceRecord>>,
 }
 
 pub use crate::records::Kept;
@@ -188,11 +197,16 @@ impl RecordReader {
                         fields: Vec::new(),
                         kept,
                         chat: None,
+                        choices: None,
                     })
                 }),
             };
             let checked = parsed.and_then(|record| {
-                if record.chat.is_none() && record.text.trim().is_empty() {
+                // A choice may follow nothing (scored alone); a text must be there to read.
+                if record.chat.is_none()
+                    && record.choices.is_none()
+                    && record.text.trim().is_empty()
+                {
                     return Err("empty text".to_owned());
                 }
                 Ok(record)
@@ -283,6 +297,7 @@ impl RecordReader {
                     fields: Vec::new(),
                     kept: Kept::new(),
                     chat: None,
+                    choices: None,
                 })
             }
             _ => self.parse_json(text, index, line),
@@ -318,13 +333,21 @@ impl RecordReader {
                 fields: Vec::new(),
                 kept: self.kept(&object),
                 chat: Some(Box::new(chat)),
+                choices: None,
             });
         }
-        if self.options.prompts == PromptInput::TextOrMessages
-            && !object.contains_key(&self.options.text_field)
-            && let Some(messages) = object.get("messages")
-        {
-            let messages = parse_messages(messages)?;
+        let has_text = object.contains_key(&self.options.text_field);
+        let (preference, choices) = self.choices_of(&object, has_text)?;
+        let messages = match preference {
+            Some(PreferencePrompt::Text(prompt)) => {
+                object.insert(self.options.text_field.clone(), Value::String(prompt));
+                None
+            }
+            Some(PreferencePrompt::Messages(messages)) => Some(messages),
+            _ if self.options.prompts != PromptInput::TextOrMessages || has_text => None,
+            _ => object.get("messages").map(parse_messages).transpose()?,
+        };
+        if let Some(messages) = messages {
             let id = self.record_id(&mut object, index, line)?;
             return Ok(Record {
                 id,
@@ -335,6 +358,7 @@ impl RecordReader {
                     messages,
                     ..ChatRecord::default()
                 })),
+                choices,
             });
         }
         let fields = self
@@ -366,7 +390,24 @@ impl RecordReader {
             fields,
             kept,
             chat: None,
+            choices,
         })
+    }
+
+    /// A scoring job's record's choices ([`ReaderOptions::choices`]), and the prompt in
+    /// place of its text when it is a preference pair (a record without a text field).
+    fn choices_of(
+        &self,
+        object: &serde_json::Map<String, Value>,
+        has_text: bool,
+    ) -> Result<(Option<PreferencePrompt>, Option<Box<ChoiceRecord>>), String> {
+        let Some(fields) = &self.options.choices else {
+            return Ok((None, None));
+        };
+        if !has_text && let Some((prompt, pair)) = parse_preference(object)? {
+            return Ok((Some(prompt), Some(Box::new(pair))));
+        }
+        Ok((None, parse_choices(object, fields)?.map(Box::new)))
     }
 
     /// The record's id field, or one made of its place.
@@ -501,6 +542,79 @@ mod tests {
             bad.reason.contains("give the corpus as JSON lines"),
             "{bad:?}"
         );
+    }
+
+    /// A scoring job reads a multiple-choice record (text or conversation), a preference
+    /// pair (its prompt in the text's place, or as the conversation), and a plain record;
+    /// a bad answer is a bad record. A job that does not score reads `choices` as any
+    /// other field, and a pair as a record without text.
+    #[test]
+    fn a_scoring_job_reads_choices_and_preference_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("eval.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"id": "mc", "text": "2+2=", "choices": ["3", "4"], "answer": 1}"#,
+                "\n",
+                r#"{"id": "chat", "messages": [{"role": "user", "content": "2+2?"}], "choices": ["4"]}"#,
+                "\n",
+                r#"{"id": "pair", "prompt": "Sky:", "chosen": " blue", "rejected": " red"}"#,
+                "\n",
+                r#"{"id": "plain", "text": "Just text."}"#,
+                "\n",
+                r#"{"id": "bad", "text": "2+2=", "choices": ["4"], "answer": 3}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let read = |choices: Option<ChoiceFields>| {
+            let options = ReaderOptions {
+                prompts: PromptInput::TextOrMessages,
+                choices,
+                ..ReaderOptions::default()
+            };
+            let mut reader = RecordReader::new(InputSet::local(&path).unwrap(), options);
+            let mut items = Vec::new();
+            while let Some(item) = reader.next_item().unwrap() {
+                items.push(match item {
+                    Item::Record(record) => Ok(record),
+                    Item::Bad(bad) => Err(bad.reason),
+                });
+            }
+            items
+        };
+        let items = read(Some(ChoiceFields::default()));
+        let record = |i: usize| items[i].as_ref().unwrap();
+        let answer = |i: usize| {
+            record(i)
+                .choices
+                .as_ref()
+                .map(|c| (c.choices.len(), c.answer))
+        };
+        assert_eq!(
+            (record(0).text.as_str(), answer(0)),
+            ("2+2=", Some((2, Some(1))))
+        );
+        assert_eq!(record(1).chat.as_ref().unwrap().messages.len(), 1);
+        assert_eq!(answer(1), Some((1, None)));
+        assert_eq!(record(2).text, "Sky:");
+        assert_eq!(
+            record(2).choices.as_ref().unwrap().choices,
+            [" blue", " red"]
+        );
+        assert_eq!(answer(2), Some((2, Some(0))));
+        assert_eq!(answer(3), None);
+        let error = items[4].as_ref().unwrap_err();
+        assert!(error.contains("names none of the 1 choices"), "{error}");
+        let items = read(None);
+        assert!(items.iter().all(|item| {
+            item.as_ref().is_ok_and(|r| r.choices.is_none())
+                || item
+                    .as_ref()
+                    .is_err_and(|e| e.contains("missing text field"))
+        }));
+        assert!(items[2].is_err(), "a pair without --score has no text");
     }
 
     #[test]

@@ -271,6 +271,35 @@ impl PromptFormat {
         self.windows(head, text, limit, settings, named)
     }
 
+    /// A continuation (`choice`: a multiple-choice answer, a preference pair's reply)
+    /// scored after a raw `context`, as lm-evaluation-harness scores one: the two tokenised
+    /// apart, the context's trailing whitespace moved to the front of the choice (`"Answer:
+    /// "` and `"Paris"` are read as `"Answer:"` and `" Paris"`, as a tokenizer writes a
+    /// word after a space). A context that leaves the choice no room in the window loses
+    /// its start (it keeps at least half the window, the end nearest the choice; the
+    /// result is marked truncated); a choice longer than what is left goes on in windows.
+    pub fn scored_choice(
+        &self,
+        (context, choice): (&str, &str),
+        limit: usize,
+        settings: WindowSettings,
+    ) -> Result<ScoredText, ModelError> {
+        let kept = context.trim_end();
+        let choice = format!("{}{choice}", &context[kept.len()..]);
+        let lead = self.tokens("", PromptTemplate::None)?;
+        let context_tokens = self.encode(kept)?;
+        let choice_tokens = self.encode(&choice)?;
+        let room = limit
+            .saturating_sub(lead.len() + choice_tokens.len())
+            .max(limit / 2);
+        let cut = context_tokens.len().saturating_sub(room);
+        let head = lead.iter().chain(&context_tokens[cut..]).copied().collect();
+        let named = ["the prompt before the choice", "the prompt"];
+        let mut scored = self.windows(head, (choice_tokens, Vec::new()), limit, settings, named)?;
+        scored.truncated |= cut > 0;
+        Ok(scored)
+    }
+
     /// A conversation as [`PromptFormat::scored_reply`] reads it: the text before the reply
     /// and the reply's own.
     pub fn reply_parts(&self, messages: &[Message]) -> Result<(String, String), ModelError> {

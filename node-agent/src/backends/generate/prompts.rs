@@ -7,8 +7,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use resident_actor::generate::{
-    Choice, Completion, FinishReason, GenerateParams, GenerateRequest, GenerateResponse,
-    PromptParts, ResponseFormat, Template, TextScore, TokenLogprob, TopLogprob,
+    Choice, ChoiceScores, Completion, FinishReason, GenerateParams, GenerateRequest,
+    GenerateResponse, MAX_CHOICES, PromptParts, ResponseFormat, Template, TextScore, TokenLogprob,
+    TopLogprob,
 };
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
@@ -34,13 +35,27 @@ pub(super) struct TaskPlan {
 type PromptPlan = Result<PromptRequests, String>;
 
 /// A prompt's requests among [`TaskPlan::requests`]: the windows of a long scored text
-/// before its last, then one per choice (the first of which scores the last window).
+/// before its last, then one per choice (the first of which scores the last window); or,
+/// for a prompt with scored choices, each choice's windows in turn.
 struct PromptRequests {
     requests: Range<usize>,
     /// How many of them are earlier windows, which score and generate nothing.
     windows_before: usize,
     /// Its text was cut, or (scored) not scored to its end.
     truncated: bool,
+    /// The prompt's scored choices; `None` without choices.
+    choices: Option<ChoicePlan>,
+}
+
+/// A prompt's scored choices as planned: what its completion needs besides the windows'
+/// scores.
+struct ChoicePlan {
+    /// Each choice's windows (requests), in order.
+    windows: Vec<usize>,
+    /// Each choice's length in characters.
+    chars: Vec<u32>,
+    /// The right choice, when the record names it.
+    answer: Option<u32>,
 }
 
 impl TaskPlan {
@@ -81,6 +96,32 @@ impl TaskPlan {
                         requests: first..requests.len(),
                         windows_before: windows_before.len(),
                         truncated,
+                        choices: None,
+                    })
+                }
+                Planned::Choices { params, choices } => {
+                    let first = requests.len();
+                    let plan = ChoicePlan {
+                        windows: choices.iter().map(|c| c.windows.len()).collect(),
+                        chars: (prompt.choices.iter())
+                            .map(|c| c.chars().count() as u32)
+                            .collect(),
+                        answer: prompt.answer,
+                    };
+                    let truncated = choices.iter().any(|c| c.truncated);
+                    let top = params.prompt_logprobs.unwrap_or(0) as usize;
+                    for (window, scoring) in choices.into_iter().flat_map(|c| windows(c, top)) {
+                        requests.push(GenerationRequest {
+                            max_new_tokens: 0,
+                            score: Some(scoring),
+                            ..generation_request(&prompt.id, 0, &window, &params, &None)
+                        });
+                    }
+                    Ok(PromptRequests {
+                        requests: first..requests.len(),
+                        windows_before: 0,
+                        truncated,
+                        choices: Some(plan),
                     })
                 }
                 Planned::Refused(error) => Err(error),
@@ -100,6 +141,11 @@ impl TaskPlan {
             .prompts
             .into_iter()
             .map(|(id, planned)| match planned {
+                Ok(planned) if planned.choices.is_some() => {
+                    let outputs = &outputs[planned.requests.clone()];
+                    let scored_tokens = self.list_scored_tokens;
+                    choices_completion(format, &id, outputs, &planned, scored_tokens)
+                }
                 Ok(planned) => {
                     let windows = planned.windows_before;
                     let first = &self.requests[planned.requests.start + windows];
@@ -122,6 +168,7 @@ impl TaskPlan {
                     more: Vec::new(),
                     error: Some(error),
                     score: None,
+                    choice_scores: None,
                 },
             })
             .collect();
@@ -188,17 +235,9 @@ fn completion(
 ) -> Completion {
     let windows = || windows_before.iter().chain(&outputs[..1]);
     let prompt_tokens = windows().map(|w| w.prompt_tokens as u32).sum();
-    let score = asked.score.then(|| {
-        let scored = || windows().flat_map(|w| &w.prompt_logprobs);
-        TextScore {
-            tokens: scored().count() as u32,
-            logprob: scored().map(|t| f64::from(t.logprob)).sum(),
-            greedy: windows().all(|w| w.prompt_greedy),
-            token_logprobs: asked
-                .scored_tokens
-                .then(|| token_logprobs(format, scored())),
-        }
-    });
+    let score = asked
+        .score
+        .then(|| text_score(format, windows(), asked.scored_tokens));
     let mut choices = outputs
         .iter()
         .map(|output| choice(format, output, asked.logprobs));
@@ -214,6 +253,60 @@ fn completion(
         more: choices.collect(),
         error: None,
         score,
+        choice_scores: None,
+    }
+}
+
+/// The score of a text scored in `windows` (their scored tokens, in order), with each
+/// scored token's log-probability when `listed`.
+fn text_score<'a>(
+    format: &PromptFormat,
+    windows: impl Iterator<Item = &'a Generation> + Clone,
+    listed: bool,
+) -> TextScore {
+    let scored = || windows.clone().flat_map(|w| &w.prompt_logprobs);
+    TextScore {
+        tokens: scored().count() as u32,
+        logprob: scored().map(|t| f64::from(t.logprob)).sum(),
+        greedy: windows.clone().all(|w| w.prompt_greedy),
+        token_logprobs: listed.then(|| token_logprobs(format, scored())),
+    }
+}
+
+/// A prompt's completion from its scored choices' windows (`outputs`, each choice's in
+/// turn): a score per choice, nothing generated; its prompt tokens count every window's.
+fn choices_completion(
+    format: &PromptFormat,
+    id: &str,
+    outputs: &[Generation],
+    planned: &PromptRequests,
+    listed: bool,
+) -> Completion {
+    let plan = planned.choices.as_ref().expect("a prompt with choices");
+    let mut rest = outputs;
+    let scores = (plan.windows.iter())
+        .map(|&count| {
+            let (windows, after) = rest.split_at(count);
+            rest = after;
+            text_score(format, windows.iter(), listed)
+        })
+        .collect();
+    Completion {
+        id: id.to_owned(),
+        text: String::new(),
+        prompt_tokens: outputs.iter().map(|w| w.prompt_tokens as u32).sum(),
+        generated_tokens: 0,
+        finish_reason: FinishReason::Length,
+        truncated: planned.truncated,
+        logprobs: None,
+        more: Vec::new(),
+        error: None,
+        score: None,
+        choice_scores: Some(ChoiceScores {
+            scores,
+            chars: plan.chars.clone(),
+            answer: plan.answer,
+        }),
     }
 }
 
@@ -258,6 +351,12 @@ enum Planned {
         /// A long scored text's windows before the last: each one's tokens and what it
         /// scores.
         windows_before: Vec<(Vec<u32>, PromptScoring)>,
+    },
+    /// A prompt's choices, each scored after it in its windows ([`scored_choices`]);
+    /// nothing is generated.
+    Choices {
+        params: Box<GenerateParams>,
+        choices: Vec<ScoredText>,
     },
     /// The record's own request is invalid: it is answered with this, without the model.
     Refused(String),
@@ -340,28 +439,29 @@ fn scored(
                 .into(),
         );
     }
+    if !prompt.choices.is_empty() {
+        return Ok(
+            match scored_choices(model.format(), model.context(), prompt, &params) {
+                Ok(choices) => Planned::Choices {
+                    params: Box::new(params),
+                    choices,
+                },
+                Err(error) => Planned::Refused(error),
+            },
+        );
+    }
     let scored = match scored_text(model.format(), model.context(), prompt, &params) {
         Ok(scored) => scored,
         Err(error) => return Ok(Planned::Refused(error)),
     };
+    let truncated = scored.truncated;
     let top = params.prompt_logprobs.unwrap_or(0) as usize;
-    let mut windows: Vec<_> = scored
-        .windows
-        .into_iter()
-        .map(|window| {
-            let scoring = PromptScoring {
-                from: window.scored.start,
-                to: window.scored.end,
-                top,
-            };
-            (window.tokens, scoring)
-        })
-        .collect();
+    let mut windows: Vec<_> = windows(scored, top).collect();
     let (tokens, scoring) = windows.pop().expect("a scored text has a window");
     Ok(Planned::Runs {
         params: Box::new(params),
         tokens,
-        truncated: scored.truncated,
+        truncated,
         grammar: None,
         scoring: Some(scoring),
         windows_before: windows,
@@ -391,6 +491,86 @@ pub fn scored_text(
         false => format.scored_reply(&chat_messages(prompt), window, settings),
     };
     scored.map_err(|e| e.to_string())
+}
+
+/// A scored text's windows as the engine takes them: each one's tokens and what it scores
+/// (with its `top` likeliest tokens listed).
+fn windows(scored: ScoredText, top: usize) -> impl Iterator<Item = (Vec<u32>, PromptScoring)> {
+    scored.windows.into_iter().map(move |window| {
+        let scoring = PromptScoring {
+            from: window.scored.start,
+            to: window.scored.end,
+            top,
+        };
+        (window.tokens, scoring)
+    })
+}
+
+/// Each of a prompt's choices scored after it under `params` with a model of `context`
+/// tokens, or why they cannot be: what an actor runs, and what `--dry-run` shows. After a
+/// text prompt a choice is scored raw after the whole prompt (`before + text + after`);
+/// after a conversation, which must end with the user's turn, as the assistant's reply
+/// through the model's chat template.
+pub fn scored_choices(
+    format: &PromptFormat,
+    context: usize,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+) -> Result<Vec<ScoredText>, String> {
+    let settings = WindowSettings {
+        stride: params.score_stride.map(|s| s as usize),
+        max_windows: params.max_score_windows.map(|w| w as usize),
+    };
+    check_choices(prompt)?;
+    let window = score_window(context, params);
+    let messages = chat_messages(prompt);
+    if let Some(last) = messages.last().filter(|m| m.role != "user") {
+        return Err(format!(
+            "a conversation with choices ends with the user's turn (each choice is the \
+             assistant's reply to it); this one ends with a {} message",
+            last.role
+        ));
+    }
+    let context_text = [&prompt.before[..], &prompt.text, &prompt.after].concat();
+    prompt
+        .choices
+        .iter()
+        .map(|choice| {
+            let scored = match messages.is_empty() {
+                true => format.scored_choice((&context_text, choice), window, settings),
+                false => {
+                    let reply = Message::new("assistant", choice);
+                    let turns: Vec<Message> = messages.iter().cloned().chain([reply]).collect();
+                    format.scored_reply(&turns, window, settings)
+                }
+            };
+            scored.map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// Why a prompt's choices cannot be scored: too many, one empty, or an answer that is
+/// none of them.
+fn check_choices(prompt: &PromptParts) -> Result<(), String> {
+    let count = prompt.choices.len();
+    if count > MAX_CHOICES as usize {
+        return Err(format!(
+            "{count} choices; a record may have at most {MAX_CHOICES} (split the rest into \
+             records of their own)"
+        ));
+    }
+    if let Some(empty) = prompt.choices.iter().position(|c| c.is_empty()) {
+        return Err(format!(
+            "choice {empty} is empty: an empty continuation scores nothing (give each \
+             choice its text)"
+        ));
+    }
+    match prompt.answer {
+        Some(answer) if answer as usize >= count => Err(format!(
+            "the answer is choice {answer}, and there are {count} choices (numbered from 0)"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The tokens a scoring window may hold in a model of `context` tokens: the context less
