@@ -8,6 +8,7 @@ use candle_core::Device;
 
 use super::chat::Message;
 use super::dense_tests::gguf_path;
+use super::prompt::ScoredText;
 use super::score_windows::WindowSettings;
 use super::tests::greedy;
 use super::*;
@@ -295,6 +296,67 @@ fn a_conversation_s_reply_is_scored_after_the_turns_before_it() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("ends with a user message"), "{error}");
+}
+
+/// A choice is scored after its context as lm-evaluation-harness scores one: the two
+/// tokenised apart, the context's trailing space moved to the choice's front; a context
+/// too long for the window loses its start, never the choice; the right answer scores
+/// above a wrong one.
+#[test]
+fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
+    let model = quantised();
+    let context = "The capital of France is";
+    let scored = |context: &str, choice: &str, limit: usize| {
+        model
+            .format
+            .scored_choice((context, choice), limit, ROLLING)
+            .unwrap()
+    };
+    let paris = scored(context, " Paris", WINDOW);
+    assert_eq!(paris, scored(&format!("{context} "), "Paris", WINDOW));
+    let [window] = &paris.windows[..] else {
+        panic!("one window: {paris:?}")
+    };
+    let head = model.format.tokens(context, PromptTemplate::None).unwrap();
+    assert_eq!(window.tokens[..window.scored.start], head[..]);
+    assert_eq!(window.scored.end, window.tokens.len());
+    assert_eq!(
+        model.decode(&window.tokens[window.scored.clone()]).unwrap(),
+        " Paris"
+    );
+    assert!(!paris.truncated);
+    // A long context in a small window keeps its end (after BOS) and the whole choice.
+    let long = format!("{} {context}", "Many words come first here.".repeat(20));
+    let limit = head.len() + 4;
+    let cut = scored(&long, " Paris", limit);
+    assert!(cut.truncated);
+    let [window] = &cut.windows[..] else {
+        panic!("one window: {cut:?}")
+    };
+    assert!(window.tokens.len() <= limit);
+    let lead = model.format.tokens("", PromptTemplate::None).unwrap();
+    assert!(window.tokens.starts_with(&lead));
+    let kept = &window.tokens[lead.len()..window.scored.start];
+    assert!(
+        head.ends_with(&kept[kept.len().saturating_sub(3)..]),
+        "the context's end is kept"
+    );
+    assert_eq!(
+        model.decode(&window.tokens[window.scored.clone()]).unwrap(),
+        " Paris"
+    );
+    let logprob = |scored: &ScoredText| -> f32 {
+        let window = &scored.windows[0];
+        let request = score_only("c", window.tokens.clone(), window.scored.start, 0);
+        let out = model
+            .generate(&[request], StepLimits::new(1, 256), &mut || {})
+            .unwrap()
+            .remove(0);
+        out.prompt_logprobs.iter().map(|t| t.logprob).sum()
+    };
+    let berlin = scored(context, " Berlin", WINDOW);
+    let (right, wrong) = (logprob(&paris), logprob(&berlin));
+    assert!(right > wrong + 1.0, "Paris {right} against Berlin {wrong}");
 }
 
 /// The default windows: as many as a text takes, each scoring all its tokens but one.

@@ -286,7 +286,7 @@ impl TypedActor for GenerateActor {
 
 #[cfg(test)]
 mod tests {
-    use resident_actor::generate::{GenerateParams, PromptParts};
+    use resident_actor::generate::{ChatMessage, GenerateParams, PromptParts};
 
     use super::*;
     use crate::backends::ActorKindRegistry;
@@ -341,6 +341,86 @@ mod tests {
             assert!(completion.generated_tokens >= 1 && completion.generated_tokens <= 16);
             assert!(completion.prompt_tokens > 5);
             assert!(!completion.truncated);
+        }
+    }
+
+    /// A prompt's choices are each scored after it and nothing is generated: the right one
+    /// is the likeliest, and a choice scores what the same text scored after the same
+    /// prompt as a record's text does; a conversation's choices are its replies. Choices
+    /// that cannot be scored are refused in their record alone.
+    #[test]
+    fn choices_are_scored_after_their_prompt_as_texts_are() {
+        let config = GenerateConfig {
+            model: smollm2(),
+            max_sequences: Some(4),
+            ..GenerateConfig::default()
+        };
+        let context = LoadContext::standalone("a1", Vec::new());
+        let mut actor = GenerateActor::load(config, &context).unwrap();
+        let with = |prompt: PromptParts, choices: &[&str], answer| PromptParts {
+            choices: choices.iter().map(|c| c.to_string()).collect(),
+            answer,
+            ..prompt
+        };
+        let capital = "The capital of France is";
+        let question = ChatMessage::new("user", "What is the capital of France?");
+        let replies = ["The capital of France is Paris.", "It is Berlin."];
+        let answered = vec![question.clone(), ChatMessage::new("assistant", "Paris.")];
+        let request = GenerateRequest {
+            prompts: vec![
+                with(
+                    PromptParts::new("mc", "", capital, ""),
+                    &[" Berlin", " Paris"],
+                    Some(1),
+                ),
+                PromptParts::new("plain", capital, " Paris", ""),
+                with(PromptParts::chat("chat", vec![question]), &replies, Some(0)),
+                with(
+                    PromptParts::new("bad", "", capital, ""),
+                    &[" Paris"],
+                    Some(3),
+                ),
+                with(PromptParts::chat("closed", answered), &replies, None),
+                with(
+                    PromptParts::new("empty", "", capital, ""),
+                    &[" Paris", ""],
+                    None,
+                ),
+            ],
+            params: GenerateParams {
+                template: resident_actor::generate::Template::None,
+                max_new_tokens: 0,
+                score: true,
+                ..GenerateParams::default()
+            },
+        };
+        let response = actor.handle(request).unwrap();
+        let [mc, plain, chat, bad, closed, empty] = &response.completions[..] else {
+            panic!("six completions: {response:?}");
+        };
+        let scored = mc.choice_scores.as_ref().expect("choices scored");
+        assert_eq!((scored.best(), scored.correct()), (1, Some((true, true))));
+        assert_eq!(scored.chars, [7, 6]);
+        assert_eq!(
+            (mc.generated_tokens, mc.text.as_str(), &mc.score),
+            (0, "", &None)
+        );
+        let text = plain.score.as_ref().expect("a text record is scored");
+        assert_eq!(scored.scores[1].tokens, text.tokens);
+        assert!(
+            (scored.scores[1].logprob - text.logprob).abs() < 1e-3,
+            "{scored:?} {text:?}"
+        );
+        let replies = chat.choice_scores.as_ref().unwrap();
+        assert_eq!(replies.best(), 0, "{replies:?}");
+        assert!(replies.scores.iter().all(|s| s.tokens > 3));
+        for (refused, wanted) in [
+            (bad, "the answer is choice 3, and there are 1 choices"),
+            (closed, "ends with the user's turn"),
+            (empty, "choice 1 is empty"),
+        ] {
+            let error = refused.error.as_deref().unwrap_or_default();
+            assert!(error.contains(wanted), "{}: {error}", refused.id);
         }
     }
 
