@@ -10,10 +10,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use resident_actor::generate::{GenerateConfig, GenerateParams, PromptParts};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
+use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, CorpusJobConfig, EmbedJobConfig, EmbedWork, GenerateJobConfig,
-    GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
-    VectorFormat,
+    self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork,
+    GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt,
+    PromptTemplate, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -299,6 +300,14 @@ fn call_prompts(json: &str) -> Result<Vec<PromptParts>, String> {
                             ));
                         }
                     };
+                    if let Some(choices) =
+                        parse_choices(&object, &ChoiceFields::default()).map_err(at)?
+                    {
+                        prompt.choices = choices.choices;
+                        prompt.answer = choices.answer;
+                    }
+                    object.remove("choices");
+                    object.remove("answer");
                     if !object.is_empty() {
                         prompt.params = Some(parse_params(&object).map_err(at)?);
                     }
@@ -631,6 +640,10 @@ impl NativeCluster {
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
         if let Some(problem) = config.generation.params.problem() {
             return Err(bad_input(py, problem.to_string()));
+        }
+        if config.generation.params.score {
+            // Records with `choices` (and `answer`), and preference pairs, as the CLI reads.
+            config.corpus.reader.choices = Some(ChoiceFields::default());
         }
         match input_format {
             "records" => {}

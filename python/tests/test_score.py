@@ -73,6 +73,51 @@ def test_a_chat_score_ranks_replies_as_dpo_reads_them(local_cluster):
     assert "ends with a user message" in open_ended["error"], open_ended
 
 
+def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
+    local_cluster, tmp_path
+):
+    context = "Question: What is the capital of France?\nAnswer: The capital of France is"
+    choices = [" Paris.", " a banana.", " Tuesday."]
+    (asked,) = local_cluster.generate(
+        [{"prompt": context, "choices": choices, "answer": 0}], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, progress=False,
+    )
+    apart = local_cluster.generate(
+        [{"prompt": choice, "context": context} for choice in choices], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, progress=False,
+    )
+    assert asked["tokens"] == 0 and asked["text"] == ""
+    for scored, alone in zip(asked["choice_scores"], apart):
+        assert scored["tokens"] == alone["score"]["tokens"]
+        assert abs(scored["logprob"] - alone["score"]["logprob"]) < 1e-3, (scored, alone)
+    assert (asked["best"], asked["answer"], asked["correct"]) == (0, 0, True), asked
+
+    question = {"role": "user", "content": "Is the sun a star?"}
+    (pair,) = local_cluster.chat(
+        [{"messages": [question], "choices": ["Yes, it is a star.", "No, it is a planet."],
+          "answer": 0}],
+        model=str(SMOLLM2), max_new_tokens=0, score=True, progress=False,
+    )
+    assert len(pair["choice_scores"]) == 2 and pair["answer"] == 0, pair
+
+    # A job over TRL's preference pairs: the chosen reply first, the accuracy reported.
+    pairs = [
+        {"id": 1, "prompt": "Water boils at", "chosen": " 100 degrees Celsius.",
+         "rejected": " 40 degrees Celsius."},
+        {"id": 2, "prompt": [question], "chosen": [{"role": "assistant", "content": "Yes."}],
+         "rejected": [{"role": "assistant", "content": "No, it is a planet."}]},
+    ]
+    corpus = write_corpus(tmp_path / "pairs.jsonl", pairs)
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "pairs"), "{text}", template="none",
+        max_new_tokens=0, score=True, progress=False,
+    )
+    lines = [json.loads(l) for l in open(tmp_path / "pairs" / "generations.jsonl")]
+    correct = sum(line["correct"] for line in lines)
+    assert report["answered_records"] == 2, report
+    assert report["accuracy"] == correct / 2, (report, lines)
+
+
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
     with pytest.raises(resident.BadInput, match="template none"):
         local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)

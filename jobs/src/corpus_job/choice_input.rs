@@ -97,8 +97,9 @@ fn check_count(count: usize, name: &str) -> Result<(), String> {
     }
 }
 
-/// The index an answer names: a whole number (an index from 0), a choice's label, or a
-/// choice's own text (leading and trailing spaces aside: `"eight"` names `" eight"`).
+/// The index an answer names: a whole number (an index from 0), a choice's label, a
+/// choice's own text (leading and trailing spaces aside: `"eight"` names `" eight"`), or an
+/// index written as text (HellaSwag's `"label": "2"`).
 fn answer_index(
     answer: &Value,
     choices: &[String],
@@ -111,7 +112,13 @@ fn answer_index(
         Value::String(s) => labels
             .and_then(|labels| labels.iter().position(|l| l.as_str() == Some(s.as_str())))
             .or_else(|| choices.iter().position(|c| c.trim() == s.trim()))
-            .map(|i| i as u64),
+            .map(|i| i as u64)
+            .or_else(|| {
+                s.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&i| (i as usize) < count)
+            }),
         _ => None,
     };
     found.map(|i| i as u32).ok_or_else(|| {
@@ -245,6 +252,8 @@ mod tests {
         assert_eq!(choices(arc).unwrap().unwrap().answer, Some(1));
         let by_text = choices(json!({"choices": [" red", " blue"], "answer": "red"}));
         assert_eq!(by_text.unwrap().unwrap().answer, Some(0));
+        let as_text = choices(json!({"choices": ["red", "blue"], "answer": "1"}));
+        assert_eq!(as_text.unwrap().unwrap().answer, Some(1));
         let unanswered = choices(json!({"choices": ["red", "blue"]}));
         assert_eq!(unanswered.unwrap().unwrap().answer, None);
         assert_eq!(choices(json!({"text": "no choices"})), Ok(None));

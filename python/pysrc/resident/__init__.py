@@ -245,6 +245,49 @@ def _check_sampling(sampling: Mapping[str, Any]) -> None:
         )
 
 
+def _score_dict(score: dict) -> dict:
+    """A scored text's ``tokens``, ``logprob``, ``perplexity`` and ``greedy``."""
+    tokens = score["tokens"]
+    return {
+        "tokens": tokens,
+        "logprob": score["logprob"],
+        "perplexity": math.exp(-score["logprob"] / tokens) if tokens else None,
+        "greedy": score["greedy"],
+    }
+
+
+def _first_highest(values: list) -> int:
+    """The index of the first highest value, NaN never winning (as the CLI's ``best``)."""
+    best = None
+    for index, value in enumerate(values):
+        if not math.isnan(value) and (best is None or value > values[best]):
+            best = index
+    return 0 if best is None else best
+
+
+def _choices_dict(scored: dict) -> dict:
+    """A prompt's scored choices as ``generations.jsonl`` writes them: ``choice_scores``,
+    ``best``, ``best_normalized`` and, with an answer, ``answer``, ``correct`` and
+    ``correct_normalized``."""
+    scores = scored["scores"]
+    out = {"choice_scores": []}
+    for score in scores:
+        line = _score_dict(score)
+        if score.get("token_logprobs") is not None:
+            line["prompt_logprobs"] = score["token_logprobs"]
+        out["choice_scores"].append(line)
+    out["best"] = _first_highest([s["logprob"] for s in scores])
+    out["best_normalized"] = _first_highest(
+        [s["logprob"] / max(chars, 1) for s, chars in zip(scores, scored["chars"])]
+    )
+    answer = scored.get("answer")
+    if answer is not None:
+        out["answer"] = answer
+        out["correct"] = out["best"] == answer
+        out["correct_normalized"] = out["best_normalized"] == answer
+    return out
+
+
 def _completion_dict(c: dict) -> dict:
     """A completion as ``generate`` and ``chat`` return it."""
     out = {
@@ -271,15 +314,12 @@ def _completion_dict(c: dict) -> dict:
         ]
     score = c.get("score")
     if score is not None:
-        tokens = score["tokens"]
-        out["score"] = {
-            "tokens": tokens,
-            "logprob": score["logprob"],
-            "perplexity": math.exp(-score["logprob"] / tokens) if tokens else None,
-            "greedy": score["greedy"],
-        }
+        out["score"] = _score_dict(score)
         if score.get("token_logprobs") is not None:
             out["prompt_logprobs"] = score["token_logprobs"]
+    scored = c.get("choice_scores")
+    if scored is not None:
+        out.update(_choices_dict(scored))
     if c.get("error") is not None:
         out["error"] = c["error"]
     return out
@@ -693,7 +733,8 @@ class Cluster:
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
         ``response_format`` (OpenAI's JSON schema constraint); ``score``,
         ``prompt_logprobs``, ``score_stride`` and ``max_score_windows`` score each text as
-        ``resident generate --score`` does.
+        ``resident generate --score`` does (records with ``choices`` and ``answer``, and
+        preference pairs with ``prompt``, ``chosen`` and ``rejected``, too).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
@@ -754,7 +795,11 @@ class Cluster:
         ``prompt_logprobs=K`` lists each scored token with the K likeliest at its place. A
         text longer than the model's window is scored whole in windows (each after the last,
         one token of context; ``score_stride=N`` scores N tokens a window with the rest as
-        context); ``max_score_windows=1`` scores each text's head alone.
+        context); ``max_score_windows=1`` scores each text's head alone. A dict prompt with
+        ``choices`` (a list of texts) and optionally ``answer`` (an index, label or text)
+        has each choice scored after its text instead, nothing generated
+        (``{"prompt": "The capital of France is", "choices": [" Paris", " Rome"], "answer":
+        0}``: lm-evaluation-harness's multiple choice).
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
@@ -763,7 +808,9 @@ class Cluster:
         ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
         whose own parameters were refused; with ``score`` a ``score`` dict (``tokens``,
         ``logprob``, ``perplexity``, ``greedy``) and with ``prompt_logprobs`` a
-        ``prompt_logprobs`` list. A progress bar counts the prompts completed
+        ``prompt_logprobs`` list; with ``choices`` a ``choice_scores`` list (a ``score`` dict
+        each), ``best`` and ``best_normalized`` (the likeliest choice, and the likeliest per
+        character) and with ``answer`` ``correct`` and ``correct_normalized``. A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU).
         """
@@ -814,7 +861,10 @@ class Cluster:
         the turns before it (``score["logprob"]`` is DPO's reference log-probability of a
         chosen or rejected reply; the reply's end-of-turn marker is scored with it);
         ``max_new_tokens=0`` generates nothing. A conversation that does not end with a
-        reply after a user turn gets an ``error``.
+        reply after a user turn gets an ``error``. A dict conversation with ``choices`` (and
+        ``answer``) ending with the user's turn has each choice scored as the assistant's
+        reply (a preference pair: ``{"messages": [...], "choices": [chosen, rejected],
+        "answer": 0}``), as :meth:`generate` does.
         """
         items = []
         for conversation in conversations:

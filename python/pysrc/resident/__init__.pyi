@@ -172,6 +172,15 @@ class Cluster:
         (OpenAI\'s: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
         makes every completion parse as JSON valid under the schema).
 
+        ``score=True`` (with ``template="none"``) scores each prompt\'s text under the model,
+        as ``resident generate --score`` does; a dict prompt\'s ``context`` goes before it,
+        unscored. A dict prompt with ``choices`` (a list of texts) and optionally ``answer``
+        (an index, label or text) has each choice scored after its text instead, nothing
+        generated (lm-evaluation-harness\'s multiple choice): the dict returned has
+        ``choice_scores`` (a ``score`` dict each), ``best`` and ``best_normalized`` (the
+        likeliest choice, and the likeliest per character) and, with ``answer``,
+        ``correct`` and ``correct_normalized``.
+
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
         ``truncated``; with ``n`` above 1 also ``choices`` (each with ``text``, ``tokens``,
@@ -193,7 +202,10 @@ class Cluster:
         the turns before it (``score["logprob"]`` is DPO\'s reference log-probability of a
         chosen or rejected reply; the reply\'s end-of-turn marker is scored with it);
         ``max_new_tokens=0`` generates nothing. A conversation that does not end with a
-        reply after a user turn gets an ``error``.
+        reply after a user turn gets an ``error``. A dict conversation with ``choices`` (and
+        ``answer``) ending with the user\'s turn has each choice scored as the assistant\'s
+        reply (a preference pair: ``{"messages": [...], "choices": [chosen, rejected],
+        "answer": 0}``), as :meth:`generate` does.
         '''
     def nodes(self) -> list[types.SimpleNamespace]:
         """The nodes, with the fields ``resident status --json`` shows."""

@@ -427,6 +427,133 @@ async fn a_conversation_is_scored_on_its_reply() {
     }
 }
 
+/// Multiple-choice records (choices and answer under renamed fields, as HellaSwag names
+/// them) are scored per choice after their prompt: each choice's log-probability is the
+/// one the same text gets scored after the same context as a record's text (the path
+/// checked against llama.cpp above), the likeliest and whether it is right are written,
+/// and the report's accuracy counts the lines. Preference pairs in TRL's three formats
+/// score their chosen reply first: a conversational pair's replies score as conversation
+/// records ending with them do, and the implicit form as the explicit one. An answer that
+/// names no choice is a bad record; `--dry-run` lists each choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_are_scored_after_their_prompt_with_the_run_s_accuracy() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let capital = "The capital of France is";
+    let user = json!({"role": "user", "content": "Is the sun a star?"});
+    let reply = |text: &str| json!({"role": "assistant", "content": text});
+    let (yes, no) = ("Yes, the sun is a star.", "No, the sun is a planet.");
+    let records = [
+        json!({"id": "france", "text": capital, "endings": [" Berlin", " Paris", " Rome"], "label": 1}),
+        json!({"id": "legs", "text": "A spider has", "endings": [" eight legs", " six legs"], "label": "0"}),
+        json!({"id": "open", "text": "My favourite colour is", "endings": [" blue", " green"]}),
+        json!({"id": "bad", "text": capital, "endings": [" Paris"], "label": 4}),
+        json!({"id": "pair", "prompt": "Water boils at", "chosen": " 100 degrees Celsius.", "rejected": " 40 degrees Celsius."}),
+        json!({"id": "talk", "prompt": [user], "chosen": [reply(yes)], "rejected": [reply(no)]}),
+        json!({"id": "whole", "chosen": [user, reply(yes)], "rejected": [user, reply(no)]}),
+    ];
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--choices-field", "endings", "--answer-field", "label"]);
+    let (lines, report) = generate(dir.path(), "mc", &records, "{text}", &flags);
+    let by_id = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap_or_else(|| panic!("{id}"))
+    };
+    let logprobs = |line: &Value| -> Vec<f64> {
+        let scores = line["choice_scores"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{line}"));
+        scores.iter().map(|s| float(&s["logprob"])).collect()
+    };
+    let france = by_id("france");
+    assert_eq!(
+        (france["best"].clone(), france["correct"].clone()),
+        (json!(1), json!(true)),
+        "{france}"
+    );
+    assert_eq!(france["answer"], 1);
+    assert_eq!(logprobs(france).len(), 3);
+    assert!(
+        by_id("legs")["answer"] == 0,
+        "a label read as the index it names: {lines:?}"
+    );
+    assert!(by_id("open").get("correct").is_none() && by_id("open").get("best").is_some());
+    // The same choice scored as a record's text after the same context.
+    let raw = [json!({"id": 0, "ctx": capital, "text": " Paris"})];
+    let (raw, _) = generate(dir.path(), "raw", &raw, "{ctx}{text}", SCORE);
+    assert_eq!(
+        raw[0]["score"]["tokens"],
+        france["choice_scores"][1]["tokens"]
+    );
+    let paris = logprobs(france)[1];
+    assert!(
+        (float(&raw[0]["score"]["logprob"]) - paris).abs() < 1e-3,
+        "{} against {paris}",
+        raw[0]
+    );
+    // Pairs: the chosen first, the answer.
+    for id in ["pair", "talk", "whole"] {
+        let pair = by_id(id);
+        assert_eq!(pair["answer"], 0, "{pair}");
+        assert_eq!(logprobs(pair).len(), 2);
+        assert_eq!(
+            pair["correct"],
+            json!(logprobs(pair)[0] > logprobs(pair)[1])
+        );
+    }
+    assert_eq!(logprobs(by_id("talk")), logprobs(by_id("whole")));
+    let conversations = [
+        json!({"id": "yes", "messages": [user, reply(yes)]}),
+        json!({"id": "no", "messages": [user, reply(no)]}),
+    ];
+    let (replies, _) = generate(dir.path(), "replies", &conversations, "{text}", SCORE);
+    for (line, scored) in replies.iter().zip(logprobs(by_id("talk"))) {
+        assert!(
+            (float(&line["score"]["logprob"]) - scored).abs() < 1e-3,
+            "{line} against {scored}"
+        );
+    }
+    // The report counts what the lines say.
+    let answered: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("correct").is_some())
+        .collect();
+    let correct = answered.iter().filter(|l| l["correct"] == true).count();
+    assert_eq!(report["choice_records"], 6, "{report}");
+    assert_eq!(report["answered_records"], answered.len());
+    assert_eq!(report["correct_records"], correct);
+    let accuracy = correct as f64 / answered.len() as f64;
+    assert!(
+        (float(&report["accuracy"]) - accuracy).abs() < 1e-12,
+        "{report}"
+    );
+    assert!(report["accuracy_normalized"].is_number());
+    let reasons = report["bad_records"].to_string();
+    assert!(
+        reasons.contains("`label` is 4, which names none of the 1 choices"),
+        "{reasons}"
+    );
+
+    let mut dry = flags.clone();
+    dry.extend(["--dry-run", "1"]);
+    let input = dir.path().join("mc.jsonl");
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("dry"),
+        "{text}",
+        &dry,
+    ));
+    for said in [
+        format!("{capital}\n=== "),
+        "=== choice 1 (the answer): \" Paris\": 1 tokens scored, in 1 window(s)".into(),
+        "=== choice 2: \" Rome\"".into(),
+    ] {
+        assert!(shown.contains(&said), "{said} in {shown}");
+    }
+}
+
 /// What a score cannot take is refused before anything runs, saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
