@@ -622,27 +622,36 @@ mod tests {
         assert_eq!(job.generation.min_chunk_records(false), 256);
     }
 
-    /// A scored record's line carries its score with the perplexity, the listed tokens
-    /// when asked; the run's figures give the perplexity of all scored tokens together.
-    #[test]
-    fn a_score_is_written_with_its_perplexity_and_summed_into_the_report() {
-        let completion = |logprob: f64, tokens: u32| Completion {
+    /// A completion that generated nothing, with no score yet.
+    fn scored_nothing() -> Completion {
+        Completion {
             id: "r".into(),
             text: String::new(),
-            prompt_tokens: tokens + 1,
+            prompt_tokens: 1,
             generated_tokens: 0,
             finish_reason: FinishReason::Length,
             truncated: false,
             logprobs: None,
             more: Vec::new(),
             error: None,
-            score: Some(resident_actor::generate::TextScore {
+            score: None,
+            choice_scores: None,
+        }
+    }
+
+    /// A scored record's line carries its score with the perplexity, the listed tokens
+    /// when asked; the run's figures give the perplexity of all scored tokens together.
+    #[test]
+    fn a_score_is_written_with_its_perplexity_and_summed_into_the_report() {
+        let completion = |logprob: f64, tokens: u32| Completion {
+            prompt_tokens: tokens + 1,
+            score: Some(TextScore {
                 tokens,
                 logprob,
                 greedy: false,
                 token_logprobs: None,
             }),
-            choice_scores: None,
+            ..scored_nothing()
         };
         let id = serde_json::json!("r");
         let first = completion(-8.0, 4);
@@ -685,22 +694,13 @@ mod tests {
             token_logprobs: None,
         };
         let completion = |answer: Option<u32>| Completion {
-            id: "q".into(),
-            text: String::new(),
-            prompt_tokens: 30,
-            generated_tokens: 0,
-            finish_reason: FinishReason::Length,
-            truncated: false,
-            logprobs: None,
-            more: Vec::new(),
-            error: None,
-            score: None,
             // " Paris" (-1 over 6 characters) against " the city of Lyon" (-2.5 over 17).
             choice_scores: Some(ChoiceScores {
                 scores: vec![score(-1.0, 1), score(-2.5, 4)],
                 chars: vec![6, 17],
                 answer,
             }),
+            ..scored_nothing()
         };
         let id = serde_json::json!("q");
         let right = completion(Some(0));

@@ -278,14 +278,7 @@ fn a_conversation_s_reply_is_scored_after_the_turns_before_it() {
             .format
             .scored_reply(messages, WINDOW, ROLLING)
             .unwrap();
-        let window = &scored.windows[0];
-        let request = score_only("c", window.tokens.clone(), window.scored.start, 0);
-        let out = model
-            .generate(&[request], StepLimits::new(1, 256), &mut || {})
-            .unwrap()
-            .remove(0);
-        assert_eq!(out.prompt_logprobs.len(), window.scored.len());
-        out.prompt_logprobs.iter().map(|t| t.logprob).sum()
+        first_window_logprob(model, &scored)
     };
     let rejected = conversation("The capital of France is Berlin.");
     let (good, bad) = (logprob(&chosen), logprob(&rejected));
@@ -296,6 +289,18 @@ fn a_conversation_s_reply_is_scored_after_the_turns_before_it() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("ends with a user message"), "{error}");
+}
+
+/// The log-probability of a scored text's first window's scored tokens, each scored once.
+fn first_window_logprob(model: &GenerateModel, scored: &ScoredText) -> f32 {
+    let window = &scored.windows[0];
+    let request = score_only("c", window.tokens.clone(), window.scored.start, 0);
+    let out = model
+        .generate(&[request], StepLimits::new(1, 256), &mut || {})
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.prompt_logprobs.len(), window.scored.len());
+    out.prompt_logprobs.iter().map(|t| t.logprob).sum()
 }
 
 /// A choice is scored after its context as lm-evaluation-harness scores one: the two
@@ -345,17 +350,9 @@ fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
         model.decode(&window.tokens[window.scored.clone()]).unwrap(),
         " Paris"
     );
-    let logprob = |scored: &ScoredText| -> f32 {
-        let window = &scored.windows[0];
-        let request = score_only("c", window.tokens.clone(), window.scored.start, 0);
-        let out = model
-            .generate(&[request], StepLimits::new(1, 256), &mut || {})
-            .unwrap()
-            .remove(0);
-        out.prompt_logprobs.iter().map(|t| t.logprob).sum()
-    };
     let berlin = scored(context, " Berlin", WINDOW);
-    let (right, wrong) = (logprob(&paris), logprob(&berlin));
+    let right = first_window_logprob(model, &paris);
+    let wrong = first_window_logprob(model, &berlin);
     assert!(right > wrong + 1.0, "Paris {right} against Berlin {wrong}");
 }
 
