@@ -7,6 +7,8 @@
 //! once, and the next waiting prompt takes it in the same step: nothing waits for the
 //! longest sequence of a batch.
 
+use super::kv_blocks::BLOCK_SIZE;
+
 /// Limits of one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepLimits {
@@ -104,9 +106,60 @@ pub fn plan_step(seqs: &[SeqProgress], limits: StepLimits) -> Vec<Span> {
     spans
 }
 
+/// Whether a waiting prompt (its first tokens that may come from the prefix cache) should
+/// wait for a sequence in flight that is computing the same start: the two share at least
+/// one full KV block and the sequence has not computed all the blocks they share yet
+/// (`in_flight`: each sequence's tokens and positions cached). Once it has, the prompt
+/// takes them from the prefix cache instead of computing them a second time: the choices
+/// of one question, or a job's records under one instruction, admitted together.
+pub fn waits_for_prefix<'a>(
+    prompt: &[u32],
+    in_flight: impl IntoIterator<Item = (&'a [u32], usize)>,
+) -> bool {
+    if prompt.len() < BLOCK_SIZE {
+        return false;
+    }
+    in_flight.into_iter().any(|(tokens, cached)| {
+        let common = prompt
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let shared = common / BLOCK_SIZE * BLOCK_SIZE;
+        shared > 0 && cached < shared
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prompt waits for a sequence computing a full block it shares, until that sequence
+    /// has computed every block they share; a shorter common start, or one already
+    /// computed, does not hold it.
+    #[test]
+    fn a_prompt_waits_for_a_shared_start_still_being_computed() {
+        let start: Vec<u32> = (0..40).collect();
+        let prompt = [&start[..], &[900, 901]].concat();
+        let other = [&start[..], &[700]].concat();
+        let two_blocks = 2 * BLOCK_SIZE;
+        assert!(waits_for_prefix(&prompt, [(&other[..], 0)]));
+        assert!(waits_for_prefix(&prompt, [(&other[..], two_blocks - 1)]));
+        assert!(!waits_for_prefix(&prompt, [(&other[..], two_blocks)]));
+        // Shorter than a block in common: nothing to share, nothing to wait for.
+        let unlike: Vec<u32> = (0..10).chain(500..540).collect();
+        assert!(!waits_for_prefix(&prompt, [(&unlike[..], 0)]));
+        // Any sequence that holds it back is enough; none in flight holds nothing.
+        assert!(waits_for_prefix(
+            &prompt,
+            [(&unlike[..], 0), (&other[..], 3)]
+        ));
+        assert!(!waits_for_prefix(&prompt, []));
+        assert!(!waits_for_prefix(
+            &prompt[..BLOCK_SIZE - 1],
+            [(&other[..], 0)]
+        ));
+    }
 
     fn limits(max_step_tokens: usize) -> StepLimits {
         StepLimits::new(4, max_step_tokens)

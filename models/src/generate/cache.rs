@@ -87,6 +87,11 @@ impl Cache {
         }
     }
 
+    /// Whether a fresh sequence may start with blocks another computed (the paged cache).
+    pub fn shares_prefixes(&self) -> bool {
+        matches!(self, Self::Dense(..))
+    }
+
     /// Gives a fresh sequence in `slot` the computed blocks of its prompt's start; returns
     /// how many of its positions need no computing.
     pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {

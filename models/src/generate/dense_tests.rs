@@ -174,6 +174,23 @@ fn prompts_with_a_shared_start_compute_it_once_and_answer_as_alone() {
         "the two later prompts skip the shared blocks"
     );
     assert_eq!(profile.shared_positions(), saved);
+    // Admitted together (three slots): the later two wait a step for the first to compute
+    // the blocks they share, then take them, as one at a time does.
+    model.forget_cached_prefixes();
+    let (before, shared_before) = (rows_run(&profile), profile.shared_positions());
+    let at_once = model
+        .generate(&requests, StepLimits::new(3, 512), &mut || {})
+        .unwrap();
+    assert_eq!(
+        rows_run(&profile) - before,
+        rows_together,
+        "{}",
+        profile.table()
+    );
+    assert_eq!(profile.shared_positions() - shared_before, saved);
+    for (answer, alone) in at_once.iter().zip(&together) {
+        assert_eq!(answer.tokens, alone.tokens, "{}", answer.text);
+    }
 }
 
 /// The paged cache outlives a `generate` call: a later call's prompts take the blocks an

@@ -616,12 +616,20 @@ impl GenerateModel {
             seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
             batch.flight.push(seq);
         }
+        // Requests waiting a step for a sequence computing their start (`waits_for_prefix`),
+        // put back in order ahead of the rest.
+        let mut deferred = Vec::new();
         while let Some(&next) = batch.waiting.front() {
             let request = batch.requests.get(next);
             if request.prompt.is_empty() || request.prompt.len() >= self.context() {
                 let answer = self.too_long_or_empty(request);
                 batch.waiting.pop_front();
                 batch.answer(next, answer, feed);
+                continue;
+            }
+            if waits_for_prefix(kv, batch, request) {
+                batch.waiting.pop_front();
+                deferred.push(next);
                 continue;
             }
             if !fits(kv, batch, request.prompt.len()) {
@@ -653,6 +661,9 @@ impl GenerateModel {
             batch.flight.push(seq);
             let seq = batch.flight.last_mut().expect("just pushed");
             seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
+        }
+        for next in deferred.into_iter().rev() {
+            batch.waiting.push_front(next);
         }
         Ok(())
     }
@@ -904,6 +915,18 @@ impl GenerateModel {
 }
 
 /// `seq`'s answer, ending for `reason` with `text`.
+/// Whether `request` should wait a step for a sequence in flight computing the start it
+/// could take from the prefix cache ([`batcher::waits_for_prefix`]); never where the cache
+/// shares nothing (the quantised kernels' slots).
+fn waits_for_prefix(kv: &Cache, batch: &Batch, request: &GenerationRequest) -> bool {
+    if !kv.shares_prefixes() {
+        return false;
+    }
+    let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
+    let in_flight = batch.flight.iter().map(|seq| (&seq.tokens[..], seq.cached));
+    batcher::waits_for_prefix(&request.prompt[..shareable], in_flight)
+}
+
 fn finish(seq: &mut InFlight, reason: FinishReason, text: String) -> Generation {
     Generation {
         text,
