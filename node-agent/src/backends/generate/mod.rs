@@ -394,6 +394,13 @@ mod tests {
                 ..GenerateParams::default()
             },
         };
+        let unscored = GenerateRequest {
+            prompts: vec![request.prompts[0].clone()],
+            params: GenerateParams {
+                max_new_tokens: 4,
+                ..GenerateParams::default()
+            },
+        };
         let response = actor.handle(request).unwrap();
         let [mc, plain, chat, bad, closed, empty] = &response.completions[..] else {
             panic!("six completions: {response:?}");
@@ -422,6 +429,10 @@ mod tests {
             let error = refused.error.as_deref().unwrap_or_default();
             assert!(error.contains(wanted), "{}: {error}", refused.id);
         }
+        // Choices are never generated after: without score the record is refused.
+        let unscored = actor.handle(unscored).unwrap();
+        let error = unscored.completions[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("they need score"), "{unscored:?}");
     }
 
     #[test]

@@ -388,6 +388,13 @@ fn plan(
     if params.score {
         return scored(model, prompt, params);
     }
+    if !prompt.choices.is_empty() {
+        return Ok(Planned::Refused(
+            "a record's choices are scored, not generated: they need score (--score, \
+             score=True)"
+                .into(),
+        ));
+    }
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
     // A record's own schema that cannot compile is refused alone; the job's fails
