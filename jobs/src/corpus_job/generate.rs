@@ -593,8 +593,11 @@ fn params_settings(params: &GenerateParams) -> serde_json::Value {
     }
     // A scoring job started before long texts were scored in windows scored their heads
     // alone: it does not resume into whole-text scores.
+    // One started before records' choices were scored read such a record's text alone: it
+    // does not resume into per-choice scores either.
     if params.score {
         settings["score_windows"] = true.into();
+        settings["score_choices"] = true.into();
     }
     settings
 }
@@ -773,7 +776,8 @@ mod tests {
             ..GenerateParams::default()
         };
         assert_eq!(params_settings(&scoring)["score_windows"], true);
-        assert!(plain.get("score_windows").is_none());
+        assert_eq!(params_settings(&scoring)["score_choices"], true);
+        assert!(plain.get("score_windows").is_none() && plain.get("score_choices").is_none());
     }
 }
 
