@@ -649,3 +649,58 @@ fn bf16_on_a_gpu_before_ampere_is_refused_with_the_dtype_to_use() {
         }
     }
 }
+
+/// The quantised engine's slots share no blocks: prompts admitted together that start
+/// alike (a question's prompt before each choice) wait a step for the first to compute the
+/// start, then copy it from its slot and compute only the rest, answering as alone.
+#[test]
+fn prompts_admitted_together_copy_the_start_they_share() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut model = GenerateModel::load(&path).unwrap();
+    let profile = std::sync::Arc::new(step_profile::StepProfile::new(false));
+    model.profile_steps(Some(profile.clone()));
+    let question = "Question: which river flows through the city where the treaty was \
+                    signed, and how long is it? Answer:";
+    let requests: Vec<GenerationRequest> = [" The Seine", " The Rhine", " The Danube"]
+        .iter()
+        .enumerate()
+        .map(|(i, choice)| {
+            let prompt = model
+                .prompt_tokens(&format!("{question}{choice}"), PromptTemplate::None)
+                .unwrap();
+            greedy(&format!("r{i}"), prompt, 6)
+        })
+        .collect();
+    let shared = (0..requests[0].prompt.len())
+        .take_while(|&i| {
+            requests
+                .iter()
+                .all(|r| r.prompt[i] == requests[0].prompt[i])
+        })
+        .count();
+    assert!(shared >= 16, "{shared}");
+    let rows = || {
+        profile.totals(step_profile::StepKind::Decode).rows
+            + profile.totals(step_profile::StepKind::WithPrefill).rows
+    };
+    let together = model
+        .generate(&requests, StepLimits::new(3, 512), &mut || {})
+        .unwrap();
+    let rows_together = rows();
+    assert_eq!(profile.shared_positions(), 2 * shared as u64);
+    let mut rows_alone = 0;
+    for (request, answer) in requests.iter().zip(&together) {
+        let before = rows();
+        let alone = model
+            .generate(
+                std::slice::from_ref(request),
+                StepLimits::new(1, 512),
+                &mut || {},
+            )
+            .unwrap();
+        rows_alone += rows() - before;
+        assert_eq!(answer.tokens, alone[0].tokens, "{}", request.id);
+    }
+    assert_eq!(rows_together, rows_alone - 2 * shared as u64);
+}
