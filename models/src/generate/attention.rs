@@ -87,21 +87,6 @@ impl KvArena {
         Ok(())
     }
 
-    /// Copies positions `0..len` of `from`'s cache, every layer, into `to`: a start two
-    /// sequences share (a question's prompt before each choice), computed once. `from`
-    /// must hold them.
-    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
-        self.reserve(to, len)?;
-        let width = len * self.kv_dim;
-        for layer in 0..self.layers {
-            let keys = self.slots[from].k[layer][..width].to_vec();
-            let values = self.slots[from].v[layer][..width].to_vec();
-            self.slots[to].k[layer][..width].copy_from_slice(&keys);
-            self.slots[to].v[layer][..width].copy_from_slice(&values);
-        }
-        Ok(())
-    }
-
     /// Stores a token's key and value (rounded to f16) at `pos` of `slot`, in `layer`.
     pub fn store(&mut self, slot: usize, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
         let at = pos * self.kv_dim..(pos + 1) * self.kv_dim;

@@ -13,7 +13,6 @@ use super::batcher::Span;
 use super::decode_graph::{DecodeGraphs, GraphCounts};
 use super::dense::{DenseKv, ReserveError};
 use super::quantised_llama::StepBuffers;
-use crate::ModelError;
 
 /// The KV caches of one `generate` call.
 pub(super) enum Cache {
@@ -88,23 +87,9 @@ impl Cache {
         }
     }
 
-    /// Gives a fresh sequence in `slot` the first `len` positions the sequence in `donor`
-    /// has computed, where the cache shares no blocks (the quantised engine's slots copy
-    /// them); returns the positions given (none for the paged cache, whose prefix cache
-    /// already gave what it holds).
-    pub fn copy_prefix(
-        &mut self,
-        donor: usize,
-        slot: usize,
-        len: usize,
-    ) -> Result<usize, ModelError> {
-        match self {
-            Self::Quantised(arena, _) if len > 0 => {
-                arena.copy_prefix(donor, slot, len)?;
-                Ok(len)
-            }
-            _ => Ok(0),
-        }
+    /// Whether a fresh sequence may start with blocks another computed (the paged cache).
+    pub fn shares_prefixes(&self) -> bool {
+        matches!(self, Self::Dense(..))
     }
 
     /// Gives a fresh sequence in `slot` the computed blocks of its prompt's start; returns

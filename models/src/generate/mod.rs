@@ -627,7 +627,7 @@ impl GenerateModel {
                 batch.answer(next, answer, feed);
                 continue;
             }
-            if waits_for_prefix(batch, request) {
+            if waits_for_prefix(kv, batch, request) {
                 batch.waiting.pop_front();
                 deferred.push(next);
                 continue;
@@ -661,12 +661,6 @@ impl GenerateModel {
             batch.flight.push(seq);
             let seq = batch.flight.last_mut().expect("just pushed");
             seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
-            if seq.cached == 0 {
-                let copied = copy_from_flight(kv, batch, shareable)?;
-                if let Some(profile) = &self.profile {
-                    profile.count_shared(copied);
-                }
-            }
         }
         for next in deferred.into_iter().rev() {
             batch.waiting.push_front(next);
@@ -922,41 +916,15 @@ impl GenerateModel {
 
 /// `seq`'s answer, ending for `reason` with `text`.
 /// Whether `request` should wait a step for a sequence in flight computing the start it
-/// could take from the prefix cache, or copy ([`batcher::waits_for_prefix`]).
-fn waits_for_prefix(batch: &Batch, request: &GenerationRequest) -> bool {
+/// could take from the prefix cache ([`batcher::waits_for_prefix`]); never where the cache
+/// shares nothing (the quantised kernels' slots).
+fn waits_for_prefix(kv: &Cache, batch: &Batch, request: &GenerationRequest) -> bool {
+    if !kv.shares_prefixes() {
+        return false;
+    }
     let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
     let in_flight = batch.flight.iter().map(|seq| (&seq.tokens[..], seq.cached));
     batcher::waits_for_prefix(&request.prompt[..shareable], in_flight)
-}
-
-/// Where the cache shares no blocks (the quantised engine's slots), the newest sequence in
-/// flight copies the longest start it shares with another's computed positions (at most its
-/// first `shareable` tokens, and never its last, whose row gives its logits); returns the
-/// positions copied.
-fn copy_from_flight(
-    kv: &mut Cache,
-    batch: &mut Batch,
-    shareable: usize,
-) -> Result<usize, ModelError> {
-    let (seq, others) = batch
-        .flight
-        .split_last_mut()
-        .expect("a sequence was just admitted");
-    let limit = shareable.min(seq.tokens.len().saturating_sub(1));
-    let common = |other: &InFlight| {
-        (seq.tokens[..limit].iter())
-            .zip(&other.tokens[..other.cached])
-            .take_while(|(a, b)| a == b)
-            .count()
-    };
-    let Some((donor, len)) = (others.iter())
-        .map(|other| (other.slot, common(other)))
-        .max_by_key(|&(_, len)| len)
-    else {
-        return Ok(0);
-    };
-    seq.cached = kv.copy_prefix(donor, seq.slot, len)?;
-    Ok(seq.cached)
 }
 
 fn finish(seq: &mut InFlight, reason: FinishReason, text: String) -> Generation {
