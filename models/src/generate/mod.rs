@@ -627,13 +627,14 @@ impl GenerateModel {
                 batch.answer(next, answer, feed);
                 continue;
             }
+            // Room first: with none, the queue is not scanned for prompts to hold back.
+            if !fits(kv, batch, request.prompt.len()) {
+                break;
+            }
             if waits_for_prefix(kv, batch, request) {
                 batch.waiting.pop_front();
                 deferred.push(next);
                 continue;
-            }
-            if !fits(kv, batch, request.prompt.len()) {
-                break;
             }
             let constraint = match &request.grammar {
                 Some(grammar) => Some(self.constraint(grammar)?),
