@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use resident_actor::generate::{GenerateConfig, GenerateParams, PromptParts};
+use resident_actor::generate::{Completion, GenerateConfig, GenerateParams, PromptParts};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
@@ -262,6 +262,27 @@ fn corpus_config(
 /// them; the model's default without either.
 fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyResult<Prompt> {
     Prompt::from_name_or_text(name, text).map_err(|why| bad_input(py, why.to_string()))
+}
+
+/// The completions as JSON, a prompt's scored choices with the picks `generations.jsonl`
+/// writes (`best`, `best_normalized` and, with an answer, `correct`, `correct_normalized`):
+/// Python reads them rather than working them out again.
+fn completions_json(completions: &[Completion]) -> serde_json::Result<String> {
+    let mut values = Vec::with_capacity(completions.len());
+    for completion in completions {
+        let mut value = serde_json::to_value(completion)?;
+        if let Some(scored) = &completion.choice_scores {
+            let picks = &mut value["choice_scores"];
+            picks["best"] = scored.best().into();
+            picks["best_normalized"] = scored.best_normalized().into();
+            if let Some((plain, normalized)) = scored.correct() {
+                picks["correct"] = plain.into();
+                picks["correct_normalized"] = normalized.into();
+            }
+        }
+        values.push(value);
+    }
+    serde_json::to_string(&values)
 }
 
 /// Calls `on_progress(done, total)` (prompts completed), when given.
@@ -755,7 +776,7 @@ impl NativeCluster {
             other => sdk_error(py, other),
         })?;
         generate_progress(py, &on_progress, total, total)?;
-        serde_json::to_string(&completions).map_err(|e| bad_input(py, e.to_string()))
+        completions_json(&completions).map_err(|e| bad_input(py, e.to_string()))
     }
 
     /// Deletes the pools `embed` and `generate` made, unless a job still uses one; returns

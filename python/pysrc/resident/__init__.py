@@ -256,19 +256,10 @@ def _score_dict(score: dict) -> dict:
     }
 
 
-def _first_highest(values: list) -> int:
-    """The index of the first highest value, NaN never winning (as the CLI's ``best``)."""
-    best = None
-    for index, value in enumerate(values):
-        if not math.isnan(value) and (best is None or value > values[best]):
-            best = index
-    return 0 if best is None else best
-
-
 def _choices_dict(scored: dict) -> dict:
     """A prompt's scored choices as ``generations.jsonl`` writes them: ``choice_scores``,
     ``best``, ``best_normalized`` and, with an answer, ``answer``, ``correct`` and
-    ``correct_normalized``."""
+    ``correct_normalized`` (the picks as the native side made them)."""
     scores = scored["scores"]
     out = {"choice_scores": []}
     for score in scores:
@@ -276,15 +267,12 @@ def _choices_dict(scored: dict) -> dict:
         if score.get("token_logprobs") is not None:
             line["prompt_logprobs"] = score["token_logprobs"]
         out["choice_scores"].append(line)
-    out["best"] = _first_highest([s["logprob"] for s in scores])
-    out["best_normalized"] = _first_highest(
-        [s["logprob"] / max(chars, 1) for s, chars in zip(scores, scored["chars"])]
-    )
-    answer = scored.get("answer")
-    if answer is not None:
-        out["answer"] = answer
-        out["correct"] = out["best"] == answer
-        out["correct_normalized"] = out["best_normalized"] == answer
+    out["best"] = scored["best"]
+    out["best_normalized"] = scored["best_normalized"]
+    if scored.get("answer") is not None:
+        out["answer"] = scored["answer"]
+        out["correct"] = scored["correct"]
+        out["correct_normalized"] = scored["correct_normalized"]
     return out
 
 
