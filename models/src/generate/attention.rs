@@ -8,93 +8,14 @@
 //! build for an AVX2 host sums them (16 with `RESIDENT_SUM_LANES=16`, as a build for
 //! AVX-512 does; `lanes.rs`).
 
-use half::f16;
 use rayon::prelude::*;
 
 use super::cache_lanes::{self, CachedHead};
 use super::decoder::Row;
 use super::f16_slices;
+use super::kv_arena::{KvArena, SlotCache};
 use super::lanes::{self, LANES, Width};
-use crate::ModelError;
 use crate::embed::cpu_ops;
-
-/// The KV caches of the sequences in flight, one per slot; a slot's buffers keep their
-/// memory when a new sequence takes it.
-pub struct KvArena {
-    kv_dim: usize,
-    layers: usize,
-    slots: Vec<SlotCache>,
-    /// Bytes the caches hold now, and the most they may (`crate::memory`).
-    bytes: u64,
-    budget: u64,
-}
-
-#[derive(Default)]
-struct SlotCache {
-    /// Per layer, `[pos][kv_head][head_dim]`.
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
-}
-
-/// A slot's cache grows in whole multiples of this many positions.
-const GROWTH_POSITIONS: usize = 64;
-
-impl KvArena {
-    /// Caches for `slots` sequences within half the host's RAM.
-    pub fn new(layers: usize, kv_dim: usize, slots: usize) -> Self {
-        Self::with_budget(layers, kv_dim, slots, crate::memory::cache_budget_bytes())
-    }
-
-    pub fn with_budget(layers: usize, kv_dim: usize, slots: usize, budget: u64) -> Self {
-        Self {
-            kv_dim,
-            layers,
-            slots: (0..slots).map(|_| SlotCache::default()).collect(),
-            bytes: 0,
-            budget,
-        }
-    }
-
-    /// Makes room in `slot` for positions `0..len`; an [`ModelError::OutOfMemory`] past the
-    /// budget or what the host can give.
-    ///
-    /// The buffers' capacity grows by half again at least (in whole [`GROWTH_POSITIONS`]),
-    /// so a sequence that gains a position a step moves its cache a few times in its life,
-    /// not at every step. The budget counts the positions held: capacity beyond them is
-    /// never written, so the host gives it no memory.
-    pub fn reserve(&mut self, slot: usize, len: usize) -> Result<(), ModelError> {
-        let (layers, kv_dim) = (self.layers, self.kv_dim.max(1));
-        let cache = &mut self.slots[slot];
-        let held = cache.k.first().map_or(0, Vec::len) / kv_dim;
-        if len <= held {
-            return Ok(());
-        }
-        // Keys and values, every layer, f16.
-        let added = ((len - held) as u64)
-            .checked_mul(kv_dim as u64 * 2 * layers as u64 * 2)
-            .and_then(|added| added.checked_add(self.bytes));
-        crate::memory::check_cache_size("KV cache", added, self.budget)?;
-        let room = cache.k.first().map_or(0, Vec::capacity) / kv_dim;
-        let room = len.max(room + room / 2).next_multiple_of(GROWTH_POSITIONS);
-        let (width, room_width) = (len.saturating_mul(kv_dim), room.saturating_mul(kv_dim));
-        for side in [&mut cache.k, &mut cache.v] {
-            side.resize_with(layers, Vec::new);
-            for layer in side.iter_mut() {
-                crate::memory::try_grow(layer, width, room_width, f16::ZERO)?;
-            }
-        }
-        self.bytes = added.expect("checked");
-        Ok(())
-    }
-
-    /// Stores a token's key and value (rounded to f16) at `pos` of `slot`, in `layer`.
-    pub fn store(&mut self, slot: usize, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
-        let at = pos * self.kv_dim..(pos + 1) * self.kv_dim;
-        let cache = &mut self.slots[slot];
-        f16_slices::narrow(key, &mut cache.k[layer][at.clone()]);
-        f16_slices::narrow(value, &mut cache.v[layer][at]);
-    }
-}
 
 /// The attention's shape.
 #[derive(Clone, Copy, Debug)]
@@ -165,7 +86,7 @@ fn attend_task(
 ) -> Vec<f32> {
     let d = shape.head_dim;
     let group = shape.heads / shape.kv_heads;
-    let cache = &kv.slots[rows[indices[0]].slot];
+    let cache = &kv.slot(rows[indices[0]].slot);
     let width = Width::configured();
     let hidden = shape.heads * d;
     let q_group = |i: usize| &q[i * hidden + kv_head * group * d..][..group * d];
@@ -179,7 +100,7 @@ fn attend_task(
         if indices.len() <= CACHED_ROWS && cache_lanes::applies(width, d) {
             let head = |data| CachedHead {
                 data,
-                stride: kv.kv_dim,
+                stride: kv.kv_dim(),
                 offset: kv_head * d,
                 head_dim: d,
             };
@@ -191,7 +112,7 @@ fn attend_task(
             return;
         }
         let len = indices.iter().map(|&i| rows[i].pos + 1).max().unwrap_or(0);
-        let (keys, values) = widen(cache, (layer, kv_head * d, kv.kv_dim), d, len, scratch);
+        let (keys, values) = widen(cache, (layer, kv_head * d, kv.kv_dim()), d, len, scratch);
         let source = Widened {
             keys: &keys,
             values: &values,
@@ -485,24 +406,10 @@ fn softmax(width: Width, weights: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
     use super::*;
     use crate::generate::decoder::Pick;
-
-    #[test]
-    fn a_cache_grown_past_its_budget_is_an_out_of_memory_error() {
-        // 2 layers x 8 wide x keys and values x 2 bytes: 64 bytes a position.
-        let mut kv = KvArena::with_budget(2, 8, 2, 64 * 100);
-        kv.reserve(0, 60).unwrap();
-        kv.reserve(1, 40).unwrap();
-        kv.reserve(0, 50).unwrap();
-        let error = kv.reserve(1, 41).unwrap_err();
-        assert!(
-            matches!(&error, ModelError::OutOfMemory(m) if m.contains("KV cache")),
-            "{error}"
-        );
-        // An absurd length is an error, not an overflow or an abort.
-        assert!(kv.reserve(0, usize::MAX / 4).is_err());
-    }
 
     /// Against attention in f64 over the f16-rounded keys and values: the same within f16's
     /// rounding of the query and the weights.

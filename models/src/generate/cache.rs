@@ -1,14 +1,15 @@
 //! The KV cache of a [`super::GenerateModel::generate`] call, of its engine's kind, and
 //! what the continuous batcher asks of it: room for a step's rows, prefix sharing, and
 //! giving a sequence's memory back. The quantised CPU engine's cache ([`KvArena`]) has a
-//! slot of the whole context per sequence and never runs out; the dense engine's
-//! ([`DenseKv`]) is paged, and is kept from one call to the next ([`KeptCache`]) so that
-//! the blocks one chunk of a job computed (its prompt template, the chat header, any shared
-//! start) serve the next chunk's prompts.
+//! slot of the whole context per sequence and never runs out; a fresh sequence starts
+//! with the longest start of its prompt that a slot holds, copied. The dense engine's
+//! ([`DenseKv`]) is paged, shares computed blocks between sequences, and is kept from one
+//! call to the next ([`KeptCache`]) so that the blocks one chunk of a job computed (its
+//! prompt template, the chat header, any shared start) serve the next chunk's prompts.
 
 use std::sync::PoisonError;
 
-use super::attention::KvArena;
+use super::kv_arena::KvArena;
 use super::batcher::Span;
 use super::decode_graph::{DecodeGraphs, GraphCounts};
 use super::dense::{DenseKv, ReserveError};
@@ -87,16 +88,22 @@ impl Cache {
         }
     }
 
-    /// Whether a fresh sequence may start with blocks another computed (the paged cache).
-    pub fn shares_prefixes(&self) -> bool {
-        matches!(self, Self::Dense(..))
+    /// Which of the `free` slots (an index into it) a fresh sequence of `tokens` takes: the
+    /// last (freed last), or for the quantised cache the one that still holds the longest
+    /// start of them.
+    pub fn free_slot_for(&self, free: &[usize], tokens: &[u32]) -> usize {
+        match self {
+            Self::Quantised(kv, _) => kv.free_slot_for(free, tokens),
+            Self::Dense(..) => free.len().saturating_sub(1),
+        }
     }
 
-    /// Gives a fresh sequence in `slot` the computed blocks of its prompt's start; returns
-    /// how many of its positions need no computing.
+    /// Gives a fresh sequence in `slot` the computed positions of its prompt's start (the
+    /// paged cache's whole blocks, or what a quantised slot holds); returns how many of its
+    /// positions need no computing.
     pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {
         match self {
-            Self::Quantised(..) => 0,
+            Self::Quantised(kv, _) => kv.share_prefix(slot, tokens),
             Self::Dense(kv, _) => kv.share_prefix(slot, tokens),
         }
     }
@@ -113,8 +120,9 @@ impl Cache {
 
     /// After a step: the sequence's positions `0..computed` are in the cache.
     pub fn computed(&mut self, seq: SeqKv<'_>, computed: usize) {
-        if let Self::Dense(kv, _) = self {
-            kv.register(seq.slot, seq.tokens, computed);
+        match self {
+            Self::Quantised(kv, _) => kv.computed(seq.slot, seq.tokens, computed),
+            Self::Dense(kv, _) => kv.register(seq.slot, seq.tokens, computed),
         }
     }
 

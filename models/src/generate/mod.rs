@@ -27,6 +27,7 @@ mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
 pub mod kv_blocks;
+mod kv_arena;
 pub(crate) mod lanes;
 mod paged_attention;
 pub mod prompt;
@@ -47,7 +48,7 @@ use candle_core::{DType, Device};
 
 use crate::ModelError;
 use crate::device::compute_capability;
-use attention::KvArena;
+use kv_arena::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
 use cache::{Cache, KeptCache, SeqKv};
 use decode_graph::DecodeGraphs;
@@ -610,7 +611,7 @@ impl GenerateModel {
                 return Ok(());
             }
             let mut seq = batch.preempted.pop().expect("checked above");
-            seq.slot = batch.free_slots.pop().expect("checked above");
+            seq.slot = take_free_slot(kv, &mut batch.free_slots, &seq.tokens);
             let scoring = batch.requests.get(seq.request).score;
             let shareable = PromptScoring::shareable(scoring, seq.scored.len(), seq.tokens.len());
             seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
@@ -631,7 +632,7 @@ impl GenerateModel {
             if !fits(kv, batch, request.prompt.len()) {
                 break;
             }
-            if waits_for_prefix(kv, batch, request) {
+            if waits_for_prefix(batch, request) {
                 batch.waiting.pop_front();
                 deferred.push(next);
                 continue;
@@ -642,7 +643,7 @@ impl GenerateModel {
             };
             let seq = InFlight {
                 request: next,
-                slot: batch.free_slots.pop().expect("checked above"),
+                slot: take_free_slot(kv, &mut batch.free_slots, &request.prompt),
                 tokens: request.prompt.clone(),
                 prompt_len: request.prompt.len(),
                 cached: 0,
@@ -915,19 +916,22 @@ impl GenerateModel {
     }
 }
 
-/// `seq`'s answer, ending for `reason` with `text`.
+/// The free slot a fresh sequence of `tokens` takes ([`Cache::free_slot_for`]), taken
+/// out of `free` (not empty).
+fn take_free_slot(kv: &Cache, free: &mut Vec<usize>, tokens: &[u32]) -> usize {
+    let index = kv.free_slot_for(free, tokens);
+    free.remove(index)
+}
+
 /// Whether `request` should wait a step for a sequence in flight computing the start it
-/// could take from the prefix cache ([`batcher::waits_for_prefix`]); never where the cache
-/// shares nothing (the quantised kernels' slots).
-fn waits_for_prefix(kv: &Cache, batch: &Batch, request: &GenerationRequest) -> bool {
-    if !kv.shares_prefixes() {
-        return false;
-    }
+/// could take from the prefix cache ([`batcher::waits_for_prefix`]).
+fn waits_for_prefix(batch: &Batch, request: &GenerationRequest) -> bool {
     let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
     let in_flight = batch.flight.iter().map(|seq| (&seq.tokens[..], seq.cached));
     batcher::waits_for_prefix(&request.prompt[..shareable], in_flight)
 }
 
+/// `seq`'s answer, ending for `reason` with `text`.
 fn finish(seq: &mut InFlight, reason: FinishReason, text: String) -> Generation {
     Generation {
         text,

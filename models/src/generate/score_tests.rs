@@ -356,6 +356,58 @@ fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
     assert!(right > wrong + 1.0, "Paris {right} against Berlin {wrong}");
 }
 
+/// On the quantised CPU kernels, a question's choices compute its context once: admitted
+/// together, the later choices wait a step and copy the context's positions from the slot
+/// that computed them (in flight or finished); one at a time, each takes them from the slot
+/// the one before left. Every choice's scores are the same bits as scored alone.
+#[test]
+fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
+    let mut model = GenerateModel::load(&gguf_path()).unwrap();
+    let profile = std::sync::Arc::new(StepProfile::new(false));
+    model.profile_steps(Some(profile.clone()));
+    let context = "Question: Which city is the capital of France, the country in western \
+                   Europe whose largest city sits on the Seine? Answer:";
+    let requests: Vec<GenerationRequest> = [" Paris", " Berlin", " Madrid", " Rome"]
+        .iter()
+        .enumerate()
+        .map(|(i, choice)| {
+            let scored = model
+                .format
+                .scored_choice((context, choice), WINDOW, ROLLING)
+                .unwrap();
+            let window = scored.windows[0].clone();
+            score_only(&format!("c{i}"), window.tokens, window.scored.start, 0)
+        })
+        .collect();
+    let from = requests[0].score.unwrap().from;
+    assert!(from > 20, "a context of {from} tokens");
+    assert!(requests.iter().all(|r| r.prompt[..from] == requests[0].prompt[..from]));
+    let scores = |out: &[Generation]| -> Vec<Vec<u32>> {
+        out.iter()
+            .map(|g| g.prompt_logprobs.iter().map(|t| t.logprob.to_bits()).collect())
+            .collect()
+    };
+    // Alone: each in a call of its own, nothing held from another.
+    let alone: Vec<Generation> = requests
+        .iter()
+        .flat_map(|r| {
+            let limits = StepLimits::new(1, 256);
+            model.generate(std::slice::from_ref(r), limits, &mut || {}).unwrap()
+        })
+        .collect();
+    assert_eq!(profile.shared_positions(), 0);
+    // Every later choice shares the context but the row before its first token.
+    let saved = 3 * (from as u64 - 1);
+    for slots in [4, 1] {
+        let before = profile.shared_positions();
+        let out = model
+            .generate(&requests, StepLimits::new(slots, 256), &mut || {})
+            .unwrap();
+        assert_eq!(profile.shared_positions() - before, saved, "{slots} slots");
+        assert_eq!(scores(&out), scores(&alone), "{slots} slots");
+    }
+}
+
 /// The default windows: as many as a text takes, each scoring all its tokens but one.
 const ROLLING: WindowSettings = WindowSettings {
     stride: None,
