@@ -111,7 +111,9 @@ pub fn plan_step(seqs: &[SeqProgress], limits: StepLimits) -> Vec<Span> {
 /// one full KV block and the sequence has not computed all the blocks they share yet
 /// (`in_flight`: each sequence's tokens and positions cached). Once it has, the prompt
 /// takes them from the prefix cache instead of computing them a second time: the choices
-/// of one question, or a job's records under one instruction, admitted together.
+/// of one question, or a job's records under one instruction, admitted together. The
+/// quantised cache, which copies any number of positions, waits by the same rule: a start
+/// shorter than a block is not worth a step's wait.
 pub fn waits_for_prefix<'a>(
     prompt: &[u32],
     in_flight: impl IntoIterator<Item = (&'a [u32], usize)>,

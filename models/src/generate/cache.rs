@@ -9,10 +9,10 @@
 
 use std::sync::PoisonError;
 
-use super::kv_arena::KvArena;
 use super::batcher::Span;
 use super::decode_graph::{DecodeGraphs, GraphCounts};
 use super::dense::{DenseKv, ReserveError};
+use super::kv_arena::KvArena;
 use super::quantised_llama::StepBuffers;
 
 /// The KV caches of one `generate` call.
@@ -95,6 +95,16 @@ impl Cache {
         match self {
             Self::Quantised(kv, _) => kv.free_slot_for(free, tokens),
             Self::Dense(..) => free.len().saturating_sub(1),
+        }
+    }
+
+    /// Which of the `free` slots (an index into it) still holds enough of the start of
+    /// `tokens` that a request for them should start there ahead of its turn (the quantised
+    /// cache's slots; the paged cache shares blocks whatever the slot).
+    pub fn free_slot_holding(&self, free: &[usize], tokens: &[u32]) -> Option<usize> {
+        match self {
+            Self::Quantised(kv, _) => kv.free_slot_holding(free, tokens),
+            Self::Dense(..) => None,
         }
     }
 

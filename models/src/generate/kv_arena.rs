@@ -39,6 +39,11 @@ pub struct SlotCache {
     held: Vec<u32>,
 }
 
+/// The fewest positions of a prompt's start that a free slot must hold for a request to
+/// be started out of order in it ([`KvArena::free_slot_holding`]): a block's worth, as
+/// the paged cache shares.
+pub const HELD_START_MIN: usize = 16;
+
 /// A slot's cache grows in whole multiples of this many positions.
 const GROWTH_POSITIONS: usize = 64;
 
@@ -114,6 +119,17 @@ impl KvArena {
     pub fn free_slot_for(&self, free: &[usize], tokens: &[u32]) -> usize {
         let held = free.iter().map(|&slot| &self.slots[slot].held[..]);
         longest_start(tokens, held).map_or(free.len().saturating_sub(1), |(index, _)| index)
+    }
+
+    /// Which of the `free` slots (an index into it) holds at least [`HELD_START_MIN`]
+    /// positions of the start of `tokens` that a sequence of them would share (the longest
+    /// such), if one does.
+    pub fn free_slot_holding(&self, free: &[usize], tokens: &[u32]) -> Option<usize> {
+        let wanted = &tokens[..tokens.len().saturating_sub(1)];
+        let held = free.iter().map(|&slot| &self.slots[slot].held[..]);
+        longest_start(wanted, held)
+            .filter(|&(_, len)| len >= HELD_START_MIN)
+            .map(|(index, _)| index)
     }
 
     /// Gives the fresh sequence in `slot` the longest start of `tokens` that a slot holds,
@@ -279,6 +295,18 @@ mod tests {
         assert_eq!(kv.free_slot_for(&[3, 2, 0], &[1, 2, 3, 5]), 1, "slot 2");
         assert_eq!(kv.free_slot_for(&[3, 0], &[1, 2, 3, 5]), 1, "the last");
         assert_eq!(kv.free_slot_for(&[], &[1]), 0);
+        // Out of order only for a start worth it, and what the sequence would share of it.
+        assert_eq!(kv.free_slot_holding(&[3, 2, 1, 0], &[1, 2, 3, 5]), None);
+        let start: Vec<u32> = (100..100 + HELD_START_MIN as u32).collect();
+        stored(&mut kv, 3, &start);
+        let prompt = [&start[..], &[7]].concat();
+        assert_eq!(kv.free_slot_holding(&[3, 2, 1, 0], &prompt), Some(0));
+        assert_eq!(
+            kv.free_slot_holding(&[3, 2, 1, 0], &start),
+            None,
+            "all but its last"
+        );
+        assert_eq!(kv.free_slot_holding(&[2, 1, 0], &prompt), None);
     }
 
     /// A copy the memory budget refuses is not made: the sequence shares what its own slot

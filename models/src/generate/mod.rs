@@ -7,6 +7,7 @@
 //! ends (end-of-sequence token, a stop string, its token limit, the context) leaves at once
 //! and the next prompt takes its slot.
 
+mod admission;
 mod attention;
 mod attention_check;
 pub mod batcher;
@@ -26,8 +27,8 @@ mod f16_slices;
 mod gguf_shapes;
 pub mod gguf_vocab;
 pub mod grammar;
-pub mod kv_blocks;
 mod kv_arena;
+pub mod kv_blocks;
 pub(crate) mod lanes;
 mod paged_attention;
 pub mod prompt;
@@ -48,7 +49,6 @@ use candle_core::{DType, Device};
 
 use crate::ModelError;
 use crate::device::compute_capability;
-use kv_arena::KvArena;
 use batcher::{SeqProgress, Span, StepLimits, plan_step};
 use cache::{Cache, KeptCache, SeqKv};
 use decode_graph::DecodeGraphs;
@@ -56,13 +56,13 @@ use decoder::{LlamaConfig, NextToken, Pick, QUANTISED_ARCHITECTURES, Row};
 use dense::{DenseKv, DenseLlama, ReserveError};
 use gguf_vocab::Vocab;
 use grammar::{Constraint, GrammarEngine, OutputGrammar};
+use kv_arena::KvArena;
 pub use paged_attention::AttentionKernel;
 pub use prompt::PromptTemplate;
 use prompt::{Prompt, PromptFormat};
 use quantised_llama::QuantisedLlama;
 pub use request::{FinishReason, Generation, GenerationRequest, PromptScoring};
 use running::{Batch, GenerationFeed, InFlight, OneGroup};
-use sampling::Sampler;
 use step_profile::{Phase, PhaseClock, StepKind, StepProfile};
 
 /// The weights' precision, as an actor's config names it (`dtype`).
@@ -589,96 +589,6 @@ impl GenerateModel {
         Ok(())
     }
 
-    /// Moves preempted sequences, then waiting requests, into free cache slots, in order,
-    /// while the cache has blocks for them; an empty prompt, or one that fills the context,
-    /// is answered at once without a slot. A sequence starts with the cached blocks of its
-    /// prompt's start (the prefix cache), computing only the rest.
-    fn admit(
-        &self,
-        batch: &mut Batch,
-        kv: &mut Cache,
-        feed: &mut dyn GenerationFeed,
-    ) -> Result<(), ModelError> {
-        // With nothing in flight, a sequence starts whatever the cache says: alone, it
-        // either fits or is refused as out of memory.
-        let fits = |kv: &Cache, batch: &Batch, len: usize| {
-            !batch.free_slots.is_empty()
-                && (batch.flight.is_empty() || kv.can_admit(len, batch.flight.len()))
-        };
-        while let Some(seq) = batch.preempted.last() {
-            if !fits(kv, batch, seq.tokens.len()) {
-                // No new request overtakes a preempted one.
-                return Ok(());
-            }
-            let mut seq = batch.preempted.pop().expect("checked above");
-            seq.slot = take_free_slot(kv, &mut batch.free_slots, &seq.tokens);
-            let scoring = batch.requests.get(seq.request).score;
-            let shareable = PromptScoring::shareable(scoring, seq.scored.len(), seq.tokens.len());
-            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
-            batch.flight.push(seq);
-        }
-        // Requests waiting a step for a sequence computing their start (`waits_for_prefix`),
-        // put back in order ahead of the rest.
-        let mut deferred = Vec::new();
-        while let Some(&next) = batch.waiting.front() {
-            let request = batch.requests.get(next);
-            if request.prompt.is_empty() || request.prompt.len() >= self.context() {
-                let answer = self.too_long_or_empty(request);
-                batch.waiting.pop_front();
-                batch.answer(next, answer, feed);
-                continue;
-            }
-            // Room first: with none, the queue is not scanned for prompts to hold back.
-            if !fits(kv, batch, request.prompt.len()) {
-                break;
-            }
-            if waits_for_prefix(batch, request) {
-                batch.waiting.pop_front();
-                deferred.push(next);
-                continue;
-            }
-            let constraint = match &request.grammar {
-                Some(grammar) => Some(self.constraint(grammar)?),
-                None => None,
-            };
-            let seq = InFlight {
-                request: next,
-                slot: take_free_slot(kv, &mut batch.free_slots, &request.prompt),
-                tokens: request.prompt.clone(),
-                prompt_len: request.prompt.len(),
-                cached: 0,
-                sampler: Sampler::new(
-                    &request.sampling,
-                    &request.id,
-                    request.choice,
-                    &request.prompt,
-                ),
-                logprobs: Vec::new(),
-                constraint,
-                scored: Vec::new(),
-                scored_greedy: true,
-            };
-            let shareable = PromptScoring::shareable(request.score, 0, seq.tokens.len());
-            batch.waiting.pop_front();
-            batch.flight.push(seq);
-            let seq = batch.flight.last_mut().expect("just pushed");
-            seq.cached = self.share_prefix(kv, seq.slot, &seq.tokens[..shareable]);
-        }
-        for next in deferred.into_iter().rev() {
-            batch.waiting.push_front(next);
-        }
-        Ok(())
-    }
-
-    /// `kv.share_prefix`, counted in the step profile.
-    fn share_prefix(&self, kv: &mut Cache, slot: usize, tokens: &[u32]) -> usize {
-        let shared = kv.share_prefix(slot, tokens);
-        if let Some(profile) = &self.profile {
-            profile.count_shared(shared);
-        }
-        shared
-    }
-
     /// The forward's rows for the planned `spans`: each span's tokens at their positions,
     /// logits asked for on a span's last row when it needs them, with what is wanted of them,
     /// and on each row before a prompt token the request scores.
@@ -914,21 +824,6 @@ impl GenerateModel {
             prompt_greedy: true,
         }
     }
-}
-
-/// The free slot a fresh sequence of `tokens` takes ([`Cache::free_slot_for`]), taken
-/// out of `free` (not empty).
-fn take_free_slot(kv: &Cache, free: &mut Vec<usize>, tokens: &[u32]) -> usize {
-    let index = kv.free_slot_for(free, tokens);
-    free.remove(index)
-}
-
-/// Whether `request` should wait a step for a sequence in flight computing the start it
-/// could take from the prefix cache ([`batcher::waits_for_prefix`]).
-fn waits_for_prefix(batch: &Batch, request: &GenerationRequest) -> bool {
-    let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
-    let in_flight = batch.flight.iter().map(|seq| (&seq.tokens[..], seq.cached));
-    batcher::waits_for_prefix(&request.prompt[..shareable], in_flight)
 }
 
 /// `seq`'s answer, ending for `reason` with `text`.

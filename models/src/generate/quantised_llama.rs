@@ -22,8 +22,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
 use super::attention::{self, Heads};
-use super::kv_arena::KvArena;
 use super::decoder::{LlamaConfig, QUANTISED_ARCHITECTURES, Row, read_gguf};
+use super::kv_arena::KvArena;
 use super::quantised::{MatmulScratch, Q4_1, Q8_0, QuantisedMatrix};
 
 use crate::ModelError;

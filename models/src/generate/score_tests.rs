@@ -358,47 +358,65 @@ fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
 
 /// On the quantised CPU kernels, a question's choices compute its context once: admitted
 /// together, the later choices wait a step and copy the context's positions from the slot
-/// that computed them (in flight or finished); one at a time, each takes them from the slot
-/// the one before left. Every choice's scores are the same bits as scored alone.
+/// that computed them (in flight or finished); a choice whose context a free slot holds
+/// goes first and takes that slot, before another question's choice writes over it; one
+/// at a time, each takes them from the slot the one before left. Every choice's scores
+/// are the same bits as scored alone.
 #[test]
 fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
     let mut model = GenerateModel::load(&gguf_path()).unwrap();
     let profile = std::sync::Arc::new(StepProfile::new(false));
     model.profile_steps(Some(profile.clone()));
-    let context = "Question: Which city is the capital of France, the country in western \
-                   Europe whose largest city sits on the Seine? Answer:";
-    let requests: Vec<GenerationRequest> = [" Paris", " Berlin", " Madrid", " Rome"]
-        .iter()
-        .enumerate()
-        .map(|(i, choice)| {
+    // No two start alike: a question shares nothing with the one before.
+    let questions = [
+        "Which city is the capital of France, the country in western Europe whose largest \
+         city sits on the Seine?",
+        "Name the capital of Germany, the country in central Europe whose largest city sits \
+         on the Spree.",
+        "Along the Tiber, the river that runs through the capital of Italy, lies which of \
+         these cities?",
+    ];
+    let mut requests = Vec::new();
+    // Every later choice shares its context but the row before its first token.
+    let mut saved = 0;
+    for (q, question) in questions.iter().enumerate() {
+        let context = format!("{question} Answer:");
+        for (i, choice) in [" Paris", " Berlin", " Madrid", " Rome"].iter().enumerate() {
             let scored = model
                 .format
-                .scored_choice((context, choice), WINDOW, ROLLING)
+                .scored_choice((&context, choice), WINDOW, ROLLING)
                 .unwrap();
             let window = scored.windows[0].clone();
-            score_only(&format!("c{i}"), window.tokens, window.scored.start, 0)
-        })
-        .collect();
-    let from = requests[0].score.unwrap().from;
-    assert!(from > 20, "a context of {from} tokens");
-    assert!(requests.iter().all(|r| r.prompt[..from] == requests[0].prompt[..from]));
+            let from = window.scored.start;
+            assert!(from > 20, "a context of {from} tokens");
+            if i > 0 {
+                saved += from as u64 - 1;
+            }
+            requests.push(score_only(&format!("q{q}c{i}"), window.tokens, from, 0));
+        }
+    }
     let scores = |out: &[Generation]| -> Vec<Vec<u32>> {
-        out.iter()
-            .map(|g| g.prompt_logprobs.iter().map(|t| t.logprob.to_bits()).collect())
-            .collect()
+        let bits = |g: &Generation| -> Vec<u32> {
+            g.prompt_logprobs
+                .iter()
+                .map(|t| t.logprob.to_bits())
+                .collect()
+        };
+        out.iter().map(bits).collect()
     };
     // Alone: each in a call of its own, nothing held from another.
     let alone: Vec<Generation> = requests
         .iter()
         .flat_map(|r| {
             let limits = StepLimits::new(1, 256);
-            model.generate(std::slice::from_ref(r), limits, &mut || {}).unwrap()
+            let one = std::slice::from_ref(r);
+            model.generate(one, limits, &mut || {}).unwrap()
         })
         .collect();
     assert_eq!(profile.shared_positions(), 0);
-    // Every later choice shares the context but the row before its first token.
-    let saved = 3 * (from as u64 - 1);
-    for slots in [4, 1] {
+    // Twelve slots: all at once. Three: a question's first choices computed together, and
+    // their slots free together with nine choices waiting for them. One: in turn.
+    for slots in [12, 3, 1] {
         let before = profile.shared_positions();
         let out = model
             .generate(&requests, StepLimits::new(slots, 256), &mut || {})
