@@ -9,8 +9,9 @@
 # scripts/fetch-data.sh, and for the llama.cpp row a venv with llama-cpp-python 0.3.36
 # (scripts/make-llama-cpp-fixture.py says how; LLAMA_PY= its python, default
 # target/llama-venv/bin/python; the row is left out where it is missing).
-# FLAGS= adds flags to resident's run (`--dtype f32`: the dense engine, whose paged cache
-# shares a question's prompt between its choices); LLAMA=0 leaves the llama.cpp row out.
+# FLAGS= adds flags to resident's run (`--dtype f32`: the dense engine and its paged cache;
+# both engines compute a question's prompt once for its choices); LLAMA=0 leaves the
+# llama.cpp row out.
 # Usage: RECORDS=500 WORDS=40 THREADS=2 OUT=/tmp/choice-bench [RESIDENT=path] [FLAGS=...] benches/choice-bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
