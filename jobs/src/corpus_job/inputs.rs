@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::JobError;
+use super::parquet_columns::Columns;
 use super::parquet_rows::ParquetRows;
 use crate::storage::{Location, S3Client};
 
@@ -194,13 +195,7 @@ impl InputSet {
     }
 
     /// Opens file `index` as a stream (blocking: call it from a reader thread).
-    pub(super) fn open(
-        &self,
-        index: usize,
-        text_field: &str,
-        id_field: &str,
-        keep_fields: &[String],
-    ) -> Result<Source, JobError> {
+    pub(super) fn open(&self, index: usize, columns: &Columns<'_>) -> Result<Source, JobError> {
         let file = &self.files[index];
         let (format, compression) =
             format_of(&file.name).unwrap_or((Format::Jsonl, Compression::None));
@@ -221,13 +216,7 @@ impl InputSet {
                 }
             };
             let name = self.describe(index);
-            return Ok(Source::Parquet(ParquetRows::open(
-                local,
-                &name,
-                text_field,
-                id_field,
-                keep_fields,
-            )?));
+            return Ok(Source::Parquet(ParquetRows::open(local, &name, columns)?));
         }
         let raw: Box<dyn Read + Send> = match &file.source {
             InputSource::Local(path) => Box::new(File::open(path).map_err(|e| fail(&e))?),

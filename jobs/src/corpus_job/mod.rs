@@ -29,6 +29,7 @@ pub mod manifest_store;
 mod npy;
 mod openai_batch;
 mod output;
+mod parquet_columns;
 #[cfg(not(feature = "parquet"))]
 #[path = "parquet_out_off.rs"]
 mod parquet_out;
@@ -39,6 +40,8 @@ mod parquet_out;
 mod parquet_rows;
 #[cfg(feature = "parquet")]
 mod parquet_rows;
+#[cfg(all(test, feature = "parquet"))]
+mod parquet_structure_tests;
 mod pipeline;
 pub mod planner;
 mod poison;

@@ -13,6 +13,7 @@ use super::choice_input::{
 };
 use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
+use super::parquet_columns::{Columns, ParquetRow, Row};
 use crate::records::{is_blank, json_object, line_text};
 
 /// How records are read from the input.
@@ -33,6 +34,15 @@ pub struct ReaderOptions {
     /// Where a scoring job reads a record's choices (`None`: records have none): a
     /// multiple-choice record's, or a preference pair's (`prompt`, `chosen`, `rejected`).
     pub choices: Option<ChoiceFields>,
+}
+
+impl ReaderOptions {
+    /// Whether records have more than an id, a text and carried fields: a prompt's fields,
+    /// conversations or OpenAI Batch lines, choices. A Parquet file's rows are then read
+    /// whole, as a JSON line is.
+    pub fn reads_structure(&self) -> bool {
+        !self.extra_fields.is_empty() || self.prompts != PromptInput::Text || self.choices.is_some()
+    }
 }
 
 impl Default for ReaderOptions {
@@ -84,7 +94,7 @@ enum Raw {
     /// A line, now in the reader's buffer.
     Line,
     Blank,
-    Row(super::parquet_rows::Row),
+    Row(Row),
 }
 
 /// Streams records (and bad lines) from every input file in order. Blocking: run it on a
@@ -167,12 +177,13 @@ impl RecordReader {
                 if self.next_file >= self.inputs.files.len() {
                     return Ok(None);
                 }
-                let source = self.inputs.open(
-                    self.next_file,
-                    &self.options.text_field,
-                    &self.options.id_field,
-                    &self.options.keep_fields,
-                )?;
+                let columns = Columns {
+                    text: &self.options.text_field,
+                    id: &self.options.id_field,
+                    keep: &self.options.keep_fields,
+                    objects: self.options.reads_structure(),
+                };
+                let source = self.inputs.open(self.next_file, &columns)?;
                 self.current = Some((self.next_file, source, 0));
                 self.next_file += 1;
             }
@@ -189,16 +200,16 @@ impl RecordReader {
             let parsed = match raw {
                 Raw::Blank => continue,
                 Raw::Line => self.parse_line(index, line),
-                Raw::Row(row) => row.and_then(|(id, text, kept)| {
-                    self.no_extra_fields("Parquet")?;
-                    Ok(Record {
+                Raw::Row(row) => row.and_then(|row| match row {
+                    ParquetRow::Text { id, text, kept } => Ok(Record {
                         id: id.unwrap_or_else(|| self.generated_id(index, line)),
                         text,
                         fields: Vec::new(),
                         kept,
                         chat: None,
                         choices: None,
-                    })
+                    }),
+                    ParquetRow::Object(object) => self.parse_object(object, index, line),
                 }),
             };
             let checked = parsed.and_then(|record| {
@@ -304,12 +315,12 @@ impl RecordReader {
         }
     }
 
-    /// Fields besides the text are read from JSON lines only.
+    /// Fields besides the text are read from JSON lines and Parquet only.
     fn no_extra_fields(&self, format: &str) -> Result<(), String> {
         match self.options.extra_fields.first() {
             Some(field) => Err(format!(
                 "the prompt names the field `{field}`, and {format} records have only a text; \
-                 give the corpus as JSON lines"
+                 give the corpus as JSON lines or Parquet"
             )),
             None => Ok(()),
         }
@@ -324,7 +335,16 @@ impl RecordReader {
     }
 
     fn parse_json(&self, text: &str, index: usize, line: u64) -> Result<Record, String> {
-        let mut object = json_object(text)?;
+        self.parse_object(json_object(text)?, index, line)
+    }
+
+    /// The record in a JSON line's object, or a Parquet row's read as one.
+    fn parse_object(
+        &self,
+        mut object: serde_json::Map<String, Value>,
+        index: usize,
+        line: u64,
+    ) -> Result<Record, String> {
         if self.options.prompts == PromptInput::OpenAiBatch {
             let (id, chat) = parse_batch_line(&object)?;
             return Ok(Record {
@@ -728,7 +748,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            error.ends_with("has no column `body` (use --text-field)"),
+            error.contains("has no column `body` (use --text-field; its columns: id, text)"),
             "{error}"
         );
     }

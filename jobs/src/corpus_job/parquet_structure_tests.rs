@@ -1,0 +1,244 @@
+//! Parquet files as Hugging Face datasets write them, read by a generate job that wants more
+//! than a text: every column as a JSON line's field, nested lists and structs included.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder};
+use arrow_array::{ArrayRef, Date32Array, Int64Array, RecordBatch, StringArray, StructArray};
+use arrow_schema::{DataType, Field, Fields};
+use serde_json::{Value, json};
+
+use super::chat_input::PromptInput;
+use super::choice_input::ChoiceFields;
+use super::inputs::InputSet;
+use super::reader::{Item, ReaderOptions, Record, RecordReader};
+
+fn write(path: &Path, columns: Vec<(&str, ArrayRef)>) {
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let file = File::create(path).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+fn texts(values: &[&str]) -> ArrayRef {
+    Arc::new(StringArray::from(values.to_vec()))
+}
+
+/// A `list<string>` column, a list a row.
+fn text_lists(rows: &[&[&str]]) -> ArrayRef {
+    let mut lists = ListBuilder::new(StringBuilder::new());
+    for row in rows {
+        for value in *row {
+            lists.values().append_value(value);
+        }
+        lists.append(true);
+    }
+    Arc::new(lists.finish())
+}
+
+/// A `list<struct<role, content>>` column: a conversation a row.
+fn conversations(rows: &[&[(&str, &str)]]) -> ArrayRef {
+    let fields = Fields::from(vec![
+        Field::new("role", DataType::Utf8, true),
+        Field::new("content", DataType::Utf8, true),
+    ]);
+    let mut lists = ListBuilder::new(StructBuilder::from_fields(fields, 4));
+    for row in rows {
+        for (role, content) in *row {
+            let turn = lists.values();
+            let text = |turn: &mut StructBuilder, i: usize, value: &str| {
+                turn.field_builder::<StringBuilder>(i)
+                    .unwrap()
+                    .append_value(value);
+            };
+            text(turn, 0, role);
+            text(turn, 1, content);
+            turn.append(true);
+        }
+        lists.append(true);
+    }
+    Arc::new(lists.finish())
+}
+
+fn read(path: &Path, options: ReaderOptions) -> Vec<Result<Record, String>> {
+    let mut reader = RecordReader::new(InputSet::local(path).unwrap(), options);
+    let mut items = Vec::new();
+    while let Some(item) = reader.next_item().unwrap() {
+        items.push(match item {
+            Item::Record(record) => Ok(record),
+            Item::Bad(bad) => Err(bad.reason),
+        });
+    }
+    items
+}
+
+fn generate_options(text_field: &str, choices: Option<ChoiceFields>) -> ReaderOptions {
+    ReaderOptions {
+        text_field: text_field.into(),
+        prompts: PromptInput::TextOrMessages,
+        choices,
+        ..ReaderOptions::default()
+    }
+}
+
+/// MMLU's layout (`question`, `subject`, `choices` as a list, `answer` as an index) and
+/// ARC's (`choices` as a struct of `text` and `label` lists, `answerKey`) read as their JSON
+/// lines do: the prompt's fields, the choices and the answer.
+#[test]
+fn multiple_choice_datasets_read_as_their_json_lines_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let mmlu = dir.path().join("mmlu.parquet");
+    write(
+        &mmlu,
+        vec![
+            ("question", texts(&["2+2=", "The sky is"])),
+            ("subject", texts(&["arithmetic", "weather"])),
+            (
+                "choices",
+                text_lists(&[&["3", "4", "5"], &["blue", "green"]]),
+            ),
+            ("answer", Arc::new(Int64Array::from(vec![1, 7]))),
+        ],
+    );
+    let options = ReaderOptions {
+        extra_fields: vec!["subject".into()],
+        keep_fields: vec!["choices".into()],
+        ..generate_options("question", Some(ChoiceFields::default()))
+    };
+    let items = read(&mmlu, options);
+    let first = items[0].as_ref().unwrap();
+    assert_eq!(
+        (first.text.as_str(), &first.fields[..]),
+        ("2+2=", &["arithmetic".to_owned()][..])
+    );
+    let choices = first.choices.as_ref().unwrap();
+    assert_eq!(
+        (&choices.choices[..], choices.answer),
+        (&["3".to_owned(), "4".into(), "5".into()][..], Some(1))
+    );
+    assert_eq!(first.kept.get("choices"), Some(&json!(["3", "4", "5"])));
+    assert_eq!(first.id, Value::from(1), "no id column: the row's place");
+    let error = items[1].as_ref().unwrap_err();
+    assert!(error.contains("names none of the 2 choices"), "{error}");
+
+    let arc = dir.path().join("arc.parquet");
+    let choice_struct = StructArray::from(vec![
+        (
+            Arc::new(Field::new(
+                "text",
+                text_lists(&[&[]]).data_type().clone(),
+                true,
+            )),
+            text_lists(&[&["Paris", "Rome"]]),
+        ),
+        (
+            Arc::new(Field::new(
+                "label",
+                text_lists(&[&[]]).data_type().clone(),
+                true,
+            )),
+            text_lists(&[&["A", "B"]]),
+        ),
+    ]);
+    write(
+        &arc,
+        vec![
+            ("id", texts(&["Mercury_7"])),
+            ("question", texts(&["The capital of France is"])),
+            ("choices", Arc::new(choice_struct)),
+            ("answerKey", texts(&["A"])),
+        ],
+    );
+    let fields = ChoiceFields {
+        answer: "answerKey".into(),
+        ..ChoiceFields::default()
+    };
+    let items = read(&arc, generate_options("question", Some(fields)));
+    let record = items[0].as_ref().unwrap();
+    assert_eq!(record.id, Value::from("Mercury_7"));
+    let choices = record.choices.as_ref().unwrap();
+    assert_eq!(
+        (&choices.choices[..], choices.answer),
+        (&["Paris".to_owned(), "Rome".into()][..], Some(0))
+    );
+}
+
+/// A chat dataset's `messages` column (a list of role and content structs) and a
+/// preference dataset's `prompt`, `chosen` and `rejected` need no text column; a column of
+/// another type (a date) is carried as the text arrow prints for it; a file with none of
+/// these and no text column is refused naming the columns it has.
+#[test]
+fn conversations_and_preference_pairs_need_no_text_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = dir.path().join("chat.parquet");
+    write(
+        &chat,
+        vec![
+            (
+                "messages",
+                conversations(&[
+                    &[("system", "Be brief."), ("user", "Hi?")],
+                    &[("user", "2+2?")],
+                ]),
+            ),
+            ("day", Arc::new(Date32Array::from(vec![19724, 19725]))),
+        ],
+    );
+    let options = ReaderOptions {
+        keep_fields: vec!["day".into()],
+        ..generate_options("text", None)
+    };
+    let items = read(&chat, options);
+    let first = items[0].as_ref().unwrap();
+    let messages = &first.chat.as_ref().unwrap().messages;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(first.kept.get("day"), Some(&json!("2024-01-02")));
+    assert_eq!(
+        items[1]
+            .as_ref()
+            .unwrap()
+            .chat
+            .as_ref()
+            .unwrap()
+            .messages
+            .len(),
+        1
+    );
+
+    let pairs = dir.path().join("pairs.parquet");
+    write(
+        &pairs,
+        vec![
+            ("prompt", texts(&["Sky:"])),
+            ("chosen", texts(&[" blue"])),
+            ("rejected", texts(&[" red"])),
+        ],
+    );
+    let items = read(
+        &pairs,
+        generate_options("text", Some(ChoiceFields::default())),
+    );
+    let record = items[0].as_ref().unwrap();
+    assert_eq!(record.text, "Sky:");
+    let choices = record.choices.as_ref().unwrap();
+    assert_eq!(
+        (&choices.choices[..], choices.answer),
+        (&[" blue".to_owned(), " red".into()][..], Some(0))
+    );
+
+    // Neither a text column nor a conversation's or a pair's: refused before any row.
+    let other = dir.path().join("other.parquet");
+    write(&other, vec![("body", texts(&["words"]))]);
+    let mut reader = RecordReader::new(
+        InputSet::local(&other).unwrap(),
+        generate_options("text", None),
+    );
+    let error = reader.next_item().err().unwrap().to_string();
+    assert!(
+        error.contains("has no column `text` (use --text-field; its columns: body)"),
+        "{error}"
+    );
+}
