@@ -5,7 +5,8 @@
 //! `scripts/make-llama-cpp-scores.py`): the same tokens scored, alone and after a context,
 //! with log-probabilities within llama.cpp's own spread. Real text scores below its words
 //! shuffled; a text too long goes on in windows; a conversation is scored on its reply;
-//! scoring and generating go together; wrong flags are refused with what to do.
+//! choices, from JSON lines or a Parquet file, are scored after their prompt; scoring and
+//! generating go together; wrong flags are refused with what to do.
 
 use std::path::Path;
 
@@ -551,6 +552,90 @@ async fn choices_are_scored_after_their_prompt_with_the_run_s_accuracy() {
         "=== choice 2: \" Rome\"".into(),
     ] {
         assert!(shown.contains(&said), "{said} in {shown}");
+    }
+}
+
+/// A multiple-choice file as the hub ships it, Parquet with the choices as a list column
+/// and the label as text (HellaSwag's layout), scores exactly as the same records in JSON
+/// lines do: every column of a row is read as a JSON line's field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parquet_multiple_choice_file_scores_as_its_json_lines_do() {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let rows: [(&str, &str, &[&str], Option<&str>); 3] = [
+        (
+            "france",
+            "The capital of France is",
+            &[" Berlin", " Paris", " Rome"],
+            Some("1"),
+        ),
+        (
+            "legs",
+            "A spider has",
+            &[" eight legs", " six legs"],
+            Some("0"),
+        ),
+        ("open", "My favourite colour is", &[" blue", " green"], None),
+    ];
+    let records: Vec<Value> = rows
+        .iter()
+        .map(|(id, ctx, endings, label)| json!({"id": id, "ctx": ctx, "endings": endings, "label": label}))
+        .collect();
+    let mut endings = ListBuilder::new(StringBuilder::new());
+    for (_, _, choices, _) in &rows {
+        choices
+            .iter()
+            .for_each(|c| endings.values().append_value(c));
+        endings.append(true);
+    }
+    let column = |values: Vec<Option<&str>>| -> ArrayRef { Arc::new(StringArray::from(values)) };
+    let batch = RecordBatch::try_from_iter([
+        ("id", column(rows.iter().map(|r| Some(r.0)).collect())),
+        ("ctx", column(rows.iter().map(|r| Some(r.1)).collect())),
+        ("endings", Arc::new(endings.finish()) as ArrayRef),
+        ("label", column(rows.iter().map(|r| r.3).collect())),
+    ])
+    .unwrap();
+    let input = dir.path().join("hellaswag.parquet");
+    let file = std::fs::File::create(&input).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let mut flags = SCORE.to_vec();
+    flags.extend([
+        "--text-field",
+        "ctx",
+        "--choices-field",
+        "endings",
+        "--answer-field",
+        "label",
+    ]);
+    let (json_lines, json_report) = generate(dir.path(), "jsonl", &records, "{text}", &flags);
+    let out = dir.path().join("parquet");
+    run_to_success(generate_command(&input, &out, "{text}", &flags));
+    let parquet_lines = read_jsonl(&out.join("generations.jsonl"));
+    assert_eq!(parquet_lines, json_lines);
+    assert_eq!(parquet_lines[0]["answer"], 1, "{parquet_lines:?}");
+    assert_eq!(
+        parquet_lines[0]["choice_scores"].as_array().unwrap().len(),
+        3
+    );
+    assert!(
+        parquet_lines[2].get("correct").is_none(),
+        "a null label: no answer"
+    );
+    let report = read_json(&out.join("report.json"));
+    for figure in [
+        "choice_records",
+        "answered_records",
+        "correct_records",
+        "accuracy",
+    ] {
+        assert_eq!(report[figure], json_report[figure], "{figure}");
     }
 }
 
