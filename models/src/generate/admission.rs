@@ -85,7 +85,9 @@ impl GenerateModel {
     /// Starts the waiting requests (of the first [`HELD_START_LOOKAHEAD`]) whose prompt's
     /// start a free slot still holds, each in that slot, ahead of the rest: in order, a
     /// request admitted first would take such a slot and write over a start that the
-    /// requests behind it could have had for nothing.
+    /// requests behind it could have had for nothing. Not one that should wait for a
+    /// sequence in flight computing more of its start ([`waits_for_prefix`]): a question's
+    /// later choice, whose context a slot left by another question only begins.
     fn admit_held_starts(&self, batch: &mut Batch, kv: &mut Cache) -> Result<(), ModelError> {
         let mut index = 0;
         while index < batch.waiting.len().min(HELD_START_LOOKAHEAD) {
@@ -95,7 +97,9 @@ impl GenerateModel {
             let next = batch.waiting[index];
             let request = batch.requests.get(next);
             let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
-            let held = match request.prompt.len() < self.context() {
+            // One that would wait for a sequence computing more of its start waits.
+            let ready = request.prompt.len() < self.context() && !waits_for_prefix(batch, request);
+            let held = match ready {
                 true => kv.free_slot_holding(&batch.free_slots, &request.prompt[..shareable]),
                 false => None,
             };

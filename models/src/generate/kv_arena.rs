@@ -113,23 +113,43 @@ impl KvArena {
         &self.slots[slot]
     }
 
-    /// Which of the `free` slots (an index into it) a sequence of `tokens` should take: the
-    /// one holding the longest start of them (where the last sequence with this prompt
-    /// ran), the last of equals (the slot freed last) when none holds any.
+    /// Which of the `free` slots (an index into it; freed first, first) a sequence of
+    /// `tokens` should take: the one holding the longest start of what it would share
+    /// (where the last sequence with this prompt ran); of equals, the one freed first,
+    /// whose start the requests behind it are the least likely to want.
     pub fn free_slot_for(&self, free: &[usize], tokens: &[u32]) -> usize {
-        let held = free.iter().map(|&slot| &self.slots[slot].held[..]);
-        longest_start(tokens, held).map_or(free.len().saturating_sub(1), |(index, _)| index)
+        self.longest_free(free, tokens).0
     }
 
-    /// Which of the `free` slots (an index into it) holds at least [`HELD_START_MIN`]
-    /// positions of the start of `tokens` that a sequence of them would share (the longest
-    /// such), if one does.
+    /// Which of the `free` slots (an index into it) holds a start of `tokens` that no
+    /// sequence in flight holds as long, and at least [`HELD_START_MIN`] positions of it:
+    /// the slot a request for them should take ahead of its turn, before another request
+    /// writes over it.
     pub fn free_slot_holding(&self, free: &[usize], tokens: &[u32]) -> Option<usize> {
+        let (index, len) = self.longest_free(free, tokens);
+        let mut in_flight = vec![true; self.slots.len()];
+        free.iter().for_each(|&slot| in_flight[slot] = false);
         let wanted = &tokens[..tokens.len().saturating_sub(1)];
-        let held = free.iter().map(|&slot| &self.slots[slot].held[..]);
-        longest_start(wanted, held)
-            .filter(|&(_, len)| len >= HELD_START_MIN)
-            .map(|(index, _)| index)
+        let flying = (self.slots.iter().zip(in_flight))
+            .filter(|(_, flying)| *flying)
+            .map(|(cache, _)| common_start(&cache.held, wanted))
+            .max()
+            .unwrap_or(0);
+        (len >= HELD_START_MIN && len > flying).then_some(index)
+    }
+
+    /// Of the `free` slots, the first that holds the longest start of what a sequence of
+    /// `tokens` would share (all but its last token): its index in `free`, and that length.
+    fn longest_free(&self, free: &[usize], tokens: &[u32]) -> (usize, usize) {
+        let wanted = &tokens[..tokens.len().saturating_sub(1)];
+        let mut best = (0, 0);
+        for (index, &slot) in free.iter().enumerate() {
+            let len = common_start(&self.slots[slot].held, wanted);
+            if len > best.1 {
+                best = (index, len);
+            }
+        }
+        best
     }
 
     /// Gives the fresh sequence in `slot` the longest start of `tokens` that a slot holds,
@@ -285,28 +305,29 @@ mod tests {
     }
 
     /// A sequence takes the free slot that holds its start (where its question's last choice
-    /// ran), else the one freed last.
+    /// ran), else, of equals, the one freed first (the front of the free list).
     #[test]
     fn a_free_slot_holding_the_prompt_s_start_is_taken_first() {
-        let mut kv = KvArena::new(1, 4, 4);
+        let mut kv = KvArena::new(1, 4, 5);
         stored(&mut kv, 1, &[1, 2, 3, 4]);
         stored(&mut kv, 2, &[1, 2, 9]);
         assert_eq!(kv.free_slot_for(&[3, 2, 1, 0], &[1, 2, 3, 5]), 2, "slot 1");
         assert_eq!(kv.free_slot_for(&[3, 2, 0], &[1, 2, 3, 5]), 1, "slot 2");
-        assert_eq!(kv.free_slot_for(&[3, 0], &[1, 2, 3, 5]), 1, "the last");
+        assert_eq!(kv.free_slot_for(&[3, 0], &[1, 2, 3, 5]), 0, "freed first");
+        assert_eq!(kv.free_slot_for(&[2, 1], &[1, 2, 7]), 0, "of equals");
         assert_eq!(kv.free_slot_for(&[], &[1]), 0);
         // Out of order only for a start worth it, and what the sequence would share of it.
         assert_eq!(kv.free_slot_holding(&[3, 2, 1, 0], &[1, 2, 3, 5]), None);
         let start: Vec<u32> = (100..100 + HELD_START_MIN as u32).collect();
         stored(&mut kv, 3, &start);
         let prompt = [&start[..], &[7]].concat();
-        assert_eq!(kv.free_slot_holding(&[3, 2, 1, 0], &prompt), Some(0));
-        assert_eq!(
-            kv.free_slot_holding(&[3, 2, 1, 0], &start),
-            None,
-            "all but its last"
-        );
+        assert_eq!(kv.free_slot_holding(&[4, 3, 2, 1, 0], &prompt), Some(1));
+        let all_but_last = kv.free_slot_holding(&[3, 2, 1, 0], &start);
+        assert_eq!(all_but_last, None, "all but its last");
         assert_eq!(kv.free_slot_holding(&[2, 1, 0], &prompt), None);
+        // A sequence in flight holding as much gives it without a slot taken out of turn.
+        stored(&mut kv, 4, &prompt);
+        assert_eq!(kv.free_slot_holding(&[3, 2, 1, 0], &prompt), None);
     }
 
     /// A copy the memory budget refuses is not made: the sequence shares what its own slot

@@ -360,14 +360,16 @@ fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
 /// together, the later choices wait a step and copy the context's positions from the slot
 /// that computed them (in flight or finished); a choice whose context a free slot holds
 /// goes first and takes that slot, before another question's choice writes over it; one
-/// at a time, each takes them from the slot the one before left. Every choice's scores
-/// are the same bits as scored alone.
+/// at a time, each takes them from the slot the one before left. Questions after a shared
+/// preamble (few-shot examples) compute it once too. Every position that an earlier
+/// request's prompt holds is shared, and every choice's scores are the same bits as
+/// scored alone.
 #[test]
 fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
     let mut model = GenerateModel::load(&gguf_path()).unwrap();
     let profile = std::sync::Arc::new(StepProfile::new(false));
     model.profile_steps(Some(profile.clone()));
-    // No two start alike: a question shares nothing with the one before.
+    // No two start alike: without a preamble, a question shares nothing with another.
     let questions = [
         "Which city is the capital of France, the country in western Europe whose largest \
          city sits on the Seine?",
@@ -376,25 +378,43 @@ fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
         "Along the Tiber, the river that runs through the capital of Italy, lies which of \
          these cities?",
     ];
-    let mut requests = Vec::new();
-    // Every later choice shares its context but the row before its first token.
-    let mut saved = 0;
-    for (q, question) in questions.iter().enumerate() {
-        let context = format!("{question} Answer:");
-        for (i, choice) in [" Paris", " Berlin", " Madrid", " Rome"].iter().enumerate() {
-            let scored = model
-                .format
-                .scored_choice((&context, choice), WINDOW, ROLLING)
-                .unwrap();
-            let window = scored.windows[0].clone();
-            let from = window.scored.start;
-            assert!(from > 20, "a context of {from} tokens");
-            if i > 0 {
-                saved += from as u64 - 1;
+    let preamble = "Spain's capital is Madrid, on the Manzanares.\n\nEngland's capital is \
+                    London, on the Thames.\n\n";
+    for preamble in ["", preamble] {
+        let mut requests = Vec::new();
+        for (q, question) in questions.iter().enumerate() {
+            let context = format!("{preamble}{question} Answer:");
+            for (i, choice) in [" Paris", " Berlin", " Madrid", " Rome"].iter().enumerate() {
+                let scored = model
+                    .format
+                    .scored_choice((&context, choice), WINDOW, ROLLING)
+                    .unwrap();
+                let window = scored.windows[0].clone();
+                let from = window.scored.start;
+                assert!(from > 20, "a context of {from} tokens");
+                requests.push(score_only(&format!("q{q}c{i}"), window.tokens, from, 0));
             }
-            requests.push(score_only(&format!("q{q}c{i}"), window.tokens, from, 0));
         }
+        choices_share_what_earlier_prompts_hold(&model, &profile, &requests);
     }
+}
+
+/// `requests` scored at once share every position an earlier one's prompt holds (before
+/// each one's first scored token), with 12, 3 and 1 slots, and score the same bits alone.
+fn choices_share_what_earlier_prompts_hold(
+    model: &GenerateModel,
+    profile: &StepProfile,
+    requests: &[GenerationRequest],
+) {
+    let held_before = |i: usize| {
+        let wanted = &requests[i].prompt[..requests[i].score.unwrap().from - 1];
+        let common = |other: &GenerationRequest| {
+            let pairs = wanted.iter().zip(&other.prompt);
+            pairs.take_while(|(a, b)| a == b).count() as u64
+        };
+        requests[..i].iter().map(common).max().unwrap_or(0)
+    };
+    let saved: u64 = (0..requests.len()).map(held_before).sum();
     let scores = |out: &[Generation]| -> Vec<Vec<u32>> {
         let bits = |g: &Generation| -> Vec<u32> {
             g.prompt_logprobs
@@ -405,6 +425,7 @@ fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
         out.iter().map(bits).collect()
     };
     // Alone: each in a call of its own, nothing held from another.
+    let before = profile.shared_positions();
     let alone: Vec<Generation> = requests
         .iter()
         .flat_map(|r| {
@@ -413,13 +434,13 @@ fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
             model.generate(one, limits, &mut || {}).unwrap()
         })
         .collect();
-    assert_eq!(profile.shared_positions(), 0);
+    assert_eq!(profile.shared_positions(), before);
     // Twelve slots: all at once. Three: a question's first choices computed together, and
     // their slots free together with nine choices waiting for them. One: in turn.
     for slots in [12, 3, 1] {
         let before = profile.shared_positions();
         let out = model
-            .generate(&requests, StepLimits::new(slots, 256), &mut || {})
+            .generate(requests, StepLimits::new(slots, 256), &mut || {})
             .unwrap();
         assert_eq!(profile.shared_positions() - before, saved, "{slots} slots");
         assert_eq!(scores(&out), scores(&alone), "{slots} slots");
