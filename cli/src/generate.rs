@@ -4,7 +4,8 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
+    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, read_fewshot,
+    run_generate_job, with_fewshot,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -153,6 +154,18 @@ pub struct GenerateArgs {
     /// its text.
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
+    /// With --score, few-shot examples from this file or directory (a dataset's dev or
+    /// train split, read as the input is): its first --fewshot answered multiple-choice
+    /// records, each written through --prompt with its right choice after it, go before
+    /// every record's prompt (lm-evaluation-harness's num_fewshot).
+    #[arg(long, env = "RESIDENT_FEWSHOT_INPUT", value_name = "PATH")]
+    fewshot_input: Option<std::path::PathBuf>,
+    /// How many examples --fewshot-input gives (0: none).
+    #[arg(long, env = "RESIDENT_FEWSHOT", default_value_t = 5, value_name = "N")]
+    fewshot: usize,
+    /// What goes between two examples, and between the last and the record's prompt.
+    #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
+    fewshot_delimiter: String,
     /// With --score, each scored token's log-probability, with those of this many likeliest
     /// tokens at its position (0-20; vLLM's prompt_logprobs), as `prompt_logprobs`.
     #[arg(long, env = "RESIDENT_PROMPT_LOGPROBS", value_name = "K")]
@@ -262,6 +275,18 @@ impl GenerateArgs {
                 choices: self.choices_field.clone(),
                 answer: self.answer_field.clone(),
             });
+        }
+        if let Some(path) = &self.fewshot_input {
+            crate::exit::require(
+                self.score,
+                "--fewshot-input puts answered multiple-choice examples before each prompt: \
+                 it needs --score (and records with choices)",
+            )?;
+            let reader = config.corpus.reader.clone();
+            let shots = read_fewshot(path, reader, self.fewshot)?;
+            let prompt = &config.generation.prompt;
+            config.generation.prompt = with_fewshot(prompt, &shots, &self.fewshot_delimiter)
+                .map_err(crate::exit::BadInput)?;
         }
         Ok(config)
     }
