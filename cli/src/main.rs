@@ -79,7 +79,7 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Generate a text per record of a corpus (summaries, answers) with an LLM kept
     /// resident in generate actors, resumably.
-    Generate(generate::GenerateArgs),
+    Generate(Box<generate::GenerateArgs>),
     /// Run a hyperparameter sweep whose trials train on resident embed actors.
     Sweep(sweep::SweepArgs),
     /// Make a private CA and the scheduler's TLS certificate.
@@ -161,7 +161,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Pools(args) => ops::list_pools(args).await,
         Command::Pool(command) => ops::pool(command).await,
         Command::Embed(args) => embed::run(args).await,
-        Command::Generate(args) => generate::run(args).await,
+        Command::Generate(args) => generate::run(*args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Certs(args) => certs::run(args),
         Command::Token(args) => token::run(args),

@@ -5,8 +5,9 @@
 //! `scripts/make-llama-cpp-scores.py`): the same tokens scored, alone and after a context,
 //! with log-probabilities within llama.cpp's own spread. Real text scores below its words
 //! shuffled; a text too long goes on in windows; a conversation is scored on its reply;
-//! choices, from JSON lines or a Parquet file, are scored after their prompt; scoring and
-//! generating go together; wrong flags are refused with what to do.
+//! choices, from JSON lines or a Parquet file, are scored after their prompt (and after
+//! few-shot examples); scoring and generating go together; wrong flags are refused with
+//! what to do.
 
 use std::path::Path;
 
@@ -636,6 +637,81 @@ async fn a_parquet_multiple_choice_file_scores_as_its_json_lines_do() {
         "accuracy",
     ] {
         assert_eq!(report[figure], json_report[figure], "{figure}");
+    }
+}
+
+/// `--fewshot-input`: the first answered records of a dev file, each written through the
+/// prompt with its right choice, go before every record's prompt: the lines are those of
+/// the same examples written into `--prompt` by hand; the dry run shows them; a dev file
+/// with too few examples, or few-shot without --score, is refused saying what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.jsonl");
+    write_jsonl(
+        &dev,
+        &[
+            json!({"id": "open", "text": "Snow is", "choices": [" white", " black"]}),
+            json!({"id": "d1", "text": "Grass is", "choices": [" blue", " green"], "answer": 1}),
+            json!({"id": "d2", "text": "The sea is {deep}", "choices": [" salty", " sweet"], "answer": 0}),
+            json!({"id": "d3", "text": "Fire is", "choices": [" hot", " cold"], "answer": 0}),
+        ],
+    );
+    let records = [
+        json!({"id": "sky", "text": "The sky is", "choices": [" blue", " green"], "answer": 0}),
+        json!({"id": "ice", "text": "Ice is", "choices": [" cold", " hot"], "answer": 0}),
+    ];
+    let dev_path = dev.to_str().unwrap();
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--fewshot-input", dev_path, "--fewshot", "2"]);
+    let (shot, _) = generate(dir.path(), "shot", &records, "Q: {text}\nA:", &flags);
+    let by_hand = "Q: Grass is\nA: green\n\nQ: The sea is {{deep}}\nA: salty\n\nQ: {text}\nA:";
+    let (written, _) = generate(dir.path(), "written", &records, by_hand, SCORE);
+    assert_eq!(shot, written);
+    assert_eq!(shot[0]["choice_scores"].as_array().unwrap().len(), 2);
+
+    let mut dry = flags.clone();
+    dry.extend(["--dry-run", "1"]);
+    let input = dir.path().join("shot.jsonl");
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("dry"),
+        "Q: {text}\nA:",
+        &dry,
+    ));
+    let said = "Q: Grass is\nA: green\n\nQ: The sea is {deep}\nA: salty\n\nQ: The sky is\nA:";
+    assert!(shown.contains(said), "{shown}");
+
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &[
+                "--score",
+                "--template",
+                "none",
+                "--max-new-tokens",
+                "0",
+                "--fewshot-input",
+                dev_path,
+                "--fewshot",
+                "4",
+            ],
+            "has 3 answered multiple-choice records with a text, and --fewshot asks for 4",
+        ),
+        (
+            &["--template", "none", "--fewshot-input", dev_path],
+            "--fewshot-input puts answered multiple-choice examples before each prompt: it \
+             needs --score",
+        ),
+    ];
+    for (flags, says) in cases {
+        let out = dir.path().join("refused");
+        let output = generate_command(&input, &out, "{text}", flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
     }
 }
 
