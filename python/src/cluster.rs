@@ -14,7 +14,7 @@ use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork,
     GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt,
-    PromptTemplate, VectorFormat,
+    PromptTemplate, VectorFormat, read_fewshot, with_fewshot,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -622,7 +622,9 @@ impl NativeCluster {
     #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
         gpus_per_actor=None, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
         id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None,
-        input_format="records", output_format="generations"))]
+        input_format="records", output_format="generations", choices_field="choices".to_owned(),
+        answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
+        fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned()))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -643,6 +645,11 @@ impl NativeCluster {
         on_progress: Option<Py<PyAny>>,
         input_format: &str,
         output_format: &str,
+        choices_field: String,
+        answer_field: String,
+        fewshot_input: Option<String>,
+        fewshot: usize,
+        fewshot_delimiter: String,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -664,7 +671,25 @@ impl NativeCluster {
         }
         if config.generation.params.score {
             // Records with `choices` (and `answer`), and preference pairs, as the CLI reads.
-            config.corpus.reader.choices = Some(ChoiceFields::default());
+            config.corpus.reader.choices = Some(ChoiceFields {
+                choices: choices_field,
+                answer: answer_field,
+            });
+        }
+        if let Some(path) = fewshot_input {
+            if !config.generation.params.score {
+                return Err(bad_input(
+                    py,
+                    "fewshot_input puts answered multiple-choice examples before each prompt: \
+                     it needs score=True",
+                ));
+            }
+            let reader = config.corpus.reader.clone();
+            let shots = read_fewshot(std::path::Path::new(&path), reader, fewshot)
+                .map_err(|e| bad_input(py, e.to_string()))?;
+            let prompt = &config.generation.prompt;
+            config.generation.prompt =
+                with_fewshot(prompt, &shots, &fewshot_delimiter).map_err(|e| bad_input(py, e))?;
         }
         match input_format {
             "records" => {}

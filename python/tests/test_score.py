@@ -118,6 +118,33 @@ def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
     assert report["accuracy"] == correct / 2, (report, lines)
 
 
+def test_a_fewshot_job_scores_as_its_examples_written_into_the_prompt(local_cluster, tmp_path):
+    # HellaSwag's field names; the dev file's first two answered records as examples.
+    dev = write_corpus(tmp_path / "dev.jsonl", [
+        {"id": "d0", "text": "Snow is", "endings": [" white", " black"]},
+        {"id": "d1", "text": "Grass is", "endings": [" blue", " green"], "label": "1"},
+        {"id": "d2", "text": "Fire is", "endings": [" hot", " cold"], "label": "0"},
+    ])
+    corpus = write_corpus(tmp_path / "test.jsonl", [
+        {"id": "sky", "text": "The sky is", "endings": [" blue", " green"], "label": "0"},
+    ])
+    fields = dict(template="none", max_new_tokens=0, score=True, progress=False,
+                  choices_field="endings", answer_field="label")
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "shot"), "Q: {text}\nA:",
+        fewshot_input=str(dev), fewshot=2, **fields,
+    )
+    by_hand = "Q: Grass is\nA: green\n\nQ: Fire is\nA: hot\n\nQ: {text}\nA:"
+    local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "hand"), by_hand, **fields)
+    shot, hand = (open(tmp_path / name / "generations.jsonl").read() for name in ("shot", "hand"))
+    assert shot == hand and '"choice_scores"' in shot, shot
+    with pytest.raises(resident.BadInput, match="needs score=True"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
+            fewshot_input=str(dev), progress=False,
+        )
+
+
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
     with pytest.raises(resident.BadInput, match="template none"):
         local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)

@@ -708,6 +708,11 @@ class Cluster:
         progress: bool = True,
         input_format: str = "records",
         output_format: str = "generations",
+        choices_field: str = "choices",
+        answer_field: str = "answer",
+        fewshot_input: Optional[str] = None,
+        fewshot: int = 5,
+        fewshot_delimiter: str = "\n\n",
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -722,8 +727,11 @@ class Cluster:
         ``response_format`` (OpenAI's JSON schema constraint); ``score``,
         ``prompt_logprobs``, ``score_stride`` and ``max_score_windows`` score each text as
         ``resident generate --score`` does (records with ``choices`` and ``answer``, and
-        preference pairs with ``prompt``, ``chosen`` and ``rejected``, too).
-        ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        preference pairs with ``prompt``, ``chosen`` and ``rejected``, too; other field names
+        by ``choices_field`` and ``answer_field``). With ``score``, ``fewshot_input`` (a
+        dev file) puts its first ``fewshot`` answered records before every prompt, each
+        written through ``prompt`` with its right choice, joined by ``fewshot_delimiter``
+        (``--fewshot-input``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -737,7 +745,8 @@ class Cluster:
                 input, model, output, prompt, json.dumps(params), replicas, gpus_per_actor,
                 vram_gib, chunk_size, on_bad_record, id_field, text_field, keep_pool,
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
-                input_format, output_format,
+                input_format, output_format, choices_field, answer_field, fewshot_input,
+                fewshot, fewshot_delimiter,
             )
         finally:
             bar.close()

@@ -143,7 +143,7 @@ class Cluster:
         ``search``, ``scheduler`` and ``space`` as nested dicts. Returns ``summary.json``
         as a dict; each trial is a line of ``results.jsonl`` in the output.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', **sampling: Any) -> dict:
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
         ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;

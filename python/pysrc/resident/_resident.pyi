@@ -63,6 +63,11 @@ class NativeCluster:
         on_progress: Optional[Callable[[int, int, int], None]] = None,
         input_format: str = "records",
         output_format: str = "generations",
+        choices_field: str = "choices",
+        answer_field: str = "answer",
+        fewshot_input: Optional[str] = None,
+        fewshot: int = 5,
+        fewshot_delimiter: str = "\n\n",
     ) -> str: ...
     def generate(
         self,
