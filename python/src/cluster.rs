@@ -669,28 +669,12 @@ impl NativeCluster {
         if let Some(problem) = config.generation.params.problem() {
             return Err(bad_input(py, problem.to_string()));
         }
-        if config.generation.params.score {
-            // Records with `choices` (and `answer`), and preference pairs, as the CLI reads.
-            config.corpus.reader.choices = Some(ChoiceFields {
-                choices: choices_field,
-                answer: answer_field,
-            });
-        }
-        if let Some(path) = fewshot_input {
-            if !config.generation.params.score {
-                return Err(bad_input(
-                    py,
-                    "fewshot_input puts answered multiple-choice examples before each prompt: \
-                     it needs score=True",
-                ));
-            }
-            let reader = config.corpus.reader.clone();
-            let shots = read_fewshot(std::path::Path::new(&path), reader, fewshot)
-                .map_err(|e| bad_input(py, e.to_string()))?;
-            let prompt = &config.generation.prompt;
-            config.generation.prompt =
-                with_fewshot(prompt, &shots, &fewshot_delimiter).map_err(|e| bad_input(py, e))?;
-        }
+        let fields = ChoiceFields {
+            choices: choices_field,
+            answer: answer_field,
+        };
+        let fewshot = fewshot_input.map(|path| (path, fewshot, fewshot_delimiter));
+        read_choices(py, &mut config, fields, fewshot)?;
         match input_format {
             "records" => {}
             "openai-batch" => config.read_openai_batch(),
@@ -902,4 +886,35 @@ impl NativeCluster {
         .map_err(|e| sdk_error(py, e))?;
         Ok(NativePool::new(pool))
     }
+}
+
+/// A scoring job's choices, read as the CLI reads them (records with `choices` and
+/// `answer` by `fields`' names, and preference pairs), and its few-shot examples (`path`,
+/// how many, the delimiter) put before the prompt.
+fn read_choices(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    fields: ChoiceFields,
+    fewshot: Option<(String, usize, String)>,
+) -> PyResult<()> {
+    if config.generation.params.score {
+        config.corpus.reader.choices = Some(fields);
+    }
+    let Some((path, count, delimiter)) = fewshot else {
+        return Ok(());
+    };
+    if !config.generation.params.score {
+        return Err(bad_input(
+            py,
+            "fewshot_input puts answered multiple-choice examples before each prompt: it \
+             needs score=True",
+        ));
+    }
+    let reader = config.corpus.reader.clone();
+    let shots = read_fewshot(std::path::Path::new(&path), reader, count)
+        .map_err(|e| bad_input(py, e.to_string()))?;
+    let prompt = &config.generation.prompt;
+    config.generation.prompt =
+        with_fewshot(prompt, &shots, &delimiter).map_err(|e| bad_input(py, e))?;
+    Ok(())
 }

@@ -81,9 +81,9 @@ fn value_at(array: &dyn Array, row: usize) -> Result<Value, String> {
     })
 }
 
-/// A cell as JSON, whatever its nesting: lists as arrays, structs and maps as objects, text,
-/// numbers, booleans and null as themselves, and every other type (dates, timestamps,
-/// decimals, binary) as the text arrow prints for it.
+/// A cell as JSON, whatever its nesting: lists as arrays, structs as objects, text, numbers,
+/// booleans and null as themselves, and every other type (dates, timestamps, decimals,
+/// binary, maps) as the text arrow prints for it.
 fn json_at(array: &dyn Array, row: usize) -> Result<Value, String> {
     use arrow_array::types::{
         Float32Type, Float64Type, Int8Type, Int16Type, UInt8Type, UInt16Type,

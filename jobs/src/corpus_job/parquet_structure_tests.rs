@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::chat_input::PromptInput;
 use super::choice_input::ChoiceFields;
 use super::inputs::InputSet;
-use super::reader::{Item, ReaderOptions, Record, RecordReader};
+use super::reader::{ReaderOptions, Record, RecordReader};
 
 fn write(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     let batch = RecordBatch::try_from_iter(columns).unwrap();
@@ -64,15 +64,7 @@ fn conversations(rows: &[&[(&str, &str)]]) -> ArrayRef {
 }
 
 fn read(path: &Path, options: ReaderOptions) -> Vec<Result<Record, String>> {
-    let mut reader = RecordReader::new(InputSet::local(path).unwrap(), options);
-    let mut items = Vec::new();
-    while let Some(item) = reader.next_item().unwrap() {
-        items.push(match item {
-            Item::Record(record) => Ok(record),
-            Item::Bad(bad) => Err(bad.reason),
-        });
-    }
-    items
+    super::reader::read_items(path, options)
 }
 
 fn generate_options(text_field: &str, choices: Option<ChoiceFields>) -> ReaderOptions {

@@ -462,6 +462,23 @@ impl RecordReader {
     }
 }
 
+/// Every record of the corpus at `path`, or its bad record's reason (tests).
+#[cfg(test)]
+pub(super) fn read_items(
+    path: &std::path::Path,
+    options: ReaderOptions,
+) -> Vec<Result<Record, String>> {
+    let mut reader = RecordReader::new(InputSet::local(path).unwrap(), options);
+    let mut items = Vec::new();
+    while let Some(item) = reader.next_item().unwrap() {
+        items.push(match item {
+            Item::Record(record) => Ok(record),
+            Item::Bad(bad) => Err(bad.reason),
+        });
+    }
+    items
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs::File;
@@ -594,15 +611,7 @@ mod tests {
                 choices,
                 ..ReaderOptions::default()
             };
-            let mut reader = RecordReader::new(InputSet::local(&path).unwrap(), options);
-            let mut items = Vec::new();
-            while let Some(item) = reader.next_item().unwrap() {
-                items.push(match item {
-                    Item::Record(record) => Ok(record),
-                    Item::Bad(bad) => Err(bad.reason),
-                });
-            }
-            items
+            read_items(&path, options)
         };
         let items = read(Some(ChoiceFields::default()));
         let record = |i: usize| items[i].as_ref().unwrap();

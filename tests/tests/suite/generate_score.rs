@@ -52,6 +52,13 @@ fn generate(
     (read_jsonl(&out.join("generations.jsonl")), report)
 }
 
+/// What `resident generate --dry-run 1` with `flags` prints for `input`.
+fn dry_run(input: &Path, out: &Path, prompt: &str, flags: &[&str]) -> String {
+    let mut dry = flags.to_vec();
+    dry.extend(["--dry-run", "1"]);
+    run_to_success(generate_command(input, out, prompt, &dry)).0
+}
+
 fn float(value: &Value) -> f64 {
     value
         .as_f64()
@@ -538,15 +545,8 @@ async fn choices_are_scored_after_their_prompt_with_the_run_s_accuracy() {
         "{reasons}"
     );
 
-    let mut dry = flags.clone();
-    dry.extend(["--dry-run", "1"]);
     let input = dir.path().join("mc.jsonl");
-    let (shown, _) = run_to_success(generate_command(
-        &input,
-        &dir.path().join("dry"),
-        "{text}",
-        &dry,
-    ));
+    let shown = dry_run(&input, &dir.path().join("dry"), "{text}", &flags);
     for said in [
         format!("{capital}\n=== "),
         "=== choice 1 (the answer): \" Paris\": 1 tokens scored, in 1 window(s)".into(),
@@ -671,15 +671,8 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
     assert_eq!(shot, written);
     assert_eq!(shot[0]["choice_scores"].as_array().unwrap().len(), 2);
 
-    let mut dry = flags.clone();
-    dry.extend(["--dry-run", "1"]);
     let input = dir.path().join("shot.jsonl");
-    let (shown, _) = run_to_success(generate_command(
-        &input,
-        &dir.path().join("dry"),
-        "Q: {text}\nA:",
-        &dry,
-    ));
+    let shown = dry_run(&input, &dir.path().join("dry"), "Q: {text}\nA:", &flags);
     let said = "Q: Grass is\nA: green\n\nQ: The sea is {deep}\nA: salty\n\nQ: The sky is\nA:";
     assert!(shown.contains(said), "{shown}");
 
