@@ -97,12 +97,14 @@ impl GenerateModel {
             let next = batch.waiting[index];
             let request = batch.requests.get(next);
             let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
-            // One that would wait for a sequence computing more of its start waits.
-            let ready = request.prompt.len() < self.context() && !waits_for_prefix(batch, request);
-            let held = match ready {
+            let held = match request.prompt.len() < self.context() {
                 true => kv.free_slot_holding(&batch.free_slots, &request.prompt[..shareable]),
                 false => None,
             };
+            // One that would wait for a sequence computing more of its start waits. (Asked
+            // second: the paged cache holds no start in a free slot, and a GPU's batch of
+            // hundreds would make this scan of the flight a cost every step.)
+            let held = held.filter(|_| !waits_for_prefix(batch, request));
             let Some(free) = held else {
                 index += 1;
                 continue;
