@@ -59,6 +59,19 @@ fn dry_run(input: &Path, out: &Path, prompt: &str, flags: &[&str]) -> String {
     run_to_success(generate_command(input, out, prompt, &dry)).0
 }
 
+/// Each of `cases` (flags, what the refusal says) exits 2 saying it, and writes nothing.
+fn assert_refused(input: &Path, out: &Path, cases: &[(&[&str], &str)]) {
+    for (flags, says) in cases {
+        let output = generate_command(input, out, "{text}", flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(!out.exists(), "{flags:?} wrote nothing");
+    }
+}
+
 fn float(value: &Value) -> f64 {
     value
         .as_f64()
@@ -697,15 +710,7 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
              needs --score",
         ),
     ];
-    for (flags, says) in cases {
-        let out = dir.path().join("refused");
-        let output = generate_command(&input, &out, "{text}", flags)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-    }
+    assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
 /// What a score cannot take is refused before anything runs, saying what to do.
@@ -748,14 +753,5 @@ async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
             "it takes neither --input-format openai-batch",
         ),
     ];
-    for (flags, says) in cases {
-        let out = dir.path().join("refused");
-        let output = generate_command(&input, &out, "{text}", flags)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(!out.exists(), "{flags:?} wrote nothing");
-    }
+    assert_refused(&input, &dir.path().join("refused"), cases);
 }
