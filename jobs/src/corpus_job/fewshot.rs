@@ -57,7 +57,10 @@ pub fn read_fewshot(
     options: ReaderOptions,
     count: usize,
 ) -> Result<Vec<Record>, JobError> {
-    let inputs = InputSet::local(path)?;
+    let inputs = InputSet::local(path).map_err(|e| match e {
+        JobError::Input(reason) => JobError::Input(format!("few-shot examples: {reason}")),
+        other => other,
+    })?;
     let mut reader = RecordReader::new(inputs, options);
     let mut shots = Vec::new();
     while shots.len() < count {
@@ -174,5 +177,10 @@ mod tests {
             error.contains("has 2 answered multiple-choice records"),
             "{error}"
         );
+        let missing = dir.path().join("missing.jsonl");
+        let error = read_fewshot(&missing, options(), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("few-shot examples: input "), "{error}");
     }
 }
