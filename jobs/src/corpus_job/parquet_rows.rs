@@ -58,29 +58,6 @@ fn id_at(array: &dyn Array, row: usize) -> Result<Option<Value>, String> {
     }))
 }
 
-/// A carried column's value as JSON: text, numbers and booleans (null when null).
-fn value_at(array: &dyn Array, row: usize) -> Result<Value, String> {
-    use arrow_array::types::{Float32Type, Float64Type};
-    if array.is_null(row) {
-        return Ok(Value::Null);
-    }
-    Ok(match array.data_type() {
-        DataType::Boolean => Value::from(array.as_boolean().value(row)),
-        DataType::Float32 => Value::from(array.as_primitive::<Float32Type>().value(row)),
-        DataType::Float64 => Value::from(array.as_primitive::<Float64Type>().value(row)),
-        t if is_text(t) => Value::from(string_at(array, row).unwrap_or_default()),
-        _ => match id_at(array, row) {
-            Ok(Some(value)) => value,
-            _ => {
-                return Err(format!(
-                    "a --keep-columns column has type {}; text, numbers and booleans are carried",
-                    array.data_type()
-                ));
-            }
-        },
-    })
-}
-
 /// A cell as JSON, whatever its nesting: lists as arrays, structs as objects, text, numbers,
 /// booleans and null as themselves, and every other type (dates, timestamps, decimals,
 /// binary, maps) as the text arrow prints for it.
@@ -217,7 +194,7 @@ impl ParquetRows {
                 let mut kept = crate::records::Kept::new();
                 for field in &self.keep_fields {
                     let value = match batch.column_by_name(field) {
-                        Some(column) => match value_at(column.as_ref(), row) {
+                        Some(column) => match json_at(column.as_ref(), row) {
                             Ok(value) => value,
                             Err(reason) => return Ok(Some(Err(reason))),
                         },

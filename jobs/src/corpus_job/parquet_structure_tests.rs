@@ -234,3 +234,29 @@ fn conversations_and_preference_pairs_need_no_text_column() {
         "{error}"
     );
 }
+
+/// An embedding job reads a row's text alone (the fast path) and carries its kept columns
+/// as the structured reader does: a list as an array, a date as arrow prints it.
+#[test]
+fn a_text_job_carries_nested_and_other_typed_columns_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corpus.parquet");
+    write(
+        &path,
+        vec![
+            ("text", texts(&["A document."])),
+            ("tags", text_lists(&[&["news", "sport"]])),
+            ("day", Arc::new(Date32Array::from(vec![19724]))),
+        ],
+    );
+    let options = ReaderOptions {
+        keep_fields: vec!["tags".into(), "day".into()],
+        ..ReaderOptions::default()
+    };
+    assert!(!options.reads_structure());
+    let items = read(&path, options);
+    let record = items[0].as_ref().unwrap();
+    assert_eq!(record.text, "A document.");
+    assert_eq!(record.kept.get("tags"), Some(&json!(["news", "sport"])));
+    assert_eq!(record.kept.get("day"), Some(&json!("2024-01-02")));
+}
