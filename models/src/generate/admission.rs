@@ -96,9 +96,8 @@ impl GenerateModel {
             }
             let next = batch.waiting[index];
             let request = batch.requests.get(next);
-            let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
             let held = match request.prompt.len() < self.context() {
-                true => kv.free_slot_holding(&batch.free_slots, &request.prompt[..shareable]),
+                true => kv.free_slot_holding(&batch.free_slots, shareable_start(request)),
                 false => None,
             };
             // One that would wait for a sequence computing more of its start waits. (Asked
@@ -130,8 +129,7 @@ impl GenerateModel {
             Some(grammar) => Some(self.constraint(grammar)?),
             None => None,
         };
-        let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
-        let cached = self.share_prefix(kv, slot, &request.prompt[..shareable]);
+        let cached = self.share_prefix(kv, slot, shareable_start(request));
         batch.flight.push(InFlight {
             request: next,
             slot,
@@ -172,7 +170,13 @@ fn take_free_slot(kv: &Cache, free: &mut Vec<usize>, tokens: &[u32]) -> usize {
 /// Whether `request` should wait a step for a sequence in flight computing the start it
 /// could take from the prefix cache ([`batcher::waits_for_prefix`]).
 fn waits_for_prefix(batch: &Batch, request: &GenerationRequest) -> bool {
-    let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
     let in_flight = batch.flight.iter().map(|seq| (&seq.tokens[..], seq.cached));
-    batcher::waits_for_prefix(&request.prompt[..shareable], in_flight)
+    batcher::waits_for_prefix(shareable_start(request), in_flight)
+}
+
+/// The start of a fresh request's prompt that may come from the cache: all of it, or for
+/// a scoring request the positions before its first scored token ([`PromptScoring::shareable`]).
+fn shareable_start(request: &GenerationRequest) -> &[u32] {
+    let shareable = PromptScoring::shareable(request.score, 0, request.prompt.len());
+    &request.prompt[..shareable]
 }

@@ -129,21 +129,22 @@ impl KvArena {
         let (index, len) = self.longest_free(free, tokens);
         let mut in_flight = vec![true; self.slots.len()];
         free.iter().for_each(|&slot| in_flight[slot] = false);
-        let wanted = &tokens[..tokens.len().saturating_sub(1)];
-        let flying = (self.slots.iter().zip(in_flight))
-            .filter(|(_, flying)| *flying)
-            .map(|(cache, _)| common_start(&cache.held, wanted))
-            .max()
-            .unwrap_or(0);
+        let flying = (0..self.slots.len()).filter(|&slot| in_flight[slot]);
+        let (_, flying) = self.longest_held(flying, shared_part(tokens));
         (len >= HELD_START_MIN && len > flying).then_some(index)
     }
 
     /// Of the `free` slots, the first that holds the longest start of what a sequence of
-    /// `tokens` would share (all but its last token): its index in `free`, and that length.
+    /// `tokens` would share: its index in `free`, and that length.
     fn longest_free(&self, free: &[usize], tokens: &[u32]) -> (usize, usize) {
-        let wanted = &tokens[..tokens.len().saturating_sub(1)];
+        self.longest_held(free.iter().copied(), shared_part(tokens))
+    }
+
+    /// Of `slots`, the first that holds the longest start of `wanted`: its place among
+    /// `slots` (0 when none holds any), and that length.
+    fn longest_held(&self, slots: impl Iterator<Item = usize>, wanted: &[u32]) -> (usize, usize) {
         let mut best = (0, 0);
-        for (index, &slot) in free.iter().enumerate() {
+        for (index, slot) in slots.enumerate() {
             let len = common_start(&self.slots[slot].held, wanted);
             if len > best.1 {
                 best = (index, len);
@@ -158,17 +159,15 @@ impl KvArena {
     /// need not compute. A copy past the memory budget is not made: the sequence computes
     /// those positions instead.
     pub fn share_prefix(&mut self, slot: usize, tokens: &[u32]) -> usize {
-        let wanted = &tokens[..tokens.len().saturating_sub(1)];
+        let wanted = shared_part(tokens);
         let own = common_start(&self.slots[slot].held, wanted);
-        let held = self.slots.iter().map(|cache| &cache.held[..]);
-        let shared = match longest_start(wanted, held) {
-            Some((donor, longest)) if longest > own => {
-                match self.copy_positions(donor, slot, own..longest) {
-                    Ok(()) => longest,
-                    Err(_) => own,
-                }
-            }
-            _ => own,
+        let (donor, longest) = self.longest_held(0..self.slots.len(), wanted);
+        let shared = match longest > own {
+            true => match self.copy_positions(donor, slot, own..longest) {
+                Ok(()) => longest,
+                Err(_) => own,
+            },
+            false => own,
         };
         let held = &mut self.slots[slot].held;
         held.clear();
@@ -218,17 +217,10 @@ fn common_start(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(a, b)| a == b).count()
 }
 
-/// Of what each slot holds (`held`), the one that holds the longest start of `tokens`
-/// (the last of equals) and that start's length; none when none holds any.
-fn longest_start<'a>(
-    tokens: &[u32],
-    held: impl IntoIterator<Item = &'a [u32]>,
-) -> Option<(usize, usize)> {
-    held.into_iter()
-        .map(|held| common_start(held, tokens))
-        .enumerate()
-        .filter(|&(_, len)| len > 0)
-        .max_by_key(|&(_, len)| len)
+/// What a sequence of `tokens` may share: all but its last token, which its step computes
+/// for the logits.
+fn shared_part(tokens: &[u32]) -> &[u32] {
+    &tokens[..tokens.len().saturating_sub(1)]
 }
 
 #[cfg(test)]
