@@ -4,8 +4,7 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, read_fewshot,
-    run_generate_job, with_fewshot,
+    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -282,11 +281,7 @@ impl GenerateArgs {
                 "--fewshot-input puts answered multiple-choice examples before each prompt: \
                  it needs --score (and records with choices)",
             )?;
-            let reader = config.corpus.reader.clone();
-            let shots = read_fewshot(path, reader, self.fewshot)?;
-            let prompt = &config.generation.prompt;
-            config.generation.prompt = with_fewshot(prompt, &shots, &self.fewshot_delimiter)
-                .map_err(crate::exit::BadInput)?;
+            config.put_fewshot(path, self.fewshot, &self.fewshot_delimiter)?;
         }
         Ok(config)
     }

@@ -14,7 +14,7 @@ use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork,
     GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt,
-    PromptTemplate, VectorFormat, read_fewshot, with_fewshot,
+    PromptTemplate, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -910,11 +910,7 @@ fn read_choices(
              needs score=True",
         ));
     }
-    let reader = config.corpus.reader.clone();
-    let shots = read_fewshot(std::path::Path::new(&path), reader, count)
-        .map_err(|e| bad_input(py, e.to_string()))?;
-    let prompt = &config.generation.prompt;
-    config.generation.prompt =
-        with_fewshot(prompt, &shots, &delimiter).map_err(|e| bad_input(py, e))?;
-    Ok(())
+    config
+        .put_fewshot(std::path::Path::new(&path), count, &delimiter)
+        .map_err(|e| bad_input(py, e.to_string()))
 }

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use super::JobError;
+use super::generate::GenerateJobConfig;
 use super::inputs::InputSet;
 use super::prompt::PromptTemplate;
 use super::reader::{Item, ReaderOptions, Record, RecordReader};
@@ -14,6 +15,23 @@ use super::reader::{Item, ReaderOptions, Record, RecordReader};
 /// lm-evaluation-harness's default between two examples, and between the last and the
 /// record's prompt.
 pub const DEFAULT_FEWSHOT_DELIMITER: &str = "\n\n";
+
+impl GenerateJobConfig {
+    /// Puts `count` examples from `path` before the job's prompt, read as the job reads its
+    /// records ([`read_fewshot`]: a scoring job, whose reader has its choice fields) and
+    /// written through its prompt ([`with_fewshot`]).
+    pub fn put_fewshot(
+        &mut self,
+        path: &Path,
+        count: usize,
+        delimiter: &str,
+    ) -> Result<(), JobError> {
+        let shots = read_fewshot(path, self.corpus.reader.clone(), count)?;
+        self.generation.prompt =
+            with_fewshot(&self.generation.prompt, &shots, delimiter).map_err(JobError::Input)?;
+        Ok(())
+    }
+}
 
 /// `template` with `shots` before it: each shot's prompt (its text and fields through
 /// `template`), then its right choice, the shots and the prompt joined by `delimiter`. A
