@@ -18,8 +18,8 @@ pub const DEFAULT_FEWSHOT_DELIMITER: &str = "\n\n";
 
 impl GenerateJobConfig {
     /// Puts `count` examples from `path` before the job's prompt, read as the job reads its
-    /// records ([`read_fewshot`]: a scoring job, whose reader has its choice fields) and
-    /// written through its prompt ([`with_fewshot`]).
+    /// records (`read_fewshot`: a scoring job, whose reader has its choice fields) and
+    /// written through its prompt (`with_fewshot`).
     pub fn put_fewshot(
         &mut self,
         path: &Path,
