@@ -4,7 +4,8 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    ChoiceFields, GenerateJobConfig, GenerationOutput, PromptTemplate, run_generate_job,
+    ChoiceFields, FewshotSource, GenerateJobConfig, GenerationOutput, PromptTemplate,
+    run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -162,6 +163,12 @@ pub struct GenerateArgs {
     /// How many examples --fewshot-input gives (0: none).
     #[arg(long, env = "RESIDENT_FEWSHOT", default_value_t = 5, value_name = "N")]
     fewshot: usize,
+    /// The field whose value groups the examples (MMLU's `subject`): each record gets the
+    /// first --fewshot examples with its own value, as lm-evaluation-harness's per-subject
+    /// tasks take their dev split's. A record of a group the file lacks is answered with an
+    /// error; a group with fewer examples than --fewshot is refused before the job starts.
+    #[arg(long, env = "RESIDENT_FEWSHOT_GROUP", value_name = "FIELD")]
+    fewshot_group: Option<String>,
     /// What goes between two examples, and between the last and the record's prompt.
     #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
     fewshot_delimiter: String,
@@ -281,7 +288,18 @@ impl GenerateArgs {
                 "--fewshot-input puts answered multiple-choice examples before each prompt: \
                  it needs --score (and records with choices)",
             )?;
-            config.put_fewshot(path, self.fewshot, &self.fewshot_delimiter)?;
+            config.put_fewshot(&FewshotSource {
+                path: path.clone(),
+                count: self.fewshot,
+                delimiter: self.fewshot_delimiter.clone(),
+                group_field: self.fewshot_group.clone(),
+            })?;
+        } else {
+            crate::exit::require(
+                self.fewshot_group.is_none(),
+                "--fewshot-group picks each record's examples from --fewshot-input: give that \
+                 file too",
+            )?;
         }
         Ok(config)
     }

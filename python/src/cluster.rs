@@ -12,7 +12,7 @@ use resident_actor::generate::{Completion, GenerateConfig, GenerateParams, Promp
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork,
+    self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork, FewshotSource,
     GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt,
     PromptTemplate, VectorFormat,
 };
@@ -624,7 +624,8 @@ impl NativeCluster {
         id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None,
         input_format="records", output_format="generations", choices_field="choices".to_owned(),
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
-        fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned()))]
+        fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
+        fewshot_group=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -650,6 +651,7 @@ impl NativeCluster {
         fewshot_input: Option<String>,
         fewshot: usize,
         fewshot_delimiter: String,
+        fewshot_group: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -673,7 +675,7 @@ impl NativeCluster {
             choices: choices_field,
             answer: answer_field,
         };
-        let fewshot = fewshot_input.map(|path| (path, fewshot, fewshot_delimiter));
+        let fewshot = fewshot_source(py, fewshot_input, fewshot, fewshot_delimiter, fewshot_group)?;
         read_choices(py, &mut config, fields, fewshot)?;
         match input_format {
             "records" => {}
@@ -888,19 +890,42 @@ impl NativeCluster {
     }
 }
 
+/// The few-shot examples `generate_job`'s arguments name, if any: `input` holds them.
+fn fewshot_source(
+    py: Python<'_>,
+    input: Option<String>,
+    count: usize,
+    delimiter: String,
+    group_field: Option<String>,
+) -> PyResult<Option<FewshotSource>> {
+    match input {
+        Some(path) => Ok(Some(FewshotSource {
+            path: path.into(),
+            count,
+            delimiter,
+            group_field,
+        })),
+        None if group_field.is_some() => Err(bad_input(
+            py,
+            "fewshot_group picks each record's examples from fewshot_input: give that file too",
+        )),
+        None => Ok(None),
+    }
+}
+
 /// A scoring job's choices, read as the CLI reads them (records with `choices` and
-/// `answer` by `fields`' names, and preference pairs), and its few-shot examples (`path`,
-/// how many, the delimiter) put before the prompt.
+/// `answer` by `fields`' names, and preference pairs), and its few-shot examples put before
+/// the prompt.
 fn read_choices(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     fields: ChoiceFields,
-    fewshot: Option<(String, usize, String)>,
+    fewshot: Option<FewshotSource>,
 ) -> PyResult<()> {
     if config.generation.params.score {
         config.corpus.reader.choices = Some(fields);
     }
-    let Some((path, count, delimiter)) = fewshot else {
+    let Some(source) = fewshot else {
         return Ok(());
     };
     if !config.generation.params.score {
@@ -911,6 +936,6 @@ fn read_choices(
         ));
     }
     config
-        .put_fewshot(std::path::Path::new(&path), count, &delimiter)
+        .put_fewshot(&source)
         .map_err(|e| bad_input(py, e.to_string()))
 }

@@ -118,6 +118,16 @@ def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
     assert report["accuracy"] == correct / 2, (report, lines)
 
 
+def assert_fewshot_as_written(cluster, corpus, tmp_path, by_hand, fields, **fewshot):
+    """The job with ``fewshot`` gives the lines the examples written into the prompt give."""
+    cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "shot"), "Q: {text}\nA:", **fewshot, **fields
+    )
+    cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "hand"), by_hand, **fields)
+    shot, hand = (open(tmp_path / name / "generations.jsonl").read() for name in ("shot", "hand"))
+    assert shot == hand and '"choice_scores"' in shot, shot
+
+
 def test_a_fewshot_job_scores_as_its_examples_written_into_the_prompt(local_cluster, tmp_path):
     # HellaSwag's field names; the dev file's first two answered records as examples.
     dev = write_corpus(tmp_path / "dev.jsonl", [
@@ -130,18 +140,37 @@ def test_a_fewshot_job_scores_as_its_examples_written_into_the_prompt(local_clus
     ])
     fields = dict(template="none", max_new_tokens=0, score=True, progress=False,
                   choices_field="endings", answer_field="label")
-    local_cluster.generate_job(
-        str(corpus), str(SMOLLM2), str(tmp_path / "shot"), "Q: {text}\nA:",
-        fewshot_input=str(dev), fewshot=2, **fields,
-    )
     by_hand = "Q: Grass is\nA: green\n\nQ: Fire is\nA: hot\n\nQ: {text}\nA:"
-    local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "hand"), by_hand, **fields)
-    shot, hand = (open(tmp_path / name / "generations.jsonl").read() for name in ("shot", "hand"))
-    assert shot == hand and '"choice_scores"' in shot, shot
+    assert_fewshot_as_written(
+        local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=2
+    )
     with pytest.raises(resident.BadInput, match="needs score=True"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             fewshot_input=str(dev), progress=False,
+        )
+
+
+def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_cluster, tmp_path):
+    dev = write_corpus(tmp_path / "dev.jsonl", [
+        {"subject": "heat", "text": "Fire is", "choices": [" hot", " cold"], "answer": 0},
+        {"subject": "colour", "text": "Grass is", "choices": [" blue", " green"], "answer": 1},
+    ])
+    corpus = write_corpus(tmp_path / "test.jsonl", [
+        {"id": "sky", "subject": "colour", "text": "The sky is", "choices": [" blue", " red"],
+         "answer": 0},
+    ])
+    fields = dict(template="none", max_new_tokens=0, score=True, progress=False)
+    # The colour example only, though the heat example comes first in the file.
+    by_hand = "Q: Grass is\nA: green\n\nQ: {text}\nA:"
+    assert_fewshot_as_written(
+        local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=1,
+        fewshot_group="subject",
+    )
+    with pytest.raises(resident.BadInput, match="fewshot_group picks each record's examples"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", fewshot_group="subject",
+            **fields,
         )
 
 

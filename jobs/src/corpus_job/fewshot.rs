@@ -3,11 +3,15 @@
 //! split), each written as the job's prompt writes a record, its right choice after it, the
 //! examples joined by a delimiter and put before the prompt as literal text. Every record
 //! of a job shares that start, so the engines compute it once (the prefix cache).
+//!
+//! Grouped by a field (MMLU's `subject`), each record has the first N examples of its own
+//! group, as lm-evaluation-harness's per-subject tasks take their dev split's: the records
+//! of one group share that start.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use super::JobError;
-use super::generate::GenerateJobConfig;
 use super::inputs::InputSet;
 use super::prompt::PromptTemplate;
 use super::reader::{Item, ReaderOptions, Record, RecordReader};
@@ -16,31 +20,112 @@ use super::reader::{Item, ReaderOptions, Record, RecordReader};
 /// record's prompt.
 pub const DEFAULT_FEWSHOT_DELIMITER: &str = "\n\n";
 
-impl GenerateJobConfig {
-    /// Puts `count` examples from `path` before the job's prompt, read as the job reads its
-    /// records (`read_fewshot`: a scoring job, whose reader has its choice fields) and
-    /// written through its prompt (`with_fewshot`).
-    pub fn put_fewshot(
-        &mut self,
-        path: &Path,
-        count: usize,
-        delimiter: &str,
-    ) -> Result<(), JobError> {
-        let shots = read_fewshot(path, self.corpus.reader.clone(), count)?;
-        self.generation.prompt =
-            with_fewshot(&self.generation.prompt, &shots, delimiter).map_err(JobError::Input)?;
-        Ok(())
+/// Where a job's few-shot examples come from (`--fewshot-input` and its flags).
+#[derive(Clone, Debug)]
+pub struct FewshotSource {
+    /// The file or directory of examples, read as the job reads its input.
+    pub path: PathBuf,
+    /// Examples before each prompt.
+    pub count: usize,
+    /// Between two examples, and between the last and the prompt.
+    pub delimiter: String,
+    /// The field whose value picks a record's examples: those of the file with the same
+    /// value (`None`: the file's first, for every record).
+    pub group_field: Option<String>,
+}
+
+/// Each group's examples, written out, by the value of the field that names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FewshotGroups {
+    /// The field (`--fewshot-group`).
+    pub field: String,
+    /// A group's examples as literal text before a record's prompt, by its value.
+    pub examples: BTreeMap<String, String>,
+    /// Where they were read (for a record whose group has none).
+    pub source: String,
+}
+
+impl FewshotGroups {
+    /// The examples before the prompt of a record whose group is `group`; a refusal that
+    /// says what to do when the file has none of that group.
+    pub fn examples_for(&self, group: &str) -> Result<&str, String> {
+        self.examples.get(group).map(String::as_str).ok_or_else(|| {
+            format!(
+                "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
+                 answered records of that group, or leave out --fewshot-group",
+                self.source, self.field
+            )
+        })
+    }
+
+    /// What the job's settings fingerprint holds of them (a resumed job with other
+    /// examples is another job).
+    pub fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "field": self.field, "examples": self.examples })
     }
 }
 
-/// `template` with `shots` before it: each shot's prompt (its text and fields through
-/// `template`), then its right choice, the shots and the prompt joined by `delimiter`. A
-/// shot without choices or an answer, or one that is a conversation, is refused naming it.
+/// What few-shot examples make of a job's prompt.
+#[derive(Debug)]
+pub enum FewshotPrompt {
+    /// The prompt with the examples before it, for every record.
+    Prompt(PromptTemplate),
+    /// The prompt as it is, and each group's examples for its records.
+    Groups(FewshotGroups),
+}
+
+/// The examples `source` names, read as the job reads its records (`options`, whose
+/// reader has a scoring job's choice fields, and the group field when grouped) and
+/// written through its `prompt`: into the prompt itself, or each group's apart.
+pub fn read_examples(
+    source: &FewshotSource,
+    prompt: &PromptTemplate,
+    options: ReaderOptions,
+) -> Result<FewshotPrompt, JobError> {
+    let Some(field) = source.grouped() else {
+        let shots = read_fewshot(&source.path, options, source.count)?;
+        return with_fewshot(prompt, &shots, &source.delimiter)
+            .map(FewshotPrompt::Prompt)
+            .map_err(JobError::Input);
+    };
+    let mut examples = BTreeMap::new();
+    for (group, shots) in read_grouped_fewshot(&source.path, options, source.count)? {
+        let text = examples_text(prompt, &shots, &source.delimiter).map_err(JobError::Input)?;
+        examples.insert(group, text);
+    }
+    Ok(FewshotPrompt::Groups(FewshotGroups {
+        field: field.to_owned(),
+        examples,
+        source: source.path.display().to_string(),
+    }))
+}
+
+impl FewshotSource {
+    /// The field that groups the examples, when they are grouped (and there are any).
+    pub fn grouped(&self) -> Option<&str> {
+        self.group_field.as_deref().filter(|_| self.count > 0)
+    }
+}
+
+/// `template` with `shots` before it ([`examples_text`], as literal text).
 pub fn with_fewshot(
     template: &PromptTemplate,
     shots: &[Record],
     delimiter: &str,
 ) -> Result<PromptTemplate, String> {
+    let examples = examples_text(template, shots, delimiter)?;
+    let literal = examples.replace('{', "{{").replace('}', "}}");
+    PromptTemplate::parse(&format!("{literal}{}", template.as_str()))
+}
+
+/// Each shot's prompt (its text and fields through `template`), then its right choice,
+/// each followed by `delimiter`. A shot without choices or an answer, or one that is a
+/// conversation, is refused naming it.
+pub fn examples_text(
+    template: &PromptTemplate,
+    shots: &[Record],
+    delimiter: &str,
+) -> Result<String, String> {
     let mut examples = String::new();
     for shot in shots {
         let answer = shot
@@ -64,8 +149,30 @@ pub fn with_fewshot(
         let (before, after) = template.around(&shot.fields);
         examples.push_str(&format!("{before}{}{after}{answer}{delimiter}", shot.text));
     }
-    let literal = examples.replace('{', "{{").replace('}', "}}");
-    PromptTemplate::parse(&format!("{literal}{}", template.as_str()))
+    Ok(examples)
+}
+
+/// Whether `item` can be a few-shot example: an answered multiple-choice record with a
+/// text.
+fn answered(item: Item) -> Option<Record> {
+    match item {
+        Item::Record(record)
+            if record.chat.is_none()
+                && record.choices.as_ref().is_some_and(|c| c.answer.is_some()) =>
+        {
+            Some(record)
+        }
+        _ => None,
+    }
+}
+
+/// The reader of the examples at `path`, a missing one's error naming them.
+fn fewshot_reader(path: &Path, options: ReaderOptions) -> Result<RecordReader, JobError> {
+    let inputs = InputSet::local(path).map_err(|e| match e {
+        JobError::Input(reason) => JobError::Input(format!("few-shot examples: {reason}")),
+        other => other,
+    })?;
+    Ok(RecordReader::new(inputs, options))
 }
 
 /// The first `count` records of the file or directory at `path` that have choices and an
@@ -75,21 +182,11 @@ pub fn read_fewshot(
     options: ReaderOptions,
     count: usize,
 ) -> Result<Vec<Record>, JobError> {
-    let inputs = InputSet::local(path).map_err(|e| match e {
-        JobError::Input(reason) => JobError::Input(format!("few-shot examples: {reason}")),
-        other => other,
-    })?;
-    let mut reader = RecordReader::new(inputs, options);
+    let mut reader = fewshot_reader(path, options)?;
     let mut shots = Vec::new();
     while shots.len() < count {
         match reader.next_item()? {
-            Some(Item::Record(record))
-                if record.chat.is_none()
-                    && record.choices.as_ref().is_some_and(|c| c.answer.is_some()) =>
-            {
-                shots.push(record);
-            }
-            Some(_) => {}
+            Some(item) => shots.extend(answered(item)),
             None => {
                 return Err(JobError::Input(format!(
                     "{} has {} answered multiple-choice records with a text, and --fewshot \
@@ -101,6 +198,60 @@ pub fn read_fewshot(
         }
     }
     Ok(shots)
+}
+
+/// The most groups with too few examples that a refusal names.
+const SHORT_GROUPS_NAMED: usize = 8;
+
+/// The first `count` answered records of each group at `path` (its value last of a
+/// record's fields: `options` names the group field), by group; an error naming every
+/// group that has fewer, and when there is none.
+pub fn read_grouped_fewshot(
+    path: &Path,
+    options: ReaderOptions,
+    count: usize,
+) -> Result<BTreeMap<String, Vec<Record>>, JobError> {
+    let field = options.group_field.clone().unwrap_or_default();
+    let mut reader = fewshot_reader(path, options)?;
+    let mut groups: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    while let Some(item) = reader.next_item()? {
+        let Some(record) = answered(item) else {
+            continue;
+        };
+        let group = record.fields.last().cloned().unwrap_or_default();
+        let shots = groups.entry(group).or_default();
+        if shots.len() < count {
+            shots.push(record);
+        }
+    }
+    let short: Vec<String> = groups
+        .iter()
+        .filter(|(_, shots)| shots.len() < count)
+        .map(|(group, shots)| format!("{group:?} has {}", shots.len()))
+        .take(SHORT_GROUPS_NAMED)
+        .collect();
+    let short_groups = groups.values().filter(|shots| shots.len() < count).count();
+    if groups.is_empty() || !short.is_empty() {
+        let found = match short.is_empty() {
+            true => "no answered multiple-choice record with a text".to_owned(),
+            false => format!(
+                "too few answered records in {short_groups} of {} groups ({}{})",
+                groups.len(),
+                short.join(", "),
+                if short_groups > short.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ),
+        };
+        return Err(JobError::Input(format!(
+            "{}: {found}, and --fewshot asks for {count} of each `{field}`; give more \
+             examples or a lower --fewshot",
+            path.display()
+        )));
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]
@@ -200,5 +351,102 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("few-shot examples: input "), "{error}");
+    }
+
+    fn grouped_dev_file(dir: &Path) -> PathBuf {
+        let path = dir.join("dev.jsonl");
+        let lines = [
+            r#"{"id": 1, "subject": "math", "text": "1+1", "choices": [" 2", " 3"], "answer": 0}"#,
+            r#"{"id": 2, "subject": "art", "text": "Mona {Lisa}", "choices": [" Leonardo", " Monet"], "answer": 0}"#,
+            r#"{"id": 3, "subject": "math", "text": "open", "choices": [" 1", " 2"]}"#,
+            r#"{"id": 4, "text": "no subject", "choices": [" a"], "answer": 0}"#,
+            r#"{"id": 5, "subject": "math", "text": "2+2", "choices": [" 3", " 4"], "answer": 1}"#,
+            r#"{"id": 6, "subject": "math", "text": "3+3", "choices": [" 6", " 7"], "answer": 0}"#,
+            r#"{"id": 7, "subject": "art", "text": "Starry Night", "choices": [" Dali", " Van Gogh"], "answer": 1}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        path
+    }
+
+    fn grouped_options() -> ReaderOptions {
+        ReaderOptions {
+            extra_fields: vec!["subject".into()],
+            group_field: Some("subject".into()),
+            prompts: crate::corpus_job::PromptInput::TextOrMessages,
+            choices: Some(Default::default()),
+            ..ReaderOptions::default()
+        }
+    }
+
+    /// Grouped, each group's examples are its first answered records in file order,
+    /// written through the prompt; a record of a group without examples gets a refusal
+    /// saying what to do; a group with too few examples is refused naming it.
+    #[test]
+    fn grouped_examples_are_each_group_s_first_answered_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = FewshotSource {
+            path: grouped_dev_file(dir.path()),
+            count: 1,
+            delimiter: "\n\n".into(),
+            group_field: Some("subject".into()),
+        };
+        let template = PromptTemplate::parse("{subject}: {text}\nA:").unwrap();
+        let FewshotPrompt::Groups(groups) =
+            read_examples(&source, &template, grouped_options()).unwrap()
+        else {
+            panic!("grouped examples give groups")
+        };
+        assert_eq!(groups.examples.len(), 2);
+        assert_eq!(groups.examples_for("math").unwrap(), "math: 1+1\nA: 2\n\n");
+        assert_eq!(
+            groups.examples_for("art").unwrap(),
+            "art: Mona {Lisa}\nA: Leonardo\n\n"
+        );
+        let error = groups.examples_for("history").unwrap_err();
+        assert!(
+            error.contains("no record whose `subject` is \"history\": add answered records"),
+            "{error}"
+        );
+        let two = read_grouped_fewshot(&source.path, grouped_options(), 2).unwrap();
+        let texts =
+            |group: &str| -> Vec<String> { two[group].iter().map(|s| s.text.clone()).collect() };
+        assert_eq!(texts("math"), ["1+1", "2+2"]);
+        assert_eq!(texts("art"), ["Mona {Lisa}", "Starry Night"]);
+        let error = read_grouped_fewshot(&source.path, grouped_options(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("too few answered records in 1 of 2 groups (\"art\" has 2)")
+                && error.contains("--fewshot asks for 3 of each `subject`"),
+            "{error}"
+        );
+        // No examples asked: no groups, the prompt as it was.
+        let none = FewshotSource { count: 0, ..source };
+        assert!(none.grouped().is_none());
+        let FewshotPrompt::Prompt(prompt) =
+            read_examples(&none, &template, grouped_options()).unwrap()
+        else {
+            panic!("no examples leave the prompt")
+        };
+        assert_eq!(prompt, template);
+    }
+
+    /// The group is read after the prompt's fields; a record without it is a bad record
+    /// that says why it is needed.
+    #[test]
+    fn a_record_without_its_group_is_a_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let items = crate::corpus_job::reader::read_items(
+            &grouped_dev_file(dir.path()),
+            ReaderOptions {
+                extra_fields: vec![],
+                ..grouped_options()
+            },
+        );
+        assert_eq!(items[0].as_ref().unwrap().fields, ["math"]);
+        assert_eq!(
+            items[3].as_ref().unwrap_err(),
+            "missing field `subject` (the record's few-shot group)"
+        );
     }
 }

@@ -12,6 +12,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use serde::{Deserialize, Serialize};
 
 use super::chat_input::PromptInput;
+use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
@@ -53,8 +54,24 @@ impl GenerateJobConfig {
                 attention: None,
                 output: GenerationOutput::Lines,
                 model,
+                fewshot_groups: None,
             },
         }
+    }
+
+    /// Puts the few-shot examples `source` names before the job's prompts
+    /// ([`read_examples`]); grouped, the reader then reads each record's group.
+    pub fn put_fewshot(&mut self, source: &FewshotSource) -> Result<(), JobError> {
+        let mut options = self.corpus.reader.clone();
+        options.group_field = source.grouped().map(str::to_owned);
+        match read_examples(source, &self.generation.prompt, options.clone())? {
+            FewshotPrompt::Prompt(prompt) => self.generation.prompt = prompt,
+            FewshotPrompt::Groups(groups) => {
+                self.corpus.reader = options;
+                self.generation.fewshot_groups = Some(groups);
+            }
+        }
+        Ok(())
     }
 
     /// Reads the corpus as an OpenAI Batch file (`custom_id` is each record's id).
@@ -98,6 +115,9 @@ pub struct GenerateWork {
     pub output: GenerationOutput,
     /// The model as the job names it: the `model` of OpenAI Batch responses.
     pub model: String,
+    /// Few-shot examples by each record's group (`--fewshot-group`), put before its prompt
+    /// (ungrouped examples are in [`Self::prompt`] itself).
+    pub fewshot_groups: Option<FewshotGroups>,
 }
 
 /// The report's figures of a generate job (this run's chunks).
@@ -318,7 +338,18 @@ impl GenerateWork {
             },
             None => {
                 let (before, after) = self.prompt.around(&record.fields);
-                PromptParts::new(&seed_id(&record.id), &before, &record.text, &after)
+                let id = seed_id(&record.id);
+                let group = record.fields.last().map(String::as_str).unwrap_or_default();
+                match self.fewshot_groups.as_ref().map(|g| g.examples_for(group)) {
+                    None => PromptParts::new(&id, &before, &record.text, &after),
+                    Some(Ok(examples)) => {
+                        PromptParts::new(&id, &format!("{examples}{before}"), &record.text, &after)
+                    }
+                    Some(Err(error)) => PromptParts {
+                        error: Some(error),
+                        ..PromptParts::new(&id, &before, &record.text, &after)
+                    },
+                }
             }
         };
         match record.choices {
@@ -390,6 +421,9 @@ impl ChunkWork for GenerateWork {
         }
         if self.output == GenerationOutput::OpenAiBatch {
             settings["output"] = "openai-batch".into();
+        }
+        if let Some(groups) = &self.fewshot_groups {
+            settings["fewshot_groups"] = groups.settings();
         }
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
@@ -623,6 +657,52 @@ mod tests {
         job.generation.max_sequences = Some(64);
         assert_eq!(job.generation.min_chunk_records(true), 128);
         assert_eq!(job.generation.min_chunk_records(false), 256);
+    }
+
+    /// Grouped few-shot examples go before each record's prompt by its group (the reader
+    /// reads it), the settings fingerprint holds them, and a record of a group without
+    /// examples is answered with the refusal.
+    #[test]
+    fn grouped_fewshot_examples_go_before_each_record_s_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev.jsonl");
+        let lines = [
+            r#"{"subject": "math", "text": "1+1", "choices": [" 2", " 3"], "answer": 0}"#,
+            r#"{"subject": "art", "text": "Mona Lisa", "choices": [" Monet", " Leonardo"], "answer": 1}"#,
+        ];
+        std::fs::write(&dev, lines.join("\n")).unwrap();
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let template = PromptTemplate::parse("Q: {text}\nA:").unwrap();
+        let mut job = GenerateJobConfig::new(corpus, template.clone());
+        job.corpus.reader.choices = Some(Default::default());
+        let ungrouped = job.generation.settings_fingerprint("m");
+        job.put_fewshot(&FewshotSource {
+            path: dev,
+            count: 1,
+            delimiter: "\n\n".into(),
+            group_field: Some("subject".into()),
+        })
+        .unwrap();
+        assert_eq!(job.corpus.reader.group_field.as_deref(), Some("subject"));
+        assert_eq!(job.generation.prompt, template);
+        assert_ne!(job.generation.settings_fingerprint("m"), ungrouped);
+        let record = |subject: &str| Record {
+            id: "r".into(),
+            text: "5+5".into(),
+            fields: vec![subject.into()],
+            kept: Default::default(),
+            chat: None,
+            choices: None,
+        };
+        let math = job.generation.prompt_of(record("math"));
+        assert_eq!(
+            (math.before.as_str(), math.error),
+            ("Q: 1+1\nA: 2\n\nQ: ", None)
+        );
+        let art = job.generation.prompt_of(record("art"));
+        assert_eq!(art.before, "Q: Mona Lisa\nA: Leonardo\n\nQ: ");
+        let error = job.generation.prompt_of(record("history")).error.unwrap();
+        assert!(error.contains("whose `subject` is \"history\""), "{error}");
     }
 
     /// A completion that generated nothing, with no score yet.

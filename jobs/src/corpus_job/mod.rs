@@ -65,7 +65,7 @@ pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
-pub use fewshot::DEFAULT_FEWSHOT_DELIMITER;
+pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
 pub use generate::{GenerateFigures, preview_prompts};
 pub use generate::{GenerateJobConfig, GenerateWork, GenerationOutput, GenerationTally};
 pub use inputs::InputSet;

@@ -29,6 +29,10 @@ pub struct ReaderOptions {
     /// Fields carried to the output as they are (`--keep-columns`): a record without one
     /// carries null.
     pub keep_fields: Vec<String>,
+    /// The field whose value picks a record's few-shot examples (MMLU's `subject`): a
+    /// record's value follows its [`Self::extra_fields`] in [`Record::fields`], and a
+    /// record with text and without it is a bad record.
+    pub group_field: Option<String>,
     /// Whether records may be conversations (generate jobs) or OpenAI Batch lines.
     pub prompts: PromptInput,
     /// Where a scoring job reads a record's choices (`None`: records have none): a
@@ -41,7 +45,10 @@ impl ReaderOptions {
     /// conversations or OpenAI Batch lines, choices. A Parquet file's rows are then read
     /// whole, as a JSON line is.
     pub fn reads_structure(&self) -> bool {
-        !self.extra_fields.is_empty() || self.prompts != PromptInput::Text || self.choices.is_some()
+        !self.extra_fields.is_empty()
+            || self.group_field.is_some()
+            || self.prompts != PromptInput::Text
+            || self.choices.is_some()
     }
 }
 
@@ -52,6 +59,7 @@ impl Default for ReaderOptions {
             text_field: "text".into(),
             extra_fields: Vec::new(),
             keep_fields: Vec::new(),
+            group_field: None,
             prompts: PromptInput::Text,
             choices: None,
         }
@@ -65,7 +73,8 @@ pub struct Record {
     pub id: Value,
     /// Its text.
     pub text: String,
-    /// The values of [`ReaderOptions::extra_fields`], in their order.
+    /// The values of [`ReaderOptions::extra_fields`], in their order, then its
+    /// [`ReaderOptions::group_field`]'s when there is one (a record with text).
     pub fields: Vec<String>,
     /// [`ReaderOptions::keep_fields`] by name (empty when none are kept).
     pub kept: Kept,
@@ -317,10 +326,13 @@ impl RecordReader {
 
     /// Fields besides the text are read from JSON lines and Parquet only.
     fn no_extra_fields(&self, format: &str) -> Result<(), String> {
-        match self.options.extra_fields.first() {
-            Some(field) => Err(format!(
-                "the prompt names the field `{field}`, and {format} records have only a text; \
-                 give the corpus as JSON lines or Parquet"
+        let prompt_field = self.options.extra_fields.first();
+        let group_field = self.options.group_field.as_ref();
+        let named = prompt_field.map(|f| (f, "the prompt names"));
+        match named.or(group_field.map(|f| (f, "few-shot groups by"))) {
+            Some((field, by)) => Err(format!(
+                "{by} the field `{field}`, and {format} records have only a text; give the \
+                 corpus as JSON lines or Parquet"
             )),
             None => Ok(()),
         }
@@ -381,17 +393,15 @@ impl RecordReader {
                 choices,
             });
         }
-        let fields = self
+        let mut fields = self
             .options
             .extra_fields
             .iter()
-            .map(|field| match object.get(field) {
-                Some(Value::String(value)) => Ok(value.clone()),
-                Some(value @ (Value::Number(_) | Value::Bool(_))) => Ok(value.to_string()),
-                Some(_) => Err(format!("field `{field}` (named in the prompt) is not text")),
-                None => Err(format!("missing field `{field}` (named in the prompt)")),
-            })
-            .collect::<Result<_, _>>()?;
+            .map(|field| field_text(&object, field, "named in the prompt"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(field) = &self.options.group_field {
+            fields.push(field_text(&object, field, "the record's few-shot group")?);
+        }
         let kept = self.kept(&object);
         let text = match object.remove(&self.options.text_field) {
             Some(Value::String(text)) => text,
@@ -459,6 +469,21 @@ impl RecordReader {
                 )
             })
             .collect()
+    }
+}
+
+/// A record's `field` as text (a number or a boolean as JSON writes it); `why` says what
+/// asks for it, in the refusal of a record without it.
+fn field_text(
+    object: &serde_json::Map<String, Value>,
+    field: &str,
+    why: &str,
+) -> Result<String, String> {
+    match object.get(field) {
+        Some(Value::String(value)) => Ok(value.clone()),
+        Some(value @ (Value::Number(_) | Value::Bool(_))) => Ok(value.to_string()),
+        Some(_) => Err(format!("field `{field}` ({why}) is not text")),
+        None => Err(format!("missing field `{field}` ({why})")),
     }
 }
 

@@ -68,6 +68,7 @@ class NativeCluster:
         fewshot_input: Optional[str] = None,
         fewshot: int = 5,
         fewshot_delimiter: str = "\n\n",
+        fewshot_group: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

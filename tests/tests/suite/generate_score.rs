@@ -713,6 +713,81 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
     assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
+/// `--fewshot-group subject`: each record gets the first examples of its own subject (as
+/// MMLU's per-subject dev examples): its line is the one the same examples written into
+/// `--prompt` by hand give; a record of a subject without examples is answered with an
+/// error saying what to do; a subject with too few examples, or a group without a dev
+/// file, is refused before the job starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.jsonl");
+    write_jsonl(
+        &dev,
+        &[
+            json!({"subject": "colour", "text": "Grass is", "choices": [" blue", " green"], "answer": 1}),
+            json!({"subject": "heat", "text": "Fire is", "choices": [" hot", " cold"], "answer": 0}),
+            json!({"subject": "colour", "text": "Snow is", "choices": [" white", " black"]}),
+            json!({"subject": "colour", "text": "Coal is", "choices": [" white", " black"], "answer": 1}),
+            json!({"subject": "heat", "text": "Ice is", "choices": [" hot", " cold"], "answer": 1}),
+        ],
+    );
+    let colour = [
+        json!({"id": "sky", "subject": "colour", "text": "The sky is", "choices": [" blue", " green"], "answer": 0}),
+        json!({"id": "blood", "subject": "colour", "text": "Blood is", "choices": [" red", " blue"], "answer": 0}),
+    ];
+    let heat = [
+        json!({"id": "sun", "subject": "heat", "text": "The sun is", "choices": [" hot", " cold"], "answer": 0}),
+    ];
+    let history = json!({"id": "rome", "subject": "history", "text": "Rome was", "choices": [" old", " new"], "answer": 0});
+    let records: Vec<Value> = [&colour[..], &heat[..], &[history]].concat();
+    let dev_path = dev.to_str().unwrap();
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--fewshot-input", dev_path, "--fewshot", "2"]);
+    flags.extend(["--fewshot-group", "subject"]);
+    let (grouped, report) = generate(dir.path(), "grouped", &records, "Q: {text}\nA:", &flags);
+    let colour_by_hand = "Q: Grass is\nA: green\n\nQ: Coal is\nA: black\n\nQ: {text}\nA:";
+    let (colour_lines, _) = generate(dir.path(), "colour", &colour, colour_by_hand, SCORE);
+    let heat_by_hand = "Q: Fire is\nA: hot\n\nQ: Ice is\nA: cold\n\nQ: {text}\nA:";
+    let (heat_lines, _) = generate(dir.path(), "heat", &heat, heat_by_hand, SCORE);
+    assert_eq!(grouped[..3], [colour_lines, heat_lines].concat());
+    let error = grouped[3]["error"].as_str().unwrap();
+    assert!(
+        error.contains("have no record whose `subject` is \"history\": add answered records"),
+        "{error}"
+    );
+    assert_eq!(
+        (
+            report["failed_requests"].clone(),
+            report["answered_records"].clone()
+        ),
+        (json!(1), json!(3))
+    );
+
+    let input = dir.path().join("grouped.jsonl");
+    let mut too_many = SCORE.to_vec();
+    too_many.extend(["--fewshot-input", dev_path, "--fewshot", "3"]);
+    too_many.extend(["--fewshot-group", "subject"]);
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &too_many,
+            "too few answered records in 2 of 2 groups (\"colour\" has 2, \"heat\" has 2)",
+        ),
+        (
+            &[
+                "--score",
+                "--template",
+                "none",
+                "--fewshot-group",
+                "subject",
+            ],
+            "--fewshot-group picks each record's examples from --fewshot-input",
+        ),
+    ];
+    assert_refused(&input, &dir.path().join("refused"), &cases);
+}
+
 /// What a score cannot take is refused before anything runs, saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
