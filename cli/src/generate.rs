@@ -169,6 +169,11 @@ pub struct GenerateArgs {
     /// error; a group with fewer examples than --fewshot is refused before the job starts.
     #[arg(long, env = "RESIDENT_FEWSHOT_GROUP", value_name = "FIELD")]
     fewshot_group: Option<String>,
+    /// With --score, the report's accuracy also by the value of this field of each record
+    /// (MMLU's `subject`): `accuracy_by_group` in report.json, each group's records,
+    /// accuracy and accuracy per character, and their mean over groups.
+    #[arg(long, env = "RESIDENT_ACCURACY_BY", value_name = "FIELD")]
+    accuracy_by: Option<String>,
     /// What goes between two examples, and between the last and the record's prompt.
     #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
     fewshot_delimiter: String,
@@ -281,6 +286,14 @@ impl GenerateArgs {
                 choices: self.choices_field.clone(),
                 answer: self.answer_field.clone(),
             });
+        }
+        if let Some(field) = &self.accuracy_by {
+            crate::exit::require(
+                self.score,
+                "--accuracy-by breaks down the accuracy of scored choices: it needs --score \
+                 (and records with choices and answers)",
+            )?;
+            config.report_accuracy_by(field);
         }
         if let Some(path) = &self.fewshot_input {
             crate::exit::require(
@@ -413,6 +426,16 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
             "choices: {} records scored, {} with an answer: accuracy {accuracy:.4}, {normalized:.4} \
              per character",
             figures.tally.choice_records, figures.tally.answered_records
+        );
+    }
+    if let Some(by_group) = &figures.accuracy_by_group {
+        eprintln!(
+            "by {}: {} groups, mean accuracy {:.4}, {:.4} per character (report.json: \
+             accuracy_by_group)",
+            by_group.field,
+            by_group.groups.len(),
+            by_group.mean_accuracy,
+            by_group.mean_accuracy_normalized
         );
     }
     Ok(())

@@ -625,7 +625,7 @@ impl NativeCluster {
         input_format="records", output_format="generations", choices_field="choices".to_owned(),
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
-        fewshot_group=None))]
+        fewshot_group=None, accuracy_by=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -652,6 +652,7 @@ impl NativeCluster {
         fewshot: usize,
         fewshot_delimiter: String,
         fewshot_group: Option<String>,
+        accuracy_by: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -676,7 +677,7 @@ impl NativeCluster {
             answer: answer_field,
         };
         let fewshot = fewshot_source(py, fewshot_input, fewshot, fewshot_delimiter, fewshot_group)?;
-        read_choices(py, &mut config, fields, fewshot)?;
+        read_choices(py, &mut config, fields, fewshot, accuracy_by)?;
         match input_format {
             "records" => {}
             "openai-batch" => config.read_openai_batch(),
@@ -914,16 +915,26 @@ fn fewshot_source(
 }
 
 /// A scoring job's choices, read as the CLI reads them (records with `choices` and
-/// `answer` by `fields`' names, and preference pairs), and its few-shot examples put before
-/// the prompt.
+/// `answer` by `fields`' names, and preference pairs), its few-shot examples put before
+/// the prompt, and the field its accuracy is broken down by.
 fn read_choices(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     fields: ChoiceFields,
     fewshot: Option<FewshotSource>,
+    accuracy_by: Option<String>,
 ) -> PyResult<()> {
     if config.generation.params.score {
         config.corpus.reader.choices = Some(fields);
+    }
+    if let Some(field) = accuracy_by {
+        if !config.generation.params.score {
+            return Err(bad_input(
+                py,
+                "accuracy_by breaks down the accuracy of scored choices: it needs score=True",
+            ));
+        }
+        config.report_accuracy_by(&field);
     }
     let Some(source) = fewshot else {
         return Ok(());

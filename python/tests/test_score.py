@@ -167,6 +167,17 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
         local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=1,
         fewshot_group="subject",
     )
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "by"), "{text}", accuracy_by="subject", **fields
+    )
+    line = json.loads(open(tmp_path / "by" / "generations.jsonl").read())
+    colour = report["accuracy_by_group"]["groups"]["colour"]
+    assert colour["answered_records"] == 1 and colour["accuracy"] == float(line["correct"]), report
+    with pytest.raises(resident.BadInput, match="accuracy_by breaks down .* needs score=True"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
+            accuracy_by="subject", progress=False,
+        )
     with pytest.raises(resident.BadInput, match="fewshot_group picks each record's examples"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", fewshot_group="subject",

@@ -16,7 +16,7 @@ use super::manifest::Manifest;
 use super::npy::encode_vectors;
 use super::output::MergeLayout;
 use super::parquet_out;
-use super::reader::Record;
+use super::reader::{Kept, Record};
 use super::report::JobReport;
 use super::shard_rows::{ShardRows, WINDOW_FIELDS};
 use super::vectors::OutputDtype;
@@ -375,7 +375,7 @@ impl ChunkWork for EmbedWork {
         rows
     }
 
-    fn tally(tally: &mut VectorStats, piece: &Piece<EmbeddedChunk>) {
+    fn tally(&self, tally: &mut VectorStats, piece: &Piece<EmbeddedChunk>, _kept: &[Kept]) {
         tally.add(&piece.data);
     }
 

@@ -2,6 +2,7 @@
 //! `generate@1` actors, completions back, shards as JSON lines, merged into
 //! `generations.jsonl`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use resident_actor::generate::{
@@ -13,11 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use super::chat_input::PromptInput;
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
+use super::group_accuracy::{AccuracyByGroup, GroupCounts, accuracy_by_group, group_of};
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
 use super::prompt::PromptTemplate;
-use super::reader::{BadRecord, Item, Record, RecordReader};
+use super::reader::{BadRecord, Item, Kept, Record, RecordReader};
 use super::shard_rows::ShardRows;
 use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError};
@@ -55,6 +57,7 @@ impl GenerateJobConfig {
                 output: GenerationOutput::Lines,
                 model,
                 fewshot_groups: None,
+                accuracy_by: None,
             },
         }
     }
@@ -72,6 +75,16 @@ impl GenerateJobConfig {
             }
         }
         Ok(())
+    }
+
+    /// Breaks the report's accuracy down by the value of each record's `field`
+    /// (`--accuracy-by`): the reader carries it to the tallies.
+    pub fn report_accuracy_by(&mut self, field: &str) {
+        let carried = &mut self.corpus.reader.keep_fields;
+        if !carried.iter().any(|kept| kept == field) {
+            carried.push(field.to_owned());
+        }
+        self.generation.accuracy_by = Some(field.to_owned());
     }
 
     /// Reads the corpus as an OpenAI Batch file (`custom_id` is each record's id).
@@ -118,6 +131,9 @@ pub struct GenerateWork {
     /// Few-shot examples by each record's group (`--fewshot-group`), put before its prompt
     /// (ungrouped examples are in [`Self::prompt`] itself).
     pub fewshot_groups: Option<FewshotGroups>,
+    /// The field whose values group the report's accuracy (`--accuracy-by`); the reader
+    /// carries it.
+    pub accuracy_by: Option<String>,
 }
 
 /// The report's figures of a generate job (this run's chunks).
@@ -160,6 +176,10 @@ pub struct GenerationTally {
     /// Of those, the records whose likeliest choice per character was the right one.
     #[serde(default, skip_serializing_if = "is_default")]
     pub correct_normalized_records: u64,
+    /// The answered records' counts by group (`--accuracy-by`; the report's
+    /// `accuracy_by_group` holds them).
+    #[serde(skip)]
+    pub groups: BTreeMap<String, GroupCounts>,
 }
 
 /// Whether a report figure is at its default (left out of a report that never scored).
@@ -506,8 +526,8 @@ impl ChunkWork for GenerateWork {
         })
     }
 
-    fn tally(tally: &mut GenerationTally, piece: &Piece<Vec<Completion>>) {
-        for completion in &piece.data {
+    fn tally(&self, tally: &mut GenerationTally, piece: &Piece<Vec<Completion>>, kept: &[Kept]) {
+        for (record, completion) in piece.data.iter().enumerate() {
             if completion.error.is_some() {
                 tally.failed_requests += 1;
                 continue;
@@ -526,6 +546,14 @@ impl ChunkWork for GenerateWork {
                     tally.answered_records += 1;
                     tally.correct_records += u64::from(plain);
                     tally.correct_normalized_records += u64::from(normalized);
+                    if let Some(field) = &self.accuracy_by {
+                        let group = group_of(kept.get(record), field);
+                        tally
+                            .groups
+                            .entry(group)
+                            .or_default()
+                            .add(plain, normalized);
+                    }
                 }
             }
             for choice in completion.choices() {
@@ -547,7 +575,12 @@ impl ChunkWork for GenerateWork {
         _manifest: &Manifest,
         wall: Duration,
     ) -> GenerateFigures {
-        tally.figures(wall)
+        let by_group =
+            (self.accuracy_by.as_deref()).and_then(|f| accuracy_by_group(f, &tally.groups));
+        GenerateFigures {
+            accuracy_by_group: by_group,
+            ..tally.figures(wall)
+        }
     }
 
     fn shard_data(
@@ -751,7 +784,8 @@ mod tests {
             data,
         };
         let mut tally = GenerationTally::default();
-        GenerateWork::tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]));
+        let work = test_work();
+        work.tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]), &[]);
         let figures = tally.figures(Duration::from_secs(1));
         assert_eq!(
             (figures.tally.scored_texts, figures.tally.scored_tokens),
@@ -819,7 +853,33 @@ mod tests {
             model_fingerprint: String::new(),
             data: vec![right, completion(Some(1)), unanswered],
         };
-        GenerateWork::tally(&mut tally, &piece);
+        // By subject: the right record is math's, the wrong one art's (right per
+        // character), the unanswered one math's again.
+        let mut work = test_work();
+        work.accuracy_by = Some("subject".into());
+        let kept: Vec<Kept> = ["math", "art", "math"]
+            .map(|subject| {
+                [("subject".to_owned(), subject.into())]
+                    .into_iter()
+                    .collect()
+            })
+            .to_vec();
+        work.tally(&mut tally, &piece, &kept);
+        let groups = &tally.groups;
+        assert_eq!(
+            (
+                groups["math"].answered_records,
+                groups["math"].correct_records
+            ),
+            (1, 1)
+        );
+        assert_eq!(
+            (
+                groups["art"].correct_records,
+                groups["art"].correct_normalized_records
+            ),
+            (0, 1)
+        );
         let figures = tally.figures(Duration::from_secs(1));
         assert_eq!(
             (figures.tally.choice_records, figures.tally.answered_records),
@@ -829,6 +889,16 @@ mod tests {
         assert_eq!(figures.accuracy_normalized, Some(0.5));
         let json = serde_json::to_value(&figures).unwrap();
         assert_eq!(json["correct_records"], 1);
+        assert!(
+            json.get("groups").is_none(),
+            "the counts are reported by group only"
+        );
+    }
+
+    /// A generate job's work as the CLI's defaults make it.
+    fn test_work() -> GenerateWork {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap()).generation
     }
 
     /// A job's settings read as before the new parameters existed while they are at their
@@ -882,6 +952,10 @@ pub struct GenerateFigures {
     /// The same by log-probability per character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized: Option<f64>,
+    /// Both by the groups of `--accuracy-by` (absent without it, or when no record named
+    /// its answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_by_group: Option<AccuracyByGroup>,
 }
 
 impl GenerationTally {
@@ -900,6 +974,7 @@ impl GenerationTally {
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
             accuracy: self.share_of_answered(self.correct_records),
             accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
+            accuracy_by_group: None,
             tally: self,
         }
     }

@@ -145,15 +145,6 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
                 (salvage.pieces, Some(salvage.kept), crashed)
             }
         };
-        for piece in &pieces {
-            self.store.manifest_mut().check_model_content(
-                &piece.model_fingerprint,
-                chunk.index,
-                &format!("actor {} on node {}", piece.actor_id, piece.node_id),
-            )?;
-            W::tally(&mut self.tally, piece);
-            self.builder.add_chunk(piece);
-        }
         let (ids, carried) = match &kept {
             None => (chunk.ids.clone(), chunk.kept.clone()),
             Some(kept) => (
@@ -164,6 +155,19 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
                 },
             ),
         };
+        let mut first_record = 0;
+        for piece in &pieces {
+            self.store.manifest_mut().check_model_content(
+                &piece.model_fingerprint,
+                chunk.index,
+                &format!("actor {} on node {}", piece.actor_id, piece.node_id),
+            )?;
+            let records = first_record..first_record + piece.rows;
+            let piece_kept = carried.get(records).unwrap_or_default();
+            self.work.tally(&mut self.tally, piece, piece_kept);
+            first_record += piece.rows;
+            self.builder.add_chunk(piece);
+        }
         let windows = self.work.row_windows(&pieces);
         let rows_of = ShardRows {
             ids: &ids,

@@ -15,7 +15,7 @@ use super::config::CorpusJobConfig;
 use super::error::JobError;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
-use super::reader::Record;
+use super::reader::{Kept, Record};
 use super::shard_rows::ShardRows;
 use crate::model_pin::PinnedModel;
 
@@ -148,8 +148,9 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Adds a piece to the tallies.
-    fn tally(tally: &mut Self::Tally, piece: &Piece<Self::Data>);
+    /// Adds a piece to the tallies; `kept` holds its records' carried fields, in order
+    /// (empty when none are carried).
+    fn tally(&self, tally: &mut Self::Tally, piece: &Piece<Self::Data>, kept: &[Kept]);
 
     /// Tokens generated so far, by the tallies (for the progress line).
     fn generated_tokens(tally: &Self::Tally) -> u64 {

@@ -69,6 +69,7 @@ class NativeCluster:
         fewshot: int = 5,
         fewshot_delimiter: str = "\n\n",
         fewshot_group: Optional[str] = None,
+        accuracy_by: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

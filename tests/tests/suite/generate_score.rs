@@ -717,7 +717,8 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
 /// MMLU's per-subject dev examples): its line is the one the same examples written into
 /// `--prompt` by hand give; a record of a subject without examples is answered with an
 /// error saying what to do; a subject with too few examples, or a group without a dev
-/// file, is refused before the job starts.
+/// file, is refused before the job starts. `--accuracy-by subject` reports each subject's
+/// accuracy, as its records' lines count it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     init_logging();
@@ -745,7 +746,7 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     let dev_path = dev.to_str().unwrap();
     let mut flags = SCORE.to_vec();
     flags.extend(["--fewshot-input", dev_path, "--fewshot", "2"]);
-    flags.extend(["--fewshot-group", "subject"]);
+    flags.extend(["--fewshot-group", "subject", "--accuracy-by", "subject"]);
     let (grouped, report) = generate(dir.path(), "grouped", &records, "Q: {text}\nA:", &flags);
     let colour_by_hand = "Q: Grass is\nA: green\n\nQ: Coal is\nA: black\n\nQ: {text}\nA:";
     let (colour_lines, _) = generate(dir.path(), "colour", &colour, colour_by_hand, SCORE);
@@ -764,12 +765,30 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
         ),
         (json!(1), json!(3))
     );
+    // The accuracy by subject: each subject's own records' lines; the refused record is in
+    // none.
+    let by_group = &report["accuracy_by_group"];
+    assert_eq!(by_group["field"], "subject");
+    let groups = by_group["groups"].as_object().unwrap();
+    assert_eq!(groups.keys().collect::<Vec<_>>(), ["colour", "heat"]);
+    let right = |lines: &[Value], key: &str| lines.iter().filter(|l| l[key] == true).count();
+    for (subject, lines) in [("colour", &grouped[..2]), ("heat", &grouped[2..3])] {
+        let group = &groups[subject];
+        assert_eq!(group["answered_records"], lines.len(), "{group}");
+        assert_eq!(group["correct_records"], right(lines, "correct"), "{group}");
+        let normalized = right(lines, "correct_normalized");
+        assert_eq!(group["correct_normalized_records"], normalized, "{group}");
+        let accuracy = right(lines, "correct") as f64 / lines.len() as f64;
+        assert_eq!(float(&group["accuracy"]), accuracy);
+    }
+    let mean = (float(&groups["colour"]["accuracy"]) + float(&groups["heat"]["accuracy"])) / 2.0;
+    assert_eq!(float(&by_group["mean_accuracy"]), mean);
 
     let input = dir.path().join("grouped.jsonl");
     let mut too_many = SCORE.to_vec();
     too_many.extend(["--fewshot-input", dev_path, "--fewshot", "3"]);
     too_many.extend(["--fewshot-group", "subject"]);
-    let cases: [(&[&str], &str); 2] = [
+    let cases: [(&[&str], &str); 3] = [
         (
             &too_many,
             "too few answered records in 2 of 2 groups (\"colour\" has 2, \"heat\" has 2)",
@@ -783,6 +802,10 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
                 "subject",
             ],
             "--fewshot-group picks each record's examples from --fewshot-input",
+        ),
+        (
+            &["--template", "none", "--accuracy-by", "subject"],
+            "--accuracy-by breaks down the accuracy of scored choices: it needs --score",
         ),
     ];
     assert_refused(&input, &dir.path().join("refused"), &cases);

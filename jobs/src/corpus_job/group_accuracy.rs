@@ -1,0 +1,143 @@
+//! A scoring job's accuracy by a field of its records (`--accuracy-by subject`: MMLU's
+//! per-subject table): each group's counts as chunks come in, and the report's figures,
+//! with the mean over groups beside the job's accuracy over records.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::reader::Kept;
+
+/// One group's records that named their answer, and how many the model got right.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupCounts {
+    /// The group's records that named their answer.
+    pub answered_records: u64,
+    /// Those whose likeliest choice was the right one.
+    pub correct_records: u64,
+    /// Those whose likeliest choice per character was the right one.
+    pub correct_normalized_records: u64,
+}
+
+impl GroupCounts {
+    /// Counts one answered record, right or not by each measure.
+    pub fn add(&mut self, correct: bool, correct_normalized: bool) {
+        self.answered_records += 1;
+        self.correct_records += u64::from(correct);
+        self.correct_normalized_records += u64::from(correct_normalized);
+    }
+}
+
+/// One group's line of the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupFigures {
+    /// Its records, answered and right.
+    #[serde(flatten)]
+    pub counts: GroupCounts,
+    /// `correct_records / answered_records`.
+    pub accuracy: f64,
+    /// `correct_normalized_records / answered_records`.
+    pub accuracy_normalized: f64,
+}
+
+/// The report's `accuracy_by_group`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccuracyByGroup {
+    /// The field whose values name the groups.
+    pub field: String,
+    /// The mean of the groups' accuracies, each group counting once (the job's
+    /// `accuracy` counts each record once).
+    pub mean_accuracy: f64,
+    /// The same per character.
+    pub mean_accuracy_normalized: f64,
+    /// Each group's figures, by the field's value.
+    pub groups: BTreeMap<String, GroupFigures>,
+}
+
+/// The group of a record whose carried fields are `kept`: its `field` as text (another
+/// value as JSON writes it: `null` for a record without the field).
+pub fn group_of(kept: Option<&Kept>, field: &str) -> String {
+    match kept.and_then(|kept| kept.get(field)) {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => Value::Null.to_string(),
+    }
+}
+
+/// The report's figures of `groups` by `field`; `None` when no record named its answer.
+pub fn accuracy_by_group(
+    field: &str,
+    groups: &BTreeMap<String, GroupCounts>,
+) -> Option<AccuracyByGroup> {
+    let groups: BTreeMap<String, GroupFigures> = groups
+        .iter()
+        .filter(|(_, counts)| counts.answered_records > 0)
+        .map(|(group, &counts)| {
+            let share = |records: u64| records as f64 / counts.answered_records as f64;
+            let figures = GroupFigures {
+                counts,
+                accuracy: share(counts.correct_records),
+                accuracy_normalized: share(counts.correct_normalized_records),
+            };
+            (group.clone(), figures)
+        })
+        .collect();
+    if groups.is_empty() {
+        return None;
+    }
+    let mean =
+        |of: fn(&GroupFigures) -> f64| groups.values().map(of).sum::<f64>() / groups.len() as f64;
+    Some(AccuracyByGroup {
+        field: field.to_owned(),
+        mean_accuracy: mean(|g| g.accuracy),
+        mean_accuracy_normalized: mean(|g| g.accuracy_normalized),
+        groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Each group's accuracy is its own records' share; the mean counts each group once;
+    /// a record without the field is the `null` group.
+    #[test]
+    fn each_group_s_accuracy_and_their_mean() {
+        let kept =
+            |subject: Value| -> Kept { [("subject".to_owned(), subject)].into_iter().collect() };
+        let mut groups: BTreeMap<String, GroupCounts> = BTreeMap::new();
+        let answers = [
+            (json!("math"), true, true),
+            (json!("math"), false, true),
+            (json!("math"), false, false),
+            (json!("art"), true, false),
+            (json!(7), true, true),
+        ];
+        for (subject, right, right_normalized) in answers {
+            let group = group_of(Some(&kept(subject)), "subject");
+            groups
+                .entry(group)
+                .or_default()
+                .add(right, right_normalized);
+        }
+        assert_eq!(group_of(None, "subject"), "null");
+        assert_eq!(group_of(Some(&kept(json!("x"))), "topic"), "null");
+        let figures = accuracy_by_group("subject", &groups).unwrap();
+        assert_eq!(figures.groups["math"].accuracy, 1.0 / 3.0);
+        assert_eq!(figures.groups["math"].accuracy_normalized, 2.0 / 3.0);
+        assert_eq!(figures.groups["art"].counts.correct_normalized_records, 0);
+        assert_eq!(figures.groups["7"].accuracy, 1.0);
+        // Summed in the groups' order: "7", "art", "math".
+        assert_eq!(figures.mean_accuracy, (1.0 + 1.0 + 1.0 / 3.0) / 3.0);
+        let normalized = (1.0 + 0.0 + 2.0 / 3.0) / 3.0;
+        assert_eq!(figures.mean_accuracy_normalized, normalized);
+        let report = serde_json::to_value(&figures).unwrap();
+        assert_eq!(report["field"], "subject");
+        assert_eq!(report["groups"]["math"]["answered_records"], 3);
+        assert_eq!(report["groups"]["math"]["correct_records"], 1);
+        assert!(accuracy_by_group("subject", &BTreeMap::new()).is_none());
+    }
+}
