@@ -154,6 +154,11 @@ pub struct GenerateArgs {
     /// its text.
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
+    /// Text before each record's prompt, and before its few-shot examples, with the
+    /// record's {field}s and no {text} (lm-evaluation-harness's description; MMLU's "The
+    /// following are multiple choice questions (with answers) about {subject}.\n\n").
+    #[arg(long, env = "RESIDENT_DESCRIPTION", value_name = "TEMPLATE")]
+    description: Option<String>,
     /// With --score, few-shot examples from this file or directory (a dataset's dev or
     /// train split, read as the input is): its first --fewshot answered multiple-choice
     /// records, each written through --prompt with its right choice after it, go before
@@ -295,26 +300,34 @@ impl GenerateArgs {
             )?;
             config.report_accuracy_by(field);
         }
-        if let Some(path) = &self.fewshot_input {
-            crate::exit::require(
-                self.score,
-                "--fewshot-input puts answered multiple-choice examples before each prompt: \
-                 it needs --score (and records with choices)",
-            )?;
-            config.put_fewshot(&FewshotSource {
-                path: path.clone(),
-                count: self.fewshot,
-                delimiter: self.fewshot_delimiter.clone(),
-                group_field: self.fewshot_group.clone(),
-            })?;
-        } else {
+        let fewshot = self.fewshot_source()?;
+        if self.description.is_some() || fewshot.is_some() {
+            config.put_prompt_start(self.description.as_deref(), fewshot.as_ref())?;
+        }
+        Ok(config)
+    }
+
+    /// The few-shot examples the flags name, if any.
+    fn fewshot_source(&self) -> anyhow::Result<Option<FewshotSource>> {
+        let Some(path) = &self.fewshot_input else {
             crate::exit::require(
                 self.fewshot_group.is_none(),
                 "--fewshot-group picks each record's examples from --fewshot-input: give that \
                  file too",
             )?;
-        }
-        Ok(config)
+            return Ok(None);
+        };
+        crate::exit::require(
+            self.score,
+            "--fewshot-input puts answered multiple-choice examples before each prompt: it \
+             needs --score (and records with choices)",
+        )?;
+        Ok(Some(FewshotSource {
+            path: path.clone(),
+            count: self.fewshot,
+            delimiter: self.fewshot_delimiter.clone(),
+            group_field: self.fewshot_group.clone(),
+        }))
     }
 }
 

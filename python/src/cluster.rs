@@ -625,7 +625,7 @@ impl NativeCluster {
         input_format="records", output_format="generations", choices_field="choices".to_owned(),
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
-        fewshot_group=None, accuracy_by=None))]
+        fewshot_group=None, accuracy_by=None, description=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -653,6 +653,7 @@ impl NativeCluster {
         fewshot_delimiter: String,
         fewshot_group: Option<String>,
         accuracy_by: Option<String>,
+        description: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -676,8 +677,9 @@ impl NativeCluster {
             choices: choices_field,
             answer: answer_field,
         };
-        let fewshot = fewshot_source(py, fewshot_input, fewshot, fewshot_delimiter, fewshot_group)?;
-        read_choices(py, &mut config, fields, fewshot, accuracy_by)?;
+        read_choices(py, &mut config, fields, accuracy_by)?;
+        let fewshot = (fewshot_input, fewshot, fewshot_delimiter, fewshot_group);
+        put_prompt_start(py, &mut config, description, fewshot)?;
         match input_format {
             "records" => {}
             "openai-batch" => config.read_openai_batch(),
@@ -891,37 +893,56 @@ impl NativeCluster {
     }
 }
 
-/// The few-shot examples `generate_job`'s arguments name, if any: `input` holds them.
-fn fewshot_source(
+/// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter and
+/// the group field.
+type FewshotArgs = (Option<String>, usize, String, Option<String>);
+
+/// Puts `description` and the few-shot examples `fewshot` names before the job's prompt,
+/// as `--description` and `--fewshot-input` do.
+fn put_prompt_start(
     py: Python<'_>,
-    input: Option<String>,
-    count: usize,
-    delimiter: String,
-    group_field: Option<String>,
-) -> PyResult<Option<FewshotSource>> {
-    match input {
-        Some(path) => Ok(Some(FewshotSource {
+    config: &mut GenerateJobConfig,
+    description: Option<String>,
+    (input, count, delimiter, group_field): FewshotArgs,
+) -> PyResult<()> {
+    let source = match input {
+        Some(path) => Some(FewshotSource {
             path: path.into(),
             count,
             delimiter,
             group_field,
-        })),
-        None if group_field.is_some() => Err(bad_input(
+        }),
+        None if group_field.is_some() => {
+            return Err(bad_input(
+                py,
+                "fewshot_group picks each record's examples from fewshot_input: give that \
+                 file too",
+            ));
+        }
+        None => None,
+    };
+    if source.is_some() && !config.generation.params.score {
+        return Err(bad_input(
             py,
-            "fewshot_group picks each record's examples from fewshot_input: give that file too",
-        )),
-        None => Ok(None),
+            "fewshot_input puts answered multiple-choice examples before each prompt: it \
+             needs score=True",
+        ));
     }
+    if description.is_none() && source.is_none() {
+        return Ok(());
+    }
+    config
+        .put_prompt_start(description.as_deref(), source.as_ref())
+        .map_err(|e| bad_input(py, e.to_string()))
 }
 
 /// A scoring job's choices, read as the CLI reads them (records with `choices` and
-/// `answer` by `fields`' names, and preference pairs), its few-shot examples put before
-/// the prompt, and the field its accuracy is broken down by.
+/// `answer` by `fields`' names, and preference pairs), and the field its accuracy is
+/// broken down by.
 fn read_choices(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     fields: ChoiceFields,
-    fewshot: Option<FewshotSource>,
     accuracy_by: Option<String>,
 ) -> PyResult<()> {
     if config.generation.params.score {
@@ -936,17 +957,5 @@ fn read_choices(
         }
         config.report_accuracy_by(&field);
     }
-    let Some(source) = fewshot else {
-        return Ok(());
-    };
-    if !config.generation.params.score {
-        return Err(bad_input(
-            py,
-            "fewshot_input puts answered multiple-choice examples before each prompt: it \
-             needs score=True",
-        ));
-    }
-    config
-        .put_fewshot(&source)
-        .map_err(|e| bad_input(py, e.to_string()))
+    Ok(())
 }

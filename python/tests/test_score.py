@@ -161,11 +161,12 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
          "answer": 0},
     ])
     fields = dict(template="none", max_new_tokens=0, score=True, progress=False)
-    # The colour example only, though the heat example comes first in the file.
-    by_hand = "Q: Grass is\nA: green\n\nQ: {text}\nA:"
+    # The description, then the colour example only, though the heat example comes first
+    # in the file.
+    by_hand = "About colour:\nQ: Grass is\nA: green\n\nQ: {text}\nA:"
     assert_fewshot_as_written(
         local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=1,
-        fewshot_group="subject",
+        fewshot_group="subject", description="About {subject}:\n",
     )
     report = local_cluster.generate_job(
         str(corpus), str(SMOLLM2), str(tmp_path / "by"), "{text}", accuracy_by="subject", **fields

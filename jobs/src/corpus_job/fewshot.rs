@@ -34,22 +34,23 @@ pub struct FewshotSource {
     pub group_field: Option<String>,
 }
 
-/// Each group's examples, written out, by the value of the field that names it.
+/// Each group's prompt, its examples in it, by the value of the field that names it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FewshotGroups {
     /// The field (`--fewshot-group`).
     pub field: String,
-    /// A group's examples as literal text before a record's prompt, by its value.
-    pub examples: BTreeMap<String, String>,
+    /// A group's prompt: the description, the group's examples as literal text, the
+    /// job's prompt (every group's has the same fields, in the same order).
+    pub prompts: BTreeMap<String, PromptTemplate>,
     /// Where they were read (for a record whose group has none).
     pub source: String,
 }
 
 impl FewshotGroups {
-    /// The examples before the prompt of a record whose group is `group`; a refusal that
-    /// says what to do when the file has none of that group.
-    pub fn examples_for(&self, group: &str) -> Result<&str, String> {
-        self.examples.get(group).map(String::as_str).ok_or_else(|| {
+    /// The prompt of a record whose group is `group`; a refusal that says what to do when
+    /// the file has no examples of that group.
+    pub fn prompt_for(&self, group: &str) -> Result<&PromptTemplate, String> {
+        self.prompts.get(group).ok_or_else(|| {
             format!(
                 "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
                  answered records of that group, or leave out --fewshot-group",
@@ -61,41 +62,50 @@ impl FewshotGroups {
     /// What the job's settings fingerprint holds of them (a resumed job with other
     /// examples is another job).
     pub fn settings(&self) -> serde_json::Value {
-        serde_json::json!({ "field": self.field, "examples": self.examples })
+        let prompts: BTreeMap<&String, &str> =
+            self.prompts.iter().map(|(group, prompt)| (group, prompt.as_str())).collect();
+        serde_json::json!({ "field": self.field, "prompts": prompts })
     }
 }
 
 /// What few-shot examples make of a job's prompt.
 #[derive(Debug)]
 pub enum FewshotPrompt {
-    /// The prompt with the examples before it, for every record.
+    /// The description, the examples and the prompt, for every record.
     Prompt(PromptTemplate),
-    /// The prompt as it is, and each group's examples for its records.
+    /// Each group's.
     Groups(FewshotGroups),
 }
 
 /// The examples `source` names, read as the job reads its records (`options`, whose
-/// reader has a scoring job's choice fields, and the group field when grouped) and
-/// written through its `prompt`: into the prompt itself, or each group's apart.
+/// reader has a scoring job's choice fields, the group field when grouped, and the fields
+/// of `description` and `prompt`, in that order), each written through `prompt`, put
+/// after `description` (a template's source, without `{text}`) and before `prompt`: for
+/// every record, or for each group's.
 pub fn read_examples(
     source: &FewshotSource,
+    description: &str,
     prompt: &PromptTemplate,
     options: ReaderOptions,
 ) -> Result<FewshotPrompt, JobError> {
+    let names = options.extra_fields.clone();
+    let start = |shots: &[Record]| {
+        let examples = examples_text(prompt, &names, shots, &source.delimiter)?;
+        let literal = examples.replace('{', "{{").replace('}', "}}");
+        PromptTemplate::parse(&format!("{description}{literal}{}", prompt.as_str()))
+            .map_err(JobError::Input)
+    };
     let Some(field) = source.grouped() else {
         let shots = read_fewshot(&source.path, options, source.count)?;
-        return with_fewshot(prompt, &shots, &source.delimiter)
-            .map(FewshotPrompt::Prompt)
-            .map_err(JobError::Input);
+        return start(&shots).map(FewshotPrompt::Prompt);
     };
-    let mut examples = BTreeMap::new();
+    let mut prompts = BTreeMap::new();
     for (group, shots) in read_grouped_fewshot(&source.path, options, source.count)? {
-        let text = examples_text(prompt, &shots, &source.delimiter).map_err(JobError::Input)?;
-        examples.insert(group, text);
+        prompts.insert(group, start(&shots)?);
     }
     Ok(FewshotPrompt::Groups(FewshotGroups {
         field: field.to_owned(),
-        examples,
+        prompts,
         source: source.path.display().to_string(),
     }))
 }
@@ -107,22 +117,12 @@ impl FewshotSource {
     }
 }
 
-/// `template` with `shots` before it ([`examples_text`], as literal text).
-pub fn with_fewshot(
-    template: &PromptTemplate,
-    shots: &[Record],
-    delimiter: &str,
-) -> Result<PromptTemplate, String> {
-    let examples = examples_text(template, shots, delimiter)?;
-    let literal = examples.replace('{', "{{").replace('}', "}}");
-    PromptTemplate::parse(&format!("{literal}{}", template.as_str()))
-}
-
-/// Each shot's prompt (its text and fields through `template`), then its right choice,
-/// each followed by `delimiter`. A shot without choices or an answer, or one that is a
-/// conversation, is refused naming it.
+/// Each shot's prompt (its text and fields through `template`; a shot's fields are the
+/// values of `names`, in order), then its right choice, each followed by `delimiter`. A
+/// shot without choices or an answer, or one that is a conversation, is refused naming it.
 pub fn examples_text(
     template: &PromptTemplate,
+    names: &[String],
     shots: &[Record],
     delimiter: &str,
 ) -> Result<String, String> {
@@ -146,7 +146,13 @@ pub fn examples_text(
                 shot.id
             ));
         }
-        let (before, after) = template.around(&shot.fields);
+        let values: Vec<String> = (template.fields().iter())
+            .map(|field| {
+                let at = names.iter().position(|name| name == field);
+                at.and_then(|at| shot.fields.get(at)).cloned().unwrap_or_default()
+            })
+            .collect();
+        let (before, after) = template.around(&values);
         examples.push_str(&format!("{before}{}{after}{answer}{delimiter}", shot.text));
     }
     Ok(examples)
@@ -281,32 +287,30 @@ mod tests {
         }
     }
 
-    /// Each example reads as the prompt writes a record, its right choice after it; braces in
-    /// an example are literal; the record's prompt follows, its fields and text in place.
+    /// Each example reads as the prompt writes a record (its fields found by name among the
+    /// reader's), its right choice after it.
     #[test]
     fn examples_are_written_through_the_prompt_with_their_answer() {
         let template = PromptTemplate::parse("{subject}: {text}\nAnswer:").unwrap();
+        // The reader's fields: a description's `level` first, then the prompt's `subject`.
+        let names = ["level".to_owned(), "subject".to_owned()];
         let shots = [
-            shot("a", "2+2=", &["math"], &[" 3", " 4"], Some(1)),
-            shot("b", "Set {x}", &["sets"], &[" {x}", " {}"], Some(0)),
+            shot("a", "2+2=", &["easy", "math"], &[" 3", " 4"], Some(1)),
+            shot("b", "Set {x}", &["hard", "sets"], &[" {x}", " {}"], Some(0)),
         ];
-        let fewshot = with_fewshot(&template, &shots, "\n\n").unwrap();
-        let (before, after) = fewshot.around(&["physics".into()]);
+        let examples = examples_text(&template, &names, &shots, "\n\n").unwrap();
         assert_eq!(
-            before,
-            "math: 2+2=\nAnswer: 4\n\nsets: Set {x}\nAnswer: {x}\n\nphysics: "
+            examples,
+            "math: 2+2=\nAnswer: 4\n\nsets: Set {x}\nAnswer: {x}\n\n"
         );
-        assert_eq!(after, "\nAnswer:");
-        assert_eq!(fewshot.fields(), template.fields());
-        // No examples: the prompt as it was.
-        assert_eq!(with_fewshot(&template, &[], "\n\n").unwrap(), template);
+        assert_eq!(examples_text(&template, &names, &[], "\n\n").unwrap(), "");
     }
 
     #[test]
     fn an_example_without_an_answer_is_refused_naming_it() {
         let template = PromptTemplate::parse("{text}").unwrap();
-        let error =
-            with_fewshot(&template, &[shot("q7", "x", &[], &[" a"], None)], "\n").unwrap_err();
+        let unanswered = [shot("q7", "x", &[], &[" a"], None)];
+        let error = examples_text(&template, &[], &unanswered, "\n").unwrap_err();
         assert!(
             error.contains("few-shot example \"q7\" has no answered choices"),
             "{error}"
@@ -390,19 +394,26 @@ mod tests {
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
         };
+        // The description, then the group's examples (braces literal), then the prompt.
         let template = PromptTemplate::parse("{subject}: {text}\nA:").unwrap();
+        let description = "About {subject}:\n\n";
         let FewshotPrompt::Groups(groups) =
-            read_examples(&source, &template, grouped_options()).unwrap()
+            read_examples(&source, description, &template, grouped_options()).unwrap()
         else {
             panic!("grouped examples give groups")
         };
-        assert_eq!(groups.examples.len(), 2);
-        assert_eq!(groups.examples_for("math").unwrap(), "math: 1+1\nA: 2\n\n");
+        assert_eq!(groups.prompts.len(), 2);
+        let before = |group: &str| {
+            let prompt = groups.prompt_for(group).unwrap();
+            assert_eq!(prompt.fields(), template.fields());
+            prompt.around(&[group.to_owned(), group.to_owned()]).0
+        };
+        assert_eq!(before("math"), "About math:\n\nmath: 1+1\nA: 2\n\nmath: ");
         assert_eq!(
-            groups.examples_for("art").unwrap(),
-            "art: Mona {Lisa}\nA: Leonardo\n\n"
+            before("art"),
+            "About art:\n\nart: Mona {Lisa}\nA: Leonardo\n\nart: "
         );
-        let error = groups.examples_for("history").unwrap_err();
+        let error = groups.prompt_for("history").unwrap_err();
         assert!(
             error.contains("no record whose `subject` is \"history\": add answered records"),
             "{error}"
@@ -424,7 +435,7 @@ mod tests {
         let none = FewshotSource { count: 0, ..source };
         assert!(none.grouped().is_none());
         let FewshotPrompt::Prompt(prompt) =
-            read_examples(&none, &template, grouped_options()).unwrap()
+            read_examples(&none, "", &template, grouped_options()).unwrap()
         else {
             panic!("no examples leave the prompt")
         };

@@ -18,7 +18,7 @@ use super::group_accuracy::{AccuracyByGroup, GroupCounts, accuracy_by_group, gro
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
-use super::prompt::PromptTemplate;
+use super::prompt::{PromptTemplate, check_description};
 use super::reader::{BadRecord, Item, Kept, Record, RecordReader};
 use super::shard_rows::ShardRows;
 use super::work::{ChunkWork, Piece};
@@ -62,13 +62,30 @@ impl GenerateJobConfig {
         }
     }
 
-    /// Puts the few-shot examples `source` names before the job's prompts
-    /// ([`read_examples`]); grouped, the reader then reads each record's group.
-    pub fn put_fewshot(&mut self, source: &FewshotSource) -> Result<(), JobError> {
+    /// Puts what goes before each record's prompt: `description` (a template's source with
+    /// the record's fields and without `{text}`: lm-evaluation-harness's description), then
+    /// the few-shot examples `fewshot` names ([`read_examples`]), each written through the
+    /// prompt. The reader then reads the description's fields, and when the examples are
+    /// grouped, each record's group.
+    pub fn put_prompt_start(
+        &mut self,
+        description: Option<&str>,
+        fewshot: Option<&FewshotSource>,
+    ) -> Result<(), JobError> {
+        let description = description.unwrap_or_default();
+        check_description(description).map_err(JobError::Input)?;
+        let prompt = self.generation.prompt.clone();
+        let whole = PromptTemplate::parse(&format!("{description}{}", prompt.as_str()))
+            .map_err(JobError::Input)?;
+        self.corpus.reader.extra_fields = whole.fields().to_vec();
+        self.generation.prompt = whole;
+        let Some(source) = fewshot else {
+            return Ok(());
+        };
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
-        match read_examples(source, &self.generation.prompt, options.clone())? {
-            FewshotPrompt::Prompt(prompt) => self.generation.prompt = prompt,
+        match read_examples(source, description, &prompt, options.clone())? {
+            FewshotPrompt::Prompt(with_examples) => self.generation.prompt = with_examples,
             FewshotPrompt::Groups(groups) => {
                 self.corpus.reader = options;
                 self.generation.fewshot_groups = Some(groups);
@@ -357,18 +374,18 @@ impl GenerateWork {
                 ..PromptParts::chat(&seed_id(&record.id), Vec::new())
             },
             None => {
-                let (before, after) = self.prompt.around(&record.fields);
-                let id = seed_id(&record.id);
                 let group = record.fields.last().map(String::as_str).unwrap_or_default();
-                match self.fewshot_groups.as_ref().map(|g| g.examples_for(group)) {
-                    None => PromptParts::new(&id, &before, &record.text, &after),
-                    Some(Ok(examples)) => {
-                        PromptParts::new(&id, &format!("{examples}{before}"), &record.text, &after)
-                    }
-                    Some(Err(error)) => PromptParts {
-                        error: Some(error),
-                        ..PromptParts::new(&id, &before, &record.text, &after)
+                let (prompt, error) = match &self.fewshot_groups {
+                    None => (&self.prompt, None),
+                    Some(groups) => match groups.prompt_for(group) {
+                        Ok(prompt) => (prompt, None),
+                        Err(error) => (&self.prompt, Some(error)),
                     },
+                };
+                let (before, after) = prompt.around(&record.fields);
+                PromptParts {
+                    error,
+                    ..PromptParts::new(&seed_id(&record.id), &before, &record.text, &after)
                 }
             }
         };
@@ -692,9 +709,10 @@ mod tests {
         assert_eq!(job.generation.min_chunk_records(false), 256);
     }
 
-    /// Grouped few-shot examples go before each record's prompt by its group (the reader
-    /// reads it), the settings fingerprint holds them, and a record of a group without
-    /// examples is answered with the refusal.
+    /// A description, then grouped few-shot examples go before each record's prompt by its
+    /// group (the reader reads the description's field and the group), the settings
+    /// fingerprint holds them, and a record of a group without examples is answered with
+    /// the refusal.
     #[test]
     fn grouped_fewshot_examples_go_before_each_record_s_prompt() {
         let dir = tempfile::tempdir().unwrap();
@@ -706,23 +724,26 @@ mod tests {
         std::fs::write(&dev, lines.join("\n")).unwrap();
         let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
         let template = PromptTemplate::parse("Q: {text}\nA:").unwrap();
-        let mut job = GenerateJobConfig::new(corpus, template.clone());
+        let mut job = GenerateJobConfig::new(corpus, template);
         job.corpus.reader.choices = Some(Default::default());
         let ungrouped = job.generation.settings_fingerprint("m");
-        job.put_fewshot(&FewshotSource {
+        let source = FewshotSource {
             path: dev,
             count: 1,
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
-        })
-        .unwrap();
+        };
+        let description = Some("About {subject}:\n");
+        job.put_prompt_start(description, Some(&source)).unwrap();
+        // The description's field, then the group.
+        assert_eq!(job.corpus.reader.extra_fields, ["subject"]);
         assert_eq!(job.corpus.reader.group_field.as_deref(), Some("subject"));
-        assert_eq!(job.generation.prompt, template);
+        assert_eq!(job.generation.prompt.as_str(), "About {subject}:\nQ: {text}\nA:");
         assert_ne!(job.generation.settings_fingerprint("m"), ungrouped);
         let record = |subject: &str| Record {
             id: "r".into(),
             text: "5+5".into(),
-            fields: vec![subject.into()],
+            fields: vec![subject.into(), subject.into()],
             kept: Default::default(),
             chat: None,
             choices: None,
@@ -730,10 +751,10 @@ mod tests {
         let math = job.generation.prompt_of(record("math"));
         assert_eq!(
             (math.before.as_str(), math.error),
-            ("Q: 1+1\nA: 2\n\nQ: ", None)
+            ("About math:\nQ: 1+1\nA: 2\n\nQ: ", None)
         );
         let art = job.generation.prompt_of(record("art"));
-        assert_eq!(art.before, "Q: Mona Lisa\nA: Leonardo\n\nQ: ");
+        assert_eq!(art.before, "About art:\nQ: Mona Lisa\nA: Leonardo\n\nQ: ");
         let error = job.generation.prompt_of(record("history")).error.unwrap();
         assert!(error.contains("whose `subject` is \"history\""), "{error}");
     }

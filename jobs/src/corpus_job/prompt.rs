@@ -124,6 +124,21 @@ impl PromptTemplate {
     }
 }
 
+/// Checks `--description` (text before each record's prompt and its few-shot examples,
+/// with the record's `{field}`s, lm-evaluation-harness's description): it parses as a
+/// prompt's start would, and holds no `{text}`.
+pub fn check_description(description: &str) -> Result<(), String> {
+    match PromptTemplate::parse(&format!("{description}{{text}}")) {
+        Ok(_) => Ok(()),
+        Err(error) if error.contains("{text} twice") => Err(
+            "--description goes before the few-shot examples and the prompt, so it cannot hold \
+             {text}: --prompt places the record's text"
+                .into(),
+        ),
+        Err(error) => Err(error.replace("--prompt", "--description")),
+    }
+}
+
 fn valid_field(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -160,5 +175,17 @@ mod tests {
         assert!(error.contains("lone"), "{error}");
         let error = PromptTemplate::parse("{text} {unclosed").unwrap_err();
         assert!(error.contains("field name in braces"), "{error}");
+    }
+
+    /// A description parses as a prompt's start; `{text}` in it or a bad brace is refused
+    /// naming it.
+    #[test]
+    fn a_description_holds_fields_and_no_text() {
+        assert!(check_description("About {subject}: {{braces}}.\n\n").is_ok());
+        assert!(check_description("").is_ok());
+        let error = check_description("Read {text} first").unwrap_err();
+        assert!(error.contains("--description goes before"), "{error}");
+        let error = check_description("About {sub ject}").unwrap_err();
+        assert!(error.starts_with("--description has `{sub ject`"), "{error}");
     }
 }

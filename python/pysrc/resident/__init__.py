@@ -715,6 +715,7 @@ class Cluster:
         fewshot_delimiter: str = "\n\n",
         fewshot_group: Optional[str] = None,
         accuracy_by: Optional[str] = None,
+        description: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -735,7 +736,9 @@ class Cluster:
         written through ``prompt`` with its right choice, joined by ``fewshot_delimiter``
         (``--fewshot-input``); ``fewshot_group`` (a field, MMLU's ``subject``) gives each
         record the first examples with its own value (``--fewshot-group``); ``accuracy_by``
-        (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
+        ``description`` goes before the examples and the prompt (``--description``). ``output``
+        receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -750,7 +753,7 @@ class Cluster:
                 vram_gib, chunk_size, on_bad_record, id_field, text_field, keep_pool,
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
                 input_format, output_format, choices_field, answer_field, fewshot_input,
-                fewshot, fewshot_delimiter, fewshot_group, accuracy_by,
+                fewshot, fewshot_delimiter, fewshot_group, accuracy_by, description,
             )
         finally:
             bar.close()

@@ -70,6 +70,7 @@ class NativeCluster:
         fewshot_delimiter: str = "\n\n",
         fewshot_group: Optional[str] = None,
         accuracy_by: Optional[str] = None,
+        description: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

@@ -717,8 +717,9 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
 /// MMLU's per-subject dev examples): its line is the one the same examples written into
 /// `--prompt` by hand give; a record of a subject without examples is answered with an
 /// error saying what to do; a subject with too few examples, or a group without a dev
-/// file, is refused before the job starts. `--accuracy-by subject` reports each subject's
-/// accuracy, as its records' lines count it.
+/// file, is refused before the job starts. `--description` goes first, with the record's
+/// subject. `--accuracy-by subject` reports each subject's accuracy, as its records' lines
+/// count it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     init_logging();
@@ -747,10 +748,12 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     let mut flags = SCORE.to_vec();
     flags.extend(["--fewshot-input", dev_path, "--fewshot", "2"]);
     flags.extend(["--fewshot-group", "subject", "--accuracy-by", "subject"]);
+    flags.extend(["--description", "About {subject}:\n"]);
     let (grouped, report) = generate(dir.path(), "grouped", &records, "Q: {text}\nA:", &flags);
-    let colour_by_hand = "Q: Grass is\nA: green\n\nQ: Coal is\nA: black\n\nQ: {text}\nA:";
+    let colour_by_hand =
+        "About colour:\nQ: Grass is\nA: green\n\nQ: Coal is\nA: black\n\nQ: {text}\nA:";
     let (colour_lines, _) = generate(dir.path(), "colour", &colour, colour_by_hand, SCORE);
-    let heat_by_hand = "Q: Fire is\nA: hot\n\nQ: Ice is\nA: cold\n\nQ: {text}\nA:";
+    let heat_by_hand = "About heat:\nQ: Fire is\nA: hot\n\nQ: Ice is\nA: cold\n\nQ: {text}\nA:";
     let (heat_lines, _) = generate(dir.path(), "heat", &heat, heat_by_hand, SCORE);
     assert_eq!(grouped[..3], [colour_lines, heat_lines].concat());
     let error = grouped[3]["error"].as_str().unwrap();
@@ -788,7 +791,7 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     let mut too_many = SCORE.to_vec();
     too_many.extend(["--fewshot-input", dev_path, "--fewshot", "3"]);
     too_many.extend(["--fewshot-group", "subject"]);
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &too_many,
             "too few answered records in 2 of 2 groups (\"colour\" has 2, \"heat\" has 2)",
@@ -806,6 +809,11 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
         (
             &["--template", "none", "--accuracy-by", "subject"],
             "--accuracy-by breaks down the accuracy of scored choices: it needs --score",
+        ),
+        (
+            &["--description", "Read {text}"],
+            "--description goes before the few-shot examples and the prompt, so it cannot \
+             hold {text}",
         ),
     ];
     assert_refused(&input, &dir.path().join("refused"), &cases);
