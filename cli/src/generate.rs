@@ -154,6 +154,16 @@ pub struct GenerateArgs {
     /// its text.
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
+    /// With --score, these are scored in place of a record's choices, in order (MMLU's
+    /// letters: --choice-labels A,B,C,D, the texts written into --prompt as
+    /// {choices.0}...{choices.3}); a record with more choices than labels is a bad record.
+    #[arg(
+        long,
+        env = "RESIDENT_CHOICE_LABELS",
+        value_delimiter = ',',
+        value_name = "LABEL,..."
+    )]
+    choice_labels: Vec<String>,
     /// Text before each record's prompt, and before its few-shot examples, with the
     /// record's {field}s and no {text} (lm-evaluation-harness's description; MMLU's "The
     /// following are multiple choice questions (with answers) about {subject}.\n\n").
@@ -286,10 +296,15 @@ impl GenerateArgs {
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }
+        crate::exit::require(
+            self.score || self.choice_labels.is_empty(),
+            "--choice-labels scores labels in place of each record's choices: it needs --score",
+        )?;
         if self.score {
             config.corpus.reader.choices = Some(ChoiceFields {
                 choices: self.choices_field.clone(),
                 answer: self.answer_field.clone(),
+                labels: self.choice_labels.clone(),
             });
         }
         if let Some(field) = &self.accuracy_by {

@@ -625,7 +625,7 @@ impl NativeCluster {
         input_format="records", output_format="generations", choices_field="choices".to_owned(),
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
-        fewshot_group=None, accuracy_by=None, description=None))]
+        fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -654,6 +654,7 @@ impl NativeCluster {
         fewshot_group: Option<String>,
         accuracy_by: Option<String>,
         description: Option<String>,
+        choice_labels: Vec<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -676,30 +677,12 @@ impl NativeCluster {
         let fields = ChoiceFields {
             choices: choices_field,
             answer: answer_field,
+            labels: choice_labels,
         };
         read_choices(py, &mut config, fields, accuracy_by)?;
         let fewshot = (fewshot_input, fewshot, fewshot_delimiter, fewshot_group);
         put_prompt_start(py, &mut config, description, fewshot)?;
-        match input_format {
-            "records" => {}
-            "openai-batch" => config.read_openai_batch(),
-            other => {
-                return Err(bad_input(
-                    py,
-                    format!("input_format {other:?} is not 'records' or 'openai-batch'"),
-                ));
-            }
-        }
-        config.generation.output = match output_format {
-            "generations" => GenerationOutput::Lines,
-            "openai-batch" => GenerationOutput::OpenAiBatch,
-            other => {
-                return Err(bad_input(
-                    py,
-                    format!("output_format {other:?} is not 'generations' or 'openai-batch'"),
-                ));
-            }
-        };
+        set_formats(py, &mut config, input_format, output_format)?;
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
             let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);
@@ -893,6 +876,37 @@ impl NativeCluster {
     }
 }
 
+/// How `generate_job` reads its records (`"records"` or `"openai-batch"`) and writes its
+/// answers (`"generations"` or `"openai-batch"`).
+fn set_formats(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    input_format: &str,
+    output_format: &str,
+) -> PyResult<()> {
+    match input_format {
+        "records" => {}
+        "openai-batch" => config.read_openai_batch(),
+        other => {
+            return Err(bad_input(
+                py,
+                format!("input_format {other:?} is not 'records' or 'openai-batch'"),
+            ));
+        }
+    }
+    config.generation.output = match output_format {
+        "generations" => GenerationOutput::Lines,
+        "openai-batch" => GenerationOutput::OpenAiBatch,
+        other => {
+            return Err(bad_input(
+                py,
+                format!("output_format {other:?} is not 'generations' or 'openai-batch'"),
+            ));
+        }
+    };
+    Ok(())
+}
+
 /// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter and
 /// the group field.
 type FewshotArgs = (Option<String>, usize, String, Option<String>);
@@ -945,6 +959,12 @@ fn read_choices(
     fields: ChoiceFields,
     accuracy_by: Option<String>,
 ) -> PyResult<()> {
+    if !fields.labels.is_empty() && !config.generation.params.score {
+        return Err(bad_input(
+            py,
+            "choice_labels scores labels in place of each record's choices: it needs score=True",
+        ));
+    }
     if config.generation.params.score {
         config.corpus.reader.choices = Some(fields);
     }

@@ -186,6 +186,35 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
         )
 
 
+def test_choice_labels_score_letters_after_the_choices_written_into_the_prompt(
+    local_cluster, tmp_path
+):
+    corpus = write_corpus(tmp_path / "test.jsonl", [
+        {"id": "sky", "text": "The sky is", "choices": ["green", "blue"], "answer": 1},
+    ])
+    fields = dict(template="none", max_new_tokens=0, score=True, progress=False)
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "letters"),
+        "{text}\nA. {choices.0}\nB. {choices.1}\nAnswer: ", choice_labels=["A", "B"], **fields,
+    )
+    by_hand = write_corpus(tmp_path / "hand.jsonl", [
+        {"id": "sky", "text": "The sky is", "choices": ["A", "B"], "answer": 1},
+    ])
+    local_cluster.generate_job(
+        str(by_hand), str(SMOLLM2), str(tmp_path / "hand"),
+        "{text}\nA. green\nB. blue\nAnswer: ", **fields,
+    )
+    letters, hand = (
+        open(tmp_path / name / "generations.jsonl").read() for name in ("letters", "hand")
+    )
+    assert letters == hand and '"choice_scores"' in letters, letters
+    with pytest.raises(resident.BadInput, match="choice_labels scores labels .* needs score=True"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
+            choice_labels=["A", "B"], progress=False,
+        )
+
+
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
     with pytest.raises(resident.BadInput, match="template none"):
         local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)

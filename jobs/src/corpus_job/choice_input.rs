@@ -16,6 +16,9 @@ pub struct ChoiceFields {
     pub choices: String,
     /// The right choice: its index, its label or its text.
     pub answer: String,
+    /// What is scored in place of each choice's text, in order (`--choice-labels A,B,C,D`:
+    /// MMLU's letters, the texts then written into the prompt); empty: the texts.
+    pub labels: Vec<String>,
 }
 
 impl Default for ChoiceFields {
@@ -23,6 +26,7 @@ impl Default for ChoiceFields {
         Self {
             choices: "choices".into(),
             answer: "answer".into(),
+            labels: Vec::new(),
         }
     }
 }
@@ -82,7 +86,24 @@ pub fn parse_choices(
         None | Some(Value::Null) => None,
         Some(answer) => Some(answer_index(answer, &choices, labels, &fields.answer)?),
     };
+    let choices = match fields.labels.is_empty() {
+        true => choices,
+        false => labelled(choices.len(), &fields.labels, name)?,
+    };
     Ok(Some(ChoiceRecord { choices, answer }))
+}
+
+/// The first `count` of `labels`, scored in place of a record's `count` choices; an error
+/// when there are fewer labels than choices.
+fn labelled(count: usize, labels: &[String], name: &str) -> Result<Vec<String>, String> {
+    match labels.get(..count) {
+        Some(labels) => Ok(labels.to_vec()),
+        None => Err(format!(
+            "`{name}` holds {count} choices, and --choice-labels gives {} labels; give a label \
+             for each choice",
+            labels.len()
+        )),
+    }
 }
 
 fn check_count(count: usize, name: &str) -> Result<(), String> {
@@ -236,6 +257,30 @@ mod tests {
         parse_choices(&object(value), &ChoiceFields::default())
     }
 
+    /// With labels, the labels are scored in the choices' place, the answer found among
+    /// the texts; a record with more choices than labels is refused saying so.
+    #[test]
+    fn labels_are_scored_in_place_of_the_choices() {
+        let letters = ChoiceFields {
+            labels: ["A", "B", "C", "D"].map(String::from).to_vec(),
+            ..ChoiceFields::default()
+        };
+        let record = object(json!({"choices": ["red", "blue", "green"], "answer": "blue"}));
+        assert_eq!(
+            parse_choices(&record, &letters),
+            Ok(Some(ChoiceRecord {
+                choices: vec!["A".into(), "B".into(), "C".into()],
+                answer: Some(1),
+            }))
+        );
+        let five = object(json!({"choices": ["a", "b", "c", "d", "e"], "answer": 0}));
+        let error = parse_choices(&five, &letters).unwrap_err();
+        assert!(
+            error.contains("`choices` holds 5 choices, and --choice-labels gives 4 labels"),
+            "{error}"
+        );
+    }
+
     /// MMLU's list and index, ARC's labelled object and letter, an answer by its text, and
     /// a record without choices; each wrong shape refused, saying what is wrong.
     #[test]
@@ -260,6 +305,7 @@ mod tests {
         let renamed = ChoiceFields {
             choices: "endings".into(),
             answer: "label".into(),
+            ..ChoiceFields::default()
         };
         let hellaswag = object(json!({"endings": ["a", "b", "c"], "label": 2}));
         assert_eq!(

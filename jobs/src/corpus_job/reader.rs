@@ -472,6 +472,24 @@ impl RecordReader {
     }
 }
 
+/// A record's `field`: its key, or else a path into its lists and objects, each step
+/// after a dot a key or an index from 0 (`choices.0`, `choices.text.2`, `meta.source`).
+fn field_value<'a>(object: &'a serde_json::Map<String, Value>, field: &str) -> Option<&'a Value> {
+    if let Some(value) = object.get(field) {
+        return Some(value);
+    }
+    let mut steps = field.split('.');
+    let mut value = object.get(steps.next()?)?;
+    for step in steps {
+        value = match value {
+            Value::Object(map) => map.get(step)?,
+            Value::Array(list) => list.get(step.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
 /// A record's `field` as text (a number or a boolean as JSON writes it); `why` says what
 /// asks for it, in the refusal of a record without it.
 fn field_text(
@@ -479,7 +497,7 @@ fn field_text(
     field: &str,
     why: &str,
 ) -> Result<String, String> {
-    match object.get(field) {
+    match field_value(object, field) {
         Some(Value::String(value)) => Ok(value.clone()),
         Some(value @ (Value::Number(_) | Value::Bool(_))) => Ok(value.to_string()),
         Some(_) => Err(format!("field `{field}` ({why}) is not text")),
@@ -554,6 +572,31 @@ mod tests {
         assert_eq!(reasons[4], (6, "duplicate id \"a\""));
         assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    /// A field past a dot is a path into the record's lists and objects (MMLU's
+    /// `{choices.0}`, ARC's `{choices.text.1}`); a key that holds the dot itself comes
+    /// first; a path that leads nowhere is a missing field.
+    #[test]
+    fn fields_reach_into_lists_and_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        let lines = [
+            r#"{"text": "q", "choices": ["red", "blue"], "arc": {"text": ["x", "y"]}, "a.b": "dotted", "meta": {"year": 1999}}"#,
+            r#"{"text": "q", "choices": ["red"], "arc": {"text": []}, "a.b": "d", "meta": {}}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let fields = ["choices.1", "arc.text.0", "a.b", "meta.year"];
+        let options = ReaderOptions {
+            extra_fields: fields.map(String::from).to_vec(),
+            ..ReaderOptions::default()
+        };
+        let items = read_items(&path, options);
+        assert_eq!(items[0].as_ref().unwrap().fields, ["blue", "x", "dotted", "1999"]);
+        assert_eq!(
+            items[1].as_ref().unwrap_err(),
+            "missing field `choices.1` (named in the prompt)"
+        );
     }
 
     #[test]

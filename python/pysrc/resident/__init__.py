@@ -716,6 +716,7 @@ class Cluster:
         fewshot_group: Optional[str] = None,
         accuracy_by: Optional[str] = None,
         description: Optional[str] = None,
+        choice_labels: Optional[Sequence[str]] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -737,8 +738,9 @@ class Cluster:
         (``--fewshot-input``); ``fewshot_group`` (a field, MMLU's ``subject``) gives each
         record the first examples with its own value (``--fewshot-group``); ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
-        ``description`` goes before the examples and the prompt (``--description``). ``output``
-        receives ``generations.jsonl`` (one line per record, input order), the
+        ``description`` goes before the examples and the prompt (``--description``);
+        ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
+        choices (``--choice-labels``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -754,6 +756,7 @@ class Cluster:
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
                 input_format, output_format, choices_field, answer_field, fewshot_input,
                 fewshot, fewshot_delimiter, fewshot_group, accuracy_by, description,
+                list(choice_labels or []),
             )
         finally:
             bar.close()

@@ -1,6 +1,6 @@
 """Type stubs of the native module (PyO3); the public API is ``resident`` itself."""
 
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 class NativeCluster:
     def url(self) -> str: ...
@@ -71,6 +71,7 @@ class NativeCluster:
         fewshot_group: Optional[str] = None,
         accuracy_by: Optional[str] = None,
         description: Optional[str] = None,
+        choice_labels: Sequence[str] = ...,
     ) -> str: ...
     def generate(
         self,

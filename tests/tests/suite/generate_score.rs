@@ -819,6 +819,45 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
+/// MMLU's own format: the choices' texts written into the prompt by path
+/// (`{choices.0}`), the letters scored in their place (`--choice-labels A,B`): each line
+/// is the one the same prompt written out by hand gives, with the letters as the choices;
+/// a record with more choices than labels is a bad record saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choice_labels_score_letters_after_the_choices_written_into_the_prompt() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let records = [
+        json!({"id": "sky", "question": "The sky is", "choices": ["green", "blue"], "answer": 1}),
+        json!({"id": "fire", "question": "Fire is", "choices": ["hot", "cold"], "answer": 0}),
+        json!({"id": "three", "question": "Snow is", "choices": ["white", "red", "blue"], "answer": 0}),
+    ];
+    let prompt = "Question: {text}\nA. {choices.0}\nB. {choices.1}\nAnswer: ";
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--text-field", "question", "--choice-labels", "A,B"]);
+    let (lines, report) = generate(dir.path(), "letters", &records, prompt, &flags);
+    assert_eq!(lines.len(), 2);
+    let reasons = report["bad_records"].to_string();
+    assert!(
+        reasons.contains("`choices` holds 3 choices, and --choice-labels gives 2 labels"),
+        "{reasons}"
+    );
+    for (line, record) in lines.iter().zip(&records) {
+        let [a, b] = [0, 1].map(|i| record["choices"][i].as_str().unwrap());
+        let by_hand = format!("Question: {{text}}\nA. {a}\nB. {b}\nAnswer: ");
+        let written = json!({
+            "id": record["id"], "question": record["question"], "choices": ["A", "B"],
+            "answer": record["answer"],
+        });
+        let name = format!("by-hand-{}", record["id"].as_str().unwrap());
+        let mut hand_flags = SCORE.to_vec();
+        hand_flags.extend(["--text-field", "question"]);
+        let (hand, _) = generate(dir.path(), &name, &[written], &by_hand, &hand_flags);
+        assert_eq!(line, &hand[0]);
+    }
+    assert_eq!(lines[0]["choice_scores"].as_array().unwrap().len(), 2);
+}
+
 /// What a score cannot take is refused before anything runs, saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
