@@ -62,8 +62,11 @@ impl FewshotGroups {
     /// What the job's settings fingerprint holds of them (a resumed job with other
     /// examples is another job).
     pub fn settings(&self) -> serde_json::Value {
-        let prompts: BTreeMap<&String, &str> =
-            self.prompts.iter().map(|(group, prompt)| (group, prompt.as_str())).collect();
+        let prompts: BTreeMap<&String, &str> = self
+            .prompts
+            .iter()
+            .map(|(group, prompt)| (group, prompt.as_str()))
+            .collect();
         serde_json::json!({ "field": self.field, "prompts": prompts })
     }
 }
@@ -90,7 +93,8 @@ pub fn read_examples(
 ) -> Result<FewshotPrompt, JobError> {
     let names = options.extra_fields.clone();
     let start = |shots: &[Record]| {
-        let examples = examples_text(prompt, &names, shots, &source.delimiter)?;
+        let examples =
+            examples_text(prompt, &names, shots, &source.delimiter).map_err(JobError::Input)?;
         let literal = examples.replace('{', "{{").replace('}', "}}");
         PromptTemplate::parse(&format!("{description}{literal}{}", prompt.as_str()))
             .map_err(JobError::Input)
@@ -149,7 +153,9 @@ pub fn examples_text(
         let values: Vec<String> = (template.fields().iter())
             .map(|field| {
                 let at = names.iter().position(|name| name == field);
-                at.and_then(|at| shot.fields.get(at)).cloned().unwrap_or_default()
+                at.and_then(|at| shot.fields.get(at))
+                    .cloned()
+                    .unwrap_or_default()
             })
             .collect();
         let (before, after) = template.around(&values);

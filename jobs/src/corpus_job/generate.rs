@@ -64,7 +64,7 @@ impl GenerateJobConfig {
 
     /// Puts what goes before each record's prompt: `description` (a template's source with
     /// the record's fields and without `{text}`: lm-evaluation-harness's description), then
-    /// the few-shot examples `fewshot` names ([`read_examples`]), each written through the
+    /// the few-shot examples `fewshot` names (`read_examples`), each written through the
     /// prompt. The reader then reads the description's fields, and when the examples are
     /// grouped, each record's group.
     pub fn put_prompt_start(
@@ -738,7 +738,10 @@ mod tests {
         // The description's field, then the group.
         assert_eq!(job.corpus.reader.extra_fields, ["subject"]);
         assert_eq!(job.corpus.reader.group_field.as_deref(), Some("subject"));
-        assert_eq!(job.generation.prompt.as_str(), "About {subject}:\nQ: {text}\nA:");
+        assert_eq!(
+            job.generation.prompt.as_str(),
+            "About {subject}:\nQ: {text}\nA:"
+        );
         assert_ne!(job.generation.settings_fingerprint("m"), ungrouped);
         let record = |subject: &str| Record {
             id: "r".into(),

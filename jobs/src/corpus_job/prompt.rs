@@ -186,6 +186,9 @@ mod tests {
         let error = check_description("Read {text} first").unwrap_err();
         assert!(error.contains("--description goes before"), "{error}");
         let error = check_description("About {sub ject}").unwrap_err();
-        assert!(error.starts_with("--description has `{sub ject`"), "{error}");
+        assert!(
+            error.starts_with("--description has `{sub ject`"),
+            "{error}"
+        );
     }
 }

@@ -592,7 +592,10 @@ mod tests {
             ..ReaderOptions::default()
         };
         let items = read_items(&path, options);
-        assert_eq!(items[0].as_ref().unwrap().fields, ["blue", "x", "dotted", "1999"]);
+        assert_eq!(
+            items[0].as_ref().unwrap().fields,
+            ["blue", "x", "dotted", "1999"]
+        );
         assert_eq!(
             items[1].as_ref().unwrap_err(),
             "missing field `choices.1` (named in the prompt)"
