@@ -435,7 +435,7 @@ impl ChunkWork for GenerateWork {
     type Figures = GenerateFigures;
     const JOB: &'static str = "generate";
     const OUTPUT: &'static str = "generations";
-    const SETTINGS: &'static str = "model, prompt or decoding parameters";
+    const SETTINGS: &'static str = "model, prompt, choice labels or decoding parameters";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-generations",
         data: "generations.jsonl",

@@ -123,7 +123,10 @@ impl<'a, W: ChunkWork> Job<'a, W> {
         let model = pin_model(&config.model, &config.s3)
             .await
             .map_err(JobError::Model)?;
-        let fingerprint = self.work.settings_fingerprint(&model.fingerprint);
+        let mut fingerprint = self.work.settings_fingerprint(&model.fingerprint);
+        if let Some(reading) = config.reader.output_settings() {
+            fingerprint = crate::files::sha256_hex(format!("{fingerprint}{reading}").as_bytes());
+        }
         let scan = {
             let (config, inputs) = (config.clone(), inputs.clone());
             tokio::task::spawn_blocking(move || scan::scan_input(&config, inputs, fingerprint))

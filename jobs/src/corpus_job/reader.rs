@@ -41,6 +41,14 @@ pub struct ReaderOptions {
 }
 
 impl ReaderOptions {
+    /// What of the reading changes a job's output beyond its input files, for its settings
+    /// fingerprint: the labels scored in place of the choices. `None` without them, so a
+    /// job that has none keeps the fingerprint it had before labels existed.
+    pub fn output_settings(&self) -> Option<serde_json::Value> {
+        let labels = &self.choices.as_ref()?.labels;
+        (!labels.is_empty()).then(|| serde_json::json!({ "choice_labels": labels }))
+    }
+
     /// Whether records have more than an id, a text and carried fields: a prompt's fields,
     /// conversations or OpenAI Batch lines, choices. A Parquet file's rows are then read
     /// whole, as a JSON line is.
@@ -572,6 +580,21 @@ mod tests {
         assert_eq!(reasons[4], (6, "duplicate id \"a\""));
         assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    /// Only choice labels join the settings, so a job without them keeps its fingerprint.
+    #[test]
+    fn choice_labels_are_the_reading_s_only_output_settings() {
+        let mut options = ReaderOptions::default();
+        assert_eq!(options.output_settings(), None);
+        options.choices = Some(ChoiceFields::default());
+        assert_eq!(options.output_settings(), None);
+        options.choices = Some(ChoiceFields {
+            labels: vec!["A".into(), "B".into()],
+            ..ChoiceFields::default()
+        });
+        let settings = options.output_settings().unwrap();
+        assert_eq!(settings, serde_json::json!({"choice_labels": ["A", "B"]}));
     }
 
     /// A field past a dot is a path into the record's lists and objects (MMLU's

@@ -856,6 +856,20 @@ async fn choice_labels_score_letters_after_the_choices_written_into_the_prompt()
         assert_eq!(line, &hand[0]);
     }
     assert_eq!(lines[0]["choice_scores"].as_array().unwrap().len(), 2);
+
+    // Other labels make other lines: the output is not resumed under them.
+    let other = SCORE.iter().copied().chain(["--choice-labels", "X,Y"]);
+    let other: Vec<&str> = other.chain(["--text-field", "question"]).collect();
+    let input = dir.path().join("letters.jsonl");
+    let output = generate_command(&input, &dir.path().join("letters"), prompt, &other)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds generations from a different model, prompt, choice labels or"),
+        "{stderr}"
+    );
 }
 
 /// What a score cannot take is refused before anything runs, saying what to do.
