@@ -2,19 +2,18 @@
 //! `generate@1` actors, completions back, shards as JSON lines, merged into
 //! `generations.jsonl`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use resident_actor::generate::{
-    ChoiceScores, Completion, FinishReason, Generate, GenerateConfig, GenerateParams,
-    GenerateRequest, PromptParts, TextScore, TokenLogprob,
+    Completion, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
-use serde::{Deserialize, Serialize};
 
 use super::chat_input::PromptInput;
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
-use super::group_accuracy::{AccuracyByGroup, GroupCounts, accuracy_by_group, group_of};
+use super::generation_lines::GenerationLine;
+use super::generation_report::{GenerateFigures, GenerationTally};
+use super::group_accuracy::{accuracy_by_group, group_of};
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
@@ -151,191 +150,6 @@ pub struct GenerateWork {
     /// The field whose values group the report's accuracy (`--accuracy-by`); the reader
     /// carries it.
     pub accuracy_by: Option<String>,
-}
-
-/// The report's figures of a generate job (this run's chunks).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GenerationTally {
-    /// Prompt tokens prefilled.
-    pub prompt_tokens: u64,
-    /// Tokens generated.
-    pub generated_tokens: u64,
-    /// Prompts whose record text was cut from its middle to fit the context (scored:
-    /// whose text was not scored to its end, `--max-score-windows`).
-    pub truncated_prompts: u64,
-    /// Completions that ended at the model's end token or a stop string.
-    pub finished_by_stop: u64,
-    /// Completions that ended at `--max-new-tokens` or the context's end.
-    pub finished_by_length: u64,
-    /// Records answered with an error instead of a completion (an invalid request of an
-    /// OpenAI Batch line, a conversation the chat template refuses).
-    #[serde(default)]
-    pub failed_requests: u64,
-    /// Record texts scored (`--score`).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub scored_texts: u64,
-    /// Their tokens scored.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub scored_tokens: u64,
-    /// The sum of those tokens' log-probabilities (natural log).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub scored_logprob: f64,
-    /// Records whose choices were scored (a multiple-choice record, a preference pair).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub choice_records: u64,
-    /// Of those, the records that named their right answer (a preference pair's is its
-    /// `chosen`).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub answered_records: u64,
-    /// Of those, the records whose likeliest choice was the right one.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub correct_records: u64,
-    /// Of those, the records whose likeliest choice per character was the right one.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub correct_normalized_records: u64,
-    /// The answered records' counts by group (`--accuracy-by`; the report's
-    /// `accuracy_by_group` holds them).
-    #[serde(skip)]
-    pub groups: BTreeMap<String, GroupCounts>,
-}
-
-/// Whether a report figure is at its default (left out of a report that never scored).
-fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
-}
-
-/// One line of `generations.jsonl`.
-#[derive(Serialize)]
-struct GenerationLine<'a> {
-    id: &'a serde_json::Value,
-    text: &'a str,
-    prompt_tokens: u32,
-    generated_tokens: u32,
-    finish_reason: &'static str,
-    /// Every completion, the first included, when the record asked for more than one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    choices: Option<Vec<ChoiceLine<'a>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<&'a [TokenLogprob]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    score: Option<ScoreLine>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    prompt_logprobs: Option<&'a [TokenLogprob]>,
-    /// A record with choices: each one's score, in order, and the one the model prefers.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    choices_scored: Option<ChoicesLine<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-}
-
-/// A record's scored choices as `generations.jsonl` spells them.
-#[derive(Serialize)]
-struct ChoicesLine<'a> {
-    choice_scores: Vec<ChoiceScoreLine<'a>>,
-    /// The likeliest choice (lm-evaluation-harness's `acc` picks it).
-    best: usize,
-    /// The likeliest per character (`acc_norm`'s pick).
-    best_normalized: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    answer: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    correct: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    correct_normalized: Option<bool>,
-}
-
-#[derive(Serialize)]
-struct ChoiceScoreLine<'a> {
-    #[serde(flatten)]
-    score: ScoreLine,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    prompt_logprobs: Option<&'a [TokenLogprob]>,
-}
-
-impl<'a> ChoicesLine<'a> {
-    fn new(scored: &'a ChoiceScores) -> Self {
-        let correct = scored.correct();
-        Self {
-            choice_scores: (scored.scores.iter())
-                .map(|score| ChoiceScoreLine {
-                    score: ScoreLine::new(score),
-                    prompt_logprobs: score.token_logprobs.as_deref(),
-                })
-                .collect(),
-            best: scored.best(),
-            best_normalized: scored.best_normalized(),
-            answer: scored.answer,
-            correct: correct.map(|(plain, _)| plain),
-            correct_normalized: correct.map(|(_, normalized)| normalized),
-        }
-    }
-}
-
-/// A record text's score as `generations.jsonl` spells it.
-#[derive(Serialize)]
-struct ScoreLine {
-    tokens: u32,
-    logprob: f64,
-    /// `exp(-logprob / tokens)`; null when no token was scored.
-    perplexity: Option<f64>,
-    greedy: bool,
-}
-
-impl ScoreLine {
-    fn new(score: &TextScore) -> Self {
-        Self {
-            tokens: score.tokens,
-            logprob: score.logprob,
-            perplexity: score.perplexity(),
-            greedy: score.greedy,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct ChoiceLine<'a> {
-    text: &'a str,
-    generated_tokens: u32,
-    finish_reason: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<&'a [TokenLogprob]>,
-}
-
-impl<'a> GenerationLine<'a> {
-    fn new(id: &'a serde_json::Value, completion: &'a Completion) -> Self {
-        let choices = (!completion.more.is_empty()).then(|| {
-            let first = ChoiceLine {
-                text: &completion.text,
-                generated_tokens: completion.generated_tokens,
-                finish_reason: completion.finish_reason.as_str(),
-                logprobs: completion.logprobs.as_deref(),
-            };
-            std::iter::once(first)
-                .chain(completion.more.iter().map(|choice| ChoiceLine {
-                    text: &choice.text,
-                    generated_tokens: choice.generated_tokens,
-                    finish_reason: choice.finish_reason.as_str(),
-                    logprobs: choice.logprobs.as_deref(),
-                }))
-                .collect()
-        });
-        Self {
-            id,
-            text: &completion.text,
-            prompt_tokens: completion.prompt_tokens,
-            generated_tokens: completion.generated_tokens,
-            finish_reason: completion.finish_reason.as_str(),
-            choices,
-            logprobs: completion.logprobs.as_deref(),
-            score: completion.score.as_ref().map(ScoreLine::new),
-            prompt_logprobs: completion
-                .score
-                .as_ref()
-                .and_then(|score| score.token_logprobs.as_deref()),
-            choices_scored: completion.choice_scores.as_ref().map(ChoicesLine::new),
-            error: completion.error.as_deref(),
-        }
-    }
 }
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
@@ -545,40 +359,9 @@ impl ChunkWork for GenerateWork {
 
     fn tally(&self, tally: &mut GenerationTally, piece: &Piece<Vec<Completion>>, kept: &[Kept]) {
         for (record, completion) in piece.data.iter().enumerate() {
-            if completion.error.is_some() {
-                tally.failed_requests += 1;
-                continue;
-            }
-            tally.prompt_tokens += u64::from(completion.prompt_tokens);
-            tally.generated_tokens += completion.all_generated_tokens();
-            tally.truncated_prompts += u64::from(completion.truncated);
-            if let Some(score) = &completion.score {
-                tally.scored_texts += 1;
-                tally.scored_tokens += u64::from(score.tokens);
-                tally.scored_logprob += score.logprob;
-            }
-            if let Some(scored) = &completion.choice_scores {
-                tally.choice_records += 1;
-                if let Some((plain, normalized)) = scored.correct() {
-                    tally.answered_records += 1;
-                    tally.correct_records += u64::from(plain);
-                    tally.correct_normalized_records += u64::from(normalized);
-                    if let Some(field) = &self.accuracy_by {
-                        let group = group_of(kept.get(record), field);
-                        tally
-                            .groups
-                            .entry(group)
-                            .or_default()
-                            .add(plain, normalized);
-                    }
-                }
-            }
-            for choice in completion.choices() {
-                match choice.finish_reason {
-                    FinishReason::Stop => tally.finished_by_stop += 1,
-                    FinishReason::Length => tally.finished_by_length += 1,
-                }
-            }
+            let group =
+                (self.accuracy_by.as_deref()).map(|field| group_of(kept.get(record), field));
+            tally.add(completion, group);
         }
     }
 
@@ -694,6 +477,8 @@ fn encode(request: &GenerateRequest) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    use resident_actor::generate::{ChoiceScores, FinishReason, TextScore};
+
     use super::*;
 
     /// Chunks keep an actor's batch full at its device's default batch (256 sequences on a
@@ -952,54 +737,5 @@ mod tests {
         assert_eq!(params_settings(&scoring)["score_windows"], true);
         assert_eq!(params_settings(&scoring)["score_choices"], true);
         assert!(plain.get("score_windows").is_none() && plain.get("score_choices").is_none());
-    }
-}
-
-/// A generate job's own figures: this run's tokens, in and out.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GenerateFigures {
-    /// This run's tokens and prompts.
-    #[serde(flatten)]
-    pub tally: GenerationTally,
-    /// Prompt tokens (prefilled) per wall second of this run.
-    pub prompt_tokens_per_second: f64,
-    /// Generated tokens per wall second of this run.
-    pub generated_tokens_per_second: f64,
-    /// `exp(-scored_logprob / scored_tokens)`: the perplexity of every text this run scored
-    /// as one corpus (absent when it scored none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scored_perplexity: Option<f64>,
-    /// `correct_records / answered_records`: how often the likeliest choice was the right
-    /// one (absent when no record named its answer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accuracy: Option<f64>,
-    /// The same by log-probability per character.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accuracy_normalized: Option<f64>,
-    /// Both by the groups of `--accuracy-by` (absent without it, or when no record named
-    /// its answer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accuracy_by_group: Option<AccuracyByGroup>,
-}
-
-impl GenerationTally {
-    /// `records` as a share of the records that named their answer; `None` when none did.
-    fn share_of_answered(&self, records: u64) -> Option<f64> {
-        (self.answered_records > 0).then(|| records as f64 / self.answered_records as f64)
-    }
-
-    /// The report's figures of a generate job that ran `wall`.
-    pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
-        let seconds = wall.as_secs_f64().max(1e-9);
-        GenerateFigures {
-            prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
-            generated_tokens_per_second: self.generated_tokens as f64 / seconds,
-            scored_perplexity: (self.scored_tokens > 0)
-                .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
-            accuracy: self.share_of_answered(self.correct_records),
-            accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
-            accuracy_by_group: None,
-            tally: self,
-        }
     }
 }

@@ -1,0 +1,144 @@
+//! A generate job's report figures: the tallies of its chunks' answers as they come in
+//! ([`GenerationTally`]) and what the report makes of them ([`GenerateFigures`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use resident_actor::generate::{Completion, FinishReason};
+use serde::{Deserialize, Serialize};
+
+use super::group_accuracy::{AccuracyByGroup, GroupCounts};
+
+/// The report's figures of a generate job (this run's chunks).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationTally {
+    /// Prompt tokens prefilled.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub generated_tokens: u64,
+    /// Prompts whose record text was cut from its middle to fit the context (scored:
+    /// whose text was not scored to its end, `--max-score-windows`).
+    pub truncated_prompts: u64,
+    /// Completions that ended at the model's end token or a stop string.
+    pub finished_by_stop: u64,
+    /// Completions that ended at `--max-new-tokens` or the context's end.
+    pub finished_by_length: u64,
+    /// Records answered with an error instead of a completion (an invalid request of an
+    /// OpenAI Batch line, a conversation the chat template refuses).
+    #[serde(default)]
+    pub failed_requests: u64,
+    /// Record texts scored (`--score`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub scored_texts: u64,
+    /// Their tokens scored.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub scored_tokens: u64,
+    /// The sum of those tokens' log-probabilities (natural log).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub scored_logprob: f64,
+    /// Records whose choices were scored (a multiple-choice record, a preference pair).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub choice_records: u64,
+    /// Of those, the records that named their right answer (a preference pair's is its
+    /// `chosen`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub answered_records: u64,
+    /// Of those, the records whose likeliest choice was the right one.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub correct_records: u64,
+    /// Of those, the records whose likeliest choice per character was the right one.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub correct_normalized_records: u64,
+    /// The answered records' counts by group (`--accuracy-by`; the report's
+    /// `accuracy_by_group` holds them).
+    #[serde(skip)]
+    pub groups: BTreeMap<String, GroupCounts>,
+}
+
+/// Whether a report figure is at its default (left out of a report that never scored).
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// A generate job's own figures: this run's tokens, in and out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GenerateFigures {
+    /// This run's tokens and prompts.
+    #[serde(flatten)]
+    pub tally: GenerationTally,
+    /// Prompt tokens (prefilled) per wall second of this run.
+    pub prompt_tokens_per_second: f64,
+    /// Generated tokens per wall second of this run.
+    pub generated_tokens_per_second: f64,
+    /// `exp(-scored_logprob / scored_tokens)`: the perplexity of every text this run scored
+    /// as one corpus (absent when it scored none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_perplexity: Option<f64>,
+    /// `correct_records / answered_records`: how often the likeliest choice was the right
+    /// one (absent when no record named its answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// The same by log-probability per character.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_normalized: Option<f64>,
+    /// Both by the groups of `--accuracy-by` (absent without it, or when no record named
+    /// its answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_by_group: Option<AccuracyByGroup>,
+}
+
+impl GenerationTally {
+    /// Counts one record's answer; `group` is its group when the accuracy is broken down
+    /// (`--accuracy-by`).
+    pub(super) fn add(&mut self, completion: &Completion, group: Option<String>) {
+        if completion.error.is_some() {
+            self.failed_requests += 1;
+            return;
+        }
+        self.prompt_tokens += u64::from(completion.prompt_tokens);
+        self.generated_tokens += completion.all_generated_tokens();
+        self.truncated_prompts += u64::from(completion.truncated);
+        if let Some(score) = &completion.score {
+            self.scored_texts += 1;
+            self.scored_tokens += u64::from(score.tokens);
+            self.scored_logprob += score.logprob;
+        }
+        if let Some(scored) = &completion.choice_scores {
+            self.choice_records += 1;
+            if let Some((plain, normalized)) = scored.correct() {
+                self.answered_records += 1;
+                self.correct_records += u64::from(plain);
+                self.correct_normalized_records += u64::from(normalized);
+                if let Some(group) = group {
+                    self.groups.entry(group).or_default().add(plain, normalized);
+                }
+            }
+        }
+        for choice in completion.choices() {
+            match choice.finish_reason {
+                FinishReason::Stop => self.finished_by_stop += 1,
+                FinishReason::Length => self.finished_by_length += 1,
+            }
+        }
+    }
+
+    /// `records` as a share of the records that named their answer; `None` when none did.
+    fn share_of_answered(&self, records: u64) -> Option<f64> {
+        (self.answered_records > 0).then(|| records as f64 / self.answered_records as f64)
+    }
+
+    /// The report's figures of a generate job that ran `wall`.
+    pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
+        let seconds = wall.as_secs_f64().max(1e-9);
+        GenerateFigures {
+            prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
+            generated_tokens_per_second: self.generated_tokens as f64 / seconds,
+            scored_perplexity: (self.scored_tokens > 0)
+                .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
+            accuracy: self.share_of_answered(self.correct_records),
+            accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
+            accuracy_by_group: None,
+            tally: self,
+        }
+    }
+}
