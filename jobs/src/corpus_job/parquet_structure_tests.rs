@@ -95,8 +95,9 @@ fn multiple_choice_datasets_read_as_their_json_lines_do() {
             ("answer", Arc::new(Int64Array::from(vec![1, 7]))),
         ],
     );
+    // MMLU's own format names the choices in the prompt by path (`{choices.2}`).
     let options = ReaderOptions {
-        extra_fields: vec!["subject".into()],
+        extra_fields: vec!["subject".into(), "choices.2".into()],
         keep_fields: vec!["choices".into()],
         ..generate_options("question", Some(ChoiceFields::default()))
     };
@@ -104,7 +105,7 @@ fn multiple_choice_datasets_read_as_their_json_lines_do() {
     let first = items[0].as_ref().unwrap();
     assert_eq!(
         (first.text.as_str(), &first.fields[..]),
-        ("2+2=", &["arithmetic".to_owned()][..])
+        ("2+2=", &["arithmetic".to_owned(), "5".to_owned()][..])
     );
     let choices = first.choices.as_ref().unwrap();
     assert_eq!(
