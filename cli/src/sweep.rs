@@ -127,6 +127,23 @@ impl SweepShown {
                 }
                 tracing::info!(total, resumed = resumed.len(), "trials planned");
             }
+            SweepEvent::PbtRound {
+                epoch,
+                members,
+                copies,
+                best_metric,
+            } => tracing::info!(
+                epoch,
+                members,
+                copies,
+                best_metric,
+                "PBT round: the worst trials copied better ones; population saved"
+            ),
+            SweepEvent::PopulationResumed { epoch, members } => tracing::info!(
+                epoch,
+                members,
+                "PBT: resumed the population saved at this epoch"
+            ),
             SweepEvent::TrialFinished(result) => {
                 self.progress.finished(result);
                 let line = self
@@ -171,6 +188,24 @@ fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result
             serde_json::to_string(params)?
         ),
         _ => println!("no trial finished"),
+    }
+    if !summary.best_policy.is_empty() {
+        println!("best policy (PBT: the hyperparameters that trained its weights, by epoch):");
+        for step in &summary.best_policy {
+            println!(
+                "  epochs {}-{}: trial {} {}",
+                step.start_epoch + 1,
+                step.end_epoch,
+                step.trial,
+                serde_json::to_string(&step.params)?
+            );
+        }
+    }
+    if summary.resumed_from_epoch > 0 {
+        eprintln!(
+            "PBT resumed the population saved after epoch {}",
+            summary.resumed_from_epoch
+        );
     }
     eprintln!(
         "{} trials by {} search ({} stopped early, {} failed, {} from an earlier run) in {:.1} s on {} actors with {} model loads, {:.3} GPU-hours and {:.3} CPU core-hours (~${:.2}); results: {}",

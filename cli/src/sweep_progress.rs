@@ -122,6 +122,7 @@ mod tests {
             metrics: vec![],
             train_s: 1.0,
             error: metric.is_none().then(|| "boom".to_owned()),
+            schedule: Vec::new(),
         }
     }
 

@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
             max_epochs: 12,
             grace_epochs: 3,
             reduction_factor: 2,
+            ..SchedulerConfig::default()
         },
         space: BTreeMap::from([
             ("lr".into(), ParamSpec::LogUniform([1e-4, 1e-1])),

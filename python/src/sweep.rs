@@ -87,7 +87,9 @@ pub fn run(
                 match event {
                     SweepEvent::TrialsPlanned { total, resumed } => counts = (resumed.len(), total),
                     SweepEvent::TrialFinished(_) => counts.0 += 1,
-                    SweepEvent::DataReady { .. } => return,
+                    SweepEvent::DataReady { .. }
+                    | SweepEvent::PbtRound { .. }
+                    | SweepEvent::PopulationResumed { .. } => return,
                 }
                 *sink.lock().expect("progress") = Some(counts);
             };

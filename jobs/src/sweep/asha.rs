@@ -91,6 +91,7 @@ mod tests {
             max_epochs: max,
             grace_epochs: grace,
             reduction_factor: rf,
+            ..SchedulerConfig::default()
         };
         TrialSchedulerState::new(config, Mode::Max)
     }
@@ -152,6 +153,7 @@ mod tests {
             max_epochs: 8,
             grace_epochs: 1,
             reduction_factor: 2,
+            ..SchedulerConfig::default()
         };
         let mut min = TrialSchedulerState::new(config, Mode::Min);
         assert_eq!(min.on_result(1, 0.1), Decision::Continue);

@@ -214,6 +214,21 @@ pub enum TrialScheduler {
     Fifo,
     /// Asynchronous successive halving: trials behind at a rung stop early.
     Asha,
+    /// Population-based training: the trials train together; every
+    /// `perturbation_interval` epochs the worst quantile takes a copy of a better trial's
+    /// weights and hyperparameters and perturbs them.
+    Pbt,
+}
+
+impl TrialScheduler {
+    /// Its name in the TOML file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fifo => "fifo",
+            Self::Asha => "asha",
+            Self::Pbt => "pbt",
+        }
+    }
 }
 
 /// `[scheduler]`: how trials run and stop.
@@ -232,6 +247,56 @@ pub struct SchedulerConfig {
     /// ASHA keeps one trial in this many at each rung.
     #[serde(default = "default_reduction")]
     pub reduction_factor: u32,
+    /// PBT: epochs between two rounds of exploit and explore (default a quarter of
+    /// `max_epochs`, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perturbation_interval: Option<u32>,
+    /// PBT: the share of the population that copies a better trial each round, and the
+    /// share it copies from (default 0.25; at most 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile_fraction: Option<f64>,
+    /// PBT: the chance that a copied hyperparameter is drawn afresh from its range rather
+    /// than perturbed (default 0.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resample_probability: Option<f64>,
+    /// PBT: the hyperparameters a round may change (default every one of the space's that
+    /// a trial can change between epochs: not `hidden`, `adapter` or `epochs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutations: Option<Vec<String>>,
+}
+
+/// Hyperparameters that shape a trial's weights: a trial that copies another's weights
+/// keeps the other's value, and PBT never changes them.
+pub const SHAPE_PARAMS: [&str; 3] = ["hidden", "adapter", "epochs"];
+
+impl SchedulerConfig {
+    /// PBT's epochs between rounds.
+    pub fn pbt_interval(&self) -> u32 {
+        self.perturbation_interval
+            .unwrap_or((self.max_epochs / 4).max(1))
+    }
+
+    /// PBT's quantile: the share that copies, and the share copied from.
+    pub fn pbt_quantile(&self) -> f64 {
+        self.quantile_fraction.unwrap_or(0.25)
+    }
+
+    /// PBT's chance of drawing a hyperparameter afresh.
+    pub fn pbt_resample_probability(&self) -> f64 {
+        self.resample_probability.unwrap_or(0.25)
+    }
+
+    /// The hyperparameters of `space` that PBT may change.
+    pub fn pbt_mutations(&self, space: &BTreeMap<String, ParamSpec>) -> Vec<String> {
+        match &self.mutations {
+            Some(names) => names.clone(),
+            None => space
+                .keys()
+                .filter(|name| !SHAPE_PARAMS.contains(&name.as_str()))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 fn default_max_epochs() -> u32 {
@@ -249,6 +314,10 @@ impl Default for SchedulerConfig {
             max_epochs: 10,
             grace_epochs: 1,
             reduction_factor: 3,
+            perturbation_interval: None,
+            quantile_fraction: None,
+            resample_probability: None,
+            mutations: None,
         }
     }
 }
@@ -326,6 +395,7 @@ impl SweepConfig {
         self.check_metric()?;
         check_asha(&self.scheduler)?;
         self.check_space()?;
+        self.check_pbt()?;
         if !(self.gpus_per_actor >= 0.0 && self.vram_gib > 0.0) {
             return Err(invalid(format!(
                 "gpus_per_actor ({}) must be >= 0 and vram_gib ({}) > 0",
@@ -406,6 +476,106 @@ impl SweepConfig {
                 )));
             }
             check_param(name, spec, self.search.algorithm)?;
+        }
+        Ok(())
+    }
+}
+
+impl SweepConfig {
+    /// Trials the search yields: `trials`, or every combination under grid search.
+    pub fn trial_count(&self) -> usize {
+        match self.search.algorithm {
+            SearchAlgorithm::Grid => self
+                .space
+                .values()
+                .map(|spec| match spec {
+                    ParamSpec::Choice(values) | ParamSpec::Grid(values) => values.len(),
+                    _ => 1,
+                })
+                .product(),
+            _ => self.trials as usize,
+        }
+    }
+
+    /// PBT's settings belong to PBT; under it, a population that copies at least one trial
+    /// a round, trials that all train to `max_epochs`, and mutations the trial can take.
+    fn check_pbt(&self) -> Result<(), SweepConfigError> {
+        let s = &self.scheduler;
+        if s.kind != TrialScheduler::Pbt {
+            let set = [
+                ("perturbation_interval", s.perturbation_interval.is_some()),
+                ("quantile_fraction", s.quantile_fraction.is_some()),
+                ("resample_probability", s.resample_probability.is_some()),
+                ("mutations", s.mutations.is_some()),
+            ];
+            return match set.iter().find(|(_, set)| *set) {
+                Some((key, _)) => Err(invalid(format!(
+                    "scheduler.{key} is PBT's; scheduler.kind is \"{}\" (set kind = \"pbt\" or drop {key})",
+                    s.kind.name()
+                ))),
+                None => Ok(()),
+            };
+        }
+        if self.search.algorithm == SearchAlgorithm::Tpe {
+            return Err(invalid(
+                "PBT starts its whole population at once and TPE draws each trial from finished ones: use search.algorithm = \"random\" or \"grid\"".into(),
+            ));
+        }
+        let interval = s.pbt_interval();
+        if interval == 0 || interval >= s.max_epochs {
+            return Err(invalid(format!(
+                "scheduler.perturbation_interval ({interval}) must be at least 1 and below max_epochs ({}): PBT perturbs between epochs",
+                s.max_epochs
+            )));
+        }
+        let quantile = s.pbt_quantile();
+        if !(quantile > 0.0 && quantile <= 0.5) {
+            return Err(invalid(format!(
+                "scheduler.quantile_fraction ({quantile}) must be above 0 and at most 0.5: the worst share copies the best share"
+            )));
+        }
+        let resample = s.pbt_resample_probability();
+        if !(0.0..=1.0).contains(&resample) {
+            return Err(invalid(format!(
+                "scheduler.resample_probability ({resample}) must be between 0 and 1"
+            )));
+        }
+        let population = self.trial_count();
+        if (population as f64 * quantile).floor() < 1.0 {
+            return Err(invalid(format!(
+                "a population of {population} trials with quantile_fraction {quantile} never copies a trial: PBT needs at least {} trials",
+                (1.0 / quantile).ceil()
+            )));
+        }
+        if self.space.contains_key("epochs") {
+            return Err(invalid(
+                "space.epochs: PBT trains every trial to scheduler.max_epochs; drop epochs from the space".into(),
+            ));
+        }
+        self.check_mutations()
+    }
+
+    /// Each mutation is a hyperparameter of the space that a trial can change between
+    /// epochs, and there is at least one.
+    fn check_mutations(&self) -> Result<(), SweepConfigError> {
+        let mutations = self.scheduler.pbt_mutations(&self.space);
+        if mutations.is_empty() {
+            return Err(invalid(format!(
+                "PBT has nothing to perturb: every hyperparameter of the space ({}) shapes the weights; add one that can change between epochs (lr, weight_decay, batch_size, ...)",
+                self.space.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        for name in &mutations {
+            if SHAPE_PARAMS.contains(&name.as_str()) {
+                return Err(invalid(format!(
+                    "scheduler.mutations: `{name}` shapes the weights, which a trial copies from another; PBT cannot change it between epochs"
+                )));
+            }
+            if !self.space.contains_key(name) {
+                return Err(invalid(format!(
+                    "scheduler.mutations: `{name}` is not in the space; declare its range under [space]"
+                )));
+            }
         }
         Ok(())
     }
@@ -620,5 +790,69 @@ hidden = { choice = [0, 64, 256] }
         // still resume).
         let random = serde_json::to_value(SweepConfig::from_toml(EXAMPLE).unwrap()).unwrap();
         assert_eq!(random["search"], serde_json::json!({"algorithm": "random"}));
+    }
+
+    #[test]
+    fn pbt_takes_its_settings_and_refuses_what_it_cannot_run() {
+        let pbt = EXAMPLE
+            .replace("kind = \"asha\"", "kind = \"pbt\"")
+            .replace(
+                "hidden = { choice = [0, 64, 256] }",
+                "hidden = { choice = [64] }",
+            );
+        let config = SweepConfig::from_toml(&pbt).unwrap();
+        let s = &config.scheduler;
+        assert_eq!(
+            (
+                s.pbt_interval(),
+                s.pbt_quantile(),
+                s.pbt_resample_probability()
+            ),
+            (5, 0.25, 0.25)
+        );
+        assert_eq!(
+            s.pbt_mutations(&config.space),
+            vec!["lr", "weight_decay"],
+            "not hidden"
+        );
+        // Settings of PBT's under no PBT are refused, and so are settings PBT cannot run.
+        let refused = |text: &str| SweepConfig::from_toml(text).unwrap_err().to_string();
+        let edit = |key: &str| pbt.replace("reduction_factor = 2", key);
+        assert!(
+            refused(&EXAMPLE.replace("reduction_factor = 2", "perturbation_interval = 2"))
+                .contains("scheduler.perturbation_interval is PBT's; scheduler.kind is \"asha\"")
+        );
+        assert!(refused(&edit("perturbation_interval = 20")).contains("below max_epochs (20)"));
+        assert!(refused(&edit("quantile_fraction = 0.6")).contains("at most 0.5"));
+        assert!(refused(&edit("resample_probability = 1.5")).contains("between 0 and 1"));
+        assert!(refused(&edit("mutations = [\"hidden\"]")).contains("`hidden` shapes the weights"));
+        assert!(
+            refused(&edit("mutations = [\"dropout\"]")).contains("`dropout` is not in the space")
+        );
+        assert!(
+            refused(&pbt.replace("trials = 16", "trials = 3"))
+                .contains("a population of 3 trials with quantile_fraction 0.25 never copies a trial: PBT needs at least 4 trials")
+        );
+        assert!(
+            refused(&pbt.replace("algorithm = \"random\"", "algorithm = \"tpe\""))
+                .contains("use search.algorithm = \"random\" or \"grid\"")
+        );
+        assert!(
+            refused(&format!("{pbt}epochs = {{ int = [1, 4] }}\n"))
+                .contains("space.epochs: PBT trains every trial to scheduler.max_epochs")
+        );
+        let shapes_only = pbt
+            .replace("lr = { loguniform = [1e-4, 1e-1] }\n", "")
+            .replace("weight_decay = { loguniform = [1e-6, 1e-2] }\n", "");
+        assert!(refused(&shapes_only).contains("PBT has nothing to perturb"));
+        // Grid search's population is its combinations.
+        let grid = pbt
+            .replace("algorithm = \"random\"", "algorithm = \"grid\"")
+            .replace("{ loguniform = [1e-4, 1e-1] }", "{ grid = [0.1, 0.01] }")
+            .replace("{ loguniform = [1e-6, 1e-2] }", "{ grid = [0.0, 1e-4] }");
+        assert_eq!(SweepConfig::from_toml(&grid).unwrap().trial_count(), 4);
+        // A declaration without PBT's keys serializes as before (older sweep.json resume).
+        let asha = serde_json::to_value(SweepConfig::from_toml(EXAMPLE).unwrap()).unwrap();
+        assert_eq!(asha["scheduler"].as_object().unwrap().len(), 4);
     }
 }

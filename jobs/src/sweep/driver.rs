@@ -1,5 +1,5 @@
-//! The sweep's trial bookkeeping (pure): which trial segments to run next, and what ASHA
-//! decides when a trial reaches a rung.
+//! The sweep's trial bookkeeping (pure): which trial segments to run next, what ASHA
+//! decides when a trial reaches a rung, and PBT's rounds.
 //!
 //! A trial runs in segments that end at rung epochs (ASHA) or at its last epoch (FIFO); the
 //! actor returns the metric after each epoch plus a checkpoint to continue from. Decisions
@@ -7,11 +7,17 @@
 //! until every trial before it has reached that rung or ended), so a sweep decides the same
 //! under a seed whatever order actors finish in. Trials start in id order, so the lowest
 //! unfinished trial can always go on: no deadlock.
+//!
+//! Under PBT the rungs are every `perturbation_interval` epochs and wait for the whole
+//! population: when every trial still training stands at the rung, the round decides which
+//! copy which ([`super::pbt::round`]) and all train on. The runner copies the checkpoints
+//! ([`SweepDriver::take_rounds`]) before it sends another segment.
 
 use std::collections::BTreeMap;
 
 use super::asha::{Decision, TrialSchedulerState};
 use super::config::{Mode, ParamSpec, SchedulerConfig, SearchAlgorithm, SweepConfig};
+use super::pbt::{self, Exploit, PbtSettings, Perturbation};
 use super::search::{Params, generate_trials};
 use super::tpe;
 
@@ -116,6 +122,8 @@ pub struct TrialProgress {
     pub phase: Phase,
     /// Epochs this trial may train: `max_epochs`, or less when its `epochs` param says so.
     pub epoch_cap: u32,
+    /// PBT: what it started with and each copy it made since (empty under other schedulers).
+    pub schedule: Vec<Perturbation>,
 }
 
 impl TrialProgress {
@@ -138,6 +146,19 @@ pub struct SweepDriver {
     next_to_feed: BTreeMap<u32, usize>,
     max_running: usize,
     running: usize,
+    /// PBT's settings, under PBT.
+    pbt: Option<PbtSettings>,
+    /// PBT rounds decided and not yet taken by the runner.
+    rounds: Vec<Round>,
+}
+
+/// A PBT round the driver decided: the runner copies each donor's checkpoint to its trial.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Round {
+    /// The epoch every trial still training stood at.
+    pub epoch: u32,
+    /// Who copied whom.
+    pub exploits: Vec<Exploit>,
 }
 
 impl SweepDriver {
@@ -157,6 +178,7 @@ impl SweepDriver {
                 params,
                 metrics: Vec::new(),
                 phase: Phase::NotStarted,
+                schedule: Vec::new(),
             })
             .collect();
         Self {
@@ -168,7 +190,32 @@ impl SweepDriver {
             scheduler,
             max_running: max_running.max(1),
             running: 0,
+            pbt: None,
+            rounds: Vec::new(),
         }
+    }
+
+    /// The same driver running PBT rounds every `settings.interval` epochs; each trial's
+    /// schedule starts with its hyperparameters.
+    pub fn population_based(mut self, settings: PbtSettings) -> Self {
+        self.rungs = (1..)
+            .map(|k| k * settings.interval)
+            .take_while(|epoch| *epoch < self.max_epochs)
+            .collect();
+        for trial in &mut self.trials {
+            trial.schedule = vec![Perturbation {
+                epoch: 0,
+                cloned_from: None,
+                params: trial.params.clone(),
+            }];
+        }
+        self.pbt = Some(settings);
+        self
+    }
+
+    /// The PBT rounds decided since the last call, in order.
+    pub fn take_rounds(&mut self) -> Vec<Round> {
+        std::mem::take(&mut self.rounds)
     }
 
     /// Every trial, by id.
@@ -182,6 +229,8 @@ impl SweepDriver {
     pub fn accepts_result(&self, trial: usize, params: &Params) -> bool {
         match (&self.tpe, self.trials.get(trial)) {
             (_, None) => false,
+            // PBT's rounds change a trial's hyperparameters as it trains.
+            (None, Some(_)) if self.pbt.is_some() => true,
             (None, Some(progress)) => &progress.params == params,
             (Some(plan), Some(_)) => trial >= plan.startup || &plan.random[trial] == params,
         }
@@ -201,6 +250,28 @@ impl SweepDriver {
         progress.metrics = metrics;
         progress.phase = Phase::Done { stopped_early };
         self.decide();
+    }
+
+    /// Marks a trial that failed in an earlier run (PBT's population went on without it).
+    pub fn restore_failed(&mut self, trial: usize, error: String) {
+        self.trials[trial].phase = Phase::Failed(error);
+        self.decide();
+    }
+
+    /// Puts a PBT trial where an earlier run's last round left it: past the round, ready to
+    /// train on from its checkpoint with `params`.
+    pub fn restore_member(
+        &mut self,
+        trial: usize,
+        params: Params,
+        metrics: Vec<f64>,
+        schedule: Vec<Perturbation>,
+    ) {
+        let progress = &mut self.trials[trial];
+        progress.params = params;
+        progress.metrics = metrics;
+        progress.schedule = schedule;
+        progress.phase = Phase::Ready;
     }
 
     /// Whether every trial ended.
@@ -323,8 +394,12 @@ impl SweepDriver {
     }
 
     /// Feeds rung results to the scheduler in trial-id order, as far as they are known;
-    /// returns the trials it stopped.
+    /// returns the trials it stopped. Under PBT, runs the round every trial waits at.
     fn decide(&mut self) -> Vec<usize> {
+        if self.pbt.is_some() {
+            self.decide_round();
+            return Vec::new();
+        }
         let mut stopped = Vec::new();
         for &rung in &self.rungs {
             let next = self.next_to_feed.get_mut(&rung).expect("every rung");
@@ -359,6 +434,46 @@ impl SweepDriver {
     }
 }
 
+impl SweepDriver {
+    /// PBT: when every trial still training stands at the same rung, runs that round: the
+    /// copiers take their donors' hyperparameters (perturbed), and every one trains on.
+    fn decide_round(&mut self) {
+        let Some(settings) = &self.pbt else { return };
+        let mut epoch = None;
+        for trial in &self.trials {
+            match trial.phase {
+                Phase::AtRung(at) if epoch.is_none_or(|e| e == at) => epoch = Some(at),
+                Phase::Done { .. } | Phase::Failed(_) => {}
+                _ => return,
+            }
+        }
+        let Some(epoch) = epoch else { return };
+        let members: Vec<(usize, f64, &Params)> = self
+            .trials
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.phase == Phase::AtRung(epoch))
+            .map(|(id, t)| (id, t.metrics[epoch as usize - 1], &t.params))
+            .collect();
+        let exploits = pbt::round(settings, epoch, &members);
+        for exploit in &exploits {
+            let progress = &mut self.trials[exploit.trial];
+            progress.params = exploit.params.clone();
+            progress.schedule.push(Perturbation {
+                epoch,
+                cloned_from: Some(exploit.donor),
+                params: exploit.params.clone(),
+            });
+        }
+        for trial in &mut self.trials {
+            if trial.phase == Phase::AtRung(epoch) {
+                trial.phase = Phase::Ready;
+            }
+        }
+        self.rounds.push(Round { epoch, exploits });
+    }
+}
+
 /// Epochs a trial with `params` may train: `max_epochs`, or fewer where its `epochs` says.
 fn epoch_cap(params: &Params, max_epochs: u32) -> u32 {
     params
@@ -387,6 +502,7 @@ mod tests {
             max_epochs: 8,
             grace_epochs: 1,
             reduction_factor: 2,
+            ..SchedulerConfig::default()
         }
     }
 
@@ -659,5 +775,149 @@ mod tests {
         let next = driver.next_segments();
         assert_eq!(next[0].trial, 2, "the first unfinished trial runs");
         assert!(!driver.trials()[2].params.is_empty());
+    }
+
+    fn pbt_settings() -> PbtSettings {
+        PbtSettings {
+            interval: 2,
+            quantile: 0.25,
+            resample_probability: 0.25,
+            mutations: BTreeMap::from([("lr".to_owned(), ParamSpec::LogUniform([1e-4, 1e-1]))]),
+            mode: Mode::Max,
+            seed: 9,
+        }
+    }
+
+    fn pbt_driver(slots: usize) -> SweepDriver {
+        let fifo = SchedulerConfig {
+            kind: TrialScheduler::Pbt,
+            ..asha()
+        };
+        let space = BTreeMap::from([("lr".to_owned(), ParamSpec::LogUniform([1e-4, 1e-1]))]);
+        let plan = TrialPlan::Fixed(generate_trials(&space, SearchAlgorithm::Random, 8, 9));
+        SweepDriver::new(plan, &fifo, Mode::Max, slots).population_based(pbt_settings())
+    }
+
+    /// A PBT sweep of 8 trials on `slots`, segments finishing in an order drawn from `seed`:
+    /// each trial's final state and every round.
+    fn simulate_pbt(slots: usize, seed: u64) -> (Vec<TrialProgress>, Vec<Round>) {
+        let mut driver = pbt_driver(slots);
+        let mut rng = SeededRng::new(seed);
+        let mut running: Vec<Segment> = Vec::new();
+        let mut rounds = Vec::new();
+        while !driver.finished() {
+            running.extend(driver.next_segments());
+            assert!(!running.is_empty(), "stalled");
+            let done = running.remove(rng.below(running.len() as u64) as usize);
+            assert_eq!(
+                done.end_epoch - done.start_epoch,
+                2,
+                "segments end at rounds"
+            );
+            // Best at lr 1e-2; a copier continues its donor's curve.
+            let lr = driver.trials()[done.trial].params["lr"].as_f64().unwrap();
+            let start = driver.trials()[done.trial]
+                .metrics
+                .last()
+                .copied()
+                .unwrap_or(0.0);
+            let gain = 1.0 - (lr.log10() + 2.0).powi(2) / 4.0;
+            let metrics: Vec<f64> = (1..=2).map(|e| start + gain * f64::from(e)).collect();
+            driver.on_segment_done(done.trial, &metrics);
+            rounds.extend(driver.take_rounds());
+        }
+        (driver.trials().to_vec(), rounds)
+    }
+
+    #[test]
+    fn pbt_rounds_wait_for_the_population_and_copy_the_same_whatever_the_order() {
+        let (trials, rounds) = simulate_pbt(3, 1);
+        assert_eq!(
+            rounds.iter().map(|r| r.epoch).collect::<Vec<_>>(),
+            vec![2, 4, 6],
+            "a round every 2 of 8 epochs"
+        );
+        for round in &rounds {
+            assert_eq!(round.exploits.len(), 2, "a quarter of eight copies");
+        }
+        for seed in 2..10 {
+            let (again, again_rounds) = simulate_pbt(1 + seed as usize % 8, seed);
+            assert_eq!(again_rounds, rounds, "seed {seed}");
+            let params =
+                |t: &[TrialProgress]| t.iter().map(|t| t.params.clone()).collect::<Vec<_>>();
+            assert_eq!(params(&again), params(&trials));
+        }
+        for trial in &trials {
+            assert_eq!(trial.metrics.len(), 8);
+            assert_eq!(
+                trial.phase,
+                Phase::Done {
+                    stopped_early: false
+                }
+            );
+            assert_eq!(trial.schedule[0].epoch, 0);
+            let copies = trial.schedule.len() - 1;
+            let made: usize = rounds
+                .iter()
+                .flat_map(|r| &r.exploits)
+                .filter(|e| std::ptr::eq(&trials[e.trial], trial))
+                .count();
+            assert_eq!(copies, made, "each copy is in the trial's schedule");
+        }
+        // The copiers take a donor's lr, times 0.8 or 1.2 or drawn afresh, and the last
+        // round's copiers train on with it.
+        let last = &rounds[2].exploits[0];
+        assert_eq!(trials[last.trial].params, last.params);
+    }
+
+    #[test]
+    fn a_failed_pbt_trial_leaves_the_population_and_a_restored_one_trains_on() {
+        let mut driver = pbt_driver(8);
+        let segments = driver.next_segments();
+        assert_eq!(segments.len(), 8);
+        driver.on_segment_failed(5, "lost".into());
+        for trial in (0..8).filter(|t| *t != 5) {
+            assert!(driver.take_rounds().is_empty(), "the round waits for all");
+            driver.on_segment_done(trial, &[0.1 * trial as f64, 0.2 * trial as f64]);
+        }
+        let rounds = driver.take_rounds();
+        assert_eq!(rounds.len(), 1);
+        let copiers: Vec<usize> = rounds[0].exploits.iter().map(|e| e.trial).collect();
+        assert_eq!(copiers, vec![0], "seven members: one copies");
+        assert_eq!(rounds[0].exploits[0].donor, 7);
+        // A resumed sweep puts a member past its round.
+        let mut resumed = pbt_driver(2);
+        let schedule = driver.trials()[0].schedule.clone();
+        resumed.restore_failed(5, "lost".into());
+        for trial in (0..8).filter(|t| *t != 5) {
+            let progress = &driver.trials()[trial];
+            resumed.restore_member(
+                trial,
+                progress.params.clone(),
+                progress.metrics.clone(),
+                progress.schedule.clone(),
+            );
+        }
+        assert_eq!(resumed.trials()[0].schedule, schedule);
+        let next = resumed.next_segments();
+        assert_eq!(
+            next,
+            vec![
+                Segment {
+                    trial: 0,
+                    start_epoch: 2,
+                    end_epoch: 4
+                },
+                Segment {
+                    trial: 1,
+                    start_epoch: 2,
+                    end_epoch: 4
+                }
+            ]
+        );
+        assert!(
+            resumed.accepts_result(3, &Params::new()),
+            "PBT changes params"
+        );
     }
 }

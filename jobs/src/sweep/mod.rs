@@ -1,5 +1,5 @@
 //! Hyperparameter sweeps whose trials run on resident actors: the declaration (TOML),
-//! search (grid, seeded random), trial schedulers (FIFO, ASHA) and the driver (pure), and
+//! search (grid, seeded random, TPE), trial schedulers (FIFO, ASHA, PBT) and the driver (pure), and
 //! the runner that trains trials on a pool of `embed` actors (`resident sweep`).
 
 pub mod asha;
@@ -7,6 +7,8 @@ pub mod config;
 pub mod data;
 pub mod driver;
 mod error;
+pub mod pbt;
+mod population;
 pub mod results;
 pub mod runner;
 pub mod search;

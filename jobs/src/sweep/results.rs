@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::SweepError;
 use super::config::Mode;
 use super::data::SkippedRecord;
+use super::pbt::{Perturbation, PolicyStep};
 use super::search::Params;
 use crate::files::write_atomically;
 
@@ -38,6 +39,10 @@ pub struct TrialResult {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// PBT: the hyperparameters it started with (epoch 0) and each round where it copied a
+    /// better trial (`cloned_from`) and trained on with perturbed ones. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<Perturbation>,
 }
 
 /// What a sweep came to (printed by `resident sweep`, returned by the SDK).
@@ -92,6 +97,17 @@ pub struct SweepSummary {
     /// Both at the prices of `--price` and the public on-demand price of each GPU model.
     #[serde(default)]
     pub estimated_cost_usd: f64,
+    /// PBT: the hyperparameters, epoch by epoch, that trained the best trial's weights
+    /// (through the trials it copied): what to train a model with to get it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub best_policy: Vec<PolicyStep>,
+    /// PBT: the round an earlier run's population was resumed from (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resumed_from_epoch: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// The earlier run's finished trials (lines that do not parse, e.g. one cut by a kill, are
@@ -273,6 +289,7 @@ mod tests {
             metrics: vec![],
             train_s: 1.0,
             error: None,
+            schedule: Vec::new(),
         }
     }
 

@@ -7,6 +7,9 @@
 //! In three phases, as a corpus job: `prepare` (claim the output, pin the model, read and
 //! embed the data, ready the pool), `run_trials` (resume what an earlier run finished, then
 //! segments as the driver decides), `summarise` (`summary.json`).
+//!
+//! Under PBT, after each round the runner copies every copier's donor checkpoint and saves
+//! the population (`population.json`), which a resumed sweep starts from.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,9 +21,11 @@ use resident_proto::{SeededRng, pb};
 use resident_sdk::{Cluster, EmbedPool, JobStream, Pool, SdkError, SubmitOptions, TaskOutput};
 
 use super::SweepError;
-use super::config::SweepConfig;
+use super::config::{SweepConfig, TrialScheduler};
 use super::data::{SweepData, embed_into_cache, read_sweep_data};
-use super::driver::{Phase, Segment, SweepDriver, TrialPlan};
+use super::driver::{Phase, Round, Segment, SweepDriver, TrialPlan};
+use super::pbt::{PbtSettings, policy};
+use super::population::{Member, SavedPopulation, load_population, save_population};
 use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
@@ -50,6 +55,24 @@ pub enum SweepEvent<'a> {
     },
     /// A trial finished (its line is in `results.jsonl`).
     TrialFinished(&'a TrialResult),
+    /// PBT: a round ran and the population was saved.
+    PbtRound {
+        /// The epoch every trial stood at.
+        epoch: u32,
+        /// Trials still training.
+        members: usize,
+        /// Those that copied a better trial.
+        copies: usize,
+        /// The best metric at that epoch.
+        best_metric: Option<f64>,
+    },
+    /// PBT: an earlier run's population was resumed from its last round.
+    PopulationResumed {
+        /// That round's epoch.
+        epoch: u32,
+        /// Its trials still training.
+        members: usize,
+    },
 }
 
 /// Where one trial stands in this run.
@@ -333,15 +356,31 @@ async fn prepare(
 }
 
 /// What the trials came to: every result (an earlier run's included), in the order they
-/// finished, and how many an earlier run had finished.
+/// finished, how many an earlier run had finished, and the PBT round it was resumed from.
 struct TrialsRun {
     results: Vec<TrialResult>,
     resumed_trials: usize,
+    resumed_from_epoch: u32,
 }
 
-/// Generates the trials, keeps those an earlier run finished, and runs the rest as the
-/// driver (and ASHA) decide, one job of segments on the pool; each finished trial is
-/// appended to `results.jsonl` and shown on the dashboard.
+/// The driver a sweep declares: its plan, its scheduler and, under PBT, its rounds.
+fn new_driver(config: &SweepConfig, max_running: usize) -> SweepDriver {
+    let driver = SweepDriver::new(
+        TrialPlan::of(config),
+        &config.scheduler,
+        config.mode,
+        max_running,
+    );
+    match config.scheduler.kind {
+        TrialScheduler::Pbt => driver.population_based(PbtSettings::of(config)),
+        TrialScheduler::Fifo | TrialScheduler::Asha => driver,
+    }
+}
+
+/// Generates the trials, keeps those an earlier run finished (and, under PBT, its last
+/// round's population), and runs the rest as the driver (and ASHA or PBT) decide, one job
+/// of segments on the pool; each finished trial is appended to `results.jsonl` and shown
+/// on the dashboard.
 async fn run_trials(
     cluster: &Cluster,
     config: &SweepConfig,
@@ -350,29 +389,43 @@ async fn run_trials(
 ) -> Result<TrialsRun, SweepError> {
     let pool = &prepared.pool.pool;
     let actors = pool.status().await?.actors.len().max(1);
-    let per_actor = config.trials_per_actor as usize;
-    let mut driver = SweepDriver::new(
-        TrialPlan::of(config),
-        &config.scheduler,
-        config.mode,
-        actors * per_actor,
-    );
+    let window = actors * config.trials_per_actor as usize;
+    let pbt = config.scheduler.kind == TrialScheduler::Pbt;
+    let mut driver = new_driver(config, window);
     let total = driver.trials().len();
     let results_path = prepared.output.join("results.jsonl");
-    let mut results = resume(&results_path, &mut driver)?;
+    let mut results = resume(&results_path, &mut driver, pbt)?;
     let resumed_trials = results.len();
     on_event(SweepEvent::TrialsPlanned {
         total,
         resumed: &results,
     });
 
-    let (mut segments, mut outputs) = Segments::open(pool, config, actors * per_actor).await?;
+    let (mut segments, mut outputs) = Segments::open(pool, config, window).await?;
+    let resumed_from_epoch = if pbt {
+        resume_population(
+            &prepared.output,
+            &results,
+            &mut driver,
+            &mut segments,
+            on_event,
+        )
+        .await?
+    } else {
+        0
+    };
     let dataset = publish_dataset(config, &prepared.cache, &prepared.data.key).await?;
     if !results.is_empty() {
         report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
     }
     while !driver.finished() {
         segments.send_next(&mut driver, config, &dataset)?;
+        if segments.in_flight.is_empty() {
+            return Err(SweepError::Cluster(
+                "the sweep stalled: no trial can run and none is running (rerun it to resume)"
+                    .into(),
+            ));
+        }
         let Some(output) = outputs.next().await else {
             return Err(SweepError::Cluster(
                 "the scheduler ended the sweep's job early".into(),
@@ -383,15 +436,20 @@ async fn run_trials(
         let any_ended = !ended.is_empty();
         for (trial, run) in ended {
             let result = trial_result(&driver, trial, run);
-            // The append's fsync runs on tokio's blocking pool, off the runtime threads.
-            let (path, line) = (results_path.clone(), result.clone());
-            tokio::task::spawn_blocking(move || append_result(&path, &line))
-                .await
-                .map_err(|e| {
-                    SweepError::Output(format!("appending a trial result panicked: {e}"))
-                })??;
+            record_result(&results_path, &result).await?;
             on_event(SweepEvent::TrialFinished(&result));
             results.push(result);
+        }
+        for round in driver.take_rounds() {
+            run_round(
+                config,
+                &round,
+                &driver,
+                &mut segments,
+                &prepared.output,
+                on_event,
+            )
+            .await?;
         }
         if any_ended {
             report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
@@ -400,7 +458,127 @@ async fn run_trials(
     Ok(TrialsRun {
         results,
         resumed_trials,
+        resumed_from_epoch,
     })
+}
+
+/// Appends a finished trial to `results.jsonl`; the append's fsync runs on tokio's
+/// blocking pool, off the runtime threads.
+async fn record_result(results_path: &Path, result: &TrialResult) -> Result<(), SweepError> {
+    let (path, line) = (results_path.to_owned(), result.clone());
+    tokio::task::spawn_blocking(move || append_result(&path, &line))
+        .await
+        .map_err(|e| SweepError::Output(format!("appending a trial result panicked: {e}")))?
+}
+
+/// PBT: each copier takes its donor's checkpoint as it stood at the round, then the
+/// population is saved for a resumed sweep.
+async fn run_round(
+    config: &SweepConfig,
+    round: &Round,
+    driver: &SweepDriver,
+    segments: &mut Segments,
+    output: &Path,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<(), SweepError> {
+    let copied: Vec<(usize, Option<pb::TrialCheckpoint>)> = round
+        .exploits
+        .iter()
+        .map(|e| {
+            let donor = segments.runs.get(&e.donor);
+            (e.trial, donor.and_then(|run| run.checkpoint.clone()))
+        })
+        .collect();
+    for (trial, checkpoint) in copied {
+        segments.runs.entry(trial).or_default().checkpoint = checkpoint;
+    }
+    let mut members = Vec::new();
+    for (id, trial) in driver.trials().iter().enumerate() {
+        if trial.phase != Phase::Ready {
+            continue;
+        }
+        let run = segments.runs.get(&id);
+        let Some(checkpoint) = run.and_then(|run| run.checkpoint.clone()) else {
+            tracing::warn!(
+                trial = id,
+                "no checkpoint to save; this round's population is not saved"
+            );
+            return Ok(());
+        };
+        let member = Member {
+            trial_id: id,
+            params: trial.params.clone(),
+            metrics: trial.metrics.clone(),
+            schedule: trial.schedule.clone(),
+            train_s: run.map_or(0.0, |run| run.train_micros as f64 / 1e6),
+            checkpoint: String::new(),
+        };
+        members.push((member, checkpoint));
+    }
+    let at_round = members
+        .iter()
+        .map(|(m, _)| m.metrics[round.epoch as usize - 1]);
+    let best_metric = match config.mode {
+        super::Mode::Max => at_round.reduce(f64::max),
+        super::Mode::Min => at_round.reduce(f64::min),
+    };
+    let count = members.len();
+    let (output, epoch) = (output.to_owned(), round.epoch);
+    tokio::task::spawn_blocking(move || save_population(&output, epoch, members))
+        .await
+        .map_err(|e| SweepError::Output(format!("saving the population panicked: {e}")))??;
+    on_event(SweepEvent::PbtRound {
+        epoch,
+        members: count,
+        copies: round.exploits.len(),
+        best_metric,
+    });
+    Ok(())
+}
+
+/// PBT: puts the trials an earlier run's last round left training back where they were,
+/// with their checkpoints; returns that round's epoch (0 when there was none). A trial
+/// neither finished nor in that population cannot join it again: it counts as failed.
+async fn resume_population(
+    output: &Path,
+    results: &[TrialResult],
+    driver: &mut SweepDriver,
+    segments: &mut Segments,
+    on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
+) -> Result<u32, SweepError> {
+    let output = output.to_owned();
+    let saved = tokio::task::spawn_blocking(move || load_population(&output))
+        .await
+        .map_err(|e| SweepError::Output(format!("reading the population panicked: {e}")))?;
+    let Some(SavedPopulation { epoch, members }) = saved else {
+        return Ok(0);
+    };
+    let finished: Vec<usize> = results.iter().map(|r| r.trial_id).collect();
+    let mut restored = 0;
+    for (member, checkpoint) in members {
+        let trial = member.trial_id;
+        if finished.contains(&trial) || trial >= driver.trials().len() {
+            continue;
+        }
+        driver.restore_member(trial, member.params, member.metrics, member.schedule);
+        let run = segments.runs.entry(trial).or_default();
+        run.checkpoint = Some(checkpoint);
+        run.train_micros = (member.train_s * 1e6) as u64;
+        restored += 1;
+    }
+    for trial in 0..driver.trials().len() {
+        if driver.trials()[trial].phase == Phase::NotStarted {
+            driver.restore_failed(
+                trial,
+                format!("not in the population saved at epoch {epoch}: it cannot rejoin"),
+            );
+        }
+    }
+    on_event(SweepEvent::PopulationResumed {
+        epoch,
+        members: restored,
+    });
+    Ok(epoch)
 }
 
 /// The trial segments sent on the sweep's job and the trials they belong to.
@@ -492,22 +670,32 @@ impl Segments {
 }
 
 /// Trials finished by an earlier run count as they are (the driver is told their metrics);
-/// anything else runs again. `results.jsonl` is rewritten with those alone.
-fn resume(results_path: &Path, driver: &mut SweepDriver) -> Result<Vec<TrialResult>, SweepError> {
+/// anything else runs again, except under PBT (`keep_failed`), whose population went on
+/// without a trial that failed. `results.jsonl` is rewritten with those alone.
+fn resume(
+    results_path: &Path,
+    driver: &mut SweepDriver,
+    keep_failed: bool,
+) -> Result<Vec<TrialResult>, SweepError> {
     let mut results: Vec<TrialResult> = read_results(results_path)
         .into_iter()
-        .filter(|r| driver.accepts_result(r.trial_id, &r.params) && r.error.is_none())
+        .filter(|r| {
+            driver.accepts_result(r.trial_id, &r.params) && (keep_failed || r.error.is_none())
+        })
         .collect();
     results.sort_by_key(|r| r.trial_id);
     results.dedup_by_key(|r| r.trial_id);
     write_results(results_path, &results)?;
     for result in &results {
-        driver.restore(
-            result.trial_id,
-            result.params.clone(),
-            result.metrics.clone(),
-            result.stopped_early,
-        );
+        match &result.error {
+            Some(error) => driver.restore_failed(result.trial_id, error.clone()),
+            None => driver.restore(
+                result.trial_id,
+                result.params.clone(),
+                result.metrics.clone(),
+                result.stopped_early,
+            ),
+        }
     }
     Ok(results)
 }
@@ -535,6 +723,7 @@ fn trial_result(driver: &SweepDriver, trial: usize, run: TrialRun) -> TrialResul
         metrics: progress.metrics.clone(),
         train_s: run.train_micros as f64 / 1e6,
         error,
+        schedule: progress.schedule.clone(),
     }
 }
 
@@ -550,6 +739,7 @@ async fn summarise(
     let TrialsRun {
         mut results,
         resumed_trials,
+        resumed_from_epoch,
     } = trials;
     let pool_name = prepared.pool.pool.name().to_owned();
     let pool_actors: Vec<_> = cluster
@@ -586,12 +776,29 @@ async fn summarise(
         gpu_hours: usage.gpu_hours,
         cpu_hours: usage.cpu_hours,
         estimated_cost_usd: usage.cost_usd,
+        best_policy: best_result
+            .map(|r| best_policy(&results, r))
+            .unwrap_or_default(),
+        resumed_from_epoch,
     };
     let path = prepared.output.join("summary.json");
     let bytes =
         serde_json::to_vec_pretty(&summary).map_err(|e| SweepError::Output(e.to_string()))?;
     write_atomically(&path, &bytes).map_err(|e| SweepError::Output(e.to_string()))?;
     Ok(summary)
+}
+
+/// PBT: the hyperparameters that trained `best`'s weights, through the trials it copied
+/// (empty under other schedulers, whose trials copy nothing).
+fn best_policy(results: &[TrialResult], best: &TrialResult) -> Vec<super::pbt::PolicyStep> {
+    if best.schedule.is_empty() {
+        return Vec::new();
+    }
+    let schedules = results
+        .iter()
+        .map(|r| (r.trial_id, r.schedule.as_slice()))
+        .collect();
+    policy(&schedules, best.trial_id, best.epochs)
 }
 
 /// The sweep's results as they are on disk, in trial order.

@@ -12,7 +12,8 @@ use super::config::{ParamSpec, SearchAlgorithm};
 /// One trial's hyperparameters.
 pub type Params = BTreeMap<String, Value>;
 
-fn sample(spec: &ParamSpec, rng: &mut SeededRng) -> Value {
+/// One draw of `spec` (random search's, and PBT's fresh draws).
+pub(super) fn sample(spec: &ParamSpec, rng: &mut SeededRng) -> Value {
     match spec {
         ParamSpec::Choice(values) | ParamSpec::Grid(values) => {
             values[rng.below(values.len() as u64) as usize].clone()

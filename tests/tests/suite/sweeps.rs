@@ -479,3 +479,160 @@ async fn a_sweep_killed_mid_way_resumes_without_rerunning_finished_trials() {
     kept.sort();
     assert_eq!(kept, earlier, "earlier results kept as they were");
 }
+
+/// A PBT sweep of 8 trials (a grid: lr 1e-6 or 0.03, two weight decays, two dropouts; an
+/// MLP of 512 hidden units on batches of 2, slow enough to be caught between rounds), a
+/// round every 2 of 8 epochs with no fresh draws; returns its config and output.
+fn pbt_sweep(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let data = dir.join("wiki300.jsonl");
+    if !data.exists() {
+        wiki_data(dir);
+    }
+    let output = dir.join(name);
+    let toml = declaration(
+        &data,
+        &output,
+        "trial = \"classifier\"\nmetric = \"accuracy\"",
+        "[search]\nalgorithm = \"grid\"\n\
+         [scheduler]\nkind = \"pbt\"\nmax_epochs = 8\nperturbation_interval = 2\nresample_probability = 0.0\n\
+         [space]\nlr = { grid = [1e-6, 0.03] }\nweight_decay = { grid = [0.0, 1e-4] }\n\
+         dropout = { grid = [0.0, 0.1] }\nhidden = { grid = [512] }\nbatch_size = { grid = [2] }\n",
+    );
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, toml).unwrap();
+    (config, output)
+}
+
+/// What a PBT trial came to: its hyperparameters, metrics and copies.
+fn pbt_outcome(results: &[TrialResult]) -> Vec<(usize, Value, Vec<f64>, Value)> {
+    results
+        .iter()
+        .map(|r| {
+            (
+                r.trial_id,
+                serde_json::to_value(&r.params).unwrap(),
+                r.metrics.clone(),
+                serde_json::to_value(&r.schedule).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pbt_copies_better_weights_and_a_killed_sweep_resumes_its_last_round_exactly() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, whole) = pbt_sweep(dir.path(), "whole");
+    let run = sweep_command(&config, None).output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("best policy (PBT"), "{stdout}");
+    let results = load_results(&whole);
+    assert_eq!(results.len(), 8);
+    assert!(
+        results.iter().all(|r| r.epochs == 8 && r.error.is_none()),
+        "{results:?}"
+    );
+    // Each round at 2, 4 and 6, the worst quarter (two trials) copied one of the best two.
+    let copies: Vec<(usize, u32, usize, &resident_jobs::sweep::Params)> = results
+        .iter()
+        .flat_map(|r| {
+            r.schedule.iter().filter_map(move |p| {
+                p.cloned_from
+                    .map(|donor| (r.trial_id, p.epoch, donor, &p.params))
+            })
+        })
+        .collect();
+    for epoch in [2, 4, 6] {
+        assert_eq!(
+            copies.iter().filter(|c| c.1 == epoch).count(),
+            2,
+            "{copies:?}"
+        );
+    }
+    // A copier takes its donor's weights: one still at chance jumps to the donor's level.
+    let mut from_chance = 0;
+    for &(trial, epoch, donor, params) in &copies {
+        let (copier, donor) = (&results[trial], &results[donor]);
+        // The shape is the donor's; a listed value moves to a neighbour or stays at an end.
+        assert_eq!(
+            (&params["hidden"], &params["batch_size"]),
+            (&512.into(), &2.into())
+        );
+        assert!(
+            [1e-6, 0.03].contains(&params["lr"].as_f64().unwrap()),
+            "{params:?}"
+        );
+        let before = copier.metrics[epoch as usize - 1];
+        if before < 0.2 {
+            from_chance += 1;
+            let after = copier.metrics[epoch as usize];
+            assert!(
+                after > 0.4 && after > donor.metrics[epoch as usize - 1] - 0.15,
+                "trial {trial} at {before} copied trial {} at {}, then {after}",
+                donor.trial_id,
+                donor.metrics[epoch as usize - 1]
+            );
+        }
+    }
+    assert!(
+        from_chance >= 2,
+        "the first round's copiers were at chance: {copies:?}"
+    );
+    // The best trial's policy runs from epoch 0 to 8 through the trials it copied.
+    let summary: Value = read_json(&whole.join("summary.json"));
+    let policy = summary["best_policy"].as_array().unwrap();
+    assert_eq!(policy[0]["start_epoch"], 0);
+    assert_eq!(policy.last().unwrap()["end_epoch"], 8);
+    assert_eq!(policy.last().unwrap()["trial"], summary["best_trial"]);
+    for pair in policy.windows(2) {
+        assert_eq!(pair[0]["end_epoch"], pair[1]["start_epoch"], "{policy:?}");
+    }
+
+    // The same sweep killed (-9) after a round: the rerun starts from that round's saved
+    // population and comes to exactly what the whole run did.
+    let (config, killed) = pbt_sweep(dir.path(), "killed");
+    std::fs::create_dir_all(&killed).unwrap();
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(whole.join("cache"))
+        .arg(&killed)
+        .status();
+    assert!(copy.unwrap().success(), "the embedded data is reused");
+    let mut child = sweep_command(&config, None).spawn().unwrap();
+    let population = killed.join("population.json");
+    wait_until("a PBT round", Duration::from_secs(120), || async {
+        population.exists().then_some(())
+    })
+    .await;
+    signal_pid(child.id(), "STOP");
+    let done_at_kill = load_results(&killed).len();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        done_at_kill < 8,
+        "killed between rounds ({done_at_kill} trials done)"
+    );
+    let saved: Value = read_json(&population);
+    let epoch = saved["epoch"].as_u64().unwrap();
+    let rerun = sweep_command(&config, None).output().unwrap();
+    let said = String::from_utf8_lossy(&rerun.stderr);
+    assert!(rerun.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "PBT resumed the population saved after epoch {epoch}"
+        )),
+        "{said}"
+    );
+    let summary: Value = read_json(&killed.join("summary.json"));
+    assert_eq!(summary["resumed_from_epoch"], epoch);
+    assert_eq!(
+        pbt_outcome(&load_results(&killed)),
+        pbt_outcome(&results),
+        "the resumed sweep equals the whole one"
+    );
+}
