@@ -132,13 +132,17 @@ impl SweepShown {
                 members,
                 copies,
                 best_metric,
-            } => tracing::info!(
-                epoch,
-                members,
-                copies,
-                best_metric,
-                "PBT round: the worst trials copied better ones; population saved"
-            ),
+            } => {
+                let line = format!(
+                    "PBT round at epoch {epoch}: {copies} of {members} trials copied a better one, best {} {:.4}",
+                    self.metric_name,
+                    best_metric.unwrap_or(f64::NAN)
+                );
+                match &self.bar {
+                    Some(bar) => bar.set_message(line),
+                    None => tracing::info!(epoch, members, copies, best_metric, "{line}"),
+                }
+            }
             SweepEvent::PopulationResumed { epoch, members } => tracing::info!(
                 epoch,
                 members,

@@ -213,6 +213,11 @@ impl SweepDriver {
         self
     }
 
+    /// Whether it runs PBT rounds.
+    pub fn is_population_based(&self) -> bool {
+        self.pbt.is_some()
+    }
+
     /// The PBT rounds decided since the last call, in order.
     pub fn take_rounds(&mut self) -> Vec<Round> {
         std::mem::take(&mut self.rounds)

@@ -245,6 +245,53 @@ async fn report_to_dashboard(
     }
 }
 
+/// PBT: tells the dashboard how the population stands after a round (its trials end only at
+/// the last epoch, so the finished trials alone would show nothing until then).
+async fn report_round(
+    cluster: &Cluster,
+    job: &resident_sdk::JobId,
+    driver: &SweepDriver,
+    epoch: u32,
+    config: &SweepConfig,
+) {
+    let standing: Vec<TrialResult> = driver
+        .trials()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.phase == Phase::Ready && t.metrics.len() == epoch as usize)
+        .map(|(id, t)| TrialResult {
+            trial_id: id,
+            params: t.params.clone(),
+            metric: t.metrics.last().copied(),
+            epochs: epoch,
+            stopped_early: false,
+            actor_id: String::new(),
+            wall_s: 0.0,
+            metrics: Vec::new(),
+            train_s: 0.0,
+            error: None,
+            schedule: Vec::new(),
+        })
+        .collect();
+    let mut summary = super::results::job_summary(
+        &standing,
+        driver.trials().len(),
+        config.mode,
+        &config.metric,
+        DASHBOARD_LEADERBOARD_ROWS,
+    );
+    let best = summary["leaderboard"][0][config.metric.as_str()].as_f64();
+    summary["status"] = serde_json::Value::from(format!(
+        "PBT round at epoch {epoch} of {}: {} trials training{}",
+        config.scheduler.max_epochs,
+        standing.len(),
+        best.map_or_else(String::new, |b| format!(", best {} {b:.4}", config.metric))
+    ));
+    if let Err(error) = cluster.annotate_job(job, &summary).await {
+        tracing::debug!(%error, "could not update the sweep's summary on the scheduler");
+    }
+}
+
 fn sweep_pool_name(config: &SweepConfig) -> String {
     format!("sweep-{}", config.name)
 }
@@ -390,11 +437,10 @@ async fn run_trials(
     let pool = &prepared.pool.pool;
     let actors = pool.status().await?.actors.len().max(1);
     let window = actors * config.trials_per_actor as usize;
-    let pbt = config.scheduler.kind == TrialScheduler::Pbt;
     let mut driver = new_driver(config, window);
     let total = driver.trials().len();
     let results_path = prepared.output.join("results.jsonl");
-    let mut results = resume(&results_path, &mut driver, pbt)?;
+    let mut results = resume(&results_path, &mut driver)?;
     let resumed_trials = results.len();
     on_event(SweepEvent::TrialsPlanned {
         total,
@@ -402,18 +448,9 @@ async fn run_trials(
     });
 
     let (mut segments, mut outputs) = Segments::open(pool, config, window).await?;
-    let resumed_from_epoch = if pbt {
-        resume_population(
-            &prepared.output,
-            &results,
-            &mut driver,
-            &mut segments,
-            on_event,
-        )
-        .await?
-    } else {
-        0
-    };
+    let output = &prepared.output;
+    let resumed_from_epoch =
+        resume_population(output, &results, &mut driver, &mut segments, on_event).await?;
     let dataset = publish_dataset(config, &prepared.cache, &prepared.data.key).await?;
     if !results.is_empty() {
         report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
@@ -450,6 +487,7 @@ async fn run_trials(
                 on_event,
             )
             .await?;
+            report_round(cluster, &outputs.job_id, &driver, round.epoch, config).await;
         }
         if any_ended {
             report_to_dashboard(cluster, &outputs.job_id, &results, total, config).await;
@@ -536,7 +574,7 @@ async fn run_round(
     Ok(())
 }
 
-/// PBT: puts the trials an earlier run's last round left training back where they were,
+/// PBT (nothing otherwise): puts the trials an earlier run's last round left training back where they were,
 /// with their checkpoints; returns that round's epoch (0 when there was none). A trial
 /// neither finished nor in that population cannot join it again: it counts as failed.
 async fn resume_population(
@@ -546,6 +584,9 @@ async fn resume_population(
     segments: &mut Segments,
     on_event: &mut (dyn FnMut(SweepEvent<'_>) + Send),
 ) -> Result<u32, SweepError> {
+    if !driver.is_population_based() {
+        return Ok(0);
+    }
     let output = output.to_owned();
     let saved = tokio::task::spawn_blocking(move || load_population(&output))
         .await
@@ -670,13 +711,10 @@ impl Segments {
 }
 
 /// Trials finished by an earlier run count as they are (the driver is told their metrics);
-/// anything else runs again, except under PBT (`keep_failed`), whose population went on
-/// without a trial that failed. `results.jsonl` is rewritten with those alone.
-fn resume(
-    results_path: &Path,
-    driver: &mut SweepDriver,
-    keep_failed: bool,
-) -> Result<Vec<TrialResult>, SweepError> {
+/// anything else runs again, except under PBT, whose population went on without a trial
+/// that failed. `results.jsonl` is rewritten with those alone.
+fn resume(results_path: &Path, driver: &mut SweepDriver) -> Result<Vec<TrialResult>, SweepError> {
+    let keep_failed = driver.is_population_based();
     let mut results: Vec<TrialResult> = read_results(results_path)
         .into_iter()
         .filter(|r| {

@@ -523,14 +523,40 @@ async fn pbt_copies_better_weights_and_a_killed_sweep_resumes_its_last_round_exa
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let (config, whole) = pbt_sweep(dir.path(), "whole");
-    let run = sweep_command(&config, None).output().unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let local = LocalConfig {
+        http_listen: Some(([127, 0, 0, 1], 0).into()),
+        ..LocalConfig::default()
+    };
+    let cluster = Cluster::local(local).await.unwrap();
+    let http = cluster.local_http_url().unwrap();
+    let addr: std::net::SocketAddr = http.trim_start_matches("http://").parse().unwrap();
+    // While it runs, the dashboard shows the population after each round.
+    let round_shown = wait_until(
+        "a PBT round on the dashboard",
+        Duration::from_secs(120),
+        || async {
+            let overview: Value =
+                serde_json::from_str(&resident_tests::plain_http_get(addr, "/v1/overview")).ok()?;
+            let job = overview["jobs"]
+                .as_array()?
+                .iter()
+                .find(|j| j["name"] == "sweep-t")?;
+            let status = job["summary"]["status"].as_str()?;
+            status
+                .starts_with("PBT round at epoch")
+                .then(|| job["summary"].clone())
+        },
     );
-    assert!(stdout.contains("best policy (PBT"), "{stdout}");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    let (_, shown) = tokio::join!(sweep(&cluster, &toml), round_shown);
+    assert!(
+        shown["status"]
+            .as_str()
+            .unwrap()
+            .contains("of 8: 8 trials training, best accuracy"),
+        "{shown}"
+    );
+    assert_eq!(shown["leaderboard"].as_array().unwrap().len(), 8, "{shown}");
     let results = load_results(&whole);
     assert_eq!(results.len(), 8);
     assert!(
@@ -622,6 +648,8 @@ async fn pbt_copies_better_weights_and_a_killed_sweep_resumes_its_last_round_exa
     let rerun = sweep_command(&config, None).output().unwrap();
     let said = String::from_utf8_lossy(&rerun.stderr);
     assert!(rerun.status.success(), "{said}");
+    let stdout = String::from_utf8_lossy(&rerun.stdout);
+    assert!(stdout.contains("best policy (PBT"), "{stdout}");
     assert!(
         said.contains(&format!(
             "PBT resumed the population saved after epoch {epoch}"
