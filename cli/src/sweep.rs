@@ -205,6 +205,12 @@ fn print_summary(config: &SweepConfig, summary: &SweepSummary) -> anyhow::Result
             );
         }
     }
+    if let Some(head) = &summary.best_head {
+        println!(
+            "best head: {} (its weights as safetensors; the metadata names the model, the classes and how to apply them)",
+            output.join(head).display()
+        );
+    }
     if summary.resumed_from_epoch > 0 {
         eprintln!(
             "PBT resumed the population saved after epoch {}",

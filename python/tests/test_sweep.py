@@ -95,6 +95,30 @@ def test_a_bad_declaration_is_refused_before_anything_runs(local_cluster, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_a_pbt_sweep_gives_its_best_policy_and_head(local_cluster, tmp_path):
+    data = tmp_path / "wiki300.jsonl"
+    _labelled_records(data, 300)
+    declaration = dict(
+        _declaration(data, tmp_path / "pbt"),
+        search={"algorithm": "random"},
+        scheduler={"kind": "pbt", "max_epochs": 4, "perturbation_interval": 2},
+    )
+    summary = local_cluster.sweep(declaration, progress=False)
+    assert summary["trials"] == 8 and summary["stopped_early"] == 0
+    policy = summary["best_policy"]
+    assert policy[0]["start_epoch"] == 0 and policy[-1]["end_epoch"] == 4
+    assert policy[-1]["trial"] == summary["best_trial"]
+    assert summary["best_head"] == "best_head.safetensors"
+    assert (tmp_path / "pbt" / "best_head.safetensors").stat().st_size > 0
+    rows = [json.loads(line) for line in open(tmp_path / "pbt" / "results.jsonl")]
+    copies = [p for r in rows for p in r["schedule"] if "cloned_from" in p]
+    assert len(copies) == 2, "one round of 8 trials: the worst two copy"
+    assert all(p["epoch"] == 2 for p in copies)
+    declaration["search"] = {"algorithm": "tpe"}
+    with pytest.raises(resident.BadInput, match="PBT starts its whole population at once"):
+        local_cluster.sweep(dict(declaration, output=str(tmp_path / "never")), progress=False)
+
+
 # The interrupted sweep's trials.
 TRIALS = 32
 

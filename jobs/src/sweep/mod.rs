@@ -3,6 +3,7 @@
 //! the runner that trains trials on a pool of `embed` actors (`resident sweep`).
 
 pub mod asha;
+pub mod best_head;
 pub mod config;
 pub mod data;
 pub mod driver;

@@ -101,6 +101,10 @@ pub struct SweepSummary {
     /// (through the trials it copied): what to train a model with to get it again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub best_policy: Vec<PolicyStep>,
+    /// The best trial's trained head (`best_head.safetensors`, under the output), when the
+    /// output holds that trial's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_head: Option<String>,
     /// PBT: the round an earlier run's population was resumed from (0: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub resumed_from_epoch: u32,
@@ -200,6 +204,20 @@ pub fn job_summary(
     })
 }
 
+/// Whether `candidate` ranks above `incumbent` as [`best`] ranks them: a better metric, or
+/// the same with a lower trial id.
+pub fn beats(candidate: &TrialResult, incumbent: &TrialResult, mode: Mode) -> bool {
+    let (a, b) = (
+        candidate.metric.unwrap_or(f64::NAN),
+        incumbent.metric.unwrap_or(f64::NAN),
+    );
+    let order = match mode {
+        Mode::Max => a.total_cmp(&b),
+        Mode::Min => b.total_cmp(&a),
+    };
+    order.then(incumbent.trial_id.cmp(&candidate.trial_id)) == std::cmp::Ordering::Greater
+}
+
 /// The best trial of `results` for `mode` (failed ones left out).
 pub fn best(results: &[TrialResult], mode: Mode) -> Option<&TrialResult> {
     let scored = results
@@ -290,6 +308,27 @@ mod tests {
             train_s: 1.0,
             error: None,
             schedule: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_trial_beats_the_incumbent_as_best_ranks_them() {
+        let metrics = [Some(0.5), Some(0.7), Some(0.7), Some(0.2), Some(0.7)];
+        for mode in [Mode::Max, Mode::Min] {
+            let results: Vec<TrialResult> = [4, 2, 0, 3, 1]
+                .iter()
+                .map(|id| result(*id, metrics[*id]))
+                .collect();
+            // Folding in finishing order keeps what best() picks from all of them.
+            let mut incumbent: Option<&TrialResult> = None;
+            for candidate in &results {
+                if incumbent.is_none_or(|i| beats(candidate, i, mode)) {
+                    incumbent = Some(candidate);
+                }
+            }
+            let expected = if mode == Mode::Max { 1 } else { 3 };
+            assert_eq!(incumbent.map(|r| r.trial_id), Some(expected), "{mode:?}");
+            assert_eq!(best(&results, mode).map(|r| r.trial_id), Some(expected));
         }
     }
 

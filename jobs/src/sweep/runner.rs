@@ -21,12 +21,15 @@ use resident_proto::{SeededRng, pb};
 use resident_sdk::{Cluster, EmbedPool, JobStream, Pool, SdkError, SubmitOptions, TaskOutput};
 
 use super::SweepError;
+use super::best_head::{BEST_HEAD_FILE, best_head_trial, head_metadata, write_best_head};
 use super::config::{SweepConfig, TrialScheduler};
 use super::data::{SweepData, embed_into_cache, read_sweep_data};
 use super::driver::{Phase, Round, Segment, SweepDriver, TrialPlan};
 use super::pbt::{PbtSettings, policy};
 use super::population::{Member, SavedPopulation, load_population, save_population};
-use super::results::{SweepSummary, TrialResult, append_result, best, read_results, write_results};
+use super::results::{
+    SweepSummary, TrialResult, append_result, beats, best, read_results, write_results,
+};
 use crate::files::{OutputLock, sha256_hex, write_atomically};
 use crate::model_pin::pin_model;
 use crate::pools::EmbedActors;
@@ -471,8 +474,10 @@ async fn run_trials(
         // This result may end its trial, and ASHA decisions it unblocks may end others.
         let ended = segments.take(output?, &mut driver)?;
         let any_ended = !ended.is_empty();
-        for (trial, run) in ended {
+        for (trial, mut run) in ended {
+            let checkpoint = run.checkpoint.take();
             let result = trial_result(&driver, trial, run);
+            keep_if_best(config, prepared, &results, &result, checkpoint).await?;
             record_result(&results_path, &result).await?;
             on_event(SweepEvent::TrialFinished(&result));
             results.push(result);
@@ -498,6 +503,29 @@ async fn run_trials(
         resumed_trials,
         resumed_from_epoch,
     })
+}
+
+/// Writes a finished trial's head as the sweep's best when it beats every trial before it
+/// (`best_head.rs`), off the runtime's threads.
+async fn keep_if_best(
+    config: &SweepConfig,
+    prepared: &Prepared,
+    earlier: &[TrialResult],
+    result: &TrialResult,
+    checkpoint: Option<pb::TrialCheckpoint>,
+) -> Result<(), SweepError> {
+    let Some(checkpoint) = checkpoint.filter(|_| result.error.is_none()) else {
+        return Ok(());
+    };
+    let finite = result.metric.is_some_and(f64::is_finite);
+    if !finite || best(earlier, config.mode).is_some_and(|b| !beats(result, b, config.mode)) {
+        return Ok(());
+    }
+    let metadata = head_metadata(config, result, &prepared.data.classes);
+    let output = prepared.output.clone();
+    tokio::task::spawn_blocking(move || write_best_head(&output, &checkpoint, metadata))
+        .await
+        .map_err(|e| SweepError::Output(format!("writing the best head panicked: {e}")))?
 }
 
 /// Appends a finished trial to `results.jsonl`; the append's fsync runs on tokio's
@@ -817,6 +845,9 @@ async fn summarise(
         best_policy: best_result
             .map(|r| best_policy(&results, r))
             .unwrap_or_default(),
+        best_head: best_result
+            .filter(|r| best_head_trial(&prepared.output) == Some(r.trial_id))
+            .map(|_| BEST_HEAD_FILE.to_owned()),
         resumed_from_epoch,
     };
     let path = prepared.output.join("summary.json");

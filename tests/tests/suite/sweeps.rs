@@ -152,10 +152,78 @@ async fn a_grid_of_four_trials_finds_the_right_best_with_one_load_per_actor() {
     ];
     assert_has_fields(&line, &result_fields, "results.jsonl");
 
+    assert_best_head_classifies(&output, &summary);
+
     // Run again: every trial comes from results.jsonl, the embeddings from the cache.
     let (again, _) = sweep(&cluster, &toml).await;
     assert_eq!((again.resumed_trials, again.embedding_cache_hit), (4, true));
     assert_eq!(again.best_trial, summary.best_trial);
+}
+
+/// The best trial's head is kept beside the results; applied as its metadata says, to the
+/// vectors the sweep embedded, it classifies the articles about as well as its metric says.
+fn assert_best_head_classifies(output: &Path, summary: &SweepSummary) {
+    use prost::Message;
+    assert_eq!(summary.best_head.as_deref(), Some("best_head.safetensors"));
+    let bytes = std::fs::read(output.join("best_head.safetensors")).unwrap();
+    let head = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().clone().unwrap();
+    assert_eq!(meta["trial_id"], summary.best_trial.unwrap().to_string());
+    assert_eq!(meta["model"], minilm_dir());
+    let cache = std::fs::read_dir(output.join("cache")).unwrap();
+    let file = cache
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "dataset"));
+    let dataset =
+        resident_proto::pb::TrialDataset::decode(std::fs::read(file.unwrap()).unwrap().as_slice())
+            .unwrap();
+    let classes: Vec<String> = serde_json::from_str(&meta["classes"]).unwrap();
+    assert_eq!(classes, dataset.classes);
+    let floats = |name: &str| -> Option<(Vec<f32>, Vec<usize>)> {
+        let tensor = head.tensor(name).ok()?;
+        let values = tensor
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        Some((values.collect(), tensor.shape().to_vec()))
+    };
+    // x @ w + b, with w of shape (in, out).
+    let layer =
+        |x: &[f32], (w, shape): &(Vec<f32>, Vec<usize>), (b, _): &(Vec<f32>, Vec<usize>)| {
+            (0..shape[1])
+                .map(|o| {
+                    b[o] + (0..shape[0])
+                        .map(|i| x[i] * w[i * shape[1] + o])
+                        .sum::<f32>()
+                })
+                .collect::<Vec<f32>>()
+        };
+    let (w0, b0) = (floats("w0").unwrap(), floats("b0").unwrap());
+    let second = floats("w1").zip(floats("b1"));
+    let dim = dataset.dim as usize;
+    let vectors: Vec<f32> = dataset
+        .vectors
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let correct = (0..dataset.count as usize)
+        .filter(|row| {
+            let mut logits = layer(&vectors[row * dim..(row + 1) * dim], &w0, &b0);
+            if let Some((w1, b1)) = &second {
+                let hidden: Vec<f32> = logits.iter().map(|v| v.max(0.0)).collect();
+                logits = layer(&hidden, w1, b1);
+            }
+            let predicted = (0..logits.len()).max_by(|a, b| logits[*a].total_cmp(&logits[*b]));
+            predicted == Some(dataset.labels[*row] as usize)
+        })
+        .count();
+    let accuracy = correct as f64 / f64::from(dataset.count);
+    assert!(
+        accuracy > summary.best_metric.unwrap() - 0.1,
+        "the head gets {accuracy} of the articles (its validation metric {:?})",
+        summary.best_metric
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
