@@ -184,6 +184,12 @@ pub struct GenerateArgs {
     /// error; a group with fewer examples than --fewshot is refused before the job starts.
     #[arg(long, env = "RESIDENT_FEWSHOT_GROUP", value_name = "FIELD")]
     fewshot_group: Option<String>,
+    /// Draw each record's --fewshot examples at random from every answered example of
+    /// --fewshot-input (of its own group with --fewshot-group), seeded by S and the
+    /// record's id, never the record itself (lm-evaluation-harness's default sampler, for
+    /// ARC or HellaSwag from a train split); without it, the first --fewshot.
+    #[arg(long, env = "RESIDENT_FEWSHOT_SEED", value_name = "S")]
+    fewshot_seed: Option<u64>,
     /// With --score, the report's accuracy also by the value of this field of each record
     /// (MMLU's `subject`): `accuracy_by_group` in report.json, each group's records,
     /// accuracy and accuracy per character, and their mean over groups.
@@ -326,9 +332,9 @@ impl GenerateArgs {
     fn fewshot_source(&self) -> anyhow::Result<Option<FewshotSource>> {
         let Some(path) = &self.fewshot_input else {
             crate::exit::require(
-                self.fewshot_group.is_none(),
-                "--fewshot-group picks each record's examples from --fewshot-input: give that \
-                 file too",
+                self.fewshot_group.is_none() && self.fewshot_seed.is_none(),
+                "--fewshot-group and --fewshot-seed pick each record's examples from \
+                 --fewshot-input: give that file too",
             )?;
             return Ok(None);
         };
@@ -342,6 +348,7 @@ impl GenerateArgs {
             count: self.fewshot,
             delimiter: self.fewshot_delimiter.clone(),
             group_field: self.fewshot_group.clone(),
+            seed: self.fewshot_seed,
         }))
     }
 }

@@ -625,7 +625,8 @@ impl NativeCluster {
         input_format="records", output_format="generations", choices_field="choices".to_owned(),
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
-        fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new()))]
+        fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
+        fewshot_seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -655,6 +656,7 @@ impl NativeCluster {
         accuracy_by: Option<String>,
         description: Option<String>,
         choice_labels: Vec<String>,
+        fewshot_seed: Option<u64>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -680,7 +682,13 @@ impl NativeCluster {
             labels: choice_labels,
         };
         read_choices(py, &mut config, fields, accuracy_by)?;
-        let fewshot = (fewshot_input, fewshot, fewshot_delimiter, fewshot_group);
+        let fewshot = (
+            fewshot_input,
+            fewshot,
+            fewshot_delimiter,
+            fewshot_group,
+            fewshot_seed,
+        );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
         let cluster = self.cluster.clone();
@@ -907,9 +915,9 @@ fn set_formats(
     Ok(())
 }
 
-/// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter and
-/// the group field.
-type FewshotArgs = (Option<String>, usize, String, Option<String>);
+/// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter, the
+/// group field and the seed of each record's draw.
+type FewshotArgs = (Option<String>, usize, String, Option<String>, Option<u64>);
 
 /// Puts `description` and the few-shot examples `fewshot` names before the job's prompt,
 /// as `--description` and `--fewshot-input` do.
@@ -917,7 +925,7 @@ fn put_prompt_start(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     description: Option<String>,
-    (input, count, delimiter, group_field): FewshotArgs,
+    (input, count, delimiter, group_field, seed): FewshotArgs,
 ) -> PyResult<()> {
     let source = match input {
         Some(path) => Some(FewshotSource {
@@ -925,12 +933,13 @@ fn put_prompt_start(
             count,
             delimiter,
             group_field,
+            seed,
         }),
-        None if group_field.is_some() => {
+        None if group_field.is_some() || seed.is_some() => {
             return Err(bad_input(
                 py,
-                "fewshot_group picks each record's examples from fewshot_input: give that \
-                 file too",
+                "fewshot_group and fewshot_seed pick each record's examples from \
+                 fewshot_input: give that file too",
             ));
         }
         None => None,

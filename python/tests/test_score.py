@@ -168,6 +168,12 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
         local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=1,
         fewshot_group="subject", description="About {subject}:\n",
     )
+    # Drawn per record (fewshot_seed) from a group of one: that one example.
+    (tmp_path / "seeded").mkdir()
+    assert_fewshot_as_written(
+        local_cluster, corpus, tmp_path / "seeded", by_hand, fields, fewshot_input=str(dev),
+        fewshot=1, fewshot_group="subject", description="About {subject}:\n", fewshot_seed=3,
+    )
     report = local_cluster.generate_job(
         str(corpus), str(SMOLLM2), str(tmp_path / "by"), "{text}", accuracy_by="subject", **fields
     )
@@ -179,7 +185,7 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             accuracy_by="subject", progress=False,
         )
-    with pytest.raises(resident.BadInput, match="fewshot_group picks each record's examples"):
+    with pytest.raises(resident.BadInput, match="fewshot_group and fewshot_seed pick each record's examples"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", fewshot_group="subject",
             **fields,

@@ -32,6 +32,9 @@ pub struct FewshotSource {
     /// The field whose value picks a record's examples: those of the file with the same
     /// value (`None`: the file's first, for every record).
     pub group_field: Option<String>,
+    /// Draws each record's examples at random from every answered example (of its group),
+    /// seeded by this and the record's id (`--fewshot-seed`); `None`: the first `count`.
+    pub seed: Option<u64>,
 }
 
 /// Each group's prompt, its examples in it, by the value of the field that names it.
@@ -223,19 +226,58 @@ pub fn read_grouped_fewshot(
     options: ReaderOptions,
     count: usize,
 ) -> Result<BTreeMap<String, Vec<Record>>, JobError> {
-    let field = options.group_field.clone().unwrap_or_default();
+    read_groups(path, options, count, count)
+}
+
+/// The first `keep` answered records of each group at `path` (one group, `""`, when
+/// `options` names no group field), by group; an error when a group has fewer than
+/// `count`, naming such groups, and when there is none.
+pub fn read_groups(
+    path: &Path,
+    options: ReaderOptions,
+    count: usize,
+    keep: usize,
+) -> Result<BTreeMap<String, Vec<Record>>, JobError> {
+    let field = options.group_field.clone();
     let mut reader = fewshot_reader(path, options)?;
     let mut groups: BTreeMap<String, Vec<Record>> = BTreeMap::new();
     while let Some(item) = reader.next_item()? {
         let Some(record) = answered(item) else {
             continue;
         };
-        let group = record.fields.last().cloned().unwrap_or_default();
+        let group = match field {
+            Some(_) => record.fields.last().cloned().unwrap_or_default(),
+            None => String::new(),
+        };
         let shots = groups.entry(group).or_default();
-        if shots.len() < count {
+        if shots.len() < keep {
             shots.push(record);
         }
     }
+    match field {
+        Some(field) => check_group_sizes(path, &field, &groups, count)?,
+        None => {
+            let found = groups.values().map(Vec::len).sum::<usize>();
+            if found < count || found == 0 {
+                return Err(JobError::Input(format!(
+                    "{} has {found} answered multiple-choice records with a text, and \
+                     --fewshot asks for {count}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// Refuses groups with fewer than `count` examples (naming up to
+/// [`SHORT_GROUPS_NAMED`] of them), and no group at all.
+fn check_group_sizes(
+    path: &Path,
+    field: &str,
+    groups: &BTreeMap<String, Vec<Record>>,
+    count: usize,
+) -> Result<(), JobError> {
     let short: Vec<String> = groups
         .iter()
         .filter(|(_, shots)| shots.len() < count)
@@ -263,7 +305,7 @@ pub fn read_grouped_fewshot(
             path.display()
         )));
     }
-    Ok(groups)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -399,6 +441,7 @@ mod tests {
             count: 1,
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
+            seed: None,
         };
         // The description, then the group's examples (braces literal), then the prompt.
         let template = PromptTemplate::parse("{subject}: {text}\nA:").unwrap();

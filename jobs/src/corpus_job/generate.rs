@@ -11,6 +11,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
 use super::chat_input::PromptInput;
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
+use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
 use super::generation_lines::GenerationLine;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
@@ -56,6 +57,7 @@ impl GenerateJobConfig {
                 output: GenerationOutput::Lines,
                 model,
                 fewshot_groups: None,
+                fewshot_sampler: None,
                 accuracy_by: None,
             },
         }
@@ -83,6 +85,13 @@ impl GenerateJobConfig {
         };
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
+        if let Some(seed) = source.seed.filter(|_| source.count > 0) {
+            let sampler =
+                read_sampled_examples(source, seed, description, &prompt, options.clone())?;
+            self.corpus.reader = options;
+            self.generation.fewshot_sampler = Some(sampler);
+            return Ok(());
+        }
         match read_examples(source, description, &prompt, options.clone())? {
             FewshotPrompt::Prompt(with_examples) => self.generation.prompt = with_examples,
             FewshotPrompt::Groups(groups) => {
@@ -147,6 +156,8 @@ pub struct GenerateWork {
     /// Few-shot examples by each record's group (`--fewshot-group`), put before its prompt
     /// (ungrouped examples are in [`Self::prompt`] itself).
     pub fewshot_groups: Option<FewshotGroups>,
+    /// Few-shot examples drawn for each record (`--fewshot-seed`), put before its prompt.
+    pub fewshot_sampler: Option<FewshotSampler>,
     /// The field whose values group the report's accuracy (`--accuracy-by`); the reader
     /// carries it.
     pub accuracy_by: Option<String>,
@@ -177,6 +188,33 @@ impl GenerateWork {
         }
     }
 
+    /// The template a text record's prompt is written through: `--prompt` (with the
+    /// description and examples before it), its group's, or the one drawn for it; with why
+    /// not, when its group has no examples.
+    fn record_prompt(
+        &self,
+        record: &Record,
+    ) -> (std::borrow::Cow<'_, PromptTemplate>, Option<String>) {
+        use std::borrow::Cow;
+        let group = match (&self.fewshot_groups, &self.fewshot_sampler) {
+            (Some(_), _) | (_, Some(FewshotSampler { field: Some(_), .. })) => {
+                record.fields.last().map(String::as_str).unwrap_or_default()
+            }
+            _ => "",
+        };
+        let drawn = match (&self.fewshot_groups, &self.fewshot_sampler) {
+            (Some(groups), _) => groups.prompt_for(group).map(Cow::Borrowed),
+            (None, Some(sampler)) => sampler
+                .prompt_for(group, &seed_id(&record.id))
+                .map(Cow::Owned),
+            (None, None) => Ok(Cow::Borrowed(&self.prompt)),
+        };
+        match drawn {
+            Ok(prompt) => (prompt, None),
+            Err(error) => (Cow::Borrowed(&self.prompt), Some(error)),
+        }
+    }
+
     /// The prompt an actor completes for `record`: its conversation, or `--prompt` around
     /// its text.
     pub fn prompt_of(&self, record: Record) -> PromptParts {
@@ -188,14 +226,7 @@ impl GenerateWork {
                 ..PromptParts::chat(&seed_id(&record.id), Vec::new())
             },
             None => {
-                let group = record.fields.last().map(String::as_str).unwrap_or_default();
-                let (prompt, error) = match &self.fewshot_groups {
-                    None => (&self.prompt, None),
-                    Some(groups) => match groups.prompt_for(group) {
-                        Ok(prompt) => (prompt, None),
-                        Err(error) => (&self.prompt, Some(error)),
-                    },
-                };
+                let (prompt, error) = self.record_prompt(&record);
                 let (before, after) = prompt.around(&record.fields);
                 PromptParts {
                     error,
@@ -275,6 +306,9 @@ impl ChunkWork for GenerateWork {
         }
         if let Some(groups) = &self.fewshot_groups {
             settings["fewshot_groups"] = groups.settings();
+        }
+        if let Some(sampler) = &self.fewshot_sampler {
+            settings["fewshot_sampled"] = sampler.settings();
         }
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
@@ -517,6 +551,7 @@ mod tests {
             count: 1,
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
+            seed: None,
         };
         let description = Some("About {subject}:\n");
         job.put_prompt_start(description, Some(&source)).unwrap();

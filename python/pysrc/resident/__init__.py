@@ -717,6 +717,7 @@ class Cluster:
         accuracy_by: Optional[str] = None,
         description: Optional[str] = None,
         choice_labels: Optional[Sequence[str]] = None,
+        fewshot_seed: Optional[int] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -736,7 +737,10 @@ class Cluster:
         dev file) puts its first ``fewshot`` answered records before every prompt, each
         written through ``prompt`` with its right choice, joined by ``fewshot_delimiter``
         (``--fewshot-input``); ``fewshot_group`` (a field, MMLU's ``subject``) gives each
-        record the first examples with its own value (``--fewshot-group``); ``accuracy_by``
+        record the first examples with its own value (``--fewshot-group``);
+        ``fewshot_seed`` draws each record's examples at random from every answered one (of
+        its group), seeded by it and the record's id, never the record itself
+        (``--fewshot-seed``, lm-evaluation-harness's default sampler); ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
         ``description`` goes before the examples and the prompt (``--description``);
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
@@ -756,7 +760,7 @@ class Cluster:
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
                 input_format, output_format, choices_field, answer_field, fewshot_input,
                 fewshot, fewshot_delimiter, fewshot_group, accuracy_by, description,
-                list(choice_labels or []),
+                list(choice_labels or []), fewshot_seed,
             )
         finally:
             bar.close()

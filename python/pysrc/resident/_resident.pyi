@@ -72,6 +72,7 @@ class NativeCluster:
         accuracy_by: Optional[str] = None,
         description: Optional[str] = None,
         choice_labels: Sequence[str] = ...,
+        fewshot_seed: Optional[int] = None,
     ) -> str: ...
     def generate(
         self,

@@ -804,7 +804,7 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
                 "--fewshot-group",
                 "subject",
             ],
-            "--fewshot-group picks each record's examples from --fewshot-input",
+            "--fewshot-group and --fewshot-seed pick each record's examples from --fewshot-input",
         ),
         (
             &["--template", "none", "--accuracy-by", "subject"],
@@ -913,4 +913,124 @@ async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
         ),
     ];
     assert_refused(&input, &dir.path().join("refused"), cases);
+}
+
+/// The prompts `--dry-run` prints, by record id (each record's text in place).
+fn dry_run_prompts(dry: &str) -> std::collections::BTreeMap<String, String> {
+    dry.split("=== record ")
+        .skip(1)
+        .map(|block| {
+            let (head, rest) = block.split_once('\n').unwrap();
+            let id = head.split("(id ").nth(1).unwrap().trim_end_matches(')');
+            let prompt = rest.split("\n=== ").next().unwrap();
+            (id.to_owned(), prompt.to_owned())
+        })
+        .collect()
+}
+
+/// `--fewshot-seed`: each record's examples are a seeded draw from the whole dev file (of
+/// its own subject with `--fewshot-group`), never the record itself; each line is the one
+/// its drawn prompt written out by hand gives; another seed is another job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_fewshot_draws_each_record_s_examples_and_never_the_record_itself() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("train.jsonl");
+    let shots = [
+        ("d0", "colour", "Grass is", [" blue", " green"], 1),
+        ("d1", "heat", "Fire is", [" hot", " cold"], 0),
+        ("d2", "colour", "Coal is", [" white", " black"], 1),
+        ("d3", "heat", "Ice is", [" hot", " cold"], 1),
+        ("d4", "colour", "Snow is", [" white", " black"], 0),
+        ("d5", "colour", "Milk is", [" white", " black"], 0),
+    ];
+    let dev_lines: Vec<Value> = shots
+        .iter()
+        .map(|(id, subject, text, choices, answer)| {
+            json!({"id": id, "subject": subject, "text": text, "choices": choices, "answer": answer})
+        })
+        .collect();
+    write_jsonl(&dev, &dev_lines);
+    let records = [
+        json!({"id": "sky", "subject": "colour", "text": "The sky is", "choices": [" blue", " green"], "answer": 0}),
+        json!({"id": "d2", "subject": "colour", "text": "Coal is", "choices": [" white", " black"], "answer": 1}),
+        json!({"id": "sun", "subject": "heat", "text": "The sun is", "choices": [" hot", " cold"], "answer": 0}),
+    ];
+    let input = dir.path().join("sampled.jsonl");
+    write_jsonl(&input, &records);
+    let prompt = "Q: {text}\nA:";
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--fewshot-input", dev.to_str().unwrap(), "--fewshot", "2"]);
+    flags.extend(["--fewshot-seed", "7"]);
+    let preview = |flags: &[&str]| {
+        let mut dry = flags.to_vec();
+        dry.extend(["--dry-run", "3"]);
+        let out = dir.path().join("dry");
+        dry_run_prompts(&run_to_success(generate_command(&input, &out, prompt, &dry)).0)
+    };
+    let drawn = preview(&flags);
+    let example = |text: &str| {
+        let (_, _, _, choices, answer) = shots.iter().find(|s| s.2 == text).unwrap();
+        format!("Q: {text}\nA:{}\n\n", choices[*answer])
+    };
+    for (id, text) in &drawn {
+        let used: Vec<&str> = shots
+            .iter()
+            .map(|s| s.2)
+            .filter(|t| text.contains(&example(t)))
+            .collect();
+        assert_eq!(
+            used.len(),
+            2,
+            "{id}: two examples from the whole file: {text}"
+        );
+    }
+    assert!(
+        !drawn["d2"].contains(&example("Coal is")),
+        "never itself: {}",
+        drawn["d2"]
+    );
+    assert_ne!(drawn["sky"], drawn["sun"], "each record draws its own");
+    // Each line is what its drawn prompt, written out by hand, gives.
+    let (lines, _) = generate(dir.path(), "sampled-run", &records, prompt, &flags);
+    for (line, record) in lines.iter().zip(&records) {
+        let id = record["id"].as_str().unwrap();
+        let by_hand = drawn[id].replace(record["text"].as_str().unwrap(), "{text}");
+        let name = format!("by-hand-{id}");
+        let (hand, _) = generate(dir.path(), &name, std::slice::from_ref(record), &by_hand, SCORE);
+        assert_eq!(line, &hand[0], "{id}");
+    }
+    // By subject: a record's examples are its own subject's.
+    let mut grouped = flags.clone();
+    grouped.extend(["--fewshot-group", "subject"]);
+    let by_subject = preview(&grouped);
+    assert!(
+        by_subject["sun"].contains(&example("Fire is"))
+            && by_subject["sun"].contains(&example("Ice is"))
+    );
+    for id in ["sky", "d2"] {
+        assert!(
+            !by_subject[id].contains("Fire is") && !by_subject[id].contains("Ice is"),
+            "{id}"
+        );
+    }
+    // Another seed draws other examples: the output is not resumed under it.
+    let other: Vec<&str> = flags
+        .iter()
+        .map(|f| if *f == "7" { "8" } else { f })
+        .collect();
+    let output = generate_command(
+        &dir.path().join("sampled-run.jsonl"),
+        &dir.path().join("sampled-run"),
+        prompt,
+        &other,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds generations from a different model, prompt"),
+        "{stderr}"
+    );
 }
