@@ -997,7 +997,13 @@ async fn sampled_fewshot_draws_each_record_s_examples_and_never_the_record_itsel
         let id = record["id"].as_str().unwrap();
         let by_hand = drawn[id].replace(record["text"].as_str().unwrap(), "{text}");
         let name = format!("by-hand-{id}");
-        let (hand, _) = generate(dir.path(), &name, std::slice::from_ref(record), &by_hand, SCORE);
+        let (hand, _) = generate(
+            dir.path(),
+            &name,
+            std::slice::from_ref(record),
+            &by_hand,
+            SCORE,
+        );
         assert_eq!(line, &hand[0], "{id}");
     }
     // By subject: a record's examples are its own subject's.

@@ -394,6 +394,7 @@ mod tests {
                 ..GenerateParams::default()
             },
         };
+        let (request_first, scoring) = (request.prompts[0].clone(), request.params.clone());
         let unscored = GenerateRequest {
             prompts: vec![request.prompts[0].clone()],
             params: GenerateParams {
@@ -433,6 +434,14 @@ mod tests {
         let unscored = actor.handle(unscored).unwrap();
         let error = unscored.completions[0].error.as_deref().unwrap_or_default();
         assert!(error.contains("they need score"), "{unscored:?}");
+        // Nor sampled: n above 1 is refused, not ignored.
+        let sampled = GenerateRequest {
+            prompts: vec![request_first],
+            params: GenerateParams { n: 2, ..scoring },
+        };
+        let sampled = actor.handle(sampled).unwrap();
+        let error = sampled.completions[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("n = 2 asks for samples"), "{sampled:?}");
     }
 
     #[test]

@@ -528,7 +528,7 @@ pub fn scored_choices(
         stride: params.score_stride.map(|s| s as usize),
         max_windows: params.max_score_windows.map(|w| w as usize),
     };
-    check_choices(prompt)?;
+    check_choices(prompt, params)?;
     let window = score_window(context, params);
     let messages = chat_messages(prompt);
     if let Some(last) = messages.last().filter(|m| m.role != "user") {
@@ -556,10 +556,17 @@ pub fn scored_choices(
         .collect()
 }
 
-/// Why a prompt's choices cannot be scored: too many, one empty, or an answer that is
-/// none of them.
-fn check_choices(prompt: &PromptParts) -> Result<(), String> {
+/// Why a prompt's choices cannot be scored: samples asked for (`n`), too many, one empty,
+/// or an answer that is none of them.
+fn check_choices(prompt: &PromptParts, params: &GenerateParams) -> Result<(), String> {
     let count = prompt.choices.len();
+    if params.n > 1 {
+        return Err(format!(
+            "n = {} asks for samples, and a record with choices is scored, each choice once: \
+             leave n at 1 (or drop the choices to sample replies)",
+            params.n
+        ));
+    }
     if count > MAX_CHOICES as usize {
         return Err(format!(
             "{count} choices; a record may have at most {MAX_CHOICES} (split the rest into \
