@@ -602,9 +602,10 @@ async fn run_round(
     Ok(())
 }
 
-/// PBT (nothing otherwise): puts the trials an earlier run's last round left training back where they were,
-/// with their checkpoints; returns that round's epoch (0 when there was none). A trial
-/// neither finished nor in that population cannot join it again: it counts as failed.
+/// PBT (nothing otherwise): puts the trials an earlier run's last round left training back
+/// where they were, with their checkpoints; returns that round's epoch (0 when there was
+/// none). A trial neither finished nor in that population cannot join it again: it counts
+/// as failed.
 async fn resume_population(
     output: &Path,
     results: &[TrialResult],
