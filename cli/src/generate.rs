@@ -4,8 +4,8 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    ChoiceFields, FewshotSource, GenerateJobConfig, GenerationOutput, PromptTemplate,
-    run_generate_job,
+    AnswerMatchSpec, ChoiceFields, ExtractMatch, FewshotSource, GenerateFigures, GenerateJobConfig,
+    GenerationOutput, PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -26,6 +26,14 @@ enum InputFormatArg {
     /// OpenAI Batch JSONL: `custom_id`, `method`, `url` (/v1/chat/completions) and `body`
     /// (messages and parameters) per line.
     OpenaiBatch,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ExtractMatchArg {
+    /// The first match (lm-evaluation-harness's GSM8K strict-match).
+    First,
+    /// The last match (its flexible-extract).
+    Last,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -190,11 +198,43 @@ pub struct GenerateArgs {
     /// ARC or HellaSwag from a train split); without it, the first --fewshot.
     #[arg(long, env = "RESIDENT_FEWSHOT_SEED", value_name = "S")]
     fewshot_seed: Option<u64>,
-    /// With --score, the report's accuracy also by the value of this field of each record
-    /// (MMLU's `subject`): `accuracy_by_group` in report.json, each group's records,
-    /// accuracy and accuracy per character, and their mean over groups.
+    /// With --score or --reference-field, the report's accuracy also by the value of this
+    /// field of each record (MMLU's `subject`): `accuracy_by_group` in report.json, each
+    /// group's records, accuracy (and accuracy per character, scoring), and their mean
+    /// over groups.
     #[arg(long, env = "RESIDENT_ACCURACY_BY", value_name = "FIELD")]
     accuracy_by: Option<String>,
+    /// The field (or path: `answer.aliases`) of each record's right answer: a text, a
+    /// number or a list of them. Each generated answer (found by --extract, else the whole
+    /// text) is compared with it after --ignore-regex, --ignore-case and
+    /// --ignore-punctuation, and trimmed: `correct` in its line, `exact_match` in the
+    /// report (with -n, also any sample's and the most common answer's: pass@n, maj@n).
+    #[arg(long, env = "RESIDENT_REFERENCE_FIELD", value_name = "FIELD")]
+    reference_field: Option<String>,
+    /// A regular expression that finds the answer in each generated text (GSM8K's
+    /// '#### (\-?[0-9\.\,]+)'): of the match --extract-match picks, its first non-empty
+    /// group, or the whole match without groups; `extracted` in the line (null when none
+    /// matches, which is wrong against any reference).
+    #[arg(long, env = "RESIDENT_EXTRACT", value_name = "REGEX")]
+    extract: Option<String>,
+    /// Which match of --extract is the answer.
+    #[arg(
+        long,
+        env = "RESIDENT_EXTRACT_MATCH",
+        value_enum,
+        default_value = "first"
+    )]
+    extract_match: ExtractMatchArg,
+    /// With --reference-field, removed from the answer and the reference before they are
+    /// compared (each in turn; repeat the flag: GSM8K's ',' '\$' '(?s).*#### ' '\.$').
+    #[arg(long, env = "RESIDENT_IGNORE_REGEX", value_name = "REGEX")]
+    ignore_regex: Vec<String>,
+    /// With --reference-field, compare lower-cased.
+    #[arg(long, env = "RESIDENT_IGNORE_CASE")]
+    ignore_case: bool,
+    /// With --reference-field, compare without ASCII punctuation.
+    #[arg(long, env = "RESIDENT_IGNORE_PUNCTUATION")]
+    ignore_punctuation: bool,
     /// What goes between two examples, and between the last and the record's prompt.
     #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
     fewshot_delimiter: String,
@@ -313,11 +353,15 @@ impl GenerateArgs {
                 labels: self.choice_labels.clone(),
             });
         }
+        if let Some(spec) = self.answer_match()? {
+            config.check_answers(spec)?;
+        }
         if let Some(field) = &self.accuracy_by {
             crate::exit::require(
-                self.score,
-                "--accuracy-by breaks down the accuracy of scored choices: it needs --score \
-                 (and records with choices and answers)",
+                self.score || self.reference_field.is_some(),
+                "--accuracy-by breaks down the accuracy of scored choices or of answers \
+                 checked against --reference-field: it needs --score (and records with \
+                 choices and answers) or --reference-field",
             )?;
             config.report_accuracy_by(field);
         }
@@ -326,6 +370,44 @@ impl GenerateArgs {
             config.put_prompt_start(self.description.as_deref(), fewshot.as_ref())?;
         }
         Ok(config)
+    }
+
+    /// How generated answers are checked, if they are (`--reference-field`, `--extract`).
+    fn answer_match(&self) -> anyhow::Result<Option<AnswerMatchSpec>> {
+        let compared = !self.ignore_regex.is_empty() || self.ignore_case || self.ignore_punctuation;
+        crate::exit::require(
+            !compared || self.reference_field.is_some(),
+            "--ignore-regex, --ignore-case and --ignore-punctuation say how answers are \
+             compared with each record's reference: give --reference-field",
+        )?;
+        crate::exit::require(
+            self.extract_match == ExtractMatchArg::First || self.extract.is_some(),
+            "--extract-match picks among the matches of --extract: give --extract",
+        )?;
+        if self.reference_field.is_none() && self.extract.is_none() {
+            return Ok(None);
+        }
+        crate::exit::require(
+            !self.score,
+            "--reference-field and --extract check generated answers; --score generates \
+             nothing (it scores choices: --answer-field names the right one)",
+        )?;
+        crate::exit::require(
+            self.output_format == OutputFormatArg::Generations,
+            "--reference-field and --extract write `extracted` and `correct` into \
+             generations.jsonl: not with --output-format openai-batch",
+        )?;
+        Ok(Some(AnswerMatchSpec {
+            reference_field: self.reference_field.clone(),
+            extract: self.extract.clone(),
+            extract_match: match self.extract_match {
+                ExtractMatchArg::First => ExtractMatch::First,
+                ExtractMatchArg::Last => ExtractMatch::Last,
+            },
+            ignore: self.ignore_regex.clone(),
+            ignore_case: self.ignore_case,
+            ignore_punctuation: self.ignore_punctuation,
+        }))
     }
 
     /// The few-shot examples the flags name, if any.
@@ -463,15 +545,43 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
             figures.tally.choice_records, figures.tally.answered_records
         );
     }
+    print_answers(figures);
     if let Some(by_group) = &figures.accuracy_by_group {
+        let per_character = (by_group.mean_accuracy_normalized)
+            .map(|normalized| format!(", {normalized:.4} per character"))
+            .unwrap_or_default();
         eprintln!(
-            "by {}: {} groups, mean accuracy {:.4}, {:.4} per character (report.json: \
+            "by {}: {} groups, mean accuracy {:.4}{per_character} (report.json: \
              accuracy_by_group)",
             by_group.field,
             by_group.groups.len(),
             by_group.mean_accuracy,
-            by_group.mean_accuracy_normalized
         );
     }
     Ok(())
+}
+
+/// The summary's line on generated answers checked against references, when there were.
+fn print_answers(figures: &GenerateFigures) {
+    let tally = &figures.tally;
+    let Some(exact_match) = figures.exact_match else {
+        if tally.unextracted_records > 0 {
+            eprintln!(
+                "answers: --extract found none in {} records",
+                tally.unextracted_records
+            );
+        }
+        return;
+    };
+    let samples = match (figures.exact_match_any, figures.exact_match_majority) {
+        (Some(any), Some(majority)) => {
+            format!(", any sample {any:.4}, most common answer {majority:.4}")
+        }
+        _ => String::new(),
+    };
+    eprintln!(
+        "answers: {} records with a reference: exact match {exact_match:.4}{samples}; \
+         --extract found none in {}",
+        tally.reference_records, tally.unextracted_records
+    );
 }

@@ -12,9 +12,9 @@ use resident_actor::generate::{Completion, GenerateConfig, GenerateParams, Promp
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
-    self, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig, EmbedWork, FewshotSource,
-    GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt,
-    PromptTemplate, VectorFormat,
+    self, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig,
+    EmbedWork, ExtractMatch, FewshotSource, GenerateJobConfig, GenerationOutput, JobError,
+    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -626,7 +626,7 @@ impl NativeCluster {
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
-        fewshot_seed=None))]
+        fewshot_seed=None, answer_check_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -657,6 +657,7 @@ impl NativeCluster {
         description: Option<String>,
         choice_labels: Vec<String>,
         fewshot_seed: Option<u64>,
+        answer_check_json: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -681,6 +682,7 @@ impl NativeCluster {
             answer: answer_field,
             labels: choice_labels,
         };
+        check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
         read_choices(py, &mut config, fields, accuracy_by)?;
         let fewshot = (
             fewshot_input,
@@ -978,13 +980,58 @@ fn read_choices(
         config.corpus.reader.choices = Some(fields);
     }
     if let Some(field) = accuracy_by {
-        if !config.generation.params.score {
+        if !config.generation.params.score && config.generation.answer_match.is_none() {
             return Err(bad_input(
                 py,
-                "accuracy_by breaks down the accuracy of scored choices: it needs score=True",
+                "accuracy_by breaks down the accuracy of scored choices or of answers checked \
+                 against reference_field: it needs score=True or reference_field",
             ));
         }
         config.report_accuracy_by(&field);
     }
     Ok(())
+}
+
+/// How generated answers are checked (`reference_field`, `extract` and the comparison's
+/// arguments, as JSON from the wrapper), refused as the CLI refuses its flags.
+fn check_answers(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    json: Option<&str>,
+    output_format: &str,
+) -> PyResult<()> {
+    let Some(json) = json else {
+        return Ok(());
+    };
+    let spec: AnswerMatchSpec =
+        serde_json::from_str(json).map_err(|e| bad_input(py, format!("answer checks: {e}")))?;
+    let compared = !spec.ignore.is_empty() || spec.ignore_case || spec.ignore_punctuation;
+    let refusal = if compared && spec.reference_field.is_none() {
+        Some(
+            "ignore_regex, ignore_case and ignore_punctuation say how answers are compared \
+             with each record's reference: give reference_field",
+        )
+    } else if spec.extract_match != ExtractMatch::First && spec.extract.is_none() {
+        Some("extract_match picks among the matches of extract: give extract")
+    } else if spec.reference_field.is_none() && spec.extract.is_none() {
+        return Ok(());
+    } else if config.generation.params.score {
+        Some(
+            "reference_field and extract check generated answers; score=True generates \
+             nothing (it scores choices: answer_field names the right one)",
+        )
+    } else if output_format != "generations" {
+        Some(
+            "reference_field and extract write `extracted` and `correct` into \
+             generations.jsonl: not with output_format=\"openai-batch\"",
+        )
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        return Err(bad_input(py, refusal));
+    }
+    config
+        .check_answers(spec)
+        .map_err(|e| bad_input(py, e.to_string()))
 }

@@ -7,6 +7,7 @@ wrong arguments are refused in words."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -218,6 +219,58 @@ def test_choice_labels_score_letters_after_the_choices_written_into_the_prompt(
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             choice_labels=["A", "B"], progress=False,
+        )
+
+
+def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
+    local_cluster, tmp_path
+):
+    questions = ["What is the capital of France?", "How many legs does a spider have?"]
+    corpus = write_corpus(tmp_path / "qa.jsonl", [
+        {"id": i, "text": q, "gold": {"aliases": ["Paris", "8", "eight"]}, "task": f"t{i}"}
+        for i, q in enumerate(questions)
+    ])
+    checks = dict(
+        reference_field="gold.aliases", extract=r"([A-Za-z0-9]+)", extract_match="last",
+        ignore_regex=[r"\."], ignore_case=True, accuracy_by="task",
+    )
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "py"), "{text}", max_new_tokens=12,
+        progress=False, **checks,
+    )
+    run_resident(
+        "generate", "--input", str(corpus), "--model", str(SMOLLM2), "--prompt", "{text}",
+        "--output", str(tmp_path / "cli"), "--max-new-tokens", "12",
+        "--reference-field", "gold.aliases", "--extract", "([A-Za-z0-9]+)",
+        "--extract-match", "last", "--ignore-regex", r"\.", "--ignore-case",
+        "--accuracy-by", "task",
+    )
+    py, cli = (
+        [json.loads(line) for line in open(tmp_path / name / "generations.jsonl")]
+        for name in ("py", "cli")
+    )
+    for line in py + cli:
+        words = re.findall(r"[A-Za-z0-9]+", line["text"])
+        assert line["extracted"] == (words[-1] if words else None), line
+        answer = (words[-1].rstrip(".").lower() if words else None)
+        assert line["correct"] == (answer in ("paris", "8", "eight")), line
+    right = sum(line["correct"] for line in py)
+    assert report["reference_records"] == 2 and report["exact_match"] == right / 2, report
+    assert set(report["accuracy_by_group"]["groups"]) == {"t0", "t1"}
+    with pytest.raises(resident.BadInput, match="ignore_case .* give reference_field"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", ignore_case=True,
+            progress=False,
+        )
+    with pytest.raises(resident.BadInput, match="extract_match picks"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}",
+            extract_match="last", progress=False,
+        )
+    with pytest.raises(resident.BadInput, match="not a regular expression"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", extract="(",
+            progress=False,
         )
 
 

@@ -9,6 +9,7 @@ use resident_actor::generate::{
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
+use super::answer_match::{AnswerMatch, AnswerMatchSpec, RecordAnswers, references_of};
 use super::chat_input::PromptInput;
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
 use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
@@ -59,6 +60,7 @@ impl GenerateJobConfig {
                 fewshot_groups: None,
                 fewshot_sampler: None,
                 accuracy_by: None,
+                answer_match: None,
             },
         }
     }
@@ -105,11 +107,28 @@ impl GenerateJobConfig {
     /// Breaks the report's accuracy down by the value of each record's `field`
     /// (`--accuracy-by`): the reader carries it to the tallies.
     pub fn report_accuracy_by(&mut self, field: &str) {
+        self.carry(field);
+        self.generation.accuracy_by = Some(field.to_owned());
+    }
+
+    /// Checks each record's generated answers as `spec` says (`--reference-field`,
+    /// `--extract` and the comparison's flags): the reader carries the reference field to
+    /// the lines and the tallies. A pattern that does not compile is refused.
+    pub fn check_answers(&mut self, spec: AnswerMatchSpec) -> Result<(), JobError> {
+        let check = AnswerMatch::new(spec).map_err(JobError::Input)?;
+        if let Some(field) = check.spec().reference_field.clone() {
+            self.carry(&field);
+        }
+        self.generation.answer_match = Some(check);
+        Ok(())
+    }
+
+    /// Has the reader carry each record's `field` (a name or a path) to the job's lines.
+    fn carry(&mut self, field: &str) {
         let carried = &mut self.corpus.reader.keep_fields;
         if !carried.iter().any(|kept| kept == field) {
             carried.push(field.to_owned());
         }
-        self.generation.accuracy_by = Some(field.to_owned());
     }
 
     /// Reads the corpus as an OpenAI Batch file (`custom_id` is each record's id).
@@ -161,6 +180,9 @@ pub struct GenerateWork {
     /// The field whose values group the report's accuracy (`--accuracy-by`); the reader
     /// carries it.
     pub accuracy_by: Option<String>,
+    /// How generated answers are found and checked against each record's reference
+    /// (`--extract`, `--reference-field`); the reader carries the reference.
+    pub answer_match: Option<AnswerMatch>,
 }
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
@@ -234,6 +256,14 @@ impl GenerateWork {
                 }
             }
         };
+        // A reference that cannot be compared is known before the record is generated.
+        let prompt = match self.references(Some(&record.kept)) {
+            Err(error) if prompt.error.is_none() => PromptParts {
+                error: Some(error),
+                ..prompt
+            },
+            _ => prompt,
+        };
         match record.choices {
             Some(choices) => PromptParts {
                 choices: choices.choices,
@@ -242,6 +272,31 @@ impl GenerateWork {
             },
             None => prompt,
         }
+    }
+}
+
+impl GenerateWork {
+    /// A record's references (none when the job checks no answers or the record has no
+    /// reference), from its carried fields; why not, for a reference that is an object.
+    fn references(&self, kept: Option<&Kept>) -> Result<Vec<String>, String> {
+        let check = self.answer_match.as_ref();
+        match check.and_then(|check| check.spec().reference_field.as_deref()) {
+            Some(field) => references_of(kept.and_then(|kept| kept.get(field)), field),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A record's generated samples checked against its references, when the job checks
+    /// answers and the record was answered.
+    fn answers_of(&self, completion: &Completion, kept: Option<&Kept>) -> Option<RecordAnswers> {
+        let check = self.answer_match.as_ref()?;
+        if completion.error.is_some() {
+            return None;
+        }
+        let references = self.references(kept).unwrap_or_default();
+        let samples = completion.choices();
+        let texts: Vec<&str> = samples.iter().map(|sample| sample.text.as_str()).collect();
+        Some(check.judge_record(&texts, &references))
     }
 }
 
@@ -280,7 +335,8 @@ impl ChunkWork for GenerateWork {
     type Figures = GenerateFigures;
     const JOB: &'static str = "generate";
     const OUTPUT: &'static str = "generations";
-    const SETTINGS: &'static str = "model, prompt, choice labels or decoding parameters";
+    const SETTINGS: &'static str =
+        "model, prompt, choice labels, answer checks or decoding parameters";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-generations",
         data: "generations.jsonl",
@@ -309,6 +365,9 @@ impl ChunkWork for GenerateWork {
         }
         if let Some(sampler) = &self.fewshot_sampler {
             settings["fewshot_sampled"] = sampler.settings();
+        }
+        if let Some(check) = &self.answer_match {
+            settings["answer_match"] = check.settings();
         }
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
@@ -395,7 +454,8 @@ impl ChunkWork for GenerateWork {
         for (record, completion) in piece.data.iter().enumerate() {
             let group =
                 (self.accuracy_by.as_deref()).map(|field| group_of(kept.get(record), field));
-            tally.add(completion, group);
+            let answers = self.answers_of(completion, kept.get(record));
+            tally.add(completion, group, answers.as_ref());
         }
     }
 
@@ -428,10 +488,12 @@ impl ChunkWork for GenerateWork {
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
         let created = resident_proto::unix_ms_now() / 1000;
-        for (id, completion) in ids.iter().zip(completions) {
+        for (record, (id, completion)) in ids.iter().zip(completions).enumerate() {
             let written = match self.output {
                 GenerationOutput::Lines => {
-                    serde_json::to_writer(&mut lines, &GenerationLine::new(id, completion))
+                    let answers = self.answers_of(completion, rows.kept.get(record));
+                    let line = GenerationLine::new(id, completion, answers.as_ref());
+                    serde_json::to_writer(&mut lines, &line)
                 }
                 GenerationOutput::OpenAiBatch => serde_json::to_writer(
                     &mut lines,
@@ -615,7 +677,7 @@ mod tests {
         };
         let id = serde_json::json!("r");
         let first = completion(-8.0, 4);
-        let line = serde_json::to_value(GenerationLine::new(&id, &first)).unwrap();
+        let line = serde_json::to_value(GenerationLine::new(&id, &first, None)).unwrap();
         assert_eq!(line["score"]["tokens"], 4);
         assert_eq!(line["score"]["perplexity"], 2f64.exp());
         assert!(line.get("prompt_logprobs").is_none(), "{line}");
@@ -665,7 +727,7 @@ mod tests {
         };
         let id = serde_json::json!("q");
         let right = completion(Some(0));
-        let line = serde_json::to_value(GenerationLine::new(&id, &right)).unwrap();
+        let line = serde_json::to_value(GenerationLine::new(&id, &right, None)).unwrap();
         assert_eq!(line["choice_scores"][0]["logprob"], -1.0);
         assert_eq!(line["choice_scores"][1]["tokens"], 4);
         assert_eq!(line["choice_scores"][1]["perplexity"], 0.625f64.exp());
@@ -682,7 +744,7 @@ mod tests {
             "{line}"
         );
         let unanswered = completion(None);
-        let line = serde_json::to_value(GenerationLine::new(&id, &unanswered)).unwrap();
+        let line = serde_json::to_value(GenerationLine::new(&id, &unanswered, None)).unwrap();
         assert!(
             line.get("correct").is_none() && line.get("answer").is_none(),
             "{line}"
@@ -722,7 +784,7 @@ mod tests {
                 groups["art"].correct_records,
                 groups["art"].correct_normalized_records
             ),
-            (0, 1)
+            (0, Some(1))
         );
         let figures = tally.figures(Duration::from_secs(1));
         assert_eq!(
@@ -737,6 +799,139 @@ mod tests {
             json.get("groups").is_none(),
             "the counts are reported by group only"
         );
+    }
+
+    /// A job that checks answers: each line has the first sample's extracted answer and
+    /// whether it is right, each sample its own, and the majority; the tallies count
+    /// them (by group too); a record without a reference is extracted, not counted; an
+    /// object as the reference answers the record with an error before it is generated;
+    /// the settings fingerprint changes with the checks.
+    #[test]
+    fn generated_answers_are_checked_against_each_record_s_reference() {
+        let mut job = GenerateJobConfig::new(
+            CorpusJobConfig::new("in.jsonl", "model.gguf", "out"),
+            PromptTemplate::parse("{text}").unwrap(),
+        );
+        let plain = job.generation.settings_fingerprint("m");
+        job.check_answers(AnswerMatchSpec {
+            reference_field: Some("target.value".into()),
+            extract: Some(r"answer is (\d+)".into()),
+            ignore: vec![",".into()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        job.report_accuracy_by("task");
+        assert_eq!(job.corpus.reader.keep_fields, ["target.value", "task"]);
+        assert_ne!(job.generation.settings_fingerprint("m"), plain);
+        let work = job.generation;
+        let kept = |target: serde_json::Value, task: &str| -> Kept {
+            let fields = [("target.value", target), ("task", task.into())];
+            fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+        };
+        let sample = |text: &str| resident_actor::generate::Choice {
+            text: text.into(),
+            generated_tokens: 3,
+            finish_reason: FinishReason::Stop,
+            logprobs: None,
+        };
+        let answered = |text: &str, more: &[&str]| Completion {
+            text: text.into(),
+            more: more.iter().map(|t| sample(t)).collect(),
+            ..scored_nothing()
+        };
+        let records = vec![
+            answered("The answer is 1000.", &["answer is 7", "answer is 1,000"]),
+            answered("I do not know.", &[]),
+            answered("answer is 3", &[]),
+        ];
+        let kept = vec![
+            kept(serde_json::json!(["1,000", "one thousand"]), "math"),
+            kept(serde_json::json!("5"), "math"),
+            kept(serde_json::Value::Null, "art"),
+        ];
+        let lines: Vec<serde_json::Value> = (records.iter().zip(&kept))
+            .map(|(completion, kept)| {
+                let answers = work.answers_of(completion, Some(kept));
+                let line =
+                    GenerationLine::new(&serde_json::Value::Null, completion, answers.as_ref());
+                serde_json::to_value(line).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            (&lines[0]["extracted"], &lines[0]["correct"]),
+            (&"1000".into(), &true.into())
+        );
+        let samples = lines[0]["choices"].as_array().unwrap();
+        let sampled: Vec<(&serde_json::Value, &serde_json::Value)> = samples
+            .iter()
+            .map(|s| (&s["extracted"], &s["correct"]))
+            .collect();
+        assert_eq!(sampled[1], (&"7".into(), &false.into()));
+        assert_eq!(lines[0]["correct_majority"], true, "1000 twice, 7 once");
+        assert_eq!(
+            lines[1]["extracted"],
+            serde_json::Value::Null,
+            "written as null"
+        );
+        assert_eq!(lines[1]["correct"], false);
+        assert!(lines[2].get("correct").is_none() && lines[2]["extracted"] == "3");
+        let mut tally = GenerationTally::default();
+        let piece = Piece {
+            rows: 3,
+            actor_id: resident_sdk::ActorId::new("a"),
+            node_id: resident_sdk::NodeId::new("n"),
+            micros: 0,
+            model_fingerprint: String::new(),
+            data: records,
+        };
+        work.tally(&mut tally, &piece, &kept);
+        let by_task = accuracy_by_group("task", &tally.groups).unwrap();
+        let figures = tally.figures(Duration::from_secs(1));
+        let counts = &figures.tally;
+        assert_eq!(
+            (counts.reference_records, counts.exact_match_records),
+            (2, 1)
+        );
+        assert_eq!(
+            (counts.unextracted_records, counts.sampled_reference_records),
+            (1, 1)
+        );
+        assert_eq!(figures.exact_match, Some(0.5));
+        assert_eq!(
+            (figures.exact_match_any, figures.exact_match_majority),
+            (Some(1.0), Some(1.0))
+        );
+        assert_eq!(figures.accuracy, None, "no choices were scored");
+        assert_eq!(by_task.groups["math"].accuracy, 0.5);
+        assert!(
+            !by_task.groups.contains_key("art"),
+            "art's record has no reference"
+        );
+        // A reference that is an object answers its record with an error, saying what to do.
+        let mut record = Record {
+            id: "q".into(),
+            text: "2 + 2?".into(),
+            fields: Vec::new(),
+            kept: kept_object(),
+            chat: None,
+            choices: None,
+        };
+        let error = work.prompt_of(record.clone()).error.unwrap();
+        assert!(error.contains("`target.value.aliases`"), "{error}");
+        record.kept = Kept::new();
+        assert!(
+            work.prompt_of(record).error.is_none(),
+            "no reference: nothing to check"
+        );
+    }
+
+    fn kept_object() -> Kept {
+        [(
+            "target.value".to_owned(),
+            serde_json::json!({"aliases": ["4"]}),
+        )]
+        .into_iter()
+        .collect()
     }
 
     /// A generate job's work as the CLI's defaults make it.

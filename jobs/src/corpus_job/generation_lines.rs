@@ -1,8 +1,11 @@
 //! A generate job's `generations.jsonl` lines as it spells them: the completion, its
-//! samples, scores and log-probabilities, a record's scored choices.
+//! samples, scores and log-probabilities, a record's scored choices, its generated answers
+//! checked against its reference.
 
 use resident_actor::generate::{ChoiceScores, Completion, TextScore, TokenLogprob};
 use serde::Serialize;
+
+use super::answer_match::{Judgement, RecordAnswers};
 
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]
@@ -24,8 +27,32 @@ pub(super) struct GenerationLine<'a> {
     /// A record with choices: each one's score, in order, and the one the model prefers.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     choices_scored: Option<ChoicesLine<'a>>,
+    /// The first sample's answer and whether it is right (`--extract`, `--reference-field`).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    answer: Option<AnswerLine<'a>>,
+    /// With several samples and a reference: whether their most common answer is right.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct_majority: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+}
+
+/// A generated answer as the line spells it: `extracted` (null when the filter found
+/// none), and `correct` when the record has a reference.
+#[derive(Serialize)]
+struct AnswerLine<'a> {
+    extracted: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct: Option<bool>,
+}
+
+impl<'a> AnswerLine<'a> {
+    fn new(judged: &'a Judgement) -> Self {
+        Self {
+            extracted: judged.extracted.as_deref(),
+            correct: judged.correct,
+        }
+    }
 }
 
 /// A record's scored choices as `generations.jsonl` spells them.
@@ -99,23 +126,37 @@ struct ChoiceLine<'a> {
     finish_reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<&'a [TokenLogprob]>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    answer: Option<AnswerLine<'a>>,
 }
 
 impl<'a> GenerationLine<'a> {
-    pub(super) fn new(id: &'a serde_json::Value, completion: &'a Completion) -> Self {
+    /// `completion`'s line; `answers`, its samples checked, when the job checks them.
+    pub(super) fn new(
+        id: &'a serde_json::Value,
+        completion: &'a Completion,
+        answers: Option<&'a RecordAnswers>,
+    ) -> Self {
+        let judged = |sample: usize| {
+            let judgement = answers.and_then(|a| a.samples.get(sample));
+            judgement.map(AnswerLine::new)
+        };
         let choices = (!completion.more.is_empty()).then(|| {
             let first = ChoiceLine {
                 text: &completion.text,
                 generated_tokens: completion.generated_tokens,
                 finish_reason: completion.finish_reason.as_str(),
                 logprobs: completion.logprobs.as_deref(),
+                answer: judged(0),
             };
+            let more = completion.more.iter().enumerate();
             std::iter::once(first)
-                .chain(completion.more.iter().map(|choice| ChoiceLine {
+                .chain(more.map(|(i, choice)| ChoiceLine {
                     text: &choice.text,
                     generated_tokens: choice.generated_tokens,
                     finish_reason: choice.finish_reason.as_str(),
                     logprobs: choice.logprobs.as_deref(),
+                    answer: judged(i + 1),
                 }))
                 .collect()
         });
@@ -133,6 +174,8 @@ impl<'a> GenerationLine<'a> {
                 .as_ref()
                 .and_then(|score| score.token_logprobs.as_deref()),
             choices_scored: completion.choice_scores.as_ref().map(ChoicesLine::new),
+            answer: judged(0),
+            correct_majority: answers.and_then(|a| a.majority),
             error: completion.error.as_deref(),
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use resident_actor::generate::{Completion, FinishReason};
 use serde::{Deserialize, Serialize};
 
+use super::answer_match::RecordAnswers;
 use super::group_accuracy::{AccuracyByGroup, GroupCounts};
 
 /// The report's figures of a generate job (this run's chunks).
@@ -49,10 +50,35 @@ pub struct GenerationTally {
     /// Of those, the records whose likeliest choice per character was the right one.
     #[serde(default, skip_serializing_if = "is_default")]
     pub correct_normalized_records: u64,
+    /// Records with a reference answer (`--reference-field`) whose generation was
+    /// checked against it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub reference_records: u64,
+    /// Of those, the records whose (first) generated answer matched a reference.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub exact_match_records: u64,
+    /// Records whose (first) generation the `--extract` filter found no answer in.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub unextracted_records: u64,
+    /// Of the records with a reference and several samples (`-n`), those with any sample
+    /// right (pass@n).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub any_match_records: u64,
+    /// Of those, the records whose samples' most common answer was right (maj@n).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub majority_match_records: u64,
+    /// Records with a reference and several samples.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub sampled_reference_records: u64,
     /// The answered records' counts by group (`--accuracy-by`; the report's
     /// `accuracy_by_group` holds them).
     #[serde(skip)]
     pub groups: BTreeMap<String, GroupCounts>,
+}
+
+/// `part / whole`; `None` when `whole` is 0.
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// Whether a report figure is at its default (left out of a report that never scored).
@@ -81,19 +107,38 @@ pub struct GenerateFigures {
     /// The same by log-probability per character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized: Option<f64>,
-    /// Both by the groups of `--accuracy-by` (absent without it, or when no record named
-    /// its answer).
+    /// `exact_match_records / reference_records`: how often the (first) generated answer
+    /// matched a reference (absent without references).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match: Option<f64>,
+    /// `any_match_records / sampled_reference_records` (pass@n; absent without samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_any: Option<f64>,
+    /// `majority_match_records / sampled_reference_records` (maj@n).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_majority: Option<f64>,
+    /// Both accuracies by the groups of `--accuracy-by` (absent without it, or when no
+    /// record named its answer); a generating job's exact match there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_by_group: Option<AccuracyByGroup>,
 }
 
 impl GenerationTally {
     /// Counts one record's answer; `group` is its group when the accuracy is broken down
-    /// (`--accuracy-by`).
-    pub(super) fn add(&mut self, completion: &Completion, group: Option<String>) {
+    /// (`--accuracy-by`); `answers`, its samples checked against its references when the
+    /// job checks them.
+    pub(super) fn add(
+        &mut self,
+        completion: &Completion,
+        group: Option<String>,
+        answers: Option<&RecordAnswers>,
+    ) {
         if completion.error.is_some() {
             self.failed_requests += 1;
             return;
+        }
+        if let Some(answers) = answers {
+            self.add_answers(answers, group.clone());
         }
         self.prompt_tokens += u64::from(completion.prompt_tokens);
         self.generated_tokens += completion.all_generated_tokens();
@@ -110,7 +155,8 @@ impl GenerationTally {
                 self.correct_records += u64::from(plain);
                 self.correct_normalized_records += u64::from(normalized);
                 if let Some(group) = group {
-                    self.groups.entry(group).or_default().add(plain, normalized);
+                    let counts = self.groups.entry(group).or_default();
+                    counts.add(plain, Some(normalized));
                 }
             }
         }
@@ -119,6 +165,25 @@ impl GenerationTally {
                 FinishReason::Stop => self.finished_by_stop += 1,
                 FinishReason::Length => self.finished_by_length += 1,
             }
+        }
+    }
+
+    /// Counts one record's generated answers.
+    fn add_answers(&mut self, answers: &RecordAnswers, group: Option<String>) {
+        let first = answers.samples.first();
+        self.unextracted_records += u64::from(first.is_some_and(|j| j.extracted.is_none()));
+        let Some(correct) = answers.first_correct() else {
+            return;
+        };
+        self.reference_records += 1;
+        self.exact_match_records += u64::from(correct);
+        if let Some(group) = group {
+            self.groups.entry(group).or_default().add(correct, None);
+        }
+        if let (Some(any), Some(majority)) = (answers.any_correct(), answers.majority) {
+            self.sampled_reference_records += 1;
+            self.any_match_records += u64::from(any);
+            self.majority_match_records += u64::from(majority);
         }
     }
 
@@ -137,6 +202,12 @@ impl GenerationTally {
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
             accuracy: self.share_of_answered(self.correct_records),
             accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
+            exact_match: share(self.exact_match_records, self.reference_records),
+            exact_match_any: share(self.any_match_records, self.sampled_reference_records),
+            exact_match_majority: share(
+                self.majority_match_records,
+                self.sampled_reference_records,
+            ),
             accuracy_by_group: None,
             tally: self,
         }

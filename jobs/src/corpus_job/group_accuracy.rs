@@ -1,6 +1,8 @@
-//! A scoring job's accuracy by a field of its records (`--accuracy-by subject`: MMLU's
+//! A job's accuracy by a field of its records (`--accuracy-by subject`: MMLU's
 //! per-subject table): each group's counts as chunks come in, and the report's figures,
-//! with the mean over groups beside the job's accuracy over records.
+//! with the mean over groups beside the job's accuracy over records. A scoring job counts
+//! its likeliest choices, plain and per character; a generating job its exact matches
+//! (`answer_match.rs`), which have no per-character measure.
 
 use std::collections::BTreeMap;
 
@@ -14,18 +16,23 @@ use super::reader::Kept;
 pub struct GroupCounts {
     /// The group's records that named their answer.
     pub answered_records: u64,
-    /// Those whose likeliest choice was the right one.
+    /// Those whose likeliest choice (or generated answer) was the right one.
     pub correct_records: u64,
-    /// Those whose likeliest choice per character was the right one.
-    pub correct_normalized_records: u64,
+    /// Those whose likeliest choice per character was the right one (absent for
+    /// generated answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correct_normalized_records: Option<u64>,
 }
 
 impl GroupCounts {
-    /// Counts one answered record, right or not by each measure.
-    pub fn add(&mut self, correct: bool, correct_normalized: bool) {
+    /// Counts one answered record, right or not by each measure (`correct_normalized`:
+    /// `None` where there is no per-character measure).
+    pub fn add(&mut self, correct: bool, correct_normalized: Option<bool>) {
         self.answered_records += 1;
         self.correct_records += u64::from(correct);
-        self.correct_normalized_records += u64::from(correct_normalized);
+        if let Some(normalized) = correct_normalized {
+            *self.correct_normalized_records.get_or_insert(0) += u64::from(normalized);
+        }
     }
 }
 
@@ -37,8 +44,9 @@ pub struct GroupFigures {
     pub counts: GroupCounts,
     /// `correct_records / answered_records`.
     pub accuracy: f64,
-    /// `correct_normalized_records / answered_records`.
-    pub accuracy_normalized: f64,
+    /// `correct_normalized_records / answered_records` (absent for generated answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_normalized: Option<f64>,
 }
 
 /// The report's `accuracy_by_group`.
@@ -49,8 +57,9 @@ pub struct AccuracyByGroup {
     /// The mean of the groups' accuracies, each group counting once (the job's
     /// `accuracy` counts each record once).
     pub mean_accuracy: f64,
-    /// The same per character.
-    pub mean_accuracy_normalized: f64,
+    /// The same per character (absent for generated answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_accuracy_normalized: Option<f64>,
     /// Each group's figures, by the field's value.
     pub groups: BTreeMap<String, GroupFigures>,
 }
@@ -78,7 +87,7 @@ pub fn accuracy_by_group(
             let figures = GroupFigures {
                 counts,
                 accuracy: share(counts.correct_records),
-                accuracy_normalized: share(counts.correct_normalized_records),
+                accuracy_normalized: counts.correct_normalized_records.map(share),
             };
             (group.clone(), figures)
         })
@@ -86,11 +95,13 @@ pub fn accuracy_by_group(
     if groups.is_empty() {
         return None;
     }
-    let mean =
-        |of: fn(&GroupFigures) -> f64| groups.values().map(of).sum::<f64>() / groups.len() as f64;
+    let mean = |of: fn(&GroupFigures) -> Option<f64>| {
+        let values: Option<Vec<f64>> = groups.values().map(of).collect();
+        Some(values?.iter().sum::<f64>() / groups.len() as f64)
+    };
     Some(AccuracyByGroup {
         field: field.to_owned(),
-        mean_accuracy: mean(|g| g.accuracy),
+        mean_accuracy: mean(|g| Some(g.accuracy)).unwrap_or_default(),
         mean_accuracy_normalized: mean(|g| g.accuracy_normalized),
         groups,
     })
@@ -121,23 +132,50 @@ mod tests {
             groups
                 .entry(group)
                 .or_default()
-                .add(right, right_normalized);
+                .add(right, Some(right_normalized));
         }
         assert_eq!(group_of(None, "subject"), "null");
         assert_eq!(group_of(Some(&kept(json!("x"))), "topic"), "null");
         let figures = accuracy_by_group("subject", &groups).unwrap();
         assert_eq!(figures.groups["math"].accuracy, 1.0 / 3.0);
-        assert_eq!(figures.groups["math"].accuracy_normalized, 2.0 / 3.0);
-        assert_eq!(figures.groups["art"].counts.correct_normalized_records, 0);
+        assert_eq!(figures.groups["math"].accuracy_normalized, Some(2.0 / 3.0));
+        assert_eq!(
+            figures.groups["art"].counts.correct_normalized_records,
+            Some(0)
+        );
         assert_eq!(figures.groups["7"].accuracy, 1.0);
         // Summed in the groups' order: "7", "art", "math".
         assert_eq!(figures.mean_accuracy, (1.0 + 1.0 + 1.0 / 3.0) / 3.0);
         let normalized = (1.0 + 0.0 + 2.0 / 3.0) / 3.0;
-        assert_eq!(figures.mean_accuracy_normalized, normalized);
+        assert_eq!(figures.mean_accuracy_normalized, Some(normalized));
         let report = serde_json::to_value(&figures).unwrap();
         assert_eq!(report["field"], "subject");
         assert_eq!(report["groups"]["math"]["answered_records"], 3);
         assert_eq!(report["groups"]["math"]["correct_records"], 1);
+        assert_eq!(report["groups"]["art"]["correct_normalized_records"], 0);
+        assert_eq!(report["groups"]["art"]["accuracy_normalized"], 0.0);
         assert!(accuracy_by_group("subject", &BTreeMap::new()).is_none());
+    }
+
+    /// Generated answers' groups have no per-character figures, in the report either.
+    #[test]
+    fn exact_matches_by_group_have_no_per_character_accuracy() {
+        let mut groups: BTreeMap<String, GroupCounts> = BTreeMap::new();
+        for (group, right) in [("a", true), ("a", false), ("b", true)] {
+            groups.entry(group.into()).or_default().add(right, None);
+        }
+        let figures = accuracy_by_group("task", &groups).unwrap();
+        assert_eq!(figures.mean_accuracy, (0.5 + 1.0) / 2.0);
+        assert_eq!(figures.mean_accuracy_normalized, None);
+        let report = serde_json::to_value(&figures).unwrap();
+        assert!(report.get("mean_accuracy_normalized").is_none(), "{report}");
+        let a = &report["groups"]["a"];
+        assert_eq!(
+            (a["answered_records"].as_u64(), a["accuracy"].as_f64()),
+            (Some(2), Some(0.5))
+        );
+        assert!(
+            a.get("accuracy_normalized").is_none() && a.get("correct_normalized_records").is_none()
+        );
     }
 }

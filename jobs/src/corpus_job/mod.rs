@@ -15,6 +15,7 @@
 //! 4. Merge the shards (streamed; skipped past `merge_max_bytes`): `embeddings.npy` +
 //!    `ids.jsonl`, or `generations.jsonl`. Write `index.json` and `report.json`.
 
+mod answer_match;
 pub mod chat_input;
 pub mod choice_input;
 mod config;
@@ -63,6 +64,7 @@ mod work;
 
 use resident_sdk::Cluster;
 
+pub use answer_match::{AnswerMatch, AnswerMatchSpec, ExtractMatch};
 pub use chat_input::PromptInput;
 pub use choice_input::ChoiceFields;
 pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};

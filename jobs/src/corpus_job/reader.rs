@@ -42,11 +42,23 @@ pub struct ReaderOptions {
 
 impl ReaderOptions {
     /// What of the reading changes a job's output beyond its input files, for its settings
-    /// fingerprint: the labels scored in place of the choices. `None` without them, so a
-    /// job that has none keeps the fingerprint it had before labels existed.
+    /// fingerprint: the labels scored in place of the choices, and the fields choices and
+    /// answers are read from where they are not the default ones. `None` when all are as
+    /// they were before these settings existed, so such a job keeps its fingerprint.
     pub fn output_settings(&self) -> Option<serde_json::Value> {
-        let labels = &self.choices.as_ref()?.labels;
-        (!labels.is_empty()).then(|| serde_json::json!({ "choice_labels": labels }))
+        let choices = self.choices.as_ref()?;
+        let defaults = ChoiceFields::default();
+        let mut settings = serde_json::Map::new();
+        if !choices.labels.is_empty() {
+            settings.insert("choice_labels".into(), choices.labels.clone().into());
+        }
+        if choices.choices != defaults.choices {
+            settings.insert("choices_field".into(), choices.choices.clone().into());
+        }
+        if choices.answer != defaults.answer {
+            settings.insert("answer_field".into(), choices.answer.clone().into());
+        }
+        (!settings.is_empty()).then_some(serde_json::Value::Object(settings))
     }
 
     /// Whether records have more than an id, a text and carried fields: a prompt's fields,
@@ -465,16 +477,15 @@ impl RecordReader {
         }
     }
 
-    /// [`ReaderOptions::keep_fields`] of the record, null where it has none.
+    /// [`ReaderOptions::keep_fields`] of the record (a name, or a path as a prompt's
+    /// fields are), null where it has none.
     fn kept(&self, object: &serde_json::Map<String, Value>) -> Kept {
         self.options
             .keep_fields
             .iter()
             .map(|field| {
-                (
-                    field.clone(),
-                    object.get(field).cloned().unwrap_or(Value::Null),
-                )
+                let value = field_value(object, field);
+                (field.clone(), value.cloned().unwrap_or(Value::Null))
             })
             .collect()
     }
@@ -582,9 +593,10 @@ mod tests {
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
     }
 
-    /// Only choice labels join the settings, so a job without them keeps its fingerprint.
+    /// Only choice labels and renamed choice fields join the settings, so a job with neither
+    /// keeps its fingerprint.
     #[test]
-    fn choice_labels_are_the_reading_s_only_output_settings() {
+    fn choice_labels_and_renamed_choice_fields_are_the_reading_s_output_settings() {
         let mut options = ReaderOptions::default();
         assert_eq!(options.output_settings(), None);
         options.choices = Some(ChoiceFields::default());
@@ -595,6 +607,14 @@ mod tests {
         });
         let settings = options.output_settings().unwrap();
         assert_eq!(settings, serde_json::json!({"choice_labels": ["A", "B"]}));
+        options.choices = Some(ChoiceFields {
+            choices: "endings".into(),
+            answer: "label".into(),
+            ..ChoiceFields::default()
+        });
+        let settings = options.output_settings().unwrap();
+        let renamed = serde_json::json!({"choices_field": "endings", "answer_field": "label"});
+        assert_eq!(settings, renamed);
     }
 
     /// A field past a dot is a path into the record's lists and objects (MMLU's

@@ -165,6 +165,28 @@ def _quantize(vectors: np.ndarray, precision: str) -> np.ndarray:
     return (buckets - 128).astype(np.int8) if precision == "int8" else buckets.astype(np.uint8)
 
 
+def _answer_check(
+    reference_field: Optional[str],
+    extract: Optional[str],
+    extract_match: str,
+    ignore_regex: Optional[Sequence[str]],
+    ignore_case: bool,
+    ignore_punctuation: bool,
+) -> Optional[str]:
+    """The answer checks of ``generate_job`` as JSON; None when it asks for none."""
+    check = {
+        "reference_field": reference_field,
+        "extract": extract,
+        "extract_match": extract_match,
+        "ignore": list(ignore_regex or []),
+        "ignore_case": ignore_case,
+        "ignore_punctuation": ignore_punctuation,
+    }
+    default = {"extract_match": "first", "ignore": [], "ignore_case": False, "ignore_punctuation": False}
+    asked = any(value not in (None, default.get(key)) for key, value in check.items())
+    return json.dumps(check) if asked else None
+
+
 def _generate_params(
     max_new_tokens,
     temperature,
@@ -718,6 +740,12 @@ class Cluster:
         description: Optional[str] = None,
         choice_labels: Optional[Sequence[str]] = None,
         fewshot_seed: Optional[int] = None,
+        reference_field: Optional[str] = None,
+        extract: Optional[str] = None,
+        extract_match: str = "first",
+        ignore_regex: Optional[Sequence[str]] = None,
+        ignore_case: bool = False,
+        ignore_punctuation: bool = False,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -744,7 +772,14 @@ class Cluster:
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
         ``description`` goes before the examples and the prompt (``--description``);
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
-        choices (``--choice-labels``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        choices (``--choice-labels``). ``reference_field`` (a field or path of each record's
+        right answer: a text, a number or a list of them) checks each generated answer
+        against it: ``extract`` (a regex; ``extract_match`` ``"first"`` or ``"last"``)
+        finds the answer in the text, ``ignore_regex``, ``ignore_case`` and
+        ``ignore_punctuation`` say how the two are compared; each line gets ``extracted``
+        and ``correct``, the report ``exact_match`` (with ``n``, ``exact_match_any`` and
+        ``exact_match_majority``), and ``accuracy_by`` works with it too
+        (``--reference-field``, ``--extract``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -761,6 +796,10 @@ class Cluster:
                 input_format, output_format, choices_field, answer_field, fewshot_input,
                 fewshot, fewshot_delimiter, fewshot_group, accuracy_by, description,
                 list(choice_labels or []), fewshot_seed,
+                _answer_check(
+                    reference_field, extract, extract_match, ignore_regex, ignore_case,
+                    ignore_punctuation,
+                ),
             )
         finally:
             bar.close()

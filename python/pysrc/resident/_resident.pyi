@@ -73,6 +73,7 @@ class NativeCluster:
         description: Optional[str] = None,
         choice_labels: Sequence[str] = ...,
         fewshot_seed: Optional[int] = None,
+        answer_check_json: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

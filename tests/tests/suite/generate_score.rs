@@ -808,7 +808,8 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
         ),
         (
             &["--template", "none", "--accuracy-by", "subject"],
-            "--accuracy-by breaks down the accuracy of scored choices: it needs --score",
+            "--accuracy-by breaks down the accuracy of scored choices or of answers checked \
+             against --reference-field: it needs --score",
         ),
         (
             &["--description", "Read {text}"],
@@ -867,7 +868,9 @@ async fn choice_labels_score_letters_after_the_choices_written_into_the_prompt()
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(
-        stderr.contains("holds generations from a different model, prompt, choice labels or"),
+        stderr.contains(
+            "holds generations from a different model, prompt, choice labels, answer checks"
+        ),
         "{stderr}"
     );
 }

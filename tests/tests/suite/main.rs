@@ -26,6 +26,7 @@ mod embed_windows;
 mod forged_outcomes;
 mod function_length;
 mod generate_actors;
+mod generate_answers;
 mod generate_chat;
 mod generate_job;
 mod generate_llama_cpp;

@@ -1,0 +1,406 @@
+//! A generated answer checked against a record's reference (pure): lm-evaluation-harness's
+//! `generate_until` tasks (GSM8K, TriviaQA, Natural Questions) as it scores them. A regex
+//! filter extracts the answer from the generated text (its first or last match; of a match,
+//! its first non-empty group, else the whole match), then both it and each reference lose
+//! what the ignore regexes match, are lower-cased and stripped of ASCII punctuation when
+//! asked, and trimmed; the answer is right when it equals any reference (TriviaQA's
+//! aliases).
+//!
+//! The Rust `regex` crate runs the patterns: Python's syntax but for look-around and
+//! backreferences, which it refuses with its own message.
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Which of the filter's matches is the answer (lm-evaluation-harness's `group_select`:
+/// `0` first, `-1` last).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExtractMatch {
+    /// GSM8K's `strict-match`: the first.
+    #[default]
+    First,
+    /// GSM8K's `flexible-extract`: the last.
+    Last,
+}
+
+impl ExtractMatch {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Last => "last",
+        }
+    }
+}
+
+/// How answers are found and compared, as a job declares it (`--reference-field`,
+/// `--extract`, `--extract-match`, `--ignore-regex`, `--ignore-case`,
+/// `--ignore-punctuation`; from Python, the same keys as JSON).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnswerMatchSpec {
+    /// The field of a record's right answer: a text, a number, or a list of either (any
+    /// one is right); `None`: answers are extracted, and not checked.
+    pub reference_field: Option<String>,
+    /// The filter that finds the answer in the generated text; `None`: all of it.
+    pub extract: Option<String>,
+    /// Which of its matches.
+    pub extract_match: ExtractMatch,
+    /// What is taken out of the answer and the references before they are compared.
+    pub ignore: Vec<String>,
+    /// Compare lower-cased.
+    pub ignore_case: bool,
+    /// Compare without ASCII punctuation.
+    pub ignore_punctuation: bool,
+}
+
+/// [`AnswerMatchSpec`] with its patterns compiled.
+#[derive(Clone, Debug)]
+pub struct AnswerMatch {
+    spec: AnswerMatchSpec,
+    extract: Option<Regex>,
+    ignore: Vec<Regex>,
+}
+
+/// One generated text against its record's references.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    /// The answer the filter found, as it found it (trimmed); `None` when it matched
+    /// nothing.
+    pub extracted: Option<String>,
+    /// Whether it equals a reference after normalising both; `None` when the record has
+    /// none.
+    pub correct: Option<bool>,
+}
+
+impl AnswerMatch {
+    /// Compiles `spec`'s patterns; a pattern that does not compile is refused naming its
+    /// flag and why.
+    pub fn new(spec: AnswerMatchSpec) -> Result<Self, String> {
+        let compile = |flag: &str, pattern: &str| {
+            Regex::new(pattern).map_err(|e| {
+                format!(
+                    "{flag} {pattern:?} is not a regular expression the regex crate takes \
+                     (Python's syntax without look-around or backreferences): {e}"
+                )
+            })
+        };
+        let extract = (spec.extract.as_deref())
+            .map(|pattern| compile("--extract", pattern))
+            .transpose()?;
+        let ignore = (spec.ignore.iter())
+            .map(|pattern| compile("--ignore-regex", pattern))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            spec,
+            extract,
+            ignore,
+        })
+    }
+
+    /// What it was made from.
+    pub fn spec(&self) -> &AnswerMatchSpec {
+        &self.spec
+    }
+
+    /// The answer in `generated`: the chosen match's first non-empty group (the whole
+    /// match for a pattern without groups), trimmed; all of `generated`, trimmed, without
+    /// a filter; `None` when the filter finds nothing.
+    pub fn extract(&self, generated: &str) -> Option<String> {
+        let Some(filter) = &self.extract else {
+            return Some(generated.trim().to_owned());
+        };
+        let mut matches = filter.captures_iter(generated);
+        let chosen = match self.spec.extract_match {
+            ExtractMatch::First => matches.next(),
+            ExtractMatch::Last => matches.last(),
+        }?;
+        let text = match chosen.len() {
+            1 => chosen.get(0).map(|m| m.as_str()),
+            _ => (chosen.iter().skip(1).flatten())
+                .map(|m| m.as_str())
+                .find(|group| !group.is_empty()),
+        }?;
+        Some(text.trim().to_owned())
+    }
+
+    /// `text` as it is compared: the ignore regexes' matches removed (each in turn),
+    /// lower-cased and without ASCII punctuation when asked, trimmed.
+    pub fn normalize(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for pattern in &self.ignore {
+            text = pattern.replace_all(&text, "").into_owned();
+        }
+        if self.spec.ignore_case {
+            text = text.to_lowercase();
+        }
+        if self.spec.ignore_punctuation {
+            text.retain(|c| !c.is_ascii_punctuation());
+        }
+        text.trim().to_owned()
+    }
+
+    /// `generated` checked against `references` (none: extracted only).
+    pub fn judge(&self, generated: &str, references: &[String]) -> Judgement {
+        let extracted = self.extract(generated);
+        let correct = (!references.is_empty()).then(|| {
+            extracted.as_deref().is_some_and(|answer| {
+                let answer = self.normalize(answer);
+                references.iter().any(|r| self.normalize(r) == answer)
+            })
+        });
+        Judgement { extracted, correct }
+    }
+
+    /// What the job's settings fingerprint holds of it: another filter or comparison
+    /// writes other lines, so an output made under one is not resumed under another.
+    pub fn settings(&self) -> Value {
+        let spec = &self.spec;
+        serde_json::json!({
+            "reference_field": spec.reference_field,
+            "extract": spec.extract,
+            "extract_match": spec.extract_match.as_str(),
+            "ignore": spec.ignore,
+            "ignore_case": spec.ignore_case,
+            "ignore_punctuation": spec.ignore_punctuation,
+        })
+    }
+}
+
+/// Every sample of one record checked against its references.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordAnswers {
+    /// Each sample's, the first (the record's `text`) first.
+    pub samples: Vec<Judgement>,
+    /// With several samples and references: whether their most common answer (after
+    /// normalising; of equally common ones the first found; lm-evaluation-harness's
+    /// `majority_vote`, self-consistency's maj@n) is right.
+    pub majority: Option<bool>,
+}
+
+impl RecordAnswers {
+    /// Whether the first sample is right (`None` without references).
+    pub fn first_correct(&self) -> Option<bool> {
+        self.samples.first().and_then(|judged| judged.correct)
+    }
+
+    /// With several samples and references: whether any sample is right (pass@n).
+    pub fn any_correct(&self) -> Option<bool> {
+        let correct: Vec<bool> = self.samples.iter().filter_map(|j| j.correct).collect();
+        (correct.len() > 1).then(|| correct.contains(&true))
+    }
+}
+
+impl AnswerMatch {
+    /// Each of a record's `samples` checked against `references`, and their majority.
+    pub fn judge_record(&self, samples: &[&str], references: &[String]) -> RecordAnswers {
+        let judged: Vec<Judgement> = samples
+            .iter()
+            .map(|text| self.judge(text, references))
+            .collect();
+        let majority = (samples.len() > 1 && !references.is_empty()).then(|| {
+            let mut counts: Vec<(String, usize)> = Vec::new();
+            for answer in judged.iter().filter_map(|j| j.extracted.as_deref()) {
+                let answer = self.normalize(answer);
+                match counts.iter_mut().find(|(seen, _)| *seen == answer) {
+                    Some((_, count)) => *count += 1,
+                    None => counts.push((answer, 1)),
+                }
+            }
+            let most = counts.iter().map(|(_, count)| *count).max();
+            let winner = counts.iter().find(|(_, count)| Some(*count) == most);
+            winner
+                .is_some_and(|(answer, _)| references.iter().any(|r| self.normalize(r) == *answer))
+        });
+        RecordAnswers {
+            samples: judged,
+            majority,
+        }
+    }
+}
+
+/// A record's references from its reference field's value: a text, a number or a
+/// boolean as JSON writes it, each of a list's (empty and null ones left out); none for
+/// null or a missing field. An object is refused, saying how to name a text inside it.
+pub fn references_of(value: Option<&Value>, field: &str) -> Result<Vec<String>, String> {
+    let one = |value: &Value| match value {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(text.clone())),
+        Value::Number(_) | Value::Bool(_) => Ok(Some(value.to_string())),
+        Value::Array(_) | Value::Object(_) => Err(format!(
+            "the reference `{field}` holds {}: give a text, a number or a list of them \
+             (name one inside it by path, as `{field}.value` or `{field}.aliases`)",
+            if value.is_array() {
+                "a list inside a list"
+            } else {
+                "an object"
+            }
+        )),
+    };
+    match value {
+        None => Ok(Vec::new()),
+        Some(Value::Array(list)) => {
+            let all: Vec<Option<String>> = list.iter().map(one).collect::<Result<_, _>>()?;
+            Ok(all.into_iter().flatten().collect())
+        }
+        Some(value) => Ok(one(value)?.into_iter().collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// lm-evaluation-harness's GSM8K: its two filters and its exact_match settings.
+    fn gsm8k(extract: &str, pick: ExtractMatch) -> AnswerMatch {
+        AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            extract: Some(extract.into()),
+            extract_match: pick,
+            ignore: [",", r"\$", "(?s).*#### ", r"\.$"]
+                .map(String::from)
+                .to_vec(),
+            ignore_case: true,
+            ignore_punctuation: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn gsm8k_s_filters_find_the_answer_as_lm_evaluation_harness_does() {
+        let strict = gsm8k(r"#### (\-?[0-9\.\,]+)", ExtractMatch::First);
+        let flexible = gsm8k(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", ExtractMatch::Last);
+        let reference = ["She sells 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\n#### 18".to_owned()];
+        let solution = "Janet has 16 eggs, uses 7, sells 9 at $2: 9 * 2 = $18.\n#### 18";
+        let judged = strict.judge(solution, &reference);
+        assert_eq!(judged.extracted.as_deref(), Some("18"));
+        assert_eq!(judged.correct, Some(true), "the reference loses `.*#### `");
+        assert_eq!(
+            strict.judge("The answer is 18.", &reference),
+            Judgement {
+                extracted: None,
+                correct: Some(false)
+            },
+            "no `####`: nothing extracted, wrong"
+        );
+        let flexible_judged = flexible.judge("9 * 2 = $18.", &reference);
+        assert_eq!(flexible_judged.extracted.as_deref(), Some("$18."));
+        assert_eq!(
+            flexible_judged.correct,
+            Some(true),
+            "$ and the final . ignored"
+        );
+        // The second group when the first is empty; the first match under `First`.
+        assert_eq!(flexible.extract("so 7").as_deref(), Some("7"));
+        let first = gsm8k(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", ExtractMatch::First);
+        assert_eq!(first.extract("12 then 1,000").as_deref(), Some("12"));
+        assert_eq!(flexible.extract("12 then 1,000").as_deref(), Some("1,000"));
+        assert_eq!(flexible.normalize("1,000"), "1000");
+        // No references: extracted only.
+        assert_eq!(strict.judge("#### 5", &[]).correct, None);
+    }
+
+    #[test]
+    fn without_a_filter_the_whole_text_is_compared_with_any_reference() {
+        let plain = AnswerMatch::new(AnswerMatchSpec {
+            ignore_case: true,
+            ignore_punctuation: true,
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        let aliases = ["Paris".to_owned(), "City of Light".to_owned()];
+        assert_eq!(plain.judge("  paris!\n", &aliases).correct, Some(true));
+        assert_eq!(
+            plain.judge("the city of light", &aliases).correct,
+            Some(false)
+        );
+        assert_eq!(plain.judge("City of Light.", &aliases).correct, Some(true));
+        assert_eq!(plain.extract(" x ").as_deref(), Some("x"));
+        let strict = AnswerMatch::new(AnswerMatchSpec::default()).unwrap();
+        assert_eq!(
+            strict.judge("paris", &aliases).correct,
+            Some(false),
+            "case counts"
+        );
+        // A pattern without groups gives its whole match.
+        let whole = AnswerMatch::new(AnswerMatchSpec {
+            extract: Some("[A-D]".into()),
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        assert_eq!(whole.extract("The answer: C").as_deref(), Some("C"));
+    }
+
+    /// Several samples: the first decides `exact_match`, any one pass@n, the most common
+    /// normalised answer (the first found of equals) the majority.
+    #[test]
+    fn a_record_s_samples_give_first_any_and_majority() {
+        let numbers = gsm8k(r"#### (\-?[0-9\.\,]+)", ExtractMatch::First);
+        let references = ["#### 1,000".to_owned()];
+        let record = numbers.judge_record(
+            &["#### 7", "#### 1000", "no answer", "#### 7.", "#### 1,000"],
+            &references,
+        );
+        assert_eq!(record.first_correct(), Some(false));
+        assert_eq!(record.any_correct(), Some(true));
+        assert_eq!(
+            record.majority,
+            Some(false),
+            "7 twice ('7.' normalises to 7), 1000 twice: 7 first"
+        );
+        let won = numbers.judge_record(&["#### 5", "#### 1000", "#### 1,000."], &references);
+        assert_eq!(won.majority, Some(true));
+        let none = numbers.judge_record(&["x", "y"], &references);
+        assert_eq!(
+            (none.any_correct(), none.majority),
+            (Some(false), Some(false))
+        );
+        let one = numbers.judge_record(&["#### 1000"], &references);
+        assert_eq!(
+            (one.first_correct(), one.any_correct(), one.majority),
+            (Some(true), None, None)
+        );
+        assert_eq!(
+            numbers.judge_record(&["#### 1", "#### 1"], &[]).majority,
+            None
+        );
+    }
+
+    #[test]
+    fn bad_patterns_and_references_are_refused_saying_what_to_do() {
+        let error = AnswerMatch::new(AnswerMatchSpec {
+            extract: Some("(?<=#### )[0-9]+".into()),
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap_err();
+        assert!(
+            error.starts_with("--extract \"(?<=#### )[0-9]+\" is not"),
+            "{error}"
+        );
+        assert!(error.contains("look-around"), "{error}");
+        let error = AnswerMatch::new(AnswerMatchSpec {
+            ignore: vec!["(".into()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap_err();
+        assert!(error.starts_with("--ignore-regex \"(\""), "{error}");
+        let of = |value: Value| references_of(Some(&value), "answer");
+        assert_eq!(of(json!("72")).unwrap(), vec!["72"]);
+        assert_eq!(of(json!(72)).unwrap(), vec!["72"]);
+        assert_eq!(of(json!(["a", 1, null])).unwrap(), vec!["a", "1"]);
+        assert!(of(json!(null)).unwrap().is_empty());
+        assert!(references_of(None, "answer").unwrap().is_empty());
+        let error = of(json!({"value": "x"})).unwrap_err();
+        assert!(
+            error.contains("an object") && error.contains("`answer.aliases`"),
+            "{error}"
+        );
+        assert!(
+            of(json!([["x"]]))
+                .unwrap_err()
+                .contains("a list inside a list")
+        );
+    }
+}

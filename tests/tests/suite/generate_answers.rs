@@ -1,0 +1,238 @@
+//! `resident generate --reference-field` with the real `resident` binary and the real
+//! SmolLM2 GGUF: each generated answer, found by `--extract`, checked against its record's
+//! reference as lm-evaluation-harness's `generate_until` tasks score it (GSM8K, TriviaQA).
+//! The checks change no generated text; the lines' `extracted` and `correct` are what the
+//! texts give (computed here without a regex), the report's counts are the lines', samples
+//! give pass@n and the majority; another check under the same output is refused, and so
+//! are flags that cannot go together.
+
+use std::path::Path;
+
+use resident_tests::{
+    generate_command, init_logging, read_json, read_jsonl, run_to_success, write_jsonl,
+};
+use serde_json::{Value, json};
+
+const QUESTIONS: [&str; 8] = [
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    "Name a primary colour.",
+    "What is 12 plus 30?",
+    "Which planet is known as the red planet?",
+    "What is the largest ocean on Earth?",
+    "Who wrote Romeo and Juliet?",
+    "What gas do plants take in?",
+];
+
+/// The first run of ASCII letters and digits in `text`: what `--extract
+/// '([A-Za-z0-9]+)'` finds, computed without a regex.
+fn first_word(text: &str) -> Option<String> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|word| !word.is_empty())
+        .map(str::to_owned)
+}
+
+/// The job over `records`; its lines in input order, its report and its stderr.
+fn generate(
+    dir: &Path,
+    name: &str,
+    records: &[Value],
+    flags: &[&str],
+) -> (Vec<Value>, Value, String) {
+    let input = dir.join(format!("{name}.jsonl"));
+    write_jsonl(&input, records);
+    let out = dir.join(name);
+    let (_, stderr) = run_to_success(generate_command(&input, &out, "{text}", flags));
+    let report = read_json(&out.join("report.json"));
+    (read_jsonl(&out.join("generations.jsonl")), report, stderr)
+}
+
+const GREEDY: &[&str] = &["--max-new-tokens", "12", "--chunk-size", "4"];
+const CHECKS: &[&str] = &[
+    "--reference-field",
+    "gold.answer",
+    "--extract",
+    "([A-Za-z0-9]+)",
+    "--ignore-case",
+    "--accuracy-by",
+    "task",
+];
+
+/// Records 0-3 are given their own first word (upper-cased: --ignore-case) as the
+/// reference, 4-5 a word the model never wrote, 6 a list holding its word among others,
+/// 7 none: five right, two wrong, one not counted; by task, records alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_answers_are_extracted_and_checked_against_each_record_s_reference() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let plain: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| json!({"id": i, "text": q}))
+        .collect();
+    let (first_lines, _, _) = generate(dir.path(), "plain", &plain, GREEDY);
+    let words: Vec<String> = (first_lines.iter())
+        .map(|line| first_word(line["text"].as_str().unwrap()).expect("the model wrote a word"))
+        .collect();
+    let reference = |i: usize| match i {
+        0..=3 => json!(words[i].to_uppercase()),
+        4 | 5 => json!("zzzq"),
+        6 => json!(["zzzq", words[i].clone(), 7]),
+        _ => Value::Null,
+    };
+    let records: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| {
+            let task = if i % 2 == 0 { "even" } else { "odd" };
+            json!({"id": i, "text": q, "gold": {"answer": reference(i)}, "task": task})
+        })
+        .collect();
+    let flags: Vec<&str> = GREEDY.iter().chain(CHECKS).copied().collect();
+    let (lines, report, stderr) = generate(dir.path(), "checked", &records, &flags);
+    for (i, (line, first)) in lines.iter().zip(&first_lines).enumerate() {
+        assert_eq!(
+            line["text"], first["text"],
+            "the checks change no generation"
+        );
+        assert_eq!(line["extracted"], json!(words[i]), "{line}");
+        let expected = match i {
+            0..=3 | 6 => json!(true),
+            4 | 5 => json!(false),
+            _ => Value::Null,
+        };
+        assert_eq!(
+            line.get("correct").cloned().unwrap_or(Value::Null),
+            expected,
+            "{line}"
+        );
+    }
+    let figures = &report;
+    let counted = |key: &str| figures[key].as_u64().unwrap_or(0);
+    assert_eq!(
+        (counted("reference_records"), counted("exact_match_records")),
+        (7, 5)
+    );
+    assert_eq!(counted("unextracted_records"), 0);
+    assert_eq!(figures["exact_match"], 5.0 / 7.0);
+    assert!(figures.get("exact_match_any").is_none(), "one sample each");
+    let groups = &figures["accuracy_by_group"]["groups"];
+    // even: 0, 2, 4, 6 (three right); odd: 1, 3, 5 (two right), 7 has no reference.
+    assert_eq!(
+        (
+            groups["even"]["accuracy"].as_f64(),
+            groups["odd"]["accuracy"].as_f64()
+        ),
+        (Some(0.75), Some(2.0 / 3.0))
+    );
+    assert!(
+        groups["even"].get("accuracy_normalized").is_none(),
+        "{groups}"
+    );
+    assert!(
+        stderr.contains("answers: 7 records with a reference: exact match 0.7143"),
+        "{stderr}"
+    );
+    // The same output under another filter is another job.
+    let input = dir.path().join("checked.jsonl");
+    let mut other = flags.clone();
+    other[GREEDY.len() + 3] = "([A-Za-z]+)";
+    let output = generate_command(&input, &dir.path().join("checked"), "{text}", &other)
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{refused}");
+    assert!(refused.contains("answer checks"), "{refused}");
+}
+
+/// With `-n 3` sampled, every sample has its own `extracted` and `correct`; the line's
+/// `correct_majority` is the most common word's (the first found of equals), and the
+/// report's pass@n and majority are what the lines count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_give_any_and_majority_as_their_lines_count() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| json!({"id": i, "text": q, "gold": {"answer": ["The", "It", "A"]}}))
+        .collect();
+    let mut flags: Vec<&str> = GREEDY.to_vec();
+    flags.extend(["-n", "3", "--temperature", "1.0", "--seed", "5"]);
+    flags.extend(&CHECKS[..5]);
+    let (lines, report, _) = generate(dir.path(), "sampled", &records, &flags);
+    let (mut any, mut majority) = (0, 0);
+    for line in &lines {
+        let samples = line["choices"].as_array().unwrap();
+        assert_eq!(samples.len(), 3);
+        let words: Vec<Option<String>> = (samples.iter())
+            .map(|s| first_word(s["text"].as_str().unwrap()).map(|w| w.to_lowercase()))
+            .collect();
+        let right = |word: &Option<String>| {
+            word.as_deref()
+                .is_some_and(|w| ["the", "it", "a"].contains(&w))
+        };
+        for (sample, word) in samples.iter().zip(&words) {
+            assert_eq!(sample["correct"], json!(right(word)), "{sample}");
+        }
+        assert_eq!(line["correct"], samples[0]["correct"]);
+        let found: Vec<&Option<String>> = words.iter().filter(|w| w.is_some()).collect();
+        let most = found
+            .iter()
+            .map(|w| found.iter().filter(|o| *o == w).count())
+            .max();
+        let winner = found
+            .iter()
+            .find(|w| Some(found.iter().filter(|o| *o == *w).count()) == most);
+        let expected_majority = winner.is_some_and(|w| right(w));
+        assert_eq!(line["correct_majority"], json!(expected_majority), "{line}");
+        any += u64::from(words.iter().any(right));
+        majority += u64::from(expected_majority);
+    }
+    let figures = &report;
+    assert_eq!(figures["sampled_reference_records"], 8);
+    assert_eq!(figures["any_match_records"].as_u64().unwrap_or(0), any);
+    assert_eq!(
+        figures["majority_match_records"].as_u64().unwrap_or(0),
+        majority
+    );
+    assert_eq!(figures["exact_match_any"], any as f64 / 8.0);
+}
+
+/// Flags that cannot go together are refused before anything runs, saying what to do.
+#[test]
+fn answer_flags_that_cannot_go_together_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    write_jsonl(&input, &[json!({"id": 1, "text": "q", "answer": "a"})]);
+    let out = dir.path().join("out");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--ignore-case"], "give --reference-field"),
+        (&["--extract-match", "last"], "give --extract"),
+        (
+            &[
+                "--reference-field",
+                "answer",
+                "--score",
+                "--max-new-tokens",
+                "0",
+                "--template",
+                "none",
+            ],
+            "--score generates nothing",
+        ),
+        (&["--extract", "(?<=#### )[0-9]+"], "look-around"),
+        (
+            &[
+                "--reference-field",
+                "answer",
+                "--output-format",
+                "openai-batch",
+            ],
+            "not with --output-format openai-batch",
+        ),
+    ];
+    for (flags, says) in cases {
+        let output = generate_command(&input, &out, "{text}", flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(!out.exists(), "{flags:?} wrote nothing");
+    }
+}
