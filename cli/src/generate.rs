@@ -177,10 +177,12 @@ pub struct GenerateArgs {
     /// following are multiple choice questions (with answers) about {subject}.\n\n").
     #[arg(long, env = "RESIDENT_DESCRIPTION", value_name = "TEMPLATE")]
     description: Option<String>,
-    /// With --score, few-shot examples from this file or directory (a dataset's dev or
-    /// train split, read as the input is): its first --fewshot answered multiple-choice
-    /// records, each written through --prompt with its right choice after it, go before
-    /// every record's prompt (lm-evaluation-harness's num_fewshot).
+    /// Few-shot examples from this file or directory (a dataset's dev or train split, read
+    /// as the input is): its first --fewshot answered records, each written through
+    /// --prompt with its answer after it (--target-delimiter between), go before every
+    /// record's prompt (lm-evaluation-harness's num_fewshot). With --score, records with
+    /// choices, answered by their right choice; with --reference-field, records answered
+    /// by that field (GSM8K's worked solutions).
     #[arg(long, env = "RESIDENT_FEWSHOT_INPUT", value_name = "PATH")]
     fewshot_input: Option<std::path::PathBuf>,
     /// How many examples --fewshot-input gives (0: none).
@@ -235,6 +237,19 @@ pub struct GenerateArgs {
     /// With --reference-field, compare without ASCII punctuation.
     #[arg(long, env = "RESIDENT_IGNORE_PUNCTUATION")]
     ignore_punctuation: bool,
+    /// What goes between a prompt and its answer (lm-evaluation-harness's
+    /// target_delimiter): between each few-shot example's prompt and its answer, and before
+    /// each scored choice. Empty by default: end --prompt with the space instead (a scored
+    /// choice's prompt gives its trailing whitespace to the choice); give ' ' with
+    /// --prompt 'Question: {text}\nAnswer:' to write GSM8K as lm-evaluation-harness does,
+    /// the question's prompt ending at the colon.
+    #[arg(
+        long,
+        env = "RESIDENT_TARGET_DELIMITER",
+        default_value = "",
+        value_name = "TEXT"
+    )]
+    target_delimiter: String,
     /// What goes between two examples, and between the last and the record's prompt.
     #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
     fewshot_delimiter: String,
@@ -331,6 +346,7 @@ impl GenerateArgs {
             OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
         };
         generation.max_sequences = self.max_sequences;
+        generation.target_delimiter = self.target_delimiter.clone();
         generation.max_step_tokens = self.max_step_tokens;
         generation.max_context = self.max_context;
         generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
@@ -421,9 +437,9 @@ impl GenerateArgs {
             return Ok(None);
         };
         crate::exit::require(
-            self.score,
-            "--fewshot-input puts answered multiple-choice examples before each prompt: it \
-             needs --score (and records with choices)",
+            self.score || self.reference_field.is_some(),
+            "--fewshot-input puts answered examples before each prompt: it needs --score \
+             (and records with choices) or --reference-field (each example's answer)",
         )?;
         Ok(Some(FewshotSource {
             path: path.clone(),
@@ -431,6 +447,7 @@ impl GenerateArgs {
             delimiter: self.fewshot_delimiter.clone(),
             group_field: self.fewshot_group.clone(),
             seed: self.fewshot_seed,
+            ..FewshotSource::default()
         }))
     }
 }

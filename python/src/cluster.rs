@@ -626,7 +626,7 @@ impl NativeCluster {
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
-        fewshot_seed=None, answer_check_json=None))]
+        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -658,6 +658,7 @@ impl NativeCluster {
         choice_labels: Vec<String>,
         fewshot_seed: Option<u64>,
         answer_check_json: Option<String>,
+        target_delimiter: String,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -682,6 +683,7 @@ impl NativeCluster {
             answer: answer_field,
             labels: choice_labels,
         };
+        config.generation.target_delimiter = target_delimiter;
         check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
         read_choices(py, &mut config, fields, accuracy_by)?;
         let fewshot = (
@@ -936,6 +938,7 @@ fn put_prompt_start(
             delimiter,
             group_field,
             seed,
+            ..FewshotSource::default()
         }),
         None if group_field.is_some() || seed.is_some() => {
             return Err(bad_input(
@@ -946,11 +949,14 @@ fn put_prompt_start(
         }
         None => None,
     };
-    if source.is_some() && !config.generation.params.score {
+    let answered = config.generation.params.score
+        || (config.generation.answer_match.as_ref())
+            .is_some_and(|check| check.spec().reference_field.is_some());
+    if source.is_some() && !answered {
         return Err(bad_input(
             py,
-            "fewshot_input puts answered multiple-choice examples before each prompt: it \
-             needs score=True",
+            "fewshot_input puts answered examples before each prompt: it needs score=True \
+             (and records with choices) or reference_field (each example's answer)",
         ));
     }
     if description.is_none() && source.is_none() {

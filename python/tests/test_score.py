@@ -257,6 +257,29 @@ def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
     right = sum(line["correct"] for line in py)
     assert report["reference_records"] == 2 and report["exact_match"] == right / 2, report
     assert set(report["accuracy_by_group"]["groups"]) == {"t0", "t1"}
+    # A generating job's few-shot examples are answered by their reference field.
+    dev = write_corpus(tmp_path / "dev.jsonl", [
+        {"id": "d", "text": "What is 1 plus 1?", "gold": {"aliases": ["2", "two"]}},
+    ])
+    answers = dict(reference_field="gold.aliases", max_new_tokens=8, template="none",
+                   progress=False)
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "shots"), "Q: {text}\nA:",
+        fewshot_input=str(dev), fewshot=1, target_delimiter=" ", **answers,
+    )
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "written"),
+        "Q: What is 1 plus 1?\nA: 2\n\nQ: {text}\nA:", **answers,
+    )
+    shots, written = (
+        open(tmp_path / name / "generations.jsonl").read() for name in ("shots", "written")
+    )
+    assert shots == written and '"correct"' in shots, shots
+    with pytest.raises(resident.BadInput, match="fewshot_input puts answered examples"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}",
+            fewshot_input=str(dev), progress=False,
+        )
     with pytest.raises(resident.BadInput, match="ignore_case .* give reference_field"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", ignore_case=True,

@@ -1,8 +1,10 @@
 //! Few-shot examples before every record's prompt (lm-evaluation-harness's `num_fewshot`):
-//! the first N answered multiple-choice records of another file (a dataset's dev or train
-//! split), each written as the job's prompt writes a record, its right choice after it, the
-//! examples joined by a delimiter and put before the prompt as literal text. Every record
-//! of a job shares that start, so the engines compute it once (the prefix cache).
+//! the first N answered records of another file (a dataset's dev or train split), each
+//! written as the job's prompt writes a record, the target delimiter and its answer after
+//! it (a scoring job's example its right choice, a generating job's its reference: GSM8K's
+//! worked solution), the examples joined by a delimiter and put before the prompt as
+//! literal text. Every record of a job shares that start, so the engines compute it once
+//! (the prefix cache).
 //!
 //! Grouped by a field (MMLU's `subject`), each record has the first N examples of its own
 //! group, as lm-evaluation-harness's per-subject tasks take their dev split's: the records
@@ -12,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::JobError;
+use super::answer_match::references_of;
 use super::inputs::InputSet;
 use super::prompt::PromptTemplate;
 use super::reader::{Item, ReaderOptions, Record, RecordReader};
@@ -21,7 +24,7 @@ use super::reader::{Item, ReaderOptions, Record, RecordReader};
 pub const DEFAULT_FEWSHOT_DELIMITER: &str = "\n\n";
 
 /// Where a job's few-shot examples come from (`--fewshot-input` and its flags).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FewshotSource {
     /// The file or directory of examples, read as the job reads its input.
     pub path: PathBuf,
@@ -35,6 +38,46 @@ pub struct FewshotSource {
     /// Draws each record's examples at random from every answered example (of its group),
     /// seeded by this and the record's id (`--fewshot-seed`); `None`: the first `count`.
     pub seed: Option<u64>,
+    /// Between an example's prompt and its answer (`--target-delimiter`;
+    /// lm-evaluation-harness's `target_delimiter`).
+    pub target_delimiter: String,
+    /// What an example's answer is (the job sets it: `GenerateJobConfig::put_prompt_start`).
+    pub answer: ShotAnswer,
+}
+
+/// What answers a few-shot example.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ShotAnswer {
+    /// Its right choice: a scoring job's examples, records with choices and an answer.
+    #[default]
+    Choice,
+    /// The text of this carried field (`--reference-field`, the first of a list): a
+    /// generating job's examples.
+    Reference(String),
+}
+
+impl ShotAnswer {
+    /// `shot`'s answer, when it has one.
+    fn of(&self, shot: &Record) -> Option<String> {
+        match self {
+            Self::Choice => {
+                let choices = shot.choices.as_ref()?;
+                choices.choices.get(choices.answer? as usize).cloned()
+            }
+            Self::Reference(field) => {
+                let references = references_of(shot.kept.get(field), field).ok()?;
+                references.into_iter().find(|text| !text.trim().is_empty())
+            }
+        }
+    }
+
+    /// The records that can be examples, in a refusal.
+    fn records(&self) -> String {
+        match self {
+            Self::Choice => "answered multiple-choice records".to_owned(),
+            Self::Reference(field) => format!("records with an answer in `{field}`"),
+        }
+    }
 }
 
 /// Each group's prompt, its examples in it, by the value of the field that names it.
@@ -96,18 +139,18 @@ pub fn read_examples(
 ) -> Result<FewshotPrompt, JobError> {
     let names = options.extra_fields.clone();
     let start = |shots: &[Record]| {
-        let examples =
-            examples_text(prompt, &names, shots, &source.delimiter).map_err(JobError::Input)?;
+        let examples = examples_text(prompt, &names, shots, source, &source.delimiter)
+            .map_err(JobError::Input)?;
         let literal = examples.replace('{', "{{").replace('}', "}}");
         PromptTemplate::parse(&format!("{description}{literal}{}", prompt.as_str()))
             .map_err(JobError::Input)
     };
     let Some(field) = source.grouped() else {
-        let shots = read_fewshot(&source.path, options, source.count)?;
+        let shots = read_fewshot(source, options)?;
         return start(&shots).map(FewshotPrompt::Prompt);
     };
     let mut prompts = BTreeMap::new();
-    for (group, shots) in read_grouped_fewshot(&source.path, options, source.count)? {
+    for (group, shots) in read_grouped_fewshot(source, options)? {
         prompts.insert(group, start(&shots)?);
     }
     Ok(FewshotPrompt::Groups(FewshotGroups {
@@ -125,27 +168,29 @@ impl FewshotSource {
 }
 
 /// Each shot's prompt (its text and fields through `template`; a shot's fields are the
-/// values of `names`, in order), then its right choice, each followed by `delimiter`. A
-/// shot without choices or an answer, or one that is a conversation, is refused naming it.
+/// values of `names`, in order), then `source`'s target delimiter and the shot's answer,
+/// each followed by `delimiter`. A shot without an answer, or one that is a conversation,
+/// is refused naming it.
 pub fn examples_text(
     template: &PromptTemplate,
     names: &[String],
     shots: &[Record],
+    source: &FewshotSource,
     delimiter: &str,
 ) -> Result<String, String> {
     let mut examples = String::new();
     for shot in shots {
-        let answer = shot
-            .choices
-            .as_ref()
-            .and_then(|c| c.choices.get(c.answer? as usize))
-            .ok_or_else(|| {
-                format!(
-                    "few-shot example {} has no answered choices: an example needs choices \
-                     and an answer (--choices-field, --answer-field)",
-                    shot.id
-                )
-            })?;
+        let answer = source.answer.of(shot).ok_or_else(|| match &source.answer {
+            ShotAnswer::Choice => format!(
+                "few-shot example {} has no answered choices: an example needs choices and \
+                 an answer (--choices-field, --answer-field)",
+                shot.id
+            ),
+            ShotAnswer::Reference(field) => format!(
+                "few-shot example {} has no `{field}`: an example needs its answer there",
+                shot.id
+            ),
+        })?;
         if shot.chat.is_some() {
             return Err(format!(
                 "few-shot example {} is a conversation: examples are written through \
@@ -162,19 +207,19 @@ pub fn examples_text(
             })
             .collect();
         let (before, after) = template.around(&values);
-        examples.push_str(&format!("{before}{}{after}{answer}{delimiter}", shot.text));
+        let target = &source.target_delimiter;
+        examples.push_str(&format!(
+            "{before}{}{after}{target}{answer}{delimiter}",
+            shot.text
+        ));
     }
     Ok(examples)
 }
 
-/// Whether `item` can be a few-shot example: an answered multiple-choice record with a
-/// text.
-fn answered(item: Item) -> Option<Record> {
+/// Whether `item` can be a few-shot example: a record with a text and `answer`'s answer.
+fn answered(item: Item, answer: &ShotAnswer) -> Option<Record> {
     match item {
-        Item::Record(record)
-            if record.chat.is_none()
-                && record.choices.as_ref().is_some_and(|c| c.answer.is_some()) =>
-        {
+        Item::Record(record) if record.chat.is_none() && answer.of(&record).is_some() => {
             Some(record)
         }
         _ => None,
@@ -190,24 +235,24 @@ fn fewshot_reader(path: &Path, options: ReaderOptions) -> Result<RecordReader, J
     Ok(RecordReader::new(inputs, options))
 }
 
-/// The first `count` records of the file or directory at `path` that have choices and an
-/// answer, read as the job reads its records (`options`); an error when it has fewer.
+/// The first `source.count` answered records of the file or directory `source` names,
+/// read as the job reads its records (`options`); an error when it has fewer.
 pub fn read_fewshot(
-    path: &Path,
+    source: &FewshotSource,
     options: ReaderOptions,
-    count: usize,
 ) -> Result<Vec<Record>, JobError> {
+    let (path, count) = (&source.path, source.count);
     let mut reader = fewshot_reader(path, options)?;
     let mut shots = Vec::new();
     while shots.len() < count {
         match reader.next_item()? {
-            Some(item) => shots.extend(answered(item)),
+            Some(item) => shots.extend(answered(item, &source.answer)),
             None => {
                 return Err(JobError::Input(format!(
-                    "{} has {} answered multiple-choice records with a text, and --fewshot \
-                     asks for {count}",
+                    "{} has {} {} with a text, and --fewshot asks for {count}",
                     path.display(),
-                    shots.len()
+                    shots.len(),
+                    source.answer.records()
                 )));
             }
         }
@@ -218,31 +263,30 @@ pub fn read_fewshot(
 /// The most groups with too few examples that a refusal names.
 const SHORT_GROUPS_NAMED: usize = 8;
 
-/// The first `count` answered records of each group at `path` (its value last of a
-/// record's fields: `options` names the group field), by group; an error naming every
-/// group that has fewer, and when there is none.
+/// The first `source.count` answered records of each group `source` holds (its value
+/// last of a record's fields: `options` names the group field), by group; an error naming
+/// every group that has fewer, and when there is none.
 pub fn read_grouped_fewshot(
-    path: &Path,
+    source: &FewshotSource,
     options: ReaderOptions,
-    count: usize,
 ) -> Result<BTreeMap<String, Vec<Record>>, JobError> {
-    read_groups(path, options, count, count)
+    read_groups(source, options, source.count)
 }
 
-/// The first `keep` answered records of each group at `path` (one group, `""`, when
+/// The first `keep` answered records of each group `source` holds (one group, `""`, when
 /// `options` names no group field), by group; an error when a group has fewer than
-/// `count`, naming such groups, and when there is none.
+/// `source.count`, naming such groups, and when there is none.
 pub fn read_groups(
-    path: &Path,
+    source: &FewshotSource,
     options: ReaderOptions,
-    count: usize,
     keep: usize,
 ) -> Result<BTreeMap<String, Vec<Record>>, JobError> {
+    let (path, count) = (source.path.as_path(), source.count);
     let field = options.group_field.clone();
     let mut reader = fewshot_reader(path, options)?;
     let mut groups: BTreeMap<String, Vec<Record>> = BTreeMap::new();
     while let Some(item) = reader.next_item()? {
-        let Some(record) = answered(item) else {
+        let Some(record) = answered(item, &source.answer) else {
             continue;
         };
         let group = match field {
@@ -255,14 +299,14 @@ pub fn read_groups(
         }
     }
     match field {
-        Some(field) => check_group_sizes(path, &field, &groups, count)?,
+        Some(field) => check_group_sizes(source, &field, &groups)?,
         None => {
             let found = groups.values().map(Vec::len).sum::<usize>();
             if found < count || found == 0 {
                 return Err(JobError::Input(format!(
-                    "{} has {found} answered multiple-choice records with a text, and \
-                     --fewshot asks for {count}",
-                    path.display()
+                    "{} has {found} {} with a text, and --fewshot asks for {count}",
+                    path.display(),
+                    source.answer.records()
                 )));
             }
         }
@@ -270,14 +314,14 @@ pub fn read_groups(
     Ok(groups)
 }
 
-/// Refuses groups with fewer than `count` examples (naming up to
+/// Refuses groups with fewer than `source.count` examples (naming up to
 /// [`SHORT_GROUPS_NAMED`] of them), and no group at all.
 fn check_group_sizes(
-    path: &Path,
+    source: &FewshotSource,
     field: &str,
     groups: &BTreeMap<String, Vec<Record>>,
-    count: usize,
 ) -> Result<(), JobError> {
+    let (path, count) = (&source.path, source.count);
     let short: Vec<String> = groups
         .iter()
         .filter(|(_, shots)| shots.len() < count)
@@ -287,7 +331,7 @@ fn check_group_sizes(
     let short_groups = groups.values().filter(|shots| shots.len() < count).count();
     if groups.is_empty() || !short.is_empty() {
         let found = match short.is_empty() {
-            true => "no answered multiple-choice record with a text".to_owned(),
+            true => format!("no {} with a text", source.answer.records()),
             false => format!(
                 "too few answered records in {short_groups} of {} groups ({}{})",
                 groups.len(),
@@ -346,19 +390,55 @@ mod tests {
             shot("a", "2+2=", &["easy", "math"], &[" 3", " 4"], Some(1)),
             shot("b", "Set {x}", &["hard", "sets"], &[" {x}", " {}"], Some(0)),
         ];
-        let examples = examples_text(&template, &names, &shots, "\n\n").unwrap();
+        let scoring = FewshotSource::default();
+        let examples = examples_text(&template, &names, &shots, &scoring, "\n\n").unwrap();
         assert_eq!(
             examples,
             "math: 2+2=\nAnswer: 4\n\nsets: Set {x}\nAnswer: {x}\n\n"
         );
-        assert_eq!(examples_text(&template, &names, &[], "\n\n").unwrap(), "");
+        assert_eq!(
+            examples_text(&template, &names, &[], &scoring, "\n\n").unwrap(),
+            ""
+        );
+    }
+
+    /// A generating job's example is answered by its reference (the first non-empty of a
+    /// list), after the target delimiter; one without it is refused naming the field.
+    #[test]
+    fn a_reference_answers_a_generating_job_s_example_after_the_target_delimiter() {
+        let template = PromptTemplate::parse("Question: {text}\nAnswer:").unwrap();
+        let source = FewshotSource {
+            answer: ShotAnswer::Reference("answer".into()),
+            target_delimiter: " ".into(),
+            ..FewshotSource::default()
+        };
+        let with = |answer: serde_json::Value| Record {
+            kept: [("answer".to_owned(), answer)].into_iter().collect(),
+            ..shot("g", "2+2?", &[], &[], None)
+        };
+        let shots = [with("4".into()), with(serde_json::json!(["", "five", "5"]))];
+        let examples = examples_text(&template, &[], &shots, &source, "\n\n").unwrap();
+        assert_eq!(
+            examples,
+            "Question: 2+2?\nAnswer: 4\n\nQuestion: 2+2?\nAnswer: five\n\n"
+        );
+        let error = examples_text(&template, &[], &[with(Value::Null)], &source, "").unwrap_err();
+        assert!(
+            error.contains("few-shot example \"g\" has no `answer`"),
+            "{error}"
+        );
+        assert_eq!(
+            source.answer.records(),
+            "records with an answer in `answer`"
+        );
     }
 
     #[test]
     fn an_example_without_an_answer_is_refused_naming_it() {
         let template = PromptTemplate::parse("{text}").unwrap();
         let unanswered = [shot("q7", "x", &[], &[" a"], None)];
-        let error = examples_text(&template, &[], &unanswered, "\n").unwrap_err();
+        let error = examples_text(&template, &[], &unanswered, &FewshotSource::default(), "\n")
+            .unwrap_err();
         assert!(
             error.contains("few-shot example \"q7\" has no answered choices"),
             "{error}"
@@ -390,18 +470,25 @@ mod tests {
             choices: Some(Default::default()),
             ..ReaderOptions::default()
         };
-        let shots = read_fewshot(&path, options(), 2).unwrap();
+        let source = |count| FewshotSource {
+            path: path.clone(),
+            count,
+            ..FewshotSource::default()
+        };
+        let shots = read_fewshot(&source(2), options()).unwrap();
         let texts: Vec<&str> = shots.iter().map(|s| s.text.as_str()).collect();
         assert_eq!(texts, ["first", "second"]);
-        let error = read_fewshot(&path, options(), 3).unwrap_err().to_string();
+        let error = read_fewshot(&source(3), options()).unwrap_err().to_string();
         assert!(
             error.contains("has 2 answered multiple-choice records"),
             "{error}"
         );
         let missing = dir.path().join("missing.jsonl");
-        let error = read_fewshot(&missing, options(), 1)
-            .unwrap_err()
-            .to_string();
+        let missing = FewshotSource {
+            path: missing,
+            ..source(1)
+        };
+        let error = read_fewshot(&missing, options()).unwrap_err().to_string();
         assert!(error.contains("few-shot examples: input "), "{error}");
     }
 
@@ -441,7 +528,7 @@ mod tests {
             count: 1,
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
-            seed: None,
+            ..FewshotSource::default()
         };
         // The description, then the group's examples (braces literal), then the prompt.
         let template = PromptTemplate::parse("{subject}: {text}\nA:").unwrap();
@@ -467,12 +554,16 @@ mod tests {
             error.contains("no record whose `subject` is \"history\": add answered records"),
             "{error}"
         );
-        let two = read_grouped_fewshot(&source.path, grouped_options(), 2).unwrap();
+        let of = |count| FewshotSource {
+            count,
+            ..source.clone()
+        };
+        let two = read_grouped_fewshot(&of(2), grouped_options()).unwrap();
         let texts =
             |group: &str| -> Vec<String> { two[group].iter().map(|s| s.text.clone()).collect() };
         assert_eq!(texts("math"), ["1+1", "2+2"]);
         assert_eq!(texts("art"), ["Mona {Lisa}", "Starry Night"]);
-        let error = read_grouped_fewshot(&source.path, grouped_options(), 3)
+        let error = read_grouped_fewshot(&of(3), grouped_options())
             .unwrap_err()
             .to_string();
         assert!(

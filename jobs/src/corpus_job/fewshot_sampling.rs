@@ -123,12 +123,12 @@ pub fn read_sampled_examples(
     options: ReaderOptions,
 ) -> Result<FewshotSampler, JobError> {
     let names = options.extra_fields.clone();
-    let groups = read_groups(&source.path, options, source.count, usize::MAX)?;
+    let groups = read_groups(source, options, usize::MAX)?;
     let mut pools = BTreeMap::new();
     for (group, records) in groups {
         let mut shots = Vec::with_capacity(records.len());
         for record in records {
-            let text = examples_text(prompt, &names, std::slice::from_ref(&record), "")
+            let text = examples_text(prompt, &names, std::slice::from_ref(&record), source, "")
                 .map_err(JobError::Input)?;
             let id = match &record.id {
                 serde_json::Value::String(id) => id.clone(),

@@ -11,7 +11,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
 use super::answer_match::{AnswerMatch, AnswerMatchSpec, RecordAnswers, references_of};
 use super::chat_input::PromptInput;
-use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, read_examples};
+use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, ShotAnswer, read_examples};
 use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
 use super::generation_lines::GenerationLine;
 use super::generation_report::{GenerateFigures, GenerationTally};
@@ -61,6 +61,7 @@ impl GenerateJobConfig {
                 fewshot_sampler: None,
                 accuracy_by: None,
                 answer_match: None,
+                target_delimiter: String::new(),
             },
         }
     }
@@ -85,6 +86,10 @@ impl GenerateJobConfig {
         let Some(source) = fewshot else {
             return Ok(());
         };
+        let mut source = source.clone();
+        source.answer = self.shot_answer()?;
+        source.target_delimiter = self.generation.target_delimiter.clone();
+        let source = &source;
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
         if let Some(seed) = source.seed.filter(|_| source.count > 0) {
@@ -102,6 +107,23 @@ impl GenerateJobConfig {
             }
         }
         Ok(())
+    }
+
+    /// What answers this job's few-shot examples: the right choices of a job that reads
+    /// choices (a scoring job), a generating job's references; refused when it has
+    /// neither.
+    fn shot_answer(&self) -> Result<ShotAnswer, JobError> {
+        let check = self.generation.answer_match.as_ref();
+        match check.and_then(|check| check.spec().reference_field.clone()) {
+            _ if self.corpus.reader.choices.is_some() => Ok(ShotAnswer::Choice),
+            Some(field) => Ok(ShotAnswer::Reference(field)),
+            None => Err(JobError::Input(
+                "few-shot examples are written with their answers: score choices (--score, \
+                 records with choices and answers), or name each record's answer with \
+                 --reference-field"
+                    .into(),
+            )),
+        }
     }
 
     /// Breaks the report's accuracy down by the value of each record's `field`
@@ -183,6 +205,9 @@ pub struct GenerateWork {
     /// How generated answers are found and checked against each record's reference
     /// (`--extract`, `--reference-field`); the reader carries the reference.
     pub answer_match: Option<AnswerMatch>,
+    /// Between a prompt and its answer (`--target-delimiter`, lm-evaluation-harness's
+    /// `target_delimiter`): before each few-shot example's answer and each scored choice.
+    pub target_delimiter: String,
 }
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
@@ -264,9 +289,12 @@ impl GenerateWork {
             },
             _ => prompt,
         };
+        let delimiter = &self.target_delimiter;
         match record.choices {
             Some(choices) => PromptParts {
-                choices: choices.choices,
+                choices: (choices.choices.into_iter())
+                    .map(|choice| format!("{delimiter}{choice}"))
+                    .collect(),
                 answer: choices.answer,
                 ..prompt
             },
@@ -368,6 +396,9 @@ impl ChunkWork for GenerateWork {
         }
         if let Some(check) = &self.answer_match {
             settings["answer_match"] = check.settings();
+        }
+        if !self.target_delimiter.is_empty() {
+            settings["target_delimiter"] = self.target_delimiter.as_str().into();
         }
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
@@ -613,7 +644,7 @@ mod tests {
             count: 1,
             delimiter: "\n\n".into(),
             group_field: Some("subject".into()),
-            seed: None,
+            ..FewshotSource::default()
         };
         let description = Some("About {subject}:\n");
         job.put_prompt_start(description, Some(&source)).unwrap();

@@ -746,6 +746,7 @@ class Cluster:
         ignore_regex: Optional[Sequence[str]] = None,
         ignore_case: bool = False,
         ignore_punctuation: bool = False,
+        target_delimiter: str = "",
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -779,7 +780,10 @@ class Cluster:
         ``ignore_punctuation`` say how the two are compared; each line gets ``extracted``
         and ``correct``, the report ``exact_match`` (with ``n``, ``exact_match_any`` and
         ``exact_match_majority``), and ``accuracy_by`` works with it too
-        (``--reference-field``, ``--extract``). ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        (``--reference-field``, ``--extract``); with ``reference_field``, ``fewshot_input``
+        examples are answered by that field. ``target_delimiter`` goes between each example's
+        prompt and its answer and before each scored choice (``--target-delimiter``).
+        ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -800,6 +804,7 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation,
                 ),
+                target_delimiter,
             )
         finally:
             bar.close()

@@ -74,6 +74,7 @@ class NativeCluster:
         choice_labels: Sequence[str] = ...,
         fewshot_seed: Optional[int] = None,
         answer_check_json: Optional[str] = None,
+        target_delimiter: str = "",
     ) -> str: ...
     def generate(
         self,

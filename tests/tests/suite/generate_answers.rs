@@ -193,6 +193,89 @@ async fn samples_give_any_and_majority_as_their_lines_count() {
     assert_eq!(figures["exact_match_any"], any as f64 / 8.0);
 }
 
+/// A generating job's few-shot examples are its dev file's first records with a
+/// reference, each written through the prompt with the target delimiter and its
+/// reference after it, as lm-evaluation-harness writes GSM8K's: the lines equal those of
+/// the same examples written into `--prompt` by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("train.jsonl");
+    let shots = [
+        json!({"id": "d1", "text": "Tom has 2 apples and buys 2. How many?", "answer": "2 + 2 = 4.\n#### 4"}),
+        json!({"id": "d2", "text": "No worked answer here."}),
+        json!({"id": "d3", "text": "A {box} holds 3 pens; 2 boxes?", "answer": "3 * 2 = 6.\n#### 6"}),
+    ];
+    write_jsonl(&dev, &shots);
+    let records = vec![
+        json!({"id": 1, "text": "Ann has 5 cats and gets 1 more. How many?", "answer": "#### 6"}),
+        json!({"id": 2, "text": "What is 7 minus 3?", "answer": "#### 4"}),
+    ];
+    let dev_path = dev.to_str().unwrap();
+    let common = [
+        "--template",
+        "none",
+        "--max-new-tokens",
+        "16",
+        "--stop",
+        "Question:",
+        "--reference-field",
+        "answer",
+        "--extract",
+        "#### (\\-?[0-9]+)",
+        "--ignore-regex",
+        "(?s).*#### ",
+    ];
+    let mut fewshot: Vec<&str> = common.to_vec();
+    fewshot.extend([
+        "--fewshot-input",
+        dev_path,
+        "--fewshot",
+        "2",
+        "--target-delimiter",
+        " ",
+    ]);
+    let input = dir.path().join("test.jsonl");
+    write_jsonl(&input, &records);
+    let prompt = "Question: {text}\nAnswer:";
+    let out = dir.path().join("fewshot");
+    run_to_success(generate_command(&input, &out, prompt, &fewshot));
+    let by_hand = concat!(
+        "Question: Tom has 2 apples and buys 2. How many?\nAnswer: 2 + 2 = 4.\n#### 4\n\n",
+        "Question: A {{box}} holds 3 pens; 2 boxes?\nAnswer: 3 * 2 = 6.\n#### 6\n\n",
+        "Question: {text}\nAnswer:"
+    );
+    let hand = dir.path().join("hand");
+    run_to_success(generate_command(&input, &hand, by_hand, &common));
+    let (lines, written) = (
+        read_jsonl(&out.join("generations.jsonl")),
+        read_jsonl(&hand.join("generations.jsonl")),
+    );
+    assert_eq!(lines, written);
+    assert!(
+        lines.iter().all(|line| line.get("correct").is_some()),
+        "{lines:?}"
+    );
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["reference_records"], 2);
+    // Without an answer for the examples, few-shot is refused saying what to do.
+    let output = generate_command(
+        &input,
+        &dir.path().join("refused"),
+        prompt,
+        &["--fewshot-input", dev_path],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("or --reference-field (each example's answer)"),
+        "{stderr}"
+    );
+}
+
 /// Flags that cannot go together are refused before anything runs, saying what to do.
 #[test]
 fn answer_flags_that_cannot_go_together_are_refused() {

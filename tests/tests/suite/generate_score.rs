@@ -706,8 +706,7 @@ async fn fewshot_examples_go_before_every_prompt_as_if_written_in_it() {
         ),
         (
             &["--template", "none", "--fewshot-input", dev_path],
-            "--fewshot-input puts answered multiple-choice examples before each prompt: it \
-             needs --score",
+            "--fewshot-input puts answered examples before each prompt: it needs --score",
         ),
     ];
     assert_refused(&input, &dir.path().join("refused"), &cases);
