@@ -405,8 +405,9 @@ impl GenerateArgs {
         }
         crate::exit::require(
             !self.score,
-            "--reference-field and --extract check generated answers; --score generates \
-             nothing (it scores choices: --answer-field names the right one)",
+            "--reference-field and --extract check generated answers, and under --score a \
+             record's answer names its right choice: check generations and score choices \
+             in two jobs",
         )?;
         crate::exit::require(
             self.output_format == OutputFormatArg::Generations,

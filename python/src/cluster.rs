@@ -1023,8 +1023,9 @@ fn check_answers(
         return Ok(());
     } else if config.generation.params.score {
         Some(
-            "reference_field and extract check generated answers; score=True generates \
-             nothing (it scores choices: answer_field names the right one)",
+            "reference_field and extract check generated answers, and under score=True a \
+             record's answer names its right choice: check generations and score choices \
+             in two jobs",
         )
     } else if output_format != "generations" {
         Some(

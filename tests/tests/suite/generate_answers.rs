@@ -296,7 +296,7 @@ fn answer_flags_that_cannot_go_together_are_refused() {
                 "--template",
                 "none",
             ],
-            "--score generates nothing",
+            "check generations and score choices in two jobs",
         ),
         (&["--extract", "(?<=#### )[0-9]+"], "look-around"),
         (
