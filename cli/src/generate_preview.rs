@@ -39,8 +39,17 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
         .generation
         .max_context
         .map_or(context, |cap| context.min(cap as usize));
-    for (index, prompt) in prompts.iter().enumerate() {
+    let checked = config.generation.answer_match.as_ref();
+    let reference_field = checked.and_then(|check| check.spec().reference_field.as_deref());
+    for (index, preview) in prompts.iter().enumerate() {
+        let prompt = &preview.prompt;
         println!("=== record {} (id {})", index + 1, prompt.id);
+        if let Some(field) = reference_field {
+            match preview.references.as_slice() {
+                [] => println!("=== no reference in `{field}`: generated, not checked"),
+                references => println!("=== reference (`{field}`): {references:?}"),
+            }
+        }
         match rendered(&format, prompt, params, template) {
             Ok((text, tokens)) => {
                 println!("{text}");

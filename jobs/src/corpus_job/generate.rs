@@ -328,12 +328,22 @@ impl GenerateWork {
     }
 }
 
+/// A record as `resident generate --dry-run` shows it: the prompt its actor would be sent,
+/// and the references its answer is checked against (none when the job checks none).
+#[derive(Clone, Debug)]
+pub struct PreviewPrompt {
+    /// What the actor is sent.
+    pub prompt: PromptParts,
+    /// What its generated answer must equal (`--reference-field`).
+    pub references: Vec<String>,
+}
+
 /// The prompts of the job's first `count` records, as its actors would be sent them, and
 /// the bad records met on the way (`resident generate --dry-run`).
 pub async fn preview_prompts(
     config: &GenerateJobConfig,
     count: usize,
-) -> Result<(Vec<PromptParts>, Vec<BadRecord>), JobError> {
+) -> Result<(Vec<PreviewPrompt>, Vec<BadRecord>), JobError> {
     let corpus = &config.corpus;
     let s3 = match corpus.input.is_s3() {
         true => Some(resident_storage::S3Client::connect(&corpus.s3).await),
@@ -346,7 +356,11 @@ pub async fn preview_prompts(
         let (mut prompts, mut bad) = (Vec::new(), Vec::new());
         while prompts.len() < count {
             match reader.next_item()? {
-                Some(Item::Record(record)) => prompts.push(work.prompt_of(record)),
+                Some(Item::Record(record)) => {
+                    let references = work.references(Some(&record.kept)).unwrap_or_default();
+                    let prompt = work.prompt_of(record);
+                    prompts.push(PreviewPrompt { prompt, references });
+                }
                 Some(Item::Bad(record)) => bad.push(record),
                 None => break,
             }

@@ -73,7 +73,9 @@ pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
 pub use fewshot_sampling::FewshotSampler;
-pub use generate::{GenerateJobConfig, GenerateWork, GenerationOutput, preview_prompts};
+pub use generate::{
+    GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
+};
 pub use generation_report::{GenerateFigures, GenerationTally};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};
 pub use inputs::InputSet;

@@ -129,8 +129,26 @@ async fn generated_answers_are_extracted_and_checked_against_each_record_s_refer
         stderr.contains("answers: 7 records with a reference: exact match 0.7143"),
         "{stderr}"
     );
-    // The same output under another filter is another job.
+    // A dry run shows each record's references where they will be read.
     let input = dir.path().join("checked.jsonl");
+    let mut dry: Vec<&str> = flags.clone();
+    dry.extend(["--dry-run", "8"]);
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("dry"),
+        "{text}",
+        &dry,
+    ));
+    let list = format!(
+        "=== reference (`gold.answer`): [\"zzzq\", {:?}, \"7\"]",
+        words[6]
+    );
+    assert!(shown.contains(&list), "{shown}");
+    assert!(
+        shown.contains("=== no reference in `gold.answer`: generated, not checked"),
+        "{shown}"
+    );
+    // The same output under another filter is another job.
     let mut other = flags.clone();
     other[GREEDY.len() + 3] = "([A-Za-z]+)";
     let output = generate_command(&input, &dir.path().join("checked"), "{text}", &other)
