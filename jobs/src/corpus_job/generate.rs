@@ -689,6 +689,18 @@ mod tests {
         assert!(error.contains("whose `subject` is \"history\""), "{error}");
     }
 
+    /// `data` as one actor's answer to a task.
+    fn piece(data: Vec<Completion>) -> Piece<Vec<Completion>> {
+        Piece {
+            rows: data.len(),
+            actor_id: resident_sdk::ActorId::new("a"),
+            node_id: resident_sdk::NodeId::new("n"),
+            micros: 0,
+            model_fingerprint: String::new(),
+            data,
+        }
+    }
+
     /// A completion that generated nothing, with no score yet.
     fn scored_nothing() -> Completion {
         Completion {
@@ -726,14 +738,6 @@ mod tests {
         assert_eq!(line["score"]["tokens"], 4);
         assert_eq!(line["score"]["perplexity"], 2f64.exp());
         assert!(line.get("prompt_logprobs").is_none(), "{line}");
-        let piece = |data| Piece {
-            rows: 1,
-            actor_id: resident_sdk::ActorId::new("a"),
-            node_id: resident_sdk::NodeId::new("n"),
-            micros: 0,
-            model_fingerprint: String::new(),
-            data,
-        };
         let mut tally = GenerationTally::default();
         let work = test_work();
         work.tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]), &[]);
@@ -796,14 +800,7 @@ mod tests {
         );
         assert_eq!(line["best"], 0);
         let mut tally = GenerationTally::default();
-        let piece = Piece {
-            rows: 3,
-            actor_id: resident_sdk::ActorId::new("a"),
-            node_id: resident_sdk::NodeId::new("n"),
-            micros: 0,
-            model_fingerprint: String::new(),
-            data: vec![right, completion(Some(1)), unanswered],
-        };
+        let piece = piece(vec![right, completion(Some(1)), unanswered]);
         // By subject: the right record is math's, the wrong one art's (right per
         // character), the unanswered one math's again.
         let mut work = test_work();
@@ -921,14 +918,7 @@ mod tests {
         assert_eq!(lines[1]["correct"], false);
         assert!(lines[2].get("correct").is_none() && lines[2]["extracted"] == "3");
         let mut tally = GenerationTally::default();
-        let piece = Piece {
-            rows: 3,
-            actor_id: resident_sdk::ActorId::new("a"),
-            node_id: resident_sdk::NodeId::new("n"),
-            micros: 0,
-            model_fingerprint: String::new(),
-            data: records,
-        };
+        let piece = piece(records);
         work.tally(&mut tally, &piece, &kept);
         let by_task = accuracy_by_group("task", &tally.groups).unwrap();
         let figures = tally.figures(Duration::from_secs(1));
