@@ -10,12 +10,12 @@
 //! backreferences, which it refuses with its own message.
 
 use regex::Regex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Which of the filter's matches is the answer (lm-evaluation-harness's `group_select`:
 /// `0` first, `-1` last).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExtractMatch {
     /// GSM8K's `strict-match`: the first.
@@ -25,19 +25,10 @@ pub enum ExtractMatch {
     Last,
 }
 
-impl ExtractMatch {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::First => "first",
-            Self::Last => "last",
-        }
-    }
-}
-
 /// How answers are found and compared, as a job declares it (`--reference-field`,
 /// `--extract`, `--extract-match`, `--ignore-regex`, `--ignore-case`,
 /// `--ignore-punctuation`; from Python, the same keys as JSON).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AnswerMatchSpec {
     /// The field of a record's right answer: a text, a number, or a list of either (any
@@ -143,28 +134,32 @@ impl AnswerMatch {
 
     /// `generated` checked against `references` (none: extracted only).
     pub fn judge(&self, generated: &str, references: &[String]) -> Judgement {
-        let extracted = self.extract(generated);
-        let correct = (!references.is_empty()).then(|| {
-            extracted.as_deref().is_some_and(|answer| {
-                let answer = self.normalize(answer);
-                references.iter().any(|r| self.normalize(r) == answer)
-            })
-        });
-        Judgement { extracted, correct }
+        let normalized: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
+        self.judge_normalized(generated, &normalized).0
     }
 
-    /// What the job's settings fingerprint holds of it: another filter or comparison
-    /// writes other lines, so an output made under one is not resumed under another.
+    /// `generated` checked against references already normalised; with its answer
+    /// normalised, for the majority.
+    fn judge_normalized(
+        &self,
+        generated: &str,
+        references: &[String],
+    ) -> (Judgement, Option<String>) {
+        let extracted = self.extract(generated);
+        let answer = extracted.as_deref().map(|answer| self.normalize(answer));
+        let correct = (!references.is_empty()).then(|| {
+            answer
+                .as_ref()
+                .is_some_and(|answer| references.contains(answer))
+        });
+        (Judgement { extracted, correct }, answer)
+    }
+
+    /// What the job's settings fingerprint holds of it (the spec, each key as the flags
+    /// name it): another filter or comparison writes other lines, so an output made under
+    /// one is not resumed under another.
     pub fn settings(&self) -> Value {
-        let spec = &self.spec;
-        serde_json::json!({
-            "reference_field": spec.reference_field,
-            "extract": spec.extract,
-            "extract_match": spec.extract_match.as_str(),
-            "ignore": spec.ignore,
-            "ignore_case": spec.ignore_case,
-            "ignore_punctuation": spec.ignore_punctuation,
-        })
+        serde_json::to_value(&self.spec).expect("a spec of texts and flags is JSON")
     }
 }
 
@@ -193,16 +188,17 @@ impl RecordAnswers {
 }
 
 impl AnswerMatch {
-    /// Each of a record's `samples` checked against `references`, and their majority.
+    /// Each of a record's `samples` checked against `references` (each normalised once),
+    /// and their majority.
     pub fn judge_record(&self, samples: &[&str], references: &[String]) -> RecordAnswers {
-        let judged: Vec<Judgement> = samples
+        let references: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
+        let (judged, answers): (Vec<Judgement>, Vec<Option<String>>) = samples
             .iter()
-            .map(|text| self.judge(text, references))
-            .collect();
+            .map(|text| self.judge_normalized(text, &references))
+            .unzip();
         let majority = (samples.len() > 1 && !references.is_empty()).then(|| {
-            let mut counts: Vec<(String, usize)> = Vec::new();
-            for answer in judged.iter().filter_map(|j| j.extracted.as_deref()) {
-                let answer = self.normalize(answer);
+            let mut counts: Vec<(&String, usize)> = Vec::new();
+            for answer in answers.iter().flatten() {
                 match counts.iter_mut().find(|(seen, _)| *seen == answer) {
                     Some((_, count)) => *count += 1,
                     None => counts.push((answer, 1)),
@@ -210,8 +206,7 @@ impl AnswerMatch {
             }
             let most = counts.iter().map(|(_, count)| *count).max();
             let winner = counts.iter().find(|(_, count)| Some(*count) == most);
-            winner
-                .is_some_and(|(answer, _)| references.iter().any(|r| self.normalize(r) == *answer))
+            winner.is_some_and(|(answer, _)| references.contains(answer))
         });
         RecordAnswers {
             samples: judged,

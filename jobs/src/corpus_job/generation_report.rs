@@ -187,11 +187,6 @@ impl GenerationTally {
         }
     }
 
-    /// `records` as a share of the records that named their answer; `None` when none did.
-    fn share_of_answered(&self, records: u64) -> Option<f64> {
-        (self.answered_records > 0).then(|| records as f64 / self.answered_records as f64)
-    }
-
     /// The report's figures of a generate job that ran `wall`.
     pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
         let seconds = wall.as_secs_f64().max(1e-9);
@@ -200,8 +195,8 @@ impl GenerationTally {
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
             scored_perplexity: (self.scored_tokens > 0)
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
-            accuracy: self.share_of_answered(self.correct_records),
-            accuracy_normalized: self.share_of_answered(self.correct_normalized_records),
+            accuracy: share(self.correct_records, self.answered_records),
+            accuracy_normalized: share(self.correct_normalized_records, self.answered_records),
             exact_match: share(self.exact_match_records, self.reference_records),
             exact_match_any: share(self.any_match_records, self.sampled_reference_records),
             exact_match_majority: share(
