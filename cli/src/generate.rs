@@ -4,8 +4,9 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    AnswerMatchSpec, ChoiceFields, ExtractMatch, FewshotSource, GenerateFigures, GenerateJobConfig,
-    GenerationOutput, PromptTemplate, run_generate_job,
+    AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, ExtractMatch,
+    FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput,
+    PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -227,6 +228,14 @@ pub struct GenerateArgs {
         default_value = "first"
     )]
     extract_match: ExtractMatchArg,
+    /// A named filter in place of --extract, judged on its own over the same generation
+    /// (repeat the flag: GSM8K's 'strict-match=#### (\-?[0-9\.\,]+)' and
+    /// 'flexible-extract:last=(-?[$0-9.,]{2,})|(-?[0-9]+)' in one job): NAME=REGEX, or
+    /// NAME:last=REGEX for its last match; an empty REGEX takes the whole text. Each has its
+    /// answer under `filters.NAME` in the line and its figures under `filters.NAME` in the
+    /// report; the first also gives the line's `extracted` and the report's `exact_match`.
+    #[arg(long, env = "RESIDENT_FILTER", value_name = "NAME=REGEX")]
+    filter: Vec<FilterSpec>,
     /// With --reference-field, removed from the answer and the reference before they are
     /// compared (each in turn; repeat the flag: GSM8K's ',' '\$' '(?s).*#### ' '\.$').
     #[arg(long, env = "RESIDENT_IGNORE_REGEX", value_name = "REGEX")]
@@ -388,43 +397,26 @@ impl GenerateArgs {
         Ok(config)
     }
 
-    /// How generated answers are checked, if they are (`--reference-field`, `--extract`).
+    /// How generated answers are checked, if they are (`--reference-field`, `--extract`,
+    /// `--filter`).
     fn answer_match(&self) -> anyhow::Result<Option<AnswerMatchSpec>> {
-        let compared = !self.ignore_regex.is_empty() || self.ignore_case || self.ignore_punctuation;
-        crate::exit::require(
-            !compared || self.reference_field.is_some(),
-            "--ignore-regex, --ignore-case and --ignore-punctuation say how answers are \
-             compared with each record's reference: give --reference-field",
-        )?;
-        crate::exit::require(
-            self.extract_match == ExtractMatchArg::First || self.extract.is_some(),
-            "--extract-match picks among the matches of --extract: give --extract",
-        )?;
-        if self.reference_field.is_none() && self.extract.is_none() {
-            return Ok(None);
-        }
-        crate::exit::require(
-            !self.score,
-            "--reference-field and --extract check generated answers, and under --score a \
-             record's answer names its right choice: check generations and score choices \
-             in two jobs",
-        )?;
-        crate::exit::require(
-            self.output_format == OutputFormatArg::Generations,
-            "--reference-field and --extract write `extracted` and `correct` into \
-             generations.jsonl: not with --output-format openai-batch",
-        )?;
-        Ok(Some(AnswerMatchSpec {
+        let spec = AnswerMatchSpec {
             reference_field: self.reference_field.clone(),
             extract: self.extract.clone(),
             extract_match: match self.extract_match {
                 ExtractMatchArg::First => ExtractMatch::First,
                 ExtractMatchArg::Last => ExtractMatch::Last,
             },
+            filters: self.filter.clone(),
             ignore: self.ignore_regex.clone(),
             ignore_case: self.ignore_case,
             ignore_punctuation: self.ignore_punctuation,
-        }))
+        };
+        let openai_batch = self.output_format != OutputFormatArg::Generations;
+        if let Some(refusal) = spec.refusal(self.score, openai_batch) {
+            return Err(crate::exit::BadInput(refusal.message(&AnswerFlags::CLI)).into());
+        }
+        Ok(spec.asked().then_some(spec))
     }
 
     /// The few-shot examples the flags name, if any.
@@ -563,7 +555,7 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
             figures.tally.choice_records, figures.tally.answered_records
         );
     }
-    print_answers(figures);
+    print_answers(figures, &args.filter);
     if let Some(by_group) = &figures.accuracy_by_group {
         let per_character = (by_group.mean_accuracy_normalized)
             .map(|normalized| format!(", {normalized:.4} per character"))
@@ -579,27 +571,42 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The summary's line on generated answers checked against references, when there were.
-fn print_answers(figures: &GenerateFigures) {
-    let tally = &figures.tally;
-    let Some(exact_match) = figures.exact_match else {
-        if tally.unextracted_records > 0 {
+/// The summary's lines on generated answers checked against references, when there were:
+/// the one filter's, or each named filter's in the order given.
+fn print_answers(figures: &GenerateFigures, named: &[FilterSpec]) {
+    if named.is_empty() {
+        let (counts, shares) = (&figures.tally.answers, &figures.answers);
+        print_filter_answers("answers", "--extract", counts, shares);
+    }
+    for filter in named {
+        if let Some(figures) = figures.filters.get(&filter.name) {
+            let label = format!("answers by filter {}", filter.name);
+            print_filter_answers(&label, "the filter", &figures.counts, &figures.shares);
+        }
+    }
+}
+
+/// One filter's summary line; `filter` names it in the count of texts it found no answer
+/// in.
+fn print_filter_answers(label: &str, filter: &str, counts: &AnswerCounts, shares: &AnswerShares) {
+    let Some(exact_match) = shares.exact_match else {
+        if counts.unextracted_records > 0 {
             eprintln!(
-                "answers: --extract found none in {} records",
-                tally.unextracted_records
+                "{label}: {filter} found none in {} records",
+                counts.unextracted_records
             );
         }
         return;
     };
-    let samples = match (figures.exact_match_any, figures.exact_match_majority) {
+    let samples = match (shares.exact_match_any, shares.exact_match_majority) {
         (Some(any), Some(majority)) => {
             format!(", any sample {any:.4}, most common answer {majority:.4}")
         }
         _ => String::new(),
     };
     eprintln!(
-        "answers: {} records with a reference: exact match {exact_match:.4}{samples}; \
-         --extract found none in {}",
-        tally.reference_records, tally.unextracted_records
+        "{label}: {} records with a reference: exact match {exact_match:.4}{samples}; \
+         {filter} found none in {}",
+        counts.reference_records, counts.unextracted_records
     );
 }

@@ -12,8 +12,8 @@ use resident_actor::generate::{Completion, GenerateConfig, GenerateParams, Promp
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
-    self, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig, EmbedJobConfig,
-    EmbedWork, ExtractMatch, FewshotSource, GenerateJobConfig, GenerationOutput, JobError,
+    self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
+    EmbedJobConfig, EmbedWork, FewshotSource, GenerateJobConfig, GenerationOutput, JobError,
     Normalization, OutputDtype, Progress, Prompt, PromptTemplate, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
@@ -998,8 +998,8 @@ fn read_choices(
     Ok(())
 }
 
-/// How generated answers are checked (`reference_field`, `extract` and the comparison's
-/// arguments, as JSON from the wrapper), refused as the CLI refuses its flags.
+/// How generated answers are checked (`reference_field`, `extract`, `filters` and the
+/// comparison's arguments, as JSON from the wrapper), refused by the CLI's rules.
 fn check_answers(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
@@ -1011,32 +1011,12 @@ fn check_answers(
     };
     let spec: AnswerMatchSpec =
         serde_json::from_str(json).map_err(|e| bad_input(py, format!("answer checks: {e}")))?;
-    let compared = !spec.ignore.is_empty() || spec.ignore_case || spec.ignore_punctuation;
-    let refusal = if compared && spec.reference_field.is_none() {
-        Some(
-            "ignore_regex, ignore_case and ignore_punctuation say how answers are compared \
-             with each record's reference: give reference_field",
-        )
-    } else if spec.extract_match != ExtractMatch::First && spec.extract.is_none() {
-        Some("extract_match picks among the matches of extract: give extract")
-    } else if spec.reference_field.is_none() && spec.extract.is_none() {
+    let openai_batch = output_format != "generations";
+    if let Some(refusal) = spec.refusal(config.generation.params.score, openai_batch) {
+        return Err(bad_input(py, refusal.message(&AnswerFlags::PYTHON)));
+    }
+    if !spec.asked() {
         return Ok(());
-    } else if config.generation.params.score {
-        Some(
-            "reference_field and extract check generated answers, and under score=True a \
-             record's answer names its right choice: check generations and score choices \
-             in two jobs",
-        )
-    } else if output_format != "generations" {
-        Some(
-            "reference_field and extract write `extracted` and `correct` into \
-             generations.jsonl: not with output_format=\"openai-batch\"",
-        )
-    } else {
-        None
-    };
-    if let Some(refusal) = refusal {
-        return Err(bad_input(py, refusal));
     }
     config
         .check_answers(spec)

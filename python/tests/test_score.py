@@ -257,6 +257,33 @@ def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
     right = sum(line["correct"] for line in py)
     assert report["reference_records"] == 2 and report["exact_match"] == right / 2, report
     assert set(report["accuracy_by_group"]["groups"]) == {"t0", "t1"}
+    # Named filters judge the same generation, each as its own extract would.
+    del checks["extract"], checks["extract_match"]
+    named = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "named"), "{text}", max_new_tokens=12,
+        progress=False, filters=["first=([A-Za-z0-9]+)", "last:last=([A-Za-z0-9]+)"],
+        **checks,
+    )
+    for line, alone in zip(open(tmp_path / "named" / "generations.jsonl"), py):
+        line = json.loads(line)
+        words = re.findall(r"[A-Za-z0-9]+", line["text"])
+        assert line["extracted"] == line["filters"]["first"]["extracted"] == (
+            words[0] if words else None
+        ), line
+        assert line["filters"]["last"] == {
+            key: alone[key] for key in ("extracted", "correct")
+        }, (line, alone)
+    assert named["filters"]["last"]["exact_match"] == report["exact_match"], named
+    with pytest.raises(resident.BadInput, match="extract and filters both say"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", extract="x",
+            filters=["a=y"], progress=False,
+        )
+    with pytest.raises(resident.BadInput, match="filters is a list"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", filters="a=y",
+            progress=False,
+        )
     # A generating job's few-shot examples are answered by their reference field.
     dev = write_corpus(tmp_path / "dev.jsonl", [
         {"id": "d", "text": "What is 1 plus 1?", "gold": {"aliases": ["2", "two"]}},

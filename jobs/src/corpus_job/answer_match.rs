@@ -10,48 +10,28 @@
 //! backreferences, which it refuses with its own message.
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Which of the filter's matches is the answer (lm-evaluation-harness's `group_select`:
-/// `0` first, `-1` last).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExtractMatch {
-    /// GSM8K's `strict-match`: the first.
-    #[default]
-    First,
-    /// GSM8K's `flexible-extract`: the last.
-    Last,
-}
-
-/// How answers are found and compared, as a job declares it (`--reference-field`,
-/// `--extract`, `--extract-match`, `--ignore-regex`, `--ignore-case`,
-/// `--ignore-punctuation`; from Python, the same keys as JSON).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AnswerMatchSpec {
-    /// The field of a record's right answer: a text, a number, or a list of either (any
-    /// one is right); `None`: answers are extracted, and not checked.
-    pub reference_field: Option<String>,
-    /// The filter that finds the answer in the generated text; `None`: all of it.
-    pub extract: Option<String>,
-    /// Which of its matches.
-    pub extract_match: ExtractMatch,
-    /// What is taken out of the answer and the references before they are compared.
-    pub ignore: Vec<String>,
-    /// Compare lower-cased.
-    pub ignore_case: bool,
-    /// Compare without ASCII punctuation.
-    pub ignore_punctuation: bool,
-}
+use super::answer_spec::{AnswerFlags, AnswerMatchSpec, AnswerRefusal, ExtractMatch};
 
 /// [`AnswerMatchSpec`] with its patterns compiled.
 #[derive(Clone, Debug)]
 pub struct AnswerMatch {
     spec: AnswerMatchSpec,
-    extract: Option<Regex>,
+    /// `--extract` (one, unnamed, `None` pattern: the whole text) or the named filters, in
+    /// order: the first is the line's own.
+    filters: Vec<Filter>,
     ignore: Vec<Regex>,
+}
+
+/// One compiled filter.
+#[derive(Clone, Debug)]
+struct Filter {
+    /// `None` for `--extract`'s.
+    name: Option<String>,
+    /// `None`: the whole text.
+    pattern: Option<Regex>,
+    select: ExtractMatch,
 }
 
 /// One generated text against its record's references.
@@ -65,27 +45,51 @@ pub struct Judgement {
     pub correct: Option<bool>,
 }
 
+/// `pattern` compiled, or why not, naming where it came from.
+fn compile(flag: &str, pattern: &str) -> Result<Regex, String> {
+    Regex::new(pattern).map_err(|e| {
+        format!(
+            "{flag} {pattern:?} is not a regular expression the regex crate takes \
+             (Python's syntax without look-around or backreferences): {e}"
+        )
+    })
+}
+
 impl AnswerMatch {
     /// Compiles `spec`'s patterns; a pattern that does not compile is refused naming its
-    /// flag and why.
+    /// flag and why, as are `--extract` beside `--filter` and two filters of one name.
     pub fn new(spec: AnswerMatchSpec) -> Result<Self, String> {
-        let compile = |flag: &str, pattern: &str| {
-            Regex::new(pattern).map_err(|e| {
-                format!(
-                    "{flag} {pattern:?} is not a regular expression the regex crate takes \
-                     (Python's syntax without look-around or backreferences): {e}"
-                )
-            })
-        };
-        let extract = (spec.extract.as_deref())
-            .map(|pattern| compile("--extract", pattern))
-            .transpose()?;
+        if let Some(
+            rule @ (AnswerRefusal::ExtractBesideFilters | AnswerRefusal::FilterNamedTwice),
+        ) = spec.refusal(false, false)
+        {
+            return Err(rule.message(&AnswerFlags::CLI));
+        }
+        let mut filters = Vec::new();
+        for named in &spec.filters {
+            filters.push(Filter {
+                name: Some(named.name.clone()),
+                pattern: (!named.pattern.is_empty())
+                    .then(|| compile(&format!("--filter {}", named.name), &named.pattern))
+                    .transpose()?,
+                select: named.select,
+            });
+        }
+        if filters.is_empty() {
+            filters.push(Filter {
+                name: None,
+                pattern: (spec.extract.as_deref())
+                    .map(|pattern| compile("--extract", pattern))
+                    .transpose()?,
+                select: spec.extract_match,
+            });
+        }
         let ignore = (spec.ignore.iter())
             .map(|pattern| compile("--ignore-regex", pattern))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             spec,
-            extract,
+            filters,
             ignore,
         })
     }
@@ -95,25 +99,11 @@ impl AnswerMatch {
         &self.spec
     }
 
-    /// The answer in `generated`: the chosen match's first non-empty group (the whole
-    /// match for a pattern without groups), trimmed; all of `generated`, trimmed, without
-    /// a filter; `None` when the filter finds nothing.
+    /// The answer in `generated` by the first filter: the chosen match's first non-empty
+    /// group (the whole match for a pattern without groups), trimmed; all of `generated`,
+    /// trimmed, without a pattern; `None` when the pattern finds nothing.
     pub fn extract(&self, generated: &str) -> Option<String> {
-        let Some(filter) = &self.extract else {
-            return Some(generated.trim().to_owned());
-        };
-        let mut matches = filter.captures_iter(generated);
-        let chosen = match self.spec.extract_match {
-            ExtractMatch::First => matches.next(),
-            ExtractMatch::Last => matches.last(),
-        }?;
-        let text = match chosen.len() {
-            1 => chosen.get(0).map(|m| m.as_str()),
-            _ => (chosen.iter().skip(1).flatten())
-                .map(|m| m.as_str())
-                .find(|group| !group.is_empty()),
-        }?;
-        Some(text.trim().to_owned())
+        self.filters[0].extract(generated)
     }
 
     /// `text` as it is compared: the ignore regexes' matches removed (each in turn),
@@ -132,20 +122,23 @@ impl AnswerMatch {
         text.trim().to_owned()
     }
 
-    /// `generated` checked against `references` (none: extracted only).
+    /// `generated` checked against `references` by the first filter (none: extracted
+    /// only).
     pub fn judge(&self, generated: &str, references: &[String]) -> Judgement {
         let normalized: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
-        self.judge_normalized(generated, &normalized).0
+        self.judge_normalized(&self.filters[0], generated, &normalized)
+            .0
     }
 
-    /// `generated` checked against references already normalised; with its answer
-    /// normalised, for the majority.
+    /// `generated` checked by `filter` against references already normalised; with its
+    /// answer normalised, for the majority.
     fn judge_normalized(
         &self,
+        filter: &Filter,
         generated: &str,
         references: &[String],
     ) -> (Judgement, Option<String>) {
-        let extracted = self.extract(generated);
+        let extracted = filter.extract(generated);
         let answer = extracted.as_deref().map(|answer| self.normalize(answer));
         let correct = (!references.is_empty()).then(|| {
             answer
@@ -163,9 +156,34 @@ impl AnswerMatch {
     }
 }
 
-/// Every sample of one record checked against its references.
+impl Filter {
+    /// The answer in `generated`: the chosen match's first non-empty group (the whole
+    /// match for a pattern without groups), trimmed; all of `generated`, trimmed, without
+    /// a pattern; `None` when the pattern finds nothing.
+    fn extract(&self, generated: &str) -> Option<String> {
+        let Some(pattern) = &self.pattern else {
+            return Some(generated.trim().to_owned());
+        };
+        let mut matches = pattern.captures_iter(generated);
+        let chosen = match self.select {
+            ExtractMatch::First => matches.next(),
+            ExtractMatch::Last => matches.last(),
+        }?;
+        let text = match chosen.len() {
+            1 => chosen.get(0).map(|m| m.as_str()),
+            _ => (chosen.iter().skip(1).flatten())
+                .map(|m| m.as_str())
+                .find(|group| !group.is_empty()),
+        }?;
+        Some(text.trim().to_owned())
+    }
+}
+
+/// Every sample of one record checked by one filter against its references.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordAnswers {
+    /// The filter's name (`--filter`); `None` for `--extract`'s.
+    pub filter: Option<String>,
     /// Each sample's, the first (the record's `text`) first.
     pub samples: Vec<Judgement>,
     /// With several samples and references: whether their most common answer (after
@@ -188,13 +206,21 @@ impl RecordAnswers {
 }
 
 impl AnswerMatch {
-    /// Each of a record's `samples` checked against `references` (each normalised once),
-    /// and their majority.
-    pub fn judge_record(&self, samples: &[&str], references: &[String]) -> RecordAnswers {
+    /// Each of a record's `samples` checked by each filter against `references` (each
+    /// normalised once), and their majority: one [`RecordAnswers`] a filter, in order (the
+    /// first is the line's own).
+    pub fn judge_record(&self, samples: &[&str], references: &[String]) -> Vec<RecordAnswers> {
         let references: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
+        (self.filters.iter())
+            .map(|filter| self.judge_by(filter, samples, &references))
+            .collect()
+    }
+
+    /// `samples` checked by `filter` against normalised `references`.
+    fn judge_by(&self, filter: &Filter, samples: &[&str], references: &[String]) -> RecordAnswers {
         let (judged, answers): (Vec<Judgement>, Vec<Option<String>>) = samples
             .iter()
-            .map(|text| self.judge_normalized(text, &references))
+            .map(|text| self.judge_normalized(filter, text, references))
             .unzip();
         let majority = (samples.len() > 1 && !references.is_empty()).then(|| {
             let mut counts: Vec<(&String, usize)> = Vec::new();
@@ -209,6 +235,7 @@ impl AnswerMatch {
             winner.is_some_and(|(answer, _)| references.contains(answer))
         });
         RecordAnswers {
+            filter: filter.name.clone(),
             samples: judged,
             majority,
         }
@@ -258,9 +285,16 @@ mod tests {
                 .map(String::from)
                 .to_vec(),
             ignore_case: true,
-            ignore_punctuation: false,
+            ..AnswerMatchSpec::default()
         })
         .unwrap()
+    }
+
+    /// The record's answers by its one filter.
+    fn judged(check: &AnswerMatch, samples: &[&str], references: &[String]) -> RecordAnswers {
+        let mut by_filter = check.judge_record(samples, references);
+        assert_eq!(by_filter.len(), 1);
+        by_filter.remove(0)
     }
 
     #[test]
@@ -334,7 +368,8 @@ mod tests {
     fn a_record_s_samples_give_first_any_and_majority() {
         let numbers = gsm8k(r"#### (\-?[0-9\.\,]+)", ExtractMatch::First);
         let references = ["#### 1,000".to_owned()];
-        let record = numbers.judge_record(
+        let record = judged(
+            &numbers,
             &["#### 7", "#### 1000", "no answer", "#### 7.", "#### 1,000"],
             &references,
         );
@@ -345,22 +380,90 @@ mod tests {
             Some(false),
             "7 twice ('7.' normalises to 7), 1000 twice: 7 first"
         );
-        let won = numbers.judge_record(&["#### 5", "#### 1000", "#### 1,000."], &references);
+        let won = judged(
+            &numbers,
+            &["#### 5", "#### 1000", "#### 1,000."],
+            &references,
+        );
         assert_eq!(won.majority, Some(true));
-        let none = numbers.judge_record(&["x", "y"], &references);
+        let none = judged(&numbers, &["x", "y"], &references);
         assert_eq!(
             (none.any_correct(), none.majority),
             (Some(false), Some(false))
         );
-        let one = numbers.judge_record(&["#### 1000"], &references);
+        let one = judged(&numbers, &["#### 1000"], &references);
         assert_eq!(
             (one.first_correct(), one.any_correct(), one.majority),
             (Some(true), None, None)
         );
+        assert_eq!(judged(&numbers, &["#### 1", "#### 1"], &[]).majority, None);
+    }
+
+    /// GSM8K's two filters over one generation, each judged as its own `--extract` would.
+    #[test]
+    fn named_filters_each_judge_the_same_samples_as_their_own_extract_would() {
+        let strict = r"#### (\-?[0-9\.\,]+)";
+        let flexible = r"(-?[$0-9.,]{2,})|(-?[0-9]+)";
+        let both = AnswerMatch::new(AnswerMatchSpec {
+            filters: vec![
+                format!("strict-match={strict}").parse().unwrap(),
+                format!("flexible-extract:last={flexible}").parse().unwrap(),
+                "whole=".parse().unwrap(),
+            ],
+            extract: None,
+            ..gsm8k(strict, ExtractMatch::First).spec().clone()
+        })
+        .unwrap();
+        let references = ["#### 18".to_owned()];
+        let samples = ["so $18.", "#### 18", "#### 7 or 18"];
+        let by_filter = both.judge_record(&samples, &references);
+        let names: Vec<_> = by_filter.iter().map(|a| a.filter.as_deref()).collect();
         assert_eq!(
-            numbers.judge_record(&["#### 1", "#### 1"], &[]).majority,
-            None
+            names,
+            [
+                Some("strict-match"),
+                Some("flexible-extract"),
+                Some("whole")
+            ]
         );
+        let alone = [
+            gsm8k(strict, ExtractMatch::First),
+            gsm8k(flexible, ExtractMatch::Last),
+        ];
+        for (named, single) in by_filter.iter().zip(&alone) {
+            let expected = judged(single, &samples, &references);
+            assert_eq!(
+                (&named.samples, named.majority),
+                (&expected.samples, expected.majority)
+            );
+        }
+        assert_eq!(
+            by_filter[2].samples[1].extracted.as_deref(),
+            Some("#### 18")
+        );
+        assert_eq!(
+            by_filter[2].samples[1].correct,
+            Some(true),
+            "the whole text, `.*#### ` ignored"
+        );
+        assert_eq!(
+            both.extract("so $18."),
+            None,
+            "extract is the first filter's"
+        );
+        let error = AnswerMatch::new(AnswerMatchSpec {
+            filters: vec!["a=(".parse().unwrap()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap_err();
+        assert!(error.starts_with("--filter a \"(\" is not"), "{error}");
+        let error = AnswerMatch::new(AnswerMatchSpec {
+            extract: Some("x".into()),
+            filters: vec!["a=y".parse().unwrap()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap_err();
+        assert!(error.starts_with("--extract and --filter both"), "{error}");
     }
 
     #[test]

@@ -9,7 +9,8 @@ use resident_actor::generate::{
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
-use super::answer_match::{AnswerMatch, AnswerMatchSpec, RecordAnswers, references_of};
+use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
+use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, ShotAnswer, read_examples};
 use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
@@ -314,9 +315,13 @@ impl GenerateWork {
         }
     }
 
-    /// A record's generated samples checked against its references, when the job checks
-    /// answers and the record was answered.
-    fn answers_of(&self, completion: &Completion, kept: Option<&Kept>) -> Option<RecordAnswers> {
+    /// A record's generated samples checked by each filter against its references, when
+    /// the job checks answers and the record was answered.
+    fn answers_of(
+        &self,
+        completion: &Completion,
+        kept: Option<&Kept>,
+    ) -> Option<Vec<RecordAnswers>> {
         let check = self.answer_match.as_ref()?;
         if completion.error.is_some() {
             return None;
@@ -500,7 +505,7 @@ impl ChunkWork for GenerateWork {
             let group =
                 (self.accuracy_by.as_deref()).map(|field| group_of(kept.get(record), field));
             let answers = self.answers_of(completion, kept.get(record));
-            tally.add(completion, group, answers.as_ref());
+            tally.add(completion, group, answers.as_deref());
         }
     }
 
@@ -537,7 +542,7 @@ impl ChunkWork for GenerateWork {
             let written = match self.output {
                 GenerationOutput::Lines => {
                     let answers = self.answers_of(completion, rows.kept.get(record));
-                    let line = GenerationLine::new(id, completion, answers.as_ref());
+                    let line = GenerationLine::new(id, completion, answers.as_deref());
                     serde_json::to_writer(&mut lines, &line)
                 }
                 GenerationOutput::OpenAiBatch => serde_json::to_writer(
@@ -895,7 +900,7 @@ mod tests {
             .map(|(completion, kept)| {
                 let answers = work.answers_of(completion, Some(kept));
                 let line =
-                    GenerationLine::new(&serde_json::Value::Null, completion, answers.as_ref());
+                    GenerationLine::new(&serde_json::Value::Null, completion, answers.as_deref());
                 serde_json::to_value(line).unwrap()
             })
             .collect();
@@ -924,16 +929,25 @@ mod tests {
         let figures = tally.figures(Duration::from_secs(1));
         let counts = &figures.tally;
         assert_eq!(
-            (counts.reference_records, counts.exact_match_records),
+            (
+                counts.answers.reference_records,
+                counts.answers.exact_match_records
+            ),
             (2, 1)
         );
         assert_eq!(
-            (counts.unextracted_records, counts.sampled_reference_records),
+            (
+                counts.answers.unextracted_records,
+                counts.answers.sampled_reference_records
+            ),
             (1, 1)
         );
-        assert_eq!(figures.exact_match, Some(0.5));
+        assert_eq!(figures.answers.exact_match, Some(0.5));
         assert_eq!(
-            (figures.exact_match_any, figures.exact_match_majority),
+            (
+                figures.answers.exact_match_any,
+                figures.answers.exact_match_majority
+            ),
             (Some(1.0), Some(1.0))
         );
         assert_eq!(figures.accuracy, None, "no choices were scored");

@@ -3,7 +3,8 @@
 //! checked against its reference.
 
 use resident_actor::generate::{ChoiceScores, Completion, TextScore, TokenLogprob};
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
 use super::answer_match::{Judgement, RecordAnswers};
 
@@ -33,8 +34,49 @@ pub(super) struct GenerationLine<'a> {
     /// With several samples and a reference: whether their most common answer is right.
     #[serde(skip_serializing_if = "Option::is_none")]
     correct_majority: Option<bool>,
+    /// With named filters (`--filter`): each one's answer, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filters: Option<ByFilter<'a, FilterLine<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+}
+
+/// Each named filter's part of a line, by name in the job's order.
+struct ByFilter<'a, T>(Vec<(&'a str, T)>);
+
+impl<T: Serialize> Serialize for ByFilter<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'a, T> ByFilter<'a, T> {
+    /// `part` of each named filter's answers; `None` when the job's filter has no name
+    /// (`--extract`).
+    fn of(
+        answers: Option<&'a [RecordAnswers]>,
+        part: impl Fn(&'a RecordAnswers) -> T,
+    ) -> Option<Self> {
+        let named = answers.filter(|all| all.first().is_some_and(|a| a.filter.is_some()))?;
+        let parts = named
+            .iter()
+            .map(|answers| (answers.filter.as_deref().unwrap_or_default(), part(answers)));
+        Some(Self(parts.collect()))
+    }
+}
+
+/// A named filter's answer to a record: its first sample's, and with several samples the
+/// majority's.
+#[derive(Serialize)]
+struct FilterLine<'a> {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    answer: Option<AnswerLine<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct_majority: Option<bool>,
 }
 
 /// A generated answer as the line spells it: `extracted` (null when the filter found
@@ -128,19 +170,24 @@ struct ChoiceLine<'a> {
     logprobs: Option<&'a [TokenLogprob]>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     answer: Option<AnswerLine<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filters: Option<ByFilter<'a, Option<AnswerLine<'a>>>>,
 }
 
 impl<'a> GenerationLine<'a> {
-    /// `completion`'s line; `answers`, its samples checked, when the job checks them.
+    /// `completion`'s line; `answers`, its samples checked by each filter, when the job
+    /// checks them (the first filter's are the line's own).
     pub(super) fn new(
         id: &'a serde_json::Value,
         completion: &'a Completion,
-        answers: Option<&'a RecordAnswers>,
+        answers: Option<&'a [RecordAnswers]>,
     ) -> Self {
-        let judged = |sample: usize| {
-            let judgement = answers.and_then(|a| a.samples.get(sample));
-            judgement.map(AnswerLine::new)
+        let first = answers.and_then(|all| all.first());
+        let sample_of = |answers: &'a RecordAnswers, sample: usize| {
+            answers.samples.get(sample).map(AnswerLine::new)
         };
+        let judged = |sample: usize| first.and_then(|answers| sample_of(answers, sample));
+        let filters_of = |sample: usize| ByFilter::of(answers, move |a| sample_of(a, sample));
         let choices = (!completion.more.is_empty()).then(|| {
             let first = ChoiceLine {
                 text: &completion.text,
@@ -148,6 +195,7 @@ impl<'a> GenerationLine<'a> {
                 finish_reason: completion.finish_reason.as_str(),
                 logprobs: completion.logprobs.as_deref(),
                 answer: judged(0),
+                filters: filters_of(0),
             };
             let more = completion.more.iter().enumerate();
             std::iter::once(first)
@@ -157,6 +205,7 @@ impl<'a> GenerationLine<'a> {
                     finish_reason: choice.finish_reason.as_str(),
                     logprobs: choice.logprobs.as_deref(),
                     answer: judged(i + 1),
+                    filters: filters_of(i + 1),
                 }))
                 .collect()
         });
@@ -175,8 +224,119 @@ impl<'a> GenerationLine<'a> {
                 .and_then(|score| score.token_logprobs.as_deref()),
             choices_scored: completion.choice_scores.as_ref().map(ChoicesLine::new),
             answer: judged(0),
-            correct_majority: answers.and_then(|a| a.majority),
+            correct_majority: first.and_then(|a| a.majority),
+            filters: ByFilter::of(answers, |a| FilterLine {
+                answer: sample_of(a, 0),
+                correct_majority: a.majority,
+            }),
             error: completion.error.as_deref(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use resident_actor::generate::{Choice, FinishReason};
+    use serde_json::{Value, json};
+
+    use super::super::answer_match::AnswerMatch;
+    use super::super::answer_spec::AnswerMatchSpec;
+    use super::super::generation_report::GenerationTally;
+    use super::*;
+
+    fn completion(text: &str, more: &[&str]) -> Completion {
+        let choice = |text: &str| Choice {
+            text: text.into(),
+            generated_tokens: 4,
+            finish_reason: FinishReason::Stop,
+            logprobs: None,
+        };
+        Completion {
+            id: "r".into(),
+            text: text.into(),
+            prompt_tokens: 5,
+            generated_tokens: 4,
+            finish_reason: FinishReason::Stop,
+            truncated: false,
+            logprobs: None,
+            more: more.iter().map(|text| choice(text)).collect(),
+            error: None,
+            score: None,
+            choice_scores: None,
+        }
+    }
+
+    /// Named filters: the first gives the line's `extracted` and `correct` and the
+    /// report's `exact_match`; every one its own entry under `filters`, in the line, each
+    /// sample and the report; `--extract`'s lines have no `filters`.
+    #[test]
+    fn each_named_filter_has_its_place_in_the_line_and_the_report() {
+        let check = |filters: &[&str], extract: Option<&str>| {
+            AnswerMatch::new(AnswerMatchSpec {
+                reference_field: Some("answer".into()),
+                extract: extract.map(String::from),
+                filters: filters.iter().map(|f| f.parse().unwrap()).collect(),
+                ..AnswerMatchSpec::default()
+            })
+            .unwrap()
+        };
+        let named = check(&[r"strict=#### (\d+)", r"flexible:last=(\d+)"], None);
+        let references = ["18".to_owned()];
+        let record = completion("9 * 2 = 18", &["#### 7, not 18", "#### 18"]);
+        let choices = record.choices();
+        let texts: Vec<&str> = choices.iter().map(|c| c.text.as_str()).collect();
+        let answers = named.judge_record(&texts, &references);
+        let id = json!(1);
+        let line = serde_json::to_value(GenerationLine::new(&id, &record, Some(&answers))).unwrap();
+        assert_eq!(
+            (&line["extracted"], &line["correct"]),
+            (&Value::Null, &json!(false))
+        );
+        assert_eq!(
+            line["filters"],
+            json!({
+                "strict": {"extracted": null, "correct": false, "correct_majority": false},
+                "flexible": {"extracted": "18", "correct": true, "correct_majority": true},
+            })
+        );
+        let written = serde_json::to_string(&GenerationLine::new(&id, &record, Some(&answers)));
+        let written = written.unwrap();
+        let at = |name: &str| written.find(&format!("\"{name}\":{{")).unwrap();
+        assert!(
+            at("strict") < at("flexible"),
+            "in the job's order: {written}"
+        );
+        assert_eq!(
+            line["choices"][1]["filters"],
+            json!({
+                "strict": {"extracted": "7", "correct": false},
+                "flexible": {"extracted": "18", "correct": true},
+            })
+        );
+        assert_eq!(line["choices"][2]["extracted"], "18");
+        let mut tally = GenerationTally::default();
+        tally.add(&record, None, Some(&answers));
+        let report =
+            serde_json::to_value(tally.figures(std::time::Duration::from_secs(1))).unwrap();
+        assert_eq!(
+            (&report["exact_match"], &report["reference_records"]),
+            (&json!(0.0), &json!(1))
+        );
+        assert_eq!(report["filters"]["strict"]["exact_match"], 0.0);
+        assert_eq!(report["filters"]["strict"]["unextracted_records"], 1);
+        assert_eq!(report["filters"]["strict"]["exact_match_any"], 1.0);
+        assert_eq!(report["filters"]["flexible"]["exact_match"], 1.0);
+        assert_eq!(report["filters"]["flexible"]["exact_match_majority"], 1.0);
+        // One `--extract`: no `filters` anywhere.
+        let single = check(&[], Some(r"(\d+)"));
+        let answers = single.judge_record(&texts, &references);
+        let line = serde_json::to_value(GenerationLine::new(&id, &record, Some(&answers))).unwrap();
+        assert_eq!(line["extracted"], "9");
+        assert!(line.get("filters").is_none() && line["choices"][0].get("filters").is_none());
+        let mut tally = GenerationTally::default();
+        tally.add(&record, None, Some(&answers));
+        let report =
+            serde_json::to_value(tally.figures(std::time::Duration::from_secs(1))).unwrap();
+        assert!(report.get("filters").is_none(), "{report}");
     }
 }

@@ -50,6 +50,21 @@ pub struct GenerationTally {
     /// Of those, the records whose likeliest choice per character was the right one.
     #[serde(default, skip_serializing_if = "is_default")]
     pub correct_normalized_records: u64,
+    /// The (first) filter's answers checked against references.
+    #[serde(flatten)]
+    pub answers: AnswerCounts,
+    /// Each named filter's (`--filter`; the report's `filters` holds them).
+    #[serde(skip)]
+    pub filters: BTreeMap<String, AnswerCounts>,
+    /// The answered records' counts by group (`--accuracy-by`; the report's
+    /// `accuracy_by_group` holds them).
+    #[serde(skip)]
+    pub groups: BTreeMap<String, GroupCounts>,
+}
+
+/// How one filter's answers fared against the records' references.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerCounts {
     /// Records with a reference answer (`--reference-field`) whose generation was
     /// checked against it.
     #[serde(default, skip_serializing_if = "is_default")]
@@ -57,7 +72,7 @@ pub struct GenerationTally {
     /// Of those, the records whose (first) generated answer matched a reference.
     #[serde(default, skip_serializing_if = "is_default")]
     pub exact_match_records: u64,
-    /// Records whose (first) generation the `--extract` filter found no answer in.
+    /// Records whose (first) generation the filter found no answer in.
     #[serde(default, skip_serializing_if = "is_default")]
     pub unextracted_records: u64,
     /// Of the records with a reference and several samples (`-n`), those with any sample
@@ -70,10 +85,62 @@ pub struct GenerationTally {
     /// Records with a reference and several samples.
     #[serde(default, skip_serializing_if = "is_default")]
     pub sampled_reference_records: u64,
-    /// The answered records' counts by group (`--accuracy-by`; the report's
-    /// `accuracy_by_group` holds them).
-    #[serde(skip)]
-    pub groups: BTreeMap<String, GroupCounts>,
+}
+
+/// One filter's figures: its counts and their shares.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnswerFigures {
+    /// What it found and how often it was right.
+    #[serde(flatten)]
+    pub counts: AnswerCounts,
+    /// How often, as shares.
+    #[serde(flatten)]
+    pub shares: AnswerShares,
+}
+
+/// The shares of one filter's counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnswerShares {
+    /// `exact_match_records / reference_records`: how often the (first) generated answer
+    /// matched a reference (absent without references).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match: Option<f64>,
+    /// `any_match_records / sampled_reference_records` (pass@n; absent without samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_any: Option<f64>,
+    /// `majority_match_records / sampled_reference_records` (maj@n).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_majority: Option<f64>,
+}
+
+impl AnswerCounts {
+    /// Counts one record's answers by one filter; whether its first sample was right
+    /// (`None` without a reference).
+    fn add(&mut self, answers: &RecordAnswers) -> Option<bool> {
+        let first = answers.samples.first();
+        self.unextracted_records += u64::from(first.is_some_and(|j| j.extracted.is_none()));
+        let correct = answers.first_correct()?;
+        self.reference_records += 1;
+        self.exact_match_records += u64::from(correct);
+        if let (Some(any), Some(majority)) = (answers.any_correct(), answers.majority) {
+            self.sampled_reference_records += 1;
+            self.any_match_records += u64::from(any);
+            self.majority_match_records += u64::from(majority);
+        }
+        Some(correct)
+    }
+
+    /// Their shares.
+    fn shares(&self) -> AnswerShares {
+        AnswerShares {
+            exact_match: share(self.exact_match_records, self.reference_records),
+            exact_match_any: share(self.any_match_records, self.sampled_reference_records),
+            exact_match_majority: share(
+                self.majority_match_records,
+                self.sampled_reference_records,
+            ),
+        }
+    }
 }
 
 /// `part / whole`; `None` when `whole` is 0.
@@ -107,16 +174,13 @@ pub struct GenerateFigures {
     /// The same by log-probability per character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized: Option<f64>,
-    /// `exact_match_records / reference_records`: how often the (first) generated answer
-    /// matched a reference (absent without references).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exact_match: Option<f64>,
-    /// `any_match_records / sampled_reference_records` (pass@n; absent without samples).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exact_match_any: Option<f64>,
-    /// `majority_match_records / sampled_reference_records` (maj@n).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exact_match_majority: Option<f64>,
+    /// The (first) filter's shares: `exact_match`, `exact_match_any` (pass@n),
+    /// `exact_match_majority` (maj@n), each absent without references (or samples).
+    #[serde(flatten)]
+    pub answers: AnswerShares,
+    /// Each named filter's counts and shares, by name (`--filter`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub filters: BTreeMap<String, AnswerFigures>,
     /// Both accuracies by the groups of `--accuracy-by` (absent without it, or when no
     /// record named its answer); a generating job's exact match there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,12 +190,12 @@ pub struct GenerateFigures {
 impl GenerationTally {
     /// Counts one record's answer; `group` is its group when the accuracy is broken down
     /// (`--accuracy-by`); `answers`, its samples checked against its references when the
-    /// job checks them.
+    /// job checks them, by each filter (the first is the report's own).
     pub(super) fn add(
         &mut self,
         completion: &Completion,
         group: Option<String>,
-        answers: Option<&RecordAnswers>,
+        answers: Option<&[RecordAnswers]>,
     ) {
         if completion.error.is_some() {
             self.failed_requests += 1;
@@ -168,22 +232,20 @@ impl GenerationTally {
         }
     }
 
-    /// Counts one record's generated answers.
-    fn add_answers(&mut self, answers: &RecordAnswers, group: Option<String>) {
-        let first = answers.samples.first();
-        self.unextracted_records += u64::from(first.is_some_and(|j| j.extracted.is_none()));
-        let Some(correct) = answers.first_correct() else {
+    /// Counts one record's generated answers by each filter; its group's by the first.
+    fn add_answers(&mut self, answers: &[RecordAnswers], group: Option<String>) {
+        let Some((first, named)) = answers.split_first() else {
             return;
         };
-        self.reference_records += 1;
-        self.exact_match_records += u64::from(correct);
-        if let Some(group) = group {
+        let correct = self.answers.add(first);
+        if let (Some(correct), Some(group)) = (correct, group) {
             self.groups.entry(group).or_default().add(correct, None);
         }
-        if let (Some(any), Some(majority)) = (answers.any_correct(), answers.majority) {
-            self.sampled_reference_records += 1;
-            self.any_match_records += u64::from(any);
-            self.majority_match_records += u64::from(majority);
+        if first.filter.is_some() {
+            for answers in std::iter::once(first).chain(named) {
+                let name = answers.filter.clone().unwrap_or_default();
+                self.filters.entry(name).or_default().add(answers);
+            }
         }
     }
 
@@ -197,12 +259,16 @@ impl GenerationTally {
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
             accuracy: share(self.correct_records, self.answered_records),
             accuracy_normalized: share(self.correct_normalized_records, self.answered_records),
-            exact_match: share(self.exact_match_records, self.reference_records),
-            exact_match_any: share(self.any_match_records, self.sampled_reference_records),
-            exact_match_majority: share(
-                self.majority_match_records,
-                self.sampled_reference_records,
-            ),
+            answers: self.answers.shares(),
+            filters: (self.filters.iter())
+                .map(|(name, counts)| {
+                    let figures = AnswerFigures {
+                        counts: counts.clone(),
+                        shares: counts.shares(),
+                    };
+                    (name.clone(), figures)
+                })
+                .collect(),
             accuracy_by_group: None,
             tally: self,
         }

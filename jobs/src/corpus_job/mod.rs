@@ -16,6 +16,7 @@
 //!    `ids.jsonl`, or `generations.jsonl`. Write `index.json` and `report.json`.
 
 mod answer_match;
+mod answer_spec;
 pub mod chat_input;
 pub mod choice_input;
 mod config;
@@ -64,7 +65,8 @@ mod work;
 
 use resident_sdk::Cluster;
 
-pub use answer_match::{AnswerMatch, AnswerMatchSpec, ExtractMatch};
+pub use answer_match::{AnswerMatch, Judgement, RecordAnswers};
+pub use answer_spec::{AnswerFlags, AnswerMatchSpec, AnswerRefusal, ExtractMatch, FilterSpec};
 pub use chat_input::PromptInput;
 pub use choice_input::ChoiceFields;
 pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
@@ -76,7 +78,9 @@ pub use fewshot_sampling::FewshotSampler;
 pub use generate::{
     GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
 };
-pub use generation_report::{GenerateFigures, GenerationTally};
+pub use generation_report::{
+    AnswerCounts, AnswerFigures, AnswerShares, GenerateFigures, GenerationTally,
+};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};
 pub use inputs::InputSet;
 pub use output::OutputDtype;

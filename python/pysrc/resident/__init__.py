@@ -172,17 +172,26 @@ def _answer_check(
     ignore_regex: Optional[Sequence[str]],
     ignore_case: bool,
     ignore_punctuation: bool,
+    filters: Optional[Sequence[str]],
 ) -> Optional[str]:
     """The answer checks of ``generate_job`` as JSON; None when it asks for none."""
+    if isinstance(filters, str):
+        raise BadInput(
+            "filters is a list of NAME=REGEX texts: give [filter] for one", "BadInput"
+        )
     check = {
         "reference_field": reference_field,
         "extract": extract,
         "extract_match": extract_match,
+        "filters": list(filters or []),
         "ignore": list(ignore_regex or []),
         "ignore_case": ignore_case,
         "ignore_punctuation": ignore_punctuation,
     }
-    default = {"extract_match": "first", "ignore": [], "ignore_case": False, "ignore_punctuation": False}
+    default = {
+        "extract_match": "first", "filters": [], "ignore": [], "ignore_case": False,
+        "ignore_punctuation": False,
+    }
     asked = any(value not in (None, default.get(key)) for key, value in check.items())
     return json.dumps(check) if asked else None
 
@@ -747,6 +756,7 @@ class Cluster:
         ignore_case: bool = False,
         ignore_punctuation: bool = False,
         target_delimiter: str = "",
+        filters: Optional[Sequence[str]] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -780,7 +790,11 @@ class Cluster:
         ``ignore_punctuation`` say how the two are compared; each line gets ``extracted``
         and ``correct``, the report ``exact_match`` (with ``n``, ``exact_match_any`` and
         ``exact_match_majority``), and ``accuracy_by`` works with it too
-        (``--reference-field``, ``--extract``); with ``reference_field``, ``fewshot_input``
+        (``--reference-field``, ``--extract``). ``filters`` (``["strict-match=#### (\\d+)",
+        "flexible-extract:last=(\\d+)"]``, ``--filter``) judges the same generation by
+        several named regexes in place of ``extract``: each line's and the report's
+        ``filters`` hold each one's answer and figures by name, the first also giving
+        ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
@@ -802,7 +816,7 @@ class Cluster:
                 list(choice_labels or []), fewshot_seed,
                 _answer_check(
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
-                    ignore_punctuation,
+                    ignore_punctuation, filters,
                 ),
                 target_delimiter,
             )

@@ -143,7 +143,7 @@ class Cluster:
         ``search``, ``scheduler`` and ``space`` as nested dicts. Returns ``summary.json``
         as a dict; each trial is a line of ``results.jsonl`` in the output.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', **sampling: Any) -> dict:
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', filters: Sequence[str] | None = None, **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
         ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;
@@ -158,6 +158,9 @@ class Cluster:
         answer; ``extract_match``, ``ignore_regex``, ``ignore_case``,
         ``ignore_punctuation``) check each generated answer as ``--reference-field`` and
         ``--extract`` do: lines get ``extracted`` and ``correct``, the report ``exact_match``;
+        ``filters`` (``NAME=REGEX`` or ``NAME:last=REGEX`` texts, ``--filter``) judge the
+        same generation by several named regexes, each under ``filters`` by name in lines
+        and the report;
         ``fewshot_input`` examples are then answered by that field, ``target_delimiter``
         between an example's prompt and its answer (``--target-delimiter``).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the

@@ -3,8 +3,9 @@
 //! reference as lm-evaluation-harness's `generate_until` tasks score it (GSM8K, TriviaQA).
 //! The checks change no generated text; the lines' `extracted` and `correct` are what the
 //! texts give (computed here without a regex), the report's counts are the lines', samples
-//! give pass@n and the majority; another check under the same output is refused, and so
-//! are flags that cannot go together.
+//! give pass@n and the majority; named filters judge one generation as separate jobs would;
+//! another check under the same output is refused, and so are flags that cannot go
+//! together.
 
 use std::path::Path;
 
@@ -48,6 +49,14 @@ fn generate(
 }
 
 const GREEDY: &[&str] = &["--max-new-tokens", "12", "--chunk-size", "4"];
+
+/// The questions' greedy generations, unchecked.
+fn plain_lines(dir: &Path) -> Vec<Value> {
+    let plain: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| json!({"id": i, "text": q}))
+        .collect();
+    generate(dir, "plain", &plain, GREEDY).0
+}
 const CHECKS: &[&str] = &[
     "--reference-field",
     "gold.answer",
@@ -65,10 +74,7 @@ const CHECKS: &[&str] = &[
 async fn generated_answers_are_extracted_and_checked_against_each_record_s_reference() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let plain: Vec<Value> = (QUESTIONS.iter().enumerate())
-        .map(|(i, q)| json!({"id": i, "text": q}))
-        .collect();
-    let (first_lines, _, _) = generate(dir.path(), "plain", &plain, GREEDY);
+    let first_lines = plain_lines(dir.path());
     let words: Vec<String> = (first_lines.iter())
         .map(|line| first_word(line["text"].as_str().unwrap()).expect("the model wrote a word"))
         .collect();
@@ -157,6 +163,89 @@ async fn generated_answers_are_extracted_and_checked_against_each_record_s_refer
     let refused = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{refused}");
     assert!(refused.contains("answer checks"), "{refused}");
+}
+
+/// The last run of ASCII letters and digits in `text`.
+fn last_word(text: &str) -> Option<String> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .rfind(|word| !word.is_empty())
+        .map(str::to_owned)
+}
+
+/// Named filters judge one generation as separate jobs with each as `--extract` would:
+/// the first's answers are the line's own and the report's `exact_match`, each one's under
+/// `filters` by name; `whole=` takes the whole text. References are records 0-3's first
+/// words and 4-7's last words, so each filter is right on its own half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_filters_judge_one_generation_as_separate_jobs_would() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let texts = plain_lines(dir.path());
+    let text = |i: usize| texts[i]["text"].as_str().unwrap();
+    let records: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| {
+            let word = if i < 4 {
+                first_word(text(i))
+            } else {
+                last_word(text(i))
+            };
+            json!({"id": i, "text": q, "gold": word.expect("the model wrote a word")})
+        })
+        .collect();
+    let word = "([A-Za-z0-9]+)";
+    let check = ["--reference-field", "gold", "--ignore-case"];
+    let job = |name: &str, flags: &[&str]| {
+        let all: Vec<&str> = (GREEDY.iter().chain(&check).chain(flags))
+            .copied()
+            .collect();
+        generate(dir.path(), name, &records, &all)
+    };
+    let (first, first_report, _) = job("first", &["--extract", word]);
+    let (last, last_report, _) = job("last", &["--extract", word, "--extract-match", "last"]);
+    let (first_filter, last_filter) = (format!("first={word}"), format!("last:last={word}"));
+    let (named, report, stderr) = job(
+        "named",
+        &[
+            "--filter",
+            &first_filter,
+            "--filter",
+            &last_filter,
+            "--filter",
+            "whole=",
+        ],
+    );
+    let answer = |line: &Value| json!({"extracted": line["extracted"], "correct": line["correct"]});
+    for (i, line) in named.iter().enumerate() {
+        assert_eq!(line["text"], texts[i]["text"], "one generation, unchanged");
+        assert_eq!(
+            answer(line),
+            answer(&first[i]),
+            "the first filter's is the line's"
+        );
+        let filters = &line["filters"];
+        assert_eq!(answer(&filters["first"]), answer(&first[i]), "{line}");
+        assert_eq!(answer(&filters["last"]), answer(&last[i]), "{line}");
+        assert_eq!(filters["whole"]["extracted"], json!(text(i).trim()));
+    }
+    for key in ["exact_match", "reference_records", "exact_match_records"] {
+        assert_eq!(report[key], first_report[key], "{key}");
+        assert_eq!(report["filters"]["first"][key], first_report[key], "{key}");
+        assert_eq!(report["filters"]["last"][key], last_report[key], "{key}");
+    }
+    let right = |report: &Value| report["exact_match_records"].as_u64().unwrap_or(0);
+    assert!(
+        right(&first_report) >= 4 && right(&last_report) >= 4,
+        "{report}"
+    );
+    let line = format!(
+        "answers by filter last: 8 records with a reference: exact match {:.4}",
+        last_report["exact_match"].as_f64().unwrap()
+    );
+    assert!(stderr.contains(&line), "{stderr}");
+    assert!(
+        !stderr.contains("\nanswers: "),
+        "named filters only: {stderr}"
+    );
 }
 
 /// With `-n 3` sampled, every sample has its own `extracted` and `correct`; the line's
@@ -301,7 +390,7 @@ fn answer_flags_that_cannot_go_together_are_refused() {
     let input = dir.path().join("in.jsonl");
     write_jsonl(&input, &[json!({"id": 1, "text": "q", "answer": "a"})]);
     let out = dir.path().join("out");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--ignore-case"], "give --reference-field"),
         (&["--extract-match", "last"], "give --extract"),
         (
@@ -326,6 +415,15 @@ fn answer_flags_that_cannot_go_together_are_refused() {
             ],
             "not with --output-format openai-batch",
         ),
+        (
+            &["--extract", "x", "--filter", "a=y"],
+            "--extract and --filter both say how answers are found",
+        ),
+        (
+            &["--filter", "a=x", "--filter", "a:last=y"],
+            "two of --filter have one name",
+        ),
+        (&["--filter", "strict-match"], "has no `=`: give NAME=REGEX"),
     ];
     for (flags, says) in cases {
         let output = generate_command(&input, &out, "{text}", flags)
