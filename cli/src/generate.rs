@@ -550,22 +550,29 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     }
     if let (Some(accuracy), Some(normalized)) = (figures.accuracy, figures.accuracy_normalized) {
         eprintln!(
-            "choices: {} records scored, {} with an answer: accuracy {accuracy:.4}, {normalized:.4} \
-             per character",
-            figures.tally.choice_records, figures.tally.answered_records
+            "choices: {} records scored, {} with an answer: accuracy {accuracy:.4}{}, \
+             {normalized:.4}{} per character",
+            figures.tally.choice_records,
+            figures.tally.answered_records,
+            plus_minus(figures.accuracy_stderr),
+            plus_minus(figures.accuracy_normalized_stderr),
         );
     }
     print_answers(figures, &args.filter);
     if let Some(by_group) = &figures.accuracy_by_group {
         let per_character = (by_group.mean_accuracy_normalized)
-            .map(|normalized| format!(", {normalized:.4} per character"))
+            .map(|normalized| {
+                let stderr = plus_minus(by_group.mean_accuracy_normalized_stderr);
+                format!(", {normalized:.4}{stderr} per character")
+            })
             .unwrap_or_default();
         eprintln!(
-            "by {}: {} groups, mean accuracy {:.4}{per_character} (report.json: \
+            "by {}: {} groups, mean accuracy {:.4}{}{per_character} (report.json: \
              accuracy_by_group)",
             by_group.field,
             by_group.groups.len(),
             by_group.mean_accuracy,
+            plus_minus(by_group.mean_accuracy_stderr),
         );
     }
     Ok(())
@@ -599,14 +606,26 @@ fn print_filter_answers(label: &str, filter: &str, counts: &AnswerCounts, shares
         return;
     };
     let samples = match (shares.exact_match_any, shares.exact_match_majority) {
-        (Some(any), Some(majority)) => {
-            format!(", any sample {any:.4}, most common answer {majority:.4}")
-        }
+        (Some(any), Some(majority)) => format!(
+            ", any sample {any:.4}{}, most common answer {majority:.4}{}",
+            plus_minus(shares.exact_match_any_stderr),
+            plus_minus(shares.exact_match_majority_stderr),
+        ),
         _ => String::new(),
     };
     eprintln!(
-        "{label}: {} records with a reference: exact match {exact_match:.4}{samples}; \
+        "{label}: {} records with a reference: exact match {exact_match:.4}{}{samples}; \
          {filter} found none in {}",
-        counts.reference_records, counts.unextracted_records
+        counts.reference_records,
+        plus_minus(shares.exact_match_stderr),
+        counts.unextracted_records
     );
+}
+
+/// A figure's standard error as the summary writes it after the figure (` ± 0.0249`,
+/// lm-evaluation-harness's table's), nothing without one.
+fn plus_minus(stderr: Option<f64>) -> String {
+    stderr
+        .map(|stderr| format!(" ± {stderr:.4}"))
+        .unwrap_or_default()
 }

@@ -274,6 +274,9 @@ def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
             key: alone[key] for key in ("extracted", "correct")
         }, (line, alone)
     assert named["filters"]["last"]["exact_match"] == report["exact_match"], named
+    p = report["exact_match"]
+    assert report["exact_match_stderr"] == pytest.approx((p * (1 - p) / 1) ** 0.5), report
+    assert named["filters"]["last"]["exact_match_stderr"] == report["exact_match_stderr"]
     with pytest.raises(resident.BadInput, match="extract and filters both say"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", extract="x",

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
 use super::group_accuracy::{AccuracyByGroup, GroupCounts};
+use super::shares::{share, share_stderr};
 
 /// The report's figures of a generate job (this run's chunks).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +112,15 @@ pub struct AnswerShares {
     /// `majority_match_records / sampled_reference_records` (maj@n).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact_match_majority: Option<f64>,
+    /// The standard error of `exact_match` (absent under two records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_stderr: Option<f64>,
+    /// The standard error of `exact_match_any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_any_stderr: Option<f64>,
+    /// The standard error of `exact_match_majority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_match_majority_stderr: Option<f64>,
 }
 
 impl AnswerCounts {
@@ -139,13 +149,17 @@ impl AnswerCounts {
                 self.majority_match_records,
                 self.sampled_reference_records,
             ),
+            exact_match_stderr: share_stderr(self.exact_match_records, self.reference_records),
+            exact_match_any_stderr: share_stderr(
+                self.any_match_records,
+                self.sampled_reference_records,
+            ),
+            exact_match_majority_stderr: share_stderr(
+                self.majority_match_records,
+                self.sampled_reference_records,
+            ),
         }
     }
-}
-
-/// `part / whole`; `None` when `whole` is 0.
-fn share(part: u64, whole: u64) -> Option<f64> {
-    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// Whether a report figure is at its default (left out of a report that never scored).
@@ -174,8 +188,16 @@ pub struct GenerateFigures {
     /// The same by log-probability per character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized: Option<f64>,
+    /// The standard error of `accuracy` (lm-evaluation-harness's `acc_stderr`; absent
+    /// under two answered records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_stderr: Option<f64>,
+    /// The standard error of `accuracy_normalized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_normalized_stderr: Option<f64>,
     /// The (first) filter's shares: `exact_match`, `exact_match_any` (pass@n),
-    /// `exact_match_majority` (maj@n), each absent without references (or samples).
+    /// `exact_match_majority` (maj@n), each absent without references (or samples), and
+    /// their standard errors.
     #[serde(flatten)]
     pub answers: AnswerShares,
     /// Each named filter's counts and shares, by name (`--filter`).
@@ -259,6 +281,11 @@ impl GenerationTally {
                 .then(|| (-self.scored_logprob / self.scored_tokens as f64).exp()),
             accuracy: share(self.correct_records, self.answered_records),
             accuracy_normalized: share(self.correct_normalized_records, self.answered_records),
+            accuracy_stderr: share_stderr(self.correct_records, self.answered_records),
+            accuracy_normalized_stderr: share_stderr(
+                self.correct_normalized_records,
+                self.answered_records,
+            ),
             answers: self.answers.shares(),
             filters: (self.filters.iter())
                 .map(|(name, counts)| {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::reader::Kept;
+use super::shares::{mean_stderr, share_stderr};
 
 /// One group's records that named their answer, and how many the model got right.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -47,6 +48,12 @@ pub struct GroupFigures {
     /// `correct_normalized_records / answered_records` (absent for generated answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized: Option<f64>,
+    /// The standard error of `accuracy` (absent for a group of one record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_stderr: Option<f64>,
+    /// The standard error of `accuracy_normalized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_normalized_stderr: Option<f64>,
 }
 
 /// The report's `accuracy_by_group`.
@@ -60,6 +67,13 @@ pub struct AccuracyByGroup {
     /// The same per character (absent for generated answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_accuracy_normalized: Option<f64>,
+    /// The standard error of `mean_accuracy`, the groups taken as independent (absent when
+    /// a group has one record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_accuracy_stderr: Option<f64>,
+    /// The standard error of `mean_accuracy_normalized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_accuracy_normalized_stderr: Option<f64>,
     /// Each group's figures, by the field's value.
     pub groups: BTreeMap<String, GroupFigures>,
 }
@@ -84,10 +98,13 @@ pub fn accuracy_by_group(
         .filter(|(_, counts)| counts.answered_records > 0)
         .map(|(group, &counts)| {
             let share = |records: u64| records as f64 / counts.answered_records as f64;
+            let stderr = |records: u64| share_stderr(records, counts.answered_records);
             let figures = GroupFigures {
                 counts,
                 accuracy: share(counts.correct_records),
                 accuracy_normalized: counts.correct_normalized_records.map(share),
+                accuracy_stderr: stderr(counts.correct_records),
+                accuracy_normalized_stderr: counts.correct_normalized_records.and_then(stderr),
             };
             (group.clone(), figures)
         })
@@ -103,6 +120,10 @@ pub fn accuracy_by_group(
         field: field.to_owned(),
         mean_accuracy: mean(|g| Some(g.accuracy)).unwrap_or_default(),
         mean_accuracy_normalized: mean(|g| g.accuracy_normalized),
+        mean_accuracy_stderr: mean_stderr(groups.values().map(|g| g.accuracy_stderr)),
+        mean_accuracy_normalized_stderr: mean_stderr(
+            groups.values().map(|g| g.accuracy_normalized_stderr),
+        ),
         groups,
     })
 }
@@ -148,6 +169,35 @@ mod tests {
         assert_eq!(figures.mean_accuracy, (1.0 + 1.0 + 1.0 / 3.0) / 3.0);
         let normalized = (1.0 + 0.0 + 2.0 / 3.0) / 3.0;
         assert_eq!(figures.mean_accuracy_normalized, Some(normalized));
+        assert_eq!(figures.groups["math"].accuracy_stderr, share_stderr(1, 3));
+        assert_eq!(
+            (
+                figures.groups["art"].accuracy_stderr,
+                figures.mean_accuracy_stderr
+            ),
+            (None, None),
+            "a group of one record has no error, nor then has the mean"
+        );
+        groups.remove("art");
+        groups.remove("7");
+        groups
+            .entry("art".into())
+            .or_default()
+            .add(true, Some(false));
+        groups
+            .entry("art".into())
+            .or_default()
+            .add(false, Some(false));
+        let two = accuracy_by_group("subject", &groups).unwrap();
+        let (math, art) = (share_stderr(1, 3).unwrap(), share_stderr(1, 2).unwrap());
+        assert_eq!(
+            two.mean_accuracy_stderr,
+            mean_stderr([Some(art), Some(math)])
+        );
+        assert_eq!(
+            two.mean_accuracy_normalized_stderr,
+            mean_stderr([share_stderr(0, 2), share_stderr(2, 3)])
+        );
         let report = serde_json::to_value(&figures).unwrap();
         assert_eq!(report["field"], "subject");
         assert_eq!(report["groups"]["math"]["answered_records"], 3);

@@ -60,6 +60,7 @@ mod results;
 pub(crate) mod scan;
 pub mod schedule;
 mod shard_rows;
+mod shares;
 mod vectors;
 mod work;
 

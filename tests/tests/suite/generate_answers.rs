@@ -117,6 +117,11 @@ async fn generated_answers_are_extracted_and_checked_against_each_record_s_refer
     );
     assert_eq!(counted("unextracted_records"), 0);
     assert_eq!(figures["exact_match"], 5.0 / 7.0);
+    let standard_error = (5.0 / 7.0 * (2.0 / 7.0) / 6.0_f64).sqrt();
+    assert!(
+        (figures["exact_match_stderr"].as_f64().unwrap() - standard_error).abs() < 1e-12,
+        "{figures}"
+    );
     assert!(figures.get("exact_match_any").is_none(), "one sample each");
     let groups = &figures["accuracy_by_group"]["groups"];
     // even: 0, 2, 4, 6 (three right); odd: 1, 3, 5 (two right), 7 has no reference.
@@ -132,7 +137,7 @@ async fn generated_answers_are_extracted_and_checked_against_each_record_s_refer
         "{groups}"
     );
     assert!(
-        stderr.contains("answers: 7 records with a reference: exact match 0.7143"),
+        stderr.contains("answers: 7 records with a reference: exact match 0.7143 ± 0.1844;"),
         "{stderr}"
     );
     // A dry run shows each record's references where they will be read.

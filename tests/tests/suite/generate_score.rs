@@ -552,6 +552,14 @@ async fn choices_are_scored_after_their_prompt_with_the_run_s_accuracy() {
         "{report}"
     );
     assert!(report["accuracy_normalized"].is_number());
+    // lm-evaluation-harness's acc_stderr: the lines' 0/1 outcomes' standard error.
+    let n = answered.len() as f64;
+    let stderr = (accuracy * (1.0 - accuracy) / (n - 1.0)).sqrt();
+    assert!(
+        (float(&report["accuracy_stderr"]) - stderr).abs() < 1e-12,
+        "{report}"
+    );
+    assert!(report["accuracy_normalized_stderr"].is_number());
     let reasons = report["bad_records"].to_string();
     assert!(
         reasons.contains("`label` is 4, which names none of the 1 choices"),
@@ -785,6 +793,15 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
     }
     let mean = (float(&groups["colour"]["accuracy"]) + float(&groups["heat"]["accuracy"])) / 2.0;
     assert_eq!(float(&by_group["mean_accuracy"]), mean);
+    assert!(
+        groups["heat"].get("accuracy_stderr").is_none()
+            && by_group.get("mean_accuracy_stderr").is_none(),
+        "a group of one record has no standard error, nor then has the mean: {by_group}"
+    );
+    assert!(
+        groups["colour"]["accuracy_stderr"].is_number(),
+        "{by_group}"
+    );
 
     let input = dir.path().join("grouped.jsonl");
     let mut too_many = SCORE.to_vec();
