@@ -60,6 +60,11 @@ pub struct CorpusArgs {
     /// comma-separated).
     #[arg(long, env = "RESIDENT_SELECTOR", value_delimiter = ',')]
     selector: Vec<String>,
+    /// Read only the input's first N records, bad ones included (lm-evaluation-harness's
+    /// --limit: a quick look at a task or a model before the whole run). Another N under
+    /// the same --output is another input.
+    #[arg(long, env = "RESIDENT_LIMIT", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
     /// Records per chunk, or `auto` to plan from measured speed.
     #[arg(long, env = "RESIDENT_CHUNK_SIZE", default_value = "auto")]
     chunk_size: String,
@@ -154,6 +159,7 @@ impl CorpusArgs {
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),
+            limit: self.limit,
             ..ReaderOptions::default()
         };
         config.prices = self.price.prices()?;

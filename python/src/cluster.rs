@@ -242,6 +242,7 @@ fn corpus_config(
     on_bad_record: &str,
     [id_field, text_field]: [String; 2],
     keep_pool: bool,
+    limit: Option<u64>,
 ) -> PyResult<CorpusJobConfig> {
     let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
     config.replicas = replicas;
@@ -251,6 +252,7 @@ fn corpus_config(
     config.on_bad_record = bad_record_policy(py, on_bad_record)?;
     config.reader.id_field = id_field;
     config.reader.text_field = text_field;
+    config.reader.limit = limit;
     config.retention = PoolRetention {
         keep: keep_pool,
         idle_ttl: None,
@@ -550,7 +552,7 @@ impl NativeCluster {
     /// Runs `resident embed` (input, model, output and its options); returns report.json.
     #[pyo3(signature = (input, model, output, replicas=None, gpus_per_actor=None, vram_gib=2.0,
         chunk_size=None, dtype="f32", on_bad_record="skip", id_field="id".to_owned(), text_field="text".to_owned(),
-        keep_pool=false, merge=true, on_progress=None, embedding_json="{}".to_owned()))]
+        keep_pool=false, merge=true, on_progress=None, embedding_json="{}".to_owned(), limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn embed_job(
         &self,
@@ -570,6 +572,7 @@ impl NativeCluster {
         merge: bool,
         on_progress: Option<Py<PyAny>>,
         embedding_json: String,
+        limit: Option<u64>,
     ) -> PyResult<String> {
         let (mut embedding, placement) = embed_work(py, &embedding_json)?;
         if embedding.dtype == OutputDtype::F32 {
@@ -585,6 +588,7 @@ impl NativeCluster {
             on_bad_record,
             [id_field, text_field],
             keep_pool,
+            limit,
         )?;
         corpus.merge = merge;
         placement.apply(&mut corpus);
@@ -626,7 +630,7 @@ impl NativeCluster {
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
-        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new()))]
+        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -659,6 +663,7 @@ impl NativeCluster {
         fewshot_seed: Option<u64>,
         answer_check_json: Option<String>,
         target_delimiter: String,
+        limit: Option<u64>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -670,6 +675,7 @@ impl NativeCluster {
             on_bad_record,
             [id_field, text_field],
             keep_pool,
+            limit,
         )?;
         let prompt = PromptTemplate::parse(&prompt).map_err(|e| bad_input(py, e))?;
         let mut config = GenerateJobConfig::new(corpus, prompt);

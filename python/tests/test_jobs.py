@@ -33,6 +33,14 @@ def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, t
     from_call = local_cluster.embed([r["text"] for r in records], model=str(MINILM), progress=False)
     np.testing.assert_allclose(from_job, rust, atol=1e-6)
     np.testing.assert_allclose(from_call, rust, atol=1e-6)
+    # limit= (--limit): the input's first records only.
+    first = local_cluster.embed_job(
+        str(corpus), str(MINILM), str(tmp_path / "first"), limit=40, progress=False
+    )
+    assert first["items"] == 40 and first["limit"] == 40, first
+    np.testing.assert_allclose(np.load(tmp_path / "first" / "embeddings.npy"), rust[:40], atol=1e-6)
+    with pytest.raises(resident.BadInput, match="limit 0 is not a count of records"):
+        local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "zero"), limit=0)
 
 
 JOB = """
@@ -115,6 +123,12 @@ def test_generate_job_writes_a_line_per_record_in_order(local_cluster, tmp_path)
     assert [line["id"] for line in lines] == ["q0", "q1", "q2"]
     assert all(1 <= line["generated_tokens"] <= 24 for line in lines), lines
     assert "Paris" in lines[0]["text"], lines[0]
+    first = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "first"), "Answer in one sentence: {text}",
+        max_new_tokens=24, progress=False, limit=2,
+    )
+    assert first["limit"] == 2, first
+    assert [json.loads(line) for line in open(tmp_path / "first" / "generations.jsonl")] == lines[:2]
     with pytest.raises(resident.BadInput) as refused:
         local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "bad"), "no field here", progress=False)
     assert "{text}" in str(refused.value), refused.value

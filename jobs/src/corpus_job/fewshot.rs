@@ -226,12 +226,17 @@ fn answered(item: Item, answer: &ShotAnswer) -> Option<Record> {
     }
 }
 
-/// The reader of the examples at `path`, a missing one's error naming them.
+/// The reader of the examples at `path`, a missing one's error naming them; the whole
+/// file, whatever `--limit` says of the job's input.
 fn fewshot_reader(path: &Path, options: ReaderOptions) -> Result<RecordReader, JobError> {
     let inputs = InputSet::local(path).map_err(|e| match e {
         JobError::Input(reason) => JobError::Input(format!("few-shot examples: {reason}")),
         other => other,
     })?;
+    let options = ReaderOptions {
+        limit: None,
+        ..options
+    };
     Ok(RecordReader::new(inputs, options))
 }
 

@@ -38,6 +38,10 @@ pub struct ReaderOptions {
     /// Where a scoring job reads a record's choices (`None`: records have none): a
     /// multiple-choice record's, or a preference pair's (`prompt`, `chosen`, `rejected`).
     pub choices: Option<ChoiceFields>,
+    /// Read no further than the input's first this many records, bad ones included (its
+    /// first non-blank lines or rows: `--limit`, lm-evaluation-harness's `--limit`), so
+    /// every pass reads the same records.
+    pub limit: Option<u64>,
 }
 
 impl ReaderOptions {
@@ -82,6 +86,7 @@ impl Default for ReaderOptions {
             group_field: None,
             prompts: PromptInput::Text,
             choices: None,
+            limit: None,
         }
     }
 }
@@ -140,6 +145,8 @@ pub struct RecordReader {
     buffer: Vec<u8>,
     /// Where the last item was read: the file's index and line (row for Parquet).
     last_place: (u32, u64),
+    /// Items (records and bad lines) returned so far, for [`ReaderOptions::limit`].
+    returned: u64,
 }
 
 /// What a pass does about ids that repeat an earlier record's.
@@ -172,6 +179,7 @@ impl RecordReader {
             ordinal: 0,
             buffer: Vec::new(),
             last_place: (0, 0),
+            returned: 0,
         }
     }
 
@@ -199,8 +207,23 @@ impl RecordReader {
         &self.inputs.files[index].name
     }
 
-    /// The next record or bad line; `Ok(None)` at the end of the corpus.
+    /// The next record or bad line; `Ok(None)` at the end of the corpus, or once
+    /// [`ReaderOptions::limit`] items have been returned.
     pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
+        if self
+            .options
+            .limit
+            .is_some_and(|limit| self.returned >= limit)
+        {
+            return Ok(None);
+        }
+        let item = self.read_item()?;
+        self.returned += u64::from(item.is_some());
+        Ok(item)
+    }
+
+    /// The next record or bad line, whatever the limit.
+    fn read_item(&mut self) -> Result<Option<Item>, JobError> {
         loop {
             if self.current.is_none() {
                 if self.next_file >= self.inputs.files.len() {
@@ -591,6 +614,39 @@ mod tests {
         assert_eq!(reasons[4], (6, "duplicate id \"a\""));
         assert!(reasons[0].1.starts_with("malformed JSON"), "{reasons:?}");
         assert!(bad.iter().all(|b| b.file == "docs.jsonl"));
+    }
+
+    /// `--limit`: the first N items, bad lines counted and blank lines not, in every
+    /// pass; the few-shot reader is not limited (`fewshot.rs`).
+    #[test]
+    fn a_limit_reads_the_input_s_first_records_bad_ones_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        let lines = "{\"id\": 1, \"text\": \"a\"}\n\n{bad\n{\"id\": 2, \"text\": \"b\"}\n\
+                     {\"id\": 3, \"text\": \"c\"}\n";
+        std::fs::write(&path, lines).unwrap();
+        let limited = |limit| {
+            let options = ReaderOptions {
+                limit,
+                ..ReaderOptions::default()
+            };
+            let items = read_items(&path, options);
+            let ids: Vec<String> = (items.iter())
+                .map(|item| match item {
+                    Ok(record) => record.id.to_string(),
+                    Err(_) => "bad".to_owned(),
+                })
+                .collect();
+            ids
+        };
+        assert_eq!(limited(Some(1)), ["1"]);
+        assert_eq!(
+            limited(Some(3)),
+            ["1", "bad", "2"],
+            "the blank line is not one"
+        );
+        assert_eq!(limited(Some(9)), limited(None));
+        assert_eq!(limited(None), ["1", "bad", "2", "3"]);
     }
 
     /// Only choice labels and renamed choice fields join the settings, so a job with neither

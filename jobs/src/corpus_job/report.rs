@@ -81,6 +81,7 @@ impl ReportBuilder {
             prices: inputs.config.prices.clone(),
             model: inputs.config.model.clone(),
             input: inputs.config.input.to_string(),
+            limit: inputs.config.reader.limit,
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
             output: inputs.output,
@@ -243,8 +244,11 @@ pub struct JobReport<F> {
     pub model: String,
     /// The input as named.
     pub input: String,
-    /// SHA-256 over the input files' names and bytes (size and ETag for S3 objects): what a
-    /// resume checks.
+    /// Only the input's first this many records were read (`--limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// SHA-256 over the input files' names and bytes (size and ETag for S3 objects), and
+    /// `--limit` when given: what a resume checks.
     pub input_fingerprint: String,
     /// SHA-256 of the model's content.
     pub model_fingerprint: String,

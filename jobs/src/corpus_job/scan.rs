@@ -36,7 +36,13 @@ pub(super) fn scan_input(
     inputs: InputSet,
     model_fingerprint: String,
 ) -> Result<Scan, JobError> {
-    let input_fingerprint = inputs.fingerprint()?;
+    let input_fingerprint = match (inputs.fingerprint()?, config.reader.limit) {
+        (whole, None) => whole,
+        // Another --limit reads other records: another input.
+        (whole, Some(limit)) => {
+            crate::files::sha256_hex(format!("{whole}limit={limit}").as_bytes())
+        }
+    };
     let file_names: Vec<String> = inputs.files.iter().map(|f| f.name.clone()).collect();
     let mut reader = RecordReader::new(inputs, config.reader.clone())
         .with_id_check(IdCheck::Collect(DuplicateFinder::default()));
@@ -139,7 +145,8 @@ pub(super) async fn open_manifest<W: ChunkWork>(
             let place = &config.output;
             if manifest.input_fingerprint != scan.input_fingerprint {
                 return Err(JobError::Mismatch(format!(
-                    "{place} holds {} of a different input; use another --output or remove it",
+                    "{place} holds {} of a different input (or --limit); use another --output \
+                     or remove it",
                     W::OUTPUT
                 )));
             }

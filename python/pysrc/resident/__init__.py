@@ -196,6 +196,16 @@ def _answer_check(
     return json.dumps(check) if asked else None
 
 
+def _limit(limit: Optional[int]) -> Optional[int]:
+    """``limit=`` as the jobs take it: a count of records from 1, or None for all."""
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+        raise BadInput(
+            f"limit {limit!r} is not a count of records: give 1 or more, or None for all",
+            "BadInput",
+        )
+    return None if limit is None else int(limit)
+
+
 def _generate_params(
     max_new_tokens,
     temperature,
@@ -625,6 +635,7 @@ class Cluster:
         selector: Optional[Mapping[str, str]] = None,
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
+        limit: Optional[int] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -644,8 +655,8 @@ class Cluster:
         ``<doc id>#<window>``, with ``doc_id``, ``window``, ``char_start``, ``char_end``), or
         with ``pool_windows="mean"`` a vector per document. ``selector`` (node labels),
         ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
-        ``--selector``, ``--s3-endpoint`` and ``--price``. Read the output with
-        :func:`read_embeddings`.
+        ``--selector``, ``--s3-endpoint`` and ``--price``; ``limit`` reads only the input's
+        first records (``--limit``). Read the output with :func:`read_embeddings`.
         """
         options = {
             "prompt_name": prompt_name,
@@ -669,7 +680,7 @@ class Cluster:
                 input, model, output, replicas, gpus_per_actor, vram_gib, chunk_size, dtype,
                 on_bad_record, id_field, text_field, keep_pool, merge,
                 lambda done, total, _tokens: bar.set(done, total),
-                json.dumps(options),
+                json.dumps(options), _limit(limit),
             )
         finally:
             bar.close()
@@ -757,6 +768,7 @@ class Cluster:
         ignore_punctuation: bool = False,
         target_delimiter: str = "",
         filters: Optional[Sequence[str]] = None,
+        limit: Optional[int] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -797,6 +809,7 @@ class Cluster:
         ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
+        ``limit`` reads only the input's first records (``--limit``).
         ``output`` receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
@@ -818,7 +831,7 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,
                 ),
-                target_delimiter,
+                target_delimiter, _limit(limit),
             )
         finally:
             bar.close()

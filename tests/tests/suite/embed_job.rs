@@ -104,7 +104,9 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         .unwrap()
         .to_string();
     assert!(
-        error.ends_with("holds embeddings of a different input; use another --output or remove it"),
+        error.ends_with(
+            "holds embeddings of a different input (or --limit); use another --output or remove it"
+        ),
         "{error}"
     );
 }

@@ -266,3 +266,55 @@ async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk()
     );
     assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
 }
+
+/// `--limit N` reads the input's first N records: their lines are a whole run's first N;
+/// the report says so; the same limit resumes with nothing to redo, another is another
+/// input, and 0 is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_runs_the_input_s_first_records_and_another_limit_is_another_input() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 6);
+    let run = |out: &str, flags: &[&str]| {
+        let mut command = generate_command(
+            &input,
+            &dir.path().join(out),
+            PROMPT,
+            &["--max-new-tokens", "4"],
+        );
+        command.args(flags);
+        command
+    };
+    run_to_success(run("whole", &[]));
+    run_to_success(run("first", &["--limit", "3"]));
+    let whole = read_jsonl(&dir.path().join("whole/generations.jsonl"));
+    let first = read_jsonl(&dir.path().join("first/generations.jsonl"));
+    assert_eq!(first, whole[..3], "a whole run's first three lines");
+    let report = read_json(&dir.path().join("first/report.json"));
+    assert_eq!(
+        (&report["limit"], &report["items"]),
+        (&3.into(), &3.into()),
+        "{report}"
+    );
+    assert!(
+        read_json(&dir.path().join("whole/report.json"))
+            .get("limit")
+            .is_none()
+    );
+    run_to_success(run("first", &["--limit", "3"]));
+    let again = read_json(&dir.path().join("first/report.json"));
+    assert_eq!(
+        again["computed_items"], 0,
+        "the same limit resumes: {again}"
+    );
+    let output = run("first", &["--limit", "4"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("of a different input (or --limit)"),
+        "{stderr}"
+    );
+    let output = run("zero", &["--limit", "0"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!dir.path().join("zero").exists());
+}
