@@ -545,15 +545,15 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     if let Some(perplexity) = figures.scored_perplexity {
         eprintln!(
             "scored {} texts, {} tokens: perplexity {perplexity:.3} over them all",
-            figures.tally.scored_texts, figures.tally.scored_tokens
+            figures.tally.evaluation.scored_texts, figures.tally.evaluation.scored_tokens
         );
     }
     if let (Some(accuracy), Some(normalized)) = (figures.accuracy, figures.accuracy_normalized) {
         eprintln!(
             "choices: {} records scored, {} with an answer: accuracy {accuracy:.4}{}, \
              {normalized:.4}{} per character",
-            figures.tally.choice_records,
-            figures.tally.answered_records,
+            figures.tally.evaluation.choice_records,
+            figures.tally.evaluation.answered_records,
             plus_minus(figures.accuracy_stderr),
             plus_minus(figures.accuracy_normalized_stderr),
         );
@@ -582,7 +582,7 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
 /// the one filter's, or each named filter's in the order given.
 fn print_answers(figures: &GenerateFigures, named: &[FilterSpec]) {
     if named.is_empty() {
-        let (counts, shares) = (&figures.tally.answers, &figures.answers);
+        let (counts, shares) = (&figures.tally.evaluation.answers, &figures.answers);
         print_filter_answers("answers", "--extract", counts, shares);
     }
     for filter in named {

@@ -379,6 +379,10 @@ impl ChunkWork for EmbedWork {
         tally.add(&piece.data);
     }
 
+    fn merge_tally(into: &mut VectorStats, chunk: VectorStats) {
+        into.merge(chunk);
+    }
+
     fn figures(&self, tally: VectorStats, manifest: &Manifest, _wall: Duration) -> EmbedFigures {
         tally.figures(manifest, self.windows.map(|w| w.describe()))
     }
@@ -575,6 +579,24 @@ impl VectorStats {
 }
 
 impl VectorStats {
+    /// Adds another chunk's tallies.
+    fn merge(&mut self, other: VectorStats) {
+        if other.count > 0 {
+            if self.count == 0 {
+                (self.norm_min, self.norm_max) = (other.norm_min, other.norm_max);
+            }
+            self.norm_min = self.norm_min.min(other.norm_min);
+            self.norm_max = self.norm_max.max(other.norm_max);
+        }
+        self.count += other.count;
+        self.norm_sum += other.norm_sum;
+        self.truncated += other.truncated;
+        self.tokens += other.tokens;
+        self.windows += other.windows;
+        self.texts_split += other.texts_split;
+        self.prompt = self.prompt.take().or(other.prompt);
+    }
+
     /// The report's figures of an embed job (`windows`: how its texts were cut, if they
     /// were).
     pub(super) fn figures(self, manifest: &Manifest, windows: Option<String>) -> EmbedFigures {

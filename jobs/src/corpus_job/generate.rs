@@ -12,6 +12,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
 use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
+use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, ShotAnswer, read_examples};
 use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
 use super::generation_lines::GenerationLine;
@@ -509,18 +510,37 @@ impl ChunkWork for GenerateWork {
         }
     }
 
+    fn merge_tally(into: &mut GenerationTally, chunk: GenerationTally) {
+        into.absorb(chunk);
+    }
+
+    fn lasting_counts(&self, chunk: &GenerationTally) -> Option<serde_json::Value> {
+        let stored = StoredEvaluation::from(chunk.evaluation.clone());
+        Some(serde_json::to_value(stored).expect("counts are JSON"))
+    }
+
     fn generated_tokens(tally: &GenerationTally) -> u64 {
         tally.generated_tokens
     }
 
+    /// This run's tokens; the evaluation counts of every chunk of the output, reused ones
+    /// too (this run's alone when an earlier run's manifest kept none).
     fn figures(
         &self,
-        tally: GenerationTally,
-        _manifest: &Manifest,
+        mut tally: GenerationTally,
+        manifest: &Manifest,
         wall: Duration,
     ) -> GenerateFigures {
-        let by_group =
-            (self.accuracy_by.as_deref()).and_then(|f| accuracy_by_group(f, &tally.groups));
+        let stored = manifest.chunks.iter().map(|chunk| chunk.counts.as_ref());
+        match EvaluationCounts::of_chunks(stored) {
+            Some(whole) => tally.evaluation = whole,
+            None => tracing::warn!(
+                "chunks from an earlier run kept no answer counts: the report's accuracy and \
+                 exact match count this run's chunks only"
+            ),
+        }
+        let groups = &tally.evaluation.groups;
+        let by_group = (self.accuracy_by.as_deref()).and_then(|f| accuracy_by_group(f, groups));
         GenerateFigures {
             accuracy_by_group: by_group,
             ..tally.figures(wall)
@@ -748,7 +768,10 @@ mod tests {
         work.tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]), &[]);
         let figures = tally.figures(Duration::from_secs(1));
         assert_eq!(
-            (figures.tally.scored_texts, figures.tally.scored_tokens),
+            (
+                figures.tally.evaluation.scored_texts,
+                figures.tally.evaluation.scored_tokens
+            ),
             (2, 6)
         );
         let perplexity = figures.scored_perplexity.unwrap();
@@ -818,7 +841,7 @@ mod tests {
             })
             .to_vec();
         work.tally(&mut tally, &piece, &kept);
-        let groups = &tally.groups;
+        let groups = &tally.evaluation.groups;
         assert_eq!(
             (
                 groups["math"].answered_records,
@@ -835,7 +858,10 @@ mod tests {
         );
         let figures = tally.figures(Duration::from_secs(1));
         assert_eq!(
-            (figures.tally.choice_records, figures.tally.answered_records),
+            (
+                figures.tally.evaluation.choice_records,
+                figures.tally.evaluation.answered_records
+            ),
             (3, 2)
         );
         assert_eq!(figures.accuracy, Some(0.5));
@@ -925,20 +951,20 @@ mod tests {
         let mut tally = GenerationTally::default();
         let piece = piece(records);
         work.tally(&mut tally, &piece, &kept);
-        let by_task = accuracy_by_group("task", &tally.groups).unwrap();
+        let by_task = accuracy_by_group("task", &tally.evaluation.groups).unwrap();
         let figures = tally.figures(Duration::from_secs(1));
         let counts = &figures.tally;
         assert_eq!(
             (
-                counts.answers.reference_records,
-                counts.answers.exact_match_records
+                counts.evaluation.answers.reference_records,
+                counts.evaluation.answers.exact_match_records
             ),
             (2, 1)
         );
         assert_eq!(
             (
-                counts.answers.unextracted_records,
-                counts.answers.sampled_reference_records
+                counts.evaluation.answers.unextracted_records,
+                counts.evaluation.answers.sampled_reference_records
             ),
             (1, 1)
         );

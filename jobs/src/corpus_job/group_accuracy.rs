@@ -37,6 +37,17 @@ impl GroupCounts {
     }
 }
 
+impl GroupCounts {
+    /// Adds another chunk's counts of the same group.
+    pub fn absorb(&mut self, other: GroupCounts) {
+        self.answered_records += other.answered_records;
+        self.correct_records += other.correct_records;
+        if let Some(normalized) = other.correct_normalized_records {
+            *self.correct_normalized_records.get_or_insert(0) += normalized;
+        }
+    }
+}
+
 /// One group's line of the report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupFigures {

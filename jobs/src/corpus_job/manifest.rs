@@ -38,6 +38,11 @@ pub struct ShardEntry {
     /// `rows` counts the others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crashed: Vec<BadRecord>,
+    /// What the work counted of the chunk's records that its report gives over the whole
+    /// output, reused chunks too (generate: answers against right answers, scored texts);
+    /// absent where the report counts this run only, and in manifests from before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<serde_json::Value>,
 }
 
 /// `manifest.json`: the finished chunks of an output and the settings they were made under,
@@ -136,6 +141,7 @@ impl ShardEntry {
             ids_sha256: "cd".repeat(32),
             ids_bytes: 12_000,
             crashed: Vec::new(),
+            counts: None,
         }
     }
 }

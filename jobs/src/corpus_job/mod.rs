@@ -23,6 +23,7 @@ mod config;
 mod duplicates;
 mod embed;
 mod error;
+mod evaluation_counts;
 mod fewshot;
 mod fewshot_sampling;
 mod generate;
@@ -74,14 +75,13 @@ pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
+pub use evaluation_counts::{AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts};
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
 pub use fewshot_sampling::FewshotSampler;
 pub use generate::{
     GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
 };
-pub use generation_report::{
-    AnswerCounts, AnswerFigures, AnswerShares, GenerateFigures, GenerationTally,
-};
+pub use generation_report::{GenerateFigures, GenerationTally};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};
 pub use inputs::InputSet;
 pub use output::OutputDtype;

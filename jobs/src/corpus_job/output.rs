@@ -255,6 +255,7 @@ impl OutputDir {
             vectors_file: data_file,
             ids_file,
             crashed: Vec::new(),
+            counts: None,
         };
         self.write(&entry.vectors_file, data).await?;
         self.write(&entry.ids_file, id_lines).await?;

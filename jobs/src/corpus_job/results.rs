@@ -155,19 +155,7 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
                 },
             ),
         };
-        let mut first_record = 0;
-        for piece in &pieces {
-            self.store.manifest_mut().check_model_content(
-                &piece.model_fingerprint,
-                chunk.index,
-                &format!("actor {} on node {}", piece.actor_id, piece.node_id),
-            )?;
-            let records = first_record..first_record + piece.rows;
-            let piece_kept = carried.get(records).unwrap_or_default();
-            self.work.tally(&mut self.tally, piece, piece_kept);
-            first_record += piece.rows;
-            self.builder.add_chunk(piece);
-        }
+        let chunk_tally = self.tally_pieces(chunk.index, &pieces, &carried)?;
         let windows = self.work.row_windows(&pieces);
         let rows_of = ShardRows {
             ids: &ids,
@@ -183,6 +171,8 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
             .write_shard(chunk.index, data_file, data, &rows_of)
             .await?;
         entry.crashed = crashed;
+        entry.counts = self.work.lasting_counts(&chunk_tally);
+        W::merge_tally(&mut self.tally, chunk_tally);
         self.store.record(entry).await?;
         self.done_docs += chunk.ids.len() as u64;
         if chunk.probe && kept.is_none() {
@@ -197,6 +187,30 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
             self.plan_reasoning = reasoning;
         }
         Ok(())
+    }
+
+    /// The chunk's tallies from its pieces (checked to come from the output's model), each
+    /// piece's records' carried fields beside it.
+    fn tally_pieces(
+        &mut self,
+        index: u64,
+        pieces: &[Piece<W::Data>],
+        carried: &[Kept],
+    ) -> Result<W::Tally, JobError> {
+        let (mut first_record, mut chunk_tally) = (0, W::Tally::default());
+        for piece in pieces {
+            self.store.manifest_mut().check_model_content(
+                &piece.model_fingerprint,
+                index,
+                &format!("actor {} on node {}", piece.actor_id, piece.node_id),
+            )?;
+            let records = first_record..first_record + piece.rows;
+            let piece_kept = carried.get(records).unwrap_or_default();
+            self.work.tally(&mut chunk_tally, piece, piece_kept);
+            first_record += piece.rows;
+            self.builder.add_chunk(piece);
+        }
+        Ok(chunk_tally)
     }
 
     /// The bad records of a chunk's records that crash the model; under

@@ -152,6 +152,17 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
     /// (empty when none are carried).
     fn tally(&self, tally: &mut Self::Tally, piece: &Piece<Self::Data>, kept: &[Kept]);
 
+    /// Adds one chunk's tallies to the run's.
+    fn merge_tally(into: &mut Self::Tally, chunk: Self::Tally);
+
+    /// What of one chunk's tallies the report counts over the whole output, reused chunks
+    /// too, as the manifest keeps it beside the chunk (generate: its answers against the
+    /// records' right answers); `None` when the report counts this run's chunks only.
+    fn lasting_counts(&self, chunk: &Self::Tally) -> Option<serde_json::Value> {
+        let _ = chunk;
+        None
+    }
+
     /// Tokens generated so far, by the tallies (for the progress line).
     fn generated_tokens(tally: &Self::Tally) -> u64 {
         let _ = tally;

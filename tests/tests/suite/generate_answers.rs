@@ -253,6 +253,62 @@ async fn named_filters_judge_one_generation_as_separate_jobs_would() {
     );
 }
 
+/// A resumed job's report counts every chunk's answers, the reused ones too: a run that
+/// finds one of two chunks' shards gone recomputes that chunk alone and reports the first
+/// run's exact match, group accuracies and filter figures; a run with nothing left to do
+/// reports them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_job_s_report_counts_every_chunk_s_answers() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let texts = plain_lines(dir.path());
+    let records: Vec<Value> = (QUESTIONS.iter().enumerate())
+        .map(|(i, q)| {
+            let word = first_word(texts[i]["text"].as_str().unwrap());
+            let gold = if i % 3 == 0 {
+                json!("zzzq")
+            } else {
+                json!(word)
+            };
+            json!({"id": i, "text": q, "gold": gold, "task": if i < 4 { "a" } else { "b" }})
+        })
+        .collect();
+    let flags: Vec<&str> = GREEDY
+        .iter()
+        .copied()
+        .chain([
+            "--reference-field",
+            "gold",
+            "--accuracy-by",
+            "task",
+            "--filter",
+            "word=([A-Za-z0-9]+)",
+            "--filter",
+            "whole=",
+        ])
+        .collect();
+    let (_, first, _) = generate(dir.path(), "resumed", &records, &flags);
+    let figures = |report: &Value| {
+        let keys = [
+            "exact_match",
+            "reference_records",
+            "exact_match_stderr",
+            "accuracy_by_group",
+            "filters",
+        ];
+        keys.map(|key| report[key].clone())
+    };
+    assert_eq!(first["reference_records"], 8, "{first}");
+    assert_eq!(first["exact_match"], 5.0 / 8.0, "{first}");
+    std::fs::remove_file(dir.path().join("resumed/shards/chunk-000001.jsonl")).unwrap();
+    let (_, second, _) = generate(dir.path(), "resumed", &records, &flags);
+    assert_eq!(second["computed_items"], 4, "one chunk redone: {second}");
+    assert_eq!(figures(&second), figures(&first));
+    let (_, third, _) = generate(dir.path(), "resumed", &records, &flags);
+    assert_eq!(third["computed_items"], 0, "{third}");
+    assert_eq!(figures(&third), figures(&first));
+}
+
 /// With `-n 3` sampled, every sample has its own `extracted` and `correct`; the line's
 /// `correct_majority` is the most common word's (the first found of equals), and the
 /// report's pass@n and majority are what the lines count.
