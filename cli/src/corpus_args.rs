@@ -171,6 +171,11 @@ impl CorpusArgs {
         self.cluster.is_none()
     }
 
+    /// `--cluster`, if given.
+    pub fn cluster_url(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
     /// The cluster at `--cluster`, or a local one in this process, with the actors' device
     /// chosen into `config` (`--gpus-per-actor`, or the cluster's GPUs when it has any);
     /// says on stderr, in one line, what the job runs on and why.

@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, ExtractMatch,
-    FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput,
+    FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport,
     PromptTemplate, run_generate_job,
 };
 
@@ -49,7 +49,7 @@ enum OutputFormatArg {
 #[derive(Args)]
 pub struct GenerateArgs {
     #[command(flatten)]
-    corpus: CorpusArgs,
+    pub(crate) corpus: CorpusArgs,
     /// The prompt of each text record: `{text}` is the record's text (cut from its middle
     /// when the prompt would not fit the context), `{field}` any other field of the
     /// record, `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
@@ -80,7 +80,7 @@ pub struct GenerateArgs {
     /// counts (with --score, the text's tokens scored and the windows they take), and exit
     /// without running anything (the model's tokenizer is read from a local --model path).
     #[arg(long, env = "RESIDENT_DRY_RUN", value_name = "N")]
-    dry_run: Option<usize>,
+    pub(crate) dry_run: Option<usize>,
     /// How the prompt reaches the model.
     #[arg(long, env = "RESIDENT_TEMPLATE", value_enum, default_value = "chat")]
     template: TemplateArg,
@@ -322,7 +322,7 @@ pub struct GenerateArgs {
 }
 
 impl GenerateArgs {
-    fn job_config(&self) -> anyhow::Result<GenerateJobConfig> {
+    pub(crate) fn job_config(&self) -> anyhow::Result<GenerateJobConfig> {
         let prompt = PromptTemplate::parse(&self.prompt).map_err(crate::exit::BadInput)?;
         crate::exit::require(
             self.top_logprobs == 0 || self.logprobs,
@@ -521,9 +521,20 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
         return crate::generate_preview::print_prompts(&config, count).await;
     }
     let cluster = args.corpus.cluster("generate", &mut config.corpus).await?;
-    let mut progress = progress_reporter("generate");
-    let report = run_generate_job(&cluster, &config, &mut progress).await?;
+    let report = run_job(&cluster, &config, &args).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// Runs the job `config` (from `args`) on `cluster` with a progress bar, and says on
+/// stderr what it did and what its figures are.
+pub(crate) async fn run_job(
+    cluster: &resident_sdk::Cluster,
+    config: &GenerateJobConfig,
+    args: &GenerateArgs,
+) -> anyhow::Result<JobReport<GenerateFigures>> {
+    let mut progress = progress_reporter("generate");
+    let report = run_generate_job(cluster, config, &mut progress).await?;
     let figures = &report.figures;
     eprintln!(
         "generated for {} records ({} new) into {} in {:.1} s (actors ready after {:.1} s): {} \
@@ -542,6 +553,12 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
         report.model_loads,
         config.corpus.output.join("report.json")
     );
+    print_figures(figures, &args.filter);
+    Ok(report)
+}
+
+/// The summary's lines on what the job scored and checked, when it did.
+fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
     if let Some(perplexity) = figures.scored_perplexity {
         eprintln!(
             "scored {} texts, {} tokens: perplexity {perplexity:.3} over them all",
@@ -558,7 +575,7 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
             plus_minus(figures.accuracy_normalized_stderr),
         );
     }
-    print_answers(figures, &args.filter);
+    print_answers(figures, named);
     if let Some(by_group) = &figures.accuracy_by_group {
         let per_character = (by_group.mean_accuracy_normalized)
             .map(|normalized| {
@@ -575,7 +592,6 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
             plus_minus(by_group.mean_accuracy_stderr),
         );
     }
-    Ok(())
 }
 
 /// The summary's lines on generated answers checked against references, when there were:

@@ -5,6 +5,7 @@ mod certs;
 mod corpus_args;
 mod credentials;
 mod embed;
+mod eval;
 mod exit;
 mod generate;
 mod generate_preview;
@@ -80,6 +81,9 @@ enum Command {
     /// Generate a text per record of a corpus (summaries, answers) with an LLM kept
     /// resident in generate actors, resumably.
     Generate(Box<generate::GenerateArgs>),
+    /// Run a suite of evaluation tasks (each a `resident generate` job: multiple choice,
+    /// generated answers, perplexity) on one model, and print the results table.
+    Eval(eval::EvalArgs),
     /// Run a hyperparameter sweep whose trials train on resident embed actors.
     Sweep(sweep::SweepArgs),
     /// Make a private CA and the scheduler's TLS certificate.
@@ -107,6 +111,7 @@ impl Cli {
         match &self.command {
             Command::Embed(args) => args.is_local(),
             Command::Generate(args) => args.is_local(),
+            Command::Eval(args) => args.is_local(),
             Command::Sweep(args) => args.is_local(),
             _ => false,
         }
@@ -129,7 +134,11 @@ fn main() -> std::process::ExitCode {
     // Commands that may load a model on a GPU keep the driver's compiled kernels on disk.
     let jit_cache = match &cli.command {
         Command::Agent(args) => Some(args.cuda_jit_cache_dir()),
-        Command::Local(_) | Command::Embed(_) | Command::Generate(_) | Command::Sweep(_) => {
+        Command::Local(_)
+        | Command::Embed(_)
+        | Command::Generate(_)
+        | Command::Eval(_)
+        | Command::Sweep(_) => {
             Some(resident_node_agent::model_cache::default_model_cache_dir().join("cuda-jit"))
         }
         _ => None,
@@ -162,6 +171,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Pool(command) => ops::pool(command).await,
         Command::Embed(args) => embed::run(args).await,
         Command::Generate(args) => generate::run(*args).await,
+        Command::Eval(args) => eval::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Certs(args) => certs::run(args),
         Command::Token(args) => token::run(args),

@@ -2,6 +2,7 @@
 //!
 //! - [`corpus_job`]: run a corpus through a pool end to end, resumably: embed it
 //!   (`resident embed`) or generate a text per record (`resident generate`);
+//! - [`eval_suite`]: suites of evaluation tasks, each a generate job (`resident eval`);
 //! - [`sweep`]: hyperparameter sweeps whose trials train on resident `embed` actors
 //!   (`resident sweep`);
 //! - [`storage`]: where jobs read and write, a local path or `s3://bucket/prefix`.
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod corpus_job;
+pub mod eval_suite;
 pub mod files;
 pub mod model_pin;
 pub mod pools;

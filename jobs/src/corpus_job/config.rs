@@ -68,6 +68,9 @@ pub struct CorpusJobConfig {
     pub retention: PoolRetention,
     /// The pool's task deadline (`--task-timeout`; `PoolSpec::task_timeout`).
     pub task_timeout: Option<Duration>,
+    /// What names the job's pool in place of its output (with its model): jobs given one
+    /// key run on one pool (`resident eval`'s tasks, when their actors are the same).
+    pub pool_key: Option<String>,
 }
 
 impl CorpusJobConfig {
@@ -96,6 +99,7 @@ impl CorpusJobConfig {
             load_timeout: Duration::from_secs(600),
             retention: PoolRetention::default(),
             task_timeout: None,
+            pool_key: None,
         }
     }
 }

@@ -128,6 +128,35 @@ impl GenerateJobConfig {
         }
     }
 
+    /// Runs the job on the pool of every job given `suite` whose actors and placement are
+    /// this one's (`resident eval`: the model loads once for all such tasks), kept after the
+    /// job with the idle TTL it would have had (the caller deletes it at the suite's end);
+    /// call it once the device is chosen. [`Self::pool_name`] names that pool.
+    pub fn share_pool(&mut self, suite: &str) {
+        let idle_ttl = self.corpus.retention.idle_ttl();
+        self.corpus.retention = crate::pools::PoolRetention {
+            keep: true,
+            idle_ttl: Some(idle_ttl),
+        };
+        let corpus = &self.corpus;
+        let actors = self.generation.actor_config(corpus.model.clone(), None);
+        let placement = serde_json::json!({
+            "actors": actors,
+            "replicas": corpus.replicas,
+            "gpus_per_actor": corpus.gpus_per_actor,
+            "vram_gib": corpus.vram_gib_per_actor,
+            "selector": corpus.selector,
+            "task_timeout": corpus.task_timeout.map(|t| t.as_millis() as u64),
+            "idle_ttl_ms": idle_ttl.as_millis() as u64,
+        });
+        self.corpus.pool_key = Some(format!("{suite}|{placement}"));
+    }
+
+    /// The name of the pool the job runs on.
+    pub fn pool_name(&self) -> String {
+        super::work::pool_name::<GenerateWork>(&self.corpus)
+    }
+
     /// Breaks the report's accuracy down by the value of each record's `field`
     /// (`--accuracy-by`): the reader carries it to the tallies.
     pub fn report_accuracy_by(&mut self, field: &str) {

@@ -190,7 +190,10 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
 /// A pool per job, output directory and model, so reruns reuse the resident actors of a
 /// long-lived cluster.
 pub(super) fn pool_name<W: ChunkWork>(config: &CorpusJobConfig) -> String {
-    let key = format!("{}|{}", config.output, config.model);
+    let key = match &config.pool_key {
+        Some(key) => format!("{key}|{}", config.model),
+        None => format!("{}|{}", config.output, config.model),
+    };
     format!(
         "{}-{}",
         W::JOB,

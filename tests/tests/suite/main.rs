@@ -23,6 +23,7 @@ mod embed_job;
 mod embed_options;
 mod embed_s3;
 mod embed_windows;
+mod eval_suite;
 mod forged_outcomes;
 mod function_length;
 mod generate_actors;

@@ -1,0 +1,175 @@
+//! `resident eval`: a suite of evaluation tasks on one model, each a `resident generate`
+//! job written as that command's flags (`resident_jobs::eval_suite`), run one after another
+//! on one cluster; tasks whose actors are the same share one pool, so the model loads once.
+//! Writes each task's output under `--output DIR/NAME`, then `DIR/results.json` and the
+//! results table. A rerun resumes each task (finished ones redo nothing).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser};
+use resident_jobs::eval_suite::{EvalResults, EvalSuite, TaskResult, results_table, task_metrics};
+use resident_jobs::pools::PoolRetention;
+use resident_sdk::Cluster;
+
+use crate::exit::BadInput;
+use crate::generate::GenerateArgs;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// The suite, a TOML file: `flags` (resident generate's flags every task takes; a
+    /// task's own overrides one), then `[[task]]`s, each with a `name` and its own `flags`
+    /// (`--input` and the rest). Each task runs as `resident generate` with those flags,
+    /// --model and --output DIR/NAME.
+    #[arg(long, env = "RESIDENT_EVAL_TASKS", value_name = "FILE")]
+    tasks: PathBuf,
+    /// The model every task runs (as resident generate's --model).
+    #[arg(long, env = "RESIDENT_MODEL")]
+    model: String,
+    /// Where each task writes its output (DIR/NAME) and the suite its results.json.
+    #[arg(long, env = "RESIDENT_OUTPUT", value_name = "DIR")]
+    output: String,
+    /// Run only these tasks, in the suite's order (repeatable; in the variable,
+    /// comma-separated).
+    #[arg(
+        long,
+        env = "RESIDENT_EVAL_ONLY",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    only: Vec<String>,
+}
+
+/// A task's flags, parsed as `resident generate` parses them; a flag given again (the
+/// task's after the suite's) overrides the first.
+#[derive(Parser)]
+#[command(name = "resident generate", args_override_self = true)]
+struct TaskLine {
+    #[command(flatten)]
+    args: GenerateArgs,
+}
+
+impl EvalArgs {
+    /// Whether the suite runs on a cluster in this process: no `--cluster` in its flags.
+    pub fn is_local(&self) -> bool {
+        let text = std::fs::read_to_string(&self.tasks).unwrap_or_default();
+        std::env::var_os("RESIDENT_CLUSTER").is_none() && !text.contains("--cluster")
+    }
+}
+
+/// The tasks' parsed flags, checked to run on one cluster.
+fn task_lines(args: &EvalArgs, suite: &EvalSuite) -> anyhow::Result<Vec<(String, GenerateArgs)>> {
+    let mut lines = Vec::new();
+    for task in suite.select(&args.only).map_err(BadInput)? {
+        let line = suite.command_line(task, &args.model, &args.output);
+        let parsed = TaskLine::try_parse_from(&line)
+            .map_err(|e| BadInput(format!("task {:?}: {}", task.name, e.render())))?;
+        lines.push((task.name.clone(), parsed.args));
+    }
+    let clusters: Vec<Option<&str>> = lines.iter().map(|(_, a)| a.corpus.cluster_url()).collect();
+    if clusters.windows(2).any(|pair| pair[0] != pair[1]) {
+        let why = "the tasks name different --cluster URLs: give --cluster once, in the \
+                   suite's flags";
+        return Err(BadInput(why.into()).into());
+    }
+    if lines.iter().any(|(_, a)| a.dry_run.is_some()) {
+        let why = "--dry-run (or RESIDENT_DRY_RUN) is not for a suite: run resident generate \
+                   with a task's flags to see its prompts";
+        return Err(BadInput(why.into()).into());
+    }
+    Ok(lines)
+}
+
+pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.tasks)
+        .with_context(|| format!("reading the suite {}", args.tasks.display()))
+        .map_err(|e| BadInput(format!("{e:#}")))?;
+    let suite = EvalSuite::parse(&text).map_err(BadInput)?;
+    if args.output.starts_with("s3://") {
+        let why = "resident eval writes results.json to a local --output directory: give \
+                   one (a task may still read its --input from s3://)";
+        return Err(BadInput(why.into()).into());
+    }
+    let lines = task_lines(&args, &suite)?;
+    let mut configs = Vec::new();
+    for (name, line) in &lines {
+        let config = line
+            .job_config()
+            .with_context(|| format!("task {name:?}"))?;
+        configs.push(config);
+    }
+    let (_, first) = &lines[0];
+    let cluster = first.corpus.cluster("eval", &mut configs[0].corpus).await?;
+    let mut pools: BTreeMap<String, PoolRetention> = BTreeMap::new();
+    let mut results = EvalResults {
+        model: args.model.clone(),
+        tasks: Vec::new(),
+    };
+    let suite_key = format!("eval|{}", args.output);
+    let ran = run_tasks(
+        &cluster,
+        &lines,
+        &mut configs,
+        &suite_key,
+        &mut pools,
+        &mut results,
+    )
+    .await;
+    for (pool, retention) in &pools {
+        retention.job_ended(&cluster, pool).await;
+    }
+    ran?;
+    write_results(&args.output, &results).await?;
+    print!("{}", results_table(&results));
+    Ok(())
+}
+
+/// Runs each task in turn on `cluster`, its pool shared with the tasks before whose actors
+/// are the same; `pools` gets each pool used with what should become of it at the end.
+async fn run_tasks(
+    cluster: &Cluster,
+    lines: &[(String, GenerateArgs)],
+    configs: &mut [resident_jobs::corpus_job::GenerateJobConfig],
+    suite_key: &str,
+    pools: &mut BTreeMap<String, PoolRetention>,
+    results: &mut EvalResults,
+) -> anyhow::Result<()> {
+    for (index, ((name, line), config)) in lines.iter().zip(configs.iter_mut()).enumerate() {
+        if index > 0 {
+            config
+                .corpus
+                .choose_device(cluster, "--gpus-per-actor")
+                .await?;
+        }
+        let retention = config.corpus.retention;
+        config.share_pool(suite_key);
+        pools.entry(config.pool_name()).or_insert(retention);
+        eprintln!("task {name} ({} of {}):", index + 1, lines.len());
+        let report = crate::generate::run_job(cluster, config, line)
+            .await
+            .with_context(|| format!("task {name:?}"))?;
+        results.tasks.push(TaskResult {
+            name: name.clone(),
+            output: config.corpus.output.to_string(),
+            pool: config.pool_name(),
+            records: report.items,
+            wall_seconds: report.wall_seconds,
+            metrics: task_metrics(&report.figures),
+        });
+    }
+    Ok(())
+}
+
+/// `results.json` under the suite's output (a local directory or `s3://`).
+async fn write_results(output: &str, results: &EvalResults) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(results)?;
+    let path = std::path::Path::new(output);
+    tokio::fs::create_dir_all(path)
+        .await
+        .with_context(|| format!("creating {output}"))?;
+    tokio::fs::write(path.join("results.json"), json)
+        .await
+        .with_context(|| format!("writing {output}/results.json"))?;
+    Ok(())
+}

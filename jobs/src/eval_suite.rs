@@ -1,0 +1,429 @@
+//! `resident eval` (pure): a suite of evaluation tasks run on one model, as
+//! lm-evaluation-harness runs `--tasks a,b,c`. Each task is a `resident generate` job
+//! written as that command's own flags (a suite-wide list first, then the task's), so a
+//! task runs exactly as the same `resident generate` line would; the suite adds only the
+//! model and each task's output directory. This module reads the suite, writes each task's
+//! command line, and turns the tasks' reports into the results table.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::corpus_job::GenerateFigures;
+
+/// A suite file (TOML): `flags` every task takes, then `[[task]]`s with a `name` and their
+/// own `flags`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSuite {
+    /// `resident generate` flags every task takes, before its own (`--template none`,
+    /// `--cluster URL`, `--replicas 2`).
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// The tasks, run in order.
+    #[serde(rename = "task")]
+    pub tasks: Vec<EvalTask>,
+}
+
+/// One task: a name (its output directory and its rows in the results) and its flags.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalTask {
+    /// Letters, digits, `-`, `_` and `.`.
+    pub name: String,
+    /// Its `resident generate` flags: `--input` and whatever else it needs.
+    pub flags: Vec<String>,
+}
+
+/// Flags the suite gives every task itself: in a task's flags they are refused.
+const SUITE_FLAGS: [(&str, &str); 3] = [
+    (
+        "--model",
+        "give it to `resident eval --model`: one model for the whole suite",
+    ),
+    (
+        "--output",
+        "each task writes under `resident eval --output DIR`, in DIR/NAME",
+    ),
+    (
+        "--dry-run",
+        "run `resident generate` with the task's flags to see its prompts",
+    ),
+];
+
+impl EvalSuite {
+    /// The suite in `text`, checked: at least one task, names a directory can take and no
+    /// two alike, no flag the suite gives itself.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let suite: Self = toml::from_str(text).map_err(|e| format!("the suite: {e}"))?;
+        if suite.tasks.is_empty() {
+            return Err("the suite has no [[task]]: add one with a name and its flags".into());
+        }
+        let mut names = BTreeSet::new();
+        for task in &suite.tasks {
+            let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+            if task.name.is_empty() || !task.name.chars().all(allowed) || task.name.starts_with('.')
+            {
+                return Err(format!(
+                    "task name {:?} is not letters, digits, '-', '_' and '.': it names the \
+                     task's output directory",
+                    task.name
+                ));
+            }
+            if !names.insert(task.name.as_str()) {
+                return Err(format!(
+                    "two tasks are named {:?}: name each apart",
+                    task.name
+                ));
+            }
+        }
+        let every = (suite.flags.iter().map(|f| ("the suite's flags", f))).chain(
+            suite
+                .tasks
+                .iter()
+                .flat_map(|t| t.flags.iter().map(|f| (t.name.as_str(), f))),
+        );
+        for (place, flag) in every {
+            let name = flag.split('=').next().unwrap_or_default();
+            if let Some((flag, why)) = SUITE_FLAGS.iter().find(|(owned, _)| *owned == name) {
+                let place = match place {
+                    "the suite's flags" => place.to_owned(),
+                    task => format!("task {task:?}"),
+                };
+                return Err(format!("{place} give {flag}: {why}"));
+            }
+        }
+        Ok(suite)
+    }
+
+    /// The tasks named in `only` (all when empty), in the suite's order; a name the suite
+    /// lacks is refused, naming those it has.
+    pub fn select(&self, only: &[String]) -> Result<Vec<&EvalTask>, String> {
+        let known: Vec<&str> = self.tasks.iter().map(|t| t.name.as_str()).collect();
+        if let Some(unknown) = only.iter().find(|name| !known.contains(&name.as_str())) {
+            return Err(format!(
+                "the suite has no task {unknown:?}: it has {}",
+                known.join(", ")
+            ));
+        }
+        Ok((self.tasks.iter())
+            .filter(|task| only.is_empty() || only.contains(&task.name))
+            .collect())
+    }
+
+    /// `task`'s `resident generate` command line (the program name first): the suite's
+    /// flags, the task's, the model and the task's output under `output`.
+    pub fn command_line(&self, task: &EvalTask, model: &str, output: &str) -> Vec<String> {
+        let output = format!("{}/{}", output.trim_end_matches('/'), task.name);
+        let suite = ["resident generate".to_owned()].into_iter();
+        (suite
+            .chain(self.flags.iter().cloned())
+            .chain(task.flags.iter().cloned()))
+        .chain(["--model".into(), model.into(), "--output".into(), output])
+        .collect()
+    }
+}
+
+/// One figure of a task, as the results table shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskMetric {
+    /// lm-evaluation-harness's name where it has one: `acc`, `acc_norm`, `exact_match`,
+    /// `exact_match,FILTER`, `perplexity`.
+    pub metric: String,
+    /// Its value.
+    pub value: f64,
+    /// Its standard error, where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<f64>,
+    /// The records it counts.
+    pub records: u64,
+}
+
+/// A task's figures, in the results' order: accuracy (plain, per character, the mean over
+/// groups), exact match (the one filter's, or each named filter's, with pass@n and maj@n),
+/// perplexity.
+pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
+    let counts = &figures.tally.evaluation;
+    let mut metrics = Vec::new();
+    let mut put = |metric: String, value: Option<f64>, stderr: Option<f64>, records: u64| {
+        if let Some(value) = value {
+            metrics.push(TaskMetric {
+                metric,
+                value,
+                stderr,
+                records,
+            });
+        }
+    };
+    let answered = counts.answered_records;
+    put(
+        "acc".into(),
+        figures.accuracy,
+        figures.accuracy_stderr,
+        answered,
+    );
+    let normalized = figures.accuracy_normalized_stderr;
+    put(
+        "acc_norm".into(),
+        figures.accuracy_normalized,
+        normalized,
+        answered,
+    );
+    if let Some(by) = &figures.accuracy_by_group {
+        let records = by.groups.values().map(|g| g.counts.answered_records).sum();
+        let metric = format!("mean_acc,by {}", by.field);
+        put(
+            metric,
+            Some(by.mean_accuracy),
+            by.mean_accuracy_stderr,
+            records,
+        );
+    }
+    let filters =
+        (figures.filters.iter()).map(|(name, f)| (format!(",{name}"), &f.counts, &f.shares));
+    let single = std::iter::once((String::new(), &counts.answers, &figures.answers));
+    let answers: Vec<_> = match figures.filters.is_empty() {
+        true => single.collect(),
+        false => filters.collect(),
+    };
+    for (suffix, counts, shares) in answers {
+        let (references, sampled) = (counts.reference_records, counts.sampled_reference_records);
+        put(
+            format!("exact_match{suffix}"),
+            shares.exact_match,
+            shares.exact_match_stderr,
+            references,
+        );
+        put(
+            format!("pass@n{suffix}"),
+            shares.exact_match_any,
+            shares.exact_match_any_stderr,
+            sampled,
+        );
+        let majority = shares.exact_match_majority_stderr;
+        put(
+            format!("maj@n{suffix}"),
+            shares.exact_match_majority,
+            majority,
+            sampled,
+        );
+    }
+    put(
+        "perplexity".into(),
+        figures.scored_perplexity,
+        None,
+        counts.scored_texts,
+    );
+    metrics
+}
+
+/// `results.json`: the suite's model and each task's figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalResults {
+    /// The model every task ran.
+    pub model: String,
+    /// The tasks run, in order.
+    pub tasks: Vec<TaskResult>,
+}
+
+/// One task's row group of the results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// Its name.
+    pub name: String,
+    /// Its output directory (generations.jsonl, report.json).
+    pub output: String,
+    /// The pool it ran on: tasks whose actors are the same share one, the model loaded
+    /// once.
+    pub pool: String,
+    /// Its records.
+    pub records: u64,
+    /// Its whole job's seconds (this run's).
+    pub wall_seconds: f64,
+    /// Its figures.
+    pub metrics: Vec<TaskMetric>,
+}
+
+/// The results as a Markdown table: a row per task and figure (a task without figures, a
+/// row saying so).
+pub fn results_table(results: &EvalResults) -> String {
+    let mut table = String::from("| task | metric | value | ± stderr | records |\n");
+    table.push_str("|---|---|---:|---:|---:|\n");
+    for task in &results.tasks {
+        if task.metrics.is_empty() {
+            let row = format!(
+                "| {} | (no references or choices) | | | {} |\n",
+                task.name, task.records
+            );
+            table.push_str(&row);
+        }
+        for metric in &task.metrics {
+            let stderr = metric.stderr.map(|e| format!("{e:.4}")).unwrap_or_default();
+            table.push_str(&format!(
+                "| {} | {} | {:.4} | {stderr} | {} |\n",
+                task.name, metric.metric, metric.value, metric.records
+            ));
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUITE: &str = r#"
+flags = ["--template", "none", "--max-new-tokens", "0"]
+
+[[task]]
+name = "arc_easy"
+flags = ["--input", "arc.jsonl", "--score"]
+
+[[task]]
+name = "gsm8k"
+flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
+"#;
+
+    #[test]
+    fn a_suite_gives_each_task_its_generate_command_line() {
+        let suite = EvalSuite::parse(SUITE).unwrap();
+        let tasks = suite.select(&[]).unwrap();
+        assert_eq!(tasks.len(), 2);
+        let line = suite.command_line(tasks[1], "m.gguf", "out/");
+        assert_eq!(
+            line,
+            [
+                "resident generate",
+                "--template",
+                "none",
+                "--max-new-tokens",
+                "0",
+                "--input",
+                "gsm8k.jsonl",
+                "--reference-field",
+                "answer",
+                "--model",
+                "m.gguf",
+                "--output",
+                "out/gsm8k"
+            ]
+        );
+        let only = suite.select(&["gsm8k".into()]).unwrap();
+        assert_eq!(only[0].name, "gsm8k");
+        let error = suite.select(&["mmlu".into()]).unwrap_err();
+        assert_eq!(
+            error,
+            "the suite has no task \"mmlu\": it has arc_easy, gsm8k"
+        );
+    }
+
+    /// The README's suite is one `resident eval` takes, its GSM8K filters ones the answer
+    /// checks compile.
+    #[test]
+    fn the_readme_s_suite_parses_and_its_filters_compile() {
+        let readme = include_str!("../../README.md");
+        let section = readme.split("## `resident eval`").nth(1).unwrap();
+        let block = section.split("```toml\n").nth(1).unwrap();
+        let suite = EvalSuite::parse(block.split("```").next().unwrap()).unwrap();
+        let names: Vec<&str> = suite.tasks.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["mmlu", "gsm8k"]);
+        let flags = &suite.tasks[1].flags;
+        let filters: Vec<crate::corpus_job::FilterSpec> = (flags.windows(2))
+            .filter(|pair| pair[0] == "--filter")
+            .map(|pair| pair[1].parse().unwrap())
+            .collect();
+        assert_eq!(filters[0].pattern, r"#### (\-?[0-9\.\,]+)");
+        let ignore = (flags.windows(2))
+            .filter(|pair| pair[0] == "--ignore-regex")
+            .map(|pair| pair[1].clone())
+            .collect();
+        let spec = crate::corpus_job::AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            filters,
+            ignore,
+            ignore_case: true,
+            ..Default::default()
+        };
+        let check = crate::corpus_job::AnswerMatch::new(spec).unwrap();
+        let judged = check.judge_record(&["so 9 * 2 = $18.\n#### 18"], &["#### 18".into()]);
+        assert_eq!(judged[0].samples[0].correct, Some(true));
+        assert_eq!(judged[1].samples[0].correct, Some(true));
+    }
+
+    #[test]
+    fn suites_that_cannot_run_are_refused_saying_what_to_do() {
+        let refused = |text: &str| EvalSuite::parse(text).unwrap_err();
+        assert!(refused("flags = []").contains("missing field `task`"));
+        assert!(refused("task = []").contains("has no [[task]]"));
+        let task =
+            |name: &str, flags: &str| format!("[[task]]\nname = {name:?}\nflags = [{flags}]\n");
+        let twice = format!("{}{}", task("a", ""), task("a", ""));
+        assert_eq!(
+            refused(&twice),
+            "two tasks are named \"a\": name each apart"
+        );
+        assert!(refused(&task("../up", "")).contains("names the task's output directory"));
+        let model = refused(&task("a", r#""--model", "x""#));
+        assert_eq!(
+            model,
+            "task \"a\" give --model: give it to `resident eval --model`: one model for the \
+             whole suite"
+        );
+        let output = refused(&format!("flags = [\"--output=x\"]\n{}", task("a", "")));
+        assert!(
+            output.starts_with("the suite's flags give --output"),
+            "{output}"
+        );
+        assert!(refused(&format!("tasks = 1\n{}", task("a", ""))).contains("unknown field"));
+    }
+
+    #[test]
+    fn each_figure_of_a_report_is_a_row_with_its_error() {
+        let figures: GenerateFigures = serde_json::from_value(serde_json::json!({
+            "prompt_tokens": 10, "generated_tokens": 0, "truncated_prompts": 0,
+            "finished_by_stop": 0, "finished_by_length": 0,
+            "prompt_tokens_per_second": 1.0, "generated_tokens_per_second": 0.0,
+            "answered_records": 4, "correct_records": 3, "correct_normalized_records": 2,
+            "accuracy": 0.75, "accuracy_normalized": 0.5, "accuracy_stderr": 0.25,
+            "accuracy_normalized_stderr": 0.2887,
+        }))
+        .unwrap();
+        let metrics = task_metrics(&figures);
+        let names: Vec<&str> = metrics.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(names, ["acc", "acc_norm"]);
+        assert_eq!(
+            (metrics[0].value, metrics[0].stderr, metrics[0].records),
+            (0.75, Some(0.25), 4)
+        );
+        let results = EvalResults {
+            model: "m".into(),
+            tasks: vec![
+                TaskResult {
+                    name: "arc".into(),
+                    output: "out/arc".into(),
+                    pool: "generate-1".into(),
+                    records: 4,
+                    wall_seconds: 1.0,
+                    metrics,
+                },
+                TaskResult {
+                    name: "summaries".into(),
+                    output: "out/summaries".into(),
+                    pool: "generate-1".into(),
+                    records: 9,
+                    wall_seconds: 1.0,
+                    metrics: Vec::new(),
+                },
+            ],
+        };
+        let table = results_table(&results);
+        assert!(
+            table.contains("| arc | acc | 0.7500 | 0.2500 | 4 |\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| summaries | (no references or choices) | | | 9 |"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! `resident eval` with the real binary and the real SmolLM2 GGUF: a suite of a
+//! multiple-choice task and a generated-answers task gives each task the output the same
+//! `resident generate` line gives, results.json and the table hold each task's figures as
+//! its report has them, tasks whose actors are the same run on one pool, `--only` runs a
+//! subset and resumes, and suites that cannot run are refused saying what to do.
+
+use std::path::Path;
+use std::process::Command;
+
+use resident_tests::{
+    generate_command, init_logging, read_json, read_jsonl, resident_bin, run_to_success,
+    smollm2_gguf, write_jsonl,
+};
+use serde_json::{Value, json};
+
+/// Four multiple-choice records and six questions with a reference, in `dir`.
+fn inputs(dir: &Path) {
+    let capital = "The capital of France is";
+    write_jsonl(
+        &dir.join("mc.jsonl"),
+        &[
+            json!({"id": "fr", "text": capital, "choices": [" Berlin", " Paris", " Rome"], "answer": 1}),
+            json!({"id": "legs", "text": "A spider has", "choices": [" eight legs", " six legs"], "answer": 0}),
+            json!({"id": "sky", "text": "The sky is", "choices": [" green", " blue"], "answer": 1}),
+            json!({"id": "ice", "text": "Ice is", "choices": [" hot", " cold"], "answer": 1}),
+        ],
+    );
+    let questions = [
+        "What is the capital of France?",
+        "How many legs does a spider have?",
+        "Name a primary colour.",
+        "What is 12 plus 30?",
+        "Which planet is known as the red planet?",
+        "Who wrote Romeo and Juliet?",
+    ];
+    let gold = ["Paris", "Eight", "Red", "42", "Mars", "Shakespeare"];
+    let records: Vec<Value> = (questions.iter().zip(gold).enumerate())
+        .map(|(i, (q, g))| json!({"id": i, "text": q, "gold": g}))
+        .collect();
+    write_jsonl(&dir.join("qa.jsonl"), &records);
+}
+
+const MC: &[&str] = &[
+    "--score",
+    "--max-new-tokens",
+    "0",
+    "--template",
+    "none",
+    "--chunk-size",
+    "2",
+];
+const QA: &[&str] = &[
+    "--max-new-tokens",
+    "12",
+    "--reference-field",
+    "gold",
+    "--extract",
+    "([A-Za-z0-9]+)",
+    "--extract-match",
+    "last",
+    "--ignore-case",
+];
+
+/// The suite file: `flags` for every task, then the tasks.
+fn suite(dir: &Path, flags: &[&str], tasks: &[(&str, Vec<String>)]) -> std::path::PathBuf {
+    let list = |flags: &[String]| serde_json::to_string(flags).unwrap();
+    let mut text = format!(
+        "flags = {}\n",
+        list(&flags.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+    );
+    for (name, flags) in tasks {
+        text.push_str(&format!(
+            "\n[[task]]\nname = {name:?}\nflags = {}\n",
+            list(flags)
+        ));
+    }
+    let path = dir.join("suite.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A task's flags: its input, the prompt `{text}`, and `flags`.
+fn task(input: &Path, flags: &[&str]) -> Vec<String> {
+    let mut all = vec!["--input".to_owned(), input.display().to_string()];
+    all.extend(["--prompt".to_owned(), "{text}".to_owned()]);
+    all.extend(flags.iter().map(|f| f.to_string()));
+    all
+}
+
+fn eval(suite: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(resident_bin());
+    command
+        .args(["eval", "--tasks"])
+        .arg(suite)
+        .args(["--model", &smollm2_gguf(), "--output"]);
+    command.arg(out).args(extra);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    inputs(dir.path());
+    let (mc, qa) = (dir.path().join("mc.jsonl"), dir.path().join("qa.jsonl"));
+    let mut longer = QA.to_vec();
+    longer.extend(["--max-context", "1024"]);
+    let tasks = [
+        ("mc", task(&mc, MC)),
+        ("qa", task(&qa, QA)),
+        ("qa-long", task(&qa, &longer)),
+    ];
+    // The suite's --max-new-tokens is every task's unless its own flags say otherwise (all
+    // three do here: their lines equal runs with their own value).
+    let path = suite(dir.path(), &["--max-new-tokens", "3"], &tasks);
+    let out = dir.path().join("suite");
+    let (table, stderr) = run_to_success(eval(&path, &out, &[]));
+    // Each task as its own resident generate line would run it.
+    for (name, input, flags) in [("mc", &mc, MC), ("qa", &qa, QA)] {
+        let alone = dir.path().join(format!("alone-{name}"));
+        run_to_success(generate_command(input, &alone, "{text}", flags));
+        let lines = read_jsonl(&out.join(name).join("generations.jsonl"));
+        assert_eq!(
+            lines,
+            read_jsonl(&alone.join("generations.jsonl")),
+            "{name}"
+        );
+    }
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["model"], json!(smollm2_gguf()));
+    let tasks = results["tasks"].as_array().unwrap();
+    let names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["mc", "qa", "qa-long"]);
+    let metric = |task: &Value, name: &str| -> Value {
+        let metrics = task["metrics"].as_array().unwrap();
+        metrics
+            .iter()
+            .find(|m| m["metric"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mc_report = read_json(&out.join("mc/report.json"));
+    let acc = metric(&tasks[0], "acc");
+    assert_eq!(
+        (&acc["value"], &acc["stderr"], &acc["records"]),
+        (
+            &mc_report["accuracy"],
+            &mc_report["accuracy_stderr"],
+            &json!(4)
+        )
+    );
+    assert_eq!(
+        metric(&tasks[0], "acc_norm")["value"],
+        mc_report["accuracy_normalized"]
+    );
+    let qa_report = read_json(&out.join("qa/report.json"));
+    let exact = metric(&tasks[1], "exact_match");
+    assert_eq!(
+        (&exact["value"], &exact["records"]),
+        (&qa_report["exact_match"], &json!(6))
+    );
+    assert_eq!(tasks[1]["records"], 6);
+    let row = format!(
+        "| qa | exact_match | {:.4} |",
+        qa_report["exact_match"].as_f64().unwrap()
+    );
+    assert!(
+        table.starts_with("| task | metric | value | ± stderr | records |"),
+        "{table}"
+    );
+    assert!(table.contains(&row), "{table}");
+    // mc and qa have the same actors: one pool; another context is another pool.
+    assert_eq!(tasks[0]["pool"], tasks[1]["pool"]);
+    assert_ne!(tasks[1]["pool"], tasks[2]["pool"]);
+    assert!(stderr.contains("task qa (2 of 3):"), "{stderr}");
+    // --only runs one task again: it resumes, redoing nothing, and reports the same.
+    let (again, _) = run_to_success(eval(&path, &out, &["--only", "qa"]));
+    let rerun = read_json(&out.join("results.json"));
+    assert_eq!(rerun["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(metric(&rerun["tasks"][0], "exact_match"), exact);
+    assert_eq!(read_json(&out.join("qa/report.json"))["computed_items"], 0);
+    assert!(again.contains(&row), "{again}");
+}
+
+#[test]
+fn suites_that_cannot_run_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    inputs(dir.path());
+    let qa = dir.path().join("qa.jsonl");
+    let out = dir.path().join("out");
+    let cases: [(Vec<String>, &[&str], &str); 4] = [
+        (
+            task(&qa, &["--model", "x"]),
+            &[],
+            "task \"qa\" give --model: give it to `resident eval --model`",
+        ),
+        (
+            task(&qa, QA),
+            &["--only", "mmlu"],
+            "the suite has no task \"mmlu\": it has qa, qa2",
+        ),
+        (
+            task(&qa, &["--no-such-flag"]),
+            &[],
+            "task \"qa\": error: unexpected argument '--no-such-flag'",
+        ),
+        (
+            task(&qa, &["--cluster", "http://127.0.0.1:1"]),
+            &[],
+            "the tasks name different --cluster URLs",
+        ),
+    ];
+    for (flags, extra, says) in cases {
+        let path = suite(dir.path(), &[], &[("qa", flags), ("qa2", task(&qa, QA))]);
+        let output = eval(&path, &out, extra).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{says}: {stderr}");
+        assert!(!out.exists(), "nothing written");
+    }
+}
