@@ -161,7 +161,7 @@ async fn run_tasks(
     Ok(())
 }
 
-/// `results.json` under the suite's output (a local directory or `s3://`).
+/// `results.json` in the suite's output directory (a local one: `run` refuses `s3://`).
 async fn write_results(output: &str, results: &EvalResults) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(results)?;
     let path = std::path::Path::new(output);

@@ -34,7 +34,7 @@ impl PoolRetention {
         if self.keep {
             tracing::info!(
                 pool,
-                "keeping the pool (--keep-pool); its actors stay loaded"
+                "keeping the pool (--keep-pool, or for a suite's next task); its actors stay loaded"
             );
             return;
         }
