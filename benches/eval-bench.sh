@@ -25,7 +25,7 @@ start=$(date +%s.%N)
   "${common[@]}" > "$out/alone-zero.log" 2>&1
 "$resident" generate --input "$out/test.jsonl" --model "$model" --output "$out/alone/few-shot" \
   "${common[@]}" "${fewshot[@]}" > "$out/alone-few.log" 2>&1
-alone=$(echo "$(date +%s.%N) - $start" | bc)
+alone=$(python3 -c "print($(date +%s.%N) - $start)")
 python3 - "$out" "${common[@]}" -- "${fewshot[@]}" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -40,7 +40,7 @@ PY
 start=$(date +%s.%N)
 "$resident" eval --tasks "$out/suite.toml" --model "$model" --output "$out/suite" \
   > "$out/suite.table" 2> "$out/suite.log"
-suite=$(echo "$(date +%s.%N) - $start" | bc)
+suite=$(python3 -c "print($(date +%s.%N) - $start)")
 python3 - "$out" "$alone" "$suite" <<'PY'
 import json, sys
 out, alone, suite = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
