@@ -630,7 +630,8 @@ impl NativeCluster {
         answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
-        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None))]
+        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
+        pool_key=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -664,6 +665,7 @@ impl NativeCluster {
         answer_check_json: Option<String>,
         target_delimiter: String,
         limit: Option<u64>,
+        pool_key: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -701,6 +703,9 @@ impl NativeCluster {
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
+        if let Some(key) = pool_key {
+            config.share_pool(&key);
+        }
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
             let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);

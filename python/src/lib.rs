@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 mod cluster;
 mod embed_stream;
 mod errors;
+mod eval;
 mod pool;
 mod sweep;
 mod wait;
@@ -24,6 +25,8 @@ mod wait;
 fn _resident(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::local, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::connect, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval_table, m)?)?;
     m.add_class::<cluster::NativeCluster>()?;
     m.add_class::<pool::NativePool>()?;
     m.add_class::<pool::NativeResults>()?;

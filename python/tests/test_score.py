@@ -350,3 +350,48 @@ def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
             ["a text"], model=str(SMOLLM2), template="none", max_score_windows=1,
             progress=False,
         )
+
+
+def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_path):
+    mc = write_corpus(tmp_path / "mc.jsonl", [
+        {"id": "fr", "text": "The capital of France is", "choices": [" Berlin", " Paris"],
+         "answer": 1},
+        {"id": "sky", "text": "The sky is", "choices": [" green", " blue"], "answer": 1},
+        {"id": "ice", "text": "Ice is", "choices": [" hot", " cold"], "answer": 1},
+    ])
+    qa = write_corpus(tmp_path / "qa.jsonl", [
+        {"id": i, "text": q, "gold": g} for i, (q, g) in enumerate(
+            [("What is the capital of France?", "Paris"), ("How many legs does a spider have?", "8")])
+    ])
+    tasks = {
+        "mc": dict(input=str(mc), prompt="{text}", score=True, max_new_tokens=0, template="none"),
+        "qa": dict(input=str(qa), prompt="{text}", max_new_tokens=12, reference_field="gold",
+                   extract=r"([A-Za-z0-9]+)", extract_match="last", ignore_case=True),
+    }
+    suite = tmp_path / "suite"
+    results = local_cluster.eval(tasks, model=str(SMOLLM2), output=str(suite), progress=False)
+    assert [task["name"] for task in results["tasks"]] == ["mc", "qa"]
+    assert results["tasks"][0]["pool"] == results["tasks"][1]["pool"], "one pool, one load"
+    assert json.load(open(suite / "results.json")) == results
+    for name in ("mc", "qa"):
+        arguments = dict(tasks[name])
+        local_cluster.generate_job(
+            arguments.pop("input"), str(SMOLLM2), str(tmp_path / f"alone-{name}"),
+            arguments.pop("prompt"), progress=False, **arguments,
+        )
+        alone = open(tmp_path / f"alone-{name}" / "generations.jsonl").read()
+        assert open(suite / name / "generations.jsonl").read() == alone, name
+    report = json.load(open(suite / "mc" / "report.json"))
+    acc = next(m for m in results["tasks"][0]["metrics"] if m["metric"] == "acc")
+    assert (acc["value"], acc["stderr"], acc["records"]) == (
+        report["accuracy"], report["accuracy_stderr"], 3)
+    table = resident.eval_table(results)
+    assert table.startswith("| task | metric | value | ± stderr | records |"), table
+    assert f"| mc | acc | {acc['value']:.4f} |" in table, table
+    assert all(pool.name != results["tasks"][0]["pool"] for pool in local_cluster.pools())
+    with pytest.raises(resident.BadInput, match="task 'a': model is the suite's"):
+        local_cluster.eval({"a": dict(input=str(qa), prompt="{text}", model="x")},
+                           model=str(SMOLLM2), output=str(tmp_path / "bad"))
+    with pytest.raises(resident.BadInput, match="the suite has no task 'x': it has mc, qa"):
+        local_cluster.eval(tasks, model=str(SMOLLM2), output=str(tmp_path / "bad"), only=["x"])
+    assert not (tmp_path / "bad").exists()

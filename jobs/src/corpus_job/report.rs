@@ -80,6 +80,7 @@ impl ReportBuilder {
             estimated_cost_usd: usage.cost_usd,
             prices: inputs.config.prices.clone(),
             model: inputs.config.model.clone(),
+            pool: inputs.pool.to_owned(),
             input: inputs.config.input.to_string(),
             limit: inputs.config.reader.limit,
             input_fingerprint: inputs.input_fingerprint,
@@ -242,6 +243,9 @@ pub struct JobReport<F> {
     pub prices: PriceTable,
     /// The model as named.
     pub model: String,
+    /// The pool the job ran on.
+    #[serde(default)]
+    pub pool: String,
     /// The input as named.
     pub input: String,
     /// Only the input's first this many records were read (`--limit`).

@@ -40,6 +40,7 @@ __all__ = [
     "read_embeddings",
     "Embeddings",
     "connect",
+    "eval_table",
     "Cluster",
     "Pool",
     "ResidentError",
@@ -54,6 +55,13 @@ __all__ = [
 #: ``embed_iter`` read any other input a chunk at a time, as far ahead as they have chunks in
 #: flight).
 EMBED_WINDOW = 8192
+
+
+def eval_table(results: Mapping[str, Any]) -> str:
+    """The results of :meth:`Cluster.eval` (or ``resident eval``'s ``results.json``) as the
+    Markdown table ``resident eval`` prints: a row per task and figure, with its standard
+    error and records."""
+    return _resident.eval_table(json.dumps(results))
 
 
 def local(simulate_gpus: Optional[str] = None, state_dir: Optional[str] = None) -> "Cluster":
@@ -769,6 +777,7 @@ class Cluster:
         target_delimiter: str = "",
         filters: Optional[Sequence[str]] = None,
         limit: Optional[int] = None,
+        _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
@@ -831,11 +840,80 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,
                 ),
-                target_delimiter, _limit(limit),
+                target_delimiter, _limit(limit), _pool_key,
             )
         finally:
             bar.close()
         return json.loads(report)
+
+    def eval(
+        self,
+        tasks: Mapping[str, Mapping[str, Any]],
+        *,
+        model: str,
+        output: str,
+        only: Optional[Sequence[str]] = None,
+        progress: bool = True,
+    ) -> dict:
+        """Runs a suite of evaluation tasks on one model, as ``resident eval`` does.
+
+        ``tasks`` maps each task's name to its ``generate_job`` keyword arguments (``input``
+        and ``prompt`` among them; ``model`` and ``output`` are the suite's). Each task runs
+        as ``generate_job(input, model, output/NAME, prompt, ...)`` would; tasks whose
+        actors are the same share one pool, so the model loads once, and the pools are
+        deleted at the end unless a task says ``keep_pool=True``. ``only`` runs the tasks it
+        names. Writes ``output/results.json`` and returns it as a dict: ``model`` and
+        ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
+        and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
+        ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
+        ``resident eval`` writes it; :func:`eval_table` prints it as its table.
+        """
+        names = list(tasks)
+        unknown = [name for name in (only or []) if name not in tasks]
+        if unknown:
+            raise BadInput(
+                f"the suite has no task {unknown[0]!r}: it has {', '.join(names)}", "BadInput"
+            )
+        for name, arguments in tasks.items():
+            if not name or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name):
+                raise BadInput(
+                    f"task name {name!r} is not letters, digits, '-', '_' and '.': it names "
+                    "the task's output directory", "BadInput",
+                )
+            given = [key for key in ("model", "output") if key in arguments]
+            missing = [key for key in ("input", "prompt") if key not in arguments]
+            if given or missing:
+                raise BadInput(
+                    f"task {name!r}: " + (f"{given[0]} is the suite's: give it to eval()"
+                                          if given else f"give its {missing[0]}"),
+                    "BadInput",
+                )
+        selected = [name for name in names if only is None or name in only]
+        results: dict = {"model": model, "tasks": []}
+        pools: dict = {}
+        try:
+            for name in selected:
+                arguments = dict(tasks[name])
+                keep = bool(arguments.pop("keep_pool", False))
+                task_output = os.path.join(output, name)
+                report = self.generate_job(
+                    arguments.pop("input"), model, task_output, arguments.pop("prompt"),
+                    keep_pool=keep, progress=progress, _pool_key=f"eval|{output}", **arguments,
+                )
+                pools.setdefault(report["pool"], keep)
+                results["tasks"].append({
+                    "name": name, "output": task_output, "pool": report["pool"],
+                    "records": report["items"], "wall_seconds": report["wall_seconds"],
+                    "metrics": json.loads(_resident.eval_metrics(json.dumps(report))),
+                })
+        finally:
+            for pool, keep in pools.items():
+                if not keep:
+                    self.pool(pool).delete()
+        os.makedirs(output, exist_ok=True)
+        with open(os.path.join(output, "results.json"), "w") as file:
+            json.dump(results, file, indent=2)
+        return results
 
     def generate(
         self,

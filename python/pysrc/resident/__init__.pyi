@@ -12,7 +12,7 @@ from typing import Any
 
 EMBED_WINDOW: int
 
-__all__ = ['Embeddings', 'read_embeddings', 'BadInput', 'PermissionDenied', 'ResidentError', 'SchedulerGone', 'Unauthenticated', 'Unplaceable', 'local', 'connect', 'Pool', 'Cluster']
+__all__ = ['Embeddings', 'read_embeddings', 'BadInput', 'PermissionDenied', 'ResidentError', 'SchedulerGone', 'Unauthenticated', 'Unplaceable', 'local', 'connect', 'eval_table', 'Pool', 'Cluster']
 
 def local(simulate_gpus: str | None = None, state_dir: str | None = None) -> Cluster:
     '''Starts a scheduler and one agent in this process, like ``ray.init()``.
@@ -25,6 +25,11 @@ def local(simulate_gpus: str | None = None, state_dir: str | None = None) -> Clu
     actor per core is the fastest CPU setup for encoders); generation actors keep a thread
     per core of their own. Nothing in the process\'s environment changes.
     '''
+def eval_table(results: Mapping[str, Any]) -> str:
+    """``Cluster.eval``'s results (or ``resident eval``'s results.json) as ``resident eval``'s
+    Markdown table."""
+    ...
+
 def connect(url: str | None = None, token: str | None = None, ca: str | None = None) -> Cluster:
     """Connects to a running scheduler.
 
@@ -143,7 +148,7 @@ class Cluster:
         ``search``, ``scheduler`` and ``space`` as nested dicts. Returns ``summary.json``
         as a dict; each trial is a line of ``results.jsonl`` in the output.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', filters: Sequence[str] | None = None, limit: int | None = None, **sampling: Any) -> dict:
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', filters: Sequence[str] | None = None, limit: int | None = None, _pool_key: str | None = None, **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
         ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;
@@ -167,6 +172,12 @@ class Cluster:
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         '''
+    def eval(self, tasks: Mapping[str, Mapping[str, Any]], *, model: str, output: str, only: Sequence[str] | None = None, progress: bool = True) -> dict:
+        """Runs a suite of evaluation tasks on one model, as ``resident eval`` does: each
+        task's ``generate_job`` keyword arguments by its name, run with ``model`` into
+        ``output/NAME`` (tasks with the same actors on one pool); writes
+        ``output/results.json`` and returns it (see :func:`eval_table`)."""
+        ...
     def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
