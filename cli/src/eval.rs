@@ -51,10 +51,19 @@ struct TaskLine {
 }
 
 impl EvalArgs {
-    /// Whether the suite runs on a cluster in this process: no `--cluster` in its flags.
+    /// Whether the suite runs on a cluster in this process: no `--cluster` in its flags (a
+    /// suite that does not parse is refused later, by `run`).
     pub fn is_local(&self) -> bool {
         let text = std::fs::read_to_string(&self.tasks).unwrap_or_default();
-        std::env::var_os("RESIDENT_CLUSTER").is_none() && !text.contains("--cluster")
+        let Ok(suite) = EvalSuite::parse(&text) else {
+            return true;
+        };
+        let mut flags = suite
+            .flags
+            .iter()
+            .chain(suite.tasks.iter().flat_map(|t| &t.flags));
+        std::env::var_os("RESIDENT_CLUSTER").is_none()
+            && !flags.any(|flag| flag.split('=').next() == Some("--cluster"))
     }
 }
 
@@ -144,7 +153,8 @@ async fn run_tasks(
         }
         let retention = config.corpus.retention;
         config.share_pool(suite_key);
-        pools.entry(config.pool_name()).or_insert(retention);
+        let pool = config.pool_name();
+        pools.entry(pool.clone()).or_insert(retention);
         eprintln!("task {name} ({} of {}):", index + 1, lines.len());
         let report = crate::generate::run_job(cluster, config, line)
             .await
@@ -152,7 +162,7 @@ async fn run_tasks(
         results.tasks.push(TaskResult {
             name: name.clone(),
             output: config.corpus.output.to_string(),
-            pool: config.pool_name(),
+            pool,
             records: report.items,
             wall_seconds: report.wall_seconds,
             metrics: task_metrics(&report.figures),

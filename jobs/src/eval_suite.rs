@@ -56,39 +56,15 @@ impl EvalSuite {
     /// two alike, no flag the suite gives itself.
     pub fn parse(text: &str) -> Result<Self, String> {
         let suite: Self = toml::from_str(text).map_err(|e| format!("the suite: {e}"))?;
-        if suite.tasks.is_empty() {
-            return Err("the suite has no [[task]]: add one with a name and its flags".into());
-        }
-        let mut names = BTreeSet::new();
-        for task in &suite.tasks {
-            let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
-            if task.name.is_empty() || !task.name.chars().all(allowed) || task.name.starts_with('.')
-            {
-                return Err(format!(
-                    "task name {:?} is not letters, digits, '-', '_' and '.': it names the \
-                     task's output directory",
-                    task.name
-                ));
-            }
-            if !names.insert(task.name.as_str()) {
-                return Err(format!(
-                    "two tasks are named {:?}: name each apart",
-                    task.name
-                ));
-            }
-        }
-        let every = (suite.flags.iter().map(|f| ("the suite's flags", f))).chain(
-            suite
-                .tasks
-                .iter()
-                .flat_map(|t| t.flags.iter().map(|f| (t.name.as_str(), f))),
-        );
-        for (place, flag) in every {
+        check_task_names(suite.tasks.iter().map(|t| t.name.as_str()))?;
+        let every = (suite.flags.iter().map(|f| (None, f)))
+            .chain((suite.tasks.iter()).flat_map(|t| t.flags.iter().map(|f| (Some(&t.name), f))));
+        for (task, flag) in every {
             let name = flag.split('=').next().unwrap_or_default();
             if let Some((flag, why)) = SUITE_FLAGS.iter().find(|(owned, _)| *owned == name) {
-                let place = match place {
-                    "the suite's flags" => place.to_owned(),
-                    task => format!("task {task:?}"),
+                let place = match task {
+                    None => "the suite's flags".to_owned(),
+                    Some(task) => format!("task {task:?}"),
                 };
                 return Err(format!("{place} give {flag}: {why}"));
             }
@@ -99,15 +75,10 @@ impl EvalSuite {
     /// The tasks named in `only` (all when empty), in the suite's order; a name the suite
     /// lacks is refused, naming those it has.
     pub fn select(&self, only: &[String]) -> Result<Vec<&EvalTask>, String> {
-        let known: Vec<&str> = self.tasks.iter().map(|t| t.name.as_str()).collect();
-        if let Some(unknown) = only.iter().find(|name| !known.contains(&name.as_str())) {
-            return Err(format!(
-                "the suite has no task {unknown:?}: it has {}",
-                known.join(", ")
-            ));
-        }
+        let names: Vec<&str> = self.tasks.iter().map(|t| t.name.as_str()).collect();
+        let selected = select_tasks(&names, only)?;
         Ok((self.tasks.iter())
-            .filter(|task| only.is_empty() || only.contains(&task.name))
+            .filter(|task| selected.contains(&task.name.as_str()))
             .collect())
     }
 
@@ -122,6 +93,42 @@ impl EvalSuite {
         .chain(["--model".into(), model.into(), "--output".into(), output])
         .collect()
     }
+}
+
+/// Refuses a suite without tasks, a task name that is not a directory name, and two tasks
+/// of one name (the CLI's suite file and Python's `Cluster.eval` alike).
+pub fn check_task_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for name in names {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+        if name.is_empty() || !name.chars().all(allowed) || name.starts_with('.') {
+            return Err(format!(
+                "task name {name:?} is not letters, digits, '-', '_' and '.': it names the \
+                 task's output directory"
+            ));
+        }
+        if !seen.insert(name) {
+            return Err(format!("two tasks are named {name:?}: name each apart"));
+        }
+    }
+    match seen.is_empty() {
+        true => Err("the suite has no [[task]]: add one with a name and its flags".into()),
+        false => Ok(()),
+    }
+}
+
+/// Of the tasks `names`, those `only` names (all when it is empty), in their order; a name
+/// they lack is refused, naming those there are.
+pub fn select_tasks<'a>(names: &[&'a str], only: &[String]) -> Result<Vec<&'a str>, String> {
+    if let Some(unknown) = only.iter().find(|name| !names.contains(&name.as_str())) {
+        return Err(format!(
+            "the suite has no task {unknown:?}: it has {}",
+            names.join(", ")
+        ));
+    }
+    Ok((names.iter().copied())
+        .filter(|name| only.is_empty() || only.iter().any(|o| o == name))
+        .collect())
 }
 
 /// One figure of a task, as the results table shows it.

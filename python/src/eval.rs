@@ -4,9 +4,21 @@
 
 use pyo3::prelude::*;
 use resident_jobs::corpus_job::GenerateFigures;
-use resident_jobs::eval_suite::{EvalResults, results_table, task_metrics};
+use resident_jobs::eval_suite::{
+    EvalResults, check_task_names, results_table, select_tasks, task_metrics,
+};
 
 use crate::errors::bad_input;
+
+/// The tasks of `names` to run: those `only` names (all when it is empty), in order; the
+/// names refused as `resident eval` refuses a suite's.
+#[pyfunction]
+pub fn eval_select(py: Python<'_>, names: Vec<String>, only: Vec<String>) -> PyResult<Vec<String>> {
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    check_task_names(names.iter().copied()).map_err(|e| bad_input(py, e))?;
+    let selected = select_tasks(&names, &only).map_err(|e| bad_input(py, e))?;
+    Ok(selected.into_iter().map(str::to_owned).collect())
+}
 
 /// A task's figures (JSON list of `{metric, value, stderr, records}`) from its report.json
 /// (as JSON).

@@ -26,6 +26,7 @@ fn _resident(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::local, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::connect, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval_select, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_table, m)?)?;
     m.add_class::<cluster::NativeCluster>()?;
     m.add_class::<pool::NativePool>()?;

@@ -392,6 +392,6 @@ def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_
     with pytest.raises(resident.BadInput, match="task 'a': model is the suite's"):
         local_cluster.eval({"a": dict(input=str(qa), prompt="{text}", model="x")},
                            model=str(SMOLLM2), output=str(tmp_path / "bad"))
-    with pytest.raises(resident.BadInput, match="the suite has no task 'x': it has mc, qa"):
+    with pytest.raises(resident.BadInput, match='the suite has no task "x": it has mc, qa'):
         local_cluster.eval(tasks, model=str(SMOLLM2), output=str(tmp_path / "bad"), only=["x"])
     assert not (tmp_path / "bad").exists()

@@ -868,18 +868,8 @@ class Cluster:
         ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
         ``resident eval`` writes it; :func:`eval_table` prints it as its table.
         """
-        names = list(tasks)
-        unknown = [name for name in (only or []) if name not in tasks]
-        if unknown:
-            raise BadInput(
-                f"the suite has no task {unknown[0]!r}: it has {', '.join(names)}", "BadInput"
-            )
+        selected = _resident.eval_select(list(tasks), list(only or []))
         for name, arguments in tasks.items():
-            if not name or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name):
-                raise BadInput(
-                    f"task name {name!r} is not letters, digits, '-', '_' and '.': it names "
-                    "the task's output directory", "BadInput",
-                )
             given = [key for key in ("model", "output") if key in arguments]
             missing = [key for key in ("input", "prompt") if key not in arguments]
             if given or missing:
@@ -888,7 +878,6 @@ class Cluster:
                                           if given else f"give its {missing[0]}"),
                     "BadInput",
                 )
-        selected = [name for name in names if only is None or name in only]
         results: dict = {"model": model, "tasks": []}
         pools: dict = {}
         try:
