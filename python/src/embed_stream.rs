@@ -83,6 +83,33 @@ impl NativeEmbedStream {
         self.chunks = None;
     }
 
+    /// After `finish` and the last answer: waits until the scheduler has recorded the job's
+    /// end (its result stream ends only then), so that a caller that looks at its jobs next
+    /// finds this one finished. Waits with the GIL released.
+    fn wait_ended(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.chunks.is_some() || self.next != self.sent {
+            return Err(bad_input(
+                py,
+                "this embedding stream's job has not ended: finish it and take every answer first",
+            ));
+        }
+        let Some(results) = self.results.take() else {
+            return Ok(());
+        };
+        let mut results = results.into_inner().expect("the results' lock");
+        let ended = wait(py, async move {
+            match results.next().await {
+                None => Ok(()),
+                Some(Ok(chunk)) => Err(SdkError::TaskFailed(format!(
+                    "the embedding job answered chunk {} that was never sent",
+                    chunk.seq
+                ))),
+                Some(Err(error)) => Err(error),
+            }
+        })?;
+        ended.map_err(|e| sdk_error(py, e))
+    }
+
     /// Stops the job now (what is running is cancelled).
     fn cancel(&mut self) {
         self.chunks = None;

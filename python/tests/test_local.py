@@ -48,8 +48,18 @@ def test_nodes_pools_and_jobs_are_plain_objects(local_cluster):
     jobs = local_cluster.jobs()
     warm = max(jobs, key=lambda j: j.started_unix_ms)
     assert warm.name == "embed" and warm.state == "succeeded", warm
+    assert warm.finished_unix_ms >= warm.started_unix_ms > 0, warm
     pools = {p.name: p for p in local_cluster.pools()}
     assert pools[warm.pool].kind == "embed" and pools[warm.pool].ready_actors >= 1, pools[warm.pool]
+
+
+def test_no_texts_give_no_rows_and_a_job_that_has_ended(local_cluster):
+    vectors = local_cluster.embed([], model=str(MINILM), progress=False)
+    assert vectors.shape == (0, 0)
+    assert list(local_cluster.embed_iter(iter([]), model=str(MINILM), progress=False)) == []
+    newest = max(local_cluster.jobs(), key=lambda j: j.started_unix_ms)
+    assert newest.name == "embed" and newest.state == "succeeded", newest
+    assert newest.finished_unix_ms >= newest.started_unix_ms > 0, newest
 
 
 def test_an_echo_pool_maps_in_order_and_submits_as_results_finish(local_cluster):

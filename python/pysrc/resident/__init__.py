@@ -553,6 +553,9 @@ class Cluster:
                     stream.send(chunk)
                     pending += 1
                 if pending == 0:
+                    # Every answer is in: the job's end is on the scheduler's record before
+                    # the loop ends, so cluster.jobs() right after shows it finished.
+                    stream.wait_ended()
                     return
                 data, dim, rows = stream.recv()
                 pending -= 1
