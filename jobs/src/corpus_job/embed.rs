@@ -383,7 +383,27 @@ impl ChunkWork for EmbedWork {
         into.merge(chunk);
     }
 
+    fn lasting_counts(&self, chunk: &VectorStats) -> Option<serde_json::Value> {
+        Some(serde_json::to_value(chunk).expect("vector tallies are JSON"))
+    }
+
+    /// This run's tokens; the norms, cuts and windows of every chunk of the output, reused
+    /// ones too (this run's alone when an earlier run's manifest kept none).
     fn figures(&self, tally: VectorStats, manifest: &Manifest, _wall: Duration) -> EmbedFigures {
+        let stored = manifest.chunks.iter().map(|chunk| chunk.counts.as_ref());
+        let tally = match VectorStats::of_chunks(stored) {
+            Some(whole) => VectorStats {
+                tokens: tally.tokens,
+                ..whole
+            },
+            None => {
+                tracing::warn!(
+                    "chunks from an earlier run kept no vector tallies: the report's norms, \
+                     truncated records and windows count this run's chunks only"
+                );
+                tally
+            }
+        };
         tally.figures(manifest, self.windows.map(|w| w.describe()))
     }
 
@@ -505,7 +525,7 @@ pub struct EmbedFigures {
     pub norm: NormSummary,
     /// Records cut to the model's max sequence length.
     pub truncated: u64,
-    /// Tokens embedded by this run.
+    /// Tokens embedded by this run (the other figures cover every record of the output).
     pub tokens: u64,
     /// The prompt the actors put before every text (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -515,19 +535,19 @@ pub struct EmbedFigures {
     pub windows: Option<WindowFigures>,
 }
 
-/// What `--split` did in this run.
+/// What `--split` did to the output's texts.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WindowFigures {
     /// `tokens:SIZE:OVERLAP` or `sentences:SIZE` (0: as many tokens as the model takes),
     /// and ` pooled by mean` under `--pool-windows mean`.
     pub split: String,
-    /// Windows embedded by this run.
+    /// Windows embedded.
     pub windows: u64,
-    /// Documents this run cut into more than one window.
+    /// Documents cut into more than one window.
     pub documents_split: u64,
 }
 
-/// The least, largest and mean L2 norm of the vectors this run wrote.
+/// The least, largest and mean L2 norm of the output's vectors.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NormSummary {
     /// The least.
@@ -538,18 +558,27 @@ pub struct NormSummary {
     pub mean: f64,
 }
 
-/// Tallies of the vectors this run wrote.
-#[derive(Clone, Debug, Default)]
+/// Tallies of the vectors written: a chunk's, kept in its manifest entry (all but `tokens`,
+/// the run's work), and the report's, summed over every chunk of the output.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct VectorStats {
     count: u64,
     norm_min: f64,
     norm_max: f64,
     norm_sum: f64,
     truncated: u64,
+    #[serde(skip)]
     tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
     windows: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
     texts_split: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl VectorStats {
@@ -579,6 +608,17 @@ impl VectorStats {
 }
 
 impl VectorStats {
+    /// The tallies of every chunk of the output, from the counts the manifest keeps beside
+    /// each; `None` when one has none (a manifest from before they were kept) or cannot be
+    /// read.
+    fn of_chunks<'a>(stored: impl IntoIterator<Item = Option<&'a serde_json::Value>>) -> Option<Self> {
+        let mut total = VectorStats::default();
+        for counts in stored {
+            total.merge(serde_json::from_value(counts?.clone()).ok()?);
+        }
+        Some(total)
+    }
+
     /// Adds another chunk's tallies.
     fn merge(&mut self, other: VectorStats) {
         if other.count > 0 {
@@ -621,5 +661,81 @@ impl VectorStats {
             tokens: self.tokens,
             prompt: self.prompt,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use resident_sdk::{ActorId, EmbedStats, NodeId};
+
+    use super::*;
+    use crate::corpus_job::manifest::ShardEntry;
+
+    fn chunk(rows: &[[f32; 2]], truncated: &[u32], tokens: u64, prompt: &str) -> EmbeddedChunk {
+        EmbeddedChunk {
+            seq: 0,
+            dim: 2,
+            values: rows.iter().flatten().copied().collect(),
+            stats: EmbedStats {
+                tokens,
+                truncated_rows: truncated.to_vec(),
+                prompt: prompt.into(),
+                ..EmbedStats::default()
+            },
+            actor_id: ActorId::new("a".to_owned()),
+            node_id: NodeId::new("n".to_owned()),
+        }
+    }
+
+    fn tallied(chunk: &EmbeddedChunk) -> VectorStats {
+        let mut stats = VectorStats::default();
+        stats.add(chunk);
+        stats
+    }
+
+    fn manifest(chunks: Vec<ShardEntry>) -> Manifest {
+        Manifest {
+            version: 1,
+            input_fingerprint: "in".into(),
+            model_fingerprint: "model".into(),
+            chunk_size: 2,
+            chunk_schedule: None,
+            dtype: OutputDtype::F32,
+            dim: Some(2),
+            quantization_ranges: None,
+            model_content: None,
+            chunks,
+            journal_generation: 0,
+        }
+    }
+
+    #[test]
+    fn the_report_sums_every_chunk_s_kept_tallies_and_this_run_s_tokens() {
+        let work = EmbedWork::default();
+        let first = tallied(&chunk(&[[3.0, 4.0], [0.0, 1.0]], &[1], 40, "query: "));
+        let second = tallied(&chunk(&[[0.0, 2.0]], &[], 9, "query: "));
+        let entries: Vec<ShardEntry> = [&first, &second]
+            .iter()
+            .enumerate()
+            .map(|(index, stats)| ShardEntry {
+                counts: work.lasting_counts(stats),
+                ..ShardEntry::for_test(index as u64)
+            })
+            .collect();
+        assert!(entries.iter().all(|e| e.counts.as_ref().unwrap().get("tokens").is_none()));
+        // This run redid the second chunk alone: the norms and cuts are both chunks', the
+        // tokens the second's.
+        let figures = work.figures(second.clone(), &manifest(entries.clone()), Duration::ZERO);
+        assert_eq!(
+            (figures.norm.min, figures.norm.max, figures.norm.mean),
+            (1.0, 5.0, 8.0 / 3.0)
+        );
+        assert_eq!((figures.truncated, figures.tokens), (1, 9));
+        assert_eq!(figures.prompt.as_deref(), Some("query: "));
+        // A chunk from before tallies were kept: the report counts this run's alone.
+        let mut old = entries;
+        old[0].counts = None;
+        let figures = work.figures(second, &manifest(old), Duration::ZERO);
+        assert_eq!((figures.norm.min, figures.truncated), (2.0, 0));
     }
 }

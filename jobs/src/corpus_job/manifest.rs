@@ -39,8 +39,8 @@ pub struct ShardEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crashed: Vec<BadRecord>,
     /// What the work counted of the chunk's records that its report gives over the whole
-    /// output, reused chunks too (generate: answers against right answers, scored texts);
-    /// absent where the report counts this run only, and in manifests from before.
+    /// output, reused chunks too (generate: answers against right answers, scored texts;
+    /// embed: norms, cut records, windows); absent in manifests from before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counts: Option<serde_json::Value>,
 }

@@ -157,11 +157,9 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
 
     /// What of one chunk's tallies the report counts over the whole output, reused chunks
     /// too, as the manifest keeps it beside the chunk (generate: its answers against the
-    /// records' right answers); `None` when the report counts this run's chunks only.
-    fn lasting_counts(&self, chunk: &Self::Tally) -> Option<serde_json::Value> {
-        let _ = chunk;
-        None
-    }
+    /// records' right answers; embed: its vectors' norms); `None` when the report counts
+    /// this run's chunks only.
+    fn lasting_counts(&self, chunk: &Self::Tally) -> Option<serde_json::Value>;
 
     /// Tokens generated so far, by the tallies (for the progress line).
     fn generated_tokens(tally: &Self::Tally) -> u64 {

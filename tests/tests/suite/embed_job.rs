@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use resident_jobs::corpus_job::manifest::Manifest;
 use resident_jobs::corpus_job::schedule::NextChunk;
-use resident_jobs::corpus_job::{BadRecordPolicy, EmbedJobConfig, run_embed_job};
+use resident_jobs::corpus_job::{BadRecordPolicy, EmbedJobConfig, EmbedReport, run_embed_job};
 use resident_sdk::{Cluster, LocalConfig};
 use resident_tests::ids_in_file as ids_of;
 use resident_tests::{
@@ -88,12 +88,27 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         report.chunks.total
     );
 
-    // The same command again recomputes nothing.
+    // The same command again recomputes nothing, and its report still describes the whole
+    // output (each chunk's norms and cut records are kept in the manifest); only the tokens
+    // are this run's.
     let again = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
     assert_eq!(
         (again.computed_items, again.chunks.reused),
         (0, report.chunks.total)
     );
+    let figures = |r: &EmbedReport| {
+        let norm = &r.figures.norm;
+        (norm.min, norm.max, norm.mean, r.figures.truncated)
+    };
+    assert_eq!(figures(&again), figures(&report));
+    assert_eq!(again.figures.tokens, 0);
+    // A lost shard is redone alone; the report covers it and the reused chunks alike.
+    let entry = &manifest["chunks"][1];
+    std::fs::remove_file(out.join(entry["vectors_file"].as_str().unwrap())).unwrap();
+    let redone = run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
+    assert_eq!(redone.computed_items, entry["rows"].as_u64().unwrap());
+    assert_eq!(figures(&redone), figures(&report));
+    assert!(redone.figures.tokens > 0 && redone.figures.tokens < report.figures.tokens);
 
     // A changed input under the same output is refused before anything runs.
     let other = sample(dir.path(), 299);
