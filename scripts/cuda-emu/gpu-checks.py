@@ -5,7 +5,14 @@ gpu-checks.py used REPORT 0,1   the GPUs that took documents are exactly those l
                                 with some: REPORT is a job's report.json, whose `per_gpu`
                                 counts them
 gpu-checks.py same A B          two generations.jsonl files hold the same records, by id
+gpu-checks.py scored OUT N      a `resident generate --score` job with choices: each record of
+                                OUT/generations.jsonl scored each of its N choices (finite
+                                log-probabilities, a best one), and OUT/report.json counts
+                                them all with an accuracy
+gpu-checks.py suite RESULTS T   a `resident eval` results.json: the tasks T (comma-separated)
+                                each with finite metric rows, all of them on one pool
 """
+import math
 import json
 import sys
 
@@ -35,11 +42,45 @@ def same_records(one_path, two_path):
     print(f"{len(one)} records alike")
 
 
+def scored(out, choices):
+    lines = list(records(f"{out}/generations.jsonl").values())
+    for line in lines:
+        scores = line.get("choice_scores", [])
+        if len(scores) != choices or not all(math.isfinite(s) for s in scores):
+            sys.exit(f"record {line['id']}: choice_scores {scores}, {choices} finite ones wanted")
+        if line.get("best") not in range(choices):
+            sys.exit(f"record {line['id']}: best {line.get('best')}")
+    report = json.load(open(f"{out}/report.json", encoding="utf-8"))
+    if report.get("choice_records") != len(lines) or not 0 <= report.get("accuracy", -1) <= 1:
+        sys.exit(f"report: choice_records {report.get('choice_records')} of {len(lines)}, "
+                 f"accuracy {report.get('accuracy')}")
+    print(f"{len(lines)} records scored, accuracy {report['accuracy']}")
+
+
+def suite(results_path, names):
+    results = json.load(open(results_path, encoding="utf-8"))
+    tasks = {task["name"]: task for task in results["tasks"]}
+    if sorted(tasks) != sorted(names.split(",")):
+        sys.exit(f"tasks {sorted(tasks)}, wanted {names}")
+    for name, task in tasks.items():
+        values = [row["value"] for row in task["metrics"]]
+        if not values or not all(math.isfinite(v) for v in values):
+            sys.exit(f"task {name}: metrics {task['metrics']}")
+    pools = {task["pool"] for task in tasks.values()}
+    if len(pools) != 1:
+        sys.exit(f"the tasks ran on pools {pools}, not one")
+    print({name: [(r["metric"], r["value"]) for r in t["metrics"]] for name, t in tasks.items()})
+
+
 if __name__ == "__main__":
     match sys.argv[1:]:
         case ["used", report, listed]:
             gpus_used(report, listed)
         case ["same", one, two]:
             same_records(one, two)
+        case ["scored", out, choices]:
+            scored(out, int(choices))
+        case ["suite", results, names]:
+            suite(results, names)
         case _:
             sys.exit(__doc__)

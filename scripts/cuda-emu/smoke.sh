@@ -71,6 +71,45 @@ said "the GPU actor took the GPU's step limits" "$work/generate.log" \
   'max_sequences=256 max_step_tokens=4096 device="GPU"'
 step "generations written" test -s "$work/generated/generations.jsonl"
 
+# Evaluation on the GPU (benches/gpu-session.sh runs these benches there): four questions'
+# choices scored with each question's prompt computed once (the paged cache's prefix
+# sharing), then a `resident eval` suite of those choices and of answers judged by two
+# filters with two few-shot examples, its tasks on one pool. The suite's choices must be the
+# lone job's, score for score.
+python3 benches/make_choice_set.py data/wiki_vital.jsonl 4 30 > "$work/choices.jsonl"
+mkdir -p "$work/answers"
+python3 benches/make_answer_set.py data/wiki_vital.jsonl 4 3 "$work/answers"
+step "resident generate --score with choices on the GPU" bash -c "'$bins/resident' generate \
+  --input '$work/choices.jsonl' --model '$gguf' --output '$work/scored' --score \
+  --max-new-tokens 0 --template none 2> '$work/score.log'"
+said "the scoring job chose the GPU" "$work/score.log" "GPU"
+step "every choice scored on the GPU" python3 scripts/cuda-emu/gpu-checks.py scored \
+  "$work/scored" 4
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+tasks = [
+    ("choices", ["--input", f"{work}/choices.jsonl", "--score", "--max-new-tokens", "0"]),
+    ("answers", ["--input", f"{work}/answers/test.jsonl", "--max-new-tokens", "6",
+                 "--stop", "\n", "--prompt", "Text: {text}\nQuestion: What is this text about?\nAnswer:",
+                 "--reference-field", "answer", "--ignore-case", "--filter", "whole=",
+                 "--filter", "word=([A-Za-z]+)", "--fewshot-input", f"{work}/answers/dev.jsonl",
+                 "--fewshot", "2", "--target-delimiter", " "]),
+]
+lines = ['flags = ["--template", "none"]', ""]
+for name, flags in tasks:
+    lines += ["[[task]]", f'name = "{name}"', f"flags = {json.dumps(flags)}", ""]
+open(f"{work}/suite.toml", "w").write("\n".join(lines))
+PY
+step "resident eval: choices and answers on the GPU" bash -c "'$bins/resident' eval \
+  --tasks '$work/suite.toml' --model '$gguf' --output '$work/eval' > '$work/eval.table' \
+  2> '$work/eval.log'"
+step "the suite's tasks ran on one pool, each with its figures" python3 \
+  scripts/cuda-emu/gpu-checks.py suite "$work/eval/results.json" choices,answers
+said "the suite's table names both filters" "$work/eval.table" "exact_match,word"
+step "the suite's choices are the lone job's" python3 scripts/cuda-emu/gpu-checks.py same \
+  "$work/scored/generations.jsonl" "$work/eval/choices/generations.jsonl"
+
 # Issue 42's 0.5B-class shapes (gpu-bench.sh's large-decoder): random weights made on the
 # GPU, then one short prompt through each (bias in Qwen2.5's projections, Qwen3's q/k norms).
 for shape in qwen2.5-0.5b qwen3-0.6b; do
