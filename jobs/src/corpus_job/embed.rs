@@ -611,7 +611,9 @@ impl VectorStats {
     /// The tallies of every chunk of the output, from the counts the manifest keeps beside
     /// each; `None` when one has none (a manifest from before they were kept) or cannot be
     /// read.
-    fn of_chunks<'a>(stored: impl IntoIterator<Item = Option<&'a serde_json::Value>>) -> Option<Self> {
+    fn of_chunks<'a>(
+        stored: impl IntoIterator<Item = Option<&'a serde_json::Value>>,
+    ) -> Option<Self> {
         let mut total = VectorStats::default();
         for counts in stored {
             total.merge(serde_json::from_value(counts?.clone()).ok()?);
@@ -722,7 +724,11 @@ mod tests {
                 ..ShardEntry::for_test(index as u64)
             })
             .collect();
-        assert!(entries.iter().all(|e| e.counts.as_ref().unwrap().get("tokens").is_none()));
+        assert!(
+            entries
+                .iter()
+                .all(|e| e.counts.as_ref().unwrap().get("tokens").is_none())
+        );
         // This run redid the second chunk alone: the norms and cuts are both chunks', the
         // tokens the second's.
         let figures = work.figures(second.clone(), &manifest(entries.clone()), Duration::ZERO);
