@@ -1,8 +1,8 @@
 //! `resident eval`: a suite of evaluation tasks on one model, each a `resident generate`
 //! job written as that command's flags (`resident_jobs::eval_suite`), run one after another
 //! on one cluster; tasks whose actors are the same share one pool, so the model loads once.
-//! Writes each task's output under `--output DIR/NAME`, then `DIR/results.json` and the
-//! results table. A rerun resumes each task (finished ones redo nothing).
+//! Writes each task's output under `--output DIR/NAME` (a directory or an S3 prefix), then
+//! `DIR/results.json` and the results table. A rerun resumes each task (finished ones redo nothing).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use clap::{Args, Parser};
 use resident_jobs::eval_suite::{EvalResults, EvalSuite, TaskResult, results_table, task_metrics};
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::Cluster;
+use resident_storage::{Location, S3Client, S3Options, key_under};
 
 use crate::exit::BadInput;
 use crate::generate::GenerateArgs;
@@ -27,7 +28,8 @@ pub struct EvalArgs {
     /// The model every task runs (as resident generate's --model).
     #[arg(long, env = "RESIDENT_MODEL")]
     model: String,
-    /// Where each task writes its output (DIR/NAME) and the suite its results.json.
+    /// Where each task writes its output (DIR/NAME) and the suite its results.json: a
+    /// directory or s3://bucket/prefix.
     #[arg(long, env = "RESIDENT_OUTPUT", value_name = "DIR")]
     output: String,
     /// Run only these tasks, in the suite's order (repeatable; in the variable,
@@ -95,11 +97,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the suite {}", args.tasks.display()))
         .map_err(|e| BadInput(format!("{e:#}")))?;
     let suite = EvalSuite::parse(&text).map_err(BadInput)?;
-    if args.output.starts_with("s3://") {
-        let why = "resident eval writes results.json to a local --output directory: give \
-                   one (a task may still read its --input from s3://)";
-        return Err(BadInput(why.into()).into());
-    }
+    let output = Location::parse(&args.output).map_err(|e| BadInput(e.to_string()))?;
     let lines = task_lines(&args, &suite)?;
     let mut configs = Vec::new();
     for (name, line) in &lines {
@@ -107,6 +105,13 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
             .job_config()
             .with_context(|| format!("task {name:?}"))?;
         configs.push(config);
+    }
+    let endpoints: Vec<&Option<String>> = configs.iter().map(|c| &c.corpus.s3.endpoint).collect();
+    if output.is_s3() && endpoints.windows(2).any(|pair| pair[0] != pair[1]) {
+        let why = "the tasks name different --s3-endpoint URLs, and their outputs all go \
+                   under the suite's s3:// --output: give --s3-endpoint once, in the suite's \
+                   flags";
+        return Err(BadInput(why.into()).into());
     }
     let (_, first) = &lines[0];
     let cluster = first.corpus.cluster("eval", &mut configs[0].corpus).await?;
@@ -129,7 +134,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         retention.job_ended(&cluster, pool).await;
     }
     ran?;
-    write_results(&args.output, &results).await?;
+    write_results(&output, &configs[0].corpus.s3, &results).await?;
     print!("{}", results_table(&results));
     Ok(())
 }
@@ -171,15 +176,31 @@ async fn run_tasks(
     Ok(())
 }
 
-/// `results.json` in the suite's output directory (a local one: `run` refuses `s3://`).
-async fn write_results(output: &str, results: &EvalResults) -> anyhow::Result<()> {
+/// `results.json` in the suite's output directory, or under its S3 prefix (reached as the
+/// tasks' outputs were, with `s3`).
+async fn write_results(
+    output: &Location,
+    s3: &S3Options,
+    results: &EvalResults,
+) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(results)?;
-    let path = std::path::Path::new(output);
-    tokio::fs::create_dir_all(path)
-        .await
-        .with_context(|| format!("creating {output}"))?;
-    tokio::fs::write(path.join("results.json"), json)
-        .await
-        .with_context(|| format!("writing {output}/results.json"))?;
+    match output {
+        Location::Local(path) => {
+            tokio::fs::create_dir_all(path)
+                .await
+                .with_context(|| format!("creating {}", path.display()))?;
+            tokio::fs::write(path.join("results.json"), json)
+                .await
+                .with_context(|| format!("writing {}/results.json", path.display()))?;
+        }
+        Location::S3 { bucket, prefix } => {
+            let key = key_under(prefix, "results.json");
+            S3Client::connect(s3)
+                .await
+                .put(bucket, &key, json)
+                .await
+                .with_context(|| format!("writing s3://{bucket}/{key}"))?;
+        }
+    }
     Ok(())
 }

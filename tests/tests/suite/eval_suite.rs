@@ -2,11 +2,14 @@
 //! multiple-choice task and a generated-answers task gives each task the output the same
 //! `resident generate` line gives, results.json and the table hold each task's figures as
 //! its report has them, tasks whose actors are the same run on one pool, `--only` runs a
-//! subset and resumes, and suites that cannot run are refused saying what to do.
+//! subset and resumes, a suite writes to S3 what it writes to a directory, and suites that
+//! cannot run are refused saying what to do.
 
 use std::path::Path;
 use std::process::Command;
 
+use resident_jobs::storage::S3Client;
+use resident_tests::s3_server::S3Server;
 use resident_tests::{
     generate_command, init_logging, read_json, read_jsonl, resident_bin, run_to_success,
     smollm2_gguf, write_jsonl,
@@ -218,4 +221,62 @@ fn suites_that_cannot_run_are_refused_before_anything_runs() {
         assert!(stderr.contains(says), "{says}: {stderr}");
         assert!(!out.exists(), "nothing written");
     }
+}
+
+/// An object of the `results` bucket, as text.
+async fn object(client: &S3Client, key: &str) -> String {
+    let bytes = client.get("results", key).await.unwrap();
+    String::from_utf8(bytes.unwrap_or_else(|| panic!("no {key} on S3"))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suite_with_an_s3_output_writes_there_what_it_writes_to_a_directory() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    inputs(dir.path());
+    let (mc, qa) = (dir.path().join("mc.jsonl"), dir.path().join("qa.jsonl"));
+    let tasks = [("mc", task(&mc, MC)), ("qa", task(&qa, QA))];
+    let path = suite(dir.path(), &[], &tasks);
+    let local = dir.path().join("local");
+    let (table, _) = run_to_success(eval(&path, &local, &[]));
+    let server = S3Server::start(&["results"]);
+    let client = S3Client::connect(&server.options()).await;
+    let mut on_s3 = eval(&path, Path::new("s3://results/evals/"), &[]);
+    on_s3.envs(server.env());
+    let (s3_table, _) = run_to_success(on_s3);
+    assert_eq!(s3_table, table);
+    for name in ["mc", "qa"] {
+        let lines = object(&client, &format!("evals/{name}/generations.jsonl")).await;
+        let local_lines = std::fs::read_to_string(local.join(name).join("generations.jsonl"));
+        assert_eq!(lines, local_lines.unwrap(), "{name}");
+    }
+    let results: Value =
+        serde_json::from_str(&object(&client, "evals/results.json").await).unwrap();
+    let local_results = read_json(&local.join("results.json"));
+    let metrics = |results: &Value| {
+        results["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["metrics"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(metrics(&results), metrics(&local_results));
+    assert_eq!(results["tasks"][1]["output"], "s3://results/evals/qa");
+    // A task that would reach another S3 endpoint is refused before anything runs.
+    let mut elsewhere = task(&qa, QA);
+    elsewhere.extend(["--s3-endpoint".to_owned(), "http://127.0.0.1:1".to_owned()]);
+    let path = suite(dir.path(), &[], &[("mc", task(&mc, MC)), ("qa", elsewhere)]);
+    let mut refused = eval(&path, Path::new("s3://results/other"), &[]);
+    let output = refused.envs(server.env()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the tasks name different --s3-endpoint URLs"),
+        "{stderr}"
+    );
+    assert!(
+        client.list("results", "other").await.unwrap().is_empty(),
+        "nothing written"
+    );
 }
