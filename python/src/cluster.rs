@@ -459,10 +459,31 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<(EmbedWork, JobPlacement)>
 
 /// Where a corpus job runs and what it costs: `selector` (node labels), `s3_endpoint`,
 /// `price` (USD per GPU-hour by `pool` label), as `--selector`, `--s3-endpoint`, `--price`.
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 struct JobPlacement {
     selector: std::collections::BTreeMap<String, String>,
     s3_endpoint: Option<String>,
     price: std::collections::BTreeMap<String, f64>,
+}
+
+/// Where a generate job runs: `placement_json` (a [`JobPlacement`] as JSON, absent when
+/// none was given) and the pool it shares with the other jobs of `pool_key`, if any.
+fn place_generate_job(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    placement_json: Option<&str>,
+    pool_key: Option<String>,
+) -> PyResult<()> {
+    if let Some(json) = placement_json {
+        let placement: JobPlacement =
+            serde_json::from_str(json).map_err(|e| bad_input(py, e.to_string()))?;
+        placement.apply(&mut config.corpus);
+    }
+    if let Some(key) = pool_key {
+        config.share_pool(&key);
+    }
+    Ok(())
 }
 
 impl JobPlacement {
@@ -631,7 +652,7 @@ impl NativeCluster {
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
         fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
-        pool_key=None))]
+        pool_key=None, placement_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -666,6 +687,7 @@ impl NativeCluster {
         target_delimiter: String,
         limit: Option<u64>,
         pool_key: Option<String>,
+        placement_json: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -703,9 +725,7 @@ impl NativeCluster {
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
-        if let Some(key) = pool_key {
-            config.share_pool(&key);
-        }
+        place_generate_job(py, &mut config, placement_json.as_deref(), pool_key)?;
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
             let mut on_job_progress = |p: Progress| *sink.lock().expect("progress") = Some(p);

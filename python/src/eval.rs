@@ -8,7 +8,12 @@ use resident_jobs::eval_suite::{
     EvalResults, check_task_names, results_table, select_tasks, task_metrics,
 };
 
-use crate::errors::bad_input;
+use resident_jobs::corpus_job::JobError;
+use resident_jobs::files::write_atomically;
+use resident_jobs::storage::{Location, S3Client, S3Options, key_under};
+
+use crate::errors::{bad_input, job_error};
+use crate::wait::wait;
 
 /// The tasks of `names` to run: those `only` names (all when it is empty), in order; the
 /// names refused as `resident eval` refuses a suite's.
@@ -35,4 +40,36 @@ pub fn eval_table(py: Python<'_>, results_json: &str) -> PyResult<String> {
     let results: EvalResults = serde_json::from_str(results_json)
         .map_err(|e| bad_input(py, format!("eval results: {e}")))?;
     Ok(results_table(&results))
+}
+
+/// Writes results.json (as JSON) in `output`, a directory or an `s3://bucket/prefix`
+/// (reached through `s3_endpoint`, as the tasks' outputs were), as `resident eval` does.
+#[pyfunction]
+#[pyo3(signature = (output, results_json, s3_endpoint=None))]
+pub fn eval_write_results(
+    py: Python<'_>,
+    output: &str,
+    results_json: String,
+    s3_endpoint: Option<String>,
+) -> PyResult<()> {
+    let location = Location::parse(output).map_err(|e| bad_input(py, e.to_string()))?;
+    let failed = |e: String| JobError::Output(format!("writing results.json under {output}: {e}"));
+    let written = match location {
+        Location::Local(dir) => std::fs::create_dir_all(&dir)
+            .and_then(|()| write_atomically(&dir.join("results.json"), results_json.as_bytes()))
+            .map_err(|e| failed(e.to_string())),
+        Location::S3 { bucket, prefix } => {
+            let options = S3Options {
+                endpoint: s3_endpoint,
+                ..S3Options::default()
+            };
+            let key = key_under(&prefix, "results.json");
+            let put = async move {
+                let client = S3Client::connect(&options).await;
+                client.put(&bucket, &key, results_json.into_bytes()).await
+            };
+            wait(py, put)?.map_err(|e| failed(e.to_string()))
+        }
+    };
+    written.map_err(|e| job_error(py, e))
 }

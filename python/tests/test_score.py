@@ -395,3 +395,31 @@ def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_
     with pytest.raises(resident.BadInput, match='the suite has no task "x": it has mc, qa'):
         local_cluster.eval(tasks, model=str(SMOLLM2), output=str(tmp_path / "bad"), only=["x"])
     assert not (tmp_path / "bad").exists()
+
+
+def test_eval_writes_to_an_s3_output_what_it_writes_to_a_directory(local_cluster, s3_server, tmp_path):
+    mc = write_corpus(tmp_path / "mc.jsonl", [
+        {"id": "fr", "text": "The capital of France is", "choices": [" Berlin", " Paris"],
+         "answer": 1},
+        {"id": "ice", "text": "Ice is", "choices": [" hot", " cold"], "answer": 1},
+    ])
+    tasks = {"mc": dict(input=str(mc), prompt="{text}", score=True, max_new_tokens=0,
+                        template="none", s3_endpoint=s3_server, price={"on-prem": 0.5},
+                        selector={})}
+    local = local_cluster.eval(tasks, model=str(SMOLLM2), output=str(tmp_path / "local"),
+                               progress=False)
+    on_s3 = local_cluster.eval(tasks, model=str(SMOLLM2), output="s3://out/evals/",
+                               progress=False)
+    assert on_s3["tasks"][0]["output"] == "s3://out/evals/mc"
+    assert on_s3["tasks"][0]["metrics"] == local["tasks"][0]["metrics"]
+    # s3s-fs keeps each object as a file under its data directory.
+    objects = tmp_path / "s3-data" / "out" / "evals"
+    assert json.load(open(objects / "results.json")) == on_s3
+    report = json.load(open(objects / "mc" / "report.json"))
+    assert report["prices"]["per_pool_label"] == {"on-prem": 0.5}, report["prices"]
+    assert (objects / "mc" / "generations.jsonl").read_text() == (
+        tmp_path / "local" / "mc" / "generations.jsonl").read_text()
+    other = {**tasks, "qa": {**tasks["mc"], "s3_endpoint": "http://127.0.0.1:1"}}
+    with pytest.raises(resident.BadInput, match="the tasks name different s3_endpoint values"):
+        local_cluster.eval(other, model=str(SMOLLM2), output="s3://out/other", progress=False)
+    assert not (tmp_path / "s3-data" / "out" / "other").exists()

@@ -204,6 +204,21 @@ def _answer_check(
     return json.dumps(check) if asked else None
 
 
+def _placement(
+    selector: Optional[Mapping[str, str]],
+    s3_endpoint: Optional[str],
+    price: Optional[Mapping[str, float]],
+) -> str:
+    """A corpus job's ``selector``, ``s3_endpoint`` and ``price``, as JSON for the native
+    side (those given)."""
+    given = {
+        "selector": dict(selector) if selector is not None else None,
+        "s3_endpoint": s3_endpoint,
+        "price": {k: float(v) for k, v in price.items()} if price is not None else None,
+    }
+    return json.dumps({key: value for key, value in given.items() if value is not None})
+
+
 def _limit(limit: Optional[int]) -> Optional[int]:
     """``limit=`` as the jobs take it: a count of records from 1, or None for all."""
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
@@ -681,9 +696,7 @@ class Cluster:
             "keep_columns": list(keep_columns) if keep_columns is not None else None,
             "split": split,
             "pool_windows": pool_windows,
-            "selector": dict(selector) if selector is not None else None,
-            "s3_endpoint": s3_endpoint,
-            "price": {k: float(v) for k, v in price.items()} if price is not None else None,
+            **json.loads(_placement(selector, s3_endpoint, price)),
         }
         bar = Bar(None, "docs", progress, "embed")
         try:
@@ -780,6 +793,9 @@ class Cluster:
         target_delimiter: str = "",
         filters: Optional[Sequence[str]] = None,
         limit: Optional[int] = None,
+        selector: Optional[Mapping[str, str]] = None,
+        s3_endpoint: Optional[str] = None,
+        price: Optional[Mapping[str, float]] = None,
         _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
@@ -821,8 +837,10 @@ class Cluster:
         ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
-        ``limit`` reads only the input's first records (``--limit``).
-        ``output`` receives ``generations.jsonl`` (one line per record, input order), the
+        ``limit`` reads only the input's first records (``--limit``). ``selector`` (node
+        labels), ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
+        ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`.
+        ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one line per record, input order), the
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         """
@@ -843,7 +861,7 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,
                 ),
-                target_delimiter, _limit(limit), _pool_key,
+                target_delimiter, _limit(limit), _pool_key, _placement(selector, s3_endpoint, price),
             )
         finally:
             bar.close()
@@ -865,7 +883,8 @@ class Cluster:
         as ``generate_job(input, model, output/NAME, prompt, ...)`` would; tasks whose
         actors are the same share one pool, so the model loads once, and the pools are
         deleted at the end unless a task says ``keep_pool=True``. ``only`` runs the tasks it
-        names. Writes ``output/results.json`` and returns it as a dict: ``model`` and
+        names. ``output`` is a directory or an ``s3://`` prefix (reached with the tasks'
+        ``s3_endpoint``). Writes ``output/results.json`` and returns it as a dict: ``model`` and
         ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
         and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
         ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
@@ -881,13 +900,21 @@ class Cluster:
                                           if given else f"give its {missing[0]}"),
                     "BadInput",
                 )
+        # Every task's output goes under `output`, and results.json with them.
+        endpoints = {tasks[name].get("s3_endpoint") for name in selected}
+        if output.startswith("s3://") and len(endpoints) > 1:
+            raise BadInput(
+                "the tasks name different s3_endpoint values, and their outputs all go under "
+                "the suite's s3:// output: give each the same s3_endpoint",
+                "BadInput",
+            )
         results: dict = {"model": model, "tasks": []}
         pools: dict = {}
         try:
             for name in selected:
                 arguments = dict(tasks[name])
                 keep = bool(arguments.pop("keep_pool", False))
-                task_output = os.path.join(output, name)
+                task_output = f"{output.rstrip('/')}/{name}"
                 report = self.generate_job(
                     arguments.pop("input"), model, task_output, arguments.pop("prompt"),
                     keep_pool=keep, progress=progress, _pool_key=f"eval|{output}", **arguments,
@@ -902,9 +929,7 @@ class Cluster:
             for pool, keep in pools.items():
                 if not keep:
                     self.pool(pool).delete()
-        os.makedirs(output, exist_ok=True)
-        with open(os.path.join(output, "results.json"), "w") as file:
-            json.dump(results, file, indent=2)
+        _resident.eval_write_results(output, json.dumps(results, indent=2), endpoints.pop())
         return results
 
     def generate(
