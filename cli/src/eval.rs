@@ -2,7 +2,8 @@
 //! job written as that command's flags (`resident_jobs::eval_suite`), run one after another
 //! on one cluster; tasks whose actors are the same share one pool, so the model loads once.
 //! Writes each task's output under `--output DIR/NAME` (a directory or an S3 prefix), then
-//! `DIR/results.json` and the results table. A rerun resumes each task (finished ones redo nothing).
+//! `DIR/results.json` and the results table. A rerun resumes each task (finished ones redo
+//! nothing).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

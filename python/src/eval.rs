@@ -1,14 +1,12 @@
-//! `Cluster.eval`'s native part: each task's figures from its report, and the results
-//! table, as `resident eval` makes them (`resident_jobs::eval_suite`), so Python and the
-//! CLI name and print them alike.
+//! `Cluster.eval`'s native part: each task's figures from its report, the results table
+//! and where results.json goes, as `resident eval` makes them (`resident_jobs::eval_suite`),
+//! so Python and the CLI name, print and keep them alike.
 
 use pyo3::prelude::*;
-use resident_jobs::corpus_job::GenerateFigures;
+use resident_jobs::corpus_job::{GenerateFigures, JobError};
 use resident_jobs::eval_suite::{
     EvalResults, check_task_names, results_table, select_tasks, task_metrics,
 };
-
-use resident_jobs::corpus_job::JobError;
 use resident_jobs::files::write_atomically;
 use resident_jobs::storage::{Location, S3Client, S3Options, key_under};
 

@@ -840,9 +840,9 @@ class Cluster:
         ``limit`` reads only the input's first records (``--limit``). ``selector`` (node
         labels), ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`.
-        ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one line per record, input order), the
-        shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
-        chunk. Returns ``report.json`` as a dict.
+        ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
+        line per record, input order), the shards, the manifest and ``report.json``; a rerun
+        after a crash redoes no finished chunk. Returns ``report.json`` as a dict.
         """
         _check_sampling(sampling)
         params = _generate_params(
@@ -861,7 +861,8 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,
                 ),
-                target_delimiter, _limit(limit), _pool_key, _placement(selector, s3_endpoint, price),
+                target_delimiter, _limit(limit), _pool_key,
+                _placement(selector, s3_endpoint, price),
             )
         finally:
             bar.close()
@@ -884,8 +885,8 @@ class Cluster:
         actors are the same share one pool, so the model loads once, and the pools are
         deleted at the end unless a task says ``keep_pool=True``. ``only`` runs the tasks it
         names. ``output`` is a directory or an ``s3://`` prefix (reached with the tasks'
-        ``s3_endpoint``). Writes ``output/results.json`` and returns it as a dict: ``model`` and
-        ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
+        ``s3_endpoint``). Writes ``output/results.json`` and returns it as a dict: ``model``
+        and ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
         and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
         ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
         ``resident eval`` writes it; :func:`eval_table` prints it as its table.
