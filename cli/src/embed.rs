@@ -182,5 +182,13 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         report.model_loads,
         config.corpus.output.join("report.json")
     );
+    if report.figures.non_finite_vectors > 0 {
+        eprintln!(
+            "warning: {} vectors hold a NaN or an infinity (report.json non_finite_vectors): \
+             the model overflowed its dtype or its weights hold one; they are written as they \
+             came",
+            report.figures.non_finite_vectors
+        );
+    }
     Ok(())
 }

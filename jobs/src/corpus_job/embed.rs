@@ -521,10 +521,14 @@ pub struct EmbedFigures {
     pub dimension: usize,
     /// How vectors are stored (`--precision`).
     pub dtype: OutputDtype,
-    /// The vectors' L2 norms.
+    /// The vectors' L2 norms (of those without a NaN or an infinity).
     pub norm: NormSummary,
     /// Records cut to the model's max sequence length.
     pub truncated: u64,
+    /// Vectors holding a NaN or an infinity (the model overflowed its dtype, or its
+    /// weights hold one): written as they came, left out of `norm`.
+    #[serde(default)]
+    pub non_finite_vectors: u64,
     /// Tokens embedded by this run (the other figures cover every record of the output).
     pub tokens: u64,
     /// The prompt the actors put before every text (absent: none).
@@ -575,6 +579,9 @@ pub struct VectorStats {
     windows: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     texts_split: u64,
+    /// Vectors holding a NaN or an infinity (left out of the norms).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    non_finite: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -589,6 +596,10 @@ impl VectorStats {
                 .map(|v| f64::from(*v) * f64::from(*v))
                 .sum::<f64>()
                 .sqrt();
+            if !norm.is_finite() {
+                self.non_finite += 1;
+                continue;
+            }
             if self.count == 0 {
                 (self.norm_min, self.norm_max) = (norm, norm);
             }
@@ -636,6 +647,7 @@ impl VectorStats {
         self.tokens += other.tokens;
         self.windows += other.windows;
         self.texts_split += other.texts_split;
+        self.non_finite += other.non_finite;
         self.prompt = self.prompt.take().or(other.prompt);
     }
 
@@ -660,6 +672,7 @@ impl VectorStats {
                 },
             },
             truncated: self.truncated,
+            non_finite_vectors: self.non_finite,
             tokens: self.tokens,
             prompt: self.prompt,
         }
@@ -738,10 +751,33 @@ mod tests {
         );
         assert_eq!((figures.truncated, figures.tokens), (1, 9));
         assert_eq!(figures.prompt.as_deref(), Some("query: "));
+        assert_eq!(figures.non_finite_vectors, 0);
         // A chunk from before tallies were kept: the report counts this run's alone.
         let mut old = entries;
         old[0].counts = None;
         let figures = work.figures(second, &manifest(old), Duration::ZERO);
         assert_eq!((figures.norm.min, figures.truncated), (2.0, 0));
+    }
+
+    #[test]
+    fn vectors_with_a_nan_or_an_infinity_are_counted_apart_from_the_norms() {
+        let work = EmbedWork::default();
+        let stats = tallied(&chunk(
+            &[[3.0, 4.0], [f32::NAN, 1.0], [f32::INFINITY, 0.0]],
+            &[],
+            6,
+            "",
+        ));
+        let entry = ShardEntry {
+            counts: work.lasting_counts(&stats),
+            ..ShardEntry::for_test(0)
+        };
+        // Kept in the manifest as JSON (which has no NaN) and read back whole.
+        let figures = work.figures(stats, &manifest(vec![entry]), Duration::ZERO);
+        assert_eq!(figures.non_finite_vectors, 2);
+        assert_eq!(
+            (figures.norm.min, figures.norm.max, figures.norm.mean),
+            (5.0, 5.0, 5.0)
+        );
     }
 }

@@ -71,6 +71,7 @@ async fn embeds_300_documents_in_order_with_a_full_report() {
         "dimension",
         "norm",
         "truncated",
+        "non_finite_vectors",
         "bad_records",
         "wall_seconds",
         "ready_seconds",
