@@ -6,8 +6,8 @@ gpu-checks.py used REPORT 0,1   the GPUs that took documents are exactly those l
                                 counts them
 gpu-checks.py same A B          two generations.jsonl files hold the same records, by id
 gpu-checks.py scored OUT N      a `resident generate --score` job with choices: each record of
-                                OUT/generations.jsonl scored each of its N choices (finite
-                                log-probabilities, a best one), and OUT/report.json counts
+                                OUT/generations.jsonl scored each of its N choices (a finite,
+                                negative log-probability each, a best one), and OUT/report.json counts
                                 them all with an accuracy
 gpu-checks.py suite RESULTS T   a `resident eval` results.json: the tasks T (comma-separated)
                                 each with finite metric rows, all of them on one pool
@@ -45,9 +45,10 @@ def same_records(one_path, two_path):
 def scored(out, choices):
     lines = list(records(f"{out}/generations.jsonl").values())
     for line in lines:
-        scores = line.get("choice_scores", [])
-        if len(scores) != choices or not all(math.isfinite(s) for s in scores):
-            sys.exit(f"record {line['id']}: choice_scores {scores}, {choices} finite ones wanted")
+        scores = [score["logprob"] for score in line.get("choice_scores", [])]
+        if len(scores) != choices or not all(math.isfinite(s) and s < 0 for s in scores):
+            sys.exit(f"record {line['id']}: choice log-probabilities {scores}, {choices} "
+                     "finite negative ones wanted")
         if line.get("best") not in range(choices):
             sys.exit(f"record {line['id']}: best {line.get('best')}")
     report = json.load(open(f"{out}/report.json", encoding="utf-8"))
