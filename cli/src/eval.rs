@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser};
 use resident_jobs::eval_suite::{EvalResults, EvalSuite, TaskResult, results_table, task_metrics};
+use resident_jobs::files::write_under;
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::Cluster;
-use resident_storage::{Location, S3Client, S3Options, key_under};
+use resident_storage::{Location, S3Options};
 
 use crate::exit::BadInput;
 use crate::generate::GenerateArgs;
@@ -185,23 +186,8 @@ async fn write_results(
     results: &EvalResults,
 ) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(results)?;
-    match output {
-        Location::Local(path) => {
-            tokio::fs::create_dir_all(path)
-                .await
-                .with_context(|| format!("creating {}", path.display()))?;
-            tokio::fs::write(path.join("results.json"), json)
-                .await
-                .with_context(|| format!("writing {}/results.json", path.display()))?;
-        }
-        Location::S3 { bucket, prefix } => {
-            let key = key_under(prefix, "results.json");
-            S3Client::connect(s3)
-                .await
-                .put(bucket, &key, json)
-                .await
-                .with_context(|| format!("writing s3://{bucket}/{key}"))?;
-        }
-    }
+    write_under(output, "results.json", json, s3)
+        .await
+        .context("writing results.json")?;
     Ok(())
 }

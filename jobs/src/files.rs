@@ -1,9 +1,12 @@
-//! File helpers every job shares: content hashes and atomic writes.
+//! File helpers every job shares: content hashes, atomic writes, and a small file written
+//! to a directory or an S3 prefix alike.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+
+use crate::storage::{Location, S3Client, S3Options, key_under};
 
 /// The SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -22,6 +25,30 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all().map_err(|e| named(&temp, e))?;
     std::fs::rename(&temp, path).map_err(|e| named(path, e))?;
     sync_parent_dir(path).map_err(|e| named(path, e))
+}
+
+/// Writes `bytes` as `name` under `location`: a file in the directory (made if missing),
+/// written atomically, or an object under the S3 prefix, reached with `s3`. Errors name
+/// where.
+pub async fn write_under(
+    location: &Location,
+    name: &str,
+    bytes: Vec<u8>,
+    s3: &S3Options,
+) -> std::io::Result<()> {
+    match location {
+        Location::Local(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            write_atomically(&dir.join(name), &bytes)
+        }
+        Location::S3 { bucket, prefix } => {
+            let key = key_under(prefix, name);
+            let client = S3Client::connect(s3).await;
+            let put = client.put(bucket, &key, bytes).await;
+            put.map_err(|e| std::io::Error::other(format!("s3://{bucket}/{key}: {e}")))
+        }
+    }
 }
 
 /// Makes a rename or a new file in `path`'s directory durable (the directory entry itself

@@ -7,8 +7,8 @@ use resident_jobs::corpus_job::{GenerateFigures, JobError};
 use resident_jobs::eval_suite::{
     EvalResults, check_task_names, results_table, select_tasks, task_metrics,
 };
-use resident_jobs::files::write_atomically;
-use resident_jobs::storage::{Location, S3Client, S3Options, key_under};
+use resident_jobs::files::write_under;
+use resident_jobs::storage::{Location, S3Options};
 
 use crate::errors::{bad_input, job_error};
 use crate::wait::wait;
@@ -51,23 +51,12 @@ pub fn eval_write_results(
     s3_endpoint: Option<String>,
 ) -> PyResult<()> {
     let location = Location::parse(output).map_err(|e| bad_input(py, e.to_string()))?;
-    let failed = |e: String| JobError::Output(format!("writing results.json under {output}: {e}"));
-    let written = match location {
-        Location::Local(dir) => std::fs::create_dir_all(&dir)
-            .and_then(|()| write_atomically(&dir.join("results.json"), results_json.as_bytes()))
-            .map_err(|e| failed(e.to_string())),
-        Location::S3 { bucket, prefix } => {
-            let options = S3Options {
-                endpoint: s3_endpoint,
-                ..S3Options::default()
-            };
-            let key = key_under(&prefix, "results.json");
-            let put = async move {
-                let client = S3Client::connect(&options).await;
-                client.put(&bucket, &key, results_json.into_bytes()).await
-            };
-            wait(py, put)?.map_err(|e| failed(e.to_string()))
-        }
+    let s3 = S3Options {
+        endpoint: s3_endpoint,
+        ..S3Options::default()
     };
-    written.map_err(|e| job_error(py, e))
+    let written = wait(py, async move {
+        write_under(&location, "results.json", results_json.into_bytes(), &s3).await
+    })?;
+    written.map_err(|e| job_error(py, JobError::Output(format!("writing results.json: {e}"))))
 }

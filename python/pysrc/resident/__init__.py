@@ -208,15 +208,15 @@ def _placement(
     selector: Optional[Mapping[str, str]],
     s3_endpoint: Optional[str],
     price: Optional[Mapping[str, float]],
-) -> str:
-    """A corpus job's ``selector``, ``s3_endpoint`` and ``price``, as JSON for the native
-    side (those given)."""
+) -> dict:
+    """A corpus job's ``selector``, ``s3_endpoint`` and ``price`` as the native side reads
+    them (those given)."""
     given = {
         "selector": dict(selector) if selector is not None else None,
         "s3_endpoint": s3_endpoint,
         "price": {k: float(v) for k, v in price.items()} if price is not None else None,
     }
-    return json.dumps({key: value for key, value in given.items() if value is not None})
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _limit(limit: Optional[int]) -> Optional[int]:
@@ -696,7 +696,7 @@ class Cluster:
             "keep_columns": list(keep_columns) if keep_columns is not None else None,
             "split": split,
             "pool_windows": pool_windows,
-            **json.loads(_placement(selector, s3_endpoint, price)),
+            **_placement(selector, s3_endpoint, price),
         }
         bar = Bar(None, "docs", progress, "embed")
         try:
@@ -862,7 +862,7 @@ class Cluster:
                     ignore_punctuation, filters,
                 ),
                 target_delimiter, _limit(limit), _pool_key,
-                _placement(selector, s3_endpoint, price),
+                json.dumps(_placement(selector, s3_endpoint, price)),
             )
         finally:
             bar.close()
