@@ -217,7 +217,8 @@ pub struct GenerateArgs {
     /// A regular expression that finds the answer in each generated text (GSM8K's
     /// '#### (\-?[0-9\.\,]+)'): of the match --extract-match picks, its first non-empty
     /// group, or the whole match without groups; `extracted` in the line (null when none
-    /// matches, which is wrong against any reference).
+    /// matches, which is wrong against any reference). Python's `re` syntax, look-around
+    /// and backreferences included (BIG-Bench Hard's '(?<=the answer is )(.*)(?=.)').
     #[arg(long, env = "RESIDENT_EXTRACT", value_name = "REGEX")]
     extract: Option<String>,
     /// Which match of --extract is the answer.

@@ -6,10 +6,14 @@
 //! asked, and trimmed; the answer is right when it equals any reference (TriviaQA's
 //! aliases).
 //!
-//! The Rust `regex` crate runs the patterns: Python's syntax but for look-around and
-//! backreferences, which it refuses with its own message.
+//! The patterns are Python's `re` syntax, look-around and backreferences included, as
+//! lm-evaluation-harness's task files write them (BIG-Bench Hard's
+//! `(?<=the answer is )(.*)(?=.)`): `fancy_regex` runs them, handing what needs no
+//! backtracking to the `regex` crate. A pattern whose backtracking passes `fancy_regex`'s
+//! limit (a million steps) on one text finds nothing there (logged), rather than hang the
+//! job as Python's would.
 
-use regex::Regex;
+use fancy_regex::Regex;
 use serde_json::Value;
 
 use super::answer_spec::{AnswerFlags, AnswerMatchSpec, AnswerRefusal, ExtractMatch};
@@ -49,8 +53,8 @@ pub struct Judgement {
 fn compile(flag: &str, pattern: &str) -> Result<Regex, String> {
     Regex::new(pattern).map_err(|e| {
         format!(
-            "{flag} {pattern:?} is not a regular expression the regex crate takes \
-             (Python's syntax without look-around or backreferences): {e}"
+            "{flag} {pattern:?} is not a regular expression (Python's `re` syntax, \
+             look-around and backreferences included): {e}"
         )
     })
 }
@@ -111,7 +115,10 @@ impl AnswerMatch {
     pub fn normalize(&self, text: &str) -> String {
         let mut text = text.to_owned();
         for pattern in &self.ignore {
-            text = pattern.replace_all(&text, "").into_owned();
+            match pattern.try_replacen(&text, 0, "") {
+                Ok(kept) => text = kept.into_owned(),
+                Err(error) => gave_up("--ignore-regex", pattern, &error),
+            }
         }
         if self.spec.ignore_case {
             text = text.to_lowercase();
@@ -169,6 +176,9 @@ impl Filter {
             ExtractMatch::First => matches.next(),
             ExtractMatch::Last => matches.last(),
         }?;
+        let chosen = chosen
+            .map_err(|error| gave_up(self.flag().as_str(), pattern, &error))
+            .ok()?;
         let text = match chosen.len() {
             1 => chosen.get(0).map(|m| m.as_str()),
             _ => (chosen.iter().skip(1).flatten())
@@ -177,6 +187,25 @@ impl Filter {
         }?;
         Some(text.trim().to_owned())
     }
+}
+
+impl Filter {
+    /// The flag it came from, as a refusal names it.
+    fn flag(&self) -> String {
+        match &self.name {
+            Some(name) => format!("--filter {name}"),
+            None => "--extract".to_owned(),
+        }
+    }
+}
+
+/// Logs that `pattern` (of `flag`) gave up on a text: its backtracking passed the limit.
+fn gave_up(flag: &str, pattern: &Regex, error: &fancy_regex::Error) {
+    tracing::warn!(
+        "{flag} {:?} gave up on a text ({error}): it finds nothing there; a pattern that \
+         backtracks less (fewer nested repeats) judges every text",
+        pattern.as_str()
+    );
 }
 
 /// Every sample of one record checked by one filter against its references.
@@ -468,16 +497,17 @@ mod tests {
 
     #[test]
     fn bad_patterns_and_references_are_refused_saying_what_to_do() {
+        // A group left open.
         let error = AnswerMatch::new(AnswerMatchSpec {
-            extract: Some("(?<=#### )[0-9]+".into()),
+            extract: Some("(?<=#+ )([0-9]+".into()),
             ..AnswerMatchSpec::default()
         })
         .unwrap_err();
         assert!(
-            error.starts_with("--extract \"(?<=#### )[0-9]+\" is not"),
+            error.starts_with("--extract \"(?<=#+ )([0-9]+\" is not a regular expression"),
             "{error}"
         );
-        assert!(error.contains("look-around"), "{error}");
+        assert!(error.contains("Python's `re` syntax"), "{error}");
         let error = AnswerMatch::new(AnswerMatchSpec {
             ignore: vec!["(".into()],
             ..AnswerMatchSpec::default()
@@ -500,5 +530,78 @@ mod tests {
                 .unwrap_err()
                 .contains("a list inside a list")
         );
+    }
+
+    /// A filter of one pattern, its first or last match.
+    fn filter(pattern: &str, select: &str) -> AnswerMatch {
+        AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            filters: vec![format!("f{select}={pattern}").parse().unwrap()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn look_around_and_backreferences_match_as_python_s_re_does() {
+        // BIG-Bench Hard's chain-of-thought filter in lm-evaluation-harness: what follows
+        // "the answer is ", less its last character.
+        let bbh = filter("(?<=the answer is )(.*)(?=.)", "");
+        let reasoning = "Fish swim; so the answer is (B).";
+        assert_eq!(bbh.extract(reasoning).as_deref(), Some("(B)"));
+        assert_eq!(bbh.judge(reasoning, &["(B)".into()]).correct, Some(true));
+        assert_eq!(
+            bbh.extract("The answer is (B)."),
+            None,
+            "look-behind is exact"
+        );
+        // Negative look-around: a number of exactly two digits.
+        let two_digits = filter("(?<![0-9])[0-9]{2}(?![0-9])", ":last");
+        assert_eq!(
+            two_digits.extract("123, 45 and 6, 78!").as_deref(),
+            Some("78")
+        );
+        assert_eq!(two_digits.extract("123 and 4567"), None);
+        // A backreference: the doubled word.
+        let doubled = filter(r"\b(\w+) \1\b", "");
+        assert_eq!(
+            doubled.extract("it is is what it is").as_deref(),
+            Some("is")
+        );
+        // The ignore regexes take look-around too: a full stop only at the very end.
+        let check = AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            ignore: vec![r"\.(?!.)".into()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        assert_eq!(check.normalize("3.14."), "3.14");
+    }
+
+    #[test]
+    fn a_pattern_that_backtracks_past_the_limit_finds_nothing_there_and_goes_on() {
+        // Overlapping alternatives under a repeat, before an atomic group: exponential
+        // backtracking on a text without the `c` (Python's `re` would run for hours).
+        let runaway = filter("(a|b|ab)*(?>c)", "");
+        let text = "ab".repeat(40);
+        let gives_up = Regex::new("(a|b|ab)*(?>c)").unwrap().captures(&text);
+        assert!(gives_up.is_err(), "past the limit: {gives_up:?}");
+        let judged = runaway.judge(&text, &["c".into()]);
+        assert_eq!(judged.extracted, None);
+        assert_eq!(judged.correct, Some(false));
+        assert_eq!(
+            runaway.extract("abc").as_deref(),
+            Some("b"),
+            "it still matches"
+        );
+        // An ignore regex that gives up leaves the text as it was.
+        let check = AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            ignore: vec!["(a|b|ab)*(?>c)".into()],
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        assert_eq!(check.normalize(&text), text);
+        assert_eq!(check.normalize("xabc"), "x");
     }
 }

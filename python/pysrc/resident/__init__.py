@@ -825,7 +825,8 @@ class Cluster:
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
         choices (``--choice-labels``). ``reference_field`` (a field or path of each record's
         right answer: a text, a number or a list of them) checks each generated answer
-        against it: ``extract`` (a regex; ``extract_match`` ``"first"`` or ``"last"``)
+        against it: ``extract`` (a regex in ``re``'s syntax, look-around and backreferences
+        included; ``extract_match`` ``"first"`` or ``"last"``)
         finds the answer in the text, ``ignore_regex``, ``ignore_case`` and
         ``ignore_punctuation`` say how the two are compared; each line gets ``extracted``
         and ``correct``, the report ``exact_match`` (with ``n``, ``exact_match_any`` and

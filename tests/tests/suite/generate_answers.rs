@@ -179,7 +179,8 @@ fn last_word(text: &str) -> Option<String> {
 
 /// Named filters judge one generation as separate jobs with each as `--extract` would:
 /// the first's answers are the line's own and the report's `exact_match`, each one's under
-/// `filters` by name; `whole=` takes the whole text. References are records 0-3's first
+/// `filters` by name; `whole=` takes the whole text; a look-around pattern runs as Python's
+/// `re` would. References are records 0-3's first
 /// words and 4-7's last words, so each filter is right on its own half.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_filters_judge_one_generation_as_separate_jobs_would() {
@@ -217,6 +218,10 @@ async fn named_filters_judge_one_generation_as_separate_jobs_would() {
             &last_filter,
             "--filter",
             "whole=",
+            "--filter",
+            // lm-evaluation-harness's patterns look around (BIG-Bench Hard's does): a word
+            // with no letter or digit either side, the first found, is the first word.
+            "around=(?<![A-Za-z0-9])[A-Za-z0-9]+(?![A-Za-z0-9])",
         ],
     );
     let answer = |line: &Value| json!({"extracted": line["extracted"], "correct": line["correct"]});
@@ -231,6 +236,7 @@ async fn named_filters_judge_one_generation_as_separate_jobs_would() {
         assert_eq!(answer(&filters["first"]), answer(&first[i]), "{line}");
         assert_eq!(answer(&filters["last"]), answer(&last[i]), "{line}");
         assert_eq!(filters["whole"]["extracted"], json!(text(i).trim()));
+        assert_eq!(answer(&filters["around"]), answer(&first[i]), "{line}");
     }
     for key in ["exact_match", "reference_records", "exact_match_records"] {
         assert_eq!(report[key], first_report[key], "{key}");
@@ -466,7 +472,10 @@ fn answer_flags_that_cannot_go_together_are_refused() {
             ],
             "check generations and score choices in two jobs",
         ),
-        (&["--extract", "(?<=#### )[0-9]+"], "look-around"),
+        (
+            &["--extract", "(?<=#### )([0-9]+"],
+            "is not a regular expression (Python's `re` syntax",
+        ),
         (
             &[
                 "--reference-field",
