@@ -2,19 +2,19 @@
 //! job written as that command's flags (`resident_jobs::eval_suite`), run one after another
 //! on one cluster; tasks whose actors are the same share one pool, so the model loads once.
 //! Writes each task's output under `--output DIR/NAME` (a directory or an S3 prefix), then
-//! `DIR/results.json` and the results table. A rerun resumes each task (finished ones redo
-//! nothing).
+//! `DIR/results.json` (keeping an earlier run's results of the tasks `--only` left out) and
+//! the results table. A rerun resumes each task (finished ones redo nothing).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser};
+use resident_jobs::eval_output::write_results;
 use resident_jobs::eval_suite::{EvalResults, EvalSuite, TaskResult, results_table, task_metrics};
-use resident_jobs::files::write_under;
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::Cluster;
-use resident_storage::{Location, S3Options};
+use resident_storage::Location;
 
 use crate::exit::BadInput;
 use crate::generate::GenerateArgs;
@@ -35,7 +35,8 @@ pub struct EvalArgs {
     #[arg(long, env = "RESIDENT_OUTPUT", value_name = "DIR")]
     output: String,
     /// Run only these tasks, in the suite's order (repeatable; in the variable,
-    /// comma-separated).
+    /// comma-separated). results.json keeps the earlier results of the others (of the
+    /// same --model), so a suite run a few tasks at a time has one results.json.
     #[arg(
         long,
         env = "RESIDENT_EVAL_ONLY",
@@ -136,8 +137,14 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         retention.job_ended(&cluster, pool).await;
     }
     ran?;
-    write_results(&output, &configs[0].corpus.s3, &results).await?;
-    print!("{}", results_table(&results));
+    let suite_names: Vec<&str> = suite.tasks.iter().map(|t| t.name.as_str()).collect();
+    let merged = write_results(&output, &configs[0].corpus.s3, results, &suite_names)
+        .await
+        .context("writing results.json")?;
+    if let Some(note) = merged.note() {
+        eprintln!("{note}");
+    }
+    print!("{}", results_table(&merged.results));
     Ok(())
 }
 
@@ -175,19 +182,5 @@ async fn run_tasks(
             metrics: task_metrics(&report.figures),
         });
     }
-    Ok(())
-}
-
-/// `results.json` in the suite's output directory, or under its S3 prefix (reached as the
-/// tasks' outputs were, with `s3`).
-async fn write_results(
-    output: &Location,
-    s3: &S3Options,
-    results: &EvalResults,
-) -> anyhow::Result<()> {
-    let json = serde_json::to_vec_pretty(results)?;
-    write_under(output, "results.json", json, s3)
-        .await
-        .context("writing results.json")?;
     Ok(())
 }

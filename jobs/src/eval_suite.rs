@@ -3,7 +3,8 @@
 //! written as that command's own flags (a suite-wide list first, then the task's), so a
 //! task runs exactly as the same `resident generate` line would; the suite adds only the
 //! model and each task's output directory. This module reads the suite, writes each task's
-//! command line, and turns the tasks' reports into the results table.
+//! command line, turns the tasks' reports into the results table, and keeps an earlier
+//! run's results of the tasks a run left out (`eval_output` reads and writes them).
 
 use std::collections::BTreeSet;
 
@@ -229,7 +230,8 @@ pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
 pub struct EvalResults {
     /// The model every task ran.
     pub model: String,
-    /// The tasks run, in order.
+    /// The tasks, in the suite's order: this run's, and the earlier results of those an
+    /// `--only` run left out.
     pub tasks: Vec<TaskResult>,
 }
 
@@ -249,6 +251,74 @@ pub struct TaskResult {
     pub wall_seconds: f64,
     /// Its figures.
     pub metrics: Vec<TaskMetric>,
+}
+
+/// [`EvalResults`] as written over an earlier `results.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MergedResults {
+    /// This run's tasks and the earlier results of the suite's tasks it did not run (an
+    /// `--only` run), in the suite's order.
+    pub results: EvalResults,
+    /// The tasks whose earlier results were kept, in the suite's order.
+    pub kept: Vec<String>,
+    /// The earlier results' model, when it was another: none of them kept.
+    pub other_model: Option<String>,
+}
+
+impl EvalResults {
+    /// This run's results with `earlier`'s of the suite's other tasks (`suite`: every
+    /// task's name, in order), so that running a suite's tasks a few at a time (`--only`)
+    /// leaves one `results.json` of all of them, as a whole run would. Only results of
+    /// the same model and of tasks still in the suite are kept; a task run now replaces
+    /// its earlier results.
+    pub fn over_earlier(self, earlier: Option<EvalResults>, suite: &[&str]) -> MergedResults {
+        let mut other_model = None;
+        let mut earlier_tasks = Vec::new();
+        if let Some(earlier) = earlier {
+            if earlier.model == self.model {
+                earlier_tasks = earlier.tasks;
+            } else if !earlier.tasks.is_empty() {
+                other_model = Some(earlier.model);
+            }
+        }
+        let ran: BTreeSet<String> = self.tasks.iter().map(|t| t.name.clone()).collect();
+        earlier_tasks.retain(|t| suite.contains(&t.name.as_str()) && !ran.contains(&t.name));
+        let kept_names: BTreeSet<String> = earlier_tasks.iter().map(|t| t.name.clone()).collect();
+        let mut tasks: Vec<TaskResult> = self.tasks.into_iter().chain(earlier_tasks).collect();
+        let place = |name: &str| suite.iter().position(|n| *n == name);
+        tasks.sort_by_key(|task| place(&task.name));
+        let kept = (suite.iter())
+            .filter(|name| kept_names.contains(**name))
+            .map(|name| name.to_string())
+            .collect();
+        MergedResults {
+            results: EvalResults {
+                model: self.model,
+                tasks,
+            },
+            kept,
+            other_model,
+        }
+    }
+}
+
+impl MergedResults {
+    /// What the user is told of the earlier results (none when there were none to keep
+    /// or drop).
+    pub fn note(&self) -> Option<String> {
+        if let Some(model) = &self.other_model {
+            return Some(format!(
+                "results.json held results of another model ({model}): written over with \
+                 this run's"
+            ));
+        }
+        (!self.kept.is_empty()).then(|| {
+            format!(
+                "results.json keeps the earlier results of {} (not run this time)",
+                self.kept.join(", ")
+            )
+        })
+    }
 }
 
 /// The results as a Markdown table: a row per task and figure (a task without figures, a
@@ -432,5 +502,57 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             table.contains("| summaries | (no references or choices) | | | 9 |"),
             "{table}"
         );
+    }
+
+    /// A task's results with one metric of `value`.
+    fn task(name: &str, value: f64) -> TaskResult {
+        TaskResult {
+            name: name.into(),
+            output: format!("out/{name}"),
+            pool: "generate-1".into(),
+            records: 4,
+            wall_seconds: 1.0,
+            metrics: vec![TaskMetric {
+                metric: "acc".into(),
+                value,
+                stderr: None,
+                records: 4,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_run_of_some_tasks_keeps_the_earlier_results_of_the_others_in_the_suite_s_order() {
+        let suite = ["arc", "gsm8k", "mmlu"];
+        let of = |model: &str, tasks: Vec<TaskResult>| EvalResults {
+            model: model.into(),
+            tasks,
+        };
+        let earlier = of(
+            "m",
+            vec![task("arc", 0.1), task("gsm8k", 0.2), task("gone", 0.3)],
+        );
+        // `--only mmlu,arc`: arc's new results replace its old, gsm8k's are kept, a task no
+        // longer in the suite is dropped.
+        let now = of("m", vec![task("arc", 0.5), task("mmlu", 0.6)]);
+        let merged = now.clone().over_earlier(Some(earlier.clone()), &suite);
+        assert_eq!(
+            merged.results,
+            of(
+                "m",
+                vec![task("arc", 0.5), task("gsm8k", 0.2), task("mmlu", 0.6)]
+            )
+        );
+        assert_eq!(merged.kept, ["gsm8k"]);
+        assert_eq!(merged.other_model, None);
+        // Another model's results are not kept, and said so.
+        let merged = now
+            .clone()
+            .over_earlier(Some(of("other", earlier.tasks)), &suite);
+        assert_eq!(merged.results, now);
+        assert!(merged.kept.is_empty());
+        assert_eq!(merged.other_model.as_deref(), Some("other"));
+        // No earlier results: this run's alone.
+        assert_eq!(now.clone().over_earlier(None, &suite).results, now);
     }
 }

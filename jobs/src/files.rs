@@ -1,5 +1,5 @@
 //! File helpers every job shares: content hashes, atomic writes, and a small file written
-//! to a directory or an S3 prefix alike.
+//! to (or read from) a directory or an S3 prefix alike.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,6 +47,34 @@ pub async fn write_under(
             let client = S3Client::connect(s3).await;
             let put = client.put(bucket, &key, bytes).await;
             put.map_err(|e| std::io::Error::other(format!("s3://{bucket}/{key}: {e}")))
+        }
+    }
+}
+
+/// The file `name` under `location` (a directory or an S3 prefix, reached with `s3`), or
+/// `None` when there is none. Errors name where.
+pub async fn read_under(
+    location: &Location,
+    name: &str,
+    s3: &S3Options,
+) -> std::io::Result<Option<Vec<u8>>> {
+    match location {
+        Location::Local(dir) => {
+            let path = dir.join(name);
+            match std::fs::read(&path) {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", path.display()),
+                )),
+            }
+        }
+        Location::S3 { bucket, prefix } => {
+            let key = key_under(prefix, name);
+            let client = S3Client::connect(s3).await;
+            let got = client.get(bucket, &key).await;
+            got.map_err(|e| std::io::Error::other(format!("s3://{bucket}/{key}: {e}")))
         }
     }
 }

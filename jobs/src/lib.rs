@@ -2,7 +2,8 @@
 //!
 //! - [`corpus_job`]: run a corpus through a pool end to end, resumably: embed it
 //!   (`resident embed`) or generate a text per record (`resident generate`);
-//! - [`eval_suite`]: suites of evaluation tasks, each a generate job (`resident eval`);
+//! - [`eval_suite`]: suites of evaluation tasks, each a generate job (`resident eval`),
+//!   and [`eval_output`], their `results.json`;
 //! - [`sweep`]: hyperparameter sweeps whose trials train on resident `embed` actors
 //!   (`resident sweep`);
 //! - [`storage`]: where jobs read and write, a local path or `s3://bucket/prefix`.
@@ -13,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod corpus_job;
+pub mod eval_output;
 pub mod eval_suite;
 pub mod files;
 pub mod model_pin;

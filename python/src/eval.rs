@@ -1,13 +1,14 @@
 //! `Cluster.eval`'s native part: each task's figures from its report, the results table
-//! and where results.json goes, as `resident eval` makes them (`resident_jobs::eval_suite`),
+//! and results.json (kept with an earlier run's results of the tasks left out), as
+//! `resident eval` makes them (`resident_jobs::eval_suite`, `resident_jobs::eval_output`),
 //! so Python and the CLI name, print and keep them alike.
 
 use pyo3::prelude::*;
 use resident_jobs::corpus_job::{GenerateFigures, JobError};
+use resident_jobs::eval_output::write_results;
 use resident_jobs::eval_suite::{
     EvalResults, check_task_names, results_table, select_tasks, task_metrics,
 };
-use resident_jobs::files::write_under;
 use resident_jobs::storage::{Location, S3Options};
 
 use crate::errors::{bad_input, job_error};
@@ -40,23 +41,33 @@ pub fn eval_table(py: Python<'_>, results_json: &str) -> PyResult<String> {
     Ok(results_table(&results))
 }
 
-/// Writes results.json (as JSON) in `output`, a directory or an `s3://bucket/prefix`
-/// (reached through `s3_endpoint`, as the tasks' outputs were), as `resident eval` does.
+/// Writes results.json in `output`, a directory or an `s3://bucket/prefix` (reached
+/// through `s3_endpoint`, as the tasks' outputs were), as `resident eval` does: `results_json`
+/// (this run's) with the earlier file's results of the suite's other tasks (`suite`: every
+/// task's name, in order). Returns what was written (as JSON) and what to tell of the
+/// earlier results (`None`: nothing).
 #[pyfunction]
-#[pyo3(signature = (output, results_json, s3_endpoint=None))]
+#[pyo3(signature = (output, results_json, suite, s3_endpoint=None))]
 pub fn eval_write_results(
     py: Python<'_>,
     output: &str,
-    results_json: String,
+    results_json: &str,
+    suite: Vec<String>,
     s3_endpoint: Option<String>,
-) -> PyResult<()> {
+) -> PyResult<(String, Option<String>)> {
     let location = Location::parse(output).map_err(|e| bad_input(py, e.to_string()))?;
+    let results: EvalResults = serde_json::from_str(results_json)
+        .map_err(|e| bad_input(py, format!("eval results: {e}")))?;
     let s3 = S3Options {
         endpoint: s3_endpoint,
         ..S3Options::default()
     };
     let written = wait(py, async move {
-        write_under(&location, "results.json", results_json.into_bytes(), &s3).await
+        let suite: Vec<&str> = suite.iter().map(String::as_str).collect();
+        write_results(&location, &s3, results, &suite).await
     })?;
-    written.map_err(|e| job_error(py, JobError::Output(format!("writing results.json: {e}"))))
+    let merged = written
+        .map_err(|e| job_error(py, JobError::Output(format!("writing results.json: {e}"))))?;
+    let json = serde_json::to_string_pretty(&merged.results).expect("results are JSON");
+    Ok((json, merged.note()))
 }

@@ -389,6 +389,13 @@ def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_
     assert table.startswith("| task | metric | value | ± stderr | records |"), table
     assert f"| mc | acc | {acc['value']:.4f} |" in table, table
     assert all(pool.name != results["tasks"][0]["pool"] for pool in local_cluster.pools())
+    # Only qa again: it resumes, and results.json keeps mc's earlier results beside it.
+    again = local_cluster.eval(tasks, model=str(SMOLLM2), output=str(suite), only=["qa"],
+                               progress=False)
+    assert [task["name"] for task in again["tasks"]] == ["mc", "qa"]
+    assert again["tasks"][0] == results["tasks"][0]
+    assert again["tasks"][1]["metrics"] == results["tasks"][1]["metrics"]
+    assert json.load(open(suite / "results.json")) == again
     with pytest.raises(resident.BadInput, match="task 'a': model is the suite's"):
         local_cluster.eval({"a": dict(input=str(qa), prompt="{text}", model="x")},
                            model=str(SMOLLM2), output=str(tmp_path / "bad"))
@@ -419,6 +426,13 @@ def test_eval_writes_to_an_s3_output_what_it_writes_to_a_directory(local_cluster
     assert report["prices"]["per_pool_label"] == {"on-prem": 0.5}, report["prices"]
     assert (objects / "mc" / "generations.jsonl").read_text() == (
         tmp_path / "local" / "mc" / "generations.jsonl").read_text()
+    # A task added and run alone: results.json on S3 keeps mc's earlier results.
+    more = {**tasks, "mc2": tasks["mc"]}
+    both = local_cluster.eval(more, model=str(SMOLLM2), output="s3://out/evals/",
+                              only=["mc2"], progress=False)
+    assert [task["name"] for task in both["tasks"]] == ["mc", "mc2"]
+    assert both["tasks"][0] == on_s3["tasks"][0]
+    assert json.load(open(objects / "results.json")) == both
     other = {**tasks, "qa": {**tasks["mc"], "s3_endpoint": "http://127.0.0.1:1"}}
     with pytest.raises(resident.BadInput, match="the tasks name different s3_endpoint values"):
         local_cluster.eval(other, model=str(SMOLLM2), output="s3://out/other", progress=False)

@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any, Optional, Union
@@ -885,8 +886,10 @@ class Cluster:
         as ``generate_job(input, model, output/NAME, prompt, ...)`` would; tasks whose
         actors are the same share one pool, so the model loads once, and the pools are
         deleted at the end unless a task says ``keep_pool=True``. ``only`` runs the tasks it
-        names. ``output`` is a directory or an ``s3://`` prefix (reached with the tasks'
-        ``s3_endpoint``). Writes ``output/results.json`` and returns it as a dict: ``model``
+        names; ``results.json`` keeps an earlier call's results of the others (of the same
+        model), so a suite run a few tasks at a time has one ``results.json``. ``output`` is
+        a directory or an ``s3://`` prefix (reached with the tasks' ``s3_endpoint``). Writes
+        ``output/results.json`` and returns it as a dict: ``model``
         and ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
         and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
         ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
@@ -931,8 +934,12 @@ class Cluster:
             for pool, keep in pools.items():
                 if not keep:
                     self.pool(pool).delete()
-        _resident.eval_write_results(output, json.dumps(results, indent=2), endpoints.pop())
-        return results
+        written, note = _resident.eval_write_results(
+            output, json.dumps(results), list(tasks), endpoints.pop()
+        )
+        if note and progress:
+            print(note, file=sys.stderr)
+        return json.loads(written)
 
     def generate(
         self,

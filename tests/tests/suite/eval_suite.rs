@@ -2,7 +2,7 @@
 //! multiple-choice task and a generated-answers task gives each task the output the same
 //! `resident generate` line gives, results.json and the table hold each task's figures as
 //! its report has them, tasks whose actors are the same run on one pool, `--only` runs a
-//! subset and resumes, a suite writes to S3 what it writes to a directory, and suites that
+//! subset and resumes while results.json keeps the others' results, a suite writes to S3 what it writes to a directory, and suites that
 //! cannot run are refused saying what to do.
 
 use std::path::Path;
@@ -176,13 +176,33 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     assert_eq!(tasks[0]["pool"], tasks[1]["pool"]);
     assert_ne!(tasks[1]["pool"], tasks[2]["pool"]);
     assert!(stderr.contains("task qa (2 of 3):"), "{stderr}");
-    // --only runs one task again: it resumes, redoing nothing, and reports the same.
-    let (again, _) = run_to_success(eval(&path, &out, &["--only", "qa"]));
+    // --only runs one task again: it resumes, redoing nothing, and reports the same;
+    // results.json keeps the other tasks' earlier results, in the suite's order.
+    let (again, stderr) = run_to_success(eval(&path, &out, &["--only", "qa"]));
     let rerun = read_json(&out.join("results.json"));
-    assert_eq!(rerun["tasks"].as_array().unwrap().len(), 1);
-    assert_eq!(metric(&rerun["tasks"][0], "exact_match"), exact);
+    let rerun_tasks = rerun["tasks"].as_array().unwrap();
+    let names: Vec<&str> = rerun_tasks
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mc", "qa", "qa-long"]);
+    assert_eq!(
+        rerun_tasks[0], tasks[0],
+        "mc's earlier results, kept as they were"
+    );
+    assert_eq!(rerun_tasks[2], tasks[2]);
+    assert_eq!(metric(&rerun_tasks[1], "exact_match"), exact);
     assert_eq!(read_json(&out.join("qa/report.json"))["computed_items"], 0);
     assert!(again.contains(&row), "{again}");
+    assert!(
+        again.contains("| mc | acc |"),
+        "the whole suite's table: {again}"
+    );
+    assert!(
+        stderr
+            .contains("results.json keeps the earlier results of mc, qa-long (not run this time)"),
+        "{stderr}"
+    );
 }
 
 #[test]
