@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use resident_jobs::corpus_job::{BadRecordPolicy, CorpusJobConfig, Progress, ReaderOptions};
+use resident_jobs::corpus_job::{
+    BadRecordPolicy, CorpusJobConfig, Progress, ReaderOptions, RecordLimit,
+};
 use resident_jobs::storage::Location;
 use resident_sdk::{Cluster, LocalConfig};
 
@@ -60,11 +62,12 @@ pub struct CorpusArgs {
     /// comma-separated).
     #[arg(long, env = "RESIDENT_SELECTOR", value_delimiter = ',')]
     selector: Vec<String>,
-    /// Read only the input's first N records, bad ones included (lm-evaluation-harness's
-    /// --limit: a quick look at a task or a model before the whole run). Another N under
-    /// the same --output is another input.
-    #[arg(long, env = "RESIDENT_LIMIT", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    limit: Option<u64>,
+    /// Read only the input's first N records, bad ones included, or a share of them below
+    /// 1 (0.1: the first tenth, rounded up; the input is counted first), as
+    /// lm-evaluation-harness's --limit: a quick look at a task or a model before the whole
+    /// run. Another limit under the same --output is another input.
+    #[arg(long, env = "RESIDENT_LIMIT", value_name = "N|SHARE")]
+    limit: Option<RecordLimit>,
     /// Records per chunk, or `auto` to plan from measured speed.
     #[arg(long, env = "RESIDENT_CHUNK_SIZE", default_value = "auto")]
     chunk_size: String,
@@ -159,9 +162,9 @@ impl CorpusArgs {
         config.reader = ReaderOptions {
             id_field: self.id_field.clone(),
             text_field: self.text_field.clone(),
-            limit: self.limit,
             ..ReaderOptions::default()
         };
+        config.set_limit(self.limit);
         config.prices = self.price.prices()?;
         Ok(config)
     }

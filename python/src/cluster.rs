@@ -14,7 +14,7 @@ use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
     EmbedJobConfig, EmbedWork, FewshotSource, GenerateJobConfig, GenerationOutput, JobError,
-    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, VectorFormat,
+    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -242,7 +242,7 @@ fn corpus_config(
     on_bad_record: &str,
     [id_field, text_field]: [String; 2],
     keep_pool: bool,
-    limit: Option<u64>,
+    limit: Option<String>,
 ) -> PyResult<CorpusJobConfig> {
     let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
     config.replicas = replicas;
@@ -252,7 +252,12 @@ fn corpus_config(
     config.on_bad_record = bad_record_policy(py, on_bad_record)?;
     config.reader.id_field = id_field;
     config.reader.text_field = text_field;
-    config.reader.limit = limit;
+    let limit = limit.map(|limit| limit.parse::<RecordLimit>());
+    config.set_limit(
+        limit
+            .transpose()
+            .map_err(|e| bad_input(py, format!("limit: {e}")))?,
+    );
     config.retention = PoolRetention {
         keep: keep_pool,
         idle_ttl: None,
@@ -593,7 +598,7 @@ impl NativeCluster {
         merge: bool,
         on_progress: Option<Py<PyAny>>,
         embedding_json: String,
-        limit: Option<u64>,
+        limit: Option<String>,
     ) -> PyResult<String> {
         let (mut embedding, placement) = embed_work(py, &embedding_json)?;
         if embedding.dtype == OutputDtype::F32 {
@@ -685,7 +690,7 @@ impl NativeCluster {
         fewshot_seed: Option<u64>,
         answer_check_json: Option<String>,
         target_delimiter: String,
-        limit: Option<u64>,
+        limit: Option<String>,
         pool_key: Option<String>,
         placement_json: Option<String>,
     ) -> PyResult<String> {

@@ -39,8 +39,18 @@ def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, t
     )
     assert first["items"] == 40 and first["limit"] == 40, first
     np.testing.assert_allclose(np.load(tmp_path / "first" / "embeddings.npy"), rust[:40], atol=1e-6)
-    with pytest.raises(resident.BadInput, match="limit 0 is not a count of records"):
-        local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "zero"), limit=0)
+    # A share of the records, rounded up (lm-evaluation-harness's --limit 0.1): 0.13 of 300
+    # is the first 39.
+    share = local_cluster.embed_job(
+        str(corpus), str(MINILM), str(tmp_path / "share"), limit=0.13, progress=False
+    )
+    assert (share["items"], share["limit"], share["limit_share"]) == (39, 39, 0.13), share
+    np.testing.assert_allclose(np.load(tmp_path / "share" / "embeddings.npy"), rust[:39], atol=1e-6)
+    for refused in (0, 1.5, -0.1, float("nan"), "ten", True):
+        with pytest.raises(resident.BadInput, match="count of records from 1"):
+            local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "zero"),
+                                    limit=refused)
+    assert not (tmp_path / "zero").exists()
 
 
 JOB = """

@@ -10,6 +10,7 @@ use resident_sdk::Cluster;
 use super::error::JobError;
 use super::journal::CompactionPolicy;
 use super::reader::ReaderOptions;
+use super::record_limit::RecordLimit;
 use crate::pools::PoolRetention;
 use crate::storage::{Location, S3Options};
 
@@ -71,6 +72,9 @@ pub struct CorpusJobConfig {
     /// What names the job's pool in place of its output (with its model): jobs given one
     /// key run on one pool (`resident eval`'s tasks, when their actors are the same).
     pub pool_key: Option<String>,
+    /// `--limit` as a share of the input's records ([`Self::set_limit`]): made a count in
+    /// `reader.limit` when the job starts, once the input is counted.
+    pub limit_share: Option<f64>,
 }
 
 impl CorpusJobConfig {
@@ -100,11 +104,22 @@ impl CorpusJobConfig {
             retention: PoolRetention::default(),
             task_timeout: None,
             pool_key: None,
+            limit_share: None,
         }
     }
 }
 
 impl CorpusJobConfig {
+    /// Reads only the input's first records (`--limit`): a count at once, a share once the
+    /// job has counted the input.
+    pub fn set_limit(&mut self, limit: Option<RecordLimit>) {
+        (self.reader.limit, self.limit_share) = match limit {
+            None => (None, None),
+            Some(RecordLimit::Records(count)) => (Some(count), None),
+            Some(RecordLimit::Share(share)) => (None, Some(share)),
+        };
+    }
+
     /// GPUs per actor once chosen ([`Self::choose_device`]); 0 = CPU actors.
     pub(crate) fn gpus(&self) -> f64 {
         self.gpus_per_actor.unwrap_or(0.0)

@@ -384,8 +384,10 @@ pub async fn preview_prompts(
         true => Some(resident_storage::S3Client::connect(&corpus.s3).await),
         false => None,
     };
+    let mut corpus = corpus.clone();
+    super::scan::resolve_limit_share(&mut corpus, s3.as_ref()).await?;
     let inputs = InputSet::list(&corpus.input, s3.as_ref()).await?;
-    let (options, work) = (corpus.reader.clone(), config.generation.clone());
+    let (options, work) = (corpus.reader, config.generation.clone());
     tokio::task::spawn_blocking(move || {
         let mut reader = RecordReader::new(inputs, options);
         let (mut prompts, mut bad) = (Vec::new(), Vec::new());

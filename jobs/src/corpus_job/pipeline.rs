@@ -1,6 +1,7 @@
 //! The pipeline every corpus job runs (see `mod.rs`), generic over the job's own part
 //! ([`ChunkWork`]).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,20 +43,21 @@ pub(super) async fn run_job<W: ChunkWork>(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<JobReport<W::Figures>, JobError> {
     let started = Instant::now();
-    let mut chosen;
-    let config = match config.gpus_per_actor {
-        Some(_) => config,
-        None => {
-            chosen = config.clone();
-            let choice = chosen.choose_device(cluster, "gpus_per_actor").await?;
-            tracing::info!(why = %choice.why, "chose the actors' device");
-            &chosen
-        }
-    };
+    let mut config = Cow::Borrowed(config);
+    if config.gpus_per_actor.is_none() {
+        let choice = (config.to_mut())
+            .choose_device(cluster, "gpus_per_actor")
+            .await?;
+        tracing::info!(why = %choice.why, "chose the actors' device");
+    }
     let s3 = match config.input.is_s3() || config.output.is_s3() {
         true => Some(S3Client::connect(&config.s3).await),
         false => None,
     };
+    if config.limit_share.is_some() {
+        scan::resolve_limit_share(config.to_mut(), s3.as_ref()).await?;
+    }
+    let config = config.as_ref();
     let out = OutputDir::prepare(&config.output, s3.as_ref()).await?;
     let job = Job {
         cluster,

@@ -83,6 +83,7 @@ impl ReportBuilder {
             pool: inputs.pool.to_owned(),
             input: inputs.config.input.to_string(),
             limit: inputs.config.reader.limit,
+            limit_share: inputs.config.limit_share,
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
             output: inputs.output,
@@ -251,6 +252,9 @@ pub struct JobReport<F> {
     /// Only the input's first this many records were read (`--limit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// `--limit` as a share of the input's records, when given so: `limit` is its count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_share: Option<f64>,
     /// SHA-256 over the input files' names and bytes (size and ETag for S3 objects), and
     /// `--limit` when given: what a resume checks.
     pub input_fingerprint: String,

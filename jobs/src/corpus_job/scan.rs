@@ -9,11 +9,13 @@ use super::duplicates::DuplicateFinder;
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::OutputDir;
-use super::reader::{BadRecord, IdCheck, Item, Record, RecordReader};
+use super::reader::{BadRecord, IdCheck, Item, ReaderOptions, Record, RecordReader};
+use super::record_limit::RecordLimit;
 use super::results::PendingChunk;
 use super::schedule::{ChunkCutter, ChunkSchedule, NextChunk};
 use super::work::ChunkWork;
 use super::{BadRecordPolicy, CorpusJobConfig, JobError};
+use crate::storage::S3Client;
 
 /// Bad records listed in the report; past this only their count grows, so a corpus of
 /// mostly bad lines cannot fill the client's memory.
@@ -28,6 +30,49 @@ pub(super) struct Scan {
     pub duplicate_ordinals: Arc<Vec<u64>>,
     pub input_fingerprint: String,
     pub model_fingerprint: String,
+}
+
+/// Makes a share limit a count: reads the whole input once (its items, bad lines included,
+/// as the limit counts them) and keeps the first `ceil(share x items)`, so the job reads
+/// what `--limit` with that count would. Nothing to do without a share, or once done.
+pub(crate) async fn resolve_limit_share(
+    config: &mut CorpusJobConfig,
+    s3: Option<&S3Client>,
+) -> Result<(), JobError> {
+    let (Some(share), None) = (config.limit_share, config.reader.limit) else {
+        return Ok(());
+    };
+    let items = count_items(config, s3).await?;
+    let count = RecordLimit::Share(share).records_of(items);
+    tracing::info!(
+        share,
+        items,
+        count,
+        "--limit as a share: the first {count} records"
+    );
+    config.reader.limit = Some(count);
+    Ok(())
+}
+
+/// The input's items (records and bad lines; blank lines are not items), read whole,
+/// whatever `reader.limit` says: what a share limit is a share of.
+async fn count_items(config: &CorpusJobConfig, s3: Option<&S3Client>) -> Result<u64, JobError> {
+    let inputs = InputSet::list(&config.input, s3).await?;
+    let options = ReaderOptions {
+        limit: None,
+        ..config.reader.clone()
+    };
+    let counted = tokio::task::spawn_blocking(move || {
+        let mut reader = RecordReader::new(inputs, options);
+        let mut items = 0u64;
+        while reader.next_item()?.is_some() {
+            items += 1;
+        }
+        Ok::<_, JobError>(items)
+    });
+    counted
+        .await
+        .map_err(|e| JobError::Input(format!("reader stopped: {e}")))?
 }
 
 /// First pass, blocking: count records, list bad ones (or stop at the first with `fail`).

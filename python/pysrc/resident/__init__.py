@@ -220,14 +220,20 @@ def _placement(
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _limit(limit: Optional[int]) -> Optional[int]:
-    """``limit=`` as the jobs take it: a count of records from 1, or None for all."""
-    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+def _limit(limit: Optional[Union[int, float]]) -> Optional[str]:
+    """``limit=`` as the jobs take it (``--limit``): a count of records from 1, a share of
+    them between 0 and 1 (``0.1``), or None for all."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
         raise BadInput(
-            f"limit {limit!r} is not a count of records: give 1 or more, or None for all",
+            f"limit {limit!r} is not a count of records from 1 or a share of them between "
+            "0 and 1: give one, or None for all",
             "BadInput",
         )
-    return None if limit is None else int(limit)
+    if isinstance(limit, float) and (not math.isfinite(limit) or limit != int(limit)):
+        return repr(limit)
+    return str(int(limit))
 
 
 def _generate_params(
@@ -662,7 +668,7 @@ class Cluster:
         selector: Optional[Mapping[str, str]] = None,
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
-        limit: Optional[int] = None,
+        limit: Optional[Union[int, float]] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -683,7 +689,7 @@ class Cluster:
         with ``pool_windows="mean"`` a vector per document. ``selector`` (node labels),
         ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``; ``limit`` reads only the input's
-        first records (``--limit``). Read the output with :func:`read_embeddings`.
+        first records, a count or a share below 1 (``--limit``). Read the output with :func:`read_embeddings`.
         """
         options = {
             "prompt_name": prompt_name,
@@ -793,7 +799,7 @@ class Cluster:
         ignore_punctuation: bool = False,
         target_delimiter: str = "",
         filters: Optional[Sequence[str]] = None,
-        limit: Optional[int] = None,
+        limit: Optional[Union[int, float]] = None,
         selector: Optional[Mapping[str, str]] = None,
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
@@ -839,7 +845,8 @@ class Cluster:
         ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
-        ``limit`` reads only the input's first records (``--limit``). ``selector`` (node
+        ``limit`` reads only the input's first records, a count or a share below 1
+        (``--limit``). ``selector`` (node
         labels), ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`.
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one

@@ -269,7 +269,8 @@ async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk()
 
 /// `--limit N` reads the input's first N records: their lines are a whole run's first N;
 /// the report says so; the same limit resumes with nothing to redo, another is another
-/// input, and 0 is refused.
+/// input, a share of the records is the count it rounds up to, and 0 or a share past 1 is
+/// refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_runs_the_input_s_first_records_and_another_limit_is_another_input() {
     init_logging();
@@ -314,7 +315,28 @@ async fn a_limit_runs_the_input_s_first_records_and_another_limit_is_another_inp
         stderr.contains("of a different input (or --limit)"),
         "{stderr}"
     );
-    let output = run("zero", &["--limit", "0"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    // A share, rounded up as lm-evaluation-harness does: 0.4 of 6 records is the first 3,
+    // the same records, so it resumes `--limit 3`'s output with nothing to redo.
+    run_to_success(run("first", &["--limit", "0.4"]));
+    let share = read_json(&dir.path().join("first/report.json"));
+    assert_eq!(
+        (
+            &share["limit"],
+            &share["limit_share"],
+            &share["computed_items"]
+        ),
+        (&3.into(), &0.4.into(), &0.into()),
+        "{share}"
+    );
+    for refused in ["0", "1.5", "-0.1"] {
+        let flag = format!("--limit={refused}");
+        let output = run("zero", &[&flag]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("give a count of records from 1 (100) or a share of them"),
+            "{stderr}"
+        );
+    }
     assert!(!dir.path().join("zero").exists());
 }
