@@ -394,8 +394,8 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         );
     }
 
-    /// The README's suite is one `resident eval` takes, its GSM8K filters ones the answer
-    /// checks compile.
+    /// The README's suite is one `resident eval` takes, its GSM8K and BIG-Bench Hard
+    /// filters ones the answer checks compile and judge as lm-evaluation-harness does.
     #[test]
     fn the_readme_s_suite_parses_and_its_filters_compile() {
         let readme = include_str!("../../README.md");
@@ -403,7 +403,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         let block = section.split("```toml\n").nth(1).unwrap();
         let suite = EvalSuite::parse(block.split("```").next().unwrap()).unwrap();
         let names: Vec<&str> = suite.tasks.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["mmlu", "gsm8k"]);
+        assert_eq!(names, ["mmlu", "gsm8k", "bbh-date"]);
         let flags = &suite.tasks[1].flags;
         let filters: Vec<crate::corpus_job::FilterSpec> = (flags.windows(2))
             .filter(|pair| pair[0] == "--filter")
@@ -425,6 +425,20 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         let judged = check.judge_record(&["so 9 * 2 = $18.\n#### 18"], &["#### 18".into()]);
         assert_eq!(judged[0].samples[0].correct, Some(true));
         assert_eq!(judged[1].samples[0].correct, Some(true));
+        // BIG-Bench Hard's filter looks around: what follows "the answer is ", less the
+        // full stop.
+        let flags = &suite.tasks[2].flags;
+        let at = flags.iter().position(|flag| flag == "--filter").unwrap();
+        let bbh = crate::corpus_job::AnswerMatch::new(crate::corpus_job::AnswerMatchSpec {
+            reference_field: Some("target".into()),
+            filters: vec![flags[at + 1].parse().unwrap()],
+            ..Default::default()
+        })
+        .unwrap();
+        let worked = "Yesterday was 12/31/1929, so today is 01/01/1930. So the answer is (B).";
+        let judged = bbh.judge_record(&[worked], &["(B)".into()]);
+        assert_eq!(judged[0].samples[0].extracted.as_deref(), Some("(B)"));
+        assert_eq!(judged[0].samples[0].correct, Some(true));
     }
 
     #[test]
