@@ -68,6 +68,16 @@ pub struct CorpusArgs {
     /// run. Another limit under the same --output is another input.
     #[arg(long, env = "RESIDENT_LIMIT", value_name = "N|SHARE")]
     limit: Option<RecordLimit>,
+    /// With --limit, each value of this field gets the limit (MMLU's `subject`: the first N,
+    /// or the share, of each subject's questions, as lm-evaluation-harness limits each of
+    /// its tasks); a record without the field is bad.
+    #[arg(
+        long,
+        env = "RESIDENT_LIMIT_BY",
+        value_name = "FIELD",
+        requires = "limit"
+    )]
+    limit_by: Option<String>,
     /// Records per chunk, or `auto` to plan from measured speed.
     #[arg(long, env = "RESIDENT_CHUNK_SIZE", default_value = "auto")]
     chunk_size: String,
@@ -165,6 +175,7 @@ impl CorpusArgs {
             ..ReaderOptions::default()
         };
         config.set_limit(self.limit);
+        config.reader.limit_by = self.limit_by.clone();
         config.prices = self.price.prices()?;
         Ok(config)
     }

@@ -229,6 +229,9 @@ fn bad_record_policy(py: Python<'_>, name: &str) -> PyResult<BadRecordPolicy> {
     }
 }
 
+/// `limit=` (`--limit`, a count or a share, as text) and `limit_by=` (`--limit-by`).
+type LimitArg = (String, Option<String>);
+
 /// The corpus config of `[input, model, output]` with the options every corpus job takes,
 /// as `resident embed` names them.
 #[allow(clippy::too_many_arguments)]
@@ -242,7 +245,7 @@ fn corpus_config(
     on_bad_record: &str,
     [id_field, text_field]: [String; 2],
     keep_pool: bool,
-    limit: Option<String>,
+    limit: Option<LimitArg>,
 ) -> PyResult<CorpusJobConfig> {
     let mut config = CorpusJobConfig::new(input.as_str(), model, output.as_str());
     config.replicas = replicas;
@@ -252,12 +255,13 @@ fn corpus_config(
     config.on_bad_record = bad_record_policy(py, on_bad_record)?;
     config.reader.id_field = id_field;
     config.reader.text_field = text_field;
-    let limit = limit.map(|limit| limit.parse::<RecordLimit>());
-    config.set_limit(
-        limit
-            .transpose()
-            .map_err(|e| bad_input(py, format!("limit: {e}")))?,
-    );
+    if let Some((limit, limit_by)) = limit {
+        let limit = limit.parse::<RecordLimit>();
+        config.set_limit(Some(
+            limit.map_err(|e| bad_input(py, format!("limit: {e}")))?,
+        ));
+        config.reader.limit_by = limit_by;
+    }
     config.retention = PoolRetention {
         keep: keep_pool,
         idle_ttl: None,
@@ -598,7 +602,7 @@ impl NativeCluster {
         merge: bool,
         on_progress: Option<Py<PyAny>>,
         embedding_json: String,
-        limit: Option<String>,
+        limit: Option<LimitArg>,
     ) -> PyResult<String> {
         let (mut embedding, placement) = embed_work(py, &embedding_json)?;
         if embedding.dtype == OutputDtype::F32 {
@@ -690,7 +694,7 @@ impl NativeCluster {
         fewshot_seed: Option<u64>,
         answer_check_json: Option<String>,
         target_delimiter: String,
-        limit: Option<String>,
+        limit: Option<LimitArg>,
         pool_key: Option<String>,
         placement_json: Option<String>,
     ) -> PyResult<String> {

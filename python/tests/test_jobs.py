@@ -46,6 +46,17 @@ def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, t
     )
     assert (share["items"], share["limit"], share["limit_share"]) == (39, 39, 0.13), share
     np.testing.assert_allclose(np.load(tmp_path / "share" / "embeddings.npy"), rust[:39], atol=1e-6)
+    # limit_by= (--limit-by): the limit of each value of a field, here a tenth of each part.
+    parts = write_corpus(tmp_path / "parts.jsonl",
+                         [{**r, "part": "a" if i % 3 == 0 else "b"} for i, r in enumerate(records)])
+    by = local_cluster.embed_job(str(parts), str(MINILM), str(tmp_path / "by"), limit=0.1,
+                                 limit_by="part", progress=False)
+    kept = [i for i in range(300) if i % 3 == 0][:10] + [i for i in range(300) if i % 3][:20]
+    assert (by["items"], by["limit_by"], by["limit_share"]) == (30, "part", 0.1), by
+    np.testing.assert_allclose(np.load(tmp_path / "by" / "embeddings.npy"), rust[sorted(kept)],
+                               atol=1e-6)
+    with pytest.raises(resident.BadInput, match="give limit too"):
+        local_cluster.embed_job(str(parts), str(MINILM), str(tmp_path / "zero"), limit_by="part")
     for refused in (0, 1.5, -0.1, float("nan"), "ten", True):
         with pytest.raises(resident.BadInput, match="count of records from 1"):
             local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "zero"),

@@ -235,6 +235,8 @@ fn fewshot_reader(path: &Path, options: ReaderOptions) -> Result<RecordReader, J
     })?;
     let options = ReaderOptions {
         limit: None,
+        limit_by: None,
+        group_limits: None,
         ..options
     };
     Ok(RecordReader::new(inputs, options))
@@ -381,6 +383,7 @@ mod tests {
                 choices: choices.iter().map(|c| c.to_string()).collect(),
                 answer,
             })),
+            limit_group: None,
         }
     }
 

@@ -733,6 +733,7 @@ mod tests {
             kept: Default::default(),
             chat: None,
             choices: None,
+            limit_group: None,
         };
         let math = job.generation.prompt_of(record("math"));
         assert_eq!(
@@ -1021,6 +1022,7 @@ mod tests {
             kept: kept_object(),
             chat: None,
             choices: None,
+            limit_group: None,
         };
         let error = work.prompt_of(record.clone()).error.unwrap();
         assert!(error.contains("`target.value.aliases`"), "{error}");

@@ -1,6 +1,7 @@
 //! Reading a corpus as a stream of records from its files (see `inputs.rs`). Bad lines
 //! become [`BadRecord`]s, never a crash.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -40,8 +41,17 @@ pub struct ReaderOptions {
     pub choices: Option<ChoiceFields>,
     /// Read no further than the input's first this many records, bad ones included (its
     /// first non-blank lines or rows: `--limit`, lm-evaluation-harness's `--limit`), so
-    /// every pass reads the same records.
+    /// every pass reads the same records. With [`Self::limit_by`], each group's first this
+    /// many.
     pub limit: Option<u64>,
+    /// The field whose values each get [`Self::limit`] records (`--limit-by`: MMLU's
+    /// `subject`, as lm-evaluation-harness limits each of its tasks): a record past its
+    /// value's count is passed over as if the input had not held it, bad lines are all
+    /// read, and a record without the field is bad.
+    pub limit_by: Option<String>,
+    /// With [`Self::limit_by`], each value's own count in place of [`Self::limit`] (a share
+    /// of each group's records, counted first); a value not listed gets none.
+    pub group_limits: Option<Arc<BTreeMap<String, u64>>>,
 }
 
 impl ReaderOptions {
@@ -65,12 +75,31 @@ impl ReaderOptions {
         (!settings.is_empty()).then_some(serde_json::Value::Object(settings))
     }
 
+    /// What of the limit makes the job's input other than the whole (`--limit`,
+    /// `--limit-by` and each group's count from a share), for its input fingerprint;
+    /// `None` without one. A plain limit reads as it always has, so such outputs resume.
+    pub fn limit_settings(&self) -> Option<String> {
+        let limit = match (&self.group_limits, self.limit) {
+            (Some(limits), _) => {
+                let counts = serde_json::to_string(limits.as_ref()).expect("counts are JSON");
+                format!("limits={counts}")
+            }
+            (None, Some(limit)) => format!("limit={limit}"),
+            (None, None) => return None,
+        };
+        Some(match &self.limit_by {
+            Some(field) => format!("{limit} by={field}"),
+            None => limit,
+        })
+    }
+
     /// Whether records have more than an id, a text and carried fields: a prompt's fields,
     /// conversations or OpenAI Batch lines, choices. A Parquet file's rows are then read
     /// whole, as a JSON line is.
     pub fn reads_structure(&self) -> bool {
         !self.extra_fields.is_empty()
             || self.group_field.is_some()
+            || self.limit_by.is_some()
             || self.prompts != PromptInput::Text
             || self.choices.is_some()
     }
@@ -87,6 +116,8 @@ impl Default for ReaderOptions {
             prompts: PromptInput::Text,
             choices: None,
             limit: None,
+            limit_by: None,
+            group_limits: None,
         }
     }
 }
@@ -108,6 +139,8 @@ pub struct Record {
     pub chat: Option<Box<ChatRecord>>,
     /// Choices to score after the text or conversation ([`ReaderOptions::choices`]).
     pub choices: Option<Box<ChoiceRecord>>,
+    /// Its [`ReaderOptions::limit_by`] field's value, when there is one.
+    pub limit_group: Option<String>,
 }
 
 pub use crate::records::Kept;
@@ -147,6 +180,8 @@ pub struct RecordReader {
     last_place: (u32, u64),
     /// Items (records and bad lines) returned so far, for [`ReaderOptions::limit`].
     returned: u64,
+    /// Records returned so far of each [`ReaderOptions::limit_by`] value.
+    returned_by_group: HashMap<String, u64>,
 }
 
 /// What a pass does about ids that repeat an earlier record's.
@@ -180,6 +215,7 @@ impl RecordReader {
             buffer: Vec::new(),
             last_place: (0, 0),
             returned: 0,
+            returned_by_group: HashMap::new(),
         }
     }
 
@@ -210,11 +246,11 @@ impl RecordReader {
     /// The next record or bad line; `Ok(None)` at the end of the corpus, or once
     /// [`ReaderOptions::limit`] items have been returned.
     pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
-        if self
+        let limit = self
             .options
             .limit
-            .is_some_and(|limit| self.returned >= limit)
-        {
+            .filter(|_| self.options.limit_by.is_none());
+        if limit.is_some_and(|limit| self.returned >= limit) {
             return Ok(None);
         }
         let item = self.read_item()?;
@@ -260,6 +296,7 @@ impl RecordReader {
                         kept,
                         chat: None,
                         choices: None,
+                        limit_group: None,
                     }),
                     ParquetRow::Object(object) => self.parse_object(object, index, line),
                 }),
@@ -275,6 +312,7 @@ impl RecordReader {
                 Ok(record)
             });
             let checked = match checked {
+                Ok(record) if self.past_group_limit(&record) => continue,
                 Ok(record) => self.check_id(record, index, line)?,
                 Err(reason) => Err(reason),
             };
@@ -287,6 +325,25 @@ impl RecordReader {
                 }),
             }));
         }
+    }
+
+    /// Whether `record`'s [`ReaderOptions::limit_by`] value has had its records already
+    /// (it is then passed over, before its id is checked, as if the input had not held
+    /// it); counts it otherwise.
+    fn past_group_limit(&mut self, record: &Record) -> bool {
+        let Some(group) = &record.limit_group else {
+            return false;
+        };
+        let limit = match &self.options.group_limits {
+            Some(limits) => limits.get(group).copied().unwrap_or(0),
+            None => self.options.limit.unwrap_or(u64::MAX),
+        };
+        let returned = self.returned_by_group.entry(group.clone()).or_insert(0);
+        if *returned >= limit {
+            return true;
+        }
+        *returned += 1;
+        false
     }
 
     fn check_id(
@@ -361,6 +418,7 @@ impl RecordReader {
                     kept: Kept::new(),
                     chat: None,
                     choices: None,
+                    limit_group: None,
                 })
             }
             _ => self.parse_json(text, index, line),
@@ -372,7 +430,12 @@ impl RecordReader {
         let prompt_field = self.options.extra_fields.first();
         let group_field = self.options.group_field.as_ref();
         let named = prompt_field.map(|f| (f, "the prompt names"));
-        match named.or(group_field.map(|f| (f, "few-shot groups by"))) {
+        let limit_by = self
+            .options
+            .limit_by
+            .as_ref()
+            .map(|f| (f, "--limit-by names"));
+        match (named.or(group_field.map(|f| (f, "few-shot groups by")))).or(limit_by) {
             Some((field, by)) => Err(format!(
                 "{by} the field `{field}`, and {format} records have only a text; give the \
                  corpus as JSON lines or Parquet"
@@ -396,6 +459,23 @@ impl RecordReader {
     /// The record in a JSON line's object, or a Parquet row's read as one.
     fn parse_object(
         &self,
+        object: serde_json::Map<String, Value>,
+        index: usize,
+        line: u64,
+    ) -> Result<Record, String> {
+        let limit_group = (self.options.limit_by.as_ref())
+            .map(|field| field_text(&object, field, "--limit-by's group"))
+            .transpose()?;
+        let record = self.parse_record(object, index, line)?;
+        Ok(Record {
+            limit_group,
+            ..record
+        })
+    }
+
+    /// [`Self::parse_object`]'s record, but for its [`Record::limit_group`].
+    fn parse_record(
+        &self,
         mut object: serde_json::Map<String, Value>,
         index: usize,
         line: u64,
@@ -409,6 +489,7 @@ impl RecordReader {
                 kept: self.kept(&object),
                 chat: Some(Box::new(chat)),
                 choices: None,
+                limit_group: None,
             });
         }
         let has_text = object.contains_key(&self.options.text_field);
@@ -434,6 +515,7 @@ impl RecordReader {
                     ..ChatRecord::default()
                 })),
                 choices,
+                limit_group: None,
             });
         }
         let mut fields = self
@@ -464,6 +546,7 @@ impl RecordReader {
             kept,
             chat: None,
             choices,
+            limit_group: None,
         })
     }
 
@@ -647,6 +730,89 @@ mod tests {
         );
         assert_eq!(limited(Some(9)), limited(None));
         assert_eq!(limited(None), ["1", "bad", "2", "3"]);
+    }
+
+    /// `--limit N --limit-by FIELD`: each value's first N records, the rest passed over
+    /// before their ids are checked (a repeated id among them is no duplicate); bad lines
+    /// all read, a record without the field bad; a share's counts by value in place of N.
+    #[test]
+    fn a_limit_by_a_field_reads_each_value_s_first_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mmlu.jsonl");
+        let record = |id: u32, subject: &str| {
+            format!("{{\"id\": {id}, \"text\": \"q{id}\", \"subject\": \"{subject}\"}}\n")
+        };
+        let lines = [
+            record(1, "math"),
+            record(2, "law"),
+            record(3, "math"),
+            "{bad\n".to_owned(),
+            record(4, "math"),
+            "{\"id\": 5, \"text\": \"no subject\"}\n".to_owned(),
+            record(2, "law"),
+            record(6, "art"),
+            record(7, "law"),
+        ];
+        std::fs::write(&path, lines.concat()).unwrap();
+        let read = |limit, group_limits: Option<BTreeMap<String, u64>>| {
+            let options = ReaderOptions {
+                limit,
+                limit_by: Some("subject".into()),
+                group_limits: group_limits.map(Arc::new),
+                ..ReaderOptions::default()
+            };
+            let mut reader = RecordReader::new(InputSet::local(&path).unwrap(), options)
+                .with_id_check(IdCheck::Collect(DuplicateFinder::default()));
+            let mut ids = Vec::new();
+            while let Some(item) = reader.next_item().unwrap() {
+                ids.push(match item {
+                    Item::Record(record) => {
+                        format!("{}{}", record.limit_group.unwrap(), record.id)
+                    }
+                    Item::Bad(bad) => bad.reason,
+                });
+            }
+            (ids, reader.duplicates().unwrap().len())
+        };
+        let (ids, duplicates) = read(Some(1), None);
+        assert_eq!(
+            ids,
+            [
+                "math1",
+                "law2",
+                "malformed JSON: key must be a string at line 1 column 2",
+                "missing field `subject` (--limit-by's group)",
+                "art6"
+            ]
+        );
+        assert_eq!(
+            duplicates, 0,
+            "law's second id 2 is past the limit: not read"
+        );
+        let (ids, duplicates) = read(Some(2), None);
+        assert_eq!(ids.iter().filter(|id| id.starts_with("math")).count(), 2);
+        assert_eq!(duplicates, 1, "id 2 again, within law's two");
+        let counts = [("math".to_owned(), 3), ("art".to_owned(), 1)];
+        let (ids, _) = read(None, Some(counts.into_iter().collect()));
+        let records: Vec<&String> = ids.iter().filter(|id| !id.contains(' ')).collect();
+        assert_eq!(records, ["math1", "math3", "math4", "art6"], "law has none");
+        let options = |limit_by: Option<&str>, limit| ReaderOptions {
+            limit,
+            limit_by: limit_by.map(str::to_owned),
+            ..ReaderOptions::default()
+        };
+        assert_eq!(options(None, None).limit_settings(), None);
+        assert_eq!(
+            options(None, Some(3)).limit_settings().as_deref(),
+            Some("limit=3"),
+            "a plain limit reads as before"
+        );
+        assert_eq!(
+            options(Some("subject"), Some(3))
+                .limit_settings()
+                .as_deref(),
+            Some("limit=3 by=subject")
+        );
     }
 
     /// Only choice labels and renamed choice fields join the settings, so a job with neither

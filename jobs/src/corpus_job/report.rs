@@ -84,6 +84,7 @@ impl ReportBuilder {
             input: inputs.config.input.to_string(),
             limit: inputs.config.reader.limit,
             limit_share: inputs.config.limit_share,
+            limit_by: inputs.config.reader.limit_by.clone(),
             input_fingerprint: inputs.input_fingerprint,
             model_fingerprint: inputs.model_fingerprint,
             output: inputs.output,
@@ -252,9 +253,13 @@ pub struct JobReport<F> {
     /// Only the input's first this many records were read (`--limit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
-    /// `--limit` as a share of the input's records, when given so: `limit` is its count.
+    /// `--limit` as a share of the input's records, when given so: `limit` is its count
+    /// (absent with `limit_by`: each group's share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_share: Option<f64>,
+    /// The field whose values each got the limit (`--limit-by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_by: Option<String>,
     /// SHA-256 over the input files' names and bytes (size and ETag for S3 objects), and
     /// `--limit` when given: what a resume checks.
     pub input_fingerprint: String,

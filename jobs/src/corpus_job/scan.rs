@@ -2,7 +2,7 @@
 //! fingerprint), the manifest check, speed calibration and the chunk producer.
 
 use resident_sdk::TaskPayload;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::duplicates::DuplicateFinder;
@@ -39,36 +39,54 @@ pub(crate) async fn resolve_limit_share(
     config: &mut CorpusJobConfig,
     s3: Option<&S3Client>,
 ) -> Result<(), JobError> {
-    let (Some(share), None) = (config.limit_share, config.reader.limit) else {
+    let resolved = config.reader.limit.is_some() || config.reader.group_limits.is_some();
+    let (Some(share), false) = (config.limit_share, resolved) else {
         return Ok(());
     };
-    let items = count_items(config, s3).await?;
-    let count = RecordLimit::Share(share).records_of(items);
-    tracing::info!(
-        share,
-        items,
-        count,
-        "--limit as a share: the first {count} records"
-    );
+    let (items, by_group) = count_items(config, s3).await?;
+    let share = RecordLimit::Share(share);
+    if config.reader.limit_by.is_some() {
+        let limits: BTreeMap<String, u64> = (by_group.into_iter())
+            .map(|(group, records)| (group, share.records_of(records)))
+            .collect();
+        let groups = limits.len();
+        tracing::info!(%share, groups, "--limit as a share of each group's records");
+        config.reader.group_limits = Some(Arc::new(limits));
+        return Ok(());
+    }
+    let count = share.records_of(items);
+    tracing::info!(%share, items, count, "--limit as a share: the first {count} records");
     config.reader.limit = Some(count);
     Ok(())
 }
 
 /// The input's items (records and bad lines; blank lines are not items), read whole,
-/// whatever `reader.limit` says: what a share limit is a share of.
-async fn count_items(config: &CorpusJobConfig, s3: Option<&S3Client>) -> Result<u64, JobError> {
+/// whatever `reader.limit` says, and with `--limit-by` each group's records: what a share
+/// limit is a share of.
+async fn count_items(
+    config: &CorpusJobConfig,
+    s3: Option<&S3Client>,
+) -> Result<(u64, BTreeMap<String, u64>), JobError> {
     let inputs = InputSet::list(&config.input, s3).await?;
     let options = ReaderOptions {
         limit: None,
+        group_limits: None,
         ..config.reader.clone()
     };
     let counted = tokio::task::spawn_blocking(move || {
         let mut reader = RecordReader::new(inputs, options);
-        let mut items = 0u64;
-        while reader.next_item()?.is_some() {
+        let (mut items, mut by_group) = (0u64, BTreeMap::new());
+        while let Some(item) = reader.next_item()? {
             items += 1;
+            if let Item::Record(Record {
+                limit_group: Some(group),
+                ..
+            }) = item
+            {
+                *by_group.entry(group).or_insert(0) += 1;
+            }
         }
-        Ok::<_, JobError>(items)
+        Ok::<_, JobError>((items, by_group))
     });
     counted
         .await
@@ -81,12 +99,10 @@ pub(super) fn scan_input(
     inputs: InputSet,
     model_fingerprint: String,
 ) -> Result<Scan, JobError> {
-    let input_fingerprint = match (inputs.fingerprint()?, config.reader.limit) {
+    let input_fingerprint = match (inputs.fingerprint()?, config.reader.limit_settings()) {
         (whole, None) => whole,
         // Another --limit reads other records: another input.
-        (whole, Some(limit)) => {
-            crate::files::sha256_hex(format!("{whole}limit={limit}").as_bytes())
-        }
+        (whole, Some(limit)) => crate::files::sha256_hex(format!("{whole}{limit}").as_bytes()),
     };
     let file_names: Vec<String> = inputs.files.iter().map(|f| f.name.clone()).collect();
     let mut reader = RecordReader::new(inputs, config.reader.clone())

@@ -220,10 +220,16 @@ def _placement(
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _limit(limit: Optional[Union[int, float]]) -> Optional[str]:
-    """``limit=`` as the jobs take it (``--limit``): a count of records from 1, a share of
-    them between 0 and 1 (``0.1``), or None for all."""
+def _limit(
+    limit: Optional[Union[int, float]], limit_by: Optional[str]
+) -> Optional[tuple[str, Optional[str]]]:
+    """``limit=`` and ``limit_by=`` as the jobs take them (``--limit``, ``--limit-by``): a
+    count of records from 1 or a share of them between 0 and 1 (``0.1``), or None for all,
+    and the field whose values each get it."""
     if limit is None:
+        if limit_by is not None:
+            raise BadInput("limit_by names the field whose values each get the limit: "
+                           "give limit too", "BadInput")
         return None
     if isinstance(limit, bool) or not isinstance(limit, (int, float)):
         raise BadInput(
@@ -232,8 +238,8 @@ def _limit(limit: Optional[Union[int, float]]) -> Optional[str]:
             "BadInput",
         )
     if isinstance(limit, float) and (not math.isfinite(limit) or limit != int(limit)):
-        return repr(limit)
-    return str(int(limit))
+        return repr(limit), limit_by
+    return str(int(limit)), limit_by
 
 
 def _generate_params(
@@ -669,6 +675,7 @@ class Cluster:
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
         limit: Optional[Union[int, float]] = None,
+        limit_by: Optional[str] = None,
     ) -> dict:
         """Runs ``resident embed``: the resumable corpus job, with the same options.
 
@@ -689,7 +696,9 @@ class Cluster:
         with ``pool_windows="mean"`` a vector per document. ``selector`` (node labels),
         ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``; ``limit`` reads only the input's
-        first records, a count or a share below 1 (``--limit``). Read the output with :func:`read_embeddings`.
+        first records, a count or a share below 1 (``--limit``), of each value of the field
+        ``limit_by`` names when given (``--limit-by``). Read the output with
+        :func:`read_embeddings`.
         """
         options = {
             "prompt_name": prompt_name,
@@ -711,7 +720,7 @@ class Cluster:
                 input, model, output, replicas, gpus_per_actor, vram_gib, chunk_size, dtype,
                 on_bad_record, id_field, text_field, keep_pool, merge,
                 lambda done, total, _tokens: bar.set(done, total),
-                json.dumps(options), _limit(limit),
+                json.dumps(options), _limit(limit, limit_by),
             )
         finally:
             bar.close()
@@ -800,6 +809,7 @@ class Cluster:
         target_delimiter: str = "",
         filters: Optional[Sequence[str]] = None,
         limit: Optional[Union[int, float]] = None,
+        limit_by: Optional[str] = None,
         selector: Optional[Mapping[str, str]] = None,
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
@@ -846,7 +856,8 @@ class Cluster:
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
         ``limit`` reads only the input's first records, a count or a share below 1
-        (``--limit``). ``selector`` (node
+        (``--limit``), of each value of the field ``limit_by`` names when given
+        (``--limit-by``: MMLU's ``subject``). ``selector`` (node
         labels), ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
         ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`.
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
@@ -870,7 +881,7 @@ class Cluster:
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,
                 ),
-                target_delimiter, _limit(limit), _pool_key,
+                target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),
             )
         finally:

@@ -37,7 +37,7 @@ class NativeCluster:
         merge: bool = True,
         on_progress: Optional[Callable[[int, int, int], None]] = None,
         embedding_json: str = "{}",
-        limit: Optional[str] = None,
+        limit: Optional[tuple[str, Optional[str]]] = None,
     ) -> str: ...
     def sweep(
         self,
@@ -76,7 +76,7 @@ class NativeCluster:
         fewshot_seed: Optional[int] = None,
         answer_check_json: Optional[str] = None,
         target_delimiter: str = "",
-        limit: Optional[str] = None,
+        limit: Optional[tuple[str, Optional[str]]] = None,
         pool_key: Optional[str] = None,
         placement_json: Optional[str] = None,
     ) -> str: ...

@@ -267,6 +267,65 @@ async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk()
     assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
 }
 
+/// `--limit N --limit-by FIELD` reads each value's first N records (lm-evaluation-harness's
+/// limit per task: MMLU's per subject), a share each value's share rounded up; the report
+/// says so, the same limit resumes, and the same N over the whole input is another input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_by_a_field_runs_each_value_s_first_records() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    // Topics: Uncategorized, Mathematics, Everyday life, People, then six of History.
+    let input = sample(dir.path(), 10);
+    let run = |out: &str, flags: &[&str]| {
+        let mut command = generate_command(
+            &input,
+            &dir.path().join(out),
+            PROMPT,
+            &["--max-new-tokens", "4"],
+        );
+        command.args(flags);
+        command
+    };
+    run_to_success(run("whole", &[]));
+    let whole = read_jsonl(&dir.path().join("whole/generations.jsonl"));
+    run_to_success(run("by", &["--limit", "2", "--limit-by", "topic"]));
+    let by = read_jsonl(&dir.path().join("by/generations.jsonl"));
+    assert_eq!(by, whole[..6], "one of each single topic, two of History");
+    let report = read_json(&dir.path().join("by/report.json"));
+    assert_eq!(
+        (&report["limit"], &report["limit_by"], &report["items"]),
+        (&2.into(), &"topic".into(), &6.into()),
+        "{report}"
+    );
+    run_to_success(run("share", &["--limit", "0.5", "--limit-by", "topic"]));
+    let share = read_jsonl(&dir.path().join("share/generations.jsonl"));
+    assert_eq!(
+        share,
+        whole[..7],
+        "ceil(0.5 x 1) of each single topic, 3 of History's 6"
+    );
+    run_to_success(run("share", &["--limit", "0.5", "--limit-by", "topic"]));
+    let again = read_json(&dir.path().join("share/report.json"));
+    assert_eq!(
+        (
+            &again["computed_items"],
+            &again["limit_share"],
+            &again["limit_by"]
+        ),
+        (&0.into(), &0.5.into(), &"topic".into()),
+        "the same limit resumes: {again}"
+    );
+    let output = run("by", &["--limit", "2"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("of a different input (or --limit)"),
+        "{stderr}"
+    );
+    let output = run("alone", &["--limit-by", "topic"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!dir.path().join("alone").exists());
+}
+
 /// `--limit N` reads the input's first N records: their lines are a whole run's first N;
 /// the report says so; the same limit resumes with nothing to redo, another is another
 /// input, a share of the records is the count it rounds up to, and 0 or a share past 1 is
