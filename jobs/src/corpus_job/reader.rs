@@ -244,7 +244,8 @@ impl RecordReader {
     }
 
     /// The next record or bad line; `Ok(None)` at the end of the corpus, or once
-    /// [`ReaderOptions::limit`] items have been returned.
+    /// [`ReaderOptions::limit`] items have been returned (without
+    /// [`ReaderOptions::limit_by`], each value's limit kept as it reads).
     pub fn next_item(&mut self) -> Result<Option<Item>, JobError> {
         let limit = self
             .options

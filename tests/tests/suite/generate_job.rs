@@ -267,6 +267,13 @@ async fn kill_9_of_an_agent_then_of_the_cli_and_a_rerun_redo_no_finished_chunk()
     assert_eq!(report["per_gpu"][0]["gpu_name"], "T4");
 }
 
+/// `resident generate` of `input` into `out`, four new tokens a record, with `flags` after.
+fn four_tokens(input: &Path, out: &Path, flags: &[&str]) -> std::process::Command {
+    let mut command = generate_command(input, out, PROMPT, &["--max-new-tokens", "4"]);
+    command.args(flags);
+    command
+}
+
 /// `--limit N --limit-by FIELD` reads each value's first N records (lm-evaluation-harness's
 /// limit per task: MMLU's per subject), a share each value's share rounded up; the report
 /// says so, the same limit resumes, and the same N over the whole input is another input.
@@ -276,16 +283,7 @@ async fn a_limit_by_a_field_runs_each_value_s_first_records() {
     let dir = tempfile::tempdir().unwrap();
     // Topics: Uncategorized, Mathematics, Everyday life, People, then six of History.
     let input = sample(dir.path(), 10);
-    let run = |out: &str, flags: &[&str]| {
-        let mut command = generate_command(
-            &input,
-            &dir.path().join(out),
-            PROMPT,
-            &["--max-new-tokens", "4"],
-        );
-        command.args(flags);
-        command
-    };
+    let run = |out: &str, flags: &[&str]| four_tokens(&input, &dir.path().join(out), flags);
     run_to_success(run("whole", &[]));
     let whole = read_jsonl(&dir.path().join("whole/generations.jsonl"));
     run_to_success(run("by", &["--limit", "2", "--limit-by", "topic"]));
@@ -335,16 +333,7 @@ async fn a_limit_runs_the_input_s_first_records_and_another_limit_is_another_inp
     init_logging();
     let dir = tempfile::tempdir().unwrap();
     let input = sample(dir.path(), 6);
-    let run = |out: &str, flags: &[&str]| {
-        let mut command = generate_command(
-            &input,
-            &dir.path().join(out),
-            PROMPT,
-            &["--max-new-tokens", "4"],
-        );
-        command.args(flags);
-        command
-    };
+    let run = |out: &str, flags: &[&str]| four_tokens(&input, &dir.path().join(out), flags);
     run_to_success(run("whole", &[]));
     run_to_success(run("first", &["--limit", "3"]));
     let whole = read_jsonl(&dir.path().join("whole/generations.jsonl"));
