@@ -76,6 +76,81 @@ pub struct AnswerCounts {
     pub sampled_reference_records: u64,
 }
 
+/// Each named filter's figures by name, in the job's order (`--filter`'s, as
+/// lm-evaluation-harness lists a task's filters): written as a JSON object whose keys keep
+/// that order, and read back in the order the object has.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FilterFigures(Vec<(String, AnswerFigures)>);
+
+impl FilterFigures {
+    /// Whether there are none (no named filters).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each filter's name and figures, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AnswerFigures)> {
+        self.0
+            .iter()
+            .map(|(name, figures)| (name.as_str(), figures))
+    }
+
+    /// The figures of the filter named `name`.
+    pub fn get(&self, name: &str) -> Option<&AnswerFigures> {
+        self.iter()
+            .find(|(named, _)| *named == name)
+            .map(|(_, f)| f)
+    }
+
+    /// In `names`' order (those it does not name after, as they were).
+    pub fn put_in_order<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let names: Vec<&str> = names.into_iter().collect();
+        let place = |name: &str| names.iter().position(|n| *n == name).unwrap_or(names.len());
+        self.0.sort_by_key(|(name, _)| place(name));
+    }
+}
+
+impl FromIterator<(String, AnswerFigures)> for FilterFigures {
+    fn from_iter<I: IntoIterator<Item = (String, AnswerFigures)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl Serialize for FilterFigures {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, figures) in &self.0 {
+            map.serialize_entry(name, figures)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for FilterFigures {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Reads the object's entries in the order it has them.
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = FilterFigures;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("each filter's figures by name")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(FilterFigures(entries))
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
+}
+
 /// One filter's figures: its counts and their shares.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AnswerFigures {
@@ -343,5 +418,31 @@ mod tests {
             report.get("groups").is_none() && report.get("filters").is_none(),
             "the report's own figures hold the maps: {report}"
         );
+    }
+
+    #[test]
+    fn filter_figures_keep_the_order_given_through_json() {
+        let figures = |names: &[&str]| -> FilterFigures {
+            (names.iter())
+                .map(|name| {
+                    let counts = AnswerCounts::default();
+                    let shares = counts.shares();
+                    (name.to_string(), AnswerFigures { counts, shares })
+                })
+                .collect()
+        };
+        let given = figures(&["strict-match", "flexible-extract"]);
+        let json = serde_json::to_string(&given).unwrap();
+        assert!(
+            json.find("strict").unwrap() < json.find("flexible").unwrap(),
+            "{json}"
+        );
+        let back: FilterFigures = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, given, "read back in the object's order");
+        let names = |f: &FilterFigures| f.iter().map(|(n, _)| n.to_owned()).collect::<Vec<_>>();
+        let mut sorted = figures(&["b", "c", "a"]);
+        sorted.put_in_order(["a", "b"]);
+        assert_eq!(names(&sorted), ["a", "b", "c"], "unnamed ones after");
+        assert!(sorted.get("c").is_some() && sorted.get("d").is_none());
     }
 }

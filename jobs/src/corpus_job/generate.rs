@@ -572,10 +572,15 @@ impl ChunkWork for GenerateWork {
         }
         let groups = &tally.evaluation.groups;
         let by_group = (self.accuracy_by.as_deref()).and_then(|f| accuracy_by_group(f, groups));
-        GenerateFigures {
+        let mut figures = GenerateFigures {
             accuracy_by_group: by_group,
             ..tally.figures(wall)
+        };
+        if let Some(check) = &self.answer_match {
+            let names = check.spec().filters.iter().map(|f| f.name.as_str());
+            figures.filters.put_in_order(names);
         }
+        figures
     }
 
     fn shard_data(

@@ -1,14 +1,13 @@
 //! A generate job's report figures: the tallies of its chunks' answers as they come in
 //! ([`GenerationTally`]) and what the report makes of them ([`GenerateFigures`]).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use resident_actor::generate::{Completion, FinishReason};
 use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
-use super::evaluation_counts::{AnswerFigures, AnswerShares, EvaluationCounts};
+use super::evaluation_counts::{AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures};
 use super::group_accuracy::AccuracyByGroup;
 use super::shares::{share, share_stderr};
 
@@ -70,9 +69,9 @@ pub struct GenerateFigures {
     /// their standard errors.
     #[serde(flatten)]
     pub answers: AnswerShares,
-    /// Each named filter's counts and shares, by name (`--filter`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub filters: BTreeMap<String, AnswerFigures>,
+    /// Each named filter's counts and shares, by name, in the order `--filter` gave them.
+    #[serde(default, skip_serializing_if = "FilterFigures::is_empty")]
+    pub filters: FilterFigures,
     /// Both accuracies by the groups of `--accuracy-by` (absent without it, or when no
     /// record named its answer); a generating job's exact match there.
     #[serde(default, skip_serializing_if = "Option::is_none")]

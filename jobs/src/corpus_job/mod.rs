@@ -76,7 +76,9 @@ pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
-pub use evaluation_counts::{AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts};
+pub use evaluation_counts::{
+    AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures,
+};
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
 pub use fewshot_sampling::FewshotSampler;
 pub use generate::{

@@ -243,6 +243,15 @@ async fn named_filters_judge_one_generation_as_separate_jobs_would() {
         assert_eq!(report["filters"]["first"][key], first_report[key], "{key}");
         assert_eq!(report["filters"]["last"][key], last_report[key], "{key}");
     }
+    // report.json lists the filters in the order given (lm-evaluation-harness's), not by
+    // name ("around" would come first).
+    let text = std::fs::read_to_string(dir.path().join("named/report.json")).unwrap();
+    let filters = &text[text.find("\"filters\"").unwrap()..];
+    let at = |name: &str| filters.find(&format!("\"{name}\": {{")).unwrap();
+    assert!(
+        at("first") < at("last") && at("whole") < at("around"),
+        "{text}"
+    );
     let right = |report: &Value| report["exact_match_records"].as_u64().unwrap_or(0);
     assert!(
         right(&first_report) >= 4 && right(&last_report) >= 4,
