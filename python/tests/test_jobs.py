@@ -35,7 +35,7 @@ def test_embed_and_embed_job_give_the_vectors_of_resident_embed(local_cluster, t
     np.testing.assert_allclose(from_call, rust, atol=1e-6)
     # limit= (--limit): the input's first records only.
     first = local_cluster.embed_job(
-        str(corpus), str(MINILM), str(tmp_path / "first"), limit=40, progress=False
+        str(corpus), str(MINILM), str(tmp_path / "first"), limit=np.int64(40), progress=False
     )
     assert first["items"] == 40 and first["limit"] == 40, first
     np.testing.assert_allclose(np.load(tmp_path / "first" / "embeddings.npy"), rust[:40], atol=1e-6)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import numbers
 import os
 import sys
 import types
@@ -231,15 +232,18 @@ def _limit(
             raise BadInput("limit_by names the field whose values each get the limit: "
                            "give limit too", "BadInput")
         return None
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real):
         raise BadInput(
             f"limit {limit!r} is not a count of records from 1 or a share of them between "
             "0 and 1: give one, or None for all",
             "BadInput",
         )
-    if isinstance(limit, float) and (not math.isfinite(limit) or limit != int(limit)):
-        return repr(limit), limit_by
-    return str(int(limit)), limit_by
+    if isinstance(limit, numbers.Integral):  # int, numpy's integers
+        return str(int(limit)), limit_by
+    share = float(limit)
+    if math.isfinite(share) and share.is_integer():
+        return str(int(share)), limit_by
+    return repr(share), limit_by
 
 
 def _generate_params(
