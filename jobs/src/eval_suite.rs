@@ -283,13 +283,12 @@ impl EvalResults {
         }
         let ran: BTreeSet<String> = self.tasks.iter().map(|t| t.name.clone()).collect();
         earlier_tasks.retain(|t| suite.contains(&t.name.as_str()) && !ran.contains(&t.name));
-        let kept_names: BTreeSet<String> = earlier_tasks.iter().map(|t| t.name.clone()).collect();
         let mut tasks: Vec<TaskResult> = self.tasks.into_iter().chain(earlier_tasks).collect();
         let place = |name: &str| suite.iter().position(|n| *n == name);
         tasks.sort_by_key(|task| place(&task.name));
-        let kept = (suite.iter())
-            .filter(|name| kept_names.contains(**name))
-            .map(|name| name.to_string())
+        let kept = (tasks.iter())
+            .filter(|task| !ran.contains(&task.name))
+            .map(|task| task.name.clone())
             .collect();
         MergedResults {
             results: EvalResults {

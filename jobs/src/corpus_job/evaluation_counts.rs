@@ -76,65 +76,72 @@ pub struct AnswerCounts {
     pub sampled_reference_records: u64,
 }
 
-/// Each named filter's figures by name, in the job's order (`--filter`'s, as
-/// lm-evaluation-harness lists a task's filters): written as a JSON object whose keys keep
-/// that order, and read back in the order the object has.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct FilterFigures(Vec<(String, AnswerFigures)>);
+/// Values by name in a given order (a job's `--filter`s, as lm-evaluation-harness lists a
+/// task's filters), written as a JSON object whose keys keep that order and read back in
+/// the order the object has them (a JSON map type would sort them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InOrder<K, T>(pub(super) Vec<(K, T)>);
 
-impl FilterFigures {
+/// Each named filter's figures, in the job's order.
+pub type FilterFigures = InOrder<String, AnswerFigures>;
+
+impl<K, T> Default for InOrder<K, T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<K: AsRef<str>, T> InOrder<K, T> {
     /// Whether there are none (no named filters).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Each filter's name and figures, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &AnswerFigures)> {
-        self.0
-            .iter()
-            .map(|(name, figures)| (name.as_str(), figures))
+    /// Each name and value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &T)> {
+        self.0.iter().map(|(name, value)| (name.as_ref(), value))
     }
 
-    /// The figures of the filter named `name`.
-    pub fn get(&self, name: &str) -> Option<&AnswerFigures> {
+    /// The value named `name`.
+    pub fn get(&self, name: &str) -> Option<&T> {
         self.iter()
             .find(|(named, _)| *named == name)
-            .map(|(_, f)| f)
+            .map(|(_, v)| v)
     }
 
     /// In `names`' order (those it does not name after, as they were).
     pub fn put_in_order<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
         let names: Vec<&str> = names.into_iter().collect();
         let place = |name: &str| names.iter().position(|n| *n == name).unwrap_or(names.len());
-        self.0.sort_by_key(|(name, _)| place(name));
+        self.0.sort_by_key(|(name, _)| place(name.as_ref()));
     }
 }
 
-impl FromIterator<(String, AnswerFigures)> for FilterFigures {
-    fn from_iter<I: IntoIterator<Item = (String, AnswerFigures)>>(iter: I) -> Self {
+impl<K, T> FromIterator<(K, T)> for InOrder<K, T> {
+    fn from_iter<I: IntoIterator<Item = (K, T)>>(iter: I) -> Self {
         Self(iter.into_iter().collect())
     }
 }
 
-impl Serialize for FilterFigures {
+impl<K: Serialize, T: Serialize> Serialize for InOrder<K, T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (name, figures) in &self.0 {
-            map.serialize_entry(name, figures)?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
         }
         map.end()
     }
 }
 
-impl<'de> Deserialize<'de> for FilterFigures {
+impl<'de, K: Deserialize<'de>, T: Deserialize<'de>> Deserialize<'de> for InOrder<K, T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// Reads the object's entries in the order it has them.
-        struct InOrder;
-        impl<'de> serde::de::Visitor<'de> for InOrder {
-            type Value = FilterFigures;
+        struct Entries<K, T>(std::marker::PhantomData<(K, T)>);
+        impl<'de, K: Deserialize<'de>, T: Deserialize<'de>> serde::de::Visitor<'de> for Entries<K, T> {
+            type Value = InOrder<K, T>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("each filter's figures by name")
+                f.write_str("values by name")
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(
                 self,
@@ -144,10 +151,10 @@ impl<'de> Deserialize<'de> for FilterFigures {
                 while let Some(entry) = map.next_entry()? {
                     entries.push(entry);
                 }
-                Ok(FilterFigures(entries))
+                Ok(InOrder(entries))
             }
         }
-        deserializer.deserialize_map(InOrder)
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
     }
 }
 

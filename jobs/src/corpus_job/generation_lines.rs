@@ -3,10 +3,10 @@
 //! checked against its reference.
 
 use resident_actor::generate::{ChoiceScores, Completion, TextScore, TokenLogprob};
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use super::answer_match::{Judgement, RecordAnswers};
+use super::evaluation_counts::InOrder;
 
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]
@@ -42,19 +42,9 @@ pub(super) struct GenerationLine<'a> {
 }
 
 /// Each named filter's part of a line, by name in the job's order.
-struct ByFilter<'a, T>(Vec<(&'a str, T)>);
+type ByFilter<'a, T> = InOrder<&'a str, T>;
 
-impl<T: Serialize> Serialize for ByFilter<'_, T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (name, value) in &self.0 {
-            map.serialize_entry(name, value)?;
-        }
-        map.end()
-    }
-}
-
-impl<'a, T> ByFilter<'a, T> {
+impl<'a, T> InOrder<&'a str, T> {
     /// `part` of each named filter's answers; `None` when the job's filter has no name
     /// (`--extract`).
     fn of(
@@ -65,7 +55,7 @@ impl<'a, T> ByFilter<'a, T> {
         let parts = named
             .iter()
             .map(|answers| (answers.filter.as_deref().unwrap_or_default(), part(answers)));
-        Some(Self(parts.collect()))
+        Some(parts.collect())
     }
 }
 

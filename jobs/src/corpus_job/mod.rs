@@ -77,7 +77,7 @@ pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
 pub use error::JobError;
 pub use evaluation_counts::{
-    AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures,
+    AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures, InOrder,
 };
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
 pub use fewshot_sampling::FewshotSampler;

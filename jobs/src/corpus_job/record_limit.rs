@@ -1,6 +1,6 @@
 //! `--limit` (pure): the input's first N records, or a share of them, as
 //! lm-evaluation-harness's `--limit` takes either (`--limit 100`, `--limit 0.1`). A share
-//! becomes a count once the input is counted (`CorpusJobConfig::resolve_limit_share`): the
+//! becomes a count once the input is counted (`scan::resolve_limit_share`): the
 //! job then reads exactly the records `--limit` with that count would.
 
 use std::fmt;
