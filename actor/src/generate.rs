@@ -346,6 +346,13 @@ pub struct GenerateParams {
     /// head alone.
     #[serde(default)]
     pub max_score_windows: Option<u32>,
+    /// With `score`, a text with nothing before it (no BOS, no prompt text before it) is
+    /// scored from its first token, given the model's BOS token (its end-of-text token
+    /// where it has none), as lm-evaluation-harness's `loglikelihood_rolling` scores a
+    /// document; otherwise its first token is context only, as llama.cpp's perplexity
+    /// reads it.
+    #[serde(default)]
+    pub score_first_token: bool,
 }
 
 /// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
@@ -441,6 +448,7 @@ impl Default for GenerateParams {
             prompt_logprobs: None,
             score_stride: None,
             max_score_windows: None,
+            score_first_token: false,
         }
     }
 }
@@ -557,7 +565,7 @@ impl GenerateParams {
     }
 
     /// Each scoring parameter's check (none applies without `score`).
-    fn scoring_checks(&self) -> [RangeCheck; 8] {
+    fn scoring_checks(&self) -> [RangeCheck; 9] {
         [
             (
                 !self.score || self.template == Template::None,
@@ -600,6 +608,13 @@ impl GenerateParams {
                 self.max_score_windows != Some(0),
                 "max_score_windows",
                 "must be at least 1 (1 scores each text's head alone)".into(),
+            ),
+            (
+                !self.score_first_token || self.score,
+                "score_first_token",
+                "scores a text's first token after the model's start token: it needs score \
+                 (--score)"
+                    .into(),
             ),
         ]
     }
@@ -742,6 +757,11 @@ pub struct TextScore {
     /// Each scored token's log-probability, when `prompt_logprobs` asked for them.
     #[serde(default)]
     pub token_logprobs: Option<Vec<TokenLogprob>>,
+    /// The text's size, when every one of its tokens was scored (none went unscored past
+    /// `max_score_windows`): what bits per byte and word perplexity divide by. `None` for
+    /// a scored choice.
+    #[serde(default)]
+    pub size: Option<TextSize>,
 }
 
 impl TextScore {
@@ -749,6 +769,50 @@ impl TextScore {
     pub fn perplexity(&self) -> Option<f64> {
         (self.tokens > 0).then(|| (-self.logprob / f64::from(self.tokens)).exp())
     }
+
+    /// `-logprob / bytes / ln 2`: the bits the model needs per byte of the text, which,
+    /// unlike [`TextScore::perplexity`], compares models of different tokenizers; `None`
+    /// without a size (or an empty text).
+    pub fn bits_per_byte(&self) -> Option<f64> {
+        let bytes = self.size?.bytes;
+        (bytes > 0).then(|| -self.logprob / bytes as f64 / std::f64::consts::LN_2)
+    }
+}
+
+/// A scored text's size in the units lm-evaluation-harness divides a text's
+/// log-likelihood by (`loglikelihood_rolling`'s `word_perplexity`, `byte_perplexity` and
+/// `bits_per_byte`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextSize {
+    /// Its UTF-8 bytes.
+    pub bytes: u64,
+    /// Its words: the pieces Python's `re.split(r"\s+", text)` cuts it into, as
+    /// lm-evaluation-harness counts them (whitespace at either end adds an empty piece,
+    /// and an empty text is one).
+    pub words: u64,
+}
+
+impl TextSize {
+    /// The size of `text`.
+    pub fn of(text: &str) -> Self {
+        let mut words = 1;
+        let mut in_space = false;
+        for c in text.chars() {
+            let space = is_python_space(c);
+            words += u64::from(space && !in_space);
+            in_space = space;
+        }
+        Self {
+            bytes: text.len() as u64,
+            words,
+        }
+    }
+}
+
+/// Whether Python's `\s` (a `str` pattern) matches `c`: Unicode whitespace, and the four
+/// ASCII separators (0x1C-0x1F) that `str.isspace` counts too.
+fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
 impl Completion {
@@ -971,14 +1035,62 @@ mod tests {
                     prompt_logprobs: None,
                     max_new_tokens: 1,
                     score_stride: None,
-                    ..windows
+                    ..windows.clone()
                 },
                 "`max_score_windows` caps the scoring windows: it needs score (--score)",
+            ),
+            (
+                GenerateParams {
+                    score: false,
+                    prompt_logprobs: None,
+                    max_new_tokens: 1,
+                    score_stride: None,
+                    max_score_windows: None,
+                    score_first_token: true,
+                    ..windows
+                },
+                "`score_first_token` scores a text's first token after the model's start \
+                 token: it needs score (--score)",
             ),
         ] {
             let problem = problem(params).unwrap();
             assert!(problem.starts_with(wanted), "{problem}");
         }
+    }
+
+    /// A text's words are the pieces Python's `re.split(r"\s+", text)` gives, as
+    /// lm-evaluation-harness counts them (values from Python 3.11): runs of whitespace of
+    /// any kind, the separators `str.isspace` counts included, split once; whitespace at an
+    /// end adds an empty piece. Bytes are UTF-8's; bits per byte divide by them.
+    #[test]
+    fn a_text_s_size_is_counted_as_lm_evaluation_harness_counts_it() {
+        let cases = [
+            ("", 0, 1),
+            ("one", 3, 1),
+            ("two words", 9, 2),
+            ("  lead and trail \n", 18, 5),
+            ("tab\tnew\nline\r\nend", 17, 4),
+            ("no\u{a0}break\u{3000}ideographic\u{2028}line", 30, 4),
+            ("unit\u{1f}separator", 14, 2),
+            ("zero\u{200b}width", 12, 1),
+            ("é à", 5, 2),
+        ];
+        for (text, bytes, words) in cases {
+            assert_eq!(TextSize::of(text), TextSize { bytes, words }, "{text:?}");
+        }
+        let score = TextScore {
+            tokens: 2,
+            logprob: -8.0 * std::f64::consts::LN_2,
+            greedy: false,
+            token_logprobs: None,
+            size: Some(TextSize { bytes: 4, words: 1 }),
+        };
+        assert!((score.bits_per_byte().unwrap() - 2.0).abs() < 1e-12);
+        let unsized_score = TextScore {
+            size: None,
+            ..score
+        };
+        assert_eq!(unsized_score.bits_per_byte(), None);
     }
 
     /// The likeliest choice is the highest log-probability, the first among equals; per
@@ -991,6 +1103,7 @@ mod tests {
             logprob,
             greedy: false,
             token_logprobs: None,
+            size: None,
         };
         let scored = ChoiceScores {
             // -4 over 2 characters (-2 each) against -6 over 12 (-0.5 each).

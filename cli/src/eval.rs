@@ -184,3 +184,29 @@ async fn run_tasks(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every task of the README's suite is a `resident generate` line clap takes (a flag
+    /// misspelt there would be refused when a reader runs it), and `--score-first-token`
+    /// reaches wikitext's parameters.
+    #[test]
+    fn the_readme_s_suite_tasks_are_generate_lines() {
+        let readme = include_str!("../../README.md");
+        let section = readme.split("## `resident eval`").nth(1).unwrap();
+        let block = section.split("```toml\n").nth(1).unwrap();
+        let suite = EvalSuite::parse(block.split("```").next().unwrap()).unwrap();
+        for task in &suite.tasks {
+            let line = suite.command_line(task, "model.gguf", "out");
+            if let Err(error) = TaskLine::try_parse_from(&line) {
+                panic!("task {}: {}", task.name, error.render());
+            }
+        }
+        let wikitext = (suite.tasks.iter()).find(|t| t.name == "wikitext").unwrap();
+        let line = suite.command_line(wikitext, "model.gguf", "out");
+        let args = TaskLine::try_parse_from(&line).unwrap().args;
+        assert!(args.params().unwrap().score_first_token);
+    }
+}

@@ -278,6 +278,13 @@ pub struct GenerateArgs {
     /// unscored and counts in truncated_prompts. 1 scores each text's head alone.
     #[arg(long, env = "RESIDENT_MAX_SCORE_WINDOWS", value_name = "N")]
     max_score_windows: Option<u32>,
+    /// With --score, a text with nothing before it (the default prompt, `{text}`, on a
+    /// model that adds no BOS) is scored from its first token, given the model's BOS token
+    /// (its end-of-text token where it has none), as lm-evaluation-harness's
+    /// loglikelihood_rolling scores a document (wikitext's bits per byte); without it the
+    /// first token is context only, as llama.cpp's perplexity reads it.
+    #[arg(long, env = "RESIDENT_SCORE_FIRST_TOKEN")]
+    score_first_token: bool,
     /// Do not end a completion at the model's end token: run to --max-new-tokens.
     #[arg(long, env = "RESIDENT_IGNORE_EOS")]
     ignore_eos: bool,
@@ -449,7 +456,7 @@ impl GenerateArgs {
 impl GenerateArgs {
     /// The decoding and scoring parameters the flags give, checked: a parameter out of its
     /// range is refused under its flag's name.
-    fn params(&self) -> anyhow::Result<GenerateParams> {
+    pub(crate) fn params(&self) -> anyhow::Result<GenerateParams> {
         let params = GenerateParams {
             template: match self.template {
                 TemplateArg::Chat => Template::Chat,
@@ -477,6 +484,7 @@ impl GenerateArgs {
             prompt_logprobs: self.prompt_logprobs,
             score_stride: self.score_stride,
             max_score_windows: self.max_score_windows,
+            score_first_token: self.score_first_token,
         };
         if let Some(problem) = params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is
@@ -564,6 +572,27 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
         eprintln!(
             "scored {} texts, {} tokens: perplexity {perplexity:.3} over them all",
             figures.tally.evaluation.scored_texts, figures.tally.evaluation.scored_tokens
+        );
+    }
+    if let (true, Some(greedy)) = (figures.scored_after_context, figures.greedy_share) {
+        let per_text = (figures.text_perplexity)
+            .map(|perplexity| format!(", perplexity {perplexity:.3} per text"))
+            .unwrap_or_default();
+        eprintln!(
+            "after their context: {} of {} texts are what greedy decoding writes: \
+             {greedy:.4}{}{per_text}",
+            figures.tally.evaluation.greedy_texts,
+            figures.tally.evaluation.scored_texts,
+            plus_minus(figures.greedy_share_stderr),
+        );
+    }
+    let per_word = (figures.word_perplexity).zip(figures.byte_perplexity);
+    if let (Some((word, byte)), Some(bits)) = (per_word, figures.bits_per_byte) {
+        let counts = &figures.tally.evaluation;
+        eprintln!(
+            "scored whole: {} texts, {} words, {} bytes: word perplexity {word:.3}, byte \
+             perplexity {byte:.4}, {bits:.4} bits per byte",
+            counts.whole_scored_texts, counts.whole_scored_words, counts.whole_scored_bytes
         );
     }
     if let (Some(accuracy), Some(normalized)) = (figures.accuracy, figures.accuracy_normalized) {

@@ -136,7 +136,8 @@ pub fn select_tasks<'a>(names: &[&'a str], only: &[String]) -> Result<Vec<&'a st
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskMetric {
     /// lm-evaluation-harness's name where it has one: `acc`, `acc_norm`, `exact_match`,
-    /// `exact_match,FILTER`, `perplexity`.
+    /// `exact_match,FILTER`, `perplexity` (per text), `word_perplexity`,
+    /// `byte_perplexity`, `bits_per_byte`; and `token_perplexity`.
     pub metric: String,
     /// Its value.
     pub value: f64,
@@ -148,31 +149,51 @@ pub struct TaskMetric {
 }
 
 /// A task's figures, in the results' order: accuracy (plain, per character, the mean over
-/// groups), exact match (the one filter's, or each named filter's, with pass@n and maj@n),
-/// perplexity.
+/// groups), exact match (the one filter's, or each named filter's, with pass@n and maj@n);
+/// for scored texts, as lm-evaluation-harness reports its two kinds of task: after a
+/// context (`loglikelihood`, LAMBADA) the share written greedily (`acc`, unless choices
+/// gave one) and the perplexity per text, alone (`loglikelihood_rolling`, wikitext) the
+/// perplexity per word and byte and the bits per byte of the texts scored whole; then the
+/// perplexity per token. Perplexities have no standard error (lm-evaluation-harness
+/// bootstraps one for LAMBADA's).
 pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
-    let counts = &figures.tally.evaluation;
-    let mut metrics = Vec::new();
-    let mut put = |metric: String, value: Option<f64>, stderr: Option<f64>, records: u64| {
+    let mut rows = Rows::default();
+    accuracy_rows(&mut rows, figures);
+    answer_rows(&mut rows, figures);
+    scored_text_rows(&mut rows, figures);
+    rows.0
+}
+
+/// The rows of a task's figures, in order: a figure the report lacks has none.
+#[derive(Default)]
+struct Rows(Vec<TaskMetric>);
+
+impl Rows {
+    fn put(
+        &mut self,
+        metric: impl Into<String>,
+        value: Option<f64>,
+        stderr: Option<f64>,
+        records: u64,
+    ) {
         if let Some(value) = value {
-            metrics.push(TaskMetric {
-                metric,
+            self.0.push(TaskMetric {
+                metric: metric.into(),
                 value,
                 stderr,
                 records,
             });
         }
-    };
-    let answered = counts.answered_records;
-    put(
-        "acc".into(),
-        figures.accuracy,
-        figures.accuracy_stderr,
-        answered,
-    );
+    }
+}
+
+/// The accuracy over scored choices: plain, per character, the mean over groups.
+fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
+    let answered = figures.tally.evaluation.answered_records;
+    rows.put("acc", figures.accuracy, figures.accuracy_stderr, answered);
     let normalized = figures.accuracy_normalized_stderr;
-    put(
-        "acc_norm".into(),
+    rows.put(
+        "acc_norm",
         figures.accuracy_normalized,
         normalized,
         answered,
@@ -180,13 +201,18 @@ pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
     if let Some(by) = &figures.accuracy_by_group {
         let records = by.groups.values().map(|g| g.counts.answered_records).sum();
         let metric = format!("mean_acc,by {}", by.field);
-        put(
+        rows.put(
             metric,
             Some(by.mean_accuracy),
             by.mean_accuracy_stderr,
             records,
         );
     }
+}
+
+/// Exact match, pass@n and maj@n: the one filter's, or each named filter's.
+fn answer_rows(rows: &mut Rows, figures: &GenerateFigures) {
+    let counts = &figures.tally.evaluation;
     let filters =
         (figures.filters.iter()).map(|(name, f)| (format!(",{name}"), &f.counts, &f.shares));
     let single = std::iter::once((String::new(), &counts.answers, &figures.answers));
@@ -196,33 +222,52 @@ pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
     };
     for (suffix, counts, shares) in answers {
         let (references, sampled) = (counts.reference_records, counts.sampled_reference_records);
-        put(
+        let (exact, any, majority) = (
+            shares.exact_match_stderr,
+            shares.exact_match_any_stderr,
+            shares.exact_match_majority_stderr,
+        );
+        rows.put(
             format!("exact_match{suffix}"),
             shares.exact_match,
-            shares.exact_match_stderr,
+            exact,
             references,
         );
-        put(
+        rows.put(
             format!("pass@n{suffix}"),
             shares.exact_match_any,
-            shares.exact_match_any_stderr,
+            any,
             sampled,
         );
-        let majority = shares.exact_match_majority_stderr;
-        put(
+        rows.put(
             format!("maj@n{suffix}"),
             shares.exact_match_majority,
             majority,
             sampled,
         );
     }
-    put(
-        "perplexity".into(),
-        figures.scored_perplexity,
-        None,
-        counts.scored_texts,
-    );
-    metrics
+}
+
+/// Scored texts' figures, as lm-evaluation-harness reports its two kinds of task: after a
+/// context LAMBADA's (`acc`, unless choices gave one, and the perplexity per text), alone
+/// wikitext's (per word and byte, bits per byte); then the perplexity per token.
+fn scored_text_rows(rows: &mut Rows, figures: &GenerateFigures) {
+    let counts = &figures.tally.evaluation;
+    let texts = counts.scored_texts;
+    if figures.scored_after_context {
+        if counts.answered_records == 0 {
+            let stderr = figures.greedy_share_stderr;
+            rows.put("acc", figures.greedy_share, stderr, texts);
+        }
+        rows.put("perplexity", figures.text_perplexity, None, texts);
+    } else {
+        let whole = counts.whole_scored_texts;
+        rows.put("word_perplexity", figures.word_perplexity, None, whole);
+        rows.put("byte_perplexity", figures.byte_perplexity, None, whole);
+        rows.put("bits_per_byte", figures.bits_per_byte, None, whole);
+    }
+    let per_token = figures.scored_perplexity;
+    rows.put("token_perplexity", per_token, None, texts);
 }
 
 /// `results.json`: the suite's model and each task's figures.
@@ -402,7 +447,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         let block = section.split("```toml\n").nth(1).unwrap();
         let suite = EvalSuite::parse(block.split("```").next().unwrap()).unwrap();
         let names: Vec<&str> = suite.tasks.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["mmlu", "gsm8k", "bbh-date"]);
+        assert_eq!(names, ["mmlu", "gsm8k", "bbh-date", "lambada", "wikitext"]);
         let flags = &suite.tasks[1].flags;
         let filters: Vec<crate::corpus_job::FilterSpec> = (flags.windows(2))
             .filter(|pair| pair[0] == "--filter")
@@ -514,6 +559,66 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         assert!(
             table.contains("| summaries | (no references or choices) | | | 9 |"),
             "{table}"
+        );
+    }
+
+    /// A task of texts scored alone (wikitext's) shows the perplexities per word and byte
+    /// and the bits per byte of the texts scored whole; scored after a context (LAMBADA's),
+    /// the share written greedily as `acc` (unless choices gave one) and the perplexity per
+    /// text; both, the perplexity per token over every text. Only `acc` has an error.
+    #[test]
+    fn scored_texts_show_lm_evaluation_harness_s_figures_of_their_kind_of_task() {
+        let figures = |more: serde_json::Value| -> GenerateFigures {
+            let mut json = serde_json::json!({
+                "prompt_tokens": 10, "generated_tokens": 0, "truncated_prompts": 1,
+                "finished_by_stop": 0, "finished_by_length": 3,
+                "prompt_tokens_per_second": 1.0, "generated_tokens_per_second": 0.0,
+                "scored_texts": 3, "scored_tokens": 9, "scored_logprob": -9.0,
+                "greedy_texts": 2, "whole_scored_texts": 2, "whole_scored_bytes": 40,
+                "whole_scored_words": 8, "whole_scored_logprob": -6.0,
+                "scored_perplexity": 2.5, "text_perplexity": 20.09, "greedy_share": 0.6667,
+                "greedy_share_stderr": 0.3333, "word_perplexity": 2.117,
+                "byte_perplexity": 1.162, "bits_per_byte": 0.2164,
+            });
+            json.as_object_mut()
+                .unwrap()
+                .extend(more.as_object().unwrap().clone());
+            serde_json::from_value(json).unwrap()
+        };
+        let rows = |figures: &GenerateFigures| -> Vec<_> {
+            (task_metrics(figures).into_iter())
+                .map(|m| (m.metric, m.value, m.stderr, m.records))
+                .collect()
+        };
+        let row = |name: &str, value: f64, records: u64| (name.to_owned(), value, None, records);
+        assert_eq!(
+            rows(&figures(serde_json::json!({}))),
+            [
+                row("word_perplexity", 2.117, 2),
+                row("byte_perplexity", 1.162, 2),
+                row("bits_per_byte", 0.2164, 2),
+                row("token_perplexity", 2.5, 3),
+            ]
+        );
+        let in_context = figures(serde_json::json!({"scored_after_context": true}));
+        assert_eq!(
+            rows(&in_context),
+            [
+                ("acc".to_owned(), 0.6667, Some(0.3333), 3),
+                row("perplexity", 20.09, 3),
+                row("token_perplexity", 2.5, 3),
+            ]
+        );
+        let with_choices = figures(serde_json::json!({
+            "scored_after_context": true, "answered_records": 4, "correct_records": 1,
+            "accuracy": 0.25,
+        }));
+        let names: Vec<_> = rows(&with_choices).into_iter().map(|r| r.0).collect();
+        assert_eq!(names, ["acc", "perplexity", "token_perplexity"]);
+        assert_eq!(
+            task_metrics(&with_choices)[0].value,
+            0.25,
+            "the choices' accuracy"
         );
     }
 

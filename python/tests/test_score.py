@@ -37,11 +37,25 @@ def test_a_score_is_the_clis_and_real_text_beats_its_words_reversed(local_cluste
         str(tmp_path / "out"), "--score", "--max-new-tokens", "0", "--template", "none",
     )
     lines = [json.loads(l) for l in open(tmp_path / "out" / "generations.jsonl")]
-    for line, out in zip(lines, outs):
+    for line, out, text in zip(lines, outs, texts):
         assert line["score"]["tokens"] == out["score"]["tokens"]
         assert abs(line["score"]["logprob"] - out["score"]["logprob"]) < 1e-3 * abs(
             out["score"]["logprob"]
         )
+        # Its size as lm-evaluation-harness counts it, and the bits per byte it gives.
+        size = (out["score"]["bytes"], out["score"]["words"])
+        assert size == (len(text.encode()), len(re.split(r"\s+", text))) == (
+            line["score"]["bytes"], line["score"]["words"])
+        assert abs(out["score"]["bits_per_byte"] - line["score"]["bits_per_byte"]) < 1e-6
+
+    # score_first_token scores each text from its first token, after the start token.
+    first = local_cluster.generate(
+        texts, model=str(SMOLLM2), template="none", max_new_tokens=0, score=True,
+        score_first_token=True, prompt_logprobs=0, progress=False,
+    )
+    for out, alone, text in zip(first, outs, texts):
+        assert out["score"]["tokens"] == alone["score"]["tokens"] + 1
+        assert bytes(b for t in out["prompt_logprobs"] for b in t["bytes"]) == text.encode()
 
 
 def test_a_context_is_left_unscored_and_the_right_answer_scores_highest(local_cluster):

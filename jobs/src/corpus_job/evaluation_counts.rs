@@ -26,6 +26,24 @@ pub struct EvaluationCounts {
     /// The sum of those tokens' log-probabilities (natural log).
     #[serde(default, skip_serializing_if = "is_default")]
     pub scored_logprob: f64,
+    /// Of the texts scored, those each of whose tokens was the likeliest at its place:
+    /// greedy decoding after the prompt writes them (lm-evaluation-harness's `is_greedy`,
+    /// LAMBADA's accuracy).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub greedy_texts: u64,
+    /// Of the texts scored, those scored whole (none of their tokens left unscored by
+    /// `--max-score-windows`): what the word and byte figures count.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub whole_scored_texts: u64,
+    /// Their UTF-8 bytes.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub whole_scored_bytes: u64,
+    /// Their words, as lm-evaluation-harness counts them (`re.split(r"\s+", text)`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub whole_scored_words: u64,
+    /// The sum of their tokens' log-probabilities.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub whole_scored_logprob: f64,
     /// Records whose choices were scored (a multiple-choice record, a preference pair).
     #[serde(default, skip_serializing_if = "is_default")]
     pub choice_records: u64,
@@ -245,6 +263,13 @@ impl EvaluationCounts {
             self.scored_texts += 1;
             self.scored_tokens += u64::from(score.tokens);
             self.scored_logprob += score.logprob;
+            self.greedy_texts += u64::from(score.greedy);
+            if let Some(size) = score.size {
+                self.whole_scored_texts += 1;
+                self.whole_scored_bytes += size.bytes;
+                self.whole_scored_words += size.words;
+                self.whole_scored_logprob += score.logprob;
+            }
         }
         if let Some(scored) = &completion.choice_scores {
             self.choice_records += 1;
@@ -282,6 +307,11 @@ impl EvaluationCounts {
         self.scored_texts += other.scored_texts;
         self.scored_tokens += other.scored_tokens;
         self.scored_logprob += other.scored_logprob;
+        self.greedy_texts += other.greedy_texts;
+        self.whole_scored_texts += other.whole_scored_texts;
+        self.whole_scored_bytes += other.whole_scored_bytes;
+        self.whole_scored_words += other.whole_scored_words;
+        self.whole_scored_logprob += other.whole_scored_logprob;
         self.choice_records += other.choice_records;
         self.answered_records += other.answered_records;
         self.correct_records += other.correct_records;

@@ -572,8 +572,10 @@ impl ChunkWork for GenerateWork {
         }
         let groups = &tally.evaluation.groups;
         let by_group = (self.accuracy_by.as_deref()).and_then(|f| accuracy_by_group(f, groups));
+        let fewshot = self.fewshot_groups.is_some() || self.fewshot_sampler.is_some();
         let mut figures = GenerateFigures {
             accuracy_by_group: by_group,
+            scored_after_context: self.params.score && (fewshot || self.prompt.has_context()),
             ..tally.figures(wall)
         };
         if let Some(check) = &self.answer_match {
@@ -679,7 +681,7 @@ fn encode(request: &GenerateRequest) -> Bytes {
 
 #[cfg(test)]
 mod tests {
-    use resident_actor::generate::{ChoiceScores, FinishReason, TextScore};
+    use resident_actor::generate::{ChoiceScores, FinishReason, TextScore, TextSize};
 
     use super::*;
 
@@ -780,42 +782,67 @@ mod tests {
         }
     }
 
-    /// A scored record's line carries its score with the perplexity, the listed tokens
-    /// when asked; the run's figures give the perplexity of all scored tokens together.
+    /// A scored record's line carries its score with the perplexity, its size and bits
+    /// per byte when scored whole, the listed tokens when asked; the run's figures give the
+    /// perplexity of all scored tokens together, and per word and byte (and bits per byte)
+    /// over the texts scored whole alone.
     #[test]
     fn a_score_is_written_with_its_perplexity_and_summed_into_the_report() {
-        let completion = |logprob: f64, tokens: u32| Completion {
+        let completion = |logprob: f64, tokens: u32, size: Option<TextSize>| Completion {
             prompt_tokens: tokens + 1,
             score: Some(TextScore {
                 tokens,
                 logprob,
                 greedy: false,
                 token_logprobs: None,
+                size,
             }),
             ..scored_nothing()
         };
         let id = serde_json::json!("r");
-        let first = completion(-8.0, 4);
+        let size = TextSize {
+            bytes: 12,
+            words: 3,
+        };
+        let first = completion(-8.0, 4, Some(size));
         let line = serde_json::to_value(GenerationLine::new(&id, &first, None)).unwrap();
         assert_eq!(line["score"]["tokens"], 4);
         assert_eq!(line["score"]["perplexity"], 2f64.exp());
+        assert_eq!(
+            (&line["score"]["bytes"], &line["score"]["words"]),
+            (&12.into(), &3.into())
+        );
+        let bits = line["score"]["bits_per_byte"].as_f64().unwrap();
+        assert!((bits - 8.0 / 12.0 / std::f64::consts::LN_2).abs() < 1e-12);
         assert!(line.get("prompt_logprobs").is_none(), "{line}");
+        let cut = completion(-2.0, 2, None);
+        let cut_line = serde_json::to_value(GenerationLine::new(&id, &cut, None)).unwrap();
+        assert!(cut_line["score"].get("bytes").is_none(), "{cut_line}");
+        assert!(
+            cut_line["score"].get("bits_per_byte").is_none(),
+            "{cut_line}"
+        );
         let mut tally = GenerationTally::default();
         let work = test_work();
-        work.tally(&mut tally, &piece(vec![first, completion(-2.0, 2)]), &[]);
+        work.tally(&mut tally, &piece(vec![first, cut]), &[]);
         let figures = tally.figures(Duration::from_secs(1));
+        let counts = &figures.tally.evaluation;
+        assert_eq!((counts.scored_texts, counts.scored_tokens), (2, 6));
         assert_eq!(
-            (
-                figures.tally.evaluation.scored_texts,
-                figures.tally.evaluation.scored_tokens
-            ),
-            (2, 6)
+            (counts.whole_scored_texts, counts.whole_scored_bytes),
+            (1, 12)
         );
+        assert_eq!(counts.whole_scored_words, 3);
         let perplexity = figures.scored_perplexity.unwrap();
         assert!((perplexity - (10f64 / 6.0).exp()).abs() < 1e-12);
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(near(figures.word_perplexity, (8f64 / 3.0).exp()));
+        assert!(near(figures.byte_perplexity, (8f64 / 12.0).exp()));
+        assert!(near(figures.bits_per_byte, bits));
         let unscored = GenerationTally::default().figures(Duration::from_secs(1));
         let json = serde_json::to_value(unscored).unwrap();
         assert!(json.get("scored_perplexity").is_none() && json.get("scored_tokens").is_none());
+        assert!(json.get("bits_per_byte").is_none() && json.get("whole_scored_bytes").is_none());
         assert!(json.get("accuracy").is_none() && json.get("choice_records").is_none());
     }
 
@@ -829,6 +856,7 @@ mod tests {
             logprob,
             greedy: tokens == 1,
             token_logprobs: None,
+            size: None,
         };
         let completion = |answer: Option<u32>| Completion {
             // " Paris" (-1 over 6 characters) against " the city of Lyon" (-2.5 over 17).

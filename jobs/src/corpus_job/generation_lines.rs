@@ -138,6 +138,14 @@ struct ScoreLine {
     /// `exp(-logprob / tokens)`; null when no token was scored.
     perplexity: Option<f64>,
     greedy: bool,
+    /// The text's UTF-8 bytes and words, and the bits per byte they give, when all of it
+    /// was scored (absent for a choice's score).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    words: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bits_per_byte: Option<f64>,
 }
 
 impl ScoreLine {
@@ -147,6 +155,9 @@ impl ScoreLine {
             logprob: score.logprob,
             perplexity: score.perplexity(),
             greedy: score.greedy,
+            bytes: score.size.map(|size| size.bytes),
+            words: score.size.map(|size| size.words),
+            bits_per_byte: score.bits_per_byte(),
         }
     }
 }

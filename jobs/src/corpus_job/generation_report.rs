@@ -1,6 +1,7 @@
 //! A generate job's report figures: the tallies of its chunks' answers as they come in
 //! ([`GenerationTally`]) and what the report makes of them ([`GenerateFigures`]).
 
+use std::f64::consts::LN_2;
 use std::time::Duration;
 
 use resident_actor::generate::{Completion, FinishReason};
@@ -50,6 +51,35 @@ pub struct GenerateFigures {
     /// as one corpus (absent when it scored none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scored_perplexity: Option<f64>,
+    /// `exp(-scored_logprob / scored_texts)`: lm-evaluation-harness's `perplexity` of a
+    /// `loglikelihood` task (LAMBADA's), the mean text's log-likelihood rather than the
+    /// mean token's (absent when it scored none, or too large for a number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_perplexity: Option<f64>,
+    /// `greedy_texts / scored_texts`: how often greedy decoding writes the scored text
+    /// (lm-evaluation-harness's `acc` of a `loglikelihood` task, LAMBADA's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greedy_share: Option<f64>,
+    /// Its standard error (absent under two texts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greedy_share_stderr: Option<f64>,
+    /// The job's texts were scored after a prompt before them (`--prompt` with text
+    /// before `{text}`, few-shot examples: lm-evaluation-harness's `loglikelihood`), not
+    /// alone (its `loglikelihood_rolling`): which of the figures above `resident eval`
+    /// shows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scored_after_context: bool,
+    /// `exp(-whole_scored_logprob / whole_scored_words)`: lm-evaluation-harness's
+    /// `word_perplexity` of the texts scored whole (absent when none was). Unlike the
+    /// perplexity per token, it compares models of different tokenizers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_perplexity: Option<f64>,
+    /// `exp(-whole_scored_logprob / whole_scored_bytes)`: its `byte_perplexity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_perplexity: Option<f64>,
+    /// `-whole_scored_logprob / whole_scored_bytes / ln 2`: its `bits_per_byte`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bits_per_byte: Option<f64>,
     /// `correct_records / answered_records`: how often the likeliest choice was the right
     /// one (absent when no record named its answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,11 +149,23 @@ impl GenerationTally {
     pub(super) fn figures(self, wall: Duration) -> GenerateFigures {
         let seconds = wall.as_secs_f64().max(1e-9);
         let counts = &self.evaluation;
+        // The whole texts' negative log-likelihood per word or byte, in nats.
+        let per_unit =
+            |units: u64| (units > 0).then(|| -counts.whole_scored_logprob / units as f64);
         GenerateFigures {
             prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
             scored_perplexity: (counts.scored_tokens > 0)
                 .then(|| (-counts.scored_logprob / counts.scored_tokens as f64).exp()),
+            text_perplexity: (counts.scored_texts > 0)
+                .then(|| (-counts.scored_logprob / counts.scored_texts as f64).exp())
+                .filter(|perplexity| perplexity.is_finite()),
+            greedy_share: share(counts.greedy_texts, counts.scored_texts),
+            greedy_share_stderr: share_stderr(counts.greedy_texts, counts.scored_texts),
+            scored_after_context: false,
+            word_perplexity: per_unit(counts.whole_scored_words).map(f64::exp),
+            byte_perplexity: per_unit(counts.whole_scored_bytes).map(f64::exp),
+            bits_per_byte: per_unit(counts.whole_scored_bytes).map(|nats| nats / LN_2),
             accuracy: share(counts.correct_records, counts.answered_records),
             accuracy_normalized: share(counts.correct_normalized_records, counts.answered_records),
             accuracy_stderr: share_stderr(counts.correct_records, counts.answered_records),

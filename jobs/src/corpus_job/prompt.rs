@@ -108,6 +108,12 @@ impl PromptTemplate {
         &self.fields
     }
 
+    /// Whether anything (text or a field) comes before `{text}`: a scored text then has a
+    /// context, as a `loglikelihood` request of lm-evaluation-harness has.
+    pub fn has_context(&self) -> bool {
+        !self.before.is_empty()
+    }
+
     /// The prompt before and after the record's text, with `values` (one per
     /// [`Self::fields`], in order) in place of the fields.
     pub fn around(&self, values: &[String]) -> (String, String) {

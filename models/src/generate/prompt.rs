@@ -242,17 +242,28 @@ impl PromptFormat {
     /// (lm-evaluation-harness encodes its context and continuation apart too). Each window
     /// is at most `limit` tokens: a text too long for one goes on in more
     /// ([`score_windows`]), each after BOS alone, and `after` follows the last where it
-    /// fits. An instruction that alone fills `limit` is refused.
+    /// fits. An instruction that alone fills `limit` is refused. With
+    /// [`WindowSettings::score_first_token`], a text with nothing before it gets
+    /// [`PromptFormat::start_token`] first, so that its first token is scored too.
     pub fn scored_text(
         &self,
         (before, text, after): (&str, &str, &str),
         limit: usize,
         settings: WindowSettings,
     ) -> Result<ScoredText, ModelError> {
-        let head = self.tokens(before, PromptTemplate::None)?;
+        let mut head = self.tokens(before, PromptTemplate::None)?;
+        if head.is_empty() && settings.score_first_token {
+            head.push(self.start_token());
+        }
         let text = (self.encode(text)?, self.encode(after)?);
         let named = ["the prompt's text before the record's", "the prompt"];
         self.windows(head, text, limit, settings, named)
+    }
+
+    /// The token a text with nothing before it is scored after: BOS, or the end-of-text
+    /// token where the model has none (lm-evaluation-harness's `prefix_token_id`).
+    pub fn start_token(&self) -> u32 {
+        self.vocab.bos.unwrap_or(self.vocab.eos)
     }
 
     /// A conversation whose last message, the assistant's reply, is scored given the turns
@@ -353,6 +364,7 @@ impl PromptFormat {
             })
             .collect();
         Ok(ScoredText {
+            whole: plan.windows.last().map(|w| w.scored.end) == Some(text_tokens.len()),
             windows,
             truncated: plan.truncated,
         })
@@ -467,6 +479,9 @@ pub struct ScoredText {
     pub windows: Vec<ScoredWindow>,
     /// Some of the text went unscored (`max_windows`), or what follows it was dropped.
     pub truncated: bool,
+    /// Every one of the text's tokens is in a window (what follows it may still have been
+    /// dropped): its score is the whole text's.
+    pub whole: bool,
 }
 
 /// One window of a scored text: a prompt and the positions in it that it scores.

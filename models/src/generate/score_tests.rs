@@ -167,12 +167,14 @@ fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
     let head_only = WindowSettings {
         stride: None,
         max_windows: Some(1),
+        score_first_token: false,
     };
     let head = model
         .format
         .scored_text(parts, start + 3, head_only)
         .unwrap();
-    assert!(head.truncated);
+    assert!(head.truncated && !head.whole);
+    assert!(whole.whole);
     assert_eq!(head.windows.len(), 1);
     assert_eq!(head.windows[0].scored, start..start + 3);
     assert_eq!(head.windows[0].tokens[..], prompt.tokens[..start + 3]);
@@ -183,6 +185,64 @@ fn a_scored_prompt_marks_its_text_and_keeps_its_head() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("shorten the prompt"), "{error}");
+}
+
+/// A text with nothing before it has its first token as context alone (this model adds no
+/// BOS), unless asked to score it: then the model's start token goes first and every token
+/// of the text is scored, and the engine gives that first token a log-probability. A text
+/// with a prompt before it is scored the same either way.
+#[test]
+fn a_text_alone_scores_its_first_token_after_the_start_token_when_asked() {
+    let model = quantised();
+    assert!(
+        model
+            .format
+            .tokens("", PromptTemplate::None)
+            .unwrap()
+            .is_empty()
+    );
+    let text = "The river runs from the hills to the sea.";
+    let first = WindowSettings {
+        score_first_token: true,
+        ..ROLLING
+    };
+    let plain = model
+        .format
+        .scored_text(("", text, ""), WINDOW, ROLLING)
+        .unwrap();
+    let from_first = model
+        .format
+        .scored_text(("", text, ""), WINDOW, first)
+        .unwrap();
+    let (plain, from_first) = (&plain.windows[0], &from_first.windows[0]);
+    assert_eq!(
+        plain.scored,
+        0..plain.tokens.len(),
+        "its first token has nothing before it"
+    );
+    assert_eq!(from_first.tokens[0], model.format.start_token());
+    assert_eq!(from_first.tokens[1..], plain.tokens[..]);
+    assert_eq!(from_first.scored, 1..from_first.tokens.len());
+    let request = score_only(
+        "first",
+        from_first.tokens.clone(),
+        from_first.scored.start,
+        0,
+    );
+    let out = (model.generate(&[request], StepLimits::new(1, 256), &mut || {}))
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        out.prompt_logprobs.len(),
+        plain.tokens.len(),
+        "every text token"
+    );
+    assert!(out.prompt_logprobs[0].logprob < 0.0);
+    let parts = ("Passage:", " The river runs.", "");
+    assert_eq!(
+        model.format.scored_text(parts, WINDOW, first).unwrap(),
+        model.format.scored_text(parts, WINDOW, ROLLING).unwrap()
+    );
 }
 
 /// A text longer than the window goes on in windows: together they score each of its tokens
@@ -206,6 +266,7 @@ fn a_long_text_is_scored_in_windows_that_cover_each_token_once() {
         let settings = WindowSettings {
             stride,
             max_windows: None,
+            score_first_token: false,
         };
         let rolled = model.format.scored_text(parts, limit, settings).unwrap();
         assert!(!rolled.truncated);
@@ -451,6 +512,7 @@ fn choices_share_what_earlier_prompts_hold(
 const ROLLING: WindowSettings = WindowSettings {
     stride: None,
     max_windows: None,
+    score_first_token: false,
 };
 
 /// A window wide enough for the test texts.

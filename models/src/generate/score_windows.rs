@@ -16,6 +16,12 @@ pub struct WindowSettings {
     /// At most this many windows a text (`None`: as many as it takes); the text's tokens
     /// after them go unscored and the text counts as truncated. 1 scores the head alone.
     pub max_windows: Option<usize>,
+    /// A text with nothing before it (no BOS, no prompt text) gets the model's start token
+    /// first, so that its first token is scored too, as lm-evaluation-harness's
+    /// `loglikelihood_rolling` scores a document; otherwise that token is only context, as
+    /// llama.cpp's perplexity reads it. Not a matter of windows: it reaches
+    /// [`super::prompt::PromptFormat::scored_text`] with them.
+    pub score_first_token: bool,
 }
 
 /// One window of a text: a span of its tokens, the last of which it scores.
@@ -126,6 +132,7 @@ mod tests {
     const UNSET: WindowSettings = WindowSettings {
         stride: None,
         max_windows: None,
+        score_first_token: false,
     };
 
     /// The checks every plan passes: each text token scored once, in order, up to where the
@@ -187,6 +194,7 @@ mod tests {
             WindowSettings {
                 stride: Some(4),
                 max_windows: None,
+                score_first_token: false,
             },
         )
         .unwrap();
@@ -208,6 +216,7 @@ mod tests {
             WindowSettings {
                 stride: Some(4),
                 max_windows: None,
+                score_first_token: false,
             },
         )
         .unwrap();
@@ -220,6 +229,7 @@ mod tests {
         let head_only = WindowSettings {
             stride: None,
             max_windows: Some(1),
+            score_first_token: false,
         };
         let plan = plan_windows(25, 2, 8, 10, head_only).unwrap();
         assert_eq!(plan.windows, [window(0..8, 0..8)]);
@@ -259,6 +269,7 @@ mod tests {
         let wide = WindowSettings {
             stride: Some(10),
             max_windows: None,
+            score_first_token: false,
         };
         let error = plan_windows(25, 0, 8, 10, wide).unwrap_err();
         assert!(error.contains("must be 1 to 9"), "{error}");
@@ -276,6 +287,7 @@ mod tests {
         let head_only = WindowSettings {
             stride: None,
             max_windows: Some(1),
+            score_first_token: false,
         };
         assert!(plan_windows(25, 0, 8, 1, head_only).unwrap().truncated);
     }

@@ -275,7 +275,7 @@ def _generate_params(
             continue
         if name == "stop_token_ids":
             params[name] = [int(token) for token in value]
-        elif name in ("logprobs", "ignore_eos", "score"):
+        elif name in ("logprobs", "ignore_eos", "score", "score_first_token"):
             params[name] = bool(value)
         elif name == "system":
             params[name] = str(value)
@@ -312,6 +312,7 @@ _SAMPLING = (
     "prompt_logprobs",
     "score_stride",
     "max_score_windows",
+    "score_first_token",
 )
 
 
@@ -327,14 +328,22 @@ def _check_sampling(sampling: Mapping[str, Any]) -> None:
 
 
 def _score_dict(score: dict) -> dict:
-    """A scored text's ``tokens``, ``logprob``, ``perplexity`` and ``greedy``."""
+    """A scored text's ``tokens``, ``logprob``, ``perplexity`` and ``greedy``; when all of
+    the text was scored, its ``bytes`` and ``words`` and ``bits_per_byte``, as
+    ``generations.jsonl`` writes them."""
     tokens = score["tokens"]
-    return {
+    out = {
         "tokens": tokens,
         "logprob": score["logprob"],
         "perplexity": math.exp(-score["logprob"] / tokens) if tokens else None,
         "greedy": score["greedy"],
     }
+    size = score.get("size")
+    if size is not None:
+        out["bytes"], out["words"] = size["bytes"], size["words"]
+        if size["bytes"]:
+            out["bits_per_byte"] = -score["logprob"] / size["bytes"] / math.log(2)
+    return out
 
 
 def _choices_dict(scored: dict) -> dict:
@@ -830,8 +839,8 @@ class Cluster:
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
         ``response_format`` (OpenAI's JSON schema constraint); ``score``,
-        ``prompt_logprobs``, ``score_stride`` and ``max_score_windows`` score each text as
-        ``resident generate --score`` does (records with ``choices`` and ``answer``, and
+        ``prompt_logprobs``, ``score_stride``, ``max_score_windows`` and
+        ``score_first_token`` score each text as ``resident generate --score`` does (records with ``choices`` and ``answer``, and
         preference pairs with ``prompt``, ``chosen`` and ``rejected``, too; other field names
         by ``choices_field`` and ``answer_field``). With ``score``, ``fewshot_input`` (a
         dev file) puts its first ``fewshot`` answered records before every prompt, each
@@ -914,7 +923,8 @@ class Cluster:
         ``output/results.json`` and returns it as a dict: ``model``
         and ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
         and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
-        ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``...), as
+        ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``,
+        ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``...), as
         ``resident eval`` writes it; :func:`eval_table` prints it as its table.
         """
         selected = _resident.eval_select(list(tasks), list(only or []))
@@ -1003,7 +1013,10 @@ class Cluster:
         ``prompt_logprobs=K`` lists each scored token with the K likeliest at its place. A
         text longer than the model's window is scored whole in windows (each after the last,
         one token of context; ``score_stride=N`` scores N tokens a window with the rest as
-        context); ``max_score_windows=1`` scores each text's head alone. A dict prompt with
+        context); ``max_score_windows=1`` scores each text's head alone;
+        ``score_first_token=True`` scores a text with nothing before it from its first token,
+        after the model's BOS (or end-of-text) token, as lm-evaluation-harness's
+        ``loglikelihood_rolling`` does. A dict prompt with
         ``choices`` (a list of texts) and optionally ``answer`` (an index, label or text)
         has each choice scored after its text instead, nothing generated
         (``{"prompt": "The capital of France is", "choices": [" Paris", " Rome"], "answer":
@@ -1015,7 +1028,8 @@ class Cluster:
         ``finish_reason``), with ``logprobs`` a ``logprobs`` list per completion (OpenAI's
         ``token``, ``logprob``, ``bytes``, ``top_logprobs``), and ``error`` for a prompt
         whose own parameters were refused; with ``score`` a ``score`` dict (``tokens``,
-        ``logprob``, ``perplexity``, ``greedy``) and with ``prompt_logprobs`` a
+        ``logprob``, ``perplexity``, ``greedy``; ``bytes``, ``words`` and ``bits_per_byte``
+        when all of the text was scored) and with ``prompt_logprobs`` a
         ``prompt_logprobs`` list; with ``choices`` a ``choice_scores`` list (a ``score`` dict
         each), ``best`` and ``best_normalized`` (the likeliest choice, and the likeliest per
         character) and with ``answer`` ``correct`` and ``correct_normalized``. A progress bar counts the prompts completed

@@ -41,6 +41,26 @@ fn inputs(dir: &Path) {
         .map(|(i, (q, g))| json!({"id": i, "text": q, "gold": g}))
         .collect();
     write_jsonl(&dir.join("qa.jsonl"), &records);
+    // LAMBADA's shape: a passage's last word, scored after the rest.
+    write_jsonl(
+        &dir.join("lambada.jsonl"),
+        &[
+            json!({"id": 0, "context": "The capital of France is", "text": " Paris"}),
+            json!({"id": 1, "context": "One, two, three, four,", "text": " five"}),
+            json!({"id": 2, "context": "She opened the door and walked into the", "text": " room"}),
+            json!({"id": 3, "context": "The sun rises in the east and sets in the", "text": " west"}),
+        ],
+    );
+    // Wikitext's: whole texts scored alone.
+    write_jsonl(
+        &dir.join("wiki.jsonl"),
+        &[
+            json!({"id": 0, "text": "Paris is the capital and largest city of France."}),
+            json!({"id": 1, "text": "The Moon is Earth's only natural satellite.  It orbits at \
+                                     an average distance of 384,400 km."}),
+            json!({"id": 2, "text": "Water boils at 100 degrees Celsius at sea level."}),
+        ],
+    );
 }
 
 const MC: &[&str] = &[
@@ -108,10 +128,18 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     let (mc, qa) = (dir.path().join("mc.jsonl"), dir.path().join("qa.jsonl"));
     let mut longer = QA.to_vec();
     longer.extend(["--max-context", "1024"]);
+    let mut lambada = vec![
+        "--input".to_owned(),
+        dir.path().join("lambada.jsonl").display().to_string(),
+    ];
+    lambada.extend(["--prompt", "{context}{text}"].map(String::from));
+    lambada.extend(MC.iter().map(|f| f.to_string()));
     let tasks = [
         ("mc", task(&mc, MC)),
         ("qa", task(&qa, QA)),
         ("qa-long", task(&qa, &longer)),
+        ("lambada", lambada),
+        ("wiki", task(&dir.path().join("wiki.jsonl"), MC)),
     ];
     // The suite's --max-new-tokens is every task's unless its own flags say otherwise (all
     // three do here: their lines equal runs with their own value).
@@ -133,7 +161,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     assert_eq!(results["model"], json!(smollm2_gguf()));
     let tasks = results["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["mc", "qa", "qa-long"]);
+    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki"]);
     let metric = |task: &Value, name: &str| -> Value {
         let metrics = task["metrics"].as_array().unwrap();
         metrics
@@ -172,10 +200,11 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         "{table}"
     );
     assert!(table.contains(&row), "{table}");
+    check_scored_texts(&out, &tasks[3..]);
     // mc and qa have the same actors: one pool; another context is another pool.
     assert_eq!(tasks[0]["pool"], tasks[1]["pool"]);
     assert_ne!(tasks[1]["pool"], tasks[2]["pool"]);
-    assert!(stderr.contains("task qa (2 of 3):"), "{stderr}");
+    assert!(stderr.contains("task qa (2 of 5):"), "{stderr}");
     // --only runs one task again: it resumes, redoing nothing, and reports the same;
     // results.json keeps the other tasks' earlier results, in the suite's order.
     let (again, stderr) = run_to_success(eval(&path, &out, &["--only", "qa"]));
@@ -185,7 +214,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["mc", "qa", "qa-long"]);
+    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki"]);
     assert_eq!(
         rerun_tasks[0], tasks[0],
         "mc's earlier results, kept as they were"
@@ -200,8 +229,75 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     );
     assert!(
         stderr
-            .contains("results.json keeps the earlier results of mc, qa-long (not run this time)"),
+            .contains("results.json keeps the earlier results of mc, qa-long, lambada, wiki (not run this time)"),
         "{stderr}"
+    );
+}
+
+/// A task of texts scored after a context (LAMBADA's) shows lm-evaluation-harness's `acc`
+/// (the share of texts greedy decoding writes) and `perplexity` (per text); one of texts
+/// scored alone (wikitext's) its perplexities per word and byte and its bits per byte;
+/// both the perplexity per token; each as its lines give it.
+fn check_scored_texts(out: &Path, tasks: &[Value]) {
+    let rows = |task: &Value| -> Vec<(String, f64)> {
+        (task["metrics"].as_array().unwrap().iter())
+            .map(|m| {
+                (
+                    m["metric"].as_str().unwrap().to_owned(),
+                    m["value"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let scores = |name: &str| -> Vec<Value> {
+        let lines = read_jsonl(&out.join(name).join("generations.jsonl"));
+        lines
+            .into_iter()
+            .map(|line| line["score"].clone())
+            .collect()
+    };
+    let sum = |scores: &[Value], key: &str| -> f64 {
+        scores.iter().map(|s| s[key].as_f64().unwrap()).sum()
+    };
+    let close = |got: &[(String, f64)], wanted: &[(&str, f64)]| {
+        assert_eq!(got.len(), wanted.len(), "{got:?}");
+        for ((name, value), (wanted_name, wanted)) in got.iter().zip(wanted) {
+            assert_eq!(name, wanted_name);
+            assert!(
+                (value - wanted).abs() <= 1e-6 * wanted.abs(),
+                "{name}: {value} against {wanted}"
+            );
+        }
+    };
+    let lambada = scores("lambada");
+    let greedy = lambada.iter().filter(|s| s["greedy"] == true).count();
+    assert!(
+        greedy > 0,
+        "the model writes some last words greedily: {lambada:?}"
+    );
+    let logprob = sum(&lambada, "logprob");
+    close(
+        &rows(&tasks[0]),
+        &[
+            ("acc", greedy as f64 / 4.0),
+            ("perplexity", (-logprob / 4.0).exp()),
+            (
+                "token_perplexity",
+                (-logprob / sum(&lambada, "tokens")).exp(),
+            ),
+        ],
+    );
+    let wiki = scores("wiki");
+    let (logprob, bytes) = (sum(&wiki, "logprob"), sum(&wiki, "bytes"));
+    assert_eq!(wiki[1]["words"], 16, "a double space is one gap");
+    close(
+        &rows(&tasks[1]),
+        &[
+            ("word_perplexity", (-logprob / sum(&wiki, "words")).exp()),
+            ("byte_perplexity", (-logprob / bytes).exp()),
+            ("bits_per_byte", -logprob / bytes / std::f64::consts::LN_2),
+            ("token_perplexity", (-logprob / sum(&wiki, "tokens")).exp()),
+        ],
     );
 }
 

@@ -85,7 +85,9 @@ fn float(value: &Value) -> f64 {
 /// range its settings give, and at least 90% within 0.1 nat of it. Each text's perplexity is
 /// within 3% of llama.cpp's, and over the texts our sums lie no further from llama.cpp's
 /// than its own settings' sums lie from each other (measured: 0.6 against 1.1 nat a text).
-/// The report's perplexity is that of all the lines' tokens together.
+/// The report's perplexity is that of all the lines' tokens together; each line's bytes and
+/// words are its text's, and the report's word and byte perplexities and bits per byte
+/// divide the lines' log-probabilities by them ([`check_first_token`] too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
     init_logging();
@@ -111,6 +113,7 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
         assert!(spread < 1.0, "llama.cpp's settings spread {spread} nat");
         let (mut close, mut all) = (0, 0);
         let (mut tokens, mut logprob) = (0u64, 0f64);
+        let (mut bytes, mut word_count) = (0usize, 0usize);
         // Our sums' distance from llama.cpp's mean, and its settings' spread of them.
         let (mut deviation, mut spread_of_sums) = (0f64, 0f64);
         for ((line, theirs), record) in lines.iter().zip(expected).zip(&records) {
@@ -173,6 +176,18 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
             spread_of_sums += own_spread;
             let perplexity = (-sum / count as f64).exp();
             assert!((float(&score["perplexity"]) - perplexity).abs() < 1e-9 * perplexity);
+            // Its size, and bits per byte: the leads have no whitespace at either end, so
+            // lm-evaluation-harness's words are the whitespace-separated ones.
+            let text = record["text"].as_str().unwrap();
+            assert_eq!(text.trim(), text);
+            let words = text.split_whitespace().count();
+            assert_eq!(
+                (&score["bytes"], &score["words"]),
+                (&json!(text.len()), &json!(words))
+            );
+            let bits = -sum / text.len() as f64 / std::f64::consts::LN_2;
+            assert!((float(&score["bits_per_byte"]) - bits).abs() < 1e-9 * bits);
+            (bytes, word_count) = (bytes + text.len(), word_count + words);
             tokens += count as u64;
             logprob += sum;
         }
@@ -190,10 +205,83 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
         let corpus = (-logprob / tokens as f64).exp();
         assert!((float(&figures["scored_perplexity"]) - corpus).abs() < 1e-6 * corpus);
         assert_eq!(
+            (
+                &figures["whole_scored_texts"],
+                &figures["whole_scored_bytes"]
+            ),
+            (&json!(24), &json!(bytes))
+        );
+        assert_eq!(figures["whole_scored_words"], word_count);
+        let per_word = (-logprob / word_count as f64).exp();
+        let per_byte = -logprob / bytes as f64;
+        for (name, wanted) in [
+            ("word_perplexity", per_word),
+            ("byte_perplexity", per_byte.exp()),
+            ("bits_per_byte", per_byte / std::f64::consts::LN_2),
+        ] {
+            assert!(
+                (float(&figures[name]) - wanted).abs() < 1e-6 * wanted,
+                "{name}"
+            );
+        }
+        // After a context, lm-evaluation-harness's loglikelihood figures: the share of
+        // texts greedy decoding writes, and the perplexity per text (too large for a
+        // number over whole articles).
+        let greedy = lines
+            .iter()
+            .filter(|l| l["score"]["greedy"] == true)
+            .count();
+        assert_eq!(figures["greedy_texts"].as_u64().unwrap_or(0), greedy as u64);
+        assert_eq!(float(&figures["greedy_share"]), greedy as f64 / 24.0);
+        assert_eq!(figures["scored_after_context"] == true, case == "context");
+        let per_text = (-logprob / 24.0).exp();
+        match per_text.is_finite() {
+            true => {
+                assert!((float(&figures["text_perplexity"]) - per_text).abs() < 1e-6 * per_text)
+            }
+            false => assert!(figures.get("text_perplexity").is_none(), "{figures}"),
+        }
+        assert_eq!(
             figures["generated_tokens"], 0,
             "scoring alone generates nothing"
         );
+        if case == "plain" {
+            check_first_token(dir.path(), &records, &lines, &listed);
+        }
     }
+}
+
+/// `--score-first-token`: a text alone is scored from its first token, after the model's
+/// start token, so its listed tokens put together are the whole text, one more than
+/// without (`plain`, its lines); a text after a context is scored as without it.
+fn check_first_token(dir: &Path, records: &[Value], plain: &[Value], listed: &[&str]) {
+    let mut flags = listed.to_vec();
+    flags.push("--score-first-token");
+    let (lines, report) = generate(dir, "first", records, "{text}", &flags);
+    for ((line, plain), record) in lines.iter().zip(plain).zip(records) {
+        let tokens = plain["score"]["tokens"].as_u64().unwrap() + 1;
+        assert_eq!(line["score"]["tokens"], tokens, "{line}");
+        let text_bytes: Vec<u8> = (line["prompt_logprobs"].as_array().unwrap().iter())
+            .flat_map(|t| t["bytes"].as_array().unwrap().clone())
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        assert_eq!(text_bytes, record["text"].as_str().unwrap().as_bytes());
+        assert!(
+            float(&line["prompt_logprobs"][0]["logprob"]) < 0.0,
+            "{line}"
+        );
+        assert_eq!(line["score"]["bytes"], plain["score"]["bytes"]);
+    }
+    let plain_tokens = plain.iter().map(|l| l["score"]["tokens"].as_u64().unwrap());
+    assert_eq!(report["scored_tokens"], plain_tokens.sum::<u64>() + 24);
+    let context = &records[..4];
+    let prompt = "{description}. {text}";
+    let (with_flag, _) = generate(dir, "first-context", context, prompt, &flags);
+    let (without, _) = generate(dir, "context-again", context, prompt, listed);
+    assert_eq!(
+        with_flag, without,
+        "a text after a context is scored as without the flag"
+    );
 }
 
 /// Every Wikipedia lead scores a lower perplexity than the same words shuffled (a model
@@ -263,7 +351,8 @@ async fn real_text_scores_below_its_words_shuffled_and_a_long_text_goes_on_in_wi
 /// Under `--max-context 48`, texts scored whole in the full context (`whole`): scored in
 /// rolling windows, every token is scored once, in order, the first 46 as in the full run;
 /// a shorter `--score-stride` gives each token more context, so its scores come closer to
-/// the full run's; `--max-score-windows 1` keeps the head alone (counted as truncated); a
+/// the full run's; `--max-score-windows 1` keeps the head alone (counted as truncated, no
+/// bytes or bits per byte for it); a
 /// stride the window cannot hold refuses each long record, saying the range that fits.
 fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]) {
     let run = |name: &str, more: &[&str]| {
@@ -277,7 +366,13 @@ fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]
     assert_eq!(report["truncated_prompts"], 2);
     for line in &head {
         assert_eq!(line["score"]["tokens"], 46, "{line}");
+        assert!(
+            line["score"].get("bits_per_byte").is_none(),
+            "not scored whole: {line}"
+        );
     }
+    let per_byte = ["whole_scored_texts", "bits_per_byte", "word_perplexity"];
+    assert!(per_byte.iter().all(|k| report.get(k).is_none()), "{report}");
     // Each scored token's distance from the full run's log-probability, in order.
     let distances = |lines: &[Value]| -> Vec<Vec<f64>> {
         lines
@@ -300,6 +395,10 @@ fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]
     };
     let (rolled, report) = run("rolled", &[]);
     assert_eq!(report["truncated_prompts"], 0);
+    for (line, whole) in rolled.iter().zip(whole) {
+        assert_eq!(line["score"]["bytes"], whole["score"]["bytes"], "{line}");
+    }
+    assert_eq!(report["whole_scored_texts"], 2);
     let (strided, strided_report) = run("strided", &["--score-stride", "8"]);
     assert!(float(&strided_report["prompt_tokens"]) > float(&report["prompt_tokens"]));
     let (rolled, strided) = (distances(&rolled), distances(&strided));

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use resident_actor::generate::{
     Choice, ChoiceScores, Completion, FinishReason, GenerateParams, GenerateRequest,
-    GenerateResponse, MAX_CHOICES, PromptParts, ResponseFormat, Template, TextScore, TokenLogprob,
-    TopLogprob,
+    GenerateResponse, MAX_CHOICES, PromptParts, ResponseFormat, Template, TextScore, TextSize,
+    TokenLogprob, TopLogprob,
 };
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
@@ -43,6 +43,8 @@ struct PromptRequests {
     windows_before: usize,
     /// Its text was cut, or (scored) not scored to its end.
     truncated: bool,
+    /// A scored text's size, when all of it is scored.
+    text_size: Option<TextSize>,
     /// The prompt's scored choices; `None` without choices.
     choices: Option<ChoicePlan>,
 }
@@ -78,6 +80,7 @@ impl TaskPlan {
                     grammar,
                     scoring,
                     windows_before,
+                    text_size,
                 } => {
                     let first = requests.len();
                     requests.extend(windows_before.iter().map(|(window, scoring)| {
@@ -96,6 +99,7 @@ impl TaskPlan {
                         requests: first..requests.len(),
                         windows_before: windows_before.len(),
                         truncated,
+                        text_size,
                         choices: None,
                     })
                 }
@@ -121,6 +125,7 @@ impl TaskPlan {
                         requests: first..requests.len(),
                         windows_before: 0,
                         truncated,
+                        text_size: None,
                         choices: Some(plan),
                     })
                 }
@@ -153,6 +158,7 @@ impl TaskPlan {
                         logprobs: first.logprobs.is_some(),
                         score: first.score.is_some(),
                         scored_tokens: self.list_scored_tokens,
+                        text_size: planned.text_size,
                     };
                     let (before, choices) = outputs[planned.requests].split_at(windows);
                     completion(format, &id, (before, choices), asked, planned.truncated)
@@ -221,6 +227,8 @@ struct Asked {
     score: bool,
     /// With the score, each scored token's log-probability.
     scored_tokens: bool,
+    /// With the score, the text's size (when all of it is scored).
+    text_size: Option<TextSize>,
 }
 
 /// A prompt's completion from the generations of its text's earlier windows (a long scored
@@ -235,9 +243,10 @@ fn completion(
 ) -> Completion {
     let windows = || windows_before.iter().chain(&outputs[..1]);
     let prompt_tokens = windows().map(|w| w.prompt_tokens as u32).sum();
-    let score = asked
-        .score
-        .then(|| text_score(format, windows(), asked.scored_tokens));
+    let score = asked.score.then(|| TextScore {
+        size: asked.text_size,
+        ..text_score(format, windows(), asked.scored_tokens)
+    });
     let mut choices = outputs
         .iter()
         .map(|output| choice(format, output, asked.logprobs));
@@ -270,6 +279,7 @@ fn text_score<'a>(
         logprob: scored().map(|t| f64::from(t.logprob)).sum(),
         greedy: windows.clone().all(|w| w.prompt_greedy),
         token_logprobs: listed.then(|| token_logprobs(format, scored())),
+        size: None,
     }
 }
 
@@ -351,6 +361,8 @@ enum Planned {
         /// A long scored text's windows before the last: each one's tokens and what it
         /// scores.
         windows_before: Vec<(Vec<u32>, PromptScoring)>,
+        /// The scored text's size, when all of it is scored.
+        text_size: Option<TextSize>,
     },
     /// A prompt's choices, each scored after it in its windows ([`scored_choices`]);
     /// nothing is generated.
@@ -423,6 +435,7 @@ fn plan(
             grammar,
             scoring: None,
             windows_before: Vec::new(),
+            text_size: None,
         }),
         Err(error) if !messages.is_empty() => Ok(Planned::Refused(error.to_string())),
         Err(error) => Err(error.to_string()),
@@ -462,6 +475,9 @@ fn scored(
         Err(error) => return Ok(Planned::Refused(error)),
     };
     let truncated = scored.truncated;
+    // A conversation's scored text is its last message, the reply.
+    let text = prompt.messages.last().map_or(&prompt.text, |m| &m.content);
+    let text_size = scored.whole.then(|| TextSize::of(text));
     let top = params.prompt_logprobs.unwrap_or(0) as usize;
     let mut windows: Vec<_> = windows(scored, top).collect();
     let (tokens, scoring) = windows.pop().expect("a scored text has a window");
@@ -472,6 +488,7 @@ fn scored(
         grammar: None,
         scoring: Some(scoring),
         windows_before: windows,
+        text_size,
     })
 }
 
@@ -488,6 +505,7 @@ pub fn scored_text(
     let settings = WindowSettings {
         stride: params.score_stride.map(|s| s as usize),
         max_windows: params.max_score_windows.map(|w| w as usize),
+        score_first_token: params.score_first_token,
     };
     let window = score_window(context, params);
     let scored = match prompt.messages.is_empty() {
@@ -527,6 +545,7 @@ pub fn scored_choices(
     let settings = WindowSettings {
         stride: params.score_stride.map(|s| s as usize),
         max_windows: params.max_score_windows.map(|w| w as usize),
+        score_first_token: params.score_first_token,
     };
     check_choices(prompt, params)?;
     let window = score_window(context, params);
