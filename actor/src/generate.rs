@@ -158,7 +158,9 @@ pub struct PromptParts {
     /// question's answers, a preference pair's chosen and rejected replies): with
     /// [`GenerateParams::score`], each is scored given the whole prompt (`before + text +
     /// after`, or the conversation, where each is the assistant's reply) and nothing is
-    /// generated; [`Completion::choice_scores`] holds their scores in this order.
+    /// generated; [`Completion::choice_scores`] holds their scores in this order. With
+    /// [`GenerateParams::choices_as_contexts`], each is a context instead: `text + after`
+    /// is scored after `before + choice`.
     #[serde(default)]
     pub choices: Vec<String>,
     /// The right one of [`PromptParts::choices`], when the record names it (its index):
@@ -353,6 +355,12 @@ pub struct GenerateParams {
     /// reads it.
     #[serde(default)]
     pub score_first_token: bool,
+    /// With `score`, each of a prompt's [`PromptParts::choices`] is a context that takes the
+    /// place of the prompt before the record's text, and the text (with what follows it)
+    /// is scored after each: the choice after which it is likeliest wins (Winogrande's
+    /// partial scoring, lm-evaluation-harness's multiple-input multiple choice).
+    #[serde(default)]
+    pub choices_as_contexts: bool,
 }
 
 /// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
@@ -449,6 +457,7 @@ impl Default for GenerateParams {
             score_stride: None,
             max_score_windows: None,
             score_first_token: false,
+            choices_as_contexts: false,
         }
     }
 }
@@ -565,7 +574,7 @@ impl GenerateParams {
     }
 
     /// Each scoring parameter's check (none applies without `score`).
-    fn scoring_checks(&self) -> [RangeCheck; 9] {
+    fn scoring_checks(&self) -> [RangeCheck; 10] {
         [
             (
                 !self.score || self.template == Template::None,
@@ -613,6 +622,13 @@ impl GenerateParams {
                 !self.score_first_token || self.score,
                 "score_first_token",
                 "scores a text's first token after the model's start token: it needs score \
+                 (--score)"
+                    .into(),
+            ),
+            (
+                !self.choices_as_contexts || self.score,
+                "choices_as_contexts",
+                "scores each record's text after each of its choices: it needs score \
                  (--score)"
                     .into(),
             ),
@@ -1051,6 +1067,14 @@ mod tests {
                 },
                 "`score_first_token` scores a text's first token after the model's start \
                  token: it needs score (--score)",
+            ),
+            (
+                GenerateParams {
+                    choices_as_contexts: true,
+                    ..GenerateParams::default()
+                },
+                "`choices_as_contexts` scores each record's text after each of its choices: \
+                 it needs score (--score)",
             ),
         ] {
             let problem = problem(params).unwrap();

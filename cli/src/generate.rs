@@ -173,6 +173,13 @@ pub struct GenerateArgs {
         value_name = "LABEL,..."
     )]
     choice_labels: Vec<String>,
+    /// With --score, each of a record's choices is a context put where the prompt places
+    /// the text, and the record's text is scored after each (after --target-delimiter):
+    /// the choice after which the text is likeliest wins. Winogrande's partial scoring:
+    /// choices "The trophy doesn't fit in the suitcase because the trophy" and "... the
+    /// suitcase", text "is too large.", delimiter " ".
+    #[arg(long, env = "RESIDENT_CHOICES_AS_CONTEXTS")]
+    choices_as_contexts: bool,
     /// Text before each record's prompt, and before its few-shot examples, with the
     /// record's {field}s and no {text} (lm-evaluation-harness's description; MMLU's "The
     /// following are multiple choice questions (with answers) about {subject}.\n\n").
@@ -485,6 +492,7 @@ impl GenerateArgs {
             score_stride: self.score_stride,
             max_score_windows: self.max_score_windows,
             score_first_token: self.score_first_token,
+            choices_as_contexts: self.choices_as_contexts,
         };
         if let Some(problem) = params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is

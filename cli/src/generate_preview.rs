@@ -164,8 +164,14 @@ fn print_choices(
             true => " (the answer)",
             false => "",
         };
+        // With choices as contexts, what each scores is the text after it.
+        let (what, after) = match params.choices_as_contexts {
+            true => ("context", " (the text after it)"),
+            false => ("choice", ""),
+        };
         println!(
-            "=== choice {index}{answer}: {choice:?}: {tokens} tokens scored, in {} window(s){}",
+            "=== {what} {index}{answer}: {choice:?}: {tokens} tokens scored{after}, in {} \
+             window(s){}",
             scored.windows.len(),
             match scored.truncated {
                 true =>

@@ -447,7 +447,17 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         let block = section.split("```toml\n").nth(1).unwrap();
         let suite = EvalSuite::parse(block.split("```").next().unwrap()).unwrap();
         let names: Vec<&str> = suite.tasks.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["mmlu", "gsm8k", "bbh-date", "lambada", "wikitext"]);
+        assert_eq!(
+            names,
+            [
+                "mmlu",
+                "gsm8k",
+                "bbh-date",
+                "winogrande",
+                "lambada",
+                "wikitext"
+            ]
+        );
         let flags = &suite.tasks[1].flags;
         let filters: Vec<crate::corpus_job::FilterSpec> = (flags.windows(2))
             .filter(|pair| pair[0] == "--filter")

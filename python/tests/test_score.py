@@ -73,6 +73,27 @@ def test_a_context_is_left_unscored_and_the_right_answer_scores_highest(local_cl
     assert outs[0]["score"]["greedy"] is True, outs[0]["score"]
 
 
+def test_choices_as_contexts_score_the_prompt_after_each_choice(local_cluster):
+    """Winogrande's layout: the prompt is scored after each choice, as a prompt scored
+    after that choice as its context is."""
+    head = "The trophy does not fit in the suitcase because the"
+    contexts = [f"{head} suitcase", f"{head} trophy"]
+    ending = " is too large."
+    out = local_cluster.generate(
+        [{"prompt": ending, "choices": contexts, "answer": 1}], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, choices_as_contexts=True,
+        progress=False,
+    )[0]
+    alone = local_cluster.generate(
+        [{"prompt": ending, "context": c} for c in contexts], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, progress=False,
+    )
+    for scored, by_hand in zip(out["choice_scores"], alone):
+        assert scored["tokens"] == by_hand["score"]["tokens"]
+        assert abs(scored["logprob"] - by_hand["score"]["logprob"]) < 1e-3, (scored, by_hand)
+    assert out["answer"] == 1 and out["correct"] == (out["best"] == 1)
+
+
 def test_a_chat_score_ranks_replies_as_dpo_reads_them(local_cluster):
     question = {"role": "user", "content": "What is the capital of France?"}
     replies = ["The capital of France is Paris.", "The capital of France is Berlin."]

@@ -51,6 +51,9 @@ pub enum ShotAnswer {
     /// Its right choice: a scoring job's examples, records with choices and an answer.
     #[default]
     Choice,
+    /// Its right choice as the context before its text (`--choices-as-contexts`,
+    /// Winogrande's): the example reads `choice`, the target delimiter, then its text.
+    Context,
     /// The text of this carried field (`--reference-field`, the first of a list): a
     /// generating job's examples.
     Reference(String),
@@ -60,7 +63,7 @@ impl ShotAnswer {
     /// `shot`'s answer, when it has one.
     fn of(&self, shot: &Record) -> Option<String> {
         match self {
-            Self::Choice => {
+            Self::Choice | Self::Context => {
                 let choices = shot.choices.as_ref()?;
                 choices.choices.get(choices.answer? as usize).cloned()
             }
@@ -74,7 +77,7 @@ impl ShotAnswer {
     /// The records that can be examples, in a refusal.
     fn records(&self) -> String {
         match self {
-            Self::Choice => "answered multiple-choice records".to_owned(),
+            Self::Choice | Self::Context => "answered multiple-choice records".to_owned(),
             Self::Reference(field) => format!("records with an answer in `{field}`"),
         }
     }
@@ -181,7 +184,7 @@ pub fn examples_text(
     let mut examples = String::new();
     for shot in shots {
         let answer = source.answer.of(shot).ok_or_else(|| match &source.answer {
-            ShotAnswer::Choice => format!(
+            ShotAnswer::Choice | ShotAnswer::Context => format!(
                 "few-shot example {} has no answered choices: an example needs choices and \
                  an answer (--choices-field, --answer-field)",
                 shot.id
@@ -208,10 +211,11 @@ pub fn examples_text(
             .collect();
         let (before, after) = template.around(&values);
         let target = &source.target_delimiter;
-        examples.push_str(&format!(
-            "{before}{}{after}{target}{answer}{delimiter}",
-            shot.text
-        ));
+        let text = &shot.text;
+        examples.push_str(&match source.answer {
+            ShotAnswer::Context => format!("{before}{answer}{target}{text}{after}{delimiter}"),
+            _ => format!("{before}{text}{after}{target}{answer}{delimiter}"),
+        });
     }
     Ok(examples)
 }

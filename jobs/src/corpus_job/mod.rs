@@ -115,5 +115,6 @@ pub async fn run_generate_job(
     config: &GenerateJobConfig,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<JobReport<GenerateFigures>, JobError> {
+    config.check()?;
     pipeline::run_job(cluster, &config.corpus, &config.generation, on_progress).await
 }

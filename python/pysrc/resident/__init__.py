@@ -275,7 +275,7 @@ def _generate_params(
             continue
         if name == "stop_token_ids":
             params[name] = [int(token) for token in value]
-        elif name in ("logprobs", "ignore_eos", "score", "score_first_token"):
+        elif name in ("logprobs", "ignore_eos", "score", "score_first_token", "choices_as_contexts"):
             params[name] = bool(value)
         elif name == "system":
             params[name] = str(value)
@@ -313,6 +313,7 @@ _SAMPLING = (
     "score_stride",
     "max_score_windows",
     "score_first_token",
+    "choices_as_contexts",
 )
 
 
@@ -839,8 +840,9 @@ class Cluster:
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
         ``response_format`` (OpenAI's JSON schema constraint); ``score``,
-        ``prompt_logprobs``, ``score_stride``, ``max_score_windows`` and
-        ``score_first_token`` score each text as ``resident generate --score`` does (records with ``choices`` and ``answer``, and
+        ``prompt_logprobs``, ``score_stride``, ``max_score_windows``,
+        ``score_first_token`` and ``choices_as_contexts`` score each text as ``resident
+        generate --score`` does (records with ``choices`` and ``answer``, and
         preference pairs with ``prompt``, ``chosen`` and ``rejected``, too; other field names
         by ``choices_field`` and ``answer_field``). With ``score``, ``fewshot_input`` (a
         dev file) puts its first ``fewshot`` answered records before every prompt, each
@@ -1020,7 +1022,10 @@ class Cluster:
         ``choices`` (a list of texts) and optionally ``answer`` (an index, label or text)
         has each choice scored after its text instead, nothing generated
         (``{"prompt": "The capital of France is", "choices": [" Paris", " Rome"], "answer":
-        0}``: lm-evaluation-harness's multiple choice).
+        0}``: lm-evaluation-harness's multiple choice); with ``choices_as_contexts=True``
+        each choice is a context instead and the text is scored after each (Winogrande's
+        ``{"prompt": " is too large.", "choices": ["... because the trophy", "... because
+        the suitcase"], "answer": 0}``).
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and

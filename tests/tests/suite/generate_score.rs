@@ -1158,3 +1158,114 @@ async fn sampled_fewshot_draws_each_record_s_examples_and_never_the_record_itsel
         "{stderr}"
     );
 }
+
+/// `--choices-as-contexts` (Winogrande's partial scoring): each choice is a context before
+/// the record's text, and the text (after `--target-delimiter`) is scored after each, as
+/// a record's text is scored after the same context written into its prompt; few-shot
+/// examples read their right choice, the delimiter, then their text. A conversation, an
+/// empty text, labels in the choices' place and the flag without `--score` are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_as_contexts_score_the_text_after_each_choice() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let because = "The trophy does not fit in the suitcase because the";
+    let records = [
+        json!({"id": "trophy", "text": "trophy is too large.",
+               "options": [format!("{because} suitcase"), format!("{because} trophy")],
+               "answer": 1}),
+        json!({"id": "sun", "text": "is very hot.", "options": ["The sun", "The snow"], "answer": 0}),
+        json!({"id": "empty", "text": " ", "options": ["a", "b"], "answer": 0}),
+        json!({"id": "talk", "messages": [{"role": "user", "content": "Hi"}], "options": ["a", "b"]}),
+    ];
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--choices-field", "options", "--choices-as-contexts"]);
+    flags.extend(["--target-delimiter", " "]);
+    let (lines, report) = generate(dir.path(), "contexts", &records, "{text}", &flags);
+    // Each choice's score: the text after that context, written as a record by hand.
+    let by_hand = |name: &str, prefix: &str| -> Vec<Vec<Value>> {
+        let raw: Vec<Value> = records[..2]
+            .iter()
+            .flat_map(|r| {
+                let text = format!(" {}", r["text"].as_str().unwrap());
+                (r["options"].as_array().unwrap().iter()).map(move |o| {
+                    json!({"id": 0, "ctx": format!("{prefix}{}", o.as_str().unwrap()), "text": text})
+                })
+            })
+            .enumerate()
+            .map(|(i, mut r)| {
+                r["id"] = json!(i);
+                r
+            })
+            .collect();
+        let (raw, _) = generate(dir.path(), name, &raw, "{ctx}{text}", SCORE);
+        raw.chunks(2)
+            .map(|pair| pair.iter().map(|l| l["score"].clone()).collect())
+            .collect()
+    };
+    let check = |lines: &[Value], hand: &[Vec<Value>]| {
+        for (line, hand) in lines.iter().zip(hand) {
+            let scores = line["choice_scores"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{line}"));
+            for (ours, theirs) in scores.iter().zip(hand) {
+                assert_eq!(ours["tokens"], theirs["tokens"], "{line}");
+                let gap = (float(&ours["logprob"]) - float(&theirs["logprob"])).abs();
+                assert!(gap < 1e-3, "{line} against {theirs}");
+            }
+        }
+    };
+    check(&lines, &by_hand("by-hand", ""));
+    assert_eq!(
+        lines[1]["correct"],
+        json!(
+            float(&lines[1]["choice_scores"][0]["logprob"])
+                > float(&lines[1]["choice_scores"][1]["logprob"])
+        )
+    );
+    let error = |line: &Value| line["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error(&lines[2]).contains("it is empty"), "{}", lines[2]);
+    assert!(
+        error(&lines[3]).contains("take text records"),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(report["answered_records"], 2);
+
+    // A few-shot example: its right choice, the delimiter, its text.
+    let examples = dir.path().join("examples.jsonl");
+    write_jsonl(
+        &examples,
+        &[json!({"id": "ex", "text": "is warm.", "options": ["The fire", "The ice"], "answer": 0})],
+    );
+    let mut fewshot = flags.clone();
+    fewshot.extend([
+        "--fewshot-input",
+        examples.to_str().unwrap(),
+        "--fewshot",
+        "1",
+    ]);
+    let (shot_lines, _) = generate(dir.path(), "fewshot", &records[..2], "{text}", &fewshot);
+    check(
+        &shot_lines,
+        &by_hand("fewshot-by-hand", "The fire is warm.\n\n"),
+    );
+
+    let input = dir.path().join("contexts.jsonl");
+    let out = dir.path().join("refused");
+    let mut labelled = flags.clone();
+    labelled.extend(["--choice-labels", "A,B"]);
+    assert_refused(
+        &input,
+        &out,
+        &[
+            (
+                &labelled,
+                "--choice-labels scores letters in the choices' place",
+            ),
+            (
+                &["--choices-as-contexts", "--template", "none"],
+                "--choices-as-contexts scores each record's text after each of its choices: it needs score (--score)",
+            ),
+        ],
+    );
+}

@@ -549,6 +549,9 @@ pub fn scored_choices(
     };
     check_choices(prompt, params)?;
     let window = score_window(context, params);
+    if params.choices_as_contexts {
+        return scored_after_contexts(format, window, prompt, settings);
+    }
     let messages = chat_messages(prompt);
     if let Some(last) = messages.last().filter(|m| m.role != "user") {
         return Err(format!(
@@ -571,6 +574,39 @@ pub fn scored_choices(
                 }
             };
             scored.map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// A text prompt's `text + after` scored after each choice in place of the record's text
+/// (`before + choice`), within `window` tokens: Winogrande's partial scoring
+/// ([`GenerateParams::choices_as_contexts`]). A conversation, or an empty text, is refused.
+fn scored_after_contexts(
+    format: &PromptFormat,
+    window: usize,
+    prompt: &PromptParts,
+    settings: WindowSettings,
+) -> Result<Vec<ScoredText>, String> {
+    if !prompt.messages.is_empty() {
+        return Err(
+            "a conversation's choices are the assistant's replies to it: choices \
+                    as contexts (--choices-as-contexts) take text records"
+                .into(),
+        );
+    }
+    let continuation = format!("{}{}", prompt.text, prompt.after);
+    if continuation.trim().is_empty() {
+        return Err(
+            "the record's text is what is scored after each choice, and it is \
+                    empty: give the text that follows the choices"
+                .into(),
+        );
+    }
+    (prompt.choices.iter())
+        .map(|choice| {
+            let context = format!("{}{choice}", prompt.before);
+            (format.scored_choice((&context, &continuation), window, settings))
+                .map_err(|e| e.to_string())
         })
         .collect()
 }
