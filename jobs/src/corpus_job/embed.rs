@@ -452,6 +452,8 @@ impl ChunkWork for EmbedWork {
         if !pieces.is_empty() {
             manifest.dim = Some(dim);
         }
+        let model_rows = pieces.iter().flat_map(|piece| piece.data.rows());
+        warn_of_non_finite(index, &non_finite_rows(model_rows), rows);
         let extension = self.format.extension();
         Ok((format!("shards/chunk-{index:06}.{extension}"), bytes))
     }
@@ -461,6 +463,36 @@ impl ChunkWork for EmbedWork {
         let width = manifest.dtype.stored_width(manifest.dim.unwrap_or(0));
         rows * width as u64 * manifest.dtype.bytes() as u64
     }
+}
+
+/// The rows (in order) whose vectors hold a NaN or an infinity: those the report counts as
+/// `non_finite_vectors`.
+fn non_finite_rows<'a>(rows: impl IntoIterator<Item = &'a [f32]>) -> Vec<usize> {
+    (rows.into_iter().enumerate())
+        .filter(|(_, row)| row.iter().any(|v| !v.is_finite()))
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// Says which rows of chunk `index` hold a NaN or an infinity, by id (the first five of
+/// `bad`): the report only counts them.
+fn warn_of_non_finite(index: u64, bad: &[usize], rows: &ShardRows<'_>) {
+    if bad.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = bad
+        .iter()
+        .take(5)
+        .map(|&row| rows.row_id(row).to_string())
+        .collect();
+    tracing::warn!(
+        chunk = index,
+        vectors = bad.len(),
+        ids = %ids.join(", "),
+        "vectors hold a NaN or an infinity, written as they came (a GPU's half precision \
+         overflowed, or the weights hold one): embed those records on the CPU, in f32 \
+         (--gpus-per-actor 0), or check the weights"
+    );
 }
 
 /// The model's vector width, from one short embedding (for a `--chunk-size` given by hand,
@@ -760,7 +792,7 @@ mod tests {
     }
 
     #[test]
-    fn vectors_with_a_nan_or_an_infinity_are_counted_apart_from_the_norms() {
+    fn vectors_with_a_nan_or_an_infinity_are_counted_apart_from_the_norms_and_named_by_id() {
         let work = EmbedWork::default();
         let stats = tallied(&chunk(
             &[[3.0, 4.0], [f32::NAN, 1.0], [f32::INFINITY, 0.0]],
@@ -779,5 +811,25 @@ mod tests {
             (figures.norm.min, figures.norm.max, figures.norm.mean),
             (5.0, 5.0, 5.0)
         );
+        // The rows the warning names: the same two, by their windows' ids.
+        let rows = [[3.0, 4.0], [f32::NAN, 1.0], [f32::INFINITY, 0.0]];
+        let bad = non_finite_rows(rows.iter().map(|row| &row[..]));
+        assert_eq!(bad, [1, 2]);
+        let ids = [serde_json::json!("a"), serde_json::json!(7)];
+        let windows: Vec<RowWindow> = [(0, 0), (1, 0), (1, 1)]
+            .into_iter()
+            .map(|(text, window)| RowWindow {
+                text,
+                window,
+                ..RowWindow::default()
+            })
+            .collect();
+        let shard = ShardRows {
+            ids: &ids,
+            kept: &[],
+            windows: &windows,
+        };
+        let named: Vec<_> = bad.iter().map(|&row| shard.row_id(row)).collect();
+        assert_eq!(named, ["7#0", "7#1"]);
     }
 }
