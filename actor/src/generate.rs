@@ -774,8 +774,9 @@ pub struct TextScore {
     #[serde(default)]
     pub token_logprobs: Option<Vec<TokenLogprob>>,
     /// The text's size, when every one of its tokens was scored (none went unscored past
-    /// `max_score_windows`): what bits per byte and word perplexity divide by. `None` for
-    /// a scored choice.
+    /// `max_score_windows`, and the first had something before it: BOS, the prompt's text,
+    /// or the start token of `score_first_token`): what bits per byte and word perplexity
+    /// divide by. `None` for a scored choice.
     #[serde(default)]
     pub size: Option<TextSize>,
 }

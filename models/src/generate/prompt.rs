@@ -363,8 +363,12 @@ impl PromptFormat {
                 ScoredWindow { tokens, scored }
             })
             .collect();
+        // The engine scores a position from the row before it: a text whose first token has
+        // nothing before it leaves that token unscored.
+        let first_scored = !head.is_empty() || text_tokens.is_empty();
         Ok(ScoredText {
-            whole: plan.windows.last().map(|w| w.scored.end) == Some(text_tokens.len()),
+            whole: first_scored
+                && plan.windows.last().map(|w| w.scored.end) == Some(text_tokens.len()),
             windows,
             truncated: plan.truncated,
         })
@@ -479,8 +483,10 @@ pub struct ScoredText {
     pub windows: Vec<ScoredWindow>,
     /// Some of the text went unscored (`max_windows`), or what follows it was dropped.
     pub truncated: bool,
-    /// Every one of the text's tokens is in a window (what follows it may still have been
-    /// dropped): its score is the whole text's.
+    /// Every one of the text's tokens is scored (what follows it may still have been
+    /// dropped): none went unscored past `max_windows`, and the first has something before
+    /// it (BOS, the prompt's text, or [`WindowSettings::score_first_token`]'s start token).
+    /// Its score is then the whole text's.
     pub whole: bool,
 }
 

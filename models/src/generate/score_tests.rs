@@ -214,6 +214,10 @@ fn a_text_alone_scores_its_first_token_after_the_start_token_when_asked() {
         .format
         .scored_text(("", text, ""), WINDOW, first)
         .unwrap();
+    assert!(
+        !plain.whole && from_first.whole,
+        "whole: every token scored"
+    );
     let (plain, from_first) = (&plain.windows[0], &from_first.windows[0]);
     assert_eq!(
         plain.scored,

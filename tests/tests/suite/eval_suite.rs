@@ -139,7 +139,13 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         ("qa", task(&qa, QA)),
         ("qa-long", task(&qa, &longer)),
         ("lambada", lambada),
-        ("wiki", task(&dir.path().join("wiki.jsonl"), MC)),
+        (
+            "wiki",
+            task(
+                &dir.path().join("wiki.jsonl"),
+                &[MC, &["--score-first-token"]].concat(),
+            ),
+        ),
     ];
     // The suite's --max-new-tokens is every task's unless its own flags say otherwise (all
     // three do here: their lines equal runs with their own value).

@@ -85,9 +85,9 @@ fn float(value: &Value) -> f64 {
 /// range its settings give, and at least 90% within 0.1 nat of it. Each text's perplexity is
 /// within 3% of llama.cpp's, and over the texts our sums lie no further from llama.cpp's
 /// than its own settings' sums lie from each other (measured: 0.6 against 1.1 nat a text).
-/// The report's perplexity is that of all the lines' tokens together; each line's bytes and
-/// words are its text's, and the report's word and byte perplexities and bits per byte
-/// divide the lines' log-probabilities by them ([`check_first_token`] too).
+/// The report's perplexity is that of all the lines' tokens together; a text after a
+/// context, every token of it scored, has its size and bits per byte ([`check_sizes`]),
+/// a text alone only with `--score-first-token` ([`check_first_token`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
     init_logging();
@@ -113,7 +113,6 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
         assert!(spread < 1.0, "llama.cpp's settings spread {spread} nat");
         let (mut close, mut all) = (0, 0);
         let (mut tokens, mut logprob) = (0u64, 0f64);
-        let (mut bytes, mut word_count) = (0usize, 0usize);
         // Our sums' distance from llama.cpp's mean, and its settings' spread of them.
         let (mut deviation, mut spread_of_sums) = (0f64, 0f64);
         for ((line, theirs), record) in lines.iter().zip(expected).zip(&records) {
@@ -176,18 +175,6 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
             spread_of_sums += own_spread;
             let perplexity = (-sum / count as f64).exp();
             assert!((float(&score["perplexity"]) - perplexity).abs() < 1e-9 * perplexity);
-            // Its size, and bits per byte: the leads have no whitespace at either end, so
-            // lm-evaluation-harness's words are the whitespace-separated ones.
-            let text = record["text"].as_str().unwrap();
-            assert_eq!(text.trim(), text);
-            let words = text.split_whitespace().count();
-            assert_eq!(
-                (&score["bytes"], &score["words"]),
-                (&json!(text.len()), &json!(words))
-            );
-            let bits = -sum / text.len() as f64 / std::f64::consts::LN_2;
-            assert!((float(&score["bits_per_byte"]) - bits).abs() < 1e-9 * bits);
-            (bytes, word_count) = (bytes + text.len(), word_count + words);
             tokens += count as u64;
             logprob += sum;
         }
@@ -204,25 +191,16 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
         assert_eq!(figures["scored_tokens"], tokens);
         let corpus = (-logprob / tokens as f64).exp();
         assert!((float(&figures["scored_perplexity"]) - corpus).abs() < 1e-6 * corpus);
-        assert_eq!(
-            (
-                &figures["whole_scored_texts"],
-                &figures["whole_scored_bytes"]
+        match case {
+            // Every token of each text scored: its size, and the figures per word and byte.
+            "context" => check_sizes(&lines, &records, &report),
+            // The first token has nothing before it: not every token is scored.
+            _ => assert!(
+                lines.iter().all(|l| l["score"].get("bytes").is_none())
+                    && report.get("whole_scored_texts").is_none()
+                    && report.get("bits_per_byte").is_none(),
+                "{report}"
             ),
-            (&json!(24), &json!(bytes))
-        );
-        assert_eq!(figures["whole_scored_words"], word_count);
-        let per_word = (-logprob / word_count as f64).exp();
-        let per_byte = -logprob / bytes as f64;
-        for (name, wanted) in [
-            ("word_perplexity", per_word),
-            ("byte_perplexity", per_byte.exp()),
-            ("bits_per_byte", per_byte / std::f64::consts::LN_2),
-        ] {
-            assert!(
-                (float(&figures[name]) - wanted).abs() < 1e-6 * wanted,
-                "{name}"
-            );
         }
         // After a context, lm-evaluation-harness's loglikelihood figures: the share of
         // texts greedy decoding writes, and the perplexity per text (too large for a
@@ -251,9 +229,45 @@ async fn scores_are_llama_cpps_for_a_text_alone_and_after_a_context() {
     }
 }
 
+/// Each line's bytes and words are its text's (the leads have no whitespace at either end,
+/// so lm-evaluation-harness's words are the whitespace-separated ones) and give its bits
+/// per byte; the report's word and byte perplexities and bits per byte divide the lines'
+/// log-probabilities by their sums.
+fn check_sizes(lines: &[Value], records: &[Value], report: &Value) {
+    let (mut bytes, mut words, mut logprob) = (0usize, 0usize, 0f64);
+    for (line, record) in lines.iter().zip(records) {
+        let (score, text) = (&line["score"], record["text"].as_str().unwrap());
+        assert_eq!(text.trim(), text);
+        let count = text.split_whitespace().count();
+        assert_eq!(
+            (&score["bytes"], &score["words"]),
+            (&json!(text.len()), &json!(count))
+        );
+        let sum = float(&score["logprob"]);
+        let bits = -sum / text.len() as f64 / std::f64::consts::LN_2;
+        assert!((float(&score["bits_per_byte"]) - bits).abs() < 1e-9 * bits);
+        (bytes, words, logprob) = (bytes + text.len(), words + count, logprob + sum);
+    }
+    let whole = (&report["whole_scored_texts"], &report["whole_scored_bytes"]);
+    assert_eq!(whole, (&json!(lines.len()), &json!(bytes)));
+    assert_eq!(report["whole_scored_words"], words);
+    let per_byte = -logprob / bytes as f64;
+    for (name, wanted) in [
+        ("word_perplexity", (-logprob / words as f64).exp()),
+        ("byte_perplexity", per_byte.exp()),
+        ("bits_per_byte", per_byte / std::f64::consts::LN_2),
+    ] {
+        assert!(
+            (float(&report[name]) - wanted).abs() < 1e-6 * wanted,
+            "{name}"
+        );
+    }
+}
+
 /// `--score-first-token`: a text alone is scored from its first token, after the model's
 /// start token, so its listed tokens put together are the whole text, one more than
-/// without (`plain`, its lines); a text after a context is scored as without it.
+/// without (`plain`, its lines), and its size and bits per byte are given
+/// ([`check_sizes`]); a text after a context is scored as without it.
 fn check_first_token(dir: &Path, records: &[Value], plain: &[Value], listed: &[&str]) {
     let mut flags = listed.to_vec();
     flags.push("--score-first-token");
@@ -270,8 +284,8 @@ fn check_first_token(dir: &Path, records: &[Value], plain: &[Value], listed: &[&
             float(&line["prompt_logprobs"][0]["logprob"]) < 0.0,
             "{line}"
         );
-        assert_eq!(line["score"]["bytes"], plain["score"]["bytes"]);
     }
+    check_sizes(&lines, records, &report);
     let plain_tokens = plain.iter().map(|l| l["score"]["tokens"].as_u64().unwrap());
     assert_eq!(report["scored_tokens"], plain_tokens.sum::<u64>() + 24);
     let context = &records[..4];
@@ -362,7 +376,8 @@ fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]
         generate(dir, name, records, "{text}", &flags)
     };
     // 47 tokens fit beside the one the context keeps free; the first is not scored.
-    let (head, report) = run("head", &["--max-score-windows", "1"]);
+    // With the start token first, the same 46 text tokens, the first among them.
+    let (head, report) = run("head", &["--max-score-windows", "1", "--score-first-token"]);
     assert_eq!(report["truncated_prompts"], 2);
     for line in &head {
         assert_eq!(line["score"]["tokens"], 46, "{line}");
@@ -395,10 +410,16 @@ fn check_windows(dir: &Path, records: &[Value], whole: &[Value], listed: &[&str]
     };
     let (rolled, report) = run("rolled", &[]);
     assert_eq!(report["truncated_prompts"], 0);
-    for (line, whole) in rolled.iter().zip(whole) {
-        assert_eq!(line["score"]["bytes"], whole["score"]["bytes"], "{line}");
+    // Every token scored, in windows: the whole text's size.
+    let (first, first_report) = run("rolled-first", &["--score-first-token"]);
+    for (line, record) in first.iter().zip(records) {
+        assert_eq!(
+            line["score"]["bytes"],
+            record["text"].as_str().unwrap().len(),
+            "{line}"
+        );
     }
-    assert_eq!(report["whole_scored_texts"], 2);
+    assert_eq!(first_report["whole_scored_texts"], 2);
     let (strided, strided_report) = run("strided", &["--score-stride", "8"]);
     assert!(float(&strided_report["prompt_tokens"]) > float(&report["prompt_tokens"]));
     let (rolled, strided) = (distances(&rolled), distances(&strided));
