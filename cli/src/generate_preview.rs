@@ -115,6 +115,10 @@ fn rendered(
 const CUT: &str = "; cut: the text is not scored to its end (--max-score-windows), or what \
                    follows it did not fit";
 
+/// Said of a text whose first token has nothing before it.
+const FIRST_UNSCORED: &str = "; its first token is context only (--score-first-token scores \
+                              it, and gives the text's bits per byte)";
+
 /// What `--score` scores of a record (a text, or a conversation's reply): its tokens scored
 /// and the windows they take, or why it cannot be scored.
 fn scored_windows(
@@ -130,15 +134,20 @@ fn scored_windows(
     let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
     let first = &scored.windows[0];
     // A text with nothing before it has its first token unscored.
-    let tokens = tokens - usize::from(first.scored.start == 0 && !first.scored.is_empty());
+    let unscored_first = first.scored.start == 0 && !first.scored.is_empty();
+    let tokens = tokens - usize::from(unscored_first);
     let what = match prompt.messages.is_empty() {
         true => "the text's",
         false => "the reply's",
     };
     format!(
-        "scored: {tokens} of {what} tokens, in {} window(s) of at most {} tokens{}",
+        "scored: {tokens} of {what} tokens, in {} window(s) of at most {} tokens{}{}",
         scored.windows.len(),
         score_window(context, params),
+        match unscored_first {
+            true => FIRST_UNSCORED,
+            false => "",
+        },
         match scored.truncated {
             true => CUT,
             false => "",

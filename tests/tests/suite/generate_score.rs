@@ -477,6 +477,25 @@ async fn a_dry_run_says_what_a_score_covers() {
             )),
             "{said} against {line}"
         );
+        assert!(
+            said.contains("its first token is context only (--score-first-token"),
+            "{said}"
+        );
+    }
+    // With the start token first, every token of the text, and no such word.
+    flags.push("--score-first-token");
+    let first = generate_command(&input, &dir.path().join("dry-first"), "{text}", &flags);
+    let (stdout, _) = run_to_success(first);
+    let said: Vec<&str> = (stdout.lines())
+        .filter(|line| line.starts_with("=== scored: "))
+        .collect();
+    for (said, line) in said.iter().zip(&lines) {
+        let tokens = line["score"]["tokens"].as_u64().unwrap() + 1;
+        assert!(
+            said.starts_with(&format!("=== scored: {tokens} of the text's")),
+            "{said}"
+        );
+        assert!(!said.contains("context only"), "{said}");
     }
 }
 
