@@ -1052,19 +1052,14 @@ mod tests {
                     prompt_logprobs: None,
                     max_new_tokens: 1,
                     score_stride: None,
-                    ..windows.clone()
+                    ..windows
                 },
                 "`max_score_windows` caps the scoring windows: it needs score (--score)",
             ),
             (
                 GenerateParams {
-                    score: false,
-                    prompt_logprobs: None,
-                    max_new_tokens: 1,
-                    score_stride: None,
-                    max_score_windows: None,
                     score_first_token: true,
-                    ..windows
+                    ..GenerateParams::default()
                 },
                 "`score_first_token` scores a text's first token after the model's start \
                  token: it needs score (--score)",

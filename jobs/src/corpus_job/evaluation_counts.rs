@@ -31,8 +31,9 @@ pub struct EvaluationCounts {
     /// LAMBADA's accuracy).
     #[serde(default, skip_serializing_if = "is_default")]
     pub greedy_texts: u64,
-    /// Of the texts scored, those scored whole (none of their tokens left unscored by
-    /// `--max-score-windows`): what the word and byte figures count.
+    /// Of the texts scored, those scored whole (every token: none cut by
+    /// `--max-score-windows`, the first after something, `--score-first-token` where nothing
+    /// else came before it): what the word and byte figures count.
     #[serde(default, skip_serializing_if = "is_default")]
     pub whole_scored_texts: u64,
     /// Their UTF-8 bytes.

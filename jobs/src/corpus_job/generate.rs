@@ -116,32 +116,30 @@ impl GenerateJobConfig {
     /// before its text, and labels scored in the choices' place (`--choice-labels`) have
     /// no such text.
     pub(super) fn check(&self) -> Result<(), JobError> {
-        let choices = self.corpus.reader.choices.as_ref();
-        match self.generation.params.choices_as_contexts
-            && choices.is_some_and(|c| !c.labels.is_empty())
-        {
-            true => Err(JobError::Input(
+        let labelled = (self.corpus.reader.choices.as_ref()).is_some_and(|c| !c.labels.is_empty());
+        if self.generation.params.choices_as_contexts && labelled {
+            return Err(JobError::Input(
                 "choices as contexts (--choices-as-contexts) put each choice's text before the \
                  record's; --choice-labels scores letters in the choices' place: give one or \
                  the other"
                     .into(),
-            )),
-            false => Ok(()),
+            ));
         }
+        Ok(())
     }
 
     /// What answers this job's few-shot examples: the right choices of a job that reads
     /// choices (a scoring job), a generating job's references; refused when it has
     /// neither.
     fn shot_answer(&self) -> Result<ShotAnswer, JobError> {
+        if self.corpus.reader.choices.is_some() {
+            return Ok(match self.generation.params.choices_as_contexts {
+                true => ShotAnswer::Context,
+                false => ShotAnswer::Choice,
+            });
+        }
         let check = self.generation.answer_match.as_ref();
         match check.and_then(|check| check.spec().reference_field.clone()) {
-            _ if self.corpus.reader.choices.is_some() => {
-                match self.generation.params.choices_as_contexts {
-                    true => Ok(ShotAnswer::Context),
-                    false => Ok(ShotAnswer::Choice),
-                }
-            }
             Some(field) => Ok(ShotAnswer::Reference(field)),
             None => Err(JobError::Input(
                 "few-shot examples are written with their answers: score choices (--score, \
