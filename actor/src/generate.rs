@@ -163,10 +163,11 @@ pub struct PromptParts {
     /// is scored after `before + choice`.
     #[serde(default)]
     pub choices: Vec<String>,
-    /// The right one of [`PromptParts::choices`], when the record names it (its index):
-    /// answered back in [`ChoiceScores::answer`] to mark the choice the model prefers.
+    /// The right ones of [`PromptParts::choices`], when the record names them (their
+    /// indexes, in order; one for most tasks, several for TruthfulQA's MC2): answered back
+    /// in [`ChoiceScores::answers`] to mark whether the choice the model prefers is right.
     #[serde(default)]
-    pub answer: Option<u32>,
+    pub answers: Vec<u32>,
 }
 
 impl PromptParts {
@@ -722,8 +723,8 @@ pub struct ChoiceScores {
     pub scores: Vec<TextScore>,
     /// Each choice's length in characters, as given.
     pub chars: Vec<u32>,
-    /// The right choice's index, when the record names one.
-    pub answer: Option<u32>,
+    /// The right choices' indexes, in order (empty when the record names none).
+    pub answers: Vec<u32>,
 }
 
 impl ChoiceScores {
@@ -741,11 +742,31 @@ impl ChoiceScores {
         first_highest(self.scores.iter().zip(&self.chars).map(per_char))
     }
 
-    /// Whether [`ChoiceScores::best`] and [`ChoiceScores::best_normalized`] are the right
+    /// Whether [`ChoiceScores::best`] and [`ChoiceScores::best_normalized`] are a right
     /// answer; `None` without one.
     pub fn correct(&self) -> Option<(bool, bool)> {
-        let answer = self.answer? as usize;
-        Some((self.best() == answer, self.best_normalized() == answer))
+        let right = |index: usize| self.answers.contains(&(index as u32));
+        (!self.answers.is_empty()).then(|| (right(self.best()), right(self.best_normalized())))
+    }
+
+    /// The probability the model puts on the right answers when the choices' probabilities
+    /// are scaled to sum to one: `sum of exp(logprob)` over the right ones over that sum over
+    /// all (lm-evaluation-harness's `acc` of TruthfulQA's MC2, whatever the number of right
+    /// answers). `None` without an answer, or when no choice's probability is a number
+    /// above zero (NaN, or every log-probability minus infinity).
+    pub fn answer_probability(&self) -> Option<f64> {
+        if self.answers.is_empty() {
+            return None;
+        }
+        // Scaled by the likeliest choice, so that no exponent underflows to zero.
+        let top = (self.scores.iter().map(|s| s.logprob)).fold(f64::NEG_INFINITY, f64::max);
+        let weight = |score: &TextScore| (score.logprob - top).exp();
+        let all: f64 = self.scores.iter().map(weight).sum();
+        let right: f64 = (self.answers.iter())
+            .filter_map(|&i| self.scores.get(i as usize))
+            .map(weight)
+            .sum();
+        (all.is_finite() && all > 0.0 && right.is_finite()).then(|| right / all)
     }
 }
 
@@ -955,6 +976,7 @@ mod tests {
                     ..ParamsOverride::default()
                 }),
                 choices: vec!["Hello.".into(), "Go away.".into()],
+                answers: vec![0, 1],
                 ..PromptParts::chat("r", vec![ChatMessage::new("user", "hi")])
             }],
             params: GenerateParams {
@@ -1129,20 +1151,30 @@ mod tests {
             // -4 over 2 characters (-2 each) against -6 over 12 (-0.5 each).
             scores: vec![score(-4.0), score(-6.0), score(-4.0), score(f64::NAN)],
             chars: vec![2, 12, 2, 1],
-            answer: Some(1),
+            answers: vec![1],
         };
         assert_eq!(scored.best(), 0, "the first of two equals");
         assert_eq!(scored.best_normalized(), 1);
         assert_eq!(scored.correct(), Some((false, true)));
         let unanswered = ChoiceScores {
-            answer: None,
+            answers: Vec::new(),
             ..scored.clone()
         };
         assert_eq!(unanswered.correct(), None);
+        let several = ChoiceScores {
+            answers: vec![1, 2],
+            ..scored.clone()
+        };
+        assert_eq!(several.correct(), Some((false, true)), "0 is not right");
+        let with_first = ChoiceScores {
+            answers: vec![2, 0],
+            ..scored.clone()
+        };
+        assert_eq!(with_first.correct(), Some((true, false)));
         let nan_first = ChoiceScores {
             scores: vec![score(f64::NAN), score(-9.0)],
             chars: vec![1, 0],
-            answer: Some(1),
+            answers: vec![1],
         };
         assert_eq!(nan_first.best(), 1, "NaN never wins");
         assert_eq!(
@@ -1150,5 +1182,40 @@ mod tests {
             1,
             "no division by zero characters"
         );
+    }
+
+    /// The right answers' probability among the choices, as lm-evaluation-harness's
+    /// TruthfulQA MC2 computes it (`exp` of each, the right ones' sum over all), without
+    /// underflow where every log-probability is far below zero; none without an answer or
+    /// with a NaN.
+    #[test]
+    fn the_right_answers_probability_is_their_share_of_the_choices() {
+        let score = |logprob: f64| TextScore {
+            tokens: 3,
+            logprob,
+            greedy: false,
+            token_logprobs: None,
+            size: None,
+        };
+        let scored = |logprobs: &[f64], answers: Vec<u32>| ChoiceScores {
+            scores: logprobs.iter().map(|&l| score(l)).collect(),
+            chars: vec![5; logprobs.len()],
+            answers,
+        };
+        // Probabilities 0.5, 0.25, 0.125 and 0.125: the right ones hold 0.625 of 1.
+        let halves = [0.5f64, 0.25, 0.125, 0.125].map(f64::ln);
+        let mass = scored(&halves, vec![0, 2]).answer_probability().unwrap();
+        assert!((mass - 0.625).abs() < 1e-12, "{mass}");
+        let one = scored(&halves, vec![1]).answer_probability().unwrap();
+        assert!((one - 0.25).abs() < 1e-12, "{one}");
+        // Shifted by -2000 (each exp alone is 0.0): the same shares.
+        let far = halves.map(|l| l - 2000.0);
+        let far_mass = scored(&far, vec![0, 2]).answer_probability().unwrap();
+        assert!((far_mass - 0.625).abs() < 1e-9, "{far_mass}");
+        assert_eq!(scored(&halves, Vec::new()).answer_probability(), None);
+        let nan = [-1.0, f64::NAN];
+        assert_eq!(scored(&nan, vec![0]).answer_probability(), None);
+        let never = [f64::NEG_INFINITY; 2];
+        assert_eq!(scored(&never, vec![0]).answer_probability(), None);
     }
 }

@@ -154,13 +154,17 @@ pub struct GenerateArgs {
     /// window is scored whole, in windows (--score-stride, --max-score-windows).
     #[arg(long, env = "RESIDENT_SCORE")]
     score: bool,
-    /// With --score, the field of a record's choices: a list of texts, or an object with
-    /// `text` and `label` lists (ARC's). Each is scored as a continuation of the prompt,
-    /// the prompt's trailing whitespace moved to its front.
+    /// With --score, the field of a record's choices: a list of texts, an object with
+    /// `text` and `label` lists (ARC's), or one with `choices` and `labels` lists
+    /// (TruthfulQA's `mc2_targets`, its labels 1 for each true choice: the record's right
+    /// answers when it has no answer field). Each is scored as a continuation of the
+    /// prompt, the prompt's trailing whitespace moved to its front.
     #[arg(long, env = "RESIDENT_CHOICES_FIELD", default_value = "choices")]
     choices_field: String,
     /// With --score, the field of a record's right choice: its index from 0, its label or
-    /// its text.
+    /// its text; or a list of them, for several right choices (then `correct` is the
+    /// likeliest being one of them, and `answer_probability` their probability among all
+    /// the choices: TruthfulQA's MC2).
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
     /// With --score, these are scored in place of a record's choices, in order (MMLU's
@@ -611,6 +615,16 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
             figures.tally.evaluation.answered_records,
             plus_minus(figures.accuracy_stderr),
             plus_minus(figures.accuracy_normalized_stderr),
+        );
+    }
+    if let Some(probability) = figures.answer_probability {
+        let several = match figures.tally.evaluation.several_answer_records {
+            0 => String::new(),
+            n => format!(" ({n} records with several right answers: TruthfulQA MC2's acc)"),
+        };
+        eprintln!(
+            "right answers' probability among the choices: {probability:.4}{}{several}",
+            plus_minus(figures.answer_probability_stderr),
         );
     }
     print_answers(figures, named);

@@ -169,9 +169,11 @@ fn print_choices(
     };
     for (index, (choice, scored)) in prompt.choices.iter().zip(&scored).enumerate() {
         let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
-        let answer = match prompt.answer == Some(index as u32) {
-            true => " (the answer)",
-            false => "",
+        let right = prompt.answers.contains(&(index as u32));
+        let answer = match (right, prompt.answers.len()) {
+            (false, _) => "",
+            (true, 1) => " (the answer)",
+            (true, _) => " (a right answer)",
         };
         // With choices as contexts, what each scores is the text after it.
         let (what, after) = match params.choices_as_contexts {

@@ -149,13 +149,14 @@ pub struct TaskMetric {
 }
 
 /// A task's figures, in the results' order: accuracy (plain, per character, the mean over
-/// groups), exact match (the one filter's, or each named filter's, with pass@n and maj@n);
-/// for scored texts, as lm-evaluation-harness reports its two kinds of task: after a
-/// context (`loglikelihood`, LAMBADA) the share written greedily (`acc`, unless choices
-/// gave one) and the perplexity per text, alone (`loglikelihood_rolling`, wikitext) the
-/// perplexity per word and byte and the bits per byte of the texts scored whole; then the
-/// perplexity per token. Perplexities have no standard error (lm-evaluation-harness
-/// bootstraps one for LAMBADA's).
+/// groups; the right choices' probability for several right answers), exact match (the
+/// one filter's, or each named filter's, with pass@n and maj@n); for scored texts, as
+/// lm-evaluation-harness reports its two kinds of task: after a context (`loglikelihood`,
+/// LAMBADA) the share written greedily (`acc`, unless choices gave one) and the perplexity
+/// per text, alone (`loglikelihood_rolling`, wikitext) the perplexity per word and byte
+/// and the bits per byte of the texts scored whole; then the perplexity per token.
+/// Perplexities have no standard error (lm-evaluation-harness bootstraps one for
+/// LAMBADA's).
 pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
     let mut rows = Rows::default();
     accuracy_rows(&mut rows, figures);
@@ -187,9 +188,20 @@ impl Rows {
     }
 }
 
-/// The accuracy over scored choices: plain, per character, the mean over groups.
+/// The accuracy over scored choices: plain, per character, the mean over groups; for a
+/// task of several right answers (TruthfulQA's MC2), as lm-evaluation-harness reports it,
+/// only `acc`, the right choices' probability among all.
 fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
     let answered = figures.tally.evaluation.answered_records;
+    if figures.tally.evaluation.several_answer_records > 0 {
+        let (probability, stderr) = (
+            figures.answer_probability,
+            figures.answer_probability_stderr,
+        );
+        let records = figures.tally.evaluation.answer_probability_records;
+        rows.put("acc", probability, stderr, records);
+        return;
+    }
     rows.put("acc", figures.accuracy, figures.accuracy_stderr, answered);
     let normalized = figures.accuracy_normalized_stderr;
     rows.put(
@@ -522,6 +534,8 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         assert!(refused(&format!("tasks = 1\n{}", task("a", ""))).contains("unknown field"));
     }
 
+    /// Accuracy plain and per character, each with its error; a task of several right
+    /// answers, their probability as `acc` instead.
     #[test]
     fn each_figure_of_a_report_is_a_row_with_its_error() {
         let figures: GenerateFigures = serde_json::from_value(serde_json::json!({
@@ -539,6 +553,20 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         assert_eq!(
             (metrics[0].value, metrics[0].stderr, metrics[0].records),
             (0.75, Some(0.25), 4)
+        );
+        // TruthfulQA's MC2: several right answers; `acc` is their probability, alone.
+        let mut mc2 = figures.clone();
+        mc2.tally.evaluation.several_answer_records = 3;
+        mc2.tally.evaluation.answer_probability_records = 4;
+        (mc2.answer_probability, mc2.answer_probability_stderr) = (Some(0.4), Some(0.1));
+        assert_eq!(
+            task_metrics(&mc2),
+            [TaskMetric {
+                metric: "acc".into(),
+                value: 0.4,
+                stderr: Some(0.1),
+                records: 4
+            }]
         );
         let results = EvalResults {
             model: "m".into(),

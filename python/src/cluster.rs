@@ -336,7 +336,7 @@ fn call_prompts(json: &str) -> Result<Vec<PromptParts>, String> {
                         parse_choices(&object, &ChoiceFields::default()).map_err(at)?
                     {
                         prompt.choices = choices.choices;
-                        prompt.answer = choices.answer;
+                        prompt.answers = choices.answers;
                     }
                     object.remove("choices");
                     object.remove("answer");

@@ -1,6 +1,7 @@
 //! A scoring job's records with choices to score after their prompt: a multiple-choice
-//! record (`choices` and its `answer`, as MMLU, ARC or HellaSwag rows hold them, field names
-//! set by `--choices-field` and `--answer-field`), or a preference pair in TRL's format
+//! record (`choices` and its `answer`, as MMLU, ARC or HellaSwag rows hold them, or several
+//! right answers, as TruthfulQA's MC2 marks them; field names set by `--choices-field` and
+//! `--answer-field`), or a preference pair in TRL's format
 //! (`prompt`, `chosen`, `rejected`; text or conversations, the prompt explicit or implicit in
 //! both conversations). Pure: JSON in, the prompt and its choices or the reason out.
 
@@ -12,9 +13,10 @@ use super::chat_input::parse_messages;
 /// The fields a multiple-choice record's choices and answer are read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChoiceFields {
-    /// A list of texts, or an object with `text` (and `label`) lists.
+    /// A list of texts, an object with `text` (and `label`) lists (ARC's), or one with
+    /// `choices` and `labels` lists (TruthfulQA's, the labels marking the true ones).
     pub choices: String,
-    /// The right choice: its index, its label or its text.
+    /// The right choice: its index, its label or its text; or a list of them.
     pub answer: String,
     /// What is scored in place of each choice's text, in order (`--choice-labels A,B,C,D`:
     /// MMLU's letters, the texts then written into the prompt); empty: the texts.
@@ -31,13 +33,24 @@ impl Default for ChoiceFields {
     }
 }
 
-/// A record's choices, each scored after its prompt, and the right one when it names it.
+/// A record's choices, each scored after its prompt, and the right ones when it names
+/// them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChoiceRecord {
     /// The continuations, in order.
     pub choices: Vec<String>,
-    /// The right one's index.
-    pub answer: Option<u32>,
+    /// The right ones' indexes, ascending: one for most tasks, several for TruthfulQA's MC2
+    /// (empty when the record names none).
+    pub answers: Vec<u32>,
+}
+
+impl ChoiceRecord {
+    /// The first right choice (what a few-shot example answers with: TruthfulQA's MC2
+    /// lists its true answers first).
+    pub fn first_answer(&self) -> Option<&String> {
+        let first = *self.answers.first()?;
+        self.choices.get(first as usize)
+    }
 }
 
 /// What a preference pair's prompt is.
@@ -58,23 +71,8 @@ pub fn parse_choices(
         return Ok(None);
     };
     let name = &fields.choices;
-    let (texts, labels) = match value {
-        Value::Array(list) => (list, None),
-        Value::Object(map) => match (map.get("text"), map.get("label")) {
-            (Some(Value::Array(texts)), Some(Value::Array(labels))) => (texts, Some(labels)),
-            (Some(Value::Array(texts)), None) => (texts, None),
-            _ => {
-                return Err(format!(
-                    "`{name}` is an object without a `text` list (ARC's choices are \
-                     {{\"text\": [...], \"label\": [...]}})"
-                ));
-            }
-        },
-        _ => return Err(format!("`{name}` must be a list of texts")),
-    };
-    let choices = texts
-        .iter()
-        .enumerate()
+    let listed = listed_choices(value, name)?;
+    let choices = (listed.texts.iter().enumerate())
         .map(|(i, text)| match text {
             Value::String(text) if !text.is_empty() => Ok(text.clone()),
             Value::String(_) => Err(format!("`{name}`[{i}] is empty; give each choice its text")),
@@ -82,15 +80,108 @@ pub fn parse_choices(
         })
         .collect::<Result<Vec<_>, _>>()?;
     check_count(choices.len(), name)?;
-    let answer = match object.get(&fields.answer) {
-        None | Some(Value::Null) => None,
-        Some(answer) => Some(answer_index(answer, &choices, labels, &fields.answer)?),
+    let answers = match (object.get(&fields.answer), listed.truth) {
+        (None | Some(Value::Null), Some(truth)) => true_choices(truth, choices.len(), name)?,
+        (None | Some(Value::Null), None) => Vec::new(),
+        (Some(answer), _) => answer_indexes(answer, &choices, listed.labels, &fields.answer)?,
     };
     let choices = match fields.labels.is_empty() {
         true => choices,
         false => labelled(choices.len(), &fields.labels, name)?,
     };
-    Ok(Some(ChoiceRecord { choices, answer }))
+    Ok(Some(ChoiceRecord { choices, answers }))
+}
+
+/// A choices field as its dataset writes it.
+struct ListedChoices<'a> {
+    /// The choices' texts.
+    texts: &'a [Value],
+    /// ARC's labels (`A`, `B`, ...), which an answer may name.
+    labels: Option<&'a [Value]>,
+    /// TruthfulQA's `labels`: 1 for each true choice, 0 for each false one.
+    truth: Option<&'a [Value]>,
+}
+
+/// The texts (and labels) of a choices field: a list of texts, ARC's `{"text": [...],
+/// "label": [...]}` or TruthfulQA's `{"choices": [...], "labels": [1, 0, ...]}`.
+fn listed_choices<'a>(value: &'a Value, name: &str) -> Result<ListedChoices<'a>, String> {
+    let list = |value: Option<&'a Value>| match value {
+        Some(Value::Array(list)) => Some(&list[..]),
+        _ => None,
+    };
+    let listed = |texts, labels, truth| ListedChoices {
+        texts,
+        labels,
+        truth,
+    };
+    match value {
+        Value::Array(texts) => Ok(listed(texts, None, None)),
+        Value::Object(map) => match (list(map.get("text")), list(map.get("choices"))) {
+            (Some(texts), _) => Ok(listed(texts, list(map.get("label")), None)),
+            (None, Some(texts)) => Ok(listed(texts, None, list(map.get("labels")))),
+            (None, None) => Err(format!(
+                "`{name}` is an object without a `text` or `choices` list (ARC's choices are \
+                 {{\"text\": [...], \"label\": [...]}}, TruthfulQA's {{\"choices\": [...], \
+                 \"labels\": [1, 0, ...]}})"
+            )),
+        },
+        _ => Err(format!("`{name}` must be a list of texts")),
+    }
+}
+
+/// The true choices of TruthfulQA's `labels` (1 true, 0 false, one for each choice).
+fn true_choices(truth: &[Value], count: usize, name: &str) -> Result<Vec<u32>, String> {
+    if truth.len() != count {
+        return Err(format!(
+            "`{name}.labels` holds {} labels for {count} choices; give each choice 1 (true) \
+             or 0 (false)",
+            truth.len()
+        ));
+    }
+    let mut answers = Vec::new();
+    for (index, label) in truth.iter().enumerate() {
+        match label.as_u64() {
+            Some(1) => answers.push(index as u32),
+            Some(0) => {}
+            _ => {
+                return Err(format!(
+                    "`{name}.labels`[{index}] is {label}; a label is 1 (a true choice) or 0 \
+                     (a false one)"
+                ));
+            }
+        }
+    }
+    match answers.is_empty() {
+        true => Err(format!(
+            "`{name}.labels` marks no choice true (1); give at least one"
+        )),
+        false => Ok(answers),
+    }
+}
+
+/// The indexes an answer names: one answer, or a list of them (several right ones),
+/// ascending, each once.
+fn answer_indexes(
+    answer: &Value,
+    choices: &[String],
+    labels: Option<&[Value]>,
+    name: &str,
+) -> Result<Vec<u32>, String> {
+    let mut answers = match answer {
+        Value::Array(list) if list.is_empty() => {
+            return Err(format!(
+                "`{name}` is an empty list, which names no right choice (give one or more, or \
+                 leave the field out for an unanswered record)"
+            ));
+        }
+        Value::Array(list) => (list.iter())
+            .map(|one| answer_index(one, choices, labels, name))
+            .collect::<Result<Vec<_>, _>>()?,
+        one => vec![answer_index(one, choices, labels, name)?],
+    };
+    answers.sort_unstable();
+    answers.dedup();
+    Ok(answers)
 }
 
 /// The first `count` of `labels`, scored in place of a record's `count` choices; an error
@@ -124,7 +215,7 @@ fn check_count(count: usize, name: &str) -> Result<(), String> {
 fn answer_index(
     answer: &Value,
     choices: &[String],
-    labels: Option<&Vec<Value>>,
+    labels: Option<&[Value]>,
     name: &str,
 ) -> Result<u32, String> {
     let count = choices.len();
@@ -145,7 +236,8 @@ fn answer_index(
     found.map(|i| i as u32).ok_or_else(|| {
         format!(
             "`{name}` is {answer}, which names none of the {count} choices (give an index \
-             from 0, a label or a choice's text)"
+             from 0, a label or a choice's text, or a list of them for several right \
+             choices)"
         )
     })
 }
@@ -194,7 +286,7 @@ pub fn parse_preference(
         prompt,
         ChoiceRecord {
             choices: replies.to_vec(),
-            answer: Some(0),
+            answers: vec![0],
         },
     )))
 }
@@ -270,7 +362,7 @@ mod tests {
             parse_choices(&record, &letters),
             Ok(Some(ChoiceRecord {
                 choices: vec!["A".into(), "B".into(), "C".into()],
-                answer: Some(1),
+                answers: vec![1],
             }))
         );
         let five = object(json!({"choices": ["a", "b", "c", "d", "e"], "answer": 0}));
@@ -290,17 +382,17 @@ mod tests {
             mmlu,
             Ok(Some(ChoiceRecord {
                 choices: vec!["3".into(), "4".into()],
-                answer: Some(1),
+                answers: vec![1],
             }))
         );
         let arc = json!({"choices": {"text": ["red", "blue"], "label": ["A", "B"]}, "answer": "B"});
-        assert_eq!(choices(arc).unwrap().unwrap().answer, Some(1));
+        assert_eq!(choices(arc).unwrap().unwrap().answers, [1]);
         let by_text = choices(json!({"choices": [" red", " blue"], "answer": "red"}));
-        assert_eq!(by_text.unwrap().unwrap().answer, Some(0));
+        assert_eq!(by_text.unwrap().unwrap().answers, [0]);
         let as_text = choices(json!({"choices": ["red", "blue"], "answer": "1"}));
-        assert_eq!(as_text.unwrap().unwrap().answer, Some(1));
+        assert_eq!(as_text.unwrap().unwrap().answers, [1]);
         let unanswered = choices(json!({"choices": ["red", "blue"]}));
-        assert_eq!(unanswered.unwrap().unwrap().answer, None);
+        assert_eq!(unanswered.unwrap().unwrap().answers, Vec::<u32>::new());
         assert_eq!(choices(json!({"text": "no choices"})), Ok(None));
         let renamed = ChoiceFields {
             choices: "endings".into(),
@@ -309,8 +401,11 @@ mod tests {
         };
         let hellaswag = object(json!({"endings": ["a", "b", "c"], "label": 2}));
         assert_eq!(
-            parse_choices(&hellaswag, &renamed).unwrap().unwrap().answer,
-            Some(2)
+            parse_choices(&hellaswag, &renamed)
+                .unwrap()
+                .unwrap()
+                .answers,
+            [2]
         );
         for (record, wanted) in [
             (
@@ -324,11 +419,75 @@ mod tests {
             (json!({"choices": "a"}), "must be a list of texts"),
             (
                 json!({"choices": {"label": ["A"]}}),
-                "without a `text` list",
+                "without a `text` or `choices` list",
             ),
             (json!({"choices": vec!["a"; 65]}), "at most 64"),
         ] {
             let error = choices(record).unwrap_err();
+            assert!(error.contains(wanted), "{error}");
+        }
+    }
+
+    /// Several right answers: a list of indexes, labels or texts in the answer field, or
+    /// TruthfulQA's `{"choices", "labels"}` whose 1s mark the true ones (when the record has
+    /// no answer field); each kept once, ascending. An empty list, labels that are not 0
+    /// and 1, or that do not match the choices, or that mark none true, are refused.
+    #[test]
+    fn several_right_answers_are_read_from_a_list_or_truthfulqa_s_labels() {
+        let answers = |value: Value| choices(value).map(|c| c.unwrap().answers);
+        let texts = json!(["a", "b", "c", "d"]);
+        assert_eq!(
+            answers(json!({"choices": texts, "answer": [2, 0]})),
+            Ok(vec![0, 2])
+        );
+        let arc = json!({"text": ["a", "b", "c"], "label": ["A", "B", "C"]});
+        assert_eq!(
+            answers(json!({"choices": arc, "answer": ["C", "B", "C"]})),
+            Ok(vec![1, 2])
+        );
+        assert_eq!(
+            answers(json!({"choices": texts, "answer": ["d", 0]})),
+            Ok(vec![0, 3])
+        );
+        let truthful = |labels: Value| json!({"choices": ["Nothing.", "You die.", "You fly."], "labels": labels});
+        let mc2 = json!({"question": "What happens if you eat seeds?", "mc2_targets": truthful(json!([1, 0, 0]))});
+        let fields = ChoiceFields {
+            choices: "mc2_targets".into(),
+            ..ChoiceFields::default()
+        };
+        let record = parse_choices(&object(mc2), &fields).unwrap().unwrap();
+        assert_eq!(record.choices, ["Nothing.", "You die.", "You fly."]);
+        assert_eq!(record.answers, [0]);
+        assert_eq!(record.first_answer().map(String::as_str), Some("Nothing."));
+        assert_eq!(
+            answers(json!({"choices": truthful(json!([1, 1, 0]))})),
+            Ok(vec![0, 1])
+        );
+        assert_eq!(
+            answers(json!({"choices": truthful(json!([1, 1, 0])), "answer": 2})),
+            Ok(vec![2]),
+            "the answer field, when there, over the labels"
+        );
+        for (record, wanted) in [
+            (json!({"choices": texts, "answer": []}), "an empty list"),
+            (
+                json!({"choices": texts, "answer": [0, 9]}),
+                "is 9, which names none of the 4",
+            ),
+            (
+                json!({"choices": truthful(json!([1, 2, 0]))}),
+                "`choices.labels`[1] is 2",
+            ),
+            (
+                json!({"choices": truthful(json!([1, 0]))}),
+                "holds 2 labels for 3 choices",
+            ),
+            (
+                json!({"choices": truthful(json!([0, 0, 0]))}),
+                "marks no choice true",
+            ),
+        ] {
+            let error = answers(record).unwrap_err();
             assert!(error.contains(wanted), "{error}");
         }
     }
@@ -345,7 +504,7 @@ mod tests {
                 .unwrap();
         assert_eq!(prompt, PreferencePrompt::Text("The sky is".into()));
         assert_eq!(record.choices, [" blue.", " green."]);
-        assert_eq!(record.answer, Some(0));
+        assert_eq!(record.answers, [0]);
         let user = json!([{"role": "user", "content": "What colour is the sky?"}]);
         let reply = |text: &str| json!([{"role": "assistant", "content": text}]);
         let explicit =

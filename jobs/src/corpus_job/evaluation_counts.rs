@@ -58,6 +58,20 @@ pub struct EvaluationCounts {
     /// Of those, the records whose likeliest choice per character was the right one.
     #[serde(default, skip_serializing_if = "is_default")]
     pub correct_normalized_records: u64,
+    /// Of the answered records, those that named several right choices (TruthfulQA's
+    /// MC2): `resident eval`'s `acc` is then the right choices' probability.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub several_answer_records: u64,
+    /// Of the answered records, those whose right choices' probability among all is a
+    /// number (not NaN).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub answer_probability_records: u64,
+    /// The sum of those probabilities.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub answer_probability_sum: f64,
+    /// The sum of their squares (for the mean's standard error).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub answer_probability_squares: f64,
     /// The (first) filter's answers checked against references.
     #[serde(flatten)]
     pub answers: AnswerCounts,
@@ -278,6 +292,12 @@ impl EvaluationCounts {
                 self.answered_records += 1;
                 self.correct_records += u64::from(plain);
                 self.correct_normalized_records += u64::from(normalized);
+                self.several_answer_records += u64::from(scored.answers.len() > 1);
+                if let Some(probability) = scored.answer_probability() {
+                    self.answer_probability_records += 1;
+                    self.answer_probability_sum += probability;
+                    self.answer_probability_squares += probability * probability;
+                }
                 if let Some(group) = group {
                     let counts = self.groups.entry(group).or_default();
                     counts.add(plain, Some(normalized));
@@ -317,6 +337,10 @@ impl EvaluationCounts {
         self.answered_records += other.answered_records;
         self.correct_records += other.correct_records;
         self.correct_normalized_records += other.correct_normalized_records;
+        self.several_answer_records += other.several_answer_records;
+        self.answer_probability_records += other.answer_probability_records;
+        self.answer_probability_sum += other.answer_probability_sum;
+        self.answer_probability_squares += other.answer_probability_squares;
         self.answers.absorb(&other.answers);
         for (name, counts) in &other.filters {
             self.filters.entry(name.clone()).or_default().absorb(counts);
@@ -407,6 +431,10 @@ mod tests {
             answered_records: 2,
             correct_records: correct,
             correct_normalized_records: 1,
+            several_answer_records: 1,
+            answer_probability_records: 2,
+            answer_probability_sum: 0.75,
+            answer_probability_squares: 0.3125,
             ..EvaluationCounts::default()
         };
         counts.answers.reference_records = 2;
@@ -440,6 +468,15 @@ mod tests {
             (3, 4, 20)
         );
         assert_eq!(total.scored_logprob, -5.0);
+        assert_eq!(
+            (
+                total.several_answer_records,
+                total.answer_probability_records,
+                total.answer_probability_sum,
+                total.answer_probability_squares
+            ),
+            (2, 4, 1.5, 0.625)
+        );
         assert_eq!(total.filters["strict"].exact_match_records, 3);
         assert_eq!(total.filters["strict"].reference_records, 4);
         let groups: Vec<(&String, u64)> = (total.groups.iter())

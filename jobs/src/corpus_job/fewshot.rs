@@ -63,10 +63,7 @@ impl ShotAnswer {
     /// `shot`'s answer, when it has one.
     fn of(&self, shot: &Record) -> Option<String> {
         match self {
-            Self::Choice | Self::Context => {
-                let choices = shot.choices.as_ref()?;
-                choices.choices.get(choices.answer? as usize).cloned()
-            }
+            Self::Choice | Self::Context => shot.choices.as_ref()?.first_answer().cloned(),
             Self::Reference(field) => {
                 let references = references_of(shot.kept.get(field), field).ok()?;
                 references.into_iter().find(|text| !text.trim().is_empty())
@@ -385,7 +382,7 @@ mod tests {
             chat: None,
             choices: Some(Box::new(ChoiceRecord {
                 choices: choices.iter().map(|c| c.to_string()).collect(),
-                answer,
+                answers: answer.into_iter().collect(),
             })),
             limit_group: None,
         }

@@ -349,14 +349,14 @@ impl GenerateWork {
             Some(choices) if self.params.choices_as_contexts => PromptParts {
                 text: format!("{delimiter}{}", prompt.text),
                 choices: choices.choices,
-                answer: choices.answer,
+                answers: choices.answers,
                 ..prompt
             },
             Some(choices) => PromptParts {
                 choices: (choices.choices.into_iter())
                     .map(|choice| format!("{delimiter}{choice}"))
                     .collect(),
-                answer: choices.answer,
+                answers: choices.answers,
                 ..prompt
             },
             None => prompt,
@@ -888,17 +888,17 @@ mod tests {
             token_logprobs: None,
             size: None,
         };
-        let completion = |answer: Option<u32>| Completion {
+        let completion = |answers: &[u32]| Completion {
             // " Paris" (-1 over 6 characters) against " the city of Lyon" (-2.5 over 17).
             choice_scores: Some(ChoiceScores {
                 scores: vec![score(-1.0, 1), score(-2.5, 4)],
                 chars: vec![6, 17],
-                answer,
+                answers: answers.to_vec(),
             }),
             ..scored_nothing()
         };
         let id = serde_json::json!("q");
-        let right = completion(Some(0));
+        let right = completion(&[0]);
         let line = serde_json::to_value(GenerationLine::new(&id, &right, None)).unwrap();
         assert_eq!(line["choice_scores"][0]["logprob"], -1.0);
         assert_eq!(line["choice_scores"][1]["tokens"], 4);
@@ -915,15 +915,28 @@ mod tests {
             line.get("score").is_none() && line.get("choices").is_none(),
             "{line}"
         );
-        let unanswered = completion(None);
+        // e^-1 / (e^-1 + e^-2.5): the right choice's share of the two's probability.
+        let right_share = 1.0 / (1.0 + (-1.5f64).exp());
+        let probability = line["answer_probability"].as_f64().unwrap();
+        assert!((probability - right_share).abs() < 1e-12, "{line}");
+        assert!(line.get("answers").is_none(), "one answer: `answer`");
+        let both = completion(&[0, 1]);
+        let line = serde_json::to_value(GenerationLine::new(&id, &both, None)).unwrap();
+        assert_eq!(
+            (&line["answers"], line.get("answer"), &line["correct"]),
+            (&serde_json::json!([0, 1]), None, &true.into()),
+            "several answers: `answers`"
+        );
+        assert!((line["answer_probability"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+        let unanswered = completion(&[]);
         let line = serde_json::to_value(GenerationLine::new(&id, &unanswered, None)).unwrap();
         assert!(
-            line.get("correct").is_none() && line.get("answer").is_none(),
+            ["correct", "answer", "answer_probability"].map(|f| line.get(f)) == [None; 3],
             "{line}"
         );
         assert_eq!(line["best"], 0);
         let mut tally = GenerationTally::default();
-        let piece = piece(vec![right, completion(Some(1)), unanswered]);
+        let piece = piece(vec![right, completion(&[1]), unanswered]);
         // By subject: the right record is math's, the wrong one art's (right per
         // character), the unanswered one math's again.
         let mut work = test_work();
@@ -961,6 +974,12 @@ mod tests {
         );
         assert_eq!(figures.accuracy, Some(0.5));
         assert_eq!(figures.accuracy_normalized, Some(0.5));
+        // The right one's share, then the wrong one's: they sum to 1, their mean is 0.5 and
+        // the mean's standard error half their difference.
+        let answer_probability = figures.answer_probability.unwrap();
+        assert!((answer_probability - 0.5).abs() < 1e-12);
+        let stderr = figures.answer_probability_stderr.unwrap();
+        assert!((stderr - (right_share - 0.5)).abs() < 1e-12, "{stderr}");
         let json = serde_json::to_value(&figures).unwrap();
         assert_eq!(json["correct_records"], 1);
         assert!(

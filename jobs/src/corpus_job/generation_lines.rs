@@ -95,12 +95,20 @@ struct ChoicesLine<'a> {
     best: usize,
     /// The likeliest per character (`acc_norm`'s pick).
     best_normalized: usize,
+    /// The right choice, when the record names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     answer: Option<u32>,
+    /// The right choices, when the record names several (TruthfulQA's MC2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answers: Option<&'a [u32]>,
+    /// Whether the likeliest is a right one.
     #[serde(skip_serializing_if = "Option::is_none")]
     correct: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     correct_normalized: Option<bool>,
+    /// The probability the model puts on the right choices among all (MC2's figure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer_probability: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -123,9 +131,14 @@ impl<'a> ChoicesLine<'a> {
                 .collect(),
             best: scored.best(),
             best_normalized: scored.best_normalized(),
-            answer: scored.answer,
+            answer: match &scored.answers[..] {
+                [one] => Some(*one),
+                _ => None,
+            },
+            answers: (scored.answers.len() > 1).then_some(&scored.answers[..]),
             correct: correct.map(|(plain, _)| plain),
             correct_normalized: correct.map(|(_, normalized)| normalized),
+            answer_probability: scored.answer_probability(),
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::answer_match::RecordAnswers;
 use super::evaluation_counts::{AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures};
 use super::group_accuracy::AccuracyByGroup;
-use super::shares::{share, share_stderr};
+use super::shares::{mean_with_stderr, share, share_stderr};
 
 /// The report's figures of a generate job: this run's tokens and completions, and what it
 /// counted of the records' scores and answers.
@@ -94,6 +94,14 @@ pub struct GenerateFigures {
     /// The standard error of `accuracy_normalized`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized_stderr: Option<f64>,
+    /// The mean over answered records of the probability the model puts on the right
+    /// choices, the choices' probabilities scaled to sum to one (lm-evaluation-harness's
+    /// `acc` of TruthfulQA's MC2; for one right choice, a soft accuracy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_probability: Option<f64>,
+    /// Its standard error (absent under two records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_probability_stderr: Option<f64>,
     /// The (first) filter's shares: `exact_match`, `exact_match_any` (pass@n),
     /// `exact_match_majority` (maj@n), each absent without references (or samples), and
     /// their standard errors.
@@ -152,6 +160,11 @@ impl GenerationTally {
         // The whole texts' negative log-likelihood per word or byte, in nats.
         let per_unit =
             |units: u64| (units > 0).then(|| -counts.whole_scored_logprob / units as f64);
+        let answer_probability = mean_with_stderr(
+            counts.answer_probability_sum,
+            counts.answer_probability_squares,
+            counts.answer_probability_records,
+        );
         GenerateFigures {
             prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
@@ -173,6 +186,8 @@ impl GenerationTally {
                 counts.correct_normalized_records,
                 counts.answered_records,
             ),
+            answer_probability: answer_probability.map(|(mean, _)| mean),
+            answer_probability_stderr: answer_probability.and_then(|(_, stderr)| stderr),
             answers: counts.answers.shares(),
             filters: (counts.filters.iter())
                 .map(|(name, counts)| {

@@ -956,20 +956,20 @@ mod tests {
             record(i)
                 .choices
                 .as_ref()
-                .map(|c| (c.choices.len(), c.answer))
+                .map(|c| (c.choices.len(), c.answers.clone()))
         };
         assert_eq!(
             (record(0).text.as_str(), answer(0)),
-            ("2+2=", Some((2, Some(1))))
+            ("2+2=", Some((2, vec![1])))
         );
         assert_eq!(record(1).chat.as_ref().unwrap().messages.len(), 1);
-        assert_eq!(answer(1), Some((1, None)));
+        assert_eq!(answer(1), Some((1, vec![])));
         assert_eq!(record(2).text, "Sky:");
         assert_eq!(
             record(2).choices.as_ref().unwrap().choices,
             [" blue", " red"]
         );
-        assert_eq!(answer(2), Some((2, Some(0))));
+        assert_eq!(answer(2), Some((2, vec![0])));
         assert_eq!(answer(3), None);
         let error = items[4].as_ref().unwrap_err();
         assert!(error.contains("names none of the 1 choices"), "{error}");

@@ -29,6 +29,19 @@ pub fn mean_stderr(stderrs: impl IntoIterator<Item = Option<f64>>) -> Option<f64
     (groups > 0).then(|| squares.sqrt() / groups as f64)
 }
 
+/// The mean of `count` values from their sum and the sum of their squares, and its
+/// standard error (the sample standard deviation, over n - 1, over the square root of n;
+/// `None` under two values), as lm-evaluation-harness reports a mean of fractions (MC2's
+/// `acc`); `None` without values.
+pub fn mean_with_stderr(sum: f64, squares: f64, count: u64) -> Option<(f64, Option<f64>)> {
+    let n = count as f64;
+    let mean = (count > 0).then(|| sum / n)?;
+    // Values in [0, 1]: the rounding of squares - n mean^2 cannot matter, but never below 0.
+    let variance = || ((squares - n * mean * mean) / (n - 1.0)).max(0.0);
+    let stderr = (count > 1).then(|| (variance() / n).sqrt());
+    Some((mean, stderr))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,6 +52,22 @@ mod tests {
         let mean = outcomes.iter().sum::<f64>() / n;
         let variance = outcomes.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
         variance.sqrt() / n.sqrt()
+    }
+
+    #[test]
+    fn a_mean_s_error_is_lm_evaluation_harness_s_from_the_sums_alone() {
+        let values = [0.625, 0.1, 0.9, 0.333, 0.0, 1.0];
+        let (sum, squares) = (values.iter().sum(), values.iter().map(|v| v * v).sum());
+        let (mean, stderr) = mean_with_stderr(sum, squares, values.len() as u64).unwrap();
+        assert!((mean - values.iter().sum::<f64>() / 6.0).abs() < 1e-12);
+        assert!((stderr.unwrap() - stderr_of(&values)).abs() < 1e-12);
+        assert_eq!(mean_with_stderr(0.4, 0.16, 1), Some((0.4, None)));
+        assert_eq!(mean_with_stderr(0.0, 0.0, 0), None);
+        let same = mean_with_stderr(0.3 * 3.0, 0.09 * 3.0, 3).unwrap();
+        assert!(
+            same.1.unwrap() >= 0.0,
+            "rounding never makes a negative variance"
+        );
     }
 
     #[test]

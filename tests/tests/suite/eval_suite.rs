@@ -51,6 +51,19 @@ fn inputs(dir: &Path) {
             json!({"id": 3, "context": "The sun rises in the east and sets in the", "text": " west"}),
         ],
     );
+    // TruthfulQA's MC2: several true answers, marked by `labels`.
+    let targets = |choices: &[&str], labels: &[u8]| json!({"choices": choices, "labels": labels});
+    write_jsonl(
+        &dir.join("mc2.jsonl"),
+        &[
+            json!({"id": 0, "question": "What is the capital of France?",
+                   "mc2_targets": targets(&["Paris.", "It is Paris.", "Rome.", "Berlin."], &[1, 1, 0, 0])}),
+            json!({"id": 1, "question": "How many legs does a spider have?",
+                   "mc2_targets": targets(&["Eight.", "A spider has eight legs.", "Six."], &[1, 1, 0])}),
+            json!({"id": 2, "question": "Is the sun a star?",
+                   "mc2_targets": targets(&["Yes.", "No, it is a planet."], &[1, 0])}),
+        ],
+    );
     // Wikitext's: whole texts scored alone.
     write_jsonl(
         &dir.join("wiki.jsonl"),
@@ -134,6 +147,13 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     ];
     lambada.extend(["--prompt", "{context}{text}"].map(String::from));
     lambada.extend(MC.iter().map(|f| f.to_string()));
+    let mut mc2 = vec![
+        "--input".to_owned(),
+        dir.path().join("mc2.jsonl").display().to_string(),
+    ];
+    mc2.extend(["--prompt", "Q: {text}\nA:", "--target-delimiter", " "].map(String::from));
+    mc2.extend(["--text-field", "question", "--choices-field", "mc2_targets"].map(String::from));
+    mc2.extend(MC.iter().map(|f| f.to_string()));
     let tasks = [
         ("mc", task(&mc, MC)),
         ("qa", task(&qa, QA)),
@@ -146,6 +166,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
                 &[MC, &["--score-first-token"]].concat(),
             ),
         ),
+        ("mc2", mc2),
     ];
     // The suite's --max-new-tokens is every task's unless its own flags say otherwise (all
     // three do here: their lines equal runs with their own value).
@@ -167,7 +188,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     assert_eq!(results["model"], json!(smollm2_gguf()));
     let tasks = results["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki"]);
+    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki", "mc2"]);
     let metric = |task: &Value, name: &str| -> Value {
         let metrics = task["metrics"].as_array().unwrap();
         metrics
@@ -206,11 +227,25 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         "{table}"
     );
     assert!(table.contains(&row), "{table}");
-    check_scored_texts(&out, &tasks[3..]);
+    check_scored_texts(&out, &tasks[3..5]);
+    // TruthfulQA's MC2 shows lm-evaluation-harness's one row: `acc`, the true answers'
+    // probability among the choices.
+    let mc2_report = read_json(&out.join("mc2/report.json"));
+    let mc2_rows = tasks[5]["metrics"].as_array().unwrap();
+    assert_eq!(mc2_rows.len(), 1, "{mc2_rows:?}");
+    assert_eq!(
+        (&mc2_rows[0]["metric"], &mc2_rows[0]["value"]),
+        (&json!("acc"), &mc2_report["answer_probability"])
+    );
+    assert_eq!(
+        (&mc2_rows[0]["stderr"], &mc2_rows[0]["records"]),
+        (&mc2_report["answer_probability_stderr"], &json!(3))
+    );
+    assert_eq!(mc2_report["several_answer_records"], 2);
     // mc and qa have the same actors: one pool; another context is another pool.
     assert_eq!(tasks[0]["pool"], tasks[1]["pool"]);
     assert_ne!(tasks[1]["pool"], tasks[2]["pool"]);
-    assert!(stderr.contains("task qa (2 of 5):"), "{stderr}");
+    assert!(stderr.contains("task qa (2 of 6):"), "{stderr}");
     // --only runs one task again: it resumes, redoing nothing, and reports the same;
     // results.json keeps the other tasks' earlier results, in the suite's order.
     let (again, stderr) = run_to_success(eval(&path, &out, &["--only", "qa"]));
@@ -220,7 +255,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki"]);
+    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki", "mc2"]);
     assert_eq!(
         rerun_tasks[0], tasks[0],
         "mc's earlier results, kept as they were"
@@ -235,7 +270,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     );
     assert!(
         stderr
-            .contains("results.json keeps the earlier results of mc, qa-long, lambada, wiki (not run this time)"),
+            .contains("results.json keeps the earlier results of mc, qa-long, lambada, wiki, mc2 (not run this time)"),
         "{stderr}"
     );
 }

@@ -357,9 +357,9 @@ mod tests {
         };
         let context = LoadContext::standalone("a1", Vec::new());
         let mut actor = GenerateActor::load(config, &context).unwrap();
-        let with = |prompt: PromptParts, choices: &[&str], answer| PromptParts {
+        let with = |prompt: PromptParts, choices: &[&str], answers: &[u32]| PromptParts {
             choices: choices.iter().map(|c| c.to_string()).collect(),
-            answer,
+            answers: answers.to_vec(),
             ..prompt
         };
         let capital = "The capital of France is";
@@ -371,20 +371,20 @@ mod tests {
                 with(
                     PromptParts::new("mc", "", capital, ""),
                     &[" Berlin", " Paris"],
-                    Some(1),
+                    &[1],
                 ),
                 PromptParts::new("plain", capital, " Paris", ""),
-                with(PromptParts::chat("chat", vec![question]), &replies, Some(0)),
+                with(PromptParts::chat("chat", vec![question]), &replies, &[0]),
                 with(
                     PromptParts::new("bad", "", capital, ""),
                     &[" Paris"],
-                    Some(3),
+                    &[0, 3],
                 ),
-                with(PromptParts::chat("closed", answered), &replies, None),
+                with(PromptParts::chat("closed", answered), &replies, &[]),
                 with(
                     PromptParts::new("empty", "", capital, ""),
                     &[" Paris", ""],
-                    None,
+                    &[],
                 ),
             ],
             params: GenerateParams {

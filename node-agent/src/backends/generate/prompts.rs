@@ -56,8 +56,8 @@ struct ChoicePlan {
     windows: Vec<usize>,
     /// Each choice's length in characters.
     chars: Vec<u32>,
-    /// The right choice, when the record names it.
-    answer: Option<u32>,
+    /// The right choices, when the record names them.
+    answers: Vec<u32>,
 }
 
 impl TaskPlan {
@@ -110,7 +110,7 @@ impl TaskPlan {
                         chars: (prompt.choices.iter())
                             .map(|c| c.chars().count() as u32)
                             .collect(),
-                        answer: prompt.answer,
+                        answers: prompt.answers.clone(),
                     };
                     let truncated = choices.iter().any(|c| c.truncated);
                     let top = params.prompt_logprobs.unwrap_or(0) as usize;
@@ -315,7 +315,7 @@ fn choices_completion(
         choice_scores: Some(ChoiceScores {
             scores,
             chars: plan.chars.clone(),
-            answer: plan.answer,
+            answers: plan.answers.clone(),
         }),
     }
 }
@@ -634,11 +634,15 @@ fn check_choices(prompt: &PromptParts, params: &GenerateParams) -> Result<(), St
              choice its text)"
         ));
     }
-    match prompt.answer {
-        Some(answer) if answer as usize >= count => Err(format!(
+    match prompt
+        .answers
+        .iter()
+        .find(|&&answer| answer as usize >= count)
+    {
+        Some(answer) => Err(format!(
             "the answer is choice {answer}, and there are {count} choices (numbered from 0)"
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
