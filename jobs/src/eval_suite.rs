@@ -466,6 +466,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 "gsm8k",
                 "bbh-date",
                 "winogrande",
+                "truthfulqa-mc2",
                 "lambada",
                 "wikitext"
             ]

@@ -276,7 +276,8 @@ fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyRe
 }
 
 /// The completions as JSON, a prompt's scored choices with the picks `generations.jsonl`
-/// writes (`best`, `best_normalized` and, with an answer, `correct`, `correct_normalized`):
+/// writes (`best`, `best_normalized` and, with an answer, `correct`, `correct_normalized`,
+/// `answer_probability`):
 /// Python reads them rather than working them out again.
 fn completions_json(completions: &[Completion]) -> serde_json::Result<String> {
     let mut values = Vec::with_capacity(completions.len());
@@ -289,6 +290,9 @@ fn completions_json(completions: &[Completion]) -> serde_json::Result<String> {
             if let Some((plain, normalized)) = scored.correct() {
                 picks["correct"] = plain.into();
                 picks["correct_normalized"] = normalized.into();
+            }
+            if let Some(probability) = scored.answer_probability() {
+                picks["answer_probability"] = probability.into();
             }
         }
         values.push(value);

@@ -130,6 +130,17 @@ def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
         assert scored["tokens"] == alone["score"]["tokens"]
         assert abs(scored["logprob"] - alone["score"]["logprob"]) < 1e-3, (scored, alone)
     assert (asked["best"], asked["answer"], asked["correct"]) == (0, 0, True), asked
+    weights = [math.exp(s["logprob"]) for s in asked["choice_scores"]]
+    assert abs(asked["answer_probability"] - weights[0] / sum(weights)) < 1e-9, asked
+    # Several right answers (TruthfulQA's MC2): their share of the choices' probability.
+    (several,) = local_cluster.generate(
+        [{"prompt": context, "choices": choices, "answer": [" Tuesday.", 0]}],
+        model=str(SMOLLM2), template="none", max_new_tokens=0, score=True, progress=False,
+    )
+    assert "answer" not in several and several["answers"] == [0, 2], several
+    right = (weights[0] + weights[2]) / sum(weights)
+    assert abs(several["answer_probability"] - right) < 1e-6, (several, right)
+    assert several["correct"] is True
 
     question = {"role": "user", "content": "Is the sun a star?"}
     (pair,) = local_cluster.chat(

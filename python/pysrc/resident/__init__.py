@@ -349,8 +349,9 @@ def _score_dict(score: dict) -> dict:
 
 def _choices_dict(scored: dict) -> dict:
     """A prompt's scored choices as ``generations.jsonl`` writes them: ``choice_scores``,
-    ``best``, ``best_normalized`` and, with an answer, ``answer``, ``correct`` and
-    ``correct_normalized`` (the picks as the native side made them)."""
+    ``best``, ``best_normalized`` and, with an answer, ``answer`` (``answers`` for several
+    right ones), ``correct``, ``correct_normalized`` and ``answer_probability`` (the picks
+    as the native side made them)."""
     scores = scored["scores"]
     out = {"choice_scores": []}
     for score in scores:
@@ -360,10 +361,16 @@ def _choices_dict(scored: dict) -> dict:
         out["choice_scores"].append(line)
     out["best"] = scored["best"]
     out["best_normalized"] = scored["best_normalized"]
-    if scored.get("answer") is not None:
-        out["answer"] = scored["answer"]
+    answers = scored.get("answers") or []
+    if len(answers) == 1:
+        out["answer"] = answers[0]
+    elif answers:
+        out["answers"] = answers
+    if answers:
         out["correct"] = scored["correct"]
         out["correct_normalized"] = scored["correct_normalized"]
+    if scored.get("answer_probability") is not None:
+        out["answer_probability"] = scored["answer_probability"]
     return out
 
 
@@ -1019,8 +1026,8 @@ class Cluster:
         ``score_first_token=True`` scores a text with nothing before it from its first token,
         after the model's BOS (or end-of-text) token, as lm-evaluation-harness's
         ``loglikelihood_rolling`` does. A dict prompt with
-        ``choices`` (a list of texts) and optionally ``answer`` (an index, label or text)
-        has each choice scored after its text instead, nothing generated
+        ``choices`` (a list of texts) and optionally ``answer`` (an index, label or text,
+        or a list of them for several right ones) has each choice scored after its text instead, nothing generated
         (``{"prompt": "The capital of France is", "choices": [" Paris", " Rome"], "answer":
         0}``: lm-evaluation-harness's multiple choice); with ``choices_as_contexts=True``
         each choice is a context instead and the text is scored after each (Winogrande's
@@ -1037,7 +1044,10 @@ class Cluster:
         when all of the text was scored) and with ``prompt_logprobs`` a
         ``prompt_logprobs`` list; with ``choices`` a ``choice_scores`` list (a ``score`` dict
         each), ``best`` and ``best_normalized`` (the likeliest choice, and the likeliest per
-        character) and with ``answer`` ``correct`` and ``correct_normalized``. A progress bar counts the prompts completed
+        character) and with ``answer`` ``correct``, ``correct_normalized`` and
+        ``answer_probability`` (the right choices' share of the choices' probability:
+        TruthfulQA MC2's figure; ``answers`` in ``answer``'s place for several right ones).
+        A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU).
         """

@@ -195,11 +195,13 @@ class Cluster:
         ``score=True`` (with ``template="none"``) scores each prompt\'s text under the model,
         as ``resident generate --score`` does; a dict prompt\'s ``context`` goes before it,
         unscored. A dict prompt with ``choices`` (a list of texts) and optionally ``answer``
-        (an index, label or text) has each choice scored after its text instead, nothing
-        generated (lm-evaluation-harness\'s multiple choice): the dict returned has
-        ``choice_scores`` (a ``score`` dict each), ``best`` and ``best_normalized`` (the
-        likeliest choice, and the likeliest per character) and, with ``answer``,
-        ``correct`` and ``correct_normalized``.
+        (an index, label or text, or a list of them for several right ones) has each choice
+        scored after its text instead, nothing generated (lm-evaluation-harness\'s multiple
+        choice): the dict returned has ``choice_scores`` (a ``score`` dict each), ``best``
+        and ``best_normalized`` (the likeliest choice, and the likeliest per character) and,
+        with ``answer``, ``correct``, ``correct_normalized`` and ``answer_probability`` (the
+        right choices\' share of the choices\' probability: TruthfulQA MC2\'s figure;
+        ``answers`` in ``answer``\'s place for several right ones).
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and
