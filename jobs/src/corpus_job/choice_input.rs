@@ -160,7 +160,9 @@ fn true_choices(truth: &[Value], count: usize, name: &str) -> Result<Vec<u32>, S
 }
 
 /// The indexes an answer names: one answer, or a list of them (several right ones),
-/// ascending, each once.
+/// ascending. A list that names a choice twice is refused: 1/0 labels, one per choice
+/// (TruthfulQA's), would read as indexes 1 and 0, so they must come as the choices'
+/// `labels`.
 fn answer_indexes(
     answer: &Value,
     choices: &[String],
@@ -180,7 +182,14 @@ fn answer_indexes(
         one => vec![answer_index(one, choices, labels, name)?],
     };
     answers.sort_unstable();
-    answers.dedup();
+    if let Some(twice) = answers.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(format!(
+            "`{name}` names choice {} twice; a list of right answers names each once (1/0 \
+             labels, one per choice, go beside the texts: {{\"choices\": [...], \"labels\": \
+             [1, 0, ...]}} as the choices field)",
+            twice[0]
+        ));
+    }
     Ok(answers)
 }
 
@@ -430,8 +439,9 @@ mod tests {
 
     /// Several right answers: a list of indexes, labels or texts in the answer field, or
     /// TruthfulQA's `{"choices", "labels"}` whose 1s mark the true ones (when the record has
-    /// no answer field); each kept once, ascending. An empty list, labels that are not 0
-    /// and 1, or that do not match the choices, or that mark none true, are refused.
+    /// no answer field); ascending. An empty list, a list naming a choice twice (1/0 labels
+    /// given as the answer), labels that are not 0 and 1, or that do not match the
+    /// choices, or that mark none true, are refused.
     #[test]
     fn several_right_answers_are_read_from_a_list_or_truthfulqa_s_labels() {
         let answers = |value: Value| choices(value).map(|c| c.unwrap().answers);
@@ -442,7 +452,7 @@ mod tests {
         );
         let arc = json!({"text": ["a", "b", "c"], "label": ["A", "B", "C"]});
         assert_eq!(
-            answers(json!({"choices": arc, "answer": ["C", "B", "C"]})),
+            answers(json!({"choices": arc, "answer": ["C", "B"]})),
             Ok(vec![1, 2])
         );
         assert_eq!(
@@ -470,6 +480,10 @@ mod tests {
         );
         for (record, wanted) in [
             (json!({"choices": texts, "answer": []}), "an empty list"),
+            (
+                json!({"choices": texts, "answer": [1, 0, 1, 0]}),
+                "names choice 0 twice; a list of right answers names each once (1/0 labels",
+            ),
             (
                 json!({"choices": texts, "answer": [0, 9]}),
                 "is 9, which names none of the 4",
