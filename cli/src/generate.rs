@@ -587,8 +587,9 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
         );
     }
     if let (true, Some(greedy)) = (figures.scored_after_context, figures.greedy_share) {
+        let stderr = plus_minus(figures.text_perplexity_stderr);
         let per_text = (figures.text_perplexity)
-            .map(|perplexity| format!(", perplexity {perplexity:.3} per text"))
+            .map(|perplexity| format!(", perplexity {perplexity:.3}{stderr} per text"))
             .unwrap_or_default();
         eprintln!(
             "after their context: {} of {} texts are what greedy decoding writes: \

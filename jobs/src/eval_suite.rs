@@ -155,8 +155,8 @@ pub struct TaskMetric {
 /// LAMBADA) the share written greedily (`acc`, unless choices gave one) and the perplexity
 /// per text, alone (`loglikelihood_rolling`, wikitext) the perplexity per word and byte
 /// and the bits per byte of the texts scored whole; then the perplexity per token.
-/// Perplexities have no standard error (lm-evaluation-harness bootstraps one for
-/// LAMBADA's).
+/// Only the perplexity per text has a standard error (lm-evaluation-harness bootstraps
+/// one for LAMBADA's; ours is the delta method's).
 pub fn task_metrics(figures: &GenerateFigures) -> Vec<TaskMetric> {
     let mut rows = Rows::default();
     accuracy_rows(&mut rows, figures);
@@ -271,7 +271,8 @@ fn scored_text_rows(rows: &mut Rows, figures: &GenerateFigures) {
             let stderr = figures.greedy_share_stderr;
             rows.put("acc", figures.greedy_share, stderr, texts);
         }
-        rows.put("perplexity", figures.text_perplexity, None, texts);
+        let stderr = figures.text_perplexity_stderr;
+        rows.put("perplexity", figures.text_perplexity, stderr, texts);
     } else {
         let whole = counts.whole_scored_texts;
         rows.put("word_perplexity", figures.word_perplexity, None, whole);
@@ -604,7 +605,8 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
     /// A task of texts scored alone (wikitext's) shows the perplexities per word and byte
     /// and the bits per byte of the texts scored whole; scored after a context (LAMBADA's),
     /// the share written greedily as `acc` (unless choices gave one) and the perplexity per
-    /// text; both, the perplexity per token over every text. Only `acc` has an error.
+    /// text; both, the perplexity per token over every text. Only `acc` and the perplexity
+    /// per text have an error.
     #[test]
     fn scored_texts_show_lm_evaluation_harness_s_figures_of_their_kind_of_task() {
         let figures = |more: serde_json::Value| -> GenerateFigures {
@@ -639,12 +641,14 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 row("token_perplexity", 2.5, 3),
             ]
         );
-        let in_context = figures(serde_json::json!({"scored_after_context": true}));
+        let in_context = figures(serde_json::json!({
+            "scored_after_context": true, "text_perplexity_stderr": 4.5,
+        }));
         assert_eq!(
             rows(&in_context),
             [
                 ("acc".to_owned(), 0.6667, Some(0.3333), 3),
-                row("perplexity", 20.09, 3),
+                ("perplexity".to_owned(), 20.09, Some(4.5), 3),
                 row("token_perplexity", 2.5, 3),
             ]
         );

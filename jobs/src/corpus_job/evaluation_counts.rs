@@ -26,6 +26,14 @@ pub struct EvaluationCounts {
     /// The sum of those tokens' log-probabilities (natural log).
     #[serde(default, skip_serializing_if = "is_default")]
     pub scored_logprob: f64,
+    /// The sum of each text's log-probability squared (the spread of the texts' scores,
+    /// for the per-text perplexity's standard error).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub scored_logprob_squares: f64,
+    /// The texts counted in `scored_logprob_squares`: all of them, unless some chunks
+    /// were kept by a version that did not count it (then no standard error).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub squared_texts: u64,
     /// Of the texts scored, those each of whose tokens was the likeliest at its place:
     /// greedy decoding after the prompt writes them (lm-evaluation-harness's `is_greedy`,
     /// LAMBADA's accuracy).
@@ -278,6 +286,8 @@ impl EvaluationCounts {
             self.scored_texts += 1;
             self.scored_tokens += u64::from(score.tokens);
             self.scored_logprob += score.logprob;
+            self.scored_logprob_squares += score.logprob * score.logprob;
+            self.squared_texts += 1;
             self.greedy_texts += u64::from(score.greedy);
             if let Some(size) = score.size {
                 self.whole_scored_texts += 1;
@@ -328,6 +338,8 @@ impl EvaluationCounts {
         self.scored_texts += other.scored_texts;
         self.scored_tokens += other.scored_tokens;
         self.scored_logprob += other.scored_logprob;
+        self.scored_logprob_squares += other.scored_logprob_squares;
+        self.squared_texts += other.squared_texts;
         self.greedy_texts += other.greedy_texts;
         self.whole_scored_texts += other.whole_scored_texts;
         self.whole_scored_bytes += other.whole_scored_bytes;
@@ -427,6 +439,8 @@ mod tests {
             scored_texts: 1,
             scored_tokens: 10,
             scored_logprob: -2.5,
+            scored_logprob_squares: 6.25,
+            squared_texts: 1,
             choice_records: 2,
             answered_records: 2,
             correct_records: correct,
@@ -468,6 +482,10 @@ mod tests {
             (3, 4, 20)
         );
         assert_eq!(total.scored_logprob, -5.0);
+        assert_eq!(
+            (total.scored_logprob_squares, total.squared_texts),
+            (12.5, 2)
+        );
         assert_eq!(
             (
                 total.several_answer_records,

@@ -869,6 +869,21 @@ mod tests {
         assert!(near(figures.word_perplexity, (8f64 / 3.0).exp()));
         assert!(near(figures.byte_perplexity, (8f64 / 12.0).exp()));
         assert!(near(figures.bits_per_byte, bits));
+        // Texts of -8 and -2: per text e^5, the mean's standard error 3 (sd 18^0.5 over
+        // 2^0.5), times e^5 by the delta method.
+        assert!(near(figures.text_perplexity, 5f64.exp()));
+        assert!(near(figures.text_perplexity_stderr, 3.0 * 5f64.exp()));
+        let mut older = figures.tally.clone();
+        older.evaluation.squared_texts = 1;
+        let older = older.figures(Duration::from_secs(1));
+        assert_eq!(
+            (
+                older.text_perplexity.is_some(),
+                older.text_perplexity_stderr
+            ),
+            (true, None),
+            "a chunk kept without the spread: no error"
+        );
         let unscored = GenerationTally::default().figures(Duration::from_secs(1));
         let json = serde_json::to_value(unscored).unwrap();
         assert!(json.get("scored_perplexity").is_none() && json.get("scored_tokens").is_none());

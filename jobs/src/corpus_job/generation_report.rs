@@ -56,6 +56,12 @@ pub struct GenerateFigures {
     /// mean token's (absent when it scored none, or too large for a number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text_perplexity: Option<f64>,
+    /// Its standard error: `text_perplexity` times the standard error of the mean text
+    /// log-likelihood (the delta method, which approximates the bootstrap
+    /// lm-evaluation-harness runs for LAMBADA's perplexity; absent under two texts, or
+    /// when earlier chunks of a resumed output did not count the texts' spread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_perplexity_stderr: Option<f64>,
     /// `greedy_texts / scored_texts`: how often greedy decoding writes the scored text
     /// (lm-evaluation-harness's `acc` of a `loglikelihood` task, LAMBADA's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +166,14 @@ impl GenerationTally {
         // The whole texts' negative log-likelihood per word or byte, in nats.
         let per_unit =
             |units: u64| (units > 0).then(|| -counts.whole_scored_logprob / units as f64);
+        let text_perplexity = (counts.scored_texts > 0)
+            .then(|| (-counts.scored_logprob / counts.scored_texts as f64).exp())
+            .filter(|perplexity| perplexity.is_finite());
+        let spread = (counts.squared_texts == counts.scored_texts).then(|| {
+            let texts = counts.scored_texts;
+            mean_with_stderr(counts.scored_logprob, counts.scored_logprob_squares, texts)
+        });
+        let mean_stderr = spread.flatten().and_then(|(_, stderr)| stderr);
         let answer_probability = mean_with_stderr(
             counts.answer_probability_sum,
             counts.answer_probability_squares,
@@ -170,9 +184,8 @@ impl GenerationTally {
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
             scored_perplexity: (counts.scored_tokens > 0)
                 .then(|| (-counts.scored_logprob / counts.scored_tokens as f64).exp()),
-            text_perplexity: (counts.scored_texts > 0)
-                .then(|| (-counts.scored_logprob / counts.scored_texts as f64).exp())
-                .filter(|perplexity| perplexity.is_finite()),
+            text_perplexity,
+            text_perplexity_stderr: text_perplexity.zip(mean_stderr).map(|(p, se)| p * se),
             greedy_share: share(counts.greedy_texts, counts.scored_texts),
             greedy_share_stderr: share_stderr(counts.greedy_texts, counts.scored_texts),
             scored_after_context: false,

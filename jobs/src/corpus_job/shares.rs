@@ -36,7 +36,7 @@ pub fn mean_stderr(stderrs: impl IntoIterator<Item = Option<f64>>) -> Option<f64
 pub fn mean_with_stderr(sum: f64, squares: f64, count: u64) -> Option<(f64, Option<f64>)> {
     let n = count as f64;
     let mean = (count > 0).then(|| sum / n)?;
-    // Values in [0, 1]: the rounding of squares - n mean^2 cannot matter, but never below 0.
+    // Rounding may take squares - n mean^2 a hair below 0 where every value is the same.
     let variance = || ((squares - n * mean * mean) / (n - 1.0)).max(0.0);
     let stderr = (count > 1).then(|| (variance() / n).sqrt());
     Some((mean, stderr))

@@ -311,6 +311,22 @@ fn check_scored_texts(out: &Path, tasks: &[Value]) {
         }
     };
     let lambada = scores("lambada");
+    // The perplexity per text's error: the delta method over the texts' log-likelihoods.
+    let logprobs: Vec<f64> = lambada
+        .iter()
+        .map(|s| s["logprob"].as_f64().unwrap())
+        .collect();
+    let mean = logprobs.iter().sum::<f64>() / 4.0;
+    let spread = logprobs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / 3.0;
+    let perplexity_row = (tasks[0]["metrics"].as_array().unwrap().iter())
+        .find(|m| m["metric"] == "perplexity")
+        .unwrap();
+    let stderr = perplexity_row["stderr"].as_f64().unwrap();
+    let wanted = (-mean).exp() * (spread / 4.0).sqrt();
+    assert!(
+        (stderr - wanted).abs() <= 1e-6 * wanted,
+        "{stderr} against {wanted}"
+    );
     let greedy = lambada.iter().filter(|s| s["greedy"] == true).count();
     assert!(
         greedy > 0,
