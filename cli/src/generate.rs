@@ -5,8 +5,8 @@ use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, ExtractMatch,
-    FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport,
-    PromptTemplate, run_generate_job,
+    FewshotSampling, FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig,
+    GenerationOutput, JobReport, PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -212,6 +212,19 @@ pub struct GenerateArgs {
     /// ARC or HellaSwag from a train split); without it, the first --fewshot.
     #[arg(long, env = "RESIDENT_FEWSHOT_SEED", value_name = "S")]
     fewshot_seed: Option<u64>,
+    /// How the examples are drawn: per-record (from --fewshot-seed and each record's id,
+    /// whatever the input's order) or lm-eval (lm-evaluation-harness's own draws: one
+    /// Python random.Random(--fewshot-seed, default 1234) stream through the records in
+    /// input order, each taking sample(examples, --fewshot), one more where the examples
+    /// are the input itself, so each record gets the very examples lm-evaluation-harness
+    /// gives it; not with --fewshot-group).
+    #[arg(
+        long,
+        env = "RESIDENT_FEWSHOT_SAMPLER",
+        default_value = "per-record",
+        value_name = "per-record|lm-eval"
+    )]
+    fewshot_sampler: FewshotSampling,
     /// With --score or --reference-field, the report's accuracy also by the value of this
     /// field of each record (MMLU's `subject`): `accuracy_by_group` in report.json, each
     /// group's records, accuracy (and accuracy per character, scoring), and their mean
@@ -441,10 +454,11 @@ impl GenerateArgs {
     /// The few-shot examples the flags name, if any.
     fn fewshot_source(&self) -> anyhow::Result<Option<FewshotSource>> {
         let Some(path) = &self.fewshot_input else {
+            let sampled = self.fewshot_sampler != FewshotSampling::PerRecord;
             crate::exit::require(
-                self.fewshot_group.is_none() && self.fewshot_seed.is_none(),
-                "--fewshot-group and --fewshot-seed pick each record's examples from \
-                 --fewshot-input: give that file too",
+                self.fewshot_group.is_none() && self.fewshot_seed.is_none() && !sampled,
+                "--fewshot-group, --fewshot-seed and --fewshot-sampler pick each record's \
+                 examples from --fewshot-input: give that file too",
             )?;
             return Ok(None);
         };
@@ -459,6 +473,7 @@ impl GenerateArgs {
             delimiter: self.fewshot_delimiter.clone(),
             group_field: self.fewshot_group.clone(),
             seed: self.fewshot_seed,
+            sampling: self.fewshot_sampler,
             ..FewshotSource::default()
         }))
     }

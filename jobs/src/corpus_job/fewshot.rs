@@ -38,6 +38,9 @@ pub struct FewshotSource {
     /// Draws each record's examples at random from every answered example (of its group),
     /// seeded by this and the record's id (`--fewshot-seed`); `None`: the first `count`.
     pub seed: Option<u64>,
+    /// How the seed draws (`--fewshot-sampler`): lm-evaluation-harness's stream draws
+    /// even without a seed, from its own default, 1234.
+    pub sampling: super::fewshot_sampling::FewshotSampling,
     /// Between an example's prompt and its answer (`--target-delimiter`;
     /// lm-evaluation-harness's `target_delimiter`).
     pub target_delimiter: String,
@@ -385,6 +388,7 @@ mod tests {
                 answers: answer.into_iter().collect(),
             })),
             limit_group: None,
+            ordinal: 0,
         }
     }
 

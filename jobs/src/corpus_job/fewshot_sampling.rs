@@ -7,15 +7,111 @@
 //! A record's draw depends on the seed and its id alone, never on the chunk it lands in or
 //! the records read before it, so a resumed or re-chunked job writes the same prompts.
 //! Distinct starts cost the prefix cache its sharing: the first N (no seed) share one.
+//!
+//! `--fewshot-sampler lm-eval` draws as lm-evaluation-harness itself does instead, so each
+//! record gets the very examples it gets there: one `random.Random(seed)` stream
+//! ([`PythonRandom`]) through the records in input order, each taking
+//! `sample(examples, n)`. A record's draw then depends on its place ([`Record::ordinal`]),
+//! which a resumed or re-chunked job reads the same, so it still writes the same prompts.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 
 use resident_proto::SeededRng;
 
 use super::JobError;
 use super::fewshot::{FewshotSource, examples_text, read_groups};
 use super::prompt::PromptTemplate;
+use super::python_random::PythonRandom;
 use super::reader::ReaderOptions;
+#[cfg(doc)]
+use super::reader::Record;
+
+/// How `--fewshot-seed` draws each record's examples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FewshotSampling {
+    /// From the seed and the record's id: independent of the input's order.
+    #[default]
+    PerRecord,
+    /// As lm-evaluation-harness's default sampler: one Python `random.Random(seed)` stream
+    /// through the records in input order.
+    LmEval,
+}
+
+impl FromStr for FewshotSampling {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "per-record" => Ok(Self::PerRecord),
+            "lm-eval" => Ok(Self::LmEval),
+            other => Err(format!(
+                "{other:?} is no few-shot sampler: give per-record (each record's own draw) \
+                 or lm-eval (lm-evaluation-harness's draws, record after record)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for FewshotSampling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PerRecord => "per-record",
+            Self::LmEval => "lm-eval",
+        })
+    }
+}
+
+/// lm-evaluation-harness's draws: `sample(examples, take)` for each record in turn, from
+/// one stream, kept as they are drawn (a record's draw needs every earlier one's).
+#[derive(Clone)]
+pub struct SequentialDraws {
+    /// Examples each record samples: `--fewshot`, one more when the examples are the
+    /// job's own input (lm-evaluation-harness's few-shot split being its test split), so
+    /// that leaving out the record itself still leaves `--fewshot`.
+    take: usize,
+    seed: u64,
+    drawn: Arc<Mutex<(PythonRandom, Vec<Vec<u32>>)>>,
+}
+
+impl SequentialDraws {
+    /// A stream seeded by `seed`, each record sampling `take` examples.
+    pub fn new(seed: u64, take: usize) -> Self {
+        let drawn = Arc::new(Mutex::new((PythonRandom::new(seed), Vec::new())));
+        Self { take, seed, drawn }
+    }
+
+    /// The examples (indexes into a pool of `pool_len`) of the record at `ordinal`.
+    fn of(&self, ordinal: u64, pool_len: usize) -> Vec<usize> {
+        let mut guard = self.drawn.lock().expect("few-shot draws");
+        let (random, drawn) = &mut *guard;
+        while drawn.len() as u64 <= ordinal {
+            let sample = random.sample(pool_len, self.take.min(pool_len));
+            drawn.push(sample.into_iter().map(|i| i as u32).collect());
+        }
+        drawn[ordinal as usize]
+            .iter()
+            .map(|&i| i as usize)
+            .collect()
+    }
+}
+
+impl PartialEq for SequentialDraws {
+    fn eq(&self, other: &Self) -> bool {
+        (self.take, self.seed) == (other.take, other.seed)
+    }
+}
+
+impl fmt::Debug for SequentialDraws {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SequentialDraws(seed {}, {} a record)",
+            self.seed, self.take
+        )
+    }
+}
 
 /// One example as it goes before a prompt: its id, and its text through the job's prompt
 /// with its right choice after it.
@@ -46,6 +142,9 @@ pub struct FewshotSampler {
     pub prompt: String,
     /// Where the examples were read (for a record whose group has none).
     pub source: String,
+    /// lm-evaluation-harness's draws, record after record (`--fewshot-sampler lm-eval`);
+    /// `None`: each record's own.
+    pub sequence: Option<SequentialDraws>,
 }
 
 /// Which of `pool_len` examples a record with `record_id` gets, in their order: `count + 1`
@@ -66,10 +165,15 @@ pub fn draw(seed: u64, record_id: &str, pool_len: usize, count: usize) -> Vec<us
 }
 
 impl FewshotSampler {
-    /// The prompt of the record `record_id` of group `group` (`""` when ungrouped): the
-    /// description, its drawn examples, the job's prompt. A refusal that says what to do
-    /// when the file has no examples of that group.
-    pub fn prompt_for(&self, group: &str, record_id: &str) -> Result<PromptTemplate, String> {
+    /// The prompt of the record `record_id` at `ordinal` of group `group` (`""` when
+    /// ungrouped): the description, its drawn examples, the job's prompt. A refusal that
+    /// says what to do when the file has no examples of that group.
+    pub fn prompt_for(
+        &self,
+        group: &str,
+        record_id: &str,
+        ordinal: u64,
+    ) -> Result<PromptTemplate, String> {
         let pool = self.pools.get(group).ok_or_else(|| {
             format!(
                 "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
@@ -79,7 +183,10 @@ impl FewshotSampler {
             )
         })?;
         let mut examples = String::new();
-        let drawn = draw(self.seed, record_id, pool.len(), self.count);
+        let drawn = match &self.sequence {
+            Some(sequence) => sequence.of(ordinal, pool.len()),
+            None => draw(self.seed, record_id, pool.len(), self.count),
+        };
         let chosen = drawn
             .iter()
             .map(|at| &pool[*at])
@@ -101,14 +208,19 @@ impl FewshotSampler {
                 examples.push_str(&format!("{group}\u{0}{}\u{0}{}\u{0}", shot.id, shot.text));
             }
         }
-        serde_json::json!({
+        let mut settings = serde_json::json!({
             "field": self.field,
             "count": self.count,
             "seed": self.seed,
             "delimiter": self.delimiter,
             "start": format!("{}{}", self.description, self.prompt),
             "examples_sha256": crate::files::sha256_hex(examples.as_bytes()),
-        })
+        });
+        // Only when drawn so: a per-record job's settings read as before.
+        if let Some(sequence) = &self.sequence {
+            settings["sampler"] = serde_json::json!({"lm-eval": sequence.take});
+        }
+        settings
     }
 }
 
@@ -121,9 +233,22 @@ pub fn read_sampled_examples(
     description: &str,
     prompt: &PromptTemplate,
     options: ReaderOptions,
+    sequence: Option<SequentialDraws>,
 ) -> Result<FewshotSampler, JobError> {
     let names = options.extra_fields.clone();
     let groups = read_groups(source, options, usize::MAX)?;
+    let examples: usize = groups.values().map(Vec::len).sum();
+    if let Some(take) = (sequence.as_ref())
+        .map(|s| s.take)
+        .filter(|&take| take > examples)
+    {
+        return Err(JobError::Input(format!(
+            "lm-evaluation-harness's sampler draws {take} examples a record (--fewshot, one \
+             more where the examples are the input itself), and {} holds {examples}: lower \
+             --fewshot or give more examples",
+            source.path.display()
+        )));
+    }
     let mut pools = BTreeMap::new();
     for (group, records) in groups {
         let mut shots = Vec::with_capacity(records.len());
@@ -147,6 +272,7 @@ pub fn read_sampled_examples(
         description: description.to_owned(),
         prompt: prompt.as_str().to_owned(),
         source: source.path.display().to_string(),
+        sequence,
     })
 }
 
@@ -170,13 +296,14 @@ mod tests {
             description: "About {subject}.\n".into(),
             prompt: "{text}\nAnswer:".into(),
             source: "dev.jsonl".into(),
+            sequence: None,
         }
     }
 
     #[test]
     fn each_record_draws_its_own_examples_from_its_seed_and_id() {
         let all = sampler(40, 3);
-        let prompt = |id: &str| all.prompt_for("", id).unwrap().as_str().to_owned();
+        let prompt = |id: &str| all.prompt_for("", id, 0).unwrap().as_str().to_owned();
         assert_eq!(prompt("r1"), prompt("r1"), "the same record draws the same");
         assert_ne!(prompt("r1"), prompt("r2"), "another record draws others");
         let other_seed = FewshotSampler {
@@ -184,7 +311,7 @@ mod tests {
             ..all.clone()
         };
         assert_ne!(
-            other_seed.prompt_for("", "r1").unwrap().as_str(),
+            other_seed.prompt_for("", "r1", 0).unwrap().as_str(),
             prompt("r1")
         );
         let text = prompt("r1");
@@ -220,7 +347,7 @@ mod tests {
     fn a_record_never_gets_itself_and_a_small_pool_gives_what_it_has() {
         let all = sampler(4, 3);
         for id in ["d0", "d1", "d2", "d3"] {
-            let text = all.prompt_for("", id).unwrap().as_str().to_owned();
+            let text = all.prompt_for("", id, 0).unwrap().as_str().to_owned();
             let own = format!("Q{} ", &id[1..]);
             assert!(
                 !text.contains(&own),
@@ -230,11 +357,11 @@ mod tests {
         }
         // A pool of exactly --fewshot: a record of it gets the others.
         let exact = sampler(3, 3);
-        let text = exact.prompt_for("", "d1").unwrap().as_str().to_owned();
+        let text = exact.prompt_for("", "d1", 0).unwrap().as_str().to_owned();
         assert_eq!(text.matches(" A").count(), 2, "{text}");
         assert!(
             exact
-                .prompt_for("math", "r")
+                .prompt_for("math", "r", 0)
                 .unwrap_err()
                 .contains("no record whose"),
             "a group the file lacks"
@@ -244,5 +371,46 @@ mod tests {
             sampler(5, 3).settings(),
             "other examples, other job"
         );
+    }
+
+    /// `--fewshot-sampler lm-eval`: record after record, the examples
+    /// `random.Random(1234).sample` gives lm-evaluation-harness (CPython 3.11's numbers),
+    /// whatever order the records are asked in; the record itself left out where the
+    /// examples are the input; the settings say so.
+    #[test]
+    fn lm_eval_s_draws_follow_one_python_stream_through_the_records() {
+        let mut sequential = sampler(10, 3);
+        sequential.sequence = Some(SequentialDraws::new(1234, 4));
+        let shots = |ordinal: u64, id: &str| -> Vec<String> {
+            let text = sequential
+                .prompt_for("", id, ordinal)
+                .unwrap()
+                .as_str()
+                .to_owned();
+            let examples = text.trim_start_matches("About {subject}.\n");
+            (examples.split("\n\n").filter(|e| e.starts_with('Q')))
+                .map(|e| e.split(' ').next().unwrap().to_owned())
+                .collect()
+        };
+        // random.Random(1234): sample(range(10), 4) gives [7, 1, 0, 9], then [9, 0, 1, 8].
+        assert_eq!(
+            shots(1, "r1"),
+            ["Q9", "Q0", "Q1"],
+            "the second record's, first"
+        );
+        assert_eq!(shots(0, "r0"), ["Q7", "Q1", "Q0"]);
+        assert_eq!(shots(0, "d1"), ["Q7", "Q0", "Q9"], "d1 itself left out");
+        let settings = sequential.settings();
+        assert_eq!(settings["sampler"], serde_json::json!({"lm-eval": 4}));
+        assert!(sampler(10, 3).settings().get("sampler").is_none());
+        for (text, sampling) in [
+            ("per-record", FewshotSampling::PerRecord),
+            ("lm-eval", FewshotSampling::LmEval),
+        ] {
+            assert_eq!(text.parse(), Ok(sampling));
+            assert_eq!(sampling.to_string(), text);
+        }
+        let refused = "random".parse::<FewshotSampling>().unwrap_err();
+        assert!(refused.contains("give per-record"), "{refused}");
     }
 }

@@ -14,7 +14,9 @@ use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, ShotAnswer, read_examples};
-use super::fewshot_sampling::{FewshotSampler, read_sampled_examples};
+use super::fewshot_sampling::{
+    FewshotSampler, FewshotSampling, SequentialDraws, read_sampled_examples,
+};
 use super::generation_lines::GenerationLine;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
@@ -94,9 +96,15 @@ impl GenerateJobConfig {
         let source = &source;
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
-        if let Some(seed) = source.seed.filter(|_| source.count > 0) {
+        let sequence = self.lm_eval_draws(source)?;
+        let seed = match &sequence {
+            Some(_) => Some(source.seed.unwrap_or(LM_EVAL_FEWSHOT_SEED)),
+            None => source.seed,
+        };
+        if let Some(seed) = seed.filter(|_| source.count > 0) {
+            let reading = options.clone();
             let sampler =
-                read_sampled_examples(source, seed, description, &prompt, options.clone())?;
+                read_sampled_examples(source, seed, description, &prompt, reading, sequence)?;
             self.corpus.reader = options;
             self.generation.fewshot_sampler = Some(sampler);
             return Ok(());
@@ -126,6 +134,27 @@ impl GenerateJobConfig {
             ));
         }
         Ok(())
+    }
+
+    /// lm-evaluation-harness's draws when `source` asks for them: one more example a record
+    /// where the examples are the job's own input (its few-shot split being its test
+    /// split, the record itself then left out); refused with groups, which it lacks.
+    fn lm_eval_draws(&self, source: &FewshotSource) -> Result<Option<SequentialDraws>, JobError> {
+        if source.sampling != FewshotSampling::LmEval {
+            return Ok(None);
+        }
+        if source.group_field.is_some() {
+            return Err(JobError::Input(
+                "--fewshot-sampler lm-eval draws from all the examples, as \
+                 lm-evaluation-harness has no groups: leave out --fewshot-group (or draw per \
+                 record)"
+                    .into(),
+            ));
+        }
+        let from_input = self.corpus.input.to_string() == source.path.display().to_string();
+        let take = source.count + usize::from(from_input);
+        let seed = source.seed.unwrap_or(LM_EVAL_FEWSHOT_SEED);
+        Ok(Some(SequentialDraws::new(seed, take)))
     }
 
     /// What answers this job's few-shot examples: the right choices of a job that reads
@@ -264,6 +293,9 @@ pub struct GenerateWork {
 }
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
+/// lm-evaluation-harness's default few-shot seed (its `--seed`'s fourth value).
+const LM_EVAL_FEWSHOT_SEED: u64 = 1234;
+
 fn seed_id(id: &serde_json::Value) -> String {
     match id {
         serde_json::Value::String(id) => id.clone(),
@@ -305,7 +337,7 @@ impl GenerateWork {
         let drawn = match (&self.fewshot_groups, &self.fewshot_sampler) {
             (Some(groups), _) => groups.prompt_for(group).map(Cow::Borrowed),
             (None, Some(sampler)) => sampler
-                .prompt_for(group, &seed_id(&record.id))
+                .prompt_for(group, &seed_id(&record.id), record.ordinal)
                 .map(Cow::Owned),
             (None, None) => Ok(Cow::Borrowed(&self.prompt)),
         };
@@ -771,6 +803,7 @@ mod tests {
             chat: None,
             choices: None,
             limit_group: None,
+            ordinal: 0,
         };
         let math = job.generation.prompt_of(record("math"));
         assert_eq!(
@@ -1120,6 +1153,7 @@ mod tests {
             chat: None,
             choices: None,
             limit_group: None,
+            ordinal: 0,
         };
         let error = work.prompt_of(record.clone()).error.unwrap();
         assert!(error.contains("`target.value.aliases`"), "{error}");

@@ -55,6 +55,7 @@ pub mod planner;
 mod poison;
 mod progress;
 mod prompt;
+mod python_random;
 pub mod reader;
 mod record_limit;
 mod report;
@@ -80,7 +81,7 @@ pub use evaluation_counts::{
     AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures, InOrder,
 };
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
-pub use fewshot_sampling::FewshotSampler;
+pub use fewshot_sampling::{FewshotSampler, FewshotSampling};
 pub use generate::{
     GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
 };

@@ -141,6 +141,9 @@ pub struct Record {
     pub choices: Option<Box<ChoiceRecord>>,
     /// Its [`ReaderOptions::limit_by`] field's value, when there is one.
     pub limit_group: Option<String>,
+    /// Its place among the records its reader returned, from 0: the input's order, as
+    /// lm-evaluation-harness numbers a task's documents (what its few-shot draws follow).
+    pub ordinal: u64,
 }
 
 pub use crate::records::Kept;
@@ -182,6 +185,8 @@ pub struct RecordReader {
     returned: u64,
     /// Records returned so far of each [`ReaderOptions::limit_by`] value.
     returned_by_group: HashMap<String, u64>,
+    /// Records returned (bad lines not counted): the next one's [`Record::ordinal`].
+    records_returned: u64,
 }
 
 /// What a pass does about ids that repeat an earlier record's.
@@ -216,6 +221,7 @@ impl RecordReader {
             last_place: (0, 0),
             returned: 0,
             returned_by_group: HashMap::new(),
+            records_returned: 0,
         }
     }
 
@@ -254,8 +260,12 @@ impl RecordReader {
         if limit.is_some_and(|limit| self.returned >= limit) {
             return Ok(None);
         }
-        let item = self.read_item()?;
+        let mut item = self.read_item()?;
         self.returned += u64::from(item.is_some());
+        if let Some(Item::Record(record)) = &mut item {
+            record.ordinal = self.records_returned;
+            self.records_returned += 1;
+        }
         Ok(item)
     }
 
@@ -298,6 +308,7 @@ impl RecordReader {
                         chat: None,
                         choices: None,
                         limit_group: None,
+                        ordinal: 0,
                     }),
                     ParquetRow::Object(object) => self.parse_object(object, index, line),
                 }),
@@ -420,6 +431,7 @@ impl RecordReader {
                     chat: None,
                     choices: None,
                     limit_group: None,
+                    ordinal: 0,
                 })
             }
             _ => self.parse_json(text, index, line),
@@ -470,6 +482,7 @@ impl RecordReader {
         let record = self.parse_record(object, index, line)?;
         Ok(Record {
             limit_group,
+            ordinal: 0,
             ..record
         })
     }
@@ -491,6 +504,7 @@ impl RecordReader {
                 chat: Some(Box::new(chat)),
                 choices: None,
                 limit_group: None,
+                ordinal: 0,
             });
         }
         let has_text = object.contains_key(&self.options.text_field);
@@ -517,6 +531,7 @@ impl RecordReader {
                 })),
                 choices,
                 limit_group: None,
+                ordinal: 0,
             });
         }
         let mut fields = self
@@ -548,6 +563,7 @@ impl RecordReader {
             chat: None,
             choices,
             limit_group: None,
+            ordinal: 0,
         })
     }
 

@@ -1424,3 +1424,97 @@ async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
     );
     assert!(mc1_report["accuracy"].is_number());
 }
+
+/// `--fewshot-sampler lm-eval`: each record's examples are the ones lm-evaluation-harness
+/// draws for it, `random.Random(1234).sample(examples, n)` record after record (the indexes
+/// below are CPython 3.11's); one more drawn where the examples are the input itself, the
+/// record left out. The job's lines are the dry run's prompts run, the same cut in chunks
+/// of one (so each chunk's records draw by their place, not by the chunk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lm_eval_s_sampler_gives_each_record_the_examples_lm_evaluation_harness_draws() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let shot = |i: usize| {
+        json!({"id": format!("t{i}"), "text": format!("{i} plus one is"),
+               "choices": [format!(" {}", i + 1), format!(" {}", i + 2)], "answer": 0})
+    };
+    let train = dir.path().join("train.jsonl");
+    write_jsonl(&train, &(0..30).map(shot).collect::<Vec<_>>());
+    let records: Vec<Value> = (0..4)
+        .map(|i| {
+            json!({"id": format!("r{i}"), "text": format!("{} plus one is", 100 + i),
+                        "choices": [format!(" {}", 101 + i), " 7"], "answer": 0})
+        })
+        .collect();
+    let input = dir.path().join("test.jsonl");
+    write_jsonl(&input, &records);
+    let example = |i: usize| format!("Q: {i} plus one is\nA: {}\n\n", i + 1);
+    let prompts = |input: &Path, examples: &Path, count: &str, records: usize| {
+        let records = records.to_string();
+        let mut flags = SCORE.to_vec();
+        flags.extend([
+            "--fewshot-input",
+            examples.to_str().unwrap(),
+            "--fewshot",
+            count,
+        ]);
+        flags.extend(["--fewshot-sampler", "lm-eval", "--dry-run", &records]);
+        let out = dir.path().join("dry");
+        let command = generate_command(input, &out, "Q: {text}\nA:", &flags);
+        dry_run_prompts(&run_to_success(command).0)
+    };
+    let drawn = prompts(&input, &train, "3", 4);
+    let wanted = [[24, 14, 3], [0, 2, 29], [25, 18, 1], [21, 22, 2]];
+    for (i, indexes) in wanted.iter().enumerate() {
+        let examples: String = indexes.iter().map(|&j| example(j)).collect();
+        let prompt = &drawn[&format!("r{i}")];
+        assert!(prompt.starts_with(&examples), "r{i}: {prompt}");
+    }
+    // The input as its own examples (six of them): three drawn, the record itself left
+    // out (t0's and t5's draws hold them).
+    let six = dir.path().join("six.jsonl");
+    write_jsonl(&six, &(0..6).map(shot).collect::<Vec<_>>());
+    let own = prompts(&six, &six, "2", 6);
+    let draws = [
+        [3, 0, 4],
+        [0, 4, 5],
+        [5, 0, 4],
+        [2, 1, 0],
+        [0, 5, 2],
+        [5, 4, 3],
+    ];
+    for (i, draw) in draws.iter().enumerate() {
+        let kept: Vec<usize> = draw.iter().copied().filter(|&j| j != i).take(2).collect();
+        let examples: String = kept.iter().map(|&j| example(j)).collect();
+        assert!(
+            own[&format!("t{i}")].starts_with(&examples),
+            "t{i}: {}",
+            own[&format!("t{i}")]
+        );
+    }
+    // Run, in one chunk and in chunks of one: the same lines, each its dry-run prompt's.
+    let mut flags = SCORE.to_vec();
+    flags.extend(["--fewshot-input", train.to_str().unwrap(), "--fewshot", "3"]);
+    flags.extend(["--fewshot-sampler", "lm-eval"]);
+    let (lines, _) = generate(dir.path(), "lm-eval", &records, "Q: {text}\nA:", &flags);
+    let mut one_by_one = flags.clone();
+    one_by_one.extend(["--chunk-size", "1"]);
+    let (chunked, _) = generate(
+        dir.path(),
+        "chunked",
+        &records,
+        "Q: {text}\nA:",
+        &one_by_one,
+    );
+    assert_eq!(lines, chunked);
+    let last = &records[3];
+    let by_hand = drawn["r3"].replace(last["text"].as_str().unwrap(), "{text}");
+    let (hand, _) = generate(
+        dir.path(),
+        "by-hand",
+        std::slice::from_ref(last),
+        &by_hand,
+        SCORE,
+    );
+    assert_eq!(lines[3], hand[0]);
+}
