@@ -13,8 +13,9 @@ use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
-    EmbedJobConfig, EmbedWork, FewshotSource, GenerateJobConfig, GenerationOutput, JobError,
-    Normalization, OutputDtype, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
+    EmbedJobConfig, EmbedWork, FewshotSampling, FewshotSource, GenerateJobConfig, GenerationOutput,
+    JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate, RecordLimit,
+    VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -665,7 +666,7 @@ impl NativeCluster {
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
         fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
-        pool_key=None, placement_json=None))]
+        pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned()))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -701,6 +702,7 @@ impl NativeCluster {
         limit: Option<LimitArg>,
         pool_key: Option<String>,
         placement_json: Option<String>,
+        fewshot_sampler: String,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -735,6 +737,7 @@ impl NativeCluster {
             fewshot_delimiter,
             fewshot_group,
             fewshot_seed,
+            fewshot_sampler,
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
@@ -964,8 +967,15 @@ fn set_formats(
 }
 
 /// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter, the
-/// group field and the seed of each record's draw.
-type FewshotArgs = (Option<String>, usize, String, Option<String>, Option<u64>);
+/// group field, the seed of each record's draw and how it draws.
+type FewshotArgs = (
+    Option<String>,
+    usize,
+    String,
+    Option<String>,
+    Option<u64>,
+    String,
+);
 
 /// Puts `description` and the few-shot examples `fewshot` names before the job's prompt,
 /// as `--description` and `--fewshot-input` do.
@@ -973,8 +983,10 @@ fn put_prompt_start(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     description: Option<String>,
-    (input, count, delimiter, group_field, seed): FewshotArgs,
+    (input, count, delimiter, group_field, seed, sampler): FewshotArgs,
 ) -> PyResult<()> {
+    let sampling: FewshotSampling = (sampler.parse())
+        .map_err(|why: String| bad_input(py, format!("fewshot_sampler: {why}")))?;
     let source = match input {
         Some(path) => Some(FewshotSource {
             path: path.into(),
@@ -982,13 +994,17 @@ fn put_prompt_start(
             delimiter,
             group_field,
             seed,
+            sampling,
             ..FewshotSource::default()
         }),
-        None if group_field.is_some() || seed.is_some() => {
+        None if group_field.is_some()
+            || seed.is_some()
+            || sampling != FewshotSampling::PerRecord =>
+        {
             return Err(bad_input(
                 py,
-                "fewshot_group and fewshot_seed pick each record's examples from \
-                 fewshot_input: give that file too",
+                "fewshot_group, fewshot_seed and fewshot_sampler pick each record's examples \
+                 from fewshot_input: give that file too",
             ));
         }
         None => None,

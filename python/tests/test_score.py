@@ -235,10 +235,55 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             accuracy_by="subject", progress=False,
         )
-    with pytest.raises(resident.BadInput, match="fewshot_group and fewshot_seed pick each record's examples"):
+    for refused in (dict(fewshot_group="subject"), dict(fewshot_sampler="lm-eval")):
+        with pytest.raises(resident.BadInput, match="fewshot_group, fewshot_seed and fewshot_sampler pick"):
+            local_cluster.generate_job(
+                str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", **refused,
+                **fields,
+            )
+
+
+def test_lm_eval_s_sampler_draws_what_python_s_own_random_draws(local_cluster, tmp_path):
+    """``fewshot_sampler="lm-eval"``: each record's examples are what
+    ``random.Random(1234).sample(examples, n)`` gives, record after record, as
+    lm-evaluation-harness draws them: each line equals the record run with those examples
+    written into its prompt by hand."""
+    import random
+
+    shots = [
+        {"id": f"t{i}", "text": f"{i} plus one is", "choices": [f" {i + 1}", f" {i + 5}"], "answer": 0}
+        for i in range(12)
+    ]
+    train = write_corpus(tmp_path / "train.jsonl", shots)
+    records = [
+        {"id": f"r{i}", "text": f"{20 + i} plus one is", "choices": [f" {21 + i}", " 3"], "answer": 0}
+        for i in range(3)
+    ]
+    corpus = write_corpus(tmp_path / "test.jsonl", records)
+    fields = dict(template="none", max_new_tokens=0, score=True, progress=False)
+    prompt = "Q: {text}\nA:"
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "drawn"), prompt, fewshot_input=str(train),
+        fewshot=2, fewshot_sampler="lm-eval", **fields,
+    )
+    drawn = [json.loads(line) for line in open(tmp_path / "drawn" / "generations.jsonl")]
+    stream = random.Random(1234)
+    for record, line in zip(records, drawn):
+        examples = "".join(
+            f"Q: {shots[j]['text']}\nA:{shots[j]['choices'][0]}\n\n"
+            for j in stream.sample(range(len(shots)), 2)
+        )
+        one = write_corpus(tmp_path / f"{record['id']}.jsonl", [record])
         local_cluster.generate_job(
-            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", fewshot_group="subject",
+            str(one), str(SMOLLM2), str(tmp_path / f"hand-{record['id']}"), examples + prompt,
             **fields,
+        )
+        hand = json.loads(open(tmp_path / f"hand-{record['id']}" / "generations.jsonl").read())
+        assert line == hand, (line, hand, examples)
+    with pytest.raises(resident.BadInput, match="no few-shot sampler: give per-record"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), prompt, fewshot_input=str(train),
+            fewshot=2, fewshot_sampler="random", **fields,
         )
 
 

@@ -821,6 +821,7 @@ class Cluster:
         description: Optional[str] = None,
         choice_labels: Optional[Sequence[str]] = None,
         fewshot_seed: Optional[int] = None,
+        fewshot_sampler: str = "per-record",
         reference_field: Optional[str] = None,
         extract: Optional[str] = None,
         extract_match: str = "first",
@@ -858,7 +859,10 @@ class Cluster:
         record the first examples with its own value (``--fewshot-group``);
         ``fewshot_seed`` draws each record's examples at random from every answered one (of
         its group), seeded by it and the record's id, never the record itself
-        (``--fewshot-seed``, lm-evaluation-harness's default sampler); ``accuracy_by``
+        (``--fewshot-seed``, lm-evaluation-harness's default sampler);
+        ``fewshot_sampler="lm-eval"`` draws the very examples lm-evaluation-harness draws
+        for each record instead (``random.Random(fewshot_seed or 1234).sample`` record after
+        record in input order; ``--fewshot-sampler``); ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
         ``description`` goes before the examples and the prompt (``--description``);
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
@@ -905,6 +909,7 @@ class Cluster:
                 ),
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),
+                fewshot_sampler=fewshot_sampler,
             )
         finally:
             bar.close()
