@@ -11,7 +11,9 @@
 //! of one group share that start.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use super::JobError;
 use super::answer_match::references_of;
@@ -40,12 +42,46 @@ pub struct FewshotSource {
     pub seed: Option<u64>,
     /// How the seed draws (`--fewshot-sampler`): lm-evaluation-harness's stream draws
     /// even without a seed, from its own default, 1234.
-    pub sampling: super::fewshot_sampling::FewshotSampling,
+    pub sampling: FewshotSampling,
     /// Between an example's prompt and its answer (`--target-delimiter`;
     /// lm-evaluation-harness's `target_delimiter`).
     pub target_delimiter: String,
     /// What an example's answer is (the job sets it: `GenerateJobConfig::put_prompt_start`).
     pub answer: ShotAnswer,
+}
+
+/// How `--fewshot-seed` draws each record's examples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FewshotSampling {
+    /// From the seed and the record's id: independent of the input's order.
+    #[default]
+    PerRecord,
+    /// As lm-evaluation-harness's default sampler: one Python `random.Random(seed)` stream
+    /// through the records in input order.
+    LmEval,
+}
+
+impl FromStr for FewshotSampling {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "per-record" => Ok(Self::PerRecord),
+            "lm-eval" => Ok(Self::LmEval),
+            other => Err(format!(
+                "{other:?} is no few-shot sampler: give per-record (each record's own draw) \
+                 or lm-eval (lm-evaluation-harness's draws, record after record)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for FewshotSampling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PerRecord => "per-record",
+            Self::LmEval => "lm-eval",
+        })
+    }
 }
 
 /// What answers a few-shot example.

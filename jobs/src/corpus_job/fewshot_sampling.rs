@@ -16,52 +16,19 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use resident_proto::SeededRng;
 
 use super::JobError;
+#[cfg(test)]
+use super::fewshot::FewshotSampling;
 use super::fewshot::{FewshotSource, examples_text, read_groups};
 use super::prompt::PromptTemplate;
 use super::python_random::PythonRandom;
 use super::reader::ReaderOptions;
 #[cfg(doc)]
 use super::reader::Record;
-
-/// How `--fewshot-seed` draws each record's examples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FewshotSampling {
-    /// From the seed and the record's id: independent of the input's order.
-    #[default]
-    PerRecord,
-    /// As lm-evaluation-harness's default sampler: one Python `random.Random(seed)` stream
-    /// through the records in input order.
-    LmEval,
-}
-
-impl FromStr for FewshotSampling {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "per-record" => Ok(Self::PerRecord),
-            "lm-eval" => Ok(Self::LmEval),
-            other => Err(format!(
-                "{other:?} is no few-shot sampler: give per-record (each record's own draw) \
-                 or lm-eval (lm-evaluation-harness's draws, record after record)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for FewshotSampling {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::PerRecord => "per-record",
-            Self::LmEval => "lm-eval",
-        })
-    }
-}
 
 /// lm-evaluation-harness's draws: `sample(examples, take)` for each record in turn, from
 /// one stream, kept as they are drawn (a record's draw needs every earlier one's).

@@ -13,10 +13,10 @@ use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
 use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
-use super::fewshot::{FewshotGroups, FewshotPrompt, FewshotSource, ShotAnswer, read_examples};
-use super::fewshot_sampling::{
-    FewshotSampler, FewshotSampling, SequentialDraws, read_sampled_examples,
+use super::fewshot::{
+    FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource, ShotAnswer, read_examples,
 };
+use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
 use super::generation_lines::GenerationLine;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
@@ -151,7 +151,14 @@ impl GenerateJobConfig {
                     .into(),
             ));
         }
-        let from_input = self.corpus.input.to_string() == source.path.display().to_string();
+        // The same file however named (`./test.jsonl`, `test.jsonl`).
+        let from_input = match &self.corpus.input {
+            crate::storage::Location::Local(input) => {
+                let real = |path: &std::path::Path| std::fs::canonicalize(path).ok();
+                real(input).is_some_and(|input| Some(input) == real(&source.path))
+            }
+            other => other.to_string() == source.path.display().to_string(),
+        };
         let take = source.count + usize::from(from_input);
         let seed = source.seed.unwrap_or(LM_EVAL_FEWSHOT_SEED);
         Ok(Some(SequentialDraws::new(seed, take)))

@@ -80,8 +80,8 @@ pub use error::JobError;
 pub use evaluation_counts::{
     AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures, InOrder,
 };
-pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSource};
-pub use fewshot_sampling::{FewshotSampler, FewshotSampling};
+pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSampling, FewshotSource};
+pub use fewshot_sampling::FewshotSampler;
 pub use generate::{
     GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
 };

@@ -1474,7 +1474,8 @@ async fn lm_eval_s_sampler_gives_each_record_the_examples_lm_evaluation_harness_
     // out (t0's and t5's draws hold them).
     let six = dir.path().join("six.jsonl");
     write_jsonl(&six, &(0..6).map(shot).collect::<Vec<_>>());
-    let own = prompts(&six, &six, "2", 6);
+    // (named another way: the same file)
+    let own = prompts(&six, &dir.path().join(".").join("six.jsonl"), "2", 6);
     let draws = [
         [3, 0, 4],
         [0, 4, 5],
