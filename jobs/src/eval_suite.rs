@@ -466,6 +466,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 "mmlu",
                 "gsm8k",
                 "bbh-date",
+                "arc-challenge",
                 "winogrande",
                 "truthfulqa-mc2",
                 "lambada",
