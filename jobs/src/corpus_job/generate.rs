@@ -299,10 +299,10 @@ pub struct GenerateWork {
     pub target_delimiter: String,
 }
 
-/// The id a record's sampler is seeded with: a string id as it is, a number as written.
 /// lm-evaluation-harness's default few-shot seed (its `--seed`'s fourth value).
 const LM_EVAL_FEWSHOT_SEED: u64 = 1234;
 
+/// The id a record's sampler is seeded with: a string id as it is, a number as written.
 fn seed_id(id: &serde_json::Value) -> String {
     match id {
         serde_json::Value::String(id) => id.clone(),
