@@ -208,8 +208,9 @@ pub struct GenerateArgs {
     fewshot_group: Option<String>,
     /// Draw each record's --fewshot examples at random from every answered example of
     /// --fewshot-input (of its own group with --fewshot-group), seeded by S and the
-    /// record's id, never the record itself (lm-evaluation-harness's default sampler, for
-    /// ARC or HellaSwag from a train split); without it, the first --fewshot.
+    /// record's id, never the record itself (as lm-evaluation-harness's default sampler
+    /// draws for ARC or HellaSwag from a train split; --fewshot-sampler lm-eval gives its
+    /// very draws); without it, the first --fewshot.
     #[arg(long, env = "RESIDENT_FEWSHOT_SEED", value_name = "S")]
     fewshot_seed: Option<u64>,
     /// How the examples are drawn: per-record (from --fewshot-seed and each record's id,
