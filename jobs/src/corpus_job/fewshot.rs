@@ -84,6 +84,18 @@ impl fmt::Display for FewshotSampling {
     }
 }
 
+/// lm-evaluation-harness's default few-shot seed (its `--seed`'s fourth value).
+const LM_EVAL_FEWSHOT_SEED: u64 = 1234;
+
+impl FewshotSource {
+    /// The seed each record's examples are drawn with: `--fewshot-seed`, or
+    /// lm-evaluation-harness's own default for its sampler; `None`: the first `count`.
+    pub fn draw_seed(&self) -> Option<u64> {
+        let lm_eval = self.sampling == FewshotSampling::LmEval;
+        self.seed.or(lm_eval.then_some(LM_EVAL_FEWSHOT_SEED))
+    }
+}
+
 /// What answers a few-shot example.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ShotAnswer {

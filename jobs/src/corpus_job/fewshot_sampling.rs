@@ -38,7 +38,6 @@ pub struct SequentialDraws {
     /// job's own input (lm-evaluation-harness's few-shot split being its test split), so
     /// that leaving out the record itself still leaves `--fewshot`.
     take: usize,
-    seed: u64,
     drawn: Arc<Mutex<(PythonRandom, Vec<Vec<u32>>)>>,
 }
 
@@ -46,7 +45,7 @@ impl SequentialDraws {
     /// A stream seeded by `seed`, each record sampling `take` examples.
     pub fn new(seed: u64, take: usize) -> Self {
         let drawn = Arc::new(Mutex::new((PythonRandom::new(seed), Vec::new())));
-        Self { take, seed, drawn }
+        Self { take, drawn }
     }
 
     /// The examples (indexes into a pool of `pool_len`) of the record at `ordinal`.
@@ -64,19 +63,16 @@ impl SequentialDraws {
     }
 }
 
+/// Two samplers' draws agree when they take as many (the seed is the sampler's own).
 impl PartialEq for SequentialDraws {
     fn eq(&self, other: &Self) -> bool {
-        (self.take, self.seed) == (other.take, other.seed)
+        self.take == other.take
     }
 }
 
 impl fmt::Debug for SequentialDraws {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "SequentialDraws(seed {}, {} a record)",
-            self.seed, self.take
-        )
+        write!(f, "SequentialDraws({} a record)", self.take)
     }
 }
 

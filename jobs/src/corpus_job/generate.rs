@@ -96,12 +96,8 @@ impl GenerateJobConfig {
         let source = &source;
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
-        let sequence = self.lm_eval_draws(source)?;
-        let seed = match &sequence {
-            Some(_) => Some(source.seed.unwrap_or(LM_EVAL_FEWSHOT_SEED)),
-            None => source.seed,
-        };
-        if let Some(seed) = seed.filter(|_| source.count > 0) {
+        if let Some(seed) = source.draw_seed().filter(|_| source.count > 0) {
+            let sequence = self.lm_eval_draws(source, seed)?;
             let reading = options.clone();
             let sampler =
                 read_sampled_examples(source, seed, description, &prompt, reading, sequence)?;
@@ -139,7 +135,11 @@ impl GenerateJobConfig {
     /// lm-evaluation-harness's draws when `source` asks for them: one more example a record
     /// where the examples are the job's own input (its few-shot split being its test
     /// split, the record itself then left out); refused with groups, which it lacks.
-    fn lm_eval_draws(&self, source: &FewshotSource) -> Result<Option<SequentialDraws>, JobError> {
+    fn lm_eval_draws(
+        &self,
+        source: &FewshotSource,
+        seed: u64,
+    ) -> Result<Option<SequentialDraws>, JobError> {
         if source.sampling != FewshotSampling::LmEval {
             return Ok(None);
         }
@@ -160,7 +160,6 @@ impl GenerateJobConfig {
             other => other.to_string() == source.path.display().to_string(),
         };
         let take = source.count + usize::from(from_input);
-        let seed = source.seed.unwrap_or(LM_EVAL_FEWSHOT_SEED);
         Ok(Some(SequentialDraws::new(seed, take)))
     }
 
@@ -298,9 +297,6 @@ pub struct GenerateWork {
     /// `target_delimiter`): before each few-shot example's answer and each scored choice.
     pub target_delimiter: String,
 }
-
-/// lm-evaluation-harness's default few-shot seed (its `--seed`'s fourth value).
-const LM_EVAL_FEWSHOT_SEED: u64 = 1234;
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
 fn seed_id(id: &serde_json::Value) -> String {

@@ -141,8 +141,10 @@ pub struct Record {
     pub choices: Option<Box<ChoiceRecord>>,
     /// Its [`ReaderOptions::limit_by`] field's value, when there is one.
     pub limit_group: Option<String>,
-    /// Its place among the records its reader returned, from 0: the input's order, as
-    /// lm-evaluation-harness numbers a task's documents (what its few-shot draws follow).
+    /// Its place, from 0, among the records that passed every check but the id's (the
+    /// reader's own count, the same in every pass): the input's order, as
+    /// lm-evaluation-harness numbers a task's documents (what its few-shot draws follow;
+    /// a repeated id, left out as a bad record, still takes its place, as there).
     pub ordinal: u64,
 }
 
@@ -185,8 +187,6 @@ pub struct RecordReader {
     returned: u64,
     /// Records returned so far of each [`ReaderOptions::limit_by`] value.
     returned_by_group: HashMap<String, u64>,
-    /// Records returned (bad lines not counted): the next one's [`Record::ordinal`].
-    records_returned: u64,
 }
 
 /// What a pass does about ids that repeat an earlier record's.
@@ -221,7 +221,6 @@ impl RecordReader {
             last_place: (0, 0),
             returned: 0,
             returned_by_group: HashMap::new(),
-            records_returned: 0,
         }
     }
 
@@ -260,12 +259,8 @@ impl RecordReader {
         if limit.is_some_and(|limit| self.returned >= limit) {
             return Ok(None);
         }
-        let mut item = self.read_item()?;
+        let item = self.read_item()?;
         self.returned += u64::from(item.is_some());
-        if let Some(Item::Record(record)) = &mut item {
-            record.ordinal = self.records_returned;
-            self.records_returned += 1;
-        }
         Ok(item)
     }
 
@@ -360,12 +355,13 @@ impl RecordReader {
 
     fn check_id(
         &mut self,
-        record: Record,
+        mut record: Record,
         file: usize,
         line: u64,
     ) -> Result<Result<Record, String>, JobError> {
         let ordinal = self.ordinal;
         self.ordinal += 1;
+        record.ordinal = ordinal;
         match &mut self.ids {
             IdCheck::Off => {}
             IdCheck::Collect(finder) => finder
