@@ -758,15 +758,40 @@ impl ChoiceScores {
         if self.answers.is_empty() {
             return None;
         }
+        let probabilities = self.probabilities()?;
+        let right = (self.answers.iter()).filter_map(|&i| probabilities.get(i as usize));
+        Some(right.sum())
+    }
+
+    /// How far the choices' probabilities (scaled to sum to one) lie from the right
+    /// answer's certainty: the sum over the choices of `(p - 1)^2` for the right one and
+    /// `p^2` for the others, 0 for a model sure of the right answer and 2 for one sure of
+    /// a wrong one (lm-evaluation-harness's `brier_score`, a record's part of it: lower
+    /// is better). `None` unless the record names exactly one right answer (the one-hot
+    /// target it assumes), or when the probabilities are not numbers (as
+    /// [`ChoiceScores::answer_probability`]).
+    pub fn brier_score(&self) -> Option<f64> {
+        let [answer] = self.answers[..] else {
+            return None;
+        };
+        let probabilities = self.probabilities()?;
+        let miss = |(index, p): (usize, &f64)| match index == answer as usize {
+            true => (p - 1.0).powi(2),
+            false => p * p,
+        };
+        Some(probabilities.iter().enumerate().map(miss).sum())
+    }
+
+    /// Each choice's probability when they are scaled to sum to one (the softmax of their
+    /// log-probabilities); `None` when no choice's is a number above zero.
+    fn probabilities(&self) -> Option<Vec<f64>> {
         // Scaled by the likeliest choice, so that no exponent underflows to zero.
         let top = (self.scores.iter().map(|s| s.logprob)).fold(f64::NEG_INFINITY, f64::max);
-        let weight = |score: &TextScore| (score.logprob - top).exp();
-        let all: f64 = self.scores.iter().map(weight).sum();
-        let right: f64 = (self.answers.iter())
-            .filter_map(|&i| self.scores.get(i as usize))
-            .map(weight)
-            .sum();
-        (all.is_finite() && all > 0.0 && right.is_finite()).then(|| right / all)
+        let weights: Vec<f64> = (self.scores.iter())
+            .map(|s| (s.logprob - top).exp())
+            .collect();
+        let all: f64 = weights.iter().sum();
+        (all.is_finite() && all > 0.0).then(|| weights.iter().map(|w| w / all).collect())
     }
 }
 
@@ -1217,5 +1242,42 @@ mod tests {
         assert_eq!(scored(&nan, vec![0]).answer_probability(), None);
         let never = [f64::NEG_INFINITY; 2];
         assert_eq!(scored(&never, vec![0]).answer_probability(), None);
+    }
+
+    /// A record's Brier score, as lm-evaluation-harness's `brier_score` sums it over the
+    /// softmax of the choices' log-probabilities against the right answer's one-hot
+    /// vector: 0 when sure and right, 2 when sure and wrong; none without exactly one right
+    /// answer, or with a NaN.
+    #[test]
+    fn a_record_s_brier_score_is_its_probabilities_squared_distance_from_the_answer() {
+        let score = |logprob: f64| TextScore {
+            tokens: 2,
+            logprob,
+            greedy: false,
+            token_logprobs: None,
+            size: None,
+        };
+        let scored = |logprobs: &[f64], answers: Vec<u32>| ChoiceScores {
+            scores: logprobs.iter().map(|&l| score(l)).collect(),
+            chars: vec![4; logprobs.len()],
+            answers,
+        };
+        // Probabilities 0.5, 0.25, 0.125, 0.125, the second right:
+        // 0.25 + 0.5625 + 0.015625 + 0.015625.
+        let halves = [0.5f64, 0.25, 0.125, 0.125].map(f64::ln);
+        let brier = scored(&halves, vec![1]).brier_score().unwrap();
+        assert!((brier - 0.84375).abs() < 1e-12, "{brier}");
+        let first = scored(&halves, vec![0]).brier_score().unwrap();
+        assert!((first - 0.34375).abs() < 1e-12, "{first}");
+        // Shifted by -2000, where each exp alone underflows: the same score.
+        let far = halves.map(|l| l - 2000.0);
+        let far_brier = scored(&far, vec![1]).brier_score().unwrap();
+        assert!((far_brier - 0.84375).abs() < 1e-9, "{far_brier}");
+        let sure = [0.0, -1e6];
+        assert!(scored(&sure, vec![0]).brier_score().unwrap() < 1e-12);
+        assert!((scored(&sure, vec![1]).brier_score().unwrap() - 2.0).abs() < 1e-12);
+        assert_eq!(scored(&halves, Vec::new()).brier_score(), None);
+        assert_eq!(scored(&halves, vec![0, 1]).brier_score(), None);
+        assert_eq!(scored(&[-1.0, f64::NAN], vec![0]).brier_score(), None);
     }
 }

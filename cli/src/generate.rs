@@ -164,7 +164,7 @@ pub struct GenerateArgs {
     /// With --score, the field of a record's right choice: its index from 0, its label or
     /// its text; or a list of them, for several right choices (then `correct` is the
     /// likeliest being one of them, and `answer_probability` their probability among all
-    /// the choices: TruthfulQA's MC2).
+    /// the choices: TruthfulQA's MC2; `brier_score` needs exactly one).
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
     /// With --score, these are scored in place of a record's choices, in order (MMLU's
@@ -642,6 +642,14 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
         eprintln!(
             "right answers' probability among the choices: {probability:.4}{}{several}",
             plus_minus(figures.answer_probability_stderr),
+        );
+    }
+    if let Some(brier) = figures.brier_score {
+        eprintln!(
+            "Brier score over {} records with one right answer: {brier:.4}{} (0 sure and \
+             right, 2 sure and wrong; lower is better calibrated)",
+            figures.tally.evaluation.brier_records,
+            plus_minus(figures.brier_score_stderr),
         );
     }
     print_answers(figures, named);

@@ -188,9 +188,10 @@ impl Rows {
     }
 }
 
-/// The accuracy over scored choices: plain, per character, the mean over groups; for a
-/// task of several right answers (TruthfulQA's MC2), as lm-evaluation-harness reports it,
-/// only `acc`, the right choices' probability among all.
+/// The accuracy over scored choices: plain, per character, the mean over groups, then the
+/// Brier score (`brier_score`, lower is better); for a task of several right answers
+/// (TruthfulQA's MC2), as lm-evaluation-harness reports it, only `acc`, the right choices'
+/// probability among all.
 fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
     let answered = figures.tally.evaluation.answered_records;
     if figures.tally.evaluation.several_answer_records > 0 {
@@ -220,6 +221,13 @@ fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
             records,
         );
     }
+    let brier_records = figures.tally.evaluation.brier_records;
+    rows.put(
+        "brier_score",
+        figures.brier_score,
+        figures.brier_score_stderr,
+        brier_records,
+    );
 }
 
 /// Exact match, pass@n and maj@n: the one filter's, or each named filter's.
@@ -547,15 +555,20 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             "prompt_tokens_per_second": 1.0, "generated_tokens_per_second": 0.0,
             "answered_records": 4, "correct_records": 3, "correct_normalized_records": 2,
             "accuracy": 0.75, "accuracy_normalized": 0.5, "accuracy_stderr": 0.25,
-            "accuracy_normalized_stderr": 0.2887,
+            "accuracy_normalized_stderr": 0.2887, "brier_records": 4, "brier_score": 0.3,
+            "brier_score_stderr": 0.05,
         }))
         .unwrap();
         let metrics = task_metrics(&figures);
         let names: Vec<&str> = metrics.iter().map(|m| m.metric.as_str()).collect();
-        assert_eq!(names, ["acc", "acc_norm"]);
+        assert_eq!(names, ["acc", "acc_norm", "brier_score"]);
         assert_eq!(
             (metrics[0].value, metrics[0].stderr, metrics[0].records),
             (0.75, Some(0.25), 4)
+        );
+        assert_eq!(
+            (metrics[2].value, metrics[2].stderr, metrics[2].records),
+            (0.3, Some(0.05), 4)
         );
         // TruthfulQA's MC2: several right answers; `acc` is their probability, alone.
         let mut mc2 = figures.clone();

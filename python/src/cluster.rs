@@ -278,7 +278,7 @@ fn prompt_of(py: Python<'_>, name: Option<String>, text: Option<String>) -> PyRe
 
 /// The completions as JSON, a prompt's scored choices with the picks `generations.jsonl`
 /// writes (`best`, `best_normalized` and, with an answer, `correct`, `correct_normalized`,
-/// `answer_probability`):
+/// `answer_probability`, and with one answer `brier_score`):
 /// Python reads them rather than working them out again.
 fn completions_json(completions: &[Completion]) -> serde_json::Result<String> {
     let mut values = Vec::with_capacity(completions.len());
@@ -294,6 +294,9 @@ fn completions_json(completions: &[Completion]) -> serde_json::Result<String> {
             }
             if let Some(probability) = scored.answer_probability() {
                 picks["answer_probability"] = probability.into();
+            }
+            if let Some(brier) = scored.brier_score() {
+                picks["brier_score"] = brier.into();
             }
         }
         values.push(value);

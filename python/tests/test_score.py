@@ -132,6 +132,10 @@ def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
     assert (asked["best"], asked["answer"], asked["correct"]) == (0, 0, True), asked
     weights = [math.exp(s["logprob"]) for s in asked["choice_scores"]]
     assert abs(asked["answer_probability"] - weights[0] / sum(weights)) < 1e-9, asked
+    # lm-evaluation-harness's brier_score of the record: softmax against the one-hot answer.
+    shares = [w / sum(weights) for w in weights]
+    brier = sum((p - (i == 0)) ** 2 for i, p in enumerate(shares))
+    assert abs(asked["brier_score"] - brier) < 1e-9, (asked, brier)
     # Several right answers (TruthfulQA's MC2): their share of the choices' probability.
     (several,) = local_cluster.generate(
         [{"prompt": context, "choices": choices, "answer": [" Tuesday.", 0]}],
@@ -140,6 +144,7 @@ def test_choices_score_as_contexts_do_and_a_preference_job_reports_its_accuracy(
     assert "answer" not in several and several["answers"] == [0, 2], several
     right = (weights[0] + weights[2]) / sum(weights)
     assert abs(several["answer_probability"] - right) < 1e-6, (several, right)
+    assert "brier_score" not in several, "no one-hot answer for several right ones"
     assert several["correct"] is True
 
     question = {"role": "user", "content": "Is the sun a star?"}

@@ -80,6 +80,16 @@ pub struct EvaluationCounts {
     /// The sum of their squares (for the mean's standard error).
     #[serde(default, skip_serializing_if = "is_default")]
     pub answer_probability_squares: f64,
+    /// Of the answered records, those that named one right choice and whose Brier score
+    /// is a number (not NaN).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub brier_records: u64,
+    /// The sum of their Brier scores.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub brier_sum: f64,
+    /// The sum of their squares (for the mean's standard error).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub brier_squares: f64,
     /// The (first) filter's answers checked against references.
     #[serde(flatten)]
     pub answers: AnswerCounts,
@@ -308,6 +318,11 @@ impl EvaluationCounts {
                     self.answer_probability_sum += probability;
                     self.answer_probability_squares += probability * probability;
                 }
+                if let Some(brier) = scored.brier_score() {
+                    self.brier_records += 1;
+                    self.brier_sum += brier;
+                    self.brier_squares += brier * brier;
+                }
                 if let Some(group) = group {
                     let counts = self.groups.entry(group).or_default();
                     counts.add(plain, Some(normalized));
@@ -353,6 +368,9 @@ impl EvaluationCounts {
         self.answer_probability_records += other.answer_probability_records;
         self.answer_probability_sum += other.answer_probability_sum;
         self.answer_probability_squares += other.answer_probability_squares;
+        self.brier_records += other.brier_records;
+        self.brier_sum += other.brier_sum;
+        self.brier_squares += other.brier_squares;
         self.answers.absorb(&other.answers);
         for (name, counts) in &other.filters {
             self.filters.entry(name.clone()).or_default().absorb(counts);
@@ -449,6 +467,9 @@ mod tests {
             answer_probability_records: 2,
             answer_probability_sum: 0.75,
             answer_probability_squares: 0.3125,
+            brier_records: 1,
+            brier_sum: 0.5,
+            brier_squares: 0.25,
             ..EvaluationCounts::default()
         };
         counts.answers.reference_records = 2;
@@ -494,6 +515,10 @@ mod tests {
                 total.answer_probability_squares
             ),
             (2, 4, 1.5, 0.625)
+        );
+        assert_eq!(
+            (total.brier_records, total.brier_sum, total.brier_squares),
+            (2, 1.0, 0.5)
         );
         assert_eq!(total.filters["strict"].exact_match_records, 3);
         assert_eq!(total.filters["strict"].reference_records, 4);

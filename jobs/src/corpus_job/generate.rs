@@ -970,6 +970,12 @@ mod tests {
         let right_share = 1.0 / (1.0 + (-1.5f64).exp());
         let probability = line["answer_probability"].as_f64().unwrap();
         assert!((probability - right_share).abs() < 1e-12, "{line}");
+        // Two choices: the right one's (1 - p)^2 and the wrong one's p^2 are alike.
+        let brier = line["brier_score"].as_f64().unwrap();
+        assert!(
+            (brier - 2.0 * (1.0 - right_share).powi(2)).abs() < 1e-12,
+            "{line}"
+        );
         assert!(line.get("answers").is_none(), "one answer: `answer`");
         let both = completion(&[0, 1]);
         let line = serde_json::to_value(GenerationLine::new(&id, &both, None)).unwrap();
@@ -979,10 +985,15 @@ mod tests {
             "several answers: `answers`"
         );
         assert!((line["answer_probability"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+        assert!(
+            line.get("brier_score").is_none(),
+            "no one-hot answer: {line}"
+        );
         let unanswered = completion(&[]);
         let line = serde_json::to_value(GenerationLine::new(&id, &unanswered, None)).unwrap();
         assert!(
-            ["correct", "answer", "answer_probability"].map(|f| line.get(f)) == [None; 3],
+            ["correct", "answer", "answer_probability", "brier_score"].map(|f| line.get(f))
+                == [None; 4],
             "{line}"
         );
         assert_eq!(line["best"], 0);
@@ -1031,6 +1042,15 @@ mod tests {
         assert!((answer_probability - 0.5).abs() < 1e-12);
         let stderr = figures.answer_probability_stderr.unwrap();
         assert!((stderr - (right_share - 0.5)).abs() < 1e-12, "{stderr}");
+        // The right record's 2 (1 - p)^2 and the wrong one's 2 p^2, averaged.
+        let briers = [2.0 * (1.0 - right_share).powi(2), 2.0 * right_share.powi(2)];
+        let brier = figures.brier_score.unwrap();
+        assert!(
+            (brier - (briers[0] + briers[1]) / 2.0).abs() < 1e-12,
+            "{brier}"
+        );
+        let brier_stderr = figures.brier_score_stderr.unwrap();
+        assert!((brier_stderr - (briers[1] - briers[0]) / 2.0).abs() < 1e-12);
         let json = serde_json::to_value(&figures).unwrap();
         assert_eq!(json["correct_records"], 1);
         assert!(

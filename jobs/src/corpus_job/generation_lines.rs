@@ -109,6 +109,10 @@ struct ChoicesLine<'a> {
     /// The probability the model puts on the right choices among all (MC2's figure).
     #[serde(skip_serializing_if = "Option::is_none")]
     answer_probability: Option<f64>,
+    /// The choices' probabilities' squared distance from the one right answer (a
+    /// record's part of lm-evaluation-harness's `brier_score`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    brier_score: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -139,6 +143,7 @@ impl<'a> ChoicesLine<'a> {
             correct: correct.map(|(plain, _)| plain),
             correct_normalized: correct.map(|(_, normalized)| normalized),
             answer_probability: scored.answer_probability(),
+            brier_score: scored.brier_score(),
         }
     }
 }

@@ -108,6 +108,16 @@ pub struct GenerateFigures {
     /// Its standard error (absent under two records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_probability_stderr: Option<f64>,
+    /// The mean over records with one right choice of the squared distance of the
+    /// choices' probabilities (scaled to sum to one) from that answer: the sum of `p^2`
+    /// over wrong choices and `(1 - p)^2` for the right one, 0 for a model sure and
+    /// right, 2 sure and wrong (lm-evaluation-harness's `brier_score`: how well the
+    /// model's confidence is calibrated; lower is better).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brier_score: Option<f64>,
+    /// Its standard error (absent under two records; lm-evaluation-harness gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brier_score_stderr: Option<f64>,
     /// The (first) filter's shares: `exact_match`, `exact_match_any` (pass@n),
     /// `exact_match_majority` (maj@n), each absent without references (or samples), and
     /// their standard errors.
@@ -179,6 +189,7 @@ impl GenerationTally {
             counts.answer_probability_squares,
             counts.answer_probability_records,
         );
+        let brier = mean_with_stderr(counts.brier_sum, counts.brier_squares, counts.brier_records);
         GenerateFigures {
             prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,
@@ -201,6 +212,8 @@ impl GenerationTally {
             ),
             answer_probability: answer_probability.map(|(mean, _)| mean),
             answer_probability_stderr: answer_probability.and_then(|(_, stderr)| stderr),
+            brier_score: brier.map(|(mean, _)| mean),
+            brier_score_stderr: brier.and_then(|(_, stderr)| stderr),
             answers: counts.answers.shares(),
             filters: (counts.filters.iter())
                 .map(|(name, counts)| {

@@ -350,8 +350,8 @@ def _score_dict(score: dict) -> dict:
 def _choices_dict(scored: dict) -> dict:
     """A prompt's scored choices as ``generations.jsonl`` writes them: ``choice_scores``,
     ``best``, ``best_normalized`` and, with an answer, ``answer`` (``answers`` for several
-    right ones), ``correct``, ``correct_normalized`` and ``answer_probability`` (the picks
-    as the native side made them)."""
+    right ones), ``correct``, ``correct_normalized`` and ``answer_probability``, and with
+    one answer ``brier_score`` (the picks as the native side made them)."""
     scores = scored["scores"]
     out = {"choice_scores": []}
     for score in scores:
@@ -369,8 +369,9 @@ def _choices_dict(scored: dict) -> dict:
     if answers:
         out["correct"] = scored["correct"]
         out["correct_normalized"] = scored["correct_normalized"]
-    if scored.get("answer_probability") is not None:
-        out["answer_probability"] = scored["answer_probability"]
+    for pick in ("answer_probability", "brier_score"):
+        if scored.get(pick) is not None:
+            out[pick] = scored[pick]
     return out
 
 
@@ -1051,7 +1052,9 @@ class Cluster:
         each), ``best`` and ``best_normalized`` (the likeliest choice, and the likeliest per
         character) and with ``answer`` ``correct``, ``correct_normalized`` and
         ``answer_probability`` (the right choices' share of the choices' probability:
-        TruthfulQA MC2's figure; ``answers`` in ``answer``'s place for several right ones).
+        TruthfulQA MC2's figure; ``answers`` in ``answer``'s place for several right ones)
+        and, for one right answer, ``brier_score`` (the choices' probabilities' squared
+        distance from it: lm-evaluation-harness's ``brier_score``, lower is better).
         A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU).

@@ -201,7 +201,9 @@ class Cluster:
         and ``best_normalized`` (the likeliest choice, and the likeliest per character) and,
         with ``answer``, ``correct``, ``correct_normalized`` and ``answer_probability`` (the
         right choices\' share of the choices\' probability: TruthfulQA MC2\'s figure;
-        ``answers`` in ``answer``\'s place for several right ones).
+        ``answers`` in ``answer``\'s place for several right ones) and, for one right
+        answer, ``brier_score`` (the choices\' probabilities\' squared distance from it:
+        lm-evaluation-harness\'s ``brier_score``, lower is better).
 
         Returns, in input order, dicts with ``text``, ``tokens`` (generated),
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` or ``"length"``) and

@@ -211,6 +211,15 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         metric(&tasks[0], "acc_norm")["value"],
         mc_report["accuracy_normalized"]
     );
+    let brier = metric(&tasks[0], "brier_score");
+    assert_eq!(
+        (&brier["value"], &brier["stderr"], &brier["records"]),
+        (
+            &mc_report["brier_score"],
+            &mc_report["brier_score_stderr"],
+            &json!(4)
+        )
+    );
     let qa_report = read_json(&out.join("qa/report.json"));
     let exact = metric(&tasks[1], "exact_match");
     assert_eq!(

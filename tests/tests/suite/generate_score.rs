@@ -1318,8 +1318,10 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
 /// and the labels' sum where they do not), and `correct` whether the likeliest is true;
 /// the report's `answer_probability` is the lines' mean with its standard error, and
 /// `several_answer_records` counts the records with more than one. The true answers listed
-/// by text in an answer field score exactly as the labels do; MC1, from the same records,
-/// is one right answer each.
+/// by text in an answer field score exactly as the labels do, and have no `brier_score`
+/// (lm-evaluation-harness's needs one right answer); MC1, from the same records, is one
+/// right answer each, with lm-evaluation-harness's `brier_score` of the line's own
+/// log-likelihoods (softmax against the answer's one-hot vector), averaged in the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
     init_logging();
@@ -1368,6 +1370,11 @@ async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
         }
         let best = line["best"].as_u64().unwrap() as usize;
         assert_eq!(line["correct"], json!(true_ones.contains(&best)), "{line}");
+        assert_eq!(
+            line.get("brier_score").is_some(),
+            true_ones.len() == 1,
+            "{line}"
+        );
     }
     let n = probabilities.len() as f64;
     let mean = probabilities.iter().sum::<f64>() / n;
@@ -1414,10 +1421,31 @@ async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
     let mut mc1 = flags.clone();
     mc1.extend(["--choices-field", "mc1_targets"]);
     let (mc1_lines, mc1_report) = generate(dir.path(), "mc1", &records, prompt, &mc1);
+    let mut briers = Vec::new();
     for line in &mc1_lines {
         assert_eq!(line["answer"], 0, "{line}");
         assert!(line.get("answers").is_none(), "{line}");
+        let weights: Vec<f64> = (line["choice_scores"].as_array().unwrap().iter())
+            .map(|s| float(&s["logprob"]).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let expected: f64 = (weights.iter().enumerate())
+            .map(|(i, w)| (w / total - f64::from(u8::from(i == 0))).powi(2))
+            .sum();
+        let brier = float(&line["brier_score"]);
+        assert!((brier - expected).abs() < 1e-9, "{line}: {expected}");
+        briers.push(brier);
     }
+    let mean = briers.iter().sum::<f64>() / briers.len() as f64;
+    assert!(
+        (float(&mc1_report["brier_score"]) - mean).abs() < 1e-9,
+        "{mc1_report}"
+    );
+    assert_eq!(mc1_report["brier_records"], 3);
+    assert_eq!(
+        report["brier_records"], 1,
+        "MC2's one record of one true answer: {report}"
+    );
     assert!(
         mc1_report.get("several_answer_records").is_none(),
         "{mc1_report}"
