@@ -42,6 +42,9 @@ pub struct ChoiceRecord {
     /// The right ones' indexes, ascending: one for most tasks, several for TruthfulQA's MC2
     /// (empty when the record names none).
     pub answers: Vec<u32>,
+    /// The choices are a preference pair's replies (`chosen`, `rejected`), which follow
+    /// its prompt: never contexts before a text (`--choices-as-contexts`).
+    pub replies: bool,
 }
 
 impl ChoiceRecord {
@@ -89,7 +92,11 @@ pub fn parse_choices(
         true => choices,
         false => labelled(choices.len(), &fields.labels, name)?,
     };
-    Ok(Some(ChoiceRecord { choices, answers }))
+    Ok(Some(ChoiceRecord {
+        choices,
+        answers,
+        replies: false,
+    }))
 }
 
 /// A choices field as its dataset writes it.
@@ -296,6 +303,7 @@ pub fn parse_preference(
         ChoiceRecord {
             choices: replies.to_vec(),
             answers: vec![0],
+            replies: true,
         },
     )))
 }
@@ -372,6 +380,7 @@ mod tests {
             Ok(Some(ChoiceRecord {
                 choices: vec!["A".into(), "B".into(), "C".into()],
                 answers: vec![1],
+                replies: false,
             }))
         );
         let five = object(json!({"choices": ["a", "b", "c", "d", "e"], "answer": 0}));
@@ -392,6 +401,7 @@ mod tests {
             Ok(Some(ChoiceRecord {
                 choices: vec!["3".into(), "4".into()],
                 answers: vec![1],
+                replies: false,
             }))
         );
         let arc = json!({"choices": {"text": ["red", "blue"], "label": ["A", "B"]}, "answer": "B"});

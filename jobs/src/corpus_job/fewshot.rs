@@ -434,6 +434,7 @@ mod tests {
             choices: Some(Box::new(ChoiceRecord {
                 choices: choices.iter().map(|c| c.to_string()).collect(),
                 answers: answer.into_iter().collect(),
+                replies: false,
             })),
             limit_group: None,
             ordinal: 0,

@@ -30,6 +30,12 @@ use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError};
 use crate::model_pin::PinnedModel;
 
+/// Why a preference pair's line holds an error under `--choices-as-contexts`.
+const REPLIES_AS_CONTEXTS: &str = "a preference pair's `chosen` and `rejected` are replies \
+    scored after its `prompt`, not contexts before a text: choices as contexts \
+    (--choices-as-contexts) take records with choices and a text (score preference pairs \
+    without it)";
+
 /// A generate job: what every corpus job has, and what it asks of every record.
 #[derive(Clone, Debug)]
 pub struct GenerateJobConfig {
@@ -383,6 +389,10 @@ impl GenerateWork {
             // scored after each.
             Some(choices) if self.params.choices_as_contexts => PromptParts {
                 text: format!("{delimiter}{}", prompt.text),
+                error: match choices.replies {
+                    true => Some(REPLIES_AS_CONTEXTS.into()),
+                    false => prompt.error,
+                },
                 choices: choices.choices,
                 answers: choices.answers,
                 ..prompt

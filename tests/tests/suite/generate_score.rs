@@ -1203,7 +1203,8 @@ async fn sampled_fewshot_draws_each_record_s_examples_and_never_the_record_itsel
 /// the record's text, and the text (after `--target-delimiter`) is scored after each, as
 /// a record's text is scored after the same context written into its prompt; few-shot
 /// examples read their right choice, the delimiter, then their text. A conversation, an
-/// empty text, labels in the choices' place and the flag without `--score` are refused.
+/// empty text, a preference pair (its choices are replies), labels in the choices' place
+/// and the flag without `--score` are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn choices_as_contexts_score_the_text_after_each_choice() {
     init_logging();
@@ -1216,6 +1217,7 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
         json!({"id": "sun", "text": "is very hot.", "options": ["The sun", "The snow"], "answer": 0}),
         json!({"id": "empty", "text": " ", "options": ["a", "b"], "answer": 0}),
         json!({"id": "talk", "messages": [{"role": "user", "content": "Hi"}], "options": ["a", "b"]}),
+        json!({"id": "pair", "prompt": "Is the sun a star?", "chosen": " Yes.", "rejected": " No."}),
     ];
     let mut flags = SCORE.to_vec();
     flags.extend(["--choices-field", "options", "--choices-as-contexts"]);
@@ -1268,6 +1270,11 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
         error(&lines[3]).contains("take text records"),
         "{}",
         lines[3]
+    );
+    assert!(
+        error(&lines[4]).contains("a preference pair's `chosen` and `rejected` are replies"),
+        "{}",
+        lines[4]
     );
     assert_eq!(report["answered_records"], 2);
 
