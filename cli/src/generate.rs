@@ -4,8 +4,8 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, ExtractMatch,
-    FewshotSampling, FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig,
+    AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, EngineSettings,
+    ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig,
     GenerationOutput, JobReport, PromptTemplate, run_generate_job,
 };
 
@@ -372,13 +372,6 @@ impl GenerateArgs {
             "--score scores text records into generations.jsonl: it takes neither \
              --input-format openai-batch nor --output-format openai-batch",
         )?;
-        for (flag, value) in [
-            ("--max-sequences", self.max_sequences),
-            ("--max-step-tokens", self.max_step_tokens),
-            ("--max-context", self.max_context),
-        ] {
-            crate::exit::require(value != Some(0), format!("{flag} must be at least 1"))?;
-        }
         let corpus = self.corpus.corpus_config()?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
         let generation = &mut config.generation;
@@ -387,16 +380,16 @@ impl GenerateArgs {
             OutputFormatArg::Generations => GenerationOutput::Lines,
             OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
         };
-        generation.max_sequences = self.max_sequences;
         generation.target_delimiter = self.target_delimiter.clone();
-        generation.max_step_tokens = self.max_step_tokens;
-        generation.max_context = self.max_context;
-        generation.dtype = self.dtype.clone().filter(|dtype| dtype != "auto");
-        generation.enforce_eager = self.enforce_eager;
-        generation.attention = self
-            .attention_kernel
-            .clone()
-            .filter(|kernel| kernel != "auto");
+        let engine = EngineSettings {
+            max_sequences: self.max_sequences,
+            max_step_tokens: self.max_step_tokens,
+            max_context: self.max_context,
+            dtype: self.dtype.clone(),
+            enforce_eager: self.enforce_eager,
+            attention_kernel: self.attention_kernel.clone(),
+        };
+        engine.apply(generation);
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }

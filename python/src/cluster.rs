@@ -13,9 +13,9 @@ use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
-    EmbedJobConfig, EmbedWork, FewshotSampling, FewshotSource, GenerateJobConfig, GenerationOutput,
-    JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate, RecordLimit,
-    VectorFormat,
+    EmbedJobConfig, EmbedWork, EngineSettings, FewshotSampling, FewshotSource, GenerateJobConfig,
+    GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
+    RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_sdk::{
@@ -669,7 +669,8 @@ impl NativeCluster {
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
         fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
-        pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned()))]
+        pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
+        engine_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -706,6 +707,7 @@ impl NativeCluster {
         pool_key: Option<String>,
         placement_json: Option<String>,
         fewshot_sampler: String,
+        engine_json: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -725,6 +727,11 @@ impl NativeCluster {
             .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
         if let Some(problem) = config.generation.params.problem() {
             return Err(bad_input(py, problem.to_string()));
+        }
+        if let Some(engine) = engine_json {
+            let engine: EngineSettings = serde_json::from_str(&engine)
+                .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
+            engine.apply(&mut config.generation);
         }
         let fields = ChoiceFields {
             choices: choices_field,

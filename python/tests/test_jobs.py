@@ -153,3 +153,43 @@ def test_generate_job_writes_a_line_per_record_in_order(local_cluster, tmp_path)
     with pytest.raises(resident.BadInput) as refused:
         local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "bad"), "no field here", progress=False)
     assert "{text}" in str(refused.value), refused.value
+
+
+def test_generate_job_takes_resident_generate_s_engine_settings(local_cluster, tmp_path):
+    """max_sequences, max_step_tokens, max_context, dtype, enforce_eager and
+    attention_kernel reach the actors as resident generate's flags do: the same lines as
+    the CLI's with those flags (a long text cut to the context cap in both); a limit of 0
+    and an unknown dtype are refused, saying what to give."""
+    from conftest import SMOLLM2
+
+    long_text = " ".join(["The river ran past the old mill and on to the sea."] * 12)
+    records = [{"id": "short", "text": "Name a colour."}, {"id": "long", "text": long_text},
+               {"id": "hello", "text": "Say hello."}]
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    engine = {"max_sequences": 2, "max_step_tokens": 24, "max_context": 48,
+              "dtype": "quantised", "enforce_eager": True, "attention_kernel": "scalar"}
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "py"), "{text}", template="none",
+        max_new_tokens=8, progress=False, **engine,
+    )
+    assert report["truncated_prompts"] == 1, report
+    flags = []
+    for name, value in engine.items():
+        flag = "--" + name.replace("_", "-")
+        flags += [flag] if value is True else [flag, str(value)]
+    subprocess.run(
+        [str(RESIDENT_BIN), "generate", "--input", str(corpus), "--model", str(SMOLLM2),
+         "--output", str(tmp_path / "cli"), "--prompt", "{text}", "--template", "none",
+         "--max-new-tokens", "8", *flags],
+        check=True, capture_output=True,
+    )
+    py_lines = open(tmp_path / "py" / "generations.jsonl").read()
+    assert py_lines == open(tmp_path / "cli" / "generations.jsonl").read()
+    cut = json.loads(py_lines.splitlines()[1])
+    assert cut["prompt_tokens"] + cut["generated_tokens"] <= 48, cut
+    with pytest.raises(resident.BadInput, match=r"max_sequences \(--max-sequences\) must be at least 1"):
+        local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "zero"), "{text}",
+                                   max_sequences=0, progress=False)
+    with pytest.raises(resident.ResidentError, match="dtype `f8` is not one of auto, quantised"):
+        local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "f8"), "{text}",
+                                   dtype="f8", progress=False)

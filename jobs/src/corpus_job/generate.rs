@@ -121,11 +121,25 @@ impl GenerateJobConfig {
         Ok(())
     }
 
-    /// Refuses what the flags ask for together and cannot work, before anything runs:
-    /// choices as contexts (`--choices-as-contexts`) take each record's choices as texts
-    /// before its text, and labels scored in the choices' place (`--choice-labels`) have
-    /// no such text.
+    /// Refuses what the flags ask for together and cannot work, before anything runs: an
+    /// engine limit of 0; choices as contexts (`--choices-as-contexts`) take each record's
+    /// choices as texts before its text, and labels scored in the choices' place
+    /// (`--choice-labels`) have no such text.
     pub(super) fn check(&self) -> Result<(), JobError> {
+        let generation = &self.generation;
+        for (name, value) in [
+            ("max_sequences (--max-sequences)", generation.max_sequences),
+            (
+                "max_step_tokens (--max-step-tokens)",
+                generation.max_step_tokens,
+            ),
+            ("max_context (--max-context)", generation.max_context),
+        ] {
+            if value == Some(0) {
+                let why = format!("{name} must be at least 1 (leave it out for the default)");
+                return Err(JobError::Input(why));
+            }
+        }
         let labelled = (self.corpus.reader.choices.as_ref()).is_some_and(|c| !c.labels.is_empty());
         if self.generation.params.choices_as_contexts && labelled {
             return Err(JobError::Input(

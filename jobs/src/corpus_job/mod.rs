@@ -22,6 +22,7 @@ pub mod choice_input;
 mod config;
 mod duplicates;
 mod embed;
+mod engine_settings;
 mod error;
 mod evaluation_counts;
 mod fewshot;
@@ -76,6 +77,7 @@ pub use choice_input::ChoiceFields;
 pub use config::{BadRecordPolicy, CorpusJobConfig, DEFAULT_MERGE_MAX_BYTES};
 pub use embed::{EmbedFigures, EmbedReport, NormSummary, WindowFigures};
 pub use embed::{EmbedJobConfig, EmbedWork, Normalization, VectorFormat};
+pub use engine_settings::EngineSettings;
 pub use error::JobError;
 pub use evaluation_counts::{
     AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures, InOrder,

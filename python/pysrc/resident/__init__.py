@@ -836,6 +836,12 @@ class Cluster:
         selector: Optional[Mapping[str, str]] = None,
         s3_endpoint: Optional[str] = None,
         price: Optional[Mapping[str, float]] = None,
+        max_sequences: Optional[int] = None,
+        max_step_tokens: Optional[int] = None,
+        max_context: Optional[int] = None,
+        dtype: Optional[str] = None,
+        enforce_eager: bool = False,
+        attention_kernel: Optional[str] = None,
         _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
@@ -886,7 +892,14 @@ class Cluster:
         (``--limit``), of each value of the field ``limit_by`` names when given
         (``--limit-by``: MMLU's ``subject``). ``selector`` (node
         labels), ``s3_endpoint`` and ``price`` (USD per GPU-hour by ``pool`` label) are
-        ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`.
+        ``--selector``, ``--s3-endpoint`` and ``--price``, as for :meth:`embed_job`. The
+        engine's settings are ``resident generate``'s flags of the same names:
+        ``max_sequences`` (decoded at once; ``None``: 256 on a GPU, 32 on the CPU),
+        ``max_step_tokens`` (a forward step's tokens; 4,096 on a GPU, 512 on the CPU),
+        ``max_context`` (each sequence's context cap), ``dtype`` (the weights' precision:
+        ``"auto"``, ``"quantised"``, ``"f32"``, ``"f16"``, ``"bf16"``), ``enforce_eager``
+        (no CUDA graphs) and ``attention_kernel`` (``"auto"``, ``"tensor-cores"``,
+        ``"scalar"``).
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
         line per record, input order), the shards, the manifest and ``report.json``; a rerun
         after a crash redoes no finished chunk. Returns ``report.json`` as a dict.
@@ -911,6 +924,11 @@ class Cluster:
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),
                 fewshot_sampler=fewshot_sampler,
+                engine_json=json.dumps({
+                    "max_sequences": max_sequences, "max_step_tokens": max_step_tokens,
+                    "max_context": max_context, "dtype": dtype,
+                    "enforce_eager": bool(enforce_eager), "attention_kernel": attention_kernel,
+                }),
             )
         finally:
             bar.close()
