@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use resident_jobs::corpus_job::{GenerateFigures, JobError};
 use resident_jobs::eval_output::write_results;
 use resident_jobs::eval_suite::{
-    EvalResults, check_task_names, results_table, select_tasks, task_metrics,
+    EvalResults, EvalSuite, check_task_names, results_table, select_tasks, task_metrics,
 };
 use resident_jobs::storage::{Location, S3Options};
 
@@ -22,6 +22,19 @@ pub fn eval_select(py: Python<'_>, names: Vec<String>, only: Vec<String>) -> PyR
     check_task_names(names.iter().copied()).map_err(|e| bad_input(py, e))?;
     let selected = select_tasks(&names, &only).map_err(|e| bad_input(py, e))?;
     Ok(selected.into_iter().map(str::to_owned).collect())
+}
+
+/// A `resident eval` suite file's tasks (`text`, its TOML), checked as `resident eval`
+/// checks them: each task's name and its `resident generate` flags, the suite's first.
+#[pyfunction]
+pub fn eval_suite_flags(py: Python<'_>, text: &str) -> PyResult<Vec<(String, Vec<String>)>> {
+    let suite = EvalSuite::parse(text).map_err(|e| bad_input(py, e))?;
+    let flags_of = |task: &resident_jobs::eval_suite::EvalTask| {
+        suite.flags.iter().chain(&task.flags).cloned().collect()
+    };
+    Ok((suite.tasks.iter())
+        .map(|task| (task.name.clone(), flags_of(task)))
+        .collect())
 }
 
 /// A task's figures (JSON list of `{metric, value, stderr, records}`) from its report.json

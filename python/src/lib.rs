@@ -27,6 +27,7 @@ fn _resident(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::connect, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_metrics, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_select, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval_suite_flags, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_table, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_write_results, m)?)?;
     m.add_class::<cluster::NativeCluster>()?;

@@ -503,6 +503,125 @@ def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_
     assert not (tmp_path / "bad").exists()
 
 
+def test_a_suite_file_runs_from_python_as_resident_eval_runs_it(local_cluster, tmp_path):
+    """Cluster.eval takes the suite file resident eval takes: each task's flags read as
+    generate_job's keywords (values after the flag or after `=`, switches, repeated and
+    comma-separated flags, `-n`), the same lines and figures as the CLI's; a flag Python
+    cannot take, one resident generate lacks and a bad value are refused, naming the task."""
+    mc = write_corpus(tmp_path / "mc.jsonl", [
+        {"id": "fr", "text": "The capital of France is", "choices": ["Berlin", "Paris"],
+         "answer": 1},
+        {"id": "sky", "text": "The sky is", "choices": ["green", "blue"], "answer": 1},
+        {"id": "ice", "text": "Ice is", "choices": ["hot", "cold"], "answer": 1},
+    ])
+    qa = write_corpus(tmp_path / "qa.jsonl", [
+        {"id": i, "text": q, "gold": g} for i, (q, g) in enumerate(
+            [("What is the capital of France?", "Paris"), ("How many legs does a spider have?", "8"),
+             ("What colour is the sky?", "blue")])
+    ])
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+flags = ["--template", "none", "--max-sequences=4"]
+
+[[task]]
+name = "mc"
+flags = ["--input", {json.dumps(str(mc))}, "--prompt", "{{text}}", "--score",
+         "--max-new-tokens", "0", "--target-delimiter", " ", "--choice-labels", "A,B",
+         "--choice-labels", "C"]
+
+[[task]]
+name = "mc-texts"
+flags = ["--input", {json.dumps(str(mc))}, "--prompt", "{{text}}", "--score",
+         "--max-new-tokens", "0", "--target-delimiter", " "]
+
+[[task]]
+name = "qa"
+flags = ["--input", {json.dumps(str(qa))}, "--prompt", "Q: {{text}}\\nA:", "--max-new-tokens=12",
+         "--stop", "\\n", "--stop", "Q:", "--reference-field", "gold", "--ignore-case",
+         "--filter", "word=([A-Za-z0-9]+)", "--filter", "last:last=([A-Za-z0-9]+)",
+         "--ignore-regex", ",", "-n", "1", "--limit", "2"]
+""")
+    run_resident("eval", "--tasks", str(suite), "--model", str(SMOLLM2),
+                 "--output", str(tmp_path / "cli"))
+    cli = json.load(open(tmp_path / "cli" / "results.json"))
+    ours = local_cluster.eval(suite, model=str(SMOLLM2), output=str(tmp_path / "py"),
+                              progress=False)
+    assert [t["name"] for t in ours["tasks"]] == ["mc", "mc-texts", "qa"]
+    for theirs, mine in zip(cli["tasks"], ours["tasks"]):
+        assert mine["metrics"] == theirs["metrics"], (mine, theirs)
+        assert mine["records"] == theirs["records"], (mine, theirs)
+        name = mine["name"]
+        lines = (tmp_path / "py" / name / "generations.jsonl").read_text()
+        assert lines == (tmp_path / "cli" / name / "generations.jsonl").read_text(), name
+    assert ours["tasks"][2]["records"] == 2, "--limit 2"
+    qa_report = json.load(open(tmp_path / "py" / "qa" / "report.json"))
+    assert [name for name in qa_report["filters"]] == ["word", "last"], qa_report
+    # The labels of both --choice-labels, in order (the last alone, C, would leave each
+    # record's second choice without a label: a bad record).
+    assert ours["tasks"][0]["records"] == 3, ours["tasks"][0]
+
+    def refused(flags: str, match: str) -> None:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f'[[task]]\nname = "x"\nflags = {flags}\n')
+        with pytest.raises(resident.BadInput, match=match):
+            local_cluster.eval(str(bad), model=str(SMOLLM2), output=str(tmp_path / "bad"))
+        assert not (tmp_path / "bad").exists()
+
+    refused('["--input", "a.jsonl", "--task-timeout", "5m"]',
+            "task 'x' gives --task-timeout: generate_job keeps the default task timeout")
+    refused('["--input", "a.jsonl", "--cluster", "http://h:1"]', "task 'x' gives --cluster")
+    refused('["--input", "a.jsonl", "--bogus", "1"]',
+            "task 'x': --bogus is not a flag of resident generate")
+    refused('["--input", "a.jsonl", "--fewshot", "five"]', "task 'x': --fewshot 'five'")
+    refused('["--input", "a.jsonl", "--score=yes"]', "task 'x': --score takes no value")
+    refused('["--input", "a.jsonl", "--prompt"]', "task 'x': --prompt needs a value")
+    refused('["--input", "a.jsonl", "--model", "m"]', "give --model")
+    with pytest.raises(resident.BadInput, match="reading the suite"):
+        local_cluster.eval(str(tmp_path / "none.toml"), model=str(SMOLLM2),
+                           output=str(tmp_path / "bad"))
+
+
+def test_a_suite_s_flags_read_as_clap_reads_them(tmp_path):
+    """The flags of a task as generate_job's keywords, read as the CLI reads them: the last
+    of a flag given twice, every value of a repeated one, commas split where the CLI splits
+    them, KEY=VALUE pairs as a dict, a schema file as OpenAI's response_format."""
+    from resident import _suite
+
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object"}')
+    kwargs = _suite.task_kwargs("t", [
+        "--input", "a.jsonl", "--seed=3", "--seed", "4", "--selector", "gpu=a10g,zone=b",
+        "--selector=rack=7", "--price", "on-prem=0.5", "--stop-token-ids", "1,2",
+        "--stop", "a,b", "--limit", "0.25", "--top-p", "0.9", "--json-schema", str(schema),
+        "--score", "--min-p=0.1",
+    ])
+    assert kwargs == {
+        "input": "a.jsonl", "seed": 4, "selector": {"gpu": "a10g", "zone": "b", "rack": "7"},
+        "price": {"on-prem": 0.5}, "stop_token_ids": [1, 2], "stop": ["a,b"], "limit": 0.25,
+        "top_p": 0.9, "score": True, "min_p": 0.1,
+        "response_format": {"type": "json_schema", "json_schema": {
+            "name": "output", "schema": {"type": "object"}, "strict": True}},
+    }
+    assert _suite.task_kwargs("t", ["--limit", "40"]) == {"limit": 40}
+    with pytest.raises(resident.BadInput, match="task 't': --selector 'gpu': 'gpu' is not KEY=VALUE"):
+        _suite.task_kwargs("t", ["--selector", "gpu"])
+    with pytest.raises(resident.BadInput, match="task 't': 'a.jsonl' is not a flag"):
+        _suite.task_kwargs("t", ["a.jsonl"])
+    with pytest.raises(resident.BadInput, match="--json-schema .*: cannot read it"):
+        _suite.task_kwargs("t", ["--json-schema", str(tmp_path / "none.json")])
+
+
+def test_a_suite_s_flag_table_covers_every_flag_of_resident_generate():
+    """Each flag resident generate takes has its keyword or its refusal in the suite's
+    tables, and the tables name no flag it lacks."""
+    from resident import _suite
+
+    help_text = run_resident("generate", "--help").stdout
+    flags = set(re.findall(r"^\s+(?:(-\w), )?(--[a-z0-9-]+)", help_text, re.MULTILINE))
+    cli = {flag for pair in flags for flag in pair if flag} - {"--help", "-h"}
+    assert cli == _suite.every_flag(), (cli - _suite.every_flag(), _suite.every_flag() - cli)
+
+
 def test_eval_writes_to_an_s3_output_what_it_writes_to_a_directory(local_cluster, s3_server, tmp_path):
     mc = write_corpus(tmp_path / "mc.jsonl", [
         {"id": "fr", "text": "The capital of France is", "choices": [" Berlin", " Paris"],

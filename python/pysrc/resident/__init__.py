@@ -25,7 +25,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from . import _resident
+from . import _resident, _suite
 from ._progress import Bar
 from .output import Embeddings, read_embeddings
 from .errors import (
@@ -98,6 +98,18 @@ def connect(
     token = token or os.environ.get("RESIDENT_TOKEN") or None
     ca = ca or os.environ.get("RESIDENT_CA") or None
     return Cluster(_resident.connect(url, token, ca))
+
+
+def _suite_tasks(path: Union[str, os.PathLike]) -> dict:
+    """A ``resident eval`` suite file's tasks as ``generate_job`` keyword arguments by name,
+    checked as ``resident eval`` checks them."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as error:
+        raise BadInput(f"reading the suite {os.fspath(path)}: {error}", "BadInput") from None
+    return {name: _suite.task_kwargs(name, flags)
+            for name, flags in _resident.eval_suite_flags(text)}
 
 
 def _namespace(value: Any) -> Any:
@@ -936,7 +948,7 @@ class Cluster:
 
     def eval(
         self,
-        tasks: Mapping[str, Mapping[str, Any]],
+        tasks: Union[Mapping[str, Mapping[str, Any]], str, os.PathLike],
         *,
         model: str,
         output: str,
@@ -946,7 +958,12 @@ class Cluster:
         """Runs a suite of evaluation tasks on one model, as ``resident eval`` does.
 
         ``tasks`` maps each task's name to its ``generate_job`` keyword arguments (``input``
-        and ``prompt`` among them; ``model`` and ``output`` are the suite's). Each task runs
+        and ``prompt`` among them; ``model`` and ``output`` are the suite's), or is the path
+        of a suite file for ``resident eval --tasks`` (TOML: ``flags``, then ``[[task]]``s
+        with a ``name`` and ``resident generate`` flags), each flag read as the keyword of
+        the same name (``--max-new-tokens 0`` as ``max_new_tokens=0``, ``--filter`` as
+        ``filters``, ``--json-schema FILE`` as ``response_format``); a flag that names the
+        cluster, logging or what ``generate_job`` lacks is refused, saying why. Each task runs
         as ``generate_job(input, model, output/NAME, prompt, ...)`` would; tasks whose
         actors are the same share one pool, so the model loads once, and the pools are
         deleted at the end unless a task says ``keep_pool=True``. ``only`` runs the tasks it
@@ -960,6 +977,8 @@ class Cluster:
         ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``...), as
         ``resident eval`` writes it; :func:`eval_table` prints it as its table.
         """
+        if isinstance(tasks, (str, os.PathLike)):
+            tasks = _suite_tasks(tasks)
         selected = _resident.eval_select(list(tasks), list(only or []))
         for name, arguments in tasks.items():
             given = [key for key in ("model", "output") if key in arguments]

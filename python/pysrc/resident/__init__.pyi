@@ -175,10 +175,11 @@ class Cluster:
         shards, the manifest and ``report.json``; a rerun after a crash redoes no finished
         chunk. Returns ``report.json`` as a dict.
         '''
-    def eval(self, tasks: Mapping[str, Mapping[str, Any]], *, model: str, output: str, only: Sequence[str] | None = None, progress: bool = True) -> dict:
+    def eval(self, tasks: Mapping[str, Mapping[str, Any]] | str | os.PathLike[str], *, model: str, output: str, only: Sequence[str] | None = None, progress: bool = True) -> dict:
         """Runs a suite of evaluation tasks on one model, as ``resident eval`` does: each
-        task's ``generate_job`` keyword arguments by its name, run with ``model`` into
-        ``output/NAME`` (tasks with the same actors on one pool); writes
+        task's ``generate_job`` keyword arguments by its name, or a suite file of
+        ``resident eval --tasks`` (its flags read as the keywords of the same names), run
+        with ``model`` into ``output/NAME`` (tasks with the same actors on one pool); writes
         ``output/results.json`` and returns it (see :func:`eval_table`)."""
         ...
     def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
