@@ -723,16 +723,7 @@ impl NativeCluster {
         )?;
         let prompt = PromptTemplate::parse(&prompt).map_err(|e| bad_input(py, e))?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
-        config.generation.params = serde_json::from_str(&params_json)
-            .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
-        if let Some(problem) = config.generation.params.problem() {
-            return Err(bad_input(py, problem.to_string()));
-        }
-        if let Some(engine) = engine_json {
-            let engine: EngineSettings = serde_json::from_str(&engine)
-                .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
-            engine.apply(&mut config.generation);
-        }
+        set_decoding(py, &mut config, &params_json, engine_json.as_deref())?;
         let fields = ChoiceFields {
             choices: choices_field,
             answer: answer_field,
@@ -1040,6 +1031,27 @@ fn put_prompt_start(
 /// A scoring job's choices, read as the CLI reads them (records with `choices` and
 /// `answer` by `fields`' names, and preference pairs), and the field its accuracy is
 /// broken down by.
+/// A generate job's decoding parameters (`GenerateParams` as JSON, checked) and engine
+/// settings ([`EngineSettings`] as JSON), as Python passes them.
+fn set_decoding(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    params_json: &str,
+    engine_json: Option<&str>,
+) -> PyResult<()> {
+    config.generation.params = serde_json::from_str(params_json)
+        .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+    if let Some(problem) = config.generation.params.problem() {
+        return Err(bad_input(py, problem.to_string()));
+    }
+    if let Some(engine) = engine_json {
+        let engine: EngineSettings = serde_json::from_str(engine)
+            .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
+        engine.apply(&mut config.generation);
+    }
+    Ok(())
+}
+
 fn read_choices(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
