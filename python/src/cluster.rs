@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use resident_actor::generate::{Completion, GenerateConfig, GenerateParams, PromptParts};
+use resident_actor::generate::{Completion, GenerateParams, PromptParts};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
@@ -753,10 +753,10 @@ impl NativeCluster {
     /// Completes `prompts_json` on a pool of `model`: a JSON list whose items are a text
     /// (the user turn, or the raw text with `template="none"`), or an object with `prompt`
     /// (a text) or `messages` (a conversation) and any parameters of its own by OpenAI's
-    /// names. `params_json` is `GenerateParams` as JSON. Returns the completions as JSON,
-    /// in input order.
+    /// names. `params_json` is `GenerateParams` as JSON, `engine_json` the actors'
+    /// [`EngineSettings`] as JSON. Returns the completions as JSON, in input order.
     #[pyo3(signature = (prompts_json, model, params_json, replicas=None, gpus=None, vram_gib=2.0,
-        max_sequences=None, dtype=None, on_progress=None))]
+        engine_json=None, on_progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -767,8 +767,7 @@ impl NativeCluster {
         replicas: Option<u32>,
         gpus: Option<f64>,
         vram_gib: f64,
-        max_sequences: Option<u32>,
-        dtype: Option<String>,
+        engine_json: Option<String>,
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<String> {
         let params: GenerateParams = serde_json::from_str(&params_json)
@@ -776,8 +775,18 @@ impl NativeCluster {
         if let Some(problem) = params.problem() {
             return Err(bad_input(py, problem.to_string()));
         }
+        let engine: EngineSettings = serde_json::from_str(engine_json.as_deref().unwrap_or("{}"))
+            .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
+        if let Some(problem) = engine.problem() {
+            return Err(bad_input(py, problem));
+        }
         let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
-        let key = format!("{model}|{replicas:?}|{gpus:?}|{vram_gib}|{max_sequences:?}|{dtype:?}");
+        let config = engine.actor_config(model);
+        let key = format!(
+            "{}|{replicas:?}|{gpus:?}|{vram_gib}|{}",
+            config.model,
+            serde_json::to_string(&config).unwrap_or_default()
+        );
         let cached = self
             .generate_pools
             .lock()
@@ -787,12 +796,6 @@ impl NativeCluster {
         let pool = match cached {
             Some(pool) => pool,
             None => {
-                let config = GenerateConfig {
-                    model,
-                    max_sequences,
-                    dtype,
-                    ..GenerateConfig::default()
-                };
                 let mut spec = GeneratePoolSpec::new(call_pool_name("py-generate", &key), config)
                     .gpus(gpus, vram_gib)
                     .idle_ttl(CALL_POOL_IDLE_TTL);

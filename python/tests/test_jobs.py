@@ -158,8 +158,9 @@ def test_generate_job_writes_a_line_per_record_in_order(local_cluster, tmp_path)
 def test_generate_job_takes_resident_generate_s_engine_settings(local_cluster, tmp_path):
     """max_sequences, max_step_tokens, max_context, dtype, enforce_eager and
     attention_kernel reach the actors as resident generate's flags do: the same lines as
-    the CLI's with those flags (a long text cut to the context cap in both); a limit of 0
-    and an unknown dtype are refused, saying what to give."""
+    the CLI's with those flags (a long text cut to the context cap in both), and generate's
+    completion of the long text the same; a limit of 0 and an unknown dtype are refused,
+    saying what to give."""
     from conftest import SMOLLM2
 
     long_text = " ".join(["The river ran past the old mill and on to the sea."] * 12)
@@ -187,9 +188,17 @@ def test_generate_job_takes_resident_generate_s_engine_settings(local_cluster, t
     assert py_lines == open(tmp_path / "cli" / "generations.jsonl").read()
     cut = json.loads(py_lines.splitlines()[1])
     assert cut["prompt_tokens"] + cut["generated_tokens"] <= 48, cut
+    # generate takes them too: the long text, cut alike, completed alike.
+    (called,) = local_cluster.generate([long_text], model=str(SMOLLM2), template="none",
+                                       max_new_tokens=8, progress=False, **engine)
+    assert (called["text"], called["prompt_tokens"]) == (cut["text"], cut["prompt_tokens"])
+    assert called["truncated"] is True, called
     with pytest.raises(resident.BadInput, match=r"max_sequences \(--max-sequences\) must be at least 1"):
         local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "zero"), "{text}",
                                    max_sequences=0, progress=False)
+    with pytest.raises(resident.BadInput, match=r"max_step_tokens \(--max-step-tokens\) must be"):
+        local_cluster.chat([[{"role": "user", "content": "Hi"}]], model=str(SMOLLM2),
+                           max_step_tokens=0, progress=False)
     with pytest.raises(resident.ResidentError, match="dtype `f8` is not one of auto, quantised"):
         local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "f8"), "{text}",
                                    dtype="f8", progress=False)

@@ -3,6 +3,7 @@
 //! `--attention-kernel`; Python's `generate_job` keywords of the same names), set on the
 //! job's work in one place so that every front end means the same by them.
 
+use resident_actor::generate::GenerateConfig;
 use serde::Deserialize;
 
 use super::generate::GenerateWork;
@@ -34,14 +35,53 @@ pub struct EngineSettings {
 impl EngineSettings {
     /// Sets them on `work`; `auto` is the same as absent (the same actors, the same pool).
     pub fn apply(self, work: &mut GenerateWork) {
-        let named = |value: Option<String>| value.filter(|name| name != "auto");
-        work.max_sequences = self.max_sequences;
-        work.max_step_tokens = self.max_step_tokens;
-        work.max_context = self.max_context;
-        work.dtype = named(self.dtype);
-        work.enforce_eager = self.enforce_eager;
-        work.attention = named(self.attention_kernel);
+        let config = self.actor_config(String::new());
+        work.max_sequences = config.max_sequences;
+        work.max_step_tokens = config.max_step_tokens;
+        work.max_context = config.max_context;
+        work.dtype = config.dtype;
+        work.enforce_eager = config.enforce_eager;
+        work.attention = config.attention;
     }
+
+    /// The config of actors of `model` with these settings (a pool of its own, as
+    /// Python's `generate` makes); `auto` is left unset.
+    pub fn actor_config(self, model: String) -> GenerateConfig {
+        let named = |value: Option<String>| value.filter(|name| name != "auto");
+        GenerateConfig {
+            model,
+            max_sequences: self.max_sequences,
+            max_step_tokens: self.max_step_tokens,
+            max_context: self.max_context,
+            dtype: named(self.dtype),
+            enforce_eager: self.enforce_eager,
+            attention: named(self.attention_kernel),
+            ..GenerateConfig::default()
+        }
+    }
+
+    /// Why actors cannot run with these: a limit of 0.
+    pub fn problem(&self) -> Option<String> {
+        zero_limit(self.max_sequences, self.max_step_tokens, self.max_context)
+    }
+}
+
+/// Why an engine's limits cannot run: one of 0 (each must be at least 1, or absent for
+/// the default).
+pub(super) fn zero_limit(
+    max_sequences: Option<u32>,
+    max_step_tokens: Option<u32>,
+    max_context: Option<u32>,
+) -> Option<String> {
+    let limits = [
+        ("max_sequences (--max-sequences)", max_sequences),
+        ("max_step_tokens (--max-step-tokens)", max_step_tokens),
+        ("max_context (--max-context)", max_context),
+    ];
+    let (name, _) = limits.into_iter().find(|(_, value)| *value == Some(0))?;
+    Some(format!(
+        "{name} must be at least 1 (leave it out for the default)"
+    ))
 }
 
 #[cfg(test)]
@@ -70,6 +110,10 @@ mod tests {
         assert_eq!(work.dtype, None);
         assert!(work.enforce_eager);
         assert_eq!(work.attention.as_deref(), Some("scalar"));
+        let zero: EngineSettings = serde_json::from_str(r#"{"max_context": 0}"#).unwrap();
+        let why = zero.problem().unwrap();
+        assert!(why.starts_with("max_context (--max-context) must be at least 1"));
+        assert_eq!(EngineSettings::default().problem(), None);
         let typo = serde_json::from_str::<EngineSettings>(r#"{"max_sequence": 8}"#);
         assert!(
             typo.unwrap_err()

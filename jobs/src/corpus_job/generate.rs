@@ -12,6 +12,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
 use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
+use super::engine_settings::zero_limit;
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{
     FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource, ShotAnswer, read_examples,
@@ -127,18 +128,9 @@ impl GenerateJobConfig {
     /// (`--choice-labels`) have no such text.
     pub(super) fn check(&self) -> Result<(), JobError> {
         let generation = &self.generation;
-        for (name, value) in [
-            ("max_sequences (--max-sequences)", generation.max_sequences),
-            (
-                "max_step_tokens (--max-step-tokens)",
-                generation.max_step_tokens,
-            ),
-            ("max_context (--max-context)", generation.max_context),
-        ] {
-            if value == Some(0) {
-                let why = format!("{name} must be at least 1 (leave it out for the default)");
-                return Err(JobError::Input(why));
-            }
+        let limits = (generation.max_sequences, generation.max_step_tokens);
+        if let Some(why) = zero_limit(limits.0, limits.1, generation.max_context) {
+            return Err(JobError::Input(why));
         }
         let labelled = (self.corpus.reader.choices.as_ref()).is_some_and(|c| !c.labels.is_empty());
         if self.generation.params.choices_as_contexts && labelled {

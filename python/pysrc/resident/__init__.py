@@ -233,6 +233,22 @@ def _placement(
     return {key: value for key, value in given.items() if value is not None}
 
 
+def _engine(
+    max_sequences: Optional[int],
+    max_step_tokens: Optional[int],
+    max_context: Optional[int],
+    dtype: Optional[str],
+    enforce_eager: bool,
+    attention_kernel: Optional[str],
+) -> dict:
+    """The engine's settings as the native side reads them (``EngineSettings``)."""
+    return {
+        "max_sequences": max_sequences, "max_step_tokens": max_step_tokens,
+        "max_context": max_context, "dtype": dtype, "enforce_eager": bool(enforce_eager),
+        "attention_kernel": attention_kernel,
+    }
+
+
 def _limit(
     limit: Optional[Union[int, float]], limit_by: Optional[str]
 ) -> Optional[tuple[str, Optional[str]]]:
@@ -936,11 +952,10 @@ class Cluster:
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),
                 fewshot_sampler=fewshot_sampler,
-                engine_json=json.dumps({
-                    "max_sequences": max_sequences, "max_step_tokens": max_step_tokens,
-                    "max_context": max_context, "dtype": dtype,
-                    "enforce_eager": bool(enforce_eager), "attention_kernel": attention_kernel,
-                }),
+                engine_json=json.dumps(_engine(
+                    max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
+                    attention_kernel,
+                )),
             )
         finally:
             bar.close()
@@ -1042,6 +1057,10 @@ class Cluster:
         vram_gib: float = 2.0,
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,
+        max_step_tokens: Optional[int] = None,
+        max_context: Optional[int] = None,
+        enforce_eager: bool = False,
+        attention_kernel: Optional[str] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1094,7 +1113,9 @@ class Cluster:
         distance from it: lm-evaluation-harness's ``brier_score``, lower is better).
         A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
-        decodes at once (``None``: 256 on a GPU, 32 on the CPU).
+        decodes at once (``None``: 256 on a GPU, 32 on the CPU); ``dtype``,
+        ``max_step_tokens``, ``max_context``, ``enforce_eager`` and ``attention_kernel`` are
+        the engine's other settings, as ``resident generate``'s flags of the same names.
         """
         items = []
         for prompt in prompts:
@@ -1109,7 +1130,9 @@ class Cluster:
                 )
         return self._complete(
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
-            replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+            replicas, gpus, vram_gib, progress, sampling,
+            _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
+                    attention_kernel),
         )
 
     def chat(
@@ -1128,6 +1151,10 @@ class Cluster:
         vram_gib: float = 2.0,
         max_sequences: Optional[int] = None,
         dtype: Optional[str] = None,
+        max_step_tokens: Optional[int] = None,
+        max_context: Optional[int] = None,
+        enforce_eager: bool = False,
+        attention_kernel: Optional[str] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1171,12 +1198,14 @@ class Cluster:
         template = "none" if sampling.get("score") else "chat"
         return self._complete(
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
-            replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+            replicas, gpus, vram_gib, progress, sampling,
+            _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
+                    attention_kernel),
         )
 
     def _complete(
         self, items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
-        replicas, gpus, vram_gib, max_sequences, dtype, progress, sampling,
+        replicas, gpus, vram_gib, progress, sampling, engine,
     ) -> list[dict]:
         _check_sampling(sampling)
         params = _generate_params(
@@ -1187,7 +1216,7 @@ class Cluster:
             completions = json.loads(
                 self._native.generate(
                     json.dumps(items), model, json.dumps(params), replicas, gpus, vram_gib,
-                    max_sequences, dtype, lambda done, total: bar.set(done, total),
+                    json.dumps(engine), lambda done, total: bar.set(done, total),
                 )
             )
         finally:

@@ -182,7 +182,7 @@ class Cluster:
         with ``model`` into ``output/NAME`` (tasks with the same actors on one pool); writes
         ``output/results.json`` and returns it (see :func:`eval_table`)."""
         ...
-    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, max_step_tokens: int | None = None, max_context: int | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
         ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn
@@ -217,7 +217,7 @@ class Cluster:
         whose own parameters were refused. A progress bar counts the prompts completed
         (``progress=False`` turns it off).
         '''
-    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, max_step_tokens: int | None = None, max_context: int | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Answers each conversation with ``model``, as vLLM\'s ``LLM.chat`` does.
 
         A conversation is a list of ``{"role", "content"}`` messages (``system``, ``user``,
