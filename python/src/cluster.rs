@@ -1050,7 +1050,7 @@ fn set_decoding(
     if let Some(engine) = engine_json {
         let engine: EngineSettings = serde_json::from_str(engine)
             .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
-        engine.apply(&mut config.generation);
+        config.generation.set_engine(engine);
     }
     Ok(())
 }

@@ -1,12 +1,11 @@
 //! A generate job's engine settings as a front end takes them (`resident generate`'s
 //! `--max-sequences`, `--max-step-tokens`, `--max-context`, `--dtype`, `--enforce-eager`,
-//! `--attention-kernel`; Python's `generate_job` keywords of the same names), set on the
-//! job's work in one place so that every front end means the same by them.
+//! `--attention-kernel`; Python's `generate_job`, `generate` and `chat` keywords of the
+//! same names), turned into the actors' config in one place so that every front end means
+//! the same by them (`GenerateWork::set_engine` for a job).
 
 use resident_actor::generate::GenerateConfig;
 use serde::Deserialize;
-
-use super::generate::GenerateWork;
 
 /// The engine settings of a generate job's actors; absent ones are the actors' defaults.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -33,19 +32,8 @@ pub struct EngineSettings {
 }
 
 impl EngineSettings {
-    /// Sets them on `work`; `auto` is the same as absent (the same actors, the same pool).
-    pub fn apply(self, work: &mut GenerateWork) {
-        let config = self.actor_config(String::new());
-        work.max_sequences = config.max_sequences;
-        work.max_step_tokens = config.max_step_tokens;
-        work.max_context = config.max_context;
-        work.dtype = config.dtype;
-        work.enforce_eager = config.enforce_eager;
-        work.attention = config.attention;
-    }
-
-    /// The config of actors of `model` with these settings (a pool of its own, as
-    /// Python's `generate` makes); `auto` is left unset.
+    /// The config of actors of `model` with these settings; `auto` is left unset, the same
+    /// as absent (the same actors, the same pool).
     pub fn actor_config(self, model: String) -> GenerateConfig {
         let named = |value: Option<String>| value.filter(|name| name != "auto");
         GenerateConfig {
@@ -87,29 +75,28 @@ pub(super) fn zero_limit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corpus_job::{CorpusJobConfig, GenerateJobConfig, PromptTemplate};
 
-    /// What a front end passes lands on the work; `auto` is left unset, so a job that
-    /// names it runs on the pool of one that does not.
+    /// What a front end passes lands in the actors' config; `auto` is left unset, so a
+    /// job that names it runs on the pool of one that does not.
     #[test]
-    fn settings_land_on_the_work_and_auto_is_the_default() {
-        let prompt = PromptTemplate::parse("{text}").unwrap();
-        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
-        let mut config = GenerateJobConfig::new(corpus, prompt);
+    fn settings_land_in_the_actors_config_and_auto_is_the_default() {
         let settings: EngineSettings = serde_json::from_str(
             r#"{"max_sequences": 64, "max_context": 2048, "dtype": "auto",
                 "enforce_eager": true, "attention_kernel": "scalar"}"#,
         )
         .unwrap();
-        settings.apply(&mut config.generation);
-        let work = &config.generation;
+        let config = settings.actor_config("m.gguf".into());
         assert_eq!(
-            (work.max_sequences, work.max_step_tokens, work.max_context),
+            (
+                config.max_sequences,
+                config.max_step_tokens,
+                config.max_context
+            ),
             (Some(64), None, Some(2048))
         );
-        assert_eq!(work.dtype, None);
-        assert!(work.enforce_eager);
-        assert_eq!(work.attention.as_deref(), Some("scalar"));
+        assert_eq!((config.model.as_str(), config.dtype), ("m.gguf", None));
+        assert!(config.enforce_eager);
+        assert_eq!(config.attention.as_deref(), Some("scalar"));
         let zero: EngineSettings = serde_json::from_str(r#"{"max_context": 0}"#).unwrap();
         let why = zero.problem().unwrap();
         assert!(why.starts_with("max_context (--max-context) must be at least 1"));

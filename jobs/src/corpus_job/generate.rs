@@ -12,7 +12,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
 use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
-use super::engine_settings::zero_limit;
+use super::engine_settings::{EngineSettings, zero_limit};
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{
     FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource, ShotAnswer, read_examples,
@@ -416,6 +416,17 @@ impl GenerateWork {
 }
 
 impl GenerateWork {
+    /// Sets the engine's settings a front end took (`--max-sequences`...).
+    pub fn set_engine(&mut self, settings: EngineSettings) {
+        let config = settings.actor_config(String::new());
+        self.max_sequences = config.max_sequences;
+        self.max_step_tokens = config.max_step_tokens;
+        self.max_context = config.max_context;
+        self.dtype = config.dtype;
+        self.enforce_eager = config.enforce_eager;
+        self.attention = config.attention;
+    }
+
     /// A record's references (none when the job checks no answers or the record has no
     /// reference), from its carried fields; why not, for a reference that is an object.
     fn references(&self, kept: Option<&Kept>) -> Result<Vec<String>, String> {
