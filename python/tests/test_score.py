@@ -506,8 +506,9 @@ def test_eval_runs_each_task_as_its_generate_job_on_one_pool(local_cluster, tmp_
 def test_a_suite_file_runs_from_python_as_resident_eval_runs_it(local_cluster, tmp_path):
     """Cluster.eval takes the suite file resident eval takes: each task's flags read as
     generate_job's keywords (values after the flag or after `=`, switches, repeated and
-    comma-separated flags, `-n`), the same lines and figures as the CLI's; a flag Python
-    cannot take, one resident generate lacks and a bad value are refused, naming the task."""
+    comma-separated flags, `-n`, the default prompt), the same lines and figures as the
+    CLI's; a flag Python cannot take, one resident generate lacks and a bad value are
+    refused, naming the task."""
     mc = write_corpus(tmp_path / "mc.jsonl", [
         {"id": "fr", "text": "The capital of France is", "choices": ["Berlin", "Paris"],
          "answer": 1},
@@ -531,7 +532,7 @@ flags = ["--input", {json.dumps(str(mc))}, "--prompt", "{{text}}", "--score",
 
 [[task]]
 name = "mc-texts"
-flags = ["--input", {json.dumps(str(mc))}, "--prompt", "{{text}}", "--score",
+flags = ["--input", {json.dumps(str(mc))}, "--score",
          "--max-new-tokens", "0", "--target-delimiter", " "]
 
 [[task]]
@@ -596,13 +597,13 @@ def test_a_suite_s_flags_read_as_clap_reads_them(tmp_path):
         "--score", "--min-p=0.1",
     ])
     assert kwargs == {
-        "input": "a.jsonl", "seed": 4, "selector": {"gpu": "a10g", "zone": "b", "rack": "7"},
+        "input": "a.jsonl", "prompt": "{text}", "seed": 4, "selector": {"gpu": "a10g", "zone": "b", "rack": "7"},
         "price": {"on-prem": 0.5}, "stop_token_ids": [1, 2], "stop": ["a,b"], "limit": 0.25,
         "top_p": 0.9, "score": True, "min_p": 0.1,
         "response_format": {"type": "json_schema", "json_schema": {
             "name": "output", "schema": {"type": "object"}, "strict": True}},
     }
-    assert _suite.task_kwargs("t", ["--limit", "40"]) == {"limit": 40}
+    assert _suite.task_kwargs("t", ["--limit", "40"]) == {"limit": 40, "prompt": "{text}"}
     with pytest.raises(resident.BadInput, match="task 't': --selector 'gpu': 'gpu' is not KEY=VALUE"):
         _suite.task_kwargs("t", ["--selector", "gpu"])
     with pytest.raises(resident.BadInput, match="task 't': 'a.jsonl' is not a flag"):

@@ -147,7 +147,7 @@ def every_flag() -> set[str]:
 
 def task_kwargs(name: str, flags: list[str]) -> dict:
     """Task ``name``'s flags (the suite's, then its own) as ``generate_job`` keyword
-    arguments; refused with what to do for a flag a task from Python cannot take, a flag
+    arguments, ``prompt`` ``{text}`` unless they give one (the CLI's default); refused with what to do for a flag a task from Python cannot take, a flag
     ``resident generate`` lacks, a missing or unreadable value."""
     kwargs: dict = {}
     index = 0
@@ -177,6 +177,8 @@ def task_kwargs(name: str, flags: list[str]) -> dict:
             raise BadInput(f"task {name!r}: {flag} needs a value", "BadInput")
         _put(kwargs, name, flag, value)
         index += 1
+    # resident generate's own default, which generate_job asks for.
+    kwargs.setdefault("prompt", "{text}")
     return kwargs
 
 
