@@ -621,6 +621,23 @@ def test_a_suite_s_flag_table_covers_every_flag_of_resident_generate():
     flags = set(re.findall(r"^\s+(?:(-\w), )?(--[a-z0-9-]+)", help_text, re.MULTILINE))
     cli = {flag for pair in flags for flag in pair if flag} - {"--help", "-h"}
     assert cli == _suite.every_flag(), (cli - _suite.every_flag(), _suite.every_flag() - cli)
+    # A flag left out of a task means what it means on the command line: generate_job's
+    # default is the CLI's (the prompt's, which generate_job asks for, the suite supplies).
+    import inspect
+
+    defaults = dict(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)[^\n]*\n(?:(?!^\s+-).*\n)*?.*"
+                               r"\[default: ([^\]]*)\]", help_text, re.MULTILINE))
+    signature = inspect.signature(resident.Cluster.generate_job).parameters
+    compared = 0
+    for flag, default in defaults.items():
+        keyword, read = _suite.VALUED.get(flag, (None, None))
+        if keyword not in signature or default == "auto" or flag == "--prompt":
+            continue
+        value = read(json.loads(default) if default.startswith('"') else default)
+        assert signature[keyword].default == value, (flag, default, signature[keyword].default)
+        compared += 1
+    assert compared >= 15, defaults
+    assert _suite.task_kwargs("t", [])["prompt"] == defaults["--prompt"]
 
 
 def test_eval_writes_to_an_s3_output_what_it_writes_to_a_directory(local_cluster, s3_server, tmp_path):
