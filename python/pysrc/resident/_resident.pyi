@@ -79,6 +79,8 @@ class NativeCluster:
         limit: Optional[tuple[str, Optional[str]]] = None,
         pool_key: Optional[str] = None,
         placement_json: Optional[str] = None,
+        fewshot_sampler: str = "per-record",
+        engine_json: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,
@@ -88,8 +90,7 @@ class NativeCluster:
         replicas: Optional[int] = None,
         gpus: Optional[float] = None,
         vram_gib: float = 2.0,
-        max_sequences: Optional[int] = None,
-        dtype: Optional[str] = None,
+        engine_json: Optional[str] = None,
         on_progress: Optional[Callable[[int, int], None]] = None,
     ) -> str: ...
     def status(self) -> str: ...
