@@ -1209,12 +1209,9 @@ mod tests {
         );
     }
 
-    /// The right answers' probability among the choices, as lm-evaluation-harness's
-    /// TruthfulQA MC2 computes it (`exp` of each, the right ones' sum over all), without
-    /// underflow where every log-probability is far below zero; none without an answer or
-    /// with a NaN.
-    #[test]
-    fn the_right_answers_probability_is_their_share_of_the_choices() {
+    /// Choices of these log-probabilities (3 tokens and 5 characters each), `answers` the
+    /// right ones.
+    fn scored(logprobs: &[f64], answers: Vec<u32>) -> ChoiceScores {
         let score = |logprob: f64| TextScore {
             tokens: 3,
             logprob,
@@ -1222,11 +1219,19 @@ mod tests {
             token_logprobs: None,
             size: None,
         };
-        let scored = |logprobs: &[f64], answers: Vec<u32>| ChoiceScores {
+        ChoiceScores {
             scores: logprobs.iter().map(|&l| score(l)).collect(),
             chars: vec![5; logprobs.len()],
             answers,
-        };
+        }
+    }
+
+    /// The right answers' probability among the choices, as lm-evaluation-harness's
+    /// TruthfulQA MC2 computes it (`exp` of each, the right ones' sum over all), without
+    /// underflow where every log-probability is far below zero; none without an answer or
+    /// with a NaN.
+    #[test]
+    fn the_right_answers_probability_is_their_share_of_the_choices() {
         // Probabilities 0.5, 0.25, 0.125 and 0.125: the right ones hold 0.625 of 1.
         let halves = [0.5f64, 0.25, 0.125, 0.125].map(f64::ln);
         let mass = scored(&halves, vec![0, 2]).answer_probability().unwrap();
@@ -1250,18 +1255,6 @@ mod tests {
     /// answer, or with a NaN.
     #[test]
     fn a_record_s_brier_score_is_its_probabilities_squared_distance_from_the_answer() {
-        let score = |logprob: f64| TextScore {
-            tokens: 2,
-            logprob,
-            greedy: false,
-            token_logprobs: None,
-            size: None,
-        };
-        let scored = |logprobs: &[f64], answers: Vec<u32>| ChoiceScores {
-            scores: logprobs.iter().map(|&l| score(l)).collect(),
-            chars: vec![4; logprobs.len()],
-            answers,
-        };
         // Probabilities 0.5, 0.25, 0.125, 0.125, the second right:
         // 0.25 + 0.5625 + 0.015625 + 0.015625.
         let halves = [0.5f64, 0.25, 0.125, 0.125].map(f64::ln);
