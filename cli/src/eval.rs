@@ -107,6 +107,8 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         let config = line
             .job_config()
             .with_context(|| format!("task {name:?}"))?;
+        // What no task of the suite can run with is refused before the first one runs.
+        config.check().with_context(|| format!("task {name:?}"))?;
         configs.push(config);
     }
     let endpoints: Vec<&Option<String>> = configs.iter().map(|c| &c.corpus.s3.endpoint).collect();

@@ -125,8 +125,9 @@ impl GenerateJobConfig {
     /// Refuses what the flags ask for together and cannot work, before anything runs: an
     /// engine limit of 0; choices as contexts (`--choices-as-contexts`) take each record's
     /// choices as texts before its text, and labels scored in the choices' place
-    /// (`--choice-labels`) have no such text.
-    pub(super) fn check(&self) -> Result<(), JobError> {
+    /// (`--choice-labels`) have no such text. `run_generate_job` calls it; a suite calls it
+    /// for every task before the first runs.
+    pub fn check(&self) -> Result<(), JobError> {
         let generation = &self.generation;
         let limits = (generation.max_sequences, generation.max_step_tokens);
         if let Some(why) = zero_limit(limits.0, limits.1, generation.max_context) {

@@ -403,6 +403,17 @@ fn suites_that_cannot_run_are_refused_before_anything_runs() {
         assert!(stderr.contains(says), "{says}: {stderr}");
         assert!(!out.exists(), "nothing written");
     }
+    // A task the job itself would refuse (an engine limit of 0), second in the suite:
+    // refused before the first runs.
+    let mut zero = task(&qa, QA);
+    zero.extend(["--max-context".to_owned(), "0".to_owned()]);
+    let path = suite(dir.path(), &[], &[("qa", task(&qa, QA)), ("qa2", zero)]);
+    let output = eval(&path, &out, &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let says = "task \"qa2\": input: max_context (--max-context) must be at least 1";
+    assert!(stderr.contains(says), "{stderr}");
+    assert!(!out.exists(), "the first task did not run");
 }
 
 /// An object of the `results` bucket, as text.
