@@ -389,7 +389,7 @@ impl GenerateArgs {
             enforce_eager: self.enforce_eager,
             attention_kernel: self.attention_kernel.clone(),
         };
-        generation.set_engine(engine);
+        generation.engine = engine;
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }

@@ -37,6 +37,7 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
     // The context an actor runs the model with: its own, capped by --max-context.
     let context = config
         .generation
+        .engine
         .max_context
         .map_or(context, |cap| context.min(cap as usize));
     let checked = config.generation.answer_match.as_ref();

@@ -782,11 +782,9 @@ impl NativeCluster {
         }
         let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
         let config = engine.actor_config(model);
-        let key = format!(
-            "{}|{replicas:?}|{gpus:?}|{vram_gib}|{}",
-            config.model,
-            serde_json::to_string(&config).unwrap_or_default()
-        );
+        // The actors' whole config (the model in it) and their placement.
+        let actors = serde_json::to_string(&config).unwrap_or_default();
+        let key = format!("{actors}|{replicas:?}|{gpus:?}|{vram_gib}");
         let cached = self
             .generate_pools
             .lock()
@@ -1050,7 +1048,7 @@ fn set_decoding(
     if let Some(engine) = engine_json {
         let engine: EngineSettings = serde_json::from_str(engine)
             .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
-        config.generation.set_engine(engine);
+        config.generation.engine = engine;
     }
     Ok(())
 }

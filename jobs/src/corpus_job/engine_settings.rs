@@ -1,8 +1,8 @@
 //! A generate job's engine settings as a front end takes them (`resident generate`'s
 //! `--max-sequences`, `--max-step-tokens`, `--max-context`, `--dtype`, `--enforce-eager`,
 //! `--attention-kernel`; Python's `generate_job`, `generate` and `chat` keywords of the
-//! same names), turned into the actors' config in one place so that every front end means
-//! the same by them (`GenerateWork::set_engine` for a job).
+//! same names), kept as a job's (`GenerateWork::engine`) and turned into the actors' config
+//! in one place, so that every front end means the same by them.
 
 use resident_actor::generate::GenerateConfig;
 use serde::Deserialize;
@@ -34,42 +34,42 @@ pub struct EngineSettings {
 impl EngineSettings {
     /// The config of actors of `model` with these settings; `auto` is left unset, the same
     /// as absent (the same actors, the same pool).
-    pub fn actor_config(self, model: String) -> GenerateConfig {
-        let named = |value: Option<String>| value.filter(|name| name != "auto");
+    pub fn actor_config(&self, model: String) -> GenerateConfig {
         GenerateConfig {
             model,
             max_sequences: self.max_sequences,
             max_step_tokens: self.max_step_tokens,
             max_context: self.max_context,
-            dtype: named(self.dtype),
+            dtype: self.dtype().map(str::to_owned),
             enforce_eager: self.enforce_eager,
-            attention: named(self.attention_kernel),
+            attention: named(&self.attention_kernel).map(str::to_owned),
             ..GenerateConfig::default()
         }
     }
 
-    /// Why actors cannot run with these: a limit of 0.
+    /// The weights' precision asked for; `None` for `auto` or none.
+    pub fn dtype(&self) -> Option<&str> {
+        named(&self.dtype)
+    }
+
+    /// Why actors cannot run with these: a limit of 0 (each must be at least 1, or absent
+    /// for the default).
     pub fn problem(&self) -> Option<String> {
-        zero_limit(self.max_sequences, self.max_step_tokens, self.max_context)
+        let limits = [
+            ("max_sequences (--max-sequences)", self.max_sequences),
+            ("max_step_tokens (--max-step-tokens)", self.max_step_tokens),
+            ("max_context (--max-context)", self.max_context),
+        ];
+        let (name, _) = limits.into_iter().find(|(_, value)| *value == Some(0))?;
+        Some(format!(
+            "{name} must be at least 1 (leave it out for the default)"
+        ))
     }
 }
 
-/// Why an engine's limits cannot run: one of 0 (each must be at least 1, or absent for
-/// the default).
-pub(super) fn zero_limit(
-    max_sequences: Option<u32>,
-    max_step_tokens: Option<u32>,
-    max_context: Option<u32>,
-) -> Option<String> {
-    let limits = [
-        ("max_sequences (--max-sequences)", max_sequences),
-        ("max_step_tokens (--max-step-tokens)", max_step_tokens),
-        ("max_context (--max-context)", max_context),
-    ];
-    let (name, _) = limits.into_iter().find(|(_, value)| *value == Some(0))?;
-    Some(format!(
-        "{name} must be at least 1 (leave it out for the default)"
-    ))
+/// A setting's name, unless it is `auto` (the default, the same as none).
+fn named(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|name| *name != "auto")
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 use super::answer_match::{AnswerMatch, RecordAnswers, references_of};
 use super::answer_spec::AnswerMatchSpec;
 use super::chat_input::PromptInput;
-use super::engine_settings::{EngineSettings, zero_limit};
+use super::engine_settings::EngineSettings;
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{
     FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource, ShotAnswer, read_examples,
@@ -60,12 +60,7 @@ impl GenerateJobConfig {
             generation: GenerateWork {
                 prompt,
                 params: GenerateParams::default(),
-                max_sequences: None,
-                max_step_tokens: None,
-                max_context: None,
-                dtype: None,
-                enforce_eager: false,
-                attention: None,
+                engine: EngineSettings::default(),
                 output: GenerationOutput::Lines,
                 model,
                 fewshot_groups: None,
@@ -128,9 +123,7 @@ impl GenerateJobConfig {
     /// (`--choice-labels`) have no such text. `run_generate_job` calls it; a suite calls it
     /// for every task before the first runs.
     pub fn check(&self) -> Result<(), JobError> {
-        let generation = &self.generation;
-        let limits = (generation.max_sequences, generation.max_step_tokens);
-        if let Some(why) = zero_limit(limits.0, limits.1, generation.max_context) {
+        if let Some(why) = self.generation.engine.problem() {
             return Err(JobError::Input(why));
         }
         let labelled = (self.corpus.reader.choices.as_ref()).is_some_and(|c| !c.labels.is_empty());
@@ -279,18 +272,9 @@ pub struct GenerateWork {
     pub prompt: PromptTemplate,
     /// Decoding parameters for every record (a record's own override them).
     pub params: GenerateParams,
-    /// Sequences each actor decodes at once; the kind's default when `None`.
-    pub max_sequences: Option<u32>,
-    /// Tokens in one forward step; the kind's default when `None`.
-    pub max_step_tokens: Option<u32>,
-    /// Caps each sequence's context below the model's; `None` = the model's.
-    pub max_context: Option<u32>,
-    /// The weights' precision on the actors (`GenerateConfig::dtype`); `None` = auto.
-    pub dtype: Option<String>,
-    /// Decode steps without CUDA graphs (`GenerateConfig::enforce_eager`).
-    pub enforce_eager: bool,
-    /// The paged attention's GPU kernel (`GenerateConfig::attention`); `None` = auto.
-    pub attention: Option<String>,
+    /// The actors' engine settings (`--max-sequences`, `--max-context`, `--dtype`...), as
+    /// a front end took them; absent ones are the actors' defaults.
+    pub engine: EngineSettings,
     /// How each answer is written.
     pub output: GenerationOutput,
     /// The model as the job names it: the `model` of OpenAI Batch responses.
@@ -324,15 +308,8 @@ impl GenerateWork {
     /// work's engine settings.
     fn actor_config(&self, model: String, model_revision: Option<String>) -> GenerateConfig {
         GenerateConfig {
-            model,
             model_revision,
-            max_sequences: self.max_sequences,
-            max_step_tokens: self.max_step_tokens,
-            max_context: self.max_context,
-            dtype: self.dtype.clone(),
-            threads: None,
-            enforce_eager: self.enforce_eager,
-            attention: self.attention.clone(),
+            ..self.engine.actor_config(model)
         }
     }
 
@@ -417,17 +394,6 @@ impl GenerateWork {
 }
 
 impl GenerateWork {
-    /// Sets the engine's settings a front end took (`--max-sequences`...).
-    pub fn set_engine(&mut self, settings: EngineSettings) {
-        let config = settings.actor_config(String::new());
-        self.max_sequences = config.max_sequences;
-        self.max_step_tokens = config.max_step_tokens;
-        self.max_context = config.max_context;
-        self.dtype = config.dtype;
-        self.enforce_eager = config.enforce_eager;
-        self.attention = config.attention;
-    }
-
     /// A record's references (none when the job checks no answers or the record has no
     /// reference), from its carried fields; why not, for a reference that is an object.
     fn references(&self, kept: Option<&Kept>) -> Result<Vec<String>, String> {
@@ -523,11 +489,11 @@ impl ChunkWork for GenerateWork {
             "model": model_fingerprint,
             "prompt": self.prompt.as_str(),
             "params": params_settings(&self.params),
-            "max_context": self.max_context,
+            "max_context": self.engine.max_context,
         });
         // Only when set: a job started before `--dtype` existed resumes as it was.
-        if let Some(dtype) = &self.dtype {
-            settings["dtype"] = dtype.as_str().into();
+        if let Some(dtype) = self.engine.dtype() {
+            settings["dtype"] = dtype.into();
         }
         if self.output == GenerationOutput::OpenAiBatch {
             settings["output"] = "openai-batch".into();
@@ -786,7 +752,7 @@ mod tests {
         let mut job = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
         assert_eq!(job.generation.min_chunk_records(true), 512);
         assert_eq!(job.generation.min_chunk_records(false), 128);
-        job.generation.max_sequences = Some(64);
+        job.generation.engine.max_sequences = Some(64);
         assert_eq!(job.generation.min_chunk_records(true), 128);
         assert_eq!(job.generation.min_chunk_records(false), 256);
     }

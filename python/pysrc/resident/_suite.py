@@ -17,17 +17,9 @@ from typing import Any, Callable
 from .errors import BadInput
 
 
-def _count(value: str) -> int:
-    return int(value)
-
-
 def _limit(value: str) -> "int | float":
     """``--limit``: a count of records, or a share of them below 1 (``0.1``)."""
     return float(value) if any(c in value for c in ".eE") else int(value)
-
-
-def _true(value: str) -> bool:
-    return True
 
 
 # Flags with one value: the keyword, and how the value reads.
@@ -35,12 +27,12 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--input": ("input", str),
     "--prompt": ("prompt", str),
     "--s3-endpoint": ("s3_endpoint", str),
-    "--replicas": ("replicas", _count),
+    "--replicas": ("replicas", int),
     "--gpus-per-actor": ("gpus_per_actor", float),
     "--vram-gib": ("vram_gib", float),
     "--limit": ("limit", _limit),
     "--limit-by": ("limit_by", str),
-    "--chunk-size": ("chunk_size", _count),
+    "--chunk-size": ("chunk_size", int),
     "--on-bad-record": ("on_bad_record", str),
     "--id-field": ("id_field", str),
     "--text-field": ("text_field", str),
@@ -48,26 +40,26 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--input-format": ("input_format", str),
     "--output-format": ("output_format", str),
     "--template": ("template", str),
-    "--max-new-tokens": ("max_new_tokens", _count),
+    "--max-new-tokens": ("max_new_tokens", int),
     "--temperature": ("temperature", float),
     "--top-p": ("top_p", float),
-    "--top-k": ("top_k", _count),
-    "--seed": ("seed", _count),
+    "--top-k": ("top_k", int),
+    "--seed": ("seed", int),
     "--min-p": ("min_p", float),
     "--repetition-penalty": ("repetition_penalty", float),
     "--presence-penalty": ("presence_penalty", float),
     "--frequency-penalty": ("frequency_penalty", float),
-    "--min-tokens": ("min_tokens", _count),
-    "--n": ("n", _count),
-    "-n": ("n", _count),
-    "--top-logprobs": ("top_logprobs", _count),
+    "--min-tokens": ("min_tokens", int),
+    "--n": ("n", int),
+    "-n": ("n", int),
+    "--top-logprobs": ("top_logprobs", int),
     "--choices-field": ("choices_field", str),
     "--answer-field": ("answer_field", str),
     "--description": ("description", str),
     "--fewshot-input": ("fewshot_input", str),
-    "--fewshot": ("fewshot", _count),
+    "--fewshot": ("fewshot", int),
     "--fewshot-group": ("fewshot_group", str),
-    "--fewshot-seed": ("fewshot_seed", _count),
+    "--fewshot-seed": ("fewshot_seed", int),
     "--fewshot-sampler": ("fewshot_sampler", str),
     "--accuracy-by": ("accuracy_by", str),
     "--reference-field": ("reference_field", str),
@@ -75,12 +67,12 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--extract-match": ("extract_match", str),
     "--target-delimiter": ("target_delimiter", str),
     "--fewshot-delimiter": ("fewshot_delimiter", str),
-    "--prompt-logprobs": ("prompt_logprobs", _count),
-    "--score-stride": ("score_stride", _count),
-    "--max-score-windows": ("max_score_windows", _count),
-    "--max-sequences": ("max_sequences", _count),
-    "--max-step-tokens": ("max_step_tokens", _count),
-    "--max-context": ("max_context", _count),
+    "--prompt-logprobs": ("prompt_logprobs", int),
+    "--score-stride": ("score_stride", int),
+    "--max-score-windows": ("max_score_windows", int),
+    "--max-sequences": ("max_sequences", int),
+    "--max-step-tokens": ("max_step_tokens", int),
+    "--max-context": ("max_context", int),
     "--dtype": ("dtype", str),
     "--attention-kernel": ("attention_kernel", str),
 }
@@ -104,7 +96,7 @@ LISTS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
     "--filter": ("filters", str, False),
     "--ignore-regex": ("ignore_regex", str, False),
     "--choice-labels": ("choice_labels", str, True),
-    "--stop-token-ids": ("stop_token_ids", _count, True),
+    "--stop-token-ids": ("stop_token_ids", int, True),
 }
 
 # ``KEY=VALUE`` flags, repeated or comma-separated: a dict.
