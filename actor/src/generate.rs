@@ -157,8 +157,10 @@ pub struct PromptParts {
     /// Continuations to score after the prompt, each on its own (a multiple-choice
     /// question's answers, a preference pair's chosen and rejected replies): with
     /// [`GenerateParams::score`], each is scored given the whole prompt (`before + text +
-    /// after`, or the conversation, where each is the assistant's reply) and nothing is
-    /// generated; [`Completion::choice_scores`] holds their scores in this order. With
+    /// after`, or the conversation, where each is the assistant's reply with its end of
+    /// turn; under the chat template, the text that follows the rendered prompt and its
+    /// generation prompt, as lm-evaluation-harness's `--apply_chat_template` scores) and
+    /// nothing is generated; [`Completion::choice_scores`] holds their scores in this order. With
     /// [`GenerateParams::choices_as_contexts`], each is a context instead: `text + after`
     /// is scored after `before + choice`.
     #[serde(default)]
@@ -329,8 +331,10 @@ pub struct GenerateParams {
     pub response_format: Option<ResponseFormat>,
     /// Score each record's text: the log-probability of each of its tokens given everything
     /// before it in the prompt ([`Completion::score`]): a perplexity for corpus filtering,
-    /// lm-evaluation-harness's `loglikelihood` for evaluation. The raw prompt only
-    /// (`template` none); with `max_new_tokens` 0 nothing is generated.
+    /// lm-evaluation-harness's `loglikelihood` for evaluation. A text is scored raw
+    /// (`template` none); under the chat template only choices are, each after the
+    /// rendered prompt ([`PromptParts::choices`]). With `max_new_tokens` 0 nothing is
+    /// generated.
     #[serde(default)]
     pub score: bool,
     /// With `score`, each scored token's log-probability, with this many likeliest tokens'
@@ -578,13 +582,6 @@ impl GenerateParams {
     fn scoring_checks(&self) -> [RangeCheck; 10] {
         [
             (
-                !self.score || self.template == Template::None,
-                "score",
-                "scores the raw text: it needs template none (--template none); a \
-                 conversation's reply is read through the chat template all the same"
-                    .into(),
-            ),
-            (
                 !self.score || self.response_format.is_none(),
                 "score",
                 "does not take a response format (a JSON schema)".into(),
@@ -631,6 +628,13 @@ impl GenerateParams {
                 "choices_as_contexts",
                 "scores each record's text after each of its choices: it needs score \
                  (--score)"
+                    .into(),
+            ),
+            (
+                !self.choices_as_contexts || self.template == Template::None,
+                "choices_as_contexts",
+                "scores the raw text after each choice: it needs template none (--template \
+                 none)"
                     .into(),
             ),
         ]
@@ -1020,8 +1024,8 @@ mod tests {
         assert_eq!(back, request.params);
     }
 
-    /// A score reads the raw text: it needs template none, may generate nothing, takes no
-    /// response format; `prompt_logprobs` needs it and is capped as `top_logprobs` is.
+    /// A score may generate nothing and takes no response format; choices as contexts
+    /// need template none; `prompt_logprobs` needs it and is capped as `top_logprobs` is.
     #[test]
     fn scoring_parameters_are_checked_with_what_to_do() {
         let scoring = GenerateParams {
@@ -1041,11 +1045,18 @@ mod tests {
             }),
             Some("`max_tokens` must be at least 1 (0 only when scoring the text)".into())
         );
-        let chat = problem(GenerateParams {
+        // Under the chat template choices are scored after the rendered prompt; choices
+        // as contexts read raw text.
+        let chat = GenerateParams {
             template: Template::Chat,
             ..scoring.clone()
+        };
+        assert_eq!(chat.problem(), None);
+        let contexts = problem(GenerateParams {
+            choices_as_contexts: true,
+            ..chat
         });
-        assert!(chat.unwrap().contains("--template none"));
+        assert!(contexts.unwrap().contains("--template none"));
         let listed = problem(GenerateParams {
             score: false,
             max_new_tokens: 1,

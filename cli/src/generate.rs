@@ -81,9 +81,13 @@ pub struct GenerateArgs {
     /// without running anything (the model's tokenizer is read from a local --model path).
     #[arg(long, env = "RESIDENT_DRY_RUN", value_name = "N")]
     pub(crate) dry_run: Option<usize>,
-    /// How the prompt reaches the model.
-    #[arg(long, env = "RESIDENT_TEMPLATE", value_enum, default_value = "chat")]
-    template: TemplateArg,
+    /// How the prompt reaches the model: chat (the model's chat template; the default) or
+    /// none (the text as it is; the default with --score). With --score, chat scores each
+    /// record's choices after its prompt as the chat template renders it, the generation
+    /// prompt last (lm-evaluation-harness's --apply_chat_template: --target-delimiter is
+    /// not put before the choices then); a text itself is scored raw, under none.
+    #[arg(long, env = "RESIDENT_TEMPLATE", value_enum)]
+    template: Option<TemplateArg>,
     /// At most this many tokens per completion.
     #[arg(long, env = "RESIDENT_MAX_NEW_TOKENS", default_value_t = 128)]
     max_new_tokens: u32,
@@ -149,8 +153,9 @@ pub struct GenerateArgs {
     /// when it names its answer (--answer-field), `correct`, and the run's accuracy in the
     /// report (multiple-choice evaluation, as lm-evaluation-harness's); so has a preference
     /// pair (`prompt`, `chosen`, `rejected`: TRL's format, text or conversations), its
-    /// chosen reply first and the answer. Needs --template none (how text records are
-    /// read); with --max-new-tokens 0 nothing is generated. A text longer than the model's
+    /// chosen reply first and the answer. Reads the raw text (--template none, its
+    /// default; see --template for choices under the chat template); with --max-new-tokens 0
+    /// nothing is generated. A text longer than the model's
     /// window is scored whole, in windows (--score-stride, --max-score-windows).
     #[arg(long, env = "RESIDENT_SCORE")]
     score: bool,
@@ -362,7 +367,7 @@ impl GenerateArgs {
             "--top-logprobs needs --logprobs",
         )?;
         crate::exit::require(
-            self.system.is_none() || self.template == TemplateArg::Chat,
+            self.system.is_none() || self.template() == TemplateArg::Chat,
             "--system needs the model's chat template (--template chat)",
         )?;
         crate::exit::require(
@@ -474,11 +479,20 @@ impl GenerateArgs {
 }
 
 impl GenerateArgs {
+    /// `--template`, or its default: the chat template, but the raw text for a score.
+    fn template(&self) -> TemplateArg {
+        match (self.template, self.score) {
+            (Some(template), _) => template,
+            (None, true) => TemplateArg::None,
+            (None, false) => TemplateArg::Chat,
+        }
+    }
+
     /// The decoding and scoring parameters the flags give, checked: a parameter out of its
     /// range is refused under its flag's name.
     pub(crate) fn params(&self) -> anyhow::Result<GenerateParams> {
         let params = GenerateParams {
-            template: match self.template {
+            template: match self.template() {
                 TemplateArg::Chat => Template::Chat,
                 TemplateArg::None => Template::None,
             },

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use resident_actor::generate::{
-    Completion, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts,
+    Completion, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts, Template,
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
@@ -367,7 +367,11 @@ impl GenerateWork {
             },
             _ => prompt,
         };
-        let delimiter = &self.target_delimiter;
+        // lm-evaluation-harness puts none before a choice scored after a chat prompt.
+        let delimiter = match self.params.template {
+            Template::Chat => "",
+            Template::None => &self.target_delimiter,
+        };
         match record.choices {
             // Each choice takes the context's place; the text, after the delimiter, is
             // scored after each.

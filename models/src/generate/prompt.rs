@@ -283,21 +283,24 @@ impl PromptFormat {
     }
 
     /// A continuation (`choice`: a multiple-choice answer, a preference pair's reply)
-    /// scored after a raw `context`, as lm-evaluation-harness scores one: the two tokenised
+    /// scored after `context`, as lm-evaluation-harness scores one: the two tokenised
     /// apart, the context's trailing whitespace moved to the front of the choice (`"Answer:
     /// "` and `"Paris"` are read as `"Answer:"` and `" Paris"`, as a tokenizer writes a
-    /// word after a space). A context that leaves the choice no room in the window loses
-    /// its start (it keeps at least half the window, the end nearest the choice; the
-    /// result is marked truncated); a choice longer than what is left goes on in windows.
+    /// word after a space). `template` says what the context is: raw text (BOS first where
+    /// the model asks for one), or a prompt the chat template rendered (which writes its
+    /// own). A context that leaves the choice no room in the window loses its start (it
+    /// keeps at least half the window, the end nearest the choice; the result is marked
+    /// truncated); a choice longer than what is left goes on in windows.
     pub fn scored_choice(
         &self,
         (context, choice): (&str, &str),
+        template: PromptTemplate,
         limit: usize,
         settings: WindowSettings,
     ) -> Result<ScoredText, ModelError> {
         let kept = context.trim_end();
         let choice = format!("{}{choice}", &context[kept.len()..]);
-        let lead = self.tokens("", PromptTemplate::None)?;
+        let lead = self.tokens("", template)?;
         let context_tokens = self.encode(kept)?;
         let choice_tokens = self.encode(&choice)?;
         let room = limit

@@ -379,7 +379,7 @@ fn a_choice_is_scored_after_its_context_with_the_context_s_trailing_space() {
     let scored = |context: &str, choice: &str, limit: usize| {
         model
             .format
-            .scored_choice((context, choice), limit, ROLLING)
+            .scored_choice((context, choice), PromptTemplate::None, limit, ROLLING)
             .unwrap()
     };
     let paris = scored(context, " Paris", WINDOW);
@@ -452,7 +452,7 @@ fn a_question_s_choices_compute_its_context_once_on_the_quantised_kernels() {
             for (i, choice) in [" Paris", " Berlin", " Madrid", " Rome"].iter().enumerate() {
                 let scored = model
                     .format
-                    .scored_choice((&context, choice), WINDOW, ROLLING)
+                    .scored_choice((&context, choice), PromptTemplate::None, WINDOW, ROLLING)
                     .unwrap();
                 let window = scored.windows[0].clone();
                 let from = window.scored.start;

@@ -287,6 +287,9 @@ def _generate_params(
     """The decoding parameters as the `generate` kind takes them. ``sampling`` holds the
     keyword arguments past the first seven (``system``, ``min_p``, the penalties, ``n``,
     ``logprobs``...), by the kind's names."""
+    if template is None:
+        # The chat template, but the raw text for a score (as resident generate's default).
+        template = "none" if (sampling or {}).get("score") else "chat"
     if template not in ("chat", "none"):
         raise BadInput(f"template {template!r} is not 'chat' or 'none'", "BadInput")
     params = {
@@ -828,7 +831,7 @@ class Cluster:
         top_k: int = 0,
         seed: int = 0,
         stop: Optional[Sequence[str]] = None,
-        template: str = "chat",
+        template: Optional[str] = None,
         replicas: Optional[int] = None,
         gpus_per_actor: Optional[float] = None,
         vram_gib: float = 2.0,
@@ -1051,7 +1054,7 @@ class Cluster:
         top_k: int = 0,
         seed: int = 0,
         stop: Optional[Sequence[str]] = None,
-        template: str = "chat",
+        template: Optional[str] = None,
         replicas: Optional[int] = None,
         gpus: Optional[float] = None,
         vram_gib: float = 2.0,
@@ -1066,8 +1069,9 @@ class Cluster:
     ) -> list[dict]:
         """Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
-        ``template="chat"`` wraps each prompt as the model's chat template's user turn
-        (after ``system=`` when given); ``"none"`` feeds it as is. A prompt may be a dict
+        ``template="chat"`` (the default, but with ``score=True``) wraps each prompt as the
+        model's chat template's user turn (after ``system=`` when given); ``"none"`` (the
+        default with ``score=True``) feeds it as is. A prompt may be a dict
         with ``prompt`` and parameters of its own by OpenAI's names (``{"prompt": ...,
         "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
         sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,
@@ -1077,7 +1081,7 @@ class Cluster:
         (OpenAI's: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
         makes every completion parse as JSON valid under the schema).
 
-        ``score=True`` (with ``template="none"``) scores each prompt's text under the model,
+        ``score=True`` scores each prompt's text, raw, under the model,
         as ``resident generate --score`` does: a dict prompt's ``context`` goes before it,
         unscored (``{"prompt": " Paris.", "context": "The capital of France is"}``:
         lm-evaluation-harness's ``loglikelihood``); ``max_new_tokens=0`` generates nothing;

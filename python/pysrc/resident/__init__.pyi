@@ -148,7 +148,7 @@ class Cluster:
         ``search``, ``scheduler`` and ``space`` as nested dicts. Returns ``summary.json``
         as a dict; each trial is a line of ``results.jsonl`` in the output.
         '''
-    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, fewshot_sampler: str = 'per-record', reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', filters: Sequence[str] | None = None, limit: int | float | None = None, limit_by: str | None = None, selector: Mapping[str, str] | None = None, s3_endpoint: str | None = None, price: Mapping[str, float] | None = None, max_sequences: int | None = None, max_step_tokens: int | None = None, max_context: int | None = None, dtype: str | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, _pool_key: str | None = None, **sampling: Any) -> dict:
+    def generate_job(self, input: str, model: str, output: str, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str | None = None, replicas: int | None = None, gpus_per_actor: float | None = None, vram_gib: float = 2.0, chunk_size: int | None = None, on_bad_record: str = 'skip', id_field: str = 'id', text_field: str = 'text', keep_pool: bool = False, progress: bool = True, input_format: str = 'records', output_format: str = 'generations', choices_field: str = 'choices', answer_field: str = 'answer', fewshot_input: str | None = None, fewshot: int = 5, fewshot_delimiter: str = '\n\n', fewshot_group: str | None = None, accuracy_by: str | None = None, description: str | None = None, choice_labels: Sequence[str] | None = None, fewshot_seed: int | None = None, fewshot_sampler: str = 'per-record', reference_field: str | None = None, extract: str | None = None, extract_match: str = 'first', ignore_regex: Sequence[str] | None = None, ignore_case: bool = False, ignore_punctuation: bool = False, target_delimiter: str = '', filters: Sequence[str] | None = None, limit: int | float | None = None, limit_by: str | None = None, selector: Mapping[str, str] | None = None, s3_endpoint: str | None = None, price: Mapping[str, float] | None = None, max_sequences: int | None = None, max_step_tokens: int | None = None, max_context: int | None = None, dtype: str | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, _pool_key: str | None = None, **sampling: Any) -> dict:
         '''Runs ``resident generate``: a completion per record of a corpus, resumably.
 
         ``prompt`` holds ``{text}`` (the record\'s text) and any ``{field}`` of the record;
@@ -182,11 +182,12 @@ class Cluster:
         with ``model`` into ``output/NAME`` (tasks with the same actors on one pool); writes
         ``output/results.json`` and returns it (see :func:`eval_table`)."""
         ...
-    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str = 'chat', replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, max_step_tokens: int | None = None, max_context: int | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
+    def generate(self, prompts: Iterable[str | Mapping[str, Any]], model: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, template: str | None = None, replicas: int | None = None, gpus: float | None = None, vram_gib: float = 2.0, max_sequences: int | None = None, dtype: str | None = None, max_step_tokens: int | None = None, max_context: int | None = None, enforce_eager: bool = False, attention_kernel: str | None = None, progress: bool = True, **sampling: Any) -> list[dict]:
         '''Completes each prompt with ``model`` (a GGUF file or a safetensors directory).
 
-        ``template="chat"`` wraps each prompt as the model\'s chat template\'s user turn
-        (after ``system=`` when given); ``"none"`` feeds it as is. A prompt may be a dict
+        ``template="chat"`` (the default, but with ``score=True``) wraps each prompt as the
+        model\'s chat template\'s user turn (after ``system=`` when given); ``"none"`` (the
+        default with ``score=True``) feeds it as is. A prompt may be a dict
         with ``prompt`` and parameters of its own by OpenAI\'s names (``{"prompt": ...,
         "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
         sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,
@@ -196,7 +197,7 @@ class Cluster:
         (OpenAI\'s: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
         makes every completion parse as JSON valid under the schema).
 
-        ``score=True`` (with ``template="none"``) scores each prompt\'s text under the model,
+        ``score=True`` scores each prompt\'s text, raw, under the model,
         as ``resident generate --score`` does; a dict prompt\'s ``context`` goes before it,
         unscored. A dict prompt with ``choices`` (a list of texts) and optionally ``answer``
         (an index, label or text, or a list of them for several right ones) has each choice

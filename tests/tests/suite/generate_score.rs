@@ -588,6 +588,80 @@ async fn a_conversation_is_scored_on_its_reply() {
     }
 }
 
+/// Under the chat template (lm-evaluation-harness's `--apply_chat_template`) each choice is
+/// scored as the text that follows the prompt the template renders (the system message,
+/// the record's prompt as the user's turn, the generation prompt), with no target
+/// delimiter before it: the same tokens and log-probabilities as the choices scored raw
+/// after that text written by hand. A text record without choices is refused alone,
+/// saying to score it raw; `--score` without `--template` reads the raw text; `--dry-run`
+/// shows the rendered prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let question = "What is the capital of France?";
+    let choices = json!(["Paris", "Berlin", "Rome"]);
+    let records = [
+        json!({"id": "france", "text": question, "choices": choices, "answer": 0}),
+        json!({"id": "plain", "text": "A text without choices."}),
+    ];
+    let system = "Answer with the city's name.";
+    let prompt = "Question: {text}\nAnswer:";
+    let flags = [
+        "--score",
+        "--max-new-tokens",
+        "0",
+        "--template",
+        "chat",
+        "--system",
+        system,
+        "--target-delimiter",
+        " ",
+    ];
+    let (lines, report) = generate(dir.path(), "chat", &records, prompt, &flags);
+    let [france, plain] = &lines[..] else {
+        panic!("two lines: {lines:?}")
+    };
+    let error = plain["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("has no choices: score a text itself raw, with --template none"),
+        "{plain}"
+    );
+    assert_eq!(report["choice_records"], 1, "{report}");
+
+    // The prompt rendered by hand (SmolLM2's ChatML), the choices scored raw after it.
+    let asked = format!(
+        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nQuestion: \
+         {question}\nAnswer:<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let raw = [json!({"id": "france", "text": asked, "choices": choices, "answer": 0})];
+    let (raw, _) = generate(dir.path(), "raw", &raw, "{text}", SCORE);
+    let raw = &raw[0];
+    let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+    for (chat, by_hand) in scores(france).iter().zip(&scores(raw)) {
+        assert_eq!(chat["tokens"], by_hand["tokens"], "{france} against {raw}");
+        let (a, b) = (float(&chat["logprob"]), float(&by_hand["logprob"]));
+        assert!((a - b).abs() < 1e-3, "{france} against {raw}");
+    }
+    assert_eq!(france["best"], raw["best"]);
+    assert_eq!(france["correct"], raw["correct"]);
+
+    // A score reads the raw text unless told otherwise.
+    let (plain_score, _) = generate(dir.path(), "plain", &records[1..], "{text}", &flags[..3]);
+    assert!(
+        plain_score[0]["score"]["tokens"].as_u64() > Some(0),
+        "{plain_score:?}"
+    );
+
+    let input = dir.path().join("chat.jsonl");
+    let shown = dry_run(&input, &dir.path().join("dry"), prompt, &flags);
+    assert!(shown.contains(&asked), "{asked} in {shown}");
+    assert!(
+        shown.contains("=== choice 0 (the answer): \"Paris\""),
+        "{shown}"
+    );
+}
+
 /// Multiple-choice records (choices and answer under renamed fields, as HellaSwag names
 /// them) are scored per choice after their prompt: each choice's log-probability is the
 /// one the same text gets scored after the same context as a record's text (the path
@@ -1039,8 +1113,9 @@ async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
     write_jsonl(&input, &[json!({"id": 1, "text": "A short text."})]);
     let cases: &[(&[&str], &str)] = &[
         (
-            &["--score"],
-            "--score scores the raw text: it needs template none (--template none)",
+            &["--score", "--template", "chat", "--choices-as-contexts"],
+            "--choices-as-contexts scores the raw text after each choice: it needs template \
+             none (--template none)",
         ),
         (
             &["--template", "none", "--prompt-logprobs", "2"],

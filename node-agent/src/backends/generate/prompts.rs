@@ -452,10 +452,10 @@ fn scored(
     prompt: &PromptParts,
     params: GenerateParams,
 ) -> Result<Planned, String> {
-    if params.system.is_some() {
+    if params.system.is_some() && params.template == Template::None {
         return Err(
-            "a system message needs the chat template; a score reads the raw \
-                    text (drop --system)"
+            "a system message needs the chat template; a score under template none reads \
+             the raw text (drop --system, or score choices with --template chat)"
                 .into(),
         );
     }
@@ -492,6 +492,11 @@ fn scored(
     })
 }
 
+/// Why a text record without choices is not scored under the chat template.
+const CHAT_SCORES_CHOICES: &str = "under the chat template (--template chat) a score is of \
+    each choice after the rendered prompt, and this record has no choices: score a text \
+    itself raw, with --template none";
+
 /// A record's windows to score under `params` with a model of `context` tokens, or why the
 /// record cannot be scored: what an actor runs, and what `--dry-run` shows. A text record's
 /// text is scored raw; a conversation's last message, the assistant's reply, given the
@@ -508,6 +513,9 @@ pub fn scored_text(
         score_first_token: params.score_first_token,
     };
     let window = score_window(context, params);
+    if prompt.messages.is_empty() && params.template == Template::Chat {
+        return Err(CHAT_SCORES_CHOICES.into());
+    }
     let scored = match prompt.messages.is_empty() {
         true => {
             let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
@@ -560,13 +568,17 @@ pub fn scored_choices(
             last.role
         ));
     }
+    if params.template == Template::Chat {
+        return scored_after_chat_prompt(format, window, (prompt, params, &messages), settings);
+    }
     let context_text = [&prompt.before[..], &prompt.text, &prompt.after].concat();
+    let raw = engine::PromptTemplate::None;
     prompt
         .choices
         .iter()
         .map(|choice| {
             let scored = match messages.is_empty() {
-                true => format.scored_choice((&context_text, choice), window, settings),
+                true => format.scored_choice((&context_text, choice), raw, window, settings),
                 false => {
                     let reply = Message::new("assistant", choice);
                     let turns: Vec<Message> = messages.iter().cloned().chain([reply]).collect();
@@ -574,6 +586,29 @@ pub fn scored_choices(
                 }
             };
             scored.map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// Each of a prompt's choices scored as the text that follows it once the chat template
+/// has rendered it with the generation prompt (its text as the user's turn, after the
+/// job's system message; or its conversation): lm-evaluation-harness's multiple choice
+/// under `--apply_chat_template`. Unlike a conversation's reply under template none, a
+/// choice is scored without the end-of-turn marker.
+fn scored_after_chat_prompt(
+    format: &PromptFormat,
+    window: usize,
+    (prompt, params, messages): (&PromptParts, &GenerateParams, &[Message]),
+    settings: WindowSettings,
+) -> Result<Vec<ScoredText>, String> {
+    let chat = engine::PromptTemplate::Chat;
+    let context = format
+        .render(&model_prompt(prompt, params, messages), chat, None)
+        .map_err(|e| e.to_string())?;
+    (prompt.choices.iter())
+        .map(|choice| {
+            (format.scored_choice((&context, choice), chat, window, settings))
+                .map_err(|e| e.to_string())
         })
         .collect()
 }
@@ -605,7 +640,8 @@ fn scored_after_contexts(
     (prompt.choices.iter())
         .map(|choice| {
             let context = format!("{}{choice}", prompt.before);
-            (format.scored_choice((&context, &continuation), window, settings))
+            let raw = engine::PromptTemplate::None;
+            (format.scored_choice((&context, &continuation), raw, window, settings))
                 .map_err(|e| e.to_string())
         })
         .collect()
