@@ -170,6 +170,11 @@ pub struct PromptParts {
     /// in [`ChoiceScores::answers`] to mark whether the choice the model prefers is right.
     #[serde(default)]
     pub answers: Vec<u32>,
+    /// This text prompt's own system message, over the request's
+    /// ([`GenerateParams::system`]; chat template only): the job's description under the
+    /// chat template, as lm-evaluation-harness's `--apply_chat_template` places it.
+    #[serde(default)]
+    pub system: Option<String>,
 }
 
 impl PromptParts {

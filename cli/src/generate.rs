@@ -192,6 +192,8 @@ pub struct GenerateArgs {
     /// Text before each record's prompt, and before its few-shot examples, with the
     /// record's {field}s and no {text} (lm-evaluation-harness's description; MMLU's "The
     /// following are multiple choice questions (with answers) about {subject}.\n\n").
+    /// Under the chat template it is the system message instead (after --system and
+    /// --fewshot-delimiter), as lm-evaluation-harness's --apply_chat_template puts it.
     #[arg(long, env = "RESIDENT_DESCRIPTION", value_name = "TEMPLATE")]
     description: Option<String>,
     /// Few-shot examples from this file or directory (a dataset's dev or train split, read
@@ -231,6 +233,13 @@ pub struct GenerateArgs {
         value_name = "per-record|lm-eval"
     )]
     fewshot_sampler: FewshotSampling,
+    /// Writes each few-shot example as a turn of the conversation, its prompt the user's
+    /// and its answer the assistant's, the record's prompt the last user turn
+    /// (lm-evaluation-harness's --fewshot_as_multiturn, the Open LLM Leaderboard's setting
+    /// for chat models); without it the examples are text in the one user turn. Needs the
+    /// chat template (--template chat).
+    #[arg(long, env = "RESIDENT_FEWSHOT_AS_MULTITURN")]
+    fewshot_as_multiturn: bool,
     /// With --score or --reference-field, the report's accuracy also by the value of this
     /// field of each record (MMLU's `subject`): `accuracy_by_group` in report.json, each
     /// group's records, accuracy (and accuracy per character, scoring), and their mean
@@ -371,6 +380,11 @@ impl GenerateArgs {
             "--system needs the model's chat template (--template chat)",
         )?;
         crate::exit::require(
+            !self.fewshot_as_multiturn || self.template() == TemplateArg::Chat,
+            "--fewshot-as-multiturn writes the few-shot examples as chat turns: it needs the \
+             chat template (--template chat)",
+        )?;
+        crate::exit::require(
             !self.score
                 || (self.input_format == InputFormatArg::Records
                     && self.output_format == OutputFormatArg::Generations),
@@ -473,6 +487,7 @@ impl GenerateArgs {
             group_field: self.fewshot_group.clone(),
             seed: self.fewshot_seed,
             sampling: self.fewshot_sampler,
+            as_turns: self.fewshot_as_multiturn,
             ..FewshotSource::default()
         }))
     }

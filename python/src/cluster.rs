@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use resident_actor::generate::{Completion, GenerateParams, PromptParts};
+use resident_actor::generate::{Completion, GenerateParams, PromptParts, Template};
 use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
@@ -670,7 +670,7 @@ impl NativeCluster {
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
         fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
-        engine_json=None))]
+        engine_json=None, fewshot_as_multiturn=false))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -708,6 +708,7 @@ impl NativeCluster {
         placement_json: Option<String>,
         fewshot_sampler: String,
         engine_json: Option<String>,
+        fewshot_as_multiturn: bool,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -739,6 +740,7 @@ impl NativeCluster {
             fewshot_group,
             fewshot_seed,
             fewshot_sampler,
+            fewshot_as_multiturn,
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
@@ -969,7 +971,8 @@ fn set_formats(
 }
 
 /// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter, the
-/// group field, the seed of each record's draw and how it draws.
+/// group field, the seed of each record's draw, how it draws, and whether the examples
+/// are chat turns.
 type FewshotArgs = (
     Option<String>,
     usize,
@@ -977,6 +980,7 @@ type FewshotArgs = (
     Option<String>,
     Option<u64>,
     String,
+    bool,
 );
 
 /// Puts `description` and the few-shot examples `fewshot` names before the job's prompt,
@@ -985,8 +989,15 @@ fn put_prompt_start(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     description: Option<String>,
-    (input, count, delimiter, group_field, seed, sampler): FewshotArgs,
+    (input, count, delimiter, group_field, seed, sampler, as_turns): FewshotArgs,
 ) -> PyResult<()> {
+    if as_turns && config.generation.params.template != Template::Chat {
+        return Err(bad_input(
+            py,
+            "fewshot_as_multiturn writes the few-shot examples as chat turns: it needs the \
+             chat template (template=\"chat\")",
+        ));
+    }
     let sampling: FewshotSampling = (sampler.parse())
         .map_err(|why: String| bad_input(py, format!("fewshot_sampler: {why}")))?;
     let source = match input {
@@ -997,6 +1008,7 @@ fn put_prompt_start(
             group_field,
             seed,
             sampling,
+            as_turns,
             ..FewshotSource::default()
         }),
         None if group_field.is_some()

@@ -248,6 +248,41 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
             )
 
 
+def test_fewshot_as_multiturn_scores_as_the_conversation_it_makes(local_cluster, tmp_path):
+    """``fewshot_as_multiturn=True`` under the chat template: the description the system
+    message, each example a user turn and its answer the assistant's, then the record's
+    prompt: the lines the same conversations give as records; refused without the chat
+    template."""
+    dev = write_corpus(tmp_path / "dev.jsonl", [
+        {"id": "d0", "text": "Fire is", "choices": ["hot", "cold"], "answer": 0},
+        {"id": "d1", "text": "Grass is", "choices": ["blue", "green"], "answer": 1},
+    ])
+    question = {"id": "sky", "text": "The sky is", "choices": ["blue", "red"], "answer": 0}
+    corpus = write_corpus(tmp_path / "test.jsonl", [question])
+    fields = dict(template="chat", max_new_tokens=0, score=True, progress=False)
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "turns"), "Q: {text}\nA:",
+        fewshot_input=str(dev), fewshot=2, fewshot_as_multiturn=True,
+        description="Say one word.", **fields,
+    )
+    said = [("system", "Say one word."), ("user", "Q: Fire is\nA:"), ("assistant", "hot"),
+            ("user", "Q: Grass is\nA:"), ("assistant", "green"), ("user", "Q: The sky is\nA:")]
+    written = dict(question, messages=[{"role": r, "content": c} for r, c in said])
+    del written["text"]
+    conversation = write_corpus(tmp_path / "conversation.jsonl", [written])
+    local_cluster.generate_job(
+        str(conversation), str(SMOLLM2), str(tmp_path / "hand"), "{text}", **fields
+    )
+    turns, hand = (open(tmp_path / name / "generations.jsonl").read() for name in ("turns", "hand"))
+    assert turns == hand and '"choice_scores"' in turns, (turns, hand)
+    with pytest.raises(resident.BadInput, match="fewshot_as_multiturn .* needs the chat template"):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}",
+            fewshot_input=str(dev), fewshot=1, fewshot_as_multiturn=True,
+            **dict(fields, template="none"),
+        )
+
+
 def test_lm_eval_s_sampler_draws_what_python_s_own_random_draws(local_cluster, tmp_path):
     """``fewshot_sampler="lm-eval"``: each record's examples are what
     ``random.Random(1234).sample(examples, n)`` gives, record after record, as

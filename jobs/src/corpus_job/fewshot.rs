@@ -48,6 +48,11 @@ pub struct FewshotSource {
     pub target_delimiter: String,
     /// What an example's answer is (the job sets it: `GenerateJobConfig::put_prompt_start`).
     pub answer: ShotAnswer,
+    /// Each example as a conversation's turns, its prompt the user's and its answer the
+    /// assistant's, before the record's prompt as the last user turn
+    /// (`--fewshot-as-multiturn`, lm-evaluation-harness's `--fewshot_as_multiturn`; chat
+    /// template only); `false`: the examples as text before the prompt.
+    pub as_turns: bool,
 }
 
 /// How `--fewshot-seed` draws each record's examples.
@@ -168,6 +173,67 @@ impl FewshotGroups {
     }
 }
 
+/// The first few-shot examples of each group as turns (`--fewshot-as-multiturn`): what
+/// goes between a record's system message and its prompt, the user's last turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FewshotTurns {
+    /// The field whose value picks a record's examples (`None`: one group, `""`).
+    pub field: Option<String>,
+    /// Each group's examples, in order.
+    pub groups: BTreeMap<String, Vec<ShotTurns>>,
+    /// Where they were read (for a record whose group has none).
+    pub source: String,
+}
+
+impl FewshotTurns {
+    /// The examples of a record whose group is `group` (`""` when ungrouped); a refusal
+    /// that says what to do when the file has none of that group.
+    pub fn turns_for(&self, group: &str) -> Result<&[ShotTurns], String> {
+        self.groups.get(group).map(Vec::as_slice).ok_or_else(|| {
+            format!(
+                "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
+                 answered records of that group, or leave out --fewshot-group",
+                self.source,
+                self.field.as_deref().unwrap_or_default()
+            )
+        })
+    }
+
+    /// What the job's settings fingerprint holds of them: every turn, by group.
+    pub fn settings(&self) -> serde_json::Value {
+        let groups: BTreeMap<&String, Vec<[&str; 2]>> = (self.groups.iter())
+            .map(|(group, shots)| {
+                let turns = shots.iter().map(|s| [s.asked.as_str(), &s.answer]);
+                (group, turns.collect())
+            })
+            .collect();
+        serde_json::json!({ "field": self.field, "turns": groups })
+    }
+}
+
+/// The first `source.count` examples `source` names (of each group when grouped), read as
+/// [`read_examples`] reads them, each written through `prompt` as turns.
+pub fn read_example_turns(
+    source: &FewshotSource,
+    prompt: &PromptTemplate,
+    options: ReaderOptions,
+) -> Result<FewshotTurns, JobError> {
+    let names = options.extra_fields.clone();
+    let mut groups = BTreeMap::new();
+    for (group, shots) in read_groups(source, options, source.count)? {
+        let turns = (shots.iter())
+            .map(|shot| write_shot(prompt, &names, shot, source).map(|(_, turns)| turns))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(JobError::Input)?;
+        groups.insert(group, turns);
+    }
+    Ok(FewshotTurns {
+        field: source.grouped().map(str::to_owned),
+        groups,
+        source: source.path.display().to_string(),
+    })
+}
+
 /// What few-shot examples make of a job's prompt.
 #[derive(Debug)]
 pub enum FewshotPrompt {
@@ -231,41 +297,77 @@ pub fn examples_text(
 ) -> Result<String, String> {
     let mut examples = String::new();
     for shot in shots {
-        let answer = source.answer.of(shot).ok_or_else(|| match &source.answer {
-            ShotAnswer::Choice | ShotAnswer::Context => format!(
-                "few-shot example {} has no answered choices: an example needs choices and \
-                 an answer (--choices-field, --answer-field)",
-                shot.id
-            ),
-            ShotAnswer::Reference(field) => format!(
-                "few-shot example {} has no `{field}`: an example needs its answer there",
-                shot.id
-            ),
-        })?;
-        if shot.chat.is_some() {
-            return Err(format!(
-                "few-shot example {} is a conversation: examples are written through \
-                 --prompt, so they need a text",
-                shot.id
-            ));
-        }
-        let values: Vec<String> = (template.fields().iter())
-            .map(|field| {
-                let at = names.iter().position(|name| name == field);
-                at.and_then(|at| shot.fields.get(at))
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .collect();
-        let (before, after) = template.around(&values);
-        let target = &source.target_delimiter;
-        let text = &shot.text;
-        examples.push_str(&match source.answer {
-            ShotAnswer::Context => format!("{before}{answer}{target}{text}{after}{delimiter}"),
-            _ => format!("{before}{text}{after}{target}{answer}{delimiter}"),
-        });
+        let (text, _) = write_shot(template, names, shot, source)?;
+        examples.push_str(&text);
+        examples.push_str(delimiter);
     }
     Ok(examples)
+}
+
+/// A few-shot example as a conversation's turns (`--fewshot-as-multiturn`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShotTurns {
+    /// Its prompt: the user's turn.
+    pub asked: String,
+    /// Its answer (without the target delimiter): the assistant's.
+    pub answer: String,
+}
+
+/// `shot` written through `template` (its fields the values of `names`, in order): as the
+/// text that goes before a prompt (its prompt, `source`'s target delimiter, its answer),
+/// and as turns. A shot without an answer, or one that is a conversation, is refused
+/// naming it.
+pub fn write_shot(
+    template: &PromptTemplate,
+    names: &[String],
+    shot: &Record,
+    source: &FewshotSource,
+) -> Result<(String, ShotTurns), String> {
+    let answer = source.answer.of(shot).ok_or_else(|| match &source.answer {
+        ShotAnswer::Choice | ShotAnswer::Context => format!(
+            "few-shot example {} has no answered choices: an example needs choices and \
+             an answer (--choices-field, --answer-field)",
+            shot.id
+        ),
+        ShotAnswer::Reference(field) => format!(
+            "few-shot example {} has no `{field}`: an example needs its answer there",
+            shot.id
+        ),
+    })?;
+    if shot.chat.is_some() {
+        return Err(format!(
+            "few-shot example {} is a conversation: examples are written through \
+             --prompt, so they need a text",
+            shot.id
+        ));
+    }
+    let values: Vec<String> = (template.fields().iter())
+        .map(|field| {
+            let at = names.iter().position(|name| name == field);
+            at.and_then(|at| shot.fields.get(at))
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    let (before, after) = template.around(&values);
+    let target = &source.target_delimiter;
+    let text = &shot.text;
+    Ok(match source.answer {
+        ShotAnswer::Context => (
+            format!("{before}{answer}{target}{text}{after}"),
+            ShotTurns {
+                asked: format!("{before}{answer}"),
+                answer: format!("{text}{after}"),
+            },
+        ),
+        _ => (
+            format!("{before}{text}{after}{target}{answer}"),
+            ShotTurns {
+                asked: format!("{before}{text}{after}"),
+                answer,
+            },
+        ),
+    })
 }
 
 /// Whether `item` can be a few-shot example: a record with a text and `answer`'s answer.

@@ -23,7 +23,7 @@ use resident_proto::SeededRng;
 use super::JobError;
 #[cfg(test)]
 use super::fewshot::FewshotSampling;
-use super::fewshot::{FewshotSource, examples_text, read_groups};
+use super::fewshot::{FewshotSource, ShotTurns, read_groups, write_shot};
 use super::prompt::PromptTemplate;
 use super::python_random::PythonRandom;
 use super::reader::ReaderOptions;
@@ -84,6 +84,8 @@ pub struct Shot {
     pub id: String,
     /// Written as the job writes a record, its answer after it.
     pub text: String,
+    /// As a conversation's turns (`--fewshot-as-multiturn`).
+    pub turns: ShotTurns,
 }
 
 /// Every example a record may draw, by group, and how each record draws its own.
@@ -108,6 +110,8 @@ pub struct FewshotSampler {
     /// lm-evaluation-harness's draws, record after record (`--fewshot-sampler lm-eval`);
     /// `None`: each record's own.
     pub sequence: Option<SequentialDraws>,
+    /// The drawn examples go before the prompt as turns ([`Self::turns_for`]), not text.
+    pub as_turns: bool,
 }
 
 /// Which of `pool_len` examples a record with `record_id` gets, in their order: `count + 1`
@@ -137,6 +141,31 @@ impl FewshotSampler {
         record_id: &str,
         ordinal: u64,
     ) -> Result<PromptTemplate, String> {
+        let mut examples = String::new();
+        for shot in self.drawn(group, record_id, ordinal)? {
+            examples.push_str(&shot.text);
+            examples.push_str(&self.delimiter);
+        }
+        let literal = examples.replace('{', "{{").replace('}', "}}");
+        PromptTemplate::parse(&format!("{}{literal}{}", self.description, self.prompt))
+    }
+
+    /// The examples drawn for the record `record_id` at `ordinal` of group `group`, as
+    /// turns (`--fewshot-as-multiturn`; the record's prompt is then the job's own).
+    pub fn turns_for(
+        &self,
+        group: &str,
+        record_id: &str,
+        ordinal: u64,
+    ) -> Result<Vec<ShotTurns>, String> {
+        let drawn = self.drawn(group, record_id, ordinal)?;
+        Ok(drawn.into_iter().map(|shot| shot.turns.clone()).collect())
+    }
+
+    /// The examples drawn for the record `record_id` at `ordinal` of group `group` (`""`
+    /// when ungrouped), in order; a refusal that says what to do when the file has none
+    /// of that group.
+    fn drawn(&self, group: &str, record_id: &str, ordinal: u64) -> Result<Vec<&Shot>, String> {
         let pool = self.pools.get(group).ok_or_else(|| {
             format!(
                 "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
@@ -145,7 +174,6 @@ impl FewshotSampler {
                 self.field.as_deref().unwrap_or_default()
             )
         })?;
-        let mut examples = String::new();
         let drawn = match &self.sequence {
             Some(sequence) => sequence.of(ordinal, pool.len()),
             None => draw(self.seed, record_id, pool.len(), self.count),
@@ -154,12 +182,7 @@ impl FewshotSampler {
             .iter()
             .map(|at| &pool[*at])
             .filter(|shot| shot.id != record_id);
-        for shot in chosen.take(self.count) {
-            examples.push_str(&shot.text);
-            examples.push_str(&self.delimiter);
-        }
-        let literal = examples.replace('{', "{{").replace('}', "}}");
-        PromptTemplate::parse(&format!("{}{literal}{}", self.description, self.prompt))
+        Ok(chosen.take(self.count).collect())
     }
 
     /// What the job's settings fingerprint holds of them: the draw's settings and a digest
@@ -182,6 +205,9 @@ impl FewshotSampler {
         // Only when drawn so: a per-record job's settings read as before.
         if let Some(sequence) = &self.sequence {
             settings["sampler"] = serde_json::json!({"lm-eval": sequence.take});
+        }
+        if self.as_turns {
+            settings["as_turns"] = true.into();
         }
         settings
     }
@@ -216,13 +242,13 @@ pub fn read_sampled_examples(
     for (group, records) in groups {
         let mut shots = Vec::with_capacity(records.len());
         for record in records {
-            let text = examples_text(prompt, &names, std::slice::from_ref(&record), source, "")
-                .map_err(JobError::Input)?;
+            let (text, turns) =
+                write_shot(prompt, &names, &record, source).map_err(JobError::Input)?;
             let id = match &record.id {
                 serde_json::Value::String(id) => id.clone(),
                 other => other.to_string(),
             };
-            shots.push(Shot { id, text });
+            shots.push(Shot { id, text, turns });
         }
         pools.insert(group, shots);
     }
@@ -236,6 +262,7 @@ pub fn read_sampled_examples(
         prompt: prompt.as_str().to_owned(),
         source: source.path.display().to_string(),
         sequence,
+        as_turns: source.as_turns,
     })
 }
 
@@ -248,6 +275,10 @@ mod tests {
             .map(|i| Shot {
                 id: format!("d{i}"),
                 text: format!("Q{i} {{x}} A{i}"),
+                turns: ShotTurns {
+                    asked: format!("Q{i} {{x}}"),
+                    answer: format!("A{i}"),
+                },
             })
             .collect();
         FewshotSampler {
@@ -260,6 +291,7 @@ mod tests {
             prompt: "{text}\nAnswer:".into(),
             source: "dev.jsonl".into(),
             sequence: None,
+            as_turns: false,
         }
     }
 
@@ -334,6 +366,36 @@ mod tests {
             sampler(5, 3).settings(),
             "other examples, other job"
         );
+    }
+
+    /// As turns, a record gets the very examples its text draw gives, in order; the
+    /// settings say the examples are turns.
+    #[test]
+    fn drawn_examples_as_turns_are_the_ones_the_text_draw_gives() {
+        let text = sampler(12, 3);
+        let turns = FewshotSampler {
+            as_turns: true,
+            ..text.clone()
+        };
+        for id in ["r1", "r2", "d4"] {
+            let written = text.prompt_for("", id, 0).unwrap().as_str().to_owned();
+            let drawn = turns.turns_for("", id, 0).unwrap();
+            assert_eq!(drawn.len(), 3);
+            let as_text: Vec<String> = (drawn.iter())
+                .map(|t| {
+                    format!("{} {}\n\n", t.asked, t.answer)
+                        .replace('{', "{{")
+                        .replace('}', "}}")
+                })
+                .collect();
+            assert!(
+                written.contains(&as_text.concat()),
+                "{written} holds {as_text:?}"
+            );
+        }
+        assert!(turns.turns_for("math", "r1", 0).is_err());
+        assert_eq!(turns.settings()["as_turns"], true);
+        assert!(text.settings().get("as_turns").is_none());
     }
 
     /// `--fewshot-sampler lm-eval`: record after record, the examples

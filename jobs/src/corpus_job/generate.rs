@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use resident_actor::generate::{
-    Completion, Generate, GenerateConfig, GenerateParams, GenerateRequest, PromptParts, Template,
+    ChatMessage, Completion, Generate, GenerateConfig, GenerateParams, GenerateRequest,
+    PromptParts, Template,
 };
 use resident_sdk::{Bytes, Cluster, Pool, PoolSpec, SdkError, TaskOutput};
 
@@ -15,7 +16,8 @@ use super::chat_input::PromptInput;
 use super::engine_settings::EngineSettings;
 use super::evaluation_counts::{EvaluationCounts, StoredEvaluation};
 use super::fewshot::{
-    FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource, ShotAnswer, read_examples,
+    DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotPrompt, FewshotSampling, FewshotSource,
+    FewshotTurns, ShotAnswer, ShotTurns, read_example_turns, read_examples,
 };
 use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
 use super::generation_lines::GenerationLine;
@@ -24,7 +26,7 @@ use super::group_accuracy::{accuracy_by_group, group_of};
 use super::inputs::InputSet;
 use super::manifest::Manifest;
 use super::output::MergeLayout;
-use super::prompt::{PromptTemplate, check_description};
+use super::prompt::{DescriptionAsSystem, PromptTemplate};
 use super::reader::{BadRecord, Item, Kept, Record, RecordReader};
 use super::shard_rows::ShardRows;
 use super::work::{ChunkWork, Piece};
@@ -65,9 +67,11 @@ impl GenerateJobConfig {
                 model,
                 fewshot_groups: None,
                 fewshot_sampler: None,
+                fewshot_turns: None,
                 accuracy_by: None,
                 answer_match: None,
                 target_delimiter: String::new(),
+                description: None,
             },
         }
     }
@@ -83,7 +87,9 @@ impl GenerateJobConfig {
         fewshot: Option<&FewshotSource>,
     ) -> Result<(), JobError> {
         let description = description.unwrap_or_default();
-        check_description(description).map_err(JobError::Input)?;
+        let delimiter = fewshot.map_or(DEFAULT_FEWSHOT_DELIMITER, |f| f.delimiter.as_str());
+        self.generation.description =
+            DescriptionAsSystem::new(description, delimiter).map_err(JobError::Input)?;
         let prompt = self.generation.prompt.clone();
         let whole = PromptTemplate::parse(&format!("{description}{}", prompt.as_str()))
             .map_err(JobError::Input)?;
@@ -96,6 +102,9 @@ impl GenerateJobConfig {
         source.answer = self.shot_answer()?;
         source.target_delimiter = self.generation.target_delimiter.clone();
         let source = &source;
+        if source.as_turns && self.generation.params.template != Template::Chat {
+            return Err(JobError::Input(AS_TURNS_NEED_CHAT.into()));
+        }
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
         if let Some(seed) = source.draw_seed().filter(|_| source.count > 0) {
@@ -105,6 +114,12 @@ impl GenerateJobConfig {
                 read_sampled_examples(source, seed, description, &prompt, reading, sequence)?;
             self.corpus.reader = options;
             self.generation.fewshot_sampler = Some(sampler);
+            return Ok(());
+        }
+        if source.as_turns && source.count > 0 {
+            let turns = read_example_turns(source, &prompt, options.clone())?;
+            self.corpus.reader = options;
+            self.generation.fewshot_turns = Some(turns);
             return Ok(());
         }
         match read_examples(source, description, &prompt, options.clone())? {
@@ -284,6 +299,9 @@ pub struct GenerateWork {
     pub fewshot_groups: Option<FewshotGroups>,
     /// Few-shot examples drawn for each record (`--fewshot-seed`), put before its prompt.
     pub fewshot_sampler: Option<FewshotSampler>,
+    /// The first few-shot examples (of each record's group) as turns before its prompt
+    /// (`--fewshot-as-multiturn`).
+    pub fewshot_turns: Option<FewshotTurns>,
     /// The field whose values group the report's accuracy (`--accuracy-by`); the reader
     /// carries it.
     pub accuracy_by: Option<String>,
@@ -293,7 +311,21 @@ pub struct GenerateWork {
     /// Between a prompt and its answer (`--target-delimiter`, lm-evaluation-harness's
     /// `target_delimiter`): before each few-shot example's answer and each scored choice.
     pub target_delimiter: String,
+    /// `--description`, moved into each text record's system message under the chat
+    /// template (it starts [`Self::prompt`] all the same).
+    pub description: Option<DescriptionAsSystem>,
 }
+
+/// What goes before a text record's text ([`GenerateWork::record_start`]).
+struct RecordStart<'a> {
+    prompt: std::borrow::Cow<'a, PromptTemplate>,
+    turns: Vec<ShotTurns>,
+    error: Option<String>,
+}
+
+/// Refused: few-shot turns without the chat template to render them.
+const AS_TURNS_NEED_CHAT: &str = "--fewshot-as-multiturn writes the few-shot examples as \
+    chat turns: it needs the chat template (--template chat)";
 
 /// The id a record's sampler is seeded with: a string id as it is, a number as written.
 fn seed_id(id: &serde_json::Value) -> String {
@@ -313,30 +345,88 @@ impl GenerateWork {
         }
     }
 
-    /// The template a text record's prompt is written through: `--prompt` (with the
-    /// description and examples before it), its group's, or the one drawn for it; with why
-    /// not, when its group has no examples.
-    fn record_prompt(
-        &self,
-        record: &Record,
-    ) -> (std::borrow::Cow<'_, PromptTemplate>, Option<String>) {
+    /// What goes before a text record's text: its template (`--prompt`, with the
+    /// description and the examples written before it: the job's, its group's, or the one
+    /// drawn for it), the examples as turns (`--fewshot-as-multiturn`; the template is then
+    /// the job's), and why not, when its group has no examples.
+    fn record_start(&self, record: &Record) -> RecordStart<'_> {
         use std::borrow::Cow;
-        let group = match (&self.fewshot_groups, &self.fewshot_sampler) {
-            (Some(_), _) | (_, Some(FewshotSampler { field: Some(_), .. })) => {
-                record.fields.last().map(String::as_str).unwrap_or_default()
-            }
-            _ => "",
+        let grouped = self.fewshot_groups.is_some()
+            || (self.fewshot_sampler.as_ref()).is_some_and(|s| s.field.is_some())
+            || (self.fewshot_turns.as_ref()).is_some_and(|t| t.field.is_some());
+        let group = match grouped {
+            true => record.fields.last().map(String::as_str).unwrap_or_default(),
+            false => "",
         };
-        let drawn = match (&self.fewshot_groups, &self.fewshot_sampler) {
-            (Some(groups), _) => groups.prompt_for(group).map(Cow::Borrowed),
-            (None, Some(sampler)) => sampler
-                .prompt_for(group, &seed_id(&record.id), record.ordinal)
-                .map(Cow::Owned),
-            (None, None) => Ok(Cow::Borrowed(&self.prompt)),
+        let (id, ordinal) = (seed_id(&record.id), record.ordinal);
+        let own = Cow::Borrowed(&self.prompt);
+        let drawn = match (
+            &self.fewshot_groups,
+            &self.fewshot_sampler,
+            &self.fewshot_turns,
+        ) {
+            (Some(groups), _, _) => groups.prompt_for(group).map(|p| (Cow::Borrowed(p), vec![])),
+            (_, Some(sampler), _) if sampler.as_turns => {
+                (sampler.turns_for(group, &id, ordinal)).map(|turns| (own.clone(), turns))
+            }
+            (_, Some(sampler), _) => {
+                (sampler.prompt_for(group, &id, ordinal)).map(|p| (Cow::Owned(p), vec![]))
+            }
+            (_, _, Some(turns)) => turns
+                .turns_for(group)
+                .map(|turns| (own.clone(), turns.to_vec())),
+            _ => Ok((own.clone(), vec![])),
         };
         match drawn {
-            Ok(prompt) => (prompt, None),
-            Err(error) => (Cow::Borrowed(&self.prompt), Some(error)),
+            Ok((prompt, turns)) => RecordStart {
+                prompt,
+                turns,
+                error: None,
+            },
+            Err(error) => RecordStart {
+                prompt: own,
+                turns: Vec::new(),
+                error: Some(error),
+            },
+        }
+    }
+
+    /// A text record's prompt: its text in its template, the description as the system
+    /// message under the chat template; a conversation when its examples are turns.
+    fn text_prompt(&self, record: &Record) -> PromptParts {
+        let start = self.record_start(record);
+        let (before, after) = start.prompt.around(&record.fields);
+        let job_system = self.params.system.as_deref();
+        let (system, before) = match (&self.description, self.params.template) {
+            (Some(description), Template::Chat) => {
+                description.split(job_system, &record.fields, before)
+            }
+            _ => (None, before),
+        };
+        let id = seed_id(&record.id);
+        if start.turns.is_empty() {
+            return PromptParts {
+                error: start.error,
+                system,
+                ..PromptParts::new(&id, &before, &record.text, &after)
+            };
+        }
+        // A conversation carries its system message itself.
+        let system = system.or_else(|| job_system.map(str::to_owned));
+        let shots = start.turns.iter().flat_map(|shot| {
+            let asked = ChatMessage::new("user", &shot.asked);
+            [asked, ChatMessage::new("assistant", &shot.answer)]
+        });
+        let asked = ChatMessage::new("user", &format!("{before}{}{after}", record.text));
+        let messages = (system
+            .iter()
+            .map(|system| ChatMessage::new("system", system)))
+        .chain(shots)
+        .chain([asked])
+        .collect();
+        PromptParts {
+            error: start.error,
+            ..PromptParts::chat(&id, messages)
         }
     }
 
@@ -350,14 +440,7 @@ impl GenerateWork {
                 error: chat.error,
                 ..PromptParts::chat(&seed_id(&record.id), Vec::new())
             },
-            None => {
-                let (prompt, error) = self.record_prompt(&record);
-                let (before, after) = prompt.around(&record.fields);
-                PromptParts {
-                    error,
-                    ..PromptParts::new(&seed_id(&record.id), &before, &record.text, &after)
-                }
-            }
+            None => self.text_prompt(&record),
         };
         // A reference that cannot be compared is known before the record is generated.
         let prompt = match self.references(Some(&record.kept)) {
@@ -508,11 +591,18 @@ impl ChunkWork for GenerateWork {
         if let Some(sampler) = &self.fewshot_sampler {
             settings["fewshot_sampled"] = sampler.settings();
         }
+        if let Some(turns) = &self.fewshot_turns {
+            settings["fewshot_turns"] = turns.settings();
+        }
         if let Some(check) = &self.answer_match {
             settings["answer_match"] = check.settings();
         }
         if !self.target_delimiter.is_empty() {
             settings["target_delimiter"] = self.target_delimiter.as_str().into();
+        }
+        // Only when so: other jobs' settings read as before.
+        if self.description.is_some() && self.params.template == Template::Chat {
+            settings["description_as_system"] = true.into();
         }
         crate::files::sha256_hex(canonical_json(&settings).as_bytes())
     }
@@ -778,6 +868,7 @@ mod tests {
         let template = PromptTemplate::parse("Q: {text}\nA:").unwrap();
         let mut job = GenerateJobConfig::new(corpus, template);
         job.corpus.reader.choices = Some(Default::default());
+        job.generation.params.template = Template::None;
         let ungrouped = job.generation.settings_fingerprint("m");
         let source = FewshotSource {
             path: dev,
@@ -815,6 +906,93 @@ mod tests {
         assert_eq!(art.before, "About art:\nQ: Mona Lisa\nA: Leonardo\n\nQ: ");
         let error = job.generation.prompt_of(record("history")).error.unwrap();
         assert!(error.contains("whose `subject` is \"history\""), "{error}");
+    }
+
+    /// Under the chat template the description is each record's system message (after the
+    /// job's, the few-shot delimiter between); with `--fewshot-as-multiturn` each example
+    /// of the record's group is a user turn and its answer the assistant's, the record's
+    /// prompt the last user turn. Other settings, another job.
+    #[test]
+    fn fewshot_examples_as_turns_make_a_conversation_after_the_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev.jsonl");
+        let lines = [
+            r#"{"subject": "math", "text": "1+1", "choices": ["2", "3"], "answer": 0}"#,
+            r#"{"subject": "math", "text": "2+2", "choices": ["4", "5"], "answer": 0}"#,
+            r#"{"subject": "art", "text": "Mona Lisa", "choices": ["Monet", "Leonardo"], "answer": 1}"#,
+            r#"{"subject": "art", "text": "Guernica", "choices": ["Picasso", "Dali"], "answer": 0}"#,
+        ];
+        std::fs::write(&dev, lines.join("\n")).unwrap();
+        let job_under = |template: Template, as_turns: bool| {
+            let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+            let prompt = PromptTemplate::parse("Q: {text}\nA:").unwrap();
+            let mut job = GenerateJobConfig::new(corpus, prompt);
+            job.corpus.reader.choices = Some(Default::default());
+            job.generation.params.template = template;
+            job.generation.params.system = Some("Be brief.".into());
+            job.generation.target_delimiter = " ".into();
+            let source = FewshotSource {
+                path: dev.clone(),
+                count: 2,
+                delimiter: "\n\n".into(),
+                group_field: Some("subject".into()),
+                as_turns,
+                ..FewshotSource::default()
+            };
+            job.put_prompt_start(Some("About {subject}."), Some(&source))
+                .map(|()| job)
+        };
+        let job = |as_turns: bool| job_under(Template::Chat, as_turns);
+        let record = |subject: &str| Record {
+            id: "r".into(),
+            text: "5+5".into(),
+            fields: vec![subject.into(), subject.into()],
+            kept: Default::default(),
+            chat: None,
+            choices: None,
+            limit_group: None,
+            ordinal: 0,
+        };
+        let as_text = job(false).unwrap();
+        let math = as_text.generation.prompt_of(record("math"));
+        assert_eq!(
+            (math.system.as_deref(), math.before.as_str()),
+            (
+                Some("Be brief.\n\nAbout math."),
+                "Q: 1+1\nA: 2\n\nQ: 2+2\nA: 4\n\nQ: "
+            )
+        );
+        let as_turns = job(true).unwrap();
+        let math = as_turns.generation.prompt_of(record("math"));
+        let said: Vec<(&str, &str)> = (math.messages.iter())
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("system", "Be brief.\n\nAbout math."),
+                ("user", "Q: 1+1\nA:"),
+                ("assistant", "2"),
+                ("user", "Q: 2+2\nA:"),
+                ("assistant", "4"),
+                ("user", "Q: 5+5\nA:"),
+            ]
+        );
+        let error = as_turns.generation.prompt_of(record("history")).error;
+        assert!(error.unwrap().contains("whose `subject` is \"history\""));
+        let fingerprints = [&as_text, &as_turns].map(|j| j.generation.settings_fingerprint("m"));
+        assert_ne!(fingerprints[0], fingerprints[1]);
+        // Without the chat template: turns refused, the description before the examples.
+        let refused = job_under(Template::None, true).unwrap_err().to_string();
+        assert!(refused.contains("needs the chat template"), "{refused}");
+        let raw = job_under(Template::None, false).unwrap();
+        let plain = raw.generation.prompt_of(record("math"));
+        assert_eq!(plain.system, None);
+        assert!(
+            plain.before.starts_with("About math.Q: 1+1"),
+            "{}",
+            plain.before
+        );
     }
 
     /// `data` as one actor's answer to a task.

@@ -145,6 +145,59 @@ pub fn check_description(description: &str) -> Result<(), String> {
     }
 }
 
+/// `--description` as the system message, as lm-evaluation-harness's
+/// `--apply_chat_template` places it: under the chat template the description still starts
+/// every record's prompt (its fields being the prompt's first), and is moved from the
+/// rendered start into the system message, after the job's `--system` and the few-shot
+/// delimiter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DescriptionAsSystem {
+    /// The description as a prompt's start (nothing after its `{text}`).
+    description: PromptTemplate,
+    /// Between the job's system message and the description.
+    delimiter: String,
+}
+
+impl DescriptionAsSystem {
+    /// `description` (checked by [`check_description`]) after a system message and
+    /// `delimiter`; `None` for an empty description.
+    pub fn new(description: &str, delimiter: &str) -> Result<Option<Self>, String> {
+        if description.is_empty() {
+            return Ok(None);
+        }
+        check_description(description)?;
+        Ok(Some(Self {
+            description: PromptTemplate::parse(&format!("{description}{{text}}"))?,
+            delimiter: delimiter.to_owned(),
+        }))
+    }
+
+    /// A record's system message (`system`, the job's, then the description rendered with
+    /// `values`, the record's fields) and `before` (its prompt's start as rendered with the
+    /// description first) without the description. An empty description leaves the job's
+    /// system message alone.
+    pub fn split(
+        &self,
+        system: Option<&str>,
+        values: &[String],
+        before: String,
+    ) -> (Option<String>, String) {
+        let (description, _) = self.description.around(values);
+        let Some(rest) = before.strip_prefix(&description) else {
+            return (system.map(str::to_owned), before);
+        };
+        let rest = rest.to_owned();
+        match (system, description.is_empty()) {
+            (system, true) => (system.map(str::to_owned), rest),
+            (None, false) => (Some(description), rest),
+            (Some(system), false) => (
+                Some(format!("{system}{}{description}", self.delimiter)),
+                rest,
+            ),
+        }
+    }
+}
+
 fn valid_field(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -181,6 +234,43 @@ mod tests {
         assert!(error.contains("lone"), "{error}");
         let error = PromptTemplate::parse("{text} {unclosed").unwrap_err();
         assert!(error.contains("field name in braces"), "{error}");
+    }
+
+    /// Under the chat template a description leaves the prompt's start for the system
+    /// message, after the job's system message and the delimiter; an empty one leaves
+    /// both alone.
+    #[test]
+    fn a_description_moves_from_the_prompt_s_start_into_the_system_message() {
+        let description = "Questions about {subject}.\n\n";
+        let whole = PromptTemplate::parse(&format!("{description}Q: {{text}}\nA:")).unwrap();
+        let values = ["maths".to_owned()];
+        let (before, _) = whole.around(&values);
+        let moved = DescriptionAsSystem::new(description, "\n\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            moved.split(None, &values, before.clone()),
+            (Some("Questions about maths.\n\n".into()), "Q: ".into())
+        );
+        assert_eq!(
+            moved.split(Some("Be brief."), &values, before),
+            (
+                Some("Be brief.\n\nQuestions about maths.\n\n".into()),
+                "Q: ".into()
+            )
+        );
+        let blank = DescriptionAsSystem::new("{subject}", "\n\n")
+            .unwrap()
+            .unwrap();
+        let (before, _) = PromptTemplate::parse("{subject}Q: {text}")
+            .unwrap()
+            .around(&[String::new()]);
+        assert_eq!(
+            blank.split(Some("Be brief."), &[String::new()], before),
+            (Some("Be brief.".into()), "Q: ".into())
+        );
+        assert_eq!(DescriptionAsSystem::new("", "\n\n"), Ok(None));
+        assert!(DescriptionAsSystem::new("{text}", "").is_err());
     }
 
     /// A description parses as a prompt's start; `{text}` in it or a bad brace is refused

@@ -854,6 +854,7 @@ class Cluster:
         choice_labels: Optional[Sequence[str]] = None,
         fewshot_seed: Optional[int] = None,
         fewshot_sampler: str = "per-record",
+        fewshot_as_multiturn: bool = False,
         reference_field: Optional[str] = None,
         extract: Optional[str] = None,
         extract_match: str = "first",
@@ -900,9 +901,14 @@ class Cluster:
         (``--fewshot-seed``, lm-evaluation-harness's default sampler);
         ``fewshot_sampler="lm-eval"`` draws the very examples lm-evaluation-harness draws
         for each record instead (``random.Random(fewshot_seed or 1234).sample`` record after
-        record in input order; ``--fewshot-sampler``); ``accuracy_by``
+        record in input order; ``--fewshot-sampler``); ``fewshot_as_multiturn=True`` writes
+        each example as a user turn (its prompt) and an assistant turn (its answer) before
+        the record's prompt, the last user turn (``--fewshot-as-multiturn``,
+        lm-evaluation-harness's ``--fewshot_as_multiturn``; needs ``template="chat"``);
+        ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
-        ``description`` goes before the examples and the prompt (``--description``);
+        ``description`` goes before the examples and the prompt (``--description``; under
+        the chat template it is the system message, after ``system``);
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
         choices (``--choice-labels``). ``reference_field`` (a field or path of each record's
         right answer: a text, a number or a list of them) checks each generated answer
@@ -955,6 +961,7 @@ class Cluster:
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),
                 fewshot_sampler=fewshot_sampler,
+                fewshot_as_multiturn=fewshot_as_multiturn,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
                     attention_kernel,

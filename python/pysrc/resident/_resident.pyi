@@ -81,6 +81,7 @@ class NativeCluster:
         placement_json: Optional[str] = None,
         fewshot_sampler: str = "per-record",
         engine_json: Optional[str] = None,
+        fewshot_as_multiturn: bool = False,
     ) -> str: ...
     def generate(
         self,

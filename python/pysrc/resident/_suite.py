@@ -88,6 +88,7 @@ SWITCHES: dict[str, str] = {
     "--score-first-token": "score_first_token",
     "--ignore-eos": "ignore_eos",
     "--enforce-eager": "enforce_eager",
+    "--fewshot-as-multiturn": "fewshot_as_multiturn",
 }
 
 # Flags that keep every value, in order: repeated, or (``split``) comma-separated too.

@@ -662,6 +662,106 @@ async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt
     );
 }
 
+/// lm-evaluation-harness's `--apply_chat_template --fewshot_as_multiturn`: each few-shot
+/// example is a user turn and its answer the assistant's, the description the system
+/// message, the record's prompt the last user turn, each choice scored after the rendered
+/// conversation: the same tokens and log-probabilities as the same conversation given as
+/// a record. Without the chat template the flag is refused before anything runs;
+/// `--dry-run` shows the turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.jsonl");
+    write_jsonl(
+        &dev,
+        &[
+            json!({"id": "d1", "text": "What is 2 + 2?", "choices": ["3", "4"], "answer": 1}),
+            json!({"id": "d2", "text": "What colour is the sky?", "choices": ["blue", "green"], "answer": 0}),
+        ],
+    );
+    let records = [
+        json!({"id": "r1", "text": "What is the capital of France?", "choices": ["Paris", "Rome"], "answer": 0}),
+        json!({"id": "r2", "text": "How many legs has a spider?", "choices": ["six", "eight"], "answer": 1}),
+    ];
+    let description = "Answer each question in one word.";
+    let prompt = "Question: {text}\nAnswer:";
+    let dev_path = dev.to_str().unwrap();
+    let flags = [
+        "--score",
+        "--max-new-tokens",
+        "0",
+        "--template",
+        "chat",
+        "--fewshot-input",
+        dev_path,
+        "--fewshot",
+        "2",
+        "--fewshot-as-multiturn",
+        "--description",
+        description,
+        "--target-delimiter",
+        " ",
+    ];
+    let (lines, report) = generate(dir.path(), "turns", &records, prompt, &flags);
+    assert_eq!(report["answered_records"], 2, "{report}");
+
+    // The same conversations, written out as records.
+    let turn = |role: &str, content: &str| json!({"role": role, "content": content});
+    let conversation = |record: &Value| {
+        let question = |text: &Value| format!("Question: {}\nAnswer:", text.as_str().unwrap());
+        json!({
+            "id": record["id"],
+            "messages": [
+                turn("system", description),
+                turn("user", &question(&json!("What is 2 + 2?"))),
+                turn("assistant", "4"),
+                turn("user", &question(&json!("What colour is the sky?"))),
+                turn("assistant", "blue"),
+                turn("user", &question(&record["text"])),
+            ],
+            "choices": record["choices"],
+            "answer": record["answer"],
+        })
+    };
+    let written: Vec<Value> = records.iter().map(conversation).collect();
+    let chat = ["--score", "--max-new-tokens", "0", "--template", "chat"];
+    let (by_hand, _) = generate(dir.path(), "written", &written, "{text}", &chat);
+    for (line, hand) in lines.iter().zip(&by_hand) {
+        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+        assert_eq!(scores(line).len(), 2, "{line}");
+        for (a, b) in scores(line).iter().zip(&scores(hand)) {
+            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
+            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
+        }
+        assert_eq!(line["prompt_tokens"], hand["prompt_tokens"]);
+    }
+
+    let input = dir.path().join("turns.jsonl");
+    let shown = dry_run(&input, &dir.path().join("dry"), prompt, &flags);
+    let turns = "<|im_start|>user\nQuestion: What is 2 + 2?\nAnswer:<|im_end|>\n\
+                 <|im_start|>assistant\n4<|im_end|>\n";
+    assert!(
+        shown.contains(&format!(
+            "<|im_start|>system\n{description}<|im_end|>\n{turns}"
+        )),
+        "{shown}"
+    );
+    let raw = [
+        "--score",
+        "--fewshot-input",
+        dev_path,
+        "--fewshot-as-multiturn",
+    ];
+    let cases: &[(&[&str], &str)] = &[(
+        &raw,
+        "--fewshot-as-multiturn writes the few-shot examples as chat turns: it needs the chat \
+         template (--template chat)",
+    )];
+    assert_refused(&input, &dir.path().join("refused"), cases);
+}
+
 /// Multiple-choice records (choices and answer under renamed fields, as HellaSwag names
 /// them) are scored per choice after their prompt: each choice's log-probability is the
 /// one the same text gets scored after the same context as a record's text (the path

@@ -330,8 +330,8 @@ pub fn chat_messages(prompt: &PromptParts) -> Vec<Message> {
 }
 
 /// What the model renders for `prompt` under `params`: its conversation (`messages`, from
-/// [`chat_messages`]) when it has one, else its text between the template's parts with the
-/// job's system message. `--dry-run` renders the same.
+/// [`chat_messages`]) when it has one, else its text between the template's parts with its
+/// own system message or the job's. `--dry-run` renders the same.
 pub fn model_prompt<'a>(
     prompt: &'a PromptParts,
     params: &'a GenerateParams,
@@ -339,7 +339,7 @@ pub fn model_prompt<'a>(
 ) -> Prompt<'a> {
     match messages.is_empty() {
         true => Prompt::Parts {
-            system: params.system.as_deref(),
+            system: (prompt.system.as_deref()).or(params.system.as_deref()),
             before: &prompt.before,
             text: &prompt.text,
             after: &prompt.after,
