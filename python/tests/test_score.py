@@ -462,8 +462,14 @@ def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
 
 
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
-    with pytest.raises(resident.BadInput, match="template none"):
-        local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)
+    # A score reads the raw text unless told otherwise; choices as contexts need it raw.
+    [scored] = local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)
+    assert scored["score"]["tokens"] > 0, scored
+    with pytest.raises(resident.BadInput, match="choices_as_contexts` .* needs template none"):
+        local_cluster.generate(
+            ["a text"], model=str(SMOLLM2), template="chat", score=True,
+            choices_as_contexts=True, progress=False,
+        )
     with pytest.raises(resident.BadInput, match="needs score"):
         local_cluster.generate(
             ["a text"], model=str(SMOLLM2), template="none", prompt_logprobs=2, progress=False

@@ -413,17 +413,15 @@ impl GenerateWork {
         }
         // A conversation carries its system message itself.
         let system = system.or_else(|| job_system.map(str::to_owned));
-        let shots = start.turns.iter().flat_map(|shot| {
-            let asked = ChatMessage::new("user", &shot.asked);
-            [asked, ChatMessage::new("assistant", &shot.answer)]
-        });
-        let asked = ChatMessage::new("user", &format!("{before}{}{after}", record.text));
-        let messages = (system
-            .iter()
-            .map(|system| ChatMessage::new("system", system)))
-        .chain(shots)
-        .chain([asked])
-        .collect();
+        let mut messages: Vec<ChatMessage> = (system.iter())
+            .map(|system| ChatMessage::new("system", system))
+            .collect();
+        for shot in &start.turns {
+            messages.push(ChatMessage::new("user", &shot.asked));
+            messages.push(ChatMessage::new("assistant", &shot.answer));
+        }
+        let asked = format!("{before}{}{after}", record.text);
+        messages.push(ChatMessage::new("user", &asked));
         PromptParts {
             error: start.error,
             ..PromptParts::chat(&id, messages)

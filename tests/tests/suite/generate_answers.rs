@@ -442,6 +442,37 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
     );
     let report = read_json(&out.join("report.json"));
     assert_eq!(report["reference_records"], 2);
+
+    // As chat turns (`--fewshot-as-multiturn`): the lines of the same conversations
+    // written as records, each example's reference the assistant's turn.
+    let chat: Vec<&str> = (fewshot.iter().copied())
+        .map(|flag| if flag == "none" { "chat" } else { flag })
+        .chain(["--fewshot-as-multiturn"])
+        .collect();
+    let turns = dir.path().join("turns");
+    run_to_success(generate_command(&input, &turns, prompt, &chat));
+    let turn = |role: &str, content: &str| json!({"role": role, "content": content});
+    let conversations: Vec<Value> = (records.iter())
+        .map(|record| {
+            let asked = format!("Question: {}\nAnswer:", record["text"].as_str().unwrap());
+            json!({"id": record["id"], "answer": record["answer"], "messages": [
+                turn("user", "Question: Tom has 2 apples and buys 2. How many?\nAnswer:"),
+                turn("assistant", "2 + 2 = 4.\n#### 4"),
+                turn("user", "Question: A {box} holds 3 pens; 2 boxes?\nAnswer:"),
+                turn("assistant", "3 * 2 = 6.\n#### 6"),
+                turn("user", &asked),
+            ]})
+        })
+        .collect();
+    let written_input = dir.path().join("conversations.jsonl");
+    write_jsonl(&written_input, &conversations);
+    let chat_common: Vec<&str> = chat[..common.len()].to_vec();
+    let by_turns = dir.path().join("by-turns");
+    run_to_success(generate_command(&written_input, &by_turns, "{text}", &chat_common));
+    assert_eq!(
+        read_jsonl(&turns.join("generations.jsonl")),
+        read_jsonl(&by_turns.join("generations.jsonl"))
+    );
     // Without an answer for the examples, few-shot is refused saying what to do.
     let output = generate_command(
         &input,
