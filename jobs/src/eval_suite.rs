@@ -201,6 +201,13 @@ fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
         );
         let records = figures.tally.evaluation.answer_probability_records;
         rows.put("acc", probability, stderr, records);
+        if let Some(by) = &figures.accuracy_by_group {
+            let groups = by.groups.values();
+            let records = groups.map(|g| g.counts.answer_probability_records).sum();
+            let metric = format!("mean_acc,by {}", by.field);
+            let stderr = by.mean_answer_probability_stderr;
+            rows.put(metric, by.mean_answer_probability, stderr, records);
+        }
         return;
     }
     rows.put("acc", figures.accuracy, figures.accuracy_stderr, answered);
@@ -583,6 +590,29 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 stderr: Some(0.1),
                 records: 4
             }]
+        );
+        // By group, the mean of the groups' probabilities beside it.
+        mc2.accuracy_by_group = Some(
+            serde_json::from_value(serde_json::json!({
+                "field": "category", "mean_accuracy": 0.5, "mean_answer_probability": 0.6,
+                "mean_answer_probability_stderr": 0.1, "groups": {
+                    "law": {"answered_records": 2, "correct_records": 0, "accuracy": 0.0,
+                            "answer_probability_records": 2},
+                    "health": {"answered_records": 1, "correct_records": 1, "accuracy": 1.0,
+                               "answer_probability_records": 1},
+                },
+            }))
+            .unwrap(),
+        );
+        let by_group = task_metrics(&mc2);
+        assert_eq!(
+            by_group[1],
+            TaskMetric {
+                metric: "mean_acc,by category".into(),
+                value: 0.6,
+                stderr: Some(0.1),
+                records: 3
+            }
         );
         let results = EvalResults {
             model: "m".into(),

@@ -313,12 +313,13 @@ impl EvaluationCounts {
                 self.correct_records += u64::from(plain);
                 self.correct_normalized_records += u64::from(normalized);
                 self.several_answer_records += u64::from(scored.answers.len() > 1);
-                if let Some(probability) = scored.answer_probability() {
+                let (probability, brier) = (scored.answer_probability(), scored.brier_score());
+                if let Some(probability) = probability {
                     self.answer_probability_records += 1;
                     self.answer_probability_sum += probability;
                     self.answer_probability_squares += probability * probability;
                 }
-                if let Some(brier) = scored.brier_score() {
+                if let Some(brier) = brier {
                     self.brier_records += 1;
                     self.brier_sum += brier;
                     self.brier_squares += brier * brier;
@@ -326,6 +327,7 @@ impl EvaluationCounts {
                 if let Some(group) = group {
                     let counts = self.groups.entry(group).or_default();
                     counts.add(plain, Some(normalized));
+                    counts.add_probabilities(probability, brier);
                 }
             }
         }

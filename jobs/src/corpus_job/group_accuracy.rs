@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::reader::Kept;
-use super::shares::{mean_stderr, share_stderr};
+use super::shares::{mean_stderr, mean_with_stderr, share_stderr};
 
 /// One group's records that named their answer, and how many the model got right.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -23,9 +23,52 @@ pub struct GroupCounts {
     /// generated answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correct_normalized_records: Option<u64>,
+    /// The group's records with the right choices' probability among the choices
+    /// (scoring), its sum and its squares' sum: TruthfulQA MC2's figure, by group.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answer_probability_records: u64,
+    /// The sum of those probabilities.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub answer_probability_sum: f64,
+    /// The sum of their squares.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub answer_probability_squares: f64,
+    /// The group's records of one right answer with a Brier score, its sum and its
+    /// squares' sum.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub brier_records: u64,
+    /// The sum of those Brier scores.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub brier_sum: f64,
+    /// The sum of their squares.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub brier_squares: f64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_f64(value: &f64) -> bool {
+    *value == 0.0
 }
 
 impl GroupCounts {
+    /// Counts one answered record's right choices' probability and Brier score, where it
+    /// has them (a scored record; `brier_score` needs one right answer).
+    pub fn add_probabilities(&mut self, answer_probability: Option<f64>, brier: Option<f64>) {
+        if let Some(p) = answer_probability {
+            self.answer_probability_records += 1;
+            self.answer_probability_sum += p;
+            self.answer_probability_squares += p * p;
+        }
+        if let Some(b) = brier {
+            self.brier_records += 1;
+            self.brier_sum += b;
+            self.brier_squares += b * b;
+        }
+    }
+
     /// Counts one answered record, right or not by each measure (`correct_normalized`:
     /// `None` where there is no per-character measure).
     pub fn add(&mut self, correct: bool, correct_normalized: Option<bool>) {
@@ -45,6 +88,12 @@ impl GroupCounts {
         if let Some(normalized) = other.correct_normalized_records {
             *self.correct_normalized_records.get_or_insert(0) += normalized;
         }
+        self.answer_probability_records += other.answer_probability_records;
+        self.answer_probability_sum += other.answer_probability_sum;
+        self.answer_probability_squares += other.answer_probability_squares;
+        self.brier_records += other.brier_records;
+        self.brier_sum += other.brier_sum;
+        self.brier_squares += other.brier_squares;
     }
 }
 
@@ -65,6 +114,18 @@ pub struct GroupFigures {
     /// The standard error of `accuracy_normalized`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy_normalized_stderr: Option<f64>,
+    /// The mean right choices' probability among the choices (scoring).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_probability: Option<f64>,
+    /// Its standard error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_probability_stderr: Option<f64>,
+    /// The mean Brier score (records of one right answer; lower is better).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brier_score: Option<f64>,
+    /// Its standard error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brier_score_stderr: Option<f64>,
 }
 
 /// The report's `accuracy_by_group`.
@@ -85,8 +146,28 @@ pub struct AccuracyByGroup {
     /// The standard error of `mean_accuracy_normalized`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_accuracy_normalized_stderr: Option<f64>,
+    /// The mean of the groups' answer probabilities (when every group has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_answer_probability: Option<f64>,
+    /// Its standard error, the groups taken as independent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_answer_probability_stderr: Option<f64>,
+    /// The mean of the groups' Brier scores (when every group has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_brier_score: Option<f64>,
+    /// Its standard error, the groups taken as independent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_brier_score_stderr: Option<f64>,
     /// Each group's figures, by the field's value.
     pub groups: BTreeMap<String, GroupFigures>,
+}
+
+/// A mean and its standard error apart (`None` for both without values).
+fn split(mean: Option<(f64, Option<f64>)>) -> (Option<f64>, Option<f64>) {
+    match mean {
+        Some((mean, stderr)) => (Some(mean), stderr),
+        None => (None, None),
+    }
 }
 
 /// The group of a record whose carried fields are `kept`: its `field` as text (another
@@ -110,12 +191,26 @@ pub fn accuracy_by_group(
         .map(|(group, &counts)| {
             let share = |records: u64| records as f64 / counts.answered_records as f64;
             let stderr = |records: u64| share_stderr(records, counts.answered_records);
+            let (answer_probability, answer_probability_stderr) = split(mean_with_stderr(
+                counts.answer_probability_sum,
+                counts.answer_probability_squares,
+                counts.answer_probability_records,
+            ));
+            let (brier_score, brier_score_stderr) = split(mean_with_stderr(
+                counts.brier_sum,
+                counts.brier_squares,
+                counts.brier_records,
+            ));
             let figures = GroupFigures {
                 counts,
                 accuracy: share(counts.correct_records),
                 accuracy_normalized: counts.correct_normalized_records.map(share),
                 accuracy_stderr: stderr(counts.correct_records),
                 accuracy_normalized_stderr: counts.correct_normalized_records.and_then(stderr),
+                answer_probability,
+                answer_probability_stderr,
+                brier_score,
+                brier_score_stderr,
             };
             (group.clone(), figures)
         })
@@ -135,6 +230,12 @@ pub fn accuracy_by_group(
         mean_accuracy_normalized_stderr: mean_stderr(
             groups.values().map(|g| g.accuracy_normalized_stderr),
         ),
+        mean_answer_probability: mean(|g| g.answer_probability),
+        mean_answer_probability_stderr: mean_stderr(
+            groups.values().map(|g| g.answer_probability_stderr),
+        ),
+        mean_brier_score: mean(|g| g.brier_score),
+        mean_brier_score_stderr: mean_stderr(groups.values().map(|g| g.brier_score_stderr)),
         groups,
     })
 }
@@ -216,6 +317,55 @@ mod tests {
         assert_eq!(report["groups"]["art"]["correct_normalized_records"], 0);
         assert_eq!(report["groups"]["art"]["accuracy_normalized"], 0.0);
         assert!(accuracy_by_group("subject", &BTreeMap::new()).is_none());
+    }
+
+    /// A scoring job's groups also have their mean right choices' probability and Brier
+    /// score, each with its error, and the means over groups; chunks' counts add up;
+    /// generated answers and counts stored before have none.
+    #[test]
+    fn each_group_has_its_answer_probability_and_brier_score() {
+        let mut groups: BTreeMap<String, GroupCounts> = BTreeMap::new();
+        for (group, p, b) in [("a", 0.5, 0.5), ("a", 0.9, 0.02), ("b", 0.2, 1.28)] {
+            let counts = groups.entry(group.into()).or_default();
+            counts.add(p > 0.5, Some(p > 0.5));
+            counts.add_probabilities(Some(p), Some(b));
+        }
+        let figures = accuracy_by_group("category", &groups).unwrap();
+        let close = |a: Option<f64>, b: f64| assert!((a.unwrap() - b).abs() < 1e-12, "{a:?} {b}");
+        let a = &figures.groups["a"];
+        close(a.answer_probability, 0.7);
+        close(a.brier_score, 0.26);
+        let expected = mean_with_stderr(0.5 + 0.9, 0.25 + 0.81, 2)
+            .unwrap()
+            .1
+            .unwrap();
+        close(a.answer_probability_stderr, expected);
+        assert_eq!(figures.groups["b"].brier_score_stderr, None, "one record");
+        close(figures.mean_answer_probability, (0.7 + 0.2) / 2.0);
+        close(figures.mean_brier_score, (0.26 + 1.28) / 2.0);
+        assert_eq!(figures.mean_answer_probability_stderr, None);
+        let mut twice = groups["a"];
+        twice.absorb(groups["a"]);
+        assert_eq!(
+            (twice.answer_probability_records, twice.brier_records),
+            (4, 4)
+        );
+        close(Some(twice.brier_sum), 2.0 * groups["a"].brier_sum);
+        let mut plain: BTreeMap<String, GroupCounts> = BTreeMap::new();
+        plain.entry("x".into()).or_default().add(true, None);
+        let report = serde_json::to_value(accuracy_by_group("t", &plain).unwrap()).unwrap();
+        assert!(report.get("mean_answer_probability").is_none(), "{report}");
+        assert!(
+            report["groups"]["x"]
+                .get("answer_probability_records")
+                .is_none()
+        );
+        let stored: GroupCounts =
+            serde_json::from_value(json!({"answered_records": 2, "correct_records": 1})).unwrap();
+        assert_eq!(
+            (stored.answer_probability_records, stored.brier_sum),
+            (0, 0.0)
+        );
     }
 
     /// Generated answers' groups have no per-character figures, in the report either.

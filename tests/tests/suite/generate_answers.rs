@@ -468,7 +468,12 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
     write_jsonl(&written_input, &conversations);
     let chat_common: Vec<&str> = chat[..common.len()].to_vec();
     let by_turns = dir.path().join("by-turns");
-    run_to_success(generate_command(&written_input, &by_turns, "{text}", &chat_common));
+    run_to_success(generate_command(
+        &written_input,
+        &by_turns,
+        "{text}",
+        &chat_common,
+    ));
     assert_eq!(
         read_jsonl(&turns.join("generations.jsonl")),
         read_jsonl(&by_turns.join("generations.jsonl"))
