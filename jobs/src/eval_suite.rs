@@ -479,6 +479,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             names,
             [
                 "mmlu",
+                "mmlu-chat",
                 "gsm8k",
                 "bbh-date",
                 "arc-challenge",
@@ -488,7 +489,9 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 "wikitext"
             ]
         );
-        let flags = &suite.tasks[1].flags;
+        let flags_of = |name: &str| &(suite.tasks.iter().find(|t| t.name == name)).unwrap().flags;
+        assert!(flags_of("mmlu-chat").contains(&"--fewshot-as-multiturn".to_owned()));
+        let flags = flags_of("gsm8k");
         let filters: Vec<crate::corpus_job::FilterSpec> = (flags.windows(2))
             .filter(|pair| pair[0] == "--filter")
             .map(|pair| pair[1].parse().unwrap())
@@ -511,7 +514,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         assert_eq!(judged[1].samples[0].correct, Some(true));
         // BIG-Bench Hard's filter looks around: what follows "the answer is ", less the
         // full stop.
-        let flags = &suite.tasks[2].flags;
+        let flags = flags_of("bbh-date");
         let at = flags.iter().position(|flag| flag == "--filter").unwrap();
         let bbh = crate::corpus_job::AnswerMatch::new(crate::corpus_job::AnswerMatchSpec {
             reference_field: Some("target".into()),
