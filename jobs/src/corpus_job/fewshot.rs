@@ -152,13 +152,7 @@ impl FewshotGroups {
     /// The prompt of a record whose group is `group`; a refusal that says what to do when
     /// the file has no examples of that group.
     pub fn prompt_for(&self, group: &str) -> Result<&PromptTemplate, String> {
-        self.prompts.get(group).ok_or_else(|| {
-            format!(
-                "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
-                 answered records of that group, or leave out --fewshot-group",
-                self.source, self.field
-            )
-        })
+        (self.prompts.get(group)).ok_or_else(|| no_examples_of(&self.source, &self.field, group))
     }
 
     /// What the job's settings fingerprint holds of them (a resumed job with other
@@ -189,14 +183,9 @@ impl FewshotTurns {
     /// The examples of a record whose group is `group` (`""` when ungrouped); a refusal
     /// that says what to do when the file has none of that group.
     pub fn turns_for(&self, group: &str) -> Result<&[ShotTurns], String> {
-        self.groups.get(group).map(Vec::as_slice).ok_or_else(|| {
-            format!(
-                "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
-                 answered records of that group, or leave out --fewshot-group",
-                self.source,
-                self.field.as_deref().unwrap_or_default()
-            )
-        })
+        let field = self.field.as_deref().unwrap_or_default();
+        (self.groups.get(group).map(Vec::as_slice))
+            .ok_or_else(|| no_examples_of(&self.source, field, group))
     }
 
     /// What the job's settings fingerprint holds of them: every turn, by group.
@@ -232,6 +221,15 @@ pub fn read_example_turns(
         groups,
         source: source.path.display().to_string(),
     })
+}
+
+/// The refusal of a record whose group (its `field` is `group`) has no examples in the
+/// file read at `source`, saying what to do.
+pub fn no_examples_of(source: &str, field: &str, group: &str) -> String {
+    format!(
+        "the few-shot examples ({source}) have no record whose `{field}` is {group:?}: add \
+         answered records of that group, or leave out --fewshot-group"
+    )
 }
 
 /// What few-shot examples make of a job's prompt.

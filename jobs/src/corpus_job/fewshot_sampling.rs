@@ -23,7 +23,7 @@ use resident_proto::SeededRng;
 use super::JobError;
 #[cfg(test)]
 use super::fewshot::FewshotSampling;
-use super::fewshot::{FewshotSource, ShotTurns, read_groups, write_shot};
+use super::fewshot::{FewshotSource, ShotTurns, no_examples_of, read_groups, write_shot};
 use super::prompt::PromptTemplate;
 use super::python_random::PythonRandom;
 use super::reader::ReaderOptions;
@@ -166,14 +166,9 @@ impl FewshotSampler {
     /// when ungrouped), in order; a refusal that says what to do when the file has none
     /// of that group.
     fn drawn(&self, group: &str, record_id: &str, ordinal: u64) -> Result<Vec<&Shot>, String> {
-        let pool = self.pools.get(group).ok_or_else(|| {
-            format!(
-                "the few-shot examples ({}) have no record whose `{}` is {group:?}: add \
-                 answered records of that group, or leave out --fewshot-group",
-                self.source,
-                self.field.as_deref().unwrap_or_default()
-            )
-        })?;
+        let field = self.field.as_deref().unwrap_or_default();
+        let pool =
+            (self.pools.get(group)).ok_or_else(|| no_examples_of(&self.source, field, group))?;
         let drawn = match &self.sequence {
             Some(sequence) => sequence.of(ordinal, pool.len()),
             None => draw(self.seed, record_id, pool.len(), self.count),

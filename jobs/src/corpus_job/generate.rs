@@ -885,16 +885,7 @@ mod tests {
             "About {subject}:\nQ: {text}\nA:"
         );
         assert_ne!(job.generation.settings_fingerprint("m"), ungrouped);
-        let record = |subject: &str| Record {
-            id: "r".into(),
-            text: "5+5".into(),
-            fields: vec![subject.into(), subject.into()],
-            kept: Default::default(),
-            chat: None,
-            choices: None,
-            limit_group: None,
-            ordinal: 0,
-        };
+        let record = subject_record;
         let math = job.generation.prompt_of(record("math"));
         assert_eq!(
             (math.before.as_str(), math.error),
@@ -941,16 +932,7 @@ mod tests {
                 .map(|()| job)
         };
         let job = |as_turns: bool| job_under(Template::Chat, as_turns);
-        let record = |subject: &str| Record {
-            id: "r".into(),
-            text: "5+5".into(),
-            fields: vec![subject.into(), subject.into()],
-            kept: Default::default(),
-            chat: None,
-            choices: None,
-            limit_group: None,
-            ordinal: 0,
-        };
+        let record = subject_record;
         let as_text = job(false).unwrap();
         let math = as_text.generation.prompt_of(record("math"));
         assert_eq!(
@@ -991,6 +973,21 @@ mod tests {
             "{}",
             plain.before
         );
+    }
+
+    /// A record "5+5" whose description field and group (the reader's last field) are
+    /// both `subject`.
+    fn subject_record(subject: &str) -> Record {
+        Record {
+            id: "r".into(),
+            text: "5+5".into(),
+            fields: vec![subject.into(), subject.into()],
+            kept: Default::default(),
+            chat: None,
+            choices: None,
+            limit_group: None,
+            ordinal: 0,
+        }
     }
 
     /// `data` as one actor's answer to a task.
