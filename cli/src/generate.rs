@@ -670,7 +670,7 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
         eprintln!(
             "Brier score over {} records with one right answer: {brier:.4}{} (0 sure and \
              right, 2 sure and wrong; lower is better calibrated)",
-            figures.tally.evaluation.brier_records,
+            figures.tally.evaluation.probabilities.brier_records,
             plus_minus(figures.brier_score_stderr),
         );
     }

@@ -199,11 +199,16 @@ fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
             figures.answer_probability,
             figures.answer_probability_stderr,
         );
-        let records = figures.tally.evaluation.answer_probability_records;
+        let records = figures
+            .tally
+            .evaluation
+            .probabilities
+            .answer_probability_records;
         rows.put("acc", probability, stderr, records);
         if let Some(by) = &figures.accuracy_by_group {
             let groups = by.groups.values();
-            let records = groups.map(|g| g.counts.answer_probability_records).sum();
+            let records = groups.map(|g| g.counts.probabilities.answer_probability_records);
+            let records = records.sum();
             let metric = format!("mean_acc,by {}", by.field);
             let stderr = by.mean_answer_probability_stderr;
             rows.put(metric, by.mean_answer_probability, stderr, records);
@@ -228,7 +233,7 @@ fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
             records,
         );
     }
-    let brier_records = figures.tally.evaluation.brier_records;
+    let brier_records = figures.tally.evaluation.probabilities.brier_records;
     rows.put(
         "brier_score",
         figures.brier_score,
@@ -583,7 +588,10 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
         // TruthfulQA's MC2: several right answers; `acc` is their probability, alone.
         let mut mc2 = figures.clone();
         mc2.tally.evaluation.several_answer_records = 3;
-        mc2.tally.evaluation.answer_probability_records = 4;
+        mc2.tally
+            .evaluation
+            .probabilities
+            .answer_probability_records = 4;
         (mc2.answer_probability, mc2.answer_probability_stderr) = (Some(0.4), Some(0.1));
         assert_eq!(
             task_metrics(&mc2),

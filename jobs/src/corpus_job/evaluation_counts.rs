@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
 use super::group_accuracy::GroupCounts;
+use super::probability_sums::ProbabilitySums;
 use super::shares::{share, share_stderr};
 
 /// The evaluation counts of a set of chunks (flattened into the report beside this run's
@@ -70,26 +71,9 @@ pub struct EvaluationCounts {
     /// MC2): `resident eval`'s `acc` is then the right choices' probability.
     #[serde(default, skip_serializing_if = "is_default")]
     pub several_answer_records: u64,
-    /// Of the answered records, those whose right choices' probability among all is a
-    /// number (not NaN).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub answer_probability_records: u64,
-    /// The sum of those probabilities.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub answer_probability_sum: f64,
-    /// The sum of their squares (for the mean's standard error).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub answer_probability_squares: f64,
-    /// Of the answered records, those that named one right choice and whose Brier score
-    /// is a number (not NaN).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub brier_records: u64,
-    /// The sum of their Brier scores.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub brier_sum: f64,
-    /// The sum of their squares (for the mean's standard error).
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub brier_squares: f64,
+    /// The answered records' right choices' probabilities and Brier scores, summed.
+    #[serde(flatten)]
+    pub probabilities: ProbabilitySums,
     /// The (first) filter's answers checked against references.
     #[serde(flatten)]
     pub answers: AnswerCounts,
@@ -314,20 +298,11 @@ impl EvaluationCounts {
                 self.correct_normalized_records += u64::from(normalized);
                 self.several_answer_records += u64::from(scored.answers.len() > 1);
                 let (probability, brier) = (scored.answer_probability(), scored.brier_score());
-                if let Some(probability) = probability {
-                    self.answer_probability_records += 1;
-                    self.answer_probability_sum += probability;
-                    self.answer_probability_squares += probability * probability;
-                }
-                if let Some(brier) = brier {
-                    self.brier_records += 1;
-                    self.brier_sum += brier;
-                    self.brier_squares += brier * brier;
-                }
+                self.probabilities.add(probability, brier);
                 if let Some(group) = group {
                     let counts = self.groups.entry(group).or_default();
                     counts.add(plain, Some(normalized));
-                    counts.add_probabilities(probability, brier);
+                    counts.probabilities.add(probability, brier);
                 }
             }
         }
@@ -367,12 +342,7 @@ impl EvaluationCounts {
         self.correct_records += other.correct_records;
         self.correct_normalized_records += other.correct_normalized_records;
         self.several_answer_records += other.several_answer_records;
-        self.answer_probability_records += other.answer_probability_records;
-        self.answer_probability_sum += other.answer_probability_sum;
-        self.answer_probability_squares += other.answer_probability_squares;
-        self.brier_records += other.brier_records;
-        self.brier_sum += other.brier_sum;
-        self.brier_squares += other.brier_squares;
+        self.probabilities.absorb(&other.probabilities);
         self.answers.absorb(&other.answers);
         for (name, counts) in &other.filters {
             self.filters.entry(name.clone()).or_default().absorb(counts);
@@ -466,12 +436,14 @@ mod tests {
             correct_records: correct,
             correct_normalized_records: 1,
             several_answer_records: 1,
-            answer_probability_records: 2,
-            answer_probability_sum: 0.75,
-            answer_probability_squares: 0.3125,
-            brier_records: 1,
-            brier_sum: 0.5,
-            brier_squares: 0.25,
+            probabilities: ProbabilitySums {
+                answer_probability_records: 2,
+                answer_probability_sum: 0.75,
+                answer_probability_squares: 0.3125,
+                brier_records: 1,
+                brier_sum: 0.5,
+                brier_squares: 0.25,
+            },
             ..EvaluationCounts::default()
         };
         counts.answers.reference_records = 2;
@@ -509,18 +481,23 @@ mod tests {
             (total.scored_logprob_squares, total.squared_texts),
             (12.5, 2)
         );
+        assert_eq!(total.several_answer_records, 2);
+        let sums = total.probabilities;
         assert_eq!(
             (
-                total.several_answer_records,
-                total.answer_probability_records,
-                total.answer_probability_sum,
-                total.answer_probability_squares
+                sums.answer_probability_records,
+                sums.answer_probability_sum,
+                sums.answer_probability_squares
             ),
-            (2, 4, 1.5, 0.625)
+            (4, 1.5, 0.625)
         );
         assert_eq!(
-            (total.brier_records, total.brier_sum, total.brier_squares),
+            (sums.brier_records, sums.brier_sum, sums.brier_squares),
             (2, 1.0, 0.5)
+        );
+        assert_eq!(
+            stored["brier_sum"], 0.5,
+            "flattened into the manifest as before"
         );
         assert_eq!(total.filters["strict"].exact_match_records, 3);
         assert_eq!(total.filters["strict"].reference_records, 4);

@@ -184,12 +184,8 @@ impl GenerationTally {
             mean_with_stderr(counts.scored_logprob, counts.scored_logprob_squares, texts)
         });
         let mean_stderr = spread.flatten().and_then(|(_, stderr)| stderr);
-        let answer_probability = mean_with_stderr(
-            counts.answer_probability_sum,
-            counts.answer_probability_squares,
-            counts.answer_probability_records,
-        );
-        let brier = mean_with_stderr(counts.brier_sum, counts.brier_squares, counts.brier_records);
+        let answer_probability = counts.probabilities.answer_probability();
+        let brier = counts.probabilities.brier_score();
         GenerateFigures {
             prompt_tokens_per_second: self.prompt_tokens as f64 / seconds,
             generated_tokens_per_second: self.generated_tokens as f64 / seconds,

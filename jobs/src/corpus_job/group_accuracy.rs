@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::probability_sums::ProbabilitySums;
 use super::reader::Kept;
-use super::shares::{mean_stderr, mean_with_stderr, share_stderr};
+use super::shares::{mean_stderr, share_stderr};
 
 /// One group's records that named their answer, and how many the model got right.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -23,52 +24,13 @@ pub struct GroupCounts {
     /// generated answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correct_normalized_records: Option<u64>,
-    /// The group's records with the right choices' probability among the choices
-    /// (scoring), its sum and its squares' sum: TruthfulQA MC2's figure, by group.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub answer_probability_records: u64,
-    /// The sum of those probabilities.
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub answer_probability_sum: f64,
-    /// The sum of their squares.
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub answer_probability_squares: f64,
-    /// The group's records of one right answer with a Brier score, its sum and its
-    /// squares' sum.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub brier_records: u64,
-    /// The sum of those Brier scores.
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub brier_sum: f64,
-    /// The sum of their squares.
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub brier_squares: f64,
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
-}
-
-fn is_zero_f64(value: &f64) -> bool {
-    *value == 0.0
+    /// The group's right choices' probabilities and Brier scores, summed (scoring):
+    /// TruthfulQA MC2's figure and calibration, by group.
+    #[serde(flatten)]
+    pub probabilities: ProbabilitySums,
 }
 
 impl GroupCounts {
-    /// Counts one answered record's right choices' probability and Brier score, where it
-    /// has them (a scored record; `brier_score` needs one right answer).
-    pub fn add_probabilities(&mut self, answer_probability: Option<f64>, brier: Option<f64>) {
-        if let Some(p) = answer_probability {
-            self.answer_probability_records += 1;
-            self.answer_probability_sum += p;
-            self.answer_probability_squares += p * p;
-        }
-        if let Some(b) = brier {
-            self.brier_records += 1;
-            self.brier_sum += b;
-            self.brier_squares += b * b;
-        }
-    }
-
     /// Counts one answered record, right or not by each measure (`correct_normalized`:
     /// `None` where there is no per-character measure).
     pub fn add(&mut self, correct: bool, correct_normalized: Option<bool>) {
@@ -78,9 +40,7 @@ impl GroupCounts {
             *self.correct_normalized_records.get_or_insert(0) += u64::from(normalized);
         }
     }
-}
 
-impl GroupCounts {
     /// Adds another chunk's counts of the same group.
     pub fn absorb(&mut self, other: GroupCounts) {
         self.answered_records += other.answered_records;
@@ -88,12 +48,7 @@ impl GroupCounts {
         if let Some(normalized) = other.correct_normalized_records {
             *self.correct_normalized_records.get_or_insert(0) += normalized;
         }
-        self.answer_probability_records += other.answer_probability_records;
-        self.answer_probability_sum += other.answer_probability_sum;
-        self.answer_probability_squares += other.answer_probability_squares;
-        self.brier_records += other.brier_records;
-        self.brier_sum += other.brier_sum;
-        self.brier_squares += other.brier_squares;
+        self.probabilities.absorb(&other.probabilities);
     }
 }
 
@@ -191,16 +146,9 @@ pub fn accuracy_by_group(
         .map(|(group, &counts)| {
             let share = |records: u64| records as f64 / counts.answered_records as f64;
             let stderr = |records: u64| share_stderr(records, counts.answered_records);
-            let (answer_probability, answer_probability_stderr) = split(mean_with_stderr(
-                counts.answer_probability_sum,
-                counts.answer_probability_squares,
-                counts.answer_probability_records,
-            ));
-            let (brier_score, brier_score_stderr) = split(mean_with_stderr(
-                counts.brier_sum,
-                counts.brier_squares,
-                counts.brier_records,
-            ));
+            let (answer_probability, answer_probability_stderr) =
+                split(counts.probabilities.answer_probability());
+            let (brier_score, brier_score_stderr) = split(counts.probabilities.brier_score());
             let figures = GroupFigures {
                 counts,
                 accuracy: share(counts.correct_records),
@@ -243,6 +191,8 @@ pub fn accuracy_by_group(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use super::super::shares::mean_with_stderr;
 
     use super::*;
 
@@ -328,7 +278,7 @@ mod tests {
         for (group, p, b) in [("a", 0.5, 0.5), ("a", 0.9, 0.02), ("b", 0.2, 1.28)] {
             let counts = groups.entry(group.into()).or_default();
             counts.add(p > 0.5, Some(p > 0.5));
-            counts.add_probabilities(Some(p), Some(b));
+            counts.probabilities.add(Some(p), Some(b));
         }
         let figures = accuracy_by_group("category", &groups).unwrap();
         let close = |a: Option<f64>, b: f64| assert!((a.unwrap() - b).abs() < 1e-12, "{a:?} {b}");
@@ -346,11 +296,12 @@ mod tests {
         assert_eq!(figures.mean_answer_probability_stderr, None);
         let mut twice = groups["a"];
         twice.absorb(groups["a"]);
+        let (once, twice) = (groups["a"].probabilities, twice.probabilities);
         assert_eq!(
             (twice.answer_probability_records, twice.brier_records),
             (4, 4)
         );
-        close(Some(twice.brier_sum), 2.0 * groups["a"].brier_sum);
+        close(Some(twice.brier_sum), 2.0 * once.brier_sum);
         let mut plain: BTreeMap<String, GroupCounts> = BTreeMap::new();
         plain.entry("x".into()).or_default().add(true, None);
         let report = serde_json::to_value(accuracy_by_group("t", &plain).unwrap()).unwrap();
@@ -362,10 +313,7 @@ mod tests {
         );
         let stored: GroupCounts =
             serde_json::from_value(json!({"answered_records": 2, "correct_records": 1})).unwrap();
-        assert_eq!(
-            (stored.answer_probability_records, stored.brier_sum),
-            (0, 0.0)
-        );
+        assert_eq!(stored.probabilities, ProbabilitySums::default());
     }
 
     /// Generated answers' groups have no per-character figures, in the report either.

@@ -54,6 +54,7 @@ mod parquet_structure_tests;
 mod pipeline;
 pub mod planner;
 mod poison;
+mod probability_sums;
 mod progress;
 mod prompt;
 mod python_random;
