@@ -175,6 +175,12 @@ pub struct PromptParts {
     /// chat template, as lm-evaluation-harness's `--apply_chat_template` places it.
     #[serde(default)]
     pub system: Option<String>,
+    /// How many of the conversation's first exchanges after its system message are
+    /// few-shot examples (a user turn and the assistant's answer each; `--fewshot-as-
+    /// multiturn`): when the prompt is too long for the context, the oldest are left out
+    /// whole before any text is cut, and a scored choice's context likewise.
+    #[serde(default)]
+    pub example_turns: u32,
 }
 
 impl PromptParts {
@@ -705,7 +711,8 @@ pub struct Completion {
     pub generated_tokens: u32,
     /// Why generation ended.
     pub finish_reason: FinishReason,
-    /// The record's text was cut to fit the context.
+    /// The record's text was cut to fit the context (or a conversation's oldest few-shot
+    /// example turns left out, [`PromptParts::example_turns`]).
     pub truncated: bool,
     /// Each generated token's log-probability, when asked for.
     #[serde(default)]

@@ -236,8 +236,9 @@ pub struct GenerateArgs {
     /// Writes each few-shot example as a turn of the conversation, its prompt the user's
     /// and its answer the assistant's, the record's prompt the last user turn
     /// (lm-evaluation-harness's --fewshot_as_multiturn, the Open LLM Leaderboard's setting
-    /// for chat models); without it the examples are text in the one user turn. Needs the
-    /// chat template (--template chat).
+    /// for chat models); without it the examples are text in the one user turn. A prompt
+    /// too long for the context loses its oldest examples whole before any text is cut
+    /// (the line is marked `truncated`). Needs the chat template (--template chat).
     #[arg(long, env = "RESIDENT_FEWSHOT_AS_MULTITURN")]
     fewshot_as_multiturn: bool,
     /// With --score or --reference-field, the report's accuracy also by the value of this

@@ -1,6 +1,7 @@
 //! `resident generate --dry-run N`: the first N records' prompts as the model will read
 //! them (the chat template rendered, the system message in place), each with its token
-//! count (and with `--score`, what is scored in how many windows), and nothing run. The
+//! count (with `--score`, what is scored in how many windows; else, where the prompt is
+//! too long for the context, what the model reads once it is cut), and nothing run. The
 //! model's vocabulary, template and context are read from the model's files alone (a GGUF
 //! file's metadata, a safetensors directory's tokenizer and config files), not its weights.
 
@@ -60,7 +61,7 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
                         println!("=== {}", scored_windows(&format, prompt, params, context))
                     }
                     (true, false) => print_choices(&format, prompt, params, context),
-                    (false, _) => {}
+                    (false, _) => print_cut(&format, prompt, params, (template, context)),
                 }
             }
             Err(error) => println!("=== refused: {error}"),
@@ -90,13 +91,7 @@ fn rendered(
     if let Some(error) = &prompt.error {
         return Err(error.clone());
     }
-    let params = match &prompt.params {
-        Some(over) => params.with(over),
-        None => params.clone(),
-    };
-    if let Some(problem) = params.problem() {
-        return Err(problem.to_string());
-    }
+    let params = record_params(prompt, params)?;
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
     let template = parts.template(template);
@@ -157,6 +152,53 @@ fn scored_windows(
 }
 
 /// What `--score` scores of a record with choices: each choice, marked when it is the
+/// The job's parameters with the record's own over them, or why they cannot run.
+fn record_params(prompt: &PromptParts, params: &GenerateParams) -> Result<GenerateParams, String> {
+    let params = match &prompt.params {
+        Some(over) => params.with(over),
+        None => params.clone(),
+    };
+    match params.problem() {
+        Some(problem) => Err(problem.to_string()),
+        None => Ok(params),
+    }
+}
+
+/// Where a generating prompt leaves its new tokens no room in the `context`: what the
+/// model reads once it is cut as the actor cuts it (a conversation's oldest few-shot example
+/// turns left out, then the middle of the record's text).
+fn print_cut(
+    format: &PromptFormat,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    (template, context): (PromptTemplate, usize),
+) {
+    let Ok(params) = record_params(prompt, params) else {
+        return;
+    };
+    let messages = chat_messages(prompt);
+    let parts = model_prompt(prompt, &params, &messages);
+    let reserve = params.max_new_tokens.max(1) as usize;
+    let fitted = format.fit(&parts, template, context, reserve);
+    let cut = fitted
+        .and_then(|(tokens, cut)| Ok((format.decode_with_special(&tokens)?, tokens.len(), cut)));
+    match cut {
+        Ok((_, _, false)) => {}
+        Ok((text, tokens, true)) => {
+            let how = match prompt.example_turns {
+                0 => "the middle of the record's text cut",
+                _ => "its oldest example turns left out first, then the middle of the text",
+            };
+            println!(
+                "=== too long for the {context}-token context with {reserve} new tokens: the \
+                 model reads it cut to {tokens} tokens ({how}):\n{text}\n=== end of the cut \
+                 prompt"
+            )
+        }
+        Err(error) => println!("=== refused: {error}"),
+    }
+}
+
 /// answer, with its tokens scored and windows; or why they cannot be scored.
 fn print_choices(
     format: &PromptFormat,
@@ -187,7 +229,8 @@ fn print_choices(
             scored.windows.len(),
             match scored.truncated {
                 true =>
-                    "; cut: the prompt lost its start to fit the window, or the choice is not scored to its end",
+                    "; cut: the prompt lost its oldest example turns or its start to fit the \
+                     window, or the choice is not scored to its end",
                 false => "",
             }
         );

@@ -424,6 +424,7 @@ impl GenerateWork {
         messages.push(ChatMessage::new("user", &asked));
         PromptParts {
             error: start.error,
+            example_turns: start.turns.len().try_into().unwrap_or(u32::MAX),
             ..PromptParts::chat(&id, messages)
         }
     }

@@ -16,6 +16,11 @@ pub(super) struct GenerationLine<'a> {
     prompt_tokens: u32,
     generated_tokens: u32,
     finish_reason: &'static str,
+    /// The prompt was cut to fit the context (its record text's middle, a conversation's
+    /// oldest few-shot example turns), or a scored text not scored to its end; absent when
+    /// whole.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
     /// Every completion, the first included, when the record asked for more than one.
     #[serde(skip_serializing_if = "Option::is_none")]
     choices: Option<Vec<ChoiceLine<'a>>>,
@@ -234,6 +239,7 @@ impl<'a> GenerationLine<'a> {
             prompt_tokens: completion.prompt_tokens,
             generated_tokens: completion.generated_tokens,
             finish_reason: completion.finish_reason.as_str(),
+            truncated: completion.truncated,
             choices,
             logprobs: completion.logprobs.as_deref(),
             score: completion.score.as_ref().map(ScoreLine::new),
@@ -283,6 +289,19 @@ mod tests {
             score: None,
             choice_scores: None,
         }
+    }
+
+    /// A prompt cut to fit the context says so in its line; a whole one's line has no
+    /// `truncated` at all.
+    #[test]
+    fn a_cut_prompt_s_line_says_it_was_cut() {
+        let id = json!("r");
+        let mut cut = completion("short", &[]);
+        cut.truncated = true;
+        let line = |c: &Completion| serde_json::to_value(GenerationLine::new(&id, c, None));
+        assert_eq!(line(&cut).unwrap()["truncated"], true);
+        let whole = line(&completion("short", &[])).unwrap();
+        assert!(whole.get("truncated").is_none(), "{whole}");
     }
 
     /// Named filters: the first gives the line's `extracted` and `correct` and the

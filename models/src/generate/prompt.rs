@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::chat::{ChatTemplate, Message};
+use super::example_turns::ExampleTurns;
 use super::gguf_vocab::Vocab;
 use super::score_windows::{self, WindowSettings};
 use super::{checkpoint, decoder};
@@ -41,8 +42,15 @@ pub enum Prompt<'a> {
         /// Text after the record's.
         after: &'a str,
     },
-    /// A conversation (the chat template only); the longest user message is the one cut.
-    Messages(&'a [Message]),
+    /// A conversation (the chat template only). Its first `examples` exchanges after its
+    /// system message are few-shot examples (`--fewshot-as-multiturn`): the oldest are
+    /// left out first, whole; then the longest user message is the one cut.
+    Messages {
+        /// The turns.
+        messages: &'a [Message],
+        /// How many exchanges are examples ([`ExampleTurns`]).
+        examples: usize,
+    },
 }
 
 impl<'a> Prompt<'a> {
@@ -56,12 +64,20 @@ impl<'a> Prompt<'a> {
         }
     }
 
+    /// A conversation without examples.
+    pub fn conversation(messages: &'a [Message]) -> Self {
+        Self::Messages {
+            messages,
+            examples: 0,
+        }
+    }
+
     /// The template this prompt is read with when `asked` is the job's: a conversation has
     /// no raw form, so it is always the chat template's; text parts take the one asked.
     pub fn template(&self, asked: PromptTemplate) -> PromptTemplate {
         match self {
             Self::Parts { .. } => asked,
-            Self::Messages(_) => PromptTemplate::Chat,
+            Self::Messages { .. } => PromptTemplate::Chat,
         }
     }
 
@@ -69,7 +85,7 @@ impl<'a> Prompt<'a> {
     fn cuttable(&self) -> &'a str {
         match *self {
             Self::Parts { text, .. } => text,
-            Self::Messages(messages) => messages
+            Self::Messages { messages, .. } => messages
                 .iter()
                 .filter(|m| m.role == "user")
                 .map(|m| m.content.as_str())
@@ -168,7 +184,7 @@ impl PromptFormat {
                         .into_iter()
                         .chain([Message::new("user", &format!("{before}{text}{after}"))])
                         .collect(),
-                    Prompt::Messages(messages) => {
+                    Prompt::Messages { messages, .. } => {
                         let mut messages = messages.to_vec();
                         let longest = messages
                             .iter_mut()
@@ -197,10 +213,11 @@ impl PromptFormat {
     }
 
     /// The prompt's tokens, leaving at least `reserve` tokens of a `context`-token window
-    /// for the answer: when it would not, the middle of the cuttable text (the record's own)
-    /// is cut and marked with ` … `; the instruction never is. Returns the tokens and whether
-    /// the text was cut. An instruction that alone leaves no room is returned whole (the
-    /// sequence then ends at the context, `length`).
+    /// for the answer: when it would not, a conversation's oldest examples are left out
+    /// first ([`PromptFormat::without_oldest_examples`]), then the middle of the cuttable
+    /// text (the record's own) is cut and marked with ` … `; the instruction never is.
+    /// Returns the tokens and whether the prompt was cut. An instruction that alone leaves
+    /// no room is returned whole (the sequence then ends at the context, `length`).
     pub fn fit(
         &self,
         prompt: &Prompt,
@@ -213,6 +230,13 @@ impl PromptFormat {
         let whole = self.tokens(&self.render(prompt, template, None)?, template)?;
         if whole.len() <= limit {
             return Ok((whole, false));
+        }
+        if let Prompt::Messages { messages, examples } = *prompt
+            && examples > 0
+        {
+            let (kept, _) = self.without_oldest_examples(messages, examples, limit)?;
+            let (tokens, _) = self.fit(&Prompt::conversation(&kept), template, context, reserve)?;
+            return Ok((tokens, true));
         }
         let text_tokens = self.encode(prompt.cuttable())?;
         let mut over = whole.len() - limit;
@@ -234,6 +258,35 @@ impl PromptFormat {
             over += fitted.len() - limit;
         }
         Ok((fitted, true))
+    }
+
+    /// A conversation too long for `limit` tokens whose first `examples` exchanges are
+    /// few-shot examples ([`ExampleTurns`]), with the fewest of its oldest examples left out
+    /// that make its rendered prompt fit (all of them where none does): the messages kept
+    /// and how many examples went (at least one, where it has any).
+    pub fn without_oldest_examples(
+        &self,
+        messages: &[Message],
+        examples: usize,
+        limit: usize,
+    ) -> Result<(Vec<Message>, usize), ModelError> {
+        let turns = ExampleTurns::of(messages, examples);
+        let chat = PromptTemplate::Chat;
+        let fits = |dropped: usize| -> Result<bool, ModelError> {
+            let kept = turns.without_oldest(messages, dropped);
+            let rendered = self.render(&Prompt::conversation(&kept), chat, None)?;
+            Ok(self.tokens(&rendered, chat)?.len() <= limit)
+        };
+        // The fewest that fit: the prompt shrinks as more go, so halve the range.
+        let (mut low, mut high) = (turns.count().min(1), turns.count());
+        while low < high {
+            let middle = (low + high) / 2;
+            match fits(middle)? {
+                true => high = middle,
+                false => low = middle + 1,
+            }
+        }
+        Ok((turns.without_oldest(messages, high), high))
     }
 
     /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +
@@ -404,6 +457,15 @@ impl PromptFormat {
         self.vocab
             .tokenizer
             .decode(tokens, true)
+            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+    }
+
+    /// The text of `tokens`, special tokens kept: a prompt as the model reads it, chat
+    /// template markers included (`--dry-run` shows a cut prompt so).
+    pub fn decode_with_special(&self, tokens: &[u32]) -> Result<String, ModelError> {
+        self.vocab
+            .tokenizer
+            .decode(tokens, false)
             .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
     }
 

@@ -322,7 +322,7 @@ fn a_conversation_s_reply_is_scored_after_the_turns_before_it() {
     let asked = model
         .format
         .fit(
-            &Prompt::Messages(&chosen[..1]),
+            &Prompt::conversation(&chosen[..1]),
             PromptTemplate::None,
             WINDOW,
             1,

@@ -506,6 +506,70 @@ fn a_prompt_too_long_for_the_context_loses_the_middle_of_its_text_only() {
     assert_eq!(short, chat("Say: hello"));
 }
 
+/// A conversation of few-shot example turns too long for the context loses its oldest
+/// examples whole, as few as it takes, not the middle of a message: the system message,
+/// the newest examples and the record's question stay as they are. With none left the
+/// question's middle goes; a conversation without examples is cut as before.
+#[test]
+fn a_conversation_too_long_loses_its_oldest_example_turns_first() {
+    use super::chat::Message;
+    use super::prompt::Prompt;
+
+    let model = smollm2();
+    let words = |count: usize| "word ".repeat(count);
+    let mut messages = vec![Message::new("system", "Answer briefly.")];
+    for i in 0..6 {
+        let asked = format!("Question {i}: {}", words(40));
+        messages.push(Message::new("user", &asked));
+        messages.push(Message::new("assistant", &format!("Answer {i}")));
+    }
+    messages.push(Message::new("user", &format!("Question 6: {}", words(80))));
+    let with_examples = Prompt::Messages {
+        messages: &messages,
+        examples: 6,
+    };
+    let chat = PromptTemplate::Chat;
+    // The prompt with its `dropped` oldest examples left out, and its tokens.
+    let without = |dropped: usize| {
+        let kept: Vec<Message> = (messages[..1].iter())
+            .chain(&messages[1 + 2 * dropped..])
+            .cloned()
+            .collect();
+        model.fit(&Prompt::conversation(&kept), chat, 1).unwrap().0
+    };
+    let reserve_for = |limit: usize| model.context() - limit;
+    let whole = model.fit(&with_examples, chat, 1).unwrap();
+    assert_eq!(whole, (without(0), false));
+    for (limit, dropped) in [(without(2).len(), 2), (without(2).len() - 1, 3)] {
+        let (tokens, cut) = model.fit(&with_examples, chat, reserve_for(limit)).unwrap();
+        assert_eq!((tokens, cut), (without(dropped), true), "{limit} tokens");
+    }
+    let question_only = without(6).len();
+    let (tokens, cut) = (model.fit(&with_examples, chat, reserve_for(question_only - 20))).unwrap();
+    assert!(
+        cut && tokens.len() <= question_only - 20,
+        "{}",
+        tokens.len()
+    );
+    let read = model.decode(&tokens).unwrap();
+    assert!(
+        read.contains("Answer briefly.") && read.contains(" … "),
+        "{read}"
+    );
+    assert!(
+        read.contains("Question 6: word") && !read.contains("Question 5"),
+        "{read}"
+    );
+    let plain = Prompt::conversation(&messages);
+    let limit = without(2).len();
+    let (tokens, cut) = model.fit(&plain, chat, reserve_for(limit)).unwrap();
+    let read = model.decode(&tokens).unwrap();
+    assert!(
+        cut && read.contains("Question 0") && read.contains(" … "),
+        "{read}"
+    );
+}
+
 /// The GGUF types our own kernels do not take (K-quants, Q5_0, F16) load through candle's and
 /// answer as the Q4_1 file does. The files are SmolLM2 itself, its matrices requantised
 /// here: Q4_K where a row is whole 256-value super-blocks (the FFN's down projection) and

@@ -478,6 +478,64 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         read_jsonl(&turns.join("generations.jsonl")),
         read_jsonl(&by_turns.join("generations.jsonl"))
     );
+
+    // Too long for the context: the oldest example turns go whole (not the middle of a
+    // message), so each line is that of the conversation with the newer example alone,
+    // marked cut; --dry-run shows the prompt the model reads.
+    let newer_only: Vec<Value> = (conversations.iter())
+        .map(|conversation| {
+            let mut conversation = conversation.clone();
+            conversation["messages"].as_array_mut().unwrap().drain(..2);
+            conversation
+        })
+        .collect();
+    let newer_input = dir.path().join("newer.jsonl");
+    write_jsonl(&newer_input, &newer_only);
+    let newer = dir.path().join("newer");
+    run_to_success(generate_command(
+        &newer_input,
+        &newer,
+        "{text}",
+        &chat_common,
+    ));
+    let newer_lines = read_jsonl(&newer.join("generations.jsonl"));
+    let tokens = |line: &Value| line["prompt_tokens"].as_u64().unwrap();
+    let longest = newer_lines.iter().map(tokens).max().unwrap();
+    let shortest_whole = read_jsonl(&turns.join("generations.jsonl"))
+        .iter()
+        .map(tokens)
+        .min();
+    assert!(
+        shortest_whole > Some(longest),
+        "one example more does not fit"
+    );
+    let context = (longest + 16).to_string();
+    let mut cut_flags = chat.clone();
+    cut_flags.extend(["--max-context", &context]);
+    let cut = dir.path().join("cut");
+    run_to_success(generate_command(&input, &cut, prompt, &cut_flags));
+    let mut cut_lines = read_jsonl(&cut.join("generations.jsonl"));
+    for line in &mut cut_lines {
+        let truncated = line.as_object_mut().unwrap().remove("truncated");
+        assert_eq!(truncated, Some(json!(true)), "{line}");
+    }
+    assert_eq!(cut_lines, newer_lines);
+    assert_eq!(read_json(&cut.join("report.json"))["truncated_prompts"], 2);
+    cut_flags.extend(["--dry-run", "1"]);
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("dry"),
+        prompt,
+        &cut_flags,
+    ));
+    let (whole, read) = shown.split_once("=== too long for the").expect(&shown);
+    assert!(whole.contains("Tom has 2 apples"), "{shown}");
+    assert!(
+        !read.contains("Tom has 2 apples") && read.contains("A {box} holds"),
+        "{shown}"
+    );
+    assert!(read.contains("Ann has 5 cats"), "{shown}");
+
     // Without an answer for the examples, few-shot is refused saying what to do.
     let output = generate_command(
         &input,

@@ -738,6 +738,39 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
         assert_eq!(line["prompt_tokens"], hand["prompt_tokens"]);
     }
 
+    // Too long for the context: the oldest example goes whole, and each choice scores as
+    // it does after the conversation with the newer example alone; the line says so.
+    let newer_only: Vec<Value> = (written.iter())
+        .map(|record| {
+            let mut record = record.clone();
+            record["messages"].as_array_mut().unwrap().drain(1..3);
+            record
+        })
+        .collect();
+    let (by_hand, _) = generate(dir.path(), "newer", &newer_only, "{text}", &chat);
+    let newer_input = dir.path().join("newer.jsonl");
+    let counting = [&chat[..], &["--dry-run", "2"]].concat();
+    let out = dir.path().join("count");
+    let (shown, _) = run_to_success(generate_command(&newer_input, &out, "{text}", &counting));
+    let context_tokens = (shown.lines())
+        .filter_map(|line| line.strip_prefix("=== ")?.strip_suffix(" prompt tokens"))
+        .map(|count| count.parse::<usize>().unwrap());
+    // Room for the longest choice (two tokens at most) and a token spare.
+    let context = (context_tokens.max().unwrap() + 5).to_string();
+    let cut_flags = [&flags[..], &["--max-context", &context]].concat();
+    let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
+    assert_eq!(report["truncated_prompts"], 2, "{report}");
+    for (line, hand) in cut_lines.iter().zip(&by_hand) {
+        assert_eq!(line["truncated"], true, "{line}");
+        assert!(hand.get("truncated").is_none(), "{hand}");
+        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+        for (a, b) in scores(line).iter().zip(&scores(hand)) {
+            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
+            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
+        }
+    }
+
     let input = dir.path().join("turns.jsonl");
     let shown = dry_run(&input, &dir.path().join("dry"), prompt, &flags);
     let turns = "<|im_start|>user\nQuestion: What is 2 + 2?\nAnswer:<|im_end|>\n\

@@ -11,6 +11,7 @@ use resident_actor::generate::{
     GenerateResponse, MAX_CHOICES, PromptParts, ResponseFormat, Template, TextScore, TextSize,
     TokenLogprob, TopLogprob,
 };
+use resident_models::ModelError;
 use resident_models::generate::chat::Message;
 use resident_models::generate::grammar::OutputGrammar;
 use resident_models::generate::prompt::{Prompt, PromptFormat, ScoredText};
@@ -344,7 +345,10 @@ pub fn model_prompt<'a>(
             text: &prompt.text,
             after: &prompt.after,
         },
-        false => Prompt::Messages(messages),
+        false => Prompt::Messages {
+            messages,
+            examples: prompt.example_turns as usize,
+        },
     }
 }
 
@@ -594,7 +598,8 @@ pub fn scored_choices(
 /// has rendered it with the generation prompt (its text as the user's turn, after the
 /// job's system message; or its conversation): lm-evaluation-harness's multiple choice
 /// under `--apply_chat_template`. Unlike a conversation's reply under template none, a
-/// choice is scored without the end-of-turn marker.
+/// choice is scored without the end-of-turn marker. A conversation with few-shot examples
+/// too long to leave the longest choice room loses its oldest examples first.
 fn scored_after_chat_prompt(
     format: &PromptFormat,
     window: usize,
@@ -602,15 +607,48 @@ fn scored_after_chat_prompt(
     settings: WindowSettings,
 ) -> Result<Vec<ScoredText>, String> {
     let chat = engine::PromptTemplate::Chat;
-    let context = format
-        .render(&model_prompt(prompt, params, messages), chat, None)
-        .map_err(|e| e.to_string())?;
+    let (context, examples_dropped) =
+        chat_context(format, window, (prompt, params, messages)).map_err(|e| e.to_string())?;
     (prompt.choices.iter())
         .map(|choice| {
-            (format.scored_choice((&context, choice), chat, window, settings))
-                .map_err(|e| e.to_string())
+            let mut scored = format.scored_choice((&context, choice), chat, window, settings);
+            if let Ok(scored) = &mut scored {
+                scored.truncated |= examples_dropped;
+            }
+            scored.map_err(|e| e.to_string())
         })
         .collect()
+}
+
+/// The rendered prompt before a choice under the chat template, and whether examples were
+/// left out: a conversation whose few-shot examples leave the longest choice no room in
+/// `window` loses its oldest examples first (the choice's context is cut from its start
+/// only after).
+fn chat_context(
+    format: &PromptFormat,
+    window: usize,
+    (prompt, params, messages): (&PromptParts, &GenerateParams, &[Message]),
+) -> Result<(String, bool), ModelError> {
+    let chat = engine::PromptTemplate::Chat;
+    let whole = format.render(&model_prompt(prompt, params, messages), chat, None)?;
+    let examples = prompt.example_turns as usize;
+    if examples == 0 || messages.is_empty() {
+        return Ok((whole, false));
+    }
+    let mut longest_choice = 0;
+    for choice in &prompt.choices {
+        longest_choice = longest_choice.max(format.tokens(choice, chat)?.len());
+    }
+    // A token spare: the context's trailing space is scored with the choice.
+    let limit = window.saturating_sub(longest_choice + 1);
+    if format.tokens(&whole, chat)?.len() <= limit {
+        return Ok((whole, false));
+    }
+    let (kept, _) = format.without_oldest_examples(messages, examples, limit)?;
+    Ok((
+        format.render(&Prompt::conversation(&kept), chat, None)?,
+        true,
+    ))
 }
 
 /// A text prompt's `text + after` scored after each choice in place of the record's text
