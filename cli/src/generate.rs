@@ -4,9 +4,9 @@
 use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
-    AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields, EngineSettings,
-    ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures, GenerateJobConfig,
-    GenerationOutput, JobReport, PromptTemplate, run_generate_job,
+    AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
+    EngineSettings, ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures,
+    GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate, run_generate_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -677,21 +677,40 @@ fn print_figures(figures: &GenerateFigures, named: &[FilterSpec]) {
     }
     print_answers(figures, named);
     if let Some(by_group) = &figures.accuracy_by_group {
-        let per_character = (by_group.mean_accuracy_normalized)
-            .map(|normalized| {
-                let stderr = plus_minus(by_group.mean_accuracy_normalized_stderr);
-                format!(", {normalized:.4}{stderr} per character")
-            })
-            .unwrap_or_default();
-        eprintln!(
-            "by {}: {} groups, mean accuracy {:.4}{}{per_character} (report.json: \
-             accuracy_by_group)",
-            by_group.field,
-            by_group.groups.len(),
-            by_group.mean_accuracy,
-            plus_minus(by_group.mean_accuracy_stderr),
-        );
+        print_by_group(by_group);
     }
+}
+
+/// The summary's line on the accuracy by group: the means over groups, each with its error.
+fn print_by_group(by_group: &AccuracyByGroup) {
+    let per_character = (by_group.mean_accuracy_normalized)
+        .map(|normalized| {
+            let stderr = plus_minus(by_group.mean_accuracy_normalized_stderr);
+            format!(", {normalized:.4}{stderr} per character")
+        })
+        .unwrap_or_default();
+    let mean_of = |label: &str, mean: Option<f64>, stderr: Option<f64>| {
+        mean.map(|mean| format!(", mean {label} {mean:.4}{}", plus_minus(stderr)))
+            .unwrap_or_default()
+    };
+    let probability = mean_of(
+        "answer probability",
+        by_group.mean_answer_probability,
+        by_group.mean_answer_probability_stderr,
+    );
+    let brier = mean_of(
+        "Brier score",
+        by_group.mean_brier_score,
+        by_group.mean_brier_score_stderr,
+    );
+    eprintln!(
+        "by {}: {} groups, mean accuracy {:.4}{}{per_character}{probability}{brier} \
+         (report.json: accuracy_by_group)",
+        by_group.field,
+        by_group.groups.len(),
+        by_group.mean_accuracy,
+        plus_minus(by_group.mean_accuracy_stderr),
+    );
 }
 
 /// The summary's lines on generated answers checked against references, when there were:

@@ -44,12 +44,24 @@ fn generate(
     prompt: &str,
     flags: &[&str],
 ) -> (Vec<Value>, Value) {
+    let (lines, report, _) = generate_with_summary(dir, name, records, prompt, flags);
+    (lines, report)
+}
+
+/// [`generate`], with the summary the command printed.
+fn generate_with_summary(
+    dir: &Path,
+    name: &str,
+    records: &[Value],
+    prompt: &str,
+    flags: &[&str],
+) -> (Vec<Value>, Value, String) {
     let input = dir.join(format!("{name}.jsonl"));
     write_jsonl(&input, records);
     let out = dir.join(name);
-    run_to_success(generate_command(&input, &out, prompt, flags));
+    let (_, summary) = run_to_success(generate_command(&input, &out, prompt, flags));
     let report = read_json(&out.join("report.json"));
-    (read_jsonl(&out.join("generations.jsonl")), report)
+    (read_jsonl(&out.join("generations.jsonl")), report, summary)
 }
 
 /// What `resident generate --dry-run 1` with `flags` prints for `input`.
@@ -1567,7 +1579,7 @@ async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
         "category",
     ]);
     let prompt = "Q: {text}\nA:";
-    let (lines, report) = generate(dir.path(), "mc2", &records, prompt, &mc2);
+    let (lines, report, summary) = generate_with_summary(dir.path(), "mc2", &records, prompt, &mc2);
     let mut probabilities = Vec::new();
     for (line, record) in lines.iter().zip(&records) {
         let labels = record["mc2_targets"]["labels"].as_array().unwrap();
@@ -1630,6 +1642,10 @@ async fn truthfulqa_mc2_gives_the_true_answers_probability_among_the_choices() {
         (float(&by["mean_answer_probability"]) - mean_of_groups).abs() < 1e-9,
         "{by}"
     );
+    let said = "by category: 2 groups, mean accuracy ";
+    assert!(summary.contains(said), "{summary}");
+    let said = format!("mean answer probability {mean_of_groups:.4}");
+    assert!(summary.contains(&said), "{said} in {summary}");
 
     // The true answers by text, in an answer field: the same lines.
     let listed: Vec<Value> = (records.iter())
