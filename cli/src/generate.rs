@@ -598,8 +598,8 @@ pub(crate) async fn run_job(
     let figures = &report.figures;
     eprintln!(
         "generated for {} records ({} new) into {} in {:.1} s (actors ready after {:.1} s): {} \
-         prompt and {} generated tokens ({:.1} tokens/s out), {} prompts cut to fit, {} bad \
-         records, {} model loads; report: {}",
+         prompt and {} generated tokens ({:.1} tokens/s out), {} prompts cut to fit (their \
+         lines say \"truncated\"), {} bad records, {} model loads; report: {}",
         report.items,
         report.computed_items,
         config.corpus.output,

@@ -48,7 +48,7 @@ pub enum Prompt<'a> {
     Messages {
         /// The turns.
         messages: &'a [Message],
-        /// How many exchanges are examples ([`ExampleTurns`]).
+        /// How many exchanges are examples (`example_turns.rs`).
         examples: usize,
     },
 }
@@ -234,7 +234,7 @@ impl PromptFormat {
         if let Prompt::Messages { messages, examples } = *prompt
             && examples > 0
         {
-            let (kept, _) = self.without_oldest_examples(messages, examples, limit)?;
+            let kept = self.without_oldest_examples(messages, examples, limit)?;
             let (tokens, _) = self.fit(&Prompt::conversation(&kept), template, context, reserve)?;
             return Ok((tokens, true));
         }
@@ -260,16 +260,16 @@ impl PromptFormat {
         Ok((fitted, true))
     }
 
-    /// A conversation too long for `limit` tokens whose first `examples` exchanges are
-    /// few-shot examples ([`ExampleTurns`]), with the fewest of its oldest examples left out
-    /// that make its rendered prompt fit (all of them where none does): the messages kept
-    /// and how many examples went (at least one, where it has any).
+    /// A conversation too long for `limit` tokens whose first `examples` exchanges after
+    /// its system message are few-shot examples, with the fewest of its oldest examples
+    /// left out that make its rendered prompt fit (at least one, where it has any; all of
+    /// them where none does): the messages kept.
     pub fn without_oldest_examples(
         &self,
         messages: &[Message],
         examples: usize,
         limit: usize,
-    ) -> Result<(Vec<Message>, usize), ModelError> {
+    ) -> Result<Vec<Message>, ModelError> {
         let turns = ExampleTurns::of(messages, examples);
         let chat = PromptTemplate::Chat;
         let fits = |dropped: usize| -> Result<bool, ModelError> {
@@ -286,7 +286,7 @@ impl PromptFormat {
                 false => low = middle + 1,
             }
         }
-        Ok((turns.without_oldest(messages, high), high))
+        Ok(turns.without_oldest(messages, high))
     }
 
     /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +

@@ -644,7 +644,7 @@ fn chat_context(
     if format.tokens(&whole, chat)?.len() <= limit {
         return Ok((whole, false));
     }
-    let (kept, _) = format.without_oldest_examples(messages, examples, limit)?;
+    let kept = format.without_oldest_examples(messages, examples, limit)?;
     Ok((
         format.render(&Prompt::conversation(&kept), chat, None)?,
         true,
