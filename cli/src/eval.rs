@@ -147,6 +147,14 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         eprintln!("{note}");
     }
     print!("{}", results_table(&merged.results));
+    for note in merged
+        .results
+        .tasks
+        .iter()
+        .filter_map(TaskResult::cut_prompts_note)
+    {
+        eprintln!("{note}");
+    }
     Ok(())
 }
 
@@ -182,6 +190,7 @@ async fn run_tasks(
             records: report.items,
             wall_seconds: report.wall_seconds,
             metrics: task_metrics(&report.figures),
+            truncated_prompts: report.figures.tally.truncated_prompts,
         });
     }
     Ok(())

@@ -329,6 +329,32 @@ pub struct TaskResult {
     pub wall_seconds: f64,
     /// Its figures.
     pub metrics: Vec<TaskMetric>,
+    /// Its prompts cut to fit the context (their lines say `truncated`): its figures are
+    /// over cut prompts (absent when none was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub truncated_prompts: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+impl TaskResult {
+    /// What to say of the task when some of its prompts were cut to fit the context.
+    pub fn cut_prompts_note(&self) -> Option<String> {
+        (self.truncated_prompts > 0).then(|| {
+            format!(
+                "task {}: {} of its {} prompts were cut to fit the context (their lines in \
+                 {}/generations.jsonl say \"truncated\"), so its figures are over cut \
+                 prompts; a larger --max-context (up to the model's), fewer --fewshot \
+                 examples or a shorter --prompt reads them whole",
+                self.name,
+                self.truncated_prompts,
+                self.records,
+                self.output.trim_end_matches('/'),
+            )
+        })
+    }
 }
 
 /// [`EvalResults`] as written over an earlier `results.json`.
@@ -635,6 +661,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                     records: 4,
                     wall_seconds: 1.0,
                     metrics,
+                    truncated_prompts: 0,
                 },
                 TaskResult {
                     name: "summaries".into(),
@@ -643,10 +670,21 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                     records: 9,
                     wall_seconds: 1.0,
                     metrics: Vec::new(),
+                    truncated_prompts: 2,
                 },
             ],
         };
         let table = results_table(&results);
+        assert_eq!(results.tasks[0].cut_prompts_note(), None);
+        let note = results.tasks[1].cut_prompts_note().unwrap();
+        assert!(
+            note.starts_with("task summaries: 2 of its 9 prompts were cut to fit the context")
+                && note.contains("out/summaries/generations.jsonl"),
+            "{note}"
+        );
+        let written = serde_json::to_value(&results).unwrap();
+        assert!(written["tasks"][0].get("truncated_prompts").is_none());
+        assert_eq!(written["tasks"][1]["truncated_prompts"], 2);
         assert!(
             table.contains("| arc | acc | 0.7500 | 0.2500 | 4 |\n"),
             "{table}"
@@ -728,6 +766,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             pool: "generate-1".into(),
             records: 4,
             wall_seconds: 1.0,
+            truncated_prompts: 0,
             metrics: vec![TaskMetric {
                 metric: "acc".into(),
                 value,

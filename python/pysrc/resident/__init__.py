@@ -996,7 +996,8 @@ class Cluster:
         model), so a suite run a few tasks at a time has one ``results.json``. ``output`` is
         a directory or an ``s3://`` prefix (reached with the tasks' ``s3_endpoint``). Writes
         ``output/results.json`` and returns it as a dict: ``model``
-        and ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``
+        and ``tasks``, each with ``name``, ``output``, ``pool``, ``records``, ``wall_seconds``,
+        ``truncated_prompts`` where some were cut to fit the context,
         and ``metrics`` (``metric``, ``value``, ``stderr``, ``records``: ``acc``,
         ``acc_norm``, ``exact_match``, ``exact_match,FILTER``, ``perplexity``,
         ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``...), as
@@ -1034,11 +1035,14 @@ class Cluster:
                     keep_pool=keep, progress=progress, _pool_key=f"eval|{output}", **arguments,
                 )
                 pools.setdefault(report["pool"], keep)
-                results["tasks"].append({
+                task = {
                     "name": name, "output": task_output, "pool": report["pool"],
                     "records": report["items"], "wall_seconds": report["wall_seconds"],
                     "metrics": json.loads(_resident.eval_metrics(json.dumps(report))),
-                })
+                }
+                if report.get("truncated_prompts"):
+                    task["truncated_prompts"] = report["truncated_prompts"]
+                results["tasks"].append(task)
         finally:
             for pool, keep in pools.items():
                 if not keep:

@@ -139,8 +139,9 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     let dir = tempfile::tempdir().unwrap();
     inputs(dir.path());
     let (mc, qa) = (dir.path().join("mc.jsonl"), dir.path().join("qa.jsonl"));
-    let mut longer = QA.to_vec();
-    longer.extend(["--max-context", "1024"]);
+    // Another context: another pool, and prompts too long for it, which the results say.
+    let mut cut = QA.to_vec();
+    cut.extend(["--max-context", "44"]);
     let mut lambada = vec![
         "--input".to_owned(),
         dir.path().join("lambada.jsonl").display().to_string(),
@@ -157,7 +158,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     let tasks = [
         ("mc", task(&mc, MC)),
         ("qa", task(&qa, QA)),
-        ("qa-long", task(&qa, &longer)),
+        ("qa-cut", task(&qa, &cut)),
         ("lambada", lambada),
         (
             "wiki",
@@ -188,7 +189,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     assert_eq!(results["model"], json!(smollm2_gguf()));
     let tasks = results["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki", "mc2"]);
+    assert_eq!(names, ["mc", "qa", "qa-cut", "lambada", "wiki", "mc2"]);
     let metric = |task: &Value, name: &str| -> Value {
         let metrics = task["metrics"].as_array().unwrap();
         metrics
@@ -254,6 +255,13 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     // mc and qa have the same actors: one pool; another context is another pool.
     assert_eq!(tasks[0]["pool"], tasks[1]["pool"]);
     assert_ne!(tasks[1]["pool"], tasks[2]["pool"]);
+    let cut_report = read_json(&out.join("qa-cut/report.json"));
+    let cut_prompts = cut_report["truncated_prompts"].as_u64().unwrap();
+    assert!(cut_prompts > 0, "{cut_report}");
+    assert_eq!(tasks[2]["truncated_prompts"], cut_prompts);
+    assert!(tasks[1].get("truncated_prompts").is_none(), "{}", tasks[1]);
+    let note = format!("task qa-cut: {cut_prompts} of its 6 prompts were cut to fit the context");
+    assert!(stderr.contains(&note), "{stderr}");
     assert!(stderr.contains("task qa (2 of 6):"), "{stderr}");
     // --only runs one task again: it resumes, redoing nothing, and reports the same;
     // results.json keeps the other tasks' earlier results, in the suite's order.
@@ -264,7 +272,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["mc", "qa", "qa-long", "lambada", "wiki", "mc2"]);
+    assert_eq!(names, ["mc", "qa", "qa-cut", "lambada", "wiki", "mc2"]);
     assert_eq!(
         rerun_tasks[0], tasks[0],
         "mc's earlier results, kept as they were"
@@ -279,7 +287,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     );
     assert!(
         stderr
-            .contains("results.json keeps the earlier results of mc, qa-long, lambada, wiki, mc2 (not run this time)"),
+            .contains("results.json keeps the earlier results of mc, qa-cut, lambada, wiki, mc2 (not run this time)"),
         "{stderr}"
     );
 }
