@@ -151,7 +151,6 @@ fn scored_windows(
     )
 }
 
-/// What `--score` scores of a record with choices: each choice, marked when it is the
 /// The job's parameters with the record's own over them, or why they cannot run.
 fn record_params(prompt: &PromptParts, params: &GenerateParams) -> Result<GenerateParams, String> {
     let params = match &prompt.params {
@@ -199,6 +198,7 @@ fn print_cut(
     }
 }
 
+/// What `--score` scores of a record with choices: each choice, marked when it is the
 /// answer, with its tokens scored and windows; or why they cannot be scored.
 fn print_choices(
     format: &PromptFormat,
