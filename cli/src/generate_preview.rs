@@ -210,6 +210,21 @@ fn print_choices(
         Ok(scored) => scored,
         Err(error) => return println!("=== refused: {error}"),
     };
+    // A cut context (oldest example turns left out, or its start): what the first choice
+    // is scored after.
+    let first_window = (scored.first())
+        .filter(|scored| scored.truncated && !params.choices_as_contexts)
+        .and_then(|scored| scored.windows.first());
+    if let Some(window) = first_window {
+        let before = &window.tokens[..window.scored.start];
+        if let Ok(text) = format.decode_with_special(before) {
+            println!(
+                "=== cut: the model reads the prompt before the first choice as {} tokens:\n\
+                 {text}\n=== end of the cut prompt",
+                before.len()
+            );
+        }
+    }
     for (index, (choice, scored)) in prompt.choices.iter().zip(&scored).enumerate() {
         let tokens: usize = scored.windows.iter().map(|w| w.scored.len()).sum();
         let right = prompt.answers.contains(&(index as u32));

@@ -772,6 +772,18 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
     let cut_flags = [&flags[..], &["--max-context", &context]].concat();
     let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
     assert_eq!(report["truncated_prompts"], 2, "{report}");
+    let shown = dry_run(
+        &dir.path().join("cut.jsonl"),
+        &dir.path().join("dry-cut"),
+        prompt,
+        &cut_flags,
+    );
+    let (_, read) = (shown.split_once("=== cut: the model reads the prompt before the first"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let read = read.split("=== end of the cut prompt").next().unwrap();
+    assert!(read.contains("What colour is the sky?"), "{shown}");
+    assert!(!read.contains("What is 2 + 2?"), "{shown}");
+    assert!(read.contains("What is the capital of France?"), "{shown}");
     for (line, hand) in cut_lines.iter().zip(&by_hand) {
         assert_eq!(line["truncated"], true, "{line}");
         assert!(hand.get("truncated").is_none(), "{hand}");
