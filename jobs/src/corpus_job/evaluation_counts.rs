@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
 use super::group_accuracy::GroupCounts;
-use super::probability_sums::ProbabilitySums;
+use super::probability_sums::{ProbabilitySums, is_default};
 use super::shares::{share, share_stderr};
 
 /// The evaluation counts of a set of chunks (flattened into the report beside this run's
@@ -413,11 +413,6 @@ impl AnswerCounts {
             ),
         }
     }
-}
-
-/// Whether a report figure is at its default (left out of a report that never scored).
-pub(super) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
 }
 
 #[cfg(test)]

@@ -32,7 +32,9 @@ pub struct ProbabilitySums {
     pub brier_squares: f64,
 }
 
-fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+/// Whether a count or sum is at its default (left out of a report or manifest that never
+/// counted it; the evaluation counts' other fields use it too).
+pub(super) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 

@@ -454,18 +454,19 @@ impl PromptFormat {
 
     /// The text of `tokens`, special tokens left out.
     pub fn decode(&self, tokens: &[u32]) -> Result<String, ModelError> {
-        self.vocab
-            .tokenizer
-            .decode(tokens, true)
-            .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
+        self.decode_skipping(tokens, true)
     }
 
     /// The text of `tokens`, special tokens kept: a prompt as the model reads it, chat
     /// template markers included (`--dry-run` shows a cut prompt so).
     pub fn decode_with_special(&self, tokens: &[u32]) -> Result<String, ModelError> {
+        self.decode_skipping(tokens, false)
+    }
+
+    fn decode_skipping(&self, tokens: &[u32], skip_special: bool) -> Result<String, ModelError> {
         self.vocab
             .tokenizer
-            .decode(tokens, false)
+            .decode(tokens, skip_special)
             .map_err(|e| ModelError::Task(format!("tokenizer: {e}")))
     }
 
