@@ -181,6 +181,12 @@ pub struct PromptParts {
     /// whole before any text is cut, and a scored choice's context likewise.
     #[serde(default)]
     pub example_turns: u32,
+    /// Where the few-shot examples written as text lie in `before`: each one's start, then
+    /// the last one's end (byte offsets, ascending; empty: none). When the prompt is too
+    /// long for the context the oldest are left out whole before the record's text is
+    /// cut, and a scored choice's context likewise.
+    #[serde(default)]
+    pub example_bounds: Vec<u32>,
 }
 
 impl PromptParts {
@@ -711,8 +717,8 @@ pub struct Completion {
     pub generated_tokens: u32,
     /// Why generation ended.
     pub finish_reason: FinishReason,
-    /// The record's text was cut to fit the context (or a conversation's oldest few-shot
-    /// example turns left out, [`PromptParts::example_turns`]).
+    /// The record's text was cut to fit the context (or its oldest few-shot examples left
+    /// out: [`PromptParts::example_turns`], [`PromptParts::example_bounds`]).
     pub truncated: bool,
     /// Each generated token's log-probability, when asked for.
     #[serde(default)]

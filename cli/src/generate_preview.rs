@@ -164,8 +164,8 @@ fn record_params(prompt: &PromptParts, params: &GenerateParams) -> Result<Genera
 }
 
 /// Where a generating prompt leaves its new tokens no room in the `context`: what the
-/// model reads once it is cut as the actor cuts it (a conversation's oldest few-shot example
-/// turns left out, then the middle of the record's text).
+/// model reads once it is cut as the actor cuts it (its oldest few-shot examples left out,
+/// turns or text, then the middle of the record's text).
 fn print_cut(
     format: &PromptFormat,
     prompt: &PromptParts,
@@ -184,9 +184,10 @@ fn print_cut(
     match cut {
         Ok((_, _, false)) => {}
         Ok((text, tokens, true)) => {
-            let how = match prompt.example_turns {
-                0 => "the middle of the record's text cut",
-                _ => "its oldest example turns left out first, then the middle of the text",
+            let examples = prompt.example_turns > 0 || !prompt.example_bounds.is_empty();
+            let how = match examples {
+                false => "the middle of the record's text cut",
+                true => "its oldest examples left out first, then the middle of the text",
             };
             println!(
                 "=== too long for the {context}-token context with {reserve} new tokens: the \
@@ -210,8 +211,8 @@ fn print_choices(
         Ok(scored) => scored,
         Err(error) => return println!("=== refused: {error}"),
     };
-    // A cut context (oldest example turns left out, or its start): what the first choice
-    // is scored after.
+    // A cut context (oldest examples left out, or its start): what the first choice is
+    // scored after.
     let first_window = (scored.first())
         .filter(|scored| scored.truncated && !params.choices_as_contexts)
         .and_then(|scored| scored.windows.first());
@@ -244,7 +245,7 @@ fn print_choices(
             scored.windows.len(),
             match scored.truncated {
                 true =>
-                    "; cut: the prompt lost its oldest example turns or its start to fit the \
+                    "; cut: the prompt lost its oldest examples or its start to fit the \
                      window, or the choice is not scored to its end",
                 false => "",
             }

@@ -254,10 +254,9 @@ pub fn read_examples(
 ) -> Result<FewshotPrompt, JobError> {
     let names = options.extra_fields.clone();
     let start = |shots: &[Record]| {
-        let examples = examples_text(prompt, &names, shots, source, &source.delimiter)
+        let examples = example_texts(prompt, &names, shots, source, &source.delimiter)
             .map_err(JobError::Input)?;
-        let literal = examples.replace('{', "{{").replace('}', "}}");
-        PromptTemplate::parse(&format!("{description}{literal}{}", prompt.as_str()))
+        PromptTemplate::with_examples(description, &examples, prompt.as_str())
             .map_err(JobError::Input)
     };
     let Some(field) = source.grouped() else {
@@ -284,22 +283,21 @@ impl FewshotSource {
 
 /// Each shot's prompt (its text and fields through `template`; a shot's fields are the
 /// values of `names`, in order), then `source`'s target delimiter and the shot's answer,
-/// each followed by `delimiter`. A shot without an answer, or one that is a conversation,
-/// is refused naming it.
-pub fn examples_text(
+/// then `delimiter`: one text per shot. A shot without an answer, or one that is a
+/// conversation, is refused naming it.
+pub fn example_texts(
     template: &PromptTemplate,
     names: &[String],
     shots: &[Record],
     source: &FewshotSource,
     delimiter: &str,
-) -> Result<String, String> {
-    let mut examples = String::new();
-    for shot in shots {
-        let (text, _) = write_shot(template, names, shot, source)?;
-        examples.push_str(&text);
-        examples.push_str(delimiter);
-    }
-    Ok(examples)
+) -> Result<Vec<String>, String> {
+    (shots.iter())
+        .map(|shot| {
+            let (text, _) = write_shot(template, names, shot, source)?;
+            Ok(text + delimiter)
+        })
+        .collect()
 }
 
 /// A few-shot example as a conversation's turns (`--fewshot-as-multiturn`).
@@ -553,15 +551,15 @@ mod tests {
             shot("b", "Set {x}", &["hard", "sets"], &[" {x}", " {}"], Some(0)),
         ];
         let scoring = FewshotSource::default();
-        let examples = examples_text(&template, &names, &shots, &scoring, "\n\n").unwrap();
+        let examples = example_texts(&template, &names, &shots, &scoring, "\n\n").unwrap();
         assert_eq!(
             examples,
-            "math: 2+2=\nAnswer: 4\n\nsets: Set {x}\nAnswer: {x}\n\n"
+            [
+                "math: 2+2=\nAnswer: 4\n\n",
+                "sets: Set {x}\nAnswer: {x}\n\n"
+            ]
         );
-        assert_eq!(
-            examples_text(&template, &names, &[], &scoring, "\n\n").unwrap(),
-            ""
-        );
+        assert!((example_texts(&template, &names, &[], &scoring, "\n\n").unwrap()).is_empty());
     }
 
     /// A generating job's example is answered by its reference (the first non-empty of a
@@ -579,12 +577,12 @@ mod tests {
             ..shot("g", "2+2?", &[], &[], None)
         };
         let shots = [with("4".into()), with(serde_json::json!(["", "five", "5"]))];
-        let examples = examples_text(&template, &[], &shots, &source, "\n\n").unwrap();
+        let examples = example_texts(&template, &[], &shots, &source, "\n\n").unwrap();
         assert_eq!(
-            examples,
+            examples.concat(),
             "Question: 2+2?\nAnswer: 4\n\nQuestion: 2+2?\nAnswer: five\n\n"
         );
-        let error = examples_text(&template, &[], &[with(Value::Null)], &source, "").unwrap_err();
+        let error = example_texts(&template, &[], &[with(Value::Null)], &source, "").unwrap_err();
         assert!(
             error.contains("few-shot example \"g\" has no `answer`"),
             "{error}"
@@ -599,7 +597,7 @@ mod tests {
     fn an_example_without_an_answer_is_refused_naming_it() {
         let template = PromptTemplate::parse("{text}").unwrap();
         let unanswered = [shot("q7", "x", &[], &[" a"], None)];
-        let error = examples_text(&template, &[], &unanswered, &FewshotSource::default(), "\n")
+        let error = example_texts(&template, &[], &unanswered, &FewshotSource::default(), "\n")
             .unwrap_err();
         assert!(
             error.contains("few-shot example \"q7\" has no answered choices"),

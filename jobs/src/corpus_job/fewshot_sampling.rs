@@ -141,13 +141,10 @@ impl FewshotSampler {
         record_id: &str,
         ordinal: u64,
     ) -> Result<PromptTemplate, String> {
-        let mut examples = String::new();
-        for shot in self.drawn(group, record_id, ordinal)? {
-            examples.push_str(&shot.text);
-            examples.push_str(&self.delimiter);
-        }
-        let literal = examples.replace('{', "{{").replace('}', "}}");
-        PromptTemplate::parse(&format!("{}{literal}{}", self.description, self.prompt))
+        let examples: Vec<String> = (self.drawn(group, record_id, ordinal)?.into_iter())
+            .map(|shot| format!("{}{}", shot.text, self.delimiter))
+            .collect();
+        PromptTemplate::with_examples(&self.description, &examples, &self.prompt)
     }
 
     /// The examples drawn for the record `record_id` at `ordinal` of group `group`, as
@@ -373,7 +370,10 @@ mod tests {
             ..text.clone()
         };
         for id in ["r1", "r2", "d4"] {
-            let written = text.prompt_for("", id, 0).unwrap().as_str().to_owned();
+            let prompt = text.prompt_for("", id, 0).unwrap();
+            // Each drawn example marked where it lies, to be left out whole when too long.
+            assert_eq!(prompt.example_bounds(&[]).len(), 4);
+            let written = prompt.as_str().to_owned();
             let drawn = turns.turns_for("", id, 0).unwrap();
             assert_eq!(drawn.len(), 3);
             let as_text: Vec<String> = (drawn.iter())

@@ -396,6 +396,8 @@ impl GenerateWork {
     fn text_prompt(&self, record: &Record) -> PromptParts {
         let start = self.record_start(record);
         let (before, after) = start.prompt.around(&record.fields);
+        let whole_length = before.len();
+        let bounds = start.prompt.example_bounds(&record.fields);
         let job_system = self.params.system.as_deref();
         let (system, before) = match (&self.description, self.params.template) {
             (Some(description), Template::Chat) => {
@@ -405,9 +407,17 @@ impl GenerateWork {
         };
         let id = seed_id(&record.id);
         if start.turns.is_empty() {
+            // A description moved into the system message leaves the examples that much
+            // nearer the start.
+            let moved = whole_length - before.len();
+            let example_bounds = (bounds.iter())
+                .map(|bound| bound.checked_sub(moved)?.try_into().ok())
+                .collect::<Option<Vec<u32>>>()
+                .unwrap_or_default();
             return PromptParts {
                 error: start.error,
                 system,
+                example_bounds,
                 ..PromptParts::new(&id, &before, &record.text, &after)
             };
         }
@@ -892,6 +902,8 @@ mod tests {
             (math.before.as_str(), math.error),
             ("About math:\nQ: 1+1\nA: 2\n\nQ: ", None)
         );
+        // The example marked where it lies, to be left out whole when too long.
+        assert_eq!(math.example_bounds, [12, 25]);
         let art = job.generation.prompt_of(record("art"));
         assert_eq!(art.before, "About art:\nQ: Mona Lisa\nA: Leonardo\n\nQ: ");
         let error = job.generation.prompt_of(record("history")).error.unwrap();
@@ -943,11 +955,14 @@ mod tests {
                 "Q: 1+1\nA: 2\n\nQ: 2+2\nA: 4\n\nQ: "
             )
         );
+        // The description moved into the system message, the examples start the text.
+        assert_eq!(math.example_bounds, [0, 13, 26]);
         let as_turns = job(true).unwrap();
         let math = as_turns.generation.prompt_of(record("math"));
         let said: Vec<(&str, &str)> = (math.messages.iter())
             .map(|m| (m.role.as_str(), m.content.as_str()))
             .collect();
+        assert_eq!((math.example_turns, &math.example_bounds[..]), (2, &[][..]));
         assert_eq!(
             said,
             [
@@ -974,6 +989,7 @@ mod tests {
             "{}",
             plain.before
         );
+        assert_eq!(plain.example_bounds, [11, 24, 37]);
     }
 
     /// A record "5+5" whose description field and group (the reader's last field) are

@@ -19,6 +19,9 @@ enum Segment {
     Literal(String),
     /// An index into `fields`.
     Field(usize),
+    /// One few-shot example written as text (with the delimiter after it): literal, and
+    /// marked, so that the actor can leave out the oldest whole when the prompt is too long.
+    Example(String),
 }
 
 impl PromptTemplate {
@@ -98,6 +101,47 @@ impl PromptTemplate {
         Ok(parsed)
     }
 
+    /// `description` (a prompt's start, without `{text}`), then the few-shot `examples`
+    /// as literal text (each with its delimiter after it), then `prompt`'s template: what
+    /// parsing the three written one after the other gives, with each example marked
+    /// ([`Self::example_bounds`]). Its source is theirs, one after the other, the
+    /// examples' braces doubled.
+    pub fn with_examples(
+        description: &str,
+        examples: &[String],
+        prompt: &str,
+    ) -> Result<Self, String> {
+        let literal = examples.concat().replace('{', "{{").replace('}', "}}");
+        let whole = Self::parse(&format!("{description}{literal}{prompt}"))?;
+        let (Ok(head), Ok(body)) = (
+            Self::parse(&format!("{description}{{text}}")),
+            Self::parse(prompt),
+        ) else {
+            // The description's braces run into the rest: the examples stay unmarked.
+            return Ok(whole);
+        };
+        let index_of = |field: usize| {
+            let name = &body.fields[field];
+            whole.fields.iter().position(|f| f == name).unwrap_or(field)
+        };
+        let moved = |segments: Vec<Segment>| -> Vec<Segment> {
+            (segments.into_iter())
+                .map(|segment| match segment {
+                    Segment::Field(field) => Segment::Field(index_of(field)),
+                    other => other,
+                })
+                .collect()
+        };
+        let mut before = head.before;
+        before.extend(examples.iter().cloned().map(Segment::Example));
+        before.extend(moved(body.before));
+        Ok(Self {
+            before,
+            after: moved(body.after),
+            ..whole
+        })
+    }
+
     /// The template as given.
     pub fn as_str(&self) -> &str {
         &self.source
@@ -120,13 +164,39 @@ impl PromptTemplate {
         let render = |segments: &[Segment]| {
             segments
                 .iter()
-                .map(|segment| match segment {
-                    Segment::Literal(text) => text.as_str(),
-                    Segment::Field(index) => values.get(*index).map_or("", String::as_str),
-                })
+                .map(|segment| segment.rendered(values))
                 .collect::<String>()
         };
         (render(&self.before), render(&self.after))
+    }
+
+    /// Where the few-shot examples lie in the prompt before the record's text as
+    /// [`Self::around`] renders it with `values`: each one's start, then the last one's end
+    /// (byte offsets); empty without examples.
+    pub fn example_bounds(&self, values: &[String]) -> Vec<usize> {
+        let mut bounds = Vec::new();
+        let mut at = 0;
+        for segment in &self.before {
+            let length = segment.rendered(values).len();
+            if let Segment::Example(_) = segment {
+                if bounds.is_empty() {
+                    bounds.push(at);
+                }
+                bounds.push(at + length);
+            }
+            at += length;
+        }
+        bounds
+    }
+}
+
+impl Segment {
+    /// The text it stands for, with `values` in place of the fields.
+    fn rendered<'a>(&'a self, values: &'a [String]) -> &'a str {
+        match self {
+            Segment::Literal(text) | Segment::Example(text) => text,
+            Segment::Field(index) => values.get(*index).map_or("", String::as_str),
+        }
     }
 }
 
@@ -234,6 +304,33 @@ mod tests {
         assert!(error.contains("lone"), "{error}");
         let error = PromptTemplate::parse("{text} {unclosed").unwrap_err();
         assert!(error.contains("field name in braces"), "{error}");
+    }
+
+    /// Few-shot examples between a description and the prompt read as the three written
+    /// one after the other (the same source, fields and text), and are marked where they
+    /// lie once the fields are filled in.
+    #[test]
+    fn examples_between_description_and_prompt_are_marked_where_they_lie() {
+        let examples = ["Q: {x}\nA: 1\n\n".to_owned(), "Q: y\nA: 2\n\n".to_owned()];
+        let prompt = "{level} Q: {text}\nA: {subject}";
+        let marked = PromptTemplate::with_examples("About {subject}.\n", &examples, prompt);
+        let marked = marked.unwrap();
+        let written = PromptTemplate::parse(
+            "About {subject}.\nQ: {{x}}\nA: 1\n\nQ: y\nA: 2\n\n{level} Q: {text}\nA: {subject}",
+        )
+        .unwrap();
+        assert_eq!(marked.as_str(), written.as_str());
+        assert_eq!(marked.fields(), ["subject", "level"]);
+        let values = ["maths".to_owned(), "easy".to_owned()];
+        assert_eq!(marked.around(&values), written.around(&values));
+        let (before, _) = marked.around(&values);
+        let bounds = marked.example_bounds(&values);
+        assert_eq!(bounds, [13, 26, 37]);
+        assert_eq!(&before[bounds[0]..bounds[1]], examples[0]);
+        assert_eq!(&before[bounds[1]..bounds[2]], examples[1]);
+        assert!(written.example_bounds(&values).is_empty());
+        let bare = PromptTemplate::with_examples("", &[], "{text}").unwrap();
+        assert!(bare.example_bounds(&[]).is_empty());
     }
 
     /// Under the chat template a description leaves the prompt's start for the system

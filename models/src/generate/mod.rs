@@ -22,6 +22,7 @@ pub(crate) mod decoder;
 pub mod dense;
 pub(crate) mod device_ops;
 mod draw;
+mod example_text;
 mod example_turns;
 pub mod export;
 mod f16_slices;

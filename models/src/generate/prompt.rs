@@ -1,13 +1,15 @@
 //! From a record's prompt to the model's tokens: the vocabulary and chat template of a model
 //! ([`PromptFormat`], loadable without the weights, for `resident generate --dry-run`), a
 //! prompt as instruction parts or a conversation ([`Prompt`]), and the cut that makes a
-//! prompt fit the context: the middle of the record's own text goes, never the instruction.
+//! prompt fit the context: its oldest few-shot examples go whole first, then the middle of
+//! the record's own text, never the instruction.
 
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::OnceLock;
 
 use super::chat::{ChatTemplate, Message};
+use super::example_text::ExampleText;
 use super::example_turns::ExampleTurns;
 use super::gguf_vocab::Vocab;
 use super::score_windows::{self, WindowSettings};
@@ -31,7 +33,8 @@ const CUT_MARKER_TOKENS: usize = 3;
 #[derive(Clone, Copy, Debug)]
 pub enum Prompt<'a> {
     /// `before + text + after` as one user turn (or as it is, without the chat template),
-    /// after a system message where one is given. Only `text` is cut.
+    /// after a system message where one is given. When it is too long, the few-shot
+    /// examples in `before` are left out oldest first, whole; then `text` is cut.
     Parts {
         /// A system message, when there is one.
         system: Option<&'a str>,
@@ -41,6 +44,9 @@ pub enum Prompt<'a> {
         text: &'a str,
         /// Text after the record's.
         after: &'a str,
+        /// Where few-shot examples written as text lie in `before`: each one's start, then
+        /// the last one's end (byte offsets; empty: none; `example_text.rs`).
+        examples: &'a [u32],
     },
     /// A conversation (the chat template only). Its first `examples` exchanges after its
     /// system message are few-shot examples (`--fewshot-as-multiturn`): the oldest are
@@ -61,6 +67,7 @@ impl<'a> Prompt<'a> {
             before,
             text,
             after,
+            examples: &[],
         }
     }
 
@@ -91,6 +98,37 @@ impl<'a> Prompt<'a> {
                 .map(|m| m.content.as_str())
                 .max_by_key(|content| content.len())
                 .unwrap_or(""),
+        }
+    }
+}
+
+/// What is left of a prompt's own parts once some of its oldest few-shot examples are left
+/// out ([`PromptFormat::without_oldest_examples`]).
+#[derive(Clone, Debug)]
+pub struct KeptExamples {
+    /// A text prompt's text before the record's.
+    before: String,
+    /// A conversation's messages.
+    messages: Vec<Message>,
+}
+
+impl KeptExamples {
+    /// `prompt` with what is kept in place of its own, and no examples left to leave out.
+    pub fn prompt<'a>(&'a self, prompt: &Prompt<'a>) -> Prompt<'a> {
+        match *prompt {
+            Prompt::Parts {
+                system,
+                text,
+                after,
+                ..
+            } => Prompt::Parts {
+                system,
+                before: &self.before,
+                text,
+                after,
+                examples: &[],
+            },
+            Prompt::Messages { .. } => Prompt::conversation(&self.messages),
         }
     }
 }
@@ -213,11 +251,11 @@ impl PromptFormat {
     }
 
     /// The prompt's tokens, leaving at least `reserve` tokens of a `context`-token window
-    /// for the answer: when it would not, a conversation's oldest examples are left out
-    /// first ([`PromptFormat::without_oldest_examples`]), then the middle of the cuttable
-    /// text (the record's own) is cut and marked with ` … `; the instruction never is.
-    /// Returns the tokens and whether the prompt was cut. An instruction that alone leaves
-    /// no room is returned whole (the sequence then ends at the context, `length`).
+    /// for the answer: when it would not, its oldest few-shot examples are left out first
+    /// ([`PromptFormat::without_oldest_examples`]), then the middle of the cuttable text
+    /// (the record's own) is cut and marked with ` … `; the instruction never is. Returns
+    /// the tokens and whether the prompt was cut. An instruction that alone leaves no room
+    /// is returned whole (the sequence then ends at the context, `length`).
     pub fn fit(
         &self,
         prompt: &Prompt,
@@ -231,11 +269,8 @@ impl PromptFormat {
         if whole.len() <= limit {
             return Ok((whole, false));
         }
-        if let Prompt::Messages { messages, examples } = *prompt
-            && examples > 0
-        {
-            let kept = self.without_oldest_examples(messages, examples, limit)?;
-            let (tokens, _) = self.fit(&Prompt::conversation(&kept), template, context, reserve)?;
+        if let Some(kept) = self.without_oldest_examples(prompt, template, limit)? {
+            let (tokens, _) = self.fit(&kept.prompt(prompt), template, context, reserve)?;
             return Ok((tokens, true));
         }
         let text_tokens = self.encode(prompt.cuttable())?;
@@ -260,25 +295,47 @@ impl PromptFormat {
         Ok((fitted, true))
     }
 
-    /// A conversation too long for `limit` tokens whose first `examples` exchanges after
-    /// its system message are few-shot examples, with the fewest of its oldest examples
-    /// left out that make its rendered prompt fit (at least one, where it has any; all of
-    /// them where none does): the messages kept.
+    /// A prompt too long for `limit` tokens (as `template` renders it) with the fewest of
+    /// its oldest few-shot examples left out that make it fit (at least one; all of them
+    /// where none does): a conversation's example exchanges after its system message, or
+    /// the examples written as text before the record's. `None` for a prompt without
+    /// examples.
     pub fn without_oldest_examples(
         &self,
-        messages: &[Message],
-        examples: usize,
+        prompt: &Prompt,
+        template: PromptTemplate,
         limit: usize,
-    ) -> Result<Vec<Message>, ModelError> {
-        let turns = ExampleTurns::of(messages, examples);
-        let chat = PromptTemplate::Chat;
+    ) -> Result<Option<KeptExamples>, ModelError> {
+        let kept = |dropped: usize| match *prompt {
+            Prompt::Parts {
+                before, examples, ..
+            } => KeptExamples {
+                before: ExampleText::of(before, examples)
+                    .without_oldest(before, dropped)
+                    .into_owned(),
+                messages: Vec::new(),
+            },
+            Prompt::Messages { messages, examples } => KeptExamples {
+                before: String::new(),
+                messages: ExampleTurns::of(messages, examples).without_oldest(messages, dropped),
+            },
+        };
+        let count = match *prompt {
+            Prompt::Parts {
+                before, examples, ..
+            } => ExampleText::of(before, examples).count(),
+            Prompt::Messages { messages, examples } => ExampleTurns::of(messages, examples).count(),
+        };
+        if count == 0 {
+            return Ok(None);
+        }
+        let template = prompt.template(template);
         let fits = |dropped: usize| -> Result<bool, ModelError> {
-            let kept = turns.without_oldest(messages, dropped);
-            let rendered = self.render(&Prompt::conversation(&kept), chat, None)?;
-            Ok(self.tokens(&rendered, chat)?.len() <= limit)
+            let rendered = self.render(&kept(dropped).prompt(prompt), template, None)?;
+            Ok(self.tokens(&rendered, template)?.len() <= limit)
         };
         // The fewest that fit: the prompt shrinks as more go, so halve the range.
-        let (mut low, mut high) = (turns.count().min(1), turns.count());
+        let (mut low, mut high) = (1, count);
         while low < high {
             let middle = (low + high) / 2;
             match fits(middle)? {
@@ -286,7 +343,7 @@ impl PromptFormat {
                 false => low = middle + 1,
             }
         }
-        Ok(turns.without_oldest(messages, high))
+        Ok(Some(kept(high)))
     }
 
     /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +

@@ -570,6 +570,70 @@ fn a_conversation_too_long_loses_its_oldest_example_turns_first() {
     );
 }
 
+/// A text prompt whose few-shot examples (written as text before the record's) make it too
+/// long loses its oldest examples whole, as few as it takes, raw or under the chat
+/// template: the description, the newest examples and the record's question stay as they
+/// are. With none left the question's middle goes, the description still whole.
+#[test]
+fn a_text_prompt_too_long_loses_its_oldest_text_examples_first() {
+    use super::prompt::Prompt;
+
+    let model = smollm2();
+    let words = |count: usize| "word ".repeat(count);
+    let description = "Answer briefly.\n\n";
+    let examples: Vec<String> = (0..5)
+        .map(|i| format!("Q: Question {i}: {}\nA: Answer {i}\n\n", words(30)))
+        .collect();
+    let mut bounds = vec![description.len() as u32];
+    for example in &examples {
+        bounds.push(bounds.last().unwrap() + example.len() as u32);
+    }
+    let before = format!("{description}{}Q: ", examples.concat());
+    let question = format!("Question 5: {}", words(60));
+    let with_examples = Prompt::Parts {
+        system: None,
+        before: &before,
+        text: &question,
+        after: "\nA:",
+        examples: &bounds,
+    };
+    for template in [PromptTemplate::None, PromptTemplate::Chat] {
+        // The prompt with its `dropped` oldest examples left out, and its tokens.
+        let without = |dropped: usize| {
+            let kept = format!("{description}{}Q: ", examples[dropped..].concat());
+            (model.fit_prompt((&kept, &question, "\nA:"), template, 1))
+                .unwrap()
+                .0
+        };
+        let reserve_for = |limit: usize| model.context() - limit;
+        assert_eq!(
+            model.fit(&with_examples, template, 1).unwrap(),
+            (without(0), false)
+        );
+        for (limit, dropped) in [(without(2).len(), 2), (without(2).len() - 1, 3)] {
+            let fitted = model.fit(&with_examples, template, reserve_for(limit));
+            assert_eq!(fitted.unwrap(), (without(dropped), true), "{limit} tokens");
+        }
+        let question_only = without(5).len();
+        let reserve = reserve_for(question_only - 20);
+        let (tokens, cut) = model.fit(&with_examples, template, reserve).unwrap();
+        assert!(
+            cut && tokens.len() <= question_only - 20,
+            "{}",
+            tokens.len()
+        );
+        let read = model.decode(&tokens).unwrap();
+        assert!(
+            read.contains("Answer briefly.") && read.contains(" … "),
+            "{read}"
+        );
+        assert!(
+            read.contains("Q: Question 5: word") && !read.contains("Answer 4"),
+            "{read}"
+        );
+    }
+}
+
 /// The GGUF types our own kernels do not take (K-quants, Q5_0, F16) load through candle's and
 /// answer as the Q4_1 file does. The files are SmolLM2 itself, its matrices requantised
 /// here: Q4_K where a row is whole 256-value super-blocks (the FFN's down projection) and

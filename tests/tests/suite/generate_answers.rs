@@ -443,6 +443,56 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
     let report = read_json(&out.join("report.json"));
     assert_eq!(report["reference_records"], 2);
 
+    // Too long for the context: the oldest example written as text goes whole (not the
+    // middle of the question), so each line is that of the prompt with the newer example
+    // alone written by hand, marked cut; --dry-run shows the prompt the model reads.
+    let newer_by_hand = concat!(
+        "Question: A {{box}} holds 3 pens; 2 boxes?\nAnswer: 3 * 2 = 6.\n#### 6\n\n",
+        "Question: {text}\nAnswer:"
+    );
+    let newer = dir.path().join("text-newer");
+    run_to_success(generate_command(&input, &newer, newer_by_hand, &common));
+    let newer_lines = read_jsonl(&newer.join("generations.jsonl"));
+    let tokens = |line: &Value| line["prompt_tokens"].as_u64().unwrap();
+    let longest = newer_lines.iter().map(tokens).max().unwrap();
+    assert!(
+        lines.iter().map(tokens).min() > Some(longest),
+        "one example more does not fit"
+    );
+    let context = (longest + 16).to_string();
+    let mut cut_flags = fewshot.clone();
+    cut_flags.extend(["--max-context", &context]);
+    let cut = dir.path().join("text-cut");
+    run_to_success(generate_command(&input, &cut, prompt, &cut_flags));
+    let mut cut_lines = read_jsonl(&cut.join("generations.jsonl"));
+    for line in &mut cut_lines {
+        let truncated = line.as_object_mut().unwrap().remove("truncated");
+        assert_eq!(truncated, Some(json!(true)), "{line}");
+    }
+    assert_eq!(cut_lines, newer_lines);
+    assert_eq!(read_json(&cut.join("report.json"))["truncated_prompts"], 2);
+    cut_flags.extend(["--dry-run", "1"]);
+    let (shown, _) = run_to_success(generate_command(
+        &input,
+        &dir.path().join("text-dry"),
+        prompt,
+        &cut_flags,
+    ));
+    let (whole, read) = shown.split_once("=== too long for the").expect(&shown);
+    assert!(whole.contains("Tom has 2 apples"), "{shown}");
+    assert!(
+        read.contains("its oldest examples left out first"),
+        "{shown}"
+    );
+    assert!(
+        !read.contains("Tom has 2 apples") && read.contains("A {box} holds"),
+        "{shown}"
+    );
+    assert!(
+        read.contains("Question: Ann has 5 cats and gets 1 more. How many?\nAnswer:"),
+        "{shown}"
+    );
+
     // As chat turns (`--fewshot-as-multiturn`): the lines of the same conversations
     // written as records, each example's reference the assistant's turn.
     let chat: Vec<&str> = (fewshot.iter().copied())

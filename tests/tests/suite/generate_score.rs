@@ -819,6 +819,93 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
     assert_refused(&input, &dir.path().join("refused"), cases);
 }
 
+/// Few-shot examples written as text (under template none) that leave a choice no room in
+/// the window go oldest first, whole: each choice scores as it does after the prompt with
+/// the newer example alone written by hand (the description and the question whole, not
+/// the prompt's start cut), the line says it was cut, and `--dry-run` shows the context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewshot_examples_written_as_text_too_long_for_a_score_go_oldest_first() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.jsonl");
+    write_jsonl(
+        &dev,
+        &[
+            json!({"id": "d1", "text": "What is 2 + 2?", "choices": ["3", "4"], "answer": 1}),
+            json!({"id": "d2", "text": "What colour is the sky?", "choices": ["blue", "green"], "answer": 0}),
+        ],
+    );
+    let records = [
+        json!({"id": "r1", "text": "What is the capital of France?", "choices": ["Paris", "Rome"], "answer": 0}),
+        json!({"id": "r2", "text": "How many legs has a spider?", "choices": ["six", "eight"], "answer": 1}),
+    ];
+    let description = "Answer each question in one word.\n\n";
+    let prompt = "Question: {text}\nAnswer:";
+    let raw = ["--score", "--max-new-tokens", "0", "--template", "none"];
+    let flags = [
+        &raw[..],
+        &[
+            "--fewshot-input",
+            dev.to_str().unwrap(),
+            "--fewshot",
+            "2",
+            "--description",
+            description,
+            "--target-delimiter",
+            " ",
+        ],
+    ]
+    .concat();
+    let (whole, _) = generate(dir.path(), "whole", &records, prompt, &flags);
+    assert!(whole.iter().all(|line| line.get("truncated").is_none()));
+    let newer_by_hand =
+        format!("{description}Question: What colour is the sky?\nAnswer: blue\n\n{prompt}");
+    let hand_flags = [&raw[..], &["--target-delimiter", " "]].concat();
+    let (by_hand, _) = generate(dir.path(), "newer", &records, &newer_by_hand, &hand_flags);
+    let newer_input = dir.path().join("newer.jsonl");
+    let counting = [&hand_flags[..], &["--dry-run", "2"]].concat();
+    let out = dir.path().join("count");
+    let (shown, _) = run_to_success(generate_command(
+        &newer_input,
+        &out,
+        &newer_by_hand,
+        &counting,
+    ));
+    let context_tokens = (shown.lines())
+        .filter_map(|line| line.strip_prefix("=== ")?.strip_suffix(" prompt tokens"))
+        .map(|count| count.parse::<usize>().unwrap());
+    // Room for the longest choice (two tokens at most) and a token spare.
+    let context = (context_tokens.max().unwrap() + 5).to_string();
+    let cut_flags = [&flags[..], &["--max-context", &context]].concat();
+    let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
+    assert_eq!(report["truncated_prompts"], 2, "{report}");
+    for (line, hand) in cut_lines.iter().zip(&by_hand) {
+        assert_eq!(line["truncated"], true, "{line}");
+        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+        for (a, b) in scores(line).iter().zip(&scores(hand)) {
+            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
+            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
+        }
+    }
+    let shown = dry_run(
+        &dir.path().join("cut.jsonl"),
+        &dir.path().join("dry-cut"),
+        prompt,
+        &cut_flags,
+    );
+    let (_, read) = (shown.split_once("=== cut: the model reads the prompt before the first"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let read = read.split("=== end of the cut prompt").next().unwrap();
+    assert!(read.contains(description), "{shown}");
+    assert!(!read.contains("What is 2 + 2?"), "{shown}");
+    assert!(
+        read.contains("What colour is the sky?\nAnswer: blue"),
+        "{shown}"
+    );
+    assert!(read.contains("What is the capital of France?"), "{shown}");
+}
+
 /// Multiple-choice records (choices and answer under renamed fields, as HellaSwag names
 /// them) are scored per choice after their prompt: each choice's log-probability is the
 /// one the same text gets scored after the same context as a record's text (the path

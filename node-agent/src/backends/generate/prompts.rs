@@ -344,6 +344,7 @@ pub fn model_prompt<'a>(
             before: &prompt.before,
             text: &prompt.text,
             after: &prompt.after,
+            examples: &prompt.example_bounds,
         },
         false => Prompt::Messages {
             messages,
@@ -572,46 +573,41 @@ pub fn scored_choices(
             last.role
         ));
     }
-    if params.template == Template::Chat {
-        return scored_after_chat_prompt(format, window, (prompt, params, &messages), settings);
+    if params.template == Template::Chat || messages.is_empty() {
+        return scored_after_prompt(format, window, (prompt, params, &messages), settings);
     }
-    let context_text = [&prompt.before[..], &prompt.text, &prompt.after].concat();
-    let raw = engine::PromptTemplate::None;
-    prompt
-        .choices
-        .iter()
+    (prompt.choices.iter())
         .map(|choice| {
-            let scored = match messages.is_empty() {
-                true => format.scored_choice((&context_text, choice), raw, window, settings),
-                false => {
-                    let reply = Message::new("assistant", choice);
-                    let turns: Vec<Message> = messages.iter().cloned().chain([reply]).collect();
-                    format.scored_reply(&turns, window, settings)
-                }
-            };
-            scored.map_err(|e| e.to_string())
+            let reply = Message::new("assistant", choice);
+            let turns: Vec<Message> = messages.iter().cloned().chain([reply]).collect();
+            (format.scored_reply(&turns, window, settings)).map_err(|e| e.to_string())
         })
         .collect()
 }
 
-/// Each of a prompt's choices scored as the text that follows it once the chat template
-/// has rendered it with the generation prompt (its text as the user's turn, after the
-/// job's system message; or its conversation): lm-evaluation-harness's multiple choice
-/// under `--apply_chat_template`. Unlike a conversation's reply under template none, a
-/// choice is scored without the end-of-turn marker. A conversation with few-shot examples
-/// too long to leave the longest choice room loses its oldest examples first.
-fn scored_after_chat_prompt(
+/// Each of a prompt's choices scored as the text that follows it: after its raw text
+/// (`before + text + after`, lm-evaluation-harness's multiple choice), or after what the
+/// chat template renders of it with the generation prompt (its text as the user's turn,
+/// after the job's system message; or its conversation: lm-evaluation-harness's
+/// `--apply_chat_template`; unlike a conversation's reply under template none, a choice is
+/// scored without the end-of-turn marker). A prompt with few-shot examples too long to
+/// leave the longest choice room loses its oldest examples first ([`choice_context`]).
+fn scored_after_prompt(
     format: &PromptFormat,
     window: usize,
     (prompt, params, messages): (&PromptParts, &GenerateParams, &[Message]),
     settings: WindowSettings,
 ) -> Result<Vec<ScoredText>, String> {
-    let chat = engine::PromptTemplate::Chat;
+    let template = match params.template {
+        Template::Chat => engine::PromptTemplate::Chat,
+        Template::None => engine::PromptTemplate::None,
+    };
     let (context, examples_dropped) =
-        chat_context(format, window, (prompt, params, messages)).map_err(|e| e.to_string())?;
+        choice_context(format, window, template, (prompt, params, messages))
+            .map_err(|e| e.to_string())?;
     (prompt.choices.iter())
         .map(|choice| {
-            let mut scored = format.scored_choice((&context, choice), chat, window, settings);
+            let mut scored = format.scored_choice((&context, choice), template, window, settings);
             if let Ok(scored) = &mut scored {
                 scored.truncated |= examples_dropped;
             }
@@ -620,35 +616,36 @@ fn scored_after_chat_prompt(
         .collect()
 }
 
-/// The rendered prompt before a choice under the chat template, and whether examples were
-/// left out: a conversation whose few-shot examples leave the longest choice no room in
-/// `window` loses its oldest examples first (the choice's context is cut from its start
+/// The prompt before a choice as `template` renders it, and whether examples were left
+/// out: a prompt whose few-shot examples (turns or text) leave the longest choice no room
+/// in `window` loses its oldest examples first (the choice's context is cut from its start
 /// only after).
-fn chat_context(
+fn choice_context(
     format: &PromptFormat,
     window: usize,
+    template: engine::PromptTemplate,
     (prompt, params, messages): (&PromptParts, &GenerateParams, &[Message]),
 ) -> Result<(String, bool), ModelError> {
-    let chat = engine::PromptTemplate::Chat;
-    let whole = format.render(&model_prompt(prompt, params, messages), chat, None)?;
-    let examples = prompt.example_turns as usize;
-    if examples == 0 || messages.is_empty() {
+    let parts = model_prompt(prompt, params, messages);
+    let whole = format.render(&parts, template, None)?;
+    if prompt.example_turns == 0 && prompt.example_bounds.is_empty() {
         return Ok((whole, false));
     }
     let mut longest_choice = 0;
     for choice in &prompt.choices {
-        longest_choice = longest_choice.max(format.tokens(choice, chat)?.len());
+        // Under the chat template's reading a text's tokens have no BOS before them.
+        let tokens = format.tokens(choice, engine::PromptTemplate::Chat)?;
+        longest_choice = longest_choice.max(tokens.len());
     }
     // A token spare: the context's trailing space is scored with the choice.
     let limit = window.saturating_sub(longest_choice + 1);
-    if format.tokens(&whole, chat)?.len() <= limit {
+    if format.tokens(&whole, template)?.len() <= limit {
         return Ok((whole, false));
     }
-    let kept = format.without_oldest_examples(messages, examples, limit)?;
-    Ok((
-        format.render(&Prompt::conversation(&kept), chat, None)?,
-        true,
-    ))
+    match format.without_oldest_examples(&parts, template, limit)? {
+        Some(kept) => Ok((format.render(&kept.prompt(&parts), template, None)?, true)),
+        None => Ok((whole, false)),
+    }
 }
 
 /// A text prompt's `text + after` scored after each choice in place of the record's text
