@@ -51,7 +51,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub(crate) corpus: CorpusArgs,
     /// The prompt of each text record: `{text}` is the record's text (cut from its middle
-    /// when the prompt would not fit the context), `{field}` any other field of the
+    /// when the prompt would not fit the context, after any few-shot examples are left
+    /// out), `{field}` any other field of the
     /// record, `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
     /// Records with `messages` are conversations and take no prompt.
     #[arg(long, env = "RESIDENT_PROMPT", default_value = "{text}")]
@@ -201,7 +202,9 @@ pub struct GenerateArgs {
     /// --prompt with its answer after it (--target-delimiter between), go before every
     /// record's prompt (lm-evaluation-harness's num_fewshot). With --score, records with
     /// choices, answered by their right choice; with --reference-field, records answered
-    /// by that field (GSM8K's worked solutions).
+    /// by that field (GSM8K's worked solutions). A prompt too long for the context loses its
+    /// oldest examples whole before the record's text is cut (the line is marked
+    /// `truncated`).
     #[arg(long, env = "RESIDENT_FEWSHOT_INPUT", value_name = "PATH")]
     fewshot_input: Option<std::path::PathBuf>,
     /// How many examples --fewshot-input gives (0: none).
@@ -342,7 +345,8 @@ pub struct GenerateArgs {
     #[arg(long, env = "RESIDENT_MAX_STEP_TOKENS")]
     max_step_tokens: Option<u32>,
     /// Cap each sequence's context (prompt and completion) at this many tokens, below the
-    /// model's own: longer record texts are cut from their middle. Bounds the KV cache.
+    /// model's own: longer prompts lose their oldest few-shot examples, then the middle of
+    /// the record's text. Bounds the KV cache.
     #[arg(long, env = "RESIDENT_MAX_CONTEXT")]
     max_context: Option<u32>,
     /// The weights' precision on the actors: auto (a GGUF file's quantised blocks on the

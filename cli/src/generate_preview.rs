@@ -187,7 +187,10 @@ fn print_cut(
             let examples = prompt.example_turns > 0 || !prompt.example_bounds.is_empty();
             let how = match examples {
                 false => "the middle of the record's text cut",
-                true => "its oldest examples left out first, then the middle of the text",
+                true => {
+                    "its oldest examples left out first, then the middle of the text where \
+                     that is not enough"
+                }
             };
             println!(
                 "=== too long for the {context}-token context with {reserve} new tokens: the \
