@@ -92,6 +92,11 @@ pub struct GenerateConfig {
     /// GPU or driver where the tensor-core kernel misbehaves). CPU actors ignore it.
     #[serde(default)]
     pub attention: Option<String>,
+    /// A Jinja chat template (its source) that renders conversations in place of the
+    /// model's own, or for a model that has none (vLLM's and transformers'
+    /// `chat_template`); the model's own when absent.
+    #[serde(default)]
+    pub chat_template: Option<String>,
 }
 
 impl GenerateConfig {

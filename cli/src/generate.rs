@@ -8,6 +8,8 @@ use resident_jobs::corpus_job::{
     EngineSettings, ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures,
     GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate, run_generate_job,
 };
+use resident_models::ModelError;
+use resident_models::generate::chat::ChatTemplate;
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
 
@@ -371,6 +373,12 @@ pub struct GenerateArgs {
         value_parser = ["auto", "tensor-cores", "scalar"]
     )]
     attention_kernel: Option<String>,
+    /// A Jinja chat template in place of the model's own, or for a model without one
+    /// (vLLM's --chat-template): a file holding it, or the template itself. Conversations
+    /// and --template chat prompts are rendered with it; one that does not compile is
+    /// refused before the job starts.
+    #[arg(long, env = "RESIDENT_CHAT_TEMPLATE", value_name = "FILE|TEMPLATE")]
+    chat_template: Option<String>,
 }
 
 impl GenerateArgs {
@@ -412,6 +420,7 @@ impl GenerateArgs {
             dtype: self.dtype.clone(),
             enforce_eager: self.enforce_eager,
             attention_kernel: self.attention_kernel.clone(),
+            chat_template: self.chat_template()?,
         };
         generation.engine = engine;
         if self.input_format == InputFormatArg::OpenaiBatch {
@@ -500,6 +509,37 @@ impl GenerateArgs {
 
 impl GenerateArgs {
     /// `--template`, or its default: the chat template, but the raw text for a score.
+    /// `--chat-template`'s source (read from the file it names, or the template itself),
+    /// checked to compile.
+    fn chat_template(&self) -> anyhow::Result<Option<String>> {
+        let Some(given) = &self.chat_template else {
+            return Ok(None);
+        };
+        let path = std::path::Path::new(given);
+        let source = match path.is_file() {
+            true => std::fs::read_to_string(path).map_err(|e| {
+                crate::exit::BadInput(format!("--chat-template {}: {e}", path.display()))
+            })?,
+            false if given.contains("{{") || given.contains("{%") => given.clone(),
+            false => {
+                return Err(crate::exit::BadInput(format!(
+                    "--chat-template {given:?} is neither a file nor a Jinja template: give \
+                     the path of a file holding the template, or the template itself"
+                ))
+                .into());
+            }
+        };
+        match ChatTemplate::new(&source, "", "") {
+            Err(ModelError::Load(why)) => {
+                let why = why.replace("the model's chat template: ", "");
+                let refusal = format!("--chat-template does not compile: {why}");
+                Err(crate::exit::BadInput(refusal).into())
+            }
+            Err(other) => Err(other.into()),
+            Ok(_) => Ok(Some(source)),
+        }
+    }
+
     fn template(&self) -> TemplateArg {
         match (self.template, self.score) {
             (Some(template), _) => template,

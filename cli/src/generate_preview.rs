@@ -21,11 +21,13 @@ use crate::exit::BadInput;
 
 pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::Result<()> {
     let model = local_model(&config.corpus.model)?;
+    let chat_template = config.generation.engine.chat_template.clone();
     let (format, context) = tokio::task::spawn_blocking(move || {
-        Ok::<_, resident_models::ModelError>((
-            PromptFormat::load(&model)?,
-            PromptFormat::model_context(&model)?,
-        ))
+        let mut format = PromptFormat::load(&model)?;
+        if let Some(source) = &chat_template {
+            format.use_chat_template(source)?;
+        }
+        Ok::<_, resident_models::ModelError>((format, PromptFormat::model_context(&model)?))
     })
     .await?
     .map_err(|e| BadInput(format!("--dry-run: {e}")))?;

@@ -202,3 +202,20 @@ def test_gpus_are_used_by_default_and_gpus_zero_keeps_the_cpu():
         placed = sorted(a.gpu_index for a in embed_actors if a.gpu_index is not None)
         assert placed == [0, 1], embed_actors
         assert sum(a.gpu_index is None for a in embed_actors) == 1, embed_actors
+
+
+def test_a_chat_template_given_renders_in_place_of_the_model_s_own(local_cluster):
+    template = ("{% for m in messages %}### {{ m.role | upper }}:\n{{ m.content }}\n"
+                "{% endfor %}{% if add_generation_prompt %}### ASSISTANT:\n{% endif %}")
+    question = "What is the capital of France?"
+    chatted = local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
+                                 max_new_tokens=12, chat_template=template, progress=False)
+    raw = local_cluster.generate([f"### USER:\n{question}\n### ASSISTANT:\n"],
+                                 model=str(SMOLLM2), max_new_tokens=12, template="none",
+                                 progress=False)
+    assert chatted[0]["text"] == raw[0]["text"], (chatted, raw)
+    assert chatted[0]["prompt_tokens"] == raw[0]["prompt_tokens"]
+    with pytest.raises(resident.ResidentError) as refused:
+        local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
+                           chat_template="{% for m in messages %}", progress=False)
+    assert "the given chat template" in str(refused.value), refused.value

@@ -1,6 +1,6 @@
 //! A generate job's engine settings as a front end takes them (`resident generate`'s
 //! `--max-sequences`, `--max-step-tokens`, `--max-context`, `--dtype`, `--enforce-eager`,
-//! `--attention-kernel`; Python's `generate_job`, `generate` and `chat` keywords of the
+//! `--attention-kernel`, `--chat-template`; Python's `generate_job`, `generate` and `chat` keywords of the
 //! same names), kept as a job's (`GenerateWork::engine`) and turned into the actors' config
 //! in one place, so that every front end means the same by them.
 
@@ -29,6 +29,9 @@ pub struct EngineSettings {
     /// The paged attention's GPU kernel: `auto` (the default), `tensor-cores`, `scalar`.
     #[serde(default)]
     pub attention_kernel: Option<String>,
+    /// A Jinja chat template (its source) in place of the model's own (`--chat-template`).
+    #[serde(default)]
+    pub chat_template: Option<String>,
 }
 
 impl EngineSettings {
@@ -43,6 +46,7 @@ impl EngineSettings {
             dtype: self.dtype().map(str::to_owned),
             enforce_eager: self.enforce_eager,
             attention: named(&self.attention_kernel).map(str::to_owned),
+            chat_template: self.chat_template.clone(),
             ..GenerateConfig::default()
         }
     }
@@ -82,7 +86,8 @@ mod tests {
     fn settings_land_in_the_actors_config_and_auto_is_the_default() {
         let settings: EngineSettings = serde_json::from_str(
             r#"{"max_sequences": 64, "max_context": 2048, "dtype": "auto",
-                "enforce_eager": true, "attention_kernel": "scalar"}"#,
+                "enforce_eager": true, "attention_kernel": "scalar",
+                "chat_template": "{{ messages[0].content }}"}"#,
         )
         .unwrap();
         let config = settings.actor_config("m.gguf".into());
@@ -97,6 +102,8 @@ mod tests {
         assert_eq!((config.model.as_str(), config.dtype), ("m.gguf", None));
         assert!(config.enforce_eager);
         assert_eq!(config.attention.as_deref(), Some("scalar"));
+        let template = config.chat_template.as_deref();
+        assert_eq!(template, Some("{{ messages[0].content }}"));
         let zero: EngineSettings = serde_json::from_str(r#"{"max_context": 0}"#).unwrap();
         let why = zero.problem().unwrap();
         assert!(why.starts_with("max_context (--max-context) must be at least 1"));

@@ -591,6 +591,9 @@ impl ChunkWork for GenerateWork {
         if let Some(dtype) = self.engine.dtype() {
             settings["dtype"] = dtype.into();
         }
+        if let Some(template) = &self.engine.chat_template {
+            settings["chat_template"] = template.as_str().into();
+        }
         if self.output == GenerationOutput::OpenAiBatch {
             settings["output"] = "openai-batch".into();
         }
@@ -990,6 +993,22 @@ mod tests {
             plain.before
         );
         assert_eq!(plain.example_bounds, [11, 24, 37]);
+    }
+
+    /// A job's own chat template (`--chat-template`) is part of its settings: a resumed
+    /// job with another is another job; without one they read as before.
+    #[test]
+    fn a_chat_template_given_is_part_of_the_job_s_settings() {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let mut job = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
+        let plain = job.generation.settings_fingerprint("m");
+        job.generation.engine.chat_template = Some("{{ messages[0].content }}".into());
+        let given = job.generation.settings_fingerprint("m");
+        job.generation.engine.chat_template = Some("{{ messages[1].content }}".into());
+        let other = job.generation.settings_fingerprint("m");
+        assert!(plain != given && given != other && plain != other);
+        job.generation.engine.chat_template = None;
+        assert_eq!(job.generation.settings_fingerprint("m"), plain);
     }
 
     /// A record "5+5" whose description field and group (the reader's last field) are

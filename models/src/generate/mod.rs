@@ -449,6 +449,12 @@ impl GenerateModel {
         self.config().context
     }
 
+    /// Renders conversations with the chat template `source` in place of the model's own
+    /// ([`PromptFormat::use_chat_template`]).
+    pub fn use_chat_template(&mut self, source: &str) -> Result<(), ModelError> {
+        self.format.use_chat_template(source)
+    }
+
     /// Caps the context at `tokens` (when below the model's): prompts are cut to fit it and
     /// generation stops at it, which bounds each sequence's KV cache.
     pub fn limit_context(&mut self, tokens: usize) {

@@ -163,6 +163,21 @@ impl PromptFormat {
         })
     }
 
+    /// Renders conversations with `source` (a Jinja chat template, as transformers' and
+    /// vLLM's `chat_template` take it) in place of the model's own, or the model's lack of
+    /// one; an error, naming it, where it does not compile.
+    pub fn use_chat_template(&mut self, source: &str) -> Result<(), ModelError> {
+        let special = |id: Option<u32>| id.and_then(|id| self.vocab.token(id)).unwrap_or_default();
+        let (bos, eos) = (special(self.vocab.bos), special(Some(self.vocab.eos)));
+        self.chat = Some(
+            ChatTemplate::new(source, &bos, &eos).map_err(|error| match error {
+                ModelError::Load(why) => ModelError::Load(why.replace("the model's", "the given")),
+                other => other,
+            })?,
+        );
+        Ok(())
+    }
+
     /// The format of a GGUF file (its metadata only) or a safetensors directory (its
     /// tokenizer files), without loading the weights.
     pub fn load(path: &Path) -> Result<Self, ModelError> {

@@ -240,12 +240,13 @@ def _engine(
     dtype: Optional[str],
     enforce_eager: bool,
     attention_kernel: Optional[str],
+    chat_template: Optional[str],
 ) -> dict:
     """The engine's settings as the native side reads them (``EngineSettings``)."""
     return {
         "max_sequences": max_sequences, "max_step_tokens": max_step_tokens,
         "max_context": max_context, "dtype": dtype, "enforce_eager": bool(enforce_eager),
-        "attention_kernel": attention_kernel,
+        "attention_kernel": attention_kernel, "chat_template": chat_template,
     }
 
 
@@ -874,6 +875,7 @@ class Cluster:
         dtype: Optional[str] = None,
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
+        chat_template: Optional[str] = None,
         _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
@@ -935,8 +937,9 @@ class Cluster:
         ``max_step_tokens`` (a forward step's tokens; 4,096 on a GPU, 512 on the CPU),
         ``max_context`` (each sequence's context cap), ``dtype`` (the weights' precision:
         ``"auto"``, ``"quantised"``, ``"f32"``, ``"f16"``, ``"bf16"``), ``enforce_eager``
-        (no CUDA graphs) and ``attention_kernel`` (``"auto"``, ``"tensor-cores"``,
-        ``"scalar"``).
+        (no CUDA graphs), ``attention_kernel`` (``"auto"``, ``"tensor-cores"``,
+        ``"scalar"``) and ``chat_template`` (a Jinja chat template's source, in place of the
+        model's own: ``--chat-template``).
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
         line per record, input order), the shards, the manifest and ``report.json``; a rerun
         after a crash redoes no finished chunk. Returns ``report.json`` as a dict.
@@ -964,7 +967,7 @@ class Cluster:
                 fewshot_as_multiturn=fewshot_as_multiturn,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel,
+                    attention_kernel, chat_template,
                 )),
             )
         finally:
@@ -1075,6 +1078,7 @@ class Cluster:
         max_context: Optional[int] = None,
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
+        chat_template: Optional[str] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1129,8 +1133,9 @@ class Cluster:
         A progress bar counts the prompts completed
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU); ``dtype``,
-        ``max_step_tokens``, ``max_context``, ``enforce_eager`` and ``attention_kernel`` are
-        the engine's other settings, as ``resident generate``'s flags of the same names.
+        ``max_step_tokens``, ``max_context``, ``enforce_eager``, ``attention_kernel`` and
+        ``chat_template`` (a Jinja template's source, in place of the model's own) are the
+        engine's other settings, as ``resident generate``'s flags of the same names.
         """
         items = []
         for prompt in prompts:
@@ -1147,7 +1152,7 @@ class Cluster:
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
             replicas, gpus, vram_gib, progress, sampling,
             _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel),
+                    attention_kernel, chat_template),
         )
 
     def chat(
@@ -1170,6 +1175,7 @@ class Cluster:
         max_context: Optional[int] = None,
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
+        chat_template: Optional[str] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1215,7 +1221,7 @@ class Cluster:
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
             replicas, gpus, vram_gib, progress, sampling,
             _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel),
+                    attention_kernel, chat_template),
         )
 
     def _complete(

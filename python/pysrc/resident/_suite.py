@@ -12,6 +12,7 @@ to the CLI without its keyword here fails the tests rather than a user's suite.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable
 
 from .errors import BadInput
@@ -20,6 +21,14 @@ from .errors import BadInput
 def _limit(value: str) -> "int | float":
     """``--limit``: a count of records, or a share of them below 1 (``0.1``)."""
     return float(value) if any(c in value for c in ".eE") else int(value)
+
+
+def _chat_template(value: str) -> str:
+    """``--chat-template``: the file it names, read, or the template itself."""
+    if os.path.isfile(value):
+        with open(value, encoding="utf-8") as file:
+            return file.read()
+    return value
 
 
 # Flags with one value: the keyword, and how the value reads.
@@ -37,6 +46,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--id-field": ("id_field", str),
     "--text-field": ("text_field", str),
     "--system": ("system", str),
+    "--chat-template": ("chat_template", _chat_template),
     "--input-format": ("input_format", str),
     "--output-format": ("output_format", str),
     "--template": ("template", str),

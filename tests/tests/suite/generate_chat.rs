@@ -1,6 +1,7 @@
 //! `resident generate` as chat and batch users run it, with the real `resident` binary and
 //! the real SmolLM2 GGUF: a system message and conversations rendered by the model's own
-//! chat template (checked against the same text fed raw), `--dry-run`, the sampling
+//! chat template (checked against the same text fed raw) or by one given
+//! (`--chat-template`), `--dry-run`, the sampling
 //! controls on the command line, and an OpenAI Batch file of 50 lines (vLLM's own example
 //! lines among them) answered in the Batch output format, in input order, across a kill -9
 //! of the CLI and a rerun.
@@ -109,6 +110,85 @@ async fn a_system_message_and_conversations_render_as_the_models_template_says()
             chat["prompt_tokens"], raw["prompt_tokens"],
             "{chat} / {raw}"
         );
+    }
+}
+
+/// `--chat-template` (a file, or the template itself) renders text records and
+/// conversations in place of the model's own template: the completions equal those of the
+/// same prompts rendered by hand and fed raw, token for token, and `--dry-run` shows them;
+/// a template that does not compile, or a value that is neither a file nor a template, is
+/// refused before anything runs, saying what to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_template_given_renders_in_place_of_the_model_s_own() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("chat.jsonl");
+    write_jsonl(
+        &input,
+        &[
+            json!({"id": "text", "text": QUESTION}),
+            json!({"id": "conversation", "messages": [
+                {"role": "system", "content": "Answer with one word."},
+                {"role": "user", "content": "Name a colour."},
+            ]}),
+        ],
+    );
+    let template = "{% for m in messages %}### {{ m.role | upper }}:\n{{ m.content }}\n\
+                    {% endfor %}{% if add_generation_prompt %}### ASSISTANT:\n{% endif %}";
+    let file = dir.path().join("template.jinja");
+    std::fs::write(&file, template).unwrap();
+    let flags = ["--max-new-tokens", "12", "--system", SYSTEM];
+    let expected_text = format!("### SYSTEM:\n{SYSTEM}\n### USER:\n{QUESTION}\n### ASSISTANT:\n");
+    let expected_conversation =
+        "### SYSTEM:\nAnswer with one word.\n### USER:\nName a colour.\n### ASSISTANT:\n";
+    let mut lines = Vec::new();
+    for (name, given) in [("file", file.to_str().unwrap()), ("inline", template)] {
+        let with = [&flags[..], &["--chat-template", given]].concat();
+        let mut dry = generate_command(&input, &dir.path().join("dry"), "{text}", &with);
+        dry.args(["--dry-run", "2"]);
+        let (shown, _) = run_to_success(dry);
+        assert!(shown.contains(&expected_text), "{shown}");
+        assert!(shown.contains(expected_conversation), "{shown}");
+        let out = dir.path().join(name);
+        run_to_success(generate_command(&input, &out, "{text}", &with));
+        lines.push(read_jsonl(&out.join("generations.jsonl")));
+    }
+    assert_eq!(lines[0], lines[1]);
+    let raw_input = dir.path().join("raw.jsonl");
+    write_jsonl(
+        &raw_input,
+        &[
+            json!({"id": "text", "text": expected_text}),
+            json!({"id": "conversation", "text": expected_conversation}),
+        ],
+    );
+    let raw = dir.path().join("raw");
+    let raw_flags = ["--max-new-tokens", "12", "--template", "none"];
+    run_to_success(generate_command(&raw_input, &raw, "{text}", &raw_flags));
+    let raw_lines = read_jsonl(&raw.join("generations.jsonl"));
+    for (chat, raw) in lines[0].iter().zip(&raw_lines) {
+        assert_eq!(chat["text"], raw["text"], "{chat} / {raw}");
+        assert_eq!(
+            chat["prompt_tokens"], raw["prompt_tokens"],
+            "{chat} / {raw}"
+        );
+    }
+
+    for (given, says) in [
+        (
+            "{% for m in messages %}",
+            "--chat-template does not compile: syntax error",
+        ),
+        ("template.jinja", "is neither a file nor a Jinja template"),
+    ] {
+        let out = dir.path().join("refused");
+        let output = generate_command(&input, &out, "{text}", &["--chat-template", given])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!out.exists(), "a refused job writes nothing");
     }
 }
 

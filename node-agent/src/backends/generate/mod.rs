@@ -226,6 +226,9 @@ impl TypedActor for GenerateActor {
         if let Some(tokens) = config.max_context {
             model.limit_context(tokens as usize);
         }
+        if let Some(source) = &config.chat_template {
+            model.use_chat_template(source)?;
+        }
         // A GPU's step costs far less than in proportion to its rows: its defaults are larger.
         let on_gpu = !device.is_cpu();
         let max_sequences = config.max_sequences_on(on_gpu);
