@@ -508,7 +508,6 @@ impl GenerateArgs {
 }
 
 impl GenerateArgs {
-    /// `--template`, or its default: the chat template, but the raw text for a score.
     /// `--chat-template`'s source (read from the file it names, or the template itself),
     /// checked to compile.
     fn chat_template(&self) -> anyhow::Result<Option<String>> {
@@ -540,6 +539,7 @@ impl GenerateArgs {
         }
     }
 
+    /// `--template`, or its default: the chat template, but the raw text for a score.
     fn template(&self) -> TemplateArg {
         match (self.template, self.score) {
             (Some(template), _) => template,
