@@ -453,32 +453,11 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
     let newer = dir.path().join("text-newer");
     run_to_success(generate_command(&input, &newer, newer_by_hand, &common));
     let newer_lines = read_jsonl(&newer.join("generations.jsonl"));
-    let tokens = |line: &Value| line["prompt_tokens"].as_u64().unwrap();
-    let longest = newer_lines.iter().map(tokens).max().unwrap();
-    assert!(
-        lines.iter().map(tokens).min() > Some(longest),
-        "one example more does not fit"
+    let (whole, read, shown) = cut_to_the_newer_example(
+        &dir.path().join("text-cut"),
+        (&input, prompt, &fewshot),
+        (&lines, &newer_lines),
     );
-    let context = (longest + 16).to_string();
-    let mut cut_flags = fewshot.clone();
-    cut_flags.extend(["--max-context", &context]);
-    let cut = dir.path().join("text-cut");
-    run_to_success(generate_command(&input, &cut, prompt, &cut_flags));
-    let mut cut_lines = read_jsonl(&cut.join("generations.jsonl"));
-    for line in &mut cut_lines {
-        let truncated = line.as_object_mut().unwrap().remove("truncated");
-        assert_eq!(truncated, Some(json!(true)), "{line}");
-    }
-    assert_eq!(cut_lines, newer_lines);
-    assert_eq!(read_json(&cut.join("report.json"))["truncated_prompts"], 2);
-    cut_flags.extend(["--dry-run", "1"]);
-    let (shown, _) = run_to_success(generate_command(
-        &input,
-        &dir.path().join("text-dry"),
-        prompt,
-        &cut_flags,
-    ));
-    let (whole, read) = shown.split_once("=== too long for the").expect(&shown);
     assert!(whole.contains("Tom has 2 apples"), "{shown}");
     assert!(
         read.contains("its oldest examples left out first"),
@@ -549,36 +528,11 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         &chat_common,
     ));
     let newer_lines = read_jsonl(&newer.join("generations.jsonl"));
-    let tokens = |line: &Value| line["prompt_tokens"].as_u64().unwrap();
-    let longest = newer_lines.iter().map(tokens).max().unwrap();
-    let shortest_whole = read_jsonl(&turns.join("generations.jsonl"))
-        .iter()
-        .map(tokens)
-        .min();
-    assert!(
-        shortest_whole > Some(longest),
-        "one example more does not fit"
+    let (whole, read, shown) = cut_to_the_newer_example(
+        &dir.path().join("cut"),
+        (&input, prompt, &chat),
+        (&read_jsonl(&turns.join("generations.jsonl")), &newer_lines),
     );
-    let context = (longest + 16).to_string();
-    let mut cut_flags = chat.clone();
-    cut_flags.extend(["--max-context", &context]);
-    let cut = dir.path().join("cut");
-    run_to_success(generate_command(&input, &cut, prompt, &cut_flags));
-    let mut cut_lines = read_jsonl(&cut.join("generations.jsonl"));
-    for line in &mut cut_lines {
-        let truncated = line.as_object_mut().unwrap().remove("truncated");
-        assert_eq!(truncated, Some(json!(true)), "{line}");
-    }
-    assert_eq!(cut_lines, newer_lines);
-    assert_eq!(read_json(&cut.join("report.json"))["truncated_prompts"], 2);
-    cut_flags.extend(["--dry-run", "1"]);
-    let (shown, _) = run_to_success(generate_command(
-        &input,
-        &dir.path().join("dry"),
-        prompt,
-        &cut_flags,
-    ));
-    let (whole, read) = shown.split_once("=== too long for the").expect(&shown);
     assert!(whole.contains("Tom has 2 apples"), "{shown}");
     assert!(
         !read.contains("Tom has 2 apples") && read.contains("A {box} holds"),
@@ -601,6 +555,40 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         stderr.contains("or --reference-field (each example's answer)"),
         "{stderr}"
     );
+}
+
+/// The job of `input` with `flags` in `out`, its context one example too short for its
+/// whole prompts (`whole_lines`' shortest) and long enough for those with the newer example
+/// alone (`newer_lines`' longest, and 16 new tokens): each line is that of the newer
+/// example alone, marked truncated, and the report counts them. Returns what `--dry-run 1`
+/// prints before its cut prompt, the cut prompt, and the whole output.
+fn cut_to_the_newer_example(
+    out: &Path,
+    (input, prompt, flags): (&Path, &str, &[&str]),
+    (whole_lines, newer_lines): (&[Value], &[Value]),
+) -> (String, String, String) {
+    let tokens = |line: &Value| line["prompt_tokens"].as_u64().unwrap();
+    let longest = newer_lines.iter().map(tokens).max().unwrap();
+    assert!(
+        whole_lines.iter().map(tokens).min() > Some(longest),
+        "one example more does not fit"
+    );
+    let context = (longest + 16).to_string();
+    let mut cut_flags = flags.to_vec();
+    cut_flags.extend(["--max-context", &context]);
+    run_to_success(generate_command(input, out, prompt, &cut_flags));
+    let mut cut_lines = read_jsonl(&out.join("generations.jsonl"));
+    for line in &mut cut_lines {
+        let truncated = line.as_object_mut().unwrap().remove("truncated");
+        assert_eq!(truncated, Some(json!(true)), "{line}");
+    }
+    assert_eq!(cut_lines, newer_lines);
+    assert_eq!(read_json(&out.join("report.json"))["truncated_prompts"], 2);
+    cut_flags.extend(["--dry-run", "1"]);
+    let dry = out.with_extension("dry");
+    let (shown, _) = run_to_success(generate_command(input, &dry, prompt, &cut_flags));
+    let (whole, read) = shown.split_once("=== too long for the").expect(&shown);
+    (whole.to_owned(), read.to_owned(), shown.clone())
 }
 
 /// Flags that cannot go together are refused before anything runs, saying what to do.

@@ -674,17 +674,9 @@ async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt
     );
 }
 
-/// lm-evaluation-harness's `--apply_chat_template --fewshot_as_multiturn`: each few-shot
-/// example is a user turn and its answer the assistant's, the description the system
-/// message, the record's prompt the last user turn, each choice scored after the rendered
-/// conversation: the same tokens and log-probabilities as the same conversation given as
-/// a record. Without the chat template the flag is refused before anything runs;
-/// `--dry-run` shows the turns.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
-    init_logging();
-    let dir = tempfile::tempdir().unwrap();
-    let dev = dir.path().join("dev.jsonl");
+/// Two answered dev questions (in `dir`'s `dev.jsonl`) and two records to ask after them.
+fn two_shot_questions(dir: &Path) -> (std::path::PathBuf, [Value; 2]) {
+    let dev = dir.join("dev.jsonl");
     write_jsonl(
         &dev,
         &[
@@ -696,6 +688,36 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
         json!({"id": "r1", "text": "What is the capital of France?", "choices": ["Paris", "Rome"], "answer": 0}),
         json!({"id": "r2", "text": "How many legs has a spider?", "choices": ["six", "eight"], "answer": 1}),
     ];
+    (dev, records)
+}
+
+/// Each line of a job whose prompts were cut is marked so, and its choices score as those
+/// of the prompt written short by hand (`by_hand`, not marked): the same tokens, the same
+/// log-probabilities.
+fn assert_cut_scores_match(cut_lines: &[Value], by_hand: &[Value]) {
+    for (line, hand) in cut_lines.iter().zip(by_hand) {
+        assert_eq!(line["truncated"], true, "{line}");
+        assert!(hand.get("truncated").is_none(), "{hand}");
+        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+        for (a, b) in scores(line).iter().zip(&scores(hand)) {
+            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
+            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
+        }
+    }
+}
+
+/// lm-evaluation-harness's `--apply_chat_template --fewshot_as_multiturn`: each few-shot
+/// example is a user turn and its answer the assistant's, the description the system
+/// message, the record's prompt the last user turn, each choice scored after the rendered
+/// conversation: the same tokens and log-probabilities as the same conversation given as
+/// a record. Without the chat template the flag is refused before anything runs;
+/// `--dry-run` shows the turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, records) = two_shot_questions(dir.path());
     let description = "Answer each question in one word.";
     let prompt = "Question: {text}\nAnswer:";
     let dev_path = dev.to_str().unwrap();
@@ -784,16 +806,7 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
     assert!(read.contains("What colour is the sky?"), "{shown}");
     assert!(!read.contains("What is 2 + 2?"), "{shown}");
     assert!(read.contains("What is the capital of France?"), "{shown}");
-    for (line, hand) in cut_lines.iter().zip(&by_hand) {
-        assert_eq!(line["truncated"], true, "{line}");
-        assert!(hand.get("truncated").is_none(), "{hand}");
-        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
-        for (a, b) in scores(line).iter().zip(&scores(hand)) {
-            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
-            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
-            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
-        }
-    }
+    assert_cut_scores_match(&cut_lines, &by_hand);
 
     let input = dir.path().join("turns.jsonl");
     let shown = dry_run(&input, &dir.path().join("dry"), prompt, &flags);
@@ -827,18 +840,7 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
 async fn fewshot_examples_written_as_text_too_long_for_a_score_go_oldest_first() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let dev = dir.path().join("dev.jsonl");
-    write_jsonl(
-        &dev,
-        &[
-            json!({"id": "d1", "text": "What is 2 + 2?", "choices": ["3", "4"], "answer": 1}),
-            json!({"id": "d2", "text": "What colour is the sky?", "choices": ["blue", "green"], "answer": 0}),
-        ],
-    );
-    let records = [
-        json!({"id": "r1", "text": "What is the capital of France?", "choices": ["Paris", "Rome"], "answer": 0}),
-        json!({"id": "r2", "text": "How many legs has a spider?", "choices": ["six", "eight"], "answer": 1}),
-    ];
+    let (dev, records) = two_shot_questions(dir.path());
     let description = "Answer each question in one word.\n\n";
     let prompt = "Question: {text}\nAnswer:";
     let raw = ["--score", "--max-new-tokens", "0", "--template", "none"];
@@ -879,15 +881,7 @@ async fn fewshot_examples_written_as_text_too_long_for_a_score_go_oldest_first()
     let cut_flags = [&flags[..], &["--max-context", &context]].concat();
     let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
     assert_eq!(report["truncated_prompts"], 2, "{report}");
-    for (line, hand) in cut_lines.iter().zip(&by_hand) {
-        assert_eq!(line["truncated"], true, "{line}");
-        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
-        for (a, b) in scores(line).iter().zip(&scores(hand)) {
-            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
-            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
-            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
-        }
-    }
+    assert_cut_scores_match(&cut_lines, &by_hand);
     let shown = dry_run(
         &dir.path().join("cut.jsonl"),
         &dir.path().join("dry-cut"),
