@@ -186,8 +186,7 @@ fn print_cut(
     match cut {
         Ok((_, _, false)) => {}
         Ok((text, tokens, true)) => {
-            let examples = prompt.example_turns > 0 || !prompt.example_bounds.is_empty();
-            let how = match examples {
+            let how = match parts.example_count() > 0 {
                 false => "the middle of the record's text cut",
                 true => {
                     "its oldest examples left out first, then the middle of the text where \

@@ -112,17 +112,25 @@ impl PromptTemplate {
         prompt: &str,
     ) -> Result<Self, String> {
         let literal = examples.concat().replace('{', "{{").replace('}', "}}");
-        let whole = Self::parse(&format!("{description}{literal}{prompt}"))?;
+        let source = format!("{description}{literal}{prompt}");
         let (Ok(head), Ok(body)) = (
             Self::parse(&format!("{description}{{text}}")),
             Self::parse(prompt),
         ) else {
-            // The description's braces run into the rest: the examples stay unmarked.
-            return Ok(whole);
+            // The description's braces run into the rest (or a part is wrong, which the
+            // whole's parse names): the examples stay unmarked.
+            return Self::parse(&source);
         };
+        // The description's fields, then the prompt's new ones: their order of first use.
+        let mut fields = head.fields;
+        for name in &body.fields {
+            if !fields.contains(name) {
+                fields.push(name.clone());
+            }
+        }
         let index_of = |field: usize| {
             let name = &body.fields[field];
-            whole.fields.iter().position(|f| f == name).unwrap_or(field)
+            fields.iter().position(|f| f == name).unwrap_or(field)
         };
         let moved = |segments: Vec<Segment>| -> Vec<Segment> {
             (segments.into_iter())
@@ -135,10 +143,12 @@ impl PromptTemplate {
         let mut before = head.before;
         before.extend(examples.iter().cloned().map(Segment::Example));
         before.extend(moved(body.before));
+        let after = moved(body.after);
         Ok(Self {
+            source,
             before,
-            after: moved(body.after),
-            ..whole
+            after,
+            fields,
         })
     }
 

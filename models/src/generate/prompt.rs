@@ -88,6 +88,33 @@ impl<'a> Prompt<'a> {
         }
     }
 
+    /// How many few-shot examples it has that may be left out whole (turns or text).
+    pub fn example_count(&self) -> usize {
+        match *self {
+            Self::Parts {
+                before, examples, ..
+            } => ExampleText::of(before, examples).count(),
+            Self::Messages { messages, examples } => ExampleTurns::of(messages, examples).count(),
+        }
+    }
+
+    /// Its own parts without its `dropped` oldest examples.
+    fn without_oldest(&self, dropped: usize) -> KeptExamples {
+        match *self {
+            Self::Parts {
+                before, examples, ..
+            } => KeptExamples {
+                before: (ExampleText::of(before, examples).without_oldest(before, dropped))
+                    .into_owned(),
+                messages: Vec::new(),
+            },
+            Self::Messages { messages, examples } => KeptExamples {
+                before: String::new(),
+                messages: ExampleTurns::of(messages, examples).without_oldest(messages, dropped),
+            },
+        }
+    }
+
     /// The text that may be cut.
     fn cuttable(&self) -> &'a str {
         match *self {
@@ -133,6 +160,12 @@ impl KeptExamples {
     }
 }
 
+/// The chat template `source` for a model of `vocab`, given its BOS and EOS tokens' text.
+fn chat_template(vocab: &Vocab, source: &str) -> Result<ChatTemplate, ModelError> {
+    let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
+    ChatTemplate::new(source, &special(vocab.bos), &special(Some(vocab.eos)))
+}
+
 /// A model's vocabulary and chat template: how prompts become tokens and tokens text.
 pub struct PromptFormat {
     /// The model's tokens.
@@ -146,13 +179,8 @@ pub struct PromptFormat {
 impl PromptFormat {
     /// The format of `vocab`, with its chat template where the model has one.
     pub fn new(vocab: Vocab) -> Result<Self, ModelError> {
-        let special = |id: Option<u32>| id.and_then(|id| vocab.token(id)).unwrap_or_default();
         let chat = match &vocab.chat_template {
-            Some(source) => Some(ChatTemplate::new(
-                source,
-                &special(vocab.bos),
-                &special(Some(vocab.eos)),
-            )?),
+            Some(source) => Some(chat_template(&vocab, source)?),
             None => None,
         };
         let tokens = vocab.tokenizer.get_vocab_size(true);
@@ -167,14 +195,11 @@ impl PromptFormat {
     /// vLLM's `chat_template` take it) in place of the model's own, or the model's lack of
     /// one; an error, naming it, where it does not compile.
     pub fn use_chat_template(&mut self, source: &str) -> Result<(), ModelError> {
-        let special = |id: Option<u32>| id.and_then(|id| self.vocab.token(id)).unwrap_or_default();
-        let (bos, eos) = (special(self.vocab.bos), special(Some(self.vocab.eos)));
-        self.chat = Some(
-            ChatTemplate::new(source, &bos, &eos).map_err(|error| match error {
-                ModelError::Load(why) => ModelError::Load(why.replace("the model's", "the given")),
-                other => other,
-            })?,
-        );
+        let template = chat_template(&self.vocab, source).map_err(|error| match error {
+            ModelError::Load(why) => ModelError::Load(why.replace("the model's", "the given")),
+            other => other,
+        })?;
+        self.chat = Some(template);
         Ok(())
     }
 
@@ -321,32 +346,14 @@ impl PromptFormat {
         template: PromptTemplate,
         limit: usize,
     ) -> Result<Option<KeptExamples>, ModelError> {
-        let kept = |dropped: usize| match *prompt {
-            Prompt::Parts {
-                before, examples, ..
-            } => KeptExamples {
-                before: ExampleText::of(before, examples)
-                    .without_oldest(before, dropped)
-                    .into_owned(),
-                messages: Vec::new(),
-            },
-            Prompt::Messages { messages, examples } => KeptExamples {
-                before: String::new(),
-                messages: ExampleTurns::of(messages, examples).without_oldest(messages, dropped),
-            },
-        };
-        let count = match *prompt {
-            Prompt::Parts {
-                before, examples, ..
-            } => ExampleText::of(before, examples).count(),
-            Prompt::Messages { messages, examples } => ExampleTurns::of(messages, examples).count(),
-        };
+        let count = prompt.example_count();
         if count == 0 {
             return Ok(None);
         }
         let template = prompt.template(template);
         let fits = |dropped: usize| -> Result<bool, ModelError> {
-            let rendered = self.render(&kept(dropped).prompt(prompt), template, None)?;
+            let kept = prompt.without_oldest(dropped);
+            let rendered = self.render(&kept.prompt(prompt), template, None)?;
             Ok(self.tokens(&rendered, template)?.len() <= limit)
         };
         // The fewest that fit: the prompt shrinks as more go, so halve the range.
@@ -358,7 +365,7 @@ impl PromptFormat {
                 false => low = middle + 1,
             }
         }
-        Ok(Some(kept(high)))
+        Ok(Some(prompt.without_oldest(high)))
     }
 
     /// A prompt whose record text is scored ([`super::PromptScoring`]): `before + text +

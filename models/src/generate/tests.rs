@@ -506,6 +506,35 @@ fn a_prompt_too_long_for_the_context_loses_the_middle_of_its_text_only() {
     assert_eq!(short, chat("Say: hello"));
 }
 
+/// `prompt` (read with `template`), whose `count` examples `without(n)` gives the tokens of
+/// once its `n` oldest are left out: whole where it fits; in a context for 2 examples less
+/// it loses exactly its 2 oldest, one token shorter its 3 oldest; and where even its
+/// question alone is 20 tokens too many, the question's middle is cut and the instruction
+/// ("Answer briefly.") stays. Returns that last prompt, read back.
+fn oldest_examples_go_first(
+    (prompt, template): (&super::prompt::Prompt, PromptTemplate),
+    count: usize,
+    without: impl Fn(usize) -> Vec<u32>,
+) -> String {
+    let model = smollm2();
+    let reserve_for = |limit: usize| model.context() - limit;
+    let whole = model.fit(prompt, template, 1).unwrap();
+    assert_eq!(whole, (without(0), false));
+    for (limit, dropped) in [(without(2).len(), 2), (without(2).len() - 1, 3)] {
+        let fitted = model.fit(prompt, template, reserve_for(limit));
+        assert_eq!(fitted.unwrap(), (without(dropped), true), "{limit} tokens");
+    }
+    let limit = without(count).len() - 20;
+    let (tokens, cut) = model.fit(prompt, template, reserve_for(limit)).unwrap();
+    assert!(cut && tokens.len() <= limit, "{}", tokens.len());
+    let read = model.decode(&tokens).unwrap();
+    assert!(
+        read.contains("Answer briefly.") && read.contains(" … "),
+        "{read}"
+    );
+    read
+}
+
 /// A conversation of few-shot example turns too long for the context loses its oldest
 /// examples whole, as few as it takes, not the middle of a message: the system message,
 /// the newest examples and the record's question stay as they are. With none left the
@@ -537,32 +566,14 @@ fn a_conversation_too_long_loses_its_oldest_example_turns_first() {
             .collect();
         model.fit(&Prompt::conversation(&kept), chat, 1).unwrap().0
     };
-    let reserve_for = |limit: usize| model.context() - limit;
-    let whole = model.fit(&with_examples, chat, 1).unwrap();
-    assert_eq!(whole, (without(0), false));
-    for (limit, dropped) in [(without(2).len(), 2), (without(2).len() - 1, 3)] {
-        let (tokens, cut) = model.fit(&with_examples, chat, reserve_for(limit)).unwrap();
-        assert_eq!((tokens, cut), (without(dropped), true), "{limit} tokens");
-    }
-    let question_only = without(6).len();
-    let (tokens, cut) = (model.fit(&with_examples, chat, reserve_for(question_only - 20))).unwrap();
-    assert!(
-        cut && tokens.len() <= question_only - 20,
-        "{}",
-        tokens.len()
-    );
-    let read = model.decode(&tokens).unwrap();
-    assert!(
-        read.contains("Answer briefly.") && read.contains(" … "),
-        "{read}"
-    );
+    let read = oldest_examples_go_first((&with_examples, chat), 6, without);
     assert!(
         read.contains("Question 6: word") && !read.contains("Question 5"),
         "{read}"
     );
     let plain = Prompt::conversation(&messages);
     let limit = without(2).len();
-    let (tokens, cut) = model.fit(&plain, chat, reserve_for(limit)).unwrap();
+    let (tokens, cut) = model.fit(&plain, chat, model.context() - limit).unwrap();
     let read = model.decode(&tokens).unwrap();
     assert!(
         cut && read.contains("Question 0") && read.contains(" … "),
@@ -605,28 +616,7 @@ fn a_text_prompt_too_long_loses_its_oldest_text_examples_first() {
                 .unwrap()
                 .0
         };
-        let reserve_for = |limit: usize| model.context() - limit;
-        assert_eq!(
-            model.fit(&with_examples, template, 1).unwrap(),
-            (without(0), false)
-        );
-        for (limit, dropped) in [(without(2).len(), 2), (without(2).len() - 1, 3)] {
-            let fitted = model.fit(&with_examples, template, reserve_for(limit));
-            assert_eq!(fitted.unwrap(), (without(dropped), true), "{limit} tokens");
-        }
-        let question_only = without(5).len();
-        let reserve = reserve_for(question_only - 20);
-        let (tokens, cut) = model.fit(&with_examples, template, reserve).unwrap();
-        assert!(
-            cut && tokens.len() <= question_only - 20,
-            "{}",
-            tokens.len()
-        );
-        let read = model.decode(&tokens).unwrap();
-        assert!(
-            read.contains("Answer briefly.") && read.contains(" … "),
-            "{read}"
-        );
+        let read = oldest_examples_go_first((&with_examples, template), 5, without);
         assert!(
             read.contains("Q: Question 5: word") && !read.contains("Answer 4"),
             "{read}"

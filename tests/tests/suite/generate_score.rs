@@ -691,6 +691,41 @@ fn two_shot_questions(dir: &Path) -> (std::path::PathBuf, [Value; 2]) {
     (dev, records)
 }
 
+/// The scoring job of `records` (with `prompt` and `flags`) in a context just long enough
+/// for the prompts with the newer example alone, as the `newer` job wrote them by hand (its
+/// prompt and flags, its input `newer.jsonl`, its lines `by_hand`): each line is marked cut
+/// and scores as `by_hand`'s, and the report counts them. Returns what `--dry-run` says the
+/// model reads before the first choice, and the whole dry run.
+fn scored_cut_to_the_newer_example(
+    dir: &Path,
+    (records, prompt, flags): (&[Value], &str, &[&str]),
+    (newer_prompt, newer_flags, by_hand): (&str, &[&str], &[Value]),
+) -> (String, String) {
+    let counting = [newer_flags, &["--dry-run", "2"]].concat();
+    let newer_input = dir.join("newer.jsonl");
+    let count = generate_command(&newer_input, &dir.join("count"), newer_prompt, &counting);
+    let (shown, _) = run_to_success(count);
+    let context_tokens = (shown.lines())
+        .filter_map(|line| line.strip_prefix("=== ")?.strip_suffix(" prompt tokens"))
+        .map(|count| count.parse::<usize>().unwrap());
+    // Room for the longest choice (two tokens at most) and a token spare.
+    let context = (context_tokens.max().unwrap() + 5).to_string();
+    let cut_flags = [flags, &["--max-context", &context]].concat();
+    let (cut_lines, report) = generate(dir, "cut", records, prompt, &cut_flags);
+    assert_eq!(report["truncated_prompts"], 2, "{report}");
+    assert_cut_scores_match(&cut_lines, by_hand);
+    let shown = dry_run(
+        &dir.join("cut.jsonl"),
+        &dir.join("dry-cut"),
+        prompt,
+        &cut_flags,
+    );
+    let (_, read) = (shown.split_once("=== cut: the model reads the prompt before the first"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let read = read.split("=== end of the cut prompt").next().unwrap();
+    (read.to_owned(), shown.clone())
+}
+
 /// Each line of a job whose prompts were cut is marked so, and its choices score as those
 /// of the prompt written short by hand (`by_hand`, not marked): the same tokens, the same
 /// log-probabilities.
@@ -782,31 +817,14 @@ async fn fewshot_examples_as_chat_turns_score_as_the_conversation_they_make() {
         })
         .collect();
     let (by_hand, _) = generate(dir.path(), "newer", &newer_only, "{text}", &chat);
-    let newer_input = dir.path().join("newer.jsonl");
-    let counting = [&chat[..], &["--dry-run", "2"]].concat();
-    let out = dir.path().join("count");
-    let (shown, _) = run_to_success(generate_command(&newer_input, &out, "{text}", &counting));
-    let context_tokens = (shown.lines())
-        .filter_map(|line| line.strip_prefix("=== ")?.strip_suffix(" prompt tokens"))
-        .map(|count| count.parse::<usize>().unwrap());
-    // Room for the longest choice (two tokens at most) and a token spare.
-    let context = (context_tokens.max().unwrap() + 5).to_string();
-    let cut_flags = [&flags[..], &["--max-context", &context]].concat();
-    let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
-    assert_eq!(report["truncated_prompts"], 2, "{report}");
-    let shown = dry_run(
-        &dir.path().join("cut.jsonl"),
-        &dir.path().join("dry-cut"),
-        prompt,
-        &cut_flags,
+    let (read, shown) = scored_cut_to_the_newer_example(
+        dir.path(),
+        (&records, prompt, &flags),
+        ("{text}", &chat, &by_hand),
     );
-    let (_, read) = (shown.split_once("=== cut: the model reads the prompt before the first"))
-        .unwrap_or_else(|| panic!("{shown}"));
-    let read = read.split("=== end of the cut prompt").next().unwrap();
     assert!(read.contains("What colour is the sky?"), "{shown}");
     assert!(!read.contains("What is 2 + 2?"), "{shown}");
     assert!(read.contains("What is the capital of France?"), "{shown}");
-    assert_cut_scores_match(&cut_lines, &by_hand);
 
     let input = dir.path().join("turns.jsonl");
     let shown = dry_run(&input, &dir.path().join("dry"), prompt, &flags);
@@ -864,33 +882,11 @@ async fn fewshot_examples_written_as_text_too_long_for_a_score_go_oldest_first()
         format!("{description}Question: What colour is the sky?\nAnswer: blue\n\n{prompt}");
     let hand_flags = [&raw[..], &["--target-delimiter", " "]].concat();
     let (by_hand, _) = generate(dir.path(), "newer", &records, &newer_by_hand, &hand_flags);
-    let newer_input = dir.path().join("newer.jsonl");
-    let counting = [&hand_flags[..], &["--dry-run", "2"]].concat();
-    let out = dir.path().join("count");
-    let (shown, _) = run_to_success(generate_command(
-        &newer_input,
-        &out,
-        &newer_by_hand,
-        &counting,
-    ));
-    let context_tokens = (shown.lines())
-        .filter_map(|line| line.strip_prefix("=== ")?.strip_suffix(" prompt tokens"))
-        .map(|count| count.parse::<usize>().unwrap());
-    // Room for the longest choice (two tokens at most) and a token spare.
-    let context = (context_tokens.max().unwrap() + 5).to_string();
-    let cut_flags = [&flags[..], &["--max-context", &context]].concat();
-    let (cut_lines, report) = generate(dir.path(), "cut", &records, prompt, &cut_flags);
-    assert_eq!(report["truncated_prompts"], 2, "{report}");
-    assert_cut_scores_match(&cut_lines, &by_hand);
-    let shown = dry_run(
-        &dir.path().join("cut.jsonl"),
-        &dir.path().join("dry-cut"),
-        prompt,
-        &cut_flags,
+    let (read, shown) = scored_cut_to_the_newer_example(
+        dir.path(),
+        (&records, prompt, &flags),
+        (&newer_by_hand, &hand_flags, &by_hand),
     );
-    let (_, read) = (shown.split_once("=== cut: the model reads the prompt before the first"))
-        .unwrap_or_else(|| panic!("{shown}"));
-    let read = read.split("=== end of the cut prompt").next().unwrap();
     assert!(read.contains(description), "{shown}");
     assert!(!read.contains("What is 2 + 2?"), "{shown}");
     assert!(

@@ -628,7 +628,7 @@ fn choice_context(
 ) -> Result<(String, bool), ModelError> {
     let parts = model_prompt(prompt, params, messages);
     let whole = format.render(&parts, template, None)?;
-    if prompt.example_turns == 0 && prompt.example_bounds.is_empty() {
+    if parts.example_count() == 0 {
         return Ok((whole, false));
     }
     let mut longest_choice = 0;
