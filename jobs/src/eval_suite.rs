@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus_job::GenerateFigures;
+use crate::serde_skip::is_default;
 
 /// A suite file (TOML): `flags` every task takes, then `[[task]]`s with a `name` and their
 /// own `flags`.
@@ -331,12 +332,8 @@ pub struct TaskResult {
     pub metrics: Vec<TaskMetric>,
     /// Its prompts cut to fit the context (their lines say `truncated`): its figures are
     /// over cut prompts (absent when none was).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub truncated_prompts: u64,
-}
-
-fn is_zero(count: &u64) -> bool {
-    *count == 0
 }
 
 impl TaskResult {

@@ -20,6 +20,7 @@ pub mod files;
 pub mod model_pin;
 pub mod pools;
 pub mod records;
+mod serde_skip;
 pub mod storage;
 pub mod sweep;
 pub mod usage;

@@ -25,6 +25,7 @@ use super::work::{ChunkWork, Piece};
 use super::{CorpusJobConfig, JobError, planner};
 use crate::model_pin::PinnedModel;
 use crate::pools::EmbedActors;
+use crate::serde_skip::is_default;
 
 /// Records read to calibrate int8 and uint8 ranges (the corpus's first ones): a twentieth of
 /// the corpus, at least 256 (sentence-transformers warns below 100) and at most 1,024, so
@@ -607,17 +608,13 @@ pub struct VectorStats {
     tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prompt: Option<String>,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     windows: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     texts_split: u64,
     /// Vectors holding a NaN or an infinity (left out of the norms).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     non_finite: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl VectorStats {

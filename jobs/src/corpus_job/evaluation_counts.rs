@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
 use super::group_accuracy::GroupCounts;
-use super::probability_sums::{ProbabilitySums, is_default};
+use super::probability_sums::ProbabilitySums;
 use super::shares::{share, share_stderr};
+use crate::serde_skip::is_default;
 
 /// The evaluation counts of a set of chunks (flattened into the report beside this run's
 /// tokens; the maps by filter and group go to the report's own figures).

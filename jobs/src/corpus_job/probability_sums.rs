@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::shares::mean_with_stderr;
+use crate::serde_skip::is_default;
 
 /// The answered records' probabilities and Brier scores, summed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -30,12 +31,6 @@ pub struct ProbabilitySums {
     /// The sum of their squares (for the mean's standard error).
     #[serde(default, skip_serializing_if = "is_default")]
     pub brier_squares: f64,
-}
-
-/// Whether a count or sum is at its default (left out of a report or manifest that never
-/// counted it; the evaluation counts' other fields use it too).
-pub(super) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
 }
 
 impl ProbabilitySums {

@@ -12,6 +12,7 @@ use super::data::SkippedRecord;
 use super::pbt::{Perturbation, PolicyStep};
 use super::search::Params;
 use crate::files::write_atomically;
+use crate::serde_skip::is_default;
 
 /// One finished trial, a line of `results.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,12 +107,8 @@ pub struct SweepSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_head: Option<String>,
     /// PBT: the round an earlier run's population was resumed from (0: none).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub resumed_from_epoch: u32,
-}
-
-fn is_zero(value: &u32) -> bool {
-    *value == 0
 }
 
 /// The earlier run's finished trials (lines that do not parse, e.g. one cut by a kill, are
