@@ -176,8 +176,9 @@ pub struct PromptParts {
     #[serde(default)]
     pub answers: Vec<u32>,
     /// This text prompt's own system message, over the request's
-    /// ([`GenerateParams::system`]; chat template only): the job's description under the
-    /// chat template, as lm-evaluation-harness's `--apply_chat_template` places it.
+    /// ([`GenerateParams::system`]): the job's description (after the job's system message)
+    /// under the chat template, as lm-evaluation-harness's `--apply_chat_template` places
+    /// it, or written as text before the prompt under template none.
     #[serde(default)]
     pub system: Option<String>,
     /// How many of the conversation's first exchanges after its system message are
@@ -313,7 +314,8 @@ pub struct GenerateParams {
     pub seed: u64,
     /// Generation stops before the first of these.
     pub stop: Vec<String>,
-    /// A system message before each text prompt's user turn (chat template only).
+    /// A system message before each text prompt's user turn; under template none, text
+    /// directly before the prompt (lm-evaluation-harness's system instruction).
     #[serde(default)]
     pub system: Option<String>,
     /// Drop tokens less likely than this fraction of the likeliest (0 keeps all).

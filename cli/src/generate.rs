@@ -60,7 +60,11 @@ pub struct GenerateArgs {
     #[arg(long, env = "RESIDENT_PROMPT", default_value = "{text}")]
     prompt: String,
     /// A system message before each text record's user turn (the model's chat template
-    /// must take one; the error says so where it does not).
+    /// must take one; the error says so where it does not). Under --template none it is
+    /// text directly before the prompt, as lm-evaluation-harness writes its
+    /// --system_instruction without --apply_chat_template: then --fewshot-delimiter and
+    /// --description where one is given, else the examples or the prompt at once (end it
+    /// with the newline you want).
     #[arg(long, env = "RESIDENT_SYSTEM")]
     system: Option<String>,
     /// How the input's records are read.
@@ -387,10 +391,6 @@ impl GenerateArgs {
         crate::exit::require(
             self.top_logprobs == 0 || self.logprobs,
             "--top-logprobs needs --logprobs",
-        )?;
-        crate::exit::require(
-            self.system.is_none() || self.template() == TemplateArg::Chat,
-            "--system needs the model's chat template (--template chat)",
         )?;
         crate::exit::require(
             !self.fewshot_as_multiturn || self.template() == TemplateArg::Chat,

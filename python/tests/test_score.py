@@ -76,6 +76,27 @@ def test_a_context_is_left_unscored_and_the_right_answer_scores_highest(local_cl
     assert outs[0]["score"]["greedy"] is True, outs[0]["score"]
 
 
+def test_a_system_message_under_template_none_is_text_before_the_prompt(local_cluster):
+    """``system=`` with ``template="none"`` is text directly before each prompt
+    (lm-evaluation-harness's system instruction without its chat template): generated and
+    scored as the same text written before the prompt by hand."""
+    system, question = "Answer in one word.\n", "Q: What is the capital of France?\nA:"
+    raw = dict(model=str(SMOLLM2), template="none", progress=False)
+    said, by_hand = (
+        local_cluster.generate(prompts, max_new_tokens=8, **raw, **extra)
+        for prompts, extra in (([question], {"system": system}), ([system + question], {}))
+    )
+    assert said[0]["text"] == by_hand[0]["text"], (said, by_hand)
+    assert said[0]["prompt_tokens"] == by_hand[0]["prompt_tokens"], (said, by_hand)
+    scored, scored_by_hand = (
+        local_cluster.generate([{"prompt": " Paris", "context": context}], max_new_tokens=0,
+                               score=True, **raw, **extra)
+        for context, extra in ((question, {"system": system}), (system + question, {}))
+    )
+    assert scored[0]["score"]["tokens"] == scored_by_hand[0]["score"]["tokens"] >= 1
+    assert abs(scored[0]["score"]["logprob"] - scored_by_hand[0]["score"]["logprob"]) < 1e-3
+
+
 def test_choices_as_contexts_score_the_prompt_after_each_choice(local_cluster):
     """Winogrande's layout: the prompt is scored after each choice, as a prompt scored
     after that choice as its context is."""

@@ -312,7 +312,7 @@ pub struct GenerateWork {
     /// `target_delimiter`): before each few-shot example's answer and each scored choice.
     pub target_delimiter: String,
     /// `--description`, moved into each text record's system message under the chat
-    /// template (it starts [`Self::prompt`] all the same).
+    /// template, or after `--system` without it (it starts [`Self::prompt`] all the same).
     pub description: Option<DescriptionAsSystem>,
 }
 
@@ -399,8 +399,10 @@ impl GenerateWork {
         let whole_length = before.len();
         let bounds = start.prompt.example_bounds(&record.fields);
         let job_system = self.params.system.as_deref();
-        let (system, before) = match (&self.description, self.params.template) {
-            (Some(description), Template::Chat) => {
+        // Without the chat template a job's system message is text before the description
+        // (the delimiter between), as lm-evaluation-harness writes its system instruction.
+        let (system, before) = match &self.description {
+            Some(description) if self.params.template == Template::Chat || job_system.is_some() => {
                 description.split(job_system, &record.fields, before)
             }
             _ => (None, before),
@@ -914,7 +916,8 @@ mod tests {
     }
 
     /// Under the chat template the description is each record's system message (after the
-    /// job's, the few-shot delimiter between); with `--fewshot-as-multiturn` each example
+    /// job's, the few-shot delimiter between), and without it too where the job has a
+    /// system message (written as text); with `--fewshot-as-multiturn` each example
     /// of the record's group is a user turn and its answer the assistant's, the record's
     /// prompt the last user turn. Other settings, another job.
     #[test]
@@ -981,10 +984,26 @@ mod tests {
         assert!(error.unwrap().contains("whose `subject` is \"history\""));
         let fingerprints = [&as_text, &as_turns].map(|j| j.generation.settings_fingerprint("m"));
         assert_ne!(fingerprints[0], fingerprints[1]);
-        // Without the chat template: turns refused, the description before the examples.
+        // Without the chat template: turns refused; the job's system message and the
+        // description, the delimiter between, as the chat template's system message is
+        // (written as text before the examples), or the description alone before them.
         let refused = job_under(Template::None, true).unwrap_err().to_string();
         assert!(refused.contains("needs the chat template"), "{refused}");
-        let raw = job_under(Template::None, false).unwrap();
+        let mut raw = job_under(Template::None, false).unwrap();
+        let with_system = raw.generation.prompt_of(record("math"));
+        assert_eq!(
+            (
+                with_system.system.as_deref(),
+                with_system.before.as_str(),
+                &with_system.example_bounds[..]
+            ),
+            (
+                Some("Be brief.\n\nAbout math."),
+                "Q: 1+1\nA: 2\n\nQ: 2+2\nA: 4\n\nQ: ",
+                &[0, 13, 26][..]
+            )
+        );
+        raw.generation.params.system = None;
         let plain = raw.generation.prompt_of(record("math"));
         assert_eq!(plain.system, None);
         assert!(

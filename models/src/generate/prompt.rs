@@ -32,9 +32,11 @@ const CUT_MARKER_TOKENS: usize = 3;
 /// What a prompt is made of.
 #[derive(Clone, Copy, Debug)]
 pub enum Prompt<'a> {
-    /// `before + text + after` as one user turn (or as it is, without the chat template),
-    /// after a system message where one is given. When it is too long, the few-shot
-    /// examples in `before` are left out oldest first, whole; then `text` is cut.
+    /// `before + text + after` as one user turn after a system message where one is
+    /// given; without the chat template, as it is, the system message written as text
+    /// directly before it (lm-evaluation-harness's system instruction without
+    /// `--apply_chat_template`). When it is too long, the few-shot examples in `before` are
+    /// left out oldest first, whole; then `text` is cut.
     Parts {
         /// A system message, when there is one.
         system: Option<&'a str>,
@@ -240,16 +242,17 @@ impl PromptFormat {
             (
                 PromptTemplate::None,
                 Prompt::Parts {
-                    system: None,
+                    system,
                     before,
                     after,
                     ..
                 },
-            ) => Ok(format!("{before}{text}{after}")),
-            (PromptTemplate::None, _) => Err(ModelError::InvalidConfig(
-                "a system message needs the model's chat template; use --template chat".into(),
+            ) => Ok(format!(
+                "{}{before}{text}{after}",
+                system.unwrap_or_default()
             )),
-            (PromptTemplate::Chat, _) => {
+            // A conversation's template is always the chat template's.
+            _ => {
                 let chat = self.chat()?;
                 let messages = match *prompt {
                     Prompt::Parts {

@@ -624,6 +624,37 @@ fn a_text_prompt_too_long_loses_its_oldest_text_examples_first() {
     }
 }
 
+/// Without the chat template a system message is text directly before the prompt
+/// (lm-evaluation-harness's system instruction without `--apply_chat_template`): the
+/// tokens of the whole written out by hand; a prompt too long keeps it whole and cuts the
+/// record's text.
+#[test]
+fn a_system_message_without_the_chat_template_is_text_before_the_prompt() {
+    use super::prompt::Prompt;
+
+    let model = smollm2();
+    let none = PromptTemplate::None;
+    let text = "word ".repeat(200);
+    let with_system = Prompt::Parts {
+        system: Some("Answer briefly.\n"),
+        before: "Q: ",
+        text: &text,
+        after: "\nA:",
+        examples: &[],
+    };
+    let by_hand = format!("Answer briefly.\nQ: {text}\nA:");
+    let whole = model.fit_prompt((&by_hand, "", ""), none, 1).unwrap();
+    assert_eq!(model.fit(&with_system, none, 1).unwrap(), whole);
+    let limit = 60;
+    let (tokens, cut) = (model.fit(&with_system, none, model.context() - limit)).unwrap();
+    let read = model.decode(&tokens).unwrap();
+    assert!(cut && tokens.len() <= limit, "{} tokens", tokens.len());
+    assert!(
+        read.contains("Answer briefly.\nQ: word") && read.contains(" … ") && read.ends_with("\nA:"),
+        "{read}"
+    );
+}
+
 /// The GGUF types our own kernels do not take (K-quants, Q5_0, F16) load through candle's and
 /// answer as the Q4_1 file does. The files are SmolLM2 itself, its matrices requantised
 /// here: Q4_K where a row is whole 256-value super-blocks (the FFN's down projection) and

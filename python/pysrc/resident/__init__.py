@@ -910,7 +910,8 @@ class Cluster:
         ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
         ``description`` goes before the examples and the prompt (``--description``; under
-        the chat template it is the system message, after ``system``);
+        the chat template it is the system message, after ``system``; with
+        ``template="none"``, ``system`` is text before it, as ``--system`` is);
         ``choice_labels`` (``["A", "B", "C", "D"]``) are scored in place of each record's
         choices (``--choice-labels``). ``reference_field`` (a field or path of each record's
         right answer: a text, a number or a list of them) checks each generated answer
@@ -1086,7 +1087,8 @@ class Cluster:
 
         ``template="chat"`` (the default, but with ``score=True``) wraps each prompt as the
         model's chat template's user turn (after ``system=`` when given); ``"none"`` (the
-        default with ``score=True``) feeds it as is. A prompt may be a dict
+        default with ``score=True``) feeds it as is (``system=`` then text directly before
+        it, lm-evaluation-harness's system instruction without the chat template). A prompt may be a dict
         with ``prompt`` and parameters of its own by OpenAI's names (``{"prompt": ...,
         "temperature": 0.7, "max_tokens": 32}``). Temperature 0 is greedy; with a ``seed``
         sampling repeats per prompt. ``sampling`` takes ``system``, ``min_p``,

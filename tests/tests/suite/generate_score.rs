@@ -896,6 +896,53 @@ async fn fewshot_examples_written_as_text_too_long_for_a_score_go_oldest_first()
     assert!(read.contains("What is the capital of France?"), "{shown}");
 }
 
+/// lm-evaluation-harness's `--system_instruction` without `--apply_chat_template`: under
+/// template none `--system` is text before the prompt, then `--fewshot-delimiter` and the
+/// description, then the examples. Each choice, and a text record's own text, scores as
+/// after the same prompt written by hand with no system message: the same tokens, the same
+/// log-probabilities; `--dry-run` shows that text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_message_under_template_none_is_text_before_the_description() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, choice_records) = two_shot_questions(dir.path());
+    let plain = json!({"id": "plain", "text": "Paris is the capital of France."});
+    let records = [&choice_records[..], &[plain]].concat();
+    let (system, description) = ("Be accurate.", "Answer each question in one word.\n\n");
+    let prompt = "Question: {text}\nAnswer:";
+    let raw = ["--score", "--max-new-tokens", "0", "--template", "none"];
+    let shots = ["--fewshot-input", dev.to_str().unwrap(), "--fewshot", "2"];
+    let with_system = ["--system", system, "--description", description];
+    let delimited = ["--target-delimiter", " "];
+    let flags = [&raw[..], &shots, &with_system, &delimited].concat();
+    let (lines, report) = generate(dir.path(), "system", &records, prompt, &flags);
+    assert_eq!(report["choice_records"], 2, "{report}");
+
+    let by_hand = format!(
+        "{system}\n\n{description}Question: What is 2 + 2?\nAnswer: 4\n\n\
+         Question: What colour is the sky?\nAnswer: blue\n\n{prompt}"
+    );
+    let hand_flags = [&raw[..], &delimited].concat();
+    let (hand_lines, _) = generate(dir.path(), "hand", &records, &by_hand, &hand_flags);
+    let scores = |line: &Value| match line.get("choice_scores") {
+        Some(choices) => choices.as_array().unwrap().clone(),
+        None => vec![line["score"].clone()],
+    };
+    for (line, hand) in lines.iter().zip(&hand_lines) {
+        assert_eq!(scores(line).len(), scores(hand).len(), "{line} against {hand}");
+        for (a, b) in scores(line).iter().zip(&scores(hand)) {
+            assert!(a["tokens"].as_u64() > Some(0), "{line}");
+            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
+            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
+        }
+    }
+
+    let shown = dry_run(&dir.path().join("system.jsonl"), &dir.path().join("dry"), prompt, &flags);
+    let asked = by_hand.replace("{text}", "What is the capital of France?");
+    assert!(shown.contains(&asked), "{asked} in {shown}");
+}
+
 /// Multiple-choice records (choices and answer under renamed fields, as HellaSwag names
 /// them) are scored per choice after their prompt: each choice's log-probability is the
 /// one the same text gets scored after the same context as a record's text (the path

@@ -332,7 +332,7 @@ pub fn chat_messages(prompt: &PromptParts) -> Vec<Message> {
 
 /// What the model renders for `prompt` under `params`: its conversation (`messages`, from
 /// [`chat_messages`]) when it has one, else its text between the template's parts with its
-/// own system message or the job's. `--dry-run` renders the same.
+/// own system message or the job's ([`text_system`]). `--dry-run` renders the same.
 pub fn model_prompt<'a>(
     prompt: &'a PromptParts,
     params: &'a GenerateParams,
@@ -340,7 +340,7 @@ pub fn model_prompt<'a>(
 ) -> Prompt<'a> {
     match messages.is_empty() {
         true => Prompt::Parts {
-            system: (prompt.system.as_deref()).or(params.system.as_deref()),
+            system: text_system(prompt, params),
             before: &prompt.before,
             text: &prompt.text,
             after: &prompt.after,
@@ -351,6 +351,13 @@ pub fn model_prompt<'a>(
             examples: prompt.example_turns as usize,
         },
     }
+}
+
+/// A text prompt's system message: its own (the description moved into it) or the job's.
+/// The chat template renders it as the system turn; without it, it is text directly before
+/// the prompt (lm-evaluation-harness's system instruction without its chat template).
+fn text_system<'a>(prompt: &'a PromptParts, params: &'a GenerateParams) -> Option<&'a str> {
+    (prompt.system.as_deref()).or(params.system.as_deref())
 }
 
 /// What a prompt comes to before the model runs.
@@ -448,22 +455,14 @@ fn plan(
 }
 
 /// A prompt whose record text (or conversation's reply) is scored: the prompt with the
-/// scored tokens marked, in as many windows as they take (the last one generates). A system
-/// message fails the task (the job's, every record would); a conversation that ends with no
-/// reply, an instruction too long for the context, or a text too long for its windows'
-/// stride, is refused alone.
+/// scored tokens marked, in as many windows as they take (the last one generates). A
+/// conversation that ends with no reply, an instruction too long for the context, or a text
+/// too long for its windows' stride, is refused alone.
 fn scored(
     model: &GenerateModel,
     prompt: &PromptParts,
     params: GenerateParams,
 ) -> Result<Planned, String> {
-    if params.system.is_some() && params.template == Template::None {
-        return Err(
-            "a system message needs the chat template; a score under template none reads \
-             the raw text (drop --system, or score choices with --template chat)"
-                .into(),
-        );
-    }
     if !prompt.choices.is_empty() {
         return Ok(
             match scored_choices(model.format(), model.context(), prompt, &params) {
@@ -504,8 +503,9 @@ const CHAT_SCORES_CHOICES: &str = "under the chat template (--template chat) a s
 
 /// A record's windows to score under `params` with a model of `context` tokens, or why the
 /// record cannot be scored: what an actor runs, and what `--dry-run` shows. A text record's
-/// text is scored raw; a conversation's last message, the assistant's reply, given the
-/// turns before it through the model's chat template.
+/// text is scored raw (after the system message written as text, where there is one); a
+/// conversation's last message, the assistant's reply, given the turns before it through
+/// the model's chat template.
 pub fn scored_text(
     format: &PromptFormat,
     context: usize,
@@ -523,7 +523,9 @@ pub fn scored_text(
     }
     let scored = match prompt.messages.is_empty() {
         true => {
-            let parts = (&prompt.before[..], &prompt.text[..], &prompt.after[..]);
+            let system = text_system(prompt, params).unwrap_or_default();
+            let before = format!("{system}{}", prompt.before);
+            let parts = (&before[..], &prompt.text[..], &prompt.after[..]);
             format.scored_text(parts, window, settings)
         }
         false => format.scored_reply(&chat_messages(prompt), window, settings),
@@ -563,7 +565,7 @@ pub fn scored_choices(
     check_choices(prompt, params)?;
     let window = score_window(context, params);
     if params.choices_as_contexts {
-        return scored_after_contexts(format, window, prompt, settings);
+        return scored_after_contexts(format, window, (prompt, params), settings);
     }
     let messages = chat_messages(prompt);
     if let Some(last) = messages.last().filter(|m| m.role != "user") {
@@ -649,12 +651,13 @@ fn choice_context(
 }
 
 /// A text prompt's `text + after` scored after each choice in place of the record's text
-/// (`before + choice`), within `window` tokens: Winogrande's partial scoring
-/// ([`GenerateParams::choices_as_contexts`]). A conversation, or an empty text, is refused.
+/// (`before + choice`, after the system message written as text), within `window` tokens:
+/// Winogrande's partial scoring ([`GenerateParams::choices_as_contexts`]). A conversation,
+/// or an empty text, is refused.
 fn scored_after_contexts(
     format: &PromptFormat,
     window: usize,
-    prompt: &PromptParts,
+    (prompt, params): (&PromptParts, &GenerateParams),
     settings: WindowSettings,
 ) -> Result<Vec<ScoredText>, String> {
     if !prompt.messages.is_empty() {
@@ -674,7 +677,8 @@ fn scored_after_contexts(
     }
     (prompt.choices.iter())
         .map(|choice| {
-            let context = format!("{}{choice}", prompt.before);
+            let system = text_system(prompt, params).unwrap_or_default();
+            let context = format!("{system}{}{choice}", prompt.before);
             let raw = engine::PromptTemplate::None;
             (format.scored_choice((&context, &continuation), raw, window, settings))
                 .map_err(|e| e.to_string())
