@@ -193,6 +193,12 @@ pub struct PromptParts {
     /// cut, and a scored choice's context likewise.
     #[serde(default)]
     pub example_bounds: Vec<u32>,
+    /// Text the answer starts with, after `before + text + after` (lm-evaluation-
+    /// harness's `gen_prefix`): under the chat template the assistant's reply, which the
+    /// model continues (or a choice follows); under template none, text right after the
+    /// prompt. What is generated is what follows it.
+    #[serde(default)]
+    pub reply_start: String,
 }
 
 impl PromptParts {

@@ -309,6 +309,13 @@ pub struct GenerateArgs {
         value_name = "TEXT"
     )]
     target_delimiter: String,
+    /// What every answer starts with (lm-evaluation-harness's gen_prefix, Llama 3's "The
+    /// best answer is"): under the chat template the assistant's reply, which the model
+    /// continues (or each scored choice follows); under --template none, text after the
+    /// prompt and --target-delimiter. Each few-shot example's answer starts with it and a
+    /// space. The same text for every record; the generated text is what follows it.
+    #[arg(long, env = "RESIDENT_GEN_PREFIX", value_name = "TEXT")]
+    gen_prefix: Option<String>,
     /// What goes between two examples, and between the last and the record's prompt.
     #[arg(long, env = "RESIDENT_FEWSHOT_DELIMITER", default_value = resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER)]
     fewshot_delimiter: String,
@@ -412,7 +419,6 @@ impl GenerateArgs {
             OutputFormatArg::Generations => GenerationOutput::Lines,
             OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
         };
-        generation.target_delimiter = self.target_delimiter.clone();
         let engine = EngineSettings {
             max_sequences: self.max_sequences,
             max_step_tokens: self.max_step_tokens,
@@ -423,6 +429,8 @@ impl GenerateArgs {
             chat_template: self.chat_template()?,
         };
         generation.engine = engine;
+        let gen_prefix = self.gen_prefix.clone().unwrap_or_default();
+        config.put_answer_start(self.target_delimiter.clone(), gen_prefix);
         if self.input_format == InputFormatArg::OpenaiBatch {
             config.read_openai_batch();
         }

@@ -670,7 +670,7 @@ impl NativeCluster {
         fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
         fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
-        engine_json=None, fewshot_as_multiturn=false))]
+        engine_json=None, fewshot_as_multiturn=false, gen_prefix=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -709,6 +709,7 @@ impl NativeCluster {
         fewshot_sampler: String,
         engine_json: Option<String>,
         fewshot_as_multiturn: bool,
+        gen_prefix: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -730,7 +731,7 @@ impl NativeCluster {
             answer: answer_field,
             labels: choice_labels,
         };
-        config.generation.target_delimiter = target_delimiter;
+        config.put_answer_start(target_delimiter, gen_prefix.unwrap_or_default());
         check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
         read_choices(py, &mut config, fields, accuracy_by)?;
         let fewshot = (

@@ -220,6 +220,12 @@ def test_a_fewshot_job_scores_as_its_examples_written_into_the_prompt(local_clus
     assert_fewshot_as_written(
         local_cluster, corpus, tmp_path, by_hand, fields, fewshot_input=str(dev), fewshot=2
     )
+    # gen_prefix starts each example's answer (a space after it) and the record's.
+    by_hand = "Q: Grass is\nA:So:  green\n\nQ: Fire is\nA:So:  hot\n\nQ: {text}\nA:So:"
+    assert_fewshot_as_written(
+        local_cluster, corpus, tmp_path / "prefixed", by_hand, fields, fewshot_input=str(dev),
+        fewshot=2, gen_prefix="So:",
+    )
     with pytest.raises(resident.BadInput, match="needs score=True"):
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",

@@ -46,6 +46,10 @@ pub struct FewshotSource {
     /// Between an example's prompt and its answer (`--target-delimiter`;
     /// lm-evaluation-harness's `target_delimiter`).
     pub target_delimiter: String,
+    /// What each example's answer starts with, after the target delimiter: the job's
+    /// `--gen-prefix` and a space, as lm-evaluation-harness writes its examples (the job
+    /// sets it: `GenerateJobConfig::put_prompt_start`); empty: none.
+    pub answer_prefix: String,
     /// What an example's answer is (the job sets it: `GenerateJobConfig::put_prompt_start`).
     pub answer: ShotAnswer,
     /// Each example as a conversation's turns, its prompt the user's and its answer the
@@ -310,8 +314,8 @@ pub struct ShotTurns {
 }
 
 /// `shot` written through `template` (its fields the values of `names`, in order): as the
-/// text that goes before a prompt (its prompt, `source`'s target delimiter, its answer),
-/// and as turns. A shot without an answer, or one that is a conversation, is refused
+/// text that goes before a prompt (its prompt, `source`'s target delimiter, its answer
+/// after `source`'s answer prefix), and as turns. A shot without an answer, or one that is a conversation, is refused
 /// naming it.
 pub fn write_shot(
     template: &PromptTemplate,
@@ -346,7 +350,7 @@ pub fn write_shot(
         })
         .collect();
     let (before, after) = template.around(&values);
-    let target = &source.target_delimiter;
+    let (target, prefix) = (&source.target_delimiter, &source.answer_prefix);
     let text = &shot.text;
     Ok(match source.answer {
         ShotAnswer::Context => (
@@ -357,10 +361,10 @@ pub fn write_shot(
             },
         ),
         _ => (
-            format!("{before}{text}{after}{target}{answer}"),
+            format!("{before}{text}{after}{target}{prefix}{answer}"),
             ShotTurns {
                 asked: format!("{before}{text}{after}"),
-                answer,
+                answer: format!("{prefix}{answer}"),
             },
         ),
     })
@@ -563,7 +567,8 @@ mod tests {
     }
 
     /// A generating job's example is answered by its reference (the first non-empty of a
-    /// list), after the target delimiter; one without it is refused naming the field.
+    /// list), after the target delimiter (and the answer prefix); one without it is refused
+    /// naming the field.
     #[test]
     fn a_reference_answers_a_generating_job_s_example_after_the_target_delimiter() {
         let template = PromptTemplate::parse("Question: {text}\nAnswer:").unwrap();
@@ -590,6 +595,16 @@ mod tests {
         assert_eq!(
             source.answer.records(),
             "records with an answer in `answer`"
+        );
+        // `--gen-prefix`: each answer starts with it, as text and as the assistant's turn.
+        let prefixed = FewshotSource {
+            answer_prefix: "The answer is ".into(),
+            ..source.clone()
+        };
+        let (text, turns) = write_shot(&template, &[], &shots[0], &prefixed).unwrap();
+        assert_eq!(
+            (text.as_str(), turns.answer.as_str()),
+            ("Question: 2+2?\nAnswer: The answer is 4", "The answer is 4")
         );
     }
 

@@ -72,8 +72,17 @@ impl GenerateJobConfig {
                 answer_match: None,
                 target_delimiter: String::new(),
                 description: None,
+                gen_prefix: String::new(),
             },
         }
+    }
+
+    /// Puts what goes between each prompt and its answer (`--target-delimiter`) and what the
+    /// answer starts with (`--gen-prefix`; empty: nothing): before
+    /// [`Self::put_prompt_start`], which writes the few-shot examples with them.
+    pub fn put_answer_start(&mut self, target_delimiter: String, gen_prefix: String) {
+        self.generation.target_delimiter = target_delimiter;
+        self.generation.gen_prefix = gen_prefix;
     }
 
     /// Puts what goes before each record's prompt: `description` (a template's source with
@@ -101,6 +110,10 @@ impl GenerateJobConfig {
         let mut source = source.clone();
         source.answer = self.shot_answer()?;
         source.target_delimiter = self.generation.target_delimiter.clone();
+        source.answer_prefix = match &self.generation.gen_prefix[..] {
+            "" => String::new(),
+            prefix => format!("{prefix} "),
+        };
         let source = &source;
         if source.as_turns && self.generation.params.template != Template::Chat {
             return Err(JobError::Input(AS_TURNS_NEED_CHAT.into()));
@@ -134,9 +147,10 @@ impl GenerateJobConfig {
 
     /// Refuses what the flags ask for together and cannot work, before anything runs: an
     /// engine limit of 0; choices as contexts (`--choices-as-contexts`) take each record's
-    /// choices as texts before its text, and labels scored in the choices' place
-    /// (`--choice-labels`) have no such text. `run_generate_job` calls it; a suite calls it
-    /// for every task before the first runs.
+    /// choices as texts before its text, and neither labels scored in the choices' place
+    /// (`--choice-labels`), which have no such text, nor an answer's start after the prompt
+    /// (`--gen-prefix`) go with them. `run_generate_job` calls it; a suite calls it for
+    /// every task before the first runs.
     pub fn check(&self) -> Result<(), JobError> {
         if let Some(why) = self.generation.engine.problem() {
             return Err(JobError::Input(why));
@@ -147,6 +161,14 @@ impl GenerateJobConfig {
                 "choices as contexts (--choices-as-contexts) put each choice's text before the \
                  record's; --choice-labels scores letters in the choices' place: give one or \
                  the other"
+                    .into(),
+            ));
+        }
+        if self.generation.params.choices_as_contexts && !self.generation.gen_prefix.is_empty() {
+            return Err(JobError::Input(
+                "--gen-prefix starts the answer after the prompt, and choices as contexts \
+                 (--choices-as-contexts) score the record's text after each choice instead \
+                 (lm-evaluation-harness leaves gen_prefix out there too): drop one"
                     .into(),
             ));
         }
@@ -314,6 +336,11 @@ pub struct GenerateWork {
     /// `--description`, moved into each text record's system message under the chat
     /// template, or after `--system` without it (it starts [`Self::prompt`] all the same).
     pub description: Option<DescriptionAsSystem>,
+    /// What each answer starts with (`--gen-prefix`, lm-evaluation-harness's `gen_prefix`;
+    /// empty: none): the assistant's reply, continued, under the chat template; after the
+    /// prompt and the target delimiter without it; in each few-shot example, before its
+    /// answer (a space between). Set it before [`GenerateJobConfig::put_prompt_start`].
+    pub gen_prefix: String,
 }
 
 /// What goes before a text record's text ([`GenerateWork::record_start`]).
@@ -391,8 +418,19 @@ impl GenerateWork {
         }
     }
 
+    /// What a text prompt's answer starts with: `--gen-prefix`, after the target delimiter
+    /// under template none (lm-evaluation-harness's `target_delimiter + gen_prefix`).
+    fn reply_start(&self) -> String {
+        match (self.gen_prefix.is_empty(), self.params.template) {
+            (true, _) => String::new(),
+            (false, Template::Chat) => self.gen_prefix.clone(),
+            (false, Template::None) => format!("{}{}", self.target_delimiter, self.gen_prefix),
+        }
+    }
+
     /// A text record's prompt: its text in its template, the description as the system
-    /// message under the chat template; a conversation when its examples are turns.
+    /// message under the chat template (or after the job's system message), the answer's
+    /// start after it; a conversation when its examples are turns.
     fn text_prompt(&self, record: &Record) -> PromptParts {
         let start = self.record_start(record);
         let (before, after) = start.prompt.around(&record.fields);
@@ -420,6 +458,7 @@ impl GenerateWork {
                 error: start.error,
                 system,
                 example_bounds,
+                reply_start: self.reply_start(),
                 ..PromptParts::new(&id, &before, &record.text, &after)
             };
         }
@@ -434,6 +473,9 @@ impl GenerateWork {
         }
         let asked = format!("{before}{}{after}", record.text);
         messages.push(ChatMessage::new("user", &asked));
+        if !self.gen_prefix.is_empty() {
+            messages.push(ChatMessage::new("assistant", &self.gen_prefix));
+        }
         PromptParts {
             error: start.error,
             example_turns: start.turns.len().try_into().unwrap_or(u32::MAX),
@@ -613,6 +655,9 @@ impl ChunkWork for GenerateWork {
         }
         if !self.target_delimiter.is_empty() {
             settings["target_delimiter"] = self.target_delimiter.as_str().into();
+        }
+        if !self.gen_prefix.is_empty() {
+            settings["gen_prefix"] = self.gen_prefix.as_str().into();
         }
         // Only when so: other jobs' settings read as before.
         if self.description.is_some() && self.params.template == Template::Chat {
@@ -1012,6 +1057,72 @@ mod tests {
             plain.before
         );
         assert_eq!(plain.example_bounds, [11, 24, 37]);
+    }
+
+    /// `--gen-prefix` starts every answer: each few-shot example's (a space before the
+    /// answer), and the record's, the assistant's reply under the chat template (a last
+    /// assistant turn with the examples as turns) and after the target delimiter without
+    /// it. It is part of the job's settings; choices as contexts refuse it.
+    #[test]
+    fn a_gen_prefix_starts_each_example_s_answer_and_the_record_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev.jsonl");
+        let line = r#"{"subject": "math", "text": "1+1", "choices": ["2", "3"], "answer": 0}"#;
+        std::fs::write(&dev, line).unwrap();
+        let job_under = |template: Template, as_turns: bool| {
+            let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+            let prompt = PromptTemplate::parse("Q: {text}\nA:").unwrap();
+            let mut job = GenerateJobConfig::new(corpus, prompt);
+            job.corpus.reader.choices = Some(Default::default());
+            job.generation.params.template = template;
+            job.put_answer_start(" ".into(), "Best:".into());
+            let source = FewshotSource {
+                path: dev.clone(),
+                count: 1,
+                delimiter: "\n\n".into(),
+                as_turns,
+                ..FewshotSource::default()
+            };
+            job.put_prompt_start(None, Some(&source)).unwrap();
+            job
+        };
+        let record = subject_record;
+        let raw = job_under(Template::None, false);
+        let prompt = raw.generation.prompt_of(record("math"));
+        let parts = |p: &PromptParts| (p.before.clone(), p.after.clone(), p.reply_start.clone());
+        let example = "Q: 1+1\nA: Best: 2\n\nQ: ".to_owned();
+        assert_eq!(
+            parts(&prompt),
+            (example.clone(), "\nA:".into(), " Best:".into())
+        );
+        let chat = job_under(Template::Chat, false).generation;
+        let prompt = chat.prompt_of(record("math"));
+        assert_eq!(parts(&prompt), (example, "\nA:".into(), "Best:".into()));
+        let turns = job_under(Template::Chat, true).generation;
+        let prompt = turns.prompt_of(record("math"));
+        let said: Vec<(&str, &str)> = (prompt.messages.iter())
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("user", "Q: 1+1\nA:"),
+                ("assistant", "Best: 2"),
+                ("user", "Q: 5+5\nA:"),
+                ("assistant", "Best:"),
+            ]
+        );
+        let mut plain = raw.clone();
+        plain.generation.gen_prefix.clear();
+        let fingerprint = |job: &GenerateJobConfig| job.generation.settings_fingerprint("m");
+        assert_ne!(fingerprint(&raw), fingerprint(&plain));
+        let mut contexts = raw;
+        contexts.generation.params.choices_as_contexts = true;
+        let refused = contexts.check().unwrap_err().to_string();
+        assert!(
+            refused.contains("--gen-prefix starts the answer"),
+            "{refused}"
+        );
     }
 
     /// A job's own chat template (`--chat-template`) is part of its settings: a resumed

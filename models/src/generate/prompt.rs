@@ -33,9 +33,10 @@ const CUT_MARKER_TOKENS: usize = 3;
 #[derive(Clone, Copy, Debug)]
 pub enum Prompt<'a> {
     /// `before + text + after` as one user turn after a system message where one is
-    /// given; without the chat template, as it is, the system message written as text
-    /// directly before it (lm-evaluation-harness's system instruction without
-    /// `--apply_chat_template`). When it is too long, the few-shot examples in `before` are
+    /// given, the reply started with `reply_start` where it is not empty; without the chat
+    /// template, as it is, the system message written as text directly before it
+    /// (lm-evaluation-harness's system instruction without `--apply_chat_template`) and
+    /// `reply_start` after it. When it is too long, the few-shot examples in `before` are
     /// left out oldest first, whole; then `text` is cut.
     Parts {
         /// A system message, when there is one.
@@ -46,6 +47,9 @@ pub enum Prompt<'a> {
         text: &'a str,
         /// Text after the record's.
         after: &'a str,
+        /// The start of the answer (lm-evaluation-harness's `gen_prefix`): the assistant's
+        /// reply under the chat template, continued; text after `after` without it.
+        reply_start: &'a str,
         /// Where few-shot examples written as text lie in `before`: each one's start, then
         /// the last one's end (byte offsets; empty: none; `example_text.rs`).
         examples: &'a [u32],
@@ -69,6 +73,7 @@ impl<'a> Prompt<'a> {
             before,
             text,
             after,
+            reply_start: "",
             examples: &[],
         }
     }
@@ -149,12 +154,14 @@ impl KeptExamples {
                 system,
                 text,
                 after,
+                reply_start,
                 ..
             } => Prompt::Parts {
                 system,
                 before: &self.before,
                 text,
                 after,
+                reply_start,
                 examples: &[],
             },
             Prompt::Messages { .. } => Prompt::conversation(&self.messages),
@@ -245,10 +252,11 @@ impl PromptFormat {
                     system,
                     before,
                     after,
+                    reply_start,
                     ..
                 },
             ) => Ok(format!(
-                "{}{before}{text}{after}",
+                "{}{before}{text}{after}{reply_start}",
                 system.unwrap_or_default()
             )),
             // A conversation's template is always the chat template's.
@@ -259,12 +267,19 @@ impl PromptFormat {
                         system,
                         before,
                         after,
+                        reply_start,
                         ..
-                    } => system
-                        .map(|system| Message::new("system", system))
-                        .into_iter()
-                        .chain([Message::new("user", &format!("{before}{text}{after}"))])
-                        .collect(),
+                    } => {
+                        let asked = Message::new("user", &format!("{before}{text}{after}"));
+                        let reply = (!reply_start.is_empty())
+                            .then(|| Message::new("assistant", reply_start));
+                        (system
+                            .map(|system| Message::new("system", system))
+                            .into_iter())
+                        .chain([asked])
+                        .chain(reply)
+                        .collect()
+                    }
                     Prompt::Messages { messages, .. } => {
                         let mut messages = messages.to_vec();
                         let longest = messages

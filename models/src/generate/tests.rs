@@ -606,6 +606,7 @@ fn a_text_prompt_too_long_loses_its_oldest_text_examples_first() {
         before: &before,
         text: &question,
         after: "\nA:",
+        reply_start: "",
         examples: &bounds,
     };
     for template in [PromptTemplate::None, PromptTemplate::Chat] {
@@ -640,6 +641,7 @@ fn a_system_message_without_the_chat_template_is_text_before_the_prompt() {
         before: "Q: ",
         text: &text,
         after: "\nA:",
+        reply_start: "",
         examples: &[],
     };
     let by_hand = format!("Answer briefly.\nQ: {text}\nA:");
@@ -653,6 +655,44 @@ fn a_system_message_without_the_chat_template_is_text_before_the_prompt() {
         read.contains("Answer briefly.\nQ: word") && read.contains(" … ") && read.ends_with("\nA:"),
         "{read}"
     );
+}
+
+/// A reply's start (lm-evaluation-harness's `gen_prefix`) is, under the chat template, the
+/// assistant's turn left open for the model to continue (the tokens of that conversation
+/// rendered by hand), and without it, text right after the prompt; a cut keeps it whole.
+#[test]
+fn a_reply_start_is_the_assistant_s_turn_left_open_or_text_after_the_prompt() {
+    use super::prompt::Prompt;
+
+    let model = smollm2();
+    let text = "word ".repeat(200);
+    let started = Prompt::Parts {
+        system: Some("Answer briefly."),
+        before: "Q: ",
+        text: &text,
+        after: "\nA:",
+        reply_start: "The answer is",
+        examples: &[],
+    };
+    let chat = format!(
+        "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nQ: {text}\nA:<|im_end|>\n\
+         <|im_start|>assistant\nThe answer is"
+    );
+    let raw = format!("Answer briefly.Q: {text}\nA:The answer is");
+    for (template, by_hand) in [(PromptTemplate::Chat, chat), (PromptTemplate::None, raw)] {
+        let whole = model.fit(&started, template, 1).unwrap();
+        let none = PromptTemplate::None;
+        assert_eq!(
+            whole,
+            model.fit_prompt((&by_hand, "", ""), none, 1).unwrap()
+        );
+        let (tokens, cut) = (model.fit(&started, template, model.context() - 60)).unwrap();
+        let read = model.decode(&tokens).unwrap();
+        assert!(
+            cut && read.contains(" … ") && read.ends_with("The answer is"),
+            "{read}"
+        );
+    }
 }
 
 /// The GGUF types our own kernels do not take (K-quants, Q5_0, F16) load through candle's and

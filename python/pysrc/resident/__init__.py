@@ -863,6 +863,7 @@ class Cluster:
         ignore_case: bool = False,
         ignore_punctuation: bool = False,
         target_delimiter: str = "",
+        gen_prefix: Optional[str] = None,
         filters: Optional[Sequence[str]] = None,
         limit: Optional[Union[int, float]] = None,
         limit_by: Optional[str] = None,
@@ -928,6 +929,10 @@ class Cluster:
         ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
+        ``gen_prefix`` starts every answer (``--gen-prefix``, lm-evaluation-harness's
+        ``gen_prefix``): the assistant's reply under the chat template, continued; text after
+        the prompt and ``target_delimiter`` with ``template="none"``; each example's answer
+        after it and a space.
         ``limit`` reads only the input's first records, a count or a share below 1
         (``--limit``), of each value of the field ``limit_by`` names when given
         (``--limit-by``: MMLU's ``subject``). ``selector`` (node
@@ -966,6 +971,7 @@ class Cluster:
                 json.dumps(_placement(selector, s3_endpoint, price)),
                 fewshot_sampler=fewshot_sampler,
                 fewshot_as_multiturn=fewshot_as_multiturn,
+                gen_prefix=gen_prefix,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
                     attention_kernel, chat_template,

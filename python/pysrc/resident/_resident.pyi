@@ -82,6 +82,7 @@ class NativeCluster:
         fewshot_sampler: str = "per-record",
         engine_json: Optional[str] = None,
         fewshot_as_multiturn: bool = False,
+        gen_prefix: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

@@ -76,6 +76,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--extract": ("extract", str),
     "--extract-match": ("extract_match", str),
     "--target-delimiter": ("target_delimiter", str),
+    "--gen-prefix": ("gen_prefix", str),
     "--fewshot-delimiter": ("fewshot_delimiter", str),
     "--prompt-logprobs": ("prompt_logprobs", int),
     "--score-stride": ("score_stride", int),

@@ -376,15 +376,27 @@ async fn samples_give_any_and_majority_as_their_lines_count() {
     assert_eq!(figures["exact_match_any"], any as f64 / 8.0);
 }
 
-/// A generating job's few-shot examples are its dev file's first records with a
-/// reference, each written through the prompt with the target delimiter and its
-/// reference after it, as lm-evaluation-harness writes GSM8K's: the lines equal those of
-/// the same examples written into `--prompt` by hand.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
-    init_logging();
-    let dir = tempfile::tempdir().unwrap();
-    let dev = dir.path().join("train.jsonl");
+/// GSM8K's flags without few-shot examples: raw, greedy, each answer checked.
+const GSM8K: [&str; 12] = [
+    "--template",
+    "none",
+    "--max-new-tokens",
+    "16",
+    "--stop",
+    "Question:",
+    "--reference-field",
+    "answer",
+    "--extract",
+    "#### (\\-?[0-9]+)",
+    "--ignore-regex",
+    "(?s).*#### ",
+];
+
+/// Three GSM8K-style dev records in `dir` (the second without an answer, so two are
+/// examples) and two questions in its `test.jsonl`: the dev file, the test file, the
+/// questions.
+fn gsm8k_questions(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<Value>) {
+    let dev = dir.join("train.jsonl");
     let shots = [
         json!({"id": "d1", "text": "Tom has 2 apples and buys 2. How many?", "answer": "2 + 2 = 4.\n#### 4"}),
         json!({"id": "d2", "text": "No worked answer here."}),
@@ -395,21 +407,48 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         json!({"id": 1, "text": "Ann has 5 cats and gets 1 more. How many?", "answer": "#### 6"}),
         json!({"id": 2, "text": "What is 7 minus 3?", "answer": "#### 4"}),
     ];
+    let input = dir.join("test.jsonl");
+    write_jsonl(&input, &records);
+    (dev, input, records)
+}
+
+/// Each of `records` as the conversation its two examples make as turns (each one's
+/// prompt the user's, `answer_start` and its reference the assistant's), its own prompt
+/// the last user turn, then `reply_start` as the assistant's where it is not empty.
+fn gsm8k_conversations(records: &[Value], answer_start: &str, reply_start: &str) -> Vec<Value> {
+    let turn = |role: &str, content: &str| json!({"role": role, "content": content});
+    (records.iter())
+        .map(|record| {
+            let asked = format!("Question: {}\nAnswer:", record["text"].as_str().unwrap());
+            let mut messages = vec![
+                turn(
+                    "user",
+                    "Question: Tom has 2 apples and buys 2. How many?\nAnswer:",
+                ),
+                turn("assistant", &format!("{answer_start}2 + 2 = 4.\n#### 4")),
+                turn("user", "Question: A {box} holds 3 pens; 2 boxes?\nAnswer:"),
+                turn("assistant", &format!("{answer_start}3 * 2 = 6.\n#### 6")),
+                turn("user", &asked),
+            ];
+            if !reply_start.is_empty() {
+                messages.push(turn("assistant", reply_start));
+            }
+            json!({"id": record["id"], "answer": record["answer"], "messages": messages})
+        })
+        .collect()
+}
+
+/// A generating job's few-shot examples are its dev file's first records with a
+/// reference, each written through the prompt with the target delimiter and its
+/// reference after it, as lm-evaluation-harness writes GSM8K's: the lines equal those of
+/// the same examples written into `--prompt` by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, input, records) = gsm8k_questions(dir.path());
     let dev_path = dev.to_str().unwrap();
-    let common = [
-        "--template",
-        "none",
-        "--max-new-tokens",
-        "16",
-        "--stop",
-        "Question:",
-        "--reference-field",
-        "answer",
-        "--extract",
-        "#### (\\-?[0-9]+)",
-        "--ignore-regex",
-        "(?s).*#### ",
-    ];
+    let common = GSM8K;
     let mut fewshot: Vec<&str> = common.to_vec();
     fewshot.extend([
         "--fewshot-input",
@@ -419,8 +458,6 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         "--target-delimiter",
         " ",
     ]);
-    let input = dir.path().join("test.jsonl");
-    write_jsonl(&input, &records);
     let prompt = "Question: {text}\nAnswer:";
     let out = dir.path().join("fewshot");
     run_to_success(generate_command(&input, &out, prompt, &fewshot));
@@ -480,19 +517,7 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
         .collect();
     let turns = dir.path().join("turns");
     run_to_success(generate_command(&input, &turns, prompt, &chat));
-    let turn = |role: &str, content: &str| json!({"role": role, "content": content});
-    let conversations: Vec<Value> = (records.iter())
-        .map(|record| {
-            let asked = format!("Question: {}\nAnswer:", record["text"].as_str().unwrap());
-            json!({"id": record["id"], "answer": record["answer"], "messages": [
-                turn("user", "Question: Tom has 2 apples and buys 2. How many?\nAnswer:"),
-                turn("assistant", "2 + 2 = 4.\n#### 4"),
-                turn("user", "Question: A {box} holds 3 pens; 2 boxes?\nAnswer:"),
-                turn("assistant", "3 * 2 = 6.\n#### 6"),
-                turn("user", &asked),
-            ]})
-        })
-        .collect();
+    let conversations = gsm8k_conversations(&records, "", "");
     let written_input = dir.path().join("conversations.jsonl");
     write_jsonl(&written_input, &conversations);
     let chat_common: Vec<&str> = chat[..common.len()].to_vec();
@@ -557,6 +582,83 @@ async fn a_generating_job_s_fewshot_examples_are_answered_by_their_reference() {
     );
 }
 
+/// `--gen-prefix` starts every answer as lm-evaluation-harness's `gen_prefix` does: raw,
+/// each example's answer after the target delimiter, the prefix and a space, and the
+/// record's prompt ending with the delimiter and the prefix; under the chat template, the
+/// assistant's reply the model continues (after the examples as text in the user's turn,
+/// or as turns). Each job's lines equal those of the same prompt or conversation written
+/// by hand; `--dry-run` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gen_prefix_starts_every_answer_as_lm_evaluation_harness_writes_it() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, input, records) = gsm8k_questions(dir.path());
+    let prefix = "Let's think step by step.";
+    let fewshot = [
+        "--fewshot-input",
+        dev.to_str().unwrap(),
+        "--fewshot",
+        "2",
+        "--target-delimiter",
+        " ",
+        "--gen-prefix",
+        prefix,
+    ];
+    let prompt = "Question: {text}\nAnswer:";
+    let lines_of = |name: &str, input: &Path, prompt: &str, flags: &[&str]| {
+        let out = dir.path().join(name);
+        run_to_success(generate_command(input, &out, prompt, flags));
+        read_jsonl(&out.join("generations.jsonl"))
+    };
+    let raw = [&GSM8K[..], &fewshot].concat();
+    let by_hand = format!(
+        "Question: Tom has 2 apples and buys 2. How many?\nAnswer: {prefix} 2 + 2 = 4.\n#### 4\n\n\
+         Question: A {{{{box}}}} holds 3 pens; 2 boxes?\nAnswer: {prefix} 3 * 2 = 6.\n#### 6\n\n\
+         Question: {{text}}\nAnswer: {prefix}"
+    );
+    let lines = lines_of("raw", &input, prompt, &raw);
+    assert_eq!(lines, lines_of("raw-hand", &input, &by_hand, &GSM8K));
+    let mut dry = generate_command(&input, &dir.path().join("dry"), prompt, &raw);
+    dry.args(["--dry-run", "1"]);
+    let (shown, _) = run_to_success(dry);
+    let asked = by_hand.replace("{{", "{").replace("}}", "}");
+    let asked = asked.replace("{text}", "Ann has 5 cats and gets 1 more. How many?");
+    assert!(shown.contains(&asked), "{asked} in {shown}");
+
+    // Under the chat template: the examples as text in the user's turn, or as turns.
+    let chat: Vec<&str> = (raw.iter().copied())
+        .map(|flag| if flag == "none" { "chat" } else { flag })
+        .collect();
+    let chat_common = &chat[..GSM8K.len()];
+    let in_user_turn: Vec<Value> = (records.iter())
+        .map(|record| {
+            let text = by_hand.strip_suffix(&format!(" {prefix}")).unwrap();
+            let text = text.replace("{{", "{").replace("}}", "}");
+            let text = text.replace("{text}", record["text"].as_str().unwrap());
+            json!({"id": record["id"], "answer": record["answer"], "messages": [
+                {"role": "user", "content": text},
+                {"role": "assistant", "content": prefix},
+            ]})
+        })
+        .collect();
+    let written = dir.path().join("in-user-turn.jsonl");
+    write_jsonl(&written, &in_user_turn);
+    assert_eq!(
+        lines_of("chat", &input, prompt, &chat),
+        lines_of("chat-hand", &written, "{text}", chat_common)
+    );
+    let as_turns = [&chat[..], &["--fewshot-as-multiturn"]].concat();
+    let written = dir.path().join("as-turns.jsonl");
+    write_jsonl(
+        &written,
+        &gsm8k_conversations(&records, &format!("{prefix} "), prefix),
+    );
+    assert_eq!(
+        lines_of("turns", &input, prompt, &as_turns),
+        lines_of("turns-hand", &written, "{text}", chat_common)
+    );
+}
+
 /// The job of `input` with `flags` in `out`, its context one example too short for its
 /// whole prompts (`whole_lines`' shortest) and long enough for those with the newer example
 /// alone (`newer_lines`' longest, and 16 new tokens): each line is that of the newer
@@ -598,7 +700,7 @@ fn answer_flags_that_cannot_go_together_are_refused() {
     let input = dir.path().join("in.jsonl");
     write_jsonl(&input, &[json!({"id": 1, "text": "q", "answer": "a"})]);
     let out = dir.path().join("out");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--ignore-case"], "give --reference-field"),
         (&["--extract-match", "last"], "give --extract"),
         (
@@ -635,6 +737,19 @@ fn answer_flags_that_cannot_go_together_are_refused() {
             "two of --filter have one name",
         ),
         (&["--filter", "strict-match"], "has no `=`: give NAME=REGEX"),
+        (
+            &[
+                "--score",
+                "--max-new-tokens",
+                "0",
+                "--template",
+                "none",
+                "--choices-as-contexts",
+                "--gen-prefix",
+                "Answer:",
+            ],
+            "--gen-prefix starts the answer after the prompt",
+        ),
     ];
     for (flags, says) in cases {
         let output = generate_command(&input, &out, "{text}", flags)

@@ -604,9 +604,10 @@ async fn a_conversation_is_scored_on_its_reply() {
 /// scored as the text that follows the prompt the template renders (the system message,
 /// the record's prompt as the user's turn, the generation prompt), with no target
 /// delimiter before it: the same tokens and log-probabilities as the choices scored raw
-/// after that text written by hand. A text record without choices is refused alone,
-/// saying to score it raw; `--score` without `--template` reads the raw text; `--dry-run`
-/// shows the rendered prompt.
+/// after that text written by hand; with `--gen-prefix`, after the assistant's reply
+/// started with it (lm-evaluation-harness's `gen_prefix`). A text record without choices is
+/// refused alone, saying to score it raw; `--score` without `--template` reads the raw
+/// text; `--dry-run` shows the rendered prompt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt() {
     init_logging();
@@ -648,15 +649,16 @@ async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt
     );
     let raw = [json!({"id": "france", "text": asked, "choices": choices, "answer": 0})];
     let (raw, _) = generate(dir.path(), "raw", &raw, "{text}", SCORE);
-    let raw = &raw[0];
-    let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
-    for (chat, by_hand) in scores(france).iter().zip(&scores(raw)) {
-        assert_eq!(chat["tokens"], by_hand["tokens"], "{france} against {raw}");
-        let (a, b) = (float(&chat["logprob"]), float(&by_hand["logprob"]));
-        assert!((a - b).abs() < 1e-3, "{france} against {raw}");
-    }
-    assert_eq!(france["best"], raw["best"]);
-    assert_eq!(france["correct"], raw["correct"]);
+    assert_scores_match(france, &raw[0]);
+
+    // `--gen-prefix`: each choice follows the assistant's reply started with it.
+    let started = [&flags[..], &["--gen-prefix", "The city is"]].concat();
+    let (started, _) = generate(dir.path(), "started", &records[..1], prompt, &started);
+    let asked_started = format!("{asked}The city is");
+    let raw = [json!({"id": "france", "text": asked_started, "choices": choices, "answer": 0})];
+    let (raw, _) = generate(dir.path(), "raw-started", &raw, "{text}", SCORE);
+    assert_scores_match(&started[0], &raw[0]);
+    assert_ne!(started[0]["choice_scores"], france["choice_scores"]);
 
     // A score reads the raw text unless told otherwise.
     let (plain_score, _) = generate(dir.path(), "plain", &records[1..], "{text}", &flags[..3]);
@@ -672,6 +674,24 @@ async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt
         shown.contains("=== choice 0 (the answer): \"Paris\""),
         "{shown}"
     );
+}
+
+/// A line's choices score as `by_hand`'s do: the same tokens, the same log-probabilities,
+/// the same best choice.
+fn assert_scores_match(line: &Value, by_hand: &Value) {
+    let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
+    assert_eq!(
+        scores(line).len(),
+        scores(by_hand).len(),
+        "{line} against {by_hand}"
+    );
+    for (a, b) in scores(line).iter().zip(&scores(by_hand)) {
+        assert_eq!(a["tokens"], b["tokens"], "{line} against {by_hand}");
+        let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
+        assert!((a - b).abs() < 1e-3, "{line} against {by_hand}");
+    }
+    assert_eq!(line["best"], by_hand["best"]);
+    assert_eq!(line["correct"], by_hand["correct"]);
 }
 
 /// Two answered dev questions (in `dir`'s `dev.jsonl`) and two records to ask after them.
@@ -733,12 +753,7 @@ fn assert_cut_scores_match(cut_lines: &[Value], by_hand: &[Value]) {
     for (line, hand) in cut_lines.iter().zip(by_hand) {
         assert_eq!(line["truncated"], true, "{line}");
         assert!(hand.get("truncated").is_none(), "{hand}");
-        let scores = |line: &Value| line["choice_scores"].as_array().unwrap().clone();
-        for (a, b) in scores(line).iter().zip(&scores(hand)) {
-            assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
-            let (a, b) = (float(&a["logprob"]), float(&b["logprob"]));
-            assert!((a - b).abs() < 1e-3, "{line} against {hand}");
-        }
+        assert_scores_match(line, hand);
     }
 }
 
@@ -929,7 +944,11 @@ async fn a_system_message_under_template_none_is_text_before_the_description() {
         None => vec![line["score"].clone()],
     };
     for (line, hand) in lines.iter().zip(&hand_lines) {
-        assert_eq!(scores(line).len(), scores(hand).len(), "{line} against {hand}");
+        assert_eq!(
+            scores(line).len(),
+            scores(hand).len(),
+            "{line} against {hand}"
+        );
         for (a, b) in scores(line).iter().zip(&scores(hand)) {
             assert!(a["tokens"].as_u64() > Some(0), "{line}");
             assert_eq!(a["tokens"], b["tokens"], "{line} against {hand}");
@@ -938,7 +957,12 @@ async fn a_system_message_under_template_none_is_text_before_the_description() {
         }
     }
 
-    let shown = dry_run(&dir.path().join("system.jsonl"), &dir.path().join("dry"), prompt, &flags);
+    let shown = dry_run(
+        &dir.path().join("system.jsonl"),
+        &dir.path().join("dry"),
+        prompt,
+        &flags,
+    );
     let asked = by_hand.replace("{text}", "What is the capital of France?");
     assert!(shown.contains(&asked), "{asked} in {shown}");
 }

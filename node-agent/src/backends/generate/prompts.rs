@@ -344,6 +344,7 @@ pub fn model_prompt<'a>(
             before: &prompt.before,
             text: &prompt.text,
             after: &prompt.after,
+            reply_start: &prompt.reply_start,
             examples: &prompt.example_bounds,
         },
         false => Prompt::Messages {
@@ -525,8 +526,8 @@ pub fn scored_text(
         true => {
             let system = text_system(prompt, params).unwrap_or_default();
             let before = format!("{system}{}", prompt.before);
-            let parts = (&before[..], &prompt.text[..], &prompt.after[..]);
-            format.scored_text(parts, window, settings)
+            let after = format!("{}{}", prompt.after, prompt.reply_start);
+            format.scored_text((&before, &prompt.text, &after), window, settings)
         }
         false => format.scored_reply(&chat_messages(prompt), window, settings),
     };
@@ -568,7 +569,11 @@ pub fn scored_choices(
         return scored_after_contexts(format, window, (prompt, params), settings);
     }
     let messages = chat_messages(prompt);
-    if let Some(last) = messages.last().filter(|m| m.role != "user") {
+    // Under the chat template a last assistant message is the reply's start, continued by
+    // each choice (lm-evaluation-harness's `gen_prefix`).
+    let continued = params.template == Template::Chat;
+    let last = messages.last();
+    if let Some(last) = last.filter(|m| m.role != "user" && !(continued && m.role == "assistant")) {
         return Err(format!(
             "a conversation with choices ends with the user's turn (each choice is the \
              assistant's reply to it); this one ends with a {} message",
