@@ -169,8 +169,9 @@ pub struct GenerateArgs {
     /// With --score, the field of a record's choices: a list of texts, an object with
     /// `text` and `label` lists (ARC's), or one with `choices` and `labels` lists
     /// (TruthfulQA's `mc2_targets`, its labels 1 for each true choice: the record's right
-    /// answers when it has no answer field). Each is scored as a continuation of the
-    /// prompt, the prompt's trailing whitespace moved to its front.
+    /// answers when it has no answer field); or several fields, comma-separated, a text
+    /// each (PIQA's sol1,sol2, Winogrande's option1,option2). Each is scored as a
+    /// continuation of the prompt, the prompt's trailing whitespace moved to its front.
     #[arg(long, env = "RESIDENT_CHOICES_FIELD", default_value = "choices")]
     choices_field: String,
     /// With --score, the field of a record's right choice: its index from 0, its label or
@@ -179,6 +180,21 @@ pub struct GenerateArgs {
     /// the choices: TruthfulQA's MC2; `brier_score` needs exactly one).
     #[arg(long, env = "RESIDENT_ANSWER_FIELD", default_value = "answer")]
     answer_field: String,
+    /// With --score, the index a number answer counts choices from: 1 for Winogrande's and
+    /// StoryCloze's "1"/"2" (a label or a choice's text is read as ever).
+    #[arg(
+        long,
+        env = "RESIDENT_ANSWER_BASE",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    answer_base: u32,
+    /// With --score --choices-as-contexts, where each choice goes in the record's text
+    /// (Winogrande's "_"): each choice becomes the text before the blank and the choice, and
+    /// what follows the blank, trimmed, is the text scored after each, as
+    /// lm-evaluation-harness scores Winogrande (no splitting the rows first).
+    #[arg(long, env = "RESIDENT_BLANK", value_name = "TEXT")]
+    blank: Option<String>,
     /// With --score, these are scored in place of a record's choices, in order (MMLU's
     /// letters: --choice-labels A,B,C,D, the texts written into --prompt as
     /// {choices.0}...{choices.3}); a record with more choices than labels is a bad record.
@@ -443,6 +459,8 @@ impl GenerateArgs {
                 choices: self.choices_field.clone(),
                 answer: self.answer_field.clone(),
                 labels: self.choice_labels.clone(),
+                answer_base: self.answer_base,
+                blank: self.blank.clone(),
             });
         }
         if let Some(spec) = self.answer_match()? {

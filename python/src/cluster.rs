@@ -664,11 +664,10 @@ impl NativeCluster {
     #[pyo3(signature = (input, model, output, prompt, params_json, replicas=None,
         gpus_per_actor=None, vram_gib=2.0, chunk_size=None, on_bad_record="skip",
         id_field="id".to_owned(), text_field="text".to_owned(), keep_pool=false, on_progress=None,
-        input_format="records", output_format="generations", choices_field="choices".to_owned(),
-        answer_field="answer".to_owned(), fewshot_input=None, fewshot=5,
+        input_format="records", output_format="generations", choices_json="{}".to_owned(),
+        fewshot_input=None, fewshot=5,
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
-        fewshot_group=None, accuracy_by=None, description=None, choice_labels=Vec::new(),
-        fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
+        fewshot_group=None, accuracy_by=None, description=None, fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
         engine_json=None, fewshot_as_multiturn=false, gen_prefix=None))]
     #[allow(clippy::too_many_arguments)]
@@ -691,15 +690,13 @@ impl NativeCluster {
         on_progress: Option<Py<PyAny>>,
         input_format: &str,
         output_format: &str,
-        choices_field: String,
-        answer_field: String,
+        choices_json: String,
         fewshot_input: Option<String>,
         fewshot: usize,
         fewshot_delimiter: String,
         fewshot_group: Option<String>,
         accuracy_by: Option<String>,
         description: Option<String>,
-        choice_labels: Vec<String>,
         fewshot_seed: Option<u64>,
         answer_check_json: Option<String>,
         target_delimiter: String,
@@ -726,14 +723,9 @@ impl NativeCluster {
         let prompt = PromptTemplate::parse(&prompt).map_err(|e| bad_input(py, e))?;
         let mut config = GenerateJobConfig::new(corpus, prompt);
         set_decoding(py, &mut config, &params_json, engine_json.as_deref())?;
-        let fields = ChoiceFields {
-            choices: choices_field,
-            answer: answer_field,
-            labels: choice_labels,
-        };
         config.put_answer_start(target_delimiter, gen_prefix.unwrap_or_default());
         check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
-        read_choices(py, &mut config, fields, accuracy_by)?;
+        read_choices(py, &mut config, &choices_json, accuracy_by)?;
         let fewshot = (
             fewshot_input,
             fewshot,
@@ -1066,12 +1058,16 @@ fn set_decoding(
     Ok(())
 }
 
+/// Reads a scoring job's choices as `choices_json` (a [`ChoiceFields`] as JSON, the
+/// defaults where it leaves one out) names them, and reports accuracy by `accuracy_by`.
 fn read_choices(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
-    fields: ChoiceFields,
+    choices_json: &str,
     accuracy_by: Option<String>,
 ) -> PyResult<()> {
+    let fields: ChoiceFields = serde_json::from_str(choices_json)
+        .map_err(|e| bad_input(py, format!("the choices' fields: {e}")))?;
     if !fields.labels.is_empty() && !config.generation.params.score {
         return Err(bad_input(
             py,

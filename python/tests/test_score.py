@@ -118,6 +118,41 @@ def test_choices_as_contexts_score_the_prompt_after_each_choice(local_cluster):
     assert out["answer"] == 1 and out["correct"] == (out["best"] == 1)
 
 
+def test_winogrande_s_hub_rows_score_as_the_same_rows_split_by_hand(local_cluster, tmp_path):
+    """``blank``, comma-separated ``choices_field`` and ``answer_base`` read Winogrande's
+    rows as the hub writes them, as ``--blank`` does."""
+    head = "The trophy does not fit in the suitcase because the"
+    hub = write_corpus(tmp_path / "hub.jsonl", [
+        {"id": "w1", "sentence": f"{head} _ is too large.", "option1": "trophy",
+         "option2": "suitcase", "answer": "1"},
+    ])
+    split = write_corpus(tmp_path / "split.jsonl", [
+        {"id": "w1", "text": "is too large.", "choices": [f"{head} trophy", f"{head} suitcase"],
+         "answer": 0},
+    ])
+    scoring = dict(template="none", max_new_tokens=0, score=True, choices_as_contexts=True,
+                   target_delimiter=" ", progress=False)
+    local_cluster.generate_job(
+        str(hub), str(SMOLLM2), str(tmp_path / "hub"), "{text}", text_field="sentence",
+        choices_field="option1,option2", answer_base=1, blank="_", **scoring,
+    )
+    local_cluster.generate_job(str(split), str(SMOLLM2), str(tmp_path / "split"), "{text}",
+                               **scoring)
+    (hub_line,), (split_line,) = (
+        [json.loads(l) for l in open(tmp_path / name / "generations.jsonl")]
+        for name in ("hub", "split")
+    )
+    assert hub_line["answer"] == split_line["answer"] == 0, (hub_line, split_line)
+    for ours, by_hand in zip(hub_line["choice_scores"], split_line["choice_scores"]):
+        assert ours["tokens"] == by_hand["tokens"] > 0
+        assert abs(ours["logprob"] - by_hand["logprob"]) < 1e-3, (ours, by_hand)
+    with pytest.raises(resident.BadInput, match="needs choices as contexts"):
+        local_cluster.generate_job(
+            str(hub), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
+            max_new_tokens=0, score=True, blank="_", progress=False,
+        )
+
+
 def test_a_chat_score_ranks_replies_as_dpo_reads_them(local_cluster):
     question = {"role": "user", "content": "What is the capital of France?"}
     replies = ["The capital of France is Paris.", "The capital of France is Berlin."]

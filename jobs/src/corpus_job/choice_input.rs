@@ -11,16 +11,26 @@ use serde_json::{Map, Value};
 use super::chat_input::parse_messages;
 
 /// The fields a multiple-choice record's choices and answer are read from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ChoiceFields {
     /// A list of texts, an object with `text` (and `label`) lists (ARC's), or one with
-    /// `choices` and `labels` lists (TruthfulQA's, the labels marking the true ones).
+    /// `choices` and `labels` lists (TruthfulQA's, the labels marking the true ones); or
+    /// several fields, comma-separated, a text each (PIQA's `sol1,sol2`, Winogrande's
+    /// `option1,option2`).
     pub choices: String,
     /// The right choice: its index, its label or its text; or a list of them.
     pub answer: String,
     /// What is scored in place of each choice's text, in order (`--choice-labels A,B,C,D`:
     /// MMLU's letters, the texts then written into the prompt); empty: the texts.
     pub labels: Vec<String>,
+    /// The index a number answer counts choices from (`--answer-base`): 0, or 1 for
+    /// Winogrande's and StoryCloze's `"1"`/`"2"`.
+    pub answer_base: u32,
+    /// Where each choice goes in the record's text (`--blank`, Winogrande's `_`): each
+    /// choice becomes the text before it and the choice, and the text after it (trimmed)
+    /// the record's text, scored after each (with choices as contexts).
+    pub blank: Option<String>,
 }
 
 impl Default for ChoiceFields {
@@ -29,6 +39,8 @@ impl Default for ChoiceFields {
             choices: "choices".into(),
             answer: "answer".into(),
             labels: Vec::new(),
+            answer_base: 0,
+            blank: None,
         }
     }
 }
@@ -70,11 +82,21 @@ pub fn parse_choices(
     object: &Map<String, Value>,
     fields: &ChoiceFields,
 ) -> Result<Option<ChoiceRecord>, String> {
-    let Some(value) = object.get(&fields.choices) else {
-        return Ok(None);
-    };
     let name = &fields.choices;
-    let listed = listed_choices(value, name)?;
+    let listed = match name.contains(',') {
+        true => match separate_choices(object, name)? {
+            Some(texts) => ListedChoices {
+                texts,
+                labels: None,
+                truth: None,
+            },
+            None => return Ok(None),
+        },
+        false => match object.get(name) {
+            Some(value) => listed_choices(value, name)?,
+            None => return Ok(None),
+        },
+    };
     let choices = (listed.texts.iter().enumerate())
         .map(|(i, text)| match text {
             Value::String(text) if !text.is_empty() => Ok(text.clone()),
@@ -86,7 +108,7 @@ pub fn parse_choices(
     let answers = match (object.get(&fields.answer), listed.truth) {
         (None | Some(Value::Null), Some(truth)) => true_choices(truth, choices.len(), name)?,
         (None | Some(Value::Null), None) => Vec::new(),
-        (Some(answer), _) => answer_indexes(answer, &choices, listed.labels, &fields.answer)?,
+        (Some(answer), _) => answer_indexes(answer, &choices, listed.labels, fields)?,
     };
     let choices = match fields.labels.is_empty() {
         true => choices,
@@ -99,10 +121,27 @@ pub fn parse_choices(
     }))
 }
 
+/// A record's `text` split at `blank` (Winogrande's `_`, the first where there are
+/// several): each choice becomes the text before the blank and the choice, and what follows
+/// the blank, trimmed, is returned, the text scored after each (lm-evaluation-harness's
+/// Winogrande). An error where the text has no blank.
+pub fn fill_blank(text: &str, choices: &mut ChoiceRecord, blank: &str) -> Result<String, String> {
+    let Some(at) = text.find(blank).filter(|_| !blank.is_empty()) else {
+        return Err(format!(
+            "the text has no `{blank}` (--blank), where each choice goes"
+        ));
+    };
+    let before = &text[..at];
+    for choice in &mut choices.choices {
+        *choice = format!("{before}{choice}");
+    }
+    Ok(text[at + blank.len()..].trim().to_owned())
+}
+
 /// A choices field as its dataset writes it.
 struct ListedChoices<'a> {
     /// The choices' texts.
-    texts: &'a [Value],
+    texts: Vec<&'a Value>,
     /// ARC's labels (`A`, `B`, ...), which an answer may name.
     labels: Option<&'a [Value]>,
     /// TruthfulQA's `labels`: 1 for each true choice, 0 for each false one.
@@ -116,8 +155,8 @@ fn listed_choices<'a>(value: &'a Value, name: &str) -> Result<ListedChoices<'a>,
         Some(Value::Array(list)) => Some(&list[..]),
         _ => None,
     };
-    let listed = |texts, labels, truth| ListedChoices {
-        texts,
+    let listed = |texts: &'a [Value], labels, truth| ListedChoices {
+        texts: texts.iter().collect(),
         labels,
         truth,
     };
@@ -133,6 +172,26 @@ fn listed_choices<'a>(value: &'a Value, name: &str) -> Result<ListedChoices<'a>,
             )),
         },
         _ => Err(format!("`{name}` must be a list of texts")),
+    }
+}
+
+/// The choices of `names`, comma-separated fields, one each (PIQA's `sol1,sol2`): `None`
+/// where the record has none of them, an error naming the first missing where it has some.
+fn separate_choices<'a>(
+    object: &'a Map<String, Value>,
+    names: &str,
+) -> Result<Option<Vec<&'a Value>>, String> {
+    let found: Vec<(&str, Option<&Value>)> = (names.split(','))
+        .map(|name| (name, object.get(name).filter(|value| !value.is_null())))
+        .collect();
+    if found.iter().all(|(_, value)| value.is_none()) {
+        return Ok(None);
+    }
+    match found.iter().find(|(_, value)| value.is_none()) {
+        Some((missing, _)) => Err(format!(
+            "`{missing}` is missing, and the choices are the fields `{names}`, a text each"
+        )),
+        None => Ok(Some(found.into_iter().filter_map(|(_, v)| v).collect())),
     }
 }
 
@@ -174,8 +233,10 @@ fn answer_indexes(
     answer: &Value,
     choices: &[String],
     labels: Option<&[Value]>,
-    name: &str,
+    fields: &ChoiceFields,
 ) -> Result<Vec<u32>, String> {
+    let name = &fields.answer;
+    let base = u64::from(fields.answer_base);
     let mut answers = match answer {
         Value::Array(list) if list.is_empty() => {
             return Err(format!(
@@ -184,9 +245,9 @@ fn answer_indexes(
             ));
         }
         Value::Array(list) => (list.iter())
-            .map(|one| answer_index(one, choices, labels, name))
+            .map(|one| answer_index(one, choices, labels, (name, base)))
             .collect::<Result<Vec<_>, _>>()?,
-        one => vec![answer_index(one, choices, labels, name)?],
+        one => vec![answer_index(one, choices, labels, (name, base))?],
     };
     answers.sort_unstable();
     if let Some(twice) = answers.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -225,35 +286,32 @@ fn check_count(count: usize, name: &str) -> Result<(), String> {
     }
 }
 
-/// The index an answer names: a whole number (an index from 0), a choice's label, a
-/// choice's own text (leading and trailing spaces aside: `"eight"` names `" eight"`), or an
-/// index written as text (HellaSwag's `"label": "2"`).
+/// The index an answer names: a whole number (an index from `base`, 0 unless
+/// `--answer-base` says otherwise), a choice's label, a choice's own text (leading and
+/// trailing spaces aside: `"eight"` names `" eight"`), or an index written as text
+/// (HellaSwag's `"label": "2"`, Winogrande's `"answer": "1"` from 1).
 fn answer_index(
     answer: &Value,
     choices: &[String],
     labels: Option<&[Value]>,
-    name: &str,
+    (name, base): (&str, u64),
 ) -> Result<u32, String> {
     let count = choices.len();
+    let index = |i: u64| i.checked_sub(base).filter(|&i| (i as usize) < count);
     let found = match answer {
-        Value::Number(n) => n.as_u64().filter(|&i| (i as usize) < count),
+        Value::Number(n) => n.as_u64().and_then(index),
         Value::String(s) => labels
             .and_then(|labels| labels.iter().position(|l| l.as_str() == Some(s.as_str())))
             .or_else(|| choices.iter().position(|c| c.trim() == s.trim()))
             .map(|i| i as u64)
-            .or_else(|| {
-                s.trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|&i| (i as usize) < count)
-            }),
+            .or_else(|| s.trim().parse::<u64>().ok().and_then(index)),
         _ => None,
     };
     found.map(|i| i as u32).ok_or_else(|| {
         format!(
             "`{name}` is {answer}, which names none of the {count} choices (give an index \
-             from 0, a label or a choice's text, or a list of them for several right \
-             choices)"
+             from {base}, a label or a choice's text, or a list of them for several right \
+             choices; --answer-base says where indexes start)"
         )
     })
 }
@@ -445,6 +503,76 @@ mod tests {
             let error = choices(record).unwrap_err();
             assert!(error.contains(wanted), "{error}");
         }
+    }
+
+    /// Choices from several fields, a text each (PIQA's `sol1,sol2`, Winogrande's
+    /// `option1,option2`), in the order named: none of them is no choices, some of them is
+    /// an error naming the missing one. `--answer-base 1` reads Winogrande's `"1"`/`"2"`
+    /// (and numbers) from 1, a choice's text as ever; 0 is then no index.
+    #[test]
+    fn choices_from_several_fields_and_answers_counted_from_one() {
+        let winogrande = ChoiceFields {
+            choices: "option1,option2".into(),
+            answer_base: 1,
+            ..ChoiceFields::default()
+        };
+        let parse = |record: Value| parse_choices(&object(record), &winogrande);
+        let record = parse(json!({"option1": "Ian", "option2": "Dennis", "answer": "2"}));
+        let record = record.unwrap().unwrap();
+        assert_eq!(
+            (record.choices, record.answers),
+            (vec!["Ian".into(), "Dennis".into()], vec![1])
+        );
+        for (answer, index) in [(json!(1), 0), (json!("Ian"), 0), (json!(" 2 "), 1)] {
+            let record = parse(json!({"option1": "Ian", "option2": "Dennis", "answer": answer}));
+            assert_eq!(record.unwrap().unwrap().answers, [index]);
+        }
+        assert_eq!(parse(json!({"text": "none"})), Ok(None));
+        for (record, wanted) in [
+            (
+                json!({"option1": "Ian", "answer": "1"}),
+                "`option2` is missing",
+            ),
+            (
+                json!({"option1": "Ian", "option2": 3}),
+                "`option1,option2`[1] is not a text",
+            ),
+            (
+                json!({"option1": "a", "option2": "b", "answer": 0}),
+                "give an index from 1",
+            ),
+            (
+                json!({"option1": "a", "option2": "b", "answer": "3"}),
+                "names none of the 2",
+            ),
+        ] {
+            let error = parse(record).unwrap_err();
+            assert!(error.contains(wanted), "{error}");
+        }
+    }
+
+    /// `--blank`: each choice fills the text's first blank (the text before it, then the
+    /// choice) and what follows it, trimmed, is the text; a text without one is refused.
+    #[test]
+    fn a_blank_is_filled_by_each_choice_and_the_rest_is_the_text() {
+        let mut record = ChoiceRecord {
+            choices: vec!["the trophy".into(), "the suitcase".into()],
+            answers: vec![0],
+            replies: false,
+        };
+        let text = "The trophy doesn't fit in the suitcase because _ is too large. _";
+        let rest = fill_blank(text, &mut record, "_").unwrap();
+        assert_eq!(rest, "is too large. _");
+        assert_eq!(
+            record.choices,
+            [
+                "The trophy doesn't fit in the suitcase because the trophy",
+                "The trophy doesn't fit in the suitcase because the suitcase"
+            ]
+        );
+        let error = fill_blank("no blank here", &mut record, "_").unwrap_err();
+        assert!(error.contains("has no `_` (--blank)"), "{error}");
+        assert!(fill_blank("x", &mut record, "").is_err());
     }
 
     /// Several right answers: a list of indexes, labels or texts in the answer field, or

@@ -164,6 +164,13 @@ impl GenerateJobConfig {
                     .into(),
             ));
         }
+        let blank = (self.corpus.reader.choices.as_ref()).and_then(|c| c.blank.as_deref());
+        if let Some(blank) = blank.filter(|_| !self.generation.params.choices_as_contexts) {
+            return Err(JobError::Input(format!(
+                "--blank {blank:?} fills the record's blank with each choice and scores the \
+                 text after it: it needs choices as contexts (--choices-as-contexts)"
+            )));
+        }
         if self.generation.params.choices_as_contexts && !self.generation.gen_prefix.is_empty() {
             return Err(JobError::Input(
                 "--gen-prefix starts the answer after the prompt, and choices as contexts \

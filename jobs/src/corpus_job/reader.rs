@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::JobError;
 use super::chat_input::{ChatRecord, PromptInput, parse_batch_line, parse_messages};
 use super::choice_input::{
-    ChoiceFields, ChoiceRecord, PreferencePrompt, parse_choices, parse_preference,
+    ChoiceFields, ChoiceRecord, PreferencePrompt, fill_blank, parse_choices, parse_preference,
 };
 use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
@@ -71,6 +71,12 @@ impl ReaderOptions {
         }
         if choices.answer != defaults.answer {
             settings.insert("answer_field".into(), choices.answer.clone().into());
+        }
+        if choices.answer_base != defaults.answer_base {
+            settings.insert("answer_base".into(), choices.answer_base.into());
+        }
+        if let Some(blank) = &choices.blank {
+            settings.insert("blank".into(), blank.as_str().into());
         }
         (!settings.is_empty()).then_some(serde_json::Value::Object(settings))
     }
@@ -504,7 +510,7 @@ impl RecordReader {
             });
         }
         let has_text = object.contains_key(&self.options.text_field);
-        let (preference, choices) = self.choices_of(&object, has_text)?;
+        let (preference, choices) = self.choices_of(&mut object, has_text)?;
         let messages = match preference {
             Some(PreferencePrompt::Text(prompt)) => {
                 object.insert(self.options.text_field.clone(), Value::String(prompt));
@@ -565,9 +571,10 @@ impl RecordReader {
 
     /// A scoring job's record's choices ([`ReaderOptions::choices`]), and the prompt in
     /// place of its text when it is a preference pair (a record without a text field).
+    /// With a blank (`--blank`) the choices fill the text's, which becomes what follows it.
     fn choices_of(
         &self,
-        object: &serde_json::Map<String, Value>,
+        object: &mut serde_json::Map<String, Value>,
         has_text: bool,
     ) -> Result<(Option<PreferencePrompt>, Option<Box<ChoiceRecord>>), String> {
         let Some(fields) = &self.options.choices else {
@@ -576,7 +583,15 @@ impl RecordReader {
         if !has_text && let Some((prompt, pair)) = parse_preference(object)? {
             return Ok((Some(prompt), Some(Box::new(pair))));
         }
-        Ok((None, parse_choices(object, fields)?.map(Box::new)))
+        let mut choices = parse_choices(object, fields)?;
+        let text_field = &self.options.text_field;
+        if let (Some(blank), Some(choices)) = (&fields.blank, &mut choices)
+            && let Some(Value::String(text)) = object.get(text_field)
+        {
+            let rest = fill_blank(text, choices, blank)?;
+            object.insert(text_field.clone(), Value::String(rest));
+        }
+        Ok((None, choices.map(Box::new)))
     }
 
     /// The record's id field, or one made of its place.
@@ -828,8 +843,8 @@ mod tests {
         );
     }
 
-    /// Only choice labels and renamed choice fields join the settings, so a job with neither
-    /// keeps its fingerprint.
+    /// Only choice labels, renamed choice fields, an answer base and a blank join the
+    /// settings, so a job with none keeps its fingerprint.
     #[test]
     fn choice_labels_and_renamed_choice_fields_are_the_reading_s_output_settings() {
         let mut options = ReaderOptions::default();
@@ -850,6 +865,16 @@ mod tests {
         let settings = options.output_settings().unwrap();
         let renamed = serde_json::json!({"choices_field": "endings", "answer_field": "label"});
         assert_eq!(settings, renamed);
+        options.choices = Some(ChoiceFields {
+            answer_base: 1,
+            blank: Some("_".into()),
+            ..ChoiceFields::default()
+        });
+        let settings = options.output_settings().unwrap();
+        assert_eq!(
+            settings,
+            serde_json::json!({"answer_base": 1, "blank": "_"})
+        );
     }
 
     /// A field past a dot is a path into the record's lists and objects (MMLU's

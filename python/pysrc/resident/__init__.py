@@ -846,6 +846,8 @@ class Cluster:
         output_format: str = "generations",
         choices_field: str = "choices",
         answer_field: str = "answer",
+        answer_base: int = 0,
+        blank: Optional[str] = None,
         fewshot_input: Optional[str] = None,
         fewshot: int = 5,
         fewshot_delimiter: str = "\n\n",
@@ -894,7 +896,10 @@ class Cluster:
         ``score_first_token`` and ``choices_as_contexts`` score each text as ``resident
         generate --score`` does (records with ``choices`` and ``answer``, and
         preference pairs with ``prompt``, ``chosen`` and ``rejected``, too; other field names
-        by ``choices_field`` and ``answer_field``). With ``score``, ``fewshot_input`` (a
+        by ``choices_field``, several comma-separated for a text each as PIQA's
+        ``"sol1,sol2"``, and ``answer_field``; ``answer_base=1`` counts number answers from
+        1, Winogrande's ``"1"``; ``blank="_"`` fills Winogrande's blank with each choice,
+        with ``choices_as_contexts``: ``--answer-base``, ``--blank``). With ``score``, ``fewshot_input`` (a
         dev file) puts its first ``fewshot`` answered records before every prompt, each
         written through ``prompt`` with its right choice, joined by ``fewshot_delimiter``
         (``--fewshot-input``); ``fewshot_group`` (a field, MMLU's ``subject``) gives each
@@ -960,9 +965,14 @@ class Cluster:
                 input, model, output, prompt, json.dumps(params), replicas, gpus_per_actor,
                 vram_gib, chunk_size, on_bad_record, id_field, text_field, keep_pool,
                 lambda done, total, tokens: bar.set(done, total, f"{tokens} tokens"),
-                input_format, output_format, choices_field, answer_field, fewshot_input,
-                fewshot, fewshot_delimiter, fewshot_group, accuracy_by, description,
-                list(choice_labels or []), fewshot_seed,
+                input_format, output_format,
+                json.dumps({
+                    "choices": choices_field, "answer": answer_field,
+                    "labels": list(choice_labels or []), "answer_base": answer_base,
+                    "blank": blank,
+                }),
+                fewshot_input, fewshot, fewshot_delimiter, fewshot_group, accuracy_by,
+                description, fewshot_seed,
                 _answer_check(
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
                     ignore_punctuation, filters,

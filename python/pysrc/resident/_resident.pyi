@@ -1,6 +1,6 @@
 """Type stubs of the native module (PyO3); the public API is ``resident`` itself."""
 
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional
 
 class NativeCluster:
     def url(self) -> str: ...
@@ -64,15 +64,13 @@ class NativeCluster:
         on_progress: Optional[Callable[[int, int, int], None]] = None,
         input_format: str = "records",
         output_format: str = "generations",
-        choices_field: str = "choices",
-        answer_field: str = "answer",
+        choices_json: str = "{}",
         fewshot_input: Optional[str] = None,
         fewshot: int = 5,
         fewshot_delimiter: str = "\n\n",
         fewshot_group: Optional[str] = None,
         accuracy_by: Optional[str] = None,
         description: Optional[str] = None,
-        choice_labels: Sequence[str] = ...,
         fewshot_seed: Optional[int] = None,
         answer_check_json: Optional[str] = None,
         target_delimiter: str = "",

@@ -65,6 +65,8 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--top-logprobs": ("top_logprobs", int),
     "--choices-field": ("choices_field", str),
     "--answer-field": ("answer_field", str),
+    "--answer-base": ("answer_base", int),
+    "--blank": ("blank", str),
     "--description": ("description", str),
     "--fewshot-input": ("fewshot_input", str),
     "--fewshot": ("fewshot", int),

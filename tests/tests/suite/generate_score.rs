@@ -1582,9 +1582,11 @@ async fn sampled_fewshot_draws_each_record_s_examples_and_never_the_record_itsel
 /// `--choices-as-contexts` (Winogrande's partial scoring): each choice is a context before
 /// the record's text, and the text (after `--target-delimiter`) is scored after each, as
 /// a record's text is scored after the same context written into its prompt; few-shot
-/// examples read their right choice, the delimiter, then their text. A conversation, an
-/// empty text, a preference pair (its choices are replies), labels in the choices' place
-/// and the flag without `--score` are refused.
+/// examples read their right choice, the delimiter, then their text. Winogrande's rows as
+/// the hub writes them score as those rows split by hand (`--blank`, `--choices-field
+/// option1,option2`, `--answer-base 1`). A conversation, an empty text, a preference pair
+/// (its choices are replies), labels in the choices' place, the flag without `--score`
+/// and `--blank` without it are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn choices_as_contexts_score_the_text_after_each_choice() {
     init_logging();
@@ -1677,6 +1679,47 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
         &by_hand("fewshot-by-hand", "The fire is warm.\n\n"),
     );
 
+    // Winogrande as the hub writes it: `--blank _` fills the sentence's blank with each
+    // option (fields `option1,option2`, the answer "1" or "2": `--answer-base 1`), as the
+    // same rows split by hand score.
+    let hub = [
+        json!({"id": "w1", "sentence": format!("{because} _ is too large."),
+               "option1": "trophy", "option2": "suitcase", "answer": "1"}),
+        json!({"id": "w2", "sentence": "_ is very hot.", "option1": "The snow",
+               "option2": "The sun", "answer": "2"}),
+    ];
+    let split = [
+        json!({"id": "w1", "text": "is too large.",
+               "options": [format!("{because} trophy"), format!("{because} suitcase")],
+               "answer": 0}),
+        json!({"id": "w2", "text": "is very hot.", "options": ["The snow", "The sun"], "answer": 1}),
+    ];
+    let winogrande = [
+        "--text-field",
+        "sentence",
+        "--choices-field",
+        "option1,option2",
+        "--answer-base",
+        "1",
+        "--blank",
+        "_",
+    ];
+    let contexts = ["--choices-as-contexts", "--target-delimiter", " "];
+    let hub_flags = [SCORE, &contexts, &winogrande].concat();
+    let (hub_lines, report) = generate(dir.path(), "hub", &hub, "{text}", &hub_flags);
+    let (split_lines, _) = generate(dir.path(), "split", &split, "{text}", &flags);
+    let split_scores: Vec<Vec<Value>> = (split_lines.iter())
+        .map(|line| line["choice_scores"].as_array().unwrap().clone())
+        .collect();
+    check(&hub_lines, &split_scores);
+    for (hub, split) in hub_lines.iter().zip(&split_lines) {
+        assert_eq!(
+            (&hub["answer"], &hub["best"]),
+            (&split["answer"], &split["best"])
+        );
+    }
+    assert_eq!(report["answered_records"], 2, "{report}");
+
     let input = dir.path().join("contexts.jsonl");
     let out = dir.path().join("refused");
     let mut labelled = flags.clone();
@@ -1692,6 +1735,11 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
             (
                 &["--choices-as-contexts", "--template", "none"],
                 "--choices-as-contexts scores each record's text after each of its choices: it needs score (--score)",
+            ),
+            (
+                &[SCORE, &["--blank", "_"]].concat(),
+                "--blank \"_\" fills the record's blank with each choice and scores the text \
+                 after it: it needs choices as contexts (--choices-as-contexts)",
             ),
         ],
     );
