@@ -315,8 +315,8 @@ pub struct ShotTurns {
 
 /// `shot` written through `template` (its fields the values of `names`, in order): as the
 /// text that goes before a prompt (its prompt, `source`'s target delimiter, its answer
-/// after `source`'s answer prefix), and as turns. A shot without an answer, or one that is a conversation, is refused
-/// naming it.
+/// after `source`'s answer prefix), and as turns. A shot without an answer, or one that is
+/// a conversation, is refused naming it.
 pub fn write_shot(
     template: &PromptTemplate,
     names: &[String],

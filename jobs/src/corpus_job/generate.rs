@@ -967,6 +967,16 @@ mod tests {
         assert!(error.contains("whose `subject` is \"history\""), "{error}");
     }
 
+    /// A job scoring choices after "Q: {text}\nA:" under `template`.
+    fn qa_scoring_job(template: Template) -> GenerateJobConfig {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let prompt = PromptTemplate::parse("Q: {text}\nA:").unwrap();
+        let mut job = GenerateJobConfig::new(corpus, prompt);
+        job.corpus.reader.choices = Some(Default::default());
+        job.generation.params.template = template;
+        job
+    }
+
     /// Under the chat template the description is each record's system message (after the
     /// job's, the few-shot delimiter between), and without it too where the job has a
     /// system message (written as text); with `--fewshot-as-multiturn` each example
@@ -984,11 +994,7 @@ mod tests {
         ];
         std::fs::write(&dev, lines.join("\n")).unwrap();
         let job_under = |template: Template, as_turns: bool| {
-            let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
-            let prompt = PromptTemplate::parse("Q: {text}\nA:").unwrap();
-            let mut job = GenerateJobConfig::new(corpus, prompt);
-            job.corpus.reader.choices = Some(Default::default());
-            job.generation.params.template = template;
+            let mut job = qa_scoring_job(template);
             job.generation.params.system = Some("Be brief.".into());
             job.generation.target_delimiter = " ".into();
             let source = FewshotSource {
@@ -1077,11 +1083,7 @@ mod tests {
         let line = r#"{"subject": "math", "text": "1+1", "choices": ["2", "3"], "answer": 0}"#;
         std::fs::write(&dev, line).unwrap();
         let job_under = |template: Template, as_turns: bool| {
-            let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
-            let prompt = PromptTemplate::parse("Q: {text}\nA:").unwrap();
-            let mut job = GenerateJobConfig::new(corpus, prompt);
-            job.corpus.reader.choices = Some(Default::default());
-            job.generation.params.template = template;
+            let mut job = qa_scoring_job(template);
             job.put_answer_start(" ".into(), "Best:".into());
             let source = FewshotSource {
                 path: dev.clone(),

@@ -576,7 +576,8 @@ pub fn scored_choices(
     if let Some(last) = last.filter(|m| m.role != "user" && !(continued && m.role == "assistant")) {
         return Err(format!(
             "a conversation with choices ends with the user's turn (each choice is the \
-             assistant's reply to it); this one ends with a {} message",
+             assistant's reply to it; under the chat template an assistant message may start \
+             that reply); this one ends with a {} message",
             last.role
         ));
     }
