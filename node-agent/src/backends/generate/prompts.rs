@@ -332,7 +332,7 @@ pub fn chat_messages(prompt: &PromptParts) -> Vec<Message> {
 
 /// What the model renders for `prompt` under `params`: its conversation (`messages`, from
 /// [`chat_messages`]) when it has one, else its text between the template's parts with its
-/// own system message or the job's ([`text_system`]). `--dry-run` renders the same.
+/// own system message or the job's (`text_system`). `--dry-run` renders the same.
 pub fn model_prompt<'a>(
     prompt: &'a PromptParts,
     params: &'a GenerateParams,
