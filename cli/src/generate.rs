@@ -8,7 +8,6 @@ use resident_jobs::corpus_job::{
     EngineSettings, ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures,
     GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate, run_generate_job,
 };
-use resident_models::ModelError;
 use resident_models::generate::chat::ChatTemplate;
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
@@ -554,14 +553,12 @@ impl GenerateArgs {
                 .into());
             }
         };
-        match ChatTemplate::new(&source, "", "") {
-            Err(ModelError::Load(why)) => {
-                let why = why.replace("the model's chat template: ", "");
+        match ChatTemplate::check(&source) {
+            Err(why) => {
                 let refusal = format!("--chat-template does not compile: {why}");
                 Err(crate::exit::BadInput(refusal).into())
             }
-            Err(other) => Err(other.into()),
-            Ok(_) => Ok(Some(source)),
+            Ok(()) => Ok(Some(source)),
         }
     }
 

@@ -18,6 +18,7 @@ use resident_jobs::corpus_job::{
     RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
+use resident_models::generate::chat::ChatTemplate;
 use resident_sdk::{
     ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, GeneratePool,
     GeneratePoolSpec, LocalConfig, Pool, PoolSpec, SdkError, WindowSplit, Windows,
@@ -770,11 +771,7 @@ impl NativeCluster {
         if let Some(problem) = params.problem() {
             return Err(bad_input(py, problem.to_string()));
         }
-        let engine: EngineSettings = serde_json::from_str(engine_json.as_deref().unwrap_or("{}"))
-            .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
-        if let Some(problem) = engine.problem() {
-            return Err(bad_input(py, problem));
-        }
+        let engine = engine_settings(py, engine_json.as_deref().unwrap_or("{}"))?;
         let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
         let config = engine.actor_config(model);
         // The actors' whole config (the model in it) and their placement.
@@ -1034,11 +1031,9 @@ fn put_prompt_start(
         .map_err(|e| bad_input(py, e.to_string()))
 }
 
-/// A scoring job's choices, read as the CLI reads them (records with `choices` and
-/// `answer` by `fields`' names, and preference pairs), and the field its accuracy is
-/// broken down by.
 /// A generate job's decoding parameters (`GenerateParams` as JSON, checked) and engine
-/// settings ([`EngineSettings`] as JSON), as Python passes them.
+/// settings ([`EngineSettings`] as JSON, checked: [`engine_settings`]), as Python passes
+/// them.
 fn set_decoding(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
@@ -1051,11 +1046,25 @@ fn set_decoding(
         return Err(bad_input(py, problem.to_string()));
     }
     if let Some(engine) = engine_json {
-        let engine: EngineSettings = serde_json::from_str(engine)
-            .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
-        config.generation.engine = engine;
+        config.generation.engine = engine_settings(py, engine)?;
     }
     Ok(())
+}
+
+/// The actors' engine settings ([`EngineSettings`] as JSON), or why the actors would refuse
+/// them, before a pool is asked for: a limit of 0, a chat template that does not compile
+/// (as `resident generate --chat-template` is checked).
+fn engine_settings(py: Python<'_>, engine_json: &str) -> PyResult<EngineSettings> {
+    let engine: EngineSettings = serde_json::from_str(engine_json)
+        .map_err(|e| bad_input(py, format!("engine settings: {e}")))?;
+    if let Some(problem) = engine.problem() {
+        return Err(bad_input(py, problem));
+    }
+    if let Some(source) = &engine.chat_template {
+        ChatTemplate::check(source)
+            .map_err(|why| bad_input(py, format!("chat_template does not compile: {why}")))?;
+    }
+    Ok(engine)
 }
 
 /// Reads a scoring job's choices as `choices_json` (a [`ChoiceFields`] as JSON, the

@@ -215,7 +215,11 @@ def test_a_chat_template_given_renders_in_place_of_the_model_s_own(local_cluster
                                  progress=False)
     assert chatted[0]["text"] == raw[0]["text"], (chatted, raw)
     assert chatted[0]["prompt_tokens"] == raw[0]["prompt_tokens"]
-    with pytest.raises(resident.ResidentError) as refused:
-        local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
-                           chat_template="{% for m in messages %}", progress=False)
-    assert "the given chat template" in str(refused.value), refused.value
+    # One that does not compile is refused before a pool is asked for, as the CLI's is.
+    pools = len(local_cluster.pools())
+    asked = [{"role": "user", "content": question}]
+    for call, prompt in ((local_cluster.chat, asked), (local_cluster.generate, question)):
+        with pytest.raises(resident.BadInput, match="chat_template does not compile: syntax"):
+            call([prompt], model=str(SMOLLM2), chat_template="{% for m in messages %}",
+                 progress=False)
+    assert len(local_cluster.pools()) == pools

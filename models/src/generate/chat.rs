@@ -36,6 +36,17 @@ impl ChatTemplate {
         })
     }
 
+    /// Why `source` does not compile as a chat template (its syntax error, without naming
+    /// whose template it is), or nothing: what a front end checks of a template given
+    /// before a job asks for actors.
+    pub fn check(source: &str) -> Result<(), String> {
+        match Self::new(source, "", "") {
+            Ok(_) => Ok(()),
+            Err(ModelError::Load(why)) => Err(why.replace("the model's chat template: ", "")),
+            Err(other) => Err(other.to_string()),
+        }
+    }
+
     /// `user` as the conversation's single user turn, followed by the assistant's prompt.
     pub fn render_user_turn(&self, user: &str) -> Result<String, ModelError> {
         self.render(&[Message::new("user", user)])
@@ -234,6 +245,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("cannot be scored apart"), "{error}");
+    }
+
+    /// A template given by a user is checked before a job: a syntax error is named, not
+    /// as the model's.
+    #[test]
+    fn a_given_template_is_checked_for_its_syntax() {
+        assert_eq!(ChatTemplate::check(CHATML), Ok(()));
+        let error = ChatTemplate::check("{% for m in messages %}").unwrap_err();
+        assert!(
+            error.starts_with("syntax error") && !error.contains("model's"),
+            "{error}"
+        );
     }
 
     #[test]
