@@ -53,8 +53,9 @@ pub struct GenerateArgs {
     pub(crate) corpus: CorpusArgs,
     /// The prompt of each text record: `{text}` is the record's text (cut from its middle
     /// when the prompt would not fit the context, after any few-shot examples are left
-    /// out), `{field}` any other field of the
-    /// record, `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
+    /// out), `{field}` any other field of the record (`{field:listed}` a list, an item a
+    /// line after its --choice-labels label or A, B, C... and ". ": MMLU-Pro's options),
+    /// `{{` and `}}` literal braces. Example: "Summarise in one sentence:\n\n{text}".
     /// Records with `messages` are conversations and take no prompt.
     #[arg(long, env = "RESIDENT_PROMPT", default_value = "{text}")]
     prompt: String,

@@ -1,5 +1,6 @@
 //! `--prompt TEMPLATE`: the instruction around each record's text. `{text}` (once) is the
-//! record's text, `{field}` any other field of the record, `{{` and `}}` literal braces.
+//! record's text, `{field}` any other field of the record (`{field:listed}` a list of it,
+//! an item a line after its label: the reader writes it), `{{` and `}}` literal braces.
 //! The text stays apart from the rest, so the actor can cut it (and never the instruction)
 //! to fit the model's context.
 
@@ -278,16 +279,31 @@ impl DescriptionAsSystem {
     }
 }
 
+/// A field's name (or path), or one with `:listed` after it (`{options:listed}`).
 fn valid_field(name: &str) -> bool {
+    let name = name.strip_suffix(LISTED).unwrap_or(name);
     !name.is_empty()
         && name
             .chars()
             .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// After a field's name in a prompt: the list the field holds, an item a line, each after
+/// its label and ". " (MMLU-Pro's options, however many a record has).
+pub const LISTED: &str = ":listed";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `{field:listed}` is a field (the reader writes the list); another suffix is refused.
+    #[test]
+    fn a_listed_field_is_a_field_and_other_suffixes_are_refused() {
+        let template = PromptTemplate::parse("{text}\n{options:listed}\nAnswer:").unwrap();
+        assert_eq!(template.fields(), ["options:listed"]);
+        let error = PromptTemplate::parse("{text} {options:lines}").unwrap_err();
+        assert!(error.contains("{options:lines"), "{error}");
+    }
 
     #[test]
     fn the_text_splits_the_prompt_and_fields_fill_in_on_either_side() {

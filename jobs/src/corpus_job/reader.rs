@@ -15,6 +15,7 @@ use super::choice_input::{
 use super::duplicates::{Duplicate, DuplicateFinder};
 use super::inputs::{Format, InputSet, Source};
 use super::parquet_columns::{Columns, ParquetRow, Row};
+use super::prompt::LISTED;
 use crate::records::{is_blank, json_object, line_text};
 
 /// How records are read from the input.
@@ -536,11 +537,9 @@ impl RecordReader {
                 ordinal: 0,
             });
         }
-        let mut fields = self
-            .options
-            .extra_fields
-            .iter()
-            .map(|field| field_text(&object, field, "named in the prompt"))
+        let labels = (self.options.choices.as_ref()).map_or(&[][..], |c| &c.labels[..]);
+        let mut fields = (self.options.extra_fields.iter())
+            .map(|field| prompt_field(&object, field, labels))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(field) = &self.options.group_field {
             fields.push(field_text(&object, field, "the record's few-shot group")?);
@@ -656,6 +655,56 @@ fn field_text(
         Some(_) => Err(format!("field `{field}` ({why}) is not text")),
         None => Err(format!("missing field `{field}` ({why})")),
     }
+}
+
+/// A record's field as a prompt names it: its text ([`field_text`]), or with `:listed`
+/// (`{options:listed}`) the list it holds, an item a line, each after its label and ". ":
+/// `labels` (`--choice-labels`) where given, else A, B, C... (MMLU-Pro's options, however
+/// many a record has).
+fn prompt_field(
+    object: &serde_json::Map<String, Value>,
+    field: &str,
+    labels: &[String],
+) -> Result<String, String> {
+    let Some(name) = field.strip_suffix(LISTED) else {
+        return field_text(object, field, "named in the prompt");
+    };
+    let items = match field_value(object, name) {
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(format!(
+                "field `{name}` (listed in the prompt) is not a list"
+            ));
+        }
+        None => return Err(format!("missing field `{name}` (listed in the prompt)")),
+    };
+    let letters: Vec<String> = ('A'..='Z').map(String::from).collect();
+    let labels = match labels.is_empty() {
+        true => &letters[..],
+        false => labels,
+    };
+    let mut lines = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let Some(label) = labels.get(index) else {
+            return Err(format!(
+                "field `{name}` lists {} items, and there are {} labels for them (give a \
+                 label for each: --choice-labels)",
+                items.len(),
+                labels.len()
+            ));
+        };
+        let text = match item {
+            Value::String(text) => text.clone(),
+            Value::Number(_) | Value::Bool(_) => item.to_string(),
+            _ => {
+                return Err(format!(
+                    "`{name}`[{index}] (listed in the prompt) is not text"
+                ));
+            }
+        };
+        lines.push(format!("{label}. {text}"));
+    }
+    Ok(lines.join("\n"))
 }
 
 /// Every record of the corpus at `path`, or its bad record's reason (tests).
@@ -903,6 +952,51 @@ mod tests {
             items[1].as_ref().unwrap_err(),
             "missing field `choices.1` (named in the prompt)"
         );
+    }
+
+    /// `{options:listed}`: the list, an item a line after its label and ". " (A, B, C...,
+    /// or the choice labels), however many items a record has (MMLU-Pro's 3 to 10 options);
+    /// a field that is no list, an item that is no text, or more items than labels, is a
+    /// bad record saying so.
+    #[test]
+    fn a_listed_field_writes_each_item_after_its_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        let lines = [
+            r#"{"text": "q", "options": ["red", "blue", 3]}"#,
+            r#"{"text": "q", "options": ["red"], "arc": {"text": ["x", "y"]}}"#,
+            r#"{"text": "q", "options": "red"}"#,
+            r#"{"text": "q", "options": [["red"]]}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let listed = |fields: &[&str], labels: &[&str]| {
+            let options = ReaderOptions {
+                extra_fields: fields.iter().map(|f| f.to_string()).collect(),
+                choices: Some(ChoiceFields {
+                    choices: "none".into(),
+                    labels: labels.iter().map(|l| l.to_string()).collect(),
+                    ..ChoiceFields::default()
+                }),
+                ..ReaderOptions::default()
+            };
+            let items = read_items(&path, options);
+            (items.into_iter())
+                .map(|item| item.map(|record| record.fields.join("|")))
+                .collect::<Vec<_>>()
+        };
+        let read = listed(&["options:listed"], &[]);
+        assert_eq!(
+            read[..2],
+            [Ok("A. red\nB. blue\nC. 3".into()), Ok("A. red".into())]
+        );
+        let error = |item: &Result<String, String>| item.clone().unwrap_err();
+        assert!(error(&read[2]).contains("`options` (listed in the prompt) is not a list"));
+        assert!(error(&read[3]).contains("`options`[0] (listed in the prompt) is not text"));
+        let read = listed(&["options:listed"], &["1", "2"]);
+        assert_eq!(read[1], Ok("1. red".into()));
+        assert!(error(&read[0]).contains("lists 3 items, and there are 2 labels"));
+        let read = listed(&["arc.text:listed"], &[]);
+        assert_eq!(read[1], Ok("A. x\nB. y".into()));
     }
 
     #[test]

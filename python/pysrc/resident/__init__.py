@@ -884,7 +884,8 @@ class Cluster:
     ) -> dict:
         """Runs ``resident generate``: a completion per record of a corpus, resumably.
 
-        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record;
+        ``prompt`` holds ``{text}`` (the record's text) and any ``{field}`` of the record
+        (``{field:listed}``: a list, an item a line after its label, as ``--prompt``);
         records with ``messages`` in place of a text are conversations.
         ``input_format="openai-batch"`` reads an OpenAI Batch JSONL file (each line's
         ``body`` parameters honoured), ``output_format="openai-batch"`` writes the Batch

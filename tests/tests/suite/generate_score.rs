@@ -1357,7 +1357,8 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
 /// MMLU's own format: the choices' texts written into the prompt by path
 /// (`{choices.0}`), the letters scored in their place (`--choice-labels A,B`): each line
 /// is the one the same prompt written out by hand gives, with the letters as the choices;
-/// a record with more choices than labels is a bad record saying so.
+/// a record with more choices than labels is a bad record saying so. MMLU-Pro's: a
+/// record's options, however many, written by `{options:listed}`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn choice_labels_score_letters_after_the_choices_written_into_the_prompt() {
     init_logging();
@@ -1391,6 +1392,54 @@ async fn choice_labels_score_letters_after_the_choices_written_into_the_prompt()
         assert_eq!(line, &hand[0]);
     }
     assert_eq!(lines[0]["choice_scores"].as_array().unwrap().len(), 2);
+
+    // MMLU-Pro's: however many options a record has, `{options:listed}` writes each after
+    // its letter, and as many letters are scored, as the prompts written by hand score.
+    let pro = [
+        json!({"id": "p1", "question": "The sky is", "options": ["green", "blue", "red"],
+               "answer_index": 1}),
+        json!({"id": "p2", "question": "Fire is", "options": ["cold", "wet", "hot", "blue"],
+               "answer_index": 2}),
+    ];
+    let listed = "{text}\n{options:listed}\nAnswer:";
+    let letters = "A,B,C,D,E,F,G,H,I,J";
+    let fields = [
+        "--choices-field",
+        "options",
+        "--answer-field",
+        "answer_index",
+    ];
+    let delimited = ["--text-field", "question", "--target-delimiter", " "];
+    let pro_flags = [SCORE, &fields, &delimited, &["--choice-labels", letters]].concat();
+    let (pro_lines, _) = generate(dir.path(), "pro", &pro, listed, &pro_flags);
+    let written: Vec<Value> = (pro.iter())
+        .map(|record| {
+            let options = record["options"].as_array().unwrap();
+            let lines: Vec<String> = (options.iter().zip('A'..))
+                .map(|(option, letter)| format!("{letter}. {}", option.as_str().unwrap()))
+                .collect();
+            let text = format!(
+                "{}\n{}",
+                record["question"].as_str().unwrap(),
+                lines.join("\n")
+            );
+            let letters: Vec<String> = ('A'..).take(options.len()).map(String::from).collect();
+            json!({"id": record["id"], "question": text, "options": letters,
+                   "answer_index": record["answer_index"]})
+        })
+        .collect();
+    let hand_flags = [SCORE, &fields, &delimited].concat();
+    let (by_hand, _) = generate(
+        dir.path(),
+        "pro-hand",
+        &written,
+        "{text}\nAnswer:",
+        &hand_flags,
+    );
+    for (line, hand) in pro_lines.iter().zip(&by_hand) {
+        assert_scores_match(line, hand);
+    }
+    assert_eq!(pro_lines[1]["choice_scores"].as_array().unwrap().len(), 4);
 
     // Other labels make other lines: the output is not resumed under them.
     let other = SCORE.iter().copied().chain(["--choice-labels", "X,Y"]);
