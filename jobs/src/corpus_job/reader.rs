@@ -678,20 +678,23 @@ fn prompt_field(
         }
         None => return Err(format!("missing field `{name}` (listed in the prompt)")),
     };
-    let letters: Vec<String> = ('A'..='Z').map(String::from).collect();
-    let labels = match labels.is_empty() {
-        true => &letters[..],
-        false => labels,
+    // Without labels, the 26 letters.
+    let (count, label) = match labels.is_empty() {
+        true => (26, None),
+        false => (labels.len(), Some(labels)),
     };
+    if items.len() > count {
+        return Err(format!(
+            "field `{name}` lists {} items, and there are {count} labels for them (give a \
+             label for each: --choice-labels)",
+            items.len()
+        ));
+    }
     let mut lines = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let Some(label) = labels.get(index) else {
-            return Err(format!(
-                "field `{name}` lists {} items, and there are {} labels for them (give a \
-                 label for each: --choice-labels)",
-                items.len(),
-                labels.len()
-            ));
+        let label = match label {
+            Some(labels) => labels[index].clone(),
+            None => char::from(b'A' + index as u8).to_string(),
         };
         let text = match item {
             Value::String(text) => text.clone(),

@@ -681,9 +681,9 @@ fn scored_after_contexts(
                 .into(),
         );
     }
+    let system = text_system(prompt, params).unwrap_or_default();
     (prompt.choices.iter())
         .map(|choice| {
-            let system = text_system(prompt, params).unwrap_or_default();
             let context = format!("{system}{}{choice}", prompt.before);
             let raw = engine::PromptTemplate::None;
             (format.scored_choice((&context, &continuation), raw, window, settings))
