@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -56,6 +57,23 @@ def resident(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def free_port() -> int:
+    """A free loopback port below the kernel's ephemeral range: a port bind(0) gives comes from
+    that range, where any outgoing connection may take it before the process we start binds it
+    (tests/src/ports.rs does the same for the Rust tests)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lowest_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest_ephemeral = 0
+    if lowest_ephemeral >= 17_000:
+        for _ in range(1_000):
+            port = random.randrange(15_000, lowest_ephemeral)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

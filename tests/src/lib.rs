@@ -23,9 +23,12 @@ pub mod data_plane;
 pub mod fleet;
 pub mod function_length;
 pub mod module_graph;
+pub mod ports;
 pub mod s3_server;
 pub mod scale_run;
 pub mod secure;
+
+pub use ports::free_port;
 
 /// Polls `pred` until it returns `Some`, or fails after `deadline`.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut pred: F) -> T
@@ -238,15 +241,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-/// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// Starts `resident scheduler` on `port` with short test intervals; returns it and its URL.
