@@ -393,7 +393,8 @@ pub struct GenerateParams {
     /// With `score`, each of a prompt's [`PromptParts::choices`] is a context that takes the
     /// place of the prompt before the record's text, and the text (with what follows it)
     /// is scored after each: the choice after which it is likeliest wins (Winogrande's
-    /// partial scoring, lm-evaluation-harness's multiple-input multiple choice).
+    /// partial scoring, lm-evaluation-harness's multiple-input multiple choice). Under the
+    /// chat template each context is the user's turn, and the text the reply's start.
     #[serde(default)]
     pub choices_as_contexts: bool,
 }
@@ -609,7 +610,7 @@ impl GenerateParams {
     }
 
     /// Each scoring parameter's check (none applies without `score`).
-    fn scoring_checks(&self) -> [RangeCheck; 10] {
+    fn scoring_checks(&self) -> [RangeCheck; 9] {
         [
             (
                 !self.score || self.response_format.is_none(),
@@ -658,13 +659,6 @@ impl GenerateParams {
                 "choices_as_contexts",
                 "scores each record's text after each of its choices: it needs score \
                  (--score)"
-                    .into(),
-            ),
-            (
-                !self.choices_as_contexts || self.template == Template::None,
-                "choices_as_contexts",
-                "scores the raw text after each choice: it needs template none (--template \
-                 none)"
                     .into(),
             ),
         ]
@@ -1076,18 +1070,18 @@ mod tests {
             }),
             Some("`max_tokens` must be at least 1 (0 only when scoring the text)".into())
         );
-        // Under the chat template choices are scored after the rendered prompt; choices
-        // as contexts read raw text.
+        // Under the chat template choices are scored after the rendered prompt, and
+        // choices as contexts are user turns.
         let chat = GenerateParams {
             template: Template::Chat,
             ..scoring.clone()
         };
         assert_eq!(chat.problem(), None);
-        let contexts = problem(GenerateParams {
+        let contexts = GenerateParams {
             choices_as_contexts: true,
             ..chat
-        });
-        assert!(contexts.unwrap().contains("--template none"));
+        };
+        assert_eq!(contexts.problem(), None);
         let listed = problem(GenerateParams {
             score: false,
             max_new_tokens: 1,

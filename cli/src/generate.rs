@@ -209,7 +209,9 @@ pub struct GenerateArgs {
     /// the text, and the record's text is scored after each (after --target-delimiter):
     /// the choice after which the text is likeliest wins. Winogrande's partial scoring:
     /// choices "The trophy doesn't fit in the suitcase because the trophy" and "... the
-    /// suitcase", text "is too large.", delimiter " ".
+    /// suitcase", text "is too large.", delimiter " ". Under --template chat each context is
+    /// the user's turn (after the system message and the examples) and the text, with no
+    /// delimiter, the reply's start, as lm-evaluation-harness's --apply_chat_template has it.
     #[arg(long, env = "RESIDENT_CHOICES_AS_CONTEXTS")]
     choices_as_contexts: bool,
     /// Text before each record's prompt, and before its few-shot examples, with the

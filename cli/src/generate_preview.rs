@@ -14,7 +14,7 @@ use resident_jobs::corpus_job::preview_prompts;
 use resident_models::generate::PromptTemplate;
 use resident_models::generate::prompt::PromptFormat;
 use resident_node_agent::backends::generate::{
-    chat_messages, model_prompt, score_window, scored_choices, scored_text,
+    chat_messages, context_reading, model_prompt, score_window, scored_choices, scored_text,
 };
 
 use crate::exit::BadInput;
@@ -56,6 +56,9 @@ pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::
         }
         match rendered(&format, prompt, params, template) {
             Ok((text, tokens)) => {
+                if params.choices_as_contexts && !prompt.choices.is_empty() {
+                    println!("=== with context 0 in its place, the text scored after it:");
+                }
                 println!("{text}");
                 println!("=== {tokens} prompt tokens");
                 match (params.score, prompt.choices.is_empty()) {
@@ -97,6 +100,12 @@ fn rendered(
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
     let template = parts.template(template);
+    if params.choices_as_contexts && !prompt.choices.is_empty() {
+        // The first context in its place, the text after it.
+        let text = context_reading(format, prompt, &params, 0)?;
+        let tokens = format.tokens(&text, template).map_err(|e| e.to_string())?;
+        return Ok((text, tokens.len()));
+    }
     let text = match params.score && !messages.is_empty() && prompt.choices.is_empty() {
         // What a scored conversation reads: the turns before the reply, then the reply closed.
         true => format

@@ -523,14 +523,42 @@ def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(
         )
 
 
+def test_choices_as_contexts_under_the_chat_template_are_user_turns(local_cluster):
+    """Under the chat template each context is the user's turn and the prompt is scored as
+    the reply's start (lm-evaluation-harness's Winogrande with --apply_chat_template), as
+    the prompt scored raw after that turn rendered by hand (SmolLM2's ChatML)."""
+    system = "Complete the sentence."
+    contexts = ["The sun", "The snow"]
+    ending = "is very hot."
+    [out] = local_cluster.generate(
+        [{"prompt": ending, "choices": contexts, "answer": 0}], model=str(SMOLLM2),
+        template="chat", system=system, max_new_tokens=0, score=True,
+        choices_as_contexts=True, progress=False,
+    )
+    rendered = [
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{c}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        for c in contexts
+    ]
+    # The text as the one choice after each turn rendered (its newline scored with it).
+    alone = local_cluster.generate(
+        [{"prompt": c, "choices": [ending]} for c in rendered], model=str(SMOLLM2),
+        template="none", max_new_tokens=0, score=True, progress=False,
+    )
+    for scored, by_hand in zip(out["choice_scores"], alone):
+        [by_hand] = by_hand["choice_scores"]
+        assert scored["tokens"] == by_hand["tokens"] > 0
+        assert abs(scored["logprob"] - by_hand["logprob"]) < 1e-3, (scored, by_hand)
+
+
 def test_scoring_arguments_that_cannot_work_are_refused_in_words(local_cluster):
-    # A score reads the raw text unless told otherwise; choices as contexts need it raw.
+    # A score reads the raw text unless told otherwise.
     [scored] = local_cluster.generate(["a text"], model=str(SMOLLM2), score=True, progress=False)
     assert scored["score"]["tokens"] > 0, scored
-    with pytest.raises(resident.BadInput, match="choices_as_contexts` .* needs template none"):
+    with pytest.raises(resident.BadInput, match="choices_as_contexts` .* needs score"):
         local_cluster.generate(
-            ["a text"], model=str(SMOLLM2), template="chat", score=True,
-            choices_as_contexts=True, progress=False,
+            ["a text"], model=str(SMOLLM2), template="chat", choices_as_contexts=True,
+            progress=False,
         )
     with pytest.raises(resident.BadInput, match="needs score"):
         local_cluster.generate(

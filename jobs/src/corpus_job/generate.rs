@@ -478,6 +478,18 @@ impl GenerateWork {
             messages.push(ChatMessage::new("user", &shot.asked));
             messages.push(ChatMessage::new("assistant", &shot.answer));
         }
+        let example_turns = start.turns.len().try_into().unwrap_or(u32::MAX);
+        if self.params.choices_as_contexts {
+            // Each choice ends the user's last turn, and the text after it is scored.
+            messages.push(ChatMessage::new("user", &before));
+            return PromptParts {
+                error: start.error,
+                example_turns,
+                text: record.text.clone(),
+                after,
+                ..PromptParts::chat(&id, messages)
+            };
+        }
         let asked = format!("{before}{}{after}", record.text);
         messages.push(ChatMessage::new("user", &asked));
         if !self.gen_prefix.is_empty() {
@@ -485,7 +497,7 @@ impl GenerateWork {
         }
         PromptParts {
             error: start.error,
-            example_turns: start.turns.len().try_into().unwrap_or(u32::MAX),
+            example_turns,
             ..PromptParts::chat(&id, messages)
         }
     }
@@ -902,6 +914,7 @@ fn encode(request: &GenerateRequest) -> Bytes {
 mod tests {
     use resident_actor::generate::{ChoiceScores, FinishReason, TextScore, TextSize};
 
+    use super::super::choice_input::ChoiceRecord;
     use super::*;
 
     /// Chunks keep an actor's batch full at its device's default batch (256 sequences on a
@@ -975,6 +988,57 @@ mod tests {
         job.corpus.reader.choices = Some(Default::default());
         job.generation.params.template = template;
         job
+    }
+
+    /// Choices as contexts with the examples as turns: each example's right context is a
+    /// user turn and its text the assistant's; the record's last user turn is the prompt's
+    /// head, which each choice ends, and its text (with no delimiter under the chat
+    /// template) and the prompt's tail are what is scored after it.
+    #[test]
+    fn choices_as_contexts_with_turns_leave_the_text_out_of_the_last_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev.jsonl");
+        let shot = r#"{"text": "is warm.", "choices": ["The fire", "The ice"], "answer": 0}"#;
+        std::fs::write(&dev, shot).unwrap();
+        let mut job = qa_scoring_job(Template::Chat);
+        job.generation.params.choices_as_contexts = true;
+        job.generation.target_delimiter = " ".into();
+        let source = FewshotSource {
+            path: dev,
+            count: 1,
+            delimiter: "\n\n".into(),
+            as_turns: true,
+            ..FewshotSource::default()
+        };
+        job.put_prompt_start(None, Some(&source)).unwrap();
+        job.check().unwrap();
+        let record = Record {
+            text: "is hot.".into(),
+            choices: Some(Box::new(ChoiceRecord {
+                choices: vec!["The sun".into(), "The snow".into()],
+                answers: vec![0],
+                replies: false,
+            })),
+            ..subject_record("")
+        };
+        let prompt = job.generation.prompt_of(record);
+        let said: Vec<(&str, &str)> = (prompt.messages.iter())
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("user", "Q: The fire"),
+                ("assistant", "is warm.\nA:"),
+                ("user", "Q: ")
+            ]
+        );
+        assert_eq!(prompt.example_turns, 1);
+        assert_eq!(
+            (prompt.text.as_str(), prompt.after.as_str()),
+            ("is hot.", "\nA:")
+        );
+        assert_eq!(prompt.choices, ["The sun", "The snow"]);
     }
 
     /// Under the chat template the description is each record's system message (after the

@@ -1457,11 +1457,6 @@ async fn scoring_flags_that_cannot_work_are_refused_with_what_to_do() {
     write_jsonl(&input, &[json!({"id": 1, "text": "A short text."})]);
     let cases: &[(&[&str], &str)] = &[
         (
-            &["--score", "--template", "chat", "--choices-as-contexts"],
-            "--choices-as-contexts scores the raw text after each choice: it needs template \
-             none (--template none)",
-        ),
-        (
             &["--template", "none", "--prompt-logprobs", "2"],
             "it needs score (--score)",
         ),
@@ -1782,6 +1777,120 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
             ),
         ],
     );
+}
+
+/// Winogrande under the chat template (lm-evaluation-harness's `--apply_chat_template`):
+/// each choice as a context is the user's turn, after the system message and the examples,
+/// and the text, with no delimiter, is scored as the assistant's reply: the same tokens and
+/// log-probabilities as the text scored raw after that conversation rendered by hand
+/// (SmolLM2's ChatML), with the examples written as text in the user's turn or, with
+/// `--fewshot-as-multiturn`, as turns of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_as_contexts_under_the_chat_template_are_user_turns_before_the_reply() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let because = "The trophy does not fit in the suitcase because the";
+    let records = [
+        json!({"id": "w1", "text": "is too large.",
+               "options": [format!("{because} trophy"), format!("{because} suitcase")],
+               "answer": 0}),
+        json!({"id": "w2", "text": "is very hot.", "options": ["The snow", "The sun"], "answer": 1}),
+    ];
+    let examples = dir.path().join("examples.jsonl");
+    write_jsonl(
+        &examples,
+        &[json!({"id": "ex", "text": "is warm.", "options": ["The fire", "The ice"], "answer": 0})],
+    );
+    let system = "Complete the sentence.";
+    let flags = [
+        "--score",
+        "--max-new-tokens",
+        "0",
+        "--template",
+        "chat",
+        "--system",
+        system,
+        "--choices-field",
+        "options",
+        "--choices-as-contexts",
+        "--target-delimiter",
+        " ",
+        "--fewshot-input",
+        examples.to_str().unwrap(),
+        "--fewshot",
+        "1",
+    ];
+    let start = format!("<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n");
+    let reply = "<|im_end|>\n<|im_start|>assistant\n";
+    let as_text = |context: &str| format!("{start}The fire is warm.\n\n{context}{reply}");
+    let as_turns = |context: &str| {
+        format!(
+            "{start}The fire<|im_end|>\n<|im_start|>assistant\nis warm.<|im_end|>\n\
+             <|im_start|>user\n{context}{reply}"
+        )
+    };
+    type Render<'a> = &'a dyn Fn(&str) -> String;
+    let layouts: [(&str, &[&str], Render); 2] = [
+        ("text", &[], &as_text),
+        ("turns", &["--fewshot-as-multiturn"], &as_turns),
+    ];
+    for (name, extra, rendered) in layouts {
+        let job_flags = [&flags[..], extra].concat();
+        let (lines, report) = generate(dir.path(), name, &records, "{text}", &job_flags);
+        assert_eq!(report["answered_records"], 2, "{report}");
+        // Each context rendered by hand, the text scored raw after it as its one choice
+        // (the trailing newline of the generation prompt scored with it, as
+        // lm-evaluation-harness moves a context's trailing whitespace into the continuation).
+        let raw: Vec<Value> = (records.iter())
+            .flat_map(|r| {
+                let text = r["text"].clone();
+                (r["options"].as_array().unwrap().iter())
+                    .map(move |o| json!({"text": rendered(o.as_str().unwrap()), "choices": [text]}))
+                    .collect::<Vec<_>>()
+            })
+            .enumerate()
+            .map(|(i, mut r)| {
+                r["id"] = json!(i);
+                r
+            })
+            .collect();
+        let (raw, _) = generate(
+            dir.path(),
+            &format!("{name}-by-hand"),
+            &raw,
+            "{text}",
+            SCORE,
+        );
+        for (line, by_hand) in lines.iter().zip(raw.chunks(2)) {
+            let scores = line["choice_scores"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(scores.len(), 2, "{line}");
+            for (ours, theirs) in scores.iter().zip(by_hand) {
+                let theirs = &theirs["choice_scores"][0];
+                assert!(ours["tokens"].as_u64() > Some(0), "{line}");
+                assert_eq!(
+                    ours["tokens"], theirs["tokens"],
+                    "{name}: {line} against {theirs}"
+                );
+                let gap = (float(&ours["logprob"]) - float(&theirs["logprob"])).abs();
+                assert!(gap < 1e-3, "{name}: {line} against {theirs}");
+            }
+            let best = (float(&scores[1]["logprob"]) > float(&scores[0]["logprob"])) as u64;
+            assert_eq!(line["best"], best, "{line}");
+        }
+        let shown = dry_run(
+            &dir.path().join(format!("{name}.jsonl")),
+            &dir.path().join(format!("{name}-dry")),
+            "{text}",
+            &job_flags,
+        );
+        // The first context in its place, the text after it.
+        let first = rendered(records[0]["options"][0].as_str().unwrap());
+        assert!(shown.contains(&format!("{first}is too large.")), "{shown}");
+        assert!(shown.contains("=== context 0 (the answer)"), "{shown}");
+        assert!(!shown.contains("=== refused"), "{shown}");
+    }
 }
 
 /// TruthfulQA's MC2 (lm-evaluation-harness's `truthfulqa_mc2`): the true answers, marked by

@@ -20,7 +20,9 @@ use resident_models::roots::{
     FileRoots, MAX_MODEL_JSON_BYTES, MAX_TOKENIZER_BYTES, MAX_WEIGHTS_BYTES,
 };
 
-pub use prompts::{chat_messages, model_prompt, score_window, scored_choices, scored_text};
+pub use prompts::{
+    chat_messages, context_reading, model_prompt, score_window, scored_choices, scored_text,
+};
 
 use super::typed::{Reply, RequestFeed, TypedActor};
 use super::{BackendError, LoadContext, TaskProgress};

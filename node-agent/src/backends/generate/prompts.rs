@@ -656,20 +656,27 @@ fn choice_context(
     }
 }
 
-/// A text prompt's `text + after` scored after each choice in place of the record's text
-/// (`before + choice`, after the system message written as text), within `window` tokens:
-/// Winogrande's partial scoring ([`GenerateParams::choices_as_contexts`]). A conversation,
-/// or an empty text, is refused.
+/// A prompt's `text + after` scored after each choice in place of the record's text,
+/// within `window` tokens: Winogrande's partial scoring
+/// ([`GenerateParams::choices_as_contexts`]). Under template none the context is `before +
+/// choice` after the system message written as text; under the chat template it is the
+/// user's turn, `before + choice` (or the conversation's last user turn with the choice
+/// after it), rendered with the generation prompt, and the text is the reply's start
+/// (lm-evaluation-harness's `multiple_input_context` with `--apply_chat_template`), its
+/// oldest few-shot examples left out first when it is too long. An empty text is refused,
+/// and a conversation under template none.
 fn scored_after_contexts(
     format: &PromptFormat,
     window: usize,
     (prompt, params): (&PromptParts, &GenerateParams),
     settings: WindowSettings,
 ) -> Result<Vec<ScoredText>, String> {
-    if !prompt.messages.is_empty() {
+    let chat = params.template == Template::Chat;
+    if !prompt.messages.is_empty() && !chat {
         return Err(
-            "a conversation's choices are the assistant's replies to it: choices \
-                    as contexts (--choices-as-contexts) take text records"
+            "a conversation's choices are the assistant's replies to it: choices as contexts \
+             (--choices-as-contexts) take text records, or a conversation under the chat \
+             template (--template chat), whose last user turn each choice ends"
                 .into(),
         );
     }
@@ -681,6 +688,20 @@ fn scored_after_contexts(
                 .into(),
         );
     }
+    if chat {
+        return (prompt.choices.iter())
+            .map(|choice| {
+                let filled = context_filled_by(prompt, choice, continuation.clone())?;
+                let messages = chat_messages(&filled);
+                let scored =
+                    scored_after_prompt(format, window, (&filled, params, &messages), settings)?;
+                Ok(scored
+                    .into_iter()
+                    .next()
+                    .expect("one continuation, one score"))
+            })
+            .collect();
+    }
     let system = text_system(prompt, params).unwrap_or_default();
     (prompt.choices.iter())
         .map(|choice| {
@@ -690,6 +711,59 @@ fn scored_after_contexts(
                 .map_err(|e| e.to_string())
         })
         .collect()
+}
+
+/// What the model reads for a prompt's choice `index` as a context
+/// ([`GenerateParams::choices_as_contexts`]): the context as [`scored_choices`] renders it,
+/// then the text scored after it. What `--dry-run` shows.
+pub fn context_reading(
+    format: &PromptFormat,
+    prompt: &PromptParts,
+    params: &GenerateParams,
+    index: usize,
+) -> Result<String, String> {
+    let choice = (prompt.choices.get(index))
+        .ok_or_else(|| format!("no choice {index}: the record has {}", prompt.choices.len()))?;
+    let continuation = format!("{}{}", prompt.text, prompt.after);
+    if params.template == Template::None {
+        let system = text_system(prompt, params).unwrap_or_default();
+        return Ok(format!("{system}{}{choice}{continuation}", prompt.before));
+    }
+    let filled = context_filled_by(prompt, choice, continuation.clone())?;
+    let messages = chat_messages(&filled);
+    let parts = model_prompt(&filled, params, &messages);
+    let context =
+        (format.render(&parts, engine::PromptTemplate::Chat, None)).map_err(|e| e.to_string())?;
+    Ok(context + &continuation)
+}
+
+/// `prompt` with `choice` written where its text was (after `before`, or at the end of its
+/// conversation's last user turn) and `continuation` as its one choice: what the chat
+/// template renders before the text a choice as context is scored on.
+fn context_filled_by(
+    prompt: &PromptParts,
+    choice: &str,
+    continuation: String,
+) -> Result<PromptParts, String> {
+    let mut filled = PromptParts {
+        before: format!("{}{choice}", prompt.before),
+        text: String::new(),
+        after: String::new(),
+        choices: vec![continuation],
+        answers: Vec::new(),
+        ..prompt.clone()
+    };
+    if let Some(last) = filled.messages.last_mut() {
+        if last.role != "user" {
+            return Err(format!(
+                "a conversation whose choices are contexts ends with the user's turn, which \
+                 each choice ends; this one ends with a {} message",
+                last.role
+            ));
+        }
+        last.content.push_str(choice);
+    }
+    Ok(filled)
 }
 
 /// Why a prompt's choices cannot be scored: samples asked for (`n`), too many, one empty,
