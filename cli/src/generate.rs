@@ -231,6 +231,14 @@ pub struct GenerateArgs {
     /// `truncated`).
     #[arg(long, env = "RESIDENT_FEWSHOT_INPUT", value_name = "PATH")]
     fewshot_input: Option<std::path::PathBuf>,
+    /// The field (or path) of each few-shot example's answer, written after its prompt in
+    /// place of its --reference-field (lm-evaluation-harness's few-shot doc_to_target):
+    /// MMLU-Pro's chain of thought `cot_content` before records checked against their
+    /// letter, worked solutions before records whose reference is a short answer. An
+    /// example without it is passed over. Generating jobs only (a scoring job's examples
+    /// answer with their right choice).
+    #[arg(long, env = "RESIDENT_FEWSHOT_ANSWER_FIELD", value_name = "FIELD")]
+    fewshot_answer_field: Option<String>,
     /// How many examples --fewshot-input gives (0: none).
     #[arg(long, env = "RESIDENT_FEWSHOT", default_value_t = 5, value_name = "N")]
     fewshot: usize,
@@ -511,16 +519,21 @@ impl GenerateArgs {
         let Some(path) = &self.fewshot_input else {
             let sampled = self.fewshot_sampler != FewshotSampling::PerRecord;
             crate::exit::require(
-                self.fewshot_group.is_none() && self.fewshot_seed.is_none() && !sampled,
-                "--fewshot-group, --fewshot-seed and --fewshot-sampler pick each record's \
-                 examples from --fewshot-input: give that file too",
+                self.fewshot_group.is_none()
+                    && self.fewshot_seed.is_none()
+                    && !sampled
+                    && self.fewshot_answer_field.is_none(),
+                "--fewshot-group, --fewshot-seed, --fewshot-sampler and \
+                 --fewshot-answer-field pick and write each record's examples from \
+                 --fewshot-input: give that file too",
             )?;
             return Ok(None);
         };
         crate::exit::require(
-            self.score || self.reference_field.is_some(),
+            self.score || self.reference_field.is_some() || self.fewshot_answer_field.is_some(),
             "--fewshot-input puts answered examples before each prompt: it needs --score \
-             (and records with choices) or --reference-field (each example's answer)",
+             (and records with choices), --fewshot-answer-field or --reference-field (each \
+             example's answer)",
         )?;
         Ok(Some(FewshotSource {
             path: path.clone(),
@@ -530,6 +543,7 @@ impl GenerateArgs {
             seed: self.fewshot_seed,
             sampling: self.fewshot_sampler,
             as_turns: self.fewshot_as_multiturn,
+            answer_field: self.fewshot_answer_field.clone(),
             ..FewshotSource::default()
         }))
     }

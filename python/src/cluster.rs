@@ -670,7 +670,8 @@ impl NativeCluster {
         fewshot_delimiter=resident_jobs::corpus_job::DEFAULT_FEWSHOT_DELIMITER.to_owned(),
         fewshot_group=None, accuracy_by=None, description=None, fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
-        engine_json=None, fewshot_as_multiturn=false, gen_prefix=None))]
+        engine_json=None, fewshot_as_multiturn=false, gen_prefix=None,
+        fewshot_answer_field=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -708,6 +709,7 @@ impl NativeCluster {
         engine_json: Option<String>,
         fewshot_as_multiturn: bool,
         gen_prefix: Option<String>,
+        fewshot_answer_field: Option<String>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -735,6 +737,7 @@ impl NativeCluster {
             fewshot_seed,
             fewshot_sampler,
             fewshot_as_multiturn,
+            fewshot_answer_field,
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
@@ -971,6 +974,7 @@ type FewshotArgs = (
     Option<u64>,
     String,
     bool,
+    Option<String>,
 );
 
 /// Puts `description` and the few-shot examples `fewshot` names before the job's prompt,
@@ -979,7 +983,7 @@ fn put_prompt_start(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
     description: Option<String>,
-    (input, count, delimiter, group_field, seed, sampler, as_turns): FewshotArgs,
+    (input, count, delimiter, group_field, seed, sampler, as_turns, answer_field): FewshotArgs,
 ) -> PyResult<()> {
     if as_turns && config.generation.params.template != Template::Chat {
         return Err(bad_input(
@@ -999,28 +1003,32 @@ fn put_prompt_start(
             seed,
             sampling,
             as_turns,
+            answer_field,
             ..FewshotSource::default()
         }),
         None if group_field.is_some()
             || seed.is_some()
-            || sampling != FewshotSampling::PerRecord =>
+            || sampling != FewshotSampling::PerRecord
+            || answer_field.is_some() =>
         {
             return Err(bad_input(
                 py,
-                "fewshot_group, fewshot_seed and fewshot_sampler pick each record's examples \
-                 from fewshot_input: give that file too",
+                "fewshot_group, fewshot_seed, fewshot_sampler and fewshot_answer_field pick \
+                 and write each record's examples from fewshot_input: give that file too",
             ));
         }
         None => None,
     };
     let answered = config.generation.params.score
+        || source.as_ref().is_some_and(|s| s.answer_field.is_some())
         || (config.generation.answer_match.as_ref())
             .is_some_and(|check| check.spec().reference_field.is_some());
     if source.is_some() && !answered {
         return Err(bad_input(
             py,
             "fewshot_input puts answered examples before each prompt: it needs score=True \
-             (and records with choices) or reference_field (each example's answer)",
+             (and records with choices), fewshot_answer_field or reference_field (each \
+             example's answer)",
         ));
     }
     if description.is_none() && source.is_none() {

@@ -302,8 +302,9 @@ def test_grouped_fewshot_gives_each_record_its_own_subject_s_examples(local_clus
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             accuracy_by="subject", progress=False,
         )
-    for refused in (dict(fewshot_group="subject"), dict(fewshot_sampler="lm-eval")):
-        with pytest.raises(resident.BadInput, match="fewshot_group, fewshot_seed and fewshot_sampler pick"):
+    for refused in (dict(fewshot_group="subject"), dict(fewshot_sampler="lm-eval"),
+                    dict(fewshot_answer_field="cot")):
+        with pytest.raises(resident.BadInput, match="fewshot_sampler and fewshot_answer_field pick"):
             local_cluster.generate_job(
                 str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", **refused,
                 **fields,
@@ -416,6 +417,38 @@ def test_choice_labels_score_letters_after_the_choices_written_into_the_prompt(
             str(corpus), str(SMOLLM2), str(tmp_path / "refused"), "{text}", template="none",
             choice_labels=["A", "B"], progress=False,
         )
+
+
+def test_a_fewshot_answer_field_writes_each_example_s_own_answer(local_cluster, tmp_path):
+    """``fewshot_answer_field`` answers each example with its own field, not the reference
+    field records are checked against (an example without it is passed over), as the same
+    examples written into the prompt by hand, and as the CLI's ``--fewshot-answer-field``."""
+    dev = write_corpus(tmp_path / "dev.jsonl", [
+        {"id": "d1", "text": "What is 2 + 2?", "cot": "2 + 2 = 4. The answer is 4.", "answer": "4"},
+        {"id": "d2", "text": "No worked answer.", "answer": "1"},
+        {"id": "d3", "text": "What is 3 * 2?", "cot": "3 * 2 = 6. The answer is 6.", "answer": "6"},
+    ])
+    corpus = write_corpus(tmp_path / "qa.jsonl", [{"id": 1, "text": "What is 5 + 1?", "answer": "6"}])
+    common = dict(template="none", max_new_tokens=12, reference_field="answer", progress=False)
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "py"), "Q: {text}\nA:", fewshot_input=str(dev),
+        fewshot=2, target_delimiter=" ", fewshot_answer_field="cot", **common,
+    )
+    by_hand = ("Q: What is 2 + 2?\nA: 2 + 2 = 4. The answer is 4.\n\n"
+               "Q: What is 3 * 2?\nA: 3 * 2 = 6. The answer is 6.\n\nQ: {text}\nA:")
+    local_cluster.generate_job(str(corpus), str(SMOLLM2), str(tmp_path / "hand"), by_hand, **common)
+    run_resident(
+        "generate", "--input", str(corpus), "--model", str(SMOLLM2), "--prompt", "Q: {text}\nA:",
+        "--output", str(tmp_path / "cli"), "--template", "none", "--max-new-tokens", "12",
+        "--reference-field", "answer", "--fewshot-input", str(dev), "--fewshot", "2",
+        "--target-delimiter", " ", "--fewshot-answer-field", "cot",
+    )
+    py, hand, cli = (
+        [json.loads(line) for line in open(tmp_path / name / "generations.jsonl")]
+        for name in ("py", "hand", "cli")
+    )
+    assert py == hand == cli, (py, hand, cli)
+    assert py[0]["prompt_tokens"] > 30, py
 
 
 def test_generated_answers_are_checked_as_the_clis_and_refusals_say_what_to_do(

@@ -52,6 +52,11 @@ pub struct FewshotSource {
     pub answer_prefix: String,
     /// What an example's answer is (the job sets it: `GenerateJobConfig::put_prompt_start`).
     pub answer: ShotAnswer,
+    /// The field (or path) of each example's answer, over the job's reference field
+    /// (`--fewshot-answer-field`, lm-evaluation-harness's few-shot `doc_to_target`):
+    /// MMLU-Pro's `cot_content`, worked solutions before records whose reference is a short
+    /// answer. Generating jobs only; `None`: the reference field, or the right choice.
+    pub answer_field: Option<String>,
     /// Each example as a conversation's turns, its prompt the user's and its answer the
     /// assistant's, before the record's prompt as the last user turn
     /// (`--fewshot-as-multiturn`, lm-evaluation-harness's `--fewshot_as_multiturn`; chat

@@ -108,7 +108,7 @@ impl GenerateJobConfig {
             return Ok(());
         };
         let mut source = source.clone();
-        source.answer = self.shot_answer()?;
+        source.answer = self.shot_answer(&source)?;
         source.target_delimiter = self.generation.target_delimiter.clone();
         source.answer_prefix = match &self.generation.gen_prefix[..] {
             "" => String::new(),
@@ -120,9 +120,16 @@ impl GenerateJobConfig {
         }
         let mut options = self.corpus.reader.clone();
         options.group_field = source.grouped().map(str::to_owned);
+        // The examples' reader carries their answer's field, the job's lines do not.
+        let mut options_with_answers = options.clone();
+        if let ShotAnswer::Reference(field) = &source.answer
+            && !options.keep_fields.contains(field)
+        {
+            options_with_answers.keep_fields.push(field.clone());
+        }
         if let Some(seed) = source.draw_seed().filter(|_| source.count > 0) {
             let sequence = self.lm_eval_draws(source, seed)?;
-            let reading = options.clone();
+            let reading = options_with_answers;
             let sampler =
                 read_sampled_examples(source, seed, description, &prompt, reading, sequence)?;
             self.corpus.reader = options;
@@ -130,12 +137,12 @@ impl GenerateJobConfig {
             return Ok(());
         }
         if source.as_turns && source.count > 0 {
-            let turns = read_example_turns(source, &prompt, options.clone())?;
+            let turns = read_example_turns(source, &prompt, options_with_answers)?;
             self.corpus.reader = options;
             self.generation.fewshot_turns = Some(turns);
             return Ok(());
         }
-        match read_examples(source, description, &prompt, options.clone())? {
+        match read_examples(source, description, &prompt, options_with_answers)? {
             FewshotPrompt::Prompt(with_examples) => self.generation.prompt = with_examples,
             FewshotPrompt::Groups(groups) => {
                 self.corpus.reader = options;
@@ -213,10 +220,18 @@ impl GenerateJobConfig {
         Ok(Some(SequentialDraws::new(seed, take)))
     }
 
-    /// What answers this job's few-shot examples: the right choices of a job that reads
-    /// choices (a scoring job), a generating job's references; refused when it has
-    /// neither.
-    fn shot_answer(&self) -> Result<ShotAnswer, JobError> {
+    /// What answers this job's few-shot examples (`source`): the right choices of a job
+    /// that reads choices (a scoring job), a generating job's examples' own answer field
+    /// or its references; refused when it has none, or an answer field with choices.
+    fn shot_answer(&self, source: &FewshotSource) -> Result<ShotAnswer, JobError> {
+        let answer_field = source.answer_field.clone();
+        if let (Some(field), Some(_)) = (&answer_field, &self.corpus.reader.choices) {
+            return Err(JobError::Input(format!(
+                "--fewshot-answer-field {field} answers each example with its own field, and \
+                 a scoring job's examples answer with their right choice: drop it, or \
+                 generate (no --score) and check answers with --reference-field"
+            )));
+        }
         if self.corpus.reader.choices.is_some() {
             return Ok(match self.generation.params.choices_as_contexts {
                 true => ShotAnswer::Context,
@@ -224,12 +239,13 @@ impl GenerateJobConfig {
             });
         }
         let check = self.generation.answer_match.as_ref();
-        match check.and_then(|check| check.spec().reference_field.clone()) {
+        let reference = check.and_then(|check| check.spec().reference_field.clone());
+        match answer_field.or(reference) {
             Some(field) => Ok(ShotAnswer::Reference(field)),
             None => Err(JobError::Input(
                 "few-shot examples are written with their answers: score choices (--score, \
-                 records with choices and answers), or name each record's answer with \
-                 --reference-field"
+                 records with choices and answers), or name each example's answer with \
+                 --fewshot-answer-field or --reference-field"
                     .into(),
             )),
         }

@@ -858,6 +858,7 @@ class Cluster:
         fewshot_seed: Optional[int] = None,
         fewshot_sampler: str = "per-record",
         fewshot_as_multiturn: bool = False,
+        fewshot_answer_field: Optional[str] = None,
         reference_field: Optional[str] = None,
         extract: Optional[str] = None,
         extract_match: str = "first",
@@ -914,6 +915,9 @@ class Cluster:
         each example as a user turn (its prompt) and an assistant turn (its answer) before
         the record's prompt, the last user turn (``--fewshot-as-multiturn``,
         lm-evaluation-harness's ``--fewshot_as_multiturn``; needs ``template="chat"``);
+        ``fewshot_answer_field`` (a field) answers each example with its own field in place
+        of ``reference_field``, MMLU-Pro's chain of thought ``cot_content``
+        (``--fewshot-answer-field``; generating jobs);
         ``accuracy_by``
         (a field) adds the report's ``accuracy_by_group`` (``--accuracy-by``);
         ``description`` goes before the examples and the prompt (``--description``; under
@@ -983,6 +987,7 @@ class Cluster:
                 fewshot_sampler=fewshot_sampler,
                 fewshot_as_multiturn=fewshot_as_multiturn,
                 gen_prefix=gen_prefix,
+                fewshot_answer_field=fewshot_answer_field,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
                     attention_kernel, chat_template,

@@ -81,6 +81,7 @@ class NativeCluster:
         engine_json: Optional[str] = None,
         fewshot_as_multiturn: bool = False,
         gen_prefix: Optional[str] = None,
+        fewshot_answer_field: Optional[str] = None,
     ) -> str: ...
     def generate(
         self,

@@ -73,6 +73,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--fewshot-group": ("fewshot_group", str),
     "--fewshot-seed": ("fewshot_seed", int),
     "--fewshot-sampler": ("fewshot_sampler", str),
+    "--fewshot-answer-field": ("fewshot_answer_field", str),
     "--accuracy-by": ("accuracy_by", str),
     "--reference-field": ("reference_field", str),
     "--extract": ("extract", str),

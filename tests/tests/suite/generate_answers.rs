@@ -659,6 +659,74 @@ async fn a_gen_prefix_starts_every_answer_as_lm_evaluation_harness_writes_it() {
     );
 }
 
+/// `--fewshot-answer-field` answers each example with a field of its own, not the field
+/// records are checked against (lm-evaluation-harness's few-shot `doc_to_target`;
+/// MMLU-Pro's chain of thought): an example without it is passed over, even with a
+/// reference; the lines equal those of the same examples written into `--prompt` by hand,
+/// and `--dry-run` shows them. The reference field's own examples are another prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fewshot_answer_field_writes_the_examples_worked_answers() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, input, _) = gsm8k_questions(dir.path());
+    let dev = dir.path().join("worked.jsonl");
+    write_jsonl(
+        &dev,
+        &[
+            json!({"id": "d1", "text": "Tom has 2 apples and buys 2. How many?",
+                   "solution": "2 + 2 = 4.\n#### 4", "answer": "#### 4"}),
+            json!({"id": "d2", "text": "No worked answer here.", "answer": "#### 1"}),
+            json!({"id": "d3", "text": "A pen costs 3; 2 pens?",
+                   "solution": "3 * 2 = 6.\n#### 6", "answer": "#### 6"}),
+        ],
+    );
+    let prompt = "Question: {text}\nAnswer:";
+    let examples = [
+        "--fewshot-input",
+        dev.to_str().unwrap(),
+        "--fewshot",
+        "2",
+        "--target-delimiter",
+        " ",
+    ];
+    let worked = [
+        &GSM8K[..],
+        &examples,
+        &["--fewshot-answer-field", "solution"],
+    ]
+    .concat();
+    let lines_of = |name: &str, prompt: &str, flags: &[&str]| {
+        let out = dir.path().join(name);
+        run_to_success(generate_command(&input, &out, prompt, flags));
+        read_jsonl(&out.join("generations.jsonl"))
+    };
+    let by_hand = concat!(
+        "Question: Tom has 2 apples and buys 2. How many?\nAnswer: 2 + 2 = 4.\n#### 4\n\n",
+        "Question: A pen costs 3; 2 pens?\nAnswer: 3 * 2 = 6.\n#### 6\n\n",
+        "Question: {text}\nAnswer:"
+    );
+    let lines = lines_of("worked", prompt, &worked);
+    assert_eq!(lines, lines_of("worked-hand", by_hand, &GSM8K));
+    assert!(
+        lines.iter().all(|line| line.get("solution").is_none()),
+        "{lines:?}"
+    );
+    let mut dry = generate_command(&input, &dir.path().join("dry"), prompt, &worked);
+    dry.args(["--dry-run", "1"]);
+    let (shown, _) = run_to_success(dry);
+    let asked = by_hand.replace("{text}", "Ann has 5 cats and gets 1 more. How many?");
+    assert!(shown.contains(&asked), "{asked} in {shown}");
+    // Answered by the reference field, the examples are the first two with one.
+    let (shown_reference, _) = run_to_success({
+        let flags = [&GSM8K[..], &examples, &["--dry-run", "1"]].concat();
+        generate_command(&input, &dir.path().join("dry-ref"), prompt, &flags)
+    });
+    assert!(
+        shown_reference.contains("Question: No worked answer here.\nAnswer: #### 1"),
+        "{shown_reference}"
+    );
+}
+
 /// The job of `input` with `flags` in `out`, its context one example too short for its
 /// whole prompts (`whole_lines`' shortest) and long enough for those with the newer example
 /// alone (`newer_lines`' longest, and 16 new tokens): each line is that of the newer
@@ -700,7 +768,34 @@ fn answer_flags_that_cannot_go_together_are_refused() {
     let input = dir.path().join("in.jsonl");
     write_jsonl(&input, &[json!({"id": 1, "text": "q", "answer": "a"})]);
     let out = dir.path().join("out");
-    let cases: [(&[&str], &str); 9] = [
+    let dev = dir.path().join("dev.jsonl");
+    write_jsonl(
+        &dev,
+        &[json!({"id": 1, "text": "q", "choices": ["a", "b"], "answer": 0, "cot": "a"})],
+    );
+    let dev = dev.to_str().unwrap();
+    let cases: [(&[&str], &str); 11] = [
+        (
+            &["--fewshot-answer-field", "cot"],
+            "--fewshot-answer-field pick and write each record's examples from \
+             --fewshot-input: give that file too",
+        ),
+        (
+            &[
+                "--score",
+                "--max-new-tokens",
+                "0",
+                "--template",
+                "none",
+                "--fewshot-input",
+                dev,
+                "--fewshot",
+                "1",
+                "--fewshot-answer-field",
+                "cot",
+            ],
+            "a scoring job's examples answer with their right choice",
+        ),
         (&["--ignore-case"], "give --reference-field"),
         (&["--extract-match", "last"], "give --extract"),
         (

@@ -1328,7 +1328,8 @@ async fn grouped_fewshot_gives_each_record_its_own_subject_s_examples() {
                 "--fewshot-group",
                 "subject",
             ],
-            "--fewshot-group, --fewshot-seed and --fewshot-sampler pick each record's examples from --fewshot-input",
+            "--fewshot-group, --fewshot-seed, --fewshot-sampler and --fewshot-answer-field pick \
+             and write each record's examples from --fewshot-input",
         ),
         (
             &["--template", "none", "--accuracy-by", "subject"],
