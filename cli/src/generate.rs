@@ -5,12 +5,14 @@ use clap::{Args, ValueEnum};
 use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
-    EngineSettings, ExtractMatch, FewshotSampling, FewshotSource, FilterSpec, GenerateFigures,
-    GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate, run_generate_job,
+    EngineSettings, ExtractMatch, FewshotAsked, FewshotFlags, FewshotSampling, FewshotSource,
+    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate,
+    run_generate_job,
 };
 use resident_models::generate::chat::ChatTemplate;
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
+use crate::exit::BadInput;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TemplateArg {
@@ -516,25 +518,22 @@ impl GenerateArgs {
 
     /// The few-shot examples the flags name, if any.
     fn fewshot_source(&self) -> anyhow::Result<Option<FewshotSource>> {
+        let asked = FewshotAsked {
+            input: self.fewshot_input.is_some(),
+            picked: self.fewshot_group.is_some()
+                || self.fewshot_seed.is_some()
+                || self.fewshot_sampler != FewshotSampling::PerRecord
+                || self.fewshot_answer_field.is_some(),
+            answered: self.score
+                || self.reference_field.is_some()
+                || self.fewshot_answer_field.is_some(),
+        };
+        if let Some(refusal) = asked.refusal() {
+            return Err(BadInput(refusal.message(&FewshotFlags::CLI)).into());
+        }
         let Some(path) = &self.fewshot_input else {
-            let sampled = self.fewshot_sampler != FewshotSampling::PerRecord;
-            crate::exit::require(
-                self.fewshot_group.is_none()
-                    && self.fewshot_seed.is_none()
-                    && !sampled
-                    && self.fewshot_answer_field.is_none(),
-                "--fewshot-group, --fewshot-seed, --fewshot-sampler and \
-                 --fewshot-answer-field pick and write each record's examples from \
-                 --fewshot-input: give that file too",
-            )?;
             return Ok(None);
         };
-        crate::exit::require(
-            self.score || self.reference_field.is_some() || self.fewshot_answer_field.is_some(),
-            "--fewshot-input puts answered examples before each prompt: it needs --score \
-             (and records with choices), --fewshot-answer-field or --reference-field (each \
-             example's answer)",
-        )?;
         Ok(Some(FewshotSource {
             path: path.clone(),
             count: self.fewshot,

@@ -13,9 +13,9 @@ use resident_jobs::corpus_job::chat_input::{parse_messages, parse_params};
 use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
-    EmbedJobConfig, EmbedWork, EngineSettings, FewshotSampling, FewshotSource, GenerateJobConfig,
-    GenerationOutput, JobError, Normalization, OutputDtype, Progress, Prompt, PromptTemplate,
-    RecordLimit, VectorFormat,
+    EmbedJobConfig, EmbedWork, EngineSettings, FewshotAsked, FewshotFlags, FewshotSampling,
+    FewshotSource, GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype,
+    Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_models::generate::chat::ChatTemplate;
@@ -994,43 +994,31 @@ fn put_prompt_start(
     }
     let sampling: FewshotSampling = (sampler.parse())
         .map_err(|why: String| bad_input(py, format!("fewshot_sampler: {why}")))?;
-    let source = match input {
-        Some(path) => Some(FewshotSource {
-            path: path.into(),
-            count,
-            delimiter,
-            group_field,
-            seed,
-            sampling,
-            as_turns,
-            answer_field,
-            ..FewshotSource::default()
-        }),
-        None if group_field.is_some()
+    let asked = FewshotAsked {
+        input: input.is_some(),
+        picked: group_field.is_some()
             || seed.is_some()
             || sampling != FewshotSampling::PerRecord
-            || answer_field.is_some() =>
-        {
-            return Err(bad_input(
-                py,
-                "fewshot_group, fewshot_seed, fewshot_sampler and fewshot_answer_field pick \
-                 and write each record's examples from fewshot_input: give that file too",
-            ));
-        }
-        None => None,
+            || answer_field.is_some(),
+        answered: config.generation.params.score
+            || answer_field.is_some()
+            || (config.generation.answer_match.as_ref())
+                .is_some_and(|check| check.spec().reference_field.is_some()),
     };
-    let answered = config.generation.params.score
-        || source.as_ref().is_some_and(|s| s.answer_field.is_some())
-        || (config.generation.answer_match.as_ref())
-            .is_some_and(|check| check.spec().reference_field.is_some());
-    if source.is_some() && !answered {
-        return Err(bad_input(
-            py,
-            "fewshot_input puts answered examples before each prompt: it needs score=True \
-             (and records with choices), fewshot_answer_field or reference_field (each \
-             example's answer)",
-        ));
+    if let Some(refusal) = asked.refusal() {
+        return Err(bad_input(py, refusal.message(&FewshotFlags::PYTHON)));
     }
+    let source = input.map(|path| FewshotSource {
+        path: path.into(),
+        count,
+        delimiter,
+        group_field,
+        seed,
+        sampling,
+        as_turns,
+        answer_field,
+        ..FewshotSource::default()
+    });
     if description.is_none() && source.is_none() {
         return Ok(());
     }

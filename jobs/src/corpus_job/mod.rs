@@ -26,6 +26,7 @@ mod engine_settings;
 mod error;
 mod evaluation_counts;
 mod fewshot;
+mod fewshot_rules;
 mod fewshot_sampling;
 mod generate;
 mod generation_lines;
@@ -84,6 +85,7 @@ pub use evaluation_counts::{
     AnswerCounts, AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures, InOrder,
 };
 pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSampling, FewshotSource};
+pub use fewshot_rules::{FewshotAsked, FewshotFlags, FewshotRefusal};
 pub use fewshot_sampling::FewshotSampler;
 pub use generate::{
     GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,

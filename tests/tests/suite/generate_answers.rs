@@ -412,6 +412,19 @@ fn gsm8k_questions(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<V
     (dev, input, records)
 }
 
+/// The flags of two examples from `dev`, each answer after a space.
+fn two_examples(dev: &Path) -> [&str; 6] {
+    let dev = dev.to_str().unwrap();
+    [
+        "--fewshot-input",
+        dev,
+        "--fewshot",
+        "2",
+        "--target-delimiter",
+        " ",
+    ]
+}
+
 /// Each of `records` as the conversation its two examples make as turns (each one's
 /// prompt the user's, `answer_start` and its reference the assistant's), its own prompt
 /// the last user turn, then `reply_start` as the assistant's where it is not empty.
@@ -594,16 +607,7 @@ async fn a_gen_prefix_starts_every_answer_as_lm_evaluation_harness_writes_it() {
     let dir = tempfile::tempdir().unwrap();
     let (dev, input, records) = gsm8k_questions(dir.path());
     let prefix = "Let's think step by step.";
-    let fewshot = [
-        "--fewshot-input",
-        dev.to_str().unwrap(),
-        "--fewshot",
-        "2",
-        "--target-delimiter",
-        " ",
-        "--gen-prefix",
-        prefix,
-    ];
+    let fewshot = [&two_examples(&dev)[..], &["--gen-prefix", prefix]].concat();
     let prompt = "Question: {text}\nAnswer:";
     let lines_of = |name: &str, input: &Path, prompt: &str, flags: &[&str]| {
         let out = dir.path().join(name);
@@ -681,14 +685,7 @@ async fn a_fewshot_answer_field_writes_the_examples_worked_answers() {
         ],
     );
     let prompt = "Question: {text}\nAnswer:";
-    let examples = [
-        "--fewshot-input",
-        dev.to_str().unwrap(),
-        "--fewshot",
-        "2",
-        "--target-delimiter",
-        " ",
-    ];
+    let examples = two_examples(&dev);
     let worked = [
         &GSM8K[..],
         &examples,

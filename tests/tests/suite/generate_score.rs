@@ -18,6 +18,8 @@ use resident_tests::{
 use serde_json::{Value, json};
 
 const SCORE: &[&str] = &["--score", "--max-new-tokens", "0", "--template", "none"];
+/// Choices scored under the chat template.
+const CHAT_SCORE: &[&str] = &["--score", "--max-new-tokens", "0", "--template", "chat"];
 
 /// llama.cpp's scores, checked to come from the very GGUF file the tests run.
 fn fixture() -> Value {
@@ -620,17 +622,7 @@ async fn under_the_chat_template_each_choice_is_scored_after_the_rendered_prompt
     ];
     let system = "Answer with the city's name.";
     let prompt = "Question: {text}\nAnswer:";
-    let flags = [
-        "--score",
-        "--max-new-tokens",
-        "0",
-        "--template",
-        "chat",
-        "--system",
-        system,
-        "--target-delimiter",
-        " ",
-    ];
+    let flags = [CHAT_SCORE, &["--system", system, "--target-delimiter", " "]].concat();
     let (lines, report) = generate(dir.path(), "chat", &records, prompt, &flags);
     let [france, plain] = &lines[..] else {
         panic!("two lines: {lines:?}")
@@ -1723,12 +1715,7 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
         json!({"id": "w2", "sentence": "_ is very hot.", "option1": "The snow",
                "option2": "The sun", "answer": "2"}),
     ];
-    let split = [
-        json!({"id": "w1", "text": "is too large.",
-               "options": [format!("{because} trophy"), format!("{because} suitcase")],
-               "answer": 0}),
-        json!({"id": "w2", "text": "is very hot.", "options": ["The snow", "The sun"], "answer": 1}),
-    ];
+    let split = winogrande_rows();
     let winogrande = [
         "--text-field",
         "sentence",
@@ -1780,6 +1767,18 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
     );
 }
 
+/// Two Winogrande rows split by hand: each option filling the blank is a context (in
+/// `options`), what follows the blank the text.
+fn winogrande_rows() -> [Value; 2] {
+    let because = "The trophy does not fit in the suitcase because the";
+    [
+        json!({"id": "w1", "text": "is too large.",
+               "options": [format!("{because} trophy"), format!("{because} suitcase")],
+               "answer": 0}),
+        json!({"id": "w2", "text": "is very hot.", "options": ["The snow", "The sun"], "answer": 1}),
+    ]
+}
+
 /// Winogrande under the chat template (lm-evaluation-harness's `--apply_chat_template`):
 /// each choice as a context is the user's turn, after the system message and the examples,
 /// and the text, with no delimiter, is scored as the assistant's reply: the same tokens and
@@ -1790,37 +1789,33 @@ async fn choices_as_contexts_score_the_text_after_each_choice() {
 async fn choices_as_contexts_under_the_chat_template_are_user_turns_before_the_reply() {
     init_logging();
     let dir = tempfile::tempdir().unwrap();
-    let because = "The trophy does not fit in the suitcase because the";
-    let records = [
-        json!({"id": "w1", "text": "is too large.",
-               "options": [format!("{because} trophy"), format!("{because} suitcase")],
-               "answer": 0}),
-        json!({"id": "w2", "text": "is very hot.", "options": ["The snow", "The sun"], "answer": 1}),
-    ];
+    let records = winogrande_rows();
     let examples = dir.path().join("examples.jsonl");
     write_jsonl(
         &examples,
         &[json!({"id": "ex", "text": "is warm.", "options": ["The fire", "The ice"], "answer": 0})],
     );
     let system = "Complete the sentence.";
+    let examples_path = examples.to_str().unwrap();
     let flags = [
-        "--score",
-        "--max-new-tokens",
-        "0",
-        "--template",
-        "chat",
-        "--system",
-        system,
-        "--choices-field",
-        "options",
-        "--choices-as-contexts",
-        "--target-delimiter",
-        " ",
-        "--fewshot-input",
-        examples.to_str().unwrap(),
-        "--fewshot",
-        "1",
-    ];
+        CHAT_SCORE,
+        &[
+            "--system",
+            system,
+            "--choices-field",
+            "options",
+            "--choices-as-contexts",
+        ],
+        &[
+            "--target-delimiter",
+            " ",
+            "--fewshot-input",
+            examples_path,
+            "--fewshot",
+            "1",
+        ],
+    ]
+    .concat();
     let start = format!("<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n");
     let reply = "<|im_end|>\n<|im_start|>assistant\n";
     let as_text = |context: &str| format!("{start}The fire is warm.\n\n{context}{reply}");

@@ -693,12 +693,12 @@ fn scored_after_contexts(
             .map(|choice| {
                 let filled = context_filled_by(prompt, choice, continuation.clone())?;
                 let messages = chat_messages(&filled);
-                let scored =
+                let mut scored =
                     scored_after_prompt(format, window, (&filled, params, &messages), settings)?;
-                Ok(scored
-                    .into_iter()
-                    .next()
-                    .expect("one continuation, one score"))
+                // One continuation, one score.
+                scored
+                    .pop()
+                    .ok_or_else(|| "the text after a context was not scored".into())
             })
             .collect();
     }
