@@ -11,6 +11,7 @@ mod agent_rejoin;
 mod autoscaling_signal;
 mod bad_requests;
 mod bounded_memory;
+mod choice_layouts;
 mod cli_conventions;
 mod client_reattach;
 mod cluster_ops;
