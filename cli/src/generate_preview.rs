@@ -97,15 +97,15 @@ fn rendered(
         return Err(error.clone());
     }
     let params = record_params(prompt, params)?;
-    let messages = chat_messages(prompt);
-    let parts = model_prompt(prompt, &params, &messages);
-    let template = parts.template(template);
     if params.choices_as_contexts && !prompt.choices.is_empty() {
-        // The first context in its place, the text after it.
+        // The first context in its place, the text after it, as the job's template reads it.
         let text = context_reading(format, prompt, &params, 0)?;
         let tokens = format.tokens(&text, template).map_err(|e| e.to_string())?;
         return Ok((text, tokens.len()));
     }
+    let messages = chat_messages(prompt);
+    let parts = model_prompt(prompt, &params, &messages);
+    let template = parts.template(template);
     let text = match params.score && !messages.is_empty() && prompt.choices.is_empty() {
         // What a scored conversation reads: the turns before the reply, then the reply closed.
         true => format

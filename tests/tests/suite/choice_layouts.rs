@@ -30,6 +30,18 @@ fn scored(dir: &Path, name: &str, records: &[Value], prompt: &str, flags: &[&str
     read_jsonl(&out.join("generations.jsonl"))
 }
 
+/// The flags that read a hub row's text, choices (several fields) and answer by name.
+fn hub_fields<'a>(text: &'a str, choices: &'a str, answer: &'a str) -> [&'a str; 6] {
+    [
+        "--text-field",
+        text,
+        "--choices-field",
+        choices,
+        "--answer-field",
+        answer,
+    ]
+}
+
 /// Each line's choices score as `by_hand`'s (the same tokens, at least one, and
 /// log-probabilities), with the same answer, best choice and verdict.
 fn assert_same_scores(hub: &[Value], by_hand: &[Value]) {
@@ -63,14 +75,7 @@ async fn hub_rows_of_piqa_copa_and_storycloze_score_as_rows_written_by_hand() {
         json!({"id": "p2", "goal": "How do you dry a towel?", "sol1": "Bury it.",
                "sol2": "Hang it in the sun.", "label": 1}),
     ];
-    let flags = [
-        "--text-field",
-        "goal",
-        "--choices-field",
-        "sol1,sol2",
-        "--answer-field",
-        "label",
-    ];
+    let flags = hub_fields("goal", "sol1,sol2", "label");
     let prompt = "Question: {text}\nAnswer:";
     let hub = scored(dir, "piqa", &piqa, prompt, &flags);
     let rows: Vec<Value> = (piqa.iter())
@@ -84,14 +89,7 @@ async fn hub_rows_of_piqa_copa_and_storycloze_score_as_rows_written_by_hand() {
                "choice1": "He dropped a hammer on his foot.", "choice2": "He got a hole in his sock.",
                "label": 0}),
     ];
-    let flags = [
-        "--text-field",
-        "premise",
-        "--choices-field",
-        "choice1,choice2",
-        "--answer-field",
-        "label",
-    ];
+    let flags = hub_fields("premise", "choice1,choice2", "label");
     let hub = scored(
         dir,
         "copa",
@@ -111,16 +109,12 @@ async fn hub_rows_of_piqa_copa_and_storycloze_score_as_rows_written_by_hand() {
         "input_sentence_3": "She visited the shelter.", "input_sentence_4": "She met a puppy.",
         "sentence_quiz1": "She took the puppy home.", "sentence_quiz2": "She hated animals.",
         "answer_right_ending": 1})];
-    let flags = [
-        "--text-field",
+    let fields = hub_fields(
         "input_sentence_4",
-        "--choices-field",
         "sentence_quiz1,sentence_quiz2",
-        "--answer-field",
         "answer_right_ending",
-        "--answer-base",
-        "1",
-    ];
+    );
+    let flags = [&fields[..], &["--answer-base", "1"]].concat();
     let prompt = "{input_sentence_1} {input_sentence_2} {input_sentence_3} {text}";
     let hub = scored(dir, "story", &story, prompt, &flags);
     let rows = [json!({"id": "s1",
