@@ -6,8 +6,8 @@ use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
     EngineSettings, ExtractMatch, FewshotAsked, FewshotFlags, FewshotSampling, FewshotSource,
-    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, PromptTemplate,
-    run_generate_job,
+    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, OverlapMetric,
+    PromptTemplate, run_generate_job,
 };
 use resident_models::generate::chat::ChatTemplate;
 
@@ -324,6 +324,20 @@ pub struct GenerateArgs {
     /// With --reference-field, compare without ASCII punctuation.
     #[arg(long, env = "RESIDENT_IGNORE_PUNCTUATION")]
     ignore_punctuation: bool,
+    /// With --reference-field, also score each generated answer (as --extract or --filter
+    /// found it, else the whole text) by its words' overlap with the reference, the best
+    /// over a list of them: rouge (rouge1, rouge2, rougeL and rougeLsum, as the
+    /// rouge-score package computes them, no stemming; rougeLsum's sentences are lines),
+    /// any one of those, or f1 (SQuAD's token F1). Repeat the flag or give a list
+    /// ('rouge,f1'). Each figure in the answer's line beside `correct`, its mean and
+    /// standard error in the report beside `exact_match`.
+    #[arg(
+        long,
+        env = "RESIDENT_METRIC",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    metric: Vec<String>,
     /// What goes between a prompt and its answer (lm-evaluation-harness's
     /// target_delimiter): between each few-shot example's prompt and its answer, and before
     /// each scored choice. Empty by default: end --prompt with the space instead (a scored
@@ -508,6 +522,7 @@ impl GenerateArgs {
             ignore: self.ignore_regex.clone(),
             ignore_case: self.ignore_case,
             ignore_punctuation: self.ignore_punctuation,
+            metrics: OverlapMetric::from_names(&self.metric).map_err(crate::exit::BadInput)?,
         };
         let openai_batch = self.output_format != OutputFormatArg::Generations;
         if let Some(refusal) = spec.refusal(self.score, openai_batch) {
@@ -831,9 +846,19 @@ fn print_filter_answers(label: &str, filter: &str, counts: &AnswerCounts, shares
         ),
         _ => String::new(),
     };
+    let overlap: String = (OverlapMetric::ALL.iter())
+        .filter_map(|metric| {
+            let (mean, stderr) = counts.overlap_sums.mean(*metric)?;
+            Some(format!(
+                ", {} {mean:.4}{}",
+                metric.name(),
+                plus_minus(stderr)
+            ))
+        })
+        .collect();
     eprintln!(
-        "{label}: {} records with a reference: exact match {exact_match:.4}{}{samples}; \
-         {filter} found none in {}",
+        "{label}: {} records with a reference: exact match {exact_match:.4}{}{samples}\
+         {overlap}; {filter} found none in {}",
         counts.reference_records,
         plus_minus(shares.exact_match_stderr),
         counts.unextracted_records

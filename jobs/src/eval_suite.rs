@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::corpus_job::GenerateFigures;
+use crate::corpus_job::{GenerateFigures, OverlapMetric};
 use crate::serde_skip::is_default;
 
 /// A suite file (TOML): `flags` every task takes, then `[[task]]`s with a `name` and their
@@ -137,7 +137,8 @@ pub fn select_tasks<'a>(names: &[&'a str], only: &[String]) -> Result<Vec<&'a st
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskMetric {
     /// lm-evaluation-harness's name where it has one: `acc`, `acc_norm`, `exact_match`,
-    /// `exact_match,FILTER`, `perplexity` (per text), `word_perplexity`,
+    /// `exact_match,FILTER`, `rouge1`, `rouge2`, `rougeL`, `rougeLsum`, `f1` (each with
+    /// `,FILTER` too), `perplexity` (per text), `word_perplexity`,
     /// `byte_perplexity`, `bits_per_byte`; and `token_perplexity`.
     pub metric: String,
     /// Its value.
@@ -243,7 +244,8 @@ fn accuracy_rows(rows: &mut Rows, figures: &GenerateFigures) {
     );
 }
 
-/// Exact match, pass@n and maj@n: the one filter's, or each named filter's.
+/// Exact match, pass@n, maj@n and the overlap figures asked for (`rouge1`, ..., `f1`): the
+/// one filter's, or each named filter's.
 fn answer_rows(rows: &mut Rows, figures: &GenerateFigures) {
     let counts = &figures.tally.evaluation;
     let filters =
@@ -278,6 +280,12 @@ fn answer_rows(rows: &mut Rows, figures: &GenerateFigures) {
             majority,
             sampled,
         );
+        for metric in OverlapMetric::ALL {
+            let mean = counts.overlap_sums.mean(metric);
+            let records = counts.overlap_sums.records(metric);
+            let (value, stderr) = (mean.map(|(m, _)| m), mean.and_then(|(_, se)| se));
+            rows.put(format!("{}{suffix}", metric.name()), value, stderr, records);
+        }
     }
 }
 
@@ -690,6 +698,43 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             table.contains("| summaries | (no references or choices) | | | 9 |"),
             "{table}"
         );
+    }
+
+    /// A summarising or reading-comprehension task's overlap figures (`--metric`) follow
+    /// its exact match, with their errors and the records they count, for the job's one
+    /// filter or each named one.
+    #[test]
+    fn overlap_figures_are_rows_after_exact_match() {
+        let figures: GenerateFigures = serde_json::from_value(serde_json::json!({
+            "prompt_tokens": 10, "generated_tokens": 8, "truncated_prompts": 0,
+            "finished_by_stop": 2, "finished_by_length": 0,
+            "prompt_tokens_per_second": 1.0, "generated_tokens_per_second": 1.0,
+            "reference_records": 2, "exact_match_records": 1, "exact_match": 0.5,
+            "exact_match_stderr": 0.5,
+            "overlap_sums": {"rouge1": {"records": 2, "sum": 1.0, "squares": 0.625},
+                             "f1": {"records": 2, "sum": 1.5, "squares": 1.25}},
+        }))
+        .unwrap();
+        let metrics = task_metrics(&figures);
+        let rows: Vec<(&str, f64, Option<f64>, u64)> = (metrics.iter())
+            .map(|m| (m.metric.as_str(), m.value, m.stderr, m.records))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("exact_match", 0.5, Some(0.5), 2),
+                ("rouge1", 0.5, Some(0.25), 2),
+                ("f1", 0.75, Some(0.25), 2)
+            ]
+        );
+        let mut named = figures.clone();
+        named.filters = serde_json::from_value(serde_json::json!({
+            "lead": {"reference_records": 2, "exact_match_records": 0, "exact_match": 0.0,
+                     "overlap_sums": {"rougeL": {"records": 2, "sum": 0.5, "squares": 0.125}}},
+        }))
+        .unwrap();
+        let names: Vec<String> = task_metrics(&named).into_iter().map(|m| m.metric).collect();
+        assert_eq!(names, ["exact_match,lead", "rougeL,lead"]);
     }
 
     /// A task of texts scored alone (wikitext's) shows the perplexities per word and byte

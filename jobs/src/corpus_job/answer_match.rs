@@ -17,6 +17,7 @@ use fancy_regex::Regex;
 use serde_json::Value;
 
 use super::answer_spec::{AnswerFlags, AnswerMatchSpec, AnswerRefusal, ExtractMatch};
+use super::text_overlap::{OverlapScores, overlap_scores};
 
 /// [`AnswerMatchSpec`] with its patterns compiled.
 #[derive(Clone, Debug)]
@@ -39,7 +40,7 @@ struct Filter {
 }
 
 /// One generated text against its record's references.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Judgement {
     /// The answer the filter found, as it found it (trimmed); `None` when it matched
     /// nothing.
@@ -47,6 +48,10 @@ pub struct Judgement {
     /// Whether it equals a reference after normalising both; `None` when the record has
     /// none.
     pub correct: Option<bool>,
+    /// Its overlap figures with the references (`--metric`), each the best over them, the
+    /// answer as found (not normalised; none found: empty); `None` when the job asks for
+    /// none or the record has no reference.
+    pub overlap: Option<OverlapScores>,
 }
 
 /// `pattern` compiled, or why not, naming where it came from.
@@ -132,27 +137,31 @@ impl AnswerMatch {
     /// `generated` checked against `references` by the first filter (none: extracted
     /// only).
     pub fn judge(&self, generated: &str, references: &[String]) -> Judgement {
-        let normalized: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
-        self.judge_normalized(&self.filters[0], generated, &normalized)
+        let references = References::new(self, references);
+        self.judge_normalized(&self.filters[0], generated, &references)
             .0
     }
 
-    /// `generated` checked by `filter` against references already normalised; with its
-    /// answer normalised, for the majority.
+    /// `generated` checked by `filter` against `references`; with its answer normalised,
+    /// for the majority.
     fn judge_normalized(
         &self,
         filter: &Filter,
         generated: &str,
-        references: &[String],
+        references: &References,
     ) -> (Judgement, Option<String>) {
         let extracted = filter.extract(generated);
         let answer = extracted.as_deref().map(|answer| self.normalize(answer));
-        let correct = (!references.is_empty()).then(|| {
-            answer
-                .as_ref()
-                .is_some_and(|answer| references.contains(answer))
-        });
-        (Judgement { extracted, correct }, answer)
+        let normalized = &references.normalized;
+        let correct = (!normalized.is_empty())
+            .then(|| answer.as_ref().is_some_and(|a| normalized.contains(a)));
+        let overlap = overlap_scores(&self.spec.metrics, extracted.as_deref(), references.raw);
+        let judged = Judgement {
+            extracted,
+            correct,
+            overlap,
+        };
+        (judged, answer)
     }
 
     /// What the job's settings fingerprint holds of it (the spec, each key as the flags
@@ -208,8 +217,22 @@ fn gave_up(flag: &str, pattern: &Regex, error: &fancy_regex::Error) {
     );
 }
 
+/// A record's references as given (what overlap figures read) and normalised (what exact
+/// match compares), each normalised once.
+struct References<'a> {
+    raw: &'a [String],
+    normalized: Vec<String>,
+}
+
+impl<'a> References<'a> {
+    fn new(check: &AnswerMatch, raw: &'a [String]) -> Self {
+        let normalized = raw.iter().map(|r| check.normalize(r)).collect();
+        Self { raw, normalized }
+    }
+}
+
 /// Every sample of one record checked by one filter against its references.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RecordAnswers {
     /// The filter's name (`--filter`); `None` for `--extract`'s.
     pub filter: Option<String>,
@@ -239,18 +262,24 @@ impl AnswerMatch {
     /// normalised once), and their majority: one [`RecordAnswers`] a filter, in order (the
     /// first is the line's own).
     pub fn judge_record(&self, samples: &[&str], references: &[String]) -> Vec<RecordAnswers> {
-        let references: Vec<String> = references.iter().map(|r| self.normalize(r)).collect();
+        let references = References::new(self, references);
         (self.filters.iter())
             .map(|filter| self.judge_by(filter, samples, &references))
             .collect()
     }
 
-    /// `samples` checked by `filter` against normalised `references`.
-    fn judge_by(&self, filter: &Filter, samples: &[&str], references: &[String]) -> RecordAnswers {
+    /// `samples` checked by `filter` against `references`.
+    fn judge_by(
+        &self,
+        filter: &Filter,
+        samples: &[&str],
+        references: &References,
+    ) -> RecordAnswers {
         let (judged, answers): (Vec<Judgement>, Vec<Option<String>>) = samples
             .iter()
             .map(|text| self.judge_normalized(filter, text, references))
             .unzip();
+        let references = &references.normalized;
         let majority = (samples.len() > 1 && !references.is_empty()).then(|| {
             let mut counts: Vec<(&String, usize)> = Vec::new();
             for answer in answers.iter().flatten() {
@@ -339,7 +368,8 @@ mod tests {
             strict.judge("The answer is 18.", &reference),
             Judgement {
                 extracted: None,
-                correct: Some(false)
+                correct: Some(false),
+                overlap: None,
             },
             "no `####`: nothing extracted, wrong"
         );

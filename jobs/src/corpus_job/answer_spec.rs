@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::text_overlap::OverlapMetric;
+
 /// Which of the filter's matches is the answer (lm-evaluation-harness's `group_select`:
 /// `0` first, `-1` last).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +49,10 @@ pub struct AnswerMatchSpec {
     pub ignore_case: bool,
     /// Compare without ASCII punctuation.
     pub ignore_punctuation: bool,
+    /// The overlap figures each answer also gets against the references (`--metric`:
+    /// ROUGE, SQuAD's F1), each once, in the report's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<OverlapMetric>,
 }
 
 /// One named filter (`--filter NAME=REGEX`, `NAME:last=REGEX` for its last match; an
@@ -121,6 +127,8 @@ impl From<FilterSpec> for String {
 pub enum AnswerRefusal {
     /// How answers are compared, without a reference to compare them with.
     ComparedWithoutReference,
+    /// Overlap figures, without a reference to score answers against.
+    MetricsWithoutReference,
     /// Which match of `--extract`, without `--extract`.
     ExtractMatchWithoutExtract,
     /// `--extract` and `--filter` together.
@@ -150,6 +158,8 @@ pub struct AnswerFlags {
     pub ignore_case: &'static str,
     /// Comparing without punctuation.
     pub ignore_punctuation: &'static str,
+    /// The overlap figures.
+    pub metric: &'static str,
     /// Asking for scoring.
     pub score: &'static str,
     /// Asking for OpenAI Batch output.
@@ -166,6 +176,7 @@ impl AnswerFlags {
         ignore_regex: "--ignore-regex",
         ignore_case: "--ignore-case",
         ignore_punctuation: "--ignore-punctuation",
+        metric: "--metric",
         score: "--score",
         openai_batch: "--output-format openai-batch",
     };
@@ -179,6 +190,7 @@ impl AnswerFlags {
         ignore_regex: "ignore_regex",
         ignore_case: "ignore_case",
         ignore_punctuation: "ignore_punctuation",
+        metric: "metrics",
         score: "score=True",
         openai_batch: "output_format=\"openai-batch\"",
     };
@@ -200,6 +212,11 @@ impl AnswerRefusal {
                 "{}, {} and {} say how answers are compared with each record's reference: \
                  give {reference_field}",
                 flags.ignore_regex, flags.ignore_case, flags.ignore_punctuation
+            ),
+            Self::MetricsWithoutReference => format!(
+                "{} scores each generated answer against its record's reference: give \
+                 {reference_field} (the field of the reference summary or answers)",
+                flags.metric
             ),
             Self::ExtractMatchWithoutExtract => format!(
                 "{extract_match} picks among the matches of {extract}: give {extract} (a \
@@ -242,6 +259,8 @@ impl AnswerMatchSpec {
         names.sort_unstable();
         let rule = if compared && self.reference_field.is_none() {
             AnswerRefusal::ComparedWithoutReference
+        } else if !self.metrics.is_empty() && self.reference_field.is_none() {
+            AnswerRefusal::MetricsWithoutReference
         } else if self.extract_match != ExtractMatch::First && self.extract.is_none() {
             AnswerRefusal::ExtractMatchWithoutExtract
         } else if self.extract.is_some() && !self.filters.is_empty() {
@@ -300,7 +319,23 @@ mod tests {
             spec
         );
         let before = serde_json::to_value(AnswerMatchSpec::default()).unwrap();
-        assert!(before.get("filters").is_none(), "earlier fingerprints kept");
+        assert!(
+            before.get("filters").is_none() && before.get("metrics").is_none(),
+            "earlier fingerprints kept"
+        );
+        let rouge = AnswerMatchSpec {
+            metrics: OverlapMetric::from_names(&["rouge"]).unwrap(),
+            ..AnswerMatchSpec::default()
+        };
+        let json = serde_json::to_value(&rouge).unwrap();
+        assert_eq!(
+            json["metrics"],
+            serde_json::json!(["rouge1", "rouge2", "rougeL", "rougeLsum"])
+        );
+        assert_eq!(
+            serde_json::from_value::<AnswerMatchSpec>(json).unwrap(),
+            rouge
+        );
         for (bad, why) in [
             ("strict-match", "has no `=`"),
             ("a:middle=x", "not `first` or `last`"),
@@ -334,6 +369,10 @@ mod tests {
             (
                 spec(|s| s.ignore_case = true),
                 AnswerRefusal::ComparedWithoutReference,
+            ),
+            (
+                spec(|s| s.metrics = vec![OverlapMetric::F1]),
+                AnswerRefusal::MetricsWithoutReference,
             ),
             (
                 spec(|s| s.extract_match = ExtractMatch::Last),
@@ -377,5 +416,10 @@ mod tests {
         );
         let compared = AnswerRefusal::ComparedWithoutReference.message(&AnswerFlags::CLI);
         assert!(compared.ends_with("give --reference-field"), "{compared}");
+        let metrics = AnswerRefusal::MetricsWithoutReference.message(&AnswerFlags::PYTHON);
+        assert!(
+            metrics.starts_with("metrics scores") && metrics.contains("give reference_field"),
+            "{metrics}"
+        );
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::answer_match::RecordAnswers;
 use super::group_accuracy::GroupCounts;
+use super::overlap_sums::{OverlapMeans, OverlapSums};
 use super::probability_sums::ProbabilitySums;
 use super::shares::{share, share_stderr};
 use crate::serde_skip::is_default;
@@ -88,7 +89,7 @@ pub struct EvaluationCounts {
 }
 
 /// How one filter's answers fared against the records' references.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AnswerCounts {
     /// Records with a reference answer (`--reference-field`) whose generation was
     /// checked against it.
@@ -110,6 +111,10 @@ pub struct AnswerCounts {
     /// Records with a reference and several samples.
     #[serde(default, skip_serializing_if = "is_default")]
     pub sampled_reference_records: u64,
+    /// The (first) generated answers' overlap figures with their references (`--metric`),
+    /// summed by figure.
+    #[serde(default, skip_serializing_if = "OverlapSums::is_empty")]
+    pub overlap_sums: OverlapSums,
 }
 
 /// Values by name in a given order (a job's `--filter`s, as lm-evaluation-harness lists a
@@ -227,6 +232,10 @@ pub struct AnswerShares {
     /// The standard error of `exact_match_majority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact_match_majority_stderr: Option<f64>,
+    /// The (first) generated answers' mean overlap figures (`rouge1`, ..., `f1`) and
+    /// their standard errors.
+    #[serde(flatten)]
+    pub overlap: OverlapMeans,
 }
 
 /// [`EvaluationCounts`] as the manifest keeps them beside a chunk: the maps by filter and
@@ -373,6 +382,9 @@ impl AnswerCounts {
     fn add(&mut self, answers: &RecordAnswers) -> Option<bool> {
         let first = answers.samples.first();
         self.unextracted_records += u64::from(first.is_some_and(|j| j.extracted.is_none()));
+        if let Some(overlap) = first.and_then(|judged| judged.overlap.as_ref()) {
+            self.overlap_sums.add(overlap);
+        }
         let correct = answers.first_correct()?;
         self.reference_records += 1;
         self.exact_match_records += u64::from(correct);
@@ -392,6 +404,7 @@ impl AnswerCounts {
         self.any_match_records += other.any_match_records;
         self.majority_match_records += other.majority_match_records;
         self.sampled_reference_records += other.sampled_reference_records;
+        self.overlap_sums.absorb(&other.overlap_sums);
     }
 
     /// Their shares.
@@ -412,6 +425,7 @@ impl AnswerCounts {
                 self.majority_match_records,
                 self.sampled_reference_records,
             ),
+            overlap: self.overlap_sums.means(),
         }
     }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::answer_match::{Judgement, RecordAnswers};
 use super::evaluation_counts::InOrder;
+use super::text_overlap::OverlapScores;
 
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]
@@ -75,12 +76,15 @@ struct FilterLine<'a> {
 }
 
 /// A generated answer as the line spells it: `extracted` (null when the filter found
-/// none), and `correct` when the record has a reference.
+/// none), and `correct` when the record has a reference, with the overlap figures asked
+/// for (`rouge1`, ..., `f1`) beside it.
 #[derive(Serialize)]
 struct AnswerLine<'a> {
     extracted: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     correct: Option<bool>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    overlap: Option<&'a OverlapScores>,
 }
 
 impl<'a> AnswerLine<'a> {
@@ -88,6 +92,7 @@ impl<'a> AnswerLine<'a> {
         Self {
             extracted: judged.extracted.as_deref(),
             correct: judged.correct,
+            overlap: judged.overlap.as_ref(),
         }
     }
 }
@@ -267,6 +272,7 @@ mod tests {
     use super::super::answer_match::AnswerMatch;
     use super::super::answer_spec::AnswerMatchSpec;
     use super::super::generation_report::GenerationTally;
+    use super::super::text_overlap::OverlapMetric;
     use super::*;
 
     fn completion(text: &str, more: &[&str]) -> Completion {
@@ -376,5 +382,72 @@ mod tests {
         let report =
             serde_json::to_value(tally.figures(std::time::Duration::from_secs(1))).unwrap();
         assert!(report.get("filters").is_none(), "{report}");
+    }
+
+    /// Overlap figures (`--metric`): each sample's and each filter's answer has its own
+    /// beside `correct`, computed on the answer as found; the report has the first
+    /// samples' means beside `exact_match`, for the job and each filter, whichever chunks
+    /// the records came in.
+    #[test]
+    fn overlap_figures_sit_beside_each_answer_and_their_means_in_the_report() {
+        let check = AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("highlights".into()),
+            filters: vec![
+                "whole=".parse().unwrap(),
+                "first:first=^[^.]*".parse().unwrap(),
+            ],
+            metrics: OverlapMetric::from_names(&["rouge1", "f1"]).unwrap(),
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        let references = ["The storm hit the coast.".to_owned()];
+        let records = [
+            completion("A storm hit the coast. Many fled.", &["Nothing happened."]),
+            completion("The storm hit.", &[]),
+        ];
+        let id = json!(1);
+        let mut one_tally = GenerationTally::default();
+        let mut chunks = [GenerationTally::default(), GenerationTally::default()];
+        let mut lines = Vec::new();
+        for (record, chunk) in records.iter().zip(&mut chunks) {
+            let choices = record.choices();
+            let texts: Vec<&str> = choices.iter().map(|c| c.text.as_str()).collect();
+            let answers = check.judge_record(&texts, &references);
+            let line = GenerationLine::new(&id, record, Some(&answers));
+            lines.push(serde_json::to_value(line).unwrap());
+            one_tally.add(record, None, Some(&answers));
+            chunk.add(record, None, Some(&answers));
+        }
+        let line = &lines[0];
+        // "a storm hit the coast many fled" against "the storm hit the coast": 4 shared
+        // words of 7 and 5 (ROUGE counts "the" once: the answer has one).
+        let rouge1 = 2.0 * (4.0 / 7.0) * (4.0 / 5.0) / (4.0 / 7.0 + 4.0 / 5.0);
+        assert_eq!(line["rouge1"], rouge1, "{line}");
+        assert_eq!(line["filters"]["whole"]["rouge1"], rouge1);
+        assert_eq!(
+            line["filters"]["first"]["extracted"],
+            "A storm hit the coast"
+        );
+        assert_eq!(
+            line["filters"]["first"]["f1"], 1.0,
+            "SQuAD drops the articles"
+        );
+        assert_eq!(line["choices"][1]["filters"]["whole"]["f1"], 0.0);
+        assert!(line.get("rougeL").is_none(), "only the figures asked for");
+        let [mut total, other] = chunks;
+        total.absorb(other);
+        let figures = |tally: GenerationTally| {
+            serde_json::to_value(tally.figures(std::time::Duration::from_secs(1))).unwrap()
+        };
+        let (report, whole) = (figures(total), figures(one_tally));
+        assert_eq!(report, whole, "chunks add up to one tally");
+        let f1_second = lines[1]["f1"].as_f64().unwrap();
+        assert_eq!(
+            report["f1"],
+            (line["f1"].as_f64().unwrap() + f1_second) / 2.0
+        );
+        assert!(report["f1_stderr"].is_number() && report["rouge1_stderr"].is_number());
+        assert_eq!(report["filters"]["first"]["f1"], (1.0 + f1_second) / 2.0);
+        assert_eq!(report["overlap_sums"]["rouge1"]["records"], 2);
     }
 }

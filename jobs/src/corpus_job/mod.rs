@@ -39,6 +39,7 @@ pub mod manifest_store;
 mod npy;
 mod openai_batch;
 mod output;
+mod overlap_sums;
 mod parquet_columns;
 #[cfg(not(feature = "parquet"))]
 #[path = "parquet_out_off.rs"]
@@ -67,6 +68,7 @@ pub(crate) mod scan;
 pub mod schedule;
 mod shard_rows;
 mod shares;
+mod text_overlap;
 mod vectors;
 mod work;
 
@@ -94,12 +96,14 @@ pub use generation_report::{GenerateFigures, GenerationTally};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};
 pub use inputs::InputSet;
 pub use output::OutputDtype;
+pub use overlap_sums::{MeanSums, OverlapMeans, OverlapSums};
 pub use progress::Progress;
 pub use prompt::PromptTemplate;
 pub use reader::{BadRecord, ReaderOptions};
 pub use record_limit::RecordLimit;
 pub use report::{JobReport, PriceTable};
 pub use resident_sdk::{Prompt, WindowSplit, Windows};
+pub use text_overlap::{OverlapMetric, OverlapScores};
 pub use vectors::QuantizationRanges;
 
 /// Runs `resident embed` on `cluster` and returns its report (also written to
