@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 scripts/fetch-data.sh >/dev/null
 venv=target/python-venv
 [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-# pandas and pyarrow: the data-work calls (embed_frame, Arrow in, read_embeddings).
-"$venv/bin/pip" install -q --disable-pip-version-check "numpy>=1.21" "pytest>=7" "pandas>=2" "pyarrow>=14"
+# pandas and pyarrow: the data-work calls (embed_frame, Arrow in, read_embeddings);
+# rouge-score: the reference the overlap figures (--metric) are held to.
+"$venv/bin/pip" install -q --disable-pip-version-check "numpy>=1.21" "pytest>=7" "pandas>=2" \
+  "pyarrow>=14" "rouge-score==0.1.2"
 started=$SECONDS
 "$venv/bin/pip" install -q --disable-pip-version-check ./python
 echo "pip install ./python: $((SECONDS - started)) s"

@@ -15,7 +15,7 @@ use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
     EmbedJobConfig, EmbedWork, EngineSettings, FewshotAsked, FewshotFlags, FewshotSampling,
     FewshotSource, GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype,
-    Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
+    OverlapMetric, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_models::generate::chat::ChatTemplate;
@@ -1106,8 +1106,17 @@ fn check_answers(
     let Some(json) = json else {
         return Ok(());
     };
-    let spec: AnswerMatchSpec =
-        serde_json::from_str(json).map_err(|e| bad_input(py, format!("answer checks: {e}")))?;
+    let refuse = |e: String| bad_input(py, format!("answer checks: {e}"));
+    let mut spec: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| refuse(e.to_string()))?;
+    // `metrics` as the CLI's --metric reads them (`rouge` for the four ROUGE figures).
+    if let Some(names) = spec.get_mut("metrics") {
+        let asked: Vec<String> = serde_json::from_value(names.take())
+            .map_err(|_| bad_input(py, "metrics is a list of names: give [\"rouge\"] for one"))?;
+        let metrics = OverlapMetric::from_names(&asked).map_err(|e| bad_input(py, e))?;
+        *names = serde_json::json!(metrics);
+    }
+    let spec: AnswerMatchSpec = serde_json::from_value(spec).map_err(|e| refuse(e.to_string()))?;
     let openai_batch = output_format != "generations";
     if let Some(refusal) = spec.refusal(config.generation.params.score, openai_batch) {
         return Err(bad_input(py, refusal.message(&AnswerFlags::PYTHON)));

@@ -195,12 +195,15 @@ def _answer_check(
     ignore_case: bool,
     ignore_punctuation: bool,
     filters: Optional[Sequence[str]],
+    metrics: Optional[Union[str, Sequence[str]]],
 ) -> Optional[str]:
     """The answer checks of ``generate_job`` as JSON; None when it asks for none."""
     if isinstance(filters, str):
         raise BadInput(
             "filters is a list of NAME=REGEX texts: give [filter] for one", "BadInput"
         )
+    if isinstance(metrics, str):
+        metrics = metrics.split(",")
     check = {
         "reference_field": reference_field,
         "extract": extract,
@@ -209,10 +212,11 @@ def _answer_check(
         "ignore": list(ignore_regex or []),
         "ignore_case": ignore_case,
         "ignore_punctuation": ignore_punctuation,
+        "metrics": list(metrics or []),
     }
     default = {
         "extract_match": "first", "filters": [], "ignore": [], "ignore_case": False,
-        "ignore_punctuation": False,
+        "ignore_punctuation": False, "metrics": [],
     }
     asked = any(value not in (None, default.get(key)) for key, value in check.items())
     return json.dumps(check) if asked else None
@@ -868,6 +872,7 @@ class Cluster:
         target_delimiter: str = "",
         gen_prefix: Optional[str] = None,
         filters: Optional[Sequence[str]] = None,
+        metrics: Optional[Union[str, Sequence[str]]] = None,
         limit: Optional[Union[int, float]] = None,
         limit_by: Optional[str] = None,
         selector: Optional[Mapping[str, str]] = None,
@@ -936,7 +941,12 @@ class Cluster:
         "flexible-extract:last=(\\d+)"]``, ``--filter``) judges the same generation by
         several named regexes in place of ``extract``: each line's and the report's
         ``filters`` hold each one's answer and figures by name, the first also giving
-        ``extracted`` and ``exact_match``. With ``reference_field``, ``fewshot_input``
+        ``extracted`` and ``exact_match``. ``metrics`` (``["rouge", "f1"]`` or
+        ``"rouge,f1"``, ``--metric``) also scores each answer by its words' overlap with the
+        reference, the best over a list: ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``
+        as the rouge-score package computes them (``rouge``: all four), SQuAD's token
+        ``f1``; each line has them beside ``correct``, the report their means and
+        ``_stderr`` beside ``exact_match``. With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
         ``gen_prefix`` starts every answer (``--gen-prefix``, lm-evaluation-harness's
@@ -980,7 +990,7 @@ class Cluster:
                 description, fewshot_seed,
                 _answer_check(
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
-                    ignore_punctuation, filters,
+                    ignore_punctuation, filters, metrics,
                 ),
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),

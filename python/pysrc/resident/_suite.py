@@ -110,6 +110,7 @@ LISTS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
     "--stop": ("stop", str, False),
     "--filter": ("filters", str, False),
     "--ignore-regex": ("ignore_regex", str, False),
+    "--metric": ("metrics", str, True),
     "--choice-labels": ("choice_labels", str, True),
     "--stop-token-ids": ("stop_token_ids", int, True),
 }

@@ -95,6 +95,8 @@ const QA: &[&str] = &[
     "--extract-match",
     "last",
     "--ignore-case",
+    "--metric",
+    "f1,rouge1",
 ];
 
 /// The suite file: `flags` for every task, then the tasks.
@@ -228,6 +230,39 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
         (&qa_report["exact_match"], &json!(6))
     );
     assert_eq!(tasks[1]["records"], 6);
+    // The overlap figures (--metric) after exact match, each the mean of the lines' own
+    // (of the extracted answers), with its error.
+    let qa_lines = read_jsonl(&out.join("qa/generations.jsonl"));
+    let names: Vec<&Value> = (tasks[1]["metrics"].as_array().unwrap().iter())
+        .map(|m| &m["metric"])
+        .collect();
+    assert_eq!(
+        names,
+        [&json!("exact_match"), &json!("rouge1"), &json!("f1")]
+    );
+    for name in ["f1", "rouge1"] {
+        let row = metric(&tasks[1], name);
+        let mean = qa_lines
+            .iter()
+            .map(|l| l[name].as_f64().unwrap())
+            .sum::<f64>()
+            / 6.0;
+        assert!(
+            (row["value"].as_f64().unwrap() - mean).abs() < 1e-12,
+            "{row}"
+        );
+        let stderr = format!("{name}_stderr");
+        assert_eq!(
+            (&row["stderr"], &row["records"]),
+            (&qa_report[&stderr], &json!(6))
+        );
+    }
+    let paris = qa_lines.iter().find(|l| l["id"] == 0).unwrap();
+    let said_paris = paris["extracted"]
+        .as_str()
+        .unwrap()
+        .eq_ignore_ascii_case("paris");
+    assert_eq!(paris["f1"], if said_paris { 1.0 } else { 0.0 }, "{paris}");
     let row = format!(
         "| qa | exact_match | {:.4} |",
         qa_report["exact_match"].as_f64().unwrap()
@@ -279,6 +314,7 @@ async fn a_suite_runs_each_task_as_its_generate_line_and_tabulates_their_figures
     );
     assert_eq!(rerun_tasks[2], tasks[2]);
     assert_eq!(metric(&rerun_tasks[1], "exact_match"), exact);
+    assert_eq!(metric(&rerun_tasks[1], "f1"), metric(&tasks[1], "f1"));
     assert_eq!(read_json(&out.join("qa/report.json"))["computed_items"], 0);
     assert!(again.contains(&row), "{again}");
     assert!(

@@ -771,7 +771,7 @@ fn answer_flags_that_cannot_go_together_are_refused() {
         &[json!({"id": 1, "text": "q", "choices": ["a", "b"], "answer": 0, "cot": "a"})],
     );
     let dev = dev.to_str().unwrap();
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 13] = [
         (
             &["--fewshot-answer-field", "cot"],
             "--fewshot-answer-field pick and write each record's examples from \
@@ -829,6 +829,16 @@ fn answer_flags_that_cannot_go_together_are_refused() {
             "two of --filter have one name",
         ),
         (&["--filter", "strict-match"], "has no `=`: give NAME=REGEX"),
+        (
+            &["--metric", "rouge"],
+            "--metric scores each generated answer against its record's reference: give \
+             --reference-field",
+        ),
+        (
+            &["--reference-field", "answer", "--metric", "rouge,bleu"],
+            "\"bleu\" is not an overlap metric: give rouge (rouge1, rouge2, rougeL and \
+             rougeLsum), one of those, or f1",
+        ),
         (
             &[
                 "--score",
