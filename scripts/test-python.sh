@@ -10,9 +10,9 @@ scripts/fetch-data.sh >/dev/null
 venv=target/python-venv
 [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
 # pandas and pyarrow: the data-work calls (embed_frame, Arrow in, read_embeddings);
-# rouge-score: the reference the overlap figures (--metric) are held to.
+# rouge-score and sacrebleu: the references the overlap figures (--metric) are held to.
 "$venv/bin/pip" install -q --disable-pip-version-check "numpy>=1.21" "pytest>=7" "pandas>=2" \
-  "pyarrow>=14" "rouge-score==0.1.2"
+  "pyarrow>=14" "rouge-score==0.1.2" "sacrebleu==2.6.0"
 started=$SECONDS
 "$venv/bin/pip" install -q --disable-pip-version-check ./python
 echo "pip install ./python: $((SECONDS - started)) s"

@@ -325,12 +325,13 @@ pub struct GenerateArgs {
     #[arg(long, env = "RESIDENT_IGNORE_PUNCTUATION")]
     ignore_punctuation: bool,
     /// With --reference-field, also score each generated answer (as --extract or --filter
-    /// found it, else the whole text) by its words' overlap with the reference, the best
-    /// over a list of them: rouge (rouge1, rouge2, rougeL and rougeLsum, as the
-    /// rouge-score package computes them, no stemming; rougeLsum's sentences are lines),
-    /// any one of those, or f1 (SQuAD's token F1). Repeat the flag or give a list
-    /// ('rouge,f1'). Each figure in the answer's line beside `correct`, its mean and
-    /// standard error in the report beside `exact_match`.
+    /// found it, else the whole text) by its overlap with the reference, the best over a
+    /// list of them: rouge (rouge1, rouge2, rougeL and rougeLsum, as the rouge-score
+    /// package computes them; rougeLsum's sentences are lines), any one of those, f1
+    /// (SQuAD's token F1), bleu or chrf (sacrebleu's defaults, 0 to 100, against every
+    /// reference at once). Repeat the flag or give a list ('rouge,f1'). Each figure in the
+    /// answer's line beside `correct` (BLEU and chrF the sentence's); in the report beside
+    /// `exact_match`, the mean with its standard error, BLEU and chrF the corpus's.
     #[arg(
         long,
         env = "RESIDENT_METRIC",
@@ -338,6 +339,11 @@ pub struct GenerateArgs {
         value_delimiter = ','
     )]
     metric: Vec<String>,
+    /// With --metric rouge (or one ROUGE figure), Porter-stem each word of more than three
+    /// letters before ROUGE compares them, as rouge-score's use_stemmer=True does (NLTK's
+    /// stemmer; Hugging Face's summarisation examples report ROUGE so).
+    #[arg(long, env = "RESIDENT_ROUGE_STEMMER")]
+    rouge_stemmer: bool,
     /// What goes between a prompt and its answer (lm-evaluation-harness's
     /// target_delimiter): between each few-shot example's prompt and its answer, and before
     /// each scored choice. Empty by default: end --prompt with the space instead (a scored
@@ -523,6 +529,7 @@ impl GenerateArgs {
             ignore_case: self.ignore_case,
             ignore_punctuation: self.ignore_punctuation,
             metrics: OverlapMetric::from_names(&self.metric).map_err(crate::exit::BadInput)?,
+            rouge_stemmer: self.rouge_stemmer,
         };
         let openai_batch = self.output_format != OutputFormatArg::Generations;
         if let Some(refusal) = spec.refusal(self.score, openai_batch) {

@@ -711,8 +711,10 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             "prompt_tokens_per_second": 1.0, "generated_tokens_per_second": 1.0,
             "reference_records": 2, "exact_match_records": 1, "exact_match": 0.5,
             "exact_match_stderr": 0.5,
-            "overlap_sums": {"rouge1": {"records": 2, "sum": 1.0, "squares": 0.625},
-                             "f1": {"records": 2, "sum": 1.5, "squares": 1.25}},
+            "overlap_sums": {"means": {"rouge1": {"records": 2, "sum": 1.0, "squares": 0.625},
+                                       "f1": {"records": 2, "sum": 1.5, "squares": 1.25}},
+                             "chrf": {"records": 2, "orders": [[4, 4, 2], [0, 0, 0], [0, 0, 0],
+                                                               [0, 0, 0], [0, 0, 0], [0, 0, 0]]}},
         }))
         .unwrap();
         let metrics = task_metrics(&figures);
@@ -724,13 +726,14 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
             [
                 ("exact_match", 0.5, Some(0.5), 2),
                 ("rouge1", 0.5, Some(0.25), 2),
-                ("f1", 0.75, Some(0.25), 2)
+                ("f1", 0.75, Some(0.25), 2),
+                ("chrf", 50.0, None, 2)
             ]
         );
         let mut named = figures.clone();
         named.filters = serde_json::from_value(serde_json::json!({
             "lead": {"reference_records": 2, "exact_match_records": 0, "exact_match": 0.0,
-                     "overlap_sums": {"rougeL": {"records": 2, "sum": 0.5, "squares": 0.125}}},
+                     "overlap_sums": {"means": {"rougeL": {"records": 2, "sum": 0.5, "squares": 0.125}}}},
         }))
         .unwrap();
         let names: Vec<String> = task_metrics(&named).into_iter().map(|m| m.metric).collect();

@@ -1,6 +1,7 @@
 """Overlap figures of generated answers (``metrics=``, ``--metric``) against the packages
-everybody reports them with: Google's rouge-score (what Hugging Face's ``evaluate`` calls) and
-SQuAD's token F1, on summaries the real SmolLM2 writes of real Wikipedia leads."""
+everybody reports them with: Google's rouge-score (what Hugging Face's ``evaluate`` calls),
+with and without its stemmer, SQuAD's token F1 and sacrebleu's BLEU and chrF, on what the
+real SmolLM2 writes of real Wikipedia leads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import string
 
 import pytest
+import sacrebleu
 from rouge_score import rouge_scorer
 
 import resident
@@ -92,8 +94,61 @@ def test_rouge_and_f1_are_rouge_score_s_and_squad_s_and_the_clis(local_cluster, 
         spread = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
         assert report[name] == pytest.approx(mean, abs=1e-12), name
         assert report[f"{name}_stderr"] == pytest.approx(math.sqrt(spread / len(values))), name
-        assert report["overlap_sums"][name]["records"] == 5
+        assert report["overlap_sums"]["means"][name]["records"] == 5
     assert report["reference_records"] == 5
+    # Stemmed (rouge-score's use_stemmer=True): the same generations, rouge-score's figures.
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "stemmed"), prompt, max_new_tokens=48,
+        reference_field="highlights", metrics=["rouge"], rouge_stemmer=True, progress=False,
+    )
+    stemmed = [json.loads(line) for line in open(tmp_path / "stemmed" / "generations.jsonl")]
+    scorer = rouge_scorer.RougeScorer(ROUGE, use_stemmer=True)
+    for line, plain, record in zip(stemmed, py, records):
+        assert line["text"] == plain["text"] and "f1" not in line
+        references = record.get("highlights")
+        if references is not None:
+            references = references if isinstance(references, list) else [references]
+            expected = scorer.score_multi(references, line["text"])
+            for name in ROUGE:
+                assert line[name] == pytest.approx(expected[name].fmeasure, abs=1e-12), line
+
+
+def test_bleu_and_chrf_are_sacrebleu_s_sentence_and_corpus_figures(local_cluster, tmp_path):
+    """Each line's ``bleu`` and ``chrf`` are sacrebleu's ``sentence_bleu`` and
+    ``sentence_chrf`` against all the record's references; the report's, ``corpus_bleu``
+    and ``corpus_chrf`` over every record with references (a varying number of them), also
+    when the records come in several chunks."""
+    records = []
+    for i, record in enumerate(wiki_texts(7)):
+        sentence = re.split(r"(?<=\.) ", record["text"])[0][:300]
+        references = [sentence, sentence.replace(" is ", " was ").replace(",", "")]
+        records.append({"id": record["id"], "text": sentence, "refs": references[: 1 + i % 2]})
+    del records[3]["refs"]
+    corpus = write_corpus(tmp_path / "sentences.jsonl", records)
+    report = local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "out"), "Repeat this sentence exactly: {text}",
+        max_new_tokens=64, reference_field="refs", metrics=["bleu", "chrf"], chunk_size=2,
+        progress=False,
+    )
+    lines = [json.loads(line) for line in open(tmp_path / "out" / "generations.jsonl")]
+    answers, streams = [], [[], []]
+    for line, record in zip(lines, records):
+        references = record.get("refs")
+        if references is None:
+            assert "bleu" not in line and "chrf" not in line, line
+            continue
+        bleu = sacrebleu.sentence_bleu(line["text"], references)
+        chrf = sacrebleu.sentence_chrf(line["text"], references)
+        assert line["bleu"] == pytest.approx(bleu.score, abs=1e-9), (line, bleu)
+        assert line["chrf"] == pytest.approx(chrf.score, abs=1e-9), (line, chrf)
+        answers.append(line["text"])
+        for stream, reference in zip(streams, references + [None]):
+            stream.append(reference)
+    assert len(answers) == 6 and max(line.get("bleu", 0) for line in lines) > 10, lines
+    assert report["bleu"] == pytest.approx(sacrebleu.corpus_bleu(answers, streams).score, abs=1e-9)
+    assert report["chrf"] == pytest.approx(sacrebleu.corpus_chrf(answers, streams).score, abs=1e-9)
+    assert "bleu_stderr" not in report and report["overlap_sums"]["bleu"]["records"] == 6
+    assert report["chunks"]["total"] > 1, report["chunks"]
 
 
 def test_overlap_arguments_that_cannot_work_are_refused_in_words(local_cluster, tmp_path):
@@ -103,8 +158,13 @@ def test_overlap_arguments_that_cannot_work_are_refused_in_words(local_cluster, 
             str(corpus), str(SMOLLM2), str(tmp_path / "a"), "{text}", metrics=["f1"],
             progress=False,
         )
-    with pytest.raises(resident.BadInput, match='"bleu" is not an overlap metric: give rouge'):
+    with pytest.raises(resident.BadInput, match="rouge_stemmer=True stems the words ROUGE"):
         local_cluster.generate_job(
-            str(corpus), str(SMOLLM2), str(tmp_path / "b"), "{text}", metrics=["bleu"],
+            str(corpus), str(SMOLLM2), str(tmp_path / "s"), "{text}", metrics="f1",
+            reference_field="gold", rouge_stemmer=True, progress=False,
+        )
+    with pytest.raises(resident.BadInput, match='"meteor" is not an overlap metric: give rouge'):
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "b"), "{text}", metrics=["meteor"],
             reference_field="gold", progress=False,
         )

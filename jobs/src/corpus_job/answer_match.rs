@@ -17,7 +17,7 @@ use fancy_regex::Regex;
 use serde_json::Value;
 
 use super::answer_spec::{AnswerFlags, AnswerMatchSpec, AnswerRefusal, ExtractMatch};
-use super::text_overlap::{OverlapScores, overlap_scores};
+use super::text_overlap::{OverlapScores, RougeWords, overlap_scores};
 
 /// [`AnswerMatchSpec`] with its patterns compiled.
 #[derive(Clone, Debug)]
@@ -155,7 +155,11 @@ impl AnswerMatch {
         let normalized = &references.normalized;
         let correct = (!normalized.is_empty())
             .then(|| answer.as_ref().is_some_and(|a| normalized.contains(a)));
-        let overlap = overlap_scores(&self.spec.metrics, extracted.as_deref(), references.raw);
+        let words = RougeWords {
+            stemmed: self.spec.rouge_stemmer,
+        };
+        let metrics = &self.spec.metrics;
+        let overlap = overlap_scores(metrics, words, extracted.as_deref(), references.raw);
         let judged = Judgement {
             extracted,
             correct,

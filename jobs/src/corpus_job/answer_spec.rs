@@ -53,6 +53,9 @@ pub struct AnswerMatchSpec {
     /// ROUGE, SQuAD's F1), each once, in the report's order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<OverlapMetric>,
+    /// ROUGE's words Porter-stemmed (`--rouge-stemmer`, `rouge-score`'s `use_stemmer`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rouge_stemmer: bool,
 }
 
 /// One named filter (`--filter NAME=REGEX`, `NAME:last=REGEX` for its last match; an
@@ -129,6 +132,8 @@ pub enum AnswerRefusal {
     ComparedWithoutReference,
     /// Overlap figures, without a reference to score answers against.
     MetricsWithoutReference,
+    /// ROUGE's stemmer, without a ROUGE figure.
+    StemmerWithoutRouge,
     /// Which match of `--extract`, without `--extract`.
     ExtractMatchWithoutExtract,
     /// `--extract` and `--filter` together.
@@ -160,6 +165,8 @@ pub struct AnswerFlags {
     pub ignore_punctuation: &'static str,
     /// The overlap figures.
     pub metric: &'static str,
+    /// Stemming ROUGE's words.
+    pub rouge_stemmer: &'static str,
     /// Asking for scoring.
     pub score: &'static str,
     /// Asking for OpenAI Batch output.
@@ -177,6 +184,7 @@ impl AnswerFlags {
         ignore_case: "--ignore-case",
         ignore_punctuation: "--ignore-punctuation",
         metric: "--metric",
+        rouge_stemmer: "--rouge-stemmer",
         score: "--score",
         openai_batch: "--output-format openai-batch",
     };
@@ -191,6 +199,7 @@ impl AnswerFlags {
         ignore_case: "ignore_case",
         ignore_punctuation: "ignore_punctuation",
         metric: "metrics",
+        rouge_stemmer: "rouge_stemmer=True",
         score: "score=True",
         openai_batch: "output_format=\"openai-batch\"",
     };
@@ -217,6 +226,11 @@ impl AnswerRefusal {
                 "{} scores each generated answer against its record's reference: give \
                  {reference_field} (the field of the reference summary or answers)",
                 flags.metric
+            ),
+            Self::StemmerWithoutRouge => format!(
+                "{} stems the words ROUGE compares: give {} rouge (or rouge1, rouge2, \
+                 rougeL, rougeLsum) too",
+                flags.rouge_stemmer, flags.metric
             ),
             Self::ExtractMatchWithoutExtract => format!(
                 "{extract_match} picks among the matches of {extract}: give {extract} (a \
@@ -261,6 +275,8 @@ impl AnswerMatchSpec {
             AnswerRefusal::ComparedWithoutReference
         } else if !self.metrics.is_empty() && self.reference_field.is_none() {
             AnswerRefusal::MetricsWithoutReference
+        } else if self.rouge_stemmer && !self.metrics.iter().any(|m| m.is_rouge()) {
+            AnswerRefusal::StemmerWithoutRouge
         } else if self.extract_match != ExtractMatch::First && self.extract.is_none() {
             AnswerRefusal::ExtractMatchWithoutExtract
         } else if self.extract.is_some() && !self.filters.is_empty() {
@@ -375,6 +391,14 @@ mod tests {
                 AnswerRefusal::MetricsWithoutReference,
             ),
             (
+                spec(|s| {
+                    s.reference_field = Some("answer".into());
+                    s.metrics = vec![OverlapMetric::F1];
+                    s.rouge_stemmer = true;
+                }),
+                AnswerRefusal::StemmerWithoutRouge,
+            ),
+            (
                 spec(|s| s.extract_match = ExtractMatch::Last),
                 AnswerRefusal::ExtractMatchWithoutExtract,
             ),
@@ -420,6 +444,11 @@ mod tests {
         assert!(
             metrics.starts_with("metrics scores") && metrics.contains("give reference_field"),
             "{metrics}"
+        );
+        let stemmer = AnswerRefusal::StemmerWithoutRouge.message(&AnswerFlags::CLI);
+        assert!(
+            stemmer.starts_with("--rouge-stemmer stems") && stemmer.contains("give --metric rouge"),
+            "{stemmer}"
         );
     }
 }

@@ -448,6 +448,6 @@ mod tests {
         );
         assert!(report["f1_stderr"].is_number() && report["rouge1_stderr"].is_number());
         assert_eq!(report["filters"]["first"]["f1"], (1.0 + f1_second) / 2.0);
-        assert_eq!(report["overlap_sums"]["rouge1"]["records"], 2);
+        assert_eq!(report["overlap_sums"]["means"]["rouge1"]["records"], 2);
     }
 }

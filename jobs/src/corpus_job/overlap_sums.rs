@@ -1,12 +1,15 @@
-//! The sums behind a generate job's mean overlap figures (pure): for each figure asked
-//! for (`--metric`: ROUGE, SQuAD's F1), the records scored, the sum of their figures and
-//! of their squares, so chunks add up in the manifest and the mean's standard error
-//! follows, as [`super::probability_sums`] keeps the right choices' probabilities.
+//! The sums behind a generate job's overlap figures (pure): for each figure the report
+//! gives as a mean (`--metric`: ROUGE, SQuAD's F1), the records scored, the sum of their
+//! figures and of their squares, so chunks add up in the manifest and the mean's standard
+//! error follows, as [`super::probability_sums`] keeps the right choices' probabilities;
+//! for the corpus figures (BLEU, chrF), the records' match statistics summed, from which
+//! `sacrebleu` computes them.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::sacrebleu_figures::{BleuStats, ChrfStats};
 use super::shares::mean_with_stderr;
 use super::text_overlap::{OverlapMetric, OverlapScores};
 
@@ -21,10 +24,19 @@ pub struct MeanSums {
     pub squares: f64,
 }
 
-/// Every figure's sums, by figure (written by its name).
+/// Every figure's sums.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct OverlapSums(BTreeMap<OverlapMetric, MeanSums>);
+pub struct OverlapSums {
+    /// The figures reported as means, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    means: BTreeMap<OverlapMetric, MeanSums>,
+    /// BLEU's statistics, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bleu: Option<BleuStats>,
+    /// chrF's statistics, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chrf: Option<ChrfStats>,
+}
 
 /// The mean figures and their standard errors, as the report writes them beside
 /// `exact_match`: `rouge1`, `rouge1_stderr`, ..., `f1`, `f1_stderr` (absent where not
@@ -69,45 +81,77 @@ pub struct OverlapMeans {
     /// Its standard error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub f1_stderr: Option<f64>,
+    /// The corpus BLEU (0 to 100; no standard error, as `sacrebleu` gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bleu: Option<f64>,
+    /// The corpus chrF (0 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chrf: Option<f64>,
 }
 
 impl OverlapSums {
     /// Whether no record was scored.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.means.is_empty() && self.bleu.is_none() && self.chrf.is_none()
     }
 
     /// Counts one record's figures.
     pub fn add(&mut self, scores: &OverlapScores) {
-        for metric in OverlapMetric::ALL {
+        for metric in OverlapMetric::ALL
+            .into_iter()
+            .filter(|m| !m.is_corpus_figure())
+        {
             if let Some(value) = scores.get(metric).filter(|v| v.is_finite()) {
-                let sums = self.0.entry(metric).or_default();
+                let sums = self.means.entry(metric).or_default();
                 sums.records += 1;
                 sums.sum += value;
                 sums.squares += value * value;
             }
         }
+        if let Some(stats) = &scores.bleu_stats {
+            self.bleu.get_or_insert_default().add(stats);
+        }
+        if let Some(stats) = &scores.chrf_stats {
+            self.chrf.get_or_insert_default().add(stats);
+        }
     }
 
     /// Adds another chunk's sums.
     pub fn absorb(&mut self, other: &OverlapSums) {
-        for (metric, theirs) in &other.0 {
-            let ours = self.0.entry(*metric).or_default();
+        for (metric, theirs) in &other.means {
+            let ours = self.means.entry(*metric).or_default();
             ours.records += theirs.records;
             ours.sum += theirs.sum;
             ours.squares += theirs.squares;
+        }
+        if let Some(stats) = &other.bleu {
+            self.bleu.get_or_insert_default().add(stats);
+        }
+        if let Some(stats) = &other.chrf {
+            self.chrf.get_or_insert_default().add(stats);
         }
     }
 
     /// The records `metric` scored.
     pub fn records(&self, metric: OverlapMetric) -> u64 {
-        self.0.get(&metric).map_or(0, |sums| sums.records)
+        match metric {
+            OverlapMetric::Bleu => self.bleu.map_or(0, |stats| stats.records),
+            OverlapMetric::Chrf => self.chrf.map_or(0, |stats| stats.records),
+            _ => self.means.get(&metric).map_or(0, |sums| sums.records),
+        }
     }
 
-    /// `metric`'s mean and its standard error (`None` where it scored nothing).
+    /// `metric`'s figure and its standard error (`None` where it scored nothing): the
+    /// records' mean, or the corpus's BLEU or chrF (with no error).
     pub fn mean(&self, metric: OverlapMetric) -> Option<(f64, Option<f64>)> {
-        let sums = self.0.get(&metric)?;
-        mean_with_stderr(sums.sum, sums.squares, sums.records)
+        match metric {
+            OverlapMetric::Bleu => self.bleu.map(|stats| (stats.score(false), None)),
+            OverlapMetric::Chrf => self.chrf.map(|stats| (stats.score(), None)),
+            _ => {
+                let sums = self.means.get(&metric)?;
+                mean_with_stderr(sums.sum, sums.squares, sums.records)
+            }
+        }
     }
 
     /// Every mean and standard error.
@@ -126,12 +170,15 @@ impl OverlapSums {
             rouge_lsum_stderr: stderr(RougeLsum),
             f1: mean(F1),
             f1_stderr: stderr(F1),
+            bleu: mean(Bleu),
+            chrf: mean(Chrf),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::text_overlap::{RougeWords, overlap_scores};
     use super::*;
 
     /// Chunks' sums add up to one tally's, survive JSON by name, and give the mean with
@@ -152,7 +199,7 @@ mod tests {
             all.add(&score);
         }
         let json = serde_json::to_value(&one).unwrap();
-        assert_eq!(json["rouge1"]["records"], 1, "{json}");
+        assert_eq!(json["means"]["rouge1"]["records"], 1, "{json}");
         let mut total: OverlapSums = serde_json::from_value(json).unwrap();
         total.absorb(&other);
         assert_eq!(total, all);
@@ -172,5 +219,38 @@ mod tests {
         let report = serde_json::to_value(&means).unwrap();
         assert!(report.get("rougeL").is_none() && report["rouge1_stderr"].is_number());
         assert!(OverlapSums::default().is_empty() && !total.is_empty());
+    }
+
+    /// BLEU and chrF are the corpus's, from the statistics the chunks add up, not the mean
+    /// of the lines' sentence figures; they have no standard error.
+    #[test]
+    fn corpus_figures_come_from_the_summed_statistics() {
+        let references = ["The cat is sitting on the mat.".to_owned()];
+        let metrics = [OverlapMetric::Bleu, OverlapMetric::Chrf];
+        let scored = |answer: &str| {
+            overlap_scores(&metrics, RougeWords::default(), Some(answer), &references).unwrap()
+        };
+        let (first, second) = (scored("The cat sat on the mat."), scored("A cat, on a mat"));
+        let (mut one, mut other) = (OverlapSums::default(), OverlapSums::default());
+        one.add(&first);
+        other.add(&second);
+        let mut total: OverlapSums =
+            serde_json::from_value(serde_json::to_value(&one).unwrap()).unwrap();
+        total.absorb(&other);
+        let mut bleu = first.bleu_stats.unwrap();
+        bleu.add(&second.bleu_stats.unwrap());
+        let mut chrf = first.chrf_stats.unwrap();
+        chrf.add(&second.chrf_stats.unwrap());
+        assert_eq!(
+            total.mean(OverlapMetric::Bleu),
+            Some((bleu.score(false), None))
+        );
+        assert_eq!(total.mean(OverlapMetric::Chrf), Some((chrf.score(), None)));
+        assert_eq!(total.records(OverlapMetric::Bleu), 2);
+        let sentence_mean = (first.bleu.unwrap() + second.bleu.unwrap()) / 2.0;
+        assert_ne!(total.means().bleu, Some(sentence_mean));
+        let report = serde_json::to_value(total.means()).unwrap();
+        assert!(report["chrf"].is_number() && report.get("bleu_stderr").is_none());
+        assert!(total.means.is_empty(), "no mean kept for a corpus figure");
     }
 }

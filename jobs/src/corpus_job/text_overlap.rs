@@ -3,7 +3,9 @@
 //! them (what Hugging Face's `evaluate` and lm-evaluation-harness call), and SQuAD's token
 //! F1 as its official evaluation script computes it (lm-evaluation-harness's SQuAD, DROP
 //! and CoQA `f1`). Each figure is an F-measure in `0..=1`, the best over the record's
-//! references (`rouge-score`'s `score_multi`, SQuAD's max over gold answers).
+//! references (`rouge-score`'s `score_multi`, SQuAD's max over gold answers). BLEU and chrF
+//! (`sacrebleu`'s, 0 to 100, corpus figures) are [`super::sacrebleu_figures`]'; this
+//! module asks for them with the others.
 //!
 //! Written here rather than taken from a crate: the crates that compute ROUGE tokenise
 //! and count otherwise, and a figure that differs from the package everybody reports is
@@ -11,14 +13,19 @@
 //!
 //! ROUGE's words are `rouge-score`'s default tokenizer's: the text lower-cased, every run
 //! of characters other than ASCII letters and digits a separator (so a text in another
-//! script has no words, as there), no stemming. ROUGE-Lsum's sentences are the text's
-//! lines (`rouge-score` without `split_summaries`).
+//! script has no words, as there), and with `--rouge-stemmer` (its `use_stemmer=True`)
+//! each word of more than three letters Porter-stemmed as NLTK stems it
+//! ([`super::porter_stem`]). ROUGE-Lsum's sentences are the text's lines (`rouge-score`
+//! without `split_summaries`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use fancy_regex::Regex;
 use serde::{Deserialize, Serialize};
+
+use super::porter_stem::porter_stem;
+use super::sacrebleu_figures::{BleuStats, ChrfStats};
 
 /// One overlap figure, named as `rouge-score` and lm-evaluation-harness name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -40,6 +47,12 @@ pub enum OverlapMetric {
     /// `an` and `the`, words split at whitespace, counted as bags.
     #[serde(rename = "f1")]
     F1,
+    /// `sacrebleu`'s BLEU (0 to 100): a corpus figure ([`BleuStats`]).
+    #[serde(rename = "bleu")]
+    Bleu,
+    /// `sacrebleu`'s chrF (0 to 100): a corpus figure.
+    #[serde(rename = "chrf")]
+    Chrf,
 }
 
 /// What `rouge` asks for: the four ROUGE figures.
@@ -52,12 +65,14 @@ const ROUGE: [OverlapMetric; 4] = [
 
 impl OverlapMetric {
     /// Every figure, in the report's order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::Rouge1,
         Self::Rouge2,
         Self::RougeL,
         Self::RougeLsum,
         Self::F1,
+        Self::Bleu,
+        Self::Chrf,
     ];
 
     /// Its name.
@@ -68,7 +83,23 @@ impl OverlapMetric {
             Self::RougeL => "rougeL",
             Self::RougeLsum => "rougeLsum",
             Self::F1 => "f1",
+            Self::Bleu => "bleu",
+            Self::Chrf => "chrf",
         }
+    }
+
+    /// Whether the report's figure is the corpus's, from the records' summed statistics
+    /// (BLEU, chrF), rather than the mean of the records' own.
+    pub fn is_corpus_figure(self) -> bool {
+        matches!(self, Self::Bleu | Self::Chrf)
+    }
+
+    /// Whether it is a ROUGE figure (its words stemmed with `--rouge-stemmer`).
+    pub fn is_rouge(self) -> bool {
+        matches!(
+            self,
+            Self::Rouge1 | Self::Rouge2 | Self::RougeL | Self::RougeLsum
+        )
     }
 
     /// The figures `names` ask for (`rouge` is the four ROUGE figures), each once, in
@@ -85,7 +116,8 @@ impl OverlapMetric {
                     None => {
                         return Err(format!(
                             "{name:?} is not an overlap metric: give rouge (rouge1, rouge2, \
-                             rougeL and rougeLsum), one of those, or f1 (SQuAD's token F1)"
+                             rougeL and rougeLsum), one of those, f1 (SQuAD's token F1), \
+                             bleu or chrf (sacrebleu's)"
                         ));
                     }
                 },
@@ -115,6 +147,18 @@ pub struct OverlapScores {
     /// SQuAD's token F1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub f1: Option<f64>,
+    /// Sentence BLEU (`sacrebleu`'s `sentence_bleu`, 0 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bleu: Option<f64>,
+    /// Sentence chrF (`sentence_chrf`, 0 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chrf: Option<f64>,
+    /// The BLEU match statistics the corpus figure sums (not in the line).
+    #[serde(skip)]
+    pub bleu_stats: Option<BleuStats>,
+    /// The chrF match statistics the corpus figure sums (not in the line).
+    #[serde(skip)]
+    pub chrf_stats: Option<ChrfStats>,
 }
 
 impl OverlapScores {
@@ -130,6 +174,8 @@ impl OverlapScores {
             OverlapMetric::RougeL => &self.rouge_l,
             OverlapMetric::RougeLsum => &self.rouge_lsum,
             OverlapMetric::F1 => &self.f1,
+            OverlapMetric::Bleu => &self.bleu,
+            OverlapMetric::Chrf => &self.chrf,
         }
     }
 
@@ -140,14 +186,26 @@ impl OverlapScores {
             OverlapMetric::RougeL => &mut self.rouge_l,
             OverlapMetric::RougeLsum => &mut self.rouge_lsum,
             OverlapMetric::F1 => &mut self.f1,
+            OverlapMetric::Bleu => &mut self.bleu,
+            OverlapMetric::Chrf => &mut self.chrf,
         }
     }
 }
 
+/// How ROUGE's words are read: stemmed or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RougeWords {
+    /// Each word of more than three letters Porter-stemmed (`rouge-score`'s
+    /// `use_stemmer=True`).
+    pub stemmed: bool,
+}
+
 /// Scores `answer` (none found: an empty answer) against `references` by each of
-/// `metrics`, the best over the references; `None` without references.
+/// `metrics`, the best over the references, ROUGE's words read as `words` says; `None`
+/// without references.
 pub fn overlap_scores(
     metrics: &[OverlapMetric],
+    words: RougeWords,
     answer: Option<&str>,
     references: &[String],
 ) -> Option<OverlapScores> {
@@ -156,29 +214,50 @@ pub fn overlap_scores(
     }
     let answer = answer.unwrap_or_default();
     let mut scores = OverlapScores::default();
+    let best = |score: &dyn Fn(&str) -> f64| {
+        let best = references.iter().map(|r| score(r)).fold(0.0, f64::max);
+        Some(best)
+    };
     for &metric in metrics {
-        let score = |reference: &String| match metric {
-            OverlapMetric::Rouge1 => rouge_n(reference, answer, 1),
-            OverlapMetric::Rouge2 => rouge_n(reference, answer, 2),
-            OverlapMetric::RougeL => rouge_l(reference, answer),
-            OverlapMetric::RougeLsum => rouge_lsum(reference, answer),
-            OverlapMetric::F1 => squad_f1(reference, answer),
+        let figure = match metric {
+            OverlapMetric::Rouge1 => best(&|r| rouge_n(words, r, answer, 1)),
+            OverlapMetric::Rouge2 => best(&|r| rouge_n(words, r, answer, 2)),
+            OverlapMetric::RougeL => best(&|r| rouge_l(words, r, answer)),
+            OverlapMetric::RougeLsum => best(&|r| rouge_lsum(words, r, answer)),
+            OverlapMetric::F1 => best(&|r| squad_f1(r, answer)),
+            // Every reference at once: the closest length, each n-gram's most.
+            OverlapMetric::Bleu => {
+                scores.bleu_stats = BleuStats::of(answer, references);
+                scores.bleu_stats.map(|stats| stats.score(true))
+            }
+            // The best reference's statistics.
+            OverlapMetric::Chrf => {
+                scores.chrf_stats = ChrfStats::of(answer, references);
+                scores.chrf_stats.map(|stats| stats.score())
+            }
         };
-        let best = references.iter().map(score).fold(0.0, f64::max);
-        *scores.slot_mut(metric) = Some(best);
+        *scores.slot_mut(metric) = figure;
     }
     Some(scores)
 }
 
-/// `rouge-score`'s default tokenizer: lower-cased, split at every character that is not an
-/// ASCII letter or digit.
-fn rouge_words(text: &str) -> Vec<String> {
-    let lower = text.to_lowercase();
-    lower
-        .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
-        .filter(|word| !word.is_empty())
-        .map(str::to_owned)
-        .collect()
+impl RougeWords {
+    /// `rouge-score`'s default tokenizer: lower-cased, split at every character that is
+    /// not an ASCII letter or digit; stemmed, a word of more than three letters.
+    fn of(self, text: &str) -> Vec<String> {
+        let lower = text.to_lowercase();
+        let words = (lower.split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit())))
+            .filter(|word| !word.is_empty());
+        match self.stemmed {
+            true => words
+                .map(|word| match word.len() > 3 {
+                    true => porter_stem(word),
+                    false => word.to_owned(),
+                })
+                .collect(),
+            false => words.map(str::to_owned).collect(),
+        }
+    }
 }
 
 /// The F-measure of a precision and a recall (0 when both are).
@@ -200,8 +279,8 @@ fn ngram_counts(words: &[String], n: usize) -> HashMap<&[String], u32> {
 }
 
 /// ROUGE-N's F-measure of `answer` against `reference`.
-fn rouge_n(reference: &str, answer: &str, n: usize) -> f64 {
-    let (reference, answer) = (rouge_words(reference), rouge_words(answer));
+fn rouge_n(words: RougeWords, reference: &str, answer: &str, n: usize) -> f64 {
+    let (reference, answer) = (words.of(reference), words.of(answer));
     let (reference, answer) = (ngram_counts(&reference, n), ngram_counts(&answer, n));
     let shared: u32 = (reference.iter())
         .map(|(gram, count)| (*count).min(answer.get(gram).copied().unwrap_or(0)))
@@ -230,8 +309,8 @@ fn lcs_table(a: &[String], b: &[String]) -> Vec<Vec<u32>> {
 }
 
 /// ROUGE-L's F-measure of `answer` against `reference`.
-fn rouge_l(reference: &str, answer: &str) -> f64 {
-    let (reference, answer) = (rouge_words(reference), rouge_words(answer));
+fn rouge_l(words: RougeWords, reference: &str, answer: &str) -> f64 {
+    let (reference, answer) = (words.of(reference), words.of(answer));
     if reference.is_empty() || answer.is_empty() {
         return 0.0;
     }
@@ -264,19 +343,19 @@ fn lcs_positions(reference: &[String], answer: &[String]) -> Vec<usize> {
 }
 
 /// A text's lines (none empty), each as its words.
-fn line_words(text: &str) -> Vec<Vec<String>> {
+fn line_words(words: RougeWords, text: &str) -> Vec<Vec<String>> {
     (text.split('\n'))
         .filter(|line| !line.is_empty())
-        .map(rouge_words)
+        .map(|line| words.of(line))
         .collect()
 }
 
 /// ROUGE-Lsum's F-measure: each reference line's union of longest common subsequences
 /// with the answer's lines, a word counted no more often than both texts have it.
-fn rouge_lsum(reference: &str, answer: &str) -> f64 {
-    let (reference, answer) = (line_words(reference), line_words(answer));
-    let words = |lines: &[Vec<String>]| lines.iter().map(Vec::len).sum::<usize>();
-    let (reference_words, answer_words) = (words(&reference), words(&answer));
+fn rouge_lsum(words: RougeWords, reference: &str, answer: &str) -> f64 {
+    let (reference, answer) = (line_words(words, reference), line_words(words, answer));
+    let count = |lines: &[Vec<String>]| lines.iter().map(Vec::len).sum::<usize>();
+    let (reference_words, answer_words) = (count(&reference), count(&answer));
     if reference_words == 0 || answer_words == 0 {
         return 0.0;
     }
@@ -362,6 +441,8 @@ fn squad_f1(reference: &str, answer: &str) -> f64 {
 mod tests {
     use super::*;
 
+    const PLAIN: RougeWords = RougeWords { stemmed: false };
+
     fn close(got: f64, want: f64) {
         assert!((got - want).abs() < 1e-12, "{got} != {want}");
     }
@@ -374,25 +455,50 @@ mod tests {
             "The quick brown fox jumps over the lazy dog",
             "The quick brown dog jumps on the log.",
         );
-        close(rouge_n(reference, answer, 1), 0.7058823529411765);
-        close(rouge_n(reference, answer, 2), 0.26666666666666666);
-        close(rouge_l(reference, answer), 0.5882352941176471);
-        close(rouge_lsum(reference, answer), 0.5882352941176471);
+        close(rouge_n(PLAIN, reference, answer, 1), 0.7058823529411765);
+        close(rouge_n(PLAIN, reference, answer, 2), 0.26666666666666666);
+        close(rouge_l(PLAIN, reference, answer), 0.5882352941176471);
+        close(rouge_lsum(PLAIN, reference, answer), 0.5882352941176471);
         let (reference, answer) = (
             "police killed the gunman.\nthe gunman shot three people",
             "the gunman was shot by police\npolice killed three people",
         );
-        close(rouge_n(reference, answer, 1), ROUGE1_LINES);
-        close(rouge_n(reference, answer, 2), ROUGE2_LINES);
-        close(rouge_l(reference, answer), ROUGEL_LINES);
-        close(rouge_lsum(reference, answer), ROUGELSUM_LINES);
+        close(rouge_n(PLAIN, reference, answer, 1), ROUGE1_LINES);
+        close(rouge_n(PLAIN, reference, answer, 2), ROUGE2_LINES);
+        close(rouge_l(PLAIN, reference, answer), ROUGEL_LINES);
+        close(rouge_lsum(PLAIN, reference, answer), ROUGELSUM_LINES);
         assert_eq!(
-            rouge_words("It's 3-D, naïve!"),
+            PLAIN.of("It's 3-D, naïve!"),
             ["it", "s", "3", "d", "na", "ve"]
         );
-        close(rouge_n("東京 tower", "東京", 1), 0.0);
-        close(rouge_l("", "anything"), 0.0);
-        close(rouge_lsum("a\n\n", "\n"), 0.0);
+        close(rouge_n(PLAIN, "東京 tower", "東京", 1), 0.0);
+        close(rouge_l(PLAIN, "", "anything"), 0.0);
+        close(rouge_lsum(PLAIN, "a\n\n", "\n"), 0.0);
+    }
+
+    /// With the stemmer (`use_stemmer=True`): `officials`/`official`, `flooding`/`floods`,
+    /// `destroyed`/`destroy`, `houses` meet; words of three letters or fewer stay whole.
+    #[test]
+    fn stemmed_rouge_is_rouge_score_s_with_its_stemmer() {
+        let stemmed = RougeWords { stemmed: true };
+        assert_eq!(
+            stemmed.of("Officials said the flooding destroyed hundreds of houses"),
+            [
+                "offici", "said", "the", "flood", "destroy", "hundr", "of", "hous"
+            ]
+        );
+        let (reference, answer) = (
+            "Officials said the flooding destroyed hundreds of houses",
+            "An official says floods destroy houses",
+        );
+        close(rouge_n(stemmed, reference, answer, 1), 0.5714285714285715);
+        close(rouge_n(stemmed, reference, answer, 2), 0.16666666666666666);
+        close(rouge_l(stemmed, reference, answer), 0.5714285714285715);
+        close(rouge_lsum(stemmed, reference, answer), 0.5714285714285715);
+        close(
+            rouge_n(PLAIN, reference, answer, 1),
+            2.0 * 1.0 / 6.0 * 1.0 / 8.0 / (1.0 / 6.0 + 1.0 / 8.0),
+        );
     }
 
     const ROUGE1_LINES: f64 = 0.7368421052631577;
@@ -423,7 +529,7 @@ mod tests {
             ["rouge1", "rouge2", "rougeL", "rougeLsum", "f1"]
         );
         let references = ["Paris".to_owned(), "the city of Paris".to_owned()];
-        let scores = overlap_scores(&metrics, Some("city of Paris"), &references).unwrap();
+        let scores = overlap_scores(&metrics, PLAIN, Some("city of Paris"), &references).unwrap();
         close(scores.get(OverlapMetric::F1).unwrap(), 1.0);
         close(scores.rouge1.unwrap(), 2.0 * 0.75 / 1.75);
         let json = serde_json::to_value(scores).unwrap();
@@ -432,14 +538,14 @@ mod tests {
             "{json}"
         );
         let f1_only = OverlapMetric::from_names(&["f1"]).unwrap();
-        let none_found = overlap_scores(&f1_only, None, &references).unwrap();
+        let none_found = overlap_scores(&f1_only, PLAIN, None, &references).unwrap();
         assert_eq!(none_found.f1, Some(0.0));
         let only_f1 = serde_json::to_value(none_found).unwrap();
         assert_eq!(only_f1, serde_json::json!({"f1": 0.0}));
-        assert_eq!(overlap_scores(&f1_only, Some("Paris"), &[]), None);
-        let error = OverlapMetric::from_names(&["bleu"]).unwrap_err();
+        assert_eq!(overlap_scores(&f1_only, PLAIN, Some("Paris"), &[]), None);
+        let error = OverlapMetric::from_names(&["meteor"]).unwrap_err();
         assert!(
-            error.contains("\"bleu\" is not") && error.contains("f1"),
+            error.contains("\"meteor\" is not") && error.ends_with("bleu or chrf (sacrebleu's)"),
             "{error}"
         );
     }

@@ -196,6 +196,7 @@ def _answer_check(
     ignore_punctuation: bool,
     filters: Optional[Sequence[str]],
     metrics: Optional[Union[str, Sequence[str]]],
+    rouge_stemmer: bool,
 ) -> Optional[str]:
     """The answer checks of ``generate_job`` as JSON; None when it asks for none."""
     if isinstance(filters, str):
@@ -213,10 +214,11 @@ def _answer_check(
         "ignore_case": ignore_case,
         "ignore_punctuation": ignore_punctuation,
         "metrics": list(metrics or []),
+        "rouge_stemmer": rouge_stemmer,
     }
     default = {
         "extract_match": "first", "filters": [], "ignore": [], "ignore_case": False,
-        "ignore_punctuation": False, "metrics": [],
+        "ignore_punctuation": False, "metrics": [], "rouge_stemmer": False,
     }
     asked = any(value not in (None, default.get(key)) for key, value in check.items())
     return json.dumps(check) if asked else None
@@ -873,6 +875,7 @@ class Cluster:
         gen_prefix: Optional[str] = None,
         filters: Optional[Sequence[str]] = None,
         metrics: Optional[Union[str, Sequence[str]]] = None,
+        rouge_stemmer: bool = False,
         limit: Optional[Union[int, float]] = None,
         limit_by: Optional[str] = None,
         selector: Optional[Mapping[str, str]] = None,
@@ -942,11 +945,13 @@ class Cluster:
         several named regexes in place of ``extract``: each line's and the report's
         ``filters`` hold each one's answer and figures by name, the first also giving
         ``extracted`` and ``exact_match``. ``metrics`` (``["rouge", "f1"]`` or
-        ``"rouge,f1"``, ``--metric``) also scores each answer by its words' overlap with the
+        ``"rouge,f1"``, ``--metric``) also scores each answer by its overlap with the
         reference, the best over a list: ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``
         as the rouge-score package computes them (``rouge``: all four), SQuAD's token
-        ``f1``; each line has them beside ``correct``, the report their means and
-        ``_stderr`` beside ``exact_match``. With ``reference_field``, ``fewshot_input``
+        ``f1``, sacrebleu's ``bleu`` and ``chrf`` (0 to 100); each line has them beside
+        ``correct``, the report their means and ``_stderr`` beside ``exact_match`` (BLEU
+        and chrF: the corpus's); ``rouge_stemmer=True`` Porter-stems ROUGE's
+        words as rouge-score's ``use_stemmer=True`` (``--rouge-stemmer``). With ``reference_field``, ``fewshot_input``
         examples are answered by that field. ``target_delimiter`` goes between each example's
         prompt and its answer and before each scored choice (``--target-delimiter``).
         ``gen_prefix`` starts every answer (``--gen-prefix``, lm-evaluation-harness's
@@ -990,7 +995,7 @@ class Cluster:
                 description, fewshot_seed,
                 _answer_check(
                     reference_field, extract, extract_match, ignore_regex, ignore_case,
-                    ignore_punctuation, filters, metrics,
+                    ignore_punctuation, filters, metrics, rouge_stemmer,
                 ),
                 target_delimiter, _limit(limit, limit_by), _pool_key,
                 json.dumps(_placement(selector, s3_endpoint, price)),

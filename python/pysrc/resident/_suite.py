@@ -99,6 +99,7 @@ SWITCHES: dict[str, str] = {
     "--choices-as-contexts": "choices_as_contexts",
     "--ignore-case": "ignore_case",
     "--ignore-punctuation": "ignore_punctuation",
+    "--rouge-stemmer": "rouge_stemmer",
     "--score-first-token": "score_first_token",
     "--ignore-eos": "ignore_eos",
     "--enforce-eager": "enforce_eager",

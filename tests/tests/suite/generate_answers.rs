@@ -771,7 +771,7 @@ fn answer_flags_that_cannot_go_together_are_refused() {
         &[json!({"id": 1, "text": "q", "choices": ["a", "b"], "answer": 0, "cot": "a"})],
     );
     let dev = dev.to_str().unwrap();
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["--fewshot-answer-field", "cot"],
             "--fewshot-answer-field pick and write each record's examples from \
@@ -835,9 +835,19 @@ fn answer_flags_that_cannot_go_together_are_refused() {
              --reference-field",
         ),
         (
-            &["--reference-field", "answer", "--metric", "rouge,bleu"],
-            "\"bleu\" is not an overlap metric: give rouge (rouge1, rouge2, rougeL and \
-             rougeLsum), one of those, or f1",
+            &[
+                "--reference-field",
+                "answer",
+                "--metric",
+                "f1",
+                "--rouge-stemmer",
+            ],
+            "--rouge-stemmer stems the words ROUGE compares: give --metric rouge",
+        ),
+        (
+            &["--reference-field", "answer", "--metric", "rouge,meteor"],
+            "\"meteor\" is not an overlap metric: give rouge (rouge1, rouge2, rougeL and \
+             rougeLsum), one of those, f1 (SQuAD's token F1), bleu or chrf",
         ),
         (
             &[
