@@ -522,6 +522,7 @@ flags = ["--input", "gsm8k.jsonl", "--reference-field", "answer"]
                 "winogrande",
                 "truthfulqa-mc2",
                 "lambada",
+                "cnn-dailymail",
                 "wikitext"
             ]
         );

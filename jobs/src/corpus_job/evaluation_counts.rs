@@ -232,8 +232,8 @@ pub struct AnswerShares {
     /// The standard error of `exact_match_majority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact_match_majority_stderr: Option<f64>,
-    /// The (first) generated answers' mean overlap figures (`rouge1`, ..., `f1`) and
-    /// their standard errors.
+    /// The (first) generated answers' overlap figures: the means of `rouge1`, ..., `f1`
+    /// with their standard errors, and the corpus's `bleu` and `chrf`.
     #[serde(flatten)]
     pub overlap: OverlapMeans,
 }
@@ -325,7 +325,11 @@ impl EvaluationCounts {
         };
         let correct = self.answers.add(first);
         if let (Some(correct), Some(group)) = (correct, group) {
-            self.groups.entry(group).or_default().add(correct, None);
+            let counts = self.groups.entry(group).or_default();
+            counts.add(correct, None);
+            if let Some(overlap) = first.samples.first().and_then(|j| j.overlap.as_ref()) {
+                counts.overlap_sums.add(overlap);
+            }
         }
         if first.filter.is_some() {
             for answers in std::iter::once(first).chain(named) {

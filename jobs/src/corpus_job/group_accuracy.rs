@@ -2,19 +2,21 @@
 //! per-subject table): each group's counts as chunks come in, and the report's figures,
 //! with the mean over groups beside the job's accuracy over records. A scoring job counts
 //! its likeliest choices, plain and per character; a generating job its exact matches
-//! (`answer_match.rs`), which have no per-character measure.
+//! (`answer_match.rs`), which have no per-character measure, and its answers' overlap
+//! figures (`--metric`: ROUGE, F1, BLEU, chrF) by group too.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::overlap_sums::{OverlapMeans, OverlapSums};
 use super::probability_sums::ProbabilitySums;
 use super::reader::Kept;
 use super::shares::{mean_stderr, share_stderr};
 
 /// One group's records that named their answer, and how many the model got right.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupCounts {
     /// The group's records that named their answer.
     pub answered_records: u64,
@@ -28,6 +30,9 @@ pub struct GroupCounts {
     /// TruthfulQA MC2's figure and calibration, by group.
     #[serde(flatten)]
     pub probabilities: ProbabilitySums,
+    /// The group's generated answers' overlap figures, summed (`--metric`).
+    #[serde(default, skip_serializing_if = "OverlapSums::is_empty")]
+    pub overlap_sums: OverlapSums,
 }
 
 impl GroupCounts {
@@ -49,6 +54,7 @@ impl GroupCounts {
             *self.correct_normalized_records.get_or_insert(0) += normalized;
         }
         self.probabilities.absorb(&other.probabilities);
+        self.overlap_sums.absorb(&other.overlap_sums);
     }
 }
 
@@ -81,6 +87,9 @@ pub struct GroupFigures {
     /// Its standard error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brier_score_stderr: Option<f64>,
+    /// The group's overlap figures (`rouge1`, `rouge1_stderr`, ..., `bleu`, `chrf`).
+    #[serde(flatten)]
+    pub overlap: OverlapMeans,
 }
 
 /// The report's `accuracy_by_group`.
@@ -143,14 +152,15 @@ pub fn accuracy_by_group(
     let groups: BTreeMap<String, GroupFigures> = groups
         .iter()
         .filter(|(_, counts)| counts.answered_records > 0)
-        .map(|(group, &counts)| {
+        .map(|(group, counts)| {
             let share = |records: u64| records as f64 / counts.answered_records as f64;
             let stderr = |records: u64| share_stderr(records, counts.answered_records);
             let (answer_probability, answer_probability_stderr) =
                 split(counts.probabilities.answer_probability());
             let (brier_score, brier_score_stderr) = split(counts.probabilities.brier_score());
             let figures = GroupFigures {
-                counts,
+                overlap: counts.overlap_sums.means(),
+                counts: counts.clone(),
                 accuracy: share(counts.correct_records),
                 accuracy_normalized: counts.correct_normalized_records.map(share),
                 accuracy_stderr: stderr(counts.correct_records),
@@ -294,8 +304,8 @@ mod tests {
         close(figures.mean_answer_probability, (0.7 + 0.2) / 2.0);
         close(figures.mean_brier_score, (0.26 + 1.28) / 2.0);
         assert_eq!(figures.mean_answer_probability_stderr, None);
-        let mut twice = groups["a"];
-        twice.absorb(groups["a"]);
+        let mut twice = groups["a"].clone();
+        twice.absorb(groups["a"].clone());
         let (once, twice) = (groups["a"].probabilities, twice.probabilities);
         assert_eq!(
             (twice.answer_probability_records, twice.brier_records),
@@ -314,6 +324,50 @@ mod tests {
         let stored: GroupCounts =
             serde_json::from_value(json!({"answered_records": 2, "correct_records": 1})).unwrap();
         assert_eq!(stored.probabilities, ProbabilitySums::default());
+    }
+
+    /// Generated answers' overlap figures by group: each group's mean and error of its own
+    /// records' figures, BLEU the group's corpus figure; chunks add up.
+    #[test]
+    fn each_group_has_its_answers_overlap_figures() {
+        use super::super::text_overlap::{OverlapMetric, RougeWords, overlap_scores};
+        let metrics = [OverlapMetric::Rouge1, OverlapMetric::Bleu];
+        let reference = ["the storm hit the coast".to_owned()];
+        let mut groups: BTreeMap<String, GroupCounts> = BTreeMap::new();
+        let mut rouge = BTreeMap::<&str, Vec<f64>>::new();
+        for (group, answer) in [
+            ("news", "the storm hit the coast"),
+            ("news", "a storm hit"),
+            ("sport", "a team won"),
+        ] {
+            let scores =
+                overlap_scores(&metrics, RougeWords::default(), Some(answer), &reference).unwrap();
+            rouge.entry(group).or_default().push(scores.rouge1.unwrap());
+            let counts = groups.entry(group.into()).or_default();
+            counts.add(false, None);
+            counts.overlap_sums.add(&scores);
+        }
+        let stored = serde_json::to_value(&groups["news"]).unwrap();
+        let mut news: GroupCounts = serde_json::from_value(stored).unwrap();
+        news.absorb(GroupCounts::default());
+        assert_eq!(news, groups["news"], "kept whole through the manifest");
+        let figures = accuracy_by_group("section", &groups).unwrap();
+        let news = &figures.groups["news"];
+        let values = &rouge["news"];
+        let (sum, squares) = (values[0] + values[1], values[0].powi(2) + values[1].powi(2));
+        let (mean, stderr) = mean_with_stderr(sum, squares, 2).unwrap();
+        assert_eq!(
+            (news.overlap.rouge1, news.overlap.rouge1_stderr),
+            (Some(mean), stderr)
+        );
+        assert_eq!(figures.groups["sport"].overlap.rouge1, Some(0.0));
+        assert_eq!(figures.groups["sport"].overlap.bleu, Some(0.0));
+        assert!(news.overlap.bleu.unwrap() > 50.0, "{news:?}");
+        let report = serde_json::to_value(&figures).unwrap();
+        assert!(
+            report["groups"]["news"]["rouge1_stderr"].is_number(),
+            "{report}"
+        );
     }
 
     /// Generated answers' groups have no per-character figures, in the report either.

@@ -106,7 +106,7 @@ pub use record_limit::RecordLimit;
 pub use report::{JobReport, PriceTable};
 pub use resident_sdk::{Prompt, WindowSplit, Windows};
 pub use sacrebleu_figures::{BleuStats, ChrfStats};
-pub use text_overlap::{OverlapMetric, OverlapScores};
+pub use text_overlap::{OverlapMetric, OverlapScores, RougeWords, overlap_scores};
 pub use vectors::QuantizationRanges;
 
 /// Runs `resident embed` on `cluster` and returns its report (also written to

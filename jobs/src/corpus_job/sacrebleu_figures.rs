@@ -180,19 +180,22 @@ impl BleuStats {
     }
 }
 
-/// A segment's character n-grams of orders 1 to [`CHRF_ORDER`], whitespace removed.
-fn char_ngrams(segment: &str) -> Vec<HashMap<String, u64>> {
-    let joined: String = segment.split_whitespace().collect();
-    let starts: Vec<usize> = (joined.char_indices().map(|(at, _)| at))
-        .chain([joined.len()])
+/// A segment without its whitespace (chrF's default reads characters so).
+fn without_whitespace(segment: &str) -> String {
+    segment.split_whitespace().collect()
+}
+
+/// The character n-grams of orders 1 to [`CHRF_ORDER`] of `text`, counted.
+fn char_ngrams(text: &str) -> Vec<HashMap<&str, u64>> {
+    let starts: Vec<usize> = (text.char_indices().map(|(at, _)| at))
+        .chain([text.len()])
         .collect();
     let chars = starts.len() - 1;
     let mut orders = Vec::with_capacity(CHRF_ORDER);
     for n in 1..=CHRF_ORDER {
-        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut counts: HashMap<&str, u64> = HashMap::new();
         for first in 0..(chars + 1).saturating_sub(n) {
-            let gram = &joined[starts[first]..starts[first + n]];
-            *counts.entry(gram.to_owned()).or_insert(0) += 1;
+            *counts.entry(&text[starts[first]..starts[first + n]]).or_insert(0) += 1;
         }
         orders.push(counts);
     }
@@ -203,10 +206,12 @@ impl ChrfStats {
     /// `answer`'s statistics against the one of `references` it scores best on (the first
     /// of equals; none: `None`).
     pub fn of(answer: &str, references: &[String]) -> Option<Self> {
-        let answer_grams = char_ngrams(answer);
+        let answer = without_whitespace(answer);
+        let answer_grams = char_ngrams(&answer);
         let mut best: Option<(f64, Self)> = None;
         for reference in references {
-            let reference_grams = char_ngrams(reference);
+            let reference = without_whitespace(reference);
+            let reference_grams = char_ngrams(&reference);
             let mut stats = Self {
                 records: 1,
                 ..Self::default()
