@@ -443,6 +443,20 @@ mod tests {
 
     const PLAIN: RougeWords = RougeWords { stemmed: false };
 
+    /// ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum of `answer` against `reference`, each
+    /// close to `want`'s.
+    fn assert_rouge(words: RougeWords, reference: &str, answer: &str, want: [f64; 4]) {
+        let got = [
+            rouge_n(words, reference, answer, 1),
+            rouge_n(words, reference, answer, 2),
+            rouge_l(words, reference, answer),
+            rouge_lsum(words, reference, answer),
+        ];
+        for (got, want) in got.into_iter().zip(want) {
+            close(got, want);
+        }
+    }
+
     fn close(got: f64, want: f64) {
         assert!((got - want).abs() < 1e-12, "{got} != {want}");
     }
@@ -455,18 +469,14 @@ mod tests {
             "The quick brown fox jumps over the lazy dog",
             "The quick brown dog jumps on the log.",
         );
-        close(rouge_n(PLAIN, reference, answer, 1), 0.7058823529411765);
-        close(rouge_n(PLAIN, reference, answer, 2), 0.26666666666666666);
-        close(rouge_l(PLAIN, reference, answer), 0.5882352941176471);
-        close(rouge_lsum(PLAIN, reference, answer), 0.5882352941176471);
+        let figures = [0.7058823529411765, 0.26666666666666666, 0.5882352941176471];
+        assert_rouge(PLAIN, reference, answer, [figures[0], figures[1], figures[2], figures[2]]);
         let (reference, answer) = (
             "police killed the gunman.\nthe gunman shot three people",
             "the gunman was shot by police\npolice killed three people",
         );
-        close(rouge_n(PLAIN, reference, answer, 1), ROUGE1_LINES);
-        close(rouge_n(PLAIN, reference, answer, 2), ROUGE2_LINES);
-        close(rouge_l(PLAIN, reference, answer), ROUGEL_LINES);
-        close(rouge_lsum(PLAIN, reference, answer), ROUGELSUM_LINES);
+        let (one, two, whole) = (0.7368421052631577, 0.35294117647058826, 0.5263157894736842);
+        assert_rouge(PLAIN, reference, answer, [one, two, whole, one]);
         assert_eq!(
             PLAIN.of("It's 3-D, naïve!"),
             ["it", "s", "3", "d", "na", "ve"]
@@ -491,20 +501,13 @@ mod tests {
             "Officials said the flooding destroyed hundreds of houses",
             "An official says floods destroy houses",
         );
-        close(rouge_n(stemmed, reference, answer, 1), 0.5714285714285715);
-        close(rouge_n(stemmed, reference, answer, 2), 0.16666666666666666);
-        close(rouge_l(stemmed, reference, answer), 0.5714285714285715);
-        close(rouge_lsum(stemmed, reference, answer), 0.5714285714285715);
+        let (one, two) = (0.5714285714285715, 0.16666666666666666);
+        assert_rouge(stemmed, reference, answer, [one, two, one, one]);
         close(
             rouge_n(PLAIN, reference, answer, 1),
             2.0 * 1.0 / 6.0 * 1.0 / 8.0 / (1.0 / 6.0 + 1.0 / 8.0),
         );
     }
-
-    const ROUGE1_LINES: f64 = 0.7368421052631577;
-    const ROUGE2_LINES: f64 = 0.35294117647058826;
-    const ROUGEL_LINES: f64 = 0.5263157894736842;
-    const ROUGELSUM_LINES: f64 = 0.7368421052631577;
 
     /// SQuAD's official script's figures: articles and punctuation dropped, bags of words,
     /// empty answers.
