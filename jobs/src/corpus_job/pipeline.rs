@@ -208,9 +208,8 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                         self.work.min_chunk_records(self.config.gpus() > 0.0),
                     );
                     let reasoning = format!(
-                        "probing: {} chunks of {} records first, whose timings size the rest",
-                        schedule.probe_indexes(total_docs).end,
-                        schedule.probe_size
+                        "probing: {} first, whose timings size the rest",
+                        schedule.probes(total_docs)
                     );
                     manifest.chunk_schedule = Some(schedule);
                     reasoning
@@ -227,8 +226,8 @@ impl<'a, W: ChunkWork> Job<'a, W> {
                 })?;
             }
             format!(
-                "resumed with the earlier run's chunk schedule (body chunks of {})",
-                manifest.chunk_size
+                "resumed with the earlier run's chunk schedule ({})",
+                manifest.schedule().describe(total_docs)
             )
         };
         tracing::info!(chunk_size = manifest.chunk_size, %reasoning, "chunk plan");

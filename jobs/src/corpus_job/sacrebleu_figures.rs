@@ -195,7 +195,9 @@ fn char_ngrams(text: &str) -> Vec<HashMap<&str, u64>> {
     for n in 1..=CHRF_ORDER {
         let mut counts: HashMap<&str, u64> = HashMap::new();
         for first in 0..(chars + 1).saturating_sub(n) {
-            *counts.entry(&text[starts[first]..starts[first + n]]).or_insert(0) += 1;
+            *counts
+                .entry(&text[starts[first]..starts[first + n]])
+                .or_insert(0) += 1;
         }
         orders.push(counts);
     }

@@ -72,6 +72,26 @@ impl ChunkSchedule {
         }
     }
 
+    /// The probe chunks a corpus of `total_docs` has, in words: "2 probe chunks of 128
+    /// records".
+    pub fn probes(&self, total_docs: u64) -> String {
+        match self.probe_indexes(total_docs).end {
+            1 => format!("1 probe chunk of {} records", self.probe_size),
+            count => format!("{count} probe chunks of {} records", self.probe_size),
+        }
+    }
+
+    /// The schedule in words, for a resumed job's plan: `total_docs` decide how many of the
+    /// probes the corpus holds.
+    pub fn describe(&self, total_docs: u64) -> String {
+        let probes = self.probes(total_docs);
+        match (self.probe_chunks, self.body_size) {
+            (0, size) => format!("chunks of {}", size.unwrap_or(self.probe_size)),
+            (_, Some(body)) => format!("{probes}, then chunks of {body}"),
+            (_, None) => format!("{probes}; the rest sized by their timings"),
+        }
+    }
+
     /// Whether the body's size is known.
     pub fn is_planned(&self) -> bool {
         self.body_size.is_some()
@@ -208,6 +228,23 @@ mod tests {
                 NextChunk::NeedsPlan => panic!("unplanned"),
             }
         }
+    }
+
+    /// A resumed job says which schedule it kept: a fixed size, probes with the body
+    /// planned from them, or probes alone (a corpus they held whole).
+    #[test]
+    fn a_schedule_describes_itself() {
+        assert_eq!(ChunkSchedule::uniform(64).describe(1_000), "chunks of 64");
+        let mut probing = ChunkSchedule::probing(3, 1, 0);
+        assert_eq!(
+            probing.describe(3),
+            format!(
+                "1 probe chunk of {} records; the rest sized by their timings",
+                probing.probe_size
+            )
+        );
+        probing.plan_body(500, 10);
+        assert!(probing.describe(10_000).ends_with("then chunks of 500"));
     }
 
     #[test]

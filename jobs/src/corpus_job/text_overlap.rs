@@ -470,7 +470,12 @@ mod tests {
             "The quick brown dog jumps on the log.",
         );
         let figures = [0.7058823529411765, 0.26666666666666666, 0.5882352941176471];
-        assert_rouge(PLAIN, reference, answer, [figures[0], figures[1], figures[2], figures[2]]);
+        assert_rouge(
+            PLAIN,
+            reference,
+            answer,
+            [figures[0], figures[1], figures[2], figures[2]],
+        );
         let (reference, answer) = (
             "police killed the gunman.\nthe gunman shot three people",
             "the gunman was shot by police\npolice killed three people",

@@ -506,16 +506,23 @@ fn assert_chunks_follow_the_schedule(manifest: &Value, docs: u64) {
 async fn a_planned_job_killed_in_its_body_resumes_on_the_same_chunks() {
     // One actor, 300 documents: two probe chunks, the plan (recorded in manifest.json),
     // then the body. The kill comes while the first body chunk is journaled.
+    let body = std::cell::Cell::new(0);
     let report =
         kill_9_with_flags_at_then_resume(&["--replicas", "1"], 300, "journal-append:3", 2, |out| {
             let manifest = read_json(&out.join("manifest.json"));
             let schedule = &manifest["chunk_schedule"];
             assert_eq!(schedule["probe_chunks"], 2, "{manifest}");
-            assert!(schedule["body_size"].as_u64().unwrap() > 0, "{manifest}");
+            body.set(schedule["body_size"].as_u64().unwrap());
+            assert!(body.get() > 0, "{manifest}");
         })
         .await;
     let plan = report["chunks"]["plan"].as_str().unwrap();
-    assert!(plan.contains("resumed"), "{plan}");
+    let body = body.get();
+    assert!(
+        plan.starts_with("resumed with the earlier run's chunk schedule (2 probe chunks of ")
+            && plan.ends_with(&format!(", then chunks of {body})")),
+        "{plan}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
