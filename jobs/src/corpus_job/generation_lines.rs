@@ -77,7 +77,7 @@ struct FilterLine<'a> {
 
 /// A generated answer as the line spells it: `extracted` (null when the filter found
 /// none), and `correct` when the record has a reference, with the overlap figures asked
-/// for (`rouge1`, ..., `f1`) beside it.
+/// for (`rouge1`, ..., `chrf`) beside it.
 #[derive(Serialize)]
 struct AnswerLine<'a> {
     extracted: Option<&'a str>,
