@@ -218,12 +218,25 @@ pub fn overlap_scores(
         let best = references.iter().map(|r| score(r)).fold(0.0, f64::max);
         Some(best)
     };
+    // Each text read into ROUGE's words once, for every ROUGE figure asked.
+    let rouge = metrics.iter().any(|m| m.is_rouge()).then(|| {
+        let references: Vec<RougeText> = references.iter().map(|r| words.read(r)).collect();
+        (words.read(answer), references)
+    });
+    let best_rouge = |score: fn(&RougeText, &RougeText) -> f64| {
+        let (answer, references) = rouge.as_ref().expect("read for a ROUGE figure");
+        let best = references
+            .iter()
+            .map(|r| score(r, answer))
+            .fold(0.0, f64::max);
+        Some(best)
+    };
     for &metric in metrics {
         let figure = match metric {
-            OverlapMetric::Rouge1 => best(&|r| rouge_n(words, r, answer, 1)),
-            OverlapMetric::Rouge2 => best(&|r| rouge_n(words, r, answer, 2)),
-            OverlapMetric::RougeL => best(&|r| rouge_l(words, r, answer)),
-            OverlapMetric::RougeLsum => best(&|r| rouge_lsum(words, r, answer)),
+            OverlapMetric::Rouge1 => best_rouge(|r, a| rouge_n(r, a, 1)),
+            OverlapMetric::Rouge2 => best_rouge(|r, a| rouge_n(r, a, 2)),
+            OverlapMetric::RougeL => best_rouge(rouge_l),
+            OverlapMetric::RougeLsum => best_rouge(rouge_lsum),
             OverlapMetric::F1 => best(&|r| squad_f1(r, answer)),
             // Every reference at once: the closest length, each n-gram's most.
             OverlapMetric::Bleu => {
@@ -241,7 +254,28 @@ pub fn overlap_scores(
     Some(scores)
 }
 
+/// A text as ROUGE reads it: its words, and its lines' words (ROUGE-Lsum's sentences).
+struct RougeText {
+    /// Every word, in order.
+    words: Vec<String>,
+    /// Each line's words (empty lines left out).
+    lines: Vec<Vec<String>>,
+}
+
 impl RougeWords {
+    /// `text`'s words and lines' words. A line break separates words, so the text's words
+    /// are its lines' words one after the other.
+    fn read(self, text: &str) -> RougeText {
+        let lines: Vec<Vec<String>> = (text.split('\n'))
+            .filter(|line| !line.is_empty())
+            .map(|line| self.of(line))
+            .collect();
+        RougeText {
+            words: lines.concat(),
+            lines,
+        }
+    }
+
     /// `rouge-score`'s default tokenizer: lower-cased, split at every character that is
     /// not an ASCII letter or digit; stemmed, a word of more than three letters.
     fn of(self, text: &str) -> Vec<String> {
@@ -279,9 +313,11 @@ fn ngram_counts(words: &[String], n: usize) -> HashMap<&[String], u32> {
 }
 
 /// ROUGE-N's F-measure of `answer` against `reference`.
-fn rouge_n(words: RougeWords, reference: &str, answer: &str, n: usize) -> f64 {
-    let (reference, answer) = (words.of(reference), words.of(answer));
-    let (reference, answer) = (ngram_counts(&reference, n), ngram_counts(&answer, n));
+fn rouge_n(reference: &RougeText, answer: &RougeText, n: usize) -> f64 {
+    let (reference, answer) = (
+        ngram_counts(&reference.words, n),
+        ngram_counts(&answer.words, n),
+    );
     let shared: u32 = (reference.iter())
         .map(|(gram, count)| (*count).min(answer.get(gram).copied().unwrap_or(0)))
         .sum();
@@ -309,12 +345,12 @@ fn lcs_table(a: &[String], b: &[String]) -> Vec<Vec<u32>> {
 }
 
 /// ROUGE-L's F-measure of `answer` against `reference`.
-fn rouge_l(words: RougeWords, reference: &str, answer: &str) -> f64 {
-    let (reference, answer) = (words.of(reference), words.of(answer));
+fn rouge_l(reference: &RougeText, answer: &RougeText) -> f64 {
+    let (reference, answer) = (&reference.words, &answer.words);
     if reference.is_empty() || answer.is_empty() {
         return 0.0;
     }
-    let common = f64::from(lcs_table(&reference, &answer)[reference.len()][answer.len()]);
+    let common = f64::from(lcs_table(reference, answer)[reference.len()][answer.len()]);
     f_measure(
         common / answer.len() as f64,
         common / reference.len() as f64,
@@ -342,20 +378,11 @@ fn lcs_positions(reference: &[String], answer: &[String]) -> Vec<usize> {
     positions
 }
 
-/// A text's lines (none empty), each as its words.
-fn line_words(words: RougeWords, text: &str) -> Vec<Vec<String>> {
-    (text.split('\n'))
-        .filter(|line| !line.is_empty())
-        .map(|line| words.of(line))
-        .collect()
-}
-
 /// ROUGE-Lsum's F-measure: each reference line's union of longest common subsequences
 /// with the answer's lines, a word counted no more often than both texts have it.
-fn rouge_lsum(words: RougeWords, reference: &str, answer: &str) -> f64 {
-    let (reference, answer) = (line_words(words, reference), line_words(words, answer));
-    let count = |lines: &[Vec<String>]| lines.iter().map(Vec::len).sum::<usize>();
-    let (reference_words, answer_words) = (count(&reference), count(&answer));
+fn rouge_lsum(reference: &RougeText, answer: &RougeText) -> f64 {
+    let (reference_words, answer_words) = (reference.words.len(), answer.words.len());
+    let (reference, answer) = (&reference.lines, &answer.lines);
     if reference_words == 0 || answer_words == 0 {
         return 0.0;
     }
@@ -366,9 +393,9 @@ fn rouge_lsum(words: RougeWords, reference: &str, answer: &str) -> f64 {
         }
         counts
     };
-    let (mut left_in_reference, mut left_in_answer) = (counts(&reference), counts(&answer));
+    let (mut left_in_reference, mut left_in_answer) = (counts(reference), counts(answer));
     let mut hits = 0u32;
-    for line in &reference {
+    for line in reference {
         let mut union: Vec<usize> = (answer.iter())
             .flat_map(|answer_line| lcs_positions(line, answer_line))
             .collect();
@@ -446,11 +473,12 @@ mod tests {
     /// ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum of `answer` against `reference`, each
     /// close to `want`'s.
     fn assert_rouge(words: RougeWords, reference: &str, answer: &str, want: [f64; 4]) {
+        let (reference, answer) = (words.read(reference), words.read(answer));
         let got = [
-            rouge_n(words, reference, answer, 1),
-            rouge_n(words, reference, answer, 2),
-            rouge_l(words, reference, answer),
-            rouge_lsum(words, reference, answer),
+            rouge_n(&reference, &answer, 1),
+            rouge_n(&reference, &answer, 2),
+            rouge_l(&reference, &answer),
+            rouge_lsum(&reference, &answer),
         ];
         for (got, want) in got.into_iter().zip(want) {
             close(got, want);
@@ -486,9 +514,14 @@ mod tests {
             PLAIN.of("It's 3-D, naïve!"),
             ["it", "s", "3", "d", "na", "ve"]
         );
-        close(rouge_n(PLAIN, "東京 tower", "東京", 1), 0.0);
-        close(rouge_l(PLAIN, "", "anything"), 0.0);
-        close(rouge_lsum(PLAIN, "a\n\n", "\n"), 0.0);
+        let read = |text: &str| PLAIN.read(text);
+        close(rouge_n(&read("東京 tower"), &read("東京"), 1), 0.0);
+        close(rouge_l(&read(""), &read("anything")), 0.0);
+        close(rouge_lsum(&read("a\n\n"), &read("\n")), 0.0);
+        assert_eq!(
+            read("The cat\n\nsat, down").words,
+            ["the", "cat", "sat", "down"]
+        );
     }
 
     /// With the stemmer (`use_stemmer=True`): `officials`/`official`, `flooding`/`floods`,
@@ -509,7 +542,7 @@ mod tests {
         let (one, two) = (0.5714285714285715, 0.16666666666666666);
         assert_rouge(stemmed, reference, answer, [one, two, one, one]);
         close(
-            rouge_n(PLAIN, reference, answer, 1),
+            rouge_n(&PLAIN.read(reference), &PLAIN.read(answer), 1),
             2.0 * 1.0 / 6.0 * 1.0 / 8.0 / (1.0 / 6.0 + 1.0 / 8.0),
         );
     }
