@@ -6,8 +6,8 @@ use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
     EngineSettings, ExtractMatch, FewshotAsked, FewshotFlags, FewshotSampling, FewshotSource,
-    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, OverlapMetric,
-    PromptTemplate, run_generate_job,
+    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, KeptColumn,
+    OverlapMetric, PromptTemplate, run_generate_job,
 };
 use resident_models::generate::chat::ChatTemplate;
 
@@ -85,6 +85,13 @@ pub struct GenerateArgs {
         default_value = "generations"
     )]
     output_format: OutputFormatArg,
+    /// Input fields written into each line of generations.jsonl after its id, as the input
+    /// has them (text, number, list or object; null where a record lacks one):
+    /// `title,url`, a path `meta.url`, or FIELD=NAME to write one under another name
+    /// (`text=article`: the record's text beside the completion, which is the line's
+    /// `text`). A name the line has for itself is refused.
+    #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',', value_parser = KeptColumn::parse)]
+    keep_columns: Vec<KeptColumn>,
     /// Print the first N records' prompts as the model will read them, with their token
     /// counts (with --score, the text's tokens scored and the windows they take), and exit
     /// without running anything (the model's tokenizer is read from a local --model path).
@@ -498,6 +505,7 @@ impl GenerateArgs {
         if let Some(spec) = self.answer_match()? {
             config.check_answers(spec)?;
         }
+        config.keep_columns(self.keep_columns.clone())?;
         if let Some(field) = &self.accuracy_by {
             crate::exit::require(
                 self.score || self.reference_field.is_some(),
@@ -511,6 +519,8 @@ impl GenerateArgs {
         if self.description.is_some() || fewshot.is_some() {
             config.put_prompt_start(self.description.as_deref(), fewshot.as_ref())?;
         }
+        // Flags that cannot work together are refused before a cluster is reached.
+        config.check()?;
         Ok(config)
     }
 

@@ -14,8 +14,8 @@ use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
     EmbedJobConfig, EmbedWork, EngineSettings, FewshotAsked, FewshotFlags, FewshotSampling,
-    FewshotSource, GenerateJobConfig, GenerationOutput, JobError, Normalization, OutputDtype,
-    OverlapMetric, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
+    FewshotSource, GenerateJobConfig, GenerationOutput, JobError, KeptColumn, Normalization,
+    OutputDtype, OverlapMetric, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_models::generate::chat::ChatTemplate;
@@ -671,7 +671,7 @@ impl NativeCluster {
         fewshot_group=None, accuracy_by=None, description=None, fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
         engine_json=None, fewshot_as_multiturn=false, gen_prefix=None,
-        fewshot_answer_field=None))]
+        fewshot_answer_field=None, keep_columns=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -710,6 +710,7 @@ impl NativeCluster {
         fewshot_as_multiturn: bool,
         gen_prefix: Option<String>,
         fewshot_answer_field: Option<String>,
+        keep_columns: Option<Vec<String>>,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -728,6 +729,7 @@ impl NativeCluster {
         set_decoding(py, &mut config, &params_json, engine_json.as_deref())?;
         config.put_answer_start(target_delimiter, gen_prefix.unwrap_or_default());
         check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
+        keep_generate_columns(py, &mut config, keep_columns.unwrap_or_default())?;
         read_choices(py, &mut config, &choices_json, accuracy_by)?;
         let fewshot = (
             fewshot_input,
@@ -961,6 +963,20 @@ fn set_formats(
         }
     };
     Ok(())
+}
+
+/// `keep_columns` (`["title", "text=article"]`, as `--keep-columns` reads them) into each
+/// line of the job's output.
+fn keep_generate_columns(
+    py: Python<'_>,
+    config: &mut GenerateJobConfig,
+    given: Vec<String>,
+) -> PyResult<()> {
+    let columns = given.iter().map(|column| KeptColumn::parse(column));
+    let columns = columns
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad_input(py, e))?;
+    config.keep_columns(columns).map_err(|e| job_error(py, e))
 }
 
 /// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter, the

@@ -155,6 +155,40 @@ def test_generate_job_writes_a_line_per_record_in_order(local_cluster, tmp_path)
     assert "{text}" in str(refused.value), refused.value
 
 
+def test_generate_job_keeps_input_columns_as_resident_generate_does(local_cluster, tmp_path):
+    from conftest import SMOLLM2, resident as run_resident
+
+    records = [
+        {"id": "q0", "text": "Name a colour.", "source": {"set": "dev", "page": 3}},
+        {"id": "q1", "text": "Say hello.", "source": {"set": "test"}},
+        {"id": "q2", "text": "Count to three."},
+    ]
+    corpus = write_corpus(tmp_path / "corpus.jsonl", records)
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "py"), "{text}", max_new_tokens=4,
+        keep_columns="text=question, source.set=split", progress=False,
+    )
+    run_resident(
+        "generate", "--input", str(corpus), "--model", str(SMOLLM2), "--prompt", "{text}",
+        "--output", str(tmp_path / "cli"), "--max-new-tokens", "4",
+        "--keep-columns", "text=question,source.set=split",
+    )
+    py, cli = (open(tmp_path / name / "generations.jsonl").read() for name in ("py", "cli"))
+    assert py == cli
+    lines = [json.loads(line) for line in py.splitlines()]
+    assert [(line["question"], line["split"]) for line in lines] == [
+        ("Name a colour.", "dev"), ("Say hello.", "test"), ("Count to three.", None)
+    ]
+    assert all(list(line)[:3] == ["id", "question", "split"] for line in lines), lines
+    with pytest.raises(resident.BadInput) as refused:
+        local_cluster.generate_job(
+            str(corpus), str(SMOLLM2), str(tmp_path / "bad"), "{text}",
+            keep_columns=["text"], progress=False,
+        )
+    assert "--keep-columns text=article" in str(refused.value), refused.value
+    assert not (tmp_path / "bad").exists()
+
+
 def test_generate_job_takes_resident_generate_s_engine_settings(local_cluster, tmp_path):
     """max_sequences, max_step_tokens, max_context, dtype, enforce_eager and
     attention_kernel reach the actors as resident generate's flags do: the same lines as

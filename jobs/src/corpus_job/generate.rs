@@ -20,10 +20,11 @@ use super::fewshot::{
     FewshotTurns, ShotAnswer, ShotTurns, read_example_turns, read_examples,
 };
 use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
-use super::generation_lines::GenerationLine;
+use super::generation_lines::{GenerationLine, LINE_FIELDS};
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
 use super::inputs::InputSet;
+use super::kept_columns::{KeptColumn, check_kept_columns, kept_line_fields};
 use super::manifest::Manifest;
 use super::output::MergeLayout;
 use super::prompt::{DescriptionAsSystem, PromptTemplate};
@@ -73,8 +74,21 @@ impl GenerateJobConfig {
                 target_delimiter: String::new(),
                 description: None,
                 gen_prefix: String::new(),
+                keep_columns: Vec::new(),
             },
         }
+    }
+
+    /// Carries `columns` of each record to its line (`--keep-columns title,text=article`),
+    /// after its id. Refused: a name twice or one the line has for itself (`text`, the
+    /// completion; `id`; the answer checks' fields...).
+    pub fn keep_columns(&mut self, columns: Vec<KeptColumn>) -> Result<(), JobError> {
+        check_kept_columns(&columns, LINE_FIELDS).map_err(JobError::Input)?;
+        for column in &columns {
+            self.carry(&column.field);
+        }
+        self.generation.keep_columns = columns;
+        Ok(())
     }
 
     /// Puts what goes between each prompt and its answer (`--target-delimiter`) and what the
@@ -176,6 +190,16 @@ impl GenerateJobConfig {
             return Err(JobError::Input(format!(
                 "--blank {blank:?} fills the record's blank with each choice and scores the \
                  text after it: it needs choices as contexts (--choices-as-contexts)"
+            )));
+        }
+        if let Some(column) = self.generation.keep_columns.first()
+            && self.generation.output == GenerationOutput::OpenAiBatch
+        {
+            return Err(JobError::Input(format!(
+                "--keep-columns {}: OpenAI Batch output lines have OpenAI's fields only \
+                 (custom_id is the record's id); write generations (--output-format \
+                 generations) to keep input fields",
+                column.describe()
             )));
         }
         if self.generation.params.choices_as_contexts && !self.generation.gen_prefix.is_empty() {
@@ -364,6 +388,9 @@ pub struct GenerateWork {
     /// prompt and the target delimiter without it; in each few-shot example, before its
     /// answer (a space between). Set it before [`GenerateJobConfig::put_prompt_start`].
     pub gen_prefix: String,
+    /// Input fields written into each line after its id (`--keep-columns`); the reader
+    /// carries them.
+    pub keep_columns: Vec<KeptColumn>,
 }
 
 /// What goes before a text record's text ([`GenerateWork::record_start`]).
@@ -649,7 +676,7 @@ impl ChunkWork for GenerateWork {
     const JOB: &'static str = "generate";
     const OUTPUT: &'static str = "generations";
     const SETTINGS: &'static str =
-        "model, prompt, choice labels, answer checks or decoding parameters";
+        "model, prompt, choice labels, answer checks, decoding parameters or --keep-columns";
     const LAYOUT: MergeLayout = MergeLayout {
         format: "resident-generations",
         data: "generations.jsonl",
@@ -693,6 +720,10 @@ impl ChunkWork for GenerateWork {
         }
         if !self.gen_prefix.is_empty() {
             settings["gen_prefix"] = self.gen_prefix.as_str().into();
+        }
+        if !self.keep_columns.is_empty() {
+            let columns = self.keep_columns.iter().map(KeptColumn::describe);
+            settings["keep_columns"] = columns.collect::<Vec<_>>().into();
         }
         // Only when so: other jobs' settings read as before.
         if self.description.is_some() && self.params.template == Template::Chat {
@@ -846,8 +877,11 @@ impl ChunkWork for GenerateWork {
         for (record, (id, completion)) in ids.iter().zip(completions).enumerate() {
             let written = match self.output {
                 GenerationOutput::Lines => {
-                    let answers = self.answers_of(completion, rows.kept.get(record));
-                    let line = GenerationLine::new(id, completion, answers.as_deref());
+                    let carried = rows.kept.get(record);
+                    let answers = self.answers_of(completion, carried);
+                    let kept = kept_line_fields(&self.keep_columns, carried);
+                    let line =
+                        GenerationLine::new(id, completion, answers.as_deref()).keeping(kept);
                     serde_json::to_writer(&mut lines, &line)
                 }
                 GenerationOutput::OpenAiBatch => serde_json::to_writer(
@@ -1228,6 +1262,53 @@ mod tests {
         assert!(plain != given && given != other && plain != other);
         job.generation.engine.chat_template = None;
         assert_eq!(job.generation.settings_fingerprint("m"), plain);
+    }
+
+    /// Kept columns: the reader carries their fields (a field the answers read too, once),
+    /// they are part of the job's settings, OpenAI Batch output refuses them, and a name
+    /// the line has for itself is refused with one to use.
+    #[test]
+    fn kept_columns_are_carried_part_of_the_settings_and_refused_where_lines_cannot_hold_them() {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let mut job = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
+        let plain = job.generation.settings_fingerprint("m");
+        job.check_answers(AnswerMatchSpec {
+            reference_field: Some("highlights".into()),
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        let columns = |given: &[&str]| {
+            given
+                .iter()
+                .map(|c| KeptColumn::parse(c).unwrap())
+                .collect()
+        };
+        job.keep_columns(columns(&["text=article", "highlights", "meta.url=url"]))
+            .unwrap();
+        assert_eq!(
+            job.corpus.reader.keep_fields,
+            ["highlights", "text", "meta.url"],
+            "each field carried once"
+        );
+        let kept = job.generation.settings_fingerprint("m");
+        job.keep_columns(columns(&["text=article"])).unwrap();
+        assert!(plain != kept && kept != job.generation.settings_fingerprint("m"));
+        job.check().unwrap();
+        job.generation.output = GenerationOutput::OpenAiBatch;
+        let refused = job.check().unwrap_err().to_string();
+        assert!(
+            refused.contains("--keep-columns text=article: OpenAI Batch output"),
+            "{refused}"
+        );
+        let taken = job
+            .keep_columns(columns(&["highlights=correct"]))
+            .unwrap_err();
+        assert!(
+            taken
+                .to_string()
+                .contains("--keep-columns highlights=input_correct"),
+            "{taken}"
+        );
     }
 
     /// A record "5+5" whose description field and group (the reader's last field) are

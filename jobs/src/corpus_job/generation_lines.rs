@@ -9,10 +9,48 @@ use super::answer_match::{Judgement, RecordAnswers};
 use super::evaluation_counts::InOrder;
 use super::text_overlap::OverlapScores;
 
+/// Every key a line of `generations.jsonl` may have of its own, whatever the job asks
+/// for: names `--keep-columns` cannot write the input's fields under.
+pub(super) const LINE_FIELDS: &[&str] = &[
+    "id",
+    "text",
+    "prompt_tokens",
+    "generated_tokens",
+    "finish_reason",
+    "truncated",
+    "choices",
+    "logprobs",
+    "score",
+    "prompt_logprobs",
+    "choice_scores",
+    "best",
+    "best_normalized",
+    "answer",
+    "answers",
+    "correct",
+    "correct_normalized",
+    "answer_probability",
+    "brier_score",
+    "extracted",
+    "rouge1",
+    "rouge2",
+    "rougeL",
+    "rougeLsum",
+    "f1",
+    "bleu",
+    "chrf",
+    "correct_majority",
+    "filters",
+    "error",
+];
+
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]
 pub(super) struct GenerationLine<'a> {
     id: &'a serde_json::Value,
+    /// The input fields the job carries (`--keep-columns`), by name in its order.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    kept: Option<InOrder<&'a str, &'a serde_json::Value>>,
     text: &'a str,
     prompt_tokens: u32,
     generated_tokens: u32,
@@ -240,6 +278,7 @@ impl<'a> GenerationLine<'a> {
         });
         Self {
             id,
+            kept: None,
             text: &completion.text,
             prompt_tokens: completion.prompt_tokens,
             generated_tokens: completion.generated_tokens,
@@ -261,6 +300,11 @@ impl<'a> GenerationLine<'a> {
             }),
             error: completion.error.as_deref(),
         }
+    }
+
+    /// The line with the record's kept input fields after its id (`--keep-columns`).
+    pub(super) fn keeping(self, kept: Option<InOrder<&'a str, &'a serde_json::Value>>) -> Self {
+        Self { kept, ..self }
     }
 }
 
@@ -449,5 +493,73 @@ mod tests {
         assert!(report["f1_stderr"].is_number() && report["rouge1_stderr"].is_number());
         assert_eq!(report["filters"]["first"]["f1"], (1.0 + f1_second) / 2.0);
         assert_eq!(report["overlap_sums"]["means"]["rouge1"]["records"], 2);
+    }
+
+    /// `LINE_FIELDS` names every key a line may have: lines with every part the job can
+    /// ask for (samples, log-probabilities, a score, scored choices with one and with
+    /// several answers, named filters, every overlap figure, an error) have no other, and
+    /// kept input fields follow the id in the job's order.
+    #[test]
+    fn line_fields_name_every_key_a_line_may_have() {
+        use resident_actor::generate::{TextScore, TextSize};
+        let score = |size: Option<TextSize>| TextScore {
+            tokens: 2,
+            logprob: -1.0,
+            greedy: true,
+            token_logprobs: Some(Vec::new()),
+            size,
+        };
+        let mut record = completion("The storm hit.", &["A storm."]);
+        record.truncated = true;
+        record.logprobs = Some(Vec::new());
+        record.score = Some(score(Some(TextSize::of("The storm hit."))));
+        record.error = Some("cut".into());
+        let mut several = record.clone();
+        record.choice_scores = Some(ChoiceScores {
+            scores: vec![score(None), score(None)],
+            chars: vec![3, 4],
+            answers: vec![1],
+        });
+        several.choice_scores = Some(ChoiceScores {
+            answers: vec![0, 1],
+            ..record.choice_scores.clone().unwrap()
+        });
+        let check = AnswerMatch::new(AnswerMatchSpec {
+            reference_field: Some("highlights".into()),
+            filters: vec!["whole=".parse().unwrap(), "first=^[^.]*".parse().unwrap()],
+            metrics: OverlapMetric::ALL.to_vec(),
+            ..AnswerMatchSpec::default()
+        })
+        .unwrap();
+        let id = json!("r");
+        let mut keys = std::collections::BTreeSet::new();
+        for record in [&record, &several] {
+            let choices = record.choices();
+            let texts: Vec<&str> = choices.iter().map(|c| c.text.as_str()).collect();
+            let answers = check.judge_record(&texts, &["The storm hit the coast.".to_owned()]);
+            let line = serde_json::to_value(GenerationLine::new(&id, record, Some(&answers)));
+            keys.extend(line.unwrap().as_object().unwrap().keys().cloned());
+        }
+        let unnamed: Vec<_> = keys
+            .iter()
+            .filter(|k| !LINE_FIELDS.contains(&k.as_str()))
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "keys missing from LINE_FIELDS: {unnamed:?}"
+        );
+        let unseen: Vec<_> = LINE_FIELDS.iter().filter(|k| !keys.contains(**k)).collect();
+        assert!(
+            unseen.is_empty(),
+            "LINE_FIELDS the lines never had: {unseen:?}"
+        );
+        let (title, year) = (json!("Storm"), json!(1999));
+        let kept = [("year", &year), ("title", &title)].into_iter().collect();
+        let line = GenerationLine::new(&id, &record, None).keeping(Some(kept));
+        let written = serde_json::to_string(&line).unwrap();
+        assert!(
+            written.starts_with(r#"{"id":"r","year":1999,"title":"Storm","text":"The storm hit.""#),
+            "{written}"
+        );
     }
 }

@@ -34,6 +34,7 @@ mod generation_report;
 mod group_accuracy;
 mod inputs;
 pub mod journal;
+mod kept_columns;
 pub mod manifest;
 pub mod manifest_store;
 mod npy;
@@ -97,6 +98,7 @@ pub use generate::{
 pub use generation_report::{GenerateFigures, GenerationTally};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};
 pub use inputs::InputSet;
+pub use kept_columns::KeptColumn;
 pub use output::OutputDtype;
 pub use overlap_sums::{MeanSums, OverlapMeans, OverlapSums};
 pub use progress::Progress;

@@ -187,6 +187,14 @@ def _quantize(vectors: np.ndarray, precision: str) -> np.ndarray:
     return (buckets - 128).astype(np.int8) if precision == "int8" else buckets.astype(np.uint8)
 
 
+def _names(given: Optional[Union[str, Sequence[str]]]) -> list:
+    """A list of names, or one text of comma-separated names, as a list (the CLI reads a
+    comma-separated flag so)."""
+    if isinstance(given, str):
+        given = given.split(",")
+    return [name for name in (given or []) if name.strip()]
+
+
 def _answer_check(
     reference_field: Optional[str],
     extract: Optional[str],
@@ -203,8 +211,6 @@ def _answer_check(
         raise BadInput(
             "filters is a list of NAME=REGEX texts: give [filter] for one", "BadInput"
         )
-    if isinstance(metrics, str):
-        metrics = metrics.split(",")
     check = {
         "reference_field": reference_field,
         "extract": extract,
@@ -213,7 +219,7 @@ def _answer_check(
         "ignore": list(ignore_regex or []),
         "ignore_case": ignore_case,
         "ignore_punctuation": ignore_punctuation,
-        "metrics": list(metrics or []),
+        "metrics": _names(metrics),
         "rouge_stemmer": rouge_stemmer,
     }
     default = {
@@ -888,6 +894,7 @@ class Cluster:
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
         chat_template: Optional[str] = None,
+        keep_columns: Optional[Union[str, Sequence[str]]] = None,
         _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
@@ -973,7 +980,11 @@ class Cluster:
         model's own: ``--chat-template``).
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
         line per record, input order), the shards, the manifest and ``report.json``; a rerun
-        after a crash redoes no finished chunk. Returns ``report.json`` as a dict.
+        after a crash redoes no finished chunk. ``keep_columns`` (``["title",
+        "text=article"]`` or ``"title,text=article"``, ``--keep-columns``) writes those
+        input fields (or paths, ``meta.url``) into each line after its ``id``, as the input
+        has them, ``FIELD=NAME`` under another name (the line's ``text`` is the
+        completion). Returns ``report.json`` as a dict.
         """
         _check_sampling(sampling)
         params = _generate_params(
@@ -1003,6 +1014,7 @@ class Cluster:
                 fewshot_as_multiturn=fewshot_as_multiturn,
                 gen_prefix=gen_prefix,
                 fewshot_answer_field=fewshot_answer_field,
+                keep_columns=_names(keep_columns),
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
                     attention_kernel, chat_template,

@@ -82,6 +82,7 @@ class NativeCluster:
         fewshot_as_multiturn: bool = False,
         gen_prefix: Optional[str] = None,
         fewshot_answer_field: Optional[str] = None,
+        keep_columns: Optional[list[str]] = None,
     ) -> str: ...
     def generate(
         self,

@@ -112,6 +112,7 @@ LISTS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
     "--filter": ("filters", str, False),
     "--ignore-regex": ("ignore_regex", str, False),
     "--metric": ("metrics", str, True),
+    "--keep-columns": ("keep_columns", str, True),
     "--choice-labels": ("choice_labels", str, True),
     "--stop-token-ids": ("stop_token_ids", int, True),
 }

@@ -771,7 +771,16 @@ fn answer_flags_that_cannot_go_together_are_refused() {
         &[json!({"id": 1, "text": "q", "choices": ["a", "b"], "answer": 0, "cot": "a"})],
     );
     let dev = dev.to_str().unwrap();
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 16] = [
+        (
+            &["--keep-columns", "title,text"],
+            "--keep-columns cannot write `text`: each line has its own `text` (the \
+             completion); keep the field under another name, e.g. --keep-columns text=article",
+        ),
+        (
+            &["--keep-columns", "title", "--output-format", "openai-batch"],
+            "--keep-columns title: OpenAI Batch output lines have OpenAI's fields only",
+        ),
         (
             &["--fewshot-answer-field", "cot"],
             "--fewshot-answer-field pick and write each record's examples from \

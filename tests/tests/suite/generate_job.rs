@@ -1,7 +1,8 @@
 //! `resident generate` end to end with the real SmolLM2 GGUF on real Wikipedia records:
 //! output order and fields, the report, seeded sampling across chunk sizes, bad records,
-//! prompts cut to fit the context, stop strings, `--template none`, and kill -9 of an
-//! agent and of the CLI with a rerun that redoes no finished chunk.
+//! prompts cut to fit the context, stop strings, `--template none`, input fields kept in
+//! the lines, and kill -9 of an agent and of the CLI with a rerun that redoes no finished
+//! chunk.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,8 +11,9 @@ use std::time::Duration;
 use resident_tests::{
     finished_chunks, generate_command, ids_in_file, init_logging, read_json, read_jsonl,
     run_to_success, sample, spawn_agent, spawn_scheduler, spawn_two_t4_agents, wait_until,
+    write_jsonl,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const PROMPT: &str = "Topic: {topic}\n\n{text}\n\nSummarise the text above in one sentence.";
 
@@ -272,6 +274,73 @@ fn four_tokens(input: &Path, out: &Path, flags: &[&str]) -> std::process::Comman
     let mut command = generate_command(input, out, PROMPT, &["--max-new-tokens", "4"]);
     command.args(flags);
     command
+}
+
+/// `--keep-columns` writes input fields into each line right after its id, as the input
+/// has them (a path's value, null where a record lacks it, `FIELD=NAME` under another
+/// name: the record's text beside its completion), and changes no completion; the same
+/// columns resume with nothing to redo, other columns are another job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_columns_follow_each_line_s_id_as_the_input_has_them() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = read_jsonl(&sample(dir.path(), 4));
+    for (rank, record) in records
+        .iter_mut()
+        .enumerate()
+        .filter(|(rank, _)| *rank != 2)
+    {
+        let url = format!(
+            "https://en.wikipedia.org/wiki/{}",
+            record["id"].as_str().unwrap()
+        );
+        record["meta"] = json!({"url": url, "rank": rank});
+    }
+    let input = dir.path().join("with-meta.jsonl");
+    write_jsonl(&input, &records);
+    let run = |out: &str, flags: &[&str]| {
+        let mut command = four_tokens(&input, &dir.path().join(out), &["--chunk-size", "2"]);
+        command.args(flags);
+        command
+    };
+    run_to_success(run("plain", &[]));
+    let plain = read_jsonl(&dir.path().join("plain/generations.jsonl"));
+    let columns = ["--keep-columns", "topic,text=article,meta.url=url,meta"];
+    run_to_success(run("kept", &columns));
+    let written = std::fs::read_to_string(dir.path().join("kept/generations.jsonl")).unwrap();
+    assert_eq!(written.lines().count(), records.len());
+    for ((line, plain), record) in written.lines().zip(&plain).zip(&records) {
+        let meta = &record["meta"];
+        let start = format!(
+            r#"{{"id":{},"topic":{},"article":{},"url":{},"meta":{},"text":"#,
+            record["id"], record["topic"], record["text"], meta["url"], meta
+        );
+        assert!(line.starts_with(&start), "{line}\n does not start {start}");
+        let mut line: Value = serde_json::from_str(line).unwrap();
+        for name in ["topic", "article", "url", "meta"] {
+            line.as_object_mut().unwrap().remove(name);
+        }
+        assert_eq!(&line, plain, "the same completion");
+    }
+    assert!(
+        written
+            .lines()
+            .nth(2)
+            .unwrap()
+            .contains(r#""url":null,"meta":null"#)
+    );
+    let again = || std::fs::read_to_string(dir.path().join("kept/generations.jsonl")).unwrap();
+    run_to_success(run("kept", &columns));
+    let report = read_json(&dir.path().join("kept/report.json"));
+    assert_eq!(report["computed_items"], 0, "{report}");
+    assert_eq!(again(), written);
+    let other = run("kept", &["--keep-columns", "topic"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("or --keep-columns; use another --output"),
+        "{stderr}"
+    );
 }
 
 /// `--limit N --limit-by FIELD` reads each value's first N records (lm-evaluation-harness's
