@@ -6,8 +6,8 @@ use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
     EngineSettings, ExtractMatch, FewshotAsked, FewshotFlags, FewshotSampling, FewshotSource,
-    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationOutput, JobReport, KeptColumn,
-    OverlapMetric, PromptTemplate, run_generate_job,
+    FilterSpec, GenerateFigures, GenerateJobConfig, GenerationFormat, GenerationOutput, JobReport,
+    KeptColumn, OverlapMetric, PromptTemplate, run_generate_job,
 };
 use resident_models::generate::chat::ChatTemplate;
 
@@ -30,6 +30,16 @@ enum InputFormatArg {
     /// OpenAI Batch JSONL: `custom_id`, `method`, `url` (/v1/chat/completions) and `body`
     /// (messages and parameters) per line.
     OpenaiBatch,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// JSON lines: shards/*.jsonl merged into generations.jsonl.
+    Jsonl,
+    /// Parquet: shards/*.parquet merged into generations.parquet (columns `id`, the
+    /// --keep-columns, `text`, `prompt_tokens`, `generated_tokens`, `finish_reason`,
+    /// `truncated`, and `choices`, `logprobs` as JSON text and `error`, null where absent).
+    Parquet,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,6 +102,17 @@ pub struct GenerateArgs {
     /// `text`). A name the line has for itself is refused.
     #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',', value_parser = KeptColumn::parse)]
     keep_columns: Vec<KeptColumn>,
+    /// How generations are stored: jsonl (generations.jsonl, the default) or parquet
+    /// (generations.parquet, which pyarrow, pandas, DuckDB and Spark read as it is; a
+    /// column per field of a completion's line, text columns for --keep-columns; not
+    /// with --score, answer checks or --output-format openai-batch).
+    #[arg(
+        long,
+        env = "RESIDENT_GENERATE_FORMAT",
+        value_enum,
+        default_value = "jsonl"
+    )]
+    format: FormatArg,
     /// Print the first N records' prompts as the model will read them, with their token
     /// counts (with --score, the text's tokens scored and the windows they take), and exit
     /// without running anything (the model's tokenizer is read from a local --model path).
@@ -473,6 +494,10 @@ impl GenerateArgs {
         generation.output = match self.output_format {
             OutputFormatArg::Generations => GenerationOutput::Lines,
             OutputFormatArg::OpenaiBatch => GenerationOutput::OpenAiBatch,
+        };
+        generation.format = match self.format {
+            FormatArg::Jsonl => GenerationFormat::Jsonl,
+            FormatArg::Parquet => GenerationFormat::Parquet,
         };
         let engine = EngineSettings {
             max_sequences: self.max_sequences,

@@ -14,8 +14,9 @@ use resident_jobs::corpus_job::choice_input::parse_choices;
 use resident_jobs::corpus_job::{
     self, AnswerFlags, AnswerMatchSpec, BadRecordPolicy, ChoiceFields, CorpusJobConfig,
     EmbedJobConfig, EmbedWork, EngineSettings, FewshotAsked, FewshotFlags, FewshotSampling,
-    FewshotSource, GenerateJobConfig, GenerationOutput, JobError, KeptColumn, Normalization,
-    OutputDtype, OverlapMetric, Progress, Prompt, PromptTemplate, RecordLimit, VectorFormat,
+    FewshotSource, GenerateJobConfig, GenerationFormat, GenerationOutput, JobError, KeptColumn,
+    Normalization, OutputDtype, OverlapMetric, Progress, Prompt, PromptTemplate, RecordLimit,
+    VectorFormat,
 };
 use resident_jobs::pools::PoolRetention;
 use resident_models::generate::chat::ChatTemplate;
@@ -671,7 +672,7 @@ impl NativeCluster {
         fewshot_group=None, accuracy_by=None, description=None, fewshot_seed=None, answer_check_json=None, target_delimiter=String::new(), limit=None,
         pool_key=None, placement_json=None, fewshot_sampler="per-record".to_owned(),
         engine_json=None, fewshot_as_multiturn=false, gen_prefix=None,
-        fewshot_answer_field=None, keep_columns=None))]
+        fewshot_answer_field=None, keep_columns=None, format="jsonl"))]
     #[allow(clippy::too_many_arguments)]
     fn generate_job(
         &self,
@@ -711,6 +712,7 @@ impl NativeCluster {
         gen_prefix: Option<String>,
         fewshot_answer_field: Option<String>,
         keep_columns: Option<Vec<String>>,
+        format: &str,
     ) -> PyResult<String> {
         let corpus = corpus_config(
             py,
@@ -743,6 +745,15 @@ impl NativeCluster {
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
+        config.generation.format = match format {
+            "jsonl" => GenerationFormat::Jsonl,
+            "parquet" => GenerationFormat::Parquet,
+            other => {
+                let why = format!("format {other:?} is not 'jsonl' or 'parquet'");
+                return Err(bad_input(py, why));
+            }
+        };
+        config.check().map_err(|e| job_error(py, e))?;
         place_generate_job(py, &mut config, placement_json.as_deref(), pool_key)?;
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {

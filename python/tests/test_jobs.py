@@ -180,6 +180,19 @@ def test_generate_job_keeps_input_columns_as_resident_generate_does(local_cluste
         ("Name a colour.", "dev"), ("Say hello.", "test"), ("Count to three.", None)
     ]
     assert all(list(line)[:3] == ["id", "question", "split"] for line in lines), lines
+    import pyarrow.parquet as pq
+
+    local_cluster.generate_job(
+        str(corpus), str(SMOLLM2), str(tmp_path / "parquet"), "{text}", max_new_tokens=4,
+        keep_columns=["text=question", "source.set=split"], format="parquet", progress=False,
+    )
+    table = pq.read_table(tmp_path / "parquet" / "generations.parquet")
+    assert table.column_names == [
+        "id", "question", "split", "text", "prompt_tokens", "generated_tokens",
+        "finish_reason", "truncated", "choices", "logprobs", "error",
+    ]
+    absent = {"truncated": False, "choices": None, "logprobs": None, "error": None}
+    assert table.to_pylist() == [{**absent, **line} for line in lines]
     with pytest.raises(resident.BadInput) as refused:
         local_cluster.generate_job(
             str(corpus), str(SMOLLM2), str(tmp_path / "bad"), "{text}",

@@ -176,6 +176,7 @@ impl ChunkWork for EmbedWork {
         npy: true,
         parquet: false,
         ids: Some("ids.jsonl"),
+        generations: false,
     };
     const RUNNING_ITEMS_ARE_RECORDS: bool = true;
 
@@ -227,6 +228,7 @@ impl ChunkWork for EmbedWork {
                 npy: false,
                 parquet: true,
                 ids: None,
+                generations: false,
             },
         }
     }
@@ -457,6 +459,13 @@ impl ChunkWork for EmbedWork {
         warn_of_non_finite(index, &non_finite_rows(model_rows), rows);
         let extension = self.format.extension();
         Ok((format!("shards/chunk-{index:06}.{extension}"), bytes))
+    }
+
+    /// Parquet: the id, vector and carried columns with no rows.
+    fn no_rows_data(&self, manifest: &Manifest) -> Result<Vec<u8>, JobError> {
+        let (dtype, dim) = (manifest.dtype, manifest.dim.unwrap_or(0));
+        parquet_out::encode_shard(&ShardRows::ids(&[]), &self.keep_columns, &[], dtype, dim)
+            .map_err(JobError::Output)
     }
 
     fn merged_bytes(manifest: &Manifest) -> u64 {

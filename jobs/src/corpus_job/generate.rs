@@ -21,6 +21,7 @@ use super::fewshot::{
 };
 use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
 use super::generation_lines::{GenerationLine, LINE_FIELDS};
+use super::generation_parquet::encode_generation_lines;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
 use super::inputs::InputSet;
@@ -75,6 +76,7 @@ impl GenerateJobConfig {
                 description: None,
                 gen_prefix: String::new(),
                 keep_columns: Vec::new(),
+                format: GenerationFormat::Jsonl,
             },
         }
     }
@@ -201,6 +203,9 @@ impl GenerateJobConfig {
                  generations) to keep input fields",
                 column.describe()
             )));
+        }
+        if let Some(why) = self.generation.parquet_refusal() {
+            return Err(JobError::Input(why));
         }
         if self.generation.params.choices_as_contexts && !self.generation.gen_prefix.is_empty() {
             return Err(JobError::Input(
@@ -349,6 +354,27 @@ pub enum GenerationOutput {
     OpenAiBatch,
 }
 
+/// How `generations` are stored (`--format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GenerationFormat {
+    /// JSON lines: `shards/*.jsonl` merged into `generations.jsonl`.
+    #[default]
+    Jsonl,
+    /// Parquet: `shards/*.parquet` merged into `generations.parquet`, a column per field of
+    /// a line.
+    Parquet,
+}
+
+impl GenerationFormat {
+    /// The shards' file extension, and `--format`'s word.
+    pub fn extension(self) -> &'static str {
+        match self {
+            GenerationFormat::Jsonl => "jsonl",
+            GenerationFormat::Parquet => "parquet",
+        }
+    }
+}
+
 /// Records' prompts in, completions out.
 #[derive(Clone, Debug)]
 pub struct GenerateWork {
@@ -391,6 +417,8 @@ pub struct GenerateWork {
     /// Input fields written into each line after its id (`--keep-columns`); the reader
     /// carries them.
     pub keep_columns: Vec<KeptColumn>,
+    /// JSON lines or Parquet (`--format`).
+    pub format: GenerationFormat,
 }
 
 /// What goes before a text record's text ([`GenerateWork::record_start`]).
@@ -413,6 +441,35 @@ fn seed_id(id: &serde_json::Value) -> String {
 }
 
 impl GenerateWork {
+    /// Why `--format parquet` cannot hold what the job writes, if it cannot: a Parquet
+    /// line is a completion (its samples and log-probabilities as JSON text), not scores
+    /// or checked answers.
+    fn parquet_refusal(&self) -> Option<String> {
+        if self.format != GenerationFormat::Parquet {
+            return None;
+        }
+        let asked = if self.output == GenerationOutput::OpenAiBatch {
+            "--output-format openai-batch writes OpenAI's JSON lines"
+        } else if self.params.score {
+            "--score writes each text's scores and its choices'"
+        } else if self.answer_match.is_some() {
+            "answer checks (--reference-field, --extract, --filter, --metric) write each \
+             answer's figures"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "--format parquet writes completions (id, --keep-columns, text, token counts, \
+             finish_reason, truncated, choices, logprobs, error); {asked}: write JSON lines \
+             (--format jsonl)"
+        ))
+    }
+
+    /// The kept columns' names, in order.
+    fn kept_names(&self) -> Vec<&str> {
+        self.keep_columns.iter().map(|c| c.name.as_str()).collect()
+    }
+
     /// The config of the actors that run this work: `model` at `model_revision`, the
     /// work's engine settings.
     fn actor_config(&self, model: String, model_revision: Option<String>) -> GenerateConfig {
@@ -683,8 +740,36 @@ impl ChunkWork for GenerateWork {
         npy: false,
         parquet: false,
         ids: None,
+        generations: true,
     };
     const RUNNING_ITEMS_ARE_RECORDS: bool = false;
+
+    fn layout(&self) -> MergeLayout {
+        match self.format {
+            GenerationFormat::Jsonl => Self::LAYOUT,
+            GenerationFormat::Parquet => MergeLayout {
+                data: "generations.parquet",
+                parquet: true,
+                ..Self::LAYOUT
+            },
+        }
+    }
+
+    fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
+        let extension = format!(".{}", self.format.extension());
+        let other = (manifest.chunks.iter()).find(|c| !c.vectors_file.ends_with(&extension));
+        let Some(other) = other else {
+            return Ok(());
+        };
+        let (theirs, flag) = match other.vectors_file.ends_with(".parquet") {
+            true => ("Parquet", "parquet"),
+            false => ("JSON lines", "jsonl"),
+        };
+        Err(JobError::Mismatch(format!(
+            "{place} holds {theirs} shards; rerun with --format {flag}, or write to another \
+             --output"
+        )))
+    }
 
     fn settings_fingerprint(&self, model_fingerprint: &str) -> String {
         let mut settings = serde_json::json!({
@@ -873,7 +958,9 @@ impl ChunkWork for GenerateWork {
         let ids = rows.ids;
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
+        let mut parquet_lines = Vec::new();
         let created = resident_proto::unix_ms_now() / 1000;
+        let failed = |error: String| JobError::ChunkFailed { index, error };
         for (record, (id, completion)) in ids.iter().zip(completions).enumerate() {
             let written = match self.output {
                 GenerationOutput::Lines => {
@@ -882,6 +969,16 @@ impl ChunkWork for GenerateWork {
                     let kept = kept_line_fields(&self.keep_columns, carried);
                     let line =
                         GenerationLine::new(id, completion, answers.as_deref()).keeping(kept);
+                    if self.format == GenerationFormat::Parquet {
+                        // Through the line's text, so a number reads as the JSON line
+                        // writes it (an f32 log-probability in its shortest form).
+                        let text = serde_json::to_string(&line);
+                        match text.and_then(|text| serde_json::from_str(&text)) {
+                            Ok(serde_json::Value::Object(fields)) => parquet_lines.push(fields),
+                            _ => return Err(failed("a line that is not a JSON object".into())),
+                        }
+                        continue;
+                    }
                     serde_json::to_writer(&mut lines, &line)
                 }
                 GenerationOutput::OpenAiBatch => serde_json::to_writer(
@@ -892,7 +989,19 @@ impl ChunkWork for GenerateWork {
             written.map_err(|e| JobError::Output(e.to_string()))?;
             lines.push(b'\n');
         }
+        if self.format == GenerationFormat::Parquet {
+            let bytes = encode_generation_lines(&parquet_lines, &self.kept_names());
+            return Ok((
+                format!("shards/chunk-{index:06}.parquet"),
+                bytes.map_err(failed)?,
+            ));
+        }
         Ok((format!("shards/chunk-{index:06}.jsonl"), lines))
+    }
+
+    /// Parquet: the columns with no rows.
+    fn no_rows_data(&self, _manifest: &Manifest) -> Result<Vec<u8>, JobError> {
+        encode_generation_lines(&[], &self.kept_names()).map_err(JobError::Output)
     }
 
     fn merged_bytes(manifest: &Manifest) -> u64 {
@@ -1308,6 +1417,57 @@ mod tests {
                 .to_string()
                 .contains("--keep-columns highlights=input_correct"),
             "{taken}"
+        );
+    }
+
+    /// Parquet holds completions: a scoring job, answer checks and OpenAI Batch output are
+    /// refused with it, saying what each writes; JSON lines take them all.
+    #[test]
+    fn parquet_output_refuses_what_its_columns_cannot_hold() {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let plain = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
+        let refusal = |change: &dyn Fn(&mut GenerateJobConfig)| {
+            let mut job = plain.clone();
+            job.generation.format = GenerationFormat::Parquet;
+            change(&mut job);
+            let jsonl = GenerateJobConfig {
+                generation: GenerateWork {
+                    format: GenerationFormat::Jsonl,
+                    ..job.generation.clone()
+                },
+                ..job.clone()
+            };
+            assert!(jsonl.check().is_ok());
+            job.check().err().map(|e| e.to_string())
+        };
+        assert_eq!(refusal(&|_| {}), None);
+        assert_eq!(refusal(&|job| job.generation.params.n = 3), None);
+        let score = refusal(&|job| job.generation.params.score = true).unwrap();
+        assert!(
+            score.contains("--score writes each text's scores"),
+            "{score}"
+        );
+        assert!(
+            score.contains("write JSON lines (--format jsonl)"),
+            "{score}"
+        );
+        let checked = refusal(&|job| {
+            let spec = AnswerMatchSpec {
+                reference_field: Some("answer".into()),
+                ..AnswerMatchSpec::default()
+            };
+            job.check_answers(spec).unwrap();
+        });
+        assert!(
+            checked
+                .unwrap()
+                .contains("answer checks (--reference-field")
+        );
+        let batch = refusal(&|job| job.generation.output = GenerationOutput::OpenAiBatch);
+        assert!(
+            batch
+                .unwrap()
+                .contains("--output-format openai-batch writes OpenAI's")
         );
     }
 

@@ -30,6 +30,11 @@ mod fewshot_rules;
 mod fewshot_sampling;
 mod generate;
 mod generation_lines;
+#[cfg(not(feature = "parquet"))]
+#[path = "generation_parquet_off.rs"]
+mod generation_parquet;
+#[cfg(feature = "parquet")]
+mod generation_parquet;
 mod generation_report;
 mod group_accuracy;
 mod inputs;
@@ -93,7 +98,8 @@ pub use fewshot::{DEFAULT_FEWSHOT_DELIMITER, FewshotGroups, FewshotSampling, Few
 pub use fewshot_rules::{FewshotAsked, FewshotFlags, FewshotRefusal};
 pub use fewshot_sampling::FewshotSampler;
 pub use generate::{
-    GenerateJobConfig, GenerateWork, GenerationOutput, PreviewPrompt, preview_prompts,
+    GenerateJobConfig, GenerateWork, GenerationFormat, GenerationOutput, PreviewPrompt,
+    preview_prompts,
 };
 pub use generation_report::{GenerateFigures, GenerationTally};
 pub use group_accuracy::{AccuracyByGroup, GroupCounts, GroupFigures};

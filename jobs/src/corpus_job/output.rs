@@ -38,6 +38,9 @@ pub struct MergeLayout {
     pub parquet: bool,
     /// The shards' id files concatenated, when the data does not carry the ids.
     pub ids: Option<&'static str>,
+    /// Whether the data is generations (`index.json`'s `merged.generations`) rather than
+    /// vectors (`merged.vectors`).
+    pub generations: bool,
 }
 
 impl MergeLayout {
@@ -266,8 +269,13 @@ impl OutputDir {
     /// (`embeddings.npy` and `ids.jsonl`, or `generations.jsonl`), streamed: a local output
     /// writes `.partial` files and renames them; an S3 output uploads each file in parts as
     /// it goes, so nothing is staged and at most one part per file plus a few shards are
-    /// held, however large the output.
-    pub async fn merge(&self, manifest: &Manifest, layout: &MergeLayout) -> Result<(), JobError> {
+    /// held, however large the output. A Parquet merge of no rows writes `no_rows`.
+    pub async fn merge(
+        &self,
+        manifest: &Manifest,
+        layout: &MergeLayout,
+        no_rows: Vec<u8>,
+    ) -> Result<(), JobError> {
         let rows: u64 = manifest.chunks.iter().map(|c| c.rows).sum();
         let mut chunks: Vec<&ShardEntry> = manifest.chunks.iter().collect();
         chunks.sort_by_key(|c| c.index);
@@ -311,9 +319,7 @@ impl OutputDir {
                 }
             }
             if let Some(merger) = parquet {
-                let footer = merger
-                    .finish(manifest.dtype, manifest.dim.unwrap_or(0))
-                    .map_err(JobError::Output)?;
+                let footer = merger.finish(no_rows).map_err(JobError::Output)?;
                 data.write(&footer).await?;
             }
             Ok::<_, JobError>(())
@@ -455,13 +461,13 @@ impl OutputIndex {
             dim: manifest.dim.unwrap_or(0),
             dtype: manifest.dtype,
             quantization_ranges: manifest.quantization_ranges.clone(),
-            merged: merged.then(|| match layout.npy || layout.parquet {
-                true => MergedFiles {
+            merged: merged.then(|| match layout.generations {
+                false => MergedFiles {
                     vectors: Some(layout.data.into()),
                     ids: layout.ids.map(Into::into),
                     generations: None,
                 },
-                false => MergedFiles {
+                true => MergedFiles {
                     vectors: None,
                     ids: layout.ids.map(Into::into),
                     generations: Some(layout.data.into()),
@@ -599,7 +605,9 @@ mod tests {
             journal_generation: 0,
             chunks: vec![second, first],
         };
-        out.merge(&manifest, &EmbedWork::LAYOUT).await.unwrap();
+        out.merge(&manifest, &EmbedWork::LAYOUT, Vec::new())
+            .await
+            .unwrap();
         let merged = std::fs::read(dir.path().join("embeddings.npy")).unwrap();
         let data: Vec<f32> = merged[npy_header_len(&merged)..]
             .chunks(4)
@@ -644,7 +652,7 @@ mod tests {
             chunks,
         };
         let layout = GenerateWork::LAYOUT;
-        out.merge(&manifest, &layout).await.unwrap();
+        out.merge(&manifest, &layout, Vec::new()).await.unwrap();
         let merged = std::fs::read_to_string(dir.path().join("generations.jsonl")).unwrap();
         assert_eq!(merged, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
         assert!(!dir.path().join("ids.jsonl").exists());

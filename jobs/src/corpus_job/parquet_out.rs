@@ -27,7 +27,7 @@ pub const VECTOR_COLUMN: &str = "embedding";
 type WindowNumber = fn(&RowWindow) -> u32;
 
 /// A value as a text cell: a string as it is, anything else as its JSON (null stays null).
-fn text_cell(value: &Value) -> Option<String> {
+pub(super) fn text_cell(value: &Value) -> Option<String> {
     match value {
         Value::Null => None,
         Value::String(text) => Some(text.clone()),
@@ -122,10 +122,15 @@ pub fn encode_shard(
     }
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
         .map_err(|e| format!("a Parquet shard: {e}"))?;
+    write_batch(&batch)
+}
+
+/// `batch` as one Parquet file (a shard).
+pub(super) fn write_batch(batch: &RecordBatch) -> Result<Vec<u8>, String> {
     let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties()))
         .map_err(|e| format!("a Parquet shard: {e}"))?;
     writer
-        .write(&batch)
+        .write(batch)
         .and_then(|_| writer.into_inner())
         .map_err(|e| format!("a Parquet shard: {e}"))
 }
@@ -176,14 +181,14 @@ impl ParquetMerger {
         }
     }
 
-    /// The file's last bytes (its footer). When no shard had rows, the whole of an empty
-    /// file with the `id` and `embedding` columns (`dtype`, `dim`), so readers open it.
-    pub fn finish(self, dtype: OutputDtype, dim: usize) -> Result<Vec<u8>, String> {
+    /// The file's last bytes (its footer). When no shard had rows, `no_rows`: the whole of
+    /// a file with the columns and no rows, so readers open it.
+    pub fn finish(self, no_rows: Vec<u8>) -> Result<Vec<u8>, String> {
         match self.writer {
             Some(writer) => writer
                 .into_inner()
                 .map_err(|e| format!("finishing the merged Parquet file: {e}")),
-            None => encode_shard(&ShardRows::ids(&[]), &[], &[], dtype, dim),
+            None => Ok(no_rows),
         }
     }
 }
@@ -243,12 +248,13 @@ mod tests {
         let mut merger = ParquetMerger::new();
         let mut merged = merger.add(shard.clone()).unwrap();
         merged.extend(merger.add(shard).unwrap());
-        merged.extend(merger.finish(OutputDtype::F32, 2).unwrap());
+        merged.extend(merger.finish(Vec::new()).unwrap());
         let rows: usize = read(merged).iter().map(RecordBatch::num_rows).sum();
         assert_eq!(rows, 4);
 
         // A merge of no rows (an empty corpus) is still a file readers open.
-        let empty = ParquetMerger::new().finish(OutputDtype::F32, 2).unwrap();
+        let no_rows = encode_shard(&ShardRows::ids(&[]), &[], &[], OutputDtype::F32, 2).unwrap();
+        let empty = ParquetMerger::new().finish(no_rows).unwrap();
         let reader =
             ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(empty)).unwrap();
         let names: Vec<String> = reader

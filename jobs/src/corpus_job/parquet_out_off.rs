@@ -31,7 +31,7 @@ impl ParquetMerger {
         Err(REFUSAL.into())
     }
 
-    pub fn finish(self, _dtype: OutputDtype, _dim: usize) -> Result<Vec<u8>, String> {
+    pub fn finish(self, _no_rows: Vec<u8>) -> Result<Vec<u8>, String> {
         Err(REFUSAL.into())
     }
 }

@@ -387,7 +387,11 @@ impl<'a, W: ChunkWork> Job<'a, W> {
             config.merge_max_bytes,
         );
         if merged {
-            self.out.merge(&manifest, &layout).await?;
+            let no_rows = match layout.parquet {
+                true => self.work.no_rows_data(&manifest)?,
+                false => Vec::new(),
+            };
+            self.out.merge(&manifest, &layout, no_rows).await?;
         } else {
             // An earlier run's merged files would not match this output's shards.
             for name in layout.files() {

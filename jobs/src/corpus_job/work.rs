@@ -181,6 +181,12 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         manifest: &mut Manifest,
     ) -> Result<(String, Vec<u8>), JobError>;
 
+    /// The merged data file when no shard has a row, for layouts that need more than
+    /// nothing (Parquet: a file with the columns and no rows, so readers open it).
+    fn no_rows_data(&self, _manifest: &Manifest) -> Result<Vec<u8>, JobError> {
+        Ok(Vec::new())
+    }
+
     /// Bytes the merged data file would have, to skip a merge past `--merge-max-gib`.
     fn merged_bytes(manifest: &Manifest) -> u64;
 }

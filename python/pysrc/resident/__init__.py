@@ -895,6 +895,7 @@ class Cluster:
         attention_kernel: Optional[str] = None,
         chat_template: Optional[str] = None,
         keep_columns: Optional[Union[str, Sequence[str]]] = None,
+        format: str = "jsonl",
         _pool_key: Optional[str] = None,
         **sampling: Any,
     ) -> dict:
@@ -984,7 +985,11 @@ class Cluster:
         "text=article"]`` or ``"title,text=article"``, ``--keep-columns``) writes those
         input fields (or paths, ``meta.url``) into each line after its ``id``, as the input
         has them, ``FIELD=NAME`` under another name (the line's ``text`` is the
-        completion). Returns ``report.json`` as a dict.
+        completion). ``format="parquet"`` writes ``generations.parquet`` instead (``id``,
+        the kept columns as text, ``text``, ``prompt_tokens``, ``generated_tokens``,
+        ``finish_reason``, ``truncated``, ``choices`` and ``logprobs`` as JSON text,
+        ``error``; not with ``score`` or answer checks: ``--format``). Returns
+        ``report.json`` as a dict.
         """
         _check_sampling(sampling)
         params = _generate_params(
@@ -1015,6 +1020,7 @@ class Cluster:
                 gen_prefix=gen_prefix,
                 fewshot_answer_field=fewshot_answer_field,
                 keep_columns=_names(keep_columns),
+                format=format,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
                     attention_kernel, chat_template,

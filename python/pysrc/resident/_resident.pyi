@@ -83,6 +83,7 @@ class NativeCluster:
         gen_prefix: Optional[str] = None,
         fewshot_answer_field: Optional[str] = None,
         keep_columns: Optional[list[str]] = None,
+        format: str = "jsonl",
     ) -> str: ...
     def generate(
         self,

@@ -89,6 +89,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-context": ("max_context", int),
     "--dtype": ("dtype", str),
     "--attention-kernel": ("attention_kernel", str),
+    "--format": ("format", str),
 }
 
 # Flags without a value: the keyword they set to True.

@@ -1,7 +1,7 @@
 //! `resident generate` end to end with the real SmolLM2 GGUF on real Wikipedia records:
 //! output order and fields, the report, seeded sampling across chunk sizes, bad records,
 //! prompts cut to fit the context, stop strings, `--template none`, input fields kept in
-//! the lines, and kill -9 of an agent and of the CLI with a rerun that redoes no finished
+//! the lines, Parquet output, and kill -9 of an agent and of the CLI with a rerun that redoes no finished
 //! chunk.
 
 use std::collections::BTreeMap;
@@ -339,6 +339,101 @@ async fn kept_columns_follow_each_line_s_id_as_the_input_has_them() {
     assert_eq!(other.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("or --keep-columns; use another --output"),
+        "{stderr}"
+    );
+}
+
+/// Every row of a generations Parquet file as the JSON line it stands for: text cells as
+/// strings (`choices` and `logprobs` parsed from their JSON), numbers and flags as they
+/// are, nulls and a false `truncated` left out, as the JSON line leaves them out.
+fn parquet_lines(path: &Path) -> Vec<Value> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt32Type;
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut lines = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        for row in 0..batch.num_rows() {
+            let mut line = serde_json::Map::new();
+            for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+                let name = field.name().as_str();
+                if column.is_null(row) {
+                    continue;
+                }
+                let value = if let Some(numbers) = column.as_primitive_opt::<UInt32Type>() {
+                    json!(numbers.value(row))
+                } else if let Some(flags) = column.as_boolean_opt() {
+                    match flags.value(row) {
+                        true => json!(true),
+                        false => continue,
+                    }
+                } else {
+                    let text = column.as_string::<i32>().value(row);
+                    match name {
+                        "choices" | "logprobs" => serde_json::from_str(text).unwrap(),
+                        _ => json!(text),
+                    }
+                };
+                line.insert(name.to_owned(), value);
+            }
+            lines.push(Value::Object(line));
+        }
+    }
+    lines
+}
+
+/// `--format parquet` holds the very lines JSON lines would (samples and log-probabilities
+/// as JSON text, kept columns as text), in input order with typed columns; the same format
+/// resumes with nothing to redo, the other is refused saying which to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_output_holds_the_lines_json_lines_would() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 5);
+    let flags = |format: &'static str| {
+        [
+            "--chunk-size",
+            "2",
+            "-n",
+            "2",
+            "--temperature",
+            "0.8",
+            "--logprobs",
+            "--keep-columns",
+            "topic,text=article",
+            "--format",
+            format,
+        ]
+    };
+    let run = |out: &str, flags: &[&str]| four_tokens(&input, &dir.path().join(out), flags);
+    run_to_success(run("jsonl", &flags("jsonl")));
+    run_to_success(run("parquet", &flags("parquet")));
+    let jsonl = read_jsonl(&dir.path().join("jsonl/generations.jsonl"));
+    let parquet_file = dir.path().join("parquet/generations.parquet");
+    assert_eq!(parquet_lines(&parquet_file), jsonl);
+    assert!(
+        jsonl
+            .iter()
+            .all(|line| line["choices"].as_array().unwrap().len() == 2)
+    );
+    assert!(!dir.path().join("parquet/generations.jsonl").exists());
+    let index = read_json(&dir.path().join("parquet/index.json"));
+    assert_eq!(index["merged"]["generations"], "generations.parquet");
+    let merged = std::fs::read(&parquet_file).unwrap();
+    run_to_success(run("parquet", &flags("parquet")));
+    let report = read_json(&dir.path().join("parquet/report.json"));
+    assert_eq!(report["computed_items"], 0, "{report}");
+    assert_eq!(std::fs::read(&parquet_file).unwrap(), merged);
+    let other = run("parquet", &flags("jsonl")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds Parquet shards; rerun with --format parquet"),
         "{stderr}"
     );
 }
