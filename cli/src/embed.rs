@@ -2,11 +2,12 @@
 
 use clap::{Args, ValueEnum};
 use resident_jobs::corpus_job::{
-    EmbedJobConfig, EmbedWork, Normalization, OutputDtype, Prompt, VectorFormat, WindowSplit,
-    Windows, run_embed_job,
+    EmbedJobConfig, EmbedWork, KeptColumn, Normalization, OutputDtype, Prompt, VectorFormat,
+    WindowSplit, Windows, run_embed_job,
 };
 
 use crate::corpus_args::{CorpusArgs, progress_reporter};
+use crate::exit::BadInput;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Dtype {
@@ -61,8 +62,9 @@ pub struct EmbedArgs {
     #[arg(long, env = "RESIDENT_FORMAT", value_enum, default_value = "npy")]
     format: Format,
     /// Input fields carried to the output with each vector: `title,url` (JSONL fields or
-    /// Parquet columns; missing ones are null). Parquet output: text columns; npy output:
-    /// fields of each ids.jsonl line.
+    /// paths into them, `meta.url`, or Parquet columns; missing ones are null), FIELD=NAME
+    /// to write one under another name. Parquet output: text columns; npy output: fields
+    /// of each ids.jsonl line.
     #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',')]
     keep_columns: Vec<String>,
     /// Cut long texts into windows instead of cutting them off at the model's length:
@@ -140,12 +142,10 @@ impl EmbedArgs {
                 Format::Npy => VectorFormat::Npy,
                 Format::Parquet => VectorFormat::Parquet,
             },
-            keep_columns: self
-                .keep_columns
-                .iter()
-                .map(|c| c.trim().to_owned())
-                .filter(|c| !c.is_empty())
-                .collect(),
+            keep_columns: (self.keep_columns.iter())
+                .filter(|c| !c.trim().is_empty())
+                .map(|c| KeptColumn::parse(c).map_err(BadInput))
+                .collect::<Result<_, _>>()?,
             windows: self.split.map(|split| Windows {
                 split,
                 mean: matches!(self.pool_windows, Some(PoolWindows::Mean)),

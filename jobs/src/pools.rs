@@ -44,6 +44,9 @@ impl PoolRetention {
             Err(resident_sdk::SdkError::PermissionDenied(why)) => {
                 tracing::info!(pool, %why, "kept the job's pool: another principal created it")
             }
+            // A job refused before its pool was made (another job's output), or a pool
+            // someone deleted: nothing to do.
+            Err(resident_sdk::SdkError::NotFound(_)) => tracing::debug!(pool, "no pool to delete"),
             Err(error) => {
                 tracing::warn!(pool, %error, "could not delete the job's pool; its idle TTL will")
             }

@@ -471,7 +471,9 @@ fn embed_work(py: Python<'_>, json: &str) -> PyResult<(EmbedWork, JobPlacement)>
                 ));
             }
         },
-        keep_columns: options.keep_columns.unwrap_or_default(),
+        keep_columns: (options.keep_columns.unwrap_or_default().iter())
+            .map(|column| KeptColumn::parse(column).map_err(|e| bad_input(py, e)))
+            .collect::<PyResult<_>>()?,
     };
     Ok((work, placement))
 }
@@ -731,7 +733,6 @@ impl NativeCluster {
         set_decoding(py, &mut config, &params_json, engine_json.as_deref())?;
         config.put_answer_start(target_delimiter, gen_prefix.unwrap_or_default());
         check_answers(py, &mut config, answer_check_json.as_deref(), output_format)?;
-        keep_generate_columns(py, &mut config, keep_columns.unwrap_or_default())?;
         read_choices(py, &mut config, &choices_json, accuracy_by)?;
         let fewshot = (
             fewshot_input,
@@ -745,15 +746,7 @@ impl NativeCluster {
         );
         put_prompt_start(py, &mut config, description, fewshot)?;
         set_formats(py, &mut config, input_format, output_format)?;
-        config.generation.format = match format {
-            "jsonl" => GenerationFormat::Jsonl,
-            "parquet" => GenerationFormat::Parquet,
-            other => {
-                let why = format!("format {other:?} is not 'jsonl' or 'parquet'");
-                return Err(bad_input(py, why));
-            }
-        };
-        config.check().map_err(|e| job_error(py, e))?;
+        set_lines(py, &mut config, keep_columns.unwrap_or_default(), format)?;
         place_generate_job(py, &mut config, placement_json.as_deref(), pool_key)?;
         let cluster = self.cluster.clone();
         run_corpus_job(py, on_progress, move |sink| async move {
@@ -976,18 +969,29 @@ fn set_formats(
     Ok(())
 }
 
-/// `keep_columns` (`["title", "text=article"]`, as `--keep-columns` reads them) into each
-/// line of the job's output.
-fn keep_generate_columns(
+/// What each line of the job's output holds and how it is stored: `keep_columns`
+/// (`["title", "text=article"]`, as `--keep-columns` reads them) after its id, `format`
+/// `"jsonl"` or `"parquet"`; then the whole job is checked, before anything runs.
+fn set_lines(
     py: Python<'_>,
     config: &mut GenerateJobConfig,
-    given: Vec<String>,
+    keep_columns: Vec<String>,
+    format: &str,
 ) -> PyResult<()> {
-    let columns = given.iter().map(|column| KeptColumn::parse(column));
+    let columns = keep_columns.iter().map(|column| KeptColumn::parse(column));
     let columns = columns
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad_input(py, e))?;
-    config.keep_columns(columns).map_err(|e| job_error(py, e))
+    config.keep_columns(columns).map_err(|e| job_error(py, e))?;
+    config.generation.format = match format {
+        "jsonl" => GenerationFormat::Jsonl,
+        "parquet" => GenerationFormat::Parquet,
+        other => {
+            let why = format!("format {other:?} is not 'jsonl' or 'parquet'");
+            return Err(bad_input(py, why));
+        }
+    };
+    config.check().map_err(|e| job_error(py, e))
 }
 
 /// `generate_job`'s few-shot arguments: the examples' file, how many, the delimiter, the

@@ -86,7 +86,7 @@ def test_embed_job_writes_parquet_with_the_kept_columns(local_cluster, tmp_path)
     out = tmp_path / "parquet"
     report = local_cluster.embed_job(
         str(corpus), str(MINILM), str(out), replicas=1, format="parquet",
-        keep_columns=["title"], precision="float16", progress=False,
+        keep_columns=["title", "text=passage"], precision="float16", progress=False,
     )
     assert report["items"] == len(records)
     index = json.loads((out / "index.json").read_text())
@@ -94,6 +94,11 @@ def test_embed_job_writes_parquet_with_the_kept_columns(local_cluster, tmp_path)
     data = (out / "embeddings.parquet").read_bytes()
     assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
     assert b"title" in data and b"embedding" in data
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "embeddings.parquet")
+    assert table.column_names == ["id", "embedding", "title", "passage"]
+    assert table.column("passage").to_pylist() == [record["text"] for record in records]
     with pytest.raises(resident.BadInput, match="format `csv`"):
         local_cluster.embed_job(str(corpus), str(MINILM), str(tmp_path / "bad"), format="csv",
                                 progress=False)

@@ -12,6 +12,7 @@ use resident_sdk::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::kept_columns::KeptColumn;
 use super::manifest::Manifest;
 use super::npy::encode_vectors;
 use super::output::MergeLayout;
@@ -109,14 +110,19 @@ pub struct EmbedWork {
     pub max_batch_tokens: Option<usize>,
     /// `--format`: npy (the default) or Parquet.
     pub format: VectorFormat,
-    /// Input fields carried to the output (`--keep-columns`): Parquet columns, or fields of
-    /// each line of `ids.jsonl`.
-    pub keep_columns: Vec<String>,
+    /// Input fields carried to the output (`--keep-columns`, each under its name):
+    /// Parquet columns, or fields of each line of `ids.jsonl`.
+    pub keep_columns: Vec<KeptColumn>,
     /// Cut long texts into windows (`--split`, `--pool-windows`).
     pub windows: Option<Windows>,
 }
 
 impl EmbedWork {
+    /// The kept columns' names, in order.
+    fn kept_names(&self) -> Vec<&str> {
+        self.keep_columns.iter().map(|c| c.name.as_str()).collect()
+    }
+
     /// What each task asks of the actor.
     pub fn options(&self) -> EmbedOptions {
         EmbedOptions {
@@ -153,7 +159,8 @@ impl EmbedWork {
             words.push(format!("max_seq_length={length}"));
         }
         if !self.keep_columns.is_empty() {
-            words.push(format!("keep={}", self.keep_columns.join(",")));
+            let columns: Vec<String> = self.keep_columns.iter().map(KeptColumn::describe).collect();
+            words.push(format!("keep={}", columns.join(",")));
         }
         if let Some(windows) = self.windows {
             words.push(format!("windows={}", windows.describe()));
@@ -272,23 +279,26 @@ impl ChunkWork for EmbedWork {
         sample: Vec<Record>,
         manifest: &mut Manifest,
     ) -> Result<(), JobError> {
-        for (i, name) in self.keep_columns.iter().enumerate() {
+        let names = self.kept_names();
+        for (i, &name) in names.iter().enumerate() {
             if name == "id" || name == super::parquet_out::VECTOR_COLUMN || name.is_empty() {
                 return Err(JobError::Input(format!(
                     "--keep-columns cannot carry `{name}`: the output has its own `id` and \
-                     `embedding` (the record's id is always written; see --id-field)"
+                     `embedding` (the record's id is always written; see --id-field); keep \
+                     the field under another name (FIELD=NAME)"
                 )));
             }
-            if self.windows.is_some_and(|w| !w.mean) && WINDOW_FIELDS.contains(&name.as_str()) {
+            if self.windows.is_some_and(|w| !w.mean) && WINDOW_FIELDS.contains(&name) {
                 return Err(JobError::Input(format!(
                     "--keep-columns cannot carry `{name}` with --split: each window's row has \
                      its own `{name}` ({})",
                     WINDOW_FIELDS.join(", ")
                 )));
             }
-            if self.keep_columns[..i].contains(name) {
+            if names[..i].contains(&name) {
                 return Err(JobError::Input(format!(
-                    "--keep-columns names `{name}` twice"
+                    "--keep-columns names `{name}` twice: give each kept field its own name \
+                     (FIELD=NAME)"
                 )));
             }
         }
@@ -443,7 +453,7 @@ impl ChunkWork for EmbedWork {
                 encode_rows(&values, dim, manifest.dtype, ranges).and_then(|stored| {
                     parquet_out::encode_shard(
                         rows,
-                        &self.keep_columns,
+                        &self.kept_names(),
                         &stored,
                         manifest.dtype,
                         dim,
@@ -461,10 +471,23 @@ impl ChunkWork for EmbedWork {
         Ok((format!("shards/chunk-{index:06}.{extension}"), bytes))
     }
 
+    /// Each kept field under its name (`--keep-columns FIELD=NAME`), in the columns' order.
+    fn kept_as_written(&self, carried: Vec<Kept>) -> Vec<Kept> {
+        if self.keep_columns.iter().all(|c| c.field == c.name) {
+            return carried;
+        }
+        let renamed = |kept: Kept| -> Kept {
+            (self.keep_columns.iter())
+                .filter_map(|c| Some((c.name.clone(), kept.get(&c.field)?.clone())))
+                .collect()
+        };
+        carried.into_iter().map(renamed).collect()
+    }
+
     /// Parquet: the id, vector and carried columns with no rows.
     fn no_rows_data(&self, manifest: &Manifest) -> Result<Vec<u8>, JobError> {
         let (dtype, dim) = (manifest.dtype, manifest.dim.unwrap_or(0));
-        parquet_out::encode_shard(&ShardRows::ids(&[]), &self.keep_columns, &[], dtype, dim)
+        parquet_out::encode_shard(&ShardRows::ids(&[]), &self.kept_names(), &[], dtype, dim)
             .map_err(JobError::Output)
     }
 

@@ -125,7 +125,12 @@ pub async fn run_embed_job(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<EmbedReport, JobError> {
     let mut corpus = config.corpus.clone();
-    corpus.reader.keep_fields = config.embedding.keep_columns.clone();
+    let fields = config
+        .embedding
+        .keep_columns
+        .iter()
+        .map(|c| c.field.clone());
+    corpus.reader.keep_fields = fields.collect();
     pipeline::run_job(cluster, &corpus, &config.embedding, on_progress).await
 }
 

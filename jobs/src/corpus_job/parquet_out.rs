@@ -73,7 +73,7 @@ fn elements(bytes: &[u8], dtype: OutputDtype) -> ArrayRef {
 /// `window`, `char_start` and `char_end` (uint32).
 pub fn encode_shard(
     rows: &ShardRows<'_>,
-    keep: &[String],
+    keep: &[&str],
     stored: &[u8],
     dtype: OutputDtype,
     dim: usize,
@@ -94,10 +94,10 @@ pub fn encode_shard(
     for name in keep {
         let mut column = StringBuilder::new();
         for row in 0..rows.len() {
-            let value = rows.kept_of(row).and_then(|kept| kept.get(name));
+            let value = rows.kept_of(row).and_then(|kept| kept.get(*name));
             column.append_option(value.and_then(text_cell));
         }
-        fields.push(Field::new(name, DataType::Utf8, true));
+        fields.push(Field::new(*name, DataType::Utf8, true));
         columns.push(Arc::new(column.finish()));
     }
     if rows.windowed() {
@@ -226,7 +226,7 @@ mod tests {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        let keep = ["title".to_owned(), "year".to_owned()];
+        let keep = ["title", "year"];
         let shard = encode_shard(&rows, &keep, &stored, OutputDtype::F32, 2).unwrap();
         let batches = read(shard.clone());
         let batch = &batches[0];
@@ -289,8 +289,7 @@ mod tests {
             windows: &windows,
         };
         let stored: Vec<u8> = (0..6).flat_map(|v| (v as f32).to_le_bytes()).collect();
-        let shard =
-            encode_shard(&rows, &["title".to_owned()], &stored, OutputDtype::F32, 2).unwrap();
+        let shard = encode_shard(&rows, &["title"], &stored, OutputDtype::F32, 2).unwrap();
         let batch = &read(shard)[0];
         let names: Vec<String> = batch
             .schema()

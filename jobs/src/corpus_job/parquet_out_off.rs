@@ -12,7 +12,7 @@ const REFUSAL: &str = "this build cannot write Parquet: build resident-jobs (or 
 
 pub fn encode_shard(
     _rows: &ShardRows<'_>,
-    _keep: &[String],
+    _keep: &[&str],
     _stored: &[u8],
     _dtype: OutputDtype,
     _dim: usize,

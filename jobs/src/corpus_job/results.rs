@@ -156,6 +156,7 @@ impl<W: ChunkWork> ChunkWriter<'_, W> {
             ),
         };
         let chunk_tally = self.tally_pieces(chunk.index, &pieces, &carried)?;
+        let carried = self.work.kept_as_written(carried);
         let windows = self.work.row_windows(&pieces);
         let rows_of = ShardRows {
             ids: &ids,

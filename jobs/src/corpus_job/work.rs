@@ -148,6 +148,12 @@ pub trait ChunkWork: Clone + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Its records' carried fields as the shard's files write them, after the tallies
+    /// have read them by field (embed: each `--keep-columns FIELD=NAME` under its name).
+    fn kept_as_written(&self, carried: Vec<Kept>) -> Vec<Kept> {
+        carried
+    }
+
     /// Adds a piece to the tallies; `kept` holds its records' carried fields, in order
     /// (empty when none are carried).
     fn tally(&self, tally: &mut Self::Tally, piece: &Piece<Self::Data>, kept: &[Kept]);

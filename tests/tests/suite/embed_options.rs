@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use resident_jobs::corpus_job::{
-    EmbedJobConfig, JobError, Normalization, OutputDtype, Prompt, run_embed_job,
+    EmbedJobConfig, JobError, KeptColumn, Normalization, OutputDtype, Prompt, run_embed_job,
 };
 use resident_sdk::{Cluster, EmbedOptions, EmbedPoolSpec, LocalConfig};
 use resident_tests::{
@@ -454,7 +454,7 @@ async fn parquet_output_carries_columns_and_exact_ids_after_a_kill_9_and_resume(
         "--format",
         "parquet",
         "--keep-columns",
-        "topic,description,missing",
+        "topic,description=about,missing",
     ];
     let first = [&flags[..], &["--chunk-size", "10", "--replicas", "1"]].concat();
     let mut child = embed_command(&input, &out, &first).spawn().unwrap();
@@ -486,7 +486,7 @@ async fn parquet_output_carries_columns_and_exact_ids_after_a_kill_9_and_resume(
         .collect();
     let rows = parquet_rows(
         &out.join("embeddings.parquet"),
-        &["topic", "description", "missing"],
+        &["topic", "about", "missing"],
     );
     assert_eq!(rows.len(), records.len(), "every record once");
     for ((id, vector, columns), record) in rows.iter().zip(&records) {
@@ -514,7 +514,7 @@ async fn parquet_output_carries_columns_and_exact_ids_after_a_kill_9_and_resume(
     let mixed = embed_command(
         &input,
         &out,
-        &["--keep-columns", "topic,description,missing"],
+        &["--keep-columns", "topic,description=about,missing"],
     )
     .output()
     .unwrap();
@@ -544,19 +544,29 @@ async fn npy_output_carries_the_kept_columns_in_ids_jsonl() {
     let cluster = local().await;
     let out = dir.path().join("npy");
     let mut config = job(&input, &model, &out, OutputDtype::F16);
-    config.embedding.keep_columns = vec!["title".into(), "n".into()];
+    let columns = |given: &[&str]| {
+        given
+            .iter()
+            .map(|c| KeptColumn::parse(c).unwrap())
+            .collect()
+    };
+    config.embedding.keep_columns = columns(&["title", "n=twice"]);
     run_embed_job(&cluster, &config, &mut |_| {}).await.unwrap();
     let ids = std::fs::read_to_string(out.join("ids.jsonl")).unwrap();
     let first: serde_json::Value = serde_json::from_str(ids.lines().nth(3).unwrap()).unwrap();
-    assert_eq!(first, serde_json::json!({"id": 3, "title": "T3", "n": 6}));
+    assert_eq!(
+        first,
+        serde_json::json!({"id": 3, "title": "T3", "twice": 6})
+    );
     assert_eq!(ids.lines().count(), fixture.texts.len());
 
     let mut clash = config.clone();
     clash.corpus.output = dir.path().join("clash").into();
-    clash.embedding.keep_columns = vec!["embedding".into()];
+    clash.embedding.keep_columns = columns(&["title=embedding"]);
     let text = run_embed_job(&cluster, &clash, &mut |_| {})
         .await
         .unwrap_err()
         .to_string();
     assert!(text.contains("cannot carry `embedding`"), "{text}");
+    assert!(text.contains("under another name (FIELD=NAME)"), "{text}");
 }
