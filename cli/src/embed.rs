@@ -62,7 +62,7 @@ pub struct EmbedArgs {
     #[arg(long, env = "RESIDENT_FORMAT", value_enum, default_value = "npy")]
     format: Format,
     /// Input fields carried to the output with each vector: `title,url` (JSONL fields or
-    /// paths into them, `meta.url`, or Parquet columns; missing ones are null), FIELD=NAME
+    /// Parquet columns, or paths into them, `meta.url`; missing ones are null), FIELD=NAME
     /// to write one under another name. Parquet output: text columns; npy output: fields
     /// of each ids.jsonl line.
     #[arg(long, env = "RESIDENT_KEEP_COLUMNS", value_delimiter = ',')]

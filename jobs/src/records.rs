@@ -6,6 +6,19 @@ use serde_json::{Map, Value};
 /// A record's carried fields (`--keep-columns`), by name.
 pub type Kept = Map<String, Value>;
 
+/// Where `path` leads inside `value`: each step (between dots) a key of an object or an
+/// index from 0 of a list (`text.2`, `source`); `None` where a step finds nothing.
+pub fn value_at_path<'a>(mut value: &'a Value, path: &str) -> Option<&'a Value> {
+    for step in path.split('.') {
+        value = match value {
+            Value::Object(map) => map.get(step)?,
+            Value::Array(list) => list.get(step.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
 /// The line as text, or "invalid UTF-8".
 pub fn line_text(bytes: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(bytes).map_err(|_| "invalid UTF-8".to_owned())

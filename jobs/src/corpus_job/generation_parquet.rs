@@ -99,24 +99,13 @@ mod tests {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use serde_json::json;
 
-    use super::super::parquet_out::ParquetMerger;
+    use super::super::parquet_out::{ParquetMerger, read};
     use super::*;
 
     fn lines(values: &[Value]) -> Vec<Map<String, Value>> {
         values
             .iter()
             .map(|v| v.as_object().unwrap().clone())
-            .collect()
-    }
-
-    /// The file's batches (a row group each).
-    fn read(bytes: Vec<u8>) -> Vec<RecordBatch> {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(bytes));
-        reader
-            .unwrap()
-            .build()
-            .unwrap()
-            .map(Result::unwrap)
             .collect()
     }
 

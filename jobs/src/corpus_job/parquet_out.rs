@@ -193,21 +193,23 @@ impl ParquetMerger {
     }
 }
 
+/// A Parquet file's batches (a row group each), for tests.
+#[cfg(test)]
+pub(super) fn read(bytes: Vec<u8>) -> Vec<RecordBatch> {
+    ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(bytes))
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Float32Type;
-
-    fn read(bytes: Vec<u8>) -> Vec<RecordBatch> {
-        ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(bytes))
-            .unwrap()
-            .build()
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    }
 
     #[test]
     fn a_shard_holds_ids_vectors_and_the_carried_columns_and_shards_merge_in_order() {

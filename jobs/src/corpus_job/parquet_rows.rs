@@ -193,14 +193,10 @@ impl ParquetRows {
                 };
                 let mut kept = crate::records::Kept::new();
                 for field in &self.keep_fields {
-                    let value = match batch.column_by_name(field) {
-                        Some(column) => match json_at(column.as_ref(), row) {
-                            Ok(value) => value,
-                            Err(reason) => return Ok(Some(Err(reason))),
-                        },
-                        None => Value::Null,
+                    match kept_at(batch, row, field) {
+                        Ok(value) => kept.insert(field.clone(), value),
+                        Err(reason) => return Ok(Some(Err(reason))),
                     };
-                    kept.insert(field.clone(), value);
                 }
                 return Ok(Some(Ok(ParquetRow::Text { id, text, kept })));
             }
@@ -216,4 +212,23 @@ impl ParquetRows {
             }
         }
     }
+}
+
+/// Row `row`'s kept `field`: its column's value as JSON, or else a path into a column's
+/// structs and lists (`meta.url`, `tags.0`), as a JSON record's fields are read; null where
+/// there is none.
+fn kept_at(batch: &RecordBatch, row: usize, field: &str) -> Result<Value, String> {
+    if let Some(column) = batch.column_by_name(field) {
+        return json_at(column.as_ref(), row);
+    }
+    let Some((head, path)) = field.split_once('.') else {
+        return Ok(Value::Null);
+    };
+    let Some(column) = batch.column_by_name(head) else {
+        return Ok(Value::Null);
+    };
+    let value = json_at(column.as_ref(), row)?;
+    Ok(crate::records::value_at_path(&value, path)
+        .cloned()
+        .unwrap_or(Value::Null))
 }

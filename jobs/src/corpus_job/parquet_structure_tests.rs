@@ -313,7 +313,12 @@ fn a_text_job_carries_nested_and_other_typed_columns_as_json() {
         ],
     );
     let options = ReaderOptions {
-        keep_fields: vec!["tags".into(), "day".into()],
+        keep_fields: vec![
+            "tags".into(),
+            "day".into(),
+            "tags.1".into(),
+            "tags.7".into(),
+        ],
         ..ReaderOptions::default()
     };
     assert!(!options.reads_structure());
@@ -322,4 +327,7 @@ fn a_text_job_carries_nested_and_other_typed_columns_as_json() {
     assert_eq!(record.text, "A document.");
     assert_eq!(record.kept.get("tags"), Some(&json!(["news", "sport"])));
     assert_eq!(record.kept.get("day"), Some(&json!("2024-01-02")));
+    // A path into a column, as into a JSON record's field (`--keep-columns meta.url`).
+    assert_eq!(record.kept.get("tags.1"), Some(&json!("sport")));
+    assert_eq!(record.kept.get("tags.7"), Some(&Value::Null));
 }

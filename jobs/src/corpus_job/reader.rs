@@ -630,16 +630,8 @@ fn field_value<'a>(object: &'a serde_json::Map<String, Value>, field: &str) -> O
     if let Some(value) = object.get(field) {
         return Some(value);
     }
-    let mut steps = field.split('.');
-    let mut value = object.get(steps.next()?)?;
-    for step in steps {
-        value = match value {
-            Value::Object(map) => map.get(step)?,
-            Value::Array(list) => list.get(step.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(value)
+    let (head, path) = field.split_once('.')?;
+    crate::records::value_at_path(object.get(head)?, path)
 }
 
 /// A record's `field` as text (a number or a boolean as JSON writes it); `why` says what
