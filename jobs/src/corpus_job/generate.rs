@@ -975,7 +975,8 @@ impl ChunkWork for GenerateWork {
                         let text = serde_json::to_string(&line);
                         match text.and_then(|text| serde_json::from_str(&text)) {
                             Ok(serde_json::Value::Object(fields)) => parquet_lines.push(fields),
-                            _ => return Err(failed("a line that is not a JSON object".into())),
+                            Ok(_) => return Err(failed("a line that is not a JSON object".into())),
+                            Err(e) => return Err(failed(format!("a line as JSON: {e}"))),
                         }
                         continue;
                     }
