@@ -350,8 +350,8 @@ impl TaskResult {
         (self.truncated_prompts > 0).then(|| {
             format!(
                 "task {}: {} of its {} prompts were cut to fit the context (their lines in \
-                 {}/generations.jsonl say \"truncated\"), so its figures are over cut \
-                 prompts; a larger --max-context (up to the model's), fewer --fewshot \
+                 {}/generations.jsonl, or rows of generations.parquet, say \"truncated\"), so \
+                 its figures are over cut prompts; a larger --max-context (up to the model's), fewer --fewshot \
                  examples or a shorter --prompt reads them whole",
                 self.name,
                 self.truncated_prompts,
