@@ -96,7 +96,8 @@ pub struct GenerateArgs {
     )]
     output_format: OutputFormatArg,
     /// Input fields written into each line of generations.jsonl after its id, as the input
-    /// has them (text, number, list or object; null where a record lacks one):
+    /// has them (text, number, list or object; null where a record lacks one; with
+    /// --format parquet, text columns after `id`):
     /// `title,url`, a path `meta.url`, or FIELD=NAME to write one under another name
     /// (`text=article`: the record's text beside the completion, which is the line's
     /// `text`). A name the line has for itself is refused.
