@@ -12,7 +12,7 @@ use resident_sdk::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::kept_columns::KeptColumn;
+use super::kept_columns::{KeptColumn, kept_names};
 use super::manifest::Manifest;
 use super::npy::encode_vectors;
 use super::output::MergeLayout;
@@ -118,11 +118,6 @@ pub struct EmbedWork {
 }
 
 impl EmbedWork {
-    /// The kept columns' names, in order.
-    fn kept_names(&self) -> Vec<&str> {
-        self.keep_columns.iter().map(|c| c.name.as_str()).collect()
-    }
-
     /// What each task asks of the actor.
     pub fn options(&self) -> EmbedOptions {
         EmbedOptions {
@@ -241,21 +236,7 @@ impl ChunkWork for EmbedWork {
     }
 
     fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
-        let extension = format!(".{}", self.format.extension());
-        if let Some(other) = manifest
-            .chunks
-            .iter()
-            .find(|c| !c.vectors_file.ends_with(&extension))
-        {
-            let (theirs, flag) = match other.vectors_file.ends_with(".parquet") {
-                true => ("Parquet", "parquet"),
-                false => ("npy", "npy"),
-            };
-            return Err(JobError::Mismatch(format!(
-                "{place} holds {theirs} shards; rerun with --format {flag}, or write to another \
-                 --output"
-            )));
-        }
+        manifest.check_shard_format(place, self.format.extension(), ("npy", "npy"))?;
         if manifest.dtype != self.dtype {
             return Err(JobError::Mismatch(format!(
                 "{place} holds {} embeddings; rerun with --precision {}, or write to another \
@@ -279,7 +260,7 @@ impl ChunkWork for EmbedWork {
         sample: Vec<Record>,
         manifest: &mut Manifest,
     ) -> Result<(), JobError> {
-        let names = self.kept_names();
+        let names = kept_names(&self.keep_columns);
         for (i, &name) in names.iter().enumerate() {
             if name == "id" || name == super::parquet_out::VECTOR_COLUMN || name.is_empty() {
                 return Err(JobError::Input(format!(
@@ -453,7 +434,7 @@ impl ChunkWork for EmbedWork {
                 encode_rows(&values, dim, manifest.dtype, ranges).and_then(|stored| {
                     parquet_out::encode_shard(
                         rows,
-                        &self.kept_names(),
+                        &kept_names(&self.keep_columns),
                         &stored,
                         manifest.dtype,
                         dim,
@@ -487,7 +468,8 @@ impl ChunkWork for EmbedWork {
     /// Parquet: the id, vector and carried columns with no rows.
     fn no_rows_data(&self, manifest: &Manifest) -> Result<Vec<u8>, JobError> {
         let (dtype, dim) = (manifest.dtype, manifest.dim.unwrap_or(0));
-        parquet_out::encode_shard(&ShardRows::ids(&[]), &self.kept_names(), &[], dtype, dim)
+        let keep = kept_names(&self.keep_columns);
+        parquet_out::encode_shard(&ShardRows::ids(&[]), &keep, &[], dtype, dim)
             .map_err(JobError::Output)
     }
 

@@ -25,7 +25,7 @@ use super::generation_parquet::encode_generation_lines;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
 use super::inputs::InputSet;
-use super::kept_columns::{KeptColumn, check_kept_columns, kept_line_fields};
+use super::kept_columns::{KeptColumn, check_kept_columns, kept_line_fields, kept_names};
 use super::manifest::Manifest;
 use super::output::MergeLayout;
 use super::prompt::{DescriptionAsSystem, PromptTemplate};
@@ -465,11 +465,6 @@ impl GenerateWork {
         ))
     }
 
-    /// The kept columns' names, in order.
-    fn kept_names(&self) -> Vec<&str> {
-        self.keep_columns.iter().map(|c| c.name.as_str()).collect()
-    }
-
     /// The config of the actors that run this work: `model` at `model_revision`, the
     /// work's engine settings.
     fn actor_config(&self, model: String, model_revision: Option<String>) -> GenerateConfig {
@@ -756,19 +751,8 @@ impl ChunkWork for GenerateWork {
     }
 
     fn check_resume(&self, manifest: &Manifest, place: &str) -> Result<(), JobError> {
-        let extension = format!(".{}", self.format.extension());
-        let other = (manifest.chunks.iter()).find(|c| !c.vectors_file.ends_with(&extension));
-        let Some(other) = other else {
-            return Ok(());
-        };
-        let (theirs, flag) = match other.vectors_file.ends_with(".parquet") {
-            true => ("Parquet", "parquet"),
-            false => ("JSON lines", "jsonl"),
-        };
-        Err(JobError::Mismatch(format!(
-            "{place} holds {theirs} shards; rerun with --format {flag}, or write to another \
-             --output"
-        )))
+        let plain = ("JSON lines", "jsonl");
+        manifest.check_shard_format(place, self.format.extension(), plain)
     }
 
     fn settings_fingerprint(&self, model_fingerprint: &str) -> String {
@@ -958,9 +942,7 @@ impl ChunkWork for GenerateWork {
         let ids = rows.ids;
         let completions = pieces.iter().flat_map(|p| &p.data);
         let mut lines = Vec::new();
-        let mut parquet_lines = Vec::new();
         let created = resident_proto::unix_ms_now() / 1000;
-        let failed = |error: String| JobError::ChunkFailed { index, error };
         for (record, (id, completion)) in ids.iter().zip(completions).enumerate() {
             let written = match self.output {
                 GenerationOutput::Lines => {
@@ -969,17 +951,6 @@ impl ChunkWork for GenerateWork {
                     let kept = kept_line_fields(&self.keep_columns, carried);
                     let line =
                         GenerationLine::new(id, completion, answers.as_deref()).keeping(kept);
-                    if self.format == GenerationFormat::Parquet {
-                        // Through the line's text, so a number reads as the JSON line
-                        // writes it (an f32 log-probability in its shortest form).
-                        let text = serde_json::to_string(&line);
-                        match text.and_then(|text| serde_json::from_str(&text)) {
-                            Ok(serde_json::Value::Object(fields)) => parquet_lines.push(fields),
-                            Ok(_) => return Err(failed("a line that is not a JSON object".into())),
-                            Err(e) => return Err(failed(format!("a line as JSON: {e}"))),
-                        }
-                        continue;
-                    }
                     serde_json::to_writer(&mut lines, &line)
                 }
                 GenerationOutput::OpenAiBatch => serde_json::to_writer(
@@ -991,7 +962,14 @@ impl ChunkWork for GenerateWork {
             lines.push(b'\n');
         }
         if self.format == GenerationFormat::Parquet {
-            let bytes = encode_generation_lines(&parquet_lines, &self.kept_names());
+            // The JSON lines read back as columns: each value as the line writes it (an
+            // f32 log-probability in its shortest form).
+            let failed = |error: String| JobError::ChunkFailed { index, error };
+            let fields = (lines.split(|b| *b == b'\n').filter(|line| !line.is_empty()))
+                .map(serde_json::from_slice)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| failed(format!("a line as JSON: {e}")))?;
+            let bytes = encode_generation_lines(&fields, &kept_names(&self.keep_columns));
             return Ok((
                 format!("shards/chunk-{index:06}.parquet"),
                 bytes.map_err(failed)?,
@@ -1002,7 +980,7 @@ impl ChunkWork for GenerateWork {
 
     /// Parquet: the columns with no rows.
     fn no_rows_data(&self, _manifest: &Manifest) -> Result<Vec<u8>, JobError> {
-        encode_generation_lines(&[], &self.kept_names()).map_err(JobError::Output)
+        encode_generation_lines(&[], &kept_names(&self.keep_columns)).map_err(JobError::Output)
     }
 
     fn merged_bytes(manifest: &Manifest) -> u64 {

@@ -89,6 +89,11 @@ fn line_field_meaning(name: &str) -> &'static str {
     }
 }
 
+/// The columns' names, in order (a Parquet output's kept columns).
+pub(super) fn kept_names(columns: &[KeptColumn]) -> Vec<&str> {
+    columns.iter().map(|c| c.name.as_str()).collect()
+}
+
 /// The kept columns of one record, by name in the job's order, from what the reader
 /// carried (`carried`: by field); `None` when the job keeps none.
 pub(super) fn kept_line_fields<'a>(

@@ -82,6 +82,30 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Refuses an output at `place` whose shards are not `.{format}` files: a job asked
+    /// for `format` (`parquet`, or the work's own, `plain`: its name and its `--format`
+    /// word, `("npy", "npy")`, `("JSON lines", "jsonl")`) resumes only its own kind.
+    pub fn check_shard_format(
+        &self,
+        place: &str,
+        format: &str,
+        plain: (&str, &str),
+    ) -> Result<(), JobError> {
+        let extension = format!(".{format}");
+        let Some(other) = (self.chunks.iter()).find(|c| !c.vectors_file.ends_with(&extension))
+        else {
+            return Ok(());
+        };
+        let (theirs, flag) = match other.vectors_file.ends_with(".parquet") {
+            true => ("Parquet", "parquet"),
+            false => plain,
+        };
+        Err(JobError::Mismatch(format!(
+            "{place} holds {theirs} shards; rerun with --format {flag}, or write to another \
+             --output"
+        )))
+    }
+
     /// The chunk boundaries this output was started with.
     pub fn schedule(&self) -> ChunkSchedule {
         self.chunk_schedule
