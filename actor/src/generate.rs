@@ -355,8 +355,9 @@ pub struct GenerateParams {
     #[serde(default)]
     pub ignore_eos: bool,
     /// What each completion must be, as OpenAI's `response_format` says it: JSON valid
-    /// under a schema, or any JSON object. Decoding is masked by the grammar, so every
-    /// completion that ends with `stop` parses.
+    /// under a schema, or any JSON object; or, beyond OpenAI's types, text a regular
+    /// expression matches, one of a list of texts, or text a grammar derives. Decoding is
+    /// masked by the grammar, so every completion that ends with `stop` is of that form.
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
     /// Score each record's text: the log-probability of each of its tokens given everything
@@ -415,6 +416,23 @@ pub enum ResponseFormat {
         /// The schema and its name.
         json_schema: JsonSchemaFormat,
     },
+    /// Text the regular expression matches whole (Rust's `regex` syntax; vLLM's
+    /// `guided_regex`). Not one of OpenAI's types: Resident's own.
+    Regex {
+        /// The expression.
+        regex: String,
+    },
+    /// Exactly one of these texts (vLLM's `guided_choice`: a label from a fixed set).
+    Choice {
+        /// The texts allowed, at least one, none empty.
+        choice: Vec<String>,
+    },
+    /// Text the context-free grammar derives (llguidance's Lark syntax, as vLLM's
+    /// `guided_grammar` takes it under its guidance backend).
+    Grammar {
+        /// The grammar, its start rule `start`.
+        grammar: String,
+    },
 }
 
 /// A named JSON schema (`response_format.json_schema`).
@@ -454,6 +472,22 @@ impl<'de> Deserialize<'de> for ResponseFormat {
 }
 
 impl ResponseFormat {
+    /// What is wrong with this format that no grammar engine is needed to see (an empty
+    /// list of choices, an empty choice, expression or grammar), in words.
+    pub fn problem(&self) -> Option<&'static str> {
+        match self {
+            Self::Regex { regex } if regex.is_empty() => Some("has an empty regular expression"),
+            Self::Choice { choice } if choice.is_empty() => {
+                Some("lists no choices (give at least one text)")
+            }
+            Self::Choice { choice } if choice.iter().any(String::is_empty) => {
+                Some("has an empty choice (each must be a text of at least one character)")
+            }
+            Self::Grammar { grammar } if grammar.trim().is_empty() => Some("has an empty grammar"),
+            _ => None,
+        }
+    }
+
     /// A schema as `--json-schema` and vLLM's `guided_json` give it.
     pub fn schema(schema: serde_json::Value) -> Self {
         Self::JsonSchema {
@@ -553,9 +587,18 @@ impl GenerateParams {
     }
 
     /// Each decoding parameter's range check.
-    fn decoding_checks(&self) -> [RangeCheck; 10] {
+    fn decoding_checks(&self) -> [RangeCheck; 11] {
         let finite = |v: f32| v.is_finite();
+        let format_problem = self
+            .response_format
+            .as_ref()
+            .and_then(ResponseFormat::problem);
         [
+            (
+                format_problem.is_none(),
+                "response_format",
+                format_problem.unwrap_or_default().into(),
+            ),
             (
                 self.max_new_tokens >= 1 || self.score,
                 "max_tokens",
@@ -615,7 +658,9 @@ impl GenerateParams {
             (
                 !self.score || self.response_format.is_none(),
                 "score",
-                "does not take a response format (a JSON schema)".into(),
+                "does not take a response format (a JSON schema, regex, choice or grammar): \
+                 scored text is the record's own"
+                    .into(),
             ),
             (
                 self.prompt_logprobs.is_none() || self.score,
@@ -1047,6 +1092,77 @@ mod tests {
         assert_eq!(json["response_format"]["json_schema"]["schema"], schema);
         let back: GenerateParams = serde_json::from_value(json).unwrap();
         assert_eq!(back, request.params);
+    }
+
+    /// A regex, a list of choices and a grammar travel in a task as they read in JSON
+    /// (`{"type": "choice", "choice": [...]}`); an empty one is a problem of the request,
+    /// named.
+    #[test]
+    fn regex_choice_and_grammar_formats_round_trip_and_empty_ones_are_refused() {
+        let formats = [
+            ResponseFormat::Regex {
+                regex: "[0-9]+".into(),
+            },
+            ResponseFormat::Choice {
+                choice: vec!["yes".into(), "no, \"never\"".into()],
+            },
+            ResponseFormat::Grammar {
+                grammar: "start: \"a\"+".into(),
+            },
+        ];
+        for format in formats {
+            let request = GenerateRequest {
+                prompts: vec![PromptParts::chat("r", vec![ChatMessage::new("user", "hi")])],
+                params: GenerateParams {
+                    response_format: Some(format.clone()),
+                    ..GenerateParams::default()
+                },
+            };
+            let bytes = crate::encode_request::<Generate>(&request).unwrap();
+            assert_eq!(crate::decode_request::<Generate>(&bytes).unwrap(), request);
+            let json = serde_json::to_value(&format).unwrap();
+            assert_eq!(
+                serde_json::from_value::<ResponseFormat>(json).unwrap(),
+                format
+            );
+            assert_eq!(request.params.problem(), None);
+        }
+        let choice = serde_json::json!({"type": "choice", "choice": ["a", "b"]});
+        assert_eq!(
+            serde_json::from_value::<ResponseFormat>(choice).unwrap(),
+            ResponseFormat::Choice {
+                choice: vec!["a".into(), "b".into()]
+            }
+        );
+        for (format, says) in [
+            (
+                ResponseFormat::Regex { regex: "".into() },
+                "`response_format` has an empty regular expression",
+            ),
+            (
+                ResponseFormat::Choice { choice: vec![] },
+                "`response_format` lists no choices (give at least one text)",
+            ),
+            (
+                ResponseFormat::Choice {
+                    choice: vec!["a".into(), "".into()],
+                },
+                "`response_format` has an empty choice",
+            ),
+            (
+                ResponseFormat::Grammar {
+                    grammar: " \n".into(),
+                },
+                "`response_format` has an empty grammar",
+            ),
+        ] {
+            let params = GenerateParams {
+                response_format: Some(format),
+                ..GenerateParams::default()
+            };
+            let problem = params.problem().expect("refused").to_string();
+            assert!(problem.starts_with(says), "{problem}");
+        }
     }
 
     /// A score may generate nothing and takes no response format; choices as contexts

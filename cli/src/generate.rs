@@ -424,8 +424,44 @@ pub struct GenerateArgs {
     /// A JSON schema file: decoding is masked by its grammar (llguidance), so every
     /// completion that ends with `stop` parses and validates. A record's own
     /// `response_format` (OpenAI Batch) replaces it.
-    #[arg(long, env = "RESIDENT_JSON_SCHEMA", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "RESIDENT_JSON_SCHEMA",
+        value_name = "FILE",
+        group = "constraint"
+    )]
     json_schema: Option<std::path::PathBuf>,
+    /// Each completion is text this regular expression matches whole (Rust's regex
+    /// syntax, vLLM's guided_regex): '[0-9]{4}', '(yes|no): [^\n]{1,80}'. A record's own
+    /// constraint replaces it.
+    #[arg(
+        long,
+        env = "RESIDENT_GUIDED_REGEX",
+        value_name = "REGEX",
+        group = "constraint"
+    )]
+    guided_regex: Option<String>,
+    /// Each completion is exactly one of these texts (vLLM's guided_choice: a label from a
+    /// fixed set); repeat the flag for each, `--guided-choice positive --guided-choice
+    /// negative` (a text may hold commas; the variable gives one). A record's own
+    /// constraint replaces it.
+    #[arg(
+        long,
+        env = "RESIDENT_GUIDED_CHOICE",
+        value_name = "TEXT",
+        group = "constraint"
+    )]
+    guided_choice: Vec<String>,
+    /// A context-free grammar file in llguidance's Lark syntax (start rule `start`;
+    /// vLLM's guided_grammar): each completion is a sentence of it. A record's own
+    /// constraint replaces it.
+    #[arg(
+        long,
+        env = "RESIDENT_GUIDED_GRAMMAR",
+        value_name = "FILE",
+        group = "constraint"
+    )]
+    guided_grammar: Option<std::path::PathBuf>,
     /// Sequences each actor decodes at once (continuous batching); when absent, 256 on a
     /// GPU and 32 on the CPU. Chunks hold at least twice this on GPUs, four times on CPUs.
     #[arg(long, env = "RESIDENT_MAX_SEQUENCES")]
@@ -690,8 +726,35 @@ impl GenerateArgs {
         Ok(params)
     }
 
-    /// `--json-schema FILE` as the response format.
+    /// `--json-schema FILE`, `--guided-regex`, `--guided-choice` or `--guided-grammar FILE`
+    /// (clap lets one through) as the response format, refused under its flag unless it
+    /// compiles (before any cluster is reached).
     fn response_format(&self) -> anyhow::Result<Option<ResponseFormat>> {
+        let (flag, format) = if let Some(regex) = &self.guided_regex {
+            let regex = regex.clone();
+            ("--guided-regex", ResponseFormat::Regex { regex })
+        } else if !self.guided_choice.is_empty() {
+            let choice = self.guided_choice.clone();
+            ("--guided-choice", ResponseFormat::Choice { choice })
+        } else if let Some(path) = &self.guided_grammar {
+            let grammar = std::fs::read_to_string(path).map_err(|e| {
+                crate::exit::BadInput(format!("--guided-grammar {}: {e}", path.display()))
+            })?;
+            ("--guided-grammar", ResponseFormat::Grammar { grammar })
+        } else {
+            match self.schema_format()? {
+                Some(format) => ("--json-schema", format),
+                None => return Ok(None),
+            }
+        };
+        match resident_node_agent::backends::generate::response_format_problem(&format) {
+            Some(problem) => Err(crate::exit::BadInput(format!("{flag} {problem}")).into()),
+            None => Ok(Some(format)),
+        }
+    }
+
+    /// `--json-schema FILE` as the response format.
+    fn schema_format(&self) -> anyhow::Result<Option<ResponseFormat>> {
         let Some(path) = &self.json_schema else {
             return Ok(None);
         };

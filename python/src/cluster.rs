@@ -20,6 +20,7 @@ use resident_jobs::corpus_job::{
 };
 use resident_jobs::pools::PoolRetention;
 use resident_models::generate::chat::ChatTemplate;
+use resident_node_agent::backends::generate as generate_backend;
 use resident_sdk::{
     ClientCredentials, Cluster, EmbedOptions, EmbedPool, EmbedPoolSpec, GeneratePool,
     GeneratePoolSpec, LocalConfig, Pool, PoolSpec, SdkError, WindowSplit, Windows,
@@ -775,11 +776,7 @@ impl NativeCluster {
         engine_json: Option<String>,
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<String> {
-        let params: GenerateParams = serde_json::from_str(&params_json)
-            .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
-        if let Some(problem) = params.problem() {
-            return Err(bad_input(py, problem.to_string()));
-        }
+        let params = checked_params(py, &params_json)?;
         let engine = engine_settings(py, engine_json.as_deref().unwrap_or("{}"))?;
         let prompts = call_prompts(&prompts_json).map_err(|e| bad_input(py, e))?;
         let config = engine.actor_config(model);
@@ -1067,15 +1064,27 @@ fn set_decoding(
     params_json: &str,
     engine_json: Option<&str>,
 ) -> PyResult<()> {
-    config.generation.params = serde_json::from_str(params_json)
-        .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
-    if let Some(problem) = config.generation.params.problem() {
-        return Err(bad_input(py, problem.to_string()));
-    }
+    config.generation.params = checked_params(py, params_json)?;
     if let Some(engine) = engine_json {
         config.generation.engine = engine_settings(py, engine)?;
     }
     Ok(())
+}
+
+/// Decoding parameters (`GenerateParams` as JSON), or why the actors would refuse them,
+/// before a pool is asked for: a parameter out of its range, a `response_format` that does
+/// not compile (as `resident generate --json-schema` and `--guided-*` are checked).
+fn checked_params(py: Python<'_>, params_json: &str) -> PyResult<GenerateParams> {
+    let params: GenerateParams = serde_json::from_str(params_json)
+        .map_err(|e| bad_input(py, format!("generation parameters: {e}")))?;
+    if let Some(problem) = params.problem() {
+        return Err(bad_input(py, problem.to_string()));
+    }
+    let format = params.response_format.as_ref();
+    if let Some(problem) = format.and_then(generate_backend::response_format_problem) {
+        return Err(bad_input(py, format!("`response_format` {problem}")));
+    }
+    Ok(params)
 }
 
 /// The actors' engine settings ([`EngineSettings`] as JSON), or why the actors would refuse

@@ -150,6 +150,42 @@ def test_chat_answers_conversations_and_takes_the_sampling_controls(local_cluste
     assert "best_of" in str(refused.value) and "repetition_penalty" in str(refused.value)
 
 
+def test_a_choice_a_regex_and_a_grammar_hold_each_completion_and_bad_ones_are_refused(
+        local_cluster):
+    """response_format's choice, regex and grammar types (resident generate's --guided-*),
+    the call's or a prompt's own (vLLM's guided_choice), hold every completion; one that
+    does not compile is refused before any pool, naming what failed."""
+    import re
+
+    reviews = ["I loved this film.", "Awful food and rude staff.", "Great coffee, lovely view!"]
+    ask = [f"Is this review positive or negative? {review}" for review in reviews]
+    labels = local_cluster.generate(
+        ask, model=str(SMOLLM2), max_new_tokens=8, progress=False,
+        response_format={"type": "choice", "choice": ["positive", "negative"]})
+    assert all(out["text"] in ("positive", "negative") for out in labels), labels
+    years = local_cluster.generate(
+        [f"In which year was this written? {review}" for review in reviews],
+        model=str(SMOLLM2), max_new_tokens=8, progress=False,
+        response_format={"type": "regex", "regex": "(19|20)[0-9]{2}"})
+    assert all(re.fullmatch("(19|20)[0-9]{2}", out["text"]) for out in years), years
+    grammar = 'start: ("yes" | "no") ", " /[a-z]{2,12}/'
+    reasons = local_cluster.generate(
+        ask, model=str(SMOLLM2), max_new_tokens=12, progress=False,
+        response_format={"type": "grammar", "grammar": grammar})
+    assert all(re.fullmatch("(yes|no), [a-z]{2,12}", out["text"]) for out in reasons), reasons
+    own = local_cluster.generate([{"prompt": ask[0], "guided_choice": ["up", "down"]}],
+                                 model=str(SMOLLM2), max_new_tokens=8, progress=False)
+    assert own[0]["text"] in ("up", "down"), own
+
+    with pytest.raises(resident.BadInput, match="`response_format` does not compile: "
+                       "the regular expression cannot be used"):
+        local_cluster.generate(ask, model=str(SMOLLM2), progress=False,
+                               response_format={"type": "regex", "regex": "(?=a)b"})
+    with pytest.raises(resident.BadInput, match="`response_format` lists no choices"):
+        local_cluster.generate(ask, model=str(SMOLLM2), progress=False,
+                               response_format={"type": "choice", "choice": []})
+
+
 def test_a_call_releases_the_gil_while_it_waits(local_cluster):
     import threading
     import time

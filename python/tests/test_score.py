@@ -774,6 +774,24 @@ def test_a_suite_s_flags_read_as_clap_reads_them(tmp_path):
         _suite.task_kwargs("t", ["a.jsonl"])
     with pytest.raises(resident.BadInput, match="--json-schema .*: cannot read it"):
         _suite.task_kwargs("t", ["--json-schema", str(tmp_path / "none.json")])
+    # --guided-*: a choice repeated adds one (commas kept), a regex given again replaces
+    # the first, a grammar file is read; two kinds are refused, as clap refuses them.
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('start: "a"+')
+    constrained = {
+        ("--guided-choice", "yes", "--guided-choice=no, never"):
+            {"type": "choice", "choice": ["yes", "no, never"]},
+        ("--guided-regex", "a+", "--guided-regex", "[0-9]+"): {"type": "regex", "regex": "[0-9]+"},
+        ("--guided-grammar", str(grammar)): {"type": "grammar", "grammar": 'start: "a"+'},
+    }
+    for flags, expected in constrained.items():
+        assert _suite.task_kwargs("t", list(flags)) == {
+            "prompt": "{text}", "response_format": expected}, flags
+    with pytest.raises(resident.BadInput, match="--guided-choice 'a': cannot be used with "
+                       "--guided-regex"):
+        _suite.task_kwargs("t", ["--guided-regex", "a", "--guided-choice", "a"])
+    with pytest.raises(resident.BadInput, match="--guided-grammar .*: cannot read it"):
+        _suite.task_kwargs("t", ["--guided-grammar", str(tmp_path / "none.lark")])
 
 
 def test_a_suite_s_flag_table_covers_every_flag_of_resident_generate():

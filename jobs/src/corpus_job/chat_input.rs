@@ -215,28 +215,94 @@ fn apply_param(over: &mut ParamsOverride, key: &str, value: &Value) -> Result<()
         "logprobs" => over.logprobs = Some(flag()?),
         "top_logprobs" => over.top_logprobs = Some(count()?),
         "ignore_eos" => over.ignore_eos = Some(flag()?),
-        "response_format" => {
-            over.response_format = Some(serde_json::from_value(value.clone()).map_err(|e| {
-                format!(
-                    "`response_format` must be {{\"type\": \"json_schema\", \
-                     \"json_schema\": {{\"name\", \"schema\"}}}}, \
-                     {{\"type\": \"json_object\"}} or {{\"type\": \"text\"}}: {e}"
-                )
-            })?)
+        "response_format" | "guided_json" | "guided_regex" | "guided_choice" | "guided_grammar"
+        | "structured_outputs" => {
+            if over.response_format.is_some() {
+                return Err(format!(
+                    "`{key}` is a second output constraint; give one of response_format, \
+                     guided_json, guided_regex, guided_choice, guided_grammar and \
+                     structured_outputs"
+                ));
+            }
+            over.response_format = Some(output_constraint(key, value)?);
         }
-        // vLLM's name for a JSON schema constraint.
+        "skip_special_tokens" | "spaces_between_special_tokens" if value == &Value::Bool(true) => {}
+        other => return Err(unsupported_param(other)),
+    }
+    Ok(())
+}
+
+/// A request's output constraint: OpenAI's `response_format`, vLLM's `guided_*`
+/// parameters, or vLLM's newer `structured_outputs` object (`json`, `regex`, `choice`,
+/// `grammar`, `json_object`).
+fn output_constraint(key: &str, value: &Value) -> Result<ResponseFormat, String> {
+    let text = || {
+        value
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("`{key}` must be a string"))
+    };
+    match key {
+        "response_format" => serde_json::from_value(value.clone()).map_err(|e| {
+            format!(
+                "`response_format` must be {{\"type\": \"json_schema\", \
+                 \"json_schema\": {{\"name\", \"schema\"}}}}, {{\"type\": \"json_object\"}}, \
+                 {{\"type\": \"text\"}}, {{\"type\": \"regex\", \"regex\": ...}}, \
+                 {{\"type\": \"choice\", \"choice\": [...]}} or \
+                 {{\"type\": \"grammar\", \"grammar\": ...}}: {e}"
+            )
+        }),
+        // vLLM's name for a JSON schema constraint: the schema, or its JSON text.
         "guided_json" => {
             let schema = match value {
                 Value::String(text) => serde_json::from_str(text)
                     .map_err(|e| format!("`guided_json` is not JSON: {e}"))?,
                 other => other.clone(),
             };
-            over.response_format = Some(ResponseFormat::schema(schema));
+            Ok(ResponseFormat::schema(schema))
         }
-        "skip_special_tokens" | "spaces_between_special_tokens" if value == &Value::Bool(true) => {}
-        other => return Err(unsupported_param(other)),
+        "guided_regex" => Ok(ResponseFormat::Regex { regex: text()? }),
+        "guided_grammar" => Ok(ResponseFormat::Grammar { grammar: text()? }),
+        "guided_choice" => {
+            let choice = value
+                .as_array()
+                .and_then(|texts| {
+                    texts
+                        .iter()
+                        .map(|t| t.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or("`guided_choice` must be a list of strings")?;
+            Ok(ResponseFormat::Choice { choice })
+        }
+        _ => structured_outputs(value),
     }
-    Ok(())
+}
+
+/// vLLM's `structured_outputs` object: exactly one of `json`, `regex`, `choice`,
+/// `grammar` and `json_object: true`.
+fn structured_outputs(value: &Value) -> Result<ResponseFormat, String> {
+    const KEYS: &str = "json, regex, choice, grammar or json_object";
+    let object = value
+        .as_object()
+        .ok_or_else(|| format!("`structured_outputs` must be an object with one of {KEYS}"))?;
+    let set: Vec<(&String, &Value)> = object.iter().filter(|(_, v)| !v.is_null()).collect();
+    let [(key, inner)] = set[..] else {
+        return Err(format!(
+            "`structured_outputs` must set exactly one of {KEYS} (it sets {})",
+            set.len()
+        ));
+    };
+    match key.as_str() {
+        "json" => output_constraint("guided_json", inner),
+        "regex" => output_constraint("guided_regex", inner),
+        "choice" => output_constraint("guided_choice", inner),
+        "grammar" => output_constraint("guided_grammar", inner),
+        "json_object" if inner == &Value::Bool(true) => Ok(ResponseFormat::JsonObject),
+        other => Err(format!(
+            "`structured_outputs.{other}` is not supported; use one of {KEYS}"
+        )),
+    }
 }
 
 fn number_param(key: &str, value: &Value) -> Result<f32, String> {
@@ -273,7 +339,8 @@ fn unsupported_param(key: &str) -> String {
          request (supported: max_tokens, max_completion_tokens, temperature, \
          top_p, top_k, min_p, seed, stop, repetition_penalty, presence_penalty, \
          frequency_penalty, min_tokens, stop_token_ids, n, logprobs, \
-         top_logprobs, ignore_eos, response_format, guided_json)"
+         top_logprobs, ignore_eos, response_format, guided_json, guided_regex, \
+         guided_choice, guided_grammar, structured_outputs)"
     )
 }
 
@@ -365,6 +432,77 @@ mod tests {
                 .unwrap_err()
                 .contains("`response_format` must be")
         );
+    }
+
+    /// vLLM's `guided_regex`, `guided_choice` and `guided_grammar`, its `structured_outputs`
+    /// object and Resident's own `response_format` types all give the same constraint; two
+    /// constraints in one request, or a malformed one, are refused in words.
+    #[test]
+    fn regex_choice_and_grammar_constraints_read_as_vllm_and_resident_spell_them() {
+        let format = |body: Value| parse_params(&object(body)).map(|p| p.response_format);
+        let regex = ResponseFormat::Regex {
+            regex: "[0-9]{4}".into(),
+        };
+        let choice = ResponseFormat::Choice {
+            choice: vec!["yes".into(), "no, never".into()],
+        };
+        let grammar = ResponseFormat::Grammar {
+            grammar: "start: \"a\"+".into(),
+        };
+        for (body, expected) in [
+            (json!({"guided_regex": "[0-9]{4}"}), &regex),
+            (json!({"structured_outputs": {"regex": "[0-9]{4}"}}), &regex),
+            (
+                json!({"response_format": {"type": "regex", "regex": "[0-9]{4}"}}),
+                &regex,
+            ),
+            (json!({"guided_choice": ["yes", "no, never"]}), &choice),
+            (
+                json!({"structured_outputs": {"choice": ["yes", "no, never"], "regex": null}}),
+                &choice,
+            ),
+            (
+                json!({"response_format": {"type": "choice", "choice": ["yes", "no, never"]}}),
+                &choice,
+            ),
+            (json!({"guided_grammar": "start: \"a\"+"}), &grammar),
+            (
+                json!({"structured_outputs": {"grammar": "start: \"a\"+"}}),
+                &grammar,
+            ),
+        ] {
+            assert_eq!(
+                format(body.clone()).unwrap().as_ref(),
+                Some(expected),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            format(json!({"structured_outputs": {"json_object": true}})).unwrap(),
+            Some(ResponseFormat::JsonObject)
+        );
+        for (body, says) in [
+            (
+                json!({"guided_regex": "a", "guided_choice": ["a"]}),
+                "is a second output constraint",
+            ),
+            (json!({"guided_choice": "yes"}), "must be a list of strings"),
+            (
+                json!({"guided_regex": 4}),
+                "`guided_regex` must be a string",
+            ),
+            (
+                json!({"structured_outputs": {"regex": "a", "choice": ["a"]}}),
+                "exactly one of json, regex, choice, grammar or json_object (it sets 2)",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": "x"}}),
+                "`structured_outputs.structural_tag` is not supported",
+            ),
+        ] {
+            let error = format(body.clone()).unwrap_err();
+            assert!(error.contains(says), "{body}: {error}");
+        }
     }
 
     #[test]

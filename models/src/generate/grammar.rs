@@ -1,5 +1,6 @@
 //! Structured output: decoding masked by a grammar, so that every completion parses as the
-//! JSON a schema describes. The grammar engine is llguidance (what vLLM, SGLang and
+//! JSON a schema describes, matches a regular expression, is one of a list of texts, or is
+//! derived by a context-free grammar. The grammar engine is llguidance (what vLLM, SGLang and
 //! llama.cpp use): at each step it gives the set of tokens that keep the text a prefix of
 //! some valid document, the sampler draws only from that set, and the end token is allowed
 //! only once the document is complete.
@@ -25,6 +26,12 @@ pub enum OutputGrammar {
     JsonSchema(serde_json::Value),
     /// Any JSON object (OpenAI's `json_object`).
     JsonObject,
+    /// Text this regular expression (Rust's `regex` syntax) matches whole.
+    Regex(String),
+    /// Exactly one of these texts.
+    Choice(Vec<String>),
+    /// Text this grammar (llguidance's Lark syntax, start rule `start`) derives.
+    Lark(String),
 }
 
 impl OutputGrammar {
@@ -36,6 +43,9 @@ impl OutputGrammar {
         let mut schema = match self {
             Self::JsonSchema(schema) => schema.clone(),
             Self::JsonObject => serde_json::json!({"type": "object"}),
+            Self::Regex(regex) => return TopLevelGrammar::from_regex(regex),
+            Self::Choice(texts) => return TopLevelGrammar::from_lark(choice_grammar(texts)),
+            Self::Lark(grammar) => return TopLevelGrammar::from_lark(grammar.clone()),
         };
         if let Some(object) = schema.as_object_mut()
             && !object.contains_key("x-guidance")
@@ -51,6 +61,26 @@ impl OutputGrammar {
         }
         TopLevelGrammar::from_json_schema(schema)
     }
+
+    /// What this grammar is, in a refusal's words.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::JsonSchema(_) | Self::JsonObject => "the JSON schema",
+            Self::Regex(_) => "the regular expression",
+            Self::Choice(_) => "the choices",
+            Self::Lark(_) => "the grammar",
+        }
+    }
+}
+
+/// A Lark grammar whose only sentences are `texts`: one literal each (Lark's string
+/// literals are JSON strings), so no text needs escaping as a pattern would.
+fn choice_grammar(texts: &[String]) -> String {
+    let literals: Vec<String> = texts
+        .iter()
+        .map(|text| serde_json::Value::from(text.as_str()).to_string())
+        .collect();
+    format!("start: {}", literals.join(" | "))
 }
 
 /// The model's vocabulary as llguidance sees it, and its parser factory (built once per
@@ -119,21 +149,37 @@ impl GrammarEngine {
         Ok(Self { factory })
     }
 
-    /// A fresh constraint for one completion; a schema llguidance cannot compile is an
-    /// error that names what it refused.
+    /// A fresh constraint for one completion; a schema, expression or grammar llguidance
+    /// cannot compile is an error that names what it refused.
     pub fn constraint(&self, grammar: &OutputGrammar) -> Result<Constraint, ModelError> {
-        let parser = self
-            .factory
-            .create_parser(grammar.top_level())
-            .map_err(|e| ModelError::Task(format!("the JSON schema cannot be used: {e}")))?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(error) = matcher.get_error() {
-            return Err(ModelError::Task(format!(
-                "the JSON schema cannot be used: {error}"
-            )));
-        }
-        Ok(Constraint { matcher })
+        matcher(&self.factory, grammar).map(|matcher| Constraint { matcher })
     }
+}
+
+/// `grammar` compiled by `factory` into a fresh matcher, or why it does not compile.
+fn matcher(factory: &ParserFactory, grammar: &OutputGrammar) -> Result<Matcher, ModelError> {
+    let refused = |e: &dyn std::fmt::Display| {
+        ModelError::Task(format!("{} cannot be used: {e}", grammar.kind()))
+    };
+    let parser = factory
+        .create_parser(grammar.top_level())
+        .map_err(|e| refused(&e))?;
+    let matcher = Matcher::new(Ok(parser));
+    match matcher.get_error() {
+        Some(error) => Err(refused(&error)),
+        None => Ok(matcher),
+    }
+}
+
+/// Whether `grammar` compiles, with no model at hand (a job checks its constraint before
+/// any actor starts): against a vocabulary of the 256 single bytes. What fails here fails
+/// on every model; a model's own vocabulary is checked again when it compiles.
+pub fn check_without_model(grammar: &OutputGrammar) -> Result<(), ModelError> {
+    let env = toktrie::ApproximateTokEnv::single_byte_env();
+    let mut factory = ParserFactory::new_simple(&env)
+        .map_err(|e| ModelError::Load(format!("the grammar engine: {e}")))?;
+    factory.quiet();
+    matcher(&factory, grammar).map(drop)
 }
 
 /// One completion's grammar state.

@@ -464,6 +464,125 @@ fn every_completion_under_a_json_schema_is_valid() {
     assert!(distinct.len() > 10, "{distinct:?}");
 }
 
+/// `count` completions sampled at temperature 1 under `grammar`, each of a news item.
+fn sampled_under(grammar: grammar::OutputGrammar, ask: &str, count: usize) -> Vec<Generation> {
+    let grammar = std::sync::Arc::new(grammar);
+    let texts = [
+        "The new bridge in Lisbon opened to crowds on Sunday.",
+        "Shares of the chip maker fell after weak earnings.",
+        "A quiet village baker won the national bread prize.",
+    ];
+    let requests: Vec<GenerationRequest> = (0..count)
+        .map(|i| GenerationRequest {
+            sampling: SamplingParams {
+                temperature: 1.0,
+                seed: 3,
+                ..SamplingParams::default()
+            },
+            grammar: Some(grammar.clone()),
+            ..greedy(
+                &format!("r{i}"),
+                chat(&format!("{ask}: {}", texts[i % texts.len()])),
+                40,
+            )
+        })
+        .collect();
+    let out = run(&requests, StepLimits::new(16, 256));
+    for generation in &out {
+        assert_eq!(
+            generation.finish_reason,
+            FinishReason::Stop,
+            "{:?}",
+            generation.text
+        );
+    }
+    out
+}
+
+/// A regular expression, a list of choices (quotes, a backslash, a bar, accents: each a
+/// literal, none a pattern) and a Lark grammar: every sampled completion is of the form
+/// asked, and sampling still varies within it.
+#[test]
+fn every_completion_under_a_regex_a_choice_or_a_grammar_is_of_its_form() {
+    let dates = sampled_under(
+        grammar::OutputGrammar::Regex("(19|20)[0-9]{2}-(0[1-9]|1[0-2])".into()),
+        "Give a year and month for this news item as YYYY-MM",
+        24,
+    );
+    for date in &dates {
+        let text = date.text.as_bytes();
+        assert_eq!(text.len(), 7, "{:?}", date.text);
+        assert!(matches!(&text[..2], b"19" | b"20"), "{:?}", date.text);
+        assert!(text[2..4].iter().all(u8::is_ascii_digit), "{:?}", date.text);
+        assert_eq!(text[4], b'-');
+        let month: u32 = date.text[5..].parse().unwrap();
+        assert!((1..=12).contains(&month), "{:?}", date.text);
+    }
+    let labels: Vec<String> = [
+        "business",
+        "a \"local\" story",
+        "back\\slash",
+        "sport | leisure",
+        "café culture",
+    ]
+    .map(str::to_owned)
+    .into();
+    let chosen = sampled_under(
+        grammar::OutputGrammar::Choice(labels.clone()),
+        "Label this news item",
+        24,
+    );
+    for label in &chosen {
+        assert!(labels.contains(&label.text), "{:?}", label.text);
+    }
+    let lark = "start: \"Topic: \" topic \"; score \" /[1-5]/\ntopic: \"economy\" | \"culture\" | \"city\"";
+    let rated = sampled_under(
+        grammar::OutputGrammar::Lark(lark.into()),
+        "Give the topic and a score",
+        24,
+    );
+    for rating in &rated {
+        let rest = rating.text.strip_prefix("Topic: ").expect(&rating.text);
+        let (topic, score) = rest.split_once("; score ").expect(&rating.text);
+        assert!(["economy", "culture", "city"].contains(&topic), "{rest}");
+        assert!(["1", "2", "3", "4", "5"].contains(&score), "{rest}");
+    }
+    for (outputs, at_least) in [(&dates, 4), (&chosen, 2), (&rated, 3)] {
+        let distinct: std::collections::HashSet<&str> =
+            outputs.iter().map(|g| g.text.as_str()).collect();
+        assert!(distinct.len() >= at_least, "{distinct:?}");
+    }
+}
+
+/// What a job checks before any actor starts: a constraint that fails on every model is
+/// refused in words naming what failed; one that compiles passes.
+#[test]
+fn a_constraint_is_checked_without_a_model() {
+    use grammar::OutputGrammar::{Choice, JsonSchema, Lark, Regex};
+    for (bad, says) in [
+        (
+            Regex("(?=a)b".into()),
+            "the regular expression cannot be used",
+        ),
+        (Lark("start: x (".into()), "the grammar cannot be used"),
+        (
+            JsonSchema(serde_json::json!({"type": "no-such-type"})),
+            "the JSON schema cannot be used",
+        ),
+    ] {
+        let error = grammar::check_without_model(&bad).unwrap_err().to_string();
+        assert!(error.contains(says), "{error}");
+    }
+    for good in [
+        Regex("[a-z]+ [0-9]{2}".into()),
+        Choice(vec!["say \"hi\"".into(), "a\\b".into(), "é|è".into()]),
+        Lark("start: \"a\"+".into()),
+        JsonSchema(serde_json::json!({"type": "object"})),
+    ] {
+        grammar::check_without_model(&good).unwrap();
+    }
+}
+
 #[test]
 fn a_schema_the_engine_cannot_compile_is_refused_in_words() {
     let bad = grammar::OutputGrammar::JsonSchema(serde_json::json!({"type": "no-such-type"}));

@@ -909,7 +909,10 @@ class Cluster:
         output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM's meanings) and
-        ``response_format`` (OpenAI's JSON schema constraint); ``score``,
+        ``response_format`` (OpenAI's JSON schema constraint, or ``{"type": "regex",
+        "regex": ...}``, ``{"type": "choice", "choice": [...]}``, ``{"type": "grammar",
+        "grammar": LARK}`` as ``--guided-regex``, ``--guided-choice`` and
+        ``--guided-grammar`` give them); ``score``,
         ``prompt_logprobs``, ``score_stride``, ``max_score_windows``,
         ``score_first_token`` and ``choices_as_contexts`` score each text as ``resident
         generate --score`` does (records with ``choices`` and ``answer``, and
@@ -1046,7 +1049,7 @@ class Cluster:
         of a suite file for ``resident eval --tasks`` (TOML: ``flags``, then ``[[task]]``s
         with a ``name`` and ``resident generate`` flags), each flag read as the keyword of
         the same name (``--max-new-tokens 0`` as ``max_new_tokens=0``, ``--filter`` as
-        ``filters``, ``--json-schema FILE`` as ``response_format``); a flag that names the
+        ``filters``, ``--json-schema FILE`` and ``--guided-*`` as ``response_format``); a flag that names the
         cluster, logging or what ``generate_job`` lacks is refused, saying why. Each task runs
         as ``generate_job(input, model, output/NAME, prompt, ...)`` would; tasks whose
         actors are the same share one pool, so the model loads once, and the pools are
@@ -1151,7 +1154,10 @@ class Cluster:
         ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs``,
         ``ignore_eos`` (as vLLM's ``SamplingParams`` means them) and ``response_format``
         (OpenAI's: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
-        makes every completion parse as JSON valid under the schema).
+        makes every completion parse as JSON valid under the schema; ``{"type": "regex",
+        "regex": ...}``, ``{"type": "choice", "choice": [...]}`` and ``{"type": "grammar",
+        "grammar": LARK}`` make it match the expression, be one of the texts, or be a
+        sentence of the grammar).
 
         ``score=True`` scores each prompt's text, raw, under the model,
         as ``resident generate --score`` does: a dict prompt's ``context`` goes before it,

@@ -158,7 +158,10 @@ class Cluster:
         output format. ``sampling`` takes ``system``, ``min_p``, ``repetition_penalty``,
         ``presence_penalty``, ``frequency_penalty``, ``min_tokens``, ``stop_token_ids``,
         ``n``, ``logprobs``, ``top_logprobs``, ``ignore_eos`` (vLLM\'s meanings) and
-        ``response_format`` (OpenAI\'s JSON schema constraint). ``reference_field`` (a
+        ``response_format`` (OpenAI\'s JSON schema constraint, or ``{"type": "regex",
+        "regex": ...}``, ``{"type": "choice", "choice": [...]}``, ``{"type": "grammar",
+        "grammar": LARK}`` as ``--guided-regex``, ``--guided-choice`` and
+        ``--guided-grammar`` give them). ``reference_field`` (a
         field or path of each record\'s right answer) and ``extract`` (a regex that finds the
         answer; ``extract_match``, ``ignore_regex``, ``ignore_case``,
         ``ignore_punctuation``) check each generated answer as ``--reference-field`` and
@@ -200,7 +203,10 @@ class Cluster:
         ``min_tokens``, ``stop_token_ids``, ``n``, ``logprobs``, ``top_logprobs``,
         ``ignore_eos`` (as vLLM\'s ``SamplingParams`` means them) and ``response_format``
         (OpenAI\'s: ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``
-        makes every completion parse as JSON valid under the schema).
+        makes every completion parse as JSON valid under the schema; ``{"type": "regex",
+        "regex": ...}``, ``{"type": "choice", "choice": [...]}`` and ``{"type": "grammar",
+        "grammar": LARK}`` make it match the expression, be one of the texts, or be a
+        sentence of the grammar).
 
         ``score=True`` scores each prompt\'s text, raw, under the model,
         as ``resident generate --score`` does; a dict prompt\'s ``context`` goes before it,

@@ -147,13 +147,45 @@ REFUSED: dict[str, str] = {
     "--task-timeout": "generate_job keeps the default task timeout",
 }
 
-# ``--json-schema FILE``: the file's schema as ``response_format``.
-SCHEMA_FLAG = "--json-schema"
+
+def _schema_format(path: str) -> dict:
+    """``--json-schema FILE`` as OpenAI's ``response_format``, as the CLI reads it."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            schema = json.load(file)
+    except OSError as error:
+        raise ValueError(f"cannot read it: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"is not JSON: {error}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise ValueError("must hold a JSON schema object")
+    return {"type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema, "strict": True}}
+
+
+def _grammar_format(path: str) -> dict:
+    """``--guided-grammar FILE`` (a Lark grammar) as ``response_format``."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return {"type": "grammar", "grammar": file.read()}
+    except OSError as error:
+        raise ValueError(f"cannot read it: {error}") from None
+
+
+# Output constraints: each flag's ``response_format``, as the CLI reads it. A task has one
+# (the CLI refuses two of these flags together); ``--guided-choice`` repeated adds a choice.
+CONSTRAINTS: dict[str, Callable[[str], dict]] = {
+    "--json-schema": _schema_format,
+    "--guided-regex": lambda value: {"type": "regex", "regex": value},
+    "--guided-choice": lambda value: {"type": "choice", "choice": [value]},
+    "--guided-grammar": _grammar_format,
+}
 
 
 def every_flag() -> set[str]:
     """Every flag the tables name (what the tests compare with ``resident generate --help``)."""
-    return set(VALUED) | set(SWITCHES) | set(LISTS) | set(PAIRS) | set(REFUSED) | {SCHEMA_FLAG}
+    return (set(VALUED) | set(SWITCHES) | set(LISTS) | set(PAIRS) | set(REFUSED)
+            | set(CONSTRAINTS))
 
 
 def task_kwargs(name: str, flags: list[str]) -> dict:
@@ -188,9 +220,27 @@ def task_kwargs(name: str, flags: list[str]) -> dict:
             raise BadInput(f"task {name!r}: {flag} needs a value", "BadInput")
         _put(kwargs, name, flag, value)
         index += 1
+    kwargs.pop(_CONSTRAINT_FLAG, None)
     # resident generate's own default, which generate_job asks for.
     kwargs.setdefault("prompt", "{text}")
     return kwargs
+
+
+# The keyword under which ``task_kwargs`` notes which flag gave the task's constraint.
+_CONSTRAINT_FLAG = "_constraint_flag"
+
+
+def _constrain(kwargs: dict, flag: str, value: str) -> None:
+    """Sets ``response_format`` from constraint ``flag``: the same flag again replaces its
+    value (a choice adds to the choices), another constraint flag is refused."""
+    earlier = kwargs.get(_CONSTRAINT_FLAG)
+    if earlier not in (None, flag):
+        raise ValueError(f"cannot be used with {earlier} (one output constraint a task)")
+    format = CONSTRAINTS[flag](value)
+    if earlier == "--guided-choice":
+        format["choice"] = kwargs["response_format"]["choice"] + format["choice"]
+    kwargs[_CONSTRAINT_FLAG] = flag
+    kwargs["response_format"] = format
 
 
 def _put(kwargs: dict, name: str, flag: str, value: str) -> None:
@@ -212,21 +262,6 @@ def _put(kwargs: dict, name: str, flag: str, value: str) -> None:
                     raise ValueError(f"{pair!r} is not KEY=VALUE")
                 pairs[key] = read(item)
         else:
-            kwargs["response_format"] = _schema_format(value)
+            _constrain(kwargs, flag, value)
     except ValueError as error:
         raise BadInput(f"task {name!r}: {flag} {value!r}: {error}", "BadInput") from None
-
-
-def _schema_format(path: str) -> dict:
-    """``--json-schema FILE`` as OpenAI's ``response_format``, as the CLI reads it."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            schema = json.load(file)
-    except OSError as error:
-        raise ValueError(f"cannot read it: {error}") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"is not JSON: {error}") from None
-    if not isinstance(schema, (dict, bool)):
-        raise ValueError("must hold a JSON schema object")
-    return {"type": "json_schema",
-            "json_schema": {"name": "output", "schema": schema, "strict": True}}

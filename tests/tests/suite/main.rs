@@ -30,6 +30,7 @@ mod function_length;
 mod generate_actors;
 mod generate_answers;
 mod generate_chat;
+mod generate_constraints;
 mod generate_job;
 mod generate_llama_cpp;
 mod generate_score;

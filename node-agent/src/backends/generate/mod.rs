@@ -21,7 +21,8 @@ use resident_models::roots::{
 };
 
 pub use prompts::{
-    chat_messages, context_reading, model_prompt, score_window, scored_choices, scored_text,
+    chat_messages, context_reading, model_prompt, response_format_problem, score_window,
+    scored_choices, scored_text,
 };
 
 use super::typed::{Reply, RequestFeed, TypedActor};

@@ -13,7 +13,7 @@ use resident_actor::generate::{
 };
 use resident_models::ModelError;
 use resident_models::generate::chat::Message;
-use resident_models::generate::grammar::OutputGrammar;
+use resident_models::generate::grammar::{self, OutputGrammar};
 use resident_models::generate::prompt::{Prompt, PromptFormat, ScoredText};
 use resident_models::generate::sampling::SamplingParams;
 use resident_models::generate::score_windows::WindowSettings;
@@ -422,7 +422,7 @@ fn plan(
     }
     let messages = chat_messages(prompt);
     let parts = model_prompt(prompt, &params, &messages);
-    // A record's own schema that cannot compile is refused alone; the job's fails
+    // A record's own format that cannot compile is refused alone; the job's fails
     // the task (every record would fail on it).
     let grammar = match grammars.checked(params.response_format.as_ref(), |format| {
         grammar_of(model, format)
@@ -809,15 +809,39 @@ pub fn score_window(context: usize, params: &GenerateParams) -> usize {
         .max(1)
 }
 
+/// The grammar `format` asks for (none for free text).
+fn output_grammar(format: &ResponseFormat) -> Option<OutputGrammar> {
+    Some(match format {
+        ResponseFormat::Text => return None,
+        ResponseFormat::JsonObject => OutputGrammar::JsonObject,
+        ResponseFormat::JsonSchema { json_schema } => {
+            OutputGrammar::JsonSchema(json_schema.schema.clone())
+        }
+        ResponseFormat::Regex { regex } => OutputGrammar::Regex(regex.clone()),
+        ResponseFormat::Choice { choice } => OutputGrammar::Choice(choice.clone()),
+        ResponseFormat::Grammar { grammar } => OutputGrammar::Lark(grammar.clone()),
+    })
+}
+
+/// Why `format` cannot constrain any model's output (it is empty, or its schema,
+/// expression or grammar does not compile), in words to follow its name (`has an empty
+/// regular expression`, `does not compile: ...`); `None` when it can. A job checks its
+/// own before any actor starts.
+pub fn response_format_problem(format: &ResponseFormat) -> Option<String> {
+    if let Some(problem) = format.problem() {
+        return Some(problem.into());
+    }
+    let grammar = output_grammar(format)?;
+    grammar::check_without_model(&grammar)
+        .err()
+        .map(|e| format!("does not compile: {e}"))
+}
+
 /// The grammar `format` asks for, compiled once to check it (each sequence compiles
 /// its own state from it).
 fn grammar_of(model: &GenerateModel, format: Option<&ResponseFormat>) -> GrammarCheck {
-    let grammar = match format {
-        None | Some(ResponseFormat::Text) => return Ok(None),
-        Some(ResponseFormat::JsonObject) => OutputGrammar::JsonObject,
-        Some(ResponseFormat::JsonSchema { json_schema }) => {
-            OutputGrammar::JsonSchema(json_schema.schema.clone())
-        }
+    let Some(grammar) = format.and_then(output_grammar) else {
+        return Ok(None);
     };
     model.constraint(&grammar).map_err(|e| e.to_string())?;
     Ok(Some(Arc::new(grammar)))
