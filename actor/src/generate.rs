@@ -97,6 +97,35 @@ pub struct GenerateConfig {
     /// `chat_template`); the model's own when absent.
     #[serde(default)]
     pub chat_template: Option<String>,
+    /// Variables the chat template is rendered with besides the conversation (vLLM's and
+    /// transformers' `chat_template_kwargs`: `{"enable_thinking": false}` turns a Qwen3
+    /// template's thinking off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The variables a chat template is given by the renderer itself, which
+/// `chat_template_kwargs` cannot set.
+pub const RENDERER_VARIABLES: [&str; 4] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
+/// Why `kwargs` cannot be a chat template's extra variables (one names a variable the
+/// renderer sets), in words to follow their name; `None` when they can.
+pub fn chat_template_kwargs_problem(
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
+    let taken = kwargs
+        .keys()
+        .find(|key| RENDERER_VARIABLES.contains(&key.as_str()))?;
+    Some(format!(
+        "cannot set `{taken}`: the renderer sets it (messages, add_generation_prompt, \
+         bos_token, eos_token); give the template's own variables, e.g. \
+         {{\"enable_thinking\": false}}"
+    ))
 }
 
 impl GenerateConfig {

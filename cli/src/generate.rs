@@ -503,6 +503,11 @@ pub struct GenerateArgs {
     /// refused before the job starts.
     #[arg(long, env = "RESIDENT_CHAT_TEMPLATE", value_name = "FILE|TEMPLATE")]
     chat_template: Option<String>,
+    /// Variables the chat template is rendered with besides the conversation, as a JSON
+    /// object (vLLM's and transformers' chat_template_kwargs):
+    /// '{"enable_thinking": false}' turns a Qwen3 model's thinking off.
+    #[arg(long, env = "RESIDENT_CHAT_TEMPLATE_KWARGS", value_name = "JSON")]
+    chat_template_kwargs: Option<String>,
 }
 
 impl GenerateArgs {
@@ -544,6 +549,7 @@ impl GenerateArgs {
             enforce_eager: self.enforce_eager,
             attention_kernel: self.attention_kernel.clone(),
             chat_template: self.chat_template()?,
+            chat_template_kwargs: self.chat_template_kwargs()?,
         };
         generation.engine = engine;
         let gen_prefix = self.gen_prefix.clone().unwrap_or_default();
@@ -669,6 +675,23 @@ impl GenerateArgs {
                 Err(crate::exit::BadInput(refusal).into())
             }
             Ok(()) => Ok(Some(source)),
+        }
+    }
+
+    /// `--chat-template-kwargs` as a JSON object.
+    fn chat_template_kwargs(
+        &self,
+    ) -> anyhow::Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let Some(given) = &self.chat_template_kwargs else {
+            return Ok(None);
+        };
+        match serde_json::from_str(given) {
+            Ok(serde_json::Value::Object(kwargs)) => Ok(Some(kwargs)),
+            _ => Err(crate::exit::BadInput(format!(
+                "--chat-template-kwargs {given:?} is not a JSON object: give the template's \
+                 variables as one, e.g. '{{\"enable_thinking\": false}}'"
+            ))
+            .into()),
         }
     }
 

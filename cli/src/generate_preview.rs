@@ -22,10 +22,14 @@ use crate::exit::BadInput;
 pub async fn print_prompts(config: &GenerateJobConfig, count: usize) -> anyhow::Result<()> {
     let model = local_model(&config.corpus.model)?;
     let chat_template = config.generation.engine.chat_template.clone();
+    let kwargs = config.generation.engine.chat_template_kwargs.clone();
     let (format, context) = tokio::task::spawn_blocking(move || {
         let mut format = PromptFormat::load(&model)?;
         if let Some(source) = &chat_template {
             format.use_chat_template(source)?;
+        }
+        if let Some(kwargs) = &kwargs {
+            format.use_chat_template_kwargs(kwargs)?;
         }
         Ok::<_, resident_models::ModelError>((format, PromptFormat::model_context(&model)?))
     })

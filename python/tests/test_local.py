@@ -186,6 +186,29 @@ def test_a_choice_a_regex_and_a_grammar_hold_each_completion_and_bad_ones_are_re
                                response_format={"type": "choice", "choice": []})
 
 
+def test_chat_template_kwargs_reach_the_template_as_its_variables(local_cluster):
+    """chat_template_kwargs={"enable_thinking": False} reaches a reasoning model's template
+    (the end-to-end tests' fixture, in the manner of Qwen3's): the answer is that of the
+    prompt it renders, fed raw; a variable the renderer sets is refused before any pool."""
+    from conftest import REPO
+
+    template = (REPO / "tests" / "fixtures" / "reasoning_chat_template.jinja").read_text()
+    question = "What is the capital of France?"
+    off = local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
+                             max_new_tokens=8, chat_template=template,
+                             chat_template_kwargs={"enable_thinking": False}, progress=False)
+    rendered = (f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+                "<think>\n\n</think>\n\n")
+    raw = local_cluster.generate([rendered], model=str(SMOLLM2), max_new_tokens=8,
+                                 template="none", progress=False)
+    assert off[0]["text"] == raw[0]["text"], (off, raw)
+    assert off[0]["prompt_tokens"] == raw[0]["prompt_tokens"], (off, raw)
+    with pytest.raises(resident.BadInput, match="cannot set `messages`"):
+        local_cluster.chat([[{"role": "user", "content": question}]], model=str(SMOLLM2),
+                           chat_template=template, chat_template_kwargs={"messages": []},
+                           progress=False)
+
+
 def test_a_call_releases_the_gil_while_it_waits(local_cluster):
     import threading
     import time

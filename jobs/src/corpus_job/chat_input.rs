@@ -32,6 +32,9 @@ pub struct ChatRecord {
     pub params: Option<ParamsOverride>,
     /// Why the record's request cannot run: it is answered with this error.
     pub error: Option<String>,
+    /// The request's `chat_template_kwargs` (vLLM's), which must be the job's: a job
+    /// renders every request with one set.
+    pub template_kwargs: Option<Map<String, Value>>,
 }
 
 /// The URL of the requests a Batch file may hold.
@@ -127,11 +130,18 @@ fn batch_request(object: &Map<String, Value>) -> Result<ChatRecord, String> {
         .and_then(Value::as_object)
         .ok_or("missing `body` (the chat completion request)")?;
     let messages = parse_messages(body.get("messages").unwrap_or(&Value::Null))?;
-    let params = parse_params(body)?;
+    let mut body = body.clone();
+    let template_kwargs = match body.remove("chat_template_kwargs") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(kwargs)) => Some(kwargs),
+        Some(_) => return Err("`chat_template_kwargs` must be an object".into()),
+    };
+    let params = parse_params(&body)?;
     Ok(ChatRecord {
         messages,
         params: Some(params),
         error: None,
+        template_kwargs,
     })
 }
 
@@ -227,6 +237,14 @@ fn apply_param(over: &mut ParamsOverride, key: &str, value: &Value) -> Result<()
             over.response_format = Some(output_constraint(key, value)?);
         }
         "skip_special_tokens" | "spaces_between_special_tokens" if value == &Value::Bool(true) => {}
+        "chat_template_kwargs" => {
+            return Err(
+                "a prompt's own `chat_template_kwargs` are not supported: the template's \
+                 variables are the call's; give them to it (chat_template_kwargs= in Python, \
+                 --chat-template-kwargs for a job)"
+                    .into(),
+            );
+        }
         other => return Err(unsupported_param(other)),
     }
     Ok(())
@@ -410,6 +428,26 @@ mod tests {
             (params.logprobs, params.top_logprobs),
             (Some(true), Some(2))
         );
+    }
+
+    /// A Batch line's `chat_template_kwargs` are kept for the job to compare with its own;
+    /// a prompt's (Python's dict prompts) are refused, saying where they go.
+    #[test]
+    fn a_batch_line_keeps_its_chat_template_kwargs_apart_from_its_parameters() {
+        let line = object(json!({"custom_id": "r", "method": "POST",
+            "url": "/v1/chat/completions", "body": {
+                "messages": [{"role": "user", "content": "x"}], "max_tokens": 5,
+                "chat_template_kwargs": {"enable_thinking": false}}}));
+        let (_, record) = parse_batch_line(&line).unwrap();
+        assert_eq!(record.error, None);
+        assert_eq!(
+            record.template_kwargs,
+            json!({"enable_thinking": false}).as_object().cloned()
+        );
+        assert_eq!(record.params.unwrap().max_new_tokens, Some(5));
+        let prompt = object(json!({"chat_template_kwargs": {"enable_thinking": false}}));
+        let error = parse_params(&prompt).unwrap_err();
+        assert!(error.contains("chat_template_kwargs= in Python"), "{error}");
     }
 
     #[test]

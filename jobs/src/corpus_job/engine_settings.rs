@@ -1,8 +1,9 @@
 //! A generate job's engine settings as a front end takes them (`resident generate`'s
 //! `--max-sequences`, `--max-step-tokens`, `--max-context`, `--dtype`, `--enforce-eager`,
-//! `--attention-kernel`, `--chat-template`; Python's `generate_job`, `generate` and `chat` keywords of the
-//! same names), kept as a job's (`GenerateWork::engine`) and turned into the actors' config
-//! in one place, so that every front end means the same by them.
+//! `--attention-kernel`, `--chat-template`, `--chat-template-kwargs`; Python's
+//! `generate_job`, `generate` and `chat` keywords of the same names), kept as a job's
+//! (`GenerateWork::engine`) and turned into the actors' config in one place, so that every
+//! front end means the same by them.
 
 use resident_actor::generate::GenerateConfig;
 use serde::Deserialize;
@@ -32,6 +33,9 @@ pub struct EngineSettings {
     /// A Jinja chat template (its source) in place of the model's own (`--chat-template`).
     #[serde(default)]
     pub chat_template: Option<String>,
+    /// Variables the chat template is rendered with (`--chat-template-kwargs`).
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl EngineSettings {
@@ -47,6 +51,7 @@ impl EngineSettings {
             enforce_eager: self.enforce_eager,
             attention: named(&self.attention_kernel).map(str::to_owned),
             chat_template: self.chat_template.clone(),
+            chat_template_kwargs: self.chat_template_kwargs.clone(),
             ..GenerateConfig::default()
         }
     }
@@ -64,10 +69,14 @@ impl EngineSettings {
             ("max_step_tokens (--max-step-tokens)", self.max_step_tokens),
             ("max_context (--max-context)", self.max_context),
         ];
-        let (name, _) = limits.into_iter().find(|(_, value)| *value == Some(0))?;
-        Some(format!(
-            "{name} must be at least 1 (leave it out for the default)"
-        ))
+        if let Some((name, _)) = limits.into_iter().find(|(_, value)| *value == Some(0)) {
+            return Some(format!(
+                "{name} must be at least 1 (leave it out for the default)"
+            ));
+        }
+        let kwargs = self.chat_template_kwargs.as_ref()?;
+        resident_actor::generate::chat_template_kwargs_problem(kwargs)
+            .map(|problem| format!("chat_template_kwargs (--chat-template-kwargs) {problem}"))
     }
 }
 

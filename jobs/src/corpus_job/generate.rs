@@ -597,14 +597,43 @@ impl GenerateWork {
         }
     }
 
+    /// Why a request whose own `chat_template_kwargs` are `asked` cannot run in this job:
+    /// they differ from the job's (a vLLM Batch file may give the same on every line; the
+    /// job gives them once, `--chat-template-kwargs`).
+    fn kwargs_refusal(
+        &self,
+        asked: &Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<String> {
+        let asked = asked.as_ref()?;
+        let job = &self.engine.chat_template_kwargs;
+        (Some(asked) != job.as_ref()).then(|| {
+            let job = match job {
+                Some(kwargs) => format!(
+                    "--chat-template-kwargs '{}'",
+                    serde_json::Value::from(kwargs.clone())
+                ),
+                None => "none".into(),
+            };
+            format!(
+                "this request's chat_template_kwargs ({}) are not the job's ({job}): a job \
+                 renders every request with one set; run the job with \
+                 --chat-template-kwargs '{}'",
+                serde_json::Value::from(asked.clone()),
+                serde_json::Value::from(asked.clone())
+            )
+        })
+    }
+
     /// The prompt an actor completes for `record`: its conversation, or `--prompt` around
     /// its text.
     pub fn prompt_of(&self, record: Record) -> PromptParts {
         let prompt = match record.chat {
             Some(chat) => PromptParts {
+                error: chat
+                    .error
+                    .or_else(|| self.kwargs_refusal(&chat.template_kwargs)),
                 messages: chat.messages,
                 params: chat.params,
-                error: chat.error,
                 ..PromptParts::chat(&seed_id(&record.id), Vec::new())
             },
             None => self.text_prompt(&record),
@@ -768,6 +797,9 @@ impl ChunkWork for GenerateWork {
         }
         if let Some(template) = &self.engine.chat_template {
             settings["chat_template"] = template.as_str().into();
+        }
+        if let Some(kwargs) = &self.engine.chat_template_kwargs {
+            settings["chat_template_kwargs"] = kwargs.clone().into();
         }
         if self.output == GenerationOutput::OpenAiBatch {
             settings["output"] = "openai-batch".into();
@@ -1052,6 +1084,7 @@ fn encode(request: &GenerateRequest) -> Bytes {
 mod tests {
     use resident_actor::generate::{ChoiceScores, FinishReason, TextScore, TextSize};
 
+    use super::super::chat_input::ChatRecord;
     use super::super::choice_input::ChoiceRecord;
     use super::*;
 
@@ -1452,6 +1485,42 @@ mod tests {
 
     /// A record "5+5" whose description field and group (the reader's last field) are
     /// both `subject`.
+    /// A Batch request's own `chat_template_kwargs` run when they are the job's (a vLLM
+    /// file may repeat them on every line) and are answered with an error saying what to
+    /// run otherwise; the job's kwargs are part of its settings.
+    #[test]
+    fn a_request_s_chat_template_kwargs_must_be_the_job_s() {
+        let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
+        let mut job = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
+        let plain = job.generation.settings_fingerprint("m");
+        let off = serde_json::json!({"enable_thinking": false});
+        let request = |kwargs: Option<&serde_json::Value>| Record {
+            chat: Some(Box::new(ChatRecord {
+                messages: vec![ChatMessage::new("user", "hi")],
+                template_kwargs: kwargs.map(|k| k.as_object().unwrap().clone()),
+                ..ChatRecord::default()
+            })),
+            ..subject_record("x")
+        };
+        assert_eq!(job.generation.prompt_of(request(None)).error, None);
+        let refused = job.generation.prompt_of(request(Some(&off))).error.unwrap();
+        assert!(
+            refused.contains("are not the job's (none)")
+                && refused.contains(r#"--chat-template-kwargs '{"enable_thinking":false}'"#),
+            "{refused}"
+        );
+        job.generation.engine.chat_template_kwargs = off.as_object().cloned();
+        assert_ne!(job.generation.settings_fingerprint("m"), plain);
+        assert_eq!(job.generation.prompt_of(request(Some(&off))).error, None);
+        assert_eq!(job.generation.prompt_of(request(None)).error, None);
+        let on = serde_json::json!({"enable_thinking": true});
+        let refused = job.generation.prompt_of(request(Some(&on))).error.unwrap();
+        assert!(
+            refused.contains("are not the job's (--chat-template-kwargs"),
+            "{refused}"
+        );
+    }
+
     fn subject_record(subject: &str) -> Record {
         Record {
             id: "r".into(),

@@ -12,28 +12,45 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// Variables every rendering sees besides the conversation (transformers'
+    /// `apply_chat_template(**kwargs)`, vLLM's `chat_template_kwargs`): a map.
+    kwargs: minijinja::Value,
 }
 
 impl ChatTemplate {
     /// Compiles `source`; `bos` and `eos` are the texts of the model's special tokens.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, ModelError> {
         let mut env = Environment::new();
-        // As transformers compiles chat templates.
+        // As transformers compiles chat templates: Jinja2's block trimming, Python's
+        // string and dict methods (`content.startswith(...)`, `.split('</think>')`,
+        // `.items()`), and its two functions.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |message: String| -> Result<(), _> {
             Err(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
                 message,
             ))
         });
+        env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", source.to_owned())
             .map_err(|e| ModelError::Load(format!("the model's chat template: {e}")))?;
         Ok(Self {
             env,
             bos: bos.to_owned(),
             eos: eos.to_owned(),
+            kwargs: minijinja::Value::from_serialize(serde_json::Map::new()),
         })
+    }
+
+    /// Renders every conversation with `kwargs` as variables besides the renderer's own
+    /// (`{"enable_thinking": false}` turns a Qwen3 template's thinking off). The
+    /// renderer's own (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`) win
+    /// over a kwarg of the same name; front ends refuse one
+    /// (`resident_actor::generate::chat_template_kwargs_problem`).
+    pub fn set_kwargs(&mut self, kwargs: &serde_json::Map<String, serde_json::Value>) {
+        self.kwargs = minijinja::Value::from_serialize(kwargs);
     }
 
     /// Why `source` does not compile as a chat template (its syntax error, without naming
@@ -137,6 +154,7 @@ impl ChatTemplate {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos,
                 eos_token => &self.eos,
+                ..self.kwargs.clone()
             })
             .map_err(|e| match system {
                 Some(_) => ModelError::Task(format!(
@@ -157,6 +175,20 @@ impl ChatTemplate {
         }
         Ok(rendered)
     }
+}
+
+/// transformers' `strftime_now(format)`: the local time now in Python's `strftime` format
+/// (`"%d %b %Y"`: `07 Dec 2026`); a format chrono cannot read is an error, not a panic.
+fn strftime_now(format: String) -> Result<String, minijinja::Error> {
+    use std::fmt::Write;
+    let mut now = String::new();
+    write!(now, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("strftime_now: {format:?} is not a date format"),
+        )
+    })?;
+    Ok(now)
 }
 
 /// One turn of a conversation.
@@ -279,6 +311,70 @@ mod tests {
         let error = template.render(&with_system).unwrap_err().to_string();
         assert!(error.contains("leaves the system message out"), "{error}");
         assert_eq!(template.render(&with_system[1..]).unwrap(), "[Hi]");
+    }
+
+    /// A template in the manner of the reasoning models' (Qwen3's, DeepSeek-R1's
+    /// distills'): Python string methods, a namespace, a reversed list, `continue`, and
+    /// `enable_thinking` left undefined (the end-to-end tests' fixture). The expected
+    /// texts are Jinja2 3.1's rendering of the same template (`trim_blocks`,
+    /// `lstrip_blocks`, loop controls: as transformers compiles it).
+    const REASONING: &str = include_str!("../../../tests/fixtures/reasoning_chat_template.jinja");
+
+    #[test]
+    fn a_reasoning_model_s_template_renders_as_jinja2_renders_it() {
+        let template = ChatTemplate::new(REASONING, "", "<|im_end|>").unwrap();
+        let conversation = [
+            Message::new("system", "  Be brief. "),
+            Message::new("user", "What is 2+2?"),
+            Message::new("assistant", "<think>\nadd them\n</think>\n\n4"),
+            Message::new("user", "<result>x</result>"),
+            Message::new("user", "And 3+3?"),
+        ];
+        assert_eq!(
+            template.render(&conversation).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n<result>x</result><|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // The last reply keeps its thinking; the text before it is the prompt's.
+        let (asked, reply) = template.render_reply(&conversation[..3]).unwrap();
+        assert_eq!(
+            format!("{asked}{reply}\n"),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nadd them\n</think>\n\n4<|im_end|>\n"
+        );
+    }
+
+    /// `chat_template_kwargs` reach the template as variables (thinking off renders
+    /// Jinja2's text for `enable_thinking=False`); the renderer's own win over a kwarg.
+    #[test]
+    fn chat_template_kwargs_are_the_template_s_variables() {
+        let mut template = ChatTemplate::new(REASONING, "", "<|im_end|>").unwrap();
+        let kwargs = serde_json::json!({"enable_thinking": false, "messages": [],
+                                        "add_generation_prompt": false});
+        template.set_kwargs(kwargs.as_object().unwrap());
+        let asked = [
+            Message::new("system", "  Be brief. "),
+            Message::new("user", "And 3+3?"),
+        ];
+        assert_eq!(
+            template.render(&asked).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        );
+    }
+
+    /// transformers' `strftime_now`: today's date in Python's format (Llama 3.2's template
+    /// dates its system turn with it); a format that is not one is an error in words.
+    #[test]
+    fn strftime_now_writes_today_s_date() {
+        let dated = ChatTemplate::new("{{ strftime_now('%d %b %Y') }}", "", "").unwrap();
+        let today = || chrono::Local::now().format("%d %b %Y").to_string();
+        let before = today();
+        let rendered = dated.render(&[Message::new("user", "hi")]).unwrap();
+        assert!(rendered == before || rendered == today(), "{rendered}");
+        let broken = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
+        let error = broken.render(&[Message::new("user", "hi")]).unwrap_err();
+        assert!(
+            error.to_string().contains("is not a date format"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -455,6 +455,15 @@ impl GenerateModel {
         self.format.use_chat_template(source)
     }
 
+    /// Renders conversations with `kwargs` as the chat template's variables
+    /// ([`PromptFormat::use_chat_template_kwargs`]).
+    pub fn use_chat_template_kwargs(
+        &mut self,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), ModelError> {
+        self.format.use_chat_template_kwargs(kwargs)
+    }
+
     /// Caps the context at `tokens` (when below the model's): prompts are cut to fit it and
     /// generation stops at it, which bounds each sequence's KV cache.
     pub fn limit_context(&mut self, tokens: usize) {

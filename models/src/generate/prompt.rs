@@ -212,6 +212,26 @@ impl PromptFormat {
         Ok(())
     }
 
+    /// Renders conversations with `kwargs` as the chat template's variables besides the
+    /// conversation ([`ChatTemplate::set_kwargs`]); call after
+    /// [`PromptFormat::use_chat_template`]. A model without a chat template refuses them.
+    pub fn use_chat_template_kwargs(
+        &mut self,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), ModelError> {
+        match &mut self.chat {
+            Some(chat) => {
+                chat.set_kwargs(kwargs);
+                Ok(())
+            }
+            None => Err(ModelError::InvalidConfig(
+                "chat_template_kwargs are a chat template's variables, and the model has no \
+                 chat template; give one (--chat-template) or leave them out"
+                    .into(),
+            )),
+        }
+    }
+
     /// The format of a GGUF file (its metadata only) or a safetensors directory (its
     /// tokenizer files), without loading the weights.
     pub fn load(path: &Path) -> Result<Self, ModelError> {

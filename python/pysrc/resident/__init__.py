@@ -253,12 +253,17 @@ def _engine(
     enforce_eager: bool,
     attention_kernel: Optional[str],
     chat_template: Optional[str],
+    chat_template_kwargs: Optional[Mapping[str, Any]],
 ) -> dict:
     """The engine's settings as the native side reads them (``EngineSettings``)."""
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+        raise BadInput("chat_template_kwargs must be a dict of the template's variables, "
+                       "e.g. {'enable_thinking': False}", "BadInput")
     return {
         "max_sequences": max_sequences, "max_step_tokens": max_step_tokens,
         "max_context": max_context, "dtype": dtype, "enforce_eager": bool(enforce_eager),
         "attention_kernel": attention_kernel, "chat_template": chat_template,
+        "chat_template_kwargs": None if chat_template_kwargs is None else dict(chat_template_kwargs),
     }
 
 
@@ -894,6 +899,7 @@ class Cluster:
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
         chat_template: Optional[str] = None,
+        chat_template_kwargs: Optional[Mapping[str, Any]] = None,
         keep_columns: Optional[Union[str, Sequence[str]]] = None,
         format: str = "jsonl",
         _pool_key: Optional[str] = None,
@@ -980,8 +986,9 @@ class Cluster:
         ``max_context`` (each sequence's context cap), ``dtype`` (the weights' precision:
         ``"auto"``, ``"quantised"``, ``"f32"``, ``"f16"``, ``"bf16"``), ``enforce_eager``
         (no CUDA graphs), ``attention_kernel`` (``"auto"``, ``"tensor-cores"``,
-        ``"scalar"``) and ``chat_template`` (a Jinja chat template's source, in place of the
-        model's own: ``--chat-template``).
+        ``"scalar"``), ``chat_template`` (a Jinja chat template's source, in place of the
+        model's own: ``--chat-template``) and ``chat_template_kwargs`` (the template's
+        variables, ``{"enable_thinking": False}``: ``--chat-template-kwargs``).
         ``output`` (a directory or ``s3://`` prefix) receives ``generations.jsonl`` (one
         line per record, input order), the shards, the manifest and ``report.json``; a rerun
         after a crash redoes no finished chunk. ``keep_columns`` (``["title",
@@ -1026,7 +1033,7 @@ class Cluster:
                 format=format,
                 engine_json=json.dumps(_engine(
                     max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel, chat_template,
+                    attention_kernel, chat_template, chat_template_kwargs,
                 )),
             )
         finally:
@@ -1138,6 +1145,7 @@ class Cluster:
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
         chat_template: Optional[str] = None,
+        chat_template_kwargs: Optional[Mapping[str, Any]] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1197,7 +1205,9 @@ class Cluster:
         (``progress=False`` turns it off). ``max_sequences`` is how many prompts each actor
         decodes at once (``None``: 256 on a GPU, 32 on the CPU); ``dtype``,
         ``max_step_tokens``, ``max_context``, ``enforce_eager``, ``attention_kernel`` and
-        ``chat_template`` (a Jinja template's source, in place of the model's own) are the
+        ``chat_template`` (a Jinja template's source, in place of the model's own) and
+        ``chat_template_kwargs`` (its variables besides the conversation: vLLM's,
+        ``{"enable_thinking": False}`` turns a Qwen3 model's thinking off) are the
         engine's other settings, as ``resident generate``'s flags of the same names.
         """
         items = []
@@ -1215,7 +1225,7 @@ class Cluster:
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
             replicas, gpus, vram_gib, progress, sampling,
             _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel, chat_template),
+                    attention_kernel, chat_template, chat_template_kwargs),
         )
 
     def chat(
@@ -1239,6 +1249,7 @@ class Cluster:
         enforce_eager: bool = False,
         attention_kernel: Optional[str] = None,
         chat_template: Optional[str] = None,
+        chat_template_kwargs: Optional[Mapping[str, Any]] = None,
         progress: bool = True,
         **sampling: Any,
     ) -> list[dict]:
@@ -1284,7 +1295,7 @@ class Cluster:
             items, model, max_new_tokens, temperature, top_p, top_k, seed, stop, template,
             replicas, gpus, vram_gib, progress, sampling,
             _engine(max_sequences, max_step_tokens, max_context, dtype, enforce_eager,
-                    attention_kernel, chat_template),
+                    attention_kernel, chat_template, chat_template_kwargs),
         )
 
     def _complete(

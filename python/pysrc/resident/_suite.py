@@ -47,6 +47,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--text-field": ("text_field", str),
     "--system": ("system", str),
     "--chat-template": ("chat_template", _chat_template),
+    "--chat-template-kwargs": ("chat_template_kwargs", json.loads),
     "--input-format": ("input_format", str),
     "--output-format": ("output_format", str),
     "--template": ("template", str),

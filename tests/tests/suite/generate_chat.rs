@@ -192,6 +192,91 @@ async fn a_chat_template_given_renders_in_place_of_the_model_s_own() {
     }
 }
 
+/// A template in the manner of the reasoning models' (Python string methods, a namespace,
+/// a reversed list, `continue`: what Qwen3's and DeepSeek-R1's distills' call) renders,
+/// and `--chat-template-kwargs '{"enable_thinking": false}'` reaches it: the prompt ends in
+/// an empty think block, and the completions equal those of the prompts rendered by hand
+/// and fed raw. Other kwargs are another job (refused under the same output); kwargs that
+/// are not a JSON object, or name a variable the renderer sets, are refused before
+/// anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_template_kwargs_reach_a_reasoning_model_s_template() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("chat.jsonl");
+    write_jsonl(&input, &[json!({"id": "q", "text": QUESTION})]);
+    let template = resident_tests::repo_root().join("tests/fixtures/reasoning_chat_template.jinja");
+    let thinking_off = r#"{"enable_thinking": false}"#;
+    let flags = [
+        "--max-new-tokens",
+        "12",
+        "--system",
+        SYSTEM,
+        "--chat-template",
+        template.to_str().unwrap(),
+    ];
+    let asked = format!(
+        "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    let expected = format!("{asked}<think>\n\n</think>\n\n");
+    let with_kwargs = [&flags[..], &["--chat-template-kwargs", thinking_off]].concat();
+    for (given, prompt) in [(&flags[..], &asked), (&with_kwargs[..], &expected)] {
+        let mut dry = generate_command(&input, &dir.path().join("dry"), "{text}", given);
+        dry.args(["--dry-run", "1"]);
+        let (shown, _) = run_to_success(dry);
+        assert!(shown.contains(prompt.as_str()), "{shown}");
+    }
+
+    let out = dir.path().join("off");
+    run_to_success(generate_command(&input, &out, "{text}", &with_kwargs));
+    let chat = read_jsonl(&out.join("generations.jsonl"));
+    let raw_input = dir.path().join("raw.jsonl");
+    write_jsonl(&raw_input, &[json!({"id": "q", "text": expected})]);
+    let raw = dir.path().join("raw");
+    let raw_flags = ["--max-new-tokens", "12", "--template", "none"];
+    run_to_success(generate_command(&raw_input, &raw, "{text}", &raw_flags));
+    let raw_lines = read_jsonl(&raw.join("generations.jsonl"));
+    assert_eq!(
+        chat[0]["text"], raw_lines[0]["text"],
+        "{chat:?} / {raw_lines:?}"
+    );
+    assert_eq!(chat[0]["prompt_tokens"], raw_lines[0]["prompt_tokens"]);
+
+    let thinking_on = [
+        &flags[..],
+        &["--chat-template-kwargs", r#"{"enable_thinking": true}"#],
+    ]
+    .concat();
+    let output = generate_command(&input, &out, "{text}", &thinking_on)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "other kwargs resumed another job's output"
+    );
+    assert!(stderr.contains("from a different"), "{stderr}");
+
+    for (given, says) in [
+        ("[1, 2]", "is not a JSON object"),
+        (
+            r#"{"messages": []}"#,
+            "chat_template_kwargs (--chat-template-kwargs) cannot set `messages`",
+        ),
+    ] {
+        let refused = dir.path().join("refused");
+        let kwargs = [&flags[..], &["--chat-template-kwargs", given]].concat();
+        let output = generate_command(&input, &refused, "{text}", &kwargs)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{given}: {stderr}");
+        assert!(stderr.contains(says), "{given}: {stderr}");
+        assert!(!refused.exists(), "a refused job writes nothing");
+    }
+}
+
 /// The sampling flags reach the model: `-n 3` gives three choices (the first the seeded
 /// single completion), `--logprobs --top-logprobs 2` a log-probability per token with the
 /// chosen token first at temperature 0, `--min-tokens` outlasts the end token, a penalty

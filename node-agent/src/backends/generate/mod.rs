@@ -232,6 +232,14 @@ impl TypedActor for GenerateActor {
         if let Some(source) = &config.chat_template {
             model.use_chat_template(source)?;
         }
+        if let Some(kwargs) = &config.chat_template_kwargs {
+            if let Some(problem) = resident_actor::generate::chat_template_kwargs_problem(kwargs) {
+                return Err(BackendError::InvalidConfig(format!(
+                    "chat_template_kwargs {problem}"
+                )));
+            }
+            model.use_chat_template_kwargs(kwargs)?;
+        }
         // A GPU's step costs far less than in proportion to its rows: its defaults are larger.
         let on_gpu = !device.is_cpu();
         let max_sequences = config.max_sequences_on(on_gpu);
