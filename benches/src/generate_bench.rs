@@ -96,7 +96,8 @@ struct Args {
     /// (temperature 0.8, top-k 50, top-p 0.95, seed 1: drawn on the device by a GPU),
     /// `penalties` (greedy under repetition 1.1, presence 0.5 and frequency 0.5 penalties),
     /// `schema` (greedy under a JSON schema of a summary with keywords, through llguidance),
-    /// `logprobs` (greedy, each token's log-probability with the 5 likeliest: listed on the
+    /// `regex` (greedy under a regex of free text: `--guided-regex`), `grammar` (greedy
+    /// under a Lark grammar of sentences: `--guided-grammar`), `logprobs` (greedy, each token's log-probability with the 5 likeliest: listed on the
     /// device by a GPU).
     #[arg(long, value_delimiter = ',', default_value = "plain")]
     decoding: Vec<String>,
@@ -161,6 +162,12 @@ fn with_decoding(
     mode: &str,
 ) -> anyhow::Result<Vec<GenerationRequest>> {
     let grammar = std::sync::Arc::new(OutputGrammar::JsonSchema(summary_schema()));
+    // Free text of sentences, long enough to run to the limit: the lexer's own cost per
+    // token (a regex) and an Earley parse's over it (a Lark grammar).
+    let regex = std::sync::Arc::new(OutputGrammar::Regex("[A-Za-z0-9 ,.'-]+".into()));
+    let lark = std::sync::Arc::new(OutputGrammar::Lark(
+        "start: sentence (\" \" sentence)*\nsentence: /[A-Z][A-Za-z0-9 ,'-]*[.!?]/".into(),
+    ));
     requests
         .iter()
         .map(|request| {
@@ -179,9 +186,12 @@ fn with_decoding(
                     request.sampling.frequency_penalty = 0.5;
                 }
                 "schema" => request.grammar = Some(grammar.clone()),
+                "regex" => request.grammar = Some(regex.clone()),
+                "grammar" => request.grammar = Some(lark.clone()),
                 "logprobs" => request.logprobs = Some(5),
                 other => anyhow::bail!(
-                    "--decoding {other}: use plain, sampled, penalties, schema or logprobs"
+                    "--decoding {other}: use plain, sampled, penalties, schema, regex, grammar \
+                     or logprobs"
                 ),
             }
             Ok(request)
