@@ -614,12 +614,11 @@ impl GenerateWork {
                 ),
                 None => "none".into(),
             };
+            let asked = serde_json::Value::from(asked.clone());
             format!(
-                "this request's chat_template_kwargs ({}) are not the job's ({job}): a job \
-                 renders every request with one set; run the job with \
-                 --chat-template-kwargs '{}'",
-                serde_json::Value::from(asked.clone()),
-                serde_json::Value::from(asked.clone())
+                "this request's chat_template_kwargs ({asked}) are not the job's ({job}): a \
+                 job renders every request with one set; run the job with \
+                 --chat-template-kwargs '{asked}'"
             )
         })
     }
@@ -1483,8 +1482,6 @@ mod tests {
         );
     }
 
-    /// A record "5+5" whose description field and group (the reader's last field) are
-    /// both `subject`.
     /// A Batch request's own `chat_template_kwargs` run when they are the job's (a vLLM
     /// file may repeat them on every line) and are answered with an error saying what to
     /// run otherwise; the job's kwargs are part of its settings.
@@ -1521,6 +1518,8 @@ mod tests {
         );
     }
 
+    /// A record "5+5" whose description field and group (the reader's last field) are
+    /// both `subject`.
     fn subject_record(subject: &str) -> Record {
         Record {
             id: "r".into(),
