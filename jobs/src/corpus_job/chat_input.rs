@@ -158,6 +158,9 @@ const IGNORED: &[&str] = &[
     "service_tier",
     "parallel_tool_calls",
     "reasoning_effort",
+    // vLLM's choice of grammar engine for a `guided_*` constraint: the constraint is the
+    // same whichever engine masks it (here always llguidance).
+    "guided_decoding_backend",
 ];
 
 /// A request body's decoding parameters, by OpenAI's names (`max_tokens` or
@@ -489,6 +492,10 @@ mod tests {
         };
         for (body, expected) in [
             (json!({"guided_regex": "[0-9]{4}"}), &regex),
+            (
+                json!({"guided_regex": "[0-9]{4}", "guided_decoding_backend": "xgrammar"}),
+                &regex,
+            ),
             (json!({"structured_outputs": {"regex": "[0-9]{4}"}}), &regex),
             (
                 json!({"response_format": {"type": "regex", "regex": "[0-9]{4}"}}),
