@@ -769,6 +769,28 @@ pub fn run_to_success(mut command: Command) -> (String, String) {
     (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
 }
 
+/// Runs `resident generate` over `input` into `out` (prompt `{text}`) with each of
+/// `cases`' flags, and checks it is refused: exit code 2, stderr saying the case's text,
+/// nothing written. Returns each refusal's stderr, in order.
+pub fn assert_refused(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    cases: &[(&[&str], &str)],
+) -> Vec<String> {
+    let mut refusals = Vec::new();
+    for (flags, says) in cases {
+        let output = generate_command(input, out, "{text}", flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(!out.exists(), "{flags:?} wrote nothing");
+        refusals.push(stderr);
+    }
+    refusals
+}
+
 /// GET `url` over HTTPS trusting `ca` (Python's standard library: a real client, not ours),
 /// with a bearer token if given; returns the status and body.
 pub fn https_get(url: &str, ca: &std::path::Path, token: Option<&str>) -> (u16, String) {

@@ -221,26 +221,27 @@ def task_kwargs(name: str, flags: list[str]) -> dict:
             raise BadInput(f"task {name!r}: {flag} needs a value", "BadInput")
         _put(kwargs, name, flag, value)
         index += 1
-    kwargs.pop(_CONSTRAINT_FLAG, None)
     # resident generate's own default, which generate_job asks for.
     kwargs.setdefault("prompt", "{text}")
     return kwargs
 
 
-# The keyword under which ``task_kwargs`` notes which flag gave the task's constraint.
-_CONSTRAINT_FLAG = "_constraint_flag"
+# The flag that gives each ``response_format`` type (``CONSTRAINTS``' values).
+_FLAG_OF_TYPE = {"json_schema": "--json-schema", "regex": "--guided-regex",
+                 "choice": "--guided-choice", "grammar": "--guided-grammar"}
 
 
 def _constrain(kwargs: dict, flag: str, value: str) -> None:
     """Sets ``response_format`` from constraint ``flag``: the same flag again replaces its
     value (a choice adds to the choices), another constraint flag is refused."""
-    earlier = kwargs.get(_CONSTRAINT_FLAG)
-    if earlier not in (None, flag):
-        raise ValueError(f"cannot be used with {earlier} (one output constraint a task)")
     format = CONSTRAINTS[flag](value)
-    if earlier == "--guided-choice":
-        format["choice"] = kwargs["response_format"]["choice"] + format["choice"]
-    kwargs[_CONSTRAINT_FLAG] = flag
+    earlier = kwargs.get("response_format")
+    if earlier is not None:
+        earlier_flag = _FLAG_OF_TYPE[earlier["type"]]
+        if earlier_flag != flag:
+            raise ValueError(f"cannot be used with {earlier_flag} (one output constraint a task)")
+        if flag == "--guided-choice":
+            format["choice"] = earlier["choice"] + format["choice"]
     kwargs["response_format"] = format
 
 

@@ -10,7 +10,8 @@
 use std::path::Path;
 
 use resident_tests::{
-    generate_command, init_logging, read_json, read_jsonl, run_to_success, write_jsonl,
+    assert_refused, generate_command, init_logging, read_json, read_jsonl, run_to_success,
+    write_jsonl,
 };
 use serde_json::{Value, json};
 
@@ -872,13 +873,5 @@ fn answer_flags_that_cannot_go_together_are_refused() {
             "--gen-prefix starts the answer after the prompt",
         ),
     ];
-    for (flags, says) in cases {
-        let output = generate_command(&input, &out, "{text}", flags)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(!out.exists(), "{flags:?} wrote nothing");
-    }
+    assert_refused(&input, &out, &cases);
 }

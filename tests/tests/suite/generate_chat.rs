@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use resident_tests::{
-    finished_chunks, generate_command, init_logging, read_json, read_jsonl, run_to_success,
-    wait_until, wiki_sample_lines, write_jsonl,
+    assert_refused, finished_chunks, generate_command, init_logging, read_json, read_jsonl,
+    run_to_success, wait_until, wiki_sample_lines, write_jsonl,
 };
 use serde_json::{Value, json};
 
@@ -174,22 +174,17 @@ async fn a_chat_template_given_renders_in_place_of_the_model_s_own() {
         );
     }
 
-    for (given, says) in [
+    let cases: [(&[&str], &str); 2] = [
         (
-            "{% for m in messages %}",
+            &["--chat-template", "{% for m in messages %}"],
             "--chat-template does not compile: syntax error",
         ),
-        ("template.jinja", "is neither a file nor a Jinja template"),
-    ] {
-        let out = dir.path().join("refused");
-        let output = generate_command(&input, &out, "{text}", &["--chat-template", given])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(says), "{stderr}");
-        assert!(!out.exists(), "a refused job writes nothing");
-    }
+        (
+            &["--chat-template", "template.jinja"],
+            "is neither a file nor a Jinja template",
+        ),
+    ];
+    assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
 /// A template in the manner of the reasoning models' (Python string methods, a namespace,
@@ -258,23 +253,16 @@ async fn chat_template_kwargs_reach_a_reasoning_model_s_template() {
     );
     assert!(stderr.contains("from a different"), "{stderr}");
 
-    for (given, says) in [
-        ("[1, 2]", "is not a JSON object"),
+    let with = |kwargs| [&flags[..], &["--chat-template-kwargs", kwargs]].concat();
+    let (not_an_object, renderer_s) = (with("[1, 2]"), with(r#"{"messages": []}"#));
+    let cases: [(&[&str], &str); 2] = [
+        (&not_an_object, "is not a JSON object"),
         (
-            r#"{"messages": []}"#,
+            &renderer_s,
             "chat_template_kwargs (--chat-template-kwargs) cannot set `messages`",
         ),
-    ] {
-        let refused = dir.path().join("refused");
-        let kwargs = [&flags[..], &["--chat-template-kwargs", given]].concat();
-        let output = generate_command(&input, &refused, "{text}", &kwargs)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{given}: {stderr}");
-        assert!(stderr.contains(says), "{given}: {stderr}");
-        assert!(!refused.exists(), "a refused job writes nothing");
-    }
+    ];
+    assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
 /// The sampling flags reach the model: `-n 3` gives three choices (the first the seeded
@@ -375,24 +363,16 @@ async fn the_sampling_flags_reach_the_model_and_bad_values_are_refused() {
         assert_eq!(value.as_object().unwrap().len(), 2, "{value}");
     }
 
-    for (flag, value, says) in [
-        ("--min-p", "1.5", "--min-p must be between 0 and 1"),
+    let cases: [(&[&str], &str); 4] = [
+        (&["--min-p", "1.5"], "--min-p must be between 0 and 1"),
         (
-            "--presence-penalty",
-            "3",
+            &["--presence-penalty", "3"],
             "--presence-penalty must be between -2 and 2",
         ),
-        ("-n", "0", "--n must be between 1 and 16"),
-        ("--top-logprobs", "3", "--top-logprobs needs --logprobs"),
-    ] {
-        let out = dir.path().join("refused");
-        let output = generate_command(&input, &out, "{text}", &[flag, value])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {stderr}");
-        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
-    }
+        (&["-n", "0"], "--n must be between 1 and 16"),
+        (&["--top-logprobs", "3"], "--top-logprobs needs --logprobs"),
+    ];
+    assert_refused(&input, &dir.path().join("refused"), &cases);
 }
 
 /// The shards' bytes by file.

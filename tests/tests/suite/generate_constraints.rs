@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
-use resident_tests::{generate_command, init_logging, read_json, read_jsonl, write_jsonl};
+use resident_tests::{
+    assert_refused, generate_command, init_logging, read_json, read_jsonl, write_jsonl,
+};
 use serde_json::{Value, json};
 
 const REVIEWS: [(&str, &str); 8] = [
@@ -225,15 +227,8 @@ async fn a_constraint_that_cannot_hold_is_refused_before_any_actor_starts() {
             "--guided-grammar does not compile: the grammar cannot be used",
         ),
     ];
-    for (flags, says) in cases {
-        let out = dir.path().join("refused");
-        let output = generate_command(&input, &out, "{text}", flags)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(!out.exists(), "{flags:?} wrote {}", out.display());
+    let refusals = assert_refused(&input, &dir.path().join("refused"), &cases);
+    for (stderr, (flags, _)) in refusals.iter().zip(&cases) {
         assert!(
             !stderr.contains("actor"),
             "{flags:?} was refused before any actor: {stderr}"

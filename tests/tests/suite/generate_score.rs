@@ -12,8 +12,8 @@
 use std::path::Path;
 
 use resident_tests::{
-    generate_command, init_logging, llama_cpp_fixture, read_json, read_jsonl, run_to_success,
-    wiki_sample_lines, write_jsonl,
+    assert_refused, generate_command, init_logging, llama_cpp_fixture, read_json, read_jsonl,
+    run_to_success, wiki_sample_lines, write_jsonl,
 };
 use serde_json::{Value, json};
 
@@ -71,19 +71,6 @@ fn dry_run(input: &Path, out: &Path, prompt: &str, flags: &[&str]) -> String {
     let mut dry = flags.to_vec();
     dry.extend(["--dry-run", "1"]);
     run_to_success(generate_command(input, out, prompt, &dry)).0
-}
-
-/// Each of `cases` (flags, what the refusal says) exits 2 saying it, and writes nothing.
-fn assert_refused(input: &Path, out: &Path, cases: &[(&[&str], &str)]) {
-    for (flags, says) in cases {
-        let output = generate_command(input, out, "{text}", flags)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(!out.exists(), "{flags:?} wrote nothing");
-    }
 }
 
 fn float(value: &Value) -> f64 {
