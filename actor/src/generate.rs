@@ -16,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Kind;
+pub use crate::reasoning::ReasoningParser;
 
 /// The `generate` kind: `pool.typed::<Generate>()`.
 pub struct Generate;
@@ -427,6 +428,11 @@ pub struct GenerateParams {
     /// chat template each context is the user's turn, and the text the reply's start.
     #[serde(default)]
     pub choices_as_contexts: bool,
+    /// Split each completion's thinking (`<think>...</think>`) from its answer as this
+    /// parser reads it (vLLM's `--reasoning-parser`): [`Completion::text`] is the answer,
+    /// [`Completion::reasoning`] the thinking. `None` leaves the text whole.
+    #[serde(default)]
+    pub reasoning_parser: Option<ReasoningParser>,
 }
 
 /// OpenAI's `response_format`. In JSON it reads and writes as OpenAI spells it; in a
@@ -557,6 +563,7 @@ impl Default for GenerateParams {
             max_score_windows: None,
             score_first_token: false,
             choices_as_contexts: false,
+            reasoning_parser: None,
         }
     }
 }
@@ -817,6 +824,14 @@ pub struct Completion {
     /// The prompt's [`PromptParts::choices`], each scored after it.
     #[serde(default)]
     pub choice_scores: Option<ChoiceScores>,
+    /// The completion's thinking, when [`GenerateParams::reasoning_parser`] found one
+    /// (`text` is then the answer after it).
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// The generated tokens the thinking took, its end tag included (OpenAI's
+    /// `reasoning_tokens`; 0 without a reasoning parser).
+    #[serde(default)]
+    pub reasoning_tokens: u32,
 }
 
 /// A prompt's choices scored after it, and which the model prefers.
@@ -989,6 +1004,8 @@ impl Completion {
             generated_tokens: self.generated_tokens,
             finish_reason: self.finish_reason,
             logprobs: self.logprobs.clone(),
+            reasoning: self.reasoning.clone(),
+            reasoning_tokens: self.reasoning_tokens,
         };
         std::iter::once(first)
             .chain(self.more.iter().cloned())
@@ -1018,6 +1035,12 @@ pub struct Choice {
     /// Each generated token's log-probability, when asked for.
     #[serde(default)]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The completion's thinking ([`Completion::reasoning`]).
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// The tokens the thinking took ([`Completion::reasoning_tokens`]).
+    #[serde(default)]
+    pub reasoning_tokens: u32,
 }
 
 /// A generated token's log-probability (natural log, under the model's raw distribution),
@@ -1111,6 +1134,7 @@ mod tests {
                 response_format: Some(ResponseFormat::schema(schema.clone())),
                 logprobs: true,
                 top_logprobs: 2,
+                reasoning_parser: Some(ReasoningParser::DeepseekR1),
                 ..GenerateParams::default()
             },
         };
@@ -1119,6 +1143,7 @@ mod tests {
         let json = serde_json::to_value(&request.params).unwrap();
         assert_eq!(json["response_format"]["type"], "json_schema");
         assert_eq!(json["response_format"]["json_schema"]["schema"], schema);
+        assert_eq!(json["reasoning_parser"], "deepseek_r1");
         let back: GenerateParams = serde_json::from_value(json).unwrap();
         assert_eq!(back, request.params);
     }

@@ -47,6 +47,7 @@ use serde::de::DeserializeOwned;
 
 pub mod generate;
 pub mod limits;
+pub mod reasoning;
 
 /// A typed actor kind: what its actors are configured with, take and give back.
 pub trait Kind: 'static {

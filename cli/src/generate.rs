@@ -2,7 +2,7 @@
 //! LLM kept resident in `generate` actors, resumably.
 
 use clap::{Args, ValueEnum};
-use resident_actor::generate::{GenerateParams, ResponseFormat, Template};
+use resident_actor::generate::{GenerateParams, ReasoningParser, ResponseFormat, Template};
 use resident_jobs::corpus_job::{
     AccuracyByGroup, AnswerCounts, AnswerFlags, AnswerMatchSpec, AnswerShares, ChoiceFields,
     EngineSettings, ExtractMatch, FewshotAsked, FewshotFlags, FewshotSampling, FewshotSource,
@@ -508,6 +508,25 @@ pub struct GenerateArgs {
     /// '{"enable_thinking": false}' turns a Qwen3 model's thinking off.
     #[arg(long, env = "RESIDENT_CHAT_TEMPLATE_KWARGS", value_name = "JSON")]
     chat_template_kwargs: Option<String>,
+    /// Split a reasoning model's thinking (<think>...</think>) from its answer, as vLLM's
+    /// --reasoning-parser does: `text` is the answer (what --reference-field checks and
+    /// --metric scores), `reasoning` the thinking, `reasoning_tokens` its tokens. qwen3:
+    /// a completion without </think> is all answer; deepseek_r1: all thinking.
+    #[arg(
+        long,
+        env = "RESIDENT_REASONING_PARSER",
+        value_name = "PARSER",
+        value_parser = reasoning_parser()
+    )]
+    reasoning_parser: Option<ReasoningParser>,
+}
+
+/// `--reasoning-parser`'s values: the parsers by name.
+fn reasoning_parser() -> impl clap::builder::TypedValueParser<Value = ReasoningParser> {
+    use clap::builder::TypedValueParser;
+    let names = ReasoningParser::ALL.map(ReasoningParser::name);
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name| name.parse::<ReasoningParser>().expect("a listed name"))
 }
 
 impl GenerateArgs {
@@ -736,6 +755,7 @@ impl GenerateArgs {
             max_score_windows: self.max_score_windows,
             score_first_token: self.score_first_token,
             choices_as_contexts: self.choices_as_contexts,
+            reasoning_parser: self.reasoning_parser,
         };
         if let Some(problem) = params.problem() {
             // The flags spell the parameters with dashes; OpenAI's `max_tokens` is

@@ -1559,6 +1559,8 @@ mod tests {
             error: None,
             score: None,
             choice_scores: None,
+            reasoning: None,
+            reasoning_tokens: 0,
         }
     }
 
@@ -1805,6 +1807,8 @@ mod tests {
             generated_tokens: 3,
             finish_reason: FinishReason::Stop,
             logprobs: None,
+            reasoning: None,
+            reasoning_tokens: 0,
         };
         let answered = |text: &str, more: &[&str]| Completion {
             text: text.into(),

@@ -14,8 +14,10 @@ use super::text_overlap::OverlapScores;
 pub(super) const LINE_FIELDS: &[&str] = &[
     "id",
     "text",
+    "reasoning",
     "prompt_tokens",
     "generated_tokens",
+    "reasoning_tokens",
     "finish_reason",
     "truncated",
     "choices",
@@ -52,8 +54,14 @@ pub(super) struct GenerationLine<'a> {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     kept: Option<InOrder<&'a str, &'a serde_json::Value>>,
     text: &'a str,
+    /// The thinking before the answer (`--reasoning-parser`), when the completion has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
     prompt_tokens: u32,
     generated_tokens: u32,
+    /// The generated tokens the thinking took, with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<u32>,
     finish_reason: &'static str,
     /// The prompt was cut to fit the context (its record text's middle, a conversation's
     /// oldest few-shot example turns), or a scored text not scored to its end; absent when
@@ -231,7 +239,11 @@ impl ScoreLine {
 #[derive(Serialize)]
 struct ChoiceLine<'a> {
     text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
     generated_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<u32>,
     finish_reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<&'a [TokenLogprob]>,
@@ -258,7 +270,10 @@ impl<'a> GenerationLine<'a> {
         let choices = (!completion.more.is_empty()).then(|| {
             let first = ChoiceLine {
                 text: &completion.text,
+                reasoning: completion.reasoning.as_deref(),
                 generated_tokens: completion.generated_tokens,
+                reasoning_tokens: (completion.reasoning.as_ref())
+                    .map(|_| completion.reasoning_tokens),
                 finish_reason: completion.finish_reason.as_str(),
                 logprobs: completion.logprobs.as_deref(),
                 answer: judged(0),
@@ -268,7 +283,9 @@ impl<'a> GenerationLine<'a> {
             std::iter::once(first)
                 .chain(more.map(|(i, choice)| ChoiceLine {
                     text: &choice.text,
+                    reasoning: choice.reasoning.as_deref(),
                     generated_tokens: choice.generated_tokens,
+                    reasoning_tokens: (choice.reasoning.as_ref()).map(|_| choice.reasoning_tokens),
                     finish_reason: choice.finish_reason.as_str(),
                     logprobs: choice.logprobs.as_deref(),
                     answer: judged(i + 1),
@@ -280,8 +297,10 @@ impl<'a> GenerationLine<'a> {
             id,
             kept: None,
             text: &completion.text,
+            reasoning: completion.reasoning.as_deref(),
             prompt_tokens: completion.prompt_tokens,
             generated_tokens: completion.generated_tokens,
+            reasoning_tokens: (completion.reasoning.as_ref()).map(|_| completion.reasoning_tokens),
             finish_reason: completion.finish_reason.as_str(),
             truncated: completion.truncated,
             choices,
@@ -325,6 +344,8 @@ mod tests {
             generated_tokens: 4,
             finish_reason: FinishReason::Stop,
             logprobs: None,
+            reasoning: None,
+            reasoning_tokens: 0,
         };
         Completion {
             id: "r".into(),
@@ -338,6 +359,8 @@ mod tests {
             error: None,
             score: None,
             choice_scores: None,
+            reasoning: None,
+            reasoning_tokens: 0,
         }
     }
 
@@ -352,6 +375,42 @@ mod tests {
         assert_eq!(line(&cut).unwrap()["truncated"], true);
         let whole = line(&completion("short", &[])).unwrap();
         assert!(whole.get("truncated").is_none(), "{whole}");
+    }
+
+    /// A reasoning model's line (`--reasoning-parser`): `text` is the answer, `reasoning`
+    /// the thinking and `reasoning_tokens` its tokens, for the line and each sample; a
+    /// sample without thinking has neither, nor has a job without a parser.
+    #[test]
+    fn a_line_has_the_thinking_apart_from_the_answer() {
+        let id = json!("r");
+        let mut record = completion("4", &["5", "six"]);
+        record.reasoning = Some("2 and 2".into());
+        record.reasoning_tokens = 3;
+        record.more[0].reasoning = Some("2 and 3".into());
+        record.more[0].reasoning_tokens = 4;
+        let line = serde_json::to_value(GenerationLine::new(&id, &record, None)).unwrap();
+        assert_eq!(
+            (&line["text"], &line["reasoning"], &line["reasoning_tokens"]),
+            (&json!("4"), &json!("2 and 2"), &json!(3))
+        );
+        let choices = line["choices"].as_array().unwrap();
+        assert_eq!(choices[0]["reasoning"], "2 and 2");
+        assert_eq!(
+            (&choices[1]["reasoning"], &choices[1]["reasoning_tokens"]),
+            (&json!("2 and 3"), &json!(4))
+        );
+        let unthought = choices[2].as_object().unwrap();
+        assert!(
+            !unthought.contains_key("reasoning") && !unthought.contains_key("reasoning_tokens")
+        );
+        let plain = serde_json::to_value(GenerationLine::new(&id, &completion("4", &[]), None));
+        let plain = plain.unwrap();
+        assert!(plain.get("reasoning").is_none() && plain.get("reasoning_tokens").is_none());
+        let written = serde_json::to_string(&GenerationLine::new(&id, &record, None)).unwrap();
+        assert!(
+            written.starts_with(r#"{"id":"r","text":"4","reasoning":"2 and 2","#),
+            "{written}"
+        );
     }
 
     /// Named filters: the first gives the line's `extracted` and `correct` and the
@@ -497,7 +556,8 @@ mod tests {
 
     /// `LINE_FIELDS` names every key a line may have: lines with every part the job can
     /// ask for (samples, log-probabilities, a score, scored choices with one and with
-    /// several answers, named filters, every overlap figure, an error) have no other, and
+    /// several answers, named filters, every overlap figure, reasoning, an error) have no
+    /// other, and
     /// kept input fields follow the id in the job's order.
     #[test]
     fn line_fields_name_every_key_a_line_may_have() {
@@ -514,6 +574,8 @@ mod tests {
         record.logprobs = Some(Vec::new());
         record.score = Some(score(Some(TextSize::of("The storm hit."))));
         record.error = Some("cut".into());
+        record.reasoning = Some("Storms hit coasts.".into());
+        record.reasoning_tokens = 5;
         let mut several = record.clone();
         record.choice_scores = Some(ChoiceScores {
             scores: vec![score(None), score(None)],

@@ -13,10 +13,12 @@ use super::parquet_out::{text_cell, write_batch};
 
 /// The columns after `id` and the kept ones, in order, and their types: every field a
 /// completion's line may have. Log-probabilities and `-n`'s samples are JSON text.
-const COLUMNS: [(&str, DataType, bool); 8] = [
+const COLUMNS: [(&str, DataType, bool); 10] = [
     ("text", DataType::Utf8, false),
+    ("reasoning", DataType::Utf8, true),
     ("prompt_tokens", DataType::UInt32, false),
     ("generated_tokens", DataType::UInt32, false),
+    ("reasoning_tokens", DataType::UInt32, true),
     ("finish_reason", DataType::Utf8, false),
     ("truncated", DataType::Boolean, false),
     ("choices", DataType::Utf8, true),
@@ -114,8 +116,9 @@ mod tests {
         let shard = lines(&[
             json!({"id": "a", "title": "A", "text": "One.", "prompt_tokens": 9,
                    "generated_tokens": 2, "finish_reason": "stop"}),
-            json!({"id": 7, "title": {"x": 1}, "text": "Two", "prompt_tokens": 12,
-                   "generated_tokens": 4, "finish_reason": "length", "truncated": true,
+            json!({"id": 7, "title": {"x": 1}, "text": "Two", "reasoning": "One, then",
+                   "prompt_tokens": 12, "generated_tokens": 4, "reasoning_tokens": 3,
+                   "finish_reason": "length", "truncated": true,
                    "choices": [{"text": "Two"}], "logprobs": [], "error": null}),
             json!({"id": "c", "text": "", "prompt_tokens": 3, "generated_tokens": 0,
                    "finish_reason": "stop", "error": "refused"}),
@@ -134,8 +137,10 @@ mod tests {
                 "id",
                 "title",
                 "text",
+                "reasoning",
                 "prompt_tokens",
                 "generated_tokens",
+                "reasoning_tokens",
                 "finish_reason",
                 "truncated",
                 "choices",
@@ -158,6 +163,11 @@ mod tests {
         assert_eq!(text("error").value(2), "refused");
         let tokens = batch.column_by_name("prompt_tokens").unwrap();
         assert_eq!(tokens.as_primitive::<UInt32Type>().values(), &[9, 12, 3]);
+        assert_eq!(text("reasoning").value(1), "One, then");
+        assert!(text("reasoning").is_null(0), "no thinking: null");
+        let thinking = batch.column_by_name("reasoning_tokens").unwrap();
+        let thinking = thinking.as_primitive::<UInt32Type>();
+        assert_eq!((thinking.value(1), thinking.is_null(0)), (3, true));
         let truncated = batch
             .column_by_name("truncated")
             .unwrap()
@@ -175,7 +185,7 @@ mod tests {
         let empty = encode_generation_lines(&[], &["title"]).unwrap();
         let kept = ParquetMerger::new().finish(empty).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(kept));
-        assert_eq!(reader.unwrap().schema().fields().len(), 10);
+        assert_eq!(reader.unwrap().schema().fields().len(), 12);
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::time::Duration;
 use resident_actor::generate::{Completion, FinishReason};
 use serde::{Deserialize, Serialize};
 
+use crate::serde_skip::is_default;
+
 use super::answer_match::RecordAnswers;
 use super::evaluation_counts::{AnswerFigures, AnswerShares, EvaluationCounts, FilterFigures};
 use super::group_accuracy::AccuracyByGroup;
@@ -20,6 +22,9 @@ pub struct GenerationTally {
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
+    /// Of them, the tokens reasoning models thought in (`--reasoning-parser`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub reasoning_tokens: u64,
     /// Prompts whose record text was cut from its middle to fit the context (scored:
     /// whose text was not scored to its end, `--max-score-windows`).
     pub truncated_prompts: u64,
@@ -151,6 +156,7 @@ impl GenerationTally {
         self.generated_tokens += completion.all_generated_tokens();
         self.truncated_prompts += u64::from(completion.truncated);
         for choice in completion.choices() {
+            self.reasoning_tokens += u64::from(choice.reasoning_tokens);
             match choice.finish_reason {
                 FinishReason::Stop => self.finished_by_stop += 1,
                 FinishReason::Length => self.finished_by_length += 1,
@@ -162,6 +168,7 @@ impl GenerationTally {
     pub(super) fn absorb(&mut self, chunk: GenerationTally) {
         self.prompt_tokens += chunk.prompt_tokens;
         self.generated_tokens += chunk.generated_tokens;
+        self.reasoning_tokens += chunk.reasoning_tokens;
         self.truncated_prompts += chunk.truncated_prompts;
         self.finished_by_stop += chunk.finished_by_stop;
         self.finished_by_length += chunk.finished_by_length;

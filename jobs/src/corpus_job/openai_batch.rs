@@ -51,17 +51,25 @@ fn completion_body(completion: &Completion, model: &str, created: u64, digest: &
         .collect();
     let completion_tokens = completion.all_generated_tokens();
     let prompt_tokens = u64::from(completion.prompt_tokens);
+    let mut usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    });
+    let choices_thought = completion.choices().iter().any(|c| c.reasoning.is_some());
+    if choices_thought {
+        let reasoning_tokens: u64 = (completion.choices().iter())
+            .map(|c| u64::from(c.reasoning_tokens))
+            .sum();
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning_tokens});
+    }
     json!({
         "id": format!("chatcmpl-{digest}"),
         "object": "chat.completion",
         "created": created,
         "model": model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     })
 }
 
@@ -70,9 +78,16 @@ fn choice_object(index: usize, choice: &Choice) -> Value {
         .logprobs
         .as_ref()
         .map(|tokens| json!({"content": tokens.iter().map(token_object).collect::<Vec<_>>()}));
+    let mut message = json!({"role": "assistant", "content": choice.text});
+    if let Some(reasoning) = &choice.reasoning {
+        // vLLM writes the thinking under both names: `reasoning` now, `reasoning_content`
+        // (DeepSeek's API's name) before.
+        message["reasoning"] = reasoning.as_str().into();
+        message["reasoning_content"] = reasoning.as_str().into();
+    }
     json!({
         "index": index,
-        "message": {"role": "assistant", "content": choice.text},
+        "message": message,
         "logprobs": logprobs,
         "finish_reason": choice.finish_reason.as_str(),
     })
@@ -111,10 +126,14 @@ mod tests {
                 generated_tokens: 2,
                 finish_reason: FinishReason::Length,
                 logprobs: None,
+                reasoning: None,
+                reasoning_tokens: 0,
             }],
             error: None,
             score: None,
             choice_scores: None,
+            reasoning: None,
+            reasoning_tokens: 0,
         }
     }
 
@@ -143,6 +162,37 @@ mod tests {
         assert_ne!(
             line["id"],
             output_line(&json!("r2"), &completion(), "m", 9)["id"]
+        );
+    }
+
+    /// A completion with thinking (`--reasoning-parser`): the message's content is the
+    /// answer, the thinking is under vLLM's names, and usage counts its tokens as OpenAI's
+    /// `reasoning_tokens`; without thinking neither appears.
+    #[test]
+    fn thinking_is_the_message_s_reasoning_and_its_tokens_are_in_usage() {
+        let mut thought = completion();
+        thought.reasoning = Some("Greet back.".into());
+        thought.reasoning_tokens = 2;
+        let line = output_line(&json!("r1"), &thought, "m", 0);
+        let body = &line["response"]["body"];
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], "Hi there");
+        assert_eq!(
+            (&message["reasoning"], &message["reasoning_content"]),
+            (&json!("Greet back."), &json!("Greet back."))
+        );
+        assert!(body["choices"][1]["message"].get("reasoning").is_none());
+        assert_eq!(
+            body["usage"]["completion_tokens_details"],
+            json!({"reasoning_tokens": 2})
+        );
+        let plain = output_line(&json!("r1"), &completion(), "m", 0);
+        let body = &plain["response"]["body"];
+        assert!(body["usage"].get("completion_tokens_details").is_none());
+        assert!(
+            body["choices"][0]["message"]
+                .get("reasoning_content")
+                .is_none()
         );
     }
 

@@ -326,7 +326,7 @@ def _generate_params(
             params[name] = [int(token) for token in value]
         elif name in ("logprobs", "ignore_eos", "score", "score_first_token", "choices_as_contexts"):
             params[name] = bool(value)
-        elif name == "system":
+        elif name in ("system", "reasoning_parser"):
             params[name] = str(value)
         elif name == "response_format":
             params[name] = dict(value)
@@ -363,6 +363,7 @@ _SAMPLING = (
     "max_score_windows",
     "score_first_token",
     "choices_as_contexts",
+    "reasoning_parser",
 )
 
 
@@ -424,6 +425,14 @@ def _choices_dict(scored: dict) -> dict:
     return out
 
 
+def _thinking(c: dict) -> dict:
+    """A completion's ``reasoning`` and ``reasoning_tokens`` when ``reasoning_parser`` found
+    its thinking; else nothing."""
+    if c.get("reasoning") is None:
+        return {}
+    return {"reasoning": c["reasoning"], "reasoning_tokens": c["reasoning_tokens"]}
+
+
 def _completion_dict(c: dict) -> dict:
     """A completion as ``generate`` and ``chat`` return it."""
     out = {
@@ -432,11 +441,13 @@ def _completion_dict(c: dict) -> dict:
         "prompt_tokens": c["prompt_tokens"],
         "finish_reason": c["finish_reason"].lower(),
         "truncated": c["truncated"],
+        **_thinking(c),
     }
     if c.get("logprobs") is not None:
         out["logprobs"] = c["logprobs"]
     if c.get("more"):
         first = {k: out[k] for k in ("text", "tokens", "finish_reason")}
+        first.update(_thinking(c))
         if "logprobs" in out:
             first["logprobs"] = out["logprobs"]
         out["choices"] = [first] + [
@@ -444,6 +455,7 @@ def _completion_dict(c: dict) -> dict:
                 "text": m["text"],
                 "tokens": m["generated_tokens"],
                 "finish_reason": m["finish_reason"].lower(),
+                **_thinking(m),
                 **({"logprobs": m["logprobs"]} if m.get("logprobs") is not None else {}),
             }
             for m in c["more"]
@@ -918,7 +930,9 @@ class Cluster:
         ``response_format`` (OpenAI's JSON schema constraint, or ``{"type": "regex",
         "regex": ...}``, ``{"type": "choice", "choice": [...]}``, ``{"type": "grammar",
         "grammar": LARK}`` as ``--guided-regex``, ``--guided-choice`` and
-        ``--guided-grammar`` give them); ``score``,
+        ``--guided-grammar`` give them) and ``reasoning_parser`` (``"qwen3"`` or
+        ``"deepseek_r1"``: each completion's thinking written apart from its answer, as
+        ``--reasoning-parser``); ``score``,
         ``prompt_logprobs``, ``score_stride``, ``max_score_windows``,
         ``score_first_token`` and ``choices_as_contexts`` score each text as ``resident
         generate --score`` does (records with ``choices`` and ``answer``, and
@@ -1165,7 +1179,10 @@ class Cluster:
         makes every completion parse as JSON valid under the schema; ``{"type": "regex",
         "regex": ...}``, ``{"type": "choice", "choice": [...]}`` and ``{"type": "grammar",
         "grammar": LARK}`` make it match the expression, be one of the texts, or be a
-        sentence of the grammar).
+        sentence of the grammar). ``reasoning_parser="qwen3"`` (or ``"deepseek_r1"``, vLLM's
+        parsers) splits a reasoning model's thinking (``<think>...</think>``) from its
+        answer: ``text`` is the answer, ``reasoning`` the thinking and ``reasoning_tokens``
+        its tokens, for each of ``choices`` too.
 
         ``score=True`` scores each prompt's text, raw, under the model,
         as ``resident generate --score`` does: a dict prompt's ``context`` goes before it,

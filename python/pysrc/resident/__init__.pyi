@@ -161,7 +161,9 @@ class Cluster:
         ``response_format`` (OpenAI\'s JSON schema constraint, or ``{"type": "regex",
         "regex": ...}``, ``{"type": "choice", "choice": [...]}``, ``{"type": "grammar",
         "grammar": LARK}`` as ``--guided-regex``, ``--guided-choice`` and
-        ``--guided-grammar`` give them). ``reference_field`` (a
+        ``--guided-grammar`` give them) and ``reasoning_parser`` (``"qwen3"`` or
+        ``"deepseek_r1"``: each completion\'s thinking written apart from its answer, as
+        ``--reasoning-parser``). ``reference_field`` (a
         field or path of each record\'s right answer) and ``extract`` (a regex that finds the
         answer; ``extract_match``, ``ignore_regex``, ``ignore_case``,
         ``ignore_punctuation``) check each generated answer as ``--reference-field`` and
@@ -206,7 +208,10 @@ class Cluster:
         makes every completion parse as JSON valid under the schema; ``{"type": "regex",
         "regex": ...}``, ``{"type": "choice", "choice": [...]}`` and ``{"type": "grammar",
         "grammar": LARK}`` make it match the expression, be one of the texts, or be a
-        sentence of the grammar).
+        sentence of the grammar). ``reasoning_parser="qwen3"`` (or ``"deepseek_r1"``, vLLM\'s
+        parsers) splits a reasoning model\'s thinking (``<think>...</think>``) from its
+        answer: ``text`` is the answer, ``reasoning`` the thinking and ``reasoning_tokens``
+        its tokens, for each of ``choices`` too.
 
         ``score=True`` scores each prompt\'s text, raw, under the model,
         as ``resident generate --score`` does; a dict prompt\'s ``context`` goes before it,

@@ -48,6 +48,7 @@ VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--system": ("system", str),
     "--chat-template": ("chat_template", _chat_template),
     "--chat-template-kwargs": ("chat_template_kwargs", json.loads),
+    "--reasoning-parser": ("reasoning_parser", str),
     "--input-format": ("input_format", str),
     "--output-format": ("output_format", str),
     "--template": ("template", str),

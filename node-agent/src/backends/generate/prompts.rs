@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use resident_actor::generate::{
     Choice, ChoiceScores, Completion, FinishReason, GenerateParams, GenerateRequest,
-    GenerateResponse, MAX_CHOICES, PromptParts, ResponseFormat, Template, TextScore, TextSize,
-    TokenLogprob, TopLogprob,
+    GenerateResponse, MAX_CHOICES, PromptParts, ReasoningParser, ResponseFormat, Template,
+    TextScore, TextSize, TokenLogprob, TopLogprob,
 };
 use resident_models::ModelError;
 use resident_models::generate::chat::Message;
@@ -30,6 +30,8 @@ pub(super) struct TaskPlan {
     pub requests: Vec<GenerationRequest>,
     /// Scores come with each scored token's log-probability (`prompt_logprobs`).
     list_scored_tokens: bool,
+    /// How each completion's thinking is told from its answer (the job's parser).
+    reasoning_parser: Option<ReasoningParser>,
 }
 
 /// A prompt's requests, or why it is refused.
@@ -138,6 +140,7 @@ impl TaskPlan {
             prompts,
             requests,
             list_scored_tokens: request.params.prompt_logprobs.is_some(),
+            reasoning_parser: request.params.reasoning_parser,
         })
     }
 
@@ -160,6 +163,7 @@ impl TaskPlan {
                         score: first.score.is_some(),
                         scored_tokens: self.list_scored_tokens,
                         text_size: planned.text_size,
+                        reasoning: self.reasoning_parser,
                     };
                     let (before, choices) = outputs[planned.requests].split_at(windows);
                     completion(format, &id, (before, choices), asked, planned.truncated)
@@ -176,6 +180,8 @@ impl TaskPlan {
                     error: Some(error),
                     score: None,
                     choice_scores: None,
+                    reasoning: None,
+                    reasoning_tokens: 0,
                 },
             })
             .collect();
@@ -230,6 +236,8 @@ struct Asked {
     scored_tokens: bool,
     /// With the score, the text's size (when all of it is scored).
     text_size: Option<TextSize>,
+    /// Each completion's thinking split from its answer by this parser.
+    reasoning: Option<ReasoningParser>,
 }
 
 /// A prompt's completion from the generations of its text's earlier windows (a long scored
@@ -248,9 +256,7 @@ fn completion(
         size: asked.text_size,
         ..text_score(format, windows(), asked.scored_tokens)
     });
-    let mut choices = outputs
-        .iter()
-        .map(|output| choice(format, output, asked.logprobs));
+    let mut choices = outputs.iter().map(|output| choice(format, output, asked));
     let first = choices.next().expect("n is at least 1");
     Completion {
         id: id.to_owned(),
@@ -264,6 +270,8 @@ fn completion(
         error: None,
         score,
         choice_scores: None,
+        reasoning: first.reasoning,
+        reasoning_tokens: first.reasoning_tokens,
     }
 }
 
@@ -318,6 +326,8 @@ fn choices_completion(
             chars: plan.chars.clone(),
             answers: plan.answers.clone(),
         }),
+        reasoning: None,
+        reasoning_tokens: 0,
     }
 }
 
@@ -878,15 +888,31 @@ impl CheckedGrammars {
 }
 
 /// One generation as a completion's choice, its log-probabilities (when `asked`) as text.
-fn choice(format: &PromptFormat, output: &Generation, asked: bool) -> Choice {
+fn choice(format: &PromptFormat, output: &Generation, asked: Asked) -> Choice {
+    let (text, reasoning, reasoning_tokens) = match asked.reasoning {
+        Some(parser) => {
+            let split = parser.split(&output.text);
+            let pieces: Vec<_> = (output.tokens.iter())
+                .map(|&id| format.token_piece(id).1)
+                .collect();
+            let tokens = parser.reasoning_tokens(pieces.iter().map(Vec::as_slice));
+            let reasoning = split.reasoning.map(str::to_owned);
+            (split.content.to_owned(), reasoning, tokens)
+        }
+        None => (output.text.clone(), None, 0),
+    };
     Choice {
-        text: output.text.clone(),
+        text,
         generated_tokens: output.tokens.len() as u32,
         finish_reason: match output.finish_reason {
             engine::FinishReason::Stop => FinishReason::Stop,
             engine::FinishReason::Length => FinishReason::Length,
         },
-        logprobs: asked.then(|| token_logprobs(format, &output.logprobs)),
+        logprobs: asked
+            .logprobs
+            .then(|| token_logprobs(format, &output.logprobs)),
+        reasoning,
+        reasoning_tokens,
     }
 }
 
