@@ -14,6 +14,7 @@ use super::batcher;
 use super::cache::Cache;
 use super::running::{Batch, GenerationFeed, InFlight};
 use super::sampling::Sampler;
+use super::thinking::{ThinkingWatch, prompt_leaves_thinking};
 use super::{GenerateModel, GenerationRequest, PromptScoring};
 use crate::ModelError;
 
@@ -129,6 +130,13 @@ impl GenerateModel {
             Some(grammar) => Some(self.constraint(grammar)?),
             None => None,
         };
+        let thinking = match constraint.is_some() && request.grammar_after_thinking {
+            true => {
+                let prompt = self.format.decode_with_special(&request.prompt)?;
+                prompt_leaves_thinking(&prompt).then(ThinkingWatch::default)
+            }
+            false => None,
+        };
         let cached = self.share_prefix(kv, slot, shareable_start(request));
         batch.flight.push(InFlight {
             request: next,
@@ -144,6 +152,7 @@ impl GenerateModel {
             ),
             logprobs: Vec::new(),
             constraint,
+            thinking,
             scored: Vec::new(),
             scored_greedy: true,
         });

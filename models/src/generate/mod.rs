@@ -44,6 +44,7 @@ pub mod sampling;
 pub mod score_windows;
 pub mod step_profile;
 mod stop_window;
+mod thinking;
 
 use std::path::Path;
 
@@ -708,12 +709,14 @@ impl GenerateModel {
         logits: &[f32],
     ) -> Result<u32, ModelError> {
         let generated = seq.tokens.len() - seq.prompt_len;
-        // Under a grammar, the grammar alone says when the text may end.
-        let suppressed = match generated < request.min_tokens && seq.constraint.is_none() {
+        // Under a grammar, the grammar alone says when the text may end; while the model
+        // thinks before it holds, nothing is masked.
+        let constraint = seq.constraint.as_mut().filter(|_| seq.thinking.is_none());
+        let suppressed = match generated < request.min_tokens && constraint.is_none() {
             true => self.stop_tokens(request),
             false => Vec::new(),
         };
-        let mask = match &mut seq.constraint {
+        let mask = match constraint {
             Some(constraint) => Some(constraint.allowed()?),
             None => None,
         };
@@ -726,6 +729,7 @@ impl GenerateModel {
             allowed.as_ref().map(|f| f as &dyn Fn(u32) -> bool),
         );
         if let Some(constraint) = &mut seq.constraint
+            && seq.thinking.is_none()
             && !constraint.is_finished()
         {
             constraint.accept(next)?;
@@ -744,7 +748,7 @@ impl GenerateModel {
     fn pick(&self, seq: &mut InFlight, request: &GenerationRequest) -> Pick {
         let generated = seq.tokens.len() - seq.prompt_len;
         let device_may_choose = !seq.sampler.penalises()
-            && seq.constraint.is_none()
+            && (seq.constraint.is_none() || seq.thinking.is_some())
             && (generated >= request.min_tokens || self.stop_tokens(request).is_empty());
         if !device_may_choose {
             return Pick::Logits;
@@ -782,6 +786,7 @@ impl GenerateModel {
             return Ok(Some(finish(seq, FinishReason::Stop, text)));
         }
         seq.tokens.push(next);
+        self.watch_thinking(seq, next)?;
         let generated = seq.tokens.len() - seq.prompt_len;
         // The whole completion is decoded only where a stop string shows in the text of its
         // last tokens (`stop_window`): decoding it every step was quadratic in its length.
@@ -828,6 +833,31 @@ impl GenerateModel {
             return Ok(Some(finish(seq, FinishReason::Length, text)));
         }
         Ok(None)
+    }
+
+    /// While `seq` thinks before its grammar holds: whether `next` ends the thinking, and
+    /// then the grammar takes what the tag's token wrote after it, as far as it allows.
+    fn watch_thinking(&self, seq: &mut InFlight, next: u32) -> Result<(), ModelError> {
+        let Some(watch) = &mut seq.thinking else {
+            return Ok(());
+        };
+        let Some(after) = watch.see(&self.format.token_text(next)?) else {
+            return Ok(());
+        };
+        seq.thinking = None;
+        let Some(constraint) = &mut seq.constraint else {
+            return Ok(());
+        };
+        // Only a tag split over tokens (a vocabulary without `</think>` as one) leaves text
+        // after it; what of it the grammar refuses stays in the text, unconstrained.
+        for token in self.format.encode(&after)? {
+            let allowed = constraint.allowed()?;
+            if constraint.is_finished() || !grammar::allows(&allowed, token) {
+                break;
+            }
+            constraint.accept(token)?;
+        }
+        Ok(())
     }
 
     fn too_long_or_empty(&self, request: &GenerationRequest) -> Generation {

@@ -548,7 +548,7 @@ impl PromptFormat {
     }
 
     /// `part`'s tokens alone: no BOS, special tokens' texts read as those tokens.
-    fn encode(&self, part: &str) -> Result<Vec<u32>, ModelError> {
+    pub(crate) fn encode(&self, part: &str) -> Result<Vec<u32>, ModelError> {
         Ok(self
             .vocab
             .tokenizer

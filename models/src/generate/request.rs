@@ -44,6 +44,10 @@ pub struct GenerationRequest {
     /// What the completion must be (a JSON schema): each step draws only from the tokens
     /// that keep it valid, and it ends when the document is complete.
     pub grammar: Option<std::sync::Arc<OutputGrammar>>,
+    /// The grammar holds from the end of the model's thinking on (`</think>`, vLLM's
+    /// structured output under a reasoning parser): until then every token may be drawn.
+    /// A prompt whose last think tag closes a thinking has none left to wait for.
+    pub grammar_after_thinking: bool,
     /// Which of the prompt's own tokens to score (`None`: none are).
     pub score: Option<PromptScoring>,
 }

@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use super::grammar::Constraint;
 use super::request::{Generation, GenerationRequest};
 use super::sampling::{Sampler, TokenLogprob};
+use super::thinking::ThinkingWatch;
 
 /// Where a running batch takes its requests from and gives its answers to. Groups are
 /// numbered from 0 in the order [`GenerationFeed::next_group`] gave them.
@@ -125,6 +126,10 @@ pub(super) struct InFlight {
     pub sampler: Sampler,
     pub logprobs: Vec<TokenLogprob>,
     pub constraint: Option<Constraint>,
+    /// While the model thinks before a grammar holds
+    /// ([`GenerationRequest::grammar_after_thinking`]), what looks for the thinking's end;
+    /// the grammar waits until it is found.
+    pub thinking: Option<ThinkingWatch>,
     /// The prompt tokens scored so far ([`GenerationRequest::score`]).
     pub scored: Vec<TokenLogprob>,
     /// Every token scored so far was the likeliest at its position.

@@ -346,7 +346,7 @@ async fn kept_columns_follow_each_line_s_id_as_the_input_has_them() {
 /// Every row of a generations Parquet file as the JSON line it stands for: text cells as
 /// strings (`choices` and `logprobs` parsed from their JSON), numbers and flags as they
 /// are, nulls and a false `truncated` left out, as the JSON line leaves them out.
-fn parquet_lines(path: &Path) -> Vec<Value> {
+pub(crate) fn parquet_lines(path: &Path) -> Vec<Value> {
     use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::UInt32Type;

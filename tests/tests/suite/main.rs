@@ -33,6 +33,7 @@ mod generate_chat;
 mod generate_constraints;
 mod generate_job;
 mod generate_llama_cpp;
+mod generate_reasoning;
 mod generate_score;
 mod gpu_failures;
 mod hostile_configs;

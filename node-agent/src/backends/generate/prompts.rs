@@ -221,6 +221,9 @@ fn generation_request(
         ignore_eos: params.ignore_eos,
         logprobs: params.logprobs.then_some(params.top_logprobs as usize),
         grammar: grammar.clone(),
+        // Under a reasoning parser the thinking is free and the answer holds to the
+        // grammar, as vLLM's structured output under a reasoning parser.
+        grammar_after_thinking: params.reasoning_parser.is_some(),
         score: None,
     }
 }
