@@ -209,6 +209,32 @@ def test_chat_template_kwargs_reach_the_template_as_its_variables(local_cluster)
                            progress=False)
 
 
+def test_reasoning_parser_splits_the_thinking_from_each_answer(local_cluster):
+    """reasoning_parser="deepseek_r1" on SmolLM2 taught to think by few-shot examples (the
+    answer's thinking opened, as DeepSeek-R1's template opens it): each completion's text,
+    and each sample's, is its answer and ``reasoning`` its thinking, which with the answer
+    make the raw completion; a parser vLLM does not name is refused before any pool."""
+    examples = ("Q: 1+1?\n<think>1 plus 1 makes 2</think>A: 2\n"
+                "Q: 2+3?\n<think>2 plus 3 makes 5</think>A: 5\n")
+    prompts = [f"{examples}Q: {sum}?\n<think>" for sum in ("2+2", "3+5", "1+6")]
+    common = dict(model=str(SMOLLM2), template="none", max_new_tokens=24, stop=["\n"],
+                  progress=False)
+    raw = local_cluster.generate(prompts, **common)
+    parsed = local_cluster.generate(prompts, reasoning_parser="deepseek_r1", **common)
+    for raw_one, one in zip(raw, parsed):
+        assert "</think>" in raw_one["text"], raw_one
+        assert raw_one["text"] == one["reasoning"] + "</think>" + one["text"], (raw_one, one)
+        assert 0 < one["reasoning_tokens"] < one["tokens"], one
+        assert "reasoning" not in raw_one
+    sampled = local_cluster.generate(prompts[:1], reasoning_parser="qwen3", n=2,
+                                     temperature=0.8, **common)
+    for choice in sampled[0]["choices"]:
+        if "reasoning" in choice:
+            assert "</think>" not in choice["text"] and choice["reasoning_tokens"] > 0, choice
+    with pytest.raises(resident.BadInput, match="use one of qwen3, deepseek_r1"):
+        local_cluster.generate(prompts[:1], reasoning_parser="granite", **common)
+
+
 def test_a_call_releases_the_gil_while_it_waits(local_cluster):
     import threading
     import time
