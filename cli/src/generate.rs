@@ -105,8 +105,8 @@ pub struct GenerateArgs {
     keep_columns: Vec<KeptColumn>,
     /// How generations are stored: jsonl (generations.jsonl, the default) or parquet
     /// (generations.parquet, which pyarrow, pandas, DuckDB and Spark read as it is; a
-    /// column per field of a completion's line, text columns for --keep-columns; not
-    /// with --score, answer checks or --output-format openai-batch).
+    /// typed column per field the job's lines may have, scores and checked answers
+    /// included, text columns for --keep-columns; not with --output-format openai-batch).
     #[arg(
         long,
         env = "RESIDENT_GENERATE_FORMAT",

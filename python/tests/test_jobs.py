@@ -188,10 +188,11 @@ def test_generate_job_keeps_input_columns_as_resident_generate_does(local_cluste
     )
     table = pq.read_table(tmp_path / "parquet" / "generations.parquet")
     assert table.column_names == [
-        "id", "question", "split", "text", "prompt_tokens", "generated_tokens",
-        "finish_reason", "truncated", "choices", "logprobs", "error",
+        "id", "question", "split", "text", "reasoning", "prompt_tokens", "generated_tokens",
+        "reasoning_tokens", "finish_reason", "truncated", "choices", "logprobs", "error",
     ]
-    absent = {"truncated": False, "choices": None, "logprobs": None, "error": None}
+    absent = {"truncated": False, "choices": None, "logprobs": None, "error": None,
+              "reasoning": None, "reasoning_tokens": None}
     assert table.to_pylist() == [{**absent, **line} for line in lines]
     with pytest.raises(resident.BadInput) as refused:
         local_cluster.generate_job(

@@ -20,7 +20,7 @@ use super::fewshot::{
     FewshotTurns, ShotAnswer, ShotTurns, read_example_turns, read_examples,
 };
 use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
-use super::generation_lines::{GenerationLine, LINE_FIELDS};
+use super::generation_lines::{COMPLETION_FIELDS, GenerationLine, LINE_FIELDS};
 use super::generation_parquet::encode_generation_lines;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
@@ -441,28 +441,40 @@ fn seed_id(id: &serde_json::Value) -> String {
 }
 
 impl GenerateWork {
-    /// Why `--format parquet` cannot hold what the job writes, if it cannot: a Parquet
-    /// line is a completion (its samples and log-probabilities as JSON text), not scores
-    /// or checked answers.
+    /// Why `--format parquet` cannot hold what the job writes, if it cannot: its columns
+    /// are the fields of generations lines, not OpenAI's Batch output objects.
     fn parquet_refusal(&self) -> Option<String> {
-        if self.format != GenerationFormat::Parquet {
-            return None;
+        (self.format == GenerationFormat::Parquet && self.output == GenerationOutput::OpenAiBatch)
+            .then(|| {
+                "--format parquet writes a column per field of a generations line; \
+                 --output-format openai-batch writes OpenAI's JSON objects: write JSON lines \
+                 (--format jsonl), or generations lines (--output-format generations)"
+                    .to_owned()
+            })
+    }
+
+    /// The fields this job's lines may have, in [`LINE_FIELDS`]' order, each a column of
+    /// `--format parquet`: a completion's; with `--score` a score's and a scored choices'
+    /// (null for a record without choices); with answer checks the answer, whether it is
+    /// right, the overlap figures asked for and each named filter's answers.
+    fn line_fields(&self) -> Vec<&'static str> {
+        let mut fields = COMPLETION_FIELDS.to_vec();
+        if self.params.score {
+            fields.extend(["score", "prompt_logprobs", "choice_scores", "best"]);
+            fields.extend(["best_normalized", "answer", "answers", "correct"]);
+            fields.extend(["correct_normalized", "answer_probability", "brier_score"]);
         }
-        let asked = if self.output == GenerationOutput::OpenAiBatch {
-            "--output-format openai-batch writes OpenAI's JSON lines"
-        } else if self.params.score {
-            "--score writes each text's scores and its choices'"
-        } else if self.answer_match.is_some() {
-            "answer checks (--reference-field, --extract, --filter, --metric) write each \
-             answer's figures"
-        } else {
-            return None;
-        };
-        Some(format!(
-            "--format parquet writes completions (id, --keep-columns, text, token counts, \
-             finish_reason, truncated, choices, logprobs, error); {asked}: write JSON lines \
-             (--format jsonl)"
-        ))
+        if let Some(check) = &self.answer_match {
+            let spec = check.spec();
+            fields.extend(["extracted", "correct", "correct_majority"]);
+            fields.extend(spec.metrics.iter().map(|metric| metric.name()));
+            if !spec.filters.is_empty() {
+                fields.push("filters");
+            }
+        }
+        (LINE_FIELDS.iter().copied())
+            .filter(|field| fields.contains(field))
+            .collect()
     }
 
     /// The config of the actors that run this work: `model` at `model_revision`, the
@@ -1000,7 +1012,8 @@ impl ChunkWork for GenerateWork {
                 .map(serde_json::from_slice)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| failed(format!("a line as JSON: {e}")))?;
-            let bytes = encode_generation_lines(&fields, &kept_names(&self.keep_columns));
+            let kept = kept_names(&self.keep_columns);
+            let bytes = encode_generation_lines(&fields, &kept, &self.line_fields());
             return Ok((
                 format!("shards/chunk-{index:06}.parquet"),
                 bytes.map_err(failed)?,
@@ -1011,7 +1024,8 @@ impl ChunkWork for GenerateWork {
 
     /// Parquet: the columns with no rows.
     fn no_rows_data(&self, _manifest: &Manifest) -> Result<Vec<u8>, JobError> {
-        encode_generation_lines(&[], &kept_names(&self.keep_columns)).map_err(JobError::Output)
+        let kept = kept_names(&self.keep_columns);
+        encode_generation_lines(&[], &kept, &self.line_fields()).map_err(JobError::Output)
     }
 
     fn merged_bytes(manifest: &Manifest) -> u64 {
@@ -1434,7 +1448,7 @@ mod tests {
     /// Parquet holds completions: a scoring job, answer checks and OpenAI Batch output are
     /// refused with it, saying what each writes; JSON lines take them all.
     #[test]
-    fn parquet_output_refuses_what_its_columns_cannot_hold() {
+    fn parquet_output_refuses_only_openai_s_objects_and_has_a_column_for_each_field() {
         let corpus = CorpusJobConfig::new("in.jsonl", "model.gguf", "out");
         let plain = GenerateJobConfig::new(corpus, PromptTemplate::parse("{text}").unwrap());
         let refusal = |change: &dyn Fn(&mut GenerateJobConfig)| {
@@ -1453,32 +1467,47 @@ mod tests {
         };
         assert_eq!(refusal(&|_| {}), None);
         assert_eq!(refusal(&|job| job.generation.params.n = 3), None);
-        let score = refusal(&|job| job.generation.params.score = true).unwrap();
-        assert!(
-            score.contains("--score writes each text's scores"),
-            "{score}"
-        );
-        assert!(
-            score.contains("write JSON lines (--format jsonl)"),
-            "{score}"
-        );
-        let checked = refusal(&|job| {
-            let spec = AnswerMatchSpec {
-                reference_field: Some("answer".into()),
-                ..AnswerMatchSpec::default()
-            };
-            job.check_answers(spec).unwrap();
-        });
-        assert!(
-            checked
-                .unwrap()
-                .contains("answer checks (--reference-field")
-        );
+        assert_eq!(refusal(&|job| job.generation.params.score = true), None);
         let batch = refusal(&|job| job.generation.output = GenerationOutput::OpenAiBatch);
+        let batch = batch.unwrap();
         assert!(
-            batch
-                .unwrap()
-                .contains("--output-format openai-batch writes OpenAI's")
+            batch.contains("--output-format openai-batch writes OpenAI's"),
+            "{batch}"
+        );
+        assert!(batch.contains("(--format jsonl)"), "{batch}");
+
+        assert_eq!(plain.generation.line_fields(), COMPLETION_FIELDS);
+        let mut scored = plain.generation.clone();
+        scored.params.score = true;
+        let fields = scored.line_fields();
+        assert!(fields.contains(&"score") && fields.contains(&"brier_score"));
+        assert!(!fields.contains(&"extracted"), "{fields:?}");
+        let mut checked = plain.clone();
+        let spec = AnswerMatchSpec {
+            reference_field: Some("answer".into()),
+            filters: vec!["strict=(\\d+)".parse().unwrap()],
+            metrics: super::super::text_overlap::OverlapMetric::from_names(&["rouge"]).unwrap(),
+            ..AnswerMatchSpec::default()
+        };
+        checked.check_answers(spec).unwrap();
+        let fields = checked.generation.line_fields();
+        let added: Vec<_> = fields
+            .iter()
+            .filter(|f| !COMPLETION_FIELDS.contains(f))
+            .collect();
+        assert_eq!(
+            added,
+            [
+                &"correct",
+                &"extracted",
+                &"rouge1",
+                &"rouge2",
+                &"rougeL",
+                &"rougeLsum",
+                &"correct_majority",
+                &"filters"
+            ],
+            "in the lines' order, only the figures asked for"
         );
     }
 

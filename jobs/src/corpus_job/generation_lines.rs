@@ -46,6 +46,21 @@ pub(super) const LINE_FIELDS: &[&str] = &[
     "error",
 ];
 
+/// The fields of a completion itself, which any job's lines may have (the rest come with
+/// scores and answer checks), in [`LINE_FIELDS`]' order.
+pub(super) const COMPLETION_FIELDS: [&str; 10] = [
+    "text",
+    "reasoning",
+    "prompt_tokens",
+    "generated_tokens",
+    "reasoning_tokens",
+    "finish_reason",
+    "truncated",
+    "choices",
+    "logprobs",
+    "error",
+];
+
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]
 pub(super) struct GenerationLine<'a> {

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 pub fn encode_generation_lines(
     _lines: &[Map<String, Value>],
     _kept: &[&str],
+    _fields: &[&str],
 ) -> Result<Vec<u8>, String> {
     Err(
         "this build cannot write Parquet: build resident-jobs (or the resident CLI) with the \

@@ -1010,10 +1010,9 @@ class Cluster:
         input fields (or paths, ``meta.url``) into each line after its ``id``, as the input
         has them, ``FIELD=NAME`` under another name (the line's ``text`` is the
         completion). ``format="parquet"`` writes ``generations.parquet`` instead (``id``,
-        the kept columns as text, ``text``, ``prompt_tokens``, ``generated_tokens``,
-        ``finish_reason``, ``truncated``, ``choices`` and ``logprobs`` as JSON text,
-        ``error``; not with ``score`` or answer checks: ``--format``). Returns
-        ``report.json`` as a dict.
+        the kept columns as text, then a typed column per field the job's lines may have,
+        scores and checked answers included; nested values as JSON text: ``--format``).
+        Returns ``report.json`` as a dict.
         """
         _check_sampling(sampling)
         params = _generate_params(

@@ -344,12 +344,22 @@ async fn kept_columns_follow_each_line_s_id_as_the_input_has_them() {
 }
 
 /// Every row of a generations Parquet file as the JSON line it stands for: text cells as
-/// strings (`choices` and `logprobs` parsed from their JSON), numbers and flags as they
-/// are, nulls and a false `truncated` left out, as the JSON line leaves them out.
+/// strings (the nested fields parsed from their JSON), numbers and flags as they are,
+/// nulls and a false `truncated` left out, as the JSON line leaves them out (`extracted`,
+/// which a line writes as null when nothing was found, as null).
 pub(crate) fn parquet_lines(path: &Path) -> Vec<Value> {
     use arrow_array::Array;
     use arrow_array::cast::AsArray;
-    use arrow_array::types::UInt32Type;
+    use arrow_array::types::{Float64Type, UInt32Type};
+    const NESTED: [&str; 7] = [
+        "choices",
+        "logprobs",
+        "score",
+        "prompt_logprobs",
+        "choice_scores",
+        "answers",
+        "filters",
+    ];
     let file = std::fs::File::open(path).unwrap();
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .unwrap()
@@ -363,20 +373,25 @@ pub(crate) fn parquet_lines(path: &Path) -> Vec<Value> {
             for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
                 let name = field.name().as_str();
                 if column.is_null(row) {
+                    if name == "extracted" {
+                        line.insert(name.to_owned(), Value::Null);
+                    }
                     continue;
                 }
                 let value = if let Some(numbers) = column.as_primitive_opt::<UInt32Type>() {
                     json!(numbers.value(row))
+                } else if let Some(figures) = column.as_primitive_opt::<Float64Type>() {
+                    json!(figures.value(row))
                 } else if let Some(flags) = column.as_boolean_opt() {
-                    match flags.value(row) {
-                        true => json!(true),
-                        false => continue,
+                    match (name, flags.value(row)) {
+                        ("truncated", false) => continue,
+                        (_, flag) => json!(flag),
                     }
                 } else {
                     let text = column.as_string::<i32>().value(row);
-                    match name {
-                        "choices" | "logprobs" => serde_json::from_str(text).unwrap(),
-                        _ => json!(text),
+                    match NESTED.contains(&name) {
+                        true => serde_json::from_str(text).unwrap(),
+                        false => json!(text),
                     }
                 };
                 line.insert(name.to_owned(), value);
@@ -385,6 +400,61 @@ pub(crate) fn parquet_lines(path: &Path) -> Vec<Value> {
         }
     }
     lines
+}
+
+/// `--format parquet` holds scores and checked answers as JSON lines do: a scoring job's
+/// and an evaluating job's (samples, named filters, overlap figures) Parquet rows are its
+/// JSON lines, with typed columns (figures as floats, flags as booleans).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_output_holds_scores_and_checked_answers_as_json_lines_do() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample(dir.path(), 4);
+    let scoring = ["--score", "--max-new-tokens", "0", "--prompt-logprobs", "1"];
+    let checking = [
+        "--max-new-tokens",
+        "6",
+        "-n",
+        "2",
+        "--temperature",
+        "0.7",
+        "--reference-field",
+        "description",
+        "--filter",
+        r"first=^\W*(\w+)",
+        "--filter",
+        r"last:last=(\w+)",
+        "--metric",
+        "rouge1,f1",
+    ];
+    for (name, flags) in [("scored", &scoring[..]), ("checked", &checking[..])] {
+        let run = |format: &str| {
+            let out = dir.path().join(format!("{name}-{format}"));
+            let all = [flags, &["--chunk-size", "2", "--format", format]].concat();
+            run_to_success(generate_command(&input, &out, "{text}", &all));
+            out
+        };
+        let jsonl = read_jsonl(&run("jsonl").join("generations.jsonl"));
+        let parquet_file = run("parquet").join("generations.parquet");
+        assert_eq!(parquet_lines(&parquet_file), jsonl, "{name}");
+        let file = std::fs::File::open(&parquet_file).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file);
+        let schema = reader.unwrap().schema().clone();
+        let type_of =
+            |field: &str| format!("{}", schema.field_with_name(field).unwrap().data_type());
+        match name {
+            "scored" => assert!(jsonl.iter().all(|line| line["score"]["tokens"].is_u64())),
+            _ => {
+                assert_eq!(type_of("f1"), "Float64");
+                assert_eq!(type_of("correct"), "Boolean");
+                assert!(
+                    schema.field_with_name("rouge2").is_err(),
+                    "only what was asked"
+                );
+                assert!(jsonl.iter().all(|line| line["filters"]["last"].is_object()));
+            }
+        }
+    }
 }
 
 /// `--format parquet` holds the very lines JSON lines would (samples and log-probabilities

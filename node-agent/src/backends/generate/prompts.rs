@@ -895,10 +895,11 @@ fn choice(format: &PromptFormat, output: &Generation, asked: Asked) -> Choice {
     let (text, reasoning, reasoning_tokens) = match asked.reasoning {
         Some(parser) => {
             let split = parser.split(&output.text);
+            // Each token's text, decoded once a process (the tags are ASCII).
             let pieces: Vec<_> = (output.tokens.iter())
-                .map(|&id| format.token_piece(id).1)
+                .map(|&id| format.token_text(id).unwrap_or_default())
                 .collect();
-            let tokens = parser.reasoning_tokens(pieces.iter().map(Vec::as_slice));
+            let tokens = parser.reasoning_tokens(pieces.iter().map(|p| p.as_bytes()));
             let reasoning = split.reasoning.map(str::to_owned);
             (split.content.to_owned(), reasoning, tokens)
         }
