@@ -508,10 +508,11 @@ pub struct GenerateArgs {
     /// '{"enable_thinking": false}' turns a Qwen3 model's thinking off.
     #[arg(long, env = "RESIDENT_CHAT_TEMPLATE_KWARGS", value_name = "JSON")]
     chat_template_kwargs: Option<String>,
-    /// Split a reasoning model's thinking (<think>...</think>) from its answer, as vLLM's
+    /// Split a reasoning model's thinking (`<think>...</think>`) from its answer, as vLLM's
     /// --reasoning-parser does: `text` is the answer (what --reference-field checks and
-    /// --metric scores), `reasoning` the thinking, `reasoning_tokens` its tokens. qwen3:
-    /// a completion without </think> is all answer; deepseek_r1: all thinking.
+    /// --metric scores), `reasoning` the thinking, `reasoning_tokens` its tokens; a
+    /// constraint (--json-schema, --guided-*) holds the answer after `</think>`. qwen3: a
+    /// completion without `</think>` is all answer; deepseek_r1: all thinking.
     #[arg(
         long,
         env = "RESIDENT_REASONING_PARSER",

@@ -20,7 +20,9 @@ use super::fewshot::{
     FewshotTurns, ShotAnswer, ShotTurns, read_example_turns, read_examples,
 };
 use super::fewshot_sampling::{FewshotSampler, SequentialDraws, read_sampled_examples};
-use super::generation_lines::{COMPLETION_FIELDS, GenerationLine, LINE_FIELDS};
+use super::generation_lines::{
+    ANSWER_FIELDS, GenerationLine, LINE_FIELDS, SCORE_FIELDS, completion_fields,
+};
 use super::generation_parquet::encode_generation_lines;
 use super::generation_report::{GenerateFigures, GenerationTally};
 use super::group_accuracy::{accuracy_by_group, group_of};
@@ -458,22 +460,21 @@ impl GenerateWork {
     /// (null for a record without choices); with answer checks the answer, whether it is
     /// right, the overlap figures asked for and each named filter's answers.
     fn line_fields(&self) -> Vec<&'static str> {
-        let mut fields = COMPLETION_FIELDS.to_vec();
-        if self.params.score {
-            fields.extend(["score", "prompt_logprobs", "choice_scores", "best"]);
-            fields.extend(["best_normalized", "answer", "answers", "correct"]);
-            fields.extend(["correct_normalized", "answer_probability", "brier_score"]);
-        }
-        if let Some(check) = &self.answer_match {
-            let spec = check.spec();
-            fields.extend(["extracted", "correct", "correct_majority"]);
-            fields.extend(spec.metrics.iter().map(|metric| metric.name()));
-            if !spec.filters.is_empty() {
-                fields.push("filters");
-            }
-        }
+        let completion: Vec<_> = completion_fields().collect();
+        let spec = self.answer_match.as_ref().map(AnswerMatch::spec);
+        let checked = |field: &str| {
+            spec.is_some_and(|spec| match field {
+                "filters" => !spec.filters.is_empty(),
+                field if ANSWER_FIELDS.contains(&field) => true,
+                figure => spec.metrics.iter().any(|metric| metric.name() == figure),
+            })
+        };
         (LINE_FIELDS.iter().copied())
-            .filter(|field| fields.contains(field))
+            .filter(|&field| {
+                completion.contains(&field)
+                    || (self.params.score && SCORE_FIELDS.contains(&field))
+                    || checked(field)
+            })
             .collect()
     }
 
@@ -1476,7 +1477,10 @@ mod tests {
         );
         assert!(batch.contains("(--format jsonl)"), "{batch}");
 
-        assert_eq!(plain.generation.line_fields(), COMPLETION_FIELDS);
+        let completion: Vec<_> = completion_fields().collect();
+        assert_eq!(plain.generation.line_fields(), completion);
+        assert_eq!(completion[..3], ["text", "reasoning", "prompt_tokens"]);
+        assert_eq!(completion.last(), Some(&"error"));
         let mut scored = plain.generation.clone();
         scored.params.score = true;
         let fields = scored.line_fields();
@@ -1491,10 +1495,7 @@ mod tests {
         };
         checked.check_answers(spec).unwrap();
         let fields = checked.generation.line_fields();
-        let added: Vec<_> = fields
-            .iter()
-            .filter(|f| !COMPLETION_FIELDS.contains(f))
-            .collect();
+        let added: Vec<_> = fields.iter().filter(|f| !completion.contains(f)).collect();
         assert_eq!(
             added,
             [

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::answer_match::{Judgement, RecordAnswers};
 use super::evaluation_counts::InOrder;
-use super::text_overlap::OverlapScores;
+use super::text_overlap::{OverlapMetric, OverlapScores};
 
 /// Every key a line of `generations.jsonl` may have of its own, whatever the job asks
 /// for: names `--keep-columns` cannot write the input's fields under.
@@ -46,20 +46,36 @@ pub(super) const LINE_FIELDS: &[&str] = &[
     "error",
 ];
 
-/// The fields of a completion itself, which any job's lines may have (the rest come with
-/// scores and answer checks), in [`LINE_FIELDS`]' order.
-pub(super) const COMPLETION_FIELDS: [&str; 10] = [
-    "text",
-    "reasoning",
-    "prompt_tokens",
-    "generated_tokens",
-    "reasoning_tokens",
-    "finish_reason",
-    "truncated",
-    "choices",
-    "logprobs",
-    "error",
+/// The fields only `--score` adds to a line: a text's score, a record's scored choices'.
+pub(super) const SCORE_FIELDS: [&str; 11] = [
+    "score",
+    "prompt_logprobs",
+    "choice_scores",
+    "best",
+    "best_normalized",
+    "answer",
+    "answers",
+    "correct",
+    "correct_normalized",
+    "answer_probability",
+    "brier_score",
 ];
+
+/// The fields only answer checks add to a line besides the overlap figures asked for
+/// (`filters` only with named filters).
+pub(super) const ANSWER_FIELDS: [&str; 4] = ["extracted", "correct", "correct_majority", "filters"];
+
+/// The fields of a completion itself, which any job's lines may have, in [`LINE_FIELDS`]'
+/// order: neither the id nor what scores and answer checks add.
+pub(super) fn completion_fields() -> impl Iterator<Item = &'static str> {
+    let overlap = |field: &str| OverlapMetric::ALL.iter().any(|m| m.name() == field);
+    (LINE_FIELDS.iter().copied()).filter(move |&field| {
+        field != "id"
+            && !SCORE_FIELDS.contains(&field)
+            && !ANSWER_FIELDS.contains(&field)
+            && !overlap(field)
+    })
+}
 
 /// One line of `generations.jsonl`.
 #[derive(Serialize)]

@@ -9,8 +9,6 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use serde_json::{Map, Value};
 
-#[cfg(test)]
-use super::generation_lines::COMPLETION_FIELDS;
 use super::parquet_out::{text_cell, write_batch};
 
 /// The fields every line has: their columns hold no null.
@@ -126,6 +124,10 @@ mod tests {
     use super::super::parquet_out::{ParquetMerger, read};
     use super::*;
 
+    fn completion() -> Vec<&'static str> {
+        super::super::generation_lines::completion_fields().collect()
+    }
+
     fn lines(values: &[Value]) -> Vec<Map<String, Value>> {
         values
             .iter()
@@ -145,7 +147,7 @@ mod tests {
             json!({"id": "c", "text": "", "prompt_tokens": 3, "generated_tokens": 0,
                    "finish_reason": "stop", "error": "refused"}),
         ]);
-        let bytes = encode_generation_lines(&shard, &["title"], &COMPLETION_FIELDS).unwrap();
+        let bytes = encode_generation_lines(&shard, &["title"], &completion()).unwrap();
         let batch = read(bytes.clone()).remove(0);
         let names: Vec<&str> = batch
             .schema_ref()
@@ -153,23 +155,9 @@ mod tests {
             .iter()
             .map(|f| f.name().as_str())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "id",
-                "title",
-                "text",
-                "reasoning",
-                "prompt_tokens",
-                "generated_tokens",
-                "reasoning_tokens",
-                "finish_reason",
-                "truncated",
-                "choices",
-                "logprobs",
-                "error"
-            ]
-        );
+        let expected: Vec<&str> = ["id", "title"].into_iter().chain(completion()).collect();
+        assert_eq!(names, expected);
+        assert_eq!(names[2..5], ["text", "reasoning", "prompt_tokens"]);
         let text = |name: &str| {
             batch
                 .column_by_name(name)
@@ -204,7 +192,7 @@ mod tests {
         let rows: usize = read(merged).iter().map(RecordBatch::num_rows).sum();
         assert_eq!(rows, 6);
         // No rows at all: the empty file's schema is the one rows would have had.
-        let empty = encode_generation_lines(&[], &["title"], &COMPLETION_FIELDS).unwrap();
+        let empty = encode_generation_lines(&[], &["title"], &completion()).unwrap();
         let kept = ParquetMerger::new().finish(empty).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(resident_sdk::Bytes::from(kept));
         assert_eq!(reader.unwrap().schema().fields().len(), 12);
@@ -214,7 +202,7 @@ mod tests {
     fn a_field_without_a_column_is_refused_not_dropped() {
         let scored = lines(&[json!({"id": 1, "text": "", "prompt_tokens": 3,
             "generated_tokens": 0, "finish_reason": "length", "score": {"tokens": 2}})]);
-        let refused = encode_generation_lines(&scored, &[], &COMPLETION_FIELDS).unwrap_err();
+        let refused = encode_generation_lines(&scored, &[], &completion()).unwrap_err();
         assert!(
             refused.contains("`score` has no Parquet column"),
             "{refused}"
@@ -235,7 +223,7 @@ mod tests {
                    "finish_reason": "length", "extracted": null}),
         ]);
         let fields = [
-            &COMPLETION_FIELDS[..],
+            &completion()[..],
             &["score", "choice_scores", "best", "answers"],
             &["extracted", "correct", "rouge1"],
         ]
