@@ -43,10 +43,9 @@ pub fn output_line(id: &Value, completion: &Completion, model: &str, created: u6
 
 /// A `chat.completion` object.
 fn completion_body(completion: &Completion, model: &str, created: u64, digest: &str) -> Value {
-    let choices: Vec<Value> = completion
-        .choices()
-        .iter()
-        .enumerate()
+    // Each choice cloned once (its text, its thinking and its log-probabilities).
+    let all = completion.choices();
+    let choices: Vec<Value> = (all.iter().enumerate())
         .map(|(index, choice)| choice_object(index, choice))
         .collect();
     let completion_tokens = completion.all_generated_tokens();
@@ -56,11 +55,8 @@ fn completion_body(completion: &Completion, model: &str, created: u64, digest: &
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     });
-    let choices_thought = completion.choices().iter().any(|c| c.reasoning.is_some());
-    if choices_thought {
-        let reasoning_tokens: u64 = (completion.choices().iter())
-            .map(|c| u64::from(c.reasoning_tokens))
-            .sum();
+    if all.iter().any(|c| c.reasoning.is_some()) {
+        let reasoning_tokens: u64 = all.iter().map(|c| u64::from(c.reasoning_tokens)).sum();
         usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning_tokens});
     }
     json!({
